@@ -1,0 +1,145 @@
+"""Who owns what, when several clients share one server (PROTOCOL.md §5-§7).
+
+The relay forwards every client request under a fresh *relay id* from a counter that is never
+reused, and every server-to-client request under a fresh *client-facing id*; these tables map both
+back. They also hold the other per-client state the server must not see mixed up: progress tokens,
+2025-11-25 task and URL-elicitation ownership, resource subscriptions and log levels.
+
+Routing of server-to-client requests is a policy, because nothing on the stdio wire ties a
+`sampling/createMessage` to the client request that caused it:
+1. the owner of `_meta["io.modelcontextprotocol/related-task"].taskId`;
+2. else the only client with a callback-capable request in flight;
+3. else, with several, the `sampling_policy`: "refuse" (default: answer the server with an error,
+   never guess, because guessing wrong leaks one client's data to another, GHSA-345p-7cg4-v4c7) or
+   "most-recent" (the client whose callback-capable request started last);
+and the chosen client must have declared the capability.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from lazyd.core.jsonrpc import JsonId, JsonObj
+
+ClientId = int
+SamplingPolicy = Literal["refuse", "most-recent"]
+
+# Requests during which a server may legitimately call back into the client.
+CALLBACK_CAPABLE = frozenset({"tools/call", "prompts/get", "resources/read", "completion/complete"})
+# Server-to-client request -> the client capability it needs.
+CALLBACK_CAPABILITY = {
+    "sampling/createMessage": "sampling",
+    "elicitation/create": "elicitation",
+    "roots/list": "roots",
+}
+RELATED_TASK_META = "io.modelcontextprotocol/related-task"
+
+# Syslog severities as MCP names them, most verbose first.
+LOG_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
+
+
+def level_rank(level: object) -> int:
+    try:
+        return LOG_LEVELS.index(str(level))
+    except ValueError:
+        return 0
+
+
+@dataclass(slots=True)
+class Upstream:
+    """A request the relay sent to the server, keyed by its relay id."""
+
+    method: str
+    cid: ClientId | None  # None: the relay's own request (replay, refresh, subscribe replay)
+    client_id: JsonId | None
+    purpose: str = ""  # for the relay's own requests
+    token: JsonId | None = None  # the client's original progress token, if rewritten
+    seq: int = 0  # start order, for the "most-recent" policy
+
+
+@dataclass(slots=True)
+class Downstream:
+    """A server-to-client request sent to one client under a client-facing id."""
+
+    server_id: JsonId
+    method: str
+
+
+@dataclass
+class Routes:
+    upstream: dict[int, Upstream] = field(default_factory=dict)
+    # (client, original id) -> relay id, to rewrite cancellations.
+    by_client: dict[tuple[ClientId, JsonId], int] = field(default_factory=dict)
+    # relay progress token -> (client, original token); the relay token is the relay id.
+    tokens: dict[int, tuple[ClientId, JsonId]] = field(default_factory=dict)
+    downstream: dict[tuple[ClientId, JsonId], Downstream] = field(default_factory=dict)
+    tasks: dict[str, ClientId] = field(default_factory=dict)
+    elicitations: dict[str, ClientId] = field(default_factory=dict)
+    subscriptions: dict[str, set[ClientId]] = field(default_factory=dict)
+    levels: dict[ClientId, str] = field(default_factory=dict)
+
+    def add(self, relay_id: int, up: Upstream) -> None:
+        self.upstream[relay_id] = up
+        if up.cid is not None and up.client_id is not None:
+            self.by_client[(up.cid, up.client_id)] = relay_id
+
+    def pop(self, relay_id: int) -> Upstream | None:
+        up = self.upstream.pop(relay_id, None)
+        if up is not None and up.cid is not None and up.client_id is not None:
+            self.by_client.pop((up.cid, up.client_id), None)
+        return up
+
+    def release_token(self, relay_id: int) -> None:
+        self.tokens.pop(relay_id, None)
+
+    def inflight_of(self, cid: ClientId) -> list[int]:
+        return [rid for rid, up in self.upstream.items() if up.cid == cid]
+
+    def client_inflight_count(self) -> int:
+        return sum(1 for up in self.upstream.values() if up.cid is not None)
+
+    def callback_candidates(self) -> list[tuple[int, ClientId]]:
+        """(seq, client) of every in-flight callback-capable client request."""
+        return [(up.seq, up.cid) for up in self.upstream.values() if up.cid is not None and up.method in CALLBACK_CAPABLE]
+
+    def most_verbose_level(self) -> str | None:
+        if not self.levels:
+            return None
+        return min(self.levels.values(), key=level_rank)
+
+    def forget_client(self, cid: ClientId) -> None:
+        """Drop everything but in-flight upstream requests (the relay cancels those itself)."""
+        for key in [k for k in self.downstream if k[0] == cid]:
+            del self.downstream[key]
+        for token in [t for t, (c, _) in self.tokens.items() if c == cid]:
+            del self.tokens[token]
+        for task in [t for t, c in self.tasks.items() if c == cid]:
+            del self.tasks[task]
+        for eid in [e for e, c in self.elicitations.items() if c == cid]:
+            del self.elicitations[eid]
+        self.levels.pop(cid, None)
+
+
+def choose_callback_target(
+    routes: Routes,
+    params: JsonObj,
+    policy: SamplingPolicy,
+) -> tuple[ClientId | None, str]:
+    """The client a sampling/elicitation request goes to, and the reason (for the log)."""
+    meta = params.get("_meta")
+    if isinstance(meta, dict):
+        related = meta.get(RELATED_TASK_META)
+        if isinstance(related, dict) and isinstance(related.get("taskId"), str):
+            owner = routes.tasks.get(related["taskId"])
+            if owner is not None:
+                return owner, "owner of the related task"
+    candidates = routes.callback_candidates()
+    clients = {cid for _, cid in candidates}
+    if len(clients) == 1:
+        return clients.pop(), "only client with a callback-capable request in flight"
+    if not clients:
+        return None, "no client has a callback-capable request in flight"
+    if policy == "most-recent":
+        return max(candidates)[1], "most recent callback-capable request (sampling_policy = most-recent)"
+    return None, f"{len(clients)} clients have callback-capable requests in flight (sampling_policy = refuse)"
