@@ -1,0 +1,343 @@
+"""The daemon's runtime directory, single-instance lock and listening socket, made safe.
+
+This module owns the filesystem side of "only this user reaches this daemon":
+
+- ``ensure_private_dir``: the runtime dir is a real directory, owned by us, with no group or
+  other bits. A directory someone else prepared (the predictable ``$TMPDIR/runtime-<uid>``
+  fallback can be squatted) is refused, never repaired: we only ever chmod what we created.
+- ``acquire_instance_lock``: one daemon per socket, decided by ``flock`` on a 0600 file opened
+  with ``O_NOFOLLOW``. The kernel drops the lock when the holder dies, even by SIGKILL.
+- ``bind_unix_socket``: stale-socket replacement where only ECONNREFUSED proves staleness
+  (EAGAIN is a live daemon with a full backlog), and a socket that is 0600 from birth. Call it
+  only while holding the instance lock, or two starting daemons could unlink each other's socket.
+- ``adopt_activated_socket``: systemd socket activation (fd 3), never bound, never unlinked.
+- ``peer_credentials``, ``socket_identity``, ``scrubbed_environ``: small facts the listener,
+  the ownership watch and the child spawner need.
+
+Errors::
+
+    SetupError      the operator must fix something (mode, owner, path length); one readable line
+    AlreadyRunning  another live daemon owns the lock or the socket; exiting 0 is the right answer
+
+Abstract-namespace sockets are never used: they carry no permissions at all.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import socket
+import stat
+import struct
+from collections.abc import Mapping
+from pathlib import Path
+
+# sun_path is 108 bytes on Linux including the terminating NUL; a 108-byte path would bind
+# without a NUL (non-portable) and anything longer is truncated or refused by the kernel.
+MAX_SUN_PATH_BYTES = 108
+# Owner read/write only: the directory already protects the socket, this is the second wall.
+SOCKET_MODE = 0o600
+LOCK_MODE = 0o600
+PRIVATE_DIR_MODE = 0o700
+# umask during bind(): masks everything but owner rw, so the socket never exists with wider bits.
+BIND_UMASK = 0o177
+# sd_listen_fds(3): activated sockets start at this fd.
+SD_LISTEN_FDS_START = 3
+# Variables that describe *our* relationship with systemd; a child inheriting them could notify
+# or claim fds on our behalf.
+SYSTEMD_ENV_KEYS = frozenset(
+    {"NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES"}
+)
+# struct ucred from <sys/socket.h>: pid_t, uid_t, gid_t.
+_UCRED = struct.Struct("3i")
+
+
+class SetupError(Exception):
+    """The environment is unsafe or unusable; the message is one line for the operator."""
+
+
+class AlreadyRunning(Exception):
+    """Another live daemon holds the instance lock or answers on the socket."""
+
+
+def ensure_private_dir(
+    path: Path, *, create_parents: bool = True, what: str = "runtime dir"
+) -> None:
+    """Make sure ``path`` is a directory only we can enter, creating it (mode 0700) if missing.
+
+    Checked: ``path`` itself, and its parent when that parent is the platformdirs fallback
+    ``runtime-<uid>`` (a predictable name in a world-writable directory). Parents that are
+    missing are created 0700 when ``create_parents`` is true. A check means: not a symlink
+    (lstat), a directory, owned by ``os.getuid()``, no group/other permission bits.
+
+    Raises SetupError naming the path and the problem. Never changes the mode of an existing
+    directory; a directory created here is set to exactly 0700 through its own fd, because the
+    umask may have taken owner bits away.
+    """
+    path = Path(os.path.abspath(path))
+    # Named with the effective uid, as lazyd.daemon.paths (and platformdirs) name it.
+    if path.parent.name == f"runtime-{os.geteuid()}":
+        _ensure_dir(path.parent, create_parents=create_parents, what=what)
+    _ensure_dir(path, create_parents=create_parents, what=what)
+
+
+def _ensure_dir(path: Path, *, create_parents: bool, what: str) -> None:
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        if not path.parent.exists():
+            if not create_parents:
+                raise SetupError(f"refusing {what} {path}: parent {path.parent} does not exist") from None
+            _make_missing_parents(path.parent, what=what)
+        _create_private(path, what=what)
+        return
+    except OSError as error:
+        raise SetupError(f"refusing {what} {path}: {error.strerror}") from None
+    _check_private(path, info, what=what)
+
+
+def _make_missing_parents(path: Path, *, what: str) -> None:
+    missing: list[Path] = []
+    cursor = path
+    while not os.path.lexists(cursor):
+        missing.append(cursor)
+        if cursor.parent == cursor:
+            break
+        cursor = cursor.parent
+    for directory in reversed(missing):
+        _create_private(directory, what=what)
+
+
+def _create_private(path: Path, *, what: str) -> None:
+    try:
+        os.mkdir(path, PRIVATE_DIR_MODE)
+    except FileExistsError:
+        # Someone (a racing daemon, or a squatter) made it first: judge it like any existing dir.
+        _check_private(path, _lstat(path, what=what), what=what)
+        return
+    except OSError as error:
+        raise SetupError(f"cannot create {what} {path}: {error.strerror}") from None
+    # O_NOFOLLOW + fstat/fchmod: the checks and the chmod apply to the inode we just made, even
+    # if the name were swapped in between.
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as error:
+        raise SetupError(f"refusing {what} {path}: replaced right after creation ({error.strerror})") from None
+    try:
+        info = os.fstat(fd)
+        if info.st_uid != os.getuid():
+            raise SetupError(f"refusing {what} {path}: owned by uid {info.st_uid}, not {os.getuid()}")
+        if stat.S_IMODE(info.st_mode) != PRIVATE_DIR_MODE:
+            os.fchmod(fd, PRIVATE_DIR_MODE)
+    finally:
+        os.close(fd)
+
+
+def _lstat(path: Path, *, what: str) -> os.stat_result:
+    try:
+        return os.lstat(path)
+    except OSError as error:
+        raise SetupError(f"refusing {what} {path}: {error.strerror}") from None
+
+
+def _check_private(path: Path, info: os.stat_result, *, what: str) -> None:
+    if stat.S_ISLNK(info.st_mode):
+        raise SetupError(f"refusing {what} {path}: it is a symlink")
+    if not stat.S_ISDIR(info.st_mode):
+        raise SetupError(f"refusing {what} {path}: it is not a directory")
+    if info.st_uid != os.getuid():
+        raise SetupError(f"refusing {what} {path}: owned by uid {info.st_uid}, not {os.getuid()}")
+    mode = stat.S_IMODE(info.st_mode)
+    if mode & 0o077:
+        raise SetupError(
+            f"refusing {what} {path}: mode {mode:04o} gives access to group/other"
+            f" (fix with: chmod 700 {path})"
+        )
+
+
+def acquire_instance_lock(path: Path) -> int:
+    """Take the single-instance lock; return its fd, to keep open for the daemon's whole life.
+
+    The file is created 0600, never through a symlink, and holds the owner's pid for diagnostics.
+    Raises AlreadyRunning when another process holds it, SetupError when the file is unusable.
+    """
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, LOCK_MODE)
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            raise SetupError(f"refusing lock file {path}: it is a symlink") from None
+        raise SetupError(f"cannot open lock file {path}: {error.strerror}") from None
+    try:
+        _check_lock_file(path, fd)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+            detail = f" (pid {holder})" if holder.isdigit() else ""
+            raise AlreadyRunning(f"lazyd is already running{detail}: lock {path} is held") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode("ascii"), 0)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _check_lock_file(path: Path, fd: int) -> None:
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        raise SetupError(f"refusing lock file {path}: it is not a regular file")
+    if info.st_uid != os.getuid():
+        raise SetupError(f"refusing lock file {path}: owned by uid {info.st_uid}, not {os.getuid()}")
+    # The file is ours (same uid), so narrowing a mode left by an older version is safe.
+    if stat.S_IMODE(info.st_mode) != LOCK_MODE:
+        os.fchmod(fd, LOCK_MODE)
+
+
+def bind_unix_socket(path: Path, backlog: int = 128) -> socket.socket:
+    """Bind and listen on ``path``: mode 0600 from birth, non-blocking, close-on-exec.
+
+    An existing socket file is probed with connect(): ECONNREFUSED proves it stale and it is
+    replaced; success or EAGAIN (backlog full) means a live daemon, and it is left alone.
+    Raises AlreadyRunning for a live socket, SetupError for a path that is too long, relative,
+    or occupied by something that is not a socket.
+
+    The umask is process-wide: call this before starting threads that create files. A live
+    daemon sees the probe as a connection that closes without sending a frame.
+    """
+    raw = os.fsencode(path)
+    if not raw or b"\0" in raw or not os.path.isabs(raw):
+        raise SetupError(f"refusing socket path {str(path)!r}: it must be an absolute filesystem path")
+    if len(raw) >= MAX_SUN_PATH_BYTES:
+        raise SetupError(
+            f"socket path {path} is {len(raw)} bytes, the limit is {MAX_SUN_PATH_BYTES - 1}:"
+            " set LAZYD_SOCKET to a shorter path, or use a shorter XDG_RUNTIME_DIR"
+        )
+    _clear_stale_socket(path)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        old_umask = os.umask(BIND_UMASK)
+        try:
+            sock.bind(raw)
+        finally:
+            os.umask(old_umask)
+        # The umask already made it 0600; this pins the mode even if a caller's umask handling
+        # ever changes. By path, because fchmod on a socket fd would not reach the file.
+        os.chmod(path, SOCKET_MODE)
+        sock.listen(backlog)
+        sock.setblocking(False)
+        sock.set_inheritable(False)
+    except OSError as error:
+        sock.close()
+        if error.errno == errno.EADDRINUSE:
+            raise AlreadyRunning(f"lazyd is already running: {path} was bound by another process") from None
+        raise SetupError(f"cannot listen on {path}: {error.strerror}") from None
+    return sock
+
+
+def _clear_stale_socket(path: Path) -> None:
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return
+    except OSError as error:
+        raise SetupError(f"cannot inspect socket path {path}: {error.strerror}") from None
+    if not stat.S_ISSOCK(info.st_mode):
+        raise SetupError(f"refusing socket path {path}: something that is not a socket is there")
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    # Non-blocking: a blocking connect to a live daemon with a full backlog would hang here.
+    probe.setblocking(False)
+    try:
+        probe.connect(os.fsencode(path))
+    except ConnectionRefusedError:
+        pass  # the only proof of staleness; falls through to unlink
+    except BlockingIOError:
+        raise AlreadyRunning(f"lazyd is already running: {path} is alive (backlog full)") from None
+    except FileNotFoundError:
+        return  # removed since the lstat, nothing to clear
+    except OSError as error:
+        raise SetupError(f"cannot probe existing socket {path}: {error.strerror}") from None
+    else:
+        raise AlreadyRunning(f"lazyd is already running: {path} accepts connections")
+    finally:
+        probe.close()
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def adopt_activated_socket(env: Mapping[str, str], pid: int) -> socket.socket | None:
+    """Return the listening socket systemd passed as fd 3, or None when not socket-activated.
+
+    ``LISTEN_PID`` must equal ``pid`` (ours): a mismatch means the variables were inherited from
+    a parent that was the activated one, and they are ignored (None; the caller logs it). The fd
+    is checked to be a listening AF_UNIX stream socket, else SetupError. The socket is made
+    non-blocking and close-on-exec (systemd passes it inheritable), and is never unlinked.
+    Extra fds beyond the first are marked close-on-exec so children never hold them.
+    """
+    listen_pid = env.get("LISTEN_PID")
+    listen_fds = env.get("LISTEN_FDS")
+    if not listen_pid or not listen_fds:
+        return None
+    try:
+        claimed_pid = int(listen_pid)
+        count = int(listen_fds)
+    except ValueError:
+        raise SetupError(
+            f"invalid socket activation variables LISTEN_PID={listen_pid!r} LISTEN_FDS={listen_fds!r}"
+        ) from None
+    if claimed_pid != pid or count < 1:
+        return None
+    for extra in range(SD_LISTEN_FDS_START + 1, SD_LISTEN_FDS_START + count):
+        try:
+            os.set_inheritable(extra, False)
+        except OSError:
+            pass  # already closed: nothing a child could inherit
+    try:
+        sock = socket.socket(fileno=SD_LISTEN_FDS_START)
+    except OSError as error:
+        raise SetupError(f"socket activation: fd {SD_LISTEN_FDS_START} is not a socket ({error.strerror})") from None
+    try:
+        if sock.family != socket.AF_UNIX or sock.type != socket.SOCK_STREAM:
+            raise SetupError(
+                f"socket activation: fd {SD_LISTEN_FDS_START} is {sock.family.name}/{sock.type.name},"
+                " expected AF_UNIX/SOCK_STREAM"
+            )
+        if not sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN):
+            raise SetupError(f"socket activation: fd {SD_LISTEN_FDS_START} is not listening")
+        sock.setblocking(False)
+        sock.set_inheritable(False)
+    except BaseException:
+        # Leave the fd itself alone on refusal: it belongs to systemd's unit, not to us.
+        sock.detach()
+        raise
+    return sock
+
+
+def peer_credentials(sock: socket.socket) -> tuple[int, int, int]:
+    """(pid, uid, gid) of the process that connected ``sock``, as the kernel recorded it."""
+    raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size)
+    pid, uid, gid = _UCRED.unpack(raw)
+    return pid, uid, gid
+
+
+def socket_identity(path: Path) -> tuple[int, int] | None:
+    """(st_dev, st_ino) of the socket file at ``path``; None if it is gone or not a socket.
+
+    The ownership watch compares this with the identity taken right after bind: a different
+    value means someone unlinked or replaced our socket, and we no longer own the name.
+    """
+    try:
+        info = os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    if not stat.S_ISSOCK(info.st_mode):
+        return None
+    return info.st_dev, info.st_ino
+
+
+def scrubbed_environ(env: Mapping[str, str]) -> dict[str, str]:
+    """A copy of ``env`` without the systemd notify, watchdog and activation variables."""
+    return {key: value for key, value in env.items() if key not in SYSTEMD_ENV_KEYS}
