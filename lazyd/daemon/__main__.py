@@ -1,0 +1,3 @@
+from lazyd.daemon.main import main
+
+main()

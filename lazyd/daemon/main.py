@@ -1,0 +1,148 @@
+"""`lazyd`: the per-user daemon's entry point.
+
+Start-up order matters: validate the config and the runtime dir (exit 2 / 1 with one line before
+anything runs), take the single-instance lock, then adopt the systemd socket or bind our own (a
+live socket is never replaced), and only then enter trio. On SIGTERM/SIGINT or `lazyctl stop` the
+daemon stops every server by the ladder, in parallel, removes its socket (unless systemd owns it)
+and exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import logging.handlers
+import os
+import signal
+import socket
+import sys
+from functools import partial
+from pathlib import Path
+
+import trio
+
+from lazyd.config import Config, ConfigError, load_config
+from lazyd.daemon.connection import ConnectionHandler
+from lazyd.daemon.control import Control
+from lazyd.daemon.paths import Paths, resolve_paths
+from lazyd.daemon.registry import Registry
+from lazyd.daemon.runtime import (
+    AlreadyRunning,
+    SetupError,
+    acquire_instance_lock,
+    adopt_activated_socket,
+    bind_unix_socket,
+    ensure_private_dir,
+    socket_identity,
+)
+from lazyd.daemon.store import SnapshotStore, load_or_create_secret
+
+log = logging.getLogger("lazyd")
+
+DAEMON_LOG_BYTES = 4 * 1024 * 1024  # the daemon's own log rotates at this size, one backup kept
+SHUTDOWN_BOUND_S = 15.0  # every ladder is 2 s + 2 s; this bounds a shutdown stuck on anything else
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="lazyd",
+        description="Per-user daemon that runs MCP servers lazily and shares them across clients. "
+        "Usually started by lazyd-shim or by systemd (lazyd.socket); runs in the foreground.",
+    )
+    parser.add_argument("--socket", help="socket path (default: $XDG_RUNTIME_DIR/lazyd/lazyd.sock, or LAZYD_SOCKET)")
+    parser.add_argument("--config", help="config file (default: ~/.config/lazyd/config.toml)")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log every relay decision")
+    parser.add_argument("--version", action="version", version="lazyd 0.1.0")
+    return parser
+
+
+def _setup_logging(paths: Paths, verbose: bool) -> None:
+    level = logging.DEBUG if verbose else logging.INFO
+    fmt = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+    root = logging.getLogger()
+    root.setLevel(level)
+    stderr = logging.StreamHandler()
+    stderr.setFormatter(fmt)
+    root.addHandler(stderr)
+    try:
+        paths.state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        handler = logging.handlers.RotatingFileHandler(
+            paths.state_dir / "lazyd.log", maxBytes=DAEMON_LOG_BYTES, backupCount=1)
+        handler.setFormatter(fmt)
+        root.addHandler(handler)
+    except OSError as exc:
+        log.warning("cannot write the daemon log in %s: %s", paths.state_dir, exc)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = _parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:
+        raise SystemExit(2 if exc.code not in (0, None) else 0) from None
+    paths = resolve_paths(os.environ, args.socket)
+    config_path = Path(args.config) if args.config else paths.config_file
+    try:
+        config = load_config(config_path, os.environ)
+    except ConfigError as exc:
+        print(f"lazyd: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+    try:
+        activated = adopt_activated_socket(os.environ, os.getpid())
+        if activated is None:
+            ensure_private_dir(paths.runtime_dir)
+        lock_fd = acquire_instance_lock(paths.lock)
+        sock = activated or bind_unix_socket(paths.socket)
+    except AlreadyRunning as exc:
+        print(f"lazyd: already running ({exc})", file=sys.stderr)
+        raise SystemExit(0) from None
+    except SetupError as exc:
+        print(f"lazyd: {exc}", file=sys.stderr)
+        raise SystemExit(1) from None
+    for name in ("LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES"):
+        os.environ.pop(name, None)  # never inherited by anything we start
+    _setup_logging(paths, args.verbose)
+    log.info("lazyd %d listening on %s%s", os.getpid(), paths.socket, " (socket activation)" if activated else "")
+    try:
+        trio.run(partial(serve, sock, paths, config, activated is not None))
+    finally:
+        os.close(lock_fd)
+    raise SystemExit(0)
+
+
+async def serve(sock: socket.socket, paths: Paths, config: Config, activated: bool) -> None:
+    secret = load_or_create_secret(paths.state_dir)
+    store = SnapshotStore(paths.cache_dir)
+    stop = trio.Event()
+    bound_identity = None if activated else socket_identity(paths.socket)
+    listener = trio.SocketListener(trio.socket.from_stdlib_socket(sock))
+    async with trio.open_nursery() as nursery:
+        registry = Registry(config, paths, secret, store, nursery, dict(os.environ))
+        handler = ConnectionHandler(registry, Control(registry, stop))
+        await registry.boot()
+        nursery.start_soon(partial(trio.serve_listeners, handler, [listener]))
+        nursery.start_soon(_signals, stop)
+        await stop.wait()
+        log.info("stopping: %d servers", len(registry.runtimes))
+        with trio.move_on_after(SHUTDOWN_BOUND_S) as bound:
+            async with trio.open_nursery() as stopper:
+                for runtime in list(registry.runtimes.values()):
+                    stopper.start_soon(runtime.shutdown)
+        if bound.cancelled_caught:
+            log.error("shutdown took longer than %.0f s; exiting anyway", SHUTDOWN_BOUND_S)
+        # Only our own socket file is removed: a newer daemon may have replaced it.
+        if bound_identity is not None and socket_identity(paths.socket) == bound_identity:
+            os.unlink(paths.socket)
+        nursery.cancel_scope.cancel()
+    log.info("stopped")
+
+
+async def _signals(stop: trio.Event) -> None:
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
+        async for signum in signals:
+            if signum == signal.SIGHUP:
+                log.info("SIGHUP: reload is not implemented yet; ignoring")
+                continue
+            log.info("%s received", signal.Signals(signum).name)
+            stop.set()
+            return

@@ -1,0 +1,349 @@
+"""One supervised server: where trio meets the relay core and the lifecycle.
+
+A `ServerRuntime` owns, for one registration identity, the `RelayCore` (what to answer, forward,
+queue), the `Lifecycle` (when to start, stop, back off, park), the live `ChildProcess` if any, and
+the sessions attached to it. It feeds both pure objects the events it sees and carries out their
+actions; it makes no decision of its own beyond "how" (which task, which pipe).
+
+Tasks (all in the runtime's own nursery):
+- the timer loop: sleeps until the lifecycle's next deadline (or a poke) and calls `tick`;
+- per process: a stdin writer fed by a bounded channel, and a stdout reader that also handles the
+  exit, so every line the server wrote before dying is relayed before in-flight requests fail;
+- the snapshot saver: persists the snapshot off the event loop (fsync) when the core says so;
+- the wake predicate, when the lifecycle asks for it.
+Calls from other tasks (session readers, lazyctl) are synchronous: they feed an event and carry
+out the resulting actions without awaiting, so events are applied atomically and in order.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import random
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import trio
+
+from lazyd import wire
+from lazyd.config import WakePredicate
+from lazyd.core import lifecycle as lc
+from lazyd.core import relay as rl
+from lazyd.core.cache import Snapshot
+from lazyd.core.routing import SamplingPolicy
+from lazyd.daemon.process import ChildProcess, LineTooLong, SpawnError, SpawnSpec, child_env, spawn
+from lazyd.daemon.store import SnapshotStore
+
+log = logging.getLogger("lazyd.server")
+
+# Lines queued for a server's stdin. A server that leaves this many unread is stuck; it is killed
+# (and restarted on the next request) rather than letting the queue grow without bound.
+MAX_SERVER_BACKLOG_LINES = 10_000
+# Frames queued for one client. A shim that stops reading is disconnected when this fills, so one
+# slow consumer never blocks the server or the other clients (RELIABILITY.md case 11).
+MAX_CLIENT_BACKLOG_FRAMES = 4_096
+
+
+class Session:
+    """One attached shim connection, as the runtime sees it: a bounded outbox and a way to drop it."""
+
+    def __init__(self, cid: int, pid: int, on_overflow: Callable[[], None]) -> None:
+        self.cid = cid
+        self.pid = pid
+        self.send_channel, self.receive_channel = trio.open_memory_channel[bytes](MAX_CLIENT_BACKLOG_FRAMES)
+        self._on_overflow = on_overflow
+        self.dropped = False
+
+    def deliver(self, frame: bytes) -> None:
+        if self.dropped:
+            return
+        try:
+            self.send_channel.send_nowait(frame)
+        except trio.WouldBlock:
+            self.dropped = True
+            log.warning("client %d (shim pid %d) stopped reading: disconnecting it", self.cid, self.pid)
+            self._on_overflow()
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            self.dropped = True
+
+
+@dataclass(frozen=True)
+class RuntimeConfig:
+    name: str
+    digest: str
+    spec: SpawnSpec
+    policy: lc.LifecyclePolicy
+    wake: WakePredicate | None
+    sampling_policy: SamplingPolicy
+    share: bool
+
+
+class ServerRuntime:
+    def __init__(self, config: RuntimeConfig, snapshot: Snapshot, store: SnapshotStore,
+                 on_children_changed: Callable[[], None] = lambda: None) -> None:
+        self.config = config
+        self.name = config.name
+        self.core = rl.RelayCore(config.name, snapshot, config.sampling_policy)
+        self.life = lc.Lifecycle(config.policy, random.Random())
+        self.store = store
+        self.proc: ChildProcess | None = None
+        self.sessions: dict[int, Session] = {}
+        self.on_children_changed = on_children_changed
+        self._nursery: trio.Nursery | None = None
+        self._poke = trio.Event()
+        self._save_wanted = trio.Event()
+        self._to_server: trio.MemorySendChannel[bytes] | None = None
+        self._kill_reason: str | None = None
+        self._stop_requested = False
+        self.ready_event = trio.Event()  # set at each Ready, replaced at each start (lazyctl wake)
+        self.last_exit: str | None = None
+        self.started_wall: float | None = None
+
+    # ---- task structure ------------------------------------------------------------------------
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            nursery.start_soon(self._saver)
+            task_status.started()
+            self._life(self.life.boot(trio.current_time()))
+            while True:
+                deadline = self.life.next_deadline()
+                with trio.move_on_at(deadline if deadline is not None else math.inf):
+                    await self._poke.wait()
+                self._poke = trio.Event()
+                self._life(self.life.tick(trio.current_time()))
+
+    async def shutdown(self) -> None:
+        """Stop the process by the ladder (daemon exit). Bounded by the ladder's own deadlines."""
+        proc = self.proc
+        if proc is not None:
+            self._stop_requested = True
+            await proc.stop()
+        self._save_now()
+
+    # ---- events from sessions and operators ----------------------------------------------------
+
+    def attach(self, session: Session, resume: list[bytes]) -> None:
+        self.sessions[session.cid] = session
+        self._relay(self.core.attach(session.cid))
+        if resume:
+            self._relay(self.core.resume(session.cid, resume))
+        self._load()
+
+    def client_line(self, cid: int, line: bytes) -> None:
+        if cid in self.sessions:
+            self._relay(self.core.client_line(cid, line))
+            self._load()
+
+    def detach(self, cid: int) -> None:
+        session = self.sessions.pop(cid, None)
+        if session is None:
+            return
+        session.send_channel.close()
+        self._relay(self.core.detach(cid))
+        self._load()
+
+    def wake(self) -> None:
+        self._life(self.life.operator_wake(trio.current_time()))
+
+    def sleep(self) -> None:
+        self._life(self.life.operator_sleep(trio.current_time()))
+
+    # ---- carrying out actions ------------------------------------------------------------------
+
+    def _relay(self, actions: list[rl.Action]) -> None:
+        for action in actions:
+            if isinstance(action, rl.ToClient):
+                session = self.sessions.get(action.cid)
+                if session is not None:
+                    session.deliver(wire.encode_line(action.line, action.done))
+            elif isinstance(action, rl.ToServer):
+                self._send_server(action.line)
+            elif isinstance(action, rl.Activity):
+                self._life(self.life.activity(trio.current_time()))
+            elif isinstance(action, rl.WantServer):
+                self._life(self.life.demand(trio.current_time()))
+            elif isinstance(action, rl.Ready):
+                self.started_wall = time.time()
+                self._life(self.life.ready(trio.current_time()))
+                self.ready_event.set()
+            elif isinstance(action, rl.SnapshotChanged):
+                self._save_wanted.set()
+            elif isinstance(action, rl.Abort):
+                self._kill(action.reason)
+            elif isinstance(action, rl.Note):
+                log.info("[%s] %s", self.name, action.text)
+
+    def _life(self, actions: list[lc.Action]) -> None:
+        for action in actions:
+            if isinstance(action, lc.Spawn):
+                self._stop_requested = False
+                self._kill_reason = None
+                self.ready_event = trio.Event()
+                assert self._nursery is not None
+                self._nursery.start_soon(self._start_process)
+            elif isinstance(action, lc.Stop):
+                log.info("[%s] stopping: %s", self.name, action.reason)
+                self._stop_requested = True
+                if self.proc is not None:
+                    assert self._nursery is not None
+                    self._nursery.start_soon(self.proc.stop)
+            elif isinstance(action, lc.KillAndFail):
+                self._kill(action.reason)
+            elif isinstance(action, lc.FailWaiting):
+                self._relay(self.core.start_failed(action.error))
+                self.ready_event.set()
+            elif isinstance(action, lc.RunPredicate):
+                assert self._nursery is not None
+                self._nursery.start_soon(self._run_predicate)
+            elif isinstance(action, lc.Log):
+                log.info("[%s] %s", self.name, action.message)
+        self._poke.set()
+
+    def _load(self) -> None:
+        self._life(self.life.load(trio.current_time(), self.core.client_count(), self.core.inflight_count()))
+
+    def _send_server(self, line: bytes) -> None:
+        if self._to_server is None:
+            log.info("[%s] line for a server that is not running dropped", self.name)
+            return
+        try:
+            self._to_server.send_nowait(line)
+        except trio.WouldBlock:
+            self._kill(f"stopped reading its stdin ({MAX_SERVER_BACKLOG_LINES} lines waiting)")
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+
+    def _kill(self, reason: str) -> None:
+        log.warning("[%s] killing the server: %s", self.name, reason)
+        self._kill_reason = reason
+        if self.proc is not None:
+            self.proc.kill_group()
+
+    # ---- the process ---------------------------------------------------------------------------
+
+    async def _start_process(self) -> None:
+        now = trio.current_time()
+        assert self._nursery is not None
+        try:
+            proc = await spawn(self.config.spec, self._nursery)
+        except SpawnError as exc:
+            log.error("[%s] cannot start: %s", self.name, exc.message)
+            self.last_exit = exc.message
+            self._life(self.life.spawn_failed(trio.current_time(), exc.message, fatal=True))
+            return
+        self.proc = proc
+        self.on_children_changed()
+        log.info("[%s] spawned pid %d in %.0f ms", self.name, proc.pid, (trio.current_time() - now) * 1000)
+        send, receive = trio.open_memory_channel[bytes](MAX_SERVER_BACKLOG_LINES)
+        self._to_server = send
+        self._nursery.start_soon(self._write_server, proc, receive)
+        self._nursery.start_soon(self._read_server, proc)
+        self._life(self.life.spawned(trio.current_time(), proc.pid))
+        self._relay(self.core.spawned())
+
+    async def _write_server(self, proc: ChildProcess, receive: trio.MemoryReceiveChannel[bytes]) -> None:
+        async with receive:
+            async for line in receive:
+                try:
+                    await proc.send_line(line)
+                except (trio.BrokenResourceError, trio.ClosedResourceError, ValueError):
+                    return  # the reader sees the exit and handles it
+
+    async def _read_server(self, proc: ChildProcess) -> None:
+        try:
+            async for line in proc.lines():
+                self._relay(self.core.server_line(line))
+                self._load()
+        except LineTooLong:
+            self._kill(f"wrote a stdout line over {proc.spec.max_line_bytes} bytes")
+        info = await proc.wait_exit()
+        description = self._kill_reason or info.describe()
+        requested = self._stop_requested and self._kill_reason is None
+        self.proc = None
+        if self._to_server is not None:
+            self._to_server.close()
+            self._to_server = None
+        self.last_exit = description
+        self.on_children_changed()
+        log.info("[%s] pid %d %s", self.name, proc.pid, description)
+        self._relay(self.core.exited(description))
+        self._life(self.life.exited(trio.current_time(), description, requested=requested))
+        self._load()
+
+    async def _run_predicate(self) -> None:
+        wake = self.config.wake
+        code: int | None = None
+        if wake is not None:
+            code = await run_predicate(wake, self.config.spec.cwd, self.config.spec.env, self.name)
+        self._life(self.life.predicate_done(trio.current_time(), code))
+
+    # ---- snapshot persistence ------------------------------------------------------------------
+
+    async def _saver(self) -> None:
+        while True:
+            await self._save_wanted.wait()
+            self._save_wanted = trio.Event()
+            snapshot = self.core.snapshot
+            snapshot.updated_at = time.time()
+            data = Snapshot.from_json(snapshot.to_json())  # a copy: the loop may change it meanwhile
+            await trio.to_thread.run_sync(self.store.save, self.config.digest, data)
+
+    def _save_now(self) -> None:
+        if self._save_wanted.is_set():
+            self.store.save(self.config.digest, self.core.snapshot)
+
+    # ---- status --------------------------------------------------------------------------------
+
+    def status(self) -> dict[str, object]:
+        snap = self.life.snapshot()
+        proc = self.proc
+        return {
+            "name": self.name,
+            "state": snap["state"],
+            "pid": proc.pid if proc is not None else None,
+            "clients": self.core.client_count(),
+            "inflight": self.core.inflight_count(),
+            "restarts": snap["restarts"],
+            "last_error": snap["last_error"],
+            "uptime_s": (time.time() - self.started_wall) if (proc is not None and self.started_wall) else None,
+            "cache_updated_at": self.core.snapshot.updated_at or None,
+            "listings": self.core.snapshot.listing_counts(),
+            "predicate": snap["predicate_state"],
+            "share": self.config.share,
+            "command": list(self.config.spec.argv),
+        }
+
+
+PREDICATE_KILL_GRACE_S = 0.0  # a predicate past its timeout is killed at once: it is a probe
+
+
+async def run_predicate(wake: WakePredicate, cwd: str, env: Mapping[str, str], name: str) -> int | None:
+    """Run a wake predicate: closed stdin, output discarded, own process group, killed at its
+    timeout. Returns its exit code, or None on timeout or launch error."""
+    environ = child_env(env)
+    try:
+        proc = await trio.lowlevel.open_process(
+            list(wake.argv), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL, cwd=cwd, env=environ, start_new_session=True, close_fds=True,
+        )
+    except OSError as exc:
+        log.warning("[%s] wake predicate cannot run: %s", name, exc)
+        return None
+    try:
+        with trio.move_on_after(wake.timeout_s):
+            return await proc.wait()
+        log.warning("[%s] wake predicate timed out after %.1f s", name, wake.timeout_s)
+        return None
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        with trio.CancelScope(shield=True):
+            await proc.wait()

@@ -1,0 +1,200 @@
+"""Shared fixtures: an isolated user environment, a real daemon, real shims, real servers.
+
+Every test that runs processes gets its own HOME, XDG dirs and a short runtime dir (sun_path is
+limited to 108 bytes, and pytest's tmp_path can be longer), plus a marker variable that every
+process it starts inherits, so leftovers can be found through /proc/*/environ.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+SERVERS = REPO / "tests" / "servers"
+FIXTURE_SERVER = SERVERS / "fixture_server.py"
+EVERYTHING_JS = SERVERS / "node_modules" / "@modelcontextprotocol" / "server-everything" / "dist" / "index.js"
+MARKER_VAR = "LAZYD_TEST_MARKER_ID"
+DAEMON_START_WAIT_S = 10.0
+
+
+def shim_command() -> str:
+    found = shutil.which("lazyd-shim", path=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
+    assert found, "lazyd-shim is not installed: run the README's test command (pip install -e '.[test]')"
+    return found
+
+
+def time_server_command() -> list[str]:
+    exe = shutil.which("mcp-server-time", path=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
+    assert exe, "mcp-server-time is not installed: run the README's test command"
+    return [exe, "--local-timezone", "UTC"]
+
+
+def everything_command() -> list[str]:
+    assert EVERYTHING_JS.exists(), "server-everything is missing: run `npm ci --prefix tests/servers`"
+    return [shutil.which("node") or "node", str(EVERYTHING_JS), "stdio"]
+
+
+def processes_with_marker(marker: str) -> list[int]:
+    """Pids of live (not zombie) processes whose environment carries this test's marker."""
+    needle = f"{MARKER_VAR}={marker}".encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                environ = f.read()
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                state = f.read().rsplit(b")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state != b"Z" and needle in environ.split(b"\0"):
+            found.append(int(entry))
+    return found
+
+
+def wait_until(predicate: object, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():  # type: ignore[operator]
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+
+
+@dataclass
+class UserEnv:
+    """An isolated user: environment for shims/daemon, and where lazyd keeps its files."""
+
+    env: dict[str, str]
+    root: Path
+    marker: str
+
+    @property
+    def socket(self) -> Path:
+        return Path(self.env["XDG_RUNTIME_DIR"]) / "lazyd" / "lazyd.sock"
+
+    @property
+    def cache_dir(self) -> Path:
+        return Path(self.env["XDG_CACHE_HOME"]) / "lazyd"
+
+    @property
+    def state_dir(self) -> Path:
+        return Path(self.env["XDG_STATE_HOME"]) / "lazyd"
+
+    @property
+    def config_file(self) -> Path:
+        return Path(self.env["XDG_CONFIG_HOME"]) / "lazyd" / "config.toml"
+
+    def daemon_pids(self) -> list[int]:
+        return [pid for pid in processes_with_marker(self.marker) if _cmdline(pid).find("lazyd.daemon") >= 0]
+
+    def server_pids(self, needle: str) -> list[int]:
+        return [pid for pid in processes_with_marker(self.marker) if needle in _cmdline(pid)]
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+@pytest.fixture
+def user_env() -> Iterator[UserEnv]:
+    root = Path(tempfile.mkdtemp(prefix="lzd", dir="/tmp"))
+    marker = uuid.uuid4().hex[:12]
+    runtime = root / "run"
+    runtime.mkdir(mode=0o700)
+    env = {
+        "HOME": str(root / "home"),
+        "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "/usr/bin:/bin"),
+        "XDG_RUNTIME_DIR": str(runtime),
+        "XDG_CACHE_HOME": str(root / "cache"),
+        "XDG_STATE_HOME": str(root / "state"),
+        "XDG_CONFIG_HOME": str(root / "config"),
+        "LANG": "C.UTF-8",
+        MARKER_VAR: marker,
+    }
+    (root / "home").mkdir()
+    user = UserEnv(env, root, marker)
+    try:
+        yield user
+    finally:
+        # Stop daemons first (they stop their servers by the ladder), then anything left.
+        for pid in user.daemon_pids():
+            _signal(pid, signal.SIGTERM)
+        try:
+            wait_until(lambda: not user.daemon_pids(), 15, "the daemon to exit")
+        except AssertionError:
+            pass
+        for pid in processes_with_marker(marker):
+            _signal(pid, signal.SIGKILL)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _signal(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+@dataclass
+class Daemon:
+    proc: subprocess.Popen[bytes]
+    user: UserEnv
+
+    def stop(self) -> int:
+        self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout=20)
+
+
+def start_daemon(user: UserEnv, *extra: str) -> Daemon:
+    log = open(user.root / "daemon.stderr", "ab")
+    proc = subprocess.Popen([sys.executable, "-m", "lazyd.daemon", *extra], env=user.env,
+                            stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
+    wait_until(lambda: user.socket.exists() or proc.poll() is not None, DAEMON_START_WAIT_S, "the daemon socket")
+    assert proc.poll() is None, (user.root / "daemon.stderr").read_text()
+    return Daemon(proc, user)
+
+
+@pytest.fixture
+def daemon(user_env: UserEnv) -> Iterator[Daemon]:
+    d = start_daemon(user_env)
+    yield d
+    if d.proc.poll() is None:
+        d.stop()
+
+
+@asynccontextmanager
+async def shim_session(user: UserEnv, server_argv: list[str], *, shim_args: tuple[str, ...] = (),
+                       env: dict[str, str] | None = None, **client_kwargs: object) -> AsyncIterator[object]:
+    """An initialized official-SDK ClientSession talking to `lazyd-shim [shim_args] -- server_argv`."""
+    from mcp import ClientSession, StdioServerParameters
+    from mcp.client.stdio import stdio_client
+
+    params = StdioServerParameters(command=shim_command(), args=[*shim_args, "--", *server_argv],
+                                   env={**user.env, **(env or {})})
+    errlog = open(user.root / "shim.stderr", "a")
+    try:
+        async with stdio_client(params, errlog=errlog) as (read, write):
+            async with ClientSession(read, write, **client_kwargs) as session:  # type: ignore[arg-type]
+                await session.initialize()
+                yield session
+    finally:
+        errlog.close()
