@@ -1,0 +1,492 @@
+"""The user's config file, `~/.config/lazyd/config.toml`, as frozen, validated dataclasses.
+
+This module owns the file's layout (documented in docs/configuration.md), its validation and
+its trust rule, and the translation of shim options (`--linger 30m`) into the same policies.
+
+Every problem is a `ConfigError` whose text is exactly one line, "<file>: <key path>: <problem>",
+for example `~/.config/lazyd/config.toml: servers.github.linger: '10x' is not a duration (...)`;
+shim options say "option --linger: <problem>" instead. Nothing is silently ignored: an unknown
+key is an error listing the keys allowed where it stood, because a misspelled `lingr` that
+quietly did nothing would be worse than a refusal.
+
+Policies layer from general to specific: built-in defaults, then `[defaults]`, then the
+server's own table, then shim options. The more specific layer wins, which also settles
+`keep_alive` against `idle_timeout`: setting both in one table is an error, but a server's
+`keep_alive = true` simply turns off an `idle_timeout` inherited from `[defaults]` (and the
+other way round).
+
+The file runs commands, so it must be trustworthy: a symlink, a file owned by another uid, or a
+file writable by group or others is refused rather than read.
+"""
+
+from __future__ import annotations
+
+import difflib
+import errno
+import json
+import os
+import posixpath
+import re
+import stat
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Literal
+
+import tomlkit
+import tomlkit.exceptions
+
+from lazyd.core.durations import parse_bool, parse_duration
+from lazyd.core.identity import PER_SESSION_ENV
+
+__all__ = [
+    "WakePredicate", "Policy", "ServerConfig", "Config", "ConfigError", "load_config",
+    "parse_config_text", "policy_with_options", "MAX_CONFIG_BYTES",
+]
+
+# A real config is a few KiB; the bound keeps a mistaken path (a log, a device) from costing memory.
+MAX_CONFIG_BYTES = 1024 * 1024
+
+_POLICY_KEYS = ("start_timeout", "linger", "idle_timeout", "keep_alive", "start", "share", "wake")
+_TOP_KEYS = ("defaults", "servers")
+_DEFAULTS_KEYS = (*_POLICY_KEYS, "per_session_env", "sampling_policy")
+_SERVER_KEYS = ("command", "args", "env", "cwd", *_POLICY_KEYS)
+_WAKE_KEYS = ("command", "interval", "timeout")
+_OPTION_KEYS = ("linger", "idle_timeout", "start_timeout", "share", "wake_command",
+                "wake_interval", "wake_timeout")
+_SAMPLING_POLICIES = ("refuse", "most-recent")
+_SERVER_NAME = re.compile(r"[A-Za-z0-9_.-]+", re.ASCII)
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+", re.ASCII)
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*", re.ASCII)
+# "$$", or "${" up to the next "}" (group 3 empty when there is none); a lone "$" is left alone.
+_REFERENCE = re.compile(r"\$(?:(\$)|\{([^}]*)(\}?))")
+# Used in messages when the text did not come from a file.
+_NO_FILE_LABEL = "config.toml"
+
+
+@dataclass(frozen=True)
+class WakePredicate:
+    """A command run every `interval_s`; exit 0 starts the server, 1 keeps it asleep."""
+
+    argv: tuple[str, ...]
+    interval_s: float = 5.0
+    timeout_s: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not self.argv or not self.argv[0]:
+            raise ValueError("a wake predicate needs a command")
+        if not (self.interval_s > 0 and self.timeout_s > 0):
+            raise ValueError("a wake predicate's interval and timeout must be longer than 0")
+
+
+@dataclass(frozen=True)
+class Policy:
+    """How one server is started and stopped; every duration in seconds."""
+
+    start_timeout_s: float = 60.0
+    linger_s: float = 600.0
+    idle_timeout_s: float | None = None
+    keep_alive: bool = False
+    start: Literal["lazy", "eager"] = "lazy"
+    share: bool = True
+    wake: WakePredicate | None = None
+
+    def __post_init__(self) -> None:
+        if not self.start_timeout_s > 0:
+            raise ValueError("start_timeout must be longer than 0")
+        if not self.linger_s >= 0:
+            raise ValueError("linger must not be negative")
+        if self.idle_timeout_s is not None and self.idle_timeout_s < 0:
+            raise ValueError("idle_timeout must not be negative")
+        if self.keep_alive and self.idle_timeout_s:
+            raise ValueError("keep_alive cannot be combined with idle_timeout")
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """A named server: `lazyd-shim --server NAME` runs it, and the daemon knows it at boot."""
+
+    name: str
+    command: str
+    args: tuple[str, ...]
+    env: Mapping[str, str]
+    cwd: str | None
+    policy: Policy
+
+
+def _no_servers() -> Mapping[str, ServerConfig]:
+    return MappingProxyType({})
+
+
+@dataclass(frozen=True)
+class Config:
+    """The whole file; `Config()` is what a missing file means."""
+
+    defaults: Policy = field(default_factory=Policy)
+    servers: Mapping[str, ServerConfig] = field(default_factory=_no_servers)
+    extra_per_session_env: frozenset[str] = frozenset()
+    sampling_policy: Literal["refuse", "most-recent"] = "refuse"
+    source: Path | None = None
+
+    @property
+    def per_session_env(self) -> frozenset[str]:
+        """The built-in per-session variables plus the user's `per_session_env`."""
+        return PER_SESSION_ENV | self.extra_per_session_env
+
+
+class ConfigError(Exception):
+    """A config file or shim option that lazyd refuses; `str()` is one line fit for a user."""
+
+    def __init__(self, message: str) -> None:
+        # One line is the contract: a stray newline would split a log record or a status line.
+        super().__init__(message.replace("\r", "\\r").replace("\n", "\\n"))
+
+
+@dataclass(frozen=True)
+class _At:
+    """Where a value stood: the file and the key path, for error messages."""
+
+    label: str
+    keys: tuple[str, ...] = ()
+    # Shim options name their flag instead ("option --wake-interval"), having no file or table.
+    option: bool = False
+
+    def __truediv__(self, key: str) -> _At:
+        return _At(self.label, (*self.keys, key), self.option)
+
+    def error(self, problem: str) -> ConfigError:
+        if self.option:
+            return ConfigError(f"option --{'-'.join(self.keys).replace('_', '-')}: {problem}")
+        path = ".".join(k if _BARE_KEY.fullmatch(k) else json.dumps(k) for k in self.keys)
+        return ConfigError(f"{self.label}: {path}: {problem}" if path else f"{self.label}: {problem}")
+
+
+def load_config(path: Path, environ: Mapping[str, str]) -> Config:
+    """Read and validate the config file at `path`; `environ` feeds `${VAR}` and `~`.
+
+    A missing file gives `Config()` (defaults, source None). Raises ConfigError for a file that
+    is a symlink, not a regular file, owned by another uid, writable by group or others, larger
+    than MAX_CONFIG_BYTES, not UTF-8, not TOML, or not a valid lazyd config. The ownership and
+    mode checks look at the opened descriptor, so the file checked is the file read.
+    """
+    label = str(path)
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NOCTTY | os.O_NONBLOCK
+    try:
+        # O_NONBLOCK: opening a FIFO planted at this path must not hang the daemon's boot.
+        fd = os.open(path, flags)
+    except FileNotFoundError:
+        return Config()
+    except OSError as error:
+        # O_NOFOLLOW turns a symlink at the final component into ELOOP.
+        if error.errno == errno.ELOOP:
+            raise ConfigError(
+                f"{label}: is a symbolic link; lazyd only reads a regular file you own "
+                "(replace the link with a copy of the file)"
+            ) from None
+        raise ConfigError(f"{label}: cannot be read: {error.strerror}") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise ConfigError(f"{label}: is not a regular file")
+        if info.st_uid != os.geteuid():
+            raise ConfigError(
+                f"{label}: is owned by uid {info.st_uid}, not by you (uid {os.geteuid()}); "
+                "lazyd runs the commands it names, so it must be yours"
+            )
+        if info.st_mode & 0o022:
+            raise ConfigError(
+                f"{label}: is writable by group or others (mode {stat.S_IMODE(info.st_mode):04o}); "
+                f"lazyd runs the commands it names, so fix it with: chmod go-w {label}"
+            )
+        with os.fdopen(fd, "rb", closefd=False) as file:
+            data = file.read(MAX_CONFIG_BYTES + 1)
+    except OSError as error:
+        raise ConfigError(f"{label}: cannot be read: {error.strerror}") from None
+    finally:
+        os.close(fd)
+    if len(data) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"{label}: is larger than {MAX_CONFIG_BYTES} bytes; is it the right file?")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise ConfigError(f"{label}: is not UTF-8 text (bad byte at offset {error.start})") from None
+    return parse_config_text(text, environ, path)
+
+
+def parse_config_text(text: str, environ: Mapping[str, str], source: Path | None) -> Config:
+    """Validate config `text` (the pure part of `load_config`); `source` names it in errors."""
+    at = _At(str(source) if source is not None else _NO_FILE_LABEL)
+    try:
+        document = tomlkit.parse(text).unwrap()
+    except tomlkit.exceptions.ParseError as error:
+        message = re.sub(r" at line \d+ col \d+$", "", str(error))
+        raise ConfigError(f"{at.label}: line {error.line}: {message}") from None
+    except tomlkit.exceptions.TOMLKitError as error:
+        # Some errors (a key defined twice) carry no position in tomlkit; the standard library's
+        # parser of the same text does, so ask it where the problem is.
+        raise ConfigError(f"{at.label}: {_locate_toml_error(text) or error}") from None
+    _check_keys(at, document, _TOP_KEYS)
+    defaults_at = at / "defaults"
+    defaults_table = _table(defaults_at, document.get("defaults", {}))
+    _check_keys(defaults_at, defaults_table, _DEFAULTS_KEYS)
+    defaults = _merge_policy(defaults_at, Policy(), defaults_table)
+    extra = frozenset(_strings(defaults_at / "per_session_env",
+                               defaults_table.get("per_session_env", []), allow_empty=True))
+    for pattern in sorted(extra):
+        if not pattern or "=" in pattern:
+            raise (defaults_at / "per_session_env").error(
+                f"{pattern!r} is not a variable name or pattern")
+    sampling = defaults_table.get("sampling_policy", "refuse")
+    if sampling == "refuse" or sampling == "most-recent":
+        sampling_policy: Literal["refuse", "most-recent"] = sampling
+    else:
+        raise (defaults_at / "sampling_policy").error(_not_one_of(sampling, _SAMPLING_POLICIES))
+    servers_at = at / "servers"
+    servers: dict[str, ServerConfig] = {}
+    for name, value in _table(servers_at, document.get("servers", {})).items():
+        servers[name] = _server(servers_at / name, name, value, defaults, environ)
+    return Config(defaults=defaults, servers=MappingProxyType(servers),
+                  extra_per_session_env=extra, sampling_policy=sampling_policy, source=source)
+
+
+def _locate_toml_error(text: str) -> str | None:
+    """tomllib's "problem (at line N, column M)" as "line N: problem", or None."""
+    try:
+        tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        found = re.fullmatch(r"(.*) \(at line (\d+), column \d+\)", str(error))
+        if found:
+            return f"line {found.group(2)}: {found.group(1)}"
+    return None
+
+
+def policy_with_options(base: Policy, opts: Mapping[str, str]) -> Policy:
+    """`base` with a shim's options applied; `opts` maps option names to their text.
+
+    Keys: linger, idle_timeout, start_timeout, share, wake_command (a JSON array: the argv),
+    wake_interval, wake_timeout. The options are the most specific layer, validated exactly like
+    the same keys in config.toml. Raises ConfigError("option --linger: <problem>") for an
+    unknown key or a bad value; wake_interval and wake_timeout need a wake command, given here
+    or in `base`.
+    """
+    at = _At("option", option=True)
+    table: dict[str, object] = {}
+    wake: dict[str, object] = {}
+    for key, value in opts.items():
+        if key not in _OPTION_KEYS:
+            raise (at / key).error(f"unknown option; allowed: {', '.join(_OPTION_KEYS)}")
+        if not isinstance(value, str):
+            raise (at / key).error(f"expected text, got {_type_name(value)}")
+        if key == "share":
+            try:
+                table["share"] = parse_bool(value)
+            except ValueError as error:
+                raise (at / key).error(str(error)) from None
+        elif key == "wake_command":
+            try:
+                wake["command"] = json.loads(value)
+            except ValueError:
+                raise (at / key).error(
+                    'is not a JSON array of strings, such as ["/usr/local/bin/needs-work"]'
+                ) from None
+        elif key.startswith("wake_"):
+            wake[key.removeprefix("wake_")] = value
+        else:
+            table[key] = value
+    if wake:
+        if base.wake is not None:
+            wake.setdefault("command", list(base.wake.argv))
+            wake.setdefault("interval", base.wake.interval_s)
+            wake.setdefault("timeout", base.wake.timeout_s)
+        elif "command" not in wake:
+            raise (at / f"wake_{next(iter(wake))}").error(
+                "needs --wake-command (or a wake predicate in config.toml)")
+        table["wake"] = wake
+    return _merge_policy(at, base, table)
+
+
+def _server(at: _At, name: str, value: object, defaults: Policy,
+            environ: Mapping[str, str]) -> ServerConfig:
+    if not _SERVER_NAME.fullmatch(name) or name in (".", ".."):
+        raise at.error("is not a valid server name (use letters, digits, '_', '.' and '-')")
+    table = _table(at, value)
+    _check_keys(at, table, _SERVER_KEYS)
+    if "command" not in table:
+        raise (at / "command").error("is missing; every server needs a command")
+    command = _string(at / "command", table["command"])
+    if not command.strip():
+        raise (at / "command").error("is empty; every server needs a command")
+    args = tuple(_strings(at / "args", table.get("args", []), allow_empty=True))
+    env: dict[str, str] = {}
+    env_at = at / "env"
+    for variable, raw in _table(env_at, table.get("env", {})).items():
+        where = env_at / variable
+        if not variable or "=" in variable or "\0" in variable:
+            raise where.error("is not a valid environment variable name")
+        try:
+            env[variable] = _expand(_string(where, raw), environ)
+        except ValueError as error:
+            raise where.error(str(error)) from None
+    cwd = None
+    if "cwd" in table:
+        cwd = _directory(at / "cwd", _string(at / "cwd", table["cwd"]), environ)
+    return ServerConfig(name=name, command=command, args=args, env=MappingProxyType(env),
+                        cwd=cwd, policy=_merge_policy(at, defaults, table))
+
+
+def _merge_policy(at: _At, base: Policy, table: Mapping[str, object]) -> Policy:
+    start_timeout, linger = base.start_timeout_s, base.linger_s
+    if "start_timeout" in table:
+        start_timeout = _duration(at / "start_timeout", table["start_timeout"])
+        if start_timeout <= 0:
+            raise (at / "start_timeout").error(
+                "must be longer than 0 (it bounds how long a start may take)")
+    if "linger" in table:
+        linger = _duration(at / "linger", table["linger"])
+    keep_alive, idle = base.keep_alive, base.idle_timeout_s
+    if "idle_timeout" in table:
+        idle = _duration(at / "idle_timeout", table["idle_timeout"]) or None
+    if "keep_alive" in table:
+        keep_alive = _bool(at / "keep_alive", table["keep_alive"])
+    if keep_alive and idle is not None:
+        if "keep_alive" in table and "idle_timeout" in table:
+            raise (at / "keep_alive").error(
+                "cannot be combined with idle_timeout (a kept-alive server is never stopped for "
+                "idleness); remove one of them")
+        # One of the two came from [defaults]: the one set in this table wins.
+        if "keep_alive" in table:
+            idle = None
+        else:
+            keep_alive = False
+    start = base.start
+    if "start" in table:
+        value = table["start"]
+        if value == "lazy" or value == "eager":
+            start = value
+        else:
+            raise (at / "start").error(_not_one_of(value, ("lazy", "eager")))
+    share = _bool(at / "share", table["share"]) if "share" in table else base.share
+    wake = base.wake
+    if "wake" in table:
+        wake = _wake(at / "wake", table["wake"])
+    return Policy(start_timeout_s=start_timeout, linger_s=linger, idle_timeout_s=idle,
+                  keep_alive=keep_alive, start=start, share=share, wake=wake)
+
+
+def _wake(at: _At, value: object) -> WakePredicate | None:
+    if value is False:
+        return None  # lets one server opt out of a wake predicate set in [defaults]
+    if not isinstance(value, dict):
+        raise at.error(f"expected a table such as {{ command = [...] }} or false, "
+                       f"got {_type_name(value)}")
+    _check_keys(at, value, _WAKE_KEYS)
+    if "command" not in value:
+        raise (at / "command").error("is missing; a wake predicate needs a command")
+    argv = tuple(_strings(at / "command", value["command"], allow_empty=False))
+    if not argv[0]:
+        raise (at / "command").error("starts with an empty string")
+    interval = _duration(at / "interval", value.get("interval", 5.0))
+    timeout = _duration(at / "timeout", value.get("timeout", 1.0))
+    for key, seconds in (("interval", interval), ("timeout", timeout)):
+        if seconds <= 0:
+            raise (at / key).error("must be longer than 0")
+    return WakePredicate(argv=argv, interval_s=interval, timeout_s=timeout)
+
+
+def _expand(value: str, environ: Mapping[str, str]) -> str:
+    """Replace `${NAME}` with the variable's value and `$$` with `$`; any other `$` is literal."""
+    def substitute(match: re.Match[str]) -> str:
+        if match.group(1):
+            return "$"
+        name, closed = match.group(2), match.group(3)
+        if not closed:
+            raise ValueError("has an unterminated '${' (write $$ for a literal dollar sign)")
+        if not _ENV_NAME.fullmatch(name):
+            raise ValueError(f"'${{{name}}}' is not a variable reference "
+                             "(use ${NAME}, or $$ for a literal dollar sign)")
+        if name not in environ:
+            raise ValueError(f"${{{name}}} is not set in lazyd's environment")
+        return environ[name]
+
+    return _REFERENCE.sub(substitute, value)
+
+
+def _directory(at: _At, text: str, environ: Mapping[str, str]) -> str:
+    if text == "~" or text.startswith("~/"):
+        home = environ.get("HOME")
+        if not home:
+            raise at.error("starts with ~ but HOME is not set")
+        text = home + text[1:]
+    elif text.startswith("~"):
+        raise at.error("~user is not expanded; write the full path")
+    if "\0" in text:
+        raise at.error("contains a NUL character")
+    if not posixpath.isabs(text):
+        raise at.error(f"{text!r} must be an absolute path or start with ~/")
+    return posixpath.normpath(text)
+
+
+def _check_keys(at: _At, table: Mapping[str, object], allowed: tuple[str, ...]) -> None:
+    for key in table:
+        if key not in allowed:
+            near = difflib.get_close_matches(key, allowed, n=1)
+            hint = f"did you mean {near[0]!r}? " if near else ""
+            raise (at / key).error(f"unknown key; {hint}allowed here: {', '.join(allowed)}")
+
+
+def _table(at: _At, value: object) -> dict[str, object]:
+    if not isinstance(value, dict):
+        raise at.error(f"expected a table, got {_type_name(value)}")
+    return value
+
+
+def _string(at: _At, value: object) -> str:
+    if not isinstance(value, str):
+        raise at.error(f"expected a string, got {_type_name(value)}")
+    if "\0" in value:
+        raise at.error("contains a NUL character, which no command line or environment can carry")
+    return value
+
+
+def _strings(at: _At, value: object, *, allow_empty: bool) -> list[str]:
+    if not isinstance(value, list):
+        raise at.error(f"expected an array of strings, got {_type_name(value)}")
+    if not value and not allow_empty:
+        raise at.error("must not be empty")
+    return [_string(at, item) for item in value]
+
+
+def _bool(at: _At, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise at.error(f"expected true or false, got {_type_name(value)}")
+    return value
+
+
+def _duration(at: _At, value: object) -> float:
+    """A duration string ("30s") or a number of seconds."""
+    if isinstance(value, str):
+        try:
+            return parse_duration(value)
+        except ValueError as error:
+            raise at.error(str(error)) from None
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        seconds = float(value)
+        if not 0 <= seconds < float("inf"):
+            raise at.error(f"{value!r} is not a duration (it must be finite and not negative)")
+        return seconds
+    raise at.error(f"expected a duration such as \"30s\", got {_type_name(value)}")
+
+
+def _not_one_of(value: object, allowed: tuple[str, ...]) -> str:
+    shown = repr(value) if isinstance(value, str) else _type_name(value)
+    return f"{shown} is not one of: {', '.join(allowed)}"
+
+
+def _type_name(value: object) -> str:
+    for kind, name in ((bool, "a boolean"), (int, "an integer"), (float, "a float"),
+                       (str, "a string"), (list, "an array"), (dict, "a table")):
+        if isinstance(value, kind):
+            return name
+    return "a date or time" if value is not None else "nothing"

@@ -1,0 +1,135 @@
+"""Durations and booleans as users type them: in the config file, in shim flags and in status output.
+
+This module owns the one spelling of a duration that every surface of lazyd accepts:
+
+- a number with a unit, `500ms`, `30s`, `10m`, `1h`, `1.5s`;
+- several of those in decreasing unit order, `1h30m`, `2m30s`, `1s500ms` (what `format_duration`
+  prints, so every status figure can be pasted back into a config);
+- a bare number, which counts seconds (`0`, `90`, `2.5`).
+
+Durations are never negative and always finite. Exponents (`1e3`) are refused: nobody means them,
+and they would make a typo such as `1e` look almost valid.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+__all__ = ["parse_duration", "format_duration", "parse_bool"]
+
+# Seconds per unit, largest first: the order a compound duration must follow.
+_UNIT_SECONDS: dict[str, float] = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
+_UNIT_RANK: dict[str, int] = {unit: rank for rank, unit in enumerate(_UNIT_SECONDS)}
+
+# ASCII digits only: `\d` would otherwise accept other scripts' digits, which float() reads.
+# `ms` must be tried before `m` and `s`, or "500ms" would read as 500 minutes followed by garbage.
+_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)", re.ASCII)
+_BARE_NUMBER = re.compile(r"\d+(?:\.\d+)?", re.ASCII)
+
+# Below this, status output shows milliseconds; a server that starts in 0.8 s reads better as 800ms.
+_MS_BELOW_S = 1.0
+# Below this, status output keeps one decimal ("1.5s"); above it whole seconds are precise enough.
+_DECIMAL_BELOW_S = 10.0
+
+_TRUE_WORDS = frozenset({"true", "1", "yes", "on"})
+_FALSE_WORDS = frozenset({"false", "0", "no", "off"})
+
+
+# Echoing a whole pasted paragraph back would drown the message that explains it.
+_MAX_QUOTED_CHARS = 40
+
+
+def _quoted(text: str) -> str:
+    return repr(text if len(text) <= _MAX_QUOTED_CHARS else text[: _MAX_QUOTED_CHARS - 3] + "...")
+
+
+def _not_a_duration(text: str) -> ValueError:
+    return ValueError(f"{_quoted(text)} is not a duration (use 500ms, 30s, 10m, 1h or 0)")
+
+
+def parse_duration(text: str) -> float:
+    """Return the duration `text` spells, in seconds.
+
+    Raises ValueError with a message fit for a user (it quotes `text` and shows valid spellings)
+    for anything else: an unknown unit, a negative sign, units out of order or repeated, an empty
+    string, or a value too large to be finite.
+    """
+    stripped = text.strip()
+    if stripped.startswith("-"):
+        raise ValueError(f"{_quoted(text)} is negative; a duration cannot be")
+    if _BARE_NUMBER.fullmatch(stripped):
+        seconds = float(stripped)
+    else:
+        seconds = 0.0
+        position = 0
+        last_rank = -1
+        while position < len(stripped):
+            match = _PART.match(stripped, position)
+            if match is None:
+                raise _not_a_duration(text)
+            number, unit = match.groups()
+            rank = _UNIT_RANK[unit]
+            # "30s10m" and "1m1m" are typos, not sums the user meant.
+            if rank <= last_rank:
+                raise ValueError(
+                    f"{_quoted(text)} is not a duration (units must go from hours down to "
+                    f"milliseconds, each at most once, as in 1h30m or 2m30s)"
+                )
+            last_rank = rank
+            seconds += float(number) * _UNIT_SECONDS[unit]
+            position = match.end()
+        if last_rank < 0:
+            raise _not_a_duration(text)
+    if not math.isfinite(seconds):
+        raise ValueError(f"{_quoted(text)} is too large to be a duration")
+    return seconds
+
+
+def format_duration(seconds: float) -> str:
+    """Spell `seconds` for status output: "800ms", "1.5s", "45s", "2m30s", "1h", "26h5m".
+
+    The result is always accepted by `parse_duration` (for non-negative input) and means the same
+    duration to the precision shown. A negative duration (a deadline already passed) gets a
+    leading "-". Raises ValueError for NaN and infinities, which no status figure should be.
+    """
+    if not math.isfinite(seconds):
+        raise ValueError(f"{seconds!r} seconds cannot be shown as a duration")
+    if seconds < 0:
+        return "-" + format_duration(-seconds)
+    if seconds == 0:
+        return "0s"
+    if seconds < _MS_BELOW_S:
+        milliseconds = round(seconds * 1000)
+        if milliseconds < 1000:
+            return f"{milliseconds}ms"
+    if seconds < _DECIMAL_BELOW_S:
+        tenths = round(seconds * 10)
+        if tenths < _DECIMAL_BELOW_S * 10:
+            whole, tenth = divmod(tenths, 10)
+            return f"{whole}s" if tenth == 0 else f"{whole}.{tenth}s"
+    total = round(seconds)
+    hours, rest = divmod(total, 3600)
+    minutes, secs = divmod(rest, 60)
+    parts = []
+    if hours:
+        parts.append(f"{hours}h")
+    if minutes:
+        parts.append(f"{minutes}m")
+    if secs:
+        parts.append(f"{secs}s")
+    return "".join(parts)
+
+
+def parse_bool(text: str) -> bool:
+    """Read a yes/no option: true/false, 1/0, yes/no, on/off in any case, surrounding spaces ignored.
+
+    Raises ValueError naming the text and the accepted words for anything else; in particular an
+    empty string is not "false", because an option set to nothing is more likely a mistake.
+    """
+    word = text.strip().lower()
+    if word in _TRUE_WORDS:
+        return True
+    if word in _FALSE_WORDS:
+        return False
+    raise ValueError(f"{_quoted(text)} is not a boolean (use true or false; also yes/no, on/off, 1/0)")

@@ -1,0 +1,358 @@
+"""Registration identity: when two client sessions may share one server process.
+
+A registration is what a client asked the shim to run: a command, its arguments, a working
+directory and an environment. The rule this module owns:
+
+- Two registrations that differ only in *per-session* environment variables (which terminal,
+  window, multiplexer pane, ssh login or client session they came from) have the same identity,
+  so two sessions of the same client opened in two terminals share one server process.
+- Any other difference (the resolved command, an argument, the cwd, the value of any other
+  variable, typically a token) gives a different identity, so they never share.
+- `share = false` adds a per-session `instance` token, so such a registration never shares.
+
+The identity's digest is an HMAC keyed with a per-user secret: cache and log file names derived
+from it reveal nothing about environment values and cannot be precomputed by someone who guesses
+a token. Explanations of a difference name variables but never print their values.
+
+Pure: no file system, no process environment; the caller passes the environment and a
+PATH-lookup function.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import hmac
+import json
+import posixpath
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+__all__ = [
+    "PER_SESSION_ENV",
+    "Identity",
+    "identity_for",
+    "explain_difference",
+    "MIN_SECRET_BYTES",
+]
+
+# Variables (exact names or fnmatch patterns, case-sensitive) that vary per terminal, window, login
+# or client session and carry no server setting. A shared server runs with the environment of the
+# session that started it, so ignoring a variable is only safe where the server cannot care which
+# session's value it got. Users extend this list with `per_session_env` in config.toml.
+PER_SESSION_ENV: frozenset[str] = frozenset(
+    {
+        # Terminal emulators and their windows, tabs and panes. A server talks over pipes, never to
+        # the terminal, so which terminal (and its size, type and version) launched the client is
+        # irrelevant to it; these differ between any two terminals and would prevent all sharing.
+        "TERM",
+        "COLORTERM",
+        "TERM_PROGRAM",
+        "TERM_PROGRAM_VERSION",
+        "TERM_SESSION_ID",
+        "LC_TERMINAL",
+        "LC_TERMINAL_VERSION",
+        "COLUMNS",
+        "LINES",
+        "WINDOWID",
+        "VTE_VERSION",
+        "ITERM_*",
+        "KITTY_*",
+        "WEZTERM_*",
+        "ALACRITTY_*",
+        "GHOSTTY_*",
+        "KONSOLE_*",
+        "GNOME_TERMINAL_SCREEN",
+        "GNOME_TERMINAL_SERVICE",
+        "TILIX_ID",
+        "TERMINATOR_UUID",
+        "WT_SESSION",
+        "WT_PROFILE_ID",
+        "__INTELLIJ_COMMAND_HISTFILE__",
+        # Terminal multiplexers: which session and pane the client runs in.
+        "TMUX",
+        "TMUX_PANE",
+        "STY",
+        "WINDOW",
+        "ZELLIJ",
+        "ZELLIJ_SESSION_NAME",
+        "ZELLIJ_PANE_ID",
+        # Shell bookkeeping. PWD and OLDPWD duplicate or predate the cwd, which is part of the
+        # identity on its own (and PWD may spell it through a symlink); `_` is the last command
+        # run; SHLVL is how deeply nested the shell is; the rest are prompt and direnv state that
+        # changes on every prompt or `.envrc` edit (the variables direnv loads still count).
+        "PWD",
+        "OLDPWD",
+        "_",
+        "SHLVL",
+        "STARSHIP_SESSION_KEY",
+        "DIRENV_DIR",
+        "DIRENV_FILE",
+        "DIRENV_DIFF",
+        "DIRENV_WATCHES",
+        # SSH logins and agents: every login gets its own connection details, tty and (when
+        # forwarded) agent socket. A shared server keeps the agent socket of the session that
+        # started it, which may vanish with that login; a server that needs a stable agent
+        # should get SSH_AUTH_SOCK from config.toml, where it is part of the identity again.
+        "SSH_AUTH_SOCK",
+        "SSH_AGENT_PID",
+        "SSH_CLIENT",
+        "SSH_CONNECTION",
+        "SSH_TTY",
+        "GPG_TTY",
+        # Service-manager and login bookkeeping: which unit, scope or login session the client
+        # was started in (desktop terminals each get their own systemd scope).
+        "INVOCATION_ID",
+        "JOURNAL_STREAM",
+        "SYSTEMD_EXEC_PID",
+        "MANAGERPID",
+        "XDG_SESSION_ID",
+        "XPC_SERVICE_NAME",
+        # Editors hosting the client: per-window IPC handles, pids and nonces. VS Code's variables
+        # are all its own plumbing, so the whole prefix goes. GIT_ASKPASS is deliberately *kept*:
+        # it changes how git (run by a server) asks for credentials, and it is the same for every
+        # window of one editor install, so keeping it costs no sharing.
+        "VSCODE_*",
+        "CURSOR_TRACE_ID",
+        "NVIM",
+        "NVIM_LISTEN_ADDRESS",
+        # AI clients' session variables: a per-session port, and markers of which client launched
+        # the server. Clients identify themselves to a server in `initialize`, not through the
+        # environment, so these must not split one server per client.
+        "CLAUDE_CODE_SSE_PORT",
+        "CLAUDECODE",
+        "CLAUDE_CODE_ENTRYPOINT",
+        # lazyd's own shim options: they are settings of the registration (linger, share, wake),
+        # carried separately to the daemon, not settings of the server.
+        "LAZYD_*",
+        # Deliberately NOT listed: DISPLAY, WAYLAND_DISPLAY, XAUTHORITY and
+        # DBUS_SESSION_BUS_ADDRESS. They are the same in every terminal of one desktop login, so
+        # keeping them costs nothing there, and they differ exactly when sharing would be wrong:
+        # an ssh session and the desktop must not share a server that opens windows (a headed
+        # browser) or reads the keyring over D-Bus. PATH is kept too: it decides what the server's
+        # own subprocesses run, so an activated virtualenv gets its own server.
+    }
+)
+
+# A shorter key would let someone who knows a cache file name brute-force the token behind it.
+MIN_SECRET_BYTES = 16
+
+# Hex digits of the digest in a readable name: enough to tell apart the few registrations of one
+# command a user has, short enough for a status column. Not a security boundary; `digest` is.
+_READABLE_DIGEST_HEX = 6
+# Keeps status columns and file names short; package names longer than this are rare.
+_MAX_BASE_NAME_CHARS = 40
+# Bumped if the encoding of key_material ever changes, so old and new digests never collide.
+_KEY_FORMAT_VERSION = 1
+
+# Commands that run another program named by their first positional argument; the readable name
+# comes from that argument instead.
+_LAUNCHERS = frozenset(
+    {"npx", "uvx", "uv", "pipx", "bunx", "bun", "pnpm", "yarn", "node", "python", "python3",
+     "deno", "docker"}
+)
+_VERSIONED_LAUNCHER = re.compile(r"(python3?|node)[.\d]*", re.ASCII)
+# Launcher subcommands that precede the real target ("uv tool run x", "pnpm dlx x", "docker run").
+_SUBCOMMANDS = frozenset({"run", "exec", "dlx", "tool", "x"})
+# Launcher options whose value is the next argument, so that value is not taken for the target
+# ("docker run -e TOKEN image", "uvx --from pkg cmd", "node -r hook server.js").
+_OPTIONS_WITH_VALUE = frozenset(
+    {"-e", "--env", "--env-file", "-v", "--volume", "--mount", "--name", "--network", "--publish",
+     "-w", "--workdir", "-u", "--user", "--entrypoint", "--platform", "-l", "--label", "--from",
+     "--with", "--with-requirements", "--python", "-p", "--directory", "--project", "--index",
+     "--package", "-r", "--require", "--import", "--loader", "-W", "-X", "-c", "--config",
+     "--cwd", "--filter"}
+)
+# File extensions dropped from a base name ("fixture_server.py" -> "fixture_server").
+_EXTENSIONS = (".tar.gz", ".py", ".pyz", ".js", ".mjs", ".cjs", ".ts", ".mts", ".tsx", ".jsx",
+               ".tgz", ".whl", ".git", ".sh", ".exe")
+# Stems too generic to name a server ("dist/index.js"); the nearest telling directory is used.
+_GENERIC_STEMS = frozenset({"index", "main", "server", "cli", "app", "__main__", "mod"})
+_GENERIC_DIRS = frozenset({"dist", "build", "out", "src", "lib", "bin", "build-output", "."})
+_UNSAFE_NAME_CHARS = re.compile(r"[^A-Za-z0-9._-]+", re.ASCII)
+
+
+@dataclass(frozen=True)
+class Identity:
+    """What makes two registrations the same server; build it with `identity_for`."""
+
+    argv: tuple[str, ...]
+    cwd: str
+    env: tuple[tuple[str, str], ...]
+    instance: str = ""
+
+    def key_material(self) -> bytes:
+        """A canonical, unambiguous encoding of every field.
+
+        JSON arrays keep argument boundaries (`["a b"]` is not `["a", "b"]`) and types; escaping
+        to ASCII makes the bytes defined even for undecodable names carried as surrogates.
+        """
+        document = {
+            "v": _KEY_FORMAT_VERSION,
+            "argv": list(self.argv),
+            "cwd": self.cwd,
+            "env": [list(pair) for pair in self.env],
+            "instance": self.instance,
+        }
+        return json.dumps(document, ensure_ascii=True, separators=(",", ":"),
+                          sort_keys=True).encode("ascii")
+
+    def digest(self, secret: bytes) -> str:
+        """HMAC-SHA256 (hex) of `key_material` under the per-user `secret`.
+
+        Raises ValueError for a secret shorter than MIN_SECRET_BYTES: with a weak key the digest
+        would no longer hide the tokens in the environment.
+        """
+        if len(secret) < MIN_SECRET_BYTES:
+            raise ValueError(
+                f"the identity secret must be at least {MIN_SECRET_BYTES} bytes, "
+                f"got {len(secret)}"
+            )
+        return hmac.new(secret, self.key_material(), hashlib.sha256).hexdigest()
+
+    def readable_name(self, secret: bytes) -> str:
+        """A stable name for status output and file names: "server-everything-1a2b3c".
+
+        Only the base name (from the command, see `_base_name`) is readable; the suffix is the
+        start of the keyed digest, so it varies with tokens without revealing them.
+        """
+        return f"{_base_name(self.argv)}-{self.digest(secret)[:_READABLE_DIGEST_HEX]}"
+
+
+def identity_for(
+    argv: Sequence[str],
+    cwd: str,
+    env: Mapping[str, str],
+    *,
+    ignore: Iterable[str] = PER_SESSION_ENV,
+    which: Callable[[str, str | None], str | None],
+    instance: str = "",
+) -> Identity:
+    """The identity of a registration.
+
+    `argv[0]` is resolved to an absolute path: a bare name through `which(name, PATH)` with the
+    registration's own PATH (None when it has none), a relative path against `cwd`. A command
+    that cannot be resolved keeps its given name (starting it will fail later, with a clear error
+    there). `ignore` lists per-session variable names or fnmatch patterns to leave out.
+    `instance` is a per-session token for `share = false`, "" when shared.
+
+    Raises ValueError for an empty argv or command, or a cwd that is not absolute.
+    """
+    if not argv or not argv[0]:
+        raise ValueError("a registration needs a command, but argv is empty")
+    if not posixpath.isabs(cwd):
+        raise ValueError(f"the working directory must be an absolute path, got {cwd!r}")
+    cwd = posixpath.normpath(cwd)
+    command = _resolve(argv[0], cwd, env, which)
+    patterns = tuple(ignore)
+    kept = tuple(sorted(
+        (name, value) for name, value in env.items() if not _ignored(name, patterns)
+    ))
+    return Identity(argv=(command, *argv[1:]), cwd=cwd, env=kept, instance=instance)
+
+
+def explain_difference(a: Identity, b: Identity) -> list[str]:
+    """Why `a` and `b` are not the same server, one short reason per difference; [] if equal.
+
+    Environment values and arguments are never shown (either may be a token); the command and
+    cwd are paths and are shown.
+    """
+    reasons: list[str] = []
+    if a.argv[:1] != b.argv[:1]:
+        reasons.append(f"command differs: {_first(a.argv)} vs {_first(b.argv)}")
+    args_a, args_b = a.argv[1:], b.argv[1:]
+    if args_a != args_b:
+        if len(args_a) != len(args_b):
+            reasons.append(f"args differ ({len(args_a)} vs {len(args_b)} arguments)")
+        else:
+            position = next(i for i, (x, y) in enumerate(zip(args_a, args_b)) if x != y)
+            reasons.append(f"args differ (argument {position + 1})")
+    if a.cwd != b.cwd:
+        reasons.append(f"cwd differs: {a.cwd} vs {b.cwd}")
+    env_a, env_b = dict(a.env), dict(b.env)
+    for name in sorted(env_a.keys() | env_b.keys()):
+        if name not in env_a or name not in env_b:
+            reasons.append(f"env {name} only in one")
+        elif env_a[name] != env_b[name]:
+            reasons.append(f"env {name} differs (values hidden)")
+    if a.instance != b.instance:
+        reasons.append("share = false")
+    return reasons
+
+
+def _first(argv: tuple[str, ...]) -> str:
+    return argv[0] if argv else "(none)"
+
+
+def _resolve(
+    command: str, cwd: str, env: Mapping[str, str], which: Callable[[str, str | None], str | None]
+) -> str:
+    if "/" in command:
+        return posixpath.normpath(posixpath.join(cwd, command))
+    found = which(command, env.get("PATH"))
+    if found is None:
+        return command
+    # A relative PATH entry yields a relative result; anchor it where the server will run.
+    return posixpath.normpath(posixpath.join(cwd, found))
+
+
+def _ignored(name: str, patterns: tuple[str, ...]) -> bool:
+    return any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns)
+
+
+def _is_launcher(name: str) -> bool:
+    return name in _LAUNCHERS or _VERSIONED_LAUNCHER.fullmatch(name) is not None
+
+
+def _target_of_launcher(args: Sequence[str]) -> str | None:
+    """The first argument of a launcher command line that names the program it runs."""
+    skip_next = False
+    for arg in args:
+        if skip_next:
+            skip_next = False
+            continue
+        if arg.startswith("-"):
+            # `python -m package` is not in _OPTIONS_WITH_VALUE: its value is the target itself.
+            skip_next = arg in _OPTIONS_WITH_VALUE
+            continue
+        if arg in _SUBCOMMANDS:
+            continue
+        return arg
+    return None
+
+
+def _strip_target(target: str) -> str:
+    """ "@scope/pkg@1.2.3" -> "pkg", "ghcr.io/o/img:tag" -> "img", "pkg==1.0" -> "pkg"."""
+    stem = target.rstrip("/")
+    for extension in _EXTENSIONS:
+        if stem.endswith(extension) and len(stem) > len(extension):
+            stem = stem[: -len(extension)]
+            break
+    parts = stem.split("/")
+    stem = parts[-1].lstrip("@")
+    # Version or tag suffixes: npm "@1.2.3", docker ":tag" / "@sha256:…", PEP 508 specifiers.
+    stem = re.split(r"[@:=<>~!;\[ ]", stem, maxsplit=1)[0]
+    for extension in _EXTENSIONS:
+        if stem.endswith(extension) and len(stem) > len(extension):
+            stem = stem[: -len(extension)]
+            break
+    if stem in _GENERIC_STEMS:
+        for directory in reversed(parts[:-1]):
+            if directory and directory not in _GENERIC_DIRS and directory != "..":
+                return directory
+    return stem
+
+
+def _base_name(argv: tuple[str, ...]) -> str:
+    program = posixpath.basename(argv[0]) if argv else ""
+    name = program
+    if _is_launcher(program.removesuffix(".exe")):
+        target = _target_of_launcher(argv[1:])
+        if target is not None:
+            name = _strip_target(target)
+    else:
+        # The whole path, so a generic "/opt/acme-mcp/bin/server" can be named after its directory.
+        name = _strip_target(argv[0])
+    safe = _UNSAFE_NAME_CHARS.sub("-", name).strip(".-")[:_MAX_BASE_NAME_CHARS].strip(".-")
+    return safe or "server"
