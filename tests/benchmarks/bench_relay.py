@@ -1,0 +1,109 @@
+"""Issue 2's figures, side by side with a direct connection in the same run.
+
+    python -m tests.benchmarks.bench_relay [--calls N] [--starts N]
+
+1. Warm-cache session start (spawn the shim, `initialize` answered, `tools/list` answered) with the
+   daemon running, against a bare `python3 -c pass` (target: at most 3x).
+2. `tools/call` round trip through shim + daemon against a direct stdio connection to the same
+   echo server (target p50 ratio <= 1.5, aim 1.2; p99 reported).
+3. 1 MiB echo payload throughput through lazyd against direct (target >= 0.5x).
+4. Shim resident memory (target <= 15 MiB).
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import time
+
+from tests.benchmarks.common import FIXTURE, LineClient, isolated_daemon, median, percentile, rss_kib, shim_path
+
+
+def time_bare_python(runs: int) -> list[float]:
+    samples = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        subprocess.run([sys.executable, "-c", "pass"], check=True)
+        samples.append(time.perf_counter() - start)
+    return samples
+
+
+def time_warm_starts(env: dict[str, str], runs: int) -> list[float]:
+    samples = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        client = LineClient([shim_path(), "--", *FIXTURE], env)
+        client.handshake()
+        client.request("tools/list")
+        samples.append(time.perf_counter() - start)
+        client.close()
+    return samples
+
+
+def time_calls(client: LineClient, calls: int, text: str) -> list[float]:
+    samples = []
+    for _ in range(calls):
+        start = time.perf_counter()
+        reply = client.request("tools/call", {"name": "echo", "arguments": {"text": text}})
+        samples.append(time.perf_counter() - start)
+        assert "result" in reply, reply
+    return samples
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--calls", type=int, default=2000, help="small tools/call round trips per side")
+    parser.add_argument("--big-calls", type=int, default=30, help="1 MiB echo round trips per side")
+    parser.add_argument("--starts", type=int, default=30, help="session starts per side")
+    args = parser.parse_args()
+
+    with isolated_daemon() as env:
+        # Record the cache once (cold), then measure only warm starts.
+        warmup = LineClient([shim_path(), "--", *FIXTURE], env)
+        warmup.handshake()
+        warmup.request("tools/call", {"name": "echo", "arguments": {"text": "warm"}})
+        warmup.close()
+
+        bare = time_bare_python(args.starts)
+        warm = time_warm_starts(env, args.starts)
+
+        direct = LineClient(FIXTURE, env)
+        direct.handshake()
+        relayed = LineClient([shim_path(), "--", *FIXTURE], env)
+        relayed.handshake()
+        shim_rss = rss_kib(relayed.proc.pid)
+        # Interleave the sides in blocks so machine noise hits both alike.
+        d_small: list[float] = []
+        r_small: list[float] = []
+        for _ in range(10):
+            d_small += time_calls(direct, args.calls // 10, "x")
+            r_small += time_calls(relayed, args.calls // 10, "x")
+        big = "y" * (1024 * 1024)
+        d_big: list[float] = []
+        r_big: list[float] = []
+        for _ in range(3):
+            d_big += time_calls(direct, args.big_calls // 3, big)
+            r_big += time_calls(relayed, args.big_calls // 3, big)
+        shim_rss = max(shim_rss, rss_kib(relayed.proc.pid))
+        direct.close()
+        relayed.close()
+
+    def ms(x: float) -> str:
+        return f"{x * 1000:8.2f} ms"
+
+    print(f"{'measure':44} {'direct/bare':>12} {'lazyd':>12} {'ratio':>7}  target")
+    print(f"{'warm session start p50 (vs python3 -c pass)':44} {ms(median(bare))} {ms(median(warm))} "
+          f"{median(warm) / median(bare):7.2f}  <= 3")
+    print(f"{'tools/call round trip p50':44} {ms(median(d_small))} {ms(median(r_small))} "
+          f"{median(r_small) / median(d_small):7.2f}  <= 1.5 (aim 1.2)")
+    print(f"{'tools/call round trip p99':44} {ms(percentile(d_small, 99))} {ms(percentile(r_small, 99))} "
+          f"{percentile(r_small, 99) / percentile(d_small, 99):7.2f}  reported")
+    d_tp = 2 * len(d_big) / sum(d_big)  # MiB moved per second (request and reply)
+    r_tp = 2 * len(r_big) / sum(r_big)
+    print(f"{'1 MiB echo throughput (MiB/s, both ways)':44} {d_tp:12.1f} {r_tp:12.1f} {r_tp / d_tp:7.2f}  >= 0.5")
+    print(f"{'shim resident memory':44} {'':>12} {shim_rss / 1024:9.1f} MiB {'':>7}  <= 15 MiB")
+
+
+if __name__ == "__main__":
+    main()

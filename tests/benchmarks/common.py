@@ -1,0 +1,142 @@
+"""Shared pieces of the benchmarks: an isolated user environment with a running daemon, and a
+minimal line-oriented MCP client over a child's pipes (no SDK, so the figures measure lazyd and
+the server, not the client library)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+FIXTURE = [sys.executable, str(REPO / "tests" / "servers" / "fixture_server.py")]
+INIT_PARAMS = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "bench", "version": "1"}}
+
+
+def shim_path() -> str:
+    found = shutil.which("lazyd-shim", path=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
+    if not found:
+        raise SystemExit("lazyd-shim is not installed: pip install -e .")
+    return found
+
+
+@contextmanager
+def isolated_daemon() -> Iterator[dict[str, str]]:
+    """A private HOME/XDG tree and a running daemon; yields the environment to run shims in."""
+    root = Path(tempfile.mkdtemp(prefix="lzb", dir="/tmp"))
+    (root / "run").mkdir(mode=0o700)
+    (root / "home").mkdir()
+    env = {
+        "HOME": str(root / "home"),
+        "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "/usr/bin:/bin"),
+        "XDG_RUNTIME_DIR": str(root / "run"),
+        "XDG_CACHE_HOME": str(root / "cache"),
+        "XDG_STATE_HOME": str(root / "state"),
+        "XDG_CONFIG_HOME": str(root / "config"),
+    }
+    daemon = subprocess.Popen([sys.executable, "-m", "lazyd.daemon"], env=env, stdin=subprocess.DEVNULL,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    sock = root / "run" / "lazyd" / "lazyd.sock"
+    deadline = time.monotonic() + 10
+    while not sock.exists():
+        if time.monotonic() > deadline or daemon.poll() is not None:
+            raise SystemExit("the daemon did not start")
+        time.sleep(0.02)
+    try:
+        yield env
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        daemon.wait(timeout=30)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+class LineClient:
+    """A blocking JSON-RPC client over a child process's stdin/stdout."""
+
+    def __init__(self, argv: list[str], env: dict[str, str]) -> None:
+        self.proc = subprocess.Popen(argv, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.DEVNULL, bufsize=0)
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.stdin = self.proc.stdin
+        self.stdout = self.proc.stdout
+        self._next = 1
+
+    def send(self, method: str, params: dict[str, Any] | None = None, *, notify: bool = False) -> int:
+        msg: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
+        if params is not None:
+            msg["params"] = params
+        ident = self._next
+        if not notify:
+            msg["id"] = ident
+            self._next += 1
+        self.stdin.write(json.dumps(msg, separators=(",", ":")).encode() + b"\n")
+        return ident
+
+    def request(self, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+        ident = self.send(method, params)
+        while True:
+            reply: dict[str, Any] = json.loads(self.stdout.readline())
+            if reply.get("id") == ident:
+                return reply
+
+    def handshake(self) -> None:
+        self.request("initialize", INIT_PARAMS)
+        self.send("notifications/initialized", notify=True)
+
+    def close(self) -> None:
+        self.stdin.close()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def percentile(samples: list[float], p: float) -> float:
+    ordered = sorted(samples)
+    index = min(len(ordered) - 1, max(0, round(p / 100 * (len(ordered) - 1))))
+    return ordered[index]
+
+
+def median(samples: list[float]) -> float:
+    return statistics.median(samples)
+
+
+def tree_rss_kib(pid: int) -> int:
+    """Resident memory of a process and all its descendants, from /proc."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat", "rb") as f:
+                    ppid = int(f.read().rsplit(b")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            children.setdefault(ppid, []).append(int(entry))
+    total, stack = 0, [pid]
+    while stack:
+        current = stack.pop()
+        total += rss_kib(current)
+        stack.extend(children.get(current, []))
+    return total
+
+
+def rss_kib(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
