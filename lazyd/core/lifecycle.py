@@ -1,0 +1,548 @@
+"""The lifecycle of one supervised server: when it starts, stops, backs off and parks.
+
+This module owns the supervision *decisions* for one server identity and nothing else. It is pure:
+no trio, no processes, no clock, no global random state. The caller (the daemon's supervisor task)
+feeds inputs with the current monotonic time `now`, carries out the returned actions, and calls
+`tick(now)` whenever `next_deadline()` comes due. Vocabulary and semantics follow supervisord
+(STARTING/RUNNING/BACKOFF/STOPPING/FATAL, `startsecs`, `startretries`); the shape follows h11.
+
+States (the strings are what `lazyctl status` shows)
+----------------------------------------------------
+- sleeping: no process; answers come from cache. The wake predicate runs only here.
+- starting: `Spawn` was issued; the process, handshake replay or listing refresh is not done.
+- running:  `ready()` arrived.
+- stopping: `Stop` or `KillAndFail` was issued; waiting for `exited()`.
+- backoff:  no process; a restart is scheduled at `next_restart_at`.
+- failed:   no process; parked with `last_error` until a request or `lazyctl wake`.
+A process exists exactly in starting, running and stopping, and only there is `pid` set.
+
+Rules
+-----
+1. Starts. `demand()` (a request needs a live server) spawns at once from sleeping, backoff and
+   failed; backoff's wait is skipped. From failed it is *one fresh try*: if that start fails the
+   server goes straight back to failed, and waiting requests get the error. In starting or running
+   it does nothing; in stopping the spawn is remembered and issued when the stop completes.
+   `operator_wake()` resets the failure counters and starts like a demand, but is not a single try.
+   Starts made by `demand()` and `operator_wake()` are *requested*; backoff restarts, predicate
+   starts and boot starts are *unrequested*. A demand that joins an unrequested start makes it
+   requested.
+2. Good starts. A start is good once the server has stayed up `STABLE_AFTER_S` after `ready()`
+   (supervisord's startsecs); only then are `burst` and the parking window cleared. Any
+   unexpected exit, failed spawn or start timeout before that is a failed start.
+3. Failures. Every unexpected exit and failed spawn records `last_error` and adds one to `burst`.
+   Then, in this order: (a) park as failed if the last `PARK_AFTER_FAILURES` unrequested failed
+   starts all fell within `PARK_WINDOW_S` (never for keep_alive); (b) back to failed if it was the
+   single try of rule 1; (c) backoff if someone needs the server (clients attached, requests in
+   flight, or keep_alive); (d) else sleeping: nobody needs it, and the next request starts it.
+   A failed start also emits `FailWaiting` so requests queued for that start are answered.
+   A fatal spawn error (ENOENT, EACCES) parks as failed at once, even for keep_alive: running the
+   same unexecutable command again cannot help, and the error belongs in `lazyctl status`.
+4. Backoff. The delay after the n-th consecutive failure is `BACKOFF_BASE_S * 2**(n-1)`, times a
+   jitter factor drawn from the caller's `random.Random` in [1-J, 1+J], clamped to
+   [`BACKOFF_BASE_S`, `BACKOFF_CAP_S`]: 0.5, 1, 2, 4, 8 ... 30 s, never faster than 0.5 s.
+   A crash after a good start is the first failure of a new burst, so it waits the base delay.
+5. Start timeout. Still starting `start_timeout_s` after the spawn: `KillAndFail` (the caller kills
+   the group and fails queued and in-flight requests), the state becomes stopping, and the timeout
+   counts as a failed start. When the process is gone the server is parked as failed, because
+   nothing is retried on its own after a hung start; keep_alive servers back off instead.
+6. Stops. Only a running server with no request in flight is stopped for lack of use, and never a
+   keep_alive one. Linger: no client attached for `linger_s` since the last one left (or since
+   `ready()`, for a start no client was attached to); 0 stops as soon as that is true. Idle: with
+   `idle_timeout_s` set, that long since the last `activity()` (or `ready()`, or the last in-flight
+   request finishing), even with clients attached. `load()` and `tick()` emit a due stop; the other
+   inputs leave it to the next `tick()`, which `next_deadline()` announces.
+7. Exits. In stopping any `exited()` completes the stop, whatever `requested` says: the process
+   was going anyway. Then a remembered demand spawns (requested); a start timeout's outcome
+   applies (rule 5); else sleeping. Outside stopping, `exited(requested=True)` means the daemon
+   ended the process on purpose without asking: no failure is counted and the server sleeps.
+8. `operator_sleep()` stops a starting or running server (queued requests are failed), cancels a
+   backoff (to sleeping) and drops a demand remembered while stopping. It leaves failed alone.
+9. Wake predicate (when `wake_interval_s` is set): runs only in sleeping, one at a time, first at
+   `boot()` and then `wake_interval_s` after the last one finished or after the server fell asleep.
+   Not in failed (parked means "until a person or a request"), not in backoff (a restart is coming).
+   Exit 0 spawns (unrequested), 1 keeps sleeping, anything else or None (timeout, launch error)
+   keeps sleeping and logs. It never gates a demand; a result arriving after the server left
+   sleeping is ignored. The caller enforces `wake_timeout_s` and must always report the result.
+10. `boot()`, once, when the daemon adopts the server: eager and keep_alive servers spawn
+   (unrequested) and the first predicate run is scheduled.
+
+Errors
+------
+An input that does not fit the state (`ready()` while sleeping, `exited()` with no process, a second
+`boot()`) changes nothing and returns a single `Log` action: the caller's view lagged, which is not
+worth crashing a supervisor for. `LifecycleError` is raised only for caller bugs that no state can
+absorb, before anything changes: time going backwards, negative counts or pids, a bad policy.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+import random
+from collections import deque
+from dataclasses import dataclass
+from typing import Final
+
+__all__ = ["State", "PredicateState", "PROCESS_STATES", "LifecyclePolicy", "LifecycleError",
+           "Spawn", "Stop", "KillAndFail", "FailWaiting", "RunPredicate", "Log", "Action",
+           "Lifecycle"]
+
+STABLE_AFTER_S: Final = 10.0  # supervisord's startsecs: a crash later than this is not a crash loop
+BACKOFF_BASE_S: Final = 0.5  # a one-off crash is barely noticed, and a loop still cannot spin
+BACKOFF_CAP_S: Final = 30.0  # a keep_alive server that never comes up costs one spawn per ~30 s
+BACKOFF_JITTER: Final = 0.2  # +-20 % spreads the restarts of servers that crashed together
+_MAX_DOUBLINGS: Final = 16  # 0.5 * 2**16 is far past the cap; bounds the power for endless loops
+PARK_AFTER_FAILURES: Final = 5  # RELIABILITY case 5: 0.5+1+2+4+8 s of retries, then give up
+PARK_WINDOW_S: Final = 60.0  # failed starts further apart than this are not one crash loop
+
+
+class State(enum.StrEnum):
+    SLEEPING = "sleeping"
+    STARTING = "starting"
+    RUNNING = "running"
+    STOPPING = "stopping"
+    BACKOFF = "backoff"
+    FAILED = "failed"
+
+
+class PredicateState(enum.StrEnum):
+    OFF = "off"
+    IDLE = "idle"
+    RUNNING = "running"
+
+
+PROCESS_STATES: Final = frozenset({State.STARTING, State.RUNNING, State.STOPPING})
+
+
+class LifecycleError(Exception):
+    """A caller bug no state can absorb (time going backwards, a negative count, a bad policy)."""
+
+
+@dataclass(frozen=True)
+class LifecyclePolicy:
+    """The per-server policies this machine obeys, in seconds; the config layer maps onto it."""
+
+    start_timeout_s: float = 60.0
+    linger_s: float = 600.0
+    idle_timeout_s: float | None = None
+    keep_alive: bool = False
+    eager: bool = False
+    wake_interval_s: float | None = None
+    wake_timeout_s: float = 1.0  # enforced by the caller that runs the predicate; kept here whole
+
+    def __post_init__(self) -> None:
+        positive = {"start_timeout_s": self.start_timeout_s, "wake_timeout_s": self.wake_timeout_s,
+                    "idle_timeout_s": self.idle_timeout_s, "wake_interval_s": self.wake_interval_s}
+        for name, value in positive.items():
+            if value is not None and not (math.isfinite(value) and value > 0):
+                raise LifecycleError(f"{name} must be a positive number of seconds, not {value!r}")
+        if not (math.isfinite(self.linger_s) and self.linger_s >= 0):
+            raise LifecycleError(f"linger_s must be 0 or more seconds, not {self.linger_s!r}")
+
+
+@dataclass(frozen=True)
+class Spawn:
+    """Start the server process; report `spawned()` or `spawn_failed()`, then `ready()`."""
+
+
+@dataclass(frozen=True)
+class Stop:
+    """Run the stop ladder, then report `exited(requested=True)`."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class KillAndFail:
+    """Kill the process group, fail queued and in-flight requests with `reason`, then report
+    `exited()`."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class FailWaiting:
+    """Answer every request queued for a start with `error`: that start will not come."""
+
+    error: str
+
+
+@dataclass(frozen=True)
+class RunPredicate:
+    """Run the wake predicate (bounded by `wake_timeout_s`), then report `predicate_done()`."""
+
+
+@dataclass(frozen=True)
+class Log:
+    message: str
+
+
+Action = Spawn | Stop | KillAndFail | FailWaiting | RunPredicate | Log
+
+# Rule 1 and 8 as a table: what demand, operator_wake and operator_sleep do in each state.
+_REQUEST_RULES: Final[dict[str, dict[State, str]]] = {
+    "demand": {State.SLEEPING: "spawn", State.BACKOFF: "spawn", State.FAILED: "spawn_once",
+               State.STARTING: "join", State.RUNNING: "nothing", State.STOPPING: "after_stop"},
+    "operator_wake": {State.SLEEPING: "spawn", State.BACKOFF: "spawn", State.FAILED: "spawn",
+                      State.STARTING: "join", State.RUNNING: "nothing",
+                      State.STOPPING: "after_stop"},
+    "operator_sleep": {State.SLEEPING: "nothing", State.BACKOFF: "to_sleep",
+                       State.FAILED: "nothing", State.STARTING: "stop_failing_waiting",
+                       State.RUNNING: "stop", State.STOPPING: "drop_after_stop"},
+}
+_OPERATOR_SLEEP_REASON: Final = "stopped by lazyctl sleep"
+
+
+def _due(deadline: float | None, now: float) -> bool:
+    return deadline is not None and now >= deadline
+
+
+class Lifecycle:
+    """The state machine of one server (rules in the module docstring).
+
+    Every input takes the monotonic `now` and returns the actions to carry out, in order; every
+    input raises `LifecycleError`, changing nothing, if `now` is earlier than a previous call's.
+    """
+
+    def __init__(self, policy: LifecyclePolicy, rng: random.Random) -> None:
+        self._policy = policy
+        self._rng = rng
+        # Observable state for `lazyctl status`: read these, never assign them from outside.
+        self.state = State.SLEEPING
+        self.pid: int | None = None
+        self.started_at: float | None = None  # when ready() arrived
+        self.restarts = 0  # starts made out of backoff, i.e. after an unexpected exit
+        self.last_error: str | None = None
+        self.burst = 0  # consecutive failures since the last good start or operator_wake()
+        self.next_restart_at: float | None = None
+        # Private bookkeeping.
+        self._now: float | None = None
+        self._spawn_at: float | None = None
+        # Times of the latest unrequested failed starts; full and young enough means park.
+        self._unrequested: deque[float] = deque(maxlen=PARK_AFTER_FAILURES)
+        self._start_requested = False
+        self._single_try = False
+        self._pending_demand = False
+        self._stop_outcome = State.SLEEPING
+        self._clients = 0
+        self._inflight = 0
+        self._linger_from: float | None = None
+        self._last_activity: float | None = None
+        self._predicate_running = False
+        self._predicate_at: float | None = None  # next run; None while one runs (one at a time)
+        self._booted = False
+
+    # -- observable state ------------------------------------------------------------------------
+
+    @property
+    def predicate_state(self) -> PredicateState:
+        if self._policy.wake_interval_s is None:
+            return PredicateState.OFF
+        return PredicateState.RUNNING if self._predicate_running else PredicateState.IDLE
+
+    def snapshot(self) -> dict[str, object]:
+        """The status fields as plain values, as of the last input (tick at `next_deadline()`)."""
+        return {"state": str(self.state), "pid": self.pid, "started_at": self.started_at,
+                "restarts": self.restarts, "last_error": self.last_error, "burst": self.burst,
+                "next_restart_at": self.next_restart_at,
+                "predicate_state": str(self.predicate_state)}
+
+    # -- inputs ----------------------------------------------------------------------------------
+
+    def boot(self, now: float) -> list[Action]:
+        """The daemon adopted this server (rule 10); call once."""
+        self._enter(now)
+        if self._booted:
+            return [Log("boot() called twice; ignored")]
+        self._booted = True
+        if self.state is not State.SLEEPING:
+            return []
+        if self._policy.wake_interval_s is not None and not self._predicate_running:
+            self._predicate_at = now
+        if self._policy.eager or self._policy.keep_alive:
+            return self._spawn(now, requested=False)
+        return []
+
+    def demand(self, now: float) -> list[Action]:
+        """A client request needs a live server (rule 1)."""
+        return self._request("demand", now)
+
+    def operator_wake(self, now: float) -> list[Action]:
+        """`lazyctl wake`: clear the failure counters and start once (rule 1)."""
+        self._enter(now)
+        self.burst = 0
+        self._unrequested.clear()
+        return self._request("operator_wake", now)
+
+    def operator_sleep(self, now: float) -> list[Action]:
+        """`lazyctl sleep` (rule 8)."""
+        return self._request("operator_sleep", now)
+
+    def spawned(self, now: float, pid: int) -> list[Action]:
+        """The process asked for by `Spawn` exists; raises `LifecycleError` for a pid <= 0."""
+        if pid <= 0:
+            raise LifecycleError(f"pid must be positive, not {pid}")
+        self._enter(now)
+        if self.state not in PROCESS_STATES or self.pid is not None:
+            return self._ignored("spawned")
+        self.pid = pid
+        return []
+
+    def spawn_failed(self, now: float, error: str, fatal: bool) -> list[Action]:
+        """The command could not be executed; `fatal` for ENOENT/EACCES (rule 3)."""
+        self._enter(now)
+        if self.state not in PROCESS_STATES or self.pid is not None:
+            return self._ignored("spawn_failed")
+        if fatal:
+            waiting = self.state is State.STARTING or self._pending_demand
+            self._process_gone()
+            self._pending_demand = False
+            self._stop_outcome = State.SLEEPING
+            self.last_error = error
+            self.burst += 1
+            self.state = State.FAILED
+            return [FailWaiting(error)] if waiting else []
+        if self.state is State.STOPPING:
+            return self._stopped(now)
+        return self._failed(now, error, failed_start=True)
+
+    def ready(self, now: float) -> list[Action]:
+        """Handshake replay and listing refresh are done: the server is running."""
+        self._enter(now)
+        if self.state is not State.STARTING or self.pid is None:
+            return self._ignored("ready")
+        self.state = State.RUNNING
+        self.started_at = now
+        self._spawn_at = None
+        self._single_try = False
+        self._last_activity = now
+        self._linger_from = now if self._clients == 0 else None
+        return []
+
+    def exited(self, now: float, description: str, requested: bool) -> list[Action]:
+        """The process ended; `description` (exit status, stderr tail) becomes `last_error`."""
+        self._enter(now)
+        if self.state not in PROCESS_STATES:
+            return self._ignored("exited")
+        if self.state is State.STOPPING:
+            return self._stopped(now)
+        if requested:
+            failing = [FailWaiting(description)] if self.state is State.STARTING else []
+            return [*failing, *self._stopped(now)]
+        # _enter() already cleared the burst if this run was long enough to be a good start.
+        failed_start = self.started_at is None or now < self.started_at + STABLE_AFTER_S
+        return self._failed(now, description, failed_start=failed_start)
+
+    def load(self, now: float, clients: int, inflight: int) -> list[Action]:
+        """Attached clients or in-flight requests changed (count requests queued for a start as
+        in flight); raises `LifecycleError` for a negative count (rule 6)."""
+        if clients < 0 or inflight < 0:
+            raise LifecycleError(f"load counts must not be negative: {clients=} {inflight=}")
+        self._enter(now)
+        if clients > 0:
+            self._linger_from = None
+        elif self._clients > 0:
+            self._linger_from = now
+        if inflight == 0 and self._inflight > 0:
+            self._last_activity = now  # a request finishing is the last sign of use
+        self._clients, self._inflight = clients, inflight
+        return self._due_stop(now)
+
+    def activity(self, now: float) -> list[Action]:
+        """A client request or its response passed; never call it for the daemon's own probes."""
+        self._enter(now)
+        self._last_activity = now
+        return []
+
+    def predicate_done(self, now: float, exit_code: int | None) -> list[Action]:
+        """The wake predicate finished; None for a timeout or launch error (rule 9)."""
+        self._enter(now)
+        if not self._predicate_running:
+            return self._ignored("predicate_done")
+        self._predicate_running = False
+        if self.state is not State.SLEEPING:
+            return []  # a demand or wake started the server meanwhile; the answer is moot
+        if exit_code == 0:
+            return self._spawn(now, requested=False)
+        assert self._policy.wake_interval_s is not None  # a predicate ran, so one is configured
+        self._predicate_at = now + self._policy.wake_interval_s
+        if exit_code == 1:
+            return []
+        if exit_code is None:
+            return [Log("wake predicate timed out or could not run; staying asleep")]
+        return [Log(f"wake predicate exited with status {exit_code}; staying asleep")]
+
+    def tick(self, now: float) -> list[Action]:
+        """Fire what is due at `now`; afterwards `next_deadline()` is None or later than `now`."""
+        self._enter(now)
+        state = self.state
+        if state is State.STARTING and self._spawn_at is not None:
+            if now >= self._spawn_at + self._policy.start_timeout_s:
+                return self._start_timed_out(now)
+        elif state is State.BACKOFF and _due(self.next_restart_at, now):
+            return self._spawn(now, requested=False)
+        elif state is State.RUNNING:
+            return self._due_stop(now)
+        elif state is State.SLEEPING and _due(self._predicate_at, now):
+            self._predicate_running = True
+            self._predicate_at = None
+            return [RunPredicate()]
+        return []
+
+    def next_deadline(self) -> float | None:
+        """When `tick()` must next be called; None when only an input can change anything."""
+        state = self.state
+        candidates: list[float] = []
+        if state is State.STARTING and self._spawn_at is not None:
+            candidates.append(self._spawn_at + self._policy.start_timeout_s)
+        elif state is State.BACKOFF and self.next_restart_at is not None:
+            candidates.append(self.next_restart_at)
+        elif state is State.RUNNING:
+            candidates += self._stop_deadlines().values()
+            if self.started_at is not None and (self.burst or self._unrequested):
+                candidates.append(self.started_at + STABLE_AFTER_S)  # keeps `burst` honest
+        elif state is State.SLEEPING and self._predicate_at is not None:
+            candidates.append(self._predicate_at)
+        return min(candidates, default=None)
+
+    # -- rules -----------------------------------------------------------------------------------
+
+    def _enter(self, now: float) -> None:
+        if math.isnan(now) or (self._now is not None and now < self._now):
+            raise LifecycleError(f"time went backwards: {now} after {self._now}")
+        self._now = now
+        if self.started_at is not None and now >= self.started_at + STABLE_AFTER_S:
+            self.burst = 0  # rule 2: this start was good
+            self._unrequested.clear()
+
+    def _ignored(self, name: str) -> list[Action]:
+        return [Log(f"ignored {name}() while {self.state} (pid {self.pid})")]
+
+    def _request(self, name: str, now: float) -> list[Action]:
+        self._enter(now)
+        rule = _REQUEST_RULES[name][self.state]
+        if rule in ("spawn", "spawn_once"):
+            return self._spawn(now, requested=True, single_try=rule == "spawn_once")
+        if rule == "join":
+            self._start_requested = True
+        elif rule == "after_stop":
+            self._pending_demand = True
+        elif rule == "to_sleep":
+            self._enter_sleeping(now)
+        elif rule == "stop_failing_waiting":
+            return [*self._stop("lazyctl sleep"), FailWaiting(_OPERATOR_SLEEP_REASON)]
+        elif rule == "stop":
+            return self._stop("lazyctl sleep")
+        elif rule == "drop_after_stop":
+            if self._stop_outcome is State.BACKOFF:
+                self._stop_outcome = State.SLEEPING
+            if self._pending_demand:
+                self._pending_demand = False
+                return [FailWaiting(_OPERATOR_SLEEP_REASON)]
+        return []
+
+    def _spawn(self, now: float, requested: bool, single_try: bool = False) -> list[Action]:
+        if self.state is State.BACKOFF:
+            self.restarts += 1
+        self.state = State.STARTING
+        self._spawn_at = now
+        self.next_restart_at = None
+        self._start_requested = requested
+        self._single_try = single_try
+        return [Spawn()]
+
+    def _stop(self, reason: str) -> list[Action]:
+        self.state = State.STOPPING
+        self._stop_outcome = State.SLEEPING
+        self._pending_demand = False
+        return [Stop(reason)]
+
+    def _process_gone(self) -> None:
+        self.pid = None
+        self._spawn_at = None
+        self.started_at = None
+
+    def _stopped(self, now: float) -> list[Action]:
+        self._process_gone()
+        outcome, self._stop_outcome = self._stop_outcome, State.SLEEPING
+        if self._pending_demand:
+            self._pending_demand = False
+            return self._spawn(now, requested=True)
+        if outcome is State.BACKOFF:
+            self._schedule_backoff(now)
+        elif outcome is State.FAILED:
+            self.state = State.FAILED
+        else:
+            self._enter_sleeping(now)
+        return []
+
+    def _record_failure(self, now: float, error: str, failed_start: bool) -> None:
+        self.last_error = error
+        self.burst += 1
+        if failed_start and not self._start_requested:
+            self._unrequested.append(now)
+
+    def _failed(self, now: float, error: str, failed_start: bool) -> list[Action]:
+        """Rule 3, for an unexpected exit or failed spawn of a starting or running server."""
+        waiting = self.state is State.STARTING
+        self._process_gone()
+        self._record_failure(now, error, failed_start)
+        actions: list[Action] = [FailWaiting(error)] if waiting else []
+        single_try, self._single_try = self._single_try, False
+        if self._parks(now):
+            self.state = State.FAILED
+            actions.append(Log(f"parked as failed after {PARK_AFTER_FAILURES} failed restarts "
+                               f"within {PARK_WINDOW_S:g} s; last error: {error}"))
+        elif single_try and failed_start:
+            self.state = State.FAILED
+        elif self._clients or self._inflight or self._policy.keep_alive:
+            self._schedule_backoff(now)
+        else:
+            self._enter_sleeping(now)
+        return actions
+
+    def _parks(self, now: float) -> bool:
+        full = len(self._unrequested) == PARK_AFTER_FAILURES
+        return (not self._policy.keep_alive and full
+                and now - self._unrequested[0] <= PARK_WINDOW_S)
+
+    def _start_timed_out(self, now: float) -> list[Action]:
+        reason = f"start timeout after {self._policy.start_timeout_s:g} s"
+        self._record_failure(now, reason, failed_start=True)
+        self._single_try = False
+        self.state = State.STOPPING
+        self._pending_demand = False
+        self._stop_outcome = State.BACKOFF if self._policy.keep_alive else State.FAILED
+        return [KillAndFail(reason)]
+
+    def _schedule_backoff(self, now: float) -> None:
+        doublings = min(max(self.burst - 1, 0), _MAX_DOUBLINGS)
+        jitter = self._rng.uniform(1.0 - BACKOFF_JITTER, 1.0 + BACKOFF_JITTER)
+        delay = min(max(BACKOFF_BASE_S * 2.0**doublings * jitter, BACKOFF_BASE_S), BACKOFF_CAP_S)
+        self.state = State.BACKOFF
+        self.next_restart_at = now + delay
+
+    def _enter_sleeping(self, now: float) -> None:
+        self.state = State.SLEEPING
+        self.next_restart_at = None
+        if self._policy.wake_interval_s is not None and not self._predicate_running:
+            self._predicate_at = now + self._policy.wake_interval_s
+
+    def _stop_deadlines(self) -> dict[str, float]:
+        """Rule 6: the linger and idle deadlines that currently apply, keyed by stop reason."""
+        policy = self._policy
+        if policy.keep_alive or self._inflight or self.state is not State.RUNNING:
+            return {}
+        deadlines: dict[str, float] = {}
+        if self._clients == 0 and self._linger_from is not None:
+            reason = (f"no client for {policy.linger_s:g} s" if policy.linger_s
+                      else "last client left")
+            deadlines[reason] = self._linger_from + policy.linger_s
+        if policy.idle_timeout_s is not None and self._last_activity is not None:
+            deadlines[f"idle for {policy.idle_timeout_s:g} s"] = (
+                self._last_activity + policy.idle_timeout_s)
+        return deadlines
+
+    def _due_stop(self, now: float) -> list[Action]:
+        due = [(at, reason) for reason, at in self._stop_deadlines().items() if now >= at]
+        return self._stop(min(due)[1]) if due else []
