@@ -20,13 +20,17 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from typing import Any
+
 import pytest
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
 
 REPO = Path(__file__).resolve().parent.parent
 SERVERS = REPO / "tests" / "servers"
 FIXTURE_SERVER = SERVERS / "fixture_server.py"
 EVERYTHING_JS = SERVERS / "node_modules" / "@modelcontextprotocol" / "server-everything" / "dist" / "index.js"
-MARKER_VAR = "LAZYD_TEST_MARKER_ID"
+MARKER_VAR = "LZTEST_MARKER_ID"  # not LAZYD_*: those are shim options and never reach servers
 DAEMON_START_WAIT_S = 10.0
 
 
@@ -103,7 +107,9 @@ class UserEnv:
         return [pid for pid in processes_with_marker(self.marker) if _cmdline(pid).find("lazyd.daemon") >= 0]
 
     def server_pids(self, needle: str) -> list[int]:
-        return [pid for pid in processes_with_marker(self.marker) if needle in _cmdline(pid)]
+        """Server processes whose command line holds `needle` (shims carry it too: excluded)."""
+        return [pid for pid in processes_with_marker(self.marker)
+                if needle in (cmd := _cmdline(pid)) and "lazyd-shim" not in cmd and "lazyd.daemon" not in cmd]
 
 
 def _cmdline(pid: int) -> str:
@@ -183,17 +189,14 @@ def daemon(user_env: UserEnv) -> Iterator[Daemon]:
 
 @asynccontextmanager
 async def shim_session(user: UserEnv, server_argv: list[str], *, shim_args: tuple[str, ...] = (),
-                       env: dict[str, str] | None = None, **client_kwargs: object) -> AsyncIterator[object]:
+                       env: dict[str, str] | None = None, **client_kwargs: Any) -> AsyncIterator[ClientSession]:
     """An initialized official-SDK ClientSession talking to `lazyd-shim [shim_args] -- server_argv`."""
-    from mcp import ClientSession, StdioServerParameters
-    from mcp.client.stdio import stdio_client
-
     params = StdioServerParameters(command=shim_command(), args=[*shim_args, "--", *server_argv],
                                    env={**user.env, **(env or {})})
     errlog = open(user.root / "shim.stderr", "a")
     try:
         async with stdio_client(params, errlog=errlog) as (read, write):
-            async with ClientSession(read, write, **client_kwargs) as session:  # type: ignore[arg-type]
+            async with ClientSession(read, write, **client_kwargs) as session:
                 await session.initialize()
                 yield session
     finally:

@@ -22,6 +22,7 @@ import trio
 from lazyd.config import Config, ConfigError, Policy, ServerConfig, policy_with_options
 from lazyd.core import lifecycle as lc
 from lazyd.core.identity import Identity, identity_for
+from lazyd.daemon import orphans
 from lazyd.daemon.paths import Paths
 from lazyd.daemon.process import SpawnSpec
 from lazyd.daemon.store import SnapshotStore
@@ -88,6 +89,34 @@ class Registry:
         for server in self.config.servers.values():
             await self._named_runtime(server)
 
+    async def reload(self, config: Config) -> dict[str, list[str]]:
+        """Adopt a new config: only named servers whose definition changed are restarted (and their
+        cache dropped); new ones are created, removed ones stopped. Defaults apply to registrations
+        that connect from now on; running unnamed servers keep the policy they started with."""
+        old = self.config
+        self.config = config
+        report: dict[str, list[str]] = {"added": [], "changed": [], "removed": [], "unchanged": []}
+        for name, server in old.servers.items():
+            new = config.servers.get(name)
+            if new == server:
+                report["unchanged"].append(name)
+                continue
+            runtime = self.find(name)
+            if runtime is not None:
+                await runtime.close()
+                digest = next(d for d, r in self.runtimes.items() if r is runtime)
+                del self.runtimes[digest]
+                del self.identities[digest]
+                self.store.remove(runtime.config.digest)
+            report["removed" if new is None else "changed"].append(name)
+        for name, server in config.servers.items():
+            if old.servers.get(name) != server:
+                await self._named_runtime(server)
+                if name not in report["changed"]:
+                    report["added"].append(name)
+        self.children_changed()
+        return report
+
     async def _named_runtime(self, server: ServerConfig) -> ServerRuntime:
         env = {**self.daemon_env, **server.env}
         cwd = server.cwd or self.daemon_env.get("HOME") or "/"
@@ -114,7 +143,7 @@ class Registry:
             name=name, digest=cache_digest, spec=spec, policy=lifecycle_policy(policy), wake=policy.wake,
             sampling_policy=self.config.sampling_policy, share=policy.share,
         )
-        runtime = ServerRuntime(config, self.store.load(cache_digest), self.store)
+        runtime = ServerRuntime(config, self.store.load(cache_digest), self.store, self.children_changed)
         self.runtimes[digest] = runtime
         self.identities[digest] = identity
         await self.nursery.start(runtime.run)
@@ -166,6 +195,13 @@ class Registry:
         self._share_counter += 1
         instance = dataclasses.replace(base, instance=f"private:{self._share_counter}")
         return await self._runtime(instance, f"{name}.{self._share_counter}", env, policy, cache_identity=base)
+
+    def children_changed(self) -> None:
+        """Record the live children for the orphan sweep of a successor daemon."""
+        orphans.write_state(self.paths.state_dir, [
+            orphans.ChildRecord(r.name, r.proc.pid, r.proc.start_time_ticks, r.proc.pgid)
+            for r in self.runtimes.values() if r.proc is not None
+        ])
 
     def log_path(self, runtime: ServerRuntime) -> Path:
         return runtime.config.spec.log_path

@@ -94,6 +94,7 @@ class ServerRuntime:
         self.sessions: dict[int, Session] = {}
         self.on_children_changed = on_children_changed
         self._nursery: trio.Nursery | None = None
+        self._scope = trio.CancelScope()
         self._poke = trio.Event()
         self._save_wanted = trio.Event()
         self._to_server: trio.MemorySendChannel[bytes] | None = None
@@ -106,6 +107,17 @@ class ServerRuntime:
     # ---- task structure ------------------------------------------------------------------------
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        with self._scope:
+            await self._run(task_status)
+
+    async def close(self) -> None:
+        """Stop the process and end the runtime's tasks (a server removed by a reload)."""
+        await self.shutdown()
+        for cid in list(self.sessions):
+            self.detach(cid)
+        self._scope.cancel()
+
+    async def _run(self, task_status: trio.TaskStatus[None]) -> None:
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             nursery.start_soon(self._saver)

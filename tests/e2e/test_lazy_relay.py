@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from mcp.shared.exceptions import MCPError
 
 from tests.conftest import (
     FIXTURE_SERVER,
@@ -54,13 +55,13 @@ async def _direct_session_results(argv: list[str], env: dict[str, str], calls: l
 
 async def _shim_session_results(user: UserEnv, argv: list[str], calls: list[tuple[str, dict[str, Any]]]) -> tuple[list[str], list[list[str]]]:
     async with shim_session(user, argv) as session:
-        tools = sorted(t.name for t in (await session.list_tools()).tools)  # type: ignore[attr-defined]
-        results = [_texts(await session.call_tool(name, args)) for name, args in calls]  # type: ignore[attr-defined]
+        tools = sorted(t.name for t in (await session.list_tools()).tools)
+        results = [_texts(await session.call_tool(name, args)) for name, args in calls]
     return tools, results
 
 
 async def test_server_everything_through_the_shim_answers_exactly_like_a_direct_connection(user_env: UserEnv) -> None:
-    calls = [("echo", {"message": "hello through lazyd"}), ("get-sum", {"a": 2, "b": 40})]
+    calls: list[tuple[str, dict[str, Any]]] = [("echo", {"message": "hello through lazyd"}), ("get-sum", {"a": 2, "b": 40})]
     direct = await _direct_session_results(everything_command(), user_env.env, calls)
     cold = await _shim_session_results(user_env, everything_command(), calls)
     warm = await _shim_session_results(user_env, everything_command(), calls)
@@ -70,7 +71,7 @@ async def test_server_everything_through_the_shim_answers_exactly_like_a_direct_
 
 
 async def test_mcp_server_time_through_the_shim_answers_exactly_like_a_direct_connection(user_env: UserEnv) -> None:
-    calls = [("convert_time", {"source_timezone": "UTC", "time": "12:00", "target_timezone": "Asia/Tokyo"})]
+    calls: list[tuple[str, dict[str, Any]]] = [("convert_time", {"source_timezone": "UTC", "time": "12:00", "target_timezone": "Asia/Tokyo"})]
     direct = await _direct_session_results(time_server_command(), user_env.env, calls)
     through = await _shim_session_results(user_env, time_server_command(), calls)
     assert through == direct
@@ -79,18 +80,18 @@ async def test_mcp_server_time_through_the_shim_answers_exactly_like_a_direct_co
 
 async def test_a_warm_session_start_starts_no_server_and_the_first_call_starts_exactly_one(user_env: UserEnv) -> None:
     async with shim_session(user_env, FIXTURE) as session:
-        await session.call_tool("echo", {"text": "record"})  # type: ignore[attr-defined]
+        await session.call_tool("echo", {"text": "record"})
     # A fresh daemon has no process but the snapshot on disk.
     for pid in user_env.daemon_pids():
         os.kill(pid, signal.SIGTERM)
     wait_until(lambda: not user_env.daemon_pids() and not user_env.server_pids("fixture_server"), 15, "daemon and server to stop")
     start_daemon(user_env)
     async with shim_session(user_env, FIXTURE) as session:
-        tools = await session.list_tools()  # type: ignore[attr-defined]
-        await session.send_ping()  # type: ignore[attr-defined]
+        tools = await session.list_tools()
+        await session.send_ping()
         assert "echo" in [t.name for t in tools.tools]
         assert user_env.server_pids("fixture_server") == []
-        result = await session.call_tool("pid", {})  # type: ignore[attr-defined]
+        result = await session.call_tool("pid", {})
         servers = user_env.server_pids("fixture_server")
         assert servers == [int(_texts(result)[0])]
 
@@ -114,11 +115,10 @@ async def test_the_sdk_auto_mode_probe_falls_back_to_initialize_and_is_answered_
 
 async def test_a_crashed_server_fails_its_call_and_the_next_request_starts_it_again(user_env: UserEnv) -> None:
     async with shim_session(user_env, FIXTURE) as session:
-        first_pid = _texts(await session.call_tool("pid", {}))[0]  # type: ignore[attr-defined]
-        crashed = await session.call_tool("crash", {"code": 3})  # type: ignore[attr-defined]
-        assert crashed.is_error
-        assert "exited with status 3" in _texts(crashed)[0]
-        second_pid = _texts(await session.call_tool("pid", {}))[0]  # type: ignore[attr-defined]
+        first_pid = _texts(await session.call_tool("pid", {}))[0]
+        with pytest.raises(MCPError, match="exited with status 3"):
+            await session.call_tool("crash", {"code": 3})
+        second_pid = _texts(await session.call_tool("pid", {}))[0]
         assert second_pid != first_pid
         assert user_env.server_pids("fixture_server") == [int(second_pid)]
 
@@ -127,7 +127,7 @@ async def test_listing_drift_after_a_restart_updates_the_cache_and_notifies_the_
     drift = tmp_path / "drift"
     env = {"FIXTURE_DRIFT_FILE": str(drift)}
     async with shim_session(user_env, FIXTURE, env=env) as session:
-        await session.call_tool("echo", {"text": "x"})  # type: ignore[attr-defined]
+        await session.call_tool("echo", {"text": "x"})
     for pid in user_env.daemon_pids():
         os.kill(pid, signal.SIGTERM)
     wait_until(lambda: not user_env.daemon_pids(), 15, "daemon to stop")
@@ -142,18 +142,16 @@ async def test_listing_drift_after_a_restart_updates_the_cache_and_notifies_the_
             notifications.append(method)
 
     async with shim_session(user_env, FIXTURE, env=env, message_handler=on_message) as session:
-        cached = [t.name for t in (await session.list_tools()).tools]  # type: ignore[attr-defined]
+        cached = [t.name for t in (await session.list_tools()).tools]
         assert "brand_new_tool" not in cached
-        await session.call_tool("echo", {"text": "wake"})  # type: ignore[attr-defined]
-        fresh = [t.name for t in (await session.list_tools()).tools]  # type: ignore[attr-defined]
+        await session.call_tool("echo", {"text": "wake"})
+        fresh = [t.name for t in (await session.list_tools()).tools]
     assert "brand_new_tool" in fresh
     assert "notifications/tools/list_changed" in notifications
 
 
 async def test_a_start_that_exceeds_start_timeout_fails_the_waiting_request_and_kills_the_server(user_env: UserEnv) -> None:
-    from mcp.shared.exceptions import MCPError
-
-    with pytest.raises(MCPError, match="start timeout"):
+    with pytest.RaisesGroup(pytest.RaisesExc(MCPError, match="start timeout"), flatten_subgroups=True):
         async with shim_session(user_env, FIXTURE, shim_args=("--start-timeout", "1s"), env={"FIXTURE_HANG_ON_INITIALIZE": "1"}):
             pass
     wait_until(lambda: user_env.server_pids("fixture_server") == [], 10, "the hung server to be killed")
