@@ -55,10 +55,12 @@ def handshake_key(params: JsonObj) -> str:
     """The cache key of a client's `initialize` params: requested version + capabilities digest.
 
     clientInfo is deliberately left out: a client upgrade must not make every cache miss.
+    surrogatepass: a lone surrogate from a JSON escape must hash, not raise (valid text hashes as before).
     """
     version = params.get("protocolVersion")
     caps = params.get("capabilities")
-    digest = hashlib.sha256(canonical(caps if isinstance(caps, dict) else {}).encode()).hexdigest()[:16]
+    text = canonical(caps if isinstance(caps, dict) else {})
+    digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
     return f"{version}|{digest}"
 
 

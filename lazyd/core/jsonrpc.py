@@ -13,6 +13,10 @@ Rules from JSON-RPC 2.0 and the MCP stdio transport (PROTOCOL.md §2-§3):
 - A line that is not JSON gets -32700 with a null id; valid JSON that is not a message gets -32600.
 - Batches (a JSON array, 2025-03-26 only) are refused with -32600: no client we know of sends them
   over stdio and answering a batch needs an array reply, which would couple every path to them.
+- Whatever `parse` accepts, `dumps` can write back: the relay re-serialises every message it
+  rewrites, so a line it cannot write must be refused here rather than raise later. That is why
+  nesting is bounded, and why `NaN`/`Infinity` (which Python peers emit) and lone surrogate escapes
+  (which JavaScript peers emit) are carried as received.
 """
 
 from __future__ import annotations
@@ -33,7 +37,15 @@ INTERNAL_ERROR = -32603
 # lazyd's own server-side errors, in the range JSON-RPC reserves for implementation-defined errors.
 SERVER_UNAVAILABLE = -32000
 
-_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+# Containers nested deeper than this are refused: far beyond any real schema, and shallow enough
+# that re-encoding (the C encoder recurses once per level) never meets the interpreter's recursion
+# limit, whatever the call depth of the code that re-serialises.
+MAX_NESTING_DEPTH = 256
+
+# allow_nan: the relay never creates a non-finite number itself; it carries the ones a peer sent.
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=True)
+# For the rare object holding a lone surrogate, which UTF-8 cannot carry but a \uXXXX escape can.
+_ASCII_ENCODER = json.JSONEncoder(ensure_ascii=True, separators=(",", ":"), allow_nan=True)
 
 
 class Kind(enum.Enum):
@@ -63,11 +75,16 @@ class Invalid:
 
     reply: bytes | None
     reason: str
+    id: JsonId | None = None  # the id the reply answers, when the line had a usable one
+    kind: Kind | None = None  # what the line would have been, when only its size was wrong
 
 
 def dumps(obj: Any) -> bytes:
     """Compact UTF-8 JSON, one line (JSON escapes every control character, so no raw newline)."""
-    return _ENCODER.encode(obj).encode("utf-8")
+    try:
+        return _ENCODER.encode(obj).encode("utf-8")
+    except UnicodeEncodeError:
+        return _ASCII_ENCODER.encode(obj).encode("ascii")
 
 
 def valid_id(value: object) -> bool:
@@ -96,18 +113,36 @@ def parse(line: bytes) -> Message | Invalid:
             error_line(None, INVALID_REQUEST, "Invalid Request: id must be a string or an integer"),
             "bad id",
         )
+    reply_id = msg_id if has_id else None
+    if method is not None and not isinstance(method, str):
+        reply = error_line(reply_id, INVALID_REQUEST, "Invalid Request: method must be a string")
+        return Invalid(reply, "bad method", reply_id)
     if method is not None:
-        if not isinstance(method, str):
-            reply = error_line(msg_id if has_id else None, INVALID_REQUEST, "Invalid Request: method must be a string")
-            return Invalid(reply, "bad method")
-        return Message(Kind.REQUEST if has_id else Kind.NOTIFICATION, obj, msg_id if has_id else None, method)
-    if has_id and ("result" in obj or "error" in obj):
-        return Message(Kind.RESPONSE, obj, msg_id, None)
-    # An object with neither method nor result/error cannot be answered meaningfully if it has no id.
-    return Invalid(
-        error_line(msg_id if has_id else None, INVALID_REQUEST, "Invalid Request: no method, result or error"),
-        "not a message",
-    )
+        kind = Kind.REQUEST if has_id else Kind.NOTIFICATION
+    elif has_id and ("result" in obj or "error" in obj):
+        kind = Kind.RESPONSE
+    else:
+        # An object with neither method nor result/error cannot be answered meaningfully if it has no id.
+        reply = error_line(reply_id, INVALID_REQUEST, "Invalid Request: no method, result or error")
+        return Invalid(reply, "not a message", reply_id)
+    # Counting brackets bounds the depth from above at C speed; only lines with that many
+    # containers pay for the exact walk.
+    if line.count(b"[") + line.count(b"{") > MAX_NESTING_DEPTH and _deeper_than(obj, MAX_NESTING_DEPTH):
+        reply = error_line(reply_id, INVALID_REQUEST, f"Invalid Request: nested deeper than {MAX_NESTING_DEPTH} levels")
+        return Invalid(reply, "too deep", reply_id, kind)
+    return Message(kind, obj, reply_id, method if isinstance(method, str) else None)
+
+
+def _deeper_than(obj: Any, limit: int) -> bool:
+    """Whether containers in `obj` nest more than `limit` levels (iterative: no recursion to exhaust)."""
+    stack: list[tuple[Any, int]] = [(obj, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if depth > limit:
+            return True
+        children = value.values() if isinstance(value, dict) else value
+        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+    return False
 
 
 def error_obj(msg_id: JsonId | None, code: int, message: str, data: Any = None) -> JsonObj:

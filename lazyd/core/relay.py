@@ -183,7 +183,8 @@ class RelayCore:
         if not isinstance(msg, Message):
             out: list[Action] = [Note(f"client {cid}: invalid line ({msg.reason})")]
             if msg.reply is not None:
-                out.append(ToClient(cid, msg.reply))
+                # A refusal under the request's id is that request's final answer.
+                out.append(ToClient(cid, msg.reply, msg.id))
             return out
         if msg.kind is Kind.REQUEST:
             self._seq += 1
@@ -270,7 +271,13 @@ class RelayCore:
     def server_line(self, line: bytes) -> list[Action]:
         msg = rpc.parse(line)
         if not isinstance(msg, Message):
-            return [Note(f"dropped a line from the server that is not a JSON-RPC message ({msg.reason})")]
+            out: list[Action] = [Note(f"dropped a line from the server that is not a JSON-RPC message ({msg.reason})")]
+            if msg.kind is Kind.RESPONSE and isinstance(msg.id, int):
+                # An answer the relay cannot carry still ends its request: whoever waits on it gets
+                # an error now rather than nothing until the server exits.
+                text = f"lazyd: the server's response could not be relayed ({msg.reason})"
+                out.extend(self._server_response(Message(Kind.RESPONSE, rpc.error_obj(msg.id, rpc.INTERNAL_ERROR, text), msg.id, None)))
+            return out
         if msg.kind is Kind.RESPONSE:
             return self._server_response(msg)
         if msg.kind is Kind.REQUEST:
@@ -319,7 +326,9 @@ class RelayCore:
         if self.snapshot.last_params != msg.params:
             self.snapshot.last_params = msg.params
             out.append(SnapshotChanged())
-        if self.instance is not None:
+        # Until the replayed handshake is answered the instance has no result to give: a client
+        # arriving then is served from the cache or waits in the queue with the first one.
+        if self.instance is not None and self.phase in (Phase.REFRESH, Phase.READY):
             requested = msg.params.get("protocolVersion")
             negotiated = self.instance.result.get("protocolVersion")
             if requested != negotiated:
@@ -351,6 +360,10 @@ class RelayCore:
 
     def _listing(self, client: ClientState, msg: Message) -> list[Action]:
         assert msg.id is not None and msg.method is not None
+        if self.phase is Phase.READY and isinstance(msg.params.get("cursor"), str):
+            # The relay never writes a cursor, but it forwards listings while a refresh runs: a
+            # cursor is the server's, and only the server can give the pages after it.
+            return self._forward(client.cid, msg)
         if self.phase is Phase.READY and self.instance is not None:
             entry: HandshakeEntry | None = self.instance
         else:
@@ -473,8 +486,11 @@ class RelayCore:
                 self.snapshot.discover[ANY_VERSION] = answer
             out.append(SnapshotChanged())
         if up.method == "tasks/list" and isinstance(result, dict) and isinstance(result.get("tasks"), list):
+            # A task id the server wrote as something unhashable belongs to no client.
             result["tasks"] = [
-                t for t in result["tasks"] if isinstance(t, dict) and self.routes.tasks.get(t.get("taskId")) == up.cid  # type: ignore[arg-type]
+                t
+                for t in result["tasks"]
+                if isinstance(t, dict) and isinstance(t.get("taskId"), str) and self.routes.tasks.get(t["taskId"]) == up.cid
             ]
         if up.cid not in self.clients:
             return [Note(f"response for departed client {up.cid} dropped")]
@@ -518,7 +534,8 @@ class RelayCore:
         params = msg.params
         if method == "notifications/progress":
             token = params.get("progressToken")
-            token_owner = self.routes.tokens.get(token) if isinstance(token, int) else None
+            # bool is an int in Python: `true` must not reach the owner of relay token 1.
+            token_owner = self.routes.tokens.get(token) if isinstance(token, int) and not isinstance(token, bool) else None
             if token_owner is None:
                 return [Note(f"progress for unknown token {token!r} dropped")]
             params["progressToken"] = token_owner[1]
@@ -676,8 +693,15 @@ class RelayCore:
 
     def _list_changed(self, notification: str) -> list[Action]:
         methods = [m for m, n in LIST_CHANGED.items() if n == notification]
+        if self.phase is Phase.REFRESH and self.instance is not None:
+            # A listing this start already fetched may predate the change: fetch it again. The
+            # ones still pending will see it.
+            stale = [m for m in methods if m in self.instance.listings]
+            for method in stale:
+                del self.instance.listings[method]
+            return [Note(f"{notification} during start-up: fetching {stale or 'nothing'} again"), *self._start_refresh(stale)]
         if self.phase is not Phase.READY or self.instance is None:
-            return [Note(f"{notification} during start-up: the running refresh covers it")]
+            return [Note(f"{notification} before the handshake finished: the coming refresh covers it")]
         for method in methods:
             self.instance.listings.pop(method, None)
         out: list[Action] = [Note(f"{notification}: refreshing")]
@@ -720,8 +744,8 @@ def _listing_reply(msg: Message, listing: Listing) -> bytes:
     if listing.error is not None:
         return rpc.dumps({"jsonrpc": "2.0", "id": msg.id, "error": listing.error})
     if isinstance(msg.params.get("cursor"), str):
-        # Everything was served as one page; a cursor can only come from a client that kept one
-        # from a direct connection. The rest of "all pages" is nothing.
+        # Everything was served as one page; with no server to continue it, the rest of "all
+        # pages" is nothing.
         return rpc.result_line(msg.id, {LISTINGS[msg.method]: []})
     return rpc.result_line(msg.id, listing.as_result(LISTINGS[msg.method]))
 
