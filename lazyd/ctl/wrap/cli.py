@@ -1,0 +1,222 @@
+"""The ``lazyctl wrap | unwrap | reapply | wrap-status`` subcommands: options, help, output.
+
+``add_subcommands`` adds the four subparsers to lazyctl's; ``run`` executes a parsed one and returns
+the exit status (0 ok, 1 failed operation, 2 bad usage). Registration status is ``wrap-status``
+because ``lazyctl status`` is the daemon's server status; there is deliberately no ``wrap --status``,
+so that a command that writes files never shares its option set with one that only reads.
+
+Output never contains a value from a config (command, args, env values may hold secrets): only
+server names, field names, actions and reasons. ``--json`` prints exactly one JSON document.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from lazyd import wire
+from lazyd.ctl.wrap import check, clients, engine, shimargs
+from lazyd.ctl.wrap.errors import BadUsage, WrapError
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+
+SUBCOMMANDS = ("wrap", "unwrap", "reapply", "wrap-status")
+_OPS: dict[str, engine.Op] = {"wrap": "wrap", "unwrap": "unwrap", "reapply": "reapply", "wrap-status": "status"}
+
+_CLIENT_HELP = "; ".join(f"{c.name}: {c.title}, {c.default_file_text}" for c in clients.CLIENTS.values())
+_SETTINGS_HELP = ", ".join(shimargs.SETTINGS)
+
+_SHORT_HELP = {
+    "wrap": "run a client's MCP registrations through lazyd-shim, edited in place",
+    "unwrap": "restore registrations that wrap changed",
+    "reapply": "wrap again registrations a client's setup rewrote",
+    "wrap-status": "show which registrations are wrapped, managed, recoverable",
+}
+_DESCRIPTIONS = {
+    "wrap": "Make stdio MCP registrations of a client run through lazyd-shim, in place: `command` "
+    "becomes the shim and the original command goes first in `args`; the name, env, cwd and every "
+    "other setting stay, so tool names and permission rules are unchanged. HTTP/SSE registrations "
+    "and ones already wrapped are skipped and reported, never nested. The file is backed up "
+    "(0600, in lazyd's state dir) and replaced atomically; only edited values change.",
+    "unwrap": "Restore wrapped registrations: command and args come back from the wrapped args (so "
+    "later edits to them are kept); managed env values are restored only where they still hold "
+    "the value lazyd set. Registrations recorded but gone from the file are forgotten.",
+    "reapply": "Wrap again the registrations lazyd manages after a client's own setup rewrote them "
+    "to run directly, adopting their new command and args. Idempotent: wrapped ones stay as they "
+    "are (apart from --env and --shim changes).",
+    "wrap-status": "Per registration: wrapped (runs through lazyd-shim), managed (lazyd has a "
+    "record of wrapping it), recoverable (unwrap --recover could restore it without a record).",
+}
+
+
+def add_subcommands(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Add wrap, unwrap, reapply and wrap-status to lazyctl's subparsers.
+
+    Each sets ``wrap_op`` and a ``run(args, out)`` default, so a main that dispatches through
+    ``args.run(args, out)`` needs nothing else; ``run(args)`` below is the same entry point.
+    """
+    for name in SUBCOMMANDS:
+        op = _OPS[name]
+        p = subparsers.add_parser(name, help=_SHORT_HELP[name], description=_DESCRIPTIONS[name],
+                                  epilog=f"Clients and their default files: {_CLIENT_HELP}. "
+                                  "Exit status: 0 ok, 1 failed or refused (nothing written), 2 bad usage.")  # fmt: skip
+        p.set_defaults(wrap_op=op, run=_run_from_main)
+        p.add_argument("--client", required=True, choices=tuple(clients.CLIENTS), help="whose config file")
+        p.add_argument("--file", metavar="F", help="the config file (default: the client's, see below)")
+        which = p.add_mutually_exclusive_group(required=False)
+        which.add_argument("--server", action="append", default=[], metavar="NAME",
+                           help="a registration by name (repeatable)")
+        which.add_argument("--all", action="store_true",
+                           help="every registration in the file" + (" (the default)" if op == "status" else ""))
+        scope = p.add_mutually_exclusive_group(required=False)
+        scope.add_argument("--project", metavar="PATH",
+                           help="Claude Code: only ~/.claude.json's projects.PATH registrations")
+        scope.add_argument("--user-scope", action="store_true",
+                           help="Claude Code: only ~/.claude.json's top-level (user) registrations")
+        p.add_argument("--shim", metavar="PATH", help="the lazyd-shim to run (default: the installed one); "
+                       "with wrap or reapply on wrapped registrations, switches them to PATH")
+        if op != "status":
+            p.add_argument("--dry-run", action="store_true",
+                           help="validate and show which fields would change (names only, never values)")
+        if op in ("wrap", "reapply"):
+            p.add_argument("--env", action="append", default=[], metavar="LAZYD_X=VALUE",
+                           help=f"a managed shim setting in the registration's env (repeatable): {_SETTINGS_HELP}")
+            p.add_argument("--check", action="store_true",
+                           help="then warm lazyd's cache for each wrapped server (starts each once, calls no "
+                           "tool); run it in the environment your client runs in, which is part of a "
+                           "server's identity")
+            p.add_argument("--initialize-json", metavar="JSON|@FILE",
+                           help="with --check: the client's initialize params (inline, or a file with the "
+                           "params, an initialize request or a captured session); the cache is kept per "
+                           "protocol version and client capabilities (default: the daemon's)")
+        if op == "unwrap":
+            p.add_argument("--recover", action="store_true",
+                           help="restore wrapped registrations lazyd has no record of (env is left as is)")
+        p.add_argument("--json", action="store_true", help="print one JSON document instead of text")
+        # Accepted after the subcommand too, like lazyctl's other subcommands (used by --check).
+        p.add_argument("--socket", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+
+
+def _run_from_main(args: argparse.Namespace, out: object) -> int:
+    return run(args)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Execute a parsed wrap/unwrap/reapply/wrap-status; print the outcome; return the exit status."""
+    op: engine.Op = args.wrap_op
+    prog = f"lazyctl {args.subcommand if isinstance(getattr(args, 'subcommand', None), str) else op}"
+    as_json = bool(getattr(args, "json", False))
+    try:
+        request = engine.Request(
+            op=op, client=args.client, file=args.file, servers=tuple(args.server), all=bool(args.all),
+            project=args.project, user_scope=bool(args.user_scope), dry_run=bool(getattr(args, "dry_run", False)),
+            env=shimargs.parse_env_pairs(getattr(args, "env", None) or []), shim=args.shim,
+            recover=bool(getattr(args, "recover", False)),
+        )  # fmt: skip
+        initialize_json = getattr(args, "initialize_json", None)
+        if initialize_json is not None and not getattr(args, "check", False):
+            raise BadUsage("--initialize-json applies to --check")
+        initialize = None if initialize_json is None else check.initialize_params(initialize_json)
+        report = engine.execute(request, os.environ, Path(os.getcwd()))
+    except BadUsage as exc:
+        return _fail(prog, str(exc), as_json, EXIT_USAGE)
+    except WrapError as exc:
+        return _fail(prog, str(exc), as_json, EXIT_FAILED)
+    checks: list[check.CheckOutcome] = []
+    if getattr(args, "check", False) and not report.dry_run and not report.refused:
+        checks = _run_checks(report, getattr(args, "socket", None), os.environ, initialize)
+    _print(report, checks, as_json)
+    if report.refused:
+        if not as_json:
+            print(f"{prog}: refused ({len(report.refused)} registration(s)); nothing was written", file=sys.stderr)
+        return EXIT_FAILED
+    return EXIT_FAILED if any(not c.ok for c in checks) else EXIT_OK
+
+
+def _fail(prog: str, message: str, as_json: bool, status: int) -> int:
+    if as_json:
+        print(json.dumps({"error": message, "data": None}))
+    elif status == EXIT_USAGE:
+        print(f"{prog}: {message} (see {prog} --help)", file=sys.stderr)
+    else:
+        print(f"{prog}: {message}", file=sys.stderr)
+    return status
+
+
+def _run_checks(report: engine.Report, socket_override: str | None, environ: Mapping[str, str],
+                initialize: Mapping[str, Any] | None) -> list[check.CheckOutcome]:  # fmt: skip
+    socket_path = socket_override or wire.default_socket_path(environ)
+    outcomes = []
+    for result in report.results:
+        if result.action not in check.CHECKED_ACTIONS or result.state is None:
+            continue
+        key = result.key
+        try:
+            # A relative cwd setting is resolved as a client started here would resolve it.
+            cwd = os.path.abspath(result.cwd) if result.cwd else os.getcwd()
+            args = check.check_args(result.state, cwd, environ, initialize)
+        except ValueError as exc:
+            outcomes.append(check.CheckOutcome(key.server, key.project, False, str(exc)))
+            continue
+        ok, message = check.run_check(socket_path, args)
+        outcomes.append(check.CheckOutcome(key.server, key.project, ok, message))
+    return outcomes
+
+
+def _label(server: str, project: str | None) -> str:
+    return server if project is None else f"{server} [{project}]"
+
+
+def _print(report: engine.Report, checks: list[check.CheckOutcome], as_json: bool) -> None:
+    if as_json:
+        data: dict[str, Any] = report.to_json()
+        if checks:
+            data["checks"] = [c.to_json() for c in checks]
+        print(json.dumps(data, indent=2))
+        return
+    client = clients.CLIENTS[report.client].title
+    print(f"{report.file} ({client})")
+    if report.op == "status":
+        _print_status(report)
+        return
+    width = max([len(_label(r.key.server, r.key.project)) for r in report.results] + [6])
+    for r in report.results:
+        detail = ", ".join(r.changed) if r.changed else r.reason
+        if r.changed and r.reason:
+            detail += f" ({r.reason})"
+        verb = f"would be {r.action}" if report.dry_run and r.changed else r.action
+        print(f"  {verb:<20} {_label(r.key.server, r.key.project):<{width}}  {detail}".rstrip())
+    if not report.results:
+        print("  no registrations")
+    if report.dry_run:
+        print("dry run: nothing was written")
+    elif report.written:
+        print(f"written; the original is backed up at {report.backup}")
+    elif not report.refused:
+        print("nothing to change")
+    for c in checks:
+        print(f"  check {_label(c.server, c.project)}: {'ok, ' if c.ok else 'FAILED: '}{c.message}")
+
+
+def _print_status(report: engine.Report) -> None:
+    rows = [("SERVER", "TRANSPORT", "WRAPPED", "MANAGED", "RECOVERABLE", "NOTE")]
+    for s in report.statuses:
+        rows.append((_label(s.server, s.project), s.transport, _yes(s.wrapped), _yes(s.managed),
+                     _yes(s.recoverable), s.note))  # fmt: skip
+    if len(rows) == 1:
+        print("  no registrations")
+        return
+    widths = [max(len(row[i]) for row in rows) for i in range(5)]
+    for row in rows:
+        print("  " + "  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row[:5])) + "  " + row[5])
+
+
+def _yes(flag: bool) -> str:
+    return "yes" if flag else "no"

@@ -1,0 +1,88 @@
+"""The AI clients whose MCP registrations lazyctl can wrap: file format, layout and default file.
+
+One table, so adding a client is one entry. Default files are where each client keeps its user (or,
+for VS Code, workspace) registrations on Linux; ``--file`` selects any other file of the same
+layout (Claude Code's project ``.mcp.json``, Cursor's ``.cursor/mcp.json``, VS Code's user profile
+``~/.config/Code/User/mcp.json``).
+
+JSON dialects follow what each client itself accepts, so that we preserve what it allows and refuse
+what it would refuse: VS Code reads JSONC (comments, trailing commas), Gemini CLI strips comments
+from settings.json before parsing it, the others use strict JSON.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from lazyd.ctl.wrap.errors import BadUsage
+from lazyd.ctl.wrap.jsonspan import STRICT, Dialect
+
+
+@dataclass(frozen=True)
+class Client:
+    name: str
+    title: str
+    format: Literal["json", "toml"]
+    container: str  # the key (JSON) or table (TOML) that maps server names to registrations
+    default_file: Callable[[Mapping[str, str], Path], Path]  # (environment, cwd) -> path
+    default_file_text: str  # for --help and docs
+    projects: bool = False  # Claude Code's ~/.claude.json also has projects.<path>.<container>
+    dialect: Dialect = STRICT
+
+
+def _home(env: Mapping[str, str]) -> Path:
+    home = env.get("HOME", "")
+    if not home.startswith("/"):
+        raise BadUsage("HOME is not set to an absolute path; pass --file")
+    return Path(home)
+
+
+def _claude(env: Mapping[str, str], cwd: Path) -> Path:
+    # Claude Code keeps .claude.json inside CLAUDE_CONFIG_DIR when that is set.
+    config_dir = env.get("CLAUDE_CONFIG_DIR", "")
+    return Path(config_dir) / ".claude.json" if config_dir.startswith("/") else _home(env) / ".claude.json"
+
+
+def _codex(env: Mapping[str, str], cwd: Path) -> Path:
+    codex_home = env.get("CODEX_HOME", "")
+    return Path(codex_home) / "config.toml" if codex_home.startswith("/") else _home(env) / ".codex" / "config.toml"
+
+
+CLIENTS: dict[str, Client] = {
+    c.name: c
+    for c in (
+        Client("claude", "Claude Code", "json", "mcpServers", _claude,
+               "~/.claude.json ($CLAUDE_CONFIG_DIR/.claude.json)", projects=True),
+        Client("cursor", "Cursor", "json", "mcpServers", lambda env, cwd: _home(env) / ".cursor" / "mcp.json",
+               "~/.cursor/mcp.json"),
+        Client("codex", "Codex CLI", "toml", "mcp_servers", _codex, "~/.codex/config.toml ($CODEX_HOME/config.toml)"),
+        Client("gemini", "Gemini CLI", "json", "mcpServers",
+               lambda env, cwd: _home(env) / ".gemini" / "settings.json", "~/.gemini/settings.json",
+               dialect=Dialect(comments=True)),
+        Client("vscode", "VS Code", "json", "servers", lambda env, cwd: cwd / ".vscode" / "mcp.json",
+               ".vscode/mcp.json (in the current directory)", dialect=Dialect(comments=True, trailing_commas=True)),
+        Client("windsurf", "Windsurf", "json", "mcpServers",
+               lambda env, cwd: _home(env) / ".codeium" / "windsurf" / "mcp_config.json",
+               "~/.codeium/windsurf/mcp_config.json"),
+    )
+}  # fmt: skip
+
+
+def client_named(name: str) -> Client:
+    try:
+        return CLIENTS[name]
+    except KeyError:
+        raise BadUsage(f"unknown client {name!r} (known: {', '.join(CLIENTS)})") from None
+
+
+def config_path(client: Client, file: str | None, env: Mapping[str, str], cwd: Path) -> Path:
+    """The file to edit: ``file`` made absolute against ``cwd``, else the client's default."""
+    if file is not None:
+        if not file:
+            raise BadUsage("--file: empty path")
+        return Path(os.path.normpath(cwd / file))
+    return client.default_file(env, cwd)

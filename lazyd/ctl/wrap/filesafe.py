@@ -1,0 +1,225 @@
+"""Safe file handling for config edits: private state dirs, the wrap lock, backups, checked replace.
+
+Rules:
+
+- The state directories (``<state dir>``, ``registrations/``, ``backups/``) must be ours and 0700;
+  backups and records may hold credentials from the configs they copy.
+- Every lazyctl that edits configs or records holds ``<state dir>/wrap.lock`` (flock, exclusive)
+  for the whole read-edit-replace, so two lazyctl runs never interleave. Client programs do not take
+  this lock; that is what the pre-replace check is for.
+- A config is read once into a ``Snapshot`` (bytes plus the identity and mode of the file). A
+  symlinked config is followed and its target edited, so dotfile managers keep their link.
+- ``replace_checked`` writes the new bytes to a temporary file beside the target with the target's
+  mode, then, immediately before the rename, checks that the target still has the snapshot's
+  bytes, inode, owner and mode. Any difference aborts with ConflictError and the target untouched.
+  This is optimistic, not a compare-and-swap: a write landing between the check and the rename
+  can still be lost, so users should not edit configs while a client is writing them.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import secrets
+import stat
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from lazyd.ctl.wrap.errors import ConflictError, WrapError
+from lazyd.daemon.runtime import SetupError, ensure_private_dir
+
+LOCK_NAME = "wrap.lock"
+BACKUPS_DIR_NAME = "backups"
+PRIVATE_FILE_MODE = 0o600
+MAX_CONFIG_BYTES = 64 * 1024 * 1024
+# ~/.claude.json grows with per-project history (tens of MiB seen in the wild); 64 MiB bounds the
+# memory one read can take while leaving room for the largest real files.
+
+
+def ensure_state_dirs(state_dir: Path) -> None:
+    """Create or validate ``state_dir`` and its ``registrations``/``backups`` (0700, ours)."""
+    try:
+        for path in (state_dir, state_dir / "registrations", state_dir / BACKUPS_DIR_NAME):
+            ensure_private_dir(path, what="lazyd state dir")
+    except SetupError as exc:
+        raise WrapError(str(exc)) from None
+
+
+def write_private_file(path: Path, data: bytes) -> None:
+    """Atomically replace ``path`` with ``data``, mode 0600. Raises OSError."""
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, PRIVATE_FILE_MODE)
+    try:
+        with os.fdopen(fd, "wb", closefd=True) as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    _fsync_dir(path.parent)
+
+
+def _fsync_dir(directory: Path) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass  # some filesystems refuse fsync on directories; the rename is still atomic
+    finally:
+        os.close(fd)
+
+
+class WrapLock:
+    """The exclusive lock among lazyctl processes; use as a context manager."""
+
+    def __init__(self, state_dir: Path) -> None:
+        self.path = state_dir / LOCK_NAME
+        self._fd: int | None = None
+
+    def __enter__(self) -> WrapLock:
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, PRIVATE_FILE_MODE)
+        except OSError as exc:
+            raise WrapError(f"cannot open the wrap lock {self.path}: {exc.strerror}") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(f"lazyctl: waiting for another lazyctl that holds {self.path}", file=sys.stderr)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        self._fd = fd
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # closing the only descriptor releases the flock
+            self._fd = None
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A config file as read: its resolved path, bytes, and the metadata a replace must keep."""
+
+    path: Path
+    data: bytes
+    device: int
+    inode: int
+    mode: int
+    uid: int
+    gid: int
+
+
+def read_snapshot(path: Path) -> Snapshot:
+    """Read ``path`` (following symlinks to the real file). Raises WrapError for anything that
+    cannot be replaced safely: missing, not a regular file, too large, another user's, hard-linked."""
+    real = Path(os.path.realpath(path))
+    try:
+        fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise WrapError(f"{path} does not exist") from None
+    except OSError as exc:
+        raise WrapError(f"cannot open {path}: {exc.strerror}") from None
+    with os.fdopen(fd, "rb") as f:
+        info = os.fstat(f.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise WrapError(f"{path} is not a regular file")
+        if info.st_size > MAX_CONFIG_BYTES:
+            raise WrapError(f"{path} is larger than {MAX_CONFIG_BYTES // (1024 * 1024)} MiB; refusing to edit it")
+        if info.st_uid != os.geteuid():
+            raise WrapError(f"{path} belongs to another user; refusing to replace it")
+        if info.st_nlink > 1:
+            raise WrapError(f"{path} has {info.st_nlink} hard links; replacing it would split them")
+        data = f.read(MAX_CONFIG_BYTES + 1)
+    return Snapshot(real, data, info.st_dev, info.st_ino, stat.S_IMODE(info.st_mode), info.st_uid, info.st_gid)
+
+
+def backup(snapshot: Snapshot, state_dir: Path) -> Path:
+    """Copy the snapshot's bytes to ``<state dir>/backups/`` (0600); return the backup's path."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    directory = state_dir / BACKUPS_DIR_NAME
+    for attempt in range(100):
+        # Without the leading dot of names like .claude.json: a backup should be seen, not hidden.
+        target = directory / f"{snapshot.path.name.lstrip('.')}.{stamp}.{os.getpid()}.{attempt}.bak"
+        try:
+            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, PRIVATE_FILE_MODE)
+        except FileExistsError:
+            continue
+        except OSError as exc:
+            raise WrapError(f"cannot create a backup in {directory}: {exc.strerror}") from None
+        with os.fdopen(fd, "wb") as f:
+            f.write(snapshot.data)
+            f.flush()
+            os.fsync(f.fileno())
+        return target
+    raise WrapError(f"cannot create a backup in {directory}: too many backups this second")
+
+
+def still_unchanged(snapshot: Snapshot) -> str | None:
+    """None if the file still matches the snapshot, else what changed (for the error message)."""
+    try:
+        info = os.lstat(snapshot.path)
+    except OSError as exc:
+        return f"it can no longer be read ({exc.strerror})"
+    if (info.st_dev, info.st_ino) != (snapshot.device, snapshot.inode):
+        return "it was replaced by another file"
+    if stat.S_IMODE(info.st_mode) != snapshot.mode or (info.st_uid, info.st_gid) != (snapshot.uid, snapshot.gid):
+        return "its permissions or owner changed"
+    try:
+        with open(snapshot.path, "rb") as f:
+            current = f.read(MAX_CONFIG_BYTES + 1)
+    except OSError as exc:
+        return f"it can no longer be read ({exc.strerror})"
+    if current != snapshot.data:
+        return "its contents changed"
+    return None
+
+
+def replace_checked(snapshot: Snapshot, data: bytes, before_replace: Callable[[], None] | None = None) -> None:
+    """Replace the snapshot's file with ``data``, keeping its mode (and group where allowed).
+
+    ``before_replace`` runs after the new file is staged and before the final check (a test seam
+    for concurrent writers). Raises ConflictError if the file changed since the snapshot, WrapError
+    for I/O failures; in both cases the original file is untouched and no temporary file remains.
+    """
+    path = snapshot.path
+    tmp = path.with_name(f".{path.name}.lazyd-{secrets.token_hex(6)}.tmp")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, PRIVATE_FILE_MODE)
+    except OSError as exc:
+        raise WrapError(f"cannot write next to {path}: {exc.strerror}") from None
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fchmod(f.fileno(), snapshot.mode)
+            if snapshot.gid != os.getegid():
+                try:
+                    os.fchown(f.fileno(), -1, snapshot.gid)
+                except PermissionError:
+                    pass  # not a member of that group: the check below reports the difference
+            os.fsync(f.fileno())
+        if before_replace is not None:
+            before_replace()
+        changed = still_unchanged(snapshot)
+        if changed is not None:
+            raise ConflictError(f"{path} changed while lazyctl was editing it ({changed}); nothing was written")
+        if os.stat(tmp).st_gid != snapshot.gid:
+            raise WrapError(f"cannot keep the group of {path}; nothing was written")
+        os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        if exc.errno == errno.ENOSPC:
+            raise WrapError(f"no space left to rewrite {path}; nothing was written") from None
+        raise WrapError(f"cannot replace {path}: {exc.strerror}") from None
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    _fsync_dir(path.parent)

@@ -1,0 +1,283 @@
+"""A JSON scanner that remembers where every value is, and a splicer that edits by position.
+
+The standard library parses JSON into plain objects and forgets the text; to edit a client's config
+file without disturbing a single unedited byte (key order, indentation, CRLF, `1e3`, `\\u00e9`, the
+trailing newline or its absence) we need the span of every value and member, then replace exactly
+those spans. This module owns that, and nothing about MCP.
+
+Rules:
+
+- ``parse`` reads a whole document into a tree of nodes carrying ``[start, end)`` offsets into the
+  text it was given (str indices; the caller encodes the result back to UTF-8, which reproduces
+  the original bytes exactly for every unedited character).
+- Strict JSON by default. A dialect may allow ``//`` and ``/* */`` comments (the JSONC that VS Code
+  and Gemini CLI read) and trailing commas (VS Code); comments count as whitespace.
+- Duplicate keys are kept, in order: refusing is the caller's decision, and only along the path it
+  edits (a duplicate elsewhere in a file is not ours to judge).
+- Errors are ``JsonSyntaxError`` with a 1-based line and column, never a traceback.
+- ``splice`` applies non-overlapping ``Splice``s; zero-width inserts at one position keep their
+  given order.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import json.decoder
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+MAX_NESTING_DEPTH = 200
+# Client config files nest about 6 levels; 200 leaves headroom while the recursive scanner stays far
+# below Python's default recursion limit of 1000 frames.
+
+_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?", re.ASCII)
+_WHITESPACE_RUN = re.compile(r"[ \t\n\r]*")  # always matches (possibly empty): one C call per gap
+_LITERALS = {"true": True, "false": False, "null": None}
+_scanstring: Callable[[str, int, bool], tuple[str, int]] = getattr(json.decoder, "scanstring")
+# The stdlib's own (C) string scanner: exact JSON string rules, and it reports where a string ends.
+
+
+class JsonSyntaxError(ValueError):
+    """The text is not a JSON document of the expected dialect; the message names line and column."""
+
+
+@dataclass(frozen=True)
+class Dialect:
+    """Which JSON extensions a client accepts in its file (we only ever preserve them)."""
+
+    comments: bool = False
+    trailing_commas: bool = False
+
+
+STRICT = Dialect()
+
+
+@dataclass(eq=False, slots=True)
+class Node:
+    """A value; ``text[start:end]`` is its exact source."""
+
+    start: int
+    end: int
+
+
+@dataclass(eq=False, slots=True)
+class Scalar(Node):
+    """A string, number, true, false or null; ``value`` is what json.loads would give."""
+
+    value: object
+
+
+@dataclass(eq=False, slots=True)
+class Array(Node):
+    """``[`` is at ``start`` and ``]`` at ``end - 1``."""
+
+    items: list[Node] = field(default_factory=list)
+
+
+@dataclass(eq=False, slots=True)
+class Member:
+    """One ``"key": value`` pair of an object; the key's quotes are inside ``[key_start, key_end)``."""
+
+    key: str
+    key_start: int
+    key_end: int
+    value: Node
+
+
+@dataclass(eq=False, slots=True)
+class Object(Node):
+    """``{`` is at ``start`` and ``}`` at ``end - 1``; members keep their order and duplicates."""
+
+    members: list[Member] = field(default_factory=list)
+
+    def find(self, key: str) -> list[Member]:
+        """Every member named ``key``, in document order (more than one means a duplicate key)."""
+        return [m for m in self.members if m.key == key]
+
+    def duplicate_key(self) -> str | None:
+        """The first key that occurs twice, or None."""
+        seen: set[str] = set()
+        for member in self.members:
+            if member.key in seen:
+                return member.key
+            seen.add(member.key)
+        return None
+
+
+def to_python(node: Node) -> object:
+    """The plain value of ``node`` (the last of duplicate keys wins, as in json.loads)."""
+    if isinstance(node, Scalar):
+        return node.value
+    if isinstance(node, Array):
+        return [to_python(item) for item in node.items]
+    assert isinstance(node, Object)
+    return {m.key: to_python(m.value) for m in node.members}
+
+
+def position(text: str, index: int) -> str:
+    """``line L, column C`` (1-based) of ``index`` in ``text``, for error messages."""
+    line = text.count("\n", 0, index) + 1
+    column = index - (text.rfind("\n", 0, index) + 1) + 1
+    return f"line {line}, column {column}"
+
+
+def parse(text: str, dialect: Dialect = STRICT, *, start: int = 0) -> Node:
+    """Parse the document in ``text[start:]``; raise JsonSyntaxError unless it is exactly one value."""
+    scanner = _Scanner(text, dialect)
+    # The tree is acyclic, but building a million nodes triggers the cyclic collector again and
+    # again (half the time of parsing a 20 MB ~/.claude.json); it is paused while we build.
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        pos = scanner.skip(start)
+        node = scanner.value(pos, 0)
+        end = scanner.skip(node.end)
+        if end != len(text):
+            scanner.fail(end, "unexpected text after the document")
+        return node
+    finally:
+        if collecting:
+            gc.enable()
+
+
+class _Scanner:
+    def __init__(self, text: str, dialect: Dialect) -> None:
+        self.text = text
+        self.dialect = dialect
+
+    def fail(self, index: int, message: str) -> None:
+        raise JsonSyntaxError(f"{position(self.text, index)}: {message}")
+
+    def skip(self, pos: int) -> int:
+        """The index of the next token at or after ``pos`` (whitespace and allowed comments skipped)."""
+        text = self.text
+        while True:
+            pos = _WHITESPACE_RUN.match(text, pos).end()  # type: ignore[union-attr]
+            if not self.dialect.comments or not text.startswith("/", pos):
+                return pos
+            if text.startswith("//", pos):
+                newline = text.find("\n", pos)
+                pos = len(text) if newline < 0 else newline + 1
+            elif text.startswith("/*", pos):
+                close = text.find("*/", pos + 2)
+                if close < 0:
+                    self.fail(pos, "unterminated /* comment")
+                pos = close + 2
+            else:
+                return pos
+
+    def value(self, pos: int, depth: int) -> Node:
+        text = self.text
+        if pos >= len(text):
+            self.fail(pos, "unexpected end of file, expected a value")
+        char = text[pos]
+        if char == "{":
+            return self.object(pos, depth + 1)
+        if char == "[":
+            return self.array(pos, depth + 1)
+        if char == '"':
+            value, end = self.string(pos)
+            return Scalar(pos, end, value)
+        number = _NUMBER.match(text, pos)
+        if number is not None:
+            spelled = number.group()
+            return Scalar(pos, number.end(), json.loads(spelled))
+        for word, literal in _LITERALS.items():
+            if text.startswith(word, pos):
+                return Scalar(pos, pos + len(word), literal)
+        self.fail(pos, f"expected a value, found {text[pos]!r}")
+        raise AssertionError("unreachable")
+
+    def string(self, pos: int) -> tuple[str, int]:
+        try:
+            return _scanstring(self.text, pos + 1, True)
+        except json.JSONDecodeError as exc:
+            self.fail(exc.pos, f"bad string: {exc.msg}")
+            raise AssertionError("unreachable") from None
+
+    def _enter(self, pos: int, depth: int) -> None:
+        if depth > MAX_NESTING_DEPTH:
+            self.fail(pos, f"nested deeper than {MAX_NESTING_DEPTH} levels")
+
+    def object(self, open_pos: int, depth: int) -> Object:
+        self._enter(open_pos, depth)
+        text = self.text
+        node = Object(open_pos, -1)
+        pos = self.skip(open_pos + 1)
+        while True:
+            if pos < len(text) and text[pos] == "}" and (not node.members or self.dialect.trailing_commas):
+                node.end = pos + 1
+                return node
+            if pos >= len(text) or text[pos] != '"':
+                self.fail(pos, "expected a member name in double quotes" + ("" if node.members else " or '}'"))
+            key, key_end = self.string(pos)
+            colon = self.skip(key_end)
+            if colon >= len(text) or text[colon] != ":":
+                self.fail(colon, "expected ':' after the member name")
+            value = self.value(self.skip(colon + 1), depth)
+            node.members.append(Member(key, pos, key_end, value))
+            pos = self.skip(value.end)
+            if pos < len(text) and text[pos] == ",":
+                pos = self.skip(pos + 1)
+                if pos < len(text) and text[pos] == "}" and not self.dialect.trailing_commas:
+                    self.fail(pos, "trailing comma before '}'")
+                continue
+            if pos < len(text) and text[pos] == "}":
+                node.end = pos + 1
+                return node
+            self.fail(pos, "expected ',' or '}' after an object member")
+
+    def array(self, open_pos: int, depth: int) -> Array:
+        self._enter(open_pos, depth)
+        text = self.text
+        node = Array(open_pos, -1)
+        pos = self.skip(open_pos + 1)
+        if pos < len(text) and text[pos] == "]":
+            node.end = pos + 1
+            return node
+        while True:
+            item = self.value(pos, depth)
+            node.items.append(item)
+            pos = self.skip(item.end)
+            if pos < len(text) and text[pos] == ",":
+                pos = self.skip(pos + 1)
+                if pos < len(text) and text[pos] == "]":
+                    if not self.dialect.trailing_commas:
+                        self.fail(pos, "trailing comma before ']'")
+                    node.end = pos + 1
+                    return node
+                continue
+            if pos < len(text) and text[pos] == "]":
+                node.end = pos + 1
+                return node
+            self.fail(pos, "expected ',' or ']' after an array element")
+
+
+@dataclass(frozen=True)
+class Splice:
+    """Replace ``text[start:end]`` with ``replacement``; ``start == end`` inserts."""
+
+    start: int
+    end: int
+    replacement: str
+
+
+def splice(text: str, edits: list[Splice]) -> str:
+    """Apply ``edits`` to ``text``. Raises ValueError if two edits overlap (a bug of the caller).
+
+    Edits are ordered by position; inserts at the same position keep the order they were given in,
+    and an insert at the start of a replaced span goes before the replacement.
+    """
+    ordered = sorted(enumerate(edits), key=lambda pair: (pair[1].start, pair[1].end, pair[0]))
+    out: list[str] = []
+    cursor = 0
+    for _, edit in ordered:
+        if edit.start < cursor or edit.end < edit.start or edit.end > len(text):
+            raise ValueError(f"overlapping or out-of-range edit at {edit.start}..{edit.end}")
+        out.append(text[cursor : edit.start])
+        out.append(edit.replacement)
+        cursor = edit.end
+    out.append(text[cursor:])
+    return "".join(out)

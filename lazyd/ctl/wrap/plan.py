@@ -1,0 +1,257 @@
+"""What wrap, unwrap, reapply and status decide for one registration. Pure: no files, no I/O.
+
+Given the registration as found (``Entry``), lazyd's record of it (or None) and the user's
+settings, each function returns a ``Decision``: the new fields, the new record, and a one-line
+reason. The rules, in the issue's words and ours:
+
+- **Wrap** a direct stdio registration: ``command`` becomes the shim, the original command goes
+  first in ``args`` (see shimargs for when ``--`` precedes it), each ``--env`` setting becomes a
+  managed ``env`` entry, remembering the value it replaced. A registration already running through
+  the shim is never nested: with a record, wrap updates its managed settings (``--env``, ``--shim``)
+  or reports it unchanged; without one, it is skipped. A registration running through another lazy
+  relay is refused.
+- **Reapply** is wrap for registrations lazyd manages: when the client's own setup rewrote one back
+  to a direct command, the new command and args are adopted and wrapped again; managed variables
+  that setup kept at our value are not mistaken for the user's originals.
+- **Unwrap** restores command and args from the wrapped args (so the user's later edits to them
+  survive), drops ``args`` if wrap created it and it is empty again, and restores only the managed
+  variables that still hold the value lazyd set: a value the user changed since is theirs. An env
+  object lazyd created is removed once empty. Without a record, only ``--recover`` unwraps, and
+  it leaves env alone (the originals are unknown).
+- Managed variables whose value the user changed are left alone by wrap and reapply too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+from lazyd.ctl.wrap import shimargs
+from lazyd.ctl.wrap.model import Entry, RegState
+from lazyd.ctl.wrap.records import Record, RegKey
+
+Action = Literal["wrapped", "reapplied", "updated", "unchanged", "skipped", "refused", "unwrapped",
+                 "recovered", "forgotten"]  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What the user asked for: the shim to run (explicit when given as --shim) and --env settings."""
+
+    shim: str
+    shim_explicit: bool = False
+    env: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """``state`` is the registration's new fields (None: the file is not touched for it);
+    ``record`` the record to keep (None: delete it) and is only acted on when ``record_changes``."""
+
+    action: Action
+    reason: str = ""
+    state: RegState | None = None
+    record: Record | None = None
+    record_changes: bool = False
+
+
+def _skip(reason: str) -> Decision:
+    return Decision("skipped", reason)
+
+
+def _refuse(reason: str) -> Decision:
+    return Decision("refused", reason)
+
+
+def plan_wrap(key: RegKey, entry: Entry, record: Record | None, settings: Settings, *, reapply: bool) -> Decision:
+    """Decide wrap (``reapply=False``) or reapply for one registration (module docstring rules)."""
+    if entry.transport == "http":
+        return _skip("HTTP/SSE registration: nothing to wrap")
+    if entry.transport == "unknown":
+        return _skip("neither a command nor a url: not a server lazyd can run")
+    if entry.problem is not None or entry.state is None:
+        return _refuse(entry.problem or "cannot be edited")
+    state = entry.state
+    relay = shimargs.foreign_relay(state.command)
+    if relay is not None:
+        return _refuse(f"it already runs through {relay}; unwrap it with {relay} first")
+    known = {settings.shim} | ({record.shim} if record else set())
+    wrapped = shimargs.is_shim(state.command, known)
+    if record is None:
+        if wrapped:
+            return _skip("already runs through lazyd-shim, but lazyd has no record of wrapping it "
+                         "(unwrap --recover restores it)")  # fmt: skip
+        if reapply:
+            return _skip("not wrapped by lazyd; use wrap")
+    managed = {**(record.managed_env if record else {}), **settings.env}
+    try:
+        env, original = _managed_env(state.env, managed, record, settings.env)
+    except ValueError as exc:
+        return _refuse(str(exc))
+    if wrapped:
+        assert record is not None
+        command = settings.shim if settings.shim_explicit else state.command
+        args = state.args
+        args_present, env_present = record.args_present, record.env_present
+    else:
+        command = settings.shim if settings.shim_explicit or record is None else record.shim
+        args = shimargs.wrapped_args(state.command, state.args or ())
+        args_present = state.args is not None
+        env_present = state.env is not None and not _is_our_env_object(state.env, record)
+    new_state = RegState(command, args, env)
+    new_record = Record(key, command, args_present, env_present, managed, original)
+    if new_state == state and new_record == record:
+        return Decision("unchanged", "already wrapped")
+    if not wrapped:
+        action: Action = "wrapped" if record is None else "reapplied"
+        reason = "" if record is None else "the client had rewritten it; adopted its command and wrapped it again"
+    else:
+        action, reason = "updated", "managed settings updated"
+    return Decision(action, reason, None if new_state == state else new_state, new_record, new_record != record)
+
+
+def _managed_env(current: Mapping[str, object] | None, managed: Mapping[str, str], record: Record | None,
+                 explicit: Mapping[str, str]) -> tuple[dict[str, object] | None, dict[str, str | None]]:  # fmt: skip
+    """The env with managed settings applied, and each managed variable's pre-lazyd value."""
+    env = dict(current) if current is not None else {}
+    original: dict[str, str | None] = {}
+    for name, value in managed.items():
+        present = name in env
+        ours = record.managed_env.get(name) if record else None
+        if ours is not None and present and env[name] == ours:
+            # Our value is still there (perhaps kept by the client's setup): not the user's original.
+            assert record is not None
+            original[name] = record.original_env.get(name)
+            env[name] = value
+        elif ours is not None and present and name not in explicit:
+            assert record is not None
+            original[name] = record.original_env.get(name)  # the user changed our value: theirs wins
+        else:
+            if present and not isinstance(env[name], str):
+                raise ValueError(f"env.{name} is not a string")
+            previous = env.get(name) if present else None
+            original[name] = previous if isinstance(previous, str) else None
+            env[name] = value
+    if current is None and not env:
+        return None, original
+    return env, original
+
+
+def _is_our_env_object(env: Mapping[str, object], record: Record | None) -> bool:
+    # An env object that holds nothing but our settings at our values, where the record says
+    # lazyd created it, is still ours even though the client's setup rewrote the registration.
+    if record is None or record.env_present:
+        return False
+    return all(record.managed_env.get(name) == value for name, value in env.items())
+
+
+def plan_unwrap(key: RegKey, entry: Entry | None, record: Record | None, shim: str, *, recover: bool) -> Decision:
+    """Decide unwrap for one registration (``entry`` None: no longer in the file)."""
+    if entry is None:
+        if record is not None:
+            return Decision("forgotten", "no longer in the file; its record is removed", None, None, True)
+        return _refuse(f"no server named {key.server!r} in the file, and no record of one")
+    if entry.transport != "stdio":
+        if record is not None:
+            return Decision("forgotten", "no longer a stdio registration; its record is removed", None, None, True)
+        return _skip("HTTP/SSE registration: not wrapped" if entry.transport == "http" else "not a stdio registration")
+    if entry.problem is not None or entry.state is None:
+        return _refuse(entry.problem or "cannot be edited")
+    state = entry.state
+    known = {shim} | ({record.shim} if record else set())
+    wrapped = shimargs.is_shim(state.command, known)
+    if not wrapped and record is None:
+        return _skip("not wrapped")
+    command, args = state.command, state.args
+    if wrapped:
+        if record is None and not recover:
+            return _refuse("runs through lazyd-shim but lazyd has no record of wrapping it; "
+                           "unwrap --recover restores its command and args and leaves env as it is")  # fmt: skip
+        all_args = state.args or ()
+        try:
+            start = shimargs.command_index(all_args)
+        except ValueError as exc:
+            return _refuse(f"cannot find the server's command in its args: {exc}")
+        command, rest = all_args[start], all_args[start + 1 :]
+        if shimargs.is_shim(command, known):
+            return _refuse("its args run lazyd-shim again (nested wrappers); fix it by hand")
+        keep_args = record is None or record.args_present or bool(rest)
+        args = rest if keep_args else None
+    env = _restored_env(state.env, record)
+    new_state = RegState(command, args, env)
+    if record is None:
+        return Decision("recovered", "env left as it is: its original values are unknown", new_state)
+    changed = None if new_state == state else new_state
+    if not wrapped:
+        reason = "the client had already rewritten it; managed settings removed"
+        return Decision("unwrapped" if changed else "forgotten", reason, changed, None, True)
+    return Decision("unwrapped", "", changed, None, True)
+
+
+def _restored_env(current: Mapping[str, object] | None, record: Record | None) -> Mapping[str, object] | None:
+    if current is None or record is None:
+        return current
+    env = dict(current)
+    for name, value in record.managed_env.items():
+        if name in env and env[name] == value:
+            previous = record.original_env.get(name)
+            if previous is None:
+                del env[name]
+            else:
+                env[name] = previous
+    if not env and not record.env_present:
+        return None
+    return env
+
+
+@dataclass(frozen=True)
+class Status:
+    """One row of wrap-status. ``recoverable``: unwrap --recover could restore it without a record."""
+
+    server: str
+    project: str | None
+    transport: str
+    wrapped: bool
+    managed: bool
+    recoverable: bool
+    note: str
+
+    def to_json(self) -> dict[str, object]:
+        return {"server": self.server, "project": self.project, "transport": self.transport,
+                "wrapped": self.wrapped, "managed": self.managed, "recoverable": self.recoverable,
+                "note": self.note}  # fmt: skip
+
+
+def describe(entry: Entry | None, record: Record | None, shim: str, name: str, project: str | None) -> Status:
+    """The status row of one registration (``entry`` None: only a record remains)."""
+    if entry is None:
+        return Status(name, project, "missing", False, record is not None, False,
+                      "recorded as wrapped but no longer in the file (unwrap forgets it)")  # fmt: skip
+    managed = record is not None
+    if entry.transport != "stdio" or entry.state is None:
+        note = entry.problem or ("HTTP/SSE: nothing to wrap" if entry.transport == "http" else "not a stdio registration")
+        return Status(name, project, entry.transport, False, managed, False, note)
+    state = entry.state
+    known = {shim} | ({record.shim} if record else set())
+    wrapped = shimargs.is_shim(state.command, known)
+    recoverable = False
+    if wrapped:
+        try:
+            start = shimargs.command_index(state.args or ())
+            recoverable = not shimargs.is_shim((state.args or ())[start], known)
+        except ValueError:
+            recoverable = False
+    note = entry.problem or ""
+    if managed and not wrapped:
+        note = "the client rewrote it to run directly: reapply wraps it again"
+    elif wrapped and not managed:
+        note = "no record: unwrap --recover restores it" if recoverable else "no record, and its args name no command"
+    elif managed and wrapped:
+        assert record is not None
+        changed = sorted(k for k, v in record.managed_env.items() if (state.env or {}).get(k) != v)
+        if changed:
+            note = "managed settings changed by hand: " + ", ".join(changed)
+    elif shimargs.foreign_relay(state.command):
+        note = f"runs through {shimargs.foreign_relay(state.command)}"
+    return Status(name, project, "stdio", wrapped, managed, recoverable, note)

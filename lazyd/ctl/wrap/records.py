@@ -1,0 +1,170 @@
+"""Registration records: what lazyd must remember about a registration it wrapped.
+
+A record holds only what the config file itself cannot tell us later: whether the original had an
+``args`` member and an ``env`` object (so unwrap can remove what wrap created and nothing else),
+the shim settings we manage, and the value each managed variable had before we set it. The
+server's command and args are *not* stored: unwrap takes them from the wrapped args, so a user's
+later edit to them survives, and secrets in args stay out of one more file.
+
+Records live in ``<state dir>/registrations/<hash>.json``, mode 0600 in a 0700 directory, one per
+(client, file, server, project) key; the file name is a hash of the key and the record repeats the
+key, which is checked on load. A record that cannot be read is an error, never silently ignored:
+acting without it could strip a user's own settings.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from lazyd.ctl.wrap.errors import WrapError
+from lazyd.ctl.wrap.filesafe import write_private_file
+
+RECORD_VERSION = 1
+RECORDS_DIR_NAME = "registrations"
+_HASH_HEX_CHARS = 32
+# 128 bits of sha256: collision-free for any number of registrations one user will ever have.
+
+
+@dataclass(frozen=True)
+class RegKey:
+    """Which registration: a client's file (resolved path), a server name, and the project scope
+    (``projects.<path>`` in ~/.claude.json) or None for a file's top-level servers."""
+
+    client: str
+    file: str
+    server: str
+    project: str | None = None
+
+    def label(self) -> str:
+        return self.server if self.project is None else f"{self.server} (project {self.project})"
+
+
+@dataclass(frozen=True)
+class Record:
+    key: RegKey
+    shim: str
+    args_present: bool
+    env_present: bool
+    managed_env: Mapping[str, str] = field(default_factory=dict)
+    # Per managed variable, its value before lazyd set it; None means it was absent.
+    original_env: Mapping[str, str | None] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "version": RECORD_VERSION,
+            "client": self.key.client,
+            "file": self.key.file,
+            "server": self.key.server,
+            "project": self.key.project,
+            "shim": self.shim,
+            "args_present": self.args_present,
+            "env_present": self.env_present,
+            "managed_env": dict(self.managed_env),
+            "original_env": dict(self.original_env),
+        }
+
+
+def record_from_json(data: object, where: str) -> Record:
+    """Validate a decoded record; raise WrapError naming ``where`` if it is not one."""
+
+    def bad(problem: str) -> WrapError:
+        return WrapError(f"registration record {where} is unreadable ({problem}); move it away to continue")
+
+    if not isinstance(data, dict):
+        raise bad("not an object")
+    if data.get("version") != RECORD_VERSION:
+        raise bad(f"unknown version {data.get('version')!r}")
+    strings = ("client", "file", "server", "shim")
+    if not all(isinstance(data.get(name), str) for name in strings):
+        raise bad("client, file, server and shim must be strings")
+    project = data.get("project")
+    if project is not None and not isinstance(project, str):
+        raise bad("project must be a string or null")
+    if not (isinstance(data.get("args_present"), bool) and isinstance(data.get("env_present"), bool)):
+        raise bad("args_present and env_present must be booleans")
+    managed, original = data.get("managed_env"), data.get("original_env")
+    if not (isinstance(managed, dict) and all(isinstance(v, str) for v in managed.values())):
+        raise bad("managed_env must map names to strings")
+    if not (isinstance(original, dict) and all(v is None or isinstance(v, str) for v in original.values())):
+        raise bad("original_env must map names to strings or null")
+    key = RegKey(data["client"], data["file"], data["server"], project)
+    return Record(key, data["shim"], data["args_present"], data["env_present"], dict(managed), dict(original))
+
+
+class RecordStore:
+    """The records directory. Callers hold the wrap lock (see filesafe.WrapLock) around any change."""
+
+    def __init__(self, state_dir: Path) -> None:
+        self.directory = state_dir / RECORDS_DIR_NAME
+
+    def path_for(self, key: RegKey) -> Path:
+        material = json.dumps([key.client, key.file, key.server, key.project]).encode()
+        return self.directory / f"{hashlib.sha256(material).hexdigest()[:_HASH_HEX_CHARS]}.json"
+
+    def read_raw(self, key: RegKey) -> bytes | None:
+        """The record file's bytes (for rollback), or None when there is none."""
+        try:
+            return self.path_for(key).read_bytes()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise WrapError(f"cannot read registration record {self.path_for(key)}: {exc.strerror}") from None
+
+    def load(self, key: RegKey) -> Record | None:
+        raw = self.read_raw(key)
+        if raw is None:
+            return None
+        record = self._decode(raw, self.path_for(key))
+        if record.key != key:
+            raise WrapError(f"registration record {self.path_for(key)} belongs to another registration")
+        return record
+
+    def for_file(self, client: str, file: str) -> list[Record]:
+        """Every record of ``client``'s ``file`` (including servers no longer in the file)."""
+        try:
+            names = sorted(os.listdir(self.directory))
+        except FileNotFoundError:
+            return []
+        except OSError as exc:
+            raise WrapError(f"cannot list {self.directory}: {exc.strerror}") from None
+        found = []
+        for name in names:
+            if not name.endswith(".json"):
+                continue
+            path = self.directory / name
+            try:
+                raw = path.read_bytes()
+            except OSError:
+                continue  # removed by a concurrent unwrap of another file
+            record = self._decode(raw, path)
+            if record.key.client == client and record.key.file == file:
+                found.append(record)
+        return found
+
+    def save(self, record: Record) -> None:
+        data = json.dumps(record.to_json(), indent=2, sort_keys=True).encode() + b"\n"
+        self.write_raw(record.key, data)
+
+    def write_raw(self, key: RegKey, data: bytes | None) -> None:
+        """Replace the record file with ``data`` (None deletes it): used for saves and rollbacks."""
+        path = self.path_for(key)
+        try:
+            if data is None:
+                path.unlink(missing_ok=True)
+            else:
+                write_private_file(path, data)
+        except OSError as exc:
+            raise WrapError(f"cannot write registration record {path}: {exc.strerror}") from None
+
+    @staticmethod
+    def _decode(raw: bytes, path: Path) -> Record:
+        try:
+            data = json.loads(raw)
+        except ValueError:
+            raise WrapError(f"registration record {path} is not JSON; move it away to continue") from None
+        return record_from_json(data, str(path))

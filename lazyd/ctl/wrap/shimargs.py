@@ -1,0 +1,158 @@
+"""How a registration runs through ``lazyd-shim``: which executable, which arguments, which settings.
+
+Rules (each tested against the shim's own parser, which is imported rather than imitated so the two
+can never disagree):
+
+- The shim is found next to ``sys.executable`` first (the interpreter's own ``bin/``, where pip put
+  it), then on PATH. A path found next to the interpreter is preferred because PATH entries such as
+  pyenv's ``shims/`` are bash trampolines that add ~50 ms per start and depend on the client's PATH.
+- A wrapped registration's args are ``[COMMAND, ARGS...]``: no ``--``, because some clients check that
+  the first argument is an existing file, and the shim starts COMMAND at its first non-option
+  argument. Only a COMMAND that itself begins with ``-`` (the shim would read it as an option) gets
+  ``--`` in front.
+- A command is "a shim" when it is a known shim path (the one we would write, or one a record
+  remembers) or its basename starts with ``lazyd-shim``, ignoring case: a recognition convention that
+  keeps us from ever nesting one shim inside another.
+- ``--env`` settings are the shim's own ``LAZYD_*`` variables, validated by the shim's parser exactly
+  as the shim will validate them at every client start. ``LAZYD_SERVER`` is refused: it would make
+  the shim ignore the registration's command.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import shutil
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+
+from lazyd.ctl.wrap.errors import BadUsage, WrapError
+
+SHIM_NAME = "lazyd-shim"
+FOREIGN_RELAYS = ("mcp-lazy",)
+# Basename prefixes of other lazy relays: wrapping one of them would chain two relays.
+
+SETTINGS: tuple[str, ...] = (
+    "LAZYD_LINGER",
+    "LAZYD_IDLE_TIMEOUT",
+    "LAZYD_START_TIMEOUT",
+    "LAZYD_SHARE",
+    "LAZYD_WAKE_COMMAND",
+    "LAZYD_WAKE_INTERVAL",
+    "LAZYD_WAKE_TIMEOUT",
+    "LAZYD_SOCKET",
+    "LAZYD_NO_AUTOSTART",
+    "LAZYD_LOG_FILE",
+    "LAZYD_VERBOSE",
+)
+# The shim's environment settings (see `lazyd-shim --help`); a test checks each appears there.
+
+_REFUSED_SETTINGS = {
+    "LAZYD_SERVER": "LAZYD_SERVER would make the shim ignore the registration's command; "
+    "name servers in lazyd's config.toml instead",
+}
+
+
+def _shim_options() -> object:
+    # Imported lazily and dynamically: the shim is its own top-level package (lazyd_shim) that the
+    # type checker cannot see through the editable install, and only wrap needs it.
+    try:
+        return importlib.import_module("lazyd_shim.options")
+    except ImportError as exc:
+        raise WrapError(f"cannot load lazyd-shim's option parser ({exc}); reinstall lazyd") from None
+
+
+def _shim_parse(argv: Sequence[str], env: Mapping[str, str]) -> tuple[list[str], str | None, bool]:
+    """Run the shim's parser; return (command, server, asked for help/version) or raise ValueError."""
+    options = _shim_options()
+    usage_error: type[Exception] = getattr(options, "UsageError")
+    try:
+        opts = getattr(options, "parse")(list(argv), dict(env))
+    except usage_error as exc:
+        raise ValueError(str(exc)) from None
+    command = [str(word) for word in opts.command]
+    server = None if opts.server is None else str(opts.server)
+    return command, server, bool(opts.show_help or opts.show_version)
+
+
+def find_shim(environ: Mapping[str, str]) -> str:
+    """The absolute path of the installed ``lazyd-shim``; raise WrapError if there is none."""
+    beside = os.path.join(os.path.dirname(os.path.abspath(sys.executable)), SHIM_NAME)
+    if os.path.isfile(beside) and os.access(beside, os.X_OK):
+        return beside
+    found = shutil.which(SHIM_NAME, path=environ.get("PATH", os.defpath))
+    if found is None:
+        raise WrapError(f"cannot find {SHIM_NAME} next to {sys.executable} or on PATH; pass --shim PATH")
+    return os.path.abspath(found)
+
+
+def check_shim_path(path: str) -> str:
+    """Validate a ``--shim`` value: an absolute path to an executable file, or a bare command name
+    the client will look up on its own PATH. Raises BadUsage."""
+    if not path:
+        raise BadUsage("--shim: empty path")
+    if "/" not in path:
+        return path
+    if not os.path.isabs(path):
+        raise BadUsage(f"--shim {path}: use an absolute path (clients start servers from other directories)")
+    if not (os.path.isfile(path) and os.access(path, os.X_OK)):
+        raise BadUsage(f"--shim {path}: no executable file there")
+    return path
+
+
+def parse_env_pairs(pairs: Iterable[str]) -> dict[str, str]:
+    """Turn ``--env NAME=VALUE`` words into settings, validated as the shim will. Raises BadUsage.
+
+    Messages name the setting, never its value: values may be paths or commands users consider
+    private, and the shim's own messages quote them, so those are cut at the setting name.
+    """
+    settings: dict[str, str] = {}
+    for pair in pairs:
+        name, has_value, value = pair.partition("=")
+        if not has_value or not name:
+            raise BadUsage(f"--env {name or pair[:20]!r}: expected NAME=VALUE")
+        if name in _REFUSED_SETTINGS:
+            raise BadUsage(f"--env {name}: {_REFUSED_SETTINGS[name]}")
+        if name not in SETTINGS:
+            raise BadUsage(f"--env {name}: not a lazyd-shim setting (known: {', '.join(SETTINGS)})")
+        if not value:
+            raise BadUsage(f"--env {name}: empty value (the shim treats an empty variable as unset)")
+        try:
+            _shim_parse(["true"], {name: value})
+        except ValueError:
+            raise BadUsage(f"--env {name}: lazyd-shim would refuse this value (see lazyd-shim --help)") from None
+        settings[name] = value
+    return settings
+
+
+def is_shim(command: str, known: Iterable[str]) -> bool:
+    """Whether ``command`` runs lazyd-shim (see the module docstring for the convention)."""
+    if command in set(known):
+        return True
+    return os.path.basename(command).lower().startswith(SHIM_NAME)
+
+
+def foreign_relay(command: str) -> str | None:
+    """The name of another lazy relay that ``command`` runs, or None."""
+    base = os.path.basename(command).lower()
+    return next((name for name in FOREIGN_RELAYS if base.startswith(name)), None)
+
+
+def wrapped_args(command: str, args: Sequence[str]) -> tuple[str, ...]:
+    """The shim's args that run ``command args...`` (``--`` only when the command looks like an option)."""
+    prefix = ("--",) if command.startswith("-") else ()
+    return (*prefix, command, *args)
+
+
+def command_index(args: Sequence[str]) -> int:
+    """Where the server's command starts in a wrapped registration's args.
+
+    Everything before it is the shim's own options (or ``--``). Raises ValueError, with a message
+    fit for a user, if the shim would not run a command from these args.
+    """
+    command, server, meta = _shim_parse(args, {})
+    if meta:
+        raise ValueError("the shim's args ask for --help or --version, not a server")
+    if not command:
+        raise ValueError(f"the shim runs the named server {server!r}, not a command")
+    return len(args) - len(command)

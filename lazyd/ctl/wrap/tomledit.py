@@ -1,0 +1,190 @@
+"""Registrations in a TOML client config (Codex CLI's ``[mcp_servers.NAME]``), edited with tomlkit.
+
+tomlkit keeps comments, key order and unedited tables as written; this module adds what it lacks
+for our edits:
+
+- a registration must be a table (``[mcp_servers.x]`` or dotted keys); an inline-table registration,
+  or an inline ``mcp_servers = { ... }``, is refused: rewriting one line that holds a whole
+  registration could not keep its layout. An inline ``env = { ... }`` is fine and stays inline;
+- a string moved between ``command`` and ``args`` is moved as the parsed item, so a literal
+  ``'C:\\x'`` stays literal;
+- wrap inserts the command at the front of ``args`` (single-line arrays by text, so the separator
+  matches the array's own ``", "``; multi-line ones with tomlkit, which copies their indentation);
+  a new env is written as an inline table right in the registration;
+- tomlkit writes ``\\n`` for lines it adds; a file that used CRLF throughout gets CRLF back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import tomlkit
+import tomlkit.exceptions
+from tomlkit.items import Array, InlineTable, Item, String, Table
+
+from lazyd.ctl.wrap.errors import WrapError
+from lazyd.ctl.wrap.model import Entry, RegState, check_state_fields, transport_of
+
+_INLINE_REFUSAL = ("an inline-table registration cannot be edited safely; "
+                   "rewrite it as a [{container}.{name}] table")  # fmt: skip
+
+
+class TomlConfig:
+    """One TOML config file: parse once, apply edits to several registrations, render once."""
+
+    def __init__(self, data: bytes, *, container: str, where: str) -> None:
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise WrapError(f"{where} is not UTF-8 (byte {exc.start}); refusing to edit it") from None
+        try:
+            self.doc = tomlkit.parse(text)
+        except tomlkit.exceptions.TOMLKitError as exc:
+            raise WrapError(f"{where} is not valid TOML: {exc}") from None
+        self._crlf = "\r\n" in text and "\n" not in text.replace("\r\n", "")
+        self._container = container
+        self._where = where
+        self._entries = self._locate()
+
+    def entries(self) -> list[Entry]:
+        return list(self._entries)
+
+    def _servers(self) -> Mapping[str, object] | None:
+        servers = self.doc.get(self._container)
+        if servers is None:
+            return None
+        if not isinstance(servers, Mapping):
+            raise WrapError(f"{self._where}: {self._container} is not a table")
+        return servers
+
+    def _locate(self) -> list[Entry]:
+        servers = self._servers()
+        if servers is None:
+            return []
+        inline_container = isinstance(servers, InlineTable)
+        found = []
+        for name, item in servers.items():
+            if not isinstance(item, Mapping):
+                found.append(Entry(name, None, "unknown", None, "the registration is not a table"))
+                continue
+            members = _plain(item)
+            transport = transport_of(members)
+            cwd = members.get("cwd")
+            cwd = cwd if isinstance(cwd, str) else None
+            problem = None
+            if inline_container or isinstance(item, InlineTable):
+                problem = _INLINE_REFUSAL.format(container=self._container, name=name)
+            if transport != "stdio":
+                found.append(Entry(name, None, transport, None, problem, cwd))
+                continue
+            problem = problem or check_state_fields(members)
+            if problem is not None:
+                found.append(Entry(name, None, transport, None, problem, cwd))
+                continue
+            args = members.get("args")
+            env = members.get("env")
+            state = RegState(str(members["command"]), tuple(args) if isinstance(args, list) else None,
+                             dict(env) if isinstance(env, dict) else None)  # fmt: skip
+            found.append(Entry(name, None, transport, state, None, cwd))
+        return found
+
+    def apply(self, entry: Entry, new: RegState) -> list[str]:
+        """Edit ``entry``'s table into ``new``; return the changed field names."""
+        old = entry.state
+        assert old is not None, "only editable entries are applied"
+        servers = self._servers()
+        assert servers is not None
+        table = servers[entry.name]
+        assert isinstance(table, (Table, Mapping))
+        items = _items(table)
+        changed: list[str] = []
+        if new.command != old.command:
+            table["command"] = items.get(new.command, new.command)  # type: ignore[index]
+            changed.append("command")
+        if new.args != old.args:
+            changed.append("args")
+            if new.args is None:
+                del table["args"]  # type: ignore[attr-defined]
+            else:
+                old_array = table.get("args")
+                fresh = self._array(old_array if isinstance(old_array, Array) else None, old.args or (), new.args, items)
+                if fresh is not None:
+                    table["args"] = fresh  # type: ignore[index]
+        if new.env != old.env:
+            if new.env is None:
+                del table["env"]  # type: ignore[attr-defined]
+                changed.append("env")
+            elif old.env is None:
+                inline = tomlkit.inline_table()
+                inline.update(new.env)
+                table["env"] = inline  # type: ignore[index]
+                changed += ["env"] + [f"env.{k}" for k in new.env]
+            else:
+                env = table["env"]
+                for name in sorted(set(old.env) | set(new.env)):
+                    if name not in new.env:
+                        del env[name]
+                        changed.append(f"env.{name}")
+                    elif name not in old.env or old.env[name] != new.env[name]:
+                        env[name] = new.env[name]
+                        changed.append(f"env.{name}")
+        return changed
+
+    def _array(self, array: Array | None, old: Sequence[str], new: Sequence[str], items: dict[str, Item]) -> Array | None:
+        """The new args array, or None when ``array`` was edited in place."""
+        grow = len(new) - len(old)
+        if array is not None and grow > 0 and tuple(new[grow:]) == tuple(old):
+            prefix = [items.get(v) or tomlkit.string(v) for v in new[:grow]]
+            text = array.as_string()
+            if "\n" in text:
+                for position, item in enumerate(prefix):
+                    array.insert(position, item)
+                return None
+            open_at = len(text) - len(text[1:].lstrip(" \t"))
+            sep = "" if old and ", " not in text and "," in text else " "
+            words = [p.as_string() for p in prefix]
+            inner = ("," + sep).join(words) + ("," + sep if old else "")
+            return self._parsed_array(array, text[:open_at] + inner + text[open_at:])
+        if array is not None and grow < 0 and tuple(old[-grow:]) == tuple(new):
+            for _ in range(-grow):
+                del array[0]
+            return None
+        fresh = tomlkit.array()
+        fresh.extend(items.get(v) or tomlkit.string(v) for v in new)
+        if array is not None:
+            fresh.trivia.comment_ws, fresh.trivia.comment = array.trivia.comment_ws, array.trivia.comment
+        return fresh
+
+    @staticmethod
+    def _parsed_array(old: Array, text: str) -> Array:
+        parsed = tomlkit.parse("x = " + text)["x"]
+        assert isinstance(parsed, Array)
+        parsed.trivia.comment_ws, parsed.trivia.comment = old.trivia.comment_ws, old.trivia.comment
+        return parsed
+
+    def render(self) -> bytes:
+        text = self.doc.as_string()
+        if self._crlf:
+            text = text.replace("\r\n", "\n").replace("\n", "\r\n")
+        return text.encode("utf-8")
+
+
+def _plain(item: Mapping[str, object]) -> dict[str, object]:
+    unwrap = getattr(item, "unwrap", None)
+    value = unwrap() if callable(unwrap) else dict(item)
+    assert isinstance(value, dict)
+    return value
+
+
+def _items(table: Mapping[str, object]) -> dict[str, Item]:
+    """Parsed string items of command and args by value, to move them with their spelling."""
+    found: dict[str, Item] = {}
+    args = table.get("args")
+    if isinstance(args, Array):
+        for item in args:
+            if isinstance(item, String):
+                found.setdefault(str(item), item)
+    command = table.get("command")
+    if isinstance(command, String):
+        found.setdefault(str(command), command)
+    return found

@@ -1,0 +1,123 @@
+"""A wrapped registration works end to end: lazyctl edits a Claude-style config in place, and the
+official python SDK, started with exactly the command, args and env the entry now holds, reaches
+the fixture server through lazyd-shim and a real daemon. With --check, the first session is
+answered from the cache and starts nothing.
+
+Policy: no timing assertions; liveness and parentage are read from /proc.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import FIXTURE_SERVER, Daemon, UserEnv
+
+pytestmark = pytest.mark.e2e
+
+SECRET = "SECRET-e2e-token"
+REPO = Path(__file__).resolve().parent.parent.parent
+
+
+def _client_env(user: UserEnv) -> dict[str, str]:
+    """The environment the SDK gives a server it starts (its few inherited variables, then ours):
+    lazyctl runs in it too, as a user runs --check from the environment their client runs in."""
+    from mcp.client.stdio import get_default_environment
+
+    return get_default_environment() | user.env
+
+
+def _lazyctl(user: UserEnv, *words: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "lazyd.ctl.main", *words], env=_client_env(user), cwd=REPO,
+                          text=True, capture_output=True, timeout=120)  # fmt: skip
+
+
+def _claude_config(user: UserEnv) -> Path:
+    path = Path(user.env["HOME"]) / ".claude.json"
+    config = {
+        "numStartups": 9007199254740993,
+        "mcpServers": {
+            "fixture": {"type": "stdio", "command": sys.executable, "args": [str(FIXTURE_SERVER)],
+                        "env": {"FIXTURE_TOKEN": SECRET}},
+            "remote": {"type": "http", "url": "https://mcp.example.com/mcp"},
+        },
+    }  # fmt: skip
+    path.write_text(json.dumps(config, indent=2) + "\n")
+    return path
+
+
+def _texts(result: Any) -> list[str]:
+    return [c.text for c in result.content if getattr(c, "type", "") == "text"]
+
+
+def _parent(pid: int) -> int:
+    with open(f"/proc/{pid}/stat", "rb") as f:
+        return int(f.read().rsplit(b")", 1)[1].split()[1])
+
+
+async def _session_through(entry: dict[str, Any], user: UserEnv) -> tuple[list[str], list[str], int]:
+    """Tool names, echo output, and the server's pid, from an SDK session run as the client would."""
+    from mcp import ClientSession, StdioServerParameters
+    from mcp.client.stdio import stdio_client
+
+    params = StdioServerParameters(command=entry["command"], args=entry["args"], env={**user.env, **entry["env"]},
+                                   cwd=str(REPO))  # fmt: skip
+    with open(user.root / "shim.stderr", "a") as errlog:
+        async with stdio_client(params, errlog=errlog) as (read, write):
+            async with ClientSession(read, write) as session:
+                await session.initialize()
+                tools = sorted(t.name for t in (await session.list_tools()).tools)
+                echoed = _texts(await session.call_tool("echo", {"text": "through lazyd"}))
+                pid = int(_texts(await session.call_tool("pid", {}))[0])
+    return tools, echoed, pid
+
+
+async def test_the_sdk_reaches_the_server_through_the_command_a_wrapped_entry_holds(user_env: UserEnv,
+                                                                                    daemon: Daemon) -> None:  # fmt: skip
+    path = _claude_config(user_env)
+    done = _lazyctl(user_env, "wrap", "--client", "claude", "--all", "--env", "LAZYD_LINGER=30s")
+    assert done.returncode == 0, done.stderr
+    assert SECRET not in done.stdout + done.stderr
+    entry = json.loads(path.read_text())["mcpServers"]["fixture"]
+    assert os.path.basename(entry["command"]) == "lazyd-shim"
+    assert entry["args"] == [sys.executable, str(FIXTURE_SERVER)]
+    assert entry["env"] == {"FIXTURE_TOKEN": SECRET, "LAZYD_LINGER": "30s"}
+    tools, echoed, pid = await _session_through(entry, user_env)
+    assert "echo" in tools and echoed == ["through lazyd"]
+    # The server is the daemon's child, not the shim's: the session went through lazyd.
+    assert _parent(pid) == daemon.proc.pid
+    undone = _lazyctl(user_env, "unwrap", "--client", "claude", "--all")
+    assert undone.returncode == 0, undone.stderr
+    assert json.loads(path.read_text())["mcpServers"]["fixture"] == {
+        "type": "stdio", "command": sys.executable, "args": [str(FIXTURE_SERVER)], "env": {"FIXTURE_TOKEN": SECRET}}  # fmt: skip
+
+
+async def test_wrap_with_check_warms_the_cache_so_the_first_session_starts_nothing(user_env: UserEnv,
+                                                                                   daemon: Daemon) -> None:  # fmt: skip
+    path = _claude_config(user_env)
+    done = _lazyctl(user_env, "wrap", "--client", "claude", "--server", "fixture", "--check", "--json")
+    report = json.loads(done.stdout)
+    assert done.returncode == 0, (done.stdout, done.stderr)
+    (checked,) = report["checks"]
+    assert checked["ok"] and "tools" in checked["message"], checked
+    assert not user_env.server_pids(str(FIXTURE_SERVER))  # the check's own server was stopped
+    entry = json.loads(path.read_text())["mcpServers"]["fixture"]
+
+    from mcp import ClientSession, StdioServerParameters
+    from mcp.client.stdio import stdio_client
+
+    params = StdioServerParameters(command=entry["command"], args=entry["args"], env={**user_env.env, **entry["env"]},
+                                   cwd=str(REPO))  # fmt: skip
+    with open(user_env.root / "shim.stderr", "a") as errlog:
+        async with stdio_client(params, errlog=errlog) as (read, write):
+            async with ClientSession(read, write) as session:
+                await session.initialize()
+                tools = sorted(t.name for t in (await session.list_tools()).tools)
+                assert "echo" in tools
+                assert not user_env.server_pids(str(FIXTURE_SERVER))  # answered from the cache
