@@ -245,7 +245,7 @@ class RelayCore:
     def exited(self, description: str) -> list[Action]:
         """The process ended (crash, stop or start timeout): answer everything that waits on it."""
         out: list[Action] = [Note(f"server exited: {description}")]
-        message = f"lazyd: server {self.name} {description} before answering"
+        message = f"lazyd: server {self.name} stopped before answering: {description}"
         for up in self.routes.upstream.values():
             if up.cid is not None and up.client_id is not None and up.cid in self.clients:
                 out.append(ToClient(up.cid, rpc.error_line(up.client_id, rpc.SERVER_UNAVAILABLE, message), up.client_id))
