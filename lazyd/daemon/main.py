@@ -16,14 +16,17 @@ import os
 import signal
 import socket
 import sys
+from collections.abc import Awaitable, Callable
 from functools import partial
 from pathlib import Path
 
 import trio
 
 from lazyd.config import Config, ConfigError, load_config
+from lazyd.daemon import orphans
 from lazyd.daemon.connection import ConnectionHandler
-from lazyd.daemon.control import Control
+from lazyd.daemon.control import Control, status_summary
+from lazyd.daemon.notify import Notifier
 from lazyd.daemon.paths import Paths, resolve_paths
 from lazyd.daemon.registry import Registry
 from lazyd.daemon.runtime import (
@@ -104,25 +107,30 @@ def main(argv: list[str] | None = None) -> None:
     _setup_logging(paths, args.verbose)
     log.info("lazyd %d listening on %s%s", os.getpid(), paths.socket, " (socket activation)" if activated else "")
     try:
-        trio.run(partial(serve, sock, paths, config, activated is not None))
+        trio.run(partial(serve, sock, paths, config, config_path, activated is not None))
     finally:
         os.close(lock_fd)
     raise SystemExit(0)
 
 
-async def serve(sock: socket.socket, paths: Paths, config: Config, activated: bool) -> None:
+async def serve(sock: socket.socket, paths: Paths, config: Config, config_path: Path, activated: bool) -> None:
+    notifier = Notifier.from_environ()  # first: takes NOTIFY_SOCKET/WATCHDOG_* out of os.environ
     secret = load_or_create_secret(paths.state_dir)
+    await trio.to_thread.run_sync(orphans.sweep, paths.state_dir)
     store = SnapshotStore(paths.cache_dir)
     stop = trio.Event()
     bound_identity = None if activated else socket_identity(paths.socket)
     listener = trio.SocketListener(trio.socket.from_stdlib_socket(sock))
     async with trio.open_nursery() as nursery:
         registry = Registry(config, paths, secret, store, nursery, dict(os.environ))
-        handler = ConnectionHandler(registry, Control(registry, stop))
+        handler = ConnectionHandler(registry, Control(registry, stop, partial(reload_config, registry, config_path)))
         await registry.boot()
-        nursery.start_soon(partial(trio.serve_listeners, handler, [listener]))
-        nursery.start_soon(_signals, stop)
+        await nursery.start(partial(trio.serve_listeners, handler, [listener]))
+        notifier.ready(status_summary(registry))  # only now: the listener is accepting
+        nursery.start_soon(notifier.run, partial(status_summary, registry))
+        nursery.start_soon(_signals, stop, partial(_reload, registry, config_path))
         await stop.wait()
+        notifier.stopping()
         log.info("stopping: %d servers", len(registry.runtimes))
         with trio.move_on_after(SHUTDOWN_BOUND_S) as bound:
             async with trio.open_nursery() as stopper:
@@ -137,11 +145,26 @@ async def serve(sock: socket.socket, paths: Paths, config: Config, activated: bo
     log.info("stopped")
 
 
-async def _signals(stop: trio.Event) -> None:
+async def reload_config(registry: Registry, config_path: Path) -> dict[str, list[str]]:
+    """Re-read the config; on any error the old config stays in force (ConfigError propagates)."""
+    config = await trio.to_thread.run_sync(load_config, config_path, dict(os.environ))
+    report = await registry.reload(config)
+    log.info("config reloaded: %s", ", ".join(f"{k} {v}" for k, v in report.items() if v) or "no changes")
+    return report
+
+
+async def _reload(registry: Registry, config_path: Path) -> None:
+    try:
+        await reload_config(registry, config_path)
+    except ConfigError as exc:
+        log.error("reload refused, keeping the old config: %s", exc)
+
+
+async def _signals(stop: trio.Event, reload: Callable[[], Awaitable[None]]) -> None:
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
         async for signum in signals:
             if signum == signal.SIGHUP:
-                log.info("SIGHUP: reload is not implemented yet; ignoring")
+                await reload()
                 continue
             log.info("%s received", signal.Signals(signum).name)
             stop.set()

@@ -1,0 +1,115 @@
+"""lazyctl's control connection: a blocking socket, one `ctl` frame out, one `reply` back.
+
+This module owns talking to the daemon (docs/protocol.md: a `hello` with role "ctl", a
+`welcome`, then request/reply) and turning every way that can fail into a `CtlError` carrying
+the exit status lazyctl promises:
+
+    CtlError               exit 1: a failed operation (the daemon's one-line error, or a broken
+                           connection)
+      DaemonNotRunning     exit 3: nothing listens on the socket (like `systemctl status`)
+
+No trio here: lazyctl starts in tens of milliseconds because it imports only the standard
+library, msgpack and lazyd.wire.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from typing import Any
+
+from lazyd import wire
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_NOT_RUNNING = 3
+
+CONNECT_TIMEOUT_S = 5.0  # a live daemon accepts at once; a full backlog for this long is a hung one
+REPLY_TIMEOUT_S = 30.0  # quick ops (status, sleep, logs); wake and check pass None: the daemon bounds them
+
+
+class CtlError(Exception):
+    """An operation failed; `message` is one line, `data` what the daemon sent along (if any)."""
+
+    exit_code = EXIT_FAILED
+
+    def __init__(self, message: str, data: Any = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.data = data
+
+
+class DaemonNotRunning(CtlError):
+    exit_code = EXIT_NOT_RUNNING
+
+
+def socket_path(explicit: str | None) -> str:
+    """`--socket`, else what the shim would use (LAZYD_SOCKET, else the runtime dir's socket)."""
+    return explicit or wire.default_socket_path(os.environ)
+
+
+class Connection:
+    """One control connection; use as a context manager."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._sock.settimeout(CONNECT_TIMEOUT_S)
+        try:
+            self._sock.connect(path)
+        except (FileNotFoundError, ConnectionRefusedError, NotADirectoryError):
+            self._sock.close()
+            raise DaemonNotRunning(f"lazyd is not running (no daemon listens on {path})") from None
+        except OSError as exc:
+            self._sock.close()
+            raise CtlError(f"cannot connect to lazyd at {path}: {exc.strerror or exc}") from None
+        self._reader = wire.BlockingFrameReader(self._sock)
+        hello = {"t": "hello", "v": wire.WIRE_VERSION, "role": "ctl", "pid": os.getpid(), "argv": [],
+                 "cwd": os.getcwd(), "env": {}, "opts": {}, "server": None, "resume": []}
+        frame = self._exchange(hello, CONNECT_TIMEOUT_S)
+        if frame["t"] == "refused":
+            self.close()
+            raise CtlError(f"lazyd refused the connection: {frame['message']}")
+        if frame["t"] != "welcome":
+            self.close()
+            raise CtlError(f"lazyd answered the hello with a {frame['t']!r} frame")
+        self.daemon_pid: int = int(frame.get("daemon_pid", 0))
+
+    def __enter__(self) -> Connection:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._sock.close()
+
+    def call(self, op: str, args: dict[str, Any] | None = None,
+             timeout_s: float | None = REPLY_TIMEOUT_S) -> Any:
+        """Run one control op; return its data, or raise CtlError with the daemon's error."""
+        frame = self._exchange({"t": "ctl", "op": op, "args": args or {}}, timeout_s)
+        if frame["t"] != "reply":
+            raise CtlError(f"lazyd answered {op!r} with a {frame['t']!r} frame")
+        if not frame["ok"]:
+            raise CtlError(frame.get("error") or f"{op} failed", frame.get("data"))
+        return frame.get("data")
+
+    def _exchange(self, frame: dict[str, Any], timeout_s: float | None) -> dict[str, Any]:
+        self._sock.settimeout(timeout_s)
+        try:
+            wire.send_frame(self._sock, frame)
+            reply = self._reader.read()
+        except TimeoutError:
+            raise CtlError(f"lazyd did not answer within {timeout_s:g} s") from None
+        except wire.WireError as exc:
+            raise CtlError(f"lazyd sent a bad frame: {exc}") from None
+        except OSError as exc:
+            raise CtlError(f"lost the connection to lazyd: {exc.strerror or exc}") from None
+        if reply is None:
+            raise CtlError("lazyd closed the connection without answering")
+        return reply
+
+
+def connect(explicit_socket: str | None) -> Connection:
+    return Connection(socket_path(explicit_socket))

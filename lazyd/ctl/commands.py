@@ -1,0 +1,142 @@
+"""lazyctl's operator commands: status, wake, sleep, logs, stop, reload.
+
+Each command takes the parsed arguments and an `Output`, talks to the daemon through
+`lazyd.ctl.client`, and returns the exit status. Failures are raised as `CtlError` (exit 1) or
+`DaemonNotRunning` (exit 3) and reported once, by `lazyd.ctl.main`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import select
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+from lazyd.ctl import format as fmt
+from lazyd.ctl import logs
+from lazyd.ctl.client import EXIT_OK, CtlError, connect
+
+STOP_WAIT_S = 30.0  # the daemon bounds its own shutdown at 15 s; past twice that it is stuck
+SLEEP_REPLY_S = 30.0  # the daemon waits up to 10 s for the stop ladder before it answers
+
+
+class Output:
+    """Human text by default; with `--json`, exactly one JSON document on stdout."""
+
+    def __init__(self, json_mode: bool) -> None:
+        self.json = json_mode
+
+    def result(self, data: Any, human: Callable[[], str]) -> None:
+        if self.json:
+            print(json.dumps(data, indent=2, sort_keys=True))
+        else:
+            text = human()
+            if text:
+                print(text)
+
+    def failure(self, message: str, data: Any = None) -> None:
+        print(f"lazyctl: {message}", file=sys.stderr)
+        if self.json:
+            print(json.dumps({"error": message, "data": data}, indent=2, sort_keys=True))
+
+
+def cmd_status(args: argparse.Namespace, out: Output) -> int:
+    with connect(args.socket) as conn:
+        data = conn.call("status", {"names": list(args.names)})
+    rows = data["servers"]
+
+    def human() -> str:
+        head = f"lazyd running (pid {data['daemon_pid']})"
+        if not rows:
+            return f"{head}\nno servers registered yet\n{fmt.summary_line(rows)}"
+        return f"{head}\n{fmt.status_table(rows, time.time())}\n{fmt.summary_line(rows)}"
+
+    out.result(data, human)
+    return EXIT_OK
+
+
+def cmd_wake(args: argparse.Namespace, out: Output) -> int:
+    with connect(args.socket) as conn:
+        # No reply timeout: the daemon answers within the server's start_timeout.
+        row = conn.call("wake", {"name": args.name}, timeout_s=None)
+    out.result(row, lambda: f"{row['name']} running (pid {row['pid']})")
+    return EXIT_OK
+
+
+def cmd_sleep(args: argparse.Namespace, out: Output) -> int:
+    with connect(args.socket) as conn:
+        row = conn.call("sleep", {"name": args.name}, timeout_s=SLEEP_REPLY_S)
+    out.result(row, lambda: f"{row['name']} {row['state']}")
+    return EXIT_OK
+
+
+def cmd_logs(args: argparse.Namespace, out: Output) -> int:
+    if not 0 <= args.lines <= logs.MAX_TAIL_LINES:
+        raise UsageError(f"-n must be between 0 and {logs.MAX_TAIL_LINES}")
+    with connect(args.socket) as conn:
+        where = conn.call("logs", {"name": args.name})
+    path = str(where["path"])
+    lines = logs.tail_with_rotation(path, args.lines)
+    if not args.follow:
+        if not out.json and not lines and not os.path.exists(path):
+            print(f"lazyctl: {where['name']} has no log yet ({path})", file=sys.stderr)
+        out.result({"name": where["name"], "path": path, "lines": lines}, lambda: "\n".join(lines))
+        return EXIT_OK
+    emit: Callable[[str], None]
+    if out.json:
+        def emit(line: str) -> None:
+            print(json.dumps({"line": line}), flush=True)
+    else:
+        def emit(line: str) -> None:
+            print(line, flush=True)
+    for line in lines:
+        emit(line)
+    try:
+        logs.follow(path, emit)
+    except KeyboardInterrupt:
+        pass  # Ctrl-C is how a follow ends, as with tail -f
+    return EXIT_OK
+
+
+def cmd_stop(args: argparse.Namespace, out: Output) -> int:
+    with connect(args.socket) as conn:
+        pid = conn.daemon_pid
+        conn.call("stop")
+    if not wait_gone(pid, STOP_WAIT_S):
+        raise CtlError(f"lazyd (pid {pid}) is still running {STOP_WAIT_S:g} s after the stop request")
+    out.result({"pid": pid, "stopped": True}, lambda: f"lazyd (pid {pid}) stopped")
+    return EXIT_OK
+
+
+def cmd_reload(args: argparse.Namespace, out: Output) -> int:
+    with connect(args.socket) as conn:
+        report = conn.call("reload", timeout_s=None)
+
+    def human() -> str:
+        parts = [f"{kind} {', '.join(names)}" for kind, names in report.items() if names and kind != "unchanged"]
+        return "config reloaded: " + ("; ".join(parts) if parts else "no changes")
+
+    out.result(report, human)
+    return EXIT_OK
+
+
+class UsageError(Exception):
+    """Bad command-line usage that argparse cannot see (exit 2)."""
+
+
+def wait_gone(pid: int, timeout_s: float) -> bool:
+    """Wait until process `pid` has exited (a zombie counts as exited); False at the timeout."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return True
+    try:
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        return bool(poller.poll(timeout_s * 1000))
+    finally:
+        os.close(fd)

@@ -1,0 +1,85 @@
+"""How lazyctl shows things to people: tables, sizes, ages, and the status summary line.
+
+Pure functions from the daemon's status rows (see `lazyd.daemon.control`) to text. Machine
+output is the rows themselves as JSON; nothing here is used for `--json`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from lazyd.core.durations import format_duration
+
+# Columns of `lazyctl status`, in order: header and how to spell one row's value.
+STATUS_COLUMNS = ("NAME", "STATE", "PID", "UPTIME", "CLIENTS", "MEMORY", "RESTARTS", "CACHE", "TOOLS",
+                  "LAST ERROR")
+SUMMARY_STATES = ("running", "sleeping", "failed")
+MAX_ERROR_CHARS = 60  # the last error in the table; `--json` and `wake` show it whole
+NONE = "-"
+
+
+def human_bytes(count: int | None) -> str:
+    """1536 -> "1.5 KiB"; None -> "-"."""
+    if count is None:
+        return NONE
+    value = float(count)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} GiB"  # unreachable: the loop returns at GiB
+
+
+def age(seconds: float | None) -> str:
+    if seconds is None or not math.isfinite(seconds):
+        return NONE
+    return format_duration(max(seconds, 0.0))
+
+
+def shorten(text: str, limit: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """Left-aligned columns two spaces apart; the last column is not padded."""
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    lines = []
+    for row in [header, *rows]:
+        cells = [str(cell).ljust(widths[i]) if i < len(row) - 1 else str(cell) for i, cell in enumerate(row)]
+        lines.append("  ".join(cells).rstrip())
+    return "\n".join(lines)
+
+
+def status_row(row: Mapping[str, Any], now: float) -> list[str]:
+    listings = row.get("listings") or {}
+    updated = row.get("cache_updated_at")
+    error = row.get("last_error")
+    return [
+        str(row["name"]),
+        str(row["state"]),
+        str(row["pid"]) if row.get("pid") is not None else NONE,
+        age(row.get("uptime_s")),
+        str(row.get("clients", 0)),
+        human_bytes(row.get("memory_bytes")),
+        str(row.get("restarts", 0)),
+        age(now - updated) if isinstance(updated, (int, float)) else NONE,
+        str(listings["tools"]) if "tools" in listings else NONE,
+        shorten(str(error), MAX_ERROR_CHARS) if error else NONE,
+    ]
+
+
+def status_table(rows: Sequence[Mapping[str, Any]], now: float) -> str:
+    return table(STATUS_COLUMNS, [status_row(r, now) for r in rows])
+
+
+def summary_line(rows: Sequence[Mapping[str, Any]]) -> str:
+    """"3 servers: 1 running, 1 sleeping, 1 failed; memory 41.0 MiB" (other states when present)."""
+    states = [str(r["state"]) for r in rows]
+    parts = [f"{states.count(s)} {s}" for s in SUMMARY_STATES]
+    parts += [f"{states.count(s)} {s}" for s in sorted(set(states) - set(SUMMARY_STATES))]
+    memory = sum(int(r.get("memory_bytes") or 0) for r in rows)
+    noun = "server" if len(rows) == 1 else "servers"
+    return f"{len(rows)} {noun}: {', '.join(parts)}; memory {human_bytes(memory)}"

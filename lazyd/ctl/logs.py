@@ -1,0 +1,102 @@
+"""`lazyctl logs`: the last lines of a server's stderr log, and following it like `tail -f`.
+
+The daemon only says where the log is (op `logs`); lazyctl reads the file itself, as the same
+user. The daemon's LogRing rotates `<name>.log` to `<name>.log.1` at its size bound, so the tail
+may span both files and the follower must notice when the file it reads is replaced.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterator
+from typing import BinaryIO
+
+READ_BLOCK_BYTES = 64 * 1024  # the tail is read backwards in blocks of this size
+FOLLOW_POLL_S = 0.25  # tail -f's own default is 1 s; a quarter second feels live and costs nothing
+MAX_TAIL_LINES = 100_000  # -n beyond this is a mistake; two rotated files never hold more anyway
+
+
+def tail_lines(path: str, count: int) -> list[str]:
+    """The last `count` lines of `path` (without newlines); [] if it does not exist."""
+    if count <= 0:
+        return []
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return []
+    with os.fdopen(fd, "rb") as f:
+        end = f.seek(0, os.SEEK_END)
+        data = b""
+        position = end
+        while position > 0 and data.count(b"\n") <= count:
+            step = min(READ_BLOCK_BYTES, position)
+            position -= step
+            f.seek(position)
+            data = f.read(step) + data
+    lines = data.decode("utf-8", "replace").splitlines()
+    return lines[-count:]
+
+
+def tail_with_rotation(path: str, count: int) -> list[str]:
+    """Like `tail_lines`, topped up from `<path>.1` when the current file holds fewer lines."""
+    lines = tail_lines(path, count)
+    if len(lines) < count:
+        lines = tail_lines(path + ".1", count - len(lines)) + lines
+    return lines
+
+
+def follow(path: str, emit: Callable[[str], None], *, poll_s: float = FOLLOW_POLL_S,
+           keep_going: Callable[[], bool] = lambda: True) -> None:
+    """Emit every line appended to `path` from its current end on, until `keep_going()` is false
+    (lazyctl: until Ctrl-C). A rotated or truncated file is reopened from its start."""
+    for line in _follow_lines(path, poll_s, keep_going):
+        emit(line)
+
+
+def _follow_lines(path: str, poll_s: float, keep_going: Callable[[], bool]) -> Iterator[str]:
+    f = _open_at_end(path)
+    pending = b""
+    try:
+        while keep_going():
+            chunk = f.read(READ_BLOCK_BYTES) if f is not None else b""
+            if chunk:
+                pending += chunk
+                *complete, pending = pending.split(b"\n")
+                for raw in complete:
+                    yield raw.decode("utf-8", "replace")
+                continue
+            if f is None or _replaced(f, path):
+                # Everything the old file held was read above; the new one is read from its start.
+                if f is not None:
+                    f.close()
+                f = _open_at_start(path)
+                if f is not None:
+                    continue
+            time.sleep(poll_s)
+    finally:
+        if f is not None:
+            f.close()
+
+
+def _open_at_end(path: str) -> BinaryIO | None:
+    f = _open_at_start(path)
+    if f is not None:
+        f.seek(0, os.SEEK_END)
+    return f
+
+
+def _open_at_start(path: str) -> BinaryIO | None:
+    try:
+        return open(path, "rb")
+    except FileNotFoundError:
+        return None
+
+
+def _replaced(f: BinaryIO, path: str) -> bool:
+    try:
+        current = os.stat(path)
+    except FileNotFoundError:
+        return False  # between rotation's rename and the new file: keep reading the old one
+    mine = os.fstat(f.fileno())
+    return (current.st_dev, current.st_ino) != (mine.st_dev, mine.st_ino) or current.st_size < f.tell()

@@ -1,0 +1,155 @@
+"""`lazyctl`: the operator's command line for lazyd (docs/lazyctl.md).
+
+This module owns the command line: subcommands and options, the `--` that introduces a server
+command, and the exit statuses every subcommand shares:
+
+    0  success
+    1  the operation failed (one line on stderr saying why)
+    2  bad usage (one line on stderr)
+    3  the daemon is not running (like `systemctl status`)
+
+With `--json`, stdout carries exactly one JSON document: the result, or `{"error", "data"}`.
+Imports stay light (no trio): lazyctl is run from scripts and shell prompts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from typing import NoReturn
+
+from lazyd.ctl import commands, registration, systemd
+from lazyd.ctl.client import EXIT_USAGE, CtlError
+from lazyd.ctl.commands import Output, UsageError
+from lazyd.ctl.wrap import cli as wrap_cli
+
+EXIT_INTERRUPTED = 130  # the shell's convention for a command ended by Ctrl-C
+
+Command = Callable[[argparse.Namespace, Output], int]
+# Subcommands that take a server command after `--`.
+TAKES_COMMAND = frozenset({"check", "explain"})
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with a one-line usage error and exit status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        print(f"{self.prog}: {message} (see {self.prog} --help)", file=sys.stderr)
+        raise SystemExit(EXIT_USAGE)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="lazyctl",
+        description="Inspect and steer lazyd, the per-user daemon that runs MCP servers lazily. "
+        "Exit status: 0 ok, 1 failed, 2 bad usage, 3 lazyd not running.",
+    )
+    parser.add_argument("--socket", default=None, help="the daemon's socket (default: LAZYD_SOCKET, "
+                        "else $XDG_RUNTIME_DIR/lazyd/lazyd.sock)")
+    common = _Parser(add_help=False)
+    common.add_argument("--json", action="store_true", help="print one JSON document instead of text")
+    common.add_argument("--socket", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    sub = parser.add_subparsers(dest="subcommand", metavar="COMMAND")
+
+    def add(name: str, run: Command, help_text: str, description: str | None = None) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, parents=[common], help=help_text, description=description or help_text)
+        p.set_defaults(run=run)
+        return p
+
+    p = add("status", commands.cmd_status, "show every server (or the named ones) and a summary",
+            "Show name, state, pid, uptime, attached clients, resident memory of the process tree, "
+            "restarts, cache age, tool count and last error of each server, then a summary line. "
+            "Exits 3 when lazyd is not running.")
+    p.add_argument("names", nargs="*", metavar="NAME", help="only these servers")
+
+    p = add("wake", commands.cmd_wake, "start a server now and wait until it runs or fails",
+            "Start NAME (resetting its failure count) and wait until it is running, or failed "
+            "within its start_timeout; a failure prints why and exits 1.")
+    p.add_argument("name", metavar="NAME")
+
+    p = add("sleep", commands.cmd_sleep, "stop a server now; the next request wakes it")
+    p.add_argument("name", metavar="NAME")
+
+    p = add("logs", commands.cmd_logs, "show a server's stderr log",
+            "Print the last lines of NAME's stderr log (kept by the daemon, rotated at 1 MiB); "
+            "with -f keep printing new lines until Ctrl-C.")
+    p.add_argument("name", metavar="NAME")
+    p.add_argument("-f", "--follow", action="store_true", help="keep printing lines as they are written")
+    p.add_argument("-n", "--lines", type=int, default=50, metavar="N", help="how many lines (default 50)")
+
+    p = add("check", registration.cmd_check, "start a server in isolation and warm its cache",
+            "Start the server in its own temporary process (never the shared one), perform the "
+            "handshake, probe server/discover, fetch every listing page, stop it and write the "
+            "cache, so the first session starts nothing. Never calls a tool. A failed check "
+            "leaves the previous cache untouched. Name the server by NAME, --server NAME, or a "
+            "command after `--` registered as `lazyd-shim -- COMMAND` here would be.")
+    p.add_argument("name", nargs="?", metavar="NAME", help="a server name shown by `lazyctl status`")
+    p.add_argument("--server", metavar="NAME", help="a named server from config.toml")
+    p.add_argument("--cwd", metavar="DIR", help="working directory of a `--` command (default: here)")
+    p.add_argument("--initialize-json", metavar="JSON|@FILE",
+                   help="client initialize params, inline or from a file (params, an initialize "
+                   "request, or a captured session of JSON lines); default: protocol 2025-11-25, "
+                   "no capabilities")
+
+    p = add("explain", registration.cmd_explain, "show a registration's identity and why two share or not",
+            "Show the identity of a registration (resolved command, cwd, environment variable "
+            "names; values are never shown) and the per-session variables left out of it. With "
+            "two registrations, say whether they share one server process and if not, why. "
+            "Registrations: NAME (see `lazyctl status`) or `-- COMMAND ARGS...` as run here.")
+    p.add_argument("names", nargs="*", metavar="NAME")
+    p.add_argument("--cwd", metavar="DIR", help="working directory of a `--` command (default: here)")
+
+    add("reload", commands.cmd_reload, "re-read the config file and report what changed")
+    add("stop", commands.cmd_stop, "stop the daemon cleanly and wait until it has exited")
+
+    p = add("systemd", systemd.cmd_systemd, "install or remove lazyd's systemd user units",
+            "Write lazyd.socket and lazyd.service (ExecStart pointing at this installation) to "
+            "~/.config/systemd/user, or remove them, and print the systemctl --user commands to run.")
+    p.add_argument("action", choices=("install", "uninstall"))
+    p.add_argument("--unit-dir", metavar="DIR", help="where to write (default: $XDG_CONFIG_HOME/systemd/user)")
+    p.add_argument("--force", action="store_true", help="replace or remove unit files lazyctl did not write")
+    # wrap, unwrap, reapply, wrap-status: client config editing (lazyd/ctl/wrap/cli.py).
+    wrap_cli.add_subcommands(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    words = sys.argv[1:] if argv is None else list(argv)
+    command: list[str] | None = None
+    if "--" in words:
+        split = words.index("--")
+        words, command = words[:split], words[split + 1:]
+    parser = build_parser()
+    args = parser.parse_args(words)
+    if args.subcommand is None:
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
+    prog = f"lazyctl {args.subcommand}"
+    if command is not None and args.subcommand not in TAKES_COMMAND:
+        return _usage(prog, "takes no command after `--`")
+    if command is not None and not command:
+        return _usage(prog, "no command after `--`")
+    args.command = command
+    out = Output(args.json)
+    run: Command = args.run
+    try:
+        return run(args, out)
+    except UsageError as exc:
+        return _usage(prog, str(exc))
+    except CtlError as exc:
+        out.failure(exc.message, exc.data)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        return 0  # `lazyctl logs x | head`: the reader has what it wanted
+
+
+def _usage(prog: str, message: str) -> int:
+    print(f"{prog}: {message} (see {prog} --help)", file=sys.stderr)
+    return EXIT_USAGE
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,170 @@
+"""lazyctl's commands about registrations: `check` (warm the cache) and `explain` (identity).
+
+A registration is named on the command line either by a server name (a named server's name, or
+the readable name `lazyctl status` shows for an unnamed one) or by a command after `--`, which is
+registered exactly as `lazyd-shim -- COMMAND` run here would be: this working directory (or
+`--cwd`) and this environment. The daemon does the work (ops `check` and `identity`), because it
+holds the per-user secret, the config's per-session variables and the caches.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from typing import Any
+
+from lazyd.ctl.client import EXIT_OK, connect
+from lazyd.ctl.commands import Output, UsageError
+
+MAX_INITIALIZE_FILE_BYTES = 1024 * 1024  # a captured initialize is a few KiB; a session log may be more
+
+
+def command_registration(argv: list[str], cwd: str | None) -> dict[str, Any]:
+    directory = os.path.abspath(cwd) if cwd else os.getcwd()
+    return {"argv": argv, "cwd": directory, "env": dict(os.environ)}
+
+
+# ---- check -------------------------------------------------------------------------------------
+
+
+def cmd_check(args: argparse.Namespace, out: Output) -> int:
+    names = [n for n in (args.server, args.name) if n]
+    if len(names) + (args.command is not None) != 1:
+        raise UsageError("check needs exactly one of NAME, --server NAME or -- COMMAND ARGS...")
+    request: dict[str, Any] = {"name": names[0]} if names else command_registration(args.command, args.cwd)
+    if args.initialize_json is not None:
+        request["initialize"] = initialize_params(args.initialize_json)
+    with connect(args.socket) as conn:
+        # No reply timeout: the daemon bounds a check by the server's start_timeout.
+        report = conn.call("check", request, timeout_s=None)
+    out.result(report, lambda: check_text(report))
+    return EXIT_OK
+
+
+def initialize_params(value: str) -> dict[str, Any]:
+    """`--initialize-json`: inline JSON, or `@file` holding the params, an initialize request, or
+    a captured session (JSON lines) whose first initialize request is used."""
+    if value.startswith("@"):
+        path = value[1:]
+        try:
+            with open(path, "rb") as f:
+                raw = f.read(MAX_INITIALIZE_FILE_BYTES + 1)
+        except OSError as exc:
+            raise UsageError(f"--initialize-json: cannot read {path}: {exc.strerror}") from None
+        if len(raw) > MAX_INITIALIZE_FILE_BYTES:
+            raise UsageError(f"--initialize-json: {path} is larger than {MAX_INITIALIZE_FILE_BYTES} bytes")
+        text, source = raw.decode("utf-8", "replace"), path
+    else:
+        text, source = value, "the argument"
+    candidates: list[Any] = []
+    try:
+        candidates.append(json.loads(text))
+    except ValueError:
+        for line in text.splitlines():
+            try:
+                candidates.append(json.loads(line))
+            except ValueError:
+                continue
+    for obj in candidates:
+        if isinstance(obj, dict) and obj.get("method") == "initialize":
+            obj = obj.get("params")
+        elif isinstance(obj, dict) and "method" in obj:
+            continue  # another message of a captured session
+        if isinstance(obj, dict):
+            if not isinstance(obj.get("protocolVersion"), str):
+                raise UsageError(f"--initialize-json: the params in {source} lack a string protocolVersion")
+            return obj
+    raise UsageError(f"--initialize-json: {source} holds no JSON object of initialize params")
+
+
+def check_text(report: dict[str, Any]) -> str:
+    info = report.get("server_info") or {}
+    server = f"{info.get('name', '?')} {info.get('version', '')}".strip() if isinstance(info, dict) else "?"
+    discover = report.get("discover", {})
+    kinds = {"result": "answered (the server supports discovery)",
+             "method-not-found": "method not found (a handshake-era server)",
+             "no-answer": "no answer",
+             "error": f"error {discover.get('code')}: {discover.get('message')}"}
+    lines = [
+        f"checked {report['name']} in {report.get('duration_s', 0):.1f} s (pid {report.get('pid')}, stopped)",
+        f"  protocol           {report.get('protocol_version')} (asked {report.get('requested_version')}), server {server}",
+        f"  discover           {kinds.get(str(discover.get('kind')), str(discover.get('kind')))}",
+    ]
+    for key, listing in sorted(report.get("listings", {}).items()):
+        if "error" in listing:
+            lines.append(f"  {key:<18} error: {listing['error']}")
+        else:
+            pages = listing["pages"]
+            lines.append(f"  {key:<18} {listing['count']} in {pages} page{'s' if pages != 1 else ''}")
+    lines.append(f"  cache              {report.get('cache_path')}")
+    return "\n".join(lines)
+
+
+# ---- explain -----------------------------------------------------------------------------------
+
+
+def cmd_explain(args: argparse.Namespace, out: Output) -> int:
+    regs: list[dict[str, Any]] = [{"name": n} for n in args.names]
+    if args.command is not None:
+        regs.append(command_registration(args.command, args.cwd))
+    if not 1 <= len(regs) <= 2:
+        raise UsageError("explain takes one or two registrations: NAME [NAME] or [NAME] -- COMMAND ARGS...")
+    with connect(args.socket) as conn:
+        data = conn.call("identity", {"registrations": regs})
+    out.result(data, lambda: explain_text(data))
+    return EXIT_OK
+
+
+def explain_text(data: dict[str, Any]) -> str:
+    regs = data["registrations"]
+    lines: list[str] = []
+    for reg in regs:
+        lines.extend(_registration_lines(reg))
+    if len(regs) == 2:
+        reasons = [_reason(r, regs) for r in data["differences"]]
+        if not reasons:
+            lines.append("same identity: they share one server process")
+        else:
+            lines.append("different identities, so they do not share a process:")
+            lines.extend(f"  - {r}" for r in reasons)
+        return "\n".join(lines)
+    reg = regs[0]
+    if reg["ignored_env_names"] is None:
+        return "\n".join(lines)  # a registered server by name: its identity is all there is
+    if reg["registered_as"]:
+        lines.append(f"a session started with this command here shares the process of {reg['registered_as']}")
+    else:
+        candidates = data.get("candidates") or []
+        if not candidates:
+            lines.append("no registered server runs this command yet: the first session registers it")
+        for candidate in candidates:
+            lines.append(f"does not share with {candidate['name']}:")
+            lines.extend(f"  - {_reason(r, regs)}" for r in candidate["differences"])
+    return "\n".join(lines)
+
+
+def _registration_lines(reg: dict[str, Any]) -> list[str]:
+    status = f"registered as {reg['registered_as']}" if reg["registered_as"] else "not registered"
+    args = reg["args"]
+    env = reg["env_names"]
+    lines = [
+        f"{reg['name']} ({status})",
+        f"  command  {reg['command']} (+{args} argument{'s' if args != 1 else ''}, values hidden)",
+        f"  cwd      {reg['cwd']}",
+        f"  env      {len(env)} variable{'s' if len(env) != 1 else ''} (values hidden): {', '.join(env) or '-'}",
+    ]
+    if reg["ignored_env_names"] is not None:
+        ignored = reg["ignored_env_names"]
+        lines.append(f"  ignored  {', '.join(ignored) or '-'} (per-session variables, not part of the identity)")
+    if reg["instance"]:
+        lines.append(f"  instance {reg['instance']}")
+    return lines
+
+
+def _reason(reason: str, regs: list[dict[str, Any]]) -> str:
+    # The identity module says "share = false" for any instance difference; two named servers
+    # are separate registrations by definition, which deserves its own words.
+    if reason == "share = false" and all(str(r.get("instance") or "").startswith("named:") for r in regs):
+        return "they are different named servers"
+    return reason

@@ -1,0 +1,233 @@
+"""`lazyctl systemd install|uninstall`: lazyd's systemd user units, written for this installation.
+
+This module owns the text of `lazyd.socket` and `lazyd.service` (contrib/systemd/ holds the same
+text with a conventional ExecStart; a test keeps them identical) and the rules for installing them:
+
+- ExecStart runs *this* installation's daemon: the `lazyd` script next to the running Python if
+  there is one, else `<python> -m lazyd.daemon`. Never a PATH lookup: the user manager's PATH is
+  not the shell's, and a version-manager shim (pyenv, asdf) would pick a version by cwd.
+- Files we wrote carry a marker line; a unit file without it is the user's and is neither
+  overwritten nor removed without `--force` (customisations belong in drop-ins:
+  `systemctl --user edit lazyd.service`).
+- We never run systemctl: we print the commands, so nothing changes behind the user's back.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+from pathlib import Path
+
+from lazyd.ctl.client import EXIT_OK, CtlError
+from lazyd.ctl.commands import Output
+from lazyd.daemon.paths import resolve_paths
+from lazyd.daemon.runtime import SetupError
+
+MARKER = "# Written by `lazyctl systemd install`; change it with `systemctl --user edit`, not here."
+CONTRIB_EXEC_START = "%h/.local/bin/lazyd"  # where `pip install --user` and pipx put the script
+UNIT_FILE_MODE = 0o644  # systemd reads user units as the user; 0644 is what systemctl edit writes
+
+SOCKET_UNIT = """\
+# lazyd.socket: the socket clients connect to; systemd starts lazyd.service on the first
+# connection and holds connections made while it starts (docs/systemd.md).
+[Unit]
+Description=lazyd socket: lazy, shared MCP servers for AI clients
+
+[Socket]
+# The path lazyd-shim and lazyctl use by default: $XDG_RUNTIME_DIR/lazyd/lazyd.sock.
+ListenStream=%t/lazyd/lazyd.sock
+# Only this user may connect, and the directory is private too: lazyd refuses anything wider.
+SocketMode=0600
+DirectoryMode=0700
+RemoveOnStop=yes
+
+[Install]
+WantedBy=sockets.target
+"""
+
+SERVICE_UNIT = """\
+# lazyd.service: the daemon, started by lazyd.socket (docs/systemd.md).
+[Unit]
+Description=lazyd: lazy, shared MCP servers for AI clients
+Requires=lazyd.socket
+After=lazyd.socket
+# No start-rate limit: after a burst of crashes systemd would otherwise refuse to start lazyd
+# until the user intervenes, and every client would fall back to running its servers directly.
+# RestartSec alone paces restarts.
+StartLimitIntervalSec=0
+
+[Service]
+# READY=1 comes only once lazyd accepts connections; STATUS= shows the server counts.
+Type=notify
+NotifyAccess=main
+ExecStart={exec_start}
+ExecReload=/bin/kill -HUP $MAINPID
+# lazyd stops its servers itself (stdin EOF, SIGTERM, SIGKILL per process group) on SIGTERM;
+# mixed sends SIGTERM to lazyd alone and SIGKILL to whatever is left after TimeoutStopSec.
+KillMode=mixed
+# lazyd bounds its own shutdown at 15 s; this is the backstop.
+TimeoutStopSec=20s
+Restart=on-failure
+RestartSec=2s
+# Exit status 2 is a bad config file: restarting cannot fix it, the user must.
+RestartPreventExitStatus=2
+# lazyd pings every WatchdogSec/2 from its event loop; a loop stuck this long is restarted.
+WatchdogSec=60s
+
+[Install]
+Also=lazyd.socket
+"""
+
+UNIT_NAMES = ("lazyd.socket", "lazyd.service")
+WANTS_LINKS = ("sockets.target.wants/lazyd.socket", "default.target.wants/lazyd.service")
+_PLAIN_ARG = re.compile(r"[A-Za-z0-9_./:=+,@-]+")
+_REFUSED_IN_EXECUTABLE = "\"'\\"  # "Executable name contains special characters" (systemd 252)
+
+
+def exec_start_argv() -> list[str]:
+    """The command that runs this installation's daemon."""
+    script = Path(sys.executable).parent / "lazyd"
+    if script.is_file() and os.access(script, os.X_OK):
+        return [str(script)]
+    return [sys.executable, "-m", "lazyd.daemon"]
+
+
+def quote_exec_arg(arg: str, *, executable: bool = False) -> str:
+    """One ExecStart word (systemd.service(5) "Command lines"): `%` is doubled (a specifier
+    otherwise), and so is `$` except in the executable, which systemd takes literally; anything
+    not plain is double-quoted with C escapes."""
+    if _PLAIN_ARG.fullmatch(arg):
+        return arg
+    arg = arg.replace("%", "%%")
+    if not executable:
+        arg = arg.replace("$", "$$")
+    return '"' + arg.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def exec_start_line(argv: list[str]) -> str:
+    """The ExecStart= value for `argv`; ValueError if systemd cannot run that executable path."""
+    if any(c in argv[0] for c in _REFUSED_IN_EXECUTABLE) or not argv[0].isprintable():
+        raise ValueError(f"systemd refuses an executable path with quotes or backslashes: {argv[0]!r}")
+    return " ".join([quote_exec_arg(argv[0], executable=True), *(quote_exec_arg(a) for a in argv[1:])])
+
+
+def render_units(exec_start: str, *, marker: bool) -> dict[str, str]:
+    """Unit name -> text; `exec_start` is an already quoted command line."""
+    head = MARKER + "\n" if marker else ""
+    return {"lazyd.socket": head + SOCKET_UNIT,
+            "lazyd.service": head + SERVICE_UNIT.replace("{exec_start}", exec_start)}
+
+
+def default_unit_dir() -> Path:
+    """Where systemd looks for the user's own units: $XDG_CONFIG_HOME/systemd/user."""
+    config = os.environ.get("XDG_CONFIG_HOME", "")
+    base = Path(config) if config.startswith("/") else Path.home() / ".config"
+    return base / "systemd" / "user"
+
+
+def cmd_systemd(args: argparse.Namespace, out: Output) -> int:
+    unit_dir = Path(args.unit_dir) if args.unit_dir else default_unit_dir()
+    if args.action == "install":
+        return _install(unit_dir, args.force, out)
+    return _uninstall(unit_dir, args.force, out)
+
+
+def _install(unit_dir: Path, force: bool, out: Output) -> int:
+    argv = exec_start_argv()
+    try:
+        units = render_units(exec_start_line(argv), marker=True)
+    except ValueError as exc:
+        raise CtlError(f"{exc}; install lazyd under another path") from None
+    for name in UNIT_NAMES:
+        _refuse_foreign(unit_dir / name, force)
+    try:
+        unit_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise CtlError(f"cannot create {unit_dir}: {exc.strerror}") from None
+    files = {name: _write(unit_dir / name, text) for name, text in units.items()}
+    commands = ["systemctl --user daemon-reload", "systemctl --user enable --now lazyd.socket"]
+    if _unmanaged_daemon():
+        # A daemon started by a shim holds the socket path the socket unit is about to bind.
+        commands.insert(0, "lazyctl stop")
+    data = {"unit_dir": str(unit_dir), "files": files, "exec_start": argv, "commands": commands}
+    out.result(data, lambda: "\n".join(
+        [*(f"{state} {unit_dir / name}" for name, state in files.items()),
+         f"ExecStart={units['lazyd.service'].split('ExecStart=')[1].splitlines()[0]}",
+         "now run:", *(f"  {c}" for c in commands)]))
+    return EXIT_OK
+
+
+def _uninstall(unit_dir: Path, force: bool, out: Output) -> int:
+    enabled = [link for link in WANTS_LINKS if os.path.lexists(unit_dir / link)]
+    if enabled:
+        raise CtlError("lazyd is still enabled: run `systemctl --user disable --now lazyd.socket "
+                       "lazyd.service` first, then uninstall again")
+    files: dict[str, str] = {}
+    for name in UNIT_NAMES:
+        path = unit_dir / name
+        if not path.exists():
+            continue
+        _refuse_foreign(path, force)
+        try:
+            path.unlink()
+        except OSError as exc:
+            raise CtlError(f"cannot remove {path}: {exc.strerror}") from None
+        files[name] = "removed"
+    commands = ["systemctl --user daemon-reload"] if files else []
+    data = {"unit_dir": str(unit_dir), "files": files, "commands": commands}
+    out.result(data, lambda: "\n".join(
+        [*(f"removed {unit_dir / n}" for n in files), "now run:", *(f"  {c}" for c in commands)]
+        if files else [f"no lazyd units installed in {unit_dir}"]))
+    return EXIT_OK
+
+
+def _refuse_foreign(path: Path, force: bool) -> None:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            first = f.readline().rstrip("\n")
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise CtlError(f"cannot read {path}: {exc.strerror}") from None
+    if first != MARKER and not force:
+        raise CtlError(f"{path} was not written by lazyctl; keep it, or pass --force to replace it")
+
+
+def _write(path: Path, text: str) -> str:
+    try:
+        if path.read_text(encoding="utf-8") == text:
+            return "unchanged"
+        state = "updated"
+    except FileNotFoundError:
+        state = "created"
+    except (OSError, UnicodeError):
+        state = "updated"
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, UNIT_FILE_MODE)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.chmod(tmp, UNIT_FILE_MODE)  # the umask may have taken bits away
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise CtlError(f"cannot write {path}: {exc.strerror}") from None
+    return state
+
+
+def _unmanaged_daemon() -> bool:
+    """True if a lazyd that systemd did not start holds the instance lock (read, never taken).
+
+    Not a connect probe: connecting to an installed socket unit would start the service."""
+    try:
+        lock = resolve_paths(os.environ).lock
+        pid = int(lock.read_text(encoding="ascii").strip() or 0)
+        with open(f"/proc/{pid}/cgroup", encoding="utf-8", errors="replace") as f:
+            cgroup = f.read()
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            cmdline = f.read()
+    except (OSError, ValueError, SetupError):
+        return False
+    # The lock file keeps the last holder's pid after it exits: make sure the pid is still lazyd.
+    return pid > 0 and b"lazyd" in cmdline and "lazyd.service" not in cgroup

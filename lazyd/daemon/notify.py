@@ -1,0 +1,169 @@
+"""sd_notify for the daemon: READY, STATUS, STOPPING and the watchdog, when systemd asks for them.
+
+This module owns the daemon's side of systemd's notification protocol (sd_notify(3)) and the rule
+that the variables describing it never leak to anything we start:
+
+- `Notifier.from_environ()` reads `NOTIFY_SOCKET`, `WATCHDOG_USEC` and `WATCHDOG_PID` once and
+  removes them from `os.environ` right away, so no child (server, wake predicate) can notify or
+  feed the watchdog on our behalf. Without `NOTIFY_SOCKET` every method is a no-op.
+- It wraps `sdnotify` 0.3.2, which swallows every error unless `debug=True` and never unsets the
+  variable: we construct it with `debug=True`, make its socket non-blocking (a notification must
+  never stall the event loop; systemd reads its socket promptly, so a full queue means it is
+  gone or wedged) and turn every failure into a log line: the first one as a warning, later ones
+  at debug level, because a watchdog ping fails every few seconds once the socket is gone.
+- The watchdog is honoured only when `WATCHDOG_PID` is unset or ours (systemd sets it for the
+  main process; an inherited one is someone else's), and pinged every `WATCHDOG_USEC / 2`, as
+  sd_watchdog_enabled(3) recommends.
+
+Nothing here knows about servers: the caller passes a function that spells the current STATUS.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+
+import sdnotify
+import trio
+
+log = logging.getLogger("lazyd.notify")
+
+NOTIFY_ENV_KEYS = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID")
+# The systemd variables this module consumes; LISTEN_* belong to socket adoption (runtime.py).
+
+WATCHDOG_FRACTION = 0.5
+# sd_watchdog_enabled(3): ping at half the timeout, so one late ping never trips it.
+
+STATUS_POLL_S = 2.0
+# How often STATUS= is recomputed; it is sent only when the text changed, so this is cheap.
+
+MAX_STATUS_CHARS = 200
+# `systemctl status` shows one line; a longer STATUS= is cut rather than wrapped.
+
+
+class Notifier:
+    """The daemon's notification channel to systemd; every method is a no-op when disabled."""
+
+    def __init__(self, notifier: sdnotify.SystemdNotifier | None, address: str | None,
+                 watchdog_interval_s: float | None) -> None:
+        self._notifier = notifier
+        self.address = address
+        self.watchdog_interval_s = watchdog_interval_s
+        self._failed_once = False
+        self._last_status: str | None = None
+
+    @classmethod
+    def disabled(cls) -> Notifier:
+        return cls(None, None, None)
+
+    @classmethod
+    def from_environ(cls) -> Notifier:
+        """Read and remove the notify and watchdog variables of `os.environ`.
+
+        Never raises: a socket that cannot be reached disables notifications with a warning
+        (systemd will then time the start out, which is the honest outcome).
+        """
+        address = os.environ.get("NOTIFY_SOCKET") or None
+        usec = os.environ.get("WATCHDOG_USEC")
+        watchdog_pid = os.environ.get("WATCHDOG_PID")
+        notifier: sdnotify.SystemdNotifier | None = None
+        if address is not None:
+            try:
+                # sdnotify reads NOTIFY_SOCKET itself, so it is built before the variable goes.
+                notifier = sdnotify.SystemdNotifier(debug=True)
+                notifier.socket.setblocking(False)
+            except (OSError, TypeError, IndexError) as exc:
+                log.warning("cannot reach the notify socket %s: %s; systemd will not hear from us",
+                            address, exc)
+                notifier = None
+        for key in NOTIFY_ENV_KEYS:
+            os.environ.pop(key, None)
+        interval = _watchdog_interval_s(usec, watchdog_pid, os.getpid()) if notifier else None
+        return cls(notifier, address, interval)
+
+    @property
+    def enabled(self) -> bool:
+        return self._notifier is not None
+
+    def notify(self, *assignments: str) -> bool:
+        """Send `KEY=value` assignments in one datagram; True if it was sent."""
+        if self._notifier is None:
+            return False
+        try:
+            self._notifier.notify("\n".join(assignments))
+        except (OSError, UnicodeError) as exc:
+            level = logging.DEBUG if self._failed_once else logging.WARNING
+            self._failed_once = True
+            log.log(level, "sd_notify %s to %s failed: %s", assignments[0].split("=")[0],
+                    self.address, exc)
+            return False
+        return True
+
+    def ready(self, status: str | None = None) -> bool:
+        """READY=1 (call only once the listener accepts connections), with a first STATUS=."""
+        if status is None:
+            return self.notify("READY=1")
+        self._last_status = clean_status(status)
+        return self.notify("READY=1", f"STATUS={self._last_status}")
+
+    def status(self, text: str) -> bool:
+        """STATUS=text, sent only when it differs from the last one sent."""
+        text = clean_status(text)
+        if text == self._last_status:
+            return False
+        self._last_status = text
+        return self.notify(f"STATUS={text}")
+
+    def stopping(self) -> bool:
+        return self.notify("STOPPING=1", "STATUS=stopping")
+
+    def watchdog(self) -> bool:
+        return self.notify("WATCHDOG=1")
+
+    async def watchdog_loop(self) -> None:
+        """Ping the watchdog every `watchdog_interval_s` from now on; returns at once if unset.
+
+        A ping comes from the event loop itself, so a loop blocked for longer than the
+        timeout is exactly what makes systemd restart us.
+        """
+        if self._notifier is None or self.watchdog_interval_s is None:
+            return
+        while True:
+            self.watchdog()
+            await trio.sleep(self.watchdog_interval_s)
+
+    async def status_loop(self, summary: Callable[[], str], interval_s: float = STATUS_POLL_S) -> None:
+        """Send `summary()` as STATUS= whenever it changed, checked every `interval_s`."""
+        if self._notifier is None:
+            return
+        while True:
+            self.status(summary())
+            await trio.sleep(interval_s)
+
+    async def run(self, summary: Callable[[], str]) -> None:
+        """The watchdog and status loops together, until cancelled."""
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self.watchdog_loop)
+            nursery.start_soon(self.status_loop, summary)
+
+
+def clean_status(text: str) -> str:
+    """One line of at most MAX_STATUS_CHARS: a newline would start another assignment."""
+    return " ".join(text.split())[:MAX_STATUS_CHARS]
+
+
+def _watchdog_interval_s(usec: str | None, watchdog_pid: str | None, pid: int) -> float | None:
+    if not usec:
+        return None
+    if watchdog_pid and watchdog_pid != str(pid):
+        log.info("WATCHDOG_PID=%s is not our pid %d; not pinging the watchdog", watchdog_pid, pid)
+        return None
+    try:
+        value = int(usec)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        log.warning("ignoring WATCHDOG_USEC=%r: not a positive number of microseconds", usec)
+        return None
+    return value / 1_000_000 * WATCHDOG_FRACTION

@@ -1,0 +1,332 @@
+"""systemd integration: the units, socket activation and sd_notify (issue 5, RELIABILITY 23-25).
+
+Testing policy: no user manager is needed. The units are checked by `systemd-analyze --user
+verify` with this installation's ExecStart; socket activation is performed by the real
+`systemd-socket-activate`, which binds the socket, waits for the first connection and execs
+the daemon in place with LISTEN_FDS/LISTEN_PID; the notify socket is a datagram socket the test
+binds, exactly what systemd gives a Type=notify service. A tool that is missing skips its test
+with the reason printed. Every wait polls a real socket or /proc with a bounded deadline.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+from mcp.types import TextContent
+
+from lazyd import wire
+from lazyd.ctl.systemd import CONTRIB_EXEC_START, MARKER, exec_start_argv, exec_start_line, render_units
+from tests.conftest import FIXTURE_SERVER, UserEnv, shim_session, wait_until
+
+pytestmark = pytest.mark.e2e
+
+REPO = Path(__file__).resolve().parents[2]
+CONTRIB = REPO / "contrib" / "systemd"
+STEP_TIMEOUT_S = 20.0  # bound on any one step; reached only when something is broken
+WATCHDOG_USEC = 200_000  # pings every 0.1 s: several arrive within any step of this test
+
+
+def lazyctl(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "lazyd.ctl.main", *args], env=env, capture_output=True,
+                          text=True, timeout=STEP_TIMEOUT_S)
+
+
+def require_tool(name: str) -> str:
+    path = shutil.which(name)
+    if path is None:
+        print(f"skipping: {name} is not installed")
+        pytest.skip(f"{name} is not installed")
+    return path
+
+
+@pytest.fixture
+def notify_socket(user_env: UserEnv) -> Iterator[tuple[socket.socket, str]]:
+    path = str(user_env.root / "notify.sock")
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(path)
+    sock.settimeout(STEP_TIMEOUT_S)
+    yield sock, path
+    sock.close()
+
+
+def datagrams_until(sock: socket.socket, wanted: str) -> list[str]:
+    """Every assignment received up to and including the first datagram containing `wanted`."""
+    seen: list[str] = []
+    deadline = time.monotonic() + STEP_TIMEOUT_S
+    while time.monotonic() < deadline:
+        datagram = sock.recv(4096).decode()
+        seen.append(datagram)
+        if wanted in datagram:
+            return seen
+    raise AssertionError(f"no {wanted!r} among {seen}")
+
+
+async def tool_text(session: Any, name: str, arguments: dict[str, Any]) -> str:
+    """The text of a tool result's first content block (the fixture's tools all answer text)."""
+    result = await session.call_tool(name, arguments)
+    block = result.content[0]
+    assert isinstance(block, TextContent)
+    return block.text
+
+
+class RawClient:
+    """A blocking wire client: a control connection or a shim-role session, frame by frame."""
+
+    def __init__(self, path: str) -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(STEP_TIMEOUT_S)
+        self.sock.connect(path)
+        self.reader = wire.BlockingFrameReader(self.sock)
+
+    def hello(self, role: str, env: dict[str, str], argv: list[str] | None = None) -> dict[str, Any]:
+        wire.send_frame(self.sock, {"t": "hello", "v": wire.WIRE_VERSION, "role": role, "pid": os.getpid(),
+                                    "argv": argv or [], "cwd": str(REPO), "env": env, "opts": {},
+                                    "server": None, "resume": []})
+        return self.read()
+
+    def read(self) -> dict[str, Any]:
+        frame = self.reader.read()
+        assert frame is not None, "the daemon closed the connection"
+        return frame
+
+    def request(self, msg_id: int, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        line = json.dumps({"jsonrpc": "2.0", "id": msg_id, "method": method, "params": params}).encode()
+        self.sock.sendall(wire.encode_line(line))
+        while True:
+            frame = self.read()
+            if frame.get("done") == msg_id:
+                answer: dict[str, Any] = json.loads(frame["d"])
+                return answer
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+# ---- the units ---------------------------------------------------------------------------------
+
+
+def test_the_contrib_units_are_the_ones_lazyctl_installs_with_the_conventional_exec_start() -> None:
+    units = render_units(CONTRIB_EXEC_START, marker=False)
+    for name, text in units.items():
+        assert (CONTRIB / name).read_text() == text, f"contrib/systemd/{name} is out of date"
+    service = units["lazyd.service"]
+    for setting in ("Type=notify", "NotifyAccess=main", "KillMode=mixed", "Restart=on-failure",
+                    "StartLimitIntervalSec=0", "TimeoutStopSec=20s", "RestartPreventExitStatus=2"):
+        assert f"\n{setting}\n" in service
+    for setting in ("ListenStream=%t/lazyd/lazyd.sock", "SocketMode=0600", "DirectoryMode=0700"):
+        assert f"\n{setting}\n" in units["lazyd.socket"]
+
+
+def test_systemd_analyze_verify_accepts_the_units_lazyctl_installs(user_env: UserEnv, tmp_path: Path) -> None:
+    analyze = require_tool("systemd-analyze")
+    unit_dir = tmp_path / "units"
+    done = lazyctl(user_env.env, "systemd", "install", "--unit-dir", str(unit_dir))
+    assert done.returncode == 0, done.stderr
+    verify = subprocess.run([analyze, "--user", "verify", str(unit_dir / "lazyd.socket"), str(unit_dir / "lazyd.service")],
+                            env={**os.environ, "XDG_RUNTIME_DIR": user_env.env["XDG_RUNTIME_DIR"]},
+                            capture_output=True, text=True, timeout=STEP_TIMEOUT_S)
+    assert (verify.returncode, verify.stdout + verify.stderr) == (0, "")
+    # The check is real: a unit systemd cannot use fails it.
+    broken = unit_dir / "lazyd.service"
+    broken.write_text(broken.read_text().replace("KillMode=mixed", "KillMode=gently"))
+    verify = subprocess.run([analyze, "--user", "verify", str(broken)],
+                            env={**os.environ, "XDG_RUNTIME_DIR": user_env.env["XDG_RUNTIME_DIR"]},
+                            capture_output=True, text=True, timeout=STEP_TIMEOUT_S)
+    assert "kill mode" in verify.stderr
+
+
+def test_install_writes_both_units_for_this_installation_and_prints_the_systemctl_commands(user_env: UserEnv) -> None:
+    done = lazyctl(user_env.env, "systemd", "install", "--json")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    unit_dir = Path(user_env.env["XDG_CONFIG_HOME"]) / "systemd" / "user"
+    assert report["unit_dir"] == str(unit_dir)
+    assert report["files"] == {"lazyd.socket": "created", "lazyd.service": "created"}
+    assert report["exec_start"] == exec_start_argv()
+    assert report["commands"] == ["systemctl --user daemon-reload", "systemctl --user enable --now lazyd.socket"]
+    service = (unit_dir / "lazyd.service").read_text()
+    assert service.startswith(MARKER + "\n")
+    assert "\nExecStart=" + exec_start_line(exec_start_argv()) + "\n" in service
+    assert os.stat(unit_dir / "lazyd.service").st_mode & 0o777 == 0o644
+    again = lazyctl(user_env.env, "systemd", "install")
+    assert again.returncode == 0
+    assert f"unchanged {unit_dir / 'lazyd.socket'}" in again.stdout
+    assert "systemctl --user enable --now lazyd.socket" in again.stdout
+
+
+def test_install_refuses_to_replace_a_unit_lazyctl_did_not_write_unless_forced(user_env: UserEnv, tmp_path: Path) -> None:
+    (tmp_path / "lazyd.service").write_text("[Service]\nExecStart=/bin/true\n")
+    refused = lazyctl(user_env.env, "systemd", "install", "--unit-dir", str(tmp_path))
+    assert refused.returncode == 1
+    assert refused.stderr.count("\n") == 1 and "was not written by lazyctl" in refused.stderr
+    assert (tmp_path / "lazyd.service").read_text() == "[Service]\nExecStart=/bin/true\n"
+    assert not (tmp_path / "lazyd.socket").exists()
+    forced = lazyctl(user_env.env, "systemd", "install", "--unit-dir", str(tmp_path), "--force")
+    assert forced.returncode == 0
+    assert (tmp_path / "lazyd.service").read_text().startswith(MARKER)
+
+
+def test_uninstall_refuses_while_enabled_then_removes_only_its_own_units(user_env: UserEnv, tmp_path: Path) -> None:
+    assert lazyctl(user_env.env, "systemd", "install", "--unit-dir", str(tmp_path)).returncode == 0
+    wants = tmp_path / "sockets.target.wants"
+    wants.mkdir()
+    (wants / "lazyd.socket").symlink_to(tmp_path / "lazyd.socket")
+    refused = lazyctl(user_env.env, "systemd", "uninstall", "--unit-dir", str(tmp_path))
+    assert refused.returncode == 1 and "systemctl --user disable --now lazyd.socket" in refused.stderr
+    assert (tmp_path / "lazyd.socket").exists()
+    (wants / "lazyd.socket").unlink()
+    done = lazyctl(user_env.env, "systemd", "uninstall", "--unit-dir", str(tmp_path), "--json")
+    assert done.returncode == 0
+    assert json.loads(done.stdout)["files"] == {"lazyd.socket": "removed", "lazyd.service": "removed"}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["sockets.target.wants"]
+    nothing = lazyctl(user_env.env, "systemd", "uninstall", "--unit-dir", str(tmp_path))
+    assert nothing.returncode == 0 and "no lazyd units installed" in nothing.stdout
+
+
+@pytest.mark.parametrize(
+    ("argv", "line"),
+    [(["/usr/bin/lazyd"], "/usr/bin/lazyd"),
+     (["/opt/my tools/python", "-m", "lazyd.daemon"], '"/opt/my tools/python" -m lazyd.daemon'),
+     (["/home/u/100%/py", "100%"], '"/home/u/100%%/py" "100%%"'),
+     (["/srv/$HOME/py", "$HOME", 'a"b\\c'], '"/srv/$HOME/py" "$$HOME" "a\\"b\\\\c"')],
+)
+def test_exec_start_words_are_quoted_for_systemd(argv: list[str], line: str) -> None:
+    assert exec_start_line(argv) == line
+
+
+@pytest.mark.parametrize("bad", ['/opt/"q"/lazyd', "/opt/back\\slash/lazyd", "/opt/it's/lazyd", "/opt/new\nline/lazyd"])
+def test_an_executable_path_systemd_would_refuse_is_an_error_not_a_broken_unit(bad: str) -> None:
+    with pytest.raises(ValueError, match="systemd refuses"):
+        exec_start_line([bad])
+
+
+def test_systemd_reads_a_quoted_exec_start_back_as_the_same_awkward_path(user_env: UserEnv, tmp_path: Path) -> None:
+    analyze = require_tool("systemd-analyze")
+    # verify fails unless the ExecStart it parsed names an executable file, so this is a round trip.
+    awkward = tmp_path / "my tools 100% $HOME"
+    awkward.mkdir()
+    program = awkward / "lazyd"
+    program.write_text("#!/bin/sh\n")
+    program.chmod(0o755)
+    for name, text in render_units(exec_start_line([str(program), "--config", "/c/100% $x"]), marker=True).items():
+        (tmp_path / name).write_text(text)
+    env = {**os.environ, "XDG_RUNTIME_DIR": user_env.env["XDG_RUNTIME_DIR"]}
+    verify = subprocess.run([analyze, "--user", "verify", str(tmp_path / "lazyd.socket"), str(tmp_path / "lazyd.service")],
+                            env=env, capture_output=True, text=True, timeout=STEP_TIMEOUT_S)
+    assert (verify.returncode, verify.stdout + verify.stderr) == (0, "")
+    program.unlink()
+    verify = subprocess.run([analyze, "--user", "verify", str(tmp_path / "lazyd.service")],
+                            env=env, capture_output=True, text=True, timeout=STEP_TIMEOUT_S)
+    assert f"Command {program} is not executable" in verify.stderr
+
+
+# ---- socket activation -------------------------------------------------------------------------
+
+
+async def test_socket_activation_serves_sessions_including_one_made_while_the_daemon_starts(
+    user_env: UserEnv, notify_socket: tuple[socket.socket, str]
+) -> None:
+    activate = require_tool("systemd-socket-activate")
+    notify, notify_path = notify_socket
+    notify.setblocking(False)
+    sock_dir = Path(user_env.env["XDG_RUNTIME_DIR"]) / "act"
+    sock_dir.mkdir(mode=0o700)
+    sock_path = str(sock_dir / "lazyd.sock")
+    env = {**user_env.env, "LAZYD_SOCKET": sock_path, "NOTIFY_SOCKET": notify_path}
+    # systemd-socket-activate passes on only the variables named with --setenv.
+    command = [activate, "--listen", sock_path, *(f"--setenv={k}" for k in env), sys.executable, "-m", "lazyd.daemon"]
+    log = open(user_env.root / "activate.log", "wb")
+    proc = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
+    try:
+        wait_until(lambda: os.path.exists(sock_path) or proc.poll() is not None, STEP_TIMEOUT_S, "the activation socket")
+        assert proc.poll() is None, (user_env.root / "activate.log").read_text()
+        # The first connection makes systemd-socket-activate exec the daemon; the second is made
+        # while the daemon is still starting: it has not said READY=1 yet.
+        first = RawClient(sock_path)
+        second = RawClient(sock_path)
+        with pytest.raises(BlockingIOError):
+            notify.recv(4096)
+        welcome = second.hello("ctl", {})
+        assert welcome["t"] == "welcome" and welcome["daemon_pid"] == proc.pid  # exec'd in place
+        session = first.hello("shim", user_env.env, [sys.executable, str(FIXTURE_SERVER)])
+        assert session["t"] == "welcome"
+        init = first.request(1, "initialize", {"protocolVersion": "2025-11-25", "capabilities": {},
+                                               "clientInfo": {"name": "raw", "version": "1"}})
+        assert init["result"]["serverInfo"]["name"] == "fixture"
+        echo = first.request(2, "tools/call", {"name": "echo", "arguments": {"text": "activated"}})
+        assert echo["result"]["content"][0]["text"] == "activated"
+        first.close()
+        second.close()
+        notify.setblocking(True)
+        notify.settimeout(STEP_TIMEOUT_S)
+        assert any(d.startswith("READY=1") for d in datagrams_until(notify, "READY=1"))
+        # A real SDK session through the shim, on the activated socket.
+        with trio.fail_after(STEP_TIMEOUT_S):
+            async with shim_session(user_env, [sys.executable, str(FIXTURE_SERVER)],
+                                    env={"LAZYD_SOCKET": sock_path}) as sdk:
+                assert await tool_text(sdk, "echo", {"text": "sdk"}) == "sdk"
+        stopped = lazyctl(env, "stop")
+        assert stopped.returncode == 0, stopped.stderr
+        assert proc.wait(timeout=STEP_TIMEOUT_S) == 0
+        # The activated socket belongs to the socket unit: lazyd never unlinks it.
+        assert os.path.exists(sock_path)
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=STEP_TIMEOUT_S)
+        log.close()
+
+
+# ---- sd_notify -----------------------------------------------------------------------------------
+
+
+def test_the_notify_socket_hears_ready_once_lazyd_accepts_then_status_watchdog_and_stopping(
+    user_env: UserEnv, notify_socket: tuple[socket.socket, str]
+) -> None:
+    notify, notify_path = notify_socket
+    config = user_env.config_file
+    config.parent.mkdir(parents=True)
+    config.write_text(f'[servers.fixture]\ncommand = "{sys.executable}"\nargs = ["{FIXTURE_SERVER}"]\n')
+    os.chmod(config, 0o600)
+    env = {**user_env.env, "NOTIFY_SOCKET": notify_path, "WATCHDOG_USEC": str(WATCHDOG_USEC)}
+    log = open(user_env.root / "daemon.stderr", "ab")
+    proc = subprocess.Popen([sys.executable, "-m", "lazyd.daemon"], env=env, stdin=subprocess.DEVNULL,
+                            stdout=log, stderr=log, start_new_session=True)
+    try:
+        ready = datagrams_until(notify, "READY=1")
+        assert ready[-1] == "READY=1\nSTATUS=1 servers: 0 running, 1 sleeping, 0 failed; 0 clients"
+        # READY=1 means accepting: a control request right now is answered.
+        ctl = RawClient(str(user_env.socket))
+        assert ctl.hello("ctl", {})["t"] == "welcome"
+        ctl.close()
+        woken = lazyctl(user_env.env, "wake", "fixture", "--json")
+        assert woken.returncode == 0, woken.stderr
+        server_pid = json.loads(woken.stdout)["pid"]
+        datagrams_until(notify, "STATUS=1 servers: 1 running, 0 sleeping, 0 failed; 0 clients")
+        for _ in range(2):  # the pings keep coming, alone in their datagrams
+            assert datagrams_until(notify, "WATCHDOG=1")[-1] == "WATCHDOG=1"
+        # Neither the daemon's notify socket nor its watchdog reaches a server it starts.
+        with open(f"/proc/{server_pid}/environ", "rb") as f:
+            names = {item.split(b"=", 1)[0] for item in f.read().split(b"\0") if item}
+        assert b"PATH" in names  # the environment was read
+        assert not names & {b"NOTIFY_SOCKET", b"WATCHDOG_USEC", b"WATCHDOG_PID", b"LISTEN_FDS", b"LISTEN_PID"}
+        proc.send_signal(signal.SIGTERM)
+        assert "STOPPING=1\nSTATUS=stopping" in datagrams_until(notify, "STOPPING=1")
+        assert proc.wait(timeout=STEP_TIMEOUT_S) == 0
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=STEP_TIMEOUT_S)
+        log.close()
