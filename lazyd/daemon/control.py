@@ -44,6 +44,7 @@ Reload = Callable[[], Awaitable[Mapping[str, list[str]]]]
 
 WAKE_MARGIN_S = 5.0  # beyond start_timeout: the lifecycle's own timeout must answer first
 SLEEP_WAIT_S = 10.0  # the stop ladder is 2 s + 2 s plus a 1 s stderr drain; this bounds the rest
+TRANSITION_POLL_S = 0.01  # the runtime records an exit or a spawn within a turn or two of the loop
 DISCOVER_PROBE_VERSION = "2026-07-28"  # the first protocol version with server/discover
 CHECK_PROTOCOL_VERSION = "2025-11-25"  # the newest handshake-era version every SDK speaks
 # Lines queued for a check's server: 4 listings x MAX_LISTING_PAGES requests plus the handshake.
@@ -130,7 +131,14 @@ class Control:
             runtime.core.snapshot.last_params = default_initialize_params()
         runtime.wake()
         with trio.move_on_after(runtime.config.policy.start_timeout_s + WAKE_MARGIN_S):
-            await runtime.ready_event.wait()
+            # ready_event is replaced at each spawn: a wake during a stop starts only after it,
+            # so the event of the previous start (already set) does not answer this wake.
+            while str(runtime.life.snapshot()["state"]) in ("starting", "stopping"):
+                event = runtime.ready_event
+                if event.is_set():
+                    await trio.sleep(TRANSITION_POLL_S)
+                else:
+                    await event.wait()
         status = self._status(runtime)
         if status["state"] == "running":
             return True, status, None
@@ -148,7 +156,7 @@ class Control:
                 await proc.wait_exit()
                 # The runtime's reader records the exit on its next turn; give it that turn.
                 while runtime.proc is proc:
-                    await trio.sleep(0)
+                    await trio.sleep(TRANSITION_POLL_S)
         return True, self._status(runtime), None
 
     async def op_logs(self, args: dict[str, Any]) -> Result:
