@@ -1,0 +1,545 @@
+"""The lazyd wire protocol: frames between the shim, lazyctl and the daemon (docs/protocol.md).
+
+This module owns the byte format and nothing else: encoding frames, decoding them from untrusted
+bytes with bounded memory, validating each frame type's fields, the default socket path, and two
+blocking helpers for the clients that do not use trio (the shim and lazyctl). It imports only the
+standard library and msgpack, because the shim imports it on every client start.
+
+Errors::
+
+    WireError        the peer sent something that is not a valid frame ("remote protocol error");
+                     the connection must be closed and its decoder dropped.
+    ValueError       our own caller tried to encode something the protocol cannot carry
+                     (a line or frame over the limits); a local bug, never the peer's fault.
+
+Decoding is defensive in three steps, each bounding what the next may cost:
+
+1. the 4-byte length header is checked before any of the body is kept (0 or more than
+   ``MAX_FRAME_BYTES`` is refused);
+2. the body's msgpack headers are walked without building any object: nesting depth, element
+   counts (each element needs at least one byte, so a header may not promise more elements than
+   bytes remain), string-only map keys and the absence of ext types are all checked here, so a
+   21-byte nest of ``array32`` headers or a megabyte of empty maps is refused before msgpack
+   allocates anything;
+3. only then ``msgpack.unpackb`` builds the objects, itself configured with the same limits, and
+   the result is checked field by field against the frame table.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import stat
+import struct
+from collections import deque
+
+import msgpack
+
+# Not `from typing import TYPE_CHECKING`: the shim imports this module on every client start and
+# typing costs milliseconds there; mypy treats any name TYPE_CHECKING as true.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import Any
+
+WIRE_VERSION: int = 1
+# Bumped on any incompatible change; a daemon answers another version with `refused`/"version".
+
+MAX_LINE_BYTES: int = 16 * 1024 * 1024
+# Above the TypeScript SDK's 10 MiB line limit, so any line a real peer sends fits.
+
+MAX_FRAME_BYTES: int = MAX_LINE_BYTES + 64 * 1024
+# One maximal line plus room for the frame's own fields.
+
+MAX_CONTAINER_LEN: int = 10_000
+# Per array or map. The largest legitimate containers are a hello's env (~200 variables) and argv
+# (a few hundred words); 10,000 leaves 50x headroom while one container stays well under 1 MiB.
+
+MAX_ITEMS_PER_FRAME: int = 100_000
+# Elements (map keys and values counted separately) in all containers of one frame together. Every
+# element becomes a Python object of ~50-100 bytes, so one frame can build at most ~10 MiB of them.
+
+MAX_DEPTH: int = 32
+# Frames nest at most ~4 levels (hello -> env -> value; reply -> data -> ...); 32 leaves room for
+# structured `reply.data` while keeping the header walk and msgpack's own stack shallow.
+
+_HEADER = struct.Struct(">I")
+HEADER_BYTES: int = _HEADER.size
+
+_RECV_BYTES = 256 * 1024
+# One recv() of a blocking reader: a maximal frame takes ~64 calls, small frames take one.
+
+
+class WireError(Exception):
+    """The peer sent bytes that are not a valid frame. Close the connection; never reuse the decoder."""
+
+
+# --- encoding -----------------------------------------------------------------------------------
+
+
+def encode(frame: Mapping[str, Any]) -> bytes:
+    """Return ``frame`` as one length-prefixed msgpack frame.
+
+    Raises ValueError if the body would exceed MAX_FRAME_BYTES and TypeError if it holds a value
+    msgpack cannot carry: both are bugs of the caller, not protocol errors of a peer.
+    """
+    body: bytes = msgpack.packb(frame, use_bin_type=True)
+    if len(body) > MAX_FRAME_BYTES:
+        raise ValueError(f"frame of {len(body)} bytes exceeds MAX_FRAME_BYTES ({MAX_FRAME_BYTES})")
+    return _HEADER.pack(len(body)) + body
+
+
+# Pre-packed pieces of {"t": "line", "d": <bin>[, "done": <id>]}: lines are the hot path, and this
+# builds the frame with a single copy of the payload instead of msgpack's buffer-then-copy.
+_LINE_MAP2 = b"\x82" + msgpack.packb("t") + msgpack.packb("line") + msgpack.packb("d")
+_LINE_MAP3 = b"\x83" + msgpack.packb("t") + msgpack.packb("line") + msgpack.packb("d")
+_DONE_KEY = msgpack.packb("done")
+
+
+def encode_line(data: bytes, done: int | str | None = None) -> bytes:
+    """Return a ``line`` frame carrying ``data`` (one JSON-RPC line without its newline).
+
+    ``done`` is the client's original request id this line finally answers (daemon → shim only);
+    None leaves the field out. Raises ValueError for a line over MAX_LINE_BYTES or a bool id.
+    """
+    size = len(data)
+    if size > MAX_LINE_BYTES:
+        raise ValueError(f"line of {size} bytes exceeds MAX_LINE_BYTES ({MAX_LINE_BYTES})")
+    if size < 0x100:
+        bin_header = b"\xc4" + bytes((size,))
+    elif size < 0x10000:
+        bin_header = b"\xc5" + size.to_bytes(2, "big")
+    else:
+        bin_header = b"\xc6" + size.to_bytes(4, "big")
+    if done is None:
+        prefix = _LINE_MAP2 + bin_header
+        suffix = b""
+    else:
+        if isinstance(done, bool) or not isinstance(done, (int, str)):
+            raise ValueError(f"done must be an int or str id, not {type(done).__name__}")
+        prefix = _LINE_MAP3 + bin_header
+        try:
+            suffix = _DONE_KEY + msgpack.packb(done, use_bin_type=True)
+        except OverflowError:
+            raise ValueError(f"done id {done} does not fit in 64 bits") from None
+    body_len = len(prefix) + size + len(suffix)
+    return b"".join((_HEADER.pack(body_len), prefix, data, suffix))
+
+
+# --- structural pre-check -------------------------------------------------------------------------
+
+# Scalars whose encoded size follows from the type byte alone: nil, bools, floats, ints.
+_FIXED_PAYLOAD = {
+    0xC0: 0, 0xC2: 0, 0xC3: 0, 0xCA: 4, 0xCB: 8,
+    0xCC: 1, 0xCD: 2, 0xCE: 4, 0xCF: 8, 0xD0: 1, 0xD1: 2, 0xD2: 4, 0xD3: 8,
+}  # fmt: skip
+# str/bin with an explicit length field: type byte -> width of that field.
+_SIZED_PAYLOAD = {0xC4: 1, 0xC5: 2, 0xC6: 4, 0xD9: 1, 0xDA: 2, 0xDB: 4}
+# Containers with an explicit count: type byte -> (width of the count, slots per counted entry).
+_SIZED_CONTAINER = {0xDC: (2, 1), 0xDD: (4, 1), 0xDE: (2, 2), 0xDF: (4, 2)}
+
+
+def _is_str_header(b: int) -> bool:
+    return 0xA0 <= b <= 0xBF or 0xD9 <= b <= 0xDB
+
+
+def check_structure(body: bytes) -> None:
+    """Walk the msgpack headers of ``body`` without building objects; raise WireError if unsafe.
+
+    Refuses: a top level that is not a map, nesting deeper than MAX_DEPTH, a container longer than
+    MAX_CONTAINER_LEN or promising more elements than bytes remain, more than MAX_ITEMS_PER_FRAME
+    elements in all, a map key that is not a str, ext types, the reserved byte 0xc1, truncation and
+    trailing bytes. The walk visits each header once and skips str/bin payloads by length, so its
+    cost is bounded by MAX_ITEMS_PER_FRAME whatever the body size.
+    """
+    end = len(body)
+    if end == 0:
+        raise WireError("empty frame body")
+    first = body[0]
+    if not (0x80 <= first <= 0x8F or first in (0xDE, 0xDF)):
+        raise WireError("frame body is not a map")
+    # Open containers, innermost last: slots still to read, and whether it is a map.
+    remaining: list[int] = []
+    is_map: list[bool] = []
+    items = 0
+    pos = 0
+    map_slots = False
+    while True:
+        if pos >= end:
+            raise WireError("frame body is truncated")
+        b = body[pos]
+        pos += 1
+        if is_map and is_map[-1] and remaining[-1] % 2 == 0 and not _is_str_header(b):
+            raise WireError("map key is not a string")
+        count = -1
+        if b <= 0x7F or b >= 0xE0:
+            pass
+        elif b <= 0x8F:
+            count, map_slots = (b & 0x0F) * 2, True
+        elif b <= 0x9F:
+            count, map_slots = b & 0x0F, False
+        elif b <= 0xBF:
+            pos += b & 0x1F
+        elif b in _FIXED_PAYLOAD:
+            pos += _FIXED_PAYLOAD[b]
+        elif b in _SIZED_PAYLOAD:
+            width = _SIZED_PAYLOAD[b]
+            if pos + width > end:
+                raise WireError("frame body is truncated")
+            pos += width + int.from_bytes(body[pos : pos + width], "big")
+        elif b in _SIZED_CONTAINER:
+            width, per_entry = _SIZED_CONTAINER[b]
+            if pos + width > end:
+                raise WireError("frame body is truncated")
+            entries = int.from_bytes(body[pos : pos + width], "big")
+            pos += width
+            if entries > MAX_CONTAINER_LEN:
+                raise WireError(f"container of {entries} entries exceeds {MAX_CONTAINER_LEN}")
+            count, map_slots = entries * per_entry, per_entry == 2
+        elif b == 0xC1:
+            raise WireError("reserved msgpack byte 0xc1")
+        else:
+            raise WireError("msgpack ext types are not allowed")
+        if pos > end:
+            raise WireError("frame body is truncated")
+        if count > 0:
+            if count > end - pos:
+                raise WireError("container promises more elements than the frame holds")
+            items += count
+            if items > MAX_ITEMS_PER_FRAME:
+                raise WireError(f"frame holds more than {MAX_ITEMS_PER_FRAME} elements")
+            if len(remaining) >= MAX_DEPTH:
+                raise WireError(f"frame nests deeper than {MAX_DEPTH} levels")
+            if remaining:
+                remaining[-1] -= 1
+            remaining.append(count)
+            is_map.append(map_slots)
+            continue
+        # A scalar or an empty container fills one slot of its parent; close finished parents.
+        if not remaining:
+            break  # only an empty top-level map gets here
+        remaining[-1] -= 1
+        while remaining and remaining[-1] == 0:
+            remaining.pop()
+            is_map.pop()
+        if not remaining:
+            break
+    if pos != end:
+        raise WireError(f"{end - pos} trailing bytes after the frame body")
+
+
+# --- validation ---------------------------------------------------------------------------------
+
+
+def _refuse_ext(code: int, data: bytes) -> object:
+    raise WireError(f"msgpack ext type {code} is not allowed")
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_str_list(value: object) -> bool:
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)
+
+
+def _is_str_map(value: object) -> bool:
+    return isinstance(value, dict) and all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    )
+
+
+def _require(frame: dict[str, Any], name: str, ok: bool, expected: str) -> None:
+    if not ok:
+        if name not in frame:
+            raise WireError(f"{frame['t']!r} frame lacks field {name!r}")
+        got = type(frame[name]).__name__
+        raise WireError(f"{frame['t']!r} frame field {name!r} must be {expected}, not {got}")
+
+
+def _check_hello(f: dict[str, Any]) -> None:
+    _require(f, "v", _is_int(f.get("v")), "an int")
+    if f["v"] != WIRE_VERSION:
+        # Another version's hello may carry other fields: let the daemon read `v` and answer
+        # `refused`/"version" instead of failing with a misleading field error.
+        return
+    _require(f, "role", f.get("role") in ("shim", "ctl"), '"shim" or "ctl"')
+    _require(f, "pid", _is_int(f.get("pid")), "an int")
+    _require(f, "argv", _is_str_list(f.get("argv")), "a list of str")
+    _require(f, "cwd", isinstance(f.get("cwd"), str), "a str")
+    _require(f, "env", _is_str_map(f.get("env")), "a map of str to str")
+    _require(f, "opts", _is_str_map(f.get("opts")), "a map of str to str")
+    _require(f, "server", "server" in f and (f["server"] is None or isinstance(f["server"], str)),
+             "a str or nil")  # fmt: skip
+    resume = f.get("resume")
+    _require(f, "resume", isinstance(resume, list) and all(isinstance(r, bytes) for r in resume),
+             "a list of bin")  # fmt: skip
+
+
+def _check_welcome(f: dict[str, Any]) -> None:
+    _require(f, "v", _is_int(f.get("v")), "an int")
+    if f["v"] != WIRE_VERSION:
+        return  # the shim compares versions itself and reports the skew
+    _require(f, "session", _is_int(f.get("session")), "an int")
+    _require(f, "name", isinstance(f.get("name"), str), "a str")
+    _require(f, "daemon_pid", _is_int(f.get("daemon_pid")), "an int")
+
+
+def _check_refused(f: dict[str, Any]) -> None:
+    # Stable across versions: a refusal must stay readable by a peer of any version.
+    _require(f, "v", _is_int(f.get("v")), "an int")
+    _require(f, "code", isinstance(f.get("code"), str), "a str")
+    _require(f, "message", isinstance(f.get("message"), str), "a str")
+
+
+def _check_line(f: dict[str, Any]) -> None:
+    _require(f, "d", isinstance(f.get("d"), bytes), "a bin")
+    d: bytes = f["d"]
+    if len(d) > MAX_LINE_BYTES:
+        raise WireError(f"line of {len(d)} bytes exceeds MAX_LINE_BYTES ({MAX_LINE_BYTES})")
+    done = f.get("done")
+    if done is not None and not (_is_int(done) or isinstance(done, str)):
+        raise WireError(f"'line' frame field 'done' must be an int or str, not {type(done).__name__}")
+
+
+def _check_ctl(f: dict[str, Any]) -> None:
+    _require(f, "op", isinstance(f.get("op"), str), "a str")
+    _require(f, "args", isinstance(f.get("args"), dict), "a map")
+
+
+def _check_reply(f: dict[str, Any]) -> None:
+    _require(f, "ok", isinstance(f.get("ok"), bool), "a bool")
+    error = f.get("error")
+    if error is not None and not isinstance(error, str):
+        raise WireError(f"'reply' frame field 'error' must be a str, not {type(error).__name__}")
+
+
+_CHECKS = {
+    "hello": _check_hello,
+    "welcome": _check_welcome,
+    "refused": _check_refused,
+    "line": _check_line,
+    "ctl": _check_ctl,
+    "reply": _check_reply,
+}
+FRAME_TYPES: frozenset[str] = frozenset(_CHECKS)
+
+
+def validate_frame(obj: object) -> dict[str, Any]:
+    """Return ``obj`` as a frame if it is a map with str keys, a known ``t`` and well-typed fields.
+
+    Unknown extra fields are kept (a newer peer may add optional ones). Optional fields that are
+    absent stay absent: read them with ``.get``. Raises WireError otherwise.
+    """
+    if not isinstance(obj, dict):
+        raise WireError(f"frame is a {type(obj).__name__}, not a map")
+    if not all(isinstance(k, str) for k in obj):
+        raise WireError("frame has a key that is not a str")
+    t = obj.get("t")
+    if not isinstance(t, str):
+        raise WireError("frame lacks a str field 't'")
+    check = _CHECKS.get(t)
+    if check is None:
+        raise WireError(f"unknown frame type {t[:40]!r}")
+    check(obj)
+    return obj
+
+
+def decode_body(body: bytes) -> dict[str, Any]:
+    """Decode and validate one frame body (the bytes after the length header)."""
+    check_structure(body)
+    try:
+        obj = msgpack.unpackb(
+            body,
+            raw=False,
+            strict_map_key=True,
+            use_list=True,
+            ext_hook=_refuse_ext,
+            max_str_len=MAX_FRAME_BYTES,
+            max_bin_len=MAX_LINE_BYTES,
+            max_array_len=MAX_CONTAINER_LEN,
+            max_map_len=MAX_CONTAINER_LEN,
+            max_ext_len=0,
+        )
+    except WireError:
+        raise
+    except Exception as exc:  # msgpack raises ValueError, FormatError, StackError, UnicodeError...
+        raise WireError(f"undecodable frame body: {exc}") from None
+    return validate_frame(obj)
+
+
+class FrameDecoder:
+    """Bytes in, validated frames out, with at most one frame's body buffered.
+
+    After the first WireError the decoder is poisoned: every later ``feed`` raises WireError too,
+    so a connection can never resynchronise on attacker-chosen bytes.
+    """
+
+    def __init__(self) -> None:
+        self._buf = bytearray()
+        self._need: int | None = None  # body length of the frame being received, once known
+        self._error: WireError | None = None
+
+    def feed(self, data: bytes) -> list[dict[str, Any]]:
+        """Add received bytes; return the frames they complete (possibly none)."""
+        if self._error is not None:
+            raise WireError(f"decoder already failed: {self._error}")
+        try:
+            return self._feed(data)
+        except WireError as exc:
+            self._error = exc
+            self._buf = bytearray()
+            raise
+
+    def _feed(self, data: bytes) -> list[dict[str, Any]]:
+        self._buf += data
+        frames: list[dict[str, Any]] = []
+        while True:
+            if self._need is None:
+                if len(self._buf) < HEADER_BYTES:
+                    return frames
+                (length,) = _HEADER.unpack_from(self._buf)
+                if length == 0:
+                    raise WireError("frame of length 0")
+                if length > MAX_FRAME_BYTES:
+                    raise WireError(f"frame of {length} bytes exceeds MAX_FRAME_BYTES ({MAX_FRAME_BYTES})")
+                del self._buf[:HEADER_BYTES]
+                self._need = length
+            if len(self._buf) < self._need:
+                return frames
+            body = bytes(self._buf[: self._need])
+            del self._buf[: self._need]
+            self._need = None
+            frames.append(decode_body(body))
+
+    @property
+    def buffered(self) -> int:
+        """Bytes received but not yet returned as frames (0 between frames)."""
+        return len(self._buf) + (HEADER_BYTES if self._need is not None else 0)
+
+
+# --- blocking helpers (shim, lazyctl) -----------------------------------------------------------
+
+
+def send_frame(sock: socket.socket, frame: Mapping[str, Any]) -> None:
+    """Encode and send one frame on a blocking socket. OSError means the connection is gone."""
+    sock.sendall(encode(frame))
+
+
+class BlockingFrameReader:
+    """Read frames from a blocking socket. Honours the socket's timeout (raises TimeoutError)."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+        self._decoder = FrameDecoder()
+        self._ready: deque[dict[str, Any]] = deque()
+
+    def read(self) -> dict[str, Any] | None:
+        """Return the next frame, or None at a clean EOF between frames.
+
+        Raises WireError for a bad frame or an EOF in the middle of one, OSError from the socket.
+        """
+        while not self._ready:
+            data = self._sock.recv(_RECV_BYTES)
+            if not data:
+                if self._decoder.buffered:
+                    raise WireError("connection closed in the middle of a frame")
+                return None
+            self._ready.extend(self._decoder.feed(data))
+        return self._ready.popleft()
+
+
+# --- socket path --------------------------------------------------------------------------------
+
+_SOCKET_TAIL = ("lazyd", "lazyd.sock")
+
+
+def default_socket_path(env: Mapping[str, str]) -> str:
+    """Return the socket path for ``env``: ``LAZYD_SOCKET``, else ``<runtime dir>/lazyd/lazyd.sock``.
+
+    The runtime dir is chosen exactly as ``platformdirs.user_runtime_dir()`` (>= 4.14) chooses it on
+    Linux, without importing platformdirs (the shim must start fast): ``$XDG_RUNTIME_DIR`` when it
+    is absolute and private (missing, or a real directory of ours with mode 0700 under a trusted
+    chain of parents), else ``/run/user/<uid>`` when that passes the same check and exists, else
+    ``<tmp>/runtime-<uid>``. The result is not validated for use: whoever creates or connects must
+    still check ownership and modes (the tmp fallback is a predictable name others can squat).
+    """
+    explicit = env.get("LAZYD_SOCKET", "")
+    if explicit:
+        return explicit
+    return os.path.join(_runtime_dir(env), *_SOCKET_TAIL)
+
+
+def _runtime_dir(env: Mapping[str, str]) -> str:
+    xdg = env.get("XDG_RUNTIME_DIR", "")
+    if xdg.startswith("/") and _private_dir_ok(xdg, missing_ok=True):
+        return xdg
+    run_user = f"/run/user/{os.geteuid()}"
+    if _private_dir_ok(run_user, missing_ok=False):
+        return run_user
+    return os.path.join(_temp_dir(env), f"runtime-{os.geteuid()}")
+
+
+def _private_dir_ok(path: str, *, missing_ok: bool) -> bool:
+    # platformdirs' "private" runtime check: the dir itself is ours, 0700, not a symlink, and every
+    # directory above it is owned by root or us and not writable by others (unless sticky).
+    norm = os.path.normpath(path)
+    if not _trusted_parents(os.path.dirname(norm), missing_ok=missing_ok):
+        return False
+    try:
+        st = os.lstat(norm)
+    except FileNotFoundError:
+        return missing_ok
+    except OSError:
+        return False
+    return (
+        stat.S_ISDIR(st.st_mode)
+        and st.st_uid == os.geteuid()
+        and st.st_mode & 0o777 == 0o700
+    )
+
+
+_MAX_SYMLINKS = 40
+
+
+def _trusted_parents(path: str, *, missing_ok: bool) -> bool:
+    trusted = {0, os.geteuid()}
+    pending = [p for p in path.split("/") if p][::-1]
+    current = "/"
+    links = 0
+    while pending:
+        entry = os.path.join(current, pending.pop())
+        try:
+            st = os.lstat(entry)
+        except FileNotFoundError:
+            return missing_ok
+        except OSError:
+            return False
+        if st.st_uid not in trusted:
+            return False
+        if stat.S_ISLNK(st.st_mode):
+            links += 1
+            if links > _MAX_SYMLINKS:
+                return False
+            target = os.readlink(entry)
+            if target.startswith("/"):
+                current = "/"
+            pending.extend([p for p in target.split("/") if p][::-1])
+            continue
+        if not stat.S_ISDIR(st.st_mode):
+            return False
+        if st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:
+            return False
+        current = entry
+    return True
+
+
+def _temp_dir(env: Mapping[str, str]) -> str:
+    # tempfile.gettempdir()'s choice restricted to absolute candidates, as platformdirs does:
+    # the first of $TMPDIR, $TEMP, $TMP, /tmp, /var/tmp, /usr/tmp that we can create files in.
+    candidates = [env.get(name, "") for name in ("TMPDIR", "TEMP", "TMP")]
+    candidates += ["/tmp", "/var/tmp", "/usr/tmp"]
+    for candidate in candidates:
+        if candidate.startswith("/") and os.path.isdir(candidate) and os.access(candidate, os.W_OK | os.X_OK):
+            return os.path.abspath(candidate)
+    return "/tmp"

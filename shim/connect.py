@@ -1,0 +1,313 @@
+"""Getting a session with the daemon: socket path, connect, autostart under a spawn lock, hello.
+
+``open_session`` is the one entry point; it either returns a connected, welcomed ``Connection`` or
+raises ``Unavailable`` with a short reason (shown to the user as ``daemon unavailable (<reason>)``).
+
+Rules, in the order they apply:
+
+- Only ECONNREFUSED and ENOENT mean "no daemon": a socket file nobody listens on, or none at all.
+  EAGAIN means a live daemon whose backlog is full: wait and retry, never start a second one.
+- Autostart happens under an exclusive ``flock`` on ``<socket dir>/spawn.lock``, and the connect is
+  retried under the lock first, so of many shims starting at once exactly one spawns the daemon.
+  The socket dir is created 0700 when missing and must be ours and private when present (it is
+  never chmod-ed): the daemon will receive this shim's whole environment, secrets included.
+- The daemon is started in its own session (the client kills the shim's process group when it
+  exits; the daemon must outlive that), with stdio on /dev/null and no inherited fds.
+- Before the hello is sent, the peer's uid (SO_PEERCRED) must be ours, for the same reason.
+- Every wait is bounded by a named budget, and by the caller's overall deadline when one is given.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import stat
+import struct
+import sys
+import time
+
+from lazyd import wire
+
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs start-up time
+if TYPE_CHECKING:
+    from typing import Any
+
+    from .options import Log, Options
+
+AUTOSTART_WAIT_S = 5.0
+# How long a freshly spawned daemon may take to accept connections (python + trio import ~0.5 s).
+
+HELLO_WAIT_S = 10.0
+# How long the daemon may take to answer a hello (it may be busy loading its cache from disk).
+
+BUSY_WAIT_S = 5.0
+# How long to keep retrying a daemon whose listen backlog is full (EAGAIN) before giving up.
+
+SPAWN_LOCK_WAIT_S = AUTOSTART_WAIT_S + 2.0
+# The lock holder keeps it for at most one autostart wait plus the spawn itself.
+
+POLL_S = 0.01
+# Between connect attempts while a daemon starts: short, since a connect attempt costs microseconds.
+
+DAEMON_ARGV_ENV = "LAZYD_DAEMON_ARGV"
+# Undocumented test seam: a JSON argv that replaces `python -m lazyd.daemon` for autostart.
+
+_PEERCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
+
+# Kept so the Popen object (and its pid) is not collected while the daemon runs.
+_spawned: list[Any] = []
+
+
+class Unavailable(Exception):
+    """The daemon cannot be had; ``str()`` is the reason. ``final`` means retrying is pointless."""
+
+    def __init__(self, reason: str, *, final: bool = False) -> None:
+        super().__init__(reason)
+        self.final = final
+
+
+class _NoDaemon(Exception):
+    """ECONNREFUSED or ENOENT: nobody listens on the socket path."""
+
+
+class Connection:
+    """A welcomed session: the socket, its frame reader (which may hold frames already), the welcome."""
+
+    def __init__(self, sock: socket.socket, reader: wire.BlockingFrameReader, welcome: dict[str, Any]) -> None:
+        self.sock = sock
+        self.reader = reader
+        self.welcome = welcome
+
+
+def socket_path(opts: Options) -> str:
+    """The socket to use: --socket / LAZYD_SOCKET, else the default for this environment."""
+    return opts.socket if opts.socket is not None else wire.default_socket_path(os.environ)
+
+
+def build_hello(opts: Options, resume: list[bytes]) -> dict[str, Any]:
+    """The hello frame for this shim (see docs/protocol.md)."""
+    try:
+        cwd = os.getcwd()
+    except OSError:
+        cwd = os.environ.get("PWD", "/")  # the cwd was removed under us; the client's view is next best
+    return {
+        "t": "hello",
+        "v": wire.WIRE_VERSION,
+        "role": "shim",
+        "pid": os.getpid(),
+        "argv": list(opts.command),
+        "cwd": cwd,
+        "env": dict(os.environ),
+        "opts": dict(opts.daemon_opts),
+        "server": opts.server,
+        "resume": list(resume),
+    }
+
+
+def open_session(opts: Options, resume: list[bytes], log: Log, deadline: float | None = None) -> Connection:
+    """Connect (autostarting the daemon if allowed), say hello, and return the welcomed connection.
+
+    ``deadline`` (time.monotonic()) caps every wait. Raises Unavailable; closes the socket on failure.
+    """
+    try:
+        frame = wire.encode(build_hello(opts, resume))
+    except (UnicodeError, ValueError, TypeError) as exc:
+        # Surrogate-escaped (non UTF-8) argv or environment, or a hello over the frame limit.
+        raise Unavailable(f"cannot describe this command to the daemon: {exc}", final=True) from None
+    path = socket_path(opts)
+    started = time.monotonic()
+    sock = _connect_or_autostart(path, opts, log, deadline)
+    try:
+        _check_peer(sock, path)
+        sock.settimeout(_budget(HELLO_WAIT_S, deadline))
+        sock.sendall(frame)
+        reader = wire.BlockingFrameReader(sock)
+        reply = reader.read()
+        sock.settimeout(None)
+    except Unavailable:
+        sock.close()
+        raise
+    except TimeoutError:
+        sock.close()
+        raise Unavailable("the daemon did not answer the hello in time") from None
+    except (OSError, wire.WireError) as exc:
+        sock.close()
+        raise Unavailable(f"the daemon broke the connection during the hello: {exc}") from None
+    if reply is None:
+        sock.close()
+        raise Unavailable("the daemon closed the connection during the hello")
+    if reply["t"] == "refused":
+        sock.close()
+        raise Unavailable(f"refused by the daemon: {reply['message']} [{reply['code']}]", final=True)
+    if reply["t"] != "welcome":
+        sock.close()
+        raise Unavailable(f"the daemon answered the hello with a {reply['t']!r} frame", final=True)
+    if reply["v"] != wire.WIRE_VERSION:
+        sock.close()
+        raise Unavailable(
+            f"the daemon speaks wire version {reply['v']}, this shim {wire.WIRE_VERSION}; "
+            "restart the daemon (lazyctl stop)",
+            final=True,
+        )
+    log(f"session {reply['session']} ({reply['name']}) with daemon pid {reply['daemon_pid']} "
+        f"in {(time.monotonic() - started) * 1000:.1f}ms")  # fmt: skip
+    return Connection(sock, reader, reply)
+
+
+def _budget(budget_s: float, deadline: float | None) -> float:
+    if deadline is None:
+        return budget_s
+    return max(0.0, min(budget_s, deadline - time.monotonic()))
+
+
+def _check_peer(sock: socket.socket, path: str) -> None:
+    _pid, uid, _gid = _PEERCRED.unpack(sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size))
+    if uid != os.geteuid():
+        raise Unavailable(f"{path} is served by uid {uid}, not by this user", final=True)
+
+
+def _connect_once(path: str, deadline: float) -> socket.socket:
+    """One connect, retried while the daemon is busy (EAGAIN). Raises _NoDaemon or Unavailable."""
+    while True:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+        try:
+            # A timeout makes connect non-blocking underneath, so a full backlog gives EAGAIN
+            # instead of sleeping in the kernel.
+            sock.settimeout(max(0.001, deadline - time.monotonic()))
+            sock.connect(path)
+            return sock
+        except (FileNotFoundError, ConnectionRefusedError) as exc:
+            sock.close()
+            raise _NoDaemon(exc.strerror or str(exc)) from None
+        except BlockingIOError:
+            sock.close()  # EAGAIN: alive but its backlog is full
+        except TimeoutError:
+            sock.close()
+        except OSError as exc:
+            sock.close()
+            raise Unavailable(f"cannot connect to {path}: {exc.strerror or exc}", final=True) from None
+        if time.monotonic() >= deadline:
+            raise Unavailable(f"the daemon at {path} is too busy to accept a connection")
+        time.sleep(POLL_S)
+
+
+def _connect_or_autostart(path: str, opts: Options, log: Log, deadline: float | None) -> socket.socket:
+    try:
+        return _connect_once(path, time.monotonic() + _budget(BUSY_WAIT_S, deadline))
+    except _NoDaemon as exc:
+        if not opts.autostart:
+            raise Unavailable(f"no daemon at {path}: {exc}; autostart is off") from None
+        log(f"no daemon at {path} ({exc}); autostarting")
+    return _autostart(path, opts.socket is not None, log, deadline)
+
+
+def _ensure_private_dir(directory: str) -> None:
+    """Create ``directory`` (and missing parents) 0700, or check an existing one is ours and private."""
+    missing: list[str] = []
+    probe = directory
+    while probe and not os.path.lexists(probe):
+        missing.append(probe)
+        parent = os.path.dirname(probe)
+        if parent == probe:
+            break
+        probe = parent
+    for path in reversed(missing):
+        try:
+            os.mkdir(path, 0o700)
+        except FileExistsError:
+            pass  # another shim created it in between; checked below like any existing dir
+        except OSError as exc:
+            raise Unavailable(f"cannot create {path}: {exc.strerror}", final=True) from None
+    try:
+        st = os.lstat(directory)
+    except OSError as exc:
+        raise Unavailable(f"cannot check {directory}: {exc.strerror}", final=True) from None
+    if not stat.S_ISDIR(st.st_mode):
+        raise Unavailable(f"{directory} is not a directory (or is a symlink)", final=True)
+    if st.st_uid != os.geteuid():
+        raise Unavailable(f"{directory} is owned by uid {st.st_uid}, not by this user", final=True)
+    if st.st_mode & 0o077:
+        raise Unavailable(f"{directory} has mode {st.st_mode & 0o777:04o}; it must be private (0700)", final=True)
+
+
+def _lock(fd: int, wait_s: float) -> None:
+    import fcntl
+
+    give_up = time.monotonic() + wait_s
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() >= give_up:
+                raise Unavailable("timed out waiting for another shim that is starting the daemon") from None
+            time.sleep(POLL_S)
+
+
+def daemon_argv(path: str, explicit: bool) -> list[str]:
+    """The command that starts the daemon (``--socket`` only when the path was chosen explicitly)."""
+    override = os.environ.get(DAEMON_ARGV_ENV, "")
+    if override:
+        import json
+
+        try:
+            argv = json.loads(override)
+        except ValueError:
+            argv = None
+        if not (isinstance(argv, list) and argv and all(isinstance(a, str) for a in argv)):
+            raise Unavailable(f"{DAEMON_ARGV_ENV} is not a JSON list of strings", final=True)
+    else:
+        argv = [sys.executable, "-m", "lazyd.daemon"]
+    return argv + (["--socket", path] if explicit else [])
+
+
+def _autostart(path: str, explicit: bool, log: Log, deadline: float | None) -> socket.socket:
+    directory = os.path.dirname(path) or "."
+    _ensure_private_dir(directory)
+    lock_path = os.path.join(directory, "spawn.lock")
+    try:
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        raise Unavailable(f"cannot open {lock_path}: {exc.strerror}", final=True) from None
+    try:
+        _lock(fd, _budget(SPAWN_LOCK_WAIT_S, deadline))
+        try:
+            # Another shim may have started the daemon while we waited for the lock.
+            return _connect_once(path, time.monotonic() + _budget(BUSY_WAIT_S, deadline))
+        except _NoDaemon:
+            pass
+        argv = daemon_argv(path, explicit)
+        import subprocess
+
+        started = time.monotonic()
+        try:
+            proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                close_fds=True,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            raise Unavailable(f"cannot start the daemon ({argv[0]}): {exc.strerror or exc}", final=True) from None
+        _spawned.append(proc)
+        log(f"spawned daemon pid {proc.pid}: {argv}")
+        give_up = time.monotonic() + _budget(AUTOSTART_WAIT_S, deadline)
+        while True:
+            exited = proc.poll()
+            try:
+                sock = _connect_once(path, give_up)
+                log(f"daemon accepted a connection after {(time.monotonic() - started) * 1000:.1f}ms")
+                return sock
+            except _NoDaemon:
+                pass
+            if exited is not None:
+                # Exiting 0 means another daemon owns the socket ("already running"), yet it does
+                # not accept: retrying may help. Any other status is a daemon that cannot start.
+                raise Unavailable(f"the daemon exited with status {exited}", final=exited != 0)
+            if time.monotonic() >= give_up:
+                raise Unavailable(f"the daemon did not accept connections within {AUTOSTART_WAIT_S:g}s")
+            time.sleep(POLL_S)
+    finally:
+        os.close(fd)  # releases the flock

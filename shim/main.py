@@ -1,0 +1,75 @@
+"""The ``lazyd-shim`` entry point: options, signals, session or fail-open, then the relay.
+
+Import cost matters here (this runs at every client start), so this module and the ones it loads
+eagerly use only the standard library, msgpack and lazyd.wire; subprocess, fcntl and the fallback
+are imported only on the paths that need them.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+
+from . import __version__
+from .options import USAGE, Log, UsageError, parse, say
+
+_QUIET_EXIT_STATUS: dict[int, int] = {signal.SIGTERM: 0, signal.SIGHUP: 0, signal.SIGINT: 128 + signal.SIGINT}
+# The client stopping us is the normal end of a session, not an error: exit quietly at once.
+
+
+def _on_signal(signum: int, _frame: object) -> None:
+    # os._exit: no interpreter teardown that could wait on the stdin thread; nothing is buffered
+    # (stdout and the log are written with os.write), and the kernel closes the socket.
+    os._exit(_QUIET_EXIT_STATUS.get(signum, 128 + signum))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the shim; returns the exit status (most exits happen inside the relay, via os._exit)."""
+    try:
+        return _main(argv)
+    except Exception as exc:  # one line, never a traceback, as the user interface
+        say(f"internal error: {exc!r}")
+        return 70
+
+
+def _main(argv: list[str] | None) -> int:
+    try:
+        opts = parse(sys.argv[1:] if argv is None else argv, os.environ)
+    except UsageError as exc:
+        say(str(exc))
+        return 2
+    if opts.show_help:
+        os.write(1, USAGE.encode())
+        return 0
+    if opts.show_version:
+        os.write(1, f"lazyd-shim {__version__}\n".encode())
+        return 0
+    for signum in _QUIET_EXIT_STATUS:
+        signal.signal(signum, _on_signal)
+    log = Log(opts)
+    log(f"start: argv={opts.command!r} server={opts.server!r} opts={opts.daemon_opts!r}")
+
+    from . import connect
+
+    try:
+        conn = connect.open_session(opts, [], log)
+    except connect.Unavailable as exc:
+        log(f"daemon unavailable: {exc}")
+        if not opts.command:
+            say(f"daemon unavailable ({exc}); --server {opts.server} cannot run without the daemon")
+            return 1
+        from .fallback import exec_directly
+
+        exec_directly(opts.command, str(exc))
+
+    from .relay import Relay
+
+    status = Relay(opts, conn, log).run()
+    # Only a fallback's server exiting gets here. os._exit: the stdin thread is still blocked in a
+    # read, and interpreter teardown must not wait on (or race with) it; nothing is buffered.
+    os._exit(status)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,545 @@
+"""The shim's relay: client stdio <-> daemon frames, the in-flight table, and recovery.
+
+Threads and who owns what:
+
+- the **stdin thread** is the only reader of stdin. It splits lines (bounded by
+  ``wire.MAX_LINE_BYTES``), reads just enough JSON to learn request ids and methods, and hands each
+  line to the current destination: the daemon socket, the hold queue while reconnecting, or a
+  directly run server after a fallback;
+- the **main thread** is the only reader of the daemon socket (and, after a fallback, of the
+  server's stdout). It writes the daemon's lines to stdout and runs recovery when the daemon is lost.
+
+Rules:
+
+- A request is entered in the in-flight table *before* it is sent, under the same send lock, so
+  that whatever happens to the socket afterwards it is either answered by the daemon (its ``done``
+  removes it) or answered here with an error. Ids keep their JSON type: 1 and "1" differ.
+- ``send_lock`` serialises everything written to the destination and every change of destination;
+  ``state_lock`` guards the tables and is never held across I/O, so the main thread can always
+  retire a ``done`` even while the stdin thread is blocked writing to a slow daemon.
+  Lock order: send_lock, then state_lock.
+- When the daemon is lost, every in-flight request is answered at once with a -32603 error under
+  its original id; then the shim reconnects for up to RECONNECT_WAIT_S, sending the client's
+  answered ``initialize`` and its ``notifications/initialized`` as ``resume``. Lines the client sends
+  meanwhile are held (bounded) and sent afterwards. If that fails, the server is run directly.
+- Client stdin EOF: exit 0 at once (which closes the socket); nothing is waited for, and nothing
+  more is answered.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import threading
+import time
+from collections import deque
+
+from lazyd import wire
+
+from . import connect
+from .options import say
+
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs start-up time
+if TYPE_CHECKING:
+    from typing import BinaryIO, NoReturn
+
+    from .fallback import DirectServer
+    from .options import Log, Options
+
+    JsonId = int | str
+    IdKey = tuple[bool, int | str]
+
+RECONNECT_WAIT_S = 10.0
+# How long a shim tries to get a daemon back (autostart included) before running the server itself.
+
+RECONNECT_POLL_S = 0.05
+# Between reconnect attempts when no daemon answers and none could be started.
+
+MAX_HELD_LINES = 1000
+MAX_HELD_BYTES = 64 * 1024 * 1024
+# Lines the client sends while reconnecting wait in memory; a client rarely sends more than a
+# handful in 10 s, and these bounds keep a flooding client from growing the shim without limit.
+
+ID_SCAN_BYTES = 64 * 1024
+# How much of an over-long line is searched for its id and method: both come first in the JSON
+# that real SDKs write, and scanning byte by byte in Python must stay cheap.
+
+LOST_CODE = -32603
+LOST_MESSAGE = "lazyd: connection to the daemon was lost; the request may not have completed"
+HELD_OVERFLOW_MESSAGE = "lazyd: the daemon is unavailable and too many messages are waiting"
+TOO_LONG_CODE = -32600
+
+_CONNECTED, _RECONNECTING, _DIRECT = "connected", "reconnecting", "direct"
+
+
+# --- JSON, read only as far as needed -------------------------------------------------------------
+
+
+def id_key(value: object) -> IdKey | None:
+    """A hashable key that keeps the JSON type of a request id; None for invalid ids (null, bool, float)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return (False, value)
+    if isinstance(value, str):
+        return (True, value)
+    return None
+
+
+def error_line(request_id: JsonId, code: int, message: str) -> bytes:
+    """A JSON-RPC error response line (without newline) for ``request_id``."""
+    response = {"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": message}}
+    return json.dumps(response, separators=(",", ":")).encode()
+
+
+class LineInfo:
+    """What the relay needs from one client line: requests, cancellations, handshake role."""
+
+    __slots__ = ("requests", "cancelled", "kind")
+
+    def __init__(self) -> None:
+        self.requests: list[tuple[IdKey, JsonId]] = []
+        self.cancelled: list[IdKey] = []
+        self.kind: str | None = None  # "initialize" or "initialized"
+
+
+def inspect_line(line: bytes) -> LineInfo:
+    """Parse a client line just enough for bookkeeping. Invalid JSON yields an empty LineInfo."""
+    info = LineInfo()
+    try:
+        message = json.loads(line)
+    except ValueError:  # not JSON, or not UTF-8: forwarded as is, the daemon answers -32700
+        return info
+    if isinstance(message, dict):
+        messages = [message]
+    elif isinstance(message, list):  # a 2025-03-26 batch
+        messages = [m for m in message if isinstance(m, dict)]
+    else:
+        return info
+    for m in messages:
+        method = m.get("method")
+        if not isinstance(method, str):
+            continue  # a response to a server request, or garbage
+        if "id" in m:
+            key = id_key(m["id"])
+            if key is not None:
+                info.requests.append((key, m["id"]))
+                if method == "initialize" and len(messages) == 1:
+                    info.kind = "initialize"
+        elif method == "notifications/cancelled":
+            params = m.get("params")
+            key = id_key(params.get("requestId")) if isinstance(params, dict) else None
+            if key is not None:
+                info.cancelled.append(key)
+        elif method == "notifications/initialized" and len(messages) == 1:
+            info.kind = "initialized"
+    return info
+
+
+def _string_end(text: bytes, start: int) -> int:
+    # Index of the quote closing the JSON string that opens at `start`, or -1 if it is cut off.
+    i = start + 1
+    while True:
+        j = text.find(b'"', i)
+        if j < 0:
+            return -1
+        k = j - 1
+        while text[k] == 0x5C:  # backslash
+            k -= 1
+        if (j - 1 - k) % 2 == 0:
+            return j
+        i = j + 1
+
+
+def _scalar_at(text: bytes, i: int) -> object:
+    # The string or integer starting at `i`, or None if it is something else or cut off.
+    if text[i] == 0x22:
+        end = _string_end(text, i)
+        if end < 0:
+            return None
+        try:
+            return json.loads(text[i : end + 1])
+        except ValueError:  # a bad escape or invalid UTF-8 inside the string
+            return None
+    j = i
+    while j < len(text) and text[j] in b"-+0123456789.eE":
+        j += 1
+    if j == i or j == len(text):
+        return None
+    try:
+        value = json.loads(text[i:j])
+    except ValueError:
+        return None
+    return value if isinstance(value, int) else None
+
+
+def top_level_fields(prefix: bytes) -> dict[str, object]:
+    """The ``id`` and ``method`` of a JSON object whose text may be cut off after ``prefix``.
+
+    Only keys of the outermost object count (an "id" inside params does not), and only those whose
+    value is complete within the prefix.
+    """
+    found: dict[str, object] = {}
+    n = len(prefix)
+    i = 0
+    while i < n and prefix[i] in b" \t\r\n":
+        i += 1
+    if i >= n or prefix[i] != 0x7B:  # {
+        return found
+    depth = 0
+    expect_key = False
+    while i < n:
+        c = prefix[i]
+        if c == 0x22:
+            end = _string_end(prefix, i)
+            if end < 0:
+                break
+            if depth == 1 and expect_key:
+                key = prefix[i + 1 : end]
+                j = end + 1
+                while j < n and prefix[j] in b" \t\r\n":
+                    j += 1
+                if j >= n or prefix[j] != 0x3A:  # :
+                    break
+                j += 1
+                while j < n and prefix[j] in b" \t\r\n":
+                    j += 1
+                expect_key = False
+                if key in (b"id", b"method") and j < n:
+                    value = _scalar_at(prefix, j)
+                    if value is not None:
+                        found[key.decode()] = value
+                i = j
+                continue
+            i = end + 1
+            continue
+        if c == 0x7B or c == 0x5B:
+            depth += 1
+            expect_key = c == 0x7B and depth == 1
+        elif c == 0x7D or c == 0x5D:
+            depth -= 1
+        elif c == 0x2C and depth == 1:
+            expect_key = True
+        i += 1
+    return found
+
+
+# --- stdout -------------------------------------------------------------------------------------
+
+
+class Stdout:
+    """fd 1 as raw bytes, written whole under a lock. A client that stopped reading ends the shim."""
+
+    def __init__(self, log: Log, fd: int = 1) -> None:
+        self._fd = fd
+        self._lock = threading.Lock()
+        self._log = log
+
+    def write(self, data: bytes) -> None:
+        with self._lock:
+            self._write_all(data)
+
+    def write_line(self, line: bytes) -> None:
+        with self._lock:
+            if len(line) < 65536:
+                self._write_all(line + b"\n")
+            else:  # no 16 MiB concatenation just to add a newline
+                self._write_all(line)
+                self._write_all(b"\n")
+
+    def _write_all(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            try:
+                view = view[os.write(self._fd, view) :]
+            except BlockingIOError:  # the client gave us a non-blocking pipe
+                import select
+
+                select.select([], [self._fd], [])
+            except OSError as exc:  # EPIPE: the client closed its end of stdout and is gone
+                self._log(f"stdout closed ({exc.strerror}); exiting")
+                os._exit(0)
+
+
+def _shutdown(sock: socket.socket) -> None:
+    # Wakes a thread blocked on the socket; the fd itself is closed by its owner.
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+
+
+# --- the relay ----------------------------------------------------------------------------------
+
+
+class Relay:
+    """One client session: owns the stdin thread, the socket, the tables and recovery."""
+
+    def __init__(self, opts: Options, conn: connect.Connection, log: Log) -> None:
+        self._opts = opts
+        self._log = log
+        self._out = Stdout(log)
+        self._send_lock = threading.Lock()
+        self._state_lock = threading.Lock()
+        # Guarded by state_lock (and changed only with send_lock held too):
+        self._state = _CONNECTED
+        self._conn: connect.Connection | None = conn
+        self._child: DirectServer | None = None
+        self._held: deque[bytes] = deque()
+        self._held_bytes = 0
+        # Guarded by state_lock:
+        self._inflight: dict[IdKey, JsonId] = {}
+        self._init_line: bytes | None = None
+        self._init_key: IdKey | None = None
+        self._init_answered = False
+        self._initialized_line: bytes | None = None
+        self._leaving = False  # the client closed stdin; the process is exiting
+
+    # -- main thread -----------------------------------------------------------------------------
+
+    def run(self) -> int:
+        """Relay until the client leaves (the process exits from the stdin thread) or, after a
+        fallback, until the directly run server exits; return the exit status in that case."""
+        thread = threading.Thread(target=self._stdin_loop, name="stdin", daemon=True)
+        thread.start()
+        while True:
+            conn = self._conn
+            assert conn is not None
+            try:
+                frame = conn.reader.read()
+                reason = "the daemon closed the connection"
+            except wire.WireError as exc:
+                frame, reason = None, f"bad frame from the daemon: {exc}"
+            except OSError as exc:
+                frame, reason = None, f"connection error: {exc.strerror or exc}"
+            if frame is None:
+                failure = self._recover(conn, reason)
+                if failure is not None:
+                    return self._run_direct(failure)
+                continue
+            if frame["t"] != "line":
+                self._log(f"ignored an unexpected {frame['t']!r} frame from the daemon")
+                continue
+            self._out.write_line(frame["d"])
+            done = frame.get("done")
+            if done is not None:
+                self._retire(done)
+
+    def _retire(self, done: JsonId) -> None:
+        key = id_key(done)
+        if key is None:
+            return
+        with self._state_lock:
+            self._inflight.pop(key, None)
+            if key == self._init_key:
+                self._init_answered = True
+
+    def _resume_lines(self) -> list[bytes]:
+        # Caller holds state_lock. Only a handshake the client saw answered is worth resuming.
+        if self._init_line is None or not self._init_answered:
+            return []
+        lines = [self._init_line]
+        if self._initialized_line is not None:
+            lines.append(self._initialized_line)
+        return lines
+
+    def _recover(self, conn: connect.Connection, reason: str) -> str | None:
+        """Answer what was in flight, then reconnect. Returns None on success, else why it failed."""
+        with self._state_lock:
+            if self._leaving:
+                os._exit(0)  # the stdin thread is ending the process; nobody is left to answer
+        self._log(f"daemon lost: {reason}")
+        _shutdown(conn.sock)
+        with self._send_lock:
+            with self._state_lock:
+                self._state = _RECONNECTING
+                lost = list(self._inflight.values())
+                self._inflight.clear()
+                resume = self._resume_lines()
+            conn.sock.close()
+        for request_id in lost:
+            self._out.write_line(error_line(request_id, LOST_CODE, LOST_MESSAGE))
+        if lost:
+            self._log(f"answered {len(lost)} in-flight request(s) with an error")
+        deadline = time.monotonic() + RECONNECT_WAIT_S
+        while True:
+            try:
+                new = connect.open_session(self._opts, resume, self._log, deadline)
+                break
+            except connect.Unavailable as exc:
+                if exc.final or time.monotonic() >= deadline:
+                    return str(exc)
+                self._log(f"reconnect failed: {exc}")
+            time.sleep(max(0.0, min(RECONNECT_POLL_S, deadline - time.monotonic())))
+        with self._send_lock:
+            try:
+                for line in self._held:
+                    new.sock.sendall(wire.encode_line(line))
+            except OSError:
+                _shutdown(new.sock)  # lost again: the read loop notices and recovers once more
+            with self._state_lock:
+                held = len(self._held)
+                self._held.clear()
+                self._held_bytes = 0
+                self._conn = new
+                self._state = _CONNECTED
+        self._log(f"reconnected; resumed {len(resume)} handshake line(s), sent {held} held line(s)")
+        return None
+
+    def _run_direct(self, reason: str) -> int:
+        """Run the server as a child for the rest of the session; returns its exit status."""
+        from . import fallback
+
+        with self._state_lock:
+            self._conn = None
+        command = self._opts.command
+        if not command:
+            say(f"daemon unavailable ({reason}); --server {self._opts.server} cannot run without it")
+            self._answer_held("lazyd: the daemon is unavailable")
+            return 1
+        say(f"daemon unavailable ({reason}); running the server directly")
+        try:
+            child = fallback.DirectServer(command)
+        except OSError as exc:
+            say(f"cannot run {command[0]}: {exc.strerror or exc}")
+            self._answer_held("lazyd: the daemon is unavailable and the server cannot be run")
+            return 127 if isinstance(exc, FileNotFoundError) else 126
+        self._log(f"running {command[0]} directly as pid {child.pid}")
+        with self._state_lock:
+            replay = self._resume_lines()
+            init_key = self._init_key
+
+        def is_answer_to_replay(line: bytes) -> bool:
+            try:
+                message = json.loads(line)
+            except ValueError:
+                return False
+            return isinstance(message, dict) and "method" not in message and id_key(message.get("id")) == init_key
+
+        try:
+            child.replay(replay, is_answer_to_replay, self._out.write)
+        except fallback.ReplayFailed as exc:
+            say(f"the directly run server failed: {exc}")
+            self._answer_held("lazyd: the daemon is unavailable and the server failed to start")
+            child.stop()
+            return 1
+        with self._send_lock:
+            try:
+                for line in self._held:
+                    child.write_line(line)
+            except OSError:
+                pass  # it exited; pump() below sees its stdout close
+            with self._state_lock:
+                self._held.clear()
+                self._held_bytes = 0
+                self._inflight.clear()
+                self._child = child
+                self._state = _DIRECT
+        return child.pump(self._out.write)
+
+    def _answer_held(self, message: str) -> None:
+        with self._state_lock:
+            lost = list(self._inflight.values())
+            self._inflight.clear()
+        for request_id in lost:
+            self._out.write_line(error_line(request_id, LOST_CODE, message))
+
+    # -- stdin thread ----------------------------------------------------------------------------
+
+    def _stdin_loop(self) -> None:
+        try:
+            self._read_stdin()
+        except BaseException as exc:  # a bug here would otherwise leave the client hanging silently
+            say(f"internal error in the stdin relay: {exc!r}")
+            os._exit(70)
+
+    def _read_stdin(self) -> None:
+        limit = wire.MAX_LINE_BYTES + 2  # room for "\r\n"
+        stdin: BinaryIO = open(0, "rb", buffering=64 * 1024, closefd=False)
+        while True:
+            try:
+                line = stdin.readline(limit)
+            except OSError:
+                line = b""
+            if not line:
+                self._client_eof()
+            if line.endswith(b"\n"):
+                line = line[:-2] if line.endswith(b"\r\n") else line[:-1]
+                whole = True
+            else:
+                whole = len(line) < limit  # shorter: the last line, cut by EOF
+            if not whole or len(line) > wire.MAX_LINE_BYTES:
+                self._too_long(line, stdin, whole)
+                continue
+            if not line or line.isspace():
+                continue  # blank lines carry no message; SDKs skip them too
+            self._client_line(line)
+
+    def _too_long(self, prefix: bytes, stdin: BinaryIO, whole: bool) -> None:
+        while not whole:  # discard the rest of the line without keeping it
+            chunk = stdin.readline(wire.MAX_LINE_BYTES)
+            whole = not chunk or chunk.endswith(b"\n")
+        fields = top_level_fields(prefix[:ID_SCAN_BYTES])
+        request_id = fields.get("id")
+        if isinstance(fields.get("method"), str) and id_key(request_id) is not None:
+            assert isinstance(request_id, (int, str))
+            message = f"lazyd: line too long (more than {wire.MAX_LINE_BYTES} bytes)"
+            self._out.write_line(error_line(request_id, TOO_LONG_CODE, message))
+            self._log(f"answered a request line over {wire.MAX_LINE_BYTES} bytes with -32600")
+        else:
+            self._log(f"dropped a line over {wire.MAX_LINE_BYTES} bytes that has no readable request id")
+
+    def _client_line(self, line: bytes) -> None:
+        info = inspect_line(line)
+        overflow: list[JsonId] = []
+        dropped = False
+        with self._send_lock:
+            with self._state_lock:
+                state = self._state
+                if info.kind == "initialize":
+                    self._init_line, self._init_key = line, info.requests[0][0]
+                    self._init_answered = False
+                elif info.kind == "initialized":
+                    self._initialized_line = line
+                if state == _RECONNECTING and (
+                    len(self._held) >= MAX_HELD_LINES or self._held_bytes + len(line) > MAX_HELD_BYTES
+                ):
+                    overflow = [request_id for _, request_id in info.requests]
+                    dropped = True
+                else:
+                    if state != _DIRECT:
+                        for key, request_id in info.requests:
+                            self._inflight[key] = request_id
+                    if state == _RECONNECTING:
+                        self._held.append(line)
+                        self._held_bytes += len(line)
+                for key in info.cancelled:
+                    self._inflight.pop(key, None)
+                conn, child = self._conn, self._child
+            if state == _CONNECTED and conn is not None:
+                try:
+                    conn.sock.sendall(wire.encode_line(line))
+                except OSError:
+                    _shutdown(conn.sock)  # the main thread's read fails and runs recovery
+            elif state == _DIRECT and child is not None:
+                try:
+                    child.write_line(line)
+                except OSError:
+                    pass  # the server exited; the main thread's pump sees it and ends the shim
+        if dropped:
+            self._log(f"hold queue full while reconnecting; dropped a client line ({len(overflow)} request(s))")
+        for request_id in overflow:
+            self._out.write_line(error_line(request_id, LOST_CODE, HELD_OVERFLOW_MESSAGE))
+
+    def _client_eof(self) -> NoReturn:
+        self._log("client closed stdin; exiting")
+        with self._state_lock:
+            self._leaving = True
+            child = self._child
+        if child is not None:
+            child.stop()
+        # The socket is not shut down here: the main thread would take that for a lost daemon and
+        # answer in-flight requests to a client that left. Exiting closes it (it is CLOEXEC, so no
+        # child holds a copy) and the daemon detaches the session.
+        os._exit(0)
