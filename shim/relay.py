@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import threading
 import time
@@ -104,9 +105,27 @@ class LineInfo:
         self.kind: str | None = None  # "initialize" or "initialized"
 
 
+# A request as the SDKs write it: an integer or plain-string id, then its method, at the start of
+# the top-level object. Only lines too big to parse cheaply are matched this way (a 1 MiB
+# tools/call would otherwise be decoded in full just to learn its id); the daemon still validates
+# the whole line.
+_REQUEST_HEAD = re.compile(
+    rb'\s*\{\s*(?:"jsonrpc"\s*:\s*"2\.0"\s*,\s*)?"id"\s*:\s*(-?[0-9]+|"[^"\\]*")\s*,\s*"method"\s*:\s*"([^"\\]*)"')
+BIG_LINE_BYTES = 64 * 1024
+
+
 def inspect_line(line: bytes) -> LineInfo:
     """Parse a client line just enough for bookkeeping. Invalid JSON yields an empty LineInfo."""
     info = LineInfo()
+    if len(line) > BIG_LINE_BYTES:
+        head = _REQUEST_HEAD.match(line)
+        if head is not None and head.group(2) not in (b"initialize", b"notifications/cancelled"):
+            raw_id = head.group(1)
+            request_id: JsonId = json.loads(raw_id)
+            key = id_key(request_id)
+            if key is not None:
+                info.requests.append((key, request_id))
+                return info
     try:
         message = json.loads(line)
     except ValueError:  # not JSON, or not UTF-8: forwarded as is, the daemon answers -32700

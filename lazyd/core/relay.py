@@ -416,13 +416,14 @@ class RelayCore:
         if msg.method == "server/discover":
             up.purpose = _discover_key(msg.params)
         meta = msg.params.get("_meta")
+        self.routes.add(rid, up)
         if isinstance(meta, dict) and rpc.valid_id(meta.get("progressToken")):
             up.token = meta["progressToken"]
             self.routes.tokens[rid] = (cid, meta["progressToken"])
             meta["progressToken"] = rid
-        self.routes.add(rid, up)
-        msg.obj["id"] = rid
-        return [ToServer(rpc.dumps(msg.obj)), Activity()]
+            msg.obj["id"] = rid
+            return [ToServer(rpc.dumps(msg.obj)), Activity()]
+        return [ToServer(rpc.with_id(msg, rid)), Activity()]
 
     # ---- client notifications and responses ------------------------------------------------------
 
@@ -457,8 +458,7 @@ class RelayCore:
         down = self.routes.downstream.pop((cid, msg.id), None)
         if down is None or self.phase is Phase.DOWN:
             return [Note(f"client {cid} response to unknown id={msg.id!r} dropped")]
-        msg.obj["id"] = down.server_id
-        return [ToServer(rpc.dumps(msg.obj)), Activity()]
+        return [ToServer(rpc.with_id(msg, down.server_id)), Activity()]
 
     # ---- server messages -------------------------------------------------------------------------
 
@@ -485,7 +485,9 @@ class RelayCore:
                 # A server without discovery answers every version the same way.
                 self.snapshot.discover[ANY_VERSION] = answer
             out.append(SnapshotChanged())
-        if up.method == "tasks/list" and isinstance(result, dict) and isinstance(result.get("tasks"), list):
+        filtered = up.method == "tasks/list" and isinstance(result, dict) and isinstance(result.get("tasks"), list)
+        if filtered:
+            assert isinstance(result, dict)
             # A task id the server wrote as something unhashable belongs to no client.
             result["tasks"] = [
                 t
@@ -494,8 +496,11 @@ class RelayCore:
             ]
         if up.cid not in self.clients:
             return [Note(f"response for departed client {up.cid} dropped")]
-        msg.obj["id"] = up.client_id
-        out.append(ToClient(up.cid, rpc.dumps(msg.obj), up.client_id))
+        if filtered:
+            msg.obj["id"] = up.client_id
+            out.append(ToClient(up.cid, rpc.dumps(msg.obj), up.client_id))
+        else:
+            out.append(ToClient(up.cid, rpc.with_id(msg, up.client_id), up.client_id))
         return out
 
     def _server_request(self, msg: Message) -> list[Action]:
@@ -526,8 +531,7 @@ class RelayCore:
         elicitation_id = msg.params.get("elicitationId")
         if method == "elicitation/create" and isinstance(elicitation_id, str):
             self.routes.elicitations[elicitation_id] = target
-        msg.obj["id"] = down_id
-        return [ToClient(target, rpc.dumps(msg.obj)), Note(f"{method} routed to client {target}: {reason}")]
+        return [ToClient(target, rpc.with_id(msg, down_id)), Note(f"{method} routed to client {target}: {reason}")]
 
     def _server_notification(self, msg: Message) -> list[Action]:
         method = msg.method

@@ -17,6 +17,7 @@ import trio
 from lazyd import wire
 from lazyd.daemon.registry import Refused, Registry
 from lazyd.daemon.runtime import peer_credentials
+from lazyd.daemon.supervisor import Session
 
 log = logging.getLogger("lazyd.conn")
 
@@ -107,7 +108,8 @@ class ConnectionHandler:
                                                "name": runtime.name, "daemon_pid": os.getpid()}))
             with cancel:
                 async with trio.open_nursery() as nursery:
-                    nursery.start_soon(self._writer, stream, session.receive_channel, cancel)
+                    nursery.start_soon(self._writer, stream, session, cancel)
+                    session.fd = stream.socket.fileno()
                     async for frame in frames:
                         if frame["t"] != "line":
                             raise wire.WireError(f"unexpected {frame['t']!r} frame in a session")
@@ -116,8 +118,8 @@ class ConnectionHandler:
         finally:
             runtime.detach(session.cid)
 
-    async def _writer(self, stream: trio.SocketStream, receive: trio.MemoryReceiveChannel[bytes],
-                      cancel: trio.CancelScope) -> None:
+    async def _writer(self, stream: trio.SocketStream, session: Session, cancel: trio.CancelScope) -> None:
+        receive = session.receive_channel
         try:
             async for frame in receive:
                 batch = [frame]
@@ -127,8 +129,11 @@ class ConnectionHandler:
                     except (trio.WouldBlock, trio.EndOfChannel):
                         break
                 await stream.send_all(b"".join(batch) if len(batch) > 1 else frame)
+                if receive.statistics().current_buffer_used == 0:
+                    session.busy = False
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass
+        session.fd = None
         cancel.cancel()  # the outbox closed (detached or overflowed) or the peer went away
 
     async def _control(self, stream: trio.SocketStream, frames: _Frames) -> None:

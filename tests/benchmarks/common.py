@@ -18,8 +18,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 FIXTURE = [sys.executable, str(REPO / "tests" / "servers" / "fixture_server.py")]
+ECHO = [sys.executable, str(REPO / "tests" / "benchmarks" / "echo_server.py")]
 INIT_PARAMS = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "bench", "version": "1"}}
 
 
@@ -65,7 +66,7 @@ class LineClient:
 
     def __init__(self, argv: list[str], env: dict[str, str]) -> None:
         self.proc = subprocess.Popen(argv, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.DEVNULL, bufsize=0)
+                                     stderr=subprocess.DEVNULL)
         assert self.proc.stdin is not None and self.proc.stdout is not None
         self.stdin = self.proc.stdin
         self.stdout = self.proc.stdout
@@ -80,6 +81,7 @@ class LineClient:
             msg["id"] = ident
             self._next += 1
         self.stdin.write(json.dumps(msg, separators=(",", ":")).encode() + b"\n")
+        self.stdin.flush()
         return ident
 
     def request(self, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:

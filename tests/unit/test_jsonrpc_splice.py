@@ -1,0 +1,77 @@
+"""`with_id` splices a new top-level id into the received bytes only where that is provably the
+top-level id, and re-serialises otherwise; either way the result must equal a plain rewrite."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lazyd.core import jsonrpc as rpc
+
+
+def _rewrite(line: bytes, new_id: rpc.JsonId) -> bytes:
+    msg = rpc.parse(line)
+    assert isinstance(msg, rpc.Message)
+    return rpc.with_id(msg, new_id)
+
+
+def _expected(line: bytes, new_id: rpc.JsonId) -> Any:
+    obj = json.loads(line)
+    obj["id"] = new_id
+    return obj
+
+
+@pytest.mark.parametrize("line", [
+    b'{"jsonrpc":"2.0","id":7,"result":{"id":7,"text":"x"}}',
+    b'{"result":{"id":7},"jsonrpc":"2.0","id":7}',
+    b'{ "jsonrpc" : "2.0" , "id" : 7 , "result" : {} }',
+    b'{"id":7,"method":"tools/call","params":{"arguments":{"id":7}}}',
+])
+def test_the_id_is_spliced_in_both_serialiser_shapes_and_nested_ids_are_left_alone(line: bytes) -> None:
+    out = _rewrite(line, 123)
+    assert json.loads(out) == _expected(line, 123)
+    assert len(out) == len(line) + 2  # spliced: every other byte is the received one
+
+
+def test_a_string_id_becomes_an_int_and_back_without_confusing_1_and_quoted_1() -> None:
+    line = b'{"jsonrpc":"2.0","id":"1","result":{"id":1}}'
+    out = _rewrite(line, 5)
+    assert json.loads(out) == {"jsonrpc": "2.0", "id": 5, "result": {"id": 1}}
+    back = _rewrite(out, "1")
+    assert json.loads(back) == json.loads(line)
+
+
+def test_an_id_spelled_differently_from_our_spelling_falls_back_to_reserialising() -> None:
+    line = b'{"result":{"v":1},"id":"\\u0061","jsonrpc":"2.0"}'
+    assert json.loads(_rewrite(line, 9)) == {"result": {"v": 1}, "id": 9, "jsonrpc": "2.0"}
+
+
+def test_a_nested_id_right_before_the_closing_brace_is_never_taken_for_the_top_level_one() -> None:
+    line = b'{"id":"a","result":{"x":1,"id":"a"}}'
+    assert json.loads(_rewrite(line, 2)) == {"id": 2, "result": {"x": 1, "id": "a"}}
+    line = b'{"result":{"x":1,"id":3},"id" :3 }'
+    assert json.loads(_rewrite(line, 4)) == {"result": {"x": 1, "id": 3}, "id": 4}
+
+
+ids = st.one_of(st.integers(-(2**70), 2**70), st.text(max_size=8))
+values = st.recursive(st.one_of(st.none(), st.booleans(), st.integers(), st.text(max_size=5)),
+                      lambda children: st.one_of(st.lists(children, max_size=3),
+                                                 st.dictionaries(st.sampled_from(["id", "a", "result"]), children, max_size=3)),
+                      max_leaves=10)
+
+
+@settings(derandomize=True, max_examples=400)
+@given(old=ids, new=ids, payload=values, id_first=st.booleans(), spaced=st.booleans())
+def test_splicing_always_equals_a_plain_rewrite(old: rpc.JsonId, new: rpc.JsonId, payload: Any, id_first: bool, spaced: bool) -> None:
+    members = [("jsonrpc", "2.0"), ("id", old), ("result", payload)]
+    if not id_first:
+        members = [members[2], members[0], members[1]]
+    sep = (", ", ": ") if spaced else (",", ":")
+    line = json.dumps(dict(members), separators=sep).encode()
+    out = _rewrite(line, new)
+    assert json.loads(out) == _expected(line, new)
+    assert type(json.loads(out)["id"]) is type(new)
