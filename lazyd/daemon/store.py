@@ -14,6 +14,7 @@ import os
 import secrets
 from pathlib import Path
 
+from lazyd.core import jsonrpc as rpc
 from lazyd.core.cache import Snapshot
 
 log = logging.getLogger("lazyd.store")
@@ -90,8 +91,10 @@ class SnapshotStore:
         try:
             self.cache_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
             path = self.path_for(digest)
-            tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-            data = json.dumps(snapshot.to_json(), ensure_ascii=False, separators=(",", ":")).encode()
+            # Unique per writer: the runtime's saver thread and `lazyctl check` may save at once.
+            tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+            # rpc.dumps, not json.dumps: it survives lone surrogates and NaN that peers do send.
+            data = rpc.dumps(snapshot.to_json())
             fd = _open_private(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
             try:
                 view = memoryview(data)
