@@ -50,6 +50,9 @@ from lazyd.core.routing import (
 # A server whose listing never stops paginating must not make the relay loop forever.
 MAX_LISTING_PAGES = 1000
 PROTOCOL_VERSION_META = "io.modelcontextprotocol/protocolVersion"
+# Results the relay itself reads (records or filters), so they are always decoded. A task-creating
+# tools/call result (which the relay also reads) is a few hundred bytes, never a large line.
+_RESULTS_READ_BY_RELAY = frozenset({"server/discover", "tasks/list"})
 # Discovery-cache key of a -32601 answer, which holds whatever version the probe named.
 ANY_VERSION = "*"
 
@@ -269,6 +272,9 @@ class RelayCore:
         return [Note(f"start failed: {reason}"), *self._fail_queue(f"lazyd: cannot start server {self.name}: {reason}")]
 
     def server_line(self, line: bytes) -> list[Action]:
+        fast = self._large_result(line)
+        if fast is not None:
+            return fast
         msg = rpc.parse(line)
         if not isinstance(msg, Message):
             out: list[Action] = [Note(f"dropped a line from the server that is not a JSON-RPC message ({msg.reason})")]
@@ -283,6 +289,18 @@ class RelayCore:
         if msg.kind is Kind.REQUEST:
             return self._server_request(msg)
         return self._server_notification(msg)
+
+    def _large_result(self, line: bytes) -> list[Action] | None:
+        """A large plain result for a client's ordinary request, relayed without decoding it."""
+        rid = rpc.large_result_id(line)
+        up = self.routes.upstream.get(rid) if rid is not None else None
+        if rid is None or up is None or up.cid is None or up.client_id is None or up.method in _RESULTS_READ_BY_RELAY:
+            return None
+        self.routes.pop(rid)
+        self.routes.release_token(rid)
+        if up.cid not in self.clients:
+            return [Note(f"response for departed client {up.cid} dropped")]
+        return [Activity(), ToClient(up.cid, rpc.splice_result_id(line, rid, up.client_id), up.client_id)]
 
     # ---- client requests -------------------------------------------------------------------------
 

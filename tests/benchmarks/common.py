@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
+EVERYTHING = ["node", str(REPO / "tests" / "servers" / "node_modules" / "@modelcontextprotocol" / "server-everything" / "dist" / "index.js"), "stdio"]
 FIXTURE = [sys.executable, str(REPO / "tests" / "servers" / "fixture_server.py")]
 ECHO = [sys.executable, str(REPO / "tests" / "benchmarks" / "echo_server.py")]
 INIT_PARAMS = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "bench", "version": "1"}}
@@ -33,7 +34,8 @@ def shim_path() -> str:
 
 @contextmanager
 def isolated_daemon() -> Iterator[dict[str, str]]:
-    """A private HOME/XDG tree and a running daemon; yields the environment to run shims in."""
+    """A private HOME/XDG tree and a running daemon; yields the environment to run shims in
+    (its LAZYD_BENCH_DAEMON_PID entry names the daemon, for memory figures)."""
     root = Path(tempfile.mkdtemp(prefix="lzb", dir="/tmp"))
     (root / "run").mkdir(mode=0o700)
     (root / "home").mkdir()
@@ -54,7 +56,7 @@ def isolated_daemon() -> Iterator[dict[str, str]]:
             raise SystemExit("the daemon did not start")
         time.sleep(0.02)
     try:
-        yield env
+        yield {**env, "LAZYD_BENCH_DAEMON_PID": str(daemon.pid)}
     finally:
         daemon.send_signal(signal.SIGTERM)
         daemon.wait(timeout=30)

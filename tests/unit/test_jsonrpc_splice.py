@@ -75,3 +75,22 @@ def test_splicing_always_equals_a_plain_rewrite(old: rpc.JsonId, new: rpc.JsonId
     out = _rewrite(line, new)
     assert json.loads(out) == _expected(line, new)
     assert type(json.loads(out)["id"]) is type(new)
+
+
+def test_a_large_result_in_either_sdk_shape_is_recognised_and_spliced_without_decoding() -> None:
+    payload = "z" * (rpc.LARGE_LINE_BYTES + 10)
+    python_shape = json.dumps({"jsonrpc": "2.0", "id": 41, "result": {"text": payload}}).encode()
+    ts_shape = ('{"result":{"text":"%s","id":41},"jsonrpc":"2.0","id":41}' % payload).encode()
+    for line in (python_shape, ts_shape):
+        assert rpc.large_result_id(line) == 41
+        out = json.loads(rpc.splice_result_id(line, 41, "client-7"))
+        assert out["id"] == "client-7" and out["result"]["text"] == payload
+
+
+def test_small_lines_errors_and_notifications_are_never_taken_by_the_large_result_path() -> None:
+    big = "z" * rpc.LARGE_LINE_BYTES
+    assert rpc.large_result_id(b'{"jsonrpc":"2.0","id":1,"result":{}}') is None
+    assert rpc.large_result_id(json.dumps({"jsonrpc": "2.0", "id": 1, "error": {"code": 1, "message": big}}).encode()) is None
+    assert rpc.large_result_id(json.dumps({"jsonrpc": "2.0", "method": "x", "params": {"id": 1, "t": big}}).encode()) is None
+    nested_last = ('{"result":{"t":"%s","inner":{"jsonrpc":"2.0","id":9}}}' % big).encode()
+    assert rpc.large_result_id(nested_last) is None
