@@ -5,6 +5,13 @@ anything runs), take the single-instance lock, then adopt the systemd socket or 
 live socket is never replaced), and only then enter trio. On SIGTERM/SIGINT or `lazyctl stop` the
 daemon stops every server by the ladder, in parallel, removes its socket (unless systemd owns it)
 and exits 0.
+
+The ownership watch: a daemon that bound its own socket checks every
+``OWNERSHIP_CHECK_INTERVAL_S`` that the name still leads to that socket. If the socket was
+unlinked or replaced (another daemon took the name, say after a logout removed the runtime dir and
+a login made a new one), nobody can reach this daemon any more: it stops its servers and exits 0
+like on SIGTERM, and leaves the name to whoever holds it now. A socket-activated daemon is not
+watched: systemd owns that name and stops the service itself.
 """
 
 from __future__ import annotations
@@ -44,6 +51,7 @@ log = logging.getLogger("lazyd")
 
 DAEMON_LOG_BYTES = 4 * 1024 * 1024  # the daemon's own log rotates at this size, one backup kept
 SHUTDOWN_BOUND_S = 15.0  # every ladder is 2 s + 2 s; this bounds a shutdown stuck on anything else
+OWNERSHIP_CHECK_INTERVAL_S = 5.0  # an lstat costs microseconds; 5 s keeps exit well inside a minute
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -55,8 +63,21 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--socket", help="socket path (default: $XDG_RUNTIME_DIR/lazyd/lazyd.sock, or LAZYD_SOCKET)")
     parser.add_argument("--config", help="config file (default: ~/.config/lazyd/config.toml)")
     parser.add_argument("-v", "--verbose", action="store_true", help="log every relay decision")
+    parser.add_argument("--ownership-check-interval", type=_positive_seconds, default=OWNERSHIP_CHECK_INTERVAL_S,
+                        metavar="SECONDS", help="how often to check that the socket is still ours; the daemon "
+                        f"exits once it was removed or replaced (default: {OWNERSHIP_CHECK_INTERVAL_S:g})")
     parser.add_argument("--version", action="version", version="lazyd 0.1.0")
     return parser
+
+
+def _positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds: {text!r}")
+    return value
 
 
 def _setup_logging(paths: Paths, verbose: bool) -> None:
@@ -107,13 +128,15 @@ def main(argv: list[str] | None = None) -> None:
     _setup_logging(paths, args.verbose)
     log.info("lazyd %d listening on %s%s", os.getpid(), paths.socket, " (socket activation)" if activated else "")
     try:
-        trio.run(partial(serve, sock, paths, config, config_path, activated is not None))
+        trio.run(partial(serve, sock, paths, config, config_path, activated is not None,
+                         args.ownership_check_interval))
     finally:
         os.close(lock_fd)
     raise SystemExit(0)
 
 
-async def serve(sock: socket.socket, paths: Paths, config: Config, config_path: Path, activated: bool) -> None:
+async def serve(sock: socket.socket, paths: Paths, config: Config, config_path: Path, activated: bool,
+                ownership_check_interval_s: float = OWNERSHIP_CHECK_INTERVAL_S) -> None:
     notifier = Notifier.from_environ()  # first: takes NOTIFY_SOCKET/WATCHDOG_* out of os.environ
     secret = load_or_create_secret(paths.state_dir)
     await trio.to_thread.run_sync(orphans.sweep, paths.state_dir)
@@ -129,6 +152,8 @@ async def serve(sock: socket.socket, paths: Paths, config: Config, config_path: 
         notifier.ready(status_summary(registry))  # only now: the listener is accepting
         nursery.start_soon(notifier.run, partial(status_summary, registry))
         nursery.start_soon(_signals, stop, partial(_reload, registry, config_path))
+        if bound_identity is not None:
+            nursery.start_soon(watch_ownership, paths, bound_identity, stop, ownership_check_interval_s)
         await stop.wait()
         notifier.stopping()
         log.info("stopping: %d servers", len(registry.runtimes))
@@ -143,6 +168,29 @@ async def serve(sock: socket.socket, paths: Paths, config: Config, config_path: 
             os.unlink(paths.socket)
         nursery.cancel_scope.cancel()
     log.info("stopped")
+
+
+def ownership_lost(paths: Paths, bound_identity: tuple[int, int]) -> str | None:
+    """Why the socket name no longer leads to the socket we bound, or None while it still does."""
+    if not os.path.lexists(paths.runtime_dir):
+        return f"the runtime dir {paths.runtime_dir} was removed (logout?)"
+    current = socket_identity(paths.socket)
+    if current is None:
+        return f"the socket {paths.socket} was removed"
+    if current != bound_identity:
+        return f"the socket {paths.socket} was replaced by another one"
+    return None
+
+
+async def watch_ownership(paths: Paths, bound_identity: tuple[int, int], stop: trio.Event, interval_s: float) -> None:
+    """Set ``stop`` once the socket is no longer ours (see the module docstring)."""
+    while not stop.is_set():
+        await trio.sleep(interval_s)
+        reason = ownership_lost(paths, bound_identity)
+        if reason is not None:
+            log.warning("%s: nobody can reach this daemon any more; stopping", reason)
+            stop.set()
+            return
 
 
 async def reload_config(registry: Registry, config_path: Path) -> dict[str, list[str]]:

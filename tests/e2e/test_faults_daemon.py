@@ -1,0 +1,322 @@
+"""The daemon's own faults: killed with -9, SIGTERM, started twice, its socket or runtime dir taken
+away, its clients' process groups killed, a shim of another wire version.
+
+Testing policy: real daemons, shims and fixture servers in an isolated user environment; a server
+and its grandchildren carry a marker of their own in their environment, and "nothing is left" is
+a scan of /proc for it. Every wait is a poll with a bounded deadline; no test asserts on elapsed
+time (the one ordering check compares timestamps the daemon wrote, never a duration).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from lazyd import wire
+from lazyd.daemon import orphans
+from lazyd.daemon.process import read_start_time_ticks
+from lazyd.daemon.runtime import socket_identity
+from tests.conftest import UserEnv, start_daemon
+from tests.e2e.test_faults_support import (
+    DEADLINE_S,
+    FIXTURE,
+    SERVER_MARKER_VAR,
+    RawShim,
+    alive,
+    lazyctl,
+    server_side_processes,
+    session_members,
+    text_of,
+    tool_call,
+    wait_for,
+    write_named_config,
+)
+
+pytestmark = pytest.mark.e2e
+
+OLD_CHILDREN_GONE_S = 10.0  # the promise: nothing of the old daemon's servers after 10 s
+OWNERSHIP_EXIT_S = 60.0  # the promise: a daemon that lost its socket exits within a minute
+FAST_OWNERSHIP_CHECK = ("--ownership-check-interval", "0.1")
+
+
+def _lines_of(path: Path) -> list[str]:
+    return path.read_text().splitlines() if path.exists() else []
+
+
+# ---- kill -9 ----------------------------------------------------------------------------------
+
+
+def test_a_daemon_killed_with_sigkill_costs_only_the_calls_in_flight(user_env: UserEnv, tmp_path: Path) -> None:
+    marker = uuid.uuid4().hex
+    methods = tmp_path / "methods.log"
+    env = {SERVER_MARKER_VAR: marker, "FIXTURE_GRANDCHILDREN": "2", "FIXTURE_LOG": str(methods)}
+    shims = [RawShim(user_env, env=env) for _ in range(3)]
+    try:
+        for shim in shims:
+            shim.initialize()
+            shim.send(tool_call(1, "pid"))
+        server_pids = {int(text_of(shim.read())) for shim in shims}
+        assert len(server_pids) == 1, "the three sessions share one server"
+        (old_daemon,) = user_env.daemon_pids()
+        old_children = session_members(server_pids.pop())
+        assert len(old_children) == 3, "the server and its two grandchildren run"
+        # Two requests in flight per shim, an int id and a string id that look alike.
+        for shim in shims:
+            shim.send(tool_call(10, "sleep", {"seconds": 60}), tool_call("10", "sleep", {"seconds": 60}))
+        wait_for(lambda: _lines_of(methods).count("tools/call") == 3 + 6, "the six sleeps to reach the server")
+
+        os.kill(old_daemon, signal.SIGKILL)
+
+        for shim in shims:
+            errors = [shim.read(), shim.read()]
+            assert sorted((type(e["id"]).__name__, e["id"]) for e in errors) == [("int", 10), ("str", "10")]
+            for error in errors:
+                assert error["error"]["code"] == -32603
+                assert "connection to the daemon was lost" in error["error"]["message"]
+        # The next call works through a new daemon, with no second handshake on the client's stdout:
+        # the first line after the errors is the call's own answer.
+        for i, shim in enumerate(shims):
+            shim.send(tool_call(11, "echo", {"text": f"after {i}"}))
+        for i, shim in enumerate(shims):
+            assert shim.read() == {"jsonrpc": "2.0", "id": 11,
+                                   "result": {"content": [{"type": "text", "text": f"after {i}"}]}}
+            shim.fence("fence")
+        (new_daemon,) = user_env.daemon_pids()
+        assert new_daemon != old_daemon
+        # The old server saw stdin EOF and exited; its grandchildren (one ignores SIGTERM) were killed
+        # by the new daemon's orphan sweep. Nothing of the old group is left.
+        wait_for(lambda: not any(alive(pid) for pid in old_children), "the old daemon's servers to be gone",
+                 OLD_CHILDREN_GONE_S)
+        new_server = int(text_of(_call(shims[0], 12, "pid")))
+        assert new_server not in old_children
+        assert server_side_processes(marker) == session_members(new_server)
+    finally:
+        for shim in shims:
+            shim.close()
+
+
+def _call(shim: RawShim, request_id: int, name: str) -> dict[str, object]:
+    shim.send(tool_call(request_id, name))
+    answer = shim.read()
+    assert answer["id"] == request_id
+    return answer
+
+
+def _own_session_sleeper(with_leftover: bool) -> subprocess.Popen[bytes]:
+    """A process leading its own session, as a server does; with a member that outlives it if asked."""
+    code = ("import os, subprocess, sys, time\n"
+            "if sys.argv[1] == 'leftover':\n"
+            "    subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])\n"
+            "    print(flush=True)\n"
+            "    sys.exit(0)\n"
+            "print(flush=True)\n"
+            "time.sleep(600)\n")
+    proc = subprocess.Popen([sys.executable, "-c", code, "leftover" if with_leftover else "plain"],
+                            stdout=subprocess.PIPE, start_new_session=True)
+    assert proc.stdout is not None and proc.stdout.readline() == b"\n"
+    return proc
+
+
+def test_the_orphan_sweep_kills_what_state_json_records_and_spares_a_recycled_pid(user_env: UserEnv) -> None:
+    ours = _own_session_sleeper(with_leftover=False)
+    stranger = _own_session_sleeper(with_leftover=False)
+    gone_leader = _own_session_sleeper(with_leftover=True)
+    try:
+        gone_leader.wait(DEADLINE_S)  # the leader exited; its child still holds the session
+        (leftover,) = wait_for(lambda: session_members(gone_leader.pid), "the leftover to be seen")
+        records = [
+            orphans.ChildRecord("ours", ours.pid, read_start_time_ticks(ours.pid), ours.pid),
+            # Same pid, other start time: the pid was recycled by someone else's process.
+            orphans.ChildRecord("recycled", stranger.pid, read_start_time_ticks(stranger.pid) + 1, stranger.pid),
+            orphans.ChildRecord("exited", gone_leader.pid, 1, gone_leader.pid),
+        ]
+        user_env.state_dir.mkdir(parents=True, exist_ok=True)
+        orphans.write_state(user_env.state_dir, records)
+        start_daemon(user_env)
+        wait_for(lambda: ours.poll() is not None, "the recorded server to be killed")
+        assert ours.returncode == -signal.SIGKILL
+        wait_for(lambda: not alive(leftover), "the leftover of an exited server to be killed")
+        assert stranger.poll() is None, "a process whose start time differs is not ours"
+        assert json.loads((user_env.state_dir / orphans.STATE_FILE).read_text())["children"] == []
+    finally:
+        for proc in (ours, stranger, gone_leader):
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+
+
+# ---- SIGTERM, a second daemon ---------------------------------------------------------------------
+
+
+def _ladder_times(log: Path) -> tuple[str, str]:
+    """When the daemon sent SIGTERM and SIGKILL to a server, from the timestamps in its log."""
+    text = log.read_text()
+    term = next(line for line in text.splitlines() if "after stdin EOF: SIGTERM" in line)
+    kill = next(line for line in text.splitlines() if "after SIGTERM: SIGKILL" in line)
+    return term.split()[0], kill.split()[0]
+
+
+def test_sigterm_stops_every_server_in_parallel_by_the_ladder_removes_the_socket_and_exits_0(
+    user_env: UserEnv,
+) -> None:
+    marker = uuid.uuid4().hex
+    stubborn = {"FIXTURE_IGNORE_EOF": "1", "FIXTURE_IGNORE_TERM": "1", "FIXTURE_GRANDCHILDREN": "1",
+                SERVER_MARKER_VAR: marker}
+    names = ["one", "two", "three"]
+    write_named_config(user_env, {name: {"command": FIXTURE[0], "args": FIXTURE[1:], "env": stubborn}
+                                  for name in names})
+    daemon = start_daemon(user_env)
+    for name in names:
+        woken = lazyctl(user_env, "wake", name)
+        assert woken.returncode == 0, woken.stderr
+    assert len(server_side_processes(marker)) == 6
+    daemon.proc.send_signal(signal.SIGTERM)
+    assert daemon.proc.wait(DEADLINE_S) == 0
+    assert server_side_processes(marker) == []
+    assert not user_env.socket.exists()
+    # In parallel: every server got its SIGTERM before any got its SIGKILL (one after the other,
+    # the second server's ladder would only begin after the first one's SIGKILL).
+    times = [_ladder_times(user_env.state_dir / "logs" / f"{name}.log") for name in names]
+    assert max(term for term, _ in times) < min(kill for _, kill in times), times
+    assert json.loads((user_env.state_dir / orphans.STATE_FILE).read_text())["children"] == []
+
+
+def test_a_second_lazyd_exits_0_without_touching_the_live_socket(user_env: UserEnv) -> None:
+    daemon = start_daemon(user_env)
+    before = socket_identity(user_env.socket)
+    second = subprocess.run([sys.executable, "-m", "lazyd.daemon"], env=user_env.env, capture_output=True,
+                            text=True, timeout=DEADLINE_S)
+    assert second.returncode == 0
+    assert "already running" in second.stderr
+    assert socket_identity(user_env.socket) == before
+    assert daemon.proc.poll() is None
+    assert lazyctl(user_env, "status").returncode == 0  # the live socket still accepts connections
+    assert user_env.daemon_pids() == [daemon.proc.pid]
+
+
+# ---- the ownership watch ---------------------------------------------------------------------------
+
+
+def _take_socket_away(user: UserEnv, how: str) -> socket.socket | None:
+    if how == "unlinked":
+        os.unlink(user.socket)
+        return None
+    if how == "replaced":
+        # Bound beside it, then renamed over it: the name now leads to someone else's socket.
+        newcomer = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        staging = user.socket.with_name("newcomer.sock")
+        newcomer.bind(str(staging))
+        newcomer.listen(8)
+        os.rename(staging, user.socket)
+        return newcomer
+    shutil.rmtree(user.socket.parent)  # a logout: logind removes the whole runtime dir
+    return None
+
+
+@pytest.mark.parametrize("how", ["unlinked", "replaced", "runtime dir removed"])
+def test_a_daemon_that_no_longer_owns_its_socket_stops_its_servers_and_exits(user_env: UserEnv, how: str) -> None:
+    marker = uuid.uuid4().hex
+    write_named_config(user_env, {"kept": {"command": FIXTURE[0], "args": FIXTURE[1:],
+                                           "env": {"FIXTURE_GRANDCHILDREN": "1", SERVER_MARKER_VAR: marker}}})
+    daemon = start_daemon(user_env, *FAST_OWNERSHIP_CHECK)
+    assert lazyctl(user_env, "wake", "kept").returncode == 0
+    assert len(server_side_processes(marker)) == 2
+    newcomer = _take_socket_away(user_env, how)
+    try:
+        newcomer_identity = socket_identity(user_env.socket)
+        assert daemon.proc.wait(OWNERSHIP_EXIT_S) == 0
+        assert server_side_processes(marker) == []
+        # Whatever holds the name now was left alone.
+        assert socket_identity(user_env.socket) == newcomer_identity
+        if newcomer is not None:
+            probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            probe.connect(str(user_env.socket))
+            probe.close()
+    finally:
+        if newcomer is not None:
+            newcomer.close()
+    log = (user_env.state_dir / "lazyd.log").read_text()
+    assert "nobody can reach this daemon any more; stopping" in log
+
+
+# ---- the client's process group ----------------------------------------------------------------------
+
+
+def test_killing_a_clients_process_group_right_after_autostart_leaves_lazyd_and_other_sessions_running(
+    user_env: UserEnv,
+) -> None:
+    first = RawShim(user_env, new_session=True)  # the client's group, as the MCP SDK makes it
+    other = RawShim(user_env)
+    try:
+        first.initialize()
+        (daemon,) = user_env.daemon_pids()  # the first shim autostarted it just now
+        other.initialize()
+        other.send(tool_call(1, "sleep", {"seconds": 0.5}))
+        # The SDK's way out: SIGTERM to the group, then SIGKILL (sent at once here, to hit a live group).
+        os.killpg(first.pid, signal.SIGTERM)
+        try:
+            os.killpg(first.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        first.proc.wait(DEADLINE_S)
+        assert text_of(other.read()) == "slept 0.5", "the other session's call in flight was answered"
+        assert text_of(_call(other, 2, "echo")) == ""
+        assert user_env.daemon_pids() == [daemon]
+        late = RawShim(user_env)
+        try:
+            late.initialize()
+            late.fence(1)
+        finally:
+            late.close()
+        assert user_env.daemon_pids() == [daemon]
+    finally:
+        first.close()
+        other.close()
+
+
+# ---- version skew ------------------------------------------------------------------------------------
+
+
+def test_a_hello_of_a_newer_wire_version_is_refused_with_a_restart_hint_and_the_shim_runs_the_server_itself(
+    user_env: UserEnv,
+) -> None:
+    start_daemon(user_env)
+    newer = wire.WIRE_VERSION + 1
+    raw = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    raw.settimeout(DEADLINE_S)
+    raw.connect(str(user_env.socket))
+    raw.sendall(wire.encode({"t": "hello", "v": newer, "role": "shim", "pid": os.getpid(), "argv": FIXTURE,
+                             "cwd": "/", "env": {}, "opts": {}, "server": None, "resume": []}))
+    reader = wire.BlockingFrameReader(raw)
+    refused = reader.read()
+    assert refused is not None and refused["t"] == "refused" and refused["code"] == "version"
+    assert str(newer) in refused["message"] and str(wire.WIRE_VERSION) in refused["message"]
+    assert "lazyctl stop" in refused["message"]
+    assert reader.read() is None, "the daemon closes after refusing"
+    raw.close()
+    # A real shim of the next version: told why, it falls open and runs the server itself.
+    code = ("import sys, lazyd.wire as w; w.WIRE_VERSION += 1\n"
+            "from lazyd_shim.main import main; sys.exit(main(sys.argv[1:]))\n")
+    shim = subprocess.Popen([sys.executable, "-c", code, "--", *FIXTURE], env=user_env.env,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert shim.stdin is not None and shim.stdout is not None and shim.stderr is not None
+    shim.stdin.write(json.dumps(tool_call(1, "pid")).encode() + b"\n")
+    shim.stdin.flush()
+    answer = json.loads(shim.stdout.readline())
+    # exec, not a child: the server answers from the shim's own pid.
+    assert answer["id"] == 1 and text_of(answer) == str(shim.pid)
+    shim.stdin.close()
+    assert shim.wait(DEADLINE_S) == 0
+    stderr = shim.stderr.read().decode()
+    shim.stdout.close()
+    shim.stderr.close()
+    assert f"wire version {newer}" in stderr and "running the server directly" in stderr
