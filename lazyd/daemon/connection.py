@@ -1,15 +1,36 @@
-"""One accepted connection: peer check, hello, then a shim session or a control channel.
+"""The daemon's listener and each accepted connection: peer check, hello, then a session or control.
 
-Per connection a reader (this task) and a writer task draining the session's bounded outbox. A bad
-frame closes this connection only (the decoder is never reused after an error). Every way out of
-a session detaches it from its server, which cancels its in-flight requests upstream.
+Per connection a reader (the handler task) and, for sessions, a writer task draining the session's
+bounded outbox. What a connection may cost is bounded, and whatever goes wrong with one
+connection closes that connection only:
+
+- a peer of another uid is closed before anything is read from it, and logged with its pid;
+- beyond ``MAX_CONNECTIONS`` open connections, a new one is accepted and closed at once;
+- the hello must arrive within ``HELLO_TIMEOUT_S``, and once any frame has started it must be
+  complete within ``FRAME_DEADLINE_S`` (slowloris); between frames a session may idle forever;
+- a bad frame poisons the decoder (lazyd/wire.py) and closes the connection;
+- a control reply the peer does not take within ``CONTROL_SEND_DEADLINE_S`` closes it;
+- a bug raised while serving a connection is logged with its traceback and closes that
+  connection; it never reaches the listener.
+
+The accept loop (``ConnectionHandler.serve``) outlives running out of file descriptors: on
+EMFILE/ENFILE/ENOBUFS/ENOMEM it logs one warning, retries with a doubling delay (waiting clients
+stay in the kernel's backlog meanwhile), and logs once more when accepting works again.
+
+Test seams: ``LAZYD_TEST_HELLO_TIMEOUT_S`` and ``LAZYD_TEST_FRAME_DEADLINE_S`` in the daemon's
+environment replace the two deadlines (seconds), so that tests need not wait for the real ones.
+They are read once, when the handler is built.
 """
 
 from __future__ import annotations
 
+import errno
 import logging
+import math
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections import deque
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import trio
@@ -21,67 +42,178 @@ from lazyd.daemon.supervisor import Session
 
 log = logging.getLogger("lazyd.conn")
 
-HELLO_TIMEOUT_S = 10.0  # a peer that connects and says nothing is cut loose (slowloris)
-READ_BYTES = 256 * 1024
+HELLO_TIMEOUT_S = 10.0  # a peer that connects and does not finish its hello is cut loose (slowloris)
+# A local peer writes a frame with one sendall, so even a maximal 16 MiB frame arrives in well under
+# a second; 30 s also forgives a peer that was briefly stopped (SIGSTOP, swapping).
+FRAME_DEADLINE_S = 30.0
+# lazyctl reads its reply at once; a peer that leaves one unread this long holds a slot for nothing.
+CONTROL_SEND_DEADLINE_S = 30.0
+READ_BYTES = 256 * 1024  # one receive; bounds what one read can decode at once (~16k tiny frames)
 MAX_CONNECTIONS = 256  # beyond this, connections are accepted and closed at once (RELIABILITY 34)
 # Frames written in one send: batching cuts syscalls when a server streams many small lines.
 WRITE_BATCH_FRAMES = 64
+# accept(2) errors that mean "out of resources", not "broken listener" (trio's own list).
+ACCEPT_CAPACITY_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
+ACCEPT_BACKOFF_FIRST_S = 0.1  # a descriptor often frees within one turn of the loop
+ACCEPT_BACKOFF_MAX_S = 2.0  # clients wait in the backlog meanwhile; their own deadlines are 5-10 s
+
+HELLO_TIMEOUT_ENV = "LAZYD_TEST_HELLO_TIMEOUT_S"
+FRAME_DEADLINE_ENV = "LAZYD_TEST_FRAME_DEADLINE_S"
 
 ControlHandler = Callable[[str, dict[str, Any]], Awaitable[tuple[bool, Any, str | None]]]
 
 
-class _Frames:
-    """Frames from a stream through one decoder; a WireError poisons the connection."""
+@dataclass(frozen=True)
+class Limits:
+    """The deadlines a connection lives under (seconds)."""
 
-    def __init__(self, stream: trio.SocketStream) -> None:
+    hello_timeout_s: float = HELLO_TIMEOUT_S
+    frame_deadline_s: float = FRAME_DEADLINE_S
+
+    @classmethod
+    def from_environ(cls, env: Mapping[str, str]) -> Limits:
+        """The defaults, with the test seams applied; a malformed seam is ignored with a warning."""
+        return cls(
+            hello_timeout_s=_seconds_from(env, HELLO_TIMEOUT_ENV, HELLO_TIMEOUT_S),
+            frame_deadline_s=_seconds_from(env, FRAME_DEADLINE_ENV, FRAME_DEADLINE_S),
+        )
+
+
+def _seconds_from(env: Mapping[str, str], name: str, default: float) -> float:
+    text = env.get(name)
+    if text is None:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 < value < math.inf:
+        log.warning("ignoring %s=%r: not a positive number of seconds", name, text)
+        return default
+    return value
+
+
+class SlowPeer(Exception):
+    """The peer started a frame and did not finish it within the frame deadline."""
+
+
+class _Frames:
+    """Frames from a stream through one decoder; a WireError poisons the connection.
+
+    A frame that has started (its first byte was read) must be complete within the frame
+    deadline; between frames there is no deadline.
+    """
+
+    def __init__(self, stream: trio.SocketStream, frame_deadline_s: float) -> None:
         self.stream = stream
         self.decoder = wire.FrameDecoder()
-        self.pending: list[dict[str, Any]] = []
+        # A deque: one read can hold thousands of tiny frames, and popping a list's head is O(n).
+        self.pending: deque[dict[str, Any]] = deque()
+        self.frame_deadline_s = frame_deadline_s
+        self._frame_started: float | None = None
 
     async def next(self) -> dict[str, Any] | None:
+        """The next frame, or None at EOF (an EOF in the middle of a frame is just a close)."""
         while not self.pending:
-            data = await self.stream.receive_some(READ_BYTES)
+            started = self._frame_started
+            deadline = math.inf if started is None else started + self.frame_deadline_s
+            data: bytes | None = None
+            with trio.move_on_at(deadline):
+                data = await self.stream.receive_some(READ_BYTES)
+            if data is None:
+                raise SlowPeer(f"a frame took longer than {self.frame_deadline_s:g} s to arrive "
+                               f"({self.decoder.buffered} bytes of it so far)")
             if not data:
                 return None
-            self.pending = self.decoder.feed(data)
-        return self.pending.pop(0)
+            self._decode(data)
+        return self.pending.popleft()
 
-    async def __aiter__(self) -> AsyncIterator[dict[str, Any]]:
-        while (frame := await self.next()) is not None:
-            yield frame
+    def _decode(self, data: bytes) -> None:
+        frames = self.decoder.feed(data)
+        self.pending.extend(frames)
+        if not self.decoder.buffered:
+            self._frame_started = None
+        elif frames or self._frame_started is None:
+            # The unfinished frame began in this read.
+            self._frame_started = trio.current_time()
 
 
 class ConnectionHandler:
-    def __init__(self, registry: Registry, control: ControlHandler) -> None:
+    def __init__(self, registry: Registry, control: ControlHandler, limits: Limits | None = None) -> None:
         self.registry = registry
         self.control = control
+        self.limits = limits if limits is not None else Limits.from_environ(os.environ)
         self.active = 0
+
+    async def serve(self, listener: trio.SocketListener, *,
+                    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Accept connections forever, each served by `self` in its own task (see the docstring)."""
+        async with trio.open_nursery() as handlers, listener:
+            task_status.started()
+            failures = 0
+            first_failure = 0.0
+            backoff_s = ACCEPT_BACKOFF_FIRST_S
+            while True:
+                try:
+                    stream = await listener.accept()
+                except OSError as exc:
+                    if exc.errno not in ACCEPT_CAPACITY_ERRNOS:
+                        raise
+                    if failures == 0:
+                        first_failure = trio.current_time()
+                        log.warning("cannot accept connections: %s (%s) with %d connections open; "
+                                    "retrying with backoff, clients wait in the backlog",
+                                    os.strerror(exc.errno), errno.errorcode[exc.errno], self.active)
+                    failures += 1
+                    await trio.sleep(backoff_s)
+                    backoff_s = min(backoff_s * 2, ACCEPT_BACKOFF_MAX_S)
+                    continue
+                if failures:
+                    log.info("accepting connections again after %d failed attempts in %.1f s",
+                             failures, trio.current_time() - first_failure)
+                    failures = 0
+                    backoff_s = ACCEPT_BACKOFF_FIRST_S
+                handlers.start_soon(self, stream)
 
     async def __call__(self, stream: trio.SocketStream) -> None:
         self.active += 1
+        pid = -1
         try:
-            await self._serve(stream)
+            try:
+                pid, uid, _ = peer_credentials(stream.socket)  # type: ignore[arg-type]
+            except OSError as exc:
+                log.warning("closing a connection whose peer cannot be identified: %s", exc.strerror)
+                return
+            if uid != os.getuid():
+                log.warning("refused a connection from uid %d (pid %d): not our user", uid, pid)
+                return
+            if self.active > MAX_CONNECTIONS:
+                log.warning("refused a connection from pid %d: %d connections open (limit %d)",
+                            pid, self.active - 1, MAX_CONNECTIONS)
+                return
+            await self._serve(stream, pid)
         except wire.WireError as exc:
-            log.warning("closing a connection after a bad frame: %s", exc)
+            log.warning("closing a connection from pid %d after a bad frame: %s", pid, exc)
+        except SlowPeer as exc:
+            log.warning("closing a connection from pid %d: %s", pid, exc)
         except (trio.BrokenResourceError, trio.ClosedResourceError, ConnectionError):
             pass
+        except Exception:
+            # A bug: it must cost this connection only, never the listener or the daemon.
+            log.exception("internal error while serving a connection from pid %d; closing it", pid)
         finally:
             self.active -= 1
             with trio.CancelScope(shield=True):
                 await stream.aclose()
 
-    async def _serve(self, stream: trio.SocketStream) -> None:
-        pid, uid, _ = peer_credentials(stream.socket)  # type: ignore[arg-type]
-        if uid != os.getuid():
-            log.warning("refused a connection from uid %d (pid %d): not our user", uid, pid)
-            return
-        if self.active > MAX_CONNECTIONS:
-            log.warning("refused a connection from pid %d: %d connections open", pid, self.active)
-            return
-        frames = _Frames(stream)
-        with trio.move_on_after(HELLO_TIMEOUT_S) as scope:
+    async def _serve(self, stream: trio.SocketStream, pid: int) -> None:
+        frames = _Frames(stream, self.limits.frame_deadline_s)
+        with trio.move_on_after(self.limits.hello_timeout_s) as scope:
             hello = await frames.next()
-        if scope.cancelled_caught or hello is None:
+        if scope.cancelled_caught:
+            log.warning("closing a connection from pid %d: no hello within %g s", pid, self.limits.hello_timeout_s)
+            return
+        if hello is None:
             return
         if hello["t"] != "hello":
             raise wire.WireError(f"expected a hello frame, got {hello['t']!r}")
@@ -110,7 +242,7 @@ class ConnectionHandler:
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(self._writer, stream, session, cancel)
                     session.fd = stream.socket.fileno()
-                    async for frame in frames:
+                    while (frame := await frames.next()) is not None:
                         if frame["t"] != "line":
                             raise wire.WireError(f"unexpected {frame['t']!r} frame in a session")
                         runtime.client_line(session.cid, frame["d"])
@@ -139,11 +271,18 @@ class ConnectionHandler:
     async def _control(self, stream: trio.SocketStream, frames: _Frames) -> None:
         await stream.send_all(wire.encode({"t": "welcome", "v": wire.WIRE_VERSION, "session": 0,
                                            "name": "control", "daemon_pid": os.getpid()}))
-        async for frame in frames:
+        # Each op bounds its own duration (start timeout, stop ladder), so awaiting it here keeps
+        # one request at a time per connection without letting a connection hang for ever.
+        while (frame := await frames.next()) is not None:
             if frame["t"] != "ctl":
                 raise wire.WireError(f"unexpected {frame['t']!r} frame on a control connection")
             ok, data, error = await self.control(frame["op"], frame["args"])
             reply: dict[str, Any] = {"t": "reply", "ok": ok, "data": data}
             if error is not None:
                 reply["error"] = error
-            await stream.send_all(wire.encode(reply))
+            with trio.move_on_after(CONTROL_SEND_DEADLINE_S) as sending:
+                await stream.send_all(wire.encode(reply))
+            if sending.cancelled_caught:
+                log.warning("closing a control connection that left its reply unread for %g s",
+                            CONTROL_SEND_DEADLINE_S)
+                return

@@ -148,7 +148,7 @@ async def serve(sock: socket.socket, paths: Paths, config: Config, config_path: 
         registry = Registry(config, paths, secret, store, nursery, dict(os.environ))
         handler = ConnectionHandler(registry, Control(registry, stop, partial(reload_config, registry, config_path)))
         await registry.boot()
-        await nursery.start(partial(trio.serve_listeners, handler, [listener]))
+        await nursery.start(handler.serve, listener)  # EMFILE policy: lazyd/daemon/connection.py
         notifier.ready(status_summary(registry))  # only now: the listener is accepting
         nursery.start_soon(notifier.run, partial(status_summary, registry))
         nursery.start_soon(_signals, stop, partial(_reload, registry, config_path))

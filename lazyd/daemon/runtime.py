@@ -26,12 +26,15 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import logging
 import os
 import socket
 import stat
 import struct
 from collections.abc import Mapping
 from pathlib import Path
+
+log = logging.getLogger("lazyd.runtime")
 
 # sun_path is 108 bytes on Linux including the terminating NUL; a 108-byte path would bind
 # without a NUL (non-portable) and anything longer is truncated or refused by the kernel.
@@ -272,7 +275,8 @@ def adopt_activated_socket(env: Mapping[str, str], pid: int) -> socket.socket | 
     """Return the listening socket systemd passed as fd 3, or None when not socket-activated.
 
     ``LISTEN_PID`` must equal ``pid`` (ours): a mismatch means the variables were inherited from
-    a parent that was the activated one, and they are ignored (None; the caller logs it). The fd
+    a parent that was the activated one, and they are ignored (None, with a warning: logging may
+    not be set up yet, and Python's last-resort handler then still prints it on stderr). The fd
     is checked to be a listening AF_UNIX stream socket, else SetupError. The socket is made
     non-blocking and close-on-exec (systemd passes it inheritable), and is never unlinked.
     Extra fds beyond the first are marked close-on-exec so children never hold them.
@@ -289,6 +293,8 @@ def adopt_activated_socket(env: Mapping[str, str], pid: int) -> socket.socket | 
             f"invalid socket activation variables LISTEN_PID={listen_pid!r} LISTEN_FDS={listen_fds!r}"
         ) from None
     if claimed_pid != pid or count < 1:
+        why = f"LISTEN_PID={claimed_pid} is not our pid {pid}" if claimed_pid != pid else f"LISTEN_FDS={count}"
+        log.warning("ignoring socket activation variables (%s): binding our own socket instead", why)
         return None
     for extra in range(SD_LISTEN_FDS_START + 1, SD_LISTEN_FDS_START + count):
         try:
