@@ -40,6 +40,7 @@ import tomlkit.exceptions
 
 from lazyd.core.durations import parse_bool, parse_duration
 from lazyd.core.identity import PER_SESSION_ENV
+from lazyd.core.policy import ToolPolicy, as_decision, compile_rule
 
 __all__ = [
     "WakePredicate", "Policy", "ServerConfig", "Config", "ConfigError", "load_config",
@@ -50,7 +51,8 @@ __all__ = [
 MAX_CONFIG_BYTES = 1024 * 1024
 
 _POLICY_KEYS = ("start_timeout", "linger", "idle_timeout", "keep_alive", "start", "share", "wake")
-_TOP_KEYS = ("defaults", "servers")
+_TOP_KEYS = ("defaults", "servers", "policy")
+_TOOL_POLICY_KEYS = ("default", "rules")
 _DEFAULTS_KEYS = (*_POLICY_KEYS, "per_session_env", "sampling_policy")
 _SERVER_KEYS = ("command", "args", "env", "cwd", *_POLICY_KEYS)
 _WAKE_KEYS = ("command", "interval", "timeout")
@@ -129,6 +131,8 @@ class Config:
     extra_per_session_env: frozenset[str] = frozenset()
     sampling_policy: Literal["refuse", "most-recent"] = "refuse"
     source: Path | None = None
+    # `[policy]`: which tools run, ask the user first, or are refused (lazyd/core/policy.py).
+    tool_policy: ToolPolicy = field(default_factory=ToolPolicy)
 
     @property
     def per_session_env(self) -> frozenset[str]:
@@ -247,8 +251,33 @@ def parse_config_text(text: str, environ: Mapping[str, str], source: Path | None
     servers: dict[str, ServerConfig] = {}
     for name, value in _table(servers_at, document.get("servers", {})).items():
         servers[name] = _server(servers_at / name, name, value, defaults, environ)
+    tool_policy = _tool_policy(at / "policy", document.get("policy", {}))
     return Config(defaults=defaults, servers=MappingProxyType(servers),
-                  extra_per_session_env=extra, sampling_policy=sampling_policy, source=source)
+                  extra_per_session_env=extra, sampling_policy=sampling_policy, source=source,
+                  tool_policy=tool_policy)
+
+
+def _tool_policy(at: _At, value: object) -> ToolPolicy:
+    """`[policy]`: `default` and `rules = { "SERVER.TOOL" = "allow" | "ask" | "deny" }`."""
+    table = _table(at, value)
+    _check_keys(at, table, _TOOL_POLICY_KEYS)
+    try:
+        default = as_decision(table.get("default", "allow"))
+    except ValueError as error:
+        raise (at / "default").error(str(error)) from None
+    rules = []
+    for pattern, decision in _table(at / "rules", table.get("rules", {})).items():
+        if isinstance(decision, dict):
+            # An unquoted `github.create_issue = "ask"` is a TOML dotted key: a nested table.
+            raise (at / "rules" / pattern).error(
+                'is a table: quote patterns, as in "github.create_issue" = "ask"')
+        if not isinstance(decision, str):
+            raise (at / "rules" / pattern).error(f'expected "allow", "ask" or "deny", got {_type_name(decision)}')
+        try:
+            rules.append(compile_rule(pattern, decision))
+        except ValueError as error:
+            raise (at / "rules" / pattern).error(str(error)) from None
+    return ToolPolicy(tuple(rules), default)
 
 
 def _locate_toml_error(text: str) -> str | None:

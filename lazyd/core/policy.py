@@ -1,0 +1,140 @@
+"""Tool policy: which tools may run, which need the user's confirmation, which are refused.
+
+This module owns the rules and the one function that applies them, `ToolPolicy.decide`. It is
+pure: no I/O, no clock. The config file (`[policy]` in config.toml, see docs/hub.md) builds a
+`ToolPolicy`; the hub and the per-server policy gate ask it about every `tools/call`.
+
+Patterns
+--------
+A rule's pattern names tools as `SERVER.TOOL`, where `SERVER` is the name lazyd shows for the
+server (a named server's name, or the readable name `lazyctl status` shows for an unnamed
+registration) and `TOOL` is the tool's name as the server lists it.
+
+- `*` matches any run of characters (none included), `?` exactly one character; every other
+  character matches itself, case-sensitively. There is no escape and no `[...]` class: tool
+  names do not contain `*` or `?`.
+- A pattern matches a tool when it can be read as `SERVER_GLOB.TOOL_GLOB` (split at one of its
+  dots) such that `SERVER_GLOB` matches the whole server name and `TOOL_GLOB` the whole tool
+  name. Splitting at the dot, rather than matching `server.tool` as one string, is what keeps
+  `git.*` from matching the server `git.hub`: the server part must match on its own.
+- So `github.create_issue` is one tool, `github.*` every tool of `github`, `*.delete_*` every tool
+  whose name starts with `delete_` on any server, `*.*` everything.
+- A pattern without a dot that has text on both sides is an error (`github` alone would be
+  ambiguous: a server or a tool?).
+
+Precedence
+----------
+1. A rule without wildcards that names the tool exactly decides: it is the user's explicit word
+   about this one tool, so it can carve an exception out of a glob (`"scratch.delete_note" =
+   "allow"` next to `"*.delete_*" = "ask"`).
+2. Otherwise, of the glob rules that match, the strictest decides: deny over ask over allow.
+   Two globs that both match are two reasons to be careful, and no ordering in a TOML table
+   should be able to turn a deny into an allow.
+3. Otherwise the policy's `default` (allow, unless the config says otherwise).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Literal
+
+__all__ = ["DECISIONS", "Decision", "Rule", "Verdict", "ToolPolicy", "as_decision", "compile_rule"]
+
+Decision = Literal["allow", "ask", "deny"]
+DECISIONS: tuple[Decision, ...] = ("allow", "ask", "deny")
+_STRICTNESS: dict[Decision, int] = {"allow": 0, "ask": 1, "deny": 2}
+# Far beyond `server.tool` names (MCP names are at most 128 characters each); bounds the regexes.
+MAX_PATTERN_CHARS = 300
+_WILDCARDS = frozenset("*?")
+
+
+def _glob(text: str) -> re.Pattern[str]:
+    parts = [".*" if c == "*" else "." if c == "?" else re.escape(c) for c in text]
+    return re.compile("".join(parts), re.DOTALL)
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One `pattern = decision` line of `[policy.rules]`, compiled."""
+
+    pattern: str
+    decision: Decision
+    exact: bool  # no wildcard: matches the one tool whose `server.tool` equals the pattern
+    splits: tuple[tuple[re.Pattern[str], re.Pattern[str]], ...]
+
+    def matches(self, server: str, tool: str) -> bool:
+        if self.exact:
+            return f"{server}.{tool}" == self.pattern
+        return any(s.fullmatch(server) is not None and t.fullmatch(tool) is not None for s, t in self.splits)
+
+
+def as_decision(value: object) -> Decision:
+    """`value` as a decision; raises ValueError naming the allowed ones."""
+    for decision in DECISIONS:
+        if value == decision:
+            return decision
+    shown = repr(value) if isinstance(value, str) else type(value).__name__
+    raise ValueError(f"{shown} is not one of: {', '.join(DECISIONS)}")
+
+
+def compile_rule(pattern: str, decision: object) -> Rule:
+    """Compile one rule; raises ValueError with a one-line problem (the caller adds where)."""
+    checked = as_decision(decision)
+    if not pattern:
+        raise ValueError("the pattern is empty")
+    if len(pattern) > MAX_PATTERN_CHARS:
+        raise ValueError(f"the pattern is longer than {MAX_PATTERN_CHARS} characters")
+    if any(c.isspace() or not c.isprintable() for c in pattern):
+        raise ValueError("the pattern contains a space or a control character")
+    splits = tuple(
+        (_glob(pattern[:i]), _glob(pattern[i + 1 :]))
+        for i, c in enumerate(pattern)
+        if c == "." and 0 < i < len(pattern) - 1
+    )
+    if not splits:
+        raise ValueError(
+            f"{pattern!r} is not SERVER.TOOL (for example github.create_issue, github.* or *.delete_*)")
+    exact = not any(c in _WILDCARDS for c in pattern)
+    return Rule(pattern, checked, exact, splits)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What the policy says about one tool, and which rule said it (None: the default)."""
+
+    decision: Decision
+    rule: str | None
+
+    def reason(self) -> str:
+        """The rule in words, for tool errors and the log: never the call's arguments."""
+        if self.rule is None:
+            return f'the default policy (default = "{self.decision}")'
+        return f'rule "{self.rule}" = "{self.decision}"'
+
+
+@dataclass(frozen=True)
+class ToolPolicy:
+    """Every rule of `[policy]`; `ToolPolicy()` (no rules, default allow) lets everything run."""
+
+    rules: tuple[Rule, ...] = ()
+    default: Decision = "allow"
+
+    @property
+    def active(self) -> bool:
+        """Whether any tool could be refused or asked about: else callers skip the policy."""
+        return bool(self.rules) or self.default != "allow"
+
+    def decide(self, server: str, tool: str) -> Verdict:
+        """The verdict for `tool` of `server`, by the precedence in the module docstring."""
+        strictest: Rule | None = None
+        for rule in self.rules:
+            if not rule.matches(server, tool):
+                continue
+            if rule.exact:
+                return Verdict(rule.decision, rule.pattern)
+            if strictest is None or _STRICTNESS[rule.decision] > _STRICTNESS[strictest.decision]:
+                strictest = rule
+        if strictest is not None:
+            return Verdict(strictest.decision, strictest.pattern)
+        return Verdict(self.default, None)
