@@ -46,6 +46,10 @@ MAX_SERVER_BACKLOG_LINES = 10_000
 # Frames queued for one client. A shim that stops reading is disconnected when this fills, so one
 # slow consumer never blocks the server or the other clients (RELIABILITY.md case 11).
 MAX_CLIENT_BACKLOG_FRAMES = 4_096
+# Bytes queued for one client since its writer last caught up (emptied the outbox). Frames can be
+# 16 MiB each, so the frame count alone would let a client that stops reading hold gigabytes; four
+# maximal lines leave a slow but live client room for a burst.
+MAX_CLIENT_BACKLOG_BYTES = 64 * 1024 * 1024
 
 
 class Session:
@@ -61,6 +65,8 @@ class Session:
         # set, frames must be queued too, or they could overtake the queued ones.
         self.busy = False
         self.send_channel, self.receive_channel = trio.open_memory_channel[bytes](MAX_CLIENT_BACKLOG_FRAMES)
+        # Bytes queued since `busy` was last clear, i.e. since the writer last caught up.
+        self.backlog_bytes = 0
         self._on_overflow = on_overflow
         self.dropped = False
 
@@ -81,12 +87,19 @@ class Session:
             if written == len(frame):
                 return
             frame = frame[written:]
+        if not self.busy:
+            self.backlog_bytes = 0
         self.busy = True
+        self.backlog_bytes += len(frame)
         try:
+            if self.backlog_bytes > MAX_CLIENT_BACKLOG_BYTES:
+                raise trio.WouldBlock
             self.send_channel.send_nowait(frame)
         except trio.WouldBlock:
             self.dropped = True
-            log.warning("client %d (shim pid %d) stopped reading: disconnecting it", self.cid, self.pid)
+            log.warning("client %d (shim pid %d) stopped reading: disconnecting it (%d frames, %d bytes queued)",
+                        self.cid, self.pid, self.receive_channel.statistics().current_buffer_used,
+                        self.backlog_bytes - len(frame))
             self._on_overflow()
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             self.dropped = True

@@ -1,0 +1,117 @@
+"""Clients that leave or stop reading: what the shim answers, and what the daemon does upstream.
+
+Testing policy: a real daemon, real shims driven line by line (tests/e2e/test_faults_support.py)
+and the fixture server, whose per-method log shows what reached it (a `notifications/cancelled`,
+say). The daemon's memory is its VmHWM; waits are bounded polls, and no test asserts on elapsed
+time.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from lazyd.daemon.supervisor import MAX_CLIENT_BACKLOG_BYTES
+from tests.conftest import UserEnv, start_daemon
+from tests.e2e.test_faults_support import (
+    DEADLINE_S,
+    RawShim,
+    alive,
+    daemon_log,
+    peak_rss_kib,
+    reset_peak_rss,
+    server_status,
+    text_of,
+    tool_call,
+    wait_for,
+)
+
+pytestmark = pytest.mark.e2e
+
+# Small requests with big answers (the fixture's `env` tool returns a variable's value): what piles
+# up is what the client does not read, not what it sends. 120 kB stays under the kernel's limit
+# on one environment string (128 KiB).
+BIG_VALUE = "y" * 120_000
+BIG_CALLS = 1_000  # 120 MB of answers: far past the outbox's byte budget
+
+
+def _methods(log: Path) -> list[str]:
+    return log.read_text().splitlines() if log.exists() else []
+
+
+def test_a_client_closing_stdin_ends_its_shim_with_0_and_its_calls_are_cancelled_upstream_while_the_server_lingers(
+    user_env: UserEnv, tmp_path: Path,
+) -> None:
+    methods = tmp_path / "methods.log"
+    shim = RawShim(user_env, env={"FIXTURE_LOG": str(methods)})
+    try:
+        shim.initialize()
+        shim.send(tool_call(1, "pid"))
+        server = int(text_of(shim.read()))
+        shim.send(tool_call(2, "sleep", {"seconds": 60}), tool_call("3", "sleep", {"seconds": 60}))
+        wait_for(lambda: _methods(methods).count("tools/call") == 3, "the two sleeps to reach the server")
+        assert shim.close_stdin_and_wait() == 0
+        assert shim.proc.stdout is not None and shim.proc.stdout.read() == b"", "nothing is answered after EOF"
+        wait_for(lambda: _methods(methods).count("notifications/cancelled") == 2, "a cancel for each call in flight")
+        # The server stays for its linger (10 minutes by default), with nothing in flight.
+        (status,) = server_status(user_env)
+        assert (status["pid"], status["state"], status["clients"], status["inflight"]) == (server, "running", 0, 0)
+        assert alive(server)
+    finally:
+        shim.close()
+
+
+def test_a_client_that_stops_reading_is_disconnected_at_its_outbox_budget_while_other_sessions_keep_working(
+    user_env: UserEnv,
+) -> None:
+    daemon = start_daemon(user_env)
+    env = {"BIG": BIG_VALUE}
+    other = RawShim(user_env, env=env)
+    slow = RawShim(user_env, env=env)
+    try:
+        other.initialize()
+        slow.initialize()
+        other.send(tool_call(0, "pid"))
+        server = text_of(other.read())
+        reset_peak_rss(daemon.proc.pid)
+        before_kib = peak_rss_kib(daemon.proc.pid)
+        # From here on nobody reads the slow shim's stdout: its pipe fills, then its socket, then
+        # the daemon's outbox for it.
+        payload = b"".join(json.dumps(tool_call(i, "env", {"name": "BIG"})).encode() + b"\n"
+                           for i in range(1, BIG_CALLS + 1))
+        writer = threading.Thread(target=slow.send_raw, args=(payload,))
+        writer.start()
+        calls = 0
+        give_up = time.monotonic() + DEADLINE_S
+        while "stopped reading: disconnecting it" not in daemon_log(user_env):
+            assert time.monotonic() < give_up, "the slow client was never disconnected"
+            calls += 1  # the other session is served all along
+            other.send(tool_call(calls, "echo", {"text": f"meanwhile {calls}"}))
+            assert text_of(other.read()) == f"meanwhile {calls}"
+        growth_bytes = (peak_rss_kib(daemon.proc.pid) - before_kib) * 1024
+        assert growth_bytes < 2 * MAX_CLIENT_BACKLOG_BYTES
+        other.send(tool_call("after", "pid"))
+        assert text_of(other.read()) == server, "the server was not restarted for it"
+        # When the slow client reads again, every request it sent has exactly one answer: the
+        # results that got through, then the shim's own error for each one the daemon dropped.
+        writer.join()
+        answered: dict[int, str] = {}
+        for _ in range(BIG_CALLS):
+            message = slow.read()
+            assert message["id"] not in answered, f"id {message['id']} answered twice"
+            if "result" in message:
+                assert text_of(message) == BIG_VALUE
+                answered[message["id"]] = "result"
+            else:
+                assert message["error"]["code"] == -32603
+                answered[message["id"]] = "error"
+        assert sorted(answered) == list(range(1, BIG_CALLS + 1))
+        assert "error" in answered.values()
+        slow.fence("fence")  # and its session goes on, through a new connection
+    finally:
+        other.close()
+        slow.close()
