@@ -140,6 +140,32 @@ def test_a_server_command_that_cannot_run_fails_the_waiting_request_and_is_parke
 # ---- crashes ----------------------------------------------------------------------------------------
 
 
+def _initialize(request_id: int) -> dict[str, object]:
+    return {"jsonrpc": "2.0", "id": request_id, "method": "initialize",
+            "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}}
+
+
+def test_a_server_crashing_at_start_fails_each_request_with_its_exit_status_and_stderr_tail(
+    user_env: UserEnv,
+) -> None:
+    shim = RawShim(user_env, env={"FIXTURE_CRASH_ON_START": "4"})
+    why = "exited with status 4; stderr: fixture: crashing on start with status 4"
+    try:
+        shim.send(_initialize(0))
+        assert why in shim.read()["error"]["message"]
+        (status,) = server_status(user_env)
+        assert why in status["last_error"]
+        # A request made while it backs off gets the exit status and stderr of a start of its own.
+        # (That it does not wait out the backoff, parking after 5 unrequested failures, and the one
+        # fresh start a parked server gets per request, are timed on a fake clock in
+        # tests/unit/test_lifecycle.py.)
+        shim.send(_initialize(1))
+        answer = shim.read()
+        assert answer["id"] == 1 and why in answer["error"]["message"]
+    finally:
+        shim.close()
+
+
 def test_a_server_killed_with_three_requests_in_flight_answers_each_once_under_its_original_id(
     user_env: UserEnv, tmp_path: Path,
 ) -> None:
