@@ -35,8 +35,10 @@ Rules
    single try of rule 1; (c) backoff if someone needs the server (clients attached, requests in
    flight, or keep_alive); (d) else sleeping: nobody needs it, and the next request starts it.
    A failed start also emits `FailWaiting` so requests queued for that start are answered.
-   A fatal spawn error (ENOENT, EACCES) parks as failed at once, even for keep_alive: running the
-   same unexecutable command again cannot help, and the error belongs in `lazyctl status`.
+   A fatal spawn error (the caller decides which: ENOENT, EACCES, ENOEXEC, a missing working
+   directory) parks as failed at once, even for keep_alive: running the same unexecutable command
+   again cannot help, and the error belongs in `lazyctl status`. Other spawn errors (EAGAIN,
+   ENOMEM...) are failed starts like a crash, and back off.
 4. Backoff. The delay after the n-th consecutive failure is `BACKOFF_BASE_S * 2**(n-1)`, times a
    jitter factor drawn from the caller's `random.Random` in [1-J, 1+J], clamped to
    [`BACKOFF_BASE_S`, `BACKOFF_CAP_S`]: 0.5, 1, 2, 4, 8 ... 30 s, never faster than 0.5 s.
@@ -289,7 +291,7 @@ class Lifecycle:
         return []
 
     def spawn_failed(self, now: float, error: str, fatal: bool) -> list[Action]:
-        """The command could not be executed; `fatal` for ENOENT/EACCES (rule 3)."""
+        """The command could not be executed; `fatal` when retrying cannot help (rule 3)."""
         self._enter(now)
         if self.state not in PROCESS_STATES or self.pid is not None:
             return self._ignored("spawn_failed")

@@ -1,30 +1,41 @@
 """The orphan sweep: what a daemon killed with -9 left behind is found and stopped by its successor.
 
-The daemon records every live server process in `state.json` (state dir, mode 0600): name, pid,
-process start time (field 22 of /proc/<pid>/stat) and process group. Most servers exit by
-themselves when the daemon dies (their stdin reaches EOF); the sweep is for those that do not.
+The daemon records every live child in `state.json` (state dir, mode 0600): the server processes
+and the wake predicates that are running, each with its name, pid, process start time (field 22 of
+/proc/<pid>/stat) and process group. Most servers exit by themselves when the daemon dies (their
+stdin reaches EOF); the sweep is for those that do not, and for their grandchildren.
 
-A pid alone proves nothing, because pids are recycled. The rules:
+A pid alone proves nothing, because pids are recycled. The rules (`classify`):
 - leader alive with the recorded start time: it is ours; SIGKILL everything in its session.
 - leader alive with another start time: the pid was recycled; touch nothing.
-- leader gone: members of its session may remain (grandchildren). Every server runs in its own
+- leader gone: members of its session may remain (grandchildren). Every child runs in its own
   session whose id is the leader's pid, and Linux never hands out a pid that is still in use as a
   session or group id, so any process still in session `pgid` is a leftover of ours.
+The sweep never signals the daemon running it, and it rescans a session after killing it, so a
+process forked while the first kills were landing is caught too.
 """
 
 from __future__ import annotations
 
+import enum
 import json
 import logging
 import os
 import signal
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 log = logging.getLogger("lazyd.orphans")
 
 STATE_FILE = "state.json"
+MAX_STATE_BYTES = 1024 * 1024  # thousands of records; a bigger file is not ours, and is ignored
+# Rounds of scan-and-kill per session: a SIGKILLed process may still show as alive for a moment,
+# and one forked before the kill landed appears in the next scan; more rounds than this means
+# something keeps spawning, which the next daemon start will meet again.
+SWEEP_ROUNDS = 5
+# proc(5) fields, counted from 1 as the manual does; the command name is field 2.
+_STAT_STATE, _STAT_SESSION, _STAT_STARTTIME = 3, 6, 22
 
 
 @dataclass(frozen=True)
@@ -35,27 +46,67 @@ class ChildRecord:
     pgid: int
 
 
-def _stat_fields(pid: int) -> list[bytes] | None:
+@dataclass(frozen=True)
+class ProcStat:
+    """The few fields of /proc/<pid>/stat the sweep needs."""
+
+    state: str
+    session: int
+    start_ticks: int
+
+
+class Verdict(enum.Enum):
+    OURS = "ours"  # the recorded leader still runs: kill its session
+    GONE = "gone"  # the leader exited: whatever is left in its session is ours
+    RECYCLED = "recycled"  # another process has the pid now: leave everything alone
+
+
+def parse_stat(data: bytes) -> ProcStat | None:
+    """Parse the text of /proc/<pid>/stat; None when it is not in the expected shape."""
+    # The command name (field 2) may hold spaces and parentheses: split after the last ')'.
+    head, sep, rest = data.rpartition(b")")
+    fields = rest.split()
+    if not sep or b"(" not in head or len(fields) < _STAT_STARTTIME - 2:
+        return None
+    try:
+        return ProcStat(state=fields[_STAT_STATE - 3].decode("ascii", "replace"),
+                        session=int(fields[_STAT_SESSION - 3]),
+                        start_ticks=int(fields[_STAT_STARTTIME - 3]))
+    except ValueError:
+        return None
+
+
+def read_stat(pid: int) -> ProcStat | None:
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
-            data = f.read()
+            return parse_stat(f.read())
     except OSError:
         return None
-    # The command name (field 2) may hold spaces and parentheses: split after the last ')'.
-    return data.rsplit(b")", 1)[1].split()
 
 
 def start_ticks(pid: int) -> int | None:
-    fields = _stat_fields(pid)
-    return int(fields[19]) if fields else None  # field 22, counted from field 3
+    stat = read_stat(pid)
+    return stat.start_ticks if stat is not None else None
+
+
+def classify(record: ChildRecord, leader: ProcStat | None) -> Verdict:
+    """What the sweep does with `record`, given what /proc says about its pid now."""
+    if leader is None:
+        return Verdict.GONE
+    if leader.start_ticks != record.start_ticks:
+        return Verdict.RECYCLED
+    # Our leader as a zombie is gone too; its pid (and so the session id) stays reserved until
+    # it is reaped, so its session is still only ours.
+    return Verdict.GONE if leader.state == "Z" else Verdict.OURS
 
 
 def session_members(sid: int) -> list[int]:
+    """Live (not zombie) processes in session `sid`."""
     members = []
     for entry in os.listdir("/proc"):
         if entry.isdigit():
-            fields = _stat_fields(int(entry))
-            if fields and int(fields[3]) == sid:  # field 6: session id
+            stat = read_stat(int(entry))
+            if stat is not None and stat.session == sid and stat.state != "Z":
                 members.append(int(entry))
     return members
 
@@ -67,7 +118,7 @@ def write_state(state_dir: Path, children: Iterable[ChildRecord]) -> None:
         path = state_dir / STATE_FILE
         tmp = state_dir / f".{STATE_FILE}.{os.getpid()}"
         data = json.dumps({"daemon_pid": os.getpid(),
-                           "children": [c.__dict__ for c in children]}).encode()
+                           "children": [asdict(c) for c in children]}).encode()
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         try:
             os.write(fd, data)
@@ -79,34 +130,53 @@ def write_state(state_dir: Path, children: Iterable[ChildRecord]) -> None:
 
 
 def read_state(state_dir: Path) -> list[ChildRecord]:
+    """The records a previous daemon left; [] (logged) for a missing or unusable file."""
     try:
         fd = os.open(state_dir / STATE_FILE, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
         with os.fdopen(fd, "rb") as f:
-            doc = json.loads(f.read(1024 * 1024))
-        return [ChildRecord(str(c["name"]), int(c["pid"]), int(c["start_ticks"]), int(c["pgid"]))
-                for c in doc["children"]]
+            data = f.read(MAX_STATE_BYTES + 1)
+        if len(data) > MAX_STATE_BYTES:
+            raise ValueError(f"larger than {MAX_STATE_BYTES} bytes")
+        doc = json.loads(data)
+        records = [ChildRecord(str(c["name"]), int(c["pid"]), int(c["start_ticks"]), int(c["pgid"]))
+                   for c in doc["children"]]
     except FileNotFoundError:
         return []
     except (OSError, ValueError, KeyError, TypeError) as exc:
         log.warning("ignoring an unreadable %s: %s", STATE_FILE, exc)
         return []
+    # pid 0 and negative ids would make kill() signal whole groups we know nothing about.
+    return [r for r in records if r.pid > 1 and r.pgid > 1]
 
 
-def sweep(state_dir: Path) -> list[int]:
-    """Kill the leftovers recorded by a previous daemon; returns the pids signalled."""
+def _kill_session(sid: int) -> list[int]:
+    me = os.getpid()
     killed: list[int] = []
-    for child in read_state(state_dir):
-        ticks = start_ticks(child.pid)
-        if ticks is not None and ticks != child.start_ticks:
-            log.info("orphan sweep: pid %d of %s was recycled; leaving it alone", child.pid, child.name)
-            continue
-        # Ours (matching start time) or gone: everything still in its session is a leftover.
-        targets = session_members(child.pgid)
+    for _ in range(SWEEP_ROUNDS):
+        targets = [pid for pid in session_members(sid) if pid != me]
+        if not targets:
+            break
         for pid in targets:
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+            if pid not in killed:
+                killed.append(pid)
+    return killed
+
+
+def sweep(state_dir: Path) -> list[int]:
+    """Kill the leftovers recorded by a previous daemon; returns the pids signalled.
+
+    Call it before starting any child: afterwards the record is emptied."""
+    killed: list[int] = []
+    for child in read_state(state_dir):
+        verdict = classify(child, read_stat(child.pid))
+        if verdict is Verdict.RECYCLED:
+            log.info("orphan sweep: pid %d of %s was recycled; leaving it alone", child.pid, child.name)
+            continue
+        targets = _kill_session(child.pgid)
         if targets:
             log.warning("orphan sweep: killed leftovers of %s (pids %s)", child.name, targets)
             killed.extend(targets)

@@ -4,7 +4,10 @@ A shim's hello names a registration (command, args, cwd, environment, options) o
 from the config file. The registry turns it into an identity (lazyd/core/identity.py), finds or
 creates the one `ServerRuntime` for that identity, and attaches the session to it. Named servers
 get their runtimes at boot, which is what lets eager starts and wake predicates run before any
-client connects.
+client connects. A reload replaces exactly the named servers whose definition changed (their
+processes stopped, their caches dropped) and leaves the others running; sessions asking for a named
+server while a reload is under way wait for it, so none attaches to a definition being replaced.
+It also records every live child (servers and running wake predicates) for the orphan sweep.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from lazyd.config import Config, ConfigError, Policy, ServerConfig, policy_with_
 from lazyd.core import lifecycle as lc
 from lazyd.core.identity import Identity, identity_for
 from lazyd.daemon import orphans
+from lazyd.daemon.hub import HubOptionError, HubSession, RuntimeGate, open_hub
 from lazyd.daemon.paths import Paths
 from lazyd.daemon.process import SpawnSpec
 from lazyd.daemon.store import SnapshotStore
@@ -73,6 +77,11 @@ class Registry:
         self.identities: dict[str, Identity] = {}  # by digest, for `lazyctl explain`
         self._next_cid = 1
         self._share_counter = 0
+        # SIGHUP and `lazyctl reload` may arrive together: one reload at a time, in order.
+        self._reload_lock = trio.Lock()
+        self._reloading: trio.Event | None = None  # set when the reload under way is done
+        # Runtimes a reload is stopping: no longer findable, but their children still count.
+        self._closing: list[ServerRuntime] = []
 
     # ---- lookup --------------------------------------------------------------------------------
 
@@ -92,23 +101,44 @@ class Registry:
     async def reload(self, config: Config) -> dict[str, list[str]]:
         """Adopt a new config: only named servers whose definition changed are restarted (and their
         cache dropped); new ones are created, removed ones stopped. Defaults apply to registrations
-        that connect from now on; running unnamed servers keep the policy they started with."""
+        that connect from now on; running unnamed servers keep the policy they started with.
+
+        The replaced runtimes are stopped in parallel (each by the ladder) and forgotten before
+        their successors exist, so a successor never loads the cache being dropped."""
+        async with self._reload_lock:
+            self._reloading = trio.Event()
+            try:
+                return await self._reload(config)
+            finally:
+                self._reloading.set()
+                self._reloading = None
+
+    async def _reload(self, config: Config) -> dict[str, list[str]]:
         old = self.config
         self.config = config
         report: dict[str, list[str]] = {"added": [], "changed": [], "removed": [], "unchanged": []}
+        stale: list[ServerRuntime] = []
         for name, server in old.servers.items():
             new = config.servers.get(name)
             if new == server:
                 report["unchanged"].append(name)
                 continue
-            runtime = self.find(name)
-            if runtime is not None:
-                await runtime.close()
-                digest = next(d for d, r in self.runtimes.items() if r is runtime)
-                del self.runtimes[digest]
-                del self.identities[digest]
-                self.store.remove(runtime.config.digest)
             report["removed" if new is None else "changed"].append(name)
+            for digest, runtime in list(self.runtimes.items()):
+                if runtime.name == name:
+                    del self.runtimes[digest]
+                    del self.identities[digest]
+                    stale.append(runtime)
+        self._closing.extend(stale)
+        try:
+            async with trio.open_nursery() as stopping:
+                for runtime in stale:
+                    stopping.start_soon(runtime.close)
+        finally:
+            self._closing = [r for r in self._closing if r not in stale]
+        for runtime in stale:
+            self.store.remove(runtime.config.digest)
+            log.info("server %s stopped and its cache dropped (definition changed or removed)", runtime.name)
         for name, server in config.servers.items():
             if old.servers.get(name) != server:
                 await self._named_runtime(server)
@@ -144,17 +174,28 @@ class Registry:
             sampling_policy=self.config.sampling_policy, share=policy.share,
         )
         runtime = ServerRuntime(config, self.store.load(cache_digest), self.store, self.children_changed)
+        runtime.gate = RuntimeGate(runtime, lambda: self.config.tool_policy)  # read at each call: reloads apply
         self.runtimes[digest] = runtime
         self.identities[digest] = identity
         await self.nursery.start(runtime.run)
         log.info("server %s registered (%s)", name, "shared" if policy.share else "share = false")
         return runtime
 
-    async def open_session(self, hello: Mapping[str, Any], on_overflow: Any) -> tuple[ServerRuntime, Session]:
+    async def open_session(self, hello: Mapping[str, Any],
+                           on_overflow: Any) -> tuple[ServerRuntime | HubSession, Session]:
         """Attach a shim session; raises Refused for options or names the daemon cannot serve."""
         opts = {str(k): str(v) for k, v in hello["opts"].items()}
+        if "hub" in opts:  # lazyd-shim --hub: the daemon's own MCP server (lazyd/daemon/hub.py)
+            session = Session(self._next_cid, int(hello["pid"]), on_overflow)
+            self._next_cid += 1
+            try:
+                return await open_hub(self, hello, opts, session), session
+            except HubOptionError as exc:
+                raise Refused("options", str(exc)) from None
         named = hello.get("server")
         if named:
+            while self._reloading is not None:
+                await self._reloading.wait()
             server = self.config.servers.get(named)
             if server is None:
                 known = ", ".join(sorted(self.config.servers)) or "none"
@@ -197,11 +238,16 @@ class Registry:
         return await self._runtime(instance, f"{name}.{self._share_counter}", env, policy, cache_identity=base)
 
     def children_changed(self) -> None:
-        """Record the live children for the orphan sweep of a successor daemon."""
-        orphans.write_state(self.paths.state_dir, [
-            orphans.ChildRecord(r.name, r.proc.pid, r.proc.start_time_ticks, r.proc.pgid)
-            for r in self.runtimes.values() if r.proc is not None
-        ])
+        """Record the live children (servers and wake predicates, each the leader of its own
+        session) for the orphan sweep of a successor daemon."""
+        records: list[orphans.ChildRecord] = []
+        for r in [*self.runtimes.values(), *self._closing]:
+            if r.proc is not None:
+                records.append(orphans.ChildRecord(r.name, r.proc.pid, r.proc.start_time_ticks, r.proc.pgid))
+            if r.predicate_child is not None:
+                pid, ticks = r.predicate_child
+                records.append(orphans.ChildRecord(f"{r.name} (wake predicate)", pid, ticks, pid))
+        orphans.write_state(self.paths.state_dir, records)
 
     def log_path(self, runtime: ServerRuntime) -> Path:
         return runtime.config.spec.log_path

@@ -10,13 +10,14 @@ Tasks (all in the runtime's own nursery):
 - per process: a stdin writer fed by a bounded channel, and a stdout reader that also handles the
   exit, so every line the server wrote before dying is relayed before in-flight requests fail;
 - the snapshot saver: persists the snapshot off the event loop (fsync) when the core says so;
-- the wake predicate, when the lifecycle asks for it.
+- the wake predicate, when the lifecycle asks for it (`run_predicate`).
 Calls from other tasks (session readers, lazyctl) are synchronous: they feed an event and carry
 out the resulting actions without awaiting, so events are applied atomically and in order.
 """
 
 from __future__ import annotations
 
+import errno
 import logging
 import math
 import os
@@ -26,6 +27,7 @@ import subprocess
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 import trio
 
@@ -35,7 +37,15 @@ from lazyd.core import lifecycle as lc
 from lazyd.core import relay as rl
 from lazyd.core.cache import Snapshot
 from lazyd.core.routing import SamplingPolicy
-from lazyd.daemon.process import ChildProcess, LineTooLong, SpawnError, SpawnSpec, child_env, spawn
+from lazyd.daemon.process import (
+    ChildProcess,
+    LineTooLong,
+    SpawnError,
+    SpawnSpec,
+    child_env,
+    read_start_time_ticks,
+    spawn,
+)
 from lazyd.daemon.store import SnapshotStore
 
 log = logging.getLogger("lazyd.server")
@@ -50,6 +60,20 @@ MAX_CLIENT_BACKLOG_FRAMES = 4_096
 # 16 MiB each, so the frame count alone would let a client that stops reading hold gigabytes; four
 # maximal lines leave a slow but live client room for a burst.
 MAX_CLIENT_BACKLOG_BYTES = 64 * 1024 * 1024
+# Spawn errors that running the same command again cannot cure: the command or its working
+# directory is missing, not executable, or in no format the kernel runs. They park the server at
+# once (lifecycle rule 3). Anything else (EAGAIN, ENOMEM, EMFILE, E2BIG...) may pass, and backs off.
+FATAL_SPAWN_ERRNOS = frozenset({errno.ENOENT, errno.EACCES, errno.ENOEXEC, errno.ENOTDIR})
+# The handshake an unattended start (eager, keep_alive, wake predicate, backoff) replays when no
+# client ever initialized this server: the newest handshake-era version every SDK speaks, and no
+# client capabilities, so the server cannot ask a client that is not there for anything.
+UNATTENDED_PROTOCOL_VERSION = "2025-11-25"
+
+
+def unattended_initialize_params() -> dict[str, Any]:
+    """`initialize` params for a start no client asked for and no client ever initialized."""
+    return {"protocolVersion": UNATTENDED_PROTOCOL_VERSION, "capabilities": {},
+            "clientInfo": {"name": "lazyd", "version": "0.1.0"}}
 
 
 class Session:
@@ -105,6 +129,13 @@ class Session:
             self.dropped = True
 
 
+class LineGate(Protocol):
+    """Sees each client line before the relay core: the tool policy (lazyd/daemon/hub.py)."""
+
+    def client_line(self, cid: int, line: bytes) -> bytes | None: ...  # None: answered or held
+    def detach(self, cid: int) -> None: ...
+
+
 @dataclass(frozen=True)
 class RuntimeConfig:
     name: str
@@ -127,6 +158,7 @@ class ServerRuntime:
         self.proc: ChildProcess | None = None
         self.sessions: dict[int, Session] = {}
         self.on_children_changed = on_children_changed
+        self.gate: LineGate | None = None  # installed by the registry
         self._nursery: trio.Nursery | None = None
         self._scope = trio.CancelScope()
         self._poke = trio.Event()
@@ -136,22 +168,38 @@ class ServerRuntime:
         self._server_busy = False  # lines are queued for the stdin writer (see _send_server)
         self._kill_reason: str | None = None
         self._stop_requested = False
+        self._closing = False  # set by shutdown(): no process or predicate is started after it
+        self._finished = trio.Event()  # run() has returned: no task of this runtime is left
         self.ready_event = trio.Event()  # set at each Ready, replaced at each start (lazyctl wake)
         self.last_exit: str | None = None
-        self.started_wall: float | None = None
+        self.started_wall: float | None = None  # when the current process became ready (wall)
+        self.spawned_wall: float | None = None  # when the current process was started (wall)
+        # The wake predicate's process while it runs, as (pid, start time in ticks): recorded in
+        # state.json with the server, so a successor daemon can sweep a predicate left hanging.
+        self.predicate_child: tuple[int, int] | None = None
 
     # ---- task structure ------------------------------------------------------------------------
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        with self._scope:
-            await self._run(task_status)
+        try:
+            with self._scope:
+                await self._run(task_status)
+        finally:
+            self._finished.set()
 
     async def close(self) -> None:
-        """Stop the process and end the runtime's tasks (a server removed by a reload)."""
-        await self.shutdown()
+        """Stop the process and end the runtime's tasks (a server removed or changed by a reload).
+
+        Returns once every task of the runtime has ended, so nothing (a snapshot save in a
+        thread, a predicate) can touch the server's files afterwards. Attached sessions are
+        dropped first: their shims reconnect and find the server's new definition.
+        """
+        self._closing = True
         for cid in list(self.sessions):
             self.detach(cid)
+        await self.shutdown()
         self._scope.cancel()
+        await self._finished.wait()
 
     async def _run(self, task_status: trio.TaskStatus[None]) -> None:
         async with trio.open_nursery() as nursery:
@@ -167,7 +215,11 @@ class ServerRuntime:
                 self._life(self.life.tick(trio.current_time()))
 
     async def shutdown(self) -> None:
-        """Stop the process by the ladder (daemon exit). Bounded by the ladder's own deadlines."""
+        """Stop the process by the ladder (daemon exit). Bounded by the ladder's own deadlines.
+
+        From here on no process is started: a request arriving during the ladder must not leave
+        a fresh server behind a daemon that is going away."""
+        self._closing = True
         proc = self.proc
         if proc is not None:
             self._stop_requested = True
@@ -185,6 +237,11 @@ class ServerRuntime:
 
     def client_line(self, cid: int, line: bytes) -> None:
         if cid in self.sessions:
+            if self.gate is not None:
+                gated = self.gate.client_line(cid, line)
+                if gated is None:
+                    return
+                line = gated
             self._relay(self.core.client_line(cid, line))
             self._load()
 
@@ -193,6 +250,8 @@ class ServerRuntime:
         if session is None:
             return
         session.send_channel.close()
+        if self.gate is not None:
+            self.gate.detach(cid)
         self._relay(self.core.detach(cid))
         self._load()
 
@@ -230,9 +289,14 @@ class ServerRuntime:
     def _life(self, actions: list[lc.Action]) -> None:
         for action in actions:
             if isinstance(action, lc.Spawn):
+                if self._closing:
+                    log.info("[%s] not starting: the server is being shut down", self.name)
+                    self._relay(self.core.start_failed("lazyd is shutting this server down"))
+                    continue
                 self._stop_requested = False
                 self._kill_reason = None
                 self.ready_event = trio.Event()
+                self._ensure_replay_params()
                 assert self._nursery is not None
                 self._nursery.start_soon(self._start_process)
             elif isinstance(action, lc.Stop):
@@ -247,6 +311,8 @@ class ServerRuntime:
                 self._relay(self.core.start_failed(action.error))
                 self.ready_event.set()
             elif isinstance(action, lc.RunPredicate):
+                if self._closing:
+                    continue  # the runtime ends before a result could matter
                 assert self._nursery is not None
                 self._nursery.start_soon(self._run_predicate)
             elif isinstance(action, lc.Log):
@@ -255,6 +321,19 @@ class ServerRuntime:
         # and waking it per message would cost a task switch on the relay's hot path.
         if self.life.next_deadline() != self._waiting_for:
             self._poke.set()
+
+    def _ensure_replay_params(self) -> None:
+        """Give an unattended start a handshake to replay (issue 4: eager, keep_alive, predicate).
+
+        The relay replays a queued client's `initialize`, else the snapshot's last params. A start
+        nobody queued a request for, of a server no client ever initialized, would otherwise send
+        no handshake, never become ready, and be killed at its start timeout. An attached client's
+        params (a resumed session) are preferred over the defaults: they are a real client's."""
+        core = self.core
+        if core.snapshot.last_params is not None or core.queue:
+            return
+        known = next((c.params for c in core.clients.values() if c.params is not None), None)
+        core.snapshot.last_params = known if known is not None else unattended_initialize_params()
 
     def _load(self) -> None:
         self._life(self.life.load(trio.current_time(), self.core.client_count(), self.core.inflight_count()))
@@ -292,12 +371,20 @@ class ServerRuntime:
         try:
             proc = await spawn(self.config.spec, self._nursery)
         except SpawnError as exc:
-            log.error("[%s] cannot start: %s", self.name, exc.message)
+            fatal = exc.errno in FATAL_SPAWN_ERRNOS
+            log.error("[%s] cannot start%s: %s", self.name, "" if fatal else " (will retry)", exc.message)
             self.last_exit = exc.message
-            self._life(self.life.spawn_failed(trio.current_time(), exc.message, fatal=True))
+            self._life(self.life.spawn_failed(trio.current_time(), exc.message, fatal=fatal))
             return
         self.proc = proc
+        self.spawned_wall = time.time()
         self.on_children_changed()
+        # A stop or kill decided while the spawn was in progress found no process to act on.
+        if self._kill_reason is not None:
+            proc.kill_group()
+        elif self._stop_requested or self._closing:
+            self._stop_requested = True
+            self._nursery.start_soon(proc.stop)
         log.info("[%s] spawned pid %d in %.0f ms", self.name, proc.pid, (trio.current_time() - now) * 1000)
         send, receive = trio.open_memory_channel[bytes](MAX_SERVER_BACKLOG_LINES)
         self._to_server = send
@@ -339,11 +426,22 @@ class ServerRuntime:
         self._load()
 
     async def _run_predicate(self) -> None:
+        # predicate_done is reported whatever happens: the lifecycle runs one predicate at a time
+        # and would never schedule another. Only cancellation (the runtime ending) skips it.
         wake = self.config.wake
         code: int | None = None
-        if wake is not None:
-            code = await run_predicate(wake, self.config.spec.cwd, self.config.spec.env, self.name)
+        try:
+            if wake is not None:
+                code = await run_predicate(wake, self.config.spec.cwd, self.config.spec.env, self.name,
+                                           on_child=self._predicate_child_changed)
+        except Exception:
+            log.exception("[%s] wake predicate failed", self.name)
+            code = None
         self._life(self.life.predicate_done(trio.current_time(), code))
+
+    def _predicate_child_changed(self, child: tuple[int, int] | None) -> None:
+        self.predicate_child = child
+        self.on_children_changed()
 
     # ---- snapshot persistence ------------------------------------------------------------------
 
@@ -363,49 +461,84 @@ class ServerRuntime:
     # ---- status --------------------------------------------------------------------------------
 
     def status(self) -> dict[str, object]:
+        """The status model of issue 4 item 6, as plain values (times are Unix seconds)."""
         snap = self.life.snapshot()
         proc = self.proc
+        now_wall, now = time.time(), trio.current_time()
+        running = proc is not None and snap["state"] == "running"
+        updated = self.core.snapshot.updated_at or None
+        restart_at = snap["next_restart_at"]
         return {
             "name": self.name,
             "state": snap["state"],
             "pid": proc.pid if proc is not None else None,
+            "started_at": self.spawned_wall if proc is not None else None,
+            "uptime_s": (now_wall - self.started_wall) if running and self.started_wall else None,
             "clients": self.core.client_count(),
             "inflight": self.core.inflight_count(),
             "restarts": snap["restarts"],
+            "failures": snap["burst"],
+            "next_restart_in_s": max(0.0, restart_at - now) if isinstance(restart_at, float) else None,
             "last_error": snap["last_error"],
-            "uptime_s": (time.time() - self.started_wall) if (proc is not None and self.started_wall) else None,
-            "cache_updated_at": self.core.snapshot.updated_at or None,
+            "cache_updated_at": updated,
+            "cache_age_s": max(0.0, now_wall - updated) if updated else None,
             "listings": self.core.snapshot.listing_counts(),
             "predicate": snap["predicate_state"],
+            "policy": self._policy_status(),
             "share": self.config.share,
             "command": list(self.config.spec.argv),
         }
 
+    def _policy_status(self) -> dict[str, object]:
+        policy = self.config.policy
+        return {"start": "eager" if policy.eager else "lazy", "keep_alive": policy.keep_alive,
+                "linger_s": policy.linger_s, "idle_timeout_s": policy.idle_timeout_s,
+                "start_timeout_s": policy.start_timeout_s,
+                "wake": list(self.config.wake.argv) if self.config.wake is not None else None}
 
-PREDICATE_KILL_GRACE_S = 0.0  # a predicate past its timeout is killed at once: it is a probe
 
+async def run_predicate(wake: WakePredicate, cwd: str, env: Mapping[str, str], name: str,
+                        on_child: Callable[[tuple[int, int] | None], None] = lambda _: None) -> int | None:
+    """Run a wake predicate: argv without a shell, closed stdin, output discarded, in its own
+    process group (and session), bounded by its timeout. Returns its exit code, or None on a
+    timeout or a launch error.
 
-async def run_predicate(wake: WakePredicate, cwd: str, env: Mapping[str, str], name: str) -> int | None:
-    """Run a wake predicate: closed stdin, output discarded, own process group, killed at its
-    timeout. Returns its exit code, or None on timeout or launch error."""
-    environ = child_env(env)
+    Whatever happens (exit, timeout, cancellation at shutdown) the whole group is SIGKILLed
+    *before* the leader is reaped: until the reap the group id cannot be handed to another
+    process, so the kill never hits a stranger, and a predicate's background children never
+    outlive it. `on_child` hears (pid, start ticks) once the process exists, and None at the end.
+    """
     try:
         proc = await trio.lowlevel.open_process(
             list(wake.argv), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL, cwd=cwd, env=environ, start_new_session=True, close_fds=True,
+            stderr=subprocess.DEVNULL, cwd=cwd, env=child_env(env), start_new_session=True,
+            close_fds=True,
         )
     except OSError as exc:
         log.warning("[%s] wake predicate cannot run: %s", name, exc)
         return None
+    pidfd: int | None = None
+    timed_out = True
     try:
-        with trio.move_on_after(wake.timeout_s):
-            return await proc.wait()
-        log.warning("[%s] wake predicate timed out after %.1f s", name, wake.timeout_s)
-        return None
+        # Not reaped yet, so the pid is surely this process.
+        pidfd = os.pidfd_open(proc.pid)
+        on_child((proc.pid, read_start_time_ticks(proc.pid)))
+        with trio.move_on_after(wake.timeout_s) as scope:
+            await trio.lowlevel.wait_readable(pidfd)  # readable once it exited; nothing reaped
+        timed_out = scope.cancelled_caught
     finally:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
         with trio.CancelScope(shield=True):
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)  # the leader is unreaped: the group is ours
+            except ProcessLookupError:
+                pass
+            if pidfd is not None:
+                trio.lowlevel.notify_closing(pidfd)
+                os.close(pidfd)
             await proc.wait()
+        on_child(None)
+    if timed_out:
+        log.warning("[%s] wake predicate timed out after %s s: its process group was killed",
+                    name, f"{wake.timeout_s:g}")
+        return None
+    return proc.returncode
