@@ -48,7 +48,7 @@ def _main(argv: list[str] | None) -> int:
     for signum in _QUIET_EXIT_STATUS:
         signal.signal(signum, _on_signal)
     log = Log(opts)
-    log(f"start: argv={opts.command!r} server={opts.server!r} opts={opts.daemon_opts!r}")
+    log(f"start: argv={opts.command!r} server={opts.server!r} hub={opts.hub} opts={opts.daemon_opts!r}")
 
     from . import connect
 
@@ -57,7 +57,8 @@ def _main(argv: list[str] | None) -> int:
     except connect.Unavailable as exc:
         log(f"daemon unavailable: {exc}")
         if not opts.command:
-            say(f"daemon unavailable ({exc}); --server {opts.server} cannot run without the daemon")
+            what = "--hub" if opts.hub else f"--server {opts.server}"
+            say(f"daemon unavailable ({exc}); {what} cannot run without the daemon")
             return 1
         from .fallback import exec_directly
 

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 USAGE = """\
 usage: lazyd-shim [OPTIONS] [--] COMMAND [ARGS...]
        lazyd-shim [OPTIONS] --server NAME
+       lazyd-shim [OPTIONS] --hub [--servers NAME,NAME...]
 
 Run an MCP server through the lazyd daemon: the client talks to this process on stdio, the daemon
 starts the real server when it is first needed and shares it between clients. If the daemon cannot
@@ -43,6 +44,9 @@ options:
   --wake-interval D    how often the wake predicate runs                   LAZYD_WAKE_INTERVAL
   --wake-timeout D     bound on one run of the wake predicate              LAZYD_WAKE_TIMEOUT
   --server NAME        use a server named in the daemon's config.toml      LAZYD_SERVER
+  --hub                serve every server the daemon knows through a few   LAZYD_HUB
+                       meta-tools (search, schema, call); see docs/hub.md
+  --servers A,B        with --hub: only these servers                      LAZYD_HUB_SERVERS
   --socket PATH        the daemon's socket                                 LAZYD_SOCKET
   --no-autostart       never start the daemon; run the server directly     LAZYD_NO_AUTOSTART
   --log-file PATH      append the shim's own diagnostics to PATH           LAZYD_LOG_FILE
@@ -113,8 +117,9 @@ _DAEMON_OPTS = {
     "--wake-timeout": ("wake_timeout", "LAZYD_WAKE_TIMEOUT", _check_duration),
 }
 # Options that the shim itself uses: flag -> env var.
-_SHIM_VALUES = {"--socket": "LAZYD_SOCKET", "--log-file": "LAZYD_LOG_FILE", "--server": "LAZYD_SERVER"}
-_SHIM_FLAGS = {"--verbose": "LAZYD_VERBOSE", "--no-autostart": "LAZYD_NO_AUTOSTART"}
+_SHIM_VALUES = {"--socket": "LAZYD_SOCKET", "--log-file": "LAZYD_LOG_FILE", "--server": "LAZYD_SERVER",
+                "--servers": "LAZYD_HUB_SERVERS"}
+_SHIM_FLAGS = {"--verbose": "LAZYD_VERBOSE", "--no-autostart": "LAZYD_NO_AUTOSTART", "--hub": "LAZYD_HUB"}
 
 
 class Options:
@@ -124,6 +129,7 @@ class Options:
         self.command: list[str] = []
         self.daemon_opts: dict[str, str] = {}  # only what the user set, as written
         self.server: str | None = None
+        self.hub = False  # --hub: the daemon's own MCP server over all its servers (docs/hub.md)
         self.socket: str | None = None  # set only when given by --socket or LAZYD_SOCKET
         self.log_file: str | None = None
         self.verbose = False
@@ -200,6 +206,8 @@ def parse(argv: list[str], env: Mapping[str, str]) -> Options:
                 raise UsageError(f"{chosen[1]}: {exc}") from None
             if flag == "--verbose":
                 opts.verbose = on
+            elif flag == "--hub":
+                opts.hub = on
             else:
                 opts.autostart = not on
     for flag, var in _SHIM_VALUES.items():
@@ -214,8 +222,24 @@ def parse(argv: list[str], env: Mapping[str, str]) -> Options:
             opts.socket = chosen[0]
         elif flag == "--log-file":
             opts.log_file = chosen[0]
+        elif flag == "--servers":
+            if not opts.hub:
+                raise UsageError(f"{chosen[1]} needs --hub")
+            names = [n.strip() for n in chosen[0].split(",")]
+            if not all(names):
+                raise UsageError(f"{chosen[1]}: {chosen[0]!r} is not a comma-separated list of server names")
+            opts.daemon_opts["servers"] = ",".join(names)
         else:
             opts.server = chosen[0]
+    if opts.hub:
+        # The hello of a hub session names no server: opts {"hub": "true"} (docs/protocol.md).
+        if command or opts.server is not None:
+            raise UsageError("--hub serves every server; it takes no COMMAND and no --server")
+        given = sorted(k for k in opts.daemon_opts if k != "servers")
+        if given:
+            raise UsageError(f"--{given[0].replace('_', '-')} configures one server; it does not apply to --hub")
+        opts.daemon_opts["hub"] = "true"
+        return opts
     if not command and opts.server is None:
         raise UsageError("missing COMMAND to run (or --server NAME); see lazyd-shim --help")
     if command and not command[0]:

@@ -34,12 +34,11 @@ DEFAULT_LIMIT = 10  # a screenful: enough to choose from, few enough tokens to b
 MAX_LIMIT = 100  # beyond this a search is a dump; list one server's tools instead
 
 HUB_INSTRUCTIONS = (
-    "This server is lazyd's hub: it gives access to the tools of several MCP servers without "
-    "listing them all. Find a tool with search_tools, read its arguments with get_tool_schema, "
-    "then run it with call_tool. Servers start on demand; listing and searching start nothing."
+    "lazyd hub: the tools of several MCP servers, not listed here. Find one with search_tools, "
+    "read its arguments with get_tool_schema, run it with call_tool."
 )
 
-_SERVER = {"type": "string", "description": "Server name, as list_servers or search_tools show it"}
+_SERVER = {"type": "string", "description": "Server name"}
 _TOOL = {"type": "string", "description": "Tool name on that server"}
 
 
@@ -214,11 +213,15 @@ def render_search(query: str, found: Sequence[tuple[ToolInfo, Decision]], total_
 
 
 def render_schema(server: str, tool: JsonObj, decision: Decision, state: str) -> str:
-    """The tool's listing object whole (name, description, schemas, annotations), as JSON."""
-    answer: JsonObj = {"server": server, "server_state": state, **tool}
+    """The tool's listing object (name, title, description, input schema, annotations), as JSON.
+
+    `outputSchema` is left out: the model needs the arguments to make the call, and the result
+    comes back as the server sends it; it is often as long as the rest put together."""
+    answer: JsonObj = {"server": server, "server_state": state,
+                       **{k: v for k, v in tool.items() if k != "outputSchema"}}
     if decision == "ask":
         answer["policy"] = "the user is asked before this tool runs"
-    return json.dumps(answer, ensure_ascii=False, indent=1)
+    return json.dumps(answer, ensure_ascii=False, separators=(",", ":"))
 
 
 def text_result(text: str) -> JsonObj:

@@ -1,0 +1,498 @@
+"""The hub: an MCP server the daemon serves itself, over every server it knows (issue 9).
+
+`lazyd-shim --hub [--servers a,b]` sends a hello with `opts = {"hub": "true"[, "servers": "a,b"]}`,
+no command and no server name (docs/protocol.md); the registry hands that session to `open_hub`
+instead of a server runtime. The hub speaks the handshake era (2024-11-05 … 2025-11-25) and
+answers `server/discover` with -32601, as a server of that era does. Its tools are the
+meta-tools of lazyd/core/hub_tools.py over the servers the registry holds: the named servers of
+config.toml, and every unnamed registration a shim brought since the daemon started (`share =
+false` instances are private to their session and are not shown).
+
+- Listing and searching read the snapshots (lazyd/core/hub_catalog.py) and start nothing.
+- `get_tool_schema` answers from the snapshot too, and wakes a sleeping server in the background:
+  a call is likely to follow.
+- `call_tool` is one `_ProxiedCall`: an internal session attached to the server's runtime exactly
+  like a shim's (its cid negative, so it never meets a shim's), which sends `initialize` (the hub
+  client's own params), `notifications/initialized` and the `tools/call`. The relay core does the
+  rest as for any client: answers the handshake from cache, queues the call and starts the server,
+  fails it after the start timeout, rewrites ids and progress tokens. Whatever the server sends
+  this session during the call comes back to the hub's client: progress (already under the
+  caller's token), log messages, and requests (sampling, elicitation, roots, the policy gate's
+  confirmations) under ids of the hub's own, whose answers go back the same way. The result line
+  is returned with only its id changed. A cancel from the client detaches the internal session,
+  which cancels the request upstream (the relay's rule for a departing client).
+- The tool policy applies to hub calls as to per-server shims: `deny` is refused here before
+  anything is attached; `ask` is left to the runtime's gate, which asks through the same path.
+  Denied tools are hidden from every listing.
+
+`RuntimeGate` is the daemon side of the per-server policy gate (lazyd/core/hub_gate.py); the
+registry installs one on every runtime, and the runtime passes each client line through it.
+"""
+
+from __future__ import annotations
+
+import difflib
+import itertools
+import logging
+import os
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from lazyd import wire
+from lazyd.core import hub_gate as gate
+from lazyd.core import hub_tools as ht
+from lazyd.core import jsonrpc as rpc
+from lazyd.core.hub_catalog import ToolInfo, cached_tools, search, server_description, tool_infos
+from lazyd.core.jsonrpc import JsonId, JsonObj, Kind, Message
+from lazyd.core.policy import ToolPolicy
+from lazyd.core.relay import Phase
+from lazyd.daemon.supervisor import ServerRuntime, Session
+
+if TYPE_CHECKING:
+    from lazyd.daemon.registry import Registry
+
+log = logging.getLogger("lazyd.hub")
+
+HUB_NAME = "hub"  # the session name in the welcome frame and in logs
+HUB_VERSION = "0.1.0"
+SUPPORTED_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
+LATEST_VERSION = SUPPORTED_VERSIONS[-1]
+HUB_OPTS = ("hub", "servers")
+# Tool calls one hub session may have running at once: far above what a model issues in
+# parallel, low enough that a runaway client cannot attach thousands of internal sessions.
+MAX_CALLS_IN_FLIGHT = 64
+# The internal session's own ids: strings, which the relay maps like any client's.
+_INIT_ID = "lazyd-hub-initialize"
+_CALL_ID = "lazyd-hub-call"
+# Negative client ids for internal sessions: the registry numbers shim sessions from 1 upwards.
+_internal_cids = itertools.count(-1, -1)
+
+
+class HubOptionError(Exception):
+    """A hub hello the daemon refuses; `str()` is one line for the `refused` frame."""
+
+
+def hub_servers(hello: Mapping[str, Any], opts: Mapping[str, str]) -> tuple[str, ...] | None:
+    """The `--servers` filter of a hub hello (None: every server); raises HubOptionError."""
+    if hello.get("argv") or hello.get("server"):
+        raise HubOptionError("--hub takes no server command and no --server: it serves them all")
+    for key in opts:
+        if key not in HUB_OPTS:
+            raise HubOptionError(f"option --{key.replace('_', '-')} does not apply to --hub (it configures one server)")
+    if opts.get("hub") != "true":
+        raise HubOptionError(f"option hub must be \"true\", got {opts.get('hub')!r}")
+    if "servers" not in opts:
+        return None
+    names = tuple(n.strip() for n in opts["servers"].split(","))
+    if not names or any(not n for n in names):
+        raise HubOptionError(f"option --servers: {opts['servers']!r} is not a comma-separated list of server names")
+    return names
+
+
+async def open_hub(registry: Registry, hello: Mapping[str, Any], opts: Mapping[str, str],
+                   session: Session) -> HubSession:
+    """Start a hub session for `session` (its tasks live in the daemon's nursery)."""
+    hub = HubSession(registry, session, hub_servers(hello, opts))
+    for line in hello.get("resume", []):
+        hub.resume(bytes(line))
+    await registry.nursery.start(hub.run)
+    log.info("hub session %d opened (pid %s)%s", session.cid, hello.get("pid"),
+             f" for {', '.join(hub.servers)}" if hub.servers else "")
+    return hub
+
+
+class HubSession:
+    """One client of the hub: the MCP server side, the meta-tools, and the calls in flight."""
+
+    def __init__(self, registry: Registry, session: Session, servers: tuple[str, ...] | None) -> None:
+        self.registry = registry
+        self.session = session
+        self.servers = servers
+        self.name = HUB_NAME
+        self.params: JsonObj | None = None  # the client's initialize params
+        self._scope = trio.CancelScope()
+        self._nursery: trio.Nursery | None = None
+        self._tasks: dict[JsonId, trio.CancelScope] = {}  # meta-tool calls running, by request id
+        self._outgoing: dict[int, tuple[_ProxiedCall, JsonId]] = {}  # our id -> (call, its id)
+        self._next_out = 1
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        with self._scope:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                task_status.started()
+                await trio.sleep_forever()
+
+    def detach(self, cid: int) -> None:
+        """The client left: every call is cancelled, which detaches its internal session."""
+        self._scope.cancel()
+        self.session.send_channel.close()
+        log.info("hub session %d closed", cid)
+
+    def resume(self, line: bytes) -> None:
+        msg = rpc.parse(line)
+        if isinstance(msg, Message) and msg.method == "initialize":
+            self.params = msg.params
+
+    def send(self, line: bytes, done: JsonId | None = None) -> None:
+        self.session.deliver(wire.encode_line(line, done))
+
+    # ---- the client's lines --------------------------------------------------------------------
+
+    def client_line(self, cid: int, line: bytes) -> None:
+        try:
+            self._client_line(line)
+        except Exception:
+            # This runs in the connection's task, inside the daemon's listener nursery.
+            log.exception("hub: a client line failed inside lazyd")
+
+    def _client_line(self, line: bytes) -> None:
+        msg = rpc.parse(line)
+        if not isinstance(msg, Message):
+            if msg.reply is not None:
+                self.send(msg.reply, msg.id)
+            return
+        if msg.kind is Kind.REQUEST:
+            assert msg.id is not None
+            self._request(msg, msg.id)
+        elif msg.kind is Kind.NOTIFICATION:
+            request_id = msg.params.get("requestId")
+            if msg.method == "notifications/cancelled" and isinstance(request_id, (int, str)):
+                scope = self._tasks.get(request_id)
+                if scope is not None:
+                    scope.cancel()
+        else:
+            self._response(msg)
+
+    def _request(self, msg: Message, rid: JsonId) -> None:
+        method = msg.method
+        if method == "initialize":
+            self.params = msg.params
+            asked = msg.params.get("protocolVersion")
+            result: JsonObj = {
+                "protocolVersion": asked if asked in SUPPORTED_VERSIONS else LATEST_VERSION,
+                "capabilities": {"tools": {}},
+                "serverInfo": {"name": "lazyd-hub", "title": "lazyd hub", "version": HUB_VERSION},
+                "instructions": ht.HUB_INSTRUCTIONS,
+            }
+            self.send(rpc.result_line(rid, result), rid)
+        elif method == "ping":
+            self.send(rpc.result_line(rid, {}), rid)
+        elif method == "tools/list":
+            tools = [] if isinstance(msg.params.get("cursor"), str) else ht.META_TOOLS
+            self.send(rpc.result_line(rid, {"tools": tools}), rid)
+        elif method == "tools/call":
+            self._tools_call(msg, rid)
+        else:
+            self.send(rpc.error_line(rid, rpc.METHOD_NOT_FOUND, f"Method not found: {method}"), rid)
+
+    def _tools_call(self, msg: Message, rid: JsonId) -> None:
+        name = msg.params.get("name")
+        call = ht.parse_meta_call(name if isinstance(name, str) else "", msg.params.get("arguments"))
+        if isinstance(call, str):
+            if not isinstance(name, str) or name not in {t["name"] for t in ht.META_TOOLS}:
+                self.send(rpc.error_line(rid, rpc.INVALID_PARAMS, f"Invalid params: {call}"), rid)
+            else:
+                self.send(rpc.result_line(rid, ht.error_result(call)), rid)
+            return
+        if call.name == ht.LIST_SERVERS:
+            self.send(rpc.result_line(rid, self._list_servers()), rid)
+        elif call.name == ht.SEARCH_TOOLS:
+            self.send(rpc.result_line(rid, self._search(call)), rid)
+        elif call.name == ht.GET_TOOL_SCHEMA:
+            self.send(rpc.result_line(rid, self._schema(call)), rid)
+        elif len(self._tasks) >= MAX_CALLS_IN_FLIGHT or rid in self._tasks:
+            problem = "this request id is already in flight" if rid in self._tasks else \
+                f"{MAX_CALLS_IN_FLIGHT} hub calls are already in flight; wait for some to finish"
+            self.send(rpc.error_line(rid, rpc.INVALID_REQUEST, f"lazyd hub: {problem}"), rid)
+        elif call.name == ht.CALL_TOOL:
+            meta = msg.params.get("_meta")
+            token = meta.get("progressToken") if isinstance(meta, dict) else None
+            self._spawn(rid, self._call, call, rid, token)
+        elif call.name == ht.WAKE_SERVER:
+            self._spawn(rid, self._wake, call)
+        else:
+            self._spawn(rid, self._sleep, call)
+
+    def _spawn(self, rid: JsonId, work: Callable[..., Awaitable[JsonObj | bytes]], *args: Any) -> None:
+        """Run `work(*args)` as a task the client can cancel; its result answers request `rid`."""
+        scope = trio.CancelScope()
+        self._tasks[rid] = scope  # now, not in the task: a cancel may arrive before it runs
+
+        async def task() -> None:
+            try:
+                with scope:
+                    answer = await work(*args)
+                    self.send(answer if isinstance(answer, bytes) else rpc.result_line(rid, answer), rid)
+            except Exception:
+                # A bug in one call must not end the daemon, whose nursery this task lives in.
+                log.exception("hub: a tool call failed inside lazyd")
+                self.send(rpc.error_line(rid, rpc.INTERNAL_ERROR, "lazyd hub: internal error (see lazyd.log)"), rid)
+            finally:
+                self._tasks.pop(rid, None)
+
+        assert self._nursery is not None
+        self._nursery.start_soon(task)
+
+    def _response(self, msg: Message) -> None:
+        entry = self._outgoing.pop(msg.id, None) if isinstance(msg.id, int) else None
+        if entry is None:
+            return  # an answer to a request that ended with its call
+        call, original = entry
+        call.runtime.client_line(call.cid, rpc.with_id(msg, original))
+
+    # ---- requests from the servers, to this client ---------------------------------------------
+
+    def forward_request(self, call: _ProxiedCall, msg: Message) -> None:
+        assert msg.id is not None
+        out_id = self._next_out
+        self._next_out += 1
+        self._outgoing[out_id] = (call, msg.id)
+        self.send(rpc.with_id(msg, out_id))
+
+    def forward_cancel(self, call: _ProxiedCall, msg: Message) -> None:
+        """The server gave up one of its requests: tell the client under the hub's id."""
+        request_id = msg.params.get("requestId")
+        for out_id, (owner, original) in list(self._outgoing.items()):
+            if owner is call and original == request_id and type(original) is type(request_id):
+                del self._outgoing[out_id]
+                msg.params["requestId"] = out_id
+                self.send(rpc.dumps(msg.obj))
+                return
+
+    def forget(self, call: _ProxiedCall) -> None:
+        """A call ended: its requests still waiting on the client are moot; say so."""
+        for out_id, (owner, _) in list(self._outgoing.items()):
+            if owner is call:
+                del self._outgoing[out_id]
+                self.send(rpc.notification_line("notifications/cancelled",
+                                                {"requestId": out_id, "reason": "the tool call ended"}))
+
+    # ---- servers -------------------------------------------------------------------------------
+
+    def _visible(self) -> list[ServerRuntime]:
+        registry = self.registry
+        named = list(registry.config.servers)
+        shown = [
+            runtime for digest, runtime in registry.runtimes.items()
+            if not registry.identities[digest].instance.startswith("private:")
+            and (self.servers is None or runtime.name in self.servers)
+        ]
+        return sorted(shown, key=lambda r: (named.index(r.name) if r.name in named else len(named), r.name))
+
+    def _lookup(self, name: str) -> ServerRuntime | str:
+        visible = self._visible()
+        for runtime in visible:
+            if runtime.name == name:
+                return runtime
+        if self.servers is not None and name not in self.servers:
+            return f"server {name!r} is not one of this hub's servers ({', '.join(self.servers)})"
+        near = difflib.get_close_matches(name, [r.name for r in visible], n=1)
+        hint = f"; did you mean {near[0]!r}?" if near else "; list_servers shows them"
+        return f"no server named {name!r}{hint}"
+
+    def _tools(self, runtime: ServerRuntime) -> list[JsonObj] | None:
+        core = runtime.core
+        return cached_tools(core.snapshot, core.instance if core.phase is Phase.READY else None, self.params)
+
+    def _policy(self) -> ToolPolicy:
+        return self.registry.config.tool_policy
+
+    @staticmethod
+    def _state(runtime: ServerRuntime) -> str:
+        return str(runtime.life.snapshot()["state"])
+
+    # ---- meta-tools ----------------------------------------------------------------------------
+
+    def _list_servers(self) -> JsonObj:
+        policy = self._policy()
+        views = []
+        for runtime in self._visible():
+            tools = self._tools(runtime)
+            hidden = sum(1 for t in tools or [] if policy.decide(runtime.name, t["name"]).decision == "deny")
+            snap = runtime.life.snapshot()
+            live = runtime.core.instance if runtime.core.phase is Phase.READY else None
+            views.append(ht.ServerView(
+                name=runtime.name, state=str(snap["state"]),
+                description=server_description(runtime.core.snapshot, live),
+                tools=None if tools is None else len(tools) - hidden, hidden=hidden,
+                pid=runtime.proc.pid if runtime.proc is not None else None,
+                last_error=str(snap["last_error"]) if snap["last_error"] else None))
+        known = {r.name for r in self._visible()}
+        unknown = [n for n in self.servers or () if n not in known]
+        return ht.text_result(ht.render_servers(views, unknown))
+
+    def _search(self, call: ht.MetaCall) -> JsonObj:
+        if call.server:
+            runtime = self._lookup(call.server)
+            if isinstance(runtime, str):
+                return ht.error_result(runtime)
+            runtimes = [runtime]
+        else:
+            runtimes = self._visible()
+        policy = self._policy()
+        infos: list[ToolInfo] = []
+        unknown: list[str] = []
+        for runtime in runtimes:
+            tools = self._tools(runtime)
+            if tools is None:
+                unknown.append(runtime.name)
+                continue
+            infos.extend(i for i in tool_infos(runtime.name, tools)
+                         if policy.decide(i.server, i.name).decision != "deny")
+        found = search(infos, call.query, call.limit)
+        ranked = [(info, policy.decide(info.server, info.name).decision) for info in found]
+        return ht.text_result(ht.render_search(call.query, ranked, len(infos), unknown))
+
+    def _schema(self, call: ht.MetaCall) -> JsonObj:
+        runtime = self._lookup(call.server)
+        if isinstance(runtime, str):
+            return ht.error_result(runtime)
+        tools = self._tools(runtime)
+        if tools is None:
+            self._prewarm(runtime)
+            return ht.error_result(f"the tools of {runtime.name!r} are not known yet (it never ran); "
+                                   "it is starting now: ask again in a few seconds")
+        verdict = self._policy().decide(runtime.name, call.tool)
+        if verdict.decision == "deny":
+            return ht.error_result(gate.denied_text(runtime.name, call.tool, verdict))
+        tool = next((t for t in tools if t["name"] == call.tool), None)
+        if tool is None:
+            names = [t["name"] for t in tools if self._policy().decide(runtime.name, t["name"]).decision != "deny"]
+            near = difflib.get_close_matches(call.tool, names, n=3)
+            hint = f"; did you mean {', '.join(near)}?" if near else "; search_tools lists its tools"
+            return ht.error_result(f"{runtime.name!r} has no tool named {call.tool!r}{hint}")
+        self._prewarm(runtime)
+        return ht.text_result(ht.render_schema(runtime.name, tool, verdict.decision, self._state(runtime)))
+
+    def _prewarm(self, runtime: ServerRuntime) -> None:
+        if self._state(runtime) != "sleeping":
+            return
+        if runtime.core.snapshot.last_params is None and self.params is not None:
+            runtime.core.snapshot.last_params = self.params
+        log.info("hub: starting %s in the background (a tool schema was asked for)", runtime.name)
+        runtime.wake()
+
+    async def _call(self, call: ht.MetaCall, rid: JsonId, token: object) -> JsonObj | bytes:
+        runtime = self._lookup(call.server)
+        if isinstance(runtime, str):
+            return ht.error_result(runtime)
+        verdict = self._policy().decide(runtime.name, call.tool)
+        if verdict.decision == "deny":
+            log.info("policy: %s.%s: deny by %s (hub call)", runtime.name, call.tool, verdict.reason())
+            return ht.error_result(gate.denied_text(runtime.name, call.tool, verdict))
+        log.info("hub: calling %s.%s", runtime.name, call.tool)
+        return await _ProxiedCall(self, runtime, rid).run(call.tool, call.arguments, token)
+
+    async def _wake(self, call: ht.MetaCall) -> JsonObj:
+        from lazyd.daemon.control import Control  # control imports the registry, which imports us
+
+        runtime = self._lookup(call.server)
+        if isinstance(runtime, str):
+            return ht.error_result(runtime)
+        if runtime.core.snapshot.last_params is None and self.params is not None:
+            runtime.core.snapshot.last_params = self.params
+        ok, status, error = await Control(self.registry, trio.Event()).op_wake({"name": runtime.name})
+        if not ok:
+            return ht.error_result(f"{error}")
+        return ht.text_result(f"{runtime.name} is running (pid {status.get('pid')}); its tools: "
+                              f"{len(self._tools(runtime) or [])}")
+
+    async def _sleep(self, call: ht.MetaCall) -> JsonObj:
+        from lazyd.daemon.control import Control
+
+        runtime = self._lookup(call.server)
+        if isinstance(runtime, str):
+            return ht.error_result(runtime)
+        ok, status, error = await Control(self.registry, trio.Event()).op_sleep({"name": runtime.name})
+        if not ok:
+            return ht.error_result(f"{error}")
+        return ht.text_result(f"{runtime.name} is {status.get('state')}; the next call starts it again")
+
+
+class _ProxiedCall:
+    """One `call_tool`: an internal session on the server's runtime for the call's duration."""
+
+    def __init__(self, hub: HubSession, runtime: ServerRuntime, rid: JsonId) -> None:
+        self.hub = hub
+        self.runtime = runtime
+        self.rid = rid
+        self.cid = next(_internal_cids)
+        self.overflowed = False
+        self.inbox = Session(self.cid, os.getpid(), self._overflow)
+
+    def _overflow(self) -> None:
+        self.overflowed = True  # the relay stops delivering; the channel's end ends the call
+
+    async def run(self, tool: str, arguments: JsonObj, token: object) -> JsonObj | bytes:
+        runtime = self.runtime
+        params = dict(self.hub.params or {"protocolVersion": LATEST_VERSION, "capabilities": {},
+                                           "clientInfo": {"name": "lazyd-hub", "version": HUB_VERSION}})
+        call_params: JsonObj = {"name": tool, "arguments": arguments}
+        if rpc.valid_id(token):
+            call_params["_meta"] = {"progressToken": token}
+        runtime.attach(self.inbox, [])
+        try:
+            runtime.client_line(self.cid, rpc.request_line(_INIT_ID, "initialize", params))
+            runtime.client_line(self.cid, rpc.notification_line("notifications/initialized"))
+            runtime.client_line(self.cid, rpc.request_line(_CALL_ID, "tools/call", call_params))
+            decoder = wire.FrameDecoder()
+            async for frame in self.inbox.receive_channel:
+                for decoded in decoder.feed(frame):
+                    answer = self._line(bytes(decoded["d"]))
+                    if answer is not None:
+                        return answer
+            why = "the hub fell behind reading it" if self.overflowed else "it was removed or restarted by a config reload"
+            return ht.error_result(f"lazyd hub: the call to {runtime.name} ended without an answer: {why}")
+        finally:
+            runtime.detach(self.cid)
+            self.hub.forget(self)
+
+    def _line(self, line: bytes) -> bytes | None:
+        msg = rpc.parse(line)
+        if not isinstance(msg, Message):
+            return None
+        if msg.kind is Kind.RESPONSE:
+            return rpc.with_id(msg, self.rid) if msg.id == _CALL_ID else None
+        if msg.kind is Kind.REQUEST:
+            self.hub.forward_request(self, msg)
+        elif msg.method in ("notifications/progress", "notifications/message"):
+            self.hub.send(line)  # progress already carries the caller's own token
+        elif msg.method == "notifications/cancelled":
+            self.hub.forward_cancel(self, msg)
+        return None
+
+
+class RuntimeGate:
+    """The tool policy in front of one runtime's relay core (`ServerRuntime.gate`)."""
+
+    def __init__(self, runtime: ServerRuntime, policy: Callable[[], ToolPolicy]) -> None:
+        self.runtime = runtime
+        self.policy = policy
+        self.core = gate.PolicyGate(runtime.name)
+
+    def client_line(self, cid: int, line: bytes) -> bytes | None:
+        """The line to give the relay core, or None when the gate answered or holds it."""
+        policy = self.policy()
+        if not policy.active and not self.core.held_count():
+            return line
+        passed: bytes | None = None
+        for action in self.core.client_line(cid, line, policy, lambda: self._can_elicit(cid)):
+            if isinstance(action, gate.Pass):
+                passed = action.line
+            elif isinstance(action, gate.Reply):
+                session = self.runtime.sessions.get(cid)
+                if session is not None:
+                    session.deliver(wire.encode_line(action.line, action.done))
+            else:
+                log.info("[%s] %s", self.runtime.name, action.text)
+        return passed
+
+    def detach(self, cid: int) -> None:
+        self.core.detach(cid)
+
+    def _can_elicit(self, cid: int) -> bool:
+        client = self.runtime.core.clients.get(cid)
+        return client is not None and client.declares("elicitation")
