@@ -3,8 +3,11 @@
 Pure. The hub never starts a server to list or search: it reads the tools a server listed the
 last time it ran, from the relay core's live handshake when the server is running (freshest),
 else from the snapshot entry of the hub client's own handshake key, else the entry of the most
-recent client, else any entry with a tools listing. A server that never ran has no tools here
-(`None`: unknown, which is not the same as an empty list).
+recent client, else any entry with a tools listing, else the newest stateless-era `tools/list`
+result (public before private: the snapshot's `stateless` results, for servers the relay speaks
+to in the 2026-07-28 era). A server that never ran has no tools here (`None`: unknown, which is
+not the same as an empty list). Its one-line description comes from the same places, and from
+its `server/discover` answers.
 
 Search ranks tools by the words of a query against each tool's name (split at `_`, `-`, `.`,
 `/` and camelCase), its description and its server's name:
@@ -66,8 +69,31 @@ def cached_tools(snapshot: Snapshot, live: HandshakeEntry | None, params: JsonOb
             continue
         listing = entry.listings.get("tools/list")
         if listing is not None and listing.error is None:
-            return [t for t in listing.items or [] if isinstance(t, dict) and isinstance(t.get("name"), str)]
+            return _named(listing.items or [])
+    stored = _stateless_results(snapshot, "tools/list|")
+    if stored:
+        tools = stored[0].get("tools")
+        return _named(tools if isinstance(tools, list) else [])
     return None
+
+
+def _named(tools: list[Any]) -> list[JsonObj]:
+    return [t for t in tools if isinstance(t, dict) and isinstance(t.get("name"), str)]
+
+
+def _stateless_results(snapshot: Snapshot, prefix: str) -> list[JsonObj]:
+    """Stateless-era results whose key starts with `prefix`: public first, then newest first.
+
+    Read by duck typing (`stateless` maps "method|version|caps|identity" to objects with
+    `result` and `stored_at`): a snapshot without stateless results gives nothing."""
+    found: list[tuple[bool, float, JsonObj]] = []
+    for key, cached in dict(getattr(snapshot, "stateless", None) or {}).items():
+        result = getattr(cached, "result", None)
+        if isinstance(key, str) and key.startswith(prefix) and isinstance(result, dict):
+            stored_at = getattr(cached, "stored_at", 0.0)
+            found.append((key.endswith("|*"), stored_at if isinstance(stored_at, (int, float)) else 0.0, result))
+    found.sort(key=lambda f: (not f[0], -f[1]))
+    return [result for _, _, result in found]
 
 
 def first_line(text: object, limit: int = DESCRIPTION_LINE_CHARS) -> str:
@@ -83,13 +109,14 @@ def first_line(text: object, limit: int = DESCRIPTION_LINE_CHARS) -> str:
 
 def server_description(snapshot: Snapshot, live: HandshakeEntry | None) -> str:
     """One line about a server: its instructions' first line, else its serverInfo."""
-    entries = [e for e in (live, *snapshot.entries.values()) if e is not None]
-    for entry in entries:
-        line = first_line(entry.result.get("instructions"))
+    results = [e.result for e in (live, *snapshot.entries.values()) if e is not None]
+    results += [a["result"] for a in snapshot.discover.values() if isinstance(a.get("result"), dict)]
+    for result in results:
+        line = first_line(result.get("instructions"))
         if line:
             return line
-    for entry in entries:
-        info = entry.result.get("serverInfo")
+    for result in results:
+        info = result.get("serverInfo")
         if isinstance(info, dict):
             line = first_line(info.get("description"))
             if line:
