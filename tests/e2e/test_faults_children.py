@@ -25,7 +25,6 @@ from lazyd.daemon import logring
 from lazyd.daemon.process import MAX_LINE_BYTES
 from tests.conftest import SERVERS, Daemon, UserEnv, start_daemon
 from tests.e2e.test_faults_support import (
-    DEADLINE_S,
     FIXTURE,
     SERVER_MARKER_VAR,
     RawShim,
@@ -76,6 +75,12 @@ def _methods(log: Path) -> list[str]:
     return log.read_text().splitlines() if log.exists() else []
 
 
+def _initialize(request_id: int) -> dict[str, object]:
+    """A client's initialize request, sent by hand when the test expects it to fail."""
+    return {"jsonrpc": "2.0", "id": request_id, "method": "initialize",
+            "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}}
+
+
 # ---- starting ------------------------------------------------------------------------------------
 
 
@@ -109,22 +114,17 @@ def test_ten_concurrent_first_requests_from_three_shims_to_a_cold_server_spawn_e
             shim.close()
 
 
-@pytest.mark.parametrize("problem", ["not found", "not executable"])
-def test_a_server_command_that_cannot_run_fails_the_waiting_request_and_is_parked_with_the_os_error(
-    user_env: UserEnv, tmp_path: Path, problem: str,
+def test_a_server_command_that_is_not_executable_fails_the_waiting_request_and_is_parked_with_the_os_error(
+    user_env: UserEnv, tmp_path: Path,
 ) -> None:
-    if problem == "not found":
-        command, reason = str(tmp_path / "no-such-server"), "No such file or directory"
-    else:
-        command, reason = str(tmp_path / "not-executable"), "Permission denied"
-        Path(command).write_text("#!/bin/sh\n")
-        os.chmod(command, 0o644)
+    # (A command that does not exist: tests/e2e/test_supervision.py.)
+    command, reason = str(tmp_path / "not-executable"), "Permission denied"
+    Path(command).write_text("#!/bin/sh\n")
+    os.chmod(command, 0o644)
     start_daemon(user_env)
     shim = RawShim(user_env, [command])
     try:
-        shim.send({"jsonrpc": "2.0", "id": 0, "method": "initialize",
-                   "params": {"protocolVersion": "2025-11-25", "capabilities": {},
-                              "clientInfo": {"name": "raw", "version": "1"}}})
+        shim.send(_initialize(0))
         error = shim.read()
         assert error["id"] == 0 and reason in error["error"]["message"]
         (status,) = server_status(user_env)
@@ -138,32 +138,6 @@ def test_a_server_command_that_cannot_run_fails_the_waiting_request_and_is_parke
 
 
 # ---- crashes ----------------------------------------------------------------------------------------
-
-
-def _initialize(request_id: int) -> dict[str, object]:
-    return {"jsonrpc": "2.0", "id": request_id, "method": "initialize",
-            "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}}
-
-
-def test_a_server_crashing_at_start_fails_each_request_with_its_exit_status_and_stderr_tail(
-    user_env: UserEnv,
-) -> None:
-    shim = RawShim(user_env, env={"FIXTURE_CRASH_ON_START": "4"})
-    why = "exited with status 4; stderr: fixture: crashing on start with status 4"
-    try:
-        shim.send(_initialize(0))
-        assert why in shim.read()["error"]["message"]
-        (status,) = server_status(user_env)
-        assert why in status["last_error"]
-        # A request made while it backs off gets the exit status and stderr of a start of its own.
-        # (That it does not wait out the backoff, parking after 5 unrequested failures, and the one
-        # fresh start a parked server gets per request, are timed on a fake clock in
-        # tests/unit/test_lifecycle.py.)
-        shim.send(_initialize(1))
-        answer = shim.read()
-        assert answer["id"] == 1 and why in answer["error"]["message"]
-    finally:
-        shim.close()
 
 
 def test_a_server_killed_with_three_requests_in_flight_answers_each_once_under_its_original_id(
@@ -348,9 +322,7 @@ def test_no_process_of_a_server_or_its_grandchildren_survives_any_way_it_stops(u
     shim = RawShim(user_env, shim_args=_shim_args(path), env=env)
     try:
         if path == "start timeout":
-            shim.send({"jsonrpc": "2.0", "id": 0, "method": "initialize",
-                       "params": {"protocolVersion": "2025-11-25", "capabilities": {},
-                                  "clientInfo": {"name": "raw", "version": "1"}}})
+            shim.send(_initialize(0))
             wait_for(lambda: len(server_side_processes(marker)) == 3, "the server and its grandchildren")
             assert "start timeout" in shim.read()["error"]["message"]
         else:

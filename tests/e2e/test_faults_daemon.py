@@ -23,7 +23,6 @@ import pytest
 
 from lazyd import wire
 from lazyd.daemon import orphans
-from lazyd.daemon.process import read_start_time_ticks
 from lazyd.daemon.runtime import socket_identity
 from tests.conftest import UserEnv, start_daemon
 from tests.e2e.test_faults_support import (
@@ -109,49 +108,6 @@ def _call(shim: RawShim, request_id: int, name: str) -> dict[str, object]:
     answer = shim.read()
     assert answer["id"] == request_id
     return answer
-
-
-def _own_session_sleeper(with_leftover: bool) -> subprocess.Popen[bytes]:
-    """A process leading its own session, as a server does; with a member that outlives it if asked."""
-    code = ("import os, subprocess, sys, time\n"
-            "if sys.argv[1] == 'leftover':\n"
-            "    subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])\n"
-            "    print(flush=True)\n"
-            "    sys.exit(0)\n"
-            "print(flush=True)\n"
-            "time.sleep(600)\n")
-    proc = subprocess.Popen([sys.executable, "-c", code, "leftover" if with_leftover else "plain"],
-                            stdout=subprocess.PIPE, start_new_session=True)
-    assert proc.stdout is not None and proc.stdout.readline() == b"\n"
-    return proc
-
-
-def test_the_orphan_sweep_kills_what_state_json_records_and_spares_a_recycled_pid(user_env: UserEnv) -> None:
-    ours = _own_session_sleeper(with_leftover=False)
-    stranger = _own_session_sleeper(with_leftover=False)
-    gone_leader = _own_session_sleeper(with_leftover=True)
-    try:
-        gone_leader.wait(DEADLINE_S)  # the leader exited; its child still holds the session
-        (leftover,) = wait_for(lambda: session_members(gone_leader.pid), "the leftover to be seen")
-        records = [
-            orphans.ChildRecord("ours", ours.pid, read_start_time_ticks(ours.pid), ours.pid),
-            # Same pid, other start time: the pid was recycled by someone else's process.
-            orphans.ChildRecord("recycled", stranger.pid, read_start_time_ticks(stranger.pid) + 1, stranger.pid),
-            orphans.ChildRecord("exited", gone_leader.pid, 1, gone_leader.pid),
-        ]
-        user_env.state_dir.mkdir(parents=True, exist_ok=True)
-        orphans.write_state(user_env.state_dir, records)
-        start_daemon(user_env)
-        wait_for(lambda: ours.poll() is not None, "the recorded server to be killed")
-        assert ours.returncode == -signal.SIGKILL
-        wait_for(lambda: not alive(leftover), "the leftover of an exited server to be killed")
-        assert stranger.poll() is None, "a process whose start time differs is not ours"
-        assert json.loads((user_env.state_dir / orphans.STATE_FILE).read_text())["children"] == []
-    finally:
-        for proc in (ours, stranger, gone_leader):
-            if proc.poll() is None:
-                proc.kill()
-            proc.wait()
 
 
 # ---- SIGTERM, a second daemon ---------------------------------------------------------------------
