@@ -394,6 +394,27 @@ def test_a_wake_predicate_that_flips_from_1_to_0_starts_the_server_with_no_clien
     assert len(spawn_times(user_env, "watched")) == 1
 
 
+async def test_a_wake_command_given_as_a_shim_option_starts_that_registration_with_no_client_connected(
+    user_env: UserEnv, tmp_path: Path,
+) -> None:
+    flag = tmp_path / "flag"
+    options = ("--wake-command", json.dumps(["/bin/sh", "-c", f'test -e "{flag}"']), "--wake-interval", "200ms")
+    start_daemon(user_env)
+    with trio.fail_after(DEADLINE_S):
+        async with shim_session(user_env, SERVER, shim_args=options) as session:
+            first = int(tool_text(await session.call_tool("pid", {})))
+            (name,) = status_rows(user_env)
+            await trio.to_thread.run_sync(lambda: control(user_env, "sleep", name=name))
+            assert not alive(first)
+        row = await trio.to_thread.run_sync(
+            wait_for_row, user_env, name, lambda r: r["clients"] == 0 and r["predicate"] != "off", "the session to leave")
+        assert (row["state"], row["pid"], row["policy"]["wake"][0]) == ("sleeping", None, "/bin/sh")
+        flag.touch()
+        row = await trio.to_thread.run_sync(
+            wait_for_row, user_env, name, lambda r: r["state"] == "running", "the predicate to start the server")
+        assert row["clients"] == 0 and row["pid"] != first and alive(row["pid"])
+
+
 def _hanging_predicate(tmp_path: Path, name: str) -> tuple[list[str], Path]:
     """A predicate that never exits and has a child of its own; it records both pids."""
     pids = tmp_path / f"{name}.pids"
