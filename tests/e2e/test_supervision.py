@@ -279,9 +279,18 @@ def test_a_crash_loop_backs_off_parks_after_five_failed_restarts_and_a_keep_aliv
         again = error_message(shim.request(2, "tools/call", {"name": "echo", "arguments": {"text": "x"}}))
         assert f"exited with status {CRASH_CODE}" in again and CRASH_STDERR in again
         assert len(spawn_times(user_env, "loop")) == 2 + PARK_AFTER_FAILURES
-        assert status_rows(user_env)["loop"]["state"] == "failed"  # one try, then parked again
+        row = status_rows(user_env)["loop"]
+        assert (row["state"], row["failures"]) == ("failed", 2 + PARK_AFTER_FAILURES)  # one try, parked again
     finally:
         shim.close()
+    # `lazyctl wake` clears the failure count and tries once more; with nobody attached any more,
+    # its failure leaves the server asleep rather than backing off.
+    wait_for_row(user_env, "loop", lambda r: r["clients"] == 0, "the client to detach")
+    with pytest.raises(CtlError, match=f"loop did not start: exited with status {CRASH_CODE}"):
+        control(user_env, "wake", name="loop")
+    row = status_rows(user_env)["loop"]
+    assert (row["state"], row["failures"], row["pid"]) == ("sleeping", 1, None)
+    assert len(spawn_times(user_env, "loop")) == 3 + PARK_AFTER_FAILURES
 
 
 def test_a_command_that_cannot_be_executed_is_parked_at_once_and_other_spawn_errors_back_off(
