@@ -11,6 +11,13 @@ Why the capability hash is in the key: listings may depend on what the client de
 client that ignores `list_changed` (Claude Code) must see the full, correct listing at its first
 `tools/list`. A miss therefore starts the server rather than guessing from another key.
 
+Stateless-era servers (2026-07-28) have no handshake: their listings are cached per *stateless key*
+(method, protocol version, capabilities digest, and the client identity when the server marked the
+result `cacheScope: "private"`), each with the wall-clock time it was stored, so that its `ttlMs`
+can be honoured after a daemon restart. The snapshot also records what was learned about the
+server's eras: whether it answers `server/discover` (and which versions), and whether one connection
+may carry both eras (`mixed_connection`).
+
 This module is pure data: the daemon's store turns it into JSON files and back.
 """
 
@@ -21,9 +28,14 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from lazyd.core.eras import is_stateless_version
 from lazyd.core.jsonrpc import JsonObj
 
 SNAPSHOT_FORMAT = 1
+# Private results are kept per client identity: bound how many a snapshot holds (oldest go first).
+MAX_STATELESS_ENTRIES = 256
+# Key part of a result every client identity may be served (`cacheScope: "public"`).
+PUBLIC = "*"
 
 # The four listings of the handshake era and the key of their items in a result.
 LISTINGS: dict[str, str] = {
@@ -125,16 +137,118 @@ class HandshakeEntry:
         )
 
 
+def stateless_key(method: str, version: str, caps_digest: str, identity: str = PUBLIC) -> str:
+    return f"{method}|{version}|{caps_digest}|{identity}"
+
+
+def discover_key(version: str, identity: str = PUBLIC) -> str:
+    """Key of a discovery answer: the probe's version, plus the identity for a private result."""
+    return version if identity == PUBLIC else f"{version}|{identity}"
+
+
+def remaining_ttl_ms(result: object, stored_at: float, now: float) -> int | None:
+    """How long a stored stateless result stays fresh (ms, 0 = stale); None when it has no ttlMs.
+
+    A result without `ttlMs` gave no freshness hint: like a handshake-era listing, it is kept
+    until a change notification or the next start replaces it.
+    """
+    ttl = result.get("ttlMs") if isinstance(result, dict) else None
+    if not isinstance(ttl, int) or isinstance(ttl, bool):
+        return None
+    left = stored_at * 1000.0 + ttl - now * 1000.0
+    return max(0, int(left))
+
+
+@dataclass
+class CachedResult:
+    """One stateless-era result (all pages merged for a listing) and when it was stored."""
+
+    result: JsonObj
+    stored_at: float  # wall-clock seconds: ttlMs must hold across daemon restarts
+
+    def to_json(self) -> JsonObj:
+        return {"result": self.result, "stored_at": self.stored_at}
+
+    @classmethod
+    def from_json(cls, obj: Any) -> CachedResult:
+        if not isinstance(obj, dict) or not isinstance(obj.get("result"), dict):
+            raise ValueError("stateless entry is not an object with a result")
+        stored_at = obj.get("stored_at", 0.0)
+        if not isinstance(stored_at, (int, float)) or isinstance(stored_at, bool):
+            raise ValueError("stateless entry stored_at is not a number")
+        return cls(result=obj["result"], stored_at=float(stored_at))
+
+
 @dataclass
 class Snapshot:
     """Everything cached for one server identity."""
 
     entries: dict[str, HandshakeEntry] = field(default_factory=dict)
-    # server/discover answers by the protocol version in the probe's _meta: {"result": …} or {"error": …}
+    # server/discover answers by the protocol version in the probe's _meta (see discover_key):
+    # {"result": …} or {"error": …}, plus "stored_at" (wall-clock seconds) for a result's ttlMs.
     discover: dict[str, JsonObj] = field(default_factory=dict)
     # The most recent real client's initialize params: what a start with no client present replays.
     last_params: JsonObj | None = None
     updated_at: float = 0.0  # wall-clock seconds, for `lazyctl status` cache age only
+    # Stateless-era results by stateless_key.
+    stateless: dict[str, CachedResult] = field(default_factory=dict)
+    # The identity the relay's own stateless requests borrow when no client is waiting: the most
+    # recent real client's {"clientInfo", "clientCapabilities", "principal"}.
+    last_meta: JsonObj | None = None
+    # Whether a connection that answered server/discover also accepted initialize (None: unknown).
+    mixed_connection: bool | None = None
+
+    def era(self) -> str | None:
+        """"stateless" if the server's discovery listed a stateless version, "handshake" if it
+        answered discovery otherwise (-32601 or another refusal), None if it was never probed."""
+        if not self.discover:
+            return None
+        for answer in self.discover.values():
+            if is_stateless_discovery(answer.get("result")):
+                return "stateless"
+        return "handshake"
+
+    def discovery_result(self, version: str | None = None, identity: str = PUBLIC) -> tuple[JsonObj, float] | None:
+        """A cached DiscoverResult (and when it was stored) a client of `identity` may be served:
+        for `version` if given, else for any version; public before private."""
+        keys = [discover_key(version), discover_key(version, identity)] if version is not None else list(self.discover)
+        for key in keys:
+            answer = self.discover.get(key)
+            if answer is None or not isinstance(answer.get("result"), dict):
+                continue
+            if version is None and "|" in key and not key.endswith(f"|{identity}"):
+                continue  # another identity's private answer
+            stored = answer.get("stored_at", 0.0)
+            return answer["result"], float(stored) if isinstance(stored, (int, float)) else 0.0
+        return None
+
+    def store_stateless(self, key: str, result: JsonObj, now: float) -> None:
+        self.stateless.pop(key, None)
+        self.stateless[key] = CachedResult(result, now)
+        while len(self.stateless) > MAX_STATELESS_ENTRIES:
+            del self.stateless[min(self.stateless, key=lambda k: self.stateless[k].stored_at)]
+
+    def forget_stateless(self, method: str) -> None:
+        """Drop every stored result of `method` (the server announced that its list changed)."""
+        for key in [k for k in self.stateless if k.split("|", 1)[0] == method]:
+            del self.stateless[key]
+
+    def merge(self, other: Snapshot) -> None:
+        """Take everything `other` (a `lazyctl check` run) learned, keeping what it did not see."""
+        self.entries.update(other.entries)
+        self.discover.update(other.discover)
+        if any(is_stateless_discovery(a.get("result")) for a in other.discover.values()):
+            # The server answers discovery now: an older -32601 would contradict it.
+            self.discover.pop(ANY_DISCOVER_KEY, None)
+        elif ANY_DISCOVER_KEY in other.discover:
+            for key in [k for k in self.discover if k != ANY_DISCOVER_KEY]:
+                del self.discover[key]
+        for key, cached in other.stateless.items():
+            self.store_stateless(key, cached.result, cached.stored_at)
+        if other.mixed_connection is not None:
+            self.mixed_connection = other.mixed_connection
+        self.last_meta = self.last_meta or other.last_meta
+        self.last_params = self.last_params or other.last_params
 
     def entry_for(self, params: JsonObj) -> HandshakeEntry | None:
         return self.entries.get(handshake_key(params))
@@ -157,6 +271,9 @@ class Snapshot:
             "discover": self.discover,
             "last_params": self.last_params,
             "updated_at": self.updated_at,
+            "stateless": {k: c.to_json() for k, c in self.stateless.items()},
+            "last_meta": self.last_meta,
+            "mixed_connection": self.mixed_connection,
         }
 
     @classmethod
@@ -176,11 +293,22 @@ class Snapshot:
         for answer in discover.values():
             if not isinstance(answer, dict) or not ("result" in answer or "error" in answer):
                 raise ValueError("discover answer is malformed")
+        # Fields added with the stateless era: absent in older files, which stay readable.
+        stateless, last_meta, mixed = obj.get("stateless", {}), obj.get("last_meta"), obj.get("mixed_connection")
+        if not isinstance(stateless, dict):
+            raise ValueError("stateless entries are not an object")
+        if last_meta is not None and not isinstance(last_meta, dict):
+            raise ValueError("last_meta is not an object")
+        if mixed is not None and not isinstance(mixed, bool):
+            raise ValueError("mixed_connection is not a boolean")
         return cls(
             entries={str(k): HandshakeEntry.from_json(v) for k, v in entries.items()},
             discover={str(k): v for k, v in discover.items()},
             last_params=last_params,
             updated_at=float(updated_at),
+            stateless={str(k): CachedResult.from_json(v) for k, v in stateless.items()},
+            last_meta=last_meta,
+            mixed_connection=mixed,
         )
 
     def listing_counts(self) -> dict[str, int]:
@@ -189,5 +317,27 @@ class Snapshot:
         if entry is None and self.entries:
             entry = next(iter(self.entries.values()))
         if entry is None:
-            return {}
+            return self._stateless_counts()
         return {LISTINGS[m]: len(l.items or []) for m, l in entry.listings.items() if l.error is None}
+
+    def _stateless_counts(self) -> dict[str, int]:
+        """Item counts of the most recently stored stateless listings (a stateless-only server)."""
+        counts: dict[str, tuple[float, int]] = {}
+        for key, cached in self.stateless.items():
+            method = key.split("|", 1)[0]
+            items = cached.result.get(LISTINGS.get(method, ""))
+            if method in LISTINGS and isinstance(items, list):
+                if method not in counts or counts[method][0] <= cached.stored_at:
+                    counts[method] = (cached.stored_at, len(items))
+        return {LISTINGS[m]: n for m, (_, n) in counts.items()}
+
+
+ANY_DISCOVER_KEY = "*"  # a -32601 answers discovery at every version (relay.ANY_VERSION)
+
+
+def is_stateless_discovery(result: object) -> bool:
+    """Whether a DiscoverResult lists a stateless-era version."""
+    if not isinstance(result, dict):
+        return False
+    versions = result.get("supportedVersions")
+    return isinstance(versions, list) and any(is_stateless_version(v) for v in versions)

@@ -26,135 +26,66 @@ Phases of the server as the relay sees it:
 
 A server exit answers every in-flight and queued request with an error under its original id, and
 never replays a request (it may not be idempotent).
+
+Both protocol eras go through the same object (docs/protocol-eras.md): a start whose era is not
+known to be the handshake's begins with the relay's own `server/discover` probe (stateless.py);
+a process that speaks the stateless era goes PREINIT -> REFRESH (its listings fetched under a real
+client's envelope) -> READY without any handshake, serves stateless clients from a ttl-aware cache,
+and serves handshake-era clients through the bridge (bridge.py). This module keeps the public API
+and the handshake era.
 """
 
 from __future__ import annotations
 
-import enum
-from dataclasses import dataclass, field
-
+from lazyd.core import eras
 from lazyd.core import jsonrpc as rpc
+from lazyd.core.bridge import BridgeRelay
 from lazyd.core.cache import LIST_CHANGED, LISTINGS, HandshakeEntry, Listing, Snapshot, handshake_key
 from lazyd.core.jsonrpc import JsonId, JsonObj, Kind, Message
+from lazyd.core.relay_base import ANY_VERSION as ANY_VERSION
+from lazyd.core.relay_base import MAX_LISTING_PAGES as MAX_LISTING_PAGES
+from lazyd.core.relay_base import PROTOCOL_VERSION_META as PROTOCOL_VERSION_META
+from lazyd.core.relay_base import Abort as Abort
+from lazyd.core.relay_base import Action as Action
+from lazyd.core.relay_base import Activity as Activity
+from lazyd.core.relay_base import ClientState as ClientState
+from lazyd.core.relay_base import Clock as Clock
+from lazyd.core.relay_base import Note as Note
+from lazyd.core.relay_base import Phase as Phase
+from lazyd.core.relay_base import Ready as Ready
+from lazyd.core.relay_base import Refresh as _Refresh
+from lazyd.core.relay_base import SnapshotChanged as SnapshotChanged
+from lazyd.core.relay_base import ToClient as ToClient
+from lazyd.core.relay_base import ToServer as ToServer
+from lazyd.core.relay_base import WantServer as WantServer
 from lazyd.core.routing import (
     CALLBACK_CAPABILITY,
     ClientId,
     Downstream,
-    Routes,
     SamplingPolicy,
     Upstream,
     choose_callback_target,
     level_rank,
 )
 
-# A server whose listing never stops paginating must not make the relay loop forever.
-MAX_LISTING_PAGES = 1000
-PROTOCOL_VERSION_META = "io.modelcontextprotocol/protocolVersion"
 # Results the relay itself reads (records or filters), so they are always decoded. A task-creating
 # tools/call result (which the relay also reads) is a few hundred bytes, never a large line.
 _RESULTS_READ_BY_RELAY = frozenset({"server/discover", "tasks/list"})
-# Discovery-cache key of a -32601 answer, which holds whatever version the probe named.
-ANY_VERSION = "*"
 
 
-class Phase(enum.Enum):
-    DOWN = "down"
-    PREINIT = "preinit"
-    HANDSHAKE = "handshake"
-    REFRESH = "refresh"
-    READY = "ready"
+class RelayCore(BridgeRelay):
+    """All relay decisions for one server instance shared by any number of clients.
 
+    `clock` (wall-clock seconds, default `time.time`) is read only to honour stateless results'
+    `ttlMs`; nothing else in the core looks at time.
+    """
 
-# ---- actions -------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class ToClient:
-    cid: ClientId
-    line: bytes
-    done: JsonId | None = None  # the client's original id when this line finally answers it
-
-
-@dataclass(frozen=True, slots=True)
-class ToServer:
-    line: bytes
-
-
-@dataclass(frozen=True, slots=True)
-class WantServer:
-    """A request needs a live server: the daemon asks the lifecycle for a start."""
-
-
-@dataclass(frozen=True, slots=True)
-class Ready:
-    """Handshake replayed and listings refreshed: the start counts as complete."""
-
-
-@dataclass(frozen=True, slots=True)
-class Abort:
-    """The server cannot be used (it refused the replayed handshake): stop it."""
-
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class SnapshotChanged:
-    """The snapshot changed and should be persisted."""
-
-
-@dataclass(frozen=True, slots=True)
-class Activity:
-    """A client request or its answer passed (resets idle timers; the relay's own probes don't)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Note:
-    """A decision worth a log line: methods, ids and reasons, never payloads."""
-
-    text: str
-
-
-Action = ToClient | ToServer | WantServer | Ready | Abort | SnapshotChanged | Activity | Note
-
-
-@dataclass
-class ClientState:
-    cid: ClientId
-    params: JsonObj | None = None  # the client's initialize params
-    initialized: bool = False
-    last_active: int = 0  # sequence number of its latest request, for the roots owner
-
-    def declares(self, capability: str) -> bool:
-        caps = (self.params or {}).get("capabilities")
-        return isinstance(caps, dict) and capability in caps
-
-
-@dataclass
-class _Refresh:
-    method: str
-    items: list[object] = field(default_factory=list)
-    pages: int = 0
-
-
-class RelayCore:
-    """All relay decisions for one server instance shared by any number of clients."""
-
-    def __init__(self, name: str, snapshot: Snapshot, sampling_policy: SamplingPolicy = "refuse") -> None:
-        self.name = name
-        self.snapshot = snapshot
-        self.sampling_policy: SamplingPolicy = sampling_policy
-        self.phase = Phase.DOWN
-        self.clients: dict[ClientId, ClientState] = {}
-        self.routes = Routes()
-        self.queue: list[tuple[ClientId, Message]] = []
-        self.instance: HandshakeEntry | None = None  # the live process's handshake and listings
-        self._refreshing: dict[str, _Refresh] = {}
-        self._initial_refresh = False
-        self._upstream_level: str | None = None
-        self._upstream_subs: set[str] = set()
-        self._next_id = 1  # relay ids: never reused, so a late response can never be misrouted
-        self._next_down_id = 1
-        self._seq = 0
+    def __init__(self, name: str, snapshot: Snapshot, sampling_policy: SamplingPolicy = "refuse",
+                 clock: Clock | None = None) -> None:
+        if clock is None:
+            super().__init__(name, snapshot, sampling_policy)
+        else:
+            super().__init__(name, snapshot, sampling_policy, clock)
 
     # ---- observations ----------------------------------------------------------------------------
 
@@ -162,13 +93,23 @@ class RelayCore:
         return len(self.clients)
 
     def inflight_count(self) -> int:
-        return self.routes.client_inflight_count() + sum(1 for cid, m in self.queue if m.kind is Kind.REQUEST)
+        queued = sum(1 for cid, m in self.queue if m.kind is Kind.REQUEST)
+        return self.routes.client_inflight_count() + queued + self.waiting_count()
+
+    def listen_count(self) -> int:
+        """Open `subscriptions/listen` streams of attached clients (they do not keep a server up)."""
+        return len(self.hub.streams)
 
     # ---- client events ---------------------------------------------------------------------------
 
     def attach(self, cid: ClientId) -> list[Action]:
         self.clients[cid] = ClientState(cid)
         return [Note(f"client {cid} attached")]
+
+    def set_principal(self, cid: ClientId, principal: str) -> None:
+        """Tell the relay who is behind a client beyond its self-reported clientInfo (a digest the
+        daemon chose): `cacheScope: "private"` results are then never shared across principals."""
+        self.clients[cid].principal = principal
 
     def resume(self, cid: ClientId, lines: list[bytes]) -> list[Action]:
         """Record lines a client already had answered by a previous daemon (no replies)."""
@@ -223,6 +164,9 @@ class RelayCore:
                     out.append(self._internal("resources/unsubscribe", {"uri": uri}, "unsubscribe"))
         self.queue = [(c, m) for c, m in self.queue if c != cid]
         self.routes.forget_client(cid)
+        self.hub.drop_client(cid)
+        self._drop_waiter(cid)
+        self._forget_rounds(cid)
         del self.clients[cid]
         out.extend(self._sync_level())
         return out
@@ -230,18 +174,25 @@ class RelayCore:
     # ---- server events ---------------------------------------------------------------------------
 
     def spawned(self) -> list[Action]:
-        """The process exists. Send discovery probes that were waiting, then replay a handshake."""
+        """The process exists. Probe its era unless it is known to be the handshake's, send
+        discovery probes that were waiting, then replay a handshake when one is known and wanted."""
         self.phase = Phase.PREINIT
         out: list[Action] = [Note("server spawned")]
+        era = self.snapshot.era()
+        probe = era != "handshake"
+        self.stateless_up = None if probe else False
+        if probe:
+            out.extend(self._send_probe())
         waiting = self.queue
         self.queue = []
         for cid, msg in waiting:
             if msg.method == "server/discover":
-                out.extend(self._forward(cid, msg))
+                out.extend(self._forward(cid, msg, inspect=True, purpose=self._discover_purpose(cid, msg)))
             else:
                 self.queue.append((cid, msg))
         params = self._replay_params()
-        if params is not None:
+        # A known stateless server gets a handshake only if one connection may carry both eras.
+        if params is not None and (era != "stateless" or self.snapshot.mixed_connection is True):
             out.extend(self._send_initialize(params))
         return out
 
@@ -264,6 +215,10 @@ class RelayCore:
         self._refreshing.clear()
         self.instance = None
         self.phase = Phase.DOWN
+        out.extend(self._stateless_gone())
+        # Rounds whose retry was in flight were just answered with the error above.
+        for key in [k for k, r in self.rounds.items() if not r.pending]:
+            self._end_round(*key)
         return out
 
     def start_failed(self, reason: str) -> list[Action]:
@@ -294,7 +249,8 @@ class RelayCore:
         """A large plain result for a client's ordinary request, relayed without decoding it."""
         rid = rpc.large_result_id(line)
         up = self.routes.upstream.get(rid) if rid is not None else None
-        if rid is None or up is None or up.cid is None or up.client_id is None or up.method in _RESULTS_READ_BY_RELAY:
+        if (rid is None or up is None or up.cid is None or up.client_id is None or up.inspect
+                or up.method in _RESULTS_READ_BY_RELAY):
             return None
         self.routes.pop(rid)
         self.routes.release_token(rid)
@@ -308,6 +264,8 @@ class RelayCore:
         method = msg.method
         assert method is not None and msg.id is not None
         client = self.clients[cid]
+        if eras.is_stateless_request(method, msg.params):
+            return self._stateless_request(cid, msg)
         if method == "ping":
             return [ToClient(cid, rpc.result_line(msg.id, {}), msg.id)]
         if method == "initialize":
@@ -325,6 +283,8 @@ class RelayCore:
         if self.phase is not Phase.READY:
             self.queue.append((cid, msg))
             return [WantServer(), Note(f"client {cid} {method} id={msg.id!r} queued until the server is ready")]
+        if self._bridging():
+            return self._bridged_request(client, msg)
         if method == "resources/subscribe":
             return self._subscribe(cid, msg)
         if method == "resources/unsubscribe":
@@ -344,6 +304,8 @@ class RelayCore:
         if self.snapshot.last_params != msg.params:
             self.snapshot.last_params = msg.params
             out.append(SnapshotChanged())
+        if self._bridging():
+            return out + self._bridged_initialize(client, msg)
         # Until the replayed handshake is answered the instance has no result to give: a client
         # arriving then is served from the cache or waits in the queue with the first one.
         if self.instance is not None and self.phase in (Phase.REFRESH, Phase.READY):
@@ -366,18 +328,13 @@ class RelayCore:
             out.extend(self._send_initialize(msg.params))
         return out
 
-    def _discover(self, cid: ClientId, msg: Message) -> list[Action]:
-        assert msg.id is not None
-        answer = self.snapshot.discover.get(_discover_key(msg.params)) or self.snapshot.discover.get(ANY_VERSION)
-        if answer is not None:
-            return [ToClient(cid, rpc.dumps({"jsonrpc": "2.0", "id": msg.id, **answer}), msg.id)]
-        if self.phase is Phase.DOWN:
-            self.queue.append((cid, msg))
-            return [WantServer(), Note(f"client {cid} server/discover: not cached")]
-        return self._forward(cid, msg)
+    def _discover_purpose(self, cid: ClientId, msg: Message) -> str:
+        return f"{_discover_key(msg.params)}|{self._request_asker(cid, msg.params).identity}"
 
     def _listing(self, client: ClientState, msg: Message) -> list[Action]:
         assert msg.id is not None and msg.method is not None
+        if self._bridging():
+            return self._bridged_listing(client, msg)
         if self.phase is Phase.READY and isinstance(msg.params.get("cursor"), str):
             # The relay never writes a cursor, but it forwards listings while a refresh runs: a
             # cursor is the server's, and only the server can give the pages after it.
@@ -425,24 +382,6 @@ class RelayCore:
         self._upstream_subs.discard(uri)
         return self._forward(cid, msg)
 
-    def _forward(self, cid: ClientId, msg: Message) -> list[Action]:
-        """Send a client request upstream under a fresh relay id (and relay progress token)."""
-        assert msg.method is not None and msg.id is not None
-        rid = self._take_id()
-        self._seq += 1
-        up = Upstream(msg.method, cid, msg.id, seq=self._seq)
-        if msg.method == "server/discover":
-            up.purpose = _discover_key(msg.params)
-        meta = msg.params.get("_meta")
-        self.routes.add(rid, up)
-        if isinstance(meta, dict) and rpc.valid_id(meta.get("progressToken")):
-            up.token = meta["progressToken"]
-            self.routes.tokens[rid] = (cid, meta["progressToken"])
-            meta["progressToken"] = rid
-            msg.obj["id"] = rid
-            return [ToServer(rpc.dumps(msg.obj)), Activity()]
-        return [ToServer(rpc.with_id(msg, rid)), Activity()]
-
     # ---- client notifications and responses ------------------------------------------------------
 
     def _client_notification(self, cid: ClientId, msg: Message) -> list[Action]:
@@ -455,6 +394,11 @@ class RelayCore:
             if not rpc.valid_id(request_id):
                 return [Note(f"client {cid}: cancel without a valid requestId dropped")]
             assert isinstance(request_id, (int, str))
+            if self.hub.remove(cid, request_id):
+                return [Note(f"client {cid} closed its listen stream id={request_id!r}")]
+            if self._drop_waiter(cid, request_id):
+                return [Note(f"client {cid} cancelled id={request_id!r} while its answer was being fetched")]
+            self._end_round(cid, request_id)
             before = len(self.queue)
             self.queue = [(c, m) for c, m in self.queue if not (c == cid and m.id == request_id and m.kind is Kind.REQUEST)]
             if len(self.queue) != before:
@@ -467,12 +411,18 @@ class RelayCore:
             self.routes.release_token(rid)
             msg.params["requestId"] = rid
             return [ToServer(rpc.dumps(msg.obj)), Activity()]
-        if self.phase is Phase.READY:
+        if self.phase is Phase.READY and self.instance is not None:
             return [ToServer(rpc.dumps(msg.obj))]
+        if self.phase is Phase.READY and self.stateless_up:
+            # The stateless era has no client notifications but cancellation.
+            return [Note(f"client {cid} {method} dropped: not a notification of the stateless era")]
         return [Note(f"client {cid} {method} dropped while the server is not running")]
 
     def _client_response(self, cid: ClientId, msg: Message) -> list[Action]:
         assert msg.id is not None
+        answered = self._input_answer(cid, msg)
+        if answered is not None:
+            return answered
         down = self.routes.downstream.pop((cid, msg.id), None)
         if down is None or self.phase is Phase.DOWN:
             return [Note(f"client {cid} response to unknown id={msg.id!r} dropped")]
@@ -497,12 +447,7 @@ class RelayCore:
         else:
             self.routes.release_token(rid)  # type: ignore[arg-type]
         if up.method == "server/discover":
-            answer = _answer_of(msg)
-            self.snapshot.discover[up.purpose] = answer
-            if _is_method_not_found(answer):
-                # A server without discovery answers every version the same way.
-                self.snapshot.discover[ANY_VERSION] = answer
-            out.append(SnapshotChanged())
+            out.extend(self._record_discover(up.purpose, msg))
         filtered = up.method == "tasks/list" and isinstance(result, dict) and isinstance(result.get("tasks"), list)
         if filtered:
             assert isinstance(result, dict)
@@ -513,7 +458,10 @@ class RelayCore:
                 if isinstance(t, dict) and isinstance(t.get("taskId"), str) and self.routes.tasks.get(t["taskId"]) == up.cid
             ]
         if up.cid not in self.clients:
+            self._end_round(up.cid, up.client_id)
             return [Note(f"response for departed client {up.cid} dropped")]
+        if up.bridged:
+            return out + self._bridged_response(up, msg)
         if filtered:
             msg.obj["id"] = up.client_id
             out.append(ToClient(up.cid, rpc.dumps(msg.obj), up.client_id))
@@ -554,6 +502,9 @@ class RelayCore:
     def _server_notification(self, msg: Message) -> list[Action]:
         method = msg.method
         params = msg.params
+        stateless = self._stateless_notification(msg)
+        if stateless is not None:
+            return stateless
         if method == "notifications/progress":
             token = params.get("progressToken")
             # bool is an int in Python: `true` must not reach the owner of relay token 1.
@@ -611,16 +562,18 @@ class RelayCore:
         self.instance = HandshakeEntry(params=params, result={})
         return [self._internal("initialize", params, "replay"), Note(f"replaying initialize ({handshake_key(params)})")]
 
-    def _internal(self, method: str, params: JsonObj | None, purpose: str) -> ToServer:
-        rid = self._take_id()
-        self.routes.add(rid, Upstream(method, None, None, purpose=purpose))
-        return ToServer(rpc.request_line(rid, method, params))
-
     def _internal_response(self, up: Upstream, msg: Message) -> list[Action]:
         if up.purpose == "replay":
             return self._handshake_done(msg)
         if up.purpose.startswith("refresh:"):
             return self._refresh_page(up.method, msg)
+        if up.purpose == "probe":
+            return self._probe_answered(msg)
+        if up.purpose.startswith("fetch:"):
+            return self._fetch_answer(up.purpose.removeprefix("fetch:"), msg)
+        if up.purpose == "listen":
+            assert isinstance(msg.id, int)
+            return self._listen_ended(msg.id, refused="error" in msg.obj)
         if "error" in msg.obj:
             return [Note(f"server refused the relay's {up.method}")]
         return []
@@ -628,13 +581,21 @@ class RelayCore:
     def _handshake_done(self, msg: Message) -> list[Action]:
         result = msg.obj.get("result")
         if not isinstance(result, dict) or self.instance is None:
-            reason = "the server refused the replayed initialize"
             error = msg.obj.get("error")
+            if self.instance is not None and isinstance(error, dict):
+                handled = self._initialize_refused(error)
+                if handled is not None:
+                    return handled
+            reason = "the server refused the replayed initialize"
             if isinstance(error, dict) and isinstance(error.get("message"), str):
                 reason += f": {error['message'][:200]}"
-            return [*self._fail_queue(f"lazyd: {reason}"), Abort(reason)]
+            return [*self._fail_queue(f"lazyd: {reason}"), *self._abort(reason)]
+        if self.stateless_up is True:
+            out0 = self._set_mixed(True)
+        else:
+            out0 = []
         self.instance.result = result
-        out: list[Action] = [ToServer(rpc.notification_line("notifications/initialized"))]
+        out: list[Action] = [*out0, ToServer(rpc.notification_line("notifications/initialized"))]
         waiting = self.queue
         self.queue = []
         for cid, queued in waiting:
@@ -705,6 +666,7 @@ class RelayCore:
         if self._initial_refresh:
             self._initial_refresh = False
             self.phase = Phase.READY
+            out.extend(self._probe_unanswered())
             out.append(Ready())
             waiting = self.queue
             self.queue = []
@@ -735,26 +697,18 @@ class RelayCore:
 
     # ---- helpers ---------------------------------------------------------------------------------
 
+    def _abort(self, reason: str) -> list[Action]:
+        return [Abort(reason)]
+
     def _sync_level(self) -> list[Action]:
-        """Keep the server's log level at the most verbose level any client asked for."""
+        """Keep the server's log level at the most verbose level any client asked for (handshake
+        era; a stateless server gets each bridged client's level in its requests' envelope)."""
         wanted = self.routes.most_verbose_level()
-        if wanted is None or wanted == self._upstream_level or self.phase not in (Phase.REFRESH, Phase.READY):
+        if (wanted is None or wanted == self._upstream_level or self.phase not in (Phase.REFRESH, Phase.READY)
+                or self.instance is None):
             return []
         self._upstream_level = wanted
         return [self._internal("logging/setLevel", {"level": wanted}, "setlevel")]
-
-    def _fail_queue(self, message: str) -> list[Action]:
-        out: list[Action] = []
-        for cid, msg in self.queue:
-            if msg.kind is Kind.REQUEST and msg.id is not None and cid in self.clients:
-                out.append(ToClient(cid, rpc.error_line(msg.id, rpc.SERVER_UNAVAILABLE, message), msg.id))
-        self.queue = []
-        return out
-
-    def _take_id(self) -> int:
-        rid = self._next_id
-        self._next_id += 1
-        return rid
 
 
 def _cancel_line(rid: int, reason: str) -> bytes:
@@ -776,14 +730,3 @@ def _discover_key(params: JsonObj) -> str:
     meta = params.get("_meta")
     version = meta.get(PROTOCOL_VERSION_META) if isinstance(meta, dict) else None
     return str(version) if version is not None else ""
-
-
-def _is_method_not_found(answer: JsonObj) -> bool:
-    error = answer.get("error")
-    return isinstance(error, dict) and error.get("code") == rpc.METHOD_NOT_FOUND
-
-
-def _answer_of(msg: Message) -> JsonObj:
-    if "error" in msg.obj:
-        return {"error": msg.obj["error"]}
-    return {"result": msg.obj.get("result")}

@@ -56,6 +56,13 @@ class Upstream:
     purpose: str = ""  # for the relay's own requests
     token: JsonId | None = None  # the client's original progress token, if rewritten
     seq: int = 0  # start order, for the "most-recent" policy
+    # The relay reads the result (to cache it, convert it or answer input it asks for), so it is
+    # always decoded, however large.
+    inspect: bool = False
+    # A handshake-era client's request sent to a stateless server under an envelope: the result
+    # is converted back, and an `input_required` result is answered by the relay (bridge.py).
+    bridged: bool = False
+    log_level: str | None = None  # a stateless request's `_meta` log-level opt-in
 
 
 @dataclass(slots=True)

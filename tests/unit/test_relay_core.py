@@ -37,6 +37,12 @@ INITIALIZED = notification("notifications/initialized")
 DISCOVER_PARAMS = {"_meta": {PROTOCOL_VERSION_META: "2026-07-28"}}
 
 
+def handshake_era() -> Snapshot:
+    """An empty cache for a server already known to be handshake-era only: no era probe at its
+    starts (the probe itself is tested in test_relay_eras.py)."""
+    return Snapshot(discover={"*": {"error": NOT_FOUND}})
+
+
 def phase(d: Driver) -> Phase:
     return d.core.phase
 
@@ -116,7 +122,7 @@ def test_a_client_with_other_capabilities_gets_the_cached_handshake_but_its_list
 
 
 def test_a_cold_start_replays_the_clients_handshake_refreshes_page_by_page_then_forwards_in_order() -> None:
-    d = Driver()
+    d = Driver(handshake_era())
     d.attach(1)
     out = d.ask(1, 0, "initialize", CLIENT_PARAMS)
     assert out.visible() == [("SnapshotChanged",), ("WantServer",)]
@@ -175,16 +181,21 @@ def test_a_first_ever_client_probing_discovery_before_initialize_is_answered_by_
     d = Driver()
     d.attach(1)
     assert d.ask(1, 1, "server/discover", DISCOVER_PARAMS).visible() == [("WantServer",)]
-    # No initialize params were ever seen: the probe goes through before any handshake.
-    assert d.spawned().visible() == [("server", request(1, "server/discover", DISCOVER_PARAMS))]
+    # No era is known: the relay's own probe goes first (with lazyd's identity, as no client ever
+    # gave one), then the client's probe; no initialize params were ever seen, so no handshake yet.
+    probe = {"_meta": {PROTOCOL_VERSION_META: "2026-07-28", "io.modelcontextprotocol/clientInfo": {"name": "lazyd", "version": "1"},
+                       "io.modelcontextprotocol/clientCapabilities": {}}}
+    assert d.spawned().visible() == [("server", request(1, "server/discover", probe)), ("server", request(2, "server/discover", DISCOVER_PARAMS))]
     assert phase(d) is Phase.PREINIT
     out = d.reply_error(d.upstream[1], rpc.METHOD_NOT_FOUND, "Method not found")
+    assert out.visible() == [("SnapshotChanged",)]
+    out = d.reply_error(d.upstream[2], rpc.METHOD_NOT_FOUND, "Method not found")
     assert out.visible() == [("SnapshotChanged",), ("client", 1, error(1, rpc.METHOD_NOT_FOUND, "Method not found"), 1)]
     # A -32601 answers every version the same way.
     assert d.core.snapshot.discover["*"] == {"error": NOT_FOUND}
     # The SDK falls back to initialize with id 2: that handshake is replayed now.
     out = d.ask(1, 2, "initialize", CLIENT_PARAMS)
-    assert out.visible() == [("SnapshotChanged",), ("WantServer",), ("server", request(2, "initialize", CLIENT_PARAMS))]
+    assert out.visible() == [("SnapshotChanged",), ("WantServer",), ("server", request(3, "initialize", CLIENT_PARAMS))]
     out = d.answer("initialize", INIT_RESULT)
     assert ("client", 1, result(2, INIT_RESULT), 2) in out.visible()
     assert d.serve_listings().ready
@@ -225,7 +236,7 @@ def test_a_client_initializing_while_the_server_runs_gets_the_running_instances_
 
 
 def test_a_resumed_client_counts_as_initialized_and_its_handshake_is_the_one_replayed() -> None:
-    d = Driver(Snapshot())
+    d = Driver(handshake_era())
     d.attach(1)
     d.core.resume(1, [rpc.request_line(0, "initialize", BARE_PARAMS), rpc.notification_line("notifications/initialized")])
     assert d.ask(1, 1, "tools/call", {"name": "echo"}).want
@@ -390,7 +401,7 @@ def test_requests_queued_during_a_start_that_fails_get_the_reason_under_their_id
 
 
 def test_a_server_that_dies_during_the_replayed_handshake_fails_the_queued_requests() -> None:
-    d = Driver()
+    d = Driver(handshake_era())
     d.attach(1)
     d.ask(1, 0, "initialize", CLIENT_PARAMS)
     d.spawned()
@@ -403,7 +414,7 @@ def test_a_server_that_dies_during_the_replayed_handshake_fails_the_queued_reque
 
 
 def test_a_server_that_refuses_the_replayed_handshake_is_aborted_and_the_queue_answered() -> None:
-    d = Driver()
+    d = Driver(handshake_era())
     d.attach(1)
     d.ask(1, 0, "initialize", CLIENT_PARAMS)
     d.spawned()

@@ -18,6 +18,7 @@ from hypothesis import given, note, settings
 from hypothesis import strategies as st
 
 from lazyd.core import jsonrpc as rpc
+from lazyd.core.cache import Snapshot
 from lazyd.core.jsonrpc import JsonId, JsonObj
 from lazyd.core.relay import (
     PROTOCOL_VERSION_META,
@@ -169,9 +170,11 @@ def test_progress_for_an_unknown_or_finished_token_is_dropped() -> None:
 
 
 def test_a_boolean_progress_token_from_the_server_reaches_no_one() -> None:
-    d = Driver()
+    # Known to be handshake-era (so no era probe takes relay id 1), with no discovery answer for
+    # 2026-07-28 and no handshake ever seen: a first discovery probe is the one client request
+    # that can hold relay id 1.
+    d = Driver(Snapshot(discover={"2025-06-18": {"error": {"code": -32022, "message": "Unsupported protocol version"}}}))
     d.attach(1)
-    # A first-ever discovery probe is the one client request that can hold relay id 1.
     d.ask(1, "p", "server/discover", {"_meta": {PROTOCOL_VERSION_META: "2026-07-28", "progressToken": "mine"}})
     forwarded = d.spawned().server[0]
     assert forwarded["params"]["_meta"]["progressToken"] == 1

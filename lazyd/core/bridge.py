@@ -1,0 +1,269 @@
+"""Handshake-era clients on a server that speaks only the stateless era on this connection.
+
+The python SDK's dual-era servers (`MCPServer`, e.g. `mcp-server-time`) lock each connection to the
+era of its first request, and the relay's era probe is that first request. From then on a
+handshake-era client (Claude Code, Cursor, the SDK in `legacy` mode) is served through this bridge,
+in its own era, by the same process the stateless clients use:
+
+- `initialize` is answered from the cached `server/discover` result (version: the client's, when
+  lazyd knows it; capabilities and serverInfo: the server's), `notifications/initialized` is
+  swallowed, `ping` answered, `logging/setLevel` recorded.
+- Each request goes upstream with an envelope made of the client's own `initialize` params (its
+  clientInfo, its capabilities, its log level): the server sees who asks, request by request.
+- Results lose the stateless-only fields (`resultType`, `ttlMs`, `cacheScope`, the serverInfo stamp).
+- An `input_required` result becomes real server-to-client requests (`sampling/createMessage`,
+  `elicitation/create`, `roots/list`) to the very client whose request it answers (no routing
+  guess), then the request is retried with their answers as `inputResponses` and the echoed
+  `requestState`, for at most MAX_INPUT_ROUNDS rounds. A callback the client did not declare is an
+  error, except elicitation, which is declined as such a client would.
+- Listings come from the stateless cache for the client's capabilities and identity. They are the
+  handshake era's contract for these clients: served whatever their age (there is no ttl in that
+  era), refreshed at every start and on every change notification; `cacheScope: "private"` holds.
+- `resources/subscribe` becomes part of the relay's listen stream; change notifications from it
+  reach these clients as plain handshake-era notifications.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+
+from lazyd.core import eras
+from lazyd.core import jsonrpc as rpc
+from lazyd.core.cache import LISTINGS, HandshakeEntry, Listing, handshake_key
+from lazyd.core.jsonrpc import JsonId, JsonObj, Kind, Message
+from lazyd.core.listen import LIST_FLAGS, RESOURCE_UPDATED, uri_matches
+from lazyd.core.relay_base import Action, Activity, ClientState, Note, Phase, ToClient
+from lazyd.core.routing import CALLBACK_CAPABILITY, ClientId, Upstream
+from lazyd.core.stateless import PROBE_VERSION, Asker, StatelessRelay, Waiter, advertised, asker_from_params
+
+# The python SDK's own cap on input_required rounds: a server that keeps asking is given up on.
+MAX_INPUT_ROUNDS = 10
+# Requests whose result may be `input_required` (2026-07-28): only these keep a round's state.
+INPUT_METHODS = frozenset({"tools/call", "prompts/get", "resources/read"})
+MISSING_CAPABILITY = -32021  # MissingRequiredClientCapabilityError
+
+
+@dataclass
+class InputRound:
+    """A bridged request whose server asked for input: what to retry it with."""
+
+    cid: ClientId
+    client_id: JsonId
+    method: str
+    params: JsonObj  # the client's own params, without envelope
+    rounds: int = 0
+    pending: dict[str, int] = field(default_factory=dict)  # input key -> client-facing request id
+    answers: dict[str, object] = field(default_factory=dict)
+    request_state: str | None = None
+
+
+class BridgeRelay(StatelessRelay):
+    """The bridge's methods of `RelayCore` (see the module docstring)."""
+
+    def _bridging(self) -> bool:
+        """Whether handshake-era clients are served through the bridge right now."""
+        if self.phase is Phase.DOWN:
+            return self.snapshot.era() == "stateless" and self.snapshot.mixed_connection is not True
+        # A replayed handshake (pending or done) means the process serves the handshake natively.
+        return self.instance is None and self.stateless_up is True
+
+    def _upstream_version(self) -> str:
+        return eras.upstream_version(self._known_discovery()) or PROBE_VERSION
+
+    def _client_asker(self, client: ClientState) -> Asker:
+        asker = asker_from_params(client.params or {}, self._upstream_version(), client.principal)
+        level = self.routes.levels.get(client.cid)
+        return Asker(asker.version, asker.client_info, asker.capabilities, asker.principal, level)
+
+    def _bridged_initialize(self, client: ClientState, msg: Message) -> list[Action]:
+        assert msg.id is not None
+        asker = self._client_asker(client)
+        # The handshake era has no ttl: a session must be able to begin from what is known.
+        found = self.snapshot.discovery_result(asker.version, asker.identity)
+        if found is not None:
+            result = eras.initialize_result_from_discover(found[0], msg.params.get("protocolVersion"), self.name)
+            return [ToClient(client.cid, rpc.result_line(msg.id, result), msg.id),
+                    Note(f"client {client.cid} initialize answered from the server's discovery (bridged)")]
+        if self._can_fetch():
+            waiter = Waiter(client.cid, msg.id, "initialize", msg.params.get("protocolVersion"))
+            return self._fetch("server/discover", asker, "client", waiter)
+        return self._queue(client.cid, msg, "initialize: no discovery cached for this client")
+
+    def _bridged_listing(self, client: ClientState, msg: Message) -> list[Action]:
+        assert msg.id is not None and msg.method is not None
+        if isinstance(msg.params.get("cursor"), str):
+            if self.phase is Phase.READY and self.stateless_up:
+                return self._bridged_forward(client, msg)
+            # Everything was served as one page: the rest of "all pages" is nothing.
+            return [ToClient(client.cid, rpc.result_line(msg.id, {LISTINGS[msg.method]: []}), msg.id)]
+        if self._not_advertised(msg.method):
+            return [ToClient(client.cid, rpc.error_line(msg.id, rpc.METHOD_NOT_FOUND, f"Method not found: {msg.method}"), msg.id)]
+        asker = self._client_asker(client)
+        cached = self._lookup(msg.method, asker)
+        if cached is not None:
+            return [ToClient(client.cid, rpc.result_line(msg.id, eras.for_handshake_client(cached.result)), msg.id)]
+        if self._can_fetch():
+            return self._fetch(msg.method, asker, "client", Waiter(client.cid, msg.id, "handshake"))
+        return self._queue(client.cid, msg, f"{msg.method}: not cached for this client (bridged)")
+
+    def _bridged_request(self, client: ClientState, msg: Message) -> list[Action]:
+        """Any other handshake-era request, with the server READY and bridged."""
+        assert msg.id is not None and msg.method is not None
+        if msg.method in ("resources/subscribe", "resources/unsubscribe"):
+            uri = msg.params.get("uri")
+            if not isinstance(uri, str):
+                return [ToClient(client.cid, rpc.error_line(msg.id, rpc.INVALID_PARAMS, "Invalid params: uri"), msg.id)]
+            if msg.method == "resources/subscribe":
+                self.routes.subscriptions.setdefault(uri, set()).add(client.cid)
+            else:
+                subscribers = self.routes.subscriptions.get(uri, set())
+                subscribers.discard(client.cid)
+                if not subscribers:
+                    self.routes.subscriptions.pop(uri, None)
+            return [ToClient(client.cid, rpc.result_line(msg.id, {}), msg.id), Activity(), *self._sync_listen()]
+        if msg.method in INPUT_METHODS:
+            self.rounds.setdefault((client.cid, msg.id), InputRound(client.cid, msg.id, msg.method, copy.deepcopy(msg.params)))
+        return self._bridged_forward(client, msg)
+
+    def _bridged_forward(self, client: ClientState, msg: Message) -> list[Action]:
+        asker = self._client_asker(client)
+        msg.obj["params"] = eras.with_envelope(msg.params, asker.envelope())
+        msg.raw = b""  # the line changed: never splice into the one received
+        return self._forward(client.cid, msg, bridged=True, inspect=True, log_level=asker.log_level)
+
+    def _bridged_response(self, up: Upstream, msg: Message) -> list[Action]:
+        assert up.cid is not None and up.client_id is not None
+        result = msg.obj.get("result")
+        if eras.is_input_required(result):
+            assert isinstance(result, dict)
+            return self._input_required(up.cid, up.client_id, result)
+        self._end_round(up.cid, up.client_id)
+        if "result" in msg.obj:
+            return [ToClient(up.cid, rpc.result_line(up.client_id, eras.for_handshake_client(result)), up.client_id)]
+        return [ToClient(up.cid, rpc.with_id(msg, up.client_id), up.client_id)]
+
+    # ---- input_required, answered by the client it concerns -------------------------------------
+
+    def _input_required(self, cid: ClientId, client_id: JsonId, result: JsonObj) -> list[Action]:
+        client = self.clients[cid]
+        state = self.rounds.get((cid, client_id))
+        if state is None:
+            return self._round_failed(cid, client_id, rpc.INTERNAL_ERROR, "lazyd: the server asked for input on a request that cannot take it")
+        state.rounds += 1
+        if state.rounds > MAX_INPUT_ROUNDS:
+            return self._round_failed(cid, client_id, rpc.INTERNAL_ERROR,
+                                      f"lazyd: the server asked for input more than {MAX_INPUT_ROUNDS} times")
+        request_state = result.get("requestState")
+        state.request_state = request_state if isinstance(request_state, str) else None
+        state.answers, state.pending = {}, {}
+        out: list[Action] = []
+        for key, request in eras.input_requests(result).items():
+            method = str(request["method"])
+            needed = CALLBACK_CAPABILITY.get(method)
+            if needed is not None and not client.declares(needed):
+                if method == "elicitation/create":
+                    state.answers[key] = {"action": "decline"}
+                    out.append(Note(f"client {cid} does not declare elicitation: declined for it"))
+                    continue
+                return self._round_failed(cid, client_id, MISSING_CAPABILITY,
+                                          f"lazyd: the server needs {method} from this client, which does not declare {needed}",
+                                          {"requiredCapabilities": {needed: {}}})
+            down_id = self._take_down_id()
+            state.pending[key] = down_id
+            self.input_waits[(cid, down_id)] = (client_id, key)
+            params = request.get("params")
+            out.append(ToClient(cid, rpc.request_line(down_id, method, params if isinstance(params, dict) else None)))
+            out.append(Note(f"{method} asked of client {cid} for its request id={client_id!r} (input_required)"))
+        if not state.pending:
+            out.extend(self._retry_round(state))
+        return out
+
+    def _input_answer(self, cid: ClientId, msg: Message) -> list[Action] | None:
+        """A client's answer to a request the bridge made for an `input_required` result."""
+        assert msg.id is not None
+        wait = self.input_waits.pop((cid, msg.id), None) if isinstance(msg.id, int) else None
+        if wait is None:
+            return None
+        client_id, key = wait
+        state = self.rounds.get((cid, client_id))
+        if state is None or key not in state.pending:
+            return [Note(f"client {cid} answer to a finished input round dropped")]
+        del state.pending[key]
+        result = msg.obj.get("result")
+        if not isinstance(result, dict):
+            error = msg.obj.get("error")
+            why = error.get("message") if isinstance(error, dict) else None
+            return self._round_failed(cid, client_id, rpc.INTERNAL_ERROR,
+                                      f"lazyd: the client refused the server's request for input: {why or 'no reason given'}")
+        state.answers[key] = result
+        if state.pending:
+            return [Activity()]
+        return [Activity(), *self._retry_round(state)]
+
+    def _retry_round(self, state: InputRound) -> list[Action]:
+        params = dict(state.params)
+        params["inputResponses"] = state.answers
+        if state.request_state is not None:
+            params["requestState"] = state.request_state
+        obj: JsonObj = {"jsonrpc": "2.0", "id": state.client_id, "method": state.method, "params": params}
+        msg = Message(Kind.REQUEST, obj, state.client_id, state.method)
+        if self.phase is Phase.READY and self._bridging():
+            return self._bridged_request(self.clients[state.cid], msg)
+        return self._queue(state.cid, msg, "retry with the client's input")
+
+    def _round_failed(self, cid: ClientId, client_id: JsonId, code: int, message: str, data: object = None) -> list[Action]:
+        self._end_round(cid, client_id)
+        return [ToClient(cid, rpc.error_line(client_id, code, message, data), client_id), Note(message)]
+
+    def _end_round(self, cid: ClientId, client_id: JsonId) -> None:
+        state = self.rounds.pop((cid, client_id), None)
+        if state is not None:
+            for down_id in state.pending.values():
+                self.input_waits.pop((cid, down_id), None)
+
+    def _forget_rounds(self, cid: ClientId) -> None:
+        for key in [k for k in self.rounds if k[0] == cid]:
+            self._end_round(*key)
+
+    # ---- notifications to handshake-era clients ------------------------------------------------
+
+    def _bridged_notification(self, method: str, params: JsonObj) -> list[Action]:
+        if self.instance is not None:
+            return []  # a mixed connection notifies them natively
+        if method in LIST_FLAGS:
+            line = rpc.notification_line(method)
+            return [ToClient(cid, line) for cid, c in sorted(self.clients.items()) if c.params is not None and c.initialized]
+        if method == RESOURCE_UPDATED:
+            uri = params.get("uri")
+            if not isinstance(uri, str):
+                return []
+            targets = sorted({cid for sub, cids in self.routes.subscriptions.items() if uri_matches(sub, uri) for cid in cids})
+            plain = {k: v for k, v in params.items() if k != "_meta"}
+            meta = params.get("_meta")
+            if isinstance(meta, dict) and any(k != eras.SUBSCRIPTION_ID_META for k in meta):
+                plain["_meta"] = {k: v for k, v in meta.items() if k != eras.SUBSCRIPTION_ID_META}
+            line = rpc.notification_line(method, plain)
+            return [ToClient(cid, line) for cid in targets]
+        return []
+
+    # ---- what a handshake-era client sees (lazyctl check) ----------------------------------------
+
+    def handshake_view(self, params: JsonObj) -> HandshakeEntry | None:
+        """What a handshake-era client with these `initialize` params is served from the snapshot:
+        the recorded handshake, or, for a stateless-only server, the bridged one."""
+        entry = self.snapshot.entries.get(handshake_key(params))
+        if entry is not None:
+            return entry
+        asker = asker_from_params(params, self._upstream_version())
+        found = self.snapshot.discovery_result(asker.version, asker.identity)
+        if found is None:
+            return None
+        result = eras.initialize_result_from_discover(found[0], params.get("protocolVersion"), self.name)
+        listings: dict[str, Listing] = {}
+        for method in advertised(found[0]):
+            cached = self._lookup(method, asker)
+            items = cached.result.get(LISTINGS[method]) if cached is not None else None
+            if isinstance(items, list):
+                listings[method] = Listing(items=items)
+        return HandshakeEntry(params, result, listings)
