@@ -45,6 +45,8 @@ from lazyd.core import hub_gate as gate
 from lazyd.core import hub_tools as ht
 from lazyd.core import jsonrpc as rpc
 from lazyd.core.hub_catalog import ToolInfo, cached_tools, search, server_description, tool_infos
+from lazyd.core.hub_protocol import HubOptionError as HubOptionError  # the registry refuses with it
+from lazyd.core.hub_protocol import hub_servers, initialize_result, internal_initialize_params
 from lazyd.core.jsonrpc import JsonId, JsonObj, Kind, Message
 from lazyd.core.policy import ToolPolicy
 from lazyd.core.relay import Phase
@@ -56,10 +58,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("lazyd.hub")
 
 HUB_NAME = "hub"  # the session name in the welcome frame and in logs
-HUB_VERSION = "0.1.0"
-SUPPORTED_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
-LATEST_VERSION = SUPPORTED_VERSIONS[-1]
-HUB_OPTS = ("hub", "servers")
 # Tool calls one hub session may have running at once: far above what a model issues in
 # parallel, low enough that a runaway client cannot attach thousands of internal sessions.
 MAX_CALLS_IN_FLIGHT = 64
@@ -68,27 +66,6 @@ _INIT_ID = "lazyd-hub-initialize"
 _CALL_ID = "lazyd-hub-call"
 # Negative client ids for internal sessions: the registry numbers shim sessions from 1 upwards.
 _internal_cids = itertools.count(-1, -1)
-
-
-class HubOptionError(Exception):
-    """A hub hello the daemon refuses; `str()` is one line for the `refused` frame."""
-
-
-def hub_servers(hello: Mapping[str, Any], opts: Mapping[str, str]) -> tuple[str, ...] | None:
-    """The `--servers` filter of a hub hello (None: every server); raises HubOptionError."""
-    if hello.get("argv") or hello.get("server"):
-        raise HubOptionError("--hub takes no server command and no --server: it serves them all")
-    for key in opts:
-        if key not in HUB_OPTS:
-            raise HubOptionError(f"option --{key.replace('_', '-')} does not apply to --hub (it configures one server)")
-    if opts.get("hub") != "true":
-        raise HubOptionError(f"option hub must be \"true\", got {opts.get('hub')!r}")
-    if "servers" not in opts:
-        return None
-    names = tuple(n.strip() for n in opts["servers"].split(","))
-    if not names or any(not n for n in names):
-        raise HubOptionError(f"option --servers: {opts['servers']!r} is not a comma-separated list of server names")
-    return names
 
 
 async def open_hub(registry: Registry, hello: Mapping[str, Any], opts: Mapping[str, str],
@@ -170,14 +147,7 @@ class HubSession:
         method = msg.method
         if method == "initialize":
             self.params = msg.params
-            asked = msg.params.get("protocolVersion")
-            result: JsonObj = {
-                "protocolVersion": asked if asked in SUPPORTED_VERSIONS else LATEST_VERSION,
-                "capabilities": {"tools": {}},
-                "serverInfo": {"name": "lazyd-hub", "title": "lazyd hub", "version": HUB_VERSION},
-                "instructions": ht.HUB_INSTRUCTIONS,
-            }
-            self.send(rpc.result_line(rid, result), rid)
+            self.send(rpc.result_line(rid, initialize_result(msg.params)), rid)
         elif method == "ping":
             self.send(rpc.result_line(rid, {}), rid)
         elif method == "tools/list":
@@ -428,8 +398,7 @@ class _ProxiedCall:
 
     async def run(self, tool: str, arguments: JsonObj, token: object) -> JsonObj | bytes:
         runtime = self.runtime
-        params = dict(self.hub.params or {"protocolVersion": LATEST_VERSION, "capabilities": {},
-                                           "clientInfo": {"name": "lazyd-hub", "version": HUB_VERSION}})
+        params = internal_initialize_params(self.hub.params)
         call_params: JsonObj = {"name": tool, "arguments": arguments}
         if rpc.valid_id(token):
             call_params["_meta"] = {"progressToken": token}
@@ -439,7 +408,10 @@ class _ProxiedCall:
             runtime.client_line(self.cid, rpc.notification_line("notifications/initialized"))
             runtime.client_line(self.cid, rpc.request_line(_CALL_ID, "tools/call", call_params))
             decoder = wire.FrameDecoder()
-            async for frame in self.inbox.receive_channel:
+            receive = self.inbox.receive_channel
+            async for frame in receive:
+                if receive.statistics().current_buffer_used == 0:
+                    self.inbox.busy = False  # caught up, as a connection's writer says (backlog bound)
                 for decoded in decoder.feed(frame):
                     answer = self._line(bytes(decoded["d"]))
                     if answer is not None:

@@ -1,4 +1,4 @@
-"""The hub's meta-tools (lazyd/core/hub_tools.py), the hub hello's options (lazyd/daemon/hub.py)
+"""The hub's meta-tools (lazyd/core/hub_tools.py), the hub hello's options (lazyd/core/hub_protocol.py)
 and the shim's `--hub` flag (shim/options.py)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 
 from lazyd.core import hub_tools as ht
 from lazyd.core.hub_catalog import ToolInfo
-from lazyd.daemon.hub import HubOptionError, hub_servers
+from lazyd.core.hub_protocol import HubOptionError, hub_servers
 from shim.options import UsageError, parse
 
 

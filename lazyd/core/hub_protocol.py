@@ -1,0 +1,63 @@
+"""The hub's side of the protocol that needs no daemon: its hello options and its handshake.
+
+Pure. A hub session's hello (docs/protocol.md) carries no command, no server name and
+`opts = {"hub": "true"[, "servers": "a,b"]}`; `hub_servers` checks it. The hub is a server of
+the handshake era: `initialize_result` is its answer to `initialize` (the client's version when
+the hub speaks it, else the newest), and `internal_initialize_params` the handshake a proxied
+call replays on the client's behalf (the client's own params, so the server sees the client's
+capabilities; defaults for a client that never sent any).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from lazyd.core.hub_tools import HUB_INSTRUCTIONS
+from lazyd.core.jsonrpc import JsonObj
+
+__all__ = ["HUB_VERSION", "SUPPORTED_VERSIONS", "LATEST_VERSION", "HUB_OPTS", "HubOptionError",
+           "hub_servers", "initialize_result", "internal_initialize_params"]
+
+HUB_VERSION = "0.1.0"
+SUPPORTED_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
+LATEST_VERSION = SUPPORTED_VERSIONS[-1]
+HUB_OPTS = ("hub", "servers")
+
+
+class HubOptionError(Exception):
+    """A hub hello the daemon refuses; `str()` is one line for the `refused` frame."""
+
+
+def hub_servers(hello: Mapping[str, Any], opts: Mapping[str, str]) -> tuple[str, ...] | None:
+    """The `--servers` filter of a hub hello (None: every server); raises HubOptionError."""
+    if hello.get("argv") or hello.get("server"):
+        raise HubOptionError("--hub takes no server command and no --server: it serves them all")
+    for key in opts:
+        if key not in HUB_OPTS:
+            raise HubOptionError(f"option --{key.replace('_', '-')} does not apply to --hub (it configures one server)")
+    if opts.get("hub") != "true":
+        raise HubOptionError(f"option hub must be \"true\", got {opts.get('hub')!r}")
+    if "servers" not in opts:
+        return None
+    names = tuple(n.strip() for n in opts["servers"].split(","))
+    if any(not n for n in names):
+        raise HubOptionError(f"option --servers: {opts['servers']!r} is not a comma-separated list of server names")
+    return names
+
+
+def initialize_result(params: JsonObj) -> JsonObj:
+    asked = params.get("protocolVersion")
+    return {
+        "protocolVersion": asked if asked in SUPPORTED_VERSIONS else LATEST_VERSION,
+        "capabilities": {"tools": {}},
+        "serverInfo": {"name": "lazyd-hub", "title": "lazyd hub", "version": HUB_VERSION},
+        "instructions": HUB_INSTRUCTIONS,
+    }
+
+
+def internal_initialize_params(client: JsonObj | None) -> JsonObj:
+    if client is not None:
+        return dict(client)
+    return {"protocolVersion": LATEST_VERSION, "capabilities": {},
+            "clientInfo": {"name": "lazyd-hub", "version": HUB_VERSION}}
