@@ -325,3 +325,13 @@ async def test_a_hub_session_carries_on_through_a_daemon_restart(hub_user: UserE
         listing = texts(await session.call_tool("list_servers", {}))[0]
         assert hub_user.daemon_pids() != [old]
     assert "- fixture [running, pid" in listing
+
+
+async def test_a_client_probing_server_discover_falls_back_to_the_hubs_handshake(hub_user: UserEnv) -> None:
+    from mcp import Client
+
+    params = StdioServerParameters(command=shim_command(), args=["--hub"], env=hub_user.env)
+    async with Client(params, mode="auto") as client:
+        assert client.protocol_version == "2025-11-25"  # the probe got -32601, then initialize
+        tools = sorted(t.name for t in (await client.list_tools()).tools)
+    assert "search_tools" in tools
