@@ -173,7 +173,7 @@ async def test_a_hub_call_starts_the_server_and_returns_exactly_what_a_per_serve
     assert texts(through_hub[3]) == ["hello"]
 
 
-async def test_progress_and_sampling_of_a_proxied_call_reach_the_hub_client(hub_user: UserEnv) -> None:
+async def test_progress_sampling_and_elicitation_of_a_proxied_call_reach_the_hub_client(hub_user: UserEnv) -> None:
     progress: list[float] = []
     prompts: list[str] = []
 
@@ -186,9 +186,14 @@ async def test_progress_and_sampling_of_a_proxied_call_reach_the_hub_client(hub_
         return types.CreateMessageResult(role="assistant", model="test",
                                          content=types.TextContent(type="text", text="sampled through the hub"))
 
-    async with hub_session(hub_user, sampling_callback=sampling) as session:
+    async def elicitation(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        return types.ElicitResult(action="accept", content={"answer": f"yes to {params.message}"})
+
+    async with hub_session(hub_user, sampling_callback=sampling, elicitation_callback=elicitation) as session:
         slept = await hub_call(session, "fixture", "sleep", {"seconds": 0.5}, progress_callback=on_progress)
         sampled = await hub_call(session, "fixture", "sample", {"prompt": "say hi"})
+        elicited = await hub_call(session, "fixture", "elicit", {"message": "ready?"})
+    assert json.loads(texts(elicited)[0]) == {"action": "accept", "content": {"answer": "yes to ready?"}}
     assert texts(slept) == ["slept 0.5"]
     assert progress and progress == sorted(progress)
     assert texts(sampled) == ["sampled through the hub"]
@@ -246,13 +251,18 @@ async def test_ask_runs_the_tool_after_the_user_accepts_and_refuses_it_after_a_d
 
     async with hub_session(hub_user, elicitation_callback=elicit) as session:
         accepted = await hub_call(session, "fixture", "delete_note", {"text": "gone"})
-        declined = await hub_call(session, "fixture", "delete_note", {"text": "kept"})
+        declined = await hub_call(session, "fixture", "delete_note", {"text": "kept-secret-value"})
     assert texts(accepted) == ["gone"] and not accepted.is_error
     assert declined.is_error and "declined" in texts(declined)[0]
     assert len(questions) == 2
     assert 'Allow the tool "delete_note" of the MCP server "fixture" to run?' in questions[0]
     assert '"text": "gone"' in questions[0] and '"*.delete_*" = "ask"' in questions[0]
     assert fixture_methods(tmp_path).count("tools/call") == 1
+    # Every decision is in the daemon's log with the tool and the rule, never the arguments.
+    daemon_log = (hub_user.state_dir / "lazyd.log").read_text()
+    assert daemon_log.count('policy: fixture.delete_note: ask by rule "*.delete_*" = "ask"; asking the user') == 2
+    assert 'answer accept: running it' in daemon_log and 'answer decline: refused' in daemon_log
+    assert "kept-secret-value" not in daemon_log
 
 
 async def test_ask_through_a_per_server_shim_asks_before_the_server_sees_the_call(hub_user: UserEnv, tmp_path: Path) -> None:
