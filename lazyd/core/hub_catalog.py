@@ -31,7 +31,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from lazyd.core.cache import HandshakeEntry, Snapshot
+from lazyd.core.cache import PUBLIC, HandshakeEntry, Snapshot
 from lazyd.core.jsonrpc import JsonObj
 
 __all__ = ["ToolInfo", "cached_tools", "server_description", "first_line", "words", "query_words", "search",
@@ -82,16 +82,10 @@ def _named(tools: list[Any]) -> list[JsonObj]:
 
 
 def _stateless_results(snapshot: Snapshot, prefix: str) -> list[JsonObj]:
-    """Stateless-era results whose key starts with `prefix`: public first, then newest first.
-
-    Read by duck typing (`stateless` maps "method|version|caps|identity" to objects with
-    `result` and `stored_at`): a snapshot without stateless results gives nothing."""
-    found: list[tuple[bool, float, JsonObj]] = []
-    for key, cached in dict(getattr(snapshot, "stateless", None) or {}).items():
-        result = getattr(cached, "result", None)
-        if isinstance(key, str) and key.startswith(prefix) and isinstance(result, dict):
-            stored_at = getattr(cached, "stored_at", 0.0)
-            found.append((key.endswith("|*"), stored_at if isinstance(stored_at, (int, float)) else 0.0, result))
+    """Stateless-era results whose key (`stateless_key`: method|version|caps|identity) starts
+    with `prefix`: public ones first, then the newest first."""
+    found = [(key.endswith(f"|{PUBLIC}"), cached.stored_at, cached.result)
+             for key, cached in snapshot.stateless.items() if key.startswith(prefix)]
     found.sort(key=lambda f: (not f[0], -f[1]))
     return [result for _, _, result in found]
 

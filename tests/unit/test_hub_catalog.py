@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
-from lazyd.core.cache import HandshakeEntry, Listing, Snapshot, handshake_key
+from lazyd.core.cache import CachedResult, HandshakeEntry, Listing, Snapshot, handshake_key, stateless_key
 from lazyd.core.hub_catalog import (
     ToolInfo,
     cached_tools,
@@ -66,21 +65,12 @@ def test_the_live_listing_wins_then_the_clients_own_key_then_the_most_recent_cli
     assert cached_tools(snapshot, None, other) is not None
 
 
-@dataclass
-class Stored:
-    """The shape of a stateless-era cached result (`Snapshot.stateless` values)."""
-
-    result: dict[str, Any]
-    stored_at: float
-
-
 def test_a_server_spoken_to_in_the_stateless_era_shows_its_newest_public_tools_listing() -> None:
-    snapshot = Snapshot()
-    setattr(snapshot, "stateless", {  # by name: the stateless-era part of the cache owns this field
-        "tools/list|2026-07-28|c1|client-a": Stored({"tools": [tool("private")]}, 300.0),
-        "tools/list|2026-07-28|c1|*": Stored({"tools": [tool("old")]}, 100.0),
-        "tools/list|2026-07-28|c2|*": Stored({"tools": [tool("new")]}, 200.0),
-        "prompts/list|2026-07-28|c1|*": Stored({"prompts": []}, 400.0),
+    snapshot = Snapshot(stateless={
+        stateless_key("tools/list", "2026-07-28", "c1", "client-a"): CachedResult({"tools": [tool("private")]}, 300.0),
+        stateless_key("tools/list", "2026-07-28", "c1"): CachedResult({"tools": [tool("old")]}, 100.0),
+        stateless_key("tools/list", "2026-07-28", "c2"): CachedResult({"tools": [tool("new")]}, 200.0),
+        stateless_key("prompts/list", "2026-07-28", "c1"): CachedResult({"prompts": []}, 400.0),
     })
     assert [t["name"] for t in cached_tools(snapshot, None, PLAIN) or []] == ["new"]
     snapshot.discover["2026-07-28"] = {"result": {"supportedVersions": ["2026-07-28"], "instructions": "Clock tools."}}
