@@ -141,6 +141,7 @@ def parse(line: bytes) -> Message | Invalid:
 # before the closing one.
 _ID_FIRST = re.compile(rb'\s*\{\s*(?:"jsonrpc"\s*:\s*"2\.0"\s*,\s*)?"id"\s*:\s*')
 _AFTER_VALUE = re.compile(rb"\s*[,}]")
+_ID_SPELLINGS = (b'"id"', b"\\u0069", b"\\u0064")
 _TAIL_BYTES = 256
 
 
@@ -156,8 +157,13 @@ def with_id(msg: Message, new_id: JsonId) -> bytes:
     new = dumps(new_id)
     if line:
         first = _ID_FIRST.match(line)
-        if first is not None and line.startswith(old, first.end()) and _AFTER_VALUE.match(line, first.end() + len(old)):
-            return line[: first.end()] + new + line[first.end() + len(old) :]
+        after = first.end() + len(old) if first is not None else 0
+        # Parsers keep the last of duplicate keys, so the leading id is the id only when no other
+        # key spelled "id" follows ("i" and "d" may also be written \u0069 and \u0064). Splicing
+        # the first of two would let a client smuggle an id of its choice past the relay.
+        if (first is not None and line.startswith(old, first.end()) and _AFTER_VALUE.match(line, after)
+                and all(line.find(spelling, after) < 0 for spelling in _ID_SPELLINGS)):
+            return line[: first.end()] + new + line[after:]
         tail_start = max(0, len(line) - _TAIL_BYTES)
         last = _id_last(old).search(line, tail_start)
         if last is not None:
