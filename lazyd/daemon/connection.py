@@ -17,9 +17,10 @@ The accept loop (``ConnectionHandler.serve``) outlives running out of file descr
 EMFILE/ENFILE/ENOBUFS/ENOMEM it logs one warning, retries with a doubling delay (waiting clients
 stay in the kernel's backlog meanwhile), and logs once more when accepting works again.
 
-Test seams: ``LAZYD_TEST_HELLO_TIMEOUT_S`` and ``LAZYD_TEST_FRAME_DEADLINE_S`` in the daemon's
-environment replace the two deadlines (seconds), so that tests need not wait for the real ones.
-They are read once, when the handler is built.
+Test seams: ``LAZYD_TEST_HELLO_TIMEOUT_S``, ``LAZYD_TEST_FRAME_DEADLINE_S`` and
+``LAZYD_TEST_CONTROL_SEND_DEADLINE_S`` in the daemon's environment replace the three deadlines
+(seconds), so that tests need not wait for the real ones. They are read once, when the handler is
+built.
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ ACCEPT_BACKOFF_MAX_S = 2.0  # clients wait in the backlog meanwhile; their own d
 
 HELLO_TIMEOUT_ENV = "LAZYD_TEST_HELLO_TIMEOUT_S"
 FRAME_DEADLINE_ENV = "LAZYD_TEST_FRAME_DEADLINE_S"
+CONTROL_SEND_DEADLINE_ENV = "LAZYD_TEST_CONTROL_SEND_DEADLINE_S"
 
 ControlHandler = Callable[[str, dict[str, Any]], Awaitable[tuple[bool, Any, str | None]]]
 
@@ -69,6 +71,7 @@ class Limits:
 
     hello_timeout_s: float = HELLO_TIMEOUT_S
     frame_deadline_s: float = FRAME_DEADLINE_S
+    control_send_deadline_s: float = CONTROL_SEND_DEADLINE_S
 
     @classmethod
     def from_environ(cls, env: Mapping[str, str]) -> Limits:
@@ -76,6 +79,7 @@ class Limits:
         return cls(
             hello_timeout_s=_seconds_from(env, HELLO_TIMEOUT_ENV, HELLO_TIMEOUT_S),
             frame_deadline_s=_seconds_from(env, FRAME_DEADLINE_ENV, FRAME_DEADLINE_S),
+            control_send_deadline_s=_seconds_from(env, CONTROL_SEND_DEADLINE_ENV, CONTROL_SEND_DEADLINE_S),
         )
 
 
@@ -280,9 +284,9 @@ class ConnectionHandler:
             reply: dict[str, Any] = {"t": "reply", "ok": ok, "data": data}
             if error is not None:
                 reply["error"] = error
-            with trio.move_on_after(CONTROL_SEND_DEADLINE_S) as sending:
+            with trio.move_on_after(self.limits.control_send_deadline_s) as sending:
                 await stream.send_all(wire.encode(reply))
             if sending.cancelled_caught:
                 log.warning("closing a control connection that left its reply unread for %g s",
-                            CONTROL_SEND_DEADLINE_S)
+                            self.limits.control_send_deadline_s)
                 return

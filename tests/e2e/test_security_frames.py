@@ -146,8 +146,9 @@ def launch_daemon(user: UserEnv, *, env: dict[str, str] | None = None, prefix: t
 
 @pytest.fixture
 def quick_daemon(user_env: UserEnv) -> Iterator[subprocess.Popen[bytes]]:
-    """A daemon whose hello timeout and frame deadline are 1 s instead of 10 s and 30 s."""
-    proc = launch_daemon(user_env, env={"LAZYD_TEST_HELLO_TIMEOUT_S": "1", "LAZYD_TEST_FRAME_DEADLINE_S": "1"})
+    """A daemon whose hello timeout, frame deadline and control send deadline are 1 s (10, 30, 30)."""
+    proc = launch_daemon(user_env, env={"LAZYD_TEST_HELLO_TIMEOUT_S": "1", "LAZYD_TEST_FRAME_DEADLINE_S": "1",
+                                        "LAZYD_TEST_CONTROL_SEND_DEADLINE_S": "1"})
     yield proc
     proc.terminate()
     proc.wait(timeout=STEP_S)
@@ -295,3 +296,30 @@ def test_many_tiny_frames_in_one_read_are_all_served_in_order(
     sender.join(timeout=STEP_S)
     assert all(r["t"] == "reply" and r["ok"] and r["data"]["pid"] == quick_daemon.pid for r in replies)
     conn.close()
+
+
+def test_a_control_peer_that_never_reads_its_replies_is_cut_at_the_send_deadline(
+    quick_daemon: subprocess.Popen[bytes], user_env: UserEnv
+) -> None:
+    bystander = Conn(user_env.socket)
+    bystander.open_ctl()
+    greedy = Conn(user_env.socket)
+    greedy.open_ctl()
+    # Requests keep coming but no reply is read: once the socket buffers are full the daemon's
+    # send waits, and after the deadline the connection is closed instead of held for ever.
+    requests = wire.encode({"t": "ctl", "op": "ping", "args": {}}) * 100_000
+    sender = threading.Thread(target=send_until_refused_bytes, args=(greedy.sock, requests))
+    sender.start()
+    wait_for_log(user_env, "closing a control connection that left its reply unread for 1 s")
+    sender.join(timeout=STEP_S)
+    assert not sender.is_alive()
+    greedy.close()
+    assert bystander.ctl("ping")["data"]["pid"] == quick_daemon.pid
+    bystander.close()
+
+
+def send_until_refused_bytes(sock: socket.socket, data: bytes) -> None:
+    try:
+        sock.sendall(data)
+    except OSError:
+        pass  # closed by the daemon, as expected
