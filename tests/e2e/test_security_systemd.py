@@ -1,0 +1,124 @@
+"""systemd notify gaps left by test_systemd.py: failure counts in STATUS=, and the watchdog firing (case 23).
+
+Testing policy: the STATUS= test needs no user manager: the notify socket is a datagram socket
+the test binds, exactly what systemd gives a Type=notify service (as in test_systemd.py). The
+watchdog test needs a real user manager (`systemd-run --user`), because only systemd can show that
+a missed ping gets the service killed; where there is none it skips with the reason printed.
+It stops the daemon with SIGSTOP: the pings come from a task of the daemon's event loop, so a
+stopped or blocked loop sends none, and systemd must notice within WatchdogSec.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from lazyd import wire
+from tests.conftest import FIXTURE_SERVER, UserEnv, wait_until
+from tests.e2e.test_security_frames import STEP_S, Conn, daemon_log, hello
+
+pytestmark = pytest.mark.e2e
+
+WATCHDOG_SEC = 2  # the service's WatchdogSec: short, and still 4 pings (every 0.5 s) when healthy
+
+
+@pytest.fixture
+def notify_socket(user_env: UserEnv) -> Iterator[tuple[socket.socket, str]]:
+    path = str(user_env.root / "notify.sock")
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(path)
+    sock.settimeout(STEP_S)
+    yield sock, path
+    sock.close()
+
+
+def status_until(sock: socket.socket, wanted: str) -> list[str]:
+    """Every STATUS= value received up to and including `wanted`."""
+    seen: list[str] = []
+    deadline = time.monotonic() + STEP_S
+    while time.monotonic() < deadline:
+        for assignment in sock.recv(4096).decode().split("\n"):
+            if assignment.startswith("STATUS="):
+                seen.append(assignment.removeprefix("STATUS="))
+                if seen[-1] == wanted:
+                    return seen
+    raise AssertionError(f"no STATUS={wanted!r} among {seen}")
+
+
+def test_status_counts_a_failed_server_and_the_attached_clients(
+    user_env: UserEnv, notify_socket: tuple[socket.socket, str]
+) -> None:
+    notify, notify_path = notify_socket
+    config = user_env.config_file
+    config.parent.mkdir(parents=True)
+    config.write_text(f'[servers.fixture]\ncommand = "{sys.executable}"\nargs = ["{FIXTURE_SERVER}"]\n'
+                      '[servers.missing]\ncommand = "/nonexistent/lazyd-test-server"\n')
+    config.chmod(0o600)
+    log = open(user_env.root / "daemon.stderr", "ab")
+    proc = subprocess.Popen([sys.executable, "-m", "lazyd.daemon"], env={**user_env.env, "NOTIFY_SOCKET": notify_path},
+                            stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
+    log.close()
+    try:
+        status_until(notify, "2 servers: 0 running, 2 sleeping, 0 failed; 0 clients")
+        conn = Conn(user_env.socket)
+        conn.open_ctl()
+        assert not conn.ctl("wake", name="missing")["ok"]  # spawn failure: parked as failed at once
+        conn.close()
+        status_until(notify, "2 servers: 0 running, 1 sleeping, 1 failed; 0 clients")
+        session = Conn(user_env.socket)
+        wire.send_frame(session.sock, hello("shim", server="fixture"))
+        assert session.read()["t"] == "welcome"
+        status_until(notify, "2 servers: 0 running, 1 sleeping, 1 failed; 1 clients")
+        session.close()
+    finally:
+        proc.terminate()
+        assert proc.wait(timeout=STEP_S) == 0, daemon_log(user_env)
+
+
+def user_manager_or_skip() -> tuple[str, str]:
+    systemd_run, systemctl = shutil.which("systemd-run"), shutil.which("systemctl")
+    reason = None
+    if systemd_run is None or systemctl is None:
+        reason = "systemd-run or systemctl is not installed"
+    else:
+        probe = subprocess.run([systemctl, "--user", "show", "--property=Version"], capture_output=True, text=True,
+                               timeout=STEP_S)
+        if probe.returncode != 0:
+            reason = f"no systemd user manager ({probe.stderr.strip() or probe.returncode})"
+    if reason is not None:
+        print(f"skipping: {reason}")
+        pytest.skip(reason)
+    assert systemd_run is not None and systemctl is not None
+    return systemd_run, systemctl
+
+
+def test_a_daemon_whose_event_loop_stops_is_killed_by_the_systemd_watchdog(user_env: UserEnv) -> None:
+    systemd_run, systemctl = user_manager_or_skip()
+    unit = f"lazyd-watchdog-test-{user_env.marker}"
+    setenv = [f"--setenv={k}={v}" for k, v in user_env.env.items()]
+    started = subprocess.run([systemd_run, "--user", f"--unit={unit}", "--property=Type=notify",
+                              "--property=NotifyAccess=main", f"--property=WatchdogSec={WATCHDOG_SEC}",
+                              *setenv, sys.executable, "-m", "lazyd.daemon"],
+                             capture_output=True, text=True, timeout=STEP_S)
+    try:
+        assert started.returncode == 0, started.stderr  # Type=notify: returns once READY=1 arrived
+
+        def show(prop: str) -> str:
+            return subprocess.run([systemctl, "--user", "show", f"--property={prop}", "--value", unit],
+                                  capture_output=True, text=True, timeout=STEP_S).stdout.strip()
+
+        pid = int(show("MainPID"))
+        assert pid > 0
+        os.kill(pid, signal.SIGSTOP)
+        wait_until(lambda: show("Result") == "watchdog", STEP_S, "systemd's watchdog to fire")
+    finally:
+        subprocess.run([systemctl, "--user", "stop", unit], capture_output=True, timeout=STEP_S)
+        subprocess.run([systemctl, "--user", "reset-failed", unit], capture_output=True, timeout=STEP_S)
