@@ -51,8 +51,10 @@ if TYPE_CHECKING:
     JsonId = int | str
     IdKey = tuple[bool, int | str]
 
-RECONNECT_WAIT_S = 10.0
-# How long a shim tries to get a daemon back (autostart included) before running the server itself.
+RECONNECT_WAIT_S = 20.0
+# How long a shim tries to get a daemon back (autostart included) before running the server itself:
+# a daemon that is stopping holds its instance lock, so no new one can start, for up to its 15 s
+# shutdown bound; a new daemon may then take 5 s to accept.
 
 RECONNECT_POLL_S = 0.05
 # Between reconnect attempts when no daemon answers and none could be started.

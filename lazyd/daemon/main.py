@@ -3,7 +3,8 @@
 Start-up order matters: validate the config and the runtime dir (exit 2 / 1 with one line before
 anything runs), take the single-instance lock, then adopt the systemd socket or bind our own (a
 live socket is never replaced), and only then enter trio. On SIGTERM/SIGINT or `lazyctl stop` the
-daemon stops every server by the ladder, in parallel, removes its socket (unless systemd owns it)
+daemon first closes its listener and drops every connection (shims reconnect to the next daemon),
+then stops every server by the ladder, in parallel, removes its socket (unless systemd owns it)
 and exits 0.
 
 The ownership watch: a daemon that bound its own socket checks every
@@ -148,7 +149,8 @@ async def serve(sock: socket.socket, paths: Paths, config: Config, config_path: 
         registry = Registry(config, paths, secret, store, nursery, dict(os.environ))
         handler = ConnectionHandler(registry, Control(registry, stop, partial(reload_config, registry, config_path)))
         await registry.boot()
-        await nursery.start(handler.serve, listener)  # EMFILE policy: lazyd/daemon/connection.py
+        connections = trio.CancelScope()
+        await nursery.start(_serve_connections, handler, listener, connections)
         notifier.ready(status_summary(registry))  # only now: the listener is accepting
         nursery.start_soon(notifier.run, partial(status_summary, registry))
         nursery.start_soon(_signals, stop, partial(_reload, registry, config_path))
@@ -156,6 +158,11 @@ async def serve(sock: socket.socket, paths: Paths, config: Config, config_path: 
             nursery.start_soon(watch_ownership, paths, bound_identity, stop, ownership_check_interval_s)
         await stop.wait()
         notifier.stopping()
+        # Stop taking work before stopping the servers: no connection lands on a daemon that is
+        # going away, and every session is dropped now, so that its shim answers what was in
+        # flight, holds what its client sends next and hands it to the next daemon, instead of
+        # this one failing it once the ladders are over.
+        connections.cancel()
         log.info("stopping: %d servers", len(registry.runtimes))
         with trio.move_on_after(SHUTDOWN_BOUND_S) as bound:
             async with trio.open_nursery() as stopper:
@@ -168,6 +175,14 @@ async def serve(sock: socket.socket, paths: Paths, config: Config, config_path: 
             os.unlink(paths.socket)
         nursery.cancel_scope.cancel()
     log.info("stopped")
+
+
+async def _serve_connections(handler: ConnectionHandler, listener: trio.SocketListener, scope: trio.CancelScope,
+                             *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+    """The accept loop (EMFILE policy: lazyd/daemon/connection.py) and every connection, until
+    ``scope`` is cancelled at shutdown; the listener is closed then."""
+    with scope:
+        await handler.serve(listener, task_status=task_status)
 
 
 def ownership_lost(paths: Paths, bound_identity: tuple[int, int]) -> str | None:

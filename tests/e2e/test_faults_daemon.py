@@ -33,6 +33,7 @@ from tests.e2e.test_faults_support import (
     alive,
     lazyctl,
     server_side_processes,
+    server_status,
     session_members,
     text_of,
     tool_call,
@@ -144,6 +145,37 @@ def test_sigterm_stops_every_server_in_parallel_by_the_ladder_removes_the_socket
     times = [_ladder_times(user_env.state_dir / "logs" / f"{name}.log") for name in names]
     assert max(term for term, _ in times) < min(kill for _, kill in times), times
     assert json.loads((user_env.state_dir / orphans.STATE_FILE).read_text())["children"] == []
+
+
+def test_requests_sent_while_the_daemon_stops_are_held_by_the_shim_and_served_by_the_next_daemon(
+    user_env: UserEnv,
+) -> None:
+    # A server that ignores EOF and SIGTERM keeps the old daemon stopping for its whole ladder.
+    stubborn = {"FIXTURE_IGNORE_EOF": "1", "FIXTURE_IGNORE_TERM": "1"}
+    daemon = start_daemon(user_env)
+    shim = RawShim(user_env, env=stubborn)
+    try:
+        shim.initialize()
+        shim.send(tool_call(1, "pid"))
+        old_server = int(text_of(shim.read()))
+        shim.send(tool_call(2, "sleep", {"seconds": 60}))
+        wait_for(lambda: server_status(user_env)[0]["inflight"] == 1, "the sleep to be in flight")
+        daemon.proc.send_signal(signal.SIGTERM)
+        # The in-flight call is answered by the shim as soon as the daemon drops the session...
+        lost = shim.read()
+        assert lost["id"] == 2 and "connection to the daemon was lost" in lost["error"]["message"]
+        assert alive(daemon.proc.pid) and alive(old_server), "the old daemon is still stopping its server"
+        # ...and calls made meanwhile wait in the shim for the next daemon instead of failing.
+        shim.send(*(tool_call(i, "echo", {"text": f"held {i}"}) for i in range(3, 6)))
+        assert daemon.proc.wait(DEADLINE_S) == 0
+        assert [text_of(shim.read()) for _ in range(3)] == [f"held {i}" for i in range(3, 6)]
+        shim.fence("fence")
+        assert not alive(old_server)
+        assert user_env.daemon_pids() != [] and daemon.proc.pid not in user_env.daemon_pids()
+        # Spare the teardown the new server's 4 s ladder: it ignores EOF and SIGTERM too.
+        os.killpg(int(text_of(_call(shim, 6, "pid"))), signal.SIGKILL)
+    finally:
+        shim.close()
 
 
 def test_a_second_lazyd_exits_0_without_touching_the_live_socket(user_env: UserEnv) -> None:
