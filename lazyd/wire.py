@@ -380,21 +380,26 @@ class FrameDecoder:
         self._need: int | None = None  # body length of the frame being received, once known
         self._error: WireError | None = None
 
-    def feed(self, data: bytes) -> list[dict[str, Any]]:
-        """Add received bytes; return the frames they complete (possibly none)."""
+    def feed(self, data: bytes, limit: int | None = None) -> list[dict[str, Any]]:
+        """Add received bytes; return the frames they complete (possibly none).
+
+        With ``limit``, at most that many frames are decoded and returned; complete frames beyond
+        it stay buffered as bytes (a decoded frame costs ~20 times its wire size) until a later
+        call, which may pass ``b""`` to drain them.
+        """
         if self._error is not None:
             raise WireError(f"decoder already failed: {self._error}")
         try:
-            return self._feed(data)
+            return self._feed(data, limit)
         except WireError as exc:
             self._error = exc
             self._buf = bytearray()
             raise
 
-    def _feed(self, data: bytes) -> list[dict[str, Any]]:
+    def _feed(self, data: bytes, limit: int | None) -> list[dict[str, Any]]:
         self._buf += data
         frames: list[dict[str, Any]] = []
-        while True:
+        while limit is None or len(frames) < limit:
             if self._need is None:
                 if len(self._buf) < HEADER_BYTES:
                     return frames
@@ -411,6 +416,7 @@ class FrameDecoder:
             del self._buf[: self._need]
             self._need = None
             frames.append(decode_body(body))
+        return frames
 
     @property
     def buffered(self) -> int:

@@ -5,7 +5,8 @@ CI runs the same inputs every time and stays fast. Each example is a stream of f
 frames of every type, the same frames with bytes flipped, inserted or cut, random bodies, random
 msgpack maps, bad lengths, bare garbage), fed to one `FrameDecoder` in random chunks. The oracle
 is a plain reference reader that walks the whole stream at once with `decode_body`; the decoder
-must agree with it exactly, whatever the chunking: the same frames in the same order, a
+must agree with it exactly, whatever the chunking and whether frames are taken all at once or
+in limited batches (as the daemon takes them): the same frames in the same order, a
 `WireError` where the reference fails (and only a `WireError`, never another exception type),
 poisoned afterwards, and the same count of bytes left over from an unfinished frame. Every frame
 it accepts is a well-formed frame of the protocol table. The outer test counts the frames fed, so
@@ -243,7 +244,18 @@ def check_bodies(items: list[bytes]) -> None:
         assert accepted == spec_accepts(body), (accepted, body)
 
 
-def check_stream(items: list[bytes], cuts: list[int]) -> None:
+def feed_all(decoder: FrameDecoder, data: bytes, limit: int | None) -> list[dict[str, Any]]:
+    """Feed `data`; with a limit, take the frames in batches the way the daemon does."""
+    frames = decoder.feed(data, limit)
+    if limit is not None:
+        assert len(frames) <= limit
+        while batch := decoder.feed(b"", limit):
+            assert len(batch) <= limit
+            frames.extend(batch)
+    return frames
+
+
+def check_stream(items: list[bytes], cuts: list[int], limit: int | None = None) -> None:
     stream = b"".join(items)
     bounds = sorted({0, len(stream), *(c % (len(stream) + 1) for c in cuts)})
     decoder = FrameDecoder()
@@ -252,7 +264,7 @@ def check_stream(items: list[bytes], cuts: list[int]) -> None:
     failed_by = len(stream)
     for start, end in zip(bounds, bounds[1:]):
         try:
-            got.extend(decoder.feed(stream[start:end]))
+            got.extend(feed_all(decoder, stream[start:end], limit))
         except WireError:
             failed_at, failed_by = start, end
             break
@@ -278,13 +290,13 @@ def test_ten_thousand_random_and_mutated_frames_only_ever_raise_wire_error_and_m
     @settings(derandomize=True, max_examples=STREAMS, deadline=None, database=None,
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
     @given(st.lists(_valid_frames | _mistyped | _any_maps, min_size=1, max_size=4), st.integers(0, 2**32),
-           st.lists(st.integers(0, 2**20), max_size=12))
-    def run(frames: list[dict[str, Any]], seed: int, cuts: list[int]) -> None:
+           st.lists(st.integers(0, 2**20), max_size=12), st.none() | st.integers(1, 4))
+    def run(frames: list[dict[str, Any]], seed: int, cuts: list[int], limit: int | None) -> None:
         nonlocal fed
         items = stream_items(frames, seed)
         fed += len(items)
         check_bodies(items + [_framed(b) for b in mistyped_bodies(frames, random.Random(~seed))])
-        check_stream(items, cuts)
+        check_stream(items, cuts, limit)
 
     run()
     assert fed >= MIN_FRAMES_FED
