@@ -397,6 +397,11 @@ class FrameDecoder:
             raise
 
     def _feed(self, data: bytes, limit: int | None) -> list[dict[str, Any]]:
+        have = len(self._buf)
+        if self._need is None and have < HEADER_BYTES <= have + len(data):
+            # A header completed by this read is judged before the read is copied in, so an
+            # oversize frame costs no buffer at all.
+            self._check_length(_HEADER.unpack(bytes(self._buf) + data[: HEADER_BYTES - have])[0])
         self._buf += data
         frames: list[dict[str, Any]] = []
         while limit is None or len(frames) < limit:
@@ -404,10 +409,7 @@ class FrameDecoder:
                 if len(self._buf) < HEADER_BYTES:
                     return frames
                 (length,) = _HEADER.unpack_from(self._buf)
-                if length == 0:
-                    raise WireError("frame of length 0")
-                if length > MAX_FRAME_BYTES:
-                    raise WireError(f"frame of {length} bytes exceeds MAX_FRAME_BYTES ({MAX_FRAME_BYTES})")
+                self._check_length(length)
                 del self._buf[:HEADER_BYTES]
                 self._need = length
             if len(self._buf) < self._need:
@@ -417,6 +419,13 @@ class FrameDecoder:
             self._need = None
             frames.append(decode_body(body))
         return frames
+
+    @staticmethod
+    def _check_length(length: int) -> None:
+        if length == 0:
+            raise WireError("frame of length 0")
+        if length > MAX_FRAME_BYTES:
+            raise WireError(f"frame of {length} bytes exceeds MAX_FRAME_BYTES ({MAX_FRAME_BYTES})")
 
     @property
     def buffered(self) -> int:
