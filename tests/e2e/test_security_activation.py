@@ -150,6 +150,31 @@ def test_a_peer_of_another_uid_is_closed_before_any_frame_is_read_and_logged_wit
         listener.close()
 
 
+@pytest.mark.parametrize("plant", ["a world-readable dir", "a symlink to a private dir"])
+def test_a_daemon_refuses_to_start_in_a_runtime_dir_someone_prepared_and_changes_nothing(
+    user_env: UserEnv, plant: str
+) -> None:
+    lazyd_dir = user_env.socket.parent
+    if plant == "a world-readable dir":
+        lazyd_dir.mkdir()
+        lazyd_dir.chmod(0o755)
+        words = "gives access to group/other"
+    else:
+        target = user_env.root / "elsewhere"
+        target.mkdir(mode=0o700)
+        lazyd_dir.symlink_to(target)
+        words = "it is a symlink"
+    done = subprocess.run([sys.executable, "-m", "lazyd.daemon"], env=user_env.env, capture_output=True, text=True,
+                          timeout=STEP_S, stdin=subprocess.DEVNULL)
+    assert done.returncode == 1 and done.stderr.startswith("lazyd: refusing runtime dir"), done.stderr
+    assert done.stderr.count("\n") == 1 and words in done.stderr
+    if plant == "a world-readable dir":
+        assert oct(lazyd_dir.stat().st_mode & 0o777) == oct(0o755)  # never repaired: not ours to change
+        assert list(lazyd_dir.iterdir()) == []
+    else:
+        assert list((user_env.root / "elsewhere").iterdir()) == []  # nothing created through the link
+
+
 # ---- socket activation (case 24) ----------------------------------------------------------------------
 
 
