@@ -35,7 +35,8 @@ from lazyd.core.jsonrpc import JsonId, JsonObj, Kind, Message
 from lazyd.core.listen import LIST_FLAGS, RESOURCE_UPDATED, uri_matches
 from lazyd.core.relay_base import Action, Activity, ClientState, Note, Phase, ToClient
 from lazyd.core.routing import CALLBACK_CAPABILITY, ClientId, Upstream
-from lazyd.core.stateless import PROBE_VERSION, Asker, StatelessRelay, Waiter, advertised, asker_from_params
+from lazyd.core.stateless import StatelessRelay
+from lazyd.core.stateless_cache import PROBE_VERSION, Asker, Waiter, advertised, asker_from_params
 
 # The python SDK's own cap on input_required rounds: a server that keeps asking is given up on.
 MAX_INPUT_ROUNDS = 10

@@ -41,7 +41,7 @@ from lazyd.core import eras
 from lazyd.core import jsonrpc as rpc
 from lazyd.core.bridge import BridgeRelay
 from lazyd.core.cache import LIST_CHANGED, LISTINGS, HandshakeEntry, Listing, Snapshot, handshake_key
-from lazyd.core.jsonrpc import JsonId, JsonObj, Kind, Message
+from lazyd.core.jsonrpc import JsonObj, Kind, Message
 from lazyd.core.relay_base import ANY_VERSION as ANY_VERSION
 from lazyd.core.relay_base import MAX_LISTING_PAGES as MAX_LISTING_PAGES
 from lazyd.core.relay_base import PROTOCOL_VERSION_META as PROTOCOL_VERSION_META
@@ -283,18 +283,15 @@ class RelayCore(BridgeRelay):
         if self.phase is not Phase.READY:
             self.queue.append((cid, msg))
             return [WantServer(), Note(f"client {cid} {method} id={msg.id!r} queued until the server is ready")]
+        refusal = self._foreign_task(cid, msg)
+        if refusal is not None:
+            return refusal
         if self._bridging():
             return self._bridged_request(client, msg)
         if method == "resources/subscribe":
             return self._subscribe(cid, msg)
         if method == "resources/unsubscribe":
             return self._unsubscribe(cid, msg)
-        if method in ("tasks/get", "tasks/result", "tasks/cancel"):
-            task_id = msg.params.get("taskId")
-            owner = self.routes.tasks.get(task_id) if isinstance(task_id, str) else None
-            if owner is not None and owner != cid:
-                # Never reveal that another client's task exists.
-                return [ToClient(cid, rpc.error_line(msg.id, rpc.INVALID_PARAMS, "Invalid params: unknown task"), msg.id)]
         return self._forward(cid, msg)
 
     def _initialize(self, client: ClientState, msg: Message) -> list[Action]:

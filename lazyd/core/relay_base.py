@@ -23,7 +23,7 @@ from lazyd.core.routing import ClientId, Routes, SamplingPolicy, Upstream
 
 if TYPE_CHECKING:
     from lazyd.core.bridge import InputRound
-    from lazyd.core.stateless import Asker, Fetch
+    from lazyd.core.stateless_cache import Asker, Fetch
 
 # A server whose listing never stops paginating must not make the relay loop forever.
 MAX_LISTING_PAGES = 1000
@@ -194,6 +194,17 @@ class RelayBase:
             msg.obj["id"] = rid
             return [ToServer(rpc.dumps(msg.obj)), Activity()]
         return [ToServer(rpc.with_id(msg, rid)), Activity()]
+
+    def _foreign_task(self, cid: ClientId, msg: Message) -> list[Action] | None:
+        """A task request naming another client's task (2025-11-25 tasks, and the 2026 tasks
+        extension): refused as unknown, so that its existence is never revealed."""
+        if msg.method not in ("tasks/get", "tasks/result", "tasks/cancel") or msg.id is None:
+            return None
+        task_id = msg.params.get("taskId")
+        owner = self.routes.tasks.get(task_id) if isinstance(task_id, str) else None
+        if owner is None or owner == cid:
+            return None
+        return [ToClient(cid, rpc.error_line(msg.id, rpc.INVALID_PARAMS, "Invalid params: unknown task"), msg.id)]
 
     def _queue(self, cid: ClientId, msg: Message, why: str) -> list[Action]:
         self.queue.append((cid, msg))

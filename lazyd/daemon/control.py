@@ -30,7 +30,8 @@ import trio
 
 from lazyd.config import ConfigError
 from lazyd.core import relay as rl
-from lazyd.core.cache import LISTINGS, Snapshot, handshake_key
+from lazyd.core.cache import LISTINGS, HandshakeEntry, Snapshot
+from lazyd.core.eras import CLIENT_CAPABILITIES_META, CLIENT_INFO_META
 from lazyd.core.identity import Identity, explain_difference, identity_for
 from lazyd.core.jsonrpc import METHOD_NOT_FOUND, notification_line, request_line
 from lazyd.daemon.process import ChildProcess, LineTooLong, SpawnError, spawn
@@ -271,14 +272,16 @@ class Control:
     def _merge(self, runtime: ServerRuntime, check: _Check, params: dict[str, Any]) -> dict[str, Any]:
         learned = check.core.snapshot
         target = runtime.core.snapshot
-        target.entries.update(learned.entries)
-        target.discover.update(learned.discover)
+        target.merge(learned)
         if target.last_params is None:
             target.last_params = params
         target.updated_at = time.time()
         # Saved at once, in the event loop: the reply promises the file is there.
         self.registry.store.save(runtime.config.digest, target)
-        entry = learned.entries[handshake_key(params)]
+        # A stateless-only server has no handshake entry: the view is what the bridge serves.
+        entry = check.core.handshake_view(params)
+        if entry is None:
+            entry = HandshakeEntry(params, {})
         listings: dict[str, Any] = {}
         for method, listing in entry.listings.items():
             key = LISTINGS[method]
@@ -297,6 +300,8 @@ class Control:
             "capabilities": sorted(entry.result.get("capabilities") or {}),
             "listings": listings,
             "discover": check.discover_kind(),
+            "era": learned.era(),
+            "mixed_connection": learned.mixed_connection,
         }
 
 
@@ -330,7 +335,10 @@ class _Check:
             try:
                 with trio.move_on_after(self.timeout_s) as scope:
                     self._feed(self.core.attach(CHECK_CID))
-                    probe = {"_meta": {rl.PROTOCOL_VERSION_META: DISCOVER_PROBE_VERSION}}
+                    # A whole envelope: stateless servers refuse a probe without the client's identity.
+                    probe = {"_meta": {rl.PROTOCOL_VERSION_META: DISCOVER_PROBE_VERSION,
+                                       CLIENT_INFO_META: self.params.get("clientInfo") or {},
+                                       CLIENT_CAPABILITIES_META: self.params.get("capabilities") or {}}}
                     self._feed(self.core.client_line(CHECK_CID, request_line(_DISCOVER_ID, "server/discover", probe)))
                     self._feed(self.core.client_line(CHECK_CID, request_line(_INITIALIZE_ID, "initialize", self.params)))
                     self._feed(self.core.spawned())

@@ -20,7 +20,7 @@ Resources: demo://note. Prompts: greet(name).
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, Literal
 
 import mcp_types as types
 from mcp.server.caching import CacheHint
@@ -32,7 +32,7 @@ CACHEABLE = ("server/discover", "tools/list", "prompts/list", "resources/list", 
 
 def _hints() -> dict[Any, CacheHint]:
     ttl = int(os.environ.get("DUAL_TTL_MS", "60000"))
-    scope = "private" if os.environ.get("DUAL_SCOPE") == "private" else "public"
+    scope: Literal["public", "private"] = "private" if os.environ.get("DUAL_SCOPE") == "private" else "public"
     return {method: CacheHint(ttl_ms=ttl, scope=scope) for method in CACHEABLE}
 
 

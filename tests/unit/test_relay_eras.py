@@ -639,3 +639,15 @@ def test_listing_counts_for_status_come_from_the_stateless_cache_of_a_stateless_
     d, _ = stateless_running(1)
     assert d.core.snapshot.listing_counts() == {"tools": len(TOOLS), "prompts": len(PROMPTS)}
 
+
+
+def test_another_clients_task_stays_hidden_from_stateless_and_bridged_clients() -> None:
+    d, _ = stateless_running(1, 2, 3)
+    d.handshake(3, 0, BARE_PARAMS)
+    d.ask(1, 1, "tools/call", {**meta(), "name": "long"})
+    d.reply(d.one_pending("tools/call"), {"task": {"taskId": "t-1", "status": "working"}, "resultType": "complete"})
+    for cid, params in ((2, meta("other")), (3, {})):
+        out = d.ask(cid, 9, "tasks/get", {**params, "taskId": "t-1"})
+        assert answer_of(out, cid, 9)["error"]["message"] == "Invalid params: unknown task" and out.server == []
+    d.ask(1, 10, "tasks/get", {**meta(), "taskId": "t-1"})
+    assert len(d.pending("tasks/get")) == 1
