@@ -49,6 +49,10 @@ SPAWN_LOCK_WAIT_S = AUTOSTART_WAIT_S + 2.0
 POLL_S = 0.01
 # Between connect attempts while a daemon starts: short, since a connect attempt costs microseconds.
 
+ALREADY_RUNNING_POLL_S = 0.5
+# How long to keep polling after the spawned daemon said "already running" before spawning again:
+# a stopping daemon holds the lock for seconds, and each spawn costs a Python start-up (~0.3 s CPU).
+
 DAEMON_ARGV_ENV = "LAZYD_DAEMON_ARGV"
 # Undocumented test seam: a JSON argv that replaces `python -m lazyd.daemon` for autostart.
 
@@ -294,6 +298,7 @@ def _autostart(path: str, explicit: bool, log: Log, deadline: float | None) -> s
         _spawned.append(proc)
         log(f"spawned daemon pid {proc.pid}: {argv}")
         give_up = time.monotonic() + _budget(AUTOSTART_WAIT_S, deadline)
+        already_running_since: float | None = None
         while True:
             exited = proc.poll()
             try:
@@ -303,9 +308,16 @@ def _autostart(path: str, explicit: bool, log: Log, deadline: float | None) -> s
             except _NoDaemon:
                 pass
             if exited is not None:
-                # Exiting 0 means another daemon owns the socket ("already running"), yet it does
-                # not accept: retrying may help. Any other status is a daemon that cannot start.
-                raise Unavailable(f"the daemon exited with status {exited}", final=exited != 0)
+                # Any status but 0 is a daemon that cannot start. Exiting 0 means another daemon
+                # holds the instance lock ("already running") yet does not accept: it is stopping,
+                # and retrying will help once it is gone. Poll a while first, so that shims waiting
+                # for it spawn a few short-lived daemons per second, not one per poll.
+                if exited != 0:
+                    raise Unavailable(f"the daemon exited with status {exited}", final=True)
+                if already_running_since is None:
+                    already_running_since = time.monotonic()
+                elif time.monotonic() - already_running_since >= ALREADY_RUNNING_POLL_S:
+                    raise Unavailable("the daemon exited with status 0: another one is still stopping")
             if time.monotonic() >= give_up:
                 raise Unavailable(f"the daemon did not accept connections within {AUTOSTART_WAIT_S:g}s")
             time.sleep(POLL_S)
