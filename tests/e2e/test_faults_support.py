@@ -202,11 +202,6 @@ class RawShim:
         line, self._buffer = self._buffer.split(b"\n", 1)
         return line
 
-    def nothing_more(self) -> bool:
-        """True if no byte is waiting on stdout right now (used after a fence, see `fence`)."""
-        assert self.proc.stdout is not None
-        return not self._buffer and not select.select([self.proc.stdout.fileno()], [], [], 0)[0]
-
     def fence(self, request_id: int | str) -> None:
         """Send a ping and read up to its answer, failing on any other line in between.
 
