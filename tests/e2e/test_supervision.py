@@ -331,6 +331,8 @@ async def test_with_linger_0_the_server_stops_when_its_last_client_leaves_and_th
         async with shim_session(user_env, SERVER, shim_args=("--linger", "0")) as session:
             first = int(tool_text(await session.call_tool("pid", {})))
         await await_for(lambda: not alive(first), "the server to stop after its last client left")
+        # The process is gone before the daemon has reaped it and recorded the exit: wait for that.
+        await await_for(lambda: next(iter(status_rows(user_env).values()))["state"] == "sleeping", "the sleeping state")
         (row,) = status_rows(user_env).values()
         assert (row["state"], row["pid"], row["clients"]) == ("sleeping", None, 0)
         assert "stopping: last client left" in daemon_log(user_env)
@@ -347,6 +349,7 @@ async def test_idle_timeout_stops_a_server_its_client_still_holds_but_never_one_
         async with shim_session(user_env, SERVER, shim_args=("--idle-timeout", "1s")) as session:
             first = int(tool_text(await session.call_tool("pid", {})))
             await await_for(lambda: not alive(first), "the idle server to stop")
+            await await_for(lambda: next(iter(status_rows(user_env).values()))["state"] == "sleeping", "the sleeping state")
             (row,) = status_rows(user_env).values()
             assert (row["state"], row["clients"]) == ("sleeping", 1)
             second = int(tool_text(await session.call_tool("pid", {})))
