@@ -113,6 +113,10 @@ class BridgeRelay(StatelessRelay):
         assert msg.id is not None and msg.method is not None
         if msg.method in ("resources/subscribe", "resources/unsubscribe"):
             uri = msg.params.get("uri")
+            resources = eras.discover_capabilities(self.discovery).get("resources")
+            if not (isinstance(resources, dict) and resources.get("subscribe") is True):
+                # As the server itself answers a handshake client it offers no subscriptions to.
+                return [ToClient(client.cid, rpc.error_line(msg.id, rpc.METHOD_NOT_FOUND, "Method not found", msg.method), msg.id)]
             if not isinstance(uri, str):
                 return [ToClient(client.cid, rpc.error_line(msg.id, rpc.INVALID_PARAMS, "Invalid params: uri"), msg.id)]
             if msg.method == "resources/subscribe":

@@ -224,7 +224,10 @@ class RelayCore(BridgeRelay):
     def start_failed(self, reason: str) -> list[Action]:
         """No process could be started: every queued request gets `reason`."""
         self.phase = Phase.DOWN
-        return [Note(f"start failed: {reason}"), *self._fail_queue(f"lazyd: cannot start server {self.name}: {reason}")]
+        out = [Note(f"start failed: {reason}"), *self._fail_queue(f"lazyd: cannot start server {self.name}: {reason}")]
+        for key in [k for k, r in self.rounds.items() if not r.pending]:
+            self._end_round(*key)  # a queued retry was just answered with the error
+        return out
 
     def server_line(self, line: bytes) -> list[Action]:
         fast = self._large_result(line)

@@ -41,6 +41,7 @@ from lazyd.core.relay_base import (
     RelayBase,
     SnapshotChanged,
     ToClient,
+    ToServer,
     discover_version_key,
 )
 from lazyd.core.routing import ClientId
@@ -106,6 +107,11 @@ class Fetch:
     first: JsonObj | None = None
     ttl: int | None = None
     private: bool = False
+    serial: int = 0  # tells its pages from those of a fetch it replaced
+
+    @property
+    def key(self) -> str:
+        return stateless_key(self.method, self.asker.version, self.asker.caps, self.asker.identity)
 
 
 def advertised(discovery: JsonObj | None) -> list[str]:
@@ -195,7 +201,9 @@ class CacheRelay(RelayBase):
         error = msg.obj.get("error")
         if isinstance(result, dict):
             public = result.get("cacheScope") == "public"
-            self.snapshot.discover[discover_key(version, PUBLIC if public or not identity else identity)] = {
+            if not public and not identity:
+                return [Note("a private discovery answer for an unknown identity is not cached")]
+            self.snapshot.discover[discover_key(version, PUBLIC if public else identity)] = {
                 "result": result, "stored_at": self.clock()}
             if is_stateless_discovery(result):
                 self.snapshot.discover.pop(ANY_VERSION, None)
@@ -235,20 +243,33 @@ class CacheRelay(RelayBase):
             return self._fetch(msg.method, asker, "client", Waiter(cid, msg.id, "stateless"))
         return self._queue(cid, msg, f"{msg.method}: not cached for this client, or expired")
 
-    def _fetch(self, method: str, asker: Asker, why: str, waiter: Waiter | None = None) -> list[Action]:
+    def _fetch(self, method: str, asker: Asker, why: str, waiter: Waiter | None = None, *, again: bool = False) -> list[Action]:
+        """Fetch a result for `asker`, or join the fetch already running for it; `again`: the
+        running one may predate a change, so a new one replaces it (and takes over its waiters)."""
         key = stateless_key(method, asker.version, asker.caps, asker.identity)
         running = self.fetches.get(key)
-        if running is not None:
+        if running is not None and not again:
             if waiter is not None:
                 running.waiters.append(waiter)
             return []
-        self.fetches[key] = Fetch(method, asker, why, [waiter] if waiter is not None else [])
-        return [self._internal(method, {"_meta": asker.envelope()}, f"fetch:{key}"), Note(f"fetching {method} ({why})")]
+        fetch = Fetch(method, asker, why, [waiter] if waiter is not None else [], serial=self._take_id())
+        if running is not None:
+            fetch.waiters = running.waiters + fetch.waiters
+            fetch.why = "start" if running.why == "start" else why  # a start still waits for it
+        self.fetches[key] = fetch
+        return [self._page_request(fetch, None), Note(f"fetching {method} ({why})")]
 
-    def _fetch_answer(self, key: str, msg: Message) -> list[Action]:
+    def _page_request(self, fetch: Fetch, cursor: str | None) -> ToServer:
+        params: JsonObj = {"_meta": fetch.asker.envelope()}
+        if cursor is not None:
+            params["cursor"] = cursor
+        return self._internal(fetch.method, params, f"fetch:{fetch.serial}:{fetch.key}")
+
+    def _fetch_answer(self, purpose: str, msg: Message) -> list[Action]:
+        serial, _, key = purpose.partition(":")
         fetch = self.fetches.get(key)
-        if fetch is None:
-            return []
+        if fetch is None or str(fetch.serial) != serial:
+            return [Note("a page of a replaced or finished fetch dropped")]
         result = msg.obj.get("result")
         if not isinstance(result, dict):
             del self.fetches[key]
@@ -274,7 +295,7 @@ class CacheRelay(RelayBase):
         fetch.private = fetch.private or result.get("cacheScope") != "public"
         cursor = result.get("nextCursor")
         if isinstance(cursor, str) and fetch.pages < MAX_LISTING_PAGES:
-            return [self._internal(fetch.method, {"_meta": fetch.asker.envelope(), "cursor": cursor}, f"fetch:{key}")]
+            return [self._page_request(fetch, cursor)]
         del self.fetches[key]
         merged = {k: v for k, v in fetch.first.items() if k != "nextCursor"}
         merged[item_key] = fetch.items

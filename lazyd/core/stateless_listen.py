@@ -152,7 +152,9 @@ class ListenRelay(CacheRelay):
             asker = self._start_asker(eras.upstream_version(self.discovery) or PROBE_VERSION)
             for method in methods:
                 if method in advertised(self.discovery):
-                    out.extend(self._fetch(method, asker, "changed"))
+                    out.extend(self._fetch(method, asker, "changed", again=True))
+            for fetch in [f for f in self.fetches.values() if f.method in methods and f.asker != asker]:
+                out.extend(self._fetch(fetch.method, fetch.asker, fetch.why, again=True))
         return out
 
     def _stateless_log(self, msg: Message) -> list[Action]:

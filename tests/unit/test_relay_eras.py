@@ -651,3 +651,26 @@ def test_another_clients_task_stays_hidden_from_stateless_and_bridged_clients() 
         assert answer_of(out, cid, 9)["error"]["message"] == "Invalid params: unknown task" and out.server == []
     d.ask(1, 10, "tasks/get", {**meta(), "taskId": "t-1"})
     assert len(d.pending("tasks/get")) == 1
+
+
+def test_a_change_announced_while_a_listing_is_being_fetched_makes_the_relay_fetch_it_again() -> None:
+    d, _ = stateless_running(1)
+    d.core.snapshot.stateless.clear()
+    d.ask(1, 1, "tools/list", meta())
+    stale = d.one_pending("tools/list")
+    sid = listens(d)[0]["id"]
+    d.server_says(notification("notifications/tools/list_changed", {"_meta": {SUBSCRIPTION_ID_META: sid}}))
+    fresh = [m for m in d.pending("tools/list") if m["id"] != stale["id"]]
+    assert len(fresh) == 1  # the relay's own refresh and the client's fetch are the same key here
+    # The answer of the fetch that predates the change is not what the client gets.
+    assert d.reply(stale, page([{"name": "before"}])).client(1) == []
+    out = d.reply(fresh[0], page([{"name": "after"}]))
+    assert answer_of(out, 1, 1)["result"]["tools"] == [{"name": "after"}]
+    assert answer_of(d.ask(1, 2, "tools/list", meta()), 1, 2)["result"]["tools"] == [{"name": "after"}]
+
+
+def test_a_bridged_subscription_to_a_server_without_subscriptions_is_refused_as_that_server_would() -> None:
+    d, _ = stateless_running(1)  # its discovery advertises no resources.subscribe
+    d.handshake(1, 0, CLIENT_PARAMS)
+    out = d.ask(1, 1, "resources/subscribe", {"uri": "file:///a"})
+    assert answer_of(out, 1, 1)["error"]["code"] == rpc.METHOD_NOT_FOUND and out.server == []
