@@ -482,10 +482,12 @@ def default_socket_path(env: Mapping[str, str]) -> str:
     explicit = env.get("LAZYD_SOCKET", "")
     if explicit:
         return explicit
-    return os.path.join(_runtime_dir(env), *_SOCKET_TAIL)
+    return os.path.join(runtime_dir(env), *_SOCKET_TAIL)
 
 
-def _runtime_dir(env: Mapping[str, str]) -> str:
+def runtime_dir(env: Mapping[str, str]) -> str:
+    """The per-user runtime directory (see `default_socket_path`); the daemon's paths use it too,
+    so the shim and the daemon can never disagree on where the socket is."""
     xdg = env.get("XDG_RUNTIME_DIR", "")
     if xdg.startswith("/") and _private_dir_ok(xdg, missing_ok=True):
         return xdg

@@ -8,7 +8,7 @@ Rules, so that the daemon, `lazyctl` and the shim agree on the socket without ta
   mode 0700, under a chain of parents nobody else can replace), else ``/run/user/<euid>`` when it
   exists and passes the same check, else ``runtime-<euid>`` in the first usable temporary
   directory (``$TMPDIR``, ``$TEMP``, ``$TMP``, ``/tmp``, ``/var/tmp``, ``/usr/tmp``). This is the
-  rule of ``lazyd.wire.default_socket_path``, which the shim uses; a test compares the two.
+  rule of ``lazyd.wire.runtime_dir``, which the shim uses too: one implementation for both.
 - An explicit ``socket_override`` (the daemon's command line) beats ``LAZYD_SOCKET``.
 - When the socket is overridden, the runtime dir is the socket's own directory and the lock is
   ``<socket>.lock``: single-instance means one daemon per socket, and two daemons on two sockets
@@ -29,11 +29,11 @@ from __future__ import annotations
 import os
 import posixpath
 import pwd
-import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from lazyd import wire
 from lazyd.daemon.runtime import SetupError
 
 APP_NAME = "lazyd"
@@ -42,10 +42,6 @@ LOCK_NAME = "lazyd.lock"
 CONFIG_NAME = "config.toml"
 LOGS_NAME = "logs"
 SOCKET_ENV = "LAZYD_SOCKET"
-# logind creates /run/user/<uid> per login; platformdirs prefers it after XDG_RUNTIME_DIR.
-SYSTEM_RUNTIME_BASE = "/run/user"
-# The kernel's own limit (MAXSYMLINKS); a longer chain is a loop or an attack.
-MAX_SYMLINKS_FOLLOWED = 40
 
 
 @dataclass(frozen=True)
@@ -88,73 +84,9 @@ def resolve_paths(env: Mapping[str, str], socket_override: str | None = None) ->
 
 
 def runtime_base(env: Mapping[str, str]) -> Path:
-    """The per-user runtime directory that ``lazyd/`` lives in (see the module docstring)."""
-    xdg = env.get("XDG_RUNTIME_DIR", "")
-    if xdg.startswith("/") and _is_private_dir(xdg, missing_ok=True):
-        return Path(xdg)
-    system = f"{SYSTEM_RUNTIME_BASE}/{os.geteuid()}"
-    if _is_private_dir(system, missing_ok=False):
-        return Path(system)
-    return Path(_temp_dir(env)) / f"runtime-{os.geteuid()}"
-
-
-def _is_private_dir(path: str, *, missing_ok: bool) -> bool:
-    # Ours, exactly 0700, not a symlink, and below parents only root or we can replace.
-    normal = os.path.normpath(path)
-    if not _parents_trusted(os.path.dirname(normal), missing_ok=missing_ok):
-        return False
-    try:
-        info = os.lstat(normal)
-    except FileNotFoundError:
-        return missing_ok
-    except OSError:
-        return False
-    return stat.S_ISDIR(info.st_mode) and info.st_uid == os.geteuid() and stat.S_IMODE(info.st_mode) == 0o700
-
-
-def _parents_trusted(path: str, *, missing_ok: bool) -> bool:
-    # Walks the path one component at a time, following symlinks by hand so that every directory
-    # and link on the way is judged: owned by root or us, and not writable by group/other unless
-    # sticky (a sticky /tmp lets others create names but not replace ours).
-    trusted_uids = {0, os.geteuid()}
-    pending = [part for part in path.split("/") if part][::-1]
-    current = "/"
-    links_followed = 0
-    while pending:
-        entry = os.path.join(current, pending.pop())
-        try:
-            info = os.lstat(entry)
-        except FileNotFoundError:
-            return missing_ok
-        except OSError:
-            return False
-        if info.st_uid not in trusted_uids:
-            return False
-        if stat.S_ISLNK(info.st_mode):
-            links_followed += 1
-            if links_followed > MAX_SYMLINKS_FOLLOWED:
-                return False
-            target = os.readlink(entry)
-            if target.startswith("/"):
-                current = "/"
-            pending.extend([part for part in target.split("/") if part][::-1])
-            continue
-        if not stat.S_ISDIR(info.st_mode):
-            return False
-        if info.st_mode & 0o022 and not info.st_mode & stat.S_ISVTX:
-            return False
-        current = entry
-    return True
-
-
-def _temp_dir(env: Mapping[str, str]) -> str:
-    # tempfile.gettempdir()'s candidates, restricted to absolute paths as platformdirs does.
-    candidates = [env.get(name, "") for name in ("TMPDIR", "TEMP", "TMP")]
-    candidates += ["/tmp", "/var/tmp", "/usr/tmp"]
-    for candidate in candidates:
-        if candidate.startswith("/") and os.path.isdir(candidate) and os.access(candidate, os.W_OK | os.X_OK):
-            return os.path.abspath(candidate)
-    return "/tmp"
+    """The per-user runtime directory that ``lazyd/`` lives in: the rule of `lazyd.wire`, which the
+    shim uses to find the socket (one implementation, so the two can never disagree)."""
+    return Path(wire.runtime_dir(env))
 
 
 def _xdg_home(env: Mapping[str, str], variable: str, default_under_home: str) -> Path:
