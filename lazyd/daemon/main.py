@@ -27,6 +27,7 @@ import sys
 from collections.abc import Awaitable, Callable
 from functools import partial
 from pathlib import Path
+from typing import NoReturn
 
 import trio
 
@@ -55,8 +56,15 @@ SHUTDOWN_BOUND_S = 15.0  # every ladder is 2 s + 2 s; this bounds a shutdown stu
 OWNERSHIP_CHECK_INTERVAL_S = 5.0  # an lstat costs microseconds; 5 s keeps exit well inside a minute
 
 
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        # One readable line and exit 2, not argparse's usage block: bad input is not a traceback
+        # or a wall of text.
+        self.exit(2, f"lazyd: {message} (see lazyd --help)\n")
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="lazyd",
         description="Per-user daemon that runs MCP servers lazily and shares them across clients. "
         "Usually started by lazyd-shim or by systemd (lazyd.socket); runs in the foreground.",
