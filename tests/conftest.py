@@ -34,6 +34,18 @@ MARKER_VAR = "LZTEST_MARKER_ID"  # not LAZYD_*: those are shim options and never
 DAEMON_START_WAIT_S = 10.0
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark the parts of the suite by file, so `pytest -m fault` or `-m security` runs one part."""
+    for item in items:
+        name = item.path.name
+        if item.path.parent.name == "e2e":
+            item.add_marker(pytest.mark.e2e)
+        if name.startswith("test_faults_") or name == "test_load.py":
+            item.add_marker(pytest.mark.fault)
+        if name.startswith(("test_security_", "test_fuzz_")):
+            item.add_marker(pytest.mark.security)
+
+
 def shim_command() -> str:
     found = shutil.which("lazyd-shim", path=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
     assert found, "lazyd-shim is not installed: run the README's test command (pip install -e '.[test]')"
