@@ -19,6 +19,8 @@ from __future__ import annotations
 import os
 import time
 
+from lazyd.core.durations import parse_duration
+
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs start-up time
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -59,7 +61,6 @@ D is a duration: 0, 500ms, 30s, 10m or 1h. BOOL is true/false, 1/0, yes/no or on
 
 _TRUE = frozenset(("true", "1", "yes", "on"))
 _FALSE = frozenset(("false", "0", "no", "off"))
-_DURATION_UNITS = ("ms", "s", "m", "h")  # "ms" before "s"/"m" so that suffix matching is unambiguous
 
 MAX_SUN_PATH_BYTES = 107
 # sun_path holds 108 bytes including the terminating NUL on Linux; a longer path cannot be bound.
@@ -71,15 +72,12 @@ class UsageError(Exception):
 
 # Options forwarded to the daemon in the hello's `opts`: flag -> (opts key, env var, checker).
 def _check_duration(value: str) -> None:
-    if value == "0":
-        return
-    for unit in _DURATION_UNITS:
-        if value.endswith(unit):
-            number = value[: -len(unit)]
-            if number.isascii() and number.isdigit():
-                return
-            break
-    raise ValueError(f"invalid duration {value!r} (use e.g. 0, 500ms, 30s, 10m or 1h)")
+    # The daemon's own rule (lazyd.core.durations, pure and stdlib-only, cheap to import), so a
+    # value the config file accepts, such as "1m30s", is never refused by the shim.
+    try:
+        parse_duration(value)
+    except ValueError:
+        raise ValueError(f"invalid duration {value!r} (use e.g. 0, 500ms, 30s, 10m, 1h or 1m30s)") from None
 
 
 def parse_bool(value: str) -> bool:

@@ -81,12 +81,12 @@ def test_server_comes_from_flag_or_environment_and_makes_the_command_optional() 
     assert parse(["--server=a"], {"LAZYD_SERVER": "b"}).server == "a"
 
 
-@pytest.mark.parametrize("value", ["0", "1ms", "500ms", "30s", "10m", "1h", "86400s"])
+@pytest.mark.parametrize("value", ["0", "1ms", "500ms", "30s", "10m", "1h", "86400s", "5", "1.5s", "1m30s"])
 def test_durations_in_the_documented_forms_are_accepted(value: str) -> None:
     assert parse(["--linger", value, "node"], {}).daemon_opts == {"linger": value}
 
 
-@pytest.mark.parametrize("value", ["", "5", "1.5s", "5x", "m", "-1s", "1m30s", "10 s", "ten s", "1H", "٣s"])
+@pytest.mark.parametrize("value", ["", "5x", "m", "-1s", "30s1m", "10 s", "ten s", "1H", "٣s", "1e3s"])
 def test_malformed_durations_are_refused_naming_the_option(value: str) -> None:
     message = parse_error(["--linger", value, "node"])
     assert message.startswith("--linger: invalid duration")
