@@ -1,10 +1,12 @@
 """What every part of the relay core shares: its actions, phases, per-client state, and the state
 of one server instance with the few helpers that send something upstream.
 
-The relay core is split by era (HOUSE_STYLE.md: one concept per module): `relay.py` is the public
-object and the handshake era, `stateless.py` the stateless era (discovery, the ttl-aware cache,
-listen streams), `bridge.py` handshake-era clients on a stateless-only server. All of them are
-methods of the one `RelayCore` object, so they share the state defined here.
+The relay core is split by concept (HOUSE_STYLE.md: one concept per module): `relay.py` is the
+public object and its events, `relay_client.py` handshake-era client messages, `relay_server.py`
+what the server sends, `relay_startup.py` the replay and listing refresh, `stateless.py` the
+stateless era (discovery, the ttl-aware cache, listen streams), `bridge.py` handshake-era clients
+on a stateless-only server. All of them are methods of the one `RelayCore` object, so they share
+the state defined here.
 """
 
 from __future__ import annotations

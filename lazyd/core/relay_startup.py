@@ -184,12 +184,7 @@ class StartupRelay(BridgeRelay):
             return [Note(f"{notification} before the handshake finished: the coming refresh covers it")]
         for method in methods:
             self.instance.listings.pop(method, None)
-        out: list[Action] = [Note(f"{notification}: refreshing")]
-        pending_before = set(self._refreshing)
-        out.extend(self._start_refresh(methods))
-        if pending_before and not self._refreshing:
-            return out
-        return out
+        return [Note(f"{notification}: refreshing"), *self._start_refresh(methods)]
 
     # ---- helpers ---------------------------------------------------------------------------------
 
