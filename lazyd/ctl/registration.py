@@ -12,20 +12,25 @@ from __future__ import annotations
 import argparse
 import json
 import os
+from collections.abc import Mapping
 from typing import Any
 
-from lazyd.ctl.client import EXIT_OK, connect
+from lazyd.ctl.client import EXIT_OK, Connection, CtlError, connect, socket_path
 from lazyd.ctl.commands import Output, UsageError
 
 MAX_INITIALIZE_FILE_BYTES = 1024 * 1024  # a captured initialize is a few KiB; a session log may be more
 
 
-def command_registration(argv: list[str], cwd: str | None) -> dict[str, Any]:
+def command_registration(argv: list[str], cwd: str | None,
+                         environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """A registration by command as the daemon's ops take it; `environ` defaults to ours."""
     directory = os.path.abspath(cwd) if cwd else os.getcwd()
-    return {"argv": argv, "cwd": directory, "env": dict(os.environ)}
+    return {"argv": argv, "cwd": directory, "env": dict(os.environ if environ is None else environ)}
 
 
 # ---- check -------------------------------------------------------------------------------------
+# The one check client: `lazyctl check` and `lazyctl wrap --check` (lazyd.ctl.wrap.check) both
+# parse --initialize-json and ask the daemon here.
 
 
 def cmd_check(args: argparse.Namespace, out: Output) -> int:
@@ -35,16 +40,30 @@ def cmd_check(args: argparse.Namespace, out: Output) -> int:
     request: dict[str, Any] = {"name": names[0]} if names else command_registration(args.command, args.cwd)
     if args.initialize_json is not None:
         request["initialize"] = initialize_params(args.initialize_json)
-    with connect(args.socket) as conn:
-        # No reply timeout: the daemon bounds a check by the server's start_timeout.
-        report = conn.call("check", request, timeout_s=None)
+    # No reply timeout: the daemon bounds a check by the server's start_timeout.
+    report = request_check(socket_path(args.socket), request, timeout_s=None)
     out.result(report, lambda: check_text(report))
     return EXIT_OK
 
 
+def request_check(path: str, request: Mapping[str, Any], timeout_s: float | None) -> Any:
+    """Run the daemon's `check` op; its report, or CtlError (DaemonNotRunning if none listens)."""
+    with Connection(path) as conn:
+        try:
+            return conn.call("check", dict(request), timeout_s=timeout_s)
+        except CtlError as exc:
+            if exc.message.startswith("unknown control operation"):
+                raise CtlError("this lazyd has no check operation yet; upgrade and restart it (lazyctl stop)") from None
+            raise
+
+
 def initialize_params(value: str) -> dict[str, Any]:
     """`--initialize-json`: inline JSON, or `@file` holding the params, an initialize request, or
-    a captured session (JSON lines) whose first initialize request is used."""
+    a captured session (JSON lines) whose first initialize request is used. Raises UsageError.
+
+    The daemon caches per protocol version and client capabilities, so a check only warms the
+    cache a client will use when it sends that client's own initialize params.
+    """
     if value.startswith("@"):
         path = value[1:]
         try:
@@ -66,16 +85,16 @@ def initialize_params(value: str) -> dict[str, Any]:
                 candidates.append(json.loads(line))
             except ValueError:
                 continue
-    for obj in candidates:
-        if isinstance(obj, dict) and obj.get("method") == "initialize":
-            obj = obj.get("params")
-        elif isinstance(obj, dict) and "method" in obj:
+    objects = [obj for obj in candidates if isinstance(obj, dict)]
+    if not objects:
+        raise UsageError(f"--initialize-json: {source} holds no JSON object of initialize params")
+    for obj in objects:
+        if "method" in obj and obj["method"] != "initialize":
             continue  # another message of a captured session
-        if isinstance(obj, dict):
-            if not isinstance(obj.get("protocolVersion"), str):
-                raise UsageError(f"--initialize-json: the params in {source} lack a string protocolVersion")
-            return obj
-    raise UsageError(f"--initialize-json: {source} holds no JSON object of initialize params")
+        params = obj.get("params") if "method" in obj else obj
+        if isinstance(params, dict) and isinstance(params.get("protocolVersion"), str):
+            return params
+    raise UsageError(f"--initialize-json: {source} holds no initialize params (an object with a string protocolVersion)")
 
 
 def check_text(report: dict[str, Any]) -> str:

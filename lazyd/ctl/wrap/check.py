@@ -8,31 +8,27 @@ the server's argv (the wrapped args after the shim's own options), its working d
 the registration's ``env`` on top (the daemon drops per-session and ``LAZYD_*`` variables from the
 identity, so a check from a terminal finds the same server as a client's session).
 
-Blocking socket I/O through lazyd.wire only; no trio in lazyctl.
+The client itself (parsing ``--initialize-json``, the control connection) is `lazyctl check`'s,
+lazyd.ctl.registration; this module turns its errors into wrap's: BadUsage, and a failed check
+as an outcome line rather than an exception, since the wrap itself is already written.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from lazyd import wire
+from lazyd.ctl import registration
+from lazyd.ctl.client import CtlError, DaemonNotRunning
+from lazyd.ctl.commands import UsageError
 from lazyd.ctl.wrap import shimargs
 from lazyd.ctl.wrap.errors import BadUsage
 from lazyd.ctl.wrap.model import RegState
 
-CONNECT_TIMEOUT_S = 5.0
-# A live daemon accepts at once; a full backlog for this long means a hung daemon.
 CHECK_REPLY_TIMEOUT_S = 600.0
 # The daemon bounds each check by the server's start_timeout (60 s by default, configurable);
 # this is only a backstop against a daemon that never answers.
-
-MAX_INITIALIZE_FILE_BYTES = 1024 * 1024
-# A captured initialize is a few KiB; a captured session log may hold more before its first one.
 
 CHECKED_ACTIONS = frozenset({"wrapped", "reapplied", "updated", "unchanged"})
 
@@ -49,39 +45,11 @@ class CheckOutcome:
 
 
 def initialize_params(value: str) -> dict[str, Any]:
-    """``--initialize-json``: inline JSON, or ``@FILE`` holding the params, an initialize request, or
-    a captured session (JSON lines) whose first initialize request is used. Raises BadUsage.
-
-    The daemon caches per protocol version and client capabilities, so a check only warms the
-    cache a client will use when it sends that client's own initialize params.
-    """
-    source = "the value"
-    text = value
-    if value.startswith("@"):
-        source = value[1:]
-        try:
-            with open(source, "rb") as f:
-                raw = f.read(MAX_INITIALIZE_FILE_BYTES + 1)
-        except OSError as exc:
-            raise BadUsage(f"--initialize-json: cannot read {source}: {exc.strerror}") from None
-        if len(raw) > MAX_INITIALIZE_FILE_BYTES:
-            raise BadUsage(f"--initialize-json: {source} is larger than {MAX_INITIALIZE_FILE_BYTES} bytes")
-        text = raw.decode("utf-8", "replace")
+    """``--initialize-json``, parsed as `lazyctl check` parses it. Raises BadUsage."""
     try:
-        candidates: list[object] = [json.loads(text)]
-    except ValueError:
-        candidates = []
-        for line in text.splitlines():
-            try:
-                candidates.append(json.loads(line))
-            except ValueError:
-                continue
-    for obj in candidates:
-        if isinstance(obj, dict) and obj.get("method") == "initialize":
-            obj = obj.get("params")
-        if isinstance(obj, dict) and isinstance(obj.get("protocolVersion"), str):
-            return obj
-    raise BadUsage(f"--initialize-json: {source} holds no initialize params (an object with a string protocolVersion)")
+        return registration.initialize_params(value)
+    except UsageError as exc:
+        raise BadUsage(str(exc)) from None
 
 
 def check_args(state: RegState, cwd: str, environ: Mapping[str, str],
@@ -91,7 +59,7 @@ def check_args(state: RegState, cwd: str, environ: Mapping[str, str],
     argv = list(args[shimargs.command_index(args):])
     env = dict(environ)
     env.update({k: v for k, v in (state.env or {}).items() if isinstance(v, str)})
-    request: dict[str, Any] = {"argv": argv, "cwd": cwd, "env": env}
+    request = registration.command_registration(argv, cwd, env)
     if initialize is not None:
         request["initialize"] = dict(initialize)
     return request
@@ -99,37 +67,14 @@ def check_args(state: RegState, cwd: str, environ: Mapping[str, str],
 
 def run_check(socket_path: str, args: Mapping[str, Any]) -> tuple[bool, str]:
     """Send one ``check`` to the daemon at ``socket_path``; return (ok, one-line message)."""
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        sock.settimeout(CONNECT_TIMEOUT_S)
-        try:
-            sock.connect(socket_path)
-        except (FileNotFoundError, ConnectionRefusedError):
-            return False, (f"lazyd is not running (nothing listens on {socket_path}); start it "
-                           "(systemctl --user start lazyd.socket, or run lazyd) and retry with reapply --check")  # fmt: skip
-        reader = wire.BlockingFrameReader(sock)
-        hello = {"t": "hello", "v": wire.WIRE_VERSION, "role": "ctl", "pid": os.getpid(), "argv": [],
-                 "cwd": os.getcwd(), "env": {}, "opts": {}, "server": None, "resume": []}  # fmt: skip
-        wire.send_frame(sock, hello)
-        welcome = reader.read()
-        if welcome is None or welcome["t"] != "welcome":
-            reason = welcome.get("message", welcome["t"]) if welcome else "it closed the connection"
-            return False, f"lazyd refused the control connection: {reason}"
-        sock.settimeout(CHECK_REPLY_TIMEOUT_S)
-        wire.send_frame(sock, {"t": "ctl", "op": "check", "args": dict(args)})
-        reply = reader.read()
-    except (OSError, wire.WireError) as exc:
-        return False, f"lost the connection to lazyd: {exc}"
-    finally:
-        sock.close()
-    if reply is None or reply["t"] != "reply":
-        return False, "lazyd closed the connection without answering the check"
-    if not reply["ok"]:
-        error = str(reply.get("error") or "unknown error")
-        if error.startswith("unknown control operation"):
-            return False, "this lazyd has no check operation yet; upgrade and restart it (lazyctl stop)"
-        return False, error
-    return True, _summary(reply.get("data"))
+        data = registration.request_check(socket_path, args, timeout_s=CHECK_REPLY_TIMEOUT_S)
+    except DaemonNotRunning:
+        return False, (f"lazyd is not running (nothing listens on {socket_path}); start it "
+                       "(systemctl --user start lazyd.socket, or run lazyd) and retry with reapply --check")  # fmt: skip
+    except CtlError as exc:
+        return False, exc.message
+    return True, _summary(data)
 
 
 def _summary(data: object) -> str:
