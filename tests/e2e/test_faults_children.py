@@ -1,7 +1,7 @@
 """Server faults through the whole stack: cold-start races, spawn failures, crashes mid-request,
 hostile output, environments and descriptors, and no orphan after any way a server stops.
 
-Testing policy: a real daemon, real shims driven line by line (tests/e2e/test_faults_support.py),
+Testing policy: a real daemon, real shims driven line by line (tests/e2e/faults_support.py),
 and the fixture server (tests/servers/fixture_server.py), sometimes wrapped to misbehave in a way
 it has no switch for. A server and its grandchildren carry a marker of their own in their
 environment; "no orphan" is a /proc scan for it. What a server received is read from the
@@ -24,7 +24,7 @@ import pytest
 from lazyd.daemon import logring
 from lazyd.daemon.process import MAX_LINE_BYTES
 from tests.conftest import SERVERS, Daemon, UserEnv, start_daemon
-from tests.e2e.test_faults_support import (
+from tests.e2e.faults_support import (
     FIXTURE,
     SERVER_MARKER_VAR,
     RawShim,

@@ -25,7 +25,7 @@ from lazyd import wire
 from lazyd.daemon import orphans
 from lazyd.daemon.runtime import socket_identity
 from tests.conftest import UserEnv, start_daemon
-from tests.e2e.test_faults_support import (
+from tests.e2e.faults_support import (
     DEADLINE_S,
     FIXTURE,
     SERVER_MARKER_VAR,

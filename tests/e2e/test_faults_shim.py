@@ -1,6 +1,6 @@
 """Clients that leave or stop reading: what the shim answers, and what the daemon does upstream.
 
-Testing policy: a real daemon, real shims driven line by line (tests/e2e/test_faults_support.py)
+Testing policy: a real daemon, real shims driven line by line (tests/e2e/faults_support.py)
 and the fixture server, whose per-method log shows what reached it (a `notifications/cancelled`,
 say). The daemon's memory is its VmHWM; waits are bounded polls, and no test asserts on elapsed
 time.
@@ -17,7 +17,7 @@ import pytest
 
 from lazyd.daemon.supervisor import MAX_CLIENT_BACKLOG_BYTES
 from tests.conftest import UserEnv, start_daemon
-from tests.e2e.test_faults_support import (
+from tests.e2e.faults_support import (
     DEADLINE_S,
     RawShim,
     alive,

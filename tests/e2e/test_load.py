@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import UserEnv
-from tests.e2e.test_faults_support import RawShim, cancel, server_status, tool_call, wait_for
+from tests.e2e.faults_support import RawShim, cancel, server_status, tool_call, wait_for
 
 pytestmark = pytest.mark.e2e
 
