@@ -483,6 +483,8 @@ class ServerRuntime:
             "cache_updated_at": updated,
             "cache_age_s": max(0.0, now_wall - updated) if updated else None,
             "listings": self.core.snapshot.listing_counts(),
+            "era": self.core.snapshot.era(),  # "handshake", "stateless", or None before any probe
+            "listen_streams": self.core.listen_count(),
             "predicate": snap["predicate_state"],
             "policy": self._policy_status(),
             "share": self.config.share,

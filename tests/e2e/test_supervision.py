@@ -377,8 +377,10 @@ def test_an_eager_server_starts_at_boot_with_no_client_and_status_shows_the_whol
     received = methods.read_text().splitlines()
     assert received.index("initialize") < received.index("notifications/initialized"), received
     model = {"state", "pid", "started_at", "uptime_s", "clients", "restarts", "last_error", "cache_age_s",
-             "cache_updated_at", "listings", "predicate", "policy"}
+             "cache_updated_at", "listings", "era", "listen_streams", "predicate", "policy"}
     assert model <= set(early), set(early)
+    # The unattended start probed discovery first; the fixture answers -32601: handshake era.
+    assert (early["era"], early["listen_streams"]) == ("handshake", 0)
     assert early["listings"]["tools"] == 10 and early["predicate"] == "off" and early["restarts"] == 0
     assert early["policy"]["start"] == "eager" and early["last_error"] is None
     assert abs(early["started_at"] - time.time()) < 3600  # a Unix time, not a monotonic one
