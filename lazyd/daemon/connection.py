@@ -39,7 +39,7 @@ import trio
 from lazyd import wire
 from lazyd.daemon.registry import Refused, Registry
 from lazyd.daemon.runtime import peer_credentials
-from lazyd.daemon.supervisor import Session
+from lazyd.daemon.supervisor import ServerRuntime, Session
 
 log = logging.getLogger("lazyd.conn")
 
@@ -258,6 +258,8 @@ class ConnectionHandler:
                         if frame["t"] != "line":
                             raise wire.WireError(f"unexpected {frame['t']!r} frame in a session")
                         runtime.client_line(session.cid, frame["d"])
+                        if isinstance(runtime, ServerRuntime) and not runtime.has_room():
+                            await runtime.wait_for_room()
                     nursery.cancel_scope.cancel()
         finally:
             runtime.detach(session.cid)

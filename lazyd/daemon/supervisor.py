@@ -53,6 +53,12 @@ log = logging.getLogger("lazyd.server")
 # Lines queued for a server's stdin. A server that leaves this many unread is stuck; it is killed
 # (and restarted on the next request) rather than letting the queue grow without bound.
 MAX_SERVER_BACKLOG_LINES = 10_000
+# Bytes queued for a server's stdin, and requests the relay holds until a start completes, above
+# which the sessions feeding this server are not read any further (backpressure, down to the
+# clients' own pipes) instead of the daemon buffering whatever clients send faster than the server
+# takes it.
+MAX_SERVER_BACKLOG_BYTES = 64 * 1024 * 1024
+MAX_WAITING_REQUESTS = 10_000
 # Frames queued for one client. A shim that stops reading is disconnected when this fills, so one
 # slow consumer never blocks the server or the other clients (RELIABILITY.md case 11).
 MAX_CLIENT_BACKLOG_FRAMES = 4_096
@@ -74,6 +80,13 @@ def unattended_initialize_params() -> dict[str, Any]:
     """`initialize` params for a start no client asked for and no client ever initialized."""
     return {"protocolVersion": UNATTENDED_PROTOCOL_VERSION, "capabilities": {},
             "clientInfo": {"name": "lazyd", "version": "0.1.0"}}
+
+
+class _Backlog:
+    __slots__ = ("bytes",)
+
+    def __init__(self) -> None:
+        self.bytes = 0
 
 
 class Session:
@@ -166,6 +179,8 @@ class ServerRuntime:
         self._save_wanted = trio.Event()
         self._to_server: trio.MemorySendChannel[bytes] | None = None
         self._server_busy = False  # lines are queued for the stdin writer (see _send_server)
+        self._backlog = _Backlog()  # bytes queued for the current process's stdin
+        self._room = trio.Event()  # set (and replaced) whenever the backlog may have shrunk
         self._kill_reason: str | None = None
         self._stop_requested = False
         self._closing = False  # set by shutdown(): no process or predicate is started after it
@@ -337,6 +352,22 @@ class ServerRuntime:
 
     def _load(self) -> None:
         self._life(self.life.load(trio.current_time(), self.core.client_count(), self.core.inflight_count()))
+        self._signal_room()
+
+    # ---- backpressure --------------------------------------------------------------------------
+
+    def has_room(self) -> bool:
+        """Whether the sessions of this server may be read further (see MAX_SERVER_BACKLOG_BYTES)."""
+        return self._backlog.bytes < MAX_SERVER_BACKLOG_BYTES and len(self.core.queue) < MAX_WAITING_REQUESTS
+
+    async def wait_for_room(self) -> None:
+        while not self.has_room():
+            await self._room.wait()
+
+    def _signal_room(self) -> None:
+        if self.has_room():
+            self._room.set()
+            self._room = trio.Event()
 
     def _send_server(self, line: bytes) -> None:
         if self._to_server is None or self.proc is None:
@@ -350,6 +381,7 @@ class ServerRuntime:
                 return
             data = data[written:]
         self._server_busy = True
+        self._backlog.bytes += len(data)
         try:
             self._to_server.send_nowait(data)
         except trio.WouldBlock:
@@ -395,14 +427,18 @@ class ServerRuntime:
         self._relay(self.core.spawned())
 
     async def _write_server(self, proc: ChildProcess, receive: trio.MemoryReceiveChannel[bytes]) -> None:
+        backlog = self._backlog  # this process's: a later process gets its own
         async with receive:
             async for data in receive:
                 try:
                     await proc.send_raw(data)
-                    if receive.statistics().current_buffer_used == 0:
-                        self._server_busy = False
                 except (trio.BrokenResourceError, trio.ClosedResourceError, ValueError):
                     return  # the reader sees the exit and handles it
+                finally:
+                    backlog.bytes -= len(data)
+                    if receive.statistics().current_buffer_used == 0:
+                        self._server_busy = False
+                    self._signal_room()
 
     async def _read_server(self, proc: ChildProcess) -> None:
         try:
@@ -418,6 +454,8 @@ class ServerRuntime:
         if self._to_server is not None:
             self._to_server.close()
             self._to_server = None
+        self._backlog = _Backlog()  # whatever was queued died with the process
+        self._signal_room()
         self.last_exit = description
         self.on_children_changed()
         log.info("[%s] pid %d %s", self.name, proc.pid, description)

@@ -25,7 +25,8 @@ Behaviour by environment variable (all optional):
 
 Tools: echo(text), pid, sleep(seconds) with progress every 0.1 s when the request has
 _meta.progressToken and silent on notifications/cancelled, crash(code), counter, env(name),
-sample(prompt), roots, elicit(message), log(level, text).
+sample(prompt), roots, elicit(message), log(level, text). Unlisted: stall(seconds) answers, then
+stops reading stdin that long (a server whose stdin backs up).
 """
 
 from __future__ import annotations
@@ -139,6 +140,13 @@ class Server:
         if isinstance(message, list):
             threading.Thread(target=self.handle_batch, args=(message,), daemon=True).start()
         elif isinstance(message, dict):
+            params = message.get("params")
+            if message.get("method") == "tools/call" and isinstance(params, dict) and params.get("name") == "stall":
+                # Answered first, then this (the only stdin reader) stops reading for a while: a
+                # server whose stdin backs up, for the daemon's backpressure test.
+                self.write({"jsonrpc": "2.0", "id": message.get("id"), "result": _text("stalling")})
+                time.sleep(float((params.get("arguments") or {}).get("seconds", 1)))
+                return
             self.dispatch(message)
         else:
             self.write(_error(None, -32600, "invalid request"))
