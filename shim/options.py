@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import time
 
+from lazyd.core.durations import parse_bool as _core_parse_bool
 from lazyd.core.durations import parse_duration
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs start-up time
@@ -59,8 +60,6 @@ options:
 D is a duration: 0, 500ms, 30s, 10m or 1h. BOOL is true/false, 1/0, yes/no or on/off.
 """
 
-_TRUE = frozenset(("true", "1", "yes", "on"))
-_FALSE = frozenset(("false", "0", "no", "off"))
 
 MAX_SUN_PATH_BYTES = 107
 # sun_path holds 108 bytes including the terminating NUL on Linux; a longer path cannot be bound.
@@ -81,13 +80,11 @@ def _check_duration(value: str) -> None:
 
 
 def parse_bool(value: str) -> bool:
-    """Return the truth of a BOOL string; raise ValueError for anything else."""
-    lowered = value.strip().lower()
-    if lowered in _TRUE:
-        return True
-    if lowered in _FALSE:
-        return False
-    raise ValueError(f"invalid boolean {value!r} (use true/false, 1/0, yes/no or on/off)")
+    """Return the truth of a BOOL string (the daemon's rule); raise ValueError for anything else."""
+    try:
+        return _core_parse_bool(value)
+    except ValueError:
+        raise ValueError(f"invalid boolean {value!r} (use true/false, 1/0, yes/no or on/off)") from None
 
 
 def _check_bool(value: str) -> None:

@@ -116,15 +116,16 @@ class UserEnv:
         return Path(self.env["XDG_CONFIG_HOME"]) / "lazyd" / "config.toml"
 
     def daemon_pids(self) -> list[int]:
-        return [pid for pid in processes_with_marker(self.marker) if _cmdline(pid).find("lazyd.daemon") >= 0]
+        return [pid for pid in processes_with_marker(self.marker) if cmdline(pid).find("lazyd.daemon") >= 0]
 
     def server_pids(self, needle: str) -> list[int]:
         """Server processes whose command line holds `needle` (shims carry it too: excluded)."""
         return [pid for pid in processes_with_marker(self.marker)
-                if needle in (cmd := _cmdline(pid)) and "lazyd-shim" not in cmd and "lazyd.daemon" not in cmd]
+                if needle in (cmd := cmdline(pid)) and "lazyd-shim" not in cmd and "lazyd.daemon" not in cmd]
 
 
-def _cmdline(pid: int) -> str:
+def cmdline(pid: int) -> str:
+    """A process's command line with spaces for NULs; "" once it is gone."""
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
             return f.read().replace(b"\0", b" ").decode(errors="replace")

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from tests.conftest import FIXTURE_SERVER, UserEnv, shim_command
+from tests.conftest import FIXTURE_SERVER, UserEnv, cmdline, shim_command
 
 FIXTURE = [sys.executable, str(FIXTURE_SERVER)]
 DEADLINE_S = 20.0
@@ -69,14 +69,6 @@ def environ_has(pid: int, assignment: bytes) -> bool:
             return assignment in f.read().split(b"\0")
     except OSError:
         return False
-
-
-def cmdline(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return ""
 
 
 def server_side_processes(marker: str) -> list[int]:
