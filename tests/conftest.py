@@ -15,7 +15,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Generator, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -133,8 +133,30 @@ def cmdline(pid: int) -> str:
         return ""
 
 
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    # Keeps each phase's report on the test, so fixtures can tell a failed test at teardown.
+    report = yield
+    setattr(item, f"lazyd_report_{report.when}", report)
+    return report
+
+
+LOG_TAIL_LINES = 40
+
+
+def _print_log_tails(root: Path) -> None:
+    """Print the end of the daemon's and shims' stderr: a CI failure report then shows them."""
+    for name in ("daemon.stderr", "shim.stderr"):
+        path = root / name
+        if path.exists():
+            lines = path.read_text(errors="replace").splitlines()[-LOG_TAIL_LINES:]
+            print(f"--- last {len(lines)} lines of {name} ---", *lines, sep="\n")
+
+
 @pytest.fixture
-def user_env() -> Iterator[UserEnv]:
+def user_env(request: pytest.FixtureRequest) -> Iterator[UserEnv]:
     root = Path(tempfile.mkdtemp(prefix="lzd", dir="/tmp"))
     marker = uuid.uuid4().hex[:12]
     runtime = root / "run"
@@ -154,6 +176,9 @@ def user_env() -> Iterator[UserEnv]:
     try:
         yield user
     finally:
+        call_report = getattr(request.node, "lazyd_report_call", None)
+        if call_report is not None and call_report.failed:
+            _print_log_tails(root)
         # Stop daemons first (they stop their servers by the ladder), then anything left.
         for pid in user.daemon_pids():
             _signal(pid, signal.SIGTERM)

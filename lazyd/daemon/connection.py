@@ -108,7 +108,10 @@ class _Frames:
     """Frames from a stream through one decoder; a WireError poisons the connection.
 
     A frame that has started (its first byte was read) must be complete within the frame
-    deadline; between frames there is no deadline.
+    deadline; between frames there is no deadline. Only time spent waiting on the peer counts:
+    while the consumer is away (backpressure toward a stalled server can keep it away for
+    minutes), the half-read frame's clock stops. Charging that time to the peer once cut off a
+    well-behaved client in the middle of a 1 MiB frame.
     """
 
     def __init__(self, stream: trio.SocketStream, frame_deadline_s: float) -> None:
@@ -117,7 +120,8 @@ class _Frames:
         # A deque: one read can hold thousands of tiny frames, and popping a list's head is O(n).
         self.pending: deque[dict[str, Any]] = deque()
         self.frame_deadline_s = frame_deadline_s
-        self._frame_started: float | None = None
+        self._in_frame = False  # the decoder holds the start of a frame that is not complete
+        self._waited_s = 0.0  # time spent in receive for that unfinished frame
 
     async def next(self) -> dict[str, Any] | None:
         """The next frame, or None at EOF (an EOF in the middle of a frame is just a close)."""
@@ -126,11 +130,13 @@ class _Frames:
                 self._decode(b"")  # complete frames left over from the last batch come first
                 if self.pending:
                     break
-            started = self._frame_started
-            deadline = math.inf if started is None else started + self.frame_deadline_s
+            budget = self.frame_deadline_s - self._waited_s if self._in_frame else math.inf
             data: bytes | None = None
-            with trio.move_on_at(deadline):
+            began = trio.current_time()
+            with trio.move_on_after(max(budget, 0.0)):
                 data = await self.stream.receive_some(READ_BYTES)
+            if self._in_frame:
+                self._waited_s += trio.current_time() - began
             if data is None:
                 raise SlowPeer(f"a frame took longer than {self.frame_deadline_s:g} s to arrive "
                                f"({self.decoder.buffered} bytes of it so far)")
@@ -143,11 +149,12 @@ class _Frames:
         frames = self.decoder.feed(data, FRAMES_PER_BATCH)
         self.pending.extend(frames)
         if not self.decoder.buffered:
-            self._frame_started = None
-        elif frames or self._frame_started is None:
+            self._in_frame = False
+        elif frames or not self._in_frame:
             # The unfinished frame began in this read, or only now came next in line after a
-            # batch: its clock starts when the connection starts waiting for it.
-            self._frame_started = trio.current_time()
+            # batch: its clock starts from zero.
+            self._in_frame = True
+            self._waited_s = 0.0
 
 
 class ConnectionHandler:
@@ -260,6 +267,8 @@ class ConnectionHandler:
                         runtime.client_line(session.cid, frame["d"])
                         if isinstance(runtime, ServerRuntime) and not runtime.has_room():
                             await runtime.wait_for_room()
+                        if session.should_pause():
+                            await session.wait_drained()
                     nursery.cancel_scope.cancel()
         finally:
             runtime.detach(session.cid)
@@ -274,7 +283,9 @@ class ConnectionHandler:
                         batch.append(receive.receive_nowait())
                     except (trio.WouldBlock, trio.EndOfChannel):
                         break
-                await stream.send_all(b"".join(batch) if len(batch) > 1 else frame)
+                data = b"".join(batch) if len(batch) > 1 else frame
+                await stream.send_all(data)
+                session.sent(len(data))
                 if receive.statistics().current_buffer_used == 0:
                     session.busy = False
         except (trio.BrokenResourceError, trio.ClosedResourceError):

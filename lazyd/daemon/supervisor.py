@@ -57,15 +57,24 @@ MAX_SERVER_BACKLOG_LINES = 10_000
 # which the sessions feeding this server are not read any further (backpressure, down to the
 # clients' own pipes) instead of the daemon buffering whatever clients send faster than the server
 # takes it.
-MAX_SERVER_BACKLOG_BYTES = 64 * 1024 * 1024
+MAX_SERVER_BACKLOG_BYTES = 32 * 1024 * 1024
 MAX_WAITING_REQUESTS = 10_000
 # Frames queued for one client. A shim that stops reading is disconnected when this fills, so one
 # slow consumer never blocks the server or the other clients (RELIABILITY.md case 11).
 MAX_CLIENT_BACKLOG_FRAMES = 4_096
-# Bytes queued for one client since its writer last caught up (emptied the outbox). Frames can be
-# 16 MiB each, so the frame count alone would let a client that stops reading hold gigabytes; four
-# maximal lines leave a slow but live client room for a burst.
+# Bytes queued for one client and not yet written to its socket. Frames can be 16 MiB each, so the
+# frame count alone would let a client that stops reading hold gigabytes; four maximal lines leave
+# a slow but live client room for a burst. (This once counted every byte since the writer last
+# emptied the outbox, which cut off a live client that kept reading through a long busy stream.)
 MAX_CLIENT_BACKLOG_BYTES = 64 * 1024 * 1024
+# Bytes queued for one client above which that client's own requests are not read further until
+# it has taken its answers (flow control: a client that reads slower than its server answers is
+# slowed down, not cut off). With the server backlog bound, what a paused client can still be owed
+# (this, plus answers to the requests already on their way: at most MAX_SERVER_BACKLOG_BYTES of
+# them, and two pipes) stays under MAX_CLIENT_BACKLOG_BYTES unless answers are larger than their
+# requests, so only a client that stops reading, or asks for answers far larger than its requests
+# and does not read them, is disconnected.
+CLIENT_PAUSE_BYTES = 16 * 1024 * 1024
 # Spawn errors that running the same command again cannot cure: the command or its working
 # directory is missing, not executable, or in no format the kernel runs. They park the server at
 # once (lifecycle rule 3). Anything else (EAGAIN, ENOMEM, EMFILE, E2BIG...) may pass, and backs off.
@@ -102,10 +111,12 @@ class Session:
         # set, frames must be queued too, or they could overtake the queued ones.
         self.busy = False
         self.send_channel, self.receive_channel = trio.open_memory_channel[bytes](MAX_CLIENT_BACKLOG_FRAMES)
-        # Bytes queued since `busy` was last clear, i.e. since the writer last caught up.
+        # Bytes in the outbox and in the writer's current send: added by deliver, taken off by
+        # the writer (sent) once they are in the socket.
         self.backlog_bytes = 0
         self._on_overflow = on_overflow
         self.dropped = False
+        self._drained = trio.Event()  # set (and replaced) when backlog_bytes drops under the pause
 
     def deliver(self, frame: bytes) -> None:
         if self.dropped:
@@ -124,8 +135,6 @@ class Session:
             if written == len(frame):
                 return
             frame = frame[written:]
-        if not self.busy:
-            self.backlog_bytes = 0
         self.busy = True
         self.backlog_bytes += len(frame)
         try:
@@ -140,6 +149,22 @@ class Session:
             self._on_overflow()
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             self.dropped = True
+
+    def sent(self, nbytes: int) -> None:
+        """The writer put `nbytes` of queued frames into the socket."""
+        self.backlog_bytes -= nbytes
+        if self.backlog_bytes < CLIENT_PAUSE_BYTES:
+            self._drained.set()
+            self._drained = trio.Event()
+
+    def should_pause(self) -> bool:
+        """Whether this client's requests should wait until it has read its answers."""
+        return self.backlog_bytes >= CLIENT_PAUSE_BYTES
+
+    async def wait_drained(self) -> None:
+        """Until the client has read enough of its answers (see CLIENT_PAUSE_BYTES)."""
+        while self.should_pause():
+            await self._drained.wait()
 
 
 class LineGate(Protocol):

@@ -9,7 +9,7 @@ from tests.conftest import UserEnv, start_daemon
 from tests.e2e.faults_support import RawShim, peak_rss_kib, reset_peak_rss, text_of, tool_call
 
 MIB = 1024 * 1024
-SENT_MIB = 160  # well past the 64 MiB backlog bound, so buffering it all would show
+SENT_MIB = 160  # well past the 32 MiB backlog bound, so buffering it all would show
 STALL_S = 6
 
 

@@ -1,0 +1,100 @@
+"""A client's outbox in the daemon (supervisor.Session) is bounded by the bytes it holds now, not
+by the bytes that passed through it: a client that keeps reading through a long stream stays
+connected, one that falls behind has its own requests paused until it catches up, and one that
+stops reading is dropped once 64 MiB wait for it."""
+
+from __future__ import annotations
+
+import trio
+import trio.testing
+
+from lazyd.daemon.supervisor import CLIENT_PAUSE_BYTES, MAX_CLIENT_BACKLOG_BYTES, MAX_SERVER_BACKLOG_BYTES, Session
+
+MIB = 1024 * 1024
+
+
+class Outbox:
+    """A Session with no socket yet (every frame is queued) and a writer the test drives."""
+
+    def __init__(self) -> None:
+        self.overflows = 0
+        self.session = Session(cid=1, pid=4242, on_overflow=self._overflowed)
+
+    def _overflowed(self) -> None:
+        self.overflows += 1
+
+    def deliver(self, count: int, size: int = MIB) -> None:
+        for _ in range(count):
+            self.session.deliver(b"x" * size)
+
+    def write(self, count: int) -> None:
+        """The writer takes `count` frames and puts them in the socket."""
+        for _ in range(count):
+            frame = self.session.receive_channel.receive_nowait()
+            self.session.sent(len(frame))
+
+
+BOUND_MIB = MAX_CLIENT_BACKLOG_BYTES // MIB
+
+
+def test_a_client_that_keeps_reading_is_never_dropped_however_much_passes_through() -> None:
+    box = Outbox()
+    box.deliver(BOUND_MIB - 4)
+    for _ in range(20):  # never empty, never more than the bound: 20 times the bound in all
+        box.write(BOUND_MIB - 8)
+        box.deliver(BOUND_MIB - 8)
+    assert box.overflows == 0 and not box.session.dropped
+    assert box.session.backlog_bytes == (BOUND_MIB - 4) * MIB
+
+
+def test_a_client_that_stops_reading_is_dropped_once_the_bound_is_queued() -> None:
+    box = Outbox()
+    box.deliver(BOUND_MIB)
+    assert box.overflows == 0
+    box.deliver(1)
+    assert box.overflows == 1 and box.session.dropped
+
+
+def test_a_dropped_client_gets_nothing_more_and_is_reported_once() -> None:
+    box = Outbox()
+    box.deliver(BOUND_MIB + 5)
+    assert box.overflows == 1
+    assert box.session.receive_channel.statistics().current_buffer_used == BOUND_MIB
+
+
+PAUSE_MIB = CLIENT_PAUSE_BYTES // MIB
+
+
+def test_the_pause_leaves_room_for_every_answer_already_on_its_way() -> None:
+    # Answers no larger than their requests never overflow a paused client: what it can still be
+    # owed is the pause, the server's backlog and two 1 MiB pipes.
+    assert CLIENT_PAUSE_BYTES + MAX_SERVER_BACKLOG_BYTES + 2 * MIB < MAX_CLIENT_BACKLOG_BYTES
+
+
+def test_a_client_that_falls_behind_is_paused_and_resumed_once_it_reads() -> None:
+    box = Outbox()
+    box.deliver(PAUSE_MIB - 1)
+    assert not box.session.should_pause()
+    box.deliver(1)
+    assert box.session.should_pause()
+    box.write(1)
+    assert not box.session.should_pause()
+
+
+async def test_a_paused_reader_wakes_when_the_writer_catches_up(autojump_clock: trio.testing.MockClock) -> None:
+    box = Outbox()
+    box.deliver(PAUSE_MIB + 3)
+    woke_at: list[float] = []
+
+    async def reader() -> None:
+        await box.session.wait_drained()
+        woke_at.append(trio.current_time())
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(reader)
+        await trio.sleep(10)
+        box.write(3)  # still at the pause: the reader sleeps on
+        await trio.sleep(10)
+        assert woke_at == []
+        box.write(1)
+    assert woke_at == [20.0]
