@@ -17,7 +17,16 @@ import subprocess
 import sys
 import time
 
-from tests.benchmarks.common import ECHO as FIXTURE, LineClient, isolated_daemon, median, percentile, rss_kib, shim_path
+from tests.benchmarks.common import (
+    ECHO as FIXTURE,
+    LineClient,
+    cpu_seconds,
+    isolated_daemon,
+    median,
+    percentile,
+    rss_kib,
+    shim_path,
+)
 
 
 def time_bare_python(runs: int) -> list[float]:
@@ -86,9 +95,16 @@ def main() -> None:
         # Interleave the sides in blocks so machine noise hits both alike.
         d_small: list[float] = []
         r_small: list[float] = []
+        daemon_pid = int(env["LAZYD_BENCH_DAEMON_PID"])
+        cpu_relayed = 0.0  # daemon + shim CPU while the relayed side runs
+        cpu_direct = 0.0  # the direct server's CPU while the direct side runs
         for _ in range(10):
+            before = cpu_seconds(direct.proc.pid)
             d_small += time_calls(direct, args.calls // 10, "x")
+            cpu_direct += cpu_seconds(direct.proc.pid) - before
+            before = cpu_seconds(daemon_pid) + cpu_seconds(relayed.proc.pid)
             r_small += time_calls(relayed, args.calls // 10, "x")
+            cpu_relayed += cpu_seconds(daemon_pid) + cpu_seconds(relayed.proc.pid) - before
         shim_rss_idle = rss_kib(relayed.proc.pid)
         big = "y" * (1024 * 1024)
         d_big: list[float] = []
@@ -110,6 +126,8 @@ def main() -> None:
           f"{median(r_small) / median(d_small):7.2f}  <= 1.5 (aim 1.2)")
     print(f"{'tools/call round trip p99':44} {ms(percentile(d_small, 99))} {ms(percentile(r_small, 99))} "
           f"{percentile(r_small, 99) / percentile(d_small, 99):7.2f}  reported")
+    print(f"{'CPU per small round trip (server vs lazyd)':44} {cpu_direct / len(d_small) * 1e6:9.0f} us "
+          f"{cpu_relayed / len(r_small) * 1e6:9.0f} us {'':7}  reported (daemon + shim; clock ticks)")
     d_tp = 2 * len(d_big) / sum(d_big)  # MiB moved per second (request and reply)
     r_tp = 2 * len(r_big) / sum(r_big)
     print(f"{'1 MiB echo throughput (MiB/s, both ways)':44} {d_tp:12.1f} {r_tp:12.1f} {r_tp / d_tp:7.2f}  >= 0.5")
