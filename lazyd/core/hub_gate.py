@@ -12,6 +12,9 @@ client sends passes through it first. It acts on three kinds of line only:
   then on it is an ordinary request), anything else answers it with a tool error;
 - a `notifications/cancelled` for a held request: the hold ends without an answer (the client
   gave up on it) and the client is told its elicitation is cancelled too.
+- a `tools/list` request while some tool could be denied: it passes on, and the gate notes its
+  id, so that `to_client` can take the denied tools out of the answer (whether the server or
+  the cache gave it). A model is then never offered a tool it would be refused.
 Everything else passes unchanged. A held line is in no relay table, so a client that leaves
 while asked leaves nothing behind but the hold, which `detach` drops.
 
@@ -146,6 +149,8 @@ class PolicyGate:
         self.server = server
         self._held: dict[tuple[int, str], _Held] = {}
         self._next_ask = 1
+        # tools/list requests whose answers are to be filtered: (client, id type is str, id).
+        self._listings: set[tuple[int, bool, JsonId]] = set()
 
     def held_count(self) -> int:
         return len(self._held)
@@ -162,6 +167,10 @@ class PolicyGate:
             return self._answered(cid, msg)
         if msg.kind is Kind.NOTIFICATION and msg.method == "notifications/cancelled" and self._held:
             return self._cancelled(cid, msg, line)
+        if msg.kind is Kind.REQUEST and msg.method == "tools/list" and policy.can_deny:
+            assert msg.id is not None
+            self._listings.add((cid, isinstance(msg.id, str), msg.id))
+            return [Pass(line)]
         if msg.kind is not Kind.REQUEST or msg.method != "tools/call" or not policy.active:
             return [Pass(line)]
         assert msg.id is not None
@@ -183,10 +192,36 @@ class PolicyGate:
         params = ask_params(self.server, tool, msg.params.get("arguments"), verdict)
         return [Log(f"{where}; asking the user"), Reply(rpc.request_line(ask_id, "elicitation/create", params))]
 
+    def listing_count(self) -> int:
+        """tools/list answers still to be filtered: while 0, `to_client` need not be called."""
+        return len(self._listings)
+
+    def to_client(self, cid: int, line: bytes, done: JsonId, policy: ToolPolicy) -> tuple[bytes, int]:
+        """A final answer to client `cid`'s request `done`, with denied tools taken out when it
+        answers a noted `tools/list`; and how many were taken out."""
+        key = (cid, isinstance(done, str), done)
+        if key not in self._listings:
+            return line, 0
+        self._listings.discard(key)
+        msg = rpc.parse(line)
+        if not isinstance(msg, Message) or msg.kind is not Kind.RESPONSE:
+            return line, 0
+        result = msg.obj.get("result")
+        tools = result.get("tools") if isinstance(result, dict) else None
+        if not isinstance(tools, list):
+            return line, 0  # an error, or no listing: as the server wrote it
+        kept = [tool for tool in tools if not (isinstance(tool, dict) and isinstance(tool.get("name"), str)
+                                               and policy.decide(self.server, tool["name"]).decision == "deny")]
+        if len(kept) == len(tools):
+            return line, 0
+        assert isinstance(result, dict)
+        return rpc.dumps({**msg.obj, "result": {**result, "tools": kept}}), len(tools) - len(kept)
+
     def detach(self, cid: int) -> None:
         """The client left: its held calls are dropped unanswered (nobody is there to answer)."""
         for key in [k for k in self._held if k[0] == cid]:
             del self._held[key]
+        self._listings = {k for k in self._listings if k[0] != cid}
 
     def _answered(self, cid: int, msg: Message) -> list[GateAction]:
         assert isinstance(msg.id, str)

@@ -125,6 +125,11 @@ class ToolPolicy:
         """Whether any tool could be refused or asked about: else callers skip the policy."""
         return bool(self.rules) or self.default != "allow"
 
+    @property
+    def can_deny(self) -> bool:
+        """Whether any tool could be denied (and so hidden from listings)."""
+        return self.default == "deny" or any(rule.decision == "deny" for rule in self.rules)
+
     def decide(self, server: str, tool: str) -> Verdict:
         """The verdict for `tool` of `server`, by the precedence in the module docstring."""
         strictest: Rule | None = None

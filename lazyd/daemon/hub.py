@@ -462,6 +462,15 @@ class RuntimeGate:
                 log.info("[%s] %s", self.runtime.name, action.text)
         return passed
 
+    def to_client(self, cid: int, line: bytes, done: JsonId) -> bytes:
+        """A final answer to a client, with denied tools out of a `tools/list` (see PolicyGate)."""
+        if not self.core.listing_count():
+            return line
+        filtered, hidden = self.core.to_client(cid, line, done, self.policy())
+        if hidden:
+            log.info("[%s] policy: %d denied tool(s) hidden from client %d's tools/list", self.runtime.name, hidden, cid)
+        return filtered
+
     def detach(self, cid: int) -> None:
         self.core.detach(cid)
 

@@ -35,6 +35,7 @@ from lazyd import wire
 from lazyd.config import WakePredicate
 from lazyd.core import lifecycle as lc
 from lazyd.core import relay as rl
+from lazyd.core.jsonrpc import JsonId
 from lazyd.core.cache import Snapshot
 from lazyd.core.routing import SamplingPolicy
 from lazyd.daemon.process import (
@@ -171,6 +172,7 @@ class LineGate(Protocol):
     """Sees each client line before the relay core: the tool policy (lazyd/daemon/hub.py)."""
 
     def client_line(self, cid: int, line: bytes) -> bytes | None: ...  # None: answered or held
+    def to_client(self, cid: int, line: bytes, done: JsonId) -> bytes: ...  # a final answer
     def detach(self, cid: int) -> None: ...
 
 
@@ -308,7 +310,10 @@ class ServerRuntime:
             if isinstance(action, rl.ToClient):
                 session = self.sessions.get(action.cid)
                 if session is not None:
-                    session.deliver(wire.encode_line(action.line, action.done))
+                    line = action.line
+                    if self.gate is not None and action.done is not None:
+                        line = self.gate.to_client(action.cid, line, action.done)
+                    session.deliver(wire.encode_line(line, action.done))
             elif isinstance(action, rl.ToServer):
                 self._send_server(action.line)
             elif isinstance(action, rl.Activity):

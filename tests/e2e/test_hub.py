@@ -221,7 +221,7 @@ async def test_cancelling_a_hub_call_cancels_the_request_at_the_server(hub_user:
         assert texts(await hub_call(session, "fixture", "echo", {"text": "after"})) == ["after"]
 
 
-async def test_a_denied_tool_is_hidden_from_the_hub_and_refused_by_the_hub_and_by_a_per_server_shim(
+async def test_a_denied_tool_is_hidden_and_refused_by_the_hub_and_by_a_per_server_shim(
         hub_user: UserEnv, tmp_path: Path) -> None:
     async with hub_session(hub_user) as session:
         everything = texts(await session.call_tool("search_tools", {"query": "", "limit": 100}))[0]
@@ -234,7 +234,11 @@ async def test_a_denied_tool_is_hidden_from_the_hub_and_refused_by_the_hub_and_b
     assert schema.is_error and rule in texts(schema)[0]
     assert call.is_error and rule in texts(call)[0]
     async with shim_session(hub_user, [], shim_args=("--server", "fixture")) as direct:
+        listed = [tool.name for tool in (await direct.list_tools()).tools]  # from the cache
+        assert "echo" in listed and "delete_note" in listed and "crash" not in listed
         pid = texts(await direct.call_tool("pid", {}))[0]
+        listed = [tool.name for tool in (await direct.list_tools()).tools]  # the server is up now
+        assert "echo" in listed and "crash" not in listed
         refused = await direct.call_tool("crash", {"code": 3})
         assert refused.is_error and rule in texts(refused)[0]
         assert texts(await direct.call_tool("pid", {})) == [pid]

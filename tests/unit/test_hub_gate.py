@@ -155,3 +155,60 @@ def test_a_long_argument_summary_is_bounded() -> None:
     assert len(text) <= 401
     assert text.startswith('{"body": "' + "x" * 80 + '…"')
     assert summarize_arguments({}) == "(none)"
+
+
+# ---- denied tools are hidden from a per-server tools/list -----------------------------------------
+
+def listing_request(rid: int | str) -> bytes:
+    return json.dumps({"jsonrpc": "2.0", "id": rid, "method": "tools/list"}).encode()
+
+
+def listing_answer(rid: int | str, *names: str) -> bytes:
+    tools = [{"name": n, "inputSchema": {"type": "object"}} for n in names]
+    return json.dumps({"jsonrpc": "2.0", "id": rid, "result": {"tools": tools, "nextCursor": "c2"}}).encode()
+
+
+def test_a_listing_answer_loses_its_denied_tools_and_keeps_everything_else() -> None:
+    gate = PolicyGate(SERVER)
+    assert gate.client_line(1, listing_request(4), POLICY, lambda: True) == [Pass(listing_request(4))]
+    line, hidden = gate.to_client(1, listing_answer(4, "read_file", "rm_rf", "delete_x"), 4, POLICY)
+    assert hidden == 1
+    assert json.loads(line) == json.loads(listing_answer(4, "read_file", "delete_x"))  # ask is not hidden
+    assert gate.listing_count() == 0
+
+
+def test_only_the_noted_request_of_that_client_is_filtered() -> None:
+    gate = PolicyGate(SERVER)
+    gate.client_line(1, listing_request(4), POLICY, lambda: True)
+    untouched = listing_answer(4, "rm_rf")
+    assert gate.to_client(2, untouched, 4, POLICY) == (untouched, 0)  # another client's id 4
+    assert gate.to_client(1, untouched, "4", POLICY) == (untouched, 0)  # "4" is not 4
+    assert gate.to_client(1, untouched, 4, POLICY)[1] == 1
+
+
+def test_without_a_deny_rule_listings_are_not_noted_at_all() -> None:
+    gate = PolicyGate(SERVER)
+    ask_only = ToolPolicy((compile_rule("*.delete_*", "ask"),))
+    gate.client_line(1, listing_request(4), ask_only, lambda: True)
+    assert gate.listing_count() == 0
+    deny_by_default = ToolPolicy((), "deny")
+    gate.client_line(1, listing_request(5), deny_by_default, lambda: True)
+    assert gate.to_client(1, listing_answer(5, "a", "b"), 5, deny_by_default) == (
+        json.dumps({"jsonrpc": "2.0", "id": 5, "result": {"tools": [], "nextCursor": "c2"}},
+                   separators=(",", ":")).encode(), 2)
+
+
+def test_an_error_answer_to_a_listing_passes_as_the_server_wrote_it() -> None:
+    gate = PolicyGate(SERVER)
+    gate.client_line(1, listing_request(4), POLICY, lambda: True)
+    error = answer("x", error={"code": -32601, "message": "no tools"}).replace(b'"x"', b"4")
+    assert gate.to_client(1, error, 4, POLICY) == (error, 0)
+    assert gate.listing_count() == 0
+
+
+def test_a_client_that_leaves_leaves_no_noted_listing_behind() -> None:
+    gate = PolicyGate(SERVER)
+    gate.client_line(1, listing_request(4), POLICY, lambda: True)
+    gate.client_line(2, listing_request(4), POLICY, lambda: True)
+    gate.detach(1)
+    assert gate.listing_count() == 1
