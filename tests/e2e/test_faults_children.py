@@ -191,8 +191,10 @@ def test_non_json_lines_on_a_servers_stdout_are_logged_and_dropped_while_every_s
         for i in range(5):
             a.send(tool_call(i, "echo", {"text": f"a{i}"}))
             b.send(tool_call(i, "echo", {"text": f"b{i}"}))
-        assert [text_of(a.read()) for _ in range(5)] == [f"a{i}" for i in range(5)]
-        assert [text_of(b.read()) for _ in range(5)] == [f"b{i}" for i in range(5)]
+        # The fixture answers each request in its own thread: answers may come in any order.
+        for shim, name in ((a, "a"), (b, "b")):
+            answers = {reply["id"]: text_of(reply) for reply in (shim.read() for _ in range(5))}
+            assert answers == {i: f"{name}{i}" for i in range(5)}
         a.fence("fence")
         b.fence("fence")
         assert "dropped a line from the server that is not a JSON-RPC message" in daemon_log(user_env)
