@@ -39,7 +39,8 @@ import trio
 from lazyd import wire
 from lazyd.daemon.registry import Refused, Registry
 from lazyd.daemon.runtime import peer_credentials
-from lazyd.daemon.supervisor import ServerRuntime, Session
+from lazyd.daemon.session import Session
+from lazyd.daemon.supervisor import ServerRuntime
 
 log = logging.getLogger("lazyd.conn")
 

@@ -50,7 +50,8 @@ from lazyd.core.hub_protocol import hub_servers, initialize_result, internal_ini
 from lazyd.core.jsonrpc import JsonId, JsonObj, Kind, Message
 from lazyd.core.policy import ToolPolicy
 from lazyd.core.relay import Phase
-from lazyd.daemon.supervisor import ServerRuntime, Session
+from lazyd.daemon.session import Session
+from lazyd.daemon.supervisor import ServerRuntime
 
 if TYPE_CHECKING:
     from lazyd.daemon.registry import Registry

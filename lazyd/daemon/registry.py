@@ -30,7 +30,8 @@ from lazyd.daemon.hub import HubOptionError, HubSession, RuntimeGate, open_hub
 from lazyd.daemon.paths import Paths
 from lazyd.daemon.process import SpawnSpec
 from lazyd.daemon.store import SnapshotStore
-from lazyd.daemon.supervisor import RuntimeConfig, ServerRuntime, Session
+from lazyd.daemon.session import Session
+from lazyd.daemon.supervisor import RuntimeConfig, ServerRuntime
 
 log = logging.getLogger("lazyd.registry")
 

@@ -47,6 +47,7 @@ from lazyd.daemon.process import (
     read_start_time_ticks,
     spawn,
 )
+from lazyd.daemon.session import Session
 from lazyd.daemon.store import SnapshotStore
 
 log = logging.getLogger("lazyd.server")
@@ -60,22 +61,6 @@ MAX_SERVER_BACKLOG_LINES = 10_000
 # takes it.
 MAX_SERVER_BACKLOG_BYTES = 32 * 1024 * 1024
 MAX_WAITING_REQUESTS = 10_000
-# Frames queued for one client. A shim that stops reading is disconnected when this fills, so one
-# slow consumer never blocks the server or the other clients (RELIABILITY.md case 11).
-MAX_CLIENT_BACKLOG_FRAMES = 4_096
-# Bytes queued for one client and not yet written to its socket. Frames can be 16 MiB each, so the
-# frame count alone would let a client that stops reading hold gigabytes; four maximal lines leave
-# a slow but live client room for a burst. (This once counted every byte since the writer last
-# emptied the outbox, which cut off a live client that kept reading through a long busy stream.)
-MAX_CLIENT_BACKLOG_BYTES = 64 * 1024 * 1024
-# Bytes queued for one client above which that client's own requests are not read further until
-# it has taken its answers (flow control: a client that reads slower than its server answers is
-# slowed down, not cut off). With the server backlog bound, what a paused client can still be owed
-# (this, plus answers to the requests already on their way: at most MAX_SERVER_BACKLOG_BYTES of
-# them, and two pipes) stays under MAX_CLIENT_BACKLOG_BYTES unless answers are larger than their
-# requests, so only a client that stops reading, or asks for answers far larger than its requests
-# and does not read them, is disconnected.
-CLIENT_PAUSE_BYTES = 16 * 1024 * 1024
 # Spawn errors that running the same command again cannot cure: the command or its working
 # directory is missing, not executable, or in no format the kernel runs. They park the server at
 # once (lifecycle rule 3). Anything else (EAGAIN, ENOMEM, EMFILE, E2BIG...) may pass, and backs off.
@@ -97,75 +82,6 @@ class _Backlog:
 
     def __init__(self) -> None:
         self.bytes = 0
-
-
-class Session:
-    """One attached shim connection, as the runtime sees it: a bounded outbox and a way to drop it."""
-
-    def __init__(self, cid: int, pid: int, on_overflow: Callable[[], None]) -> None:
-        self.cid = cid
-        self.pid = pid
-        # The connection's socket fd once the welcome was sent, and whether its writer task is in
-        # the middle of a send: with both clear, a frame is written directly (see deliver).
-        self.fd: int | None = None
-        # True from the moment a frame is queued until the writer has drained the queue; while
-        # set, frames must be queued too, or they could overtake the queued ones.
-        self.busy = False
-        self.send_channel, self.receive_channel = trio.open_memory_channel[bytes](MAX_CLIENT_BACKLOG_FRAMES)
-        # Bytes in the outbox and in the writer's current send: added by deliver, taken off by
-        # the writer (sent) once they are in the socket.
-        self.backlog_bytes = 0
-        self._on_overflow = on_overflow
-        self.dropped = False
-        self._drained = trio.Event()  # set (and replaced) when backlog_bytes drops under the pause
-
-    def deliver(self, frame: bytes) -> None:
-        if self.dropped:
-            return
-        if self.fd is not None and not self.busy:
-            # Nothing queued and no send in progress: write straight into the socket, skipping a
-            # task switch on the relay's hot path; what does not fit goes through the writer.
-            try:
-                written = os.write(self.fd, frame)
-            except BlockingIOError:
-                written = 0
-            except OSError:
-                self.dropped = True
-                self._on_overflow()
-                return
-            if written == len(frame):
-                return
-            frame = frame[written:]
-        self.busy = True
-        self.backlog_bytes += len(frame)
-        try:
-            if self.backlog_bytes > MAX_CLIENT_BACKLOG_BYTES:
-                raise trio.WouldBlock
-            self.send_channel.send_nowait(frame)
-        except trio.WouldBlock:
-            self.dropped = True
-            log.warning("client %d (shim pid %d) stopped reading: disconnecting it (%d frames, %d bytes queued)",
-                        self.cid, self.pid, self.receive_channel.statistics().current_buffer_used,
-                        self.backlog_bytes - len(frame))
-            self._on_overflow()
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            self.dropped = True
-
-    def sent(self, nbytes: int) -> None:
-        """The writer put `nbytes` of queued frames into the socket."""
-        self.backlog_bytes -= nbytes
-        if self.backlog_bytes < CLIENT_PAUSE_BYTES:
-            self._drained.set()
-            self._drained = trio.Event()
-
-    def should_pause(self) -> bool:
-        """Whether this client's requests should wait until it has read its answers."""
-        return self.backlog_bytes >= CLIENT_PAUSE_BYTES
-
-    async def wait_drained(self) -> None:
-        """Until the client has read enough of its answers (see CLIENT_PAUSE_BYTES)."""
-        while self.should_pause():
-            await self._drained.wait()
 
 
 class LineGate(Protocol):

@@ -1,4 +1,4 @@
-"""A client's outbox in the daemon (supervisor.Session) is bounded by the bytes it holds now, not
+"""A client's outbox in the daemon (lazyd/daemon/session.py) is bounded by the bytes it holds now, not
 by the bytes that passed through it: a client that keeps reading through a long stream stays
 connected, one that falls behind has its own requests paused until it catches up, and one that
 stops reading is dropped once 64 MiB wait for it."""
@@ -8,7 +8,8 @@ from __future__ import annotations
 import trio
 import trio.testing
 
-from lazyd.daemon.supervisor import CLIENT_PAUSE_BYTES, MAX_CLIENT_BACKLOG_BYTES, MAX_SERVER_BACKLOG_BYTES, Session
+from lazyd.daemon.session import CLIENT_PAUSE_BYTES, MAX_CLIENT_BACKLOG_BYTES, Session
+from lazyd.daemon.supervisor import MAX_SERVER_BACKLOG_BYTES
 
 MIB = 1024 * 1024
 
