@@ -26,7 +26,7 @@ import struct
 import sys
 import time
 
-from lazyd import wire
+from lazyd import sockpath, wire
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs start-up time
 if TYPE_CHECKING:
@@ -85,7 +85,7 @@ class Connection:
 
 def socket_path(opts: Options) -> str:
     """The socket to use: --socket / LAZYD_SOCKET, else the default for this environment."""
-    return opts.socket if opts.socket is not None else wire.default_socket_path(os.environ)
+    return opts.socket if opts.socket is not None else sockpath.default_socket_path(os.environ)
 
 
 def build_hello(opts: Options, resume: list[bytes]) -> dict[str, Any]:

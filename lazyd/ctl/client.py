@@ -9,7 +9,7 @@ the exit status lazyctl promises:
       DaemonNotRunning     exit 3: nothing listens on the socket (like `systemctl status`)
 
 No trio here: lazyctl starts in tens of milliseconds because it imports only the standard
-library, msgpack and lazyd.wire.
+library, msgpack, lazyd.wire and lazyd.sockpath.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import os
 import socket
 from typing import Any
 
-from lazyd import wire
+from lazyd import sockpath, wire
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -46,7 +46,7 @@ class DaemonNotRunning(CtlError):
 
 def socket_path(explicit: str | None) -> str:
     """`--socket`, else what the shim would use (LAZYD_SOCKET, else the runtime dir's socket)."""
-    return explicit or wire.default_socket_path(os.environ)
+    return explicit or sockpath.default_socket_path(os.environ)
 
 
 class Connection:

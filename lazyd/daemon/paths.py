@@ -8,7 +8,7 @@ Rules, so that the daemon, `lazyctl` and the shim agree on the socket without ta
   mode 0700, under a chain of parents nobody else can replace), else ``/run/user/<euid>`` when it
   exists and passes the same check, else ``runtime-<euid>`` in the first usable temporary
   directory (``$TMPDIR``, ``$TEMP``, ``$TMP``, ``/tmp``, ``/var/tmp``, ``/usr/tmp``). This is the
-  rule of ``lazyd.wire.runtime_dir``, which the shim uses too: one implementation for both.
+  rule of ``lazyd.sockpath.runtime_dir``, which the shim uses too: one implementation for both.
 - An explicit ``socket_override`` (the daemon's command line) beats ``LAZYD_SOCKET``.
 - When the socket is overridden, the runtime dir is the socket's own directory and the lock is
   ``<socket>.lock``: single-instance means one daemon per socket, and two daemons on two sockets
@@ -33,7 +33,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from lazyd import wire
+from lazyd import sockpath
 from lazyd.daemon.runtime import SetupError
 
 APP_NAME = "lazyd"
@@ -84,9 +84,9 @@ def resolve_paths(env: Mapping[str, str], socket_override: str | None = None) ->
 
 
 def runtime_base(env: Mapping[str, str]) -> Path:
-    """The per-user runtime directory that ``lazyd/`` lives in: the rule of `lazyd.wire`, which the
+    """The per-user runtime directory that ``lazyd/`` lives in: the rule of `lazyd.sockpath`, which the
     shim uses to find the socket (one implementation, so the two can never disagree)."""
-    return Path(wire.runtime_dir(env))
+    return Path(sockpath.runtime_dir(env))
 
 
 def _xdg_home(env: Mapping[str, str], variable: str, default_under_home: str) -> Path:

@@ -8,7 +8,6 @@ synchronised through pipes, and every wait has a bounded timeout so a bug fails 
 
 from __future__ import annotations
 
-import importlib
 import os
 import signal
 import socket
@@ -20,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from lazyd import sockpath
 from lazyd.daemon.paths import Paths, resolve_paths
 from lazyd.daemon.runtime import (
     AlreadyRunning,
@@ -212,12 +212,8 @@ SOCKET_RULE_CASES: dict[str, Callable[[Path], dict[str, str]]] = {
 
 @pytest.mark.parametrize("case", SOCKET_RULE_CASES)
 def test_the_daemon_socket_path_matches_the_shims_default_socket_path(tmp_path: Path, case: str) -> None:
-    try:
-        wire = importlib.import_module("lazyd.wire")
-    except ImportError as error:
-        pytest.skip(f"lazyd.wire is not importable yet ({error})")
     env = SOCKET_RULE_CASES[case](tmp_path)
-    expected = Path(os.fspath(wire.default_socket_path(env)))
+    expected = Path(os.fspath(sockpath.default_socket_path(env)))
     assert resolve_paths({**env, "HOME": "/home/u"}).socket == expected
 
 

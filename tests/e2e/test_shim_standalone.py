@@ -32,10 +32,10 @@ DEADLINE_S = 15.0  # generous bound for any one awaited event; tests normally ta
 
 FAKE_DAEMON = r"""
 import fcntl, json, os, socket, sys, threading
-from lazyd import wire
+from lazyd import sockpath, wire
 
 args = sys.argv[1:]
-path = args[args.index("--socket") + 1] if "--socket" in args else wire.default_socket_path(os.environ)
+path = args[args.index("--socket") + 1] if "--socket" in args else sockpath.default_socket_path(os.environ)
 record_dir = os.environ["FAKE_DAEMON_DIR"]
 
 def record(kind, obj):

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from lazyd import wire
+from lazyd import sockpath
 from lazyd.ctl.wrap import check, clients, engine, shimargs
 from lazyd.ctl.wrap.errors import BadUsage, WrapError
 
@@ -152,7 +152,7 @@ def _fail(prog: str, message: str, as_json: bool, status: int) -> int:
 
 def _run_checks(report: engine.Report, socket_override: str | None, environ: Mapping[str, str],
                 initialize: Mapping[str, Any] | None) -> list[check.CheckOutcome]:  # fmt: skip
-    socket_path = socket_override or wire.default_socket_path(environ)
+    socket_path = socket_override or sockpath.default_socket_path(environ)
     outcomes = []
     for result in report.results:
         if result.action not in check.CHECKED_ACTIONS or result.state is None:

@@ -1,0 +1,111 @@
+"""Where the daemon's socket is: ``LAZYD_SOCKET``, else a private per-user runtime directory.
+
+The shim, lazyctl and the daemon all resolve it here, so they can never disagree. Standard
+library only: the shim imports this on every client start.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+
+# Not `from typing import TYPE_CHECKING`: the shim imports this module on every client start and
+# typing costs milliseconds there; mypy treats any name TYPE_CHECKING as true.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+_SOCKET_TAIL = ("lazyd", "lazyd.sock")
+
+
+def default_socket_path(env: Mapping[str, str]) -> str:
+    """Return the socket path for ``env``: ``LAZYD_SOCKET``, else ``<runtime dir>/lazyd/lazyd.sock``.
+
+    The runtime dir is chosen exactly as ``platformdirs.user_runtime_dir()`` (>= 4.14) chooses it on
+    Linux, without importing platformdirs (the shim must start fast): ``$XDG_RUNTIME_DIR`` when it
+    is absolute and private (missing, or a real directory of ours with mode 0700 under a trusted
+    chain of parents), else ``/run/user/<uid>`` when that passes the same check and exists, else
+    ``<tmp>/runtime-<uid>``. The result is not validated for use: whoever creates or connects must
+    still check ownership and modes (the tmp fallback is a predictable name others can squat).
+    """
+    explicit = env.get("LAZYD_SOCKET", "")
+    if explicit:
+        return explicit
+    return os.path.join(runtime_dir(env), *_SOCKET_TAIL)
+
+
+def runtime_dir(env: Mapping[str, str]) -> str:
+    """The per-user runtime directory (see `default_socket_path`); the daemon's paths use it too,
+    so the shim and the daemon can never disagree on where the socket is."""
+    xdg = env.get("XDG_RUNTIME_DIR", "")
+    if xdg.startswith("/") and _private_dir_ok(xdg, missing_ok=True):
+        return xdg
+    run_user = f"/run/user/{os.geteuid()}"
+    if _private_dir_ok(run_user, missing_ok=False):
+        return run_user
+    return os.path.join(_temp_dir(env), f"runtime-{os.geteuid()}")
+
+
+def _private_dir_ok(path: str, *, missing_ok: bool) -> bool:
+    # platformdirs' "private" runtime check: the dir itself is ours, 0700, not a symlink, and every
+    # directory above it is owned by root or us and not writable by others (unless sticky).
+    norm = os.path.normpath(path)
+    if not _trusted_parents(os.path.dirname(norm), missing_ok=missing_ok):
+        return False
+    try:
+        st = os.lstat(norm)
+    except FileNotFoundError:
+        return missing_ok
+    except OSError:
+        return False
+    return (
+        stat.S_ISDIR(st.st_mode)
+        and st.st_uid == os.geteuid()
+        and st.st_mode & 0o777 == 0o700
+    )
+
+
+_MAX_SYMLINKS = 40
+
+
+def _trusted_parents(path: str, *, missing_ok: bool) -> bool:
+    trusted = {0, os.geteuid()}
+    pending = [p for p in path.split("/") if p][::-1]
+    current = "/"
+    links = 0
+    while pending:
+        entry = os.path.join(current, pending.pop())
+        try:
+            st = os.lstat(entry)
+        except FileNotFoundError:
+            return missing_ok
+        except OSError:
+            return False
+        if st.st_uid not in trusted:
+            return False
+        if stat.S_ISLNK(st.st_mode):
+            links += 1
+            if links > _MAX_SYMLINKS:
+                return False
+            target = os.readlink(entry)
+            if target.startswith("/"):
+                current = "/"
+            pending.extend([p for p in target.split("/") if p][::-1])
+            continue
+        if not stat.S_ISDIR(st.st_mode):
+            return False
+        if st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:
+            return False
+        current = entry
+    return True
+
+
+def _temp_dir(env: Mapping[str, str]) -> str:
+    # tempfile.gettempdir()'s choice restricted to absolute candidates, as platformdirs does:
+    # the first of $TMPDIR, $TEMP, $TMP, /tmp, /var/tmp, /usr/tmp that we can create files in.
+    candidates = [env.get(name, "") for name in ("TMPDIR", "TEMP", "TMP")]
+    candidates += ["/tmp", "/var/tmp", "/usr/tmp"]
+    for candidate in candidates:
+        if candidate.startswith("/") and os.path.isdir(candidate) and os.access(candidate, os.W_OK | os.X_OK):
+            return os.path.abspath(candidate)
+    return "/tmp"
