@@ -286,7 +286,7 @@ class ConnectionHandler:
                         break
                 data = b"".join(batch) if len(batch) > 1 else frame
                 await stream.send_all(data)
-                session.sent(len(data))
+                session.sent(len(data), len(batch))
                 if receive.statistics().current_buffer_used == 0:
                     session.busy = False
         except (trio.BrokenResourceError, trio.ClosedResourceError):

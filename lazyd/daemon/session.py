@@ -4,7 +4,7 @@ The runtime delivers frames (`deliver`); the connection's writer task takes them
 what it wrote (`sent`). When nothing is queued a frame is written straight into the socket, a
 task switch saved on the relay's hot path. Bounds, by the bytes queued *now*:
 
-- past CLIENT_PAUSE_BYTES the connection stops reading the client's requests (`should_pause`,
+- past CLIENT_PAUSE_BYTES (or CLIENT_PAUSE_FRAMES) the connection stops reading the client's requests (`should_pause`,
   `wait_drained`): a client that reads its answers slower than its server writes them is slowed
   down, not cut off;
 - past MAX_CLIENT_BACKLOG_BYTES (or MAX_CLIENT_BACKLOG_FRAMES) the client is disconnected, so one
@@ -19,12 +19,14 @@ from collections.abc import Callable
 
 import trio
 
-
 log = logging.getLogger("lazyd.server")
 
 # Frames queued for one client. A shim that stops reading is disconnected when this fills, so one
-# slow consumer never blocks the server or the other clients (RELIABILITY.md case 11).
-MAX_CLIENT_BACKLOG_FRAMES = 4_096
+# slow consumer never blocks the server or the other clients (RELIABILITY.md case 11). Room for
+# what a paused client can still be owed in tiny frames: the pause below, plus answers to the
+# requests already on their way (up to 10,000 queued for the server and a pipe's worth); a few
+# MiB of memory at most, the byte bound still applying.
+MAX_CLIENT_BACKLOG_FRAMES = 32_768
 # Bytes queued for one client and not yet written to its socket. Frames can be 16 MiB each, so the
 # frame count alone would let a client that stops reading hold gigabytes; four maximal lines leave
 # a slow but live client room for a burst. (This once counted every byte since the writer last
@@ -38,6 +40,8 @@ MAX_CLIENT_BACKLOG_BYTES = 64 * 1024 * 1024
 # requests, so only a client that stops reading, or asks for answers far larger than its requests
 # and does not read them, is disconnected.
 CLIENT_PAUSE_BYTES = 16 * 1024 * 1024
+CLIENT_PAUSE_FRAMES = 1_024  # the same, counted in frames (a flood of tiny answers)
+
 
 class Session:
     """One attached shim connection, as the runtime sees it: a bounded outbox and a way to drop it."""
@@ -52,12 +56,16 @@ class Session:
         # set, frames must be queued too, or they could overtake the queued ones.
         self.busy = False
         self.send_channel, self.receive_channel = trio.open_memory_channel[bytes](MAX_CLIENT_BACKLOG_FRAMES)
-        # Bytes in the outbox and in the writer's current send: added by deliver, taken off by
-        # the writer (sent) once they are in the socket.
+        # Bytes and frames in the outbox and in the writer's current send: added by deliver,
+        # taken off by the writer (sent) once they are in the socket.
         self.backlog_bytes = 0
+        self.backlog_frames = 0
         self._on_overflow = on_overflow
         self.dropped = False
-        self._drained = trio.Event()  # set (and replaced) when backlog_bytes drops under the pause
+        # Set (and replaced) when a paused reader may go on; only while one waits (`_paused`), so
+        # the hot path allocates no event per write.
+        self._drained = trio.Event()
+        self._paused = False
 
     def deliver(self, frame: bytes) -> None:
         if self.dropped:
@@ -78,6 +86,7 @@ class Session:
             frame = frame[written:]
         self.busy = True
         self.backlog_bytes += len(frame)
+        self.backlog_frames += 1
         try:
             if self.backlog_bytes > MAX_CLIENT_BACKLOG_BYTES:
                 raise trio.WouldBlock
@@ -91,18 +100,21 @@ class Session:
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             self.dropped = True
 
-    def sent(self, nbytes: int) -> None:
-        """The writer put `nbytes` of queued frames into the socket."""
+    def sent(self, nbytes: int, nframes: int) -> None:
+        """The writer put `nframes` queued frames, `nbytes` in all, into the socket."""
         self.backlog_bytes -= nbytes
-        if self.backlog_bytes < CLIENT_PAUSE_BYTES:
+        self.backlog_frames -= nframes
+        if self._paused and not self.should_pause():
+            self._paused = False
             self._drained.set()
             self._drained = trio.Event()
 
     def should_pause(self) -> bool:
         """Whether this client's requests should wait until it has read its answers."""
-        return self.backlog_bytes >= CLIENT_PAUSE_BYTES
+        return self.backlog_bytes >= CLIENT_PAUSE_BYTES or self.backlog_frames >= CLIENT_PAUSE_FRAMES
 
     async def wait_drained(self) -> None:
         """Until the client has read enough of its answers (see CLIENT_PAUSE_BYTES)."""
         while self.should_pause():
+            self._paused = True
             await self._drained.wait()

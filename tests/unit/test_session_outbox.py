@@ -8,7 +8,13 @@ from __future__ import annotations
 import trio
 import trio.testing
 
-from lazyd.daemon.session import CLIENT_PAUSE_BYTES, MAX_CLIENT_BACKLOG_BYTES, Session
+from lazyd.daemon.session import (
+    CLIENT_PAUSE_BYTES,
+    CLIENT_PAUSE_FRAMES,
+    MAX_CLIENT_BACKLOG_BYTES,
+    MAX_CLIENT_BACKLOG_FRAMES,
+    Session,
+)
 from lazyd.daemon.supervisor import MAX_SERVER_BACKLOG_BYTES
 
 MIB = 1024 * 1024
@@ -32,7 +38,7 @@ class Outbox:
         """The writer takes `count` frames and puts them in the socket."""
         for _ in range(count):
             frame = self.session.receive_channel.receive_nowait()
-            self.session.sent(len(frame))
+            self.session.sent(len(frame), 1)
 
 
 BOUND_MIB = MAX_CLIENT_BACKLOG_BYTES // MIB
@@ -99,3 +105,16 @@ async def test_a_paused_reader_wakes_when_the_writer_catches_up(autojump_clock: 
         assert woke_at == []
         box.write(1)
     assert woke_at == [20.0]
+
+
+def test_a_flood_of_tiny_answers_pauses_the_client_long_before_it_could_be_cut() -> None:
+    box = Outbox()
+    box.deliver(CLIENT_PAUSE_FRAMES - 1, size=10)
+    assert not box.session.should_pause()
+    box.deliver(1, size=10)
+    assert box.session.should_pause()
+    box.write(1)
+    assert not box.session.should_pause()
+    # What a paused client can still be owed: 10,000 requests queued for the server and a 1 MiB
+    # pipe of the smallest requests (~60 bytes each), answered one frame each.
+    assert CLIENT_PAUSE_FRAMES + 10_000 + (1024 * 1024) // 60 < MAX_CLIENT_BACKLOG_FRAMES
