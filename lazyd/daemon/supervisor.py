@@ -278,9 +278,12 @@ class ServerRuntime:
                 self._nursery.start_soon(self._run_predicate)
             elif isinstance(action, lc.Log):
                 log.info("[%s] %s", self.name, action.message)
-        # Wake the timer loop only when the deadline it sleeps on moved: most inputs leave it alone,
-        # and waking it per message would cost a task switch on the relay's hot path.
-        if self.life.next_deadline() != self._waiting_for:
+        # Wake the timer loop only when its deadline moved earlier: most inputs leave it alone, and
+        # waking it per message would cost a task switch on the relay's hot path. A deadline that
+        # moved later (an idle timeout pushed back by each request) is found when the loop wakes at
+        # the old one, whose tick then has nothing to do.
+        deadline = self.life.next_deadline()
+        if deadline is not None and (self._waiting_for is None or deadline < self._waiting_for):
             self._poke.set()
 
     def _ensure_replay_params(self) -> None:
