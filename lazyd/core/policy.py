@@ -130,6 +130,12 @@ class ToolPolicy:
         """Whether any tool could be denied (and so hidden from listings)."""
         return self.default == "deny" or any(rule.decision == "deny" for rule in self.rules)
 
+    def denied(self, server: str, tools: list[str]) -> frozenset[str]:
+        """Which of `tools` of `server` this policy denies (and so hides from listings)."""
+        if not self.can_deny:
+            return frozenset()
+        return frozenset(tool for tool in tools if self.decide(server, tool).decision == "deny")
+
     def decide(self, server: str, tool: str) -> Verdict:
         """The verdict for `tool` of `server`, by the precedence in the module docstring."""
         strictest: Rule | None = None

@@ -89,6 +89,19 @@ class RelayCore(ClientMessageRelay):
         """Open `subscriptions/listen` streams of attached clients (they do not keep a server up)."""
         return len(self.hub.streams)
 
+    # ---- the daemon's own events -----------------------------------------------------------------
+
+    def announce_list_changed(self, notification: str) -> list[Action]:
+        """Tell every client that a listing may now read differently, for a reason of the daemon's
+        own (the tool policy changed): stateless-era clients on their listen streams, handshake-era
+        clients directly, or through the bridge when no handshake connection to the server is up
+        (it then sends them the notification itself). Each client gets it once."""
+        out = [Note(f"{notification}: sent to clients (a daemon-side change)"), *self._announce_list_changed(notification)]
+        if self.instance is not None:
+            line = rpc.notification_line(notification)
+            out.extend(ToClient(cid, line) for cid, c in sorted(self.clients.items()) if c.initialized)
+        return out
+
     # ---- client events ---------------------------------------------------------------------------
 
     def attach(self, cid: ClientId) -> list[Action]:

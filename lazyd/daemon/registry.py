@@ -145,6 +145,9 @@ class Registry:
                 await self._named_runtime(server)
                 if name not in report["changed"]:
                     report["added"].append(name)
+        if old.tool_policy != config.tool_policy:
+            for runtime in self.runtimes.values():
+                runtime.policy_changed(old.tool_policy, config.tool_policy)
         self.children_changed()
         return report
 

@@ -37,6 +37,8 @@ from lazyd.core import lifecycle as lc
 from lazyd.core import relay as rl
 from lazyd.core.jsonrpc import JsonId
 from lazyd.core.cache import Snapshot
+from lazyd.core.hub_catalog import cached_tools
+from lazyd.core.policy import ToolPolicy
 from lazyd.core.routing import SamplingPolicy
 from lazyd.daemon.process import (
     ChildProcess,
@@ -212,6 +214,21 @@ class ServerRuntime:
             self.gate.detach(cid)
         self._relay(self.core.detach(cid))
         self._load()
+
+    def policy_changed(self, old: ToolPolicy, new: ToolPolicy) -> None:
+        """The tool policy was reloaded: when it now hides a different set of this server's tools,
+        its clients are told their tools/list changed (per-server shims filter listings by it)."""
+        if not self.sessions:
+            return
+        core = self.core
+        tools = cached_tools(core.snapshot, core.instance if core.phase is rl.Phase.READY else None, None)
+        if tools is None:
+            return  # nothing listed yet, so nothing any client saw can be stale
+        names = [tool["name"] for tool in tools]
+        if old.denied(self.name, names) == new.denied(self.name, names):
+            return
+        log.info("[%s] the tool policy now hides a different set of tools: telling its clients", self.name)
+        self._relay(core.announce_list_changed("notifications/tools/list_changed"))
 
     def wake(self) -> None:
         self._life(self.life.operator_wake(trio.current_time()))

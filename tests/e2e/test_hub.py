@@ -245,6 +245,34 @@ async def test_a_denied_tool_is_hidden_and_refused_by_the_hub_and_by_a_per_serve
     assert fixture_methods(tmp_path).count("tools/call") == 2  # the two pid calls, never crash
 
 
+async def test_a_reload_that_denies_other_tools_tells_per_server_clients_and_their_next_listing_follows(
+        hub_user: UserEnv, tmp_path: Path) -> None:
+    seen: list[str] = []
+
+    async def on_message(message: Any) -> None:
+        method = getattr(getattr(message, "root", message), "method", None)
+        if isinstance(method, str):
+            seen.append(method)
+
+    fetched = fixture_methods(tmp_path).count("tools/list")  # by the fixture's lazyctl check
+    async with shim_session(hub_user, [], shim_args=("--server", "fixture"), message_handler=on_message) as direct:
+        before = [tool.name for tool in (await direct.list_tools()).tools]
+        assert "crash" not in before and "echo" in before
+        hub_user.config_file.write_text(_config(hub_user, tmp_path / "fixture.log", '"fixture.echo" = "deny"'))
+        lazyctl(hub_user, "reload")
+        await poll_until(lambda: "notifications/tools/list_changed" in seen, STEP_TIMEOUT_S,
+                         "the client to be told its tools changed")
+        after = [tool.name for tool in (await direct.list_tools()).tools]
+        assert "echo" not in after and "crash" in after
+        # A reload that hides nothing new tells nobody anything.
+        seen.clear()
+        hub_user.config_file.write_text(_config(hub_user, tmp_path / "fixture.log", '"fixture.echo" = "deny", "time.*" = "ask"'))
+        lazyctl(hub_user, "reload")
+        assert [tool.name for tool in (await direct.list_tools()).tools] == after
+    assert "notifications/tools/list_changed" not in seen
+    assert fixture_methods(tmp_path).count("tools/list") == fetched  # every listing came from the cache
+
+
 async def test_ask_runs_the_tool_after_the_user_accepts_and_refuses_it_after_a_decline(hub_user: UserEnv, tmp_path: Path) -> None:
     questions: list[str] = []
     answers = ["accept", "decline"]

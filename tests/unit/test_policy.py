@@ -128,3 +128,11 @@ def test_a_bad_policy_table_is_one_line_naming_the_key(text: str, error: str) ->
     with pytest.raises(ConfigError) as caught:
         parse_config_text(text, {}, None)
     assert str(caught.value) == error
+
+
+def test_denied_names_exactly_the_listed_tools_the_policy_would_refuse() -> None:
+    policy = ToolPolicy((compile_rule("fs.rm_*", "deny"), compile_rule("fs.rm_safe", "allow"), compile_rule("*.x", "ask")))
+    assert policy.denied("fs", ["rm_rf", "rm_safe", "read", "x"]) == {"rm_rf"}
+    assert policy.denied("git", ["rm_rf"]) == set()
+    assert ToolPolicy((), "deny").denied("fs", ["a", "b"]) == {"a", "b"}
+    assert ToolPolicy((compile_rule("*.x", "ask"),)).denied("fs", ["x"]) == set()

@@ -295,6 +295,31 @@ def test_a_server_list_changed_while_ready_refreshes_then_notifies_every_attache
     assert d.ask(2, 9, "tools/list").visible() == [("client", 2, result(9, {"tools": new_tools}), 9)]
 
 
+def test_a_daemon_side_change_notifies_each_initialized_client_once_while_the_server_runs() -> None:
+    d = running(1, 2)
+    d.attach(3)
+    d.ask(3, 0, "initialize", CLIENT_PARAMS)  # never finished its handshake: told nothing
+    out = d.record(d.core.announce_list_changed("notifications/tools/list_changed"))
+    assert out.visible() == [
+        ("client", 1, notification("notifications/tools/list_changed"), None),
+        ("client", 2, notification("notifications/tools/list_changed"), None),
+    ]
+    assert out.server == []  # nothing is fetched again: the server's listing did not change
+
+
+def test_a_daemon_side_change_notifies_initialized_clients_once_while_the_server_sleeps() -> None:
+    d = Driver(warm_snapshot())
+    d.attach(1, 2)
+    d.handshake(1)
+    d.handshake(2)
+    out = d.record(d.core.announce_list_changed("notifications/tools/list_changed"))
+    assert out.visible() == [
+        ("client", 1, notification("notifications/tools/list_changed"), None),
+        ("client", 2, notification("notifications/tools/list_changed"), None),
+    ]
+    assert not out.want  # and nothing starts for it
+
+
 def test_a_client_paging_through_a_listing_forwarded_during_a_refresh_gets_every_page_from_the_server() -> None:
     d = running(1)
     d.server_says(notification("notifications/tools/list_changed"))

@@ -674,3 +674,14 @@ def test_a_bridged_subscription_to_a_server_without_subscriptions_is_refused_as_
     d.handshake(1, 0, CLIENT_PARAMS)
     out = d.ask(1, 1, "resources/subscribe", {"uri": "file:///a"})
     assert answer_of(out, 1, 1)["error"]["code"] == rpc.METHOD_NOT_FOUND and out.server == []
+
+
+def test_a_daemon_side_change_reaches_a_stateless_client_on_its_listen_stream_once() -> None:
+    d, _ = driver(known_stateless())
+    d.attach(1, 2)
+    d.ask(1, "L", "subscriptions/listen", {**meta(), "notifications": {"toolsListChanged": True}})
+    d.ask(2, "M", "subscriptions/listen", {**meta(), "notifications": {"promptsListChanged": True}})
+    out = d.record(d.core.announce_list_changed("notifications/tools/list_changed"))
+    assert out.client(1) == [notification("notifications/tools/list_changed", {"_meta": {SUBSCRIPTION_ID_META: "L"}})]
+    assert out.client(2) == []  # it did not ask for tool changes
+    assert not out.want and out.server == []
