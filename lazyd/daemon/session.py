@@ -4,9 +4,9 @@ The runtime delivers frames (`deliver`); the connection's writer task takes them
 what it wrote (`sent`). When nothing is queued a frame is written straight into the socket, a
 task switch saved on the relay's hot path. Bounds, by the bytes queued *now*:
 
-- past CLIENT_PAUSE_BYTES (or CLIENT_PAUSE_FRAMES) the connection stops reading the client's requests (`should_pause`,
-  `wait_drained`): a client that reads its answers slower than its server writes them is slowed
-  down, not cut off;
+- past CLIENT_PAUSE_BYTES (or CLIENT_PAUSE_FRAMES) the connection stops reading the client's
+  requests (`should_pause`, `wait_drained`): a client that reads its answers slower than its
+  server writes them is slowed down, not cut off;
 - past MAX_CLIENT_BACKLOG_BYTES (or MAX_CLIENT_BACKLOG_FRAMES) the client is disconnected, so one
   that stops reading never blocks the server or the other clients, nor holds unbounded memory.
 """
