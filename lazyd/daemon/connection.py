@@ -111,8 +111,8 @@ class _Frames:
     A frame that has started (its first byte was read) must be complete within the frame
     deadline; between frames there is no deadline. Only time spent waiting on the peer counts:
     while the consumer is away (backpressure toward a stalled server can keep it away for
-    minutes), the half-read frame's clock stops. Charging that time to the peer once cut off a
-    well-behaved client in the middle of a 1 MiB frame.
+    minutes), the half-read frame's clock stops. Charging that time to the peer would cut off a
+    well-behaved client in the middle of a 1 MiB frame (test_frame_deadline.py).
     """
 
     def __init__(self, stream: trio.SocketStream, frame_deadline_s: float) -> None:
