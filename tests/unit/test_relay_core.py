@@ -247,6 +247,18 @@ def test_a_resumed_client_counts_as_initialized_and_its_handshake_is_the_one_rep
 # ---- listing drift -----------------------------------------------------------------------------------
 
 
+def refreshing() -> Driver:
+    """Client 1 through its handshake (from the cache); its tools/call (id 1) started the server,
+    which answered the replayed initialize: the listing refresh comes next."""
+    d = Driver(warm_snapshot())
+    d.attach(1)
+    d.handshake(1)
+    d.ask(1, 1, "tools/call", {"name": "echo"})
+    d.spawned()
+    d.answer("initialize", INIT_RESULT)
+    return d
+
+
 def test_listings_that_drifted_since_the_snapshot_send_list_changed_to_initialized_clients() -> None:
     d = Driver(warm_snapshot())
     d.attach(1, 2)
@@ -267,12 +279,7 @@ def test_listings_that_drifted_since_the_snapshot_send_list_changed_to_initializ
 
 
 def test_listings_unchanged_since_the_snapshot_send_no_list_changed_and_no_snapshot_write() -> None:
-    d = Driver(warm_snapshot())
-    d.attach(1)
-    d.handshake(1)
-    d.ask(1, 1, "tools/call", {"name": "echo"})
-    d.spawned()
-    d.answer("initialize", INIT_RESULT)
+    d = refreshing()
     out = d.serve_listings()
     assert out.visible() == [("Ready",), ("server", request(6, "tools/call", {"name": "echo"}))]
 
@@ -341,12 +348,7 @@ def test_a_server_list_changed_is_passed_on_even_when_the_refresh_finds_the_cach
 
 
 def test_a_list_changed_during_start_up_for_a_listing_already_fetched_fetches_it_again() -> None:
-    d = Driver(warm_snapshot())
-    d.attach(1)
-    d.handshake(1)
-    d.ask(1, 1, "tools/call", {"name": "echo"})
-    d.spawned()
-    d.answer("initialize", INIT_RESULT)
+    d = refreshing()
     d.answer("tools/list", {"tools": TOOLS})
     # The server registers a tool after answering the relay's tools/list, while the refresh still runs.
     out = d.server_says(notification("notifications/tools/list_changed"))
@@ -362,12 +364,7 @@ def test_a_list_changed_during_start_up_for_a_listing_already_fetched_fetches_it
 
 
 def test_a_list_changed_during_start_up_for_a_listing_not_fetched_yet_sends_nothing_more() -> None:
-    d = Driver(warm_snapshot())
-    d.attach(1)
-    d.handshake(1)
-    d.ask(1, 1, "tools/call", {"name": "echo"})
-    d.spawned()
-    d.answer("initialize", INIT_RESULT)
+    d = refreshing()
     # The pending tools/list will see the change: no second request.
     assert d.server_says(notification("notifications/tools/list_changed")).server == []
 
@@ -581,12 +578,7 @@ def test_a_server_response_too_deep_to_relay_still_answers_its_client_with_an_er
 
 
 def test_a_listing_too_deep_to_relay_does_not_stall_the_start() -> None:
-    d = Driver(warm_snapshot())
-    d.attach(1)
-    d.handshake(1)
-    d.ask(1, 1, "tools/call", {"name": "echo"})
-    d.spawned()
-    d.answer("initialize", INIT_RESULT)
+    d = refreshing()
     tools = d.upstream.pop(d.one_pending("tools/list")["id"])
     d.server_says(deep_result(tools["id"]))
     out = d.serve_listings()
