@@ -67,23 +67,8 @@ def failed_with(done: subprocess.CompletedProcess[str], code: int, words: str) -
 
 
 def fixture_pids(user: UserEnv) -> list[int]:
-    """Live fixture servers of this test's user: argv[1] is the fixture (a shim's command line
-    names it too, later) and the environment has this test's HOME."""
-    home = f"HOME={user.env['HOME']}".encode()
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
-                argv = f.read().split(b"\0")
-            with open(f"/proc/{entry}/environ", "rb") as f:
-                environ = f.read().split(b"\0")
-        except OSError:
-            continue
-        if argv[1:2] == [str(FIXTURE_SERVER).encode()] and home in environ and _pgid(int(entry)) is not None:
-            found.append(int(entry))
-    return found
+    """Live fixture servers of this test's user (shims and the daemon, which name it too, excluded)."""
+    return user.server_pids(str(FIXTURE_SERVER))
 
 
 def write_config(user: UserEnv, text: str) -> None:
