@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -189,6 +190,20 @@ def user_env(request: pytest.FixtureRequest) -> Iterator[UserEnv]:
         for pid in processes_with_marker(marker):
             _signal(pid, signal.SIGKILL)
         shutil.rmtree(root, ignore_errors=True)
+
+
+NOTIFY_RECV_TIMEOUT_S = 20.0  # bound on waiting for one notify datagram; reached only when broken
+
+
+@pytest.fixture
+def notify_socket(user_env: UserEnv) -> Iterator[tuple[socket.socket, str]]:
+    """A datagram socket playing systemd's NOTIFY_SOCKET, and its path."""
+    path = str(user_env.root / "notify.sock")
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(path)
+    sock.settimeout(NOTIFY_RECV_TIMEOUT_S)
+    yield sock, path
+    sock.close()
 
 
 def _signal(pid: int, sig: int) -> None:

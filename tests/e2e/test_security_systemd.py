@@ -17,7 +17,6 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 
 import pytest
 
@@ -28,16 +27,6 @@ from tests.e2e.test_security_frames import STEP_S, Conn, daemon_log, hello
 pytestmark = pytest.mark.e2e
 
 WATCHDOG_SEC = 2  # the service's WatchdogSec: short, and still 4 pings (every 0.5 s) when healthy
-
-
-@pytest.fixture
-def notify_socket(user_env: UserEnv) -> Iterator[tuple[socket.socket, str]]:
-    path = str(user_env.root / "notify.sock")
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-    sock.bind(path)
-    sock.settimeout(STEP_S)
-    yield sock, path
-    sock.close()
 
 
 def status_until(sock: socket.socket, wanted: str) -> list[str]:

@@ -18,7 +18,6 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -49,16 +48,6 @@ def require_tool(name: str) -> str:
         print(f"skipping: {name} is not installed")
         pytest.skip(f"{name} is not installed")
     return path
-
-
-@pytest.fixture
-def notify_socket(user_env: UserEnv) -> Iterator[tuple[socket.socket, str]]:
-    path = str(user_env.root / "notify.sock")
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-    sock.bind(path)
-    sock.settimeout(STEP_TIMEOUT_S)
-    yield sock, path
-    sock.close()
 
 
 def datagrams_until(sock: socket.socket, wanted: str) -> list[str]:
