@@ -12,10 +12,14 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import get_default_environment, stdio_client
 
 from tests.conftest import FIXTURE_SERVER, Daemon, UserEnv
 
@@ -28,8 +32,6 @@ REPO = Path(__file__).resolve().parent.parent.parent
 def _client_env(user: UserEnv) -> dict[str, str]:
     """The environment the SDK gives a server it starts (its few inherited variables, then ours):
     lazyctl runs in it too, as a user runs --check from the environment their client runs in."""
-    from mcp.client.stdio import get_default_environment
-
     return get_default_environment() | user.env
 
 
@@ -61,20 +63,24 @@ def _parent(pid: int) -> int:
         return int(f.read().rsplit(b")", 1)[1].split()[1])
 
 
-async def _session_through(entry: dict[str, Any], user: UserEnv) -> tuple[list[str], list[str], int]:
-    """Tool names, echo output, and the server's pid, from an SDK session run as the client would."""
-    from mcp import ClientSession, StdioServerParameters
-    from mcp.client.stdio import stdio_client
-
+@asynccontextmanager
+async def _session_for(entry: dict[str, Any], user: UserEnv) -> AsyncIterator[ClientSession]:
+    """An initialized SDK session started with exactly the command, args and env `entry` holds."""
     params = StdioServerParameters(command=entry["command"], args=entry["args"], env={**user.env, **entry["env"]},
                                    cwd=str(REPO))  # fmt: skip
     with open(user.root / "shim.stderr", "a") as errlog:
         async with stdio_client(params, errlog=errlog) as (read, write):
             async with ClientSession(read, write) as session:
                 await session.initialize()
-                tools = sorted(t.name for t in (await session.list_tools()).tools)
-                echoed = _texts(await session.call_tool("echo", {"text": "through lazyd"}))
-                pid = int(_texts(await session.call_tool("pid", {}))[0])
+                yield session
+
+
+async def _session_through(entry: dict[str, Any], user: UserEnv) -> tuple[list[str], list[str], int]:
+    """Tool names, echo output, and the server's pid, from an SDK session run as the client would."""
+    async with _session_for(entry, user) as session:
+        tools = sorted(t.name for t in (await session.list_tools()).tools)
+        echoed = _texts(await session.call_tool("echo", {"text": "through lazyd"}))
+        pid = int(_texts(await session.call_tool("pid", {}))[0])
     return tools, echoed, pid
 
 
@@ -108,16 +114,7 @@ async def test_wrap_with_check_warms_the_cache_so_the_first_session_starts_nothi
     assert checked["ok"] and "tools" in checked["message"], checked
     assert not user_env.server_pids(str(FIXTURE_SERVER))  # the check's own server was stopped
     entry = json.loads(path.read_text())["mcpServers"]["fixture"]
-
-    from mcp import ClientSession, StdioServerParameters
-    from mcp.client.stdio import stdio_client
-
-    params = StdioServerParameters(command=entry["command"], args=entry["args"], env={**user_env.env, **entry["env"]},
-                                   cwd=str(REPO))  # fmt: skip
-    with open(user_env.root / "shim.stderr", "a") as errlog:
-        async with stdio_client(params, errlog=errlog) as (read, write):
-            async with ClientSession(read, write) as session:
-                await session.initialize()
-                tools = sorted(t.name for t in (await session.list_tools()).tools)
-                assert "echo" in tools
-                assert not user_env.server_pids(str(FIXTURE_SERVER))  # answered from the cache
+    async with _session_for(entry, user_env) as session:
+        tools = sorted(t.name for t in (await session.list_tools()).tools)
+        assert "echo" in tools
+        assert not user_env.server_pids(str(FIXTURE_SERVER))  # answered from the cache
