@@ -284,17 +284,23 @@ def test_a_frame_trickled_after_the_hello_is_cut_at_the_frame_deadline(
 def test_many_tiny_frames_in_one_read_are_all_served_in_order(
     quick_daemon: subprocess.Popen[bytes], user_env: UserEnv
 ) -> None:
-    # 20,000 pings in one write: the daemon decodes them in batches of one read each and answers
-    # every one, in order, without the connection or the daemon stalling.
+    # 20,000 requests in one write: the daemon decodes them in batches of one read each and
+    # answers every one, in order, without the connection or the daemon stalling. Every 1,000th is
+    # an unknown operation, so the order of the replies shows.
     conn = Conn(user_env.socket)
     conn.open_ctl()
     count = 20_000
-    # From a thread: the replies flow back while the pings are still being written.
-    sender = threading.Thread(target=conn.sock.sendall, args=(wire.encode({"t": "ctl", "op": "ping", "args": {}}) * count,))
+    ping = wire.encode({"t": "ctl", "op": "ping", "args": {}})
+    marker = wire.encode({"t": "ctl", "op": "no-such-op", "args": {}})
+    payload = b"".join(marker if i % 1000 == 999 else ping for i in range(count))
+    # From a thread: the replies flow back while the requests are still being written.
+    sender = threading.Thread(target=conn.sock.sendall, args=(payload,))
     sender.start()
     replies = [conn.read() for _ in range(count)]
     sender.join(timeout=STEP_S)
-    assert all(r["t"] == "reply" and r["ok"] and r["data"]["pid"] == quick_daemon.pid for r in replies)
+    assert all(r["t"] == "reply" for r in replies)
+    assert [i for i, r in enumerate(replies) if not r["ok"]] == list(range(999, count, 1000))
+    assert all(r["data"]["pid"] == quick_daemon.pid for r in replies if r["ok"])
     conn.close()
 
 
