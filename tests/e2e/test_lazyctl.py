@@ -272,8 +272,11 @@ def test_logs_prints_the_last_lines_in_both_modes_and_follows_new_ones(user_env:
     assert [line.split(" ", 1)[1] for line in human.stdout.splitlines()] == [f"noisy line {i}" for i in (18, 19, 20)]
     data = as_json(lazyctl(user_env, "logs", "noisy", "-n", "2", "--json"))
     assert data["path"] == str(log_path) and [line.split(" ", 1)[1] for line in data["lines"]] == ["noisy line 19", "noisy line 20"]
+    # Ctrl-C as in a terminal: a test run started as a background job of a non-interactive shell
+    # inherits SIGINT ignored, and a follower that inherits that rightly ignores Ctrl-C too.
     follower = subprocess.Popen([sys.executable, "-m", "lazyd.ctl.main", "logs", "noisy", "-f", "-n", "0"],
-                                env=user_env.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                env=user_env.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         # Following from the end: what the daemon writes next (the exit note of a sleep) shows up.
         wait_until(lambda: _reads_file(follower.pid, log_path), STEP_TIMEOUT_S, "the follower to open the log")
