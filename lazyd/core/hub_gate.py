@@ -210,8 +210,10 @@ class PolicyGate:
         tools = result.get("tools") if isinstance(result, dict) else None
         if not isinstance(tools, list):
             return line, 0  # an error, or no listing: as the server wrote it
+        names = [t["name"] for t in tools if isinstance(t, dict) and isinstance(t.get("name"), str)]
+        denied = policy.denied(self.server, names)
         kept = [tool for tool in tools if not (isinstance(tool, dict) and isinstance(tool.get("name"), str)
-                                               and policy.decide(self.server, tool["name"]).decision == "deny")]
+                                               and tool["name"] in denied)]
         if len(kept) == len(tools):
             return line, 0
         assert isinstance(result, dict)

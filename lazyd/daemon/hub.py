@@ -282,7 +282,7 @@ class HubSession:
         views = []
         for runtime in self._visible():
             tools = self._tools(runtime)
-            hidden = sum(1 for t in tools or [] if policy.decide(runtime.name, t["name"]).decision == "deny")
+            hidden = len(policy.denied(runtime.name, [t["name"] for t in tools or []]))
             snap = runtime.life.snapshot()
             live = runtime.core.instance if runtime.core.phase is Phase.READY else None
             views.append(ht.ServerView(
@@ -311,8 +311,8 @@ class HubSession:
             if tools is None:
                 unknown.append(runtime.name)
                 continue
-            infos.extend(i for i in tool_infos(runtime.name, tools)
-                         if policy.decide(i.server, i.name).decision != "deny")
+            denied = policy.denied(runtime.name, [t["name"] for t in tools])
+            infos.extend(i for i in tool_infos(runtime.name, tools) if i.name not in denied)
         found = search(infos, call.query, call.limit)
         ranked = [(info, policy.decide(info.server, info.name).decision) for info in found]
         return ht.text_result(ht.render_search(call.query, ranked, len(infos), unknown))
@@ -331,7 +331,9 @@ class HubSession:
             return ht.error_result(gate.denied_text(runtime.name, call.tool, verdict))
         tool = next((t for t in tools if t["name"] == call.tool), None)
         if tool is None:
-            names = [t["name"] for t in tools if self._policy().decide(runtime.name, t["name"]).decision != "deny"]
+            all_names = [t["name"] for t in tools]
+            denied = self._policy().denied(runtime.name, all_names)
+            names = [name for name in all_names if name not in denied]
             near = difflib.get_close_matches(call.tool, names, n=3)
             hint = f"; did you mean {', '.join(near)}?" if near else "; search_tools lists its tools"
             return ht.error_result(f"{runtime.name!r} has no tool named {call.tool!r}{hint}")

@@ -212,3 +212,12 @@ def test_a_client_that_leaves_leaves_no_noted_listing_behind() -> None:
     gate.client_line(2, listing_request(4), POLICY, lambda: True)
     gate.detach(1)
     assert gate.listing_count() == 1
+
+
+def test_malformed_tool_entries_in_a_listing_are_kept_as_the_server_wrote_them() -> None:
+    gate = PolicyGate(SERVER)
+    gate.client_line(1, listing_request(4), POLICY, lambda: True)
+    odd: list[Any] = [{"name": ["rm_rf"]}, "rm_rf", {"name": "rm_rf"}, {"title": "no name"}]
+    line = json.dumps({"jsonrpc": "2.0", "id": 4, "result": {"tools": odd}}).encode()
+    filtered, hidden = gate.to_client(1, line, 4, POLICY)
+    assert hidden == 1 and json.loads(filtered)["result"]["tools"] == [odd[0], odd[1], odd[3]]
