@@ -53,7 +53,7 @@ MAX_CONFIG_BYTES = 1024 * 1024
 _POLICY_KEYS = ("start_timeout", "linger", "idle_timeout", "keep_alive", "start", "share", "wake")
 _TOP_KEYS = ("defaults", "servers", "policy")
 _TOOL_POLICY_KEYS = ("default", "rules")
-_DEFAULTS_KEYS = (*_POLICY_KEYS, "per_session_env", "sampling_policy")
+_DEFAULTS_KEYS = (*_POLICY_KEYS, "per_session_env", "identity_env", "sampling_policy")
 _SERVER_KEYS = ("command", "args", "env", "cwd", *_POLICY_KEYS)
 _WAKE_KEYS = ("command", "interval", "timeout")
 _OPTION_KEYS = ("linger", "idle_timeout", "start_timeout", "share", "wake_command",
@@ -129,6 +129,9 @@ class Config:
     defaults: Policy = field(default_factory=Policy)
     servers: Mapping[str, ServerConfig] = field(default_factory=_no_servers)
     extra_per_session_env: frozenset[str] = frozenset()
+    # `identity_env`: variables (names or patterns) that count in every identity, even where the
+    # built-in rule would ignore them (lazyd/core/envrules.py).
+    identity_env: frozenset[str] = frozenset()
     sampling_policy: Literal["refuse", "most-recent"] = "refuse"
     source: Path | None = None
     # `[policy]`: which tools run, ask the user first, or are refused (lazyd/core/policy.py).
@@ -236,12 +239,8 @@ def parse_config_text(text: str, environ: Mapping[str, str], source: Path | None
     defaults_table = _table(defaults_at, document.get("defaults", {}))
     _check_keys(defaults_at, defaults_table, _DEFAULTS_KEYS)
     defaults = _merge_policy(defaults_at, Policy(), defaults_table)
-    extra = frozenset(_strings(defaults_at / "per_session_env",
-                               defaults_table.get("per_session_env", []), allow_empty=True))
-    for pattern in sorted(extra):
-        if not pattern or "=" in pattern:
-            raise (defaults_at / "per_session_env").error(
-                f"{pattern!r} is not a variable name or pattern")
+    extra = _patterns(defaults_at / "per_session_env", defaults_table.get("per_session_env", []))
+    forced = _patterns(defaults_at / "identity_env", defaults_table.get("identity_env", []))
     sampling = defaults_table.get("sampling_policy", "refuse")
     if sampling == "refuse" or sampling == "most-recent":
         sampling_policy: Literal["refuse", "most-recent"] = sampling
@@ -253,8 +252,17 @@ def parse_config_text(text: str, environ: Mapping[str, str], source: Path | None
         servers[name] = _server(servers_at / name, name, value, defaults, environ)
     tool_policy = _tool_policy(at / "policy", document.get("policy", {}))
     return Config(defaults=defaults, servers=MappingProxyType(servers),
-                  extra_per_session_env=extra, sampling_policy=sampling_policy, source=source,
+                  extra_per_session_env=extra, identity_env=forced, sampling_policy=sampling_policy, source=source,
                   tool_policy=tool_policy)
+
+
+def _patterns(at: _At, value: object) -> frozenset[str]:
+    """An array of variable names or fnmatch patterns (per_session_env, identity_env)."""
+    patterns = frozenset(_strings(at, value, allow_empty=True))
+    for pattern in sorted(patterns):
+        if not pattern or "=" in pattern:
+            raise at.error(f"{pattern!r} is not a variable name or pattern")
+    return patterns
 
 
 def _tool_policy(at: _At, value: object) -> ToolPolicy:

@@ -21,6 +21,7 @@ import time
 
 from lazyd.core.durations import parse_bool as _core_parse_bool
 from lazyd.core.durations import parse_duration
+from lazyd.core.envrules import parse_names
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs start-up time
 if TYPE_CHECKING:
@@ -46,6 +47,9 @@ options:
   --wake-command JSON  argv (a JSON list) of a wake predicate              LAZYD_WAKE_COMMAND
   --wake-interval D    how often the wake predicate runs                   LAZYD_WAKE_INTERVAL
   --wake-timeout D     bound on one run of the wake predicate              LAZYD_WAKE_TIMEOUT
+  --identity-env A,B   variables that always count in this registration's  LAZYD_IDENTITY_ENV
+                       identity (lazyctl wrap records the declared ones)
+  --per-session-env A,B  variables that never count (names or patterns)  LAZYD_PER_SESSION_ENV
   --server NAME        use a server named in the daemon's config.toml      LAZYD_SERVER
   --hub                serve every server the daemon knows through a few   LAZYD_HUB
                        meta-tools (search, schema, call); see docs/hub.md
@@ -102,6 +106,10 @@ def _check_argv_json(value: str) -> None:
         raise ValueError(f"invalid JSON argv {value!r}: it must be a non-empty list of strings")
 
 
+def _check_names(value: str) -> None:
+    parse_names(value)
+
+
 _DAEMON_OPTS = {
     "--linger": ("linger", "LAZYD_LINGER", _check_duration),
     "--idle-timeout": ("idle_timeout", "LAZYD_IDLE_TIMEOUT", _check_duration),
@@ -110,6 +118,8 @@ _DAEMON_OPTS = {
     "--wake-command": ("wake_command", "LAZYD_WAKE_COMMAND", _check_argv_json),
     "--wake-interval": ("wake_interval", "LAZYD_WAKE_INTERVAL", _check_duration),
     "--wake-timeout": ("wake_timeout", "LAZYD_WAKE_TIMEOUT", _check_duration),
+    "--identity-env": ("identity_env", "LAZYD_IDENTITY_ENV", _check_names),
+    "--per-session-env": ("per_session_env", "LAZYD_PER_SESSION_ENV", _check_names),
 }
 # Options that the shim itself uses: flag -> env var.
 _SHIM_VALUES = {"--socket": "LAZYD_SOCKET", "--log-file": "LAZYD_LOG_FILE", "--server": "LAZYD_SERVER",

@@ -7,9 +7,11 @@ holds the `server/discover` answers keyed by the protocol version in the probe's
 such as -32601 is an answer too: it is what makes a handshake-era server's discovery probe cheap).
 
 Why the capability hash is in the key: listings may depend on what the client declared
-(server-everything adds `trigger-sampling-request` only for clients that declare `sampling`), and a
-client that ignores `list_changed` (Claude Code) must see the full, correct listing at its first
-`tools/list`. A miss therefore starts the server rather than guessing from another key.
+(server-everything adds `trigger-sampling-request` only for clients that declare `sampling`). Most
+servers list the same to everyone, so a client is served the entry of any handshake of a compatible
+version (`entry_for_client`): that is what lets a session of one client be answered from what a
+check or another client's session recorded. A server seen to list differently for two handshakes
+of one version is served by exact key only from then on, and a miss starts it.
 
 Stateless-era servers (2026-07-28) have no handshake: their listings are cached per *stateless key*
 (method, protocol version, capabilities digest, and the client identity when the server marked the
@@ -254,15 +256,50 @@ class Snapshot:
         return self.entries.get(handshake_key(params))
 
     def entry_same_version(self, params: JsonObj) -> HandshakeEntry | None:
-        """An entry for the same requested version, whatever the capabilities (initialize only)."""
+        """An entry of a compatible version, whatever the capabilities (what `initialize` may be
+        answered from): the exact key, else the latest entry a client asked for at this version,
+        else the latest in which the server answered with this version (it would negotiate the
+        same with this client)."""
         exact = self.entry_for(params)
         if exact is not None:
             return exact
         version = params.get("protocolVersion")
-        for entry in self.entries.values():
+        entries = list(self.entries.values())[::-1]  # latest stored first
+        for entry in entries:
             if entry.params.get("protocolVersion") == version:
                 return entry
+        for entry in entries:
+            if entry.result.get("protocolVersion") == version:
+                return entry
         return None
+
+    def entry_for_client(self, params: JsonObj) -> HandshakeEntry | None:
+        """The entry whose listings a client with these `initialize` params may be served.
+
+        The exact handshake key first. Otherwise an entry of a compatible version
+        (`entry_same_version`), unless this server is known to list differently by client
+        capabilities (`listings_vary_by_capabilities`): then only its own key will do, and a miss
+        starts the server. A server that lists by capabilities is found out at the first start
+        whose refresh differs from what the cache served; that start announces list_changed.
+        """
+        exact = self.entry_for(params)
+        if exact is not None or self.listings_vary_by_capabilities():
+            return exact
+        return self.entry_same_version(params)
+
+    def listings_vary_by_capabilities(self) -> bool:
+        """Whether two entries in which the server negotiated the same version hold different
+        listings: the server answers by the client's capabilities (server-everything adds a
+        sampling tool for clients that declare sampling), or changed between them; either way
+        one client's listing must not be served to another."""
+        seen: dict[tuple[object, str], str] = {}
+        for entry in self.entries.values():
+            version = entry.result.get("protocolVersion")
+            for method, listing in entry.listings.items():
+                text = canonical(listing.to_json())
+                if seen.setdefault((version, method), text) != text:
+                    return True
+        return False
 
     def to_json(self) -> JsonObj:
         return {

@@ -3,10 +3,11 @@
 A registration is what a client asked the shim to run: a command, its arguments, a working
 directory and an environment. The rule this module owns:
 
-- Two registrations that differ only in *per-session* environment variables (which terminal,
-  window, multiplexer pane, ssh login or client session they came from) have the same identity,
-  so two sessions of the same client opened in two terminals share one server process.
-- Any other difference (the resolved command, an argument, the cwd, the value of any other
+- Two registrations that differ only in variables that do not count (which terminal, window,
+  multiplexer pane, ssh login or client session they came from: lazyd/core/envrules.py has the
+  rule, and the variables a registration declares always count) have the same identity, so two
+  sessions of the same client, or of two clients, share one server process.
+- Any other difference (the resolved command, an argument, the cwd, the value of a counted
   variable, typically a token) gives a different identity, so they never share.
 - `share = false` adds a per-session `instance` token, so such a registration never shares.
 
@@ -20,120 +21,25 @@ PATH-lookup function.
 
 from __future__ import annotations
 
-import fnmatch
 import hashlib
 import hmac
 import json
 import posixpath
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from lazyd.core.envrules import PER_SESSION_ENV, classify, counts
 
 __all__ = [
     "PER_SESSION_ENV",
     "Identity",
     "identity_for",
     "explain_difference",
+    "differing_env_names",
+    "variable_class",
     "MIN_SECRET_BYTES",
 ]
-
-# Variables (exact names or fnmatch patterns, case-sensitive) that vary per terminal, window, login
-# or client session and carry no server setting. A shared server runs with the environment of the
-# session that started it, so ignoring a variable is only safe where the server cannot care which
-# session's value it got. Users extend this list with `per_session_env` in config.toml.
-PER_SESSION_ENV: frozenset[str] = frozenset(
-    {
-        # Terminal emulators and their windows, tabs and panes. A server talks over pipes, never to
-        # the terminal, so which terminal (and its size, type and version) launched the client is
-        # irrelevant to it; these differ between any two terminals and would prevent all sharing.
-        "TERM",
-        "COLORTERM",
-        "TERM_PROGRAM",
-        "TERM_PROGRAM_VERSION",
-        "TERM_SESSION_ID",
-        "LC_TERMINAL",
-        "LC_TERMINAL_VERSION",
-        "COLUMNS",
-        "LINES",
-        "WINDOWID",
-        "VTE_VERSION",
-        "ITERM_*",
-        "KITTY_*",
-        "WEZTERM_*",
-        "ALACRITTY_*",
-        "GHOSTTY_*",
-        "KONSOLE_*",
-        "GNOME_TERMINAL_SCREEN",
-        "GNOME_TERMINAL_SERVICE",
-        "TILIX_ID",
-        "TERMINATOR_UUID",
-        "WT_SESSION",
-        "WT_PROFILE_ID",
-        "__INTELLIJ_COMMAND_HISTFILE__",
-        # Terminal multiplexers: which session and pane the client runs in.
-        "TMUX",
-        "TMUX_PANE",
-        "STY",
-        "WINDOW",
-        "ZELLIJ",
-        "ZELLIJ_SESSION_NAME",
-        "ZELLIJ_PANE_ID",
-        # Shell bookkeeping. PWD and OLDPWD duplicate or predate the cwd, which is part of the
-        # identity on its own (and PWD may spell it through a symlink); `_` is the last command
-        # run; SHLVL is how deeply nested the shell is; the rest are prompt and direnv state that
-        # changes on every prompt or `.envrc` edit (the variables direnv loads still count).
-        "PWD",
-        "OLDPWD",
-        "_",
-        "SHLVL",
-        "STARSHIP_SESSION_KEY",
-        "DIRENV_DIR",
-        "DIRENV_FILE",
-        "DIRENV_DIFF",
-        "DIRENV_WATCHES",
-        # SSH logins and agents: every login gets its own connection details, tty and (when
-        # forwarded) agent socket. A shared server keeps the agent socket of the session that
-        # started it, which may vanish with that login; a server that needs a stable agent
-        # should get SSH_AUTH_SOCK from config.toml, where it is part of the identity again.
-        "SSH_AUTH_SOCK",
-        "SSH_AGENT_PID",
-        "SSH_CLIENT",
-        "SSH_CONNECTION",
-        "SSH_TTY",
-        "GPG_TTY",
-        # Service-manager and login bookkeeping: which unit, scope or login session the client
-        # was started in (desktop terminals each get their own systemd scope).
-        "INVOCATION_ID",
-        "JOURNAL_STREAM",
-        "SYSTEMD_EXEC_PID",
-        "MANAGERPID",
-        "XDG_SESSION_ID",
-        "XPC_SERVICE_NAME",
-        # Editors hosting the client: per-window IPC handles, pids and nonces. VS Code's variables
-        # are all its own plumbing, so the whole prefix goes. GIT_ASKPASS is deliberately *kept*:
-        # it changes how git (run by a server) asks for credentials, and it is the same for every
-        # window of one editor install, so keeping it costs no sharing.
-        "VSCODE_*",
-        "CURSOR_TRACE_ID",
-        "NVIM",
-        "NVIM_LISTEN_ADDRESS",
-        # AI clients' session variables: a per-session port, and markers of which client launched
-        # the server. Clients identify themselves to a server in `initialize`, not through the
-        # environment, so these must not split one server per client.
-        "CLAUDE_CODE_SSE_PORT",
-        "CLAUDECODE",
-        "CLAUDE_CODE_ENTRYPOINT",
-        # lazyd's own shim options: they are settings of the registration (linger, share, wake),
-        # carried separately to the daemon, not settings of the server.
-        "LAZYD_*",
-        # Deliberately NOT listed: DISPLAY, WAYLAND_DISPLAY, XAUTHORITY and
-        # DBUS_SESSION_BUS_ADDRESS. They are the same in every terminal of one desktop login, so
-        # keeping them costs nothing there, and they differ exactly when sharing would be wrong:
-        # an ssh session and the desktop must not share a server that opens windows (a headed
-        # browser) or reads the keyring over D-Bus. PATH is kept too: it decides what the server's
-        # own subprocesses run, so an activated virtualenv gets its own server.
-    }
-)
 
 # A shorter key would let someone who knows a cache file name brute-force the token behind it.
 MIN_SECRET_BYTES = 16
@@ -181,6 +87,11 @@ class Identity:
     cwd: str
     env: tuple[tuple[str, str], ...]
     instance: str = ""
+    # Why each variable counts, for explanations only: not part of the key (two registrations
+    # that keep the same variables with the same values are the same server however they got
+    # there) and not compared.
+    declared: frozenset[str] = field(default=frozenset(), compare=False)
+    forced: tuple[str, ...] = field(default=(), compare=False)
 
     def key_material(self) -> bytes:
         """A canonical, unambiguous encoding of every field.
@@ -228,13 +139,17 @@ def identity_for(
     ignore: Iterable[str] = PER_SESSION_ENV,
     which: Callable[[str, str | None], str | None],
     instance: str = "",
+    force: Iterable[str] = (),
+    declared: Iterable[str] = (),
 ) -> Identity:
     """The identity of a registration.
 
     `argv[0]` is resolved to an absolute path: a bare name through `which(name, PATH)` with the
     registration's own PATH (None when it has none), a relative path against `cwd`. A command
     that cannot be resolved keeps its given name (starting it will fail later, with a clear error
-    there). `ignore` lists per-session variable names or fnmatch patterns to leave out.
+    there). `ignore` lists per-session variable names or fnmatch patterns to leave out, `force`
+    names or patterns that count all the same (identity_env), `declared` the names of the
+    variables the registration itself sets (they always count); see lazyd/core/envrules.py.
     `instance` is a per-session token for `share = false`, "" when shared.
 
     Raises ValueError for an empty argv or command, or a cwd that is not absolute.
@@ -245,11 +160,13 @@ def identity_for(
         raise ValueError(f"the working directory must be an absolute path, got {cwd!r}")
     cwd = posixpath.normpath(cwd)
     command = _resolve(argv[0], cwd, env, which)
-    patterns = tuple(ignore)
+    patterns, forced, own = tuple(ignore), tuple(force), frozenset(declared)
     kept = tuple(sorted(
-        (name, value) for name, value in env.items() if not _ignored(name, patterns)
+        (name, value) for name, value in env.items()
+        if counts(name, ignore=patterns, force=forced, declared=own)
     ))
-    return Identity(argv=(command, *argv[1:]), cwd=cwd, env=kept, instance=instance)
+    return Identity(argv=(command, *argv[1:]), cwd=cwd, env=kept, instance=instance,
+                    declared=own & {name for name, _ in kept}, forced=forced)
 
 
 def explain_difference(a: Identity, b: Identity) -> list[str]:
@@ -272,13 +189,25 @@ def explain_difference(a: Identity, b: Identity) -> list[str]:
         reasons.append(f"cwd differs: {a.cwd} vs {b.cwd}")
     env_a, env_b = dict(a.env), dict(b.env)
     for name in sorted(env_a.keys() | env_b.keys()):
+        kind = variable_class(a if name in env_a else b, name)
         if name not in env_a or name not in env_b:
-            reasons.append(f"env {name} only in one")
+            reasons.append(f"env {name} only in one ({kind})")
         elif env_a[name] != env_b[name]:
-            reasons.append(f"env {name} differs (values hidden)")
+            reasons.append(f"env {name} differs ({kind}, values hidden)")
     if a.instance != b.instance:
         reasons.append("share = false")
     return reasons
+
+
+def variable_class(identity: Identity, name: str) -> str:
+    """Why `name` counts in `identity`: declared, forced, credential, setting or other."""
+    return classify(name, force=identity.forced, declared=identity.declared)
+
+
+def differing_env_names(a: Identity, b: Identity) -> list[str]:
+    """The names of the counted variables that keep `a` and `b` apart (values never leave)."""
+    env_a, env_b = dict(a.env), dict(b.env)
+    return sorted(n for n in env_a.keys() | env_b.keys() if env_a.get(n) != env_b.get(n))
 
 
 def _first(argv: tuple[str, ...]) -> str:
@@ -295,10 +224,6 @@ def _resolve(
         return command
     # A relative PATH entry yields a relative result; anchor it where the server will run.
     return posixpath.normpath(posixpath.join(cwd, found))
-
-
-def _ignored(name: str, patterns: tuple[str, ...]) -> bool:
-    return any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns)
 
 
 def _is_launcher(name: str) -> bool:

@@ -126,7 +126,7 @@ class ClientMessageRelay(ServerMessageRelay):
         if self.phase is Phase.READY and self.instance is not None:
             entry: HandshakeEntry | None = self.instance
         else:
-            entry = self.snapshot.entry_for(client.params) if client.params is not None else None
+            entry = self.snapshot.entry_for_client(client.params) if client.params is not None else None
         if entry is not None:
             listing = entry.listings.get(msg.method)
             if listing is not None:

@@ -143,7 +143,10 @@ class StartupRelay(BridgeRelay):
     def _refresh_done(self, last: set[str]) -> list[Action]:
         assert self.instance is not None
         key = handshake_key(self.instance.params)
-        old = self.snapshot.entries.get(key)
+        # What a client of this handshake was served from the cache, perhaps another handshake's
+        # entry: drift is measured against that, so a start after a cross-handshake answer
+        # announces what it got wrong.
+        old = self.snapshot.entry_for_client(self.instance.params)
         changed = {
             method
             for method, listing in self.instance.listings.items()

@@ -53,7 +53,9 @@ def cmd_status(args: argparse.Namespace, out: Output) -> int:
         head = f"lazyd running (pid {data['daemon_pid']})"
         if not rows:
             return f"{head}\nno servers registered yet\n{fmt.summary_line(rows)}"
-        return f"{head}\n{fmt.status_table(rows, time.time())}\n{fmt.summary_line(rows)}"
+        apart = fmt.distinctions(rows)
+        text = f"{head}\n{fmt.status_table(rows, time.time())}\n{fmt.summary_line(rows)}"
+        return f"{text}\n{apart}" if apart else text
 
     out.result(data, human)
     return EXIT_OK

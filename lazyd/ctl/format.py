@@ -83,3 +83,25 @@ def summary_line(rows: Sequence[Mapping[str, Any]]) -> str:
     memory = sum(int(r.get("memory_bytes") or 0) for r in rows)
     noun = "server" if len(rows) == 1 else "servers"
     return f"{len(rows)} {noun}: {', '.join(parts)}; memory {human_bytes(memory)}"
+
+
+def distinctions(rows: Sequence[Mapping[str, Any]]) -> str:
+    """For servers that run the same command under different identities, what sets each apart:
+    its cwd, the names of the variables whose values differ (never the values), its share mode.
+    "" when every command runs once."""
+    groups: dict[str, list[Mapping[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault(repr(row.get("command")), []).append(row)
+    lines: list[str] = []
+    for group in groups.values():
+        if len(group) < 2:
+            continue
+        if not lines:
+            lines.append("same command, different identities (explain NAME NAME says why in full):")
+        width = max(len(str(r["name"])) for r in group)
+        for row in group:
+            names = [n for n in row.get("differs_by") or [] if n != "cwd"]
+            share = "shared" if row.get("share", True) else "share = false"
+            env = "env differs: " + ", ".join(names) if names else "env the same"
+            lines.append(f"  {str(row['name']):<{width}}  cwd {row.get('cwd') or NONE}; {env}; {share}")
+    return "\n".join(lines)

@@ -15,17 +15,16 @@ This module owns the dispatch and the arguments; the check driver is lazyd.daemo
 from __future__ import annotations
 
 import dataclasses
-import fnmatch
 import logging
 import os
-import shutil
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import trio
 
 from lazyd.config import ConfigError
-from lazyd.core.identity import Identity, explain_difference, identity_for
+from lazyd.core.envrules import parse_names
+from lazyd.core.identity import Identity, differing_env_names, explain_difference
 from lazyd.daemon.check import check_runtime, default_initialize_params
 from lazyd.daemon.proctree import ProcTable, proc_table, process_tree_usage
 from lazyd.daemon.registry import Registry
@@ -86,7 +85,24 @@ class Control:
         row["memory_bytes"] = rss if processes else None
         row["cache_path"] = str(self.registry.store.path_for(runtime.config.digest))
         row["log_path"] = str(runtime.config.spec.log_path)
+        row.update(self._distinction(runtime))
         return row
+
+    def _distinction(self, runtime: ServerRuntime) -> dict[str, Any]:
+        """What tells this server apart from the others of the same command (status output):
+        its cwd, and the names of the variables whose values differ (never the values)."""
+        identities = self.registry.identities
+        mine = next((identities[d] for d, r in self.registry.runtimes.items() if r is runtime), None)
+        if mine is None:
+            return {"cwd": runtime.config.spec.cwd, "differs_by": []}
+        names: set[str] = set()
+        cwd_differs = False
+        for digest, other in identities.items():
+            if other is mine or other.argv != mine.argv:
+                continue
+            names.update(differing_env_names(mine, other))
+            cwd_differs = cwd_differs or other.cwd != mine.cwd
+        return {"cwd": mine.cwd, "differs_by": (["cwd"] if cwd_differs else []) + sorted(names)}
 
     async def op_ping(self, args: dict[str, Any]) -> Result:
         return True, {"pid": os.getpid()}, None
@@ -197,9 +213,9 @@ class Control:
         if isinstance(parsed, str):
             return parsed
         argv, cwd, env = parsed
-        ignore = tuple(self.registry.config.per_session_env)
-        identity = identity_for(argv, cwd, env, ignore=ignore, which=_which)
-        ignored = sorted(n for n in env if any(fnmatch.fnmatchcase(n, p) for p in ignore))
+        identity, _problem = self.registry.identity_of(argv, cwd, env, force=_declared(env))
+        counted = {n for n, _ in identity.env}
+        ignored = sorted(n for n in env if n not in counted)
         attached = [r.name for d, r in self.registry.runtimes.items()
                     if dataclasses.replace(self.registry.identities[d], instance="") == identity]
         return identity, _describe(identity, identity.readable_name(secret), ignored, attached[0] if attached else None)
@@ -250,8 +266,12 @@ def _command_registration(reg: Mapping[str, Any], no_command: str) -> tuple[list
     return list(argv), cwd, dict(env)
 
 
-def _which(command: str, path: str | None) -> str | None:
-    return shutil.which(command, path=path)
+def _declared(env: Mapping[str, str]) -> tuple[str, ...]:
+    """The names a wrapped registration declares (LAZYD_IDENTITY_ENV in its env), else none."""
+    try:
+        return parse_names(env["LAZYD_IDENTITY_ENV"]) if env.get("LAZYD_IDENTITY_ENV") else ()
+    except ValueError:
+        return ()
 
 
 def _describe(identity: Identity, name: str, ignored: list[str] | None, runtime: str | None) -> dict[str, Any]:

@@ -24,6 +24,7 @@ import trio
 
 from lazyd.config import Config, ConfigError, Policy, ServerConfig, policy_with_options
 from lazyd.core import lifecycle as lc
+from lazyd.core.envrules import parse_names
 from lazyd.core.identity import Identity, identity_for
 from lazyd.daemon import orphans
 from lazyd.daemon.hub import HubOptionError, HubSession, RuntimeGate, open_hub
@@ -38,6 +39,8 @@ log = logging.getLogger("lazyd.registry")
 # Shim options travel in the environment too (LAZYD_*); they configure lazyd, not the server, so
 # they are neither part of the identity nor passed to the server process.
 SHIM_ENV_PREFIX = "LAZYD_"
+# Shim options about the identity rather than the lifecycle policy (lazyd/core/envrules.py).
+IDENTITY_OPTS = ("identity_env", "per_session_env")
 
 
 class Refused(Exception):
@@ -156,7 +159,8 @@ class Registry:
         cwd = server.cwd or self.daemon_env.get("HOME") or "/"
         identity = identity_for((server.command, *server.args), cwd, env,
                                 ignore=self.config.per_session_env, which=_which,
-                                instance=f"named:{server.name}")
+                                instance=f"named:{server.name}", force=self.config.identity_env,
+                                declared=server.env)
         return await self._runtime(identity, server.name, env, server.policy)
 
     async def _runtime(self, identity: Identity, name: str, env: Mapping[str, str], policy: Policy,
@@ -210,25 +214,50 @@ class Registry:
                 raise Refused("options", str(exc)) from None
             runtime = await self._named_runtime(server)
         else:
+            rules = {k: opts.pop(k) for k in IDENTITY_OPTS if k in opts}
             try:
                 policy = policy_with_options(self.config.defaults, opts)
+                force, ignore = (parse_names(rules[k]) if k in rules else () for k in IDENTITY_OPTS)
             except ConfigError as exc:
                 raise Refused("options", str(exc)) from None
+            except ValueError as exc:
+                raise Refused("options", f"option --identity-env/--per-session-env: {exc}") from None
             argv, cwd, env = list(hello["argv"]), str(hello["cwd"]), dict(hello["env"])
             if not argv:
                 raise Refused("options", "no server command given")
             if not os.path.isabs(cwd):
                 raise Refused("options", f"the working directory must be absolute, got {cwd!r}")
-            runtime = await self._unnamed_runtime(argv, cwd, env, policy)
+            runtime = await self._unnamed_runtime(argv, cwd, env, policy, force=force, ignore=ignore)
         cid = self._next_cid
         self._next_cid += 1
         session = Session(cid, int(hello["pid"]), on_overflow)
         runtime.attach(session, [bytes(line) for line in hello.get("resume", [])])
         return runtime, session
 
-    async def _unnamed_runtime(self, argv: list[str], cwd: str, env: dict[str, str], policy: Policy) -> ServerRuntime:
-        base = identity_for(argv, cwd, env, ignore=self.config.per_session_env, which=_which)
+    def identity_of(self, argv: list[str], cwd: str, env: Mapping[str, str], *,
+                    force: tuple[str, ...] = (), ignore: tuple[str, ...] = ()) -> tuple[Identity, str | None]:
+        """The identity of an unnamed registration, and why it must stay private (None: it may
+        share). A registration whose environment cannot be judged (its working directory cannot
+        be entered, so its command and PATH lookups mean nothing) never shares by accident."""
+        # The registration's own names (lazyctl wrap records the variables it declares) are
+        # "declared"; patterns among them and config.toml's identity_env are "forced".
+        declared = [n for n in force if not any(c in n for c in "*?[")]
+        patterns = [n for n in force if n not in declared]
+        identity = identity_for(argv, cwd, env, ignore=(*self.config.per_session_env, *ignore),
+                                which=_which, force=(*self.config.identity_env, *patterns),
+                                declared=declared)
+        problem = None
+        if not os.path.isdir(cwd) or not os.access(cwd, os.X_OK):
+            problem = f"its working directory {cwd} cannot be entered"
+        return identity, problem
+
+    async def _unnamed_runtime(self, argv: list[str], cwd: str, env: dict[str, str], policy: Policy, *,
+                               force: tuple[str, ...] = (), ignore: tuple[str, ...] = ()) -> ServerRuntime:
+        base, problem = self.identity_of(argv, cwd, env, force=force, ignore=ignore)
         name = base.readable_name(self.secret)
+        if problem is not None:
+            log.warning("registration %s gets a private identity: %s", name, problem)
+            policy = dataclasses.replace(policy, share=False)
         if policy.share:
             return await self._runtime(base, name, env, policy)
         # share = false: one process per session, but a free one (no session attached) with the

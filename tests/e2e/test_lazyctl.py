@@ -391,9 +391,9 @@ def test_explain_names_variables_never_values_and_says_why_two_registrations_dif
     assert "TMUX" in ignored
     differ = lazyctl(user, "explain", name, "--", *SERVER, env={"API_TOKEN": other})
     assert differ.returncode == 0
-    assert "do not share a process" in differ.stdout and "env API_TOKEN differs (values hidden)" in differ.stdout
+    assert "do not share a process" in differ.stdout and "env API_TOKEN differs (credential, values hidden)" in differ.stdout
     data = as_json(lazyctl(user, "explain", name, "--json", "--", *SERVER, env={"API_TOKEN": other}))
-    assert data["differences"] == ["env API_TOKEN differs (values hidden)"] and data["same_identity"] is False
+    assert data["differences"] == ["env API_TOKEN differs (credential, values hidden)"] and data["same_identity"] is False
     assert data["registrations"][0]["registered_as"] == name and "API_TOKEN" in data["registrations"][0]["env_names"]
     twice = as_json(lazyctl(user, "explain", name, name, "--json"))
     assert twice["same_identity"] is True

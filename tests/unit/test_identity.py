@@ -362,9 +362,9 @@ def test_each_kind_of_difference_gets_its_own_reason_in_a_fixed_order() -> None:
         "command differs: /usr/bin/npx vs /home/u/.local/bin/uvx",
         "args differ (argument 2)",
         "cwd differs: /a vs /b",
-        "env BAR only in one",
-        "env FOO only in one",
-        "env GITHUB_TOKEN differs (values hidden)",
+        "env BAR only in one (other)",
+        "env FOO only in one (other)",
+        "env GITHUB_TOKEN differs (credential, values hidden)",
         "share = false",
     ]
 
@@ -380,6 +380,6 @@ def test_explanations_never_print_env_values_or_argument_values() -> None:
     b = ident(["npx", "--token", "argsecret-2"], env={**BASE_ENV, "API_KEY": "envsecret-2",
                                                        "EXTRA": "envsecret-3"})
     text = "\n".join(explain_difference(a, b))
-    assert "args differ" in text and "env API_KEY differs (values hidden)" in text
+    assert "args differ" in text and "env API_KEY differs (credential, values hidden)" in text
     assert "env EXTRA only in one" in text
     assert "secret" not in text

@@ -106,16 +106,43 @@ def test_a_cached_discovery_answer_for_a_version_is_served_without_waking() -> N
     assert other.want and other.visible() == [("WantServer",)]
 
 
-def test_a_client_with_other_capabilities_gets_the_cached_handshake_but_its_listings_wake_the_server() -> None:
+def test_a_client_with_other_capabilities_is_served_the_cached_handshake_and_listings_of_its_version() -> None:
     d = Driver(warm_snapshot())
     d.attach(1)
     out = d.ask(1, 1, "initialize", BARE_PARAMS)
     assert out.visible() == [("SnapshotChanged",), ("client", 1, result(1, INIT_RESULT), 1)]
     d.tell(1, "notifications/initialized")
-    # Listings may depend on declared capabilities: a miss starts the server instead of guessing.
     listing = d.ask(1, 2, "tools/list")
-    assert listing.visible() == [("WantServer",)]
-    assert d.sent_to_server == [] and d.core.inflight_count() == 1
+    assert listing.visible() == [("client", 1, result(2, {"tools": TOOLS}), 2)]
+    assert not listing.want and d.sent_to_server == []
+
+
+def test_a_server_seen_listing_differently_by_capabilities_is_served_by_exact_handshake_only() -> None:
+    snapshot = warm_snapshot()
+    other = warm_snapshot(params=BARE_PARAMS, pages={**PAGES, "tools/list": [TOOLS[:1]]})
+    snapshot.entries.update(other.entries)
+    assert snapshot.listings_vary_by_capabilities()
+    d = Driver(snapshot)
+    third = {**BARE_PARAMS, "capabilities": {"roots": {}}}
+    d.attach(1)
+    d.handshake(1, 1, third)
+    # Neither recorded listing is known to be this client's: only the server can say.
+    assert d.ask(1, 2, "tools/list").visible() == [("WantServer",)]
+    d.attach(2)
+    d.handshake(2, 1, BARE_PARAMS)
+    assert d.ask(2, 2, "tools/list").visible() == [("client", 2, result(2, {"tools": TOOLS[:1]}), 2)]
+
+
+def test_a_start_after_another_handshakes_listing_was_served_announces_the_drift_and_keeps_both() -> None:
+    d = Driver(warm_snapshot())
+    d.attach(1)
+    d.handshake(1, 1, BARE_PARAMS)
+    assert d.ask(1, 2, "tools/list").visible() == [("client", 1, result(2, {"tools": TOOLS}), 2)]
+    d.ask(1, 3, "tools/call", {"name": "echo"})
+    out = d.start(pages={**PAGES, "tools/list": [TOOLS[:1]]})
+    assert {"jsonrpc": "2.0", "method": "notifications/tools/list_changed"} in out.client(1)
+    assert set(d.core.snapshot.entries) == {handshake_key(CLIENT_PARAMS), handshake_key(BARE_PARAMS)}
+    assert d.core.snapshot.listings_vary_by_capabilities()
 
 
 # ---- cold cache: start, replay, refresh --------------------------------------------------------------
