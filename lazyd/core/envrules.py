@@ -122,8 +122,13 @@ _CREDENTIAL_NAMES = frozenset({"CLIENT_ID", "DB_URI", "DATABASE_URL", "CONNECTIO
 _SETTING = re.compile(
     r"(^|_)(URL|URI|ENDPOINT|HOST|PORT|PROXY|CONFIG|CONF|PROFILE|REGION|ZONE|PROJECT|ACCOUNT|"
     r"CERT|CERTS|CA|CAFILE|BUNDLE|HOME|DIR|DIRS|PATH|FILE|REGISTRY|LOCALE|TZ|LANG)($|_)|"
-    r"proxy|PROXY|^SSL_|^KUBECONFIG$|^DOCKER_|^LC_|^LANG$",
+    r"PROXY|^SSL_|^KUBECONFIG$|^DOCKER_|^LC_|^LANG$",
+    re.IGNORECASE,
 )
+
+
+# npm settings that change what `npx` (run by a server) fetches and whom it trusts.
+_NPM_SETTING = re.compile(r"registry|config|cafile|^ca$|proxy|strict_ssl|cert", re.IGNORECASE)
 
 
 def _matches(name: str, patterns: Iterable[str]) -> bool:
@@ -153,7 +158,9 @@ def counts(name: str, *, ignore: Iterable[str], force: Iterable[str] = (),
     if _matches(name, ignore):
         return False
     if _matches(name, LAUNCHER_CONTEXT_ENV):
-        return is_credential_name(name) or is_setting_name(name)
+        # npm exports its whole config as npm_config_*: the prefix itself says nothing.
+        option = name.removeprefix("npm_config_")
+        return is_credential_name(option) or _NPM_SETTING.search(option) is not None
     return True
 
 

@@ -19,6 +19,7 @@ import sys
 from collections.abc import Callable
 from typing import NoReturn
 
+from lazyd.core.client_profiles import PROFILES
 from lazyd.ctl import commands, registration, systemd
 from lazyd.ctl.client import EXIT_USAGE, CtlError
 from lazyd.ctl.commands import Output, UsageError
@@ -87,10 +88,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("name", nargs="?", metavar="NAME", help="a server name shown by `lazyctl status`")
     p.add_argument("--server", metavar="NAME", help="a named server from config.toml")
     p.add_argument("--cwd", metavar="DIR", help="working directory of a `--` command (default: here)")
+    p.add_argument("--client", choices=tuple(PROFILES), metavar="CLIENT",
+                   help="check as this client would start the server: its handshake (the latest "
+                   "learned from its sessions, else one captured from its release) and the "
+                   f"environment it gives a server ({', '.join(PROFILES)})")
     p.add_argument("--initialize-json", metavar="JSON|@FILE",
                    help="client initialize params, inline or from a file (params, an initialize "
-                   "request, or a captured session of JSON lines); default: protocol 2025-11-25, "
-                   "no capabilities")
+                   "request, or a captured session of JSON lines); beats --client's; default: "
+                   "protocol 2025-11-25, no capabilities")
 
     p = add("explain", registration.cmd_explain, "show a registration's identity and why two share or not",
             "Show the identity of a registration (resolved command, cwd, environment variable "

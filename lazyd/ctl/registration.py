@@ -38,6 +38,8 @@ def cmd_check(args: argparse.Namespace, out: Output) -> int:
     if len(names) + (args.command is not None) != 1:
         raise UsageError("check needs exactly one of NAME, --server NAME or -- COMMAND ARGS...")
     request: dict[str, Any] = {"name": names[0]} if names else command_registration(args.command, args.cwd)
+    if args.client is not None:
+        request["client"] = args.client
     if args.initialize_json is not None:
         request["initialize"] = initialize_params(args.initialize_json)
     # No reply timeout: the daemon bounds a check by the server's start_timeout.
@@ -107,6 +109,7 @@ def check_text(report: dict[str, Any]) -> str:
              "error": f"error {discover.get('code')}: {discover.get('message')}"}
     lines = [
         f"checked {report['name']} in {report.get('duration_s', 0):.1f} s (pid {report.get('pid')}, stopped)",
+        f"  handshake          {report.get('handshake') or '-'}",
         f"  protocol           {report.get('protocol_version')} (asked {report.get('requested_version')}), server {server}",
         f"  discover           {kinds.get(str(discover.get('kind')), str(discover.get('kind')))}",
     ]

@@ -37,6 +37,7 @@ from typing import Any
 import trio
 
 from lazyd import wire
+from lazyd.daemon import handshakes
 from lazyd.daemon.registry import Refused, Registry
 from lazyd.daemon.runtime import peer_credentials
 from lazyd.daemon.session import Session
@@ -262,9 +263,12 @@ class ConnectionHandler:
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(self._writer, stream, session, cancel)
                     session.fd = stream.socket.fileno()
+                    peek = handshakes.PEEK_LINES  # lines left to look at for the client's initialize
                     while (frame := await frames.next()) is not None:
                         if frame["t"] != "line":
                             raise wire.WireError(f"unexpected {frame['t']!r} frame in a session")
+                        if peek:
+                            peek = self.registry.note_client_line(frame["d"], peek)
                         runtime.client_line(session.cid, frame["d"])
                         if isinstance(runtime, ServerRuntime) and not runtime.has_room():
                             await runtime.wait_for_room()

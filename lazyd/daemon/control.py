@@ -23,6 +23,7 @@ from typing import Any
 import trio
 
 from lazyd.config import ConfigError
+from lazyd.core.client_profiles import PROFILES, ClientProfile, full_environment, profile_named
 from lazyd.core.envrules import parse_names
 from lazyd.core.identity import Identity, differing_env_names, explain_difference
 from lazyd.daemon.check import check_runtime, default_initialize_params
@@ -213,7 +214,8 @@ class Control:
         if isinstance(parsed, str):
             return parsed
         argv, cwd, env = parsed
-        identity, _problem = self.registry.identity_of(argv, cwd, env, force=_declared(env))
+        force, ignore = _identity_opts(env)
+        identity, _problem = self.registry.identity_of(argv, cwd, env, force=force, ignore=ignore)
         counted = {n for n, _ in identity.env}
         ignored = sorted(n for n in env if n not in counted)
         attached = [r.name for d, r in self.registry.runtimes.items()
@@ -232,26 +234,49 @@ class Control:
     # ---- check ---------------------------------------------------------------------------------
 
     async def op_check(self, args: dict[str, Any]) -> Result:
-        """args: {"name": N} or {"argv", "cwd", "env"}, and optional "initialize" params."""
-        params = args.get("initialize") or default_initialize_params()
+        """args: {"name": N} or {"argv", "cwd", "env", "declared_env"}; optional "client" (whose
+        handshake and environment rule to use) and "initialize" params (which win)."""
+        profile = None
+        client = args.get("client")
+        if client is not None:
+            profile = profile_named(client) if isinstance(client, str) else None
+            if profile is None:
+                return False, None, f"unknown client {client!r} (known: {', '.join(PROFILES)})"
+        source = "given with --initialize-json"
+        params = args.get("initialize")
+        if params is None and profile is not None:
+            params, source = self.registry.handshakes.for_profile(profile)
+        if params is None:
+            params, source = default_initialize_params(), (source + "; lazyctl's own used" if profile else "lazyctl's own")
         if not isinstance(params, dict) or not isinstance(params.get("protocolVersion"), str):
             return False, None, "initialize params must be an object with a string protocolVersion"
         if "name" in args:
             runtime = self._runtime(args)
         else:
-            runtime = await self._registration(args)
+            runtime = await self._registration(args, profile)
         if isinstance(runtime, str):
             return False, None, runtime
         report, error = await check_runtime(self.registry, runtime, params)
+        if report is not None:
+            report["handshake"] = source
+            report["client"] = profile.name if profile is not None else None
         return report is not None, report, error
 
-    async def _registration(self, args: dict[str, Any]) -> ServerRuntime | str:
+    async def _registration(self, args: dict[str, Any], profile: ClientProfile | None) -> ServerRuntime | str:
         parsed = _command_registration(args, "no server command given")
         if isinstance(parsed, str):
             return parsed
-        argv, cwd, env = parsed
-        # Exactly what a shim's hello without options creates, so its first session finds this.
-        return await self.registry._unnamed_runtime(argv, cwd, env, self.registry.config.defaults)
+        argv, cwd, inherited = parsed
+        declared = args.get("declared_env") or {}
+        if not (isinstance(declared, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in declared.items())):
+            return "declared_env must be a map of str to str"
+        # The environment the client would give the server: what decides the identity, so the
+        # client's next session finds the cache this check writes.
+        env = (profile.environment if profile is not None else full_environment)(inherited, declared)
+        force, ignore = _identity_opts(env)
+        # Exactly what a shim's hello from that client creates, so its first session finds this.
+        return await self.registry._unnamed_runtime(argv, cwd, env, self.registry.config.defaults,
+                                                    force=force, ignore=ignore)
 
 
 def _command_registration(reg: Mapping[str, Any], no_command: str) -> tuple[list[str], str, dict[str, str]] | str:
@@ -266,12 +291,16 @@ def _command_registration(reg: Mapping[str, Any], no_command: str) -> tuple[list
     return list(argv), cwd, dict(env)
 
 
-def _declared(env: Mapping[str, str]) -> tuple[str, ...]:
-    """The names a wrapped registration declares (LAZYD_IDENTITY_ENV in its env), else none."""
-    try:
-        return parse_names(env["LAZYD_IDENTITY_ENV"]) if env.get("LAZYD_IDENTITY_ENV") else ()
-    except ValueError:
-        return ()
+def _identity_opts(env: Mapping[str, str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The shim's --identity-env and --per-session-env as a registration's env sets them
+    (LAZYD_IDENTITY_ENV is what `lazyctl wrap` records); a bad value counts as unset here,
+    where the shim itself refuses it."""
+    def names(var: str) -> tuple[str, ...]:
+        try:
+            return parse_names(env[var]) if env.get(var) else ()
+        except ValueError:
+            return ()
+    return names("LAZYD_IDENTITY_ENV"), names("LAZYD_PER_SESSION_ENV")
 
 
 def _describe(identity: Identity, name: str, ignored: list[str] | None, runtime: str | None) -> dict[str, Any]:

@@ -26,7 +26,7 @@ from lazyd.config import Config, ConfigError, Policy, ServerConfig, policy_with_
 from lazyd.core import lifecycle as lc
 from lazyd.core.envrules import parse_names
 from lazyd.core.identity import Identity, identity_for
-from lazyd.daemon import orphans
+from lazyd.daemon import handshakes, orphans
 from lazyd.daemon.hub import HubOptionError, HubSession, RuntimeGate, open_hub
 from lazyd.daemon.paths import Paths
 from lazyd.daemon.process import SpawnSpec
@@ -86,6 +86,16 @@ class Registry:
         self._reloading: trio.Event | None = None  # set when the reload under way is done
         # Runtimes a reload is stopping: no longer findable, but their children still count.
         self._closing: list[ServerRuntime] = []
+        # Each client's latest initialize, learned from sessions, for `check --client`.
+        self.handshakes = handshakes.LearnedHandshakes(paths.state_dir)
+
+    def note_client_line(self, line: bytes, peek: int) -> int:
+        """Learn the handshake of a session from its first lines; how many more to look at."""
+        params = handshakes.initialize_params(line)
+        if params is not None:
+            self.handshakes.learn(params)
+            return 0
+        return peek - 1
 
     # ---- lookup --------------------------------------------------------------------------------
 

@@ -204,8 +204,11 @@ def test_check_asks_the_daemon_to_warm_each_wrapped_server_with_its_own_argv_and
     args = request["args"]
     assert args["argv"] == ["/usr/bin/server", "--port", "3"]
     assert os.path.isabs(args["cwd"])
-    assert args["env"]["K"] == "v" and args["env"]["LAZYD_LINGER"] == "10m" and args["env"]["HOME"] == os.environ["HOME"]
-    assert "initialize" not in args  # the daemon's default params
+    # The registration's own env apart from ours: the daemon rebuilds what the client would pass.
+    assert args["declared_env"] == {"K": "v", "LAZYD_LINGER": "10m", "LAZYD_IDENTITY_ENV": "K"}
+    assert args["env"]["HOME"] == os.environ["HOME"] and "K" not in args["env"]
+    assert args["client"] == "cursor"
+    assert "initialize" not in args  # the client's learned or built-in params, chosen by the daemon
 
 
 @pytest.mark.parametrize("fake_daemon", [{"ok": True, "data": {"name": "server-1a2b3c"}}], indirect=True)

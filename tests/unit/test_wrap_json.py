@@ -60,7 +60,10 @@ def test_wrap_changes_only_the_edited_values_and_keeps_every_other_byte(lazyctl:
             assert isinstance(command, str)
             reg["args"] = (["--"] if command.startswith("-") else []) + [command] + list(reg.get("args", []))  # type: ignore[call-overload]
             reg["command"] = SHIM
-            reg["env"] = {**reg.get("env", {}), **MANAGED}  # type: ignore[dict-item]
+            declared = sorted(k for k in reg.get("env", {}) if not k.startswith("LAZYD_"))  # type: ignore[attr-defined]
+            # The names of its own variables are recorded, so they always count in its identity.
+            recorded = {"LAZYD_IDENTITY_ENV": ",".join(declared)} if declared else {}
+            reg["env"] = {**reg.get("env", {}), **recorded, **MANAGED}  # type: ignore[dict-item]
     assert loads(after.decode(), client) == expected
     assert after.endswith(b"\n") == before.endswith(b"\n")
     if kind == "crlf":
@@ -322,7 +325,8 @@ def test_a_stale_wrapper_restored_after_unwrap_is_reported_and_recovered_only_on
     github = loads(path.read_text(), "cursor")["mcpServers"]["github"]  # type: ignore[index]
     expected = loads(original.decode(), "cursor")["mcpServers"]["github"]  # type: ignore[index]
     assert github["command"] == expected["command"] and github["args"] == expected["args"]
-    assert github["env"] == {**expected["env"], **MANAGED}  # env values are left: their origin is unknown
+    # env values are left, the recorded LAZYD_IDENTITY_ENV too: their origin is unknown
+    assert github["env"] == {**expected["env"], "LAZYD_IDENTITY_ENV": "GITHUB_PERSONAL_ACCESS_TOKEN", **MANAGED}
 
 
 def test_unwrap_of_a_server_removed_from_the_file_forgets_its_record(lazyctl: Lazyctl) -> None:

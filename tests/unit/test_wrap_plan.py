@@ -23,8 +23,16 @@ def _wrap(entry: Entry, record: Record | None = None, settings: Settings = SETTI
 
 def test_wrap_puts_the_shim_first_and_the_original_command_at_the_front_of_args() -> None:
     state, record = _wrap(_entry("npx", ("-y", "pkg"), {"TOKEN": "t"}))
-    assert state == RegState(SHIM, ("npx", "-y", "pkg"), {"TOKEN": "t", "LAZYD_LINGER": "10m"})
-    assert record == Record(KEY, SHIM, True, True, {"LAZYD_LINGER": "10m"}, {"LAZYD_LINGER": None})
+    assert state == RegState(SHIM, ("npx", "-y", "pkg"), {"TOKEN": "t", "LAZYD_IDENTITY_ENV": "TOKEN", "LAZYD_LINGER": "10m"})
+    assert record == Record(KEY, SHIM, True, True, {"LAZYD_IDENTITY_ENV": "TOKEN", "LAZYD_LINGER": "10m"},
+                            {"LAZYD_IDENTITY_ENV": None, "LAZYD_LINGER": None})
+
+
+def test_wrap_records_the_names_of_the_variables_a_registration_declares_and_only_theirs() -> None:
+    state, _ = _wrap(_entry("npx", (), {"B_KEY": "x", "A_URL": "y", "LAZYD_SHARE": "false"}))
+    assert state.env is not None and state.env["LAZYD_IDENTITY_ENV"] == "A_URL,B_KEY"
+    bare, _ = _wrap(_entry("npx", (), None))
+    assert bare.env == {"LAZYD_LINGER": "10m"}  # nothing declared, nothing recorded
 
 
 def test_wrap_records_that_args_and_env_were_absent() -> None:

@@ -105,7 +105,7 @@ def test_dry_run_writes_nothing_at_all(lazyctl: Lazyctl) -> None:
     path = lazyctl.put("mcp.json", DATA)
     before = os.stat(path)
     report = lazyctl.run("wrap", "cursor", path, dry_run=True, env={"LAZYD_LINGER": "10m"})
-    assert [r.changed for r in report.results] == [["command", "args", "env.LAZYD_LINGER"]]
+    assert [r.changed for r in report.results] == [["command", "args", "env.LAZYD_IDENTITY_ENV", "env.LAZYD_LINGER"]]
     after = os.stat(path)
     assert path.read_bytes() == DATA
     assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)

@@ -52,9 +52,10 @@ def test_wrap_keeps_comments_and_unrelated_tables_and_wraps_every_stdio_server(l
     servers = new["mcp_servers"]
     assert isinstance(servers, dict)
     assert servers["docs"] == {"command": SHIM, "args": ["npx", "-y", "mcp-server-docs"],
-                               "env": {"API_KEY": "SECRET-docs", **MANAGED}, "startup_timeout_sec": 20}  # fmt: skip
+                               "env": {"API_KEY": "SECRET-docs", "LAZYD_IDENTITY_ENV": "API_KEY", **MANAGED},
+                               "startup_timeout_sec": 20}  # fmt: skip
     assert servers["literal"]["args"] == ["C:\\tools\\server.exe", "--flag", "x"]
-    assert servers["sub"]["env"] == {"TOKEN": "SECRET-sub", **MANAGED}
+    assert servers["sub"]["env"] == {"TOKEN": "SECRET-sub", "LAZYD_IDENTITY_ENV": "TOKEN", **MANAGED}
     if kind == "crlf":
         assert after.count("\n") == after.count("\r\n")
 
@@ -81,7 +82,7 @@ def test_an_inline_env_table_stays_inline(lazyctl: Lazyctl) -> None:
     path = lazyctl.fixture("codex.toml")
     lazyctl.run("wrap", "codex", path, servers=("docs",), env=MANAGED)
     line = next(l for l in path.read_text().splitlines() if l.startswith("env ="))
-    assert line.startswith('env = { "API_KEY" = "SECRET-docs", LAZYD_LINGER = "10m"')
+    assert line.startswith('env = { "API_KEY" = "SECRET-docs", LAZYD_IDENTITY_ENV = "API_KEY",') and 'LAZYD_LINGER = "10m"' in line
 
 
 def test_wrapping_twice_never_nests(lazyctl: Lazyctl) -> None:

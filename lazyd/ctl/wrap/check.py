@@ -53,13 +53,18 @@ def initialize_params(value: str) -> dict[str, Any]:
 
 
 def check_args(state: RegState, cwd: str, environ: Mapping[str, str],
-               initialize: Mapping[str, Any] | None = None) -> dict[str, Any]:  # fmt: skip
-    """The ``check`` op's args for a wrapped registration. Raises ValueError if its args name no command."""
+               initialize: Mapping[str, Any] | None = None, client: str | None = None) -> dict[str, Any]:  # fmt: skip
+    """The ``check`` op's args for a wrapped registration. Raises ValueError if its args name no command.
+
+    lazyctl's environment and the registration's ``env`` go separately: the daemon rebuilds from
+    them the environment ``client`` gives a server (Gemini CLI drops inherited tokens and CA
+    bundles, not declared ones), so the check lands on the identity the client's sessions get."""
     args = state.args or ()
     argv = list(args[shimargs.command_index(args):])
-    env = dict(environ)
-    env.update({k: v for k, v in (state.env or {}).items() if isinstance(v, str)})
-    request = registration.command_registration(argv, cwd, env)
+    request = registration.command_registration(argv, cwd, environ)
+    request["declared_env"] = {k: v for k, v in (state.env or {}).items() if isinstance(v, str)}
+    if client is not None:
+        request["client"] = client
     if initialize is not None:
         request["initialize"] = dict(initialize)
     return request

@@ -90,12 +90,12 @@ def add_subcommands(subparsers: argparse._SubParsersAction) -> None:  # type: ig
                            help=f"a managed shim setting in the registration's env (repeatable): {_SETTINGS_HELP}")
             p.add_argument("--check", action="store_true",
                            help="then warm lazyd's cache for each wrapped server (starts each once, calls no "
-                           "tool); run it in the environment your client runs in, which is part of a "
-                           "server's identity")
+                           "tool) as the client would start it: with its handshake (learned from its "
+                           "sessions, else captured from its release) and the environment it gives a server")
             p.add_argument("--initialize-json", metavar="JSON|@FILE",
                            help="with --check: the client's initialize params (inline, or a file with the "
-                           "params, an initialize request or a captured session); the cache is kept per "
-                           "protocol version and client capabilities (default: the daemon's)")
+                           "params, an initialize request or a captured session), instead of the "
+                           "client's learned or built-in handshake")
         if op == "unwrap":
             p.add_argument("--recover", action="store_true",
                            help="restore wrapped registrations lazyd has no record of (env is left as is)")
@@ -131,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
         return _fail(prog, str(exc), as_json, EXIT_FAILED)
     checks: list[check.CheckOutcome] = []
     if getattr(args, "check", False) and not report.dry_run and not report.refused:
-        checks = _run_checks(report, getattr(args, "socket", None), os.environ, initialize)
+        checks = _run_checks(report, getattr(args, "socket", None), os.environ, initialize, args.client)
     _print(report, checks, as_json)
     if report.refused:
         if not as_json:
@@ -151,7 +151,7 @@ def _fail(prog: str, message: str, as_json: bool, status: int) -> int:
 
 
 def _run_checks(report: engine.Report, socket_override: str | None, environ: Mapping[str, str],
-                initialize: Mapping[str, Any] | None) -> list[check.CheckOutcome]:  # fmt: skip
+                initialize: Mapping[str, Any] | None, client: str | None = None) -> list[check.CheckOutcome]:  # fmt: skip
     socket_path = socket_override or sockpath.default_socket_path(environ)
     outcomes = []
     for result in report.results:
@@ -161,7 +161,7 @@ def _run_checks(report: engine.Report, socket_override: str | None, environ: Map
         try:
             # A relative cwd setting is resolved as a client started here would resolve it.
             cwd = os.path.abspath(result.cwd) if result.cwd else os.getcwd()
-            args = check.check_args(result.state, cwd, environ, initialize)
+            args = check.check_args(result.state, cwd, environ, initialize, client)
         except ValueError as exc:
             outcomes.append(check.CheckOutcome(key.server, key.project, False, str(exc)))
             continue

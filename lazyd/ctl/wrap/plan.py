@@ -9,7 +9,8 @@ reason. The rules, in the issue's words and ours:
   managed ``env`` entry, remembering the value it replaced. A registration already running through
   the shim is never nested: with a record, wrap updates its managed settings (``--env``, ``--shim``)
   or reports it unchanged; without one, it is skipped. A registration running through another lazy
-  relay is refused.
+  relay is refused. A registration with an ``env`` also gets the managed setting
+  ``LAZYD_IDENTITY_ENV`` naming its variables, so they always count in its identity.
 - **Reapply** is wrap for registrations lazyd manages: when the client's own setup rewrote one back
   to a direct command, the new command and args are adopted and wrapped again; managed variables
   that setup kept at our value are not mistaken for the user's originals.
@@ -84,7 +85,7 @@ def plan_wrap(key: RegKey, entry: Entry, record: Record | None, settings: Settin
                          "(unwrap --recover restores it)")  # fmt: skip
         if reapply:
             return _skip("not wrapped by lazyd; use wrap")
-    managed = {**(record.managed_env if record else {}), **settings.env}
+    managed = {**(record.managed_env if record else {}), **declared_setting(state.env), **settings.env}
     try:
         env, original = _managed_env(state.env, managed, record, settings.env)
     except ValueError as exc:
@@ -109,6 +110,13 @@ def plan_wrap(key: RegKey, entry: Entry, record: Record | None, settings: Settin
     else:
         action, reason = "updated", "managed settings updated"
     return Decision(action, reason, None if new_state == state else new_state, new_record, new_record != record)
+
+
+def declared_setting(env: Mapping[str, object] | None) -> dict[str, str]:
+    """``LAZYD_IDENTITY_ENV`` naming the variables a registration declares, so they always count
+    in its identity (docs/configuration.md); {} when it declares none."""
+    names = sorted(k for k in (env or {}) if not k.startswith(shimargs.SETTING_PREFIX))
+    return {shimargs.IDENTITY_ENV: ",".join(names)} if names else {}
 
 
 def _managed_env(current: Mapping[str, object] | None, managed: Mapping[str, str], record: Record | None,

@@ -44,7 +44,11 @@ SETTINGS: tuple[str, ...] = (
     "LAZYD_NO_AUTOSTART",
     "LAZYD_LOG_FILE",
     "LAZYD_VERBOSE",
+    "LAZYD_IDENTITY_ENV",
+    "LAZYD_PER_SESSION_ENV",
 )
+SETTING_PREFIX = "LAZYD_"
+IDENTITY_ENV = "LAZYD_IDENTITY_ENV"  # wrap sets it to the names of the registration's own env
 # The shim's environment settings (see `lazyd-shim --help`); a test checks each appears there.
 
 _REFUSED_SETTINGS = {
