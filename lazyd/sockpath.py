@@ -109,3 +109,104 @@ def _temp_dir(env: Mapping[str, str]) -> str:
         if candidate.startswith("/") and os.path.isdir(candidate) and os.access(candidate, os.W_OK | os.X_OK):
             return os.path.abspath(candidate)
     return "/tmp"
+
+
+# ---- discovery: the daemons of this user, whatever environment a client passes --------------------
+# A client may start its shims without XDG_RUNTIME_DIR (Codex CLI passes a handful of variables),
+# so a shim can compute another socket path than the user's shell. Every daemon therefore records
+# where it listens in one place derived from HOME alone, which every client passes:
+# ~/.local/state/lazyd/daemons/<pid>.json. A shim that finds no daemon at its own path looks there
+# before starting one, and lazyctl reports the daemons it did not connect to.
+
+DISCOVERY_TAIL = (".local", "state", "lazyd", "daemons")
+_MAX_RECORD_BYTES = 4096
+
+
+def discovery_dir(env: Mapping[str, str]) -> str | None:
+    """Where daemons record their sockets: ``$HOME/.local/state/lazyd/daemons`` (HOME only, on
+    purpose: XDG_STATE_HOME is one of the variables clients drop). None without an absolute HOME."""
+    home = env.get("HOME", "")
+    return os.path.join(home, *DISCOVERY_TAIL) if home.startswith("/") else None
+
+
+def discovered_daemons(env: Mapping[str, str]) -> list[tuple[int, str]]:
+    """(pid, socket path) of every live daemon recorded for this user, oldest pid first.
+
+    Only a private directory of ours is read, and only regular files of ours in it (no symlink is
+    followed): a record is a hint, the connection's peer uid is checked before any hello all the
+    same. A record whose pid is gone is skipped (its daemon was killed before it could remove it).
+    """
+    directory = discovery_dir(env)
+    if directory is None or not _private_dir_ok(directory, missing_ok=False):
+        return []
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return []
+    found: list[tuple[int, str]] = []
+    for name in names:
+        pid_text = name.removesuffix(".json")
+        if not pid_text.isdigit() or not name.endswith(".json"):
+            continue
+        record = _read_record(os.path.join(directory, name))
+        if record is None or record[0] != int(pid_text) or not _alive(record[0]):
+            continue
+        found.append(record)
+    return sorted(found)
+
+
+def _read_record(path: str) -> tuple[int, str] | None:
+    import json
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+            return None
+        data = json.loads(os.read(fd, _MAX_RECORD_BYTES))
+    except (OSError, ValueError):
+        return None
+    finally:
+        os.close(fd)
+    pid, sock = (data.get("pid"), data.get("socket")) if isinstance(data, dict) else (None, None)
+    if isinstance(pid, int) and not isinstance(pid, bool) and isinstance(sock, str) and sock.startswith("/"):
+        return pid, sock
+    return None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return False  # another user's process reusing the pid: not our daemon
+    return True
+
+
+def record_daemon(env: Mapping[str, str], pid: int, socket: str) -> str | None:
+    """Record that daemon `pid` listens on `socket`; the record's path, or None if it could not be
+    written (discovery is a convenience: a daemon runs without it)."""
+    import json
+
+    directory = discovery_dir(env)
+    if directory is None:
+        return None
+    try:
+        os.makedirs(directory, mode=0o700, exist_ok=True)
+        if not _private_dir_ok(directory, missing_ok=False):
+            return None
+        path = os.path.join(directory, f"{pid}.json")
+        tmp = os.path.join(directory, f".{pid}.json.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            os.write(fd, json.dumps({"pid": pid, "socket": socket}).encode())
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+        return path
+    except OSError:
+        return None

@@ -199,10 +199,30 @@ def _connect_or_autostart(path: str, opts: Options, log: Log, deadline: float | 
     try:
         return _connect_once(path, time.monotonic() + _budget(BUSY_WAIT_S, deadline))
     except _NoDaemon as exc:
-        if not opts.autostart:
-            raise Unavailable(f"no daemon at {path}: {exc}; autostart is off") from None
-        log(f"no daemon at {path} ({exc}); autostarting")
+        reason = str(exc)
+    if opts.socket is None:
+        # No daemon where this environment points: the client may have dropped XDG_RUNTIME_DIR
+        # (Codex does). The user's daemon, wherever it listens, is recorded under HOME.
+        found = _discovered(path, log, deadline)
+        if found is not None:
+            return found
+    if not opts.autostart:
+        raise Unavailable(f"no daemon at {path}: {reason}; autostart is off")
+    log(f"no daemon at {path} ({reason}); autostarting")
     return _autostart(path, opts.socket is not None, log, deadline)
+
+
+def _discovered(path: str, log: Log, deadline: float | None) -> socket.socket | None:
+    for pid, other in sockpath.discovered_daemons(os.environ):
+        if other == path:
+            continue
+        try:
+            sock = _connect_once(other, time.monotonic() + _budget(BUSY_WAIT_S, deadline))
+        except (_NoDaemon, Unavailable):
+            continue
+        log(f"found daemon pid {pid} at {other} through its record under HOME")
+        return sock
+    return None
 
 
 def _ensure_private_dir(directory: str) -> None:

@@ -60,7 +60,7 @@ class Connection:
             self._sock.connect(path)
         except (FileNotFoundError, ConnectionRefusedError, NotADirectoryError):
             self._sock.close()
-            raise DaemonNotRunning(f"lazyd is not running (no daemon listens on {path})") from None
+            raise DaemonNotRunning(f"lazyd is not running (no daemon listens on {path}){other_daemons_hint(path)}") from None
         except OSError as exc:
             self._sock.close()
             raise CtlError(f"cannot connect to lazyd at {path}: {exc.strerror or exc}") from None
@@ -109,6 +109,19 @@ class Connection:
         if reply is None:
             raise CtlError("lazyd closed the connection without answering")
         return reply
+
+
+def other_daemons(path: str) -> list[tuple[int, str]]:
+    """The user's daemons recorded as listening elsewhere than `path` (sockpath's discovery)."""
+    return [(pid, sock) for pid, sock in sockpath.discovered_daemons(os.environ) if sock != path]
+
+
+def other_daemons_hint(path: str) -> str:
+    found = other_daemons(path)
+    if not found:
+        return ""
+    where = "; ".join(f"lazyd pid {pid} listens on {sock}" for pid, sock in found)
+    return f"; but {where} (lazyctl --socket PATH talks to it)"
 
 
 def connect(explicit_socket: str | None) -> Connection:

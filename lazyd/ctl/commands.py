@@ -18,7 +18,7 @@ from typing import Any
 
 from lazyd.ctl import format as fmt
 from lazyd.ctl import logs
-from lazyd.ctl.client import EXIT_OK, CtlError, connect
+from lazyd.ctl.client import EXIT_OK, CtlError, connect, other_daemons
 
 STOP_WAIT_S = 30.0  # the daemon bounds its own shutdown at 15 s; past twice that it is stuck
 SLEEP_REPLY_S = 30.0  # the daemon waits up to 10 s for the stop ladder before it answers
@@ -47,15 +47,20 @@ class Output:
 def cmd_status(args: argparse.Namespace, out: Output) -> int:
     with connect(args.socket) as conn:
         data = conn.call("status", {"names": list(args.names)})
+        path = conn.path
     rows = data["servers"]
+    others = [(pid, sock) for pid, sock in other_daemons(path) if pid != data["daemon_pid"]]
+    data["other_daemons"] = [{"pid": pid, "socket": sock} for pid, sock in others]
 
     def human() -> str:
-        head = f"lazyd running (pid {data['daemon_pid']})"
+        head = f"lazyd running (pid {data['daemon_pid']}, {path})"
+        for pid, sock in others:
+            head += f"\nanother lazyd of yours runs (pid {pid}) on {sock}: lazyctl --socket {sock} status"
         if not rows:
             return f"{head}\nno servers registered yet\n{fmt.summary_line(rows)}"
-        apart = fmt.distinctions(rows)
-        text = f"{head}\n{fmt.status_table(rows, time.time())}\n{fmt.summary_line(rows)}"
-        return f"{text}\n{apart}" if apart else text
+        apart = fmt.distinctions(rows)  # before the summary, which stays the last line
+        middle = f"\n{apart}" if apart else ""
+        return f"{head}\n{fmt.status_table(rows, time.time())}{middle}\n{fmt.summary_line(rows)}"
 
     out.result(data, human)
     return EXIT_OK

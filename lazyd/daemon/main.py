@@ -18,6 +18,7 @@ watched: systemd owns that name and stops the service itself.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import logging.handlers
 import os
@@ -31,6 +32,7 @@ from typing import NoReturn
 
 import trio
 
+from lazyd import sockpath
 from lazyd.config import Config, ConfigError, load_config
 from lazyd.daemon import orphans
 from lazyd.daemon.connection import ConnectionHandler
@@ -136,10 +138,15 @@ def main(argv: list[str] | None = None) -> None:
         os.environ.pop(name, None)  # never inherited by anything we start
     _setup_logging(paths, args.verbose)
     log.info("lazyd %d listening on %s%s", os.getpid(), paths.socket, " (socket activation)" if activated else "")
+    # Where shims that compute another socket path (a client without XDG_RUNTIME_DIR) find us.
+    record = sockpath.record_daemon(os.environ, os.getpid(), str(paths.socket))
     try:
         trio.run(partial(serve, sock, paths, config, config_path, activated is not None,
                          args.ownership_check_interval))
     finally:
+        if record is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(record)
         os.close(lock_fd)
     raise SystemExit(0)
 

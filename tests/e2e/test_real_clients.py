@@ -255,13 +255,35 @@ def test_a_shim_without_xdg_runtime_dir_reaches_the_daemon_the_shell_started(use
     tmp = user_env.root / "tmp"
     tmp.mkdir()
     # What Codex passes a stdio server: a handful of variables, no XDG_RUNTIME_DIR.
-    codex_env = {k: user_env.env[k] for k in ("HOME", "PATH", "LANG") if k in user_env.env}
+    codex_env: dict[str, str] = {k: user_env.env[k] for k in ("HOME", "PATH", "LANG") if k in user_env.env}
     codex_env.update(TMPDIR=str(tmp), USER="u", SHELL="/bin/sh", LZTEST_MARKER_ID=user_env.marker,
                      LAZYD_VERBOSE="1")
     hello = b'{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18",' \
             b'"capabilities":{},"clientInfo":{"name":"codex-mcp-client","version":"0"}}}\n'
-    done = subprocess.run([shim_command(), *everything_command()], input=hello, env=codex_env,
-                          capture_output=True, timeout=STEP_TIMEOUT_S)
-    assert b'"result"' in done.stdout, done.stderr
-    assert f"daemon pid {daemon.proc.pid}".encode() in done.stderr, done.stderr
+    shim = subprocess.Popen([shim_command(), *everything_command()], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=codex_env)
+    assert shim.stdin is not None and shim.stdout is not None
+    shim.stdin.write(hello)
+    shim.stdin.flush()
+    answer = shim.stdout.readline()  # the client keeps stdin open until it has its answer
+    shim.stdin.close()
+    shim.wait(timeout=STEP_TIMEOUT_S)
+    assert shim.stderr is not None
+    err = shim.stderr.read()
+    assert b'"result"' in answer, err
+    assert f"daemon pid {daemon.proc.pid}".encode() in err, err
     assert len(user_env.daemon_pids()) == 1  # no second daemon was started
+    # lazyctl run in that environment computes the other path, and says where the daemon is.
+    ctl = subprocess.run([sys.executable, "-m", "lazyd.ctl.main", "status"], env=codex_env, capture_output=True,
+                         text=True, timeout=STEP_TIMEOUT_S)
+    assert ctl.returncode == 3 and f"lazyd pid {daemon.proc.pid} listens on {user_env.socket}" in ctl.stderr, ctl.stderr
+
+
+def test_status_names_the_users_other_daemon(user_env: UserEnv) -> None:
+    first = start_daemon(user_env)
+    other_run = user_env.root / "run2"
+    other_run.mkdir(mode=0o700)
+    second = start_daemon(UserEnv({**user_env.env, "XDG_RUNTIME_DIR": str(other_run)}, user_env.root, user_env.marker))
+    done = lazyctl(user_env, "status")
+    assert f"another lazyd of yours runs (pid {second.proc.pid}) on {other_run}/lazyd/lazyd.sock" in done.stdout
+    assert f"(pid {first.proc.pid}, {user_env.socket})" in done.stdout
