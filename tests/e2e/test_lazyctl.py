@@ -427,3 +427,24 @@ def test_stop_stops_the_daemon_and_returns_once_its_pid_is_gone(daemon: Daemon, 
     # Exited already (a zombie until we reap it here): poll() reaps without waiting.
     assert daemon.proc.poll() == 0
     failed_with(lazyctl(daemon.user, "status"), 3, "lazyd is not running")
+
+
+def test_status_says_what_sets_same_command_servers_apart_and_explain_takes_its_names(daemon: Daemon, tmp_path: Path) -> None:
+    user = daemon.user
+    secret = "planted-status-secret"
+    other_dir = tmp_path / "elsewhere"
+    other_dir.mkdir()
+    for env, cwd in (({"API_TOKEN": secret}, None), ({"API_TOKEN": "another"}, None), ({"API_TOKEN": secret}, other_dir)):
+        args = ["check", "--json"] + (["--cwd", str(cwd)] if cwd else []) + ["--", *SERVER]
+        assert lazyctl(user, *args, env=env).returncode == 0
+    rows = as_json(lazyctl(user, "status", "--json"))["servers"]
+    assert len(rows) == 3 and all(r["differs_by"] for r in rows)
+    here = [r for r in rows if r["cwd"] == os.getcwd()]
+    assert len(here) == 2 and all("API_TOKEN" in r["differs_by"] for r in here)
+    text = lazyctl(user, "status").stdout
+    assert "same command, different identities" in text and f"cwd {other_dir}" in text
+    assert "env differs: API_TOKEN" in text and secret not in text
+    a, b = here[0]["name"], here[1]["name"]
+    explained = lazyctl(user, "explain", a, b)
+    assert explained.returncode == 0 and "env API_TOKEN differs (credential, values hidden)" in explained.stdout
+    assert secret not in explained.stdout
