@@ -273,6 +273,12 @@ def _check_hello(f: dict[str, Any]) -> None:
     resume = f.get("resume")
     _require(f, "resume", isinstance(resume, list) and all(isinstance(r, bytes) for r in resume),
              "a list of bin")  # fmt: skip
+    if "env_raw" in f:
+        # Optional: the variables that are not UTF-8, as [name, value] pairs of bytes.
+        raw = f["env_raw"]
+        _require(f, "env_raw", isinstance(raw, list) and all(
+            isinstance(p, list) and len(p) == 2 and all(isinstance(b, bytes) for b in p) for p in raw),
+            "a list of [bin, bin] pairs")  # fmt: skip
 
 
 def _check_welcome(f: dict[str, Any]) -> None:

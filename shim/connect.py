@@ -94,18 +94,28 @@ def build_hello(opts: Options, resume: list[bytes]) -> dict[str, Any]:
         cwd = os.getcwd()
     except OSError:
         cwd = os.environ.get("PWD", "/")  # the cwd was removed under us; the client's view is next best
-    return {
+    env: dict[str, str] = {}
+    raw: list[list[bytes]] = []
+    for name, value in os.environb.items():
+        try:
+            env[name.decode("utf-8")] = value.decode("utf-8")
+        except UnicodeDecodeError:
+            raw.append([name, value])  # passed as bytes: the server still gets it exactly
+    hello: dict[str, Any] = {
         "t": "hello",
         "v": wire.WIRE_VERSION,
         "role": "shim",
         "pid": os.getpid(),
         "argv": list(opts.command),
         "cwd": cwd,
-        "env": dict(os.environ),
+        "env": env,
         "opts": dict(opts.daemon_opts),
         "server": opts.server,
         "resume": list(resume),
     }
+    if raw:
+        hello["env_raw"] = raw
+    return hello
 
 
 def open_session(opts: Options, resume: list[bytes], log: Log, deadline: float | None = None) -> Connection:

@@ -233,11 +233,17 @@ class Registry:
             except ValueError as exc:
                 raise Refused("options", f"option --identity-env/--per-session-env: {exc}") from None
             argv, cwd, env = list(hello["argv"]), str(hello["cwd"]), dict(hello["env"])
+            # Variables that are not UTF-8 reach the server byte for byte (surrogateescape is how
+            # the process layer spells bytes), but lazyd cannot judge them: a private identity.
+            undecodable = [(n.decode("utf-8", "surrogateescape"), v.decode("utf-8", "surrogateescape"))
+                           for n, v in hello.get("env_raw", [])]
+            env.update(undecodable)
             if not argv:
                 raise Refused("options", "no server command given")
             if not os.path.isabs(cwd):
                 raise Refused("options", f"the working directory must be absolute, got {cwd!r}")
-            runtime = await self._unnamed_runtime(argv, cwd, env, policy, force=force, ignore=ignore)
+            runtime = await self._unnamed_runtime(argv, cwd, env, policy, force=force, ignore=ignore,
+                                                  undecodable=[n for n, _ in undecodable])
         cid = self._next_cid
         self._next_cid += 1
         session = Session(cid, int(hello["pid"]), on_overflow)
@@ -245,7 +251,8 @@ class Registry:
         return runtime, session
 
     def identity_of(self, argv: list[str], cwd: str, env: Mapping[str, str], *,
-                    force: tuple[str, ...] = (), ignore: tuple[str, ...] = ()) -> tuple[Identity, str | None]:
+                    force: tuple[str, ...] = (), ignore: tuple[str, ...] = (),
+                    undecodable: list[str] | None = None) -> tuple[Identity, str | None]:
         """The identity of an unnamed registration, and why it must stay private (None: it may
         share). A registration whose environment cannot be judged (its working directory cannot
         be entered, so its command and PATH lookups mean nothing) never shares by accident."""
@@ -259,11 +266,15 @@ class Registry:
         problem = None
         if not os.path.isdir(cwd) or not os.access(cwd, os.X_OK):
             problem = f"its working directory {cwd} cannot be entered"
+        elif undecodable:
+            names = ", ".join(n.encode("utf-8", "surrogateescape").decode("utf-8", "replace") for n in undecodable)
+            problem = f"its environment is not UTF-8 ({names})"
         return identity, problem
 
     async def _unnamed_runtime(self, argv: list[str], cwd: str, env: dict[str, str], policy: Policy, *,
-                               force: tuple[str, ...] = (), ignore: tuple[str, ...] = ()) -> ServerRuntime:
-        base, problem = self.identity_of(argv, cwd, env, force=force, ignore=ignore)
+                               force: tuple[str, ...] = (), ignore: tuple[str, ...] = (),
+                               undecodable: list[str] | None = None) -> ServerRuntime:
+        base, problem = self.identity_of(argv, cwd, env, force=force, ignore=ignore, undecodable=undecodable)
         name = base.readable_name(self.secret)
         if problem is not None:
             log.warning("registration %s gets a private identity: %s", name, problem)

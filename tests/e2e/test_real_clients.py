@@ -287,3 +287,50 @@ def test_status_names_the_users_other_daemon(user_env: UserEnv) -> None:
     done = lazyctl(user_env, "status")
     assert f"another lazyd of yours runs (pid {second.proc.pid}) on {other_run}/lazyd/lazyd.sock" in done.stdout
     assert f"(pid {first.proc.pid}, {user_env.socket})" in done.stdout
+
+
+# ---- bad input -------------------------------------------------------------------------------------
+
+
+class RawSession:
+    """A shim driven with raw JSON lines, in an environment given as bytes."""
+
+    def __init__(self, argv: list[str], env: dict[bytes, bytes]) -> None:
+        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.DEVNULL, env=env)
+
+    def ask(self, msg_id: int, method: str, params: dict[str, Any]) -> Any:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        line = json.dumps({"jsonrpc": "2.0", "id": msg_id, "method": method, "params": params})
+        self.proc.stdin.write(line.encode() + b"\n")
+        self.proc.stdin.flush()
+        return json.loads(self.proc.stdout.readline())
+
+    def close(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        self.proc.wait(timeout=STEP_TIMEOUT_S)
+
+
+def test_a_registration_with_a_non_utf8_environment_runs_in_a_private_process_and_keeps_its_bytes(
+        user_env: UserEnv) -> None:
+    from tests.conftest import FIXTURE_SERVER
+
+    start_daemon(user_env)
+    env = {k.encode(): v.encode() for k, v in user_env.env.items()}
+    env[b"ODD_BYTES"] = b"caf\xe9"  # Latin-1, not UTF-8
+    argv = [shim_command(), sys.executable, str(FIXTURE_SERVER)]
+    init = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}
+    sessions = [RawSession(argv, env) for _ in range(2)]
+    pids = []
+    for session in sessions:
+        assert "result" in session.ask(1, "initialize", init)
+        answer = session.ask(2, "tools/call", {"name": "pid", "arguments": {}})
+        pids.append(int(answer["result"]["content"][0]["text"]))
+    assert pids[0] != pids[1]  # the same registration, yet never one process by accident
+    with open(f"/proc/{pids[0]}/environ", "rb") as f:
+        assert b"ODD_BYTES=caf\xe9" in f.read().split(b"\0")
+    for session in sessions:
+        session.close()
+    log = (user_env.root / "daemon.stderr").read_text(errors="replace")
+    assert "gets a private identity: its environment is not UTF-8 (ODD_BYTES)" in log
