@@ -141,7 +141,10 @@ def test_three_claude_runs_share_one_server_process_and_a_run_after_sleep_starts
     after = claude_list(user_env)
     assert connected(after, ["everything"]) and everything_pids(user_env) == []
     explain = lazyctl(user_env, "explain", row["name"]).stdout
-    assert_no_planted_secret(user_env, *outputs, after, explain)
+    # The daemon learned Claude Code's handshake from those sessions: a check as Claude uses it.
+    check = json.loads(lazyctl(user_env, "check", "--client", "claude", "--json", row["name"]).stdout)
+    assert check["handshake"] == "learned from a claude-code session" and check["requested_version"] == "2025-11-25"
+    assert_no_planted_secret(user_env, *outputs, after, explain, json.dumps(check))
 
 
 def wrap_check_and_list(user: UserEnv, client: str, config: Path, servers: dict[str, Any],
