@@ -7,6 +7,8 @@
    Resident memory (RSS) of every process tree, summed.
 2. Latency: tools/call round trips through lazyd to one shared echo server with 10 clients calling
    concurrently, against 1 client calling alone (p50 and p99).
+3. Real clients: N = 1, 4, 8 consecutive and concurrent `claude mcp list` runs over M = 3 servers,
+   direct and through lazyd: server processes created, wall time, peak Σ RSS (claude_runs.py).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import argparse
 import threading
 import time
 
+from tests.benchmarks import claude_runs
 from tests.benchmarks.common import ECHO, EVERYTHING, LineClient, isolated_daemon, median, percentile, shim_path, tree_rss_kib
 
 
@@ -66,6 +69,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--clients", type=int, default=5, help="concurrent clients for the memory figure")
     parser.add_argument("--calls", type=int, default=500, help="calls per client for the latency figure")
+    parser.add_argument("--no-claude", action="store_true", help="skip the claude mcp list figures")
     args = parser.parse_args()
     with isolated_daemon() as env:
         direct_kib, lazyd_kib = memory(env, args.clients)
@@ -78,6 +82,8 @@ def main() -> None:
           f"{median(ten) * 1000:9.2f} ms {median(ten) / median(alone):7.2f}")
     print(f"{'round trip p99, 10 concurrent clients vs 1 client':52} {percentile(alone, 99) * 1000:9.2f} ms "
           f"{percentile(ten, 99) * 1000:9.2f} ms {percentile(ten, 99) / percentile(alone, 99):7.2f}")
+    if not args.no_claude:
+        claude_runs.report()
 
 
 if __name__ == "__main__":
