@@ -218,6 +218,8 @@ class Registry:
             if server is None:
                 known = ", ".join(sorted(self.config.servers)) or "none"
                 raise Refused("unknown-server", f"no server named {named!r} in the config (known: {known})")
+            for key in IDENTITY_OPTS:
+                opts.pop(key, None)  # a named server's identity is its name: these change nothing
             try:
                 policy_with_options(server.policy, opts)  # validated; a named server's policy is the file's
             except ConfigError as exc:

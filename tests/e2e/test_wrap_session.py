@@ -93,7 +93,7 @@ async def test_the_sdk_reaches_the_server_through_the_command_a_wrapped_entry_ho
     entry = json.loads(path.read_text())["mcpServers"]["fixture"]
     assert os.path.basename(entry["command"]) == "lazyd-shim"
     assert entry["args"] == [sys.executable, str(FIXTURE_SERVER)]
-    assert entry["env"] == {"FIXTURE_TOKEN": SECRET, "LAZYD_LINGER": "30s"}
+    assert entry["env"] == {"FIXTURE_TOKEN": SECRET, "LAZYD_IDENTITY_ENV": "FIXTURE_TOKEN", "LAZYD_LINGER": "30s"}
     tools, echoed, pid = await _session_through(entry, user_env)
     assert "echo" in tools and echoed == ["through lazyd"]
     # The server is the daemon's child, not the shim's: the session went through lazyd.
