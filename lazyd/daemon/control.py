@@ -25,7 +25,7 @@ import trio
 from lazyd.config import ConfigError
 from lazyd.core.client_profiles import PROFILES, ClientProfile, full_environment, profile_named
 from lazyd.core.envrules import parse_names
-from lazyd.core.identity import Identity, differing_env_names, explain_difference
+from lazyd.core.identity import Identity, differing_env_names, explain_difference, variable_class
 from lazyd.daemon.check import check_runtime, default_initialize_params
 from lazyd.daemon.proctree import ProcTable, proc_table, process_tree_usage
 from lazyd.daemon.registry import Registry
@@ -307,4 +307,5 @@ def _describe(identity: Identity, name: str, ignored: list[str] | None, runtime:
     # Argument and environment values may be tokens: only counts and names leave the daemon.
     return {"name": name, "command": identity.argv[0], "args": len(identity.argv) - 1, "cwd": identity.cwd,
             "env_names": [k for k, _ in identity.env], "ignored_env_names": ignored,
+            "env_classes": {k: variable_class(identity, k) for k, _ in identity.env},
             "instance": identity.instance or None, "registered_as": runtime}

@@ -395,6 +395,7 @@ def test_explain_names_variables_never_values_and_says_why_two_registrations_dif
     data = as_json(lazyctl(user, "explain", name, "--json", "--", *SERVER, env={"API_TOKEN": other}))
     assert data["differences"] == ["env API_TOKEN differs (credential, values hidden)"] and data["same_identity"] is False
     assert data["registrations"][0]["registered_as"] == name and "API_TOKEN" in data["registrations"][0]["env_names"]
+    assert data["registrations"][1]["env_classes"]["API_TOKEN"] == "credential"
     twice = as_json(lazyctl(user, "explain", name, name, "--json"))
     assert twice["same_identity"] is True
     for done in (same, differ):
