@@ -121,13 +121,25 @@ class TomlConfig:
                 changed += ["env"] + [f"env.{k}" for k in new.env]
             else:
                 env = table["env"]
+                by_text = isinstance(env, InlineTable)
+                dropped: set[str] = set()
+                added: dict[str, object] = {}
                 for name in sorted(set(old.env) | set(new.env)):
                     if name not in new.env:
-                        del env[name]
+                        if by_text:
+                            dropped.add(name)
+                        else:
+                            del env[name]
+                        changed.append(f"env.{name}")
+                    elif name not in old.env and by_text:
+                        added[name] = new.env[name]
                         changed.append(f"env.{name}")
                     elif name not in old.env or old.env[name] != new.env[name]:
                         env[name] = new.env[name]
                         changed.append(f"env.{name}")
+                if dropped or added:
+                    assert isinstance(env, InlineTable)
+                    table["env"] = _inline_edited(env, dropped, added)  # type: ignore[index]
         return changed
 
     def _array(self, array: Array | None, old: Sequence[str], new: Sequence[str], items: dict[str, Item]) -> Array | None:
@@ -167,6 +179,61 @@ class TomlConfig:
         if self._crlf:
             text = text.replace("\r\n", "\n").replace("\n", "\r\n")
         return text.encode("utf-8")
+
+
+def _inline_edited(table: InlineTable, dropped: set[str], added: Mapping[str, object]) -> InlineTable:
+    """``table`` without the members ``dropped`` and with ``added`` appended, by text.
+
+    tomlkit guesses the separator of a new member from the members already there (with one or none
+    it writes ``"a",b = …`` and drops the space before ``}``), and deleting a member leaves the space
+    after its comma behind. Here a table is its head (text after ``{``), its members, the gaps
+    between them (comma and spaces) and its tail (text before ``}``): a new member takes a copy of
+    the table's own last gap, and a member is removed with the gap that joined it, so appending
+    then removing the same members gives back the table's bytes.
+    """
+    head, tail = "", ""
+    names: list[str] = []
+    members: list[str] = []
+    gaps: list[str] = []
+    pending = ""
+    for key, item in table.value.body:
+        if key is None:
+            pending += item.as_string()
+            continue
+        trail = item.trivia.trail.replace("\n", "")
+        text = f"{item.trivia.indent}{key.as_string()}{key.sep}{item.as_string()}{item.trivia.comment}{trail}"
+        if members:
+            gaps.append(pending)
+        else:
+            head = pending
+        pending = ""
+        names.append(key.key)
+        members.append(text)
+    tail = pending
+    if not members:
+        head, tail = pending, ""
+    for name in [n for n in names if n in dropped]:
+        at = names.index(name)
+        if len(members) > 1:
+            del gaps[at if at < len(gaps) else at - 1]
+        del names[at], members[at]
+    spelled = "".join(members)
+    eq = "=" if "=" in spelled and " = " not in spelled else " = "
+    for name, value in added.items():
+        text = f"{tomlkit.key(name).as_string()}{eq}{tomlkit.item(value).as_string()}"
+        if members:
+            gaps.append(gaps[-1] if gaps else ", ")
+        elif not tail:
+            tail = head  # "{ }" becomes "{ NAME = … }"
+        names.append(name)
+        members.append(text)
+    inner = head + "".join(m + (gaps[i] if i < len(gaps) else "") for i, m in enumerate(members)) + tail
+    if not members:
+        inner = head
+    parsed = tomlkit.parse(f"x = {{{inner}}}\n")["x"]
+    assert isinstance(parsed, InlineTable)
+    parsed.trivia.comment_ws, parsed.trivia.comment = table.trivia.comment_ws, table.trivia.comment
+    return parsed
 
 
 def _plain(item: Mapping[str, object]) -> dict[str, object]:
