@@ -65,7 +65,8 @@ class BridgeRelay(StatelessRelay):
     def _bridging(self) -> bool:
         """Whether handshake-era clients are served through the bridge right now."""
         if self.phase is Phase.DOWN:
-            return self.snapshot.era() == "stateless" and self.snapshot.mixed_connection is not True
+            # What the next start will do: a plan that never replays a handshake bridges.
+            return self._start_plan().initialize == "never"
         # A replayed handshake (pending or done) means the process serves the handshake natively.
         return self.instance is None and self.stateless_up is True
 
@@ -146,7 +147,19 @@ class BridgeRelay(StatelessRelay):
         self._end_round(up.cid, up.client_id)
         if "result" in msg.obj:
             return [ToClient(up.cid, rpc.result_line(up.client_id, eras.for_handshake_client(result)), up.client_id)]
+        error = msg.obj.get("error")
+        if up.method in INPUT_METHODS and isinstance(error, dict) and error.get("code") == rpc.INVALID_REQUEST:
+            # Most likely a tool written for the handshake era's call-backs (the python SDK's
+            # "no back-channel for server-initiated requests"): say why it cannot work here.
+            return [ToClient(up.cid, rpc.dumps({"jsonrpc": "2.0", "id": up.client_id,
+                                                "error": {**error, "message": self._bridged_hint(error)}}), up.client_id)]
         return [ToClient(up.cid, rpc.with_id(msg, up.client_id), up.client_id)]
+
+    def _bridged_hint(self, error: JsonObj) -> str:
+        why = ('era = "stateless" is set for it; with era = "auto" a handshake-era client gets a process in its own era'
+               if self.era_policy.setting == "stateless" else "it speaks only the stateless era")
+        return (f"{error.get('message', '')} (lazyd: this handshake-era client is served through the stateless era "
+                f"of {self.name}, where a server cannot send requests to its client: {why})")
 
     # ---- input_required, answered by the client it concerns -------------------------------------
 

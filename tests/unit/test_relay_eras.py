@@ -21,6 +21,7 @@ from lazyd.core.eras import (
     SERVER_INFO_META,
     SUBSCRIPTION_ID_META,
 )
+from lazyd.core.era_policy import Era
 from lazyd.core.jsonrpc import JsonId, JsonObj
 from lazyd.core.relay import Phase
 from tests.unit.relay_driver import (
@@ -67,8 +68,11 @@ def page(items: list[Any], key: str = "tools", ttl: int = 60_000, scope: str = "
     return {key: items, "resultType": "complete", "ttlMs": ttl, "cacheScope": scope, **extra}
 
 
-def driver(snapshot: Snapshot | None = None) -> tuple[Driver, Clock]:
+def driver(snapshot: Snapshot | None = None, lane: Era | None = "stateless") -> tuple[Driver, Clock]:
+    """A relay core whose process is the stateless lane's unless `lane` says otherwise
+    (era_policy.py: the lane decides the start plan)."""
     d = Driver(snapshot if snapshot is not None else Snapshot())
+    d.core.lane = lane
     clock = Clock()
     d.core.clock = clock
     return d, clock
