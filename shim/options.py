@@ -46,6 +46,8 @@ options:
   --wake-command JSON  argv (a JSON list) of a wake predicate              LAZYD_WAKE_COMMAND
   --wake-interval D    how often the wake predicate runs                   LAZYD_WAKE_INTERVAL
   --wake-timeout D     bound on one run of the wake predicate              LAZYD_WAKE_TIMEOUT
+  --era ERA            protocol era of the server's processes: auto        LAZYD_ERA
+                       (each client's own), handshake or stateless
   --server NAME        use a server named in the daemon's config.toml      LAZYD_SERVER
   --hub                serve every server the daemon knows through a few   LAZYD_HUB
                        meta-tools (search, schema, call); see docs/hub.md
@@ -91,6 +93,12 @@ def _check_bool(value: str) -> None:
     parse_bool(value)
 
 
+def _check_era(value: str) -> None:
+    # The daemon's rule (config.py, era_policy.py), checked here so a typo exits 2 at once.
+    if value not in ("auto", "handshake", "stateless"):
+        raise ValueError(f"invalid era {value!r} (use auto, handshake or stateless)")
+
+
 def _check_argv_json(value: str) -> None:
     import json
 
@@ -110,6 +118,7 @@ _DAEMON_OPTS = {
     "--wake-command": ("wake_command", "LAZYD_WAKE_COMMAND", _check_argv_json),
     "--wake-interval": ("wake_interval", "LAZYD_WAKE_INTERVAL", _check_duration),
     "--wake-timeout": ("wake_timeout", "LAZYD_WAKE_TIMEOUT", _check_duration),
+    "--era": ("era", "LAZYD_ERA", _check_era),
 }
 # Options that the shim itself uses: flag -> env var.
 _SHIM_VALUES = {"--socket": "LAZYD_SOCKET", "--log-file": "LAZYD_LOG_FILE", "--server": "LAZYD_SERVER",

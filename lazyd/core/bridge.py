@@ -43,6 +43,7 @@ MAX_INPUT_ROUNDS = 10
 # Requests whose result may be `input_required` (2026-07-28): only these keep a round's state.
 INPUT_METHODS = frozenset({"tools/call", "prompts/get", "resources/read"})
 MISSING_CAPABILITY = -32021  # MissingRequiredClientCapabilityError
+BRIDGED_DEFAULT_LOG_LEVEL = "debug"
 
 
 @dataclass
@@ -75,7 +76,9 @@ class BridgeRelay(StatelessRelay):
 
     def _client_asker(self, client: ClientState) -> Asker:
         asker = asker_from_params(client.params or {}, self._upstream_version(), client.principal)
-        level = self.routes.levels.get(client.cid)
+        # A handshake-era server logs to a client that set no level (the python SDK sends every
+        # message); a stateless one logs only to requests that opt in: opt in for it, as direct.
+        level = self.routes.levels.get(client.cid, BRIDGED_DEFAULT_LOG_LEVEL)
         return Asker(asker.version, asker.client_info, asker.capabilities, asker.principal, level)
 
     def _bridged_initialize(self, client: ClientState, msg: Message) -> list[Action]:

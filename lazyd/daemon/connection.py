@@ -37,6 +37,7 @@ from typing import Any
 import trio
 
 from lazyd import wire
+from lazyd.daemon.era_lanes import EraRoute
 from lazyd.daemon.registry import Refused, Registry
 from lazyd.daemon.runtime import peer_credentials
 from lazyd.daemon.session import Session
@@ -266,7 +267,7 @@ class ConnectionHandler:
                         if frame["t"] != "line":
                             raise wire.WireError(f"unexpected {frame['t']!r} frame in a session")
                         runtime.client_line(session.cid, frame["d"])
-                        if isinstance(runtime, ServerRuntime) and not runtime.has_room():
+                        if isinstance(runtime, (ServerRuntime, EraRoute)) and not runtime.has_room():
                             await runtime.wait_for_room()
                         if session.should_pause():
                             await session.wait_drained()

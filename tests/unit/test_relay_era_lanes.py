@@ -9,7 +9,7 @@ from __future__ import annotations
 from lazyd.core import jsonrpc as rpc
 from lazyd.core.cache import HandshakeEntry, Snapshot, handshake_key
 from lazyd.core.era_policy import EraPolicy, Kind, facts_of
-from lazyd.core.eras import PROTOCOL_VERSION_META
+from lazyd.core.eras import LOG_LEVEL_META, PROTOCOL_VERSION_META
 from lazyd.core.relay import Phase
 from tests.unit.relay_driver import CLIENT_PARAMS, INIT_RESULT, PAGES, TOOLS, Driver, request, result
 from tests.unit.test_relay_eras import DISCOVERY, PV, UNSUPPORTED_INIT, driver, known_stateless, meta, page, serve_stateless
@@ -204,3 +204,18 @@ def test_a_start_no_client_asked_for_replays_a_handshake_first() -> None:
     assert [m["method"] for m in d.spawned().server] == ["initialize"]
     d.answer("initialize", INIT_RESULT)
     assert d.serve_listings(PAGES).ready and d.core.process_era() == "handshake"
+
+
+def test_a_bridged_client_that_set_no_log_level_is_opted_in_to_every_message_as_a_handshake_server_would() -> None:
+    d, _ = driver(known_stateless())
+    d.attach(1, 2)
+    for cid in (1, 2):
+        d.ask(cid, 0, "initialize", CLIENT_PARAMS)
+        d.tell(cid, "notifications/initialized")
+    d.ask(2, 1, "logging/setLevel", {"level": "error"})
+    d.ask(1, 1, "tools/call", {"name": "a"})
+    d.ask(2, 2, "tools/call", {"name": "b"})
+    d.spawned()
+    serve_stateless(d)
+    levels = {m["params"]["name"]: m["params"]["_meta"].get(LOG_LEVEL_META) for m in d.pending("tools/call")}
+    assert levels == {"a": "debug", "b": "error"}
