@@ -86,6 +86,15 @@ class EraLanes:
             self.opening.set()
             self.opening = None
 
+    async def get(self, era: Era) -> tuple[ServerRuntime, str]:
+        """The lane for a client of `era`, opening one if needed (after any opening under way)."""
+        while self.opening is not None:
+            await self.opening.wait()
+        runtime, choice = self.choose(era)
+        if runtime is None:
+            runtime = await self.open(choice)
+        return runtime, choice.reason
+
     def describe(self) -> list[dict[str, object]]:
         """Each lane's name, era and why its clients got it (`lazyctl explain`)."""
         facts = facts_of(self.primary.core.snapshot)
@@ -175,13 +184,9 @@ class EraRoute:
     async def _open(self, era: Era) -> None:
         assert self._choosing is not None
         try:
-            while self.lanes.opening is not None:
-                await self.lanes.opening.wait()
-            runtime, choice = self.lanes.choose(era)
-            if runtime is None and not self._gone:
-                runtime = await self.lanes.open(choice)
-            if runtime is not None and not self._gone:
-                self._attach(runtime, choice.reason)
+            runtime, reason = await self.lanes.get(era)
+            if not self._gone:
+                self._attach(runtime, reason)
         finally:
             self._choosing.set()
             self._choosing = None

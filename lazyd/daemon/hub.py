@@ -401,6 +401,10 @@ class _ProxiedCall:
         self.overflowed = True  # the relay stops delivering; the channel's end ends the call
 
     async def run(self, tool: str, arguments: JsonObj, token: object) -> JsonObj | bytes:
+        lanes = self.hub.registry.lanes_for(self.runtime)
+        if lanes is not None:
+            # The call is a handshake-era session: it gets that era's process of the server.
+            self.runtime, _ = await lanes.get("handshake")
         runtime = self.runtime
         params = internal_initialize_params(self.hub.params)
         call_params: JsonObj = {"name": tool, "arguments": arguments}

@@ -226,7 +226,9 @@ async def test_era_stateless_serves_bridged_clients_what_it_can_and_refuses_the_
             assert text.startswith("error -32600: Cannot send"), text
             assert 'era = "stateless" is set for it' in text
         assert refused[4] == "logged progress=[1.0, 2.0]"  # logging and progress need no call-back
-    assert seen["ada"].logs == ["step one", "step two"]
+    # A log line names no request; with both calls in flight each client may see the other's too
+    # (as every log line reaches every client of a shared handshake-era process: relay.md).
+    assert set(seen["ada"].logs) == set(seen["alan"].logs) == {"step one", "step two"}
 
 
 async def test_a_stateless_only_server_serves_handshake_clients_through_the_bridge_on_the_one_process(
