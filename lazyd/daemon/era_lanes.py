@@ -174,6 +174,13 @@ class EraRoute:
     def _choose(self, era: Era, line: bytes | None) -> None:
         if line is not None:
             self._held.append(line)
+        if self.lanes.primary.closing:
+            # A reload replaced this server while the session said nothing: end it, and its shim
+            # reconnects to the new definition with what it sent (as attached sessions do).
+            log.info("[%s] session %d: the server was replaced before its first request; closing it",
+                     self.name, self.session.cid)
+            self.session.send_channel.close()
+            return
         runtime, choice = (None, None) if self.lanes.opening is not None else self.lanes.choose(era)
         if runtime is not None:
             self._attach(runtime, choice.reason if choice is not None else "")

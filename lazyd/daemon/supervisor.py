@@ -195,6 +195,11 @@ class ServerRuntime:
             await proc.stop()
         self._save_now()
 
+    @property
+    def closing(self) -> bool:
+        """Shut down or being replaced: no process is started any more."""
+        return self._closing
+
     # ---- events from sessions and operators ----------------------------------------------------
 
     def attach(self, session: Session, resume: list[bytes]) -> None:

@@ -305,3 +305,40 @@ async def test_lazyctl_explain_says_why_two_sessions_got_two_processes(user_env:
                 capture_output=True, text=True, timeout=STEP_TIMEOUT_S).stdout)
             lanes = {lane["name"]: lane["era"] for lane in data["eras"]}
             assert lanes == {names[0]: "handshake", names[1]: "stateless"}
+
+
+# ---- a handshake-only server --------------------------------------------------------------------------
+
+EVERYTHING_CALLS: list[tuple[str, dict[str, Any]]] = [("trigger-sampling-request", {"prompt": "hi", "maxTokens": 10}),
+                    ("trigger-elicitation-request", {}),
+                    ("trigger-url-elicitation", {"url": "https://example.invalid/sign-in", "message": "Sign in",
+                                                 "elicitationId": "sign-in-1"}),
+                    ("get-roots-list", {}),
+                    ("trigger-long-running-operation", {"duration": 1, "steps": 2})]
+
+
+async def test_a_handshake_only_server_calls_back_each_client_through_lazyd_as_it_does_direct(user_env: UserEnv) -> None:
+    from tests.conftest import everything_command
+
+    argv = everything_command()
+    for mode in ("legacy", "auto"):
+        if mode != "legacy":
+            restart_daemon(user_env, "server-everything")  # a fresh process: it keeps its first roots
+        expected, seen_direct = await direct_outcomes(user_env, mode, "ada", EVERYTHING_CALLS, argv=argv)
+        assert all(not o.startswith("error") for o in expected), expected
+        seen = {name: Seen(name) for name in ("ada", "alan")}
+        with trio.fail_after(STEP_TIMEOUT_S):
+            async with through_lazyd(user_env, mode, seen["ada"], argv=argv) as ada, \
+                    through_lazyd(user_env, mode, seen["alan"], argv=argv) as alan:
+                assert ada.protocol_version.startswith("2025")  # an auto client fell back: no stateless era
+                assert await run_calls(ada, EVERYTHING_CALLS) == expected, mode
+                # server-everything asks for roots once per connection, when it is initialized, and
+                # keeps them: a process shared by two clients has the first one's (relay.md: such
+                # per-connection state wants share = false). Every call-back made during a call
+                # reaches the calling client.
+                during_calls = [call for call in EVERYTHING_CALLS if call[0] != "get-roots-list"]
+                want = [o.replace("ada", "alan") for o, call in zip(expected, EVERYTHING_CALLS) if call in during_calls]
+                assert await run_calls(alan, during_calls) == want, mode
+                assert len(user_env.server_pids("server-everything")) == 1
+        assert seen["ada"].asked == seen_direct.asked, mode
+        assert seen["alan"].asked == [a for a in seen_direct.asked if a != "roots"], mode
