@@ -1,9 +1,10 @@
-"""Handshake-era clients on a server that speaks only the stateless era on this connection.
+"""Handshake-era clients on a process that speaks only the stateless era on its connection.
 
-The python SDK's dual-era servers (`MCPServer`, e.g. `mcp-server-time`) lock each connection to the
-era of its first request, and the relay's era probe is that first request. From then on a
-handshake-era client (Claude Code, Cursor, the SDK in `legacy` mode) is served through this bridge,
-in its own era, by the same process the stateless clients use:
+A server that refuses `initialize` as a connection's first request speaks only the stateless era;
+with `era = "stateless"` any server is run that way. Their handshake-era clients (Claude Code,
+Cursor, the SDK in `legacy` mode) are served through this bridge, in their own era, by the same
+process the stateless clients use. (A dual-era server that locks each connection gives its
+handshake-era clients a process of their own instead: lazyd/core/era_policy.py.)
 
 - `initialize` is answered from the cached `server/discover` result (version: the client's, when
   lazyd knows it; capabilities and serverInfo: the server's), `notifications/initialized` is

@@ -27,11 +27,13 @@ Phases of the server as the relay sees it:
 A server exit answers every in-flight and queued request with an error under its original id, and
 never replays a request (it may not be idempotent).
 
-Both protocol eras go through the same object (docs/protocol-eras.md): a start whose era is not
-known to be the handshake's begins with the relay's own `server/discover` probe (stateless.py);
-a process that speaks the stateless era goes PREINIT -> REFRESH (its listings fetched under a real
-client's envelope) -> READY without any handshake, serves stateless clients from a ttl-aware cache,
-and serves handshake-era clients through the bridge (bridge.py).
+Both protocol eras go through the same object (docs/protocol-eras.md). Each start follows the
+plan of the instance's *lane* (`lane`: the era the daemon gave it; era_policy.py): a handshake
+lane replays `initialize` first and asks `server/discover` only after the handshake; a stateless
+lane begins with the relay's own `server/discover` probe (stateless.py). A process that speaks the
+stateless era goes PREINIT -> REFRESH (its listings fetched under a real client's envelope) ->
+READY without any handshake, serves stateless clients from a ttl-aware cache, and serves
+handshake-era clients through the bridge (bridge.py) when its plan gives it no handshake.
 
 This module keeps the public API: the events and what each does in every phase. The handshake
 era's rules live with their code: relay_client.py (client messages), relay_startup.py (handshake

@@ -2,8 +2,11 @@
 each stateless request goes. The cache is stateless_cache.py, listen streams stateless_listen.py,
 handshake-era clients on a stateless-only server bridge.py.
 
-Era probe. At a start whose era is unknown (or known stateless) the relay's first line is its own
-`server/discover`, with a real client's identity in the envelope. A DiscoverResult listing a
+Era probe. At a start whose plan says so (a stateless lane, or era = "stateless": era_policy.py)
+the relay's first line is its own `server/discover`, with a real client's identity in the
+envelope. A handshake lane sends it only after its handshake (`_probe_after_answered`): a
+DiscoverResult there means both eras on one connection, a -32601 on a server never probed means
+handshake only, any other error one era per connection. A DiscoverResult listing a
 stateless version means the process speaks that era; anything else means handshake only, and so
 does a handshake that completes while the probe is still unanswered (the issue's "timeout"). When
 a handshake is known (a client's or the recorded `initialize` params) and the era is not known yet,
@@ -11,8 +14,11 @@ the replayed `initialize` is pipelined behind the probe, and the pair of answers
 DiscoverResult and an `initialize` result mean one connection carries both eras
 (`mixed_connection`: handshake-era clients are then served natively); a DiscoverResult and a
 refused `initialize` (the python SDK's dual-era servers lock a connection to the era of its first
-request) mean stateless only, and handshake-era clients are bridged. An `initialize` refused with
--32022 naming stateless versions is stateless evidence too: the relay probes then.
+request) mean one era per connection: the handshake-era clients get a process of their own (the
+daemon's choice), and any that are here are bridged. An `initialize` refused as a connection's
+first request, with -32022 naming stateless versions or by a server known to have a stateless era,
+means the server speaks only the stateless era (`Snapshot.handshake_first = False`): the relay
+probes then, and bridges.
 
 Stateless start. No handshake: the relay opens its listen stream and fetches every advertised
 listing under the identity of whoever caused the start; READY once those are in and the stream is

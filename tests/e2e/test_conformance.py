@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import socket
 import subprocess
@@ -41,6 +42,7 @@ SUITE_TIMEOUT_S = 150  # one run of the active suite; a bound, never an assertio
 GATEWAY_START_S = 30
 # The scenarios whose server-to-client requests the python SDK serves only on a handshake
 # connection: each must pass direct, or the comparison would prove nothing about them.
+RESULT_DIR = re.compile(r"server-(.+)-\d{4}-\d{2}-\d{2}T[\d-]+Z")
 CALL_BACK_SCENARIOS = ("tools-call-sampling", "tools-call-elicitation", "elicitation-sep1034-defaults",
                        "elicitation-sep1330-enums")
 
@@ -88,8 +90,10 @@ def run_suite(user: UserEnv, url: str, out: Path) -> dict[str, dict[str, str]]:
                           env={**user.env, "NO_COLOR": "1"}, capture_output=True, text=True, timeout=SUITE_TIMEOUT_S)
     results: dict[str, dict[str, str]] = {}
     for checks in sorted(out.glob("server-*/checks.json")):
-        # Directory names are server-<scenario>-<ISO time with dashes>.
-        scenario = checks.parent.name.removeprefix("server-").rsplit("-20", 1)[0]
+        # Directory names are server-<scenario>-<ISO time with dashes, e.g. 2026-12-01T09-36-20-123Z>.
+        found = RESULT_DIR.fullmatch(checks.parent.name)
+        assert found, checks.parent.name
+        scenario = found.group(1)
         results[scenario] = {c["id"]: c["status"] for c in json.loads(checks.read_text())}
     assert results, f"the suite produced no results (exit {done.returncode}):\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}"
     return results
@@ -120,6 +124,7 @@ def test_every_conformance_check_that_passes_direct_passes_through_lazyd(user_en
     with gateway(user_env, [shim_command(), "--", *server], tmp_path / "lazyd.log") as url:
         lazyd = run_suite(user_env, url, tmp_path / "lazyd")
     print(f"\nconformance suite, active scenarios ({time.monotonic() - began:.0f} s):\n{table(direct, lazyd)}")
+    assert direct.keys() == lazyd.keys(), table(direct, lazyd)  # the same active scenarios ran
     for scenario in CALL_BACK_SCENARIOS:
         assert set(direct[scenario].values()) == {"SUCCESS"}, (scenario, direct[scenario])
     worse = [(scenario, check, lazyd.get(scenario, {}).get(check, "not run"))

@@ -596,7 +596,7 @@ def test_a_handshake_clients_resource_subscription_rides_the_relays_listen_strea
     assert out.client(1) == out.client(2) == [notification("notifications/prompts/list_changed")]
 
 
-def test_a_stateless_and_a_handshake_client_share_one_process_each_in_its_own_era() -> None:
+def test_a_stateless_and_a_bridged_handshake_client_on_one_stateless_process_each_get_their_own_era() -> None:
     d, _ = stateless_running(1, 2)
     d.handshake(2, 0, CLIENT_PARAMS)
     d.ask(1, "m", "tools/call", {**meta("modern-client"), "name": "whoami"})
