@@ -184,6 +184,10 @@ class RelayCore(ClientMessageRelay):
         handshake known and wanted is sent (behind the probe, or alone)."""
         self.phase = Phase.PREINIT
         plan = self.plan = self.era_policy.start_plan(self.lane, facts_of(self.snapshot))
+        if self.lane is None:
+            # A start no client asked for: the process is in the era its plan gives it, so the
+            # next client of that era joins it instead of getting a process of its own.
+            self.lane = "stateless" if plan.initialize == "never" else "handshake"
         out: list[Action] = [Note(f"server spawned ({self.lane or 'no'} lane: "
                                   f"{'era probe first' if plan.probe_first else 'initialize first'}, "
                                   f"initialize {plan.initialize})")]

@@ -28,7 +28,7 @@ from mcp.client.session import ClientRequestContext
 from mcp.shared.exceptions import MCPError
 from pydantic import FileUrl
 
-from tests.conftest import SERVERS, UserEnv, shim_command
+from tests.conftest import SERVERS, UserEnv, shim_command, start_daemon
 from tests.e2e.test_eras import restart_daemon, status_rows
 
 pytestmark = pytest.mark.e2e
@@ -237,7 +237,8 @@ async def test_a_stateless_only_server_serves_handshake_clients_through_the_brid
     argv = [*DUAL]
     # Direct, a handshake-era client cannot even begin: the server refuses initialize.
     seen_direct = Seen("ada")
-    with trio.fail_after(STEP_TIMEOUT_S), pytest.raises(BaseException):  # noqa: B017 - an SDK exception group
+    with trio.fail_after(STEP_TIMEOUT_S), pytest.RaisesGroup(pytest.RaisesGroup(
+            pytest.RaisesExc(MCPError, check=lambda e: e.error.code == -32022))):
         async with direct(user_env, "legacy", seen_direct, env=env, argv=argv) as c:
             await c.list_tools()
     seen = {name: Seen(name) for name in ("ada", "grace")}
@@ -342,3 +343,19 @@ async def test_a_handshake_only_server_calls_back_each_client_through_lazyd_as_i
                 assert len(user_env.server_pids("server-everything")) == 1
         assert seen["ada"].asked == seen_direct.asked, mode
         assert seen["alan"].asked == [a for a in seen_direct.asked if a != "roots"], mode
+
+
+async def test_an_eager_start_of_a_dual_era_server_is_the_handshake_eras_process_that_clients_join(user_env: UserEnv) -> None:
+    from tests.e2e.test_supervision import server_table, wait_for_row, write_config
+
+    write_config(user_env, server_table("dual", command=DUAL, start="eager"))
+    start_daemon(user_env)
+    row = wait_for_row(user_env, "dual", lambda r: r["state"] == "running" and r["era"] == "handshake",
+                       "the eager start to run in the handshake era")
+    params = StdioServerParameters(command=shim_command(), args=["--server", "dual"], env=user_env.env)
+    with trio.fail_after(STEP_TIMEOUT_S):
+        async with Client(params, mode="legacy", **Seen("ada").kwargs()) as legacy:
+            assert await outcome(legacy, "pid", {}) == str(row["pid"])  # joined the running process
+            async with Client(params, mode="2026-07-28", **Seen("grace").kwargs()) as modern:
+                assert await outcome(modern, "pid", {}) != str(row["pid"])  # the other era's own
+                assert sorted(r["name"] for r in status_rows(user_env)) == ["dual", "dual@stateless"]

@@ -202,6 +202,7 @@ def test_a_start_no_client_asked_for_replays_a_handshake_first() -> None:
     snapshot.last_params = CLIENT_PARAMS
     d, _ = driver(snapshot, lane=None)
     assert [m["method"] for m in d.spawned().server] == ["initialize"]
+    assert d.core.lane == "handshake"  # so a handshake-era client joins this process
     d.answer("initialize", INIT_RESULT)
     assert d.serve_listings(PAGES).ready and d.core.process_era() == "handshake"
 
