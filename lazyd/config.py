@@ -50,14 +50,16 @@ __all__ = [
 # A real config is a few KiB; the bound keeps a mistaken path (a log, a device) from costing memory.
 MAX_CONFIG_BYTES = 1024 * 1024
 
-_POLICY_KEYS = ("start_timeout", "linger", "idle_timeout", "keep_alive", "start", "share", "wake")
+_POLICY_KEYS = ("start_timeout", "linger", "idle_timeout", "keep_alive", "start", "share", "wake", "era")
 _TOP_KEYS = ("defaults", "servers", "policy")
 _TOOL_POLICY_KEYS = ("default", "rules")
 _DEFAULTS_KEYS = (*_POLICY_KEYS, "per_session_env", "identity_env", "sampling_policy")
 _SERVER_KEYS = ("command", "args", "env", "cwd", *_POLICY_KEYS)
 _WAKE_KEYS = ("command", "interval", "timeout")
 _OPTION_KEYS = ("linger", "idle_timeout", "start_timeout", "share", "wake_command",
-                "wake_interval", "wake_timeout")
+                "wake_interval", "wake_timeout", "era")
+# Which protocol era the server's processes run in (lazyd/core/era_policy.py).
+_ERA_SETTINGS: tuple[Literal["auto", "handshake", "stateless"], ...] = ("auto", "handshake", "stateless")
 _SAMPLING_POLICIES = ("refuse", "most-recent")
 _SERVER_NAME = re.compile(r"[A-Za-z0-9_.-]+", re.ASCII)
 _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+", re.ASCII)
@@ -94,6 +96,7 @@ class Policy:
     start: Literal["lazy", "eager"] = "lazy"
     share: bool = True
     wake: WakePredicate | None = None
+    era: Literal["auto", "handshake", "stateless"] = "auto"
 
     def __post_init__(self) -> None:
         if not self.start_timeout_s > 0:
@@ -303,7 +306,7 @@ def policy_with_options(base: Policy, opts: Mapping[str, str]) -> Policy:
     """`base` with a shim's options applied; `opts` maps option names to their text.
 
     Keys: linger, idle_timeout, start_timeout, share, wake_command (a JSON array: the argv),
-    wake_interval, wake_timeout. The options are the most specific layer, validated exactly like
+    wake_interval, wake_timeout, era. The options are the most specific layer, validated exactly like
     the same keys in config.toml. Raises ConfigError("option --linger: <problem>") for an
     unknown key or a bad value; wake_interval and wake_timeout need a wake command, given here
     or in `base`.
@@ -408,8 +411,17 @@ def _merge_policy(at: _At, base: Policy, table: Mapping[str, object]) -> Policy:
     wake = base.wake
     if "wake" in table:
         wake = _wake(at / "wake", table["wake"])
+    era = base.era
+    if "era" in table:
+        value = table["era"]
+        for setting in _ERA_SETTINGS:
+            if value == setting:
+                era = setting
+                break
+        else:
+            raise (at / "era").error(_not_one_of(value, _ERA_SETTINGS))
     return Policy(start_timeout_s=start_timeout, linger_s=linger, idle_timeout_s=idle,
-                  keep_alive=keep_alive, start=start, share=share, wake=wake)
+                  keep_alive=keep_alive, start=start, share=share, wake=wake, era=era)
 
 
 def _wake(at: _At, value: object) -> WakePredicate | None:

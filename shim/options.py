@@ -50,6 +50,8 @@ options:
   --identity-env A,B   variables that always count in this registration's  LAZYD_IDENTITY_ENV
                        identity (lazyctl wrap records the declared ones)
   --per-session-env A,B  variables that never count (names or patterns)  LAZYD_PER_SESSION_ENV
+  --era ERA            protocol era of the server's processes: auto        LAZYD_ERA
+                       (each client's own), handshake or stateless
   --server NAME        use a server named in the daemon's config.toml      LAZYD_SERVER
   --hub                serve every server the daemon knows through a few   LAZYD_HUB
                        meta-tools (search, schema, call); see docs/hub.md
@@ -95,6 +97,12 @@ def _check_bool(value: str) -> None:
     parse_bool(value)
 
 
+def _check_era(value: str) -> None:
+    # The daemon's rule (config.py, era_policy.py), checked here so a typo exits 2 at once.
+    if value not in ("auto", "handshake", "stateless"):
+        raise ValueError(f"invalid era {value!r} (use auto, handshake or stateless)")
+
+
 def _check_argv_json(value: str) -> None:
     import json
 
@@ -120,6 +128,7 @@ _DAEMON_OPTS = {
     "--wake-timeout": ("wake_timeout", "LAZYD_WAKE_TIMEOUT", _check_duration),
     "--identity-env": ("identity_env", "LAZYD_IDENTITY_ENV", _check_names),
     "--per-session-env": ("per_session_env", "LAZYD_PER_SESSION_ENV", _check_names),
+    "--era": ("era", "LAZYD_ERA", _check_era),
 }
 # Options that the shim itself uses: flag -> env var.
 _SHIM_VALUES = {"--socket": "LAZYD_SOCKET", "--log-file": "LAZYD_LOG_FILE", "--server": "LAZYD_SERVER",

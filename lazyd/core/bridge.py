@@ -1,9 +1,10 @@
-"""Handshake-era clients on a server that speaks only the stateless era on this connection.
+"""Handshake-era clients on a process that speaks only the stateless era on its connection.
 
-The python SDK's dual-era servers (`MCPServer`, e.g. `mcp-server-time`) lock each connection to the
-era of its first request, and the relay's era probe is that first request. From then on a
-handshake-era client (Claude Code, Cursor, the SDK in `legacy` mode) is served through this bridge,
-in its own era, by the same process the stateless clients use:
+A server that refuses `initialize` as a connection's first request speaks only the stateless era;
+with `era = "stateless"` any server is run that way. Their handshake-era clients (Claude Code,
+Cursor, the SDK in `legacy` mode) are served through this bridge, in their own era, by the same
+process the stateless clients use. (A dual-era server that locks each connection gives its
+handshake-era clients a process of their own instead: lazyd/core/era_policy.py.)
 
 - `initialize` is answered from the cached `server/discover` result (version: the client's, when
   lazyd knows it; capabilities and serverInfo: the server's), `notifications/initialized` is
@@ -43,6 +44,7 @@ MAX_INPUT_ROUNDS = 10
 # Requests whose result may be `input_required` (2026-07-28): only these keep a round's state.
 INPUT_METHODS = frozenset({"tools/call", "prompts/get", "resources/read"})
 MISSING_CAPABILITY = -32021  # MissingRequiredClientCapabilityError
+BRIDGED_DEFAULT_LOG_LEVEL = "debug"
 
 
 @dataclass
@@ -65,7 +67,8 @@ class BridgeRelay(StatelessRelay):
     def _bridging(self) -> bool:
         """Whether handshake-era clients are served through the bridge right now."""
         if self.phase is Phase.DOWN:
-            return self.snapshot.era() == "stateless" and self.snapshot.mixed_connection is not True
+            # What the next start will do: a plan that never replays a handshake bridges.
+            return self._start_plan().initialize == "never"
         # A replayed handshake (pending or done) means the process serves the handshake natively.
         return self.instance is None and self.stateless_up is True
 
@@ -74,7 +77,9 @@ class BridgeRelay(StatelessRelay):
 
     def _client_asker(self, client: ClientState) -> Asker:
         asker = asker_from_params(client.params or {}, self._upstream_version(), client.principal)
-        level = self.routes.levels.get(client.cid)
+        # A handshake-era server logs to a client that set no level (the python SDK sends every
+        # message); a stateless one logs only to requests that opt in: opt in for it, as direct.
+        level = self.routes.levels.get(client.cid, BRIDGED_DEFAULT_LOG_LEVEL)
         return Asker(asker.version, asker.client_info, asker.capabilities, asker.principal, level)
 
     def _bridged_initialize(self, client: ClientState, msg: Message) -> list[Action]:
@@ -146,7 +151,19 @@ class BridgeRelay(StatelessRelay):
         self._end_round(up.cid, up.client_id)
         if "result" in msg.obj:
             return [ToClient(up.cid, rpc.result_line(up.client_id, eras.for_handshake_client(result)), up.client_id)]
+        error = msg.obj.get("error")
+        if up.method in INPUT_METHODS and isinstance(error, dict) and error.get("code") == rpc.INVALID_REQUEST:
+            # Most likely a tool written for the handshake era's call-backs (the python SDK's
+            # "no back-channel for server-initiated requests"): say why it cannot work here.
+            return [ToClient(up.cid, rpc.dumps({"jsonrpc": "2.0", "id": up.client_id,
+                                                "error": {**error, "message": self._bridged_hint(error)}}), up.client_id)]
         return [ToClient(up.cid, rpc.with_id(msg, up.client_id), up.client_id)]
+
+    def _bridged_hint(self, error: JsonObj) -> str:
+        why = ('era = "stateless" is set for it; with era = "auto" a handshake-era client gets a process in its own era'
+               if self.era_policy.setting == "stateless" else "it speaks only the stateless era")
+        return (f"{error.get('message', '')} (lazyd: this handshake-era client is served through the stateless era "
+                f"of {self.name}, where a server cannot send requests to its client: {why})")
 
     # ---- input_required, answered by the client it concerns -------------------------------------
 

@@ -199,6 +199,9 @@ class Snapshot:
     last_meta: JsonObj | None = None
     # Whether a connection that answered server/discover also accepted initialize (None: unknown).
     mixed_connection: bool | None = None
+    # Whether `initialize` as a connection's first request was accepted (None: never tried; False:
+    # the server speaks only the stateless era). See lazyd/core/era_policy.py.
+    handshake_first: bool | None = None
 
     def era(self) -> str | None:
         """"stateless" if the server's discovery listed a stateless version, "handshake" if it
@@ -249,6 +252,8 @@ class Snapshot:
             self.store_stateless(key, cached.result, cached.stored_at)
         if other.mixed_connection is not None:
             self.mixed_connection = other.mixed_connection
+        if other.handshake_first is not None:
+            self.handshake_first = other.handshake_first
         self.last_meta = self.last_meta or other.last_meta
         self.last_params = self.last_params or other.last_params
 
@@ -311,6 +316,7 @@ class Snapshot:
             "stateless": {k: c.to_json() for k, c in self.stateless.items()},
             "last_meta": self.last_meta,
             "mixed_connection": self.mixed_connection,
+            "handshake_first": self.handshake_first,
         }
 
     @classmethod
@@ -338,6 +344,9 @@ class Snapshot:
             raise ValueError("last_meta is not an object")
         if mixed is not None and not isinstance(mixed, bool):
             raise ValueError("mixed_connection is not a boolean")
+        handshake_first = obj.get("handshake_first")
+        if handshake_first is not None and not isinstance(handshake_first, bool):
+            raise ValueError("handshake_first is not a boolean")
         return cls(
             entries={str(k): HandshakeEntry.from_json(v) for k, v in entries.items()},
             discover={str(k): v for k, v in discover.items()},
@@ -346,6 +355,7 @@ class Snapshot:
             stateless={str(k): CachedResult.from_json(v) for k, v in stateless.items()},
             last_meta=last_meta,
             mixed_connection=mixed,
+            handshake_first=handshake_first,
         )
 
     def listing_counts(self) -> dict[str, int]:

@@ -27,11 +27,13 @@ Phases of the server as the relay sees it:
 A server exit answers every in-flight and queued request with an error under its original id, and
 never replays a request (it may not be idempotent).
 
-Both protocol eras go through the same object (docs/protocol-eras.md): a start whose era is not
-known to be the handshake's begins with the relay's own `server/discover` probe (stateless.py);
-a process that speaks the stateless era goes PREINIT -> REFRESH (its listings fetched under a real
-client's envelope) -> READY without any handshake, serves stateless clients from a ttl-aware cache,
-and serves handshake-era clients through the bridge (bridge.py).
+Both protocol eras go through the same object (docs/protocol-eras.md). Each start follows the
+plan of the instance's *lane* (`lane`: the era the daemon gave it; era_policy.py): a handshake
+lane replays `initialize` first and asks `server/discover` only after the handshake; a stateless
+lane begins with the relay's own `server/discover` probe (stateless.py). A process that speaks the
+stateless era goes PREINIT -> REFRESH (its listings fetched under a real client's envelope) ->
+READY without any handshake, serves stateless clients from a ttl-aware cache, and serves
+handshake-era clients through the bridge (bridge.py) when its plan gives it no handshake.
 
 This module keeps the public API: the events and what each does in every phase. The handshake
 era's rules live with their code: relay_client.py (client messages), relay_startup.py (handshake
@@ -42,6 +44,7 @@ from __future__ import annotations
 
 from lazyd.core import jsonrpc as rpc
 from lazyd.core.cache import Snapshot
+from lazyd.core.era_policy import EraSetting, facts_of
 from lazyd.core.jsonrpc import Kind, Message
 from lazyd.core.relay_base import ANY_VERSION as ANY_VERSION
 from lazyd.core.relay_base import MAX_LISTING_PAGES as MAX_LISTING_PAGES
@@ -70,11 +73,11 @@ class RelayCore(ClientMessageRelay):
     """
 
     def __init__(self, name: str, snapshot: Snapshot, sampling_policy: SamplingPolicy = "refuse",
-                 clock: Clock | None = None) -> None:
+                 clock: Clock | None = None, era: EraSetting = "auto") -> None:
         if clock is None:
-            super().__init__(name, snapshot, sampling_policy)
+            super().__init__(name, snapshot, sampling_policy, era=era)
         else:
-            super().__init__(name, snapshot, sampling_policy, clock)
+            super().__init__(name, snapshot, sampling_policy, clock, era)
 
     # ---- observations ----------------------------------------------------------------------------
 
@@ -176,27 +179,48 @@ class RelayCore(ClientMessageRelay):
     # ---- server events ---------------------------------------------------------------------------
 
     def spawned(self) -> list[Action]:
-        """The process exists. Probe its era unless it is known to be the handshake's, send
-        discovery probes that were waiting, then replay a handshake when one is known and wanted."""
+        """The process exists. Follow the start plan of its lane (era_policy.py): the era probe
+        first (then discovery probes that were waiting), or the replayed handshake first; a
+        handshake known and wanted is sent (behind the probe, or alone)."""
         self.phase = Phase.PREINIT
-        out: list[Action] = [Note("server spawned")]
-        era = self.snapshot.era()
-        probe = era != "handshake"
-        self.stateless_up = None if probe else False
-        if probe:
+        plan = self.plan = self.era_policy.start_plan(self.lane, facts_of(self.snapshot))
+        if self.lane is None:
+            # A start no client asked for: the process is in the era its plan gives it, so the
+            # next client of that era joins it instead of getting a process of its own.
+            self.lane = "stateless" if plan.initialize == "never" else "handshake"
+        out: list[Action] = [Note(f"server spawned ({self.lane or 'no'} lane: "
+                                  f"{'era probe first' if plan.probe_first else 'initialize first'}, "
+                                  f"initialize {plan.initialize})")]
+        self.stateless_up = None if plan.probe_first else False
+        if plan.probe_first:
             out.extend(self._send_probe())
-        waiting = self.queue
-        self.queue = []
-        for cid, msg in waiting:
-            if msg.method == "server/discover":
-                out.extend(self._forward(cid, msg, inspect=True, purpose=self._discover_purpose(cid, msg)))
-            else:
-                self.queue.append((cid, msg))
         params = self._replay_params()
-        # A known stateless server gets a handshake only if one connection may carry both eras.
-        if params is not None and (era != "stateless" or self.snapshot.mixed_connection is True):
+        handshake = params is not None and plan.initialize != "never"
+        if plan.probe_first or not handshake:
+            # Discovery probes that woke the server go straight through, unless a handshake must
+            # be this connection's first request (a dual-era server locks to the first one's era).
+            waiting = self.queue
+            self.queue = []
+            for cid, msg in waiting:
+                if msg.method == "server/discover":
+                    out.extend(self._forward(cid, msg, inspect=True, purpose=self._discover_purpose(cid, msg)))
+                else:
+                    self.queue.append((cid, msg))
+        if handshake:
+            assert params is not None
             out.extend(self._send_initialize(params))
         return out
+
+    def process_era(self) -> str | None:
+        """The era the live process serves its clients in: "handshake", "stateless" (handshake-era
+        clients bridged), "both" (one connection carries both), or None when there is none."""
+        if self.phase is Phase.DOWN:
+            return None
+        if self.stateless_up is True:
+            return "both" if self.instance is not None else "stateless"
+        if self.stateless_up is False or self.instance is not None:
+            return "handshake"
+        return None  # the era probe is on its way
 
     def exited(self, description: str) -> list[Action]:
         """The process ended (crash, stop or start timeout): answer everything that waits on it."""

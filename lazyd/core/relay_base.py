@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from lazyd.core import jsonrpc as rpc
 from lazyd.core.cache import HandshakeEntry, Snapshot
+from lazyd.core.era_policy import Era, EraPolicy, EraSetting, StartPlan, facts_of
 from lazyd.core.jsonrpc import JsonId, JsonObj, Kind, Message
 from lazyd.core.listen import ListenHub
 from lazyd.core.routing import ClientId, Routes, SamplingPolicy, Upstream
@@ -120,10 +121,16 @@ class RelayBase:
     """The state of one server instance as the relay sees it, shared by every era's logic."""
 
     def __init__(self, name: str, snapshot: Snapshot, sampling_policy: SamplingPolicy = "refuse",
-                 clock: Clock = time.time) -> None:
+                 clock: Clock = time.time, era: EraSetting = "auto") -> None:
         self.name = name
         self.snapshot = snapshot
         self.sampling_policy: SamplingPolicy = sampling_policy
+        # Which era this instance's process runs in (lazyd/core/era_policy.py): the daemon gives
+        # the instance a lane when it attaches the first client of an era to it; None until then
+        # (a start no client asked for replays a handshake).
+        self.era_policy = EraPolicy(era)
+        self.lane: Era | None = None
+        self.plan: StartPlan | None = None  # the live process's start plan
         # Wall-clock seconds, read only to honour ttlMs: stored results outlive the daemon, so a
         # monotonic clock would not do. Injected so that tests decide what time it is.
         self.clock = clock
@@ -160,6 +167,12 @@ class RelayBase:
         raise NotImplementedError
 
     # ---- helpers ---------------------------------------------------------------------------------
+
+    def _start_plan(self) -> StartPlan:
+        """The live process's plan, else the one the next start would follow."""
+        if self.plan is not None and self.phase is not Phase.DOWN:
+            return self.plan
+        return self.era_policy.start_plan(self.lane, facts_of(self.snapshot))
 
     def _take_id(self) -> int:
         rid = self._next_id

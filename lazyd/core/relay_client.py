@@ -55,6 +55,9 @@ class ClientMessageRelay(ServerMessageRelay):
             return self._stateless_request(cid, msg)
         if method == "ping":
             return [ToClient(cid, rpc.result_line(msg.id, {}), msg.id)]
+        refused = self._era_refusal(msg)
+        if refused is not None:
+            return [ToClient(cid, refused, msg.id), Note(f"client {cid} {method}: refused, {self.name} cannot run in its set era")]
         if method == "initialize":
             return self._initialize(client, msg)
         if method == "server/discover":
@@ -108,7 +111,7 @@ class ClientMessageRelay(ServerMessageRelay):
         self.queue.append((client.cid, msg))
         out.append(WantServer())
         out.append(Note(f"client {client.cid} initialize: no cached handshake for {handshake_key(msg.params)}"))
-        if self.phase is Phase.PREINIT:
+        if self.phase is Phase.PREINIT and self._start_plan().initialize != "never":
             out.extend(self._send_initialize(msg.params))
         return out
 

@@ -94,19 +94,31 @@ class ServerMessageRelay(StartupRelay):
         assert method is not None and msg.id is not None
         if method == "ping":
             return [ToServer(rpc.result_line(msg.id, {}))]
+        needed = CALLBACK_CAPABILITY.get(method)
+
+        def capable(cid: ClientId) -> bool:
+            client = self.clients.get(cid)
+            return client is not None and (needed is None or client.declares(needed))
+
         if method == "roots/list":
             owners = [c for c in self.clients.values() if c.declares("roots")]
             if not owners:
                 return [ToServer(rpc.error_line(msg.id, rpc.METHOD_NOT_FOUND, "lazyd: no attached client provides roots")),
                         Note("roots/list refused: no client declares roots")]
-            target: ClientId | None = max(owners, key=lambda c: c.last_active).cid
-            reason = "most recently active client that declares roots"
+            # Asked during a call: the caller's roots, as a direct connection gives; else (a server
+            # asking on its own, or several calls in flight) the most recently active client's.
+            busy = {cid for _, cid in self.routes.callback_candidates() if capable(cid)}
+            if len(busy) == 1:
+                target: ClientId | None = busy.pop()
+                reason = "the only client declaring roots with a callback-capable request in flight"
+            else:
+                target = max(owners, key=lambda c: c.last_active).cid
+                reason = "most recently active client that declares roots"
         else:
-            target, reason = choose_callback_target(self.routes, msg.params, self.sampling_policy)
+            target, reason = choose_callback_target(self.routes, msg.params, self.sampling_policy, capable)
             if target is None:
                 line = rpc.error_line(msg.id, rpc.METHOD_NOT_FOUND, f"lazyd: cannot route {method}: {reason}")
                 return [ToServer(line), Note(f"{method} refused: {reason}")]
-            needed = CALLBACK_CAPABILITY.get(method)
             if needed is not None and not self.clients[target].declares(needed):
                 line = rpc.error_line(msg.id, rpc.METHOD_NOT_FOUND, f"lazyd: the client of this request does not support {needed}")
                 return [ToServer(line), Note(f"{method} refused: client {target} did not declare {needed}")]

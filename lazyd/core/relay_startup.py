@@ -65,6 +65,8 @@ class StartupRelay(BridgeRelay):
             return self._refresh_page(up.method, msg)
         if up.purpose == "probe":
             return self._probe_answered(msg)
+        if up.purpose == "probe-after":
+            return self._probe_after_answered(msg)
         if up.purpose.startswith("fetch:"):
             return self._fetch_answer(up.purpose.removeprefix("fetch:"), msg)
         if up.purpose == "listen":
@@ -90,8 +92,14 @@ class StartupRelay(BridgeRelay):
             out0 = self._set_mixed(True)
         else:
             out0 = []
+        if not self._probe_sent:
+            # The connection's first request was this initialize. Saved with the next change that
+            # is saved anyway: only a refusal (False) changes which process a client gets.
+            self.snapshot.handshake_first = True
         self.instance.result = result
         out: list[Action] = [*out0, ToServer(rpc.notification_line("notifications/initialized"))]
+        if self._start_plan().probe_after_handshake and self.stateless_up is False:
+            out.extend(self._send_probe_after())
         waiting = self.queue
         self.queue = []
         for cid, queued in waiting:

@@ -8,7 +8,8 @@ back. They also hold the other per-client state the server must not see mixed up
 Routing of server-to-client requests is a policy, because nothing on the stdio wire ties a
 `sampling/createMessage` to the client request that caused it:
 1. the owner of `_meta["io.modelcontextprotocol/related-task"].taskId`;
-2. else the only client with a callback-capable request in flight;
+2. else the only client with a callback-capable request in flight, counting only clients that
+   declared the capability the request needs (one that did not could never be its target);
 3. else, with several, the `sampling_policy`: "refuse" (default: answer the server with an error,
    never guess, because guessing wrong leaks one client's data to another, GHSA-345p-7cg4-v4c7) or
    "most-recent" (the client whose callback-capable request started last);
@@ -17,6 +18,7 @@ and the chosen client must have declared the capability.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -132,8 +134,10 @@ def choose_callback_target(
     routes: Routes,
     params: JsonObj,
     policy: SamplingPolicy,
+    capable: Callable[[ClientId], bool] = lambda cid: True,
 ) -> tuple[ClientId | None, str]:
-    """The client a sampling/elicitation request goes to, and the reason (for the log)."""
+    """The client a sampling/elicitation request goes to, and the reason (for the log).
+    `capable` tells whether a client declared the capability the request needs."""
     meta = params.get("_meta")
     if isinstance(meta, dict):
         related = meta.get(RELATED_TASK_META)
@@ -141,11 +145,14 @@ def choose_callback_target(
             owner = routes.tasks.get(related["taskId"])
             if owner is not None:
                 return owner, "owner of the related task"
-    candidates = routes.callback_candidates()
+    busy = routes.callback_candidates()
+    candidates = [(seq, cid) for seq, cid in busy if capable(cid)]
     clients = {cid for _, cid in candidates}
     if len(clients) == 1:
         return clients.pop(), "only client with a callback-capable request in flight"
     if not clients:
+        if busy:
+            return None, "no client with a callback-capable request in flight declares the capability it needs"
         return None, "no client has a callback-capable request in flight"
     if policy == "most-recent":
         return max(candidates)[1], "most recent callback-capable request (sampling_policy = most-recent)"

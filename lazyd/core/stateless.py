@@ -2,8 +2,11 @@
 each stateless request goes. The cache is stateless_cache.py, listen streams stateless_listen.py,
 handshake-era clients on a stateless-only server bridge.py.
 
-Era probe. At a start whose era is unknown (or known stateless) the relay's first line is its own
-`server/discover`, with a real client's identity in the envelope. A DiscoverResult listing a
+Era probe. At a start whose plan says so (a stateless lane, or era = "stateless": era_policy.py)
+the relay's first line is its own `server/discover`, with a real client's identity in the
+envelope. A handshake lane sends it only after its handshake (`_probe_after_answered`): a
+DiscoverResult there means both eras on one connection, a -32601 on a server never probed means
+handshake only, any other error one era per connection. A DiscoverResult listing a
 stateless version means the process speaks that era; anything else means handshake only, and so
 does a handshake that completes while the probe is still unanswered (the issue's "timeout"). When
 a handshake is known (a client's or the recorded `initialize` params) and the era is not known yet,
@@ -11,8 +14,11 @@ the replayed `initialize` is pipelined behind the probe, and the pair of answers
 DiscoverResult and an `initialize` result mean one connection carries both eras
 (`mixed_connection`: handshake-era clients are then served natively); a DiscoverResult and a
 refused `initialize` (the python SDK's dual-era servers lock a connection to the era of its first
-request) mean stateless only, and handshake-era clients are bridged. An `initialize` refused with
--32022 naming stateless versions is stateless evidence too: the relay probes then.
+request) mean one era per connection: the handshake-era clients get a process of their own (the
+daemon's choice), and any that are here are bridged. An `initialize` refused as a connection's
+first request, with -32022 naming stateless versions or by a server known to have a stateless era,
+means the server speaks only the stateless era (`Snapshot.handshake_first = False`): the relay
+probes then, and bridges.
 
 Stateless start. No handshake: the relay opens its listen stream and fetches every advertised
 listing under the identity of whoever caused the start; READY once those are in and the stream is
@@ -71,6 +77,12 @@ class StatelessRelay(ListenRelay):
                 out.extend(self._stateless_start())
             return out
         out.append(Note("the server does not speak the stateless era: handshake only"))
+        if self.era_policy.setting == "stateless":
+            # The configuration asks for an era the server does not have: a user's mistake, said
+            # as such to every waiting request, and from the cache from now on (_era_refusal).
+            self._init_refused = None
+            reason = self._no_stateless_era_text()
+            return [*out, *self._fail_queue(reason), *self._abort(reason)]
         refused = self._init_refused
         if refused is not None:
             self._init_refused = None
@@ -101,15 +113,63 @@ class StatelessRelay(ListenRelay):
             self.phase = Phase.PREINIT
             return [Note("initialize refused while the era probe is pending: its answer decides")]
         data = error.get("data")
-        if not self._probe_sent and error.get("code") == eras.UNSUPPORTED_PROTOCOL_VERSION and eras.stateless_versions(
-            {"supportedVersions": data.get("supported") if isinstance(data, dict) else None}
-        ):
-            # -32022 naming stateless versions is itself stateless evidence (the SDK's own rule).
+        names_stateless = error.get("code") == eras.UNSUPPORTED_PROTOCOL_VERSION and bool(eras.stateless_versions(
+            {"supportedVersions": data.get("supported") if isinstance(data, dict) else None}))
+        if not self._probe_sent and (names_stateless or self.snapshot.era() == "stateless"):
+            # A first `initialize` refused by a server with a stateless era (-32022 naming
+            # stateless versions is itself that evidence, the SDK's own rule): it speaks only the
+            # stateless era. Probe it, and bridge the handshake-era clients.
             self._init_refused = error
             self.instance = None
             self.phase = Phase.PREINIT
-            return self._send_probe()
+            learned: list[Action] = [Note("the first initialize was refused: the server speaks only the stateless era")]
+            if self.snapshot.handshake_first is not False:
+                self.snapshot.handshake_first = False
+                learned.append(SnapshotChanged())
+            return learned + self._send_probe()
         return None
+
+    def _probe_after_answered(self, msg: Message) -> list[Action]:
+        """The answer to the `server/discover` sent after the handshake (era_policy.py): what else
+        this handshake connection carries."""
+        asker = self._probe_asker or self._start_asker(PROBE_VERSION)
+        result = msg.obj.get("result")
+        if is_stateless_discovery(result) and eras.upstream_version(result) is not None:
+            assert isinstance(result, dict)
+            out = self._record_discover(discover_key(PROBE_VERSION, asker.identity), msg)
+            self.stateless_up = True
+            self.discovery = result
+            out.append(Note("the handshake connection answers discovery too: both eras on one connection"))
+            return out + self._set_mixed(True) + self._sync_listen()
+        error = msg.obj.get("error")
+        code = error.get("code") if isinstance(error, dict) else None
+        if code == rpc.METHOD_NOT_FOUND and self.snapshot.era() is None:
+            out = self._record_discover(discover_key(PROBE_VERSION, asker.identity), msg)
+            return [*out, Note("server/discover: -32601 after the handshake: the server speaks only the handshake era"),
+                    *self._refuse_queued_stateless()]
+        return [Note(f"server/discover after the handshake: error {code!r}: this connection carries the handshake era only"),
+                *self._set_mixed(False)]
+
+    def _send_probe_after(self) -> list[Action]:
+        asker = self._start_asker(PROBE_VERSION)
+        self._probe_asker = asker
+        return [self._internal("server/discover", {"_meta": asker.envelope()}, "probe-after"),
+                Note("asking server/discover after the handshake: does this connection carry the stateless era too?")]
+
+    def _era_refusal(self, msg: Message) -> bytes | None:
+        """A handshake-era request for a server set to era = "stateless" that is known to have no
+        stateless era: refused from what the cache knows, without a start."""
+        if self.era_policy.setting != "stateless" or self.snapshot.era() != "handshake" or self.stateless_up is True:
+            return None
+        assert msg.id is not None
+        return rpc.error_line(msg.id, rpc.SERVER_UNAVAILABLE, self._no_stateless_era_text())
+
+    def _no_stateless_era_text(self) -> str:
+        answer = next(iter(self.snapshot.discover.values()), {})
+        error = answer.get("error") if isinstance(answer, dict) else None
+        said = f"{error.get('code')} {str(error.get('message', ''))[:120]}" if isinstance(error, dict) else "no DiscoverResult"
+        return (f'lazyd: server {self.name} is set to era = "stateless", but it does not speak the stateless era '
+                f'(server/discover: {said}); set era = "auto" or "handshake" for it')
 
     def _set_mixed(self, value: bool) -> list[Action]:
         if self.snapshot.mixed_connection is value:
@@ -211,6 +271,10 @@ class StatelessRelay(ListenRelay):
         """-32022 for a stateless request this server cannot take, decided without waking it."""
         assert msg.id is not None
         version = eras.request_version(msg.params)
+        if self.era_policy.setting == "handshake":
+            return eras.unsupported_version_line(
+                msg.id, version, self._handshake_versions(),
+                f'lazyd: server {self.name} is set to era = "handshake" (initialize), not protocol {version}')
         if self.stateless_up is False or (self.phase is Phase.DOWN and self.snapshot.era() == "handshake"):
             return eras.unsupported_version_line(
                 msg.id, version, self._handshake_versions(),

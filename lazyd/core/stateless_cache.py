@@ -165,6 +165,10 @@ class CacheRelay(RelayBase):
 
     def _discover(self, cid: ClientId, msg: Message) -> list[Action]:
         assert msg.id is not None
+        if self.era_policy.setting == "handshake":
+            # As a server without discovery answers: clients in `auto` mode fall back to initialize.
+            text = f'Method not found: lazyd serves {self.name} in the handshake era only (era = "handshake")'
+            return [ToClient(cid, rpc.error_line(msg.id, rpc.METHOD_NOT_FOUND, text), msg.id)]
         version = discover_version_key(msg.params)
         identity = self._request_asker(cid, msg.params).identity
         answer = self.snapshot.discover.get(ANY_VERSION)

@@ -13,7 +13,7 @@ from typing import Any
 from lazyd.core.durations import format_duration
 
 # Columns of `lazyctl status`, in order: header and how to spell one row's value.
-STATUS_COLUMNS = ("NAME", "STATE", "PID", "UPTIME", "CLIENTS", "MEMORY", "RESTARTS", "CACHE", "TOOLS",
+STATUS_COLUMNS = ("NAME", "STATE", "PID", "ERA", "UPTIME", "CLIENTS", "MEMORY", "RESTARTS", "CACHE", "TOOLS",
                   "LAST ERROR")
 SUMMARY_STATES = ("running", "sleeping", "failed")
 MAX_ERROR_CHARS = 60  # the last error in the table; `--json` and `wake` show it whole
@@ -61,6 +61,7 @@ def status_row(row: Mapping[str, Any], now: float) -> list[str]:
         str(row["name"]),
         str(row["state"]),
         str(row["pid"]) if row.get("pid") is not None else NONE,
+        str(row.get("era") or NONE),  # the protocol era its process runs in (docs/protocol-eras.md)
         age(row.get("uptime_s")),
         str(row.get("clients", 0)),
         human_bytes(row.get("memory_bytes")),

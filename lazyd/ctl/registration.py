@@ -145,6 +145,11 @@ def explain_text(data: dict[str, Any]) -> str:
         lines.extend(_registration_lines(reg))
     if len(regs) == 2:
         reasons = [_reason(r, regs) for r in data["differences"]]
+        apart = data.get("era_lanes")
+        if apart:
+            lines.append(f"same registration, two processes: one per protocol era ({' and '.join(map(str, apart['eras']))})")
+            lines.append(f"  - {apart['reason']} (server: {apart['server']})")
+            return "\n".join(lines)
         if not reasons:
             lines.append("same identity: they share one server process")
         else:
@@ -152,6 +157,10 @@ def explain_text(data: dict[str, Any]) -> str:
             lines.extend(f"  - {r}" for r in reasons)
         return "\n".join(lines)
     reg = regs[0]
+    lanes = data.get("eras") or []
+    if len(lanes) > 1:
+        lines.append("its processes, one per protocol era:")
+        lines.extend(f"  {lane['name']}: {lane['era']}-era clients ({lane['reason']})" for lane in lanes)
     if reg["ignored_env_names"] is None:
         return "\n".join(lines)  # a registered server by name: its identity is all there is
     if reg["registered_as"]:

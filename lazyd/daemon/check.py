@@ -18,6 +18,7 @@ import trio
 
 from lazyd.core import relay as rl
 from lazyd.core.cache import LISTINGS, HandshakeEntry, Snapshot
+from lazyd.core.era_policy import Era, Kind, facts_of
 from lazyd.core.eras import CLIENT_CAPABILITIES_META, CLIENT_INFO_META
 from lazyd.core.jsonrpc import METHOD_NOT_FOUND, notification_line, request_line
 from lazyd.daemon.process import ChildProcess, LineTooLong, SpawnError, spawn
@@ -47,16 +48,35 @@ async def check_runtime(registry: Registry, runtime: ServerRuntime,
     if isinstance(outcome, str):
         log.warning("[%s] check failed: %s", runtime.name, outcome)
         return None, f"check of {runtime.name} failed: {outcome}"
-    report = _merge(registry, runtime, outcome, params)
+    handshake: IsolatedCheck | None = None
+    if facts_of(outcome.core.snapshot).kind is Kind.PER_CONNECTION:
+        # A server that locks each connection to the era of its first request serves handshake-era
+        # clients from a process of their own (lazyd/core/era_policy.py): a second isolated start,
+        # initialize first, is what warms their cache.
+        known = Snapshot.from_json(outcome.core.snapshot.to_json())  # what the first start learned
+        second = await IsolatedCheck(runtime, params, lane="handshake", snapshot=known).run()
+        if isinstance(second, str):
+            log.warning("[%s] check failed: %s", runtime.name, second)
+            return None, f"check of {runtime.name} failed on a handshake-era connection: {second}"
+        handshake = second
+    report = _merge(registry, runtime, outcome, params, handshake)
     report["duration_s"] = round(trio.current_time() - started, 3)
     log.info("[%s] check done: cache written to %s", runtime.name, report["cache_path"])
     return report, None
 
 
-def _merge(registry: Registry, runtime: ServerRuntime, check: IsolatedCheck, params: dict[str, Any]) -> dict[str, Any]:
+def _merge(registry: Registry, runtime: ServerRuntime, check: IsolatedCheck, params: dict[str, Any],
+           handshake: IsolatedCheck | None = None) -> dict[str, Any]:
     learned = check.core.snapshot
     target = runtime.core.snapshot
     target.merge(learned)
+    first = check
+    if handshake is not None:
+        # It started from what the first one learned: whatever it adds (its handshake, listings,
+        # whether initialize may come first) is the handshake era's side of the same server.
+        target.merge(handshake.core.snapshot)
+        learned = target
+        check = handshake
     if target.last_params is None:
         target.last_params = params
     target.updated_at = time.time()
@@ -83,7 +103,7 @@ def _merge(registry: Registry, runtime: ServerRuntime, check: IsolatedCheck, par
         "server_info": entry.result.get("serverInfo"),
         "capabilities": sorted(entry.result.get("capabilities") or {}),
         "listings": listings,
-        "discover": check.discover_kind(),
+        "discover": first.discover_kind(),
         "era": learned.era(),
         "mixed_connection": learned.mixed_connection,
     }
@@ -92,13 +112,19 @@ def _merge(registry: Registry, runtime: ServerRuntime, check: IsolatedCheck, par
 class IsolatedCheck:
     """One isolated start of `runtime`'s command, driven through a fresh relay core."""
 
-    def __init__(self, runtime: ServerRuntime, params: dict[str, Any]) -> None:
+    def __init__(self, runtime: ServerRuntime, params: dict[str, Any], lane: Era = "stateless",
+                 snapshot: Snapshot | None = None) -> None:
         spec = runtime.config.spec
         # Its own log: two LogRings rotating one file would lose lines.
         self.spec = dataclasses.replace(spec, log_path=spec.log_path.with_name(f"{runtime.name}.check.log"))
         self.spec_log_path = self.spec.log_path
         self.timeout_s = runtime.config.policy.start_timeout_s
-        self.core = rl.RelayCore(runtime.name, Snapshot(), runtime.config.sampling_policy)
+        self.core = rl.RelayCore(runtime.name, snapshot if snapshot is not None else Snapshot(),
+                                 runtime.config.sampling_policy, era=runtime.config.era)
+        # The stateless lane's plan probes the era first (then pipelines the handshake); the
+        # handshake lane's replays initialize first, as a handshake-era client's process does.
+        self.core.lane = lane
+        self.lane = lane
         self.params = params
         self.answers: dict[int, dict[str, Any]] = {}
         self.pages: dict[str, int] = {}
@@ -123,7 +149,8 @@ class IsolatedCheck:
                     probe = {"_meta": {rl.PROTOCOL_VERSION_META: DISCOVER_PROBE_VERSION,
                                        CLIENT_INFO_META: self.params.get("clientInfo") or {},
                                        CLIENT_CAPABILITIES_META: self.params.get("capabilities") or {}}}
-                    self._feed(self.core.client_line(CHECK_CID, request_line(_DISCOVER_ID, "server/discover", probe)))
+                    if self.lane == "stateless":
+                        self._feed(self.core.client_line(CHECK_CID, request_line(_DISCOVER_ID, "server/discover", probe)))
                     self._feed(self.core.client_line(CHECK_CID, request_line(_INITIALIZE_ID, "initialize", self.params)))
                     self._feed(self.core.spawned())
                     nursery.start_soon(self._write, proc)

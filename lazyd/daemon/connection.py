@@ -38,6 +38,7 @@ import trio
 
 from lazyd import wire
 from lazyd.daemon import handshakes
+from lazyd.daemon.era_lanes import EraRoute
 from lazyd.daemon.registry import Refused, Registry
 from lazyd.daemon.runtime import peer_credentials
 from lazyd.daemon.session import Session
@@ -270,7 +271,7 @@ class ConnectionHandler:
                         if peek:
                             peek = self.registry.note_client_line(frame["d"], peek)
                         runtime.client_line(session.cid, frame["d"])
-                        if isinstance(runtime, ServerRuntime) and not runtime.has_room():
+                        if isinstance(runtime, (ServerRuntime, EraRoute)) and not runtime.has_room():
                             await runtime.wait_for_room()
                         if session.should_pause():
                             await session.wait_drained()

@@ -45,6 +45,7 @@ def status_summary(registry: Registry) -> str:
     """One line for systemd's STATUS=: server counts by state and attached clients."""
     states = [str(r.life.snapshot()["state"]) for r in registry.runtimes.values()]
     clients = sum(r.core.client_count() for r in registry.runtimes.values())
+    clients += sum(lanes.pending for lanes in registry.lanes.values())  # connected, no request yet
     counts = ", ".join(f"{states.count(s)} {s}" for s in ("running", "sleeping", "failed"))
     others = len(states) - sum(states.count(s) for s in ("running", "sleeping", "failed"))
     extra = f", {others} changing" if others else ""
@@ -80,6 +81,10 @@ class Control:
 
     def _status(self, runtime: ServerRuntime, table: ProcTable | None = None) -> dict[str, Any]:
         row: dict[str, Any] = dict(runtime.status())
+        lanes = self.registry.lanes_for(runtime)
+        if lanes is not None and lanes.primary is runtime:
+            # Sessions that sent no request yet have no process chosen: they count as its clients.
+            row["clients"] = int(row.get("clients") or 0) + lanes.pending
         pid = row.get("pid")
         processes, rss = process_tree_usage(pid, table if table is not None else proc_table()) if isinstance(pid, int) else (0, 0)
         row["processes"] = processes
@@ -113,12 +118,13 @@ class Control:
         if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
             return False, None, "names must be a list of server names"
         runtimes = list(self.registry.runtimes.values())
-        known = {r.name for r in runtimes}
+        known = {r.name for r in runtimes} | {r.config.name for r in runtimes}
         unknown = [n for n in names if n not in known]
         if unknown:
             return False, None, f"no server named {unknown[0]!r} (known: {', '.join(sorted(known)) or 'none'})"
         table = proc_table()
-        rows = [self._status(r, table) for r in runtimes if not names or r.name in names]
+        # A server's name shows every process of it (its other-era lane, NAME@ERA, too).
+        rows = [self._status(r, table) for r in runtimes if not names or r.name in names or r.config.name in names]
         return True, {"daemon_pid": os.getpid(), "servers": sorted(rows, key=lambda r: str(r["name"]))}, None
 
     async def op_wake(self, args: dict[str, Any]) -> Result:
@@ -193,10 +199,15 @@ class Control:
                 return False, None, one
             described.append(one)
         data: dict[str, Any] = {"registrations": [info for _, info in described]}
+        if len(described) == 1 and "eras" in described[0][1]:
+            data["eras"] = described[0][1]["eras"]
         if len(described) == 2:
-            (a, _), (b, _) = described
+            (a, info_a), (b, info_b) = described
             data["differences"] = explain_difference(a, b)
             data["same_identity"] = not data["differences"]
+            apart = _era_lanes_apart(info_a, info_b)
+            if apart is not None:
+                data["era_lanes"] = apart
         else:
             data["candidates"] = self._candidates(described[0][0])
         return True, data, None
@@ -209,7 +220,11 @@ class Control:
                 return runtime
             digest = next(d for d, r in self.registry.runtimes.items() if r is runtime)
             identity = self.registry.identities[digest]
-            return identity, _describe(identity, runtime.name, None, runtime.name)
+            info = _describe(identity, runtime.name, None, runtime.name)
+            lanes = self.registry.lanes_for(runtime)
+            if lanes is not None:
+                info["eras"] = lanes.describe()  # every process of this registration, by era
+            return identity, info
         parsed = _command_registration(reg, "a registration needs a command (argv)")
         if isinstance(parsed, str):
             return parsed
@@ -226,7 +241,7 @@ class Control:
         """Registered servers with the same command, and what keeps them apart from `identity`."""
         out = []
         for digest, other in self.registry.identities.items():
-            if other.argv[:1] == identity.argv[:1]:
+            if other.argv[:1] == identity.argv[:1] and not self.registry.is_second_lane(digest):
                 out.append({"name": self.registry.runtimes[digest].name,
                             "differences": explain_difference(identity, other)})
         return sorted(out, key=lambda c: (len(c["differences"]), c["name"]))
@@ -277,6 +292,20 @@ class Control:
         # Exactly what a shim's hello from that client creates, so its first session finds this.
         return await self.registry._unnamed_runtime(argv, cwd, env, self.registry.config.defaults,
                                                     force=force, ignore=ignore)
+
+
+def _era_lanes_apart(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any] | None:
+    """Two processes of one registration, in two protocol eras: which and why, else None."""
+    lanes = a.get("eras")
+    if not lanes or lanes != b.get("eras") or a["name"] == b["name"]:
+        return None
+    by_name = {lane["name"]: lane for lane in lanes}
+    first, second = by_name.get(a["name"]), by_name.get(b["name"])
+    if first is None or second is None:
+        return None
+    # The later lane was opened because the earlier one could not serve that era's clients.
+    later = second if lanes.index(second) > lanes.index(first) else first
+    return {"eras": [first["era"], second["era"]], "reason": later["reason"], "server": later["server"]}
 
 
 def _command_registration(reg: Mapping[str, Any], no_command: str) -> tuple[list[str], str, dict[str, str]] | str:

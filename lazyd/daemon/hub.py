@@ -249,6 +249,7 @@ class HubSession:
         shown = [
             runtime for digest, runtime in registry.runtimes.items()
             if not registry.identities[digest].instance.startswith("private:")
+            and not registry.is_second_lane(digest)  # the same server: its other-era process
             and (self.servers is None or runtime.name in self.servers)
         ]
         return sorted(shown, key=lambda r: (named.index(r.name) if r.name in named else len(named), r.name))
@@ -400,6 +401,10 @@ class _ProxiedCall:
         self.overflowed = True  # the relay stops delivering; the channel's end ends the call
 
     async def run(self, tool: str, arguments: JsonObj, token: object) -> JsonObj | bytes:
+        lanes = self.hub.registry.lanes_for(self.runtime)
+        if lanes is not None:
+            # The call is a handshake-era session: it gets that era's process of the server.
+            self.runtime, _ = await lanes.get("handshake")
         runtime = self.runtime
         params = internal_initialize_params(self.hub.params)
         call_params: JsonObj = {"name": tool, "arguments": arguments}
@@ -446,7 +451,7 @@ class RuntimeGate:
     def __init__(self, runtime: ServerRuntime, policy: Callable[[], ToolPolicy]) -> None:
         self.runtime = runtime
         self.policy = policy
-        self.core = gate.PolicyGate(runtime.name)
+        self.core = gate.PolicyGate(runtime.config.name)  # both era lanes of a server are one name to the policy
 
     def client_line(self, cid: int, line: bytes) -> bytes | None:
         """The line to give the relay core, or None when the gate answered or holds it."""

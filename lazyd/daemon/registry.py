@@ -25,8 +25,10 @@ import trio
 from lazyd.config import Config, ConfigError, Policy, ServerConfig, policy_with_options
 from lazyd.core import lifecycle as lc
 from lazyd.core.envrules import parse_names
+from lazyd.core.era_policy import Era
 from lazyd.core.identity import Identity, identity_for
 from lazyd.daemon import handshakes, orphans
+from lazyd.daemon.era_lanes import EraLanes, EraRoute
 from lazyd.daemon.hub import HubOptionError, HubSession, RuntimeGate, open_hub
 from lazyd.daemon.paths import Paths
 from lazyd.daemon.process import SpawnSpec
@@ -77,8 +79,12 @@ class Registry:
         self.store = store
         self.nursery = nursery
         self.daemon_env = dict(daemon_env)
-        self.runtimes: dict[str, ServerRuntime] = {}  # by digest
+        self.runtimes: dict[str, ServerRuntime] = {}  # by digest (a second-era lane: by its own)
         self.identities: dict[str, Identity] = {}  # by digest, for `lazyctl explain`
+        # A registration's processes by protocol era (lazyd/daemon/era_lanes.py), by the digest of
+        # its primary runtime; `lane_of` maps every runtime's digest to its registration's.
+        self.lanes: dict[str, EraLanes] = {}
+        self.lane_of: dict[str, str] = {}
         self._next_cid = 1
         self._share_counter = 0
         # SIGHUP and `lazyctl reload` may arrive together: one reload at a time, in order.
@@ -104,6 +110,16 @@ class Registry:
             if runtime.name == name:
                 return runtime
         return None
+
+    def lanes_for(self, runtime: ServerRuntime) -> EraLanes | None:
+        for digest, other in self.runtimes.items():
+            if other is runtime:
+                return self.lanes.get(self.lane_of.get(digest, digest))
+        return None
+
+    def is_second_lane(self, digest: str) -> bool:
+        """A runtime opened for the other protocol era of a registration (not its primary)."""
+        return self.lane_of.get(digest, digest) != digest
 
     # ---- creation ------------------------------------------------------------------------------
 
@@ -139,9 +155,11 @@ class Registry:
                 continue
             report["removed" if new is None else "changed"].append(name)
             for digest, runtime in list(self.runtimes.items()):
-                if runtime.name == name:
+                if runtime.config.name == name:  # every era lane of it
                     del self.runtimes[digest]
                     del self.identities[digest]
+                    self.lanes.pop(digest, None)
+                    self.lane_of.pop(digest, None)
                     stale.append(runtime)
         self._closing.extend(stale)
         try:
@@ -151,7 +169,7 @@ class Registry:
         finally:
             self._closing = [r for r in self._closing if r not in stale]
         for runtime in stale:
-            self.store.remove(runtime.config.digest)
+            self.store.remove(runtime.config.digest)  # lanes share one file: removing it twice is harmless
             log.info("server %s stopped and its cache dropped (definition changed or removed)", runtime.name)
         for name, server in config.servers.items():
             if old.servers.get(name) != server:
@@ -189,18 +207,40 @@ class Registry:
         )
         config = RuntimeConfig(
             name=name, digest=cache_digest, spec=spec, policy=lifecycle_policy(policy), wake=policy.wake,
-            sampling_policy=self.config.sampling_policy, share=policy.share,
+            sampling_policy=self.config.sampling_policy, share=policy.share, era=policy.era,
         )
         runtime = ServerRuntime(config, self.store.load(cache_digest), self.store, self.children_changed)
         runtime.gate = RuntimeGate(runtime, lambda: self.config.tool_policy)  # read at each call: reloads apply
         self.runtimes[digest] = runtime
         self.identities[digest] = identity
+        self.lanes[digest] = EraLanes(runtime, lambda era: self._open_lane(digest, era))
+        self.lane_of[digest] = digest
         await self.nursery.start(runtime.run)
         log.info("server %s registered (%s)", name, "shared" if policy.share else "share = false")
         return runtime
 
+    async def _open_lane(self, digest: str, era: Era) -> ServerRuntime:
+        """A second process slot of a registration, for clients of the other protocol era: the
+        same command, environment, policy, snapshot (the object itself) and cache file; its own
+        log file and status row, `NAME@ERA`."""
+        primary = self.runtimes[digest]
+        lanes = self.lanes[digest]
+        label = f"{primary.name}@{era}"
+        spec = dataclasses.replace(primary.config.spec, log_path=self.paths.logs_dir / f"{label}.log")
+        runtime = ServerRuntime(dataclasses.replace(primary.config, spec=spec), primary.core.snapshot, self.store,
+                                self.children_changed, label=label, save_lock=primary._save_lock)
+        runtime.gate = RuntimeGate(runtime, lambda: self.config.tool_policy)
+        identity = self.identities[digest]
+        lane_digest = dataclasses.replace(identity, instance=f"{identity.instance}#{len(lanes.runtimes)}").digest(self.secret)
+        self.runtimes[lane_digest] = runtime
+        self.identities[lane_digest] = identity
+        self.lane_of[lane_digest] = digest
+        await self.nursery.start(runtime.run)
+        log.info("server %s: a second process slot for %s-era clients (%s)", primary.name, era, label)
+        return runtime
+
     async def open_session(self, hello: Mapping[str, Any],
-                           on_overflow: Any) -> tuple[ServerRuntime | HubSession, Session]:
+                           on_overflow: Any) -> tuple[EraRoute | HubSession, Session]:
         """Attach a shim session; raises Refused for options or names the daemon cannot serve."""
         opts = {str(k): str(v) for k, v in hello["opts"].items()}
         if "hub" in opts:  # lazyd-shim --hub: the daemon's own MCP server (lazyd/daemon/hub.py)
@@ -249,8 +289,11 @@ class Registry:
         cid = self._next_cid
         self._next_cid += 1
         session = Session(cid, int(hello["pid"]), on_overflow)
-        runtime.attach(session, [bytes(line) for line in hello.get("resume", [])])
-        return runtime, session
+        lanes = self.lanes_for(runtime)
+        assert lanes is not None
+        # The session's first request decides which of the registration's processes serves it.
+        route = EraRoute(lanes, session, [bytes(line) for line in hello.get("resume", [])], self.nursery)
+        return route, session
 
     def identity_of(self, argv: list[str], cwd: str, env: Mapping[str, str], *,
                     force: tuple[str, ...] = (), ignore: tuple[str, ...] = (),
@@ -287,7 +330,9 @@ class Registry:
         # same identity is reused, so the server still survives a client restart.
         for digest, identity in self.identities.items():
             runtime = self.runtimes[digest]
-            if dataclasses.replace(identity, instance="") == base and identity.instance and not runtime.sessions:
+            lanes = self.lanes.get(digest)  # None for a second-era lane: its primary is the instance
+            if (dataclasses.replace(identity, instance="") == base and identity.instance and lanes is not None
+                    and not lanes.in_use()):
                 return runtime
         self._share_counter += 1
         instance = dataclasses.replace(base, instance=f"private:{self._share_counter}")

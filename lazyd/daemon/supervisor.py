@@ -37,6 +37,7 @@ from lazyd.core import lifecycle as lc
 from lazyd.core import relay as rl
 from lazyd.core.jsonrpc import JsonId
 from lazyd.core.cache import Snapshot
+from lazyd.core.era_policy import EraSetting, facts_of
 from lazyd.core.hub_catalog import cached_tools
 from lazyd.core.policy import ToolPolicy
 from lazyd.core.routing import SamplingPolicy
@@ -103,14 +104,19 @@ class RuntimeConfig:
     wake: WakePredicate | None
     sampling_policy: SamplingPolicy
     share: bool
+    era: EraSetting = "auto"  # which protocol era its processes run in (lazyd/core/era_policy.py)
 
 
 class ServerRuntime:
     def __init__(self, config: RuntimeConfig, snapshot: Snapshot, store: SnapshotStore,
-                 on_children_changed: Callable[[], None] = lambda: None) -> None:
+                 on_children_changed: Callable[[], None] = lambda: None, *, label: str | None = None,
+                 save_lock: trio.Lock | None = None) -> None:
         self.config = config
-        self.name = config.name
-        self.core = rl.RelayCore(config.name, snapshot, config.sampling_policy)
+        # What logs and `lazyctl status` call it: the server's name, or `NAME@ERA` for a second
+        # process of the same registration in the other protocol era (lazyd/daemon/era_lanes.py).
+        # The tool policy and the hub know both by `config.name`.
+        self.name = label or config.name
+        self.core = rl.RelayCore(config.name, snapshot, config.sampling_policy, era=config.era)
         self.life = lc.Lifecycle(config.policy, random.Random())
         self.store = store
         self.proc: ChildProcess | None = None
@@ -122,6 +128,9 @@ class ServerRuntime:
         self._poke = trio.Event()
         self._waiting_for: float | None = None
         self._save_wanted = trio.Event()
+        # Lanes of one registration share the snapshot and its file: one save at a time, each
+        # taking its copy inside the lock, so an older copy never lands after a newer one.
+        self._save_lock = save_lock if save_lock is not None else trio.Lock()
         self._to_server: trio.MemorySendChannel[bytes] | None = None
         self._server_busy = False  # lines are queued for the stdin writer (see _send_server)
         self._backlog = _Backlog()  # bytes queued for the current process's stdin
@@ -186,6 +195,11 @@ class ServerRuntime:
             await proc.stop()
         self._save_now()
 
+    @property
+    def closing(self) -> bool:
+        """Shut down or being replaced: no process is started any more."""
+        return self._closing
+
     # ---- events from sessions and operators ----------------------------------------------------
 
     def attach(self, session: Session, resume: list[bytes]) -> None:
@@ -225,7 +239,7 @@ class ServerRuntime:
         if tools is None:
             return  # nothing listed yet, so nothing any client saw can be stale
         names = [tool["name"] for tool in tools]
-        if old.denied(self.name, names) == new.denied(self.name, names):
+        if old.denied(self.config.name, names) == new.denied(self.config.name, names):
             return
         log.info("[%s] the tool policy now hides a different set of tools: telling its clients", self.name)
         self._relay(core.announce_list_changed("notifications/tools/list_changed"))
@@ -453,10 +467,11 @@ class ServerRuntime:
         while True:
             await self._save_wanted.wait()
             self._save_wanted = trio.Event()
-            snapshot = self.core.snapshot
-            snapshot.updated_at = time.time()
-            data = Snapshot.from_json(snapshot.to_json())  # a copy: the loop may change it meanwhile
-            await trio.to_thread.run_sync(self.store.save, self.config.digest, data)
+            async with self._save_lock:
+                snapshot = self.core.snapshot
+                snapshot.updated_at = time.time()
+                data = Snapshot.from_json(snapshot.to_json())  # a copy: the loop may change it meanwhile
+                await trio.to_thread.run_sync(self.store.save, self.config.digest, data)
 
     def _save_now(self) -> None:
         if self._save_wanted.is_set():
@@ -487,7 +502,11 @@ class ServerRuntime:
             "cache_updated_at": updated,
             "cache_age_s": max(0.0, now_wall - updated) if updated else None,
             "listings": self.core.snapshot.listing_counts(),
-            "era": self.core.snapshot.era(),  # "handshake", "stateless", or None before any probe
+            # The era its process serves clients in ("handshake", "stateless", "both"), else the
+            # era of its lane (None: no client chose it yet); and what the server was found to speak.
+            "era": self.core.process_era() or self.core.lane,
+            "era_setting": self.config.era,
+            "server_eras": str(facts_of(self.core.snapshot).kind),
             "listen_streams": self.core.listen_count(),
             "predicate": snap["predicate_state"],
             "policy": self._policy_status(),

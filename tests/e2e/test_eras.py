@@ -81,11 +81,14 @@ async def tool_names(c: Client) -> list[str]:
 
 async def test_each_sdk_mode_opens_a_session_on_the_dual_era_server_from_cache_with_no_process(user_env: UserEnv, tmp_path: Path) -> None:
     env = {"DUAL_LOG": str(tmp_path / "requests.log")}
-    with trio.fail_after(STEP_TIMEOUT_S):
-        async with client(user_env, DUAL, "auto", env=env) as c:
-            assert c.protocol_version == "2026-07-28"
-            expected = await tool_names(c)
-            prompts = [p.name for p in (await c.list_prompts()).prompts]
+    # One session of each era fills the cache: the server locks each connection to one era, so
+    # each era's answers come from a process of that era.
+    for mode in ("auto", "legacy"):
+        with trio.fail_after(STEP_TIMEOUT_S):
+            async with client(user_env, DUAL, mode, env=env) as c:
+                assert c.protocol_version == ("2025-11-25" if mode == "legacy" else "2026-07-28")
+                expected = await tool_names(c)
+                prompts = [p.name for p in (await c.list_prompts()).prompts]
     assert "whoami" in expected and prompts == ["greet"]
     restart_daemon(user_env, DUAL_NEEDLE)
     for mode in MODES:
@@ -240,7 +243,7 @@ async def test_a_listen_stream_survives_a_server_crash_because_the_relay_listens
 # ---- mixed eras on one dual-era server --------------------------------------------------------------
 
 
-async def test_two_clients_of_different_eras_share_one_dual_era_process_each_in_its_own_era(user_env: UserEnv, tmp_path: Path) -> None:
+async def test_clients_of_two_eras_get_a_process_each_of_a_dual_era_server_shared_within_each_era(user_env: UserEnv, tmp_path: Path) -> None:
     env = {"DUAL_LOG": str(tmp_path / "requests.log")}
 
     def answers_with(name: str) -> Any:
@@ -250,19 +253,36 @@ async def test_two_clients_of_different_eras_share_one_dual_era_process_each_in_
 
     with trio.fail_after(STEP_TIMEOUT_S):
         async with client(user_env, DUAL, "2026-07-28", name="modern", env=env, elicitation_callback=answers_with("grace")) as modern, \
-                client(user_env, DUAL, "legacy", name="legacy", env=env, elicitation_callback=answers_with("ada")) as legacy:
+                client(user_env, DUAL, "2026-07-28", name="modern2", env=env) as modern2, \
+                client(user_env, DUAL, "legacy", name="legacy", env=env) as legacy, \
+                client(user_env, DUAL, "legacy", name="legacy2", env=env) as legacy2:
             assert (modern.protocol_version, legacy.protocol_version) == ("2026-07-28", "2025-11-25")
-            # The server sees each client by its own identity (the bridge sends the handshake
-            # client's requests under an envelope made of its own initialize params).
+            # Each is served by the server in its own era, natively: the handshake clients on a
+            # handshake connection (no bridge), the stateless ones on a stateless connection.
             assert text(await modern.call_tool("whoami", {})) == "2026-07-28 modern"
-            assert text(await legacy.call_tool("whoami", {})) == "2026-07-28 legacy"
-            assert text(await modern.call_tool("pid", {})) == text(await legacy.call_tool("pid", {}))
-            assert len(user_env.server_pids(DUAL_NEEDLE)) == 1
-            # input_required: the stateless client drives it itself; the handshake client gets a
-            # real elicitation/create request from the relay, then the call is retried for it.
+            assert text(await legacy.call_tool("whoami", {})) == "2025-11-25 legacy"
+            modern_pid, legacy_pid = text(await modern.call_tool("pid", {})), text(await legacy.call_tool("pid", {}))
+            assert modern_pid != legacy_pid
+            # Clients of one era share its process.
+            assert text(await modern2.call_tool("pid", {})) == modern_pid
+            assert text(await legacy2.call_tool("pid", {})) == legacy_pid
+            assert sorted(user_env.server_pids(DUAL_NEEDLE)) == sorted([int(modern_pid), int(legacy_pid)])
+            # input_required: the stateless client drives its rounds itself.
             assert text(await modern.call_tool("ask", {})) == "hello grace"
-            assert text(await legacy.call_tool("ask", {})) == "hello ada"
             assert await tool_names(modern) == await tool_names(legacy)
+            # lazyctl status shows each process with its era.
+            rows = status_rows(user_env)
+            assert sorted((r["era"], r["pid"]) for r in rows) == sorted(
+                [("handshake", int(legacy_pid)), ("stateless", int(modern_pid))])
+            assert {r["server_eras"] for r in rows} == {"both eras, one per connection"}
+
+
+def status_rows(user: UserEnv) -> list[dict[str, Any]]:
+    done = subprocess.run([sys.executable, "-m", "lazyd.ctl.main", "status", "--json"], env=user.env,
+                          capture_output=True, text=True, timeout=STEP_TIMEOUT_S)
+    assert done.returncode == 0, done.stderr
+    rows: list[dict[str, Any]] = json.loads(done.stdout)["servers"]
+    return rows
 
 
 async def test_lazyctl_check_records_the_stateless_era_and_warms_the_cache_for_both_eras(user_env: UserEnv, tmp_path: Path) -> None:

@@ -182,7 +182,7 @@ async def test_status_shows_a_running_server_with_clients_memory_and_tools_then_
     assert lines[1].split()[:2] == ["NAME", "STATE"] and "LAST ERROR" in lines[1]
     # Columns are two or more spaces apart; a cell ("15.1 MiB") may hold a single space.
     ours = re.split(r"\s{2,}", next(line for line in lines if line.startswith(name)))
-    assert ours[1:3] == ["running", str(pid)] and ours[4] == "1" and ours[5].endswith("MiB") and ours[8] == "10"
+    assert ours[1:4] == ["running", str(pid), "handshake"] and ours[5] == "1" and ours[6].endswith("MiB") and ours[9] == "10"
     assert lines[-1].startswith("2 servers: 1 running, 1 sleeping, 0 failed; memory ") and "MiB" in lines[-1]
 
 

@@ -239,9 +239,6 @@ def test_gemini_registrations_wrapped_and_checked_are_answered_from_cache_and_un
     assert config.read_bytes() == original
 
 
-@pytest.mark.xfail(strict=True, reason="mcp-server-time 2026.10.19 is dual-era: lazyd drives it in the stateless "
-                   "era and bridges Gemini CLI's handshake onto it, which needs its discovery, given with "
-                   "ttlMs 0 (never cached); the era policy (lazyd/core/stateless*.py, bridge.py) decides that")
 def test_a_checked_dual_era_server_starts_nothing_for_a_gemini_session(user_env: UserEnv) -> None:
     start_daemon(user_env)
     trust_gemini_folder(user_env)

@@ -10,10 +10,19 @@ Environment (all optional):
   DUAL_TTL_MS=N        ttlMs of discovery and the four listings (default 60000)
   DUAL_SCOPE=S         their cacheScope: public | private (default public)
   DUAL_LOG=PATH        append "<method> <era> <client name>" per request that reaches the server
+  DUAL_ONLY=stateless  serve the stateless era only: every connection is the SDK's own modern
+                       stream loop (the one a dual-era connection switches to), so `initialize`
+                       is refused with -32022 even as the first request
 
 Tools: echo(text); pid(); whoami() -> "<protocol version> <client name>"; add_tool(name) adds a
-tool and announces it on listen streams; touch(uri) announces a resource update; ask() asks for
-the caller's name through an `input_required` result (elicitation) and says hello to it.
+tool and announces it on listen streams; touch(uri) announces a resource update.
+Call-backs written for the handshake era (the SDK's server-to-client requests, which work only on
+a handshake connection): sample(prompt) asks the client's model; elicit_form() asks for a name
+with a form; elicit_url() sends the user to a URL; roots() lists the client's roots;
+log_progress() logs twice and reports progress twice.
+Call-backs written for the stateless era (`input_required` results, which the SDK refuses on a
+handshake connection): ask() asks for the caller's name (elicitation) and says hello to it;
+ask_sample(prompt) asks the client's model; ask_roots() asks for the client's roots.
 Resources: demo://note. Prompts: greet(name).
 """
 
@@ -26,6 +35,7 @@ import mcp_types as types
 from mcp.server.caching import CacheHint
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.mcpserver import Context, MCPServer
+from pydantic import BaseModel
 
 CACHEABLE = ("server/discover", "tools/list", "prompts/list", "resources/list", "resources/templates/list")
 
@@ -97,6 +107,73 @@ async def ask(ctx: Context) -> types.CallToolResult | types.InputRequiredResult:
     return types.InputRequiredResult(input_requests={"name": request})
 
 
+# ---- call-backs written for the handshake era --------------------------------------------------------
+
+
+class Name(BaseModel):
+    name: str
+
+
+def _reply_text(content: object) -> str:
+    return content.text if isinstance(content, types.TextContent) else "?"
+
+
+@server.tool()
+async def sample(prompt: str, ctx: Context) -> str:
+    message = types.SamplingMessage(role="user", content=types.TextContent(type="text", text=prompt))
+    result = await ctx.request_context.session.create_message([message], max_tokens=50, related_request_id=ctx.request_id)
+    return f"sampled: {_reply_text(result.content)}"
+
+
+@server.tool()
+async def elicit_form(ctx: Context) -> str:
+    result = await ctx.elicit("Your name?", schema=Name)
+    return f"form: {result.action} {result.data.name if result.action == 'accept' and result.data else '-'}"
+
+
+@server.tool()
+async def elicit_url(ctx: Context) -> str:
+    result = await ctx.elicit_url("Sign in, please", "https://example.invalid/sign-in", "sign-in-1")
+    return f"url: {result.action}"
+
+
+@server.tool()
+async def roots(ctx: Context) -> str:
+    listed = await ctx.request_context.session.list_roots()
+    return "roots: " + ",".join(str(root.uri) for root in listed.roots)
+
+
+@server.tool()
+async def log_progress(ctx: Context) -> str:
+    await ctx.info("step one")
+    await ctx.report_progress(1, 2)
+    await ctx.info("step two")
+    await ctx.report_progress(2, 2)
+    return "logged"
+
+
+# ---- call-backs written for the stateless era ----------------------------------------------------------
+
+
+@server.tool()
+async def ask_sample(prompt: str, ctx: Context) -> types.CallToolResult | types.InputRequiredResult:
+    answer = (ctx.input_responses or {}).get("model")
+    if answer is not None:
+        return types.CallToolResult(content=[types.TextContent(type="text", text=f"sampled: {_reply_text(getattr(answer, 'content', None))}")])
+    message = types.SamplingMessage(role="user", content=types.TextContent(type="text", text=prompt))
+    request = types.CreateMessageRequest(params=types.CreateMessageRequestParams(messages=[message], max_tokens=50))
+    return types.InputRequiredResult(input_requests={"model": request})
+
+
+@server.tool()
+async def ask_roots(ctx: Context) -> types.CallToolResult | types.InputRequiredResult:
+    answer = (ctx.input_responses or {}).get("roots")
+    if answer is not None:
+        listed = getattr(answer, "roots", None) or []
+        return types.CallToolResult(content=[types.TextContent(type="text", text="roots: " + ",".join(str(r.uri) for r in listed))])
+    return types.InputRequiredResult(input_requests={"roots": types.ListRootsRequest()})
+
+
 @server.resource("demo://note")
 def note() -> str:
     return "a note"
@@ -107,5 +184,19 @@ def greet(name: str) -> str:
     return f"Hello, {name}!"
 
 
+async def stateless_only() -> None:
+    from mcp.server.runner import _serve_modern_stream
+    from mcp.server.stdio import stdio_server
+
+    low = server._lowlevel_server
+    async with stdio_server() as (read_stream, write_stream), low.lifespan(low) as state:
+        await _serve_modern_stream(low, read_stream, write_stream, lifespan_state=state, raise_exceptions=False)
+
+
 if __name__ == "__main__":
-    server.run("stdio")
+    if os.environ.get("DUAL_ONLY") == "stateless":
+        import anyio
+
+        anyio.run(stateless_only)
+    else:
+        server.run("stdio")

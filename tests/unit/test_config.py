@@ -77,7 +77,7 @@ def test_the_docs_mention_every_key_and_every_per_session_variable() -> None:
     keys = ["start_timeout", "linger", "idle_timeout", "keep_alive", "start", "share", "wake",
             "per_session_env", "sampling_policy", "command", "args", "env", "cwd", "interval",
             "timeout", "--linger", "--idle-timeout", "--start-timeout", "--share", "--wake-command",
-            "--wake-interval", "--wake-timeout"]
+            "--wake-interval", "--wake-timeout", "era", "--era"]
     for word in [*keys, *PER_SESSION_ENV]:
         assert f"`{word}`" in text, word
 
@@ -214,6 +214,8 @@ def test_the_parsed_config_cannot_be_modified() -> None:
         ("[defaults]\nkeep_alive = 1\n", "defaults.keep_alive", "expected true or false, got an integer"),
         ("[defaults]\nstart = 1\n", "defaults.start", "an integer is not one of: lazy, eager"),
         ("[defaults]\nstart = \"fast\"\n", "defaults.start", "'fast' is not one of: lazy, eager"),
+        ("[defaults]\nera = \"modern\"\n", "defaults.era", "'modern' is not one of: auto, handshake, stateless"),
+        (MINIMAL_SERVER + "era = true\n", "servers.s.era", "a boolean is not one of: auto, handshake, stateless"),
         ("[defaults]\nsampling_policy = \"random\"\n", "defaults.sampling_policy",
          "'random' is not one of: refuse, most-recent"),
         ("[defaults]\nper_session_env = \"X\"\n", "defaults.per_session_env", "expected an array of strings"),
@@ -432,6 +434,17 @@ def test_every_option_is_applied_from_its_text() -> None:
     )
 
 
+def test_the_era_is_auto_unless_the_file_or_an_option_sets_it_and_an_option_is_the_most_specific() -> None:
+    assert Policy().era == "auto"
+    config = parse('[defaults]\nera = "handshake"\n\n[servers.a]\ncommand = "a"\n\n'
+                   '[servers.b]\ncommand = "b"\nera = "stateless"\n')
+    assert (config.defaults.era, config.servers["a"].policy.era, config.servers["b"].policy.era) == (
+        "handshake", "handshake", "stateless")
+    assert policy_with_options(config.defaults, {"era": "auto"}).era == "auto"
+    with pytest.raises(ConfigError, match=r"option --era: 'new' is not one of: auto, handshake, stateless"):
+        policy_with_options(Policy(), {"era": "new"})
+
+
 def test_an_idle_timeout_option_overrides_keep_alive_from_the_config() -> None:
     policy = policy_with_options(Policy(keep_alive=True), {"idle_timeout": "5m"})
     assert (policy.keep_alive, policy.idle_timeout_s) == (False, 300.0)
@@ -453,9 +466,9 @@ def test_wake_timing_options_adjust_the_configured_predicate() -> None:
         ({"start_timeout": "0"}, "option --start-timeout: must be longer than 0 (it bounds how long a start may take)"),
         ({"share": "maybe"}, "option --share: 'maybe' is not a boolean (use true or false; also yes/no, on/off, 1/0)"),
         ({"lingr": "1m"}, "option --lingr: unknown option; allowed: linger, idle_timeout, start_timeout, "
-                          "share, wake_command, wake_interval, wake_timeout"),
+                          "share, wake_command, wake_interval, wake_timeout, era"),
         ({"keep_alive": "true"}, "option --keep-alive: unknown option; allowed: linger, idle_timeout, "
-                                 "start_timeout, share, wake_command, wake_interval, wake_timeout"),
+                                 "start_timeout, share, wake_command, wake_interval, wake_timeout, era"),
         ({"linger": 5}, "option --linger: expected text, got an integer"),
         ({"wake_command": "/bin/true"}, 'option --wake-command: is not a JSON array of strings, such as '
                                         '["/usr/local/bin/needs-work"]'),

@@ -206,6 +206,7 @@ def test_a_cold_start_replays_the_clients_handshake_refreshes_page_by_page_then_
 
 def test_a_first_ever_client_probing_discovery_before_initialize_is_answered_by_the_live_server() -> None:
     d = Driver()
+    d.core.lane = "stateless"  # the daemon gives a client whose first request is a probe the stateless lane
     d.attach(1)
     assert d.ask(1, 1, "server/discover", DISCOVER_PARAMS).visible() == [("WantServer",)]
     # No era is known: the relay's own probe goes first (with lazyd's identity, as no client ever

@@ -21,6 +21,7 @@ from lazyd.core.eras import (
     SERVER_INFO_META,
     SUBSCRIPTION_ID_META,
 )
+from lazyd.core.era_policy import Era
 from lazyd.core.jsonrpc import JsonId, JsonObj
 from lazyd.core.relay import Phase
 from tests.unit.relay_driver import (
@@ -67,8 +68,11 @@ def page(items: list[Any], key: str = "tools", ttl: int = 60_000, scope: str = "
     return {key: items, "resultType": "complete", "ttlMs": ttl, "cacheScope": scope, **extra}
 
 
-def driver(snapshot: Snapshot | None = None) -> tuple[Driver, Clock]:
+def driver(snapshot: Snapshot | None = None, lane: Era | None = "stateless") -> tuple[Driver, Clock]:
+    """A relay core whose process is the stateless lane's unless `lane` says otherwise
+    (era_policy.py: the lane decides the start plan)."""
     d = Driver(snapshot if snapshot is not None else Snapshot())
+    d.core.lane = lane
     clock = Clock()
     d.core.clock = clock
     return d, clock
@@ -592,7 +596,7 @@ def test_a_handshake_clients_resource_subscription_rides_the_relays_listen_strea
     assert out.client(1) == out.client(2) == [notification("notifications/prompts/list_changed")]
 
 
-def test_a_stateless_and_a_handshake_client_share_one_process_each_in_its_own_era() -> None:
+def test_a_stateless_and_a_bridged_handshake_client_on_one_stateless_process_each_get_their_own_era() -> None:
     d, _ = stateless_running(1, 2)
     d.handshake(2, 0, CLIENT_PARAMS)
     d.ask(1, "m", "tools/call", {**meta("modern-client"), "name": "whoami"})

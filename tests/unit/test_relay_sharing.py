@@ -238,6 +238,22 @@ def test_sampling_is_refused_when_the_client_did_not_declare_sampling() -> None:
     assert out.server[0]["error"]["code"] == rpc.METHOD_NOT_FOUND and "sampling" in out.server[0]["error"]["message"]
 
 
+def test_sampling_goes_to_the_one_caller_that_declares_it_when_another_without_it_has_a_call_in_flight() -> None:
+    d = running(1, 2, params={1: BARE_PARAMS})
+    call(d, 1, 1)
+    call(d, 2, 1)
+    out = d.server_says(request(50, "sampling/createMessage", {}))
+    assert out.clients() == {2}  # client 1 could never take it: it did not declare sampling
+
+
+def test_roots_asked_during_a_call_go_to_the_caller_not_to_a_more_recently_active_client() -> None:
+    d = running(1, 2)
+    call(d, 1, 1)
+    d.ask(2, 1, "ping")  # client 2 is the most recently active, but has nothing in flight
+    out = d.server_says(request(60, "roots/list"))
+    assert out.clients() == {1}
+
+
 def test_sampling_is_refused_under_the_default_policy_when_two_clients_have_calls_in_flight() -> None:
     d = running(1, 2)
     call(d, 1, 1)

@@ -29,6 +29,7 @@ DAEMON_OPTIONS = [
     ("--wake-command", "LAZYD_WAKE_COMMAND", '["pgrep", "-x", "code"]', "wake_command"),
     ("--wake-interval", "LAZYD_WAKE_INTERVAL", "1h", "wake_interval"),
     ("--wake-timeout", "LAZYD_WAKE_TIMEOUT", "0", "wake_timeout"),
+    ("--era", "LAZYD_ERA", "stateless", "era"),
 ]
 
 
@@ -104,6 +105,11 @@ def test_malformed_booleans_are_refused(value: str) -> None:
     assert parse_error(["node"], {"LAZYD_VERBOSE": value}).startswith("LAZYD_VERBOSE: invalid boolean")
 
 
+@pytest.mark.parametrize("value", ["Auto", "legacy", "2026-07-28", ""])
+def test_an_era_other_than_auto_handshake_or_stateless_is_refused_by_name(value: str) -> None:
+    assert parse_error(["--era", value, "node"]) == f"--era: invalid era {value!r} (use auto, handshake or stateless)"
+
+
 @pytest.mark.parametrize("value", ["pgrep", "[]", '[""]', '["a", 1]', '{"argv": ["a"]}', "[unquoted]"])
 def test_a_wake_command_must_be_a_json_list_of_strings(value: str) -> None:
     assert "invalid JSON argv" in parse_error(["--wake-command", value, "node"])
@@ -166,6 +172,8 @@ def run_shim(argv: list[str], env: dict[str, str]) -> subprocess.CompletedProces
         (["--frobnicate", "node"], {}),
         ([], {}),
         (["node"], {"LAZYD_SHARE": "perhaps"}),
+        (["--era", "modern", "node"], {}),
+        (["node"], {"LAZYD_ERA": "legacy"}),
     ],
 )
 def test_the_real_entry_point_prints_one_line_and_exits_2_before_connecting(
