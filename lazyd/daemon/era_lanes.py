@@ -58,12 +58,16 @@ class EraLanes:
         self._open_lane = open_lane
         self.opening: trio.Event | None = None  # set when the lane being opened is there
         self.pending = 0  # routes that have not chosen a lane yet (a share = false instance is not free)
+        # A share = false instance being created for a session: taken from the moment it exists
+        # (its start awaits) until that session's route counts in `pending`, so a second session
+        # opened meanwhile never takes it for a free one.
+        self.reserved = False
 
     def lanes(self) -> list[Lane]:
         return [Lane(r.core.lane, _busy(r)) for r in self.runtimes]
 
     def in_use(self) -> bool:
-        return self.pending > 0 or any(r.sessions for r in self.runtimes)
+        return self.reserved or self.pending > 0 or any(r.sessions for r in self.runtimes)
 
     def choose(self, era: Era) -> tuple[ServerRuntime | None, LaneChoice]:
         """The lane for a client of `era` (None: a new one must be opened), given that lane's era."""
@@ -122,6 +126,7 @@ class EraRoute:
         self._choosing: trio.Event | None = None  # set once a lane being opened has been joined
         self._gone = False
         lanes.pending += 1
+        lanes.reserved = False  # this route holds the instance now
         first = next((m for m in map(rpc.parse, resume) if isinstance(m, Message) and m.kind is Kind.REQUEST), None)
         if first is not None:
             assert first.method is not None

@@ -41,6 +41,8 @@ log = logging.getLogger("lazyd.registry")
 # Shim options travel in the environment too (LAZYD_*); they configure lazyd, not the server, so
 # they are neither part of the identity nor passed to the server process.
 SHIM_ENV_PREFIX = "LAZYD_"
+# The instance token of a share = false process (identity.Identity.instance): one per session.
+PRIVATE_INSTANCE = "private:"
 # Shim options about the identity rather than the lifecycle policy (lazyd/core/envrules.py).
 IDENTITY_OPTS = ("identity_env", "per_session_env")
 
@@ -213,7 +215,8 @@ class Registry:
         runtime.gate = RuntimeGate(runtime, lambda: self.config.tool_policy)  # read at each call: reloads apply
         self.runtimes[digest] = runtime
         self.identities[digest] = identity
-        self.lanes[digest] = EraLanes(runtime, lambda era: self._open_lane(digest, era))
+        lanes = self.lanes[digest] = EraLanes(runtime, lambda era: self._open_lane(digest, era))
+        lanes.reserved = bool(identity.instance.startswith(PRIVATE_INSTANCE))
         self.lane_of[digest] = digest
         await self.nursery.start(runtime.run)
         log.info("server %s registered (%s)", name, "shared" if policy.share else "share = false")
@@ -335,7 +338,7 @@ class Registry:
                     and not lanes.in_use()):
                 return runtime
         self._share_counter += 1
-        instance = dataclasses.replace(base, instance=f"private:{self._share_counter}")
+        instance = dataclasses.replace(base, instance=f"{PRIVATE_INSTANCE}{self._share_counter}")
         return await self._runtime(instance, f"{name}.{self._share_counter}", env, policy, cache_identity=base)
 
     def children_changed(self) -> None:

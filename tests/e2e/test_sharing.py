@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import trio
 
-from tests.conftest import FIXTURE_SERVER, UserEnv, everything_command, shim_command, shim_session
+from tests.conftest import FIXTURE_SERVER, UserEnv, everything_command, shim_command, shim_session, start_daemon
 
 pytestmark = pytest.mark.e2e
 
@@ -139,6 +139,29 @@ def _read(proc: subprocess.Popen[bytes]) -> dict[str, Any]:
 
 
 INIT = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}
+
+
+def test_share_false_sessions_opened_at_the_same_moment_each_get_their_own_process(user_env: UserEnv) -> None:
+    # Every hello arrives before any session has asked anything, so each private instance is still
+    # starting when the next hello looks for a free one: a starting instance is not free.
+    start_daemon(user_env)
+    shims = [subprocess.Popen([shim_command(), "--share", "false", "--", *FIXTURE], env=user_env.env,
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+             for _ in range(6)]
+    try:
+        for proc in shims:
+            _send(proc, {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": INIT})
+        pids = []
+        for proc in shims:
+            assert "result" in _read(proc)
+            _send(proc, {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "pid", "arguments": {}}})
+            pids.append(_read(proc)["result"]["content"][0]["text"])
+        assert len(set(pids)) == len(shims), pids
+    finally:
+        for proc in shims:
+            assert proc.stdin
+            proc.stdin.close()
+            proc.wait(timeout=10)
 
 
 async def test_killing_one_shim_mid_call_leaves_the_other_sessions_calls_intact(user_env: UserEnv) -> None:
