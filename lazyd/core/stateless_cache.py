@@ -1,8 +1,15 @@
 """The stateless-era cache of the relay core: `server/discover` and the four listings.
 
 A stored result is served while it is fresh: `ttlMs` has not run out since it was stored (it is
-served with the ttlMs it has left), `ttlMs: 0` is never served from cache, and a result without
-`ttlMs` gave no hint and is kept until a change notification or the next start replaces it.
+served with the ttlMs it has left), and a result without `ttlMs` gave no hint and is kept until a
+change notification or the next start replaces it. An expired result (`ttlMs: 0` included) is
+fetched again while the server runs, which costs nothing; while it sleeps, a session start is
+answered with it, marked `ttlMs: 0` (stale: the client may ask again), rather than starting the
+server. `ttlMs` is a hint the client MAY cache by (the schema likens it to HTTP's max-age), and a
+sleeping server is an origin that is not there: a cache may serve stale then (HTTP's
+stale-if-error), and the first real start refreshes every listing and announces drift. Without
+this, every session of a stateless client (Claude Code 2.1 among them) would start every server
+built on the python SDK, whose default hints are `ttlMs: 0` and `private`.
 `cacheScope: "private"` results are stored under the client identity (eras.identity_digest) and
 never served to another; a result with no cacheScope counts as private. A miss or an expired
 entry is fetched again from the live server, all pages merged into one (a start when the server
@@ -183,7 +190,8 @@ class CacheRelay(RelayBase):
         return self._forward(cid, msg, inspect=True, purpose=discover_key(version, identity))
 
     def _cached_answer(self, msg_id: JsonId, answer: JsonObj) -> bytes | None:
-        """A stored answer under `msg_id`, with the ttlMs it has left; None when it expired."""
+        """A stored answer under `msg_id`, with the ttlMs it has left; None when it expired and
+        the server runs (it is asked again), the stale result with `ttlMs: 0` while it sleeps."""
         if "error" in answer:
             return rpc.dumps({"jsonrpc": "2.0", "id": msg_id, "error": answer["error"]})
         result = answer.get("result")
@@ -193,7 +201,7 @@ class CacheRelay(RelayBase):
         left = remaining_ttl_ms(result, float(stored) if isinstance(stored, (int, float)) else 0.0, self.clock())
         if left is None:
             return rpc.result_line(msg_id, result)
-        if left <= 0:
+        if left <= 0 and self.phase is not Phase.DOWN:
             return None
         return rpc.result_line(msg_id, {**result, "ttlMs": left})
 

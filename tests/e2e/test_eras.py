@@ -132,26 +132,32 @@ async def test_server_everything_serves_auto_and_legacy_from_cache_and_refuses_a
 # ---- ttlMs and cacheScope -------------------------------------------------------------------------
 
 
-async def test_a_listing_with_ttl_zero_is_fetched_from_the_server_every_time(user_env: UserEnv, tmp_path: Path) -> None:
+async def test_a_listing_with_ttl_zero_opens_a_session_from_cache_and_is_fetched_every_time_once_running(
+        user_env: UserEnv, tmp_path: Path) -> None:
     log = tmp_path / "requests.log"
     env = {"DUAL_LOG": str(log), "DUAL_TTL_MS": "0"}
     with trio.fail_after(STEP_TIMEOUT_S):
         async with client(user_env, DUAL, "2026-07-28", env=env) as c:
-            await tool_names(c)
+            expected = await tool_names(c)
     restart_daemon(user_env, DUAL_NEEDLE)
     before = logged(log, "tools/list")
     with trio.fail_after(STEP_TIMEOUT_S):
         async with client(user_env, DUAL, "2026-07-28", env=env, cache=None) as c:
-            await tool_names(c)
-            # Never served stale: the listing needed the server, which had to be started.
+            # The server sleeps: the stale listing answers (the server said ttlMs 0, a hint a cache
+            # may serve stale by while the origin is not there), and nothing is started for it.
+            assert await tool_names(c) == expected
+            assert user_env.server_pids(DUAL_NEEDLE) == [] and logged(log, "tools/list") == before
+            await c.call_tool("pid", {})
             assert len(user_env.server_pids(DUAL_NEEDLE)) == 1
-            after_first = logged(log, "tools/list")
-            assert after_first > before
+            # Running: every listing goes to the server, as it asked.
+            after_start = logged(log, "tools/list")
             await tool_names(c)
-            assert logged(log, "tools/list") == after_first + 1
+            await tool_names(c)
+            assert logged(log, "tools/list") == after_start + 2
 
 
-async def test_an_expired_discovery_is_refreshed_from_the_live_server(user_env: UserEnv, tmp_path: Path) -> None:
+async def test_an_expired_discovery_opens_a_session_from_cache_and_is_asked_again_once_running(
+        user_env: UserEnv, tmp_path: Path) -> None:
     log = tmp_path / "requests.log"
     env = {"DUAL_LOG": str(log), "DUAL_TTL_MS": "0"}
     with trio.fail_after(STEP_TIMEOUT_S):
@@ -162,9 +168,13 @@ async def test_an_expired_discovery_is_refreshed_from_the_live_server(user_env: 
     with trio.fail_after(STEP_TIMEOUT_S):
         async with client(user_env, DUAL, "auto", env=env) as c:
             assert c.protocol_version == "2026-07-28"
-            assert len(user_env.server_pids(DUAL_NEEDLE)) == 1
-    # The relay's era probe and the client's own probe both reached the new process.
-    assert logged(log, "server/discover") >= before + 2
+            assert user_env.server_pids(DUAL_NEEDLE) == [] and logged(log, "server/discover") == before
+            await c.call_tool("pid", {})
+            started = logged(log, "server/discover")  # the relay's own era probe, at the start
+            async with client(user_env, DUAL, "auto", env=env) as second:
+                assert second.protocol_version == "2026-07-28"
+            # The second client's expired discovery reached the live server.
+            assert logged(log, "server/discover") == started + 1
 
 
 async def test_a_private_listing_is_not_served_across_client_identities(user_env: UserEnv, tmp_path: Path) -> None:

@@ -190,12 +190,6 @@ def test_claude_registrations_wrapped_and_checked_are_answered_from_cache_and_un
     assert config.read_bytes() == as_claude_left_it
 
 
-STATELESS_TTL_0 = ("mcp-server-time 2026.10.19 answers server/discover and tools/list with ttlMs 0, and "
-                   "Claude Code 2.1.332 talks to it in the stateless era, so its answers may not be "
-                   "served from cache: the era policy (lazyd/core/stateless*.py) decides that")
-
-
-@pytest.mark.xfail(strict=True, reason=STATELESS_TTL_0)
 def test_a_checked_stateless_era_server_starts_nothing_for_a_claude_session(user_env: UserEnv) -> None:
     start_daemon(user_env)
     config = Path(user_env.env["HOME"]) / ".claude.json"

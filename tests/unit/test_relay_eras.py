@@ -264,24 +264,27 @@ def test_a_stateless_session_opens_from_cache_without_waking_the_server() -> Non
     assert not out.want and not listing.want and len(d.sent_to_server) == before and d.core.phase is Phase.DOWN
 
 
-def test_an_expired_listing_is_fetched_again_which_needs_a_start() -> None:
+def test_an_expired_listing_is_served_stale_while_the_server_sleeps_and_fetched_again_once_it_runs() -> None:
     d, clock = stateless_running(1)
     d.exited("stopped")
     asker = meta()
     clock.now += 59.999
     assert d.ask(1, 6, "tools/list", asker).client(1)[0]["result"]["ttlMs"] == 1
     clock.now += 0.001
+    # Asleep: the stale listing answers the session start, marked stale; nothing is started.
     out = d.ask(1, 7, "tools/list", asker)
-    assert out.visible() == [("WantServer",)]
+    assert not out.want and answer_of(out, 1, 7)["result"] == {**page(TOOLS), "ttlMs": 0}
+    out = d.ask(1, 70, "tools/call", {"name": "t", "_meta": asker["_meta"]})
+    assert out.want
     d.spawned()
     new_tools = [*TOOLS, {"name": "new", "inputSchema": {"type": "object"}}]
-    out = serve_stateless(d, {"tools/list": page(new_tools), "prompts/list": page(PROMPTS, "prompts")})
-    assert answer_of(out, 1, 7)["result"]["tools"] == new_tools
-    # Stored anew: served from cache again for the next 60 s.
-    assert answer_of(d.ask(1, 8, "tools/list", asker), 1, 8)["result"]["ttlMs"] == 60_000
+    serve_stateless(d, {"tools/list": page(new_tools), "prompts/list": page(PROMPTS, "prompts")})
+    # The start refreshed it: stored anew, served from cache again for the next 60 s.
+    fresh = answer_of(d.ask(1, 8, "tools/list", asker), 1, 8)["result"]
+    assert fresh["tools"] == new_tools and fresh["ttlMs"] == 60_000
 
 
-def test_a_ttl_of_zero_is_never_served_from_cache() -> None:
+def test_a_ttl_of_zero_is_fetched_from_the_live_server_and_served_stale_only_while_it_sleeps() -> None:
     d, clock = driver(known_stateless())
     d.attach(1)
     d.spawned()
@@ -291,7 +294,8 @@ def test_a_ttl_of_zero_is_never_served_from_cache() -> None:
     assert out.client(1) == [] and len(d.pending("tools/list")) == 1
     d.reply(d.one_pending("tools/list"), page(TOOLS, ttl=0))
     d.exited("stopped")
-    assert d.ask(1, 2, "tools/list", asker).want
+    out = d.ask(1, 2, "tools/list", asker)
+    assert not out.want and answer_of(out, 1, 2)["result"] == page(TOOLS, ttl=0)
 
 
 def test_a_listing_without_a_ttl_is_kept_until_a_change_or_the_next_start() -> None:
