@@ -19,6 +19,7 @@ import socket
 from typing import Any
 
 from lazyd import sockpath, wire
+from lazyd.core.durations import format_duration
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -101,7 +102,7 @@ class Connection:
             wire.send_frame(self._sock, frame)
             reply = self._reader.read()
         except TimeoutError:
-            raise CtlError(f"lazyd did not answer within {timeout_s:g} s") from None
+            raise CtlError(f"lazyd did not answer within {format_duration(timeout_s or 0.0)}") from None
         except wire.WireError as exc:
             raise CtlError(f"lazyd sent a bad frame: {exc}") from None
         except OSError as exc:

@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from lazyd.core.durations import format_duration
 from lazyd.ctl import format as fmt
 from lazyd.ctl import logs
 from lazyd.ctl.client import EXIT_OK, CtlError, connect
@@ -107,7 +108,7 @@ def cmd_stop(args: argparse.Namespace, out: Output) -> int:
         pid = conn.daemon_pid
         conn.call("stop")
     if not wait_gone(pid, STOP_WAIT_S):
-        raise CtlError(f"lazyd (pid {pid}) is still running {STOP_WAIT_S:g} s after the stop request")
+        raise CtlError(f"lazyd (pid {pid}) is still running {format_duration(STOP_WAIT_S)} after the stop request")
     out.result({"pid": pid, "stopped": True}, lambda: f"lazyd (pid {pid}) stopped")
     return EXIT_OK
 

@@ -15,6 +15,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from lazyd.core.durations import format_duration
 from lazyd.ctl.client import EXIT_OK, Connection, CtlError, connect, socket_path
 from lazyd.ctl.commands import Output, UsageError
 
@@ -106,7 +107,7 @@ def check_text(report: dict[str, Any]) -> str:
              "no-answer": "no answer",
              "error": f"error {discover.get('code')}: {discover.get('message')}"}
     lines = [
-        f"checked {report['name']} in {report.get('duration_s', 0):.1f} s (pid {report.get('pid')}, stopped)",
+        f"checked {report['name']} in {format_duration(float(report.get('duration_s') or 0))} (pid {report.get('pid')}, stopped)",
         f"  protocol           {report.get('protocol_version')} (asked {report.get('requested_version')}), server {server}",
         f"  discover           {kinds.get(str(discover.get('kind')), str(discover.get('kind')))}",
     ]

@@ -18,6 +18,7 @@ import trio
 
 from lazyd.core import relay as rl
 from lazyd.core.cache import LISTINGS, HandshakeEntry, Snapshot
+from lazyd.core.durations import format_duration
 from lazyd.core.eras import CLIENT_CAPABILITIES_META, CLIENT_INFO_META
 from lazyd.core.jsonrpc import METHOD_NOT_FOUND, notification_line, request_line
 from lazyd.daemon.process import ChildProcess, LineTooLong, SpawnError, spawn
@@ -130,7 +131,7 @@ class IsolatedCheck:
                     nursery.start_soon(self._read, proc)
                     await self.done.wait()
                 if scope.cancelled_caught:
-                    self._finish(f"no complete handshake and listings within start_timeout ({self.timeout_s:g} s)")
+                    self._finish(f"no complete handshake and listings within start_timeout ({format_duration(self.timeout_s)})")
             finally:
                 await proc.stop()
                 nursery.cancel_scope.cancel()
