@@ -14,8 +14,10 @@ library, msgpack, lazyd.wire and lazyd.sockpath.
 
 from __future__ import annotations
 
+import json
 import os
 import socket
+import stat
 from typing import Any
 
 from lazyd import sockpath, wire
@@ -61,7 +63,7 @@ class Connection:
             self._sock.connect(path)
         except (FileNotFoundError, ConnectionRefusedError, NotADirectoryError):
             self._sock.close()
-            raise DaemonNotRunning(f"lazyd is not running (no daemon listens on {path})") from None
+            raise not_running(path) from None
         except OSError as exc:
             self._sock.close()
             raise CtlError(f"cannot connect to lazyd at {path}: {exc.strerror or exc}") from None
@@ -110,6 +112,44 @@ class Connection:
         if reply is None:
             raise CtlError("lazyd closed the connection without answering")
         return reply
+
+
+START_RECORD_SUFFIX = ".error"  # written beside the socket by a daemon that could not start
+MAX_START_RECORD_BYTES = 16 * 1024
+
+
+def not_running(path: str) -> DaemonNotRunning:
+    """The error for "nothing listens on `path`", with the last daemon's start-up failure if one
+    is on record (the daemon writes it beside the socket, and removes it when it starts)."""
+    message = f"lazyd is not running (no daemon listens on {path})"
+    record = last_start_failure(path)
+    if record is None:
+        return DaemonNotRunning(message)
+    return DaemonNotRunning(f"{message}; its last start failed: {record['error']}", {"last_start_failure": record})
+
+
+def last_start_failure(path: str) -> dict[str, Any] | None:
+    """The start-up record beside the socket `path`, if it is ours and well formed."""
+    try:
+        fd = os.open(path + START_RECORD_SUFFIX, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        info = os.fstat(fd)
+        if info.st_uid != os.geteuid() or not stat.S_ISREG(info.st_mode):
+            return None  # not written by our daemon: say nothing rather than something false
+        data = os.read(fd, MAX_START_RECORD_BYTES)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    try:
+        record = json.loads(data)
+    except ValueError:
+        return None
+    if not isinstance(record, dict) or not isinstance(record.get("error"), str):
+        return None
+    return record
 
 
 def connect(explicit_socket: str | None) -> Connection:

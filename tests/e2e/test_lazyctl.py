@@ -371,7 +371,7 @@ def test_a_check_that_hangs_fails_at_the_start_timeout(user_env: UserEnv) -> Non
     write_config(user_env, '[defaults]\nstart_timeout = "500ms"\n'
                  + named("hangs", env={"FIXTURE_HANG_ON_INITIALIZE": "1"}))
     start_daemon(user_env)
-    failed_with(lazyctl(user_env, "check", "hangs"), 1, "no complete handshake and listings within start_timeout (0.5 s)")
+    failed_with(lazyctl(user_env, "check", "hangs"), 1, "no complete handshake and listings within start_timeout (500ms)")
     assert fixture_pids(user_env) == []
 
 
