@@ -21,6 +21,7 @@ from lazyd.daemon.statefiles import StateFileError, read_private
 log = logging.getLogger("lazyd.store")
 
 SECRET_BYTES = 32  # 256-bit HMAC key: as strong as the SHA-256 it keys
+MAX_KEY_FILE_BYTES = 4096  # read this much of a key file, so a wrong one is reported with its size
 # A snapshot larger than this is not a cache we wrote: refuse to parse it rather than balloon memory.
 MAX_SNAPSHOT_BYTES = 64 * 1024 * 1024
 
@@ -38,7 +39,7 @@ def load_or_create_secret(state_dir: Path) -> bytes:
     """
     state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     path = state_dir / "identity.key"
-    key = read_private(path, SECRET_BYTES, secret=True)
+    key = read_private(path, MAX_KEY_FILE_BYTES, secret=True)
     if key is None:
         key = secrets.token_bytes(SECRET_BYTES)
         tmp = path.with_name(f".identity.key.{os.getpid()}")
