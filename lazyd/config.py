@@ -54,7 +54,9 @@ _POLICY_KEYS = ("start_timeout", "linger", "idle_timeout", "keep_alive", "start"
 _TOP_KEYS = ("defaults", "servers", "policy")
 _TOOL_POLICY_KEYS = ("default", "rules")
 _DEFAULTS_KEYS = (*_POLICY_KEYS, "per_session_env", "sampling_policy")
-_SERVER_KEYS = ("command", "args", "env", "cwd", *_POLICY_KEYS)
+_SERVER_KEYS = ("command", "args", "env", "cwd", "description", *_POLICY_KEYS)
+# A description is a sentence or two for a model reading the hub's list; a page is a mistake.
+MAX_DESCRIPTION_CHARS = 1000
 _WAKE_KEYS = ("command", "interval", "timeout")
 _OPTION_KEYS = ("linger", "idle_timeout", "start_timeout", "share", "wake_command",
                 "wake_interval", "wake_timeout")
@@ -116,6 +118,10 @@ class ServerConfig:
     env: Mapping[str, str]
     cwd: str | None
     policy: Policy
+    # What the server is for and when to use it, in the user's words: what the hub shows for it,
+    # ahead of the server's own `instructions`. None when not written. Not compared: editing it
+    # is no reason for a reload to restart the server (the hub reads it from the current config).
+    description: str | None = field(default=None, compare=False)
 
 
 def _no_servers() -> Mapping[str, ServerConfig]:
@@ -361,8 +367,15 @@ def _server(at: _At, name: str, value: object, defaults: Policy,
     cwd = None
     if "cwd" in table:
         cwd = _directory(at / "cwd", _string(at / "cwd", table["cwd"]), environ)
+    description = None
+    if "description" in table:
+        description = " ".join(_string(at / "description", table["description"]).split()) or None
+        if description is not None and len(description) > MAX_DESCRIPTION_CHARS:
+            raise (at / "description").error(
+                f"is {len(description)} characters long; keep it under {MAX_DESCRIPTION_CHARS} "
+                "(a sentence or two on what the server is for and when to use it)")
     return ServerConfig(name=name, command=command, args=args, env=MappingProxyType(env),
-                        cwd=cwd, policy=_merge_policy(at, defaults, table))
+                        cwd=cwd, policy=_merge_policy(at, defaults, table), description=description)
 
 
 def _merge_policy(at: _At, base: Policy, table: Mapping[str, object]) -> Policy:

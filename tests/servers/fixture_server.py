@@ -21,6 +21,7 @@ Behaviour by environment variable (all optional):
                                 line is "fixture: stderr flood done"
   FIXTURE_DISCOVER=1            answer `server/discover` (else it is -32601 like real servers)
   FIXTURE_LOG=path              append the method of every received message, one per line
+  FIXTURE_INSTRUCTIONS=text     the `instructions` of the initialize result
   FIXTURE_MARKER=...            not read: inherited, so tests can find our processes in /proc
 
 Tools: echo(text), pid, sleep(seconds) with progress every 0.1 s when the request has
@@ -254,11 +255,14 @@ class Server:
     def initialize(self, params: Json, cancel: threading.Event) -> Json:
         asked = params.get("protocolVersion")
         version = asked if asked in SUPPORTED_VERSIONS else LATEST_VERSION
-        return {
+        result: Json = {
             "protocolVersion": version,
             "capabilities": CAPABILITIES,
             "serverInfo": {"name": "fixture", "version": "1.0"},
         }
+        if os.environ.get("FIXTURE_INSTRUCTIONS"):
+            result["instructions"] = os.environ["FIXTURE_INSTRUCTIONS"]
+        return result
 
     def discover_result(self, params: Json, cancel: threading.Event) -> Json:
         return {

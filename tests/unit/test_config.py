@@ -199,7 +199,7 @@ def test_the_parsed_config_cannot_be_modified() -> None:
         ("lingr = 1\n", "lingr", "unknown key; allowed here: defaults, servers"),
         ("[defaults]\nlingr = 1\n", "defaults.lingr", "did you mean 'linger'?"),
         (MINIMAL_SERVER + "lnger = 1\n", "servers.s.lnger",
-         "allowed here: command, args, env, cwd, start_timeout, linger"),
+         "allowed here: command, args, env, cwd, description, start_timeout, linger"),
         (MINIMAL_SERVER + "wake = { command = ['w'], intervall = '1s' }\n", "servers.s.wake.intervall",
          "did you mean 'interval'?"),
         (MINIMAL_SERVER + "per_session_env = []\n", "servers.s.per_session_env", "unknown key"),
@@ -496,3 +496,14 @@ def test_a_wake_predicate_without_a_command_or_with_zero_timing_cannot_be_built(
 ) -> None:
     with pytest.raises(ValueError):
         WakePredicate(**kwargs)  # type: ignore[arg-type]
+
+
+def test_a_named_servers_description_is_one_line_of_words_and_not_part_of_its_definition() -> None:
+    text = MINIMAL_SERVER + 'description = """GitHub issues and pull requests\n   of the acme org."""\n'
+    server = parse(text).servers["s"]
+    assert server.description == "GitHub issues and pull requests of the acme org."
+    # A reload compares definitions to decide restarts: a new description is no reason for one.
+    assert server == parse(MINIMAL_SERVER + 'description = "other words"\n').servers["s"]
+    assert parse(MINIMAL_SERVER + 'description = "  "\n').servers["s"].description is None
+    assert "servers.s.description: is 1001 characters long" in refusal(MINIMAL_SERVER + f'description = "{"x" * 1001}"\n')
+    assert "servers.s.description: expected a string, got an integer" in refusal(MINIMAL_SERVER + "description = 3\n")
