@@ -94,7 +94,8 @@ class Policy:
     idle_timeout_s: float | None = None
     keep_alive: bool = False
     start: Literal["lazy", "eager"] = "lazy"
-    share: bool = True
+    # True, False, or "auto": decided per registration from its cache (lazyd/core/sharing.py).
+    share: bool | Literal["auto"] = "auto"
     wake: WakePredicate | None = None
 
     def __post_init__(self) -> None:
@@ -315,10 +316,13 @@ def policy_with_options(base: Policy, opts: Mapping[str, str]) -> Policy:
         if not isinstance(value, str):
             raise (at / key).error(f"expected text, got {_type_name(value)}")
         if key == "share":
+            if value.strip().lower() == "auto":
+                table["share"] = "auto"
+                continue
             try:
                 table["share"] = parse_bool(value)
             except ValueError as error:
-                raise (at / key).error(str(error)) from None
+                raise (at / key).error(f"{error}, or auto") from None
         elif key == "wake_command":
             try:
                 wake["command"] = json.loads(value)
@@ -409,12 +413,18 @@ def _merge_policy(at: _At, base: Policy, table: Mapping[str, object]) -> Policy:
             start = value
         else:
             raise (at / "start").error(_not_one_of(value, ("lazy", "eager")))
-    share = _bool(at / "share", table["share"]) if "share" in table else base.share
+    share = _share(at / "share", table["share"]) if "share" in table else base.share
     wake = base.wake
     if "wake" in table:
         wake = _wake(at / "wake", table["wake"])
     return Policy(start_timeout_s=start_timeout, linger_s=linger, idle_timeout_s=idle,
                   keep_alive=keep_alive, start=start, share=share, wake=wake)
+
+
+def _share(at: _At, value: object) -> bool | Literal["auto"]:
+    if value == "auto" or isinstance(value, bool):
+        return value
+    raise at.error(f"expected true, false or \"auto\", got {_type_name(value) if not isinstance(value, str) else repr(value)}")
 
 
 def _wake(at: _At, value: object) -> WakePredicate | None:

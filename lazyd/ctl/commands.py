@@ -54,7 +54,10 @@ def cmd_status(args: argparse.Namespace, out: Output) -> int:
         head = f"lazyd running (pid {data['daemon_pid']})"
         if not rows:
             return f"{head}\nno servers registered yet\n{fmt.summary_line(rows)}"
-        return f"{head}\n{fmt.status_table(rows, time.time())}\n{fmt.summary_line(rows)}"
+        text = f"{head}\n{fmt.status_table(rows, time.time())}\n{fmt.summary_line(rows)}"
+        # Sharing is the surprising case when it is off: say which rule turned it off.
+        unshared = [f"  {r['name']}: {r['share_rule']}" for r in rows if r.get("share") is False and r.get("share_rule")]
+        return "\n".join([text, "one process per session:", *unshared]) if unshared else text
 
     out.result(data, human)
     return EXIT_OK

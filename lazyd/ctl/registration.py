@@ -179,6 +179,9 @@ def _registration_lines(reg: dict[str, Any]) -> list[str]:
         lines.append(f"  ignored  {', '.join(ignored) or '-'} (per-session variables, not part of the identity)")
     if reg["instance"]:
         lines.append(f"  instance {reg['instance']}")
+    if "share_rule" in reg:
+        how = "one process for all its sessions" if reg["share"] else "one process per session"
+        lines.append(f"  sharing  {how} ({reg['share_rule']})")
     return lines
 
 

@@ -86,7 +86,17 @@ class Control:
         row["memory_bytes"] = rss if processes else None
         row["cache_path"] = str(self.registry.store.path_for(runtime.config.digest))
         row["log_path"] = str(runtime.config.spec.log_path)
+        row.update(self._sharing(runtime))
         return row
+
+    def _sharing(self, runtime: ServerRuntime) -> dict[str, Any]:
+        """`share` (does this runtime serve every session of its registration), `share_setting`
+        and `share_rule` (which rule decided, for the registration's next session)."""
+        decision = self.registry.sharing(runtime)
+        private = self.registry.is_private(runtime)
+        rule = f"a private instance: {decision.rule}" if private else decision.rule
+        return {"share": decision.shared and not private, "share_setting": runtime.config.share,
+                "share_rule": rule}
 
     async def op_ping(self, args: dict[str, Any]) -> Result:
         return True, {"pid": os.getpid()}, None
@@ -192,7 +202,9 @@ class Control:
                 return runtime
             digest = next(d for d, r in self.registry.runtimes.items() if r is runtime)
             identity = self.registry.identities[digest]
-            return identity, _describe(identity, runtime.name, None, runtime.name)
+            info = _describe(identity, runtime.name, None, runtime.name)
+            info.update(self._sharing(runtime))
+            return identity, info
         parsed = _command_registration(reg, "a registration needs a command (argv)")
         if isinstance(parsed, str):
             return parsed
@@ -202,7 +214,11 @@ class Control:
         ignored = sorted(n for n in env if any(fnmatch.fnmatchcase(n, p) for p in ignore))
         attached = [r.name for d, r in self.registry.runtimes.items()
                     if dataclasses.replace(self.registry.identities[d], instance="") == identity]
-        return identity, _describe(identity, identity.readable_name(secret), ignored, attached[0] if attached else None)
+        info = _describe(identity, identity.readable_name(secret), ignored, attached[0] if attached else None)
+        setting = self.registry.config.defaults.share
+        decision = self.registry.decide(identity.digest(secret), setting)
+        info.update({"share": decision.shared, "share_setting": setting, "share_rule": decision.rule})
+        return identity, info
 
     def _candidates(self, identity: Identity) -> list[dict[str, Any]]:
         """Registered servers with the same command, and what keeps them apart from `identity`."""

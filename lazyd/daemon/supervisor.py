@@ -41,6 +41,7 @@ from lazyd.core.durations import format_duration
 from lazyd.core.hub_catalog import cached_tools
 from lazyd.core.policy import ToolPolicy
 from lazyd.core.routing import SamplingPolicy
+from lazyd.core.sharing import ShareSetting
 from lazyd.daemon.process import (
     ChildProcess,
     LineTooLong,
@@ -103,7 +104,7 @@ class RuntimeConfig:
     policy: lc.LifecyclePolicy
     wake: WakePredicate | None
     sampling_policy: SamplingPolicy
-    share: bool
+    share: ShareSetting
 
 
 class ServerRuntime:

@@ -22,6 +22,7 @@ Behaviour by environment variable (all optional):
   FIXTURE_DISCOVER=1            answer `server/discover` (else it is -32601 like real servers)
   FIXTURE_LOG=path              append the method of every received message, one per line
   FIXTURE_INSTRUCTIONS=text     the `instructions` of the initialize result
+  FIXTURE_CAPABILITIES=json     more capabilities in the initialize result, e.g. {"x-mux": {...}}
   FIXTURE_MARKER=...            not read: inherited, so tests can find our processes in /proc
 
 Tools: echo(text), pid, sleep(seconds) with progress every 0.1 s when the request has
@@ -262,6 +263,8 @@ class Server:
         }
         if os.environ.get("FIXTURE_INSTRUCTIONS"):
             result["instructions"] = os.environ["FIXTURE_INSTRUCTIONS"]
+        if os.environ.get("FIXTURE_CAPABILITIES"):
+            result["capabilities"] = {**CAPABILITIES, **json.loads(os.environ["FIXTURE_CAPABILITIES"])}
         return result
 
     def discover_result(self, params: Json, cancel: threading.Event) -> Json:

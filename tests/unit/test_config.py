@@ -57,7 +57,7 @@ def docs_example() -> str:
 def test_the_full_example_in_the_docs_parses_to_the_documented_values() -> None:
     config = parse(docs_example())
     assert config.defaults == Policy(start_timeout_s=60.0, linger_s=600.0, idle_timeout_s=None,
-                                     keep_alive=False, start="lazy", share=True, wake=None)
+                                     keep_alive=False, start="lazy", share="auto", wake=None)
     assert config.extra_per_session_env == frozenset({"MY_TERMINAL_ID"})
     assert config.sampling_policy == "refuse"
     assert config.source == SOURCE
@@ -90,7 +90,7 @@ def test_an_empty_file_is_the_built_in_defaults() -> None:
     assert config == Config(source=SOURCE)
     assert config.defaults == Policy()
     assert Policy() == Policy(start_timeout_s=60.0, linger_s=600.0, idle_timeout_s=None,
-                              keep_alive=False, start="lazy", share=True, wake=None)
+                              keep_alive=False, start="lazy", share="auto", wake=None)
 
 
 def test_durations_may_be_strings_or_bare_numbers_of_seconds() -> None:
@@ -210,7 +210,8 @@ def test_the_parsed_config_cannot_be_modified() -> None:
         ("[defaults]\nlinger = true\n", "defaults.linger", "expected a duration such as \"30s\", got a boolean"),
         ("[defaults]\nlinger = [1]\n", "defaults.linger", "got an array"),
         ("[defaults]\nlinger = 1979-05-27\n", "defaults.linger", "got a date or time"),
-        ("[defaults]\nshare = \"yes\"\n", "defaults.share", "expected true or false, got a string"),
+        ("[defaults]\nshare = \"yes\"\n", "defaults.share", 'expected true, false or "auto", got \'yes\''),
+        ("[defaults]\nshare = 1\n", "defaults.share", 'expected true, false or "auto", got an integer'),
         ("[defaults]\nkeep_alive = 1\n", "defaults.keep_alive", "expected true or false, got an integer"),
         ("[defaults]\nstart = 1\n", "defaults.start", "an integer is not one of: lazy, eager"),
         ("[defaults]\nstart = \"fast\"\n", "defaults.start", "'fast' is not one of: lazy, eager"),
@@ -451,7 +452,7 @@ def test_wake_timing_options_adjust_the_configured_predicate() -> None:
         ({"linger": "10x"}, "option --linger: '10x' is not a duration (use 500ms, 30s, 10m, 1h or 0)"),
         ({"idle_timeout": "-1s"}, "option --idle-timeout: '-1s' is negative; a duration cannot be"),
         ({"start_timeout": "0"}, "option --start-timeout: must be longer than 0 (it bounds how long a start may take)"),
-        ({"share": "maybe"}, "option --share: 'maybe' is not a boolean (use true or false; also yes/no, on/off, 1/0)"),
+        ({"share": "maybe"}, "option --share: 'maybe' is not a boolean (use true or false; also yes/no, on/off, 1/0), or auto"),
         ({"lingr": "1m"}, "option --lingr: unknown option; allowed: linger, idle_timeout, start_timeout, "
                           "share, wake_command, wake_interval, wake_timeout"),
         ({"keep_alive": "true"}, "option --keep-alive: unknown option; allowed: linger, idle_timeout, "
