@@ -30,6 +30,7 @@ from lazyd import sockpath, wire
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs start-up time
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Any
 
     from .options import Log, Options
@@ -210,13 +211,21 @@ def _connect_once(path: str, deadline: float) -> socket.socket:
 
 
 def _connect_or_autostart(path: str, opts: Options, log: Log, deadline: float | None) -> socket.socket:
+    return connect_or_start(path, opts.socket is not None, opts.autostart, log, deadline)
+
+
+def connect_or_start(path: str, explicit: bool, autostart: bool, log: Callable[[str], None],
+                     deadline: float | None) -> socket.socket:
+    """A connected socket to the daemon at `path`, started first (as a shim starts it) when none
+    listens and `autostart` allows; `explicit`: the path was chosen (--socket, LAZYD_SOCKET), so the
+    daemon is told it. Raises Unavailable. Also what `lazyctl check` uses to start the daemon."""
     try:
         return _connect_once(path, time.monotonic() + _budget(BUSY_WAIT_S, deadline))
     except _NoDaemon as exc:
-        if not opts.autostart:
+        if not autostart:
             raise Unavailable(f"no daemon at {path}: {exc}; autostart is off") from None
         log(f"no daemon at {path} ({exc}); autostarting")
-    return _autostart(path, opts.socket is not None, log, deadline)
+    return _autostart(path, explicit, log, deadline)
 
 
 def _ensure_private_dir(directory: str) -> None:
@@ -281,7 +290,7 @@ def daemon_argv(path: str, explicit: bool) -> list[str]:
     return argv + ["--stderr-until-ready"] + (["--socket", path] if explicit else [])
 
 
-def _autostart(path: str, explicit: bool, log: Log, deadline: float | None) -> socket.socket:
+def _autostart(path: str, explicit: bool, log: Callable[[str], None], deadline: float | None) -> socket.socket:
     directory = os.path.dirname(path) or "."
     _ensure_private_dir(directory)
     lock_path = os.path.join(directory, "spawn.lock")
@@ -322,7 +331,8 @@ def _autostart(path: str, explicit: bool, log: Log, deadline: float | None) -> s
         os.close(fd)  # releases the flock
 
 
-def _await_daemon(proc: Any, path: str, started: float, log: Log, deadline: float | None) -> socket.socket:
+def _await_daemon(proc: Any, path: str, started: float, log: Callable[[str], None],
+                  deadline: float | None) -> socket.socket:
     """Poll until the spawned daemon accepts a connection; Unavailable (with its reason) if it exits."""
     give_up = time.monotonic() + _budget(AUTOSTART_WAIT_S, deadline)
     already_running_since: float | None = None

@@ -14,10 +14,12 @@ library, msgpack, lazyd.wire and lazyd.sockpath.
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import socket
 import stat
+import time
 from typing import Any
 
 from lazyd import sockpath, wire
@@ -150,6 +152,34 @@ def last_start_failure(path: str) -> dict[str, Any] | None:
     if not isinstance(record, dict) or not isinstance(record.get("error"), str):
         return None
     return record
+
+
+AUTOSTART_TIMEOUT_S = 10.0  # the shim's own bounds (5 s to accept, plus the spawn lock) fit in this
+_AUTOSTART_OFF = frozenset({"1", "true", "yes", "on"})
+
+
+def connect_starting(path: str, explicit_socket: str | None = None) -> Connection:
+    """A control connection to the daemon at `path`, starting the daemon first if none answers,
+    exactly as a shim would (same spawn lock, same command, same start-up checks), unless
+    LAZYD_NO_AUTOSTART is set. Raises DaemonNotRunning carrying the daemon's own one-line reason
+    when it cannot start, CtlError otherwise.
+
+    The shim's code is used, not imitated: it is loaded as lazyctl's wrap loads the shim's option
+    parser (the shim is its own top-level package, which the type checker cannot see)."""
+    try:
+        return Connection(path)
+    except DaemonNotRunning as exc:
+        if os.environ.get("LAZYD_NO_AUTOSTART", "").strip().lower() in _AUTOSTART_OFF:
+            raise exc from None
+    connect = importlib.import_module("lazyd_shim.connect")
+    explicit = bool(explicit_socket or os.environ.get("LAZYD_SOCKET"))
+    try:
+        sock = connect.connect_or_start(path, explicit, True, lambda _: None,
+                                        time.monotonic() + AUTOSTART_TIMEOUT_S)
+    except connect.Unavailable as exc:
+        raise DaemonNotRunning(f"lazyd is not running and could not be started: {exc}") from None
+    sock.close()  # it accepts connections now; the daemon drops one that sends no hello
+    return Connection(path)
 
 
 def connect(explicit_socket: str | None) -> Connection:

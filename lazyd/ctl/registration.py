@@ -15,8 +15,8 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from lazyd.core.durations import format_duration
-from lazyd.ctl.client import EXIT_OK, Connection, CtlError, connect, socket_path
+from lazyd.core.durations import format_duration, parse_duration
+from lazyd.ctl.client import EXIT_OK, CtlError, connect, connect_starting, socket_path
 from lazyd.ctl.commands import Output, UsageError
 
 MAX_INITIALIZE_FILE_BYTES = 1024 * 1024  # a captured initialize is a few KiB; a session log may be more
@@ -41,15 +41,36 @@ def cmd_check(args: argparse.Namespace, out: Output) -> int:
     request: dict[str, Any] = {"name": names[0]} if names else command_registration(args.command, args.cwd)
     if args.initialize_json is not None:
         request["initialize"] = initialize_params(args.initialize_json)
-    # No reply timeout: the daemon bounds a check by the server's start_timeout.
-    report = request_check(socket_path(args.socket), request, timeout_s=None)
+    start_timeout = start_timeout_option(args.start_timeout, os.environ)
+    if start_timeout is not None:
+        request["start_timeout"] = start_timeout
+    # No reply timeout: the daemon bounds a check by the server's start_timeout. The daemon is
+    # started if none runs, as a shim would: a check is often the first thing a new user runs.
+    report = request_check(socket_path(args.socket), request, timeout_s=None, explicit_socket=args.socket)
     out.result(report, lambda: check_text(report))
     return EXIT_OK
 
 
-def request_check(path: str, request: Mapping[str, Any], timeout_s: float | None) -> Any:
-    """Run the daemon's `check` op; its report, or CtlError (DaemonNotRunning if none listens)."""
-    with Connection(path) as conn:
+def start_timeout_option(flag: str | None, environ: Mapping[str, str]) -> str | None:
+    """`--start-timeout`, else LAZYD_START_TIMEOUT (as the shim reads them), validated; None if
+    neither is set. Raises UsageError for a value that is not a duration longer than 0."""
+    value, name = (flag, "--start-timeout") if flag is not None else (environ.get("LAZYD_START_TIMEOUT"), "LAZYD_START_TIMEOUT")
+    if value is None or (flag is None and not value.strip()):
+        return None
+    try:
+        seconds = parse_duration(value)
+    except ValueError as exc:
+        raise UsageError(f"{name}: {exc}") from None
+    if seconds <= 0:
+        raise UsageError(f"{name}: must be longer than 0")
+    return value.strip()
+
+
+def request_check(path: str, request: Mapping[str, Any], timeout_s: float | None,
+                  explicit_socket: str | None = None) -> Any:
+    """Run the daemon's `check` op, starting the daemon if none runs; its report, or CtlError
+    (DaemonNotRunning if none listens and none could be started)."""
+    with connect_starting(path, explicit_socket) as conn:
         try:
             return conn.call("check", dict(request), timeout_s=timeout_s)
         except CtlError as exc:

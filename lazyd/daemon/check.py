@@ -40,11 +40,12 @@ def default_initialize_params() -> dict[str, Any]:
             "clientInfo": {"name": "lazyctl-check", "version": "0.1.0"}}
 
 
-async def check_runtime(registry: Registry, runtime: ServerRuntime,
-                        params: dict[str, Any]) -> tuple[dict[str, Any] | None, str | None]:
-    """Check `runtime` with initialize `params`: (the report, None), or (None, one readable line)."""
+async def check_runtime(registry: Registry, runtime: ServerRuntime, params: dict[str, Any],
+                        timeout_s: float | None = None) -> tuple[dict[str, Any] | None, str | None]:
+    """Check `runtime` with initialize `params`: (the report, None), or (None, one readable line).
+    `timeout_s` bounds the check instead of the server's start_timeout."""
     started = trio.current_time()
-    outcome = await IsolatedCheck(runtime, params).run()
+    outcome = await IsolatedCheck(runtime, params, timeout_s).run()
     if isinstance(outcome, str):
         log.warning("[%s] check failed: %s", runtime.name, outcome)
         return None, f"check of {runtime.name} failed: {outcome}"
@@ -93,12 +94,12 @@ def _merge(registry: Registry, runtime: ServerRuntime, check: IsolatedCheck, par
 class IsolatedCheck:
     """One isolated start of `runtime`'s command, driven through a fresh relay core."""
 
-    def __init__(self, runtime: ServerRuntime, params: dict[str, Any]) -> None:
+    def __init__(self, runtime: ServerRuntime, params: dict[str, Any], timeout_s: float | None = None) -> None:
         spec = runtime.config.spec
         # Its own log: two LogRings rotating one file would lose lines.
         self.spec = dataclasses.replace(spec, log_path=spec.log_path.with_name(f"{runtime.name}.check.log"))
         self.spec_log_path = self.spec.log_path
-        self.timeout_s = runtime.config.policy.start_timeout_s
+        self.timeout_s = timeout_s or runtime.config.policy.start_timeout_s
         self.core = rl.RelayCore(runtime.name, Snapshot(), runtime.config.sampling_policy)
         self.params = params
         self.answers: dict[int, dict[str, Any]] = {}

@@ -25,6 +25,7 @@ from typing import Any
 import trio
 
 from lazyd.config import ConfigError
+from lazyd.core.durations import parse_duration
 from lazyd.core.identity import Identity, explain_difference, identity_for
 from lazyd.daemon.check import check_runtime, default_initialize_params
 from lazyd.daemon.proctree import ProcTable, proc_table, process_tree_usage
@@ -232,17 +233,27 @@ class Control:
     # ---- check ---------------------------------------------------------------------------------
 
     async def op_check(self, args: dict[str, Any]) -> Result:
-        """args: {"name": N} or {"argv", "cwd", "env"}, and optional "initialize" params."""
+        """args: {"name": N} or {"argv", "cwd", "env"}, and optional "initialize" params and
+        "start_timeout" (a duration, as the shim option takes it: the check's bound instead of
+        the server's start_timeout)."""
         params = args.get("initialize") or default_initialize_params()
         if not isinstance(params, dict) or not isinstance(params.get("protocolVersion"), str):
             return False, None, "initialize params must be an object with a string protocolVersion"
+        timeout_s: float | None = None
+        if args.get("start_timeout") is not None:
+            try:
+                timeout_s = parse_duration(str(args["start_timeout"]))
+            except ValueError as exc:
+                return False, None, f"start_timeout: {exc}"
+            if timeout_s <= 0:
+                return False, None, "start_timeout: must be longer than 0"
         if "name" in args:
             runtime = self._runtime(args)
         else:
             runtime = await self._registration(args)
         if isinstance(runtime, str):
             return False, None, runtime
-        report, error = await check_runtime(self.registry, runtime, params)
+        report, error = await check_runtime(self.registry, runtime, params, timeout_s)
         return report is not None, report, error
 
     async def _registration(self, args: dict[str, Any]) -> ServerRuntime | str:

@@ -165,7 +165,7 @@ def _run_checks(report: engine.Report, socket_override: str | None, environ: Map
         except ValueError as exc:
             outcomes.append(check.CheckOutcome(key.server, key.project, False, str(exc)))
             continue
-        ok, message = check.run_check(socket_path, args)
+        ok, message = check.run_check(socket_path, args, socket_override)
         outcomes.append(check.CheckOutcome(key.server, key.project, ok, message))
     return outcomes
 
