@@ -24,6 +24,7 @@ from typing import Any
 
 from lazyd import sockpath, wire
 from lazyd.core.durations import format_duration
+from lazyd.ctl.progress import TICK_S, StatusLine
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -91,14 +92,50 @@ class Connection:
         self._sock.close()
 
     def call(self, op: str, args: dict[str, Any] | None = None,
-             timeout_s: float | None = REPLY_TIMEOUT_S) -> Any:
-        """Run one control op; return its data, or raise CtlError with the daemon's error."""
-        frame = self._exchange({"t": "ctl", "op": op, "args": args or {}}, timeout_s)
+             timeout_s: float | None = REPLY_TIMEOUT_S, progress: StatusLine | None = None) -> Any:
+        """Run one control op; return its data, or raise CtlError with the daemon's error.
+
+        With an active `progress` line, the daemon is asked for its steps (`progress` frames),
+        shown on that line, which is also redrawn every TICK_S for the elapsed time."""
+        if progress is not None and progress.active:
+            frame = self._exchange_with_progress({"t": "ctl", "op": op, "args": {**(args or {}), "progress": True}},
+                                                 timeout_s, progress)
+        else:
+            frame = self._exchange({"t": "ctl", "op": op, "args": args or {}}, timeout_s)
         if frame["t"] != "reply":
             raise CtlError(f"lazyd answered {op!r} with a {frame['t']!r} frame")
         if not frame["ok"]:
             raise CtlError(frame.get("error") or f"{op} failed", frame.get("data"))
         return frame.get("data")
+
+    def _exchange_with_progress(self, frame: dict[str, Any], timeout_s: float | None,
+                                progress: StatusLine) -> dict[str, Any]:
+        give_up = None if timeout_s is None else time.monotonic() + timeout_s
+        progress.draw()
+        try:
+            wire.send_frame(self._sock, frame)
+            while True:
+                if give_up is not None and time.monotonic() >= give_up:
+                    raise CtlError(f"lazyd did not answer within {format_duration(timeout_s or 0.0)}")
+                # A short timeout only to redraw the elapsed time: the reader keeps a frame it
+                # has half read across a timeout, so nothing is lost.
+                self._sock.settimeout(TICK_S)
+                try:
+                    reply = self._reader.read()
+                except TimeoutError:
+                    progress.draw()
+                    continue
+                if reply is None:
+                    raise CtlError("lazyd closed the connection without answering")
+                if reply["t"] != "progress":
+                    return reply
+                progress.update(str(reply["step"]))
+        except wire.WireError as exc:
+            raise CtlError(f"lazyd sent a bad frame: {exc}") from None
+        except OSError as exc:
+            raise CtlError(f"lost the connection to lazyd: {exc.strerror or exc}") from None
+        finally:
+            progress.clear()
 
     def _exchange(self, frame: dict[str, Any], timeout_s: float | None) -> dict[str, Any]:
         self._sock.settimeout(timeout_s)
@@ -158,7 +195,7 @@ AUTOSTART_TIMEOUT_S = 10.0  # the shim's own bounds (5 s to accept, plus the spa
 _AUTOSTART_OFF = frozenset({"1", "true", "yes", "on"})
 
 
-def connect_starting(path: str, explicit_socket: str | None = None) -> Connection:
+def connect_starting(path: str, explicit_socket: str | None = None, progress: StatusLine | None = None) -> Connection:
     """A control connection to the daemon at `path`, starting the daemon first if none answers,
     exactly as a shim would (same spawn lock, same command, same start-up checks), unless
     LAZYD_NO_AUTOSTART is set. Raises DaemonNotRunning carrying the daemon's own one-line reason
@@ -171,6 +208,8 @@ def connect_starting(path: str, explicit_socket: str | None = None) -> Connectio
     except DaemonNotRunning as exc:
         if os.environ.get("LAZYD_NO_AUTOSTART", "").strip().lower() in _AUTOSTART_OFF:
             raise exc from None
+    if progress is not None:
+        progress.update("starting lazyd")
     connect = importlib.import_module("lazyd_shim.connect")
     explicit = bool(explicit_socket or os.environ.get("LAZYD_SOCKET"))
     try:

@@ -20,6 +20,7 @@ from lazyd.core.durations import format_duration
 from lazyd.ctl import format as fmt
 from lazyd.ctl import logs
 from lazyd.ctl.client import EXIT_OK, CtlError, connect
+from lazyd.ctl.progress import StatusLine
 
 STOP_WAIT_S = 30.0  # the daemon bounds its own shutdown at 15 s; past twice that it is stuck
 SLEEP_REPLY_S = 30.0  # the daemon waits up to 10 s for the stop ladder before it answers
@@ -66,7 +67,8 @@ def cmd_status(args: argparse.Namespace, out: Output) -> int:
 def cmd_wake(args: argparse.Namespace, out: Output) -> int:
     with connect(args.socket) as conn:
         # No reply timeout: the daemon answers within the server's start_timeout.
-        row = conn.call("wake", {"name": args.name}, timeout_s=None)
+        row = conn.call("wake", {"name": args.name}, timeout_s=None,
+                        progress=StatusLine(f"waking {args.name}", json_mode=out.json))
     out.result(row, lambda: f"{row['name']} running (pid {row['pid']})")
     return EXIT_OK
 

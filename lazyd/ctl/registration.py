@@ -18,6 +18,7 @@ from typing import Any
 from lazyd.core.durations import format_duration, parse_duration
 from lazyd.ctl.client import EXIT_OK, CtlError, connect, connect_starting, socket_path
 from lazyd.ctl.commands import Output, UsageError
+from lazyd.ctl.progress import StatusLine
 
 MAX_INITIALIZE_FILE_BYTES = 1024 * 1024  # a captured initialize is a few KiB; a session log may be more
 
@@ -46,7 +47,10 @@ def cmd_check(args: argparse.Namespace, out: Output) -> int:
         request["start_timeout"] = start_timeout
     # No reply timeout: the daemon bounds a check by the server's start_timeout. The daemon is
     # started if none runs, as a shim would: a check is often the first thing a new user runs.
-    report = request_check(socket_path(args.socket), request, timeout_s=None, explicit_socket=args.socket)
+    what = f"checking {names[0] if names else os.path.basename(args.command[0])}"
+    line = StatusLine(what, json_mode=out.json)
+    report = request_check(socket_path(args.socket), request, timeout_s=None, explicit_socket=args.socket,
+                           progress=line)
     out.result(report, lambda: check_text(report))
     return EXIT_OK
 
@@ -67,16 +71,20 @@ def start_timeout_option(flag: str | None, environ: Mapping[str, str]) -> str | 
 
 
 def request_check(path: str, request: Mapping[str, Any], timeout_s: float | None,
-                  explicit_socket: str | None = None) -> Any:
+                  explicit_socket: str | None = None, progress: StatusLine | None = None) -> Any:
     """Run the daemon's `check` op, starting the daemon if none runs; its report, or CtlError
-    (DaemonNotRunning if none listens and none could be started)."""
-    with connect_starting(path, explicit_socket) as conn:
-        try:
-            return conn.call("check", dict(request), timeout_s=timeout_s)
-        except CtlError as exc:
-            if exc.message.startswith("unknown control operation"):
-                raise CtlError("this lazyd has no check operation yet; upgrade and restart it (lazyctl stop)") from None
-            raise
+    (DaemonNotRunning if none listens and none could be started). `progress` shows its steps."""
+    try:
+        with connect_starting(path, explicit_socket, progress) as conn:
+            try:
+                return conn.call("check", dict(request), timeout_s=timeout_s, progress=progress)
+            except CtlError as exc:
+                if exc.message.startswith("unknown control operation"):
+                    raise CtlError("this lazyd has no check operation yet; upgrade and restart it (lazyctl stop)") from None
+                raise
+    finally:
+        if progress is not None:
+            progress.clear()  # before anyone prints the outcome
 
 
 def initialize_params(value: str) -> dict[str, Any]:

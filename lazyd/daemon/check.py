@@ -21,6 +21,7 @@ from lazyd.core.cache import LISTINGS, HandshakeEntry, Snapshot
 from lazyd.core.durations import format_duration
 from lazyd.core.eras import CLIENT_CAPABILITIES_META, CLIENT_INFO_META
 from lazyd.core.jsonrpc import METHOD_NOT_FOUND, notification_line, request_line
+from lazyd.daemon import progress
 from lazyd.daemon.process import ChildProcess, LineTooLong, SpawnError, spawn
 from lazyd.daemon.registry import Registry
 from lazyd.daemon.supervisor import ServerRuntime
@@ -113,11 +114,13 @@ class IsolatedCheck:
     async def run(self) -> IsolatedCheck | str:
         """Self when the handshake and every listing came back, else the reason it did not."""
         async with trio.open_nursery() as nursery:
+            progress.report("starting the server")
             try:
                 proc = await spawn(self.spec, nursery)
             except SpawnError as exc:
                 return exc.message
             self.pid = proc.pid
+            progress.report(f"handshake (pid {proc.pid})")
             try:
                 with trio.move_on_after(self.timeout_s) as scope:
                     self._feed(self.core.attach(CHECK_CID))
@@ -134,6 +137,7 @@ class IsolatedCheck:
                 if scope.cancelled_caught:
                     self._finish(f"no complete handshake and listings within start_timeout ({format_duration(self.timeout_s)})")
             finally:
+                progress.report("stopping the server")
                 await proc.stop()
                 nursery.cancel_scope.cancel()
         if self.failure is not None:
@@ -146,6 +150,7 @@ class IsolatedCheck:
                 method = json.loads(action.line).get("method")
                 if method in LISTINGS:
                     self.pages[method] = self.pages.get(method, 0) + 1
+                    progress.report(f"listings: {method} page {self.pages[method]}")
                 try:
                     self._send.send_nowait(action.line)
                 except trio.WouldBlock:

@@ -37,6 +37,7 @@ from typing import Any
 import trio
 
 from lazyd import wire
+from lazyd.daemon import progress
 from lazyd.daemon.registry import Refused, Registry
 from lazyd.daemon.runtime import peer_credentials
 from lazyd.daemon.session import Session
@@ -294,6 +295,21 @@ class ConnectionHandler:
         session.fd = None
         cancel.cancel()  # the outbox closed (detached or overflowed) or the peer went away
 
+    async def _with_progress(self, stream: trio.SocketStream, frame: dict[str, Any]) -> Any:
+        """Run a ctl op while its steps go out as `progress` frames (lazyd/daemon/progress.py)."""
+        async def send(step: str) -> None:
+            with trio.move_on_after(self.limits.control_send_deadline_s):
+                await stream.send_all(wire.encode({"t": "progress", "step": step}))
+
+        pump = progress.Pump(send)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(pump.run)
+            with pump.reporting():
+                result = await self.control(frame["op"], frame["args"])
+            nursery.cancel_scope.cancel()
+        await pump.flush()
+        return result
+
     async def _control(self, stream: trio.SocketStream, frames: _Frames) -> None:
         await stream.send_all(wire.encode({"t": "welcome", "v": wire.WIRE_VERSION, "session": 0,
                                            "name": "control", "daemon_pid": os.getpid()}))
@@ -302,7 +318,10 @@ class ConnectionHandler:
         while (frame := await frames.next()) is not None:
             if frame["t"] != "ctl":
                 raise wire.WireError(f"unexpected {frame['t']!r} frame on a control connection")
-            ok, data, error = await self.control(frame["op"], frame["args"])
+            if frame["args"].get("progress") is True:
+                ok, data, error = await self._with_progress(stream, frame)
+            else:
+                ok, data, error = await self.control(frame["op"], frame["args"])
             reply: dict[str, Any] = {"t": "reply", "ok": ok, "data": data}
             if error is not None:
                 reply["error"] = error

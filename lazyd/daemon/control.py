@@ -27,6 +27,7 @@ import trio
 from lazyd.config import ConfigError
 from lazyd.core.durations import parse_duration
 from lazyd.core.identity import Identity, explain_difference, identity_for
+from lazyd.daemon import progress
 from lazyd.daemon.check import check_runtime, default_initialize_params
 from lazyd.daemon.proctree import ProcTable, proc_table, process_tree_usage
 from lazyd.daemon.registry import Registry
@@ -40,6 +41,7 @@ Reload = Callable[[], Awaitable[Mapping[str, list[str]]]]
 WAKE_MARGIN_S = 5.0  # beyond start_timeout: the lifecycle's own timeout must answer first
 SLEEP_WAIT_S = 10.0  # the stop ladder is 2 s + 2 s plus a 1 s stderr drain; this bounds the rest
 TRANSITION_POLL_S = 0.01  # the runtime records an exit or a spawn within a turn or two of the loop
+WAKE_PROGRESS_POLL_S = 0.1  # how soon a wake's progress line shows the spawned pid
 
 
 def status_summary(registry: Registry) -> str:
@@ -126,12 +128,18 @@ class Control:
         with trio.move_on_after(runtime.config.policy.start_timeout_s + WAKE_MARGIN_S):
             # ready_event is replaced at each spawn: a wake during a stop starts only after it,
             # so the event of the previous start (already set) does not answer this wake.
-            while str(runtime.life.snapshot()["state"]) in ("starting", "stopping"):
+            while (state := str(runtime.life.snapshot()["state"])) in ("starting", "stopping"):
+                proc = runtime.proc
+                progress.report("stopping the previous process" if state == "stopping"
+                                else f"handshake and listings (pid {proc.pid})" if proc is not None
+                                else "starting the server")
                 event = runtime.ready_event
                 if event.is_set():
                     await trio.sleep(TRANSITION_POLL_S)
                 else:
-                    await event.wait()
+                    # Woken at least this often, so the step shown follows the spawn.
+                    with trio.move_on_after(WAKE_PROGRESS_POLL_S):
+                        await event.wait()
         status = self._status(runtime)
         if status["state"] == "running":
             return True, status, None

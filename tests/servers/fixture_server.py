@@ -10,6 +10,7 @@ Behaviour by environment variable (all optional):
   FIXTURE_TOOLS_EXTRA=a,b       extra echo-like tools (list drift between runs)
   FIXTURE_DRIFT_FILE=path       if the file exists at start, its comma-separated names add tools
   FIXTURE_START_DELAY_S=X       sleep X seconds before reading stdin
+  FIXTURE_LISTING_DELAY_S=X     sleep X seconds before answering each listing page
   FIXTURE_HANG_ON_INITIALIZE=1  never answer `initialize`
   FIXTURE_CRASH_ON_START=CODE   write a line to stderr and exit CODE at once
   FIXTURE_IGNORE_EOF=1          keep running after stdin EOF
@@ -278,6 +279,7 @@ class Server:
         }
 
     def page(self, params: Json, key: str, items: list[Json]) -> Json:
+        time.sleep(float(os.environ.get("FIXTURE_LISTING_DELAY_S", "0") or 0))
         start = 0
         cursor = params.get("cursor")
         if cursor is not None:

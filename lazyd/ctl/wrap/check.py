@@ -22,6 +22,7 @@ from typing import Any
 from lazyd.ctl import registration
 from lazyd.ctl.client import CtlError, DaemonNotRunning
 from lazyd.ctl.commands import UsageError
+from lazyd.ctl.progress import StatusLine
 from lazyd.ctl.wrap import shimargs
 from lazyd.ctl.wrap.errors import BadUsage
 from lazyd.ctl.wrap.model import RegState
@@ -69,12 +70,13 @@ def check_args(state: RegState, cwd: str, environ: Mapping[str, str],
     return request
 
 
-def run_check(socket_path: str, args: Mapping[str, Any], explicit_socket: str | None = None) -> tuple[bool, str]:
+def run_check(socket_path: str, args: Mapping[str, Any], explicit_socket: str | None = None,
+              progress: StatusLine | None = None) -> tuple[bool, str]:
     """Send one ``check`` to the daemon at ``socket_path`` (started first, as a shim would start
-    it, if none runs); return (ok, one-line message)."""
+    it, if none runs); return (ok, one-line message). `progress` shows its steps on a terminal."""
     try:
         data = registration.request_check(socket_path, args, timeout_s=CHECK_REPLY_TIMEOUT_S,
-                                          explicit_socket=explicit_socket)
+                                          explicit_socket=explicit_socket, progress=progress)
     except DaemonNotRunning as exc:
         return False, (f"{exc.message}; start it (systemctl --user start lazyd.socket, or run lazyd) "
                        "and retry with reapply --check")  # fmt: skip
