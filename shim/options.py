@@ -33,7 +33,8 @@ usage: lazyd-shim [OPTIONS] [--] COMMAND [ARGS...]
 
 Run an MCP server through the lazyd daemon: the client talks to this process on stdio, the daemon
 starts the real server when it is first needed and shares it between clients. If the daemon cannot
-be reached, the server is run directly instead.
+be reached, the server is run directly instead; an option the daemon refuses, or a config or state
+file it cannot start with, ends the shim with that one line and exit status 2.
 
 The first argument that is not an option starts COMMAND; everything after it goes to the server.
 Every option can also be set with the environment variable shown; the flag wins.
