@@ -106,6 +106,19 @@ class SlowPeer(Exception):
     """The peer started a frame and did not finish it within the frame deadline."""
 
 
+def _sole(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    """The one exception inside `group` (nested groups flattened), else the group itself."""
+    leaves: list[BaseException] = []
+    pending: list[BaseException] = [group]
+    while pending:
+        exc = pending.pop()
+        if isinstance(exc, BaseExceptionGroup):
+            pending.extend(exc.exceptions)
+        else:
+            leaves.append(exc)
+    return leaves[0] if len(leaves) == 1 else group
+
+
 class _Frames:
     """Frames from a stream through one decoder; a WireError poisons the connection.
 
@@ -212,7 +225,12 @@ class ConnectionHandler:
                 log.warning("refused a connection from pid %d: %d connections open (limit %d)",
                             pid, self.active - 1, MAX_CONNECTIONS)
                 return
-            await self._serve(stream, pid)
+            try:
+                await self._serve(stream, pid)
+            except BaseExceptionGroup as group:
+                # A session's nursery wraps what its read loop raised (a bad or slow frame) in a
+                # group: judged below like the bare exception it is, not as an internal error.
+                raise _sole(group) from None
         except wire.WireError as exc:
             log.warning("closing a connection from pid %d after a bad frame: %s", pid, exc)
         except SlowPeer as exc:
