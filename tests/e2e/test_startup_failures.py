@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 import trio
 
+from lazyd.ctl.client import CtlError
 from tests.conftest import FIXTURE_SERVER, UserEnv, shim_command, shim_session, start_daemon, wait_until
 from tests.e2e.test_supervision import control, daemon_log, server_table, status_rows, write_config
 
@@ -57,9 +58,16 @@ def spawn_daemon(user: UserEnv, spoil: str) -> subprocess.Popen[str]:
     daemon = subprocess.Popen(daemon_argv(spoil), env=user.env, stdin=subprocess.DEVNULL,
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                               start_new_session=True)
-    wait_until(lambda: user.socket.exists() or daemon.poll() is not None, STEP_S, "the daemon socket")
-    assert daemon.poll() is None, daemon.stderr.read() if daemon.stderr else ""
-    control(user, "ping")  # answered once the named servers are loaded and signals are handled
+    def answers() -> bool:
+        # A ping is answered once the named servers are loaded and signals are handled; the socket
+        # file alone exists a moment before it listens.
+        assert daemon.poll() is None, daemon.stderr.read() if daemon.stderr else ""
+        try:
+            return bool(control(user, "ping")["pid"] == daemon.pid)
+        except CtlError:
+            return False
+
+    wait_until(answers, STEP_S, "the daemon to answer a ping")
     return daemon
 
 
@@ -114,8 +122,16 @@ SPOILERS: dict[str, Callable[[Path], str]] = {
 def started_once(user: UserEnv) -> None:
     """Start a daemon and stop it, so the state dir holds the files a daemon writes."""
     daemon = start_daemon(user)
-    control(user, "ping")  # serving, so its signal handlers are in place
+    wait_until(lambda: pings(user), STEP_S, "the daemon to answer a ping")  # its signal handlers are in place
     assert daemon.stop() == 0
+
+
+def pings(user: UserEnv) -> bool:
+    try:
+        control(user, "ping")
+        return True
+    except CtlError:
+        return False
 
 
 def one_line(result: subprocess.CompletedProcess[str]) -> str:
