@@ -54,7 +54,9 @@ _POLICY_KEYS = ("start_timeout", "linger", "idle_timeout", "keep_alive", "start"
 _TOP_KEYS = ("defaults", "servers", "policy")
 _TOOL_POLICY_KEYS = ("default", "rules")
 _DEFAULTS_KEYS = (*_POLICY_KEYS, "per_session_env", "identity_env", "sampling_policy")
-_SERVER_KEYS = ("command", "args", "env", "cwd", *_POLICY_KEYS)
+_SERVER_KEYS = ("command", "args", "env", "cwd", "description", *_POLICY_KEYS)
+# A description is a sentence or two for a model reading the hub's list; a page is a mistake.
+MAX_DESCRIPTION_CHARS = 1000
 _WAKE_KEYS = ("command", "interval", "timeout")
 _OPTION_KEYS = ("linger", "idle_timeout", "start_timeout", "share", "wake_command",
                 "wake_interval", "wake_timeout", "era")
@@ -94,7 +96,8 @@ class Policy:
     idle_timeout_s: float | None = None
     keep_alive: bool = False
     start: Literal["lazy", "eager"] = "lazy"
-    share: bool = True
+    # True, False, or "auto": decided per registration from its cache (lazyd/core/sharing.py).
+    share: bool | Literal["auto"] = "auto"
     wake: WakePredicate | None = None
     era: Literal["auto", "handshake", "stateless"] = "auto"
 
@@ -119,6 +122,10 @@ class ServerConfig:
     env: Mapping[str, str]
     cwd: str | None
     policy: Policy
+    # What the server is for and when to use it, in the user's words: what the hub shows for it,
+    # ahead of the server's own `instructions`. None when not written. Not compared: editing it
+    # is no reason for a reload to restart the server (the hub reads it from the current config).
+    description: str | None = field(default=None, compare=False)
 
 
 def _no_servers() -> Mapping[str, ServerConfig]:
@@ -320,10 +327,13 @@ def policy_with_options(base: Policy, opts: Mapping[str, str]) -> Policy:
         if not isinstance(value, str):
             raise (at / key).error(f"expected text, got {_type_name(value)}")
         if key == "share":
+            if value.strip().lower() == "auto":
+                table["share"] = "auto"
+                continue
             try:
                 table["share"] = parse_bool(value)
             except ValueError as error:
-                raise (at / key).error(str(error)) from None
+                raise (at / key).error(f"{error}, or auto") from None
         elif key == "wake_command":
             try:
                 wake["command"] = json.loads(value)
@@ -372,8 +382,15 @@ def _server(at: _At, name: str, value: object, defaults: Policy,
     cwd = None
     if "cwd" in table:
         cwd = _directory(at / "cwd", _string(at / "cwd", table["cwd"]), environ)
+    description = None
+    if "description" in table:
+        description = " ".join(_string(at / "description", table["description"]).split()) or None
+        if description is not None and len(description) > MAX_DESCRIPTION_CHARS:
+            raise (at / "description").error(
+                f"is {len(description)} characters long; keep it under {MAX_DESCRIPTION_CHARS} "
+                "(a sentence or two on what the server is for and when to use it)")
     return ServerConfig(name=name, command=command, args=args, env=MappingProxyType(env),
-                        cwd=cwd, policy=_merge_policy(at, defaults, table))
+                        cwd=cwd, policy=_merge_policy(at, defaults, table), description=description)
 
 
 def _merge_policy(at: _At, base: Policy, table: Mapping[str, object]) -> Policy:
@@ -407,7 +424,7 @@ def _merge_policy(at: _At, base: Policy, table: Mapping[str, object]) -> Policy:
             start = value
         else:
             raise (at / "start").error(_not_one_of(value, ("lazy", "eager")))
-    share = _bool(at / "share", table["share"]) if "share" in table else base.share
+    share = _share(at / "share", table["share"]) if "share" in table else base.share
     wake = base.wake
     if "wake" in table:
         wake = _wake(at / "wake", table["wake"])
@@ -422,6 +439,12 @@ def _merge_policy(at: _At, base: Policy, table: Mapping[str, object]) -> Policy:
             raise (at / "era").error(_not_one_of(value, _ERA_SETTINGS))
     return Policy(start_timeout_s=start_timeout, linger_s=linger, idle_timeout_s=idle,
                   keep_alive=keep_alive, start=start, share=share, wake=wake, era=era)
+
+
+def _share(at: _At, value: object) -> bool | Literal["auto"]:
+    if value == "auto" or isinstance(value, bool):
+        return value
+    raise at.error(f"expected true, false or \"auto\", got {_type_name(value) if not isinstance(value, str) else repr(value)}")
 
 
 def _wake(at: _At, value: object) -> WakePredicate | None:

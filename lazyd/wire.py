@@ -319,6 +319,10 @@ def _check_reply(f: dict[str, Any]) -> None:
         raise WireError(f"'reply' frame field 'error' must be a str, not {type(error).__name__}")
 
 
+def _check_progress(f: dict[str, Any]) -> None:
+    _require(f, "step", isinstance(f.get("step"), str), "a str")
+
+
 _CHECKS = {
     "hello": _check_hello,
     "welcome": _check_welcome,
@@ -326,6 +330,7 @@ _CHECKS = {
     "line": _check_line,
     "ctl": _check_ctl,
     "reply": _check_reply,
+    "progress": _check_progress,  # daemon -> lazyctl, before a reply, when the ctl asked for it
 }
 FRAME_TYPES: frozenset[str] = frozenset(_CHECKS)
 

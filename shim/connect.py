@@ -30,6 +30,7 @@ from lazyd import sockpath, wire
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs start-up time
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Any
 
     from .options import Log, Options
@@ -62,12 +63,23 @@ _PEERCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
 _spawned: list[Any] = []
 
 
-class Unavailable(Exception):
-    """The daemon cannot be had; ``str()`` is the reason. ``final`` means retrying is pointless."""
+DAEMON_BAD_FILE_STATUS = 2
+# The daemon's exit status for a file the user must fix (config, state file): see
+# lazyd/daemon/startup.py. Running the server directly would hide that mistake.
 
-    def __init__(self, reason: str, *, final: bool = False) -> None:
+MAX_DAEMON_STDERR_BYTES = 64 * 1024
+# What is read of a daemon's stderr when it failed to start: its reason is its last line.
+
+
+class Unavailable(Exception):
+    """The daemon cannot be had; ``str()`` is the reason. ``final`` means retrying is pointless;
+    ``user_error`` that the user must fix something (a refused option, a bad config file): the
+    shim then exits 2 instead of running the server directly."""
+
+    def __init__(self, reason: str, *, final: bool = False, user_error: bool = False) -> None:
         super().__init__(reason)
-        self.final = final
+        self.final = final or user_error
+        self.user_error = user_error
 
 
 class _NoDaemon(Exception):
@@ -152,6 +164,9 @@ def open_session(opts: Options, resume: list[bytes], log: Log, deadline: float |
         raise Unavailable("the daemon closed the connection during the hello")
     if reply["t"] == "refused":
         sock.close()
+        if reply["code"] == "options":
+            # A bad shim option is the user's mistake, like every other bad option: exit 2.
+            raise Unavailable(str(reply["message"]), user_error=True)
         raise Unavailable(f"refused by the daemon: {reply['message']} [{reply['code']}]", final=True)
     if reply["t"] != "welcome":
         sock.close()
@@ -206,23 +221,31 @@ def _connect_once(path: str, deadline: float) -> socket.socket:
 
 
 def _connect_or_autostart(path: str, opts: Options, log: Log, deadline: float | None) -> socket.socket:
+    return connect_or_start(path, opts.socket is not None, opts.autostart, log, deadline)
+
+
+def connect_or_start(path: str, explicit: bool, autostart: bool, log: Callable[[str], None],
+                     deadline: float | None) -> socket.socket:
+    """A connected socket to the daemon at `path`, started first (as a shim starts it) when none
+    listens and `autostart` allows; `explicit`: the path was chosen (--socket, LAZYD_SOCKET), so the
+    daemon is told it. Raises Unavailable. Also what `lazyctl check` uses to start the daemon."""
     try:
         return _connect_once(path, time.monotonic() + _budget(BUSY_WAIT_S, deadline))
     except _NoDaemon as exc:
         reason = str(exc)
-    if opts.socket is None:
+    if not explicit:
         # No daemon where this environment points: the client may have dropped XDG_RUNTIME_DIR
         # (Codex does). The user's daemon, wherever it listens, is recorded under HOME.
         found = _discovered(path, log, deadline)
         if found is not None:
             return found
-    if not opts.autostart:
+    if not autostart:
         raise Unavailable(f"no daemon at {path}: {reason}; autostart is off")
     log(f"no daemon at {path} ({reason}); autostarting")
-    return _autostart(path, opts.socket is not None, log, deadline)
+    return _autostart(path, explicit, log, deadline)
 
 
-def _discovered(path: str, log: Log, deadline: float | None) -> socket.socket | None:
+def _discovered(path: str, log: Callable[[str], None], deadline: float | None) -> socket.socket | None:
     for pid, other in sockpath.discovered_daemons(os.environ):
         if other == path:
             continue
@@ -292,10 +315,12 @@ def daemon_argv(path: str, explicit: bool) -> list[str]:
             raise Unavailable(f"{DAEMON_ARGV_ENV} is not a JSON list of strings", final=True)
     else:
         argv = [sys.executable, "-m", "lazyd.daemon"]
-    return argv + (["--socket", path] if explicit else [])
+    # --stderr-until-ready: a start-up failure is written to the pipe read below, then the daemon
+    # stops writing to it, so the pipe can be closed once the daemon listens.
+    return argv + ["--stderr-until-ready"] + (["--socket", path] if explicit else [])
 
 
-def _autostart(path: str, explicit: bool, log: Log, deadline: float | None) -> socket.socket:
+def _autostart(path: str, explicit: bool, log: Callable[[str], None], deadline: float | None) -> socket.socket:
     directory = os.path.dirname(path) or "."
     _ensure_private_dir(directory)
     lock_path = os.path.join(directory, "spawn.lock")
@@ -319,7 +344,7 @@ def _autostart(path: str, explicit: bool, log: Log, deadline: float | None) -> s
                 argv,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
                 close_fds=True,
                 start_new_session=True,
             )
@@ -327,29 +352,66 @@ def _autostart(path: str, explicit: bool, log: Log, deadline: float | None) -> s
             raise Unavailable(f"cannot start the daemon ({argv[0]}): {exc.strerror or exc}", final=True) from None
         _spawned.append(proc)
         log(f"spawned daemon pid {proc.pid}: {argv}")
-        give_up = time.monotonic() + _budget(AUTOSTART_WAIT_S, deadline)
-        already_running_since: float | None = None
-        while True:
-            exited = proc.poll()
-            try:
-                sock = _connect_once(path, give_up)
-                log(f"daemon accepted a connection after {(time.monotonic() - started) * 1000:.1f}ms")
-                return sock
-            except _NoDaemon:
-                pass
-            if exited is not None:
-                # Any status but 0 is a daemon that cannot start. Exiting 0 means another daemon
-                # holds the instance lock ("already running") yet does not accept: it is stopping,
-                # and retrying will help once it is gone. Poll a while first, so that shims waiting
-                # for it spawn a few short-lived daemons per second, not one per poll.
-                if exited != 0:
-                    raise Unavailable(f"the daemon exited with status {exited}", final=True)
-                if already_running_since is None:
-                    already_running_since = time.monotonic()
-                elif time.monotonic() - already_running_since >= ALREADY_RUNNING_POLL_S:
-                    raise Unavailable("the daemon exited with status 0: another one is still stopping")
-            if time.monotonic() >= give_up:
-                raise Unavailable(f"the daemon did not accept connections within {AUTOSTART_WAIT_S:g}s")
-            time.sleep(POLL_S)
+        try:
+            return _await_daemon(proc, path, started, log, deadline)
+        finally:
+            if proc.stderr is not None:
+                proc.stderr.close()  # a live daemon no longer writes to it (--stderr-until-ready)
     finally:
         os.close(fd)  # releases the flock
+
+
+def _await_daemon(proc: Any, path: str, started: float, log: Callable[[str], None],
+                  deadline: float | None) -> socket.socket:
+    """Poll until the spawned daemon accepts a connection; Unavailable (with its reason) if it exits."""
+    give_up = time.monotonic() + _budget(AUTOSTART_WAIT_S, deadline)
+    already_running_since: float | None = None
+    while True:
+        exited = proc.poll()
+        try:
+            sock = _connect_once(path, give_up)
+            log(f"daemon accepted a connection after {(time.monotonic() - started) * 1000:.1f}ms")
+            return sock
+        except _NoDaemon:
+            pass
+        if exited is not None:
+            # Any status but 0 is a daemon that cannot start. Exiting 0 means another daemon
+            # holds the instance lock ("already running") yet does not accept: it is stopping,
+            # and retrying will help once it is gone. Poll a while first, so that shims waiting
+            # for it spawn a few short-lived daemons per second, not one per poll.
+            if exited != 0:
+                reason = _last_line(proc.stderr)
+                if exited == DAEMON_BAD_FILE_STATUS and reason:
+                    raise Unavailable(f"lazyd cannot start: {reason}", user_error=True)
+                detail = f": {reason}" if reason else ""
+                raise Unavailable(f"the daemon exited with status {exited}{detail}", final=True)
+            if already_running_since is None:
+                already_running_since = time.monotonic()
+            elif time.monotonic() - already_running_since >= ALREADY_RUNNING_POLL_S:
+                raise Unavailable("the daemon exited with status 0: another one is still stopping")
+        if time.monotonic() >= give_up:
+            raise Unavailable(f"the daemon did not accept connections within {AUTOSTART_WAIT_S:g}s")
+        time.sleep(POLL_S)
+
+
+def _last_line(pipe: Any) -> str:
+    """The last line a dead daemon wrote to its stderr pipe, without its "lazyd: " prefix.
+
+    Read without blocking: the daemon has exited, so what it wrote is in the pipe already, and a
+    process that inherited the pipe must not make the shim wait."""
+    if pipe is None:
+        return ""
+    fd = pipe.fileno()
+    os.set_blocking(fd, False)
+    data = b""
+    try:
+        while len(data) < MAX_DAEMON_STDERR_BYTES:
+            chunk = os.read(fd, MAX_DAEMON_STDERR_BYTES - len(data))
+            if not chunk:
+                break
+            data += chunk
+    except OSError:
+        pass
+    lines = [line.strip() for line in data.decode("utf-8", "replace").splitlines() if line.strip()]
+    last = lines[-1] if lines else ""
+    return last.removeprefix("lazyd: ")[:1000]

@@ -56,6 +56,11 @@ def _main(argv: list[str] | None) -> int:
         conn = connect.open_session(opts, [], log)
     except connect.Unavailable as exc:
         log(f"daemon unavailable: {exc}")
+        if exc.user_error:
+            # A refused option or a file the user must fix: running the server directly would
+            # hide the mistake. One line and exit 2, as for any other bad option.
+            say(str(exc))
+            return 2
         if not opts.command:
             what = "--hub" if opts.hub else f"--server {opts.server}"
             say(f"daemon unavailable ({exc}); {what} cannot run without the daemon")

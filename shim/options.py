@@ -34,7 +34,8 @@ usage: lazyd-shim [OPTIONS] [--] COMMAND [ARGS...]
 
 Run an MCP server through the lazyd daemon: the client talks to this process on stdio, the daemon
 starts the real server when it is first needed and shares it between clients. If the daemon cannot
-be reached, the server is run directly instead.
+be reached, the server is run directly instead; an option the daemon refuses, or a config or state
+file it cannot start with, ends the shim with that one line and exit status 2.
 
 The first argument that is not an option starts COMMAND; everything after it goes to the server.
 Every option can also be set with the environment variable shown; the flag wins.
@@ -43,7 +44,8 @@ options:
   --linger D           keep the server up D after its last client left     LAZYD_LINGER
   --idle-timeout D     stop the server after D without requests            LAZYD_IDLE_TIMEOUT
   --start-timeout D    bound on starting the server and its handshake      LAZYD_START_TIMEOUT
-  --share BOOL         share one server process between clients            LAZYD_SHARE
+  --share auto|BOOL    one server process for all clients, or one each;   LAZYD_SHARE
+                       auto decides from the cached tools (default)
   --wake-command JSON  argv (a JSON list) of a wake predicate              LAZYD_WAKE_COMMAND
   --wake-interval D    how often the wake predicate runs                   LAZYD_WAKE_INTERVAL
   --wake-timeout D     bound on one run of the wake predicate              LAZYD_WAKE_TIMEOUT
@@ -93,8 +95,12 @@ def parse_bool(value: str) -> bool:
         raise ValueError(f"invalid boolean {value!r} (use true/false, 1/0, yes/no or on/off)") from None
 
 
-def _check_bool(value: str) -> None:
-    parse_bool(value)
+def _check_share(value: str) -> None:
+    if value.strip().lower() != "auto":
+        try:
+            parse_bool(value)
+        except ValueError:
+            raise ValueError(f"invalid value {value!r} (use auto, true or false)") from None
 
 
 def _check_era(value: str) -> None:
@@ -122,7 +128,7 @@ _DAEMON_OPTS = {
     "--linger": ("linger", "LAZYD_LINGER", _check_duration),
     "--idle-timeout": ("idle_timeout", "LAZYD_IDLE_TIMEOUT", _check_duration),
     "--start-timeout": ("start_timeout", "LAZYD_START_TIMEOUT", _check_duration),
-    "--share": ("share", "LAZYD_SHARE", _check_bool),
+    "--share": ("share", "LAZYD_SHARE", _check_share),
     "--wake-command": ("wake_command", "LAZYD_WAKE_COMMAND", _check_argv_json),
     "--wake-interval": ("wake_interval", "LAZYD_WAKE_INTERVAL", _check_duration),
     "--wake-timeout": ("wake_timeout", "LAZYD_WAKE_TIMEOUT", _check_duration),

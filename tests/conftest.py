@@ -227,9 +227,23 @@ def start_daemon(user: UserEnv, *extra: str) -> Daemon:
     log = open(user.root / "daemon.stderr", "ab")
     proc = subprocess.Popen([sys.executable, "-m", "lazyd.daemon", *extra], env=user.env,
                             stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
-    wait_until(lambda: user.socket.exists() or proc.poll() is not None, DAEMON_START_WAIT_S, "the daemon socket")
+    # Accepting, not only bound: the socket file exists a moment before listen(), and a connect
+    # in between is refused (seen once on a loaded machine).
+    wait_until(lambda: accepts(user.socket) or proc.poll() is not None, DAEMON_START_WAIT_S, "the daemon socket")
     assert proc.poll() is None, (user.root / "daemon.stderr").read_text()
     return Daemon(proc, user)
+
+
+def accepts(path: Path) -> bool:
+    """Whether a daemon listens on `path`; the probe closes at once (the daemon drops it quietly)."""
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.connect(str(path))
+        return True
+    except OSError:
+        return False
+    finally:
+        probe.close()
 
 
 @pytest.fixture

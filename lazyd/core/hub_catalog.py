@@ -10,11 +10,13 @@ not the same as an empty list). Its one-line description comes from the same pla
 its `server/discover` answers.
 
 Search ranks tools by the words of a query against each tool's name (split at `_`, `-`, `.`,
-`/` and camelCase), its description and its server's name:
+`/` and camelCase), its description, its server's name and the description the user wrote for
+that server in config.toml (if any):
 
     per query word, the best of:   name word equal 10, name word prefix 6, inside the name 4
                          plus:     description word equal 3, description word prefix 1.5
                          plus:     server name word equal 2
+                         plus:     server description word equal 1
     a "prefix" is either word starting with the other, both at least 3 characters long
     (so "timezone" finds "timezones" and "calc" finds "calculate").
 
@@ -27,7 +29,7 @@ description says "the".
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -133,7 +135,7 @@ def _related(a: str, b: str) -> bool:
 
 
 def _score_word(word: str, name_words: set[str], name: str, description_words: set[str],
-                server_words: set[str]) -> float:
+                server_words: set[str], about_words: set[str]) -> float:
     if word in name_words:
         score = 10.0
     elif any(_related(word, w) for w in name_words):
@@ -148,6 +150,8 @@ def _score_word(word: str, name_words: set[str], name: str, description_words: s
         score += 1.5
     if word in server_words:
         score += 2.0
+    if word in about_words:
+        score += 1.0
     return score
 
 
@@ -157,10 +161,13 @@ def query_words(query: str) -> list[str]:
     return list(dict.fromkeys(found or words(query)))
 
 
-def search(tools: Iterable[ToolInfo], query: str, limit: int) -> list[ToolInfo]:
-    """The best `limit` tools for `query`, by the ranking in the module docstring.
+def search(tools: Iterable[ToolInfo], query: str, limit: int,
+           about: Mapping[str, str] | None = None) -> list[ToolInfo]:
+    """The best `limit` tools for `query`, by the ranking in the module docstring; `about` maps
+    a server name to the description its user wrote.
 
     An empty query (no words at all) lists every tool, ordered by server and name."""
+    about_words = {server: set(words(text)) for server, text in (about or {}).items()}
     wanted = query_words(query)
     ordered = sorted(tools, key=lambda t: (t.server, t.name))
     if not wanted:
@@ -171,7 +178,8 @@ def search(tools: Iterable[ToolInfo], query: str, limit: int) -> list[ToolInfo]:
         name = info.name.lower()
         description_words = set(words(info.description))
         server_words = set(words(info.server))
-        scores = [_score_word(w, name_words, name, description_words, server_words) for w in wanted]
+        scores = [_score_word(w, name_words, name, description_words, server_words,
+                              about_words.get(info.server, set())) for w in wanted]
         matched = sum(1 for s in scores if s > 0)
         if matched:
             ranked.append((matched, sum(scores), info))

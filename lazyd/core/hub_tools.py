@@ -10,7 +10,7 @@ given whole), and a bad argument is a tool error the model can correct, not a pr
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,6 +32,7 @@ SLEEP_SERVER = "sleep_server"
 
 DEFAULT_LIMIT = 10  # a screenful: enough to choose from, few enough tokens to be cheap
 MAX_LIMIT = 100  # beyond this a search is a dump; list one server's tools instead
+MAX_ABOUT_CHARS = 300  # a server's description in search results: a sentence or two, once per server
 
 HUB_INSTRUCTIONS = (
     "lazyd hub: the tools of several MCP servers, not listed here. Find one with search_tools, "
@@ -195,7 +196,10 @@ def render_servers(views: Sequence[ServerView], unknown: Sequence[str]) -> str:
 
 
 def render_search(query: str, found: Sequence[tuple[ToolInfo, Decision]], total_tools: int,
-                  unknown_servers: Sequence[str]) -> str:
+                  unknown_servers: Sequence[str], about: Mapping[str, str] | None = None) -> str:
+    """The search answer; `about` maps a server to the description its user wrote in config.toml,
+    shown once for each server that has tools in the results (a server's own instructions are
+    left to list_servers: every search would otherwise pay for them again)."""
     subject = f"for {query!r}" if query.strip() else "(all tools)"
     if not found:
         lines = [f"No tool matches {subject} among {total_tools} tools."]
@@ -206,6 +210,12 @@ def render_search(query: str, found: Sequence[tuple[ToolInfo, Decision]], total_
             if decision == "ask":
                 line += " [asks the user first]"
             lines.append(line)
+        servers = list(dict.fromkeys(info.server for info, _ in found))
+        notes = [(server, (about or {}).get(server, "")) for server in servers]
+        notes = [(server, text) for server, text in notes if text]
+        if notes:
+            lines.append("About these servers:")
+            lines.extend(f"- {server}: {first_line(text, MAX_ABOUT_CHARS)}" for server, text in notes)
         lines.append("Next: get_tool_schema(server, tool), then call_tool(server, tool, arguments).")
     if unknown_servers:
         lines.append(f"Tools not known yet (never ran): {', '.join(unknown_servers)}.")

@@ -33,7 +33,11 @@ Rules
    Then, in this order: (a) park as failed if the last `PARK_AFTER_FAILURES` unrequested failed
    starts all fell within `PARK_WINDOW_S` (never for keep_alive); (b) back to failed if it was the
    single try of rule 1; (c) backoff if someone needs the server (clients attached, requests in
-   flight, or keep_alive); (d) else sleeping: nobody needs it, and the next request starts it.
+   flight, or keep_alive); (d) failed if it was a failed start made by `operator_wake()`: the
+   operator asked for this server to run, and status must say why it does not, not `sleeping`;
+   (e) backoff if the server is eager: `start = "eager"` means "keep it running", for nobody in
+   particular, so its unrequested restarts go on until (a) parks it; (f) else sleeping: nobody
+   needs it, and the next request starts it.
    A failed start also emits `FailWaiting` so requests queued for that start are answered.
    A fatal spawn error (the caller decides which: ENOENT, EACCES, ENOEXEC, a missing working
    directory) parks as failed at once, even for keep_alive: running the same unexecutable command
@@ -84,6 +88,8 @@ import random
 from collections import deque
 from dataclasses import dataclass
 from typing import Final
+
+from lazyd.core.durations import format_duration
 
 __all__ = ["State", "PredicateState", "PROCESS_STATES", "LifecyclePolicy", "LifecycleError",
            "Spawn", "Stop", "KillAndFail", "FailWaiting", "RunPredicate", "Log", "Action",
@@ -224,6 +230,7 @@ class Lifecycle:
         self._unrequested: deque[float] = deque(maxlen=PARK_AFTER_FAILURES)
         self._start_requested = False
         self._single_try = False
+        self._operator_start = False  # the current start was operator_wake()'s (rule 3d)
         self._pending_demand = False
         self._stop_outcome = State.SLEEPING
         self._clients = 0
@@ -274,7 +281,10 @@ class Lifecycle:
         self._enter(now)
         self.burst = 0
         self._unrequested.clear()
-        return self._request("operator_wake", now)
+        actions = self._request("operator_wake", now)
+        if self.state is State.STARTING:
+            self._operator_start = True  # also when it joined a start under way
+        return actions
 
     def operator_sleep(self, now: float) -> list[Action]:
         """`lazyctl sleep` (rule 8)."""
@@ -317,6 +327,7 @@ class Lifecycle:
         self.started_at = now
         self._spawn_at = None
         self._single_try = False
+        self._operator_start = False
         self._last_activity = now
         self._linger_from = now if self._clients == 0 else None
         return []
@@ -451,6 +462,7 @@ class Lifecycle:
         self.next_restart_at = None
         self._start_requested = requested
         self._single_try = single_try
+        self._operator_start = False
         return [Spawn()]
 
     def _stop(self, reason: str) -> list[Action]:
@@ -491,13 +503,18 @@ class Lifecycle:
         self._record_failure(now, error, failed_start)
         actions: list[Action] = [FailWaiting(error)] if waiting else []
         single_try, self._single_try = self._single_try, False
+        operator_start, self._operator_start = self._operator_start, False
         if self._parks(now):
             self.state = State.FAILED
             actions.append(Log(f"parked as failed after {PARK_AFTER_FAILURES} failed restarts "
-                               f"within {PARK_WINDOW_S:g} s; last error: {error}"))
+                               f"within {format_duration(PARK_WINDOW_S)}; last error: {error}"))
         elif single_try and failed_start:
             self.state = State.FAILED
         elif self._clients or self._inflight or self._policy.keep_alive:
+            self._schedule_backoff(now)
+        elif operator_start and failed_start:
+            self.state = State.FAILED
+        elif self._policy.eager:
             self._schedule_backoff(now)
         else:
             self._enter_sleeping(now)
@@ -509,7 +526,7 @@ class Lifecycle:
                 and now - self._unrequested[0] <= PARK_WINDOW_S)
 
     def _start_timed_out(self, now: float) -> list[Action]:
-        reason = f"start timeout after {self._policy.start_timeout_s:g} s"
+        reason = f"start timeout after {format_duration(self._policy.start_timeout_s)}"
         self._record_failure(now, reason, failed_start=True)
         self._single_try = False
         self.state = State.STOPPING
@@ -537,11 +554,11 @@ class Lifecycle:
             return {}
         deadlines: dict[str, float] = {}
         if self._clients == 0 and self._linger_from is not None:
-            reason = (f"no client for {policy.linger_s:g} s" if policy.linger_s
+            reason = (f"no client for {format_duration(policy.linger_s)}" if policy.linger_s
                       else "last client left")
             deadlines[reason] = self._linger_from + policy.linger_s
         if policy.idle_timeout_s is not None and self._last_activity is not None:
-            deadlines[f"idle for {policy.idle_timeout_s:g} s"] = (
+            deadlines[f"idle for {format_duration(policy.idle_timeout_s)}"] = (
                 self._last_activity + policy.idle_timeout_s)
         return deadlines
 

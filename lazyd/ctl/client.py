@@ -14,11 +14,17 @@ library, msgpack, lazyd.wire and lazyd.sockpath.
 
 from __future__ import annotations
 
+import importlib
+import json
 import os
 import socket
+import stat
+import time
 from typing import Any
 
 from lazyd import sockpath, wire
+from lazyd.core.durations import format_duration
+from lazyd.ctl.progress import TICK_S, StatusLine
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -60,7 +66,7 @@ class Connection:
             self._sock.connect(path)
         except (FileNotFoundError, ConnectionRefusedError, NotADirectoryError):
             self._sock.close()
-            raise DaemonNotRunning(f"lazyd is not running (no daemon listens on {path}){other_daemons_hint(path)}") from None
+            raise not_running(path) from None
         except OSError as exc:
             self._sock.close()
             raise CtlError(f"cannot connect to lazyd at {path}: {exc.strerror or exc}") from None
@@ -86,14 +92,50 @@ class Connection:
         self._sock.close()
 
     def call(self, op: str, args: dict[str, Any] | None = None,
-             timeout_s: float | None = REPLY_TIMEOUT_S) -> Any:
-        """Run one control op; return its data, or raise CtlError with the daemon's error."""
-        frame = self._exchange({"t": "ctl", "op": op, "args": args or {}}, timeout_s)
+             timeout_s: float | None = REPLY_TIMEOUT_S, progress: StatusLine | None = None) -> Any:
+        """Run one control op; return its data, or raise CtlError with the daemon's error.
+
+        With an active `progress` line, the daemon is asked for its steps (`progress` frames),
+        shown on that line, which is also redrawn every TICK_S for the elapsed time."""
+        if progress is not None and progress.active:
+            frame = self._exchange_with_progress({"t": "ctl", "op": op, "args": {**(args or {}), "progress": True}},
+                                                 timeout_s, progress)
+        else:
+            frame = self._exchange({"t": "ctl", "op": op, "args": args or {}}, timeout_s)
         if frame["t"] != "reply":
             raise CtlError(f"lazyd answered {op!r} with a {frame['t']!r} frame")
         if not frame["ok"]:
             raise CtlError(frame.get("error") or f"{op} failed", frame.get("data"))
         return frame.get("data")
+
+    def _exchange_with_progress(self, frame: dict[str, Any], timeout_s: float | None,
+                                progress: StatusLine) -> dict[str, Any]:
+        give_up = None if timeout_s is None else time.monotonic() + timeout_s
+        progress.draw()
+        try:
+            wire.send_frame(self._sock, frame)
+            while True:
+                if give_up is not None and time.monotonic() >= give_up:
+                    raise CtlError(f"lazyd did not answer within {format_duration(timeout_s or 0.0)}")
+                # A short timeout only to redraw the elapsed time: the reader keeps a frame it
+                # has half read across a timeout, so nothing is lost.
+                self._sock.settimeout(TICK_S)
+                try:
+                    reply = self._reader.read()
+                except TimeoutError:
+                    progress.draw()
+                    continue
+                if reply is None:
+                    raise CtlError("lazyd closed the connection without answering")
+                if reply["t"] != "progress":
+                    return reply
+                progress.update(str(reply["step"]))
+        except wire.WireError as exc:
+            raise CtlError(f"lazyd sent a bad frame: {exc}") from None
+        except OSError as exc:
+            raise CtlError(f"lost the connection to lazyd: {exc.strerror or exc}") from None
+        finally:
+            progress.clear()
 
     def _exchange(self, frame: dict[str, Any], timeout_s: float | None) -> dict[str, Any]:
         self._sock.settimeout(timeout_s)
@@ -101,7 +143,7 @@ class Connection:
             wire.send_frame(self._sock, frame)
             reply = self._reader.read()
         except TimeoutError:
-            raise CtlError(f"lazyd did not answer within {timeout_s:g} s") from None
+            raise CtlError(f"lazyd did not answer within {format_duration(timeout_s or 0.0)}") from None
         except wire.WireError as exc:
             raise CtlError(f"lazyd sent a bad frame: {exc}") from None
         except OSError as exc:
@@ -122,6 +164,74 @@ def other_daemons_hint(path: str) -> str:
         return ""
     where = "; ".join(f"lazyd pid {pid} listens on {sock}" for pid, sock in found)
     return f"; but {where} (lazyctl --socket PATH talks to it)"
+
+
+START_RECORD_SUFFIX = ".error"  # written beside the socket by a daemon that could not start
+MAX_START_RECORD_BYTES = 16 * 1024
+
+
+def not_running(path: str) -> DaemonNotRunning:
+    """The error for "nothing listens on `path`", with the last daemon's start-up failure if one
+    is on record (the daemon writes it beside the socket, and removes it when it starts)."""
+    message = f"lazyd is not running (no daemon listens on {path}){other_daemons_hint(path)}"
+    record = last_start_failure(path)
+    if record is None:
+        return DaemonNotRunning(message)
+    return DaemonNotRunning(f"{message}; its last start failed: {record['error']}", {"last_start_failure": record})
+
+
+def last_start_failure(path: str) -> dict[str, Any] | None:
+    """The start-up record beside the socket `path`, if it is ours and well formed."""
+    try:
+        fd = os.open(path + START_RECORD_SUFFIX, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        info = os.fstat(fd)
+        if info.st_uid != os.geteuid() or not stat.S_ISREG(info.st_mode):
+            return None  # not written by our daemon: say nothing rather than something false
+        data = os.read(fd, MAX_START_RECORD_BYTES)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    try:
+        record = json.loads(data)
+    except ValueError:
+        return None
+    if not isinstance(record, dict) or not isinstance(record.get("error"), str):
+        return None
+    return record
+
+
+AUTOSTART_TIMEOUT_S = 10.0  # the shim's own bounds (5 s to accept, plus the spawn lock) fit in this
+_AUTOSTART_OFF = frozenset({"1", "true", "yes", "on"})
+
+
+def connect_starting(path: str, explicit_socket: str | None = None, progress: StatusLine | None = None) -> Connection:
+    """A control connection to the daemon at `path`, starting the daemon first if none answers,
+    exactly as a shim would (same spawn lock, same command, same start-up checks), unless
+    LAZYD_NO_AUTOSTART is set. Raises DaemonNotRunning carrying the daemon's own one-line reason
+    when it cannot start, CtlError otherwise.
+
+    The shim's code is used, not imitated: it is loaded as lazyctl's wrap loads the shim's option
+    parser (the shim is its own top-level package, which the type checker cannot see)."""
+    try:
+        return Connection(path)
+    except DaemonNotRunning as exc:
+        if os.environ.get("LAZYD_NO_AUTOSTART", "").strip().lower() in _AUTOSTART_OFF:
+            raise exc from None
+    if progress is not None:
+        progress.update("starting lazyd")
+    connect = importlib.import_module("lazyd_shim.connect")
+    explicit = bool(explicit_socket or os.environ.get("LAZYD_SOCKET"))
+    try:
+        sock = connect.connect_or_start(path, explicit, True, lambda _: None,
+                                        time.monotonic() + AUTOSTART_TIMEOUT_S)
+    except connect.Unavailable as exc:
+        raise DaemonNotRunning(f"lazyd is not running and could not be started: {exc}") from None
+    sock.close()  # it accepts connections now; the daemon drops one that sends no hello
+    return Connection(path)
 
 
 def connect(explicit_socket: str | None) -> Connection:

@@ -16,9 +16,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from lazyd.core.durations import format_duration
 from lazyd.ctl import format as fmt
 from lazyd.ctl import logs
 from lazyd.ctl.client import EXIT_OK, CtlError, connect, other_daemons
+from lazyd.ctl.progress import StatusLine
 
 STOP_WAIT_S = 30.0  # the daemon bounds its own shutdown at 15 s; past twice that it is stuck
 SLEEP_REPLY_S = 30.0  # the daemon waits up to 10 s for the stop ladder before it answers
@@ -58,9 +60,15 @@ def cmd_status(args: argparse.Namespace, out: Output) -> int:
             head += f"\nanother lazyd of yours runs (pid {pid}) on {sock}: lazyctl --socket {sock} status"
         if not rows:
             return f"{head}\nno servers registered yet\n{fmt.summary_line(rows)}"
-        apart = fmt.distinctions(rows)  # before the summary, which stays the last line
-        middle = f"\n{apart}" if apart else ""
-        return f"{head}\n{fmt.status_table(rows, time.time())}{middle}\n{fmt.summary_line(rows)}"
+        lines = [head, fmt.status_table(rows, time.time())]
+        apart = fmt.distinctions(rows)
+        if apart:
+            lines.append(apart)
+        # Sharing is the surprising case when it is off: say which rule turned it off.
+        unshared = [f"  {r['name']}: {r['share_rule']}" for r in rows if r.get("share") is False and r.get("share_rule")]
+        if unshared:
+            lines += ["one process per session:", *unshared]
+        return "\n".join([*lines, fmt.summary_line(rows)])  # the summary stays the last line
 
     out.result(data, human)
     return EXIT_OK
@@ -69,7 +77,8 @@ def cmd_status(args: argparse.Namespace, out: Output) -> int:
 def cmd_wake(args: argparse.Namespace, out: Output) -> int:
     with connect(args.socket) as conn:
         # No reply timeout: the daemon answers within the server's start_timeout.
-        row = conn.call("wake", {"name": args.name}, timeout_s=None)
+        row = conn.call("wake", {"name": args.name}, timeout_s=None,
+                        progress=StatusLine(f"waking {args.name}", json_mode=out.json))
     out.result(row, lambda: f"{row['name']} running (pid {row['pid']})")
     return EXIT_OK
 
@@ -114,7 +123,7 @@ def cmd_stop(args: argparse.Namespace, out: Output) -> int:
         pid = conn.daemon_pid
         conn.call("stop")
     if not wait_gone(pid, STOP_WAIT_S):
-        raise CtlError(f"lazyd (pid {pid}) is still running {STOP_WAIT_S:g} s after the stop request")
+        raise CtlError(f"lazyd (pid {pid}) is still running {format_duration(STOP_WAIT_S)} after the stop request")
     out.result({"pid": pid, "stopped": True}, lambda: f"lazyd (pid {pid}) stopped")
     return EXIT_OK
 

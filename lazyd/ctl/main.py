@@ -84,7 +84,8 @@ def build_parser() -> argparse.ArgumentParser:
             "handshake, probe server/discover, fetch every listing page, stop it and write the "
             "cache, so the first session starts nothing. Never calls a tool. A failed check "
             "leaves the previous cache untouched. Name the server by NAME, --server NAME, or a "
-            "command after `--` registered as `lazyd-shim -- COMMAND` here would be.")
+            "command after `--` registered as `lazyd-shim -- COMMAND` here would be. Starts the "
+            "daemon first if none runs, as a shim would (not with LAZYD_NO_AUTOSTART).")
     p.add_argument("name", nargs="?", metavar="NAME", help="a server name shown by `lazyctl status`")
     p.add_argument("--server", metavar="NAME", help="a named server from config.toml")
     p.add_argument("--cwd", metavar="DIR", help="working directory of a `--` command (default: here)")
@@ -96,6 +97,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="client initialize params, inline or from a file (params, an initialize "
                    "request, or a captured session of JSON lines); beats --client's; default: "
                    "protocol 2025-11-25, no capabilities")
+    p.add_argument("--start-timeout", metavar="D",
+                   help="bound on the check's start, handshake and listings, like the shim option "
+                   "(default: LAZYD_START_TIMEOUT, else the server's start_timeout)")
 
     p = add("explain", registration.cmd_explain, "show a registration's identity and why two share or not",
             "Show the identity of a registration (resolved command, cwd, environment variable "

@@ -15,8 +15,10 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from lazyd.ctl.client import EXIT_OK, Connection, CtlError, connect, socket_path
+from lazyd.core.durations import format_duration, parse_duration
+from lazyd.ctl.client import EXIT_OK, CtlError, connect, connect_starting, socket_path
 from lazyd.ctl.commands import Output, UsageError
+from lazyd.ctl.progress import StatusLine
 
 MAX_INITIALIZE_FILE_BYTES = 1024 * 1024  # a captured initialize is a few KiB; a session log may be more
 
@@ -42,21 +44,49 @@ def cmd_check(args: argparse.Namespace, out: Output) -> int:
         request["client"] = args.client
     if args.initialize_json is not None:
         request["initialize"] = initialize_params(args.initialize_json)
-    # No reply timeout: the daemon bounds a check by the server's start_timeout.
-    report = request_check(socket_path(args.socket), request, timeout_s=None)
+    start_timeout = start_timeout_option(args.start_timeout, os.environ)
+    if start_timeout is not None:
+        request["start_timeout"] = start_timeout
+    # No reply timeout: the daemon bounds a check by the server's start_timeout. The daemon is
+    # started if none runs, as a shim would: a check is often the first thing a new user runs.
+    what = f"checking {names[0] if names else os.path.basename(args.command[0])}"
+    line = StatusLine(what, json_mode=out.json)
+    report = request_check(socket_path(args.socket), request, timeout_s=None, explicit_socket=args.socket,
+                           progress=line)
     out.result(report, lambda: check_text(report))
     return EXIT_OK
 
 
-def request_check(path: str, request: Mapping[str, Any], timeout_s: float | None) -> Any:
-    """Run the daemon's `check` op; its report, or CtlError (DaemonNotRunning if none listens)."""
-    with Connection(path) as conn:
-        try:
-            return conn.call("check", dict(request), timeout_s=timeout_s)
-        except CtlError as exc:
-            if exc.message.startswith("unknown control operation"):
-                raise CtlError("this lazyd has no check operation yet; upgrade and restart it (lazyctl stop)") from None
-            raise
+def start_timeout_option(flag: str | None, environ: Mapping[str, str]) -> str | None:
+    """`--start-timeout`, else LAZYD_START_TIMEOUT (as the shim reads them), validated; None if
+    neither is set. Raises UsageError for a value that is not a duration longer than 0."""
+    value, name = (flag, "--start-timeout") if flag is not None else (environ.get("LAZYD_START_TIMEOUT"), "LAZYD_START_TIMEOUT")
+    if value is None or (flag is None and not value.strip()):
+        return None
+    try:
+        seconds = parse_duration(value)
+    except ValueError as exc:
+        raise UsageError(f"{name}: {exc}") from None
+    if seconds <= 0:
+        raise UsageError(f"{name}: must be longer than 0")
+    return value.strip()
+
+
+def request_check(path: str, request: Mapping[str, Any], timeout_s: float | None,
+                  explicit_socket: str | None = None, progress: StatusLine | None = None) -> Any:
+    """Run the daemon's `check` op, starting the daemon if none runs; its report, or CtlError
+    (DaemonNotRunning if none listens and none could be started). `progress` shows its steps."""
+    try:
+        with connect_starting(path, explicit_socket, progress) as conn:
+            try:
+                return conn.call("check", dict(request), timeout_s=timeout_s, progress=progress)
+            except CtlError as exc:
+                if exc.message.startswith("unknown control operation"):
+                    raise CtlError("this lazyd has no check operation yet; upgrade and restart it (lazyctl stop)") from None
+                raise
+    finally:
+        if progress is not None:
+            progress.clear()  # before anyone prints the outcome
 
 
 def initialize_params(value: str) -> dict[str, Any]:
@@ -108,7 +138,7 @@ def check_text(report: dict[str, Any]) -> str:
              "no-answer": "no answer",
              "error": f"error {discover.get('code')}: {discover.get('message')}"}
     lines = [
-        f"checked {report['name']} in {report.get('duration_s', 0):.1f} s (pid {report.get('pid')}, stopped)",
+        f"checked {report['name']} in {format_duration(float(report.get('duration_s') or 0))} (pid {report.get('pid')}, stopped)",
         f"  handshake          {report.get('handshake') or '-'}",
         f"  protocol           {report.get('protocol_version')} (asked {report.get('requested_version')}), server {server}",
         f"  discover           {kinds.get(str(discover.get('kind')), str(discover.get('kind')))}",
@@ -190,6 +220,9 @@ def _registration_lines(reg: dict[str, Any]) -> list[str]:
         lines.append(f"  ignored  {', '.join(ignored) or '-'} (per-session variables, not part of the identity)")
     if reg["instance"]:
         lines.append(f"  instance {reg['instance']}")
+    if "share_rule" in reg:
+        how = "one process for all its sessions" if reg["share"] else "one process per session"
+        lines.append(f"  sharing  {how} ({reg['share_rule']})")
     return lines
 
 

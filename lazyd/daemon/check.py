@@ -18,9 +18,11 @@ import trio
 
 from lazyd.core import relay as rl
 from lazyd.core.cache import LISTINGS, HandshakeEntry, Snapshot
+from lazyd.core.durations import format_duration
 from lazyd.core.era_policy import Era, Kind, facts_of
 from lazyd.core.eras import CLIENT_CAPABILITIES_META, CLIENT_INFO_META
 from lazyd.core.jsonrpc import METHOD_NOT_FOUND, notification_line, request_line
+from lazyd.daemon import progress
 from lazyd.daemon.process import ChildProcess, LineTooLong, SpawnError, spawn
 from lazyd.daemon.registry import Registry
 from lazyd.daemon.supervisor import ServerRuntime
@@ -40,11 +42,12 @@ def default_initialize_params() -> dict[str, Any]:
             "clientInfo": {"name": "lazyctl-check", "version": "0.1.0"}}
 
 
-async def check_runtime(registry: Registry, runtime: ServerRuntime,
-                        params: dict[str, Any]) -> tuple[dict[str, Any] | None, str | None]:
-    """Check `runtime` with initialize `params`: (the report, None), or (None, one readable line)."""
+async def check_runtime(registry: Registry, runtime: ServerRuntime, params: dict[str, Any],
+                        timeout_s: float | None = None) -> tuple[dict[str, Any] | None, str | None]:
+    """Check `runtime` with initialize `params`: (the report, None), or (None, one readable line).
+    `timeout_s` bounds the check instead of the server's start_timeout."""
     started = trio.current_time()
-    outcome = await IsolatedCheck(runtime, params).run()
+    outcome = await IsolatedCheck(runtime, params, timeout_s).run()
     if isinstance(outcome, str):
         log.warning("[%s] check failed: %s", runtime.name, outcome)
         return None, f"check of {runtime.name} failed: {outcome}"
@@ -54,7 +57,7 @@ async def check_runtime(registry: Registry, runtime: ServerRuntime,
         # clients from a process of their own (lazyd/core/era_policy.py): a second isolated start,
         # initialize first, is what warms their cache.
         known = Snapshot.from_json(outcome.core.snapshot.to_json())  # what the first start learned
-        second = await IsolatedCheck(runtime, params, lane="handshake", snapshot=known).run()
+        second = await IsolatedCheck(runtime, params, timeout_s, lane="handshake", snapshot=known).run()
         if isinstance(second, str):
             log.warning("[%s] check failed: %s", runtime.name, second)
             return None, f"check of {runtime.name} failed on a handshake-era connection: {second}"
@@ -112,13 +115,13 @@ def _merge(registry: Registry, runtime: ServerRuntime, check: IsolatedCheck, par
 class IsolatedCheck:
     """One isolated start of `runtime`'s command, driven through a fresh relay core."""
 
-    def __init__(self, runtime: ServerRuntime, params: dict[str, Any], lane: Era = "stateless",
-                 snapshot: Snapshot | None = None) -> None:
+    def __init__(self, runtime: ServerRuntime, params: dict[str, Any], timeout_s: float | None = None,
+                 lane: Era = "stateless", snapshot: Snapshot | None = None) -> None:
         spec = runtime.config.spec
         # Its own log: two LogRings rotating one file would lose lines.
         self.spec = dataclasses.replace(spec, log_path=spec.log_path.with_name(f"{runtime.name}.check.log"))
         self.spec_log_path = self.spec.log_path
-        self.timeout_s = runtime.config.policy.start_timeout_s
+        self.timeout_s = timeout_s or runtime.config.policy.start_timeout_s
         self.core = rl.RelayCore(runtime.name, snapshot if snapshot is not None else Snapshot(),
                                  runtime.config.sampling_policy, era=runtime.config.era)
         # The stateless lane's plan probes the era first (then pipelines the handshake); the
@@ -137,11 +140,13 @@ class IsolatedCheck:
     async def run(self) -> IsolatedCheck | str:
         """Self when the handshake and every listing came back, else the reason it did not."""
         async with trio.open_nursery() as nursery:
+            progress.report("starting the server")
             try:
                 proc = await spawn(self.spec, nursery)
             except SpawnError as exc:
                 return exc.message
             self.pid = proc.pid
+            progress.report(f"handshake (pid {proc.pid})")
             try:
                 with trio.move_on_after(self.timeout_s) as scope:
                     self._feed(self.core.attach(CHECK_CID))
@@ -157,8 +162,9 @@ class IsolatedCheck:
                     nursery.start_soon(self._read, proc)
                     await self.done.wait()
                 if scope.cancelled_caught:
-                    self._finish(f"no complete handshake and listings within start_timeout ({self.timeout_s:g} s)")
+                    self._finish(f"no complete handshake and listings within start_timeout ({format_duration(self.timeout_s)})")
             finally:
+                progress.report("stopping the server")
                 await proc.stop()
                 nursery.cancel_scope.cancel()
         if self.failure is not None:
@@ -171,6 +177,7 @@ class IsolatedCheck:
                 method = json.loads(action.line).get("method")
                 if method in LISTINGS:
                     self.pages[method] = self.pages.get(method, 0) + 1
+                    progress.report(f"listings: {method} page {self.pages[method]}")
                 try:
                     self._send.send_nowait(action.line)
                 except trio.WouldBlock:

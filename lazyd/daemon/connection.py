@@ -39,6 +39,7 @@ import trio
 from lazyd import wire
 from lazyd.daemon import handshakes
 from lazyd.daemon.era_lanes import EraRoute
+from lazyd.daemon import progress
 from lazyd.daemon.registry import Refused, Registry
 from lazyd.daemon.runtime import peer_credentials
 from lazyd.daemon.session import Session
@@ -105,6 +106,19 @@ def _seconds_from(env: Mapping[str, str], name: str, default: float) -> float:
 
 class SlowPeer(Exception):
     """The peer started a frame and did not finish it within the frame deadline."""
+
+
+def _sole(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    """The one exception inside `group` (nested groups flattened), else the group itself."""
+    leaves: list[BaseException] = []
+    pending: list[BaseException] = [group]
+    while pending:
+        exc = pending.pop()
+        if isinstance(exc, BaseExceptionGroup):
+            pending.extend(exc.exceptions)
+        else:
+            leaves.append(exc)
+    return leaves[0] if len(leaves) == 1 else group
 
 
 class _Frames:
@@ -213,7 +227,12 @@ class ConnectionHandler:
                 log.warning("refused a connection from pid %d: %d connections open (limit %d)",
                             pid, self.active - 1, MAX_CONNECTIONS)
                 return
-            await self._serve(stream, pid)
+            try:
+                await self._serve(stream, pid)
+            except BaseExceptionGroup as group:
+                # A session's nursery wraps what its read loop raised (a bad or slow frame) in a
+                # group: judged below like the bare exception it is, not as an internal error.
+                raise _sole(group) from None
         except wire.WireError as exc:
             log.warning("closing a connection from pid %d after a bad frame: %s", pid, exc)
         except SlowPeer as exc:
@@ -299,6 +318,21 @@ class ConnectionHandler:
         session.fd = None
         cancel.cancel()  # the outbox closed (detached or overflowed) or the peer went away
 
+    async def _with_progress(self, stream: trio.SocketStream, frame: dict[str, Any]) -> Any:
+        """Run a ctl op while its steps go out as `progress` frames (lazyd/daemon/progress.py)."""
+        async def send(step: str) -> None:
+            with trio.move_on_after(self.limits.control_send_deadline_s):
+                await stream.send_all(wire.encode({"t": "progress", "step": step}))
+
+        pump = progress.Pump(send)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(pump.run)
+            with pump.reporting():
+                result = await self.control(frame["op"], frame["args"])
+            nursery.cancel_scope.cancel()
+        await pump.flush()
+        return result
+
     async def _control(self, stream: trio.SocketStream, frames: _Frames) -> None:
         await stream.send_all(wire.encode({"t": "welcome", "v": wire.WIRE_VERSION, "session": 0,
                                            "name": "control", "daemon_pid": os.getpid()}))
@@ -307,7 +341,10 @@ class ConnectionHandler:
         while (frame := await frames.next()) is not None:
             if frame["t"] != "ctl":
                 raise wire.WireError(f"unexpected {frame['t']!r} frame on a control connection")
-            ok, data, error = await self.control(frame["op"], frame["args"])
+            if frame["args"].get("progress") is True:
+                ok, data, error = await self._with_progress(stream, frame)
+            else:
+                ok, data, error = await self.control(frame["op"], frame["args"])
             reply: dict[str, Any] = {"t": "reply", "ok": ok, "data": data}
             if error is not None:
                 reply["error"] = error

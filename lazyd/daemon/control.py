@@ -24,8 +24,10 @@ import trio
 
 from lazyd.config import ConfigError
 from lazyd.core.client_profiles import PROFILES, ClientProfile, full_environment, profile_named
+from lazyd.core.durations import parse_duration
 from lazyd.core.envrules import parse_names
 from lazyd.core.identity import Identity, differing_env_names, explain_difference, variable_class
+from lazyd.daemon import progress
 from lazyd.daemon.check import check_runtime, default_initialize_params
 from lazyd.daemon.proctree import ProcTable, proc_table, process_tree_usage
 from lazyd.daemon.registry import Registry
@@ -39,6 +41,7 @@ Reload = Callable[[], Awaitable[Mapping[str, list[str]]]]
 WAKE_MARGIN_S = 5.0  # beyond start_timeout: the lifecycle's own timeout must answer first
 SLEEP_WAIT_S = 10.0  # the stop ladder is 2 s + 2 s plus a 1 s stderr drain; this bounds the rest
 TRANSITION_POLL_S = 0.01  # the runtime records an exit or a spawn within a turn or two of the loop
+WAKE_PROGRESS_POLL_S = 0.1  # how soon a wake's progress line shows the spawned pid
 
 
 def status_summary(registry: Registry) -> str:
@@ -92,6 +95,7 @@ class Control:
         row["cache_path"] = str(self.registry.store.path_for(runtime.config.digest))
         row["log_path"] = str(runtime.config.spec.log_path)
         row.update(self._distinction(runtime))
+        row.update(self._sharing(runtime))
         return row
 
     def _distinction(self, runtime: ServerRuntime) -> dict[str, Any]:
@@ -109,6 +113,15 @@ class Control:
             names.update(differing_env_names(mine, other))
             cwd_differs = cwd_differs or other.cwd != mine.cwd
         return {"cwd": mine.cwd, "differs_by": (["cwd"] if cwd_differs else []) + sorted(names)}
+
+    def _sharing(self, runtime: ServerRuntime) -> dict[str, Any]:
+        """`share` (does this runtime serve every session of its registration), `share_setting`
+        and `share_rule` (which rule decided, for the registration's next session)."""
+        decision = self.registry.sharing(runtime)
+        private = self.registry.is_private(runtime)
+        rule = f"a private instance: {decision.rule}" if private else decision.rule
+        return {"share": decision.shared and not private, "share_setting": runtime.config.share,
+                "share_rule": rule}
 
     async def op_ping(self, args: dict[str, Any]) -> Result:
         return True, {"pid": os.getpid()}, None
@@ -138,12 +151,18 @@ class Control:
         with trio.move_on_after(runtime.config.policy.start_timeout_s + WAKE_MARGIN_S):
             # ready_event is replaced at each spawn: a wake during a stop starts only after it,
             # so the event of the previous start (already set) does not answer this wake.
-            while str(runtime.life.snapshot()["state"]) in ("starting", "stopping"):
+            while (state := str(runtime.life.snapshot()["state"])) in ("starting", "stopping"):
+                proc = runtime.proc
+                progress.report("stopping the previous process" if state == "stopping"
+                                else f"handshake and listings (pid {proc.pid})" if proc is not None
+                                else "starting the server")
                 event = runtime.ready_event
                 if event.is_set():
                     await trio.sleep(TRANSITION_POLL_S)
                 else:
-                    await event.wait()
+                    # Woken at least this often, so the step shown follows the spawn.
+                    with trio.move_on_after(WAKE_PROGRESS_POLL_S):
+                        await event.wait()
         status = self._status(runtime)
         if status["state"] == "running":
             return True, status, None
@@ -224,6 +243,7 @@ class Control:
             lanes = self.registry.lanes_for(runtime)
             if lanes is not None:
                 info["eras"] = lanes.describe()  # every process of this registration, by era
+            info.update(self._sharing(runtime))
             return identity, info
         parsed = _command_registration(reg, "a registration needs a command (argv)")
         if isinstance(parsed, str):
@@ -235,7 +255,11 @@ class Control:
         ignored = sorted(n for n in env if n not in counted)
         attached = [r.name for d, r in self.registry.runtimes.items()
                     if dataclasses.replace(self.registry.identities[d], instance="") == identity]
-        return identity, _describe(identity, identity.readable_name(secret), ignored, attached[0] if attached else None)
+        info = _describe(identity, identity.readable_name(secret), ignored, attached[0] if attached else None)
+        setting = self.registry.config.defaults.share
+        decision = self.registry.decide(identity.digest(secret), setting)
+        info.update({"share": decision.shared, "share_setting": setting, "share_rule": decision.rule})
+        return identity, info
 
     def _candidates(self, identity: Identity) -> list[dict[str, Any]]:
         """Registered servers with the same command, and what keeps them apart from `identity`."""
@@ -250,7 +274,9 @@ class Control:
 
     async def op_check(self, args: dict[str, Any]) -> Result:
         """args: {"name": N} or {"argv", "cwd", "env", "declared_env"}; optional "client" (whose
-        handshake and environment rule to use) and "initialize" params (which win)."""
+        handshake and environment rule to use), "initialize" params (which win) and
+        "start_timeout" (a duration, as the shim option takes it: the check's bound instead of
+        the server's start_timeout)."""
         profile = None
         client = args.get("client")
         if client is not None:
@@ -265,13 +291,21 @@ class Control:
             params, source = default_initialize_params(), (source + "; lazyctl's own used" if profile else "lazyctl's own")
         if not isinstance(params, dict) or not isinstance(params.get("protocolVersion"), str):
             return False, None, "initialize params must be an object with a string protocolVersion"
+        timeout_s: float | None = None
+        if args.get("start_timeout") is not None:
+            try:
+                timeout_s = parse_duration(str(args["start_timeout"]))
+            except ValueError as exc:
+                return False, None, f"start_timeout: {exc}"
+            if timeout_s <= 0:
+                return False, None, "start_timeout: must be longer than 0"
         if "name" in args:
             runtime = self._runtime(args)
         else:
             runtime = await self._registration(args, profile)
         if isinstance(runtime, str):
             return False, None, runtime
-        report, error = await check_runtime(self.registry, runtime, params)
+        report, error = await check_runtime(self.registry, runtime, params, timeout_s)
         if report is not None:
             report["handshake"] = source
             report["client"] = profile.name if profile is not None else None

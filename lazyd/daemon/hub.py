@@ -272,6 +272,12 @@ class HubSession:
     def _policy(self) -> ToolPolicy:
         return self.registry.config.tool_policy
 
+    def _about(self) -> dict[str, str]:
+        """The descriptions users wrote for named servers (`description` in config.toml), read
+        from the config in force, so a reload applies at once."""
+        return {name: server.description for name, server in self.registry.config.servers.items()
+                if server.description}
+
     @staticmethod
     def _state(runtime: ServerRuntime) -> str:
         return str(runtime.life.snapshot()["state"])
@@ -288,7 +294,7 @@ class HubSession:
             live = runtime.core.instance if runtime.core.phase is Phase.READY else None
             views.append(ht.ServerView(
                 name=runtime.name, state=str(snap["state"]),
-                description=server_description(runtime.core.snapshot, live),
+                description=self._about().get(runtime.name) or server_description(runtime.core.snapshot, live),
                 tools=None if tools is None else len(tools) - hidden, hidden=hidden,
                 pid=runtime.proc.pid if runtime.proc is not None else None,
                 last_error=str(snap["last_error"]) if snap["last_error"] else None))
@@ -314,9 +320,10 @@ class HubSession:
                 continue
             denied = policy.denied(runtime.name, [t["name"] for t in tools])
             infos.extend(i for i in tool_infos(runtime.name, tools) if i.name not in denied)
-        found = search(infos, call.query, call.limit)
+        about = self._about()
+        found = search(infos, call.query, call.limit, about)
         ranked = [(info, policy.decide(info.server, info.name).decision) for info in found]
-        return ht.text_result(ht.render_search(call.query, ranked, len(infos), unknown))
+        return ht.text_result(ht.render_search(call.query, ranked, len(infos), unknown, about))
 
     def _schema(self, call: ht.MetaCall) -> JsonObj:
         runtime = self._lookup(call.server)

@@ -1,8 +1,11 @@
 """`lazyd`: the per-user daemon's entry point.
 
-Start-up order matters: validate the config and the runtime dir (exit 2 / 1 with one line before
-anything runs), take the single-instance lock, then adopt the systemd socket or bind our own (a
-live socket is never replaced), and only then enter trio. On SIGTERM/SIGINT or `lazyctl stop` the
+Start-up order matters: make and validate the private runtime dir (activated or not: the lock and
+the start-up record live there), read the config and the identity key (exit 1 for an unsafe
+environment, 2 for a file the user must fix, each with one line on stderr, in the daemon log and
+in the start-up record `lazyctl status` shows; see lazyd.daemon.startup), take the single-instance
+lock, then adopt the systemd socket or bind our own (a live socket is never replaced), and only
+then enter trio. A daemon that fails after binding removes its socket again. On SIGTERM/SIGINT or `lazyctl stop` the
 daemon first closes its listener and drops every connection (shims reconnect to the next daemon),
 then stops every server by the ladder, in parallel, removes its socket (unless systemd owns it)
 and exits 0.
@@ -34,7 +37,7 @@ import trio
 
 from lazyd import sockpath
 from lazyd.config import Config, ConfigError, load_config
-from lazyd.daemon import orphans
+from lazyd.daemon import orphans, startup
 from lazyd.daemon.connection import ConnectionHandler
 from lazyd.daemon.control import Control, status_summary
 from lazyd.daemon.notify import Notifier
@@ -49,6 +52,7 @@ from lazyd.daemon.runtime import (
     ensure_private_dir,
     socket_identity,
 )
+from lazyd.daemon.statefiles import StateFileError
 from lazyd.daemon.store import SnapshotStore, load_or_create_secret
 
 log = logging.getLogger("lazyd")
@@ -77,6 +81,10 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--ownership-check-interval", type=_positive_seconds, default=OWNERSHIP_CHECK_INTERVAL_S,
                         metavar="SECONDS", help="how often to check that the socket is still ours; the daemon "
                         f"exits once it was removed or replaced (default: {OWNERSHIP_CHECK_INTERVAL_S:g})")
+    parser.add_argument("--stderr-until-ready", action="store_true",
+                        help="write to stderr only until the daemon listens (so a start-up error reaches "
+                        "whoever started it), then only to its log file: how lazyd-shim and lazyctl "
+                        "start it")
     parser.add_argument("--version", action="version", version="lazyd 0.1.0")
     return parser
 
@@ -93,11 +101,11 @@ def _positive_seconds(text: str) -> float:
 
 def _setup_logging(paths: Paths, verbose: bool) -> None:
     level = logging.DEBUG if verbose else logging.INFO
-    fmt = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+    fmt = logging.Formatter(startup.LOG_FORMAT)
     root = logging.getLogger()
     root.setLevel(level)
     stderr = logging.StreamHandler()
-    stderr.setFormatter(fmt)
+    stderr.setFormatter(startup.OneLineFormatter(startup.LOG_FORMAT))
     root.addHandler(stderr)
     try:
         paths.state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -115,34 +123,63 @@ def main(argv: list[str] | None = None) -> None:
         args = parser.parse_args(argv)
     except SystemExit as exc:
         raise SystemExit(2 if exc.code not in (0, None) else 0) from None
-    paths = resolve_paths(os.environ, args.socket)
+    try:
+        paths = resolve_paths(os.environ, args.socket)
+    except SetupError as exc:
+        startup.fail(None, str(exc), startup.EXIT_SETUP)
+    try:
+        activated = adopt_activated_socket(os.environ, os.getpid())
+        # The lock and the start-up record live in the runtime dir, so it is made and checked
+        # whoever made the socket: systemd may have put an activated one anywhere. Only a socket
+        # named for the daemon too (LAZYD_SOCKET, --socket) and handed over by systemd keeps its
+        # directory as the unit made it: the unit decides who may reach it, and the peer-uid
+        # check stands behind that.
+        private_runtime = activated is None or not paths.socket_overridden
+        if private_runtime:
+            ensure_private_dir(paths.runtime_dir)
+    except SetupError as exc:
+        startup.fail(paths, str(exc), startup.EXIT_SETUP, record=False)
     config_path = Path(args.config) if args.config else paths.config_file
     try:
         config = load_config(config_path, os.environ)
-    except ConfigError as exc:
-        print(f"lazyd: {exc}", file=sys.stderr)
-        raise SystemExit(2) from None
+        if args.config and config.source is None:
+            # The default file may be missing (no config is a fine config); a file named on the
+            # command line is one the user expects to be used.
+            raise ConfigError(f"{config_path}: no such file (--config names a file that must exist)")
+        secret = load_or_create_secret(paths.state_dir)
+    except (ConfigError, StateFileError) as exc:
+        startup.fail(paths, str(exc), startup.EXIT_BAD_FILE, record=private_runtime)
+    except OSError as exc:
+        startup.fail(paths, f"cannot prepare the state dir {paths.state_dir}: {exc.strerror or exc}",
+                     startup.EXIT_SETUP, record=private_runtime)
     try:
-        activated = adopt_activated_socket(os.environ, os.getpid())
-        if activated is None:
-            ensure_private_dir(paths.runtime_dir)
         lock_fd = acquire_instance_lock(paths.lock)
         sock = activated or bind_unix_socket(paths.socket)
     except AlreadyRunning as exc:
         print(f"lazyd: already running ({exc})", file=sys.stderr)
         raise SystemExit(0) from None
     except SetupError as exc:
-        print(f"lazyd: {exc}", file=sys.stderr)
-        raise SystemExit(1) from None
+        startup.fail(paths, str(exc), startup.EXIT_SETUP, record=private_runtime)
     for name in ("LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES"):
         os.environ.pop(name, None)  # never inherited by anything we start
+    bound = None if activated else socket_identity(paths.socket)
+    startup.clear_record(paths)
+    if args.stderr_until_ready:
+        startup.detach_stderr()
     _setup_logging(paths, args.verbose)
-    log.info("lazyd %d listening on %s%s", os.getpid(), paths.socket, " (socket activation)" if activated else "")
+    where = paths.socket if activated is None else startup.socket_name(activated, paths.socket)
+    log.info("lazyd %d listening on %s%s", os.getpid(), where, " (socket activation)" if activated else "")
     # Where shims that compute another socket path (a client without XDG_RUNTIME_DIR) find us.
-    record = sockpath.record_daemon(os.environ, os.getpid(), str(paths.socket))
+    record = sockpath.record_daemon(os.environ, os.getpid(), str(where))
     try:
         trio.run(partial(serve, sock, paths, config, config_path, activated is not None,
-                         args.ownership_check_interval))
+                         args.ownership_check_interval, secret))
+    except Exception as exc:
+        # A bug, not a user's mistake: the traceback goes to the log file, one line to stderr.
+        log.critical("lazyd stopped by an internal error: %r", exc, exc_info=True)
+        if bound is not None and socket_identity(paths.socket) == bound:
+            os.unlink(paths.socket)  # nobody answers on it any more: the next shim starts a daemon
+        raise SystemExit(startup.EXIT_INTERNAL) from None
     finally:
         if record is not None:
             with contextlib.suppress(OSError):
@@ -152,9 +189,8 @@ def main(argv: list[str] | None = None) -> None:
 
 
 async def serve(sock: socket.socket, paths: Paths, config: Config, config_path: Path, activated: bool,
-                ownership_check_interval_s: float = OWNERSHIP_CHECK_INTERVAL_S) -> None:
+                ownership_check_interval_s: float, secret: bytes) -> None:
     notifier = Notifier.from_environ()  # first: takes NOTIFY_SOCKET/WATCHDOG_* out of os.environ
-    secret = load_or_create_secret(paths.state_dir)
     await trio.to_thread.run_sync(orphans.sweep, paths.state_dir)
     store = SnapshotStore(paths.cache_dir)
     stop = trio.Event()

@@ -26,6 +26,8 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from lazyd.daemon.statefiles import StateFileError, read_private
+
 log = logging.getLogger("lazyd.orphans")
 
 STATE_FILE = "state.json"
@@ -130,20 +132,23 @@ def write_state(state_dir: Path, children: Iterable[ChildRecord]) -> None:
 
 
 def read_state(state_dir: Path) -> list[ChildRecord]:
-    """The records a previous daemon left; [] (logged) for a missing or unusable file."""
+    """The records a previous daemon left; [] for a missing file, and [] with one warning for a
+    file that is not lazyd's own (lazyd.daemon.statefiles), unreadable or not a record: kills
+    are never decided from a file lazyd cannot trust."""
+    path = state_dir / STATE_FILE
     try:
-        fd = os.open(state_dir / STATE_FILE, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        with os.fdopen(fd, "rb") as f:
-            data = f.read(MAX_STATE_BYTES + 1)
-        if len(data) > MAX_STATE_BYTES:
-            raise ValueError(f"larger than {MAX_STATE_BYTES} bytes")
+        data = read_private(path, MAX_STATE_BYTES)
+        if data is None:
+            return []
         doc = json.loads(data)
         records = [ChildRecord(str(c["name"]), int(c["pid"]), int(c["start_ticks"]), int(c["pgid"]))
                    for c in doc["children"]]
-    except FileNotFoundError:
+    except StateFileError as exc:
+        log.warning("ignoring a state file: %s; leftovers of the previous daemon, if any, are not swept", exc)
         return []
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        log.warning("ignoring an unreadable %s: %s", STATE_FILE, exc)
+    except (ValueError, KeyError, TypeError, RecursionError) as exc:
+        log.warning("ignoring a state file: %s: is not a lazyd record of children (%s); leftovers of the "
+                    "previous daemon, if any, are not swept", path, str(exc)[:120] or type(exc).__name__)
         return []
     # pid 0 and negative ids would make kill() signal whole groups we know nothing about.
     return [r for r in records if r.pid > 1 and r.pgid > 1]

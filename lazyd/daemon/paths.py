@@ -55,6 +55,7 @@ class Paths:
     cache_dir: Path
     state_dir: Path
     logs_dir: Path
+    socket_overridden: bool = False  # LAZYD_SOCKET or --socket named it (runtime dir = its dir)
 
 
 def resolve_paths(env: Mapping[str, str], socket_override: str | None = None) -> Paths:
@@ -80,6 +81,7 @@ def resolve_paths(env: Mapping[str, str], socket_override: str | None = None) ->
         cache_dir=_xdg_home(env, "XDG_CACHE_HOME", ".cache") / APP_NAME,
         state_dir=state_dir,
         logs_dir=state_dir / LOGS_NAME,
+        socket_overridden=override is not None,
     )
 
 

@@ -1,4 +1,4 @@
-"""Which server a session belongs to: identities, named servers, and `share = false` instances.
+"""Which server a session belongs to: identities, named servers, and private instances.
 
 A shim's hello names a registration (command, args, cwd, environment, options) or a named server
 from the config file. The registry turns it into an identity (lazyd/core/identity.py), finds or
@@ -8,6 +8,14 @@ client connects. A reload replaces exactly the named servers whose definition ch
 processes stopped, their caches dropped) and leaves the others running; sessions asking for a named
 server while a reload is under way wait for it, so none attaches to a definition being replaced.
 It also records every live child (servers and running wake predicates) for the orphan sweep.
+
+Sharing (lazyd/core/sharing.py) is decided when a session attaches, from the registration's
+`share` setting and its snapshot (the freshest in memory, else the cache file): a registration
+that shares gets the one runtime of its identity; one that does not (share = false, or "auto"
+finding a server that must not be shared) gets a private instance, `NAME.N`, reusing one whose
+sessions have all left (so the server still survives a client restart), else a new one. The base
+runtime of a named server counts as such an instance too while no session holds it. Private
+instances use their registration's cache and are stopped and dropped with it on reload.
 """
 
 from __future__ import annotations
@@ -27,6 +35,7 @@ from lazyd.core import lifecycle as lc
 from lazyd.core.envrules import parse_names
 from lazyd.core.era_policy import Era
 from lazyd.core.identity import Identity, identity_for
+from lazyd.core.sharing import SharingDecision, ShareSetting, decide_sharing
 from lazyd.daemon import handshakes, orphans
 from lazyd.daemon.era_lanes import EraLanes, EraRoute
 from lazyd.daemon.hub import HubOptionError, HubSession, RuntimeGate, open_hub
@@ -96,6 +105,8 @@ class Registry:
         self._closing: list[ServerRuntime] = []
         # Each client's latest initialize, learned from sessions, for `check --client`.
         self.handshakes = handshakes.LearnedHandshakes(paths.state_dir)
+        # Private instance digest -> the digest of the registration's own (base) identity.
+        self._private_base: dict[str, str] = {}
 
     def note_client_line(self, line: bytes, peek: int) -> int:
         """Learn the handshake of a session from its first lines; how many more to look at."""
@@ -156,13 +167,17 @@ class Registry:
                 report["unchanged"].append(name)
                 continue
             report["removed" if new is None else "changed"].append(name)
+            # The server's runtimes (every era lane of it) and its private instances (with theirs).
+            bases = {digest for digest, runtime in self.runtimes.items() if runtime.config.name == name}
             for digest, runtime in list(self.runtimes.items()):
-                if runtime.config.name == name:  # every era lane of it
+                if digest in bases or self._private_base.get(self.lane_of.get(digest, digest)) in bases:
                     del self.runtimes[digest]
                     del self.identities[digest]
                     self.lanes.pop(digest, None)
                     self.lane_of.pop(digest, None)
                     stale.append(runtime)
+            for digest in [d for d, of in self._private_base.items() if d in bases or of in bases]:
+                del self._private_base[digest]
         self._closing.extend(stale)
         try:
             async with trio.open_nursery() as stopping:
@@ -219,7 +234,7 @@ class Registry:
         lanes.reserved = bool(identity.instance.startswith(PRIVATE_INSTANCE))
         self.lane_of[digest] = digest
         await self.nursery.start(runtime.run)
-        log.info("server %s registered (%s)", name, "shared" if policy.share else "share = false")
+        log.info("server %s registered (share = %s)", name, str(policy.share).lower())
         return runtime
 
     async def _open_lane(self, digest: str, era: Era) -> ServerRuntime:
@@ -268,6 +283,9 @@ class Registry:
             except ConfigError as exc:
                 raise Refused("options", str(exc)) from None
             runtime = await self._named_runtime(server)
+            if not self.sharing(runtime).shared:
+                runtime = await self._private(runtime, self.identities[self._digest_of(runtime)],
+                                              runtime.config.spec.env, server.policy)
         else:
             rules = {k: opts.pop(k) for k in IDENTITY_OPTS if k in opts}
             try:
@@ -327,18 +345,55 @@ class Registry:
         if problem is not None:
             log.warning("registration %s gets a private identity: %s", name, problem)
             policy = dataclasses.replace(policy, share=False)
-        if policy.share:
+        digest = base.digest(self.secret)
+        if self.decide(digest, policy.share).shared:
             return await self._runtime(base, name, env, policy)
-        # share = false: one process per session, but a free one (no session attached) with the
-        # same identity is reused, so the server still survives a client restart.
-        for digest, identity in self.identities.items():
-            runtime = self.runtimes[digest]
-            lanes = self.lanes.get(digest)  # None for a second-era lane: its primary is the instance
-            if (dataclasses.replace(identity, instance="") == base and identity.instance and lanes is not None
-                    and not lanes.in_use()):
+        return await self._private_instance(base, name, env, policy)
+
+    # ---- sharing -------------------------------------------------------------------------------
+
+    def decide(self, cache_digest: str, setting: ShareSetting) -> SharingDecision:
+        """The sharing decision for the registration cached under `cache_digest`, from the freshest
+        snapshot: a live runtime's (base or private instance) in memory, else the cache file."""
+        live = [r.core.snapshot for r in self.runtimes.values() if r.config.digest == cache_digest]
+        known = [snap for snap in live if snap.entries or snap.discover or snap.stateless]
+        snapshot = known[0] if known else live[0] if live else self.store.load(cache_digest)
+        return decide_sharing(setting, snapshot)
+
+    def sharing(self, runtime: ServerRuntime) -> SharingDecision:
+        """The decision for the next session of `runtime`'s registration (status and explain)."""
+        return self.decide(runtime.config.digest, runtime.config.share)
+
+    def is_private(self, runtime: ServerRuntime) -> bool:
+        return self.lane_of.get(self._digest_of(runtime), "") in self._private_base
+
+    def _digest_of(self, runtime: ServerRuntime) -> str:
+        return next(digest for digest, r in self.runtimes.items() if r is runtime)
+
+    def _in_use(self, runtime: ServerRuntime) -> bool:
+        lanes = self.lanes_for(runtime)
+        return lanes.in_use() if lanes is not None else bool(runtime.sessions)
+
+    async def _private(self, base_runtime: ServerRuntime, base: Identity, env: Mapping[str, str],
+                       policy: Policy) -> ServerRuntime:
+        """A named server's runtime for a session that must not share: its base runtime while no
+        session holds it (an eager start is not wasted), else a private instance."""
+        if not self._in_use(base_runtime):
+            return base_runtime
+        return await self._private_instance(base, base_runtime.name, env, policy)
+
+    async def _private_instance(self, base: Identity, name: str, env: Mapping[str, str],
+                                policy: Policy) -> ServerRuntime:
+        # One process per session, but a free one (no session attached, none being opened) of the
+        # same registration is reused, so the server still survives a client restart.
+        base_digest = base.digest(self.secret)
+        for digest, of in self._private_base.items():
+            runtime = self.runtimes.get(digest)
+            if of == base_digest and runtime is not None and not self._in_use(runtime):
                 return runtime
         self._share_counter += 1
         instance = dataclasses.replace(base, instance=f"{PRIVATE_INSTANCE}{self._share_counter}")
+        self._private_base[instance.digest(self.secret)] = base_digest
         return await self._runtime(instance, f"{name}.{self._share_counter}", env, policy, cache_identity=base)
 
     def children_changed(self) -> None:

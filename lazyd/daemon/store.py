@@ -16,10 +16,12 @@ from pathlib import Path
 
 from lazyd.core import jsonrpc as rpc
 from lazyd.core.cache import Snapshot
+from lazyd.daemon.statefiles import StateFileError, read_private
 
 log = logging.getLogger("lazyd.store")
 
 SECRET_BYTES = 32  # 256-bit HMAC key: as strong as the SHA-256 it keys
+MAX_KEY_FILE_BYTES = 4096  # read this much of a key file, so a wrong one is reported with its size
 # A snapshot larger than this is not a cache we wrote: refuse to parse it rather than balloon memory.
 MAX_SNAPSHOT_BYTES = 64 * 1024 * 1024
 
@@ -29,12 +31,16 @@ def _open_private(path: Path, flags: int) -> int:
 
 
 def load_or_create_secret(state_dir: Path) -> bytes:
-    """The per-user identity key; created on first use."""
+    """The per-user identity key; created on first use.
+
+    Raises StateFileError (one line naming the file and the fix) for a key that is not lazyd's
+    own (see lazyd.daemon.statefiles) or not 32 bytes long: every cache file name is derived from
+    it, so a daemon must not start with a key it cannot trust, nor silently replace one.
+    """
     state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     path = state_dir / "identity.key"
-    try:
-        fd = _open_private(path, os.O_RDONLY)
-    except FileNotFoundError:
+    key = read_private(path, MAX_KEY_FILE_BYTES, secret=True)
+    if key is None:
         key = secrets.token_bytes(SECRET_BYTES)
         tmp = path.with_name(f".identity.key.{os.getpid()}")
         fd = _open_private(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
@@ -51,12 +57,10 @@ def load_or_create_secret(state_dir: Path) -> bytes:
         finally:
             os.unlink(tmp)
         return load_or_create_secret(state_dir)
-    try:
-        key = os.read(fd, SECRET_BYTES + 1)
-    finally:
-        os.close(fd)
     if len(key) != SECRET_BYTES:
-        raise ValueError(f"{path} is not a lazyd identity key (remove it to create a new one)")
+        raise StateFileError(f"{path}: is not a lazyd identity key ({len(key)} bytes, expected {SECRET_BYTES}); "
+                             "remove it and lazyd makes a new one (cached handshakes and listings are then "
+                             "fetched again)")
     return key
 
 
@@ -68,22 +72,21 @@ class SnapshotStore:
         return self.cache_dir / f"{digest}.json"
 
     def load(self, digest: str) -> Snapshot:
+        """The snapshot cached for `digest`; an empty one, with one warning logged, for a file
+        that is missing, not lazyd's own, unreadable or corrupt (the live server rebuilds it)."""
         path = self.path_for(digest)
         try:
-            fd = _open_private(path, os.O_RDONLY)
-        except FileNotFoundError:
+            data = read_private(path, MAX_SNAPSHOT_BYTES)
+        except StateFileError as exc:
+            log.warning("ignoring a cache file: %s; it will be rebuilt", exc)
             return Snapshot()
-        except OSError as exc:
-            log.warning("cache %s unreadable (%s); starting empty", path.name, exc.strerror)
+        if data is None:
             return Snapshot()
         try:
-            with os.fdopen(fd, "rb") as f:
-                data = f.read(MAX_SNAPSHOT_BYTES + 1)
-            if len(data) > MAX_SNAPSHOT_BYTES:
-                raise ValueError("file too large")
             return Snapshot.from_json(json.loads(data))
-        except (ValueError, OSError, RecursionError) as exc:
-            log.warning("cache %s is corrupt (%s); ignoring it, it will be rebuilt", path.name, exc)
+        except (ValueError, RecursionError) as exc:
+            log.warning("ignoring a cache file: %s: is not a lazyd cache (%s); it will be rebuilt", path,
+                        str(exc)[:120] or type(exc).__name__)
             return Snapshot()
 
     def save(self, digest: str, snapshot: Snapshot) -> None:

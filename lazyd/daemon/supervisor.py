@@ -38,9 +38,11 @@ from lazyd.core import relay as rl
 from lazyd.core.jsonrpc import JsonId
 from lazyd.core.cache import Snapshot
 from lazyd.core.era_policy import EraSetting, facts_of
+from lazyd.core.durations import format_duration
 from lazyd.core.hub_catalog import cached_tools
 from lazyd.core.policy import ToolPolicy
 from lazyd.core.routing import SamplingPolicy
+from lazyd.core.sharing import ShareSetting
 from lazyd.daemon.process import (
     ChildProcess,
     LineTooLong,
@@ -103,7 +105,7 @@ class RuntimeConfig:
     policy: lc.LifecyclePolicy
     wake: WakePredicate | None
     sampling_policy: SamplingPolicy
-    share: bool
+    share: ShareSetting
     era: EraSetting = "auto"  # which protocol era its processes run in (lazyd/core/era_policy.py)
 
 
@@ -387,6 +389,7 @@ class ServerRuntime:
             log.error("[%s] cannot start%s: %s", self.name, "" if fatal else " (will retry)", exc.message)
             self.last_exit = exc.message
             self._life(self.life.spawn_failed(trio.current_time(), exc.message, fatal=fatal))
+            self._note_backoff()
             return
         self.proc = proc
         self.spawned_wall = time.time()
@@ -441,7 +444,15 @@ class ServerRuntime:
         log.info("[%s] pid %d %s", self.name, proc.pid, description)
         self._relay(self.core.exited(description))
         self._life(self.life.exited(trio.current_time(), description, requested=requested))
+        self._note_backoff()
         self._load()
+
+    def _note_backoff(self) -> None:
+        """Log the restart a failure scheduled: the operator's record of the backoff schedule."""
+        restart_at = self.life.next_restart_at
+        if self.life.state is lc.State.BACKOFF and restart_at is not None:
+            delay_ms = max(0.0, restart_at - trio.current_time()) * 1000
+            log.info("[%s] failure %d in a row; restarting in %.0fms", self.name, self.life.burst, delay_ms)
 
     async def _run_predicate(self) -> None:
         # predicate_done is reported whatever happens: the lifecycle runs one predicate at a time
@@ -563,7 +574,7 @@ async def run_predicate(wake: WakePredicate, cwd: str, env: Mapping[str, str], n
             await proc.wait()
         on_child(None)
     if timed_out:
-        log.warning("[%s] wake predicate timed out after %s s: its process group was killed",
-                    name, f"{wake.timeout_s:g}")
+        log.warning("[%s] wake predicate timed out after %s: its process group was killed",
+                    name, format_duration(wake.timeout_s))
         return None
     return proc.returncode

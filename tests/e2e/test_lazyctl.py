@@ -109,8 +109,12 @@ def in_process(capsys: pytest.CaptureFixture[str], *words: str) -> subprocess.Co
 @pytest.mark.parametrize("words", SUBCOMMANDS, ids=lambda w: w[0])
 @pytest.mark.parametrize("mode", ["human", "json"])
 def test_every_subcommand_says_lazyd_is_not_running_and_exits_3(
-    user_env: UserEnv, capsys: pytest.CaptureFixture[str], words: tuple[str, ...], mode: str
+    user_env: UserEnv, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+    words: tuple[str, ...], mode: str
 ) -> None:
+    # `check` starts a daemon when none runs, as a shim does (test_check_autostart.py), unless
+    # told not to; every other subcommand only reports.
+    monkeypatch.setenv("LAZYD_NO_AUTOSTART", "1")
     done = in_process(capsys, "--socket", str(user_env.socket), *words, *(["--json"] if mode == "json" else []))
     failed_with(done, 3, "lazyd is not running")
     if mode == "json":
@@ -371,7 +375,7 @@ def test_a_check_that_hangs_fails_at_the_start_timeout(user_env: UserEnv) -> Non
     write_config(user_env, '[defaults]\nstart_timeout = "500ms"\n'
                  + named("hangs", env={"FIXTURE_HANG_ON_INITIALIZE": "1"}))
     start_daemon(user_env)
-    failed_with(lazyctl(user_env, "check", "hangs"), 1, "no complete handshake and listings within start_timeout (0.5 s)")
+    failed_with(lazyctl(user_env, "check", "hangs"), 1, "no complete handshake and listings within start_timeout (500ms)")
     assert fixture_pids(user_env) == []
 
 

@@ -318,16 +318,16 @@ def test_without_a_daemon_and_with_no_autostart_the_shim_becomes_the_server_and_
     assert not world.run_dir.exists()  # nothing was created without autostart
 
 
-def test_a_refused_hello_falls_open_with_the_daemons_reason(world: World) -> None:
+def test_a_hello_refused_for_its_options_exits_2_with_the_daemons_reason_and_runs_nothing(world: World) -> None:
+    # A refused option is the user's mistake, like any other bad option: running the server
+    # directly would hide it (fail-open is for an unreachable daemon only).
     world.env["FAKE_DAEMON_REFUSE"] = "1"
     world.start_daemon_by_hand()
     shim = world.shim()
-    shim.send(request(1))
-    assert shim.read_json()["result"]["direct"] is True
-    assert shim.close_stdin_and_wait() == 0
+    assert shim.proc.wait(DEADLINE_S) == 2
     stderr = shim.proc.stderr.read().decode() if shim.proc.stderr else ""
-    assert "refused by the daemon: bad linger" in stderr
-    assert "running the server directly" in stderr
+    assert stderr.splitlines() == ["lazyd-shim: bad linger"]
+    assert not world.echo_log.exists()  # the server was never run
 
 
 def test_with_server_name_and_no_daemon_the_shim_exits_1_with_a_clear_line(world: World) -> None:

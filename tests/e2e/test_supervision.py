@@ -284,12 +284,14 @@ def test_a_crash_loop_backs_off_parks_after_five_failed_restarts_and_a_keep_aliv
     finally:
         shim.close()
     # `lazyctl wake` clears the failure count and tries once more; with nobody attached any more,
-    # its failure leaves the server asleep rather than backing off.
+    # its failure parks the server with the reason (the operator asked for it to run) rather than
+    # backing off or leaving it `sleeping`.
     wait_for_row(user_env, "loop", lambda r: r["clients"] == 0, "the client to detach")
     with pytest.raises(CtlError, match=f"loop did not start: exited with status {CRASH_CODE}"):
         control(user_env, "wake", name="loop")
     row = status_rows(user_env)["loop"]
-    assert (row["state"], row["failures"], row["pid"]) == ("sleeping", 1, None)
+    assert (row["state"], row["failures"], row["pid"]) == ("failed", 1, None)
+    assert CRASH_STDERR in row["last_error"]
     assert len(spawn_times(user_env, "loop")) == 3 + PARK_AFTER_FAILURES
 
 
@@ -357,7 +359,7 @@ async def test_idle_timeout_stops_a_server_its_client_still_holds_but_never_one_
             # Silent for 2.5 s, more than twice the idle timeout: a request in flight is use.
             slept = await session.call_tool("sleep", {"seconds": 2.5})
             assert not slept.is_error and "slept" in tool_text(slept).lower(), slept
-    assert "idle for 1 s" in daemon_log(user_env)
+    assert "idle for 1s" in daemon_log(user_env)
 
 
 # ---- eager starts and the status model ------------------------------------------------------------
@@ -449,7 +451,7 @@ async def test_a_hanging_predicate_never_holds_back_a_tool_call_and_is_killed_wi
         await await_for(lambda: not any(alive(pid) for pid in stuck), "the timed-out predicate's group to be killed")
         row = status_rows(user_env)["stuck"]
         assert (row["state"], row["predicate"], row["pid"]) == ("sleeping", "idle", None)
-        assert "[stuck] wake predicate timed out after 1 s" in daemon_log(user_env)
+        assert "[stuck] wake predicate timed out after 1s" in daemon_log(user_env)
         # `slow` hangs for ten minutes: a tool call meanwhile starts the server and is answered
         # while the predicate is still running.
         slow = await trio.to_thread.run_sync(wait_for_value, lambda: recorded_pids(slow_pids, 2), "the slow predicate")

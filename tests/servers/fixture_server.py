@@ -10,6 +10,7 @@ Behaviour by environment variable (all optional):
   FIXTURE_TOOLS_EXTRA=a,b       extra echo-like tools (list drift between runs)
   FIXTURE_DRIFT_FILE=path       if the file exists at start, its comma-separated names add tools
   FIXTURE_START_DELAY_S=X       sleep X seconds before reading stdin
+  FIXTURE_LISTING_DELAY_S=X     sleep X seconds before answering each listing page
   FIXTURE_HANG_ON_INITIALIZE=1  never answer `initialize`
   FIXTURE_CRASH_ON_START=CODE   write a line to stderr and exit CODE at once
   FIXTURE_IGNORE_EOF=1          keep running after stdin EOF
@@ -21,6 +22,8 @@ Behaviour by environment variable (all optional):
                                 line is "fixture: stderr flood done"
   FIXTURE_DISCOVER=1            answer `server/discover` (else it is -32601 like real servers)
   FIXTURE_LOG=path              append the method of every received message, one per line
+  FIXTURE_INSTRUCTIONS=text     the `instructions` of the initialize result
+  FIXTURE_CAPABILITIES=json     more capabilities in the initialize result, e.g. {"x-mux": {...}}
   FIXTURE_MARKER=...            not read: inherited, so tests can find our processes in /proc
 
 Tools: echo(text), pid, sleep(seconds) with progress every 0.1 s when the request has
@@ -254,11 +257,16 @@ class Server:
     def initialize(self, params: Json, cancel: threading.Event) -> Json:
         asked = params.get("protocolVersion")
         version = asked if asked in SUPPORTED_VERSIONS else LATEST_VERSION
-        return {
+        result: Json = {
             "protocolVersion": version,
             "capabilities": CAPABILITIES,
             "serverInfo": {"name": "fixture", "version": "1.0"},
         }
+        if os.environ.get("FIXTURE_INSTRUCTIONS"):
+            result["instructions"] = os.environ["FIXTURE_INSTRUCTIONS"]
+        if os.environ.get("FIXTURE_CAPABILITIES"):
+            result["capabilities"] = {**CAPABILITIES, **json.loads(os.environ["FIXTURE_CAPABILITIES"])}
+        return result
 
     def discover_result(self, params: Json, cancel: threading.Event) -> Json:
         return {
@@ -271,6 +279,7 @@ class Server:
         }
 
     def page(self, params: Json, key: str, items: list[Json]) -> Json:
+        time.sleep(float(os.environ.get("FIXTURE_LISTING_DELAY_S", "0") or 0))
         start = 0
         cursor = params.get("cursor")
         if cursor is not None:

@@ -57,7 +57,7 @@ def docs_example() -> str:
 def test_the_full_example_in_the_docs_parses_to_the_documented_values() -> None:
     config = parse(docs_example())
     assert config.defaults == Policy(start_timeout_s=60.0, linger_s=600.0, idle_timeout_s=None,
-                                     keep_alive=False, start="lazy", share=True, wake=None)
+                                     keep_alive=False, start="lazy", share="auto", wake=None)
     assert config.extra_per_session_env == frozenset({"MY_TERMINAL_ID"})
     assert config.sampling_policy == "refuse"
     assert config.source == SOURCE
@@ -90,7 +90,7 @@ def test_an_empty_file_is_the_built_in_defaults() -> None:
     assert config == Config(source=SOURCE)
     assert config.defaults == Policy()
     assert Policy() == Policy(start_timeout_s=60.0, linger_s=600.0, idle_timeout_s=None,
-                              keep_alive=False, start="lazy", share=True, wake=None)
+                              keep_alive=False, start="lazy", share="auto", wake=None)
 
 
 def test_durations_may_be_strings_or_bare_numbers_of_seconds() -> None:
@@ -199,7 +199,7 @@ def test_the_parsed_config_cannot_be_modified() -> None:
         ("lingr = 1\n", "lingr", "unknown key; allowed here: defaults, servers"),
         ("[defaults]\nlingr = 1\n", "defaults.lingr", "did you mean 'linger'?"),
         (MINIMAL_SERVER + "lnger = 1\n", "servers.s.lnger",
-         "allowed here: command, args, env, cwd, start_timeout, linger"),
+         "allowed here: command, args, env, cwd, description, start_timeout, linger"),
         (MINIMAL_SERVER + "wake = { command = ['w'], intervall = '1s' }\n", "servers.s.wake.intervall",
          "did you mean 'interval'?"),
         (MINIMAL_SERVER + "per_session_env = []\n", "servers.s.per_session_env", "unknown key"),
@@ -210,7 +210,8 @@ def test_the_parsed_config_cannot_be_modified() -> None:
         ("[defaults]\nlinger = true\n", "defaults.linger", "expected a duration such as \"30s\", got a boolean"),
         ("[defaults]\nlinger = [1]\n", "defaults.linger", "got an array"),
         ("[defaults]\nlinger = 1979-05-27\n", "defaults.linger", "got a date or time"),
-        ("[defaults]\nshare = \"yes\"\n", "defaults.share", "expected true or false, got a string"),
+        ("[defaults]\nshare = \"yes\"\n", "defaults.share", 'expected true, false or "auto", got \'yes\''),
+        ("[defaults]\nshare = 1\n", "defaults.share", 'expected true, false or "auto", got an integer'),
         ("[defaults]\nkeep_alive = 1\n", "defaults.keep_alive", "expected true or false, got an integer"),
         ("[defaults]\nstart = 1\n", "defaults.start", "an integer is not one of: lazy, eager"),
         ("[defaults]\nstart = \"fast\"\n", "defaults.start", "'fast' is not one of: lazy, eager"),
@@ -464,7 +465,7 @@ def test_wake_timing_options_adjust_the_configured_predicate() -> None:
         ({"linger": "10x"}, "option --linger: '10x' is not a duration (use 500ms, 30s, 10m, 1h or 0)"),
         ({"idle_timeout": "-1s"}, "option --idle-timeout: '-1s' is negative; a duration cannot be"),
         ({"start_timeout": "0"}, "option --start-timeout: must be longer than 0 (it bounds how long a start may take)"),
-        ({"share": "maybe"}, "option --share: 'maybe' is not a boolean (use true or false; also yes/no, on/off, 1/0)"),
+        ({"share": "maybe"}, "option --share: 'maybe' is not a boolean (use true or false; also yes/no, on/off, 1/0), or auto"),
         ({"lingr": "1m"}, "option --lingr: unknown option; allowed: linger, idle_timeout, start_timeout, "
                           "share, wake_command, wake_interval, wake_timeout, era"),
         ({"keep_alive": "true"}, "option --keep-alive: unknown option; allowed: linger, idle_timeout, "
@@ -509,3 +510,14 @@ def test_a_wake_predicate_without_a_command_or_with_zero_timing_cannot_be_built(
 ) -> None:
     with pytest.raises(ValueError):
         WakePredicate(**kwargs)  # type: ignore[arg-type]
+
+
+def test_a_named_servers_description_is_one_line_of_words_and_not_part_of_its_definition() -> None:
+    text = MINIMAL_SERVER + 'description = """GitHub issues and pull requests\n   of the acme org."""\n'
+    server = parse(text).servers["s"]
+    assert server.description == "GitHub issues and pull requests of the acme org."
+    # A reload compares definitions to decide restarts: a new description is no reason for one.
+    assert server == parse(MINIMAL_SERVER + 'description = "other words"\n').servers["s"]
+    assert parse(MINIMAL_SERVER + 'description = "  "\n').servers["s"].description is None
+    assert "servers.s.description: is 1001 characters long" in refusal(MINIMAL_SERVER + f'description = "{"x" * 1001}"\n')
+    assert "servers.s.description: expected a string, got an integer" in refusal(MINIMAL_SERVER + "description = 3\n")

@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lazyd.core.durations import format_duration, parse_bool, parse_duration
+from lazyd.ctl.registration import check_text
 
 
 @pytest.mark.parametrize(
@@ -137,3 +138,10 @@ def test_any_other_boolean_text_is_refused_naming_it(text: str) -> None:
         parse_bool(text)
     assert repr(text) in str(caught.value)
     assert "is not a boolean" in str(caught.value)
+
+
+@pytest.mark.parametrize(("duration_s", "shown"), [(7.0, "7s"), (60.0, "1m"), (0.834, "834ms"), (90.4, "1m30s")])
+def test_lazyctl_check_prints_its_duration_in_the_configs_syntax(duration_s: float, shown: str) -> None:
+    report = {"name": "srv", "duration_s": duration_s, "pid": 7, "listings": {}, "cache_path": "/c"}
+    assert check_text(report).splitlines()[0] == f"checked srv in {shown} (pid 7, stopped)"
+    assert parse_duration(shown) == pytest.approx(round(duration_s, 0) if duration_s >= 10 else duration_s, abs=0.05)

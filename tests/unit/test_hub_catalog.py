@@ -132,3 +132,10 @@ def test_an_empty_query_lists_every_tool_by_server_and_name_and_the_limit_applie
 
 def test_a_query_matching_nothing_finds_nothing() -> None:
     assert search(CATALOG, "kubernetes", 10) == []
+
+
+def test_a_word_of_the_users_description_of_a_server_finds_its_tools() -> None:
+    tools = [ToolInfo("jira", "create_ticket", "Create a ticket", {}), ToolInfo("fs", "read", "Read a file", {})]
+    assert search(tools, "sprint", 10) == []
+    found = search(tools, "sprint", 10, {"jira": "Sprint planning: tickets, epics and boards."})
+    assert [t.name for t in found] == ["create_ticket"]

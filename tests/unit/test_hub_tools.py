@@ -123,3 +123,17 @@ def test_the_shim_hub_flag_sends_no_command_and_the_hub_options() -> None:
 def test_the_shim_refuses_hub_combinations_that_make_no_sense(argv: list[str], env: dict[str, str], problem: str) -> None:
     with pytest.raises(UsageError, match=problem):
         parse(argv, env)
+
+
+def test_a_search_answer_adds_the_users_description_of_each_server_in_it_once() -> None:
+    first = ToolInfo("notes", "add_note", "Add a note", {})
+    second = ToolInfo("notes", "delete_note", "Delete a note", {})
+    other = ToolInfo("time", "now", "The time", {})
+    about = {"notes": "The team's shared notebook; use it for meeting notes.", "ghost": "never listed"}
+    lines = ht.render_search("note", [(first, "allow"), (second, "allow"), (other, "allow")], 3, [], about)
+    assert lines.splitlines()[4:] == [
+        "About these servers:",
+        "- notes: The team's shared notebook; use it for meeting notes.",
+        "Next: get_tool_schema(server, tool), then call_tool(server, tool, arguments).",
+    ]
+    assert "About" not in ht.render_search("note", [(other, "allow")], 1, [], about)

@@ -37,7 +37,7 @@ from lazyd.core.lifecycle import (
 )
 
 CRASH = "exit status 1; stderr: boom"
-PARK_LOG = Log(f"parked as failed after 5 failed restarts within 60 s; last error: {CRASH}")
+PARK_LOG = Log(f"parked as failed after 5 failed restarts within 1m; last error: {CRASH}")
 
 
 def make(seed: int = 0, /, **policy: Any) -> Lifecycle:
@@ -296,10 +296,10 @@ def test_a_start_timeout_kills_the_server_and_does_not_restart_it_on_its_own() -
     assert lc.spawned(0.1, 11) == []
     assert lc.next_deadline() == 60.0
     assert lc.tick(59.9) == []
-    assert lc.tick(60.0) == [KillAndFail("start timeout after 60 s")]
+    assert lc.tick(60.0) == [KillAndFail("start timeout after 1m")]
     assert state_of(lc) is State.STOPPING and lc.pid == 11
     assert lc.exited(60.2, "killed by SIGKILL", requested=True) == []
-    assert (state_of(lc), lc.last_error) == (State.FAILED, "start timeout after 60 s")
+    assert (state_of(lc), lc.last_error) == (State.FAILED, "start timeout after 1m")
     assert lc.next_deadline() is None
     assert lc.tick(3600.0) == []
     assert lc.demand(3601.0) == [Spawn()]
@@ -309,7 +309,7 @@ def test_a_keep_alive_server_that_times_out_starting_backs_off_after_the_kill() 
     lc = make(keep_alive=True, start_timeout_s=5.0)
     assert lc.boot(0.0) == [Spawn()]
     assert lc.spawned(0.0, 12) == []
-    assert lc.tick(5.0) == [KillAndFail("start timeout after 5 s")]
+    assert lc.tick(5.0) == [KillAndFail("start timeout after 5s")]
     assert lc.exited(5.5, "killed by SIGKILL", requested=False) == []
     assert state_of(lc) is State.BACKOFF and lc.next_restart_at is not None
 
@@ -332,7 +332,7 @@ def test_linger_ten_minutes_stops_the_server_ten_minutes_after_the_last_client_l
     assert lc.load(100.0, clients=0, inflight=0) == []
     assert lc.next_deadline() == 700.0
     assert lc.tick(699.9) == []
-    assert lc.tick(700.0) == [Stop("no client for 600 s")]
+    assert lc.tick(700.0) == [Stop("no client for 10m")]
     assert state_of(lc) is State.STOPPING
     assert lc.next_deadline() is None
 
@@ -364,13 +364,13 @@ def test_idle_timeout_stops_at_sixty_seconds_and_a_request_at_59_9_resets_it() -
     assert lc.tick(60.0) == []
     assert lc.next_deadline() == pytest.approx(119.9)
     assert lc.tick(119.8) == []
-    assert lc.tick(119.9) == [Stop("idle for 60 s")]
+    assert lc.tick(119.9) == [Stop("idle for 1m")]
 
 
 def test_idle_timeout_stops_even_with_clients_attached_and_no_requests() -> None:
     lc = make(idle_timeout_s=60.0)
     start(lc, 0.0, clients=3)
-    assert lc.tick(60.0) == [Stop("idle for 60 s")]
+    assert lc.tick(60.0) == [Stop("idle for 1m")]
 
 
 def test_a_request_in_flight_for_ten_minutes_is_never_idle_or_linger_stopped() -> None:
@@ -392,7 +392,7 @@ def test_idle_counts_from_the_end_of_a_long_request() -> None:
     assert lc.load(600.0, clients=1, inflight=0) == []
     assert lc.next_deadline() == 660.0
     assert lc.tick(659.0) == []
-    assert lc.tick(660.0) == [Stop("idle for 60 s")]
+    assert lc.tick(660.0) == [Stop("idle for 1m")]
 
 
 def test_a_server_started_with_no_client_lingers_from_ready() -> None:
@@ -400,7 +400,7 @@ def test_a_server_started_with_no_client_lingers_from_ready() -> None:
     assert lc.boot(0.0) == [Spawn()]
     assert lc.spawned(0.0, 3) == [] and lc.ready(2.0) == []
     assert lc.next_deadline() == 32.0
-    assert lc.tick(32.0) == [Stop("no client for 30 s")]
+    assert lc.tick(32.0) == [Stop("no client for 30s")]
 
 
 # -- stops and operator commands -------------------------------------------------------------------
@@ -481,6 +481,73 @@ def test_boot_starts_eager_and_keep_alive_servers_only(
     lc = make(**policy)
     assert lc.boot(0.0) == expected
     assert lc.boot(1.0) == [Log("boot() called twice; ignored")]
+
+
+# Literal schedule of rule 4 (not computed from the module's constants): the n-th failure waits
+# 0.5 * 2**(n-1) s, +-20 %.
+EAGER_SCHEDULE_S = [0.5, 1.0, 2.0, 4.0]
+
+
+@pytest.mark.parametrize("seed", [0, 3, 11])
+def test_an_eager_server_failing_at_boot_with_nobody_attached_backs_off_then_parks_after_five_starts(
+    seed: int,
+) -> None:
+    lc = make(seed, eager=True)
+    assert lc.boot(0.0) == [Spawn()]
+    now = 0.0
+    for nominal in EAGER_SCHEDULE_S:
+        assert crash_while_starting(lc, now) == [FailWaiting(CRASH)]
+        assert state_of(lc) is State.BACKOFF and lc.next_restart_at is not None
+        assert nominal * 0.8 - 1e-9 <= lc.next_restart_at - now <= nominal * 1.2 + 1e-9
+        now = lc.next_restart_at
+        assert lc.tick(now) == [Spawn()]
+    assert crash_while_starting(lc, now) == [FailWaiting(CRASH), PARK_LOG]
+    assert (state_of(lc), lc.last_error, lc.next_deadline()) == (State.FAILED, CRASH, None)
+    assert lc.tick(now + 3600.0) == [] and lc.restarts == 4
+    # Parked until a request: that gets one fresh start, and its failure parks it again.
+    assert lc.demand(now + 3601.0) == [Spawn()]
+    assert crash_while_starting(lc, now + 3601.0) == [FailWaiting(CRASH)]
+    assert state_of(lc) is State.FAILED
+
+
+def test_an_eager_server_that_crashes_after_a_good_start_with_nobody_attached_is_restarted() -> None:
+    lc = make(eager=True)
+    assert lc.boot(0.0) == [Spawn()]
+    assert lc.spawned(0.0, 5) == [] and lc.ready(0.5) == []
+    assert lc.exited(100.0, CRASH, requested=False) == []
+    assert state_of(lc) is State.BACKOFF and lc.next_restart_at is not None
+    assert 0.4 <= lc.next_restart_at - 100.0 <= 0.6
+
+
+def test_a_lazy_server_nobody_needs_still_sleeps_after_a_failed_boot_less_start() -> None:
+    lc = make()
+    assert lc.demand(0.0) == [Spawn()]
+    assert crash_while_starting(lc, 0.0) == [FailWaiting(CRASH)]
+    assert state_of(lc) is State.SLEEPING
+
+
+def test_a_failed_operator_wake_with_no_client_parks_the_server_as_failed_with_its_reason() -> None:
+    lc = make()
+    assert lc.operator_wake(0.0) == [Spawn()]
+    assert crash_while_starting(lc, 0.5) == [FailWaiting(CRASH)]
+    assert (state_of(lc), lc.last_error, lc.next_deadline()) == (State.FAILED, CRASH, None)
+    assert lc.demand(1.0) == [Spawn()]  # a request still gets its one fresh try
+
+
+def test_a_failed_operator_wake_of_a_server_a_client_holds_backs_off_as_before() -> None:
+    lc = make()
+    assert lc.load(0.0, clients=1, inflight=0) == []
+    assert lc.operator_wake(0.0) == [Spawn()]
+    assert crash_while_starting(lc, 0.5) == [FailWaiting(CRASH)]
+    assert state_of(lc) is State.BACKOFF
+
+
+def test_an_operator_wake_joining_a_boot_start_that_fails_parks_it_as_failed() -> None:
+    lc = make(eager=True)
+    assert lc.boot(0.0) == [Spawn()]
+    assert lc.operator_wake(0.1) == []
+    assert crash_while_starting(lc, 0.5) == [FailWaiting(CRASH)]
+    assert state_of(lc) is State.FAILED
 
 
 def test_a_predicate_flipping_from_1_to_0_starts_the_server_with_no_client() -> None:

@@ -93,7 +93,7 @@ def test_a_missing_state_file_means_nothing_to_sweep(tmp_path: Path) -> None:
 def test_an_unreadable_state_file_is_ignored(tmp_path: Path, text: str, caplog: pytest.LogCaptureFixture) -> None:
     (tmp_path / STATE_FILE).write_text(text)
     assert read_state(tmp_path) == []
-    assert "ignoring an unreadable state.json" in caplog.text
+    assert f"ignoring a state file: {tmp_path / STATE_FILE}: " in caplog.text
 
 
 def test_records_naming_pid_0_1_or_a_negative_group_are_dropped_because_kill_would_hit_whole_groups(

@@ -101,13 +101,18 @@ def test_booleans_in_the_documented_forms_are_accepted(value: str) -> None:
 
 @pytest.mark.parametrize("value", ["maybe", "2", "y", "enabled"])
 def test_malformed_booleans_are_refused(value: str) -> None:
-    assert "invalid boolean" in parse_error(["--share", value, "node"])
+    assert f"invalid value {value!r} (use auto, true or false)" in parse_error(["--share", value, "node"])
     assert parse_error(["node"], {"LAZYD_VERBOSE": value}).startswith("LAZYD_VERBOSE: invalid boolean")
 
 
 @pytest.mark.parametrize("value", ["Auto", "legacy", "2026-07-28", ""])
 def test_an_era_other_than_auto_handshake_or_stateless_is_refused_by_name(value: str) -> None:
     assert parse_error(["--era", value, "node"]) == f"--era: invalid era {value!r} (use auto, handshake or stateless)"
+
+
+@pytest.mark.parametrize("value", ["auto", "AUTO", " auto "])
+def test_share_also_takes_auto(value: str) -> None:
+    assert parse(["--share", value, "node"], {}).daemon_opts == {"share": value}
 
 
 @pytest.mark.parametrize("value", ["pgrep", "[]", '[""]', '["a", 1]', '{"argv": ["a"]}', "[unquoted]"])

@@ -22,6 +22,7 @@ from typing import Any
 from lazyd.ctl import registration
 from lazyd.ctl.client import CtlError, DaemonNotRunning
 from lazyd.ctl.commands import UsageError
+from lazyd.ctl.progress import StatusLine
 from lazyd.ctl.wrap import shimargs
 from lazyd.ctl.wrap.errors import BadUsage
 from lazyd.ctl.wrap.model import RegState
@@ -67,16 +68,24 @@ def check_args(state: RegState, cwd: str, environ: Mapping[str, str],
         request["client"] = client
     if initialize is not None:
         request["initialize"] = dict(initialize)
+    # The bound its shim will use: its own --start-timeout, else LAZYD_START_TIMEOUT in its env.
+    shim_env = {**environ, **request["declared_env"]}
+    start_timeout = shimargs.daemon_option(args, shim_env, "start_timeout")
+    if start_timeout is not None:
+        request["start_timeout"] = start_timeout
     return request
 
 
-def run_check(socket_path: str, args: Mapping[str, Any]) -> tuple[bool, str]:
-    """Send one ``check`` to the daemon at ``socket_path``; return (ok, one-line message)."""
+def run_check(socket_path: str, args: Mapping[str, Any], explicit_socket: str | None = None,
+              progress: StatusLine | None = None) -> tuple[bool, str]:
+    """Send one ``check`` to the daemon at ``socket_path`` (started first, as a shim would start
+    it, if none runs); return (ok, one-line message). `progress` shows its steps on a terminal."""
     try:
-        data = registration.request_check(socket_path, args, timeout_s=CHECK_REPLY_TIMEOUT_S)
-    except DaemonNotRunning:
-        return False, (f"lazyd is not running (nothing listens on {socket_path}); start it "
-                       "(systemctl --user start lazyd.socket, or run lazyd) and retry with reapply --check")  # fmt: skip
+        data = registration.request_check(socket_path, args, timeout_s=CHECK_REPLY_TIMEOUT_S,
+                                          explicit_socket=explicit_socket, progress=progress)
+    except DaemonNotRunning as exc:
+        return False, (f"{exc.message}; start it (systemctl --user start lazyd.socket, or run lazyd) "
+                       "and retry with reapply --check")  # fmt: skip
     except CtlError as exc:
         return False, exc.message
     return True, _summary(data)

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from lazyd import sockpath
+from lazyd.ctl.progress import StatusLine
 from lazyd.ctl.wrap import check, clients, engine, shimargs
 from lazyd.ctl.wrap.errors import BadUsage, WrapError
 
@@ -131,7 +132,7 @@ def run(args: argparse.Namespace) -> int:
         return _fail(prog, str(exc), as_json, EXIT_FAILED)
     checks: list[check.CheckOutcome] = []
     if getattr(args, "check", False) and not report.dry_run and not report.refused:
-        checks = _run_checks(report, getattr(args, "socket", None), os.environ, initialize, args.client)
+        checks = _run_checks(report, getattr(args, "socket", None), os.environ, initialize, args.client, as_json)
     _print(report, checks, as_json)
     if report.refused:
         if not as_json:
@@ -151,22 +152,26 @@ def _fail(prog: str, message: str, as_json: bool, status: int) -> int:
 
 
 def _run_checks(report: engine.Report, socket_override: str | None, environ: Mapping[str, str],
-                initialize: Mapping[str, Any] | None, client: str | None = None) -> list[check.CheckOutcome]:  # fmt: skip
+                initialize: Mapping[str, Any] | None, client: str | None = None,
+                as_json: bool = False) -> list[check.CheckOutcome]:  # fmt: skip
     socket_path = socket_override or sockpath.default_socket_path(environ)
     outcomes = []
-    for result in report.results:
-        if result.action not in check.CHECKED_ACTIONS or result.state is None:
-            continue
+    todo = [r for r in report.results if r.action in check.CHECKED_ACTIONS and r.state is not None]
+    line = StatusLine("checking", json_mode=as_json)
+    for number, result in enumerate(todo, start=1):
         key = result.key
+        line.restart(f"checking {_label(key.server, key.project)} ({number} of {len(todo)})")
         try:
             # A relative cwd setting is resolved as a client started here would resolve it.
             cwd = os.path.abspath(result.cwd) if result.cwd else os.getcwd()
+            assert result.state is not None  # filtered above
             args = check.check_args(result.state, cwd, environ, initialize, client)
         except ValueError as exc:
             outcomes.append(check.CheckOutcome(key.server, key.project, False, str(exc)))
             continue
-        ok, message = check.run_check(socket_path, args)
+        ok, message = check.run_check(socket_path, args, socket_override, line)
         outcomes.append(check.CheckOutcome(key.server, key.project, ok, message))
+    line.clear()
     return outcomes
 
 

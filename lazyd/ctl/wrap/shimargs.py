@@ -79,6 +79,19 @@ def _shim_parse(argv: Sequence[str], env: Mapping[str, str]) -> tuple[list[str],
     return command, server, bool(opts.show_help or opts.show_version)
 
 
+def daemon_option(args: Sequence[str], env: Mapping[str, str], key: str) -> str | None:
+    """The value the shim would send the daemon for option `key` (``start_timeout``...) when run
+    with `args` and `env`: its flag, else its ``LAZYD_*`` variable; None if neither is set or
+    the shim would refuse them (the wrap reports that elsewhere)."""
+    options = _shim_options()
+    try:
+        opts = getattr(options, "parse")(list(args), dict(env))
+    except getattr(options, "UsageError"):
+        return None
+    value = opts.daemon_opts.get(key)
+    return None if value is None else str(value)
+
+
 def find_shim(environ: Mapping[str, str]) -> str:
     """The absolute path of the installed ``lazyd-shim``; raise WrapError if there is none."""
     beside = os.path.join(os.path.dirname(os.path.abspath(sys.executable)), SHIM_NAME)

@@ -1,0 +1,141 @@
+"""How a daemon that cannot start says why: one line, in three places, and an exit status.
+
+A daemon is often started by someone who is not looking: a shim a client spawned, systemd, or
+`lazyctl check`. So a start-up failure is written
+
+- to stderr, as one line `lazyd: <file or thing>: <problem>` (no traceback): a shim that started
+  the daemon with ``--stderr-until-ready`` reads it from a pipe and shows it on its own stderr,
+  which clients keep in their MCP logs; systemd keeps it in the journal;
+- to the daemon log (`$XDG_STATE_HOME/lazyd/lazyd.log`), in the log's own format;
+- to the start-up record beside the socket (`<socket>.error`, JSON, mode 0600), which `lazyctl`
+  shows when it finds no daemon running. The next daemon that starts removes the record.
+
+Exit statuses, which the shim acts on:
+
+    EXIT_SETUP     1   the environment is unsafe or unusable (runtime dir, socket path): fail open
+    EXIT_BAD_FILE  2   a file the user must fix (config, state file, a flag naming a file): the
+                       shim refuses too, since running the server directly would hide the mistake
+    EXIT_INTERNAL  70  a bug (EX_SOFTWARE); the traceback is in the log file only
+
+``--stderr-until-ready`` also means: once the daemon listens, stderr is pointed at /dev/null, so
+the pipe a shim reads can be closed without the daemon's later log lines meeting a broken pipe.
+Everything still goes to the log file.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import NoReturn
+
+from lazyd.daemon.paths import Paths
+
+__all__ = ["EXIT_SETUP", "EXIT_BAD_FILE", "EXIT_INTERNAL", "LOG_FORMAT", "OneLineFormatter", "fail",
+           "record_path", "clear_record", "detach_stderr", "socket_name"]
+
+EXIT_SETUP = 1
+EXIT_BAD_FILE = 2
+EXIT_INTERNAL = 70  # sysexits.h EX_SOFTWARE
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+RECORD_SUFFIX = ".error"
+MAX_RECORD_BYTES = 16 * 1024  # one line and a few fields; lazyctl reads no more than this
+
+
+class OneLineFormatter(logging.Formatter):
+    """The stderr format: one line per record, tracebacks left to the log file."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        if record.exc_info or record.exc_text:
+            record = logging.makeLogRecord({**record.__dict__, "exc_info": None, "exc_text": None})
+        return super().format(record)
+
+
+def record_path(socket_path: Path) -> Path:
+    """Where the start-up record for the daemon of `socket_path` is kept (lazyctl reads it)."""
+    return socket_path.with_name(socket_path.name + RECORD_SUFFIX)
+
+
+def fail(paths: Paths | None, message: str, status: int, *, record: bool = True) -> NoReturn:
+    """Report a start-up failure (see the module docstring) and exit with `status`.
+
+    `record` is False when the runtime dir itself is the problem: nothing is written into a
+    directory lazyd just refused. Writing the log and the record is best effort; the stderr line
+    and the exit status always happen."""
+    print(f"lazyd: {message}", file=sys.stderr, flush=True)
+    if paths is not None:
+        _append_to_log(paths, message)
+        if record:
+            _write_record(paths, message, status)
+    raise SystemExit(status)
+
+
+def clear_record(paths: Paths) -> None:
+    """This daemon started: an older failure no longer describes anything."""
+    try:
+        os.unlink(record_path(paths.socket))
+    except FileNotFoundError:
+        pass
+    except OSError:
+        pass  # lazyctl shows a stale record only while no daemon answers, so this is harmless
+
+
+def detach_stderr() -> None:
+    """Point fd 2 at /dev/null (see ``--stderr-until-ready``)."""
+    devnull = os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
+    try:
+        os.dup2(devnull, 2)
+    finally:
+        os.close(devnull)
+
+
+def socket_name(sock: socket.socket, fallback: Path) -> str:
+    """The path an activated socket is bound to (systemd chose it), for the log."""
+    try:
+        name = sock.getsockname()
+    except OSError:
+        return str(fallback)
+    return name if isinstance(name, str) and name else str(fallback)
+
+
+def _append_to_log(paths: Paths, message: str) -> None:
+    # The log's own format, written directly: logging is not set up this early, and setting it
+    # up would create a rotating handler for a daemon that is about to exit.
+    formatter = logging.Formatter(LOG_FORMAT)
+    record = logging.makeLogRecord({"name": "lazyd", "levelname": "ERROR", "levelno": logging.ERROR,
+                                    "msg": "start-up failed: %s", "args": (message,)})
+    line = formatter.format(record) + "\n"
+    try:
+        paths.state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd = os.open(paths.state_dir / "lazyd.log",
+                     os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except OSError:
+        return
+    try:
+        os.write(fd, line.encode("utf-8", "replace"))
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _write_record(paths: Paths, message: str, status: int) -> None:
+    path = record_path(paths.socket)
+    data = json.dumps({"error": message[:4000], "status": status, "at": time.time(), "pid": os.getpid()})
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            os.write(fd, data.encode("utf-8", "replace")[:MAX_RECORD_BYTES])
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except OSError:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass

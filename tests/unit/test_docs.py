@@ -1,0 +1,50 @@
+"""The documentation stays true: every TOML example loads, and the docs speak of the product only.
+
+Every fenced ```toml block in docs/ and the README is a config.toml example a user may paste, so
+each is parsed by the daemon's own parser (`parse_config_text`, what `load_config` runs on the
+file's text), with every `${VAR}` it references set and a home directory for `~`.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from lazyd.config import parse_config_text
+
+REPO = Path(__file__).resolve().parents[2]
+DOCS = sorted([*(REPO / "docs").glob("*.md"), REPO / "README.md"])
+FENCE = re.compile(r"^```toml\n(.*?)^```", re.MULTILINE | re.DOTALL)
+REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def toml_examples() -> list[tuple[str, str]]:
+    found = []
+    for path in DOCS:
+        for number, match in enumerate(FENCE.finditer(path.read_text()), start=1):
+            found.append((f"{path.relative_to(REPO)}#{number}", match.group(1)))
+    return found
+
+
+EXAMPLES = toml_examples()
+
+
+def test_the_docs_have_toml_examples_to_check() -> None:
+    # A fence spelled differently would silently drop examples from the check below.
+    assert len(EXAMPLES) >= 4, [name for name, _ in EXAMPLES]
+
+
+@pytest.mark.parametrize(("name", "text"), EXAMPLES, ids=[name for name, _ in EXAMPLES])
+def test_every_toml_example_in_the_docs_loads_with_the_daemons_parser(name: str, text: str) -> None:
+    environ = {"HOME": "/home/u", **{var: "value" for var in REFERENCE.findall(text)}}
+    config = parse_config_text(text, environ, Path(name))
+    assert config.servers or config.tool_policy.rules or text.strip().startswith("[defaults]"), name
+
+
+@pytest.mark.parametrize("path", DOCS, ids=[p.name for p in DOCS])
+def test_the_docs_speak_of_the_product_not_of_issues_or_paths_outside_the_repository(path: Path) -> None:
+    text = path.read_text()
+    assert not re.search(r"\bissues? #?\d", text, re.IGNORECASE), path
+    assert "shared/" not in text, path
