@@ -53,7 +53,6 @@ from lazyd.core.relay_base import Abort as Abort
 from lazyd.core.relay_base import Action as Action
 from lazyd.core.relay_base import Activity as Activity
 from lazyd.core.relay_base import ClientState as ClientState
-from lazyd.core.relay_base import Clock as Clock
 from lazyd.core.relay_base import Note as Note
 from lazyd.core.relay_base import Phase as Phase
 from lazyd.core.relay_base import Ready as Ready
@@ -68,16 +67,14 @@ from lazyd.core.routing import ClientId, SamplingPolicy
 class RelayCore(ClientMessageRelay):
     """All relay decisions for one server instance shared by any number of clients.
 
-    `clock` (wall-clock seconds, default `time.time`) is read only to honour stateless results'
-    `ttlMs`; nothing else in the core looks at time.
+    Every event brings `now`, the wall-clock time in seconds (`time.time()`), as the lifecycle's
+    events bring theirs: it is read only to honour stateless results' `ttlMs`, and the core never
+    reads a clock itself.
     """
 
     def __init__(self, name: str, snapshot: Snapshot, sampling_policy: SamplingPolicy = "refuse",
-                 clock: Clock | None = None, era: EraSetting = "auto") -> None:
-        if clock is None:
-            super().__init__(name, snapshot, sampling_policy, era=era)
-        else:
-            super().__init__(name, snapshot, sampling_policy, clock, era)
+                 era: EraSetting = "auto") -> None:
+        super().__init__(name, snapshot, sampling_policy, era)
 
     # ---- observations ----------------------------------------------------------------------------
 
@@ -94,11 +91,12 @@ class RelayCore(ClientMessageRelay):
 
     # ---- the daemon's own events -----------------------------------------------------------------
 
-    def announce_list_changed(self, notification: str) -> list[Action]:
+    def announce_list_changed(self, notification: str, *, now: float) -> list[Action]:
         """Tell every client that a listing may now read differently, for a reason of the daemon's
         own (the tool policy changed): stateless-era clients on their listen streams, handshake-era
         clients directly, or through the bridge when no handshake connection to the server is up
         (it then sends them the notification itself). Each client gets it once."""
+        self.now = now
         out = [Note(f"{notification}: sent to clients (a daemon-side change)"), *self._announce_list_changed(notification)]
         if self.instance is not None:
             line = rpc.notification_line(notification)
@@ -107,7 +105,8 @@ class RelayCore(ClientMessageRelay):
 
     # ---- client events ---------------------------------------------------------------------------
 
-    def attach(self, cid: ClientId) -> list[Action]:
+    def attach(self, cid: ClientId, *, now: float) -> list[Action]:
+        self.now = now
         self.clients[cid] = ClientState(cid)
         return [Note(f"client {cid} attached")]
 
@@ -116,8 +115,9 @@ class RelayCore(ClientMessageRelay):
         daemon chose): `cacheScope: "private"` results are then never shared across principals."""
         self.clients[cid].principal = principal
 
-    def resume(self, cid: ClientId, lines: list[bytes]) -> list[Action]:
+    def resume(self, cid: ClientId, lines: list[bytes], *, now: float) -> list[Action]:
         """Record lines a client already had answered by a previous daemon (no replies)."""
+        self.now = now
         client = self.clients[cid]
         for line in lines:
             msg = rpc.parse(line)
@@ -127,7 +127,8 @@ class RelayCore(ClientMessageRelay):
                 client.initialized = True
         return [Note(f"client {cid} resumed its session")]
 
-    def client_line(self, cid: ClientId, line: bytes) -> list[Action]:
+    def client_line(self, cid: ClientId, line: bytes, *, now: float) -> list[Action]:
+        self.now = now
         msg = rpc.parse(line)
         if not isinstance(msg, Message):
             out: list[Action] = [Note(f"client {cid}: invalid line ({msg.reason})")]
@@ -143,9 +144,10 @@ class RelayCore(ClientMessageRelay):
             return self._client_notification(cid, msg)
         return self._client_response(cid, msg)
 
-    def detach(self, cid: ClientId) -> list[Action]:
+    def detach(self, cid: ClientId, *, now: float) -> list[Action]:
         """A client left: cancel its requests upstream, answer the server's requests to it, and
         drop its subscriptions, log level, tokens and task ownership. Other clients see nothing."""
+        self.now = now
         out: list[Action] = [Note(f"client {cid} detached")]
         alive = self.phase is not Phase.DOWN
         for rid in self.routes.inflight_of(cid):
@@ -178,10 +180,11 @@ class RelayCore(ClientMessageRelay):
 
     # ---- server events ---------------------------------------------------------------------------
 
-    def spawned(self) -> list[Action]:
+    def spawned(self, *, now: float) -> list[Action]:
         """The process exists. Follow the start plan of its lane (era_policy.py): the era probe
         first (then discovery probes that were waiting), or the replayed handshake first; a
         handshake known and wanted is sent (behind the probe, or alone)."""
+        self.now = now
         self.phase = Phase.PREINIT
         plan = self.plan = self.era_policy.start_plan(self.lane, facts_of(self.snapshot))
         if self.lane is None:
@@ -222,8 +225,9 @@ class RelayCore(ClientMessageRelay):
             return "handshake"
         return None  # the era probe is on its way
 
-    def exited(self, description: str) -> list[Action]:
+    def exited(self, description: str, *, now: float) -> list[Action]:
         """The process ended (crash, stop or start timeout): answer everything that waits on it."""
+        self.now = now
         out: list[Action] = [Note(f"server exited: {description}")]
         message = f"lazyd: server {self.name} stopped before answering: {description}"
         for up in self.routes.upstream.values():
@@ -247,15 +251,17 @@ class RelayCore(ClientMessageRelay):
             self._end_round(*key)
         return out
 
-    def start_failed(self, reason: str) -> list[Action]:
+    def start_failed(self, reason: str, *, now: float) -> list[Action]:
         """No process could be started: every queued request gets `reason`."""
+        self.now = now
         self.phase = Phase.DOWN
         out = [Note(f"start failed: {reason}"), *self._fail_queue(f"lazyd: cannot start server {self.name}: {reason}")]
         for key in [k for k, r in self.rounds.items() if not r.pending]:
             self._end_round(*key)  # a queued retry was just answered with the error
         return out
 
-    def server_line(self, line: bytes) -> list[Action]:
+    def server_line(self, line: bytes, *, now: float) -> list[Action]:
+        self.now = now
         fast = self._large_result(line)
         if fast is not None:
             return fast

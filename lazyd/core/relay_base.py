@@ -12,8 +12,6 @@ the state defined here.
 from __future__ import annotations
 
 import enum
-import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -33,8 +31,6 @@ MAX_LISTING_PAGES = 1000
 PROTOCOL_VERSION_META = "io.modelcontextprotocol/protocolVersion"
 # Discovery-cache key of a -32601 answer, which holds whatever version the probe named.
 ANY_VERSION = "*"
-
-Clock = Callable[[], float]
 
 
 class Phase(enum.Enum):
@@ -121,7 +117,7 @@ class RelayBase:
     """The state of one server instance as the relay sees it, shared by every era's logic."""
 
     def __init__(self, name: str, snapshot: Snapshot, sampling_policy: SamplingPolicy = "refuse",
-                 clock: Clock = time.time, era: EraSetting = "auto") -> None:
+                 era: EraSetting = "auto") -> None:
         self.name = name
         self.snapshot = snapshot
         self.sampling_policy: SamplingPolicy = sampling_policy
@@ -131,9 +127,9 @@ class RelayBase:
         self.era_policy = EraPolicy(era)
         self.lane: Era | None = None
         self.plan: StartPlan | None = None  # the live process's start plan
-        # Wall-clock seconds, read only to honour ttlMs: stored results outlive the daemon, so a
-        # monotonic clock would not do. Injected so that tests decide what time it is.
-        self.clock = clock
+        # The wall-clock seconds the event being handled brought (every event brings `now`), read
+        # only to honour ttlMs: stored results outlive the daemon, so a monotonic clock would not do.
+        self.now = 0.0
         self.phase = Phase.DOWN
         self.clients: dict[ClientId, ClientState] = {}
         self.routes = Routes()

@@ -198,7 +198,7 @@ class CacheRelay(RelayBase):
         if not isinstance(result, dict):
             return None
         stored = answer.get("stored_at", 0.0)
-        left = remaining_ttl_ms(result, float(stored) if isinstance(stored, (int, float)) else 0.0, self.clock())
+        left = remaining_ttl_ms(result, float(stored) if isinstance(stored, (int, float)) else 0.0, self.now)
         if left is None:
             return rpc.result_line(msg_id, result)
         if left <= 0 and self.phase is not Phase.DOWN:
@@ -216,7 +216,7 @@ class CacheRelay(RelayBase):
             if not public and not identity:
                 return [Note("a private discovery answer for an unknown identity is not cached")]
             self.snapshot.discover[discover_key(version, PUBLIC if public else identity)] = {
-                "result": result, "stored_at": self.clock()}
+                "result": result, "stored_at": self.now}
             if is_stateless_discovery(result):
                 self.snapshot.discover.pop(ANY_VERSION, None)
             return [SnapshotChanged()]
@@ -317,7 +317,7 @@ class CacheRelay(RelayBase):
         old = self._lookup(fetch.method, fetch.asker)
         # One of the two keys at most: a result that changed scope must not leave its other self.
         self.snapshot.stateless.pop(fetch.asker.key(fetch.method, fetch.private), None)
-        self.snapshot.store_stateless(fetch.asker.key(fetch.method, not fetch.private), merged, self.clock())
+        self.snapshot.store_stateless(fetch.asker.key(fetch.method, not fetch.private), merged, self.now)
         out = [SnapshotChanged(), *self._answer_waiters(fetch, merged)]
         if fetch.why == "start" and old is not None and old.result.get(item_key) != fetch.items:
             out.append(Note(f"listing drift: sending {LIST_CHANGED[fetch.method]}"))

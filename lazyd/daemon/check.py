@@ -149,15 +149,15 @@ class IsolatedCheck:
             progress.report(f"handshake (pid {proc.pid})")
             try:
                 with trio.move_on_after(self.timeout_s) as scope:
-                    self._feed(self.core.attach(CHECK_CID))
+                    self._feed(self.core.attach(CHECK_CID, now=time.time()))
                     # A whole envelope: stateless servers refuse a probe without the client's identity.
                     probe = {"_meta": {rl.PROTOCOL_VERSION_META: DISCOVER_PROBE_VERSION,
                                        CLIENT_INFO_META: self.params.get("clientInfo") or {},
                                        CLIENT_CAPABILITIES_META: self.params.get("capabilities") or {}}}
                     if self.lane == "stateless":
-                        self._feed(self.core.client_line(CHECK_CID, request_line(_DISCOVER_ID, "server/discover", probe)))
-                    self._feed(self.core.client_line(CHECK_CID, request_line(_INITIALIZE_ID, "initialize", self.params)))
-                    self._feed(self.core.spawned())
+                        self._feed(self.core.client_line(CHECK_CID, request_line(_DISCOVER_ID, "server/discover", probe), now=time.time()))
+                    self._feed(self.core.client_line(CHECK_CID, request_line(_INITIALIZE_ID, "initialize", self.params), now=time.time()))
+                    self._feed(self.core.spawned(now=time.time()))
                     nursery.start_soon(self._write, proc)
                     nursery.start_soon(self._read, proc)
                     await self.done.wait()
@@ -186,7 +186,7 @@ class IsolatedCheck:
                 answer = json.loads(action.line)
                 self.answers[int(action.done)] = answer
                 if action.done == _INITIALIZE_ID and "result" in answer:
-                    self._feed(self.core.client_line(CHECK_CID, notification_line("notifications/initialized")))
+                    self._feed(self.core.client_line(CHECK_CID, notification_line("notifications/initialized"), now=time.time()))
             elif isinstance(action, rl.Ready):
                 self.ready = True
             elif isinstance(action, rl.Abort):
@@ -209,7 +209,7 @@ class IsolatedCheck:
     async def _read(self, proc: ChildProcess) -> None:
         try:
             async for line in proc.lines():
-                self._feed(self.core.server_line(line))
+                self._feed(self.core.server_line(line, now=time.time()))
         except LineTooLong:
             self._finish(f"the server wrote a stdout line over {proc.spec.max_line_bytes} bytes")
         info = await proc.wait_exit()

@@ -206,9 +206,9 @@ class ServerRuntime:
 
     def attach(self, session: Session, resume: list[bytes]) -> None:
         self.sessions[session.cid] = session
-        self._relay(self.core.attach(session.cid))
+        self._relay(self.core.attach(session.cid, now=time.time()))
         if resume:
-            self._relay(self.core.resume(session.cid, resume))
+            self._relay(self.core.resume(session.cid, resume, now=time.time()))
         self._load()
 
     def client_line(self, cid: int, line: bytes) -> None:
@@ -218,7 +218,7 @@ class ServerRuntime:
                 if gated is None:
                     return
                 line = gated
-            self._relay(self.core.client_line(cid, line))
+            self._relay(self.core.client_line(cid, line, now=time.time()))
             self._load()
 
     def detach(self, cid: int) -> None:
@@ -228,7 +228,7 @@ class ServerRuntime:
         session.send_channel.close()
         if self.gate is not None:
             self.gate.detach(cid)
-        self._relay(self.core.detach(cid))
+        self._relay(self.core.detach(cid, now=time.time()))
         self._load()
 
     def policy_changed(self, old: ToolPolicy, new: ToolPolicy) -> None:
@@ -244,7 +244,7 @@ class ServerRuntime:
         if old.denied(self.config.name, names) == new.denied(self.config.name, names):
             return
         log.info("[%s] the tool policy now hides a different set of tools: telling its clients", self.name)
-        self._relay(core.announce_list_changed("notifications/tools/list_changed"))
+        self._relay(core.announce_list_changed("notifications/tools/list_changed", now=time.time()))
 
     def wake(self) -> None:
         self._life(self.life.operator_wake(trio.current_time()))
@@ -285,7 +285,7 @@ class ServerRuntime:
             if isinstance(action, lc.Spawn):
                 if self._closing:
                     log.info("[%s] not starting: the server is being shut down", self.name)
-                    self._relay(self.core.start_failed("lazyd is shutting this server down"))
+                    self._relay(self.core.start_failed("lazyd is shutting this server down", now=time.time()))
                     continue
                 self._stop_requested = False
                 self._kill_reason = None
@@ -302,7 +302,7 @@ class ServerRuntime:
             elif isinstance(action, lc.KillAndFail):
                 self._kill(action.reason)
             elif isinstance(action, lc.FailWaiting):
-                self._relay(self.core.start_failed(action.error))
+                self._relay(self.core.start_failed(action.error, now=time.time()))
                 self.ready_event.set()
             elif isinstance(action, lc.RunPredicate):
                 if self._closing:
@@ -407,7 +407,7 @@ class ServerRuntime:
         self._nursery.start_soon(self._write_server, proc, receive)
         self._nursery.start_soon(self._read_server, proc)
         self._life(self.life.spawned(trio.current_time(), proc.pid))
-        self._relay(self.core.spawned())
+        self._relay(self.core.spawned(now=time.time()))
 
     async def _write_server(self, proc: ChildProcess, receive: trio.MemoryReceiveChannel[bytes]) -> None:
         backlog = self._backlog  # this process's: a later process gets its own
@@ -426,7 +426,7 @@ class ServerRuntime:
     async def _read_server(self, proc: ChildProcess) -> None:
         try:
             async for line in proc.lines():
-                self._relay(self.core.server_line(line))
+                self._relay(self.core.server_line(line, now=time.time()))
                 self._load()
         except LineTooLong:
             self._kill(f"wrote a stdout line over {proc.spec.max_line_bytes} bytes")
@@ -442,7 +442,7 @@ class ServerRuntime:
         self.last_exit = description
         self.on_children_changed()
         log.info("[%s] pid %d %s", self.name, proc.pid, description)
-        self._relay(self.core.exited(description))
+        self._relay(self.core.exited(description, now=time.time()))
         self._life(self.life.exited(trio.current_time(), description, requested=requested))
         self._note_backoff()
         self._load()

@@ -166,15 +166,27 @@ class Out(list[Action]):
         return out
 
 
+class Clock:
+    """Wall-clock seconds as the test says: the `now` the driver gives every event."""
+
+    def __init__(self) -> None:
+        self.now = 1_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
 class Driver:
     """Plays the daemon around one `RelayCore`, and the server where a test asks it to.
 
     `upstream` holds every request the relay sent to the server that the test has not answered yet
-    (a cancelled one stays there: the server may still answer it, as a real one can).
+    (a cancelled one stays there: the server may still answer it, as a real one can). Every event
+    is given `clock()` as its `now`.
     """
 
     def __init__(self, snapshot: Snapshot | None = None, policy: SamplingPolicy = "refuse") -> None:
         self.core = RelayCore("test", snapshot if snapshot is not None else Snapshot(), policy)
+        self.clock = Clock()
         self.upstream: dict[int, JsonObj] = {}
         self.sent_to_server: list[JsonObj] = []
 
@@ -192,14 +204,14 @@ class Driver:
     def attach(self, *cids: int) -> Out:
         out = Out()
         for cid in cids:
-            out.extend(self.record(self.core.attach(cid)))
+            out.extend(self.record(self.core.attach(cid, now=self.clock())))
         return out
 
     def detach(self, cid: int) -> Out:
-        return self.record(self.core.detach(cid))
+        return self.record(self.core.detach(cid, now=self.clock()))
 
     def send(self, cid: int, obj: JsonObj | bytes) -> Out:
-        return self.record(self.core.client_line(cid, obj if isinstance(obj, bytes) else line(obj)))
+        return self.record(self.core.client_line(cid, obj if isinstance(obj, bytes) else line(obj), now=self.clock()))
 
     def ask(self, cid: int, msg_id: JsonId, method: str, params: JsonObj | None = None) -> Out:
         return self.send(cid, request(msg_id, method, params))
@@ -208,18 +220,18 @@ class Driver:
         return self.send(cid, notification(method, params))
 
     def server_says(self, obj: JsonObj | bytes) -> Out:
-        return self.record(self.core.server_line(obj if isinstance(obj, bytes) else line(obj)))
+        return self.record(self.core.server_line(obj if isinstance(obj, bytes) else line(obj), now=self.clock()))
 
     def spawned(self) -> Out:
-        return self.record(self.core.spawned())
+        return self.record(self.core.spawned(now=self.clock()))
 
     def exited(self, description: str = "exited with status 1") -> Out:
-        out = self.record(self.core.exited(description))
+        out = self.record(self.core.exited(description, now=self.clock()))
         self.upstream.clear()
         return out
 
     def start_failed(self, reason: str = "command not found") -> Out:
-        return self.record(self.core.start_failed(reason))
+        return self.record(self.core.start_failed(reason, now=self.clock()))
 
     # ---- the server's side -----------------------------------------------------------------------
 

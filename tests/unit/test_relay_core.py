@@ -266,7 +266,7 @@ def test_a_client_initializing_while_the_server_runs_gets_the_running_instances_
 def test_a_resumed_client_counts_as_initialized_and_its_handshake_is_the_one_replayed() -> None:
     d = Driver(handshake_era())
     d.attach(1)
-    d.core.resume(1, [rpc.request_line(0, "initialize", BARE_PARAMS), rpc.notification_line("notifications/initialized")])
+    d.core.resume(1, [rpc.request_line(0, "initialize", BARE_PARAMS), rpc.notification_line("notifications/initialized")], now=d.clock())
     assert d.ask(1, 1, "tools/call", {"name": "echo"}).want
     assert d.spawned().server == [request(1, "initialize", BARE_PARAMS)]
     assert d.core.clients[1].initialized
@@ -334,7 +334,7 @@ def test_a_daemon_side_change_notifies_each_initialized_client_once_while_the_se
     d = running(1, 2)
     d.attach(3)
     d.ask(3, 0, "initialize", CLIENT_PARAMS)  # never finished its handshake: told nothing
-    out = d.record(d.core.announce_list_changed("notifications/tools/list_changed"))
+    out = d.record(d.core.announce_list_changed("notifications/tools/list_changed", now=d.clock()))
     assert out.visible() == [
         ("client", 1, notification("notifications/tools/list_changed"), None),
         ("client", 2, notification("notifications/tools/list_changed"), None),
@@ -347,7 +347,7 @@ def test_a_daemon_side_change_notifies_initialized_clients_once_while_the_server
     d.attach(1, 2)
     d.handshake(1)
     d.handshake(2)
-    out = d.record(d.core.announce_list_changed("notifications/tools/list_changed"))
+    out = d.record(d.core.announce_list_changed("notifications/tools/list_changed", now=d.clock()))
     assert out.visible() == [
         ("client", 1, notification("notifications/tools/list_changed"), None),
         ("client", 2, notification("notifications/tools/list_changed"), None),

@@ -3,7 +3,7 @@ cache (ttlMs, cacheScope, continuations), listen streams shared by several clien
 clients bridged onto a stateless-only server, and the mixed-era refusals.
 
 The tests play the daemon and the server around one `RelayCore` (tests/unit/relay_driver.py) and
-decide what time it is through the core's injected clock: nothing here waits for anything.
+decide what time it is through the `now` every event brings: nothing here waits for anything.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from lazyd.core.relay import Phase
 from tests.unit.relay_driver import (
     BARE_PARAMS,
     CLIENT_PARAMS,
+    Clock,
     INIT_RESULT,
     NOT_FOUND,
     PROMPTS,
@@ -49,16 +50,6 @@ UNSUPPORTED_INIT: JsonObj = {"code": -32022, "message": "connection is serving t
                              "data": {"supported": [PV], "requested": "2025-11-25"}}
 
 
-class Clock:
-    """Wall-clock seconds as the test says."""
-
-    def __init__(self) -> None:
-        self.now = 1_000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def meta(name: str = "modern", caps: JsonObj | None = None, **extra: Any) -> JsonObj:
     return {"_meta": {PROTOCOL_VERSION_META: PV, CLIENT_INFO_META: {"name": name, "version": "1"},
                       CLIENT_CAPABILITIES_META: caps or {}, **extra}}
@@ -73,9 +64,7 @@ def driver(snapshot: Snapshot | None = None, lane: Era | None = "stateless") -> 
     (era_policy.py: the lane decides the start plan)."""
     d = Driver(snapshot if snapshot is not None else Snapshot())
     d.core.lane = lane
-    clock = Clock()
-    d.core.clock = clock
-    return d, clock
+    return d, d.clock
 
 
 def known_stateless(discovery: JsonObj = DISCOVERY) -> Snapshot:
@@ -689,7 +678,7 @@ def test_a_daemon_side_change_reaches_a_stateless_client_on_its_listen_stream_on
     d.attach(1, 2)
     d.ask(1, "L", "subscriptions/listen", {**meta(), "notifications": {"toolsListChanged": True}})
     d.ask(2, "M", "subscriptions/listen", {**meta(), "notifications": {"promptsListChanged": True}})
-    out = d.record(d.core.announce_list_changed("notifications/tools/list_changed"))
+    out = d.record(d.core.announce_list_changed("notifications/tools/list_changed", now=d.clock()))
     assert out.client(1) == [notification("notifications/tools/list_changed", {"_meta": {SUBSCRIPTION_ID_META: "L"}})]
     assert out.client(2) == []  # it did not ask for tool changes
     assert not out.want and out.server == []
