@@ -21,7 +21,7 @@ handshake-era clients a process of their own instead: lazyd/core/era_policy.py.)
   handshake era's contract for these clients: served whatever their age (there is no ttl in that
   era), refreshed at every start and on every change notification; `cacheScope: "private"` holds.
 - `resources/subscribe` becomes part of the relay's listen stream; change notifications from it
-  reach these clients as plain handshake-era notifications.
+  reach these clients as plain handshake-era notifications (stateless_listen.py).
 """
 
 from __future__ import annotations
@@ -29,15 +29,19 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass, field
 
+from typing import Protocol
+
 from lazyd.core import eras
 from lazyd.core import jsonrpc as rpc
-from lazyd.core.cache import LISTINGS, HandshakeEntry, Listing, handshake_key
+from lazyd.core.asker import PROBE_VERSION, Asker, asker_from_params
+from lazyd.core.cache import LISTINGS, HandshakeEntry, Listing, Snapshot, handshake_key
+from lazyd.core.era_state import EraState
 from lazyd.core.jsonrpc import JsonId, JsonObj, Kind, Message
-from lazyd.core.listen import LIST_FLAGS, RESOURCE_UPDATED, uri_matches
-from lazyd.core.relay_base import Action, Activity, ClientState, Note, Phase, ToClient
-from lazyd.core.routing import CALLBACK_CAPABILITY, ClientId, Upstream
-from lazyd.core.stateless import StatelessRelay
-from lazyd.core.stateless_cache import PROBE_VERSION, Asker, Waiter, advertised, asker_from_params
+from lazyd.core.listings import Waiter
+from lazyd.core.relay_base import Action, Activity, ClientState, Note, Phase, ToClient, Waiting, forward
+from lazyd.core.routing import CALLBACK_CAPABILITY, ClientId, Routes, Upstream
+from lazyd.core.stateless_cache import StatelessCache, advertised
+from lazyd.core.stateless_listen import ListenRelay
 
 # The python SDK's own cap on input_required rounds: a server that keeps asking is given up on.
 MAX_INPUT_ROUNDS = 10
@@ -61,64 +65,87 @@ class InputRound:
     request_state: str | None = None
 
 
-class BridgeRelay(StatelessRelay):
-    """The bridge's methods of `RelayCore` (see the module docstring)."""
+class BridgePort(Protocol):
+    """What the bridge reads of the core: who it is, its phase, and the live handshake."""
 
-    def _bridging(self) -> bool:
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def phase(self) -> Phase: ...
+
+    @property
+    def instance(self) -> HandshakeEntry | None: ...
+
+
+class Bridge:
+    """Handshake-era clients served by a stateless process, and their input rounds (see the module
+    docstring). Its own state is the rounds in progress, as plain data."""
+
+    def __init__(self, core: BridgePort, snapshot: Snapshot, clients: dict[ClientId, ClientState], queue: Waiting,
+                 routes: Routes, era: EraState, cache: StatelessCache, listen: ListenRelay) -> None:
+        self.core = core
+        self.snapshot = snapshot
+        self.clients = clients
+        self.queue = queue
+        self.routes = routes
+        self.era = era
+        self.cache = cache
+        self.listen = listen
+        self.rounds: dict[tuple[ClientId, JsonId], InputRound] = {}
+        self.input_waits: dict[tuple[ClientId, JsonId], tuple[JsonId, str]] = {}
+
+    def bridging(self) -> bool:
         """Whether handshake-era clients are served through the bridge right now."""
-        if self.phase is Phase.DOWN:
-            # What the next start will do: a plan that never replays a handshake bridges.
-            return self._start_plan().initialize == "never"
-        # A replayed handshake (pending or done) means the process serves the handshake natively.
-        return self.instance is None and self.stateless_up is True
+        return self.era.bridging(self.core.phase, self.core.instance is not None)
 
-    def _upstream_version(self) -> str:
-        return eras.upstream_version(self._known_discovery()) or PROBE_VERSION
+    def upstream_version(self) -> str:
+        return eras.upstream_version(self.cache.known_discovery()) or PROBE_VERSION
 
-    def _client_asker(self, client: ClientState) -> Asker:
-        asker = asker_from_params(client.params or {}, self._upstream_version(), client.principal)
+    def client_asker(self, client: ClientState) -> Asker:
+        asker = asker_from_params(client.params or {}, self.upstream_version(), client.principal)
         # A handshake-era server logs to a client that set no level (the python SDK sends every
         # message); a stateless one logs only to requests that opt in: opt in for it, as direct.
         level = self.routes.levels.get(client.cid, BRIDGED_DEFAULT_LOG_LEVEL)
         return Asker(asker.version, asker.client_info, asker.capabilities, asker.principal, level)
 
-    def _bridged_initialize(self, client: ClientState, msg: Message) -> list[Action]:
+    def initialize(self, client: ClientState, msg: Message) -> list[Action]:
         assert msg.id is not None
-        asker = self._client_asker(client)
+        asker = self.client_asker(client)
         # The handshake era has no ttl: a session must be able to begin from what is known.
         found = self.snapshot.discovery_result(asker.version, asker.identity)
         if found is not None:
-            result = eras.initialize_result_from_discover(found[0], msg.params.get("protocolVersion"), self.name)
+            result = eras.initialize_result_from_discover(found[0], msg.params.get("protocolVersion"), self.core.name)
             return [ToClient(client.cid, rpc.result_line(msg.id, result), msg.id),
                     Note(f"client {client.cid} initialize answered from the server's discovery (bridged)")]
-        if self._can_fetch():
+        if self.cache.can_fetch():
             waiter = Waiter(client.cid, msg.id, "initialize", msg.params.get("protocolVersion"))
-            return self._fetch("server/discover", asker, "client", waiter)
-        return self._queue(client.cid, msg, "initialize: no discovery cached for this client")
+            return self.cache.fetch("server/discover", asker, "client", waiter)
+        return self.queue.add(client.cid, msg, "initialize: no discovery cached for this client")
 
-    def _bridged_listing(self, client: ClientState, msg: Message) -> list[Action]:
+    def listing(self, client: ClientState, msg: Message) -> list[Action]:
         assert msg.id is not None and msg.method is not None
         if isinstance(msg.params.get("cursor"), str):
-            if self.phase is Phase.READY and self.stateless_up:
-                return self._bridged_forward(client, msg)
+            if self.core.phase is Phase.READY and self.era.stateless_up:
+                return self._forward(client, msg)
             # Everything was served as one page: the rest of "all pages" is nothing.
             return [ToClient(client.cid, rpc.result_line(msg.id, {LISTINGS[msg.method]: []}), msg.id)]
-        if self._not_advertised(msg.method):
+        if self.cache.not_advertised(msg.method):
             return [ToClient(client.cid, rpc.error_line(msg.id, rpc.METHOD_NOT_FOUND, f"Method not found: {msg.method}"), msg.id)]
-        asker = self._client_asker(client)
-        cached = self._lookup(msg.method, asker)
+        asker = self.client_asker(client)
+        cached = self.cache.lookup(msg.method, asker)
         if cached is not None:
             return [ToClient(client.cid, rpc.result_line(msg.id, eras.for_handshake_client(cached.result)), msg.id)]
-        if self._can_fetch():
-            return self._fetch(msg.method, asker, "client", Waiter(client.cid, msg.id, "handshake"))
-        return self._queue(client.cid, msg, f"{msg.method}: not cached for this client (bridged)")
+        if self.cache.can_fetch():
+            return self.cache.fetch(msg.method, asker, "client", Waiter(client.cid, msg.id, "handshake"))
+        return self.queue.add(client.cid, msg, f"{msg.method}: not cached for this client (bridged)")
 
-    def _bridged_request(self, client: ClientState, msg: Message) -> list[Action]:
+    def request(self, client: ClientState, msg: Message) -> list[Action]:
         """Any other handshake-era request, with the server READY and bridged."""
         assert msg.id is not None and msg.method is not None
         if msg.method in ("resources/subscribe", "resources/unsubscribe"):
             uri = msg.params.get("uri")
-            resources = eras.discover_capabilities(self.discovery).get("resources")
+            resources = eras.discover_capabilities(self.era.discovery).get("resources")
             if not (isinstance(resources, dict) and resources.get("subscribe") is True):
                 # As the server itself answers a handshake client it offers no subscriptions to.
                 return [ToClient(client.cid, rpc.error_line(msg.id, rpc.METHOD_NOT_FOUND, "Method not found", msg.method), msg.id)]
@@ -131,24 +158,24 @@ class BridgeRelay(StatelessRelay):
                 subscribers.discard(client.cid)
                 if not subscribers:
                     self.routes.subscriptions.pop(uri, None)
-            return [ToClient(client.cid, rpc.result_line(msg.id, {}), msg.id), Activity(), *self._sync_listen()]
+            return [ToClient(client.cid, rpc.result_line(msg.id, {}), msg.id), Activity(), *self.listen.sync()]
         if msg.method in INPUT_METHODS:
             self.rounds.setdefault((client.cid, msg.id), InputRound(client.cid, msg.id, msg.method, copy.deepcopy(msg.params)))
-        return self._bridged_forward(client, msg)
+        return self._forward(client, msg)
 
-    def _bridged_forward(self, client: ClientState, msg: Message) -> list[Action]:
-        asker = self._client_asker(client)
+    def _forward(self, client: ClientState, msg: Message) -> list[Action]:
+        asker = self.client_asker(client)
         msg.obj["params"] = eras.with_envelope(msg.params, asker.envelope())
         msg.raw = b""  # the line changed: never splice into the one received
-        return self._forward(client.cid, msg, bridged=True, inspect=True, log_level=asker.log_level)
+        return forward(self.routes, client.cid, msg, bridged=True, inspect=True, log_level=asker.log_level)
 
-    def _bridged_response(self, up: Upstream, msg: Message) -> list[Action]:
+    def response(self, up: Upstream, msg: Message) -> list[Action]:
         assert up.cid is not None and up.client_id is not None
         result = msg.obj.get("result")
         if eras.is_input_required(result):
             assert isinstance(result, dict)
             return self._input_required(up.cid, up.client_id, result)
-        self._end_round(up.cid, up.client_id)
+        self.end_round(up.cid, up.client_id)
         if "result" in msg.obj:
             return [ToClient(up.cid, rpc.result_line(up.client_id, eras.for_handshake_client(result)), up.client_id)]
         error = msg.obj.get("error")
@@ -156,14 +183,14 @@ class BridgeRelay(StatelessRelay):
             # Most likely a tool written for the handshake era's call-backs (the python SDK's
             # "no back-channel for server-initiated requests"): say why it cannot work here.
             return [ToClient(up.cid, rpc.dumps({"jsonrpc": "2.0", "id": up.client_id,
-                                                "error": {**error, "message": self._bridged_hint(error)}}), up.client_id)]
+                                                "error": {**error, "message": self._hint(error)}}), up.client_id)]
         return [ToClient(up.cid, rpc.with_id(msg, up.client_id), up.client_id)]
 
-    def _bridged_hint(self, error: JsonObj) -> str:
+    def _hint(self, error: JsonObj) -> str:
         why = ('era = "stateless" is set for it; with era = "auto" a handshake-era client gets a process in its own era'
-               if self.era_policy.setting == "stateless" else "it speaks only the stateless era")
+               if self.era.setting == "stateless" else "it speaks only the stateless era")
         return (f"{error.get('message', '')} (lazyd: this handshake-era client is served through the stateless era "
-                f"of {self.name}, where a server cannot send requests to its client: {why})")
+                f"of {self.core.name}, where a server cannot send requests to its client: {why})")
 
     # ---- input_required, answered by the client it concerns -------------------------------------
 
@@ -191,7 +218,7 @@ class BridgeRelay(StatelessRelay):
                 return self._round_failed(cid, client_id, MISSING_CAPABILITY,
                                           f"lazyd: the server needs {method} from this client, which does not declare {needed}",
                                           {"requiredCapabilities": {needed: {}}})
-            down_id = self._take_down_id()
+            down_id = self.routes.take_down_id()
             state.pending[key] = down_id
             self.input_waits[(cid, down_id)] = (client_id, key)
             params = request.get("params")
@@ -201,7 +228,7 @@ class BridgeRelay(StatelessRelay):
             out.extend(self._retry_round(state))
         return out
 
-    def _input_answer(self, cid: ClientId, msg: Message) -> list[Action] | None:
+    def input_answer(self, cid: ClientId, msg: Message) -> list[Action] | None:
         """A client's answer to a request the bridge made for an `input_required` result."""
         assert msg.id is not None
         wait = self.input_waits.pop((cid, msg.id), None) if isinstance(msg.id, int) else None
@@ -230,44 +257,28 @@ class BridgeRelay(StatelessRelay):
             params["requestState"] = state.request_state
         obj: JsonObj = {"jsonrpc": "2.0", "id": state.client_id, "method": state.method, "params": params}
         msg = Message(Kind.REQUEST, obj, state.client_id, state.method)
-        if self.phase is Phase.READY and self._bridging():
-            return self._bridged_request(self.clients[state.cid], msg)
-        return self._queue(state.cid, msg, "retry with the client's input")
+        if self.core.phase is Phase.READY and self.bridging():
+            return self.request(self.clients[state.cid], msg)
+        return self.queue.add(state.cid, msg, "retry with the client's input")
 
     def _round_failed(self, cid: ClientId, client_id: JsonId, code: int, message: str, data: object = None) -> list[Action]:
-        self._end_round(cid, client_id)
+        self.end_round(cid, client_id)
         return [ToClient(cid, rpc.error_line(client_id, code, message, data), client_id), Note(message)]
 
-    def _end_round(self, cid: ClientId, client_id: JsonId) -> None:
+    def end_round(self, cid: ClientId, client_id: JsonId) -> None:
         state = self.rounds.pop((cid, client_id), None)
         if state is not None:
             for down_id in state.pending.values():
                 self.input_waits.pop((cid, down_id), None)
 
-    def _forget_rounds(self, cid: ClientId) -> None:
+    def forget_rounds(self, cid: ClientId) -> None:
         for key in [k for k in self.rounds if k[0] == cid]:
-            self._end_round(*key)
+            self.end_round(*key)
 
-    # ---- notifications to handshake-era clients ------------------------------------------------
-
-    def _bridged_notification(self, method: str, params: JsonObj) -> list[Action]:
-        if self.instance is not None:
-            return []  # a mixed connection notifies them natively
-        if method in LIST_FLAGS:
-            line = rpc.notification_line(method)
-            return [ToClient(cid, line) for cid, c in sorted(self.clients.items()) if c.params is not None and c.initialized]
-        if method == RESOURCE_UPDATED:
-            uri = params.get("uri")
-            if not isinstance(uri, str):
-                return []
-            targets = sorted({cid for sub, cids in self.routes.subscriptions.items() if uri_matches(sub, uri) for cid in cids})
-            plain = {k: v for k, v in params.items() if k != "_meta"}
-            meta = params.get("_meta")
-            if isinstance(meta, dict) and any(k != eras.SUBSCRIPTION_ID_META for k in meta):
-                plain["_meta"] = {k: v for k, v in meta.items() if k != eras.SUBSCRIPTION_ID_META}
-            line = rpc.notification_line(method, plain)
-            return [ToClient(cid, line) for cid in targets]
-        return []
+    def end_answered_rounds(self) -> None:
+        """Rounds whose retry was waiting (in flight or queued) were just answered with an error."""
+        for key in [k for k, r in self.rounds.items() if not r.pending]:
+            self.end_round(*key)
 
     # ---- what a handshake-era client sees (lazyctl check) ----------------------------------------
 
@@ -277,14 +288,14 @@ class BridgeRelay(StatelessRelay):
         entry = self.snapshot.entries.get(handshake_key(params))
         if entry is not None:
             return entry
-        asker = asker_from_params(params, self._upstream_version())
+        asker = asker_from_params(params, self.upstream_version())
         found = self.snapshot.discovery_result(asker.version, asker.identity)
         if found is None:
             return None
-        result = eras.initialize_result_from_discover(found[0], params.get("protocolVersion"), self.name)
+        result = eras.initialize_result_from_discover(found[0], params.get("protocolVersion"), self.core.name)
         listings: dict[str, Listing] = {}
         for method in advertised(found[0]):
-            cached = self._lookup(method, asker)
+            cached = self.cache.lookup(method, asker)
             items = cached.result.get(LISTINGS[method]) if cached is not None else None
             if isinstance(items, list):
                 listings[method] = Listing(items=items)

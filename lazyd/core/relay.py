@@ -35,19 +35,34 @@ stateless era goes PREINIT -> REFRESH (its listings fetched under a real client'
 READY without any handshake, serves stateless clients from a ttl-aware cache, and serves
 handshake-era clients through the bridge (bridge.py) when its plan gives it no handshake.
 
-This module keeps the public API: the events and what each does in every phase. The handshake
-era's rules live with their code: relay_client.py (client messages), relay_startup.py (handshake
-replay and listing refresh), relay_server.py (server messages).
+`RelayCore` keeps the public API (the events, the observations, the action types) and owns the
+phase; it holds parts, each with its own state and a narrow port back to it (docs/architecture-core.md):
+
+| part | module | its own state |
+|---|---|---|
+| routes | routing.py | relay ids, client-facing ids, tokens, tasks, subscriptions, log levels |
+| the queue | relay_base.py (`Waiting`) | client requests waiting for the server |
+| era detection | era_state.py | the live process's era stage, its DiscoverResult, a held refusal |
+| the listing engine | listings.py | every fetch under way (both eras), who waits on it |
+| the stateless cache | stateless_cache.py | none (the snapshot is the cache) |
+| the listen hub | stateless_listen.py, listen.py | client listen streams, the relay's own stream |
+| the bridge | bridge.py | input rounds of bridged handshake-era clients |
+| handshake start-up | relay_startup.py | the live handshake, the server's log level and subscriptions |
+| the stateless era | stateless.py | whether a stateless start is under way |
+| client / server messages | relay_client.py, relay_server.py | none: they choose the part |
 """
 
 from __future__ import annotations
 
 from lazyd.core import jsonrpc as rpc
-from lazyd.core.cache import Snapshot
-from lazyd.core.era_policy import EraSetting, facts_of
-from lazyd.core.jsonrpc import Kind, Message
+from lazyd.core.bridge import Bridge
+from lazyd.core.cache import HandshakeEntry, Snapshot
+from lazyd.core.era_policy import Era, EraSetting
+from lazyd.core.era_state import EraState
+from lazyd.core.jsonrpc import JsonObj, Kind, Message
+from lazyd.core.listings import MAX_LISTING_PAGES as MAX_LISTING_PAGES
+from lazyd.core.listings import ListingEngine
 from lazyd.core.relay_base import ANY_VERSION as ANY_VERSION
-from lazyd.core.relay_base import MAX_LISTING_PAGES as MAX_LISTING_PAGES
 from lazyd.core.relay_base import PROTOCOL_VERSION_META as PROTOCOL_VERSION_META
 from lazyd.core.relay_base import Abort as Abort
 from lazyd.core.relay_base import Action as Action
@@ -59,12 +74,18 @@ from lazyd.core.relay_base import Ready as Ready
 from lazyd.core.relay_base import SnapshotChanged as SnapshotChanged
 from lazyd.core.relay_base import ToClient as ToClient
 from lazyd.core.relay_base import ToServer as ToServer
+from lazyd.core.relay_base import Waiting, forward, internal
 from lazyd.core.relay_base import WantServer as WantServer
-from lazyd.core.relay_client import ClientMessageRelay
-from lazyd.core.routing import ClientId, SamplingPolicy
+from lazyd.core.relay_client import ClientMessages
+from lazyd.core.relay_server import ServerMessages
+from lazyd.core.relay_startup import Handshake
+from lazyd.core.routing import ClientId, Routes, SamplingPolicy
+from lazyd.core.stateless import StatelessEra
+from lazyd.core.stateless_cache import StatelessCache
+from lazyd.core.stateless_listen import ListenRelay
 
 
-class RelayCore(ClientMessageRelay):
+class RelayCore:
     """All relay decisions for one server instance shared by any number of clients.
 
     Every event brings `now`, the wall-clock time in seconds (`time.time()`), as the lifecycle's
@@ -74,20 +95,77 @@ class RelayCore(ClientMessageRelay):
 
     def __init__(self, name: str, snapshot: Snapshot, sampling_policy: SamplingPolicy = "refuse",
                  era: EraSetting = "auto") -> None:
-        super().__init__(name, snapshot, sampling_policy, era)
+        self.name = name
+        self.snapshot = snapshot
+        self.sampling_policy: SamplingPolicy = sampling_policy
+        self.phase = Phase.DOWN
+        self.now = 0.0  # the time the event being handled brought
+        self.clients: dict[ClientId, ClientState] = {}
+        self.queue = Waiting()
+        self.routes = Routes()
+        self.era = EraState(era, snapshot)
+        self.listings = ListingEngine(lambda method, params, purpose: internal(self.routes, method, params, purpose))
+        self.cache = StatelessCache(self, snapshot, self.clients, self.queue, self.routes, self.era, self.listings)
+        self.listen = ListenRelay(self, snapshot, self.clients, self.queue, self.routes, self.era, self.listings, self.cache)
+        self.bridge = Bridge(self, snapshot, self.clients, self.queue, self.routes, self.era, self.cache, self.listen)
+        self.handshake = Handshake(self, snapshot, self.clients, self.queue, self.routes, self.era, self.listings, self.cache)
+        self.stateless = StatelessEra(self, snapshot, self.clients, self.queue, self.routes, self.era, self.listings,
+                                      self.cache, self.listen, self.handshake)
+        self.from_client = ClientMessages(self, snapshot, self.clients, self.queue, self.routes, self.era, self.listings,
+                                          self.cache, self.listen, self.bridge, self.handshake, self.stateless)
+        self.from_server = ServerMessages(self.clients, self.routes, sampling_policy, self.listings, self.cache,
+                                          self.listen, self.bridge, self.handshake, self.stateless)
 
     # ---- observations ----------------------------------------------------------------------------
+
+    @property
+    def instance(self) -> HandshakeEntry | None:
+        """The live process's handshake and listings (None: no handshake connection)."""
+        return self.handshake.instance
+
+    @property
+    def lane(self) -> Era | None:
+        """The era the daemon gave this instance's process (era_policy.py)."""
+        return self.era.lane
+
+    @lane.setter
+    def lane(self, value: Era | None) -> None:
+        self.era.lane = value
 
     def client_count(self) -> int:
         return len(self.clients)
 
     def inflight_count(self) -> int:
-        queued = sum(1 for cid, m in self.queue if m.kind is Kind.REQUEST)
-        return self.routes.client_inflight_count() + queued + self.waiting_count()
+        return self.routes.client_inflight_count() + self.queue.requests() + self.listings.waiting_count()
 
     def listen_count(self) -> int:
         """Open `subscriptions/listen` streams of attached clients (they do not keep a server up)."""
-        return len(self.hub.streams)
+        return len(self.listen.hub.streams)
+
+    def process_era(self) -> str | None:
+        """The era the live process serves its clients in: "handshake", "stateless" (handshake-era
+        clients bridged), "both" (one connection carries both), or None when there is none."""
+        return self.era.process_era(self.phase, self.instance is not None)
+
+    def handshake_view(self, params: JsonObj) -> HandshakeEntry | None:
+        """What a handshake-era client with these `initialize` params is served from the snapshot:
+        the recorded handshake, or, for a stateless-only server, the bridged one."""
+        return self.bridge.handshake_view(params)
+
+    # ---- the ports the parts reach the core through ----------------------------------------------
+
+    def dispatch(self, cid: ClientId, msg: Message) -> list[Action]:
+        """A queued request, handled as if it had just arrived."""
+        return self.from_client.request(cid, msg)
+
+    def maybe_ready(self) -> list[Action]:
+        return self.stateless.maybe_ready()
+
+    def initialize_refused(self, error: JsonObj) -> list[Action] | None:
+        return self.stateless.initialize_refused(error)
+
+    def probe_unanswered(self) -> list[Action]:
+        return self.stateless.probe_unanswered()
 
     # ---- the daemon's own events -----------------------------------------------------------------
 
@@ -97,7 +175,7 @@ class RelayCore(ClientMessageRelay):
         clients directly, or through the bridge when no handshake connection to the server is up
         (it then sends them the notification itself). Each client gets it once."""
         self.now = now
-        out = [Note(f"{notification}: sent to clients (a daemon-side change)"), *self._announce_list_changed(notification)]
+        out = [Note(f"{notification}: sent to clients (a daemon-side change)"), *self.listen.announce(notification, {})]
         if self.instance is not None:
             line = rpc.notification_line(notification)
             out.extend(ToClient(cid, line) for cid, c in sorted(self.clients.items()) if c.initialized)
@@ -137,12 +215,11 @@ class RelayCore(ClientMessageRelay):
                 out.append(ToClient(cid, msg.reply, msg.id))
             return out
         if msg.kind is Kind.REQUEST:
-            self._seq += 1
-            self.clients[cid].last_active = self._seq
-            return self._client_request(cid, msg)
+            self.clients[cid].last_active = self.routes.next_seq()
+            return self.from_client.request(cid, msg)
         if msg.kind is Kind.NOTIFICATION:
-            return self._client_notification(cid, msg)
-        return self._client_response(cid, msg)
+            return self.from_client.notification(cid, msg)
+        return self.from_client.response(cid, msg)
 
     def detach(self, cid: ClientId, *, now: float) -> list[Action]:
         """A client left: cancel its requests upstream, answer the server's requests to it, and
@@ -162,20 +239,14 @@ class RelayCore(ClientMessageRelay):
                 out.append(ToServer(rpc.result_line(down.server_id, {"action": "cancel"})))
             else:
                 out.append(ToServer(rpc.error_line(down.server_id, rpc.INTERNAL_ERROR, "lazyd: the client disconnected")))
-        for uri, subscribers in list(self.routes.subscriptions.items()):
-            subscribers.discard(cid)
-            if not subscribers:
-                del self.routes.subscriptions[uri]
-                if uri in self._upstream_subs and self.phase is Phase.READY:
-                    self._upstream_subs.discard(uri)
-                    out.append(self._internal("resources/unsubscribe", {"uri": uri}, "unsubscribe"))
-        self.queue = [(c, m) for c, m in self.queue if c != cid]
+        out.extend(self.handshake.client_left(cid))
+        self.queue.drop_client(cid)
         self.routes.forget_client(cid)
-        self.hub.drop_client(cid)
-        self._drop_waiter(cid)
-        self._forget_rounds(cid)
+        self.listen.hub.drop_client(cid)
+        self.listings.drop_waiter(cid)
+        self.bridge.forget_rounds(cid)
         del self.clients[cid]
-        out.extend(self._sync_level())
+        out.extend(self.handshake.sync_level())
         return out
 
     # ---- server events ---------------------------------------------------------------------------
@@ -186,44 +257,26 @@ class RelayCore(ClientMessageRelay):
         handshake known and wanted is sent (behind the probe, or alone)."""
         self.now = now
         self.phase = Phase.PREINIT
-        plan = self.plan = self.era_policy.start_plan(self.lane, facts_of(self.snapshot))
-        if self.lane is None:
-            # A start no client asked for: the process is in the era its plan gives it, so the
-            # next client of that era joins it instead of getting a process of its own.
-            self.lane = "stateless" if plan.initialize == "never" else "handshake"
+        plan = self.era.spawned()
         out: list[Action] = [Note(f"server spawned ({self.lane or 'no'} lane: "
                                   f"{'era probe first' if plan.probe_first else 'initialize first'}, "
                                   f"initialize {plan.initialize})")]
-        self.stateless_up = None if plan.probe_first else False
         if plan.probe_first:
-            out.extend(self._send_probe())
-        params = self._replay_params()
+            out.extend(self.stateless.send_probe())
+        params = self.handshake.replay_params()
         handshake = params is not None and plan.initialize != "never"
         if plan.probe_first or not handshake:
             # Discovery probes that woke the server go straight through, unless a handshake must
             # be this connection's first request (a dual-era server locks to the first one's era).
-            waiting = self.queue
-            self.queue = []
-            for cid, msg in waiting:
+            for cid, msg in self.queue.take():
                 if msg.method == "server/discover":
-                    out.extend(self._forward(cid, msg, inspect=True, purpose=self._discover_purpose(cid, msg)))
+                    out.extend(forward(self.routes, cid, msg, inspect=True, purpose=self.cache.discover_purpose(cid, msg)))
                 else:
-                    self.queue.append((cid, msg))
+                    self.queue.hold(cid, msg)
         if handshake:
             assert params is not None
-            out.extend(self._send_initialize(params))
+            out.extend(self.handshake.send_initialize(params))
         return out
-
-    def process_era(self) -> str | None:
-        """The era the live process serves its clients in: "handshake", "stateless" (handshake-era
-        clients bridged), "both" (one connection carries both), or None when there is none."""
-        if self.phase is Phase.DOWN:
-            return None
-        if self.stateless_up is True:
-            return "both" if self.instance is not None else "stateless"
-        if self.stateless_up is False or self.instance is not None:
-            return "handshake"
-        return None  # the era probe is on its way
 
     def exited(self, description: str, *, now: float) -> list[Action]:
         """The process ended (crash, stop or start timeout): answer everything that waits on it."""
@@ -233,36 +286,26 @@ class RelayCore(ClientMessageRelay):
         for up in self.routes.upstream.values():
             if up.cid is not None and up.client_id is not None and up.cid in self.clients:
                 out.append(ToClient(up.cid, rpc.error_line(up.client_id, rpc.SERVER_UNAVAILABLE, message), up.client_id))
-        out.extend(self._fail_queue(message))
-        self.routes.upstream.clear()
-        self.routes.by_client.clear()
-        self.routes.tokens.clear()
-        self.routes.downstream.clear()
-        self.routes.tasks.clear()
-        self.routes.elicitations.clear()
-        self._upstream_subs.clear()
-        self._upstream_level = None
-        self._refreshing.clear()
-        self.instance = None
+        out.extend(self.queue.fail(message, self.clients))
+        self.routes.process_gone()
+        self.handshake.gone()
         self.phase = Phase.DOWN
-        out.extend(self._stateless_gone())
+        out.extend(self.stateless.gone())
         # Rounds whose retry was in flight were just answered with the error above.
-        for key in [k for k, r in self.rounds.items() if not r.pending]:
-            self._end_round(*key)
+        self.bridge.end_answered_rounds()
         return out
 
     def start_failed(self, reason: str, *, now: float) -> list[Action]:
         """No process could be started: every queued request gets `reason`."""
         self.now = now
         self.phase = Phase.DOWN
-        out = [Note(f"start failed: {reason}"), *self._fail_queue(f"lazyd: cannot start server {self.name}: {reason}")]
-        for key in [k for k, r in self.rounds.items() if not r.pending]:
-            self._end_round(*key)  # a queued retry was just answered with the error
+        out = [Note(f"start failed: {reason}"), *self.queue.fail(f"lazyd: cannot start server {self.name}: {reason}", self.clients)]
+        self.bridge.end_answered_rounds()  # a queued retry was just answered with the error
         return out
 
     def server_line(self, line: bytes, *, now: float) -> list[Action]:
         self.now = now
-        fast = self._large_result(line)
+        fast = self.from_server.large_result(line)
         if fast is not None:
             return fast
         msg = rpc.parse(line)
@@ -272,13 +315,13 @@ class RelayCore(ClientMessageRelay):
                 # An answer the relay cannot carry still ends its request: whoever waits on it gets
                 # an error now rather than nothing until the server exits.
                 text = f"lazyd: the server's response could not be relayed ({msg.reason})"
-                out.extend(self._server_response(Message(Kind.RESPONSE, rpc.error_obj(msg.id, rpc.INTERNAL_ERROR, text), msg.id, None)))
+                out.extend(self.from_server.response(Message(Kind.RESPONSE, rpc.error_obj(msg.id, rpc.INTERNAL_ERROR, text), msg.id, None)))
             return out
         if msg.kind is Kind.RESPONSE:
-            return self._server_response(msg)
+            return self.from_server.response(msg)
         if msg.kind is Kind.REQUEST:
-            return self._server_request(msg)
-        return self._server_notification(msg)
+            return self.from_server.request(msg)
+        return self.from_server.notification(msg)
 
 
 def _cancel_line(rid: int, reason: str) -> bytes:

@@ -1,33 +1,23 @@
-"""What every part of the relay core shares: its actions, phases, per-client state, and the state
-of one server instance with the few helpers that send something upstream.
+"""What every part of the relay core shares: its actions, its phases, the state of one client, the
+queue of requests waiting for the server, and the two ways a request goes upstream.
 
-The relay core is split by concept (HOUSE_STYLE.md: one concept per module): `relay.py` is the
-public object and its events, `relay_client.py` handshake-era client messages, `relay_server.py`
-what the server sends, `relay_startup.py` the replay and listing refresh, `stateless.py` the
-stateless era (discovery, the ttl-aware cache, listen streams), `bridge.py` handshake-era clients
-on a stateless-only server. All of them are methods of the one `RelayCore` object, so they share
-the state defined here.
+The relay core is a small object (`relay.RelayCore`) that owns the phase and holds parts, each
+with its own state and a narrow port to the core (docs/architecture-core.md). The parts import
+this module and each other downwards only; what a part needs from above (the phase, the live
+handshake, handling a queued request again) it reaches through a `typing.Protocol` port that the
+core satisfies.
 """
 
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from collections.abc import Collection, Iterator
+from dataclasses import dataclass
 
 from lazyd.core import jsonrpc as rpc
-from lazyd.core.cache import HandshakeEntry, Snapshot
-from lazyd.core.era_policy import Era, EraPolicy, EraSetting, StartPlan, facts_of
 from lazyd.core.jsonrpc import JsonId, JsonObj, Kind, Message
-from lazyd.core.listen import ListenHub
-from lazyd.core.routing import ClientId, Routes, SamplingPolicy, Upstream
+from lazyd.core.routing import ClientId, Routes, Upstream
 
-if TYPE_CHECKING:
-    from lazyd.core.bridge import InputRound
-    from lazyd.core.stateless_cache import Asker, Fetch
-
-# A server whose listing never stops paginating must not make the relay loop forever.
-MAX_LISTING_PAGES = 1000
 PROTOCOL_VERSION_META = "io.modelcontextprotocol/protocolVersion"
 # Discovery-cache key of a -32601 answer, which holds whatever version the probe named.
 ANY_VERSION = "*"
@@ -106,128 +96,98 @@ class ClientState:
         return isinstance(caps, dict) and capability in caps
 
 
-@dataclass
-class Refresh:
-    method: str
-    items: list[object] = field(default_factory=list)
-    pages: int = 0
+# ---- the queue -----------------------------------------------------------------------------------
 
 
-class RelayBase:
-    """The state of one server instance as the relay sees it, shared by every era's logic."""
+class Waiting:
+    """Client messages waiting for the server, in arrival order: forwarded (handled again) when the
+    process is ready, answered with an error when it cannot be."""
 
-    def __init__(self, name: str, snapshot: Snapshot, sampling_policy: SamplingPolicy = "refuse",
-                 era: EraSetting = "auto") -> None:
-        self.name = name
-        self.snapshot = snapshot
-        self.sampling_policy: SamplingPolicy = sampling_policy
-        # Which era this instance's process runs in (lazyd/core/era_policy.py): the daemon gives
-        # the instance a lane when it attaches the first client of an era to it; None until then
-        # (a start no client asked for replays a handshake).
-        self.era_policy = EraPolicy(era)
-        self.lane: Era | None = None
-        self.plan: StartPlan | None = None  # the live process's start plan
-        # The wall-clock seconds the event being handled brought (every event brings `now`), read
-        # only to honour ttlMs: stored results outlive the daemon, so a monotonic clock would not do.
-        self.now = 0.0
-        self.phase = Phase.DOWN
-        self.clients: dict[ClientId, ClientState] = {}
-        self.routes = Routes()
-        self.queue: list[tuple[ClientId, Message]] = []
-        self.instance: HandshakeEntry | None = None  # the live process's handshake and listings
-        self._refreshing: dict[str, Refresh] = {}
-        self._initial_refresh = False
-        self._upstream_level: str | None = None
-        self._upstream_subs: set[str] = set()
-        self._next_id = 1  # relay ids: never reused, so a late response can never be misrouted
-        self._next_down_id = 1
-        self._seq = 0
-        # ---- the stateless era (stateless.py) ----
-        # Whether the live process answered the era probe with a stateless DiscoverResult:
-        # None while unknown (no process, or the probe is on its way).
-        self.stateless_up: bool | None = None
-        self.discovery: JsonObj | None = None  # that DiscoverResult
-        self._probe_sent = False
-        self._probe_asker: Asker | None = None  # whose identity the era probe carried
-        self._init_refused: JsonObj | None = None  # an initialize error held until the probe answers
-        self._stateless_starting = False
-        self.fetches: dict[str, Fetch] = {}
-        self.hub = ListenHub()
-        # ---- handshake-era clients on a stateless server (bridge.py) ----
-        self.rounds: dict[tuple[ClientId, JsonId], InputRound] = {}
-        self.input_waits: dict[tuple[ClientId, JsonId], tuple[JsonId, str]] = {}
+    def __init__(self) -> None:
+        self.items: list[tuple[ClientId, Message]] = []
 
-    # ---- hooks the era modules call across each other ------------------------------------------
+    def __len__(self) -> int:
+        return len(self.items)
 
-    def _client_request(self, cid: ClientId, msg: Message) -> list[Action]:
-        raise NotImplementedError
+    def __iter__(self) -> Iterator[tuple[ClientId, Message]]:
+        return iter(self.items)
 
-    # ---- helpers ---------------------------------------------------------------------------------
+    def hold(self, cid: ClientId, msg: Message) -> None:
+        self.items.append((cid, msg))
 
-    def _start_plan(self) -> StartPlan:
-        """The live process's plan, else the one the next start would follow."""
-        if self.plan is not None and self.phase is not Phase.DOWN:
-            return self.plan
-        return self.era_policy.start_plan(self.lane, facts_of(self.snapshot))
-
-    def _take_id(self) -> int:
-        rid = self._next_id
-        self._next_id += 1
-        return rid
-
-    def _take_down_id(self) -> int:
-        down_id = self._next_down_id
-        self._next_down_id += 1
-        return down_id
-
-    def _internal(self, method: str, params: JsonObj | None, purpose: str) -> ToServer:
-        rid = self._take_id()
-        self.routes.add(rid, Upstream(method, None, None, purpose=purpose))
-        return ToServer(rpc.request_line(rid, method, params))
-
-    def _forward(self, cid: ClientId, msg: Message, *, bridged: bool = False, inspect: bool = False,
-                 log_level: str | None = None, purpose: str | None = None) -> list[Action]:
-        """Send a client request upstream under a fresh relay id (and relay progress token)."""
-        assert msg.method is not None and msg.id is not None
-        rid = self._take_id()
-        self._seq += 1
-        up = Upstream(msg.method, cid, msg.id, seq=self._seq, inspect=inspect, bridged=bridged, log_level=log_level)
-        if purpose is not None:
-            up.purpose = purpose
-        elif msg.method == "server/discover":
-            up.purpose = discover_version_key(msg.params)
-        meta = msg.params.get("_meta")
-        self.routes.add(rid, up)
-        if isinstance(meta, dict) and rpc.valid_id(meta.get("progressToken")):
-            up.token = meta["progressToken"]
-            self.routes.tokens[rid] = (cid, meta["progressToken"])
-            meta["progressToken"] = rid
-            msg.obj["id"] = rid
-            return [ToServer(rpc.dumps(msg.obj)), Activity()]
-        return [ToServer(rpc.with_id(msg, rid)), Activity()]
-
-    def _foreign_task(self, cid: ClientId, msg: Message) -> list[Action] | None:
-        """A task request naming another client's task (2025-11-25 tasks, and the 2026 tasks
-        extension): refused as unknown, so that its existence is never revealed."""
-        if msg.method not in ("tasks/get", "tasks/result", "tasks/cancel") or msg.id is None:
-            return None
-        task_id = msg.params.get("taskId")
-        owner = self.routes.tasks.get(task_id) if isinstance(task_id, str) else None
-        if owner is None or owner == cid:
-            return None
-        return [ToClient(cid, rpc.error_line(msg.id, rpc.INVALID_PARAMS, "Invalid params: unknown task"), msg.id)]
-
-    def _queue(self, cid: ClientId, msg: Message, why: str) -> list[Action]:
-        self.queue.append((cid, msg))
+    def add(self, cid: ClientId, msg: Message, why: str) -> list[Action]:
+        """Hold a request and ask for a live server."""
+        self.items.append((cid, msg))
         return [WantServer(), Note(f"client {cid} {msg.method} id={msg.id!r} queued: {why}")]
 
-    def _fail_queue(self, message: str) -> list[Action]:
+    def take(self) -> list[tuple[ClientId, Message]]:
+        """Everything waiting, leaving the queue empty (what is held again goes to the back)."""
+        items, self.items = self.items, []
+        return items
+
+    def requests(self) -> int:
+        return sum(1 for _, msg in self.items if msg.kind is Kind.REQUEST)
+
+    def cancel(self, cid: ClientId, request_id: JsonId) -> bool:
+        """Drop a client's queued request (its cancellation); whether one was there."""
+        before = len(self.items)
+        self.items = [(c, m) for c, m in self.items if not (c == cid and m.id == request_id and m.kind is Kind.REQUEST)]
+        return len(self.items) != before
+
+    def drop_client(self, cid: ClientId) -> None:
+        self.items = [(c, m) for c, m in self.items if c != cid]
+
+    def fail(self, message: str, clients: Collection[ClientId]) -> list[Action]:
+        """Answer every queued request of an attached client with `message`, and empty the queue."""
         out: list[Action] = []
-        for cid, msg in self.queue:
-            if msg.kind is Kind.REQUEST and msg.id is not None and cid in self.clients:
+        for cid, msg in self.items:
+            if msg.kind is Kind.REQUEST and msg.id is not None and cid in clients:
                 out.append(ToClient(cid, rpc.error_line(msg.id, rpc.SERVER_UNAVAILABLE, message), msg.id))
-        self.queue = []
+        self.items = []
         return out
+
+
+# ---- requests going upstream ---------------------------------------------------------------------
+
+
+def internal(routes: Routes, method: str, params: JsonObj | None, purpose: str) -> ToServer:
+    """The relay's own request, under a fresh relay id; its answer goes to whoever `purpose` names."""
+    rid = routes.take_id()
+    routes.add(rid, Upstream(method, None, None, purpose=purpose))
+    return ToServer(rpc.request_line(rid, method, params))
+
+
+def forward(routes: Routes, cid: ClientId, msg: Message, *, bridged: bool = False, inspect: bool = False,
+            log_level: str | None = None, purpose: str | None = None) -> list[Action]:
+    """Send a client request upstream under a fresh relay id (and relay progress token)."""
+    assert msg.method is not None and msg.id is not None
+    rid = routes.take_id()
+    up = Upstream(msg.method, cid, msg.id, seq=routes.next_seq(), inspect=inspect, bridged=bridged, log_level=log_level)
+    if purpose is not None:
+        up.purpose = purpose
+    elif msg.method == "server/discover":
+        up.purpose = discover_version_key(msg.params)
+    meta = msg.params.get("_meta")
+    routes.add(rid, up)
+    if isinstance(meta, dict) and rpc.valid_id(meta.get("progressToken")):
+        up.token = meta["progressToken"]
+        routes.tokens[rid] = (cid, meta["progressToken"])
+        meta["progressToken"] = rid
+        msg.obj["id"] = rid
+        return [ToServer(rpc.dumps(msg.obj)), Activity()]
+    return [ToServer(rpc.with_id(msg, rid)), Activity()]
+
+
+def foreign_task(routes: Routes, cid: ClientId, msg: Message) -> list[Action] | None:
+    """A task request naming another client's task (2025-11-25 tasks, and the 2026 tasks
+    extension): refused as unknown, so that its existence is never revealed."""
+    if msg.method not in ("tasks/get", "tasks/result", "tasks/cancel") or msg.id is None:
+        return None
+    task_id = msg.params.get("taskId")
+    owner = routes.tasks.get(task_id) if isinstance(task_id, str) else None
+    if owner is None or owner == cid:
+        return None
+    return [ToClient(cid, rpc.error_line(msg.id, rpc.INVALID_PARAMS, "Invalid params: unknown task"), msg.id)]
 
 
 def discover_version_key(params: JsonObj) -> str:

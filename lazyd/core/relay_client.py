@@ -4,6 +4,7 @@ what waits for the server, and what is forwarded.
 - `ping` is answered by the relay. `logging/setLevel` is recorded per client; the server runs at
   the most verbose level any client asked for. A stateless-era request goes to stateless.py, and on
   a server that speaks only the stateless era everything else goes through the bridge (bridge.py).
+  This part holds no state of its own: it decides which part a message goes to.
 - `initialize` is answered by the running instance once its handshake is done (a client asking for
   another version is told openly which one the process speaks: PROTOCOL.md §8), else from a cached
   handshake of the same version, else it waits for a start.
@@ -15,7 +16,7 @@ what waits for the server, and what is forwarded.
 - Anything else waits in the queue until READY, then goes upstream under a relay id; a task request
   naming another client's task is refused as unknown.
 - Subscriptions are shared: the server gets one `resources/subscribe` per uri, and the
-  `resources/unsubscribe` of its last subscriber only.
+  `resources/unsubscribe` of its last subscriber only (relay_startup.py).
 - `notifications/initialized` is swallowed (the relay sent its own when it replayed the handshake).
   A cancellation ends the request wherever it is: a listen stream, a fetch it waits on, the queue,
   or the server, which gets it under the relay id. Other notifications reach a ready server only.
@@ -24,10 +25,15 @@ what waits for the server, and what is forwarded.
 
 from __future__ import annotations
 
+from typing import Protocol
+
 from lazyd.core import eras
 from lazyd.core import jsonrpc as rpc
-from lazyd.core.cache import LISTINGS, HandshakeEntry, Listing, handshake_key
-from lazyd.core.jsonrpc import Kind, Message
+from lazyd.core.bridge import Bridge
+from lazyd.core.cache import LISTINGS, HandshakeEntry, Listing, Snapshot, handshake_key
+from lazyd.core.era_state import EraState
+from lazyd.core.jsonrpc import Message
+from lazyd.core.listings import ListingEngine
 from lazyd.core.relay_base import (
     Action,
     Activity,
@@ -37,31 +43,62 @@ from lazyd.core.relay_base import (
     SnapshotChanged,
     ToClient,
     ToServer,
+    Waiting,
     WantServer,
-    discover_version_key,
+    foreign_task,
+    forward,
 )
-from lazyd.core.relay_server import ServerMessageRelay
-from lazyd.core.routing import ClientId, level_rank
+from lazyd.core.relay_startup import Handshake
+from lazyd.core.routing import ClientId, Routes, level_rank
+from lazyd.core.stateless import StatelessEra
+from lazyd.core.stateless_cache import StatelessCache
+from lazyd.core.stateless_listen import ListenRelay
 
 
-class ClientMessageRelay(ServerMessageRelay):
-    """The client-message methods of `RelayCore` (see the module docstring)."""
+class ClientPort(Protocol):
+    """What the client side reads of the core: who it is and its phase."""
 
-    def _client_request(self, cid: ClientId, msg: Message) -> list[Action]:
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def phase(self) -> Phase: ...
+
+
+class ClientMessages:
+    """Where each message from a client goes (see the module docstring)."""
+
+    def __init__(self, core: ClientPort, snapshot: Snapshot, clients: dict[ClientId, ClientState], queue: Waiting,
+                 routes: Routes, era: EraState, listings: ListingEngine, cache: StatelessCache, listen: ListenRelay,
+                 bridge: Bridge, handshake: Handshake, stateless: StatelessEra) -> None:
+        self.core = core
+        self.snapshot = snapshot
+        self.clients = clients
+        self.queue = queue
+        self.routes = routes
+        self.era = era
+        self.listings = listings
+        self.cache = cache
+        self.listen = listen
+        self.bridge = bridge
+        self.handshake = handshake
+        self.stateless = stateless
+
+    def request(self, cid: ClientId, msg: Message) -> list[Action]:
         method = msg.method
         assert method is not None and msg.id is not None
         client = self.clients[cid]
         if eras.is_stateless_request(method, msg.params):
-            return self._stateless_request(cid, msg)
+            return self.stateless.request(cid, msg)
         if method == "ping":
             return [ToClient(cid, rpc.result_line(msg.id, {}), msg.id)]
-        refused = self._era_refusal(msg)
+        refused = self.stateless.era_refusal(msg)
         if refused is not None:
-            return [ToClient(cid, refused, msg.id), Note(f"client {cid} {method}: refused, {self.name} cannot run in its set era")]
+            return [ToClient(cid, refused, msg.id), Note(f"client {cid} {method}: refused, {self.core.name} cannot run in its set era")]
         if method == "initialize":
             return self._initialize(client, msg)
         if method == "server/discover":
-            return self._discover(cid, msg)
+            return self.cache.discover(cid, msg)
         if method in LISTINGS:
             return self._listing(client, msg)
         if method == "logging/setLevel":
@@ -69,20 +106,20 @@ class ClientMessageRelay(ServerMessageRelay):
             if not isinstance(level, str) or level_rank(level) == 0 and level != "debug":
                 return [ToClient(cid, rpc.error_line(msg.id, rpc.INVALID_PARAMS, "Invalid params: unknown log level"), msg.id)]
             self.routes.levels[cid] = level
-            return [ToClient(cid, rpc.result_line(msg.id, {}), msg.id), *self._sync_level()]
-        if self.phase is not Phase.READY:
-            self.queue.append((cid, msg))
+            return [ToClient(cid, rpc.result_line(msg.id, {}), msg.id), *self.handshake.sync_level()]
+        if self.core.phase is not Phase.READY:
+            self.queue.hold(cid, msg)
             return [WantServer(), Note(f"client {cid} {method} id={msg.id!r} queued until the server is ready")]
-        refusal = self._foreign_task(cid, msg)
+        refusal = foreign_task(self.routes, cid, msg)
         if refusal is not None:
             return refusal
-        if self._bridging():
-            return self._bridged_request(client, msg)
+        if self.bridge.bridging():
+            return self.bridge.request(client, msg)
         if method == "resources/subscribe":
-            return self._subscribe(cid, msg)
+            return self.handshake.subscribe(cid, msg)
         if method == "resources/unsubscribe":
-            return self._unsubscribe(cid, msg)
-        return self._forward(cid, msg)
+            return self.handshake.unsubscribe(cid, msg)
+        return forward(self.routes, cid, msg)
 
     def _initialize(self, client: ClientState, msg: Message) -> list[Action]:
         assert msg.id is not None
@@ -91,43 +128,41 @@ class ClientMessageRelay(ServerMessageRelay):
         if self.snapshot.last_params != msg.params:
             self.snapshot.last_params = msg.params
             out.append(SnapshotChanged())
-        if self._bridging():
-            return out + self._bridged_initialize(client, msg)
+        if self.bridge.bridging():
+            return out + self.bridge.initialize(client, msg)
         # Until the replayed handshake is answered the instance has no result to give: a client
         # arriving then is served from the cache or waits in the queue with the first one.
-        if self.instance is not None and self.phase in (Phase.REFRESH, Phase.READY):
+        instance = self.handshake.instance
+        if instance is not None and self.core.phase in (Phase.REFRESH, Phase.READY):
             requested = msg.params.get("protocolVersion")
-            negotiated = self.instance.result.get("protocolVersion")
+            negotiated = instance.result.get("protocolVersion")
             if requested != negotiated:
                 # PROTOCOL.md §8: one process speaks one version; the client is told which, openly.
                 out.append(Note(f"client {client.cid} asked for {requested}; the running instance speaks {negotiated}"))
-            out.append(ToClient(client.cid, rpc.result_line(msg.id, self.instance.result), msg.id))
+            out.append(ToClient(client.cid, rpc.result_line(msg.id, instance.result), msg.id))
             return out
         cached = self.snapshot.entry_same_version(msg.params)
         if cached is not None:
             out.append(Note(f"client {client.cid} initialize answered from cache"))
             out.append(ToClient(client.cid, rpc.result_line(msg.id, cached.result), msg.id))
             return out
-        self.queue.append((client.cid, msg))
+        self.queue.hold(client.cid, msg)
         out.append(WantServer())
         out.append(Note(f"client {client.cid} initialize: no cached handshake for {handshake_key(msg.params)}"))
-        if self.phase is Phase.PREINIT and self._start_plan().initialize != "never":
-            out.extend(self._send_initialize(msg.params))
+        if self.core.phase is Phase.PREINIT and self.era.start_plan(self.core.phase).initialize != "never":
+            out.extend(self.handshake.send_initialize(msg.params))
         return out
-
-    def _discover_purpose(self, cid: ClientId, msg: Message) -> str:
-        return f"{discover_version_key(msg.params)}|{self._request_asker(cid, msg.params).identity}"
 
     def _listing(self, client: ClientState, msg: Message) -> list[Action]:
         assert msg.id is not None and msg.method is not None
-        if self._bridging():
-            return self._bridged_listing(client, msg)
-        if self.phase is Phase.READY and isinstance(msg.params.get("cursor"), str):
+        if self.bridge.bridging():
+            return self.bridge.listing(client, msg)
+        if self.core.phase is Phase.READY and isinstance(msg.params.get("cursor"), str):
             # The relay never writes a cursor, but it forwards listings while a refresh runs: a
             # cursor is the server's, and only the server can give the pages after it.
-            return self._forward(client.cid, msg)
-        if self.phase is Phase.READY and self.instance is not None:
-            entry: HandshakeEntry | None = self.instance
+            return forward(self.routes, client.cid, msg)
+        if self.core.phase is Phase.READY and self.handshake.instance is not None:
+            entry: HandshakeEntry | None = self.handshake.instance
         else:
             entry = self.snapshot.entry_for_client(client.params) if client.params is not None else None
         if entry is not None:
@@ -138,40 +173,14 @@ class ClientMessageRelay(ServerMessageRelay):
                 # The server does not advertise this listing: answer as a server without it would.
                 line = rpc.error_line(msg.id, rpc.METHOD_NOT_FOUND, f"Method not found: {msg.method}")
                 return [ToClient(client.cid, line, msg.id)]
-        if self.phase is Phase.READY:
-            return self._forward(client.cid, msg)
-        self.queue.append((client.cid, msg))
+        if self.core.phase is Phase.READY:
+            return forward(self.routes, client.cid, msg)
+        self.queue.hold(client.cid, msg)
         return [WantServer(), Note(f"client {client.cid} {msg.method}: not cached for its handshake")]
-
-    def _subscribe(self, cid: ClientId, msg: Message) -> list[Action]:
-        assert msg.id is not None
-        uri = msg.params.get("uri")
-        if not isinstance(uri, str):
-            return self._forward(cid, msg)  # let the server word the error
-        self.routes.subscriptions.setdefault(uri, set()).add(cid)
-        if uri in self._upstream_subs:
-            return [ToClient(cid, rpc.result_line(msg.id, {}), msg.id)]
-        self._upstream_subs.add(uri)
-        return self._forward(cid, msg)
-
-    def _unsubscribe(self, cid: ClientId, msg: Message) -> list[Action]:
-        assert msg.id is not None
-        uri = msg.params.get("uri")
-        if not isinstance(uri, str):
-            return self._forward(cid, msg)
-        subscribers = self.routes.subscriptions.get(uri, set())
-        subscribers.discard(cid)
-        if subscribers or uri not in self._upstream_subs:
-            if not subscribers:
-                self.routes.subscriptions.pop(uri, None)
-            return [ToClient(cid, rpc.result_line(msg.id, {}), msg.id)]
-        self.routes.subscriptions.pop(uri, None)
-        self._upstream_subs.discard(uri)
-        return self._forward(cid, msg)
 
     # ---- client notifications and responses ------------------------------------------------------
 
-    def _client_notification(self, cid: ClientId, msg: Message) -> list[Action]:
+    def notification(self, cid: ClientId, msg: Message) -> list[Action]:
         method = msg.method
         if method == "notifications/initialized":
             self.clients[cid].initialized = True
@@ -181,14 +190,12 @@ class ClientMessageRelay(ServerMessageRelay):
             if not rpc.valid_id(request_id):
                 return [Note(f"client {cid}: cancel without a valid requestId dropped")]
             assert isinstance(request_id, (int, str))
-            if self.hub.remove(cid, request_id):
+            if self.listen.hub.remove(cid, request_id):
                 return [Note(f"client {cid} closed its listen stream id={request_id!r}")]
-            if self._drop_waiter(cid, request_id):
+            if self.listings.drop_waiter(cid, request_id):
                 return [Note(f"client {cid} cancelled id={request_id!r} while its answer was being fetched")]
-            self._end_round(cid, request_id)
-            before = len(self.queue)
-            self.queue = [(c, m) for c, m in self.queue if not (c == cid and m.id == request_id and m.kind is Kind.REQUEST)]
-            if len(self.queue) != before:
+            self.bridge.end_round(cid, request_id)
+            if self.queue.cancel(cid, request_id):
                 return [Note(f"client {cid} cancelled queued id={request_id!r}")]
             rid = self.routes.by_client.get((cid, request_id))
             if rid is None:
@@ -198,20 +205,20 @@ class ClientMessageRelay(ServerMessageRelay):
             self.routes.release_token(rid)
             msg.params["requestId"] = rid
             return [ToServer(rpc.dumps(msg.obj)), Activity()]
-        if self.phase is Phase.READY and self.instance is not None:
+        if self.core.phase is Phase.READY and self.handshake.instance is not None:
             return [ToServer(rpc.dumps(msg.obj))]
-        if self.phase is Phase.READY and self.stateless_up:
+        if self.core.phase is Phase.READY and self.era.stateless_up:
             # The stateless era has no client notifications but cancellation.
             return [Note(f"client {cid} {method} dropped: not a notification of the stateless era")]
         return [Note(f"client {cid} {method} dropped while the server is not running")]
 
-    def _client_response(self, cid: ClientId, msg: Message) -> list[Action]:
+    def response(self, cid: ClientId, msg: Message) -> list[Action]:
         assert msg.id is not None
-        answered = self._input_answer(cid, msg)
+        answered = self.bridge.input_answer(cid, msg)
         if answered is not None:
             return answered
         down = self.routes.downstream.pop((cid, msg.id), None)
-        if down is None or self.phase is Phase.DOWN:
+        if down is None or self.core.phase is Phase.DOWN:
             return [Note(f"client {cid} response to unknown id={msg.id!r} dropped")]
         return [ToServer(rpc.with_id(msg, down.server_id)), Activity()]
 

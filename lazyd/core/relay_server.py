@@ -6,7 +6,9 @@ progress token released, unless the result created a task (2025-11-25), which ou
 and keeps its owner; `tasks/list` is filtered to the asker's own tasks; an answer to the relay's own
 request goes to whoever sent it (the start-up sequence, the era probe, a cache fetch, the listen
 stream). A large plain result is spliced through without being decoded, unless the relay must read
-it.
+it. The pages of a listing fetch go to the listing engine (listings.py), and a fetch it completes
+to the era that made it: the live handshake (relay_startup.py) or the stateless cache, whose drift
+is announced on the listen streams (stateless_listen.py).
 
 Requests. `ping` is answered by the relay; `roots/list` goes to the most recently active client
 that declares roots; sampling and elicitation go where routing.py decides, and are refused when no
@@ -18,26 +20,55 @@ owner of the relay token, under the client's own token; `list_changed` refreshes
 (relay_startup.py); a resource update reaches its subscribers, a log message each client whose level
 admits it; a server cancellation, a task status and an elicitation completion reach the one client
 concerned; anything else reaches every initialized client.
+
+This part holds no state of its own: it decides which part a message goes to.
 """
 
 from __future__ import annotations
 
 from lazyd.core import jsonrpc as rpc
+from lazyd.core.bridge import Bridge
 from lazyd.core.cache import LIST_CHANGED
 from lazyd.core.jsonrpc import Message
-from lazyd.core.relay_base import Action, Activity, Note, ToClient, ToServer
-from lazyd.core.relay_startup import StartupRelay
-from lazyd.core.routing import CALLBACK_CAPABILITY, ClientId, Downstream, choose_callback_target, level_rank
+from lazyd.core.listings import PURPOSE_PREFIX, ListingEngine
+from lazyd.core.relay_base import Action, Activity, ClientState, Note, ToClient, ToServer
+from lazyd.core.relay_startup import Handshake
+from lazyd.core.routing import (
+    CALLBACK_CAPABILITY,
+    ClientId,
+    Downstream,
+    Routes,
+    SamplingPolicy,
+    Upstream,
+    choose_callback_target,
+    level_rank,
+)
+from lazyd.core.stateless import StatelessEra
+from lazyd.core.stateless_cache import StatelessCache
+from lazyd.core.stateless_listen import ListenRelay
 
 # Results the relay itself reads (records or filters), so they are always decoded. A task-creating
 # tools/call result (which the relay also reads) is a few hundred bytes, never a large line.
 _RESULTS_READ_BY_RELAY = frozenset({"server/discover", "tasks/list"})
 
 
-class ServerMessageRelay(StartupRelay):
-    """The server-message methods of `RelayCore` (see the module docstring)."""
+class ServerMessages:
+    """Where each message from the server goes (see the module docstring)."""
 
-    def _large_result(self, line: bytes) -> list[Action] | None:
+    def __init__(self, clients: dict[ClientId, ClientState], routes: Routes, sampling_policy: SamplingPolicy,
+                 listings: ListingEngine, cache: StatelessCache, listen: ListenRelay, bridge: Bridge,
+                 handshake: Handshake, stateless: StatelessEra) -> None:
+        self.clients = clients
+        self.routes = routes
+        self.sampling_policy: SamplingPolicy = sampling_policy
+        self.listings = listings
+        self.cache = cache
+        self.listen = listen
+        self.bridge = bridge
+        self.handshake = handshake
+        self.stateless = stateless
+
+    def large_result(self, line: bytes) -> list[Action] | None:
         """A large plain result for a client's ordinary request, relayed without decoding it."""
         rid = rpc.large_result_id(line)
         up = self.routes.upstream.get(rid) if rid is not None else None
@@ -50,7 +81,7 @@ class ServerMessageRelay(StartupRelay):
             return [Note(f"response for departed client {up.cid} dropped")]
         return [Activity(), ToClient(up.cid, rpc.splice_result_id(line, rid, up.client_id), up.client_id)]
 
-    def _server_response(self, msg: Message) -> list[Action]:
+    def response(self, msg: Message) -> list[Action]:
         rid = msg.id
         up = self.routes.pop(rid) if isinstance(rid, int) else None
         if up is None:
@@ -67,7 +98,7 @@ class ServerMessageRelay(StartupRelay):
         else:
             self.routes.release_token(rid)  # type: ignore[arg-type]
         if up.method == "server/discover":
-            out.extend(self._record_discover(up.purpose, msg))
+            out.extend(self.cache.record_discover(up.purpose, msg.obj))
         filtered = up.method == "tasks/list" and isinstance(result, dict) and isinstance(result.get("tasks"), list)
         if filtered:
             assert isinstance(result, dict)
@@ -78,10 +109,10 @@ class ServerMessageRelay(StartupRelay):
                 if isinstance(t, dict) and isinstance(t.get("taskId"), str) and self.routes.tasks.get(t["taskId"]) == up.cid
             ]
         if up.cid not in self.clients:
-            self._end_round(up.cid, up.client_id)
+            self.bridge.end_round(up.cid, up.client_id)
             return [Note(f"response for departed client {up.cid} dropped")]
         if up.bridged:
-            return out + self._bridged_response(up, msg)
+            return out + self.bridge.response(up, msg)
         if filtered:
             msg.obj["id"] = up.client_id
             out.append(ToClient(up.cid, rpc.dumps(msg.obj), up.client_id))
@@ -89,7 +120,40 @@ class ServerMessageRelay(StartupRelay):
             out.append(ToClient(up.cid, rpc.with_id(msg, up.client_id), up.client_id))
         return out
 
-    def _server_request(self, msg: Message) -> list[Action]:
+    def _internal_response(self, up: Upstream, msg: Message) -> list[Action]:
+        """An answer to the relay's own request goes to the part that asked."""
+        if up.purpose == "replay":
+            return self.handshake.answered(msg)
+        if up.purpose.startswith(PURPOSE_PREFIX):
+            return self._fetch_answer(up.purpose, msg)
+        if up.purpose == "probe":
+            return self.stateless.probe_answered(msg)
+        if up.purpose == "probe-after":
+            return self.stateless.probe_after_answered(msg)
+        if up.purpose == "listen":
+            assert isinstance(msg.id, int)
+            return self.listen.ended(msg.id, refused="error" in msg.obj)
+        if "error" in msg.obj:
+            return [Note(f"server refused the relay's {up.method}")]
+        return []
+
+    def _fetch_answer(self, purpose: str, msg: Message) -> list[Action]:
+        outcome = self.listings.answer(purpose, msg)
+        if outcome is None:
+            return [Note("a page of a replaced or finished fetch dropped")]
+        if isinstance(outcome, ToServer):
+            return [outcome]  # the next page
+        if not outcome.fetch.stateless:
+            return self.handshake.fetched(outcome)
+        out, drifted = self.cache.fetched(outcome)
+        if drifted is not None:
+            out.append(Note(f"listing drift: sending {drifted}"))
+            out.extend(self.listen.announce(drifted, {}))
+        if outcome.fetch.why == "start":
+            out.extend(self.stateless.maybe_ready())
+        return out
+
+    def request(self, msg: Message) -> list[Action]:
         method = msg.method
         assert method is not None and msg.id is not None
         if method == "ping":
@@ -123,18 +187,17 @@ class ServerMessageRelay(StartupRelay):
                 line = rpc.error_line(msg.id, rpc.METHOD_NOT_FOUND, f"lazyd: the client of this request does not support {needed}")
                 return [ToServer(line), Note(f"{method} refused: client {target} did not declare {needed}")]
         assert target is not None
-        down_id = self._next_down_id
-        self._next_down_id += 1
+        down_id = self.routes.take_down_id()
         self.routes.downstream[(target, down_id)] = Downstream(msg.id, method)
         elicitation_id = msg.params.get("elicitationId")
         if method == "elicitation/create" and isinstance(elicitation_id, str):
             self.routes.elicitations[elicitation_id] = target
         return [ToClient(target, rpc.with_id(msg, down_id)), Note(f"{method} routed to client {target}: {reason}")]
 
-    def _server_notification(self, msg: Message) -> list[Action]:
+    def notification(self, msg: Message) -> list[Action]:
         method = msg.method
         params = msg.params
-        stateless = self._stateless_notification(msg)
+        stateless = self.listen.notification(msg)
         if stateless is not None:
             return stateless
         if method == "notifications/progress":
@@ -146,7 +209,7 @@ class ServerMessageRelay(StartupRelay):
             params["progressToken"] = token_owner[1]
             return [ToClient(token_owner[0], rpc.dumps(msg.obj))]
         if method is not None and method in LIST_CHANGED.values():
-            return self._list_changed(method)
+            return self.handshake.list_changed(method)
         if method == "notifications/resources/updated":
             uri = params.get("uri")
             subscribers = self.routes.subscriptions.get(uri, set()) if isinstance(uri, str) else set()

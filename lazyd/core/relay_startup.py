@@ -1,49 +1,91 @@
-"""The start-up sequence of a handshake-era server in the relay core: the replayed handshake, the
-listing refresh that doubles as a barrier, and the refreshes a change notification asks for.
+"""The handshake era's start-up in the relay core: the replayed handshake, the listing refresh that
+doubles as a barrier, the refreshes a change notification asks for, and what the handshake
+connection holds for its clients (the most verbose log level, the resource subscriptions).
 
 Replay. The relay sends `initialize` with a real client's params: those of the client that caused
 the start (a queued `initialize`, else a queued client's recorded params), else the most recent ones
 the snapshot holds. Its result answers every queued `initialize`; a refusal fails the queue and
-stops the server, unless the stateless era explains it (stateless.py).
+stops the server, unless the stateless era explains it (stateless.py, through the port).
 
 Refresh. After its own `notifications/initialized` the relay restores what clients asked of the
 process (the most verbose log level any of them set, every resource subscription) and fetches each
-advertised listing page by page, at most MAX_LISTING_PAGES pages. These requests are the barrier
-PROTOCOL.md §8 asks for: the server has processed `initialized` before anything queued is
-forwarded. When the last listing is in, the merged entry replaces the snapshot's if it differs,
-each listing that drifted from the snapshot sends its `list_changed` to every initialized client,
-the phase becomes READY, and the queue is forwarded in arrival order.
+advertised listing through the listing engine (listings.py: page by page, at most
+MAX_LISTING_PAGES pages). These requests are the barrier PROTOCOL.md §8 asks for: the server has
+processed `initialized` before anything queued is forwarded. When the last listing is in, the
+merged entry replaces the snapshot's if it differs, each listing that drifted from what clients
+were served sends its `list_changed` to every initialized client, the phase becomes READY, and the
+queue is handled again in arrival order.
 
 Change notifications. A `list_changed` during the refresh fetches again what this start already
 fetched (the fetches still pending will see the change); in READY it refreshes the listing and
 passes the notification on even when the content turns out unchanged: the server said it changed.
+
+Subscriptions are shared: the server gets one `resources/subscribe` per uri, and the
+`resources/unsubscribe` of its last subscriber only.
 """
 
 from __future__ import annotations
 
+from typing import Protocol
+
 from lazyd.core import jsonrpc as rpc
-from lazyd.core.bridge import BridgeRelay
-from lazyd.core.cache import LIST_CHANGED, LISTINGS, HandshakeEntry, Listing, handshake_key
+from lazyd.core.asker import PROBE_VERSION
+from lazyd.core.cache import LIST_CHANGED, HandshakeEntry, Listing, Snapshot, handshake_key
+from lazyd.core.era_state import EraState, Stage
 from lazyd.core.jsonrpc import JsonObj, Kind, Message
+from lazyd.core.listings import Fetched, ListingEngine, drift
 from lazyd.core.relay_base import (
-    MAX_LISTING_PAGES,
     Abort,
     Action,
+    ClientState,
     Note,
     Phase,
     Ready,
-    Refresh,
     SnapshotChanged,
     ToClient,
     ToServer,
+    Waiting,
+    forward,
+    internal,
 )
-from lazyd.core.routing import Upstream
+from lazyd.core.routing import ClientId, Routes
+from lazyd.core.stateless_cache import StatelessCache
 
 
-class StartupRelay(BridgeRelay):
-    """The start-up sequence's methods of `RelayCore` (see the module docstring)."""
+class HandshakePort(Protocol):
+    """What the handshake start-up needs of the core: the phase it moves, a queued request handled
+    again once READY, and the stateless era's reading of what this start ran into."""
 
-    def _replay_params(self) -> JsonObj | None:
+    phase: Phase
+
+    def dispatch(self, cid: ClientId, msg: Message) -> list[Action]: ...
+
+    def initialize_refused(self, error: JsonObj) -> list[Action] | None: ...
+
+    def probe_unanswered(self) -> list[Action]: ...
+
+
+class Handshake:
+    """The live handshake of one server instance and its start-up (see the module docstring)."""
+
+    def __init__(self, core: HandshakePort, snapshot: Snapshot, clients: dict[ClientId, ClientState], queue: Waiting,
+                 routes: Routes, era: EraState, listings: ListingEngine, cache: StatelessCache) -> None:
+        self.core = core
+        self.snapshot = snapshot
+        self.clients = clients
+        self.queue = queue
+        self.routes = routes
+        self.era = era
+        self.listings = listings
+        self.cache = cache
+        self.instance: HandshakeEntry | None = None  # the live process's handshake and listings
+        self.initial_refresh = False  # the refresh under way is the start's (READY when it is in)
+        self.upstream_level: str | None = None  # the log level the server was last set to
+        self.upstream_subs: set[str] = set()  # the uris the server was subscribed to
+
+    # ---- replay ----------------------------------------------------------------------------------
+
+    def replay_params(self) -> JsonObj | None:
         for cid, msg in self.queue:
             if msg.method == "initialize":
                 return msg.params
@@ -53,98 +95,78 @@ class StartupRelay(BridgeRelay):
                 return client.params
         return self.snapshot.last_params
 
-    def _send_initialize(self, params: JsonObj) -> list[Action]:
-        self.phase = Phase.HANDSHAKE
+    def send_initialize(self, params: JsonObj) -> list[Action]:
+        self.core.phase = Phase.HANDSHAKE
         self.instance = HandshakeEntry(params=params, result={})
-        return [self._internal("initialize", params, "replay"), Note(f"replaying initialize ({handshake_key(params)})")]
+        return [internal(self.routes, "initialize", params, "replay"), Note(f"replaying initialize ({handshake_key(params)})")]
 
-    def _internal_response(self, up: Upstream, msg: Message) -> list[Action]:
-        if up.purpose == "replay":
-            return self._handshake_done(msg)
-        if up.purpose.startswith("refresh:"):
-            return self._refresh_page(up.method, msg)
-        if up.purpose == "probe":
-            return self._probe_answered(msg)
-        if up.purpose == "probe-after":
-            return self._probe_after_answered(msg)
-        if up.purpose.startswith("fetch:"):
-            return self._fetch_answer(up.purpose.removeprefix("fetch:"), msg)
-        if up.purpose == "listen":
-            assert isinstance(msg.id, int)
-            return self._listen_ended(msg.id, refused="error" in msg.obj)
-        if "error" in msg.obj:
-            return [Note(f"server refused the relay's {up.method}")]
-        return []
-
-    def _handshake_done(self, msg: Message) -> list[Action]:
+    def answered(self, msg: Message) -> list[Action]:
+        """The server answered the replayed initialize."""
         result = msg.obj.get("result")
         if not isinstance(result, dict) or self.instance is None:
             error = msg.obj.get("error")
             if self.instance is not None and isinstance(error, dict):
-                handled = self._initialize_refused(error)
+                handled = self.core.initialize_refused(error)
                 if handled is not None:
                     return handled
             reason = "the server refused the replayed initialize"
             if isinstance(error, dict) and isinstance(error.get("message"), str):
                 reason += f": {error['message'][:200]}"
-            return [*self._fail_queue(f"lazyd: {reason}"), *self._abort(reason)]
-        if self.stateless_up is True:
-            out0 = self._set_mixed(True)
-        else:
-            out0 = []
-        if not self._probe_sent:
+            return [*self.queue.fail(f"lazyd: {reason}", self.clients), Abort(reason)]
+        out: list[Action] = self.era.learn_mixed(True) if self.era.stateless_up is True else []
+        if self.era.stage is Stage.HANDSHAKE:
             # The connection's first request was this initialize. Saved with the next change that
             # is saved anyway: only a refusal (False) changes which process a client gets.
             self.snapshot.handshake_first = True
         self.instance.result = result
-        out: list[Action] = [*out0, ToServer(rpc.notification_line("notifications/initialized"))]
-        if self._start_plan().probe_after_handshake and self.stateless_up is False:
+        out.append(ToServer(rpc.notification_line("notifications/initialized")))
+        if self.era.start_plan(self.core.phase).probe_after_handshake and self.era.stateless_up is False:
             out.extend(self._send_probe_after())
-        waiting = self.queue
-        self.queue = []
-        for cid, queued in waiting:
+        for cid, queued in self.queue.take():
             if queued.method == "initialize" and queued.id is not None:
                 out.append(ToClient(cid, rpc.result_line(queued.id, result), queued.id))
             else:
-                self.queue.append((cid, queued))
-        self.phase = Phase.REFRESH
-        self._initial_refresh = True
-        out.extend(self._sync_level())
+                self.queue.hold(cid, queued)
+        self.core.phase = Phase.REFRESH
+        self.initial_refresh = True
+        out.extend(self.sync_level())
         for uri in sorted(self.routes.subscriptions):
-            self._upstream_subs.add(uri)
-            out.append(self._internal("resources/subscribe", {"uri": uri}, "resubscribe"))
+            self.upstream_subs.add(uri)
+            out.append(internal(self.routes, "resources/subscribe", {"uri": uri}, "resubscribe"))
         out.extend(self._start_refresh(self.instance.advertised_listings()))
         return out
+
+    def _send_probe_after(self) -> list[Action]:
+        """A `server/discover` once the handshake is done (era_policy.py): what else this handshake
+        connection carries."""
+        asker = self.cache.start_asker(PROBE_VERSION)
+        self.era.probe_asker = asker
+        return [internal(self.routes, "server/discover", {"_meta": asker.envelope()}, "probe-after"),
+                Note("asking server/discover after the handshake: does this connection carry the stateless era too?")]
+
+    # ---- refresh ---------------------------------------------------------------------------------
 
     def _start_refresh(self, methods: list[str]) -> list[Action]:
         out: list[Action] = []
         for method in methods:
-            if method in self._refreshing:
-                continue
-            self._refreshing[method] = Refresh(method)
-            out.append(self._internal(method, None, f"refresh:{method}"))
-        if not self._refreshing:
+            request = self.listings.start(method, method, "start" if self.initial_refresh else "changed", None)
+            if request is not None:
+                out.append(request)
+        if not self.listings.pending(stateless=False):
             out.extend(self._refresh_done(set()))
         return out
 
-    def _refresh_page(self, method: str, msg: Message) -> list[Action]:
-        state = self._refreshing.get(method)
-        if state is None or self.instance is None:
+    def fetched(self, done: Fetched) -> list[Action]:
+        """A listing of the refresh is in (or the server refused it)."""
+        method = done.fetch.method
+        if self.instance is None:
             return []
-        result = msg.obj.get("result")
-        if not isinstance(result, dict):
-            error = msg.obj.get("error")
+        if done.result is None:
+            error = done.error
             self.instance.listings[method] = Listing(error=error if isinstance(error, dict) else {"code": rpc.INTERNAL_ERROR, "message": "bad listing"})
         else:
-            page = result.get(LISTINGS[method])
-            state.items.extend(page if isinstance(page, list) else [])
-            state.pages += 1
-            cursor = result.get("nextCursor")
-            if isinstance(cursor, str) and state.pages < MAX_LISTING_PAGES:
-                return [self._internal(method, {"cursor": cursor}, f"refresh:{method}")]
-            self.instance.listings[method] = Listing(items=state.items)
-        del self._refreshing[method]
-        if self._refreshing:
+            self.instance.listings[method] = Listing(items=done.fetch.items)
+        if self.listings.pending(stateless=False):
             return []
         return self._refresh_done({method})
 
@@ -155,12 +177,9 @@ class StartupRelay(BridgeRelay):
         # entry: drift is measured against that, so a start after a cross-handshake answer
         # announces what it got wrong.
         old = self.snapshot.entry_for_client(self.instance.params)
-        changed = {
-            method
-            for method, listing in self.instance.listings.items()
-            if old is not None and (old.listings.get(method) is None or old.listings[method].to_json() != listing.to_json())
-        }
-        if not self._initial_refresh:
+        served = {m: listing.to_json() for m, listing in old.listings.items()} if old is not None else None
+        changed = drift(served, {m: listing.to_json() for m, listing in self.instance.listings.items()})
+        if not self.initial_refresh:
             changed |= last  # the server announced a change: pass it on even if we had it already
         entry = HandshakeEntry(self.instance.params, self.instance.result, dict(self.instance.listings))
         out: list[Action] = []
@@ -170,44 +189,84 @@ class StartupRelay(BridgeRelay):
         for notification in sorted({LIST_CHANGED[m] for m in changed}):
             out.append(Note(f"listing drift: sending {notification}"))
             out.extend(ToClient(cid, rpc.notification_line(notification)) for cid, c in sorted(self.clients.items()) if c.initialized)
-        if self._initial_refresh:
-            self._initial_refresh = False
-            self.phase = Phase.READY
-            out.extend(self._probe_unanswered())
+        if self.initial_refresh:
+            self.initial_refresh = False
+            self.core.phase = Phase.READY
+            out.extend(self.core.probe_unanswered())
             out.append(Ready())
-            waiting = self.queue
-            self.queue = []
-            for cid, msg in waiting:
+            for cid, msg in self.queue.take():
                 if cid in self.clients:
-                    out.extend(self._client_request(cid, msg) if msg.kind is Kind.REQUEST else [])
+                    out.extend(self.core.dispatch(cid, msg) if msg.kind is Kind.REQUEST else [])
         return out
 
-    def _list_changed(self, notification: str) -> list[Action]:
+    def list_changed(self, notification: str) -> list[Action]:
+        """A handshake-era `list_changed` from the server."""
         methods = [m for m, n in LIST_CHANGED.items() if n == notification]
-        if self.phase is Phase.REFRESH and self.instance is not None:
+        if self.core.phase is Phase.REFRESH and self.instance is not None:
             # A listing this start already fetched may predate the change: fetch it again. The
             # ones still pending will see it.
             stale = [m for m in methods if m in self.instance.listings]
             for method in stale:
                 del self.instance.listings[method]
             return [Note(f"{notification} during start-up: fetching {stale or 'nothing'} again"), *self._start_refresh(stale)]
-        if self.phase is not Phase.READY or self.instance is None:
+        if self.core.phase is not Phase.READY or self.instance is None:
             return [Note(f"{notification} before the handshake finished: the coming refresh covers it")]
         for method in methods:
             self.instance.listings.pop(method, None)
         return [Note(f"{notification}: refreshing"), *self._start_refresh(methods)]
 
-    # ---- helpers ---------------------------------------------------------------------------------
+    # ---- what the handshake connection holds for its clients -------------------------------------
 
-    def _abort(self, reason: str) -> list[Action]:
-        return [Abort(reason)]
-
-    def _sync_level(self) -> list[Action]:
+    def sync_level(self) -> list[Action]:
         """Keep the server's log level at the most verbose level any client asked for (handshake
         era; a stateless server gets each bridged client's level in its requests' envelope)."""
         wanted = self.routes.most_verbose_level()
-        if (wanted is None or wanted == self._upstream_level or self.phase not in (Phase.REFRESH, Phase.READY)
+        if (wanted is None or wanted == self.upstream_level or self.core.phase not in (Phase.REFRESH, Phase.READY)
                 or self.instance is None):
             return []
-        self._upstream_level = wanted
-        return [self._internal("logging/setLevel", {"level": wanted}, "setlevel")]
+        self.upstream_level = wanted
+        return [internal(self.routes, "logging/setLevel", {"level": wanted}, "setlevel")]
+
+    def subscribe(self, cid: ClientId, msg: Message) -> list[Action]:
+        assert msg.id is not None
+        uri = msg.params.get("uri")
+        if not isinstance(uri, str):
+            return forward(self.routes, cid, msg)  # let the server word the error
+        self.routes.subscriptions.setdefault(uri, set()).add(cid)
+        if uri in self.upstream_subs:
+            return [ToClient(cid, rpc.result_line(msg.id, {}), msg.id)]
+        self.upstream_subs.add(uri)
+        return forward(self.routes, cid, msg)
+
+    def unsubscribe(self, cid: ClientId, msg: Message) -> list[Action]:
+        assert msg.id is not None
+        uri = msg.params.get("uri")
+        if not isinstance(uri, str):
+            return forward(self.routes, cid, msg)
+        subscribers = self.routes.subscriptions.get(uri, set())
+        subscribers.discard(cid)
+        if subscribers or uri not in self.upstream_subs:
+            if not subscribers:
+                self.routes.subscriptions.pop(uri, None)
+            return [ToClient(cid, rpc.result_line(msg.id, {}), msg.id)]
+        self.routes.subscriptions.pop(uri, None)
+        self.upstream_subs.discard(uri)
+        return forward(self.routes, cid, msg)
+
+    def client_left(self, cid: ClientId) -> list[Action]:
+        """A client left: its subscriptions end; a uri nobody else wants is unsubscribed upstream."""
+        out: list[Action] = []
+        for uri, subscribers in list(self.routes.subscriptions.items()):
+            subscribers.discard(cid)
+            if not subscribers:
+                del self.routes.subscriptions[uri]
+                if uri in self.upstream_subs and self.core.phase is Phase.READY:
+                    self.upstream_subs.discard(uri)
+                    out.append(internal(self.routes, "resources/unsubscribe", {"uri": uri}, "unsubscribe"))
+        return out
+
+    def gone(self) -> None:
+        """The process ended: its handshake, log level and subscriptions with it."""
+        self.upstream_subs.clear()
+        self.upstream_level = None
+        self.instance = None

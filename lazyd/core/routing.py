@@ -77,6 +77,9 @@ class Downstream:
 
 @dataclass
 class Routes:
+    """Every id mapping of one server instance, as plain data. The counters are part of it: relay
+    ids are never reused, so a late response can never be misrouted."""
+
     upstream: dict[int, Upstream] = field(default_factory=dict)
     # (client, original id) -> relay id, to rewrite cancellations.
     by_client: dict[tuple[ClientId, JsonId], int] = field(default_factory=dict)
@@ -87,6 +90,34 @@ class Routes:
     elicitations: dict[str, ClientId] = field(default_factory=dict)
     subscriptions: dict[str, set[ClientId]] = field(default_factory=dict)
     levels: dict[ClientId, str] = field(default_factory=dict)
+    next_id: int = 1  # the next relay id (requests to the server)
+    next_down_id: int = 1  # the next client-facing id (server-to-client requests)
+    seq: int = 0  # order of client requests: the roots owner, the "most-recent" policy
+
+    def take_id(self) -> int:
+        rid = self.next_id
+        self.next_id += 1
+        return rid
+
+    def take_down_id(self) -> int:
+        down_id = self.next_down_id
+        self.next_down_id += 1
+        return down_id
+
+    def next_seq(self) -> int:
+        self.seq += 1
+        return self.seq
+
+    def process_gone(self) -> None:
+        """The server process ended: no request is in flight either way, and nothing it created
+        (tasks, URL elicitations, progress tokens) outlives it. Subscriptions and log levels are the
+        clients' and stay for the next process."""
+        self.upstream.clear()
+        self.by_client.clear()
+        self.tokens.clear()
+        self.downstream.clear()
+        self.tasks.clear()
+        self.elicitations.clear()
 
     def add(self, relay_id: int, up: Upstream) -> None:
         self.upstream[relay_id] = up

@@ -1,10 +1,11 @@
-"""The stateless era (2026-07-28) in the relay core: the era probe, the stateless start, and where
-each stateless request goes. The cache is stateless_cache.py, listen streams stateless_listen.py,
-handshake-era clients on a stateless-only server bridge.py.
+"""The stateless era (2026-07-28) in the relay core: the era probe and what its answers teach, the
+stateless start, and where each stateless request goes. The stages the probe moves the live
+process through are era_state.py's table; the cache is stateless_cache.py, listen streams
+stateless_listen.py, handshake-era clients on a stateless-only server bridge.py.
 
 Era probe. At a start whose plan says so (a stateless lane, or era = "stateless": era_policy.py)
 the relay's first line is its own `server/discover`, with a real client's identity in the
-envelope. A handshake lane sends it only after its handshake (`_probe_after_answered`): a
+envelope. A handshake lane sends it only after its handshake (`probe_after_answered`): a
 DiscoverResult there means both eras on one connection, a -32601 on a server never probed means
 handshake only, any other error one era per connection. A DiscoverResult listing a
 stateless version means the process speaks that era; anything else means handshake only, and so
@@ -22,7 +23,7 @@ probes then, and bridges.
 
 Stateless start. No handshake: the relay opens its listen stream and fetches every advertised
 listing under the identity of whoever caused the start; READY once those are in and the stream is
-acknowledged, then what waited is forwarded.
+acknowledged, then what waited is handled again.
 
 Requests. Discovery and listings go through the cache; `subscriptions/listen` is the relay's own
 (listen.py); ping, logging/setLevel and resources/(un)subscribe do not exist in the era (-32601);
@@ -34,132 +35,186 @@ everything else is forwarded under a relay id (progress token rewritten too), an
 
 from __future__ import annotations
 
+from typing import Protocol
+
 from lazyd.core import eras
 from lazyd.core import jsonrpc as rpc
-from lazyd.core.cache import LISTINGS, discover_key, is_stateless_discovery
+from lazyd.core.asker import PROBE_VERSION
+from lazyd.core.cache import LISTINGS, Snapshot, discover_key, is_stateless_discovery
+from lazyd.core.era_state import EraState, Event, Stage
 from lazyd.core.jsonrpc import JsonObj, Message
-from lazyd.core.relay_base import ANY_VERSION, Action, Note, Phase, Ready, SnapshotChanged, ToClient
-from lazyd.core.routing import ClientId
-from lazyd.core.stateless_cache import PROBE_VERSION, advertised
+from lazyd.core.listings import ListingEngine
+from lazyd.core.relay_base import (
+    ANY_VERSION,
+    Abort,
+    Action,
+    ClientState,
+    Note,
+    Phase,
+    Ready,
+    SnapshotChanged,
+    ToClient,
+    Waiting,
+    foreign_task,
+    forward,
+    internal,
+)
+from lazyd.core.relay_startup import Handshake
+from lazyd.core.routing import ClientId, Routes
+from lazyd.core.stateless_cache import StatelessCache, advertised
 from lazyd.core.stateless_listen import ListenRelay
 
 
-class StatelessRelay(ListenRelay):
-    """The stateless-era methods of `RelayCore`: era probe and verdict, the stateless start, and
-    where each stateless request goes (see the module docstring)."""
+class StatelessPort(Protocol):
+    """What the stateless era needs of the core: who it is, the phase it moves, and a queued
+    request handled again once the process is ready."""
 
-    def _send_probe(self) -> list[Action]:
-        asker = self._start_asker(PROBE_VERSION)
-        self._probe_asker = asker
-        self._probe_sent = True
-        return [self._internal("server/discover", {"_meta": asker.envelope()}, "probe"),
+    phase: Phase
+
+    @property
+    def name(self) -> str: ...
+
+    def dispatch(self, cid: ClientId, msg: Message) -> list[Action]: ...
+
+
+class StatelessEra:
+    """The era probe's verdicts, the stateless start and stateless requests (see the module
+    docstring). Its own state: whether a stateless start is under way."""
+
+    def __init__(self, core: StatelessPort, snapshot: Snapshot, clients: dict[ClientId, ClientState], queue: Waiting,
+                 routes: Routes, era: EraState, listings: ListingEngine, cache: StatelessCache, listen: ListenRelay,
+                 handshake: Handshake) -> None:
+        self.core = core
+        self.snapshot = snapshot
+        self.clients = clients
+        self.queue = queue
+        self.routes = routes
+        self.era = era
+        self.listings = listings
+        self.cache = cache
+        self.listen = listen
+        self.handshake = handshake
+        self.starting = False  # a stateless start is under way (READY once its listings are in)
+
+    # ---- the era probe and its verdicts ----------------------------------------------------------
+
+    def send_probe(self) -> list[Action]:
+        asker = self.cache.start_asker(PROBE_VERSION)
+        self.era.probe_asker = asker
+        return [internal(self.routes, "server/discover", {"_meta": asker.envelope()}, "probe"),
                 Note(f"probing the protocol era with server/discover {PROBE_VERSION}")]
 
-    def _probe_answered(self, msg: Message) -> list[Action]:
-        asker = self._probe_asker or self._start_asker(PROBE_VERSION)
-        out = self._record_discover(discover_key(PROBE_VERSION, asker.identity), msg)
+    def probe_answered(self, msg: Message) -> list[Action]:
+        asker = self.era.probe_asker or self.cache.start_asker(PROBE_VERSION)
+        out = self.cache.record_discover(discover_key(PROBE_VERSION, asker.identity), msg.obj)
         result = msg.obj.get("result")
         stateless = is_stateless_discovery(result) and eras.upstream_version(result) is not None
-        self.stateless_up = stateless
-        self.discovery = result if stateless and isinstance(result, dict) else None
+        self.era.move(Event.PROBE_STATELESS if stateless else Event.PROBE_OTHER)
+        self.era.discovery = result if stateless and isinstance(result, dict) else None
         if stateless:
             out.append(Note(f"the server speaks the stateless era ({', '.join(eras.stateless_versions(result))})"))
-            if self._init_refused is not None:
-                self._init_refused = None
-                out.extend(self._set_mixed(False))
-                out.extend(self._stateless_start())
-            elif self.phase is Phase.HANDSHAKE:
+            if self.era.held is not None:
+                self.era.held = None
+                out.extend(self.era.learn_mixed(False))
+                out.extend(self.start())
+            elif self.core.phase is Phase.HANDSHAKE:
                 pass  # the replayed initialize's answer decides whether one connection does both
-            elif self.instance is not None:
-                out.extend(self._set_mixed(True))
-                out.extend(self._sync_listen())
+            elif self.handshake.instance is not None:
+                out.extend(self.era.learn_mixed(True))
+                out.extend(self.listen.sync())
             else:
-                out.extend(self._stateless_start())
+                out.extend(self.start())
             return out
         out.append(Note("the server does not speak the stateless era: handshake only"))
-        if self.era_policy.setting == "stateless":
+        if self.era.setting == "stateless":
             # The configuration asks for an era the server does not have: a user's mistake, said
-            # as such to every waiting request, and from the cache from now on (_era_refusal).
-            self._init_refused = None
+            # as such to every waiting request, and from the cache from now on (era_refusal).
+            self.era.held = None
             reason = self._no_stateless_era_text()
-            return [*out, *self._fail_queue(reason), *self._abort(reason)]
-        refused = self._init_refused
+            return [*out, *self.queue.fail(reason, self.clients), Abort(reason)]
+        refused = self.era.held
         if refused is not None:
-            self._init_refused = None
+            self.era.held = None
             reason = "the server refused the replayed initialize"
             if isinstance(refused.get("message"), str):
                 reason += f": {refused['message'][:200]}"
-            return [*out, *self._fail_queue(f"lazyd: {reason}"), *self._abort(reason)]
-        out.extend(self._refuse_queued_stateless())
-        if self.instance is None and self.phase is Phase.PREINIT:
-            params = self._replay_params()
+            return [*out, *self.queue.fail(f"lazyd: {reason}", self.clients), Abort(reason)]
+        out.extend(self.refuse_queued_stateless())
+        if self.handshake.instance is None and self.core.phase is Phase.PREINIT:
+            params = self.handshake.replay_params()
             if params is not None:
-                out.extend(self._send_initialize(params))
+                out.extend(self.handshake.send_initialize(params))
         return out
 
-    def _initialize_refused(self, error: JsonObj) -> list[Action] | None:
+    def initialize_refused(self, error: JsonObj) -> list[Action] | None:
         """The replayed initialize was refused: the stateless era's reading of that, or None when
         it is just a failed start."""
-        if self.stateless_up is True:
-            self.instance = None
+        if self.era.stateless_up is True:
+            self.handshake.instance = None
             out = [Note("the server refused initialize after discovery: handshake-era clients are bridged"),
-                   *self._set_mixed(False)]
-            if not self._stateless_starting and self.phase is not Phase.READY:
-                out.extend(self._stateless_start())
+                   *self.era.learn_mixed(False)]
+            if not self.starting and self.core.phase is not Phase.READY:
+                out.extend(self.start())
             return out
-        if self._probe_sent and self.stateless_up is None:
-            self._init_refused = error
-            self.instance = None
-            self.phase = Phase.PREINIT
+        if self.era.stage is Stage.PROBING:
+            self.era.held = error
+            self.handshake.instance = None
+            self.core.phase = Phase.PREINIT
             return [Note("initialize refused while the era probe is pending: its answer decides")]
         data = error.get("data")
         names_stateless = error.get("code") == eras.UNSUPPORTED_PROTOCOL_VERSION and bool(eras.stateless_versions(
             {"supportedVersions": data.get("supported") if isinstance(data, dict) else None}))
-        if not self._probe_sent and (names_stateless or self.snapshot.era() == "stateless"):
+        if self.era.stage is Stage.HANDSHAKE and (names_stateless or self.snapshot.era() == "stateless"):
             # A first `initialize` refused by a server with a stateless era (-32022 naming
             # stateless versions is itself that evidence, the SDK's own rule): it speaks only the
             # stateless era. Probe it, and bridge the handshake-era clients.
-            self._init_refused = error
-            self.instance = None
-            self.phase = Phase.PREINIT
+            self.era.held = error
+            self.era.move(Event.FIRST_INITIALIZE_REFUSED)
+            self.handshake.instance = None
+            self.core.phase = Phase.PREINIT
             learned: list[Action] = [Note("the first initialize was refused: the server speaks only the stateless era")]
             if self.snapshot.handshake_first is not False:
                 self.snapshot.handshake_first = False
                 learned.append(SnapshotChanged())
-            return learned + self._send_probe()
+            return learned + self.send_probe()
         return None
 
-    def _probe_after_answered(self, msg: Message) -> list[Action]:
+    def probe_after_answered(self, msg: Message) -> list[Action]:
         """The answer to the `server/discover` sent after the handshake (era_policy.py): what else
         this handshake connection carries."""
-        asker = self._probe_asker or self._start_asker(PROBE_VERSION)
+        asker = self.era.probe_asker or self.cache.start_asker(PROBE_VERSION)
         result = msg.obj.get("result")
         if is_stateless_discovery(result) and eras.upstream_version(result) is not None:
             assert isinstance(result, dict)
-            out = self._record_discover(discover_key(PROBE_VERSION, asker.identity), msg)
-            self.stateless_up = True
-            self.discovery = result
+            out = self.cache.record_discover(discover_key(PROBE_VERSION, asker.identity), msg.obj)
+            self.era.move(Event.PROBE_AFTER_STATELESS)
+            self.era.discovery = result
             out.append(Note("the handshake connection answers discovery too: both eras on one connection"))
-            return out + self._set_mixed(True) + self._sync_listen()
+            return out + self.era.learn_mixed(True) + self.listen.sync()
         error = msg.obj.get("error")
         code = error.get("code") if isinstance(error, dict) else None
         if code == rpc.METHOD_NOT_FOUND and self.snapshot.era() is None:
-            out = self._record_discover(discover_key(PROBE_VERSION, asker.identity), msg)
+            out = self.cache.record_discover(discover_key(PROBE_VERSION, asker.identity), msg.obj)
             return [*out, Note("server/discover: -32601 after the handshake: the server speaks only the handshake era"),
-                    *self._refuse_queued_stateless()]
+                    *self.refuse_queued_stateless()]
         return [Note(f"server/discover after the handshake: error {code!r}: this connection carries the handshake era only"),
-                *self._set_mixed(False)]
+                *self.era.learn_mixed(False)]
 
-    def _send_probe_after(self) -> list[Action]:
-        asker = self._start_asker(PROBE_VERSION)
-        self._probe_asker = asker
-        return [self._internal("server/discover", {"_meta": asker.envelope()}, "probe-after"),
-                Note("asking server/discover after the handshake: does this connection carry the stateless era too?")]
+    def probe_unanswered(self) -> list[Action]:
+        """The handshake completed before the era probe was answered: handshake era only (the
+        issue's "an error or timeout"), recorded as a -32601 so clients' probes fall back at once."""
+        if self.era.stage is not Stage.PROBING:
+            return []
+        self.era.move(Event.HANDSHAKE_BEFORE_PROBE)
+        error = {"code": rpc.METHOD_NOT_FOUND, "message": "lazyd: the server did not answer server/discover before its handshake"}
+        self.snapshot.discover.setdefault(ANY_VERSION, {"error": error})
+        return [SnapshotChanged(), Note("the era probe is unanswered after the handshake: handshake era only"),
+                *self.refuse_queued_stateless()]
 
-    def _era_refusal(self, msg: Message) -> bytes | None:
+    def era_refusal(self, msg: Message) -> bytes | None:
         """A handshake-era request for a server set to era = "stateless" that is known to have no
         stateless era: refused from what the cache knows, without a start."""
-        if self.era_policy.setting != "stateless" or self.snapshot.era() != "handshake" or self.stateless_up is True:
+        if self.era.setting != "stateless" or self.snapshot.era() != "handshake" or self.era.stateless_up is True:
             return None
         assert msg.id is not None
         return rpc.error_line(msg.id, rpc.SERVER_UNAVAILABLE, self._no_stateless_era_text())
@@ -168,90 +223,95 @@ class StatelessRelay(ListenRelay):
         answer = next(iter(self.snapshot.discover.values()), {})
         error = answer.get("error") if isinstance(answer, dict) else None
         said = f"{error.get('code')} {str(error.get('message', ''))[:120]}" if isinstance(error, dict) else "no DiscoverResult"
-        return (f'lazyd: server {self.name} is set to era = "stateless", but it does not speak the stateless era '
+        return (f'lazyd: server {self.core.name} is set to era = "stateless", but it does not speak the stateless era '
                 f'(server/discover: {said}); set era = "auto" or "handshake" for it')
 
-    def _set_mixed(self, value: bool) -> list[Action]:
-        if self.snapshot.mixed_connection is value:
-            return []
-        self.snapshot.mixed_connection = value
-        return [SnapshotChanged()]
-
-    def _refuse_queued_stateless(self) -> list[Action]:
+    def refuse_queued_stateless(self) -> list[Action]:
         out: list[Action] = []
-        waiting, self.queue = self.queue, []
-        for cid, msg in waiting:
-            line = self._stateless_refusal(msg) if msg.method is not None and eras.is_stateless_request(msg.method, msg.params) else None
+        for cid, msg in self.queue.take():
+            line = self.refusal(msg) if msg.method is not None and eras.is_stateless_request(msg.method, msg.params) else None
             if line is not None and msg.id is not None:
                 out.append(ToClient(cid, line, msg.id))
             else:
-                self.queue.append((cid, msg))
+                self.queue.hold(cid, msg)
         return out
 
-    def _stateless_start(self) -> list[Action]:
-        """The process speaks the stateless era only: open the listen stream, refresh the listings
-        under the identity of whoever caused the start, then forward what waited."""
-        self.instance = None
-        self.phase = Phase.REFRESH
-        self._stateless_starting = True
-        version = eras.upstream_version(self.discovery) or PROBE_VERSION
-        asker = self._start_asker(version)
-        out: list[Action] = [*self._sync_listen()]
-        for method in advertised(self.discovery):
-            out.extend(self._fetch(method, asker, "start"))
-        # Listings that woke the server join those fetches now rather than fetch again at READY.
-        waiting, self.queue = self.queue, []
-        for cid, msg in waiting:
-            if cid in self.clients and msg.method in LISTINGS and not isinstance(msg.params.get("cursor"), str):
-                out.extend(self._client_request(cid, msg))
-            else:
-                self.queue.append((cid, msg))
-        return out + self._maybe_ready()
+    # ---- the stateless start ---------------------------------------------------------------------
 
-    def _maybe_ready(self) -> list[Action]:
+    def start(self) -> list[Action]:
+        """The process speaks the stateless era only: open the listen stream, refresh the listings
+        under the identity of whoever caused the start, then handle what waited."""
+        self.handshake.instance = None
+        self.core.phase = Phase.REFRESH
+        self.starting = True
+        version = eras.upstream_version(self.era.discovery) or PROBE_VERSION
+        asker = self.cache.start_asker(version)
+        out: list[Action] = [*self.listen.sync()]
+        for method in advertised(self.era.discovery):
+            out.extend(self.cache.fetch(method, asker, "start"))
+        # Listings that woke the server join those fetches now rather than fetch again at READY.
+        for cid, msg in self.queue.take():
+            if cid in self.clients and msg.method in LISTINGS and not isinstance(msg.params.get("cursor"), str):
+                out.extend(self.core.dispatch(cid, msg))
+            else:
+                self.queue.hold(cid, msg)
+        return out + self.maybe_ready()
+
+    def maybe_ready(self) -> list[Action]:
         """A stateless start is complete once its listings are fetched and its listen stream is
         acknowledged: a change made by a request forwarded after that cannot go unnoticed."""
-        if not self._stateless_starting or self.hub.pending is not None:
+        if not self.starting or self.listen.hub.pending is not None:
             return []
-        if any(f.why == "start" for f in self.fetches.values()):
+        if self.listings.pending(stateless=True, why="start"):
             return []
-        return self._stateless_ready()
-
-    def _stateless_ready(self) -> list[Action]:
-        self._stateless_starting = False
-        self.phase = Phase.READY
+        self.starting = False
+        self.core.phase = Phase.READY
         out: list[Action] = [Ready()]
-        waiting, self.queue = self.queue, []
-        for cid, msg in waiting:
+        for cid, msg in self.queue.take():
             if cid in self.clients and msg.id is not None:
-                out.extend(self._client_request(cid, msg))
+                out.extend(self.core.dispatch(cid, msg))
         return out
 
-    def _stateless_request(self, cid: ClientId, msg: Message) -> list[Action]:
+    def gone(self) -> list[Action]:
+        """The process ended: whoever waited on a fetch gets an error; client streams stay."""
+        out: list[Action] = []
+        for fetch in self.listings.gone():
+            for w in fetch.waiters:
+                if w.cid in self.clients:
+                    line = rpc.error_line(w.client_id, rpc.SERVER_UNAVAILABLE, f"lazyd: server {self.core.name} stopped before answering")
+                    out.append(ToClient(w.cid, line, w.client_id))
+        self.listen.hub.process_gone()
+        self.era.gone()
+        self.starting = False
+        return out
+
+    # ---- stateless requests ----------------------------------------------------------------------
+
+    def request(self, cid: ClientId, msg: Message) -> list[Action]:
         assert msg.method is not None and msg.id is not None
         method = msg.method
         out = self._remember_asker(cid, msg.params)
         if method == "server/discover":
-            return out + self._discover(cid, msg)
-        refusal = self._stateless_refusal(msg)
+            return out + self.cache.discover(cid, msg)
+        refusal = self.refusal(msg)
         if refusal is not None:
             return [*out, ToClient(cid, refusal, msg.id), Note(f"client {cid} {method}: protocol version refused")]
         if method in eras.REMOVED_IN_STATELESS:
             return [*out, ToClient(cid, rpc.error_line(msg.id, rpc.METHOD_NOT_FOUND, "Method not found", method), msg.id)]
         if method in LISTINGS and not isinstance(msg.params.get("cursor"), str) and not eras.is_continuation(msg.params):
-            return out + self._stateless_listing(cid, msg)
+            return out + self.cache.listing(cid, msg)
         if method == "subscriptions/listen":
-            return out + self._listen(cid, msg)
-        if self.phase is not Phase.READY or self.stateless_up is not True:
-            return out + self._queue(cid, msg, "needs the server")
-        hidden = self._foreign_task(cid, msg)
+            return out + self.listen.listen(cid, msg)
+        if self.core.phase is not Phase.READY or self.era.stateless_up is not True:
+            return out + self.queue.add(cid, msg, "needs the server")
+        hidden = foreign_task(self.routes, cid, msg)
         if hidden is not None:
             return out + hidden
-        return out + self._forward(cid, msg, log_level=eras.log_level_of(msg.params))
+        return out + forward(self.routes, cid, msg, log_level=eras.log_level_of(msg.params))
 
     def _remember_asker(self, cid: ClientId, params: JsonObj) -> list[Action]:
         info, caps = eras.envelope_identity(params)
-        meta = {"clientInfo": info, "clientCapabilities": caps, "principal": self._principal(cid)}
+        meta = {"clientInfo": info, "clientCapabilities": caps, "principal": self.cache.principal(cid)}
         if not info or self.snapshot.last_meta == meta:
             return []
         first = self.snapshot.last_meta is None
@@ -262,63 +322,25 @@ class StatelessRelay(ListenRelay):
 
     def _handshake_versions(self) -> list[str]:
         versions = {e.result.get("protocolVersion") for e in self.snapshot.entries.values()}
-        if self.instance is not None:
-            versions.add(self.instance.result.get("protocolVersion"))
+        if self.handshake.instance is not None:
+            versions.add(self.handshake.instance.result.get("protocolVersion"))
         known = sorted(v for v in versions if isinstance(v, str))
         return known or list(eras.HANDSHAKE_VERSIONS)
 
-    def _stateless_refusal(self, msg: Message) -> bytes | None:
+    def refusal(self, msg: Message) -> bytes | None:
         """-32022 for a stateless request this server cannot take, decided without waking it."""
         assert msg.id is not None
         version = eras.request_version(msg.params)
-        if self.era_policy.setting == "handshake":
+        if self.era.setting == "handshake":
             return eras.unsupported_version_line(
                 msg.id, version, self._handshake_versions(),
-                f'lazyd: server {self.name} is set to era = "handshake" (initialize), not protocol {version}')
-        if self.stateless_up is False or (self.phase is Phase.DOWN and self.snapshot.era() == "handshake"):
+                f'lazyd: server {self.core.name} is set to era = "handshake" (initialize), not protocol {version}')
+        if self.era.stateless_up is False or (self.core.phase is Phase.DOWN and self.snapshot.era() == "handshake"):
             return eras.unsupported_version_line(
                 msg.id, version, self._handshake_versions(),
-                f"lazyd: server {self.name} speaks only the handshake era (initialize), not protocol {version}")
-        listed = eras.stateless_versions(self._known_discovery())
+                f"lazyd: server {self.core.name} speaks only the handshake era (initialize), not protocol {version}")
+        listed = eras.stateless_versions(self.cache.known_discovery())
         if listed and version not in listed:
             return eras.unsupported_version_line(msg.id, version, listed,
-                                                 f"lazyd: server {self.name} does not support protocol {version}")
+                                                 f"lazyd: server {self.core.name} does not support protocol {version}")
         return None
-
-    def _replay_params(self) -> JsonObj | None:
-        raise NotImplementedError
-
-    def _send_initialize(self, params: JsonObj) -> list[Action]:
-        raise NotImplementedError
-
-    def _abort(self, reason: str) -> list[Action]:
-        raise NotImplementedError
-
-    def _probe_unanswered(self) -> list[Action]:
-        """The handshake completed before the era probe was answered: handshake era only (the
-        issue's "an error or timeout"), recorded as a -32601 so clients' probes fall back at once."""
-        if not self._probe_sent or self.stateless_up is not None:
-            return []
-        self.stateless_up = False
-        error = {"code": rpc.METHOD_NOT_FOUND, "message": "lazyd: the server did not answer server/discover before its handshake"}
-        self.snapshot.discover.setdefault(ANY_VERSION, {"error": error})
-        return [SnapshotChanged(), Note("the era probe is unanswered after the handshake: handshake era only"),
-                *self._refuse_queued_stateless()]
-
-    def _stateless_gone(self) -> list[Action]:
-        """The process ended: whoever waited on a fetch gets an error; client streams stay."""
-        out: list[Action] = []
-        for fetch in self.fetches.values():
-            for w in fetch.waiters:
-                if w.cid in self.clients:
-                    line = rpc.error_line(w.client_id, rpc.SERVER_UNAVAILABLE, f"lazyd: server {self.name} stopped before answering")
-                    out.append(ToClient(w.cid, line, w.client_id))
-        self.fetches.clear()
-        self.hub.process_gone()
-        self.stateless_up = None
-        self.discovery = None
-        self._probe_sent = False
-        self._probe_asker = None
-        self._init_refused = None
-        self._stateless_starting = False
-        return out

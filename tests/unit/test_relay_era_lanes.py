@@ -72,7 +72,7 @@ def test_a_discover_result_after_the_handshake_makes_the_one_process_serve_both_
     d = handshake_lane()
     started_handshake(d)
     out = d.answer("server/discover", DISCOVERY)
-    assert d.core.snapshot.mixed_connection is True and d.core.stateless_up is True
+    assert d.core.snapshot.mixed_connection is True and d.core.era.stateless_up is True
     assert any(m["method"] == "subscriptions/listen" for m in out.server)  # the relay's own stream
     d.serve_listings()
     assert d.core.phase is Phase.READY and d.core.process_era() == "both"
@@ -153,7 +153,7 @@ def test_a_bridged_call_that_the_server_refuses_for_want_of_a_back_channel_says_
 
 def test_era_handshake_never_probes_and_refuses_the_stateless_era_without_recording_it() -> None:
     d = handshake_lane(known_stateless())
-    d.core.era_policy = EraPolicy("handshake")
+    d.core.era.policy = EraPolicy("handshake")
     d.attach(1, 2)
     out = d.ask(2, 1, "server/discover", meta())
     assert out.client(2)[0]["error"]["code"] == rpc.METHOD_NOT_FOUND and 'era = "handshake"' in out.client(2)[0]["error"]["message"]
@@ -170,7 +170,7 @@ def test_era_stateless_bridges_even_a_server_that_serves_both_eras_on_one_connec
     snapshot = known_stateless()
     snapshot.mixed_connection = True
     d, _ = driver(snapshot, lane=None)
-    d.core.era_policy = EraPolicy("stateless")
+    d.core.era.policy = EraPolicy("stateless")
     d.attach(1)
     assert "result" in d.ask(1, 0, "initialize", CLIENT_PARAMS).client(1)[0]
     d.tell(1, "notifications/initialized")
@@ -182,7 +182,7 @@ def test_era_stateless_bridges_even_a_server_that_serves_both_eras_on_one_connec
 
 def test_era_stateless_on_a_server_without_it_fails_clearly_then_refuses_from_the_cache() -> None:
     d, _ = driver(Snapshot(), lane=None)
-    d.core.era_policy = EraPolicy("stateless")
+    d.core.era.policy = EraPolicy("stateless")
     d.attach(1)
     assert d.ask(1, 0, "initialize", CLIENT_PARAMS).want
     d.spawned()

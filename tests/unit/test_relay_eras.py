@@ -111,7 +111,7 @@ def stateless_running(*cids: int, discovery: JsonObj = DISCOVERY) -> tuple[Drive
     d.attach(*cids)
     d.spawned()
     serve_stateless(d, discovery=discovery)
-    assert d.core.phase is Phase.READY and d.core.stateless_up is True
+    assert d.core.phase is Phase.READY and d.core.era.stateless_up is True
     return d, clock
 
 
@@ -148,7 +148,7 @@ def test_a_first_start_probes_the_era_with_the_waking_clients_identity_then_repl
                             CLIENT_CAPABILITIES_META: CLIENT_PARAMS["capabilities"]}}
     assert out.server == [request(1, "server/discover", probe_meta), request(2, "initialize", CLIENT_PARAMS)]
     d.reply_error(d.upstream[1], rpc.METHOD_NOT_FOUND, "Method not found")
-    assert d.core.snapshot.era() == "handshake" and d.core.stateless_up is False
+    assert d.core.snapshot.era() == "handshake" and d.core.era.stateless_up is False
     d.answer("initialize", INIT_RESULT)
     assert d.serve_listings().ready
     # Known now: the next start replays the handshake at once, without a probe.
@@ -164,7 +164,7 @@ def test_a_probe_never_answered_before_the_handshake_completed_means_handshake_e
     d.spawned()
     d.answer("initialize", INIT_RESULT)
     out = d.serve_listings()
-    assert out.ready and d.core.stateless_up is False
+    assert out.ready and d.core.era.stateless_up is False
     # Recorded as a -32601, so a stateless-capable client falls back at once, from cache.
     assert d.core.snapshot.discover["*"]["error"]["code"] == rpc.METHOD_NOT_FOUND
     probe = d.ask(1, 5, "server/discover", meta())
@@ -544,7 +544,7 @@ def test_input_required_becomes_a_request_to_the_very_client_and_the_call_is_ret
     assert retry["requestState"] == "s1" and retry["arguments"] == {"a": 1} and retry["_meta"][PROTOCOL_VERSION_META] == PV
     out = d.reply(d.one_pending("tools/call"), {"content": [{"type": "text", "text": "hello ada"}], "resultType": "complete"})
     assert out.client(1) == [result("c", {"content": [{"type": "text", "text": "hello ada"}]})]
-    assert d.core.rounds == {} and d.core.input_waits == {}
+    assert d.core.bridge.rounds == {} and d.core.bridge.input_waits == {}
 
 
 def test_input_a_handshake_client_did_not_declare_is_declined_or_refused() -> None:
