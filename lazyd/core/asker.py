@@ -47,9 +47,6 @@ class Asker:
         """The key of a fetch made for this asker (its identity whatever the result's scope)."""
         return stateless_key(method, self.version, self.caps, self.identity)
 
-    def as_meta(self) -> JsonObj:
-        return {"clientInfo": self.client_info, "clientCapabilities": self.capabilities, "principal": self.principal}
-
 
 def asker_from_params(params: JsonObj, version: str, principal: str = "") -> Asker:
     """The Asker of a handshake-era client, from its `initialize` params."""

@@ -178,6 +178,18 @@ class EraState:
 
     # ---- what is learned for good ----------------------------------------------------------------
 
+    def learn_first_initialize(self, accepted: bool) -> list[Action]:
+        """Whether `initialize` as a connection's first request was accepted, recorded in the
+        snapshot. An acceptance is saved with the next change that is saved anyway: only a refusal
+        (the server speaks only the stateless era) changes which process a client gets."""
+        if accepted:
+            self.snapshot.handshake_first = True
+            return []
+        if self.snapshot.handshake_first is False:
+            return []
+        self.snapshot.handshake_first = False
+        return [SnapshotChanged()]
+
     def learn_mixed(self, value: bool) -> list[Action]:
         """Whether one connection carries both eras, recorded in the snapshot."""
         if self.snapshot.mixed_connection is value:

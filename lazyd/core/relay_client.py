@@ -4,7 +4,6 @@ what waits for the server, and what is forwarded.
 - `ping` is answered by the relay. `logging/setLevel` is recorded per client; the server runs at
   the most verbose level any client asked for. A stateless-era request goes to stateless.py, and on
   a server that speaks only the stateless era everything else goes through the bridge (bridge.py).
-  This part holds no state of its own: it decides which part a message goes to.
 - `initialize` is answered by the running instance once its handshake is done (a client asking for
   another version is told openly which one the process speaks: PROTOCOL.md §8), else from a cached
   handshake of the same version, else it waits for a start.
@@ -21,6 +20,8 @@ what waits for the server, and what is forwarded.
   A cancellation ends the request wherever it is: a listen stream, a fetch it waits on, the queue,
   or the server, which gets it under the relay id. Other notifications reach a ready server only.
 - A client's answer to a server-to-client request goes back under the server's id.
+
+This part holds no state of its own: it decides which part a message goes to.
 """
 
 from __future__ import annotations

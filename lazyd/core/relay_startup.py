@@ -115,9 +115,7 @@ class Handshake:
             return [*self.queue.fail(f"lazyd: {reason}", self.clients), Abort(reason)]
         out: list[Action] = self.era.learn_mixed(True) if self.era.stateless_up is True else []
         if self.era.stage is Stage.HANDSHAKE:
-            # The connection's first request was this initialize. Saved with the next change that
-            # is saved anyway: only a refusal (False) changes which process a client gets.
-            self.snapshot.handshake_first = True
+            out.extend(self.era.learn_first_initialize(True))  # it was the connection's first request
         self.instance.result = result
         out.append(ToServer(rpc.notification_line("notifications/initialized")))
         if self.era.start_plan(self.core.phase).probe_after_handshake and self.era.stateless_up is False:

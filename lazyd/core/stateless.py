@@ -172,10 +172,8 @@ class StatelessEra:
             self.era.move(Event.FIRST_INITIALIZE_REFUSED)
             self.handshake.instance = None
             self.core.phase = Phase.PREINIT
-            learned: list[Action] = [Note("the first initialize was refused: the server speaks only the stateless era")]
-            if self.snapshot.handshake_first is not False:
-                self.snapshot.handshake_first = False
-                learned.append(SnapshotChanged())
+            learned: list[Action] = [Note("the first initialize was refused: the server speaks only the stateless era"),
+                                     *self.era.learn_first_initialize(False)]
             return learned + self.send_probe()
         return None
 

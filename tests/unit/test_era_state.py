@@ -140,3 +140,10 @@ def test_the_process_ending_forgets_what_was_learned_of_it_but_not_of_the_server
     assert state.stage is Stage.NONE
     assert state.discovery is None and state.held is None and state.probe_asker is None
     assert state.snapshot.mixed_connection is False
+
+
+def test_an_accepted_first_initialize_is_saved_with_the_next_change_and_a_refusal_at_once() -> None:
+    state = EraState("auto", Snapshot())
+    assert state.learn_first_initialize(True) == [] and state.snapshot.handshake_first is True
+    assert state.learn_first_initialize(False) == [SnapshotChanged()] and state.snapshot.handshake_first is False
+    assert state.learn_first_initialize(False) == []
