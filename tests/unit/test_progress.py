@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import os
 import pty
+import select
 
 import pytest
 import trio
@@ -60,6 +61,18 @@ def test_a_progress_frame_must_carry_a_step_text() -> None:
         wire.validate_frame({"t": "progress", "step": 3})
 
 
+def _read_pty(controller: int, until: str, count: int, timeout_s: float = 10.0) -> str:
+    """What the terminal side received, once `until` arrived `count` times: the kernel hands pty
+    output to the other side asynchronously, so one read can return only part of it under load."""
+    written = ""
+    while written.count(until) < count:
+        ready, _, _ = select.select([controller], [], [], timeout_s)
+        if not ready:
+            break  # the assertion below says what was missing
+        written += os.read(controller, 4096).decode()
+    return written
+
+
 def test_the_status_line_draws_and_erases_on_a_terminal_only() -> None:
     controller, terminal = pty.openpty()
     try:
@@ -68,7 +81,7 @@ def test_the_status_line_draws_and_erases_on_a_terminal_only() -> None:
             assert line.active
             line.update("handshake (pid 7)")
             line.clear()
-        written = os.read(controller, 4096).decode()
+        written = _read_pty(controller, until="\x1b[K", count=2)
         assert written.startswith("\r\x1b[Kchecking x: handshake (pid 7) (") and written.endswith("s)\r\x1b[K")
     finally:
         os.close(controller)
