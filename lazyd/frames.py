@@ -50,6 +50,10 @@ class Frame:
     t: ClassVar[str] = ""
     _fields: ClassVar[tuple[str, ...]] = ()  # always encoded, in this order (None as nil)
     _optional: ClassVar[tuple[str, ...]] = ()  # encoded only when set (not None, not empty)
+    _known: ClassVar[frozenset[str]] = frozenset({"t"})  # every key this version reads
+
+    def __init_subclass__(cls) -> None:
+        cls._known = frozenset({"t", *cls._fields, *cls._optional})
 
     def __init__(self, extra: Mapping[str, Any] | None = None) -> None:
         self.extra: Mapping[str, Any] = extra or _NO_EXTRA
@@ -176,7 +180,8 @@ class Line(Frame):
     _optional = ("done",)
 
     def __init__(self, d: bytes, done: int | str | None = None, extra: Mapping[str, Any] | None = None) -> None:
-        super().__init__(extra)
+        # Frame.__init__'s one line, inlined: lines are the hot path, and a call costs more than it.
+        self.extra = extra or _NO_EXTRA
         self.d = d
         self.done = done
 
@@ -242,12 +247,15 @@ def _is_str_map(value: object) -> bool:
     )
 
 
+def _bad(frame: dict[str, Any], name: str, expected: str) -> WireError:
+    if name not in frame:
+        return WireError(f"{frame['t']!r} frame lacks field {name!r}")
+    return WireError(f"{frame['t']!r} frame field {name!r} must be {expected}, not {type(frame[name]).__name__}")
+
+
 def _require(frame: dict[str, Any], name: str, ok: bool, expected: str) -> None:
     if not ok:
-        if name not in frame:
-            raise WireError(f"{frame['t']!r} frame lacks field {name!r}")
-        got = type(frame[name]).__name__
-        raise WireError(f"{frame['t']!r} frame field {name!r} must be {expected}, not {got}")
+        raise _bad(frame, name, expected)
 
 
 def _extra(f: dict[str, Any], known: frozenset[str]) -> Mapping[str, Any] | None:
@@ -257,16 +265,13 @@ def _extra(f: dict[str, Any], known: frozenset[str]) -> Mapping[str, Any] | None
     return {k: v for k, v in f.items() if k not in known}
 
 
-_HELLO_KEYS = frozenset({"t", "v", "role", "pid", "argv", "cwd", "env", "opts", "server", "resume", "env_raw"})
-_V_KEYS = frozenset({"t", "v"})
-
 
 def _check_hello(f: dict[str, Any]) -> AnyFrame:
     _require(f, "v", _is_int(f.get("v")), "an int")
     if f["v"] != WIRE_VERSION:
         # Another version's hello may carry other fields: let the daemon read `v` and answer
         # `refused`/"version" instead of failing with a misleading field error.
-        return ForeignHello(f["v"], _extra(f, _V_KEYS))
+        return ForeignHello(f["v"], _extra(f, ForeignHello._known))
     _require(f, "role", f.get("role") in ("shim", "ctl"), '"shim" or "ctl"')
     _require(f, "pid", _is_int(f.get("pid")), "an int")
     _require(f, "argv", _is_str_list(f.get("argv")), "a list of str")
@@ -287,23 +292,17 @@ def _check_hello(f: dict[str, Any]) -> AnyFrame:
             "a list of [bin, bin] pairs")  # fmt: skip
         raw = [(name, value) for name, value in pairs]
     return Hello(f["role"], f["pid"], f["argv"], f["cwd"], f["env"], f["opts"], f["server"], f["resume"],
-                 raw, _extra(f, _HELLO_KEYS))
-
-
-_WELCOME_KEYS = frozenset({"t", "v", "session", "name", "daemon_pid"})
+                 raw, _extra(f, Hello._known))
 
 
 def _check_welcome(f: dict[str, Any]) -> AnyFrame:
     _require(f, "v", _is_int(f.get("v")), "an int")
     if f["v"] != WIRE_VERSION:
-        return ForeignWelcome(f["v"], _extra(f, _V_KEYS))  # the shim reports the skew itself
+        return ForeignWelcome(f["v"], _extra(f, ForeignWelcome._known))  # the shim reports the skew itself
     _require(f, "session", _is_int(f.get("session")), "an int")
     _require(f, "name", isinstance(f.get("name"), str), "a str")
     _require(f, "daemon_pid", _is_int(f.get("daemon_pid")), "an int")
-    return Welcome(f["session"], f["name"], f["daemon_pid"], _extra(f, _WELCOME_KEYS))
-
-
-_REFUSED_KEYS = frozenset({"t", "v", "code", "message"})
+    return Welcome(f["session"], f["name"], f["daemon_pid"], _extra(f, Welcome._known))
 
 
 def _check_refused(f: dict[str, Any]) -> AnyFrame:
@@ -311,33 +310,26 @@ def _check_refused(f: dict[str, Any]) -> AnyFrame:
     _require(f, "v", _is_int(f.get("v")), "an int")
     _require(f, "code", isinstance(f.get("code"), str), "a str")
     _require(f, "message", isinstance(f.get("message"), str), "a str")
-    return Refusal(f["code"], f["message"], f["v"], _extra(f, _REFUSED_KEYS))
-
-
-_LINE_KEYS = frozenset({"t", "d", "done"})
+    return Refusal(f["code"], f["message"], f["v"], _extra(f, Refusal._known))
 
 
 def _check_line(f: dict[str, Any]) -> AnyFrame:
-    _require(f, "d", isinstance(f.get("d"), bytes), "a bin")
-    d: bytes = f["d"]
+    # The hot path (every JSON-RPC message is one): the same checks as the others, fewer calls.
+    d = f.get("d")
+    if not isinstance(d, bytes):
+        raise _bad(f, "d", "a bin")
     if len(d) > MAX_LINE_BYTES:
         raise WireError(f"line of {len(d)} bytes exceeds MAX_LINE_BYTES ({MAX_LINE_BYTES})")
     done = f.get("done")
     if done is not None and not (_is_int(done) or isinstance(done, str)):
         raise WireError(f"'line' frame field 'done' must be an int or str, not {type(done).__name__}")
-    return Line(d, done, _extra(f, _LINE_KEYS))
-
-
-_CTL_KEYS = frozenset({"t", "op", "args"})
+    return Line(d, done, None if f.keys() <= Line._known else _extra(f, Line._known))
 
 
 def _check_ctl(f: dict[str, Any]) -> AnyFrame:
     _require(f, "op", isinstance(f.get("op"), str), "a str")
     _require(f, "args", isinstance(f.get("args"), dict), "a map")
-    return Ctl(f["op"], f["args"], _extra(f, _CTL_KEYS))
-
-
-_REPLY_KEYS = frozenset({"t", "ok", "data", "error"})
+    return Ctl(f["op"], f["args"], _extra(f, Ctl._known))
 
 
 def _check_reply(f: dict[str, Any]) -> AnyFrame:
@@ -345,15 +337,12 @@ def _check_reply(f: dict[str, Any]) -> AnyFrame:
     error = f.get("error")
     if error is not None and not isinstance(error, str):
         raise WireError(f"'reply' frame field 'error' must be a str, not {type(error).__name__}")
-    return Reply(f["ok"], f.get("data"), error, _extra(f, _REPLY_KEYS))
-
-
-_PROGRESS_KEYS = frozenset({"t", "step"})
+    return Reply(f["ok"], f.get("data"), error, _extra(f, Reply._known))
 
 
 def _check_progress(f: dict[str, Any]) -> AnyFrame:
     _require(f, "step", isinstance(f.get("step"), str), "a str")
-    return Progress(f["step"], _extra(f, _PROGRESS_KEYS))
+    return Progress(f["step"], _extra(f, Progress._known))
 
 
 _CHECKS: dict[str, Callable[[dict[str, Any]], AnyFrame]] = {
@@ -377,6 +366,12 @@ def validate_frame(obj: object) -> AnyFrame:
         raise WireError(f"frame is a {type(obj).__name__}, not a map")
     if not all(isinstance(k, str) for k in obj):
         raise WireError("frame has a key that is not a str")
+    return validate_walked(obj)
+
+
+def validate_walked(obj: dict[str, Any]) -> AnyFrame:
+    """``validate_frame`` for a map whose keys the msgpack header walk has already found to be str
+    at every depth (lazyd/wire.py's decode path): the frame table's checks, without that one again."""
     t = obj.get("t")
     if not isinstance(t, str):
         raise WireError("frame lacks a str field 't'")

@@ -38,7 +38,7 @@ import msgpack
 from lazyd.errors import WireError
 from lazyd.frames import MAX_LINE_BYTES as MAX_LINE_BYTES  # the frames' limit, re-exported for byte-level callers
 from lazyd.frames import WIRE_VERSION as WIRE_VERSION  # ditto: every hello and welcome carries it
-from lazyd.frames import AnyFrame, Frame, Line, validate_frame
+from lazyd.frames import AnyFrame, Frame, Line, validate_walked
 
 # Not `from typing import TYPE_CHECKING`: the shim imports this module on every client start and
 # typing costs milliseconds there; mypy treats any name TYPE_CHECKING as true.
@@ -258,7 +258,9 @@ def decode_body(body: bytes) -> AnyFrame:
         raise
     except Exception as exc:  # msgpack raises ValueError, FormatError, StackError, UnicodeError...
         raise WireError(f"undecodable frame body: {exc}") from None
-    return validate_frame(obj)
+    if not isinstance(obj, dict):  # the walk refuses a body that is not a map: a bug if reached
+        raise WireError(f"frame is a {type(obj).__name__}, not a map")
+    return validate_walked(obj)
 
 
 class FrameDecoder:
