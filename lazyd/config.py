@@ -38,12 +38,13 @@ from typing import Literal
 import tomlkit
 import tomlkit.exceptions
 
-from lazyd.core.durations import parse_bool, parse_duration
+from lazyd.durations import parse_bool, parse_duration
 from lazyd.core.identity import PER_SESSION_ENV
 from lazyd.core.policy import ToolPolicy, as_decision, compile_rule
+from lazyd.errors import ConfigError
 
 __all__ = [
-    "WakePredicate", "Policy", "ServerConfig", "Config", "ConfigError", "load_config",
+    "WakePredicate", "Policy", "ServerConfig", "Config", "load_config",
     "parse_config_text", "policy_with_options", "MAX_CONFIG_BYTES",
 ]
 
@@ -151,14 +152,6 @@ class Config:
     def per_session_env(self) -> frozenset[str]:
         """The built-in per-session variables plus the user's `per_session_env`."""
         return PER_SESSION_ENV | self.extra_per_session_env
-
-
-class ConfigError(Exception):
-    """A config file or shim option that lazyd refuses; `str()` is one line fit for a user."""
-
-    def __init__(self, message: str) -> None:
-        # One line is the contract: a stray newline would split a log record or a status line.
-        super().__init__(message.replace("\r", "\\r").replace("\n", "\\n"))
 
 
 @dataclass(frozen=True)

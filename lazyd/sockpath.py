@@ -1,7 +1,8 @@
 """Where the daemon's socket is: ``LAZYD_SOCKET``, else a private per-user runtime directory.
 
 The shim, lazyctl and the daemon all resolve it here, so they can never disagree. Standard
-library only: the shim imports this on every client start.
+library only, and no platformdirs (whose rule ``runtime_dir`` follows, see test_sockpath.py): the
+shim imports this on every client start.
 """
 
 from __future__ import annotations
@@ -192,6 +193,9 @@ def record_daemon(env: Mapping[str, str], pid: int, socket: str) -> str | None:
     written (discovery is a convenience: a daemon runs without it)."""
     import json
 
+    # Only the daemon writes records: the shim never pays for importing the writer.
+    from lazyd.privatefiles import write_private
+
     directory = discovery_dir(env)
     if directory is None:
         return None
@@ -200,13 +204,7 @@ def record_daemon(env: Mapping[str, str], pid: int, socket: str) -> str | None:
         if not _private_dir_ok(directory, missing_ok=False):
             return None
         path = os.path.join(directory, f"{pid}.json")
-        tmp = os.path.join(directory, f".{pid}.json.tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        try:
-            os.write(fd, json.dumps({"pid": pid, "socket": socket}).encode())
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
+        write_private(path, json.dumps({"pid": pid, "socket": socket}).encode(), durable=False)
         return path
     except OSError:
         return None

@@ -1,15 +1,16 @@
 """The lazyd wire protocol: frames between the shim, lazyctl and the daemon (docs/protocol.md).
 
 This module owns the byte format and nothing else: encoding frames, decoding them from untrusted
-bytes with bounded memory, validating each frame type's fields, and two blocking helpers for
-the clients that do not use trio (the shim and lazyctl). It imports only the standard library
-and msgpack, because the shim imports it on every client start. Where the socket is:
-lazyd/sockpath.py.
+bytes with bounded memory into the typed frames of lazyd/frames.py (which checks each frame
+type's fields), and two blocking helpers for the clients that do not use trio (the shim and
+lazyctl). It imports only the standard library and msgpack, because the shim imports it on every
+client start. Where the socket is: lazyd/sockpath.py.
 
-Errors::
+Errors (lazyd/errors.py)::
 
     WireError        the peer sent something that is not a valid frame ("remote protocol error");
-                     the connection must be closed and its decoder dropped.
+                     the connection must be closed and its decoder dropped. Whatever msgpack
+                     raises on a peer's bytes becomes a WireError here, and nowhere else.
     ValueError       our own caller tried to encode something the protocol cannot carry
                      (a line or frame over the limits); a local bug, never the peer's fault.
 
@@ -23,7 +24,7 @@ Decoding is defensive in three steps, each bounding what the next may cost:
    21-byte nest of ``array32`` headers or a megabyte of empty maps is refused before msgpack
    allocates anything;
 3. only then ``msgpack.unpackb`` builds the objects, itself configured with the same limits, and
-   the result is checked field by field against the frame table.
+   the result is checked field by field against the frame table and made a typed frame.
 """
 
 from __future__ import annotations
@@ -34,18 +35,17 @@ from collections import deque
 
 import msgpack
 
+from lazyd.errors import WireError
+from lazyd.frames import MAX_LINE_BYTES as MAX_LINE_BYTES  # the frames' limit, re-exported for byte-level callers
+from lazyd.frames import WIRE_VERSION as WIRE_VERSION  # ditto: every hello and welcome carries it
+from lazyd.frames import AnyFrame, Frame, Line, validate_walked
+
 # Not `from typing import TYPE_CHECKING`: the shim imports this module on every client start and
 # typing costs milliseconds there; mypy treats any name TYPE_CHECKING as true.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping
     from typing import Any
-
-WIRE_VERSION: int = 1
-# Bumped on any incompatible change; a daemon answers another version with `refused`/"version".
-
-MAX_LINE_BYTES: int = 16 * 1024 * 1024
-# Above the TypeScript SDK's 10 MiB line limit, so any line a real peer sends fits.
 
 MAX_FRAME_BYTES: int = MAX_LINE_BYTES + 64 * 1024
 # One maximal line plus room for the frame's own fields.
@@ -69,19 +69,23 @@ _RECV_BYTES = 256 * 1024
 # One recv() of a blocking reader: a maximal frame takes ~64 calls, small frames take one.
 
 
-class WireError(Exception):
-    """The peer sent bytes that are not a valid frame. Close the connection; never reuse the decoder."""
-
-
 # --- encoding -----------------------------------------------------------------------------------
 
 
-def encode(frame: Mapping[str, Any]) -> bytes:
+def encode(frame: Frame) -> bytes:
     """Return ``frame`` as one length-prefixed msgpack frame.
 
     Raises ValueError if the body would exceed MAX_FRAME_BYTES and TypeError if it holds a value
     msgpack cannot carry: both are bugs of the caller, not protocol errors of a peer.
     """
+    if type(frame) is Line and not frame.extra:
+        return encode_line(frame.d, frame.done)
+    return encode_raw(frame.to_map())
+
+
+def encode_raw(frame: Mapping[str, Any]) -> bytes:
+    """Return the map ``frame`` as one frame, as it stands: no field is checked. For what no typed
+    frame carries (a test's malformed frame); raises ValueError and TypeError as ``encode``."""
     body: bytes = msgpack.packb(frame, use_bin_type=True)
     if len(body) > MAX_FRAME_BYTES:
         raise ValueError(f"frame of {len(body)} bytes exceeds MAX_FRAME_BYTES ({MAX_FRAME_BYTES})")
@@ -227,136 +231,15 @@ def check_structure(body: bytes) -> None:
         raise WireError(f"{end - pos} trailing bytes after the frame body")
 
 
-# --- validation ---------------------------------------------------------------------------------
+# --- decoding -----------------------------------------------------------------------------------
 
 
 def _refuse_ext(code: int, data: bytes) -> object:
     raise WireError(f"msgpack ext type {code} is not allowed")
 
 
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_str_list(value: object) -> bool:
-    return isinstance(value, list) and all(isinstance(v, str) for v in value)
-
-
-def _is_str_map(value: object) -> bool:
-    return isinstance(value, dict) and all(
-        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
-    )
-
-
-def _require(frame: dict[str, Any], name: str, ok: bool, expected: str) -> None:
-    if not ok:
-        if name not in frame:
-            raise WireError(f"{frame['t']!r} frame lacks field {name!r}")
-        got = type(frame[name]).__name__
-        raise WireError(f"{frame['t']!r} frame field {name!r} must be {expected}, not {got}")
-
-
-def _check_hello(f: dict[str, Any]) -> None:
-    _require(f, "v", _is_int(f.get("v")), "an int")
-    if f["v"] != WIRE_VERSION:
-        # Another version's hello may carry other fields: let the daemon read `v` and answer
-        # `refused`/"version" instead of failing with a misleading field error.
-        return
-    _require(f, "role", f.get("role") in ("shim", "ctl"), '"shim" or "ctl"')
-    _require(f, "pid", _is_int(f.get("pid")), "an int")
-    _require(f, "argv", _is_str_list(f.get("argv")), "a list of str")
-    _require(f, "cwd", isinstance(f.get("cwd"), str), "a str")
-    _require(f, "env", _is_str_map(f.get("env")), "a map of str to str")
-    _require(f, "opts", _is_str_map(f.get("opts")), "a map of str to str")
-    _require(f, "server", "server" in f and (f["server"] is None or isinstance(f["server"], str)),
-             "a str or nil")  # fmt: skip
-    resume = f.get("resume")
-    _require(f, "resume", isinstance(resume, list) and all(isinstance(r, bytes) for r in resume),
-             "a list of bin")  # fmt: skip
-    if "env_raw" in f:
-        # Optional: the variables that are not UTF-8, as [name, value] pairs of bytes.
-        raw = f["env_raw"]
-        _require(f, "env_raw", isinstance(raw, list) and all(
-            isinstance(p, list) and len(p) == 2 and all(isinstance(b, bytes) for b in p) for p in raw),
-            "a list of [bin, bin] pairs")  # fmt: skip
-
-
-def _check_welcome(f: dict[str, Any]) -> None:
-    _require(f, "v", _is_int(f.get("v")), "an int")
-    if f["v"] != WIRE_VERSION:
-        return  # the shim compares versions itself and reports the skew
-    _require(f, "session", _is_int(f.get("session")), "an int")
-    _require(f, "name", isinstance(f.get("name"), str), "a str")
-    _require(f, "daemon_pid", _is_int(f.get("daemon_pid")), "an int")
-
-
-def _check_refused(f: dict[str, Any]) -> None:
-    # Stable across versions: a refusal must stay readable by a peer of any version.
-    _require(f, "v", _is_int(f.get("v")), "an int")
-    _require(f, "code", isinstance(f.get("code"), str), "a str")
-    _require(f, "message", isinstance(f.get("message"), str), "a str")
-
-
-def _check_line(f: dict[str, Any]) -> None:
-    _require(f, "d", isinstance(f.get("d"), bytes), "a bin")
-    d: bytes = f["d"]
-    if len(d) > MAX_LINE_BYTES:
-        raise WireError(f"line of {len(d)} bytes exceeds MAX_LINE_BYTES ({MAX_LINE_BYTES})")
-    done = f.get("done")
-    if done is not None and not (_is_int(done) or isinstance(done, str)):
-        raise WireError(f"'line' frame field 'done' must be an int or str, not {type(done).__name__}")
-
-
-def _check_ctl(f: dict[str, Any]) -> None:
-    _require(f, "op", isinstance(f.get("op"), str), "a str")
-    _require(f, "args", isinstance(f.get("args"), dict), "a map")
-
-
-def _check_reply(f: dict[str, Any]) -> None:
-    _require(f, "ok", isinstance(f.get("ok"), bool), "a bool")
-    error = f.get("error")
-    if error is not None and not isinstance(error, str):
-        raise WireError(f"'reply' frame field 'error' must be a str, not {type(error).__name__}")
-
-
-def _check_progress(f: dict[str, Any]) -> None:
-    _require(f, "step", isinstance(f.get("step"), str), "a str")
-
-
-_CHECKS = {
-    "hello": _check_hello,
-    "welcome": _check_welcome,
-    "refused": _check_refused,
-    "line": _check_line,
-    "ctl": _check_ctl,
-    "reply": _check_reply,
-    "progress": _check_progress,  # daemon -> lazyctl, before a reply, when the ctl asked for it
-}
-FRAME_TYPES: frozenset[str] = frozenset(_CHECKS)
-
-
-def validate_frame(obj: object) -> dict[str, Any]:
-    """Return ``obj`` as a frame if it is a map with str keys, a known ``t`` and well-typed fields.
-
-    Unknown extra fields are kept (a newer peer may add optional ones). Optional fields that are
-    absent stay absent: read them with ``.get``. Raises WireError otherwise.
-    """
-    if not isinstance(obj, dict):
-        raise WireError(f"frame is a {type(obj).__name__}, not a map")
-    if not all(isinstance(k, str) for k in obj):
-        raise WireError("frame has a key that is not a str")
-    t = obj.get("t")
-    if not isinstance(t, str):
-        raise WireError("frame lacks a str field 't'")
-    check = _CHECKS.get(t)
-    if check is None:
-        raise WireError(f"unknown frame type {t[:40]!r}")
-    check(obj)
-    return obj
-
-
-def decode_body(body: bytes) -> dict[str, Any]:
-    """Decode and validate one frame body (the bytes after the length header)."""
+def decode_body(body: bytes) -> AnyFrame:
+    """Decode and validate one frame body (the bytes after the length header); raises WireError."""
     check_structure(body)
     try:
         obj = msgpack.unpackb(
@@ -375,7 +258,9 @@ def decode_body(body: bytes) -> dict[str, Any]:
         raise
     except Exception as exc:  # msgpack raises ValueError, FormatError, StackError, UnicodeError...
         raise WireError(f"undecodable frame body: {exc}") from None
-    return validate_frame(obj)
+    if not isinstance(obj, dict):  # the walk refuses a body that is not a map: a bug if reached
+        raise WireError(f"frame is a {type(obj).__name__}, not a map")
+    return validate_walked(obj)
 
 
 class FrameDecoder:
@@ -390,7 +275,7 @@ class FrameDecoder:
         self._need: int | None = None  # body length of the frame being received, once known
         self._error: WireError | None = None
 
-    def feed(self, data: bytes, limit: int | None = None) -> list[dict[str, Any]]:
+    def feed(self, data: bytes, limit: int | None = None) -> list[AnyFrame]:
         """Add received bytes; return the frames they complete (possibly none).
 
         With ``limit``, at most that many frames are decoded and returned; complete frames beyond
@@ -406,14 +291,14 @@ class FrameDecoder:
             self._buf = bytearray()
             raise
 
-    def _feed(self, data: bytes, limit: int | None) -> list[dict[str, Any]]:
+    def _feed(self, data: bytes, limit: int | None) -> list[AnyFrame]:
         have = len(self._buf)
         if self._need is None and have < HEADER_BYTES <= have + len(data):
             # A header completed by this read is judged before the read is copied in, so an
             # oversize frame costs no buffer at all.
             self._check_length(_HEADER.unpack(bytes(self._buf) + data[: HEADER_BYTES - have])[0])
         self._buf += data
-        frames: list[dict[str, Any]] = []
+        frames: list[AnyFrame] = []
         while limit is None or len(frames) < limit:
             if self._need is None:
                 if len(self._buf) < HEADER_BYTES:
@@ -446,7 +331,7 @@ class FrameDecoder:
 # --- blocking helpers (shim, lazyctl) -----------------------------------------------------------
 
 
-def send_frame(sock: socket.socket, frame: Mapping[str, Any]) -> None:
+def send_frame(sock: socket.socket, frame: Frame) -> None:
     """Encode and send one frame on a blocking socket. OSError means the connection is gone."""
     sock.sendall(encode(frame))
 
@@ -457,9 +342,9 @@ class BlockingFrameReader:
     def __init__(self, sock: socket.socket) -> None:
         self._sock = sock
         self._decoder = FrameDecoder()
-        self._ready: deque[dict[str, Any]] = deque()
+        self._ready: deque[AnyFrame] = deque()
 
-    def read(self) -> dict[str, Any] | None:
+    def read(self) -> AnyFrame | None:
         """Return the next frame, or None at a clean EOF between frames.
 
         Raises WireError for a bad frame or an EOF in the middle of one, OSError from the socket.

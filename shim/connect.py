@@ -27,6 +27,8 @@ import sys
 import time
 
 from lazyd import sockpath, wire
+from lazyd.errors import LazydError, Unavailable, WireError
+from lazyd.frames import ForeignWelcome, Hello, Refusal, Welcome
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs start-up time
 if TYPE_CHECKING:
@@ -71,25 +73,14 @@ MAX_DAEMON_STDERR_BYTES = 64 * 1024
 # What is read of a daemon's stderr when it failed to start: its reason is its last line.
 
 
-class Unavailable(Exception):
-    """The daemon cannot be had; ``str()`` is the reason. ``final`` means retrying is pointless;
-    ``user_error`` that the user must fix something (a refused option, a bad config file): the
-    shim then exits 2 instead of running the server directly."""
-
-    def __init__(self, reason: str, *, final: bool = False, user_error: bool = False) -> None:
-        super().__init__(reason)
-        self.final = final or user_error
-        self.user_error = user_error
-
-
-class _NoDaemon(Exception):
+class _NoDaemon(LazydError):
     """ECONNREFUSED or ENOENT: nobody listens on the socket path."""
 
 
 class Connection:
     """A welcomed session: the socket, its frame reader (which may hold frames already), the welcome."""
 
-    def __init__(self, sock: socket.socket, reader: wire.BlockingFrameReader, welcome: dict[str, Any]) -> None:
+    def __init__(self, sock: socket.socket, reader: wire.BlockingFrameReader, welcome: Welcome) -> None:
         self.sock = sock
         self.reader = reader
         self.welcome = welcome
@@ -100,34 +91,21 @@ def socket_path(opts: Options) -> str:
     return opts.socket if opts.socket is not None else sockpath.default_socket_path(os.environ)
 
 
-def build_hello(opts: Options, resume: list[bytes]) -> dict[str, Any]:
+def build_hello(opts: Options, resume: list[bytes]) -> Hello:
     """The hello frame for this shim (see docs/protocol.md)."""
     try:
         cwd = os.getcwd()
     except OSError:
         cwd = os.environ.get("PWD", "/")  # the cwd was removed under us; the client's view is next best
     env: dict[str, str] = {}
-    raw: list[list[bytes]] = []
+    raw: list[tuple[bytes, bytes]] = []
     for name, value in os.environb.items():
         try:
             env[name.decode("utf-8")] = value.decode("utf-8")
         except UnicodeDecodeError:
-            raw.append([name, value])  # passed as bytes: the server still gets it exactly
-    hello: dict[str, Any] = {
-        "t": "hello",
-        "v": wire.WIRE_VERSION,
-        "role": "shim",
-        "pid": os.getpid(),
-        "argv": list(opts.command),
-        "cwd": cwd,
-        "env": env,
-        "opts": dict(opts.daemon_opts),
-        "server": opts.server,
-        "resume": list(resume),
-    }
-    if raw:
-        hello["env_raw"] = raw
-    return hello
+            raw.append((name, value))  # passed as bytes: the server still gets it exactly
+    return Hello("shim", os.getpid(), list(opts.command), cwd, env, dict(opts.daemon_opts), opts.server,
+                 list(resume), raw)
 
 
 def open_session(opts: Options, resume: list[bytes], log: Log, deadline: float | None = None) -> Connection:
@@ -156,29 +134,29 @@ def open_session(opts: Options, resume: list[bytes], log: Log, deadline: float |
     except TimeoutError:
         sock.close()
         raise Unavailable("the daemon did not answer the hello in time") from None
-    except (OSError, wire.WireError) as exc:
+    except (OSError, WireError) as exc:
         sock.close()
         raise Unavailable(f"the daemon broke the connection during the hello: {exc}") from None
     if reply is None:
         sock.close()
         raise Unavailable("the daemon closed the connection during the hello")
-    if reply["t"] == "refused":
+    if isinstance(reply, Refusal):
         sock.close()
-        if reply["code"] == "options":
+        if reply.code == "options":
             # A bad shim option is the user's mistake, like every other bad option: exit 2.
-            raise Unavailable(str(reply["message"]), user_error=True)
-        raise Unavailable(f"refused by the daemon: {reply['message']} [{reply['code']}]", final=True)
-    if reply["t"] != "welcome":
-        sock.close()
-        raise Unavailable(f"the daemon answered the hello with a {reply['t']!r} frame", final=True)
-    if reply["v"] != wire.WIRE_VERSION:
+            raise Unavailable(reply.message, user_error=True)
+        raise Unavailable(f"refused by the daemon: {reply.message} [{reply.code}]", final=True)
+    if isinstance(reply, ForeignWelcome):
         sock.close()
         raise Unavailable(
-            f"the daemon speaks wire version {reply['v']}, this shim {wire.WIRE_VERSION}; "
+            f"the daemon speaks wire version {reply.v}, this shim {wire.WIRE_VERSION}; "
             "restart the daemon (lazyctl stop)",
             final=True,
         )
-    log(f"session {reply['session']} ({reply['name']}) with daemon pid {reply['daemon_pid']} "
+    if not isinstance(reply, Welcome):
+        sock.close()
+        raise Unavailable(f"the daemon answered the hello with a {reply.t!r} frame", final=True)
+    log(f"session {reply.session} ({reply.name}) with daemon pid {reply.daemon_pid} "
         f"in {(time.monotonic() - started) * 1000:.1f}ms")  # fmt: skip
     return Connection(sock, reader, reply)
 

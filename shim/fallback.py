@@ -21,6 +21,8 @@ import signal
 import subprocess
 import threading
 
+from lazyd.errors import ReplayFailed
+
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs start-up time
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -59,10 +61,6 @@ def exec_directly(command: list[str], reason: str) -> NoReturn:
 def exit_status(returncode: int) -> int:
     """A Popen returncode as a shell-style exit status (128 + n for death by signal n)."""
     return 128 - returncode if returncode < 0 else returncode
-
-
-class ReplayFailed(Exception):
-    """The directly run server exited or stalled before answering the replayed initialize."""
 
 
 class DirectServer:

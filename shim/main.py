@@ -1,8 +1,9 @@
 """The ``lazyd-shim`` entry point: options, signals, session or fail-open, then the relay.
 
 Import cost matters here (this runs at every client start), so this module and the ones it loads
-eagerly use only the standard library, msgpack and lazyd.wire; subprocess, fcntl and the fallback
-are imported only on the paths that need them.
+eagerly use only the standard library, msgpack and lazyd's stdlib-only floor (errors, frames, wire,
+sockpath, durations, envnames; docs/architecture.md); subprocess, fcntl and the fallback are
+imported only on the paths that need them.
 """
 
 from __future__ import annotations
@@ -11,8 +12,10 @@ import os
 import signal
 import sys
 
+from lazyd.errors import Unavailable, UsageError
+
 from . import __version__
-from .options import USAGE, Log, UsageError, parse, say
+from .options import USAGE, Log, parse, say
 
 _QUIET_EXIT_STATUS: dict[int, int] = {signal.SIGTERM: 0, signal.SIGHUP: 0, signal.SIGINT: 128 + signal.SIGINT}
 # The client stopping us is the normal end of a session, not an error: exit quietly at once.
@@ -54,7 +57,7 @@ def _main(argv: list[str] | None) -> int:
 
     try:
         conn = connect.open_session(opts, [], log)
-    except connect.Unavailable as exc:
+    except Unavailable as exc:
         log(f"daemon unavailable: {exc}")
         if exc.user_error:
             # A refused option or a file the user must fix: running the server directly would

@@ -19,9 +19,10 @@ from __future__ import annotations
 import os
 import time
 
-from lazyd.core.durations import parse_bool as _core_parse_bool
-from lazyd.core.durations import parse_duration
-from lazyd.core.envrules import parse_names
+from lazyd.durations import parse_bool as _core_parse_bool
+from lazyd.durations import parse_duration
+from lazyd.envnames import parse_names
+from lazyd.errors import UsageError
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs start-up time
 if TYPE_CHECKING:
@@ -73,13 +74,9 @@ MAX_SUN_PATH_BYTES = 107
 # sun_path holds 108 bytes including the terminating NUL on Linux; a longer path cannot be bound.
 
 
-class UsageError(Exception):
-    """A bad option, value or missing command; the message is one line without the prefix."""
-
-
 # Options forwarded to the daemon in the hello's `opts`: flag -> (opts key, env var, checker).
 def _check_duration(value: str) -> None:
-    # The daemon's own rule (lazyd.core.durations, pure and stdlib-only, cheap to import), so a
+    # The daemon's own rule (lazyd.durations, on the stdlib-only floor, cheap to import), so a
     # value the config file accepts, such as "1m30s", is never refused by the shim.
     try:
         parse_duration(value)

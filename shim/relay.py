@@ -36,6 +36,8 @@ import time
 from collections import deque
 
 from lazyd import wire
+from lazyd.errors import ReplayFailed, Unavailable, WireError
+from lazyd.frames import Line
 
 from . import connect
 from .options import say
@@ -160,7 +162,7 @@ class Relay:
             try:
                 frame = conn.reader.read()
                 reason = "the daemon closed the connection"
-            except wire.WireError as exc:
+            except WireError as exc:
                 frame, reason = None, f"bad frame from the daemon: {exc}"
             except OSError as exc:
                 frame, reason = None, f"connection error: {exc.strerror or exc}"
@@ -169,11 +171,11 @@ class Relay:
                 if failure is not None:
                     return self._run_direct(failure)
                 continue
-            if frame["t"] != "line":
-                self._log(f"ignored an unexpected {frame['t']!r} frame from the daemon")
+            if not isinstance(frame, Line):
+                self._log(f"ignored an unexpected {frame.t!r} frame from the daemon")
                 continue
-            self._out.write_line(frame["d"])
-            done = frame.get("done")
+            self._out.write_line(frame.d)
+            done = frame.done
             if done is not None:
                 self._retire(done)
 
@@ -218,7 +220,7 @@ class Relay:
             try:
                 new = connect.open_session(self._opts, resume, self._log, deadline)
                 break
-            except connect.Unavailable as exc:
+            except Unavailable as exc:
                 if exc.final or time.monotonic() >= deadline:
                     return str(exc)
                 self._log(f"reconnect failed: {exc}")
@@ -270,7 +272,7 @@ class Relay:
 
         try:
             child.replay(replay, is_answer_to_replay, self._out.write)
-        except fallback.ReplayFailed as exc:
+        except ReplayFailed as exc:
             say(f"the directly run server failed: {exc}")
             self._answer_held("lazyd: the daemon is unavailable and the server failed to start")
             child.stop()

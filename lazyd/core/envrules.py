@@ -32,13 +32,12 @@ from __future__ import annotations
 import fnmatch
 import re
 
-# The shim validates --identity-env with parse_names at every client start: no typing import.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
 __all__ = ["PER_SESSION_ENV", "LAUNCHER_CONTEXT_ENV", "counts", "classify", "is_credential_name",
-           "is_setting_name", "parse_names"]
+           "is_setting_name"]
 
 # Variables (exact names or fnmatch patterns, case-sensitive) that vary per terminal, window, login
 # or client session and carry no server setting. A shared server runs with the environment of the
@@ -176,20 +175,3 @@ def classify(name: str, *, force: Iterable[str] = (), declared: Iterable[str] = 
     if is_setting_name(name):
         return "setting"
     return "other"
-
-
-_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*|[A-Za-z0-9_*?\[\]!.-]+", re.ASCII)
-
-
-def parse_names(text: str) -> tuple[str, ...]:
-    """A comma-separated list of variable names or patterns (`LAZYD_IDENTITY_ENV=A,B_*`).
-
-    Raises ValueError naming the first bad entry: an empty entry, or one with `=` or spaces.
-    """
-    names: list[str] = []
-    for part in text.split(","):
-        entry = part.strip()
-        if not entry or _NAME.fullmatch(entry) is None:
-            raise ValueError(f"{entry!r} is not a variable name or pattern (use NAME,OTHER_*)")
-        names.append(entry)
-    return tuple(dict.fromkeys(names))

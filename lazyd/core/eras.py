@@ -36,7 +36,7 @@ LATEST_HANDSHAKE_VERSION = HANDSHAKE_VERSIONS[-1]
 FIRST_STATELESS_VERSION = "2026-07-28"
 # The stateless versions whose envelope and methods lazyd knows; a newer one a server lists is
 # still relayed (its requests pass through), but the relay never writes it itself.
-KNOWN_STATELESS_VERSIONS = ("2026-07-28",)
+KNOWN_STATELESS_VERSIONS = (FIRST_STATELESS_VERSION,)
 
 UNSUPPORTED_PROTOCOL_VERSION = -32022
 # Identifies the relay in its own requests only when no real client was ever seen (PROTOCOL.md §8).

@@ -10,28 +10,26 @@ capabilities; defaults for a client that never sent any).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Mapping, Sequence
 
+from lazyd.core.eras import HANDSHAKE_VERSIONS, LATEST_HANDSHAKE_VERSION
 from lazyd.core.hub_tools import HUB_INSTRUCTIONS
 from lazyd.core.jsonrpc import JsonObj
+from lazyd.errors import HubOptionError
 
-__all__ = ["HUB_VERSION", "SUPPORTED_VERSIONS", "LATEST_VERSION", "HUB_OPTS", "HubOptionError",
+__all__ = ["HUB_VERSION", "SUPPORTED_VERSIONS", "LATEST_VERSION", "HUB_OPTS",
            "hub_servers", "initialize_result", "internal_initialize_params"]
 
 HUB_VERSION = "0.1.0"
-SUPPORTED_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
-LATEST_VERSION = SUPPORTED_VERSIONS[-1]
+SUPPORTED_VERSIONS = HANDSHAKE_VERSIONS  # the hub is a server of the handshake era (lazyd/core/eras.py)
+LATEST_VERSION = LATEST_HANDSHAKE_VERSION
 HUB_OPTS = ("hub", "servers")
 
 
-class HubOptionError(Exception):
-    """A hub hello the daemon refuses; `str()` is one line for the `refused` frame."""
-
-
-def hub_servers(hello: Mapping[str, Any], opts: Mapping[str, str]) -> tuple[str, ...] | None:
-    """The `--servers` filter of a hub hello (None: every server); raises HubOptionError."""
-    if hello.get("argv") or hello.get("server"):
+def hub_servers(argv: Sequence[str], server: str | None, opts: Mapping[str, str]) -> tuple[str, ...] | None:
+    """The `--servers` filter of a hub hello with these `argv`, `server` and `opts` (None: every
+    server); raises HubOptionError."""
+    if argv or server:
         raise HubOptionError("--hub takes no server command and no --server: it serves them all")
     for key in opts:
         if key not in HUB_OPTS:

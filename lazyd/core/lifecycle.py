@@ -84,14 +84,17 @@ from __future__ import annotations
 
 import enum
 import math
-import random
 from collections import deque
 from dataclasses import dataclass
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
-from lazyd.core.durations import format_duration
+from lazyd.durations import format_duration
+from lazyd.errors import LifecycleError
 
-__all__ = ["State", "PredicateState", "PROCESS_STATES", "LifecyclePolicy", "LifecycleError",
+if TYPE_CHECKING:
+    import random  # only the type of the caller's generator: the core draws from it, never from `random`
+
+__all__ = ["State", "PredicateState", "PROCESS_STATES", "LifecyclePolicy",
            "Spawn", "Stop", "KillAndFail", "FailWaiting", "RunPredicate", "Log", "Action",
            "Lifecycle"]
 
@@ -120,10 +123,6 @@ class PredicateState(enum.StrEnum):
 
 
 PROCESS_STATES: Final = frozenset({State.STARTING, State.RUNNING, State.STOPPING})
-
-
-class LifecycleError(Exception):
-    """A caller bug no state can absorb (time going backwards, a negative count, a bad policy)."""
 
 
 @dataclass(frozen=True)

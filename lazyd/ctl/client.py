@@ -1,15 +1,15 @@
 """lazyctl's control connection: a blocking socket, one `ctl` frame out, one `reply` back.
 
 This module owns talking to the daemon (docs/protocol.md: a `hello` with role "ctl", a
-`welcome`, then request/reply) and turning every way that can fail into a `CtlError` carrying
-the exit status lazyctl promises:
+`welcome`, then request/reply) and turning every way that can fail into a `CtlError`
+(lazyd/errors.py) carrying the exit status lazyctl promises:
 
     CtlError               exit 1: a failed operation (the daemon's one-line error, or a broken
                            connection)
       DaemonNotRunning     exit 3: nothing listens on the socket (like `systemctl status`)
 
-No trio here: lazyctl starts in tens of milliseconds because it imports only the standard
-library, msgpack, lazyd.wire and lazyd.sockpath.
+No trio and nothing of the daemon here: lazyctl starts in tens of milliseconds because it imports
+only the standard library, msgpack and lazyd's stdlib-only floor (wire, frames, sockpath, paths).
 """
 
 from __future__ import annotations
@@ -23,8 +23,11 @@ import time
 from typing import Any
 
 from lazyd import sockpath, wire
-from lazyd.core.durations import format_duration
 from lazyd.ctl.progress import TICK_S, StatusLine
+from lazyd.durations import format_duration
+from lazyd.errors import CtlError, DaemonNotRunning, Unavailable, WireError
+from lazyd.frames import AnyFrame, Ctl, Frame, Hello, Progress, Refusal, Reply, Welcome
+from lazyd.paths import MAX_START_RECORD_BYTES, start_record_path
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -33,21 +36,6 @@ EXIT_NOT_RUNNING = 3
 
 CONNECT_TIMEOUT_S = 5.0  # a live daemon accepts at once; a full backlog for this long is a hung one
 REPLY_TIMEOUT_S = 30.0  # quick ops (status, sleep, logs); wake and check pass None: the daemon bounds them
-
-
-class CtlError(Exception):
-    """An operation failed; `message` is one line, `data` what the daemon sent along (if any)."""
-
-    exit_code = EXIT_FAILED
-
-    def __init__(self, message: str, data: Any = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.data = data
-
-
-class DaemonNotRunning(CtlError):
-    exit_code = EXIT_NOT_RUNNING
 
 
 def socket_path(explicit: str | None) -> str:
@@ -71,16 +59,17 @@ class Connection:
             self._sock.close()
             raise CtlError(f"cannot connect to lazyd at {path}: {exc.strerror or exc}") from None
         self._reader = wire.BlockingFrameReader(self._sock)
-        hello = {"t": "hello", "v": wire.WIRE_VERSION, "role": "ctl", "pid": os.getpid(), "argv": [],
-                 "cwd": os.getcwd(), "env": {}, "opts": {}, "server": None, "resume": []}
+        hello = Hello("ctl", os.getpid(), [], os.getcwd(), {}, {}, None, [])
         frame = self._exchange(hello, CONNECT_TIMEOUT_S)
-        if frame["t"] == "refused":
+        if isinstance(frame, Refusal):
             self.close()
-            raise CtlError(f"lazyd refused the connection: {frame['message']}")
-        if frame["t"] != "welcome":
+            raise CtlError(f"lazyd refused the connection: {frame.message}")
+        if frame.t != "welcome":
             self.close()
-            raise CtlError(f"lazyd answered the hello with a {frame['t']!r} frame")
-        self.daemon_pid: int = int(frame.get("daemon_pid", 0))
+            raise CtlError(f"lazyd answered the hello with a {frame.t!r} frame")
+        # A welcome of another wire version is taken as it comes: its ops may still answer.
+        pid = frame.daemon_pid if isinstance(frame, Welcome) else frame.extra.get("daemon_pid", 0)
+        self.daemon_pid: int = pid if isinstance(pid, int) else 0
 
     def __enter__(self) -> Connection:
         return self
@@ -98,18 +87,17 @@ class Connection:
         With an active `progress` line, the daemon is asked for its steps (`progress` frames),
         shown on that line, which is also redrawn every TICK_S for the elapsed time."""
         if progress is not None and progress.active:
-            frame = self._exchange_with_progress({"t": "ctl", "op": op, "args": {**(args or {}), "progress": True}},
-                                                 timeout_s, progress)
+            frame = self._exchange_with_progress(Ctl(op, {**(args or {}), "progress": True}), timeout_s, progress)
         else:
-            frame = self._exchange({"t": "ctl", "op": op, "args": args or {}}, timeout_s)
-        if frame["t"] != "reply":
-            raise CtlError(f"lazyd answered {op!r} with a {frame['t']!r} frame")
-        if not frame["ok"]:
-            raise CtlError(frame.get("error") or f"{op} failed", frame.get("data"))
-        return frame.get("data")
+            frame = self._exchange(Ctl(op, args or {}), timeout_s)
+        if not isinstance(frame, Reply):
+            raise CtlError(f"lazyd answered {op!r} with a {frame.t!r} frame")
+        if not frame.ok:
+            raise CtlError(frame.error or f"{op} failed", frame.data)
+        return frame.data
 
-    def _exchange_with_progress(self, frame: dict[str, Any], timeout_s: float | None,
-                                progress: StatusLine) -> dict[str, Any]:
+    def _exchange_with_progress(self, frame: Frame, timeout_s: float | None,
+                                progress: StatusLine) -> AnyFrame:
         give_up = None if timeout_s is None else time.monotonic() + timeout_s
         progress.draw()
         try:
@@ -127,24 +115,24 @@ class Connection:
                     continue
                 if reply is None:
                     raise CtlError("lazyd closed the connection without answering")
-                if reply["t"] != "progress":
+                if not isinstance(reply, Progress):
                     return reply
-                progress.update(str(reply["step"]))
-        except wire.WireError as exc:
+                progress.update(reply.step)
+        except WireError as exc:
             raise CtlError(f"lazyd sent a bad frame: {exc}") from None
         except OSError as exc:
             raise CtlError(f"lost the connection to lazyd: {exc.strerror or exc}") from None
         finally:
             progress.clear()
 
-    def _exchange(self, frame: dict[str, Any], timeout_s: float | None) -> dict[str, Any]:
+    def _exchange(self, frame: Frame, timeout_s: float | None) -> AnyFrame:
         self._sock.settimeout(timeout_s)
         try:
             wire.send_frame(self._sock, frame)
             reply = self._reader.read()
         except TimeoutError:
             raise CtlError(f"lazyd did not answer within {format_duration(timeout_s or 0.0)}") from None
-        except wire.WireError as exc:
+        except WireError as exc:
             raise CtlError(f"lazyd sent a bad frame: {exc}") from None
         except OSError as exc:
             raise CtlError(f"lost the connection to lazyd: {exc.strerror or exc}") from None
@@ -166,10 +154,6 @@ def other_daemons_hint(path: str) -> str:
     return f"; but {where} (lazyctl --socket PATH talks to it)"
 
 
-START_RECORD_SUFFIX = ".error"  # written beside the socket by a daemon that could not start
-MAX_START_RECORD_BYTES = 16 * 1024
-
-
 def not_running(path: str) -> DaemonNotRunning:
     """The error for "nothing listens on `path`", with the last daemon's start-up failure if one
     is on record (the daemon writes it beside the socket, and removes it when it starts)."""
@@ -183,7 +167,7 @@ def not_running(path: str) -> DaemonNotRunning:
 def last_start_failure(path: str) -> dict[str, Any] | None:
     """The start-up record beside the socket `path`, if it is ours and well formed."""
     try:
-        fd = os.open(path + START_RECORD_SUFFIX, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+        fd = os.open(start_record_path(path), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
     except OSError:
         return None
     try:
@@ -228,7 +212,7 @@ def connect_starting(path: str, explicit_socket: str | None = None, progress: St
     try:
         sock = connect.connect_or_start(path, explicit, True, lambda _: None,
                                         time.monotonic() + AUTOSTART_TIMEOUT_S)
-    except connect.Unavailable as exc:
+    except Unavailable as exc:
         raise DaemonNotRunning(f"lazyd is not running and could not be started: {exc}") from None
     sock.close()  # it accepts connections now; the daemon drops one that sends no hello
     return Connection(path)

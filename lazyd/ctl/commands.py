@@ -16,11 +16,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from lazyd.core.durations import format_duration
+from lazyd.durations import format_duration
 from lazyd.ctl import format as fmt
 from lazyd.ctl import logs
-from lazyd.ctl.client import EXIT_OK, CtlError, connect, other_daemons
+from lazyd.ctl.client import EXIT_OK, connect, other_daemons
 from lazyd.ctl.progress import StatusLine
+from lazyd.errors import CtlError, UsageError
 
 STOP_WAIT_S = 30.0  # the daemon bounds its own shutdown at 15 s; past twice that it is stuck
 SLEEP_REPLY_S = 30.0  # the daemon waits up to 10 s for the stop ladder before it answers
@@ -138,10 +139,6 @@ def cmd_reload(args: argparse.Namespace, out: Output) -> int:
 
     out.result(report, human)
     return EXIT_OK
-
-
-class UsageError(Exception):
-    """Bad command-line usage that argparse cannot see (exit 2)."""
 
 
 def wait_gone(pid: int, timeout_s: float) -> bool:

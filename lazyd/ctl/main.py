@@ -21,9 +21,10 @@ from typing import NoReturn
 
 from lazyd.core.client_profiles import PROFILES
 from lazyd.ctl import commands, registration, systemd
-from lazyd.ctl.client import EXIT_USAGE, CtlError
-from lazyd.ctl.commands import Output, UsageError
+from lazyd.ctl.client import EXIT_USAGE
+from lazyd.ctl.commands import Output
 from lazyd.ctl.wrap import cli as wrap_cli
+from lazyd.errors import CtlError, UsageError
 
 EXIT_INTERRUPTED = 130  # the shell's convention for a command ended by Ctrl-C
 

@@ -15,10 +15,11 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from lazyd.core.durations import format_duration, parse_duration
-from lazyd.ctl.client import EXIT_OK, CtlError, connect, connect_starting, socket_path
-from lazyd.ctl.commands import Output, UsageError
+from lazyd.durations import format_duration, parse_duration
+from lazyd.ctl.client import EXIT_OK, connect, connect_starting, socket_path
+from lazyd.ctl.commands import Output
 from lazyd.ctl.progress import StatusLine
+from lazyd.errors import CtlError, UsageError
 
 MAX_INITIALIZE_FILE_BYTES = 1024 * 1024  # a captured initialize is a few KiB; a session log may be more
 

@@ -20,10 +20,11 @@ import re
 import sys
 from pathlib import Path
 
-from lazyd.ctl.client import EXIT_OK, CtlError
+from lazyd.ctl.client import EXIT_OK
 from lazyd.ctl.commands import Output
-from lazyd.daemon.paths import resolve_paths
-from lazyd.daemon.runtime import SetupError
+from lazyd.errors import CtlError, SetupError
+from lazyd.paths import resolve_paths
+from lazyd.privatefiles import write_private
 
 MARKER = "# Written by `lazyctl systemd install`; change it with `systemctl --user edit`, not here."
 CONTRIB_EXEC_START = "%h/.local/bin/lazyd"  # where `pip install --user` and pipx put the script
@@ -204,13 +205,9 @@ def _write(path: Path, text: str) -> str:
         state = "created"
     except (OSError, UnicodeError):
         state = "updated"
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, UNIT_FILE_MODE)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.chmod(tmp, UNIT_FILE_MODE)  # the umask may have taken bits away
-        os.replace(tmp, path)
+        # Exactly 0644 whatever the umask; not durable, as systemctl edit's own writes are not.
+        write_private(path, text.encode("utf-8"), mode=UNIT_FILE_MODE, durable=False)
     except OSError as exc:
         raise CtlError(f"cannot write {path}: {exc.strerror}") from None
     return state
@@ -221,7 +218,7 @@ def _unmanaged_daemon() -> bool:
 
     Not a connect probe: connecting to an installed socket unit would start the service."""
     try:
-        lock = resolve_paths(os.environ).lock
+        lock = resolve_paths().lock
         pid = int(lock.read_text(encoding="ascii").strip() or 0)
         with open(f"/proc/{pid}/cgroup", encoding="utf-8", errors="replace") as f:
             cgroup = f.read()

@@ -18,19 +18,20 @@ import trio
 
 from lazyd.core import relay as rl
 from lazyd.core.cache import LISTINGS, HandshakeEntry, Snapshot
-from lazyd.core.durations import format_duration
+from lazyd.durations import format_duration
 from lazyd.core.era_policy import Era, Kind, facts_of
-from lazyd.core.eras import CLIENT_CAPABILITIES_META, CLIENT_INFO_META
+from lazyd.core.eras import CLIENT_CAPABILITIES_META, CLIENT_INFO_META, FIRST_STATELESS_VERSION, LATEST_HANDSHAKE_VERSION
 from lazyd.core.jsonrpc import METHOD_NOT_FOUND, notification_line, request_line
 from lazyd.daemon import progress
-from lazyd.daemon.process import ChildProcess, LineTooLong, SpawnError, spawn
+from lazyd.daemon.process import ChildProcess, spawn
 from lazyd.daemon.registry import Registry
 from lazyd.daemon.supervisor import ServerRuntime
+from lazyd.errors import LineTooLong, SpawnError
 
 log = logging.getLogger("lazyd.control")
 
-DISCOVER_PROBE_VERSION = "2026-07-28"  # the first protocol version with server/discover
-CHECK_PROTOCOL_VERSION = "2025-11-25"  # the newest handshake-era version every SDK speaks
+DISCOVER_PROBE_VERSION = FIRST_STATELESS_VERSION  # the first protocol version with server/discover
+CHECK_PROTOCOL_VERSION = LATEST_HANDSHAKE_VERSION  # the newest handshake-era version every SDK speaks
 # Lines queued for a check's server: 4 listings x MAX_LISTING_PAGES requests plus the handshake.
 CHECK_BACKLOG_LINES = 4 * rl.MAX_LISTING_PAGES + 16
 CHECK_CID = 0  # the one client of a check's private relay core

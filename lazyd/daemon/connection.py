@@ -40,10 +40,12 @@ from lazyd import wire
 from lazyd.daemon import handshakes
 from lazyd.daemon.era_lanes import EraRoute
 from lazyd.daemon import progress
-from lazyd.daemon.registry import Refused, Registry
+from lazyd.daemon.registry import Registry
 from lazyd.daemon.runtime import peer_credentials
 from lazyd.daemon.session import Session
 from lazyd.daemon.supervisor import ServerRuntime
+from lazyd.errors import Refused, SlowPeer, WireError
+from lazyd.frames import AnyFrame, Ctl, ForeignHello, Hello, Line, Progress, Refusal, Reply, Welcome
 
 log = logging.getLogger("lazyd.conn")
 
@@ -104,10 +106,6 @@ def _seconds_from(env: Mapping[str, str], name: str, default: float) -> float:
     return value
 
 
-class SlowPeer(Exception):
-    """The peer started a frame and did not finish it within the frame deadline."""
-
-
 def _sole(group: BaseExceptionGroup[BaseException]) -> BaseException:
     """The one exception inside `group` (nested groups flattened), else the group itself."""
     leaves: list[BaseException] = []
@@ -135,12 +133,12 @@ class _Frames:
         self.stream = stream
         self.decoder = wire.FrameDecoder()
         # A deque: one read can hold thousands of tiny frames, and popping a list's head is O(n).
-        self.pending: deque[dict[str, Any]] = deque()
+        self.pending: deque[AnyFrame] = deque()
         self.frame_deadline_s = frame_deadline_s
         self._in_frame = False  # the decoder holds the start of a frame that is not complete
         self._waited_s = 0.0  # time spent in receive for that unfinished frame
 
-    async def next(self) -> dict[str, Any] | None:
+    async def next(self) -> AnyFrame | None:
         """The next frame, or None at EOF (an EOF in the middle of a frame is just a close)."""
         while not self.pending:
             if self.decoder.buffered:
@@ -233,7 +231,7 @@ class ConnectionHandler:
                 # A session's nursery wraps what its read loop raised (a bad or slow frame) in a
                 # group: judged below like the bare exception it is, not as an internal error.
                 raise _sole(group) from None
-        except wire.WireError as exc:
+        except WireError as exc:
             log.warning("closing a connection from pid %d after a bad frame: %s", pid, exc)
         except SlowPeer as exc:
             log.warning("closing a connection from pid %d: %s", pid, exc)
@@ -256,40 +254,39 @@ class ConnectionHandler:
             return
         if hello is None:
             return
-        if hello["t"] != "hello":
-            raise wire.WireError(f"expected a hello frame, got {hello['t']!r}")
-        if hello["v"] != wire.WIRE_VERSION:
-            message = (f"wire version {hello['v']} is not this daemon's {wire.WIRE_VERSION}: "
+        if isinstance(hello, ForeignHello):
+            message = (f"wire version {hello.v} is not this daemon's {wire.WIRE_VERSION}: "
                        "restart the daemon (lazyctl stop) so the new version runs")
-            await stream.send_all(wire.encode({"t": "refused", "v": wire.WIRE_VERSION, "code": "version", "message": message}))
+            await stream.send_all(wire.encode(Refusal("version", message)))
             return
-        if hello["role"] == "ctl":
+        if not isinstance(hello, Hello):
+            raise WireError(f"expected a hello frame, got {hello.t!r}")
+        if hello.role == "ctl":
             await self._control(stream, frames)
         else:
             await self._session(stream, frames, hello)
 
-    async def _session(self, stream: trio.SocketStream, frames: _Frames, hello: dict[str, Any]) -> None:
+    async def _session(self, stream: trio.SocketStream, frames: _Frames, hello: Hello) -> None:
         cancel = trio.CancelScope()
         try:
             runtime, session = await self.registry.open_session(hello, cancel.cancel)
         except Refused as exc:
-            log.warning("refused a session from pid %s: %s", hello.get("pid"), exc.message)
-            await stream.send_all(wire.encode({"t": "refused", "v": wire.WIRE_VERSION, "code": exc.code, "message": exc.message}))
+            log.warning("refused a session from pid %s: %s", hello.pid, exc.message)
+            await stream.send_all(wire.encode(Refusal(exc.code, exc.message)))
             return
         try:
-            await stream.send_all(wire.encode({"t": "welcome", "v": wire.WIRE_VERSION, "session": session.cid,
-                                               "name": runtime.name, "daemon_pid": os.getpid()}))
+            await stream.send_all(wire.encode(Welcome(session.cid, runtime.name, os.getpid())))
             with cancel:
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(self._writer, stream, session, cancel)
                     session.fd = stream.socket.fileno()
                     peek = handshakes.PEEK_LINES  # lines left to look at for the client's initialize
                     while (frame := await frames.next()) is not None:
-                        if frame["t"] != "line":
-                            raise wire.WireError(f"unexpected {frame['t']!r} frame in a session")
+                        if not isinstance(frame, Line):
+                            raise WireError(f"unexpected {frame.t!r} frame in a session")
                         if peek:
-                            peek = self.registry.note_client_line(frame["d"], peek)
-                        runtime.client_line(session.cid, frame["d"])
+                            peek = self.registry.note_client_line(frame.d, peek)
+                        runtime.client_line(session.cid, frame.d)
                         if isinstance(runtime, (ServerRuntime, EraRoute)) and not runtime.has_room():
                             await runtime.wait_for_room()
                         if session.should_pause():
@@ -318,38 +315,34 @@ class ConnectionHandler:
         session.fd = None
         cancel.cancel()  # the outbox closed (detached or overflowed) or the peer went away
 
-    async def _with_progress(self, stream: trio.SocketStream, frame: dict[str, Any]) -> Any:
+    async def _with_progress(self, stream: trio.SocketStream, frame: Ctl) -> Any:
         """Run a ctl op while its steps go out as `progress` frames (lazyd/daemon/progress.py)."""
         async def send(step: str) -> None:
             with trio.move_on_after(self.limits.control_send_deadline_s):
-                await stream.send_all(wire.encode({"t": "progress", "step": step}))
+                await stream.send_all(wire.encode(Progress(step)))
 
         pump = progress.Pump(send)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(pump.run)
             with pump.reporting():
-                result = await self.control(frame["op"], frame["args"])
+                result = await self.control(frame.op, frame.args)
             nursery.cancel_scope.cancel()
         await pump.flush()
         return result
 
     async def _control(self, stream: trio.SocketStream, frames: _Frames) -> None:
-        await stream.send_all(wire.encode({"t": "welcome", "v": wire.WIRE_VERSION, "session": 0,
-                                           "name": "control", "daemon_pid": os.getpid()}))
+        await stream.send_all(wire.encode(Welcome(0, "control", os.getpid())))
         # Each op bounds its own duration (start timeout, stop ladder), so awaiting it here keeps
         # one request at a time per connection without letting a connection hang for ever.
         while (frame := await frames.next()) is not None:
-            if frame["t"] != "ctl":
-                raise wire.WireError(f"unexpected {frame['t']!r} frame on a control connection")
-            if frame["args"].get("progress") is True:
+            if not isinstance(frame, Ctl):
+                raise WireError(f"unexpected {frame.t!r} frame on a control connection")
+            if frame.args.get("progress") is True:
                 ok, data, error = await self._with_progress(stream, frame)
             else:
-                ok, data, error = await self.control(frame["op"], frame["args"])
-            reply: dict[str, Any] = {"t": "reply", "ok": ok, "data": data}
-            if error is not None:
-                reply["error"] = error
+                ok, data, error = await self.control(frame.op, frame.args)
             with trio.move_on_after(self.limits.control_send_deadline_s) as sending:
-                await stream.send_all(wire.encode(reply))
+                await stream.send_all(wire.encode(Reply(ok, data, error)))
             if sending.cancelled_caught:
                 log.warning("closing a control connection that left its reply unread for %g s",
                             self.limits.control_send_deadline_s)

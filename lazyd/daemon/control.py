@@ -22,16 +22,16 @@ from typing import Any
 
 import trio
 
-from lazyd.config import ConfigError
 from lazyd.core.client_profiles import PROFILES, ClientProfile, full_environment, profile_named
-from lazyd.core.durations import parse_duration
-from lazyd.core.envrules import parse_names
+from lazyd.durations import parse_duration
+from lazyd.envnames import parse_names
 from lazyd.core.identity import Identity, differing_env_names, explain_difference, variable_class
 from lazyd.daemon import progress
 from lazyd.daemon.check import check_runtime, default_initialize_params
 from lazyd.daemon.proctree import ProcTable, proc_table, process_tree_usage
 from lazyd.daemon.registry import Registry
 from lazyd.daemon.supervisor import ServerRuntime
+from lazyd.errors import ConfigError
 
 log = logging.getLogger("lazyd.control")
 

@@ -15,12 +15,12 @@ from __future__ import annotations
 import json
 import logging
 import os
-import secrets
 import time
 from pathlib import Path
 from typing import Any
 
 from lazyd.core.client_profiles import ClientProfile
+from lazyd.privatefiles import write_private
 
 log = logging.getLogger("lazyd.handshakes")
 
@@ -87,14 +87,7 @@ class LearnedHandshakes:
     def _save(self) -> None:
         try:
             self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            tmp = self.path.with_name(f".{FILE_NAME}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-            try:
-                os.write(fd, json.dumps(self.clients, sort_keys=True).encode())
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(tmp, self.path)
+            write_private(self.path, json.dumps(self.clients, sort_keys=True).encode())
         except OSError as exc:
             log.error("cannot write %s: %s", self.path, exc)
 

@@ -45,13 +45,13 @@ from lazyd.core import hub_gate as gate
 from lazyd.core import hub_tools as ht
 from lazyd.core import jsonrpc as rpc
 from lazyd.core.hub_catalog import ToolInfo, cached_tools, search, server_description, tool_infos
-from lazyd.core.hub_protocol import HubOptionError as HubOptionError  # the registry refuses with it
 from lazyd.core.hub_protocol import hub_servers, initialize_result, internal_initialize_params
 from lazyd.core.jsonrpc import JsonId, JsonObj, Kind, Message
 from lazyd.core.policy import ToolPolicy
 from lazyd.core.relay import Phase
 from lazyd.daemon.session import Session
 from lazyd.daemon.supervisor import ServerRuntime
+from lazyd.frames import Hello, Line
 
 if TYPE_CHECKING:
     from lazyd.daemon.registry import Registry
@@ -69,14 +69,14 @@ _CALL_ID = "lazyd-hub-call"
 _internal_cids = itertools.count(-1, -1)
 
 
-async def open_hub(registry: Registry, hello: Mapping[str, Any], opts: Mapping[str, str],
+async def open_hub(registry: Registry, hello: Hello, opts: Mapping[str, str],
                    session: Session) -> HubSession:
     """Start a hub session for `session` (its tasks live in the daemon's nursery)."""
-    hub = HubSession(registry, session, hub_servers(hello, opts))
-    for line in hello.get("resume", []):
-        hub.resume(bytes(line))
+    hub = HubSession(registry, session, hub_servers(hello.argv, hello.server, opts))
+    for line in hello.resume:
+        hub.resume(line)
     await registry.nursery.start(hub.run)
-    log.info("hub session %d opened (pid %s)%s", session.cid, hello.get("pid"),
+    log.info("hub session %d opened (pid %s)%s", session.cid, hello.pid,
              f" for {', '.join(hub.servers)}" if hub.servers else "")
     return hub
 
@@ -428,7 +428,8 @@ class _ProxiedCall:
                 if receive.statistics().current_buffer_used == 0:
                     self.inbox.busy = False  # caught up, as a connection's writer says (backlog bound)
                 for decoded in decoder.feed(frame):
-                    answer = self._line(bytes(decoded["d"]))
+                    assert isinstance(decoded, Line)  # the relay delivers nothing else to a session
+                    answer = self._line(decoded.d)
                     if answer is not None:
                         return answer
             why = "the hub fell behind reading it" if self.overflowed else "it was removed or restarted by a config reload"

@@ -36,24 +36,18 @@ from typing import NoReturn
 import trio
 
 from lazyd import sockpath
-from lazyd.config import Config, ConfigError, load_config
+from lazyd.config import Config, load_config
 from lazyd.daemon import orphans, startup
 from lazyd.daemon.connection import ConnectionHandler
 from lazyd.daemon.control import Control, status_summary
 from lazyd.daemon.notify import Notifier
-from lazyd.daemon.paths import Paths, resolve_paths
 from lazyd.daemon.registry import Registry
-from lazyd.daemon.runtime import (
-    AlreadyRunning,
-    SetupError,
-    acquire_instance_lock,
-    adopt_activated_socket,
-    bind_unix_socket,
-    ensure_private_dir,
-    socket_identity,
-)
-from lazyd.daemon.statefiles import StateFileError
+from lazyd.daemon.runtime import acquire_instance_lock, adopt_activated_socket, bind_unix_socket, socket_identity
 from lazyd.daemon.store import SnapshotStore, load_or_create_secret
+from lazyd.daemon.systemd_env import ACTIVATION_VARS
+from lazyd.errors import AlreadyRunning, ConfigError, SetupError, StateFileError
+from lazyd.paths import Paths, resolve_paths
+from lazyd.privatefiles import ensure_private_dir
 
 log = logging.getLogger("lazyd")
 
@@ -124,7 +118,7 @@ def main(argv: list[str] | None = None) -> None:
     except SystemExit as exc:
         raise SystemExit(2 if exc.code not in (0, None) else 0) from None
     try:
-        paths = resolve_paths(os.environ, args.socket)
+        paths = resolve_paths(args.socket)
     except SetupError as exc:
         startup.fail(None, str(exc), startup.EXIT_SETUP)
     try:
@@ -160,7 +154,7 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(0) from None
     except SetupError as exc:
         startup.fail(paths, str(exc), startup.EXIT_SETUP, record=private_runtime)
-    for name in ("LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES"):
+    for name in ACTIVATION_VARS:
         os.environ.pop(name, None)  # never inherited by anything we start
     bound = None if activated else socket_identity(paths.socket)
     startup.clear_record(paths)

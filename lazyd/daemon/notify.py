@@ -27,10 +27,10 @@ from collections.abc import Callable
 import sdnotify
 import trio
 
-log = logging.getLogger("lazyd.notify")
+from lazyd.daemon.systemd_env import NOTIFY_VARS
 
-NOTIFY_ENV_KEYS = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID")
-# The systemd variables this module consumes; LISTEN_* belong to socket adoption (runtime.py).
+log = logging.getLogger("lazyd.notify")
+# The systemd variables this module consumes are NOTIFY_VARS; LISTEN_* belong to socket adoption.
 
 WATCHDOG_FRACTION = 0.5
 # sd_watchdog_enabled(3): ping at half the timeout, so one late ping never trips it.
@@ -77,7 +77,7 @@ class Notifier:
                 log.warning("cannot reach the notify socket %s: %s; systemd will not hear from us",
                             address, exc)
                 notifier = None
-        for key in NOTIFY_ENV_KEYS:
+        for key in NOTIFY_VARS:
             os.environ.pop(key, None)
         interval = _watchdog_interval_s(usec, watchdog_pid, os.getpid()) if notifier else None
         return cls(notifier, address, interval)

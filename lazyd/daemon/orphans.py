@@ -26,7 +26,8 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from lazyd.daemon.statefiles import StateFileError, read_private
+from lazyd.errors import StateFileError
+from lazyd.privatefiles import read_private, write_private
 
 log = logging.getLogger("lazyd.orphans")
 
@@ -117,23 +118,17 @@ def write_state(state_dir: Path, children: Iterable[ChildRecord]) -> None:
     """Atomically record the live children. Errors are logged, never raised."""
     try:
         state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        path = state_dir / STATE_FILE
-        tmp = state_dir / f".{STATE_FILE}.{os.getpid()}"
         data = json.dumps({"daemon_pid": os.getpid(),
                            "children": [asdict(c) for c in children]}).encode()
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        try:
-            os.write(fd, data)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
+        # Not durable: after a crash of the machine, the processes it names are gone anyway.
+        write_private(state_dir / STATE_FILE, data, durable=False)
     except OSError as exc:
         log.error("cannot record children in %s: %s", state_dir, exc)
 
 
 def read_state(state_dir: Path) -> list[ChildRecord]:
     """The records a previous daemon left; [] for a missing file, and [] with one warning for a
-    file that is not lazyd's own (lazyd.daemon.statefiles), unreadable or not a record: kills
+    file that is not lazyd's own (lazyd.privatefiles), unreadable or not a record: kills
     are never decided from a file lazyd cannot trust."""
     path = state_dir / STATE_FILE
     try:

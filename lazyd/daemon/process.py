@@ -46,6 +46,8 @@ from typing import AsyncIterator, Mapping
 import trio
 
 from lazyd.daemon.logring import LogRing
+from lazyd.daemon.systemd_env import scrubbed_environ
+from lazyd.errors import LineTooLong, SpawnError
 
 STDIN_EOF_GRACE_S = 2.0
 """Wait after closing stdin: the python SDK's value; well-behaved servers exit on EOF at once."""
@@ -64,11 +66,6 @@ READ_CHUNK_BYTES = 64 * 1024
 
 MAX_LINE_BYTES = 16 * 1024 * 1024
 """Default stdout line limit: the wire's MAX_LINE_BYTES, above the TypeScript SDK's 10 MiB."""
-
-SCRUBBED_ENV_NAMES = frozenset(
-    {"NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES"}
-)
-"""systemd's per-service variables: meant for the daemon, and wrong in any child."""
 
 _STAT_STARTTIME_FIELD = 22
 # proc(5): field 22 of /proc/<pid>/stat is the start time in clock ticks since boot.
@@ -119,24 +116,6 @@ class ExitInfo:
         if rc is not None and rc < 0:
             return cls(returncode=None, signal=-rc, stderr_tail=tail)
         return cls(returncode=rc, signal=None, stderr_tail=tail)
-
-
-class SpawnError(Exception):
-    """The command cannot be executed: not found, not executable, bad format, or bad cwd."""
-
-    def __init__(self, err: int, message: str) -> None:
-        super().__init__(message)
-        self.errno = err
-        self.message = message
-
-
-class LineTooLong(Exception):
-    """The child wrote a stdout line longer than the spec's max_line_bytes."""
-
-
-def child_env(env: Mapping[str, str]) -> dict[str, str]:
-    """The environment a child gets: `env` without systemd's per-service variables."""
-    return {k: v for k, v in env.items() if k not in SCRUBBED_ENV_NAMES}
 
 
 def _is_executable_file(path: str) -> bool:
@@ -505,7 +484,7 @@ async def _launch(spec: SpawnSpec) -> ChildProcess:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             cwd=spec.cwd,
-            env=child_env(spec.env),
+            env=scrubbed_environ(spec.env),  # without systemd's per-service variables
             start_new_session=True,
             close_fds=True,
         )

@@ -30,20 +30,22 @@ from typing import Any
 
 import trio
 
-from lazyd.config import Config, ConfigError, Policy, ServerConfig, policy_with_options
+from lazyd.config import Config, Policy, ServerConfig, policy_with_options
 from lazyd.core import lifecycle as lc
-from lazyd.core.envrules import parse_names
 from lazyd.core.era_policy import Era
 from lazyd.core.identity import Identity, identity_for
 from lazyd.core.sharing import SharingDecision, ShareSetting, decide_sharing
 from lazyd.daemon import handshakes, orphans
 from lazyd.daemon.era_lanes import EraLanes, EraRoute
-from lazyd.daemon.hub import HubOptionError, HubSession, RuntimeGate, open_hub
-from lazyd.daemon.paths import Paths
+from lazyd.daemon.hub import HubSession, RuntimeGate, open_hub
 from lazyd.daemon.process import SpawnSpec
 from lazyd.daemon.store import SnapshotStore
 from lazyd.daemon.session import Session
 from lazyd.daemon.supervisor import RuntimeConfig, ServerRuntime
+from lazyd.envnames import parse_names
+from lazyd.errors import ConfigError, HubOptionError, Refused
+from lazyd.frames import Hello
+from lazyd.paths import Paths
 
 log = logging.getLogger("lazyd.registry")
 
@@ -54,15 +56,6 @@ SHIM_ENV_PREFIX = "LAZYD_"
 PRIVATE_INSTANCE = "private:"
 # Shim options about the identity rather than the lifecycle policy (lazyd/core/envrules.py).
 IDENTITY_OPTS = ("identity_env", "per_session_env")
-
-
-class Refused(Exception):
-    """A hello the daemon will not serve; `code` goes into the `refused` frame."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
 
 
 def lifecycle_policy(policy: Policy) -> lc.LifecyclePolicy:
@@ -257,18 +250,18 @@ class Registry:
         log.info("server %s: a second process slot for %s-era clients (%s)", primary.name, era, label)
         return runtime
 
-    async def open_session(self, hello: Mapping[str, Any],
+    async def open_session(self, hello: Hello,
                            on_overflow: Any) -> tuple[EraRoute | HubSession, Session]:
         """Attach a shim session; raises Refused for options or names the daemon cannot serve."""
-        opts = {str(k): str(v) for k, v in hello["opts"].items()}
+        opts = dict(hello.opts)
         if "hub" in opts:  # lazyd-shim --hub: the daemon's own MCP server (lazyd/daemon/hub.py)
-            session = Session(self._next_cid, int(hello["pid"]), on_overflow)
+            session = Session(self._next_cid, hello.pid, on_overflow)
             self._next_cid += 1
             try:
                 return await open_hub(self, hello, opts, session), session
             except HubOptionError as exc:
                 raise Refused("options", str(exc)) from None
-        named = hello.get("server")
+        named = hello.server
         if named:
             while self._reloading is not None:
                 await self._reloading.wait()
@@ -295,11 +288,11 @@ class Registry:
                 raise Refused("options", str(exc)) from None
             except ValueError as exc:
                 raise Refused("options", f"option --identity-env/--per-session-env: {exc}") from None
-            argv, cwd, env = list(hello["argv"]), str(hello["cwd"]), dict(hello["env"])
+            argv, cwd, env = list(hello.argv), hello.cwd, dict(hello.env)
             # Variables that are not UTF-8 reach the server byte for byte (surrogateescape is how
             # the process layer spells bytes), but lazyd cannot judge them: a private identity.
             undecodable = [(n.decode("utf-8", "surrogateescape"), v.decode("utf-8", "surrogateescape"))
-                           for n, v in hello.get("env_raw", [])]
+                           for n, v in hello.env_raw]
             env.update(undecodable)
             if not argv:
                 raise Refused("options", "no server command given")
@@ -309,11 +302,11 @@ class Registry:
                                                   undecodable=[n for n, _ in undecodable])
         cid = self._next_cid
         self._next_cid += 1
-        session = Session(cid, int(hello["pid"]), on_overflow)
+        session = Session(cid, hello.pid, on_overflow)
         lanes = self.lanes_for(runtime)
         assert lanes is not None
         # The session's first request decides which of the registration's processes serves it.
-        route = EraRoute(lanes, session, [bytes(line) for line in hello.get("resume", [])], self.nursery)
+        route = EraRoute(lanes, session, list(hello.resume), self.nursery)
         return route, session
 
     def identity_of(self, argv: list[str], cwd: str, env: Mapping[str, str], *,

@@ -1,20 +1,18 @@
-"""The daemon's runtime directory, single-instance lock and listening socket, made safe.
+"""The daemon's single-instance lock and listening socket, made safe.
 
-This module owns the filesystem side of "only this user reaches this daemon":
+This module owns the socket side of "only this user reaches this daemon" (the runtime directory
+itself is made private by ``lazyd.privatefiles.ensure_private_dir``):
 
-- ``ensure_private_dir``: the runtime dir is a real directory, owned by us, with no group or
-  other bits. A directory someone else prepared (the predictable ``$TMPDIR/runtime-<uid>``
-  fallback can be squatted) is refused, never repaired: we only ever chmod what we created.
 - ``acquire_instance_lock``: one daemon per socket, decided by ``flock`` on a 0600 file opened
   with ``O_NOFOLLOW``. The kernel drops the lock when the holder dies, even by SIGKILL.
 - ``bind_unix_socket``: stale-socket replacement where only ECONNREFUSED proves staleness
   (EAGAIN is a live daemon with a full backlog), and a socket that is 0600 from birth. Call it
   only while holding the instance lock, or two starting daemons could unlink each other's socket.
 - ``adopt_activated_socket``: systemd socket activation (fd 3), never bound, never unlinked.
-- ``peer_credentials``, ``socket_identity``, ``scrubbed_environ``: small facts the listener,
-  the ownership watch and the child spawner need.
+- ``peer_credentials``, ``socket_identity``: small facts the listener and the ownership watch
+  need.
 
-Errors::
+Errors (lazyd/errors.py)::
 
     SetupError      the operator must fix something (mode, owner, path length); one readable line
     AlreadyRunning  another live daemon owns the lock or the socket; exiting 0 is the right answer
@@ -34,6 +32,8 @@ import struct
 from collections.abc import Mapping
 from pathlib import Path
 
+from lazyd.errors import AlreadyRunning, SetupError
+
 log = logging.getLogger("lazyd.runtime")
 
 # sun_path is 108 bytes on Linux including the terminating NUL; a 108-byte path would bind
@@ -42,121 +42,12 @@ MAX_SUN_PATH_BYTES = 108
 # Owner read/write only: the directory already protects the socket, this is the second wall.
 SOCKET_MODE = 0o600
 LOCK_MODE = 0o600
-PRIVATE_DIR_MODE = 0o700
 # umask during bind(): masks everything but owner rw, so the socket never exists with wider bits.
 BIND_UMASK = 0o177
 # sd_listen_fds(3): activated sockets start at this fd.
 SD_LISTEN_FDS_START = 3
-# Variables that describe *our* relationship with systemd; a child inheriting them could notify
-# or claim fds on our behalf.
-SYSTEMD_ENV_KEYS = frozenset(
-    {"NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES"}
-)
 # struct ucred from <sys/socket.h>: pid_t, uid_t, gid_t.
 _UCRED = struct.Struct("3i")
-
-
-class SetupError(Exception):
-    """The environment is unsafe or unusable; the message is one line for the operator."""
-
-
-class AlreadyRunning(Exception):
-    """Another live daemon holds the instance lock or answers on the socket."""
-
-
-def ensure_private_dir(
-    path: Path, *, create_parents: bool = True, what: str = "runtime dir"
-) -> None:
-    """Make sure ``path`` is a directory only we can enter, creating it (mode 0700) if missing.
-
-    Checked: ``path`` itself, and its parent when that parent is the platformdirs fallback
-    ``runtime-<uid>`` (a predictable name in a world-writable directory). Parents that are
-    missing are created 0700 when ``create_parents`` is true. A check means: not a symlink
-    (lstat), a directory, owned by ``os.getuid()``, no group/other permission bits.
-
-    Raises SetupError naming the path and the problem. Never changes the mode of an existing
-    directory; a directory created here is set to exactly 0700 through its own fd, because the
-    umask may have taken owner bits away.
-    """
-    path = Path(os.path.abspath(path))
-    # Named with the effective uid, as lazyd.daemon.paths (and platformdirs) name it.
-    if path.parent.name == f"runtime-{os.geteuid()}":
-        _ensure_dir(path.parent, create_parents=create_parents, what=what)
-    _ensure_dir(path, create_parents=create_parents, what=what)
-
-
-def _ensure_dir(path: Path, *, create_parents: bool, what: str) -> None:
-    try:
-        info = os.lstat(path)
-    except FileNotFoundError:
-        if not path.parent.exists():
-            if not create_parents:
-                raise SetupError(f"refusing {what} {path}: parent {path.parent} does not exist") from None
-            _make_missing_parents(path.parent, what=what)
-        _create_private(path, what=what)
-        return
-    except OSError as error:
-        raise SetupError(f"refusing {what} {path}: {error.strerror}") from None
-    _check_private(path, info, what=what)
-
-
-def _make_missing_parents(path: Path, *, what: str) -> None:
-    missing: list[Path] = []
-    cursor = path
-    while not os.path.lexists(cursor):
-        missing.append(cursor)
-        if cursor.parent == cursor:
-            break
-        cursor = cursor.parent
-    for directory in reversed(missing):
-        _create_private(directory, what=what)
-
-
-def _create_private(path: Path, *, what: str) -> None:
-    try:
-        os.mkdir(path, PRIVATE_DIR_MODE)
-    except FileExistsError:
-        # Someone (a racing daemon, or a squatter) made it first: judge it like any existing dir.
-        _check_private(path, _lstat(path, what=what), what=what)
-        return
-    except OSError as error:
-        raise SetupError(f"cannot create {what} {path}: {error.strerror}") from None
-    # O_NOFOLLOW + fstat/fchmod: the checks and the chmod apply to the inode we just made, even
-    # if the name were swapped in between.
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError as error:
-        raise SetupError(f"refusing {what} {path}: replaced right after creation ({error.strerror})") from None
-    try:
-        info = os.fstat(fd)
-        if info.st_uid != os.getuid():
-            raise SetupError(f"refusing {what} {path}: owned by uid {info.st_uid}, not {os.getuid()}")
-        if stat.S_IMODE(info.st_mode) != PRIVATE_DIR_MODE:
-            os.fchmod(fd, PRIVATE_DIR_MODE)
-    finally:
-        os.close(fd)
-
-
-def _lstat(path: Path, *, what: str) -> os.stat_result:
-    try:
-        return os.lstat(path)
-    except OSError as error:
-        raise SetupError(f"refusing {what} {path}: {error.strerror}") from None
-
-
-def _check_private(path: Path, info: os.stat_result, *, what: str) -> None:
-    if stat.S_ISLNK(info.st_mode):
-        raise SetupError(f"refusing {what} {path}: it is a symlink")
-    if not stat.S_ISDIR(info.st_mode):
-        raise SetupError(f"refusing {what} {path}: it is not a directory")
-    if info.st_uid != os.getuid():
-        raise SetupError(f"refusing {what} {path}: owned by uid {info.st_uid}, not {os.getuid()}")
-    mode = stat.S_IMODE(info.st_mode)
-    if mode & 0o077:
-        raise SetupError(
-            f"refusing {what} {path}: mode {mode:04o} gives access to group/other"
-            f" (fix with: chmod 700 {path})"
-        )
 
 
 def acquire_instance_lock(path: Path) -> int:
@@ -342,8 +233,3 @@ def socket_identity(path: Path) -> tuple[int, int] | None:
     if not stat.S_ISSOCK(info.st_mode):
         return None
     return info.st_dev, info.st_ino
-
-
-def scrubbed_environ(env: Mapping[str, str]) -> dict[str, str]:
-    """A copy of ``env`` without the systemd notify, watchdog and activation variables."""
-    return {key: value for key, value in env.items() if key not in SYSTEMD_ENV_KEYS}

@@ -33,17 +33,16 @@ import time
 from pathlib import Path
 from typing import NoReturn
 
-from lazyd.daemon.paths import Paths
+from lazyd.paths import MAX_START_RECORD_BYTES, Paths, start_record_path
+from lazyd.privatefiles import write_private
 
 __all__ = ["EXIT_SETUP", "EXIT_BAD_FILE", "EXIT_INTERNAL", "LOG_FORMAT", "OneLineFormatter", "fail",
-           "record_path", "clear_record", "detach_stderr", "socket_name"]
+           "clear_record", "detach_stderr", "socket_name"]
 
 EXIT_SETUP = 1
 EXIT_BAD_FILE = 2
 EXIT_INTERNAL = 70  # sysexits.h EX_SOFTWARE
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
-RECORD_SUFFIX = ".error"
-MAX_RECORD_BYTES = 16 * 1024  # one line and a few fields; lazyctl reads no more than this
 
 
 class OneLineFormatter(logging.Formatter):
@@ -53,11 +52,6 @@ class OneLineFormatter(logging.Formatter):
         if record.exc_info or record.exc_text:
             record = logging.makeLogRecord({**record.__dict__, "exc_info": None, "exc_text": None})
         return super().format(record)
-
-
-def record_path(socket_path: Path) -> Path:
-    """Where the start-up record for the daemon of `socket_path` is kept (lazyctl reads it)."""
-    return socket_path.with_name(socket_path.name + RECORD_SUFFIX)
 
 
 def fail(paths: Paths | None, message: str, status: int, *, record: bool = True) -> NoReturn:
@@ -77,7 +71,7 @@ def fail(paths: Paths | None, message: str, status: int, *, record: bool = True)
 def clear_record(paths: Paths) -> None:
     """This daemon started: an older failure no longer describes anything."""
     try:
-        os.unlink(record_path(paths.socket))
+        os.unlink(start_record_path(paths.socket))
     except FileNotFoundError:
         pass
     except OSError:
@@ -124,18 +118,9 @@ def _append_to_log(paths: Paths, message: str) -> None:
 
 
 def _write_record(paths: Paths, message: str, status: int) -> None:
-    path = record_path(paths.socket)
     data = json.dumps({"error": message[:4000], "status": status, "at": time.time(), "pid": os.getpid()})
-    tmp = path.with_name(f".{path.name}.{os.getpid()}")
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        try:
-            os.write(fd, data.encode("utf-8", "replace")[:MAX_RECORD_BYTES])
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
+        write_private(start_record_path(paths.socket), data.encode("utf-8", "replace")[:MAX_START_RECORD_BYTES],
+                      durable=False)  # read by a lazyctl soon after, or replaced by the next start
     except OSError:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+        pass

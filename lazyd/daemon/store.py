@@ -2,21 +2,21 @@
 
 File names are an HMAC of the registration identity under a random per-user key kept in the state
 dir (mode 0600), so a file name reveals nothing about the environment (tokens) it was derived from
-and cannot be guessed by another user. Writes are atomic (temporary file in the same directory,
-fsync, rename); a file that cannot be read or parsed is ignored and rebuilt from the live server.
+and cannot be guessed by another user. Writes are atomic and durable (lazyd.privatefiles'
+writer); a file that cannot be read or parsed is ignored and rebuilt from the live server.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import os
 import secrets
 from pathlib import Path
 
 from lazyd.core import jsonrpc as rpc
 from lazyd.core.cache import Snapshot
-from lazyd.daemon.statefiles import StateFileError, read_private
+from lazyd.errors import StateFileError
+from lazyd.privatefiles import read_private, write_private
 
 log = logging.getLogger("lazyd.store")
 
@@ -26,36 +26,19 @@ MAX_KEY_FILE_BYTES = 4096  # read this much of a key file, so a wrong one is rep
 MAX_SNAPSHOT_BYTES = 64 * 1024 * 1024
 
 
-def _open_private(path: Path, flags: int) -> int:
-    return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-
-
 def load_or_create_secret(state_dir: Path) -> bytes:
     """The per-user identity key; created on first use.
 
     Raises StateFileError (one line naming the file and the fix) for a key that is not lazyd's
-    own (see lazyd.daemon.statefiles) or not 32 bytes long: every cache file name is derived from
+    own (see lazyd.privatefiles) or not 32 bytes long: every cache file name is derived from
     it, so a daemon must not start with a key it cannot trust, nor silently replace one.
     """
     state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     path = state_dir / "identity.key"
     key = read_private(path, MAX_KEY_FILE_BYTES, secret=True)
     if key is None:
-        key = secrets.token_bytes(SECRET_BYTES)
-        tmp = path.with_name(f".identity.key.{os.getpid()}")
-        fd = _open_private(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
-        try:
-            os.write(fd, key)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        try:
-            # link() fails if another daemon won the race: then its key is the one to use.
-            os.link(tmp, path)
-        except FileExistsError:
-            pass
-        finally:
-            os.unlink(tmp)
+        # Exclusive: if another daemon won the race, its key is the one to use (read back below).
+        write_private(path, secrets.token_bytes(SECRET_BYTES), exclusive=True)
         return load_or_create_secret(state_dir)
     if len(key) != SECRET_BYTES:
         raise StateFileError(f"{path}: is not a lazyd identity key ({len(key)} bytes, expected {SECRET_BYTES}); "
@@ -93,20 +76,10 @@ class SnapshotStore:
         """Atomically replace the snapshot file. Errors are logged: a cache is never worth a crash."""
         try:
             self.cache_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-            path = self.path_for(digest)
-            # Unique per writer: the runtime's saver thread and `lazyctl check` may save at once.
-            tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
             # rpc.dumps, not json.dumps: it survives lone surrogates and NaN that peers do send.
-            data = rpc.dumps(snapshot.to_json())
-            fd = _open_private(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
-            try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view):]
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(tmp, path)
+            # The writer's temporary names are unique per writer: the runtime's saver thread and
+            # `lazyctl check` may save at once.
+            write_private(self.path_for(digest), rpc.dumps(snapshot.to_json()))
         except OSError as exc:
             log.error("cannot write cache %s: %s", digest[:12], exc)
 

@@ -38,22 +38,22 @@ from lazyd.core import relay as rl
 from lazyd.core.jsonrpc import JsonId
 from lazyd.core.cache import Snapshot
 from lazyd.core.era_policy import EraSetting, facts_of
-from lazyd.core.durations import format_duration
+from lazyd.core.eras import LATEST_HANDSHAKE_VERSION
+from lazyd.durations import format_duration
 from lazyd.core.hub_catalog import cached_tools
 from lazyd.core.policy import ToolPolicy
 from lazyd.core.routing import SamplingPolicy
 from lazyd.core.sharing import ShareSetting
 from lazyd.daemon.process import (
     ChildProcess,
-    LineTooLong,
-    SpawnError,
     SpawnSpec,
-    child_env,
     read_start_time_ticks,
     spawn,
 )
 from lazyd.daemon.session import Session
 from lazyd.daemon.store import SnapshotStore
+from lazyd.daemon.systemd_env import scrubbed_environ
+from lazyd.errors import LineTooLong, SpawnError
 
 log = logging.getLogger("lazyd.server")
 
@@ -73,7 +73,7 @@ FATAL_SPAWN_ERRNOS = frozenset({errno.ENOENT, errno.EACCES, errno.ENOEXEC, errno
 # The handshake an unattended start (eager, keep_alive, wake predicate, backoff) replays when no
 # client ever initialized this server: the newest handshake-era version every SDK speaks, and no
 # client capabilities, so the server cannot ask a client that is not there for anything.
-UNATTENDED_PROTOCOL_VERSION = "2025-11-25"
+UNATTENDED_PROTOCOL_VERSION = LATEST_HANDSHAKE_VERSION
 
 
 def unattended_initialize_params() -> dict[str, Any]:
@@ -547,7 +547,7 @@ async def run_predicate(wake: WakePredicate, cwd: str, env: Mapping[str, str], n
     try:
         proc = await trio.lowlevel.open_process(
             list(wake.argv), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL, cwd=cwd, env=child_env(env), start_new_session=True,
+            stderr=subprocess.DEVNULL, cwd=cwd, env=scrubbed_environ(env), start_new_session=True,
             close_fds=True,
         )
     except OSError as exc:

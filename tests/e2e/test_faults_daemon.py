@@ -24,6 +24,7 @@ import pytest
 from lazyd import wire
 from lazyd.daemon import orphans
 from lazyd.daemon.runtime import socket_identity
+from lazyd.frames import ForeignHello, Refusal
 from tests.conftest import UserEnv, start_daemon
 from tests.e2e.faults_support import (
     DEADLINE_S,
@@ -284,17 +285,17 @@ def test_a_hello_of_a_newer_wire_version_is_refused_with_a_restart_hint_and_the_
     raw = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     raw.settimeout(DEADLINE_S)
     raw.connect(str(user_env.socket))
-    raw.sendall(wire.encode({"t": "hello", "v": newer, "role": "shim", "pid": os.getpid(), "argv": FIXTURE,
-                             "cwd": "/", "env": {}, "opts": {}, "server": None, "resume": []}))
+    raw.sendall(wire.encode(ForeignHello(newer, {"role": "shim", "pid": os.getpid(), "argv": FIXTURE, "cwd": "/",
+                                                 "env": {}, "opts": {}, "server": None, "resume": []})))
     reader = wire.BlockingFrameReader(raw)
     refused = reader.read()
-    assert refused is not None and refused["t"] == "refused" and refused["code"] == "version"
-    assert str(newer) in refused["message"] and str(wire.WIRE_VERSION) in refused["message"]
-    assert "lazyctl stop" in refused["message"]
+    assert isinstance(refused, Refusal) and refused.code == "version"
+    assert str(newer) in refused.message and str(wire.WIRE_VERSION) in refused.message
+    assert "lazyctl stop" in refused.message
     assert reader.read() is None, "the daemon closes after refusing"
     raw.close()
     # A real shim of the next version: told why, it falls open and runs the server itself.
-    code = ("import sys, lazyd.wire as w; w.WIRE_VERSION += 1\n"
+    code = ("import sys, lazyd.frames as f; f.Hello.v += 1\n"  # the hello this shim sends is of the next version
             "from lazyd_shim.main import main; sys.exit(main(sys.argv[1:]))\n")
     shim = subprocess.Popen([sys.executable, "-c", code, "--", *FIXTURE], env=user_env.env,
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)

@@ -28,13 +28,12 @@ from lazyd.daemon.logring import LogRing
 from lazyd.daemon.process import (
     ChildProcess,
     ExitInfo,
-    LineTooLong,
-    SpawnError,
     SpawnSpec,
     open_child,
     read_start_time_ticks,
     spawn,
 )
+from lazyd.errors import LineTooLong, SpawnError
 
 pytestmark = pytest.mark.e2e
 

@@ -20,18 +20,17 @@ from pathlib import Path
 import pytest
 
 from lazyd import sockpath
-from lazyd.daemon.paths import Paths, resolve_paths
 from lazyd.daemon.runtime import (
-    AlreadyRunning,
-    SetupError,
     acquire_instance_lock,
     adopt_activated_socket,
     bind_unix_socket,
-    ensure_private_dir,
     peer_credentials,
-    scrubbed_environ,
     socket_identity,
 )
+from lazyd.daemon.systemd_env import scrubbed_environ
+from lazyd.errors import AlreadyRunning, SetupError
+from lazyd.paths import Paths, resolve_paths
+from lazyd.privatefiles import ensure_private_dir
 
 pytestmark = pytest.mark.e2e
 
@@ -78,82 +77,105 @@ def umask_022() -> Iterator[None]:
 # ---------------------------------------------------------------- paths
 
 
+# Every variable lazyd's paths depend on: resolve_paths reads the process environment (as platformdirs
+# does), so each case below sets exactly its own and unsets the rest.
+PATH_VARS = ("HOME", "XDG_RUNTIME_DIR", "XDG_CONFIG_HOME", "XDG_CACHE_HOME", "XDG_STATE_HOME", "TMPDIR", "TEMP", "TMP",
+             "LAZYD_SOCKET")
+
+
+Resolve = Callable[..., Paths]
+
+
+@pytest.fixture
+def resolve(monkeypatch: pytest.MonkeyPatch) -> Resolve:
+    """resolve_paths run under an environment holding exactly `env` of PATH_VARS."""
+    def run(env: dict[str, str], socket_override: str | None = None) -> Paths:
+        for name in PATH_VARS:
+            monkeypatch.delenv(name, raising=False)
+        for name, value in env.items():
+            monkeypatch.setenv(name, value)
+        return resolve_paths(socket_override)
+    return run
+
+
 def skip_if_run_user_exists() -> None:
     if os.path.lexists(RUN_USER):
         pytest.skip(f"{RUN_USER} exists on this machine, so the temp-dir fallback is not taken")
 
 
-def test_a_private_xdg_runtime_dir_holds_the_lazyd_subdir_with_socket_and_lock(tmp_path: Path) -> None:
+def test_a_private_xdg_runtime_dir_holds_the_lazyd_subdir_with_socket_and_lock(
+    tmp_path: Path, resolve: Resolve) -> None:
     os.chmod(tmp_path, 0o700)
-    paths = resolve_paths({"XDG_RUNTIME_DIR": str(tmp_path), "HOME": "/home/u"})
+    paths = resolve({"XDG_RUNTIME_DIR": str(tmp_path), "HOME": "/home/u"})
     assert paths.runtime_dir == tmp_path / "lazyd"
     assert paths.socket == tmp_path / "lazyd" / "lazyd.sock"
     assert paths.lock == tmp_path / "lazyd" / "lazyd.lock"
 
 
-def test_a_missing_xdg_runtime_dir_under_trusted_parents_is_still_chosen(tmp_path: Path) -> None:
-    paths = resolve_paths({"XDG_RUNTIME_DIR": str(tmp_path / "later"), "HOME": "/home/u"})
+def test_a_missing_xdg_runtime_dir_under_trusted_parents_is_still_chosen(tmp_path: Path, resolve: Resolve) -> None:
+    paths = resolve({"XDG_RUNTIME_DIR": str(tmp_path / "later"), "HOME": "/home/u"})
     assert paths.socket == tmp_path / "later" / "lazyd" / "lazyd.sock"
 
 
 @pytest.mark.parametrize("mode", [0o755, 0o711, 0o770])
-def test_an_xdg_runtime_dir_that_is_not_private_is_passed_over_for_the_fallback(tmp_path: Path, mode: int) -> None:
+def test_an_xdg_runtime_dir_that_is_not_private_is_passed_over_for_the_fallback(
+    tmp_path: Path, mode: int, resolve: Resolve) -> None:
     skip_if_run_user_exists()
     xdg = tmp_path / "xdg"
     xdg.mkdir()
     os.chmod(xdg, mode)
-    paths = resolve_paths({"XDG_RUNTIME_DIR": str(xdg), "TMPDIR": str(tmp_path), "HOME": "/home/u"})
+    paths = resolve({"XDG_RUNTIME_DIR": str(xdg), "TMPDIR": str(tmp_path), "HOME": "/home/u"})
     assert paths.runtime_dir == tmp_path / f"runtime-{EUID}" / "lazyd"
 
 
-def test_an_xdg_runtime_dir_owned_by_another_uid_is_passed_over(tmp_path: Path) -> None:
+def test_an_xdg_runtime_dir_owned_by_another_uid_is_passed_over(tmp_path: Path, resolve: Resolve) -> None:
     requires_root()
     skip_if_run_user_exists()
     xdg = tmp_path / "xdg"
     xdg.mkdir(mode=0o700)
     os.chown(xdg, OTHER_UID, OTHER_UID)
-    paths = resolve_paths({"XDG_RUNTIME_DIR": str(xdg), "TMPDIR": str(tmp_path), "HOME": "/home/u"})
+    paths = resolve({"XDG_RUNTIME_DIR": str(xdg), "TMPDIR": str(tmp_path), "HOME": "/home/u"})
     assert paths.runtime_dir == tmp_path / f"runtime-{EUID}" / "lazyd"
 
 
-def test_a_relative_xdg_runtime_dir_is_ignored(tmp_path: Path) -> None:
+def test_a_relative_xdg_runtime_dir_is_ignored(tmp_path: Path, resolve: Resolve) -> None:
     skip_if_run_user_exists()
-    paths = resolve_paths({"XDG_RUNTIME_DIR": "run", "TMPDIR": str(tmp_path), "HOME": "/home/u"})
+    paths = resolve({"XDG_RUNTIME_DIR": "run", "TMPDIR": str(tmp_path), "HOME": "/home/u"})
     assert paths.runtime_dir == tmp_path / f"runtime-{EUID}" / "lazyd"
 
 
-def test_without_xdg_runtime_dir_the_temp_fallback_is_runtime_uid_in_tmpdir(tmp_path: Path) -> None:
+def test_without_xdg_runtime_dir_the_temp_fallback_is_runtime_uid_in_tmpdir(tmp_path: Path, resolve: Resolve) -> None:
     skip_if_run_user_exists()
-    paths = resolve_paths({"TMPDIR": str(tmp_path), "HOME": "/home/u"})
+    paths = resolve({"TMPDIR": str(tmp_path), "HOME": "/home/u"})
     assert paths.socket == tmp_path / f"runtime-{EUID}" / "lazyd" / "lazyd.sock"
 
 
-def test_a_tmpdir_that_does_not_exist_is_skipped_for_the_next_candidate(tmp_path: Path) -> None:
+def test_a_tmpdir_that_does_not_exist_is_skipped_for_the_next_candidate(tmp_path: Path, resolve: Resolve) -> None:
     skip_if_run_user_exists()
-    paths = resolve_paths({"TMPDIR": str(tmp_path / "gone"), "TEMP": str(tmp_path), "HOME": "/home/u"})
+    paths = resolve({"TMPDIR": str(tmp_path / "gone"), "TEMP": str(tmp_path), "HOME": "/home/u"})
     assert paths.runtime_dir == tmp_path / f"runtime-{EUID}" / "lazyd"
 
 
-def test_the_temp_fallback_uses_slash_tmp_when_no_tmpdir_is_set() -> None:
+def test_the_temp_fallback_uses_slash_tmp_when_no_tmpdir_is_set(resolve: Resolve) -> None:
     skip_if_run_user_exists()
-    paths = resolve_paths({"HOME": "/home/u"})
+    paths = resolve({"HOME": "/home/u"})
     assert paths.runtime_dir == Path(f"/tmp/runtime-{EUID}/lazyd")
 
 
-def test_lazyd_socket_overrides_the_socket_and_moves_the_lock_next_to_it(tmp_path: Path) -> None:
+def test_lazyd_socket_overrides_the_socket_and_moves_the_lock_next_to_it(tmp_path: Path, resolve: Resolve) -> None:
     sock = tmp_path / "alt" / "x.sock"
-    paths = resolve_paths({"LAZYD_SOCKET": str(sock), "XDG_RUNTIME_DIR": str(tmp_path), "HOME": "/h"})
+    paths = resolve({"LAZYD_SOCKET": str(sock), "XDG_RUNTIME_DIR": str(tmp_path), "HOME": "/h"})
     assert paths.socket == sock
     assert paths.runtime_dir == tmp_path / "alt"
     assert paths.lock == tmp_path / "alt" / "x.sock.lock"
 
 
-def test_an_explicit_socket_override_beats_lazyd_socket(tmp_path: Path) -> None:
-    paths = resolve_paths({"LAZYD_SOCKET": "/elsewhere/a.sock", "HOME": "/h"}, str(tmp_path / "b.sock"))
+def test_an_explicit_socket_override_beats_lazyd_socket(tmp_path: Path, resolve: Resolve) -> None:
+    paths = resolve({"LAZYD_SOCKET": "/elsewhere/a.sock", "HOME": "/h"}, str(tmp_path / "b.sock"))
     assert paths.socket == tmp_path / "b.sock"
 
 
-def test_xdg_base_dirs_are_honoured_for_config_cache_state_and_logs(tmp_path: Path) -> None:
+def test_xdg_base_dirs_are_honoured_for_config_cache_state_and_logs(tmp_path: Path, resolve: Resolve) -> None:
     os.chmod(tmp_path, 0o700)
     env = {
         "HOME": "/home/u",
@@ -162,7 +184,7 @@ def test_xdg_base_dirs_are_honoured_for_config_cache_state_and_logs(tmp_path: Pa
         "XDG_STATE_HOME": "/state",
         "XDG_RUNTIME_DIR": str(tmp_path),
     }
-    assert resolve_paths(env) == Paths(
+    assert resolve(env) == Paths(
         runtime_dir=tmp_path / "lazyd",
         socket=tmp_path / "lazyd" / "lazyd.sock",
         lock=tmp_path / "lazyd" / "lazyd.lock",
@@ -173,20 +195,20 @@ def test_xdg_base_dirs_are_honoured_for_config_cache_state_and_logs(tmp_path: Pa
     )
 
 
-def test_unset_or_relative_xdg_base_dirs_fall_back_to_home() -> None:
+def test_unset_or_relative_xdg_base_dirs_fall_back_to_home(resolve: Resolve) -> None:
     env = {"HOME": "/home/u", "XDG_CONFIG_HOME": "relative/cfg", "XDG_CACHE_HOME": "", "LAZYD_SOCKET": "/s"}
-    paths = resolve_paths(env)
+    paths = resolve(env)
     assert paths.config_file == Path("/home/u/.config/lazyd/config.toml")
     assert paths.cache_dir == Path("/home/u/.cache/lazyd")
     assert paths.state_dir == Path("/home/u/.local/state/lazyd")
 
 
-def test_a_missing_or_relative_home_falls_back_to_the_password_database() -> None:
+def test_a_missing_or_relative_home_falls_back_to_the_password_database(resolve: Resolve) -> None:
     import pwd
 
     home = Path(pwd.getpwuid(os.getuid()).pw_dir)
     for env in ({"LAZYD_SOCKET": "/s"}, {"LAZYD_SOCKET": "/s", "HOME": "relative"}):
-        assert resolve_paths(env).config_file == home / ".config" / "lazyd" / "config.toml"
+        assert resolve(env).config_file == home / ".config" / "lazyd" / "config.toml"
 
 
 def _private(tmp_path: Path, name: str, mode: int = 0o700) -> str:
@@ -211,10 +233,11 @@ SOCKET_RULE_CASES: dict[str, Callable[[Path], dict[str, str]]] = {
 
 
 @pytest.mark.parametrize("case", SOCKET_RULE_CASES)
-def test_the_daemon_socket_path_matches_the_shims_default_socket_path(tmp_path: Path, case: str) -> None:
+def test_the_daemon_socket_path_matches_the_shims_default_socket_path(
+    tmp_path: Path, case: str, resolve: Resolve) -> None:
     env = SOCKET_RULE_CASES[case](tmp_path)
     expected = Path(os.fspath(sockpath.default_socket_path(env)))
-    assert resolve_paths({**env, "HOME": "/home/u"}).socket == expected
+    assert resolve({**env, "HOME": "/home/u"}).socket == expected
 
 
 # ---------------------------------------------------------------- runtime dir
@@ -336,9 +359,9 @@ def test_a_world_readable_tmp_fallback_is_refused_and_left_as_it_is(tmp_path: Pa
     assert not target.exists()
 
 
-def test_the_squatting_check_applies_to_the_path_resolve_paths_gives(tmp_path: Path) -> None:
+def test_the_squatting_check_applies_to_the_path_resolve_paths_gives(tmp_path: Path, resolve: Resolve) -> None:
     skip_if_run_user_exists()
-    paths = resolve_paths({"TMPDIR": str(tmp_path), "HOME": str(tmp_path)})
+    paths = resolve({"TMPDIR": str(tmp_path), "HOME": str(tmp_path)})
     paths.runtime_dir.parent.mkdir()
     os.chmod(paths.runtime_dir.parent, 0o777)
     with pytest.raises(SetupError):
@@ -350,7 +373,8 @@ def test_the_squatting_check_applies_to_the_path_resolve_paths_gives(tmp_path: P
 HOLD_LOCK = """
 import sys
 from pathlib import Path
-from lazyd.daemon.runtime import AlreadyRunning, acquire_instance_lock
+from lazyd.daemon.runtime import acquire_instance_lock
+from lazyd.errors import AlreadyRunning
 try:
     acquire_instance_lock(Path(sys.argv[1]))
 except AlreadyRunning as error:
@@ -672,7 +696,8 @@ def _proc_net_unix() -> dict[str, str]:
 
 ACTIVATED = """
 import os, socket, sys
-from lazyd.daemon.runtime import SetupError, adopt_activated_socket
+from lazyd.daemon.runtime import adopt_activated_socket
+from lazyd.errors import SetupError
 os.dup2(int(sys.argv[1]), 3)
 os.close(int(sys.argv[1]))
 env = {"LISTEN_FDS": "1", "LISTEN_PID": str(os.getpid()), "LISTEN_FDNAMES": "lazyd.socket"}

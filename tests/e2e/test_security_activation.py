@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 
 from lazyd import wire
+from lazyd.frames import Ctl
 from tests.conftest import FIXTURE_SERVER, UserEnv, wait_until
 from tests.e2e.test_security_frames import STEP_S, Conn, daemon_log, hello, launch_daemon, ping, wait_for_log
 
@@ -83,7 +84,7 @@ def as_other_uid(path: Path) -> dict[str, object]:
         print(f"skipping: {reason}")
         pytest.skip(reason)
     assert setpriv is not None
-    payload = (wire.encode(hello("ctl")) + wire.encode({"t": "ctl", "op": "ping", "args": {}})).hex()
+    payload = (wire.encode(hello("ctl")) + wire.encode(Ctl("ping", {}))).hex()
     done = subprocess.run([setpriv, f"--reuid={OTHER_UID}", f"--regid={OTHER_UID}", "--clear-groups",
                            sys.executable, "-c", PEER_SCRIPT, str(path), payload],
                           capture_output=True, text=True, timeout=STEP_S, cwd="/", env={"PATH": "/usr/bin:/bin"})
@@ -223,7 +224,7 @@ def test_a_client_that_connects_while_the_activated_daemon_is_down_is_served_by_
     # waits in the backlog.
     client = Conn(path)
     wire.send_frame(client.sock, hello("ctl"))
-    wire.send_frame(client.sock, {"t": "ctl", "op": "ping", "args": {}})
+    wire.send_frame(client.sock, Ctl("ping", {}))
     second = launch_daemon(user_env, env=env, prefix=launcher(listener.fileno()), pass_fds=(listener.fileno(),),
                            socket_path=path)
     try:

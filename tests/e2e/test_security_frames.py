@@ -26,6 +26,8 @@ from typing import Any
 import pytest
 
 from lazyd import wire
+from lazyd.errors import WireError
+from lazyd.frames import Ctl, Hello
 from tests.conftest import FIXTURE_SERVER, REPO, UserEnv, wait_until
 from tests.unit.test_wire import BOMBS
 
@@ -39,11 +41,11 @@ TRICKLE_PACE_S = 0.1  # one byte per pace: slow enough to trip a 1 s deadline wi
 # ---- helpers shared by the test_security_* modules ------------------------------------------------
 
 
-def hello(role: str = "ctl", **fields: Any) -> dict[str, Any]:
-    frame: dict[str, Any] = {"t": "hello", "v": wire.WIRE_VERSION, "role": role, "pid": os.getpid(), "argv": [],
-                             "cwd": str(REPO), "env": {}, "opts": {}, "server": None, "resume": []}
-    frame.update(fields)
-    return frame
+def hello(role: str = "ctl", **fields: Any) -> Hello:
+    given: dict[str, Any] = {"pid": os.getpid(), "argv": [], "cwd": str(REPO), "env": {}, "opts": {},
+                             "server": None, "resume": []}
+    given.update(fields)
+    return Hello(role, **given)
 
 
 class Conn:
@@ -56,9 +58,10 @@ class Conn:
         self.reader = wire.BlockingFrameReader(self.sock)
 
     def read(self) -> dict[str, Any]:
+        """The next frame as its map (`t` and fields), for assertions that read like the protocol table."""
         frame = self.reader.read()
         assert frame is not None, "the daemon closed the connection"
-        return frame
+        return frame.to_map()
 
     def open_ctl(self) -> dict[str, Any]:
         wire.send_frame(self.sock, hello("ctl"))
@@ -67,7 +70,7 @@ class Conn:
         return welcome
 
     def ctl(self, op: str, **args: Any) -> dict[str, Any]:
-        wire.send_frame(self.sock, {"t": "ctl", "op": op, "args": args})
+        wire.send_frame(self.sock, Ctl(op, args))
         reply = self.read()
         assert reply["t"] == "reply", reply
         return reply
@@ -137,7 +140,7 @@ def launch_daemon(user: UserEnv, *, env: dict[str, str] | None = None, prefix: t
         assert proc.poll() is None, daemon_log(user)
         try:
             return ping(path) == proc.pid
-        except (OSError, AssertionError, wire.WireError):
+        except (OSError, AssertionError, WireError):
             return False
 
     wait_until(answers, STEP_S, "the daemon to answer a ping")
@@ -268,7 +271,7 @@ def test_a_frame_trickled_after_the_hello_is_cut_at_the_frame_deadline(
     slow = Conn(user_env.socket)
     if role == "ctl":
         slow.open_ctl()
-        frame = wire.encode({"t": "ctl", "op": "ping", "args": {"pad": "x" * 300}})
+        frame = wire.encode(Ctl("ping", {"pad": "x" * 300}))
     else:
         wire.send_frame(slow.sock, hello("shim", argv=[sys.executable, str(FIXTURE_SERVER)], env=user_env.env))
         assert slow.read()["t"] == "welcome"
@@ -290,8 +293,8 @@ def test_many_tiny_frames_in_one_read_are_all_served_in_order(
     conn = Conn(user_env.socket)
     conn.open_ctl()
     count = 20_000
-    ping = wire.encode({"t": "ctl", "op": "ping", "args": {}})
-    marker = wire.encode({"t": "ctl", "op": "no-such-op", "args": {}})
+    ping = wire.encode(Ctl("ping", {}))
+    marker = wire.encode(Ctl("no-such-op", {}))
     payload = b"".join(marker if i % 1000 == 999 else ping for i in range(count))
     # From a thread: the replies flow back while the requests are still being written.
     sender = threading.Thread(target=conn.sock.sendall, args=(payload,))
@@ -313,7 +316,7 @@ def test_a_control_peer_that_never_reads_its_replies_is_cut_at_the_send_deadline
     greedy.open_ctl()
     # Requests keep coming but no reply is read: once the socket buffers are full the daemon's
     # send waits, and after the deadline the connection is closed instead of held for ever.
-    requests = wire.encode({"t": "ctl", "op": "ping", "args": {}}) * 100_000
+    requests = wire.encode(Ctl("ping", {})) * 100_000
     sender = threading.Thread(target=send_until_refused_bytes, args=(greedy.sock, requests))
     sender.start()
     wait_for_log(user_env, "closing a control connection that left its reply unread for 1 s")

@@ -33,6 +33,7 @@ DEADLINE_S = 15.0  # generous bound for any one awaited event; tests normally ta
 FAKE_DAEMON = r"""
 import fcntl, json, os, socket, sys, threading
 from lazyd import sockpath, wire
+from lazyd.frames import Line, Refusal, Welcome
 
 args = sys.argv[1:]
 path = args[args.index("--socket") + 1] if "--socket" in args else sockpath.default_socket_path(os.environ)
@@ -63,31 +64,30 @@ sessions = iter(range(1, 1 << 30))
 def serve(conn, session):
     reader = wire.BlockingFrameReader(conn)
     hello = reader.read()
-    record("hellos", {"pid": hello["pid"], "argv": hello["argv"], "opts": hello["opts"],
-                      "server": hello["server"], "cwd": hello["cwd"],
-                      "resume": [r.decode() for r in hello["resume"]],
-                      "marker": hello["env"].get("FAKE_MARKER")})
+    record("hellos", {"pid": hello.pid, "argv": hello.argv, "opts": hello.opts,
+                      "server": hello.server, "cwd": hello.cwd,
+                      "resume": [r.decode() for r in hello.resume],
+                      "marker": hello.env.get("FAKE_MARKER")})
     if os.environ.get("FAKE_DAEMON_REFUSE"):
-        wire.send_frame(conn, {"t": "refused", "v": 1, "code": "options", "message": "bad linger"})
+        wire.send_frame(conn, Refusal("options", "bad linger", 1))
         conn.close()
         return
-    wire.send_frame(conn, {"t": "welcome", "v": wire.WIRE_VERSION, "session": session,
-                           "name": "fake", "daemon_pid": os.getpid()})
+    wire.send_frame(conn, Welcome(session, "fake", os.getpid()))
     while True:
         try:
             frame = reader.read()
         except OSError:
             frame = None
         if frame is None:
-            record("closed", {"pid": hello["pid"]})
+            record("closed", {"pid": hello.pid})
             return
-        line = frame["d"]
-        record("lines", {"pid": hello["pid"], "line": line.decode()})
+        line = frame.d
+        record("lines", {"pid": hello.pid, "line": line.decode()})
         message = json.loads(line)
         if "id" in message and "method" in message and message["method"] != "hang":
             result = {"method": message["method"], "daemon_pid": os.getpid()}
             response = {"jsonrpc": "2.0", "id": message["id"], "result": result}
-            wire.send_frame(conn, {"t": "line", "d": json.dumps(response).encode(), "done": message["id"]})
+            wire.send_frame(conn, Line(json.dumps(response).encode(), message["id"]))
 
 while True:
     conn, _ = server.accept()

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from lazyd.ctl.client import CtlError
+from lazyd.errors import CtlError
 from tests.conftest import FIXTURE_SERVER, UserEnv, shim_command, shim_session, start_daemon, wait_until
 from tests.e2e.test_supervision import control, daemon_log, server_table, status_rows, write_config
 

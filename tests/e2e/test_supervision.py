@@ -35,7 +35,8 @@ from mcp.client.stdio import stdio_client
 from mcp.types import TextContent
 
 from lazyd.core.lifecycle import BACKOFF_BASE_S, BACKOFF_JITTER, PARK_AFTER_FAILURES
-from lazyd.ctl.client import Connection, CtlError
+from lazyd.ctl.client import Connection
+from lazyd.errors import CtlError
 from tests.conftest import FIXTURE_SERVER, UserEnv, shim_command, shim_session, start_daemon
 
 pytestmark = pytest.mark.e2e

@@ -15,7 +15,7 @@ import re
 
 import pytest
 
-from lazyd.ctl.client import CtlError
+from lazyd.errors import CtlError
 from tests.conftest import UserEnv, start_daemon
 from tests.e2e.test_supervision import (
     PARK_DEADLINE_S,

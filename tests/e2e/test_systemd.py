@@ -26,6 +26,7 @@ import trio
 from mcp.types import TextContent
 
 from lazyd import wire
+from lazyd.frames import Hello
 from lazyd.ctl.systemd import CONTRIB_EXEC_START, MARKER, exec_start_argv, exec_start_line, render_units
 from tests.conftest import FIXTURE_SERVER, UserEnv, shim_session, wait_until
 
@@ -80,15 +81,14 @@ class RawClient:
         self.reader = wire.BlockingFrameReader(self.sock)
 
     def hello(self, role: str, env: dict[str, str], argv: list[str] | None = None) -> dict[str, Any]:
-        wire.send_frame(self.sock, {"t": "hello", "v": wire.WIRE_VERSION, "role": role, "pid": os.getpid(),
-                                    "argv": argv or [], "cwd": str(REPO), "env": env, "opts": {},
-                                    "server": None, "resume": []})
+        wire.send_frame(self.sock, Hello(role, os.getpid(), argv or [], str(REPO), env, {}, None, []))
         return self.read()
 
     def read(self) -> dict[str, Any]:
+        """The next frame as its map (`t` and fields)."""
         frame = self.reader.read()
         assert frame is not None, "the daemon closed the connection"
-        return frame
+        return frame.to_map()
 
     def request(self, msg_id: int, method: str, params: dict[str, Any]) -> dict[str, Any]:
         line = json.dumps({"jsonrpc": "2.0", "id": msg_id, "method": method, "params": params}).encode()

@@ -16,7 +16,6 @@ import pytest
 from lazyd.config import (
     MAX_CONFIG_BYTES,
     Config,
-    ConfigError,
     Policy,
     ServerConfig,
     WakePredicate,
@@ -24,6 +23,7 @@ from lazyd.config import (
     parse_config_text,
     policy_with_options,
 )
+from lazyd.errors import ConfigError
 from lazyd.core.identity import PER_SESSION_ENV
 
 SOURCE = Path("/home/u/.config/lazyd/config.toml")

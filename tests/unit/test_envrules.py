@@ -10,7 +10,8 @@ from __future__ import annotations
 import pytest
 
 from lazyd.core.client_profiles import PROFILES, codex_environment, gemini_environment, profile_for_client_info
-from lazyd.core.envrules import PER_SESSION_ENV, classify, counts, parse_names
+from lazyd.core.envrules import PER_SESSION_ENV, classify, counts
+from lazyd.envnames import parse_names
 from lazyd.core.identity import explain_difference, identity_for
 
 SHELL = {"HOME": "/home/u", "PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "USER": "u", "SHELL": "/bin/bash",

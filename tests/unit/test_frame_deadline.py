@@ -15,7 +15,9 @@ import trio
 import trio.testing
 
 from lazyd import wire
-from lazyd.daemon.connection import SlowPeer, _Frames
+from lazyd.daemon.connection import _Frames
+from lazyd.errors import SlowPeer
+from lazyd.frames import Line
 
 DEADLINE_S = 30.0
 
@@ -54,7 +56,7 @@ async def test_time_the_daemon_spends_away_from_reading_is_not_charged_to_the_pe
     second = line_frame(1000)
     peer.send(line_frame(10) + second[:500])  # one whole frame and the start of the next
     first = await frames.next()
-    assert first is not None and first["d"] == b"x" * 10
+    assert isinstance(first, Line) and first.d == b"x" * 10
     await trio.sleep(5 * DEADLINE_S)  # the daemon waits for room before it reads on
     async with trio.open_nursery() as nursery:
         async def finish_later() -> None:
@@ -62,7 +64,7 @@ async def test_time_the_daemon_spends_away_from_reading_is_not_charged_to_the_pe
             peer.send(second[500:])
         nursery.start_soon(finish_later)
         frame = await frames.next()
-    assert frame is not None and frame["d"] == b"x" * 1000
+    assert isinstance(frame, Line) and frame.d == b"x" * 1000
 
 
 async def test_waits_for_one_frame_add_up_across_reads(
@@ -94,4 +96,4 @@ async def test_between_frames_a_session_may_idle_forever(
             peer.send(line_frame(5))
         nursery.start_soon(send_late)
         frame = await frames.next()
-    assert frame is not None and frame["d"] == b"x" * 5
+    assert isinstance(frame, Line) and frame.d == b"x" * 5

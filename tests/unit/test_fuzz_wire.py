@@ -24,7 +24,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from lazyd import wire
-from lazyd.wire import FrameDecoder, WireError
+from lazyd.errors import WireError
+from lazyd.frames import FRAME_TYPES, AnyFrame, Line, validate_frame
+from lazyd.wire import FrameDecoder
 
 FRAMES_PER_STREAM = 25
 STREAMS = 400  # x 25 frames = the 10,000 frames of case 36
@@ -60,7 +62,7 @@ _wild_values = st.recursive(_scalars, lambda inner: st.one_of(
 _FIELDS = ["t", "v", "role", "pid", "argv", "cwd", "env", "opts", "server", "resume", "session", "name",
            "daemon_pid", "code", "message", "d", "done", "op", "args", "ok", "data", "error"]
 # Maps that are not frames of the table: unknown `t`, missing fields, stray keys.
-_any_maps = st.dictionaries(st.sampled_from(_FIELDS) | _text, _wild_values | st.sampled_from(list(wire.FRAME_TYPES)),
+_any_maps = st.dictionaries(st.sampled_from(_FIELDS) | _text, _wild_values | st.sampled_from(sorted(FRAME_TYPES)),
                             max_size=5)
 
 
@@ -132,9 +134,9 @@ def stream_items(frames: list[dict[str, Any]], seed: int) -> list[bytes]:
     return items
 
 
-def reference(stream: bytes) -> tuple[list[dict[str, Any]], bool, int]:
+def reference(stream: bytes) -> tuple[list[AnyFrame], bool, int]:
     """(frames, failed, bytes left over) of reading `stream` in one go, frame by frame."""
-    frames: list[dict[str, Any]] = []
+    frames: list[AnyFrame] = []
     pos = 0
     while True:
         left = len(stream) - pos
@@ -153,9 +155,9 @@ def reference(stream: bytes) -> tuple[list[dict[str, Any]], bool, int]:
         pos = start + length
 
 
-def packed(frames: list[dict[str, Any]]) -> list[bytes]:
+def packed(frames: list[AnyFrame]) -> list[bytes]:
     """Frames as canonical msgpack, for comparisons (a mutated float may be NaN, and NaN != NaN)."""
-    return [msgpack.packb(f, use_bin_type=True) for f in frames]
+    return [msgpack.packb(f.to_map(), use_bin_type=True) for f in frames]
 
 
 # ---- the frame table of docs/protocol.md, written out independently of lazyd/wire.py -------------
@@ -223,9 +225,9 @@ def _no_ext(code: int, data: bytes) -> object:
     raise ValueError("ext")
 
 
-def assert_well_formed(frame: dict[str, Any]) -> None:
-    assert frame["t"] in wire.FRAME_TYPES
-    assert wire.validate_frame(frame) is frame
+def assert_well_formed(frame: AnyFrame) -> None:
+    assert frame.t in FRAME_TYPES
+    assert packed([validate_frame(frame.to_map())]) == packed([frame])  # its map is a valid frame
     again = wire.decode_body(wire.encode(frame)[wire.HEADER_BYTES:])  # it can be sent on as it is
     assert packed([again]) == packed([frame])
 
@@ -244,7 +246,7 @@ def check_bodies(items: list[bytes]) -> None:
         assert accepted == spec_accepts(body), (accepted, body)
 
 
-def feed_all(decoder: FrameDecoder, data: bytes, limit: int | None) -> list[dict[str, Any]]:
+def feed_all(decoder: FrameDecoder, data: bytes, limit: int | None) -> list[AnyFrame]:
     """Feed `data`; with a limit, take the frames in batches the way the daemon does."""
     frames = decoder.feed(data, limit)
     if limit is not None:
@@ -259,7 +261,7 @@ def check_stream(items: list[bytes], cuts: list[int], limit: int | None = None) 
     stream = b"".join(items)
     bounds = sorted({0, len(stream), *(c % (len(stream) + 1) for c in cuts)})
     decoder = FrameDecoder()
-    got: list[dict[str, Any]] = []
+    got: list[AnyFrame] = []
     failed_at: int | None = None
     failed_by = len(stream)
     for start, end in zip(bounds, bounds[1:]):
@@ -278,7 +280,7 @@ def check_stream(items: list[bytes], cuts: list[int], limit: int | None = None) 
     # Frames completed earlier in the failing chunk are not returned: everything before it is.
     assert packed(got) == packed(reference(stream[:failed_at])[0])
     try:
-        decoder.feed(wire.encode({"t": "line", "d": b""}))  # a valid frame: refused all the same
+        decoder.feed(wire.encode(Line(b"")))  # a valid frame: refused all the same
     except WireError:
         return
     raise AssertionError("a decoder that failed once accepted more bytes")

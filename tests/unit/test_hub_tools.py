@@ -10,8 +10,10 @@ import pytest
 
 from lazyd.core import hub_tools as ht
 from lazyd.core.hub_catalog import ToolInfo
-from lazyd.core.hub_protocol import HubOptionError, hub_servers
-from shim.options import UsageError, parse
+from lazyd.core.hub_protocol import hub_servers
+from lazyd.errors import HubOptionError
+from lazyd.errors import UsageError
+from shim.options import parse
 
 
 def test_the_meta_tools_are_six_with_short_descriptions_and_object_schemas() -> None:
@@ -90,8 +92,8 @@ def test_a_schema_answer_is_the_servers_tool_object_without_its_output_schema() 
 
 def test_a_hub_hello_takes_only_the_hub_options_and_no_command() -> None:
     hello: dict[str, Any] = {"argv": [], "server": None}
-    assert hub_servers(hello, {"hub": "true"}) is None
-    assert hub_servers(hello, {"hub": "true", "servers": "a, b"}) == ("a", "b")
+    assert hub_servers(hello["argv"], hello["server"], {"hub": "true"}) is None
+    assert hub_servers(hello["argv"], hello["server"], {"hub": "true", "servers": "a, b"}) == ("a", "b")
     cases: list[tuple[dict[str, Any], dict[str, str], str]] = [
         ({"argv": ["node"], "server": None}, {"hub": "true"}, "takes no server command"),
         ({"argv": [], "server": "x"}, {"hub": "true"}, "takes no server command"),
@@ -101,7 +103,7 @@ def test_a_hub_hello_takes_only_the_hub_options_and_no_command() -> None:
     ]
     for bad_hello, opts, problem in cases:
         with pytest.raises(HubOptionError, match=problem):
-            hub_servers(bad_hello, opts)
+            hub_servers(bad_hello["argv"], bad_hello["server"], opts)
 
 
 def test_the_shim_hub_flag_sends_no_command_and_the_hub_options() -> None:

@@ -26,7 +26,6 @@ from lazyd.core.lifecycle import (
     FailWaiting,
     KillAndFail,
     Lifecycle,
-    LifecycleError,
     LifecyclePolicy,
     Log,
     PredicateState,
@@ -35,6 +34,7 @@ from lazyd.core.lifecycle import (
     State,
     Stop,
 )
+from lazyd.errors import LifecycleError
 
 CRASH = "exit status 1; stderr: boom"
 PARK_LOG = Log(f"parked as failed after 5 failed restarts within 1m; last error: {CRASH}")

@@ -10,9 +10,10 @@ import select
 import pytest
 import trio
 
-from lazyd import wire
 from lazyd.ctl.progress import StatusLine
 from lazyd.daemon import progress
+from lazyd.errors import WireError
+from lazyd.frames import Progress, validate_frame
 
 
 async def test_the_pump_coalesces_fast_steps_and_always_sends_the_last_one(autojump_clock: trio.abc.Clock) -> None:
@@ -56,9 +57,9 @@ async def test_report_outside_a_pump_does_nothing_and_a_pump_reaches_the_tasks_a
 
 
 def test_a_progress_frame_must_carry_a_step_text() -> None:
-    assert wire.validate_frame({"t": "progress", "step": "handshake"})["step"] == "handshake"
-    with pytest.raises(wire.WireError, match="'progress' frame field 'step' must be a str"):
-        wire.validate_frame({"t": "progress", "step": 3})
+    assert validate_frame({"t": "progress", "step": "handshake"}) == Progress("handshake")
+    with pytest.raises(WireError, match="'progress' frame field 'step' must be a str"):
+        validate_frame({"t": "progress", "step": 3})
 
 
 def _read_pty(controller: int, until: str, count: int, timeout_s: float = 10.0) -> str:

@@ -18,7 +18,8 @@ import pytest
 # name lets mypy check this file (the install-time alias is invisible to it). The subprocess tests
 # below run the installed entry point.
 from shim import options
-from shim.options import UsageError, parse
+from lazyd.errors import UsageError
+from shim.options import parse
 
 # flag, env var, a valid value, the key it is sent under in the hello's opts
 DAEMON_OPTIONS = [

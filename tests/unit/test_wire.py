@@ -20,7 +20,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lazyd import wire
-from lazyd.wire import FrameDecoder, WireError
+from lazyd.errors import WireError
+from lazyd.frames import (FRAME_TYPES, Ctl, ForeignHello, ForeignWelcome, Frame, Hello, Line, Progress, Refusal,
+                          Reply, Welcome)
+from lazyd.wire import FrameDecoder
 
 HELLO: dict[str, Any] = {
     "t": "hello",
@@ -34,19 +37,24 @@ HELLO: dict[str, Any] = {
     "server": None,
     "resume": [b'{"jsonrpc":"2.0","id":1,"method":"initialize"}'],
 }
-VALID_FRAMES: list[dict[str, Any]] = [
-    HELLO,
-    {**HELLO, "role": "ctl", "server": "github", "resume": []},
-    {"t": "welcome", "v": wire.WIRE_VERSION, "session": 7, "name": "github", "daemon_pid": 99},
-    {"t": "refused", "v": wire.WIRE_VERSION, "code": "version", "message": "restart the daemon"},
-    {"t": "line", "d": b'{"jsonrpc":"2.0","id":1,"result":{}}'},
-    {"t": "line", "d": b"{}", "done": 1},
-    {"t": "line", "d": b"{}", "done": "1"},
-    {"t": "line", "d": b""},
-    {"t": "ctl", "op": "status", "args": {}},
-    {"t": "ctl", "op": "wake", "args": {"name": "github", "deep": {"list": [1, 2.5, None]}}},
-    {"t": "reply", "ok": True, "data": {"servers": [{"name": "a", "pid": 3}]}, "error": ""},
-    {"t": "reply", "ok": False, "data": None, "error": "unknown server"},
+HELLO_FRAME = Hello("shim", 1234, ["node", "server.js", "--port", "3"], "/home/user/project",
+                    {"PATH": "/usr/bin", "HOME": "/home/user"}, {"linger": "10m"}, None,
+                    [b'{"jsonrpc":"2.0","id":1,"method":"initialize"}'])
+VALID_FRAMES: list[Frame] = [
+    HELLO_FRAME,
+    Hello("ctl", 1234, HELLO["argv"], HELLO["cwd"], HELLO["env"], HELLO["opts"], "github", []),
+    Welcome(7, "github", 99),
+    Refusal("version", "restart the daemon"),
+    Line(b'{"jsonrpc":"2.0","id":1,"result":{}}'),
+    Line(b"{}", 1),
+    Line(b"{}", "1"),
+    Line(b""),
+    Ctl("status", {}),
+    Ctl("wake", {"name": "github", "deep": {"list": [1, 2.5, None]}}),
+    Reply(True, {"servers": [{"name": "a", "pid": 3}]}, ""),
+    Reply(False, None, "unknown server"),
+    Progress("listings: tools/list page 2"),
+    Hello("shim", 1, [], "/", {}, {}, None, [], [(b"N\xff", b"\xfe")]),
 ]
 
 
@@ -54,7 +62,7 @@ def frame_of(body: bytes) -> bytes:
     return struct.pack(">I", len(body)) + body
 
 
-def decode_one(data: bytes) -> dict[str, Any]:
+def decode_one(data: bytes) -> Frame:
     frames = FrameDecoder().feed(data)
     assert len(frames) == 1
     return frames[0]
@@ -70,33 +78,37 @@ def refused(body_or_frame: bytes, *, raw_frame: bool = False) -> str:
 # --- round trips and the fast path ---------------------------------------------------------------
 
 
-@pytest.mark.parametrize("frame", VALID_FRAMES, ids=lambda f: str(f["t"]))
-def test_every_frame_type_survives_an_encode_decode_round_trip(frame: dict[str, Any]) -> None:
+@pytest.mark.parametrize("frame", VALID_FRAMES, ids=lambda f: f.t)
+def test_every_frame_type_survives_an_encode_decode_round_trip(frame: Frame) -> None:
     assert decode_one(wire.encode(frame)) == frame
+
+
+def test_a_frame_decodes_to_the_same_map_the_protocol_table_describes() -> None:
+    # The typed frame is the map's fields by name: nothing renamed, nothing lost.
+    assert decode_one(wire.encode_raw(HELLO)).to_map() == HELLO
+    assert decode_one(wire.encode(HELLO_FRAME)) == HELLO_FRAME
 
 
 @pytest.mark.parametrize("size", [0, 1, 255, 256, 65535, 65536, 1_000_000])
 @pytest.mark.parametrize("done", [None, 0, 1, -1, 2**63 - 1, "1", "req-ü"])
 def test_encode_line_produces_exactly_the_bytes_of_the_generic_encoder(size: int, done: int | str | None) -> None:
     data = bytes(range(256)) * (size // 256) + b"x" * (size % 256)
-    frame: dict[str, Any] = {"t": "line", "d": data}
-    if done is not None:
-        frame["done"] = done
-    assert wire.encode_line(data, done) == wire.encode(frame)
+    frame = Line(data, done)
+    assert wire.encode_line(data, done) == wire.encode_raw(frame.to_map())  # the generic encoder
     assert decode_one(wire.encode_line(data, done)) == frame
 
 
 def test_a_line_of_exactly_the_maximum_size_decodes() -> None:
     data = b"a" * wire.MAX_LINE_BYTES
     frame = decode_one(wire.encode_line(data, "x"))
-    assert frame["d"] == data and frame["done"] == "x"
+    assert isinstance(frame, Line) and frame.d == data and frame.done == "x"
 
 
 def test_encoding_a_line_over_the_limit_is_a_local_value_error() -> None:
     with pytest.raises(ValueError, match="MAX_LINE_BYTES"):
         wire.encode_line(b"a" * (wire.MAX_LINE_BYTES + 1))
     with pytest.raises(ValueError, match="MAX_FRAME_BYTES"):
-        wire.encode({"t": "reply", "ok": True, "data": "x" * wire.MAX_FRAME_BYTES})
+        wire.encode(Reply(True, "x" * wire.MAX_FRAME_BYTES))
 
 
 def test_encode_line_refuses_a_bool_done_because_json_ids_are_never_bools() -> None:
@@ -107,7 +119,7 @@ def test_encode_line_refuses_a_bool_done_because_json_ids_are_never_bools() -> N
 def test_frames_fed_one_byte_at_a_time_come_out_whole_and_in_order() -> None:
     stream = b"".join(wire.encode(f) for f in VALID_FRAMES)
     decoder = FrameDecoder()
-    out: list[dict[str, Any]] = []
+    out: list[Frame] = []
     for i in range(len(stream)):
         out.extend(decoder.feed(stream[i : i + 1]))
     assert out == VALID_FRAMES
@@ -191,12 +203,28 @@ def test_a_frame_with_a_missing_or_mistyped_field_is_refused(obj: object, why: s
 
 
 def test_a_hello_of_another_version_passes_so_the_daemon_can_answer_version_skew() -> None:
-    frame = decode_one(wire.encode({"t": "hello", "v": wire.WIRE_VERSION + 1, "future": [1]}))
-    assert frame["v"] == wire.WIRE_VERSION + 1
+    frame = decode_one(wire.encode_raw({"t": "hello", "v": wire.WIRE_VERSION + 1, "future": [1]}))
+    assert isinstance(frame, ForeignHello) and frame.v == wire.WIRE_VERSION + 1
 
 
 def test_unknown_extra_fields_are_kept_for_forward_compatibility() -> None:
-    assert decode_one(wire.encode({"t": "line", "d": b"{}", "x": 1}))["x"] == 1
+    frame = decode_one(wire.encode_raw({"t": "line", "d": b"{}", "x": 1}))
+    assert frame.extra["x"] == 1
+    assert decode_one(wire.encode(frame)) == frame  # and sent on when the frame is passed on
+
+
+def test_a_welcome_of_another_version_is_read_for_its_version_only() -> None:
+    frame = decode_one(wire.encode_raw({"t": "welcome", "v": wire.WIRE_VERSION + 1, "session": "new shape"}))
+    assert isinstance(frame, ForeignWelcome) and frame.v == wire.WIRE_VERSION + 1
+
+
+def test_optional_fields_are_sent_only_when_set_and_data_always() -> None:
+    assert "env_raw" not in HELLO_FRAME.to_map()
+    raw = Hello("shim", 1, [], "/", {}, {}, None, [], [(b"N", b"\xff")]).to_map()
+    assert raw["env_raw"] == [[b"N", b"\xff"]]
+    assert Line(b"{}").to_map() == {"t": "line", "d": b"{}"}
+    assert Reply(True).to_map() == {"t": "reply", "ok": True, "data": None}
+    assert Reply(False, None, "no").to_map() == {"t": "reply", "ok": False, "data": None, "error": "no"}
 
 
 @pytest.mark.parametrize(
@@ -289,6 +317,7 @@ BOMBS: dict[str, bytes] = {
 _BOMB_SCRIPT = r"""
 import json, struct, sys
 from lazyd import wire
+from lazyd.errors import WireError
 
 def vm_peak_kib():
     with open("/proc/self/status") as f:
@@ -305,14 +334,14 @@ for name, body in bombs.items():
     try:
         decoder.feed(struct.pack(">I", len(body)) + body)
         outcome = "accepted"
-    except wire.WireError as exc:
+    except WireError as exc:
         outcome = "WireError: " + str(exc)
     except BaseException as exc:
         outcome = type(exc).__name__ + ": " + str(exc)
     try:
         decoder.feed(b"\x00")
         poisoned = False
-    except wire.WireError:
+    except WireError:
         poisoned = True
     results[name] = {"outcome": outcome, "poisoned": poisoned}
 after_bombs = vm_peak_kib()
@@ -346,7 +375,7 @@ def test_one_frame_may_not_hold_more_than_the_item_budget_even_in_small_containe
 
 def test_a_frame_within_every_limit_still_decodes() -> None:
     env = {f"VAR_{i}": "x" * 100 for i in range(2000)}
-    frame = {**HELLO, "env": env, "argv": ["arg"] * 5000}
+    frame = Hello("shim", 1234, ["arg"] * 5000, HELLO["cwd"], env, HELLO["opts"], None, HELLO["resume"])
     assert decode_one(wire.encode(frame)) == frame
 
 
@@ -357,7 +386,7 @@ def feed_only_wire_errors(data: bytes) -> None:
     decoder = FrameDecoder()
     try:
         for frame in decoder.feed(data):
-            assert isinstance(frame, dict) and frame["t"] in wire.FRAME_TYPES
+            assert isinstance(frame, Frame) and frame.t in FRAME_TYPES
     except WireError:
         pass
 
@@ -379,8 +408,8 @@ def test_random_bodies_behind_a_valid_length_only_ever_raise_wire_error(body: by
     st.sampled_from(VALID_FRAMES),
     st.lists(st.tuples(st.integers(min_value=0), st.integers(min_value=0, max_value=255)), max_size=8),
 )
-def test_mutated_valid_frames_only_ever_raise_wire_error(frame: dict[str, Any], flips: list[tuple[int, int]]) -> None:
-    body = bytearray(msgpack.packb(frame, use_bin_type=True))
+def test_mutated_valid_frames_only_ever_raise_wire_error(frame: Frame, flips: list[tuple[int, int]]) -> None:
+    body = bytearray(msgpack.packb(frame.to_map(), use_bin_type=True))
     for index, value in flips:
         body[index % len(body)] = value
     feed_only_wire_errors(frame_of(bytes(body)))

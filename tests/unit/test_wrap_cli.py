@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from lazyd import wire
+from lazyd.frames import Hello, Reply, Welcome
 from lazyd.ctl.wrap import cli
 from tests.unit.fixtures_wrap.helpers import FIXTURES, SECRETS, SHIM
 
@@ -156,13 +157,12 @@ class FakeDaemon:
             with conn:
                 reader = wire.BlockingFrameReader(conn)
                 hello = reader.read()
-                assert hello is not None and hello["role"] == "ctl"
-                wire.send_frame(conn, {"t": "welcome", "v": wire.WIRE_VERSION, "session": 0, "name": "control",
-                                       "daemon_pid": os.getpid()})  # fmt: skip
+                assert isinstance(hello, Hello) and hello.role == "ctl"
+                wire.send_frame(conn, Welcome(0, "control", os.getpid()))
                 frame = reader.read()
                 assert frame is not None
-                self.requests.append(frame)
-                wire.send_frame(conn, {"t": "reply", **self.reply})
+                self.requests.append(frame.to_map())
+                wire.send_frame(conn, Reply(**self.reply))
 
     def close(self) -> None:
         self.server.shutdown(socket.SHUT_RDWR)  # wakes the blocked accept(); close() alone would not

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from lazyd.ctl.wrap.errors import WrapError
+from lazyd.errors import WrapError
 from tests.unit.fixtures_wrap.helpers import JSON_FIXTURES, SHIM, Lazyctl, assert_only_registrations_changed, loads
 
 VARIANTS = ["lf", "crlf", "no-final-newline"]
@@ -177,11 +177,11 @@ def test_the_default_file_of_each_client_is_used_when_none_is_given(lazyctl: Laz
 
     lazyctl.put(".cursor/mcp.json", b'{"mcpServers": {"s": {"command": "x"}}}')
     request = engine.Request("wrap", "cursor", None, all=True, shim=SHIM)
-    report = engine.execute(request, lazyctl.env, lazyctl.root)
+    report = engine.execute(request, lazyctl.env, lazyctl.root, state_dir=lazyctl.state_dir)
     assert report.file == str(lazyctl.root / "home" / ".cursor" / "mcp.json") and report.written
     with pytest.raises(WrapError, match="/nonexistent-codex/config.toml does not exist"):
         engine.execute(engine.Request("status", "codex", None, shim=SHIM), {**lazyctl.env, "CODEX_HOME": "/nonexistent-codex"},
-                       lazyctl.root)  # fmt: skip
+                       lazyctl.root, state_dir=lazyctl.state_dir)  # fmt: skip
 
 
 REFUSED_FILES = [

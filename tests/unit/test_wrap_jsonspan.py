@@ -9,8 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lazyd.ctl.wrap.jsonspan import (MAX_NESTING_DEPTH, STRICT, Array, Dialect, JsonSyntaxError, Node, Object,
+from lazyd.ctl.wrap.jsonspan import (MAX_NESTING_DEPTH, STRICT, Array, Dialect, Node, Object,
                                      Scalar, Splice, parse, splice, to_python)  # fmt: skip
+from lazyd.errors import JsonSyntaxError
 
 JSONC = Dialect(comments=True, trailing_commas=True)
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from lazyd.ctl.wrap import engine
-from lazyd.ctl.wrap.errors import ConflictError, WrapError
+from lazyd.errors import ConflictError, WrapError
 from tests.unit.fixtures_wrap.helpers import SHIM, Lazyctl
 
 WAIT_S = 20.0  # bound on waiting for another process to reach a state; never a timing assertion

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lazyd.ctl.wrap import shimargs
-from lazyd.ctl.wrap.errors import BadUsage
+from lazyd.errors import UsageError
 
 shim_options: Any = importlib.import_module("lazyd_shim.options")
 
@@ -55,7 +55,7 @@ def test_every_setting_lazyctl_accepts_is_documented_by_the_shim() -> None:
     ],
 )
 def test_a_bad_env_setting_is_bad_usage_and_its_value_is_not_echoed(pair: str, message: str) -> None:
-    with pytest.raises(BadUsage, match=message) as caught:
+    with pytest.raises(UsageError, match=message) as caught:
         shimargs.parse_env_pairs([pair])
     assert "secret" not in str(caught.value)
 
@@ -72,9 +72,9 @@ def test_the_installed_shim_is_found_next_to_the_interpreter_first() -> None:
 
 
 def test_a_shim_path_must_be_absolute_and_executable_or_a_bare_name(tmp_path: Any) -> None:
-    with pytest.raises(BadUsage, match="absolute path"):
+    with pytest.raises(UsageError, match="absolute path"):
         shimargs.check_shim_path("bin/lazyd-shim")
-    with pytest.raises(BadUsage, match="no executable file"):
+    with pytest.raises(UsageError, match="no executable file"):
         shimargs.check_shim_path(str(tmp_path / "missing"))
     assert shimargs.check_shim_path("lazyd-shim") == "lazyd-shim"
 

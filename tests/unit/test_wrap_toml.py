@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import tomlkit
 
-from lazyd.ctl.wrap.errors import WrapError
+from lazyd.errors import WrapError
 from tests.unit.fixtures_wrap.helpers import SHIM, Lazyctl
 
 MANAGED = {"LAZYD_LINGER": "10m"}

@@ -9,8 +9,8 @@ the registration's ``env`` on top (the daemon drops per-session and ``LAZYD_*`` 
 identity, so a check from a terminal finds the same server as a client's session).
 
 The client itself (parsing ``--initialize-json``, the control connection) is `lazyctl check`'s,
-lazyd.ctl.registration; this module turns its errors into wrap's: BadUsage, and a failed check
-as an outcome line rather than an exception, since the wrap itself is already written.
+lazyd.ctl.registration; its UsageError is wrap's too, and this module turns a failed check into an
+outcome line rather than an exception, since the wrap itself is already written.
 """
 
 from __future__ import annotations
@@ -20,12 +20,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from lazyd.ctl import registration
-from lazyd.ctl.client import CtlError, DaemonNotRunning
-from lazyd.ctl.commands import UsageError
 from lazyd.ctl.progress import StatusLine
 from lazyd.ctl.wrap import shimargs
-from lazyd.ctl.wrap.errors import BadUsage
 from lazyd.ctl.wrap.model import RegState
+from lazyd.errors import CtlError, DaemonNotRunning
 
 CHECK_REPLY_TIMEOUT_S = 600.0
 # The daemon bounds each check by the server's start_timeout (60 s by default, configurable);
@@ -46,11 +44,8 @@ class CheckOutcome:
 
 
 def initialize_params(value: str) -> dict[str, Any]:
-    """``--initialize-json``, parsed as `lazyctl check` parses it. Raises BadUsage."""
-    try:
-        return registration.initialize_params(value)
-    except UsageError as exc:
-        raise BadUsage(str(exc)) from None
+    """``--initialize-json``, parsed as `lazyctl check` parses it. Raises UsageError."""
+    return registration.initialize_params(value)
 
 
 def check_args(state: RegState, cwd: str, environ: Mapping[str, str],

@@ -22,7 +22,7 @@ from typing import Any
 from lazyd import sockpath
 from lazyd.ctl.progress import StatusLine
 from lazyd.ctl.wrap import check, clients, engine, shimargs
-from lazyd.ctl.wrap.errors import BadUsage, WrapError
+from lazyd.errors import UsageError, WrapError
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -123,10 +123,10 @@ def run(args: argparse.Namespace) -> int:
         )  # fmt: skip
         initialize_json = getattr(args, "initialize_json", None)
         if initialize_json is not None and not getattr(args, "check", False):
-            raise BadUsage("--initialize-json applies to --check")
+            raise UsageError("--initialize-json applies to --check")
         initialize = None if initialize_json is None else check.initialize_params(initialize_json)
         report = engine.execute(request, os.environ, Path(os.getcwd()))
-    except BadUsage as exc:
+    except UsageError as exc:
         return _fail(prog, str(exc), as_json, EXIT_USAGE)
     except WrapError as exc:
         return _fail(prog, str(exc), as_json, EXIT_FAILED)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from lazyd.ctl.wrap.errors import BadUsage
+from lazyd.errors import UsageError
 from lazyd.ctl.wrap.jsonspan import STRICT, Dialect
 
 
@@ -37,7 +37,7 @@ class Client:
 def _home(env: Mapping[str, str]) -> Path:
     home = env.get("HOME", "")
     if not home.startswith("/"):
-        raise BadUsage("HOME is not set to an absolute path; pass --file")
+        raise UsageError("HOME is not set to an absolute path; pass --file")
     return Path(home)
 
 
@@ -76,13 +76,13 @@ def client_named(name: str) -> Client:
     try:
         return CLIENTS[name]
     except KeyError:
-        raise BadUsage(f"unknown client {name!r} (known: {', '.join(CLIENTS)})") from None
+        raise UsageError(f"unknown client {name!r} (known: {', '.join(CLIENTS)})") from None
 
 
 def config_path(client: Client, file: str | None, env: Mapping[str, str], cwd: Path) -> Path:
     """The file to edit: ``file`` made absolute against ``cwd``, else the client's default."""
     if file is not None:
         if not file:
-            raise BadUsage("--file: empty path")
+            raise UsageError("--file: empty path")
         return Path(os.path.normpath(cwd / file))
     return client.default_file(env, cwd)

@@ -23,13 +23,12 @@ from pathlib import Path
 from typing import Literal, Protocol
 
 from lazyd.ctl.wrap import clients, filesafe, plan, shimargs
-from lazyd.ctl.wrap.errors import BadUsage, WrapError
 from lazyd.ctl.wrap.jsonedit import JsonConfig
 from lazyd.ctl.wrap.model import Entry, RegState
 from lazyd.ctl.wrap.records import Record, RecordStore, RegKey
 from lazyd.ctl.wrap.tomledit import TomlConfig
-from lazyd.daemon.paths import resolve_paths
-from lazyd.daemon.runtime import SetupError
+from lazyd.errors import SetupError, UsageError, WrapError
+from lazyd.paths import resolve_paths
 
 Op = Literal["wrap", "unwrap", "reapply", "status"]
 
@@ -115,23 +114,26 @@ def open_config(client: clients.Client, data: bytes, where: str) -> Config:
                       where=where)  # fmt: skip
 
 
-def execute(request: Request, environ: Mapping[str, str], cwd: Path, hooks: Hooks | None = None) -> Report:
-    """Run ``request``. Raises BadUsage for an impossible request, WrapError when the run failed as
-    a whole (unreadable file or records, I/O, a conflicting write); per-registration refusals are
-    in the report (``Report.refused``), with nothing written."""
+def execute(request: Request, environ: Mapping[str, str], cwd: Path, hooks: Hooks | None = None,
+            state_dir: Path | None = None) -> Report:
+    """Run ``request`` on the client configs ``environ`` and ``cwd`` locate, keeping records and
+    backups in ``state_dir`` (default: lazyd's state dir for this process, lazyd/paths.py).
+    Raises UsageError for an impossible request, WrapError when the run failed as a whole
+    (unreadable file or records, I/O, a conflicting write); per-registration refusals are in the
+    report (``Report.refused``), with nothing written."""
     client = clients.client_named(request.client)
     if (request.project is not None or request.user_scope) and not client.projects:
-        raise BadUsage(f"--project and --user-scope apply to Claude Code's ~/.claude.json, not to {client.title}")
+        raise UsageError(f"--project and --user-scope apply to Claude Code's ~/.claude.json, not to {client.title}")
     if request.servers and request.all:
-        raise BadUsage("use either --server NAME or --all")
+        raise UsageError("use either --server NAME or --all")
     if request.op != "status" and not (request.servers or request.all):
-        raise BadUsage("name the registrations: --server NAME (repeatable) or --all")
+        raise UsageError("name the registrations: --server NAME (repeatable) or --all")
     if request.env and request.op not in ("wrap", "reapply"):
-        raise BadUsage("--env applies to wrap and reapply")
+        raise UsageError("--env applies to wrap and reapply")
     path = clients.config_path(client, request.file, environ, cwd)
     settings = _settings(request, environ)
     try:
-        state_dir = resolve_paths(environ).state_dir
+        state_dir = state_dir or resolve_paths().state_dir
     except SetupError as exc:
         raise WrapError(str(exc)) from None
     store = RecordStore(state_dir)

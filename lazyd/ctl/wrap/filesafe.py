@@ -21,7 +21,6 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
-import secrets
 import stat
 import sys
 import time
@@ -29,12 +28,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from lazyd.ctl.wrap.errors import ConflictError, WrapError
-from lazyd.daemon.runtime import SetupError, ensure_private_dir
+from lazyd.errors import ConflictError, SetupError, WrapError
+from lazyd.privatefiles import PRIVATE_FILE_MODE, StagedFile, ensure_private_dir, write_private
 
 LOCK_NAME = "wrap.lock"
 BACKUPS_DIR_NAME = "backups"
-PRIVATE_FILE_MODE = 0o600
 MAX_CONFIG_BYTES = 64 * 1024 * 1024
 # ~/.claude.json grows with per-project history (tens of MiB seen in the wild); 64 MiB bounds the
 # memory one read can take while leaving room for the largest real files.
@@ -47,35 +45,6 @@ def ensure_state_dirs(state_dir: Path) -> None:
             ensure_private_dir(path, what="lazyd state dir")
     except SetupError as exc:
         raise WrapError(str(exc)) from None
-
-
-def write_private_file(path: Path, data: bytes) -> None:
-    """Atomically replace ``path`` with ``data``, mode 0600. Raises OSError."""
-    tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, PRIVATE_FILE_MODE)
-    try:
-        with os.fdopen(fd, "wb", closefd=True) as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    _fsync_dir(path.parent)
-
-
-def _fsync_dir(directory: Path) -> None:
-    try:
-        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass  # some filesystems refuse fsync on directories; the rename is still atomic
-    finally:
-        os.close(fd)
 
 
 class WrapLock:
@@ -149,16 +118,10 @@ def backup(snapshot: Snapshot, state_dir: Path) -> Path:
         # Without the leading dot of names like .claude.json: a backup should be seen, not hidden.
         target = directory / f"{snapshot.path.name.lstrip('.')}.{stamp}.{os.getpid()}.{attempt}.bak"
         try:
-            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, PRIVATE_FILE_MODE)
-        except FileExistsError:
-            continue
+            if write_private(target, snapshot.data, exclusive=True):  # never over an older backup
+                return target
         except OSError as exc:
             raise WrapError(f"cannot create a backup in {directory}: {exc.strerror}") from None
-        with os.fdopen(fd, "wb") as f:
-            f.write(snapshot.data)
-            f.flush()
-            os.fsync(f.fileno())
-        return target
     raise WrapError(f"cannot create a backup in {directory}: too many backups this second")
 
 
@@ -190,36 +153,29 @@ def replace_checked(snapshot: Snapshot, data: bytes, before_replace: Callable[[]
     for I/O failures; in both cases the original file is untouched and no temporary file remains.
     """
     path = snapshot.path
-    tmp = path.with_name(f".{path.name}.lazyd-{secrets.token_hex(6)}.tmp")
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, PRIVATE_FILE_MODE)
+        staged = StagedFile(path, snapshot.mode)  # the target's mode, not 0600: it is the user's file
     except OSError as exc:
         raise WrapError(f"cannot write next to {path}: {exc.strerror}") from None
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fchmod(f.fileno(), snapshot.mode)
+    with staged:
+        try:
+            staged.write(data)
+            assert staged.fd is not None
             if snapshot.gid != os.getegid():
                 try:
-                    os.fchown(f.fileno(), -1, snapshot.gid)
+                    os.fchown(staged.fd, -1, snapshot.gid)
                 except PermissionError:
                     pass  # not a member of that group: the check below reports the difference
-            os.fsync(f.fileno())
-        if before_replace is not None:
-            before_replace()
-        changed = still_unchanged(snapshot)
-        if changed is not None:
-            raise ConflictError(f"{path} changed while lazyctl was editing it ({changed}); nothing was written")
-        if os.stat(tmp).st_gid != snapshot.gid:
-            raise WrapError(f"cannot keep the group of {path}; nothing was written")
-        os.replace(tmp, path)
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        if exc.errno == errno.ENOSPC:
-            raise WrapError(f"no space left to rewrite {path}; nothing was written") from None
-        raise WrapError(f"cannot replace {path}: {exc.strerror}") from None
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    _fsync_dir(path.parent)
+            staged.sync()  # before the check: nothing slow may stand between it and the rename
+            if before_replace is not None:
+                before_replace()
+            changed = still_unchanged(snapshot)
+            if changed is not None:
+                raise ConflictError(f"{path} changed while lazyctl was editing it ({changed}); nothing was written")
+            if os.fstat(staged.fd).st_gid != snapshot.gid:
+                raise WrapError(f"cannot keep the group of {path}; nothing was written")
+            staged.commit()
+        except OSError as exc:
+            if exc.errno == errno.ENOSPC:
+                raise WrapError(f"no space left to rewrite {path}; nothing was written") from None
+            raise WrapError(f"cannot replace {path}: {exc.strerror}") from None

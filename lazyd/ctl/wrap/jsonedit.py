@@ -22,10 +22,10 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from lazyd.ctl.wrap.errors import WrapError
-from lazyd.ctl.wrap.jsonspan import (Array, Dialect, JsonSyntaxError, Member, Node, Object, Scalar, Splice,
+from lazyd.ctl.wrap.jsonspan import (Array, Dialect, Member, Node, Object, Scalar, Splice,
                                      parse, splice, to_python)  # fmt: skip
 from lazyd.ctl.wrap.model import Entry, RegState, check_state_fields, transport_of
+from lazyd.errors import JsonSyntaxError, WrapError
 
 BOM = "\ufeff"
 DEFAULT_INDENT_UNIT = "  "

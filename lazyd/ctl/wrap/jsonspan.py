@@ -28,6 +28,8 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from lazyd.errors import JsonSyntaxError
+
 MAX_NESTING_DEPTH = 200
 # Client config files nest about 6 levels; 200 leaves headroom while the recursive scanner stays far
 # below Python's default recursion limit of 1000 frames.
@@ -37,10 +39,6 @@ _WHITESPACE_RUN = re.compile(r"[ \t\n\r]*")  # always matches (possibly empty): 
 _LITERALS = {"true": True, "false": False, "null": None}
 _scanstring: Callable[[str, int, bool], tuple[str, int]] = getattr(json.decoder, "scanstring")
 # The stdlib's own (C) string scanner: exact JSON string rules, and it reports where a string ends.
-
-
-class JsonSyntaxError(ValueError):
-    """The text is not a JSON document of the expected dialect; the message names line and column."""
 
 
 @dataclass(frozen=True)

@@ -21,8 +21,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lazyd.ctl.wrap.errors import WrapError
-from lazyd.ctl.wrap.filesafe import write_private_file
+from lazyd.errors import WrapError
+from lazyd.privatefiles import write_private
 
 RECORD_VERSION = 1
 RECORDS_DIR_NAME = "registrations"
@@ -157,7 +157,7 @@ class RecordStore:
             if data is None:
                 path.unlink(missing_ok=True)
             else:
-                write_private_file(path, data)
+                write_private(path, data)
         except OSError as exc:
             raise WrapError(f"cannot write registration record {path}: {exc.strerror}") from None
 

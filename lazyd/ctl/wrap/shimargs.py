@@ -26,7 +26,7 @@ import shutil
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 
-from lazyd.ctl.wrap.errors import BadUsage, WrapError
+from lazyd.errors import UsageError, WrapError
 
 SHIM_NAME = "lazyd-shim"
 FOREIGN_RELAYS = ("mcp-lazy",)
@@ -105,20 +105,20 @@ def find_shim(environ: Mapping[str, str]) -> str:
 
 def check_shim_path(path: str) -> str:
     """Validate a ``--shim`` value: an absolute path to an executable file, or a bare command name
-    the client will look up on its own PATH. Raises BadUsage."""
+    the client will look up on its own PATH. Raises UsageError."""
     if not path:
-        raise BadUsage("--shim: empty path")
+        raise UsageError("--shim: empty path")
     if "/" not in path:
         return path
     if not os.path.isabs(path):
-        raise BadUsage(f"--shim {path}: use an absolute path (clients start servers from other directories)")
+        raise UsageError(f"--shim {path}: use an absolute path (clients start servers from other directories)")
     if not (os.path.isfile(path) and os.access(path, os.X_OK)):
-        raise BadUsage(f"--shim {path}: no executable file there")
+        raise UsageError(f"--shim {path}: no executable file there")
     return path
 
 
 def parse_env_pairs(pairs: Iterable[str]) -> dict[str, str]:
-    """Turn ``--env NAME=VALUE`` words into settings, validated as the shim will. Raises BadUsage.
+    """Turn ``--env NAME=VALUE`` words into settings, validated as the shim will. Raises UsageError.
 
     Messages name the setting, never its value: values may be paths or commands users consider
     private, and the shim's own messages quote them, so those are cut at the setting name.
@@ -127,17 +127,17 @@ def parse_env_pairs(pairs: Iterable[str]) -> dict[str, str]:
     for pair in pairs:
         name, has_value, value = pair.partition("=")
         if not has_value or not name:
-            raise BadUsage(f"--env {name or pair[:20]!r}: expected NAME=VALUE")
+            raise UsageError(f"--env {name or pair[:20]!r}: expected NAME=VALUE")
         if name in _REFUSED_SETTINGS:
-            raise BadUsage(f"--env {name}: {_REFUSED_SETTINGS[name]}")
+            raise UsageError(f"--env {name}: {_REFUSED_SETTINGS[name]}")
         if name not in SETTINGS:
-            raise BadUsage(f"--env {name}: not a lazyd-shim setting (known: {', '.join(SETTINGS)})")
+            raise UsageError(f"--env {name}: not a lazyd-shim setting (known: {', '.join(SETTINGS)})")
         if not value:
-            raise BadUsage(f"--env {name}: empty value (the shim treats an empty variable as unset)")
+            raise UsageError(f"--env {name}: empty value (the shim treats an empty variable as unset)")
         try:
             _shim_parse(["true"], {name: value})
         except ValueError:
-            raise BadUsage(f"--env {name}: lazyd-shim would refuse this value (see lazyd-shim --help)") from None
+            raise UsageError(f"--env {name}: lazyd-shim would refuse this value (see lazyd-shim --help)") from None
         settings[name] = value
     return settings
 

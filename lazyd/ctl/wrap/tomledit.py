@@ -22,7 +22,7 @@ import tomlkit
 import tomlkit.exceptions
 from tomlkit.items import Array, InlineTable, Item, String, Table
 
-from lazyd.ctl.wrap.errors import WrapError
+from lazyd.errors import WrapError
 from lazyd.ctl.wrap.model import Entry, RegState, check_state_fields, transport_of
 
 _INLINE_REFUSAL = ("an inline-table registration cannot be edited safely; "

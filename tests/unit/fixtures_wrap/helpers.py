@@ -69,7 +69,7 @@ class Lazyctl:
         if "servers" not in kwargs and op != "status":
             kwargs.setdefault("all", True)
         request = engine.Request(op, client, str(path), **kwargs)  # type: ignore[arg-type]
-        return engine.execute(request, self.env, self.root, hooks)
+        return engine.execute(request, self.env, self.root, hooks, state_dir=self.state_dir)
 
 
 def registrations(text: str, client: str) -> dict[tuple[str | None, str], jsonspan.Object]:

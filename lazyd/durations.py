@@ -9,6 +9,9 @@ This module owns the one spelling of a duration that every surface of lazyd acce
 
 Durations are never negative and always finite. Exponents (`1e3`) are refused: nobody means them,
 and they would make a typo such as `1e` look almost valid.
+
+Standard library only, and pure (no clock, no I/O): the shim, lazyctl, the daemon and the core all
+import it, the shim at every client start.
 """
 
 from __future__ import annotations

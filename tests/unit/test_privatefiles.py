@@ -1,13 +1,16 @@
-"""The state-file judge: what lazyd reads of its own files, and the one line it gives otherwise."""
+"""Private files (lazyd/privatefiles.py): the judge of what lazyd reads of its own files and the one
+line it gives otherwise, and the one atomic writer."""
 
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 
 import pytest
 
-from lazyd.daemon.statefiles import StateFileError, read_private
+from lazyd.errors import StateFileError
+from lazyd.privatefiles import StagedFile, read_private, write_private
 from lazyd.daemon.store import SECRET_BYTES, load_or_create_secret
 
 
@@ -75,3 +78,61 @@ def test_an_identity_key_of_the_wrong_length_is_refused_and_left_in_place(tmp_pa
     assert str(caught.value).startswith(f"{path}: is not a lazyd identity key ({size} bytes, expected 32); "
                                         "remove it and lazyd makes a new one")
     assert path.read_bytes() == b"k" * size  # never replaced behind the user's back
+
+
+# --- the one atomic writer ------------------------------------------------------------------------
+
+
+def leftovers(directory: Path) -> list[str]:
+    return sorted(p.name for p in directory.iterdir() if p.name.endswith(".tmp"))
+
+
+@pytest.mark.parametrize("umask", [0o000, 0o022, 0o077])
+def test_a_written_file_has_exactly_its_mode_whatever_the_umask(tmp_path: Path, umask: int) -> None:
+    old = os.umask(umask)
+    try:
+        write_private(tmp_path / "secret", b"s")
+        write_private(tmp_path / "unit", b"u", mode=0o644, durable=False)
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(os.stat(tmp_path / "secret").st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(tmp_path / "unit").st_mode) == 0o644
+
+
+def test_a_write_replaces_the_old_file_whole_and_leaves_no_temporary_file(tmp_path: Path) -> None:
+    target = private(tmp_path / "state.json", b"old contents, longer than the new")
+    inode = os.stat(target).st_ino
+    assert write_private(target, b"new") is True
+    assert target.read_bytes() == b"new"
+    assert os.stat(target).st_ino != inode  # a new file renamed over the old one, never rewritten in place
+    assert leftovers(tmp_path) == []
+
+
+def test_a_symlink_at_the_target_is_replaced_and_never_followed(tmp_path: Path) -> None:
+    victim = private(tmp_path / "victim", b"keep me")
+    (tmp_path / "cache.json").symlink_to(victim)
+    write_private(tmp_path / "cache.json", b"ours")
+    assert victim.read_bytes() == b"keep me"
+    assert not (tmp_path / "cache.json").is_symlink() and (tmp_path / "cache.json").read_bytes() == b"ours"
+
+
+def test_an_exclusive_write_keeps_the_file_another_writer_made_first(tmp_path: Path) -> None:
+    assert write_private(tmp_path / "identity.key", b"first", exclusive=True) is True
+    assert write_private(tmp_path / "identity.key", b"second", exclusive=True) is False
+    assert (tmp_path / "identity.key").read_bytes() == b"first"
+    assert leftovers(tmp_path) == []
+
+
+def test_a_failed_write_leaves_the_target_and_no_temporary_file(tmp_path: Path) -> None:
+    (tmp_path / "taken").mkdir()  # rename(2) cannot put a file over a directory
+    with pytest.raises(IsADirectoryError):
+        write_private(tmp_path / "taken", b"x")
+    assert (tmp_path / "taken").is_dir() and leftovers(tmp_path) == []
+
+
+def test_a_staged_file_left_without_a_commit_disappears(tmp_path: Path) -> None:
+    target = private(tmp_path / "config.json", b"original")
+    with StagedFile(target) as first, StagedFile(target) as second:
+        assert first.tmp != second.tmp  # two writers at once never share a temporary name
+        first.write(b"abandoned")
+    assert target.read_bytes() == b"original" and leftovers(tmp_path) == []

@@ -1,0 +1,29 @@
+"""Lists of environment variable names as users type them: ``--identity-env A,B_*``.
+
+The shim checks ``--identity-env`` and ``--per-session-env`` at every client start, and the daemon
+reads the same options from the hello: one rule here, so the two can never disagree. Standard
+library only and pure; what the names mean for sharing is lazyd/core/envrules.py's business.
+"""
+
+from __future__ import annotations
+
+import re
+
+__all__ = ["parse_names"]
+
+# A plain variable name, or an fnmatch pattern over the characters names use (`B_*`, `npm_config_?`).
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*|[A-Za-z0-9_*?\[\]!.-]+", re.ASCII)
+
+
+def parse_names(text: str) -> tuple[str, ...]:
+    """A comma-separated list of variable names or patterns (`LAZYD_IDENTITY_ENV=A,B_*`).
+
+    Raises ValueError naming the first bad entry: an empty entry, or one with `=` or spaces.
+    """
+    names: list[str] = []
+    for part in text.split(","):
+        entry = part.strip()
+        if not entry or _NAME.fullmatch(entry) is None:
+            raise ValueError(f"{entry!r} is not a variable name or pattern (use NAME,OTHER_*)")
+        names.append(entry)
+    return tuple(dict.fromkeys(names))

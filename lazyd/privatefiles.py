@@ -1,0 +1,297 @@
+"""Directories and files that only this user may reach: the runtime, state and cache dirs, and
+the files lazyd keeps in them (the identity key, state and start-up records, cached listings,
+learned handshakes, wrap records and backups).
+
+This module owns three things, each in one place:
+
+- ``ensure_private_dir``: a directory that is real (not a symlink), ours, with no group or other
+  bits. One someone else prepared (the predictable ``$TMPDIR/runtime-<uid>`` fallback can be
+  squatted) is refused, never repaired: we only ever chmod what we created. SetupError.
+- ``read_private``: a file lazyd wrote itself. Anything else found at its name was put there by
+  someone or something else and is judged before a byte of it is used: a symbolic link (opened
+  with ``O_NOFOLLOW``), something that is not a regular file, a file owned by another uid, one
+  writable by group or others (for a secret, also one readable by them), one that cannot be read
+  or is larger than its bound. The checks look at the opened descriptor, so the file checked is
+  the file read. Each problem is a StateFileError whose text is one line: the path, what is
+  wrong, and the fix; what a caller does with it is the caller's rule (the identity key refuses to
+  start the daemon, a cache file is ignored and rebuilt).
+- ``write_private``, the one atomic writer: the data goes to a temporary file beside the target
+  (``O_EXCL | O_NOFOLLOW``, a name no other writer can pick), is synced when ``durable``, then is
+  renamed over the target (or, with ``exclusive``, linked to it only if there is none yet) and
+  the directory is synced. Readers see the old file or the new one, never a part; a failure
+  leaves no temporary file behind. ``StagedFile`` is the same write in two steps, for a caller
+  that must check something between the staging and the rename (lazyctl wrap's replace of a
+  client's config).
+
+Standard library only (no platformdirs): sockpath.py's daemon records use the writer too.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from pathlib import Path
+
+from lazyd.errors import SetupError, StateFileError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from types import TracebackType
+
+__all__ = ["PRIVATE_DIR_MODE", "PRIVATE_FILE_MODE", "ensure_private_dir", "read_private", "write_private",
+           "StagedFile", "fsync_dir"]
+
+PRIVATE_DIR_MODE = 0o700
+PRIVATE_FILE_MODE = 0o600  # owner read/write: these files may hold credentials copied from configs
+
+
+# --- directories ----------------------------------------------------------------------------------
+
+
+def ensure_private_dir(
+    path: Path, *, create_parents: bool = True, what: str = "runtime dir"
+) -> None:
+    """Make sure ``path`` is a directory only we can enter, creating it (mode 0700) if missing.
+
+    Checked: ``path`` itself, and its parent when that parent is the platformdirs fallback
+    ``runtime-<uid>`` (a predictable name in a world-writable directory). Parents that are
+    missing are created 0700 when ``create_parents`` is true. A check means: not a symlink
+    (lstat), a directory, owned by ``os.getuid()``, no group/other permission bits.
+
+    Raises SetupError naming the path and the problem. Never changes the mode of an existing
+    directory; a directory created here is set to exactly 0700 through its own fd, because the
+    umask may have taken owner bits away.
+    """
+    path = Path(os.path.abspath(path))
+    # Named with the effective uid, as lazyd.daemon.paths (and platformdirs) name it.
+    if path.parent.name == f"runtime-{os.geteuid()}":
+        _ensure_dir(path.parent, create_parents=create_parents, what=what)
+    _ensure_dir(path, create_parents=create_parents, what=what)
+
+
+def _ensure_dir(path: Path, *, create_parents: bool, what: str) -> None:
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        if not path.parent.exists():
+            if not create_parents:
+                raise SetupError(f"refusing {what} {path}: parent {path.parent} does not exist") from None
+            _make_missing_parents(path.parent, what=what)
+        _create_private(path, what=what)
+        return
+    except OSError as error:
+        raise SetupError(f"refusing {what} {path}: {error.strerror}") from None
+    _check_private(path, info, what=what)
+
+
+def _make_missing_parents(path: Path, *, what: str) -> None:
+    missing: list[Path] = []
+    cursor = path
+    while not os.path.lexists(cursor):
+        missing.append(cursor)
+        if cursor.parent == cursor:
+            break
+        cursor = cursor.parent
+    for directory in reversed(missing):
+        _create_private(directory, what=what)
+
+
+def _create_private(path: Path, *, what: str) -> None:
+    try:
+        os.mkdir(path, PRIVATE_DIR_MODE)
+    except FileExistsError:
+        # Someone (a racing daemon, or a squatter) made it first: judge it like any existing dir.
+        _check_private(path, _lstat(path, what=what), what=what)
+        return
+    except OSError as error:
+        raise SetupError(f"cannot create {what} {path}: {error.strerror}") from None
+    # O_NOFOLLOW + fstat/fchmod: the checks and the chmod apply to the inode we just made, even
+    # if the name were swapped in between.
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as error:
+        raise SetupError(f"refusing {what} {path}: replaced right after creation ({error.strerror})") from None
+    try:
+        info = os.fstat(fd)
+        if info.st_uid != os.getuid():
+            raise SetupError(f"refusing {what} {path}: owned by uid {info.st_uid}, not {os.getuid()}")
+        if stat.S_IMODE(info.st_mode) != PRIVATE_DIR_MODE:
+            os.fchmod(fd, PRIVATE_DIR_MODE)
+    finally:
+        os.close(fd)
+
+
+def _lstat(path: Path, *, what: str) -> os.stat_result:
+    try:
+        return os.lstat(path)
+    except OSError as error:
+        raise SetupError(f"refusing {what} {path}: {error.strerror}") from None
+
+
+def _check_private(path: Path, info: os.stat_result, *, what: str) -> None:
+    if stat.S_ISLNK(info.st_mode):
+        raise SetupError(f"refusing {what} {path}: it is a symlink")
+    if not stat.S_ISDIR(info.st_mode):
+        raise SetupError(f"refusing {what} {path}: it is not a directory")
+    if info.st_uid != os.getuid():
+        raise SetupError(f"refusing {what} {path}: owned by uid {info.st_uid}, not {os.getuid()}")
+    mode = stat.S_IMODE(info.st_mode)
+    if mode & 0o077:
+        raise SetupError(
+            f"refusing {what} {path}: mode {mode:04o} gives access to group/other"
+            f" (fix with: chmod 700 {path})"
+        )
+
+
+# --- reading ----------------------------------------------------------------------------------------
+
+
+def read_private(path: Path, max_bytes: int, *, secret: bool = False) -> bytes | None:
+    """The contents of the state file at `path`, or None when there is none.
+
+    Raises StateFileError (see the module docstring) for a file that is not lazyd's own, cannot be
+    read, or holds more than `max_bytes`. With `secret`, group or other read access is refused
+    too. The descriptor is always closed.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NOCTTY | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return None
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            raise StateFileError(f"{path}: is a symbolic link, not a file lazyd wrote; remove it") from None
+        raise StateFileError(f"{path}: cannot be read: {error.strerror}; {_fix_access(path)}") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise StateFileError(f"{path}: is not a regular file; remove it")
+        if info.st_uid != os.geteuid():
+            raise StateFileError(f"{path}: is owned by uid {info.st_uid}, not by you (uid {os.geteuid()}); "
+                                 "lazyd only trusts files it wrote itself: remove it")
+        mode = stat.S_IMODE(info.st_mode)
+        if mode & 0o022 or (secret and mode & 0o044):
+            what = "readable or writable" if secret else "writable"
+            raise StateFileError(f"{path}: is {what} by group or others (mode {mode:04o}); "
+                                 f"fix it with: chmod 600 {path}")
+        with os.fdopen(fd, "rb", closefd=False) as file:
+            data = file.read(max_bytes + 1)
+    except OSError as error:
+        raise StateFileError(f"{path}: cannot be read: {error.strerror}; {_fix_access(path)}") from None
+    finally:
+        os.close(fd)
+    if len(data) > max_bytes:
+        raise StateFileError(f"{path}: is larger than {max_bytes} bytes, which no file lazyd writes is; remove it")
+    return data
+
+
+def _fix_access(path: Path) -> str:
+    return f"fix it with: chmod 600 {path} (or remove it)"
+
+
+# --- writing ----------------------------------------------------------------------------------------
+
+
+class StagedFile:
+    """A new version of ``path``, written beside it and not yet in place; a context manager.
+
+    ``commit`` puts it in place; leaving the ``with`` block without a commit (an exception, a check
+    that failed) removes the temporary file, so nothing is left behind. Raises OSError.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], mode: int = PRIVATE_FILE_MODE) -> None:
+        self.path = Path(path)
+        # pid and random bytes: unique among concurrent writers (a daemon's saver thread and a
+        # lazyctl check may write the same cache file at once), and never a name we follow.
+        self.tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
+        self.fd: int | None = os.open(self.tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                                      mode)
+        self._done = False
+        self._synced = False
+        try:
+            if stat.S_IMODE(os.fstat(self.fd).st_mode) != mode:
+                os.fchmod(self.fd, mode)  # exactly `mode`: the umask may have taken bits away
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+
+    def __enter__(self) -> StagedFile:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self._close()
+        if not self._done:
+            try:
+                os.unlink(self.tmp)
+            except FileNotFoundError:
+                pass
+
+    def write(self, data: bytes) -> None:
+        """Write all of ``data`` (os.write may write less than asked)."""
+        assert self.fd is not None
+        view = memoryview(data)
+        while view:
+            view = view[os.write(self.fd, view):]
+
+    def sync(self) -> None:
+        """fsync the staged data now (a caller that checks something right before the rename
+        syncs first, so that the check and the rename stay close together)."""
+        assert self.fd is not None
+        os.fsync(self.fd)
+        self._synced = True
+
+    def commit(self, *, durable: bool = True, exclusive: bool = False) -> bool:
+        """Put the new file in place; with ``durable``, synced before and after (file, directory).
+
+        ``exclusive``: only if ``path`` does not exist yet (link, not rename); returns False, and
+        leaves the existing file alone, when it does. Otherwise always True.
+        """
+        assert self.fd is not None
+        if durable and not self._synced:
+            os.fsync(self.fd)
+        self._close()
+        if exclusive:
+            try:
+                os.link(self.tmp, self.path)
+            except FileExistsError:
+                return False  # another writer won the race; its file is the one to use
+            os.unlink(self.tmp)
+        else:
+            os.replace(self.tmp, self.path)
+        self._done = True
+        if durable:
+            fsync_dir(self.path.parent)
+        return True
+
+    def _close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+
+def write_private(path: str | os.PathLike[str], data: bytes, *, mode: int = PRIVATE_FILE_MODE,
+                  durable: bool = True, exclusive: bool = False) -> bool:
+    """Atomically make ``path`` hold ``data`` with ``mode`` (0600 unless told); raises OSError.
+
+    ``durable``: fsync the file and its directory (a cache or key that must survive a crash);
+    without it, a crash may leave the old file, never a torn one. ``exclusive``: write only if
+    ``path`` does not exist yet; returns False when it did (the existing file is kept).
+    """
+    with StagedFile(path, mode) as staged:
+        staged.write(data)
+        return staged.commit(durable=durable, exclusive=exclusive)
+
+
+def fsync_dir(directory: str | os.PathLike[str]) -> None:
+    """Sync a directory's entries (a rename in it); silently skipped where the filesystem refuses."""
+    try:
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass  # some filesystems refuse fsync on directories; the rename is still atomic
+    finally:
+        os.close(fd)
