@@ -134,8 +134,10 @@ def worker(calls: int, runs: int) -> None:
 
 def measure(tree: Path, calls: int, runs: int) -> dict[str, Any]:
     env = {**os.environ, "PYTHONPATH": str(tree)}
-    proc = subprocess.run([sys.executable, "-c", "import sys; from tests.benchmarks.bench_core import worker; "
-                           f"worker({calls}, {runs})"], cwd=tree, env=env, capture_output=True, text=True)
+    # This file's worker, whatever the tree holds (an older checkout has no benchmark, or another
+    # one): only `lazyd` comes from the tree under measurement.
+    code = f"import runpy; runpy.run_path({str(Path(__file__).resolve())!r})['worker']({calls}, {runs})"
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tree, env=env, capture_output=True, text=True)
     if proc.returncode != 0:
         raise SystemExit(f"{tree}: the benchmark failed:\n{proc.stderr}")
     figures: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -145,13 +147,10 @@ def measure(tree: Path, calls: int, runs: int) -> dict[str, Any]:
 
 
 def export(rev: str, into: Path) -> Path:
-    """The tree of `rev` of this repository (with this benchmark added, for a revision that predates it)."""
+    """The tree of `rev` of this repository."""
     into.mkdir(parents=True)
     archive = subprocess.run(["git", "-C", str(REPO), "archive", rev], capture_output=True, check=True).stdout
     subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
-    bench = into / "tests" / "benchmarks" / "bench_core.py"
-    if not bench.exists():
-        bench.write_text(Path(__file__).read_text())
     return into
 
 
