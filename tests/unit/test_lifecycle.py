@@ -19,8 +19,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from lazyd.core.lifecycle import (
-    BACKOFF_BASE_S,
-    BACKOFF_CAP_S,
     PROCESS_STATES,
     Action,
     FailWaiting,
@@ -67,9 +65,25 @@ def crash_while_starting(lc: Lifecycle, now: float, pid: int = 100) -> list[Acti
     return lc.exited(now, CRASH, requested=False)
 
 
+# The documented schedule (lifecycle rule 4), written out rather than computed from the module's
+# constants, so a changed base, factor, jitter or cap fails these tests: the delay after the n-th
+# consecutive failure, as (lowest, highest) seconds. 0.5 s doubling, +-20 % jitter, never under
+# 0.5 s, never over 30 s.
+BACKOFF_SCHEDULE_S: dict[int, tuple[float, float]] = {
+    1: (0.5, 0.6),
+    2: (0.8, 1.2),
+    3: (1.6, 2.4),
+    4: (3.2, 4.8),
+    5: (6.4, 9.6),
+    6: (12.8, 19.2),
+    7: (25.6, 30.0),
+}
+FASTEST_RESTART_S = 0.5  # the floor of the schedule: a crash loop never spins faster
+SLOWEST_RESTART_S = 30.0  # its cap: a keep_alive server that never comes up
+
+
 def expected_delay_bounds(failure: int) -> tuple[float, float]:
-    nominal = BACKOFF_BASE_S * 2 ** (failure - 1)
-    return min(BACKOFF_CAP_S, max(BACKOFF_BASE_S, nominal * 0.8)), min(BACKOFF_CAP_S, nominal * 1.2)
+    return BACKOFF_SCHEDULE_S.get(failure, (SLOWEST_RESTART_S, SLOWEST_RESTART_S))
 
 
 def run_crash_loop(lc: Lifecycle, now: float, restarts: int) -> tuple[float, list[float]]:
@@ -179,7 +193,7 @@ def test_operator_wake_resets_the_burst_and_gives_a_parked_server_a_full_burst_a
     assert crash_while_starting(lc, now) == [FailWaiting(CRASH)]
     assert state_of(lc) is State.BACKOFF and lc.burst == 1
     assert lc.next_restart_at is not None
-    assert BACKOFF_BASE_S <= lc.next_restart_at - now <= BACKOFF_BASE_S * 1.2
+    assert 0.5 <= lc.next_restart_at - now <= 0.6
     for _ in range(4):
         assert lc.next_restart_at is not None
         now = lc.next_restart_at
@@ -220,7 +234,7 @@ def test_a_crash_after_a_stable_run_restarts_after_the_base_delay_with_the_burst
     assert lc.next_deadline() is None
     assert lc.exited(now + 30.0, CRASH, requested=False) == []
     assert state_of(lc) is State.BACKOFF and lc.burst == 1 and lc.next_restart_at is not None
-    assert BACKOFF_BASE_S <= lc.next_restart_at - (now + 30.0) <= BACKOFF_BASE_S * 1.2
+    assert 0.5 <= lc.next_restart_at - (now + 30.0) <= 0.6
 
 
 def test_a_crash_soon_after_ready_counts_as_a_failed_start() -> None:
@@ -745,7 +759,7 @@ def test_random_input_sequences_keep_the_invariants(
         assert (lc.next_restart_at is not None) == (lc.state is State.BACKOFF)
         if lc.state is State.BACKOFF and before["next_restart_at"] != lc.next_restart_at:
             assert lc.next_restart_at is not None
-            assert now + BACKOFF_BASE_S <= lc.next_restart_at <= now + BACKOFF_CAP_S
+            assert now + FASTEST_RESTART_S <= lc.next_restart_at <= now + SLOWEST_RESTART_S
         assert lc.state is not State.FAILED or lc.last_error is not None
         if policy.wake_interval_s is None:
             assert lc.predicate_state is PredicateState.OFF
