@@ -20,6 +20,7 @@ import hashlib
 import json
 from typing import Any
 
+from lazyd.core import handshake_defaults
 from lazyd.core import jsonrpc as rpc
 from lazyd.core.jsonrpc import JsonId, JsonObj
 
@@ -39,8 +40,9 @@ FIRST_STATELESS_VERSION = "2026-07-28"
 KNOWN_STATELESS_VERSIONS = ("2026-07-28",)
 
 UNSUPPORTED_PROTOCOL_VERSION = -32022
-# Identifies the relay in its own requests only when no real client was ever seen (PROTOCOL.md §8).
-LAZYD_CLIENT_INFO: JsonObj = {"name": "lazyd", "version": "1"}
+# Identifies the relay in its own requests only when no real client was ever seen (PROTOCOL.md §8):
+# lazyd's one identity, decided with its other defaults.
+LAZYD_CLIENT_INFO: JsonObj = handshake_defaults.LAZYD_CLIENT_INFO
 
 # Result fields that exist only in the stateless era: a handshake-era client never sees them.
 _STATELESS_RESULT_FIELDS = ("resultType", "ttlMs", "cacheScope")

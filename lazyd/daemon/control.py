@@ -25,10 +25,11 @@ import trio
 from lazyd.config import ConfigError
 from lazyd.core.client_profiles import PROFILES, ClientProfile, full_environment, profile_named
 from lazyd.core.durations import parse_duration
+from lazyd.core.handshake_defaults import check_params, wake_params
 from lazyd.core.envrules import parse_names
 from lazyd.core.identity import Identity, differing_env_names, explain_difference, variable_class
 from lazyd.daemon import progress
-from lazyd.daemon.check import check_runtime, default_initialize_params
+from lazyd.daemon.check import check_runtime
 from lazyd.daemon.proctree import ProcTable, proc_table, process_tree_usage
 from lazyd.daemon.registry import Registry
 from lazyd.daemon.supervisor import ServerRuntime
@@ -144,9 +145,10 @@ class Control:
         runtime = self._runtime(args)
         if isinstance(runtime, str):
             return False, None, runtime
-        if runtime.core.snapshot.last_params is None:
-            # Nobody ever connected: without params to replay the start could never complete.
-            runtime.core.snapshot.last_params = default_initialize_params()
+        # Nobody ever connected: without params to replay the start could never complete.
+        params = wake_params(runtime.core.snapshot.last_params)
+        if params is not None:
+            runtime.core.snapshot.last_params = params
         runtime.wake()
         with trio.move_on_after(runtime.config.policy.start_timeout_s + WAKE_MARGIN_S):
             # ready_event is replaced at each spawn: a wake during a stop starts only after it,
@@ -283,12 +285,9 @@ class Control:
             profile = profile_named(client) if isinstance(client, str) else None
             if profile is None:
                 return False, None, f"unknown client {client!r} (known: {', '.join(PROFILES)})"
-        source = "given with --initialize-json"
-        params = args.get("initialize")
-        if params is None and profile is not None:
-            params, source = self.registry.handshakes.for_profile(profile)
-        if params is None:
-            params, source = default_initialize_params(), (source + "; lazyctl's own used" if profile else "lazyctl's own")
+        given = args.get("initialize")
+        learned = self.registry.handshakes.for_profile(profile) if profile is not None and given is None else None
+        params, source = check_params(given, learned)
         if not isinstance(params, dict) or not isinstance(params.get("protocolVersion"), str):
             return False, None, "initialize params must be an object with a string protocolVersion"
         timeout_s: float | None = None

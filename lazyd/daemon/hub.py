@@ -46,7 +46,8 @@ from lazyd.core import hub_tools as ht
 from lazyd.core import jsonrpc as rpc
 from lazyd.core.hub_catalog import ToolInfo, cached_tools, search, server_description, tool_infos
 from lazyd.core.hub_protocol import HubOptionError as HubOptionError  # the registry refuses with it
-from lazyd.core.hub_protocol import hub_servers, initialize_result, internal_initialize_params
+from lazyd.core.handshake_defaults import hub_call_params, wake_params
+from lazyd.core.hub_protocol import hub_servers, initialize_result
 from lazyd.core.jsonrpc import JsonId, JsonObj, Kind, Message
 from lazyd.core.policy import ToolPolicy
 from lazyd.core.relay import Phase
@@ -351,8 +352,9 @@ class HubSession:
     def _prewarm(self, runtime: ServerRuntime) -> None:
         if self._state(runtime) != "sleeping":
             return
-        if runtime.core.snapshot.last_params is None and self.params is not None:
-            runtime.core.snapshot.last_params = self.params
+        params = wake_params(runtime.core.snapshot.last_params, self.params)
+        if params is not None:
+            runtime.core.snapshot.last_params = params
         log.info("hub: starting %s in the background (a tool schema was asked for)", runtime.name)
         runtime.wake()
 
@@ -373,8 +375,9 @@ class HubSession:
         runtime = self._lookup(call.server)
         if isinstance(runtime, str):
             return ht.error_result(runtime)
-        if runtime.core.snapshot.last_params is None and self.params is not None:
-            runtime.core.snapshot.last_params = self.params
+        params = wake_params(runtime.core.snapshot.last_params, self.params)
+        if params is not None:
+            runtime.core.snapshot.last_params = params
         ok, status, error = await Control(self.registry, trio.Event()).op_wake({"name": runtime.name})
         if not ok:
             return ht.error_result(f"{error}")
@@ -413,7 +416,7 @@ class _ProxiedCall:
             # The call is a handshake-era session: it gets that era's process of the server.
             self.runtime, _ = await lanes.get("handshake")
         runtime = self.runtime
-        params = internal_initialize_params(self.hub.params)
+        params = hub_call_params(self.hub.params)
         call_params: JsonObj = {"name": tool, "arguments": arguments}
         if rpc.valid_id(token):
             call_params["_meta"] = {"progressToken": token}

@@ -39,6 +39,7 @@ from lazyd.core.jsonrpc import JsonId
 from lazyd.core.cache import Snapshot
 from lazyd.core.era_policy import EraSetting, facts_of
 from lazyd.core.durations import format_duration
+from lazyd.core.handshake_defaults import unattended_params
 from lazyd.core.hub_catalog import cached_tools
 from lazyd.core.policy import ToolPolicy
 from lazyd.core.routing import SamplingPolicy
@@ -70,16 +71,6 @@ MAX_WAITING_REQUESTS = 10_000
 # directory is missing, not executable, or in no format the kernel runs. They park the server at
 # once (lifecycle rule 3). Anything else (EAGAIN, ENOMEM, EMFILE, E2BIG...) may pass, and backs off.
 FATAL_SPAWN_ERRNOS = frozenset({errno.ENOENT, errno.EACCES, errno.ENOEXEC, errno.ENOTDIR})
-# The handshake an unattended start (eager, keep_alive, wake predicate, backoff) replays when no
-# client ever initialized this server: the newest handshake-era version every SDK speaks, and no
-# client capabilities, so the server cannot ask a client that is not there for anything.
-UNATTENDED_PROTOCOL_VERSION = "2025-11-25"
-
-
-def unattended_initialize_params() -> dict[str, Any]:
-    """`initialize` params for a start no client asked for and no client ever initialized."""
-    return {"protocolVersion": UNATTENDED_PROTOCOL_VERSION, "capabilities": {},
-            "clientInfo": {"name": "lazyd", "version": "0.1.0"}}
 
 
 class _Backlog:
@@ -327,10 +318,10 @@ class ServerRuntime:
         no handshake, never become ready, and be killed at its start timeout. An attached client's
         params (a resumed session) are preferred over the defaults: they are a real client's."""
         core = self.core
-        if core.snapshot.last_params is not None or core.queue:
-            return
-        known = next((c.params for c in core.clients.values() if c.params is not None), None)
-        core.snapshot.last_params = known if known is not None else unattended_initialize_params()
+        params = unattended_params(core.snapshot.last_params, bool(core.queue),
+                                   (c.params for c in core.clients.values()))
+        if params is not None:
+            core.snapshot.last_params = params
 
     def _load(self) -> None:
         self._life(self.life.load(trio.current_time(), self.core.client_count(), self.core.inflight_count()))
