@@ -9,7 +9,8 @@ short hash an unnamed registration gets). Ops:
     check                                           an isolated start that warms the cache
 
 This module owns the dispatch and the arguments; the check driver is lazyd.daemon.check, the
-/proc process-tree figures of `status` are lazyd.daemon.proctree.
+waits of wake and sleep lazyd.daemon.wake_sleep, the /proc process-tree figures of `status`
+lazyd.daemon.proctree.
 """
 
 from __future__ import annotations
@@ -25,24 +26,19 @@ import trio
 from lazyd.config import ConfigError
 from lazyd.core.client_profiles import PROFILES, ClientProfile, full_environment, profile_named
 from lazyd.core.durations import parse_duration
-from lazyd.core.handshake_defaults import check_params, wake_params
+from lazyd.core.handshake_defaults import check_params
 from lazyd.core.envrules import parse_names
 from lazyd.core.identity import Identity, differing_env_names, explain_difference, variable_class
-from lazyd.daemon import progress
 from lazyd.daemon.check import check_runtime
 from lazyd.daemon.proctree import ProcTable, proc_table, process_tree_usage
 from lazyd.daemon.registry import Registry
 from lazyd.daemon.supervisor import ServerRuntime
+from lazyd.daemon.wake_sleep import sleep_and_wait, wake_and_wait
 
 log = logging.getLogger("lazyd.control")
 
 Result = tuple[bool, Any, str | None]
 Reload = Callable[[], Awaitable[Mapping[str, list[str]]]]
-
-WAKE_MARGIN_S = 5.0  # beyond start_timeout: the lifecycle's own timeout must answer first
-SLEEP_WAIT_S = 10.0  # the stop ladder is 2 s + 2 s plus a 1 s stderr drain; this bounds the rest
-TRANSITION_POLL_S = 0.01  # the runtime records an exit or a spawn within a turn or two of the loop
-WAKE_PROGRESS_POLL_S = 0.1  # how soon a wake's progress line shows the spawned pid
 
 
 def status_summary(registry: Registry) -> str:
@@ -145,44 +141,14 @@ class Control:
         runtime = self._runtime(args)
         if isinstance(runtime, str):
             return False, None, runtime
-        # Nobody ever connected: without params to replay the start could never complete.
-        params = wake_params(runtime.core.snapshot.last_params)
-        if params is not None:
-            runtime.core.snapshot.last_params = params
-        runtime.wake()
-        with trio.move_on_after(runtime.config.policy.start_timeout_s + WAKE_MARGIN_S):
-            # ready_event is replaced at each spawn: a wake during a stop starts only after it,
-            # so the event of the previous start (already set) does not answer this wake.
-            while (state := str(runtime.life.snapshot()["state"])) in ("starting", "stopping"):
-                proc = runtime.proc
-                progress.report("stopping the previous process" if state == "stopping"
-                                else f"handshake and listings (pid {proc.pid})" if proc is not None
-                                else "starting the server")
-                event = runtime.ready_event
-                if event.is_set():
-                    await trio.sleep(TRANSITION_POLL_S)
-                else:
-                    # Woken at least this often, so the step shown follows the spawn.
-                    with trio.move_on_after(WAKE_PROGRESS_POLL_S):
-                        await event.wait()
-        status = self._status(runtime)
-        if status["state"] == "running":
-            return True, status, None
-        reason = status.get("last_error") or runtime.last_exit or f"still {status['state']}"
-        return False, status, f"{runtime.name} did not start: {reason}"
+        error = await wake_and_wait(runtime)
+        return error is None, self._status(runtime), error
 
     async def op_sleep(self, args: dict[str, Any]) -> Result:
         runtime = self._runtime(args)
         if isinstance(runtime, str):
             return False, None, runtime
-        proc = runtime.proc
-        runtime.sleep()
-        if proc is not None:
-            with trio.move_on_after(SLEEP_WAIT_S):
-                await proc.wait_exit()
-                # The runtime's reader records the exit on its next turn; give it that turn.
-                while runtime.proc is proc:
-                    await trio.sleep(TRANSITION_POLL_S)
+        await sleep_and_wait(runtime)
         return True, self._status(runtime), None
 
     async def op_logs(self, args: dict[str, Any]) -> Result:

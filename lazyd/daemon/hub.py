@@ -25,8 +25,8 @@ false` instances are private to their session and are not shown).
   anything is attached; `ask` is left to the runtime's gate, which asks through the same path.
   Denied tools are hidden from every listing.
 
-`RuntimeGate` is the daemon side of the per-server policy gate (lazyd/core/hub_gate.py); the
-registry installs one on every runtime, and the runtime passes each client line through it.
+The hub reads the registry through `ServerDirectory`, the few things it needs of it, so it does not
+import the registry (which imports the hub to open hub sessions).
 """
 
 from __future__ import annotations
@@ -36,11 +36,12 @@ import itertools
 import logging
 import os
 from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import trio
 
 from lazyd import wire
+from lazyd.config import Config
 from lazyd.core import hub_gate as gate
 from lazyd.core import hub_tools as ht
 from lazyd.core import jsonrpc as rpc
@@ -48,16 +49,30 @@ from lazyd.core.hub_catalog import ToolInfo, cached_tools, search, server_descri
 from lazyd.core.hub_protocol import HubOptionError as HubOptionError  # the registry refuses with it
 from lazyd.core.handshake_defaults import hub_call_params, wake_params
 from lazyd.core.hub_protocol import hub_servers, initialize_result
+from lazyd.core.identity import Identity
 from lazyd.core.jsonrpc import JsonId, JsonObj, Kind, Message
 from lazyd.core.policy import ToolPolicy
 from lazyd.core.relay import Phase
+from lazyd.daemon.era_lanes import EraLanes
 from lazyd.daemon.session import Session
 from lazyd.daemon.supervisor import ServerRuntime
-
-if TYPE_CHECKING:
-    from lazyd.daemon.registry import Registry
+from lazyd.daemon.wake_sleep import sleep_and_wait, wake_and_wait
 
 log = logging.getLogger("lazyd.hub")
+
+
+class ServerDirectory(Protocol):
+    """What the hub reads of the registry (lazyd/daemon/registry.py): the config in force, every
+    runtime with its identity, which runtimes are a second era lane, and the daemon's nursery."""
+
+    config: Config
+    runtimes: dict[str, ServerRuntime]
+    identities: dict[str, Identity]
+    nursery: trio.Nursery
+
+    def is_second_lane(self, digest: str) -> bool: ...
+
+    def lanes_for(self, runtime: ServerRuntime) -> EraLanes | None: ...
 
 HUB_NAME = "hub"  # the session name in the welcome frame and in logs
 # Tool calls one hub session may have running at once: far above what a model issues in
@@ -70,7 +85,7 @@ _CALL_ID = "lazyd-hub-call"
 _internal_cids = itertools.count(-1, -1)
 
 
-async def open_hub(registry: Registry, hello: Mapping[str, Any], opts: Mapping[str, str],
+async def open_hub(registry: ServerDirectory, hello: Mapping[str, Any], opts: Mapping[str, str],
                    session: Session) -> HubSession:
     """Start a hub session for `session` (its tasks live in the daemon's nursery)."""
     hub = HubSession(registry, session, hub_servers(hello, opts))
@@ -85,7 +100,7 @@ async def open_hub(registry: Registry, hello: Mapping[str, Any], opts: Mapping[s
 class HubSession:
     """One client of the hub: the MCP server side, the meta-tools, and the calls in flight."""
 
-    def __init__(self, registry: Registry, session: Session, servers: tuple[str, ...] | None) -> None:
+    def __init__(self, registry: ServerDirectory, session: Session, servers: tuple[str, ...] | None) -> None:
         self.registry = registry
         self.session = session
         self.servers = servers
@@ -370,30 +385,21 @@ class HubSession:
         return await _ProxiedCall(self, runtime, rid).run(call.tool, call.arguments, token)
 
     async def _wake(self, call: ht.MetaCall) -> JsonObj:
-        from lazyd.daemon.control import Control  # control imports the registry, which imports us
-
         runtime = self._lookup(call.server)
         if isinstance(runtime, str):
             return ht.error_result(runtime)
-        params = wake_params(runtime.core.snapshot.last_params, self.params)
-        if params is not None:
-            runtime.core.snapshot.last_params = params
-        ok, status, error = await Control(self.registry, trio.Event()).op_wake({"name": runtime.name})
-        if not ok:
-            return ht.error_result(f"{error}")
-        return ht.text_result(f"{runtime.name} is running (pid {status.get('pid')}); its tools: "
-                              f"{len(self._tools(runtime) or [])}")
+        error = await wake_and_wait(runtime, self.params)
+        if error is not None:
+            return ht.error_result(error)
+        pid = runtime.proc.pid if runtime.proc is not None else None
+        return ht.text_result(f"{runtime.name} is running (pid {pid}); its tools: {len(self._tools(runtime) or [])}")
 
     async def _sleep(self, call: ht.MetaCall) -> JsonObj:
-        from lazyd.daemon.control import Control
-
         runtime = self._lookup(call.server)
         if isinstance(runtime, str):
             return ht.error_result(runtime)
-        ok, status, error = await Control(self.registry, trio.Event()).op_sleep({"name": runtime.name})
-        if not ok:
-            return ht.error_result(f"{error}")
-        return ht.text_result(f"{runtime.name} is {status.get('state')}; the next call starts it again")
+        await sleep_and_wait(runtime)
+        return ht.text_result(f"{runtime.name} is {self._state(runtime)}; the next call starts it again")
 
 
 class _ProxiedCall:
@@ -453,45 +459,3 @@ class _ProxiedCall:
         elif msg.method == "notifications/cancelled":
             self.hub.forward_cancel(self, msg)
         return None
-
-
-class RuntimeGate:
-    """The tool policy in front of one runtime's relay core (`ServerRuntime.gate`)."""
-
-    def __init__(self, runtime: ServerRuntime, policy: Callable[[], ToolPolicy]) -> None:
-        self.runtime = runtime
-        self.policy = policy
-        self.core = gate.PolicyGate(runtime.config.name)  # both era lanes of a server are one name to the policy
-
-    def client_line(self, cid: int, line: bytes) -> bytes | None:
-        """The line to give the relay core, or None when the gate answered or holds it."""
-        policy = self.policy()
-        if not policy.active and not self.core.held_count():
-            return line
-        passed: bytes | None = None
-        for action in self.core.client_line(cid, line, policy, lambda: self._can_elicit(cid)):
-            if isinstance(action, gate.Pass):
-                passed = action.line
-            elif isinstance(action, gate.Reply):
-                session = self.runtime.sessions.get(cid)
-                if session is not None:
-                    session.deliver(wire.encode_line(action.line, action.done))
-            else:
-                log.info("[%s] %s", self.runtime.name, action.text)
-        return passed
-
-    def to_client(self, cid: int, line: bytes, done: JsonId) -> bytes:
-        """A final answer to a client, with denied tools out of a `tools/list` (see PolicyGate)."""
-        if not self.core.listing_count():
-            return line
-        filtered, hidden = self.core.to_client(cid, line, done, self.policy())
-        if hidden:
-            log.info("[%s] policy: %d denied tool(s) hidden from client %d's tools/list", self.runtime.name, hidden, cid)
-        return filtered
-
-    def detach(self, cid: int) -> None:
-        self.core.detach(cid)
-
-    def _can_elicit(self, cid: int) -> bool:
-        client = self.runtime.core.clients.get(cid)
-        return client is not None and client.declares("elicitation")

@@ -38,8 +38,9 @@ from lazyd.core.identity import Identity, identity_for
 from lazyd.core.sharing import SharingDecision, ShareSetting, decide_sharing
 from lazyd.daemon import handshakes, orphans
 from lazyd.daemon.era_lanes import EraLanes, EraRoute
-from lazyd.daemon.hub import HubOptionError, HubSession, RuntimeGate, open_hub
+from lazyd.daemon.hub import HubOptionError, HubSession, open_hub
 from lazyd.daemon.paths import Paths
+from lazyd.daemon.policy_gate import RuntimeGate
 from lazyd.daemon.process import SpawnSpec
 from lazyd.daemon.store import SnapshotStore
 from lazyd.daemon.session import Session

@@ -132,7 +132,10 @@ class ServerRuntime:
         self._stop_requested = False
         self._closing = False  # set by shutdown(): no process or predicate is started after it
         self._finished = trio.Event()  # run() has returned: no task of this runtime is left
-        self.ready_event = trio.Event()  # set at each Ready, replaced at each start (lazyctl wake)
+        # Set (and dropped) at the end of every lifecycle input, which is where every change of
+        # state, process or failure count happens; created only while someone waits (see
+        # wait_changed), so the relay's hot path allocates nothing.
+        self._changed: trio.Event | None = None
         self.last_exit: str | None = None
         self.started_wall: float | None = None  # when the current process became ready (wall)
         self.spawned_wall: float | None = None  # when the current process was started (wall)
@@ -263,7 +266,6 @@ class ServerRuntime:
             elif isinstance(action, rl.Ready):
                 self.started_wall = time.time()
                 self._life(self.life.ready(trio.current_time()))
-                self.ready_event.set()
             elif isinstance(action, rl.SnapshotChanged):
                 self._save_wanted.set()
             elif isinstance(action, rl.Abort):
@@ -280,7 +282,6 @@ class ServerRuntime:
                     continue
                 self._stop_requested = False
                 self._kill_reason = None
-                self.ready_event = trio.Event()
                 self._ensure_replay_params()
                 assert self._nursery is not None
                 self._nursery.start_soon(self._start_process)
@@ -294,7 +295,6 @@ class ServerRuntime:
                 self._kill(action.reason)
             elif isinstance(action, lc.FailWaiting):
                 self._relay(self.core.start_failed(action.error))
-                self.ready_event.set()
             elif isinstance(action, lc.RunPredicate):
                 if self._closing:
                     continue  # the runtime ends before a result could matter
@@ -309,6 +309,18 @@ class ServerRuntime:
         deadline = self.life.next_deadline()
         if deadline is not None and (self._waiting_for is None or deadline < self._waiting_for):
             self._poke.set()
+        changed = self._changed
+        if changed is not None:
+            self._changed = None
+            changed.set()
+
+    async def wait_changed(self) -> None:
+        """Until the next lifecycle input has been carried out: its state, process, failure
+        count or last error may have changed (callers look again; none is missed, since every
+        change is made inside such an input and this wait starts before the next one)."""
+        if self._changed is None:
+            self._changed = trio.Event()
+        await self._changed.wait()
 
     def _ensure_replay_params(self) -> None:
         """Give an unattended start a handshake to replay (issue 4: eager, keep_alive, predicate).
