@@ -49,6 +49,7 @@ from lazyd.core.hub_catalog import ToolInfo, cached_tools, search, server_descri
 from lazyd.core.hub_protocol import HubOptionError as HubOptionError  # the registry refuses with it
 from lazyd.core.handshake_defaults import hub_call_params, wake_params
 from lazyd.core.hub_protocol import hub_servers, initialize_result
+from lazyd.core.hub_routes import CancelTask, HubAction, HubRoutes, ToCall, ToClient
 from lazyd.core.identity import Identity
 from lazyd.core.jsonrpc import JsonId, JsonObj, Kind, Message
 from lazyd.core.policy import ToolPolicy
@@ -75,9 +76,6 @@ class ServerDirectory(Protocol):
     def lanes_for(self, runtime: ServerRuntime) -> EraLanes | None: ...
 
 HUB_NAME = "hub"  # the session name in the welcome frame and in logs
-# Tool calls one hub session may have running at once: far above what a model issues in
-# parallel, low enough that a runaway client cannot attach thousands of internal sessions.
-MAX_CALLS_IN_FLIGHT = 64
 # The internal session's own ids: strings, which the relay maps like any client's.
 _INIT_ID = "lazyd-hub-initialize"
 _CALL_ID = "lazyd-hub-call"
@@ -108,9 +106,12 @@ class HubSession:
         self.params: JsonObj | None = None  # the client's initialize params
         self._scope = trio.CancelScope()
         self._nursery: trio.Nursery | None = None
-        self._tasks: dict[JsonId, trio.CancelScope] = {}  # meta-tool calls running, by request id
-        self._outgoing: dict[int, tuple[_ProxiedCall, JsonId]] = {}  # our id -> (call, its id)
-        self._next_out = 1
+        # Which ids go where, decided by the pure routes (lazyd/core/hub_routes.py); the hub
+        # carries the actions out. The scopes of the tasks it admitted, by request id, and the
+        # calls in flight, by their internal client id.
+        self.routes = HubRoutes()
+        self._scopes: dict[JsonId, trio.CancelScope] = {}
+        self._calls: dict[int, _ProxiedCall] = {}
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         with self._scope:
@@ -152,13 +153,24 @@ class HubSession:
             assert msg.id is not None
             self._request(msg, msg.id)
         elif msg.kind is Kind.NOTIFICATION:
-            request_id = msg.params.get("requestId")
-            if msg.method == "notifications/cancelled" and isinstance(request_id, (int, str)):
-                scope = self._tasks.get(request_id)
+            if msg.method == "notifications/cancelled":
+                self.carry_out(self.routes.client_cancel(msg.params.get("requestId")))
+        else:
+            self.carry_out(self.routes.client_response(msg))
+
+    def carry_out(self, actions: list[HubAction]) -> None:
+        """Carry out what the routes decided (lazyd/core/hub_routes.py)."""
+        for action in actions:
+            if isinstance(action, ToClient):
+                self.send(action.line)
+            elif isinstance(action, ToCall):
+                call = self._calls.get(action.call)
+                if call is not None:
+                    call.runtime.client_line(call.cid, action.line)
+            elif isinstance(action, CancelTask):
+                scope = self._scopes.get(action.rid)
                 if scope is not None:
                     scope.cancel()
-        else:
-            self._response(msg)
 
     def _request(self, msg: Message, rid: JsonId) -> None:
         method = msg.method
@@ -190,9 +202,7 @@ class HubSession:
             self.send(rpc.result_line(rid, self._search(call)), rid)
         elif call.name == ht.GET_TOOL_SCHEMA:
             self.send(rpc.result_line(rid, self._schema(call)), rid)
-        elif len(self._tasks) >= MAX_CALLS_IN_FLIGHT or rid in self._tasks:
-            problem = "this request id is already in flight" if rid in self._tasks else \
-                f"{MAX_CALLS_IN_FLIGHT} hub calls are already in flight; wait for some to finish"
+        elif (problem := self.routes.admit(rid)) is not None:
             self.send(rpc.error_line(rid, rpc.INVALID_REQUEST, f"lazyd hub: {problem}"), rid)
         elif call.name == ht.CALL_TOOL:
             meta = msg.params.get("_meta")
@@ -206,7 +216,8 @@ class HubSession:
     def _spawn(self, rid: JsonId, work: Callable[..., Awaitable[JsonObj | bytes]], *args: Any) -> None:
         """Run `work(*args)` as a task the client can cancel; its result answers request `rid`."""
         scope = trio.CancelScope()
-        self._tasks[rid] = scope  # now, not in the task: a cancel may arrive before it runs
+        self.routes.task_started(rid)  # now, not in the task: a cancel may arrive before it runs
+        self._scopes[rid] = scope
 
         async def task() -> None:
             try:
@@ -218,44 +229,21 @@ class HubSession:
                 log.exception("hub: a tool call failed inside lazyd")
                 self.send(rpc.error_line(rid, rpc.INTERNAL_ERROR, "lazyd hub: internal error (see lazyd.log)"), rid)
             finally:
-                self._tasks.pop(rid, None)
+                self.routes.task_ended(rid)
+                self._scopes.pop(rid, None)
 
         assert self._nursery is not None
         self._nursery.start_soon(task)
 
-    def _response(self, msg: Message) -> None:
-        entry = self._outgoing.pop(msg.id, None) if isinstance(msg.id, int) else None
-        if entry is None:
-            return  # an answer to a request that ended with its call
-        call, original = entry
-        call.runtime.client_line(call.cid, rpc.with_id(msg, original))
+    # ---- the calls in flight -------------------------------------------------------------------
 
-    # ---- requests from the servers, to this client ---------------------------------------------
+    def call_started(self, call: _ProxiedCall) -> None:
+        self._calls[call.cid] = call
 
-    def forward_request(self, call: _ProxiedCall, msg: Message) -> None:
-        assert msg.id is not None
-        out_id = self._next_out
-        self._next_out += 1
-        self._outgoing[out_id] = (call, msg.id)
-        self.send(rpc.with_id(msg, out_id))
-
-    def forward_cancel(self, call: _ProxiedCall, msg: Message) -> None:
-        """The server gave up one of its requests: tell the client under the hub's id."""
-        request_id = msg.params.get("requestId")
-        for out_id, (owner, original) in list(self._outgoing.items()):
-            if owner is call and original == request_id and type(original) is type(request_id):
-                del self._outgoing[out_id]
-                msg.params["requestId"] = out_id
-                self.send(rpc.dumps(msg.obj))
-                return
-
-    def forget(self, call: _ProxiedCall) -> None:
+    def call_ended(self, call: _ProxiedCall) -> None:
         """A call ended: its requests still waiting on the client are moot; say so."""
-        for out_id, (owner, _) in list(self._outgoing.items()):
-            if owner is call:
-                del self._outgoing[out_id]
-                self.send(rpc.notification_line("notifications/cancelled",
-                                                {"requestId": out_id, "reason": "the tool call ended"}))
+        self._calls.pop(call.cid, None)
+        self.carry_out(self.routes.call_ended(call.cid))
 
     # ---- servers -------------------------------------------------------------------------------
 
@@ -427,6 +415,7 @@ class _ProxiedCall:
         if rpc.valid_id(token):
             call_params["_meta"] = {"progressToken": token}
         runtime.attach(self.inbox, [])
+        self.hub.call_started(self)
         try:
             runtime.client_line(self.cid, rpc.request_line(_INIT_ID, "initialize", params))
             runtime.client_line(self.cid, rpc.notification_line("notifications/initialized"))
@@ -444,7 +433,7 @@ class _ProxiedCall:
             return ht.error_result(f"lazyd hub: the call to {runtime.name} ended without an answer: {why}")
         finally:
             runtime.detach(self.cid)
-            self.hub.forget(self)
+            self.hub.call_ended(self)
 
     def _line(self, line: bytes) -> bytes | None:
         msg = rpc.parse(line)
@@ -453,9 +442,9 @@ class _ProxiedCall:
         if msg.kind is Kind.RESPONSE:
             return rpc.with_id(msg, self.rid) if msg.id == _CALL_ID else None
         if msg.kind is Kind.REQUEST:
-            self.hub.forward_request(self, msg)
+            self.hub.carry_out(self.hub.routes.server_request(self.cid, msg))
         elif msg.method in ("notifications/progress", "notifications/message"):
             self.hub.send(line)  # progress already carries the caller's own token
         elif msg.method == "notifications/cancelled":
-            self.hub.forward_cancel(self, msg)
+            self.hub.carry_out(self.hub.routes.server_cancel(self.cid, msg))
         return None
