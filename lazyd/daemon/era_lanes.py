@@ -25,7 +25,6 @@ from collections.abc import Awaitable, Callable
 
 import trio
 
-from lazyd import wire
 from lazyd.core import jsonrpc as rpc
 from lazyd.core.era_policy import Era, EraPolicy, Lane, LaneChoice, client_era, facts_of
 from lazyd.core.jsonrpc import Kind, Message
@@ -144,7 +143,7 @@ class EraRoute:
         msg = rpc.parse(line)
         if not isinstance(msg, Message):
             if msg.reply is not None:
-                self.session.deliver(wire.encode_line(msg.reply, msg.id))
+                self.session.deliver(msg.reply, msg.id)
             return
         if msg.kind is not Kind.REQUEST:
             if len(self._held) < MAX_HELD_LINES:
@@ -172,7 +171,7 @@ class EraRoute:
             self.runtime.detach(cid)
             return
         self.lanes.pending -= 1
-        self.session.send_channel.close()
+        self.session.close()
 
     # ---- choosing ------------------------------------------------------------------------------
 
@@ -184,7 +183,7 @@ class EraRoute:
             # reconnects to the new definition with what it sent (as attached sessions do).
             log.info("[%s] session %d: the server was replaced before its first request; closing it",
                      self.name, self.session.cid)
-            self.session.send_channel.close()
+            self.session.close()
             return
         runtime, choice = (None, None) if self.lanes.opening is not None else self.lanes.choose(era)
         if runtime is not None:

@@ -40,7 +40,6 @@ from typing import Any, Protocol
 
 import trio
 
-from lazyd import wire
 from lazyd.config import Config
 from lazyd.core import hub_gate as gate
 from lazyd.core import hub_tools as ht
@@ -55,7 +54,7 @@ from lazyd.core.jsonrpc import JsonId, JsonObj, Kind, Message
 from lazyd.core.policy import ToolPolicy
 from lazyd.core.relay import Phase
 from lazyd.daemon.era_lanes import EraLanes
-from lazyd.daemon.session import Session
+from lazyd.daemon.session import LineOutbox, Session
 from lazyd.daemon.supervisor import ServerRuntime
 from lazyd.daemon.wake_sleep import sleep_and_wait, wake_and_wait
 
@@ -123,7 +122,7 @@ class HubSession:
     def detach(self, cid: int) -> None:
         """The client left: every call is cancelled, which detaches its internal session."""
         self._scope.cancel()
-        self.session.send_channel.close()
+        self.session.close()
         log.info("hub session %d closed", cid)
 
     def resume(self, line: bytes) -> None:
@@ -132,7 +131,7 @@ class HubSession:
             self.params = msg.params
 
     def send(self, line: bytes, done: JsonId | None = None) -> None:
-        self.session.deliver(wire.encode_line(line, done))
+        self.session.deliver(line, done)
 
     # ---- the client's lines --------------------------------------------------------------------
 
@@ -399,7 +398,7 @@ class _ProxiedCall:
         self.rid = rid
         self.cid = next(_internal_cids)
         self.overflowed = False
-        self.inbox = Session(self.cid, os.getpid(), self._overflow)
+        self.inbox = LineOutbox(self.cid, os.getpid(), self._overflow)
 
     def _overflow(self) -> None:
         self.overflowed = True  # the relay stops delivering; the channel's end ends the call
@@ -420,15 +419,10 @@ class _ProxiedCall:
             runtime.client_line(self.cid, rpc.request_line(_INIT_ID, "initialize", params))
             runtime.client_line(self.cid, rpc.notification_line("notifications/initialized"))
             runtime.client_line(self.cid, rpc.request_line(_CALL_ID, "tools/call", call_params))
-            decoder = wire.FrameDecoder()
-            receive = self.inbox.receive_channel
-            async for frame in receive:
-                if receive.statistics().current_buffer_used == 0:
-                    self.inbox.busy = False  # caught up, as a connection's writer says (backlog bound)
-                for decoded in decoder.feed(frame):
-                    answer = self._line(bytes(decoded["d"]))
-                    if answer is not None:
-                        return answer
+            async for line, _done in self.inbox.lines():
+                answer = self._line(line)
+                if answer is not None:
+                    return answer
             why = "the hub fell behind reading it" if self.overflowed else "it was removed or restarted by a config reload"
             return ht.error_result(f"lazyd hub: the call to {runtime.name} ended without an answer: {why}")
         finally:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from lazyd import wire
 from lazyd.core import hub_gate as gate
 from lazyd.core.jsonrpc import JsonId
 from lazyd.core.policy import ToolPolicy
@@ -40,7 +39,7 @@ class RuntimeGate:
             elif isinstance(action, gate.Reply):
                 session = self.runtime.sessions.get(cid)
                 if session is not None:
-                    session.deliver(wire.encode_line(action.line, action.done))
+                    session.deliver(action.line, action.done)
             else:
                 log.info("[%s] %s", self.runtime.name, action.text)
         return passed

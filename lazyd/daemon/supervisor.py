@@ -31,7 +31,6 @@ from typing import Any, Protocol
 
 import trio
 
-from lazyd import wire
 from lazyd.config import WakePredicate
 from lazyd.core import lifecycle as lc
 from lazyd.core import relay as rl
@@ -53,7 +52,7 @@ from lazyd.daemon.process import (
     read_start_time_ticks,
     spawn,
 )
-from lazyd.daemon.session import Session
+from lazyd.daemon.session import Outbox
 from lazyd.daemon.store import SnapshotStore
 
 log = logging.getLogger("lazyd.server")
@@ -113,7 +112,7 @@ class ServerRuntime:
         self.life = lc.Lifecycle(config.policy, random.Random())
         self.store = store
         self.proc: ChildProcess | None = None
-        self.sessions: dict[int, Session] = {}
+        self.sessions: dict[int, Outbox] = {}
         self.on_children_changed = on_children_changed
         self.gate: LineGate | None = None  # installed by the registry
         self._nursery: trio.Nursery | None = None
@@ -198,7 +197,7 @@ class ServerRuntime:
 
     # ---- events from sessions and operators ----------------------------------------------------
 
-    def attach(self, session: Session, resume: list[bytes]) -> None:
+    def attach(self, session: Outbox, resume: list[bytes]) -> None:
         self.sessions[session.cid] = session
         self._relay(self.core.attach(session.cid))
         if resume:
@@ -219,7 +218,7 @@ class ServerRuntime:
         session = self.sessions.pop(cid, None)
         if session is None:
             return
-        session.send_channel.close()
+        session.close()
         if self.gate is not None:
             self.gate.detach(cid)
         self._relay(self.core.detach(cid))
@@ -256,7 +255,7 @@ class ServerRuntime:
                     line = action.line
                     if self.gate is not None and action.done is not None:
                         line = self.gate.to_client(action.cid, line, action.done)
-                    session.deliver(wire.encode_line(line, action.done))
+                    session.deliver(line, action.done)
             elif isinstance(action, rl.ToServer):
                 self._send_server(action.line)
             elif isinstance(action, rl.Activity):

@@ -5,14 +5,17 @@ stops reading is dropped once 64 MiB wait for it."""
 
 from __future__ import annotations
 
+import pytest
 import trio
 import trio.testing
 
+from lazyd import wire
 from lazyd.daemon.session import (
     CLIENT_PAUSE_BYTES,
     CLIENT_PAUSE_FRAMES,
     MAX_CLIENT_BACKLOG_BYTES,
     MAX_CLIENT_BACKLOG_FRAMES,
+    LineOutbox,
     Session,
 )
 from lazyd.daemon.supervisor import MAX_SERVER_BACKLOG_BYTES
@@ -31,8 +34,15 @@ class Outbox:
         self.overflows += 1
 
     def deliver(self, count: int, size: int = MIB) -> None:
+        """Deliver `count` lines, each encoded as a frame of `size` bytes (when `size` is more than
+        a frame's overhead): the outbox counts the frames it holds, the bounds are in frame bytes."""
+        line = b"x" * size
+        overhead = len(wire.encode_line(line)) - size
+        if overhead < size:
+            line = b"x" * (size - overhead)
+            assert len(wire.encode_line(line)) == size
         for _ in range(count):
-            self.session.deliver(b"x" * size)
+            self.session.deliver(line)
 
     def write(self, count: int) -> None:
         """The writer takes `count` frames and puts them in the socket."""
@@ -118,3 +128,77 @@ def test_a_flood_of_tiny_answers_pauses_the_client_long_before_it_could_be_cut()
     # What a paused client can still be owed: 10,000 requests queued for the server and a 1 MiB
     # pipe of the smallest requests (~60 bytes each), answered one frame each.
     assert CLIENT_PAUSE_FRAMES + 10_000 + (1024 * 1024) // 60 < MAX_CLIENT_BACKLOG_FRAMES
+
+
+# ---- the outbox of a session inside the daemon (a hub call) --------------------------------------
+
+
+READ_BOUND_S = 10.0  # taking what is queued is instant; reached only when the outbox never ends
+
+
+class Internal:
+    def __init__(self) -> None:
+        self.overflows = 0
+        self.outbox = LineOutbox(cid=-1, pid=4242, on_overflow=self._overflowed)
+
+    def _overflowed(self) -> None:
+        self.overflows += 1
+
+
+async def taken(outbox: LineOutbox) -> list[tuple[bytes, object]]:
+    """Every (line, done) the reader gets until the outbox ends (which must come: bounded)."""
+    with trio.fail_after(READ_BOUND_S):
+        return [item async for item in outbox.lines()]
+
+
+async def test_an_internal_session_reads_the_lines_themselves_in_order_and_never_a_frame(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_wire(*args: object) -> bytes:
+        raise AssertionError("an internal session encoded a frame")
+
+    monkeypatch.setattr(wire, "encode_line", no_wire)
+    box = Internal()
+    box.outbox.deliver(b'{"a":1}')
+    box.outbox.deliver(b'{"b":2}', 7)
+    box.outbox.deliver(b'{"c":3}', "x")
+    box.outbox.close()
+    assert await taken(box.outbox) == [(b'{"a":1}', None), (b'{"b":2}', 7), (b'{"c":3}', "x")]
+    assert box.outbox.backlog_bytes == 0 and box.overflows == 0
+
+
+async def test_an_internal_session_that_falls_behind_by_the_byte_bound_is_dropped_and_ends() -> None:
+    box = Internal()
+    for _ in range(BOUND_MIB):
+        box.outbox.deliver(b"x" * MIB)
+    assert box.overflows == 0 and box.outbox.backlog_bytes == MAX_CLIENT_BACKLOG_BYTES
+    box.outbox.deliver(b"x")
+    box.outbox.deliver(b"y")  # nothing more once dropped, and reported once
+    assert box.overflows == 1 and box.outbox.dropped
+    lines = await taken(box.outbox)  # what was queued, then the end: the call is not left waiting
+    assert len(lines) == BOUND_MIB and box.outbox.backlog_bytes == 0
+
+
+async def test_an_internal_session_that_falls_behind_by_the_frame_bound_is_dropped() -> None:
+    box = Internal()
+    for _ in range(MAX_CLIENT_BACKLOG_FRAMES):
+        box.outbox.deliver(b"{}")
+    assert box.overflows == 0
+    box.outbox.deliver(b"{}")
+    assert box.overflows == 1 and len(await taken(box.outbox)) == MAX_CLIENT_BACKLOG_FRAMES
+
+
+async def test_a_reader_that_keeps_up_passes_far_more_than_the_bound_through() -> None:
+    box = Internal()
+    async with trio.open_nursery() as nursery:
+        got = []
+
+        async def read() -> None:
+            async for line, _ in box.outbox.lines():
+                got.append(len(line))
+
+        nursery.start_soon(read)
+        for _ in range(3 * BOUND_MIB):
+            box.outbox.deliver(b"x" * MIB)
+            await trio.sleep(0)  # the reader's turn, as the daemon's loop gives it
+        box.outbox.close()
+    assert box.overflows == 0 and got == [MIB] * (3 * BOUND_MIB)
