@@ -28,6 +28,8 @@ import pytest
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
+from lazyd import procfs
+
 REPO = Path(__file__).resolve().parent.parent
 SERVERS = REPO / "tests" / "servers"
 FIXTURE_SERVER = SERVERS / "fixture_server.py"
@@ -70,18 +72,10 @@ def processes_with_marker(marker: str) -> list[int]:
     """Pids of live (not zombie) processes whose environment carries this test's marker."""
     needle = f"{MARKER_VAR}={marker}".encode()
     found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/environ", "rb") as f:
-                environ = f.read()
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                state = f.read().rsplit(b")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if state != b"Z" and needle in environ.split(b"\0"):
-            found.append(int(entry))
+    for pid in procfs.pids():
+        environ, stat = procfs.read_environ(pid), procfs.read_stat(pid)
+        if environ is not None and stat is not None and stat.state != "Z" and needle in environ:
+            found.append(pid)
     return found
 
 
@@ -149,11 +143,8 @@ class UserEnv:
 
 def cmdline(pid: int) -> str:
     """A process's command line with spaces for NULs; "" once it is gone."""
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return ""
+    words = procfs.read_cmdline(pid)
+    return b" ".join(words).decode(errors="replace") + " " if words else ""
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)

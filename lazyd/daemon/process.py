@@ -45,6 +45,7 @@ from typing import AsyncIterator, Mapping
 
 import trio
 
+from lazyd import procfs
 from lazyd.daemon.logring import LogRing
 
 STDIN_EOF_GRACE_S = 2.0
@@ -70,8 +71,6 @@ SCRUBBED_ENV_NAMES = frozenset(
 )
 """systemd's per-service variables: meant for the daemon, and wrong in any child."""
 
-_STAT_STARTTIME_FIELD = 22
-# proc(5): field 22 of /proc/<pid>/stat is the start time in clock ticks since boot.
 
 
 @dataclass(frozen=True)
@@ -168,15 +167,6 @@ def resolve_command(name: str, cwd: str, path_var: str | None) -> str:
         denied = denied or os.path.exists(candidate)
     err = errno.EACCES if denied else errno.ENOENT
     raise SpawnError(err, f"cannot execute '{name}': {os.strerror(err)}")
-
-
-def read_start_time_ticks(pid: int) -> int:
-    """The start time of `pid` in clock ticks since boot: with the pid, it names one process."""
-    with open(f"/proc/{pid}/stat", "rb") as f:
-        data = f.read()
-    # The command name (field 2) may contain spaces and parentheses: split after its last ")".
-    fields = data[data.rindex(b")") + 2 :].split()
-    return int(fields[_STAT_STARTTIME_FIELD - 3])
 
 
 class ChildProcess:
@@ -518,7 +508,7 @@ async def _launch(spec: SpawnSpec) -> ChildProcess:
     try:
         # Nobody has waited for the child yet, so this pid is surely still ours.
         pidfd = os.pidfd_open(process.pid)
-        start_ticks = read_start_time_ticks(process.pid)
+        start_ticks = procfs.start_time_ticks(process.pid)
     except OSError:
         with trio.CancelScope(shield=True):
             os.killpg(process.pid, signal.SIGKILL)

@@ -31,6 +31,7 @@ from typing import Any, Protocol
 
 import trio
 
+from lazyd import procfs
 from lazyd.config import WakePredicate
 from lazyd.core import lifecycle as lc
 from lazyd.core import relay as rl
@@ -49,7 +50,6 @@ from lazyd.daemon.process import (
     SpawnError,
     SpawnSpec,
     child_env,
-    read_start_time_ticks,
     spawn,
 )
 from lazyd.daemon.session import Outbox
@@ -560,7 +560,7 @@ async def run_predicate(wake: WakePredicate, cwd: str, env: Mapping[str, str], n
     try:
         # Not reaped yet, so the pid is surely this process.
         pidfd = os.pidfd_open(proc.pid)
-        on_child((proc.pid, read_start_time_ticks(proc.pid)))
+        on_child((proc.pid, procfs.start_time_ticks(proc.pid)))
         with trio.move_on_after(wake.timeout_s) as scope:
             await trio.lowlevel.wait_readable(pidfd)  # readable once it exited; nothing reaped
         timed_out = scope.cancelled_caught

@@ -18,8 +18,9 @@ from pathlib import Path
 
 import pytest
 
+from lazyd import procfs
 from lazyd.daemon import orphans
-from lazyd.daemon.process import read_start_time_ticks
+from lazyd.procfs import start_time_ticks as read_start_time_ticks
 from tests.conftest import UserEnv, start_daemon
 from tests.e2e.test_supervision import (
     alive,
@@ -37,7 +38,7 @@ pytestmark = pytest.mark.e2e
 
 def _session_of(pid: int) -> list[int]:
     """Live processes in the session that `pid` leads."""
-    return orphans.session_members(pid)
+    return procfs.session_members(pid)
 
 
 def _kill_daemon_hard(user: UserEnv) -> None:
