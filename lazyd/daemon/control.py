@@ -32,6 +32,7 @@ from lazyd.core.identity import Identity, differing_env_names, explain_differenc
 from lazyd.daemon.check import check_runtime
 from lazyd.daemon.proctree import ProcTable, proc_table, process_tree_usage
 from lazyd.daemon.registry import Registry
+from lazyd.daemon.runtime_status import runtime_status
 from lazyd.daemon.supervisor import ServerRuntime
 from lazyd.daemon.wake_sleep import sleep_and_wait, wake_and_wait
 
@@ -80,7 +81,7 @@ class Control:
         return runtime
 
     def _status(self, runtime: ServerRuntime, table: ProcTable | None = None) -> dict[str, Any]:
-        row: dict[str, Any] = dict(runtime.status())
+        row: dict[str, Any] = dict(runtime_status(runtime))
         lanes = self.registry.lanes_for(runtime)
         if lanes is not None and lanes.primary is runtime:
             # Sessions that sent no request yet have no process chosen: they count as its clients.

@@ -44,7 +44,8 @@ from lazyd.daemon.policy_gate import RuntimeGate
 from lazyd.daemon.process import SpawnSpec
 from lazyd.daemon.store import SnapshotStore
 from lazyd.daemon.session import Session
-from lazyd.daemon.supervisor import RuntimeConfig, ServerRuntime
+from lazyd.daemon.runtime_config import RuntimeConfig
+from lazyd.daemon.supervisor import ServerRuntime
 
 log = logging.getLogger("lazyd.registry")
 

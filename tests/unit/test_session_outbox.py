@@ -18,7 +18,7 @@ from lazyd.daemon.session import (
     LineOutbox,
     Session,
 )
-from lazyd.daemon.supervisor import MAX_SERVER_BACKLOG_BYTES
+from lazyd.daemon.server_input import MAX_SERVER_BACKLOG_BYTES
 
 MIB = 1024 * 1024
 
