@@ -23,7 +23,8 @@ from lazyd.core.era_policy import Era, Kind, facts_of
 from lazyd.core.eras import CLIENT_CAPABILITIES_META, CLIENT_INFO_META
 from lazyd.core.jsonrpc import METHOD_NOT_FOUND, notification_line, request_line
 from lazyd.daemon import progress
-from lazyd.daemon.process import ChildProcess, LineTooLong, SpawnError, spawn
+from lazyd.daemon.command import SpawnError
+from lazyd.daemon.process import ChildProcess, LineTooLong, spawn
 from lazyd.daemon.registry import Registry
 from lazyd.daemon.supervisor import ServerRuntime
 

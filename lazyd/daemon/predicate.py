@@ -17,7 +17,7 @@ import trio
 from lazyd import procfs
 from lazyd.config import WakePredicate
 from lazyd.core.durations import format_duration
-from lazyd.daemon.process import child_env
+from lazyd.daemon.command import child_env
 
 __all__ = ["run_predicate"]
 

@@ -41,7 +41,7 @@ from lazyd.daemon.era_lanes import EraLanes, EraRoute
 from lazyd.daemon.hub import HubOptionError, HubSession, open_hub
 from lazyd.daemon.paths import Paths
 from lazyd.daemon.policy_gate import RuntimeGate
-from lazyd.daemon.process import SpawnSpec
+from lazyd.daemon.command import SpawnSpec
 from lazyd.daemon.store import SnapshotStore
 from lazyd.daemon.session import Session
 from lazyd.daemon.runtime_config import RuntimeConfig

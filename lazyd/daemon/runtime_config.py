@@ -16,7 +16,7 @@ from lazyd.core.era_policy import EraSetting
 from lazyd.core.jsonrpc import JsonId
 from lazyd.core.routing import SamplingPolicy
 from lazyd.core.sharing import ShareSetting
-from lazyd.daemon.process import SpawnSpec
+from lazyd.daemon.command import SpawnSpec
 
 __all__ = ["LineGate", "RuntimeConfig"]
 

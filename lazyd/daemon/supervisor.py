@@ -33,7 +33,8 @@ from lazyd.core.cache import Snapshot
 from lazyd.core.handshake_defaults import unattended_params
 from lazyd.core.hub_catalog import cached_tools
 from lazyd.core.policy import ToolPolicy
-from lazyd.daemon.process import ChildProcess, LineTooLong, SpawnError, spawn
+from lazyd.daemon.command import SpawnError
+from lazyd.daemon.process import ChildProcess, LineTooLong, spawn
 from lazyd.daemon.cache_saver import CacheSaver
 from lazyd.daemon.runtime_config import LineGate, RuntimeConfig
 from lazyd.daemon.server_input import ServerInput

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from lazyd.daemon import logring
-from lazyd.daemon.process import MAX_LINE_BYTES
+from lazyd.daemon.command import MAX_LINE_BYTES
 from tests.conftest import SERVERS, Daemon, UserEnv, start_daemon
 from tests.e2e.faults_support import (
     FIXTURE,

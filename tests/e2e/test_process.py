@@ -26,15 +26,8 @@ import trio
 from lazyd import procfs
 from lazyd.daemon import logring
 from lazyd.daemon.logring import LogRing
-from lazyd.daemon.process import (
-    ChildProcess,
-    ExitInfo,
-    LineTooLong,
-    SpawnError,
-    SpawnSpec,
-    open_child,
-    spawn,
-)
+from lazyd.daemon.command import ExitInfo, SpawnError, SpawnSpec
+from lazyd.daemon.process import ChildProcess, LineTooLong, open_child, spawn
 
 pytestmark = pytest.mark.e2e
 
