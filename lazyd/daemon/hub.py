@@ -11,15 +11,14 @@ false` instances are private to their session and are not shown).
 - Listing and searching read the snapshots (lazyd/core/hub_catalog.py) and start nothing.
 - `get_tool_schema` answers from the snapshot too, and wakes a sleeping server in the background:
   a call is likely to follow.
-- `call_tool` is one `_ProxiedCall`: an internal session attached to the server's runtime exactly
-  like a shim's (its cid negative, so it never meets a shim's), which sends `initialize` (the hub
-  client's own params), `notifications/initialized` and the `tools/call`. The relay core does the
-  rest as for any client: answers the handshake from cache, queues the call and starts the server,
-  fails it after the start timeout, rewrites ids and progress tokens. Whatever the server sends
-  this session during the call comes back to the hub's client: progress (already under the
-  caller's token), log messages, and requests (sampling, elicitation, roots, the policy gate's
-  confirmations) under ids of the hub's own, whose answers go back the same way. The result line
-  is returned with only its id changed. A cancel from the client detaches the internal session,
+- `call_tool` is one `ProxiedCall` (lazyd/daemon/hub_call.py): an internal session attached to the
+  server's runtime exactly like a shim's. The relay core does the rest as for any client: answers
+  the handshake from cache, queues the call and starts the server, fails it after the start
+  timeout, rewrites ids and progress tokens. Whatever the server sends that session during the
+  call comes back to the hub's client: progress (already under the caller's token), log messages,
+  and requests (sampling, elicitation, roots, the policy gate's confirmations) under ids of the
+  hub's own, whose answers go back the same way; which id goes where is decided by the pure
+  routes (lazyd/core/hub_routes.py). A cancel from the client detaches the internal session,
   which cancels the request upstream (the relay's rule for a departing client).
 - The tool policy applies to hub calls as to per-server shims: `deny` is refused here before
   anything is attached; `ask` is left to the runtime's gate, which asks through the same path.
@@ -32,9 +31,7 @@ import the registry (which imports the hub to open hub sessions).
 from __future__ import annotations
 
 import difflib
-import itertools
 import logging
-import os
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
@@ -46,7 +43,7 @@ from lazyd.core import hub_tools as ht
 from lazyd.core import jsonrpc as rpc
 from lazyd.core.hub_catalog import ToolInfo, cached_tools, search, server_description, tool_infos
 from lazyd.core.hub_protocol import HubOptionError as HubOptionError  # the registry refuses with it
-from lazyd.core.handshake_defaults import hub_call_params, wake_params
+from lazyd.core.handshake_defaults import wake_params
 from lazyd.core.hub_protocol import hub_servers, initialize_result
 from lazyd.core.hub_routes import CancelTask, HubAction, HubRoutes, ToCall, ToClient
 from lazyd.core.identity import Identity
@@ -54,7 +51,8 @@ from lazyd.core.jsonrpc import JsonId, JsonObj, Kind, Message
 from lazyd.core.policy import ToolPolicy
 from lazyd.core.relay import Phase
 from lazyd.daemon.era_lanes import EraLanes
-from lazyd.daemon.session import LineOutbox, Session
+from lazyd.daemon.hub_call import ProxiedCall
+from lazyd.daemon.session import Session
 from lazyd.daemon.supervisor import ServerRuntime
 from lazyd.daemon.wake_sleep import sleep_and_wait, wake_and_wait
 
@@ -75,11 +73,6 @@ class ServerDirectory(Protocol):
     def lanes_for(self, runtime: ServerRuntime) -> EraLanes | None: ...
 
 HUB_NAME = "hub"  # the session name in the welcome frame and in logs
-# The internal session's own ids: strings, which the relay maps like any client's.
-_INIT_ID = "lazyd-hub-initialize"
-_CALL_ID = "lazyd-hub-call"
-# Negative client ids for internal sessions: the registry numbers shim sessions from 1 upwards.
-_internal_cids = itertools.count(-1, -1)
 
 
 async def open_hub(registry: ServerDirectory, hello: Mapping[str, Any], opts: Mapping[str, str],
@@ -110,7 +103,7 @@ class HubSession:
         # calls in flight, by their internal client id.
         self.routes = HubRoutes()
         self._scopes: dict[JsonId, trio.CancelScope] = {}
-        self._calls: dict[int, _ProxiedCall] = {}
+        self._calls: dict[int, ProxiedCall] = {}
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         with self._scope:
@@ -236,10 +229,10 @@ class HubSession:
 
     # ---- the calls in flight -------------------------------------------------------------------
 
-    def call_started(self, call: _ProxiedCall) -> None:
+    def call_started(self, call: ProxiedCall) -> None:
         self._calls[call.cid] = call
 
-    def call_ended(self, call: _ProxiedCall) -> None:
+    def call_ended(self, call: ProxiedCall) -> None:
         """A call ended: its requests still waiting on the client are moot; say so."""
         self._calls.pop(call.cid, None)
         self.carry_out(self.routes.call_ended(call.cid))
@@ -369,7 +362,7 @@ class HubSession:
             log.info("policy: %s.%s: deny by %s (hub call)", runtime.name, call.tool, verdict.reason())
             return ht.error_result(gate.denied_text(runtime.name, call.tool, verdict))
         log.info("hub: calling %s.%s", runtime.name, call.tool)
-        return await _ProxiedCall(self, runtime, rid).run(call.tool, call.arguments, token)
+        return await ProxiedCall(self, runtime, rid, self.registry.lanes_for(runtime)).run(call.tool, call.arguments, token)
 
     async def _wake(self, call: ht.MetaCall) -> JsonObj:
         runtime = self._lookup(call.server)
@@ -387,58 +380,3 @@ class HubSession:
             return ht.error_result(runtime)
         await sleep_and_wait(runtime)
         return ht.text_result(f"{runtime.name} is {self._state(runtime)}; the next call starts it again")
-
-
-class _ProxiedCall:
-    """One `call_tool`: an internal session on the server's runtime for the call's duration."""
-
-    def __init__(self, hub: HubSession, runtime: ServerRuntime, rid: JsonId) -> None:
-        self.hub = hub
-        self.runtime = runtime
-        self.rid = rid
-        self.cid = next(_internal_cids)
-        self.overflowed = False
-        self.inbox = LineOutbox(self.cid, os.getpid(), self._overflow)
-
-    def _overflow(self) -> None:
-        self.overflowed = True  # the relay stops delivering; the channel's end ends the call
-
-    async def run(self, tool: str, arguments: JsonObj, token: object) -> JsonObj | bytes:
-        lanes = self.hub.registry.lanes_for(self.runtime)
-        if lanes is not None:
-            # The call is a handshake-era session: it gets that era's process of the server.
-            self.runtime, _ = await lanes.get("handshake")
-        runtime = self.runtime
-        params = hub_call_params(self.hub.params)
-        call_params: JsonObj = {"name": tool, "arguments": arguments}
-        if rpc.valid_id(token):
-            call_params["_meta"] = {"progressToken": token}
-        runtime.attach(self.inbox, [])
-        self.hub.call_started(self)
-        try:
-            runtime.client_line(self.cid, rpc.request_line(_INIT_ID, "initialize", params))
-            runtime.client_line(self.cid, rpc.notification_line("notifications/initialized"))
-            runtime.client_line(self.cid, rpc.request_line(_CALL_ID, "tools/call", call_params))
-            async for line, _done in self.inbox.lines():
-                answer = self._line(line)
-                if answer is not None:
-                    return answer
-            why = "the hub fell behind reading it" if self.overflowed else "it was removed or restarted by a config reload"
-            return ht.error_result(f"lazyd hub: the call to {runtime.name} ended without an answer: {why}")
-        finally:
-            runtime.detach(self.cid)
-            self.hub.call_ended(self)
-
-    def _line(self, line: bytes) -> bytes | None:
-        msg = rpc.parse(line)
-        if not isinstance(msg, Message):
-            return None
-        if msg.kind is Kind.RESPONSE:
-            return rpc.with_id(msg, self.rid) if msg.id == _CALL_ID else None
-        if msg.kind is Kind.REQUEST:
-            self.hub.carry_out(self.hub.routes.server_request(self.cid, msg))
-        elif msg.method in ("notifications/progress", "notifications/message"):
-            self.hub.send(line)  # progress already carries the caller's own token
-        elif msg.method == "notifications/cancelled":
-            self.hub.carry_out(self.hub.routes.server_cancel(self.cid, msg))
-        return None
