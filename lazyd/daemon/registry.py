@@ -31,7 +31,6 @@ from typing import Any
 import trio
 
 from lazyd.config import Config, ConfigError, Policy, ServerConfig, policy_with_options
-from lazyd.core import lifecycle as lc
 from lazyd.core.envrules import parse_names
 from lazyd.core.era_policy import Era
 from lazyd.core.identity import Identity, identity_for
@@ -44,7 +43,7 @@ from lazyd.daemon.policy_gate import RuntimeGate
 from lazyd.daemon.command import SpawnSpec
 from lazyd.daemon.store import SnapshotStore
 from lazyd.daemon.session import Session
-from lazyd.daemon.runtime_config import RuntimeConfig
+from lazyd.daemon.runtime_config import RuntimeConfig, child_records, lifecycle_policy
 from lazyd.daemon.supervisor import ServerRuntime
 
 log = logging.getLogger("lazyd.registry")
@@ -65,18 +64,6 @@ class Refused(Exception):
         super().__init__(message)
         self.code = code
         self.message = message
-
-
-def lifecycle_policy(policy: Policy) -> lc.LifecyclePolicy:
-    return lc.LifecyclePolicy(
-        start_timeout_s=policy.start_timeout_s,
-        linger_s=policy.linger_s,
-        idle_timeout_s=policy.idle_timeout_s or None,
-        keep_alive=policy.keep_alive,
-        eager=policy.start == "eager",
-        wake_interval_s=policy.wake.interval_s if policy.wake else None,
-        wake_timeout_s=policy.wake.timeout_s if policy.wake else 1.0,
-    )
 
 
 def _which(command: str, path: str | None) -> str | None:
@@ -401,14 +388,8 @@ class Registry:
     def children_changed(self) -> None:
         """Record the live children (servers and wake predicates, each the leader of its own
         session) for the orphan sweep of a successor daemon."""
-        records: list[orphans.ChildRecord] = []
-        for r in [*self.runtimes.values(), *self._closing]:
-            if r.proc is not None:
-                records.append(orphans.ChildRecord(r.name, r.proc.pid, r.proc.start_time_ticks, r.proc.pgid))
-            if r.predicate_child is not None:
-                pid, ticks = r.predicate_child
-                records.append(orphans.ChildRecord(f"{r.name} (wake predicate)", pid, ticks, pid))
-        orphans.write_state(self.paths.state_dir, records)
+        orphans.write_state(self.paths.state_dir, [record for runtime in [*self.runtimes.values(), *self._closing]
+                                                   for record in child_records(runtime)])
 
     def log_path(self, runtime: ServerRuntime) -> Path:
         return runtime.config.spec.log_path
