@@ -42,7 +42,7 @@ from lazyd.daemon.era_lanes import EraRoute
 from lazyd.daemon import progress
 from lazyd.daemon.registry import Refused, Registry
 from lazyd.daemon.runtime import peer_credentials
-from lazyd.daemon.session import Session
+from lazyd.daemon.outbox import ConnectionOutbox
 from lazyd.daemon.supervisor import ServerRuntime
 
 log = logging.getLogger("lazyd.conn")
@@ -298,7 +298,7 @@ class ConnectionHandler:
         finally:
             runtime.detach(session.cid)
 
-    async def _writer(self, stream: trio.SocketStream, session: Session, cancel: trio.CancelScope) -> None:
+    async def _writer(self, stream: trio.SocketStream, session: ConnectionOutbox, cancel: trio.CancelScope) -> None:
         receive = session.receive_channel
         try:
             async for frame in receive:

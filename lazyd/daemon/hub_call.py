@@ -6,7 +6,7 @@ and sends `initialize` (the hub client's own params: lazyd/core/handshake_defaul
 What the server sends this session during the call goes back to the hub's client through the
 hub's routes (lazyd/core/hub_routes.py): progress and log messages as they are, requests under
 ids of the hub's own. The result line is returned with only its id changed. Its outbox holds lines,
-not frames (lazyd/daemon/session.py: LineOutbox): nothing here encodes or decodes msgpack.
+not frames (lazyd/daemon/outbox.py: LineOutbox): nothing here encodes or decodes msgpack.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from lazyd.core.handshake_defaults import hub_call_params
 from lazyd.core.hub_routes import HubAction, HubRoutes
 from lazyd.core.jsonrpc import JsonId, JsonObj, Kind, Message
 from lazyd.daemon.era_lanes import EraLanes
-from lazyd.daemon.session import LineOutbox
+from lazyd.daemon.outbox import LineOutbox
 from lazyd.daemon.supervisor import ServerRuntime
 
 __all__ = ["CallOwner", "ProxiedCall"]

@@ -42,7 +42,7 @@ from lazyd.daemon.paths import Paths
 from lazyd.daemon.policy_gate import RuntimeGate
 from lazyd.daemon.command import SpawnSpec
 from lazyd.daemon.store import SnapshotStore
-from lazyd.daemon.session import Session
+from lazyd.daemon.outbox import ConnectionOutbox
 from lazyd.daemon.runtime_config import RuntimeConfig, child_records, lifecycle_policy
 from lazyd.daemon.supervisor import ServerRuntime
 
@@ -247,11 +247,11 @@ class Registry:
         return runtime
 
     async def open_session(self, hello: Mapping[str, Any],
-                           on_overflow: Any) -> tuple[EraRoute | HubSession, Session]:
+                           on_overflow: Any) -> tuple[EraRoute | HubSession, ConnectionOutbox]:
         """Attach a shim session; raises Refused for options or names the daemon cannot serve."""
         opts = {str(k): str(v) for k, v in hello["opts"].items()}
         if "hub" in opts:  # lazyd-shim --hub: the daemon's own MCP server (lazyd/daemon/hub.py)
-            session = Session(self._next_cid, int(hello["pid"]), on_overflow)
+            session = ConnectionOutbox(self._next_cid, int(hello["pid"]), on_overflow)
             self._next_cid += 1
             try:
                 return await open_hub(self, hello, opts, session), session
@@ -298,7 +298,7 @@ class Registry:
                                                   undecodable=[n for n, _ in undecodable])
         cid = self._next_cid
         self._next_cid += 1
-        session = Session(cid, int(hello["pid"]), on_overflow)
+        session = ConnectionOutbox(cid, int(hello["pid"]), on_overflow)
         lanes = self.lanes_for(runtime)
         assert lanes is not None
         # The session's first request decides which of the registration's processes serves it.

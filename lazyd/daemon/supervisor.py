@@ -39,7 +39,7 @@ from lazyd.daemon.cache_saver import CacheSaver
 from lazyd.daemon.runtime_config import LineGate, RuntimeConfig
 from lazyd.daemon.server_input import ServerInput
 from lazyd.daemon.predicate import run_predicate
-from lazyd.daemon.session import Outbox
+from lazyd.daemon.outbox import Outbox
 from lazyd.daemon.store import SnapshotStore
 
 log = logging.getLogger("lazyd.server")

@@ -1,4 +1,4 @@
-"""A client's outbox in the daemon (lazyd/daemon/session.py) is bounded by the bytes it holds now, not
+"""A client's outbox in the daemon (lazyd/daemon/outbox.py) is bounded by the bytes it holds now, not
 by the bytes that passed through it: a client that keeps reading through a long stream stays
 connected, one that falls behind has its own requests paused until it catches up, and one that
 stops reading is dropped once 64 MiB wait for it."""
@@ -10,13 +10,13 @@ import trio
 import trio.testing
 
 from lazyd import wire
-from lazyd.daemon.session import (
+from lazyd.daemon.outbox import (
     CLIENT_PAUSE_BYTES,
     CLIENT_PAUSE_FRAMES,
     MAX_CLIENT_BACKLOG_BYTES,
     MAX_CLIENT_BACKLOG_FRAMES,
     LineOutbox,
-    Session,
+    ConnectionOutbox,
 )
 from lazyd.daemon.server_input import MAX_SERVER_BACKLOG_BYTES
 
@@ -24,11 +24,11 @@ MIB = 1024 * 1024
 
 
 class Outbox:
-    """A Session with no socket yet (every frame is queued) and a writer the test drives."""
+    """A ConnectionOutbox with no socket yet (every frame is queued) and a writer the test drives."""
 
     def __init__(self) -> None:
         self.overflows = 0
-        self.session = Session(cid=1, pid=4242, on_overflow=self._overflowed)
+        self.session = ConnectionOutbox(cid=1, pid=4242, on_overflow=self._overflowed)
 
     def _overflowed(self) -> None:
         self.overflows += 1

@@ -3,7 +3,7 @@
 The runtime, the hub and the era lanes deliver JSON-RPC lines (`deliver(line, done)`), never
 wire bytes: each kind of outbox turns them into what its reader takes, at its own boundary.
 
-- `Session` is the outbox of one shim connection: it encodes each line as a `line` frame
+- `ConnectionOutbox` is the outbox of one shim connection: it encodes each line as a `line` frame
   (lazyd/wire.py) as it takes it, and the connection's writer task takes the frames out and
   reports what it wrote (`sent`). When nothing is queued a frame is written straight into the
   socket, a task switch saved on the relay's hot path.
@@ -68,7 +68,7 @@ class Outbox(Protocol):
         """No more lines: the reader sees the end (the session was detached)."""
 
 
-class Session:
+class ConnectionOutbox:
     """One attached shim connection, as the runtime sees it: a bounded outbox and a way to drop it."""
 
     def __init__(self, cid: int, pid: int, on_overflow: Callable[[], None]) -> None:
