@@ -24,7 +24,7 @@ from lazyd import procfs
 from lazyd.ctl.client import EXIT_OK, CtlError
 from lazyd.ctl.commands import Output
 from lazyd.daemon.paths import resolve_paths
-from lazyd.daemon.runtime import SetupError
+from lazyd.daemon.runtime_dir import SetupError
 
 MARKER = "# Written by `lazyctl systemd install`; change it with `systemctl --user edit`, not here."
 CONTRIB_EXEC_START = "%h/.local/bin/lazyd"  # where `pip install --user` and pipx put the script

@@ -41,7 +41,7 @@ from lazyd.daemon import handshakes
 from lazyd.daemon.era_lanes import EraRoute
 from lazyd.daemon import progress
 from lazyd.daemon.registry import Refused, Registry
-from lazyd.daemon.runtime import peer_credentials
+from lazyd.daemon.runtime_dir import peer_credentials
 from lazyd.daemon.outbox import ConnectionOutbox
 from lazyd.daemon.supervisor import ServerRuntime
 

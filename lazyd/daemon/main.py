@@ -43,7 +43,7 @@ from lazyd.daemon.control import Control, status_summary
 from lazyd.daemon.notify import Notifier
 from lazyd.daemon.paths import Paths, resolve_paths
 from lazyd.daemon.registry import Registry
-from lazyd.daemon.runtime import (
+from lazyd.daemon.runtime_dir import (
     AlreadyRunning,
     SetupError,
     acquire_instance_lock,

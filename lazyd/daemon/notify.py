@@ -30,7 +30,7 @@ import trio
 log = logging.getLogger("lazyd.notify")
 
 NOTIFY_ENV_KEYS = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID")
-# The systemd variables this module consumes; LISTEN_* belong to socket adoption (runtime.py).
+# The systemd variables this module consumes; LISTEN_* belong to socket adoption (runtime_dir.py).
 
 WATCHDOG_FRACTION = 0.5
 # sd_watchdog_enabled(3): ping at half the timeout, so one late ping never trips it.

@@ -20,7 +20,7 @@ Rules, so that the daemon, `lazyctl` and the shim agree on the socket without ta
 The mapping passed in is the only environment consulted (platformdirs reads ``os.environ`` itself,
 which tests cannot vary per call). The filesystem is only looked at (lstat, access), never
 changed: the runtime base choice depends on it, exactly as the shim's does. Whatever is chosen
-must still be validated before use, see ``lazyd.daemon.runtime.ensure_private_dir`` (the temp
+must still be validated before use, see ``lazyd.daemon.runtime_dir.ensure_private_dir`` (the temp
 fallback is a predictable name others can squat).
 """
 
@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lazyd import sockpath
-from lazyd.daemon.runtime import SetupError
+from lazyd.daemon.runtime_dir import SetupError
 
 APP_NAME = "lazyd"
 SOCKET_NAME = "lazyd.sock"

@@ -21,7 +21,7 @@ import pytest
 
 from lazyd import sockpath
 from lazyd.daemon.paths import Paths, resolve_paths
-from lazyd.daemon.runtime import (
+from lazyd.daemon.runtime_dir import (
     AlreadyRunning,
     SetupError,
     acquire_instance_lock,
@@ -350,7 +350,7 @@ def test_the_squatting_check_applies_to_the_path_resolve_paths_gives(tmp_path: P
 HOLD_LOCK = """
 import sys
 from pathlib import Path
-from lazyd.daemon.runtime import AlreadyRunning, acquire_instance_lock
+from lazyd.daemon.runtime_dir import AlreadyRunning, acquire_instance_lock
 try:
     acquire_instance_lock(Path(sys.argv[1]))
 except AlreadyRunning as error:
@@ -672,7 +672,7 @@ def _proc_net_unix() -> dict[str, str]:
 
 ACTIVATED = """
 import os, socket, sys
-from lazyd.daemon.runtime import SetupError, adopt_activated_socket
+from lazyd.daemon.runtime_dir import SetupError, adopt_activated_socket
 os.dup2(int(sys.argv[1]), 3)
 os.close(int(sys.argv[1]))
 env = {"LISTEN_FDS": "1", "LISTEN_PID": str(os.getpid()), "LISTEN_FDNAMES": "lazyd.socket"}

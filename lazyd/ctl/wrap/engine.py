@@ -29,7 +29,7 @@ from lazyd.ctl.wrap.model import Entry, RegState
 from lazyd.ctl.wrap.records import Record, RecordStore, RegKey
 from lazyd.ctl.wrap.tomledit import TomlConfig
 from lazyd.daemon.paths import resolve_paths
-from lazyd.daemon.runtime import SetupError
+from lazyd.daemon.runtime_dir import SetupError
 
 Op = Literal["wrap", "unwrap", "reapply", "status"]
 

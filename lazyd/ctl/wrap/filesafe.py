@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lazyd.ctl.wrap.errors import ConflictError, WrapError
-from lazyd.daemon.runtime import SetupError, ensure_private_dir
+from lazyd.daemon.runtime_dir import SetupError, ensure_private_dir
 
 LOCK_NAME = "wrap.lock"
 BACKUPS_DIR_NAME = "backups"
