@@ -157,8 +157,9 @@ class Lifecycle:
     def predicate_state(self) -> PredicateState:
         return self._predicate.state
 
-    def snapshot(self) -> dict[str, object]:
-        """The status fields as plain values, as of the last input (tick at `next_deadline()`)."""
+    def status_fields(self) -> dict[str, object]:
+        """The fields `lazyctl status` shows, as plain values, as of the last input (tick at
+        `next_deadline()`)."""
         return {"state": str(self.state), "pid": self.pid, "started_at": self.started_at,
                 "restarts": self.restarts, "last_error": self.last_error, "burst": self.burst,
                 "next_restart_at": self.next_restart_at,

@@ -15,7 +15,7 @@ from collections.abc import Callable
 import trio
 
 from lazyd.core.cache import Snapshot
-from lazyd.daemon.store import SnapshotStore
+from lazyd.daemon.cache_store import CacheStore
 
 __all__ = ["CacheSaver"]
 
@@ -23,7 +23,7 @@ __all__ = ["CacheSaver"]
 class CacheSaver:
     """The save task of one runtime: `run` in its nursery, `want` after each change."""
 
-    def __init__(self, store: SnapshotStore, digest: str, snapshot: Callable[[], Snapshot],
+    def __init__(self, store: CacheStore, digest: str, snapshot: Callable[[], Snapshot],
                  lock: trio.Lock) -> None:
         self._store = store
         self._digest = digest

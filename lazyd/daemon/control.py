@@ -44,7 +44,7 @@ Reload = Callable[[], Awaitable[Mapping[str, list[str]]]]
 
 def status_summary(registry: Registry) -> str:
     """One line for systemd's STATUS=: server counts by state and attached clients."""
-    states = [str(r.life.snapshot()["state"]) for r in registry.runtimes.values()]
+    states = [str(r.life.status_fields()["state"]) for r in registry.runtimes.values()]
     clients = sum(r.core.client_count() for r in registry.runtimes.values())
     clients += sum(lanes.pending for lanes in registry.lanes.values())  # connected, no request yet
     counts = ", ".join(f"{states.count(s)} {s}" for s in ("running", "sleeping", "failed"))

@@ -8,8 +8,8 @@ meta-tools of lazyd/core/hub_tools.py over the servers the registry holds: the n
 config.toml, and every unnamed registration a shim brought since the daemon started (`share =
 false` instances are private to their session and are not shown).
 
-- Listing and searching read the snapshots (lazyd/core/hub_catalog.py) and start nothing.
-- `get_tool_schema` answers from the snapshot too, and wakes a sleeping server in the background:
+- Listing and searching read the servers' caches (lazyd/core/hub_catalog.py) and start nothing.
+- `get_tool_schema` answers from the cache too, and wakes a sleeping server in the background:
   a call is likely to follow.
 - `call_tool` is one `ProxiedCall` (lazyd/daemon/hub_call.py): an internal session attached to the
   server's runtime exactly like a shim's. The relay core does the rest as for any client: answers
@@ -276,7 +276,7 @@ class HubSession:
 
     @staticmethod
     def _state(runtime: ServerRuntime) -> str:
-        return str(runtime.life.snapshot()["state"])
+        return str(runtime.life.status_fields()["state"])
 
     # ---- meta-tools ----------------------------------------------------------------------------
 
@@ -286,7 +286,7 @@ class HubSession:
         for runtime in self._visible():
             tools = self._tools(runtime)
             hidden = len(policy.denied(runtime.name, [t["name"] for t in tools or []]))
-            snap = runtime.life.snapshot()
+            snap = runtime.life.status_fields()
             live = runtime.core.instance if runtime.core.phase is Phase.READY else None
             views.append(ht.ServerView(
                 name=runtime.name, state=str(snap["state"]),

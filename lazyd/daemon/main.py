@@ -53,7 +53,7 @@ from lazyd.daemon.runtime_dir import (
     socket_identity,
 )
 from lazyd.daemon.statefiles import StateFileError
-from lazyd.daemon.store import SnapshotStore, load_or_create_secret
+from lazyd.daemon.cache_store import CacheStore, load_or_create_secret
 
 log = logging.getLogger("lazyd")
 
@@ -192,7 +192,7 @@ async def serve(sock: socket.socket, paths: Paths, config: Config, config_path: 
                 ownership_check_interval_s: float, secret: bytes) -> None:
     notifier = Notifier.from_environ()  # first: takes NOTIFY_SOCKET/WATCHDOG_* out of os.environ
     await trio.to_thread.run_sync(orphans.sweep, paths.state_dir)
-    store = SnapshotStore(paths.cache_dir)
+    store = CacheStore(paths.cache_dir)
     stop = trio.Event()
     bound_identity = None if activated else socket_identity(paths.socket)
     listener = trio.SocketListener(trio.socket.from_stdlib_socket(sock))

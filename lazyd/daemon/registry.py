@@ -41,7 +41,7 @@ from lazyd.daemon.hub import HubOptionError, HubSession, open_hub
 from lazyd.daemon.paths import Paths
 from lazyd.daemon.policy_gate import RuntimeGate
 from lazyd.daemon.command import SpawnSpec
-from lazyd.daemon.store import SnapshotStore
+from lazyd.daemon.cache_store import CacheStore
 from lazyd.daemon.outbox import ConnectionOutbox
 from lazyd.daemon.runtime_config import RuntimeConfig, child_records, lifecycle_policy
 from lazyd.daemon.supervisor import ServerRuntime
@@ -71,7 +71,7 @@ def _which(command: str, path: str | None) -> str | None:
 
 
 class Registry:
-    def __init__(self, config: Config, paths: Paths, secret: bytes, store: SnapshotStore,
+    def __init__(self, config: Config, paths: Paths, secret: bytes, store: CacheStore,
                  nursery: trio.Nursery, daemon_env: Mapping[str, str]) -> None:
         self.config = config
         self.paths = paths

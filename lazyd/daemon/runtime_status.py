@@ -19,7 +19,7 @@ __all__ = ["runtime_status"]
 
 def runtime_status(runtime: ServerRuntime) -> dict[str, object]:
     """The status model of `runtime` (docs/lazyctl.md lists the fields)."""
-    snap = runtime.life.snapshot()
+    snap = runtime.life.status_fields()
     proc = runtime.proc
     core, config = runtime.core, runtime.config
     now_wall, now = time.time(), trio.current_time()

@@ -40,7 +40,7 @@ from lazyd.daemon.runtime_config import LineGate, RuntimeConfig
 from lazyd.daemon.server_input import ServerInput
 from lazyd.daemon.predicate import run_predicate
 from lazyd.daemon.outbox import Outbox
-from lazyd.daemon.store import SnapshotStore
+from lazyd.daemon.cache_store import CacheStore
 
 log = logging.getLogger("lazyd.server")
 
@@ -51,7 +51,7 @@ FATAL_SPAWN_ERRNOS = frozenset({errno.ENOENT, errno.EACCES, errno.ENOEXEC, errno
 
 
 class ServerRuntime:
-    def __init__(self, config: RuntimeConfig, snapshot: Snapshot, store: SnapshotStore,
+    def __init__(self, config: RuntimeConfig, snapshot: Snapshot, store: CacheStore,
                  on_children_changed: Callable[[], None] = lambda: None, *, label: str | None = None,
                  save_lock: trio.Lock | None = None) -> None:
         self.config = config

@@ -29,7 +29,7 @@ _CHANGING = ("starting", "stopping")
 
 
 def state_of(runtime: ServerRuntime) -> str:
-    return str(runtime.life.snapshot()["state"])
+    return str(runtime.life.status_fields()["state"])
 
 
 async def wake_and_wait(runtime: ServerRuntime, client: JsonObj | None = None) -> str | None:
@@ -52,7 +52,7 @@ async def wake_and_wait(runtime: ServerRuntime, client: JsonObj | None = None) -
     state = state_of(runtime)
     if state == "running":
         return None
-    reason = runtime.life.snapshot()["last_error"] or runtime.last_exit or f"still {state}"
+    reason = runtime.life.status_fields()["last_error"] or runtime.last_exit or f"still {state}"
     return f"{runtime.name} did not start: {reason}"
 
 

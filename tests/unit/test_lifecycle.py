@@ -146,7 +146,7 @@ def test_five_unrequested_failures_within_a_minute_park_the_server_with_no_furth
     assert lc.tick(now) == [Spawn()]
     assert crash_while_starting(lc, now) == [FailWaiting(CRASH), PARK_LOG]
     assert (state_of(lc), lc.last_error, lc.burst) == (State.FAILED, CRASH, 6)
-    assert lc.snapshot()["next_restart_at"] is None
+    assert lc.status_fields()["next_restart_at"] is None
     assert lc.next_deadline() is None
     assert lc.tick(now + 3600.0) == []
     assert lc.load(now + 3601.0, clients=2, inflight=1) == []
@@ -632,11 +632,11 @@ def test_a_server_without_a_predicate_reports_it_off() -> None:
 
 def test_inputs_that_do_not_fit_the_state_are_logged_and_change_nothing() -> None:
     lc = make()
-    before = lc.snapshot()
+    before = lc.status_fields()
     for actions in (lc.ready(1.0), lc.exited(1.0, "x", requested=False), lc.spawned(1.0, 5),
                     lc.spawn_failed(1.0, "x", fatal=True), lc.predicate_done(1.0, 0)):
         assert len(actions) == 1 and isinstance(actions[0], Log)
-    assert lc.snapshot() == before
+    assert lc.status_fields() == before
     start(lc, 2.0, pid=6)
     assert lc.spawned(3.0, 7) == [Log("ignored spawned() while running (pid 6)")]
     assert lc.pid == 6
@@ -645,14 +645,14 @@ def test_inputs_that_do_not_fit_the_state_are_logged_and_change_nothing() -> Non
 def test_caller_bugs_raise_lifecycle_error_and_change_nothing() -> None:
     lc = make()
     assert lc.demand(10.0) == [Spawn()]
-    before = lc.snapshot()
+    before = lc.status_fields()
     with pytest.raises(LifecycleError, match="time went backwards"):
         lc.tick(9.0)
     with pytest.raises(LifecycleError, match="negative"):
         lc.load(11.0, clients=-1, inflight=0)
     with pytest.raises(LifecycleError, match="pid"):
         lc.spawned(11.0, 0)
-    assert lc.snapshot() == before
+    assert lc.status_fields() == before
     with pytest.raises(LifecycleError, match="linger_s"):
         LifecyclePolicy(linger_s=-1.0)
     with pytest.raises(LifecycleError, match="start_timeout_s"):
@@ -664,7 +664,7 @@ def test_caller_bugs_raise_lifecycle_error_and_change_nothing() -> None:
 def test_the_snapshot_is_a_plain_dict_of_the_status_fields() -> None:
     lc = make(wake_interval_s=60.0)
     start(lc, 1.0, pid=77)
-    assert lc.snapshot() == {
+    assert lc.status_fields() == {
         "state": "running", "pid": 77, "started_at": 1.0, "restarts": 0, "last_error": None,
         "burst": 0, "next_restart_at": None, "predicate_state": "idle",
     }
@@ -704,13 +704,13 @@ def test_random_input_sequences_keep_the_invariants(
     assert lc.tick(now) == []  # from here on the machine has seen a time, so -1 s goes backwards
     for name, step, a, b, code in steps:
         if step < 0:
-            snapshot = lc.snapshot()
+            snapshot = lc.status_fields()
             with pytest.raises(LifecycleError):
                 lc.tick(now + step)
-            assert lc.snapshot() == snapshot
+            assert lc.status_fields() == snapshot
             continue
         now += step
-        before, state_before = lc.snapshot(), lc.state
+        before, state_before = lc.status_fields(), lc.state
         valid = {"spawned": alive and pid is None, "spawn_failed": alive and pid is None,
                  "exited": alive, "ready": lc.state is State.STARTING and pid is not None,
                  "predicate_done": predicate_out, "boot": not booted}.get(name, True)
@@ -728,7 +728,7 @@ def test_random_input_sequences_keep_the_invariants(
             actions = getattr(lc, name)(now)
         if not valid:
             assert len(actions) == 1 and isinstance(actions[0], Log), (name, actions)
-            after = lc.snapshot()
+            after = lc.status_fields()
             # Time alone may have made the running start good, which clears the burst.
             assert after.pop("burst") in (before.pop("burst"), 0)
             assert after == before

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from lazyd.daemon.statefiles import StateFileError, read_private
-from lazyd.daemon.store import SECRET_BYTES, load_or_create_secret
+from lazyd.daemon.cache_store import SECRET_BYTES, load_or_create_secret
 
 
 def private(path: Path, data: bytes, mode: int = 0o600) -> Path:
