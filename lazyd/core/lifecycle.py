@@ -74,29 +74,12 @@ import random
 from typing import Final
 
 from lazyd.core.durations import format_duration
-from lazyd.core.lifecycle_policy import (
-    PARK_AFTER_FAILURES,
-    PARK_WINDOW_S,
-    STABLE_AFTER_S,
-    CrashLoop,
-    LifecyclePolicy,
-    backoff_delay_s,
-)
+from lazyd.core.lifecycle_policy import (PARK_AFTER_FAILURES, PARK_WINDOW_S, STABLE_AFTER_S, CrashLoop,
+                                         LifecyclePolicy, backoff_delay_s)
 from lazyd.core.lifecycle_predicate import PredicateSchedule
+from lazyd.core.lifecycle_states import (PROCESS_STATES, Action, FailWaiting, KillAndFail, LifecycleError, Log,
+                                         PredicateState, RunPredicate, Spawn, State, Stop)
 from lazyd.core.lifecycle_usage import Usage
-from lazyd.core.lifecycle_states import (
-    PROCESS_STATES,
-    Action,
-    FailWaiting,
-    KillAndFail,
-    LifecycleError,
-    Log,
-    PredicateState,
-    RunPredicate,
-    Spawn,
-    State,
-    Stop,
-)
 
 __all__ = ["State", "PredicateState", "PROCESS_STATES", "LifecyclePolicy", "LifecycleError",
            "Spawn", "Stop", "KillAndFail", "FailWaiting", "RunPredicate", "Log", "Action",
@@ -396,7 +379,7 @@ class Lifecycle:
         actions: list[Action] = [FailWaiting(error)] if waiting else []
         single_try, self._single_try = self._single_try, False
         operator_start, self._operator_start = self._operator_start, False
-        if self._parks(now):
+        if self._unrequested.parks(now, self._policy.keep_alive):
             self.state = State.FAILED
             actions.append(Log(f"parked as failed after {PARK_AFTER_FAILURES} failed restarts "
                                f"within {format_duration(PARK_WINDOW_S)}; last error: {error}"))
@@ -411,9 +394,6 @@ class Lifecycle:
         else:
             self._enter_sleeping(now)
         return actions
-
-    def _parks(self, now: float) -> bool:
-        return self._unrequested.parks(now, self._policy.keep_alive)
 
     def _start_timed_out(self, now: float) -> list[Action]:
         reason = f"start timeout after {format_duration(self._policy.start_timeout_s)}"
