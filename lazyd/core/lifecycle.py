@@ -12,14 +12,11 @@ what each means). A process exists exactly in starting, running and stopping, an
 
 Rules
 -----
-1. Starts. `demand()` (a request needs a live server) spawns at once from sleeping, backoff and
-   failed; backoff's wait is skipped. From failed it is *one fresh try*: if that start fails the
-   server goes straight back to failed, and waiting requests get the error. In starting or running
-   it does nothing; in stopping the spawn is remembered and issued when the stop completes.
-   `operator_wake()` resets the failure counters and starts like a demand, but is not a single try.
-   Starts made by `demand()` and `operator_wake()` are *requested*; backoff restarts, predicate
-   starts and boot starts are *unrequested*. A demand that joins an unrequested start makes it
-   requested.
+1. Starts. `demand()` (a request needs a live server) and `operator_wake()` start the server
+   from sleeping, backoff and failed (from failed a demand is *one fresh try*), join a start under
+   way, and are remembered while stopping: lazyd/core/lifecycle_requests.py has the rule in full
+   with its table. Starts made by them are *requested*; backoff restarts, predicate starts and boot
+   starts are *unrequested*.
 2. Good starts. A start is good once the server has stayed up `STABLE_AFTER_S` after `ready()`
    (supervisord's startsecs); only then are `burst` and the parking window cleared. Any
    unexpected exit, failed spawn or start timeout before that is a failed start.
@@ -37,10 +34,8 @@ Rules
    directory) parks as failed at once, even for keep_alive: running the same unexecutable command
    again cannot help, and the error belongs in `lazyctl status`. Other spawn errors (EAGAIN,
    ENOMEM...) are failed starts like a crash, and back off.
-4. Backoff. The delay after the n-th consecutive failure doubles from `BACKOFF_BASE_S` with
-   jitter, clamped to [`BACKOFF_BASE_S`, `BACKOFF_CAP_S`]: 0.5, 1, 2, 4, 8 ... 30 s, never faster
-   than 0.5 s (the formula: lazyd/core/lifecycle_policy.py). A crash after a good start is the
-   first failure of a new burst, so it waits the base delay.
+4. Backoff: 0.5, 1, 2, 4, 8 ... 30 s with jitter, never faster than 0.5 s (lazyd/core/lifecycle_policy.py).
+   A crash after a good start is the first failure of a new burst, so it waits the base delay.
 5. Start timeout. Still starting `start_timeout_s` after the spawn: `KillAndFail` (the caller kills
    the group and fails queued and in-flight requests), the state becomes stopping, and the timeout
    counts as a failed start. When the process is gone the server is parked as failed, because
@@ -51,11 +46,10 @@ Rules
    was going anyway. Then a remembered demand spawns (requested); a start timeout's outcome
    applies (rule 5); else sleeping. Outside stopping, `exited(requested=True)` means the daemon
    ended the process on purpose without asking: no failure is counted and the server sleeps.
-8. `operator_sleep()` stops a starting or running server (queued requests are failed), cancels a
-   backoff (to sleeping) and drops a demand remembered while stopping. It leaves failed alone.
-9. Wake predicate (when `wake_interval_s` is set): lazyd/core/lifecycle_predicate.py, where the
-   rule is written with the schedule that keeps it. It runs only in sleeping; exit 0 spawns
-   (unrequested).
+8. `operator_sleep()` stops a starting or running server, cancels a backoff and drops a demand
+   remembered while stopping (lazyd/core/lifecycle_requests.py).
+9. Wake predicate (when `wake_interval_s` is set; the rule in full: lazyd/core/lifecycle_predicate.py):
+   it runs only in sleeping; exit 0 spawns (unrequested).
 10. `boot()`, once, when the daemon adopts the server: eager and keep_alive servers spawn
    (unrequested) and the first predicate run is scheduled.
 
@@ -71,12 +65,12 @@ from __future__ import annotations
 
 import math
 import random
-from typing import Final
 
 from lazyd.core.durations import format_duration
 from lazyd.core.lifecycle_policy import (PARK_AFTER_FAILURES, PARK_WINDOW_S, STABLE_AFTER_S, CrashLoop,
                                          LifecyclePolicy, backoff_delay_s)
 from lazyd.core.lifecycle_predicate import PredicateSchedule
+from lazyd.core.lifecycle_requests import OPERATOR_SLEEP_REASON, REQUEST_RULES, Rule
 from lazyd.core.lifecycle_states import (PROCESS_STATES, Action, FailWaiting, KillAndFail, LifecycleError, Log,
                                          PredicateState, RunPredicate, Spawn, State, Stop)
 from lazyd.core.lifecycle_usage import Usage
@@ -84,24 +78,6 @@ from lazyd.core.lifecycle_usage import Usage
 __all__ = ["State", "PredicateState", "PROCESS_STATES", "LifecyclePolicy", "LifecycleError",
            "Spawn", "Stop", "KillAndFail", "FailWaiting", "RunPredicate", "Log", "Action",
            "Lifecycle"]
-
-# Rule 1 and 8 as a table: what demand, operator_wake and operator_sleep do in each state.
-_REQUEST_RULES: Final[dict[str, dict[State, str]]] = {
-    "demand": {State.SLEEPING: "spawn", State.BACKOFF: "spawn", State.FAILED: "spawn_once",
-               State.STARTING: "join", State.RUNNING: "nothing", State.STOPPING: "after_stop"},
-    "operator_wake": {State.SLEEPING: "spawn", State.BACKOFF: "spawn", State.FAILED: "spawn",
-                      State.STARTING: "join", State.RUNNING: "nothing",
-                      State.STOPPING: "after_stop"},
-    "operator_sleep": {State.SLEEPING: "nothing", State.BACKOFF: "to_sleep",
-                       State.FAILED: "nothing", State.STARTING: "stop_failing_waiting",
-                       State.RUNNING: "stop", State.STOPPING: "drop_after_stop"},
-}
-_OPERATOR_SLEEP_REASON: Final = "stopped by lazyctl sleep"
-
-
-def _due(deadline: float | None, now: float) -> bool:
-    return deadline is not None and now >= deadline
-
 
 class Lifecycle:
     """The state machine of one server (rules in the module docstring).
@@ -269,7 +245,7 @@ class Lifecycle:
         if state is State.STARTING and self._spawn_at is not None:
             if now >= self._spawn_at + self._policy.start_timeout_s:
                 return self._start_timed_out(now)
-        elif state is State.BACKOFF and _due(self.next_restart_at, now):
+        elif state is State.BACKOFF and self.next_restart_at is not None and now >= self.next_restart_at:
             return self._spawn(now, requested=False)
         elif state is State.RUNNING:
             return self._due_stop(now)
@@ -308,25 +284,25 @@ class Lifecycle:
 
     def _request(self, name: str, now: float) -> list[Action]:
         self._enter(now)
-        rule = _REQUEST_RULES[name][self.state]
-        if rule in ("spawn", "spawn_once"):
-            return self._spawn(now, requested=True, single_try=rule == "spawn_once")
-        if rule == "join":
+        rule = REQUEST_RULES[name][self.state]
+        if rule in (Rule.SPAWN, Rule.SPAWN_ONCE):
+            return self._spawn(now, requested=True, single_try=rule is Rule.SPAWN_ONCE)
+        if rule is Rule.JOIN:
             self._start_requested = True
-        elif rule == "after_stop":
+        elif rule is Rule.AFTER_STOP:
             self._pending_demand = True
-        elif rule == "to_sleep":
+        elif rule is Rule.TO_SLEEP:
             self._enter_sleeping(now)
-        elif rule == "stop_failing_waiting":
-            return [*self._stop("lazyctl sleep"), FailWaiting(_OPERATOR_SLEEP_REASON)]
-        elif rule == "stop":
+        elif rule is Rule.STOP_FAILING_WAITING:
+            return [*self._stop("lazyctl sleep"), FailWaiting(OPERATOR_SLEEP_REASON)]
+        elif rule is Rule.STOP:
             return self._stop("lazyctl sleep")
-        elif rule == "drop_after_stop":
+        elif rule is Rule.DROP_AFTER_STOP:
             if self._stop_outcome is State.BACKOFF:
                 self._stop_outcome = State.SLEEPING
             if self._pending_demand:
                 self._pending_demand = False
-                return [FailWaiting(_OPERATOR_SLEEP_REASON)]
+                return [FailWaiting(OPERATOR_SLEEP_REASON)]
         return []
 
     def _spawn(self, now: float, requested: bool, single_try: bool = False) -> list[Action]:
