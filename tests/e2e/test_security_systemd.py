@@ -74,15 +74,16 @@ def test_status_counts_a_failed_server_and_the_attached_clients(
         assert proc.wait(timeout=STEP_S) == 0, daemon_log(user_env)
 
 
-# The watchdog pings, as systemd's own notify socket would see them. WatchdogSec=4 s: lazyd pings
-# every 2 s (half, as sd_watchdog_enabled(3) advises). A gap under 1.5 s would be a daemon pinging
-# on some other schedule (a status change, a busy loop); a gap over 3 s leaves less than a second
-# of margin before systemd would kill it, which a healthy loop never comes near.
-PING_WATCHDOG_USEC = 4_000_000
-PING_GAP_MIN_S = 1.5
-PING_GAP_MAX_S = 3.0
+# The watchdog pings, as systemd's own notify socket would see them. WatchdogSec=6 s: lazyd pings
+# every 3 s (half, as sd_watchdog_enabled(3) advises). A gap under 2.5 s would be a daemon pinging
+# on some other schedule (a status change, a busy loop); a gap over 5 s leaves less than a second
+# before systemd would kill it (a daemon pinging at the full timeout shows 6 s gaps), which a
+# healthy loop never comes near: the 2 s of slack are for a loaded machine.
+PING_WATCHDOG_USEC = 6_000_000
+PING_GAP_MIN_S = 2.5
+PING_GAP_MAX_S = 5.0
 PINGS_OBSERVED = 3
-STOPPED_FOR_S = 5.0  # longer than WatchdogSec: a stopped loop must send nothing all that time
+STOPPED_FOR_S = 5.0  # longer than the ping interval: a stopped loop must send nothing all that time
 
 
 def watchdog_pings(sock: socket.socket, count: int) -> list[float]:
