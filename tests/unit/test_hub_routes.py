@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from lazyd.core import jsonrpc as rpc
 from lazyd.core.hub_routes import MAX_CALLS_IN_FLIGHT, CancelTask, HubRoutes, ToCall, ToClient
@@ -138,3 +140,61 @@ def test_every_request_of_interleaved_calls_is_answered_to_its_own_call_under_it
     for call, hub_id, server_id in reversed(sent):
         assert routes.client_response(msg({"jsonrpc": "2.0", "id": hub_id, "result": {}})) == [
             ToCall(call, line({"jsonrpc": "2.0", "id": server_id, "result": {}}))]
+
+
+# ---- a random walk: whatever the order, every answer reaches its own call once, or nobody --------
+
+_EVENTS = st.lists(st.tuples(st.sampled_from(["request", "answer", "server_cancel", "end", "stray"]),
+                             st.integers(0, 3), st.integers(0, 40)), max_size=60)
+
+
+@settings(derandomize=True, max_examples=400, deadline=None, database=None)
+@given(_EVENTS)
+def test_in_any_order_each_answer_reaches_the_call_that_asked_once_and_never_after_it_ended(
+        events: list[tuple[str, int, int]]) -> None:
+    routes = HubRoutes()
+    issued: dict[int, tuple[int, object]] = {}  # hub id -> (call, server id), as the model sees it
+    live: set[int] = set()  # hub ids still waiting on the client
+    ended: set[int] = set()
+    counters = {-1 - n: 0 for n in range(4)}  # each call's server numbers its own requests: ids collide across calls
+    for kind, which, pick in events:
+        call = -1 - which
+        if kind == "request" and call not in ended:
+            counters[call] += 1
+            serial = counters[call]
+            server_id: object = f"s{serial}" if serial % 2 else serial
+            (action,) = routes.server_request(call, msg({**SAMPLING, "id": server_id}))
+            assert isinstance(action, ToClient)
+            hub_id = json.loads(action.line)["id"]
+            assert hub_id not in issued, "a hub id was reused"
+            issued[hub_id] = (call, server_id)
+            live.add(hub_id)
+        elif kind == "answer" and issued:
+            hub_id = sorted(issued)[pick % len(issued)]
+            actions = routes.client_response(msg({"jsonrpc": "2.0", "id": hub_id, "result": {"n": pick}}))
+            if hub_id in live:
+                owner, server_id = issued[hub_id]
+                assert actions == [ToCall(owner, line({"jsonrpc": "2.0", "id": server_id, "result": {"n": pick}}))]
+                live.discard(hub_id)
+            else:
+                assert actions == []
+        elif kind == "server_cancel" and issued:
+            hub_id = sorted(issued)[pick % len(issued)]
+            owner, server_id = issued[hub_id]
+            actions = routes.server_cancel(owner, msg({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                                                       "params": {"requestId": server_id}}))
+            if hub_id in live:
+                (action,) = actions
+                assert isinstance(action, ToClient) and json.loads(action.line)["params"]["requestId"] == hub_id
+                live.discard(hub_id)
+            else:
+                assert actions == []
+        elif kind == "end":
+            actions = routes.call_ended(call)
+            cancelled = {json.loads(a.line)["params"]["requestId"] for a in actions if isinstance(a, ToClient)}
+            assert cancelled == {h for h in live if issued[h][0] == call}
+            live -= cancelled
+            ended.add(call)
+        elif kind == "stray":
+            assert routes.client_response(msg({"jsonrpc": "2.0", "id": 10_000 + pick, "result": {}})) == []
+        assert routes.waiting_on_client() == len(live)
