@@ -56,11 +56,21 @@ class EraLanes:
         self.policy = EraPolicy(primary.config.era)
         self._open_lane = open_lane
         self.opening: trio.Event | None = None  # set when the lane being opened is there
-        self.pending = 0  # routes that have not chosen a lane yet (a share = false instance is not free)
+        self._pending = 0  # routes that have not chosen a lane yet (a share = false instance is not free)
+        self.on_change: Callable[[], None] = lambda: None  # the registry's status signal (changes.py)
         # A share = false instance being created for a session: taken from the moment it exists
         # (its start awaits) until that session's route counts in `pending`, so a second session
         # opened meanwhile never takes it for a free one.
         self.reserved = False
+
+    @property
+    def pending(self) -> int:
+        return self._pending
+
+    @pending.setter
+    def pending(self, count: int) -> None:
+        self._pending = count
+        self.on_change()  # sessions waiting for their lane count as clients in status
 
     def lanes(self) -> list[Lane]:
         return [Lane(r.core.lane, _busy(r)) for r in self.runtimes]

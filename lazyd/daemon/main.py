@@ -203,7 +203,7 @@ async def serve(sock: socket.socket, paths: Paths, config: Config, config_path: 
         connections = trio.CancelScope()
         await nursery.start(_serve_connections, handler, listener, connections)
         notifier.ready(status_summary(registry))  # only now: the listener is accepting
-        nursery.start_soon(notifier.run, partial(status_summary, registry))
+        nursery.start_soon(notifier.run, partial(status_summary, registry), registry.changes.wait)
         nursery.start_soon(_signals, stop, partial(_reload, registry, config_path))
         if bound_identity is not None:
             nursery.start_soon(watch_ownership, paths, bound_identity, stop, ownership_check_interval_s)

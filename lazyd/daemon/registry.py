@@ -42,6 +42,7 @@ from lazyd.daemon.paths import Paths
 from lazyd.daemon.policy_gate import RuntimeGate
 from lazyd.daemon.command import SpawnSpec
 from lazyd.daemon.cache_store import CacheStore
+from lazyd.daemon.changes import Changes
 from lazyd.daemon.outbox import ConnectionOutbox
 from lazyd.daemon.runtime_config import RuntimeConfig, child_records, lifecycle_policy
 from lazyd.daemon.supervisor import ServerRuntime
@@ -96,6 +97,8 @@ class Registry:
         self.handshakes = handshakes.LearnedHandshakes(paths.state_dir)
         # Private instance digest -> the digest of the registration's own (base) identity.
         self._private_base: dict[str, str] = {}
+        # Raised when anything a status summary shows may have changed (lazyd/daemon/changes.py).
+        self.changes = Changes()
 
     def note_client_line(self, line: bytes, peek: int) -> int:
         """Learn the handshake of a session from its first lines; how many more to look at."""
@@ -186,6 +189,7 @@ class Registry:
             for runtime in self.runtimes.values():
                 runtime.policy_changed(old.tool_policy, config.tool_policy)
         self.children_changed()
+        self.changes.note()  # rows went and came
         return report
 
     async def _named_runtime(self, server: ServerConfig) -> ServerRuntime:
@@ -217,12 +221,15 @@ class Registry:
         )
         runtime = ServerRuntime(config, self.store.load(cache_digest), self.store, self.children_changed)
         runtime.gate = RuntimeGate(runtime, lambda: self.config.tool_policy)  # read at each call: reloads apply
+        runtime.on_change = self.changes.note
         self.runtimes[digest] = runtime
         self.identities[digest] = identity
         lanes = self.lanes[digest] = EraLanes(runtime, lambda era: self._open_lane(digest, era))
         lanes.reserved = bool(identity.instance.startswith(PRIVATE_INSTANCE))
+        lanes.on_change = self.changes.note
         self.lane_of[digest] = digest
         await self.nursery.start(runtime.run)
+        self.changes.note()  # a new row
         log.info("server %s registered (share = %s)", name, str(policy.share).lower())
         return runtime
 
@@ -237,12 +244,14 @@ class Registry:
         runtime = ServerRuntime(dataclasses.replace(primary.config, spec=spec), primary.core.snapshot, self.store,
                                 self.children_changed, label=label, save_lock=primary._save_lock)
         runtime.gate = RuntimeGate(runtime, lambda: self.config.tool_policy)
+        runtime.on_change = self.changes.note
         identity = self.identities[digest]
         lane_digest = dataclasses.replace(identity, instance=f"{identity.instance}#{len(lanes.runtimes)}").digest(self.secret)
         self.runtimes[lane_digest] = runtime
         self.identities[lane_digest] = identity
         self.lane_of[lane_digest] = digest
         await self.nursery.start(runtime.run)
+        self.changes.note()
         log.info("server %s: a second process slot for %s-era clients (%s)", primary.name, era, label)
         return runtime
 

@@ -83,6 +83,7 @@ class ServerRuntime:
         # state, process or failure count happens; created only while someone waits (see
         # wait_changed), so the relay's hot path allocates nothing.
         self._changed: trio.Event | None = None
+        self.on_change: Callable[[], None] = lambda: None  # the registry's status signal (changes.py)
         self.last_exit: str | None = None
         self.started_wall: float | None = None  # when the current process became ready (wall)
         self.spawned_wall: float | None = None  # when the current process was started (wall)
@@ -260,6 +261,7 @@ class ServerRuntime:
         if changed is not None:
             self._changed = None
             changed.set()
+        self.on_change()
 
     async def wait_changed(self) -> None:
         """Until the next lifecycle input has been carried out: its state, process, failure
