@@ -25,7 +25,6 @@ import logging
 import os
 import shutil
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import trio
@@ -399,6 +398,3 @@ class Registry:
         session) for the orphan sweep of a successor daemon."""
         orphans.write_state(self.paths.state_dir, [record for runtime in [*self.runtimes.values(), *self._closing]
                                                    for record in child_records(runtime)])
-
-    def log_path(self, runtime: ServerRuntime) -> Path:
-        return runtime.config.spec.log_path
