@@ -96,8 +96,7 @@ class Registry:
         self.handshakes = handshakes.LearnedHandshakes(paths.state_dir)
         # Private instance digest -> the digest of the registration's own (base) identity.
         self._private_base: dict[str, str] = {}
-        # Raised when anything a status summary shows may have changed (lazyd/daemon/changes.py).
-        self.changes = Changes()
+        self.changes = Changes()  # anything a status summary shows may have changed (changes.py)
 
     def note_client_line(self, line: bytes, peek: int) -> int:
         """Learn the handshake of a session from its first lines; how many more to look at."""
