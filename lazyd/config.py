@@ -1,7 +1,9 @@
 """The user's config file, `~/.config/lazyd/config.toml`, as frozen, validated dataclasses.
 
 This module owns the file's layout (documented in docs/configuration.md), its validation and
-its trust rule, and the translation of shim options (`--linger 30m`) into the same policies.
+its trust rule, and the translation of shim options (`--linger 30m`) into the same policies. The
+dataclasses it builds are lazyd/config_model.py (re-exported here), the readers of single values
+lazyd/config_values.py.
 
 Every problem is a `ConfigError` whose text is exactly one line, "<file>: <key path>: <problem>",
 for example `~/.config/lazyd/config.toml: servers.github.linger: '10x' is not a duration (...)`;
@@ -21,16 +23,13 @@ file writable by group or others is refused rather than read.
 
 from __future__ import annotations
 
-import difflib
 import errno
 import json
 import os
-import posixpath
 import re
 import stat
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import Literal
@@ -38,8 +37,9 @@ from typing import Literal
 import tomlkit
 import tomlkit.exceptions
 
-from lazyd.durations import parse_bool, parse_duration
-from lazyd.core.identity import PER_SESSION_ENV
+from lazyd import config_values as cv
+from lazyd.config_model import Config, ConfigError, Policy, ServerConfig, WakePredicate
+from lazyd.durations import parse_bool
 from lazyd.core.policy import ToolPolicy, as_decision, compile_rule
 from lazyd.errors import ConfigError
 
@@ -65,112 +65,8 @@ _OPTION_KEYS = ("linger", "idle_timeout", "start_timeout", "share", "wake_comman
 _ERA_SETTINGS: tuple[Literal["auto", "handshake", "stateless"], ...] = ("auto", "handshake", "stateless")
 _SAMPLING_POLICIES = ("refuse", "most-recent")
 _SERVER_NAME = re.compile(r"[A-Za-z0-9_.-]+", re.ASCII)
-_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+", re.ASCII)
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*", re.ASCII)
-# "$$", or "${" up to the next "}" (group 3 empty when there is none); a lone "$" is left alone.
-_REFERENCE = re.compile(r"\$(?:(\$)|\{([^}]*)(\}?))")
 # Used in messages when the text did not come from a file.
 _NO_FILE_LABEL = "config.toml"
-
-
-@dataclass(frozen=True)
-class WakePredicate:
-    """A command run every `interval_s`; exit 0 starts the server, 1 keeps it asleep."""
-
-    argv: tuple[str, ...]
-    interval_s: float = 5.0
-    timeout_s: float = 1.0
-
-    def __post_init__(self) -> None:
-        if not self.argv or not self.argv[0]:
-            raise ValueError("a wake predicate needs a command")
-        if not (self.interval_s > 0 and self.timeout_s > 0):
-            raise ValueError("a wake predicate's interval and timeout must be longer than 0")
-
-
-@dataclass(frozen=True)
-class Policy:
-    """How one server is started and stopped; every duration in seconds."""
-
-    start_timeout_s: float = 60.0
-    linger_s: float = 600.0
-    idle_timeout_s: float | None = None
-    keep_alive: bool = False
-    start: Literal["lazy", "eager"] = "lazy"
-    # True, False, or "auto": decided per registration from its cache (lazyd/core/sharing.py).
-    share: bool | Literal["auto"] = "auto"
-    wake: WakePredicate | None = None
-    era: Literal["auto", "handshake", "stateless"] = "auto"
-
-    def __post_init__(self) -> None:
-        if not self.start_timeout_s > 0:
-            raise ValueError("start_timeout must be longer than 0")
-        if not self.linger_s >= 0:
-            raise ValueError("linger must not be negative")
-        if self.idle_timeout_s is not None and self.idle_timeout_s < 0:
-            raise ValueError("idle_timeout must not be negative")
-        if self.keep_alive and self.idle_timeout_s:
-            raise ValueError("keep_alive cannot be combined with idle_timeout")
-
-
-@dataclass(frozen=True)
-class ServerConfig:
-    """A named server: `lazyd-shim --server NAME` runs it, and the daemon knows it at boot."""
-
-    name: str
-    command: str
-    args: tuple[str, ...]
-    env: Mapping[str, str]
-    cwd: str | None
-    policy: Policy
-    # What the server is for and when to use it, in the user's words: what the hub shows for it,
-    # ahead of the server's own `instructions`. None when not written. Not compared: editing it
-    # is no reason for a reload to restart the server (the hub reads it from the current config).
-    description: str | None = field(default=None, compare=False)
-
-
-def _no_servers() -> Mapping[str, ServerConfig]:
-    return MappingProxyType({})
-
-
-@dataclass(frozen=True)
-class Config:
-    """The whole file; `Config()` is what a missing file means."""
-
-    defaults: Policy = field(default_factory=Policy)
-    servers: Mapping[str, ServerConfig] = field(default_factory=_no_servers)
-    extra_per_session_env: frozenset[str] = frozenset()
-    # `identity_env`: variables (names or patterns) that count in every identity, even where the
-    # built-in rule would ignore them (lazyd/core/envrules.py).
-    identity_env: frozenset[str] = frozenset()
-    sampling_policy: Literal["refuse", "most-recent"] = "refuse"
-    source: Path | None = None
-    # `[policy]`: which tools run, ask the user first, or are refused (lazyd/core/policy.py).
-    tool_policy: ToolPolicy = field(default_factory=ToolPolicy)
-
-    @property
-    def per_session_env(self) -> frozenset[str]:
-        """The built-in per-session variables plus the user's `per_session_env`."""
-        return PER_SESSION_ENV | self.extra_per_session_env
-
-
-@dataclass(frozen=True)
-class _At:
-    """Where a value stood: the file and the key path, for error messages."""
-
-    label: str
-    keys: tuple[str, ...] = ()
-    # Shim options name their flag instead ("option --wake-interval"), having no file or table.
-    option: bool = False
-
-    def __truediv__(self, key: str) -> _At:
-        return _At(self.label, (*self.keys, key), self.option)
-
-    def error(self, problem: str) -> ConfigError:
-        if self.option:
-            return ConfigError(f"option --{'-'.join(self.keys).replace('_', '-')}: {problem}")
-        path = ".".join(k if _BARE_KEY.fullmatch(k) else json.dumps(k) for k in self.keys)
-        return ConfigError(f"{self.label}: {path}: {problem}" if path else f"{self.label}: {problem}")
 
 
 def load_config(path: Path, environ: Mapping[str, str]) -> Config:
@@ -227,7 +123,7 @@ def load_config(path: Path, environ: Mapping[str, str]) -> Config:
 
 def parse_config_text(text: str, environ: Mapping[str, str], source: Path | None) -> Config:
     """Validate config `text` (the pure part of `load_config`); `source` names it in errors."""
-    at = _At(str(source) if source is not None else _NO_FILE_LABEL)
+    at = cv.At(str(source) if source is not None else _NO_FILE_LABEL)
     try:
         document = tomlkit.parse(text).unwrap()
     except tomlkit.exceptions.ParseError as error:
@@ -237,10 +133,10 @@ def parse_config_text(text: str, environ: Mapping[str, str], source: Path | None
         # Some errors (a key defined twice) carry no position in tomlkit; the standard library's
         # parser of the same text does, so ask it where the problem is.
         raise ConfigError(f"{at.label}: {_locate_toml_error(text) or error}") from None
-    _check_keys(at, document, _TOP_KEYS)
+    cv.check_keys(at, document, _TOP_KEYS)
     defaults_at = at / "defaults"
-    defaults_table = _table(defaults_at, document.get("defaults", {}))
-    _check_keys(defaults_at, defaults_table, _DEFAULTS_KEYS)
+    defaults_table = cv.table(defaults_at, document.get("defaults", {}))
+    cv.check_keys(defaults_at, defaults_table, _DEFAULTS_KEYS)
     defaults = _merge_policy(defaults_at, Policy(), defaults_table)
     extra = _patterns(defaults_at / "per_session_env", defaults_table.get("per_session_env", []))
     forced = _patterns(defaults_at / "identity_env", defaults_table.get("identity_env", []))
@@ -248,10 +144,10 @@ def parse_config_text(text: str, environ: Mapping[str, str], source: Path | None
     if sampling == "refuse" or sampling == "most-recent":
         sampling_policy: Literal["refuse", "most-recent"] = sampling
     else:
-        raise (defaults_at / "sampling_policy").error(_not_one_of(sampling, _SAMPLING_POLICIES))
+        raise (defaults_at / "sampling_policy").error(cv.not_one_of(sampling, _SAMPLING_POLICIES))
     servers_at = at / "servers"
     servers: dict[str, ServerConfig] = {}
-    for name, value in _table(servers_at, document.get("servers", {})).items():
+    for name, value in cv.table(servers_at, document.get("servers", {})).items():
         servers[name] = _server(servers_at / name, name, value, defaults, environ)
     tool_policy = _tool_policy(at / "policy", document.get("policy", {}))
     return Config(defaults=defaults, servers=MappingProxyType(servers),
@@ -259,31 +155,31 @@ def parse_config_text(text: str, environ: Mapping[str, str], source: Path | None
                   tool_policy=tool_policy)
 
 
-def _patterns(at: _At, value: object) -> frozenset[str]:
+def _patterns(at: cv.At, value: object) -> frozenset[str]:
     """An array of variable names or fnmatch patterns (per_session_env, identity_env)."""
-    patterns = frozenset(_strings(at, value, allow_empty=True))
+    patterns = frozenset(cv.strings(at, value, allow_empty=True))
     for pattern in sorted(patterns):
         if not pattern or "=" in pattern:
             raise at.error(f"{pattern!r} is not a variable name or pattern")
     return patterns
 
 
-def _tool_policy(at: _At, value: object) -> ToolPolicy:
+def _tool_policy(at: cv.At, value: object) -> ToolPolicy:
     """`[policy]`: `default` and `rules = { "SERVER.TOOL" = "allow" | "ask" | "deny" }`."""
-    table = _table(at, value)
-    _check_keys(at, table, _TOOL_POLICY_KEYS)
+    table = cv.table(at, value)
+    cv.check_keys(at, table, _TOOL_POLICY_KEYS)
     try:
         default = as_decision(table.get("default", "allow"))
     except ValueError as error:
         raise (at / "default").error(str(error)) from None
     rules = []
-    for pattern, decision in _table(at / "rules", table.get("rules", {})).items():
+    for pattern, decision in cv.table(at / "rules", table.get("rules", {})).items():
         if isinstance(decision, dict):
             # An unquoted `github.create_issue = "ask"` is a TOML dotted key: a nested table.
             raise (at / "rules" / pattern).error(
                 'is a table: quote patterns, as in "github.create_issue" = "ask"')
         if not isinstance(decision, str):
-            raise (at / "rules" / pattern).error(f'expected "allow", "ask" or "deny", got {_type_name(decision)}')
+            raise (at / "rules" / pattern).error(f'expected "allow", "ask" or "deny", got {cv.type_name(decision)}')
         try:
             rules.append(compile_rule(pattern, decision))
         except ValueError as error:
@@ -311,14 +207,14 @@ def policy_with_options(base: Policy, opts: Mapping[str, str]) -> Policy:
     unknown key or a bad value; wake_interval and wake_timeout need a wake command, given here
     or in `base`.
     """
-    at = _At("option", option=True)
+    at = cv.At("option", option=True)
     table: dict[str, object] = {}
     wake: dict[str, object] = {}
     for key, value in opts.items():
         if key not in _OPTION_KEYS:
             raise (at / key).error(f"unknown option; allowed: {', '.join(_OPTION_KEYS)}")
         if not isinstance(value, str):
-            raise (at / key).error(f"expected text, got {_type_name(value)}")
+            raise (at / key).error(f"expected text, got {cv.type_name(value)}")
         if key == "share":
             if value.strip().lower() == "auto":
                 table["share"] = "auto"
@@ -350,34 +246,34 @@ def policy_with_options(base: Policy, opts: Mapping[str, str]) -> Policy:
     return _merge_policy(at, base, table)
 
 
-def _server(at: _At, name: str, value: object, defaults: Policy,
+def _server(at: cv.At, name: str, value: object, defaults: Policy,
             environ: Mapping[str, str]) -> ServerConfig:
     if not _SERVER_NAME.fullmatch(name) or name in (".", ".."):
         raise at.error("is not a valid server name (use letters, digits, '_', '.' and '-')")
-    table = _table(at, value)
-    _check_keys(at, table, _SERVER_KEYS)
+    table = cv.table(at, value)
+    cv.check_keys(at, table, _SERVER_KEYS)
     if "command" not in table:
         raise (at / "command").error("is missing; every server needs a command")
-    command = _string(at / "command", table["command"])
+    command = cv.string(at / "command", table["command"])
     if not command.strip():
         raise (at / "command").error("is empty; every server needs a command")
-    args = tuple(_strings(at / "args", table.get("args", []), allow_empty=True))
+    args = tuple(cv.strings(at / "args", table.get("args", []), allow_empty=True))
     env: dict[str, str] = {}
     env_at = at / "env"
-    for variable, raw in _table(env_at, table.get("env", {})).items():
+    for variable, raw in cv.table(env_at, table.get("env", {})).items():
         where = env_at / variable
         if not variable or "=" in variable or "\0" in variable:
             raise where.error("is not a valid environment variable name")
         try:
-            env[variable] = _expand(_string(where, raw), environ)
+            env[variable] = cv.expand(cv.string(where, raw), environ)
         except ValueError as error:
             raise where.error(str(error)) from None
     cwd = None
     if "cwd" in table:
-        cwd = _directory(at / "cwd", _string(at / "cwd", table["cwd"]), environ)
+        cwd = cv.directory(at / "cwd", cv.string(at / "cwd", table["cwd"]), environ)
     description = None
     if "description" in table:
-        description = " ".join(_string(at / "description", table["description"]).split()) or None
+        description = " ".join(cv.string(at / "description", table["description"]).split()) or None
         if description is not None and len(description) > MAX_DESCRIPTION_CHARS:
             raise (at / "description").error(
                 f"is {len(description)} characters long; keep it under {MAX_DESCRIPTION_CHARS} "
@@ -386,20 +282,20 @@ def _server(at: _At, name: str, value: object, defaults: Policy,
                         cwd=cwd, policy=_merge_policy(at, defaults, table), description=description)
 
 
-def _merge_policy(at: _At, base: Policy, table: Mapping[str, object]) -> Policy:
+def _merge_policy(at: cv.At, base: Policy, table: Mapping[str, object]) -> Policy:
     start_timeout, linger = base.start_timeout_s, base.linger_s
     if "start_timeout" in table:
-        start_timeout = _duration(at / "start_timeout", table["start_timeout"])
+        start_timeout = cv.duration(at / "start_timeout", table["start_timeout"])
         if start_timeout <= 0:
             raise (at / "start_timeout").error(
                 "must be longer than 0 (it bounds how long a start may take)")
     if "linger" in table:
-        linger = _duration(at / "linger", table["linger"])
+        linger = cv.duration(at / "linger", table["linger"])
     keep_alive, idle = base.keep_alive, base.idle_timeout_s
     if "idle_timeout" in table:
-        idle = _duration(at / "idle_timeout", table["idle_timeout"]) or None
+        idle = cv.duration(at / "idle_timeout", table["idle_timeout"]) or None
     if "keep_alive" in table:
-        keep_alive = _bool(at / "keep_alive", table["keep_alive"])
+        keep_alive = cv.boolean(at / "keep_alive", table["keep_alive"])
     if keep_alive and idle is not None:
         if "keep_alive" in table and "idle_timeout" in table:
             raise (at / "keep_alive").error(
@@ -416,7 +312,7 @@ def _merge_policy(at: _At, base: Policy, table: Mapping[str, object]) -> Policy:
         if value == "lazy" or value == "eager":
             start = value
         else:
-            raise (at / "start").error(_not_one_of(value, ("lazy", "eager")))
+            raise (at / "start").error(cv.not_one_of(value, ("lazy", "eager")))
     share = _share(at / "share", table["share"]) if "share" in table else base.share
     wake = base.wake
     if "wake" in table:
@@ -429,129 +325,32 @@ def _merge_policy(at: _At, base: Policy, table: Mapping[str, object]) -> Policy:
                 era = setting
                 break
         else:
-            raise (at / "era").error(_not_one_of(value, _ERA_SETTINGS))
+            raise (at / "era").error(cv.not_one_of(value, _ERA_SETTINGS))
     return Policy(start_timeout_s=start_timeout, linger_s=linger, idle_timeout_s=idle,
                   keep_alive=keep_alive, start=start, share=share, wake=wake, era=era)
 
 
-def _share(at: _At, value: object) -> bool | Literal["auto"]:
+def _share(at: cv.At, value: object) -> bool | Literal["auto"]:
     if value == "auto" or isinstance(value, bool):
         return value
-    raise at.error(f"expected true, false or \"auto\", got {_type_name(value) if not isinstance(value, str) else repr(value)}")
+    raise at.error(f"expected true, false or \"auto\", got {cv.type_name(value) if not isinstance(value, str) else repr(value)}")
 
 
-def _wake(at: _At, value: object) -> WakePredicate | None:
+def _wake(at: cv.At, value: object) -> WakePredicate | None:
     if value is False:
         return None  # lets one server opt out of a wake predicate set in [defaults]
     if not isinstance(value, dict):
         raise at.error(f"expected a table such as {{ command = [...] }} or false, "
-                       f"got {_type_name(value)}")
-    _check_keys(at, value, _WAKE_KEYS)
+                       f"got {cv.type_name(value)}")
+    cv.check_keys(at, value, _WAKE_KEYS)
     if "command" not in value:
         raise (at / "command").error("is missing; a wake predicate needs a command")
-    argv = tuple(_strings(at / "command", value["command"], allow_empty=False))
+    argv = tuple(cv.strings(at / "command", value["command"], allow_empty=False))
     if not argv[0]:
         raise (at / "command").error("starts with an empty string")
-    interval = _duration(at / "interval", value.get("interval", 5.0))
-    timeout = _duration(at / "timeout", value.get("timeout", 1.0))
+    interval = cv.duration(at / "interval", value.get("interval", 5.0))
+    timeout = cv.duration(at / "timeout", value.get("timeout", 1.0))
     for key, seconds in (("interval", interval), ("timeout", timeout)):
         if seconds <= 0:
             raise (at / key).error("must be longer than 0")
     return WakePredicate(argv=argv, interval_s=interval, timeout_s=timeout)
-
-
-def _expand(value: str, environ: Mapping[str, str]) -> str:
-    """Replace `${NAME}` with the variable's value and `$$` with `$`; any other `$` is literal."""
-    def substitute(match: re.Match[str]) -> str:
-        if match.group(1):
-            return "$"
-        name, closed = match.group(2), match.group(3)
-        if not closed:
-            raise ValueError("has an unterminated '${' (write $$ for a literal dollar sign)")
-        if not _ENV_NAME.fullmatch(name):
-            raise ValueError(f"'${{{name}}}' is not a variable reference "
-                             "(use ${NAME}, or $$ for a literal dollar sign)")
-        if name not in environ:
-            raise ValueError(f"${{{name}}} is not set in lazyd's environment")
-        return environ[name]
-
-    return _REFERENCE.sub(substitute, value)
-
-
-def _directory(at: _At, text: str, environ: Mapping[str, str]) -> str:
-    if text == "~" or text.startswith("~/"):
-        home = environ.get("HOME")
-        if not home:
-            raise at.error("starts with ~ but HOME is not set")
-        text = home + text[1:]
-    elif text.startswith("~"):
-        raise at.error("~user is not expanded; write the full path")
-    if "\0" in text:
-        raise at.error("contains a NUL character")
-    if not posixpath.isabs(text):
-        raise at.error(f"{text!r} must be an absolute path or start with ~/")
-    return posixpath.normpath(text)
-
-
-def _check_keys(at: _At, table: Mapping[str, object], allowed: tuple[str, ...]) -> None:
-    for key in table:
-        if key not in allowed:
-            near = difflib.get_close_matches(key, allowed, n=1)
-            hint = f"did you mean {near[0]!r}? " if near else ""
-            raise (at / key).error(f"unknown key; {hint}allowed here: {', '.join(allowed)}")
-
-
-def _table(at: _At, value: object) -> dict[str, object]:
-    if not isinstance(value, dict):
-        raise at.error(f"expected a table, got {_type_name(value)}")
-    return value
-
-
-def _string(at: _At, value: object) -> str:
-    if not isinstance(value, str):
-        raise at.error(f"expected a string, got {_type_name(value)}")
-    if "\0" in value:
-        raise at.error("contains a NUL character, which no command line or environment can carry")
-    return value
-
-
-def _strings(at: _At, value: object, *, allow_empty: bool) -> list[str]:
-    if not isinstance(value, list):
-        raise at.error(f"expected an array of strings, got {_type_name(value)}")
-    if not value and not allow_empty:
-        raise at.error("must not be empty")
-    return [_string(at, item) for item in value]
-
-
-def _bool(at: _At, value: object) -> bool:
-    if not isinstance(value, bool):
-        raise at.error(f"expected true or false, got {_type_name(value)}")
-    return value
-
-
-def _duration(at: _At, value: object) -> float:
-    """A duration string ("30s") or a number of seconds."""
-    if isinstance(value, str):
-        try:
-            return parse_duration(value)
-        except ValueError as error:
-            raise at.error(str(error)) from None
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        seconds = float(value)
-        if not 0 <= seconds < float("inf"):
-            raise at.error(f"{value!r} is not a duration (it must be finite and not negative)")
-        return seconds
-    raise at.error(f"expected a duration such as \"30s\", got {_type_name(value)}")
-
-
-def _not_one_of(value: object, allowed: tuple[str, ...]) -> str:
-    shown = repr(value) if isinstance(value, str) else _type_name(value)
-    return f"{shown} is not one of: {', '.join(allowed)}"
-
-
-def _type_name(value: object) -> str:
-    for kind, name in ((bool, "a boolean"), (int, "an integer"), (float, "a float"),
-                       (str, "a string"), (list, "an array"), (dict, "a table")):
-        if isinstance(value, kind):
-            return name
-    return "a date or time" if value is not None else "nothing"

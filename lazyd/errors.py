@@ -24,6 +24,8 @@
     ├── LifecycleError        an event no lifecycle state can absorb: a bug of the caller
     ├── Unavailable           the shim cannot have the daemon; ``final``: retrying is pointless,
     │                         ``user_error``: exit 2 instead of running the server directly
+    ├── NoDaemon              nobody listens on the socket path (ECONNREFUSED, ENOENT): the shim
+    │                         may start one
     ├── ReplayFailed          a server the shim runs directly failed its replayed initialize
     ├── CtlError              a lazyctl operation failed (exit status ``exit_code``, 1)
     │   └── DaemonNotRunning  nothing listens on the socket (exit status 3, as systemctl's)
@@ -59,7 +61,7 @@ if TYPE_CHECKING:
 __all__ = [
     "LazydError", "UserError", "UsageError", "ConfigError", "StateFileError", "HubOptionError",
     "SetupError", "AlreadyRunning", "ProtocolError", "WireError", "SlowPeer", "LineTooLong",
-    "Refused", "SpawnError", "LifecycleError", "Unavailable", "ReplayFailed", "CtlError",
+    "Refused", "SpawnError", "LifecycleError", "Unavailable", "NoDaemon", "ReplayFailed", "CtlError",
     "DaemonNotRunning", "WrapError", "ConflictError", "JsonSyntaxError",
 ]
 
@@ -162,6 +164,10 @@ class Unavailable(LazydError):
         super().__init__(reason)
         self.final = final or user_error
         self.user_error = user_error
+
+
+class NoDaemon(LazydError):
+    """ECONNREFUSED or ENOENT: nobody listens on the socket path."""
 
 
 class ReplayFailed(LazydError):

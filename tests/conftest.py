@@ -7,6 +7,7 @@ process it starts inherits, so leftovers can be found through /proc/*/environ.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -27,12 +28,15 @@ import pytest
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
+from lazyd import procfs
+
 REPO = Path(__file__).resolve().parent.parent
 SERVERS = REPO / "tests" / "servers"
 FIXTURE_SERVER = SERVERS / "fixture_server.py"
 EVERYTHING_JS = SERVERS / "node_modules" / "@modelcontextprotocol" / "server-everything" / "dist" / "index.js"
 MARKER_VAR = "LZTEST_MARKER_ID"  # not LAZYD_*: those are shim options and never reach servers
 DAEMON_START_WAIT_S = 10.0
+STATUS_TIMEOUT_S = 60.0  # bound on one `lazyctl status`; reached only when something is broken
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -68,18 +72,10 @@ def processes_with_marker(marker: str) -> list[int]:
     """Pids of live (not zombie) processes whose environment carries this test's marker."""
     needle = f"{MARKER_VAR}={marker}".encode()
     found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/environ", "rb") as f:
-                environ = f.read()
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                state = f.read().rsplit(b")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if state != b"Z" and needle in environ.split(b"\0"):
-            found.append(int(entry))
+    for pid in procfs.pids():
+        environ, stat = procfs.read_environ(pid), procfs.read_stat(pid)
+        if environ is not None and stat is not None and stat.state != "Z" and needle in environ:
+            found.append(pid)
     return found
 
 
@@ -124,14 +120,31 @@ class UserEnv:
         return [pid for pid in processes_with_marker(self.marker)
                 if needle in (cmd := cmdline(pid)) and "lazyd-shim" not in cmd and "lazyd.daemon" not in cmd]
 
+    def lifecycle_states(self, needle: str = "") -> dict[str, str]:
+        """The lifecycle state of every server whose command line holds `needle`, by name, as
+        `lazyctl status --json` reports it."""
+        done = subprocess.run([sys.executable, "-m", "lazyd.ctl.main", "status", "--json"], env=self.env,
+                              capture_output=True, text=True, timeout=STATUS_TIMEOUT_S)
+        assert done.returncode == 0, done.stderr
+        return {str(row["name"]): str(row["state"]) for row in json.loads(done.stdout)["servers"]
+                if needle in " ".join(row["command"])}
+
+    def assert_nothing_started(self, needle: str) -> None:
+        """No server whose command holds `needle` was asked to start: each is `sleeping` (and
+        there is one), and no process holds `needle`.
+
+        The pids alone are not enough right after a cached answer: a start decided by that very
+        request leaves no process until the fork, moments later. The lifecycle is `starting`
+        from the moment the start is decided, so its state is what says "nothing was started"."""
+        states = self.lifecycle_states(needle)
+        assert states and set(states.values()) == {"sleeping"}, states
+        assert self.server_pids(needle) == []
+
 
 def cmdline(pid: int) -> str:
     """A process's command line with spaces for NULs; "" once it is gone."""
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return ""
+    words = procfs.read_cmdline(pid)
+    return b" ".join(words).decode(errors="replace") + " " if words else ""
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)

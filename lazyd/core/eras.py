@@ -39,8 +39,6 @@ FIRST_STATELESS_VERSION = "2026-07-28"
 KNOWN_STATELESS_VERSIONS = (FIRST_STATELESS_VERSION,)
 
 UNSUPPORTED_PROTOCOL_VERSION = -32022
-# Identifies the relay in its own requests only when no real client was ever seen (PROTOCOL.md §8).
-LAZYD_CLIENT_INFO: JsonObj = {"name": "lazyd", "version": "1"}
 
 # Result fields that exist only in the stateless era: a handshake-era client never sees them.
 _STATELESS_RESULT_FIELDS = ("resultType", "ttlMs", "cacheScope")

@@ -3,9 +3,8 @@
 Pure. A hub session's hello (docs/protocol.md) carries no command, no server name and
 `opts = {"hub": "true"[, "servers": "a,b"]}`; `hub_servers` checks it. The hub is a server of
 the handshake era: `initialize_result` is its answer to `initialize` (the client's version when
-the hub speaks it, else the newest), and `internal_initialize_params` the handshake a proxied
-call replays on the client's behalf (the client's own params, so the server sees the client's
-capabilities; defaults for a client that never sent any).
+the hub speaks it, else the newest). The handshake a proxied call replays on the client's
+behalf is decided with lazyd's other defaults (lazyd/core/handshake_defaults.py).
 """
 
 from __future__ import annotations
@@ -18,7 +17,7 @@ from lazyd.core.jsonrpc import JsonObj
 from lazyd.errors import HubOptionError
 
 __all__ = ["HUB_VERSION", "SUPPORTED_VERSIONS", "LATEST_VERSION", "HUB_OPTS",
-           "hub_servers", "initialize_result", "internal_initialize_params"]
+           "hub_servers", "initialize_result"]
 
 HUB_VERSION = "0.1.0"
 SUPPORTED_VERSIONS = HANDSHAKE_VERSIONS  # the hub is a server of the handshake era (lazyd/core/eras.py)
@@ -53,9 +52,3 @@ def initialize_result(params: JsonObj) -> JsonObj:
         "instructions": HUB_INSTRUCTIONS,
     }
 
-
-def internal_initialize_params(client: JsonObj | None) -> JsonObj:
-    if client is not None:
-        return dict(client)
-    return {"protocolVersion": LATEST_VERSION, "capabilities": {},
-            "clientInfo": {"name": "lazyd-hub", "version": HUB_VERSION}}

@@ -6,26 +6,17 @@ feeds inputs with the current monotonic time `now`, carries out the returned act
 `tick(now)` whenever `next_deadline()` comes due. Vocabulary and semantics follow supervisord
 (STARTING/RUNNING/BACKOFF/STOPPING/FATAL, `startsecs`, `startretries`); the shape follows h11.
 
-States (the strings are what `lazyctl status` shows)
-----------------------------------------------------
-- sleeping: no process; answers come from cache. The wake predicate runs only here.
-- starting: `Spawn` was issued; the process, handshake replay or listing refresh is not done.
-- running:  `ready()` arrived.
-- stopping: `Stop` or `KillAndFail` was issued; waiting for `exited()`.
-- backoff:  no process; a restart is scheduled at `next_restart_at`.
-- failed:   no process; parked with `last_error` until a request or `lazyctl wake`.
-A process exists exactly in starting, running and stopping, and only there is `pid` set.
+States: sleeping, starting, running, stopping, backoff, failed (lazyd/core/lifecycle_states.py says
+what each means). A process exists exactly in starting, running and stopping, and only there is
+`pid` set.
 
 Rules
 -----
-1. Starts. `demand()` (a request needs a live server) spawns at once from sleeping, backoff and
-   failed; backoff's wait is skipped. From failed it is *one fresh try*: if that start fails the
-   server goes straight back to failed, and waiting requests get the error. In starting or running
-   it does nothing; in stopping the spawn is remembered and issued when the stop completes.
-   `operator_wake()` resets the failure counters and starts like a demand, but is not a single try.
-   Starts made by `demand()` and `operator_wake()` are *requested*; backoff restarts, predicate
-   starts and boot starts are *unrequested*. A demand that joins an unrequested start makes it
-   requested.
+1. Starts. `demand()` (a request needs a live server) and `operator_wake()` start the server
+   from sleeping, backoff and failed (from failed a demand is *one fresh try*), join a start under
+   way, and are remembered while stopping: lazyd/core/lifecycle_requests.py has the rule in full
+   with its table. Starts made by them are *requested*; backoff restarts, predicate starts and boot
+   starts are *unrequested*.
 2. Good starts. A start is good once the server has stayed up `STABLE_AFTER_S` after `ready()`
    (supervisord's startsecs); only then are `burst` and the parking window cleared. Any
    unexpected exit, failed spawn or start timeout before that is a failed start.
@@ -43,32 +34,22 @@ Rules
    directory) parks as failed at once, even for keep_alive: running the same unexecutable command
    again cannot help, and the error belongs in `lazyctl status`. Other spawn errors (EAGAIN,
    ENOMEM...) are failed starts like a crash, and back off.
-4. Backoff. The delay after the n-th consecutive failure is `BACKOFF_BASE_S * 2**(n-1)`, times a
-   jitter factor drawn from the caller's `random.Random` in [1-J, 1+J], clamped to
-   [`BACKOFF_BASE_S`, `BACKOFF_CAP_S`]: 0.5, 1, 2, 4, 8 ... 30 s, never faster than 0.5 s.
+4. Backoff: 0.5, 1, 2, 4, 8 ... 30 s with jitter, never faster than 0.5 s (lazyd/core/lifecycle_policy.py).
    A crash after a good start is the first failure of a new burst, so it waits the base delay.
 5. Start timeout. Still starting `start_timeout_s` after the spawn: `KillAndFail` (the caller kills
    the group and fails queued and in-flight requests), the state becomes stopping, and the timeout
    counts as a failed start. When the process is gone the server is parked as failed, because
    nothing is retried on its own after a hung start; keep_alive servers back off instead.
-6. Stops. Only a running server with no request in flight is stopped for lack of use, and never a
-   keep_alive one. Linger: no client attached for `linger_s` since the last one left (or since
-   `ready()`, for a start no client was attached to); 0 stops as soon as that is true. Idle: with
-   `idle_timeout_s` set, that long since the last `activity()` (or `ready()`, or the last in-flight
-   request finishing), even with clients attached. `load()` and `tick()` emit a due stop; the other
-   inputs leave it to the next `tick()`, which `next_deadline()` announces.
+6. Stops for lack of use (linger and idle): lazyd/core/lifecycle_usage.py, where the rule is
+   written with the code that keeps it. `load()` and `tick()` emit a due stop.
 7. Exits. In stopping any `exited()` completes the stop, whatever `requested` says: the process
    was going anyway. Then a remembered demand spawns (requested); a start timeout's outcome
    applies (rule 5); else sleeping. Outside stopping, `exited(requested=True)` means the daemon
    ended the process on purpose without asking: no failure is counted and the server sleeps.
-8. `operator_sleep()` stops a starting or running server (queued requests are failed), cancels a
-   backoff (to sleeping) and drops a demand remembered while stopping. It leaves failed alone.
-9. Wake predicate (when `wake_interval_s` is set): runs only in sleeping, one at a time, first at
-   `boot()` and then `wake_interval_s` after the last one finished or after the server fell asleep.
-   Not in failed (parked means "until a person or a request"), not in backoff (a restart is coming).
-   Exit 0 spawns (unrequested), 1 keeps sleeping, anything else or None (timeout, launch error)
-   keeps sleeping and logs. It never gates a demand; a result arriving after the server left
-   sleeping is ignored. The caller enforces `wake_timeout_s` and must always report the result.
+8. `operator_sleep()` stops a starting or running server, cancels a backoff and drops a demand
+   remembered while stopping (lazyd/core/lifecycle_requests.py).
+9. Wake predicate (when `wake_interval_s` is set; the rule in full: lazyd/core/lifecycle_predicate.py):
+   it runs only in sleeping; exit 0 spawns (unrequested).
 10. `boot()`, once, when the daemon adopts the server: eager and keep_alive servers spawn
    (unrequested) and the first predicate run is scheduled.
 
@@ -82,126 +63,22 @@ absorb, before anything changes: time going backwards, negative counts or pids, 
 
 from __future__ import annotations
 
-import enum
 import math
-from collections import deque
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING
 
+from lazyd.core.lifecycle_policy import (PARK_AFTER_FAILURES, PARK_WINDOW_S, STABLE_AFTER_S, CrashLoop,
+                                         LifecyclePolicy, backoff_delay_s)
+from lazyd.core.lifecycle_predicate import PredicateSchedule
+from lazyd.core.lifecycle_requests import OPERATOR_SLEEP_REASON, REQUEST_RULES, Rule
+from lazyd.core.lifecycle_states import (PROCESS_STATES, Action, FailWaiting, KillAndFail, LifecycleError, Log,
+                                         PredicateState, RunPredicate, Spawn, State, Stop)
+from lazyd.core.lifecycle_usage import Usage
 from lazyd.durations import format_duration
-from lazyd.errors import LifecycleError
 
 if TYPE_CHECKING:
-    import random  # only the type of the caller's generator: the core draws from it, never from `random`
-
-__all__ = ["State", "PredicateState", "PROCESS_STATES", "LifecyclePolicy",
-           "Spawn", "Stop", "KillAndFail", "FailWaiting", "RunPredicate", "Log", "Action",
-           "Lifecycle"]
-
-STABLE_AFTER_S: Final = 10.0  # supervisord's startsecs: a crash later than this is not a crash loop
-BACKOFF_BASE_S: Final = 0.5  # a one-off crash is barely noticed, and a loop still cannot spin
-BACKOFF_CAP_S: Final = 30.0  # a keep_alive server that never comes up costs one spawn per ~30 s
-BACKOFF_JITTER: Final = 0.2  # +-20 % spreads the restarts of servers that crashed together
-_MAX_DOUBLINGS: Final = 16  # 0.5 * 2**16 is far past the cap; bounds the power for endless loops
-PARK_AFTER_FAILURES: Final = 5  # RELIABILITY case 5: 0.5+1+2+4+8 s of retries, then give up
-PARK_WINDOW_S: Final = 60.0  # failed starts further apart than this are not one crash loop
-
-
-class State(enum.StrEnum):
-    SLEEPING = "sleeping"
-    STARTING = "starting"
-    RUNNING = "running"
-    STOPPING = "stopping"
-    BACKOFF = "backoff"
-    FAILED = "failed"
-
-
-class PredicateState(enum.StrEnum):
-    OFF = "off"
-    IDLE = "idle"
-    RUNNING = "running"
-
-
-PROCESS_STATES: Final = frozenset({State.STARTING, State.RUNNING, State.STOPPING})
-
-
-@dataclass(frozen=True)
-class LifecyclePolicy:
-    """The per-server policies this machine obeys, in seconds; the config layer maps onto it."""
-
-    start_timeout_s: float = 60.0
-    linger_s: float = 600.0
-    idle_timeout_s: float | None = None
-    keep_alive: bool = False
-    eager: bool = False
-    wake_interval_s: float | None = None
-    wake_timeout_s: float = 1.0  # enforced by the caller that runs the predicate; kept here whole
-
-    def __post_init__(self) -> None:
-        positive = {"start_timeout_s": self.start_timeout_s, "wake_timeout_s": self.wake_timeout_s,
-                    "idle_timeout_s": self.idle_timeout_s, "wake_interval_s": self.wake_interval_s}
-        for name, value in positive.items():
-            if value is not None and not (math.isfinite(value) and value > 0):
-                raise LifecycleError(f"{name} must be a positive number of seconds, not {value!r}")
-        if not (math.isfinite(self.linger_s) and self.linger_s >= 0):
-            raise LifecycleError(f"linger_s must be 0 or more seconds, not {self.linger_s!r}")
-
-
-@dataclass(frozen=True)
-class Spawn:
-    """Start the server process; report `spawned()` or `spawn_failed()`, then `ready()`."""
-
-
-@dataclass(frozen=True)
-class Stop:
-    """Run the stop ladder, then report `exited(requested=True)`."""
-
-    reason: str
-
-
-@dataclass(frozen=True)
-class KillAndFail:
-    """Kill the process group, fail queued and in-flight requests with `reason`, then report
-    `exited()`."""
-
-    reason: str
-
-
-@dataclass(frozen=True)
-class FailWaiting:
-    """Answer every request queued for a start with `error`: that start will not come."""
-
-    error: str
-
-
-@dataclass(frozen=True)
-class RunPredicate:
-    """Run the wake predicate (bounded by `wake_timeout_s`), then report `predicate_done()`."""
-
-
-@dataclass(frozen=True)
-class Log:
-    message: str
-
-
-Action = Spawn | Stop | KillAndFail | FailWaiting | RunPredicate | Log
-
-# Rule 1 and 8 as a table: what demand, operator_wake and operator_sleep do in each state.
-_REQUEST_RULES: Final[dict[str, dict[State, str]]] = {
-    "demand": {State.SLEEPING: "spawn", State.BACKOFF: "spawn", State.FAILED: "spawn_once",
-               State.STARTING: "join", State.RUNNING: "nothing", State.STOPPING: "after_stop"},
-    "operator_wake": {State.SLEEPING: "spawn", State.BACKOFF: "spawn", State.FAILED: "spawn",
-                      State.STARTING: "join", State.RUNNING: "nothing",
-                      State.STOPPING: "after_stop"},
-    "operator_sleep": {State.SLEEPING: "nothing", State.BACKOFF: "to_sleep",
-                       State.FAILED: "nothing", State.STARTING: "stop_failing_waiting",
-                       State.RUNNING: "stop", State.STOPPING: "drop_after_stop"},
-}
-_OPERATOR_SLEEP_REASON: Final = "stopped by lazyctl sleep"
-
-
-def _due(deadline: float | None, now: float) -> bool:
-    return deadline is not None and now >= deadline
+    import random  # the caller's generator, for its type only: the core never draws from `random`
+__all__ = ["State", "PredicateState", "PROCESS_STATES", "LifecyclePolicy", "LifecycleError", "Spawn", "Stop",
+           "KillAndFail", "FailWaiting", "RunPredicate", "Log", "Action", "Lifecycle"]
 
 
 class Lifecycle:
@@ -225,35 +102,28 @@ class Lifecycle:
         # Private bookkeeping.
         self._now: float | None = None
         self._spawn_at: float | None = None
-        # Times of the latest unrequested failed starts; full and young enough means park.
-        self._unrequested: deque[float] = deque(maxlen=PARK_AFTER_FAILURES)
+        self._unrequested = CrashLoop()  # the latest unrequested failed starts (rule 3a)
         self._start_requested = False
         self._single_try = False
         self._operator_start = False  # the current start was operator_wake()'s (rule 3d)
         self._pending_demand = False
         self._stop_outcome = State.SLEEPING
-        self._clients = 0
-        self._inflight = 0
-        self._linger_from: float | None = None
-        self._last_activity: float | None = None
-        self._predicate_running = False
-        self._predicate_at: float | None = None  # next run; None while one runs (one at a time)
+        self._usage = Usage()  # clients, requests in flight and the last use (rule 6)
+        self._predicate = PredicateSchedule(policy.wake_interval_s)  # rule 9
         self._booted = False
 
     # -- observable state ------------------------------------------------------------------------
 
     @property
     def predicate_state(self) -> PredicateState:
-        if self._policy.wake_interval_s is None:
-            return PredicateState.OFF
-        return PredicateState.RUNNING if self._predicate_running else PredicateState.IDLE
+        return self._predicate.state
 
-    def snapshot(self) -> dict[str, object]:
-        """The status fields as plain values, as of the last input (tick at `next_deadline()`)."""
+    def status_fields(self) -> dict[str, object]:
+        """The fields `lazyctl status` shows, as plain values, as of the last input (tick at
+        `next_deadline()`)."""
         return {"state": str(self.state), "pid": self.pid, "started_at": self.started_at,
                 "restarts": self.restarts, "last_error": self.last_error, "burst": self.burst,
-                "next_restart_at": self.next_restart_at,
-                "predicate_state": str(self.predicate_state)}
+                "next_restart_at": self.next_restart_at, "predicate_state": str(self.predicate_state)}
 
     # -- inputs ----------------------------------------------------------------------------------
 
@@ -265,8 +135,7 @@ class Lifecycle:
         self._booted = True
         if self.state is not State.SLEEPING:
             return []
-        if self._policy.wake_interval_s is not None and not self._predicate_running:
-            self._predicate_at = now
+        self._predicate.boot(now)
         if self._policy.eager or self._policy.keep_alive:
             return self._spawn(now, requested=False)
         return []
@@ -327,8 +196,7 @@ class Lifecycle:
         self._spawn_at = None
         self._single_try = False
         self._operator_start = False
-        self._last_activity = now
-        self._linger_from = now if self._clients == 0 else None
+        self._usage.ready(now)
         return []
 
     def exited(self, now: float, description: str, requested: bool) -> list[Action]:
@@ -351,38 +219,25 @@ class Lifecycle:
         if clients < 0 or inflight < 0:
             raise LifecycleError(f"load counts must not be negative: {clients=} {inflight=}")
         self._enter(now)
-        if clients > 0:
-            self._linger_from = None
-        elif self._clients > 0:
-            self._linger_from = now
-        if inflight == 0 and self._inflight > 0:
-            self._last_activity = now  # a request finishing is the last sign of use
-        self._clients, self._inflight = clients, inflight
+        self._usage.load(now, clients, inflight)
         return self._due_stop(now)
 
     def activity(self, now: float) -> list[Action]:
         """A client request or its response passed; never call it for the daemon's own probes."""
         self._enter(now)
-        self._last_activity = now
+        self._usage.last_activity = now
         return []
 
     def predicate_done(self, now: float, exit_code: int | None) -> list[Action]:
         """The wake predicate finished; None for a timeout or launch error (rule 9)."""
         self._enter(now)
-        if not self._predicate_running:
+        if not self._predicate.finish():
             return self._ignored("predicate_done")
-        self._predicate_running = False
         if self.state is not State.SLEEPING:
             return []  # a demand or wake started the server meanwhile; the answer is moot
         if exit_code == 0:
             return self._spawn(now, requested=False)
-        assert self._policy.wake_interval_s is not None  # a predicate ran, so one is configured
-        self._predicate_at = now + self._policy.wake_interval_s
-        if exit_code == 1:
-            return []
-        if exit_code is None:
-            return [Log("wake predicate timed out or could not run; staying asleep")]
-        return [Log(f"wake predicate exited with status {exit_code}; staying asleep")]
+        return self._predicate.keep_sleeping(now, exit_code)
 
     def tick(self, now: float) -> list[Action]:
         """Fire what is due at `now`; afterwards `next_deadline()` is None or later than `now`."""
@@ -391,14 +246,12 @@ class Lifecycle:
         if state is State.STARTING and self._spawn_at is not None:
             if now >= self._spawn_at + self._policy.start_timeout_s:
                 return self._start_timed_out(now)
-        elif state is State.BACKOFF and _due(self.next_restart_at, now):
+        elif state is State.BACKOFF and self.next_restart_at is not None and now >= self.next_restart_at:
             return self._spawn(now, requested=False)
         elif state is State.RUNNING:
             return self._due_stop(now)
-        elif state is State.SLEEPING and _due(self._predicate_at, now):
-            self._predicate_running = True
-            self._predicate_at = None
-            return [RunPredicate()]
+        elif state is State.SLEEPING and self._predicate.due(now):
+            return self._predicate.start()
         return []
 
     def next_deadline(self) -> float | None:
@@ -413,8 +266,8 @@ class Lifecycle:
             candidates += self._stop_deadlines().values()
             if self.started_at is not None and (self.burst or self._unrequested):
                 candidates.append(self.started_at + STABLE_AFTER_S)  # keeps `burst` honest
-        elif state is State.SLEEPING and self._predicate_at is not None:
-            candidates.append(self._predicate_at)
+        elif state is State.SLEEPING and self._predicate.next_at is not None:
+            candidates.append(self._predicate.next_at)
         return min(candidates, default=None)
 
     # -- rules -----------------------------------------------------------------------------------
@@ -432,25 +285,25 @@ class Lifecycle:
 
     def _request(self, name: str, now: float) -> list[Action]:
         self._enter(now)
-        rule = _REQUEST_RULES[name][self.state]
-        if rule in ("spawn", "spawn_once"):
-            return self._spawn(now, requested=True, single_try=rule == "spawn_once")
-        if rule == "join":
+        rule = REQUEST_RULES[name][self.state]
+        if rule in (Rule.SPAWN, Rule.SPAWN_ONCE):
+            return self._spawn(now, requested=True, single_try=rule is Rule.SPAWN_ONCE)
+        if rule is Rule.JOIN:
             self._start_requested = True
-        elif rule == "after_stop":
+        elif rule is Rule.AFTER_STOP:
             self._pending_demand = True
-        elif rule == "to_sleep":
+        elif rule is Rule.TO_SLEEP:
             self._enter_sleeping(now)
-        elif rule == "stop_failing_waiting":
-            return [*self._stop("lazyctl sleep"), FailWaiting(_OPERATOR_SLEEP_REASON)]
-        elif rule == "stop":
+        elif rule is Rule.STOP_FAILING_WAITING:
+            return [*self._stop("lazyctl sleep"), FailWaiting(OPERATOR_SLEEP_REASON)]
+        elif rule is Rule.STOP:
             return self._stop("lazyctl sleep")
-        elif rule == "drop_after_stop":
+        elif rule is Rule.DROP_AFTER_STOP:
             if self._stop_outcome is State.BACKOFF:
                 self._stop_outcome = State.SLEEPING
             if self._pending_demand:
                 self._pending_demand = False
-                return [FailWaiting(_OPERATOR_SLEEP_REASON)]
+                return [FailWaiting(OPERATOR_SLEEP_REASON)]
         return []
 
     def _spawn(self, now: float, requested: bool, single_try: bool = False) -> list[Action]:
@@ -493,7 +346,7 @@ class Lifecycle:
         self.last_error = error
         self.burst += 1
         if failed_start and not self._start_requested:
-            self._unrequested.append(now)
+            self._unrequested.record(now)
 
     def _failed(self, now: float, error: str, failed_start: bool) -> list[Action]:
         """Rule 3, for an unexpected exit or failed spawn of a starting or running server."""
@@ -503,13 +356,13 @@ class Lifecycle:
         actions: list[Action] = [FailWaiting(error)] if waiting else []
         single_try, self._single_try = self._single_try, False
         operator_start, self._operator_start = self._operator_start, False
-        if self._parks(now):
+        if self._unrequested.parks(now, self._policy.keep_alive):
             self.state = State.FAILED
             actions.append(Log(f"parked as failed after {PARK_AFTER_FAILURES} failed restarts "
                                f"within {format_duration(PARK_WINDOW_S)}; last error: {error}"))
         elif single_try and failed_start:
             self.state = State.FAILED
-        elif self._clients or self._inflight or self._policy.keep_alive:
+        elif self._usage.in_use() or self._policy.keep_alive:
             self._schedule_backoff(now)
         elif operator_start and failed_start:
             self.state = State.FAILED
@@ -518,11 +371,6 @@ class Lifecycle:
         else:
             self._enter_sleeping(now)
         return actions
-
-    def _parks(self, now: float) -> bool:
-        full = len(self._unrequested) == PARK_AFTER_FAILURES
-        return (not self._policy.keep_alive and full
-                and now - self._unrequested[0] <= PARK_WINDOW_S)
 
     def _start_timed_out(self, now: float) -> list[Action]:
         reason = f"start timeout after {format_duration(self._policy.start_timeout_s)}"
@@ -534,32 +382,18 @@ class Lifecycle:
         return [KillAndFail(reason)]
 
     def _schedule_backoff(self, now: float) -> None:
-        doublings = min(max(self.burst - 1, 0), _MAX_DOUBLINGS)
-        jitter = self._rng.uniform(1.0 - BACKOFF_JITTER, 1.0 + BACKOFF_JITTER)
-        delay = min(max(BACKOFF_BASE_S * 2.0**doublings * jitter, BACKOFF_BASE_S), BACKOFF_CAP_S)
         self.state = State.BACKOFF
-        self.next_restart_at = now + delay
+        self.next_restart_at = now + backoff_delay_s(self.burst, self._rng)
 
     def _enter_sleeping(self, now: float) -> None:
         self.state = State.SLEEPING
         self.next_restart_at = None
-        if self._policy.wake_interval_s is not None and not self._predicate_running:
-            self._predicate_at = now + self._policy.wake_interval_s
+        self._predicate.asleep(now)
 
     def _stop_deadlines(self) -> dict[str, float]:
-        """Rule 6: the linger and idle deadlines that currently apply, keyed by stop reason."""
-        policy = self._policy
-        if policy.keep_alive or self._inflight or self.state is not State.RUNNING:
+        if self.state is not State.RUNNING:
             return {}
-        deadlines: dict[str, float] = {}
-        if self._clients == 0 and self._linger_from is not None:
-            reason = (f"no client for {format_duration(policy.linger_s)}" if policy.linger_s
-                      else "last client left")
-            deadlines[reason] = self._linger_from + policy.linger_s
-        if policy.idle_timeout_s is not None and self._last_activity is not None:
-            deadlines[f"idle for {format_duration(policy.idle_timeout_s)}"] = (
-                self._last_activity + policy.idle_timeout_s)
-        return deadlines
+        return self._usage.stop_deadlines(self._policy)
 
     def _due_stop(self, now: float) -> list[Action]:
         due = [(at, reason) for reason, at in self._stop_deadlines().items() if now >= at]

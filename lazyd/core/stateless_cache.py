@@ -30,6 +30,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from lazyd.core import eras
+from lazyd.core.handshake_defaults import LAZYD_CLIENT_INFO
 from lazyd.core import jsonrpc as rpc
 from lazyd.core.asker import PROBE_VERSION, Asker, asker_from_params
 from lazyd.core.cache import (
@@ -115,7 +116,7 @@ class StatelessCache:
                          principal if isinstance(principal, str) else "")
         if self.snapshot.last_params is not None:
             return asker_from_params(self.snapshot.last_params, version)
-        return Asker(version, dict(eras.LAZYD_CLIENT_INFO), {})
+        return Asker(version, dict(LAZYD_CLIENT_INFO), {})
 
     def principal(self, cid: ClientId) -> str:
         client = self.clients.get(cid)

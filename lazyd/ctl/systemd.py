@@ -20,6 +20,7 @@ import re
 import sys
 from pathlib import Path
 
+from lazyd import procfs
 from lazyd.ctl.client import EXIT_OK
 from lazyd.ctl.commands import Output
 from lazyd.errors import CtlError, SetupError
@@ -220,11 +221,10 @@ def _unmanaged_daemon() -> bool:
     try:
         lock = resolve_paths().lock
         pid = int(lock.read_text(encoding="ascii").strip() or 0)
-        with open(f"/proc/{pid}/cgroup", encoding="utf-8", errors="replace") as f:
-            cgroup = f.read()
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            cmdline = f.read()
     except (OSError, ValueError, SetupError):
         return False
+    cgroup, cmdline = procfs.read_cgroup(pid), procfs.read_cmdline(pid)
+    if cgroup is None or cmdline is None:
+        return False
     # The lock file keeps the last holder's pid after it exits: make sure the pid is still lazyd.
-    return pid > 0 and b"lazyd" in cmdline and "lazyd.service" not in cgroup
+    return pid > 0 and b"lazyd" in b"\0".join(cmdline) and "lazyd.service" not in cgroup

@@ -31,16 +31,10 @@ from lazyd.errors import LineTooLong, SpawnError
 log = logging.getLogger("lazyd.control")
 
 DISCOVER_PROBE_VERSION = FIRST_STATELESS_VERSION  # the first protocol version with server/discover
-CHECK_PROTOCOL_VERSION = LATEST_HANDSHAKE_VERSION  # the newest handshake-era version every SDK speaks
 # Lines queued for a check's server: 4 listings x MAX_LISTING_PAGES requests plus the handshake.
 CHECK_BACKLOG_LINES = 4 * rl.MAX_LISTING_PAGES + 16
 CHECK_CID = 0  # the one client of a check's private relay core
 _DISCOVER_ID, _INITIALIZE_ID = 1, 2
-
-
-def default_initialize_params() -> dict[str, Any]:
-    return {"protocolVersion": CHECK_PROTOCOL_VERSION, "capabilities": {},
-            "clientInfo": {"name": "lazyctl-check", "version": "0.1.0"}}
 
 
 async def check_runtime(registry: Registry, runtime: ServerRuntime, params: dict[str, Any],

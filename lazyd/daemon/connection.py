@@ -40,9 +40,9 @@ from lazyd import wire
 from lazyd.daemon import handshakes
 from lazyd.daemon.era_lanes import EraRoute
 from lazyd.daemon import progress
+from lazyd.daemon.outbox import ConnectionOutbox
 from lazyd.daemon.registry import Registry
-from lazyd.daemon.runtime import peer_credentials
-from lazyd.daemon.session import Session
+from lazyd.daemon.runtime_dir import peer_credentials
 from lazyd.daemon.supervisor import ServerRuntime
 from lazyd.errors import Refused, SlowPeer, WireError
 from lazyd.frames import AnyFrame, Ctl, ForeignHello, Hello, Line, Progress, Refusal, Reply, Welcome
@@ -295,7 +295,7 @@ class ConnectionHandler:
         finally:
             runtime.detach(session.cid)
 
-    async def _writer(self, stream: trio.SocketStream, session: Session, cancel: trio.CancelScope) -> None:
+    async def _writer(self, stream: trio.SocketStream, session: ConnectionOutbox, cancel: trio.CancelScope) -> None:
         receive = session.receive_channel
         try:
             async for frame in receive:

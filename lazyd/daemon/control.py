@@ -9,7 +9,8 @@ short hash an unnamed registration gets). Ops:
     check                                           an isolated start that warms the cache
 
 This module owns the dispatch and the arguments; the check driver is lazyd.daemon.check, the
-/proc process-tree figures of `status` are lazyd.daemon.proctree.
+waits of wake and sleep lazyd.daemon.wake_sleep, the /proc process-tree figures of `status`
+lazyd.daemon.proctree.
 """
 
 from __future__ import annotations
@@ -23,14 +24,16 @@ from typing import Any
 import trio
 
 from lazyd.core.client_profiles import PROFILES, ClientProfile, full_environment, profile_named
+from lazyd.core.handshake_defaults import check_params
 from lazyd.durations import parse_duration
 from lazyd.envnames import parse_names
 from lazyd.core.identity import Identity, differing_env_names, explain_difference, variable_class
-from lazyd.daemon import progress
-from lazyd.daemon.check import check_runtime, default_initialize_params
+from lazyd.daemon.check import check_runtime
 from lazyd.daemon.proctree import ProcTable, proc_table, process_tree_usage
 from lazyd.daemon.registry import Registry
+from lazyd.daemon.runtime_status import runtime_status
 from lazyd.daemon.supervisor import ServerRuntime
+from lazyd.daemon.wake_sleep import sleep_and_wait, wake_and_wait
 from lazyd.errors import ConfigError
 
 log = logging.getLogger("lazyd.control")
@@ -38,15 +41,10 @@ log = logging.getLogger("lazyd.control")
 Result = tuple[bool, Any, str | None]
 Reload = Callable[[], Awaitable[Mapping[str, list[str]]]]
 
-WAKE_MARGIN_S = 5.0  # beyond start_timeout: the lifecycle's own timeout must answer first
-SLEEP_WAIT_S = 10.0  # the stop ladder is 2 s + 2 s plus a 1 s stderr drain; this bounds the rest
-TRANSITION_POLL_S = 0.01  # the runtime records an exit or a spawn within a turn or two of the loop
-WAKE_PROGRESS_POLL_S = 0.1  # how soon a wake's progress line shows the spawned pid
-
 
 def status_summary(registry: Registry) -> str:
     """One line for systemd's STATUS=: server counts by state and attached clients."""
-    states = [str(r.life.snapshot()["state"]) for r in registry.runtimes.values()]
+    states = [str(r.life.status_fields()["state"]) for r in registry.runtimes.values()]
     clients = sum(r.core.client_count() for r in registry.runtimes.values())
     clients += sum(lanes.pending for lanes in registry.lanes.values())  # connected, no request yet
     counts = ", ".join(f"{states.count(s)} {s}" for s in ("running", "sleeping", "failed"))
@@ -83,7 +81,7 @@ class Control:
         return runtime
 
     def _status(self, runtime: ServerRuntime, table: ProcTable | None = None) -> dict[str, Any]:
-        row: dict[str, Any] = dict(runtime.status())
+        row: dict[str, Any] = dict(runtime_status(runtime))
         lanes = self.registry.lanes_for(runtime)
         if lanes is not None and lanes.primary is runtime:
             # Sessions that sent no request yet have no process chosen: they count as its clients.
@@ -144,43 +142,14 @@ class Control:
         runtime = self._runtime(args)
         if isinstance(runtime, str):
             return False, None, runtime
-        if runtime.core.snapshot.last_params is None:
-            # Nobody ever connected: without params to replay the start could never complete.
-            runtime.core.snapshot.last_params = default_initialize_params()
-        runtime.wake()
-        with trio.move_on_after(runtime.config.policy.start_timeout_s + WAKE_MARGIN_S):
-            # ready_event is replaced at each spawn: a wake during a stop starts only after it,
-            # so the event of the previous start (already set) does not answer this wake.
-            while (state := str(runtime.life.snapshot()["state"])) in ("starting", "stopping"):
-                proc = runtime.proc
-                progress.report("stopping the previous process" if state == "stopping"
-                                else f"handshake and listings (pid {proc.pid})" if proc is not None
-                                else "starting the server")
-                event = runtime.ready_event
-                if event.is_set():
-                    await trio.sleep(TRANSITION_POLL_S)
-                else:
-                    # Woken at least this often, so the step shown follows the spawn.
-                    with trio.move_on_after(WAKE_PROGRESS_POLL_S):
-                        await event.wait()
-        status = self._status(runtime)
-        if status["state"] == "running":
-            return True, status, None
-        reason = status.get("last_error") or runtime.last_exit or f"still {status['state']}"
-        return False, status, f"{runtime.name} did not start: {reason}"
+        error = await wake_and_wait(runtime)
+        return error is None, self._status(runtime), error
 
     async def op_sleep(self, args: dict[str, Any]) -> Result:
         runtime = self._runtime(args)
         if isinstance(runtime, str):
             return False, None, runtime
-        proc = runtime.proc
-        runtime.sleep()
-        if proc is not None:
-            with trio.move_on_after(SLEEP_WAIT_S):
-                await proc.wait_exit()
-                # The runtime's reader records the exit on its next turn; give it that turn.
-                while runtime.proc is proc:
-                    await trio.sleep(TRANSITION_POLL_S)
+        await sleep_and_wait(runtime)
         return True, self._status(runtime), None
 
     async def op_logs(self, args: dict[str, Any]) -> Result:
@@ -283,12 +252,9 @@ class Control:
             profile = profile_named(client) if isinstance(client, str) else None
             if profile is None:
                 return False, None, f"unknown client {client!r} (known: {', '.join(PROFILES)})"
-        source = "given with --initialize-json"
-        params = args.get("initialize")
-        if params is None and profile is not None:
-            params, source = self.registry.handshakes.for_profile(profile)
-        if params is None:
-            params, source = default_initialize_params(), (source + "; lazyctl's own used" if profile else "lazyctl's own")
+        given = args.get("initialize")
+        learned = self.registry.handshakes.for_profile(profile) if profile is not None and given is None else None
+        params, source = check_params(given, learned)
         if not isinstance(params, dict) or not isinstance(params.get("protocolVersion"), str):
             return False, None, "initialize params must be an object with a string protocolVersion"
         timeout_s: float | None = None

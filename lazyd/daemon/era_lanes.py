@@ -25,12 +25,11 @@ from collections.abc import Awaitable, Callable
 
 import trio
 
-from lazyd import wire
 from lazyd.core import jsonrpc as rpc
 from lazyd.core.era_policy import Era, EraPolicy, Lane, LaneChoice, client_era, facts_of
 from lazyd.core.jsonrpc import Kind, Message
 from lazyd.core.lifecycle import PROCESS_STATES, State
-from lazyd.daemon.session import Session
+from lazyd.daemon.outbox import ConnectionOutbox
 from lazyd.daemon.supervisor import ServerRuntime
 
 log = logging.getLogger("lazyd.eras")
@@ -57,11 +56,21 @@ class EraLanes:
         self.policy = EraPolicy(primary.config.era)
         self._open_lane = open_lane
         self.opening: trio.Event | None = None  # set when the lane being opened is there
-        self.pending = 0  # routes that have not chosen a lane yet (a share = false instance is not free)
+        self._pending = 0  # routes that have not chosen a lane yet (a share = false instance is not free)
+        self.on_change: Callable[[], None] = lambda: None  # the registry's status signal (changes.py)
         # A share = false instance being created for a session: taken from the moment it exists
         # (its start awaits) until that session's route counts in `pending`, so a second session
         # opened meanwhile never takes it for a free one.
         self.reserved = False
+
+    @property
+    def pending(self) -> int:
+        return self._pending
+
+    @pending.setter
+    def pending(self, count: int) -> None:
+        self._pending = count
+        self.on_change()  # sessions waiting for their lane count as clients in status
 
     def lanes(self) -> list[Lane]:
         return [Lane(r.core.lane, _busy(r)) for r in self.runtimes]
@@ -115,7 +124,7 @@ class EraLanes:
 class EraRoute:
     """A session until its first request chose its lane, then a pass-through to that lane."""
 
-    def __init__(self, lanes: EraLanes, session: Session, resume: list[bytes], nursery: trio.Nursery) -> None:
+    def __init__(self, lanes: EraLanes, session: ConnectionOutbox, resume: list[bytes], nursery: trio.Nursery) -> None:
         self.lanes = lanes
         self.session = session
         self.name = lanes.primary.name
@@ -144,7 +153,7 @@ class EraRoute:
         msg = rpc.parse(line)
         if not isinstance(msg, Message):
             if msg.reply is not None:
-                self.session.deliver(wire.encode_line(msg.reply, msg.id))
+                self.session.deliver(msg.reply, msg.id)
             return
         if msg.kind is not Kind.REQUEST:
             if len(self._held) < MAX_HELD_LINES:
@@ -172,7 +181,7 @@ class EraRoute:
             self.runtime.detach(cid)
             return
         self.lanes.pending -= 1
-        self.session.send_channel.close()
+        self.session.close()
 
     # ---- choosing ------------------------------------------------------------------------------
 
@@ -184,7 +193,7 @@ class EraRoute:
             # reconnects to the new definition with what it sent (as attached sessions do).
             log.info("[%s] session %d: the server was replaced before its first request; closing it",
                      self.name, self.session.cid)
-            self.session.send_channel.close()
+            self.session.close()
             return
         runtime, choice = (None, None) if self.lanes.opening is not None else self.lanes.choose(era)
         if runtime is not None:

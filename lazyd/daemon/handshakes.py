@@ -4,7 +4,8 @@ Every session's first `initialize` is noted under its `clientInfo.name` (Claude 
 `claude-code`, Gemini CLI `gemini-cli-mcp-client`, ...), the latest one per name kept in
 `<state dir>/clients.json` (0600, written atomically), so a check after a daemon restart still
 looks like the client. A check for client X uses X's latest learned handshake, else the one
-captured from X's release (lazyd/core/client_profiles.py), else lazyctl's own.
+captured from X's release (lazyd/core/client_profiles.py), else lazyd's own
+(lazyd/core/handshake_defaults.py decides the order).
 
 Initialize params hold no secrets (client name, version, capabilities); they are bounded anyway,
 like the number of clients kept, since any local program can claim to be any client.
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from lazyd.core.client_profiles import ClientProfile
+from lazyd.core.handshake_defaults import profile_params
 from lazyd.privatefiles import write_private
 
 log = logging.getLogger("lazyd.handshakes")
@@ -76,13 +78,8 @@ class LearnedHandshakes:
 
     def for_profile(self, profile: ClientProfile) -> tuple[dict[str, Any] | None, str]:
         """The params a check for `profile` should send, and where they came from."""
-        for name in profile.client_names:
-            known = self.clients.get(name)
-            if known is not None:
-                return dict(known["params"]), f"learned from a {name} session"
-        if profile.builtin is not None:
-            return dict(profile.builtin), f"built in, captured from {profile.release}"
-        return None, f"no {profile.title} session seen yet and none built in"
+        learned = {name: known["params"] for name, known in self.clients.items()}
+        return profile_params(learned, profile.client_names, profile.builtin, profile.title, profile.release)
 
     def _save(self) -> None:
         try:

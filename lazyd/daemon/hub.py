@@ -8,69 +8,75 @@ meta-tools of lazyd/core/hub_tools.py over the servers the registry holds: the n
 config.toml, and every unnamed registration a shim brought since the daemon started (`share =
 false` instances are private to their session and are not shown).
 
-- Listing and searching read the snapshots (lazyd/core/hub_catalog.py) and start nothing.
-- `get_tool_schema` answers from the snapshot too, and wakes a sleeping server in the background:
+- Listing and searching read the servers' caches (lazyd/core/hub_catalog.py) and start nothing.
+- `get_tool_schema` answers from the cache too, and wakes a sleeping server in the background:
   a call is likely to follow.
-- `call_tool` is one `_ProxiedCall`: an internal session attached to the server's runtime exactly
-  like a shim's (its cid negative, so it never meets a shim's), which sends `initialize` (the hub
-  client's own params), `notifications/initialized` and the `tools/call`. The relay core does the
-  rest as for any client: answers the handshake from cache, queues the call and starts the server,
-  fails it after the start timeout, rewrites ids and progress tokens. Whatever the server sends
-  this session during the call comes back to the hub's client: progress (already under the
-  caller's token), log messages, and requests (sampling, elicitation, roots, the policy gate's
-  confirmations) under ids of the hub's own, whose answers go back the same way. The result line
-  is returned with only its id changed. A cancel from the client detaches the internal session,
+- `call_tool` is one `ProxiedCall` (lazyd/daemon/hub_call.py): an internal session attached to the
+  server's runtime exactly like a shim's. The relay core does the rest as for any client: answers
+  the handshake from cache, queues the call and starts the server, fails it after the start
+  timeout, rewrites ids and progress tokens. Whatever the server sends that session during the
+  call comes back to the hub's client: progress (already under the caller's token), log messages,
+  and requests (sampling, elicitation, roots, the policy gate's confirmations) under ids of the
+  hub's own, whose answers go back the same way; which id goes where is decided by the pure
+  routes (lazyd/core/hub_routes.py). A cancel from the client detaches the internal session,
   which cancels the request upstream (the relay's rule for a departing client).
 - The tool policy applies to hub calls as to per-server shims: `deny` is refused here before
   anything is attached; `ask` is left to the runtime's gate, which asks through the same path.
   Denied tools are hidden from every listing.
 
-`RuntimeGate` is the daemon side of the per-server policy gate (lazyd/core/hub_gate.py); the
-registry installs one on every runtime, and the runtime passes each client line through it.
+The hub reads the registry through `ServerDirectory`, the few things it needs of it, so it does not
+import the registry (which imports the hub to open hub sessions).
 """
 
 from __future__ import annotations
 
 import difflib
-import itertools
 import logging
-import os
 from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import trio
 
-from lazyd import wire
+from lazyd.config import Config
 from lazyd.core import hub_gate as gate
 from lazyd.core import hub_tools as ht
 from lazyd.core import jsonrpc as rpc
 from lazyd.core.hub_catalog import ToolInfo, cached_tools, search, server_description, tool_infos
-from lazyd.core.hub_protocol import hub_servers, initialize_result, internal_initialize_params
+from lazyd.core.handshake_defaults import wake_params
+from lazyd.core.hub_protocol import hub_servers, initialize_result
+from lazyd.core.hub_routes import CancelTask, HubAction, HubRoutes, ToCall, ToClient
+from lazyd.core.identity import Identity
 from lazyd.core.jsonrpc import JsonId, JsonObj, Kind, Message
 from lazyd.core.policy import ToolPolicy
 from lazyd.core.relay import Phase
-from lazyd.daemon.session import Session
+from lazyd.daemon.era_lanes import EraLanes
+from lazyd.daemon.hub_call import ProxiedCall
+from lazyd.daemon.outbox import ConnectionOutbox
 from lazyd.daemon.supervisor import ServerRuntime
-from lazyd.frames import Hello, Line
-
-if TYPE_CHECKING:
-    from lazyd.daemon.registry import Registry
+from lazyd.daemon.wake_sleep import sleep_and_wait, wake_and_wait
+from lazyd.frames import Hello
 
 log = logging.getLogger("lazyd.hub")
 
+
+class ServerDirectory(Protocol):
+    """What the hub reads of the registry (lazyd/daemon/registry.py): the config in force, every
+    runtime with its identity, which runtimes are a second era lane, and the daemon's nursery."""
+
+    config: Config
+    runtimes: dict[str, ServerRuntime]
+    identities: dict[str, Identity]
+    nursery: trio.Nursery
+
+    def is_second_lane(self, digest: str) -> bool: ...
+
+    def lanes_for(self, runtime: ServerRuntime) -> EraLanes | None: ...
+
 HUB_NAME = "hub"  # the session name in the welcome frame and in logs
-# Tool calls one hub session may have running at once: far above what a model issues in
-# parallel, low enough that a runaway client cannot attach thousands of internal sessions.
-MAX_CALLS_IN_FLIGHT = 64
-# The internal session's own ids: strings, which the relay maps like any client's.
-_INIT_ID = "lazyd-hub-initialize"
-_CALL_ID = "lazyd-hub-call"
-# Negative client ids for internal sessions: the registry numbers shim sessions from 1 upwards.
-_internal_cids = itertools.count(-1, -1)
 
 
-async def open_hub(registry: Registry, hello: Hello, opts: Mapping[str, str],
-                   session: Session) -> HubSession:
+async def open_hub(registry: ServerDirectory, hello: Hello, opts: Mapping[str, str],
+                   session: ConnectionOutbox) -> HubSession:
     """Start a hub session for `session` (its tasks live in the daemon's nursery)."""
     hub = HubSession(registry, session, hub_servers(hello.argv, hello.server, opts))
     for line in hello.resume:
@@ -84,7 +90,7 @@ async def open_hub(registry: Registry, hello: Hello, opts: Mapping[str, str],
 class HubSession:
     """One client of the hub: the MCP server side, the meta-tools, and the calls in flight."""
 
-    def __init__(self, registry: Registry, session: Session, servers: tuple[str, ...] | None) -> None:
+    def __init__(self, registry: ServerDirectory, session: ConnectionOutbox, servers: tuple[str, ...] | None) -> None:
         self.registry = registry
         self.session = session
         self.servers = servers
@@ -92,9 +98,12 @@ class HubSession:
         self.params: JsonObj | None = None  # the client's initialize params
         self._scope = trio.CancelScope()
         self._nursery: trio.Nursery | None = None
-        self._tasks: dict[JsonId, trio.CancelScope] = {}  # meta-tool calls running, by request id
-        self._outgoing: dict[int, tuple[_ProxiedCall, JsonId]] = {}  # our id -> (call, its id)
-        self._next_out = 1
+        # Which ids go where, decided by the pure routes (lazyd/core/hub_routes.py); the hub
+        # carries the actions out. The scopes of the tasks it admitted, by request id, and the
+        # calls in flight, by their internal client id.
+        self.routes = HubRoutes()
+        self._scopes: dict[JsonId, trio.CancelScope] = {}
+        self._calls: dict[int, ProxiedCall] = {}
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         with self._scope:
@@ -106,7 +115,7 @@ class HubSession:
     def detach(self, cid: int) -> None:
         """The client left: every call is cancelled, which detaches its internal session."""
         self._scope.cancel()
-        self.session.send_channel.close()
+        self.session.close()
         log.info("hub session %d closed", cid)
 
     def resume(self, line: bytes) -> None:
@@ -115,7 +124,7 @@ class HubSession:
             self.params = msg.params
 
     def send(self, line: bytes, done: JsonId | None = None) -> None:
-        self.session.deliver(wire.encode_line(line, done))
+        self.session.deliver(line, done)
 
     # ---- the client's lines --------------------------------------------------------------------
 
@@ -136,13 +145,24 @@ class HubSession:
             assert msg.id is not None
             self._request(msg, msg.id)
         elif msg.kind is Kind.NOTIFICATION:
-            request_id = msg.params.get("requestId")
-            if msg.method == "notifications/cancelled" and isinstance(request_id, (int, str)):
-                scope = self._tasks.get(request_id)
+            if msg.method == "notifications/cancelled":
+                self.carry_out(self.routes.client_cancel(msg.params.get("requestId")))
+        else:
+            self.carry_out(self.routes.client_response(msg))
+
+    def carry_out(self, actions: list[HubAction]) -> None:
+        """Carry out what the routes decided (lazyd/core/hub_routes.py)."""
+        for action in actions:
+            if isinstance(action, ToClient):
+                self.send(action.line)
+            elif isinstance(action, ToCall):
+                call = self._calls.get(action.call)
+                if call is not None:
+                    call.runtime.client_line(call.cid, action.line)
+            elif isinstance(action, CancelTask):
+                scope = self._scopes.get(action.rid)
                 if scope is not None:
                     scope.cancel()
-        else:
-            self._response(msg)
 
     def _request(self, msg: Message, rid: JsonId) -> None:
         method = msg.method
@@ -174,9 +194,7 @@ class HubSession:
             self.send(rpc.result_line(rid, self._search(call)), rid)
         elif call.name == ht.GET_TOOL_SCHEMA:
             self.send(rpc.result_line(rid, self._schema(call)), rid)
-        elif len(self._tasks) >= MAX_CALLS_IN_FLIGHT or rid in self._tasks:
-            problem = "this request id is already in flight" if rid in self._tasks else \
-                f"{MAX_CALLS_IN_FLIGHT} hub calls are already in flight; wait for some to finish"
+        elif (problem := self.routes.admit(rid)) is not None:
             self.send(rpc.error_line(rid, rpc.INVALID_REQUEST, f"lazyd hub: {problem}"), rid)
         elif call.name == ht.CALL_TOOL:
             meta = msg.params.get("_meta")
@@ -190,7 +208,8 @@ class HubSession:
     def _spawn(self, rid: JsonId, work: Callable[..., Awaitable[JsonObj | bytes]], *args: Any) -> None:
         """Run `work(*args)` as a task the client can cancel; its result answers request `rid`."""
         scope = trio.CancelScope()
-        self._tasks[rid] = scope  # now, not in the task: a cancel may arrive before it runs
+        self.routes.task_started(rid)  # now, not in the task: a cancel may arrive before it runs
+        self._scopes[rid] = scope
 
         async def task() -> None:
             try:
@@ -202,44 +221,21 @@ class HubSession:
                 log.exception("hub: a tool call failed inside lazyd")
                 self.send(rpc.error_line(rid, rpc.INTERNAL_ERROR, "lazyd hub: internal error (see lazyd.log)"), rid)
             finally:
-                self._tasks.pop(rid, None)
+                self.routes.task_ended(rid)
+                self._scopes.pop(rid, None)
 
         assert self._nursery is not None
         self._nursery.start_soon(task)
 
-    def _response(self, msg: Message) -> None:
-        entry = self._outgoing.pop(msg.id, None) if isinstance(msg.id, int) else None
-        if entry is None:
-            return  # an answer to a request that ended with its call
-        call, original = entry
-        call.runtime.client_line(call.cid, rpc.with_id(msg, original))
+    # ---- the calls in flight -------------------------------------------------------------------
 
-    # ---- requests from the servers, to this client ---------------------------------------------
+    def call_started(self, call: ProxiedCall) -> None:
+        self._calls[call.cid] = call
 
-    def forward_request(self, call: _ProxiedCall, msg: Message) -> None:
-        assert msg.id is not None
-        out_id = self._next_out
-        self._next_out += 1
-        self._outgoing[out_id] = (call, msg.id)
-        self.send(rpc.with_id(msg, out_id))
-
-    def forward_cancel(self, call: _ProxiedCall, msg: Message) -> None:
-        """The server gave up one of its requests: tell the client under the hub's id."""
-        request_id = msg.params.get("requestId")
-        for out_id, (owner, original) in list(self._outgoing.items()):
-            if owner is call and original == request_id and type(original) is type(request_id):
-                del self._outgoing[out_id]
-                msg.params["requestId"] = out_id
-                self.send(rpc.dumps(msg.obj))
-                return
-
-    def forget(self, call: _ProxiedCall) -> None:
+    def call_ended(self, call: ProxiedCall) -> None:
         """A call ended: its requests still waiting on the client are moot; say so."""
-        for out_id, (owner, _) in list(self._outgoing.items()):
-            if owner is call:
-                del self._outgoing[out_id]
-                self.send(rpc.notification_line("notifications/cancelled",
-                                                {"requestId": out_id, "reason": "the tool call ended"}))
+        self._calls.pop(call.cid, None)
+        self.carry_out(self.routes.call_ended(call.cid))
 
     # ---- servers -------------------------------------------------------------------------------
 
@@ -280,7 +276,7 @@ class HubSession:
 
     @staticmethod
     def _state(runtime: ServerRuntime) -> str:
-        return str(runtime.life.snapshot()["state"])
+        return str(runtime.life.status_fields()["state"])
 
     # ---- meta-tools ----------------------------------------------------------------------------
 
@@ -290,7 +286,7 @@ class HubSession:
         for runtime in self._visible():
             tools = self._tools(runtime)
             hidden = len(policy.denied(runtime.name, [t["name"] for t in tools or []]))
-            snap = runtime.life.snapshot()
+            snap = runtime.life.status_fields()
             live = runtime.core.instance if runtime.core.phase is Phase.READY else None
             views.append(ht.ServerView(
                 name=runtime.name, state=str(snap["state"]),
@@ -351,8 +347,9 @@ class HubSession:
     def _prewarm(self, runtime: ServerRuntime) -> None:
         if self._state(runtime) != "sleeping":
             return
-        if runtime.core.snapshot.last_params is None and self.params is not None:
-            runtime.core.snapshot.last_params = self.params
+        params = wake_params(runtime.core.snapshot.last_params, self.params)
+        if params is not None:
+            runtime.core.snapshot.last_params = params
         log.info("hub: starting %s in the background (a tool schema was asked for)", runtime.name)
         runtime.wake()
 
@@ -365,131 +362,21 @@ class HubSession:
             log.info("policy: %s.%s: deny by %s (hub call)", runtime.name, call.tool, verdict.reason())
             return ht.error_result(gate.denied_text(runtime.name, call.tool, verdict))
         log.info("hub: calling %s.%s", runtime.name, call.tool)
-        return await _ProxiedCall(self, runtime, rid).run(call.tool, call.arguments, token)
+        return await ProxiedCall(self, runtime, rid, self.registry.lanes_for(runtime)).run(call.tool, call.arguments, token)
 
     async def _wake(self, call: ht.MetaCall) -> JsonObj:
-        from lazyd.daemon.control import Control  # control imports the registry, which imports us
-
         runtime = self._lookup(call.server)
         if isinstance(runtime, str):
             return ht.error_result(runtime)
-        if runtime.core.snapshot.last_params is None and self.params is not None:
-            runtime.core.snapshot.last_params = self.params
-        ok, status, error = await Control(self.registry, trio.Event()).op_wake({"name": runtime.name})
-        if not ok:
-            return ht.error_result(f"{error}")
-        return ht.text_result(f"{runtime.name} is running (pid {status.get('pid')}); its tools: "
-                              f"{len(self._tools(runtime) or [])}")
+        error = await wake_and_wait(runtime, self.params)
+        if error is not None:
+            return ht.error_result(error)
+        pid = runtime.proc.pid if runtime.proc is not None else None
+        return ht.text_result(f"{runtime.name} is running (pid {pid}); its tools: {len(self._tools(runtime) or [])}")
 
     async def _sleep(self, call: ht.MetaCall) -> JsonObj:
-        from lazyd.daemon.control import Control
-
         runtime = self._lookup(call.server)
         if isinstance(runtime, str):
             return ht.error_result(runtime)
-        ok, status, error = await Control(self.registry, trio.Event()).op_sleep({"name": runtime.name})
-        if not ok:
-            return ht.error_result(f"{error}")
-        return ht.text_result(f"{runtime.name} is {status.get('state')}; the next call starts it again")
-
-
-class _ProxiedCall:
-    """One `call_tool`: an internal session on the server's runtime for the call's duration."""
-
-    def __init__(self, hub: HubSession, runtime: ServerRuntime, rid: JsonId) -> None:
-        self.hub = hub
-        self.runtime = runtime
-        self.rid = rid
-        self.cid = next(_internal_cids)
-        self.overflowed = False
-        self.inbox = Session(self.cid, os.getpid(), self._overflow)
-
-    def _overflow(self) -> None:
-        self.overflowed = True  # the relay stops delivering; the channel's end ends the call
-
-    async def run(self, tool: str, arguments: JsonObj, token: object) -> JsonObj | bytes:
-        lanes = self.hub.registry.lanes_for(self.runtime)
-        if lanes is not None:
-            # The call is a handshake-era session: it gets that era's process of the server.
-            self.runtime, _ = await lanes.get("handshake")
-        runtime = self.runtime
-        params = internal_initialize_params(self.hub.params)
-        call_params: JsonObj = {"name": tool, "arguments": arguments}
-        if rpc.valid_id(token):
-            call_params["_meta"] = {"progressToken": token}
-        runtime.attach(self.inbox, [])
-        try:
-            runtime.client_line(self.cid, rpc.request_line(_INIT_ID, "initialize", params))
-            runtime.client_line(self.cid, rpc.notification_line("notifications/initialized"))
-            runtime.client_line(self.cid, rpc.request_line(_CALL_ID, "tools/call", call_params))
-            decoder = wire.FrameDecoder()
-            receive = self.inbox.receive_channel
-            async for frame in receive:
-                if receive.statistics().current_buffer_used == 0:
-                    self.inbox.busy = False  # caught up, as a connection's writer says (backlog bound)
-                for decoded in decoder.feed(frame):
-                    assert isinstance(decoded, Line)  # the relay delivers nothing else to a session
-                    answer = self._line(decoded.d)
-                    if answer is not None:
-                        return answer
-            why = "the hub fell behind reading it" if self.overflowed else "it was removed or restarted by a config reload"
-            return ht.error_result(f"lazyd hub: the call to {runtime.name} ended without an answer: {why}")
-        finally:
-            runtime.detach(self.cid)
-            self.hub.forget(self)
-
-    def _line(self, line: bytes) -> bytes | None:
-        msg = rpc.parse(line)
-        if not isinstance(msg, Message):
-            return None
-        if msg.kind is Kind.RESPONSE:
-            return rpc.with_id(msg, self.rid) if msg.id == _CALL_ID else None
-        if msg.kind is Kind.REQUEST:
-            self.hub.forward_request(self, msg)
-        elif msg.method in ("notifications/progress", "notifications/message"):
-            self.hub.send(line)  # progress already carries the caller's own token
-        elif msg.method == "notifications/cancelled":
-            self.hub.forward_cancel(self, msg)
-        return None
-
-
-class RuntimeGate:
-    """The tool policy in front of one runtime's relay core (`ServerRuntime.gate`)."""
-
-    def __init__(self, runtime: ServerRuntime, policy: Callable[[], ToolPolicy]) -> None:
-        self.runtime = runtime
-        self.policy = policy
-        self.core = gate.PolicyGate(runtime.config.name)  # both era lanes of a server are one name to the policy
-
-    def client_line(self, cid: int, line: bytes) -> bytes | None:
-        """The line to give the relay core, or None when the gate answered or holds it."""
-        policy = self.policy()
-        if not policy.active and not self.core.held_count():
-            return line
-        passed: bytes | None = None
-        for action in self.core.client_line(cid, line, policy, lambda: self._can_elicit(cid)):
-            if isinstance(action, gate.Pass):
-                passed = action.line
-            elif isinstance(action, gate.Reply):
-                session = self.runtime.sessions.get(cid)
-                if session is not None:
-                    session.deliver(wire.encode_line(action.line, action.done))
-            else:
-                log.info("[%s] %s", self.runtime.name, action.text)
-        return passed
-
-    def to_client(self, cid: int, line: bytes, done: JsonId) -> bytes:
-        """A final answer to a client, with denied tools out of a `tools/list` (see PolicyGate)."""
-        if not self.core.listing_count():
-            return line
-        filtered, hidden = self.core.to_client(cid, line, done, self.policy())
-        if hidden:
-            log.info("[%s] policy: %d denied tool(s) hidden from client %d's tools/list", self.runtime.name, hidden, cid)
-        return filtered
-
-    def detach(self, cid: int) -> None:
-        self.core.detach(cid)
-
-    def _can_elicit(self, cid: int) -> bool:
-        client = self.runtime.core.clients.get(cid)
-        return client is not None and client.declares("elicitation")
+        await sleep_and_wait(runtime)
+        return ht.text_result(f"{runtime.name} is {self._state(runtime)}; the next call starts it again")

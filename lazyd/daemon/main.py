@@ -42,8 +42,8 @@ from lazyd.daemon.connection import ConnectionHandler
 from lazyd.daemon.control import Control, status_summary
 from lazyd.daemon.notify import Notifier
 from lazyd.daemon.registry import Registry
-from lazyd.daemon.runtime import acquire_instance_lock, adopt_activated_socket, bind_unix_socket, socket_identity
-from lazyd.daemon.store import SnapshotStore, load_or_create_secret
+from lazyd.daemon.cache_store import CacheStore, load_or_create_secret
+from lazyd.daemon.runtime_dir import acquire_instance_lock, adopt_activated_socket, bind_unix_socket, socket_identity
 from lazyd.daemon.systemd_env import ACTIVATION_VARS
 from lazyd.errors import AlreadyRunning, ConfigError, SetupError, StateFileError
 from lazyd.paths import Paths, resolve_paths
@@ -186,7 +186,7 @@ async def serve(sock: socket.socket, paths: Paths, config: Config, config_path: 
                 ownership_check_interval_s: float, secret: bytes) -> None:
     notifier = Notifier.from_environ()  # first: takes NOTIFY_SOCKET/WATCHDOG_* out of os.environ
     await trio.to_thread.run_sync(orphans.sweep, paths.state_dir)
-    store = SnapshotStore(paths.cache_dir)
+    store = CacheStore(paths.cache_dir)
     stop = trio.Event()
     bound_identity = None if activated else socket_identity(paths.socket)
     listener = trio.SocketListener(trio.socket.from_stdlib_socket(sock))
@@ -197,7 +197,7 @@ async def serve(sock: socket.socket, paths: Paths, config: Config, config_path: 
         connections = trio.CancelScope()
         await nursery.start(_serve_connections, handler, listener, connections)
         notifier.ready(status_summary(registry))  # only now: the listener is accepting
-        nursery.start_soon(notifier.run, partial(status_summary, registry))
+        nursery.start_soon(notifier.run, partial(status_summary, registry), registry.changes.wait)
         nursery.start_soon(_signals, stop, partial(_reload, registry, config_path))
         if bound_identity is not None:
             nursery.start_soon(watch_ownership, paths, bound_identity, stop, ownership_check_interval_s)

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import sdnotify
 import trio
@@ -35,8 +35,9 @@ log = logging.getLogger("lazyd.notify")
 WATCHDOG_FRACTION = 0.5
 # sd_watchdog_enabled(3): ping at half the timeout, so one late ping never trips it.
 
-STATUS_POLL_S = 2.0
-# How often STATUS= is recomputed; it is sent only when the text changed, so this is cheap.
+STATUS_MIN_INTERVAL_S = 0.5
+# STATUS= is recomputed when something it shows changed (lazyd/daemon/changes.py), at most this
+# often: a burst of sessions starting makes one update, not hundreds. Sent only when the text changed.
 
 MAX_STATUS_CHARS = 200
 # `systemctl status` shows one line; a longer STATUS= is cut rather than wrapped.
@@ -133,19 +134,22 @@ class Notifier:
             self.watchdog()
             await trio.sleep(self.watchdog_interval_s)
 
-    async def status_loop(self, summary: Callable[[], str], interval_s: float = STATUS_POLL_S) -> None:
-        """Send `summary()` as STATUS= whenever it changed, checked every `interval_s`."""
+    async def status_loop(self, summary: Callable[[], str], changed: Callable[[], Awaitable[None]],
+                          min_interval_s: float = STATUS_MIN_INTERVAL_S) -> None:
+        """Send `summary()` as STATUS= now and after each `changed()` returns (at most once per
+        `min_interval_s`), when its text changed. Nothing runs between changes: no timer."""
         if self._notifier is None:
             return
         while True:
             self.status(summary())
-            await trio.sleep(interval_s)
+            await changed()
+            await trio.sleep(min_interval_s)  # coalesces a burst; the summary read next has it all
 
-    async def run(self, summary: Callable[[], str]) -> None:
+    async def run(self, summary: Callable[[], str], changed: Callable[[], Awaitable[None]]) -> None:
         """The watchdog and status loops together, until cancelled."""
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self.watchdog_loop)
-            nursery.start_soon(self.status_loop, summary)
+            nursery.start_soon(self.status_loop, summary, changed)
 
 
 def clean_status(text: str) -> str:

@@ -12,7 +12,7 @@ A pid alone proves nothing, because pids are recycled. The rules (`classify`):
   session whose id is the leader's pid, and Linux never hands out a pid that is still in use as a
   session or group id, so any process still in session `pgid` is a leftover of ours.
 The sweep never signals the daemon running it, and it rescans a session after killing it, so a
-process forked while the first kills were landing is caught too.
+process forked while the first kills were landing is caught too. /proc is read by lazyd/procfs.py.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from pathlib import Path
 
 from lazyd.errors import StateFileError
 from lazyd.privatefiles import read_private, write_private
+from lazyd.procfs import Stat, read_stat, session_members
 
 log = logging.getLogger("lazyd.orphans")
 
@@ -37,8 +38,6 @@ MAX_STATE_BYTES = 1024 * 1024  # thousands of records; a bigger file is not ours
 # and one forked before the kill landed appears in the next scan; more rounds than this means
 # something keeps spawning, which the next daemon start will meet again.
 SWEEP_ROUNDS = 5
-# proc(5) fields, counted from 1 as the manual does; the command name is field 2.
-_STAT_STATE, _STAT_SESSION, _STAT_STARTTIME = 3, 6, 22
 
 
 @dataclass(frozen=True)
@@ -49,50 +48,13 @@ class ChildRecord:
     pgid: int
 
 
-@dataclass(frozen=True)
-class ProcStat:
-    """The few fields of /proc/<pid>/stat the sweep needs."""
-
-    state: str
-    session: int
-    start_ticks: int
-
-
 class Verdict(enum.Enum):
     OURS = "ours"  # the recorded leader still runs: kill its session
     GONE = "gone"  # the leader exited: whatever is left in its session is ours
     RECYCLED = "recycled"  # another process has the pid now: leave everything alone
 
 
-def parse_stat(data: bytes) -> ProcStat | None:
-    """Parse the text of /proc/<pid>/stat; None when it is not in the expected shape."""
-    # The command name (field 2) may hold spaces and parentheses: split after the last ')'.
-    head, sep, rest = data.rpartition(b")")
-    fields = rest.split()
-    if not sep or b"(" not in head or len(fields) < _STAT_STARTTIME - 2:
-        return None
-    try:
-        return ProcStat(state=fields[_STAT_STATE - 3].decode("ascii", "replace"),
-                        session=int(fields[_STAT_SESSION - 3]),
-                        start_ticks=int(fields[_STAT_STARTTIME - 3]))
-    except ValueError:
-        return None
-
-
-def read_stat(pid: int) -> ProcStat | None:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return parse_stat(f.read())
-    except OSError:
-        return None
-
-
-def start_ticks(pid: int) -> int | None:
-    stat = read_stat(pid)
-    return stat.start_ticks if stat is not None else None
-
-
-def classify(record: ChildRecord, leader: ProcStat | None) -> Verdict:
+def classify(record: ChildRecord, leader: Stat | None) -> Verdict:
     """What the sweep does with `record`, given what /proc says about its pid now."""
     if leader is None:
         return Verdict.GONE
@@ -101,17 +63,6 @@ def classify(record: ChildRecord, leader: ProcStat | None) -> Verdict:
     # Our leader as a zombie is gone too; its pid (and so the session id) stays reserved until
     # it is reaped, so its session is still only ours.
     return Verdict.GONE if leader.state == "Z" else Verdict.OURS
-
-
-def session_members(sid: int) -> list[int]:
-    """Live (not zombie) processes in session `sid`."""
-    members = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            stat = read_stat(int(entry))
-            if stat is not None and stat.session == sid and stat.state != "Z":
-                members.append(int(entry))
-    return members
 
 
 def write_state(state_dir: Path, children: Iterable[ChildRecord]) -> None:

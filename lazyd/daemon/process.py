@@ -10,7 +10,8 @@ The rules it keeps:
   the daemon's supervisor. The spec's environment is otherwise passed as is.
 - The command is resolved against the *spec's* PATH and cwd before anything is forked, so
   "not found" and "not executable" are a `SpawnError` with a readable message, never a
-  traceback and never a half-started process.
+  traceback and never a half-started process (lazyd/daemon/command.py: what to run, the
+  child's environment, how it ended).
 - The leader's exit is detected through a pidfd, *without* reaping it: while the leader is an
   unreaped zombie its pid, and so the group id, cannot be recycled. Only after SIGKILL went to
   what is left of the group is the leader reaped. (trio's `Process.wait()`, `poll()` and
@@ -18,8 +19,8 @@ The rules it keeps:
 - Stopping is a ladder: close stdin, wait `STDIN_EOF_GRACE_S`, SIGTERM the group, wait
   `TERM_GRACE_S`, SIGKILL the group, reap. A child that exits on EOF is never signalled. The whole
   ladder is shielded from cancellation and bounded by the two graces.
-- stdout is read in chunks of `READ_CHUNK_BYTES` and split into lines; a line longer than the limit
-  raises `LineTooLong` once the buffer passes the limit, so a peer can't make us buffer more.
+- stdout is read in chunks of `READ_CHUNK_BYTES` and cut into lines by lazyd/daemon/stdout_lines.py;
+  a line over the limit raises `LineTooLong` once the buffer passes it: no peer makes us hold more.
 - stderr is read continuously by a task, whatever the consumer does, into a `LogRing`: a server
   flooding stderr is never blocked on a full pipe, and memory and disk stay bounded.
 
@@ -35,19 +36,19 @@ import fcntl
 import os
 import select
 import signal
-import stat
 import subprocess
-from collections import deque
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import AsyncIterator, Mapping
+from typing import AsyncIterator
 
 import trio
 
+from lazyd import procfs
+from lazyd.daemon.command import ExitInfo, SpawnSpec, executable_for
 from lazyd.daemon.logring import LogRing
+from lazyd.daemon.stdout_lines import StdoutLines
 from lazyd.daemon.systemd_env import scrubbed_environ
-from lazyd.errors import LineTooLong, SpawnError
+from lazyd.errors import LineTooLong as LineTooLong  # what receive_line raises
+from lazyd.errors import SpawnError
 
 STDIN_EOF_GRACE_S = 2.0
 """Wait after closing stdin: the python SDK's value; well-behaved servers exit on EOF at once."""
@@ -63,99 +64,6 @@ STDERR_DRAIN_S = 1.0
 
 READ_CHUNK_BYTES = 64 * 1024
 """One pipe buffer per read: bounds how far a read can overshoot the line limit."""
-
-MAX_LINE_BYTES = 16 * 1024 * 1024
-"""Default stdout line limit: the wire's MAX_LINE_BYTES, above the TypeScript SDK's 10 MiB."""
-
-_STAT_STARTTIME_FIELD = 22
-# proc(5): field 22 of /proc/<pid>/stat is the start time in clock ticks since boot.
-
-
-@dataclass(frozen=True)
-class SpawnSpec:
-    """What to run: argv[0] is resolved against env's PATH, relative to cwd."""
-
-    argv: tuple[str, ...]
-    cwd: str
-    env: Mapping[str, str]
-    log_path: Path
-    max_line_bytes: int = MAX_LINE_BYTES
-
-
-@dataclass(frozen=True)
-class ExitInfo:
-    """How a server process ended, for status output and JSON-RPC errors."""
-
-    returncode: int | None
-    """The exit status, or None if it was killed by a signal or is unknown."""
-    signal: int | None
-    """The number of the signal that killed it, if one did."""
-    stderr_tail: tuple[str, ...] = field(default=())
-    """The last lines of its stderr, oldest first."""
-
-    def describe(self, tail_lines: int = 3) -> str:
-        """A one-line summary: "exited with status 1; stderr: ..." or "killed by SIGKILL"."""
-        if self.signal is not None:
-            try:
-                name = signal.Signals(self.signal).name
-            except ValueError:
-                name = f"signal {self.signal}"
-            text = f"killed by {name}"
-        elif self.returncode is not None:
-            text = f"exited with status {self.returncode}"
-        else:
-            text = "exit status unknown"
-        shown = [line.strip() for line in self.stderr_tail if line.strip()][-tail_lines:]
-        if shown and tail_lines > 0:
-            text += "; stderr: " + " | ".join(shown)
-        return text
-
-    @classmethod
-    def from_returncode(cls, rc: int | None, tail: tuple[str, ...]) -> ExitInfo:
-        """Map a Popen-style code (negative = killed by that signal) to an ExitInfo."""
-        if rc is not None and rc < 0:
-            return cls(returncode=None, signal=-rc, stderr_tail=tail)
-        return cls(returncode=rc, signal=None, stderr_tail=tail)
-
-
-def _is_executable_file(path: str) -> bool:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return False
-    return stat.S_ISREG(st.st_mode) and os.access(path, os.X_OK)
-
-
-def resolve_command(name: str, cwd: str, path_var: str | None) -> str:
-    """Find the file execvp would run for `name`, as an absolute path, or raise SpawnError.
-
-    Like execvp: a name with a slash is taken as is (relative to cwd); otherwise each PATH entry
-    is tried (an empty entry means cwd), and a match that is not executable makes the error
-    EACCES rather than ENOENT.
-    """
-    if not name:
-        raise SpawnError(errno.ENOENT, "cannot execute an empty command name")
-    if "/" in name:
-        candidates = [os.path.join(cwd, name)]
-    else:
-        dirs = (path_var if path_var is not None else os.defpath).split(os.pathsep)
-        candidates = [os.path.join(cwd, d, name) for d in dirs]
-    denied = False
-    for candidate in candidates:
-        if _is_executable_file(candidate):
-            return os.path.abspath(candidate)
-        denied = denied or os.path.exists(candidate)
-    err = errno.EACCES if denied else errno.ENOENT
-    raise SpawnError(err, f"cannot execute '{name}': {os.strerror(err)}")
-
-
-def read_start_time_ticks(pid: int) -> int:
-    """The start time of `pid` in clock ticks since boot: with the pid, it names one process."""
-    with open(f"/proc/{pid}/stat", "rb") as f:
-        data = f.read()
-    # The command name (field 2) may contain spaces and parentheses: split after its last ")".
-    fields = data[data.rindex(b")") + 2 :].split()
-    return int(fields[_STAT_STARTTIME_FIELD - 3])
 
 
 class ChildProcess:
@@ -183,10 +91,7 @@ class ChildProcess:
         self._reaped_rc: int | None = None
         self._reaped = False
         self._exit_info: ExitInfo | None = None
-        self._buf = bytearray()
-        self._pending: deque[bytes] = deque()
-        self._stdout_eof = False
-        self._line_error: LineTooLong | None = None
+        self._lines = StdoutLines(spec.max_line_bytes)
 
     # -- talking -----------------------------------------------------------------------------
 
@@ -231,61 +136,34 @@ class ChildProcess:
         buffered at most the limit plus one read. A trailing line without newline is returned
         at EOF. Only one task may read at a time.
         """
+        lines = self._lines
         while True:
             # Lines that came before an overlong one are still delivered, in order.
-            if self._pending:
-                return self._pending.popleft()
-            if self._line_error is not None:
+            line = lines.next_line()
+            if line is not None:
+                return line
+            if lines.error is not None:
                 # Nothing more will be read: release the pipe now rather than at garbage collection.
                 with trio.CancelScope(shield=True):
                     await self._stdout.aclose()
-                raise self._line_error
-            if self._stdout_eof:
+                raise lines.error
+            if lines.ended:
                 return None
             try:
                 data = await self._stdout.receive_some(READ_CHUNK_BYTES)
             except trio.BrokenResourceError:
                 data = b""
             if not data:
-                self._stdout_eof = True
-                rest = bytes(self._buf)
-                self._buf.clear()
-                if rest and not rest.isspace():
-                    self._pending.append(rest)
+                lines.end()
                 with trio.CancelScope(shield=True):
                     await self._stdout.aclose()
                 continue
-            self._split_lines(data)
+            lines.feed(data)
 
     async def lines(self) -> AsyncIterator[bytes]:
         """Iterate over `receive_line()` until EOF."""
         while (line := await self.receive_line()) is not None:
             yield line
-
-    def _split_lines(self, data: bytes | bytearray) -> None:
-        limit = self.spec.max_line_bytes
-        buf = self._buf
-        # The old buffer holds no newline: scan only what just arrived.
-        scan = len(buf)
-        buf += data
-        pos = 0
-        while (nl := buf.find(b"\n", scan)) >= 0:
-            if nl - pos > limit:
-                self._fail_line(limit)
-                return
-            line = bytes(buf[pos:nl])
-            if line and not line.isspace():
-                self._pending.append(line)
-            pos = scan = nl + 1
-        if pos:
-            del buf[:pos]
-        if len(buf) > limit:
-            self._fail_line(limit)
-
-    def _fail_line(self, limit: int) -> None:
-        # The stream can't be resynchronised: drop the buffer now, and fail every later read.
-        self._buf = bytearray()
-        self._line_error = LineTooLong(f"server wrote a stdout line longer than {limit} bytes")
 
     # -- exit --------------------------------------------------------------------------------
 
@@ -469,12 +347,7 @@ async def open_child(
 
 
 async def _launch(spec: SpawnSpec) -> ChildProcess:
-    if not spec.argv:
-        raise SpawnError(errno.ENOENT, "cannot execute an empty command")
-    if not os.path.isdir(spec.cwd):
-        err = errno.ENOTDIR if os.path.exists(spec.cwd) else errno.ENOENT
-        raise SpawnError(err, f"cannot use working directory '{spec.cwd}': {os.strerror(err)}")
-    executable = resolve_command(spec.argv[0], spec.cwd, spec.env.get("PATH"))
+    executable = executable_for(spec)
     ring = LogRing(spec.log_path)
     try:
         process = await trio.lowlevel.open_process(
@@ -497,7 +370,7 @@ async def _launch(spec: SpawnSpec) -> ChildProcess:
     try:
         # Nobody has waited for the child yet, so this pid is surely still ours.
         pidfd = os.pidfd_open(process.pid)
-        start_ticks = read_start_time_ticks(process.pid)
+        start_ticks = procfs.start_time_ticks(process.pid)
     except OSError:
         with trio.CancelScope(shield=True):
             os.killpg(process.pid, signal.SIGKILL)

@@ -25,23 +25,24 @@ import logging
 import os
 import shutil
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import trio
 
 from lazyd.config import Config, Policy, ServerConfig, policy_with_options
-from lazyd.core import lifecycle as lc
 from lazyd.core.era_policy import Era
 from lazyd.core.identity import Identity, identity_for
 from lazyd.core.sharing import SharingDecision, ShareSetting, decide_sharing
 from lazyd.daemon import handshakes, orphans
 from lazyd.daemon.era_lanes import EraLanes, EraRoute
-from lazyd.daemon.hub import HubSession, RuntimeGate, open_hub
-from lazyd.daemon.process import SpawnSpec
-from lazyd.daemon.store import SnapshotStore
-from lazyd.daemon.session import Session
-from lazyd.daemon.supervisor import RuntimeConfig, ServerRuntime
+from lazyd.daemon.cache_store import CacheStore
+from lazyd.daemon.changes import Changes
+from lazyd.daemon.command import SpawnSpec
+from lazyd.daemon.hub import HubSession, open_hub
+from lazyd.daemon.outbox import ConnectionOutbox
+from lazyd.daemon.policy_gate import RuntimeGate
+from lazyd.daemon.runtime_config import RuntimeConfig, child_records, lifecycle_policy
+from lazyd.daemon.supervisor import ServerRuntime
 from lazyd.envnames import parse_names
 from lazyd.errors import ConfigError, HubOptionError, Refused
 from lazyd.frames import Hello
@@ -58,16 +59,6 @@ PRIVATE_INSTANCE = "private:"
 IDENTITY_OPTS = ("identity_env", "per_session_env")
 
 
-def lifecycle_policy(policy: Policy) -> lc.LifecyclePolicy:
-    return lc.LifecyclePolicy(
-        start_timeout_s=policy.start_timeout_s,
-        linger_s=policy.linger_s,
-        idle_timeout_s=policy.idle_timeout_s or None,
-        keep_alive=policy.keep_alive,
-        eager=policy.start == "eager",
-        wake_interval_s=policy.wake.interval_s if policy.wake else None,
-        wake_timeout_s=policy.wake.timeout_s if policy.wake else 1.0,
-    )
 
 
 def _which(command: str, path: str | None) -> str | None:
@@ -75,7 +66,7 @@ def _which(command: str, path: str | None) -> str | None:
 
 
 class Registry:
-    def __init__(self, config: Config, paths: Paths, secret: bytes, store: SnapshotStore,
+    def __init__(self, config: Config, paths: Paths, secret: bytes, store: CacheStore,
                  nursery: trio.Nursery, daemon_env: Mapping[str, str]) -> None:
         self.config = config
         self.paths = paths
@@ -100,6 +91,7 @@ class Registry:
         self.handshakes = handshakes.LearnedHandshakes(paths.state_dir)
         # Private instance digest -> the digest of the registration's own (base) identity.
         self._private_base: dict[str, str] = {}
+        self.changes = Changes()  # anything a status summary shows may have changed (changes.py)
 
     def note_client_line(self, line: bytes, peek: int) -> int:
         """Learn the handshake of a session from its first lines; how many more to look at."""
@@ -190,6 +182,7 @@ class Registry:
             for runtime in self.runtimes.values():
                 runtime.policy_changed(old.tool_policy, config.tool_policy)
         self.children_changed()
+        self.changes.note()  # rows went and came
         return report
 
     async def _named_runtime(self, server: ServerConfig) -> ServerRuntime:
@@ -221,12 +214,15 @@ class Registry:
         )
         runtime = ServerRuntime(config, self.store.load(cache_digest), self.store, self.children_changed)
         runtime.gate = RuntimeGate(runtime, lambda: self.config.tool_policy)  # read at each call: reloads apply
+        runtime.on_change = self.changes.note
         self.runtimes[digest] = runtime
         self.identities[digest] = identity
         lanes = self.lanes[digest] = EraLanes(runtime, lambda era: self._open_lane(digest, era))
         lanes.reserved = bool(identity.instance.startswith(PRIVATE_INSTANCE))
+        lanes.on_change = self.changes.note
         self.lane_of[digest] = digest
         await self.nursery.start(runtime.run)
+        self.changes.note()  # a new row
         log.info("server %s registered (share = %s)", name, str(policy.share).lower())
         return runtime
 
@@ -241,21 +237,23 @@ class Registry:
         runtime = ServerRuntime(dataclasses.replace(primary.config, spec=spec), primary.core.snapshot, self.store,
                                 self.children_changed, label=label, save_lock=primary._save_lock)
         runtime.gate = RuntimeGate(runtime, lambda: self.config.tool_policy)
+        runtime.on_change = self.changes.note
         identity = self.identities[digest]
         lane_digest = dataclasses.replace(identity, instance=f"{identity.instance}#{len(lanes.runtimes)}").digest(self.secret)
         self.runtimes[lane_digest] = runtime
         self.identities[lane_digest] = identity
         self.lane_of[lane_digest] = digest
         await self.nursery.start(runtime.run)
+        self.changes.note()
         log.info("server %s: a second process slot for %s-era clients (%s)", primary.name, era, label)
         return runtime
 
     async def open_session(self, hello: Hello,
-                           on_overflow: Any) -> tuple[EraRoute | HubSession, Session]:
+                           on_overflow: Any) -> tuple[EraRoute | HubSession, ConnectionOutbox]:
         """Attach a shim session; raises Refused for options or names the daemon cannot serve."""
         opts = dict(hello.opts)
         if "hub" in opts:  # lazyd-shim --hub: the daemon's own MCP server (lazyd/daemon/hub.py)
-            session = Session(self._next_cid, hello.pid, on_overflow)
+            session = ConnectionOutbox(self._next_cid, hello.pid, on_overflow)
             self._next_cid += 1
             try:
                 return await open_hub(self, hello, opts, session), session
@@ -302,7 +300,7 @@ class Registry:
                                                   undecodable=[n for n, _ in undecodable])
         cid = self._next_cid
         self._next_cid += 1
-        session = Session(cid, hello.pid, on_overflow)
+        session = ConnectionOutbox(cid, hello.pid, on_overflow)
         lanes = self.lanes_for(runtime)
         assert lanes is not None
         # The session's first request decides which of the registration's processes serves it.
@@ -392,14 +390,5 @@ class Registry:
     def children_changed(self) -> None:
         """Record the live children (servers and wake predicates, each the leader of its own
         session) for the orphan sweep of a successor daemon."""
-        records: list[orphans.ChildRecord] = []
-        for r in [*self.runtimes.values(), *self._closing]:
-            if r.proc is not None:
-                records.append(orphans.ChildRecord(r.name, r.proc.pid, r.proc.start_time_ticks, r.proc.pgid))
-            if r.predicate_child is not None:
-                pid, ticks = r.predicate_child
-                records.append(orphans.ChildRecord(f"{r.name} (wake predicate)", pid, ticks, pid))
-        orphans.write_state(self.paths.state_dir, records)
-
-    def log_path(self, runtime: ServerRuntime) -> Path:
-        return runtime.config.spec.log_path
+        orphans.write_state(self.paths.state_dir, [record for runtime in [*self.runtimes.values(), *self._closing]
+                                                   for record in child_records(runtime)])

@@ -7,10 +7,11 @@ actions; it makes no decision of its own beyond "how" (which task, which pipe).
 
 Tasks (all in the runtime's own nursery):
 - the timer loop: sleeps until the lifecycle's next deadline (or a poke) and calls `tick`;
-- per process: a stdin writer fed by a bounded channel, and a stdout reader that also handles the
-  exit, so every line the server wrote before dying is relayed before in-flight requests fail;
-- the snapshot saver: persists the snapshot off the event loop (fsync) when the core says so;
-- the wake predicate, when the lifecycle asks for it (`run_predicate`).
+- per process: a stdin writer (lazyd/daemon/server_input.py, with the backpressure bounds), and a
+  stdout reader that also handles the exit, so every line the server wrote before dying is
+  relayed before in-flight requests fail;
+- the cache saver (lazyd/daemon/cache_saver.py), the wake predicate (lazyd/daemon/predicate.py).
+Its status row is lazyd/daemon/runtime_status.py.
 Calls from other tasks (session readers, lazyctl) are synchronous: they feed an event and carry
 out the resulting actions without awaiting, so events are applied atomically and in order.
 """
@@ -20,97 +21,37 @@ from __future__ import annotations
 import errno
 import logging
 import math
-import os
 import random
-import signal
-import subprocess
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Any, Protocol
+from collections.abc import Callable
 
 import trio
 
-from lazyd import wire
-from lazyd.config import WakePredicate
 from lazyd.core import lifecycle as lc
 from lazyd.core import relay as rl
-from lazyd.core.jsonrpc import JsonId
 from lazyd.core.cache import Snapshot
-from lazyd.core.era_policy import EraSetting, facts_of
-from lazyd.core.eras import LATEST_HANDSHAKE_VERSION
-from lazyd.durations import format_duration
+from lazyd.core.handshake_defaults import unattended_params
 from lazyd.core.hub_catalog import cached_tools
 from lazyd.core.policy import ToolPolicy
-from lazyd.core.routing import SamplingPolicy
-from lazyd.core.sharing import ShareSetting
-from lazyd.daemon.process import (
-    ChildProcess,
-    SpawnSpec,
-    read_start_time_ticks,
-    spawn,
-)
-from lazyd.daemon.session import Session
-from lazyd.daemon.store import SnapshotStore
-from lazyd.daemon.systemd_env import scrubbed_environ
+from lazyd.daemon.cache_saver import CacheSaver
+from lazyd.daemon.cache_store import CacheStore
+from lazyd.daemon.outbox import Outbox
+from lazyd.daemon.predicate import run_predicate
+from lazyd.daemon.process import ChildProcess, spawn
+from lazyd.daemon.runtime_config import LineGate, RuntimeConfig
+from lazyd.daemon.server_input import ServerInput
 from lazyd.errors import LineTooLong, SpawnError
 
 log = logging.getLogger("lazyd.server")
 
-# Lines queued for a server's stdin. A server that leaves this many unread is stuck; it is killed
-# (and restarted on the next request) rather than letting the queue grow without bound.
-MAX_SERVER_BACKLOG_LINES = 10_000
-# Bytes queued for a server's stdin, and requests the relay holds until a start completes, above
-# which the sessions feeding this server are not read any further (backpressure, down to the
-# clients' own pipes) instead of the daemon buffering whatever clients send faster than the server
-# takes it.
-MAX_SERVER_BACKLOG_BYTES = 32 * 1024 * 1024
-MAX_WAITING_REQUESTS = 10_000
 # Spawn errors that running the same command again cannot cure: the command or its working
 # directory is missing, not executable, or in no format the kernel runs. They park the server at
 # once (lifecycle rule 3). Anything else (EAGAIN, ENOMEM, EMFILE, E2BIG...) may pass, and backs off.
 FATAL_SPAWN_ERRNOS = frozenset({errno.ENOENT, errno.EACCES, errno.ENOEXEC, errno.ENOTDIR})
-# The handshake an unattended start (eager, keep_alive, wake predicate, backoff) replays when no
-# client ever initialized this server: the newest handshake-era version every SDK speaks, and no
-# client capabilities, so the server cannot ask a client that is not there for anything.
-UNATTENDED_PROTOCOL_VERSION = LATEST_HANDSHAKE_VERSION
-
-
-def unattended_initialize_params() -> dict[str, Any]:
-    """`initialize` params for a start no client asked for and no client ever initialized."""
-    return {"protocolVersion": UNATTENDED_PROTOCOL_VERSION, "capabilities": {},
-            "clientInfo": {"name": "lazyd", "version": "0.1.0"}}
-
-
-class _Backlog:
-    __slots__ = ("bytes",)
-
-    def __init__(self) -> None:
-        self.bytes = 0
-
-
-class LineGate(Protocol):
-    """Sees each client line before the relay core: the tool policy (lazyd/daemon/hub.py)."""
-
-    def client_line(self, cid: int, line: bytes) -> bytes | None: ...  # None: answered or held
-    def to_client(self, cid: int, line: bytes, done: JsonId) -> bytes: ...  # a final answer
-    def detach(self, cid: int) -> None: ...
-
-
-@dataclass(frozen=True)
-class RuntimeConfig:
-    name: str
-    digest: str
-    spec: SpawnSpec
-    policy: lc.LifecyclePolicy
-    wake: WakePredicate | None
-    sampling_policy: SamplingPolicy
-    share: ShareSetting
-    era: EraSetting = "auto"  # which protocol era its processes run in (lazyd/core/era_policy.py)
 
 
 class ServerRuntime:
-    def __init__(self, config: RuntimeConfig, snapshot: Snapshot, store: SnapshotStore,
+    def __init__(self, config: RuntimeConfig, snapshot: Snapshot, store: CacheStore,
                  on_children_changed: Callable[[], None] = lambda: None, *, label: str | None = None,
                  save_lock: trio.Lock | None = None) -> None:
         self.config = config
@@ -122,26 +63,27 @@ class ServerRuntime:
         self.life = lc.Lifecycle(config.policy, random.Random())
         self.store = store
         self.proc: ChildProcess | None = None
-        self.sessions: dict[int, Session] = {}
+        self.sessions: dict[int, Outbox] = {}
         self.on_children_changed = on_children_changed
         self.gate: LineGate | None = None  # installed by the registry
         self._nursery: trio.Nursery | None = None
         self._scope = trio.CancelScope()
         self._poke = trio.Event()
         self._waiting_for: float | None = None
-        self._save_wanted = trio.Event()
         # Lanes of one registration share the snapshot and its file: one save at a time, each
         # taking its copy inside the lock, so an older copy never lands after a newer one.
         self._save_lock = save_lock if save_lock is not None else trio.Lock()
-        self._to_server: trio.MemorySendChannel[bytes] | None = None
-        self._server_busy = False  # lines are queued for the stdin writer (see _send_server)
-        self._backlog = _Backlog()  # bytes queued for the current process's stdin
-        self._room = trio.Event()  # set (and replaced) whenever the backlog may have shrunk
+        self._saver = CacheSaver(store, config.digest, lambda: self.core.snapshot, self._save_lock)
+        self._input = ServerInput(self.name, self._kill, lambda: len(self.core.queue))  # the process's stdin
         self._kill_reason: str | None = None
         self._stop_requested = False
         self._closing = False  # set by shutdown(): no process or predicate is started after it
         self._finished = trio.Event()  # run() has returned: no task of this runtime is left
-        self.ready_event = trio.Event()  # set at each Ready, replaced at each start (lazyctl wake)
+        # Set (and dropped) at the end of every lifecycle input, which is where every change of
+        # state, process or failure count happens; created only while someone waits (see
+        # wait_changed), so the relay's hot path allocates nothing.
+        self._changed: trio.Event | None = None
+        self.on_change: Callable[[], None] = lambda: None  # the registry's status signal (changes.py)
         self.last_exit: str | None = None
         self.started_wall: float | None = None  # when the current process became ready (wall)
         self.spawned_wall: float | None = None  # when the current process was started (wall)
@@ -175,7 +117,7 @@ class ServerRuntime:
     async def _run(self, task_status: trio.TaskStatus[None]) -> None:
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
-            nursery.start_soon(self._saver)
+            nursery.start_soon(self._saver.run)
             task_status.started()
             self._life(self.life.boot(trio.current_time()))
             while True:
@@ -195,7 +137,7 @@ class ServerRuntime:
         if proc is not None:
             self._stop_requested = True
             await proc.stop()
-        self._save_now()
+        self._saver.save_now()
 
     @property
     def closing(self) -> bool:
@@ -204,7 +146,7 @@ class ServerRuntime:
 
     # ---- events from sessions and operators ----------------------------------------------------
 
-    def attach(self, session: Session, resume: list[bytes]) -> None:
+    def attach(self, session: Outbox, resume: list[bytes]) -> None:
         self.sessions[session.cid] = session
         self._relay(self.core.attach(session.cid, now=time.time()))
         if resume:
@@ -225,7 +167,7 @@ class ServerRuntime:
         session = self.sessions.pop(cid, None)
         if session is None:
             return
-        session.send_channel.close()
+        session.close()
         if self.gate is not None:
             self.gate.detach(cid)
         self._relay(self.core.detach(cid, now=time.time()))
@@ -262,9 +204,9 @@ class ServerRuntime:
                     line = action.line
                     if self.gate is not None and action.done is not None:
                         line = self.gate.to_client(action.cid, line, action.done)
-                    session.deliver(wire.encode_line(line, action.done))
+                    session.deliver(line, action.done)
             elif isinstance(action, rl.ToServer):
-                self._send_server(action.line)
+                self._input.send(action.line)
             elif isinstance(action, rl.Activity):
                 self._life(self.life.activity(trio.current_time()))
             elif isinstance(action, rl.WantServer):
@@ -272,9 +214,8 @@ class ServerRuntime:
             elif isinstance(action, rl.Ready):
                 self.started_wall = time.time()
                 self._life(self.life.ready(trio.current_time()))
-                self.ready_event.set()
             elif isinstance(action, rl.SnapshotChanged):
-                self._save_wanted.set()
+                self._saver.want()
             elif isinstance(action, rl.Abort):
                 self._kill(action.reason)
             elif isinstance(action, rl.Note):
@@ -289,7 +230,6 @@ class ServerRuntime:
                     continue
                 self._stop_requested = False
                 self._kill_reason = None
-                self.ready_event = trio.Event()
                 self._ensure_replay_params()
                 assert self._nursery is not None
                 self._nursery.start_soon(self._start_process)
@@ -303,7 +243,6 @@ class ServerRuntime:
                 self._kill(action.reason)
             elif isinstance(action, lc.FailWaiting):
                 self._relay(self.core.start_failed(action.error, now=time.time()))
-                self.ready_event.set()
             elif isinstance(action, lc.RunPredicate):
                 if self._closing:
                     continue  # the runtime ends before a result could matter
@@ -318,6 +257,19 @@ class ServerRuntime:
         deadline = self.life.next_deadline()
         if deadline is not None and (self._waiting_for is None or deadline < self._waiting_for):
             self._poke.set()
+        changed = self._changed
+        if changed is not None:
+            self._changed = None
+            changed.set()
+        self.on_change()
+
+    async def wait_changed(self) -> None:
+        """Until the next lifecycle input has been carried out: its state, process, failure
+        count or last error may have changed (callers look again; none is missed, since every
+        change is made inside such an input and this wait starts before the next one)."""
+        if self._changed is None:
+            self._changed = trio.Event()
+        await self._changed.wait()
 
     def _ensure_replay_params(self) -> None:
         """Give an unattended start a handshake to replay (issue 4: eager, keep_alive, predicate).
@@ -327,49 +279,23 @@ class ServerRuntime:
         no handshake, never become ready, and be killed at its start timeout. An attached client's
         params (a resumed session) are preferred over the defaults: they are a real client's."""
         core = self.core
-        if core.snapshot.last_params is not None or core.queue:
-            return
-        known = next((c.params for c in core.clients.values() if c.params is not None), None)
-        core.snapshot.last_params = known if known is not None else unattended_initialize_params()
+        params = unattended_params(core.snapshot.last_params, bool(core.queue),
+                                   (c.params for c in core.clients.values()))
+        if params is not None:
+            core.snapshot.last_params = params
 
     def _load(self) -> None:
         self._life(self.life.load(trio.current_time(), self.core.client_count(), self.core.inflight_count()))
-        self._signal_room()
+        self._input.signal_room()
 
-    # ---- backpressure --------------------------------------------------------------------------
+    # ---- backpressure (lazyd/daemon/server_input.py) -----------------------------------------------
 
     def has_room(self) -> bool:
         """Whether the sessions of this server may be read further (see MAX_SERVER_BACKLOG_BYTES)."""
-        return self._backlog.bytes < MAX_SERVER_BACKLOG_BYTES and len(self.core.queue) < MAX_WAITING_REQUESTS
+        return self._input.has_room()
 
     async def wait_for_room(self) -> None:
-        while not self.has_room():
-            await self._room.wait()
-
-    def _signal_room(self) -> None:
-        if self.has_room():
-            self._room.set()
-            self._room = trio.Event()
-
-    def _send_server(self, line: bytes) -> None:
-        if self._to_server is None or self.proc is None:
-            log.info("[%s] line for a server that is not running dropped", self.name)
-            return
-        data = line + b"\n"
-        if not self._server_busy:
-            # Nothing queued: write straight into the pipe and skip a task switch.
-            written = self.proc.write_nowait(data)
-            if written == len(data):
-                return
-            data = data[written:]
-        self._server_busy = True
-        self._backlog.bytes += len(data)
-        try:
-            self._to_server.send_nowait(data)
-        except trio.WouldBlock:
-            self._kill(f"stopped reading its stdin ({MAX_SERVER_BACKLOG_LINES} lines waiting)")
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            pass
+        await self._input.wait_for_room()
 
     def _kill(self, reason: str) -> None:
         log.warning("[%s] killing the server: %s", self.name, reason)
@@ -401,27 +327,10 @@ class ServerRuntime:
             self._stop_requested = True
             self._nursery.start_soon(proc.stop)
         log.info("[%s] spawned pid %d in %.0f ms", self.name, proc.pid, (trio.current_time() - now) * 1000)
-        send, receive = trio.open_memory_channel[bytes](MAX_SERVER_BACKLOG_LINES)
-        self._to_server = send
-        self._server_busy = False
-        self._nursery.start_soon(self._write_server, proc, receive)
+        self._input.open(proc, self._nursery)
         self._nursery.start_soon(self._read_server, proc)
         self._life(self.life.spawned(trio.current_time(), proc.pid))
         self._relay(self.core.spawned(now=time.time()))
-
-    async def _write_server(self, proc: ChildProcess, receive: trio.MemoryReceiveChannel[bytes]) -> None:
-        backlog = self._backlog  # this process's: a later process gets its own
-        async with receive:
-            async for data in receive:
-                try:
-                    await proc.send_raw(data)
-                except (trio.BrokenResourceError, trio.ClosedResourceError, ValueError):
-                    return  # the reader sees the exit and handles it
-                finally:
-                    backlog.bytes -= len(data)
-                    if receive.statistics().current_buffer_used == 0:
-                        self._server_busy = False
-                    self._signal_room()
 
     async def _read_server(self, proc: ChildProcess) -> None:
         try:
@@ -434,11 +343,8 @@ class ServerRuntime:
         description = self._kill_reason or info.describe()
         requested = self._stop_requested and self._kill_reason is None
         self.proc = None
-        if self._to_server is not None:
-            self._to_server.close()
-            self._to_server = None
-        self._backlog = _Backlog()  # whatever was queued died with the process
-        self._signal_room()
+        self._input.close()
+        self._input.signal_room()
         self.last_exit = description
         self.on_children_changed()
         log.info("[%s] pid %d %s", self.name, proc.pid, description)
@@ -471,110 +377,3 @@ class ServerRuntime:
     def _predicate_child_changed(self, child: tuple[int, int] | None) -> None:
         self.predicate_child = child
         self.on_children_changed()
-
-    # ---- snapshot persistence ------------------------------------------------------------------
-
-    async def _saver(self) -> None:
-        while True:
-            await self._save_wanted.wait()
-            self._save_wanted = trio.Event()
-            async with self._save_lock:
-                snapshot = self.core.snapshot
-                snapshot.updated_at = time.time()
-                data = Snapshot.from_json(snapshot.to_json())  # a copy: the loop may change it meanwhile
-                await trio.to_thread.run_sync(self.store.save, self.config.digest, data)
-
-    def _save_now(self) -> None:
-        if self._save_wanted.is_set():
-            self.store.save(self.config.digest, self.core.snapshot)
-
-    # ---- status --------------------------------------------------------------------------------
-
-    def status(self) -> dict[str, object]:
-        """The status model of issue 4 item 6, as plain values (times are Unix seconds)."""
-        snap = self.life.snapshot()
-        proc = self.proc
-        now_wall, now = time.time(), trio.current_time()
-        running = proc is not None and snap["state"] == "running"
-        updated = self.core.snapshot.updated_at or None
-        restart_at = snap["next_restart_at"]
-        return {
-            "name": self.name,
-            "state": snap["state"],
-            "pid": proc.pid if proc is not None else None,
-            "started_at": self.spawned_wall if proc is not None else None,
-            "uptime_s": (now_wall - self.started_wall) if running and self.started_wall else None,
-            "clients": self.core.client_count(),
-            "inflight": self.core.inflight_count(),
-            "restarts": snap["restarts"],
-            "failures": snap["burst"],
-            "next_restart_in_s": max(0.0, restart_at - now) if isinstance(restart_at, float) else None,
-            "last_error": snap["last_error"],
-            "cache_updated_at": updated,
-            "cache_age_s": max(0.0, now_wall - updated) if updated else None,
-            "listings": self.core.snapshot.listing_counts(),
-            # The era its process serves clients in ("handshake", "stateless", "both"), else the
-            # era of its lane (None: no client chose it yet); and what the server was found to speak.
-            "era": self.core.process_era() or self.core.lane,
-            "era_setting": self.config.era,
-            "server_eras": str(facts_of(self.core.snapshot).kind),
-            "listen_streams": self.core.listen_count(),
-            "predicate": snap["predicate_state"],
-            "policy": self._policy_status(),
-            "share": self.config.share,
-            "command": list(self.config.spec.argv),
-        }
-
-    def _policy_status(self) -> dict[str, object]:
-        policy = self.config.policy
-        return {"start": "eager" if policy.eager else "lazy", "keep_alive": policy.keep_alive,
-                "linger_s": policy.linger_s, "idle_timeout_s": policy.idle_timeout_s,
-                "start_timeout_s": policy.start_timeout_s,
-                "wake": list(self.config.wake.argv) if self.config.wake is not None else None}
-
-
-async def run_predicate(wake: WakePredicate, cwd: str, env: Mapping[str, str], name: str,
-                        on_child: Callable[[tuple[int, int] | None], None] = lambda _: None) -> int | None:
-    """Run a wake predicate: argv without a shell, closed stdin, output discarded, in its own
-    process group (and session), bounded by its timeout. Returns its exit code, or None on a
-    timeout or a launch error.
-
-    Whatever happens (exit, timeout, cancellation at shutdown) the whole group is SIGKILLed
-    *before* the leader is reaped: until the reap the group id cannot be handed to another
-    process, so the kill never hits a stranger, and a predicate's background children never
-    outlive it. `on_child` hears (pid, start ticks) once the process exists, and None at the end.
-    """
-    try:
-        proc = await trio.lowlevel.open_process(
-            list(wake.argv), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL, cwd=cwd, env=scrubbed_environ(env), start_new_session=True,
-            close_fds=True,
-        )
-    except OSError as exc:
-        log.warning("[%s] wake predicate cannot run: %s", name, exc)
-        return None
-    pidfd: int | None = None
-    timed_out = True
-    try:
-        # Not reaped yet, so the pid is surely this process.
-        pidfd = os.pidfd_open(proc.pid)
-        on_child((proc.pid, read_start_time_ticks(proc.pid)))
-        with trio.move_on_after(wake.timeout_s) as scope:
-            await trio.lowlevel.wait_readable(pidfd)  # readable once it exited; nothing reaped
-        timed_out = scope.cancelled_caught
-    finally:
-        with trio.CancelScope(shield=True):
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)  # the leader is unreaped: the group is ours
-            except ProcessLookupError:
-                pass
-            if pidfd is not None:
-                trio.lowlevel.notify_closing(pidfd)
-                os.close(pidfd)
-            await proc.wait()
-        on_child(None)
-    if timed_out:
-        log.warning("[%s] wake predicate timed out after %s: its process group was killed",
-                    name, format_duration(wake.timeout_s))
-        return None
-    return proc.returncode

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from lazyd import procfs
 from tests.conftest import FIXTURE_SERVER, UserEnv, cmdline, shim_command
 
 FIXTURE = [sys.executable, str(FIXTURE_SERVER)]
@@ -47,28 +48,14 @@ def wait_for(condition: Callable[[], T], what: str, timeout_s: float = DEADLINE_
         time.sleep(0.01)
 
 
-def stat_fields(pid: int) -> list[str] | None:
-    """Fields 3.. of /proc/<pid>/stat ([0] state, [1] ppid, [2] pgrp, [3] session), None if gone."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            data = f.read()
-    except OSError:
-        return None
-    return data[data.rindex(b")") + 2 :].decode().split()
-
-
 def alive(pid: int) -> bool:
     """The process exists and is not a zombie."""
-    fields = stat_fields(pid)
-    return fields is not None and fields[0] != "Z"
+    stat = procfs.read_stat(pid)
+    return stat is not None and stat.state != "Z"
 
 
 def environ_has(pid: int, assignment: bytes) -> bool:
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as f:
-            return assignment in f.read().split(b"\0")
-    except OSError:
-        return False
+    return assignment in (procfs.read_environ(pid) or [])
 
 
 def server_side_processes(marker: str) -> list[int]:
@@ -77,23 +64,17 @@ def server_side_processes(marker: str) -> list[int]:
     the shim's environment, marker included.)"""
     needle = f"{SERVER_MARKER_VAR}={marker}".encode()
     found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit() and alive(int(entry)) and environ_has(int(entry), needle):
-            command = cmdline(int(entry))
+    for pid in procfs.pids():
+        if alive(pid) and environ_has(pid, needle):
+            command = cmdline(pid)
             if not any(word in command for word in ("lazyd-shim", "lazyd_shim", "lazyd.daemon")):
-                found.append(int(entry))
+                found.append(pid)
     return sorted(found)
 
 
 def session_members(sid: int) -> list[int]:
     """Live processes whose session id is ``sid`` (a server's session is its leader's pid)."""
-    members = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            fields = stat_fields(int(entry))
-            if fields is not None and fields[0] != "Z" and int(fields[3]) == sid:
-                members.append(int(entry))
-    return sorted(members)
+    return procfs.session_members(sid)
 
 
 def peak_rss_kib(pid: int) -> int:

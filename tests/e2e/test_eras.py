@@ -97,7 +97,7 @@ async def test_each_sdk_mode_opens_a_session_on_the_dual_era_server_from_cache_w
                 assert c.protocol_version == ("2025-11-25" if mode == "legacy" else "2026-07-28")
                 assert await tool_names(c) == expected
                 assert [p.name for p in (await c.list_prompts()).prompts] == prompts
-                assert user_env.server_pids(DUAL_NEEDLE) == [], mode
+                user_env.assert_nothing_started(DUAL_NEEDLE)
     # The snapshot says what was learned about the server's eras.
     (snapshot_file,) = user_env.cache_dir.glob("*.json")
     stored = json.loads(snapshot_file.read_text())
@@ -126,7 +126,7 @@ async def test_server_everything_serves_auto_and_legacy_from_cache_and_refuses_a
                 await c.list_tools()
     assert refused.value.error.code == -32022
     assert "handshake era" in refused.value.error.message and "2025-11-25" in refused.value.error.message
-    assert user_env.server_pids("server-everything") == []  # refused from what the cache knows
+    user_env.assert_nothing_started("server-everything")  # refused from what the cache knows
 
 
 # ---- ttlMs and cacheScope -------------------------------------------------------------------------
@@ -146,7 +146,8 @@ async def test_a_listing_with_ttl_zero_opens_a_session_from_cache_and_is_fetched
             # The server sleeps: the stale listing answers (the server said ttlMs 0, a hint a cache
             # may serve stale by while the origin is not there), and nothing is started for it.
             assert await tool_names(c) == expected
-            assert user_env.server_pids(DUAL_NEEDLE) == [] and logged(log, "tools/list") == before
+            user_env.assert_nothing_started(DUAL_NEEDLE)
+            assert logged(log, "tools/list") == before
             await c.call_tool("pid", {})
             assert len(user_env.server_pids(DUAL_NEEDLE)) == 1
             # Running: every listing goes to the server, as it asked.
@@ -168,7 +169,8 @@ async def test_an_expired_discovery_opens_a_session_from_cache_and_is_asked_agai
     with trio.fail_after(STEP_TIMEOUT_S):
         async with client(user_env, DUAL, "auto", env=env) as c:
             assert c.protocol_version == "2026-07-28"
-            assert user_env.server_pids(DUAL_NEEDLE) == [] and logged(log, "server/discover") == before
+            user_env.assert_nothing_started(DUAL_NEEDLE)
+            assert logged(log, "server/discover") == before
             await c.call_tool("pid", {})
             started = logged(log, "server/discover")  # the relay's own era probe, at the start
             async with client(user_env, DUAL, "auto", env=env) as second:
@@ -187,7 +189,7 @@ async def test_a_private_listing_is_not_served_across_client_identities(user_env
     with trio.fail_after(STEP_TIMEOUT_S):
         async with client(user_env, DUAL, "2026-07-28", name="alice", env=env, cache=None) as c:
             assert await tool_names(c) == expected
-            assert user_env.server_pids(DUAL_NEEDLE) == []  # alice's own private entry
+            user_env.assert_nothing_started(DUAL_NEEDLE)  # alice's own private entry
     assert logged(log, "tools/list", "bob") == 0
     with trio.fail_after(STEP_TIMEOUT_S):
         async with client(user_env, DUAL, "2026-07-28", name="bob", env=env, cache=None) as c:
@@ -313,4 +315,4 @@ async def test_lazyctl_check_records_the_stateless_era_and_warms_the_cache_for_b
         with trio.fail_after(STEP_TIMEOUT_S):
             async with client(user_env, DUAL, mode) as c:
                 assert len(await tool_names(c)) == report["listings"]["tools"]["count"]
-                assert user_env.server_pids(DUAL_NEEDLE) == []
+                user_env.assert_nothing_started(DUAL_NEEDLE)

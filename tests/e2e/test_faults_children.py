@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from lazyd.daemon import logring
-from lazyd.daemon.process import MAX_LINE_BYTES
+from lazyd.daemon.command import MAX_LINE_BYTES
 from tests.conftest import SERVERS, Daemon, UserEnv, start_daemon
 from tests.e2e.faults_support import (
     FIXTURE,
@@ -101,7 +101,8 @@ def test_ten_concurrent_first_requests_from_three_shims_to_a_cold_server_spawn_e
     try:
         for shim in shims:
             shim.initialize()  # from cache: starts nothing
-        assert server_status(user_env)[0]["pid"] is None
+        row = server_status(user_env)[0]
+        assert (row["state"], row["pid"]) == ("sleeping", None)
         counts = [4, 3, 3]
         for shim, count in zip(shims, counts):
             shim.send(*(tool_call(i, "pid") for i in range(count)))

@@ -23,7 +23,7 @@ import pytest
 
 from lazyd import wire
 from lazyd.daemon import orphans
-from lazyd.daemon.runtime import socket_identity
+from lazyd.daemon.runtime_dir import socket_identity
 from lazyd.frames import ForeignHello, Refusal
 from tests.conftest import UserEnv, start_daemon
 from tests.e2e.faults_support import (

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from lazyd.daemon.session import MAX_CLIENT_BACKLOG_BYTES
+from lazyd.daemon.outbox import MAX_CLIENT_BACKLOG_BYTES
 from tests.conftest import UserEnv, start_daemon
 from tests.e2e.faults_support import (
     DEADLINE_S,

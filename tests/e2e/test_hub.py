@@ -133,7 +133,7 @@ async def test_the_hub_lists_and_searches_every_server_from_cache_without_starti
         listing = texts(await session.call_tool("list_servers", {}))[0]
         by_time = texts(await session.call_tool("search_tools", {"query": "timezones"}))[0]
         by_description = texts(await session.call_tool("search_tools", {"query": "increment"}))[0]
-        assert hub_user.server_pids("fixture_server") == []
+        hub_user.assert_nothing_started("fixture_server")
         assert hub_user.server_pids("mcp-server-time") == []
         assert hub_user.server_pids("server-everything") == []
     assert "- fixture [sleeping] 10 tools (+1 denied by policy)" in listing
@@ -329,7 +329,7 @@ async def test_servers_option_limits_the_hub_to_the_named_servers(hub_user: User
     assert "- fixture [" in listing and "- time [" not in listing and "- everything [" not in listing
     assert "Not known to the daemon: nosuch" in listing
     assert outside.is_error and "not one of this hub's servers (fixture, nosuch)" in texts(outside)[0]
-    assert hub_user.server_pids("mcp-server-time") == []
+    hub_user.assert_nothing_started("mcp-server-time")
 
 
 async def test_wake_and_sleep_through_the_hub_start_and_stop_the_server(hub_user: UserEnv) -> None:

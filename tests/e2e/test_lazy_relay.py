@@ -90,7 +90,7 @@ async def test_a_warm_session_start_starts_no_server_and_the_first_call_starts_e
         tools = await session.list_tools()
         await session.send_ping()
         assert "echo" in [t.name for t in tools.tools]
-        assert user_env.server_pids("fixture_server") == []
+        user_env.assert_nothing_started("fixture_server")
         result = await session.call_tool("pid", {})
         servers = user_env.server_pids("fixture_server")
         assert servers == [int(_texts(result)[0])]
@@ -109,7 +109,7 @@ async def test_the_sdk_auto_mode_probe_falls_back_to_initialize_and_is_answered_
     start_daemon(user_env)
     async with Client(params, mode="auto") as client:
         again = sorted(t.name for t in (await client.list_tools()).tools)
-        assert user_env.server_pids("server-everything") == []
+        user_env.assert_nothing_started("server-everything")
     assert again == first
 
 

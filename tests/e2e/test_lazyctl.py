@@ -24,6 +24,7 @@ import trio
 from mcp.client.stdio import get_default_environment
 from mcp.types import TextContent
 
+from lazyd import procfs
 from lazyd.ctl.main import main as ctl_main
 from tests.conftest import FIXTURE_SERVER, Daemon, UserEnv, shim_session, start_daemon, wait_until
 
@@ -218,22 +219,7 @@ def test_wake_starts_a_named_server_and_sleep_stops_its_whole_process_group(user
 
 
 def _group_members(pgid: int) -> list[int]:
-    members = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            pid = int(entry)
-            if _pgid(pid) == pgid:
-                members.append(pid)
-    return members
-
-
-def _pgid(pid: int) -> int | None:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            fields = f.read().rsplit(b")", 1)[1].split()
-    except OSError:
-        return None
-    return int(fields[2]) if fields[0] != b"Z" else None
+    return procfs.group_members(pgid)
 
 
 def test_wake_of_a_server_that_cannot_start_exits_1_with_the_reason(user_env: UserEnv) -> None:

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from lazyd import procfs
 from lazyd.daemon import orphans
-from lazyd.daemon.process import read_start_time_ticks
 from tests.conftest import UserEnv, start_daemon
 from tests.e2e.test_supervision import (
     alive,
@@ -37,7 +37,7 @@ pytestmark = pytest.mark.e2e
 
 def _session_of(pid: int) -> list[int]:
     """Live processes in the session that `pid` leads."""
-    return orphans.session_members(pid)
+    return procfs.session_members(pid)
 
 
 def _kill_daemon_hard(user: UserEnv) -> None:
@@ -74,7 +74,7 @@ def test_a_server_that_ignores_eof_and_its_grandchildren_left_by_a_killed_daemon
     leftovers = wait_for_value(lambda: m if len(m := _session_of(pid)) == 3 else None,
                                "the server and its two grandchildren")
     (record,) = _records(user_env)
-    assert (record["name"], record["pid"], record["start_ticks"]) == ("kids", pid, read_start_time_ticks(pid))
+    assert (record["name"], record["pid"], record["start_ticks"]) == ("kids", pid, procfs.start_time_ticks(pid))
     _kill_daemon_hard(user_env)
     assert all(alive(p) for p in leftovers), "the server must outlive its daemon for the sweep to matter"
     _new_daemon_ready(user_env)
@@ -108,8 +108,8 @@ def test_the_sweep_spares_a_process_whose_pid_matches_a_record_but_whose_start_t
     try:
         wait_for(lambda: alive(ours.pid) and alive(stranger.pid), "both sleepers to run")
         orphans.write_state(user_env.state_dir, [
-            orphans.ChildRecord("ours", ours.pid, read_start_time_ticks(ours.pid), ours.pid),
-            orphans.ChildRecord("recycled", stranger.pid, read_start_time_ticks(stranger.pid) - 1, stranger.pid),
+            orphans.ChildRecord("ours", ours.pid, procfs.start_time_ticks(ours.pid), ours.pid),
+            orphans.ChildRecord("recycled", stranger.pid, procfs.start_time_ticks(stranger.pid) - 1, stranger.pid),
         ])
         _new_daemon_ready(user_env)
         assert ours.wait(timeout=10) == -signal.SIGKILL  # the sweep ran, and killed what was ours

@@ -23,16 +23,11 @@ from typing import AsyncIterator, Callable
 import pytest
 import trio
 
+from lazyd import procfs
 from lazyd.daemon import logring
 from lazyd.daemon.logring import LogRing
-from lazyd.daemon.process import (
-    ChildProcess,
-    ExitInfo,
-    SpawnSpec,
-    open_child,
-    read_start_time_ticks,
-    spawn,
-)
+from lazyd.daemon.command import ExitInfo, SpawnSpec
+from lazyd.daemon.process import ChildProcess, open_child, spawn
 from lazyd.errors import LineTooLong, SpawnError
 
 pytestmark = pytest.mark.e2e
@@ -154,7 +149,7 @@ async def test_a_spawned_fixture_server_answers_lines_on_its_stdio(tmp_path: Pat
         assert echo["result"] == {"content": [{"type": "text", "text": "hé"}]}
         pid_answer = await request(child, 3, "tools/call", {"name": "pid"})
         assert pid_answer["result"]["content"][0]["text"] == str(child.pid)  # type: ignore[index]
-        assert child.start_time_ticks == read_start_time_ticks(child.pid)
+        assert child.start_time_ticks == procfs.start_time_ticks(child.pid)
         assert child.start_time_ticks == int(proc_stat(child.pid)[19])
 
 

@@ -146,7 +146,8 @@ def test_three_claude_runs_share_one_server_process_and_a_run_after_sleep_starts
     lazyctl(user_env, "sleep", row["name"])
     wait_until(lambda: not everything_pids(user_env), STEP_TIMEOUT_S, "the server to stop")
     after = claude_list(user_env)
-    assert connected(after, ["everything"]) and everything_pids(user_env) == []
+    assert connected(after, ["everything"])
+    user_env.assert_nothing_started("server-everything")
     explain = lazyctl(user_env, "explain", row["name"]).stdout
     # The daemon learned Claude Code's handshake from those sessions: a check as Claude uses it.
     check = json.loads(lazyctl(user_env, "check", "--client", "claude", "--json", row["name"]).stdout)
@@ -185,7 +186,7 @@ def test_claude_registrations_wrapped_and_checked_are_answered_from_cache_and_un
     start_daemon(user_env)
     config = Path(user_env.env["HOME"]) / ".claude.json"
     original, _ = wrap_check_and_list(user_env, "claude", config, direct_registrations(), claude_list)
-    assert everything_pids(user_env) == []  # its session was answered from the check's cache
+    user_env.assert_nothing_started("server-everything")  # answered from the check's cache
     lazyctl(user_env, "unwrap", "--client", "claude", "--all")
     # Claude Code rewrote the file for its own bookkeeping during `mcp list`: the registrations
     # are back as they were, and on the file as Claude left it, wrap then unwrap changes no byte.
@@ -201,7 +202,7 @@ def test_a_checked_stateless_era_server_starts_nothing_for_a_claude_session(user
     start_daemon(user_env)
     config = Path(user_env.env["HOME"]) / ".claude.json"
     wrap_check_and_list(user_env, "claude", config, direct_registrations(), claude_list)
-    assert time_pids(user_env) == []
+    user_env.assert_nothing_started("mcp-server-time")
 
 
 # ---- Gemini CLI ----------------------------------------------------------------------------------
@@ -225,7 +226,8 @@ def test_three_gemini_runs_share_one_server_process_and_a_run_after_sleep_starts
     lazyctl(user_env, "sleep", row["name"])
     wait_until(lambda: not everything_pids(user_env), STEP_TIMEOUT_S, "the server to stop")
     after = gemini_list(user_env)
-    assert connected(after, ["everything"]) and everything_pids(user_env) == []
+    assert connected(after, ["everything"])
+    user_env.assert_nothing_started("server-everything")
     assert_no_planted_secret(user_env, *outputs, after)
 
 
@@ -235,7 +237,7 @@ def test_gemini_registrations_wrapped_and_checked_are_answered_from_cache_and_un
     trust_gemini_folder(user_env)
     config = Path(user_env.env["HOME"]) / ".gemini" / "settings.json"
     original, _ = wrap_check_and_list(user_env, "gemini", config, direct_registrations(gemini=True), gemini_list)
-    assert everything_pids(user_env) == []
+    user_env.assert_nothing_started("server-everything")
     lazyctl(user_env, "unwrap", "--client", "gemini", "--all")
     assert config.read_bytes() == original
 
@@ -245,7 +247,7 @@ def test_a_checked_dual_era_server_starts_nothing_for_a_gemini_session(user_env:
     trust_gemini_folder(user_env)
     config = Path(user_env.env["HOME"]) / ".gemini" / "settings.json"
     wrap_check_and_list(user_env, "gemini", config, direct_registrations(gemini=True), gemini_list)
-    assert time_pids(user_env) == []
+    user_env.assert_nothing_started("mcp-server-time")
 
 
 # ---- a Codex-like environment ----------------------------------------------------------------------

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from lazyd import sockpath
-from lazyd.daemon.runtime import (
+from lazyd.daemon.runtime_dir import (
     acquire_instance_lock,
     adopt_activated_socket,
     bind_unix_socket,
@@ -373,7 +373,7 @@ def test_the_squatting_check_applies_to_the_path_resolve_paths_gives(tmp_path: P
 HOLD_LOCK = """
 import sys
 from pathlib import Path
-from lazyd.daemon.runtime import acquire_instance_lock
+from lazyd.daemon.runtime_dir import acquire_instance_lock
 from lazyd.errors import AlreadyRunning
 try:
     acquire_instance_lock(Path(sys.argv[1]))
@@ -696,7 +696,7 @@ def _proc_net_unix() -> dict[str, str]:
 
 ACTIVATED = """
 import os, socket, sys
-from lazyd.daemon.runtime import adopt_activated_socket
+from lazyd.daemon.runtime_dir import adopt_activated_socket
 from lazyd.errors import SetupError
 os.dup2(int(sys.argv[1]), 3)
 os.close(int(sys.argv[1]))

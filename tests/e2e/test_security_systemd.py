@@ -2,8 +2,10 @@
 
 Testing policy: the STATUS= test needs no user manager: the notify socket is a datagram socket
 the test binds, exactly what systemd gives a Type=notify service (as in test_systemd.py). The
-watchdog test needs a real user manager (`systemd-run --user`), because only systemd can show that
-a missed ping gets the service killed; where there is none it skips with the reason printed.
+ping test needs none either: the test's notify socket sees each WATCHDOG=1 and when it came, so it
+checks the interval and that a stopped loop sends none. The test of systemd acting on a missed
+ping needs a real user manager (`systemd-run --user`); where there is none it skips with the
+reason printed.
 It stops the daemon with SIGSTOP: the pings come from a task of the daemon's event loop, so a
 stopped or blocked loop sends none, and systemd must notice within WatchdogSec.
 """
@@ -72,6 +74,66 @@ def test_status_counts_a_failed_server_and_the_attached_clients(
         assert proc.wait(timeout=STEP_S) == 0, daemon_log(user_env)
 
 
+# The watchdog pings, as systemd's own notify socket would see them. WatchdogSec=6 s: lazyd pings
+# every 3 s (half, as sd_watchdog_enabled(3) advises). A gap under 2.5 s would be a daemon pinging
+# on some other schedule (a status change, a busy loop); a gap over 5 s leaves less than a second
+# before systemd would kill it (a daemon pinging at the full timeout shows 6 s gaps), which a
+# healthy loop never comes near: the 2 s of slack are for a loaded machine.
+PING_WATCHDOG_USEC = 6_000_000
+PING_GAP_MIN_S = 2.5
+PING_GAP_MAX_S = 5.0
+PINGS_OBSERVED = 3
+STOPPED_FOR_S = 5.0  # longer than the ping interval: a stopped loop must send nothing all that time
+
+
+def watchdog_pings(sock: socket.socket, count: int) -> list[float]:
+    """The monotonic arrival times of the next `count` datagrams that are exactly WATCHDOG=1
+    (status datagrams between them are read and left aside)."""
+    times: list[float] = []
+    deadline = time.monotonic() + STEP_S
+    while len(times) < count:
+        assert time.monotonic() < deadline, f"only {len(times)} WATCHDOG=1 pings within {STEP_S} s"
+        if sock.recv(4096) == b"WATCHDOG=1":
+            times.append(time.monotonic())
+    return times
+
+
+def test_the_daemon_pings_the_watchdog_at_half_its_timeout_and_not_while_its_loop_is_stopped(
+    user_env: UserEnv, notify_socket: tuple[socket.socket, str]
+) -> None:
+    notify, notify_path = notify_socket
+    env = {**user_env.env, "NOTIFY_SOCKET": notify_path, "WATCHDOG_USEC": str(PING_WATCHDOG_USEC)}
+    log = open(user_env.root / "daemon.stderr", "ab")
+    proc = subprocess.Popen([sys.executable, "-m", "lazyd.daemon"], env=env, stdin=subprocess.DEVNULL,
+                            stdout=log, stderr=log, start_new_session=True)
+    log.close()
+    try:
+        pings = watchdog_pings(notify, PINGS_OBSERVED)
+        gaps = [b - a for a, b in zip(pings, pings[1:])]
+        assert all(PING_GAP_MIN_S <= gap <= PING_GAP_MAX_S for gap in gaps), gaps
+        # The pings come from the event loop: a stopped loop sends none, however long it is stopped.
+        os.kill(proc.pid, signal.SIGSTOP)
+        try:
+            time.sleep(0.2)  # a datagram sent just before the stop is in flight, not a ping of a stopped loop
+            notify.setblocking(False)
+            while True:
+                try:
+                    notify.recv(4096)
+                except BlockingIOError:
+                    break
+            notify.settimeout(STOPPED_FOR_S)
+            with pytest.raises(TimeoutError):
+                datagram = notify.recv(4096)
+                raise AssertionError(f"a stopped daemon sent {datagram!r}")
+        finally:
+            notify.settimeout(STEP_S)
+            os.kill(proc.pid, signal.SIGCONT)
+        watchdog_pings(notify, 1)  # and they resume with the loop
+    finally:
+        proc.terminate()
+        assert proc.wait(timeout=STEP_S) == 0, daemon_log(user_env)
+
+
 def user_manager_or_skip() -> tuple[str, str]:
     systemd_run, systemctl = shutil.which("systemd-run"), shutil.which("systemctl")
     reason = None
@@ -106,6 +168,10 @@ def test_a_daemon_whose_event_loop_stops_is_killed_by_the_systemd_watchdog(user_
 
         pid = int(show("MainPID"))
         assert pid > 0
+        # Alive well past WatchdogSec: only its pings keep systemd from killing it (a daemon that
+        # never pinged would be killed here, and the SIGSTOP below would prove nothing).
+        time.sleep(2 * WATCHDOG_SEC)
+        assert (show("ActiveState"), show("Result")) == ("active", "success")
         os.kill(pid, signal.SIGSTOP)
         wait_until(lambda: show("Result") == "watchdog", STEP_S, "systemd's watchdog to fire")
     finally:

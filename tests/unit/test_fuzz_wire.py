@@ -20,6 +20,7 @@ import struct
 from typing import Any
 
 import msgpack
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -302,3 +303,102 @@ def test_ten_thousand_random_and_mutated_frames_only_ever_raise_wire_error_and_m
 
     run()
     assert fed >= MIN_FRAMES_FED
+
+
+# ---- random bytes behind valid headers: the fuzz reaches the body decoder ----------------------
+#
+# Random bytes alone almost never make a valid header (four bytes naming a length from 1 to
+# MAX_FRAME_BYTES that the rest of the example then fills): a fuzz of bare random bytes stops at
+# the length check in every example and says nothing of `decode_body`. Here each example is a
+# stream of segments, most of them a valid header followed by exactly that many fuzzed body
+# bytes (random bytes, random bytes behind a msgpack map header, a valid frame with bytes
+# changed), some bare random bytes. The stream goes through the decoder (which stops at its first
+# bad body) and each framed body through `decode_body` alone, against the frame table; the test
+# counts how far decoding got, so "the bodies were decoded" is a checked fact.
+
+RANDOM_STREAMS = 300
+_MAP_HEADERS = [bytes([0x80 | n]) for n in range(1, 8)] + [b"\xde\x00\x02"]  # fixmap 1-7, map16
+
+
+def _random_segment(rng: random.Random, frames: list[bytes]) -> bytes:
+    kind = rng.randrange(12)
+    if kind == 0:
+        return rng.randbytes(rng.randint(1, 16))  # bare bytes: a header only by chance
+    if kind < 4:
+        body = rng.randbytes(rng.randint(1, 96))
+    elif kind < 6:
+        body = rng.choice(_MAP_HEADERS) + rng.randbytes(rng.randint(0, 96))
+    elif kind < 8:
+        body = _mutated(rng.choice(frames), rng)
+    elif kind < 10:
+        changed = bytearray(rng.choice(frames))  # one byte changed: mostly still msgpack
+        changed[rng.randrange(len(changed))] = rng.randrange(256)
+        body = bytes(changed)
+    else:
+        # A well-formed msgpack map of random keys and values: past the structure walk, for
+        # the frame table to judge.
+        keys = rng.sample(_FIELDS, rng.randint(1, 4))
+        body = msgpack.packb({k: rng.choice(_WRONG + [rng.randbytes(4), "line", "hello"]) for k in keys},
+                             use_bin_type=True)
+    return _framed(body) if body else b""
+
+
+class _Reached:
+    """How far the decoder went with each body: `decode_body`, past its structure walk, the table."""
+
+    def __init__(self) -> None:
+        self.bodies = self.structured = self.validated = 0
+
+
+def test_random_bytes_behind_valid_headers_reach_decode_body_and_only_ever_raise_wire_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    reached = _Reached()
+    real_decode, real_structure, real_validate = wire.decode_body, wire.check_structure, wire.validate_walked
+
+    def decode_body(body: bytes) -> Any:
+        reached.bodies += 1
+        return real_decode(body)
+
+    def check_structure(body: bytes) -> None:
+        real_structure(body)
+        reached.structured += 1
+
+    def validate_walked(obj: dict[str, Any]) -> Any:
+        reached.validated += 1
+        return real_validate(obj)
+
+    # The decoder and decode_body find these by their module-level names.
+    monkeypatch.setattr(wire, "decode_body", decode_body)
+    monkeypatch.setattr(wire, "check_structure", check_structure)
+    monkeypatch.setattr(wire, "validate_walked", validate_walked)
+    examples = examples_reaching_bodies = 0
+    frames = [msgpack.packb(f, use_bin_type=True) for f in (
+        {"t": "line", "d": b'{"jsonrpc":"2.0","id":1,"method":"ping"}', "done": 1},
+        {"t": "ctl", "op": "status", "args": {"names": ["a"]}},
+        {"t": "reply", "ok": True, "data": {"pid": 1}},
+        {"t": "refused", "v": 1, "code": "options", "message": "no"},
+    )]
+
+    @settings(derandomize=True, max_examples=RANDOM_STREAMS, deadline=None, database=None)
+    @given(st.integers(0, 2**32), st.integers(1, 12), st.lists(st.integers(0, 2**12), max_size=6))
+    def run(seed: int, segments: int, cuts: list[int]) -> None:
+        nonlocal examples, examples_reaching_bodies
+        rng = random.Random(seed)
+        # The first segment is always a framed body, so every example reaches decode_body.
+        items = [_framed(rng.randbytes(rng.randint(1, 64)))]
+        items += [_random_segment(rng, frames) for _ in range(segments - 1)]
+        before = reached.bodies
+        check_stream(items, cuts)  # only WireError, the reference's frames, poisoned after
+        examples += 1
+        examples_reaching_bodies += reached.bodies > before
+        # A stream stops at its first bad body; each body alone must also be judged as the
+        # frame table says, which is what takes the fuzz past the first.
+        check_bodies(items)
+
+    run()
+    assert examples == RANDOM_STREAMS
+    assert examples_reaching_bodies == RANDOM_STREAMS, (examples_reaching_bodies, RANDOM_STREAMS)
+    # Bodies got past the structure walk into msgpack and the frame table, not only to the walk.
+    assert reached.structured >= reached.bodies // 10, vars(reached)
+    assert reached.validated >= reached.bodies // 20, vars(reached)

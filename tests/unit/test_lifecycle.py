@@ -19,8 +19,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from lazyd.core.lifecycle import (
-    BACKOFF_BASE_S,
-    BACKOFF_CAP_S,
     PROCESS_STATES,
     Action,
     FailWaiting,
@@ -67,9 +65,25 @@ def crash_while_starting(lc: Lifecycle, now: float, pid: int = 100) -> list[Acti
     return lc.exited(now, CRASH, requested=False)
 
 
+# The documented schedule (lifecycle rule 4), written out rather than computed from the module's
+# constants, so a changed base, factor, jitter or cap fails these tests: the delay after the n-th
+# consecutive failure, as (lowest, highest) seconds. 0.5 s doubling, +-20 % jitter, never under
+# 0.5 s, never over 30 s.
+BACKOFF_SCHEDULE_S: dict[int, tuple[float, float]] = {
+    1: (0.5, 0.6),
+    2: (0.8, 1.2),
+    3: (1.6, 2.4),
+    4: (3.2, 4.8),
+    5: (6.4, 9.6),
+    6: (12.8, 19.2),
+    7: (25.6, 30.0),
+}
+FASTEST_RESTART_S = 0.5  # the floor of the schedule: a crash loop never spins faster
+SLOWEST_RESTART_S = 30.0  # its cap: a keep_alive server that never comes up
+
+
 def expected_delay_bounds(failure: int) -> tuple[float, float]:
-    nominal = BACKOFF_BASE_S * 2 ** (failure - 1)
-    return min(BACKOFF_CAP_S, max(BACKOFF_BASE_S, nominal * 0.8)), min(BACKOFF_CAP_S, nominal * 1.2)
+    return BACKOFF_SCHEDULE_S.get(failure, (SLOWEST_RESTART_S, SLOWEST_RESTART_S))
 
 
 def run_crash_loop(lc: Lifecycle, now: float, restarts: int) -> tuple[float, list[float]]:
@@ -132,7 +146,7 @@ def test_five_unrequested_failures_within_a_minute_park_the_server_with_no_furth
     assert lc.tick(now) == [Spawn()]
     assert crash_while_starting(lc, now) == [FailWaiting(CRASH), PARK_LOG]
     assert (state_of(lc), lc.last_error, lc.burst) == (State.FAILED, CRASH, 6)
-    assert lc.snapshot()["next_restart_at"] is None
+    assert lc.status_fields()["next_restart_at"] is None
     assert lc.next_deadline() is None
     assert lc.tick(now + 3600.0) == []
     assert lc.load(now + 3601.0, clients=2, inflight=1) == []
@@ -179,7 +193,7 @@ def test_operator_wake_resets_the_burst_and_gives_a_parked_server_a_full_burst_a
     assert crash_while_starting(lc, now) == [FailWaiting(CRASH)]
     assert state_of(lc) is State.BACKOFF and lc.burst == 1
     assert lc.next_restart_at is not None
-    assert BACKOFF_BASE_S <= lc.next_restart_at - now <= BACKOFF_BASE_S * 1.2
+    assert 0.5 <= lc.next_restart_at - now <= 0.6
     for _ in range(4):
         assert lc.next_restart_at is not None
         now = lc.next_restart_at
@@ -220,7 +234,7 @@ def test_a_crash_after_a_stable_run_restarts_after_the_base_delay_with_the_burst
     assert lc.next_deadline() is None
     assert lc.exited(now + 30.0, CRASH, requested=False) == []
     assert state_of(lc) is State.BACKOFF and lc.burst == 1 and lc.next_restart_at is not None
-    assert BACKOFF_BASE_S <= lc.next_restart_at - (now + 30.0) <= BACKOFF_BASE_S * 1.2
+    assert 0.5 <= lc.next_restart_at - (now + 30.0) <= 0.6
 
 
 def test_a_crash_soon_after_ready_counts_as_a_failed_start() -> None:
@@ -618,11 +632,11 @@ def test_a_server_without_a_predicate_reports_it_off() -> None:
 
 def test_inputs_that_do_not_fit_the_state_are_logged_and_change_nothing() -> None:
     lc = make()
-    before = lc.snapshot()
+    before = lc.status_fields()
     for actions in (lc.ready(1.0), lc.exited(1.0, "x", requested=False), lc.spawned(1.0, 5),
                     lc.spawn_failed(1.0, "x", fatal=True), lc.predicate_done(1.0, 0)):
         assert len(actions) == 1 and isinstance(actions[0], Log)
-    assert lc.snapshot() == before
+    assert lc.status_fields() == before
     start(lc, 2.0, pid=6)
     assert lc.spawned(3.0, 7) == [Log("ignored spawned() while running (pid 6)")]
     assert lc.pid == 6
@@ -631,14 +645,14 @@ def test_inputs_that_do_not_fit_the_state_are_logged_and_change_nothing() -> Non
 def test_caller_bugs_raise_lifecycle_error_and_change_nothing() -> None:
     lc = make()
     assert lc.demand(10.0) == [Spawn()]
-    before = lc.snapshot()
+    before = lc.status_fields()
     with pytest.raises(LifecycleError, match="time went backwards"):
         lc.tick(9.0)
     with pytest.raises(LifecycleError, match="negative"):
         lc.load(11.0, clients=-1, inflight=0)
     with pytest.raises(LifecycleError, match="pid"):
         lc.spawned(11.0, 0)
-    assert lc.snapshot() == before
+    assert lc.status_fields() == before
     with pytest.raises(LifecycleError, match="linger_s"):
         LifecyclePolicy(linger_s=-1.0)
     with pytest.raises(LifecycleError, match="start_timeout_s"):
@@ -650,7 +664,7 @@ def test_caller_bugs_raise_lifecycle_error_and_change_nothing() -> None:
 def test_the_snapshot_is_a_plain_dict_of_the_status_fields() -> None:
     lc = make(wake_interval_s=60.0)
     start(lc, 1.0, pid=77)
-    assert lc.snapshot() == {
+    assert lc.status_fields() == {
         "state": "running", "pid": 77, "started_at": 1.0, "restarts": 0, "last_error": None,
         "burst": 0, "next_restart_at": None, "predicate_state": "idle",
     }
@@ -690,13 +704,13 @@ def test_random_input_sequences_keep_the_invariants(
     assert lc.tick(now) == []  # from here on the machine has seen a time, so -1 s goes backwards
     for name, step, a, b, code in steps:
         if step < 0:
-            snapshot = lc.snapshot()
+            snapshot = lc.status_fields()
             with pytest.raises(LifecycleError):
                 lc.tick(now + step)
-            assert lc.snapshot() == snapshot
+            assert lc.status_fields() == snapshot
             continue
         now += step
-        before, state_before = lc.snapshot(), lc.state
+        before, state_before = lc.status_fields(), lc.state
         valid = {"spawned": alive and pid is None, "spawn_failed": alive and pid is None,
                  "exited": alive, "ready": lc.state is State.STARTING and pid is not None,
                  "predicate_done": predicate_out, "boot": not booted}.get(name, True)
@@ -714,7 +728,7 @@ def test_random_input_sequences_keep_the_invariants(
             actions = getattr(lc, name)(now)
         if not valid:
             assert len(actions) == 1 and isinstance(actions[0], Log), (name, actions)
-            after = lc.snapshot()
+            after = lc.status_fields()
             # Time alone may have made the running start good, which clears the burst.
             assert after.pop("burst") in (before.pop("burst"), 0)
             assert after == before
@@ -745,7 +759,7 @@ def test_random_input_sequences_keep_the_invariants(
         assert (lc.next_restart_at is not None) == (lc.state is State.BACKOFF)
         if lc.state is State.BACKOFF and before["next_restart_at"] != lc.next_restart_at:
             assert lc.next_restart_at is not None
-            assert now + BACKOFF_BASE_S <= lc.next_restart_at <= now + BACKOFF_CAP_S
+            assert now + FASTEST_RESTART_S <= lc.next_restart_at <= now + SLOWEST_RESTART_S
         assert lc.state is not State.FAILED or lc.last_error is not None
         if policy.wake_interval_s is None:
             assert lc.predicate_state is PredicateState.OFF

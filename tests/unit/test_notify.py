@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 import trio
 
+from lazyd.daemon.changes import Changes
 from lazyd.daemon.notify import MAX_STATUS_CHARS, Notifier, clean_status
 
 DATAGRAM_BYTES = 4096
@@ -187,8 +188,37 @@ async def test_the_status_loop_sends_a_status_only_when_it_changed(
 ) -> None:
     notifier = Notifier.from_environ()
     texts = iter(["a", "a", "b", "b", "b", "c"])
+
+    async def a_change_every_second() -> None:
+        await trio.sleep(1.0)
+
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(notifier.status_loop, lambda: next(texts, "c"), 1.0)
+        nursery.start_soon(notifier.status_loop, lambda: next(texts, "c"), a_change_every_second)
         await trio.sleep(10)
         nursery.cancel_scope.cancel()
     assert received(notify_socket) == ["STATUS=a", "STATUS=b", "STATUS=c"]
+
+
+async def test_the_status_is_recomputed_only_after_a_change_and_at_most_twice_a_second(
+    notify_socket: socket.socket, autojump_clock: trio.testing.MockClock
+) -> None:
+    notifier = Notifier.from_environ()
+    changes = Changes()
+    computed: list[float] = []
+
+    def summary() -> str:
+        computed.append(trio.current_time())
+        return f"status {len(computed)}"
+
+    async with trio.open_nursery() as nursery:
+        start = trio.current_time()
+        nursery.start_soon(notifier.status_loop, summary, changes.wait)
+        await trio.sleep(100)  # nothing changes: no timer recomputes it
+        assert [t - start for t in computed] == [0.0]
+        for _ in range(50):  # a burst of changes is one update, half a second later
+            changes.note()
+            await trio.sleep(0.001)
+        await trio.sleep(10)
+        assert len(computed) == 2 and computed[1] - computed[0] == pytest.approx(100.5, abs=0.01)
+        nursery.cancel_scope.cancel()
+    assert received(notify_socket) == ["STATUS=status 1", "STATUS=status 2"]

@@ -1,8 +1,8 @@
-"""The orphan sweep's pure parts: parsing /proc/<pid>/stat, the verdict on a record, and state.json.
+"""The orphan sweep's pure parts: the verdict on a record, and state.json.
 
 Testing policy: no process is started or signalled here (tests/e2e/test_orphans.py does that with
-a daemon killed by SIGKILL). The stat parser is fed the exact text the kernel writes, including
-command names that contain spaces and parentheses; state.json is real files in a temp dir.
+a daemon killed by SIGKILL); state.json is real files in a temp dir. /proc is read by
+lazyd/procfs.py (tests/unit/test_procfs.py).
 """
 
 from __future__ import annotations
@@ -17,57 +17,37 @@ import pytest
 from lazyd.daemon.orphans import (
     STATE_FILE,
     ChildRecord,
-    ProcStat,
     Verdict,
     classify,
-    parse_stat,
     read_state,
     write_state,
 )
+from lazyd.procfs import Stat
 
 
-def stat_line(comm: str, state: str = "S", session: int = 4242, start: int = 987654) -> bytes:
-    """A /proc/<pid>/stat line as proc(5) lays it out (52 fields; only 3, 6 and 22 matter here)."""
-    fields = [state, "1", "4242", str(session)] + ["0"] * 15 + [str(start)] + ["0"] * 30
-    return f"4242 ({comm}) {' '.join(fields)}\n".encode()
+def leader(state: str, session: int, start: int) -> Stat:
+    """What /proc says of a recorded leader's pid now (lazyd/procfs.py reads it)."""
+    return Stat(state=state, ppid=1, pgrp=session, session=session, start_ticks=start, rss_pages=0)
 
 
 RECORD = ChildRecord("srv", pid=4242, start_ticks=987654, pgid=4242)
-
-
-# ---- parse_stat ---------------------------------------------------------------------------------
-
-
-def test_the_state_session_and_start_time_are_read_from_their_fields() -> None:
-    assert parse_stat(stat_line("python3")) == ProcStat(state="S", session=4242, start_ticks=987654)
-
-
-@pytest.mark.parametrize("comm", ["my server", "a) (b", "x) S 1 2 3 4 5", ")", "(("])
-def test_a_command_name_with_spaces_or_parentheses_does_not_shift_the_fields(comm: str) -> None:
-    assert parse_stat(stat_line(comm, state="R", session=7, start=55)) == ProcStat("R", 7, 55)
-
-
-@pytest.mark.parametrize("data", [b"", b"4242 (cut", b"4242 (x) S 1 2", b"4242 (x) S 1 2 abc " + b"0 " * 30,
-                                  b"no parentheses at all 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20"])
-def test_text_that_is_not_a_stat_line_gives_none_rather_than_an_exception(data: bytes) -> None:
-    assert parse_stat(data) is None
 
 
 # ---- classify -----------------------------------------------------------------------------------
 
 
 def test_a_leader_alive_with_the_recorded_start_time_is_ours() -> None:
-    assert classify(RECORD, ProcStat("S", 4242, 987654)) is Verdict.OURS
+    assert classify(RECORD, leader("S", 4242, 987654)) is Verdict.OURS
 
 
 def test_a_live_process_with_the_pid_but_another_start_time_is_a_recycled_pid() -> None:
-    assert classify(RECORD, ProcStat("S", 4242, 987655)) is Verdict.RECYCLED
-    assert classify(RECORD, ProcStat("Z", 4242, 1)) is Verdict.RECYCLED  # even someone else's zombie
+    assert classify(RECORD, leader("S", 4242, 987655)) is Verdict.RECYCLED
+    assert classify(RECORD, leader("Z", 4242, 1)) is Verdict.RECYCLED  # even someone else's zombie
 
 
 def test_a_leader_that_is_gone_or_our_own_zombie_leaves_only_its_session_to_sweep() -> None:
     assert classify(RECORD, None) is Verdict.GONE
-    assert classify(RECORD, ProcStat("Z", 4242, 987654)) is Verdict.GONE
+    assert classify(RECORD, leader("Z", 4242, 987654)) is Verdict.GONE
 
 
 # ---- state.json ---------------------------------------------------------------------------------

@@ -211,7 +211,7 @@ def test_a_first_ever_client_probing_discovery_before_initialize_is_answered_by_
     assert d.ask(1, 1, "server/discover", DISCOVER_PARAMS).visible() == [("WantServer",)]
     # No era is known: the relay's own probe goes first (with lazyd's identity, as no client ever
     # gave one), then the client's probe; no initialize params were ever seen, so no handshake yet.
-    probe = {"_meta": {PROTOCOL_VERSION_META: "2026-07-28", "io.modelcontextprotocol/clientInfo": {"name": "lazyd", "version": "1"},
+    probe = {"_meta": {PROTOCOL_VERSION_META: "2026-07-28", "io.modelcontextprotocol/clientInfo": {"name": "lazyd", "version": "0.1.0"},
                        "io.modelcontextprotocol/clientCapabilities": {}}}
     assert d.spawned().visible() == [("server", request(1, "server/discover", probe)), ("server", request(2, "server/discover", DISCOVER_PARAMS))]
     assert phase(d) is Phase.PREINIT

@@ -1,4 +1,5 @@
-"""Snapshot files under the user cache dir, and the per-user key that names them.
+"""The cache files under the user cache dir (each holds one registration's cache model, a
+`Snapshot`: lazyd/core/cache.py), and the per-user key that names them.
 
 File names are an HMAC of the registration identity under a random per-user key kept in the state
 dir (mode 0600), so a file name reveals nothing about the environment (tokens) it was derived from
@@ -47,7 +48,7 @@ def load_or_create_secret(state_dir: Path) -> bytes:
     return key
 
 
-class SnapshotStore:
+class CacheStore:
     def __init__(self, cache_dir: Path) -> None:
         self.cache_dir = cache_dir
 

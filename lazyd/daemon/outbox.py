@@ -1,8 +1,16 @@
-"""One attached shim connection as a server runtime sees it: a bounded outbox, flow control.
+"""Where a server runtime sends a client's lines: a bounded outbox, with flow control.
 
-The runtime delivers frames (`deliver`); the connection's writer task takes them out and reports
-what it wrote (`sent`). When nothing is queued a frame is written straight into the socket, a
-task switch saved on the relay's hot path. Bounds, by the bytes queued *now*:
+The runtime, the hub and the era lanes deliver JSON-RPC lines (`deliver(line, done)`), never
+wire bytes: each kind of outbox turns them into what its reader takes, at its own boundary.
+
+- `ConnectionOutbox` is the outbox of one shim connection: it encodes each line as a `line` frame
+  (lazyd/wire.py) as it takes it, and the connection's writer task takes the frames out and
+  reports what it wrote (`sent`). When nothing is queued a frame is written straight into the
+  socket, a task switch saved on the relay's hot path.
+- `LineOutbox` is the outbox of a session inside the daemon (a hub call's internal session): it
+  queues the lines themselves, so the daemon never encodes and decodes msgpack to talk to itself.
+
+Bounds of a connection's outbox, by the bytes queued *now*:
 
 - past CLIENT_PAUSE_BYTES (or CLIENT_PAUSE_FRAMES) the connection stops reading the client's
   requests (`should_pause`, `wait_drained`): a client that reads its answers slower than its
@@ -15,9 +23,13 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from typing import Protocol
 
 import trio
+
+from lazyd import wire
+from lazyd.core.jsonrpc import JsonId
 
 log = logging.getLogger("lazyd.server")
 
@@ -43,7 +55,20 @@ CLIENT_PAUSE_BYTES = 16 * 1024 * 1024
 CLIENT_PAUSE_FRAMES = 1_024  # the same, counted in frames (a flood of tiny answers)
 
 
-class Session:
+class Outbox(Protocol):
+    """What a runtime holds of an attached session (`ServerRuntime.sessions`)."""
+
+    cid: int
+    pid: int
+
+    def deliver(self, line: bytes, done: JsonId | None = None) -> None:
+        """Queue `line` for the client; `done` is the client's request id it answers, if final."""
+
+    def close(self) -> None:
+        """No more lines: the reader sees the end (the session was detached)."""
+
+
+class ConnectionOutbox:
     """One attached shim connection, as the runtime sees it: a bounded outbox and a way to drop it."""
 
     def __init__(self, cid: int, pid: int, on_overflow: Callable[[], None]) -> None:
@@ -67,9 +92,10 @@ class Session:
         self._drained = trio.Event()
         self._paused = False
 
-    def deliver(self, frame: bytes) -> None:
+    def deliver(self, line: bytes, done: JsonId | None = None) -> None:
         if self.dropped:
             return
+        frame = wire.encode_line(line, done)  # the connection's boundary: wire bytes from here on
         if self.fd is not None and not self.busy:
             # Nothing queued and no send in progress: write straight into the socket, skipping a
             # task switch on the relay's hot path; what does not fit goes through the writer.
@@ -100,6 +126,9 @@ class Session:
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             self.dropped = True
 
+    def close(self) -> None:
+        self.send_channel.close()
+
     def sent(self, nbytes: int, nframes: int) -> None:
         """The writer put `nframes` queued frames, `nbytes` in all, into the socket."""
         self.backlog_bytes -= nbytes
@@ -118,3 +147,47 @@ class Session:
         while self.should_pause():
             self._paused = True
             await self._drained.wait()
+
+
+class LineOutbox:
+    """The outbox of a session inside the daemon: lines as they are, bounded like a connection's.
+
+    Its reader (`lines`) takes them in order. A reader that falls behind by MAX_CLIENT_BACKLOG_FRAMES
+    lines or MAX_CLIENT_BACKLOG_BYTES bytes is dropped (`on_overflow`), as a shim that stops reading
+    would be; nothing is delivered after that.
+    """
+
+    def __init__(self, cid: int, pid: int, on_overflow: Callable[[], None]) -> None:
+        self.cid = cid
+        self.pid = pid
+        self._send, self._receive = trio.open_memory_channel[tuple[bytes, JsonId | None]](MAX_CLIENT_BACKLOG_FRAMES)
+        self.backlog_bytes = 0  # bytes of the lines queued and not yet taken by the reader
+        self._on_overflow = on_overflow
+        self.dropped = False
+
+    def deliver(self, line: bytes, done: JsonId | None = None) -> None:
+        if self.dropped:
+            return
+        try:
+            if self.backlog_bytes + len(line) > MAX_CLIENT_BACKLOG_BYTES:
+                raise trio.WouldBlock
+            self._send.send_nowait((line, done))
+        except trio.WouldBlock:
+            self.dropped = True
+            log.warning("internal session %d fell behind: dropping it (%d bytes queued)", self.cid, self.backlog_bytes)
+            self._send.close()  # its reader sees the end once it has taken what was queued
+            self._on_overflow()
+            return
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            self.dropped = True
+            return
+        self.backlog_bytes += len(line)
+
+    def close(self) -> None:
+        self._send.close()
+
+    async def lines(self) -> AsyncIterator[tuple[bytes, JsonId | None]]:
+        """Each (line, done) in order, until the outbox is closed or dropped."""
+        async for line, done in self._receive:
+            self.backlog_bytes -= len(line)
+            yield line, done

@@ -1,0 +1,32 @@
+"""A daemon-wide signal that something `lazyctl status` and systemd's STATUS= show may have changed.
+
+The runtimes raise it at the end of every lifecycle input (state, process, failures, attached
+clients: lazyd/daemon/supervisor.py), the era lanes when a session starts or stops waiting for
+its lane, the registry when a server row appears or goes; the STATUS= loop waits on it instead of
+recomputing the summary on a timer. An event exists only while someone waits, so raising it on
+the relay's hot path costs one comparison.
+"""
+
+from __future__ import annotations
+
+import trio
+
+__all__ = ["Changes"]
+
+
+class Changes:
+    """`note()` from anywhere in the loop; `await wait()` returns after the next `note()`."""
+
+    def __init__(self) -> None:
+        self._event: trio.Event | None = None
+
+    def note(self) -> None:
+        event = self._event
+        if event is not None:
+            self._event = None
+            event.set()
+
+    async def wait(self) -> None:
+        if self._event is None:
+            self._event = trio.Event()
+        await self._event.wait()

@@ -1,0 +1,67 @@
+"""A server's stdout cut into lines: a bounded line buffer, pure (bytes in, lines out).
+
+The rules: lines end with "\n" and are returned without it; blank lines (only whitespace) are
+dropped; a line longer than the limit fails the stream for good (`LineTooLong`, from the moment
+the buffer passes the limit, so at most the limit plus one read is ever held), after the lines
+that came before it; at the end of the stream a last line without its newline is returned too.
+The process (lazyd/daemon/process.py) reads the pipe and feeds what it read in.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from lazyd.errors import LineTooLong
+
+__all__ = ["LineTooLong", "StdoutLines"]
+
+
+class StdoutLines:
+    """Bytes of one stdout stream in, complete non-blank lines out, in order."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._buf = bytearray()
+        self._pending: deque[bytes] = deque()
+        self.error: LineTooLong | None = None  # set once, for good, by an overlong line
+        self.ended = False
+
+    def feed(self, data: bytes | bytearray) -> None:
+        if self.error is not None or self.ended:
+            return
+        limit = self.limit
+        buf = self._buf
+        # The old buffer holds no newline: scan only what just arrived.
+        scan = len(buf)
+        buf += data
+        pos = 0
+        while (nl := buf.find(b"\n", scan)) >= 0:
+            if nl - pos > limit:
+                self._fail()
+                return
+            line = bytes(buf[pos:nl])
+            if line and not line.isspace():
+                self._pending.append(line)
+            pos = scan = nl + 1
+        if pos:
+            del buf[:pos]
+        if len(buf) > limit:
+            self._fail()
+
+    def end(self) -> None:
+        """The stream ended: a last line without its newline counts."""
+        self.ended = True
+        rest = bytes(self._buf)
+        self._buf.clear()
+        if rest and not rest.isspace():
+            self._pending.append(rest)
+
+    def next_line(self) -> bytes | None:
+        """The next complete line, or None until more is fed (or for good, once ended or failed:
+        see `ended` and `error`)."""
+        return self._pending.popleft() if self._pending else None
+
+    def _fail(self) -> None:
+        # The stream can't be resynchronised: drop the buffer now, and fail every later read.
+        self._buf = bytearray()
+        self.error = LineTooLong(f"server wrote a stdout line longer than {self.limit} bytes")

@@ -1,0 +1,125 @@
+"""The one reader of /proc: process status fields, environments, command lines, cgroups.
+
+Stdlib only, so the daemon, lazyctl and the tests share it (proc(5) is the reference). Every
+read is of a process that may exit while it is read: a process that is gone, or whose file
+cannot be read, is None (or left out of a listing), never an exception. The one exception is
+`start_time_ticks`, for a child the caller knows is alive and unreaped.
+
+/proc/<pid>/stat is one line whose second field, the command name, may hold spaces and
+parentheses: fields are counted from after its last ")", so no name can shift them.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+__all__ = ["PAGE_BYTES", "Stat", "parse_stat", "read_stat", "start_time_ticks", "pids", "stats",
+           "session_members", "group_members", "read_environ", "read_cmdline", "read_cgroup"]
+
+PROC = "/proc"
+PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")  # /proc/<pid>/stat counts resident memory in pages
+# proc(5) field numbers (1-based, as the manual counts them) of /proc/<pid>/stat.
+_STATE, _PPID, _PGRP, _SESSION, _STARTTIME, _RSS = 3, 4, 5, 6, 22, 24
+_FIRST_AFTER_COMM = 3  # fields after the command name start with field 3
+
+
+@dataclass(frozen=True)
+class Stat:
+    """The fields of /proc/<pid>/stat that lazyd reads."""
+
+    state: str  # "R", "S", "Z" ...: a zombie ("Z") has exited and waits to be reaped
+    ppid: int
+    pgrp: int
+    session: int
+    start_ticks: int  # start time in clock ticks since boot: with the pid, it names one process
+    rss_pages: int
+
+
+def _field(fields: list[bytes], number: int) -> bytes:
+    return fields[number - _FIRST_AFTER_COMM]
+
+
+def parse_stat(data: bytes) -> Stat | None:
+    """The text of /proc/<pid>/stat; None when it is not in the expected shape."""
+    head, sep, rest = data.rpartition(b")")
+    fields = rest.split()
+    if not sep or b"(" not in head or len(fields) < _RSS - _FIRST_AFTER_COMM + 1:
+        return None
+    try:
+        return Stat(state=_field(fields, _STATE).decode("ascii", "replace"), ppid=int(_field(fields, _PPID)),
+                    pgrp=int(_field(fields, _PGRP)), session=int(_field(fields, _SESSION)),
+                    start_ticks=int(_field(fields, _STARTTIME)), rss_pages=int(_field(fields, _RSS)))
+    except ValueError:
+        return None
+
+
+def _read(pid: int, name: str) -> bytes | None:
+    try:
+        with open(f"{PROC}/{pid}/{name}", "rb") as f:
+            return f.read()
+    except OSError:
+        return None  # exited while we looked, or not ours to read
+
+
+def read_stat(pid: int) -> Stat | None:
+    data = _read(pid, "stat")
+    return parse_stat(data) if data is not None else None
+
+
+def start_time_ticks(pid: int) -> int:
+    """The start time of a live child `pid`; raises OSError if it cannot be read."""
+    stat = read_stat(pid)
+    if stat is None:
+        raise ProcessLookupError(f"no readable /proc/{pid}/stat")
+    return stat.start_ticks
+
+
+def pids() -> Iterator[int]:
+    """Every pid /proc lists now (some may be gone by the time they are read)."""
+    for entry in os.listdir(PROC):
+        if entry.isdigit():
+            yield int(entry)
+
+
+def stats() -> dict[int, Stat]:
+    """pid -> Stat of every process, read in one pass."""
+    table: dict[int, Stat] = {}
+    for pid in pids():
+        stat = read_stat(pid)
+        if stat is not None:
+            table[pid] = stat
+    return table
+
+
+def session_members(sid: int) -> list[int]:
+    """Live (not zombie) processes in session `sid`, in pid order."""
+    return sorted(pid for pid, stat in stats().items() if stat.session == sid and stat.state != "Z")
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live (not zombie) processes in process group `pgid`, in pid order."""
+    return sorted(pid for pid, stat in stats().items() if stat.pgrp == pgid and stat.state != "Z")
+
+
+def read_environ(pid: int) -> list[bytes] | None:
+    """The environment `pid` started with, as NAME=VALUE items."""
+    data = _read(pid, "environ")
+    return [item for item in data.split(b"\0") if item] if data is not None else None
+
+
+def read_cmdline(pid: int) -> list[bytes] | None:
+    """The argv of `pid` (empty for a kernel thread or a zombie)."""
+    data = _read(pid, "cmdline")
+    if data is None:
+        return None
+    words = data.split(b"\0")
+    if words[-1] == b"":
+        words.pop()  # each word ends with a NUL, the last one too
+    return words
+
+
+def read_cgroup(pid: int) -> str | None:
+    data = _read(pid, "cgroup")
+    return data.decode("utf-8", "replace") if data is not None else None

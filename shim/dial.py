@@ -1,0 +1,64 @@
+"""Dialling the daemon's socket: one connect, retried while its backlog is full, and the peer check.
+
+Only ECONNREFUSED and ENOENT mean "no daemon" (`NoDaemon`): a socket file nobody listens on, or
+none at all. EAGAIN means a live daemon whose backlog is full: wait and retry, never start a
+second one. Before anything is sent, the peer's uid (SO_PEERCRED) must be ours: the daemon will
+receive this shim's whole environment, secrets included. Every wait is bounded (`budget`).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import struct
+import time
+
+from lazyd.errors import NoDaemon as NoDaemon  # what connect_once raises
+from lazyd.errors import Unavailable
+
+BUSY_WAIT_S = 5.0
+# How long to keep retrying a daemon whose listen backlog is full (EAGAIN) before giving up.
+
+
+POLL_S = 0.01
+# Between connect attempts while a daemon starts: short, since a connect attempt costs microseconds.
+
+
+_PEERCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
+
+
+def budget(budget_s: float, deadline: float | None) -> float:
+    if deadline is None:
+        return budget_s
+    return max(0.0, min(budget_s, deadline - time.monotonic()))
+
+
+def check_peer(sock: socket.socket, path: str) -> None:
+    _pid, uid, _gid = _PEERCRED.unpack(sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size))
+    if uid != os.geteuid():
+        raise Unavailable(f"{path} is served by uid {uid}, not by this user", final=True)
+
+
+def connect_once(path: str, deadline: float) -> socket.socket:
+    """One connect, retried while the daemon is busy (EAGAIN). Raises NoDaemon or Unavailable."""
+    while True:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+        try:
+            # A timeout makes connect non-blocking underneath, so a full backlog gives EAGAIN
+            # instead of sleeping in the kernel.
+            sock.settimeout(max(0.001, deadline - time.monotonic()))
+            sock.connect(path)
+            return sock
+        except (FileNotFoundError, ConnectionRefusedError) as exc:
+            sock.close()
+            raise NoDaemon(exc.strerror or str(exc)) from None
+        except BlockingIOError:
+            sock.close()  # EAGAIN: alive but its backlog is full
+        except TimeoutError:
+            sock.close()
+        except OSError as exc:
+            sock.close()
+            raise Unavailable(f"cannot connect to {path}: {exc.strerror or exc}", final=True) from None
+        if time.monotonic() >= deadline:
+            raise Unavailable(f"the daemon at {path} is too busy to accept a connection")
+        time.sleep(POLL_S)

@@ -1,0 +1,75 @@
+"""The /proc reader (lazyd/procfs.py): the stat parser on the exact text the kernel writes, and the
+readers on this very process and on one that is gone.
+
+Testing policy: the parser is fed lines laid out as proc(5) says, including command names that
+hold spaces and parentheses; the readers read the test's own process (whose pid, parent, group,
+session and environment the test knows from os) and a pid that no longer exists.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from lazyd import procfs
+from lazyd.procfs import Stat, parse_stat
+
+
+def stat_line(comm: str, state: str = "S", ppid: int = 1, pgrp: int = 4242, session: int = 4242,
+              start: int = 987654, rss: int = 321) -> bytes:
+    """A /proc/<pid>/stat line as proc(5) lays it out: 52 fields, of which 3-6, 22 and 24 matter."""
+    fields = [state, str(ppid), str(pgrp), str(session)] + ["0"] * 15 + [str(start), "0", str(rss)] + ["0"] * 28
+    return f"4242 ({comm}) {' '.join(fields)}\n".encode()
+
+
+def test_the_state_parent_group_session_start_time_and_rss_are_read_from_their_fields() -> None:
+    assert parse_stat(stat_line("python3", ppid=7, pgrp=8, session=9)) == Stat(
+        state="S", ppid=7, pgrp=8, session=9, start_ticks=987654, rss_pages=321)
+
+
+@pytest.mark.parametrize("comm", ["my server", "a) (b", "x) S 1 2 3 4 5", ")", "(("])
+def test_a_command_name_with_spaces_or_parentheses_does_not_shift_the_fields(comm: str) -> None:
+    assert parse_stat(stat_line(comm, state="R", session=7, start=55)) == Stat("R", 1, 4242, 7, 55, 321)
+
+
+@pytest.mark.parametrize("data", [b"", b"4242 (cut", b"4242 (x) S 1 2", b"4242 (x) S 1 2 abc " + b"0 " * 30,
+                                  b"no parentheses at all 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20"])
+def test_text_that_is_not_a_stat_line_gives_none_rather_than_an_exception(data: bytes) -> None:
+    assert parse_stat(data) is None
+
+
+def test_this_process_is_read_as_os_knows_it() -> None:
+    me = os.getpid()
+    stat = procfs.read_stat(me)
+    assert stat is not None
+    assert (stat.state, stat.ppid, stat.pgrp, stat.session) == ("R", os.getppid(), os.getpgrp(), os.getsid(0))
+    assert stat.rss_pages > 0 and procfs.start_time_ticks(me) == stat.start_ticks
+    assert me in set(procfs.pids()) and procfs.stats()[me] == stat
+    assert me in procfs.session_members(os.getsid(0)) and me in procfs.group_members(os.getpgrp())
+    assert f"LAZYD_PROCFS_TEST={me}".encode() not in (procfs.read_environ(me) or [])
+    assert procfs.read_cmdline(me)  # pytest's own argv, whatever launched it
+    assert procfs.read_cgroup(me) is not None
+
+
+def test_a_child_is_read_with_its_environment_and_argv_and_a_reaped_one_is_gone() -> None:
+    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()", "two words"], stdin=subprocess.PIPE,
+                             env={**os.environ, "LAZYD_PROCFS_TEST": "yes"}, start_new_session=True)
+    try:
+        assert b"LAZYD_PROCFS_TEST=yes" in (procfs.read_environ(child.pid) or [])
+        assert procfs.read_cmdline(child.pid) == [os.fsencode(sys.executable), b"-c", b"import sys; sys.stdin.read()",
+                                                 b"two words"]
+        stat = procfs.read_stat(child.pid)
+        assert stat is not None and (stat.ppid, stat.session, stat.pgrp) == (os.getpid(), child.pid, child.pid)
+        assert procfs.session_members(child.pid) == [child.pid] == procfs.group_members(child.pid)
+    finally:
+        assert child.stdin is not None
+        child.stdin.close()
+        child.wait()
+    assert procfs.read_stat(child.pid) is None and procfs.read_environ(child.pid) is None
+    assert procfs.read_cmdline(child.pid) is None and procfs.read_cgroup(child.pid) is None
+    assert procfs.session_members(child.pid) == []
+    with pytest.raises(OSError):
+        procfs.start_time_ticks(child.pid)

@@ -1,0 +1,51 @@
+"""A server's stdout cut into lines (lazyd/daemon/stdout_lines.py), fed byte by byte and in chunks."""
+
+from __future__ import annotations
+
+import pytest
+
+from lazyd.daemon.stdout_lines import LineTooLong, StdoutLines
+
+
+def drain(lines: StdoutLines) -> list[bytes]:
+    out = []
+    while (line := lines.next_line()) is not None:
+        out.append(line)
+    return out
+
+
+@pytest.mark.parametrize("chunk", [1, 2, 7, 1000])
+def test_lines_come_out_whole_without_newlines_and_blank_ones_are_dropped_however_the_bytes_arrive(chunk: int) -> None:
+    data = b'{"a":1}\n\n  \n{"b":2}\r\n{"c":'
+    lines = StdoutLines(limit=100)
+    got = []
+    for i in range(0, len(data), chunk):
+        lines.feed(data[i:i + chunk])
+        got += drain(lines)
+    assert got == [b'{"a":1}', b'{"b":2}\r']
+    lines.end()
+    assert drain(lines) == [b'{"c":'] and lines.ended and lines.error is None
+
+
+def test_a_blank_last_line_without_newline_is_dropped_at_the_end() -> None:
+    lines = StdoutLines(limit=10)
+    lines.feed(b"x\n   ")
+    lines.end()
+    assert drain(lines) == [b"x"]
+
+
+def test_a_line_at_the_limit_passes_and_one_byte_more_fails_for_good_after_the_lines_before_it() -> None:
+    lines = StdoutLines(limit=5)
+    lines.feed(b"12345\nok\n123456\nlater\n")
+    assert drain(lines) == [b"12345", b"ok"]
+    assert isinstance(lines.error, LineTooLong) and "longer than 5 bytes" in str(lines.error)
+    lines.feed(b"more\n")
+    assert drain(lines) == []
+
+
+def test_an_overlong_line_fails_as_soon_as_the_buffer_passes_the_limit_without_a_newline() -> None:
+    lines = StdoutLines(limit=8)
+    lines.feed(b"12345678")
+    assert lines.error is None
+    lines.feed(b"9")
+    assert lines.error is not None and drain(lines) == []
