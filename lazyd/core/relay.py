@@ -36,7 +36,7 @@ READY without any handshake, serves stateless clients from a ttl-aware cache, an
 handshake-era clients through the bridge (bridge.py) when its plan gives it no handshake.
 
 `RelayCore` keeps the public API (the events, the observations, the action types) and owns the
-phase; it holds parts, each with its own state and a narrow port back to it (docs/architecture-core.md):
+phase; it holds parts, each with its own state and a narrow port back to it (docs/architecture.md):
 
 | part | module | its own state |
 |---|---|---|

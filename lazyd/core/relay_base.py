@@ -2,7 +2,7 @@
 queue of requests waiting for the server, and the two ways a request goes upstream.
 
 The relay core is a small object (`relay.RelayCore`) that owns the phase and holds parts, each
-with its own state and a narrow port to the core (docs/architecture-core.md). The parts import
+with its own state and a narrow port to the core (docs/architecture.md). The parts import
 this module and each other downwards only; what a part needs from above (the phase, the live
 handshake, handling a queued request again) it reaches through a `typing.Protocol` port that the
 core satisfies.
