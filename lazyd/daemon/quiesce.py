@@ -13,9 +13,14 @@ One gate for the whole daemon: a hand-over concerns every connection and every s
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
+from typing import TypeVar
+
 import trio
 
 __all__ = ["Gate", "GATE"]
+
+T = TypeVar("T")
 
 
 class Gate:
@@ -23,6 +28,7 @@ class Gate:
 
     def __init__(self) -> None:
         self.closed = False
+        self.holds = 0  # steps under way that a hand-over must wait for (a spawn: its pid is not known yet)
         self._opened = trio.Event()
         self._opened.set()
 
@@ -35,6 +41,14 @@ class Gate:
         """The hand-over did not happen (exec failed): everyone reads on."""
         self.closed = False
         self._opened.set()
+
+    async def hold(self, work: Awaitable[T]) -> T:
+        """Await `work` as a step a hand-over waits for (the settle sees `holds`)."""
+        self.holds += 1
+        try:
+            return await work
+        finally:
+            self.holds -= 1
 
     async def passage(self) -> None:
         """Return at once while open; wait while closed (an exec may end the wait for good)."""

@@ -317,7 +317,7 @@ class ServerRuntime:
         now = trio.current_time()
         assert self._nursery is not None
         try:
-            proc = await spawn(self.config.spec, self._nursery)
+            proc = await GATE.hold(spawn(self.config.spec, self._nursery))  # an upgrade waits for its pid
         except SpawnError as exc:
             fatal = exc.errno in FATAL_SPAWN_ERRNOS
             log.error("[%s] cannot start%s: %s", self.name, "" if fatal else " (will retry)", exc.message)

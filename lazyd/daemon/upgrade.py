@@ -86,7 +86,8 @@ class Upgrader:
         GATE.close()
         try:
             await self._settle()
-            error = self._exec(reply, began)
+            # A process being spawned has no pid to hand over yet: it would be left behind.
+            error = self._exec(reply, began) if not GATE.holds else "a server was still being started; try again"
         finally:
             GATE.open()
             self._busy = False
@@ -98,7 +99,7 @@ class Upgrader:
         with trio.move_on_after(SETTLE_BOUND_S):
             while True:
                 await trio.testing.wait_all_tasks_blocked(SETTLE_CUSHION_S)
-                if not any(_writing(r) for r in self.registry.runtimes.values()) and all(
+                if not GATE.holds and not any(_writing(r) for r in self.registry.runtimes.values()) and all(
                         live.session is None or live.session.backlog_frames == 0 for live in self.handler.live.values()):
                     return
                 await trio.sleep(SETTLE_CUSHION_S)

@@ -25,7 +25,7 @@ import pytest
 from mcp import ClientSession
 from mcp.shared.exceptions import MCPError
 
-from tests.conftest import UserEnv, everything_command, processes_with_marker, shim_session, start_daemon, wait_until
+from tests.conftest import FIXTURE_SERVER, UserEnv, everything_command, processes_with_marker, shim_session, start_daemon, wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -212,3 +212,77 @@ def test_sigusr2_upgrades_and_the_notify_socket_hears_reloading_then_ready_from_
     assert any(line.startswith("MONOTONIC_USEC=") for line in reloading[0].splitlines())
     wait_until(lambda: status(user_env).get("daemon", {}).get("upgrades") == 1, 20, "the upgrade to be counted")
     assert daemon.stop() == 0
+
+
+def test_an_upgrade_while_a_sampling_request_waits_for_the_client_delivers_its_answer_to_the_server(
+    user_env: UserEnv,
+) -> None:
+    from mcp import types
+
+    daemon = start_daemon(user_env)
+    everything = everything_command()
+    outcome: dict[str, Any] = {}
+
+    async def scenario() -> None:
+        asked = anyio.Event()
+        answer = anyio.Event()
+
+        async def sampling(context: Any, params: Any) -> Any:
+            asked.set()
+            await answer.wait()  # the server's request is pending at the client across the upgrade
+            return types.CreateMessageResult(role="assistant", model="test",
+                                             content=types.TextContent(type="text", text="answer after the upgrade"))
+
+        async with shim_session(user_env, everything, sampling_callback=sampling,
+                                shim_args=("--log-file", str(user_env.root / "shim.log"))) as session:
+            servers = user_env.server_pids(everything[1])
+            async with anyio.create_task_group() as group:
+                async def call() -> None:
+                    with anyio.fail_after(CALL_TIMEOUT_S):
+                        result = await session.call_tool("trigger-sampling-request", {"prompt": "hi", "maxTokens": 5})
+                    outcome["sampled"] = getattr(result.content[0], "text", "")
+                group.start_soon(call)
+                with anyio.fail_after(CALL_TIMEOUT_S):
+                    await asked.wait()
+                outcome["upgrade"] = await anyio.to_thread.run_sync(lambda: lazyctl(user_env, "upgrade"))
+                answer.set()
+            outcome["servers"] = (servers, user_env.server_pids(everything[1]))
+
+    anyio.run(scenario)
+    assert outcome["upgrade"].returncode == 0, outcome["upgrade"].stderr
+    assert "answer after the upgrade" in outcome["sampled"]
+    before, after = outcome["servers"]
+    assert len(before) == 1 and before == after
+    log = shim_log(user_env)
+    assert f"with daemon pid {daemon.proc.pid}" in log and "daemon lost" not in log, log
+
+
+def test_an_upgrade_while_a_server_is_starting_lets_the_start_finish_under_the_new_daemon(user_env: UserEnv) -> None:
+    daemon = start_daemon(user_env)
+    fixture = [sys.executable, str(FIXTURE_SERVER)]
+    outcome: dict[str, Any] = {}
+
+    async def scenario() -> None:
+        async def session() -> None:
+            async with shim_session(user_env, fixture, env={"FIXTURE_START_DELAY_S": "2"},
+                                    shim_args=("--log-file", str(user_env.root / "shim.log"))) as client:
+                with anyio.fail_after(CALL_TIMEOUT_S):
+                    result = await client.call_tool("pid", {})
+                outcome["pid"] = int(getattr(result.content[0], "text", "0"))
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(session)
+            with anyio.fail_after(CALL_TIMEOUT_S):
+                while not user_env.server_pids(str(FIXTURE_SERVER)):
+                    await anyio.sleep(0.02)
+            starting = user_env.server_pids(str(FIXTURE_SERVER))
+            outcome["states"] = await anyio.to_thread.run_sync(lambda: user_env.lifecycle_states("fixture_server"))
+            outcome["upgrade"] = await anyio.to_thread.run_sync(lambda: lazyctl(user_env, "upgrade"))
+            outcome["starting"] = starting
+
+    anyio.run(scenario)
+    assert set(outcome["states"].values()) == {"starting"}, outcome["states"]  # the upgrade came mid-start
+    assert outcome["upgrade"].returncode == 0, outcome["upgrade"].stderr
+    assert outcome["starting"] == [outcome["pid"]]  # the process that was starting is the one that answered
+    log = shim_log(user_env)
+    assert f"with daemon pid {daemon.proc.pid}" in log and "daemon lost" not in log, log
