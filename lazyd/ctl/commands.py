@@ -57,6 +57,7 @@ def cmd_status(args: argparse.Namespace, out: Output) -> int:
 
     def human() -> str:
         head = f"lazyd running (pid {data['daemon_pid']}, {path})"
+        head += _lineage(data.get("daemon"), time.time())
         for pid, sock in others:
             head += f"\nanother lazyd of yours runs (pid {pid}) on {sock}: lazyctl --socket {sock} status"
         if not rows:
@@ -139,6 +140,17 @@ def cmd_reload(args: argparse.Namespace, out: Output) -> int:
 
     out.result(report, human)
     return EXIT_OK
+
+
+def _lineage(daemon: Any, now: float) -> str:
+    """Uptime across upgrades and the last one, for the status head line ("" before any upgrade)."""
+    if not isinstance(daemon, dict) or not daemon.get("upgrades"):
+        return ""
+    text = f"; up {format_duration(max(0.0, now - float(daemon['started_at'])))} across {daemon['upgrades']} upgrade(s)"
+    last = daemon.get("last_upgrade")
+    if isinstance(last, dict) and not last.get("adopted"):
+        text += f"\nthe last upgrade could not take the servers over: {last.get('reason')}"
+    return text
 
 
 UPGRADE_WAIT_S = 60.0  # quiesce (2 s at most) + exec + start-up + taking over every server

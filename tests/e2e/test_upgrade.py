@@ -108,6 +108,7 @@ def test_an_upgrade_keeps_servers_sessions_and_a_call_in_flight_with_its_progres
             outcome["servers"] = (servers, user_env.server_pids(everything[1]))
             outcome["processes"] = (before, set(processes_with_marker(user_env.marker)))
             outcome["status"] = status(user_env)
+            outcome["human"] = lazyctl(user_env, "status").stdout
 
     anyio.run(scenario)
     done = outcome["upgrade"]
@@ -130,6 +131,8 @@ def test_an_upgrade_keeps_servers_sessions_and_a_call_in_flight_with_its_progres
     assert row["upgrades"] == 1 and row["state"] == "running"
     assert outcome["status"]["daemon"]["upgrades"] == 1
     assert outcome["status"]["daemon"]["last_upgrade"]["adopted"] is True
+    assert outcome["human"].splitlines()[0].endswith("across 1 upgrade(s)")
+    assert f" {before_servers[0]} " in outcome["human"] and " (1 upgrade) " in outcome["human"]
     # The next stop still stops the adopted server by the ladder: it is the daemon's child.
     assert daemon.stop() == 0
     assert user_env.server_pids(everything[1]) == []
