@@ -32,7 +32,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import trio
-import trio.testing
 
 from lazyd.daemon.conn_state import ConnectionState, SessionState, inbound_bytes
 from lazyd.daemon.connection import ConnectionHandler
@@ -51,7 +50,7 @@ log = logging.getLogger("lazyd.upgrade")
 
 # Readers stop at once; this bounds waiting for the writers (a client that does not read).
 SETTLE_BOUND_S = 2.0
-SETTLE_CUSHION_S = 0.005
+SETTLE_POLL_S = 0.002
 
 
 @dataclass
@@ -96,13 +95,15 @@ class Upgrader:
         return False, None, error
 
     async def _settle(self) -> None:
+        # Every await of a reader leaves what it read recorded (in its decoder, its pending frames,
+        # its stdout buffer), so only the writers and a spawn under way are waited for here.
         with trio.move_on_after(SETTLE_BOUND_S):
             while True:
-                await trio.testing.wait_all_tasks_blocked(SETTLE_CUSHION_S)
+                await trio.sleep(0)  # readers that have data run to their gate first
                 if not GATE.holds and not any(_writing(r) for r in self.registry.runtimes.values()) and all(
                         live.session is None or live.session.backlog_frames == 0 for live in self.handler.live.values()):
                     return
-                await trio.sleep(SETTLE_CUSHION_S)
+                await trio.sleep(SETTLE_POLL_S)
 
     def _exec(self, reply: trio.SocketStream | None, began: float) -> str:
         registry = self.registry
