@@ -41,7 +41,7 @@ from lazyd.daemon.quiesce import GATE
 from lazyd.daemon.registry import Registry
 from lazyd.daemon.registry_state import registry_state
 from lazyd.daemon.supervisor import ServerRuntime
-from lazyd.daemon.upgrade_state import ENVELOPE_ENV, Envelope, state_path, write_secrets, write_state
+from lazyd.daemon.upgrade_state import ENVELOPE_ENV, TEST_FAULT_ENV, Envelope, state_path, write_secrets, write_state
 from lazyd.paths import Paths
 
 __all__ = ["Upgrader", "Lineage", "SETTLE_BOUND_S"]
@@ -137,6 +137,8 @@ class Upgrader:
         state["lineage"] = {"started_at": self.lineage.started_at, "upgrades": self.lineage.upgrades}
         secrets_fd = write_secrets(secrets)
         inherit = [self.listener_fd, self.lock_fd, secrets_fd, *fds, *(c.fd for c in connections)]
+        # Test seam (lazyd/daemon/upgrade_state.py): a server's descriptor named but not inherited.
+        lost = fds[:1] if os.environ.get(TEST_FAULT_ENV) == "fd" else []
         if reply_fd is not None:
             inherit.append(reply_fd)
         servers = [[r.proc.pid, r.proc.start_time_ticks] for r in registry.runtimes.values() if r.proc is not None]
@@ -148,7 +150,7 @@ class Upgrader:
         try:
             write_state(state_path(self.paths), state)
             for fd in inherit:
-                os.set_inheritable(fd, True)
+                os.set_inheritable(fd, fd not in lost)
             log.info("upgrade: handing %d servers and %d connections to %s", len(registry.runtimes),
                      len(connections), " ".join(argv))
             for handler in logging.getLogger().handlers:

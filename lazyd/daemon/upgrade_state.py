@@ -22,8 +22,10 @@ Three pieces, each with its own rule:
   memfd the successor inherits: in memory only, never in a file. Under systemd the same memfd
   goes to the file-descriptor store (lazyd/daemon/fdstore.py), which is memory too.
 
-Test seam: `LAZYD_TEST_STATE_VERSION` in the writer's environment writes that version instead,
-so that a test can hand a successor a state it cannot read.
+Test seams, in the writer's environment: `LAZYD_TEST_STATE_VERSION` writes that version instead,
+and `LAZYD_TEST_UPGRADE_FAULT=corrupt` changes a byte of the body after its checksum, so that a
+test can hand a successor a state it cannot read (`=fd`, read by lazyd/daemon/upgrade.py, leaves a
+server's descriptor out of those inherited).
 """
 
 from __future__ import annotations
@@ -42,11 +44,12 @@ from lazyd.errors import AdoptionError, StateFileError
 from lazyd.paths import Paths
 from lazyd.privatefiles import read_private, write_private
 
-__all__ = ["ENVELOPE_ENV", "STATE_VERSION", "MIGRATIONS", "TEST_VERSION_ENV", "Envelope", "state_path",
+__all__ = ["ENVELOPE_ENV", "STATE_VERSION", "MIGRATIONS", "TEST_VERSION_ENV", "TEST_FAULT_ENV", "Envelope", "state_path",
            "write_state", "read_state", "write_secrets", "read_secrets", "encode_state"]
 
 ENVELOPE_ENV = "LAZYD_UPGRADE"
 TEST_VERSION_ENV = "LAZYD_TEST_STATE_VERSION"
+TEST_FAULT_ENV = "LAZYD_TEST_UPGRADE_FAULT"
 STATE_FORMAT = "lazyd-upgrade-state"
 STATE_VERSION = 1
 STATE_SUFFIX = ".upgrade"  # beside the lock: lazyd.lock -> lazyd.upgrade
@@ -122,7 +125,10 @@ def write_state(path: Path, body: dict[str, Any]) -> None:
     """Write the state (0600, atomic, not synced: it is read a moment later by the same machine)."""
     seam = os.environ.get(TEST_VERSION_ENV)
     version = int(seam) if seam and seam.lstrip("-").isdigit() else STATE_VERSION
-    write_private(path, encode_state(body, version), durable=False)
+    data = encode_state(body, version)
+    if os.environ.get(TEST_FAULT_ENV) == "corrupt":
+        data = data[:-2] + bytes([data[-2] ^ 0x01]) + data[-1:]
+    write_private(path, data, durable=False)
 
 
 def read_state(path: Path) -> tuple[dict[str, Any], float]:

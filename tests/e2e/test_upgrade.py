@@ -138,10 +138,20 @@ def test_an_upgrade_keeps_servers_sessions_and_a_call_in_flight_with_its_progres
     assert user_env.server_pids(everything[1]) == []
 
 
+FAULTS = {
+    # as written by a lazyd newer than the one exec'd
+    "version": ({"LAZYD_TEST_STATE_VERSION": "99"}, "newer lazyd (state version 99"),
+    "corrupt": ({"LAZYD_TEST_UPGRADE_FAULT": "corrupt"}, "corrupt: its checksum does not match"),
+    "fd": ({"LAZYD_TEST_UPGRADE_FAULT": "fd"}, "was not inherited"),
+}
+
+
+@pytest.mark.parametrize("fault", sorted(FAULTS))
 def test_an_upgrade_to_a_daemon_that_cannot_adopt_stops_the_servers_and_the_shims_reconnect(
-    user_env: UserEnv,
+    user_env: UserEnv, fault: str
 ) -> None:
-    user_env.env["LAZYD_TEST_STATE_VERSION"] = "99"  # as written by a lazyd newer than the one exec'd
+    seam, reason = FAULTS[fault]
+    user_env.env.update(seam)
     daemon = start_daemon(user_env)
     everything = everything_command()
     outcome: dict[str, Any] = {}
@@ -168,7 +178,7 @@ def test_an_upgrade_to_a_daemon_that_cannot_adopt_stops_the_servers_and_the_shim
     anyio.run(scenario)
     done = outcome["upgrade"]
     assert done.returncode == 1 and "could not take the servers over" in done.stderr, (done.stdout, done.stderr)
-    assert "newer lazyd (state version 99" in done.stderr
+    assert reason in done.stderr
     assert daemon.proc.poll() is None
     assert "long" not in outcome, outcome  # answered with an error under its own id, not left hanging
     assert "lazyd" in str(outcome["long_error"])
@@ -180,7 +190,7 @@ def test_an_upgrade_to_a_daemon_that_cannot_adopt_stops_the_servers_and_the_shim
     assert log.count("daemon lost") == 2 and log.count("reconnected") == 2, log
     assert "answered 1 in-flight request(s) with an error" in log, log
     last = outcome["status"]["daemon"]["last_upgrade"]
-    assert last["adopted"] is False and "state version 99" in last["reason"]
+    assert last["adopted"] is False and reason in last["reason"]
     daemon_log = (user_env.state_dir / "lazyd.log").read_text()
     assert "cannot take its servers over" in daemon_log
 
