@@ -82,6 +82,10 @@ RestartSec=2s
 RestartPreventExitStatus=2
 # lazyd pings every WatchdogSec/2 from its event loop; a loop stuck this long is restarted.
 WatchdogSec=60s
+# Each server's pipes are kept here (FDSTORE=1), so that after a crash the restarted lazyd
+# takes the servers over instead of losing them; 3 per server process, and 1 for lazyd.
+FileDescriptorStoreMax=1024
+Environment=LAZYD_FDSTORE=1
 
 [Install]
 Also=lazyd.socket

@@ -37,7 +37,9 @@ from lazyd.core import state_codec as sc
 from lazyd.daemon.conn_adopt import serve_adopted
 from lazyd.daemon.conn_state import ConnectionState
 from lazyd.daemon.connection import ConnectionHandler
+from lazyd.daemon import orphans
 from lazyd.daemon.era_lanes import EraRoute
+from lazyd.daemon.fdstore import SECRETS_NAME, rewire, standby_path
 from lazyd.daemon.outbox import ConnectionOutbox
 from lazyd.daemon.process import STDIN_EOF_GRACE_S, TERM_GRACE_S
 from lazyd.daemon.quiesce import GATE
@@ -48,7 +50,7 @@ from lazyd.daemon.upgrade_state import ENVELOPE_ENV, Envelope, read_secrets, rea
 from lazyd.errors import AdoptionError
 from lazyd.frames import Reply
 
-__all__ = ["take_envelope", "adopt", "REAP_WAIT_S"]
+__all__ = ["take_envelope", "adopt", "adopt_stored", "REAP_WAIT_S"]
 
 log = logging.getLogger("lazyd.adopt")
 
@@ -203,3 +205,54 @@ async def _ladder(pid: int, ticks: int) -> None:
         pass
     finally:
         os.close(pidfd)
+
+
+async def adopt_stored(stored: dict[str, int], registry: Registry, lock: Path, state_dir: Path,
+                       lineage: Lineage) -> bool:
+    """After a crash under systemd: take over the servers whose pipes the fd store gave back
+    (lazyd/daemon/fdstore.py), then sweep the rest as after any crash. False when nothing could
+    be taken over (the caller boots as usual); never raises for what was stored."""
+    secrets_fd = stored.pop(SECRETS_NAME, None)
+    procs: list[list[int]] = []
+    try:
+        if secrets_fd is None:
+            raise AdoptionError("the fd store holds no secrets")
+        body, written_at = read_state(standby_path(lock))
+        rewire(body, stored)
+        for runtime in body.get("runtimes", {}).values():
+            proc = runtime.get("proc") if isinstance(runtime, dict) else None
+            if isinstance(proc, dict):
+                procs.append([int(proc["pid"]), int(proc["start_ticks"])])
+        await trio.to_thread.run_sync(orphans.sweep, state_dir, frozenset(p for p, _ in procs))
+        secrets = read_secrets(secrets_fd)
+        secrets_fd = None
+        GATE.close()
+        try:
+            names = await adopt_registry(registry, body, secrets, written_at=written_at, child=False)
+            for runtime in list(registry.runtimes.values()):
+                forget_clients(runtime, set())  # their connections died with the old daemon
+        finally:
+            GATE.open()
+    except (AdoptionError, ValueError, KeyError, TypeError) as exc:
+        reason = str(exc)
+        log.error("restart after a crash: cannot take the stored servers over: %s; stopping them", reason)
+        lineage.last = {"at": time.time(), "from_pid": None, "adopted": False, "reason": reason, "crash": True}
+        for fd in [*stored.values(), *([secrets_fd] if secrets_fd is not None else [])]:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        await trio.to_thread.run_sync(orphans.sweep, state_dir)
+        async with trio.open_nursery() as nursery:
+            for pid, ticks in procs:
+                nursery.start_soon(_ladder, pid, ticks)
+        return False
+    used = {fd for r in body["runtimes"].values() if isinstance(r.get("proc"), dict)
+            for fd in (r["proc"]["stdin"], r["proc"]["stdout"], r["proc"]["stderr"])}
+    for fd in stored.values():
+        if fd not in used:
+            os.close(fd)
+    registry.children_changed()
+    lineage.last = {"at": time.time(), "from_pid": None, "adopted": True, "reason": None, "crash": True}
+    log.info("restart after a crash: took over %d servers from the fd store: %s", len(names), ", ".join(names))
+    return True

@@ -38,7 +38,9 @@ import trio
 from lazyd import sockpath
 from lazyd.config import Config, load_config
 from lazyd.daemon import orphans, startup
-from lazyd.daemon.adopt import adopt, take_envelope
+from lazyd.daemon.adopt import adopt, adopt_stored, take_envelope
+from lazyd.daemon.fdstore import FdStore, keep_standby, stored_fds
+from lazyd.daemon.registry_state import drop_stale_named
 from lazyd.daemon.connection import ConnectionHandler
 from lazyd.daemon.control import Control, status_summary
 from lazyd.daemon.notify import Notifier
@@ -131,6 +133,8 @@ def main(argv: list[str] | None = None) -> None:
         startup.fail(paths, str(exc), startup.EXIT_SETUP, record=False)
     try:
         activated = adopt_activated_socket(os.environ, os.getpid()) if envelope is None else None
+        # Descriptors systemd kept for us across a crash (lazyd/daemon/fdstore.py), after the socket.
+        stored = stored_fds(os.environ, int(os.environ.get("LISTEN_FDS") or 0)) if activated is not None else {}
         # The lock and the start-up record live in the runtime dir, so it is made and checked
         # whoever made the socket: systemd may have put an activated one anywhere. Only a socket
         # named for the daemon too (LAZYD_SOCKET, --socket) and handed over by systemd keeps its
@@ -180,7 +184,7 @@ def main(argv: list[str] | None = None) -> None:
     record = sockpath.record_daemon(os.environ, os.getpid(), str(where))
     try:
         trio.run(partial(serve, sock, paths, config, config_path, is_activated,
-                         args.ownership_check_interval, secret, lock_fd=lock_fd, envelope=envelope))
+                         args.ownership_check_interval, secret, lock_fd=lock_fd, envelope=envelope, stored=stored))
     except Exception as exc:
         # A bug, not a user's mistake: the traceback goes to the log file, one line to stderr.
         log.critical("lazyd stopped by an internal error: %r", exc, exc_info=True)
@@ -197,10 +201,12 @@ def main(argv: list[str] | None = None) -> None:
 
 async def serve(sock: socket.socket, paths: Paths, config: Config, config_path: Path, activated: bool,
                 ownership_check_interval_s: float, secret: bytes, *, lock_fd: int = -1,
-                envelope: Envelope | None = None) -> None:
+                envelope: Envelope | None = None, stored: dict[str, int] | None = None) -> None:
     notify_env = {k: os.environ[k] for k in NOTIFY_VARS if k in os.environ}  # a successor needs them
     notifier = Notifier.from_environ()  # first: takes NOTIFY_SOCKET/WATCHDOG_* out of os.environ
-    if envelope is None:  # after an upgrade the servers state.json names are ours to take over
+    fdstore = FdStore.from_environ(notify_env, os.environ)
+    stored = stored or {}
+    if envelope is None and not stored:  # after an upgrade the servers state.json names are ours to take over
         await trio.to_thread.run_sync(orphans.sweep, paths.state_dir)
     store = CacheStore(paths.cache_dir)
     stop = trio.Event()
@@ -216,8 +222,15 @@ async def serve(sock: socket.socket, paths: Paths, config: Config, config_path: 
         handler.upgrade = upgrader
         if envelope is not None:
             await adopt(envelope, registry, handler, lineage)
+        elif stored and await adopt_stored(dict(stored), registry, paths.lock, paths.state_dir, lineage):
+            adopted = set(registry.runtimes)
+            await registry.boot()  # named servers new to the config; changed ones are replaced
+            await drop_stale_named(registry, adopted)
         else:
             await registry.boot()
+        if fdstore is not None:
+            # What the store gave back is in it still: names no process owns now are removed.
+            nursery.start_soon(keep_standby, registry, fdstore, paths.lock, registry.changes.wait, dict(stored))
         connections = trio.CancelScope()
         await nursery.start(_serve_connections, handler, listener, connections)
         notifier.ready(status_summary(registry))  # only now: the listener is accepting

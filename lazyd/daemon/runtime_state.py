@@ -184,6 +184,8 @@ def restore_runtime(state: Mapping[str, Any], secrets: Mapping[str, Any], snapsh
                 runtime.upgrades += 1
                 runtime.adopt_process(adopted)
                 log.info("[%s] took over pid %d (%s)", runtime.name, pid, runtime.life.state)
+        elif runtime.life.state in lc.PROCESS_STATES:
+            gone(runtime, "its process did not come back after the daemon's restart")
         if predicate_child is not None:
             _kill_predicate(runtime, *predicate_child)
         runtime.on_children_changed()

@@ -112,7 +112,8 @@ def test_the_contrib_units_are_the_ones_lazyctl_installs_with_the_conventional_e
         assert (CONTRIB / name).read_text() == text, f"contrib/systemd/{name} is out of date"
     service = units["lazyd.service"]
     for setting in ("Type=notify", "NotifyAccess=main", "KillMode=mixed", "Restart=on-failure",
-                    "ExecReload=%h/.local/bin/lazyctl upgrade",
+                    "ExecReload=%h/.local/bin/lazyctl upgrade", "FileDescriptorStoreMax=1024",
+                    "Environment=LAZYD_FDSTORE=1",
                     "StartLimitIntervalSec=0", "TimeoutStopSec=20s", "RestartPreventExitStatus=2"):
         assert f"\n{setting}\n" in service
     for setting in ("ListenStream=%t/lazyd/lazyd.sock", "SocketMode=0600", "DirectoryMode=0700"):
