@@ -22,6 +22,9 @@
     ├── SpawnError            a server's command cannot be started (not found, not executable,
     │                         bad working directory); ``errno`` says which
     ├── LifecycleError        an event no lifecycle state can absorb: a bug of the caller
+    ├── AdoptionError         a daemon cannot take over what its predecessor handed over (a state
+    │                         file of another version, corrupt or missing; a server gone): it
+    │                         falls back to stopping and restarting, and says why
     ├── Unavailable           the shim cannot have the daemon; ``final``: retrying is pointless,
     │                         ``user_error``: exit 2 instead of running the server directly
     ├── NoDaemon              nobody listens on the socket path (ECONNREFUSED, ENOENT): the shim
@@ -61,7 +64,7 @@ if TYPE_CHECKING:
 __all__ = [
     "LazydError", "UserError", "UsageError", "ConfigError", "StateFileError", "HubOptionError",
     "SetupError", "AlreadyRunning", "ProtocolError", "WireError", "SlowPeer", "LineTooLong",
-    "Refused", "SpawnError", "LifecycleError", "Unavailable", "NoDaemon", "ReplayFailed", "CtlError",
+    "Refused", "SpawnError", "LifecycleError", "AdoptionError", "Unavailable", "NoDaemon", "ReplayFailed", "CtlError",
     "DaemonNotRunning", "WrapError", "ConflictError", "JsonSyntaxError",
 ]
 
@@ -150,6 +153,10 @@ class SpawnError(LazydError):
 
 class LifecycleError(LazydError):
     """A caller bug no state can absorb (time going backwards, a negative count, a bad policy)."""
+
+
+class AdoptionError(LazydError):
+    """What a predecessor daemon handed over cannot be taken over (lazyd/daemon/adopt.py)."""
 
 
 # --- the shim -------------------------------------------------------------------------------------

@@ -328,6 +328,12 @@ class FrameDecoder:
         """Bytes received but not yet returned as frames (0 between frames)."""
         return len(self._buf) + (HEADER_BYTES if self._need is not None else 0)
 
+    def unconsumed(self) -> bytes:
+        """The bytes received and not yet returned as frames, exactly as they came: fed to a new
+        decoder (a successor daemon's, lazyd/daemon/conn_state.py), they give the same frames."""
+        head = _HEADER.pack(self._need) if self._need is not None else b""
+        return head + bytes(self._buf)
+
 
 # --- blocking helpers (shim, lazyctl) -----------------------------------------------------------
 

@@ -33,6 +33,7 @@ from typing import Protocol
 
 from lazyd.core import eras
 from lazyd.core import jsonrpc as rpc
+from lazyd.core import state_codec as sc
 from lazyd.core.asker import PROBE_VERSION, Asker, asker_from_params
 from lazyd.core.cache import LISTINGS, HandshakeEntry, Listing, Snapshot, handshake_key
 from lazyd.core.era_state import EraState
@@ -94,6 +95,30 @@ class Bridge:
         self.listen = listen
         self.rounds: dict[tuple[ClientId, JsonId], InputRound] = {}
         self.input_waits: dict[tuple[ClientId, JsonId], tuple[JsonId, str]] = {}
+
+    def to_state(self) -> JsonObj:
+        return {"rounds": [[cid, client_id, {"method": r.method, "params": r.params, "rounds": r.rounds,
+                                             "pending": r.pending, "answers": r.answers, "request_state": r.request_state}]
+                           for (cid, client_id), r in self.rounds.items()],
+                "input_waits": [[cid, down_id, client_id, key] for (cid, down_id), (client_id, key) in self.input_waits.items()]}
+
+    def restore(self, value: object) -> None:
+        s = sc.obj(value, "bridge")
+        self.rounds = {}
+        for row in sc.items(s.get("rounds"), "bridge.rounds"):
+            cid, client_id, r = sc.items(row, "input round")
+            cid, client_id, r = sc.integer(cid, "round.cid"), sc.json_id(client_id, "round.client_id"), sc.obj(r, "round")
+            pending = {sc.text(k, "round input key"): sc.integer(v, "round input id")
+                       for k, v in sc.obj(r.get("pending"), "round.pending").items()}
+            self.rounds[(cid, client_id)] = InputRound(
+                cid, client_id, sc.text(r.get("method"), "round.method"), sc.json_obj(r.get("params"), "round.params"),
+                sc.integer(r.get("rounds"), "round.rounds"), pending, dict(sc.obj(r.get("answers"), "round.answers")),
+                sc.opt_text(r.get("request_state"), "round.request_state"))
+        self.input_waits = {}
+        for row in sc.items(s.get("input_waits"), "bridge.input_waits"):
+            cid, down_id, client_id, key = sc.items(row, "input wait")
+            self.input_waits[(sc.integer(cid, "wait.cid"), sc.json_id(down_id, "wait.id"))] = (
+                sc.json_id(client_id, "wait.client_id"), sc.text(key, "wait.key"))
 
     def bridging(self) -> bool:
         """Whether handshake-era clients are served through the bridge right now."""

@@ -51,10 +51,12 @@ DiscoverResult: the server speaks only the stateless era; anything else: the sta
 from __future__ import annotations
 
 import enum
+from typing import cast, get_args
 
+from lazyd.core import state_codec as sc
 from lazyd.core.asker import Asker
 from lazyd.core.cache import Snapshot
-from lazyd.core.era_policy import Era, EraPolicy, EraSetting, StartPlan, facts_of
+from lazyd.core.era_policy import Era, EraPolicy, EraSetting, InitializeWhen, StartPlan, facts_of
 from lazyd.core.jsonrpc import JsonObj
 from lazyd.core.relay_base import Action, Phase, SnapshotChanged
 
@@ -150,6 +152,36 @@ class EraState:
         self.discovery = None
         self.probe_asker = None
         self.held = None
+
+    # ---- state (plain data, lazyd/core/state_codec.py) --------------------------------------------
+
+    def to_state(self) -> JsonObj:
+        plan = self.plan
+        return {"lane": self.lane, "stage": self.stage.value, "discovery": self.discovery,
+                "probe_asker": sc.asker_state(self.probe_asker), "held": self.held,
+                "plan": None if plan is None else {"probe_first": plan.probe_first, "initialize": plan.initialize,
+                                                   "probe_after_handshake": plan.probe_after_handshake}}
+
+    def restore(self, value: object) -> None:
+        s = sc.obj(value, "era")
+        lane = s.get("lane")
+        if lane not in (None, "handshake", "stateless"):
+            raise ValueError(f"era.lane: unknown value {lane!r}")
+        self.lane = lane
+        self.stage = sc.enum_value(Stage, s.get("stage"), "era.stage")
+        self.discovery = sc.opt_json_obj(s.get("discovery"), "era.discovery")
+        self.probe_asker = sc.asker_from(s.get("probe_asker"), "era.probe_asker")
+        self.held = sc.opt_json_obj(s.get("held"), "era.held")
+        plan = s.get("plan")
+        if plan is None:
+            self.plan = None
+            return
+        p = sc.obj(plan, "era.plan")
+        initialize = p.get("initialize")
+        if initialize not in get_args(InitializeWhen):
+            raise ValueError(f"era.plan.initialize: unknown value {initialize!r}")
+        self.plan = StartPlan(sc.flag(p.get("probe_first"), "era.plan.probe_first"), cast(InitializeWhen, initialize),
+                              sc.flag(p.get("probe_after_handshake"), "era.plan.probe_after_handshake"))
 
     # ---- what the rest of the core reads ---------------------------------------------------------
 

@@ -27,11 +27,12 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from lazyd.core import jsonrpc as rpc
+from lazyd.core import state_codec as sc
 from lazyd.core.jsonrpc import JsonId, JsonObj, Kind, Message
-from lazyd.core.policy import ToolPolicy, Verdict
+from lazyd.core.policy import Decision, ToolPolicy, Verdict
 
 __all__ = ["Pass", "Reply", "Log", "GateAction", "PolicyGate", "ask_params", "tool_error",
            "denied_text", "no_elicitation_text", "answer_outcome", "refusal_text",
@@ -154,6 +155,28 @@ class PolicyGate:
 
     def held_count(self) -> int:
         return len(self._held)
+
+    def to_state(self) -> JsonObj:
+        """The calls held for the user's answer, the ask counter and the listings to filter."""
+        return {"held": [[cid, ask, sc.raw_text(h.line), h.request_id, h.tool, h.verdict.decision, h.verdict.rule]
+                         for (cid, ask), h in self._held.items()],
+                "next_ask": self._next_ask, "listings": [list(k) for k in self._listings]}
+
+    def restore(self, value: object) -> None:
+        s = sc.obj(value, "gate")
+        self._held = {}
+        for row in sc.items(s.get("held"), "gate.held"):
+            cid, ask, line, request_id, tool, decision, rule = sc.items(row, "gate.held row")
+            if decision not in ("allow", "ask", "deny"):
+                raise ValueError(f"gate.held: unknown decision {decision!r}")
+            self._held[(sc.integer(cid, "gate.cid"), sc.text(ask, "gate.ask"))] = _Held(
+                sc.raw_bytes(line, "gate.line"), sc.json_id(request_id, "gate.request_id"), sc.text(tool, "gate.tool"),
+                Verdict(cast(Decision, decision), sc.opt_text(rule, "gate.rule")))
+        self._next_ask = sc.integer(s.get("next_ask"), "gate.next_ask")
+        self._listings = set()
+        for row in sc.items(s.get("listings"), "gate.listings"):
+            cid, is_str, request_id = sc.items(row, "gate.listings row")
+            self._listings.add((sc.integer(cid, "gate.cid"), sc.flag(is_str, "gate.is_str"), sc.json_id(request_id, "gate.id")))
 
     def client_line(self, cid: int, line: bytes, policy: ToolPolicy,
                     can_elicit: Callable[[], bool]) -> list[GateAction]:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from lazyd.core import state_codec as sc
 from lazyd.core.jsonrpc import JsonId, JsonObj
 from lazyd.core.routing import ClientId
 
@@ -137,6 +138,21 @@ class ListenHub:
             return [s for _, s in sorted(self.streams.items(), key=_order)
                     if any(uri_matches(sub, uri) for sub in uris_of(s.filter))]
         return []
+
+    def to_state(self) -> JsonObj:
+        return {"streams": [[s.cid, s.listen_id, s.filter] for s in self.streams.values()], "current": self.current,
+                "pending": self.pending, "requested": self.requested, "reissues": self.reissues}
+
+    def restore(self, value: object) -> None:
+        s = sc.obj(value, "listen")
+        self.streams = {}
+        for row in sc.items(s.get("streams"), "listen.streams"):
+            cid, listen_id, filter_ = sc.items(row, "listen stream")
+            self.add(sc.integer(cid, "listen.cid"), sc.json_id(listen_id, "listen.id"), sc.json_obj(filter_, "listen.filter"))
+        self.current = sc.opt_integer(s.get("current"), "listen.current")
+        self.pending = sc.opt_integer(s.get("pending"), "listen.pending")
+        self.requested = sc.opt_json_obj(s.get("requested"), "listen.requested")
+        self.reissues = sc.integer(s.get("reissues"), "listen.reissues")
 
     def process_gone(self) -> None:
         """The server exited: its streams are gone; the client streams stay for the next start."""

@@ -31,6 +31,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from lazyd.core import state_codec as sc
 from lazyd.core.asker import Asker
 from lazyd.core.cache import LISTINGS
 from lazyd.core.jsonrpc import JsonId, JsonObj, Message
@@ -180,11 +181,44 @@ class ListingEngine:
             fetch.waiters = keep
         return dropped
 
+    # ---- state (plain data, lazyd/core/state_codec.py) --------------------------------------------
+
+    def to_state(self) -> JsonObj:
+        return {"next_serial": self.next_serial, "fetches": [_fetch_state(f) for f in self.fetches.values()]}
+
+    def restore(self, value: object) -> None:
+        s = sc.obj(value, "listings")
+        self.next_serial = sc.integer(s.get("next_serial"), "listings.next_serial")
+        self.fetches = {}
+        for row in sc.items(s.get("fetches"), "listings.fetches"):
+            fetch = _fetch_from(row)
+            self.fetches[fetch.key] = fetch
+
     def gone(self) -> list[Fetch]:
         """The process ended: every fetch is over; whoever waited on one is the caller's to answer."""
         fetches = list(self.fetches.values())
         self.fetches.clear()
         return fetches
+
+
+def _fetch_state(f: Fetch) -> JsonObj:
+    return {"method": f.method, "key": f.key, "why": f.why, "asker": sc.asker_state(f.asker), "serial": f.serial,
+            "waiters": [[w.cid, w.client_id, w.shape, w.requested] for w in f.waiters], "items": f.items,
+            "pages": f.pages, "first": f.first, "ttl": f.ttl, "private": f.private}
+
+
+def _fetch_from(value: object) -> Fetch:
+    s = sc.obj(value, "fetch")
+    waiters = []
+    for row in sc.items(s.get("waiters"), "fetch.waiters"):
+        cid, client_id, shape, requested = sc.items(row, "waiter")
+        waiters.append(Waiter(sc.integer(cid, "waiter.cid"), sc.json_id(client_id, "waiter.client_id"),
+                              sc.text(shape, "waiter.shape"), requested))
+    return Fetch(sc.text(s.get("method"), "fetch.method"), sc.text(s.get("key"), "fetch.key"),
+                 sc.text(s.get("why"), "fetch.why"), sc.asker_from(s.get("asker"), "fetch.asker"),
+                 sc.integer(s.get("serial"), "fetch.serial"), waiters, sc.items(s.get("items"), "fetch.items"),
+                 sc.integer(s.get("pages"), "fetch.pages"), sc.opt_json_obj(s.get("first"), "fetch.first"),
+                 sc.opt_integer(s.get("ttl"), "fetch.ttl"), sc.flag(s.get("private"), "fetch.private"))
 
 
 def drift(served: Mapping[str, object] | None, fresh: Mapping[str, object]) -> set[str]:

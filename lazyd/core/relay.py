@@ -55,6 +55,7 @@ phase; it holds parts, each with its own state and a narrow port back to it (doc
 from __future__ import annotations
 
 from lazyd.core import jsonrpc as rpc
+from lazyd.core import state_codec as sc
 from lazyd.core.bridge import Bridge
 from lazyd.core.cache import HandshakeEntry, Snapshot
 from lazyd.core.era_policy import Era, EraSetting
@@ -151,6 +152,42 @@ class RelayCore:
         """What a handshake-era client with these `initialize` params is served from the snapshot:
         the recorded handshake, or, for a stateless-only server, the bridged one."""
         return self.bridge.handshake_view(params)
+
+    # ---- state: plain data a successor daemon carries on from (lazyd/daemon/upgrade_state.py) ------
+
+    def to_state(self) -> JsonObj:
+        """Everything this core keeps, as JSON-ready plain data; the snapshot is not in it (the
+        lanes of one registration share one snapshot object, so it is written once, beside)."""
+        return {"phase": self.phase.value, "now": self.now,
+                "clients": [c.to_state() for c in self.clients.values()], "queue": self.queue.to_state(),
+                "routes": self.routes.to_state(), "era": self.era.to_state(), "listings": self.listings.to_state(),
+                "listen": self.listen.hub.to_state(), "bridge": self.bridge.to_state(),
+                "handshake": self.handshake.to_state(), "stateless_starting": self.stateless.starting}
+
+    @classmethod
+    def from_state(cls, state: object, name: str, snapshot: Snapshot, sampling_policy: SamplingPolicy = "refuse",
+                   era: EraSetting = "auto") -> RelayCore:
+        """A core that behaves exactly as the one that wrote `state` (with `snapshot`, its own);
+        raises ValueError, naming the field, for anything `to_state` did not write."""
+        s = sc.obj(state, "relay core")
+        core = cls(name, snapshot, sampling_policy, era)
+        core.phase = sc.enum_value(Phase, s.get("phase"), "phase")
+        core.now = sc.number(s.get("now"), "now")
+        for row in sc.items(s.get("clients"), "clients"):
+            client = ClientState.from_state(row)
+            core.clients[client.cid] = client
+        core.queue.restore(s.get("queue"))
+        # The parts hold the routes object itself (their shared data): it is filled, not replaced.
+        routes = Routes.from_state(s.get("routes"))
+        for field_name in Routes.__dataclass_fields__:
+            setattr(core.routes, field_name, getattr(routes, field_name))
+        core.era.restore(s.get("era"))
+        core.listings.restore(s.get("listings"))
+        core.listen.hub.restore(s.get("listen"))
+        core.bridge.restore(s.get("bridge"))
+        core.handshake.restore(s.get("handshake"))
+        core.stateless.starting = sc.flag(s.get("stateless_starting"), "stateless_starting")
+        return core
 
     # ---- the ports the parts reach the core through ----------------------------------------------
 

@@ -15,6 +15,7 @@ from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 
 from lazyd.core import jsonrpc as rpc
+from lazyd.core import state_codec as sc
 from lazyd.core.jsonrpc import JsonId, JsonObj, Kind, Message
 from lazyd.core.routing import ClientId, Routes, Upstream
 
@@ -95,6 +96,17 @@ class ClientState:
         caps = (self.params or {}).get("capabilities")
         return isinstance(caps, dict) and capability in caps
 
+    def to_state(self) -> JsonObj:
+        return {"cid": self.cid, "params": self.params, "initialized": self.initialized,
+                "last_active": self.last_active, "principal": self.principal}
+
+    @classmethod
+    def from_state(cls, value: object) -> ClientState:
+        s = sc.obj(value, "client")
+        return cls(sc.integer(s.get("cid"), "client.cid"), sc.opt_json_obj(s.get("params"), "client.params"),
+                   sc.flag(s.get("initialized"), "client.initialized"), sc.integer(s.get("last_active"), "client.last_active"),
+                   sc.text(s.get("principal"), "client.principal"))
+
 
 # ---- the queue -----------------------------------------------------------------------------------
 
@@ -136,6 +148,15 @@ class Waiting:
 
     def drop_client(self, cid: ClientId) -> None:
         self.items = [(c, m) for c, m in self.items if c != cid]
+
+    def to_state(self) -> list[object]:
+        return [[cid, sc.message_state(msg)] for cid, msg in self.items]
+
+    def restore(self, value: object) -> None:
+        self.items = []
+        for row in sc.items(value, "queue"):
+            cid, msg = sc.items(row, "queue row")
+            self.items.append((sc.integer(cid, "queued client"), sc.message_from(msg, "queued message")))
 
     def fail(self, message: str, clients: Collection[ClientId]) -> list[Action]:
         """Answer every queued request of an attached client with `message`, and empty the queue."""

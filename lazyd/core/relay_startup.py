@@ -29,6 +29,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from lazyd.core import jsonrpc as rpc
+from lazyd.core import state_codec as sc
 from lazyd.core.asker import PROBE_VERSION
 from lazyd.core.cache import LIST_CHANGED, HandshakeEntry, Listing, Snapshot, handshake_key
 from lazyd.core.era_state import EraState, Stage
@@ -82,6 +83,19 @@ class Handshake:
         self.initial_refresh = False  # the refresh under way is the start's (READY when it is in)
         self.upstream_level: str | None = None  # the log level the server was last set to
         self.upstream_subs: set[str] = set()  # the uris the server was subscribed to
+
+    def to_state(self) -> JsonObj:
+        instance = self.instance
+        return {"instance": None if instance is None else instance.to_json(), "initial_refresh": self.initial_refresh,
+                "upstream_level": self.upstream_level, "upstream_subs": sorted(self.upstream_subs)}
+
+    def restore(self, value: object) -> None:
+        s = sc.obj(value, "handshake")
+        instance = s.get("instance")
+        self.instance = None if instance is None else HandshakeEntry.from_json(instance)
+        self.initial_refresh = sc.flag(s.get("initial_refresh"), "handshake.initial_refresh")
+        self.upstream_level = sc.opt_text(s.get("upstream_level"), "handshake.upstream_level")
+        self.upstream_subs = {sc.text(u, "subscribed uri") for u in sc.items(s.get("upstream_subs"), "handshake.upstream_subs")}
 
     # ---- replay ----------------------------------------------------------------------------------
 

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
+from lazyd.core import state_codec as sc
 from lazyd.core.jsonrpc import JsonId, JsonObj
 
 ClientId = int
@@ -148,6 +149,51 @@ class Routes:
             return None
         return min(self.levels.values(), key=level_rank)
 
+    # ---- state (plain data, lazyd/core/state_codec.py) ------------------------------------------
+
+    def to_state(self) -> JsonObj:
+        return {
+            "upstream": [[rid, _upstream_state(up)] for rid, up in self.upstream.items()],
+            "by_client": [[cid, client_id, rid] for (cid, client_id), rid in self.by_client.items()],
+            "tokens": [[rid, cid, token] for rid, (cid, token) in self.tokens.items()],
+            "downstream": [[cid, down_id, down.server_id, down.method] for (cid, down_id), down in self.downstream.items()],
+            "tasks": dict(self.tasks), "elicitations": dict(self.elicitations),
+            "subscriptions": {uri: sorted(cids) for uri, cids in self.subscriptions.items()},
+            "levels": [[cid, level] for cid, level in self.levels.items()],
+            "next_id": self.next_id, "next_down_id": self.next_down_id, "seq": self.seq,
+        }
+
+    @classmethod
+    def from_state(cls, value: object) -> Routes:
+        state = sc.obj(value, "routes")
+        routes = cls()
+        for row in sc.items(state.get("upstream"), "routes.upstream"):
+            rid, up = sc.items(row, "routes.upstream row")
+            routes.upstream[sc.integer(rid, "relay id")] = _upstream_from(up)
+        for row in sc.items(state.get("by_client"), "routes.by_client"):
+            cid, client_id, rid = sc.items(row, "routes.by_client row")
+            routes.by_client[(sc.integer(cid, "client"), sc.json_id(client_id, "client id"))] = sc.integer(rid, "relay id")
+        for row in sc.items(state.get("tokens"), "routes.tokens"):
+            rid, cid, token = sc.items(row, "routes.tokens row")
+            routes.tokens[sc.integer(rid, "relay token")] = (sc.integer(cid, "client"), sc.json_id(token, "token"))
+        for row in sc.items(state.get("downstream"), "routes.downstream"):
+            cid, down_id, server_id, method = sc.items(row, "routes.downstream row")
+            routes.downstream[(sc.integer(cid, "client"), sc.json_id(down_id, "client-facing id"))] = Downstream(
+                sc.json_id(server_id, "server id"), sc.text(method, "method"))
+        for name in ("tasks", "elicitations"):
+            table: dict[str, ClientId] = getattr(routes, name)
+            for key, cid in sc.obj(state.get(name), f"routes.{name}").items():
+                table[key] = sc.integer(cid, f"routes.{name} owner")
+        for uri, cids in sc.obj(state.get("subscriptions"), "routes.subscriptions").items():
+            routes.subscriptions[uri] = {sc.integer(c, "subscriber") for c in sc.items(cids, "subscribers")}
+        for row in sc.items(state.get("levels"), "routes.levels"):
+            cid, level = sc.items(row, "routes.levels row")
+            routes.levels[sc.integer(cid, "client")] = sc.text(level, "level")
+        routes.next_id = sc.integer(state.get("next_id"), "routes.next_id")
+        routes.next_down_id = sc.integer(state.get("next_down_id"), "routes.next_down_id")
+        routes.seq = sc.integer(state.get("seq"), "routes.seq")
+        return routes
+
     def forget_client(self, cid: ClientId) -> None:
         """Drop everything but in-flight upstream requests (the relay cancels those itself)."""
         for key in [k for k in self.downstream if k[0] == cid]:
@@ -159,6 +205,20 @@ class Routes:
         for eid in [e for e, c in self.elicitations.items() if c == cid]:
             del self.elicitations[eid]
         self.levels.pop(cid, None)
+
+
+def _upstream_state(up: Upstream) -> JsonObj:
+    return {"method": up.method, "cid": up.cid, "client_id": up.client_id, "purpose": up.purpose, "token": up.token,
+            "seq": up.seq, "inspect": up.inspect, "bridged": up.bridged, "log_level": up.log_level}
+
+
+def _upstream_from(value: object) -> Upstream:
+    s = sc.obj(value, "upstream request")
+    return Upstream(sc.text(s.get("method"), "method"), sc.opt_integer(s.get("cid"), "cid"),
+                    sc.opt_json_id(s.get("client_id"), "client_id"), sc.text(s.get("purpose"), "purpose"),
+                    sc.opt_json_id(s.get("token"), "token"), sc.integer(s.get("seq"), "seq"),
+                    sc.flag(s.get("inspect"), "inspect"), sc.flag(s.get("bridged"), "bridged"),
+                    sc.opt_text(s.get("log_level"), "log_level"))
 
 
 def choose_callback_target(

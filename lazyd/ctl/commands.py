@@ -1,4 +1,4 @@
-"""lazyctl's operator commands: status, wake, sleep, logs, stop, reload.
+"""lazyctl's operator commands: status, wake, sleep, logs, stop, reload, upgrade.
 
 Each command takes the parsed arguments and an `Output`, talks to the daemon through
 `lazyd.ctl.client`, and returns the exit status. Failures are raised as `CtlError` (exit 1) or
@@ -57,6 +57,7 @@ def cmd_status(args: argparse.Namespace, out: Output) -> int:
 
     def human() -> str:
         head = f"lazyd running (pid {data['daemon_pid']}, {path})"
+        head += _lineage(data.get("daemon"), time.time())
         for pid, sock in others:
             head += f"\nanother lazyd of yours runs (pid {pid}) on {sock}: lazyctl --socket {sock} status"
         if not rows:
@@ -136,6 +137,36 @@ def cmd_reload(args: argparse.Namespace, out: Output) -> int:
     def human() -> str:
         parts = [f"{kind} {', '.join(names)}" for kind, names in report.items() if names and kind != "unchanged"]
         return "config reloaded: " + ("; ".join(parts) if parts else "no changes")
+
+    out.result(report, human)
+    return EXIT_OK
+
+
+def _lineage(daemon: Any, now: float) -> str:
+    """Uptime across upgrades and the last one, for the status head line ("" before any upgrade)."""
+    if not isinstance(daemon, dict) or not daemon.get("upgrades"):
+        return ""
+    text = f"; up {format_duration(max(0.0, now - float(daemon['started_at'])))} across {daemon['upgrades']} upgrade(s)"
+    last = daemon.get("last_upgrade")
+    if isinstance(last, dict) and not last.get("adopted"):
+        text += f"\nthe last upgrade could not take the servers over: {last.get('reason')}"
+    return text
+
+
+UPGRADE_WAIT_S = 60.0  # quiesce (2 s at most) + exec + start-up + taking over every server
+
+
+def cmd_upgrade(args: argparse.Namespace, out: Output) -> int:
+    """Hand the daemon over to the lazyd installed now; the new one answers (lazyd/daemon/upgrade.py)."""
+    with connect(args.socket) as conn:
+        old = conn.daemon_pid
+        report = conn.call("upgrade", timeout_s=UPGRADE_WAIT_S)
+
+    def human() -> str:
+        took = report.get("took_s")
+        return (f"lazyd (pid {report.get('pid', old)}) upgraded"
+                + (f" in {took * 1000:.0f} ms" if isinstance(took, (int, float)) else "")
+                + f": took over {len(report.get('servers', []))} servers and {report.get('sessions', 0)} sessions")
 
     out.result(report, human)
     return EXIT_OK

@@ -62,7 +62,7 @@ def status_row(row: Mapping[str, Any], now: float) -> list[str]:
         str(row["state"]),
         str(row["pid"]) if row.get("pid") is not None else NONE,
         str(row.get("era") or NONE),  # the protocol era its process runs in (docs/protocol-eras.md)
-        age(row.get("uptime_s")),
+        age(row.get("uptime_s")) + _upgrades(row.get("upgrades")),
         str(row.get("clients", 0)),
         human_bytes(row.get("memory_bytes")),
         str(row.get("restarts", 0)),
@@ -70,6 +70,11 @@ def status_row(row: Mapping[str, Any], now: float) -> list[str]:
         str(listings["tools"]) if "tools" in listings else NONE,
         shorten(str(error), MAX_ERROR_CHARS) if error else NONE,
     ]
+
+
+def _upgrades(count: object) -> str:
+    """The daemon upgrades a running process lived through: its uptime counts across them."""
+    return f" ({count} upgrade{'s' if count != 1 else ''})" if isinstance(count, int) and count > 0 else ""
 
 
 def status_table(rows: Sequence[Mapping[str, Any]], now: float) -> str:

@@ -112,6 +112,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     add("reload", commands.cmd_reload, "re-read the config file and report what changed")
     add("stop", commands.cmd_stop, "stop the daemon cleanly and wait until it has exited")
+    add("upgrade", commands.cmd_upgrade, "restart the daemon as the lazyd installed now, keeping servers and sessions",
+        "Hand the running daemon over to the lazyd installed now, in place (same pid): running "
+        "servers keep running (same pids), client sessions stay connected and calls in flight are "
+        "answered by the new daemon. If the new daemon cannot take the servers over (another state "
+        "version, say), it stops them as `lazyctl stop` would, sessions reconnect, and this command "
+        "says why and exits 1. The same as sending SIGUSR2 to lazyd, or `systemctl --user reload "
+        "lazyd` under systemd.")
 
     p = add("systemd", systemd.cmd_systemd, "install or remove lazyd's systemd user units",
             "Write lazyd.socket and lazyd.service (ExecStart pointing at this installation) to "

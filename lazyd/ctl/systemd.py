@@ -29,6 +29,7 @@ from lazyd.privatefiles import write_private
 
 MARKER = "# Written by `lazyctl systemd install`; change it with `systemctl --user edit`, not here."
 CONTRIB_EXEC_START = "%h/.local/bin/lazyd"  # where `pip install --user` and pipx put the script
+CONTRIB_EXEC_RELOAD = "%h/.local/bin/lazyctl upgrade"
 UNIT_FILE_MODE = 0o644  # systemd reads user units as the user; 0644 is what systemctl edit writes
 
 SOCKET_UNIT = """\
@@ -65,7 +66,11 @@ StartLimitIntervalSec=0
 Type=notify
 NotifyAccess=main
 ExecStart={exec_start}
-ExecReload=/bin/kill -HUP $MAINPID
+# A reload is an upgrade: lazyd execs the lazyd installed now in place (same MAINPID), keeps
+# its servers and sessions, and says RELOADING=1 ... READY=1; lazyctl waits for the new daemon's
+# answer, so `systemctl --user reload lazyd` returns once it is done (and fails if the new
+# daemon could not take the servers over). The new daemon reads the config too.
+ExecReload={exec_reload}
 # lazyd stops its servers itself (stdin EOF, SIGTERM, SIGKILL per process group) on SIGTERM;
 # mixed sends SIGTERM to lazyd alone and SIGKILL to whatever is left after TimeoutStopSec.
 KillMode=mixed
@@ -77,6 +82,10 @@ RestartSec=2s
 RestartPreventExitStatus=2
 # lazyd pings every WatchdogSec/2 from its event loop; a loop stuck this long is restarted.
 WatchdogSec=60s
+# Each server's pipes are kept here (FDSTORE=1), so that after a crash the restarted lazyd
+# takes the servers over instead of losing them; 3 per server process, and 1 for lazyd.
+FileDescriptorStoreMax=1024
+Environment=LAZYD_FDSTORE=1
 
 [Install]
 Also=lazyd.socket
@@ -115,11 +124,19 @@ def exec_start_line(argv: list[str]) -> str:
     return " ".join([quote_exec_arg(argv[0], executable=True), *(quote_exec_arg(a) for a in argv[1:])])
 
 
-def render_units(exec_start: str, *, marker: bool) -> dict[str, str]:
-    """Unit name -> text; `exec_start` is an already quoted command line."""
+def render_units(exec_start: str, *, marker: bool, exec_reload: str = CONTRIB_EXEC_RELOAD) -> dict[str, str]:
+    """Unit name -> text; `exec_start` and `exec_reload` are already quoted command lines."""
     head = MARKER + "\n" if marker else ""
     return {"lazyd.socket": head + SOCKET_UNIT,
-            "lazyd.service": head + SERVICE_UNIT.replace("{exec_start}", exec_start)}
+            "lazyd.service": head + SERVICE_UNIT.replace("{exec_start}", exec_start).replace("{exec_reload}", exec_reload)}
+
+
+def exec_reload_argv() -> list[str]:
+    """`lazyctl upgrade` of this installation (found as `exec_start_argv` finds the daemon)."""
+    script = Path(sys.executable).parent / "lazyctl"
+    if script.is_file() and os.access(script, os.X_OK):
+        return [str(script), "upgrade"]
+    return [sys.executable, "-m", "lazyd.ctl.main", "upgrade"]
 
 
 def default_unit_dir() -> Path:
@@ -139,7 +156,7 @@ def cmd_systemd(args: argparse.Namespace, out: Output) -> int:
 def _install(unit_dir: Path, force: bool, out: Output) -> int:
     argv = exec_start_argv()
     try:
-        units = render_units(exec_start_line(argv), marker=True)
+        units = render_units(exec_start_line(argv), marker=True, exec_reload=exec_start_line(exec_reload_argv()))
     except ValueError as exc:
         raise CtlError(f"{exc}; install lazyd under another path") from None
     for name in UNIT_NAMES:

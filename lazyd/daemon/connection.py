@@ -40,7 +40,9 @@ from lazyd import wire
 from lazyd.daemon import handshakes
 from lazyd.daemon.era_lanes import EraRoute
 from lazyd.daemon import progress
+from lazyd.daemon.conn_state import ConnectionState, Live
 from lazyd.daemon.outbox import ConnectionOutbox
+from lazyd.daemon.quiesce import GATE
 from lazyd.daemon.registry import Registry
 from lazyd.daemon.runtime_dir import peer_credentials
 from lazyd.daemon.supervisor import ServerRuntime
@@ -145,6 +147,7 @@ class _Frames:
                 self._decode(b"")  # complete frames left over from the last batch come first
                 if self.pending:
                     break
+            await GATE.passage()  # an upgrade stops reading here (lazyd/daemon/quiesce.py)
             budget = self.frame_deadline_s - self._waited_s if self._in_frame else math.inf
             data: bytes | None = None
             began = trio.current_time()
@@ -178,6 +181,10 @@ class ConnectionHandler:
         self.control = control
         self.limits = limits if limits is not None else Limits.from_environ(os.environ)
         self.active = 0
+        # Open connections as an upgrade's freeze reads them (lazyd/daemon/conn_state.py), and
+        # the op that carries an upgrade out on the connection that asked (lazyd/daemon/upgrade.py).
+        self.live: dict[int, Live] = {}
+        self.upgrade: Callable[[trio.SocketStream], Awaitable[tuple[bool, Any, str | None]]] | None = None
 
     async def serve(self, listener: trio.SocketListener, *,
                     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -188,6 +195,7 @@ class ConnectionHandler:
             first_failure = 0.0
             backoff_s = ACCEPT_BACKOFF_FIRST_S
             while True:
+                await GATE.passage()  # an upgrade leaves new connections in the backlog for its successor
                 try:
                     stream = await listener.accept()
                 except OSError as exc:
@@ -242,11 +250,14 @@ class ConnectionHandler:
             log.exception("internal error while serving a connection from pid %d; closing it", pid)
         finally:
             self.active -= 1
+            self.live.pop(id(stream), None)
             with trio.CancelScope(shield=True):
                 await stream.aclose()
 
-    async def _serve(self, stream: trio.SocketStream, pid: int) -> None:
-        frames = _Frames(stream, self.limits.frame_deadline_s)
+    async def _serve(self, stream: trio.SocketStream, pid: int, frames: _Frames | None = None) -> None:
+        if frames is None:
+            frames = _Frames(stream, self.limits.frame_deadline_s)
+        live = self.live[id(stream)] = Live(stream, frames.decoder, frames.pending)
         with trio.move_on_after(self.limits.hello_timeout_s) as scope:
             hello = await frames.next()
         if scope.cancelled_caught:
@@ -261,6 +272,7 @@ class ConnectionHandler:
             return
         if not isinstance(hello, Hello):
             raise WireError(f"expected a hello frame, got {hello.t!r}")
+        live.kind = "control" if hello.role == "ctl" else "opening"
         if hello.role == "ctl":
             await self._control(stream, frames)
         else:
@@ -270,6 +282,9 @@ class ConnectionHandler:
         cancel = trio.CancelScope()
         try:
             runtime, session = await self.registry.open_session(hello, cancel.cancel)
+            live = self.live.get(id(stream))
+            if live is not None:
+                live.kind, live.route, live.session = ("session" if isinstance(runtime, EraRoute) else "hub"), runtime, session
         except Refused as exc:
             log.warning("refused a session from pid %s: %s", hello.pid, exc.message)
             await stream.send_all(wire.encode(Refusal(exc.code, exc.message)))
@@ -337,7 +352,9 @@ class ConnectionHandler:
         while (frame := await frames.next()) is not None:
             if not isinstance(frame, Ctl):
                 raise WireError(f"unexpected {frame.t!r} frame on a control connection")
-            if frame.args.get("progress") is True:
+            if frame.op == "upgrade" and self.upgrade is not None:
+                ok, data, error = await self.upgrade(stream)  # on success, the successor answers
+            elif frame.args.get("progress") is True:
                 ok, data, error = await self._with_progress(stream, frame)
             else:
                 ok, data, error = await self.control(frame.op, frame.args)

@@ -58,6 +58,7 @@ class Control:
         self.registry = registry
         self.stop_daemon = stop_daemon
         self.reload = reload
+        self.lineage: Any = None  # the daemon's Lineage (lazyd/daemon/upgrade.py), set by main
 
     async def __call__(self, op: str, args: dict[str, Any]) -> Result:
         handler = getattr(self, f"op_{op.replace('-', '_')}", None)
@@ -136,7 +137,11 @@ class Control:
         table = proc_table()
         # A server's name shows every process of it (its other-era lane, NAME@ERA, too).
         rows = [self._status(r, table) for r in runtimes if not names or r.name in names or r.config.name in names]
-        return True, {"daemon_pid": os.getpid(), "servers": sorted(rows, key=lambda r: str(r["name"]))}, None
+        data = {"daemon_pid": os.getpid(), "servers": sorted(rows, key=lambda r: str(r["name"]))}
+        if self.lineage is not None:  # uptime across upgrades, and the last hand-over (lazyd/daemon/upgrade.py)
+            data["daemon"] = {"started_at": self.lineage.started_at, "upgrades": self.lineage.upgrades,
+                              "last_upgrade": self.lineage.last}
+        return True, data, None
 
     async def op_wake(self, args: dict[str, Any]) -> Result:
         runtime = self._runtime(args)

@@ -141,6 +141,20 @@ class EraRoute:
             assert first.method is not None
             self._choose(client_era(first.method, first.params), None)
 
+    @classmethod
+    def adopted(cls, lanes: EraLanes, session: ConnectionOutbox, runtime: ServerRuntime | None, resume: list[bytes],
+                held: list[bytes], nursery: trio.Nursery) -> EraRoute:
+        """A route a predecessor daemon handed over (lazyd/daemon/conn_adopt.py): attached to
+        `runtime` already (its relay core knows the client), or still waiting for its first request."""
+        route = cls.__new__(cls)
+        route.lanes, route.session, route.name, route.runtime = lanes, session, lanes.primary.name, runtime
+        route._resume, route._held, route._nursery, route._choosing, route._gone = resume, held, nursery, None, False
+        if runtime is None:
+            lanes.pending += 1
+        else:
+            runtime.sessions[session.cid] = session
+        return route
+
     # ---- what a connection calls (the same as a ServerRuntime) --------------------------------
 
     def client_line(self, cid: int, line: bytes) -> None:

@@ -38,14 +38,19 @@ import trio
 from lazyd import sockpath
 from lazyd.config import Config, load_config
 from lazyd.daemon import orphans, startup
+from lazyd.daemon.adopt import adopt, adopt_stored, take_envelope
+from lazyd.daemon.fdstore import FdStore, keep_standby, stored_fds
+from lazyd.daemon.registry_state import drop_stale_named
 from lazyd.daemon.connection import ConnectionHandler
 from lazyd.daemon.control import Control, status_summary
 from lazyd.daemon.notify import Notifier
 from lazyd.daemon.registry import Registry
 from lazyd.daemon.cache_store import CacheStore, load_or_create_secret
 from lazyd.daemon.runtime_dir import acquire_instance_lock, adopt_activated_socket, bind_unix_socket, socket_identity
-from lazyd.daemon.systemd_env import ACTIVATION_VARS
-from lazyd.errors import AlreadyRunning, ConfigError, SetupError, StateFileError
+from lazyd.daemon.systemd_env import ACTIVATION_VARS, NOTIFY_VARS
+from lazyd.daemon.upgrade import Lineage, Upgrader
+from lazyd.daemon.upgrade_state import Envelope
+from lazyd.errors import AdoptionError, AlreadyRunning, ConfigError, SetupError, StateFileError
 from lazyd.paths import Paths, resolve_paths
 from lazyd.privatefiles import ensure_private_dir
 
@@ -122,13 +127,21 @@ def main(argv: list[str] | None = None) -> None:
     except SetupError as exc:
         startup.fail(None, str(exc), startup.EXIT_SETUP)
     try:
-        activated = adopt_activated_socket(os.environ, os.getpid())
+        # A predecessor's hand-over (lazyd/daemon/upgrade.py): its listener and lock are ours.
+        envelope = take_envelope(os.environ)
+    except AdoptionError as exc:
+        startup.fail(paths, str(exc), startup.EXIT_SETUP, record=False)
+    try:
+        activated = adopt_activated_socket(os.environ, os.getpid()) if envelope is None else None
+        # Descriptors systemd kept for us across a crash (lazyd/daemon/fdstore.py), after the socket.
+        stored = stored_fds(os.environ, int(os.environ.get("LISTEN_FDS") or 0)) if activated is not None else {}
         # The lock and the start-up record live in the runtime dir, so it is made and checked
         # whoever made the socket: systemd may have put an activated one anywhere. Only a socket
         # named for the daemon too (LAZYD_SOCKET, --socket) and handed over by systemd keeps its
         # directory as the unit made it: the unit decides who may reach it, and the peer-uid
         # check stands behind that.
-        private_runtime = activated is None or not paths.socket_overridden
+        is_activated = activated is not None or (envelope is not None and envelope.activated)
+        private_runtime = not is_activated or not paths.socket_overridden
         if private_runtime:
             ensure_private_dir(paths.runtime_dir)
     except SetupError as exc:
@@ -147,8 +160,11 @@ def main(argv: list[str] | None = None) -> None:
         startup.fail(paths, f"cannot prepare the state dir {paths.state_dir}: {exc.strerror or exc}",
                      startup.EXIT_SETUP, record=private_runtime)
     try:
-        lock_fd = acquire_instance_lock(paths.lock)
-        sock = activated or bind_unix_socket(paths.socket)
+        if envelope is None:
+            lock_fd = acquire_instance_lock(paths.lock)
+            sock = activated or bind_unix_socket(paths.socket)
+        else:
+            lock_fd, sock = envelope.lock, socket.socket(fileno=envelope.listener)
     except AlreadyRunning as exc:
         print(f"lazyd: already running ({exc})", file=sys.stderr)
         raise SystemExit(0) from None
@@ -156,18 +172,19 @@ def main(argv: list[str] | None = None) -> None:
         startup.fail(paths, str(exc), startup.EXIT_SETUP, record=private_runtime)
     for name in ACTIVATION_VARS:
         os.environ.pop(name, None)  # never inherited by anything we start
-    bound = None if activated else socket_identity(paths.socket)
+    bound = None if is_activated else socket_identity(paths.socket)
     startup.clear_record(paths)
     if args.stderr_until_ready:
         startup.detach_stderr()
     _setup_logging(paths, args.verbose)
     where = paths.socket if activated is None else startup.socket_name(activated, paths.socket)
-    log.info("lazyd %d listening on %s%s", os.getpid(), where, " (socket activation)" if activated else "")
+    log.info("lazyd %d listening on %s%s%s", os.getpid(), where, " (socket activation)" if is_activated else "",
+             f" (upgraded from lazyd {envelope.from_pid})" if envelope is not None else "")
     # Where shims that compute another socket path (a client without XDG_RUNTIME_DIR) find us.
     record = sockpath.record_daemon(os.environ, os.getpid(), str(where))
     try:
-        trio.run(partial(serve, sock, paths, config, config_path, activated is not None,
-                         args.ownership_check_interval, secret))
+        trio.run(partial(serve, sock, paths, config, config_path, is_activated,
+                         args.ownership_check_interval, secret, lock_fd=lock_fd, envelope=envelope, stored=stored))
     except Exception as exc:
         # A bug, not a user's mistake: the traceback goes to the log file, one line to stderr.
         log.critical("lazyd stopped by an internal error: %r", exc, exc_info=True)
@@ -183,22 +200,42 @@ def main(argv: list[str] | None = None) -> None:
 
 
 async def serve(sock: socket.socket, paths: Paths, config: Config, config_path: Path, activated: bool,
-                ownership_check_interval_s: float, secret: bytes) -> None:
+                ownership_check_interval_s: float, secret: bytes, *, lock_fd: int = -1,
+                envelope: Envelope | None = None, stored: dict[str, int] | None = None) -> None:
+    notify_env = {k: os.environ[k] for k in NOTIFY_VARS if k in os.environ}  # a successor needs them
     notifier = Notifier.from_environ()  # first: takes NOTIFY_SOCKET/WATCHDOG_* out of os.environ
-    await trio.to_thread.run_sync(orphans.sweep, paths.state_dir)
+    fdstore = FdStore.from_environ(notify_env, os.environ)
+    stored = stored or {}
+    if envelope is None and not stored:  # after an upgrade the servers state.json names are ours to take over
+        await trio.to_thread.run_sync(orphans.sweep, paths.state_dir)
     store = CacheStore(paths.cache_dir)
     stop = trio.Event()
     bound_identity = None if activated else socket_identity(paths.socket)
     listener = trio.SocketListener(trio.socket.from_stdlib_socket(sock))
     async with trio.open_nursery() as nursery:
         registry = Registry(config, paths, secret, store, nursery, dict(os.environ))
-        handler = ConnectionHandler(registry, Control(registry, stop, partial(reload_config, registry, config_path)))
-        await registry.boot()
+        control = Control(registry, stop, partial(reload_config, registry, config_path))
+        handler = ConnectionHandler(registry, control)
+        lineage = control.lineage = Lineage()
+        upgrader = Upgrader(registry, handler, paths, listener=sock.fileno(), lock=lock_fd, activated=activated,
+                            notifier=notifier, notify_env=notify_env, lineage=lineage)
+        handler.upgrade = upgrader
+        if envelope is not None:
+            await adopt(envelope, registry, handler, lineage)
+        elif stored and await adopt_stored(dict(stored), registry, paths.lock, paths.state_dir, lineage):
+            adopted = set(registry.runtimes)
+            await registry.boot()  # named servers new to the config; changed ones are replaced
+            await drop_stale_named(registry, adopted)
+        else:
+            await registry.boot()
+        if fdstore is not None:
+            # What the store gave back is in it still: names no process owns now are removed.
+            nursery.start_soon(keep_standby, registry, fdstore, paths.lock, registry.changes.wait, dict(stored))
         connections = trio.CancelScope()
         await nursery.start(_serve_connections, handler, listener, connections)
         notifier.ready(status_summary(registry))  # only now: the listener is accepting
         nursery.start_soon(notifier.run, partial(status_summary, registry), registry.changes.wait)
-        nursery.start_soon(_signals, stop, partial(_reload, registry, config_path))
+        nursery.start_soon(_signals, stop, partial(_reload, registry, config_path), partial(_upgrade, upgrader))
         if bound_identity is not None:
             nursery.start_soon(watch_ownership, paths, bound_identity, stop, ownership_check_interval_s)
         await stop.wait()
@@ -268,11 +305,20 @@ async def _reload(registry: Registry, config_path: Path) -> None:
         log.error("reload refused, keeping the old config: %s", exc)
 
 
-async def _signals(stop: trio.Event, reload: Callable[[], Awaitable[None]]) -> None:
-    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
+async def _upgrade(upgrader: Upgrader) -> None:
+    await upgrader(None)  # returns only when the exec failed; it logged why
+
+
+async def _signals(stop: trio.Event, reload: Callable[[], Awaitable[None]],
+                   upgrade: Callable[[], Awaitable[None]] | None = None) -> None:
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR2) as signals:
         async for signum in signals:
             if signum == signal.SIGHUP:
                 await reload()
+                continue
+            if signum == signal.SIGUSR2:
+                if upgrade is not None:
+                    await upgrade()
                 continue
             log.info("%s received", signal.Signals(signum).name)
             stop.set()

@@ -117,12 +117,15 @@ def _kill_session(sid: int) -> list[int]:
     return killed
 
 
-def sweep(state_dir: Path) -> list[int]:
-    """Kill the leftovers recorded by a previous daemon; returns the pids signalled.
+def sweep(state_dir: Path, spare: frozenset[int] = frozenset()) -> list[int]:
+    """Kill the leftovers recorded by a previous daemon; returns the pids signalled. Those in
+    `spare` were taken over (lazyd/daemon/fdstore.py) and are left alone.
 
     Call it before starting any child: afterwards the record is emptied."""
     killed: list[int] = []
     for child in read_state(state_dir):
+        if child.pid in spare:
+            continue
         verdict = classify(child, read_stat(child.pid))
         if verdict is Verdict.RECYCLED:
             log.info("orphan sweep: pid %d of %s was recycled; leaving it alone", child.pid, child.name)

@@ -45,6 +45,7 @@ import trio
 from lazyd import procfs
 from lazyd.daemon.command import ExitInfo, SpawnSpec, executable_for
 from lazyd.daemon.logring import LogRing
+from lazyd.daemon.process_handle import ProcessHandle
 from lazyd.daemon.stdout_lines import StdoutLines
 from lazyd.daemon.systemd_env import scrubbed_environ
 from lazyd.errors import LineTooLong as LineTooLong  # what receive_line raises
@@ -70,7 +71,7 @@ class ChildProcess:
     """A running server process; made by `spawn` or `open_child`, never directly."""
 
     def __init__(
-        self, process: trio.Process, spec: SpawnSpec, ring: LogRing, pidfd: int, start_ticks: int
+        self, process: ProcessHandle, spec: SpawnSpec, ring: LogRing, pidfd: int, start_ticks: int
     ) -> None:
         self.pid: int = process.pid
         self.pgid: int = process.pid  # setsid() made the leader's pid the group (and session) id
@@ -205,7 +206,7 @@ class ChildProcess:
     async def _kill_and_reap(self) -> None:
         # The leader is a zombie here: the group id is still ours, so killpg can't hit a stranger.
         self._signal_group(signal.SIGKILL)
-        rc: int = await self._process.wait()
+        rc = await self._process.wait()
         self._reaped_rc = rc
         self._reaped = True
         self._close_pidfd()

@@ -35,6 +35,7 @@ def runtime_status(runtime: ServerRuntime) -> dict[str, object]:
         "clients": core.client_count(),
         "inflight": core.inflight_count(),
         "restarts": snap["restarts"],
+        "upgrades": runtime.upgrades,  # daemon upgrades its current process lived through
         "failures": snap["burst"],
         "next_restart_in_s": max(0.0, restart_at - now) if isinstance(restart_at, float) else None,
         "last_error": snap["last_error"],

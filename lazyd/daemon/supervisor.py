@@ -38,6 +38,7 @@ from lazyd.daemon.cache_store import CacheStore
 from lazyd.daemon.outbox import Outbox
 from lazyd.daemon.predicate import run_predicate
 from lazyd.daemon.process import ChildProcess, spawn
+from lazyd.daemon.quiesce import GATE
 from lazyd.daemon.runtime_config import LineGate, RuntimeConfig
 from lazyd.daemon.server_input import ServerInput
 from lazyd.errors import LineTooLong, SpawnError
@@ -90,6 +91,10 @@ class ServerRuntime:
         # The wake predicate's process while it runs, as (pid, start time in ticks): recorded in
         # state.json with the server, so a successor daemon can sweep a predicate left hanging.
         self.predicate_child: tuple[int, int] | None = None
+        # A predecessor daemon's process and state, taken over at start instead of `boot()`
+        # (lazyd/daemon/runtime_state.py); how many upgrades the current process lived through.
+        self.adopt: Callable[[], None] | None = None
+        self.upgrades = 0
 
     # ---- task structure ------------------------------------------------------------------------
 
@@ -119,7 +124,10 @@ class ServerRuntime:
             self._nursery = nursery
             nursery.start_soon(self._saver.run)
             task_status.started()
-            self._life(self.life.boot(trio.current_time()))
+            if self.adopt is not None:
+                self.adopt()
+            else:
+                self._life(self.life.boot(trio.current_time()))
             while True:
                 deadline = self._waiting_for = self.life.next_deadline()
                 with trio.move_on_at(deadline if deadline is not None else math.inf):
@@ -309,7 +317,7 @@ class ServerRuntime:
         now = trio.current_time()
         assert self._nursery is not None
         try:
-            proc = await spawn(self.config.spec, self._nursery)
+            proc = await GATE.hold(spawn(self.config.spec, self._nursery))  # an upgrade waits for its pid
         except SpawnError as exc:
             fatal = exc.errno in FATAL_SPAWN_ERRNOS
             log.error("[%s] cannot start%s: %s", self.name, "" if fatal else " (will retry)", exc.message)
@@ -319,6 +327,7 @@ class ServerRuntime:
             return
         self.proc = proc
         self.spawned_wall = time.time()
+        self.upgrades = 0
         self.on_children_changed()
         # A stop or kill decided while the spawn was in progress found no process to act on.
         if self._kill_reason is not None:
@@ -332,11 +341,22 @@ class ServerRuntime:
         self._life(self.life.spawned(trio.current_time(), proc.pid))
         self._relay(self.core.spawned(now=time.time()))
 
+    def adopt_process(self, proc: ChildProcess) -> None:
+        """A predecessor's running process (lazyd/daemon/runtime_state.py): talk to it as if spawned."""
+        assert self._nursery is not None
+        self.proc = proc
+        self._input.open(proc, self._nursery)
+        self._nursery.start_soon(self._read_server, proc)
+        if self.life.state is lc.State.STOPPING:
+            self._nursery.start_soon(proc.stop)  # its stop ladder begins again
+
     async def _read_server(self, proc: ChildProcess) -> None:
         try:
+            await GATE.passage()  # an adopted process is read once its sessions are back
             async for line in proc.lines():
                 self._relay(self.core.server_line(line, now=time.time()))
                 self._load()
+                await GATE.passage()  # an upgrade stops reading here (lazyd/daemon/quiesce.py)
         except LineTooLong:
             self._kill(f"wrote a stdout line over {proc.spec.max_line_bytes} bytes")
         info = await proc.wait_exit()

@@ -1,0 +1,146 @@
+"""Plain data in and out: the checked readers and the writers the parts' `to_state` use.
+
+The relay core and its parts write their state as JSON-ready values (dicts with string keys,
+lists, strings, numbers, booleans, None) so that a daemon can hand it to its successor
+(lazyd/daemon/upgrade_state.py) and the successor can carry on exactly where it stopped. The
+rules this module keeps, so that every part writes and reads the same way:
+
+- JSON-RPC ids stay as they are: `1` and `"1"` are different ids, and JSON keeps that apart
+  (an integer is written as a number, a string as a string).
+- Maps whose keys are not strings (a client and a request id, a relay id) are written as lists
+  of `[key..., value]` rows, in the map's order: the order of a dict is behaviour here (a
+  queue, a listen stream's order of delivery), so it is kept.
+- A parsed message keeps its received bytes as well as its object: the relay splices ids into
+  the bytes when it can (jsonrpc.with_id), and a successor must write the same bytes. Bytes are
+  written as text with `surrogateescape`, which a JSON writer with `ensure_ascii` carries exactly.
+- Reading checks every type and raises `ValueError` naming the field: a state that is not
+  what this code wrote is refused whole, never half adopted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from lazyd.core.asker import Asker
+from lazyd.core.jsonrpc import JsonId, JsonObj, Kind, Message, valid_id
+
+__all__ = ["obj", "items", "text", "opt_text", "integer", "opt_integer", "number", "opt_number", "flag",
+           "opt_flag", "json_obj", "opt_json_obj", "json_id", "opt_json_id", "raw_text", "raw_bytes",
+           "message_state", "message_from", "asker_state", "asker_from", "enum_value"]
+
+T = TypeVar("T")
+
+
+def obj(value: object, what: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ValueError(f"{what}: expected an object")
+    return value
+
+
+def items(value: object, what: str) -> list[Any]:
+    if not isinstance(value, list):
+        raise ValueError(f"{what}: expected a list")
+    return value
+
+
+def text(value: object, what: str) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"{what}: expected a string")
+    return value
+
+
+def opt_text(value: object, what: str) -> str | None:
+    return None if value is None else text(value, what)
+
+
+def integer(value: object, what: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ValueError(f"{what}: expected an integer")
+    return value
+
+
+def opt_integer(value: object, what: str) -> int | None:
+    return None if value is None else integer(value, what)
+
+
+def number(value: object, what: str) -> float:
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        raise ValueError(f"{what}: expected a number")
+    return float(value)
+
+
+def opt_number(value: object, what: str) -> float | None:
+    return None if value is None else number(value, what)
+
+
+def flag(value: object, what: str) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"{what}: expected true or false")
+    return value
+
+
+def opt_flag(value: object, what: str) -> bool | None:
+    return None if value is None else flag(value, what)
+
+
+def json_obj(value: object, what: str) -> JsonObj:
+    return obj(value, what)
+
+
+def opt_json_obj(value: object, what: str) -> JsonObj | None:
+    return None if value is None else obj(value, what)
+
+
+def json_id(value: object, what: str) -> JsonId:
+    if not valid_id(value):
+        raise ValueError(f"{what}: expected a JSON-RPC id (a string or an integer)")
+    assert isinstance(value, (int, str))
+    return value
+
+
+def opt_json_id(value: object, what: str) -> JsonId | None:
+    return None if value is None else json_id(value, what)
+
+
+def enum_value(kind: Callable[[Any], T], value: object, what: str) -> T:
+    try:
+        return kind(value)
+    except ValueError:
+        raise ValueError(f"{what}: unknown value {value!r}") from None
+
+
+def raw_text(data: bytes) -> str:
+    """Bytes as text that round-trips exactly (see the module docstring)."""
+    return data.decode("utf-8", "surrogateescape")
+
+
+def raw_bytes(value: object, what: str) -> bytes:
+    return text(value, what).encode("utf-8", "surrogateescape")
+
+
+def message_state(msg: Message) -> JsonObj:
+    return {"kind": msg.kind.value, "obj": msg.obj, "id": msg.id, "method": msg.method, "raw": raw_text(msg.raw)}
+
+
+def message_from(value: object, what: str) -> Message:
+    state = obj(value, what)
+    return Message(enum_value(Kind, state.get("kind"), f"{what}.kind"), json_obj(state.get("obj"), f"{what}.obj"),
+                   opt_json_id(state.get("id"), f"{what}.id"), opt_text(state.get("method"), f"{what}.method"),
+                   raw_bytes(state.get("raw"), f"{what}.raw"))
+
+
+def asker_state(asker: Asker | None) -> JsonObj | None:
+    if asker is None:
+        return None
+    return {"version": asker.version, "client_info": asker.client_info, "capabilities": asker.capabilities,
+            "principal": asker.principal, "log_level": asker.log_level}
+
+
+def asker_from(value: object, what: str) -> Asker | None:
+    if value is None:
+        return None
+    state = obj(value, what)
+    return Asker(text(state.get("version"), f"{what}.version"), json_obj(state.get("client_info"), f"{what}.client_info"),
+                 json_obj(state.get("capabilities"), f"{what}.capabilities"),
+                 text(state.get("principal"), f"{what}.principal"), opt_text(state.get("log_level"), f"{what}.log_level"))

@@ -1,0 +1,81 @@
+"""Serving a connection a predecessor daemon handed over (lazyd/daemon/conn_state.py says what one is).
+
+The successor picks each connection up where the predecessor left it: what was owed to the peer
+is written first, what was read and not handled is decoded before anything more is read, and then
+the connection is served as any other (lazyd/daemon/connection.py), by the same rules, deadlines
+and backpressure. A session goes on with its session: same client id, same route, no welcome
+(the shim had it), no handshake (its relay core knows the client). A connection accepted whose
+hello had not been read is served from its hello on.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import trio
+
+from lazyd.daemon.conn_state import ConnectionState, Live
+from lazyd.daemon.connection import ConnectionHandler, _Frames, _sole
+from lazyd.daemon.era_lanes import EraRoute
+from lazyd.daemon.outbox import ConnectionOutbox
+from lazyd.errors import SlowPeer, WireError
+from lazyd.frames import Line
+
+__all__ = ["serve_adopted"]
+
+log = logging.getLogger("lazyd.conn")
+
+
+async def serve_adopted(handler: ConnectionHandler, stream: trio.SocketStream, state: ConnectionState,
+                        session: ConnectionOutbox | None, route: EraRoute | None, cancel: trio.CancelScope) -> None:
+    """Serve one handed-over connection until it ends (errors as ConnectionHandler.__call__)."""
+    handler.active += 1
+    pid = state.session.pid if state.session is not None else -1
+    frames = _Frames(stream, handler.limits.frame_deadline_s)
+    if state.inbound:
+        frames._decode(state.inbound)  # what the predecessor read comes first, batch by batch
+    try:
+        try:
+            if state.outbound:
+                await stream.send_all(state.outbound)
+            if state.kind == "fresh":
+                await handler._serve(stream, pid, frames)
+            elif session is not None and route is not None:
+                await _session(handler, stream, frames, session, route, cancel)
+        except BaseExceptionGroup as group:
+            raise _sole(group) from None
+    except WireError as exc:
+        log.warning("closing a connection from pid %d after a bad frame: %s", pid, exc)
+    except SlowPeer as exc:
+        log.warning("closing a connection from pid %d: %s", pid, exc)
+    except (trio.BrokenResourceError, trio.ClosedResourceError, ConnectionError):
+        pass
+    except Exception:
+        log.exception("internal error while serving a connection from pid %d; closing it", pid)
+    finally:
+        handler.active -= 1
+        handler.live.pop(id(stream), None)
+        with trio.CancelScope(shield=True):
+            await stream.aclose()
+
+
+async def _session(handler: ConnectionHandler, stream: trio.SocketStream, frames: _Frames, session: ConnectionOutbox,
+                   route: EraRoute, cancel: trio.CancelScope) -> None:
+    # The read loop of ConnectionHandler._session, after its welcome: the same steps in the same order.
+    handler.live[id(stream)] = Live(stream, frames.decoder, frames.pending, "session", route, session)
+    try:
+        with cancel:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(handler._writer, stream, session, cancel)
+                session.fd = stream.socket.fileno()
+                while (frame := await frames.next()) is not None:
+                    if not isinstance(frame, Line):
+                        raise WireError(f"unexpected {frame.t!r} frame in a session")
+                    route.client_line(session.cid, frame.d)
+                    if not route.has_room():
+                        await route.wait_for_room()
+                    if session.should_pause():
+                        await session.wait_drained()
+                nursery.cancel_scope.cancel()
+    finally:
+        route.detach(session.cid)

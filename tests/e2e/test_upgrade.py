@@ -1,0 +1,301 @@
+"""`lazyctl upgrade` and SIGUSR2: the daemon execs itself in place and keeps servers and sessions.
+
+Real peers: the official SDK's ClientSession through lazyd-shim, server-everything (its
+`trigger-long-running-operation` sends progress while it runs), lazyctl. What "kept" means is
+read from the outside: the daemon's pid and each server's pid are the same before and after, no
+new process appeared, the shims never lost their connection (their log says so when they do:
+"daemon lost", "reconnected"), the call in flight got every progress step and its answer.
+
+The fallback is driven by the state-version test seam (LAZYD_TEST_STATE_VERSION): the old daemon
+writes a version the new one does not read, as a downgrade to an older lazyd would.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+from typing import Any
+
+import anyio
+import pytest
+from mcp import ClientSession
+from mcp.shared.exceptions import MCPError
+
+from tests.conftest import FIXTURE_SERVER, UserEnv, everything_command, processes_with_marker, shim_session, start_daemon, wait_until
+
+pytestmark = pytest.mark.e2e
+
+CTL_TIMEOUT_S = 90.0
+CALL_TIMEOUT_S = 60.0
+LONG_S = 4  # the long operation's duration; the upgrade happens while it runs
+STEPS = 8
+
+
+def lazyctl(user: UserEnv, *words: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "lazyd.ctl.main", *words], env=user.env, capture_output=True,
+                          text=True, timeout=CTL_TIMEOUT_S)
+
+
+def status(user: UserEnv) -> dict[str, Any]:
+    done = lazyctl(user, "status", "--json")
+    assert done.returncode == 0, done.stderr
+    result: dict[str, Any] = json.loads(done.stdout)
+    return result
+
+
+def shim_log(user: UserEnv) -> str:
+    path = user.root / "shim.log"
+    return path.read_text(errors="replace") if path.exists() else ""
+
+
+def logged_shim(user: UserEnv) -> Any:
+    """A session whose shim writes its diagnostics (connects, losses, reconnects) to shim.log."""
+    return shim_session(user, everything_command(), shim_args=("--log-file", str(user.root / "shim.log")))
+
+
+async def long_call(session: ClientSession, seen: list[float]) -> str:
+    async def note(progress: float, total: float | None, message: str | None) -> None:
+        seen.append(progress)
+
+    with anyio.fail_after(CALL_TIMEOUT_S):
+        result = await session.call_tool("trigger-long-running-operation", {"duration": LONG_S, "steps": STEPS},
+                                         progress_callback=note)
+    text = getattr(result.content[0], "text", None)
+    assert isinstance(text, str)
+    return text
+
+
+async def echo(session: ClientSession, message: str) -> str:
+    with anyio.fail_after(CALL_TIMEOUT_S):
+        result = await session.call_tool("echo", {"message": message})
+    text = getattr(result.content[0], "text", None)
+    assert isinstance(text, str)
+    return text
+
+
+async def wait_for_progress(progress: list[float], count: int) -> None:
+    with anyio.fail_after(CALL_TIMEOUT_S):
+        while len(progress) < count:
+            await anyio.sleep(0.02)
+
+
+def test_an_upgrade_keeps_servers_sessions_and_a_call_in_flight_with_its_progress(user_env: UserEnv) -> None:
+    daemon = start_daemon(user_env)
+    everything = everything_command()
+    outcome: dict[str, Any] = {}
+
+    async def scenario() -> None:
+        async with logged_shim(user_env) as first, logged_shim(user_env) as second:
+            assert await echo(first, "one") == "Echo: one" and await echo(second, "two") == "Echo: two"
+            servers = user_env.server_pids(everything[1])
+            assert len(servers) == 1, servers  # both sessions share one process
+            before = set(processes_with_marker(user_env.marker))
+            progress: list[float] = []
+            async with anyio.create_task_group() as group:
+                async def run_long() -> None:
+                    outcome["long"] = await long_call(first, progress)
+                group.start_soon(run_long)
+                await wait_for_progress(progress, 2)  # the operation is under way
+                done = await anyio.to_thread.run_sync(lambda: lazyctl(user_env, "upgrade", "--json"))
+                outcome["upgrade"] = done
+                outcome["echo_during"] = await echo(second, "during")
+            outcome["progress"] = progress
+            outcome["after"] = (await echo(first, "after one"), await echo(second, "after two"))
+            outcome["servers"] = (servers, user_env.server_pids(everything[1]))
+            outcome["processes"] = (before, set(processes_with_marker(user_env.marker)))
+            outcome["status"] = status(user_env)
+            outcome["human"] = lazyctl(user_env, "status").stdout
+
+    anyio.run(scenario)
+    done = outcome["upgrade"]
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["pid"] == daemon.proc.pid and daemon.proc.poll() is None  # exec'd in place
+    assert report["sessions"] == 2 and len(report["servers"]) == 1
+    assert outcome["long"].startswith(f"Long running operation completed. Duration: {LONG_S} seconds")
+    assert outcome["progress"] == [float(i) for i in range(1, STEPS + 1)]  # every step, none twice
+    assert outcome["echo_during"] == "Echo: during"
+    assert outcome["after"] == ("Echo: after one", "Echo: after two")
+    before_servers, after_servers = outcome["servers"]
+    assert before_servers == after_servers
+    before, after = outcome["processes"]
+    assert after == before  # no process came or went: nothing orphaned, nothing restarted
+    log = shim_log(user_env)
+    assert log.count(f"with daemon pid {daemon.proc.pid}") == 2, log  # the log is written: the next line means something
+    assert "daemon lost" not in log and "reconnected" not in log, log
+    row = next(r for r in outcome["status"]["servers"] if r["pid"] == before_servers[0])
+    assert row["upgrades"] == 1 and row["state"] == "running"
+    assert outcome["status"]["daemon"]["upgrades"] == 1
+    assert outcome["status"]["daemon"]["last_upgrade"]["adopted"] is True
+    assert outcome["human"].splitlines()[0].endswith("across 1 upgrade(s)")
+    assert f" {before_servers[0]} " in outcome["human"] and " (1 upgrade) " in outcome["human"]
+    # The next stop still stops the adopted server by the ladder: it is the daemon's child.
+    assert daemon.stop() == 0
+    assert user_env.server_pids(everything[1]) == []
+
+
+FAULTS = {
+    # as written by a lazyd newer than the one exec'd
+    "version": ({"LAZYD_TEST_STATE_VERSION": "99"}, "newer lazyd (state version 99"),
+    "corrupt": ({"LAZYD_TEST_UPGRADE_FAULT": "corrupt"}, "corrupt: its checksum does not match"),
+    "fd": ({"LAZYD_TEST_UPGRADE_FAULT": "fd"}, "was not inherited"),
+}
+
+
+@pytest.mark.parametrize("fault", sorted(FAULTS))
+def test_an_upgrade_to_a_daemon_that_cannot_adopt_stops_the_servers_and_the_shims_reconnect(
+    user_env: UserEnv, fault: str
+) -> None:
+    seam, reason = FAULTS[fault]
+    user_env.env.update(seam)
+    daemon = start_daemon(user_env)
+    everything = everything_command()
+    outcome: dict[str, Any] = {}
+
+    async def scenario() -> None:
+        async with logged_shim(user_env) as first, logged_shim(user_env) as second:
+            assert await echo(first, "one") == "Echo: one" and await echo(second, "two") == "Echo: two"
+            servers = user_env.server_pids(everything[1])
+            progress: list[float] = []
+            async with anyio.create_task_group() as group:
+                async def run_long() -> None:
+                    try:
+                        outcome["long"] = await long_call(first, progress)
+                    except MCPError as exc:
+                        outcome["long_error"] = exc
+                group.start_soon(run_long)
+                await wait_for_progress(progress, 1)
+                outcome["upgrade"] = await anyio.to_thread.run_sync(lambda: lazyctl(user_env, "upgrade"))
+            # The shims reconnected to the new daemon, which starts the server afresh.
+            outcome["after"] = (await echo(first, "after one"), await echo(second, "after two"))
+            outcome["servers"] = (servers, user_env.server_pids(everything[1]))
+            outcome["status"] = status(user_env)
+
+    anyio.run(scenario)
+    done = outcome["upgrade"]
+    assert done.returncode == 1 and "could not take the servers over" in done.stderr, (done.stdout, done.stderr)
+    assert reason in done.stderr
+    assert daemon.proc.poll() is None
+    assert "long" not in outcome, outcome  # answered with an error under its own id, not left hanging
+    assert "lazyd" in str(outcome["long_error"])
+    assert outcome["after"] == ("Echo: after one", "Echo: after two")
+    before, after = outcome["servers"]
+    assert len(before) == 1 and len(after) == 1 and before != after
+    assert not os.path.exists(f"/proc/{before[0]}")  # stopped and reaped, not left a zombie
+    log = shim_log(user_env)
+    assert log.count("daemon lost") == 2 and log.count("reconnected") == 2, log
+    assert "answered 1 in-flight request(s) with an error" in log, log
+    last = outcome["status"]["daemon"]["last_upgrade"]
+    assert last["adopted"] is False and reason in last["reason"]
+    daemon_log = (user_env.state_dir / "lazyd.log").read_text()
+    assert "cannot take its servers over" in daemon_log
+
+
+def test_sigusr2_upgrades_and_the_notify_socket_hears_reloading_then_ready_from_the_same_pid(
+    user_env: UserEnv, notify_socket: tuple[socket.socket, str]
+) -> None:
+    notify, path = notify_socket
+    notify.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
+    user_env.env["NOTIFY_SOCKET"] = path
+    daemon = start_daemon(user_env)
+    heard: list[tuple[str, int]] = []
+
+    def until(word: str) -> None:
+        while True:
+            data, ancillary, _, _ = notify.recvmsg(4096, socket.CMSG_SPACE(12))
+            pid = next(int.from_bytes(d[:4], sys.byteorder) for level, kind, d in ancillary
+                       if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS)
+            heard.append((data.decode(), pid))
+            if word in data.decode().splitlines():
+                return
+
+    until("READY=1")
+    wake = lazyctl(user_env, "status")  # a control connection before, to be sure the first daemon serves
+    assert wake.returncode == 0, wake.stderr
+    os.kill(daemon.proc.pid, signal.SIGUSR2)
+    until("RELOADING=1")
+    reloading = heard[-1]
+    until("READY=1")
+    ready = heard[-1]
+    assert reloading[1] == ready[1] == daemon.proc.pid  # MAINPID unchanged: exec kept the pid
+    assert any(line.startswith("MONOTONIC_USEC=") for line in reloading[0].splitlines())
+    wait_until(lambda: status(user_env).get("daemon", {}).get("upgrades") == 1, 20, "the upgrade to be counted")
+    assert daemon.stop() == 0
+
+
+def test_an_upgrade_while_a_sampling_request_waits_for_the_client_delivers_its_answer_to_the_server(
+    user_env: UserEnv,
+) -> None:
+    from mcp import types
+
+    daemon = start_daemon(user_env)
+    everything = everything_command()
+    outcome: dict[str, Any] = {}
+
+    async def scenario() -> None:
+        asked = anyio.Event()
+        answer = anyio.Event()
+
+        async def sampling(context: Any, params: Any) -> Any:
+            asked.set()
+            await answer.wait()  # the server's request is pending at the client across the upgrade
+            return types.CreateMessageResult(role="assistant", model="test",
+                                             content=types.TextContent(type="text", text="answer after the upgrade"))
+
+        async with shim_session(user_env, everything, sampling_callback=sampling,
+                                shim_args=("--log-file", str(user_env.root / "shim.log"))) as session:
+            servers = user_env.server_pids(everything[1])
+            async with anyio.create_task_group() as group:
+                async def call() -> None:
+                    with anyio.fail_after(CALL_TIMEOUT_S):
+                        result = await session.call_tool("trigger-sampling-request", {"prompt": "hi", "maxTokens": 5})
+                    outcome["sampled"] = getattr(result.content[0], "text", "")
+                group.start_soon(call)
+                with anyio.fail_after(CALL_TIMEOUT_S):
+                    await asked.wait()
+                outcome["upgrade"] = await anyio.to_thread.run_sync(lambda: lazyctl(user_env, "upgrade"))
+                answer.set()
+            outcome["servers"] = (servers, user_env.server_pids(everything[1]))
+
+    anyio.run(scenario)
+    assert outcome["upgrade"].returncode == 0, outcome["upgrade"].stderr
+    assert "answer after the upgrade" in outcome["sampled"]
+    before, after = outcome["servers"]
+    assert len(before) == 1 and before == after
+    log = shim_log(user_env)
+    assert f"with daemon pid {daemon.proc.pid}" in log and "daemon lost" not in log, log
+
+
+def test_an_upgrade_while_a_server_is_starting_lets_the_start_finish_under_the_new_daemon(user_env: UserEnv) -> None:
+    daemon = start_daemon(user_env)
+    fixture = [sys.executable, str(FIXTURE_SERVER)]
+    outcome: dict[str, Any] = {}
+
+    async def scenario() -> None:
+        async def session() -> None:
+            async with shim_session(user_env, fixture, env={"FIXTURE_START_DELAY_S": "2"},
+                                    shim_args=("--log-file", str(user_env.root / "shim.log"))) as client:
+                with anyio.fail_after(CALL_TIMEOUT_S):
+                    result = await client.call_tool("pid", {})
+                outcome["pid"] = int(getattr(result.content[0], "text", "0"))
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(session)
+            with anyio.fail_after(CALL_TIMEOUT_S):
+                while not user_env.server_pids(str(FIXTURE_SERVER)):
+                    await anyio.sleep(0.02)
+            starting = user_env.server_pids(str(FIXTURE_SERVER))
+            outcome["states"] = await anyio.to_thread.run_sync(lambda: user_env.lifecycle_states("fixture_server"))
+            outcome["upgrade"] = await anyio.to_thread.run_sync(lambda: lazyctl(user_env, "upgrade"))
+            outcome["starting"] = starting
+
+    anyio.run(scenario)
+    assert set(outcome["states"].values()) == {"starting"}, outcome["states"]  # the upgrade came mid-start
+    assert outcome["upgrade"].returncode == 0, outcome["upgrade"].stderr
+    assert outcome["starting"] == [outcome["pid"]]  # the process that was starting is the one that answered
+    log = shim_log(user_env)
+    assert f"with daemon pid {daemon.proc.pid}" in log and "daemon lost" not in log, log
