@@ -29,7 +29,7 @@ from lazyd.core import jsonrpc as rpc
 from lazyd.core.era_policy import Era, EraPolicy, Lane, LaneChoice, client_era, facts_of
 from lazyd.core.jsonrpc import Kind, Message
 from lazyd.core.lifecycle import PROCESS_STATES, State
-from lazyd.daemon.outbox import ConnectionOutbox
+from lazyd.daemon.outbox import Outbox
 from lazyd.daemon.supervisor import ServerRuntime
 
 log = logging.getLogger("lazyd.eras")
@@ -124,7 +124,7 @@ class EraLanes:
 class EraRoute:
     """A session until its first request chose its lane, then a pass-through to that lane."""
 
-    def __init__(self, lanes: EraLanes, session: ConnectionOutbox, resume: list[bytes], nursery: trio.Nursery) -> None:
+    def __init__(self, lanes: EraLanes, session: Outbox, resume: list[bytes], nursery: trio.Nursery) -> None:
         self.lanes = lanes
         self.session = session
         self.name = lanes.primary.name
