@@ -87,15 +87,15 @@ class Frame:
 class Hello(Frame):
     """A client's first frame, of this wire version: open a session (shim) or a control connection."""
 
-    __slots__ = ("role", "pid", "argv", "cwd", "env", "opts", "server", "resume", "env_raw")
+    __slots__ = ("role", "pid", "argv", "cwd", "env", "opts", "server", "resume", "env_raw", "handoff")
     t = "hello"
     _fields = ("v", "role", "pid", "argv", "cwd", "env", "opts", "server", "resume")
-    _optional = ("env_raw",)
+    _optional = ("env_raw", "handoff")
     v: ClassVar[int] = WIRE_VERSION
 
     def __init__(self, role: str, pid: int, argv: list[str], cwd: str, env: dict[str, str],
                  opts: dict[str, str], server: str | None, resume: list[bytes],
-                 env_raw: list[tuple[bytes, bytes]] | None = None,
+                 env_raw: list[tuple[bytes, bytes]] | None = None, handoff: bool | None = None,
                  extra: Mapping[str, Any] | None = None) -> None:
         super().__init__(extra)
         self.role = role  # "shim" or "ctl"
@@ -108,6 +108,9 @@ class Hello(Frame):
         self.resume = resume  # client lines already answered, recorded again after a reconnect
         # The variables that are not UTF-8, (name, value) as bytes: the server still gets them exactly.
         self.env_raw = env_raw if env_raw is not None else []
+        # True: the client's stdin, stdout and a shared region travel with this frame (SCM_RIGHTS),
+        # for the daemon to serve the client's pipes itself (docs/protocol.md, "Hand-off").
+        self.handoff = handoff
 
     def to_map(self) -> dict[str, Any]:
         out = super().to_map()
@@ -131,16 +134,19 @@ class ForeignHello(Frame):
 class Welcome(Frame):
     """The daemon accepted a hello of this wire version."""
 
-    __slots__ = ("session", "name", "daemon_pid")
+    __slots__ = ("session", "name", "daemon_pid", "handoff")
     t = "welcome"
     _fields = ("v", "session", "name", "daemon_pid")
+    _optional = ("handoff",)
     v: ClassVar[int] = WIRE_VERSION
 
-    def __init__(self, session: int, name: str, daemon_pid: int, extra: Mapping[str, Any] | None = None) -> None:
+    def __init__(self, session: int, name: str, daemon_pid: int, handoff: bool | None = None,
+                 extra: Mapping[str, Any] | None = None) -> None:
         super().__init__(extra)
         self.session = session  # 0 on a control connection
         self.name = name  # the server's readable name, "hub" or "control"
         self.daemon_pid = daemon_pid
+        self.handoff = handoff  # True: the daemon took the client's descriptors that came with the hello
 
 
 class ForeignWelcome(Frame):
@@ -291,8 +297,9 @@ def _check_hello(f: dict[str, Any]) -> AnyFrame:
             isinstance(p, list) and len(p) == 2 and all(isinstance(b, bytes) for b in p) for p in pairs),
             "a list of [bin, bin] pairs")  # fmt: skip
         raw = [(name, value) for name, value in pairs]
+    _require(f, "handoff", f.get("handoff") is None or isinstance(f["handoff"], bool), "a bool")
     return Hello(f["role"], f["pid"], f["argv"], f["cwd"], f["env"], f["opts"], f["server"], f["resume"],
-                 raw, _extra(f, Hello._known))
+                 raw, f.get("handoff"), _extra(f, Hello._known))
 
 
 def _check_welcome(f: dict[str, Any]) -> AnyFrame:
@@ -302,7 +309,8 @@ def _check_welcome(f: dict[str, Any]) -> AnyFrame:
     _require(f, "session", _is_int(f.get("session")), "an int")
     _require(f, "name", isinstance(f.get("name"), str), "a str")
     _require(f, "daemon_pid", _is_int(f.get("daemon_pid")), "an int")
-    return Welcome(f["session"], f["name"], f["daemon_pid"], _extra(f, Welcome._known))
+    _require(f, "handoff", f.get("handoff") is None or isinstance(f["handoff"], bool), "a bool")
+    return Welcome(f["session"], f["name"], f["daemon_pid"], f.get("handoff"), _extra(f, Welcome._known))
 
 
 def _check_refused(f: dict[str, Any]) -> AnyFrame:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import socket
+import struct
 import time
 
 from lazyd import sockpath, wire
@@ -67,13 +68,18 @@ def build_hello(opts: Options, resume: list[bytes]) -> Hello:
                  list(resume), raw)
 
 
-def open_session(opts: Options, resume: list[bytes], log: Log, deadline: float | None = None) -> Connection:
+def open_session(opts: Options, resume: list[bytes], log: Log, deadline: float | None = None,
+                 fds: list[int] | None = None) -> Connection:
     """Connect (autostarting the daemon if allowed), say hello, and return the welcomed connection.
 
-    ``deadline`` (time.monotonic()) caps every wait. Raises Unavailable; closes the socket on failure.
+    ``deadline`` (time.monotonic()) caps every wait. With ``fds`` the hello carries the client's
+    descriptors and the region for a hand-off (shim/handoff.py); the welcome's ``handoff`` says
+    whether the daemon took them. Raises Unavailable; closes the socket on failure.
     """
+    hello = build_hello(opts, resume)
+    hello.handoff = True if fds else None
     try:
-        frame = wire.encode(build_hello(opts, resume))
+        frame = wire.encode(hello)
     except (UnicodeError, ValueError, TypeError) as exc:
         # Surrogate-escaped (non UTF-8) argv or environment, or a hello over the frame limit.
         raise Unavailable(f"cannot describe this command to the daemon: {exc}", final=True) from None
@@ -83,7 +89,14 @@ def open_session(opts: Options, resume: list[bytes], log: Log, deadline: float |
     try:
         check_peer(sock, path)
         sock.settimeout(budget(HELLO_WAIT_S, deadline))
-        sock.sendall(frame)
+        if fds:
+            # The descriptors ride on the hello's first bytes; a daemon that reads them without
+            # asking for descriptors (an older one) has them closed by the kernel.
+            sent = sock.sendmsg([frame], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack(f"{len(fds)}i", *fds))])
+            if sent < len(frame):  # never an empty send: a daemon that refused at once has closed by now
+                sock.sendall(memoryview(frame)[sent:])
+        else:
+            sock.sendall(frame)
         reader = wire.BlockingFrameReader(sock)
         reply = reader.read()
         sock.settimeout(None)

@@ -36,9 +36,23 @@ def main(argv: list[str] | None = None) -> int:
         return 70
 
 
+RESUME_FLAG = "--resume-handoff="
+# First argument of a shim run again by its waiting shell to take a hand-off session back
+# (shim/handoff.py, shim/recover.py); the region's descriptor follows. Not for users.
+
+
 def _main(argv: list[str] | None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    region: int | None = None
+    if args and args[0].startswith(RESUME_FLAG):
+        try:
+            region = int(args[0][len(RESUME_FLAG) :])
+        except ValueError:
+            say(f"{args[0]}: not a descriptor number")
+            return 2
+        args = args[1:]
     try:
-        opts = parse(sys.argv[1:] if argv is None else argv, os.environ)
+        opts = parse(args, os.environ)
     except UsageError as exc:
         say(str(exc))
         return 2
@@ -51,13 +65,21 @@ def _main(argv: list[str] | None) -> int:
     for signum in _QUIET_EXIT_STATUS:
         signal.signal(signum, _on_signal)
     log = Log(opts)
+    if region is not None:
+        from . import recover
+
+        recover.run(opts, region, args, log)
     log(f"start: argv={opts.command!r} server={opts.server!r} hub={opts.hub} opts={opts.daemon_opts!r}")
 
-    from . import connect
+    from . import connect, handoff
 
+    offered = handoff.offer(None, log) if opts.handoff else None
     try:
-        conn = connect.open_session(opts, [], log)
+        conn = connect.open_session(opts, [], log, fds=offered.fds if offered is not None else None)
     except Unavailable as exc:
+        if offered is not None:
+            offered.close_passed()
+            os.close(offered.region)
         log(f"daemon unavailable: {exc}")
         if exc.user_error:
             # A refused option or a file the user must fix: running the server directly would
@@ -72,6 +94,14 @@ def _main(argv: list[str] | None) -> int:
 
         exec_directly(opts.command, str(exc))
 
+    if offered is not None:
+        offered.close_passed()
+        if conn.welcome.handoff:
+            handoff.wait(conn, offered.region, args, log)  # the daemon serves the client now
+            from . import recover
+
+            recover.run(opts, offered.region, args, log)  # it let go, and this process waited
+        os.close(offered.region)
     from .relay import Relay
 
     status = Relay(opts, conn, log).run()

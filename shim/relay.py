@@ -41,6 +41,7 @@ from lazyd.frames import Line
 
 from . import connect
 from .options import say
+from .stdout import Stdout
 from .peek import error_line, id_key, inspect_line, top_level_fields
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs start-up time
@@ -78,43 +79,6 @@ TOO_LONG_CODE = -32600
 _CONNECTED, _RECONNECTING, _DIRECT = "connected", "reconnecting", "direct"
 
 
-# --- stdout -------------------------------------------------------------------------------------
-
-
-class Stdout:
-    """fd 1 as raw bytes, written whole under a lock. A client that stopped reading ends the shim."""
-
-    def __init__(self, log: Log, fd: int = 1) -> None:
-        self._fd = fd
-        self._lock = threading.Lock()
-        self._log = log
-
-    def write(self, data: bytes) -> None:
-        with self._lock:
-            self._write_all(data)
-
-    def write_line(self, line: bytes) -> None:
-        with self._lock:
-            if len(line) < 65536:
-                self._write_all(line + b"\n")
-            else:  # no 16 MiB concatenation just to add a newline
-                self._write_all(line)
-                self._write_all(b"\n")
-
-    def _write_all(self, data: bytes) -> None:
-        view = memoryview(data)
-        while view:
-            try:
-                view = view[os.write(self._fd, view) :]
-            except BlockingIOError:  # the client gave us a non-blocking pipe
-                import select
-
-                select.select([], [self._fd], [])
-            except OSError as exc:  # EPIPE: the client closed its end of stdout and is gone
-                self._log(f"stdout closed ({exc.strerror}); exiting")
-                os._exit(0)
-
-
 def _shutdown(sock: socket.socket) -> None:
     # Wakes a thread blocked on the socket; the fd itself is closed by its owner.
     try:
@@ -129,7 +93,7 @@ def _shutdown(sock: socket.socket) -> None:
 class Relay:
     """One client session: owns the stdin thread, the socket, the tables and recovery."""
 
-    def __init__(self, opts: Options, conn: connect.Connection, log: Log) -> None:
+    def __init__(self, opts: Options, conn: connect.Connection | None, log: Log) -> None:
         self._opts = opts
         self._log = log
         self._out = Stdout(log)
@@ -148,6 +112,23 @@ class Relay:
         self._init_answered = False
         self._initialized_line: bytes | None = None
         self._leaving = False  # the client closed stdin; the process is exiting
+        self._head = b""  # client input read before this relay ran (the daemon of a hand-off read it)
+        self._head_too_long = False  # ...which is the start of an over-long line to skip
+
+    def seed(self, init: bytes, initialized: bytes, answered: bool, head: bytes, too_long: bool) -> None:
+        """Carry on a session a daemon served by hand-off (shim/recover.py): its handshake lines, and
+        the start of a line it had read but not relayed."""
+        self._init_line = init or None
+        self._init_key = inspect_line(init).requests[0][0] if init else None
+        self._init_answered = answered
+        self._initialized_line = initialized or None
+        self._head, self._head_too_long = head, too_long
+
+    def run_direct(self, reason: str) -> int:
+        """Run the server directly from the start (no daemon came back after a hand-off session)."""
+        self._state = _RECONNECTING  # lines read meanwhile are held for the server
+        threading.Thread(target=self._stdin_loop, name="stdin", daemon=True).start()
+        return self._run_direct(reason)
 
     # -- main thread -----------------------------------------------------------------------------
 
@@ -310,11 +291,17 @@ class Relay:
     def _read_stdin(self) -> None:
         limit = wire.MAX_LINE_BYTES + 2  # room for "\r\n"
         stdin: BinaryIO = open(0, "rb", buffering=64 * 1024, closefd=False)
+        head, self._head = self._head, b""
+        if self._head_too_long:
+            self._too_long(head, stdin, False)
+            head = b""
         while True:
             try:
-                line = stdin.readline(limit)
+                line = stdin.readline(limit - len(head))
             except OSError:
                 line = b""
+            if head:
+                line, head = head + line, b""
             if not line:
                 self._client_eof()
             if line.endswith(b"\n"):

@@ -21,8 +21,10 @@ the end. A session whose outbox could not be drained, or one being opened, is no
 shim answers what it had in flight and reconnects, as when a daemon goes away.
 
 `Live` is the daemon's own view of an open connection while it runs (what the freeze reads).
-A hand-off session (the shim's pipes passed to the daemon) would add its further descriptors
-and its shared region to `ConnectionState`, and its own kind.
+A hand-off session (the shim's pipes passed to the daemon, lazyd/daemon/handoff.py) is not handed
+over either: its socket closes at the exec, and its shim answers what was in flight from its shared
+region and offers the pipes again to the successor. Carrying it whole would add the client's two
+descriptors, the region and the outbox's unwritten lines to `ConnectionState`, under its own kind.
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ class Live:
     stream: trio.SocketStream
     decoder: wire.FrameDecoder
     pending: Any  # the frames decoded and not handled yet (a deque of frames)
-    kind: str = "fresh"  # fresh | opening | session | control | hub
+    kind: str = "fresh"  # fresh | opening | session | control | hub | handoff
     route: EraRoute | HubSession | None = None
     session: ConnectionOutbox | None = None
 

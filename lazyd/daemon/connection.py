@@ -37,7 +37,7 @@ from typing import Any
 import trio
 
 from lazyd import wire
-from lazyd.daemon import handshakes
+from lazyd.daemon import handoff, handshakes
 from lazyd.daemon.era_lanes import EraRoute
 from lazyd.daemon import progress
 from lazyd.daemon.conn_state import ConnectionState, Live
@@ -139,6 +139,8 @@ class _Frames:
         self.frame_deadline_s = frame_deadline_s
         self._in_frame = False  # the decoder holds the start of a frame that is not complete
         self._waited_s = 0.0  # time spent in receive for that unfinished frame
+        # Until the hello is read: descriptors a shim passes with it (a hand-off, handoff.py).
+        self.fds: list[int] | None = []
 
     async def next(self) -> AnyFrame | None:
         """The next frame, or None at EOF (an EOF in the middle of a frame is just a close)."""
@@ -152,7 +154,10 @@ class _Frames:
             data: bytes | None = None
             began = trio.current_time()
             with trio.move_on_after(max(budget, 0.0)):
-                data = await self.stream.receive_some(READ_BYTES)
+                if self.fds is None:
+                    data = await self.stream.receive_some(READ_BYTES)
+                else:
+                    data = await handoff.receive_with_fds(self.stream.socket, READ_BYTES, self.fds)
             if self._in_frame:
                 self._waited_s += trio.current_time() - began
             if data is None:
@@ -257,6 +262,12 @@ class ConnectionHandler:
     async def _serve(self, stream: trio.SocketStream, pid: int, frames: _Frames | None = None) -> None:
         if frames is None:
             frames = _Frames(stream, self.limits.frame_deadline_s)
+        try:
+            await self._serve_hello(stream, frames, pid)
+        finally:
+            handoff.close_all(frames.fds or [])  # descriptors passed with a hello and not taken
+
+    async def _serve_hello(self, stream: trio.SocketStream, frames: _Frames, pid: int) -> None:
         live = self.live[id(stream)] = Live(stream, frames.decoder, frames.pending)
         with trio.move_on_after(self.limits.hello_timeout_s) as scope:
             hello = await frames.next()
@@ -273,15 +284,24 @@ class ConnectionHandler:
         if not isinstance(hello, Hello):
             raise WireError(f"expected a hello frame, got {hello.t!r}")
         live.kind = "control" if hello.role == "ctl" else "opening"
+        passed, frames.fds = frames.fds or [], None  # nothing more is received with descriptors
+        taken = handoff.take(hello, passed) if hello.role == "shim" else None
+        handoff.close_all(passed)
         if hello.role == "ctl":
             await self._control(stream, frames)
+        elif taken is not None:
+            # The shim passed the client's pipes: the daemon serves them itself (handoff.py). An
+            # upgrade does not hand such a session over: its socket closes at the exec and the
+            # shim recovers from its region and resumes with the successor (docs/upgrade.md).
+            live.kind = "handoff"
+            await handoff.serve(self.registry, stream, hello, *taken)
         else:
             await self._session(stream, frames, hello)
 
     async def _session(self, stream: trio.SocketStream, frames: _Frames, hello: Hello) -> None:
         cancel = trio.CancelScope()
         try:
-            runtime, session = await self.registry.open_session(hello, cancel.cancel)
+            runtime, session = await self.registry.open_session(hello, cancel.cancel, ConnectionOutbox)
             live = self.live.get(id(stream))
             if live is not None:
                 live.kind, live.route, live.session = ("session" if isinstance(runtime, EraRoute) else "hub"), runtime, session

@@ -29,7 +29,7 @@ from lazyd.core import jsonrpc as rpc
 from lazyd.core.era_policy import Era, EraPolicy, Lane, LaneChoice, client_era, facts_of
 from lazyd.core.jsonrpc import Kind, Message
 from lazyd.core.lifecycle import PROCESS_STATES, State
-from lazyd.daemon.outbox import ConnectionOutbox
+from lazyd.daemon.outbox import Outbox
 from lazyd.daemon.supervisor import ServerRuntime
 
 log = logging.getLogger("lazyd.eras")
@@ -124,7 +124,7 @@ class EraLanes:
 class EraRoute:
     """A session until its first request chose its lane, then a pass-through to that lane."""
 
-    def __init__(self, lanes: EraLanes, session: ConnectionOutbox, resume: list[bytes], nursery: trio.Nursery) -> None:
+    def __init__(self, lanes: EraLanes, session: Outbox, resume: list[bytes], nursery: trio.Nursery) -> None:
         self.lanes = lanes
         self.session = session
         self.name = lanes.primary.name
@@ -142,7 +142,7 @@ class EraRoute:
             self._choose(client_era(first.method, first.params), None)
 
     @classmethod
-    def adopted(cls, lanes: EraLanes, session: ConnectionOutbox, runtime: ServerRuntime | None, resume: list[bytes],
+    def adopted(cls, lanes: EraLanes, session: Outbox, runtime: ServerRuntime | None, resume: list[bytes],
                 held: list[bytes], nursery: trio.Nursery) -> EraRoute:
         """A route a predecessor daemon handed over (lazyd/daemon/conn_adopt.py): attached to
         `runtime` already (its relay core knows the client), or still waiting for its first request."""

@@ -51,7 +51,7 @@ from lazyd.core.policy import ToolPolicy
 from lazyd.core.relay import Phase
 from lazyd.daemon.era_lanes import EraLanes
 from lazyd.daemon.hub_call import ProxiedCall
-from lazyd.daemon.outbox import ConnectionOutbox
+from lazyd.daemon.outbox import Outbox
 from lazyd.daemon.supervisor import ServerRuntime
 from lazyd.daemon.wake_sleep import sleep_and_wait, wake_and_wait
 from lazyd.frames import Hello
@@ -76,7 +76,7 @@ HUB_NAME = "hub"  # the session name in the welcome frame and in logs
 
 
 async def open_hub(registry: ServerDirectory, hello: Hello, opts: Mapping[str, str],
-                   session: ConnectionOutbox) -> HubSession:
+                   session: Outbox) -> HubSession:
     """Start a hub session for `session` (its tasks live in the daemon's nursery)."""
     hub = HubSession(registry, session, hub_servers(hello.argv, hello.server, opts))
     for line in hello.resume:
@@ -90,7 +90,7 @@ async def open_hub(registry: ServerDirectory, hello: Hello, opts: Mapping[str, s
 class HubSession:
     """One client of the hub: the MCP server side, the meta-tools, and the calls in flight."""
 
-    def __init__(self, registry: ServerDirectory, session: ConnectionOutbox, servers: tuple[str, ...] | None) -> None:
+    def __init__(self, registry: ServerDirectory, session: Outbox, servers: tuple[str, ...] | None) -> None:
         self.registry = registry
         self.session = session
         self.servers = servers

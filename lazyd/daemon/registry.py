@@ -24,8 +24,8 @@ import dataclasses
 import logging
 import os
 import shutil
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 import trio
 
@@ -39,7 +39,7 @@ from lazyd.daemon.cache_store import CacheStore
 from lazyd.daemon.changes import Changes
 from lazyd.daemon.command import SpawnSpec
 from lazyd.daemon.hub import HubSession, open_hub
-from lazyd.daemon.outbox import ConnectionOutbox
+from lazyd.daemon.outbox import Outbox
 from lazyd.daemon.policy_gate import RuntimeGate
 from lazyd.daemon.runtime_config import RuntimeConfig, child_records, lifecycle_policy
 from lazyd.daemon.supervisor import ServerRuntime
@@ -49,6 +49,8 @@ from lazyd.frames import Hello
 from lazyd.paths import Paths
 
 log = logging.getLogger("lazyd.registry")
+
+O = TypeVar("O", bound=Outbox)
 
 # Shim options travel in the environment too (LAZYD_*); they configure lazyd, not the server, so
 # they are neither part of the identity nor passed to the server process.
@@ -248,12 +250,14 @@ class Registry:
         log.info("server %s: a second process slot for %s-era clients (%s)", primary.name, era, label)
         return runtime
 
-    async def open_session(self, hello: Hello,
-                           on_overflow: Any) -> tuple[EraRoute | HubSession, ConnectionOutbox]:
-        """Attach a shim session; raises Refused for options or names the daemon cannot serve."""
+    async def open_session(self, hello: Hello, on_overflow: Any,
+                           make_outbox: Callable[[int, int, Callable[[], None]], O]) -> tuple[EraRoute | HubSession, O]:
+        """Attach a shim session; raises Refused for options or names the daemon cannot serve.
+        `make_outbox(cid, pid, on_overflow)` makes its outbox: a ConnectionOutbox of frames, or the
+        client's own stdout on a hand-off session (lazyd/daemon/handoff.py)."""
         opts = dict(hello.opts)
         if "hub" in opts:  # lazyd-shim --hub: the daemon's own MCP server (lazyd/daemon/hub.py)
-            session = ConnectionOutbox(self._next_cid, hello.pid, on_overflow)
+            session = make_outbox(self._next_cid, hello.pid, on_overflow)
             self._next_cid += 1
             try:
                 return await open_hub(self, hello, opts, session), session
@@ -300,7 +304,7 @@ class Registry:
                                                   undecodable=[n for n, _ in undecodable])
         cid = self._next_cid
         self._next_cid += 1
-        session = ConnectionOutbox(cid, hello.pid, on_overflow)
+        session = make_outbox(cid, hello.pid, on_overflow)
         lanes = self.lanes_for(runtime)
         assert lanes is not None
         # The session's first request decides which of the registration's processes serves it.

@@ -12,6 +12,7 @@ import json
 import os
 import select
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -131,13 +132,28 @@ class RawShim:
     """A lazyd-shim process with line-level access to its stdio."""
 
     def __init__(self, user: UserEnv, server_argv: list[str] | None = None, *, shim_args: tuple[str, ...] = (),
-                 env: dict[str, str] | None = None, new_session: bool = False, read_stdout: bool = True) -> None:
+                 env: dict[str, str] | None = None, new_session: bool = False, read_stdout: bool = True,
+                 socketpairs: bool = False) -> None:
         argv = [shim_command(), *shim_args, "--", *(server_argv or FIXTURE)]
         self.stderr_path = user.root / f"shim-{time.monotonic_ns()}.stderr"
+        if socketpairs:
+            # As Node clients (libuv) spawn a stdio server: a Unix socketpair each for stdin and stdout.
+            in_parent, in_child = socket.socketpair()
+            out_parent, out_child = socket.socketpair()
+            stdin: int = in_child.fileno()
+            stdout: int = out_child.fileno() if read_stdout else subprocess.DEVNULL
+        else:
+            stdin, stdout = subprocess.PIPE, subprocess.PIPE if read_stdout else subprocess.DEVNULL
         with open(self.stderr_path, "wb") as err:
-            self.proc = subprocess.Popen(argv, env={**user.env, **(env or {})}, stdin=subprocess.PIPE,
-                                         stdout=subprocess.PIPE if read_stdout else subprocess.DEVNULL,
+            self.proc = subprocess.Popen(argv, env={**user.env, **(env or {})}, stdin=stdin, stdout=stdout,
                                          stderr=err, start_new_session=new_session)
+        if socketpairs:
+            in_child.close()
+            out_child.close()
+            self.proc.stdin = os.fdopen(in_parent.detach(), "wb")
+            self.proc.stdout = os.fdopen(out_parent.detach(), "rb") if read_stdout else None
+            if not read_stdout:
+                out_parent.close()
         self.pid = self.proc.pid
         self._buffer = b""
 

@@ -26,6 +26,7 @@ from lazyd.daemon import orphans
 from lazyd.daemon.runtime_dir import socket_identity
 from lazyd.frames import ForeignHello, Refusal
 from tests.conftest import UserEnv, start_daemon
+from tests.e2e.shim_paths import ShimPath, shim_path  # noqa: F401 (shim_path is a fixture)
 from tests.e2e.faults_support import (
     DEADLINE_S,
     FIXTURE,
@@ -56,14 +57,16 @@ def _lines_of(path: Path) -> list[str]:
 # ---- kill -9 ----------------------------------------------------------------------------------
 
 
-def test_a_daemon_killed_with_sigkill_costs_only_the_calls_in_flight(user_env: UserEnv, tmp_path: Path) -> None:
+def test_a_daemon_killed_with_sigkill_costs_only_the_calls_in_flight(user_env: UserEnv, tmp_path: Path,
+                                                                     shim_path: ShimPath) -> None:
     marker = uuid.uuid4().hex
     methods = tmp_path / "methods.log"
     env = {SERVER_MARKER_VAR: marker, "FIXTURE_GRANDCHILDREN": "2", "FIXTURE_LOG": str(methods)}
-    shims = [RawShim(user_env, env=env) for _ in range(3)]
+    shims = [shim_path.started(user_env, env=env) for _ in range(3)]
     try:
         for shim in shims:
             shim.initialize()
+            shim_path.check(shim)
             shim.send(tool_call(1, "pid"))
         server_pids = {int(text_of(shim.read())) for shim in shims}
         assert len(server_pids) == 1, "the three sessions share one server"
@@ -149,14 +152,15 @@ def test_sigterm_stops_every_server_in_parallel_by_the_ladder_removes_the_socket
 
 
 def test_requests_sent_while_the_daemon_stops_are_held_by_the_shim_and_served_by_the_next_daemon(
-    user_env: UserEnv,
+    user_env: UserEnv, shim_path: ShimPath,
 ) -> None:
     # A server that ignores EOF and SIGTERM keeps the old daemon stopping for its whole ladder.
     stubborn = {"FIXTURE_IGNORE_EOF": "1", "FIXTURE_IGNORE_TERM": "1"}
     daemon = start_daemon(user_env)
-    shim = RawShim(user_env, env=stubborn)
+    shim = shim_path.started(user_env, env=stubborn)
     try:
         shim.initialize()
+        shim_path.check(shim)
         shim.send(tool_call(1, "pid"))
         old_server = int(text_of(shim.read()))
         shim.send(tool_call(2, "sleep", {"seconds": 60}))
@@ -243,14 +247,16 @@ def test_a_daemon_that_no_longer_owns_its_socket_stops_its_servers_and_exits(use
 
 
 def test_killing_a_clients_process_group_right_after_autostart_leaves_lazyd_and_other_sessions_running(
-    user_env: UserEnv,
+    user_env: UserEnv, shim_path: ShimPath,
 ) -> None:
-    first = RawShim(user_env, new_session=True)  # the client's group, as the MCP SDK makes it
-    other = RawShim(user_env)
+    first = shim_path.started(user_env, new_session=True)  # the client's group, as the MCP SDK makes it
+    other = shim_path.started(user_env)
     try:
         first.initialize()
         (daemon,) = user_env.daemon_pids()  # the first shim autostarted it just now
         other.initialize()
+        shim_path.check(first)
+        shim_path.check(other)
         other.send(tool_call(1, "sleep", {"seconds": 0.5}))
         # The SDK's way out: SIGTERM to the group, then SIGKILL (sent at once here, to hit a live group).
         os.killpg(first.pid, signal.SIGTERM)
@@ -262,9 +268,10 @@ def test_killing_a_clients_process_group_right_after_autostart_leaves_lazyd_and_
         assert text_of(other.read()) == "slept 0.5", "the other session's call in flight was answered"
         assert text_of(_call(other, 2, "echo")) == ""
         assert user_env.daemon_pids() == [daemon]
-        late = RawShim(user_env)
+        late = shim_path.started(user_env)
         try:
             late.initialize()
+            shim_path.check(late)
             late.fence(1)
         finally:
             late.close()

@@ -17,9 +17,9 @@ import pytest
 
 from lazyd.daemon.outbox import MAX_CLIENT_BACKLOG_BYTES
 from tests.conftest import UserEnv, start_daemon
+from tests.e2e.shim_paths import ShimPath, shim_path  # noqa: F401 (shim_path is a fixture)
 from tests.e2e.faults_support import (
     DEADLINE_S,
-    RawShim,
     alive,
     daemon_log,
     peak_rss_kib,
@@ -44,12 +44,13 @@ def _methods(log: Path) -> list[str]:
 
 
 def test_a_client_closing_stdin_ends_its_shim_with_0_and_its_calls_are_cancelled_upstream_while_the_server_lingers(
-    user_env: UserEnv, tmp_path: Path,
+    user_env: UserEnv, tmp_path: Path, shim_path: ShimPath,
 ) -> None:
     methods = tmp_path / "methods.log"
-    shim = RawShim(user_env, env={"FIXTURE_LOG": str(methods)})
+    shim = shim_path.started(user_env, env={"FIXTURE_LOG": str(methods)})
     try:
         shim.initialize()
+        shim_path.check(shim)
         shim.send(tool_call(1, "pid"))
         server = int(text_of(shim.read()))
         shim.send(tool_call(2, "sleep", {"seconds": 60}), tool_call("3", "sleep", {"seconds": 60}))
@@ -66,15 +67,16 @@ def test_a_client_closing_stdin_ends_its_shim_with_0_and_its_calls_are_cancelled
 
 
 def test_a_client_that_stops_reading_is_disconnected_at_its_outbox_budget_while_other_sessions_keep_working(
-    user_env: UserEnv,
+    user_env: UserEnv, shim_path: ShimPath,
 ) -> None:
     daemon = start_daemon(user_env)
     env = {"BIG": BIG_VALUE}
-    other = RawShim(user_env, env=env)
-    slow = RawShim(user_env, env=env)
+    other = shim_path.started(user_env, env=env)
+    slow = shim_path.started(user_env, env=env)
     try:
         other.initialize()
         slow.initialize()
+        shim_path.check(slow)
         other.send(tool_call(0, "pid"))
         server = text_of(other.read())
         reset_peak_rss(daemon.proc.pid)

@@ -76,6 +76,15 @@ def test_boolean_flags_accept_an_explicit_value_that_beats_the_environment() -> 
     assert (opts.verbose, opts.autostart) == (False, True)
 
 
+def test_the_hand_off_is_off_unless_a_flag_or_lazyd_handoff_asks_for_it_and_the_flag_wins() -> None:
+    assert parse(["node"], {}).handoff is False
+    assert parse(["--handoff", "node"], {}).handoff is True
+    assert parse(["node"], {"LAZYD_HANDOFF": "1"}).handoff is True
+    assert parse(["--handoff=no", "node"], {"LAZYD_HANDOFF": "1"}).handoff is False
+    with pytest.raises(UsageError, match="LAZYD_HANDOFF"):
+        parse(["node"], {"LAZYD_HANDOFF": "sometimes"})
+
+
 def test_server_comes_from_flag_or_environment_and_makes_the_command_optional() -> None:
     assert parse(["--server", "github"], {}).server == "github"
     opts = parse([], {"LAZYD_SERVER": "github"})

@@ -1,0 +1,279 @@
+"""Hand-off sessions: the daemon reads and writes the client's pipes itself (docs/protocol.md).
+
+A shim that offers a hand-off sends its stdin, its stdout and a shared region (SCM_RIGHTS) with
+its hello. When the daemon can use them, it welcomes the session with `handoff = true` and from
+then on the session has no frames: the daemon reads the client's lines from its stdin, relays
+them, and writes the answers into its stdout (lazyd/daemon/handoff_outbox.py). One hop, no msgpack.
+The shim only waits on its socket, holding its own copies of the pipes; what it would need to take
+over again is in the region (lazyd/daemon/handoff_ledger.py, lazyd/handoff_state.py).
+
+How a hand-off session ends, and what the shim is told:
+
+- the client closes stdin (or its stdout): the shim is sent one newline, its cue to exit 0, and
+  the session is detached (calls in flight are cancelled upstream), as when a shim sees EOF;
+- the shim's socket closes (the client killed the shim's process group): the session is detached
+  and the daemon's copies of the pipes are closed, so the client sees its server's stdout end;
+- the daemon lets go itself (the client stopped reading and its outbox is full, a reload replaced
+  the server, the daemon stops): what the client's stdout takes at once is written, the rest of
+  a line cut in the middle goes to the region for the shim to write, and the socket is closed: the
+  shim answers what is in flight, as if the daemon were lost, and hands off to the daemon again.
+
+The state of one session, all in `HandoffSession` (what a daemon taking over from another would
+carry): the shim's socket, the client's two descriptors (`ClientEnds`), the region and its ledger
+(in flight, handshake, head of a partial line), the partial line itself, and the outbox's queue.
+"""
+
+from __future__ import annotations
+
+import array
+import logging
+import os
+import socket
+from collections.abc import Callable
+from typing import Any
+
+import trio
+
+from lazyd import wire
+from lazyd.daemon import handshakes
+from lazyd.daemon.era_lanes import EraRoute
+from lazyd.daemon.handoff_ledger import Ledger
+from lazyd.daemon.handoff_outbox import ClientEnds, HandoffOutbox
+from lazyd.daemon.hub import HubSession
+from lazyd.daemon.registry import Registry
+from lazyd.daemon.supervisor import ServerRuntime
+from lazyd.errors import Refused
+from lazyd.frames import Hello, Refusal, Welcome
+from lazyd.handoff_state import Region, is_region
+from lazyd.linepeek import error_line, id_key, top_level_fields
+
+log = logging.getLogger("lazyd.conn")
+
+PASSED_FDS = 3  # the client's stdin, its stdout, the region: in this order
+READ_BYTES = 256 * 1024  # one read of the client's stdin (a pipe gives at most what it holds)
+ID_SCAN_BYTES = 64 * 1024  # what is kept of an over-long line to find its id (as the shim does)
+TOO_LONG_CODE = -32600
+EXIT_CUE = b"\n"  # to the shim: the client left, exit 0
+
+
+async def receive_with_fds(sock: Any, size: int, fds: list[int]) -> bytes:
+    """One receive that also takes descriptors passed with the bytes (at most PASSED_FDS in all:
+    any beyond are closed at once, so a peer cannot make the daemon hold more)."""
+    data, ancdata, _flags, _addr = await sock.recvmsg(size, socket.CMSG_SPACE(PASSED_FDS * 4), socket.MSG_CMSG_CLOEXEC)
+    for level, kind, payload in ancdata:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            received = array.array("i")
+            received.frombytes(payload[: len(payload) - len(payload) % received.itemsize])
+            for fd in received:
+                if len(fds) < PASSED_FDS:
+                    fds.append(fd)
+                else:
+                    os.close(fd)
+    return bytes(data)
+
+
+def close_all(fds: list[int]) -> None:
+    for fd in fds:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    fds.clear()
+
+
+def take(hello: Hello, fds: list[int]) -> tuple[ClientEnds, int] | None:
+    """The client's ends and the region from what came with `hello`, if the daemon can serve them;
+    else None, with every descriptor closed (the session then goes on with frames)."""
+    if not hello.handoff or len(fds) != PASSED_FDS:
+        if hello.handoff:
+            log.warning("shim pid %d offered a hand-off with %d descriptors instead of %d; using frames",
+                        hello.pid, len(fds), PASSED_FDS)
+        close_all(fds)
+        return None
+    in_fd, out_fd, region_fd = fds
+    if not is_region(region_fd):
+        log.warning("shim pid %d offered a hand-off whose region is not an anonymous file; using frames", hello.pid)
+        close_all(fds)
+        return None
+    try:
+        ends = ClientEnds(in_fd, out_fd)
+    except ValueError as exc:
+        log.info("shim pid %d: no hand-off, %s; using frames", hello.pid, exc)
+        close_all(fds)
+        return None
+    fds.clear()
+    return ends, region_fd
+
+
+class HandoffSession:
+    """One client served through its own pipes (see the module docstring)."""
+
+    def __init__(self, registry: Registry, stream: trio.SocketStream, hello: Hello, ends: ClientEnds,
+                 region_fd: int) -> None:
+        self.registry = registry
+        self.stream = stream
+        self.hello = hello
+        self.ends = ends
+        self.region_fd = region_fd
+        self.ledger = Ledger(Region(region_fd))
+        previous = self.ledger.region.current
+        self.buffer = bytearray(self.ledger.region.read_head(previous.head_len) if previous else b"")
+        self.discarding = previous.discarding if previous else False
+        self.cancel = trio.CancelScope()
+        self.outbox: HandoffOutbox | None = None
+        self.route: EraRoute | HubSession | None = None
+        self.client_left = False
+        self._peek = handshakes.PEEK_LINES
+
+    def make_outbox(self, cid: int, pid: int, on_overflow: Callable[[], None]) -> HandoffOutbox:
+        outbox = HandoffOutbox(cid, pid, on_overflow, self.ends, self.ledger)
+        outbox.on_close = self.cancel.cancel
+        outbox.on_gone = self._client_gone
+        self.outbox = outbox
+        return outbox
+
+    async def run(self) -> None:
+        try:
+            try:
+                route, _ = await self.registry.open_session(self.hello, self.cancel.cancel, self.make_outbox)
+            except Refused as exc:
+                log.warning("refused a session from pid %s: %s", self.hello.pid, exc.message)
+                await self.stream.send_all(wire.encode(Refusal(exc.code, exc.message)))
+                return
+            outbox = self.outbox
+            assert outbox is not None
+            self.route = route
+            try:
+                await self.stream.send_all(wire.encode(Welcome(outbox.cid, route.name, os.getpid(), handoff=True)))
+                log.info("session %d (%s): shim pid %d handed off the client's pipes",
+                         outbox.cid, route.name, self.hello.pid)
+                with self.cancel:
+                    async with trio.open_nursery() as nursery:
+                        nursery.start_soon(outbox.run_writer)
+                        nursery.start_soon(self._watch_shim)
+                        await self._read_client()
+                        self._client_gone()
+            finally:
+                self._finish(route, outbox)
+        finally:
+            self.ends.close()
+            os.close(self.region_fd)
+
+    def _client_gone(self) -> None:
+        self.client_left = True
+        if self.outbox is not None:
+            self.outbox.closed = True  # nothing more reaches a client that left
+        self.cancel.cancel()
+
+    def _finish(self, route: EraRoute | HubSession, outbox: HandoffOutbox) -> None:
+        """Detach, and leave the region as the shim will find it (see the module docstring)."""
+        if self.client_left:
+            self.ledger.close(client_left=True)
+            try:
+                os.write(self.stream.socket.fileno(), EXIT_CUE)
+            except OSError:
+                pass  # the shim is gone already
+        else:
+            outbox.closed = True
+            if not outbox.dropped:
+                outbox.write_ready()  # what the client's stdout takes now; the rest is lost with us
+            self.ledger.close(client_left=False, tail=outbox.torn_rest())
+        route.detach(outbox.cid)
+
+    async def _watch_shim(self) -> None:
+        # The shim sends nothing after its hello: EOF means it is gone, bytes that it is broken.
+        data = await self.stream.receive_some(64)
+        if data:
+            log.warning("session %d: shim pid %d sent bytes after handing off; ending the session",
+                        self.outbox.cid if self.outbox else 0, self.hello.pid)
+        self.cancel.cancel()
+
+    # ---- the client's stdin ----------------------------------------------------------------------
+
+    async def _read_client(self) -> None:
+        """Relay the client's lines until its stdin ends; returns at EOF."""
+        route, outbox = self.route, self.outbox
+        assert route is not None and outbox is not None
+        waited = True
+        while True:
+            data = self.ends.read(READ_BYTES)
+            if data is None:
+                await self.ends.wait_readable()
+                waited = True
+                continue
+            if not data:
+                return
+            if not waited:
+                await trio.lowlevel.checkpoint()  # a client that floods must not starve the others
+            waited = False
+            self.ledger.hold()  # one region write for all the lines of this read
+            try:
+                self._take(data)
+            finally:
+                self.ledger.release()
+            if isinstance(route, (ServerRuntime, EraRoute)) and not route.has_room():
+                await route.wait_for_room()
+            if outbox.should_pause():
+                await outbox.wait_drained()
+
+    def _take(self, data: bytes) -> None:
+        buffer = self.buffer
+        start, end = 0, len(data)
+        while start < end:
+            newline = data.find(b"\n", start)
+            stop = end if newline < 0 else newline
+            if self.discarding:
+                pass
+            elif len(buffer) + stop - start > wire.MAX_LINE_BYTES + 1:  # room for a "\r"
+                buffer += data[start : start + max(0, ID_SCAN_BYTES - len(buffer))]
+                del buffer[ID_SCAN_BYTES:]
+                self.discarding = True
+            elif newline >= 0 and not buffer:
+                self._line(data[start:newline])
+            else:
+                buffer += data[start:stop]
+                if newline >= 0:
+                    line = bytes(buffer)
+                    buffer.clear()
+                    self.ledger.head_relayed()
+                    self._line(line)
+            if newline < 0:
+                break
+            if self.discarding:
+                self._too_long(bytes(buffer))
+                buffer.clear()
+                self.discarding = False
+                self.ledger.head_relayed()
+            start = newline + 1
+        self.ledger.head(buffer, self.discarding)
+
+    def _line(self, line: bytes) -> None:
+        if line.endswith(b"\r"):
+            line = line[:-1]
+        if not line or line.isspace():
+            return  # blank lines carry no message; SDKs skip them too
+        route, outbox = self.route, self.outbox
+        assert route is not None and outbox is not None
+        self.ledger.client_line(line)
+        if self._peek:
+            self._peek = self.registry.note_client_line(line, self._peek)
+        route.client_line(outbox.cid, line)
+
+    def _too_long(self, prefix: bytes) -> None:
+        assert self.outbox is not None
+        fields = top_level_fields(prefix)
+        request_id = fields.get("id")
+        if isinstance(fields.get("method"), str) and id_key(request_id) is not None:
+            assert isinstance(request_id, (int, str))
+            message = f"lazyd: line too long (more than {wire.MAX_LINE_BYTES} bytes)"
+            self.outbox.deliver(error_line(request_id, TOO_LONG_CODE, message))
+            log.info("session %d: answered a request line over %d bytes with -32600", self.outbox.cid,
+                     wire.MAX_LINE_BYTES)
+        else:
+            log.info("session %d: dropped a line over %d bytes that has no readable request id",
+                     self.outbox.cid, wire.MAX_LINE_BYTES)
+
+
+async def serve(registry: Registry, stream: trio.SocketStream, hello: Hello, ends: ClientEnds, region_fd: int) -> None:
+    """Serve one hand-off session until it ends (see the module docstring); owns `ends` and `region_fd`."""
+    await HandoffSession(registry, stream, hello, ends, region_fd).run()

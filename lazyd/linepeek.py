@@ -1,0 +1,186 @@
+"""What is read of a client's JSON lines to keep its in-flight table: ids, methods, cancellations.
+
+Whoever reads a client's stdin keeps a table of the requests in flight, so that the shim can answer
+them if the daemon is lost: the shim itself on the frame path, the daemon on a hand-off session
+(lazyd/daemon/handoff.py, which records the table in the shared region). For that it needs each
+request's id (with its JSON type: 1 and "1" differ), which lines cancel what, and which are the
+handshake. Everything else in a line is opaque here: the relay core validates it. Standard
+library only: the shim imports it at every client start.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs start-up time
+if TYPE_CHECKING:
+    JsonId = int | str
+    IdKey = tuple[bool, int | str]
+
+
+def id_key(value: object) -> IdKey | None:
+    """A hashable key that keeps the JSON type of a request id; None for invalid ids (null, bool, float)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return (False, value)
+    if isinstance(value, str):
+        return (True, value)
+    return None
+
+
+def error_line(request_id: JsonId, code: int, message: str) -> bytes:
+    """A JSON-RPC error response line (without newline) for ``request_id``."""
+    response = {"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": message}}
+    return json.dumps(response, separators=(",", ":")).encode()
+
+
+class LineInfo:
+    """What the relay needs from one client line: requests, cancellations, handshake role."""
+
+    __slots__ = ("requests", "cancelled", "kind")
+
+    def __init__(self) -> None:
+        self.requests: list[tuple[IdKey, JsonId]] = []
+        self.cancelled: list[IdKey] = []
+        self.kind: str | None = None  # "initialize" or "initialized"
+
+
+# A request as the SDKs write it: an integer or plain-string id, then its method, at the start of
+# the top-level object. Only lines too big to parse cheaply are matched this way (a 1 MiB
+# tools/call would otherwise be decoded in full just to learn its id); the daemon still validates
+# the whole line.
+_REQUEST_HEAD = re.compile(
+    rb'\s*\{\s*(?:"jsonrpc"\s*:\s*"2\.0"\s*,\s*)?"id"\s*:\s*(-?[0-9]+|"[^"\\]*")\s*,\s*"method"\s*:\s*"([^"\\]*)"')
+BIG_LINE_BYTES = 64 * 1024
+
+
+def inspect_line(line: bytes) -> LineInfo:
+    """Parse a client line just enough for bookkeeping. Invalid JSON yields an empty LineInfo."""
+    info = LineInfo()
+    if len(line) > BIG_LINE_BYTES:
+        head = _REQUEST_HEAD.match(line)
+        if head is not None and head.group(2) not in (b"initialize", b"notifications/cancelled"):
+            raw_id = head.group(1)
+            request_id: JsonId = json.loads(raw_id)
+            key = id_key(request_id)
+            if key is not None:
+                info.requests.append((key, request_id))
+                return info
+    try:
+        message = json.loads(line)
+    except ValueError:  # not JSON, or not UTF-8: forwarded as is, the daemon answers -32700
+        return info
+    if isinstance(message, dict):
+        messages = [message]
+    elif isinstance(message, list):  # a 2025-03-26 batch
+        messages = [m for m in message if isinstance(m, dict)]
+    else:
+        return info
+    for m in messages:
+        method = m.get("method")
+        if not isinstance(method, str):
+            continue  # a response to a server request, or garbage
+        if "id" in m:
+            key = id_key(m["id"])
+            if key is not None:
+                info.requests.append((key, m["id"]))
+                if method == "initialize" and len(messages) == 1:
+                    info.kind = "initialize"
+        elif method == "notifications/cancelled":
+            params = m.get("params")
+            key = id_key(params.get("requestId")) if isinstance(params, dict) else None
+            if key is not None:
+                info.cancelled.append(key)
+        elif method == "notifications/initialized" and len(messages) == 1:
+            info.kind = "initialized"
+    return info
+
+
+def _string_end(text: bytes, start: int) -> int:
+    # Index of the quote closing the JSON string that opens at `start`, or -1 if it is cut off.
+    i = start + 1
+    while True:
+        j = text.find(b'"', i)
+        if j < 0:
+            return -1
+        k = j - 1
+        while text[k] == 0x5C:  # backslash
+            k -= 1
+        if (j - 1 - k) % 2 == 0:
+            return j
+        i = j + 1
+
+
+def _scalar_at(text: bytes, i: int) -> object:
+    # The string or integer starting at `i`, or None if it is something else or cut off.
+    if text[i] == 0x22:
+        end = _string_end(text, i)
+        if end < 0:
+            return None
+        try:
+            return json.loads(text[i : end + 1])
+        except ValueError:  # a bad escape or invalid UTF-8 inside the string
+            return None
+    j = i
+    while j < len(text) and text[j] in b"-+0123456789.eE":
+        j += 1
+    if j == i or j == len(text):
+        return None
+    try:
+        value = json.loads(text[i:j])
+    except ValueError:
+        return None
+    return value if isinstance(value, int) else None
+
+
+def top_level_fields(prefix: bytes) -> dict[str, object]:
+    """The ``id`` and ``method`` of a JSON object whose text may be cut off after ``prefix``.
+
+    Only keys of the outermost object count (an "id" inside params does not), and only those whose
+    value is complete within the prefix.
+    """
+    found: dict[str, object] = {}
+    n = len(prefix)
+    i = 0
+    while i < n and prefix[i] in b" \t\r\n":
+        i += 1
+    if i >= n or prefix[i] != 0x7B:  # {
+        return found
+    depth = 0
+    expect_key = False
+    while i < n:
+        c = prefix[i]
+        if c == 0x22:
+            end = _string_end(prefix, i)
+            if end < 0:
+                break
+            if depth == 1 and expect_key:
+                key = prefix[i + 1 : end]
+                j = end + 1
+                while j < n and prefix[j] in b" \t\r\n":
+                    j += 1
+                if j >= n or prefix[j] != 0x3A:  # :
+                    break
+                j += 1
+                while j < n and prefix[j] in b" \t\r\n":
+                    j += 1
+                expect_key = False
+                if key in (b"id", b"method") and j < n:
+                    value = _scalar_at(prefix, j)
+                    if value is not None:
+                        found[key.decode()] = value
+                i = j
+                continue
+            i = end + 1
+            continue
+        if c == 0x7B or c == 0x5B:
+            depth += 1
+            expect_key = c == 0x7B and depth == 1
+        elif c == 0x7D or c == 0x5D:
+            depth -= 1
+        elif c == 0x2C and depth == 1:
+            expect_key = True
+        i += 1
+    return found

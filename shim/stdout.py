@@ -1,0 +1,44 @@
+"""The client's stdout as the shim writes it: raw bytes, each write whole under a lock."""
+
+from __future__ import annotations
+
+import os
+import threading
+
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs start-up time
+if TYPE_CHECKING:
+    from .options import Log
+
+
+class Stdout:
+    """fd 1 as raw bytes, written whole under a lock. A client that stopped reading ends the shim."""
+
+    def __init__(self, log: Log, fd: int = 1) -> None:
+        self._fd = fd
+        self._lock = threading.Lock()
+        self._log = log
+
+    def write(self, data: bytes) -> None:
+        with self._lock:
+            self._write_all(data)
+
+    def write_line(self, line: bytes) -> None:
+        with self._lock:
+            if len(line) < 65536:
+                self._write_all(line + b"\n")
+            else:  # no 16 MiB concatenation just to add a newline
+                self._write_all(line)
+                self._write_all(b"\n")
+
+    def _write_all(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            try:
+                view = view[os.write(self._fd, view) :]
+            except BlockingIOError:  # the client gave us a non-blocking pipe
+                import select
+
+                select.select([], [self._fd], [])
+            except OSError as exc:  # EPIPE: the client closed its end of stdout and is gone
+                self._log(f"stdout closed ({exc.strerror}); exiting")
+                os._exit(0)

@@ -1,0 +1,161 @@
+"""A hand-off session's ledger (lazyd/daemon/handoff_ledger.py): the region always says what the
+shim must answer, with nothing the client already has and nothing missing.
+
+Testing policy: a real memfd region read back with the reader the shim uses after every step; no
+processes, no trio.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+
+import pytest
+
+from lazyd import handoff_state as hs
+from lazyd.daemon.handoff_ledger import RELEASE_HEAD_BYTES, Ledger
+from lazyd.handoff_state import Region, State, read_state
+
+INIT = b'{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25"}}'
+INITIALIZED = b'{"jsonrpc":"2.0","method":"notifications/initialized"}'
+
+
+def call(request_id: int | str) -> bytes:
+    return json.dumps({"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": {}}).encode()
+
+
+def cancel(request_id: int | str) -> bytes:
+    return json.dumps({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                       "params": {"requestId": request_id}}).encode()
+
+
+@pytest.fixture
+def fd() -> Iterator[int]:
+    region = hs.create_region()
+    yield region
+    os.close(region)
+
+
+def on_disk(fd: int) -> State:
+    state, _ = read_state(fd)
+    assert state is not None
+    return state
+
+
+def test_a_request_is_in_flight_from_its_line_until_its_answer_is_written(fd: int) -> None:
+    ledger = Ledger(Region(fd))
+    ledger.client_line(call(1))
+    ledger.client_line(call("1"))
+    assert sorted(on_disk(fd).inflight) == [b'"1"', b"1"]
+    ledger.answered(1)
+    assert on_disk(fd).inflight == [b'"1"'], "1 and \"1\" are different ids"
+    ledger.answered("1")
+    assert on_disk(fd).inflight == []
+
+
+def test_a_cancelled_request_leaves_the_table_and_notifications_never_enter_it(fd: int) -> None:
+    ledger = Ledger(Region(fd))
+    ledger.client_line(call(5))
+    ledger.client_line(b'{"jsonrpc":"2.0","method":"notifications/progress","params":{}}')
+    ledger.client_line(b"not json at all")
+    assert on_disk(fd).inflight == [b"5"]
+    ledger.client_line(cancel(5))
+    assert on_disk(fd).inflight == []
+
+
+def test_the_handshake_is_recorded_and_resumable_once_its_answer_was_written(fd: int) -> None:
+    ledger = Ledger(Region(fd))
+    ledger.client_line(INIT)
+    assert on_disk(fd).resume_lines() == [], "an unanswered initialize is not worth resuming"
+    ledger.answered(0)
+    ledger.client_line(INITIALIZED)
+    state = on_disk(fd)
+    assert state.resume_lines() == [INIT, INITIALIZED] and state.inflight == []
+
+
+def test_a_daemon_continuing_a_session_keeps_its_handshake_and_unrelayed_head(fd: int) -> None:
+    first = Ledger(Region(fd))
+    first.client_line(INIT)
+    first.answered(0)
+    first.client_line(INITIALIZED)
+    first.head(bytearray(b'{"jsonrpc":"2.0","id":9,'), False)
+    second = Ledger(Region(fd))
+    assert second.state.resume_lines() == [INIT, INITIALIZED]
+    assert second.region.read_head(second.state.head_len) == b'{"jsonrpc":"2.0","id":9,'
+    second.client_line(call(3))
+    assert on_disk(fd).resume_lines() == [INIT, INITIALIZED] and on_disk(fd).inflight == [b"3"]
+
+
+def test_held_changes_reach_the_region_together_at_release(fd: int) -> None:
+    ledger = Ledger(Region(fd))
+    ledger.client_line(call(1))
+    generation = on_disk(fd).generation
+    ledger.hold()
+    for n in range(2, 12):
+        ledger.client_line(call(n))
+    ledger.answered(1)
+    assert on_disk(fd).generation == generation and on_disk(fd).inflight == [b"1"]
+    ledger.release()
+    state = on_disk(fd)
+    assert state.generation == generation + 1 and sorted(state.inflight) == sorted(str(n).encode() for n in range(2, 12))
+
+
+def test_a_torn_answer_is_flagged_until_its_line_is_whole(fd: int) -> None:
+    ledger = Ledger(Region(fd))
+    ledger.torn(True)
+    assert on_disk(fd).out_torn
+    ledger.torn(False)
+    assert not on_disk(fd).out_torn
+
+
+def test_a_partial_line_is_in_the_head_as_it_grows_and_leaves_it_when_relayed(fd: int) -> None:
+    ledger = Ledger(Region(fd))
+    buffer = bytearray(b"abc")
+    ledger.head(buffer, False)
+    buffer += b"def"
+    ledger.head(buffer, False)
+    state = on_disk(fd)
+    assert state.head_len == 6 and ledger.region.read_head(6) == b"abcdef"
+    # The line completes and is relayed; a new partial line starts in the same read.
+    ledger.head_relayed()
+    ledger.head(bytearray(b"XY"), False)
+    assert on_disk(fd).head_len == 2 and ledger.region.read_head(2) == b"XY"
+
+
+def test_the_head_of_a_relayed_line_is_cleared_before_a_new_one_overwrites_it(fd: int) -> None:
+    # Were the new bytes written first, a daemon killed in between would leave a head that is the
+    # new line's start followed by the old line's rest.
+    region = Region(fd)
+    ledger = Ledger(region)
+    ledger.head(bytearray(b"old line start"), False)
+    ledger.head_relayed()
+    seen: list[tuple[int, bytes]] = []
+    real_write_head = region.write_head
+
+    def spy(data: bytes | memoryview, offset: int) -> None:
+        seen.append((on_disk(fd).head_len, bytes(data)))
+        real_write_head(data, offset)
+
+    region.write_head = spy  # type: ignore[method-assign]
+    ledger.head(bytearray(b"new"), False)
+    assert seen == [(0, b"new")]
+
+
+def test_a_large_consumed_head_is_given_back_to_the_kernel(fd: int) -> None:
+    ledger = Ledger(Region(fd))
+    ledger.head(bytearray(b"x" * RELEASE_HEAD_BYTES), False)
+    assert os.fstat(fd).st_size >= hs.HEAD_OFFSET + RELEASE_HEAD_BYTES
+    ledger.head_relayed()
+    ledger.head(bytearray(), False)
+    assert os.fstat(fd).st_size == hs.HEAD_OFFSET and on_disk(fd).head_len == 0
+
+
+def test_closing_records_why_and_the_rest_of_a_torn_line(fd: int) -> None:
+    ledger = Ledger(Region(fd))
+    ledger.client_line(call(4))
+    ledger.close(client_left=False, tail=b'rest"}}\n')
+    state = on_disk(fd)
+    assert not state.closed and state.tail_len == 8 and ledger.region.read_tail(8) == b'rest"}}\n'
+    ledger.close(client_left=True)
+    assert on_disk(fd).closed
