@@ -299,3 +299,48 @@ def test_an_upgrade_while_a_server_is_starting_lets_the_start_finish_under_the_n
     assert outcome["starting"] == [outcome["pid"]]  # the process that was starting is the one that answered
     log = shim_log(user_env)
     assert f"with daemon pid {daemon.proc.pid}" in log and "daemon lost" not in log, log
+
+
+def test_a_hand_off_session_is_let_go_at_an_upgrade_and_resumes_with_the_successor_keeping_the_server(
+    user_env: UserEnv,
+) -> None:
+    # A hand-off session is not carried across the exec (docs/upgrade.md): its shim answers the
+    # call in flight with an error under its own id, offers the client's pipes to the new daemon
+    # and the session carries on, while the server itself is adopted (same pid).
+    daemon = start_daemon(user_env)
+    everything = everything_command()
+    outcome: dict[str, Any] = {}
+
+    async def scenario() -> None:
+        async with shim_session(user_env, everything, env={"LAZYD_HANDOFF": "1"},
+                                shim_args=("--log-file", str(user_env.root / "shim.log"))) as session:
+            assert await echo(session, "one") == "Echo: one"
+            servers = user_env.server_pids(everything[1])
+            progress: list[float] = []
+            async with anyio.create_task_group() as group:
+                async def run_long() -> None:
+                    try:
+                        outcome["long"] = await long_call(session, progress)
+                    except MCPError as exc:
+                        outcome["long_error"] = exc
+                group.start_soon(run_long)
+                await wait_for_progress(progress, 1)
+                outcome["upgrade"] = await anyio.to_thread.run_sync(lambda: lazyctl(user_env, "upgrade", "--json"))
+            outcome["after"] = await echo(session, "after")
+            outcome["servers"] = (servers, user_env.server_pids(everything[1]))
+
+    anyio.run(scenario)
+    done = outcome["upgrade"]
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["sessions"] == 0  # nothing carried: the hand-off session was let go
+    assert "long" not in outcome, outcome
+    assert "lazyd" in str(outcome["long_error"])
+    assert outcome["after"] == "Echo: after"
+    before, after = outcome["servers"]
+    assert len(before) == 1 and before == after  # the server was adopted, not restarted
+    log = shim_log(user_env)
+    assert "handed off; waiting in" in log, log  # the session really was on the hand-off path
+    assert "answered 1 in-flight request(s) with an error" in log, log
+    assert "reconnected; handed off again" in log, log
+    assert daemon.stop() == 0
+    assert user_env.server_pids(everything[1]) == []
