@@ -40,6 +40,7 @@ from lazyd.core.era_state import EraState
 from lazyd.core.jsonrpc import JsonId, JsonObj, Kind, Message
 from lazyd.core.listings import Waiter
 from lazyd.core.relay_base import Action, Activity, ClientState, Note, Phase, ToClient, Waiting, forward
+from lazyd.core.relay_shared import RelayShared
 from lazyd.core.routing import CALLBACK_CAPABILITY, ClientId, Routes, Upstream
 from lazyd.core.stateless_cache import StatelessCache, advertised
 from lazyd.core.stateless_listen import ListenRelay
@@ -83,14 +84,9 @@ class Bridge:
     """Handshake-era clients served by a stateless process, and their input rounds (see the module
     docstring). Its own state is the rounds in progress, as plain data."""
 
-    def __init__(self, core: BridgePort, snapshot: Snapshot, clients: dict[ClientId, ClientState], queue: Waiting,
-                 routes: Routes, era: EraState, cache: StatelessCache, listen: ListenRelay) -> None:
+    def __init__(self, core: BridgePort, shared: RelayShared, cache: StatelessCache, listen: ListenRelay) -> None:
         self.core = core
-        self.snapshot = snapshot
-        self.clients = clients
-        self.queue = queue
-        self.routes = routes
-        self.era = era
+        self.shared = shared
         self.cache = cache
         self.listen = listen
         self.rounds: dict[tuple[ClientId, JsonId], InputRound] = {}
@@ -122,7 +118,7 @@ class Bridge:
 
     def bridging(self) -> bool:
         """Whether handshake-era clients are served through the bridge right now."""
-        return self.era.bridging(self.core.phase, self.core.instance is not None)
+        return self.shared.era.bridging(self.core.phase, self.core.instance is not None)
 
     def upstream_version(self) -> str:
         return eras.upstream_version(self.cache.known_discovery()) or PROBE_VERSION
@@ -131,14 +127,14 @@ class Bridge:
         asker = asker_from_params(client.params or {}, self.upstream_version(), client.principal)
         # A handshake-era server logs to a client that set no level (the python SDK sends every
         # message); a stateless one logs only to requests that opt in: opt in for it, as direct.
-        level = self.routes.levels.get(client.cid, BRIDGED_DEFAULT_LOG_LEVEL)
+        level = self.shared.routes.levels.get(client.cid, BRIDGED_DEFAULT_LOG_LEVEL)
         return Asker(asker.version, asker.client_info, asker.capabilities, asker.principal, level)
 
     def initialize(self, client: ClientState, msg: Message) -> list[Action]:
         assert msg.id is not None
         asker = self.client_asker(client)
         # The handshake era has no ttl: a session must be able to begin from what is known.
-        found = self.snapshot.discovery_result(asker.version, asker.identity)
+        found = self.shared.snapshot.discovery_result(asker.version, asker.identity)
         if found is not None:
             result = eras.initialize_result_from_discover(found[0], msg.params.get("protocolVersion"), self.core.name)
             return [ToClient(client.cid, rpc.result_line(msg.id, result), msg.id),
@@ -146,12 +142,12 @@ class Bridge:
         if self.cache.can_fetch():
             waiter = Waiter(client.cid, msg.id, "initialize", msg.params.get("protocolVersion"))
             return self.cache.fetch("server/discover", asker, "client", waiter)
-        return self.queue.add(client.cid, msg, "initialize: no discovery cached for this client")
+        return self.shared.queue.add(client.cid, msg, "initialize: no discovery cached for this client")
 
     def listing(self, client: ClientState, msg: Message) -> list[Action]:
         assert msg.id is not None and msg.method is not None
         if isinstance(msg.params.get("cursor"), str):
-            if self.core.phase is Phase.READY and self.era.stateless_up:
+            if self.core.phase is Phase.READY and self.shared.era.stateless_up:
                 return self._forward(client, msg)
             # Everything was served as one page: the rest of "all pages" is nothing.
             return [ToClient(client.cid, rpc.result_line(msg.id, {LISTINGS[msg.method]: []}), msg.id)]
@@ -163,26 +159,26 @@ class Bridge:
             return [ToClient(client.cid, rpc.result_line(msg.id, eras.for_handshake_client(cached.result)), msg.id)]
         if self.cache.can_fetch():
             return self.cache.fetch(msg.method, asker, "client", Waiter(client.cid, msg.id, "handshake"))
-        return self.queue.add(client.cid, msg, f"{msg.method}: not cached for this client (bridged)")
+        return self.shared.queue.add(client.cid, msg, f"{msg.method}: not cached for this client (bridged)")
 
     def request(self, client: ClientState, msg: Message) -> list[Action]:
         """Any other handshake-era request, with the server READY and bridged."""
         assert msg.id is not None and msg.method is not None
         if msg.method in ("resources/subscribe", "resources/unsubscribe"):
             uri = msg.params.get("uri")
-            resources = eras.discover_capabilities(self.era.discovery).get("resources")
+            resources = eras.discover_capabilities(self.shared.era.discovery).get("resources")
             if not (isinstance(resources, dict) and resources.get("subscribe") is True):
                 # As the server itself answers a handshake client it offers no subscriptions to.
                 return [ToClient(client.cid, rpc.error_line(msg.id, rpc.METHOD_NOT_FOUND, "Method not found", msg.method), msg.id)]
             if not isinstance(uri, str):
                 return [ToClient(client.cid, rpc.error_line(msg.id, rpc.INVALID_PARAMS, "Invalid params: uri"), msg.id)]
             if msg.method == "resources/subscribe":
-                self.routes.subscriptions.setdefault(uri, set()).add(client.cid)
+                self.shared.routes.subscriptions.setdefault(uri, set()).add(client.cid)
             else:
-                subscribers = self.routes.subscriptions.get(uri, set())
+                subscribers = self.shared.routes.subscriptions.get(uri, set())
                 subscribers.discard(client.cid)
                 if not subscribers:
-                    self.routes.subscriptions.pop(uri, None)
+                    self.shared.routes.subscriptions.pop(uri, None)
             return [ToClient(client.cid, rpc.result_line(msg.id, {}), msg.id), Activity(), *self.listen.sync()]
         if msg.method in INPUT_METHODS:
             self.rounds.setdefault((client.cid, msg.id), InputRound(client.cid, msg.id, msg.method, copy.deepcopy(msg.params)))
@@ -192,7 +188,7 @@ class Bridge:
         asker = self.client_asker(client)
         msg.obj["params"] = eras.with_envelope(msg.params, asker.envelope())
         msg.raw = b""  # the line changed: never splice into the one received
-        return forward(self.routes, client.cid, msg, bridged=True, inspect=True, log_level=asker.log_level)
+        return forward(self.shared.routes, client.cid, msg, bridged=True, inspect=True, log_level=asker.log_level)
 
     def response(self, up: Upstream, msg: Message) -> list[Action]:
         assert up.cid is not None and up.client_id is not None
@@ -213,14 +209,14 @@ class Bridge:
 
     def _hint(self, error: JsonObj) -> str:
         why = ('era = "stateless" is set for it; with era = "auto" a handshake-era client gets a process in its own era'
-               if self.era.setting == "stateless" else "it speaks only the stateless era")
+               if self.shared.era.setting == "stateless" else "it speaks only the stateless era")
         return (f"{error.get('message', '')} (lazyd: this handshake-era client is served through the stateless era "
                 f"of {self.core.name}, where a server cannot send requests to its client: {why})")
 
     # ---- input_required, answered by the client it concerns -------------------------------------
 
     def _input_required(self, cid: ClientId, client_id: JsonId, result: JsonObj) -> list[Action]:
-        client = self.clients[cid]
+        client = self.shared.clients[cid]
         state = self.rounds.get((cid, client_id))
         if state is None:
             return self._round_failed(cid, client_id, rpc.INTERNAL_ERROR, "lazyd: the server asked for input on a request that cannot take it")
@@ -243,7 +239,7 @@ class Bridge:
                 return self._round_failed(cid, client_id, MISSING_CAPABILITY,
                                           f"lazyd: the server needs {method} from this client, which does not declare {needed}",
                                           {"requiredCapabilities": {needed: {}}})
-            down_id = self.routes.take_down_id()
+            down_id = self.shared.routes.take_down_id()
             state.pending[key] = down_id
             self.input_waits[(cid, down_id)] = (client_id, key)
             params = request.get("params")
@@ -283,8 +279,8 @@ class Bridge:
         obj: JsonObj = {"jsonrpc": "2.0", "id": state.client_id, "method": state.method, "params": params}
         msg = Message(Kind.REQUEST, obj, state.client_id, state.method)
         if self.core.phase is Phase.READY and self.bridging():
-            return self.request(self.clients[state.cid], msg)
-        return self.queue.add(state.cid, msg, "retry with the client's input")
+            return self.request(self.shared.clients[state.cid], msg)
+        return self.shared.queue.add(state.cid, msg, "retry with the client's input")
 
     def _round_failed(self, cid: ClientId, client_id: JsonId, code: int, message: str, data: object = None) -> list[Action]:
         self.end_round(cid, client_id)
@@ -310,11 +306,11 @@ class Bridge:
     def handshake_view(self, params: JsonObj) -> HandshakeEntry | None:
         """What a handshake-era client with these `initialize` params is served from the snapshot:
         the recorded handshake, or, for a stateless-only server, the bridged one."""
-        entry = self.snapshot.entries.get(handshake_key(params))
+        entry = self.shared.snapshot.entries.get(handshake_key(params))
         if entry is not None:
             return entry
         asker = asker_from_params(params, self.upstream_version())
-        found = self.snapshot.discovery_result(asker.version, asker.identity)
+        found = self.shared.snapshot.discovery_result(asker.version, asker.identity)
         if found is None:
             return None
         result = eras.initialize_result_from_discover(found[0], params.get("protocolVersion"), self.core.name)

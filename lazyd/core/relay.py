@@ -80,6 +80,7 @@ from lazyd.core.relay_base import WantServer as WantServer
 from lazyd.core.relay_client import ClientMessages
 from lazyd.core.relay_server import ServerMessages
 from lazyd.core.relay_startup import Handshake
+from lazyd.core.relay_shared import RelayShared
 from lazyd.core.routing import ClientId, Routes, SamplingPolicy
 from lazyd.core.stateless import StatelessEra
 from lazyd.core.stateless_cache import StatelessCache
@@ -97,25 +98,48 @@ class RelayCore:
     def __init__(self, name: str, snapshot: Snapshot, sampling_policy: SamplingPolicy = "refuse",
                  era: EraSetting = "auto") -> None:
         self.name = name
-        self.snapshot = snapshot
         self.sampling_policy: SamplingPolicy = sampling_policy
         self.phase = Phase.DOWN
         self.now = 0.0  # the time the event being handled brought
-        self.clients: dict[ClientId, ClientState] = {}
-        self.queue = Waiting()
-        self.routes = Routes()
-        self.era = EraState(era, snapshot)
-        self.listings = ListingEngine(lambda method, params, purpose: internal(self.routes, method, params, purpose))
-        self.cache = StatelessCache(self, snapshot, self.clients, self.queue, self.routes, self.era, self.listings)
-        self.listen = ListenRelay(self, snapshot, self.clients, self.queue, self.routes, self.era, self.listings, self.cache)
-        self.bridge = Bridge(self, snapshot, self.clients, self.queue, self.routes, self.era, self.cache, self.listen)
-        self.handshake = Handshake(self, snapshot, self.clients, self.queue, self.routes, self.era, self.listings, self.cache)
-        self.stateless = StatelessEra(self, snapshot, self.clients, self.queue, self.routes, self.era, self.listings,
-                                      self.cache, self.listen, self.handshake)
-        self.from_client = ClientMessages(self, snapshot, self.clients, self.queue, self.routes, self.era, self.listings,
-                                          self.cache, self.listen, self.bridge, self.handshake, self.stateless)
-        self.from_server = ServerMessages(self.clients, self.routes, sampling_policy, self.listings, self.cache,
-                                          self.listen, self.bridge, self.handshake, self.stateless)
+        routes = Routes()
+        era_state = EraState(era, snapshot)
+        listings = ListingEngine(lambda method, params, purpose: internal(self.shared.routes, method, params, purpose))
+        self.shared = shared = RelayShared(snapshot, era_state, listings, routes)
+        self.cache = StatelessCache(self, shared)
+        self.listen = ListenRelay(self, shared, self.cache)
+        self.bridge = Bridge(self, shared, self.cache, self.listen)
+        self.handshake = Handshake(self, shared, self.cache)
+        self.stateless = StatelessEra(self, shared, self.cache, self.listen, self.handshake)
+        self.from_client = ClientMessages(self, shared, self.cache, self.listen, self.bridge, self.handshake,
+                                          self.stateless)
+        self.from_server = ServerMessages(shared, sampling_policy, self.cache, self.listen, self.bridge,
+                                          self.handshake, self.stateless)
+
+    # The shared data, read under the names the core's callers and tests know.
+
+    @property
+    def snapshot(self) -> Snapshot:
+        return self.shared.snapshot
+
+    @property
+    def clients(self) -> dict[ClientId, ClientState]:
+        return self.shared.clients
+
+    @property
+    def queue(self) -> Waiting:
+        return self.shared.queue
+
+    @property
+    def routes(self) -> Routes:
+        return self.shared.routes
+
+    @property
+    def era(self) -> EraState:
+        return self.shared.era
+
+    @property
+    def listings(self) -> ListingEngine:
+        return self.shared.listings
 
     # ---- observations ----------------------------------------------------------------------------
 
@@ -177,10 +201,7 @@ class RelayCore:
             client = ClientState.from_state(row)
             core.clients[client.cid] = client
         core.queue.restore(s.get("queue"))
-        # The parts hold the routes object itself (their shared data): it is filled, not replaced.
-        routes = Routes.from_state(s.get("routes"))
-        for field_name in Routes.__dataclass_fields__:
-            setattr(core.routes, field_name, getattr(routes, field_name))
+        core.shared.routes = Routes.from_state(s.get("routes"))  # the parts read it through `shared`
         core.era.restore(s.get("era"))
         core.listings.restore(s.get("listings"))
         core.listen.hub.restore(s.get("listen"))

@@ -50,6 +50,7 @@ from lazyd.core.relay_base import (
     forward,
 )
 from lazyd.core.relay_startup import Handshake
+from lazyd.core.relay_shared import RelayShared
 from lazyd.core.routing import ClientId, Routes, level_rank
 from lazyd.core.stateless import StatelessEra
 from lazyd.core.stateless_cache import StatelessCache
@@ -69,16 +70,10 @@ class ClientPort(Protocol):
 class ClientMessages:
     """Where each message from a client goes (see the module docstring)."""
 
-    def __init__(self, core: ClientPort, snapshot: Snapshot, clients: dict[ClientId, ClientState], queue: Waiting,
-                 routes: Routes, era: EraState, listings: ListingEngine, cache: StatelessCache, listen: ListenRelay,
-                 bridge: Bridge, handshake: Handshake, stateless: StatelessEra) -> None:
+    def __init__(self, core: ClientPort, shared: RelayShared, cache: StatelessCache, listen: ListenRelay, bridge: Bridge,
+                 handshake: Handshake, stateless: StatelessEra) -> None:
         self.core = core
-        self.snapshot = snapshot
-        self.clients = clients
-        self.queue = queue
-        self.routes = routes
-        self.era = era
-        self.listings = listings
+        self.shared = shared
         self.cache = cache
         self.listen = listen
         self.bridge = bridge
@@ -88,7 +83,7 @@ class ClientMessages:
     def request(self, cid: ClientId, msg: Message) -> list[Action]:
         method = msg.method
         assert method is not None and msg.id is not None
-        client = self.clients[cid]
+        client = self.shared.clients[cid]
         if eras.is_stateless_request(method, msg.params):
             return self.stateless.request(cid, msg)
         if method == "ping":
@@ -106,12 +101,12 @@ class ClientMessages:
             level = msg.params.get("level")
             if not isinstance(level, str) or level_rank(level) == 0 and level != "debug":
                 return [ToClient(cid, rpc.error_line(msg.id, rpc.INVALID_PARAMS, "Invalid params: unknown log level"), msg.id)]
-            self.routes.levels[cid] = level
+            self.shared.routes.levels[cid] = level
             return [ToClient(cid, rpc.result_line(msg.id, {}), msg.id), *self.handshake.sync_level()]
         if self.core.phase is not Phase.READY:
-            self.queue.hold(cid, msg)
+            self.shared.queue.hold(cid, msg)
             return [WantServer(), Note(f"client {cid} {method} id={msg.id!r} queued until the server is ready")]
-        refusal = foreign_task(self.routes, cid, msg)
+        refusal = foreign_task(self.shared.routes, cid, msg)
         if refusal is not None:
             return refusal
         if self.bridge.bridging():
@@ -120,14 +115,14 @@ class ClientMessages:
             return self.handshake.subscribe(cid, msg)
         if method == "resources/unsubscribe":
             return self.handshake.unsubscribe(cid, msg)
-        return forward(self.routes, cid, msg)
+        return forward(self.shared.routes, cid, msg)
 
     def _initialize(self, client: ClientState, msg: Message) -> list[Action]:
         assert msg.id is not None
         client.params = msg.params
         out: list[Action] = []
-        if self.snapshot.last_params != msg.params:
-            self.snapshot.last_params = msg.params
+        if self.shared.snapshot.last_params != msg.params:
+            self.shared.snapshot.last_params = msg.params
             out.append(SnapshotChanged())
         if self.bridge.bridging():
             return out + self.bridge.initialize(client, msg)
@@ -142,15 +137,15 @@ class ClientMessages:
                 out.append(Note(f"client {client.cid} asked for {requested}; the running instance speaks {negotiated}"))
             out.append(ToClient(client.cid, rpc.result_line(msg.id, instance.result), msg.id))
             return out
-        cached = self.snapshot.entry_same_version(msg.params)
+        cached = self.shared.snapshot.entry_same_version(msg.params)
         if cached is not None:
             out.append(Note(f"client {client.cid} initialize answered from cache"))
             out.append(ToClient(client.cid, rpc.result_line(msg.id, cached.result), msg.id))
             return out
-        self.queue.hold(client.cid, msg)
+        self.shared.queue.hold(client.cid, msg)
         out.append(WantServer())
         out.append(Note(f"client {client.cid} initialize: no cached handshake for {handshake_key(msg.params)}"))
-        if self.core.phase is Phase.PREINIT and self.era.start_plan(self.core.phase).initialize != "never":
+        if self.core.phase is Phase.PREINIT and self.shared.era.start_plan(self.core.phase).initialize != "never":
             out.extend(self.handshake.send_initialize(msg.params))
         return out
 
@@ -161,11 +156,11 @@ class ClientMessages:
         if self.core.phase is Phase.READY and isinstance(msg.params.get("cursor"), str):
             # The relay never writes a cursor, but it forwards listings while a refresh runs: a
             # cursor is the server's, and only the server can give the pages after it.
-            return forward(self.routes, client.cid, msg)
+            return forward(self.shared.routes, client.cid, msg)
         if self.core.phase is Phase.READY and self.handshake.instance is not None:
             entry: HandshakeEntry | None = self.handshake.instance
         else:
-            entry = self.snapshot.entry_for_client(client.params) if client.params is not None else None
+            entry = self.shared.snapshot.entry_for_client(client.params) if client.params is not None else None
         if entry is not None:
             listing = entry.listings.get(msg.method)
             if listing is not None:
@@ -175,8 +170,8 @@ class ClientMessages:
                 line = rpc.error_line(msg.id, rpc.METHOD_NOT_FOUND, f"Method not found: {msg.method}")
                 return [ToClient(client.cid, line, msg.id)]
         if self.core.phase is Phase.READY:
-            return forward(self.routes, client.cid, msg)
-        self.queue.hold(client.cid, msg)
+            return forward(self.shared.routes, client.cid, msg)
+        self.shared.queue.hold(client.cid, msg)
         return [WantServer(), Note(f"client {client.cid} {msg.method}: not cached for its handshake")]
 
     # ---- client notifications and responses ------------------------------------------------------
@@ -184,7 +179,7 @@ class ClientMessages:
     def notification(self, cid: ClientId, msg: Message) -> list[Action]:
         method = msg.method
         if method == "notifications/initialized":
-            self.clients[cid].initialized = True
+            self.shared.clients[cid].initialized = True
             return []  # swallowed: the relay sent its own when it replayed the handshake
         if method == "notifications/cancelled":
             request_id = msg.params.get("requestId")
@@ -193,22 +188,22 @@ class ClientMessages:
             assert isinstance(request_id, (int, str))
             if self.listen.hub.remove(cid, request_id):
                 return [Note(f"client {cid} closed its listen stream id={request_id!r}")]
-            if self.listings.drop_waiter(cid, request_id):
+            if self.shared.listings.drop_waiter(cid, request_id):
                 return [Note(f"client {cid} cancelled id={request_id!r} while its answer was being fetched")]
             self.bridge.end_round(cid, request_id)
-            if self.queue.cancel(cid, request_id):
+            if self.shared.queue.cancel(cid, request_id):
                 return [Note(f"client {cid} cancelled queued id={request_id!r}")]
-            rid = self.routes.by_client.get((cid, request_id))
+            rid = self.shared.routes.by_client.get((cid, request_id))
             if rid is None:
                 return [Note(f"client {cid} cancel for unknown or finished id={request_id!r} dropped")]
             # The server need not answer a cancelled request, so it stops counting as in flight now.
-            self.routes.pop(rid)
-            self.routes.release_token(rid)
+            self.shared.routes.pop(rid)
+            self.shared.routes.release_token(rid)
             msg.params["requestId"] = rid
             return [ToServer(rpc.dumps(msg.obj)), Activity()]
         if self.core.phase is Phase.READY and self.handshake.instance is not None:
             return [ToServer(rpc.dumps(msg.obj))]
-        if self.core.phase is Phase.READY and self.era.stateless_up:
+        if self.core.phase is Phase.READY and self.shared.era.stateless_up:
             # The stateless era has no client notifications but cancellation.
             return [Note(f"client {cid} {method} dropped: not a notification of the stateless era")]
         return [Note(f"client {cid} {method} dropped while the server is not running")]
@@ -218,7 +213,7 @@ class ClientMessages:
         answered = self.bridge.input_answer(cid, msg)
         if answered is not None:
             return answered
-        down = self.routes.downstream.pop((cid, msg.id), None)
+        down = self.shared.routes.downstream.pop((cid, msg.id), None)
         if down is None or self.core.phase is Phase.DOWN:
             return [Note(f"client {cid} response to unknown id={msg.id!r} dropped")]
         return [ToServer(rpc.with_id(msg, down.server_id)), Activity()]

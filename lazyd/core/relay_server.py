@@ -33,6 +33,7 @@ from lazyd.core.jsonrpc import Message
 from lazyd.core.listings import PURPOSE_PREFIX, ListingEngine
 from lazyd.core.relay_base import Action, Activity, ClientState, Note, ToClient, ToServer
 from lazyd.core.relay_startup import Handshake
+from lazyd.core.relay_shared import RelayShared
 from lazyd.core.routing import (
     CALLBACK_CAPABILITY,
     ClientId,
@@ -55,13 +56,10 @@ _RESULTS_READ_BY_RELAY = frozenset({"server/discover", "tasks/list"})
 class ServerMessages:
     """Where each message from the server goes (see the module docstring)."""
 
-    def __init__(self, clients: dict[ClientId, ClientState], routes: Routes, sampling_policy: SamplingPolicy,
-                 listings: ListingEngine, cache: StatelessCache, listen: ListenRelay, bridge: Bridge,
-                 handshake: Handshake, stateless: StatelessEra) -> None:
-        self.clients = clients
-        self.routes = routes
+    def __init__(self, shared: RelayShared, sampling_policy: SamplingPolicy, cache: StatelessCache, listen: ListenRelay,
+                 bridge: Bridge, handshake: Handshake, stateless: StatelessEra) -> None:
+        self.shared = shared
         self.sampling_policy: SamplingPolicy = sampling_policy
-        self.listings = listings
         self.cache = cache
         self.listen = listen
         self.bridge = bridge
@@ -71,19 +69,19 @@ class ServerMessages:
     def large_result(self, line: bytes) -> list[Action] | None:
         """A large plain result for a client's ordinary request, relayed without decoding it."""
         rid = rpc.large_result_id(line)
-        up = self.routes.upstream.get(rid) if rid is not None else None
+        up = self.shared.routes.upstream.get(rid) if rid is not None else None
         if (rid is None or up is None or up.cid is None or up.client_id is None or up.inspect
                 or up.method in _RESULTS_READ_BY_RELAY):
             return None
-        self.routes.pop(rid)
-        self.routes.release_token(rid)
-        if up.cid not in self.clients:
+        self.shared.routes.pop(rid)
+        self.shared.routes.release_token(rid)
+        if up.cid not in self.shared.clients:
             return [Note(f"response for departed client {up.cid} dropped")]
         return [Activity(), ToClient(up.cid, rpc.splice_result_id(line, rid, up.client_id), up.client_id)]
 
     def response(self, msg: Message) -> list[Action]:
         rid = msg.id
-        up = self.routes.pop(rid) if isinstance(rid, int) else None
+        up = self.shared.routes.pop(rid) if isinstance(rid, int) else None
         if up is None:
             return [Note(f"server response to unknown or cancelled id={rid!r} dropped")]
         if up.cid is None:
@@ -94,9 +92,9 @@ class ServerMessages:
         task = result.get("task") if isinstance(result, dict) else None
         if isinstance(task, dict) and isinstance(task.get("taskId"), str):
             # 2025-11-25 CreateTaskResult: the task outlives the request; so does token ownership.
-            self.routes.tasks[task["taskId"]] = up.cid
+            self.shared.routes.tasks[task["taskId"]] = up.cid
         else:
-            self.routes.release_token(rid)  # type: ignore[arg-type]
+            self.shared.routes.release_token(rid)  # type: ignore[arg-type]
         if up.method == "server/discover":
             out.extend(self.cache.record_discover(up.purpose, msg.obj))
         filtered = up.method == "tasks/list" and isinstance(result, dict) and isinstance(result.get("tasks"), list)
@@ -106,9 +104,9 @@ class ServerMessages:
             result["tasks"] = [
                 t
                 for t in result["tasks"]
-                if isinstance(t, dict) and isinstance(t.get("taskId"), str) and self.routes.tasks.get(t["taskId"]) == up.cid
+                if isinstance(t, dict) and isinstance(t.get("taskId"), str) and self.shared.routes.tasks.get(t["taskId"]) == up.cid
             ]
-        if up.cid not in self.clients:
+        if up.cid not in self.shared.clients:
             self.bridge.end_round(up.cid, up.client_id)
             return [Note(f"response for departed client {up.cid} dropped")]
         if up.bridged:
@@ -138,7 +136,7 @@ class ServerMessages:
         return []
 
     def _fetch_answer(self, purpose: str, msg: Message) -> list[Action]:
-        outcome = self.listings.answer(purpose, msg)
+        outcome = self.shared.listings.answer(purpose, msg)
         if outcome is None:
             return [Note("a page of a replaced or finished fetch dropped")]
         if isinstance(outcome, ToServer):
@@ -161,17 +159,17 @@ class ServerMessages:
         needed = CALLBACK_CAPABILITY.get(method)
 
         def capable(cid: ClientId) -> bool:
-            client = self.clients.get(cid)
+            client = self.shared.clients.get(cid)
             return client is not None and (needed is None or client.declares(needed))
 
         if method == "roots/list":
-            owners = [c for c in self.clients.values() if c.declares("roots")]
+            owners = [c for c in self.shared.clients.values() if c.declares("roots")]
             if not owners:
                 return [ToServer(rpc.error_line(msg.id, rpc.METHOD_NOT_FOUND, "lazyd: no attached client provides roots")),
                         Note("roots/list refused: no client declares roots")]
             # Asked during a call: the caller's roots, as a direct connection gives; else (a server
             # asking on its own, or several calls in flight) the most recently active client's.
-            busy = {cid for _, cid in self.routes.callback_candidates() if capable(cid)}
+            busy = {cid for _, cid in self.shared.routes.callback_candidates() if capable(cid)}
             if len(busy) == 1:
                 target: ClientId | None = busy.pop()
                 reason = "the only client declaring roots with a callback-capable request in flight"
@@ -179,19 +177,19 @@ class ServerMessages:
                 target = max(owners, key=lambda c: c.last_active).cid
                 reason = "most recently active client that declares roots"
         else:
-            target, reason = choose_callback_target(self.routes, msg.params, self.sampling_policy, capable)
+            target, reason = choose_callback_target(self.shared.routes, msg.params, self.sampling_policy, capable)
             if target is None:
                 line = rpc.error_line(msg.id, rpc.METHOD_NOT_FOUND, f"lazyd: cannot route {method}: {reason}")
                 return [ToServer(line), Note(f"{method} refused: {reason}")]
-            if needed is not None and not self.clients[target].declares(needed):
+            if needed is not None and not self.shared.clients[target].declares(needed):
                 line = rpc.error_line(msg.id, rpc.METHOD_NOT_FOUND, f"lazyd: the client of this request does not support {needed}")
                 return [ToServer(line), Note(f"{method} refused: client {target} did not declare {needed}")]
         assert target is not None
-        down_id = self.routes.take_down_id()
-        self.routes.downstream[(target, down_id)] = Downstream(msg.id, method)
+        down_id = self.shared.routes.take_down_id()
+        self.shared.routes.downstream[(target, down_id)] = Downstream(msg.id, method)
         elicitation_id = msg.params.get("elicitationId")
         if method == "elicitation/create" and isinstance(elicitation_id, str):
-            self.routes.elicitations[elicitation_id] = target
+            self.shared.routes.elicitations[elicitation_id] = target
         return [ToClient(target, rpc.with_id(msg, down_id)), Note(f"{method} routed to client {target}: {reason}")]
 
     def notification(self, msg: Message) -> list[Action]:
@@ -203,7 +201,7 @@ class ServerMessages:
         if method == "notifications/progress":
             token = params.get("progressToken")
             # bool is an int in Python: `true` must not reach the owner of relay token 1.
-            token_owner = self.routes.tokens.get(token) if isinstance(token, int) and not isinstance(token, bool) else None
+            token_owner = self.shared.routes.tokens.get(token) if isinstance(token, int) and not isinstance(token, bool) else None
             if token_owner is None:
                 return [Note(f"progress for unknown token {token!r} dropped")]
             params["progressToken"] = token_owner[1]
@@ -212,7 +210,7 @@ class ServerMessages:
             return self.handshake.list_changed(method)
         if method == "notifications/resources/updated":
             uri = params.get("uri")
-            subscribers = self.routes.subscriptions.get(uri, set()) if isinstance(uri, str) else set()
+            subscribers = self.shared.routes.subscriptions.get(uri, set()) if isinstance(uri, str) else set()
             line = rpc.dumps(msg.obj)
             return [ToClient(cid, line) for cid in sorted(subscribers)]
         if method == "notifications/message":
@@ -220,22 +218,22 @@ class ServerMessages:
             line = rpc.dumps(msg.obj)
             return [
                 ToClient(cid, line)
-                for cid in sorted(self.clients)
-                if cid not in self.routes.levels or rank >= level_rank(self.routes.levels[cid])
+                for cid in sorted(self.shared.clients)
+                if cid not in self.shared.routes.levels or rank >= level_rank(self.shared.routes.levels[cid])
             ]
         if method == "notifications/cancelled":
             server_id = params.get("requestId")
-            for (cid, down_id), down in list(self.routes.downstream.items()):
+            for (cid, down_id), down in list(self.shared.routes.downstream.items()):
                 if down.server_id == server_id and type(down.server_id) is type(server_id):
-                    del self.routes.downstream[(cid, down_id)]
+                    del self.shared.routes.downstream[(cid, down_id)]
                     params["requestId"] = down_id
                     return [ToClient(cid, rpc.dumps(msg.obj))]
             return [Note("server cancel of an unknown request dropped")]
         if method == "notifications/tasks/status":
-            owner = self.routes.tasks.get(str(params.get("taskId")))
+            owner = self.shared.routes.tasks.get(str(params.get("taskId")))
             return [ToClient(owner, rpc.dumps(msg.obj))] if owner is not None else [Note("task status for unknown task dropped")]
         if method == "notifications/elicitation/complete":
-            owner = self.routes.elicitations.pop(str(params.get("elicitationId")), None)
+            owner = self.shared.routes.elicitations.pop(str(params.get("elicitationId")), None)
             return [ToClient(owner, rpc.dumps(msg.obj))] if owner is not None else [Note("elicitation completion for unknown id dropped")]
         line = rpc.dumps(msg.obj)
-        return [ToClient(cid, line) for cid, c in sorted(self.clients.items()) if c.initialized]
+        return [ToClient(cid, line) for cid, c in sorted(self.shared.clients.items()) if c.initialized]

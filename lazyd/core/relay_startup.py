@@ -49,6 +49,7 @@ from lazyd.core.relay_base import (
     forward,
     internal,
 )
+from lazyd.core.relay_shared import RelayShared
 from lazyd.core.routing import ClientId, Routes
 from lazyd.core.stateless_cache import StatelessCache
 
@@ -69,15 +70,9 @@ class HandshakePort(Protocol):
 class Handshake:
     """The live handshake of one server instance and its start-up (see the module docstring)."""
 
-    def __init__(self, core: HandshakePort, snapshot: Snapshot, clients: dict[ClientId, ClientState], queue: Waiting,
-                 routes: Routes, era: EraState, listings: ListingEngine, cache: StatelessCache) -> None:
+    def __init__(self, core: HandshakePort, shared: RelayShared, cache: StatelessCache) -> None:
         self.core = core
-        self.snapshot = snapshot
-        self.clients = clients
-        self.queue = queue
-        self.routes = routes
-        self.era = era
-        self.listings = listings
+        self.shared = shared
         self.cache = cache
         self.instance: HandshakeEntry | None = None  # the live process's handshake and listings
         self.initial_refresh = False  # the refresh under way is the start's (READY when it is in)
@@ -100,19 +95,19 @@ class Handshake:
     # ---- replay ----------------------------------------------------------------------------------
 
     def replay_params(self) -> JsonObj | None:
-        for cid, msg in self.queue:
+        for cid, msg in self.shared.queue:
             if msg.method == "initialize":
                 return msg.params
-        for cid, msg in self.queue:
-            client = self.clients.get(cid)
+        for cid, msg in self.shared.queue:
+            client = self.shared.clients.get(cid)
             if client is not None and client.params is not None:
                 return client.params
-        return self.snapshot.last_params
+        return self.shared.snapshot.last_params
 
     def send_initialize(self, params: JsonObj) -> list[Action]:
         self.core.phase = Phase.HANDSHAKE
         self.instance = HandshakeEntry(params=params, result={})
-        return [internal(self.routes, "initialize", params, "replay"), Note(f"replaying initialize ({handshake_key(params)})")]
+        return [internal(self.shared.routes, "initialize", params, "replay"), Note(f"replaying initialize ({handshake_key(params)})")]
 
     def answered(self, msg: Message) -> list[Action]:
         """The server answered the replayed initialize."""
@@ -126,25 +121,25 @@ class Handshake:
             reason = "the server refused the replayed initialize"
             if isinstance(error, dict) and isinstance(error.get("message"), str):
                 reason += f": {error['message'][:200]}"
-            return [*self.queue.fail(f"lazyd: {reason}", self.clients), Abort(reason)]
-        out: list[Action] = self.era.learn_mixed(True) if self.era.stateless_up is True else []
-        if self.era.stage is Stage.HANDSHAKE:
-            out.extend(self.era.learn_first_initialize(True))  # it was the connection's first request
+            return [*self.shared.queue.fail(f"lazyd: {reason}", self.shared.clients), Abort(reason)]
+        out: list[Action] = self.shared.era.learn_mixed(True) if self.shared.era.stateless_up is True else []
+        if self.shared.era.stage is Stage.HANDSHAKE:
+            out.extend(self.shared.era.learn_first_initialize(True))  # it was the connection's first request
         self.instance.result = result
         out.append(ToServer(rpc.notification_line("notifications/initialized")))
-        if self.era.start_plan(self.core.phase).probe_after_handshake and self.era.stateless_up is False:
+        if self.shared.era.start_plan(self.core.phase).probe_after_handshake and self.shared.era.stateless_up is False:
             out.extend(self._send_probe_after())
-        for cid, queued in self.queue.take():
+        for cid, queued in self.shared.queue.take():
             if queued.method == "initialize" and queued.id is not None:
                 out.append(ToClient(cid, rpc.result_line(queued.id, result), queued.id))
             else:
-                self.queue.hold(cid, queued)
+                self.shared.queue.hold(cid, queued)
         self.core.phase = Phase.REFRESH
         self.initial_refresh = True
         out.extend(self.sync_level())
-        for uri in sorted(self.routes.subscriptions):
+        for uri in sorted(self.shared.routes.subscriptions):
             self.upstream_subs.add(uri)
-            out.append(internal(self.routes, "resources/subscribe", {"uri": uri}, "resubscribe"))
+            out.append(internal(self.shared.routes, "resources/subscribe", {"uri": uri}, "resubscribe"))
         out.extend(self._start_refresh(self.instance.advertised_listings()))
         return out
 
@@ -152,8 +147,8 @@ class Handshake:
         """A `server/discover` once the handshake is done (era_policy.py): what else this handshake
         connection carries."""
         asker = self.cache.start_asker(PROBE_VERSION)
-        self.era.probe_asker = asker
-        return [internal(self.routes, "server/discover", {"_meta": asker.envelope()}, "probe-after"),
+        self.shared.era.probe_asker = asker
+        return [internal(self.shared.routes, "server/discover", {"_meta": asker.envelope()}, "probe-after"),
                 Note("asking server/discover after the handshake: does this connection carry the stateless era too?")]
 
     # ---- refresh ---------------------------------------------------------------------------------
@@ -161,10 +156,10 @@ class Handshake:
     def _start_refresh(self, methods: list[str]) -> list[Action]:
         out: list[Action] = []
         for method in methods:
-            request = self.listings.start(method, method, "start" if self.initial_refresh else "changed", None)
+            request = self.shared.listings.start(method, method, "start" if self.initial_refresh else "changed", None)
             if request is not None:
                 out.append(request)
-        if not self.listings.pending(stateless=False):
+        if not self.shared.listings.pending(stateless=False):
             out.extend(self._refresh_done(set()))
         return out
 
@@ -178,7 +173,7 @@ class Handshake:
             self.instance.listings[method] = Listing(error=error if isinstance(error, dict) else {"code": rpc.INTERNAL_ERROR, "message": "bad listing"})
         else:
             self.instance.listings[method] = Listing(items=done.fetch.items)
-        if self.listings.pending(stateless=False):
+        if self.shared.listings.pending(stateless=False):
             return []
         return self._refresh_done({method})
 
@@ -188,7 +183,7 @@ class Handshake:
         # What a client of this handshake was served from the cache, perhaps another handshake's
         # entry: drift is measured against that, so a start after a cross-handshake answer
         # announces what it got wrong.
-        old = self.snapshot.entry_for_client(self.instance.params)
+        old = self.shared.snapshot.entry_for_client(self.instance.params)
         served = {m: listing.to_json() for m, listing in old.listings.items()} if old is not None else None
         changed = drift(served, {m: listing.to_json() for m, listing in self.instance.listings.items()})
         if not self.initial_refresh:
@@ -196,18 +191,19 @@ class Handshake:
         entry = HandshakeEntry(self.instance.params, self.instance.result, dict(self.instance.listings))
         out: list[Action] = []
         if old is None or old.to_json() != entry.to_json():
-            self.snapshot.entries[key] = entry
+            self.shared.snapshot.entries[key] = entry
             out.append(SnapshotChanged())
         for notification in sorted({LIST_CHANGED[m] for m in changed}):
             out.append(Note(f"listing drift: sending {notification}"))
-            out.extend(ToClient(cid, rpc.notification_line(notification)) for cid, c in sorted(self.clients.items()) if c.initialized)
+            out.extend(ToClient(cid, rpc.notification_line(notification))
+                       for cid, c in sorted(self.shared.clients.items()) if c.initialized)
         if self.initial_refresh:
             self.initial_refresh = False
             self.core.phase = Phase.READY
             out.extend(self.core.probe_unanswered())
             out.append(Ready())
-            for cid, msg in self.queue.take():
-                if cid in self.clients:
+            for cid, msg in self.shared.queue.take():
+                if cid in self.shared.clients:
                     out.extend(self.core.dispatch(cid, msg) if msg.kind is Kind.REQUEST else [])
         return out
 
@@ -232,49 +228,49 @@ class Handshake:
     def sync_level(self) -> list[Action]:
         """Keep the server's log level at the most verbose level any client asked for (handshake
         era; a stateless server gets each bridged client's level in its requests' envelope)."""
-        wanted = self.routes.most_verbose_level()
+        wanted = self.shared.routes.most_verbose_level()
         if (wanted is None or wanted == self.upstream_level or self.core.phase not in (Phase.REFRESH, Phase.READY)
                 or self.instance is None):
             return []
         self.upstream_level = wanted
-        return [internal(self.routes, "logging/setLevel", {"level": wanted}, "setlevel")]
+        return [internal(self.shared.routes, "logging/setLevel", {"level": wanted}, "setlevel")]
 
     def subscribe(self, cid: ClientId, msg: Message) -> list[Action]:
         assert msg.id is not None
         uri = msg.params.get("uri")
         if not isinstance(uri, str):
-            return forward(self.routes, cid, msg)  # let the server word the error
-        self.routes.subscriptions.setdefault(uri, set()).add(cid)
+            return forward(self.shared.routes, cid, msg)  # let the server word the error
+        self.shared.routes.subscriptions.setdefault(uri, set()).add(cid)
         if uri in self.upstream_subs:
             return [ToClient(cid, rpc.result_line(msg.id, {}), msg.id)]
         self.upstream_subs.add(uri)
-        return forward(self.routes, cid, msg)
+        return forward(self.shared.routes, cid, msg)
 
     def unsubscribe(self, cid: ClientId, msg: Message) -> list[Action]:
         assert msg.id is not None
         uri = msg.params.get("uri")
         if not isinstance(uri, str):
-            return forward(self.routes, cid, msg)
-        subscribers = self.routes.subscriptions.get(uri, set())
+            return forward(self.shared.routes, cid, msg)
+        subscribers = self.shared.routes.subscriptions.get(uri, set())
         subscribers.discard(cid)
         if subscribers or uri not in self.upstream_subs:
             if not subscribers:
-                self.routes.subscriptions.pop(uri, None)
+                self.shared.routes.subscriptions.pop(uri, None)
             return [ToClient(cid, rpc.result_line(msg.id, {}), msg.id)]
-        self.routes.subscriptions.pop(uri, None)
+        self.shared.routes.subscriptions.pop(uri, None)
         self.upstream_subs.discard(uri)
-        return forward(self.routes, cid, msg)
+        return forward(self.shared.routes, cid, msg)
 
     def client_left(self, cid: ClientId) -> list[Action]:
         """A client left: its subscriptions end; a uri nobody else wants is unsubscribed upstream."""
         out: list[Action] = []
-        for uri, subscribers in list(self.routes.subscriptions.items()):
+        for uri, subscribers in list(self.shared.routes.subscriptions.items()):
             subscribers.discard(cid)
             if not subscribers:
-                del self.routes.subscriptions[uri]
+                del self.shared.routes.subscriptions[uri]
                 if uri in self.upstream_subs and self.core.phase is Phase.READY:
                     self.upstream_subs.discard(uri)
-                    out.append(internal(self.routes, "resources/unsubscribe", {"uri": uri}, "unsubscribe"))
+                    out.append(internal(self.shared.routes, "resources/unsubscribe", {"uri": uri}, "unsubscribe"))
         return out
 
     def gone(self) -> None:

@@ -59,6 +59,7 @@ from lazyd.core.relay_base import (
     discover_version_key,
     forward,
 )
+from lazyd.core.relay_shared import RelayShared
 from lazyd.core.routing import ClientId, Routes
 
 
@@ -83,43 +84,37 @@ def advertised(discovery: JsonObj | None) -> list[str]:
 class StatelessCache:
     """The stateless cache's answers and records (see the module docstring)."""
 
-    def __init__(self, core: CachePort, snapshot: Snapshot, clients: dict[ClientId, ClientState], queue: Waiting,
-                 routes: Routes, era: EraState, listings: ListingEngine) -> None:
+    def __init__(self, core: CachePort, shared: RelayShared) -> None:
         self.core = core
-        self.snapshot = snapshot
-        self.clients = clients
-        self.queue = queue
-        self.routes = routes
-        self.era = era
-        self.listings = listings
+        self.shared = shared
 
     # ---- whose identity --------------------------------------------------------------------------
 
     def start_asker(self, version: str) -> Asker:
         """The identity of the relay's own requests: the client that caused the start, else the
         most recent one recorded, else lazyd itself (PROTOCOL.md §8: never invent one needlessly)."""
-        for cid, msg in self.queue:
+        for cid, msg in self.shared.queue:
             if msg.method is not None and eras.is_stateless_request(msg.method, msg.params):
                 info, caps = eras.envelope_identity(msg.params)
                 if isinstance(info.get("name"), str):  # an envelope without clientInfo names no one
                     return Asker(version, info, caps, self.principal(cid))
-        for cid, msg in self.queue:
-            client = self.clients.get(cid)
+        for cid, msg in self.shared.queue:
+            client = self.shared.clients.get(cid)
             params: JsonObj | None = msg.params if msg.method == "initialize" else (client.params if client else None)
             if params:
                 return asker_from_params(params, version, self.principal(cid))
-        meta = self.snapshot.last_meta
+        meta = self.shared.snapshot.last_meta
         if meta is not None and isinstance(meta.get("clientInfo"), dict):
             recorded = meta.get("clientCapabilities")
             principal = meta.get("principal")
             return Asker(version, meta["clientInfo"], recorded if isinstance(recorded, dict) else {},
                          principal if isinstance(principal, str) else "")
-        if self.snapshot.last_params is not None:
-            return asker_from_params(self.snapshot.last_params, version)
+        if self.shared.snapshot.last_params is not None:
+            return asker_from_params(self.shared.snapshot.last_params, version)
         return Asker(version, dict(LAZYD_CLIENT_INFO), {})
 
     def principal(self, cid: ClientId) -> str:
-        client = self.clients.get(cid)
+        client = self.shared.clients.get(cid)
         return client.principal if client is not None else ""
 
     def request_asker(self, cid: ClientId, params: JsonObj) -> Asker:
@@ -134,9 +129,9 @@ class StatelessCache:
 
     def known_discovery(self) -> JsonObj | None:
         """The live DiscoverResult, else any cached one (for versions and capabilities only)."""
-        if self.era.discovery is not None:
-            return self.era.discovery
-        for answer in self.snapshot.discover.values():
+        if self.shared.era.discovery is not None:
+            return self.shared.era.discovery
+        for answer in self.shared.snapshot.discover.values():
             if is_stateless_discovery(answer.get("result")):
                 result: JsonObj = answer["result"]
                 return result
@@ -145,22 +140,23 @@ class StatelessCache:
     def discover(self, cid: ClientId, msg: Message) -> list[Action]:
         """A client's `server/discover`, in either era: from the cache while fresh, else asked."""
         assert msg.id is not None
-        if self.era.setting == "handshake":
+        if self.shared.era.setting == "handshake":
             # As a server without discovery answers: clients in `auto` mode fall back to initialize.
             text = f'Method not found: lazyd serves {self.core.name} in the handshake era only (era = "handshake")'
             return [ToClient(cid, rpc.error_line(msg.id, rpc.METHOD_NOT_FOUND, text), msg.id)]
         version = discover_version_key(msg.params)
         identity = self.request_asker(cid, msg.params).identity
-        answer = self.snapshot.discover.get(ANY_VERSION)
+        answer = self.shared.snapshot.discover.get(ANY_VERSION)
         if answer is None:
-            answer = self.snapshot.discover.get(discover_key(version)) or self.snapshot.discover.get(discover_key(version, identity))
+            discover = self.shared.snapshot.discover
+            answer = discover.get(discover_key(version)) or discover.get(discover_key(version, identity))
         if answer is not None and not eras.is_continuation(msg.params):
             line = self.cached_answer(msg.id, answer)
             if line is not None:
                 return [ToClient(cid, line, msg.id)]
         if self.core.phase is Phase.DOWN:
-            return self.queue.add(cid, msg, "server/discover: not cached (or expired)")
-        return forward(self.routes, cid, msg, inspect=True, purpose=discover_key(version, identity))
+            return self.shared.queue.add(cid, msg, "server/discover: not cached (or expired)")
+        return forward(self.shared.routes, cid, msg, inspect=True, purpose=discover_key(version, identity))
 
     def cached_answer(self, msg_id: JsonId, answer: JsonObj) -> bytes | None:
         """A stored answer under `msg_id`, with the ttlMs it has left; None when it expired and
@@ -189,33 +185,33 @@ class StatelessCache:
             public = result.get("cacheScope") == "public"
             if not public and not identity:
                 return [Note("a private discovery answer for an unknown identity is not cached")]
-            self.snapshot.discover[discover_key(version, PUBLIC if public else identity)] = {
+            self.shared.snapshot.discover[discover_key(version, PUBLIC if public else identity)] = {
                 "result": result, "stored_at": self.core.now}
             if is_stateless_discovery(result):
-                self.snapshot.discover.pop(ANY_VERSION, None)
+                self.shared.snapshot.discover.pop(ANY_VERSION, None)
             return [SnapshotChanged()]
         code = error.get("code") if isinstance(error, dict) else None
         if code == rpc.METHOD_NOT_FOUND:
             # A server without discovery answers every version the same way.
-            self.snapshot.discover[version] = {"error": error}
-            self.snapshot.discover[ANY_VERSION] = {"error": error}
+            self.shared.snapshot.discover[version] = {"error": error}
+            self.shared.snapshot.discover[ANY_VERSION] = {"error": error}
             return [SnapshotChanged()]
         if code == eras.UNSUPPORTED_PROTOCOL_VERSION:
-            self.snapshot.discover[version] = {"error": error}
+            self.shared.snapshot.discover[version] = {"error": error}
             return [SnapshotChanged()]
         return [Note(f"server/discover error {code!r} not cached: it concerns the request")]
 
     # ---- listings --------------------------------------------------------------------------------
 
     def lookup(self, method: str, asker: Asker) -> CachedResult | None:
-        return self.snapshot.stateless.get(asker.key(method, True)) or self.snapshot.stateless.get(asker.key(method, False))
+        return self.shared.snapshot.stateless.get(asker.key(method, True)) or self.shared.snapshot.stateless.get(asker.key(method, False))
 
     def not_advertised(self, method: str) -> bool:
         discovery = self.known_discovery()
         return discovery is not None and method not in advertised(discovery)
 
     def can_fetch(self) -> bool:
-        return self.era.can_fetch(self.core.phase)
+        return self.shared.era.can_fetch(self.core.phase)
 
     def listing(self, cid: ClientId, msg: Message) -> list[Action]:
         """A stateless client's listing (no cursor, no continuation)."""
@@ -230,12 +226,12 @@ class StatelessCache:
                 return [ToClient(cid, line, msg.id)]
         if self.can_fetch():
             return self.fetch(msg.method, asker, "client", Waiter(cid, msg.id, "stateless"))
-        return self.queue.add(cid, msg, f"{msg.method}: not cached for this client, or expired")
+        return self.shared.queue.add(cid, msg, f"{msg.method}: not cached for this client, or expired")
 
     def fetch(self, method: str, asker: Asker, why: str, waiter: Waiter | None = None, *, again: bool = False) -> list[Action]:
         """Fetch a result for `asker`, or join the fetch already running for it; `again`: the
         running one may predate a change, so a new one replaces it (and takes over its waiters)."""
-        request = self.listings.start(method, asker.own_key(method), why, asker, waiter, again=again)
+        request = self.shared.listings.start(method, asker.own_key(method), why, asker, waiter, again=again)
         return [] if request is None else [request, Note(f"fetching {method} ({why})")]
 
     def fetched(self, done: Fetched) -> tuple[list[Action], str | None]:
@@ -247,7 +243,7 @@ class StatelessCache:
         if done.result is None:
             error = done.error if isinstance(done.error, dict) else {"code": rpc.INTERNAL_ERROR, "message": "lazyd: bad answer"}
             out: list[Action] = [ToClient(w.cid, rpc.dumps({"jsonrpc": "2.0", "id": w.client_id, "error": error}), w.client_id)
-                                 for w in fetch.waiters if w.cid in self.clients]
+                                 for w in fetch.waiters if w.cid in self.shared.clients]
             if fetch.method == "server/discover":
                 out.extend(self.record_discover(discover_key(asker.version, asker.identity), {"error": done.error}))
             return out, None
@@ -257,8 +253,8 @@ class StatelessCache:
         item_key = LISTINGS[fetch.method]
         old = self.lookup(fetch.method, asker)
         # One of the two keys at most: a result that changed scope must not leave its other self.
-        self.snapshot.stateless.pop(asker.key(fetch.method, fetch.private), None)
-        self.snapshot.store_stateless(asker.key(fetch.method, not fetch.private), done.result, self.core.now)
+        self.shared.snapshot.stateless.pop(asker.key(fetch.method, fetch.private), None)
+        self.shared.snapshot.store_stateless(asker.key(fetch.method, not fetch.private), done.result, self.core.now)
         out = [SnapshotChanged(), *self.answer_waiters(done)]
         served = {fetch.method: old.result.get(item_key)} if old is not None else None
         drifted = fetch.why == "start" and bool(drift(served, {fetch.method: fetch.items}))
@@ -268,7 +264,7 @@ class StatelessCache:
         assert done.result is not None
         out: list[Action] = []
         for w in done.fetch.waiters:
-            if w.cid not in self.clients:
+            if w.cid not in self.shared.clients:
                 continue
             value: object = done.result
             if w.shape == "initialize":

@@ -45,6 +45,7 @@ from lazyd.core.relay_base import (
     Waiting,
     WantServer,
 )
+from lazyd.core.relay_shared import RelayShared
 from lazyd.core.routing import ClientId, Routes, Upstream, level_rank
 from lazyd.core.stateless_cache import StatelessCache, advertised
 
@@ -68,15 +69,9 @@ class ListenPort(Protocol):
 class ListenRelay:
     """Client listen streams and the relay's own upstream stream (see the module docstring)."""
 
-    def __init__(self, core: ListenPort, snapshot: Snapshot, clients: dict[ClientId, ClientState], queue: Waiting,
-                 routes: Routes, era: EraState, listings: ListingEngine, cache: StatelessCache) -> None:
+    def __init__(self, core: ListenPort, shared: RelayShared, cache: StatelessCache) -> None:
         self.core = core
-        self.snapshot = snapshot
-        self.clients = clients
-        self.queue = queue
-        self.routes = routes
-        self.era = era
-        self.listings = listings
+        self.shared = shared
         self.cache = cache
         self.hub = ListenHub()
 
@@ -84,7 +79,7 @@ class ListenRelay:
         assert msg.id is not None
         discovery = self.cache.known_discovery()
         if discovery is None:
-            return self.queue.add(cid, msg, "subscriptions/listen: the server's capabilities are not known yet")
+            return self.shared.queue.add(cid, msg, "subscriptions/listen: the server's capabilities are not known yet")
         caps = eras.discover_capabilities(discovery)
         if not serves_listen(caps):
             return [ToClient(cid, rpc.error_line(msg.id, rpc.METHOD_NOT_FOUND, "Method not found", "subscriptions/listen"), msg.id)]
@@ -100,11 +95,11 @@ class ListenRelay:
 
     def _bridged_uris(self) -> set[str]:
         """Resources handshake-era clients subscribed to through the bridge."""
-        return set(self.routes.subscriptions) if self.core.instance is None else set()
+        return set(self.shared.routes.subscriptions) if self.core.instance is None else set()
 
     def sync(self) -> list[Action]:
         """Make the relay's upstream listen stream cover what the clients and the cache need."""
-        discovery = self.era.discovery
+        discovery = self.shared.era.discovery
         if not self.cache.can_fetch() or discovery is None:
             return []
         caps = eras.discover_capabilities(discovery)
@@ -114,15 +109,15 @@ class ListenRelay:
         if covers(self.hub.requested, want):
             return []
         asker = self.cache.start_asker(eras.upstream_version(discovery) or PROBE_VERSION)
-        rid = self.routes.take_id()
-        self.routes.add(rid, Upstream("subscriptions/listen", None, None, purpose="listen"))
+        rid = self.shared.routes.take_id()
+        self.shared.routes.add(rid, Upstream("subscriptions/listen", None, None, purpose="listen"))
         self.hub.pending, self.hub.requested = rid, want
         line = rpc.request_line(rid, "subscriptions/listen", {"_meta": asker.envelope(), "notifications": want})
         return [ToServer(line), Note(f"opening the relay's listen stream {rid}")]
 
     def ended(self, rid: int, refused: bool = False) -> list[Action]:
         """The server ended one of the relay's listen streams (a result, an error, or its cancel)."""
-        self.routes.pop(rid)
+        self.shared.routes.pop(rid)
         if rid not in (self.hub.current, self.hub.pending):
             return []
         if refused:
@@ -144,7 +139,7 @@ class ListenRelay:
         assert method is not None
         meta = params.get("_meta")
         sid = meta.get(eras.SUBSCRIPTION_ID_META) if isinstance(meta, dict) else None
-        stateless_only = self.core.instance is None and self.era.stateless_up
+        stateless_only = self.core.instance is None and self.shared.era.stateless_up
         if method == ACKNOWLEDGED:
             return self._acked(sid)
         if method == "notifications/message" and stateless_only:
@@ -166,16 +161,16 @@ class ListenRelay:
         return out
 
     def _acked(self, sid: object) -> list[Action]:
-        if not isinstance(sid, int) or isinstance(sid, bool) or sid not in self.routes.upstream:
+        if not isinstance(sid, int) or isinstance(sid, bool) or sid not in self.shared.routes.upstream:
             return [Note("acknowledgment of an unknown listen stream dropped")]
         if sid == self.hub.pending:
             old, self.hub.current, self.hub.pending = self.hub.current, sid, None
             out: list[Action] = [Note(f"listen stream {sid} acknowledged")]
-            if old is not None and self.routes.pop(old) is not None:
+            if old is not None and self.shared.routes.pop(old) is not None:
                 out.append(ToServer(rpc.notification_line("notifications/cancelled", {"requestId": old, "reason": "superseded"})))
             return out + self.core.maybe_ready()
         if sid != self.hub.current:
-            self.routes.pop(sid)
+            self.shared.routes.pop(sid)
             return [ToServer(rpc.notification_line("notifications/cancelled", {"requestId": sid, "reason": "superseded"}))]
         return []
 
@@ -196,12 +191,12 @@ class ListenRelay:
             return []  # a mixed connection notifies them natively
         if method in LIST_FLAGS:
             line = rpc.notification_line(method)
-            return [ToClient(cid, line) for cid, c in sorted(self.clients.items()) if c.params is not None and c.initialized]
+            return [ToClient(cid, line) for cid, c in sorted(self.shared.clients.items()) if c.params is not None and c.initialized]
         if method == RESOURCE_UPDATED:
             uri = params.get("uri")
             if not isinstance(uri, str):
                 return []
-            targets = sorted({cid for sub, cids in self.routes.subscriptions.items() if uri_matches(sub, uri) for cid in cids})
+            targets = sorted({cid for sub, cids in self.shared.routes.subscriptions.items() if uri_matches(sub, uri) for cid in cids})
             plain = {k: v for k, v in params.items() if k != "_meta"}
             meta = params.get("_meta")
             if isinstance(meta, dict) and any(k != eras.SUBSCRIPTION_ID_META for k in meta):
@@ -214,15 +209,15 @@ class ListenRelay:
         """A listing changed: drop its stored results, and fetch it again to keep the cache warm."""
         methods = [m for m, n in LIST_CHANGED.items() if n == notification]
         for method in methods:
-            self.snapshot.forget_stateless(method)
+            self.shared.snapshot.forget_stateless(method)
         out: list[Action] = [SnapshotChanged(), Note(f"{notification}: cached results dropped")]
-        discovery = self.era.discovery
+        discovery = self.shared.era.discovery
         if self.cache.can_fetch() and discovery is not None:
             asker = self.cache.start_asker(eras.upstream_version(discovery) or PROBE_VERSION)
             for method in methods:
                 if method in advertised(discovery):
                     out.extend(self.cache.fetch(method, asker, "changed", again=True))
-            for fetch in [f for f in self.listings.running(methods) if f.asker != asker]:
+            for fetch in [f for f in self.shared.listings.running(methods) if f.asker != asker]:
                 assert fetch.asker is not None
                 out.extend(self.cache.fetch(fetch.method, fetch.asker, fetch.why, again=True))
         return out
@@ -230,8 +225,8 @@ class ListenRelay:
     def _log(self, msg: Message) -> list[Action]:
         """A stateless server logs only for requests that opted in: the clients that did get it."""
         rank = level_rank(msg.params.get("level"))
-        targets = {cid for cid, level in self.routes.levels.items() if rank >= level_rank(level)}
-        targets |= {up.cid for up in self.routes.upstream.values()
+        targets = {cid for cid, level in self.shared.routes.levels.items() if rank >= level_rank(level)}
+        targets |= {up.cid for up in self.shared.routes.upstream.values()
                     if up.cid is not None and up.log_level is not None and rank >= level_rank(up.log_level)}
         line = rpc.dumps(msg.obj)
-        return [ToClient(cid, line) for cid in sorted(targets) if cid in self.clients]
+        return [ToClient(cid, line) for cid in sorted(targets) if cid in self.shared.clients]

@@ -16,6 +16,7 @@ from lazyd.core.era_state import EraState
 from lazyd.core.jsonrpc import JsonObj, Message
 from lazyd.core.listings import ListingEngine
 from lazyd.core.relay_base import ClientState, Note, Phase, ToClient, ToServer, Waiting, WantServer, forward, internal
+from lazyd.core.relay_shared import RelayShared
 from lazyd.core.routing import Routes
 from lazyd.core.stateless_cache import StatelessCache
 
@@ -114,8 +115,8 @@ def cache_part(port: CorePort) -> StatelessCache:
     snapshot = Snapshot()
     routes = Routes()
     era = EraState("auto", snapshot)
-    return StatelessCache(port, snapshot, {1: ClientState(1)}, Waiting(), routes, era,
-                          ListingEngine(lambda method, params, purpose: internal(routes, method, params, purpose)))
+    listings = ListingEngine(lambda method, params, purpose: internal(routes, method, params, purpose))
+    return StatelessCache(port, RelayShared(snapshot, era, listings, routes, {1: ClientState(1)}))
 
 
 def answer(ttl_ms: int, stored_at: float) -> JsonObj:
@@ -145,11 +146,11 @@ def test_discovery_is_stored_with_the_time_the_event_brought() -> None:
     port = CorePort(now=1_234.5)
     cache = cache_part(port)
     cache.record_discover("2026-07-28|someone", {"result": {"supportedVersions": ["2026-07-28"], "cacheScope": "public"}})
-    assert cache.snapshot.discover["2026-07-28"]["stored_at"] == 1_234.5
+    assert cache.shared.snapshot.discover["2026-07-28"]["stored_at"] == 1_234.5
 
 
 def test_the_relays_own_requests_borrow_the_queued_clients_identity() -> None:
     cache = cache_part(CorePort())
-    cache.queue.hold(1, message(rpc.request_line(1, "initialize", {"clientInfo": {"name": "cc", "version": "2"},
+    cache.shared.queue.hold(1, message(rpc.request_line(1, "initialize", {"clientInfo": {"name": "cc", "version": "2"},
                                                                    "capabilities": {"roots": {}}})))
     assert cache.start_asker("2026-07-28") == Asker("2026-07-28", {"name": "cc", "version": "2"}, {"roots": {}})
