@@ -10,20 +10,16 @@ hello had not been read is served from its hello on.
 
 from __future__ import annotations
 
-import logging
-
 import trio
 
 from lazyd.daemon.conn_state import ConnectionState, Live
-from lazyd.daemon.connection import ConnectionHandler, _Frames, _sole
+from lazyd.daemon.connection import ConnectionHandler, _Frames
 from lazyd.daemon.era_lanes import EraRoute
 from lazyd.daemon.outbox import ConnectionOutbox
-from lazyd.errors import SlowPeer, WireError
+from lazyd.errors import WireError
 from lazyd.frames import Line
 
 __all__ = ["serve_adopted"]
-
-log = logging.getLogger("lazyd.conn")
 
 
 async def serve_adopted(handler: ConnectionHandler, stream: trio.SocketStream, state: ConnectionState,
@@ -32,31 +28,20 @@ async def serve_adopted(handler: ConnectionHandler, stream: trio.SocketStream, s
     handler.active += 1
     pid = state.session.pid if state.session is not None else -1
     frames = _Frames(stream, handler.limits.frame_deadline_s)
-    if state.inbound:
-        frames._decode(state.inbound)  # what the predecessor read comes first, batch by batch
-    try:
-        try:
-            if state.outbound:
-                await stream.send_all(state.outbound)
-            if state.kind == "fresh":
-                await handler._serve(stream, pid, frames)
-            elif session is not None and route is not None:
-                await _session(handler, stream, frames, session, route, cancel)
-        except BaseExceptionGroup as group:
-            raise _sole(group) from None
-    except WireError as exc:
-        log.warning("closing a connection from pid %d after a bad frame: %s", pid, exc)
-    except SlowPeer as exc:
-        log.warning("closing a connection from pid %d: %s", pid, exc)
-    except (trio.BrokenResourceError, trio.ClosedResourceError, ConnectionError):
-        pass
-    except Exception:
-        log.exception("internal error while serving a connection from pid %d; closing it", pid)
-    finally:
-        handler.active -= 1
-        handler.live.pop(id(stream), None)
-        with trio.CancelScope(shield=True):
-            await stream.aclose()
+
+    async def serve() -> None:
+        if state.inbound:
+            frames._decode(state.inbound)  # what the predecessor read comes first, batch by batch
+        if state.outbound:
+            await stream.send_all(state.outbound)
+        if state.kind == "fresh":
+            await handler._serve(stream, pid, frames)
+        elif session is not None and route is not None:
+            await _session(handler, stream, frames, session, route, cancel)
+
+    # Judged, counted out and closed as every connection is; a bad frame among the bytes carried
+    # over costs this connection only.
+    await handler.guarded(stream, pid, serve)
 
 
 async def _session(handler: ConnectionHandler, stream: trio.SocketStream, frames: _Frames, session: ConnectionOutbox,

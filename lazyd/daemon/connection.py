@@ -32,6 +32,7 @@ import os
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import trio
@@ -40,7 +41,7 @@ from lazyd import wire
 from lazyd.daemon import handoff, handshakes
 from lazyd.daemon.era_lanes import EraRoute
 from lazyd.daemon import progress
-from lazyd.daemon.conn_state import ConnectionState, Live
+from lazyd.daemon.conn_state import Live
 from lazyd.daemon.outbox import ConnectionOutbox
 from lazyd.daemon.quiesce import GATE
 from lazyd.daemon.registry import Registry
@@ -224,22 +225,32 @@ class ConnectionHandler:
 
     async def __call__(self, stream: trio.SocketStream) -> None:
         self.active += 1
-        pid = -1
+        pid = self._admitted(stream)
+        await self.guarded(stream, -1 if pid is None else pid, None if pid is None else partial(self._serve, stream, pid))
+
+    def _admitted(self, stream: trio.SocketStream) -> int | None:
+        """The peer's pid if this connection may be served, else None (the reason logged)."""
+        try:
+            pid, uid, _ = peer_credentials(stream.socket)  # type: ignore[arg-type]
+        except OSError as exc:
+            log.warning("closing a connection whose peer cannot be identified: %s", exc.strerror)
+            return None
+        if uid != os.getuid():
+            log.warning("refused a connection from uid %d (pid %d): not our user", uid, pid)
+            return None
+        if self.active > MAX_CONNECTIONS:
+            log.warning("refused a connection from pid %d: %d connections open (limit %d)",
+                        pid, self.active - 1, MAX_CONNECTIONS)
+            return None
+        return pid
+
+    async def guarded(self, stream: trio.SocketStream, pid: int, serve: Callable[[], Awaitable[None]] | None) -> None:
+        """Run `serve` for one connection counted in `active` (a connection accepted here, or one a
+        predecessor daemon handed over), judge how it ended, then count it out and close it."""
         try:
             try:
-                pid, uid, _ = peer_credentials(stream.socket)  # type: ignore[arg-type]
-            except OSError as exc:
-                log.warning("closing a connection whose peer cannot be identified: %s", exc.strerror)
-                return
-            if uid != os.getuid():
-                log.warning("refused a connection from uid %d (pid %d): not our user", uid, pid)
-                return
-            if self.active > MAX_CONNECTIONS:
-                log.warning("refused a connection from pid %d: %d connections open (limit %d)",
-                            pid, self.active - 1, MAX_CONNECTIONS)
-                return
-            try:
-                await self._serve(stream, pid)
+                if serve is not None:
+                    await serve()
             except BaseExceptionGroup as group:
                 # A session's nursery wraps what its read loop raised (a bad or slow frame) in a
                 # group: judged below like the bare exception it is, not as an internal error.
