@@ -21,7 +21,7 @@ import struct
 import time
 
 from lazyd import sockpath, wire
-from lazyd.errors import LazydError, Unavailable, WireError
+from lazyd.errors import Unavailable, WireError
 from lazyd.frames import ForeignWelcome, Hello, Refusal, Welcome
 
 from .autostart import autostart as start_daemon

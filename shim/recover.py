@@ -27,7 +27,7 @@ import select
 import time
 
 from lazyd.errors import Unavailable
-from lazyd.handoff_state import Region, State, read_state
+from lazyd.handoff_state import Region, State
 
 from . import connect, handoff
 from .relay import LOST_CODE, LOST_MESSAGE, RECONNECT_POLL_S, RECONNECT_WAIT_S, Relay

@@ -35,13 +35,12 @@ from lazyd.core import eras
 from lazyd.core import jsonrpc as rpc
 from lazyd.core import state_codec as sc
 from lazyd.core.asker import PROBE_VERSION, Asker, asker_from_params
-from lazyd.core.cache import LISTINGS, HandshakeEntry, Listing, Snapshot, handshake_key
-from lazyd.core.era_state import EraState
+from lazyd.core.cache import LISTINGS, HandshakeEntry, Listing, handshake_key
 from lazyd.core.jsonrpc import JsonId, JsonObj, Kind, Message
 from lazyd.core.listings import Waiter
-from lazyd.core.relay_base import Action, Activity, ClientState, Note, Phase, ToClient, Waiting, forward
+from lazyd.core.relay_base import Action, Activity, ClientState, Note, Phase, ToClient, forward
 from lazyd.core.relay_shared import RelayShared
-from lazyd.core.routing import CALLBACK_CAPABILITY, ClientId, Routes, Upstream
+from lazyd.core.routing import CALLBACK_CAPABILITY, ClientId, Upstream
 from lazyd.core.stateless_cache import StatelessCache, advertised
 from lazyd.core.stateless_listen import ListenRelay
 

@@ -31,10 +31,8 @@ from typing import Protocol
 from lazyd.core import eras
 from lazyd.core import jsonrpc as rpc
 from lazyd.core.bridge import Bridge
-from lazyd.core.cache import LISTINGS, HandshakeEntry, Listing, Snapshot, handshake_key
-from lazyd.core.era_state import EraState
+from lazyd.core.cache import LISTINGS, HandshakeEntry, Listing, handshake_key
 from lazyd.core.jsonrpc import Message
-from lazyd.core.listings import ListingEngine
 from lazyd.core.relay_base import (
     Action,
     Activity,
@@ -44,14 +42,13 @@ from lazyd.core.relay_base import (
     SnapshotChanged,
     ToClient,
     ToServer,
-    Waiting,
     WantServer,
     foreign_task,
     forward,
 )
 from lazyd.core.relay_startup import Handshake
 from lazyd.core.relay_shared import RelayShared
-from lazyd.core.routing import ClientId, Routes, level_rank
+from lazyd.core.routing import ClientId, level_rank
 from lazyd.core.stateless import StatelessEra
 from lazyd.core.stateless_cache import StatelessCache
 from lazyd.core.stateless_listen import ListenRelay

@@ -30,15 +30,14 @@ from lazyd.core import jsonrpc as rpc
 from lazyd.core.bridge import Bridge
 from lazyd.core.cache import LIST_CHANGED
 from lazyd.core.jsonrpc import Message
-from lazyd.core.listings import PURPOSE_PREFIX, ListingEngine
-from lazyd.core.relay_base import Action, Activity, ClientState, Note, ToClient, ToServer
+from lazyd.core.listings import PURPOSE_PREFIX
+from lazyd.core.relay_base import Action, Activity, Note, ToClient, ToServer
 from lazyd.core.relay_startup import Handshake
 from lazyd.core.relay_shared import RelayShared
 from lazyd.core.routing import (
     CALLBACK_CAPABILITY,
     ClientId,
     Downstream,
-    Routes,
     SamplingPolicy,
     Upstream,
     choose_callback_target,

@@ -31,26 +31,24 @@ from typing import Protocol
 from lazyd.core import jsonrpc as rpc
 from lazyd.core import state_codec as sc
 from lazyd.core.asker import PROBE_VERSION
-from lazyd.core.cache import LIST_CHANGED, HandshakeEntry, Listing, Snapshot, handshake_key
-from lazyd.core.era_state import EraState, Stage
+from lazyd.core.cache import LIST_CHANGED, HandshakeEntry, Listing, handshake_key
+from lazyd.core.era_state import Stage
 from lazyd.core.jsonrpc import JsonObj, Kind, Message
-from lazyd.core.listings import Fetched, ListingEngine, drift
+from lazyd.core.listings import Fetched, drift
 from lazyd.core.relay_base import (
     Abort,
     Action,
-    ClientState,
     Note,
     Phase,
     Ready,
     SnapshotChanged,
     ToClient,
     ToServer,
-    Waiting,
     forward,
     internal,
 )
 from lazyd.core.relay_shared import RelayShared
-from lazyd.core.routing import ClientId, Routes
+from lazyd.core.routing import ClientId
 from lazyd.core.stateless_cache import StatelessCache
 
 

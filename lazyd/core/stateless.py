@@ -40,28 +40,25 @@ from typing import Protocol
 from lazyd.core import eras
 from lazyd.core import jsonrpc as rpc
 from lazyd.core.asker import PROBE_VERSION
-from lazyd.core.cache import LISTINGS, Snapshot, discover_key, is_stateless_discovery
-from lazyd.core.era_state import EraState, Event, Stage
+from lazyd.core.cache import LISTINGS, discover_key, is_stateless_discovery
+from lazyd.core.era_state import Event, Stage
 from lazyd.core.jsonrpc import JsonObj, Message
-from lazyd.core.listings import ListingEngine
 from lazyd.core.relay_base import (
     ANY_VERSION,
     Abort,
     Action,
-    ClientState,
     Note,
     Phase,
     Ready,
     SnapshotChanged,
     ToClient,
-    Waiting,
     foreign_task,
     forward,
     internal,
 )
 from lazyd.core.relay_startup import Handshake
 from lazyd.core.relay_shared import RelayShared
-from lazyd.core.routing import ClientId, Routes
+from lazyd.core.routing import ClientId
 from lazyd.core.stateless_cache import StatelessCache, advertised
 from lazyd.core.stateless_listen import ListenRelay
 

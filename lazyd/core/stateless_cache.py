@@ -39,28 +39,24 @@ from lazyd.core.cache import (
     LISTINGS,
     PUBLIC,
     CachedResult,
-    Snapshot,
     discover_key,
     is_stateless_discovery,
     remaining_ttl_ms,
 )
-from lazyd.core.era_state import EraState
 from lazyd.core.jsonrpc import JsonId, JsonObj, Message
-from lazyd.core.listings import Fetched, ListingEngine, Waiter, drift
+from lazyd.core.listings import Fetched, Waiter, drift
 from lazyd.core.relay_base import (
     ANY_VERSION,
     Action,
-    ClientState,
     Note,
     Phase,
     SnapshotChanged,
     ToClient,
-    Waiting,
     discover_version_key,
     forward,
 )
 from lazyd.core.relay_shared import RelayShared
-from lazyd.core.routing import ClientId, Routes
+from lazyd.core.routing import ClientId
 
 
 class CachePort(Protocol):

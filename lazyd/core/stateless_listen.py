@@ -18,8 +18,7 @@ from typing import Protocol
 from lazyd.core import eras
 from lazyd.core import jsonrpc as rpc
 from lazyd.core.asker import PROBE_VERSION
-from lazyd.core.cache import LIST_CHANGED, HandshakeEntry, Snapshot
-from lazyd.core.era_state import EraState
+from lazyd.core.cache import LIST_CHANGED, HandshakeEntry
 from lazyd.core.jsonrpc import JsonObj, Message
 from lazyd.core.listen import (
     ACKNOWLEDGED,
@@ -32,21 +31,18 @@ from lazyd.core.listen import (
     uri_matches,
     uris_of,
 )
-from lazyd.core.listings import ListingEngine
 from lazyd.core.relay_base import (
     Action,
     Activity,
-    ClientState,
     Note,
     Phase,
     SnapshotChanged,
     ToClient,
     ToServer,
-    Waiting,
     WantServer,
 )
 from lazyd.core.relay_shared import RelayShared
-from lazyd.core.routing import ClientId, Routes, Upstream, level_rank
+from lazyd.core.routing import ClientId, Upstream, level_rank
 from lazyd.core.stateless_cache import StatelessCache, advertised
 
 # Upstream listen streams the server may end in one run before the relay stops re-opening them.

@@ -20,7 +20,7 @@ from lazyd.core import relay as rl
 from lazyd.core.cache import LISTINGS, HandshakeEntry, Snapshot
 from lazyd.durations import format_duration
 from lazyd.core.era_policy import Era, Kind, facts_of
-from lazyd.core.eras import CLIENT_CAPABILITIES_META, CLIENT_INFO_META, FIRST_STATELESS_VERSION, LATEST_HANDSHAKE_VERSION
+from lazyd.core.eras import CLIENT_CAPABILITIES_META, CLIENT_INFO_META, FIRST_STATELESS_VERSION
 from lazyd.core.jsonrpc import METHOD_NOT_FOUND, notification_line, request_line
 from lazyd.daemon import progress
 from lazyd.daemon.process import ChildProcess, spawn
