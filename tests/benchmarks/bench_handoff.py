@@ -35,6 +35,7 @@ from tests.benchmarks.common import (
     percentile,
     rss_kib,
     shim_path,
+    time_calls,
     tree_rss_kib,
 )
 
@@ -52,16 +53,6 @@ def client_for(side: str, env: dict[str, str], server: list[str]) -> LineClient:
     return LineClient(argv, side_env(env, side))
 
 
-def timed_calls(client: LineClient, calls: int, text: str) -> list[float]:
-    samples = []
-    for _ in range(calls):
-        start = time.perf_counter()
-        reply = client.request("tools/call", {"name": "echo", "arguments": {"text": text}})
-        samples.append(time.perf_counter() - start)
-        assert "result" in reply, reply
-    return samples
-
-
 def spread(values: list[float], scale: float, unit: str) -> str:
     return f"{median(values) * scale:.1f} {unit} [{min(values) * scale:.1f}..{max(values) * scale:.1f}]"
 
@@ -71,7 +62,7 @@ def round_trips(env: dict[str, str], calls: int, big_calls: int, blocks: int) ->
     clients = {side: client_for(side, env, ECHO) for side in SIDES}
     for client in clients.values():
         client.handshake()
-        timed_calls(client, 50, "warm")
+        time_calls(client, 50, "warm")
     time.sleep(SETTLE_S)
 
     def cpu(side: str) -> float:
@@ -85,7 +76,7 @@ def round_trips(env: dict[str, str], calls: int, big_calls: int, blocks: int) ->
     for _ in range(blocks):
         for side in ORDER:
             before = cpu(side)
-            samples = timed_calls(clients[side], per_block, "x")
+            samples = time_calls(clients[side], per_block, "x")
             cpu_per[side].append((cpu(side) - before) / per_block)
             p50[side].append(median(samples))
             p99[side].append(percentile(samples, 99))
@@ -94,7 +85,7 @@ def round_trips(env: dict[str, str], calls: int, big_calls: int, blocks: int) ->
     per_big = max(1, big_calls // (blocks * 2))
     for _ in range(blocks):
         for side in ORDER:
-            samples = timed_calls(clients[side], per_big, big)
+            samples = time_calls(clients[side], per_big, big)
             mib_s[side].append(2 * len(samples) / sum(samples))
     for client in clients.values():
         client.close()

@@ -26,6 +26,7 @@ from tests.benchmarks.common import (
     percentile,
     rss_kib,
     shim_path,
+    time_calls,
 )
 
 
@@ -58,16 +59,6 @@ def time_warm_starts(env: dict[str, str], runs: int) -> list[float]:
         client.request("tools/list")
         samples.append(time.perf_counter() - start)
         client.close()
-    return samples
-
-
-def time_calls(client: LineClient, calls: int, text: str) -> list[float]:
-    samples = []
-    for _ in range(calls):
-        start = time.perf_counter()
-        reply = client.request("tools/call", {"name": "echo", "arguments": {"text": text}})
-        samples.append(time.perf_counter() - start)
-        assert "result" in reply, reply
     return samples
 
 

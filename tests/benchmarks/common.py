@@ -154,3 +154,14 @@ def rss_kib(pid: int) -> int:
     except OSError:
         pass
     return 0
+
+
+def time_calls(client: LineClient, calls: int, text: str) -> list[float]:
+    """Seconds per `tools/call` of the echo tool, one after another, each checked for a result."""
+    samples = []
+    for _ in range(calls):
+        start = time.perf_counter()
+        reply = client.request("tools/call", {"name": "echo", "arguments": {"text": text}})
+        samples.append(time.perf_counter() - start)
+        assert "result" in reply, reply
+    return samples
