@@ -55,12 +55,16 @@ def test_this_process_is_read_as_os_knows_it() -> None:
 
 
 def test_a_child_is_read_with_its_environment_and_argv_and_a_reaped_one_is_gone() -> None:
-    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()", "two words"], stdin=subprocess.PIPE,
+    script = "import sys; print(flush=True); sys.stdin.read()"
+    child = subprocess.Popen([sys.executable, "-c", script, "two words"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                              env={**os.environ, "LAZYD_PROCFS_TEST": "yes"}, start_new_session=True)
     try:
+        # Popen returns once the exec is past its point of no return, which is before the kernel
+        # has set the new image's argv and environment up (both read empty for that moment): the
+        # child's first line says it runs.
+        assert child.stdout is not None and child.stdout.readline() == b"\n"
         assert b"LAZYD_PROCFS_TEST=yes" in (procfs.read_environ(child.pid) or [])
-        assert procfs.read_cmdline(child.pid) == [os.fsencode(sys.executable), b"-c", b"import sys; sys.stdin.read()",
-                                                 b"two words"]
+        assert procfs.read_cmdline(child.pid) == [os.fsencode(sys.executable), b"-c", os.fsencode(script), b"two words"]
         stat = procfs.read_stat(child.pid)
         assert stat is not None and (stat.ppid, stat.session, stat.pgrp) == (os.getpid(), child.pid, child.pid)
         assert procfs.session_members(child.pid) == [child.pid] == procfs.group_members(child.pid)
@@ -68,6 +72,8 @@ def test_a_child_is_read_with_its_environment_and_argv_and_a_reaped_one_is_gone(
         assert child.stdin is not None
         child.stdin.close()
         child.wait()
+        if child.stdout is not None:
+            child.stdout.close()
     assert procfs.read_stat(child.pid) is None and procfs.read_environ(child.pid) is None
     assert procfs.read_cmdline(child.pid) is None and procfs.read_cgroup(child.pid) is None
     assert procfs.session_members(child.pid) == []
