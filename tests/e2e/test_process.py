@@ -282,8 +282,15 @@ async def test_the_child_gets_no_systemd_variables_even_when_the_daemon_has_them
     spec = fixture_spec(tmp_path, marker, KEPT_VARIABLE="kept")
     assert set(scrubbed) <= set(spec.env)
     async with open_child(spec) as child:
-        with open(f"/proc/{child.pid}/environ", "rb") as f:
-            names = {item.split(b"=", 1)[0].decode() for item in f.read().split(b"\0") if item}
+        # Right after the spawn the new image's environment may not be set up yet (it reads
+        # empty for that moment): read it once it is there.
+        names: set[str] = set()
+        with trio.fail_after(10):
+            while not names:
+                with open(f"/proc/{child.pid}/environ", "rb") as f:
+                    names = {item.split(b"=", 1)[0].decode() for item in f.read().split(b"\0") if item}
+                if not names:
+                    await trio.sleep(0.01)
         assert names & set(scrubbed) == set()
         assert {"KEPT_VARIABLE", "FIXTURE_MARKER", "PATH"} <= names
 
