@@ -80,9 +80,7 @@ def offer(region: int | None, log: Log) -> Offer | None:
     for fd, flags in ((0, os.O_RDONLY), (1, os.O_WRONLY)):
         found = _passable(fd, flags)
         if found is None:
-            for opened, own in ends:
-                if own:
-                    os.close(opened)
+            _close_own(ends)
             log(f"no hand-off: fd {fd} is neither a pipe nor a socket")
             return None
         ends.append(found)
@@ -92,12 +90,17 @@ def offer(region: int | None, log: Log) -> Offer | None:
         try:
             region = create_region()
         except OSError as exc:
-            for opened, own in ends:
-                if own:
-                    os.close(opened)
+            _close_own(ends)
             log(f"no hand-off: cannot create the shared region: {exc.strerror}")
             return None
     return Offer([ends[0][0], ends[1][0], region], [opened for opened, own in ends if own], region)
+
+
+def _close_own(ends: list[tuple[int, bool]]) -> None:
+    """Close the descriptors this shim opened for an offer it gives up (not the client's own)."""
+    for opened, own in ends:
+        if own:
+            os.close(opened)
 
 
 def recovery_argv(region: int, args: list[str]) -> list[str]:

@@ -83,6 +83,22 @@ async def wait_for_progress(progress: list[float], count: int) -> None:
             await anyio.sleep(0.02)
 
 
+async def upgrade_during_a_long_call(user: UserEnv, session: ClientSession, outcome: dict[str, Any], *words: str) -> None:
+    """Run `lazyctl upgrade *words` once the long operation on `session` is under way; the call's
+    answer lands in outcome["long"], or its error in outcome["long_error"]; lazyctl's run in
+    outcome["upgrade"]."""
+    progress: list[float] = []
+    async with anyio.create_task_group() as group:
+        async def run_long() -> None:
+            try:
+                outcome["long"] = await long_call(session, progress)
+            except MCPError as exc:
+                outcome["long_error"] = exc
+        group.start_soon(run_long)
+        await wait_for_progress(progress, 1)
+        outcome["upgrade"] = await anyio.to_thread.run_sync(lambda: lazyctl(user, "upgrade", *words))
+
+
 def test_an_upgrade_keeps_servers_sessions_and_a_call_in_flight_with_its_progress(user_env: UserEnv) -> None:
     daemon = start_daemon(user_env)
     everything = everything_command()
@@ -160,16 +176,7 @@ def test_an_upgrade_to_a_daemon_that_cannot_adopt_stops_the_servers_and_the_shim
         async with logged_shim(user_env) as first, logged_shim(user_env) as second:
             assert await echo(first, "one") == "Echo: one" and await echo(second, "two") == "Echo: two"
             servers = user_env.server_pids(everything[1])
-            progress: list[float] = []
-            async with anyio.create_task_group() as group:
-                async def run_long() -> None:
-                    try:
-                        outcome["long"] = await long_call(first, progress)
-                    except MCPError as exc:
-                        outcome["long_error"] = exc
-                group.start_soon(run_long)
-                await wait_for_progress(progress, 1)
-                outcome["upgrade"] = await anyio.to_thread.run_sync(lambda: lazyctl(user_env, "upgrade"))
+            await upgrade_during_a_long_call(user_env, first, outcome)
             # The shims reconnected to the new daemon, which starts the server afresh.
             outcome["after"] = (await echo(first, "after one"), await echo(second, "after two"))
             outcome["servers"] = (servers, user_env.server_pids(everything[1]))
@@ -316,16 +323,7 @@ def test_a_hand_off_session_is_let_go_at_an_upgrade_and_resumes_with_the_success
                                 shim_args=("--log-file", str(user_env.root / "shim.log"))) as session:
             assert await echo(session, "one") == "Echo: one"
             servers = user_env.server_pids(everything[1])
-            progress: list[float] = []
-            async with anyio.create_task_group() as group:
-                async def run_long() -> None:
-                    try:
-                        outcome["long"] = await long_call(session, progress)
-                    except MCPError as exc:
-                        outcome["long_error"] = exc
-                group.start_soon(run_long)
-                await wait_for_progress(progress, 1)
-                outcome["upgrade"] = await anyio.to_thread.run_sync(lambda: lazyctl(user_env, "upgrade", "--json"))
+            await upgrade_during_a_long_call(user_env, session, outcome, "--json")
             outcome["after"] = await echo(session, "after")
             outcome["servers"] = (servers, user_env.server_pids(everything[1]))
 
