@@ -11,21 +11,35 @@ Layout of the file (offsets in bytes)::
 
     [0, SLOT_BYTES)             slot 0  \\  two copies of the state, each: magic, generation,
     [SLOT_BYTES, 2*SLOT_BYTES)  slot 1  /  payload length, crc32, payload
-    [HEAD_OFFSET, ...)          client input read but not yet relayed: the start of a line whose
-                                end was not read yet (``head_len`` bytes)
+    [LANDING_OFFSET, ...)       two landing zones of LANDING_BYTES: the daemon reads the client's
+                                stdin straight into the zone the state names (``landing``)
+    [HEAD_OFFSET, ...)          two head areas of HEAD_AREA_BYTES: the start of a line read but
+                                not relayed yet, whose end was not read yet (``head_len`` bytes in
+                                the area the state names, ``head_area``)
     [TAIL_OFFSET, ...)          the unwritten rest of an answer the daemon had begun to write to
                                 the client when it dropped the session itself (``tail_len`` bytes)
 
 A write of the state goes to the slot that does *not* hold the newest valid copy, so a process
 killed in the middle of one (kill -9) leaves the other intact; the reader takes the valid slot with
-the highest generation. The head and tail areas are written before the state that counts them.
+the highest generation. The head and tail areas are written before the state that counts them, and
+a new head goes to the area the state does not name, so the recorded one is never overwritten.
 The file is sparse: only the pages written cost memory, and a head that has been consumed is freed
 (`release`).
 
-What a kill -9 can still lose, each within a few microseconds of CPU after a system call: bytes the
-daemon read from the client and had not yet recorded (a request in them goes unanswered), and an
-answer it wrote to the client but had not yet retired (its id is answered a second time, with the
-lost-connection error, which clients ignore as an unknown id).
+Nothing read from the client is ever only in the daemon's memory. The daemon's reads of the client's
+stdin land in the shared file itself (it maps the landing zones), so a byte that left the pipe is
+in the region the moment the read returns. The state names the zone the *next* read goes to; after
+the daemon has relayed a read's lines and recorded their ids, one state write names the other zone
+(whose bytes were cleared after its own last use), and the zone just read is cleared. A daemon
+killed anywhere in between leaves the read's bytes in the zone the state names: the shim takes them
+as input not yet accounted for, up to the first NUL byte (zones are all zeros but for what a read
+put there, and no JSON text holds a raw NUL), answers the requests among them and keeps the rest of
+a line for the next daemon. A request whose id the state also records (the daemon had got that far)
+is answered once.
+
+What a kill -9 can still do: answer a request twice — one the daemon answered and had not yet
+retired (its id is answered a second time, with the lost-connection error, which clients ignore as
+an unknown id).
 """
 
 from __future__ import annotations
@@ -38,15 +52,19 @@ TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs start-
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-MAGIC = b"LZH1"
+MAGIC = b"LZH2"
 SLOT_BYTES = 1 << 20
 # One copy of the state. Typical sessions use a few hundred bytes (the client's initialize line and
 # a handful of ids); 1 MiB holds the initialize line and ~100,000 small ids. Untouched pages of the
 # memfd cost nothing.
-HEAD_OFFSET = 2 * SLOT_BYTES
-TAIL_OFFSET = HEAD_OFFSET + (32 << 20)
-# Both areas hold at most one line (16 MiB and its line end); 32 MiB apart leaves room for a
-# partial line and whatever over-long input is being discarded.
+LANDING_OFFSET = 2 * SLOT_BYTES
+LANDING_BYTES = 256 * 1024
+# One read of the client's stdin (a pipe gives at most what it holds, 64 KiB by default).
+HEAD_OFFSET = LANDING_OFFSET + (1 << 20)
+HEAD_AREA_BYTES = 32 << 20
+TAIL_OFFSET = HEAD_OFFSET + 2 * HEAD_AREA_BYTES
+# Each area holds at most one line (16 MiB and its line end); 32 MiB leaves room for a partial line
+# and whatever over-long input is being discarded.
 
 MAX_HANDSHAKE_LINE_BYTES = 256 * 1024
 # An initialize line above this is not recorded (no SDK writes one near it): a session whose daemon
@@ -63,13 +81,15 @@ FLAG_INIT_ANSWERED = 1  # the client saw its initialize answered: worth resuming
 FLAG_OUT_TORN = 2  # an answer line is partly written on the client's stdout
 FLAG_CLOSED = 4  # the daemon ended the session because the client left: nothing to answer
 FLAG_DISCARDING = 8  # the head is the start of an over-long line whose rest is being skipped
+FLAG_LANDING_1 = 16  # the next read lands in zone 1 (else 0)
+FLAG_HEAD_AREA_1 = 32  # the head is in area 1 (else 0)
 
 
 class State:
     """One copy of a hand-off session's state (see the module docstring)."""
 
     __slots__ = ("generation", "init", "initialized", "init_answered", "inflight", "unrecorded",
-                 "head_len", "discarding", "out_torn", "tail_len", "closed")
+                 "head_len", "discarding", "out_torn", "tail_len", "closed", "landing", "head_area")
 
     def __init__(self) -> None:
         self.generation = 0
@@ -83,6 +103,8 @@ class State:
         self.out_torn = False
         self.tail_len = 0
         self.closed = False
+        self.landing = 0  # the landing zone whose bytes are not accounted for yet
+        self.head_area = 0
 
     def resume_lines(self) -> list[bytes]:
         """The handshake lines to resume a session with: only one the client saw answered."""
@@ -95,7 +117,8 @@ class State:
         init = self.init if len(self.init) <= MAX_HANDSHAKE_LINE_BYTES else b""
         initialized = self.initialized if len(self.initialized) <= MAX_HANDSHAKE_LINE_BYTES else b""
         flags = ((FLAG_INIT_ANSWERED if self.init_answered else 0) | (FLAG_OUT_TORN if self.out_torn else 0)
-                 | (FLAG_CLOSED if self.closed else 0) | (FLAG_DISCARDING if self.discarding else 0))
+                 | (FLAG_CLOSED if self.closed else 0) | (FLAG_DISCARDING if self.discarding else 0)
+                 | (FLAG_LANDING_1 if self.landing else 0) | (FLAG_HEAD_AREA_1 if self.head_area else 0))
         room = SLOT_BYTES - _HEADER.size - _FIXED.size - len(init) - len(initialized)
         ids: list[bytes] = []
         unrecorded = self.unrecorded
@@ -136,6 +159,8 @@ class State:
         state.out_torn = bool(flags & FLAG_OUT_TORN)
         state.closed = bool(flags & FLAG_CLOSED)
         state.discarding = bool(flags & FLAG_DISCARDING)
+        state.landing = 1 if flags & FLAG_LANDING_1 else 0
+        state.head_area = 1 if flags & FLAG_HEAD_AREA_1 else 0
         return state
 
 
@@ -187,12 +212,12 @@ class Region:
                   self._slot * SLOT_BYTES)
         state.generation = self._generation
 
-    def write_head(self, data: bytes | memoryview, offset: int) -> None:
-        """Put `data` at `offset` of the head area (a line's start, before the state counts it)."""
-        _pwrite_all(self.fd, data, HEAD_OFFSET + offset)
+    def write_head(self, data: bytes | memoryview, offset: int, area: int = 0) -> None:
+        """Put `data` at `offset` of head area `area` (a line's start, before the state counts it)."""
+        _pwrite_all(self.fd, data, head_offset(area) + offset)
 
-    def read_head(self, length: int) -> bytes:
-        return _pread_all(self.fd, length, HEAD_OFFSET)
+    def read_head(self, length: int, area: int = 0) -> bytes:
+        return _pread_all(self.fd, length, head_offset(area))
 
     def write_tail(self, parts: Iterable[bytes | memoryview]) -> int:
         """Put the rest of a torn answer in the tail area; returns its length."""
@@ -205,10 +230,29 @@ class Region:
     def read_tail(self, length: int) -> bytes:
         return _pread_all(self.fd, length, TAIL_OFFSET)
 
-    def release(self, keep_head: int = 0) -> None:
-        """Free the pages of the tail area and of the head area past `keep_head` bytes (which the
-        state still counts)."""
-        os.ftruncate(self.fd, HEAD_OFFSET + keep_head)
+    def read_landed(self, zone: int) -> bytes:
+        """What a read put in landing zone `zone` and no state accounts for (up to the first NUL)."""
+        data = _pread_all(self.fd, LANDING_BYTES, landing_offset(zone))
+        end = data.find(b"\0")
+        return data if end < 0 else data[:end]
+
+    def clear_landed(self, zone: int, length: int) -> None:
+        """Zero the first `length` bytes of landing zone `zone`, for the next read to land in."""
+        if length:
+            _pwrite_all(self.fd, bytes(length), landing_offset(zone))
+
+    def release(self, keep_head: int = 0, area: int = 0) -> None:
+        """Free the pages of the tail area and of the head areas past `keep_head` bytes of `area`
+        (which the state still counts); the landing zones stay, for the daemon maps them."""
+        os.ftruncate(self.fd, head_offset(area) + keep_head)
+
+
+def landing_offset(zone: int) -> int:
+    return LANDING_OFFSET + zone * LANDING_BYTES
+
+
+def head_offset(area: int) -> int:
+    return HEAD_OFFSET + area * HEAD_AREA_BYTES
 
 
 def _pwrite_all(fd: int, data: bytes | memoryview, offset: int) -> None:

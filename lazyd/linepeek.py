@@ -184,3 +184,34 @@ def top_level_fields(prefix: bytes) -> dict[str, object]:
             expect_key = True
         i += 1
     return found
+
+
+ID_SCAN_BYTES = 64 * 1024  # what is kept of an over-long line to find its id
+
+
+def request_ids_in(head: bytes, discarding: bool, data: bytes, max_line: int) -> tuple[list[bytes], bytes, bool]:
+    """The requests in client input nobody relayed for sure, as a hand-off session's shim finds
+    it in the region (lazyd/handoff_state.py): `head`, the start of a line (with `discarding`, the
+    first bytes of an over-long one), then `data`, the bytes read after it.
+
+    Returns the JSON text of each request id in the lines `data` completes (an over-long line's
+    from its first ID_SCAN_BYTES, as the daemon reads it), the start of the line left unfinished,
+    and whether that start is an over-long line's. Lines are cut as the daemon cuts them."""
+    text = head + data
+    ids: list[bytes] = []
+    start = 0
+    while (newline := text.find(b"\n", start)) >= 0:
+        line = text[start:newline]
+        start = newline + 1
+        if discarding or len(line) > max_line + 1:  # room for a "\r"
+            discarding = False
+            fields = top_level_fields(line[:ID_SCAN_BYTES])
+            found = fields.get("id")
+            if isinstance(fields.get("method"), str) and id_key(found) is not None:
+                ids.append(json.dumps(found).encode())
+            continue
+        ids.extend(json.dumps(request_id).encode() for _, request_id in inspect_line(line.rstrip(b"\r")).requests)
+    rest = text[start:]
+    if discarding or len(rest) > max_line + 1:
+        return ids, rest[:ID_SCAN_BYTES], True
+    return ids, rest, False

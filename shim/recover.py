@@ -28,6 +28,8 @@ import time
 
 from lazyd.errors import Unavailable
 from lazyd.handoff_state import Region, State
+from lazyd.linepeek import request_ids_in
+from lazyd.frames import MAX_LINE_BYTES
 
 from . import connect, handoff
 from .relay import LOST_CODE, LOST_MESSAGE, RECONNECT_POLL_S, RECONNECT_WAIT_S, Relay
@@ -59,15 +61,27 @@ def answer(state: State, region: Region, out: Stdout, log: Log) -> None:
         rest = region.read_tail(state.tail_len) if state.tail_len else b""
         out.write(rest if rest.endswith(b"\n") else rest + b"\n")
         log(f"finished a line the daemon had begun ({len(rest)} bytes of it were left to write)")
-    for text in state.inflight:
+    # What the daemon read and had not accounted for (lazyd/handoff_state.py): the requests among
+    # it are in flight as well, and the start of a line among it joins the head.
+    landed = region.read_landed(state.landing)
+    head = region.read_head(state.head_len, state.head_area) if state.head_len else b""
+    found, rest, discarding = request_ids_in(head, state.discarding, landed, MAX_LINE_BYTES)
+    texts = list(dict.fromkeys([*state.inflight, *found]))  # each id once, in order
+    for text in texts:
         out.write(b'{"jsonrpc":"2.0","id":' + text + _ERROR_TAIL + b"\n")
-    if state.inflight:
-        log(f"answered {len(state.inflight)} in-flight request(s) with an error")
+    if texts:
+        log(f"answered {len(texts)} in-flight request(s) with an error")
     if state.unrecorded:
         log(f"{state.unrecorded} in-flight request(s) could not be recorded by the daemon and stay unanswered")
+    if landed:
+        log(f"took {len(landed)} byte(s) of input the daemon had read and not recorded")
+        state.head_area ^= 1  # not over the head the state still names
+        region.write_head(rest, 0, state.head_area)
+        state.head_len, state.discarding = len(rest), discarding
     state.inflight, state.unrecorded, state.out_torn, state.tail_len = [], 0, False, 0
     region.write(state)
-    region.release(state.head_len)
+    region.clear_landed(state.landing, len(landed))
+    region.release(state.head_len, state.head_area)
 
 
 def run(opts: Options, region_fd: int, args: list[str], log: Log) -> NoReturn:
@@ -116,7 +130,7 @@ def _take_back(opts: Options, region_fd: int, args: list[str], log: Log) -> None
 def _relay(opts: Options, conn: connect.Connection | None, state: State, region: Region, log: Log) -> Relay:
     """A frame relay that carries on from the region: its handshake, and the unrelayed input."""
     relay = Relay(opts, conn, log)
-    head = region.read_head(state.head_len) if state.head_len else b""
+    head = region.read_head(state.head_len, state.head_area) if state.head_len else b""
     relay.seed(state.init, state.initialized, state.init_answered, head, state.discarding)
     os.close(region.fd)
     return relay

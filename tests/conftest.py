@@ -236,9 +236,10 @@ class Daemon:
         return self.proc.wait(timeout=20)
 
 
-def start_daemon(user: UserEnv, *extra: str) -> Daemon:
+def start_daemon(user: UserEnv, *extra: str, env: dict[str, str] | None = None) -> Daemon:
+    """A daemon of `user`, accepting; `env` adds to the user's environment (this daemon's only)."""
     log = open(user.root / "daemon.stderr", "ab")
-    proc = subprocess.Popen([sys.executable, "-m", "lazyd.daemon", *extra], env=user.env,
+    proc = subprocess.Popen([sys.executable, "-m", "lazyd.daemon", *extra], env={**user.env, **(env or {})},
                             stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
     # Accepting, not only bound: the socket file exists a moment before listen(), and a connect
     # in between is refused (seen once on a loaded machine).

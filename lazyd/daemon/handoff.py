@@ -28,6 +28,7 @@ from __future__ import annotations
 import array
 import logging
 import os
+import signal
 import socket
 from collections.abc import Callable
 from typing import Any
@@ -37,7 +38,7 @@ import trio
 from lazyd import wire
 from lazyd.daemon import handshakes
 from lazyd.daemon.era_lanes import EraRoute
-from lazyd.daemon.handoff_ledger import Ledger
+from lazyd.daemon.handoff_ledger import Landing, Ledger
 from lazyd.daemon.handoff_outbox import ClientEnds, HandoffOutbox
 from lazyd.daemon.hub import HubSession
 from lazyd.daemon.registry import Registry
@@ -45,13 +46,12 @@ from lazyd.daemon.supervisor import ServerRuntime
 from lazyd.errors import Refused
 from lazyd.frames import Hello, Refusal, Welcome
 from lazyd.handoff_state import Region, is_region
-from lazyd.linepeek import error_line, id_key, top_level_fields
+from lazyd.linepeek import ID_SCAN_BYTES, error_line, id_key, top_level_fields
 
 log = logging.getLogger("lazyd.conn")
 
 PASSED_FDS = 3  # the client's stdin, its stdout, the region: in this order
-READ_BYTES = 256 * 1024  # one read of the client's stdin (a pipe gives at most what it holds)
-ID_SCAN_BYTES = 64 * 1024  # what is kept of an over-long line to find its id (as the shim does)
+
 TOO_LONG_CODE = -32600
 EXIT_CUE = b"\n"  # to the shim: the client left, exit 0
 
@@ -116,8 +116,9 @@ class HandoffSession:
         self.ends = ends
         self.region_fd = region_fd
         self.ledger = Ledger(Region(region_fd))
+        self.landing = Landing(region_fd)
         previous = self.ledger.region.current
-        self.buffer = bytearray(self.ledger.region.read_head(previous.head_len) if previous else b"")
+        self.buffer = bytearray(self.ledger.region.read_head(previous.head_len, previous.head_area) if previous else b"")
         self.discarding = previous.discarding if previous else False
         self.cancel = trio.CancelScope()
         self.outbox: HandoffOutbox | None = None
@@ -157,6 +158,7 @@ class HandoffSession:
                 self._finish(route, outbox)
         finally:
             self.ends.close()
+            self.landing.close()
             os.close(self.region_fd)
 
     def _client_gone(self) -> None:
@@ -192,25 +194,39 @@ class HandoffSession:
 
     async def _read_client(self) -> None:
         """Relay the client's lines until its stdin ends; returns at EOF."""
-        route, outbox = self.route, self.outbox
+        route, outbox, ledger, landing = self.route, self.outbox, self.ledger, self.landing
         assert route is not None and outbox is not None
+        # What an earlier daemon read and did not account for comes first (it handed the session
+        # over at an upgrade between a read and its record).
+        size = landing.pending(ledger.state.landing)
         waited = True
         while True:
-            data = self.ends.read(READ_BYTES)
-            if data is None:
-                await self.ends.wait_readable()
-                waited = True
-                continue
-            if not data:
-                return
-            if not waited:
-                await trio.lowlevel.checkpoint()  # a client that floods must not starve the others
+            zone = ledger.state.landing
+            if not size:
+                got = self.ends.read_into(landing.zones[zone])  # into the region: never only ours
+                if got is None:
+                    await self.ends.wait_readable()
+                    waited = True
+                    continue
+                if not got:
+                    return
+                size = got
+                if not waited:
+                    await trio.lowlevel.checkpoint()  # a client that floods must not starve the others
             waited = False
-            self.ledger.hold()  # one region write for all the lines of this read
+            data = landing.take(zone, size)
+            if _KILL_AT is not None:
+                _kill_if(b"read", data)
+            ledger.hold()  # one region write for all the lines of this read, and the zone it came in
             try:
                 self._take(data)
+                if _KILL_AT is not None:
+                    _kill_if(b"relayed", data)
+                ledger.landed()
             finally:
-                self.ledger.release()
+                ledger.release()
+            landing.clear(zone, size)
+            size = 0
             if isinstance(route, (ServerRuntime, EraRoute)) and not route.has_room():
                 await route.wait_for_room()
             if outbox.should_pause():
@@ -272,6 +288,22 @@ class HandoffSession:
         else:
             log.info("session %d: dropped a line over %d bytes that has no readable request id",
                      self.outbox.cid, wire.MAX_LINE_BYTES)
+
+
+KILL_ENV = "LAZYD_TEST_HANDOFF_KILL"
+# Undocumented test seam: "POINT:TEXT" makes the daemon SIGKILL itself at POINT ("read": a read
+# is in the region and nothing of it is relayed; "relayed": its lines are relayed and not yet
+# recorded) of the first read holding TEXT, the two moments a kill -9 is hardest to survive.
+_KILL_AT: tuple[bytes, bytes] | None = None
+if (_kill := os.environ.get(KILL_ENV)) and ":" in _kill:
+    _point, _text = _kill.split(":", 1)
+    _KILL_AT = (_point.encode(), _text.encode())
+
+
+def _kill_if(point: bytes, data: bytes) -> None:
+    assert _KILL_AT is not None
+    if _KILL_AT[0] == point and _KILL_AT[1] in data:
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 async def serve(registry: Registry, stream: trio.SocketStream, hello: Hello, ends: ClientEnds, region_fd: int) -> None:

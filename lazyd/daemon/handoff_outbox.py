@@ -104,6 +104,20 @@ class ClientEnds:
                 return b""
             raise
 
+    def read_into(self, view: memoryview) -> int | None:
+        """Read the client's stdin into `view` (the region's landing zone); how many bytes came,
+        0 at EOF, None if nothing is there yet."""
+        try:
+            if self._in_sock is not None:
+                return self._in_sock.recv_into(view, 0, socket.MSG_DONTWAIT)
+            return os.readv(self.in_fd, [view])
+        except BlockingIOError:
+            return None
+        except OSError as exc:
+            if exc.errno in _GONE_ERRNOS:
+                return 0
+            raise
+
     def write(self, parts: list[bytes | memoryview]) -> int:
         """Write what fits of `parts` into the client's stdout at once; how many bytes went.
 

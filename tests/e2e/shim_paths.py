@@ -51,6 +51,7 @@ def _waits_in_a_shell(pid: int) -> bool:
 
 PATHS = (ShimPath("frames", False, False), ShimPath("hand-off", True, False),
          ShimPath("hand-off over socketpairs", True, True))
+HANDOFF_PATHS = PATHS[1:]
 
 
 @pytest.fixture(params=PATHS, ids=[p.name for p in PATHS])

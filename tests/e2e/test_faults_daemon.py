@@ -26,7 +26,7 @@ from lazyd.daemon import orphans
 from lazyd.daemon.runtime_dir import socket_identity
 from lazyd.frames import ForeignHello, Refusal
 from tests.conftest import UserEnv, start_daemon
-from tests.e2e.shim_paths import ShimPath, shim_path  # noqa: F401 (shim_path is a fixture)
+from tests.e2e.shim_paths import HANDOFF_PATHS, ShimPath, shim_path  # noqa: F401 (shim_path is a fixture)
 from tests.e2e.faults_support import (
     DEADLINE_S,
     FIXTURE,
@@ -106,6 +106,33 @@ def test_a_daemon_killed_with_sigkill_costs_only_the_calls_in_flight(user_env: U
     finally:
         for shim in shims:
             shim.close()
+
+
+@pytest.mark.parametrize("point", ["read", "relayed"])
+@pytest.mark.parametrize("path", HANDOFF_PATHS, ids=[p.name for p in HANDOFF_PATHS])
+def test_a_request_the_daemon_read_but_had_not_recorded_when_killed_is_still_answered(
+        user_env: UserEnv, path: ShimPath, point: str) -> None:
+    # On the hand-off path the daemon reads the client's stdin itself: a kill -9 right after a
+    # read ("read": nothing of it relayed; "relayed": sent to the server, its id not yet recorded)
+    # must not lose the request. The shim finds the read's bytes in the region and answers it.
+    daemon = start_daemon(user_env, env={"LAZYD_TEST_HANDOFF_KILL": f"{point}:kill-me-now"})
+    shim = path.started(user_env)
+    try:
+        shim.initialize()
+        path.check(shim)
+        assert _call(shim, 2, "pid")["result"]
+        shim.send(tool_call(7, "echo", {"text": "kill-me-now"}))
+        error = shim.read()
+        assert error["id"] == 7 and error["error"]["code"] == -32603, error
+        assert "connection to the daemon was lost" in error["error"]["message"]
+        assert daemon.proc.wait(DEADLINE_S) == -signal.SIGKILL
+        # Answered once: the next line the client reads is its next call's answer, from a new daemon.
+        shim.send(tool_call(8, "echo", {"text": "after"}))
+        assert shim.read() == {"jsonrpc": "2.0", "id": 8, "result": {"content": [{"type": "text", "text": "after"}]}}
+        shim.fence("fence")
+        path.check(shim)
+    finally:
+        shim.close()
 
 
 def _call(shim: RawShim, request_id: int, name: str) -> dict[str, object]:

@@ -120,26 +120,35 @@ def test_a_partial_line_is_in_the_head_as_it_grows_and_leaves_it_when_relayed(fd
     # The line completes and is relayed; a new partial line starts in the same read.
     ledger.head_relayed()
     ledger.head(bytearray(b"XY"), False)
-    assert on_disk(fd).head_len == 2 and ledger.region.read_head(2) == b"XY"
+    state = on_disk(fd)
+    assert state.head_len == 2 and ledger.region.read_head(2, state.head_area) == b"XY"
 
 
-def test_the_head_of_a_relayed_line_is_cleared_before_a_new_one_overwrites_it(fd: int) -> None:
-    # Were the new bytes written first, a daemon killed in between would leave a head that is the
-    # new line's start followed by the old line's rest.
+def test_a_new_partial_line_never_overwrites_the_head_the_state_still_names(fd: int) -> None:
+    # Were the new bytes written over the recorded head, a daemon killed before the state write
+    # would leave a head that is the new line's start followed by the old line's rest.
     region = Region(fd)
     ledger = Ledger(region)
     ledger.head(bytearray(b"old line start"), False)
     ledger.head_relayed()
-    seen: list[tuple[int, bytes]] = []
+    seen: list[tuple[bytes, int, bytes]] = []
     real_write_head = region.write_head
 
-    def spy(data: bytes | memoryview, offset: int) -> None:
-        seen.append((on_disk(fd).head_len, bytes(data)))
-        real_write_head(data, offset)
+    def spy(data: bytes | memoryview, offset: int, area: int = 0) -> None:
+        named = on_disk(fd)
+        seen.append((region.read_head(named.head_len, named.head_area), area == named.head_area, bytes(data)))
+        real_write_head(data, offset, area)
 
     region.write_head = spy  # type: ignore[method-assign]
     ledger.head(bytearray(b"new"), False)
-    assert seen == [(0, b"new")]
+    assert seen == [(b"old line start", False, b"new")]
+    state = on_disk(fd)
+    assert region.read_head(state.head_len, state.head_area) == b"new"
+    # The next line's start goes back to the first area, now free.
+    ledger.head_relayed()
+    ledger.head(bytearray(b"third"), False)
+    state = on_disk(fd)
+    assert state.head_area == 0 and region.read_head(state.head_len, 0) == b"third"
 
 
 def test_a_large_consumed_head_is_given_back_to_the_kernel(fd: int) -> None:

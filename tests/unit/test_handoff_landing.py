@@ -1,0 +1,144 @@
+"""What a hand-off session's shim makes of client input the daemon read and had not accounted for
+(lazyd/handoff_state.py, "Nothing read from the client is ever only in the daemon's memory"): the
+daemon's side (`Landing`, `Ledger.landed`) and the shim's (`request_ids_in`, `recover.answer`).
+
+Testing policy: a real memfd region, the daemon's mapping of it and the shim's reader; the client's
+stdout is a real pipe. No processes, no trio.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+
+import pytest
+
+from lazyd import handoff_state as hs
+from lazyd.daemon.handoff_ledger import Landing, Ledger
+from lazyd.handoff_state import Region, read_state
+from lazyd.linepeek import ID_SCAN_BYTES, request_ids_in
+from shim import recover
+from shim.options import Log, parse
+from shim.stdout import Stdout
+
+MAX = 1000  # a small line limit, to reach the over-long cases with small inputs
+
+
+def call(request_id: int | str, text: str = "") -> bytes:
+    return json.dumps({"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": {"t": text}}).encode()
+
+
+@pytest.fixture
+def fd() -> Iterator[int]:
+    region = hs.create_region()
+    yield region
+    os.close(region)
+
+
+# ---- request_ids_in (pure) -------------------------------------------------------------------
+
+
+def test_the_requests_of_the_lines_a_read_completes_are_found_with_their_json_type() -> None:
+    data = call(1) + b"\n" + call("1") + b"\r\n" + b'{"jsonrpc":"2.0","method":"notifications/x"}\n' + call(3)[:10]
+    ids, rest, discarding = request_ids_in(b"", False, data, MAX)
+    assert ids == [b"1", b'"1"'] and rest == call(3)[:10] and not discarding
+
+
+def test_a_read_that_completes_the_head_counts_the_head_s_request() -> None:
+    line = call(9)
+    ids, rest, _ = request_ids_in(line[:12], False, line[12:] + b"\n", MAX)
+    assert ids == [b"9"] and rest == b""
+
+
+def test_an_over_long_line_is_read_by_its_first_bytes_as_the_daemon_reads_it() -> None:
+    long = call(5, "x" * (2 * MAX))
+    ids, rest, discarding = request_ids_in(b"", False, long + b"\n" + long[:50], MAX)
+    assert ids == [b"5"] and rest == long[:50] and not discarding
+    # Still unfinished, its start is kept to ID_SCAN_BYTES and marked discarding.
+    ids, rest, discarding = request_ids_in(b"", False, long, MAX)
+    assert ids == [] and rest == long[:ID_SCAN_BYTES] and discarding
+    # The head of a line already being discarded: its end closes it, and only its start counts.
+    ids, rest, discarding = request_ids_in(long[:60], True, b'more"}}\n' + call(6) + b"\n", MAX)
+    assert ids == [b"5", b"6"] and rest == b"" and not discarding
+
+
+def test_garbage_and_blank_lines_hold_no_request() -> None:
+    assert request_ids_in(b"", False, b"not json\n\n   \n[1,2]\n", MAX) == ([], b"", False)
+
+
+# ---- the daemon's side ------------------------------------------------------------------------
+
+
+def test_a_read_lands_in_the_zone_the_state_names_and_is_accounted_for_by_one_state_write(fd: int) -> None:
+    ledger, landing = Ledger(Region(fd)), Landing(fd)
+    try:
+        zone = ledger.state.landing
+        line = call(4) + b"\n"
+        landing.zones[zone][: len(line)] = line  # what a read of the client's stdin does
+        # Before it is accounted for, the shim finds the bytes in the zone the region names.
+        assert Region(fd).read_landed(zone) == line and landing.pending(zone) == len(line)
+        ledger.hold()
+        ledger.client_line(line[:-1])
+        ledger.landed()
+        ledger.release()
+        landing.clear(zone, len(line))
+        state, _ = read_state(fd)
+        assert state is not None and state.landing == zone ^ 1 and state.inflight == [b"4"]
+        assert Region(fd).read_landed(zone) == b"" and Region(fd).read_landed(zone ^ 1) == b""
+    finally:
+        landing.close()
+
+
+def test_a_large_read_gives_its_pages_back_and_leaves_the_zone_zeroed(fd: int) -> None:
+    landing = Landing(fd)
+    try:
+        landing.zones[1][:] = b"y" * hs.LANDING_BYTES
+        landing.clear(1, hs.LANDING_BYTES)
+        assert landing.pending(1) == 0 and Region(fd).read_landed(1) == b""
+    finally:
+        landing.close()
+
+
+# ---- the shim's side --------------------------------------------------------------------------
+
+
+def _answers(fd: int) -> tuple[list[dict[str, object]], Region]:
+    read_end, write_end = os.pipe()
+    try:
+        region = Region(fd)
+        assert region.current is not None
+        log = Log(parse(["--", "true"], {}))  # logs nowhere
+        recover.answer(region.current, region, Stdout(log, write_end), log)
+        os.close(write_end)
+        out = b""
+        while chunk := os.read(read_end, 65536):
+            out += chunk
+    finally:
+        os.close(read_end)
+    return [json.loads(line) for line in out.splitlines()], Region(fd)
+
+
+def test_the_shim_answers_a_request_read_and_not_recorded_once_and_keeps_the_rest_for_the_next_daemon(
+        fd: int) -> None:
+    ledger, landing = Ledger(Region(fd)), Landing(fd)
+    ledger.client_line(call(1))  # recorded: in flight
+    ledger.head(bytearray(call(2)[:8]), False)  # the start of the next line, recorded as the head
+    # The daemon read the rest of line 2, line 3 and the start of line 4, recorded line 2 (a
+    # flush in the middle of a read) and was killed before the state named the other zone.
+    read = call(2)[8:] + b"\n" + call(3) + b"\n" + call(4)[:20]
+    landing.zones[ledger.state.landing][: len(read)] = read
+    ledger.client_line(call(2))
+    landing.close()
+    answers, region = _answers(fd)
+    assert [a["id"] for a in answers] == [1, 2, 3]
+    assert all(a["error"]["code"] == -32603 for a in answers)  # type: ignore[index]
+    state = region.current
+    assert state is not None and state.inflight == [] and region.read_landed(state.landing) == b""
+    assert region.read_head(state.head_len, state.head_area) == call(4)[:20]
+    # The next daemon continues from there: the head is its buffer, nothing is pending.
+    landing = Landing(fd)
+    try:
+        assert landing.pending(state.landing) == 0
+    finally:
+        landing.close()
