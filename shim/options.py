@@ -62,7 +62,8 @@ options:
   --socket PATH        the daemon's socket                                 LAZYD_SOCKET
   --no-autostart       never start the daemon; run the server directly     LAZYD_NO_AUTOSTART
   --handoff[=BOOL]     hand stdin/stdout to the daemon after the hello     LAZYD_HANDOFF
-                       instead of relaying every line (see docs/protocol.md)
+                       instead of relaying every line: on unless =0 (see
+                       docs/protocol.md)
   --log-file PATH      append the shim's own diagnostics to PATH           LAZYD_LOG_FILE
   --verbose            diagnostics on stderr (or in --log-file)            LAZYD_VERBOSE
   -h, --help           show this help and exit
@@ -142,9 +143,10 @@ _SHIM_FLAGS = {"--verbose": "LAZYD_VERBOSE", "--no-autostart": "LAZYD_NO_AUTOSTA
                "--handoff": "LAZYD_HANDOFF"}
 
 
-HANDOFF_DEFAULT = False
-# The hand-off (shim/handoff.py) is opt-in while it is new: the frame path, which every fault test
-# has covered longest, stays what a client gets unless --handoff or LAZYD_HANDOFF=1 asks for it.
+HANDOFF_DEFAULT = True
+# The hand-off (shim/handoff.py): one hop per message and a 1.7 MiB waiter instead of a Python
+# relay. The frame path serves what cannot be handed off (a terminal, a file) and
+# --handoff=0 / LAZYD_HANDOFF=0; every fault test runs on both (tests/e2e/shim_paths.py).
 
 
 class Options:

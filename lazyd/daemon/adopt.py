@@ -34,13 +34,16 @@ import trio
 
 from lazyd import procfs, wire
 from lazyd.core import state_codec as sc
-from lazyd.daemon.conn_adopt import serve_adopted
+from lazyd.daemon import handoff
+from lazyd.daemon.conn_adopt import serve_adopted, serve_handed_off
 from lazyd.daemon.conn_state import ConnectionState
 from lazyd.daemon.connection import ConnectionHandler
 from lazyd.daemon import orphans
 from lazyd.daemon.era_lanes import EraRoute
+from lazyd.daemon.handoff import HandoffSession
+from lazyd.daemon.handoff_outbox import ClientEnds
 from lazyd.daemon.fdstore import SECRETS_NAME, rewire, standby_path
-from lazyd.daemon.outbox import ConnectionOutbox
+from lazyd.daemon.outbox import ConnectionOutbox, Outbox
 from lazyd.daemon.process import STDIN_EOF_GRACE_S, TERM_GRACE_S
 from lazyd.daemon.quiesce import GATE
 from lazyd.daemon.registry import Registry
@@ -136,15 +139,44 @@ async def _take_over(envelope: Envelope, registry: Registry, handler: Connection
         if s is None or lanes is None or (s.runtime is not None and runtime is None) or lanes.primary.closing:
             await stream.aclose()  # its server went with the config: the shim reconnects
             continue
-        outbox = ConnectionOutbox(s.cid, s.pid, cancel.cancel)
+        if state.kind == "handoff":
+            handed = _handed_off(registry, stream, state)
+            if handed is None:
+                await stream.aclose()  # the shim answers from its region and resumes
+                continue
+            outbox: Outbox = handed.make_outbox(s.cid, s.pid, handed.cancel.cancel)
+        else:
+            handed, outbox = None, ConnectionOutbox(s.cid, s.pid, cancel.cancel)
         route = EraRoute.adopted(lanes, outbox, runtime, s.resume, s.held, registry.nursery)
         if runtime is not None:
             keep.setdefault(id(runtime), set()).add(s.cid)
         sessions += 1
-        registry.nursery.start_soon(serve_adopted, handler, stream, state, outbox, route, cancel)
+        if handed is not None:
+            registry.nursery.start_soon(serve_handed_off, handler, stream, handed, route)
+        else:
+            assert isinstance(outbox, ConnectionOutbox)
+            registry.nursery.start_soon(serve_adopted, handler, stream, state, outbox, route, cancel)
     for runtime in list(registry.runtimes.values()):
         forget_clients(runtime, keep.get(id(runtime), set()))
     return {"servers": names, "sessions": sessions}
+
+
+def _handed_off(registry: Registry, stream: trio.SocketStream, state: ConnectionState) -> HandoffSession | None:
+    """The hand-off session `state` describes, continued from its region; None (its descriptors
+    closed) if they cannot be served any more."""
+    in_fd, out_fd, region_fd = state.fds
+    try:
+        ends = ClientEnds(in_fd, out_fd)
+    except ValueError as exc:
+        log.warning("upgrade: cannot go on serving the pipes of shim pid %d: %s", state.session.pid if state.session
+                    else -1, exc)
+        handoff.close_all([in_fd, out_fd, region_fd])
+        return None
+    try:
+        return HandoffSession(registry, stream, state.session.pid if state.session else -1, ends, region_fd)
+    except (OSError, ValueError) as exc:  # the session closed what it was given
+        log.warning("upgrade: cannot go on with a hand-off session's region: %s", exc)
+        return None
 
 
 async def _answer(fd: int | None, ok: bool, data: Any, error: str | None) -> None:

@@ -10,16 +10,22 @@ hello had not been read is served from its hello on.
 
 from __future__ import annotations
 
+from collections import deque
+from functools import partial
+
 import trio
+
+from lazyd import wire
 
 from lazyd.daemon.conn_state import ConnectionState, Live
 from lazyd.daemon.connection import ConnectionHandler, _Frames
 from lazyd.daemon.era_lanes import EraRoute
+from lazyd.daemon.handoff import HandoffSession
 from lazyd.daemon.outbox import ConnectionOutbox
 from lazyd.errors import WireError
 from lazyd.frames import Line
 
-__all__ = ["serve_adopted"]
+__all__ = ["serve_adopted", "serve_handed_off"]
 
 
 async def serve_adopted(handler: ConnectionHandler, stream: trio.SocketStream, state: ConnectionState,
@@ -42,6 +48,14 @@ async def serve_adopted(handler: ConnectionHandler, stream: trio.SocketStream, s
     # Judged, counted out and closed as every connection is; a bad frame among the bytes carried
     # over costs this connection only.
     await handler.guarded(stream, pid, serve)
+
+
+async def serve_handed_off(handler: ConnectionHandler, stream: trio.SocketStream, session: HandoffSession,
+                           route: EraRoute) -> None:
+    """Serve a hand-off session handed over (the client's pipes and its region came along)."""
+    handler.active += 1
+    handler.live[id(stream)] = Live(stream, wire.FrameDecoder(), deque(), "handoff", route, None, session)
+    await handler.guarded(stream, session.pid, partial(session.carry_on, route))
 
 
 async def _session(handler: ConnectionHandler, stream: trio.SocketStream, frames: _Frames, session: ConnectionOutbox,

@@ -13,18 +13,17 @@ A connection is three things, and each is written as plain data (`ConnectionStat
   the runtime (by registry key) its first request chose, or, before that, the lines it resumed
   with and the notifications held for its lane.
 
-Kinds: `session` (a shim's session, handed over whole), `fresh` (accepted, its hello not read
-yet: the successor serves it from the start, its bytes included), `reply` (the `lazyctl
-upgrade` connection: the successor answers it). Control connections and hub sessions are not
-handed over: they are closed, and lazyctl or the hub's shim (which reconnects and resumes) see
-the end. A session whose outbox could not be drained, or one being opened, is not either: its
-shim answers what it had in flight and reconnects, as when a daemon goes away.
+Kinds: `session` (a shim's session, handed over whole), `handoff` (a session whose client's pipes
+the daemon serves itself, lazyd/daemon/handoff.py: handed over whole as well, with the client's two
+descriptors and the shared region, `fds`; what it had in flight, its handshake and a partly read
+line are in the region, which the successor continues from), `fresh` (accepted, its hello not read
+yet: the successor serves it from the start, its bytes included), `reply` (the `lazyctl upgrade`
+connection: the successor answers it). Control connections and hub sessions are not handed over:
+they are closed, and lazyctl or the hub's shim (which reconnects and resumes) see the end. A
+session whose outbox could not be drained, or one being opened, is not either: its shim answers
+what it had in flight and reconnects, as when a daemon goes away.
 
 `Live` is the daemon's own view of an open connection while it runs (what the freeze reads).
-A hand-off session (the shim's pipes passed to the daemon, lazyd/daemon/handoff.py) is not handed
-over either: its socket closes at the exec, and its shim answers what was in flight from its shared
-region and offers the pipes again to the successor. Carrying it whole would add the client's two
-descriptors, the region and the outbox's unwritten lines to `ConnectionState`, under its own kind.
 """
 
 from __future__ import annotations
@@ -40,6 +39,7 @@ from lazyd.frames import AnyFrame
 
 if TYPE_CHECKING:
     from lazyd.daemon.era_lanes import EraRoute
+    from lazyd.daemon.handoff import HandoffSession
     from lazyd.daemon.hub import HubSession
     from lazyd.daemon.outbox import ConnectionOutbox
 
@@ -56,6 +56,7 @@ class Live:
     kind: str = "fresh"  # fresh | opening | session | control | hub | handoff
     route: EraRoute | HubSession | None = None
     session: ConnectionOutbox | None = None
+    handoff: HandoffSession | None = None  # kind "handoff": the session serving the client's own pipes
 
 
 def inbound_bytes(decoder: wire.FrameDecoder, pending: list[AnyFrame]) -> bytes:
@@ -87,24 +88,28 @@ class SessionState:
 
 @dataclass
 class ConnectionState:
-    kind: str  # session | fresh | reply
+    kind: str  # session | handoff | fresh | reply
     fd: int
     inbound: bytes = b""
     outbound: bytes = b""
     session: SessionState | None = None
+    fds: list[int] = field(default_factory=list)  # handoff: the client's stdin, its stdout, the region
 
     def to_json(self) -> dict[str, Any]:
         return {"kind": self.kind, "fd": self.fd, "inbound": sc.raw_text(self.inbound),
                 "outbound": sc.raw_text(self.outbound),
-                "session": self.session.to_json() if self.session is not None else None}
+                "session": self.session.to_json() if self.session is not None else None, "fds": list(self.fds)}
 
     @classmethod
     def from_json(cls, value: object) -> ConnectionState:
         s = sc.obj(value, "connection")
         kind = sc.text(s.get("kind"), "connection.kind")
-        if kind not in ("session", "fresh", "reply"):
+        if kind not in ("session", "handoff", "fresh", "reply"):
             raise ValueError(f"connection.kind: unknown value {kind!r}")
         session = s.get("session")
+        fds = [sc.integer(x, "connection.fds") for x in sc.items(s.get("fds", []), "connection.fds")]
+        if kind == "handoff" and (len(fds) != 3 or session is None):
+            raise ValueError("connection: a hand-off session needs its session and three descriptors")
         return cls(kind, sc.integer(s.get("fd"), "connection.fd"), sc.raw_bytes(s.get("inbound"), "connection.inbound"),
                    sc.raw_bytes(s.get("outbound"), "connection.outbound"),
-                   SessionState.from_json(session) if session is not None else None)
+                   SessionState.from_json(session) if session is not None else None, fds)

@@ -301,11 +301,10 @@ class ConnectionHandler:
         if hello.role == "ctl":
             await self._control(stream, frames)
         elif taken is not None:
-            # The shim passed the client's pipes: the daemon serves them itself (handoff.py). An
-            # upgrade does not hand such a session over: its socket closes at the exec and the
-            # shim recovers from its region and resumes with the successor (docs/upgrade.md).
+            # The shim passed the client's pipes: the daemon serves them itself (handoff.py).
             live.kind = "handoff"
-            await handoff.serve(self.registry, stream, hello, *taken)
+            live.handoff = handoff.HandoffSession(self.registry, stream, hello.pid, *taken)
+            await live.handoff.run(hello)
         else:
             await self._session(stream, frames, hello)
 

@@ -18,9 +18,11 @@ How a hand-off session ends, and what the shim is told:
   a line cut in the middle goes to the region for the shim to write, and the socket is closed: the
   shim answers what is in flight, as if the daemon were lost, and hands off to the daemon again.
 
-The state of one session, all in `HandoffSession` (what a daemon taking over from another would
-carry): the shim's socket, the client's two descriptors (`ClientEnds`), the region and its ledger
-(in flight, handshake, head of a partial line), the partial line itself, and the outbox's queue.
+The state of one session, all in `HandoffSession`: the shim's socket, the client's two
+descriptors (`ClientEnds`), the region with its ledger (in flight, handshake, head of a partial
+line) and its landing zones (the read not yet accounted for), the partial line itself, and the
+outbox's queue. An upgrade carries the descriptors across the exec once the queue is empty; the
+rest is in the region, which the successor continues from (`carry_on`).
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from lazyd.daemon.era_lanes import EraRoute
 from lazyd.daemon.handoff_ledger import Landing, Ledger
 from lazyd.daemon.handoff_outbox import ClientEnds, HandoffOutbox
 from lazyd.daemon.hub import HubSession
+from lazyd.daemon.quiesce import GATE
 from lazyd.daemon.registry import Registry
 from lazyd.daemon.supervisor import ServerRuntime
 from lazyd.errors import Refused
@@ -108,15 +111,20 @@ def take(hello: Hello, fds: list[int]) -> tuple[ClientEnds, int] | None:
 class HandoffSession:
     """One client served through its own pipes (see the module docstring)."""
 
-    def __init__(self, registry: Registry, stream: trio.SocketStream, hello: Hello, ends: ClientEnds,
+    def __init__(self, registry: Registry, stream: trio.SocketStream, pid: int, ends: ClientEnds,
                  region_fd: int) -> None:
         self.registry = registry
         self.stream = stream
-        self.hello = hello
+        self.pid = pid  # the shim's
         self.ends = ends
         self.region_fd = region_fd
-        self.ledger = Ledger(Region(region_fd))
-        self.landing = Landing(region_fd)
+        try:
+            self.ledger = Ledger(Region(region_fd))
+            self.landing = Landing(region_fd)
+        except (OSError, ValueError):
+            ends.close()
+            os.close(region_fd)
+            raise
         previous = self.ledger.region.current
         self.buffer = bytearray(self.ledger.region.read_head(previous.head_len, previous.head_area) if previous else b"")
         self.discarding = previous.discarding if previous else False
@@ -133,33 +141,54 @@ class HandoffSession:
         self.outbox = outbox
         return outbox
 
-    async def run(self) -> None:
+    async def run(self, hello: Hello) -> None:
+        """Open the session `hello` asks for, welcome it, and serve it until it ends."""
         try:
             try:
-                route, _ = await self.registry.open_session(self.hello, self.cancel.cancel, self.make_outbox)
+                route, _ = await self.registry.open_session(hello, self.cancel.cancel, self.make_outbox)
             except Refused as exc:
-                log.warning("refused a session from pid %s: %s", self.hello.pid, exc.message)
+                log.warning("refused a session from pid %s: %s", self.pid, exc.message)
                 await self.stream.send_all(wire.encode(Refusal(exc.code, exc.message)))
                 return
-            outbox = self.outbox
-            assert outbox is not None
-            self.route = route
-            try:
-                await self.stream.send_all(wire.encode(Welcome(outbox.cid, route.name, os.getpid(), handoff=True)))
-                log.info("session %d (%s): shim pid %d handed off the client's pipes",
-                         outbox.cid, route.name, self.hello.pid)
-                with self.cancel:
-                    async with trio.open_nursery() as nursery:
-                        nursery.start_soon(outbox.run_writer)
-                        nursery.start_soon(self._watch_shim)
-                        await self._read_client()
-                        self._client_gone()
-            finally:
-                self._finish(route, outbox)
+            assert self.outbox is not None
+            await self.stream.send_all(wire.encode(Welcome(self.outbox.cid, route.name, os.getpid(), handoff=True)))
+            log.info("session %d (%s): shim pid %d handed off the client's pipes", self.outbox.cid, route.name, self.pid)
+            await self._serve(route)
         finally:
-            self.ends.close()
-            self.landing.close()
-            os.close(self.region_fd)
+            self.close()
+
+    async def carry_on(self, route: EraRoute) -> None:
+        """Serve a session a predecessor daemon handed over at an upgrade (lazyd/daemon/adopt.py):
+        no welcome, no handshake; the region holds what was in flight and the unrelayed input."""
+        self._peek = 0
+        try:
+            await self._serve(route)
+        finally:
+            self.close()
+
+    async def _serve(self, route: EraRoute | HubSession) -> None:
+        outbox = self.outbox
+        assert outbox is not None
+        self.route = route
+        try:
+            with self.cancel:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(outbox.run_writer)
+                    nursery.start_soon(self._watch_shim)
+                    await self._read_client()
+                    self._client_gone()
+        finally:
+            self._finish(route, outbox)
+
+    def carried(self) -> bool:
+        """Whether an upgrade can hand this session over whole (it is not ending)."""
+        return not (self.client_left or self.ends.closed or self.cancel.cancel_called)
+
+    def close(self) -> None:
+        """Close the daemon's copies of the client's ends and of the region."""
+        self.ends.close()
+        self.landing.close()
+        os.close(self.region_fd)
 
     def _client_gone(self) -> None:
         self.client_left = True
@@ -187,7 +216,7 @@ class HandoffSession:
         data = await self.stream.receive_some(64)
         if data:
             log.warning("session %d: shim pid %d sent bytes after handing off; ending the session",
-                        self.outbox.cid if self.outbox else 0, self.hello.pid)
+                        self.outbox.cid if self.outbox else 0, self.pid)
         self.cancel.cancel()
 
     # ---- the client's stdin ----------------------------------------------------------------------
@@ -203,6 +232,7 @@ class HandoffSession:
         while True:
             zone = ledger.state.landing
             if not size:
+                await GATE.passage()  # an upgrade stops reading here (lazyd/daemon/quiesce.py)
                 got = self.ends.read_into(landing.zones[zone])  # into the region: never only ours
                 if got is None:
                     await self.ends.wait_readable()
@@ -304,8 +334,3 @@ def _kill_if(point: bytes, data: bytes) -> None:
     assert _KILL_AT is not None
     if _KILL_AT[0] == point and _KILL_AT[1] in data:
         os.kill(os.getpid(), signal.SIGKILL)
-
-
-async def serve(registry: Registry, stream: trio.SocketStream, hello: Hello, ends: ClientEnds, region_fd: int) -> None:
-    """Serve one hand-off session until it ends (see the module docstring); owns `ends` and `region_fd`."""
-    await HandoffSession(registry, stream, hello, ends, region_fd).run()

@@ -227,6 +227,11 @@ class HandoffOutbox:
 
     # ---- flow control (as a connection's) ------------------------------------------------------
 
+    @property
+    def backlog_frames(self) -> int:
+        """Lines not yet wholly in the client's stdout (named as a connection's outbox names them)."""
+        return len(self._queue)
+
     def should_pause(self) -> bool:
         return self.backlog_bytes >= CLIENT_PAUSE_BYTES or len(self._queue) >= CLIENT_PAUSE_FRAMES
 

@@ -33,9 +33,11 @@ from typing import Any
 
 import trio
 
-from lazyd.daemon.conn_state import ConnectionState, SessionState, inbound_bytes
+from lazyd.daemon.conn_state import ConnectionState, Live, SessionState, inbound_bytes
 from lazyd.daemon.connection import ConnectionHandler
 from lazyd.daemon.era_lanes import EraRoute
+from lazyd.daemon.handoff_outbox import HandoffOutbox
+from lazyd.daemon.outbox import ConnectionOutbox
 from lazyd.daemon.notify import Notifier
 from lazyd.daemon.quiesce import GATE
 from lazyd.daemon.registry import Registry
@@ -101,7 +103,7 @@ class Upgrader:
             while True:
                 await trio.sleep(0)  # readers that have data run to their gate first
                 if not GATE.holds and not any(_writing(r) for r in self.registry.runtimes.values()) and all(
-                        live.session is None or live.session.backlog_frames == 0 for live in self.handler.live.values()):
+                        _drained(live) for live in self.handler.live.values()):
                     return
                 await trio.sleep(SETTLE_POLL_S)
 
@@ -119,24 +121,38 @@ class Upgrader:
             if live.kind == "fresh":
                 connections.append(ConnectionState("fresh", fd, inbound_bytes(live.decoder, list(live.pending))))
                 continue
-            route, session = live.route, live.session
-            if live.kind != "session" or not isinstance(route, EraRoute) or session is None:
+            handed = live.handoff
+            session: ConnectionOutbox | HandoffOutbox | None
+            if live.kind == "handoff" and handed is not None:
+                route, session = handed.route, handed.outbox
+                if session is None or session.closed or not handed.carried():
+                    continue  # its shim answers from the region and resumes with the successor
+            elif live.kind == "session":
+                route, session = live.route, live.session
+            else:
                 continue  # control and hub connections end; their peers reconnect
+            if not isinstance(route, EraRoute) or session is None:
+                continue
             if session.dropped or session.backlog_frames or route._choosing is not None or route._gone:
                 continue
             runtime = route.runtime
             attached = runtime is not None and session.cid in runtime.sessions
             if runtime is not None and not attached:
                 continue
-            connections.append(ConnectionState("session", fd, inbound_bytes(live.decoder, list(live.pending)),
-                                               b"", SessionState(session.cid, session.pid, keys[id(route.lanes.primary)],
-                                                                 keys[id(runtime)] if runtime is not None else None,
-                                                                 [] if attached else list(route._resume),
-                                                                 [] if attached else list(route._held))))
+            carried = SessionState(session.cid, session.pid, keys[id(route.lanes.primary)],
+                                   keys[id(runtime)] if runtime is not None else None,
+                                   [] if attached else list(route._resume), [] if attached else list(route._held))
+            if handed is not None:
+                connections.append(ConnectionState("handoff", fd, b"", b"", carried,
+                                                   [handed.ends.in_fd, handed.ends.out_fd, handed.region_fd]))
+            else:
+                connections.append(ConnectionState("session", fd, inbound_bytes(live.decoder, list(live.pending)),
+                                                   b"", carried))
         state["connections"] = [c.to_json() for c in connections]
         state["lineage"] = {"started_at": self.lineage.started_at, "upgrades": self.lineage.upgrades}
         secrets_fd = write_secrets(secrets)
-        inherit = [self.listener_fd, self.lock_fd, secrets_fd, *fds, *(c.fd for c in connections)]
+        inherit = [self.listener_fd, self.lock_fd, secrets_fd, *fds, *(c.fd for c in connections),
+                   *(fd for c in connections for fd in c.fds)]
         # Test seam (lazyd/daemon/upgrade_state.py): a server's descriptor named but not inherited.
         lost = fds[:1] if os.environ.get(TEST_FAULT_ENV) == "fd" else []
         if reply_fd is not None:
@@ -170,6 +186,14 @@ class Upgrader:
                 pass
             return f"cannot run {argv[0]}: {exc.strerror or exc}"
         raise AssertionError("execve returned")  # pragma: no cover
+
+
+def _drained(live: Live) -> bool:
+    """Whether nothing is queued for the connection's peer (a shim's socket, or a hand-off
+    session's client)."""
+    if live.handoff is not None:
+        return live.handoff.outbox is None or live.handoff.outbox.backlog_frames == 0
+    return live.session is None or live.session.backlog_frames == 0
 
 
 def _writing(runtime: ServerRuntime) -> bool:

@@ -76,10 +76,11 @@ def test_boolean_flags_accept_an_explicit_value_that_beats_the_environment() -> 
     assert (opts.verbose, opts.autostart) == (False, True)
 
 
-def test_the_hand_off_is_off_unless_a_flag_or_lazyd_handoff_asks_for_it_and_the_flag_wins() -> None:
-    assert parse(["node"], {}).handoff is False
-    assert parse(["--handoff", "node"], {}).handoff is True
-    assert parse(["node"], {"LAZYD_HANDOFF": "1"}).handoff is True
+def test_the_hand_off_is_on_unless_a_flag_or_lazyd_handoff_turns_it_off_and_the_flag_wins() -> None:
+    assert parse(["node"], {}).handoff is True
+    assert parse(["--handoff=0", "node"], {}).handoff is False
+    assert parse(["node"], {"LAZYD_HANDOFF": "0"}).handoff is False
+    assert parse(["--handoff", "node"], {"LAZYD_HANDOFF": "0"}).handoff is True
     assert parse(["--handoff=no", "node"], {"LAZYD_HANDOFF": "1"}).handoff is False
     with pytest.raises(UsageError, match="LAZYD_HANDOFF"):
         parse(["node"], {"LAZYD_HANDOFF": "sometimes"})
