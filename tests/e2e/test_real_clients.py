@@ -131,15 +131,25 @@ def assert_no_planted_secret(user: UserEnv, *outputs: str) -> None:
         assert PLANTED not in daemon_log.read_text(errors="replace")
 
 
+def assert_handed_off(shim_log: Path, runs: int) -> None:
+    """Every one of the client's `runs` sessions took the default path: the shim handed the
+    client's stdio to the daemon (pipes or socketpairs, as the client made them)."""
+    text = shim_log.read_text()
+    assert text.count("handed off; waiting in") == runs and "no hand-off" not in text, text
+
+
 # ---- Claude Code ---------------------------------------------------------------------------------
 
 
 def test_three_claude_runs_share_one_server_process_and_a_run_after_sleep_starts_nothing(user_env: UserEnv) -> None:
     daemon = start_daemon(user_env)
-    add = run(user_env, [*cli("claude"), "mcp", "add", "everything", "--", shim_command(), *everything_command()])
+    shim_log = user_env.root / "shim.log"
+    add = run(user_env, [*cli("claude"), "mcp", "add", "everything", "--", shim_command(), "--log-file", str(shim_log),
+                         *everything_command()])
     assert add.returncode == 0, add.stderr
     outputs = [claude_list(user_env) for _ in range(3)]
     assert all(connected(out, ["everything"]) for out in outputs), outputs
+    assert_handed_off(shim_log, 3)
     (pid,) = everything_pids(user_env)  # one process in total, for three runs with three session ids
     assert parent(pid) == daemon.proc.pid
     (row,) = status(user_env)
@@ -217,9 +227,12 @@ def gemini_settings(user: UserEnv, servers: dict[str, Any]) -> Path:
 def test_three_gemini_runs_share_one_server_process_and_a_run_after_sleep_starts_nothing(user_env: UserEnv) -> None:
     daemon = start_daemon(user_env)
     trust_gemini_folder(user_env)
-    gemini_settings(user_env, {"everything": {"command": shim_command(), "args": everything_command()}})
+    shim_log = user_env.root / "shim.log"
+    gemini_settings(user_env, {"everything": {"command": shim_command(),
+                                              "args": ["--log-file", str(shim_log), *everything_command()]}})
     outputs = [gemini_list(user_env) for _ in range(3)]
     assert all(connected(out, ["everything"]) for out in outputs), outputs
+    assert_handed_off(shim_log, 3)
     (pid,) = everything_pids(user_env)
     assert parent(pid) == daemon.proc.pid
     (row,) = status(user_env)
