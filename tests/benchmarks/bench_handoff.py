@@ -180,7 +180,10 @@ def main() -> None:
         round_trips(env, args.calls, args.big_calls, args.blocks)
         starts(env, args.starts)
         memory(env, args.sessions, ECHO, "echo server")
-        if args.everything:
+    if args.everything:
+        # A daemon of its own: its total is then the daemon and server-everything alone, not the
+        # echo server the figures above left running as well.
+        with isolated_daemon() as env:
             memory(env, args.sessions, EVERYTHING, "server-everything")
     print(f"load average {os.getloadavg()[0]:.2f} at the end")
 
