@@ -53,6 +53,12 @@ class LineInfo:
 # the whole line.
 _REQUEST_HEAD = re.compile(
     rb'\s*\{\s*(?:"jsonrpc"\s*:\s*"2\.0"\s*,\s*)?"id"\s*:\s*(-?[0-9]+|"[^"\\]*")\s*,\s*"method"\s*:\s*"([^"\\]*)"')
+# The other shape, as the TypeScript SDK (and many hand-written clients) write it: the method first
+# (after an optional "jsonrpc"), the id as the last member. Right after the opening brace and right
+# before the closing one, both are top-level by construction.
+_METHOD_HEAD = re.compile(rb'\s*\{\s*(?:"jsonrpc"\s*:\s*"2\.0"\s*,\s*)?"method"\s*:\s*"([^"\\]*)"')
+_ID_TAIL = re.compile(rb',\s*"id"\s*:\s*(-?[0-9]+|"[^"\\]*")\s*\}\s*\Z')
+_TAIL_BYTES = 256
 BIG_LINE_BYTES = 64 * 1024
 
 
@@ -60,9 +66,14 @@ def inspect_line(line: bytes) -> LineInfo:
     """Parse a client line just enough for bookkeeping. Invalid JSON yields an empty LineInfo."""
     info = LineInfo()
     if len(line) > BIG_LINE_BYTES:
+        raw_id: bytes | None = None
         head = _REQUEST_HEAD.match(line)
-        if head is not None and head.group(2) not in (b"initialize", b"notifications/cancelled"):
-            raw_id = head.group(1)
+        if head is not None:
+            method, raw_id = head.group(2), head.group(1)
+        elif (opening := _METHOD_HEAD.match(line)) is not None:
+            closing = _ID_TAIL.search(line, len(line) - _TAIL_BYTES)
+            method, raw_id = opening.group(1), closing.group(1) if closing is not None else None
+        if raw_id is not None and method not in (b"initialize", b"notifications/cancelled"):
             request_id: JsonId = json.loads(raw_id)
             key = id_key(request_id)
             if key is not None:

@@ -185,11 +185,9 @@ class Landing:
         return bytes(self.zones[zone][:length])
 
     def clear(self, zone: int, length: int) -> None:
-        """Zero what a read put in `zone`; a large read gives its pages back as well."""
-        if length >= BIG_CLEAR_BYTES:
-            self._map.madvise(mmap.MADV_REMOVE, zone * LANDING_BYTES, LANDING_BYTES)
-        else:
-            self.zones[zone][:length] = _ZEROS[:length]
+        """Zero what a read put in `zone` (its pages stay: freed, they would fault in again at the
+        next read; at most 2 * LANDING_BYTES per session, and only after reads that large)."""
+        self.zones[zone][:length] = _ZEROS[:length]
 
     def close(self) -> None:
         for view in (*self.zones, self._whole):
@@ -197,5 +195,4 @@ class Landing:
         self._map.close()
 
 
-BIG_CLEAR_BYTES = 64 * 1024
-_ZEROS = memoryview(bytes(BIG_CLEAR_BYTES))
+_ZEROS = memoryview(bytes(LANDING_BYTES))

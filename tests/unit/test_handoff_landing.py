@@ -11,13 +11,14 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
 from lazyd import handoff_state as hs
 from lazyd.daemon.handoff_ledger import Landing, Ledger
 from lazyd.handoff_state import Region, read_state
-from lazyd.linepeek import ID_SCAN_BYTES, request_ids_in
+from lazyd.linepeek import BIG_LINE_BYTES, ID_SCAN_BYTES, inspect_line, request_ids_in
 from shim import recover
 from shim.options import Log, parse
 from shim.stdout import Stdout
@@ -63,6 +64,30 @@ def test_an_over_long_line_is_read_by_its_first_bytes_as_the_daemon_reads_it() -
     assert ids == [b"5", b"6"] and rest == b"" and not discarding
 
 
+def test_a_big_request_s_id_is_read_from_its_ends_in_either_sdk_s_shape_without_parsing_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    real_loads = json.loads
+
+    def small_only(text: str | bytes, **kwargs: Any) -> Any:
+        assert len(text) < 1000, "a big line was parsed in full"
+        return real_loads(text, **kwargs)
+
+    text = "z" * (BIG_LINE_BYTES + 10)
+    python_sdk = json.dumps({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"t": text}}).encode()
+    typescript_sdk = json.dumps({"method": "tools/call", "params": {"t": text}, "jsonrpc": "2.0", "id": "s-8"}).encode()
+    with monkeypatch.context() as patched:
+        patched.setattr(json, "loads", small_only)  # the module linepeek calls
+        assert [r for _, r in inspect_line(python_sdk).requests] == [7]
+        assert [r for _, r in inspect_line(typescript_sdk).requests] == ["s-8"]
+    # An id nested in the last member is not the request's: the line is parsed in full instead.
+    nested = json.dumps({"method": "tools/call", "params": {"t": text, "id": 9}, "jsonrpc": "2.0", "id": 10}).encode()
+    assert [r for _, r in inspect_line(nested).requests] == [10]
+    notification = json.dumps({"method": "notifications/x", "params": {"t": text, "id": 9}}).encode()
+    assert inspect_line(notification).requests == []
+    # Cut short of its end, its id cannot be read from the tail (and it is no JSON either).
+    assert inspect_line(typescript_sdk[:-20]).requests == []
+
+
 def test_garbage_and_blank_lines_hold_no_request() -> None:
     assert request_ids_in(b"", False, b"not json\n\n   \n[1,2]\n", MAX) == ([], b"", False)
 
@@ -90,7 +115,7 @@ def test_a_read_lands_in_the_zone_the_state_names_and_is_accounted_for_by_one_st
         landing.close()
 
 
-def test_a_large_read_gives_its_pages_back_and_leaves_the_zone_zeroed(fd: int) -> None:
+def test_a_full_read_leaves_the_zone_zeroed_once_cleared(fd: int) -> None:
     landing = Landing(fd)
     try:
         landing.zones[1][:] = b"y" * hs.LANDING_BYTES
