@@ -18,6 +18,7 @@ import signal
 import socket
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -25,6 +26,8 @@ import pytest
 from mcp import ClientSession
 from mcp.shared.exceptions import MCPError
 
+from tests.e2e.faults_support import RawShim, text_of, tool_call
+from tests.e2e.shim_paths import PATHS, ShimPath
 from tests.conftest import FIXTURE_SERVER, UserEnv, everything_command, processes_with_marker, shim_session, start_daemon, wait_until
 
 pytestmark = pytest.mark.e2e
@@ -353,3 +356,36 @@ def test_what_a_hand_off_session_had_in_flight_before_an_upgrade_is_still_answer
     log = shim_log(user_env)
     assert "answered 1 in-flight request(s) with an error" in log, log
     assert "reconnected; handed off again" in log, log
+
+
+@pytest.mark.parametrize("path", PATHS, ids=[p.name for p in PATHS])
+def test_a_call_in_flight_across_an_upgrade_is_answered_on_each_path_pipes_and_socketpairs_alike(
+        user_env: UserEnv, path: ShimPath, tmp_path: Path) -> None:
+    # A raw client of the fixture server on each way a shim serves (frames, hand-off over pipes,
+    # hand-off over the socketpairs Node clients give): the call sent before the upgrade is
+    # answered by the same server after it, and the session goes on, still on its path.
+    daemon = start_daemon(user_env)
+    methods = tmp_path / "methods.log"
+    shim = path.started(user_env, env={"FIXTURE_LOG": str(methods)})
+    try:
+        shim.initialize()
+        path.check(shim)
+        server = text_of(_raw_call(shim, 2, "pid"))
+        shim.send(tool_call(5, "sleep", {"seconds": 1.5}))
+        wait_until(lambda: methods.read_text().splitlines().count("tools/call") == 2, 10, "the sleep to reach the server")
+        done = lazyctl(user_env, "upgrade", "--json")
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout)["sessions"] == 1 and daemon.proc.poll() is None
+        answer = shim.read()
+        assert answer["id"] == 5 and "result" in answer, answer
+        assert text_of(_raw_call(shim, 6, "pid")) == server  # the same process, adopted
+        path.check(shim)
+    finally:
+        shim.close()
+
+
+def _raw_call(shim: RawShim, request_id: int, name: str) -> dict[str, Any]:
+    shim.send(tool_call(request_id, name))
+    answer = shim.read()
+    assert answer["id"] == request_id, answer
+    return answer
