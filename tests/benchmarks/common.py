@@ -33,9 +33,13 @@ def shim_path() -> str:
 
 
 @contextmanager
-def isolated_daemon() -> Iterator[dict[str, str]]:
+def isolated_daemon(tree: Path | None = None, python_args: list[str] | None = None,
+                    daemon_env: dict[str, str] | None = None) -> Iterator[dict[str, str]]:
     """A private HOME/XDG tree and a running daemon; yields the environment to run shims in
-    (its LAZYD_BENCH_DAEMON_PID entry names the daemon, for memory figures)."""
+    (its LAZYD_BENCH_DAEMON_PID entry names the daemon, for memory figures). With `tree`, the
+    daemon runs the lazyd of that source tree (first on its PYTHONPATH) instead of this one; with
+    `python_args`, the daemon is `python *python_args` (a wrapper that ends by running lazyd),
+    with `daemon_env` added to its environment."""
     root = Path(tempfile.mkdtemp(prefix="lzb", dir="/tmp"))
     (root / "run").mkdir(mode=0o700)
     (root / "home").mkdir()
@@ -47,7 +51,8 @@ def isolated_daemon() -> Iterator[dict[str, str]]:
         "XDG_STATE_HOME": str(root / "state"),
         "XDG_CONFIG_HOME": str(root / "config"),
     }
-    daemon = subprocess.Popen([sys.executable, "-m", "lazyd.daemon"], env=env, stdin=subprocess.DEVNULL,
+    extra = {**(daemon_env or {}), **({"PYTHONPATH": str(tree)} if tree is not None else {})}
+    daemon = subprocess.Popen([sys.executable, *(python_args or ["-m", "lazyd.daemon"])], env={**env, **extra}, stdin=subprocess.DEVNULL,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     sock = root / "run" / "lazyd" / "lazyd.sock"
     deadline = time.monotonic() + 10

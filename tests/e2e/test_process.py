@@ -460,6 +460,32 @@ async def test_a_line_of_exactly_the_limit_is_accepted(tmp_path: Path) -> None:
         assert [line async for line in child.lines()] == [b"z" * 100, b"w" * 100]
 
 
+async def test_a_server_whose_stdout_is_always_full_still_lets_other_tasks_run(tmp_path: Path) -> None:
+    # 16 lines of one read each wait in the (widened) pipe before the first read: none of those
+    # reads comes up short, so only the checkpoint between them lets another task in.
+    code = "import sys; sys.stdout.buffer.write((b'f' * 65535 + b'\\n') * 16)"
+    async with open_child(python_spec(tmp_path, code)) as child:
+        await child.wait_exit()
+        turns = 0
+        seen: list[int] = []
+
+        async def other_task() -> None:
+            nonlocal turns
+            while True:
+                turns += 1
+                await trio.sleep(0)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(other_task)
+            await trio.sleep(0)
+            start = turns
+            async for _line in child.lines():
+                seen.append(turns - start)
+            nursery.cancel_scope.cancel()
+    assert len(seen) == 16
+    assert seen[8] > 0, f"no other task ran while 9 full reads of stdout were taken: {seen}"
+
+
 async def test_a_64_mib_line_without_newline_raises_before_memory_follows_it(
     tmp_path: Path,
 ) -> None:
