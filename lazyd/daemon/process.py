@@ -19,8 +19,8 @@ The rules it keeps:
 - Stopping is a ladder: close stdin, wait `STDIN_EOF_GRACE_S`, SIGTERM the group, wait
   `TERM_GRACE_S`, SIGKILL the group, reap. A child that exits on EOF is never signalled. The whole
   ladder is shielded from cancellation and bounded by the two graces.
-- stdout is read in chunks of `READ_CHUNK_BYTES` and cut into lines by lazyd/daemon/stdout_lines.py;
-  a line over the limit raises `LineTooLong` once the buffer passes it: no peer makes us hold more.
+- stdout is read in chunks of `READ_CHUNK_BYTES` (lazyd/daemon/stdout_reader.py), cut into lines
+  by lazyd/daemon/stdout_lines.py; a line over the limit raises `LineTooLong` once the buffer passes it: no peer makes us hold more.
 - stderr is read continuously by a task, whatever the consumer does, into a `LogRing`: a server
   flooding stderr is never blocked on a full pipe, and memory and disk stay bounded.
 
@@ -47,6 +47,7 @@ from lazyd.daemon.command import ExitInfo, SpawnSpec, executable_for
 from lazyd.daemon.logring import LogRing
 from lazyd.daemon.process_handle import ProcessHandle
 from lazyd.daemon.stdout_lines import StdoutLines
+from lazyd.daemon.stdout_reader import StdoutReader
 from lazyd.daemon.systemd_env import scrubbed_environ
 from lazyd.errors import LineTooLong as LineTooLong  # what receive_line raises
 from lazyd.errors import SpawnError
@@ -93,7 +94,7 @@ class ChildProcess:
         self._reaped = False
         self._exit_info: ExitInfo | None = None
         self._lines = StdoutLines(spec.max_line_bytes)
-        self._stdout_drained = False  # the last read came up short: wait before the next one
+        self._reader = StdoutReader(process.stdout, READ_CHUNK_BYTES)
 
     # -- talking -----------------------------------------------------------------------------
 
@@ -151,48 +152,13 @@ class ChildProcess:
                 raise lines.error
             if lines.ended:
                 return None
-            data = await self._read_stdout()
+            data = await self._reader.read()
             if not data:
                 lines.end()
                 with trio.CancelScope(shield=True):
                     await self._stdout.aclose()
                 continue
             lines.feed(data)
-
-    async def _read_stdout(self) -> bytes:
-        """The next bytes of stdout (b"" at its end), with as few task switches as the data allows.
-
-        trio's `receive_some` checkpoints before every read and re-arms epoll after every empty
-        one: two task steps and a wasted `read` per small line. Here a read that came up short
-        means the pipe was empty a moment ago, so the next one waits for readiness first; a
-        checkpoint is taken only between reads that did not wait, so a server that floods its
-        stdout still lets every other task run, and cancellation is still seen.
-        """
-        stream = self._stdout
-        if not isinstance(stream, trio.lowlevel.FdStream):
-            try:
-                return bytes(await stream.receive_some(READ_CHUNK_BYTES))
-            except trio.BrokenResourceError:
-                return b""
-        if self._stdout_drained:
-            await trio.lowlevel.wait_readable(stream.fileno())
-        else:
-            await trio.lowlevel.checkpoint()
-        while True:
-            fd = stream.fileno()
-            if fd < 0:
-                raise trio.ClosedResourceError("stdout was already closed")
-            try:
-                data = os.read(fd, READ_CHUNK_BYTES)
-            except BlockingIOError:
-                await trio.lowlevel.wait_readable(fd)
-                continue
-            except OSError as exc:
-                if exc.errno == errno.EBADF:
-                    raise trio.ClosedResourceError("stdout was already closed") from None
-                return b""  # as trio's BrokenResourceError: the stream is over
-            self._stdout_drained = len(data) < READ_CHUNK_BYTES
-            return data
 
     async def lines(self) -> AsyncIterator[bytes]:
         """Iterate over `receive_line()` until EOF."""

@@ -205,3 +205,14 @@ def test_parse_never_raises_and_whatever_it_accepts_can_be_written_back(data: by
     assert b"\n" not in written
     again = rpc.parse(written)
     assert isinstance(again, Message) and again.id == msg.id and type(again.id) is type(msg.id)
+
+
+@given(st.one_of(st.integers(), st.text()))
+def test_an_id_is_spelled_by_id_bytes_exactly_as_dumps_spells_it(value: int | str) -> None:
+    assert rpc.id_bytes(value) == rpc.dumps(value)
+
+
+def test_id_bytes_spells_a_huge_integer_and_a_bool_like_dumps() -> None:
+    for value in (10**40, -(10**40), 0, -1):
+        assert rpc.id_bytes(value) == rpc.dumps(value)
+    assert rpc.id_bytes(True) == b"true"  # a bool is not an id, but is still not spelled "1"
