@@ -176,11 +176,11 @@ def with_id(msg: Message, new_id: JsonId) -> bytes:
         # the first of two would let a client smuggle an id of its choice past the relay.
         if (first is not None and line.startswith(old, first.end()) and _AFTER_VALUE.match(line, after)
                 and all(line.find(spelling, after) < 0 for spelling in _ID_SPELLINGS)):
-            return line[: first.end()] + new + line[after:]
+            return _spliced(line, first.end(), new, after)
         tail_start = max(0, len(line) - _TAIL_BYTES)
         last = _ID_LAST.search(line, tail_start)
         if last is not None and last.group(1) == old:
-            return line[: last.start(1)] + new + line[last.end(1) :]
+            return _spliced(line, last.start(1), new, last.end(1))
     msg.obj["id"] = new_id
     return dumps(msg.obj)
 
@@ -219,10 +219,23 @@ def splice_result_id(line: bytes, relay_id: int, client_id: JsonId) -> bytes:
     old, new = str(relay_id).encode(), id_bytes(client_id)
     first = _RESULT_FIRST.match(line)
     if first is not None:
-        return line[: first.start(1)] + new + line[first.end(1) :]
+        return _spliced(line, first.start(1), new, first.end(1))
     last = _ID_CLOSES.search(line, len(line) - _TAIL_BYTES)
     assert last is not None and last.group(1) == old
-    return line[: last.start(1)] + new + line[last.end(1) :]
+    return _spliced(line, last.start(1), new, last.end(1))
+
+
+def _spliced(line: bytes, start: int, new: bytes, end: int) -> bytes:
+    """`line` with `line[start:end]` replaced by `new`. A large line is copied once: slicing the
+    two sides and adding them up made three fresh copies, each a megabyte of page faults for a
+    large result (~0.8 ms against ~25 us); a small one is quicker sliced."""
+    if len(line) < _JOIN_ABOVE_BYTES:
+        return line[:start] + new + line[end:]
+    view = memoryview(line)
+    return b"".join((view[:start], new, view[end:]))
+
+
+_JOIN_ABOVE_BYTES = 4096
 
 
 def _deeper_than(obj: Any, limit: int) -> bool:
