@@ -107,3 +107,15 @@ def test_a_splice_gives_the_same_bytes_whatever_the_size_of_the_line(size: int) 
         assert out == line.replace(b'"id":7', b'"id":123456')
     result = b'{"jsonrpc":"2.0","id":41,"result":{"t":"%s"}}' % pad.encode()
     assert rpc.splice_result_id(result, 41, "c") == result.replace(b'"id":41', b'"id":"c"')
+
+
+@pytest.mark.parametrize("later_id", [b'"id"', b'"\\u0069d"', b'"i\\u0064"'])
+def test_a_large_line_with_a_second_id_key_is_never_spliced_at_its_first(later_id: bytes) -> None:
+    # A second top-level "id" (however spelled) is the one parsers keep: splicing the first
+    # would let the second through. A backslash elsewhere alone must not stop the splice.
+    pad = b"p" * 70_000
+    smuggling = b'{"jsonrpc":"2.0","id":7,"method":"m","params":{"t":"' + pad + b'"},' + later_id + b":7}"
+    out = _rewrite(smuggling, 99)
+    assert json.loads(out)["id"] == 99 and out.count(b"99") == 1  # spliced, the later 7 would win
+    escaped = b'{"jsonrpc":"2.0","id":7,"method":"m","params":{"t":"a\\nb' + pad + b'"}}'
+    assert _rewrite(escaped, 99) == escaped.replace(b'"id":7', b'"id":99', 1)
