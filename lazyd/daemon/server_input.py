@@ -16,6 +16,7 @@ from collections.abc import Callable
 
 import trio
 
+from lazyd.daemon.heap import TRIMMER
 from lazyd.daemon.process import ChildProcess
 
 __all__ = ["MAX_SERVER_BACKLOG_LINES", "MAX_SERVER_BACKLOG_BYTES", "MAX_WAITING_REQUESTS", "ServerInput"]
@@ -71,6 +72,7 @@ class ServerInput:
         if queue is None or proc is None:
             log.info("[%s] line for a server that is not running dropped", self._name)
             return
+        TRIMMER.note(len(line))
         data: bytes | memoryview = line
         if not self._busy:
             # Nothing queued: write straight into the pipe and skip a task switch; the line and

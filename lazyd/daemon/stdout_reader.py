@@ -25,6 +25,7 @@ from collections.abc import Callable
 
 import trio
 
+from lazyd.daemon.heap import TRIMMER
 from lazyd.daemon.read_buffer import read_into_shared
 
 __all__ = ["StdoutReader"]
@@ -72,5 +73,6 @@ class StdoutReader:
             if not count:
                 return False
             self._drained = count < self._chunk
+            TRIMMER.note(count)  # a read this large is part of a large line
             sink(buffer, count)
             return True
