@@ -18,6 +18,8 @@ from collections.abc import Callable
 
 import trio
 
+from lazyd.daemon import read_buffer
+
 __all__ = ["HeapTrimmer", "LARGE_BYTES", "QUIET_S", "TRIMMER"]
 
 LARGE_BYTES = 256 * 1024  # a line this large leaves heap behind (glibc's threshold starts at 128 KiB)
@@ -25,6 +27,8 @@ QUIET_S = 2.0  # no large line for this long: the burst is over
 
 
 def malloc_trim() -> None:
+    """The heap's free pages back to the system, and the shared read buffer's."""
+    read_buffer.release()
     import ctypes  # trio has imported it already: costs nothing more
 
     try:

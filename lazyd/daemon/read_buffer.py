@@ -13,24 +13,34 @@ filled them).
 
 from __future__ import annotations
 
+import mmap
 import os
 
-__all__ = ["read_into_shared"]
+__all__ = ["read_into_shared", "release"]
 
-_buffer = bytearray()
+_buffer: mmap.mmap | None = None  # anonymous memory: a page is resident once a read filled it
 
 
-def _sized(size: int) -> bytearray:
+def _sized(size: int) -> mmap.mmap:
     global _buffer
-    if len(_buffer) < size:
-        _buffer = bytearray(size)
+    if _buffer is None or len(_buffer) < size:
+        if _buffer is not None:
+            _buffer.close()
+        _buffer = mmap.mmap(-1, size)  # not a bytearray: that would zero (touch) every page now
     return _buffer
 
 
-def read_into_shared(fd: int, size: int) -> tuple[bytearray, int]:
+def read_into_shared(fd: int, size: int) -> tuple[mmap.mmap, int]:
     """Read up to `size` bytes of non-blocking `fd` into the shared buffer: (the buffer, how many
     came; 0 at EOF). Raises BlockingIOError when none are there. The bytes are valid until the
     next read: copy them out before awaiting."""
     buffer = _sized(size)
     with memoryview(buffer) as view:
         return buffer, os.readv(fd, [view[:size]])
+
+
+def release() -> None:
+    """Give the buffer's pages back (they read as zeros until a read fills them again): what a
+    large line made resident is not kept once the large lines are over (lazyd/daemon/heap.py)."""
+    if _buffer is not None:
+        _buffer.madvise(mmap.MADV_DONTNEED)

@@ -9,6 +9,7 @@ The process (lazyd/daemon/process.py) reads the pipe and feeds what it read in.
 
 from __future__ import annotations
 
+import mmap
 from collections import deque
 
 from lazyd.errors import LineTooLong
@@ -26,7 +27,7 @@ class StdoutLines:
         self.error: LineTooLong | None = None  # set once, for good, by an overlong line
         self.ended = False
 
-    def feed(self, data: bytes | bytearray, end: int | None = None) -> None:
+    def feed(self, data: bytes | bytearray | mmap.mmap, end: int | None = None) -> None:
         """Take `data[:end]` (all of it by default). Each line is copied once, out of `data` when
         it lies there whole (the usual case: a line per read), else out of the buffer."""
         if self.error is not None or self.ended:
@@ -63,7 +64,7 @@ class StdoutLines:
         if len(buf) > limit:
             self._fail()
 
-    def _take(self, data: bytes | bytearray, start: int, stop: int) -> None:
+    def _take(self, data: bytes | bytearray | mmap.mmap, start: int, stop: int) -> None:
         with memoryview(data) as view:
             line = bytes(view[start:stop])
         if line and not line.isspace():

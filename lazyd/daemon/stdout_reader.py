@@ -21,6 +21,7 @@ Any other kind of stream (not a pipe) is read with `receive_some`.
 from __future__ import annotations
 
 import errno
+import mmap
 from collections.abc import Callable
 
 import trio
@@ -30,7 +31,7 @@ from lazyd.daemon.read_buffer import read_into_shared
 
 __all__ = ["StdoutReader"]
 
-Sink = Callable[[bytes | bytearray, int], None]  # (buffer, how many of its first bytes came)
+Sink = Callable[[bytes | mmap.mmap, int], None]  # (buffer, how many of its first bytes came)
 
 
 class StdoutReader:

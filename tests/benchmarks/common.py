@@ -52,7 +52,15 @@ def isolated_daemon(tree: Path | None = None, python_args: list[str] | None = No
         "XDG_CONFIG_HOME": str(root / "config"),
     }
     extra = {**(daemon_env or {}), **({"PYTHONPATH": str(tree)} if tree is not None else {})}
-    daemon = subprocess.Popen([sys.executable, *(python_args or ["-m", "lazyd.daemon"])], env={**env, **extra}, stdin=subprocess.DEVNULL,
+    # The interpreter puts its working directory first on sys.path: the daemon of `tree` must
+    # run in it, or it imports the lazyd of wherever the benchmark was started.
+    cwd = str(tree) if tree is not None else None
+    if tree is not None:
+        found = subprocess.run([sys.executable, "-c", "import lazyd; print(lazyd.__file__)"], cwd=cwd,
+                               env={**env, **extra}, capture_output=True, text=True, check=True).stdout.strip()
+        if Path(found).resolve() != (tree / "lazyd" / "__init__.py").resolve():
+            raise SystemExit(f"the daemon of {tree} would import the lazyd at {found}")
+    daemon = subprocess.Popen([sys.executable, *(python_args or ["-m", "lazyd.daemon"])], env={**env, **extra}, cwd=cwd, stdin=subprocess.DEVNULL,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     sock = root / "run" / "lazyd" / "lazyd.sock"
     deadline = time.monotonic() + 10

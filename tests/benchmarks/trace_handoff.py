@@ -1,12 +1,11 @@
 """Where a small hand-off round trip's task switches and syscalls go (a measuring aid, not a test).
 
-    python -m tests.benchmarks.trace_handoff [--calls N] [--strace]
+    python -m tests.benchmarks.trace_handoff [--calls N] [--text-bytes N] [--strace | --py-spy | --profile] [--tree DIR]
 
 Runs the daemon under a trio instrument that counts task steps (`before_task_step`) by task
 name, opens one hand-off session to the echo server, warms it, then makes `--calls` small
-`tools/call` round trips and prints the steps per round trip by task, and the epoll waits per
-round trip (`trio` hooks `wait_readable`/`wait_writable` through its I/O manager; these are
-counted with a wrapper). With `--strace`, `strace -f -c` is attached to the daemon for the
+`tools/call` round trips and prints the steps per round trip by task, the epoll waits per round trip, and
+the garbage collections (count and microseconds, by generation). With `--strace`, `strace -f -c` is attached to the daemon for the
 measured calls only and its table is printed per round trip.
 """
 
@@ -32,6 +31,17 @@ import trio.abc
 
 counts = collections.Counter()
 io = collections.Counter()
+
+import gc, time
+_gc_start = [0.0]
+def _gc(phase, info):
+    if phase == "start":
+        _gc_start[0] = time.perf_counter()
+    else:
+        gen = f"gc gen{info['generation']}"
+        io[gen] += 1
+        io[gen + " us"] += int((time.perf_counter() - _gc_start[0]) * 1e6)
+gc.callbacks.append(_gc)
 
 class Steps(trio.abc.Instrument):
     def before_task_step(self, task):
@@ -92,13 +102,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--calls", type=int, default=2000)
     parser.add_argument("--strace", action="store_true")
+    parser.add_argument("--tree", type=Path, help="run the daemon of this source tree (a checkout or export)")
     parser.add_argument("--text-bytes", type=int, default=1, help="size of the echoed text (1 MiB: 1048576)")
     parser.add_argument("--profile", action="store_true", help="cProfile the daemon over the calls")
     parser.add_argument("--py-spy", action="store_true", help="sample the daemon with py-spy (collapsed stacks)")
     args = parser.parse_args()
     out = Path(tempfile.mkdtemp(prefix="lzt")) / "steps.json"
     traced = {"LAZYD_TRACE_OUT": str(out), "LAZYD_TRACE_PROFILE": "1" if args.profile else ""}
-    with isolated_daemon(python_args=["-c", DAEMON], daemon_env=traced) as env:
+    with isolated_daemon(args.tree, python_args=["-c", DAEMON], daemon_env=traced) as env:
         pid = int(env["LAZYD_BENCH_DAEMON_PID"])
         client = LineClient([shim_path(), "--", *ECHO], {**env, "LAZYD_HANDOFF": "1"})
         client.handshake()
@@ -130,7 +141,7 @@ def main() -> None:
     for name, count in sorted(data["steps"].items(), key=lambda kv: -kv[1]):
         if count / n >= 0.01:
             print(f"  {count / n:6.2f}  {name}")
-    print("trio I/O waits per round trip:", {k: round(v / n, 2) for k, v in data["io"].items()})
+    print("trio I/O waits and collections per round trip:", {k: round(v / n, 3) for k, v in data["io"].items()})
     if args.py_spy:
         collapsed(Path(str(out) + ".spy"))
     if args.profile:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import errno
 import json
+import mmap
 import os
 import signal
 import stat
@@ -503,7 +504,7 @@ async def test_after_a_short_read_the_next_read_costs_one_task_step() -> None:
             nonlocal steps
             steps += task is me
 
-    def sink(buffer: bytes | bytearray, count: int) -> None:
+    def sink(buffer: bytes | mmap.mmap, count: int) -> None:
         got.append(bytes(buffer[:count]))
 
     async def write_later() -> None:
