@@ -19,8 +19,8 @@ The rules it keeps:
 - Stopping is a ladder: close stdin, wait `STDIN_EOF_GRACE_S`, SIGTERM the group, wait
   `TERM_GRACE_S`, SIGKILL the group, reap. A child that exits on EOF is never signalled. The whole
   ladder is shielded from cancellation and bounded by the two graces.
-- stdout is read in chunks of `READ_CHUNK_BYTES` (lazyd/daemon/stdout_reader.py), cut into lines
-  by lazyd/daemon/stdout_lines.py; a line over the limit raises `LineTooLong` once the buffer passes it: no peer makes us hold more.
+- stdout is read (lazyd/daemon/stdout_reader.py), cut into lines (lazyd/daemon/stdout_lines.py);
+  a line over the limit raises `LineTooLong` once the buffer passes it: no peer makes us hold more.
 - stderr is read continuously by a task, whatever the consumer does, into a `LogRing`: a server
   flooding stderr is never blocked on a full pipe, and memory and disk stay bounded.
 
