@@ -12,6 +12,8 @@ Pure; the lifecycle holds one `Usage` and asks it for the stop deadlines that ap
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from lazyd.durations import format_duration
 from lazyd.core.lifecycle_policy import LifecyclePolicy
 
@@ -52,10 +54,19 @@ class Usage:
             return {}
         deadlines: dict[str, float] = {}
         if self.clients == 0 and self.linger_from is not None:
-            reason = (f"no client for {format_duration(policy.linger_s)}" if policy.linger_s
-                      else "last client left")
-            deadlines[reason] = self.linger_from + policy.linger_s
+            deadlines[_linger_reason(policy.linger_s)] = self.linger_from + policy.linger_s
         if policy.idle_timeout_s is not None and self.last_activity is not None:
-            deadlines[f"idle for {format_duration(policy.idle_timeout_s)}"] = (
-                self.last_activity + policy.idle_timeout_s)
+            deadlines[_idle_reason(policy.idle_timeout_s)] = self.last_activity + policy.idle_timeout_s
         return deadlines
+
+
+# The reasons depend on the policy alone, and the deadlines are asked for several times per
+# relayed message (each load change and each next_deadline): format each duration once.
+@lru_cache(maxsize=64)
+def _linger_reason(linger_s: float) -> str:
+    return f"no client for {format_duration(linger_s)}" if linger_s else "last client left"
+
+
+@lru_cache(maxsize=64)
+def _idle_reason(idle_timeout_s: float) -> str:
+    return f"idle for {format_duration(idle_timeout_s)}"

@@ -94,6 +94,10 @@ class Routes:
     next_id: int = 1  # the next relay id (requests to the server)
     next_down_id: int = 1  # the next client-facing id (server-to-client requests)
     seq: int = 0  # order of client requests: the roots owner, the "most-recent" policy
+    # Entries of `upstream` that a client waits on, kept with every change of `upstream` (add,
+    # pop, process_gone, from_state): the lifecycle is told the count after every relayed
+    # message, and counting the map each time made a message cost O(requests in flight).
+    client_inflight: int = 0
 
     def take_id(self) -> int:
         rid = self.next_id
@@ -114,6 +118,7 @@ class Routes:
         (tasks, URL elicitations, progress tokens) outlives it. Subscriptions and log levels are the
         clients' and stay for the next process."""
         self.upstream.clear()
+        self.client_inflight = 0
         self.by_client.clear()
         self.tokens.clear()
         self.downstream.clear()
@@ -121,12 +126,17 @@ class Routes:
         self.elicitations.clear()
 
     def add(self, relay_id: int, up: Upstream) -> None:
+        self.pop(relay_id)  # relay ids are never reused; were one, the count must stay right
         self.upstream[relay_id] = up
+        if up.cid is not None:
+            self.client_inflight += 1
         if up.cid is not None and up.client_id is not None:
             self.by_client[(up.cid, up.client_id)] = relay_id
 
     def pop(self, relay_id: int) -> Upstream | None:
         up = self.upstream.pop(relay_id, None)
+        if up is not None and up.cid is not None:
+            self.client_inflight -= 1
         if up is not None and up.cid is not None and up.client_id is not None:
             self.by_client.pop((up.cid, up.client_id), None)
         return up
@@ -138,7 +148,7 @@ class Routes:
         return [rid for rid, up in self.upstream.items() if up.cid == cid]
 
     def client_inflight_count(self) -> int:
-        return sum(1 for up in self.upstream.values() if up.cid is not None)
+        return self.client_inflight
 
     def callback_candidates(self) -> list[tuple[int, ClientId]]:
         """(seq, client) of every in-flight callback-capable client request."""
@@ -170,6 +180,7 @@ class Routes:
         for row in sc.items(state.get("upstream"), "routes.upstream"):
             rid, up = sc.items(row, "routes.upstream row")
             routes.upstream[sc.integer(rid, "relay id")] = _upstream_from(up)
+        routes.client_inflight = sum(1 for up in routes.upstream.values() if up.cid is not None)
         for row in sc.items(state.get("by_client"), "routes.by_client"):
             cid, client_id, rid = sc.items(row, "routes.by_client row")
             routes.by_client[(sc.integer(cid, "client"), sc.json_id(client_id, "client id"))] = sc.integer(rid, "relay id")

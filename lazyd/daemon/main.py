@@ -40,6 +40,7 @@ from lazyd.config import Config, load_config
 from lazyd.daemon import orphans, startup
 from lazyd.daemon.adopt import adopt, adopt_stored, take_envelope
 from lazyd.daemon.fdstore import FdStore, keep_standby, stored_fds
+from lazyd.daemon.heap import TRIMMER
 from lazyd.daemon.registry_state import drop_stale_named
 from lazyd.daemon.connection import ConnectionHandler
 from lazyd.daemon.control import Control, status_summary
@@ -235,6 +236,7 @@ async def serve(sock: socket.socket, paths: Paths, config: Config, config_path: 
         await nursery.start(_serve_connections, handler, listener, connections)
         notifier.ready(status_summary(registry))  # only now: the listener is accepting
         nursery.start_soon(notifier.run, partial(status_summary, registry), registry.changes.wait)
+        nursery.start_soon(TRIMMER.run)  # gives the heap back after large messages
         nursery.start_soon(_signals, stop, partial(_reload, registry, config_path), partial(_upgrade, upgrader))
         if bound_identity is not None:
             nursery.start_soon(watch_ownership, paths, bound_identity, stop, ownership_check_interval_s)

@@ -19,7 +19,7 @@ The rules it keeps:
 - Stopping is a ladder: close stdin, wait `STDIN_EOF_GRACE_S`, SIGTERM the group, wait
   `TERM_GRACE_S`, SIGKILL the group, reap. A child that exits on EOF is never signalled. The whole
   ladder is shielded from cancellation and bounded by the two graces.
-- stdout is read in chunks of `READ_CHUNK_BYTES` and cut into lines by lazyd/daemon/stdout_lines.py;
+- stdout is read (lazyd/daemon/stdout_reader.py), cut into lines (lazyd/daemon/stdout_lines.py);
   a line over the limit raises `LineTooLong` once the buffer passes it: no peer makes us hold more.
 - stderr is read continuously by a task, whatever the consumer does, into a `LogRing`: a server
   flooding stderr is never blocked on a full pipe, and memory and disk stay bounded.
@@ -47,6 +47,7 @@ from lazyd.daemon.command import ExitInfo, SpawnSpec, executable_for
 from lazyd.daemon.logring import LogRing
 from lazyd.daemon.process_handle import ProcessHandle
 from lazyd.daemon.stdout_lines import StdoutLines
+from lazyd.daemon.stdout_reader import StdoutReader
 from lazyd.daemon.systemd_env import scrubbed_environ
 from lazyd.errors import LineTooLong as LineTooLong  # what receive_line raises
 from lazyd.errors import SpawnError
@@ -63,8 +64,11 @@ KILL_WAIT_S = 5.0
 STDERR_DRAIN_S = 1.0
 """After the group is killed stderr ends at once; only an escaped process can hold it longer."""
 
-READ_CHUNK_BYTES = 64 * 1024
-"""One pipe buffer per read: bounds how far a read can overshoot the line limit."""
+READ_CHUNK_BYTES = 1024 * 1024
+"""One widened pipe buffer (PIPE_BYTES) per read: a 1 MiB line in one read rather than 16, into
+the shared read buffer (so asking for this much costs nothing for a short line); bounds how far a
+read can overshoot the line limit."""
+STDERR_READ_BYTES = 64 * 1024  # below glibc's mmap threshold: receive_some allocates what it asks
 
 
 class ChildProcess:
@@ -93,6 +97,7 @@ class ChildProcess:
         self._reaped = False
         self._exit_info: ExitInfo | None = None
         self._lines = StdoutLines(spec.max_line_bytes)
+        self._reader = StdoutReader(process.stdout, READ_CHUNK_BYTES)
 
     # -- talking -----------------------------------------------------------------------------
 
@@ -108,8 +113,9 @@ class ChildProcess:
         async with self._send_lock:
             await self._stdin.send_all(line + b"\n")
 
-    def write_nowait(self, data: bytes) -> int:
-        """Write what the stdin pipe takes right now, without blocking; returns the bytes written.
+    def write_nowait(self, *parts: bytes | memoryview) -> int:
+        """Write what the stdin pipe takes of `parts` (one writev) right now, without blocking;
+        returns the bytes written.
 
         Returns 0 while a `send_line`/`send_raw` is in progress (writes must never interleave)
         or when the pipe is full or closed; the caller then queues the rest for `send_raw`. This
@@ -119,16 +125,17 @@ class ChildProcess:
             return 0
         try:
             fd = self._stdin.fileno() if isinstance(self._stdin, trio.lowlevel.FdStream) else -1
-            return os.write(fd, data) if fd >= 0 else 0
+            return os.writev(fd, parts) if fd >= 0 else 0
         except (BlockingIOError, BrokenPipeError, trio.ClosedResourceError):
             return 0
         except OSError:
             return 0
 
-    async def send_raw(self, data: bytes) -> None:
-        """Write bytes that are already framed (complete lines, or the rest of one)."""
+    async def send_raw(self, *parts: bytes | memoryview) -> None:
+        """Write bytes that are already framed (complete lines, or the rest of one), in order."""
         async with self._send_lock:
-            await self._stdin.send_all(data)
+            for data in parts:
+                await self._stdin.send_all(data)
 
     async def receive_line(self) -> bytes | None:
         """The next non-blank stdout line without its newline, or None at EOF.
@@ -150,16 +157,10 @@ class ChildProcess:
                 raise lines.error
             if lines.ended:
                 return None
-            try:
-                data = await self._stdout.receive_some(READ_CHUNK_BYTES)
-            except trio.BrokenResourceError:
-                data = b""
-            if not data:
+            if not await self._reader.read_into(lines.feed):
                 lines.end()
                 with trio.CancelScope(shield=True):
                     await self._stdout.aclose()
-                continue
-            lines.feed(data)
 
     async def lines(self) -> AsyncIterator[bytes]:
         """Iterate over `receive_line()` until EOF."""
@@ -290,7 +291,7 @@ class ChildProcess:
             with self._pump_scope:
                 while True:
                     try:
-                        data = await stream.receive_some(READ_CHUNK_BYTES)
+                        data = await stream.receive_some(STDERR_READ_BYTES)
                     except (trio.BrokenResourceError, trio.ClosedResourceError):
                         break
                     if not data:

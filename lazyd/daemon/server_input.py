@@ -16,6 +16,7 @@ from collections.abc import Callable
 
 import trio
 
+from lazyd.daemon.heap import TRIMMER
 from lazyd.daemon.process import ChildProcess
 
 __all__ = ["MAX_SERVER_BACKLOG_LINES", "MAX_SERVER_BACKLOG_BYTES", "MAX_WAITING_REQUESTS", "ServerInput"]
@@ -48,14 +49,14 @@ class ServerInput:
         self._on_stuck = on_stuck
         self._waiting_requests = waiting_requests  # requests the relay holds until a start completes
         self._proc: ChildProcess | None = None
-        self._queue: trio.MemorySendChannel[bytes] | None = None
+        self._queue: trio.MemorySendChannel[bytes | memoryview] | None = None  # lines (or rests), no newline
         self._busy = False  # lines are queued for the writer: new ones must queue behind them
         self._backlog = _Backlog()  # bytes queued for the current process's stdin
         self._room = trio.Event()  # set (and replaced) whenever the backlog may have shrunk
 
     def open(self, proc: ChildProcess, nursery: trio.Nursery) -> None:
         """A new process: its writer task starts in `nursery`."""
-        send, receive = trio.open_memory_channel[bytes](MAX_SERVER_BACKLOG_LINES)
+        send, receive = trio.open_memory_channel[bytes | memoryview](MAX_SERVER_BACKLOG_LINES)
         self._proc, self._queue, self._busy = proc, send, False
         nursery.start_soon(self._write, proc, receive)
 
@@ -71,15 +72,18 @@ class ServerInput:
         if queue is None or proc is None:
             log.info("[%s] line for a server that is not running dropped", self._name)
             return
-        data = line + b"\n"
+        TRIMMER.note(len(line))
+        data: bytes | memoryview = line
         if not self._busy:
-            # Nothing queued: write straight into the pipe and skip a task switch.
-            written = proc.write_nowait(data)
-            if written == len(data):
+            # Nothing queued: write straight into the pipe and skip a task switch; the line and
+            # its newline go in one writev, and what did not fit is queued as a view, so a large
+            # line is never copied to add a newline or to cut off what was written.
+            written = proc.write_nowait(line, b"\n")
+            if written > len(line):
                 return
-            data = data[written:]
+            data = memoryview(line)[written:]
         self._busy = True
-        self._backlog.bytes += len(data)
+        self._backlog.bytes += len(data) + 1
         try:
             queue.send_nowait(data)
         except trio.WouldBlock:
@@ -101,16 +105,16 @@ class ServerInput:
             self._room.set()
             self._room = trio.Event()
 
-    async def _write(self, proc: ChildProcess, receive: trio.MemoryReceiveChannel[bytes]) -> None:
+    async def _write(self, proc: ChildProcess, receive: trio.MemoryReceiveChannel[bytes | memoryview]) -> None:
         backlog = self._backlog  # this process's: a later process gets its own
         async with receive:
             async for data in receive:
                 try:
-                    await proc.send_raw(data)
+                    await proc.send_raw(data, b"\n")
                 except (trio.BrokenResourceError, trio.ClosedResourceError, ValueError):
                     return  # the reader sees the exit and handles it
                 finally:
-                    backlog.bytes -= len(data)
+                    backlog.bytes -= len(data) + 1
                     if receive.statistics().current_buffer_used == 0:
                         self._busy = False
                     self.signal_room()

@@ -9,6 +9,7 @@ The process (lazyd/daemon/process.py) reads the pipe and feeds what it read in.
 
 from __future__ import annotations
 
+import mmap
 from collections import deque
 
 from lazyd.errors import LineTooLong
@@ -26,27 +27,48 @@ class StdoutLines:
         self.error: LineTooLong | None = None  # set once, for good, by an overlong line
         self.ended = False
 
-    def feed(self, data: bytes | bytearray) -> None:
+    def feed(self, data: bytes | bytearray | mmap.mmap, end: int | None = None) -> None:
+        """Take `data[:end]` (all of it by default). Each line is copied once, out of `data` when
+        it lies there whole (the usual case: a line per read), else out of the buffer."""
         if self.error is not None or self.ended:
             return
+        end = len(data) if end is None else end
         limit = self.limit
         buf = self._buf
+        pos = 0
+        if not buf:
+            while (nl := data.find(b"\n", pos, end)) >= 0:
+                if nl - pos > limit:
+                    self._fail()
+                    return
+                self._take(data, pos, nl)
+                pos = nl + 1
+            if pos < end:
+                with memoryview(data) as view:
+                    buf += view[pos:end]
+                if len(buf) > limit:
+                    self._fail()
+            return
         # The old buffer holds no newline: scan only what just arrived.
         scan = len(buf)
-        buf += data
-        pos = 0
+        with memoryview(data) as view:
+            buf += view[:end]
         while (nl := buf.find(b"\n", scan)) >= 0:
             if nl - pos > limit:
                 self._fail()
                 return
-            line = bytes(buf[pos:nl])
-            if line and not line.isspace():
-                self._pending.append(line)
+            self._take(buf, pos, nl)
             pos = scan = nl + 1
         if pos:
             del buf[:pos]
         if len(buf) > limit:
             self._fail()
+
+    def _take(self, data: bytes | bytearray | mmap.mmap, start: int, stop: int) -> None:
+        with memoryview(data) as view:
+            line = bytes(view[start:stop])
+        if line and not line.isspace():
+            self._pending.append(line)
 
     def end(self) -> None:
         """The stream ended: a last line without its newline counts."""

@@ -215,8 +215,9 @@ class ServerRuntime:
                     session.deliver(line, action.done)
             elif isinstance(action, rl.ToServer):
                 self._input.send(action.line)
-            elif isinstance(action, rl.Activity):
-                self._life(self.life.activity(trio.current_time()))
+            elif isinstance(action, rl.Activity):  # moves the idle deadline later: no wake-up owed
+                if lc_actions := self.life.activity(trio.current_time()):
+                    self._life(lc_actions)
             elif isinstance(action, rl.WantServer):
                 self._life(self.life.demand(trio.current_time()))
             elif isinstance(action, rl.Ready):

@@ -1,6 +1,6 @@
 """The hand-off path against the frame path and a direct connection, side by side in one run.
 
-    python -m tests.benchmarks.bench_handoff [--calls N] [--big-calls N] [--starts N] [--sessions N]
+    python -m tests.benchmarks.bench_handoff [--calls N] [--big-calls N] [--starts N] [--sessions N] [--daemon-tree DIR]
 
 Three sides against the same echo server (tests/benchmarks/echo_server.py) and one daemon:
 **direct** (the client runs the server), **frames** (`lazyd-shim` relaying every line, as with
@@ -24,6 +24,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from tests.benchmarks.common import (
     ECHO,
@@ -170,9 +171,11 @@ def main() -> None:
     parser.add_argument("--sessions", type=int, default=3, help="sessions opened beside a first one")
     parser.add_argument("--blocks", type=int, default=5, help="ABBA blocks of round trips")
     parser.add_argument("--everything", action="store_true", help="also the memory of server-everything clients")
+    parser.add_argument("--daemon-tree", type=Path, help="run the daemon of this source tree (e.g. an export of "
+                        "an older revision) instead of this checkout's; the shims stay this checkout's")
     args = parser.parse_args()
     print(f"python {sys.version.split()[0]}, load average {os.getloadavg()[0]:.2f} at start")
-    with isolated_daemon() as env:
+    with isolated_daemon(args.daemon_tree) as env:
         warm = client_for("frames", env, ECHO)  # record the cache once: every start below is warm
         warm.handshake()
         warm.request("tools/list")

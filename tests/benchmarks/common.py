@@ -33,9 +33,13 @@ def shim_path() -> str:
 
 
 @contextmanager
-def isolated_daemon() -> Iterator[dict[str, str]]:
+def isolated_daemon(tree: Path | None = None, python_args: list[str] | None = None,
+                    daemon_env: dict[str, str] | None = None) -> Iterator[dict[str, str]]:
     """A private HOME/XDG tree and a running daemon; yields the environment to run shims in
-    (its LAZYD_BENCH_DAEMON_PID entry names the daemon, for memory figures)."""
+    (its LAZYD_BENCH_DAEMON_PID entry names the daemon, for memory figures). With `tree`, the
+    daemon runs the lazyd of that source tree (first on its PYTHONPATH) instead of this one; with
+    `python_args`, the daemon is `python *python_args` (a wrapper that ends by running lazyd),
+    with `daemon_env` added to its environment."""
     root = Path(tempfile.mkdtemp(prefix="lzb", dir="/tmp"))
     (root / "run").mkdir(mode=0o700)
     (root / "home").mkdir()
@@ -47,7 +51,16 @@ def isolated_daemon() -> Iterator[dict[str, str]]:
         "XDG_STATE_HOME": str(root / "state"),
         "XDG_CONFIG_HOME": str(root / "config"),
     }
-    daemon = subprocess.Popen([sys.executable, "-m", "lazyd.daemon"], env=env, stdin=subprocess.DEVNULL,
+    extra = {**(daemon_env or {}), **({"PYTHONPATH": str(tree)} if tree is not None else {})}
+    # The interpreter puts its working directory first on sys.path: the daemon of `tree` must
+    # run in it, or it imports the lazyd of wherever the benchmark was started.
+    cwd = str(tree) if tree is not None else None
+    if tree is not None:
+        found = subprocess.run([sys.executable, "-c", "import lazyd; print(lazyd.__file__)"], cwd=cwd,
+                               env={**env, **extra}, capture_output=True, text=True, check=True).stdout.strip()
+        if Path(found).resolve() != (tree / "lazyd" / "__init__.py").resolve():
+            raise SystemExit(f"the daemon of {tree} would import the lazyd at {found}")
+    daemon = subprocess.Popen([sys.executable, *(python_args or ["-m", "lazyd.daemon"])], env={**env, **extra}, cwd=cwd, stdin=subprocess.DEVNULL,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     sock = root / "run" / "lazyd" / "lazyd.sock"
     deadline = time.monotonic() + 10

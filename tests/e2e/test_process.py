@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import errno
 import json
+import mmap
 import os
 import signal
 import stat
@@ -28,6 +29,7 @@ from lazyd.daemon import logring
 from lazyd.daemon.logring import LogRing
 from lazyd.daemon.command import ExitInfo, SpawnSpec
 from lazyd.daemon.process import ChildProcess, open_child, spawn
+from lazyd.daemon.stdout_reader import StdoutReader
 from lazyd.errors import LineTooLong, SpawnError
 
 pytestmark = pytest.mark.e2e
@@ -458,6 +460,71 @@ async def test_a_line_of_exactly_the_limit_is_accepted(tmp_path: Path) -> None:
     code = "import sys; sys.stdout.buffer.write(b'z' * 100 + b'\\n' + b'w' * 100)"
     async with open_child(python_spec(tmp_path, code, max_line_bytes=100)) as child:
         assert [line async for line in child.lines()] == [b"z" * 100, b"w" * 100]
+
+
+async def test_a_stdout_that_is_always_full_still_lets_other_tasks_run() -> None:
+    # 16 reads' worth waits in the pipe before the first read: none of those reads comes up
+    # short, so only the checkpoint between them lets another task in.
+    read_end, write_end = os.pipe()
+    os.write(write_end, b"f" * (16 * 4096))
+    os.close(write_end)
+    reader = StdoutReader(trio.lowlevel.FdStream(read_end), 4096)
+    turns = 0
+    seen: list[int] = []
+
+    async def other_task() -> None:
+        nonlocal turns
+        while True:
+            turns += 1
+            await trio.sleep(0)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(other_task)
+        await trio.sleep(0)
+        start = turns
+        while await reader.read_into(lambda _buffer, count: seen.append(turns - start)):
+            pass
+        nursery.cancel_scope.cancel()
+    assert len(seen) == 16
+    assert seen[8] > 0, f"no other task ran while 9 full reads were taken: {seen}"
+
+
+async def test_after_a_short_read_the_next_read_costs_one_task_step() -> None:
+    # What the reader saves on the hot path: after a line that did not fill a read, the next
+    # read waits for readiness at once (one step: the wake-up), where trio's receive_some, or a
+    # reader that tries first, checkpoints and fails a read with EAGAIN before it waits.
+    read_end, write_end = os.pipe()
+    reader = StdoutReader(trio.lowlevel.FdStream(read_end), 4096)
+    got: list[bytes] = []
+    me = trio.lowlevel.current_task()
+    steps = 0
+
+    class CountSteps(trio.abc.Instrument):
+        def before_task_step(self, task: trio.lowlevel.Task) -> None:
+            nonlocal steps
+            steps += task is me
+
+    def sink(buffer: bytes | mmap.mmap, count: int) -> None:
+        got.append(bytes(buffer[:count]))
+
+    async def write_later() -> None:
+        await trio.sleep(0.01)
+        os.write(write_end, b"two\n")
+
+    os.write(write_end, b"one\n")
+    assert await reader.read_into(sink)
+    instrument = CountSteps()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(write_later)
+        trio.lowlevel.add_instrument(instrument)
+        try:
+            assert await reader.read_into(sink)
+        finally:
+            trio.lowlevel.remove_instrument(instrument)
+    assert got == [b"one\n", b"two\n"]
+    assert steps == 1, f"{steps} task steps for a read after a short one"
+    os.close(write_end)
+    assert not await reader.read_into(sink)
 
 
 async def test_a_64_mib_line_without_newline_raises_before_memory_follows_it(

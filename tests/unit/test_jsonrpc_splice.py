@@ -94,3 +94,28 @@ def test_small_lines_errors_and_notifications_are_never_taken_by_the_large_resul
     assert rpc.large_result_id(json.dumps({"jsonrpc": "2.0", "method": "x", "params": {"id": 1, "t": big}}).encode()) is None
     nested_last = ('{"result":{"t":"%s","inner":{"jsonrpc":"2.0","id":9}}}' % big).encode()
     assert rpc.large_result_id(nested_last) is None
+
+
+@pytest.mark.parametrize("size", [0, 4095, 4096, 70_000])
+def test_a_splice_gives_the_same_bytes_whatever_the_size_of_the_line(size: int) -> None:
+    # Small lines are sliced, large ones joined from views: both must be the received bytes with
+    # only the id's changed, in either shape and for the large-result path too.
+    pad = "p" * size
+    for line in (b'{"jsonrpc":"2.0","id":7,"method":"m","params":{"t":"%s"}}' % pad.encode(),
+                 b'{"method":"m","params":{"t":"%s"},"jsonrpc":"2.0","id":7}' % pad.encode()):
+        out = _rewrite(line, 123456)
+        assert out == line.replace(b'"id":7', b'"id":123456')
+    result = b'{"jsonrpc":"2.0","id":41,"result":{"t":"%s"}}' % pad.encode()
+    assert rpc.splice_result_id(result, 41, "c") == result.replace(b'"id":41', b'"id":"c"')
+
+
+@pytest.mark.parametrize("later_id", [b'"id"', b'"\\u0069d"', b'"i\\u0064"'])
+def test_a_large_line_with_a_second_id_key_is_never_spliced_at_its_first(later_id: bytes) -> None:
+    # A second top-level "id" (however spelled) is the one parsers keep: splicing the first
+    # would let the second through. A backslash elsewhere alone must not stop the splice.
+    pad = b"p" * 70_000
+    smuggling = b'{"jsonrpc":"2.0","id":7,"method":"m","params":{"t":"' + pad + b'"},' + later_id + b":7}"
+    out = _rewrite(smuggling, 99)
+    assert json.loads(out)["id"] == 99 and out.count(b"99") == 1  # spliced, the later 7 would win
+    escaped = b'{"jsonrpc":"2.0","id":7,"method":"m","params":{"t":"a\\nb' + pad + b'"}}'
+    assert _rewrite(escaped, 99) == escaped.replace(b'"id":7', b'"id":99', 1)

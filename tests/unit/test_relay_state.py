@@ -283,7 +283,9 @@ def test_pending_callbacks_input_rounds_and_tokens_survive_the_round_trip(
 
 
 def assert_twins_agree(core: RelayCore, twin: RelayCore, scene: Scene, ops: list[str]) -> None:
-    """Feed `ops` to both cores: every event's actions equal, and their states equal at the end."""
+    """Feed `ops` to both cores: every event's actions equal, and their states equal at the end;
+    so are the load counts the lifecycle is given after every event."""
+    assert (twin.client_count(), twin.inflight_count()) == (core.client_count(), core.inflight_count())
     for op in ops:
         step = scene.event(op)
         if step is None:
@@ -292,6 +294,7 @@ def assert_twins_agree(core: RelayCore, twin: RelayCore, scene: Scene, ops: list
         expected = feed(core, step[0], step[1], scene.now)
         got = feed(twin, step[0], step[1], scene.now)
         assert got == expected, f"{step[0]}{step[1]!r}"
+        assert twin.inflight_count() == core.inflight_count(), f"{step[0]}{step[1]!r}"
         scene.record(expected)
     assert twin.to_state() == core.to_state()
 

@@ -49,3 +49,51 @@ def test_an_overlong_line_fails_as_soon_as_the_buffer_passes_the_limit_without_a
     assert lines.error is None
     lines.feed(b"9")
     assert lines.error is not None and drain(lines) == []
+
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from([b"a", b"bb", b"\n", b" ", b"\r", b"x" * 40]), max_size=60),
+       st.lists(st.integers(1, 50), min_size=1, max_size=20), st.integers(1, 60))
+def test_lines_fed_as_the_first_bytes_of_a_larger_buffer_are_the_lines_fed_as_bytes(
+        parts: list[bytes], cuts: list[int], limit: int) -> None:
+    # The stdout reader feeds the first `end` bytes of a shared buffer holding older bytes past
+    # them; that must cut exactly as feeding those bytes alone, however the stream is split.
+    data = b"".join(parts)
+    plain, shared = StdoutLines(limit), StdoutLines(limit)
+    got_plain: list[bytes] = []
+    got_shared: list[bytes] = []
+    pos, i = 0, 0
+    while pos < len(data):
+        chunk = data[pos:pos + cuts[i % len(cuts)]]
+        pos, i = pos + len(chunk), i + 1
+        plain.feed(chunk)
+        shared.feed(bytearray(chunk + b"\nstale\n" * 3), len(chunk))
+        got_plain += drain(plain)
+        got_shared += drain(shared)
+        assert (plain.error is None) == (shared.error is None)
+    plain.end()
+    shared.end()
+    assert got_plain + drain(plain) == got_shared + drain(shared)
+
+
+def test_reads_into_the_shared_buffer_come_out_whole_after_its_pages_were_given_back() -> None:
+    import os
+
+    from lazyd.daemon import read_buffer
+
+    read_end, write_end = os.pipe()
+    try:
+        for payload in (b"first line\n", b"x" * 5000 + b"\n", b"last\n"):
+            os.write(write_end, payload)
+            buffer, count = read_buffer.read_into_shared(read_end, 64 * 1024)
+            lines = StdoutLines(limit=10_000)
+            lines.feed(buffer, count)
+            assert drain(lines) == [payload[:-1]]
+            read_buffer.release()
+    finally:
+        os.close(read_end)
+        os.close(write_end)

@@ -1,0 +1,111 @@
+"""Two daemons' hand-off path side by side in one run: another source tree's against this one's.
+
+    python -m tests.benchmarks.ab_handoff --rev REV [--calls N] [--big-calls N] [--blocks N]
+
+The daemon of `--rev` (a revision of this repository, exported with `git archive`) and the daemon
+of this tree run at once, each with one hand-off session to the echo server, beside a direct
+connection. Blocks alternate direct, A, B, B, A, direct, so machine noise hits both daemons alike
+(a change of a few per cent in a figure drowns in the noise between separate runs on a shared
+machine). Printed per side: small `tools/call` p50 and p99, the added p50, daemon CPU per round
+trip from /proc, and the 1 MiB echo throughput.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import tarfile
+import tempfile
+from contextlib import ExitStack
+from pathlib import Path
+
+from tests.benchmarks.bench_handoff import spread
+from tests.benchmarks.common import (
+    ECHO,
+    REPO,
+    LineClient,
+    isolated_daemon,
+    median,
+    percentile,
+    shim_path,
+    time_calls,
+)
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU time of all a process's threads, in ns steps (/proc/PID/task/*/schedstat), not ticks."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            total += int((task / "schedstat").read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            pass
+    return total / 1e9
+
+
+def export(rev: str, into: Path) -> Path:
+    archive = subprocess.run(["git", "-C", str(REPO), "archive", rev], check=True, capture_output=True).stdout
+    tar = into / "tree.tar"
+    tar.write_bytes(archive)
+    with tarfile.open(tar) as t:
+        t.extractall(into / "tree", filter="data")
+    return into / "tree"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rev", required=True, help="the revision to compare this tree with (A)")
+    parser.add_argument("--calls", type=int, default=8000, help="small round trips per side")
+    parser.add_argument("--big-calls", type=int, default=40, help="1 MiB echo round trips per side")
+    parser.add_argument("--blocks", type=int, default=5)
+    args = parser.parse_args()
+    sides = (args.rev, "this tree")
+    order = ("direct", sides[0], sides[1], sides[1], sides[0], "direct")
+    with tempfile.TemporaryDirectory(prefix="lzab") as tmp, ExitStack() as stack:
+        old = export(args.rev, Path(tmp))
+        envs = [stack.enter_context(isolated_daemon(old)), stack.enter_context(isolated_daemon())]
+        pids = {side: int(env["LAZYD_BENCH_DAEMON_PID"]) for side, env in zip(sides, envs)}
+        clients = {"direct": LineClient(ECHO, envs[1])}
+        for side, env in zip(sides, envs):
+            clients[side] = LineClient([shim_path(), "--", *ECHO], {**env, "LAZYD_HANDOFF": "1"})
+        for client in clients.values():
+            client.handshake()
+            time_calls(client, 200, "warm")
+        names = ("direct", *sides)
+        p50: dict[str, list[float]] = {s: [] for s in names}
+        p99: dict[str, list[float]] = {s: [] for s in names}
+        cpu: dict[str, list[float]] = {s: [] for s in names}
+        mib: dict[str, list[float]] = {s: [] for s in names}
+        per_block = max(1, args.calls // (args.blocks * 2))
+        per_big = max(1, args.big_calls // (args.blocks * 2))
+        big = "y" * (1024 * 1024)
+        for _ in range(args.blocks):
+            for side in order:
+                pid = pids.get(side, clients[side].proc.pid)
+                before = cpu_seconds(pid)
+                samples = time_calls(clients[side], per_block, "x")
+                cpu[side].append((cpu_seconds(pid) - before) / per_block)
+                p50[side].append(median(samples))
+                p99[side].append(percentile(samples, 99))
+        for _ in range(args.blocks):
+            for side in order:
+                samples = time_calls(clients[side], per_big, big)
+                mib[side].append(2 * len(samples) / sum(samples))
+        for client in clients.values():
+            client.close()
+    print(f"{'hand-off, median of blocks [min..max]':44} " + " ".join(f"{s[:24]:>24}" for s in names))
+    print(f"{'round trip p50':44} " + " ".join(f"{spread(p50[s], 1e6, 'us'):>24}" for s in names))
+    print(f"{'round trip p99':44} " + " ".join(f"{spread(p99[s], 1e6, 'us'):>24}" for s in names))
+    added = {s: [a - d for a, d in zip(p50[s], p50["direct"])] for s in sides}
+    print(f"{'added p50':44} {'':>24} " + " ".join(f"{spread(added[s], 1e6, 'us'):>24}" for s in sides))
+    ratio = {s: [a / d for a, d in zip(p99[s], p99["direct"])] for s in sides}
+    print(f"{'p99 / direct p99':44} {'':>24} " + " ".join(f"{spread(ratio[s], 1, 'x'):>24}" for s in sides))
+    print(f"{'CPU per round trip (direct: server; daemon)':44} "
+          + " ".join(f"{spread(cpu[s], 1e6, 'us'):>24}" for s in names))
+    print(f"{'1 MiB echo, MiB/s both ways':44} " + " ".join(f"{spread(mib[s], 1, ''):>24}" for s in names))
+    big_ratio = {s: [a / d for a, d in zip(mib[s], mib["direct"])] for s in sides}
+    print(f"{'1 MiB echo, ratio to direct':44} {'':>24} " + " ".join(f"{spread(big_ratio[s], 1, 'x'):>24}" for s in sides))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,46 @@
+"""The heap is trimmed once after each spell of large lines, never while they keep coming
+(lazyd/daemon/heap.py). trio's autojump clock: the quiet spell is checked exactly, without waiting."""
+
+from __future__ import annotations
+
+import trio
+import trio.testing
+
+from lazyd.daemon.heap import LARGE_BYTES, QUIET_S, HeapTrimmer
+
+
+async def test_one_trim_follows_a_quiet_spell_after_large_lines_and_small_lines_never_cause_one(
+        autojump_clock: trio.testing.MockClock) -> None:
+    trims: list[float] = []
+    trimmer = HeapTrimmer(lambda: trims.append(trio.current_time()))
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(trimmer.run)
+        for _ in range(100):
+            trimmer.note(LARGE_BYTES - 1)
+        await trio.sleep(10 * QUIET_S)
+        assert trims == []
+        start = trio.current_time()
+        trimmer.note(LARGE_BYTES)
+        trimmer.note(4 * LARGE_BYTES)
+        await trio.sleep(10 * QUIET_S)
+        assert trims == [start + QUIET_S]
+        nursery.cancel_scope.cancel()
+
+
+async def test_large_lines_that_keep_coming_put_the_trim_off_until_they_stop(
+        autojump_clock: trio.testing.MockClock) -> None:
+    trims: list[float] = []
+    trimmer = HeapTrimmer(lambda: trims.append(trio.current_time()))
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(trimmer.run)
+        for _ in range(10):  # a large line every half spell: the burst goes on
+            trimmer.note(LARGE_BYTES)
+            await trio.sleep(QUIET_S / 2)
+        assert trims == []
+        last = trio.current_time() - QUIET_S / 2
+        await trio.sleep(10 * QUIET_S)
+        assert len(trims) == 1 and last + QUIET_S <= trims[0] <= last + 2 * QUIET_S
+        trimmer.note(LARGE_BYTES)  # a later spell gets its own trim
+        await trio.sleep(10 * QUIET_S)
+        assert len(trims) == 2
+        nursery.cancel_scope.cancel()
