@@ -48,7 +48,7 @@ from lazyd.daemon.registry import Registry
 from lazyd.daemon.supervisor import ServerRuntime
 from lazyd.errors import Refused
 from lazyd.frames import Hello, Refusal, Welcome
-from lazyd.handoff_state import Region, is_region
+from lazyd.handoff_state import LANDING_BYTES, Region, is_region
 from lazyd.linepeek import ID_SCAN_BYTES, error_line, id_key, top_level_fields
 
 log = logging.getLogger("lazyd.conn")
@@ -229,10 +229,16 @@ class HandoffSession:
         # over at an upgrade between a read and its record).
         size = landing.pending(ledger.state.landing)
         waited = True
+        emptied = False  # the last read took less than a zone: the pipe was empty after it
         while True:
             zone = ledger.state.landing
             if not size:
                 await GATE.passage()  # an upgrade stops reading here (lazyd/daemon/quiesce.py)
+                if emptied:
+                    # No read that would only say EAGAIN: wait first (a system call and an
+                    # exception less per message when lines come one at a time).
+                    await self.ends.wait_readable()
+                    waited, emptied = True, False
                 got = self.ends.read_into(landing.zones[zone])  # into the region: never only ours
                 if got is None:
                     await self.ends.wait_readable()
@@ -240,7 +246,7 @@ class HandoffSession:
                     continue
                 if not got:
                     return
-                size = got
+                size, emptied = got, got < LANDING_BYTES
                 if not waited:
                     await trio.lowlevel.checkpoint()  # a client that floods must not starve the others
             waited = False
