@@ -128,6 +128,14 @@ def text_of(message: dict[str, Any]) -> str:
     return str(message["result"]["content"][0]["text"])
 
 
+def call(shim: RawShim, request_id: int, name: str) -> dict[str, Any]:
+    """One tools/call of the fixture's tool `name`, and its answer (checked to be that call's)."""
+    shim.send(tool_call(request_id, name))
+    answer = shim.read()
+    assert answer["id"] == request_id, answer
+    return answer
+
+
 class RawShim:
     """A lazyd-shim process with line-level access to its stdio."""
 

@@ -31,8 +31,8 @@ from tests.e2e.faults_support import (
     DEADLINE_S,
     FIXTURE,
     SERVER_MARKER_VAR,
-    RawShim,
     alive,
+    call,
     lazyctl,
     server_side_processes,
     server_status,
@@ -100,7 +100,7 @@ def test_a_daemon_killed_with_sigkill_costs_only_the_calls_in_flight(user_env: U
         # by the new daemon's orphan sweep. Nothing of the old group is left.
         wait_for(lambda: not any(alive(pid) for pid in old_children), "the old daemon's servers to be gone",
                  OLD_CHILDREN_GONE_S)
-        new_server = int(text_of(_call(shims[0], 12, "pid")))
+        new_server = int(text_of(call(shims[0], 12, "pid")))
         assert new_server not in old_children
         assert server_side_processes(marker) == session_members(new_server)
     finally:
@@ -120,7 +120,7 @@ def test_a_request_the_daemon_read_but_had_not_recorded_when_killed_is_still_ans
     try:
         shim.initialize()
         path.check(shim)
-        assert _call(shim, 2, "pid")["result"]
+        assert call(shim, 2, "pid")["result"]
         shim.send(tool_call(7, "echo", {"text": "kill-me-now"}))
         error = shim.read()
         assert error["id"] == 7 and error["error"]["code"] == -32603, error
@@ -133,13 +133,6 @@ def test_a_request_the_daemon_read_but_had_not_recorded_when_killed_is_still_ans
         path.check(shim)
     finally:
         shim.close()
-
-
-def _call(shim: RawShim, request_id: int, name: str) -> dict[str, object]:
-    shim.send(tool_call(request_id, name))
-    answer = shim.read()
-    assert answer["id"] == request_id
-    return answer
 
 
 # ---- SIGTERM, a second daemon ---------------------------------------------------------------------
@@ -207,7 +200,7 @@ def test_requests_sent_while_the_daemon_stops_are_held_by_the_shim_and_served_by
         assert not alive(old_server)
         assert user_env.daemon_pids() != [] and daemon.proc.pid not in user_env.daemon_pids()
         # Spare the teardown the new server's 4 s ladder: it ignores EOF and SIGTERM too.
-        os.killpg(int(text_of(_call(shim, 6, "pid"))), signal.SIGKILL)
+        os.killpg(int(text_of(call(shim, 6, "pid"))), signal.SIGKILL)
     finally:
         shim.close()
 
@@ -293,7 +286,7 @@ def test_killing_a_clients_process_group_right_after_autostart_leaves_lazyd_and_
             pass
         first.proc.wait(DEADLINE_S)
         assert text_of(other.read()) == "slept 0.5", "the other session's call in flight was answered"
-        assert text_of(_call(other, 2, "echo")) == ""
+        assert text_of(call(other, 2, "echo")) == ""
         assert user_env.daemon_pids() == [daemon]
         late = shim_path.started(user_env)
         try:

@@ -26,7 +26,7 @@ import pytest
 from mcp import ClientSession
 from mcp.shared.exceptions import MCPError
 
-from tests.e2e.faults_support import RawShim, text_of, tool_call
+from tests.e2e.faults_support import call, text_of, tool_call
 from tests.e2e.shim_paths import PATHS, ShimPath
 from tests.conftest import FIXTURE_SERVER, UserEnv, everything_command, processes_with_marker, shim_session, start_daemon, wait_until
 
@@ -370,7 +370,7 @@ def test_a_call_in_flight_across_an_upgrade_is_answered_on_each_path_pipes_and_s
     try:
         shim.initialize()
         path.check(shim)
-        server = text_of(_raw_call(shim, 2, "pid"))
+        server = text_of(call(shim, 2, "pid"))
         shim.send(tool_call(5, "sleep", {"seconds": 1.5}))
         wait_until(lambda: methods.read_text().splitlines().count("tools/call") == 2, 10, "the sleep to reach the server")
         done = lazyctl(user_env, "upgrade", "--json")
@@ -378,14 +378,7 @@ def test_a_call_in_flight_across_an_upgrade_is_answered_on_each_path_pipes_and_s
         assert json.loads(done.stdout)["sessions"] == 1 and daemon.proc.poll() is None
         answer = shim.read()
         assert answer["id"] == 5 and "result" in answer, answer
-        assert text_of(_raw_call(shim, 6, "pid")) == server  # the same process, adopted
+        assert text_of(call(shim, 6, "pid")) == server  # the same process, adopted
         path.check(shim)
     finally:
         shim.close()
-
-
-def _raw_call(shim: RawShim, request_id: int, name: str) -> dict[str, Any]:
-    shim.send(tool_call(request_id, name))
-    answer = shim.read()
-    assert answer["id"] == request_id, answer
-    return answer
