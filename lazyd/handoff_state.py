@@ -53,6 +53,12 @@ if TYPE_CHECKING:
     from collections.abc import Iterable
 
 MAGIC = b"LZH2"
+LEGACY_MAGIC = b"LZH1"
+# The layout before the landing zones: one head area at 2 MiB, the tail at 34 MiB, the same state
+# payload. A shim that handed off under that layout recovers with this code (the waiting shell
+# execs whatever shim is installed now): `migrate_legacy` moves such a region to this layout.
+LEGACY_HEAD_OFFSET = 2 << 20
+LEGACY_TAIL_OFFSET = 34 << 20
 SLOT_BYTES = 1 << 20
 # One copy of the state. Typical sessions use a few hundred bytes (the client's initialize line and
 # a handful of ids); 1 MiB holds the initialize line and ~100,000 small ids. Untouched pages of the
@@ -89,7 +95,7 @@ class State:
     """One copy of a hand-off session's state (see the module docstring)."""
 
     __slots__ = ("generation", "init", "initialized", "init_answered", "inflight", "unrecorded",
-                 "head_len", "discarding", "out_torn", "tail_len", "closed", "landing", "head_area")
+                 "head_len", "discarding", "out_torn", "tail_len", "closed", "landing", "head_area", "legacy")
 
     def __init__(self) -> None:
         self.generation = 0
@@ -105,6 +111,7 @@ class State:
         self.closed = False
         self.landing = 0  # the landing zone whose bytes are not accounted for yet
         self.head_area = 0
+        self.legacy = False  # read from a region of the layout before the landing zones
 
     def resume_lines(self) -> list[bytes]:
         """The handshake lines to resume a session with: only one the client saw answered."""
@@ -170,7 +177,7 @@ def _slot(fd: int, index: int) -> State | None:
     if len(header) < _HEADER.size:
         return None
     magic, generation, length, crc = _HEADER.unpack(header)
-    if magic != MAGIC or length > SLOT_BYTES - _HEADER.size:
+    if magic not in (MAGIC, LEGACY_MAGIC) or length > SLOT_BYTES - _HEADER.size:
         return None
     payload = os.pread(fd, length, index * SLOT_BYTES + _HEADER.size)
     if len(payload) != length or zlib.crc32(payload, zlib.crc32(header[4:16])) != crc:
@@ -180,6 +187,7 @@ def _slot(fd: int, index: int) -> State | None:
     except ValueError:
         return None
     state.generation = generation
+    state.legacy = magic == LEGACY_MAGIC
     return state
 
 
@@ -245,6 +253,19 @@ class Region:
         """Free the pages of the tail area and of the head areas past `keep_head` bytes of `area`
         (which the state still counts); the landing zones stay, for the daemon maps them."""
         os.ftruncate(self.fd, head_offset(area) + keep_head)
+
+
+def migrate_legacy(region: Region, state: State) -> None:
+    """Move a region of the layout before the landing zones (`state.legacy`) to this one: its head
+    and tail to where this layout keeps them, the landing zones (where its head began) zeroed.
+    The state is written by the caller, in this layout."""
+    head = _pread_all(region.fd, state.head_len, LEGACY_HEAD_OFFSET)
+    tail = _pread_all(region.fd, state.tail_len, LEGACY_TAIL_OFFSET)
+    _pwrite_all(region.fd, bytes(HEAD_OFFSET - LANDING_OFFSET), LANDING_OFFSET)
+    state.landing, state.head_area, state.legacy = 0, 0, False
+    state.head_len = len(head)
+    region.write_head(head, 0, 0)
+    state.tail_len = region.write_tail([tail])
 
 
 def landing_offset(zone: int) -> int:

@@ -27,7 +27,7 @@ import select
 import time
 
 from lazyd.errors import Unavailable
-from lazyd.handoff_state import Region, State
+from lazyd.handoff_state import Region, State, migrate_legacy
 from lazyd.linepeek import request_ids_in
 from lazyd.frames import MAX_LINE_BYTES
 
@@ -57,6 +57,9 @@ def _exit_if_client_left(wait_s: float, log: Log) -> None:
 
 def answer(state: State, region: Region, out: Stdout, log: Log) -> None:
     """Finish a torn line and answer what was in flight (steps 1 and 2 of the module docstring)."""
+    if state.legacy:
+        migrate_legacy(region, state)
+        log("the region was of the layout before the landing zones; moved to this one")
     if state.out_torn:
         rest = region.read_tail(state.tail_len) if state.tail_len else b""
         out.write(rest if rest.endswith(b"\n") else rest + b"\n")

@@ -48,7 +48,7 @@ from lazyd.daemon.registry import Registry
 from lazyd.daemon.supervisor import ServerRuntime
 from lazyd.errors import Refused
 from lazyd.frames import Hello, Refusal, Welcome
-from lazyd.handoff_state import LANDING_BYTES, Region, is_region
+from lazyd.handoff_state import LANDING_BYTES, Region, is_region, read_state
 from lazyd.linepeek import ID_SCAN_BYTES, error_line, id_key, top_level_fields
 
 log = logging.getLogger("lazyd.conn")
@@ -96,6 +96,12 @@ def take(hello: Hello, fds: list[int]) -> tuple[ClientEnds, int] | None:
     in_fd, out_fd, region_fd = fds
     if not is_region(region_fd):
         log.warning("shim pid %d offered a hand-off whose region is not an anonymous file; using frames", hello.pid)
+        close_all(fds)
+        return None
+    previous, _ = read_state(region_fd)
+    if previous is not None and previous.legacy:
+        # Only a shim's own recovery moves a region to this layout (shim/recover.py).
+        log.warning("shim pid %d offered a hand-off region of an earlier layout; using frames", hello.pid)
         close_all(fds)
         return None
     try:

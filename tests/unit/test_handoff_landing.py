@@ -10,13 +10,17 @@ from __future__ import annotations
 
 import json
 import os
+import struct
+import zlib
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from lazyd import handoff_state as hs
+from lazyd.daemon import handoff
 from lazyd.daemon.handoff_ledger import Landing, Ledger
+from lazyd.frames import Hello
 from lazyd.handoff_state import Region, read_state
 from lazyd.linepeek import BIG_LINE_BYTES, ID_SCAN_BYTES, inspect_line, request_ids_in
 from shim import recover
@@ -167,3 +171,66 @@ def test_the_shim_answers_a_request_read_and_not_recorded_once_and_keeps_the_res
         assert landing.pending(state.landing) == 0
     finally:
         landing.close()
+
+
+def test_a_region_of_the_layout_before_the_landing_zones_is_recovered_and_moved_to_this_one(fd: int) -> None:
+    # A shim that handed off under the earlier layout recovers with this code: its state is read,
+    # what was in flight answered, the torn answer finished from the old tail, and the head kept
+    # for the next daemon where this layout keeps it, the landing zones (where it began) zeroed.
+    state = hs.State()
+    state.inflight, state.out_torn = [b"3", b'"x"'], True
+    head, tail = call(4)[:30], b'rest of an answer"}}\n'
+    state.head_len, state.tail_len = len(head), len(tail)
+    payload = state.encode()
+    header = struct.pack("<QI", 5, len(payload))
+    os.pwrite(fd, struct.pack("<4sQII", hs.LEGACY_MAGIC, 5, len(payload), zlib.crc32(payload, zlib.crc32(header)))
+              + payload, 0)
+    os.pwrite(fd, head, hs.LEGACY_HEAD_OFFSET)
+    os.pwrite(fd, tail, hs.LEGACY_TAIL_OFFSET)
+    read_end, write_end = os.pipe()
+    region = Region(fd)
+    assert region.current is not None and region.current.legacy
+    log = Log(parse(["--", "true"], {}))
+    recover.answer(region.current, region, Stdout(log, write_end), log)
+    os.close(write_end)
+    out = os.read(read_end, 65536)
+    os.close(read_end)
+    lines = out.splitlines()
+    assert lines[0] == tail.rstrip(b"\n")  # the torn answer's rest, first
+    assert [json.loads(line)["id"] for line in lines[1:]] == [3, "x"]
+    moved = Region(fd).current
+    assert moved is not None and not moved.legacy and moved.inflight == []
+    assert Region(fd).read_head(moved.head_len, moved.head_area) == head
+    assert Region(fd).read_landed(0) == b"" and Region(fd).read_landed(1) == b""
+    landing = Landing(fd)  # the next daemon finds nothing pending
+    try:
+        assert landing.pending(moved.landing) == 0
+    finally:
+        landing.close()
+
+
+def test_the_daemon_serves_a_region_of_the_earlier_layout_over_frames_not_by_hand_off(fd: int) -> None:
+    state = hs.State()
+    payload = state.encode()
+    header = struct.pack("<QI", 1, len(payload))
+    os.pwrite(fd, struct.pack("<4sQII", hs.LEGACY_MAGIC, 1, len(payload), zlib.crc32(payload, zlib.crc32(header)))
+              + payload, 0)
+    hello = Hello("shim", os.getpid(), ["true"], "/", {}, {}, None, [], handoff=True)
+    read_end, write_end = os.pipe()
+    try:
+        ends = [os.open(f"/proc/self/fd/{read_end}", os.O_RDONLY | os.O_NONBLOCK),
+                os.open(f"/proc/self/fd/{write_end}", os.O_WRONLY | os.O_NONBLOCK)]
+        passed = [*ends, os.dup(fd)]
+        assert handoff.take(hello, passed) is None and passed == []  # every descriptor closed
+        # The same region once in this layout is taken.
+        Region(fd).write(hs.State())
+        ends = [os.open(f"/proc/self/fd/{read_end}", os.O_RDONLY | os.O_NONBLOCK),
+                os.open(f"/proc/self/fd/{write_end}", os.O_WRONLY | os.O_NONBLOCK)]
+        taken = handoff.take(hello, [*ends, os.dup(fd)])
+        assert taken is not None
+        os.close(taken[1])
+        for end in ends:
+            os.close(end)
+    finally:
+        os.close(read_end)
+        os.close(write_end)
