@@ -132,7 +132,9 @@ def test_a_full_read_leaves_the_zone_zeroed_once_cleared(fd: int) -> None:
 # ---- the shim's side --------------------------------------------------------------------------
 
 
-def _answers(fd: int) -> tuple[list[dict[str, object]], Region]:
+def _recovered(fd: int) -> tuple[list[bytes], Region]:
+    """What the shim's recovery writes on the client's stdout (a real pipe), line by line, and the
+    region as it leaves it."""
     read_end, write_end = os.pipe()
     try:
         region = Region(fd)
@@ -145,7 +147,29 @@ def _answers(fd: int) -> tuple[list[dict[str, object]], Region]:
             out += chunk
     finally:
         os.close(read_end)
-    return [json.loads(line) for line in out.splitlines()], Region(fd)
+    return out.splitlines(), Region(fd)
+
+
+def _answers(fd: int) -> tuple[list[dict[str, object]], Region]:
+    lines, region = _recovered(fd)
+    return [json.loads(line) for line in lines], region
+
+
+def _nothing_pending(fd: int, zone: int) -> bool:
+    """Whether a daemon continuing from the region finds no unaccounted read in `zone`."""
+    landing = Landing(fd)
+    try:
+        return landing.pending(zone) == 0
+    finally:
+        landing.close()
+
+
+def _write_legacy_state(fd: int, state: hs.State, generation: int) -> None:
+    """`state` written as a region of the layout before the landing zones holds it (slot 0)."""
+    payload = state.encode()
+    header = struct.pack("<QI", generation, len(payload))
+    os.pwrite(fd, struct.pack("<4sQII", hs.LEGACY_MAGIC, generation, len(payload),
+                              zlib.crc32(payload, zlib.crc32(header))) + payload, 0)
 
 
 def test_the_shim_answers_a_request_read_and_not_recorded_once_and_keeps_the_rest_for_the_next_daemon(
@@ -166,11 +190,7 @@ def test_the_shim_answers_a_request_read_and_not_recorded_once_and_keeps_the_res
     assert state is not None and state.inflight == [] and region.read_landed(state.landing) == b""
     assert region.read_head(state.head_len, state.head_area) == call(4)[:20]
     # The next daemon continues from there: the head is its buffer, nothing is pending.
-    landing = Landing(fd)
-    try:
-        assert landing.pending(state.landing) == 0
-    finally:
-        landing.close()
+    assert _nothing_pending(fd, state.landing)
 
 
 def test_a_region_of_the_layout_before_the_landing_zones_is_recovered_and_moved_to_this_one(fd: int) -> None:
@@ -181,40 +201,23 @@ def test_a_region_of_the_layout_before_the_landing_zones_is_recovered_and_moved_
     state.inflight, state.out_torn = [b"3", b'"x"'], True
     head, tail = call(4)[:30], b'rest of an answer"}}\n'
     state.head_len, state.tail_len = len(head), len(tail)
-    payload = state.encode()
-    header = struct.pack("<QI", 5, len(payload))
-    os.pwrite(fd, struct.pack("<4sQII", hs.LEGACY_MAGIC, 5, len(payload), zlib.crc32(payload, zlib.crc32(header)))
-              + payload, 0)
+    _write_legacy_state(fd, state, 5)
     os.pwrite(fd, head, hs.LEGACY_HEAD_OFFSET)
     os.pwrite(fd, tail, hs.LEGACY_TAIL_OFFSET)
-    read_end, write_end = os.pipe()
-    region = Region(fd)
-    assert region.current is not None and region.current.legacy
-    log = Log(parse(["--", "true"], {}))
-    recover.answer(region.current, region, Stdout(log, write_end), log)
-    os.close(write_end)
-    out = os.read(read_end, 65536)
-    os.close(read_end)
-    lines = out.splitlines()
+    legacy = Region(fd).current
+    assert legacy is not None and legacy.legacy
+    lines, region = _recovered(fd)
     assert lines[0] == tail.rstrip(b"\n")  # the torn answer's rest, first
     assert [json.loads(line)["id"] for line in lines[1:]] == [3, "x"]
-    moved = Region(fd).current
+    moved = region.current
     assert moved is not None and not moved.legacy and moved.inflight == []
-    assert Region(fd).read_head(moved.head_len, moved.head_area) == head
-    assert Region(fd).read_landed(0) == b"" and Region(fd).read_landed(1) == b""
-    landing = Landing(fd)  # the next daemon finds nothing pending
-    try:
-        assert landing.pending(moved.landing) == 0
-    finally:
-        landing.close()
+    assert region.read_head(moved.head_len, moved.head_area) == head
+    assert region.read_landed(0) == b"" and region.read_landed(1) == b""
+    assert _nothing_pending(fd, moved.landing)  # for the next daemon
 
 
 def test_the_daemon_serves_a_region_of_the_earlier_layout_over_frames_not_by_hand_off(fd: int) -> None:
-    state = hs.State()
-    payload = state.encode()
-    header = struct.pack("<QI", 1, len(payload))
-    os.pwrite(fd, struct.pack("<4sQII", hs.LEGACY_MAGIC, 1, len(payload), zlib.crc32(payload, zlib.crc32(header)))
-              + payload, 0)
+    _write_legacy_state(fd, hs.State(), 1)
     hello = Hello("shim", os.getpid(), ["true"], "/", {}, {}, None, [], handoff=True)
     read_end, write_end = os.pipe()
     try:
