@@ -54,7 +54,6 @@ from lazyd.linepeek import ID_SCAN_BYTES, error_line, id_key, top_level_fields
 log = logging.getLogger("lazyd.conn")
 
 PASSED_FDS = 3  # the client's stdin, its stdout, the region: in this order
-
 TOO_LONG_CODE = -32600
 EXIT_CUE = b"\n"  # to the shim: the client left, exit 0
 
