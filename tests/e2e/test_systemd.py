@@ -27,7 +27,7 @@ from mcp.types import TextContent
 
 from lazyd import wire
 from lazyd.frames import Hello
-from lazyd.ctl.systemd import CONTRIB_EXEC_START, MARKER, exec_reload_argv, exec_start_argv, exec_start_line, render_units
+from lazyd.ctl.systemd import CONTRIB_EXEC_START, MARKER, exec_start_argv, exec_start_line, lazyctl_argv, render_units
 from tests.conftest import FIXTURE_SERVER, UserEnv, shim_session, wait_until
 
 pytestmark = pytest.mark.e2e
@@ -111,12 +111,14 @@ def test_the_contrib_units_are_the_ones_lazyctl_installs_with_the_conventional_e
     for name, text in units.items():
         assert (CONTRIB / name).read_text() == text, f"contrib/systemd/{name} is out of date"
     service = units["lazyd.service"]
-    for setting in ("Type=notify", "NotifyAccess=main", "KillMode=mixed", "Restart=on-failure",
-                    "ExecReload=%h/.local/bin/lazyctl upgrade", "FileDescriptorStoreMax=1024",
+    for setting in ("Type=notify", "NotifyAccess=main", "KillMode=process", "Restart=on-failure",
+                    "ExecReload=%h/.local/bin/lazyctl upgrade", "ExecStopPost=-%h/.local/bin/lazyctl systemd stop-post",
+                    "FileDescriptorStoreMax=1024", "TimeoutAbortSec=5s",
                     "Environment=LAZYD_FDSTORE=1",
                     "StartLimitIntervalSec=0", "TimeoutStopSec=20s", "RestartPreventExitStatus=2"):
         assert f"\n{setting}\n" in service
-    for setting in ("ListenStream=%t/lazyd/lazyd.sock", "SocketMode=0600", "DirectoryMode=0700"):
+    for setting in ("ListenStream=%t/lazyd/lazyd.sock", "SocketMode=0600", "DirectoryMode=0700",
+                    "TriggerLimitIntervalSec=10s", "TriggerLimitBurst=5"):
         assert f"\n{setting}\n" in units["lazyd.socket"]
 
 
@@ -131,7 +133,7 @@ def test_systemd_analyze_verify_accepts_the_units_lazyctl_installs(user_env: Use
     assert (verify.returncode, verify.stdout + verify.stderr) == (0, "")
     # The check is real: a unit systemd cannot use fails it.
     broken = unit_dir / "lazyd.service"
-    broken.write_text(broken.read_text().replace("KillMode=mixed", "KillMode=gently"))
+    broken.write_text(broken.read_text().replace("KillMode=process", "KillMode=gently"))
     verify = subprocess.run([analyze, "--user", "verify", str(broken)],
                             env={**os.environ, "XDG_RUNTIME_DIR": user_env.env["XDG_RUNTIME_DIR"]},
                             capture_output=True, text=True, timeout=STEP_TIMEOUT_S)
@@ -150,7 +152,8 @@ def test_install_writes_both_units_for_this_installation_and_prints_the_systemct
     service = (unit_dir / "lazyd.service").read_text()
     assert service.startswith(MARKER + "\n")
     assert "\nExecStart=" + exec_start_line(exec_start_argv()) + "\n" in service
-    assert "\nExecReload=" + exec_start_line(exec_reload_argv()) + "\n" in service  # this installation's lazyctl
+    assert "\nExecReload=" + exec_start_line(lazyctl_argv()) + " upgrade\n" in service  # this installation's lazyctl
+    assert "\nExecStopPost=-" + exec_start_line(lazyctl_argv()) + " systemd stop-post\n" in service
     assert os.stat(unit_dir / "lazyd.service").st_mode & 0o777 == 0o644
     again = lazyctl(user_env.env, "systemd", "install")
     assert again.returncode == 0
@@ -216,7 +219,7 @@ def test_systemd_reads_a_quoted_exec_start_back_as_the_same_awkward_path(user_en
     ctl.write_text("#!/bin/sh\n")
     ctl.chmod(0o755)
     for name, text in render_units(exec_start_line([str(program), "--config", "/c/100% $x"]), marker=True,
-                                   exec_reload=exec_start_line([str(ctl), "upgrade"])).items():
+                                   lazyctl=exec_start_line([str(ctl)])).items():
         (tmp_path / name).write_text(text)
     env = {**os.environ, "XDG_RUNTIME_DIR": user_env.env["XDG_RUNTIME_DIR"]}
     verify = subprocess.run([analyze, "--user", "verify", str(tmp_path / "lazyd.socket"), str(tmp_path / "lazyd.service")],
