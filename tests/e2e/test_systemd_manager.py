@@ -146,6 +146,31 @@ def test_kill_9_of_the_main_process_restarts_lazyd_which_takes_the_running_serve
     assert "reconnected" in shim_log(user_env)
 
 
+def test_after_a_crash_that_took_the_servers_with_it_status_says_none_was_taken_over(
+        user_env: UserEnv, manager: UserManager) -> None:
+    # KillMode=mixed (a drop-in) SIGKILLs the cgroup when the main process dies: the server dies,
+    # systemd drops its pipes from the store, and the restarted daemon must not claim it.
+    manager.drop_in("lazyd.service", "[Service]\nKillMode=mixed\n")
+    outcome: dict[str, Any] = {}
+
+    async def scenario() -> None:
+        async with shim_session(user_env, FIXTURE) as client:
+            with anyio.fail_after(STEP_S):
+                outcome["server"] = pid_text(await client.call_tool("pid", {}))
+            await anyio.to_thread.run_sync(lambda: wait_until(lambda: stored_fds(manager) >= 4, STEP_S, "the fd store"))
+            old = manager.main_pid()
+            os.kill(old, signal.SIGKILL)
+            await anyio.to_thread.run_sync(wait_for_main_pid_other_than, manager, old)
+            outcome["status"] = await anyio.to_thread.run_sync(status, user_env)
+            outcome["human"] = await anyio.to_thread.run_sync(lazyctl, user_env, "status")
+
+    anyio.run(scenario)
+    assert not alive(outcome["server"])
+    last = outcome["status"]["daemon"]["last_upgrade"]
+    assert (last["crash"], last["adopted"], last["servers"], len(last["lost"])) == (True, False, [], 1), last
+    assert "took over 0 servers" in outcome["human"].stdout and "did not come back" in outcome["human"].stdout
+
+
 def test_a_stuck_event_loop_is_restarted_by_the_watchdog_and_the_new_daemon_keeps_the_server(
         user_env: UserEnv, manager: UserManager) -> None:
     manager.drop_in("lazyd.service", "[Service]\nWatchdogSec=2s\nTimeoutAbortSec=1s\n")
