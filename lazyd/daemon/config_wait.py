@@ -91,9 +91,10 @@ async def wait_for_files(sock: socket.socket, load: Callable[[], T], error: str,
                 seen, wake.recheck = now, False
                 try:
                     loaded = await trio.to_thread.run_sync(load)
-                except (ConfigError, StateFileError) as exc:
-                    if str(exc) != error:
-                        error = str(exc)
+                except (ConfigError, StateFileError, OSError) as exc:
+                    problem = str(exc) if not isinstance(exc, OSError) else f"cannot read the files: {exc.strerror or exc}"
+                    if problem != error:
+                        error = problem
                         log.error("%s; still waiting for the file to be fixed", error)
                         notifier.status(f"waiting for a valid config: {error}")
                         on_error(error)

@@ -5,7 +5,10 @@ the start-up record live there), read the config and the identity key (exit 1 fo
 environment, 2 for a file the user must fix, each with one line on stderr, in the daemon log and
 in the start-up record `lazyctl status` shows; see lazyd.daemon.startup), take the single-instance
 lock, then adopt the systemd socket or bind our own (a live socket is never replaced), and only
-then enter trio. A daemon that fails after binding removes its socket again. On SIGTERM/SIGINT or `lazyctl stop` the
+then enter trio. A socket-activated daemon with a file the user must fix does not exit (the
+waiting connection would start it again at once): it stays up, tells every client why and starts
+once the file loads (lazyd.daemon.config_wait). A daemon that fails after binding removes its
+socket again. On SIGTERM/SIGINT or `lazyctl stop` the
 daemon first closes its listener and drops every connection (shims reconnect to the next daemon),
 then stops every server by the ladder, in parallel, removes its socket (unless systemd owns it)
 and exits 0.
