@@ -288,6 +288,40 @@ async def test_socket_activation_serves_sessions_including_one_made_while_the_da
         log.close()
 
 
+def test_an_activated_daemon_with_a_bad_config_refuses_every_hello_with_the_reason_and_stops_on_sigterm(
+    user_env: UserEnv, notify_socket: tuple[socket.socket, str]
+) -> None:
+    activate = require_tool("systemd-socket-activate")
+    notify, notify_path = notify_socket
+    user_env.config_file.parent.mkdir(parents=True)
+    user_env.config_file.write_text("[servers.x]\ncommand = 1\n")
+    sock_path = str(user_env.socket)
+    user_env.socket.parent.mkdir(mode=0o700)
+    env = {**user_env.env, "NOTIFY_SOCKET": notify_path}
+    command = [activate, "--listen", sock_path, *(f"--setenv={k}" for k in env), sys.executable, "-m", "lazyd.daemon"]
+    log = open(user_env.root / "activate.log", "wb")
+    proc = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
+    try:
+        wait_until(lambda: os.path.exists(sock_path) or proc.poll() is not None, STEP_TIMEOUT_S, "the activation socket")
+        for role in ("shim", "ctl"):
+            refused = RawClient(sock_path).hello(role, user_env.env, [sys.executable, str(FIXTURE_SERVER)])
+            assert refused["t"] == "refused" and refused["code"] == "config", refused
+            assert str(user_env.config_file) in refused["message"] and "servers.x.command" in refused["message"]
+        ready = datagrams_until(notify, "READY=1")[-1]
+        assert "STATUS=waiting for a valid config: " in ready and "servers.x.command" in ready
+        assert proc.poll() is None  # up, not exited 2 (which would re-trigger a socket unit at once)
+        record = json.loads(user_env.socket.with_name("lazyd.sock.error").read_text())
+        assert record["status"] == 2 and "servers.x.command" in record["error"]
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=STEP_TIMEOUT_S) == 0
+        assert not user_env.socket.with_name("lazyd.sock.error").exists()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=STEP_TIMEOUT_S)
+        log.close()
+
+
 # ---- sd_notify -----------------------------------------------------------------------------------
 
 
