@@ -41,6 +41,7 @@ log = logging.getLogger("lazyd.config")
 
 REFUSAL_CODE = "config"
 CHECK_INTERVAL_S = 1.0  # a stat of one file; a fix is picked up within this without any client
+ACCEPT_BACKOFF_S = 0.5
 HELLO_READ_S = 2.0  # a shim sends its hello at once; the refusal is sent even without it
 T = TypeVar("T")
 
@@ -101,22 +102,23 @@ async def wait_for_files(sock: socket.socket, load: Callable[[], T], error: str,
                 else:
                     log.info("%s loads now: starting", config_path)
                     break  # what is waiting in the backlog is served by the daemon proper
-            if readable:
-                _refuse_pending(sock, error, nursery)
+            if readable and not _refuse_pending(sock, error, nursery):
+                await trio.sleep(ACCEPT_BACKOFF_S)  # out of descriptors, say: not a busy loop
         nursery.cancel_scope.cancel()
     return loaded
 
 
-def _refuse_pending(sock: socket.socket, error: str, nursery: trio.Nursery) -> None:
-    """Accept every connection waiting now and refuse each (in its own task)."""
+def _refuse_pending(sock: socket.socket, error: str, nursery: trio.Nursery) -> bool:
+    """Accept every connection waiting now and refuse each (in its own task); False if accepting
+    failed (the socket stays readable)."""
     while True:
         try:
             conn, _ = sock.accept()
         except (BlockingIOError, InterruptedError):
-            return
+            return True
         except OSError as exc:
             log.warning("cannot accept a connection to refuse it: %s", exc.strerror or exc)
-            return
+            return False
         nursery.start_soon(_refuse, conn, error)
 
 
