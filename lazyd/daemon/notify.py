@@ -53,6 +53,7 @@ class Notifier:
         self.watchdog_interval_s = watchdog_interval_s
         self._failed_once = False
         self._last_status: str | None = None
+        self.unsent = False  # the last STATUS= computed could not be sent
 
     @classmethod
     def disabled(cls) -> Notifier:
@@ -109,12 +110,17 @@ class Notifier:
         return self.notify("READY=1", f"STATUS={self._last_status}")
 
     def status(self, text: str) -> bool:
-        """STATUS=text, sent only when it differs from the last one sent."""
+        """STATUS=text, sent only when it differs from the last one sent. One that could not be
+        sent (the manager's queue full) is not taken for sent: `unsent` says so, and the status
+        loop tries again."""
         text = clean_status(text)
         if text == self._last_status:
             return False
-        self._last_status = text
-        return self.notify(f"STATUS={text}")
+        sent = self.notify(f"STATUS={text}")
+        if sent:
+            self._last_status = text
+        self.unsent = not sent and self._notifier is not None
+        return sent
 
     def stopping(self) -> bool:
         return self.notify("STOPPING=1", "STATUS=stopping")
@@ -142,7 +148,8 @@ class Notifier:
             return
         while True:
             self.status(summary())
-            await changed()
+            if not self.unsent:  # else again after the interval, or `systemctl status` stays stale
+                await changed()
             await trio.sleep(min_interval_s)  # coalesces a burst; the summary read next has it all
 
     async def run(self, summary: Callable[[], str], changed: Callable[[], Awaitable[None]]) -> None:

@@ -222,3 +222,29 @@ async def test_the_status_is_recomputed_only_after_a_change_and_at_most_twice_a_
         assert len(computed) == 2 and computed[1] - computed[0] == pytest.approx(100.5, abs=0.01)
         nursery.cancel_scope.cancel()
     assert received(notify_socket) == ["STATUS=status 1", "STATUS=status 2"]
+
+
+async def test_a_status_the_full_notify_queue_refused_is_sent_again_without_another_change(
+    notify_socket: socket.socket, autojump_clock: trio.testing.MockClock
+) -> None:
+    notifier = Notifier.from_environ()
+    filler = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    filler.setblocking(False)
+    address = notify_socket.getsockname()
+    try:
+        while True:  # fill the manager's queue, as watchdog pings do while nobody reads
+            filler.sendto(b"WATCHDOG=1", address)
+    except BlockingIOError:
+        pass
+    filler.close()
+    changes = Changes()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(notifier.status_loop, lambda: "1 servers: 1 running", changes.wait)
+        await trio.sleep(0.1)
+        assert notifier.unsent
+        queued = received(notify_socket)  # the manager reads its queue again
+        assert "STATUS=1 servers: 1 running" not in queued
+        await trio.sleep(1.0)  # no change meanwhile
+        assert received(notify_socket) == ["STATUS=1 servers: 1 running"]
+        assert not notifier.unsent
+        nursery.cancel_scope.cancel()
