@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
-import logging.handlers
 import os
 import signal
 import socket
@@ -48,6 +47,7 @@ from lazyd.daemon.heap import TRIMMER
 from lazyd.daemon.registry_state import drop_stale_named
 from lazyd.daemon.connection import ConnectionHandler
 from lazyd.daemon.control import Control, status_summary
+from lazyd.daemon.daemon_log import PrivateRotatingFileHandler
 from lazyd.daemon.notify import Notifier
 from lazyd.daemon.registry import Registry
 from lazyd.daemon.cache_store import CacheStore, load_or_create_secret
@@ -113,8 +113,7 @@ def _setup_logging(paths: Paths, verbose: bool) -> None:
     root.addHandler(stderr)
     try:
         paths.state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        handler = logging.handlers.RotatingFileHandler(
-            paths.state_dir / "lazyd.log", maxBytes=DAEMON_LOG_BYTES, backupCount=1)
+        handler = PrivateRotatingFileHandler(paths.state_dir / "lazyd.log", DAEMON_LOG_BYTES, 1)
         handler.setFormatter(fmt)
         root.addHandler(handler)
     except OSError as exc:
