@@ -40,6 +40,8 @@ __all__ = [
     "explain_difference",
     "differing_env_names",
     "variable_class",
+    "counted_for_learning",
+    "same_without",
     "MIN_SECRET_BYTES",
 ]
 
@@ -228,6 +230,25 @@ def explain_difference(a: Identity, b: Identity) -> list[str]:
     if a.instance != b.instance:
         reasons.append("share = false")
     return reasons
+
+
+def counted_for_learning(identity: Identity, env: Mapping[str, str]) -> dict[str, str]:
+    """The variables of `env` that count in `identity` only because nothing says otherwise: what
+    the per-run learner (lazyd/core/noise.py) may look at. Declared and forced ones always count,
+    and a search path counts by what it resolves: none of those is offered."""
+    return {name: env[name] for name, _ in identity.env
+            if name in env and name not in identity.declared and name not in identity.resolved
+            and not _matches_any(name, identity.forced)}
+
+
+def same_without(a: Identity, b: Identity, names: Iterable[str]) -> bool:
+    """Whether `a` and `b` are one identity once the variables `names` are left out of both, and
+    only then: `a` counts one of them (so `a` is not `b` itself)."""
+    drop = frozenset(names)
+    if not any(name in drop for name, _ in a.env):
+        return False
+    return (a.argv, a.cwd, a.instance) == (b.argv, b.cwd, b.instance) and (
+        tuple(p for p in a.env if p[0] not in drop) == tuple(p for p in b.env if p[0] not in drop))
 
 
 def variable_class(identity: Identity, name: str) -> str:
