@@ -21,17 +21,30 @@ _WRAPPERS = frozenset({"sh", "bash", "dash", "zsh", "fish", "ksh", "mksh", "busy
 MAX_HOPS = 4  # a client is at most a few wrappers away; beyond that the name says nothing
 
 
-def client_process_name(shim_pid: int) -> str:
-    """The name of the program that started shim `shim_pid`, "" when it cannot be told."""
+def client_process(shim_pid: int) -> tuple[str, int | None]:
+    """The name and pid of the program that started shim `shim_pid`; ("", None) when it cannot be told."""
     pid = shim_pid
     for _ in range(MAX_HOPS):
         stat = procfs.read_stat(pid)
         if stat is None or stat.ppid <= 1:
-            return ""
+            return "", None
         pid = stat.ppid
         name = procfs.read_comm(pid)
         if not name:
-            return ""
+            return "", None
         if name not in _WRAPPERS:
-            return name
-    return ""
+            return name, pid
+    return "", None
+
+
+def client_process_name(shim_pid: int) -> str:
+    """The name of the program that started shim `shim_pid`, "" when it cannot be told."""
+    return client_process(shim_pid)[0]
+
+
+def environment_names(pid: int | None) -> frozenset[str] | None:
+    """The names of the variables `pid` was started with (never their values), None if unreadable."""
+    items = procfs.read_environ(pid) if pid is not None else None
+    if items is None:
+        return None
+    return frozenset(item.split(b"=", 1)[0].decode("utf-8", "surrogateescape") for item in items if b"=" in item)

@@ -264,7 +264,7 @@ class Control:
         if client is not None:
             profile = profile_named(client) if isinstance(client, str) else None
             if profile is None and isinstance(client, str):
-                profile = learned_profile(self.registry, client)  # a client lazyd has no profile for
+                profile = learned_profile(self.registry.learned, client)  # a client lazyd has no profile for
             if profile is None:
                 seen = sorted(self.registry.learned.clients)
                 extra = f"; seen: {', '.join(seen)}" if seen else ""
@@ -308,7 +308,7 @@ class Control:
         # The environment the client would give the server: what decides the identity, so the
         # client's next session finds the cache this check writes. What its sessions carried, if
         # the daemon has seen one (names only), else the profile's rule.
-        env, client = client_environment(self.registry, profile, inherited, declared, tuple(passed_env))
+        env, client = client_environment(self.registry.learned, profile, inherited, declared, tuple(passed_env))
         force, ignore = _identity_opts(env)
         # Exactly what a shim's hello from that client creates, so its first session finds this.
         return await self.registry._unnamed_runtime(argv, cwd, env, self.registry.config.defaults,

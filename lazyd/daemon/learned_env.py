@@ -6,7 +6,8 @@ atomically when something new was learned):
 - **per-run variables** (lazyd/core/noise.py), per client process name (the shim's parent,
   lazyd/daemon/client_process.py): applied to that client's sessions from the next one on;
 - **each client's environment**, per `clientInfo.name`: the names of the variables its sessions
-  carry and the process name it runs as. `lazyctl check --client X` and `wrap --check` rebuild from
+  carry, the process name it runs as, and (read from /proc at the hello) which variables of its
+  own environment it withheld from the server and which it added. `lazyctl check --client X` and `wrap --check` rebuild from
   it the environment X really gives a server (its own allow-list, CA bundles, PATH), so a check
   warms the identity X's sessions get; the built-in profiles (lazyd/core/client_profiles.py) are
   only the guess used until a session of X has been seen.
@@ -20,6 +21,7 @@ import json
 import logging
 import os
 import time
+from dataclasses import dataclass
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -38,13 +40,22 @@ MAX_PENDING = 256  # sessions between their hello and their initialize
 MAX_NAME_CHARS = 200
 
 
+@dataclass(frozen=True)
+class SessionClient:
+    """The client of a session as its hello shows it: its process name, and the names of the
+    variables that process itself was started with (None when /proc did not say)."""
+
+    process: str
+    own_names: frozenset[str] | None = None
+
+
 class LearnedEnv:
     def __init__(self, state_dir: Path) -> None:
         self.path = state_dir / FILE_NAME
         data = self._load()
         self.per_run = PerRunLearner.from_json(data.get("per_run"))
         self.clients: dict[str, dict[str, Any]] = _clients(data.get("clients"))
-        self._pending: dict[int, tuple[str, frozenset[str]]] = {}
+        self._pending: dict[int, tuple[SessionClient, frozenset[str]]] = {}
 
     # ---- per-run variables ---------------------------------------------------------------------
 
@@ -69,9 +80,9 @@ class LearnedEnv:
 
     # ---- clients' environments -----------------------------------------------------------------
 
-    def note_session(self, cid: int, process: str, names: Iterable[str]) -> None:
+    def note_session(self, cid: int, client: SessionClient, names: Iterable[str]) -> None:
         """A session's variable names, held until its initialize says which client it is."""
-        self._pending[cid] = (process, frozenset(n for n in names if len(n) <= MAX_NAME_CHARS))
+        self._pending[cid] = (client, frozenset(n for n in names if len(n) <= MAX_NAME_CHARS))
         while len(self._pending) > MAX_PENDING:
             del self._pending[next(iter(self._pending))]
 
@@ -80,14 +91,19 @@ class LearnedEnv:
         pending = self._pending.pop(cid, None)
         if pending is None or not client_name or len(client_name) > MAX_NAME_CHARS:
             return
-        process, names = pending
+        client, names = pending
+        process = client.process
         known = self.clients.get(client_name)
-        record = {"process": process, "env_names": sorted(names)[:MAX_NAMES], "seen_at": time.time()}
+        record: dict[str, Any] = {"process": process, "env_names": sorted(names)[:MAX_NAMES], "seen_at": time.time()}
+        if client.own_names is not None:
+            # Which of its own variables the client withheld, and which it added (names only).
+            record["dropped"] = sorted(client.own_names - names)[:MAX_NAMES]
+            record["added"] = sorted(names - client.own_names)[:MAX_NAMES]
         self.clients.pop(client_name, None)
         self.clients[client_name] = record
         while len(self.clients) > MAX_CLIENTS:
             del self.clients[min(self.clients, key=lambda k: float(self.clients[k]["seen_at"]))]
-        if known is None or (known["process"], known["env_names"]) != (record["process"], record["env_names"]):
+        if known is None or {k: v for k, v in known.items() if k != "seen_at"} != {k: v for k, v in record.items() if k != "seen_at"}:
             log.info("learned the environment of client %r (%d variables, runs as %r)", client_name,
                      len(names), process or "?")
             self._save()
@@ -146,4 +162,8 @@ def _clients(data: object) -> dict[str, dict[str, Any]]:
         if (isinstance(process, str) and isinstance(names, list) and all(isinstance(n, str) for n in names)
                 and isinstance(seen, (int, float))):
             out[name] = {"process": process, "env_names": names[:MAX_NAMES], "seen_at": float(seen)}
+            for key in ("dropped", "added"):
+                listed = record.get(key)
+                if isinstance(listed, list) and all(isinstance(n, str) for n in listed):
+                    out[name][key] = listed[:MAX_NAMES]
     return out

@@ -19,8 +19,8 @@ import trio
 
 from lazyd.core.identity import Identity, counted_for_learning, same_without
 from lazyd.daemon.changes import Changes
-from lazyd.daemon.client_process import client_process_name
-from lazyd.daemon.learned_env import LearnedEnv
+from lazyd.daemon.client_process import client_process, environment_names
+from lazyd.daemon.learned_env import LearnedEnv, SessionClient
 from lazyd.daemon.supervisor import ServerRuntime
 
 log = logging.getLogger("lazyd.registry")
@@ -51,19 +51,21 @@ POLL_S = 1.0  # a session still choosing its process changes no lifecycle input:
 
 
 def learn(registry: Registry, shim_pid: int, argv: list[str], cwd: str, env: Mapping[str, str], *,
-          force: tuple[str, ...], ignore: tuple[str, ...]) -> str:
-    """Feed one session's counted variables to the learner of its client (the shim's parent, whose
-    name is returned: "" when it cannot be told)."""
-    client = client_process_name(shim_pid)
+          force: tuple[str, ...], ignore: tuple[str, ...]) -> SessionClient:
+    """Feed one session's counted variables to the learner of its client (the shim's parent), and
+    say which client that is (its process name is "" when it cannot be told)."""
+    name, pid = client_process(shim_pid)
+    seen = SessionClient(name, environment_names(pid))
+    client = name
     if not client:
-        return client
+        return seen
     try:
         identity, _ = registry.identity_of(argv, cwd, env, force=force, ignore=ignore, client=client)
     except ValueError:
-        return client  # refused by the caller, with the reason
+        return seen  # refused by the caller, with the reason
     registration = dataclasses.replace(identity, env=()).digest(registry.secret)  # argv and cwd only
     registry.learned.observe(client, registration, counted_for_learning(identity, env))
-    return client
+    return seen
 
 
 def retire_duplicates(registry: Registry, base: Identity, noise: frozenset[str]) -> None:

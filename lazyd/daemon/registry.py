@@ -291,7 +291,7 @@ class Registry:
                 raise Refused("options", f"the working directory must be absolute, got {cwd!r}")
             client = per_run.learn(self, hello.pid, argv, cwd, env, force=force, ignore=ignore)
             runtime = await self._unnamed_runtime(argv, cwd, env, policy, force=force, ignore=ignore,
-                                                  undecodable=[n for n, _ in undecodable], client=client)
+                                                  undecodable=[n for n, _ in undecodable], client=client.process)
             self.learned.note_session(self._next_cid, client, (n for n in env if not n.startswith(SHIM_ENV_PREFIX)))
         cid = self._next_cid
         self._next_cid += 1

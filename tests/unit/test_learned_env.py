@@ -18,7 +18,9 @@ from lazyd.core.identity import identity_for
 from lazyd.daemon.cache_store import CacheStore
 from lazyd.daemon.client_process import client_process_name
 from lazyd.daemon.command_cache import CommandCaches
-from lazyd.daemon.learned_env import LearnedEnv
+from lazyd.core.client_profiles import PROFILES
+from lazyd.daemon.client_env import client_environment, learned_profile
+from lazyd.daemon.learned_env import LearnedEnv, SessionClient
 from lazyd.daemon.shebang import interpreter_of
 
 SECRET = b"k" * 32
@@ -45,18 +47,20 @@ def test_a_learned_variable_survives_a_restart_and_the_file_is_private_and_holds
 
 def test_a_sessions_names_are_recorded_under_the_client_its_initialize_names(tmp_path: Path) -> None:
     learned = LearnedEnv(tmp_path)
-    learned.note_session(7, "codex", ["HOME", "PATH", "SSL_CERT_FILE"])
+    learned.note_session(7, SessionClient("codex", frozenset({"HOME", "PATH", "SSL_CERT_FILE", "GITHUB_TOKEN"})),
+                         ["HOME", "PATH", "SSL_CERT_FILE"])
     learned.note_line(7, {"protocolVersion": "2025-06-18", "clientInfo": {"name": "codex-mcp-client"}}, last=False)
     found = LearnedEnv(tmp_path).client_record(["codex-mcp-client"])
     assert found is not None
     name, record = found
     assert name == "codex-mcp-client" and record["process"] == "codex"
     assert record["env_names"] == ["HOME", "PATH", "SSL_CERT_FILE"]
+    assert record["dropped"] == ["GITHUB_TOKEN"] and record["added"] == []
 
 
 def test_a_session_that_sends_no_initialize_records_nothing(tmp_path: Path) -> None:
     learned = LearnedEnv(tmp_path)
-    learned.note_session(3, "codex", ["HOME"])
+    learned.note_session(3, SessionClient("codex"), ["HOME"])
     learned.note_line(3, None, last=True)
     learned.note_line(3, {"protocolVersion": "x", "clientInfo": {"name": "late"}}, last=False)
     assert learned.clients == {} and not (tmp_path / "learned_env.json").exists()
@@ -161,3 +165,52 @@ def test_an_env_shebang_names_the_interpreter_path_finds(tmp_path: Path) -> None
     assert [interpreter_of(str(tmp_path / n)) for n in "abcdef"] == ["node", "node", None, None, "python3", None]
     assert interpreter_of(str(tmp_path / "missing")) is None
     assert interpreter_of(str(tmp_path)) is None
+
+
+# ---- the environment a check rebuilds for a client ------------------------------------------------
+
+SHELL = {"HOME": "/home/u", "PATH": "/usr/bin", "GITHUB_TOKEN": "t", "SSL_CERT_FILE": "/ca.pem",
+         "NEW_SINCE": "x", "AWS_PROFILE": "w"}
+
+
+def seen(tmp_path: Path, client_name: str, process: str, own: set[str] | None, carried: list[str]) -> LearnedEnv:
+    learned = LearnedEnv(tmp_path)
+    learned.note_session(1, SessionClient(process, frozenset(own) if own is not None else None), carried)
+    learned.note_line(1, {"protocolVersion": "2025-06-18", "clientInfo": {"name": client_name}}, last=False)
+    return learned
+
+
+def test_without_a_session_seen_a_check_uses_the_profiles_rule(tmp_path: Path) -> None:
+    env, process = client_environment(LearnedEnv(tmp_path), PROFILES["codex"], SHELL, {"API": "k"}, ())
+    assert env == {"HOME": "/home/u", "PATH": "/usr/bin", "SSL_CERT_FILE": "/ca.pem", "API": "k"} and process == ""
+
+
+def test_a_filtering_client_seen_passes_what_it_carried_and_its_env_vars(tmp_path: Path) -> None:
+    learned = seen(tmp_path, "codex-mcp-client", "codex", {"HOME", "PATH", "GITHUB_TOKEN", "SSL_CERT_FILE"},
+                   ["HOME", "PATH", "SSL_CERT_FILE"])
+    env, process = client_environment(learned, PROFILES["codex"], SHELL, {}, ("AWS_PROFILE",))
+    # NEW_SINCE was never met: Codex's rule (an allow-list) withholds it.
+    assert env == {"HOME": "/home/u", "PATH": "/usr/bin", "SSL_CERT_FILE": "/ca.pem", "AWS_PROFILE": "w"}
+    assert process == "codex"
+
+
+def test_a_client_that_withheld_nothing_passes_a_variable_added_to_the_shell_since(tmp_path: Path) -> None:
+    learned = seen(tmp_path, "claude-code", "claude", {"HOME", "PATH", "GITHUB_TOKEN"},
+                   ["HOME", "PATH", "GITHUB_TOKEN", "CLAUDECODE"])
+    env, _ = client_environment(learned, PROFILES["claude"], SHELL, {}, ())
+    assert env == SHELL
+
+
+def test_a_client_whose_own_environment_was_unreadable_passes_only_what_it_carried(tmp_path: Path) -> None:
+    learned = seen(tmp_path, "claude-code", "claude", None, ["HOME", "PATH"])
+    env, _ = client_environment(learned, PROFILES["claude"], SHELL, {}, ())
+    assert env == {"HOME": "/home/u", "PATH": "/usr/bin"}
+
+
+def test_a_client_with_no_profile_is_known_by_its_client_name_or_its_process(tmp_path: Path) -> None:
+    learned = seen(tmp_path, "opencode", "opencode", {"HOME", "PATH"}, ["HOME", "PATH", "OPENCODE_PID"])
+    by_process = learned_profile(learned, "opencode")
+    assert by_process is not None and by_process.client_names == ("opencode",)
+    assert learned_profile(learned, "nobody") is None
+    env, process = client_environment(learned, by_process, SHELL, {}, ())
+    assert env == SHELL and process == "opencode"
