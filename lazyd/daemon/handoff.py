@@ -313,7 +313,7 @@ class HandoffSession:
         assert route is not None and outbox is not None
         self.ledger.client_line(line)
         if self._peek:
-            self._peek = self.registry.note_client_line(line, self._peek)
+            self._peek = self.registry.note_client_line(line, self._peek, outbox.cid)
         route.client_line(outbox.cid, line)
 
     def _too_long(self, prefix: bytes) -> None:
