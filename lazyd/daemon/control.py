@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
@@ -31,6 +32,7 @@ from lazyd.core.identity import Identity, differing_env_names, explain_differenc
 from lazyd.daemon.check import check_runtime
 from lazyd.daemon.proctree import ProcTable, proc_table, process_tree_usage
 from lazyd.daemon.registry import Registry
+from lazyd import fallbacks
 from lazyd.daemon.refusals import Refusals
 from lazyd.daemon.runtime_status import runtime_status
 from lazyd.daemon.supervisor import ServerRuntime
@@ -39,6 +41,7 @@ from lazyd.errors import ConfigError
 
 log = logging.getLogger("lazyd.control")
 
+START_TIME = time.time()  # without a lineage (tests that build Control alone): since this module loaded
 Result = tuple[bool, Any, str | None]
 Reload = Callable[[], Awaitable[Mapping[str, list[str]]]]
 
@@ -142,6 +145,8 @@ class Control:
         data = {"daemon_pid": os.getpid(), "servers": sorted(rows, key=lambda r: str(r["name"]))}
         if self.refusals is not None:
             data["refused"] = self.refusals.status()
+        started = self.lineage.started_at if self.lineage is not None else START_TIME
+        data["fallbacks"] = fallbacks.since(str(self.registry.paths.socket), started)
         if self.lineage is not None:  # uptime across upgrades, and the last hand-over (lazyd/daemon/upgrade.py)
             data["daemon"] = {"started_at": self.lineage.started_at, "upgrades": self.lineage.upgrades,
                               "last_upgrade": self.lineage.last}

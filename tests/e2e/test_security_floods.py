@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 import sys
 
 import pytest
@@ -20,11 +21,13 @@ import pytest
 from lazyd import wire
 from lazyd.core.admission import Admission
 from lazyd.frames import Line
-from tests.conftest import FIXTURE_SERVER, UserEnv, wait_until
+from lazyd.ctl import format as fmt
+from tests.conftest import FIXTURE_SERVER, UserEnv, shim_command, wait_until
 from tests.e2e.test_security_frames import STEP_S, Conn, daemon_log, hello, launch_daemon, ping
 
 pytestmark = pytest.mark.e2e
 
+INIT_PARAMS = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}
 CAP_LIMIT = 128  # soft = hard: the daemon idles at ~20 descriptors, the cap comes after ~70 connections
 NOFILE_LIMIT = 64  # soft = hard
 
@@ -47,7 +50,7 @@ def _refusal(conn: Conn) -> dict[str, object] | None:
     return None if frame["t"] == "welcome" else frame
 
 
-def test_beyond_the_cap_from_the_descriptor_limit_a_connection_is_refused_with_the_reason_and_a_freed_slot_is_reused(
+def test_beyond_the_cap_from_the_descriptor_limit_a_connection_is_refused_with_the_reason_and_status_counts_it(
     user_env: UserEnv,
 ) -> None:
     proc = launch_daemon(user_env, prefix=_prlimit(CAP_LIMIT))
@@ -67,8 +70,7 @@ def test_beyond_the_cap_from_the_descriptor_limit_a_connection_is_refused_with_t
         # Most of the limit went to connections: the reserve is for servers and the daemon's files.
         assert len(held) >= CAP_LIMIT - Admission(CAP_LIMIT).reserve(0) - 32, len(held)
         assert held[0].ctl("ping")["data"]["pid"] == proc.pid  # the admitted ones still work
-        status = held[0].ctl("status")["data"]
-        assert status["refused"]["busy"]["count"] == 1, status["refused"]
+        _a_refused_shim_says_why_runs_its_server_directly_and_is_counted(user_env, held[0])
         held.pop().close()
 
         def admitted() -> bool:
@@ -86,6 +88,29 @@ def test_beyond_the_cap_from_the_descriptor_limit_a_connection_is_refused_with_t
             conn.close()
         proc.terminate()
         proc.wait(timeout=STEP_S)
+
+
+def _a_refused_shim_says_why_runs_its_server_directly_and_is_counted(user_env: UserEnv, ctl: Conn) -> None:
+    """A real shim at the wall: the reason on its stderr and in its log, its server run directly
+    (the session answers), and `lazyctl status` counting both the refusal and the fallback."""
+    log_file = user_env.root / "shim.log"
+    shim = subprocess.run([shim_command(), "--log-file", str(log_file), "--", sys.executable, str(FIXTURE_SERVER)],
+                          env=user_env.env, input=json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                                                              "params": INIT_PARAMS}).encode() + b"\n",
+                          capture_output=True, timeout=STEP_S)
+    assert json.loads(shim.stdout.splitlines()[0])["id"] == 1  # answered by the server it ran itself
+    stderr = shim.stderr.decode()
+    assert "refused by the daemon: the daemon is near its descriptor limit" in stderr, stderr
+    assert "[busy]); running the server directly" in stderr, stderr
+    assert "near its descriptor limit" in log_file.read_text(), log_file.read_text()
+    status = ctl.ctl("status")["data"]
+    assert status["refused"]["busy"]["count"] == 2, status["refused"]  # the raw connection, then the shim
+    assert status["fallbacks"]["refused"]["count"] == 1, status["fallbacks"]
+    assert "near its descriptor limit" in status["fallbacks"]["refused"]["last_reason"]
+    assert "unreachable" not in status["fallbacks"]
+    human = fmt.walls(status["refused"], status["fallbacks"])
+    assert "refused since start: 2: 2 busy (last: the daemon is near its descriptor limit" in human, human
+    assert "servers run directly by their shim since start: 1: 1 refused" in human, human
 
 
 INHERITED_FROM = 34  # the daemon inherits descriptors 34 .. 63: its own and its connections get the rest
@@ -137,9 +162,6 @@ def _served(user_env: UserEnv, pid: int) -> bool:
         return ping(user_env.socket) == pid
     except (OSError, AssertionError):
         return False
-
-
-INIT_PARAMS = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}
 
 
 def _soft_nofile(pid: int) -> int:
