@@ -60,6 +60,7 @@ def cmd_status(args: argparse.Namespace, out: Output) -> int:
         head += _lineage(data.get("daemon"), time.time())
         for pid, sock in others:
             head += f"\nanother lazyd of yours runs (pid {pid}) on {sock}: lazyctl --socket {sock} status"
+        head += fmt.walls(data.get("refused"), data.get("fallbacks"))
         if not rows:
             return f"{head}\nno servers registered yet\n{fmt.summary_line(rows)}"
         lines = [head, fmt.status_table(rows, time.time())]

@@ -102,6 +102,10 @@ TimeoutAbortSec=5s
 # takes the servers over instead of losing them; 3 per server process, and 1 for lazyd.
 FileDescriptorStoreMax=1024
 Environment=LAZYD_FDSTORE=1
+# Descriptors: lazyd raises its soft limit to the hard one at start (a session holds 1 to 5, a
+# server about 5), and starts its servers with the soft one, as systemd starts services. These
+# are systemd's defaults since v240, written out for older user managers.
+LimitNOFILE=1024:524288
 
 [Install]
 Also=lazyd.socket

@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
-import logging.handlers
 import os
 import signal
 import socket
@@ -40,7 +39,8 @@ import trio
 
 from lazyd import sockpath
 from lazyd.config import Config, load_config
-from lazyd.daemon import orphans, startup
+from lazyd.core.admission import Admission
+from lazyd.daemon import fdlimit, orphans, startup
 from lazyd.daemon.config_wait import wait_for_files
 from lazyd.daemon.adopt import adopt, adopt_stored, take_envelope
 from lazyd.daemon.fdstore import FdStore, keep_standby, standby_path, stored_fds
@@ -48,6 +48,7 @@ from lazyd.daemon.heap import TRIMMER
 from lazyd.daemon.registry_state import drop_stale_named
 from lazyd.daemon.connection import ConnectionHandler
 from lazyd.daemon.control import Control, status_summary
+from lazyd.daemon.daemon_log import PrivateRotatingFileHandler
 from lazyd.daemon.notify import Notifier
 from lazyd.daemon.registry import Registry
 from lazyd.daemon.cache_store import CacheStore, load_or_create_secret
@@ -63,6 +64,7 @@ log = logging.getLogger("lazyd")
 
 DAEMON_LOG_BYTES = 4 * 1024 * 1024  # the daemon's own log rotates at this size, one backup kept
 SHUTDOWN_BOUND_S = 15.0  # every ladder is 2 s + 2 s; this bounds a shutdown stuck on anything else
+LOW_NOFILE = 4096  # a descriptor limit below this one, not raisable, is worth a warning at start
 OWNERSHIP_CHECK_INTERVAL_S = 5.0  # an lstat costs microseconds; 5 s keeps exit well inside a minute
 
 
@@ -113,8 +115,7 @@ def _setup_logging(paths: Paths, verbose: bool) -> None:
     root.addHandler(stderr)
     try:
         paths.state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        handler = logging.handlers.RotatingFileHandler(
-            paths.state_dir / "lazyd.log", maxBytes=DAEMON_LOG_BYTES, backupCount=1)
+        handler = PrivateRotatingFileHandler(paths.state_dir / "lazyd.log", DAEMON_LOG_BYTES, 1)
         handler.setFormatter(fmt)
         root.addHandler(handler)
     except OSError as exc:
@@ -123,6 +124,8 @@ def _setup_logging(paths: Paths, verbose: bool) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     parser = _parser()
+    # First: everything after (the lock, the socket, the servers, every session) counts against it.
+    limit = fdlimit.raise_soft_limit()
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:
@@ -192,6 +195,12 @@ def main(argv: list[str] | None = None) -> None:
     where = paths.socket if activated is None else startup.socket_name(activated, paths.socket)
     log.info("lazyd %d listening on %s%s%s", os.getpid(), where, " (socket activation)" if is_activated else "",
              f" (upgraded from lazyd {envelope.from_pid})" if envelope is not None else "")
+    if limit.soft != limit.inherited:
+        log.info("descriptor limit %d (raised from %d; hard %d); servers get %d", limit.soft, limit.inherited,
+                 limit.hard, limit.inherited)
+    elif limit.soft < LOW_NOFILE:
+        log.warning("descriptor limit %d, and the hard limit is no higher: connections are refused near it "
+                    "(a session takes 1 to 5); raise LimitNOFILE= or `ulimit -Hn`", limit.soft)
     # Where shims that compute another socket path (a client without XDG_RUNTIME_DIR) find us.
     record = sockpath.record_daemon(os.environ, os.getpid(), str(where))
     notify_env = {k: os.environ[k] for k in NOTIFY_VARS if k in os.environ}  # a successor needs them
@@ -208,7 +217,7 @@ def main(argv: list[str] | None = None) -> None:
             config, secret = files
         trio.run(partial(serve, sock, paths, config, config_path, is_activated,
                          args.ownership_check_interval, secret, lock_fd=lock_fd, envelope=envelope, stored=stored,
-                         notifier=notifier, notify_env=notify_env))
+                         notifier=notifier, notify_env=notify_env, nofile=limit.soft))
     except Exception as exc:
         # A bug, not a user's mistake: the traceback goes to the log file, one line to stderr.
         log.critical("lazyd stopped by an internal error: %r", exc, exc_info=True)
@@ -226,7 +235,8 @@ def main(argv: list[str] | None = None) -> None:
 async def serve(sock: socket.socket, paths: Paths, config: Config, config_path: Path, activated: bool,
                 ownership_check_interval_s: float, secret: bytes, *, lock_fd: int = -1,
                 envelope: Envelope | None = None, stored: dict[str, int] | None = None,
-                notifier: Notifier | None = None, notify_env: dict[str, str] | None = None) -> None:
+                notifier: Notifier | None = None, notify_env: dict[str, str] | None = None,
+                nofile: int | None = None) -> None:
     if notifier is None:
         notify_env = {k: os.environ[k] for k in NOTIFY_VARS if k in os.environ}  # a successor needs them
         notifier = Notifier.from_environ()  # first: takes NOTIFY_SOCKET/WATCHDOG_* out of os.environ
@@ -242,7 +252,8 @@ async def serve(sock: socket.socket, paths: Paths, config: Config, config_path: 
     async with trio.open_nursery() as nursery:
         registry = Registry(config, paths, secret, store, nursery, dict(os.environ))
         control = Control(registry, stop, partial(reload_config, registry, config_path))
-        handler = ConnectionHandler(registry, control)
+        handler = ConnectionHandler(registry, control, admission=None if nofile is None else Admission(nofile))
+        control.refusals = handler.refusals
         lineage = control.lineage = Lineage()
         upgrader = Upgrader(registry, handler, paths, listener=sock.fileno(), lock=lock_fd, activated=activated,
                             notifier=notifier, notify_env=notify_env, lineage=lineage, config_path=config_path)
