@@ -173,7 +173,8 @@ def test_after_a_crash_that_took_the_servers_with_it_status_says_none_was_taken_
 
 def test_a_stuck_event_loop_is_restarted_by_the_watchdog_and_the_new_daemon_keeps_the_server(
         user_env: UserEnv, manager: UserManager) -> None:
-    manager.drop_in("lazyd.service", "[Service]\nWatchdogSec=2s\nTimeoutAbortSec=1s\n")
+    # 3 s: short for the test; pings come every 1.5 s, and a loaded start-up takes under that.
+    manager.drop_in("lazyd.service", "[Service]\nWatchdogSec=3s\nTimeoutAbortSec=1s\n")
     outcome: dict[str, Any] = {}
 
     async def scenario() -> None:
