@@ -347,13 +347,6 @@ def region_problem(fd: int) -> str | None:
     return None
 
 
-def map_region(fd: int) -> Any:
-    """Map a region whose `region_problem` is None, whole and shared (an mmap.mmap)."""
-    import mmap
-
-    return mmap.mmap(fd, REGION_BYTES, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
-
-
 def read_region(fd: int) -> Region | None:
     """The region `fd` as far as the shim needs it (the header, the slots, the table; the rest is
     read on demand through `Region.buf`), with pread: a shim never maps one. None when `fd` is not

@@ -42,7 +42,7 @@ import trio
 from lazyd import wire
 from lazyd.daemon import handshakes
 from lazyd.daemon.era_lanes import EraRoute
-from lazyd.daemon.handoff_ledger import Landing, Ledger
+from lazyd.daemon.handoff_ledger import Landing, Ledger, map_region
 from lazyd.daemon.handoff_outbox import ClientEnds, HandoffOutbox
 from lazyd.daemon.hub import HubSession
 from lazyd.daemon.quiesce import GATE
@@ -50,7 +50,7 @@ from lazyd.daemon.registry import Registry
 from lazyd.daemon.supervisor import ServerRuntime
 from lazyd.errors import Refused
 from lazyd.frames import Hello, Refusal, Welcome
-from lazyd.handoff_state import LANDING_BYTES, LAYOUT, Region, map_region, region_problem
+from lazyd.handoff_state import LANDING_BYTES, LAYOUT, Region, region_problem
 from lazyd.linepeek import EOF_WAIT_S, LineSplitter, error_line, too_long_request
 
 log = logging.getLogger("lazyd.conn")

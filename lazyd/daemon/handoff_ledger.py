@@ -14,18 +14,23 @@ and how much of a line is read but not yet relayed, in the state, written at mos
 (`hold` lets a reader batch the changes of one read into one write).
 
 `Landing` is the other half of the region's promise: the client's bytes are read into the region
-itself, so none is ever only in the daemon's memory.
+itself, so none is ever only in the daemon's memory. `Mapping` is the region as the daemon holds
+it: mapped whole, with no descriptor.
 """
 
 from __future__ import annotations
 
+import ctypes
 import json
+import mmap
 from collections.abc import Callable
+from typing import Any
 
 from lazyd.handoff_state import (
     ENTRY_BYTES,
     LANDING_BYTES,
     LANDING_OFFSET,
+    REGION_BYTES,
     TABLE_ENTRIES,
     Region,
     State,
@@ -215,16 +220,14 @@ class Landing:
     """The landing zones of a mapped region: the client's stdin is read straight into them."""
 
     def __init__(self, region: Region) -> None:
-        whole = memoryview(region.buf)[LANDING_OFFSET : LANDING_OFFSET + 2 * LANDING_BYTES]
+        whole = region.buf.view[LANDING_OFFSET : LANDING_OFFSET + 2 * LANDING_BYTES]
         self.zones = (whole[:LANDING_BYTES], whole[LANDING_BYTES:])
         self._whole = whole
-        self._map = region.buf
 
     def pending(self, zone: int) -> int:
         """How many bytes a read left in `zone` unaccounted for (up to the first NUL)."""
-        start = LANDING_OFFSET + zone * LANDING_BYTES
-        end = self._map.find(b"\0", start, start + LANDING_BYTES)
-        return (end if end >= 0 else start + LANDING_BYTES) - start
+        end = bytes(self.zones[zone]).find(b"\0")
+        return LANDING_BYTES if end < 0 else end
 
     def take(self, zone: int, length: int) -> bytes:
         return bytes(self.zones[zone][:length])
@@ -240,3 +243,43 @@ class Landing:
 
 
 _ZEROS = memoryview(bytes(LANDING_BYTES))
+
+
+def map_region(fd: int) -> Mapping:
+    """Map a region whose `region_problem` is None, whole and shared, holding no descriptor."""
+    return Mapping(fd)
+
+
+class Mapping:
+    """A region mapped by mmap(2) directly: Python's own mmap keeps a duplicate of the
+    descriptor for as long as the mapping lives (until 3.13's trackfd), and a daemon with many
+    idle hand-off sessions must not hold one per session. Sliced and assigned as a buffer."""
+
+    def __init__(self, fd: int) -> None:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.mmap.restype = ctypes.c_void_p
+        libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                              ctypes.c_long]
+        libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+        libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+        address = libc.mmap(None, REGION_BYTES, mmap.PROT_READ | mmap.PROT_WRITE, mmap.MAP_SHARED, fd, 0)
+        if address is None or address == ctypes.c_void_p(-1).value:
+            raise OSError(ctypes.get_errno(), "cannot map the region")
+        self._libc, self._address = libc, address
+        self.view = memoryview((ctypes.c_ubyte * REGION_BYTES).from_address(address)).cast("B")
+        self.closed = False
+
+    def __getitem__(self, key: Any) -> Any:
+        return self.view[key]
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        self.view[key] = value
+
+    def madvise(self, option: int, start: int, length: int) -> None:
+        self._libc.madvise(self._address + start, length, option)
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self.view.release()
+            self._libc.munmap(self._address, REGION_BYTES)

@@ -31,6 +31,7 @@ from tests.e2e.shim_paths import HANDOFF_PATHS, ShimPath, shim_path  # noqa: F40
 from tests.e2e.faults_support import (
     DEADLINE_S,
     FIXTURE,
+    INIT_PARAMS,
     SERVER_MARKER_VAR,
     alive,
     call,
@@ -189,6 +190,9 @@ def test_a_peer_resizing_a_sessions_region_while_it_streams_calls_costs_the_daem
         for shim in (victim, other):
             shim.initialize()
             path.check(shim)
+        # The daemon maps the regions and holds no descriptor of them: three per idle session.
+        held = [os.readlink(f"/proc/{daemon.proc.pid}/fd/{n}") for n in os.listdir(f"/proc/{daemon.proc.pid}/fd")]
+        assert not [link for link in held if "lazyd-handoff" in link], held
         peer = os.open(_region_of(victim.pid), os.O_RDWR)
         attempts, refused = [0], [0]
         stop = threading.Event()
@@ -218,6 +222,60 @@ def test_a_peer_resizing_a_sessions_region_while_it_streams_calls_costs_the_daem
     finally:
         victim.close()
         other.close()
+
+
+def test_a_waiter_whose_shim_is_no_longer_installed_answers_what_was_in_flight_itself(
+        user_env: UserEnv, tmp_path: Path) -> None:
+    # The waiting shell execs the shim's interpreter again once the daemon is gone; when that is
+    # no longer there (its environment deleted), the system's python3 answers what was in flight
+    # from the region, and the session ends instead of leaving the client waiting.
+    import site
+
+    interpreter = tmp_path / "python"
+    interpreter.symlink_to(sys.executable)
+    code = (f"import site, sys; site.addsitedir({site.getsitepackages()[0]!r}); "
+            "from lazyd_shim.main import main; sys.exit(main())")
+    daemon = start_daemon(user_env)
+    proc = subprocess.Popen([str(interpreter), "-c", code, "--", *FIXTURE], env={**user_env.env, "LAZYD_HANDOFF": "1"},
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.write(json.dumps({"jsonrpc": "2.0", "id": 0, "method": "initialize",
+                                     "params": INIT_PARAMS}).encode() + b"\n")
+        proc.stdin.flush()
+        assert json.loads(proc.stdout.readline())["id"] == 0
+        wait_for(lambda: os.path.basename(os.readlink(f"/proc/{proc.pid}/exe")) == "dash", "the shim to wait in dash")
+        proc.stdin.write(json.dumps(tool_call(3, "sleep", {"seconds": 30})).encode() + b"\n")
+        proc.stdin.flush()
+        wait_for(lambda: server_status(user_env)[0]["inflight"] == 1, "the call to reach the server")
+        interpreter.unlink()  # the shim's installation is gone
+        daemon.proc.kill()
+        error = json.loads(proc.stdout.readline())
+        assert error["id"] == 3 and error["error"]["code"] == -32603, error
+        assert proc.wait(DEADLINE_S) == 0
+        assert proc.stderr is not None and b"no longer installed" in proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+
+
+def test_a_shim_that_waits_in_python_takes_its_session_back_when_the_daemon_is_killed(user_env: UserEnv) -> None:
+    # Where dash is there but cannot be exec'd the shim waits itself (the test seam plays that).
+    daemon = start_daemon(user_env)
+    shim = HANDOFF_PATHS[0].started(user_env, env={"LAZYD_TEST_WAITER": "python", "LAZYD_VERBOSE": "1"})
+    try:
+        shim.initialize()
+        assert call(shim, 1, "pid")["result"]
+        shim.send(tool_call(2, "sleep", {"seconds": 30}))
+        wait_for(lambda: server_status(user_env)[0]["inflight"] == 1, "the call to reach the server")
+        daemon.proc.kill()
+        error = shim.read()
+        assert error["id"] == 2 and error["error"]["code"] == -32603, error
+        assert text_of(call(shim, 3, "pid")), "the next call works through a new daemon"
+        assert "waiting in this process" in shim.stderr()
+    finally:
+        shim.close()
 
 
 # ---- SIGTERM, a second daemon ---------------------------------------------------------------------

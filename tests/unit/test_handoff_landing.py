@@ -19,10 +19,10 @@ import pytest
 
 from lazyd import handoff_state as hs
 from lazyd.daemon import handoff
-from lazyd.daemon.handoff_ledger import Landing, Ledger
+from lazyd.daemon.handoff_ledger import Landing, Ledger, map_region
 from lazyd.frames import Hello
 from lazyd.handoff_snapshot import PREVIOUS_MAGIC, snapshot
-from lazyd.handoff_state import Region, map_region
+from lazyd.handoff_state import Region
 from lazyd.linepeek import BIG_LINE_BYTES, ID_SCAN_BYTES, inspect_line, request_ids_in
 from shim import recover
 from shim.options import Log, parse

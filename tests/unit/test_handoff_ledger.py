@@ -14,8 +14,8 @@ from collections.abc import Iterator
 import pytest
 
 from lazyd import handoff_state as hs
-from lazyd.daemon.handoff_ledger import RELEASE_HEAD_BYTES, Ledger
-from lazyd.handoff_state import Region, State, map_region, read_region
+from lazyd.daemon.handoff_ledger import RELEASE_HEAD_BYTES, Ledger, map_region
+from lazyd.handoff_state import Region, State, read_region
 
 INIT = b'{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25"}}'
 INITIALIZED = b'{"jsonrpc":"2.0","method":"notifications/initialized"}'

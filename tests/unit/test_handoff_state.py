@@ -19,7 +19,8 @@ from typing import Any
 import pytest
 
 from lazyd import handoff_state as hs
-from lazyd.handoff_state import Region, State, map_region, read_region
+from lazyd.daemon.handoff_ledger import map_region
+from lazyd.handoff_state import Region, State, read_region
 
 
 @pytest.fixture

@@ -17,8 +17,8 @@ from collections.abc import Iterator
 import pytest
 
 from lazyd import handoff_state as hs
-from lazyd.daemon.handoff_ledger import Ledger
-from lazyd.handoff_state import Region, map_region
+from lazyd.daemon.handoff_ledger import Ledger, map_region
+from lazyd.handoff_state import Region
 from lazyd.linepeek import error_line
 from shim import handoff
 from shim.relay import LOST_CODE, LOST_MESSAGE
