@@ -342,7 +342,7 @@ class HandoffSession:
                 continue
             self.ledger.client_line(line)
             if self._peek:
-                self._peek = self.registry.note_client_line(line, self._peek)
+                self._peek = self.registry.note_client_line(line, self._peek, outbox.cid)
             route.client_line(outbox.cid, line)
         self.ledger.head(self.lines.buffer, self.lines.discarding)
 
