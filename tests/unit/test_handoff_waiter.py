@@ -92,3 +92,35 @@ def test_without_a_sealed_memfd_the_session_is_relayed_over_frames_with_one_log_
     module, name = missing.split(".")
     said = _offer_in_child({}, f"import {module}\ndel {module}.{name}\n")
     assert said.count("no hand-off") == 1 and "shared region" in said and said.endswith("not offered\n")
+
+
+def test_each_waiter_takes_its_own_bounded_pause_before_it_runs_the_shim_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    # After a daemon crash every waiter wakes at once; each sleeps a random part of
+    # RESUME_JITTER_S (its first argument to the script) before it execs Python.
+    import socket
+
+    from shim.options import Log, parse
+
+    execs: list[list[str]] = []
+
+    def fake_exec(path: str, argv: list[str]) -> None:
+        execs.append(argv)
+        raise OSError("not here")  # so that wait() goes on to its own wait, which the closed peer ends
+
+    monkeypatch.setattr(os, "execv", fake_exec)
+    monkeypatch.setattr(handoff, "WAIT_FD", 250)  # clear of the test process's own descriptors
+    log = Log(parse(["--", "true"], {}))
+    for _ in range(8):
+        ours, peer = socket.socketpair()
+        peer.close()
+
+        class Conn:
+            sock = ours
+
+        region = os.open("/dev/null", os.O_RDONLY)
+        handoff.wait(Conn(), region, ["--", "true"], log)  # type: ignore[arg-type]
+        os.close(region)
+        os.close(250)
+    pauses = [float(argv[4]) for argv in execs[:: len(handoff.SHELLS)]]
+    assert all(0 <= p < handoff.RESUME_JITTER_S for p in pauses) and len(set(pauses)) > 1, pauses
+    assert all("sleep \"$1\"" in argv[2] for argv in execs)
