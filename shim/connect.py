@@ -114,6 +114,10 @@ def open_session(opts: Options, resume: list[bytes], log: Log, deadline: float |
         if reply.code == "options":
             # A bad shim option is the user's mistake, like every other bad option: exit 2.
             raise Unavailable(reply.message, user_error=True)
+        if reply.code == "config":
+            # A daemon socket-activated with a file it cannot load waits for the fix and says
+            # why to every shim: the same line and exit 2 as a daemon the shim started itself.
+            raise Unavailable(f"lazyd cannot start: {reply.message}", user_error=True)
         raise Unavailable(f"refused by the daemon: {reply.message} [{reply.code}]", final=True)
     if isinstance(reply, ForeignWelcome):
         sock.close()

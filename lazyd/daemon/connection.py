@@ -330,7 +330,7 @@ class ConnectionHandler:
                         if not isinstance(frame, Line):
                             raise WireError(f"unexpected {frame.t!r} frame in a session")
                         if peek:
-                            peek = self.registry.note_client_line(frame.d, peek)
+                            peek = self.registry.note_client_line(frame.d, peek, session.cid)
                         runtime.client_line(session.cid, frame.d)
                         if isinstance(runtime, (ServerRuntime, EraRoute)) and not runtime.has_room():
                             await runtime.wait_for_room()
