@@ -43,11 +43,13 @@ from tests.benchmarks.scale_support import (
     lazyctl_status,
     open_sessions,
     pss_kib,
+    raw_start,
     python_shims,
     scale_env,
     served_count,
     servers,
     shim_client,
+    socket_of,
     start_daemon,
 )
 
@@ -208,6 +210,7 @@ def main() -> None:
             base_fds = fd_kinds(daemon.pid)
             base_rss = rss_kib(daemon.pid)
             bare0, warm0, direct0 = starts(venv, env, probe, args.starts)
+            raw0 = [raw_start(socket_of(env), env, probe) for _ in range(3 * args.starts)]
             began = time.perf_counter()
             clients = open_sessions(venv, env, registrations, args.sessions)
             opened_s = time.perf_counter() - began
@@ -232,6 +235,9 @@ def main() -> None:
             kinds = ", ".join(f"{k} {(fds[k] - base_fds[k]) / args.sessions:.2f}" for k in sorted(fds) if fds[k] != base_fds[k])
             row("daemon descriptors per idle session (target <= 3)", "-", f"{per_fd:.2f}", kinds)
             bare1, warm1, direct1 = starts(venv, env, probe, args.starts)
+            raw1 = [raw_start(socket_of(env), env, probe) for _ in range(3 * args.starts)]
+            row("the daemon's part: hello to initialize answered, no Python start", "-",
+                f"{ms(raw0)} / {ms(raw1)}", f"none / {args.sessions} open: {median(raw1) / median(raw0):.2f}x")
             row("python -c pass of the venv's interpreter (none / all open)", ms(bare0), ms(bare1))
             row("warm session start p50, none open", ms(direct0), ms(warm0),
                 f"{median(warm0) / median(bare0):.2f}x python -c pass (target <= 1.5)")

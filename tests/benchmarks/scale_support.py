@@ -8,11 +8,13 @@ one is what a client's registration gets: a hand-off session whose shim waits in
 
 from __future__ import annotations
 
+import array
 import json
 import os
 import resource
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -23,6 +25,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from lazyd import wire
+from lazyd.frames import Hello
+from lazyd.handoff_state import create_region
 from tests.benchmarks.common import REPO, LineClient
 
 SOFT_NOFILE = 1024  # what a systemd user service gets (DefaultLimitNOFILE=1024:524288)
@@ -189,3 +194,56 @@ def python_shims(venv: Path) -> int:
 def kill_daemon(daemon: subprocess.Popen[bytes]) -> None:
     os.killpg(daemon.pid, signal.SIGKILL)
     daemon.wait()
+
+
+INIT_LINE = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                        "params": {"protocolVersion": "2025-11-25", "capabilities": {},
+                                   "clientInfo": {"name": "scale", "version": "1"}}}).encode() + b"\n"
+
+
+class HandedOff:
+    """One hand-off session made exactly as a shim makes it (the client's pipes, opened afresh with
+    O_NONBLOCK, and a region passed with the hello), by this process: the daemon holds what it
+    holds for a shim's session, without a Python process started for it. Its client ends are ours."""
+
+    def __init__(self, socket_path: str | Path, env: dict[str, str], argv: list[str]) -> None:
+        stdin_r, self.stdin = os.pipe()
+        self.stdout, stdout_w = os.pipe()
+        passed = [os.open(f"/proc/self/fd/{stdin_r}", os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC),
+                  os.open(f"/proc/self/fd/{stdout_w}", os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC),
+                  create_region()]
+        os.close(stdin_r)
+        os.close(stdout_w)
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(30)
+        self.sock.connect(os.fsencode(socket_path))
+        hello = Hello("shim", os.getpid(), argv, str(REPO), env, {}, None, [], handoff=True)
+        self.sock.sendmsg([wire.encode(hello)], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", passed).tobytes())])
+        for fd in passed:
+            os.close(fd)
+        frame = wire.BlockingFrameReader(self.sock).read()
+        assert frame is not None, "the daemon closed the connection"
+        self.welcome = frame.to_map()
+
+    def initialize(self) -> dict[str, Any]:
+        os.write(self.stdin, INIT_LINE)
+        line = b""
+        while not line.endswith(b"\n"):
+            line += os.read(self.stdout, 65536)
+        answer: dict[str, Any] = json.loads(line)
+        return answer
+
+    def close(self) -> None:
+        os.close(self.stdin)  # the client leaves: the daemon tells the shim, and lets go
+        os.close(self.stdout)
+        self.sock.close()
+
+
+def raw_start(socket_path: str | Path, env: dict[str, str], argv: list[str]) -> float:
+    """Seconds from connecting to the answer of `initialize`, for one raw hand-off session."""
+    began = time.perf_counter()
+    session = HandedOff(socket_path, env, argv)
+    session.initialize()
+    took = time.perf_counter() - began
+    session.close()
+    return took

@@ -11,21 +11,18 @@ the timings are bench_scale's.
 
 from __future__ import annotations
 
-import array
 import json
 import os
 import resource
 import shutil
-import socket
 import subprocess
 import sys
 
 import pytest
 
-from lazyd import wire
-from lazyd.handoff_state import create_region
+from tests.benchmarks.scale_support import HandedOff
 from tests.conftest import FIXTURE_SERVER, UserEnv, shim_command, wait_until
-from tests.e2e.test_security_frames import STEP_S, Conn, daemon_log, hello, launch_daemon
+from tests.e2e.test_security_frames import STEP_S, Conn, daemon_log, launch_daemon
 
 pytestmark = pytest.mark.e2e
 
@@ -36,37 +33,8 @@ INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
         "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
 
 
-class HandedOff:
-    """One hand-off session as a shim makes it: the client's ends are the test's."""
-
-    def __init__(self, user: UserEnv, server: int) -> None:
-        stdin_r, self.stdin = os.pipe()
-        self.stdout, stdout_w = os.pipe()
-        passed = [os.open(f"/proc/self/fd/{stdin_r}", os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC),
-                  os.open(f"/proc/self/fd/{stdout_w}", os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC),
-                  create_region()]
-        os.close(stdin_r)
-        os.close(stdout_w)
-        self.conn = Conn(user.socket)
-        frame = wire.encode(hello("shim", argv=[sys.executable, str(FIXTURE_SERVER), f"--n={server}"],
-                                  env=user.env, handoff=True))
-        self.conn.sock.sendmsg([frame], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", passed).tobytes())])
-        for fd in passed:
-            os.close(fd)
-        self.welcome = self.conn.read()
-
-    def initialize(self) -> dict[str, object]:
-        os.write(self.stdin, json.dumps(INIT).encode() + b"\n")
-        line = b""
-        while not line.endswith(b"\n"):
-            line += os.read(self.stdout, 65536)
-        answer: dict[str, object] = json.loads(line)
-        return answer
-
-    def close(self) -> None:
-        os.close(self.stdin)  # the client leaves: the daemon tells the shim, and lets go
-        os.close(self.stdout)
-        self.conn.close()
+def _session(user: UserEnv, server: int) -> HandedOff:
+    return HandedOff(user.socket, user.env, [sys.executable, str(FIXTURE_SERVER), f"--n={server}"])
 
 
 def _descriptors(pid: int) -> int:
@@ -87,14 +55,14 @@ def test_three_hundred_hand_off_sessions_at_a_soft_limit_of_1024_are_all_served_
     proc = launch_daemon(user_env, prefix=(prlimit, f"--nofile={SOFT_NOFILE}:{hard}"))
     sessions: list[HandedOff] = []
     try:
-        warm = [HandedOff(user_env, n) for n in range(SERVERS)]  # each server's handshake cached
+        warm = [_session(user_env, n) for n in range(SERVERS)]  # each server's handshake cached
         for session in warm:
             assert session.welcome["t"] == "welcome", session.welcome
             assert session.initialize()["id"] == 1
             session.close()
         baseline = _descriptors(proc.pid)
         for n in range(SESSIONS):
-            session = HandedOff(user_env, n % SERVERS)
+            session = _session(user_env, n % SERVERS)
             sessions.append(session)
             assert session.welcome["t"] == "welcome" and session.welcome.get("handoff") is True, (n, session.welcome)
         for session in sessions:
