@@ -39,7 +39,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final, Literal
 
-from lazyd.core.cache import Snapshot
+from lazyd.core.cache import HandshakeEntry, Snapshot
 from lazyd.core.hub_catalog import cached_tools, words
 from lazyd.core.jsonrpc import JsonObj
 from lazyd.core.known_servers import KnownServer
@@ -77,22 +77,25 @@ class SharingDecision:
         return self.mode != "isolated"
 
 
-def decide_sharing(setting: ShareSetting, snapshot: Snapshot, known: KnownServer | None = None) -> SharingDecision:
-    """Apply `setting` (for "auto": the rules of the module docstring) to what `snapshot` holds and
-    to the known-servers entry `known` that matches the registration (None: none does)."""
+def decide_sharing(setting: ShareSetting, snapshot: Snapshot, known: KnownServer | None = None,
+                   live: HandshakeEntry | None = None) -> SharingDecision:
+    """Apply `setting` (for "auto": the rules of the module docstring) to what `snapshot` holds, to
+    the known-servers entry `known` that matches the registration (None: none does), and to `live`,
+    the handshake and listings of a process being started, as they arrive: a start under way
+    decides as soon as its `initialize` result or its `tools/list` is in, before its whole refresh."""
     if setting is True:
         return SharingDecision("shared", "share = true", "setting")
     if setting is False:
         return SharingDecision("isolated", "share = false", "setting")
     if setting == "session-aware":
         return SharingDecision("session-aware", 'share = "session-aware"', "setting")
-    declared = declared_sharing(_results(snapshot))
+    declared = declared_sharing(([live.result] if live is not None else []) + _results(snapshot))
     if declared is not None:
         where, value = declared
         return SharingDecision(value, f"auto: {value} (declared: {where})", "declared")
     if known is not None and known.sharing != "auto":
         return SharingDecision(known.sharing, f"auto: {known.sharing} (known server: {known.name})", "known")
-    tools = cached_tools(snapshot, None, None)
+    tools = cached_tools(snapshot, live, None)
     if tools is None:
         return SharingDecision(None, "auto: undecided (nothing cached, declared or known yet)", "undecided")
     stateful = stateful_tools(str(t["name"]) for t in tools)

@@ -351,12 +351,13 @@ class Registry:
 
     def decide(self, cache_digest: str, setting: ShareSetting, argv: tuple[str, ...]) -> SharingDecision:
         """The sharing decision for the registration cached under `cache_digest` that runs
-        `argv`, from the freshest snapshot: a live runtime's (base or private instance) in
-        memory, else the cache file; and from the known-servers entry of what it runs."""
-        live = [r.core.snapshot for r in self.runtimes.values() if r.config.digest == cache_digest]
-        cached = [snap for snap in live if snap.entries or snap.discover or snap.stateless]
-        snapshot = cached[0] if cached else live[0] if live else self.store.load(cache_digest)
-        return decide_sharing(setting, snapshot, known_server(self.config.known_servers, argv))
+        `argv`, from the freshest snapshot (a live runtime's in memory, else the cache file), a
+        start's handshake as it arrives, and the known-servers entry of what it runs."""
+        mine = [r.core for r in self.runtimes.values() if r.config.digest == cache_digest]
+        cached = [core.snapshot for core in mine if core.snapshot.entries or core.snapshot.discover or core.snapshot.stateless]
+        snapshot = cached[0] if cached else mine[0].snapshot if mine else self.store.load(cache_digest)
+        live = next((core.instance for core in mine if core.instance is not None), None)  # a start under way
+        return decide_sharing(setting, snapshot, known_server(self.config.known_servers, argv), live)
 
     def sharing(self, runtime: ServerRuntime) -> SharingDecision:
         """The decision for the next session of `runtime`'s registration (status and explain)."""

@@ -124,8 +124,9 @@ class SharingGate:
 
     def detached(self, runtime: ServerRuntime) -> None:
         """A session left `runtime`: a process that served one session stops with it."""
-        if self.registry.in_use(runtime) or runtime.proc is None or runtime.life.state is State.STOPPING:
-            return
+        state = runtime.life.state
+        if self.registry.in_use(runtime) or state not in PROCESS_STATES or state is State.STOPPING:
+            return  # still someone's, or no process (a start under way counts: it is stopped too)
         if self.mode_of(runtime) != "isolated":
             return
         log.info("[%s] its session left: stopping its process (a process of a session's own is never "

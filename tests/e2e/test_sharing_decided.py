@@ -142,7 +142,7 @@ async def test_a_server_nothing_is_known_about_holds_the_second_session_until_it
 ) -> None:
     # Its listings take a while: the first session's initialize starts it (nothing is cached), and
     # the second session's hello arrives while that start is still listing.
-    env = {"FIXTURE_TOOLS_EXTRA": "browser_navigate", "FIXTURE_LISTING_DELAY_S": "0.5"}
+    env = {"FIXTURE_TOOLS_EXTRA": "browser_navigate", "FIXTURE_LISTING_DELAY_S": "1"}
     start_daemon(user_env)
     with trio.fail_after(STEP_S):
         async with shim_session(user_env, FIXTURE, env=env) as a:

@@ -27,8 +27,9 @@ def snapshot(tools: list[str] | None, capabilities: dict[str, Any] | None = None
     return snap
 
 
-def decided(setting: Any, snap: Snapshot, known: KnownServer | None = None) -> tuple[str | None, str, str]:
-    d = decide_sharing(setting, snap, known)
+def decided(setting: Any, snap: Snapshot, known: KnownServer | None = None,
+            live: HandshakeEntry | None = None) -> tuple[str | None, str, str]:
+    d = decide_sharing(setting, snap, known, live)
     return d.mode, d.rule, d.source
 
 
@@ -119,3 +120,17 @@ def test_declares_session_aware_reads_either_spelling_and_nothing_else() -> None
 ])
 def test_the_stateful_name_rule_matches_whole_words_of_a_tool_name(name: str, stateful: bool) -> None:
     assert bool(stateful_tools([name])) is stateful
+
+
+def test_a_start_under_way_decides_as_soon_as_its_tools_or_its_declaration_are_in() -> None:
+    live = HandshakeEntry(PARAMS, {})  # initialize sent, unanswered: nothing to decide from yet
+    assert decided("auto", Snapshot(), live=live)[0] is None
+    live.result = {"capabilities": {"tools": {}}}
+    assert decided("auto", Snapshot(), live=live)[0] is None  # answered, no declaration, no tools yet
+    live.listings["tools/list"] = Listing(items=[{"name": "browser_navigate"}])
+    assert decided("auto", Snapshot(), live=live) == (
+        "isolated", "auto: isolated (tool names: browser_navigate)", "tools")
+    declared = HandshakeEntry(PARAMS, {"capabilities": {"x-mux": {"sharing": "session-aware"}}})
+    assert decided("auto", Snapshot(), live=declared)[:2] == ("session-aware", "auto: session-aware (declared: x-mux.sharing)")
+    # The live process's listing is fresher than the cache's.
+    assert decided("auto", snapshot(["echo"]), live=live)[0] == "isolated"
