@@ -7,8 +7,8 @@ lazyd/core/share_join.py: base, own or wait); this module carries them out for t
   too, so a `node_modules/.bin` link names its package), once per command;
 - a session that must wait (undecided, and the registration's process taken by the session whose
   start will decide) waits for the registry's change signal, at most `UNDECIDED_WAIT_S` (and never
-  longer than the server's start_timeout): the hello is answered after it, and a shim waits 10 s
-  for that answer;
+  longer than the server's start_timeout), and `START_GRACE_S` when no start is under way: the
+  hello is answered after it, and a shim waits 10 s for that answer;
 - a process that serves one session (isolated) is never handed to another while it runs: when
   its session leaves, it stops at once instead of lingering (the next session gets a fresh one,
   as with a direct connection), and only an instance with no process, or one no session has
@@ -43,6 +43,9 @@ __all__ = ["SharingGate", "UNDECIDED_WAIT_S", "known_server"]
 # How long a second session waits for an undecided server's first start to list its tools. The
 # shim waits HELLO_WAIT_S (10 s) for the daemon's welcome, which comes after this wait.
 UNDECIDED_WAIT_S = 5.0
+# How long a session waits for the first session to cause a start at all (a client sends its
+# initialize within milliseconds of connecting; some send nothing until they call a tool).
+START_GRACE_S = 1.0
 
 
 class Registrations(Protocol):
@@ -90,11 +93,15 @@ class SharingGate:
         while True:
             decision = registry.decide(base_runtime.config.digest, policy.share, base.argv)
             elapsed = trio.current_time() - started
-            choice = join(decision, base_taken=registry.in_use(base_runtime), waited_s=elapsed, bound_s=bound)
+            states = self._states(base_runtime)
+            choice = join(decision, base_taken=registry.in_use(base_runtime), waited_s=elapsed, bound_s=bound,
+                          started=State.RUNNING in states, starting=State.STARTING in states, grace_s=START_GRACE_S)
             if choice.join is not Join.WAIT:
                 break
             waited = elapsed
-            with trio.move_on_at(started + bound):
+            # Until something changes, the bound, or (no start under way) the end of the grace.
+            with trio.move_on_at(started + (bound if State.STARTING in states or elapsed >= START_GRACE_S
+                                            else min(bound, START_GRACE_S))):
                 await registry.changes.wait()
         if waited is not None:
             waited = trio.current_time() - started
@@ -110,6 +117,11 @@ class SharingGate:
         self.joined[runtime] = choice
         self._served.add(runtime)
         return runtime
+
+    def _states(self, runtime: ServerRuntime) -> set[State]:
+        """The lifecycle states of the registration's processes (every era lane)."""
+        lanes = self.registry.lanes_for(runtime)
+        return {r.life.state for r in (lanes.runtimes if lanes is not None else [runtime])}
 
     def mode_of(self, runtime: ServerRuntime) -> str | None:
         """How `runtime` serves its sessions now: "isolated" (one session each), "shared",

@@ -126,7 +126,7 @@ async def test_two_concurrent_first_sessions_of_playwright_get_a_browser_process
     assert "  sharing  one process per session (auto: isolated (known server: playwright))" in explained
 
 
-async def test_with_playwright_unlisted_the_second_session_waits_for_the_first_listing_then_gets_its_own(
+async def test_with_playwright_unlisted_its_tool_names_decide_and_two_first_sessions_still_get_a_process_each(
     user_env: UserEnv,
 ) -> None:
     write_config(user_env, '[known_servers.playwright]\nsharing = "auto"\n')

@@ -43,3 +43,23 @@ def test_a_wait_ends_the_moment_the_first_start_decides_either_way() -> None:
     assert join(UNDECIDED, base_taken=True, waited_s=1.0, bound_s=BOUND).join is Join.WAIT
     assert join(ISOLATED, base_taken=True, waited_s=1.2, bound_s=BOUND).join is Join.OWN
     assert join(SHARED, base_taken=True, waited_s=1.2, bound_s=BOUND).join is Join.BASE
+
+
+def test_a_completed_start_that_still_decides_nothing_lets_the_second_session_share_at_once() -> None:
+    # A stateless-era start lists nothing until a client asks: waiting would only cost the bound.
+    choice = join(UNDECIDED, base_taken=True, waited_s=0.0, bound_s=BOUND, started=True)
+    assert (choice.join, choice.rule) == (Join.BASE, "auto: shared (its start declared nothing and listed no tools)")
+    # A decision, when there is one, wins over that: the start is not what decides it.
+    assert join(ISOLATED, base_taken=True, waited_s=0.0, bound_s=BOUND, started=True).join is Join.OWN
+    assert join(UNDECIDED, base_taken=False, waited_s=0.0, bound_s=BOUND, started=True).join is Join.BASE
+
+
+def test_with_no_start_under_way_the_second_session_waits_only_the_grace_then_shares() -> None:
+    # The first session has sent nothing that needs the server (some clients send nothing until
+    # they call a tool): no start will decide, so waiting the whole bound would only delay it.
+    early = join(UNDECIDED, base_taken=True, waited_s=0.5, bound_s=BOUND, starting=False, grace_s=1.0)
+    assert early.join is Join.WAIT
+    late = join(UNDECIDED, base_taken=True, waited_s=1.0, bound_s=BOUND, starting=False, grace_s=1.0)
+    assert (late.join, late.rule) == (Join.BASE, "auto: shared (undecided, and no start under way to decide it)")
+    # A start under way is waited for, up to the bound.
+    assert join(UNDECIDED, base_taken=True, waited_s=3.0, bound_s=BOUND, starting=True, grace_s=1.0).join is Join.WAIT
