@@ -123,3 +123,17 @@ def unshared_line(row: Mapping[str, Any]) -> str:
     if clients > 1:
         line += f" ({clients} sessions attached before this was known still share it)"
     return line
+
+
+def walls(refused: object, fallbacks: object) -> str:
+    """Lines for the status head: connections the daemon refused and shims that ran their server
+    directly, since the daemon started ("" when there were none): the wall an operator must see."""
+    lines = []
+    for title, rows in (("refused since start", refused), ("servers run directly by their shim since start", fallbacks)):
+        if not isinstance(rows, dict) or not rows:
+            continue
+        total = sum(int(row.get("count", 0)) for row in rows.values() if isinstance(row, dict))
+        parts = [f"{row.get('count')} {kind} (last: {shorten(str(row.get('last_reason', '')), 160)})"
+                 for kind, row in sorted(rows.items()) if isinstance(row, dict)]
+        lines.append(f"\n{title}: {total}: " + "; ".join(parts))
+    return "".join(lines)

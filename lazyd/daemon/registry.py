@@ -11,12 +11,11 @@ It also records every live child (servers and running wake predicates) for the o
 
 Sharing (lazyd/core/sharing.py) is decided when a session attaches, from the registration's
 `share` setting, its snapshot (the freshest in memory, else the cache file) and the known-servers
-table; lazyd/daemon/sharing_gate.py carries it out: a registration that shares gets the one
-runtime of its identity; a session that must not share gets that runtime while no session holds
-it, else a private instance, `NAME.N` (numbered per registration from 1), reusing a free one
-that holds no session's state; a session of an undecided registration may wait for the first
-start's listing. Private instances use their registration's cache and are stopped and dropped
-with it on reload.
+table; lazyd/daemon/sharing_gate.py carries it out: a session that must not share gets the
+registration's runtime while no session holds it, else a private instance, `NAME.N` (numbered
+per registration from 1) that holds no session's state; a session of an undecided registration
+may wait for the first start. Private instances use their registration's cache and are stopped
+and dropped with it on reload.
 """
 
 from __future__ import annotations
@@ -24,7 +23,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-import shutil
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
@@ -35,7 +33,11 @@ from lazyd.core.era_policy import Era
 from lazyd.core.identity import Identity, identity_for
 from lazyd.core.sharing import SharingDecision, ShareSetting, decide_sharing
 from lazyd.daemon.sharing_gate import SharingGate, known_server
-from lazyd.daemon import handshakes, orphans
+from lazyd.daemon import handshakes, orphans, per_run
+from lazyd.daemon.command_cache import CommandCaches
+from lazyd.daemon.learned_env import LearnedEnv
+from lazyd.daemon.shebang import interpreter_of
+from lazyd.daemon.unnamed_identity import unnamed_identity, which as _which
 from lazyd.daemon.era_lanes import EraLanes, EraRoute
 from lazyd.daemon.cache_store import CacheStore
 from lazyd.daemon.changes import Changes
@@ -63,12 +65,6 @@ PRIVATE_INSTANCE = "private:"
 IDENTITY_OPTS = ("identity_env", "per_session_env")
 
 
-
-
-def _which(command: str, path: str | None) -> str | None:
-    return shutil.which(command, path=path)
-
-
 class Registry:
     def __init__(self, config: Config, paths: Paths, secret: bytes, store: CacheStore,
                  nursery: trio.Nursery, daemon_env: Mapping[str, str]) -> None:
@@ -93,14 +89,19 @@ class Registry:
         self._closing: list[ServerRuntime] = []
         # Each client's latest initialize, learned from sessions, for `check --client`.
         self.handshakes = handshakes.LearnedHandshakes(paths.state_dir)
+        self.learned = LearnedEnv(paths.state_dir)  # per-run variables, clients' environments
+        self.commands = CommandCaches(paths.state_dir, store, secret)  # cache starts everywhere
+        self.retiring: set[str] = set()  # duplicates being stopped (per_run.py)
         # Private instance digest -> the digest of the registration's own (base) identity.
         self._private_base: dict[str, str] = {}
         self.changes = Changes()  # anything a status summary shows may have changed (changes.py)
         self.gate = SharingGate(self)  # which process a new session joins (sharing_gate.py)
 
-    def note_client_line(self, line: bytes, peek: int) -> int:
-        """Learn the handshake of a session from its first lines; how many more to look at."""
+    def note_client_line(self, line: bytes, peek: int, cid: int | None = None) -> int:
+        """Learn the handshake of a session (and, given its `cid`, its client's variable names)
+        from its first lines; how many more to look at."""
         params = handshakes.initialize_params(line)
+        self.learned.note_line(cid, params, last=peek <= 1)
         if params is not None:
             self.handshakes.learn(params)
             return 0
@@ -159,22 +160,8 @@ class Registry:
             report["removed" if new is None else "changed"].append(name)
             # The server's runtimes (every era lane of it) and its private instances (with theirs).
             bases = {digest for digest, runtime in self.runtimes.items() if runtime.config.name == name}
-            for digest, runtime in list(self.runtimes.items()):
-                if digest in bases or self._private_base.get(self.lane_of.get(digest, digest)) in bases:
-                    del self.runtimes[digest]
-                    del self.identities[digest]
-                    self.lanes.pop(digest, None)
-                    self.lane_of.pop(digest, None)
-                    stale.append(runtime)
-            for digest in [d for d, of in self._private_base.items() if d in bases or of in bases]:
-                del self._private_base[digest]
-        self._closing.extend(stale)
-        try:
-            async with trio.open_nursery() as stopping:
-                for runtime in stale:
-                    stopping.start_soon(runtime.close)
-        finally:
-            self._closing = [r for r in self._closing if r not in stale]
+            stale.extend(self.forget(bases))
+        await self.close_all(stale)
         for runtime in stale:
             self.store.remove(runtime.config.digest)  # lanes share one file: removing it twice is harmless
             log.info("server %s stopped and its cache dropped (definition changed or removed)", runtime.name)
@@ -196,7 +183,7 @@ class Registry:
         identity = identity_for((server.command, *server.args), cwd, env,
                                 ignore=self.config.per_session_env, which=_which,
                                 instance=f"named:{server.name}", force=self.config.identity_env,
-                                declared=server.env)
+                                declared=server.env, interpreter=interpreter_of)
         return await self._runtime(identity, server.name, env, server.policy)
 
     async def _runtime(self, identity: Identity, name: str, env: Mapping[str, str], policy: Policy,
@@ -217,7 +204,8 @@ class Registry:
             name=name, digest=cache_digest, spec=spec, policy=lifecycle_policy(policy), wake=policy.wake,
             sampling_policy=self.config.sampling_policy, share=policy.share, era=policy.era,
         )
-        runtime = ServerRuntime(config, self.store.load(cache_digest), self.store, self.children_changed)
+        snapshot = self.commands.start_snapshot(self.runtimes, self.identities, identity, cache_digest)  # own, else the command's
+        runtime = ServerRuntime(config, snapshot, self.store, self.children_changed)
         runtime.gate = RuntimeGate(runtime, lambda: self.config.tool_policy)  # read at each call: reloads apply
         runtime.on_change = self.changes.note
         self.runtimes[digest] = runtime
@@ -303,8 +291,10 @@ class Registry:
                 raise Refused("options", "no server command given")
             if not os.path.isabs(cwd):
                 raise Refused("options", f"the working directory must be absolute, got {cwd!r}")
+            client = per_run.learn(self, hello.pid, argv, cwd, env, force=force, ignore=ignore)
             runtime = await self._unnamed_runtime(argv, cwd, env, policy, force=force, ignore=ignore,
-                                                  undecodable=[n for n, _ in undecodable], join=True)
+                                                  undecodable=[n for n, _ in undecodable], client=client.process, join=True)
+            self.learned.note_session(self._next_cid, client, (n for n in env if not n.startswith(SHIM_ENV_PREFIX)))
         cid = self._next_cid
         self._next_cid += 1
         session = make_outbox(cid, hello.pid, on_overflow)
@@ -316,30 +306,19 @@ class Registry:
 
     def identity_of(self, argv: list[str], cwd: str, env: Mapping[str, str], *,
                     force: tuple[str, ...] = (), ignore: tuple[str, ...] = (),
-                    undecodable: list[str] | None = None) -> tuple[Identity, str | None]:
+                    undecodable: list[str] | None = None, client: str = "") -> tuple[Identity, str | None]:
         """The identity of an unnamed registration, and why it must stay private (None: it may
-        share). A registration whose environment cannot be judged (its working directory cannot
-        be entered, so its command and PATH lookups mean nothing) never shares by accident."""
-        # The registration's own names (lazyctl wrap records the variables it declares) are
-        # "declared"; patterns among them and config.toml's identity_env are "forced".
-        declared = [n for n in force if not any(c in n for c in "*?[")]
-        patterns = [n for n in force if n not in declared]
-        identity = identity_for(argv, cwd, env, ignore=(*self.config.per_session_env, *ignore),
-                                which=_which, force=(*self.config.identity_env, *patterns),
-                                declared=declared)
-        problem = None
-        if not os.path.isdir(cwd) or not os.access(cwd, os.X_OK):
-            problem = f"its working directory {cwd} cannot be entered"
-        elif undecodable:
-            names = ", ".join(n.encode("utf-8", "surrogateescape").decode("utf-8", "replace") for n in undecodable)
-            problem = f"its environment is not UTF-8 ({names})"
-        return identity, problem
+        share); `client` (the shim's parent's name) adds its learned per-run variables."""
+        return unnamed_identity(self.config, argv, cwd, env, force=force, ignore=(*ignore, *sorted(self.learned.noise(client))),
+                                undecodable=undecodable)
 
     async def _unnamed_runtime(self, argv: list[str], cwd: str, env: dict[str, str], policy: Policy, *,
                                force: tuple[str, ...] = (), ignore: tuple[str, ...] = (),
-                               undecodable: list[str] | None = None, join: bool = False) -> ServerRuntime:
+                               undecodable: list[str] | None = None, client: str = "", join: bool = False) -> ServerRuntime:
         """The registration's own runtime; with `join`, the one a new session of it attaches to."""
-        base, problem = self.identity_of(argv, cwd, env, force=force, ignore=ignore, undecodable=undecodable)
+        base, problem = self.identity_of(argv, cwd, env, force=force, ignore=ignore, undecodable=undecodable,
+                                         client=client)
+        per_run.retire_duplicates(self, base, self.learned.noise(client))
         name = base.readable_name(self.secret)
         if problem is not None:
             log.warning("registration %s gets a private identity: %s", name, problem)
@@ -369,6 +348,27 @@ class Registry:
     def _digest_of(self, runtime: ServerRuntime) -> str:
         return next(digest for digest, r in self.runtimes.items() if r is runtime)
 
+    def forget(self, bases: set[str]) -> list[ServerRuntime]:
+        """Unregister the runtimes of `bases` (digests), every era lane and private instance of them."""
+        stale = []
+        for digest, runtime in list(self.runtimes.items()):
+            if digest in bases or self._private_base.get(self.lane_of.get(digest, digest)) in bases:
+                del self.runtimes[digest], self.identities[digest]
+                self.lanes.pop(digest, None), self.lane_of.pop(digest, None)
+                stale.append(runtime)
+        for digest in [d for d, of in self._private_base.items() if d in bases or of in bases]:
+            del self._private_base[digest]
+        return stale
+
+    async def close_all(self, stale: list[ServerRuntime]) -> None:
+        self._closing.extend(stale)  # no longer findable, but their children still count
+        try:
+            async with trio.open_nursery() as stopping:
+                for runtime in stale:
+                    stopping.start_soon(runtime.close)
+        finally:
+            self._closing = [r for r in self._closing if r not in stale]
+
     def in_use(self, runtime: ServerRuntime) -> bool:
         lanes = self.lanes_for(runtime)
         return lanes.in_use() if lanes is not None else bool(runtime.sessions)
@@ -376,8 +376,7 @@ class Registry:
     async def private_instance(self, base: Identity, name: str, env: Mapping[str, str],
                                policy: Policy) -> ServerRuntime:
         """A process of a session's own: a free instance of the registration that holds no
-        session's state (sharing_gate.py), else a new one, `NAME.N` with the lowest N this
-        registration does not use."""
+        session's state (sharing_gate.py), else a new one, `NAME.N` with the lowest N free."""
         base_digest = base.digest(self.secret)
         mine = [self.runtimes[d] for d, of in self._private_base.items() if of == base_digest and d in self.runtimes]
         for runtime in mine:
