@@ -77,7 +77,10 @@ def open_session(opts: Options, resume: list[bytes], log: Log, deadline: float |
     whether the daemon took them. Raises Unavailable; closes the socket on failure.
     """
     hello = build_hello(opts, resume)
-    hello.handoff = True if fds else None
+    if fds:
+        from lazyd.handoff_state import LAYOUT
+
+        hello.handoff, hello.layout = True, LAYOUT
     try:
         frame = wire.encode(hello)
     except (UnicodeError, ValueError, TypeError) as exc:

@@ -35,7 +35,8 @@ MAX_CLASS_CHAIN = 3
 # The floors, bottom up, as docs/architecture.md's table gives them: which lazyd modules belong to
 # each, and what each may import besides the standard library (project floors and third parties).
 BASE = frozenset({"lazyd", "lazyd.errors", "lazyd.durations", "lazyd.envnames", "lazyd.frames", "lazyd.wire",
-                  "lazyd.sockpath", "lazyd.fallbacks", "lazyd.privatefiles", "lazyd.procfs", "lazyd.linepeek", "lazyd.handoff_state"})
+                  "lazyd.sockpath", "lazyd.fallbacks", "lazyd.privatefiles", "lazyd.procfs", "lazyd.linepeek",
+                  "lazyd.handoff_state", "lazyd.handoff_snapshot"})
 CONFIG = frozenset({"lazyd.config", "lazyd.config_model", "lazyd.config_values", "lazyd.config_known"})
 FLOOR_RULES: dict[str, frozenset[str]] = {
     "base": frozenset({"base", "msgpack"}),
