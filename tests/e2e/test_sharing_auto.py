@@ -71,6 +71,9 @@ async def test_a_declared_isolated_server_gets_a_process_per_session_and_a_plain
     # Status says which rule decided, for each instance; the plain server is one shared runtime.
     (plain_row,) = rows_for(user_env, plain)
     assert (plain_row["share"], plain_row["share_rule"]) == (True, "auto: shared (no stateful tool names among 10 tools)")
+    # Each registration's instances are numbered from 1 on their own (no number skipped for another's).
+    for name in (isolated, browser):
+        assert sorted(row["name"] for row in rows_for(user_env, name)) == [name, f"{name}.1"]
     rules = {row["share_rule"] for row in rows_for(user_env, isolated)}
     assert rules == {"auto: isolated (declared: x-mux.sharing)"}
     assert {row["share"] for row in rows_for(user_env, browser)} == {False}
