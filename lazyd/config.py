@@ -38,6 +38,7 @@ import tomlkit
 import tomlkit.exceptions
 
 from lazyd import config_values as cv
+from lazyd.config_known import packaged, parse_table
 from lazyd.config_model import Config, ConfigError, Policy, ServerConfig, WakePredicate
 from lazyd.durations import parse_bool
 from lazyd.core.policy import ToolPolicy, as_decision, compile_rule
@@ -52,7 +53,7 @@ __all__ = [
 MAX_CONFIG_BYTES = 1024 * 1024
 
 _POLICY_KEYS = ("start_timeout", "linger", "idle_timeout", "keep_alive", "start", "share", "wake", "era")
-_TOP_KEYS = ("defaults", "servers", "policy")
+_TOP_KEYS = ("defaults", "servers", "policy", "known_servers")
 _TOOL_POLICY_KEYS = ("default", "rules")
 _DEFAULTS_KEYS = (*_POLICY_KEYS, "per_session_env", "identity_env", "sampling_policy")
 _SERVER_KEYS = ("command", "args", "env", "cwd", "description", *_POLICY_KEYS)
@@ -150,9 +151,10 @@ def parse_config_text(text: str, environ: Mapping[str, str], source: Path | None
     for name, value in cv.table(servers_at, document.get("servers", {})).items():
         servers[name] = _server(servers_at / name, name, value, defaults, environ)
     tool_policy = _tool_policy(at / "policy", document.get("policy", {}))
+    known = packaged().overlaid(parse_table(at / "known_servers", document.get("known_servers", {})))
     return Config(defaults=defaults, servers=MappingProxyType(servers),
                   extra_per_session_env=extra, identity_env=forced, sampling_policy=sampling_policy, source=source,
-                  tool_policy=tool_policy)
+                  tool_policy=tool_policy, known_servers=known)
 
 
 def _patterns(at: cv.At, value: object) -> frozenset[str]:
@@ -216,13 +218,13 @@ def policy_with_options(base: Policy, opts: Mapping[str, str]) -> Policy:
         if not isinstance(value, str):
             raise (at / key).error(f"expected text, got {cv.type_name(value)}")
         if key == "share":
-            if value.strip().lower() == "auto":
-                table["share"] = "auto"
+            if value.strip().lower() in ("auto", "session-aware"):
+                table["share"] = value.strip().lower()
                 continue
             try:
                 table["share"] = parse_bool(value)
             except ValueError as error:
-                raise (at / key).error(f"{error}, or auto") from None
+                raise (at / key).error(f"{error}, auto or session-aware") from None
         elif key == "wake_command":
             try:
                 wake["command"] = json.loads(value)
@@ -330,10 +332,10 @@ def _merge_policy(at: cv.At, base: Policy, table: Mapping[str, object]) -> Polic
                   keep_alive=keep_alive, start=start, share=share, wake=wake, era=era)
 
 
-def _share(at: cv.At, value: object) -> bool | Literal["auto"]:
-    if value == "auto" or isinstance(value, bool):
+def _share(at: cv.At, value: object) -> bool | Literal["auto", "session-aware"]:
+    if value == "auto" or value == "session-aware" or isinstance(value, bool):
         return value
-    raise at.error(f"expected true, false or \"auto\", got {cv.type_name(value) if not isinstance(value, str) else repr(value)}")
+    raise at.error(f"expected true, false, \"auto\" or \"session-aware\", got {cv.type_name(value) if not isinstance(value, str) else repr(value)}")
 
 
 def _wake(at: cv.At, value: object) -> WakePredicate | None:

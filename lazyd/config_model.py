@@ -13,7 +13,9 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Literal
 
+from lazyd.config_known import packaged
 from lazyd.core.identity import PER_SESSION_ENV
+from lazyd.core.known_servers import KnownServers
 from lazyd.core.policy import ToolPolicy
 from lazyd.errors import ConfigError
 
@@ -44,8 +46,9 @@ class Policy:
     idle_timeout_s: float | None = None
     keep_alive: bool = False
     start: Literal["lazy", "eager"] = "lazy"
-    # True, False, or "auto": decided per registration from its cache (lazyd/core/sharing.py).
-    share: bool | Literal["auto"] = "auto"
+    # True, False, "session-aware" (one process, each request carrying its session's id), or
+    # "auto": decided per registration (lazyd/core/sharing.py).
+    share: bool | Literal["auto", "session-aware"] = "auto"
     wake: WakePredicate | None = None
     era: Literal["auto", "handshake", "stateless"] = "auto"
 
@@ -94,6 +97,9 @@ class Config:
     source: Path | None = None
     # `[policy]`: which tools run, ask the user first, or are refused (lazyd/core/policy.py).
     tool_policy: ToolPolicy = field(default_factory=ToolPolicy)
+    # How popular servers are shared under share = "auto": the packaged table with the user's
+    # `[known_servers]` on top (lazyd/config_known.py, lazyd/core/known_servers.py).
+    known_servers: KnownServers = field(default_factory=packaged)
 
     @property
     def per_session_env(self) -> frozenset[str]:

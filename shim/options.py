@@ -42,8 +42,9 @@ options:
   --linger D           keep the server up D after its last client left     LAZYD_LINGER
   --idle-timeout D     stop the server after D without requests            LAZYD_IDLE_TIMEOUT
   --start-timeout D    bound on starting the server and its handshake      LAZYD_START_TIMEOUT
-  --share auto|BOOL    one server process for all clients, or one each;   LAZYD_SHARE
-                       auto decides from the cached tools (default)
+  --share MODE         auto (default: decided per server), true (one      LAZYD_SHARE
+                       process for all), false (one each), session-aware
+                       (one process, each request with its session's id)
   --wake-command JSON  argv (a JSON list) of a wake predicate              LAZYD_WAKE_COMMAND
   --wake-interval D    how often the wake predicate runs                   LAZYD_WAKE_INTERVAL
   --wake-timeout D     bound on one run of the wake predicate              LAZYD_WAKE_TIMEOUT
@@ -98,11 +99,11 @@ def parse_bool(value: str) -> bool:
 
 
 def _check_share(value: str) -> None:
-    if value.strip().lower() != "auto":
+    if value.strip().lower() not in ("auto", "session-aware"):
         try:
             parse_bool(value)
         except ValueError:
-            raise ValueError(f"invalid value {value!r} (use auto, true or false)") from None
+            raise ValueError(f"invalid value {value!r} (use auto, true, false or session-aware)") from None
 
 
 def _check_era(value: str) -> None:

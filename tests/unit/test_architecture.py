@@ -37,7 +37,7 @@ MAX_CLASS_CHAIN = 3
 BASE = frozenset({"lazyd", "lazyd.errors", "lazyd.durations", "lazyd.envnames", "lazyd.frames", "lazyd.wire",
                   "lazyd.sockpath", "lazyd.fallbacks", "lazyd.privatefiles", "lazyd.procfs", "lazyd.linepeek",
                   "lazyd.handoff_state", "lazyd.handoff_snapshot"})
-CONFIG = frozenset({"lazyd.config", "lazyd.config_model", "lazyd.config_values"})
+CONFIG = frozenset({"lazyd.config", "lazyd.config_model", "lazyd.config_values", "lazyd.config_known"})
 FLOOR_RULES: dict[str, frozenset[str]] = {
     "base": frozenset({"base", "msgpack"}),
     "paths": frozenset({"base", "platformdirs"}),

@@ -210,8 +210,8 @@ def test_the_parsed_config_cannot_be_modified() -> None:
         ("[defaults]\nlinger = true\n", "defaults.linger", "expected a duration such as \"30s\", got a boolean"),
         ("[defaults]\nlinger = [1]\n", "defaults.linger", "got an array"),
         ("[defaults]\nlinger = 1979-05-27\n", "defaults.linger", "got a date or time"),
-        ("[defaults]\nshare = \"yes\"\n", "defaults.share", 'expected true, false or "auto", got \'yes\''),
-        ("[defaults]\nshare = 1\n", "defaults.share", 'expected true, false or "auto", got an integer'),
+        ("[defaults]\nshare = \"yes\"\n", "defaults.share", 'expected true, false, "auto" or "session-aware", got \'yes\''),
+        ("[defaults]\nshare = 1\n", "defaults.share", 'expected true, false, "auto" or "session-aware", got an integer'),
         ("[defaults]\nkeep_alive = 1\n", "defaults.keep_alive", "expected true or false, got an integer"),
         ("[defaults]\nstart = 1\n", "defaults.start", "an integer is not one of: lazy, eager"),
         ("[defaults]\nstart = \"fast\"\n", "defaults.start", "'fast' is not one of: lazy, eager"),
@@ -465,7 +465,7 @@ def test_wake_timing_options_adjust_the_configured_predicate() -> None:
         ({"linger": "10x"}, "option --linger: '10x' is not a duration (use 500ms, 30s, 10m, 1h or 0)"),
         ({"idle_timeout": "-1s"}, "option --idle-timeout: '-1s' is negative; a duration cannot be"),
         ({"start_timeout": "0"}, "option --start-timeout: must be longer than 0 (it bounds how long a start may take)"),
-        ({"share": "maybe"}, "option --share: 'maybe' is not a boolean (use true or false; also yes/no, on/off, 1/0), or auto"),
+        ({"share": "maybe"}, "option --share: 'maybe' is not a boolean (use true or false; also yes/no, on/off, 1/0), auto or session-aware"),
         ({"lingr": "1m"}, "option --lingr: unknown option; allowed: linger, idle_timeout, start_timeout, "
                           "share, wake_command, wake_interval, wake_timeout, era"),
         ({"keep_alive": "true"}, "option --keep-alive: unknown option; allowed: linger, idle_timeout, "
