@@ -22,6 +22,9 @@ Captured here (a tee between the client and server-everything, and /proc/PID/env
 - Codex CLI (from its source, codex-rs/rmcp-client, not run here): `codex-mcp-client` at
   2025-06-18 with `elicitation`; only a handful of variables pass (`CODEX_DEFAULT_ENV`), plus
   the registration's `env_vars` names and its env.
+- opencode 1.18.33 (`opencode mcp list`, learned by the daemon): `opencode` at 2025-11-25 with
+  `roots`; the whole environment plus AGENT=1 and OPENCODE=1 (and OPENCODE_PID, its own pid,
+  which changes every run and so is no part of a check), plus the registration's `environment`.
 
 Pure: callers pass the environments.
 """
@@ -34,7 +37,7 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = ["ClientProfile", "PROFILES", "profile_named", "profile_for_client_info",
-           "gemini_environment", "codex_environment", "full_environment"]
+           "gemini_environment", "codex_environment", "opencode_environment", "full_environment"]
 
 Environment = Callable[[Mapping[str, str], Mapping[str, str]], dict[str, str]]
 
@@ -120,6 +123,12 @@ def codex_environment(inherited: Mapping[str, str], declared: Mapping[str, str],
     return env
 
 
+def opencode_environment(inherited: Mapping[str, str], declared: Mapping[str, str]) -> dict[str, str]:
+    """The environment opencode gives a local server: everything, its two markers, the
+    registration's `environment` on top (OPENCODE_PID left out: it is a new value every run)."""
+    return {**inherited, "AGENT": "1", "OPENCODE": "1", **declared}
+
+
 @dataclass(frozen=True)
 class ClientProfile:
     name: str  # lazyctl's name for the client (as in `wrap --client`)
@@ -154,6 +163,10 @@ PROFILES: dict[str, ClientProfile] = {p.name: p for p in (
     ClientProfile("cursor", "Cursor", ("cursor-vscode",), None, "not captured", full_environment),
     ClientProfile("vscode", "VS Code", ("Visual Studio Code",), None, "not captured", full_environment),
     ClientProfile("windsurf", "Windsurf", ("windsurf-client",), None, "not captured", full_environment),
+    ClientProfile(
+        "opencode", "opencode", ("opencode",),
+        _params("2025-11-25", {"roots": {}}, {"name": "opencode", "version": "1.18.33"}),
+        "opencode 1.18.33", opencode_environment),
 )}
 
 
