@@ -79,6 +79,9 @@ def test_three_opencode_runs_through_the_wrapped_config_keep_one_daemon_and_its_
     # (opencode's tree kill reached neither).
     assert len(daemons[0]) == 1 and daemons == [daemons[0]] * RUNS
     assert servers[0] and servers[0] <= servers[-1]
+    # `mcp list` only lists: every server it started is one only listings came for.
+    rows = json.loads(lazyctl(user_env, "status", "--json").stdout)["servers"]
+    assert rows and {(row["linger_rule"], row["linger_applies_s"]) for row in rows} == {("check_linger", 600.0)}
     log = (user_env.state_dir / "lazyd.log").read_text()
     assert "SIGTERM received" not in log and log.count("listening on") == 1
 
