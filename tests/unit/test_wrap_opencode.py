@@ -216,3 +216,44 @@ def test_a_check_for_opencode_uses_its_handshake_and_the_environment_it_gives_a_
     # OPENCODE=1, OPENCODE_PID (a new value every run: no part of a check), the registration's.
     assert opencode_environment({"HOME": "/h", "AGENT": "0"}, {"K": "v"}) == {
         "HOME": "/h", "AGENT": "1", "OPENCODE": "1", "K": "v"}
+
+
+V2 = b'''{
+  "$schema": "https://opencode.ai/config.json",
+  "mcp": {
+    "timeout": {"startup": 20000},
+    "servers": {
+      "fixture": {"type": "local", "command": ["python3", "server.py"], "disabled": false},
+      "docs": {"type": "remote", "url": "https://example.com/mcp"},
+    },
+  },
+}
+'''
+
+
+@pytest.mark.parametrize("kind", VARIANTS)
+def test_opencode_2s_layout_under_mcp_servers_is_wrapped_and_unwrapped_byte_for_byte(lazyctl: Lazyctl, kind: str) -> None:
+    # opencode 1.18 reads 2.x's layout too (`mcp.servers.NAME`, a global `mcp.timeout`): tried with
+    # `opencode mcp list`, which connects to the server registered so.
+    from tests.unit.fixtures_wrap.helpers import variant
+
+    path = lazyctl.put("opencode.json", variant(V2, kind))
+    original = path.read_bytes()
+    report = lazyctl.run("wrap", "opencode", path, env=MANAGED)
+    # The global `mcp.timeout` is listed too, as what it is: nothing lazyd could run.
+    assert {r.key.server: r.action for r in report.results} == {"timeout": "skipped", "fixture": "wrapped",
+                                                                "docs": "skipped"}
+    doc = loads(path.read_bytes().decode(), "opencode")
+    assert isinstance(doc, dict)
+    assert doc["mcp"]["timeout"] == {"startup": 20000}
+    assert doc["mcp"]["servers"]["fixture"] == {"type": "local", "command": [SHIM, "python3", "server.py"],
+                                                "disabled": False, "environment": MANAGED}
+    lazyctl.run("unwrap", "opencode", path)
+    assert path.read_bytes() == original
+
+
+def test_a_1x_server_named_servers_is_still_a_server(lazyctl: Lazyctl) -> None:
+    path = lazyctl.put("opencode.json", b'{"mcp": {"servers": {"type": "local", "command": ["s"]}}}')
+    report = lazyctl.run("wrap", "opencode", path)
+    assert [(r.key.server, r.action) for r in report.results] == [("servers", "wrapped")]
+    assert servers(path.read_text())["servers"]["command"] == [SHIM, "s"]

@@ -7,7 +7,8 @@ layout (Claude Code's project ``.mcp.json``, Cursor's ``.cursor/mcp.json``, VS C
 
 Two registration layouts: most clients split ``command`` (a string) from ``args`` (an array) and
 call the environment ``env``; opencode keeps the whole argv in ``command`` (an array) and calls it
-``environment`` (``argv=True``, ``env_key``).
+``environment`` (``argv=True``, ``env_key``), under ``mcp`` (1.x) or ``mcp.servers`` (2.x's
+layout, which 1.18 reads too: ``nested``).
 
 JSON dialects follow what each client itself accepts, so that we preserve what it allows and refuse
 what it would refuse: VS Code reads JSONC (comments, trailing commas), Gemini CLI strips comments
@@ -38,6 +39,7 @@ class Client:
     dialect: Dialect = STRICT
     argv: bool = False  # `command` is the whole argv, an array (opencode); else a string beside `args`
     env_key: str = "env"  # the member that holds the server's environment
+    nested: str | None = None  # a container member that may be a map of registrations (opencode 2's `servers`)
 
 
 def _home(env: Mapping[str, str]) -> Path:
@@ -86,7 +88,8 @@ CLIENTS: dict[str, Client] = {
         # opencode reads every config file with jsonc-parser and allowTrailingComma, .json too.
         Client("opencode", "opencode", "json", "mcp", _opencode,
                "~/.config/opencode/opencode.jsonc, opencode.json or config.json (the first that exists)",
-               dialect=Dialect(comments=True, trailing_commas=True), argv=True, env_key="environment"),
+               dialect=Dialect(comments=True, trailing_commas=True), argv=True, env_key="environment",
+               nested="servers"),
     )
 }  # fmt: skip
 

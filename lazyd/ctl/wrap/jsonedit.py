@@ -45,7 +45,7 @@ class JsonConfig:
     """One JSON config file: parse once, apply edits to several registrations, render once."""
 
     def __init__(self, data: bytes, *, container: str, projects: bool, dialect: Dialect, where: str,
-                 argv: bool = False, env_key: str = "env") -> None:
+                 argv: bool = False, env_key: str = "env", nested: str | None = None) -> None:
         try:
             text = data.decode("utf-8")
         except UnicodeDecodeError as exc:
@@ -63,6 +63,7 @@ class JsonConfig:
         self._container = container
         self._argv = argv
         self._env_key = env_key
+        self._nested = nested  # a member of the container that may hold the registrations one level down
         self._ascii = text.isascii()
         self._newline = "\r\n" if "\r\n" in text and text.find("\n") > 0 and text[text.find("\n") - 1] == "\r" else "\n"
         self._found = self._locate(projects)
@@ -95,15 +96,21 @@ class JsonConfig:
             prefix = "" if project is None else f"projects.{project}."
             container_path = [*path, (prefix + self._container, container)]
             for member in container.members:
-                found.append(self._entry(member, project, container_path, prefix))
+                if member.key == self._nested and _is_map(member.value):
+                    assert isinstance(member.value, Object)
+                    label = f"{prefix}{self._container}.{member.key}"
+                    for inner in member.value.members:
+                        found.append(self._entry(inner, project, [*container_path, (label, member.value)], label))
+                else:
+                    found.append(self._entry(member, project, container_path, prefix + self._container))
         return found
 
-    def _entry(self, member: Member, project: str | None, path: list[tuple[str, Object]], prefix: str) -> _Found:
+    def _entry(self, member: Member, project: str | None, path: list[tuple[str, Object]], within: str) -> _Found:
         name = member.key
         node = member.value
         if not isinstance(node, Object):
             return _Found(Entry(name, project, "unknown", None, "the registration is not an object"), None)
-        own = f"{prefix}{self._container}.{name}"
+        own = f"{within}.{name}"
         full = [*path, (own, node)]
         env = _only(node, self._env_key)
         if env and isinstance(env[-1].value, Object):
@@ -324,6 +331,13 @@ class JsonConfig:
         inner = self._newline + indent + unit
         closing = "" if "\n" in self.text[obj.start + 1 : obj.end - 1] else self._newline + indent
         return inner + ("," + inner).join(pairs) + closing
+
+
+def _is_map(node: Node) -> bool:
+    """A map of registrations, not a registration: an object of objects with no registration key
+    of its own (opencode 2's `mcp.servers`, beside a 1.x server that may be named `servers`)."""
+    return (isinstance(node, Object) and all(isinstance(m.value, Object) for m in node.members)
+            and not any(m.key in ("type", "command", "url", "enabled") for m in node.members))
 
 
 def _only(obj: Object, key: str) -> list[Member]:
