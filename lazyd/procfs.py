@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 __all__ = ["PAGE_BYTES", "Stat", "parse_stat", "read_stat", "start_time_ticks", "pids", "stats",
-           "session_members", "group_members", "read_environ", "read_cmdline", "read_cgroup"]
+           "session_members", "group_members", "read_environ", "read_cmdline", "read_cgroup", "read_comm"]
 
 PROC = "/proc"
 PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")  # /proc/<pid>/stat counts resident memory in pages
@@ -123,3 +123,9 @@ def read_cmdline(pid: int) -> list[bytes] | None:
 def read_cgroup(pid: int) -> str | None:
     data = _read(pid, "cgroup")
     return data.decode("utf-8", "replace") if data is not None else None
+
+
+def read_comm(pid: int) -> str | None:
+    """The process's command name (at most 15 bytes, as the kernel keeps it), or None."""
+    data = _read(pid, "comm")
+    return data.rstrip(b"\n").decode("utf-8", "replace") if data is not None else None

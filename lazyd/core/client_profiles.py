@@ -19,12 +19,16 @@ Captured here (a tee between the client and server-everything, and /proc/PID/env
   list` sends `mcp-test-client` with no capabilities, same version. The environment is
   sanitized (`gemini_environment`, its environmentSanitization rule), plus GEMINI_CLI=1, plus the
   registration's env (less variables that change how programs load: NODE_OPTIONS, LD_PRELOAD...).
-- Codex CLI (from its source, codex-rs/rmcp-client, not run here): `codex-mcp-client` at
-  2025-06-18 with `elicitation`; only a handful of variables pass (`CODEX_DEFAULT_ENV`), plus
-  the registration's `env_vars` names and its env.
+- Codex CLI 0.171.0 (`codex exec`, which starts every server before it needs a model):
+  `codex-mcp-client` at 2025-06-18 with `elicitation`; only a handful of variables pass
+  (`CODEX_DEFAULT_ENV`: its allow-list and six CA bundle variables), plus the registration's
+  `env_vars` names and its env; its vendor directory first on PATH.
 - opencode 1.18.33 (`opencode mcp list`, learned by the daemon): `opencode` at 2025-11-25 with
   `roots`; the whole environment plus AGENT=1 and OPENCODE=1 (and OPENCODE_PID, its own pid,
   which changes every run and so is no part of a check), plus the registration's `environment`.
+
+These are first guesses: once the daemon has seen a session of a client, `check --client X`
+rebuilds X's environment from the names its sessions really carried (lazyd/daemon/learned_env.py).
 
 Pure: callers pass the environments.
 """
@@ -39,10 +43,13 @@ from typing import Any
 __all__ = ["ClientProfile", "PROFILES", "profile_named", "profile_for_client_info",
            "gemini_environment", "codex_environment", "opencode_environment", "full_environment"]
 
-Environment = Callable[[Mapping[str, str], Mapping[str, str]], dict[str, str]]
+# (inherited, declared, passed): passed are the names a registration asks to pass through (Codex's
+# `env_vars`); clients that pass everything on ignore them.
+Environment = Callable[[Mapping[str, str], Mapping[str, str], tuple[str, ...]], dict[str, str]]
 
 
-def full_environment(inherited: Mapping[str, str], declared: Mapping[str, str]) -> dict[str, str]:
+def full_environment(inherited: Mapping[str, str], declared: Mapping[str, str],
+                     passed: tuple[str, ...] = ()) -> dict[str, str]:
     """A client that passes everything on: the inherited environment, the registration's on top."""
     return {**inherited, **declared}
 
@@ -98,7 +105,8 @@ def _gemini_redacts(name: str, value: str, strict: bool) -> bool:
     return _GEMINI_NAME_PATTERNS.search(key) is not None
 
 
-def gemini_environment(inherited: Mapping[str, str], declared: Mapping[str, str]) -> dict[str, str]:
+def gemini_environment(inherited: Mapping[str, str], declared: Mapping[str, str],
+                       passed: tuple[str, ...] = ()) -> dict[str, str]:
     """The environment Gemini CLI 0.61.0 gives a stdio server (redaction always on for servers;
     in a GitHub Actions run, GITHUB_SHA set, only the always-allowed variables pass)."""
     strict = bool(inherited.get("GITHUB_SHA")) or inherited.get("SURFACE") == "Github"
@@ -110,8 +118,12 @@ def gemini_environment(inherited: Mapping[str, str], declared: Mapping[str, str]
 
 # ---- Codex CLI (codex-rs/rmcp-client/src/utils.rs, DEFAULT_ENV_VARS on unix) ----------------------
 
+# 0.171 passes the CA bundle variables too (seen in /proc/PID/environ of its servers), and puts its
+# own vendor directory (`.../vendor/<target>/codex-path`, holding `rg`) first on PATH: PATH counts
+# by what it resolves (lazyd/core/identity.py), so that prefix splits nothing.
 CODEX_DEFAULT_ENV = ("HOME", "LOGNAME", "PATH", "SHELL", "USER", "__CF_USER_TEXT_ENCODING", "LANG",
-                     "LC_ALL", "TERM", "TMPDIR", "TZ")
+                     "LC_ALL", "TERM", "TMPDIR", "TZ", "CURL_CA_BUNDLE", "GIT_SSL_CAINFO",
+                     "NODE_EXTRA_CA_CERTS", "PIP_CERT", "REQUESTS_CA_BUNDLE", "SSL_CERT_FILE")
 
 
 def codex_environment(inherited: Mapping[str, str], declared: Mapping[str, str],
@@ -123,7 +135,8 @@ def codex_environment(inherited: Mapping[str, str], declared: Mapping[str, str],
     return env
 
 
-def opencode_environment(inherited: Mapping[str, str], declared: Mapping[str, str]) -> dict[str, str]:
+def opencode_environment(inherited: Mapping[str, str], declared: Mapping[str, str],
+                         passed: tuple[str, ...] = ()) -> dict[str, str]:
     """The environment opencode gives a local server: everything, its two markers, the
     registration's `environment` on top (OPENCODE_PID left out: it is a new value every run)."""
     return {**inherited, "AGENT": "1", "OPENCODE": "1", **declared}

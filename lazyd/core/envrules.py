@@ -18,7 +18,9 @@ The rule, first match wins:
    or a registry URL still counts): `LAUNCHER_CONTEXT_ENV`.
 4. Everything else counts by value: credentials (so different secrets never share and a session
    without the token never gets the process that has it), config files, endpoints, proxies, CA
-   bundles, cloud profiles and regions, PATH, HOME, and any variable lazyd knows nothing about.
+   bundles, cloud profiles and regions, PATH (by what it resolves: lazyd/core/identity.py), HOME,
+   and any variable lazyd knows nothing about, except the per-run variables learned for the
+   session's client (lazyd/core/noise.py: the caller adds them to `ignore`).
 
 Counting unknown variables is the safe default: a wrong split costs one more process, a wrong
 merge gives one session a server configured for another. `classify` names the class a counted

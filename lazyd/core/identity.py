@@ -8,7 +8,8 @@ directory and an environment. The rule this module owns:
   rule, and the variables a registration declares always count) have the same identity, so two
   sessions of the same client, or of two clients, share one server process.
 - Any other difference (the resolved command, an argument, the cwd, the value of a counted
-  variable, typically a token) gives a different identity, so they never share.
+  variable, typically a token) gives a different identity, so they never share. `PATH` counts by
+  what it resolves (the command, a launcher's or script's interpreter), not by its value.
 - `share = false` adds a per-session `instance` token, so such a registration never shares.
 
 The identity's digest is an HMAC keyed with a per-user secret: cache and log file names derived
@@ -21,6 +22,7 @@ PATH-lookup function.
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import hmac
 import json
@@ -38,6 +40,8 @@ __all__ = [
     "explain_difference",
     "differing_env_names",
     "variable_class",
+    "counted_for_learning",
+    "same_without",
     "MIN_SECRET_BYTES",
 ]
 
@@ -59,6 +63,13 @@ _LAUNCHERS = frozenset(
      "deno", "docker"}
 )
 _VERSIONED_LAUNCHER = re.compile(r"(python3?|node)[.\d]*", re.ASCII)
+# Search paths: they count by what they resolve for the registration, not by their value.
+SEARCH_PATHS = frozenset({"PATH"})
+RESOLVED_PREFIX = "resolves:"
+# Launchers whose interpreter is found on PATH ("#!/usr/bin/env node" scripts, or uv's python).
+# (`node` and `python` themselves are the resolved command; the script they run is an argument.)
+_NODE_LAUNCHERS = frozenset({"npx", "npm", "pnpm", "yarn", "corepack"})
+_PYTHON_LAUNCHERS = frozenset({"uvx", "uv", "pipx"})
 # Launcher subcommands that precede the real target ("uv tool run x", "pnpm dlx x", "docker run").
 _SUBCOMMANDS = frozenset({"run", "exec", "dlx", "tool", "x"})
 # Launcher options whose value is the next argument, so that value is not taken for the target
@@ -92,6 +103,8 @@ class Identity:
     # there) and not compared.
     declared: frozenset[str] = field(default=frozenset(), compare=False)
     forced: tuple[str, ...] = field(default=(), compare=False)
+    # Search paths kept as what they resolve (see `identity_for`), not as their value.
+    resolved: frozenset[str] = field(default=frozenset(), compare=False)
 
     def key_material(self) -> bytes:
         """A canonical, unambiguous encoding of every field.
@@ -141,6 +154,7 @@ def identity_for(
     instance: str = "",
     force: Iterable[str] = (),
     declared: Iterable[str] = (),
+    interpreter: Callable[[str], str | None] = lambda path: None,
 ) -> Identity:
     """The identity of a registration.
 
@@ -152,6 +166,13 @@ def identity_for(
     variables the registration itself sets (they always count); see lazyd/core/envrules.py.
     `instance` is a per-session token for `share = false`, "" when shared.
 
+    `PATH` counts by what it resolves, not by its value: clients prepend directories of their own
+    (Codex its vendor directory, and a new random one at every run), which change nothing about
+    the server unless they change what runs. So PATH is kept as the resolved command and, for a
+    launcher (`npx`, `uvx`, `node`, `python`) or a script whose `#!/usr/bin/env NAME` line names
+    its interpreter (`interpreter(path)` reads that NAME; the caller does the file system), the
+    interpreter found on it. A PATH the registration declares or the user forces counts by value.
+
     Raises ValueError for an empty argv or command, or a cwd that is not absolute.
     """
     if not argv or not argv[0]:
@@ -161,12 +182,18 @@ def identity_for(
     cwd = posixpath.normpath(cwd)
     command = _resolve(argv[0], cwd, env, which)
     patterns, forced, own = tuple(ignore), tuple(force), frozenset(declared)
-    kept = tuple(sorted(
-        (name, value) for name, value in env.items()
-        if counts(name, ignore=patterns, force=forced, declared=own)
-    ))
+    resolved: set[str] = set()
+    kept_env: dict[str, str] = {}
+    for name, value in env.items():
+        if not counts(name, ignore=patterns, force=forced, declared=own):
+            continue
+        if name in SEARCH_PATHS and name not in own and not _matches_any(name, forced):
+            value = _resolution(command, argv[1:], cwd, env, which, interpreter)
+            resolved.add(name)
+        kept_env[name] = value
+    kept = tuple(sorted(kept_env.items()))
     return Identity(argv=(command, *argv[1:]), cwd=cwd, env=kept, instance=instance,
-                    declared=own & {name for name, _ in kept}, forced=forced)
+                    declared=own & set(kept_env), forced=forced, resolved=frozenset(resolved))
 
 
 def explain_difference(a: Identity, b: Identity) -> list[str]:
@@ -192,11 +219,36 @@ def explain_difference(a: Identity, b: Identity) -> list[str]:
         kind = variable_class(a if name in env_a else b, name)
         if name not in env_a or name not in env_b:
             reasons.append(f"env {name} only in one ({kind})")
+        elif env_a[name] == env_b[name]:
+            continue
+        elif name in a.resolved and name in b.resolved:
+            detail = _resolution_difference(env_a[name], env_b[name])
+            if detail:  # else only the command differs, said above
+                reasons.append(f"env {name} resolves differently: {detail}")
         elif env_a[name] != env_b[name]:
             reasons.append(f"env {name} differs ({kind}, values hidden)")
     if a.instance != b.instance:
         reasons.append("share = false")
     return reasons
+
+
+def counted_for_learning(identity: Identity, env: Mapping[str, str]) -> dict[str, str]:
+    """The variables of `env` that count in `identity` only because nothing says otherwise: what
+    the per-run learner (lazyd/core/noise.py) may look at. Declared and forced ones always count,
+    and a search path counts by what it resolves: none of those is offered."""
+    return {name: env[name] for name, _ in identity.env
+            if name in env and name not in identity.declared and name not in identity.resolved
+            and not _matches_any(name, identity.forced)}
+
+
+def same_without(a: Identity, b: Identity, names: Iterable[str]) -> bool:
+    """Whether `a` and `b` are one identity once the variables `names` are left out of both, and
+    only then: `a` counts one of them (so `a` is not `b` itself)."""
+    drop = frozenset(names)
+    if not any(name in drop for name, _ in a.env):
+        return False
+    return (a.argv, a.cwd, a.instance) == (b.argv, b.cwd, b.instance) and (
+        tuple(p for p in a.env if p[0] not in drop) == tuple(p for p in b.env if p[0] not in drop))
 
 
 def variable_class(identity: Identity, name: str) -> str:
@@ -224,6 +276,49 @@ def _resolve(
         return command
     # A relative PATH entry yields a relative result; anchor it where the server will run.
     return posixpath.normpath(posixpath.join(cwd, found))
+
+
+def _matches_any(name: str, patterns: Iterable[str]) -> bool:
+    return any(fnmatch.fnmatchcase(name, p) for p in patterns)
+
+
+def _interpreters_of(command: str, args: Sequence[str],
+                     interpreter: Callable[[str], str | None]) -> list[str]:
+    """The programs `command` runs through PATH: a launcher's interpreter, a script's."""
+    program = posixpath.basename(command).removesuffix(".exe")
+    names: list[str] = []
+    if program in _NODE_LAUNCHERS:
+        names.append("node")
+    elif program in _PYTHON_LAUNCHERS:
+        names.extend(("python3", "python"))
+    if posixpath.isabs(command):
+        named = interpreter(command)
+        if named and "/" not in named and named not in names:
+            names.append(named)
+    return names
+
+
+def _resolution(command: str, args: Sequence[str], cwd: str, env: Mapping[str, str],
+                which: Callable[[str, str | None], str | None],
+                interpreter: Callable[[str], str | None]) -> str:
+    """A search path as what it resolves for this registration: canonical text (JSON)."""
+    found = {"command": command}
+    for name in _interpreters_of(command, args, interpreter):
+        where = which(name, env.get("PATH"))
+        found[name] = posixpath.normpath(posixpath.join(cwd, where)) if where else ""
+    return RESOLVED_PREFIX + json.dumps(found, ensure_ascii=True, separators=(",", ":"), sort_keys=True)
+
+
+def _resolution_difference(a: str, b: str) -> str:
+    """Which interpreters (of those both commands use) resolve differently, "" if none does (the
+    command is argv[0], compared on its own). Paths only: they are no secret."""
+    try:
+        one, two = (json.loads(v.removeprefix(RESOLVED_PREFIX)) for v in (a, b))
+    except ValueError:
+        return "values hidden"
+    parts = [f"{n} is {one.get(n) or '(not found)'} vs {two.get(n) or '(not found)'}"
+             for n in sorted((set(one) & set(two)) - {"command"}) if (one.get(n) or "") != (two.get(n) or "")]
+    return "; ".join(parts)
 
 
 def _is_launcher(name: str) -> bool:

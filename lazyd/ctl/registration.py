@@ -219,6 +219,9 @@ def _registration_lines(reg: dict[str, Any]) -> list[str]:
     if reg["ignored_env_names"] is not None:
         ignored = reg["ignored_env_names"]
         lines.append(f"  ignored  {', '.join(ignored) or '-'} (per-session variables, not part of the identity)")
+    for learned in reg.get("per_run_env") or []:
+        lines.append(f"  per-run  {learned['name']}: learned from {learned['evidence']}; "
+                     f"not part of the identity of {learned['client']}'s sessions")
     if reg["instance"]:
         lines.append(f"  instance {reg['instance']}")
     if "share_rule" in reg:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
@@ -29,8 +30,11 @@ from lazyd.durations import parse_duration
 from lazyd.envnames import parse_names
 from lazyd.core.identity import Identity, differing_env_names, explain_difference, variable_class
 from lazyd.daemon.check import check_runtime
+from lazyd.daemon.client_env import client_environment, learned_profile
 from lazyd.daemon.proctree import ProcTable, proc_table, process_tree_usage
 from lazyd.daemon.registry import Registry
+from lazyd import fallbacks
+from lazyd.daemon.refusals import Refusals
 from lazyd.daemon.runtime_status import runtime_status
 from lazyd.daemon.supervisor import ServerRuntime
 from lazyd.daemon.wake_sleep import sleep_and_wait, wake_and_wait
@@ -38,6 +42,7 @@ from lazyd.errors import ConfigError
 
 log = logging.getLogger("lazyd.control")
 
+START_TIME = time.time()  # without a lineage (tests that build Control alone): since this module loaded
 Result = tuple[bool, Any, str | None]
 Reload = Callable[[], Awaitable[Mapping[str, list[str]]]]
 
@@ -59,6 +64,7 @@ class Control:
         self.stop_daemon = stop_daemon
         self.reload = reload
         self.lineage: Any = None  # the daemon's Lineage (lazyd/daemon/upgrade.py), set by main
+        self.refusals: Refusals | None = None  # the connections refused (lazyd/daemon/refusals.py), set by main
 
     async def __call__(self, op: str, args: dict[str, Any]) -> Result:
         handler = getattr(self, f"op_{op.replace('-', '_')}", None)
@@ -138,6 +144,10 @@ class Control:
         # A server's name shows every process of it (its other-era lane, NAME@ERA, too).
         rows = [self._status(r, table) for r in runtimes if not names or r.name in names or r.config.name in names]
         data = {"daemon_pid": os.getpid(), "servers": sorted(rows, key=lambda r: str(r["name"]))}
+        if self.refusals is not None:
+            data["refused"] = self.refusals.status()
+        started = self.lineage.started_at if self.lineage is not None else START_TIME
+        data["fallbacks"] = fallbacks.since(str(self.registry.paths.socket), started)
         if self.lineage is not None:  # uptime across upgrades, and the last hand-over (lazyd/daemon/upgrade.py)
             data["daemon"] = {"started_at": self.lineage.started_at, "upgrades": self.lineage.upgrades,
                               "last_upgrade": self.lineage.last}
@@ -214,6 +224,7 @@ class Control:
             digest = next(d for d, r in self.registry.runtimes.items() if r is runtime)
             identity = self.registry.identities[digest]
             info = _describe(identity, runtime.name, None, runtime.name)
+            info["per_run_env"] = self._per_run(runtime.config.spec.env)
             lanes = self.registry.lanes_for(runtime)
             if lanes is not None:
                 info["eras"] = lanes.describe()  # every process of this registration, by era
@@ -230,10 +241,16 @@ class Control:
         attached = [r.name for d, r in self.registry.runtimes.items()
                     if dataclasses.replace(self.registry.identities[d], instance="") == identity]
         info = _describe(identity, identity.readable_name(secret), ignored, attached[0] if attached else None)
+        info["per_run_env"] = self._per_run(env)
         setting = self.registry.config.defaults.share
         decision = self.registry.decide(identity.digest(secret), setting)
         info.update({"share": decision.shared, "share_setting": setting, "share_rule": decision.rule})
         return identity, info
+
+    def _per_run(self, env: Mapping[str, str]) -> list[dict[str, Any]]:
+        """The learned per-run variables among `env`'s names, with their evidence (lazyd/core/noise.py)."""
+        return [{"name": name, "client": ev.client, "values": ev.values, "sessions": ev.sessions,
+                 "evidence": ev.describe()} for name, ev in self.registry.learned.learned() if name in env]
 
     def _candidates(self, identity: Identity) -> list[dict[str, Any]]:
         """Registered servers with the same command, and what keeps them apart from `identity`."""
@@ -255,8 +272,12 @@ class Control:
         client = args.get("client")
         if client is not None:
             profile = profile_named(client) if isinstance(client, str) else None
+            if profile is None and isinstance(client, str):
+                profile = learned_profile(self.registry.learned, client)  # a client lazyd has no profile for
             if profile is None:
-                return False, None, f"unknown client {client!r} (known: {', '.join(PROFILES)})"
+                seen = sorted(self.registry.learned.clients)
+                extra = f"; seen: {', '.join(seen)}" if seen else ""
+                return False, None, f"unknown client {client!r} (known: {', '.join(PROFILES)}{extra})"
         given = args.get("initialize")
         learned = self.registry.handshakes.for_profile(profile) if profile is not None and given is None else None
         params, source = check_params(given, learned)
@@ -290,13 +311,17 @@ class Control:
         declared = args.get("declared_env") or {}
         if not (isinstance(declared, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in declared.items())):
             return "declared_env must be a map of str to str"
+        passed_env = args.get("passed_env") or []
+        if not (isinstance(passed_env, list) and all(isinstance(n, str) for n in passed_env)):
+            return "passed_env must be a list of variable names"
         # The environment the client would give the server: what decides the identity, so the
-        # client's next session finds the cache this check writes.
-        env = (profile.environment if profile is not None else full_environment)(inherited, declared)
+        # client's next session finds the cache this check writes. What its sessions carried, if
+        # the daemon has seen one (names only), else the profile's rule.
+        env, client = client_environment(self.registry.learned, profile, inherited, declared, tuple(passed_env))
         force, ignore = _identity_opts(env)
         # Exactly what a shim's hello from that client creates, so its first session finds this.
         return await self.registry._unnamed_runtime(argv, cwd, env, self.registry.config.defaults,
-                                                    force=force, ignore=ignore)
+                                                    force=force, ignore=ignore, client=client)
 
 
 def _era_lanes_apart(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any] | None:

@@ -23,7 +23,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-import shutil
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
@@ -33,7 +32,11 @@ from lazyd.config import Config, Policy, ServerConfig, policy_with_options
 from lazyd.core.era_policy import Era
 from lazyd.core.identity import Identity, identity_for
 from lazyd.core.sharing import SharingDecision, ShareSetting, decide_sharing
-from lazyd.daemon import handshakes, orphans
+from lazyd.daemon import handshakes, orphans, per_run
+from lazyd.daemon.command_cache import CommandCaches
+from lazyd.daemon.learned_env import LearnedEnv
+from lazyd.daemon.shebang import interpreter_of
+from lazyd.daemon.unnamed_identity import unnamed_identity, which as _which
 from lazyd.daemon.era_lanes import EraLanes, EraRoute
 from lazyd.daemon.cache_store import CacheStore
 from lazyd.daemon.changes import Changes
@@ -61,12 +64,6 @@ PRIVATE_INSTANCE = "private:"
 IDENTITY_OPTS = ("identity_env", "per_session_env")
 
 
-
-
-def _which(command: str, path: str | None) -> str | None:
-    return shutil.which(command, path=path)
-
-
 class Registry:
     def __init__(self, config: Config, paths: Paths, secret: bytes, store: CacheStore,
                  nursery: trio.Nursery, daemon_env: Mapping[str, str]) -> None:
@@ -91,13 +88,18 @@ class Registry:
         self._closing: list[ServerRuntime] = []
         # Each client's latest initialize, learned from sessions, for `check --client`.
         self.handshakes = handshakes.LearnedHandshakes(paths.state_dir)
+        self.learned = LearnedEnv(paths.state_dir)  # per-run variables, clients' environments
+        self.commands = CommandCaches(paths.state_dir, store, secret)  # cache starts everywhere
+        self.retiring: set[str] = set()  # duplicates being stopped (per_run.py)
         # Private instance digest -> the digest of the registration's own (base) identity.
         self._private_base: dict[str, str] = {}
         self.changes = Changes()  # anything a status summary shows may have changed (changes.py)
 
-    def note_client_line(self, line: bytes, peek: int) -> int:
-        """Learn the handshake of a session from its first lines; how many more to look at."""
+    def note_client_line(self, line: bytes, peek: int, cid: int | None = None) -> int:
+        """Learn the handshake of a session (and, given its `cid`, its client's variable names)
+        from its first lines; how many more to look at."""
         params = handshakes.initialize_params(line)
+        self.learned.note_line(cid, params, last=peek <= 1)
         if params is not None:
             self.handshakes.learn(params)
             return 0
@@ -156,22 +158,8 @@ class Registry:
             report["removed" if new is None else "changed"].append(name)
             # The server's runtimes (every era lane of it) and its private instances (with theirs).
             bases = {digest for digest, runtime in self.runtimes.items() if runtime.config.name == name}
-            for digest, runtime in list(self.runtimes.items()):
-                if digest in bases or self._private_base.get(self.lane_of.get(digest, digest)) in bases:
-                    del self.runtimes[digest]
-                    del self.identities[digest]
-                    self.lanes.pop(digest, None)
-                    self.lane_of.pop(digest, None)
-                    stale.append(runtime)
-            for digest in [d for d, of in self._private_base.items() if d in bases or of in bases]:
-                del self._private_base[digest]
-        self._closing.extend(stale)
-        try:
-            async with trio.open_nursery() as stopping:
-                for runtime in stale:
-                    stopping.start_soon(runtime.close)
-        finally:
-            self._closing = [r for r in self._closing if r not in stale]
+            stale.extend(self.forget(bases))
+        await self.close_all(stale)
         for runtime in stale:
             self.store.remove(runtime.config.digest)  # lanes share one file: removing it twice is harmless
             log.info("server %s stopped and its cache dropped (definition changed or removed)", runtime.name)
@@ -193,7 +181,7 @@ class Registry:
         identity = identity_for((server.command, *server.args), cwd, env,
                                 ignore=self.config.per_session_env, which=_which,
                                 instance=f"named:{server.name}", force=self.config.identity_env,
-                                declared=server.env)
+                                declared=server.env, interpreter=interpreter_of)
         return await self._runtime(identity, server.name, env, server.policy)
 
     async def _runtime(self, identity: Identity, name: str, env: Mapping[str, str], policy: Policy,
@@ -214,7 +202,8 @@ class Registry:
             name=name, digest=cache_digest, spec=spec, policy=lifecycle_policy(policy), wake=policy.wake,
             sampling_policy=self.config.sampling_policy, share=policy.share, era=policy.era,
         )
-        runtime = ServerRuntime(config, self.store.load(cache_digest), self.store, self.children_changed)
+        snapshot = self.commands.start_snapshot(self.runtimes, self.identities, identity, cache_digest)  # own, else the command's
+        runtime = ServerRuntime(config, snapshot, self.store, self.children_changed)
         runtime.gate = RuntimeGate(runtime, lambda: self.config.tool_policy)  # read at each call: reloads apply
         runtime.on_change = self.changes.note
         self.runtimes[digest] = runtime
@@ -300,8 +289,10 @@ class Registry:
                 raise Refused("options", "no server command given")
             if not os.path.isabs(cwd):
                 raise Refused("options", f"the working directory must be absolute, got {cwd!r}")
+            client = per_run.learn(self, hello.pid, argv, cwd, env, force=force, ignore=ignore)
             runtime = await self._unnamed_runtime(argv, cwd, env, policy, force=force, ignore=ignore,
-                                                  undecodable=[n for n, _ in undecodable])
+                                                  undecodable=[n for n, _ in undecodable], client=client.process)
+            self.learned.note_session(self._next_cid, client, (n for n in env if not n.startswith(SHIM_ENV_PREFIX)))
         cid = self._next_cid
         self._next_cid += 1
         session = make_outbox(cid, hello.pid, on_overflow)
@@ -313,29 +304,18 @@ class Registry:
 
     def identity_of(self, argv: list[str], cwd: str, env: Mapping[str, str], *,
                     force: tuple[str, ...] = (), ignore: tuple[str, ...] = (),
-                    undecodable: list[str] | None = None) -> tuple[Identity, str | None]:
+                    undecodable: list[str] | None = None, client: str = "") -> tuple[Identity, str | None]:
         """The identity of an unnamed registration, and why it must stay private (None: it may
-        share). A registration whose environment cannot be judged (its working directory cannot
-        be entered, so its command and PATH lookups mean nothing) never shares by accident."""
-        # The registration's own names (lazyctl wrap records the variables it declares) are
-        # "declared"; patterns among them and config.toml's identity_env are "forced".
-        declared = [n for n in force if not any(c in n for c in "*?[")]
-        patterns = [n for n in force if n not in declared]
-        identity = identity_for(argv, cwd, env, ignore=(*self.config.per_session_env, *ignore),
-                                which=_which, force=(*self.config.identity_env, *patterns),
-                                declared=declared)
-        problem = None
-        if not os.path.isdir(cwd) or not os.access(cwd, os.X_OK):
-            problem = f"its working directory {cwd} cannot be entered"
-        elif undecodable:
-            names = ", ".join(n.encode("utf-8", "surrogateescape").decode("utf-8", "replace") for n in undecodable)
-            problem = f"its environment is not UTF-8 ({names})"
-        return identity, problem
+        share); `client` (the shim's parent's name) adds its learned per-run variables."""
+        return unnamed_identity(self.config, argv, cwd, env, force=force, ignore=(*ignore, *sorted(self.learned.noise(client))),
+                                undecodable=undecodable)
 
     async def _unnamed_runtime(self, argv: list[str], cwd: str, env: dict[str, str], policy: Policy, *,
                                force: tuple[str, ...] = (), ignore: tuple[str, ...] = (),
-                               undecodable: list[str] | None = None) -> ServerRuntime:
-        base, problem = self.identity_of(argv, cwd, env, force=force, ignore=ignore, undecodable=undecodable)
+                               undecodable: list[str] | None = None, client: str = "") -> ServerRuntime:
+        base, problem = self.identity_of(argv, cwd, env, force=force, ignore=ignore, undecodable=undecodable,
+                                         client=client)
+        per_run.retire_duplicates(self, base, self.learned.noise(client))
         name = base.readable_name(self.secret)
         if problem is not None:
             log.warning("registration %s gets a private identity: %s", name, problem)
@@ -365,7 +345,28 @@ class Registry:
     def _digest_of(self, runtime: ServerRuntime) -> str:
         return next(digest for digest, r in self.runtimes.items() if r is runtime)
 
-    def _in_use(self, runtime: ServerRuntime) -> bool:
+    def forget(self, bases: set[str]) -> list[ServerRuntime]:
+        """Unregister the runtimes of `bases` (digests), every era lane and private instance of them."""
+        stale = []
+        for digest, runtime in list(self.runtimes.items()):
+            if digest in bases or self._private_base.get(self.lane_of.get(digest, digest)) in bases:
+                del self.runtimes[digest], self.identities[digest]
+                self.lanes.pop(digest, None), self.lane_of.pop(digest, None)
+                stale.append(runtime)
+        for digest in [d for d, of in self._private_base.items() if d in bases or of in bases]:
+            del self._private_base[digest]
+        return stale
+
+    async def close_all(self, stale: list[ServerRuntime]) -> None:
+        self._closing.extend(stale)  # no longer findable, but their children still count
+        try:
+            async with trio.open_nursery() as stopping:
+                for runtime in stale:
+                    stopping.start_soon(runtime.close)
+        finally:
+            self._closing = [r for r in self._closing if r not in stale]
+
+    def in_use(self, runtime: ServerRuntime) -> bool:
         lanes = self.lanes_for(runtime)
         return lanes.in_use() if lanes is not None else bool(runtime.sessions)
 
@@ -373,7 +374,7 @@ class Registry:
                        policy: Policy) -> ServerRuntime:
         """A named server's runtime for a session that must not share: its base runtime while no
         session holds it (an eager start is not wasted), else a private instance."""
-        if not self._in_use(base_runtime):
+        if not self.in_use(base_runtime):
             return base_runtime
         return await self._private_instance(base, base_runtime.name, env, policy)
 
@@ -384,7 +385,7 @@ class Registry:
         base_digest = base.digest(self.secret)
         for digest, of in self._private_base.items():
             runtime = self.runtimes.get(digest)
-            if of == base_digest and runtime is not None and not self._in_use(runtime):
+            if of == base_digest and runtime is not None and not self.in_use(runtime):
                 return runtime
         self._share_counter += 1
         instance = dataclasses.replace(base, instance=f"{PRIVATE_INSTANCE}{self._share_counter}")

@@ -52,7 +52,7 @@ def test_gemini_cli_markers_and_npm_launcher_context_never_split() -> None:
 
 
 @pytest.mark.parametrize("name", ["GITHUB_TOKEN", "SSL_CERT_FILE", "NODE_EXTRA_CA_CERTS", "HTTPS_PROXY",
-                                  "AWS_PROFILE", "PATH", "HOME", "XDG_RUNTIME_DIR", "SOME_UNKNOWN_SETTING"])
+                                  "AWS_PROFILE", "HOME", "XDG_RUNTIME_DIR", "SOME_UNKNOWN_SETTING"])
 def test_credentials_settings_and_unknown_variables_split_by_value_and_by_presence(name: str) -> None:
     changed = {**SHELL, name: "another value"}
     absent = {k: v for k, v in {**SHELL, name: "x"}.items() if k != name}
@@ -127,16 +127,22 @@ def test_gemini_in_github_actions_passes_only_its_always_allowed_variables() -> 
     assert set(env) == {"GEMINI_CLI", "HOME", "PATH", "LANG", "USER", "SHELL", "TERM"}
 
 
-def test_codex_passes_only_its_allow_list_and_the_registrations_env() -> None:
+def test_codex_passes_only_its_allow_list_its_ca_bundles_and_the_registrations_env() -> None:
     env = codex_environment({**SHELL, "TZ": "UTC"}, {"API_KEY": "k"})
     assert env == {"HOME": "/home/u", "PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "USER": "u",
-                   "SHELL": "/bin/bash", "TERM": "xterm-256color", "TZ": "UTC", "API_KEY": "k"}
+                   "SHELL": "/bin/bash", "TERM": "xterm-256color", "TZ": "UTC", "API_KEY": "k",
+                   "SSL_CERT_FILE": "/etc/ssl/ca.pem", "NODE_EXTRA_CA_CERTS": "/etc/ssl/ca.pem"}
     assert "XDG_RUNTIME_DIR" not in env
+
+
+def test_codex_passes_the_names_a_registration_lists_in_env_vars() -> None:
+    env = codex_environment({**SHELL, "AWS_PROFILE": "work"}, {}, ("AWS_PROFILE", "NOT_SET_HERE"))
+    assert env["AWS_PROFILE"] == "work" and "NOT_SET_HERE" not in env and "GITHUB_TOKEN" not in env
 
 
 def test_a_gemini_session_and_a_gemini_check_from_the_shell_have_one_identity() -> None:
     session = {**gemini_environment(SHELL, {}), "GEMINI_CLI_NO_RELAUNCH": "true"}
-    assert ident(session) == ident(PROFILES["gemini"].environment(SHELL, {}))
+    assert ident(session) == ident(PROFILES["gemini"].environment(SHELL, {}, ()))
     assert ident(session) != ident(SHELL)  # the shell has the token and CA bundles Gemini drops
 
 

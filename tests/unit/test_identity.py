@@ -100,7 +100,7 @@ def test_variables_matching_a_per_session_pattern_are_left_out(name: str) -> Non
 
 @pytest.mark.parametrize(
     "name",
-    ["DISPLAY", "WAYLAND_DISPLAY", "XAUTHORITY", "DBUS_SESSION_BUS_ADDRESS", "PATH", "GIT_ASKPASS",
+    ["DISPLAY", "WAYLAND_DISPLAY", "XAUTHORITY", "DBUS_SESSION_BUS_ADDRESS", "GIT_ASKPASS",
      "HOME", "LANG", "GITHUB_TOKEN", "NODE_OPTIONS", "VIRTUAL_ENV", "ELECTRON_RUN_AS_NODE",
      "term", "MY_VSCODE_THING", "XLAZYD_X"],
 )
@@ -199,7 +199,7 @@ def test_a_bare_command_is_resolved_with_the_registrations_own_path() -> None:
 
     identity = identity_for(NPX_ARGV, "/w", {"PATH": "/a:/b"}, which=recording_which)
     assert identity.argv == ("/usr/bin/npx", "-y", "@modelcontextprotocol/server-github")
-    assert seen == [("npx", "/a:/b")]
+    assert seen[0] == ("npx", "/a:/b")
 
 
 def test_without_a_path_in_the_registration_the_lookup_gets_none() -> None:
@@ -383,3 +383,73 @@ def test_explanations_never_print_env_values_or_argument_values() -> None:
     assert "args differ" in text and "env API_KEY differs (credential, values hidden)" in text
     assert "env EXTRA only in one" in text
     assert "secret" not in text
+
+
+# ---- search paths count by what they resolve -------------------------------------------------
+
+
+def codex_like_which(command: str, path: str | None) -> str | None:
+    """A file system where /usr/bin holds python3, node and npx, /opt/node22/bin another node, and
+    Codex's own directories hold only its helpers (rg, apply_patch)."""
+    for directory in (path or "/usr/bin").split(":"):
+        if (directory, command) in {("/usr/bin", "python3"), ("/usr/bin", "node"), ("/usr/bin", "npx"),
+                                    ("/opt/node22/bin", "node"), ("/opt/codex/vendor/codex-path", "rg")}:
+            return f"{directory}/{command}"
+    return None
+
+
+def test_a_directory_a_client_prepends_to_path_does_not_split_when_it_changes_nothing_that_runs() -> None:
+    # Codex 0.171 puts its vendor directory first, and a new random arg0 directory on some runs.
+    shell = identity_for(["python3", "server.py"], "/w", {"PATH": "/usr/bin:/bin"}, which=codex_like_which)
+    codex = identity_for(["python3", "server.py"], "/w",
+                         {"PATH": "/home/u/.codex/tmp/arg0-linux/codex-arg0Xa1b2c:/opt/codex/vendor/codex-path:/usr/bin:/bin"},
+                         which=codex_like_which)
+    again = identity_for(["python3", "server.py"], "/w",
+                         {"PATH": "/home/u/.codex/tmp/arg0-linux/codex-arg0Zz9y8x:/opt/codex/vendor/codex-path:/usr/bin:/bin"},
+                         which=codex_like_which)
+    assert shell == codex == again
+    assert shell.digest(SECRET) == again.digest(SECRET)
+    assert explain_difference(shell, codex) == []
+
+
+def test_a_path_that_resolves_the_command_elsewhere_is_another_identity() -> None:
+    a = identity_for(["node", "server.js"], "/w", {"PATH": "/usr/bin"}, which=codex_like_which)
+    b = identity_for(["node", "server.js"], "/w", {"PATH": "/opt/node22/bin:/usr/bin"}, which=codex_like_which)
+    assert a != b
+    assert explain_difference(a, b) == ["command differs: /usr/bin/node vs /opt/node22/bin/node"]
+
+
+def test_a_path_that_changes_the_interpreter_a_launcher_runs_is_another_identity() -> None:
+    # npx is found in /usr/bin either way, but the node it runs its package with is not.
+    a = identity_for(["npx", "-y", "pkg"], "/w", {"PATH": "/usr/bin"}, which=codex_like_which)
+    b = identity_for(["npx", "-y", "pkg"], "/w", {"PATH": "/opt/node22/bin:/usr/bin"}, which=codex_like_which)
+    assert a.argv == b.argv == ("/usr/bin/npx", "-y", "pkg")
+    assert a != b
+    assert explain_difference(a, b) == ["env PATH resolves differently: node is /usr/bin/node vs /opt/node22/bin/node"]
+
+
+def test_a_path_that_changes_the_interpreter_of_an_env_shebang_script_is_another_identity() -> None:
+    def shebang(path: str) -> str | None:
+        return "node" if path == "/srv/mcp/server.js" else None
+
+    a = identity_for(["/srv/mcp/server.js"], "/w", {"PATH": "/usr/bin"}, which=codex_like_which, interpreter=shebang)
+    b = identity_for(["/srv/mcp/server.js"], "/w", {"PATH": "/opt/node22/bin:/usr/bin"}, which=codex_like_which,
+                     interpreter=shebang)
+    c = identity_for(["/srv/mcp/server.js"], "/w", {"PATH": "/opt/codex/vendor/codex-path:/usr/bin"},
+                     which=codex_like_which, interpreter=shebang)
+    assert a != b and a == c
+
+
+def test_a_path_the_registration_declares_or_the_user_forces_counts_by_value() -> None:
+    a = {"PATH": "/opt/codex/vendor/codex-path:/usr/bin"}
+    b = {"PATH": "/usr/bin"}
+    assert identity_for(["python3"], "/w", a, which=codex_like_which) == identity_for(["python3"], "/w", b, which=codex_like_which)
+    assert (identity_for(["python3"], "/w", a, which=codex_like_which, declared=["PATH"])
+            != identity_for(["python3"], "/w", b, which=codex_like_which, declared=["PATH"]))
+    assert (identity_for(["python3"], "/w", a, which=codex_like_which, force=["PA*"])
+            != identity_for(["python3"], "/w", b, which=codex_like_which, force=["PA*"]))
+
+
+def test_a_registration_without_any_path_is_not_one_with_a_path_since_its_server_finds_nothing_on_it() -> None:
+    assert (identity_for(["/usr/bin/python3", "s.py"], "/w", {}, which=codex_like_which)
+            != identity_for(["/usr/bin/python3", "s.py"], "/w", {"PATH": "/usr/bin"}, which=codex_like_which))

@@ -49,16 +49,20 @@ def initialize_params(value: str) -> dict[str, Any]:
 
 
 def check_args(state: RegState, cwd: str, environ: Mapping[str, str],
-               initialize: Mapping[str, Any] | None = None, client: str | None = None) -> dict[str, Any]:  # fmt: skip
+               initialize: Mapping[str, Any] | None = None, client: str | None = None,
+               passed_env: tuple[str, ...] = ()) -> dict[str, Any]:  # fmt: skip
     """The ``check`` op's args for a wrapped registration. Raises ValueError if its args name no command.
 
     lazyctl's environment and the registration's ``env`` go separately: the daemon rebuilds from
     them the environment ``client`` gives a server (Gemini CLI drops inherited tokens and CA
-    bundles, not declared ones), so the check lands on the identity the client's sessions get."""
+    bundles, not declared ones; Codex passes only its allow-list and the registration's
+    ``env_vars``, ``passed_env`` here), so the check lands on the identity the client's sessions get."""
     args = state.args or ()
     argv = list(args[shimargs.command_index(args):])
     request = registration.command_registration(argv, cwd, environ)
     request["declared_env"] = {k: v for k, v in (state.env or {}).items() if isinstance(v, str)}
+    if passed_env:
+        request["passed_env"] = list(passed_env)
     if client is not None:
         request["client"] = client
     if initialize is not None:

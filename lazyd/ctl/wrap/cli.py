@@ -165,7 +165,7 @@ def _run_checks(report: engine.Report, socket_override: str | None, environ: Map
             # A relative cwd setting is resolved as a client started here would resolve it.
             cwd = os.path.abspath(result.cwd) if result.cwd else os.getcwd()
             assert result.state is not None  # filtered above
-            args = check.check_args(result.state, cwd, environ, initialize, client)
+            args = check.check_args(result.state, cwd, environ, initialize, client, result.passed_env)
         except ValueError as exc:
             outcomes.append(check.CheckOutcome(key.server, key.project, False, str(exc)))
             continue

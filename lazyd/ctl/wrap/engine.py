@@ -68,6 +68,7 @@ class Result:
     changed: list[str] = field(default_factory=list)
     state: RegState | None = None
     cwd: str | None = None
+    passed_env: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, object]:
         return {"server": self.key.server, "project": self.key.project, "action": self.action,
@@ -240,7 +241,8 @@ def _change(request: Request, client: clients.Client, path: Path, store: RecordS
         record = store.load(key)
         decision = plan.Decision("refused", refusal) if refusal else _decide(request, key, entry, record, settings, str(path))
         result = Result(key, decision.action, decision.reason, state=entry.state if entry else None,
-                        cwd=(entry.cwd if entry else None) or key.project)  # fmt: skip
+                        cwd=(entry.cwd if entry else None) or key.project,
+                        passed_env=entry.passed_env if entry else ())  # fmt: skip
         report.results.append(result)
         decided.append((result, entry, decision))
     if report.refused:

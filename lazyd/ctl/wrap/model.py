@@ -36,7 +36,8 @@ class Entry:
 
     ``state`` is None when the registration is remote or unusable; ``problem`` then says why it
     cannot be edited (a duplicate key on its path, a non-string command...). ``cwd`` is the
-    registration's own working directory setting, if it has one (used by ``--check``).
+    registration's own working directory setting, if it has one (used by ``--check``), like
+    ``passed_env``.
     """
 
     name: str
@@ -45,6 +46,9 @@ class Entry:
     state: RegState | None
     problem: str | None = None
     cwd: str | None = None
+    # Names the client passes through from its own environment for this registration (Codex's
+    # `env_vars`): what a check must pass too to land on the client's identity.
+    passed_env: tuple[str, ...] = ()
 
     def label(self) -> str:
         return self.name if self.project is None else f"{self.name} (project {self.project})"

@@ -85,7 +85,9 @@ class TomlConfig:
             env = members.get("env")
             state = RegState(str(members["command"]), tuple(args) if isinstance(args, list) else None,
                              dict(env) if isinstance(env, dict) else None)  # fmt: skip
-            found.append(Entry(name, None, transport, state, None, cwd))
+            passed = members.get("env_vars")
+            passed_env = tuple(n for n in passed if isinstance(n, str)) if isinstance(passed, list) else ()
+            found.append(Entry(name, None, transport, state, None, cwd, passed_env))
         return found
 
     def apply(self, entry: Entry, new: RegState) -> list[str]:

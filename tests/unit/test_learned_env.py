@@ -1,0 +1,216 @@
+"""The daemon's side of learned identities: what it keeps on disk, how it names a client, how a
+new identity finds the cache of its command, and how it reads a script's interpreter.
+
+Real files in a temporary state dir and real processes for the parent's name; no daemon."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+from lazyd.core.cache import HandshakeEntry, Snapshot
+from lazyd.core.identity import identity_for
+from lazyd.daemon.cache_store import CacheStore
+from lazyd.daemon.client_process import client_process_name
+from lazyd.daemon.command_cache import CommandCaches
+from lazyd.core.client_profiles import PROFILES
+from lazyd.daemon.client_env import client_environment, learned_profile
+from lazyd.daemon.learned_env import LearnedEnv, SessionClient
+from lazyd.daemon.shebang import interpreter_of
+
+SECRET = b"k" * 32
+
+
+def ident(cwd: str, env: dict[str, str] | None = None):  # type: ignore[no-untyped-def]
+    return identity_for(["/usr/bin/node", "/srv/everything.js", "stdio"], cwd, env or {}, which=lambda c, p: None)
+
+
+# ---- learned_env.json ----------------------------------------------------------------------------
+
+
+def test_a_learned_variable_survives_a_restart_and_the_file_is_private_and_holds_no_value(tmp_path: Path) -> None:
+    learned = LearnedEnv(tmp_path)
+    assert learned.observe("opencode", "reg", {"OPENCODE_PID": "4242-planted"}) == []
+    assert learned.observe("opencode", "reg", {"OPENCODE_PID": "4343-planted"}) == ["OPENCODE_PID"]
+    path = tmp_path / "learned_env.json"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert b"planted" not in path.read_bytes()
+    again = LearnedEnv(tmp_path)
+    assert again.noise("opencode") == frozenset({"OPENCODE_PID"})
+    assert [(n, e.describe()) for n, e in again.learned()] == [("OPENCODE_PID", "2 values in 2 sessions of opencode")]
+
+
+def test_a_sessions_names_are_recorded_under_the_client_its_initialize_names(tmp_path: Path) -> None:
+    learned = LearnedEnv(tmp_path)
+    learned.note_session(7, SessionClient("codex", frozenset({"HOME", "PATH", "SSL_CERT_FILE", "GITHUB_TOKEN"})),
+                         ["HOME", "PATH", "SSL_CERT_FILE"])
+    learned.note_line(7, {"protocolVersion": "2025-06-18", "clientInfo": {"name": "codex-mcp-client"}}, last=False)
+    found = LearnedEnv(tmp_path).client_record(["codex-mcp-client"])
+    assert found is not None
+    name, record = found
+    assert name == "codex-mcp-client" and record["process"] == "codex"
+    assert record["env_names"] == ["HOME", "PATH", "SSL_CERT_FILE"]
+    assert record["dropped"] == ["GITHUB_TOKEN"] and record["added"] == []
+
+
+def test_a_session_that_sends_no_initialize_records_nothing(tmp_path: Path) -> None:
+    learned = LearnedEnv(tmp_path)
+    learned.note_session(3, SessionClient("codex"), ["HOME"])
+    learned.note_line(3, None, last=True)
+    learned.note_line(3, {"protocolVersion": "x", "clientInfo": {"name": "late"}}, last=False)
+    assert learned.clients == {} and not (tmp_path / "learned_env.json").exists()
+
+
+def test_a_corrupt_or_foreign_file_is_learned_anew(tmp_path: Path) -> None:
+    (tmp_path / "learned_env.json").write_text("{not json")
+    assert LearnedEnv(tmp_path).learned() == []
+    (tmp_path / "learned_env.json").write_text(json.dumps({"v": 9, "per_run": {}, "clients": {}}))
+    assert LearnedEnv(tmp_path).clients == {}
+
+
+# ---- the cache of the same command ---------------------------------------------------------------
+
+
+def cached() -> Snapshot:
+    snap = Snapshot()
+    snap.entries["2025-11-25|x"] = HandshakeEntry({"protocolVersion": "2025-11-25"}, {"protocolVersion": "2025-11-25"})
+    snap.updated_at = 10.0
+    return snap
+
+
+def test_a_new_identity_of_a_command_starts_from_a_copy_of_a_live_runtimes_snapshot(tmp_path: Path) -> None:
+    caches = CommandCaches(tmp_path, CacheStore(tmp_path / "cache"), SECRET)
+    there, here = ident("/project/a"), ident("/project/b")
+    source = cached()
+    seeded = caches.seed(here, "d-b", Snapshot(), [(there, source)])
+    assert seeded.entries.keys() == source.entries.keys() and seeded is not source
+    other_command = identity_for(["/usr/bin/python3", "x.py"], "/project/b", {}, which=lambda c, p: None)
+    assert caches.seed(other_command, "d-c", Snapshot(), [(there, source)]).entries == {}
+
+
+def test_an_identity_with_a_cache_of_its_own_keeps_it(tmp_path: Path) -> None:
+    caches = CommandCaches(tmp_path, CacheStore(tmp_path / "cache"), SECRET)
+    own = cached()
+    assert caches.seed(ident("/b"), "d-b", own, [(ident("/a"), cached())]) is own
+
+
+def test_after_a_restart_the_index_finds_the_command_s_cache_file(tmp_path: Path) -> None:
+    store = CacheStore(tmp_path / "cache")
+    (tmp_path / "cache").mkdir()
+    checked = ident("/home/u/project", {"GITHUB_TOKEN": "planted-value"})
+    digest = checked.digest(SECRET)
+    store.save(digest, cached())
+    CommandCaches(tmp_path, store, SECRET).note(checked, digest)
+    index = (tmp_path / "commands.json").read_bytes()
+    assert b"planted" not in index and b"everything" not in index and b"/home/u" not in index
+    assert stat.S_IMODE((tmp_path / "commands.json").stat().st_mode) == 0o600
+    seeded = CommandCaches(tmp_path, store, SECRET).seed(ident("/elsewhere"), "d-x", Snapshot(), [])
+    assert list(seeded.entries) == ["2025-11-25|x"]
+
+
+def test_a_tampered_index_cannot_name_a_file_outside_the_cache(tmp_path: Path) -> None:
+    key = CommandCaches(tmp_path, CacheStore(tmp_path / "cache"), SECRET).command_key(ident("/a"))
+    (tmp_path / "commands.json").write_text(json.dumps({key: ["../../etc/passwd", "ab12"]}))
+    assert CommandCaches(tmp_path, CacheStore(tmp_path / "cache"), SECRET).index == {key: ["ab12"]}
+
+
+# ---- which client a shim comes from ----------------------------------------------------------------
+
+
+def test_the_client_is_the_shims_parent_with_shells_and_wrappers_skipped(tmp_path: Path) -> None:
+    # python (the "client") runs sh -c, which runs env, which runs the "shim" (sleep).
+    script = tmp_path / "client.py"
+    script.write_text("import subprocess, sys\n"
+                      "p = subprocess.Popen(['sh', '-c', 'env sleep 30; true'])\n"
+                      "print(p.pid, flush=True)\n"
+                      "p.wait()\n")
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    started: list[int] = []
+    try:
+        assert proc.stdout is not None
+        sh_pid = int(proc.stdout.readline())
+        for _ in range(200):
+            children = Path(f"/proc/{sh_pid}/task/{sh_pid}/children").read_text().split()
+            if children and Path(f"/proc/{children[0]}/comm").read_text().strip() == "sleep":
+                break
+            os.sched_yield()
+        (shim,) = children
+        started.append(int(shim))
+        assert client_process_name(int(shim)) == Path(f"/proc/{proc.pid}/comm").read_text().strip()
+    finally:
+        for pid in started:
+            os.kill(pid, signal.SIGKILL)
+        proc.kill()
+        proc.wait()
+
+
+def test_a_shim_that_is_gone_has_no_client_name() -> None:
+    assert client_process_name(2 ** 22 + 12345) == ""  # above pid_max: no such process
+
+
+# ---- a script's interpreter ------------------------------------------------------------------------
+
+
+def test_an_env_shebang_names_the_interpreter_path_finds(tmp_path: Path) -> None:
+    cases = {"a": b"#!/usr/bin/env node\n", "b": b"#!/usr/bin/env -S node --no-warnings\n",
+             "c": b"#!/usr/bin/node\n", "d": b"\x7fELF\x02\x01", "e": b"#!/usr/bin/env FOO=1 python3 -u\n",
+             "f": b"#!/usr/bin/env ../x\n"}
+    for name, head in cases.items():
+        (tmp_path / name).write_bytes(head + b"console.log(1)\n")
+    assert [interpreter_of(str(tmp_path / n)) for n in "abcdef"] == ["node", "node", None, None, "python3", None]
+    assert interpreter_of(str(tmp_path / "missing")) is None
+    assert interpreter_of(str(tmp_path)) is None
+
+
+# ---- the environment a check rebuilds for a client ------------------------------------------------
+
+SHELL = {"HOME": "/home/u", "PATH": "/usr/bin", "GITHUB_TOKEN": "t", "SSL_CERT_FILE": "/ca.pem",
+         "NEW_SINCE": "x", "AWS_PROFILE": "w"}
+
+
+def seen(tmp_path: Path, client_name: str, process: str, own: set[str] | None, carried: list[str]) -> LearnedEnv:
+    learned = LearnedEnv(tmp_path)
+    learned.note_session(1, SessionClient(process, frozenset(own) if own is not None else None), carried)
+    learned.note_line(1, {"protocolVersion": "2025-06-18", "clientInfo": {"name": client_name}}, last=False)
+    return learned
+
+
+def test_without_a_session_seen_a_check_uses_the_profiles_rule(tmp_path: Path) -> None:
+    env, process = client_environment(LearnedEnv(tmp_path), PROFILES["codex"], SHELL, {"API": "k"}, ())
+    assert env == {"HOME": "/home/u", "PATH": "/usr/bin", "SSL_CERT_FILE": "/ca.pem", "API": "k"} and process == ""
+
+
+def test_a_filtering_client_seen_passes_what_it_carried_and_its_env_vars(tmp_path: Path) -> None:
+    learned = seen(tmp_path, "codex-mcp-client", "codex", {"HOME", "PATH", "GITHUB_TOKEN", "SSL_CERT_FILE"},
+                   ["HOME", "PATH", "SSL_CERT_FILE"])
+    env, process = client_environment(learned, PROFILES["codex"], SHELL, {}, ("AWS_PROFILE",))
+    # NEW_SINCE was never met: Codex's rule (an allow-list) withholds it.
+    assert env == {"HOME": "/home/u", "PATH": "/usr/bin", "SSL_CERT_FILE": "/ca.pem", "AWS_PROFILE": "w"}
+    assert process == "codex"
+
+
+def test_a_client_that_withheld_nothing_passes_a_variable_added_to_the_shell_since(tmp_path: Path) -> None:
+    learned = seen(tmp_path, "claude-code", "claude", {"HOME", "PATH", "GITHUB_TOKEN"},
+                   ["HOME", "PATH", "GITHUB_TOKEN", "CLAUDECODE"])
+    env, _ = client_environment(learned, PROFILES["claude"], SHELL, {}, ())
+    assert env == SHELL
+
+
+def test_a_client_whose_own_environment_was_unreadable_passes_only_what_it_carried(tmp_path: Path) -> None:
+    learned = seen(tmp_path, "claude-code", "claude", None, ["HOME", "PATH"])
+    env, _ = client_environment(learned, PROFILES["claude"], SHELL, {}, ())
+    assert env == {"HOME": "/home/u", "PATH": "/usr/bin"}
+
+
+def test_a_client_with_no_profile_is_known_by_its_client_name_or_its_process(tmp_path: Path) -> None:
+    learned = seen(tmp_path, "opencode", "opencode", {"HOME", "PATH"}, ["HOME", "PATH", "OPENCODE_PID"])
+    by_process = learned_profile(learned, "opencode")
+    assert by_process is not None and by_process.client_names == ("opencode",)
+    assert learned_profile(learned, "nobody") is None
+    env, process = client_environment(learned, by_process, SHELL, {}, ())
+    assert env == SHELL and process == "opencode"
