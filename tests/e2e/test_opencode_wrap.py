@@ -69,21 +69,22 @@ def test_three_opencode_runs_through_the_wrapped_config_keep_one_daemon_and_its_
     assert wrapped["environment"]["LAZYD_CHECK_LINGER"] == "10m"
 
     daemons: list[list[int]] = []
-    servers: list[set[int]] = []
-    for _ in range(RUNS):
+    for run in range(RUNS):
         output = mcp_list(user_env)
         assert "fixture" in output and "connected" in output, output
         daemons.append(user_env.daemon_pids())
-        servers.append(set(user_env.server_pids(str(FIXTURE_SERVER))))
-    # One daemon all along, and every server a run started is still up after the last run
-    # (opencode's tree kill reached neither).
+        if run == 0:
+            # opencode killed the shim's group and tree as it finished: the server is still up, and
+            # `mcp list` only lists, so it is one only listings came for.
+            assert user_env.server_pids(str(FIXTURE_SERVER))
+            rows = json.loads(lazyctl(user_env, "status", "--json").stdout)["servers"]
+            assert [(row["linger_rule"], row["linger_applies_s"]) for row in rows] == [("check_linger", 600.0)]
+    # One daemon all along. Later runs may be served from the cache, or lazyd may stop a process it
+    # no longer needs (by its ladder: stdin closed); none of its servers was killed by opencode.
     assert len(daemons[0]) == 1 and daemons == [daemons[0]] * RUNS
-    assert servers[0] and servers[0] <= servers[-1]
-    # `mcp list` only lists: every server it started is one only listings came for.
-    rows = json.loads(lazyctl(user_env, "status", "--json").stdout)["servers"]
-    assert rows and {(row["linger_rule"], row["linger_applies_s"]) for row in rows} == {("check_linger", 600.0)}
     log = (user_env.state_dir / "lazyd.log").read_text()
     assert "SIGTERM received" not in log and log.count("listening on") == 1
+    assert "killed by SIGTERM" not in log
 
     lazyctl(user_env, "unwrap", "--client", "opencode", "--all")
     assert path.read_text() == original
