@@ -197,3 +197,12 @@ def test_a_negative_or_infinite_check_linger_is_refused() -> None:
     for bad in (-1.0, float("inf"), float("nan")):
         with pytest.raises(LifecycleError, match="check_linger_s"):
             LifecyclePolicy(check_linger_s=bad)
+
+
+def test_the_status_table_marks_a_process_only_listings_came_for() -> None:
+    from lazyd.ctl.format import status_row
+
+    row = {"name": "time", "state": "running", "pid": 7, "linger_rule": "check_linger"}
+    assert status_row(row, 0.0)[1] == "running (listings only)"
+    assert status_row({**row, "linger_rule": "linger"}, 0.0)[1] == "running"
+    assert status_row({**row, "state": "sleeping", "pid": None, "linger_rule": None}, 0.0)[1] == "sleeping"
