@@ -19,9 +19,6 @@ from __future__ import annotations
 import os
 import time
 
-from lazyd.durations import parse_bool as _core_parse_bool
-from lazyd.durations import parse_duration
-from lazyd.envnames import parse_names
 from lazyd.errors import UsageError
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs start-up time
@@ -81,8 +78,11 @@ MAX_SUN_PATH_BYTES = 107
 
 # Options forwarded to the daemon in the hello's `opts`: flag -> (opts key, env var, checker).
 def _check_duration(value: str) -> None:
-    # The daemon's own rule (lazyd.durations, on the stdlib-only floor, cheap to import), so a
-    # value the config file accepts, such as "1m30s", is never refused by the shim.
+    # The daemon's own rule (lazyd.durations, on the stdlib-only floor), so a value the config
+    # file accepts, such as "1m30s", is never refused by the shim. Imported only when an option
+    # needs it: it compiles regular expressions, and most shim starts set no option at all.
+    from lazyd.durations import parse_duration
+
     try:
         parse_duration(value)
     except ValueError:
@@ -91,6 +91,8 @@ def _check_duration(value: str) -> None:
 
 def parse_bool(value: str) -> bool:
     """Return the truth of a BOOL string (the daemon's rule); raise ValueError for anything else."""
+    from lazyd.durations import parse_bool as _core_parse_bool  # when an option is set (above)
+
     try:
         return _core_parse_bool(value)
     except ValueError:
@@ -123,6 +125,8 @@ def _check_argv_json(value: str) -> None:
 
 
 def _check_names(value: str) -> None:
+    from lazyd.envnames import parse_names  # when the option is set: it compiles a regular expression
+
     parse_names(value)
 
 
