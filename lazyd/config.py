@@ -52,7 +52,7 @@ __all__ = [
 # A real config is a few KiB; the bound keeps a mistaken path (a log, a device) from costing memory.
 MAX_CONFIG_BYTES = 1024 * 1024
 
-_POLICY_KEYS = ("start_timeout", "linger", "idle_timeout", "keep_alive", "start", "share", "wake", "era")
+_POLICY_KEYS = ("start_timeout", "linger", "check_linger", "idle_timeout", "keep_alive", "start", "share", "wake", "era")
 _TOP_KEYS = ("defaults", "servers", "policy", "known_servers")
 _TOOL_POLICY_KEYS = ("default", "rules")
 _DEFAULTS_KEYS = (*_POLICY_KEYS, "per_session_env", "identity_env", "sampling_policy")
@@ -60,7 +60,7 @@ _SERVER_KEYS = ("command", "args", "env", "cwd", "description", *_POLICY_KEYS)
 # A description is a sentence or two for a model reading the hub's list; a page is a mistake.
 MAX_DESCRIPTION_CHARS = 1000
 _WAKE_KEYS = ("command", "interval", "timeout")
-_OPTION_KEYS = ("linger", "idle_timeout", "start_timeout", "share", "wake_command",
+_OPTION_KEYS = ("linger", "check_linger", "idle_timeout", "start_timeout", "share", "wake_command",
                 "wake_interval", "wake_timeout", "era")
 # Which protocol era the server's processes run in (lazyd/core/era_policy.py).
 _ERA_SETTINGS: tuple[Literal["auto", "handshake", "stateless"], ...] = ("auto", "handshake", "stateless")
@@ -203,7 +203,7 @@ def _locate_toml_error(text: str) -> str | None:
 def policy_with_options(base: Policy, opts: Mapping[str, str]) -> Policy:
     """`base` with a shim's options applied; `opts` maps option names to their text.
 
-    Keys: linger, idle_timeout, start_timeout, share, wake_command (a JSON array: the argv),
+    Keys: linger, check_linger, idle_timeout, start_timeout, share, wake_command (a JSON array: the argv),
     wake_interval, wake_timeout, era. The options are the most specific layer, validated exactly like
     the same keys in config.toml. Raises ConfigError("option --linger: <problem>") for an
     unknown key or a bad value; wake_interval and wake_timeout need a wake command, given here
@@ -293,6 +293,9 @@ def _merge_policy(at: cv.At, base: Policy, table: Mapping[str, object]) -> Polic
                 "must be longer than 0 (it bounds how long a start may take)")
     if "linger" in table:
         linger = cv.duration(at / "linger", table["linger"])
+    check_linger = base.check_linger_s
+    if "check_linger" in table:
+        check_linger = cv.duration(at / "check_linger", table["check_linger"])
     keep_alive, idle = base.keep_alive, base.idle_timeout_s
     if "idle_timeout" in table:
         idle = cv.duration(at / "idle_timeout", table["idle_timeout"]) or None
@@ -328,7 +331,7 @@ def _merge_policy(at: cv.At, base: Policy, table: Mapping[str, object]) -> Polic
                 break
         else:
             raise (at / "era").error(cv.not_one_of(value, _ERA_SETTINGS))
-    return Policy(start_timeout_s=start_timeout, linger_s=linger, idle_timeout_s=idle,
+    return Policy(start_timeout_s=start_timeout, linger_s=linger, check_linger_s=check_linger, idle_timeout_s=idle,
                   keep_alive=keep_alive, start=start, share=share, wake=wake, era=era)
 
 

@@ -43,6 +43,8 @@ class Policy:
 
     start_timeout_s: float = 60.0
     linger_s: float = 600.0
+    # The linger of a start only listings came for (a health check's): lazyd/core/lifecycle_usage.py.
+    check_linger_s: float = 30.0
     idle_timeout_s: float | None = None
     keep_alive: bool = False
     start: Literal["lazy", "eager"] = "lazy"
@@ -57,6 +59,8 @@ class Policy:
             raise ValueError("start_timeout must be longer than 0")
         if not self.linger_s >= 0:
             raise ValueError("linger must not be negative")
+        if not self.check_linger_s >= 0:
+            raise ValueError("check_linger must not be negative")
         if self.idle_timeout_s is not None and self.idle_timeout_s < 0:
             raise ValueError("idle_timeout must not be negative")
         if self.keep_alive and self.idle_timeout_s:

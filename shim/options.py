@@ -40,6 +40,8 @@ Every option can also be set with the environment variable shown; the flag wins.
 
 options:
   --linger D           keep the server up D after its last client left     LAZYD_LINGER
+  --check-linger D     the same for a start only listings came for (a      LAZYD_CHECK_LINGER
+                       health check); default 30s
   --idle-timeout D     stop the server after D without requests            LAZYD_IDLE_TIMEOUT
   --start-timeout D    bound on starting the server and its handshake      LAZYD_START_TIMEOUT
   --share MODE         auto (default: decided per server), true (one      LAZYD_SHARE
@@ -131,6 +133,7 @@ def _check_names(value: str) -> None:
 
 _DAEMON_OPTS = {
     "--linger": ("linger", "LAZYD_LINGER", _check_duration),
+    "--check-linger": ("check_linger", "LAZYD_CHECK_LINGER", _check_duration),
     "--idle-timeout": ("idle_timeout", "LAZYD_IDLE_TIMEOUT", _check_duration),
     "--start-timeout": ("start_timeout", "LAZYD_START_TIMEOUT", _check_duration),
     "--share": ("share", "LAZYD_SHARE", _check_share),

@@ -76,6 +76,7 @@ from lazyd.core.relay_base import SnapshotChanged as SnapshotChanged
 from lazyd.core.relay_base import ToClient as ToClient
 from lazyd.core.relay_base import ToServer as ToServer
 from lazyd.core.relay_base import Waiting, forward, internal
+from lazyd.core.relay_base import Used as Used
 from lazyd.core.relay_base import WantServer as WantServer
 from lazyd.core.relay_client import ClientMessages
 from lazyd.core.relay_server import ServerMessages
@@ -85,6 +86,7 @@ from lazyd.core.routing import ClientId, Routes, SamplingPolicy
 from lazyd.core.session_meta import default_session_id
 from lazyd.core.sharing import declares_session_aware
 from lazyd.core.stateless import StatelessEra
+from lazyd.core.use import counts_as_use
 from lazyd.core.stateless_cache import StatelessCache
 from lazyd.core.stateless_listen import ListenRelay
 
@@ -283,6 +285,9 @@ class RelayCore:
             return out
         if msg.kind is Kind.REQUEST:
             self.clients[cid].last_active = self.routes.next_seq()
+            if counts_as_use(msg.method or ""):
+                # Before the request's own actions: a start it makes is then already a used one.
+                return [Used(), *self.from_client.request(cid, msg)]
             return self.from_client.request(cid, msg)
         if msg.kind is Kind.NOTIFICATION:
             return self.from_client.notification(cid, msg)

@@ -76,13 +76,19 @@ class Activity:
 
 
 @dataclass(frozen=True, slots=True)
+class Used:
+    """A client request that is real use of the server came (lazyd/core/use.py): for the check
+    linger, which the lifecycle applies to starts only listings came for."""
+
+
+@dataclass(frozen=True, slots=True)
 class Note:
     """A decision worth a log line: methods, ids and reasons, never payloads."""
 
     text: str
 
 
-Action = ToClient | ToServer | WantServer | Ready | Abort | SnapshotChanged | Activity | Note
+Action = ToClient | ToServer | WantServer | Ready | Abort | SnapshotChanged | Activity | Used | Note
 
 
 @dataclass

@@ -59,7 +59,7 @@ def status_row(row: Mapping[str, Any], now: float) -> list[str]:
     error = row.get("last_error")
     return [
         str(row["name"]),
-        str(row["state"]),
+        str(row["state"]) + _check_linger(row.get("linger_rule")),
         str(row["pid"]) if row.get("pid") is not None else NONE,
         str(row.get("era") or NONE),  # the protocol era its process runs in (docs/protocol-eras.md)
         age(row.get("uptime_s")) + _upgrades(row.get("upgrades")),
@@ -70,6 +70,11 @@ def status_row(row: Mapping[str, Any], now: float) -> list[str]:
         str(listings["tools"]) if "tools" in listings else NONE,
         shorten(str(error), MAX_ERROR_CHARS) if error else NONE,
     ]
+
+
+def _check_linger(rule: object) -> str:
+    """A process only listings came for lingers check_linger, not linger (docs/supervision.md)."""
+    return " (listings only)" if rule == "check_linger" else ""
 
 
 def _upgrades(count: object) -> str:

@@ -215,8 +215,8 @@ class ServerRuntime:
                     session.deliver(line, action.done)
             elif isinstance(action, rl.ToServer):
                 self._input.send(action.line)
-            elif isinstance(action, rl.Activity):  # moves the idle deadline later: no wake-up owed
-                if lc_actions := self.life.activity(trio.current_time()):
+            elif isinstance(action, (rl.Activity, rl.Used)):  # moves the idle or linger deadline later: no wake-up owed
+                if lc_actions := self.life.activity(trio.current_time(), used=isinstance(action, rl.Used)):
                     self._life(lc_actions)
             elif isinstance(action, rl.WantServer):
                 self._life(self.life.demand(trio.current_time()))
