@@ -19,6 +19,13 @@ if TYPE_CHECKING:
     IdKey = tuple[bool, int | str]
 
 
+EOF_WAIT_S = 60.0
+# How long whoever serves a client's stdin (the shim on the frame path, the daemon on a hand-off
+# session) goes on answering the requests the client wrote before closing it: the default request
+# timeout of the MCP SDKs, after which the client itself gives up on an answer. A client that does
+# not want to wait closes its stdout or signals the shim, and it ends at once.
+
+
 def id_key(value: object) -> IdKey | None:
     """A hashable key that keeps the JSON type of a request id; None for invalid ids (null, bool, float)."""
     if isinstance(value, bool):

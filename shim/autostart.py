@@ -4,9 +4,10 @@
   retried under the lock first, so of many shims starting at once exactly one spawns the daemon.
   The socket dir is created 0700 when missing and must be ours and private when present (it is
   never chmod-ed): the daemon will receive this shim's whole environment, secrets included.
-- The daemon is started in its own session (the client kills the shim's process group when it
-  exits; the daemon must outlive that), with stdin and stdout on /dev/null, a stderr pipe that
-  carries its reason if it cannot start, and no inherited fds.
+- The daemon is started detached (shim/detach.py): in no session, process group or ancestry of
+  the shim's, since clients kill the shim's group or its whole process tree when they are done
+  and the daemon, its servers and its cache must outlive that; with cwd /, stdin and stdout on
+  /dev/null, a stderr pipe that carries its reason if it cannot start, and no inherited fds.
 - Every wait is bounded by a named budget, and by the caller's overall deadline when one is given.
 """
 
@@ -42,10 +43,6 @@ ALREADY_RUNNING_POLL_S = 0.5
 
 DAEMON_ARGV_ENV = "LAZYD_DAEMON_ARGV"
 # Undocumented test seam: a JSON argv that replaces `python -m lazyd.daemon` for autostart.
-
-
-# Kept so the Popen object (and its pid) is not collected while the daemon runs.
-_spawned: list[Any] = []
 
 
 DAEMON_BAD_FILE_STATUS = 2
@@ -115,7 +112,8 @@ def daemon_argv(path: str, explicit: bool) -> list[str]:
         argv = [sys.executable, "-m", "lazyd.daemon"]
     # --stderr-until-ready: a start-up failure is written to the pipe read below, then the daemon
     # stops writing to it, so the pipe can be closed once the daemon listens.
-    return argv + ["--stderr-until-ready"] + (["--socket", path] if explicit else [])
+    # The daemon runs in /, so a relative --socket is made absolute here, where it was meant.
+    return argv + ["--stderr-until-ready"] + (["--socket", os.path.abspath(path)] if explicit else [])
 
 
 def autostart(path: str, explicit: bool, log: Callable[[str], None], deadline: float | None) -> socket.socket:
@@ -134,25 +132,18 @@ def autostart(path: str, explicit: bool, log: Callable[[str], None], deadline: f
         except NoDaemon:
             pass
         argv = daemon_argv(path, explicit)
-        import subprocess
+        from .detach import launch
 
         started = time.monotonic()
         try:
-            proc = subprocess.Popen(
-                argv,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.PIPE,
-                close_fds=True,
-                start_new_session=True,
-            )
+            proc = launch(argv, budget(AUTOSTART_WAIT_S, deadline))
         except OSError as exc:
             raise Unavailable(f"cannot start the daemon ({argv[0]}): {exc.strerror or exc}", final=True) from None
-        _spawned.append(proc)
         log(f"spawned daemon pid {proc.pid}: {argv}")
         try:
             return _await_daemon(proc, path, started, log, deadline)
         finally:
+            proc.close()  # the watcher exits: from here on the daemon is nobody's child
             if proc.stderr is not None:
                 proc.stderr.close()  # a live daemon no longer writes to it (--stderr-until-ready)
     finally:

@@ -89,14 +89,10 @@ def open_session(opts: Options, resume: list[bytes], log: Log, deadline: float |
     try:
         check_peer(sock, path)
         sock.settimeout(budget(HELLO_WAIT_S, deadline))
-        if fds:
-            # The descriptors ride on the hello's first bytes; a daemon that reads them without
-            # asking for descriptors (an older one) has them closed by the kernel.
-            sent = sock.sendmsg([frame], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack(f"{len(fds)}i", *fds))])
-            if sent < len(frame):  # never an empty send: a daemon that refused at once has closed by now
-                sock.sendall(memoryview(frame)[sent:])
-        else:
-            sock.sendall(frame)
+        try:
+            _send_hello(sock, frame, fds)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # a daemon that refused at once has closed by now: its refusal says why, below
         reader = wire.BlockingFrameReader(sock)
         reply = reader.read()
         sock.settimeout(None)
@@ -117,6 +113,10 @@ def open_session(opts: Options, resume: list[bytes], log: Log, deadline: float |
         if reply.code == "options":
             # A bad shim option is the user's mistake, like every other bad option: exit 2.
             raise Unavailable(reply.message, user_error=True)
+        if reply.code == "config":
+            # A daemon socket-activated with a file it cannot load waits for the fix and says
+            # why to every shim: the same line and exit 2 as a daemon the shim started itself.
+            raise Unavailable(f"lazyd cannot start: {reply.message}", user_error=True)
         raise Unavailable(f"refused by the daemon: {reply.message} [{reply.code}]", final=True)
     if isinstance(reply, ForeignWelcome):
         sock.close()
@@ -131,6 +131,17 @@ def open_session(opts: Options, resume: list[bytes], log: Log, deadline: float |
     log(f"session {reply.session} ({reply.name}) with daemon pid {reply.daemon_pid} "
         f"in {(time.monotonic() - started) * 1000:.1f}ms")  # fmt: skip
     return Connection(sock, reader, reply)
+
+
+def _send_hello(sock: socket.socket, frame: bytes, fds: list[int] | None) -> None:
+    if fds:
+        # The descriptors ride on the hello's first bytes; a daemon that reads them without
+        # asking for descriptors (an older one) has them closed by the kernel.
+        sent = sock.sendmsg([frame], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack(f"{len(fds)}i", *fds))])
+        if sent < len(frame):
+            sock.sendall(memoryview(frame)[sent:])
+    else:
+        sock.sendall(frame)
 
 
 def _connect_or_autostart(path: str, opts: Options, log: Log, deadline: float | None) -> socket.socket:

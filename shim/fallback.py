@@ -126,6 +126,18 @@ class DirectServer:
             forward_raw(chunk)
         return exit_status(self._proc.wait())
 
+    def finish(self, wait_s: float) -> None:
+        """Close the server's stdin and give it `wait_s` to answer what it read and exit, as it
+        would run without lazyd; then SIGTERM it."""
+        try:
+            self._stdin.close()
+        except OSError:
+            pass
+        try:
+            self._proc.wait(wait_s)
+        except subprocess.TimeoutExpired:
+            self._proc.terminate()
+
     def stop(self) -> None:
         """Close the server's stdin, give it STOP_GRACE_S to exit, then SIGTERM it. Never blocks longer."""
         try:

@@ -21,6 +21,7 @@ before it wrote any) has nothing in flight to answer.
 
 from __future__ import annotations
 
+import array
 import json
 import os
 import select
@@ -46,13 +47,29 @@ _ERROR_TAIL = b',"error":' + json.dumps({"code": LOST_CODE, "message": LOST_MESS
 
 def _exit_if_client_left(wait_s: float, log: Log) -> None:
     """Wait up to `wait_s`; exit 0 if the client closes its end of our stdin meanwhile (a pipe's
-    writers all gone, a socket's peer shut down), without reading what it may have left in it."""
+    writers all gone, a socket's peer shut down) and left nothing in it. Requests it wrote before
+    closing it are still to be answered: the next daemon (or the server run directly) reads them."""
     poller = select.poll()
     poller.register(0, select.POLLRDHUP)
     for _, events in poller.poll(int(wait_s * 1000)):
         if events & (select.POLLHUP | select.POLLRDHUP | select.POLLERR):
-            log("client closed stdin; exiting")
-            os._exit(0)
+            if not _unread_input():
+                log("client closed stdin; exiting")
+                os._exit(0)
+            time.sleep(wait_s)  # closed with lines in it: no poll would wait any more
+
+
+def _unread_input() -> int:
+    """How many bytes wait in our stdin (a pipe or a socket)."""
+    import fcntl
+    import termios
+
+    count = array.array("i", [0])
+    try:
+        fcntl.ioctl(0, termios.FIONREAD, count)
+    except OSError:
+        return 0
+    return count[0]
 
 
 def answer(state: State, region: Region, out: Stdout, log: Log) -> None:

@@ -22,14 +22,18 @@ Rules:
   its original id; then the shim reconnects for up to RECONNECT_WAIT_S, sending the client's
   answered ``initialize`` and its ``notifications/initialized`` as ``resume``. Lines the client sends
   meanwhile are held (bounded) and sent afterwards. If that fails, the server is run directly.
-- Client stdin EOF: exit 0 at once (which closes the socket); nothing is waited for, and nothing
-  more is answered.
+- Client stdin EOF: every request the client wrote before it is still answered, as a server run
+  directly answers what it read before its EOF. The shim stays until the last one is answered,
+  the client closes its stdout, or EOF_WAIT_S pass, then exits 0 (which closes the socket: the
+  daemon cancels upstream whatever is still in flight). With nothing in flight it exits at once.
+  A daemon lost meanwhile costs the lost-connection error for each, and the exit.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import select
 import socket
 import threading
 import time
@@ -40,6 +44,8 @@ from lazyd.errors import ReplayFailed, Unavailable, WireError
 from lazyd.frames import Line
 
 from . import connect
+from lazyd.linepeek import EOF_WAIT_S
+
 from .options import say
 from .stdout import Stdout
 from .peek import error_line, id_key, inspect_line, top_level_fields
@@ -111,7 +117,8 @@ class Relay:
         self._init_key: IdKey | None = None
         self._init_answered = False
         self._initialized_line: bytes | None = None
-        self._leaving = False  # the client closed stdin; the process is exiting
+        self._leaving = False  # the client closed stdin; the shim exits once what it asked is answered
+        self._drained_r, self._drained_w = os.pipe2(os.O_CLOEXEC)  # written once nothing is in flight
         self._head = b""  # client input read before this relay ran (the daemon of a hand-off read it)
         self._head_too_long = False  # ...which is the start of an over-long line to skip
 
@@ -168,6 +175,8 @@ class Relay:
             self._inflight.pop(key, None)
             if key == self._init_key:
                 self._init_answered = True
+            if self._leaving and not self._inflight:
+                os.write(self._drained_w, b"x")  # the stdin thread ends the process
 
     def _resume_lines(self) -> list[bytes]:
         # Caller holds state_lock. Only a handshake the client saw answered is worth resuming.
@@ -181,8 +190,16 @@ class Relay:
     def _recover(self, conn: connect.Connection, reason: str) -> str | None:
         """Answer what was in flight, then reconnect. Returns None on success, else why it failed."""
         with self._state_lock:
-            if self._leaving:
-                os._exit(0)  # the stdin thread is ending the process; nobody is left to answer
+            leaving = self._leaving
+        if leaving:
+            # The client has closed stdin and waits for its answers: the ones still owed get the
+            # lost-connection error, as on any daemon loss, and the shim ends (nothing more can come).
+            with self._state_lock:
+                lost = list(self._inflight.values())
+                self._inflight.clear()
+            self._out.write(b"".join(error_line(i, LOST_CODE, LOST_MESSAGE) + b"\n" for i in lost))
+            self._log(f"daemon lost after the client closed stdin; answered {len(lost)} request(s) with an error")
+            self._out.exit_between_lines(0)
         self._log(f"daemon lost: {reason}")
         _shutdown(conn.sock)
         with self._send_lock:
@@ -304,6 +321,7 @@ class Relay:
                 line, head = head + line, b""
             if not line:
                 self._client_eof()
+                return  # the directly run server is finishing; the main thread's pump ends the shim
             if line.endswith(b"\n"):
                 line = line[:-2] if line.endswith(b"\r\n") else line[:-1]
                 whole = True
@@ -372,14 +390,36 @@ class Relay:
         for request_id in overflow:
             self._out.write_line(error_line(request_id, LOST_CODE, HELD_OVERFLOW_MESSAGE))
 
-    def _client_eof(self) -> NoReturn:
-        self._log("client closed stdin; exiting")
-        with self._state_lock:
-            self._leaving = True
-            child = self._child
+    def _client_eof(self) -> None:
+        with self._send_lock:  # no line of the client's is half sent
+            with self._state_lock:
+                self._leaving = True
+                child = self._child
+                owed = len(self._inflight) if child is None else 0
         if child is not None:
-            child.stop()
+            # Run directly, the server itself sees the EOF (as it would without lazyd) and
+            # answers what it read; the main thread's pump ends the shim when it exits.
+            self._log("client closed stdin; closing the server's stdin")
+            child.finish(EOF_WAIT_S)
+            return
+        if owed:
+            self._log(f"client closed stdin; waiting for the answers to {owed} request(s)")
+            wait_for_answers(self._drained_r, EOF_WAIT_S)
+        self._log("client closed stdin; exiting")
         # The socket is not shut down here: the main thread would take that for a lost daemon and
         # answer in-flight requests to a client that left. Exiting closes it (it is CLOEXEC, so no
-        # child holds a copy) and the daemon detaches the session.
-        os._exit(0)
+        # child holds a copy) and the daemon detaches the session, cancelling what is still in
+        # flight upstream.
+        self._out.exit_between_lines(0)
+
+
+def wait_for_answers(drained: int, wait_s: float) -> None:
+    """Wait until `drained` is readable (nothing in flight any more), the client closes its stdout
+    (nobody would read the answers), or `wait_s` pass."""
+    poller = select.poll()
+    poller.register(drained, select.POLLIN)
+    poller.register(1, 0)  # only POLLERR (a pipe's reader gone) or POLLHUP (a socket's peer)
+    give_up = time.monotonic() + wait_s
+    while (left := give_up - time.monotonic()) > 0:
+        if poller.poll(int(left * 1000) + 1):
+            return

@@ -7,6 +7,8 @@ import threading
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs start-up time
 if TYPE_CHECKING:
+    from typing import NoReturn
+
     from .options import Log
 
 
@@ -29,6 +31,11 @@ class Stdout:
             else:  # no 16 MiB concatenation just to add a newline
                 self._write_all(line)
                 self._write_all(b"\n")
+
+    def exit_between_lines(self, status: int) -> NoReturn:
+        """End the process, but never in the middle of a line another thread is writing."""
+        self._lock.acquire()
+        os._exit(status)
 
     def _write_all(self, data: bytes) -> None:
         view = memoryview(data)

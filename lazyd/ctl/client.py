@@ -63,6 +63,9 @@ class Connection:
         frame = self._exchange(hello, CONNECT_TIMEOUT_S)
         if isinstance(frame, Refusal):
             self.close()
+            if frame.code == "config":  # up under systemd, waiting for the file to be fixed
+                raise CtlError(f"lazyd is waiting for a valid config (it loads it once fixed): {frame.message}",
+                               {"config_error": frame.message})
             raise CtlError(f"lazyd refused the connection: {frame.message}")
         if frame.t != "welcome":
             self.close()

@@ -60,6 +60,7 @@ def cmd_status(args: argparse.Namespace, out: Output) -> int:
         head += _lineage(data.get("daemon"), time.time())
         for pid, sock in others:
             head += f"\nanother lazyd of yours runs (pid {pid}) on {sock}: lazyctl --socket {sock} status"
+        head += fmt.walls(data.get("refused"), data.get("fallbacks"))
         if not rows:
             return f"{head}\nno servers registered yet\n{fmt.summary_line(rows)}"
         lines = [head, fmt.status_table(rows, time.time())]
@@ -143,11 +144,19 @@ def cmd_reload(args: argparse.Namespace, out: Output) -> int:
 
 
 def _lineage(daemon: Any, now: float) -> str:
-    """Uptime across upgrades and the last one, for the status head line ("" before any upgrade)."""
-    if not isinstance(daemon, dict) or not daemon.get("upgrades"):
+    """Uptime across upgrades and the last one, for the status head line ("" before any upgrade),
+    or what a restart after a crash took over."""
+    if not isinstance(daemon, dict):
+        return ""
+    last = daemon.get("last_upgrade")
+    if isinstance(last, dict) and last.get("crash"):
+        servers = last.get("servers")
+        text = (f"\nrestarted after a crash: took over {len(servers) if isinstance(servers, list) else 0} "
+                "servers from the fd store")
+        return text + (f"; {last['reason']}" if last.get("reason") else "")
+    if not daemon.get("upgrades"):
         return ""
     text = f"; up {format_duration(max(0.0, now - float(daemon['started_at'])))} across {daemon['upgrades']} upgrade(s)"
-    last = daemon.get("last_upgrade")
     if isinstance(last, dict) and not last.get("adopted"):
         text += f"\nthe last upgrade could not take the servers over: {last.get('reason')}"
     return text

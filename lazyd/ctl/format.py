@@ -111,3 +111,17 @@ def distinctions(rows: Sequence[Mapping[str, Any]]) -> str:
             env = "env differs: " + ", ".join(names) if names else "env the same"
             lines.append(f"  {str(row['name']):<{width}}  cwd {row.get('cwd') or NONE}; {env}; {share}")
     return "\n".join(lines)
+
+
+def walls(refused: object, fallbacks: object) -> str:
+    """Lines for the status head: connections the daemon refused and shims that ran their server
+    directly, since the daemon started ("" when there were none): the wall an operator must see."""
+    lines = []
+    for title, rows in (("refused since start", refused), ("servers run directly by their shim since start", fallbacks)):
+        if not isinstance(rows, dict) or not rows:
+            continue
+        total = sum(int(row.get("count", 0)) for row in rows.values() if isinstance(row, dict))
+        parts = [f"{row.get('count')} {kind} (last: {shorten(str(row.get('last_reason', '')), 160)})"
+                 for kind, row in sorted(rows.items()) if isinstance(row, dict)]
+        lines.append(f"\n{title}: {total}: " + "; ".join(parts))
+    return "".join(lines)

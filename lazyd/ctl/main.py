@@ -123,7 +123,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("systemd", systemd.cmd_systemd, "install or remove lazyd's systemd user units",
             "Write lazyd.socket and lazyd.service (ExecStart pointing at this installation) to "
             "~/.config/systemd/user, or remove them, and print the systemctl --user commands to run.")
-    p.add_argument("action", choices=("install", "uninstall"))
+    # stop-post: what lazyd.service's ExecStopPost= runs (lazyd/ctl/stop_post.py), not for users.
+    p.add_argument("action", choices=("install", "uninstall", "stop-post"))
     p.add_argument("--unit-dir", metavar="DIR", help="where to write (default: $XDG_CONFIG_HOME/systemd/user)")
     p.add_argument("--force", action="store_true", help="replace or remove unit files lazyctl did not write")
     # wrap, unwrap, reapply, wrap-status: client config editing (lazyd/ctl/wrap/cli.py).

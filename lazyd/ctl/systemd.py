@@ -23,13 +23,14 @@ from pathlib import Path
 from lazyd import procfs
 from lazyd.ctl.client import EXIT_OK
 from lazyd.ctl.commands import Output
+from lazyd.ctl.stop_post import stop_post
 from lazyd.errors import CtlError, SetupError
 from lazyd.paths import resolve_paths
 from lazyd.privatefiles import write_private
 
 MARKER = "# Written by `lazyctl systemd install`; change it with `systemctl --user edit`, not here."
 CONTRIB_EXEC_START = "%h/.local/bin/lazyd"  # where `pip install --user` and pipx put the script
-CONTRIB_EXEC_RELOAD = "%h/.local/bin/lazyctl upgrade"
+CONTRIB_LAZYCTL = "%h/.local/bin/lazyctl"  # ExecReload= and ExecStopPost= run lazyctl from there
 UNIT_FILE_MODE = 0o644  # systemd reads user units as the user; 0644 is what systemctl edit writes
 
 SOCKET_UNIT = """\
@@ -45,6 +46,12 @@ ListenStream=%t/lazyd/lazyd.sock
 SocketMode=0600
 DirectoryMode=0700
 RemoveOnStop=yes
+# A brake for a daemon that keeps failing before it takes the waiting connection (each such exit
+# re-triggers the socket at once): more than 5 starts in 10 s and the socket unit fails
+# ("trigger-limit-hit") instead of looping; shims then start a daemon themselves and show its
+# error. A daemon with a bad config does not fail: it stays up and tells every client why.
+TriggerLimitIntervalSec=10s
+TriggerLimitBurst=5
 
 [Install]
 WantedBy=sockets.target
@@ -70,22 +77,35 @@ ExecStart={exec_start}
 # its servers and sessions, and says RELOADING=1 ... READY=1; lazyctl waits for the new daemon's
 # answer, so `systemctl --user reload lazyd` returns once it is done (and fails if the new
 # daemon could not take the servers over). The new daemon reads the config too.
-ExecReload={exec_reload}
-# lazyd stops its servers itself (stdin EOF, SIGTERM, SIGKILL per process group) on SIGTERM;
-# mixed sends SIGTERM to lazyd alone and SIGKILL to whatever is left after TimeoutStopSec.
-KillMode=mixed
+ExecReload={lazyctl} upgrade
+# A crash must keep the servers (their pipes wait in the fd store for the restarted daemon), so
+# systemd kills the main process alone, never the servers in the cgroup. On stop, lazyd stops its
+# servers itself (stdin EOF, SIGTERM, SIGKILL per process group) on SIGTERM; after a stop that
+# ended (or timed out: a hung lazyd is SIGKILLed after TimeoutStopSec), `lazyctl systemd
+# stop-post` SIGKILLs whatever is still in the cgroup. After a crash or a watchdog abort it
+# leaves the servers to the restarted daemon.
+KillMode=process
+ExecStopPost=-{lazyctl} systemd stop-post
 # lazyd bounds its own shutdown at 15 s; this is the backstop.
 TimeoutStopSec=20s
 Restart=on-failure
 RestartSec=2s
-# Exit status 2 is a bad config file: restarting cannot fix it, the user must.
+# Exit status 2 is a file only the user can fix: restarting cannot fix it. (A bad config does not
+# exit: the daemon stays up, answers every client with the error and loads the file once fixed.)
 RestartPreventExitStatus=2
-# lazyd pings every WatchdogSec/2 from its event loop; a loop stuck this long is restarted.
+# lazyd pings every WatchdogSec/2 from its event loop; a loop stuck this long is aborted
+# (SIGABRT; SIGKILL after TimeoutAbortSec if it is stopped or in the kernel) and restarted, and
+# the new daemon takes the servers over from the fd store.
 WatchdogSec=60s
+TimeoutAbortSec=5s
 # Each server's pipes are kept here (FDSTORE=1), so that after a crash the restarted lazyd
 # takes the servers over instead of losing them; 3 per server process, and 1 for lazyd.
 FileDescriptorStoreMax=1024
 Environment=LAZYD_FDSTORE=1
+# Descriptors: lazyd raises its soft limit to the hard one at start (a session holds 1 to 5, a
+# server about 5), and starts its servers with the soft one, as systemd starts services. These
+# are systemd's defaults since v240, written out for older user managers.
+LimitNOFILE=1024:524288
 
 [Install]
 Also=lazyd.socket
@@ -124,19 +144,19 @@ def exec_start_line(argv: list[str]) -> str:
     return " ".join([quote_exec_arg(argv[0], executable=True), *(quote_exec_arg(a) for a in argv[1:])])
 
 
-def render_units(exec_start: str, *, marker: bool, exec_reload: str = CONTRIB_EXEC_RELOAD) -> dict[str, str]:
-    """Unit name -> text; `exec_start` and `exec_reload` are already quoted command lines."""
+def render_units(exec_start: str, *, marker: bool, lazyctl: str = CONTRIB_LAZYCTL) -> dict[str, str]:
+    """Unit name -> text; `exec_start` and `lazyctl` are already quoted command lines."""
     head = MARKER + "\n" if marker else ""
     return {"lazyd.socket": head + SOCKET_UNIT,
-            "lazyd.service": head + SERVICE_UNIT.replace("{exec_start}", exec_start).replace("{exec_reload}", exec_reload)}
+            "lazyd.service": head + SERVICE_UNIT.replace("{exec_start}", exec_start).replace("{lazyctl}", lazyctl)}
 
 
-def exec_reload_argv() -> list[str]:
-    """`lazyctl upgrade` of this installation (found as `exec_start_argv` finds the daemon)."""
+def lazyctl_argv() -> list[str]:
+    """This installation's lazyctl (found as `exec_start_argv` finds the daemon)."""
     script = Path(sys.executable).parent / "lazyctl"
     if script.is_file() and os.access(script, os.X_OK):
-        return [str(script), "upgrade"]
-    return [sys.executable, "-m", "lazyd.ctl.main", "upgrade"]
+        return [str(script)]
+    return [sys.executable, "-m", "lazyd.ctl.main"]
 
 
 def default_unit_dir() -> Path:
@@ -148,6 +168,8 @@ def default_unit_dir() -> Path:
 
 def cmd_systemd(args: argparse.Namespace, out: Output) -> int:
     unit_dir = Path(args.unit_dir) if args.unit_dir else default_unit_dir()
+    if args.action == "stop-post":
+        return stop_post(os.environ)
     if args.action == "install":
         return _install(unit_dir, args.force, out)
     return _uninstall(unit_dir, args.force, out)
@@ -156,7 +178,7 @@ def cmd_systemd(args: argparse.Namespace, out: Output) -> int:
 def _install(unit_dir: Path, force: bool, out: Output) -> int:
     argv = exec_start_argv()
     try:
-        units = render_units(exec_start_line(argv), marker=True, exec_reload=exec_start_line(exec_reload_argv()))
+        units = render_units(exec_start_line(argv), marker=True, lazyctl=exec_start_line(lazyctl_argv()))
     except ValueError as exc:
         raise CtlError(f"{exc}; install lazyd under another path") from None
     for name in UNIT_NAMES:

@@ -250,7 +250,7 @@ async def adopt_stored(stored: dict[str, int], registry: Registry, lock: Path, s
         if secrets_fd is None:
             raise AdoptionError("the fd store holds no secrets")
         body, written_at = read_state(standby_path(lock))
-        rewire(body, stored)
+        lost_keys = rewire(body, stored)
         for runtime in body.get("runtimes", {}).values():
             proc = runtime.get("proc") if isinstance(runtime, dict) else None
             if isinstance(proc, dict):
@@ -285,6 +285,14 @@ async def adopt_stored(stored: dict[str, int], registry: Registry, lock: Path, s
         if fd not in used:
             os.close(fd)
     registry.children_changed()
-    lineage.last = {"at": time.time(), "from_pid": None, "adopted": True, "reason": None, "crash": True}
-    log.info("restart after a crash: took over %d servers from the fd store: %s", len(names), ", ".join(names))
+    # What was really taken over: a process whose pipes did not come back (systemd drops a pipe
+    # whose other end closed: the server died with the daemon) is not, whatever the state said.
+    took = [r.name for r in registry.runtimes.values() if r.proc is not None]
+    lost = [registry.runtimes[k].name if k in registry.runtimes else k[:12] for k in lost_keys]
+    missing = (f"{len(lost)} servers' pipes did not come back from the fd store (their processes ended with "
+              f"the daemon): {', '.join(lost)}") if lost else None
+    lineage.last = {"at": time.time(), "from_pid": None, "adopted": bool(took), "crash": True,
+                    "servers": took, "lost": lost, "reason": missing}
+    log.info("restart after a crash: took over %d servers from the fd store%s%s", len(took),
+             f": {', '.join(took)}" if took else "", f"; {missing}" if missing else "")
     return True

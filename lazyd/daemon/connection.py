@@ -4,8 +4,8 @@ Per connection a reader (the handler task) and, for sessions, a writer task drai
 bounded outbox. What a connection may cost is bounded, and whatever goes wrong with one
 connection closes that connection only:
 
-- a peer of another uid is closed before anything is read from it, and logged with its pid;
-- beyond ``MAX_CONNECTIONS`` open connections, a new one is accepted and closed at once;
+- a peer of another uid, or one that finds the daemon near its descriptor limit, is judged
+  before anything is read from it (lazyd/daemon/door.py);
 - the hello must arrive within ``HELLO_TIMEOUT_S``, and once any frame has started it must be
   complete within ``FRAME_DEADLINE_S`` (slowloris); between frames a session may idle forever;
 - a bad frame poisons the decoder (lazyd/wire.py) and closes the connection;
@@ -13,9 +13,11 @@ connection closes that connection only:
 - a bug raised while serving a connection is logged with its traceback and closes that
   connection; it never reaches the listener.
 
-The accept loop (``ConnectionHandler.serve``) outlives running out of file descriptors: on
-EMFILE/ENFILE/ENOBUFS/ENOMEM it logs one warning, retries with a doubling delay (waiting clients
-stay in the kernel's backlog meanwhile), and logs once more when accepting works again.
+The accept loop
+(``ConnectionHandler.serve``) outlives running out of file descriptors: on EMFILE/ENFILE it gives
+up its spare descriptor to accept and refuse the waiting connection with the reason (fdlimit.py);
+when even that fails it logs one warning, retries with a doubling delay (clients wait in the
+backlog), and logs once more when accepting works again.
 
 Test seams: ``LAZYD_TEST_HELLO_TIMEOUT_S``, ``LAZYD_TEST_FRAME_DEADLINE_S`` and
 ``LAZYD_TEST_CONTROL_SEND_DEADLINE_S`` in the daemon's environment replace the three deadlines
@@ -29,6 +31,7 @@ import errno
 import logging
 import math
 import os
+import resource
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -38,14 +41,16 @@ from typing import Any
 import trio
 
 from lazyd import wire
+from lazyd.core.admission import Admission
 from lazyd.daemon import handoff, handshakes
 from lazyd.daemon.era_lanes import EraRoute
+from lazyd.daemon.fdlimit import Spare
 from lazyd.daemon import progress
 from lazyd.daemon.conn_state import Live
 from lazyd.daemon.outbox import ConnectionOutbox
 from lazyd.daemon.quiesce import GATE
+from lazyd.daemon.door import Door
 from lazyd.daemon.registry import Registry
-from lazyd.daemon.runtime_dir import peer_credentials
 from lazyd.daemon.supervisor import ServerRuntime
 from lazyd.errors import Refused, SlowPeer, WireError
 from lazyd.frames import AnyFrame, Ctl, ForeignHello, Hello, Line, Progress, Refusal, Reply, Welcome
@@ -62,7 +67,6 @@ READ_BYTES = 256 * 1024  # one receive: up to ~16k tiny frames
 # Frames decoded at a time. A decoded frame costs ~20 times its wire size, so decoding a whole
 # read of tiny frames at once would cost ~5 MiB per connection; the rest waits as bytes.
 FRAMES_PER_BATCH = 64
-MAX_CONNECTIONS = 256  # beyond this, connections are accepted and closed at once (RELIABILITY 34)
 # Frames written in one send: batching cuts syscalls when a server streams many small lines.
 WRITE_BATCH_FRAMES = 64
 # accept(2) errors that mean "out of resources", not "broken listener" (trio's own list).
@@ -182,10 +186,14 @@ class _Frames:
 
 
 class ConnectionHandler:
-    def __init__(self, registry: Registry, control: ControlHandler, limits: Limits | None = None) -> None:
+    def __init__(self, registry: Registry, control: ControlHandler, limits: Limits | None = None,
+                 admission: Admission | None = None) -> None:
         self.registry = registry
         self.control = control
         self.limits = limits if limits is not None else Limits.from_environ(os.environ)
+        self.door = Door(admission if admission is not None else Admission(resource.getrlimit(resource.RLIMIT_NOFILE)[0]),
+                         self.limits.control_send_deadline_s)
+        self.refusals = self.door.refusals
         self.active = 0
         # Open connections as an upgrade's freeze reads them (lazyd/daemon/conn_state.py), and
         # the op that carries an upgrade out on the connection that asked (lazyd/daemon/upgrade.py).
@@ -195,6 +203,7 @@ class ConnectionHandler:
     async def serve(self, listener: trio.SocketListener, *,
                     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Accept connections forever, each served by `self` in its own task (see the docstring)."""
+        spare = Spare()
         async with trio.open_nursery() as handlers, listener:
             task_status.started()
             failures = 0
@@ -207,6 +216,8 @@ class ConnectionHandler:
                 except OSError as exc:
                     if exc.errno not in ACCEPT_CAPACITY_ERRNOS:
                         raise
+                    if exc.errno in (errno.EMFILE, errno.ENFILE) and await spare.refuse_one(listener, partial(self.door.refuse_now, self.active)):
+                        continue
                     if failures == 0:
                         first_failure = trio.current_time()
                         log.warning("cannot accept connections: %s (%s) with %d connections open; "
@@ -225,24 +236,12 @@ class ConnectionHandler:
 
     async def __call__(self, stream: trio.SocketStream) -> None:
         self.active += 1
-        pid = self._admitted(stream)
-        await self.guarded(stream, -1 if pid is None else pid, None if pid is None else partial(self._serve, stream, pid))
-
-    def _admitted(self, stream: trio.SocketStream) -> int | None:
-        """The peer's pid if this connection may be served, else None (the reason logged)."""
-        try:
-            pid, uid, _ = peer_credentials(stream.socket)  # type: ignore[arg-type]
-        except OSError as exc:
-            log.warning("closing a connection whose peer cannot be identified: %s", exc.strerror)
-            return None
-        if uid != os.getuid():
-            log.warning("refused a connection from uid %d (pid %d): not our user", uid, pid)
-            return None
-        if self.active > MAX_CONNECTIONS:
-            log.warning("refused a connection from pid %d: %d connections open (limit %d)",
-                        pid, self.active - 1, MAX_CONNECTIONS)
-            return None
-        return pid
+        admitted = self.door.judge(stream, self.active, len(self.registry.runtimes))
+        if admitted is None:
+            await self.guarded(stream, -1, None)
+            return
+        pid, busy = admitted
+        await self.guarded(stream, pid, partial(self._serve, stream, pid) if busy is None else partial(self.door.refuse, stream, busy))
 
     async def guarded(self, stream: trio.SocketStream, pid: int, serve: Callable[[], Awaitable[None]] | None) -> None:
         """Run `serve` for one connection counted in `active` (a connection accepted here, or one a
@@ -290,6 +289,7 @@ class ConnectionHandler:
         if isinstance(hello, ForeignHello):
             message = (f"wire version {hello.v} is not this daemon's {wire.WIRE_VERSION}: "
                        "restart the daemon (lazyctl stop) so the new version runs")
+            self.refusals.note("version", message)
             await stream.send_all(wire.encode(Refusal("version", message)))
             return
         if not isinstance(hello, Hello):
@@ -394,3 +394,4 @@ class ConnectionHandler:
                 log.warning("closing a control connection that left its reply unread for %g s",
                             self.limits.control_send_deadline_s)
                 return
+

@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
@@ -32,6 +33,8 @@ from lazyd.daemon.check import check_runtime
 from lazyd.daemon.client_env import client_environment, learned_profile
 from lazyd.daemon.proctree import ProcTable, proc_table, process_tree_usage
 from lazyd.daemon.registry import Registry
+from lazyd import fallbacks
+from lazyd.daemon.refusals import Refusals
 from lazyd.daemon.runtime_status import runtime_status
 from lazyd.daemon.supervisor import ServerRuntime
 from lazyd.daemon.wake_sleep import sleep_and_wait, wake_and_wait
@@ -39,6 +42,7 @@ from lazyd.errors import ConfigError
 
 log = logging.getLogger("lazyd.control")
 
+START_TIME = time.time()  # without a lineage (tests that build Control alone): since this module loaded
 Result = tuple[bool, Any, str | None]
 Reload = Callable[[], Awaitable[Mapping[str, list[str]]]]
 
@@ -60,6 +64,7 @@ class Control:
         self.stop_daemon = stop_daemon
         self.reload = reload
         self.lineage: Any = None  # the daemon's Lineage (lazyd/daemon/upgrade.py), set by main
+        self.refusals: Refusals | None = None  # the connections refused (lazyd/daemon/refusals.py), set by main
 
     async def __call__(self, op: str, args: dict[str, Any]) -> Result:
         handler = getattr(self, f"op_{op.replace('-', '_')}", None)
@@ -139,6 +144,10 @@ class Control:
         # A server's name shows every process of it (its other-era lane, NAME@ERA, too).
         rows = [self._status(r, table) for r in runtimes if not names or r.name in names or r.config.name in names]
         data = {"daemon_pid": os.getpid(), "servers": sorted(rows, key=lambda r: str(r["name"]))}
+        if self.refusals is not None:
+            data["refused"] = self.refusals.status()
+        started = self.lineage.started_at if self.lineage is not None else START_TIME
+        data["fallbacks"] = fallbacks.since(str(self.registry.paths.socket), started)
         if self.lineage is not None:  # uptime across upgrades, and the last hand-over (lazyd/daemon/upgrade.py)
             data["daemon"] = {"started_at": self.lineage.started_at, "upgrades": self.lineage.upgrades,
                               "last_upgrade": self.lineage.last}

@@ -130,9 +130,11 @@ async def keep_standby(registry: Registry, store: FdStore, lock: Path, changed: 
         await trio.sleep(STANDBY_MIN_INTERVAL_S)
 
 
-def rewire(state: dict[str, Any], stored: Mapping[str, int]) -> None:
+def rewire(state: dict[str, Any], stored: Mapping[str, int]) -> list[str]:
     """Point each process of a standby state at the descriptors the store gave back; a process
-    whose pipes did not all come back is left out (it is taken for gone)."""
+    whose pipes did not all come back is left out (it is taken for gone). Returns the keys of
+    the runtimes whose process was left out."""
+    lost: list[str] = []
     for key, runtime in state.get("runtimes", {}).items():
         proc = runtime.get("proc") if isinstance(runtime, dict) else None
         if not isinstance(proc, dict):
@@ -143,3 +145,5 @@ def rewire(state: dict[str, Any], stored: Mapping[str, int]) -> None:
             proc["pending"] = ""  # what the old daemon had read of stdout died with it
         else:
             runtime["proc"] = None
+            lost.append(key)
+    return lost

@@ -9,8 +9,10 @@ over again is in the region (lazyd/daemon/handoff_ledger.py, lazyd/handoff_state
 
 How a hand-off session ends, and what the shim is told:
 
-- the client closes stdin (or its stdout): the shim is sent one newline, its cue to exit 0, and
-  the session is detached (calls in flight are cancelled upstream), as when a shim sees EOF;
+- the client closes stdin: what it asked before is still answered (until nothing is in flight,
+  its stdout closes, or EOF_WAIT_S pass); then the shim is sent one newline, its cue to exit 0,
+  and the session is detached (what is still in flight is cancelled upstream). A client closing
+  its stdout ends the session at once;
 - the shim's socket closes (the client killed the shim's process group): the session is detached
   and the daemon's copies of the pipes are closed, so the client sees its server's stdout end;
 - the daemon lets go itself (the client stopped reading and its outbox is full, a reload replaced
@@ -49,13 +51,14 @@ from lazyd.daemon.supervisor import ServerRuntime
 from lazyd.errors import Refused
 from lazyd.frames import Hello, Refusal, Welcome
 from lazyd.handoff_state import LANDING_BYTES, Region, is_region, read_state
-from lazyd.linepeek import ID_SCAN_BYTES, error_line, id_key, top_level_fields
+from lazyd.linepeek import EOF_WAIT_S, ID_SCAN_BYTES, error_line, id_key, top_level_fields
 
 log = logging.getLogger("lazyd.conn")
 
 PASSED_FDS = 3  # the client's stdin, its stdout, the region: in this order
 TOO_LONG_CODE = -32600
 EXIT_CUE = b"\n"  # to the shim: the client left, exit 0
+STDOUT_CHECK_S = 0.25  # while answering after the client's EOF: how often to see if its stdout closed
 
 
 async def receive_with_fds(sock: Any, size: int, fds: list[int]) -> bytes:
@@ -181,6 +184,7 @@ class HandoffSession:
                     nursery.start_soon(outbox.run_writer)
                     nursery.start_soon(self._watch_shim)
                     await self._read_client()
+                    await self._drain()
                     self._client_gone()
         finally:
             self._finish(route, outbox)
@@ -224,6 +228,22 @@ class HandoffSession:
                         self.outbox.cid if self.outbox else 0, self.pid)
         self.cancel.cancel()
 
+    async def _drain(self) -> None:
+        """The client closed its stdin: answer what it asked before (as a server run directly
+        does) until nothing is in flight, its stdout closes, or EOF_WAIT_S pass."""
+        ledger, ends = self.ledger, self.ends
+        if not ledger.inflight:
+            return
+        log.info("session %d: the client closed stdin; waiting for %d answer(s)",
+                 self.outbox.cid if self.outbox else 0, ledger.inflight)
+        answered = trio.Event()
+        ledger.on_empty = answered.set
+        with trio.move_on_after(EOF_WAIT_S):
+            while ledger.inflight and not ends.out_closed():
+                with trio.move_on_after(STDOUT_CHECK_S):
+                    await answered.wait()
+        ledger.on_empty = None
+
     # ---- the client's stdin ----------------------------------------------------------------------
 
     async def _read_client(self) -> None:
@@ -250,6 +270,7 @@ class HandoffSession:
                     waited = True
                     continue
                 if not got:
+                    self._last_line()
                     return
                 size, emptied = got, got < LANDING_BYTES
                 if not waited:
@@ -303,6 +324,20 @@ class HandoffSession:
                 self.ledger.head_relayed()
             start = newline + 1
         self.ledger.head(buffer, self.discarding)
+
+    def _last_line(self) -> None:
+        """At EOF, a last line without its newline is still a line (as the frame path reads it)."""
+        if not self.buffer and not self.discarding:
+            return
+        line = bytes(self.buffer)
+        self.buffer.clear()
+        self.ledger.head_relayed()
+        if self.discarding:
+            self.discarding = False
+            self._too_long(line)
+        else:
+            self._line(line)
+        self.ledger.head(self.buffer, False)
 
     def _line(self, line: bytes) -> None:
         if line.endswith(b"\r"):

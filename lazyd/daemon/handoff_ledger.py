@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import mmap
 import os
+from collections.abc import Callable
 
 from lazyd.handoff_state import HEAD_OFFSET, LANDING_BYTES, LANDING_OFFSET, Region, State
 from lazyd.linepeek import id_key, inspect_line
@@ -56,6 +57,7 @@ class Ledger:
                 self._init_key = handshake.requests[0][0] if handshake.requests else None
         self._held = 0
         self._dirty = False
+        self.on_empty: Callable[[], None] | None = None  # called when the last request in flight leaves
         self._head_peak = self.state.head_len
         self._head_written = self.state.head_len  # bytes of the current partial line in the region
         self._head_new = False  # the recorded head was relayed: the next one goes to the other area
@@ -86,6 +88,8 @@ class Ledger:
             if key == self._init_key:
                 self.state.init_answered = True
             self._changed()
+            if not self._inflight and self.on_empty is not None:
+                self.on_empty()
 
     def torn(self, torn: bool) -> None:
         """Whether the client's stdout now ends in the middle of a line."""

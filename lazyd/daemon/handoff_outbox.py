@@ -133,6 +133,14 @@ class ClientEnds:
                 raise BrokenPipeError(exc.errno, exc.strerror) from None
             raise
 
+    def out_closed(self) -> bool:
+        """Whether the client closed its end of its stdout (a pipe's reader gone, a socket's peer)."""
+        import select
+
+        poller = select.poll()
+        poller.register(self.out_fd, 0)  # POLLERR and POLLHUP are always reported
+        return bool(poller.poll(0))
+
     async def wait_readable(self) -> None:
         await trio.lowlevel.wait_readable(self.in_fd)
 

@@ -5,7 +5,10 @@ the start-up record live there), read the config and the identity key (exit 1 fo
 environment, 2 for a file the user must fix, each with one line on stderr, in the daemon log and
 in the start-up record `lazyctl status` shows; see lazyd.daemon.startup), take the single-instance
 lock, then adopt the systemd socket or bind our own (a live socket is never replaced), and only
-then enter trio. A daemon that fails after binding removes its socket again. On SIGTERM/SIGINT or `lazyctl stop` the
+then enter trio. A socket-activated daemon with a file the user must fix does not exit (the
+waiting connection would start it again at once): it stays up, tells every client why and starts
+once the file loads (lazyd.daemon.config_wait). A daemon that fails after binding removes its
+socket again. On SIGTERM/SIGINT or `lazyctl stop` the
 daemon first closes its listener and drops every connection (shims reconnect to the next daemon),
 then stops every server by the ladder, in parallel, removes its socket (unless systemd owns it)
 and exits 0.
@@ -23,7 +26,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
-import logging.handlers
 import os
 import signal
 import socket
@@ -37,17 +39,20 @@ import trio
 
 from lazyd import sockpath
 from lazyd.config import Config, load_config
-from lazyd.daemon import orphans, startup
+from lazyd.core.admission import Admission
+from lazyd.daemon import fdlimit, orphans, startup
+from lazyd.daemon.config_wait import wait_for_files
 from lazyd.daemon.adopt import adopt, adopt_stored, take_envelope
-from lazyd.daemon.fdstore import FdStore, keep_standby, stored_fds
+from lazyd.daemon.fdstore import FdStore, keep_standby, standby_path, stored_fds
 from lazyd.daemon.heap import TRIMMER
 from lazyd.daemon.registry_state import drop_stale_named
 from lazyd.daemon.connection import ConnectionHandler
 from lazyd.daemon.control import Control, status_summary
+from lazyd.daemon.daemon_log import PrivateRotatingFileHandler
 from lazyd.daemon.notify import Notifier
 from lazyd.daemon.registry import Registry
 from lazyd.daemon.cache_store import CacheStore, load_or_create_secret
-from lazyd.daemon.runtime_dir import acquire_instance_lock, adopt_activated_socket, bind_unix_socket, socket_identity
+from lazyd.daemon.runtime_dir import acquire_instance_lock, adopt_activated_socket, release_instance_lock, bind_unix_socket, socket_identity
 from lazyd.daemon.systemd_env import ACTIVATION_VARS, NOTIFY_VARS
 from lazyd.daemon.upgrade import Lineage, Upgrader
 from lazyd.daemon.upgrade_state import Envelope
@@ -59,6 +64,7 @@ log = logging.getLogger("lazyd")
 
 DAEMON_LOG_BYTES = 4 * 1024 * 1024  # the daemon's own log rotates at this size, one backup kept
 SHUTDOWN_BOUND_S = 15.0  # every ladder is 2 s + 2 s; this bounds a shutdown stuck on anything else
+LOW_NOFILE = 4096  # a descriptor limit below this one, not raisable, is worth a warning at start
 OWNERSHIP_CHECK_INTERVAL_S = 5.0  # an lstat costs microseconds; 5 s keeps exit well inside a minute
 
 
@@ -109,8 +115,7 @@ def _setup_logging(paths: Paths, verbose: bool) -> None:
     root.addHandler(stderr)
     try:
         paths.state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        handler = logging.handlers.RotatingFileHandler(
-            paths.state_dir / "lazyd.log", maxBytes=DAEMON_LOG_BYTES, backupCount=1)
+        handler = PrivateRotatingFileHandler(paths.state_dir / "lazyd.log", DAEMON_LOG_BYTES, 1)
         handler.setFormatter(fmt)
         root.addHandler(handler)
     except OSError as exc:
@@ -119,6 +124,8 @@ def _setup_logging(paths: Paths, verbose: bool) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     parser = _parser()
+    # First: everything after (the lock, the socket, the servers, every session) counts against it.
+    limit = fdlimit.raise_soft_limit()
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:
@@ -148,15 +155,22 @@ def main(argv: list[str] | None = None) -> None:
     except SetupError as exc:
         startup.fail(paths, str(exc), startup.EXIT_SETUP, record=False)
     config_path = Path(args.config) if args.config else paths.config_file
-    try:
-        config = load_config(config_path, os.environ)
-        if args.config and config.source is None:
+
+    def load_files() -> tuple[Config, bytes]:
+        loaded = load_config(config_path, os.environ)
+        if args.config and loaded.source is None:
             # The default file may be missing (no config is a fine config); a file named on the
             # command line is one the user expects to be used.
             raise ConfigError(f"{config_path}: no such file (--config names a file that must exist)")
-        secret = load_or_create_secret(paths.state_dir)
+        return loaded, load_or_create_secret(paths.state_dir)
+
+    bad_file: str | None = None  # a socket-activated daemon waits for the fix (lazyd/daemon/config_wait.py)
+    try:
+        config, secret = load_files()
     except (ConfigError, StateFileError) as exc:
-        startup.fail(paths, str(exc), startup.EXIT_BAD_FILE, record=private_runtime)
+        if activated is None:
+            startup.fail(paths, str(exc), startup.EXIT_BAD_FILE, record=private_runtime)
+        bad_file = str(exc)
     except OSError as exc:
         startup.fail(paths, f"cannot prepare the state dir {paths.state_dir}: {exc.strerror or exc}",
                      startup.EXIT_SETUP, record=private_runtime)
@@ -181,11 +195,29 @@ def main(argv: list[str] | None = None) -> None:
     where = paths.socket if activated is None else startup.socket_name(activated, paths.socket)
     log.info("lazyd %d listening on %s%s%s", os.getpid(), where, " (socket activation)" if is_activated else "",
              f" (upgraded from lazyd {envelope.from_pid})" if envelope is not None else "")
+    if limit.soft != limit.inherited:
+        log.info("descriptor limit %d (raised from %d; hard %d); servers get %d", limit.soft, limit.inherited,
+                 limit.hard, limit.inherited)
+    elif limit.soft < LOW_NOFILE:
+        log.warning("descriptor limit %d, and the hard limit is no higher: connections are refused near it "
+                    "(a session takes 1 to 5); raise LimitNOFILE= or `ulimit -Hn`", limit.soft)
     # Where shims that compute another socket path (a client without XDG_RUNTIME_DIR) find us.
     record = sockpath.record_daemon(os.environ, os.getpid(), str(where))
+    notify_env = {k: os.environ[k] for k in NOTIFY_VARS if k in os.environ}  # a successor needs them
+    notifier = Notifier.from_environ()  # takes NOTIFY_SOCKET/WATCHDOG_* out of os.environ
     try:
+        if bad_file is not None:
+            startup.report(paths, bad_file, startup.EXIT_BAD_FILE, record=private_runtime)
+            files = trio.run(partial(wait_for_files, sock, load_files, bad_file, config_path, notifier,
+                                     partial(startup.report, paths, status=startup.EXIT_BAD_FILE,
+                                             record=private_runtime, stderr=False)))
+            startup.clear_record(paths)
+            if files is None:
+                raise SystemExit(0)
+            config, secret = files
         trio.run(partial(serve, sock, paths, config, config_path, is_activated,
-                         args.ownership_check_interval, secret, lock_fd=lock_fd, envelope=envelope, stored=stored))
+                         args.ownership_check_interval, secret, lock_fd=lock_fd, envelope=envelope, stored=stored,
+                         notifier=notifier, notify_env=notify_env, nofile=limit.soft))
     except Exception as exc:
         # A bug, not a user's mistake: the traceback goes to the log file, one line to stderr.
         log.critical("lazyd stopped by an internal error: %r", exc, exc_info=True)
@@ -196,15 +228,19 @@ def main(argv: list[str] | None = None) -> None:
         if record is not None:
             with contextlib.suppress(OSError):
                 os.unlink(record)
-        os.close(lock_fd)
+        release_instance_lock(paths.lock, lock_fd)
     raise SystemExit(0)
 
 
 async def serve(sock: socket.socket, paths: Paths, config: Config, config_path: Path, activated: bool,
                 ownership_check_interval_s: float, secret: bytes, *, lock_fd: int = -1,
-                envelope: Envelope | None = None, stored: dict[str, int] | None = None) -> None:
-    notify_env = {k: os.environ[k] for k in NOTIFY_VARS if k in os.environ}  # a successor needs them
-    notifier = Notifier.from_environ()  # first: takes NOTIFY_SOCKET/WATCHDOG_* out of os.environ
+                envelope: Envelope | None = None, stored: dict[str, int] | None = None,
+                notifier: Notifier | None = None, notify_env: dict[str, str] | None = None,
+                nofile: int | None = None) -> None:
+    if notifier is None:
+        notify_env = {k: os.environ[k] for k in NOTIFY_VARS if k in os.environ}  # a successor needs them
+        notifier = Notifier.from_environ()  # first: takes NOTIFY_SOCKET/WATCHDOG_* out of os.environ
+    notify_env = notify_env or {}
     fdstore = FdStore.from_environ(notify_env, os.environ)
     stored = stored or {}
     if envelope is None and not stored:  # after an upgrade the servers state.json names are ours to take over
@@ -216,10 +252,11 @@ async def serve(sock: socket.socket, paths: Paths, config: Config, config_path: 
     async with trio.open_nursery() as nursery:
         registry = Registry(config, paths, secret, store, nursery, dict(os.environ))
         control = Control(registry, stop, partial(reload_config, registry, config_path))
-        handler = ConnectionHandler(registry, control)
+        handler = ConnectionHandler(registry, control, admission=None if nofile is None else Admission(nofile))
+        control.refusals = handler.refusals
         lineage = control.lineage = Lineage()
         upgrader = Upgrader(registry, handler, paths, listener=sock.fileno(), lock=lock_fd, activated=activated,
-                            notifier=notifier, notify_env=notify_env, lineage=lineage)
+                            notifier=notifier, notify_env=notify_env, lineage=lineage, config_path=config_path)
         handler.upgrade = upgrader
         if envelope is not None:
             await adopt(envelope, registry, handler, lineage)
@@ -258,6 +295,10 @@ async def serve(sock: socket.socket, paths: Paths, config: Config, config_path: 
         if bound_identity is not None and socket_identity(paths.socket) == bound_identity:
             os.unlink(paths.socket)
         nursery.cancel_scope.cancel()
+    # The standby state describes servers that are gone now: a clean stop leaves nothing behind
+    # (a crash never gets here, and the restarted daemon needs it).
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(standby_path(paths.lock))
     log.info("stopped")
 
 

@@ -17,6 +17,7 @@ import trio
 from lazyd import procfs
 from lazyd.config import WakePredicate
 from lazyd.durations import format_duration
+from lazyd.daemon import fdlimit
 from lazyd.daemon.systemd_env import scrubbed_environ
 
 __all__ = ["run_predicate"]
@@ -39,7 +40,7 @@ async def run_predicate(wake: WakePredicate, cwd: str, env: Mapping[str, str], n
         proc = await trio.lowlevel.open_process(
             list(wake.argv), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL, cwd=cwd, env=scrubbed_environ(env), start_new_session=True,
-            close_fds=True,
+            close_fds=True, preexec_fn=fdlimit.child_preexec(),  # the descriptor limit the daemon inherited
         )
     except OSError as exc:
         log.warning("[%s] wake predicate cannot run: %s", name, exc)

@@ -43,6 +43,7 @@ from typing import AsyncIterator
 import trio
 
 from lazyd import procfs
+from lazyd.daemon import fdlimit
 from lazyd.daemon.command import ExitInfo, SpawnSpec, executable_for
 from lazyd.daemon.logring import LogRing
 from lazyd.daemon.process_handle import ProcessHandle
@@ -360,9 +361,8 @@ async def _launch(spec: SpawnSpec) -> ChildProcess:
             stderr=subprocess.PIPE,
             cwd=spec.cwd,
             env=scrubbed_environ(spec.env),  # without systemd's per-service variables
-            start_new_session=True,
-            close_fds=True,
-        )
+            start_new_session=True, close_fds=True,
+            preexec_fn=fdlimit.child_preexec())  # the descriptor limit the daemon inherited
     except OSError as exc:
         err = exc.errno or errno.EIO
         message = f"cannot execute '{spec.argv[0]}': {os.strerror(err)}"
@@ -373,12 +373,12 @@ async def _launch(spec: SpawnSpec) -> ChildProcess:
         # Nobody has waited for the child yet, so this pid is surely still ours.
         pidfd = os.pidfd_open(process.pid)
         start_ticks = procfs.start_time_ticks(process.pid)
-    except OSError:
+    except OSError as exc:
         with trio.CancelScope(shield=True):
             os.killpg(process.pid, signal.SIGKILL)
             await process.wait()
-        ring.close()
-        raise
+        ring.close()  # out of descriptors, most likely: a failed start (backoff), never a crash
+        raise SpawnError(exc.errno or errno.EIO, f"cannot watch '{spec.argv[0]}': {exc.strerror}") from None
     ring.note(f"started pid {process.pid}: {executable}")
     _widen_pipes(process)
     return ChildProcess(process, spec, ring, pidfd, start_ticks)

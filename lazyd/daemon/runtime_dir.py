@@ -41,6 +41,7 @@ log = logging.getLogger("lazyd.runtime")
 MAX_SUN_PATH_BYTES = 108
 # Owner read/write only: the directory already protects the socket, this is the second wall.
 SOCKET_MODE = 0o600
+LOCK_ATTEMPTS = 10  # each retry means another daemon exited in between: rare
 LOCK_MODE = 0o600
 # umask during bind(): masks everything but owner rw, so the socket never exists with wider bits.
 BIND_UMASK = 0o177
@@ -55,27 +56,57 @@ def acquire_instance_lock(path: Path) -> int:
 
     The file is created 0600, never through a symlink, and holds the owner's pid for diagnostics.
     Raises AlreadyRunning when another process holds it, SetupError when the file is unusable.
+
+    The daemon removes the file when it exits (`release_instance_lock`), so a lock taken on a
+    file that was removed meanwhile (its holder exited between our open and our flock) is no
+    lock at all: the path is checked to still name the locked file, and opened again if not.
     """
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, LOCK_MODE)
-    except OSError as error:
-        if error.errno == errno.ELOOP:
-            raise SetupError(f"refusing lock file {path}: it is a symlink") from None
-        raise SetupError(f"cannot open lock file {path}: {error.strerror}") from None
-    try:
-        _check_lock_file(path, fd)
+    for _ in range(LOCK_ATTEMPTS):
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
-            detail = f" (pid {holder})" if holder.isdigit() else ""
-            raise AlreadyRunning(f"lazyd is already running{detail}: lock {path} is held") from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode("ascii"), 0)
-    except BaseException:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, LOCK_MODE)
+        except OSError as error:
+            if error.errno == errno.ELOOP:
+                raise SetupError(f"refusing lock file {path}: it is a symlink") from None
+            raise SetupError(f"cannot open lock file {path}: {error.strerror}") from None
+        try:
+            _check_lock_file(path, fd)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+                detail = f" (pid {holder})" if holder.isdigit() else ""
+                raise AlreadyRunning(f"lazyd is already running{detail}: lock {path} is held") from None
+            if not _names(path, fd):
+                os.close(fd)
+                continue  # the holder removed it as it exited: lock the file the path names now
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode("ascii"), 0)
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+    raise SetupError(f"cannot take the lock {path}: it keeps being removed")
+
+
+def release_instance_lock(path: Path, fd: int) -> None:
+    """Remove the lock file (while still holding it, and only if the path names it) and close it:
+    a daemon that stopped leaves nothing in the runtime dir."""
+    try:
+        if _names(path, fd):
+            os.unlink(path)
+    except OSError:
+        pass
+    finally:
         os.close(fd)
-        raise
-    return fd
+
+
+def _names(path: Path, fd: int) -> bool:
+    """Whether `path` is the file open on `fd`."""
+    try:
+        here, held = os.stat(path, follow_symlinks=False), os.fstat(fd)
+    except OSError:
+        return False
+    return (here.st_dev, here.st_ino) == (held.st_dev, held.st_ino)
 
 
 def _check_lock_file(path: Path, fd: int) -> None:

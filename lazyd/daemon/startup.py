@@ -36,7 +36,7 @@ from typing import NoReturn
 from lazyd.paths import MAX_START_RECORD_BYTES, Paths, start_record_path
 from lazyd.privatefiles import write_private
 
-__all__ = ["EXIT_SETUP", "EXIT_BAD_FILE", "EXIT_INTERNAL", "LOG_FORMAT", "OneLineFormatter", "fail",
+__all__ = ["EXIT_SETUP", "EXIT_BAD_FILE", "EXIT_INTERNAL", "LOG_FORMAT", "OneLineFormatter", "fail", "report",
            "clear_record", "detach_stderr", "socket_name"]
 
 EXIT_SETUP = 1
@@ -66,6 +66,15 @@ def fail(paths: Paths | None, message: str, status: int, *, record: bool = True)
         if record:
             _write_record(paths, message, status)
     raise SystemExit(status)
+
+
+def report(paths: Paths, message: str, status: int, *, record: bool = True, stderr: bool = True) -> None:
+    """What `fail` writes, without exiting: a daemon that stays up to say why (a socket-activated
+    daemon with a bad config, lazyd/daemon/config_wait.py) records the reason the same way."""
+    if stderr:
+        print(f"lazyd: {message}", file=sys.stderr, flush=True)
+    if record:
+        _write_record(paths, message, status)
 
 
 def clear_record(paths: Paths) -> None:

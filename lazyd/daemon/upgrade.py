@@ -29,9 +29,12 @@ import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import trio
+
+from lazyd.config import load_config
 
 from lazyd.daemon.conn_state import ConnectionState, Live, SessionState, inbound_bytes
 from lazyd.daemon.connection import ConnectionHandler
@@ -44,6 +47,7 @@ from lazyd.daemon.registry import Registry
 from lazyd.daemon.registry_state import registry_state
 from lazyd.daemon.supervisor import ServerRuntime
 from lazyd.daemon.upgrade_state import ENVELOPE_ENV, TEST_FAULT_ENV, Envelope, state_path, write_secrets, write_state
+from lazyd.errors import ConfigError
 from lazyd.paths import Paths
 
 __all__ = ["Upgrader", "Lineage", "SETTLE_BOUND_S"]
@@ -68,8 +72,10 @@ class Upgrader:
     """Carries an upgrade out; `handler.upgrade` and the SIGUSR2 handler call it."""
 
     def __init__(self, registry: Registry, handler: ConnectionHandler, paths: Paths, *, listener: int, lock: int,
-                 activated: bool, notifier: Notifier, notify_env: Mapping[str, str], lineage: Lineage) -> None:
+                 activated: bool, notifier: Notifier, notify_env: Mapping[str, str], lineage: Lineage,
+                 config_path: Path | None = None) -> None:
         self.registry, self.handler, self.paths = registry, handler, paths
+        self.config_path = config_path
         self.listener_fd, self.lock_fd, self.activated = listener, lock, activated
         self.notifier, self.notify_env, self.lineage = notifier, dict(notify_env), lineage
         self._busy = False
@@ -78,6 +84,14 @@ class Upgrader:
         """Hand over to a new lazyd; returns only when that failed (the successor answers `reply`)."""
         if self._busy:
             return False, None, "an upgrade is already under way"
+        if self.config_path is not None:
+            # The successor reads the config first thing; one it cannot load would make it exit
+            # with every server it was handed. Refused here instead, with the reason.
+            try:
+                await trio.to_thread.run_sync(load_config, self.config_path, dict(os.environ))
+            except ConfigError as exc:
+                log.error("upgrade refused: %s", exc)
+                return False, None, f"upgrade refused, going on as before: {exc}"
         self._busy = True
         began = time.time()
         log.info("upgrade: quiescing %d servers and %d connections", len(self.registry.runtimes),

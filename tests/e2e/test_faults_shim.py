@@ -12,6 +12,7 @@ import json
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -20,8 +21,11 @@ from tests.conftest import UserEnv, start_daemon
 from tests.e2e.shim_paths import ShimPath, shim_path  # noqa: F401 (shim_path is a fixture)
 from tests.e2e.faults_support import (
     DEADLINE_S,
+    INIT_PARAMS,
     alive,
+    call,
     daemon_log,
+    lazyctl,
     peak_rss_kib,
     reset_peak_rss,
     server_status,
@@ -43,9 +47,11 @@ def _methods(log: Path) -> list[str]:
     return log.read_text().splitlines() if log.exists() else []
 
 
-def test_a_client_closing_stdin_ends_its_shim_with_0_and_its_calls_are_cancelled_upstream_while_the_server_lingers(
+def test_a_client_closing_stdin_and_then_stdout_ends_its_shim_with_0_and_its_calls_are_cancelled_upstream(
     user_env: UserEnv, tmp_path: Path, shim_path: ShimPath,
 ) -> None:
+    # A client that closes stdin still gets what it asked (see the test below); one that also
+    # closes its stdout (it is gone) ends the session at once, and the daemon cancels upstream.
     methods = tmp_path / "methods.log"
     shim = shim_path.started(user_env, env={"FIXTURE_LOG": str(methods)})
     try:
@@ -55,8 +61,12 @@ def test_a_client_closing_stdin_ends_its_shim_with_0_and_its_calls_are_cancelled
         server = int(text_of(shim.read()))
         shim.send(tool_call(2, "sleep", {"seconds": 60}), tool_call("3", "sleep", {"seconds": 60}))
         wait_for(lambda: _methods(methods).count("tools/call") == 3, "the two sleeps to reach the server")
-        assert shim.close_stdin_and_wait() == 0
-        assert shim.proc.stdout is not None and shim.proc.stdout.read() == b"", "nothing is answered after EOF"
+        assert shim.proc.stdin is not None and shim.proc.stdout is not None
+        shim.proc.stdin.close()
+        time.sleep(0.5)  # time enough for a shim that does not wait to be gone
+        assert shim.proc.poll() is None, "the shim left with two calls unanswered"
+        shim.proc.stdout.close()
+        assert shim.proc.wait(DEADLINE_S) == 0
         wait_for(lambda: _methods(methods).count("notifications/cancelled") == 2, "a cancel for each call in flight")
         # The server stays for its linger (10 minutes by default), with nothing in flight.
         (status,) = server_status(user_env)
@@ -64,6 +74,51 @@ def test_a_client_closing_stdin_ends_its_shim_with_0_and_its_calls_are_cancelled
         assert alive(server)
     finally:
         shim.close()
+
+
+ONE_SHOT: list[dict[str, Any]] = [
+    {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": INIT_PARAMS},
+    {"jsonrpc": "2.0", "method": "notifications/initialized"},
+    {"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
+    tool_call(2, "echo", {"text": "one shot"}),
+    tool_call("3", "sleep", {"seconds": 0.5}),
+]
+
+
+@pytest.mark.parametrize("server", ["running", "asleep"])
+def test_every_request_a_client_wrote_before_closing_stdin_is_answered_before_the_shim_exits(
+    user_env: UserEnv, tmp_path: Path, shim_path: ShimPath, server: str,
+) -> None:
+    # `printf '%s\n' "$INIT" "$INITIALIZED" "$LIST" "$CALL" | lazyd-shim -- SERVER`: a server run
+    # directly answers all of it before it exits, and so must the shim, whichever path it takes.
+    warm = shim_path.started(user_env)
+    try:
+        warm.initialize()
+        text_of(call(warm, 1, "pid"))  # the cache is filled, the server runs
+        if server == "asleep":
+            assert warm.close_stdin_and_wait() == 0
+            (status,) = server_status(user_env)
+            assert lazyctl(user_env, "sleep", status["name"]).returncode == 0
+            wait_for(lambda: server_status(user_env)[0]["state"] == "sleeping", "the server to sleep")
+        shim_log = tmp_path / "shim.log"
+        one = shim_path.started(user_env, env={"LAZYD_LOG_FILE": str(shim_log)})
+        try:
+            one.send(*ONE_SHOT)
+            assert one.proc.stdin is not None and one.proc.stdout is not None
+            one.proc.stdin.close()
+            out = one.proc.stdout.read()  # to EOF: every byte the shim writes before it exits
+            assert one.proc.wait(DEADLINE_S) == 0
+        finally:
+            one.close()
+        answers = [json.loads(line) for line in out.splitlines()]
+        ids = [json.dumps(a["id"]) for a in answers if "id" in a]
+        assert sorted(ids) == ['"3"', "0", "1", "2"], answers  # each once, 3 as a string
+        by_id = {json.dumps(a["id"]): a for a in answers if "id" in a}
+        assert "result" in by_id["0"] and "tools" in by_id["1"]["result"], answers
+        assert (text_of(by_id["2"]), text_of(by_id['"3"'])) == ("one shot", "slept 0.5")
+        assert ("handed off" in shim_log.read_text()) == shim_path.handoff
+    finally:
+        warm.close()
 
 
 def test_a_client_that_stops_reading_is_disconnected_at_its_outbox_budget_while_other_sessions_keep_working(

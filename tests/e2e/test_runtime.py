@@ -21,6 +21,7 @@ import pytest
 
 from lazyd import sockpath
 from lazyd.daemon.runtime_dir import (
+    release_instance_lock,
     acquire_instance_lock,
     adopt_activated_socket,
     bind_unix_socket,
@@ -404,6 +405,35 @@ def test_the_instance_lock_is_free_again_once_its_holder_closes_it(tmp_path: Pat
     after = run_python(HOLD_LOCK, str(lock))
     assert after.returncode == 0, after.stdout + after.stderr
     assert after.stdout.strip() == "locked"
+
+
+def test_a_released_instance_lock_leaves_no_file_and_a_lock_on_a_removed_file_is_taken_again(tmp_path: Path) -> None:
+    lock = tmp_path / "lazyd.lock"
+    release_instance_lock(lock, acquire_instance_lock(lock))
+    assert not lock.exists()  # a stopped daemon leaves nothing in the runtime dir
+    # A daemon that opened the file just before its holder removed it must not lock that
+    # removed file: it would then run beside a third daemon that locked a new one.
+    stale = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
+    os.unlink(lock)
+    real = os.open
+    opened: list[int] = []
+
+    def open_stale_first(path: object, flags: int, mode: int = 0o777) -> int:
+        if path == lock and not opened:
+            opened.append(stale)
+            return stale  # what the racing open saw: the file its holder removed next
+        return real(path, flags, mode)  # type: ignore[arg-type]
+
+    os.open = open_stale_first  # type: ignore[assignment]
+    try:
+        fd = acquire_instance_lock(lock)
+    finally:
+        os.open = real
+    try:
+        assert os.fstat(fd).st_ino == os.stat(lock).st_ino  # the lock is on the file the path names
+    finally:
+        release_instance_lock(lock, fd)
+    assert not lock.exists()
 
 
 def test_a_holder_killed_with_sigkill_releases_the_instance_lock(tmp_path: Path) -> None:

@@ -384,15 +384,28 @@ def test_twenty_shims_racing_to_autostart_end_with_exactly_one_daemon(world: Wor
     assert live_processes_running(world.daemon_script) == world.daemon_pids()
 
 
-def test_stdin_eof_makes_the_shim_exit_0_without_waiting_for_answers(world: World) -> None:
+def test_stdin_eof_with_nothing_in_flight_makes_the_shim_exit_0_at_once(world: World) -> None:
+    shim = world.shim()
+    shim.send(request(1))
+    assert shim.read_json()["id"] == 1
+    assert shim.close_stdin_and_wait() == 0
+    wait_for(lambda: records(world.records, "closed"), "the daemon to see the session close")
+    assert shim.proc.stdout is not None and shim.proc.stdout.read() == b""
+
+
+def test_after_stdin_eof_the_shim_waits_for_its_answers_until_the_client_closes_its_stdout(world: World) -> None:
     shim = world.shim()
     shim.send(request(1))
     assert shim.read_json()["id"] == 1
     shim.send(request(2, "hang"))  # never answered
     wait_for(lambda: len(records(world.records, "lines")) == 2, "the daemon to receive the request")
-    assert shim.close_stdin_and_wait() == 0
+    assert shim.proc.stdin is not None and shim.proc.stdout is not None
+    shim.proc.stdin.close()
+    time.sleep(0.5)  # time enough for a shim that does not wait to be gone
+    assert shim.proc.poll() is None and not records(world.records, "closed"), "it left with a request unanswered"
+    shim.proc.stdout.close()  # the client is gone: nobody reads an answer any more
+    assert shim.proc.wait(DEADLINE_S) == 0
     wait_for(lambda: records(world.records, "closed"), "the daemon to see the session close")
-    assert shim.proc.stdout is not None and shim.proc.stdout.read() == b""
 
 
 def test_sigterm_makes_the_shim_exit_quietly(world: World) -> None:

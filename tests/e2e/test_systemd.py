@@ -27,7 +27,7 @@ from mcp.types import TextContent
 
 from lazyd import wire
 from lazyd.frames import Hello
-from lazyd.ctl.systemd import CONTRIB_EXEC_START, MARKER, exec_reload_argv, exec_start_argv, exec_start_line, render_units
+from lazyd.ctl.systemd import CONTRIB_EXEC_START, MARKER, exec_start_argv, exec_start_line, lazyctl_argv, render_units
 from tests.conftest import FIXTURE_SERVER, UserEnv, shim_session, wait_until
 
 pytestmark = pytest.mark.e2e
@@ -111,12 +111,14 @@ def test_the_contrib_units_are_the_ones_lazyctl_installs_with_the_conventional_e
     for name, text in units.items():
         assert (CONTRIB / name).read_text() == text, f"contrib/systemd/{name} is out of date"
     service = units["lazyd.service"]
-    for setting in ("Type=notify", "NotifyAccess=main", "KillMode=mixed", "Restart=on-failure",
-                    "ExecReload=%h/.local/bin/lazyctl upgrade", "FileDescriptorStoreMax=1024",
+    for setting in ("Type=notify", "NotifyAccess=main", "KillMode=process", "Restart=on-failure",
+                    "ExecReload=%h/.local/bin/lazyctl upgrade", "ExecStopPost=-%h/.local/bin/lazyctl systemd stop-post",
+                    "FileDescriptorStoreMax=1024", "TimeoutAbortSec=5s",
                     "Environment=LAZYD_FDSTORE=1",
                     "StartLimitIntervalSec=0", "TimeoutStopSec=20s", "RestartPreventExitStatus=2"):
         assert f"\n{setting}\n" in service
-    for setting in ("ListenStream=%t/lazyd/lazyd.sock", "SocketMode=0600", "DirectoryMode=0700"):
+    for setting in ("ListenStream=%t/lazyd/lazyd.sock", "SocketMode=0600", "DirectoryMode=0700",
+                    "TriggerLimitIntervalSec=10s", "TriggerLimitBurst=5"):
         assert f"\n{setting}\n" in units["lazyd.socket"]
 
 
@@ -131,7 +133,7 @@ def test_systemd_analyze_verify_accepts_the_units_lazyctl_installs(user_env: Use
     assert (verify.returncode, verify.stdout + verify.stderr) == (0, "")
     # The check is real: a unit systemd cannot use fails it.
     broken = unit_dir / "lazyd.service"
-    broken.write_text(broken.read_text().replace("KillMode=mixed", "KillMode=gently"))
+    broken.write_text(broken.read_text().replace("KillMode=process", "KillMode=gently"))
     verify = subprocess.run([analyze, "--user", "verify", str(broken)],
                             env={**os.environ, "XDG_RUNTIME_DIR": user_env.env["XDG_RUNTIME_DIR"]},
                             capture_output=True, text=True, timeout=STEP_TIMEOUT_S)
@@ -150,7 +152,8 @@ def test_install_writes_both_units_for_this_installation_and_prints_the_systemct
     service = (unit_dir / "lazyd.service").read_text()
     assert service.startswith(MARKER + "\n")
     assert "\nExecStart=" + exec_start_line(exec_start_argv()) + "\n" in service
-    assert "\nExecReload=" + exec_start_line(exec_reload_argv()) + "\n" in service  # this installation's lazyctl
+    assert "\nExecReload=" + exec_start_line(lazyctl_argv()) + " upgrade\n" in service  # this installation's lazyctl
+    assert "\nExecStopPost=-" + exec_start_line(lazyctl_argv()) + " systemd stop-post\n" in service
     assert os.stat(unit_dir / "lazyd.service").st_mode & 0o777 == 0o644
     again = lazyctl(user_env.env, "systemd", "install")
     assert again.returncode == 0
@@ -216,7 +219,7 @@ def test_systemd_reads_a_quoted_exec_start_back_as_the_same_awkward_path(user_en
     ctl.write_text("#!/bin/sh\n")
     ctl.chmod(0o755)
     for name, text in render_units(exec_start_line([str(program), "--config", "/c/100% $x"]), marker=True,
-                                   exec_reload=exec_start_line([str(ctl), "upgrade"])).items():
+                                   lazyctl=exec_start_line([str(ctl)])).items():
         (tmp_path / name).write_text(text)
     env = {**os.environ, "XDG_RUNTIME_DIR": user_env.env["XDG_RUNTIME_DIR"]}
     verify = subprocess.run([analyze, "--user", "verify", str(tmp_path / "lazyd.socket"), str(tmp_path / "lazyd.service")],
@@ -281,6 +284,40 @@ async def test_socket_activation_serves_sessions_including_one_made_while_the_da
     finally:
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=STEP_TIMEOUT_S)
+        log.close()
+
+
+def test_an_activated_daemon_with_a_bad_config_refuses_every_hello_with_the_reason_and_stops_on_sigterm(
+    user_env: UserEnv, notify_socket: tuple[socket.socket, str]
+) -> None:
+    activate = require_tool("systemd-socket-activate")
+    notify, notify_path = notify_socket
+    user_env.config_file.parent.mkdir(parents=True)
+    user_env.config_file.write_text("[servers.x]\ncommand = 1\n")
+    sock_path = str(user_env.socket)
+    user_env.socket.parent.mkdir(mode=0o700)
+    env = {**user_env.env, "NOTIFY_SOCKET": notify_path}
+    command = [activate, "--listen", sock_path, *(f"--setenv={k}" for k in env), sys.executable, "-m", "lazyd.daemon"]
+    log = open(user_env.root / "activate.log", "wb")
+    proc = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
+    try:
+        wait_until(lambda: os.path.exists(sock_path) or proc.poll() is not None, STEP_TIMEOUT_S, "the activation socket")
+        for role in ("shim", "ctl"):
+            refused = RawClient(sock_path).hello(role, user_env.env, [sys.executable, str(FIXTURE_SERVER)])
+            assert refused["t"] == "refused" and refused["code"] == "config", refused
+            assert str(user_env.config_file) in refused["message"] and "servers.x.command" in refused["message"]
+        ready = datagrams_until(notify, "READY=1")[-1]
+        assert "STATUS=waiting for a valid config: " in ready and "servers.x.command" in ready
+        assert proc.poll() is None  # up, not exited 2 (which would re-trigger a socket unit at once)
+        record = json.loads(user_env.socket.with_name("lazyd.sock.error").read_text())
+        assert record["status"] == 2 and "servers.x.command" in record["error"]
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=STEP_TIMEOUT_S) == 0
+        assert not user_env.socket.with_name("lazyd.sock.error").exists()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
             proc.wait(timeout=STEP_TIMEOUT_S)
         log.close()
 

@@ -382,3 +382,27 @@ def test_a_call_in_flight_across_an_upgrade_is_answered_on_each_path_pipes_and_s
         path.check(shim)
     finally:
         shim.close()
+
+
+def test_an_upgrade_is_refused_while_the_config_cannot_be_loaded_and_the_daemon_keeps_its_servers(
+        user_env: UserEnv) -> None:
+    daemon = start_daemon(user_env)
+    outcome: dict[str, Any] = {}
+
+    async def scenario() -> None:
+        async with shim_session(user_env, [sys.executable, str(FIXTURE_SERVER)]) as client:
+            before = int(getattr((await client.call_tool("pid", {})).content[0], "text", "0"))
+            user_env.config_file.parent.mkdir(parents=True, exist_ok=True)
+            user_env.config_file.write_text("[servers.x]\ncommand = 1\n")
+            outcome["upgrade"] = await anyio.to_thread.run_sync(lazyctl, user_env, "upgrade")
+            after = int(getattr((await client.call_tool("pid", {})).content[0], "text", "0"))
+            outcome["pids"] = (before, after)
+
+    anyio.run(scenario)
+    done = outcome["upgrade"]
+    assert done.returncode == 1, (done.stdout, done.stderr)
+    assert done.stderr.count("\n") == 1 and "upgrade refused" in done.stderr
+    assert str(user_env.config_file) in done.stderr and "servers.x.command" in done.stderr
+    before, after = outcome["pids"]
+    assert before == after and daemon.proc.poll() is None  # the same daemon and server, the session on
+    daemon.stop()

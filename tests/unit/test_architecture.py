@@ -35,7 +35,7 @@ MAX_CLASS_CHAIN = 3
 # The floors, bottom up, as docs/architecture.md's table gives them: which lazyd modules belong to
 # each, and what each may import besides the standard library (project floors and third parties).
 BASE = frozenset({"lazyd", "lazyd.errors", "lazyd.durations", "lazyd.envnames", "lazyd.frames", "lazyd.wire",
-                  "lazyd.sockpath", "lazyd.privatefiles", "lazyd.procfs", "lazyd.linepeek", "lazyd.handoff_state"})
+                  "lazyd.sockpath", "lazyd.fallbacks", "lazyd.privatefiles", "lazyd.procfs", "lazyd.linepeek", "lazyd.handoff_state"})
 CONFIG = frozenset({"lazyd.config", "lazyd.config_model", "lazyd.config_values"})
 FLOOR_RULES: dict[str, frozenset[str]] = {
     "base": frozenset({"base", "msgpack"}),

@@ -1,0 +1,219 @@
+"""Starting the daemon so that it belongs to nobody's process tree, and still hearing why it failed.
+
+Clients end the servers they started in different ways: some close stdin, some kill the server's
+process group (``kill(-pid)``), and opencode kills every process descended from the server it
+started, found by parent pid. A daemon that a shim autostarted must survive all three, with its
+servers and its cache: it must be in none of the shim's session, process group or ancestry.
+
+::
+
+    shim ──fork──► C: setsid(), fork, _exit at once (the shim reaps it)
+                   └──► W, the watcher: its parent is gone, so init (or the nearest subreaper)
+                        adopts it; nothing of the shim's is left in it but two pipes
+                        └──► D, the daemon: a session and group of its own (its pid names
+                             both, as for a daemon started by hand), cwd /, stdin and stdout
+                             /dev/null, stderr the shim's pipe, no other descriptor (close_fds);
+                             W's child while the shim waits, init's once W exits
+
+Only a parent can read an exit status, and the shim needs the daemon's (0: another daemon is
+running, 2: a file the user must fix, anything else: it cannot start). W is that parent, outside
+the shim's tree: it writes ``pid N`` on the status pipe once D exists, then ``exit N`` if D exits,
+and exits itself as soon as the shim closes its end (the shim is connected, or gave up) or after
+``WATCH_BOUND_S``. D is then an orphan adopted by init: nobody's descendant.
+
+Standard library only, and nothing but system calls between the forks and ``_exit``: the children
+never return into the shim's code.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import subprocess
+
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs start-up time
+if TYPE_CHECKING:
+    from typing import BinaryIO
+
+WATCH_BOUND_S = 30.0
+# The longest a watcher outlives a shim that never closed its end (one killed mid-wait): far past
+# any autostart wait, short enough that nothing is left behind for long.
+
+
+WATCH_POLL_MS = 20
+# How often a watcher without pidfd_open looks for the daemon's exit.
+
+
+class Detached:
+    """A daemon started by `launch`: its pid, its exit status as the watcher reports it, and the
+    read end of its stderr pipe (the parts of `subprocess.Popen` the autostart reads)."""
+
+    def __init__(self, pid: int, status_fd: int, stderr: BinaryIO) -> None:
+        self.pid = pid
+        self.stderr: BinaryIO | None = stderr
+        self.returncode: int | None = None
+        self._status_fd = status_fd
+        self._pending = b""
+
+    def poll(self) -> int | None:
+        """The daemon's exit status (Popen's convention: -N for signal N) once it exited while the
+        shim waited, else None."""
+        if self.returncode is None and self._status_fd >= 0:
+            for line in _read_lines(self._status_fd, self, block_s=0.0):
+                word, _, value = line.partition(" ")
+                if word == "exit":
+                    self.returncode = int(value)
+        return self.returncode
+
+    def close(self) -> None:
+        """Stop listening: the watcher exits, and the daemon is nobody's child any more."""
+        if self._status_fd >= 0:
+            os.close(self._status_fd)
+            self._status_fd = -1
+
+
+def launch(argv: list[str], ready_wait_s: float) -> Detached:
+    """Start `argv` as the daemon, detached (see the module docstring). Raises OSError when it
+    cannot be started: the watcher's report of the spawn error (ENOENT, EACCES...)."""
+    status_r, status_w = os.pipe()  # both non-inheritable: the daemon gets neither
+    err_r, err_w = os.pipe()
+    try:
+        child = os.fork()
+    except OSError:
+        for fd in (status_r, status_w, err_r, err_w):
+            os.close(fd)
+        raise
+    if child == 0:
+        _first_child(argv, status_w, err_w)  # never returns
+    os.close(status_w)
+    os.close(err_w)
+    _reap(child)
+    stderr = os.fdopen(err_r, "rb", buffering=0)
+    detached = Detached(0, status_r, stderr)
+    lines = _read_lines(status_r, detached, block_s=ready_wait_s)
+    first = lines[0] if lines else ""
+    word, _, value = first.partition(" ")
+    if word != "pid":
+        detached.close()
+        stderr.close()
+        if word == "error":
+            errno_text, _, message = value.partition(" ")
+            raise OSError(int(errno_text), message)
+        raise OSError(0, "the process that starts the daemon ended before it could")
+    detached.pid = int(value)
+    for later in lines[1:]:  # the daemon may have exited already
+        later_word, _, later_value = later.partition(" ")
+        if later_word == "exit":
+            detached.returncode = int(later_value)
+    return detached
+
+
+def _reap(pid: int) -> None:
+    while True:
+        try:
+            os.waitpid(pid, 0)
+            return
+        except InterruptedError:
+            continue
+        except ChildProcessError:
+            return
+
+
+def _read_lines(fd: int, into: Detached, block_s: float) -> list[str]:
+    """Complete lines on the status pipe; waits up to `block_s` for the first one."""
+    ready, _, _ = select.select([fd], [], [], block_s)
+    lines: list[str] = []
+    while ready:
+        try:
+            chunk = os.read(fd, 512)
+        except BlockingIOError:
+            break
+        if not chunk:
+            break
+        into._pending += chunk
+        *done, into._pending = into._pending.split(b"\n")
+        lines.extend(line.decode("ascii", "replace") for line in done)
+        ready, _, _ = select.select([fd], [], [], 0.0 if lines else block_s)
+    return lines
+
+
+def _first_child(argv: list[str], status_w: int, err_w: int) -> None:
+    """C: a new session, then the watcher in a child of its own, and out at once."""
+    code = 1
+    try:
+        os.setsid()
+        if os.fork() == 0:
+            _watcher(argv, status_w, err_w)
+        code = 0
+    finally:
+        os._exit(code)
+
+
+def _watcher(argv: list[str], status_w: int, err_w: int) -> None:
+    """W: spawn the daemon, report its pid and (if it exits while the shim listens) its status."""
+    try:
+        _only_these_fds(status_w, err_w)
+        os.chdir("/")
+        try:
+            daemon = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err_w,
+                                      close_fds=True, cwd="/", start_new_session=True)
+        except OSError as exc:
+            _say(status_w, f"error {exc.errno or 0} {exc.strerror or exc}")
+            return
+        os.close(err_w)  # the daemon's copy is the only writer: EOF when it is done with it
+        _say(status_w, f"pid {daemon.pid}")
+        status = _wait(daemon, status_w)
+        if status is not None:
+            _say(status_w, f"exit {status}")
+    finally:
+        os._exit(0)
+
+
+def _only_these_fds(*keep: int) -> None:
+    """Close every descriptor of the shim's in the watcher (the client's pipes, the spawn lock's
+    flock, the daemon socket), and put /dev/null on 0, 1 and 2."""
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        if fd not in keep:
+            os.dup2(devnull, fd)
+    try:
+        open_fds = [int(name) for name in os.listdir("/proc/self/fd")]
+    except OSError:
+        open_fds = list(range(3, 1024))
+    for fd in open_fds:
+        if fd > 2 and fd not in keep:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+def _wait(daemon: subprocess.Popen[bytes], status_w: int) -> int | None:
+    """The daemon's exit status if it exits before the shim closes its end (None: it did not)."""
+    poller = select.poll()
+    poller.register(status_w, 0)  # POLLERR/POLLHUP come anyway: the shim closed its end
+    pidfd = -1
+    try:
+        pidfd = os.pidfd_open(daemon.pid)
+        poller.register(pidfd, select.POLLIN)
+    except (AttributeError, OSError):
+        pass  # an old kernel or a sandbox: look for the exit every WATCH_POLL_MS instead
+    waited_ms = 0
+    timeout = -1 if pidfd >= 0 else WATCH_POLL_MS
+    bound_ms = int(WATCH_BOUND_S * 1000)
+    while waited_ms < bound_ms:
+        events = poller.poll(timeout if timeout >= 0 else bound_ms - waited_ms)
+        status = daemon.poll()
+        if status is not None:
+            return status
+        if any(fd == status_w for fd, _ in events):
+            return None
+        waited_ms += timeout if timeout >= 0 else bound_ms
+    return None
+
+
+def _say(fd: int, line: str) -> None:
+    try:
+        os.write(fd, line.encode("ascii", "replace") + b"\n")
+    except OSError:
+        pass  # the shim stopped listening

@@ -1,0 +1,167 @@
+"""An autostarted daemon belongs to nobody's process tree: a client that kills what it started takes
+neither the daemon nor its servers.
+
+Clients end their servers by closing stdin, by killing the server's process group, or (opencode)
+by killing every process descended from the server, found by parent pid. Here a real shim is
+started as such clients start it (a process group of its own, one inheritable descriptor of the
+client's), autostarts the real daemon, and is then killed the way opencode kills: SIGTERM to the
+shim's group and to every descendant of the shim. The daemon, its pid and its server must be
+there afterwards, and the next session must reach both.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from typing import IO, Any
+
+import pytest
+
+from lazyd import procfs
+from tests.conftest import FIXTURE_SERVER, UserEnv, shim_command, wait_until
+
+pytestmark = pytest.mark.e2e
+
+SERVER = [sys.executable, str(FIXTURE_SERVER)]
+STEP_TIMEOUT_S = 30.0  # bound on one awaited event; reached only when broken
+INITIALIZE = {"jsonrpc": "2.0", "id": 0, "method": "initialize",
+              "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "killer", "version": "1"}}}
+INITIALIZED = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+PID_CALL = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "pid", "arguments": {}}}
+
+
+class Client:
+    """A client that starts the shim in a process group of its own (as Node's `detached: true`
+    does), with one inheritable descriptor of its own, and talks to it line by line."""
+
+    def __init__(self, user: UserEnv) -> None:
+        self.leak_r, self.leak_w = os.pipe()
+        os.set_inheritable(self.leak_r, True)
+        errlog = open(user.root / "shim.stderr", "ab")
+        self.proc = subprocess.Popen([shim_command(), *SERVER], env={**user.env, "LAZYD_SHARE": "true"},
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errlog, cwd=user.root,
+                                     start_new_session=True, pass_fds=(self.leak_r,))
+        errlog.close()
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.stdin: IO[bytes] = self.proc.stdin
+        self.stdout: IO[bytes] = self.proc.stdout
+
+    def send(self, message: dict[str, Any]) -> None:
+        self.stdin.write(json.dumps(message).encode() + b"\n")
+        self.stdin.flush()
+
+    def read(self) -> dict[str, Any]:
+        line = self.stdout.readline()
+        assert line, "the shim closed stdout"
+        answer: dict[str, Any] = json.loads(line)
+        return answer
+
+    def server_pid(self) -> int:
+        """Handshake, then the `pid` tool: the server process serving this session."""
+        self.send(INITIALIZE)
+        assert self.read()["id"] == 0
+        self.send(INITIALIZED)
+        self.send(PID_CALL)
+        answer = self.read()
+        assert answer["id"] == 1, answer
+        return int(answer["result"]["content"][0]["text"])
+
+    def close(self) -> None:
+        os.close(self.leak_r)
+        os.close(self.leak_w)
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(timeout=STEP_TIMEOUT_S)
+
+
+def descendants(root: int) -> list[int]:
+    """Every live process descended from `root` by parent pid: what a tree kill finds."""
+    children: dict[int, list[int]] = {}
+    for pid, stat in procfs.stats().items():
+        if stat.state != "Z":
+            children.setdefault(stat.ppid, []).append(pid)
+    found, todo = [], [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def ancestors(pid: int) -> list[int]:
+    chain = []
+    while pid > 1:
+        stat = procfs.read_stat(pid)
+        if stat is None:
+            break
+        pid = stat.ppid
+        chain.append(pid)
+    return chain
+
+
+def kill_tree_like_opencode(root: int) -> None:
+    """SIGTERM to the root's process group, then to each of its descendants (opencode 1.18 does
+    `kill(-pid)` and `kill(pid)` for every process below the server it started)."""
+    tree = descendants(root)
+    os.killpg(root, signal.SIGTERM)
+    for pid in tree:
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+
+
+def the_daemon(user: UserEnv) -> int:
+    wait_until(lambda: len(user.daemon_pids()) == 1, STEP_TIMEOUT_S, "one daemon")
+    (pid,) = user.daemon_pids()
+    return pid
+
+
+def fd_targets(pid: int) -> set[str]:
+    fd_dir = f"/proc/{pid}/fd"
+    return {os.readlink(os.path.join(fd_dir, name)) for name in os.listdir(fd_dir)}
+
+
+def test_an_autostarted_daemon_is_in_no_session_group_or_ancestry_of_its_shim(user_env: UserEnv) -> None:
+    client = Client(user_env)
+    try:
+        client.server_pid()
+        daemon = the_daemon(user_env)
+        stat = procfs.read_stat(daemon)
+        assert stat is not None
+        assert client.proc.pid not in ancestors(daemon)
+        assert daemon not in descendants(client.proc.pid)
+        # Its own session and group, named by its pid: neither is the shim's.
+        assert (stat.session, stat.pgrp) == (daemon, daemon)
+        assert stat.session != os.getsid(client.proc.pid) and stat.pgrp != os.getpgid(client.proc.pid)
+        assert os.readlink(f"/proc/{daemon}/cwd") == "/"
+        assert os.readlink(f"/proc/{daemon}/fd/0") == "/dev/null"
+        assert os.readlink(f"/proc/{daemon}/fd/1") == "/dev/null"
+        # The client's descriptor reached the shim, never the daemon.
+        leaked = f"pipe:[{os.fstat(client.leak_r).st_ino}]"
+        assert leaked in fd_targets(client.proc.pid)
+        assert leaked not in fd_targets(daemon)
+    finally:
+        client.close()
+
+
+def test_killing_the_shims_group_and_process_tree_leaves_the_daemon_and_its_server(user_env: UserEnv) -> None:
+    first = Client(user_env)
+    try:
+        server = first.server_pid()
+        daemon = the_daemon(user_env)
+        kill_tree_like_opencode(first.proc.pid)
+        first.proc.wait(timeout=STEP_TIMEOUT_S)
+    finally:
+        first.close()
+    # The next session reaches the same daemon and the same (shared, lingering) server process:
+    # had either died, a new daemon would have been autostarted with a new server.
+    second = Client(user_env)
+    try:
+        assert second.server_pid() == server
+        assert user_env.daemon_pids() == [daemon]
+    finally:
+        second.close()

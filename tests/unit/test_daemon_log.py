@@ -1,0 +1,69 @@
+"""The daemon's own log is its owner's only: created 0600 whatever the umask, tightened when found
+wider, and every file a rotation makes is 0600 too (lazyd/daemon/daemon_log.py)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from lazyd.daemon.daemon_log import PrivateRotatingFileHandler
+
+
+def mode(path: Path) -> int:
+    return stat.S_IMODE(os.lstat(path).st_mode)
+
+
+@pytest.fixture(autouse=True)
+def permissive_umask() -> Iterator[None]:
+    old = os.umask(0o022)  # what most users have: new files 0644 unless the code says otherwise
+    yield
+    os.umask(old)
+
+
+def write(handler: logging.Handler, text: str) -> None:
+    handler.emit(logging.makeLogRecord({"msg": text, "levelno": logging.INFO, "levelname": "INFO"}))
+
+
+def test_a_new_log_is_created_0600_under_a_0022_umask(tmp_path: Path) -> None:
+    handler = PrivateRotatingFileHandler(tmp_path / "lazyd.log", 1024, 1)
+    write(handler, "server stderr: token=abc")
+    handler.close()
+    assert mode(tmp_path / "lazyd.log") == 0o600
+
+
+def test_an_existing_wider_log_and_backup_are_tightened_and_keep_their_lines(tmp_path: Path) -> None:
+    log, backup = tmp_path / "lazyd.log", tmp_path / "lazyd.log.1"
+    log.write_text("old line\n")
+    backup.write_text("older line\n")
+    log.chmod(0o644)
+    backup.chmod(0o664)
+    handler = PrivateRotatingFileHandler(log, 1024, 1)
+    write(handler, "new line")
+    handler.close()
+    assert (mode(log), mode(backup)) == (0o600, 0o600)
+    assert log.read_text() == "old line\nnew line\n"
+
+
+def test_every_file_a_rotation_makes_is_0600(tmp_path: Path) -> None:
+    log = tmp_path / "lazyd.log"
+    handler = PrivateRotatingFileHandler(log, 64, 1)
+    for n in range(10):
+        write(handler, f"line {n} " + "x" * 30)
+    handler.close()
+    assert (tmp_path / "lazyd.log.1").exists()
+    assert (mode(log), mode(tmp_path / "lazyd.log.1")) == (0o600, 0o600)
+
+
+def test_a_symbolic_link_at_the_logs_name_is_not_followed(tmp_path: Path) -> None:
+    target = tmp_path / "elsewhere"
+    target.write_text("")
+    target.chmod(0o644)
+    (tmp_path / "lazyd.log").symlink_to(target)
+    with pytest.raises(OSError):
+        PrivateRotatingFileHandler(tmp_path / "lazyd.log", 1024, 1)
+    assert target.read_text() == "" and mode(target) == 0o644
