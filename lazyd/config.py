@@ -38,6 +38,7 @@ import tomlkit
 import tomlkit.exceptions
 
 from lazyd import config_values as cv
+from lazyd.config_known import packaged, parse_table
 from lazyd.config_model import Config, ConfigError, Policy, ServerConfig, WakePredicate
 from lazyd.durations import parse_bool
 from lazyd.core.policy import ToolPolicy, as_decision, compile_rule
@@ -51,15 +52,15 @@ __all__ = [
 # A real config is a few KiB; the bound keeps a mistaken path (a log, a device) from costing memory.
 MAX_CONFIG_BYTES = 1024 * 1024
 
-_POLICY_KEYS = ("start_timeout", "linger", "idle_timeout", "keep_alive", "start", "share", "wake", "era")
-_TOP_KEYS = ("defaults", "servers", "policy")
+_POLICY_KEYS = ("start_timeout", "linger", "check_linger", "idle_timeout", "keep_alive", "start", "share", "wake", "era")
+_TOP_KEYS = ("defaults", "servers", "policy", "known_servers")
 _TOOL_POLICY_KEYS = ("default", "rules")
 _DEFAULTS_KEYS = (*_POLICY_KEYS, "per_session_env", "identity_env", "sampling_policy")
 _SERVER_KEYS = ("command", "args", "env", "cwd", "description", *_POLICY_KEYS)
 # A description is a sentence or two for a model reading the hub's list; a page is a mistake.
 MAX_DESCRIPTION_CHARS = 1000
 _WAKE_KEYS = ("command", "interval", "timeout")
-_OPTION_KEYS = ("linger", "idle_timeout", "start_timeout", "share", "wake_command",
+_OPTION_KEYS = ("linger", "check_linger", "idle_timeout", "start_timeout", "share", "wake_command",
                 "wake_interval", "wake_timeout", "era")
 # Which protocol era the server's processes run in (lazyd/core/era_policy.py).
 _ERA_SETTINGS: tuple[Literal["auto", "handshake", "stateless"], ...] = ("auto", "handshake", "stateless")
@@ -150,9 +151,10 @@ def parse_config_text(text: str, environ: Mapping[str, str], source: Path | None
     for name, value in cv.table(servers_at, document.get("servers", {})).items():
         servers[name] = _server(servers_at / name, name, value, defaults, environ)
     tool_policy = _tool_policy(at / "policy", document.get("policy", {}))
+    known = packaged().overlaid(parse_table(at / "known_servers", document.get("known_servers", {})))
     return Config(defaults=defaults, servers=MappingProxyType(servers),
                   extra_per_session_env=extra, identity_env=forced, sampling_policy=sampling_policy, source=source,
-                  tool_policy=tool_policy)
+                  tool_policy=tool_policy, known_servers=known)
 
 
 def _patterns(at: cv.At, value: object) -> frozenset[str]:
@@ -201,7 +203,7 @@ def _locate_toml_error(text: str) -> str | None:
 def policy_with_options(base: Policy, opts: Mapping[str, str]) -> Policy:
     """`base` with a shim's options applied; `opts` maps option names to their text.
 
-    Keys: linger, idle_timeout, start_timeout, share, wake_command (a JSON array: the argv),
+    Keys: linger, check_linger, idle_timeout, start_timeout, share, wake_command (a JSON array: the argv),
     wake_interval, wake_timeout, era. The options are the most specific layer, validated exactly like
     the same keys in config.toml. Raises ConfigError("option --linger: <problem>") for an
     unknown key or a bad value; wake_interval and wake_timeout need a wake command, given here
@@ -216,13 +218,13 @@ def policy_with_options(base: Policy, opts: Mapping[str, str]) -> Policy:
         if not isinstance(value, str):
             raise (at / key).error(f"expected text, got {cv.type_name(value)}")
         if key == "share":
-            if value.strip().lower() == "auto":
-                table["share"] = "auto"
+            if value.strip().lower() in ("auto", "session-aware"):
+                table["share"] = value.strip().lower()
                 continue
             try:
                 table["share"] = parse_bool(value)
             except ValueError as error:
-                raise (at / key).error(f"{error}, or auto") from None
+                raise (at / key).error(f"{error}, auto or session-aware") from None
         elif key == "wake_command":
             try:
                 wake["command"] = json.loads(value)
@@ -291,6 +293,9 @@ def _merge_policy(at: cv.At, base: Policy, table: Mapping[str, object]) -> Polic
                 "must be longer than 0 (it bounds how long a start may take)")
     if "linger" in table:
         linger = cv.duration(at / "linger", table["linger"])
+    check_linger = base.check_linger_s
+    if "check_linger" in table:
+        check_linger = cv.duration(at / "check_linger", table["check_linger"])
     keep_alive, idle = base.keep_alive, base.idle_timeout_s
     if "idle_timeout" in table:
         idle = cv.duration(at / "idle_timeout", table["idle_timeout"]) or None
@@ -326,14 +331,14 @@ def _merge_policy(at: cv.At, base: Policy, table: Mapping[str, object]) -> Polic
                 break
         else:
             raise (at / "era").error(cv.not_one_of(value, _ERA_SETTINGS))
-    return Policy(start_timeout_s=start_timeout, linger_s=linger, idle_timeout_s=idle,
+    return Policy(start_timeout_s=start_timeout, linger_s=linger, check_linger_s=check_linger, idle_timeout_s=idle,
                   keep_alive=keep_alive, start=start, share=share, wake=wake, era=era)
 
 
-def _share(at: cv.At, value: object) -> bool | Literal["auto"]:
-    if value == "auto" or isinstance(value, bool):
+def _share(at: cv.At, value: object) -> bool | Literal["auto", "session-aware"]:
+    if value == "auto" or value == "session-aware" or isinstance(value, bool):
         return value
-    raise at.error(f"expected true, false or \"auto\", got {cv.type_name(value) if not isinstance(value, str) else repr(value)}")
+    raise at.error(f"expected true, false, \"auto\" or \"session-aware\", got {cv.type_name(value) if not isinstance(value, str) else repr(value)}")
 
 
 def _wake(at: cv.At, value: object) -> WakePredicate | None:

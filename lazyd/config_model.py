@@ -13,7 +13,9 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Literal
 
+from lazyd.config_known import packaged
 from lazyd.core.identity import PER_SESSION_ENV
+from lazyd.core.known_servers import KnownServers
 from lazyd.core.policy import ToolPolicy
 from lazyd.errors import ConfigError
 
@@ -41,11 +43,14 @@ class Policy:
 
     start_timeout_s: float = 60.0
     linger_s: float = 600.0
+    # The linger of a start only listings came for (a health check's): lazyd/core/lifecycle_usage.py.
+    check_linger_s: float = 30.0
     idle_timeout_s: float | None = None
     keep_alive: bool = False
     start: Literal["lazy", "eager"] = "lazy"
-    # True, False, or "auto": decided per registration from its cache (lazyd/core/sharing.py).
-    share: bool | Literal["auto"] = "auto"
+    # True, False, "session-aware" (one process, each request carrying its session's id), or
+    # "auto": decided per registration (lazyd/core/sharing.py).
+    share: bool | Literal["auto", "session-aware"] = "auto"
     wake: WakePredicate | None = None
     era: Literal["auto", "handshake", "stateless"] = "auto"
 
@@ -54,6 +59,8 @@ class Policy:
             raise ValueError("start_timeout must be longer than 0")
         if not self.linger_s >= 0:
             raise ValueError("linger must not be negative")
+        if not self.check_linger_s >= 0:
+            raise ValueError("check_linger must not be negative")
         if self.idle_timeout_s is not None and self.idle_timeout_s < 0:
             raise ValueError("idle_timeout must not be negative")
         if self.keep_alive and self.idle_timeout_s:
@@ -94,6 +101,9 @@ class Config:
     source: Path | None = None
     # `[policy]`: which tools run, ask the user first, or are refused (lazyd/core/policy.py).
     tool_policy: ToolPolicy = field(default_factory=ToolPolicy)
+    # How popular servers are shared under share = "auto": the packaged table with the user's
+    # `[known_servers]` on top (lazyd/config_known.py, lazyd/core/known_servers.py).
+    known_servers: KnownServers = field(default_factory=packaged)
 
     @property
     def per_session_env(self) -> frozenset[str]:

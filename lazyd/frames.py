@@ -87,16 +87,16 @@ class Frame:
 class Hello(Frame):
     """A client's first frame, of this wire version: open a session (shim) or a control connection."""
 
-    __slots__ = ("role", "pid", "argv", "cwd", "env", "opts", "server", "resume", "env_raw", "handoff")
+    __slots__ = ("role", "pid", "argv", "cwd", "env", "opts", "server", "resume", "env_raw", "handoff", "layout")
     t = "hello"
     _fields = ("v", "role", "pid", "argv", "cwd", "env", "opts", "server", "resume")
-    _optional = ("env_raw", "handoff")
+    _optional = ("env_raw", "handoff", "layout")
     v: ClassVar[int] = WIRE_VERSION
 
     def __init__(self, role: str, pid: int, argv: list[str], cwd: str, env: dict[str, str],
                  opts: dict[str, str], server: str | None, resume: list[bytes],
                  env_raw: list[tuple[bytes, bytes]] | None = None, handoff: bool | None = None,
-                 extra: Mapping[str, Any] | None = None) -> None:
+                 layout: int | None = None, extra: Mapping[str, Any] | None = None) -> None:
         super().__init__(extra)
         self.role = role  # "shim" or "ctl"
         self.pid = pid
@@ -111,6 +111,9 @@ class Hello(Frame):
         # True: the client's stdin, stdout and a shared region travel with this frame (SCM_RIGHTS),
         # for the daemon to serve the client's pipes itself (docs/protocol.md, "Hand-off").
         self.handoff = handoff
+        # With `handoff`: the layout version of that region (lazyd/handoff_state.py), which the
+        # shim's recovery reads it by; a daemon that writes another serves the session over frames.
+        self.layout = layout
 
     def to_map(self) -> dict[str, Any]:
         out = super().to_map()
@@ -298,8 +301,10 @@ def _check_hello(f: dict[str, Any]) -> AnyFrame:
             "a list of [bin, bin] pairs")  # fmt: skip
         raw = [(name, value) for name, value in pairs]
     _require(f, "handoff", f.get("handoff") is None or isinstance(f["handoff"], bool), "a bool")
+    layout = f.get("layout")
+    _require(f, "layout", layout is None or (isinstance(layout, int) and not isinstance(layout, bool)), "an int")
     return Hello(f["role"], f["pid"], f["argv"], f["cwd"], f["env"], f["opts"], f["server"], f["resume"],
-                 raw, f.get("handoff"), _extra(f, Hello._known))
+                 raw, f.get("handoff"), layout, _extra(f, Hello._known))
 
 
 def _check_welcome(f: dict[str, Any]) -> AnyFrame:

@@ -1,45 +1,49 @@
 """The shared region of a hand-off session: what a shim needs to finish what the daemon held.
 
 On a hand-off session (docs/protocol.md, "Hand-off") the daemon reads and writes the client's
-pipes itself, so only the daemon knows which requests are in flight. It keeps that, and the rest of
-what the shim would need if the daemon were lost, in a small file both share: a memfd the shim
-creates and passes with its descriptors. The shim reads it only once the daemon is gone (or has
-dropped the session), answers from it, and writes it once more before passing it to the next
-daemon, which continues from it. Standard library only: the shim imports it.
+stdio itself, so only the daemon knows which requests are in flight. It keeps that, and the rest of
+what the shim would need if the daemon were lost, in a file both share: a memfd the shim creates,
+sizes and **seals** (it can neither shrink nor grow, so the daemon's mapping of it can never fault)
+and passes with its descriptors. The daemon maps it whole and closes its descriptor. The shim
+reads it (never mapped, with pread) only once the daemon is gone or has dropped the session,
+answers from it, and passes a fresh region, holding what the next daemon continues from, to the
+next daemon. Standard library only: the shim imports it.
 
-Layout of the file (offsets in bytes)::
+Layout `LAYOUT` (offsets in bytes; `MAGIC` at offset 0 names it; the hello names it too)::
 
-    [0, SLOT_BYTES)             slot 0  \\  two copies of the state, each: magic, generation,
-    [SLOT_BYTES, 2*SLOT_BYTES)  slot 1  /  payload length, crc32, payload
-    [LANDING_OFFSET, ...)       two landing zones of LANDING_BYTES: the daemon reads the client's
-                                stdin straight into the zone the state names (``landing``)
-    [HEAD_OFFSET, ...)          two head areas of HEAD_AREA_BYTES: the start of a line read but
-                                not relayed yet, whose end was not read yet (``head_len`` bytes in
-                                the area the state names, ``head_area``)
-    [TAIL_OFFSET, ...)          the unwritten rest of an answer the daemon had begun to write to
-                                the client when it dropped the session itself (``tail_len`` bytes)
+    [0, 4096)              the header: MAGIC, and at TORN_OFFSET one byte, 1 while an answer may
+                           be partly written on the client's stdout
+    [SLOT_OFFSET, ...)     two copies of the state, each: magic, generation, payload length,
+                           crc32, payload (flags, head and tail lengths, the handshake lines)
+    [TABLE_OFFSET, ...)    the requests in flight: TABLE_ENTRIES entries of ENTRY_BYTES, each one
+                           length byte (0: free) and the JSON text of one id (1 and "1" differ)
+    [LANDING_OFFSET, ...)  two landing zones of LANDING_BYTES: the daemon reads the client's
+                           stdin straight into the zone the state names (``landing``)
+    [HEAD_OFFSET, ...)     two head areas of HEAD_AREA_BYTES: the start of a line read but not
+                           relayed yet (``head_len`` bytes in the area the state names)
+    [TAIL_OFFSET, ...)     the unwritten rest of an answer the daemon had begun to write to the
+                           client when it let go of the session itself (``tail_len`` bytes)
 
-A write of the state goes to the slot that does *not* hold the newest valid copy, so a process
-killed in the middle of one (kill -9) leaves the other intact; the reader takes the valid slot with
-the highest generation. The head and tail areas are written before the state that counts them, and
-a new head goes to the area the state does not name, so the recorded one is never overwritten.
-The file is sparse: only the pages written cost memory, and a head that has been consumed is freed
-(`release`).
+Bookkeeping costs O(1) per message: a request enters by writing its entry (text first, then the
+length byte) and leaves by zeroing its length byte, and a possibly partial write of an answer is
+bracketed by two stores of the torn byte. Single-byte stores cannot be torn by a kill -9. The
+state, which changes once per read (not per message), goes to the slot that does *not* hold the
+newest valid copy, so a process killed in the middle of one leaves the other intact; the reader
+takes the valid slot with the highest generation. Head and tail areas are written before the state
+that counts them, and a new head goes to the area the state does not name. The file is sparse:
+only the pages written cost memory, and a consumed head's pages are given back.
 
-Nothing read from the client is ever only in the daemon's memory. The daemon's reads of the client's
-stdin land in the shared file itself (it maps the landing zones), so a byte that left the pipe is
-in the region the moment the read returns. The state names the zone the *next* read goes to; after
-the daemon has relayed a read's lines and recorded their ids, one state write names the other zone
-(whose bytes were cleared after its own last use), and the zone just read is cleared. A daemon
-killed anywhere in between leaves the read's bytes in the zone the state names: the shim takes them
-as input not yet accounted for, up to the first NUL byte (zones are all zeros but for what a read
-put there, and no JSON text holds a raw NUL), answers the requests among them and keeps the rest of
-a line for the next daemon. A request whose id the state also records (the daemon had got that far)
-is answered once.
+Nothing read from the client is ever only in the daemon's memory: the daemon's reads land in the
+mapped file itself. The state names the zone the *next* read goes to; once the daemon has relayed a
+read's lines and entered their ids, one state write names the other zone (whose bytes were cleared
+after its own last use). A daemon killed anywhere in between leaves the read's bytes in the zone
+the state names: the shim takes them as input not yet accounted for, up to the first NUL byte
+(zones are zeros but for what a read put there, and no JSON text holds a raw NUL), answers the
+requests among them (each once, even if the table holds it too) and keeps the rest of a line for
+the next daemon.
 
-What a kill -9 can still do: answer a request twice — one the daemon answered and had not yet
-retired (its id is answered a second time, with the lost-connection error, which clients ignore as
-an unknown id).
+Versions: this shim recovers a region of this layout and of the one before (lazyd/handoff_snapshot.py);
+a daemon serves only this layout by hand-off (any other over frames).
 """
 
 from __future__ import annotations
@@ -50,41 +54,47 @@ import zlib
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs start-up time
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Callable, Iterable
+    from typing import Any
 
-MAGIC = b"LZH2"
-LEGACY_MAGIC = b"LZH1"
-# The layout before the landing zones: one head area at 2 MiB, the tail at 34 MiB, the same state
-# payload. A shim that handed off under that layout recovers with this code (the waiting shell
-# execs whatever shim is installed now): `migrate_legacy` moves such a region to this layout.
-LEGACY_HEAD_OFFSET = 2 << 20
-LEGACY_TAIL_OFFSET = 34 << 20
-SLOT_BYTES = 1 << 20
-# One copy of the state. Typical sessions use a few hundred bytes (the client's initialize line and
-# a handful of ids); 1 MiB holds the initialize line and ~100,000 small ids. Untouched pages of the
-# memfd cost nothing.
-LANDING_OFFSET = 2 * SLOT_BYTES
+LAYOUT = 3
+MAGIC = b"LZH3"
+
+_MIB = 1 << 20
+TORN_OFFSET = 64
+SLOT_OFFSET = _MIB
+SLOT_BYTES = _MIB
+# One copy of the state: the fixed fields and the two handshake lines (each at most
+# MAX_HANDSHAKE_LINE_BYTES). Untouched pages of the memfd cost nothing.
+TABLE_OFFSET = SLOT_OFFSET + 2 * SLOT_BYTES
+ENTRY_BYTES = 64
+TABLE_ENTRIES = _MIB // ENTRY_BYTES
+# 16,384 requests in flight at once; an id whose JSON text is over ENTRY_BYTES - 1 bytes, or one
+# past a full table, is counted in the state's `unrecorded` instead (no client's ids are that long,
+# nor that many).
+LANDING_OFFSET = TABLE_OFFSET + _MIB
 LANDING_BYTES = 256 * 1024
 # One read of the client's stdin (a pipe gives at most what it holds, 64 KiB by default).
-HEAD_OFFSET = LANDING_OFFSET + (1 << 20)
-HEAD_AREA_BYTES = 32 << 20
+HEAD_OFFSET = LANDING_OFFSET + _MIB
+HEAD_AREA_BYTES = 17 * _MIB
+# One line at most (16 MiB, its line end, or the first bytes of an over-long line being skipped).
 TAIL_OFFSET = HEAD_OFFSET + 2 * HEAD_AREA_BYTES
-# Each area holds at most one line (16 MiB and its line end); 32 MiB leaves room for a partial line
-# and whatever over-long input is being discarded.
+TAIL_BYTES = 17 * _MIB
+REGION_BYTES = TAIL_OFFSET + TAIL_BYTES
 
 MAX_HANDSHAKE_LINE_BYTES = 256 * 1024
 # An initialize line above this is not recorded (no SDK writes one near it): a session whose daemon
 # was lost is then resumed without its handshake.
-MAX_ID_BYTES = 1024
-# An id whose JSON text is longer is not recorded (counted in `unrecorded`): string ids that long
-# are no client's habit, and one must not crowd out the others.
+
+SEALS_NEEDED = ("F_SEAL_SHRINK", "F_SEAL_GROW", "F_SEAL_SEAL")
+F_SEAL_WRITE, F_SEAL_FUTURE_WRITE = 0x0008, 0x0010
 
 _HEADER = struct.Struct("<4sQII")  # magic, generation, payload length, crc32 of generation+length+payload
 _FIXED = struct.Struct("<BIIIIII")  # flags, head_len, tail_len, unrecorded, len(init), len(initialized), ids
 _ID_LEN = struct.Struct("<H")
 
 FLAG_INIT_ANSWERED = 1  # the client saw its initialize answered: worth resuming
-FLAG_OUT_TORN = 2  # an answer line is partly written on the client's stdout
+FLAG_OUT_TORN = 2  # the previous layout's torn flag (this one has the torn byte)
 FLAG_CLOSED = 4  # the daemon ended the session because the client left: nothing to answer
 FLAG_DISCARDING = 8  # the head is the start of an over-long line whose rest is being skipped
 FLAG_LANDING_1 = 16  # the next read lands in zone 1 (else 0)
@@ -92,10 +102,12 @@ FLAG_HEAD_AREA_1 = 32  # the head is in area 1 (else 0)
 
 
 class State:
-    """One copy of a hand-off session's state (see the module docstring)."""
+    """One copy of a hand-off session's state (see the module docstring). `inflight` is filled by
+    the readers (from the table, or from the previous layout's payload); this layout's payload
+    carries no ids."""
 
     __slots__ = ("generation", "init", "initialized", "init_answered", "inflight", "unrecorded",
-                 "head_len", "discarding", "out_torn", "tail_len", "closed", "landing", "head_area", "legacy")
+                 "head_len", "discarding", "out_torn", "tail_len", "closed", "landing", "head_area")
 
     def __init__(self) -> None:
         self.generation = 0
@@ -103,7 +115,7 @@ class State:
         self.initialized = b""  # its notifications/initialized line
         self.init_answered = False
         self.inflight: list[bytes] = []  # JSON text of each request id in flight, in its own type
-        self.unrecorded = 0  # requests in flight not in `inflight` (ids too long, a full slot)
+        self.unrecorded = 0  # requests in flight that are not in the table (ids too long, a full table)
         self.head_len = 0
         self.discarding = False
         self.out_torn = False
@@ -111,7 +123,6 @@ class State:
         self.closed = False
         self.landing = 0  # the landing zone whose bytes are not accounted for yet
         self.head_area = 0
-        self.legacy = False  # read from a region of the layout before the landing zones
 
     def resume_lines(self) -> list[bytes]:
         """The handshake lines to resume a session with: only one the client saw answered."""
@@ -120,30 +131,19 @@ class State:
         return [self.init, self.initialized] if self.initialized else [self.init]
 
     def encode(self) -> bytes:
-        """The payload of one slot, dropping ids that do not fit (counted in `unrecorded`)."""
+        """The payload of one slot."""
         init = self.init if len(self.init) <= MAX_HANDSHAKE_LINE_BYTES else b""
         initialized = self.initialized if len(self.initialized) <= MAX_HANDSHAKE_LINE_BYTES else b""
-        flags = ((FLAG_INIT_ANSWERED if self.init_answered else 0) | (FLAG_OUT_TORN if self.out_torn else 0)
-                 | (FLAG_CLOSED if self.closed else 0) | (FLAG_DISCARDING if self.discarding else 0)
-                 | (FLAG_LANDING_1 if self.landing else 0) | (FLAG_HEAD_AREA_1 if self.head_area else 0))
-        room = SLOT_BYTES - _HEADER.size - _FIXED.size - len(init) - len(initialized)
-        ids: list[bytes] = []
-        unrecorded = self.unrecorded
-        for text in self.inflight:
-            cost = _ID_LEN.size + len(text)
-            if len(text) > MAX_ID_BYTES or cost > room:
-                unrecorded += 1
-                continue
-            room -= cost
-            ids.append(_ID_LEN.pack(len(text)))
-            ids.append(text)
-        fixed = _FIXED.pack(flags, self.head_len, self.tail_len, unrecorded, len(init), len(initialized),
-                            len(ids) // 2)
-        return b"".join((fixed, init, initialized, *ids))
+        flags = ((FLAG_INIT_ANSWERED if self.init_answered else 0) | (FLAG_CLOSED if self.closed else 0)
+                 | (FLAG_DISCARDING if self.discarding else 0) | (FLAG_LANDING_1 if self.landing else 0)
+                 | (FLAG_HEAD_AREA_1 if self.head_area else 0))
+        fixed = _FIXED.pack(flags, self.head_len, self.tail_len, self.unrecorded, len(init), len(initialized), 0)
+        return b"".join((fixed, init, initialized))
 
     @classmethod
     def decode(cls, payload: bytes) -> State:
-        """The state in one slot's payload; raises ValueError if it is malformed."""
+        """The state in one slot's payload (ids too, as the previous layout kept them there);
+        raises ValueError if it is malformed."""
         state = cls()
         try:
             flags, state.head_len, state.tail_len, state.unrecorded, n_init, n_initialized, count = \
@@ -171,29 +171,27 @@ class State:
         return state
 
 
-def _slot(fd: int, index: int) -> State | None:
-    """The valid state in slot `index`, or None (never written, torn, or not ours)."""
-    header = os.pread(fd, _HEADER.size, index * SLOT_BYTES)
-    if len(header) < _HEADER.size:
-        return None
-    magic, generation, length, crc = _HEADER.unpack(header)
-    if magic not in (MAGIC, LEGACY_MAGIC) or length > SLOT_BYTES - _HEADER.size:
-        return None
-    payload = os.pread(fd, length, index * SLOT_BYTES + _HEADER.size)
-    if len(payload) != length or zlib.crc32(payload, zlib.crc32(header[4:16])) != crc:
-        return None
-    try:
-        state = State.decode(payload)
-    except ValueError:
-        return None
-    state.generation = generation
-    state.legacy = magic == LEGACY_MAGIC
-    return state
-
-
-def read_state(fd: int) -> tuple[State | None, int]:
-    """The newest valid state in the region and the slot holding it; (None, 1) for a new region."""
-    found = [(state.generation, index, state) for index in (0, 1) if (state := _slot(fd, index)) is not None]
+def newest_state(read: Callable[[int, int], bytes], magic: bytes, offset: int, slot_bytes: int) -> tuple[State | None, int]:
+    """The newest valid state in the two slots at `offset`, and the slot holding it ((None, 1):
+    none), with `read(length, offset)` reading the region."""
+    found: list[tuple[int, int, State]] = []
+    for index in (0, 1):
+        at = offset + index * slot_bytes
+        header = read(_HEADER.size, at)
+        if len(header) < _HEADER.size:
+            continue
+        got, generation, length, crc = _HEADER.unpack(header)
+        if got != magic or length > slot_bytes - _HEADER.size:
+            continue
+        payload = read(length, at + _HEADER.size)
+        if len(payload) != length or zlib.crc32(payload, zlib.crc32(header[4:16])) != crc:
+            continue
+        try:
+            state = State.decode(payload)
+        except ValueError:
+            continue
+        state.generation = generation
+        found.append((generation, index, state))
     if not found:
         return None, 1
     _, index, state = max(found, key=lambda item: item[0])
@@ -201,71 +199,96 @@ def read_state(fd: int) -> tuple[State | None, int]:
 
 
 class Region:
-    """Writes the states of one region, alternating slots (see the module docstring)."""
+    """A region of this layout over `buf`: the daemon's mapping of it (`map_region`), or bytes the
+    shim read (`read_region`). Writes alternate slots (see the module docstring)."""
 
-    def __init__(self, fd: int) -> None:
-        self.fd = fd
-        current, self._slot = read_state(fd)
+    def __init__(self, buf: Any) -> None:
+        self.buf = buf
+        current, self._slot = newest_state(lambda n, at: bytes(buf[at : at + n]), MAGIC, SLOT_OFFSET, SLOT_BYTES)
         self._generation = current.generation if current is not None else 0
+        if current is not None:
+            current.inflight = [text for _, text in self.entries()]
+            current.out_torn = self.torn
         self.current = current  # what the previous writer (daemon or shim) left, if anything
 
+    # ---- the state -----------------------------------------------------------------------------
+
     def write(self, state: State) -> None:
-        """Write `state` as the newest copy (one pwrite: header and payload together)."""
+        """Write `state` as the newest copy (header and payload together)."""
         payload = state.encode()
         self._generation += 1
         self._slot ^= 1
         head = struct.pack("<QI", self._generation, len(payload))
         crc = zlib.crc32(payload, zlib.crc32(head))
-        os.pwrite(self.fd, _HEADER.pack(MAGIC, self._generation, len(payload), crc) + payload,
-                  self._slot * SLOT_BYTES)
+        at = SLOT_OFFSET + self._slot * SLOT_BYTES
+        data = _HEADER.pack(MAGIC, self._generation, len(payload), crc) + payload
+        self.buf[at : at + len(data)] = data
         state.generation = self._generation
+
+    # ---- the table of requests in flight -------------------------------------------------------
+
+    def set_id(self, entry: int, text: bytes) -> None:
+        """Enter `text` (at most ENTRY_BYTES - 1 bytes) at `entry`: the text first, its length last."""
+        at = TABLE_OFFSET + entry * ENTRY_BYTES
+        self.buf[at + 1 : at + 1 + len(text)] = text
+        self.buf[at] = len(text)
+
+    def clear_id(self, entry: int) -> None:
+        self.buf[TABLE_OFFSET + entry * ENTRY_BYTES] = 0
+
+    def entries(self) -> list[tuple[int, bytes]]:
+        """The entries in use: (index, id text)."""
+        table = bytes(self.buf[TABLE_OFFSET : TABLE_OFFSET + TABLE_ENTRIES * ENTRY_BYTES])
+        used = []
+        for index, size in enumerate(table[::ENTRY_BYTES]):
+            if size:
+                at = index * ENTRY_BYTES + 1
+                used.append((index, table[at : at + size]))
+        return used
+
+    @property
+    def torn(self) -> bool:
+        return bool(self.buf[TORN_OFFSET])
+
+    @torn.setter
+    def torn(self, value: bool) -> None:
+        self.buf[TORN_OFFSET] = 1 if value else 0
+
+    # ---- input and output not accounted for ----------------------------------------------------
 
     def write_head(self, data: bytes | memoryview, offset: int, area: int = 0) -> None:
         """Put `data` at `offset` of head area `area` (a line's start, before the state counts it)."""
-        _pwrite_all(self.fd, data, head_offset(area) + offset)
+        at = head_offset(area) + offset
+        self.buf[at : at + len(data)] = data
 
     def read_head(self, length: int, area: int = 0) -> bytes:
-        return _pread_all(self.fd, length, head_offset(area))
+        at = head_offset(area)
+        return bytes(self.buf[at : at + min(length, HEAD_AREA_BYTES)])
 
     def write_tail(self, parts: Iterable[bytes | memoryview]) -> int:
-        """Put the rest of a torn answer in the tail area; returns its length."""
+        """Put the rest of a torn answer in the tail area (what fits); returns its length."""
         offset = 0
         for part in parts:
-            _pwrite_all(self.fd, part, TAIL_OFFSET + offset)
+            part = part[: TAIL_BYTES - offset]
+            self.buf[TAIL_OFFSET + offset : TAIL_OFFSET + offset + len(part)] = part
             offset += len(part)
         return offset
 
     def read_tail(self, length: int) -> bytes:
-        return _pread_all(self.fd, length, TAIL_OFFSET)
+        return bytes(self.buf[TAIL_OFFSET : TAIL_OFFSET + min(length, TAIL_BYTES)])
 
     def read_landed(self, zone: int) -> bytes:
         """What a read put in landing zone `zone` and no state accounts for (up to the first NUL)."""
-        data = _pread_all(self.fd, LANDING_BYTES, landing_offset(zone))
+        at = landing_offset(zone)
+        data = bytes(self.buf[at : at + LANDING_BYTES])
         end = data.find(b"\0")
         return data if end < 0 else data[:end]
 
-    def clear_landed(self, zone: int, length: int) -> None:
-        """Zero the first `length` bytes of landing zone `zone`, for the next read to land in."""
-        if length:
-            _pwrite_all(self.fd, bytes(length), landing_offset(zone))
+    def release_heads(self) -> None:
+        """Give the pages of both head areas and the tail back (the state counts no head)."""
+        import mmap
 
-    def release(self, keep_head: int = 0, area: int = 0) -> None:
-        """Free the pages of the tail area and of the head areas past `keep_head` bytes of `area`
-        (which the state still counts); the landing zones stay, for the daemon maps them."""
-        os.ftruncate(self.fd, head_offset(area) + keep_head)
-
-
-def migrate_legacy(region: Region, state: State) -> None:
-    """Move a region of the layout before the landing zones (`state.legacy`) to this one: its head
-    and tail to where this layout keeps them, the landing zones (where its head began) zeroed.
-    The state is written by the caller, in this layout."""
-    head = _pread_all(region.fd, state.head_len, LEGACY_HEAD_OFFSET)
-    tail = _pread_all(region.fd, state.tail_len, LEGACY_TAIL_OFFSET)
-    _pwrite_all(region.fd, bytes(HEAD_OFFSET - LANDING_OFFSET), LANDING_OFFSET)
-    state.landing, state.head_area, state.legacy = 0, 0, False
-    state.head_len = len(head)
-    region.write_head(head, 0, 0)
-    state.tail_len = region.write_tail([tail])
+        self.buf.madvise(mmap.MADV_REMOVE, HEAD_OFFSET, REGION_BYTES - HEAD_OFFSET)
 
 
 def landing_offset(zone: int) -> int:
@@ -276,7 +299,80 @@ def head_offset(area: int) -> int:
     return HEAD_OFFSET + area * HEAD_AREA_BYTES
 
 
-def _pwrite_all(fd: int, data: bytes | memoryview, offset: int) -> None:
+# ---- creating, checking, mapping, reading --------------------------------------------------------
+
+
+def create_region() -> int:
+    """A new, empty region: an anonymous memfd (close-on-exec) of REGION_BYTES, sealed against
+    shrinking and growing. Raises OSError where that cannot be made (no memfd, no sealing)."""
+    import fcntl
+
+    if not (hasattr(os, "memfd_create") and hasattr(os, "MFD_ALLOW_SEALING")
+            and all(hasattr(fcntl, name) for name in (*SEALS_NEEDED, "F_ADD_SEALS"))):
+        raise OSError(0, "this system has no sealed memfd")
+    fd: int = os.memfd_create("lazyd-handoff", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    try:
+        os.ftruncate(fd, REGION_BYTES)
+        os.pwrite(fd, MAGIC, 0)
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL)
+    except OSError:
+        os.close(fd)
+        raise
+    return fd
+
+
+def region_problem(fd: int) -> str | None:
+    """Why `fd` cannot be mapped as a region of this layout (None: it can). A region must be an
+    anonymous file (so a peer cannot have the daemon write a named one), of REGION_BYTES, sealed
+    so that it can neither shrink nor grow nor get another seal (so that no peer can make the
+    daemon's mapping fault), writable, and of this layout."""
+    import fcntl
+    import stat
+
+    try:
+        st = os.fstat(fd)
+        seals = fcntl.fcntl(fd, fcntl.F_GET_SEALS)
+        magic = os.pread(fd, 4, 0)
+    except (OSError, AttributeError) as exc:
+        return f"it cannot be inspected ({getattr(exc, 'strerror', None) or exc})"
+    if not stat.S_ISREG(st.st_mode) or st.st_nlink != 0:
+        return "it is not an anonymous file"
+    if magic != MAGIC:
+        return f"its layout is {magic!r}, not {MAGIC!r}"
+    needed = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL
+    if seals & needed != needed or seals & (F_SEAL_WRITE | F_SEAL_FUTURE_WRITE):
+        return "it is not sealed against shrinking and growing"
+    if st.st_size != REGION_BYTES:
+        return f"it holds {st.st_size} bytes, not {REGION_BYTES}"
+    return None
+
+
+def read_region(fd: int) -> Region | None:
+    """The region `fd` as far as the shim needs it (the header, the slots, the table; the rest is
+    read on demand through `Region.buf`), with pread: a shim never maps one. None when `fd` is not
+    a region of this layout."""
+    return Region(_Sparse(fd)) if os.pread(fd, 4, 0) == MAGIC else None
+
+class _Sparse:
+    """Slices of a region read with pread, and written with pwrite: as much of a buffer as Region
+    needs, for the shim, which must not map what another process might have resized."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def __getitem__(self, key: slice | int) -> Any:
+        if isinstance(key, int):
+            return os.pread(self.fd, 1, key)[0]
+        return pread_all(self.fd, key.stop - key.start, key.start)
+
+    def __setitem__(self, key: slice | int, value: Any) -> None:
+        if isinstance(key, int):
+            os.pwrite(self.fd, bytes([value]), key)
+        else:
+            pwrite_all(self.fd, value, key.start)
+
+
+def pwrite_all(fd: int, data: bytes | memoryview, offset: int) -> None:
     view = memoryview(data)
     while view:
         written = os.pwrite(fd, view, offset)
@@ -284,30 +380,14 @@ def _pwrite_all(fd: int, data: bytes | memoryview, offset: int) -> None:
         offset += written
 
 
-def _pread_all(fd: int, length: int, offset: int) -> bytes:
+def pread_all(fd: int, length: int, offset: int) -> bytes:
     parts: list[bytes] = []
     while length > 0:
-        chunk = os.pread(fd, min(length, 1 << 20), offset)
+        chunk = os.pread(fd, min(length, _MIB), offset)
         if not chunk:
-            break  # the file ends sooner: a daemon killed before its write; what is there is all
+            break  # the file ends sooner: what is there is all
         parts.append(chunk)
         length -= len(chunk)
         offset += len(chunk)
     return b"".join(parts)
 
-
-def create_region() -> int:
-    """A new, empty region (an anonymous memfd, close-on-exec); raises OSError where none can be made."""
-    return os.memfd_create("lazyd-handoff", os.MFD_CLOEXEC)
-
-
-def is_region(fd: int) -> bool:
-    """Whether `fd` may be written as a region: a regular file with no name (a memfd), so that a
-    peer passing a descriptor of a named file cannot have the daemon overwrite that file."""
-    import stat
-
-    try:
-        st = os.fstat(fd)
-    except OSError:
-        return False
-    return stat.S_ISREG(st.st_mode) and st.st_nlink == 0

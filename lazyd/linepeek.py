@@ -204,7 +204,90 @@ def top_level_fields(prefix: bytes) -> dict[str, object]:
     return found
 
 
-ID_SCAN_BYTES = 64 * 1024  # what is kept of an over-long line to find its id
+ID_SCAN_BYTES = 64 * 1024
+# What is kept of an over-long line to find its id and method: both come first in the JSON that
+# real SDKs write, and scanning byte by byte in Python must stay cheap.
+
+
+class LineSplitter:
+    """A client's stdin cut into lines, the one way every reader of it cuts them: the shim's relay
+    (frames), the daemon on a hand-off session, and the shim recovering one from the region.
+
+    A line ends at "\n" (a "\r" before it is dropped); blank lines carry no message and are
+    skipped. A line over `max_line` bytes is *too long*: only its first ID_SCAN_BYTES are kept (to
+    answer its request with an error) and the rest is skipped as it comes. At EOF, a last line
+    without its newline is still a line. `feed` returns, for the lines its bytes complete, each as
+    (line, too_long); `buffer` and `discarding` are the start of the line not yet complete."""
+
+    __slots__ = ("max_line", "buffer", "discarding", "cut")
+
+    def __init__(self, max_line: int, head: bytes = b"", discarding: bool = False) -> None:
+        self.max_line = max_line
+        self.buffer = bytearray(head)
+        self.discarding = discarding
+        self.cut = False  # the last feed completed a line: `buffer` is a new line's start
+
+    def feed(self, data: bytes) -> list[tuple[bytes, bool]]:
+        out: list[tuple[bytes, bool]] = []
+        buffer, limit = self.buffer, self.max_line + 1  # room for a "\r"
+        start, end = 0, len(data)
+        self.cut = False
+        while start < end:
+            newline = data.find(b"\n", start)
+            stop = end if newline < 0 else newline
+            if self.discarding or len(buffer) + stop - start > limit:
+                if len(buffer) < ID_SCAN_BYTES:  # the start is kept, whatever the reads were
+                    buffer += data[start : min(stop, start + ID_SCAN_BYTES - len(buffer))]
+                del buffer[ID_SCAN_BYTES:]
+                self.discarding = True
+            elif newline >= 0 and not buffer:
+                self._line(data[start:newline], out)
+            else:
+                buffer += data[start:stop]
+                if newline >= 0:
+                    line = bytes(buffer)
+                    buffer.clear()
+                    self._line(line, out)
+            if newline < 0:
+                break
+            self.cut = True
+            if self.discarding:
+                out.append((bytes(buffer[:-1] if buffer.endswith(b"\r") else buffer), True))
+                buffer.clear()
+                self.discarding = False
+            start = newline + 1
+        return out
+
+    def finish(self) -> list[tuple[bytes, bool]]:
+        """At EOF: the last line, if it had no newline."""
+        out: list[tuple[bytes, bool]] = []
+        line, discarding = bytes(self.buffer), self.discarding
+        self.buffer.clear()
+        self.discarding = False
+        if discarding:
+            out.append((line[:-1] if line.endswith(b"\r") else line, True))
+        elif line:
+            self._line(line, out)
+        return out
+
+    def _line(self, line: bytes, out: list[tuple[bytes, bool]]) -> None:
+        if line.endswith(b"\r"):
+            line = line[:-1]
+        if len(line) > self.max_line:
+            out.append((line[:ID_SCAN_BYTES], True))
+        elif line and not line.isspace():
+            out.append((line, False))
+
+
+def too_long_request(prefix: bytes) -> JsonId | None:
+    """The id of the request an over-long line starts with (its first ID_SCAN_BYTES), or None
+    when it holds no readable request id: then it is dropped rather than answered."""
+    fields = top_level_fields(prefix[:ID_SCAN_BYTES])
+    found = fields.get("id")
+    if isinstance(fields.get("method"), str) and id_key(found) is not None:
+        assert isinstance(found, (int, str))
+        return found
+    return None
 
 
 def request_ids_in(head: bytes, discarding: bool, data: bytes, max_line: int) -> tuple[list[bytes], bytes, bool]:
@@ -212,24 +295,15 @@ def request_ids_in(head: bytes, discarding: bool, data: bytes, max_line: int) ->
     it in the region (lazyd/handoff_state.py): `head`, the start of a line (with `discarding`, the
     first bytes of an over-long one), then `data`, the bytes read after it.
 
-    Returns the JSON text of each request id in the lines `data` completes (an over-long line's
-    from its first ID_SCAN_BYTES, as the daemon reads it), the start of the line left unfinished,
-    and whether that start is an over-long line's. Lines are cut as the daemon cuts them."""
-    text = head + data
+    Returns the JSON text of each request id in the lines `data` completes, cut as LineSplitter
+    cuts them, the start of the line left unfinished, and whether that start is an over-long line's."""
+    splitter = LineSplitter(max_line, head, discarding)
     ids: list[bytes] = []
-    start = 0
-    while (newline := text.find(b"\n", start)) >= 0:
-        line = text[start:newline]
-        start = newline + 1
-        if discarding or len(line) > max_line + 1:  # room for a "\r"
-            discarding = False
-            fields = top_level_fields(line[:ID_SCAN_BYTES])
-            found = fields.get("id")
-            if isinstance(fields.get("method"), str) and id_key(found) is not None:
+    for line, too_long in splitter.feed(data):
+        if too_long:
+            found = too_long_request(line)
+            if found is not None:
                 ids.append(json.dumps(found).encode())
-            continue
-        ids.extend(json.dumps(request_id).encode() for _, request_id in inspect_line(line.rstrip(b"\r")).requests)
-    rest = text[start:]
-    if discarding or len(rest) > max_line + 1:
-        return ids, rest[:ID_SCAN_BYTES], True
-    return ids, rest, False
+        else:
+            ids.extend(json.dumps(request_id).encode() for _, request_id in inspect_line(line).requests)
+    return ids, bytes(splitter.buffer), splitter.discarding

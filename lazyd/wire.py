@@ -29,7 +29,6 @@ Decoding is defensive in three steps, each bounding what the next may cost:
 
 from __future__ import annotations
 
-import socket
 import struct
 from collections import deque
 
@@ -45,6 +44,7 @@ from lazyd.frames import validate_walked as validate_walked  # found by this nam
 # typing costs milliseconds there; mypy treats any name TYPE_CHECKING as true.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    import socket  # annotations only: the shim dials with _socket (shim/dial.py)
     from collections.abc import Mapping
     from typing import Any
 

@@ -14,7 +14,6 @@
 from __future__ import annotations
 
 import os
-import socket
 import stat
 import sys
 import time
@@ -25,6 +24,7 @@ from .dial import BUSY_WAIT_S, POLL_S, NoDaemon, budget, connect_once
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs start-up time
 if TYPE_CHECKING:
+    import socket
     from collections.abc import Callable
     from typing import Any
 

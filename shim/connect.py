@@ -15,8 +15,8 @@ Rules, in the order they apply:
 
 from __future__ import annotations
 
+import _socket
 import os
-import socket
 import struct
 import time
 
@@ -29,6 +29,7 @@ from .dial import BUSY_WAIT_S, NoDaemon, budget, check_peer, connect_once
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs start-up time
 if TYPE_CHECKING:
+    import socket
     from collections.abc import Callable
     from typing import Any
 
@@ -77,7 +78,10 @@ def open_session(opts: Options, resume: list[bytes], log: Log, deadline: float |
     whether the daemon took them. Raises Unavailable; closes the socket on failure.
     """
     hello = build_hello(opts, resume)
-    hello.handoff = True if fds else None
+    if fds:
+        from lazyd.handoff_state import LAYOUT
+
+        hello.handoff, hello.layout = True, LAYOUT
     try:
         frame = wire.encode(hello)
     except (UnicodeError, ValueError, TypeError) as exc:
@@ -137,7 +141,7 @@ def _send_hello(sock: socket.socket, frame: bytes, fds: list[int] | None) -> Non
     if fds:
         # The descriptors ride on the hello's first bytes; a daemon that reads them without
         # asking for descriptors (an older one) has them closed by the kernel.
-        sent = sock.sendmsg([frame], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack(f"{len(fds)}i", *fds))])
+        sent = sock.sendmsg([frame], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, struct.pack(f"{len(fds)}i", *fds))])
         if sent < len(frame):
             sock.sendall(memoryview(frame)[sent:])
     else:

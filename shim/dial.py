@@ -8,13 +8,23 @@ receive this shim's whole environment, secrets included. Every wait is bounded (
 
 from __future__ import annotations
 
+import _socket
 import os
-import socket
 import struct
 import time
 
 from lazyd.errors import NoDaemon as NoDaemon  # what connect_once raises
 from lazyd.errors import Unavailable
+
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs start-up time
+if TYPE_CHECKING:
+    import socket
+
+# The daemon is dialled with the C socket type itself (_socket.socket, the base class of
+# socket.socket): importing `socket` builds its enums from every constant of _socket, the largest
+# single cost of a shim start, and the shim needs nothing socket.socket adds (every method it and
+# the relay call, connect, sendmsg, sendall, recv, settimeout, shutdown, close, is the C one's).
+_AF_UNIX, _SOCK_STREAM, _SOCK_CLOEXEC = _socket.AF_UNIX, _socket.SOCK_STREAM, _socket.SOCK_CLOEXEC
 
 BUSY_WAIT_S = 5.0
 # How long to keep retrying a daemon whose listen backlog is full (EAGAIN) before giving up.
@@ -34,7 +44,7 @@ def budget(budget_s: float, deadline: float | None) -> float:
 
 
 def check_peer(sock: socket.socket, path: str) -> None:
-    _pid, uid, _gid = _PEERCRED.unpack(sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size))
+    _pid, uid, _gid = _PEERCRED.unpack(sock.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED, _PEERCRED.size))
     if uid != os.geteuid():
         raise Unavailable(f"{path} is served by uid {uid}, not by this user", final=True)
 
@@ -42,7 +52,7 @@ def check_peer(sock: socket.socket, path: str) -> None:
 def connect_once(path: str, deadline: float) -> socket.socket:
     """One connect, retried while the daemon is busy (EAGAIN). Raises NoDaemon or Unavailable."""
     while True:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+        sock: socket.socket = _socket.socket(_AF_UNIX, _SOCK_STREAM | _SOCK_CLOEXEC)  # type: ignore[assignment]
         try:
             # A timeout makes connect non-blocking underneath, so a full backlog gives EAGAIN
             # instead of sleeping in the kernel.

@@ -32,15 +32,44 @@ if TYPE_CHECKING:
 WAIT_FD = 9
 # The daemon socket's descriptor in the waiting shell: dash's redirections take one digit only.
 
-SHELLS = ("/bin/dash", "/usr/bin/dash", "/bin/sh")
-# dash first where it is installed (1.7 MiB resident against bash's 3), whatever /bin/sh is.
+SHELLS = ("/bin/dash", "/usr/bin/dash")
+# dash, whatever /bin/sh is: 1.7 MiB resident. Without it the session is not handed off (bash
+# would wait in 3 MiB, Python in 10: the frame path is then the better deal).
 
-WAIT_SCRIPT = f"trap 'exit 0' TERM HUP; trap 'exit 130' INT; read -r _ <&{WAIT_FD} && exit 0; exec {WAIT_FD}<&-; exec \"$@\""
-# The shim's own signal rules (main.py): SIGTERM and SIGHUP end it quietly with 0, SIGINT with 130.
+RESUME_JITTER_S = 1.0
+# After the daemon is gone, each waiter waits a random part of this before it runs Python again:
+# a daemon crash wakes every waiter at the same instant, and they must not all start at once.
+
+WAIT_SCRIPT = (f"trap 'exit 0' TERM HUP; trap 'exit 130' INT; read -r _ <&{WAIT_FD} && exit 0; "
+               f"exec {WAIT_FD}<&-; sleep \"$1\" 2>/dev/null; shift; "
+               '[ -x "$2" ] || exec python3 -I -S -c "$@"; shift; exec "$@"')
+# The shim's own signal rules (main.py): SIGTERM and SIGHUP end it quietly with 0, SIGINT with
+# 130. Its arguments: the jitter, ORPHAN_SCRIPT, then the shim's command line to exec. A shim
+# that is no longer there (its environment deleted) cannot be exec'd: the system's python3 then
+# runs ORPHAN_SCRIPT, which answers what was in flight itself, and the session ends.
+
+ORPHAN_SCRIPT = r"""
+import os, sys
+fd, out = int(next(a for a in sys.argv if a.startswith("--resume-handoff="))[17:]), []
+if os.pread(fd, 4, 0) == MAGIC:
+    if os.pread(fd, 1, TORN) != b"\0": out.append(b"\n")
+    table = os.pread(fd, TABLE_BYTES, TABLE_OFFSET)
+    for at in range(0, len(table), ENTRY):
+        if table[at]: out.append(b'{"jsonrpc":"2.0","id":' + table[at + 1 : at + 1 + table[at]] + TAIL + b"\n")
+os.write(1, b"".join(out))
+sys.stderr.write("lazyd-shim: the shim is no longer installed; the session ends\n")
+"""
+# Reads the layout's header, torn byte and table (lazyd/handoff_state.py; `orphan_script` fills
+# in its constants).
 
 RESUME_FLAG = "--resume-handoff="  # as shim/main.py reads it
 WAITER_ENV = "LAZYD_TEST_WAITER"
-# Undocumented test seam: "python" makes the shim wait itself, as where no shell can be run.
+# Undocumented test seam, read when a session starts: "python" makes the shim wait itself (as
+# where dash cannot be exec'd), "none" plays a system without dash.
+
+ERROR_TAIL = (b',"error":{"code":-32603,"message":"lazyd: connection to the daemon was lost; '
+              b'the request may not have completed"}}')
+# The lost-connection error after an id (shim/relay.py's LOST_CODE and LOST_MESSAGE).
 
 
 class Offer:
@@ -71,17 +100,41 @@ def _passable(fd: int, flags: int) -> tuple[int, bool] | None:
     try:
         return os.open(f"/proc/self/fd/{fd}", flags | os.O_NONBLOCK | os.O_CLOEXEC), True
     except OSError:
-        return None  # no /proc, or the reader of our stdout is gone
+        return None  # no /proc to reopen it through, or the reader of our stdout is gone
+
+
+def orphan_script() -> str:
+    """ORPHAN_SCRIPT with the layout's constants in it."""
+    from lazyd import handoff_state as hs
+
+    values = {"MAGIC": repr(hs.MAGIC), "TORN": str(hs.TORN_OFFSET), "TABLE_BYTES": str(hs.TABLE_ENTRIES * hs.ENTRY_BYTES),
+              "TABLE_OFFSET": str(hs.TABLE_OFFSET), "ENTRY": str(hs.ENTRY_BYTES), "TAIL": repr(ERROR_TAIL)}
+    script = ORPHAN_SCRIPT
+    for name, value in values.items():
+        script = script.replace(name, value)
+    return script
+
+
+def waiter() -> str | None:
+    """The shell a handed-off shim waits in; None where there is none (or the test seam says so)."""
+    if os.environ.get(WAITER_ENV) == "python":
+        return "python"
+    if os.environ.get(WAITER_ENV) == "none":
+        return None
+    return next((shell for shell in SHELLS if os.access(shell, os.X_OK)), None)
 
 
 def offer(region: int | None, log: Log) -> Offer | None:
     """What to pass with the hello, or None when the client's stdio cannot be handed off."""
+    if waiter() is None:
+        log(f"no hand-off: no dash to wait in ({' or '.join(SHELLS)}); relaying")
+        return None
     ends: list[tuple[int, bool]] = []
     for fd, flags in ((0, os.O_RDONLY), (1, os.O_WRONLY)):
         found = _passable(fd, flags)
         if found is None:
             _close_own(ends)
-            log(f"no hand-off: fd {fd} is neither a pipe nor a socket")
+            log(f"no hand-off: fd {fd} is neither a socket nor a pipe it can reopen through /proc/self/fd")
             return None
         ends.append(found)
     if region is None:
@@ -89,9 +142,9 @@ def offer(region: int | None, log: Log) -> Offer | None:
 
         try:
             region = create_region()
-        except OSError as exc:
+        except OSError as exc:  # no memfd, no sealing (not Linux, an old kernel): frames
             _close_own(ends)
-            log(f"no hand-off: cannot create the shared region: {exc.strerror}")
+            log(f"no hand-off: cannot create the shared region: {exc.strerror or exc}")
             return None
     return Offer([ends[0][0], ends[1][0], region], [opened for opened, own in ends if own], region)
 
@@ -125,11 +178,15 @@ def wait(conn: connect.Connection, region: int, args: list[str], log: Log) -> No
             os.dup2(sock, WAIT_FD)  # inheritable
         else:
             os.set_inheritable(sock, True)
+        import random
+
+        jitter = f"{random.uniform(0, RESUME_JITTER_S):.3f}"
+        orphan = orphan_script()
         argv = recovery_argv(region, args)
         for shell in SHELLS:
             log(f"handed off; waiting in {shell}")
             try:
-                os.execv(shell, [shell, "-c", WAIT_SCRIPT, "lazyd-shim", *argv])
+                os.execv(shell, [shell, "-c", WAIT_SCRIPT, "lazyd-shim", jitter, orphan, *argv])
             except OSError:
                 continue
         os.set_inheritable(WAIT_FD, False)

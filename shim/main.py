@@ -9,8 +9,13 @@ imported only on the paths that need them.
 from __future__ import annotations
 
 import os
-import signal
 import sys
+
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs start-up time
+if TYPE_CHECKING:
+    import signal
+else:
+    import _signal as signal  # the C module: `signal` builds enums (and imports enum) at import
 
 from lazyd.errors import Unavailable, UsageError
 

@@ -19,9 +19,6 @@ from __future__ import annotations
 import os
 import time
 
-from lazyd.durations import parse_bool as _core_parse_bool
-from lazyd.durations import parse_duration
-from lazyd.envnames import parse_names
 from lazyd.errors import UsageError
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs start-up time
@@ -43,10 +40,13 @@ Every option can also be set with the environment variable shown; the flag wins.
 
 options:
   --linger D           keep the server up D after its last client left     LAZYD_LINGER
+  --check-linger D     the same for a start only listings came for (a      LAZYD_CHECK_LINGER
+                       health check); default 30s
   --idle-timeout D     stop the server after D without requests            LAZYD_IDLE_TIMEOUT
   --start-timeout D    bound on starting the server and its handshake      LAZYD_START_TIMEOUT
-  --share auto|BOOL    one server process for all clients, or one each;   LAZYD_SHARE
-                       auto decides from the cached tools (default)
+  --share MODE         auto (default: decided per server), true (one      LAZYD_SHARE
+                       process for all), false (one each), session-aware
+                       (one process, each request with its session's id)
   --wake-command JSON  argv (a JSON list) of a wake predicate              LAZYD_WAKE_COMMAND
   --wake-interval D    how often the wake predicate runs                   LAZYD_WAKE_INTERVAL
   --wake-timeout D     bound on one run of the wake predicate              LAZYD_WAKE_TIMEOUT
@@ -79,8 +79,11 @@ MAX_SUN_PATH_BYTES = 107
 
 # Options forwarded to the daemon in the hello's `opts`: flag -> (opts key, env var, checker).
 def _check_duration(value: str) -> None:
-    # The daemon's own rule (lazyd.durations, on the stdlib-only floor, cheap to import), so a
-    # value the config file accepts, such as "1m30s", is never refused by the shim.
+    # The daemon's own rule (lazyd.durations, on the stdlib-only floor), so a value the config
+    # file accepts, such as "1m30s", is never refused by the shim. Imported only when an option
+    # needs it: it compiles regular expressions, and most shim starts set no option at all.
+    from lazyd.durations import parse_duration
+
     try:
         parse_duration(value)
     except ValueError:
@@ -89,6 +92,8 @@ def _check_duration(value: str) -> None:
 
 def parse_bool(value: str) -> bool:
     """Return the truth of a BOOL string (the daemon's rule); raise ValueError for anything else."""
+    from lazyd.durations import parse_bool as _core_parse_bool  # when an option is set (above)
+
     try:
         return _core_parse_bool(value)
     except ValueError:
@@ -96,11 +101,11 @@ def parse_bool(value: str) -> bool:
 
 
 def _check_share(value: str) -> None:
-    if value.strip().lower() != "auto":
+    if value.strip().lower() not in ("auto", "session-aware"):
         try:
             parse_bool(value)
         except ValueError:
-            raise ValueError(f"invalid value {value!r} (use auto, true or false)") from None
+            raise ValueError(f"invalid value {value!r} (use auto, true, false or session-aware)") from None
 
 
 def _check_era(value: str) -> None:
@@ -121,11 +126,14 @@ def _check_argv_json(value: str) -> None:
 
 
 def _check_names(value: str) -> None:
+    from lazyd.envnames import parse_names  # when the option is set: it compiles a regular expression
+
     parse_names(value)
 
 
 _DAEMON_OPTS = {
     "--linger": ("linger", "LAZYD_LINGER", _check_duration),
+    "--check-linger": ("check_linger", "LAZYD_CHECK_LINGER", _check_duration),
     "--idle-timeout": ("idle_timeout", "LAZYD_IDLE_TIMEOUT", _check_duration),
     "--start-timeout": ("start_timeout", "LAZYD_START_TIMEOUT", _check_duration),
     "--share": ("share", "LAZYD_SHARE", _check_share),

@@ -44,16 +44,14 @@ from lazyd.errors import ReplayFailed, Unavailable, WireError
 from lazyd.frames import Line
 
 from . import connect
-from lazyd.linepeek import EOF_WAIT_S
+from lazyd.linepeek import EOF_WAIT_S, LineSplitter, too_long_request
 
 from .options import say
 from .stdout import Stdout
-from .peek import error_line, id_key, inspect_line, top_level_fields
+from .peek import error_line, id_key, inspect_line
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs start-up time
 if TYPE_CHECKING:
-    from typing import BinaryIO, NoReturn
-
     from .fallback import DirectServer
     from .options import Log, Options
 
@@ -73,14 +71,11 @@ MAX_HELD_BYTES = 64 * 1024 * 1024
 # Lines the client sends while reconnecting wait in memory; a client rarely sends more than a
 # handful in 10 s, and these bounds keep a flooding client from growing the shim without limit.
 
-ID_SCAN_BYTES = 64 * 1024
-# How much of an over-long line is searched for its id and method: both come first in the JSON
-# that real SDKs write, and scanning byte by byte in Python must stay cheap.
-
 LOST_CODE = -32603
 LOST_MESSAGE = "lazyd: connection to the daemon was lost; the request may not have completed"
 HELD_OVERFLOW_MESSAGE = "lazyd: the daemon is unavailable and too many messages are waiting"
 TOO_LONG_CODE = -32600
+READ_BYTES = 64 * 1024  # one read of the client's stdin (a pipe holds 64 KiB by default)
 
 _CONNECTED, _RECONNECTING, _DIRECT = "connected", "reconnecting", "direct"
 
@@ -189,17 +184,6 @@ class Relay:
 
     def _recover(self, conn: connect.Connection, reason: str) -> str | None:
         """Answer what was in flight, then reconnect. Returns None on success, else why it failed."""
-        with self._state_lock:
-            leaving = self._leaving
-        if leaving:
-            # The client has closed stdin and waits for its answers: the ones still owed get the
-            # lost-connection error, as on any daemon loss, and the shim ends (nothing more can come).
-            with self._state_lock:
-                lost = list(self._inflight.values())
-                self._inflight.clear()
-            self._out.write(b"".join(error_line(i, LOST_CODE, LOST_MESSAGE) + b"\n" for i in lost))
-            self._log(f"daemon lost after the client closed stdin; answered {len(lost)} request(s) with an error")
-            self._out.exit_between_lines(0)
         self._log(f"daemon lost: {reason}")
         _shutdown(conn.sock)
         with self._send_lock:
@@ -213,6 +197,8 @@ class Relay:
             self._out.write_line(error_line(request_id, LOST_CODE, LOST_MESSAGE))
         if lost:
             self._log(f"answered {len(lost)} in-flight request(s) with an error")
+        if self._leaving:
+            self._out.exit_between_lines(0)  # the client closed stdin: nothing more can be owed
         deadline = time.monotonic() + RECONNECT_WAIT_S
         while True:
             try:
@@ -306,42 +292,28 @@ class Relay:
             os._exit(70)
 
     def _read_stdin(self) -> None:
-        limit = wire.MAX_LINE_BYTES + 2  # room for "\r\n"
-        stdin: BinaryIO = open(0, "rb", buffering=64 * 1024, closefd=False)
-        head, self._head = self._head, b""
-        if self._head_too_long:
-            self._too_long(head, stdin, False)
-            head = b""
+        lines = LineSplitter(wire.MAX_LINE_BYTES, self._head, self._head_too_long)  # lazyd/linepeek.py
+        self._head = b""
         while True:
             try:
-                line = stdin.readline(limit - len(head))
+                chunk = os.read(0, READ_BYTES)
+            except BlockingIOError:  # the client gave us a non-blocking pipe
+                select.select([0], [], [])
+                continue
             except OSError:
-                line = b""
-            if head:
-                line, head = head + line, b""
-            if not line:
+                chunk = b""
+            for line, too_long in lines.feed(chunk) if chunk else lines.finish():
+                if too_long:
+                    self._too_long(line)
+                else:
+                    self._client_line(line)
+            if not chunk:
                 self._client_eof()
                 return  # the directly run server is finishing; the main thread's pump ends the shim
-            if line.endswith(b"\n"):
-                line = line[:-2] if line.endswith(b"\r\n") else line[:-1]
-                whole = True
-            else:
-                whole = len(line) < limit  # shorter: the last line, cut by EOF
-            if not whole or len(line) > wire.MAX_LINE_BYTES:
-                self._too_long(line, stdin, whole)
-                continue
-            if not line or line.isspace():
-                continue  # blank lines carry no message; SDKs skip them too
-            self._client_line(line)
 
-    def _too_long(self, prefix: bytes, stdin: BinaryIO, whole: bool) -> None:
-        while not whole:  # discard the rest of the line without keeping it
-            chunk = stdin.readline(wire.MAX_LINE_BYTES)
-            whole = not chunk or chunk.endswith(b"\n")
-        fields = top_level_fields(prefix[:ID_SCAN_BYTES])
-        request_id = fields.get("id")
-        if isinstance(fields.get("method"), str) and id_key(request_id) is not None:
-            assert isinstance(request_id, (int, str))
+    def _too_long(self, prefix: bytes) -> None:
+        request_id = too_long_request(prefix)
+        if request_id is not None:
             message = f"lazyd: line too long (more than {wire.MAX_LINE_BYTES} bytes)"
             self._out.write_line(error_line(request_id, TOO_LONG_CODE, message))
             self._log(f"answered a request line over {wire.MAX_LINE_BYTES} bytes with -32600")
@@ -404,22 +376,8 @@ class Relay:
             return
         if owed:
             self._log(f"client closed stdin; waiting for the answers to {owed} request(s)")
-            wait_for_answers(self._drained_r, EOF_WAIT_S)
+            self._out.wait_closed(self._drained_r, EOF_WAIT_S)
         self._log("client closed stdin; exiting")
-        # The socket is not shut down here: the main thread would take that for a lost daemon and
-        # answer in-flight requests to a client that left. Exiting closes it (it is CLOEXEC, so no
-        # child holds a copy) and the daemon detaches the session, cancelling what is still in
-        # flight upstream.
+        # Exiting closes the socket (CLOEXEC: no child holds a copy): the daemon detaches the
+        # session, cancelling upstream what is still in flight.
         self._out.exit_between_lines(0)
-
-
-def wait_for_answers(drained: int, wait_s: float) -> None:
-    """Wait until `drained` is readable (nothing in flight any more), the client closes its stdout
-    (nobody would read the answers), or `wait_s` pass."""
-    poller = select.poll()
-    poller.register(drained, select.POLLIN)
-    poller.register(1, 0)  # only POLLERR (a pipe's reader gone) or POLLHUP (a socket's peer)
-    give_up = time.monotonic() + wait_s
-    while (left := give_up - time.monotonic()) > 0:
-        if poller.poll(int(left * 1000) + 1):
-            return

@@ -24,6 +24,9 @@ Captured here (a tee between the client and server-everything, and /proc/PID/env
   (captured with a tee); only a handful of variables pass
   (`CODEX_DEFAULT_ENV`: its allow-list and six CA bundle variables), plus the registration's
   `env_vars` names and its env; its vendor directory first on PATH.
+- opencode 1.18.33 (`opencode mcp list`, learned by the daemon): `opencode` at 2025-11-25 with
+  `roots`; the whole environment plus AGENT=1 and OPENCODE=1 (and OPENCODE_PID, its own pid,
+  which changes every run and so is no part of a check), plus the registration's `environment`.
 
 These are first guesses: once the daemon has seen a session of a client, `check --client X`
 rebuilds X's environment from the names its sessions really carried (lazyd/daemon/learned_env.py).
@@ -39,7 +42,7 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = ["ClientProfile", "PROFILES", "profile_named", "profile_for_client_info",
-           "gemini_environment", "codex_environment", "full_environment"]
+           "gemini_environment", "codex_environment", "opencode_environment", "full_environment"]
 
 # (inherited, declared, passed): passed are the names a registration asks to pass through (Codex's
 # `env_vars`); clients that pass everything on ignore them.
@@ -133,6 +136,13 @@ def codex_environment(inherited: Mapping[str, str], declared: Mapping[str, str],
     return env
 
 
+def opencode_environment(inherited: Mapping[str, str], declared: Mapping[str, str],
+                         passed: tuple[str, ...] = ()) -> dict[str, str]:
+    """The environment opencode gives a local server: everything, its two markers, the
+    registration's `environment` on top (OPENCODE_PID left out: it is a new value every run)."""
+    return {**inherited, "AGENT": "1", "OPENCODE": "1", **declared}
+
+
 @dataclass(frozen=True)
 class ClientProfile:
     name: str  # lazyctl's name for the client (as in `wrap --client`)
@@ -167,6 +177,10 @@ PROFILES: dict[str, ClientProfile] = {p.name: p for p in (
     ClientProfile("cursor", "Cursor", ("cursor-vscode",), None, "not captured", full_environment),
     ClientProfile("vscode", "VS Code", ("Visual Studio Code",), None, "not captured", full_environment),
     ClientProfile("windsurf", "Windsurf", ("windsurf-client",), None, "not captured", full_environment),
+    ClientProfile(
+        "opencode", "opencode", ("opencode",),
+        _params("2025-11-25", {"roots": {}}, {"name": "opencode", "version": "1.18.33"}),
+        "opencode 1.18.33", opencode_environment),
 )}
 
 

@@ -40,8 +40,8 @@ Rules
    the group and fails queued and in-flight requests), the state becomes stopping, and the timeout
    counts as a failed start. When the process is gone the server is parked as failed, because
    nothing is retried on its own after a hung start; keep_alive servers back off instead.
-6. Stops for lack of use (linger and idle): lazyd/core/lifecycle_usage.py, where the rule is
-   written with the code that keeps it. `load()` and `tick()` emit a due stop.
+6. Stops for lack of use (linger, check linger, idle): lazyd/core/lifecycle_usage.py, where the
+   rule is written with the code that keeps it. `load()` and `tick()` emit a due stop.
 7. Exits. In stopping any `exited()` completes the stop, whatever `requested` says: the process
    was going anyway. Then a remembered demand spawns (requested); a start timeout's outcome
    applies (rule 5); else sleeping. Outside stopping, `exited(requested=True)` means the daemon
@@ -52,13 +52,7 @@ Rules
    it runs only in sleeping; exit 0 spawns (unrequested).
 10. `boot()`, once, when the daemon adopts the server: eager and keep_alive servers spawn
    (unrequested) and the first predicate run is scheduled.
-
-Errors
-------
-An input that does not fit the state (`ready()` while sleeping, `exited()` with no process, a second
-`boot()`) changes nothing and returns a single `Log` action: the caller's view lagged, which is not
-worth crashing a supervisor for. `LifecycleError` is raised only for caller bugs that no state can
-absorb, before anything changes: time going backwards, negative counts or pids, a bad policy.
+Errors: a misfit input returns one `Log`; caller bugs raise (lazyd/core/lifecycle_states.py).
 """
 
 from __future__ import annotations
@@ -119,11 +113,11 @@ class Lifecycle:
         return self._predicate.state
 
     def status_fields(self) -> dict[str, object]:
-        """The fields `lazyctl status` shows, as plain values, as of the last input (tick at
-        `next_deadline()`)."""
+        """The fields `lazyctl status` shows, as plain values, as of the last input (and tick)."""
         return {"state": str(self.state), "pid": self.pid, "started_at": self.started_at,
                 "restarts": self.restarts, "last_error": self.last_error, "burst": self.burst,
-                "next_restart_at": self.next_restart_at, "predicate_state": str(self.predicate_state)}
+                "next_restart_at": self.next_restart_at, "predicate_state": str(self.predicate_state),
+                **self._usage.linger_status(self._policy, self.state in PROCESS_STATES)}
 
     # -- inputs ----------------------------------------------------------------------------------
 
@@ -222,10 +216,12 @@ class Lifecycle:
         self._usage.load(now, clients, inflight)
         return self._due_stop(now)
 
-    def activity(self, now: float) -> list[Action]:
-        """A client request or its response passed; never call it for the daemon's own probes."""
+    def activity(self, now: float, used: bool = False) -> list[Action]:
+        """A client request or its response passed; never call it for the daemon's own probes.
+        `used`: a real request came (rule 6), told before the `demand()` it makes."""
         self._enter(now)
         self._usage.last_activity = now
+        self._usage.real_use |= used
         return []
 
     def predicate_done(self, now: float, exit_code: int | None) -> list[Action]:
@@ -263,7 +259,7 @@ class Lifecycle:
         elif state is State.BACKOFF and self.next_restart_at is not None:
             candidates.append(self.next_restart_at)
         elif state is State.RUNNING:
-            candidates += self._stop_deadlines().values()
+            candidates += self._usage.stop_deadlines(self._policy).values()
             if self.started_at is not None and (self.burst or self._unrequested):
                 candidates.append(self.started_at + STABLE_AFTER_S)  # keeps `burst` honest
         elif state is State.SLEEPING and self._predicate.next_at is not None:
@@ -287,11 +283,13 @@ class Lifecycle:
         self._enter(now)
         rule = REQUEST_RULES[name][self.state]
         if rule in (Rule.SPAWN, Rule.SPAWN_ONCE):
-            return self._spawn(now, requested=True, single_try=rule is Rule.SPAWN_ONCE)
+            return self._spawn(now, requested=True, single_try=rule is Rule.SPAWN_ONCE, client=name == "demand")
         if rule is Rule.JOIN:
             self._start_requested = True
+            self._usage.client_start &= name == "demand"  # an operator's wake: someone wants it running
         elif rule is Rule.AFTER_STOP:
             self._pending_demand = True
+            self._usage.pending_client = name == "demand"
         elif rule is Rule.TO_SLEEP:
             self._enter_sleeping(now)
         elif rule is Rule.STOP_FAILING_WAITING:
@@ -306,9 +304,11 @@ class Lifecycle:
                 return [FailWaiting(OPERATOR_SLEEP_REASON)]
         return []
 
-    def _spawn(self, now: float, requested: bool, single_try: bool = False) -> list[Action]:
+    def _spawn(self, now: float, requested: bool, single_try: bool = False, client: bool = False) -> list[Action]:
         if self.state is State.BACKOFF:
-            self.restarts += 1
+            self.restarts += 1  # the restart keeps the linger rule of the start it repeats (rule 6)
+        else:
+            self._usage.client_start = client
         self.state = State.STARTING
         self._spawn_at = now
         self.next_restart_at = None
@@ -333,7 +333,7 @@ class Lifecycle:
         outcome, self._stop_outcome = self._stop_outcome, State.SLEEPING
         if self._pending_demand:
             self._pending_demand = False
-            return self._spawn(now, requested=True)
+            return self._spawn(now, requested=True, client=self._usage.pending_client)
         if outcome is State.BACKOFF:
             self._schedule_backoff(now)
         elif outcome is State.FAILED:
@@ -388,13 +388,9 @@ class Lifecycle:
     def _enter_sleeping(self, now: float) -> None:
         self.state = State.SLEEPING
         self.next_restart_at = None
+        self._usage.at_rest()
         self._predicate.asleep(now)
 
-    def _stop_deadlines(self) -> dict[str, float]:
-        if self.state is not State.RUNNING:
-            return {}
-        return self._usage.stop_deadlines(self._policy)
-
     def _due_stop(self, now: float) -> list[Action]:
-        due = [(at, reason) for reason, at in self._stop_deadlines().items() if now >= at]
-        return self._stop(min(due)[1]) if due else []
+        reason = self._usage.due_stop(now, self._policy) if self.state is State.RUNNING else None
+        return self._stop(reason) if reason is not None else []

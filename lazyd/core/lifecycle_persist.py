@@ -42,9 +42,11 @@ def lifecycle_state(life: Lifecycle, now: float) -> JsonObj:
         "unrequested": [t - now for t in life._unrequested._failures],
         "start_requested": life._start_requested, "single_try": life._single_try,
         "operator_start": life._operator_start, "pending_demand": life._pending_demand,
+        "pending_client": life._usage.pending_client,
         "stop_outcome": str(life._stop_outcome), "booted": life._booted,
         "usage": {"clients": usage.clients, "inflight": usage.inflight, "linger_from": rel(usage.linger_from),
-                  "last_activity": rel(usage.last_activity)},
+                  "last_activity": rel(usage.last_activity), "client_start": usage.client_start,
+                  "real_use": usage.real_use},
         "predicate": {"running": predicate.running, "next_at": rel(predicate.next_at)},
     }
 
@@ -74,6 +76,8 @@ def lifecycle_from_state(state: object, policy: LifecyclePolicy, rng: random.Ran
     life._single_try = sc.flag(s.get("single_try"), "lifecycle.single_try")
     life._operator_start = sc.flag(s.get("operator_start"), "lifecycle.operator_start")
     life._pending_demand = sc.flag(s.get("pending_demand"), "lifecycle.pending_demand")
+    # Absent in a predecessor that had no check linger: its starts all keep `linger_s`.
+    life._usage.pending_client = sc.flag(s.get("pending_client", False), "lifecycle.pending_client")
     life._stop_outcome = sc.enum_value(State, s.get("stop_outcome"), "lifecycle.stop_outcome")
     life._booted = sc.flag(s.get("booted"), "lifecycle.booted")
     usage = sc.obj(s.get("usage"), "lifecycle.usage")
@@ -81,6 +85,8 @@ def lifecycle_from_state(state: object, policy: LifecyclePolicy, rng: random.Ran
     life._usage.inflight = sc.integer(usage.get("inflight"), "lifecycle.usage.inflight")
     life._usage.linger_from = at(usage.get("linger_from"), "usage.linger_from")
     life._usage.last_activity = at(usage.get("last_activity"), "usage.last_activity")
+    life._usage.client_start = sc.flag(usage.get("client_start", False), "lifecycle.usage.client_start")
+    life._usage.real_use = sc.flag(usage.get("real_use", False), "lifecycle.usage.real_use")
     predicate = sc.obj(s.get("predicate"), "lifecycle.predicate")
     life._predicate.running = sc.flag(predicate.get("running"), "lifecycle.predicate.running")
     life._predicate.next_at = at(predicate.get("next_at"), "predicate.next_at")

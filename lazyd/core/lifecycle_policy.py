@@ -39,6 +39,8 @@ class LifecyclePolicy:
 
     start_timeout_s: float = 60.0
     linger_s: float = 600.0
+    # The linger of a start only listings came for (lifecycle_usage.py): a health check's.
+    check_linger_s: float = 30.0
     idle_timeout_s: float | None = None
     keep_alive: bool = False
     eager: bool = False
@@ -51,8 +53,9 @@ class LifecyclePolicy:
         for name, value in positive.items():
             if value is not None and not (math.isfinite(value) and value > 0):
                 raise LifecycleError(f"{name} must be a positive number of seconds, not {value!r}")
-        if not (math.isfinite(self.linger_s) and self.linger_s >= 0):
-            raise LifecycleError(f"linger_s must be 0 or more seconds, not {self.linger_s!r}")
+        for name, value in (("linger_s", self.linger_s), ("check_linger_s", self.check_linger_s)):
+            if not (math.isfinite(value) and value >= 0):
+                raise LifecycleError(f"{name} must be 0 or more seconds, not {value!r}")
 
 
 def backoff_delay_s(burst: int, rng: random.Random) -> float:

@@ -11,6 +11,13 @@ States (the strings are what `lazyctl status` shows)
 - backoff:  no process; a restart is scheduled at `next_restart_at`.
 - failed:   no process; parked with `last_error` until a request or `lazyctl wake`.
 A process exists exactly in starting, running and stopping, and only there is `pid` set.
+
+Errors
+------
+An input that does not fit the state (`ready()` while sleeping, `exited()` with no process, a second
+`boot()`) changes nothing and returns a single `Log` action: the caller's view lagged, which is not
+worth crashing a supervisor for. `LifecycleError` is raised only for caller bugs that no state can
+absorb, before anything changes: time going backwards, negative counts or pids, a bad policy.
 """
 
 from __future__ import annotations

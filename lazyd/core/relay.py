@@ -76,13 +76,17 @@ from lazyd.core.relay_base import SnapshotChanged as SnapshotChanged
 from lazyd.core.relay_base import ToClient as ToClient
 from lazyd.core.relay_base import ToServer as ToServer
 from lazyd.core.relay_base import Waiting, forward, internal
+from lazyd.core.relay_base import Used as Used
 from lazyd.core.relay_base import WantServer as WantServer
 from lazyd.core.relay_client import ClientMessages
 from lazyd.core.relay_server import ServerMessages
 from lazyd.core.relay_startup import Handshake
 from lazyd.core.relay_shared import RelayShared
 from lazyd.core.routing import ClientId, Routes, SamplingPolicy
+from lazyd.core.session_meta import default_session_id
+from lazyd.core.sharing import declares_session_aware
 from lazyd.core.stateless import StatelessEra
+from lazyd.core.use import counts_as_use
 from lazyd.core.stateless_cache import StatelessCache
 from lazyd.core.stateless_listen import ListenRelay
 
@@ -96,12 +100,16 @@ class RelayCore:
     """
 
     def __init__(self, name: str, snapshot: Snapshot, sampling_policy: SamplingPolicy = "refuse",
-                 era: EraSetting = "auto") -> None:
+                 era: EraSetting = "auto", session_aware: bool = False) -> None:
         self.name = name
         self.sampling_policy: SamplingPolicy = sampling_policy
         self.phase = Phase.DOWN
         self.now = 0.0  # the time the event being handled brought
         routes = Routes()
+        # Session ids in every request (session_meta.py): forced by the setting, or declared by
+        # the server (in what is cached now; its live handshake decides again, relay_startup.py).
+        routes.session_forced = session_aware
+        routes.session_meta = session_aware or declares_session_aware(e.result for e in snapshot.entries.values())
         era_state = EraState(era, snapshot)
         listings = ListingEngine(lambda method, params, purpose: internal(self.shared.routes, method, params, purpose))
         self.shared = shared = RelayShared(snapshot, era_state, listings, routes)
@@ -241,9 +249,12 @@ class RelayCore:
 
     # ---- client events ---------------------------------------------------------------------------
 
-    def attach(self, cid: ClientId, *, now: float) -> list[Action]:
+    def attach(self, cid: ClientId, *, now: float, session_id: str | None = None) -> list[Action]:
+        """A client attached; `session_id` is what a session-aware server will know it by
+        (session_meta.py; None: one made from `cid`)."""
         self.now = now
         self.clients[cid] = ClientState(cid)
+        self.routes.sessions[cid] = session_id or default_session_id(cid)
         return [Note(f"client {cid} attached")]
 
     def set_principal(self, cid: ClientId, principal: str) -> None:
@@ -274,6 +285,9 @@ class RelayCore:
             return out
         if msg.kind is Kind.REQUEST:
             self.clients[cid].last_active = self.routes.next_seq()
+            if counts_as_use(msg.method or ""):
+                # Before the request's own actions: a start it makes is then already a used one.
+                return [Used(), *self.from_client.request(cid, msg)]
             return self.from_client.request(cid, msg)
         if msg.kind is Kind.NOTIFICATION:
             return self.from_client.notification(cid, msg)

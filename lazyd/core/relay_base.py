@@ -18,6 +18,7 @@ from lazyd.core import jsonrpc as rpc
 from lazyd.core import state_codec as sc
 from lazyd.core.jsonrpc import JsonId, JsonObj, Kind, Message
 from lazyd.core.routing import ClientId, Routes, Upstream
+from lazyd.core.session_meta import add_session_meta, default_session_id
 
 PROTOCOL_VERSION_META = "io.modelcontextprotocol/protocolVersion"
 # Discovery-cache key of a -32601 answer, which holds whatever version the probe named.
@@ -75,13 +76,19 @@ class Activity:
 
 
 @dataclass(frozen=True, slots=True)
+class Used:
+    """A client request that is real use of the server came (lazyd/core/use.py): for the check
+    linger, which the lifecycle applies to starts only listings came for."""
+
+
+@dataclass(frozen=True, slots=True)
 class Note:
     """A decision worth a log line: methods, ids and reasons, never payloads."""
 
     text: str
 
 
-Action = ToClient | ToServer | WantServer | Ready | Abort | SnapshotChanged | Activity | Note
+Action = ToClient | ToServer | WantServer | Ready | Abort | SnapshotChanged | Activity | Used | Note
 
 
 @dataclass
@@ -190,10 +197,16 @@ def forward(routes: Routes, cid: ClientId, msg: Message, *, bridged: bool = Fals
         up.purpose = discover_version_key(msg.params)
     meta = msg.params.get("_meta")
     routes.add(rid, up)
-    if isinstance(meta, dict) and rpc.valid_id(meta.get("progressToken")):
+    session_id = (routes.sessions.get(cid) or default_session_id(cid)) if routes.session_meta else None
+    token = isinstance(meta, dict) and rpc.valid_id(meta.get("progressToken"))
+    if token:
+        assert isinstance(meta, dict)
         up.token = meta["progressToken"]
         routes.tokens[rid] = (cid, meta["progressToken"])
         meta["progressToken"] = rid
+    if session_id is not None:
+        add_session_meta(msg, session_id)  # a session-aware server: whose request this is
+    if token or session_id is not None:
         msg.obj["id"] = rid
         return [ToServer(rpc.dumps(msg.obj)), Activity()]
     return [ToServer(rpc.with_id(msg, rid)), Activity()]

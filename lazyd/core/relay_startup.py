@@ -49,6 +49,7 @@ from lazyd.core.relay_base import (
 )
 from lazyd.core.relay_shared import RelayShared
 from lazyd.core.routing import ClientId
+from lazyd.core.sharing import declares_session_aware
 from lazyd.core.stateless_cache import StatelessCache
 
 
@@ -124,6 +125,8 @@ class Handshake:
         if self.shared.era.stage is Stage.HANDSHAKE:
             out.extend(self.shared.era.learn_first_initialize(True))  # it was the connection's first request
         self.instance.result = result
+        routes = self.shared.routes  # this process's own declaration decides (session_meta.py)
+        routes.session_meta = routes.session_forced or declares_session_aware([result])
         out.append(ToServer(rpc.notification_line("notifications/initialized")))
         if self.shared.era.start_plan(self.core.phase).probe_after_handshake and self.shared.era.stateless_up is False:
             out.extend(self._send_probe_after())

@@ -98,6 +98,11 @@ class Routes:
     # pop, process_gone, from_state): the lifecycle is told the count after every relayed
     # message, and counting the map each time made a message cost O(requests in flight).
     client_inflight: int = 0
+    # Each client's session id, and whether requests carry it in `_meta` (session_meta.py: a
+    # session-aware server); `session_forced`: the setting says so, whatever the server declares.
+    sessions: dict[ClientId, str] = field(default_factory=dict)
+    session_meta: bool = False
+    session_forced: bool = False
 
     def take_id(self) -> int:
         rid = self.next_id
@@ -171,6 +176,8 @@ class Routes:
             "subscriptions": {uri: sorted(cids) for uri, cids in self.subscriptions.items()},
             "levels": [[cid, level] for cid, level in self.levels.items()],
             "next_id": self.next_id, "next_down_id": self.next_down_id, "seq": self.seq,
+            "sessions": [[cid, sid] for cid, sid in self.sessions.items()],
+            "session_meta": self.session_meta, "session_forced": self.session_forced,
         }
 
     @classmethod
@@ -200,6 +207,12 @@ class Routes:
         for row in sc.items(state.get("levels"), "routes.levels"):
             cid, level = sc.items(row, "routes.levels row")
             routes.levels[sc.integer(cid, "client")] = sc.text(level, "level")
+        # Absent from the state of a daemon that had no session ids: none then, and off.
+        for row in sc.items(state.get("sessions", []), "routes.sessions"):
+            cid, sid = sc.items(row, "routes.sessions row")
+            routes.sessions[sc.integer(cid, "client")] = sc.text(sid, "session id")
+        routes.session_meta = sc.flag(state.get("session_meta", False), "routes.session_meta")
+        routes.session_forced = sc.flag(state.get("session_forced", False), "routes.session_forced")
         routes.next_id = sc.integer(state.get("next_id"), "routes.next_id")
         routes.next_down_id = sc.integer(state.get("next_down_id"), "routes.next_down_id")
         routes.seq = sc.integer(state.get("seq"), "routes.seq")
@@ -216,6 +229,7 @@ class Routes:
         for eid in [e for e, c in self.elicitations.items() if c == cid]:
             del self.elicitations[eid]
         self.levels.pop(cid, None)
+        self.sessions.pop(cid, None)
 
 
 def _upstream_state(up: Upstream) -> JsonObj:

@@ -68,7 +68,7 @@ def cmd_status(args: argparse.Namespace, out: Output) -> int:
         if apart:
             lines.append(apart)
         # Sharing is the surprising case when it is off: say which rule turned it off.
-        unshared = [f"  {r['name']}: {r['share_rule']}" for r in rows if r.get("share") is False and r.get("share_rule")]
+        unshared = [fmt.unshared_line(r) for r in rows if r.get("share") is False and r.get("share_rule")]
         if unshared:
             lines += ["one process per session:", *unshared]
         return "\n".join([*lines, fmt.summary_line(rows)])  # the summary stays the last line

@@ -59,7 +59,7 @@ def status_row(row: Mapping[str, Any], now: float) -> list[str]:
     error = row.get("last_error")
     return [
         str(row["name"]),
-        str(row["state"]),
+        str(row["state"]) + _check_linger(row.get("linger_rule")),
         str(row["pid"]) if row.get("pid") is not None else NONE,
         str(row.get("era") or NONE),  # the protocol era its process runs in (docs/protocol-eras.md)
         age(row.get("uptime_s")) + _upgrades(row.get("upgrades")),
@@ -70,6 +70,11 @@ def status_row(row: Mapping[str, Any], now: float) -> list[str]:
         str(listings["tools"]) if "tools" in listings else NONE,
         shorten(str(error), MAX_ERROR_CHARS) if error else NONE,
     ]
+
+
+def _check_linger(rule: object) -> str:
+    """A process only listings came for lingers check_linger, not linger (docs/supervision.md)."""
+    return " (listings only)" if rule == "check_linger" else ""
 
 
 def _upgrades(count: object) -> str:
@@ -93,11 +98,13 @@ def summary_line(rows: Sequence[Mapping[str, Any]]) -> str:
 
 def distinctions(rows: Sequence[Mapping[str, Any]]) -> str:
     """For servers that run the same command under different identities, what sets each apart:
-    its cwd, the names of the variables whose values differ (never the values), its share mode.
-    "" when every command runs once."""
+    its cwd, the names of the variables whose values differ (never the values), how it shares.
+    Processes of one registration (`instance_of`: a private instance, another era's process) are
+    not another identity: they are not listed. "" when every command runs once."""
     groups: dict[str, list[Mapping[str, Any]]] = {}
     for row in rows:
-        groups.setdefault(repr(row.get("command")), []).append(row)
+        if not row.get("instance_of"):
+            groups.setdefault(repr(row.get("command")), []).append(row)
     lines: list[str] = []
     for group in groups.values():
         if len(group) < 2:
@@ -107,10 +114,20 @@ def distinctions(rows: Sequence[Mapping[str, Any]]) -> str:
         width = max(len(str(r["name"])) for r in group)
         for row in group:
             names = [n for n in row.get("differs_by") or [] if n != "cwd"]
-            share = "shared" if row.get("share", True) else "share = false"
+            share = str(row.get("share_rule") or ("shared" if row.get("share", True) else "one process per session"))
             env = "env differs: " + ", ".join(names) if names else "env the same"
             lines.append(f"  {str(row['name']):<{width}}  cwd {row.get('cwd') or NONE}; {env}; {share}")
     return "\n".join(lines)
+
+
+def unshared_line(row: Mapping[str, Any]) -> str:
+    """A row of "one process per session:": its name and the rule; sessions that attached before
+    the rule was known (they keep their process) are said, so CLIENTS never contradicts it."""
+    line = f"  {row['name']}: {row['share_rule']}"
+    clients = int(row.get("clients") or 0)
+    if clients > 1:
+        line += f" ({clients} sessions attached before this was known still share it)"
+    return line
 
 
 def walls(refused: object, fallbacks: object) -> str:

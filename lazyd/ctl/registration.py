@@ -206,6 +206,15 @@ def explain_text(data: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+# How a registration's sessions get processes, by its `sharing` (lazyd/core/sharing.py).
+_SHARING_WORDS = {
+    "shared": "one process for all its sessions",
+    "isolated": "one process per session",
+    "session-aware": "one process for all its sessions, each request carrying its session's id",
+    "undecided": "not decided yet: the first session's start decides, a second one waits for it",
+}
+
+
 def _registration_lines(reg: dict[str, Any]) -> list[str]:
     status = f"registered as {reg['registered_as']}" if reg["registered_as"] else "not registered"
     args = reg["args"]
@@ -225,7 +234,8 @@ def _registration_lines(reg: dict[str, Any]) -> list[str]:
     if reg["instance"]:
         lines.append(f"  instance {reg['instance']}")
     if "share_rule" in reg:
-        how = "one process for all its sessions" if reg["share"] else "one process per session"
+        how = _SHARING_WORDS.get(str(reg.get("sharing")), "one process for all its sessions" if reg["share"]
+                                 else "one process per session")
         lines.append(f"  sharing  {how} ({reg['share_rule']})")
     return lines
 

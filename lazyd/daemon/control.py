@@ -120,13 +120,22 @@ class Control:
         return {"cwd": mine.cwd, "differs_by": (["cwd"] if cwd_differs else []) + sorted(names)}
 
     def _sharing(self, runtime: ServerRuntime) -> dict[str, Any]:
-        """`share` (does this runtime serve every session of its registration), `share_setting`
-        and `share_rule` (which rule decided, for the registration's next session)."""
-        decision = self.registry.sharing(runtime)
-        private = self.registry.is_private(runtime)
-        rule = f"a private instance: {decision.rule}" if private else decision.rule
-        return {"share": decision.shared and not private, "share_setting": runtime.config.share,
-                "share_rule": rule}
+        """`sharing`: how this runtime serves its sessions ("shared", "isolated", "session-aware",
+        "undecided"), `share` (whether it serves every session of its registration), `share_setting`,
+        `share_rule` (which rule decided: for a private instance the one it was opened under, else
+        the one for the registration's next session), `instance_of` (the registration's row, for a
+        private instance or another era's process of it)."""
+        registry = self.registry
+        decision = registry.sharing(runtime)
+        mode = registry.gate.mode_of(runtime)
+        joined = registry.gate.joined.get(runtime)
+        private = registry.is_private(runtime)
+        rule = joined.rule if private and joined is not None else decision.rule
+        digest = registry.lane_of.get(registry._digest_of(runtime), "")
+        base = registry._private_base.get(digest, digest)
+        owner = registry.runtimes.get(base)
+        return {"share": mode != "isolated", "sharing": mode or "undecided", "share_setting": runtime.config.share,
+                "share_rule": rule, "instance_of": owner.name if owner is not None and owner is not runtime else None}
 
     async def op_ping(self, args: dict[str, Any]) -> Result:
         return True, {"pid": os.getpid()}, None
@@ -243,8 +252,9 @@ class Control:
         info = _describe(identity, identity.readable_name(secret), ignored, attached[0] if attached else None)
         info["per_run_env"] = self._per_run(env)
         setting = self.registry.config.defaults.share
-        decision = self.registry.decide(identity.digest(secret), setting)
-        info.update({"share": decision.shared, "share_setting": setting, "share_rule": decision.rule})
+        decision = self.registry.decide(identity.digest(secret), setting, identity.argv)
+        info.update({"share": decision.shared, "sharing": decision.mode or "undecided", "share_setting": setting,
+                     "share_rule": decision.rule})
         return identity, info
 
     def _per_run(self, env: Mapping[str, str]) -> list[dict[str, Any]]:

@@ -58,6 +58,8 @@ class EraLanes:
         self.opening: trio.Event | None = None  # set when the lane being opened is there
         self._pending = 0  # routes that have not chosen a lane yet (a share = false instance is not free)
         self.on_change: Callable[[], None] = lambda: None  # the registry's status signal (changes.py)
+        # A session left one of these runtimes (the registry stops a process of a session's own).
+        self.on_detach: Callable[[ServerRuntime], None] = lambda runtime: None
         # A share = false instance being created for a session: taken from the moment it exists
         # (its start awaits) until that session's route counts in `pending`, so a second session
         # opened meanwhile never takes it for a free one.
@@ -193,6 +195,7 @@ class EraRoute:
         self._gone = True
         if self.runtime is not None:
             self.runtime.detach(cid)
+            self.lanes.on_detach(self.runtime)
             return
         self.lanes.pending -= 1
         self.session.close()

@@ -32,8 +32,8 @@ from __future__ import annotations
 import array
 import logging
 import os
-import signal
 import socket
+import struct
 from collections.abc import Callable
 from typing import Any
 
@@ -42,7 +42,7 @@ import trio
 from lazyd import wire
 from lazyd.daemon import handshakes
 from lazyd.daemon.era_lanes import EraRoute
-from lazyd.daemon.handoff_ledger import Landing, Ledger
+from lazyd.daemon.handoff_ledger import Landing, Ledger, map_region
 from lazyd.daemon.handoff_outbox import ClientEnds, HandoffOutbox
 from lazyd.daemon.hub import HubSession
 from lazyd.daemon.quiesce import GATE
@@ -50,8 +50,8 @@ from lazyd.daemon.registry import Registry
 from lazyd.daemon.supervisor import ServerRuntime
 from lazyd.errors import Refused
 from lazyd.frames import Hello, Refusal, Welcome
-from lazyd.handoff_state import LANDING_BYTES, Region, is_region, read_state
-from lazyd.linepeek import EOF_WAIT_S, ID_SCAN_BYTES, error_line, id_key, top_level_fields
+from lazyd.handoff_state import LANDING_BYTES, LAYOUT, Region, region_problem
+from lazyd.linepeek import EOF_WAIT_S, LineSplitter, error_line, too_long_request
 
 log = logging.getLogger("lazyd.conn")
 
@@ -96,14 +96,16 @@ def take(hello: Hello, fds: list[int]) -> tuple[ClientEnds, int] | None:
         close_all(fds)
         return None
     in_fd, out_fd, region_fd = fds
-    if not is_region(region_fd):
-        log.warning("shim pid %d offered a hand-off whose region is not an anonymous file; using frames", hello.pid)
+    if hello.layout != LAYOUT:
+        # A shim of another version: its recovery would read the region by another layout.
+        log.warning("shim pid %d offered a hand-off with region layout %s, this daemon writes %d; using frames",
+                    hello.pid, hello.layout, LAYOUT)
         close_all(fds)
         return None
-    previous, _ = read_state(region_fd)
-    if previous is not None and previous.legacy:
-        # Only a shim's own recovery moves a region to this layout (shim/recover.py).
-        log.warning("shim pid %d offered a hand-off region of an earlier layout; using frames", hello.pid)
+    problem = region_problem(region_fd)
+    if problem is not None:
+        log.warning("shim pid %d offered a hand-off region the daemon cannot map safely (%s); using frames",
+                    hello.pid, problem)
         close_all(fds)
         return None
     try:
@@ -125,17 +127,23 @@ class HandoffSession:
         self.stream = stream
         self.pid = pid  # the shim's
         self.ends = ends
-        self.region_fd = region_fd
         try:
-            self.ledger = Ledger(Region(region_fd))
-            self.landing = Landing(region_fd)
+            # Mapped whole, and its descriptor closed: the seals (checked by `take`, or by the
+            # predecessor's) keep the mapping valid, and an idle session holds three descriptors
+            # (the shim's socket, the client's two ends). An upgrade reopens it (`region_fd`).
+            st = os.fstat(region_fd)
+            self._region_id = (st.st_dev, st.st_ino)
+            self._map = map_region(region_fd)
         except (OSError, ValueError):
             ends.close()
-            os.close(region_fd)
             raise
+        finally:
+            os.close(region_fd)
+        self.ledger = Ledger(Region(self._map))
+        self.landing = Landing(self.ledger.region)
         previous = self.ledger.region.current
-        self.buffer = bytearray(self.ledger.region.read_head(previous.head_len, previous.head_area) if previous else b"")
-        self.discarding = previous.discarding if previous else False
+        head = self.ledger.region.read_head(previous.head_len, previous.head_area) if previous else b""
+        self.lines = LineSplitter(wire.MAX_LINE_BYTES, head, previous.discarding if previous else False)
         self.cancel = trio.CancelScope()
         self.outbox: HandoffOutbox | None = None
         self.route: EraRoute | HubSession | None = None
@@ -194,10 +202,35 @@ class HandoffSession:
         return not (self.client_left or self.ends.closed or self.cancel.cancel_called)
 
     def close(self) -> None:
-        """Close the daemon's copies of the client's ends and of the region."""
+        """Close the daemon's copies of the client's ends and its mapping of the region."""
         self.ends.close()
-        self.landing.close()
-        os.close(self.region_fd)
+        if not self._map.closed:
+            self.landing.close()
+            self._map.close()
+
+    def region_fd(self) -> int | None:
+        """A descriptor of the region again (for an upgrade to pass on): the shim's own copy,
+        opened through /proc and checked to be the same file; None if the shim holds it no more."""
+        try:
+            pid = self.stream.socket.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+            shim = struct.unpack("3i", pid)[0]
+            names = os.listdir(f"/proc/{shim}/fd")
+        except OSError:
+            return None
+        for name in names:
+            path = f"/proc/{shim}/fd/{name}"
+            try:
+                st = os.stat(path)
+                if (st.st_dev, st.st_ino) != self._region_id:
+                    continue
+                fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+            except OSError:
+                continue
+            st = os.fstat(fd)
+            if (st.st_dev, st.st_ino) == self._region_id:
+                return fd
+            os.close(fd)
+        return None
 
     def _client_gone(self) -> None:
         self.client_left = True
@@ -277,13 +310,9 @@ class HandoffSession:
                     await trio.lowlevel.checkpoint()  # a client that floods must not starve the others
             waited = False
             data = landing.take(zone, size)
-            if _KILL_AT is not None:
-                _kill_if(b"read", data)
             ledger.hold()  # one region write for all the lines of this read, and the zone it came in
             try:
                 self._take(data)
-                if _KILL_AT is not None:
-                    _kill_if(b"relayed", data)
                 ledger.landed()
             finally:
                 ledger.release()
@@ -295,68 +324,32 @@ class HandoffSession:
                 await outbox.wait_drained()
 
     def _take(self, data: bytes) -> None:
-        buffer = self.buffer
-        start, end = 0, len(data)
-        while start < end:
-            newline = data.find(b"\n", start)
-            stop = end if newline < 0 else newline
-            if self.discarding:
-                pass
-            elif len(buffer) + stop - start > wire.MAX_LINE_BYTES + 1:  # room for a "\r"
-                buffer += data[start : start + max(0, ID_SCAN_BYTES - len(buffer))]
-                del buffer[ID_SCAN_BYTES:]
-                self.discarding = True
-            elif newline >= 0 and not buffer:
-                self._line(data[start:newline])
-            else:
-                buffer += data[start:stop]
-                if newline >= 0:
-                    line = bytes(buffer)
-                    buffer.clear()
-                    self.ledger.head_relayed()
-                    self._line(line)
-            if newline < 0:
-                break
-            if self.discarding:
-                self._too_long(bytes(buffer))
-                buffer.clear()
-                self.discarding = False
-                self.ledger.head_relayed()
-            start = newline + 1
-        self.ledger.head(buffer, self.discarding)
+        self._relay(self.lines.feed(data))
 
     def _last_line(self) -> None:
-        """At EOF, a last line without its newline is still a line (as the frame path reads it)."""
-        if not self.buffer and not self.discarding:
-            return
-        line = bytes(self.buffer)
-        self.buffer.clear()
-        self.ledger.head_relayed()
-        if self.discarding:
-            self.discarding = False
-            self._too_long(line)
-        else:
-            self._line(line)
-        self.ledger.head(self.buffer, False)
+        """At EOF, a last line without its newline is still a line (lazyd/linepeek.py)."""
+        self.lines.cut = bool(self.lines.buffer) or self.lines.discarding
+        self._relay(self.lines.finish())
 
-    def _line(self, line: bytes) -> None:
-        if line.endswith(b"\r"):
-            line = line[:-1]
-        if not line or line.isspace():
-            return  # blank lines carry no message; SDKs skip them too
+    def _relay(self, lines: list[tuple[bytes, bool]]) -> None:
+        if self.lines.cut:
+            self.ledger.head_relayed()  # the recorded partial line is complete: a new one starts
         route, outbox = self.route, self.outbox
         assert route is not None and outbox is not None
-        self.ledger.client_line(line)
-        if self._peek:
-            self._peek = self.registry.note_client_line(line, self._peek, outbox.cid)
-        route.client_line(outbox.cid, line)
+        for line, too_long in lines:
+            if too_long:
+                self._too_long(line)
+                continue
+            self.ledger.client_line(line)
+            if self._peek:
+                self._peek = self.registry.note_client_line(line, self._peek, outbox.cid)
+            route.client_line(outbox.cid, line)
+        self.ledger.head(self.lines.buffer, self.lines.discarding)
 
     def _too_long(self, prefix: bytes) -> None:
         assert self.outbox is not None
-        fields = top_level_fields(prefix)
-        request_id = fields.get("id")
-        if isinstance(fields.get("method"), str) and id_key(request_id) is not None:
-            assert isinstance(request_id, (int, str))
+        request_id = too_long_request(prefix)
+        if request_id is not None:
             message = f"lazyd: line too long (more than {wire.MAX_LINE_BYTES} bytes)"
             self.outbox.deliver(error_line(request_id, TOO_LONG_CODE, message))
             log.info("session %d: answered a request line over %d bytes with -32600", self.outbox.cid,
@@ -364,19 +357,3 @@ class HandoffSession:
         else:
             log.info("session %d: dropped a line over %d bytes that has no readable request id",
                      self.outbox.cid, wire.MAX_LINE_BYTES)
-
-
-KILL_ENV = "LAZYD_TEST_HANDOFF_KILL"
-# Undocumented test seam: "POINT:TEXT" makes the daemon SIGKILL itself at POINT ("read": a read
-# is in the region and nothing of it is relayed; "relayed": its lines are relayed and not yet
-# recorded) of the first read holding TEXT, the two moments a kill -9 is hardest to survive.
-_KILL_AT: tuple[bytes, bytes] | None = None
-if (_kill := os.environ.get(KILL_ENV)) and ":" in _kill:
-    _point, _text = _kill.split(":", 1)
-    _KILL_AT = (_point.encode(), _text.encode())
-
-
-def _kill_if(point: bytes, data: bytes) -> None:
-    assert _KILL_AT is not None
-    if _KILL_AT[0] == point and _KILL_AT[1] in data:
-        os.kill(os.getpid(), signal.SIGKILL)

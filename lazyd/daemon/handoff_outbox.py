@@ -27,6 +27,8 @@ import socket
 import stat
 from collections import deque
 from collections.abc import Callable
+from itertools import islice
+from select import PIPE_BUF
 
 import trio
 
@@ -141,6 +143,12 @@ class ClientEnds:
         poller.register(self.out_fd, 0)  # POLLERR and POLLHUP are always reported
         return bool(poller.poll(0))
 
+    def may_cut(self, size: int) -> bool:
+        """Whether a write of `size` bytes into the client's stdout may stop inside a line: any
+        write into a socket, and one larger than PIPE_BUF into a pipe (smaller ones go whole or
+        not at all)."""
+        return self._out_sock is not None or size > PIPE_BUF
+
     async def wait_readable(self) -> None:
         await trio.lowlevel.wait_readable(self.in_fd)
 
@@ -206,17 +214,22 @@ class HandoffOutbox:
         offset = 0
         if not self._queue:
             # Nothing queued: straight into the client's pipe, no task switch on the hot path.
+            risky = self.ends.may_cut(len(line) + 1)
+            if risky:
+                self.ledger.torn(True)  # before: a daemon killed during the write leaves the line cut
             try:
                 offset = self.ends.write([line, b"\n"])
             except BrokenPipeError:
                 self._gone()
                 return
             if offset == len(line) + 1:
+                if risky:
+                    self.ledger.torn(False)
                 if done is not None:
                     self.ledger.answered(done)
                 return
-            if offset:
-                self.ledger.torn(True)  # part of the line is in the pipe: a lost daemon leaves it cut
+            if not offset and risky:
+                self.ledger.torn(False)  # nothing went: the client's stdout ends with a whole line
         pending = _Pending(line, done, offset)
         self._queue.append(pending)
         self.backlog_bytes += pending.remaining()
@@ -263,31 +276,34 @@ class HandoffOutbox:
     def write_ready(self) -> bool:
         """Write what the pipe takes now; False once the client is gone."""
         while self._queue:
-            batch = list(self._queue)[: MAX_IOV // 2]
+            batch = list(islice(self._queue, MAX_IOV // 2))
             parts = [part for pending in batch for part in pending.parts()]
+            size = sum(pending.remaining() for pending in batch)
+            if not batch[0].offset and self.ends.may_cut(size):
+                self.ledger.torn(True)  # before the write, which may stop inside a line
             try:
                 written = self.ends.write(parts)
             except BrokenPipeError:
                 self._gone()
                 return False
-            if not written:
-                return True
             self.backlog_bytes -= written
+            left = written
             for pending in batch:
-                take = min(written, pending.remaining())
+                take = min(left, pending.remaining())
                 pending.offset += take
-                written -= take
+                left -= take
                 if pending.remaining():
-                    self.ledger.torn(True)
                     break
                 self._queue.popleft()
-                self.ledger.torn(False)
                 if pending.done is not None:
                     self.ledger.answered(pending.done)
+            self.ledger.torn(bool(self._queue) and self._queue[0].offset > 0)
             if self._paused and not self.should_pause():
                 self._paused = False
                 self._drained.set()
                 self._drained = trio.Event()
+            if written < size:
+                return True  # the client's stdout is full: the writer waits for room
         return True
 
     def torn_rest(self) -> bytes | None:

@@ -10,12 +10,12 @@ server while a reload is under way wait for it, so none attaches to a definition
 It also records every live child (servers and running wake predicates) for the orphan sweep.
 
 Sharing (lazyd/core/sharing.py) is decided when a session attaches, from the registration's
-`share` setting and its snapshot (the freshest in memory, else the cache file): a registration
-that shares gets the one runtime of its identity; one that does not (share = false, or "auto"
-finding a server that must not be shared) gets a private instance, `NAME.N`, reusing one whose
-sessions have all left (so the server still survives a client restart), else a new one. The base
-runtime of a named server counts as such an instance too while no session holds it. Private
-instances use their registration's cache and are stopped and dropped with it on reload.
+`share` setting, its snapshot (the freshest in memory, else the cache file) and the known-servers
+table; lazyd/daemon/sharing_gate.py carries it out: a session that must not share gets the
+registration's runtime while no session holds it, else a private instance, `NAME.N` (numbered
+per registration from 1) that holds no session's state; a session of an undecided registration
+may wait for the first start. Private instances use their registration's cache and are stopped
+and dropped with it on reload.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from lazyd.config import Config, Policy, ServerConfig, policy_with_options
 from lazyd.core.era_policy import Era
 from lazyd.core.identity import Identity, identity_for
 from lazyd.core.sharing import SharingDecision, ShareSetting, decide_sharing
+from lazyd.daemon.sharing_gate import SharingGate, known_server
 from lazyd.daemon import handshakes, orphans, per_run
 from lazyd.daemon.command_cache import CommandCaches
 from lazyd.daemon.learned_env import LearnedEnv
@@ -94,6 +95,7 @@ class Registry:
         # Private instance digest -> the digest of the registration's own (base) identity.
         self._private_base: dict[str, str] = {}
         self.changes = Changes()  # anything a status summary shows may have changed (changes.py)
+        self.gate = SharingGate(self)  # which process a new session joins (sharing_gate.py)
 
     def note_client_line(self, line: bytes, peek: int, cid: int | None = None) -> int:
         """Learn the handshake of a session (and, given its `cid`, its client's variable names)
@@ -211,6 +213,7 @@ class Registry:
         lanes = self.lanes[digest] = EraLanes(runtime, lambda era: self._open_lane(digest, era))
         lanes.reserved = bool(identity.instance.startswith(PRIVATE_INSTANCE))
         lanes.on_change = self.changes.note
+        lanes.on_detach = self.gate.detached
         self.lane_of[digest] = digest
         await self.nursery.start(runtime.run)
         self.changes.note()  # a new row
@@ -267,9 +270,8 @@ class Registry:
             except ConfigError as exc:
                 raise Refused("options", str(exc)) from None
             runtime = await self._named_runtime(server)
-            if not self.sharing(runtime).shared:
-                runtime = await self._private(runtime, self.identities[self._digest_of(runtime)],
-                                              runtime.config.spec.env, server.policy)
+            runtime = await self.gate.join(runtime, self.identities[self._digest_of(runtime)],
+                                           runtime.config.spec.env, server.policy)
         else:
             rules = {k: opts.pop(k) for k in IDENTITY_OPTS if k in opts}
             try:
@@ -291,7 +293,7 @@ class Registry:
                 raise Refused("options", f"the working directory must be absolute, got {cwd!r}")
             client = per_run.learn(self, hello.pid, argv, cwd, env, force=force, ignore=ignore)
             runtime = await self._unnamed_runtime(argv, cwd, env, policy, force=force, ignore=ignore,
-                                                  undecodable=[n for n, _ in undecodable], client=client.process)
+                                                  undecodable=[n for n, _ in undecodable], client=client.process, join=True)
             self.learned.note_session(self._next_cid, client, (n for n in env if not n.startswith(SHIM_ENV_PREFIX)))
         cid = self._next_cid
         self._next_cid += 1
@@ -312,7 +314,8 @@ class Registry:
 
     async def _unnamed_runtime(self, argv: list[str], cwd: str, env: dict[str, str], policy: Policy, *,
                                force: tuple[str, ...] = (), ignore: tuple[str, ...] = (),
-                               undecodable: list[str] | None = None, client: str = "") -> ServerRuntime:
+                               undecodable: list[str] | None = None, client: str = "", join: bool = False) -> ServerRuntime:
+        """The registration's own runtime; with `join`, the one a new session of it attaches to."""
         base, problem = self.identity_of(argv, cwd, env, force=force, ignore=ignore, undecodable=undecodable,
                                          client=client)
         per_run.retire_duplicates(self, base, self.learned.noise(client))
@@ -320,24 +323,24 @@ class Registry:
         if problem is not None:
             log.warning("registration %s gets a private identity: %s", name, problem)
             policy = dataclasses.replace(policy, share=False)
-        digest = base.digest(self.secret)
-        if self.decide(digest, policy.share).shared:
-            return await self._runtime(base, name, env, policy)
-        return await self._private_instance(base, name, env, policy)
+        runtime = await self._runtime(base, name, env, policy)
+        return await self.gate.join(runtime, base, env, policy) if join else runtime
 
     # ---- sharing -------------------------------------------------------------------------------
 
-    def decide(self, cache_digest: str, setting: ShareSetting) -> SharingDecision:
-        """The sharing decision for the registration cached under `cache_digest`, from the freshest
-        snapshot: a live runtime's (base or private instance) in memory, else the cache file."""
-        live = [r.core.snapshot for r in self.runtimes.values() if r.config.digest == cache_digest]
-        known = [snap for snap in live if snap.entries or snap.discover or snap.stateless]
-        snapshot = known[0] if known else live[0] if live else self.store.load(cache_digest)
-        return decide_sharing(setting, snapshot)
+    def decide(self, cache_digest: str, setting: ShareSetting, argv: tuple[str, ...]) -> SharingDecision:
+        """The sharing decision for the registration cached under `cache_digest` that runs
+        `argv`, from the freshest snapshot (a live runtime's in memory, else the cache file), a
+        start's handshake as it arrives, and the known-servers entry of what it runs."""
+        mine = [r.core for r in self.runtimes.values() if r.config.digest == cache_digest]
+        cached = [core.snapshot for core in mine if core.snapshot.entries or core.snapshot.discover or core.snapshot.stateless]
+        snapshot = cached[0] if cached else mine[0].snapshot if mine else self.store.load(cache_digest)
+        live = next((core.instance for core in mine if core.instance is not None), None)  # a start under way
+        return decide_sharing(setting, snapshot, known_server(self.config.known_servers, argv), live)
 
     def sharing(self, runtime: ServerRuntime) -> SharingDecision:
         """The decision for the next session of `runtime`'s registration (status and explain)."""
-        return self.decide(runtime.config.digest, runtime.config.share)
+        return self.decide(runtime.config.digest, runtime.config.share, tuple(runtime.config.spec.argv))
 
     def is_private(self, runtime: ServerRuntime) -> bool:
         return self.lane_of.get(self._digest_of(runtime), "") in self._private_base
@@ -370,27 +373,21 @@ class Registry:
         lanes = self.lanes_for(runtime)
         return lanes.in_use() if lanes is not None else bool(runtime.sessions)
 
-    async def _private(self, base_runtime: ServerRuntime, base: Identity, env: Mapping[str, str],
-                       policy: Policy) -> ServerRuntime:
-        """A named server's runtime for a session that must not share: its base runtime while no
-        session holds it (an eager start is not wasted), else a private instance."""
-        if not self.in_use(base_runtime):
-            return base_runtime
-        return await self._private_instance(base, base_runtime.name, env, policy)
-
-    async def _private_instance(self, base: Identity, name: str, env: Mapping[str, str],
-                                policy: Policy) -> ServerRuntime:
-        # One process per session, but a free one (no session attached, none being opened) of the
-        # same registration is reused, so the server still survives a client restart.
+    async def private_instance(self, base: Identity, name: str, env: Mapping[str, str],
+                               policy: Policy) -> ServerRuntime:
+        """A process of a session's own: a free instance of the registration that holds no
+        session's state (sharing_gate.py), else a new one, `NAME.N` with the lowest N free."""
         base_digest = base.digest(self.secret)
-        for digest, of in self._private_base.items():
-            runtime = self.runtimes.get(digest)
-            if of == base_digest and runtime is not None and not self.in_use(runtime):
+        mine = [self.runtimes[d] for d, of in self._private_base.items() if of == base_digest and d in self.runtimes]
+        for runtime in mine:
+            if self.gate.fresh(runtime):
                 return runtime
-        self._share_counter += 1
+        taken = {r.name for r in mine}
+        number = next(n for n in range(1, len(mine) + 2) if f"{name}.{n}" not in taken)
+        self._share_counter += 1  # the identity's token: unique for the daemon's life
         instance = dataclasses.replace(base, instance=f"{PRIVATE_INSTANCE}{self._share_counter}")
         self._private_base[instance.digest(self.secret)] = base_digest
-        return await self._runtime(instance, f"{name}.{self._share_counter}", env, policy, cache_identity=base)
+        return await self._runtime(instance, f"{name}.{number}", env, policy, cache_identity=base)
 
     def children_changed(self) -> None:
         """Record the live children (servers and wake predicates, each the leader of its own

@@ -108,6 +108,7 @@ async def adopt_registry(registry: Registry, state: Mapping[str, Any], secrets: 
             if key == primary:
                 lanes = registry.lanes[key] = EraLanes(runtime, partial(registry._open_lane, key))
                 lanes.reserved = reserved
+                lanes.on_detach = registry.gate.detached
                 lanes.on_change = registry.changes.note
             else:
                 registry.lanes[primary].runtimes.append(runtime)

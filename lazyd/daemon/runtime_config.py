@@ -49,6 +49,7 @@ def lifecycle_policy(policy: Policy) -> lc.LifecyclePolicy:
     return lc.LifecyclePolicy(
         start_timeout_s=policy.start_timeout_s,
         linger_s=policy.linger_s,
+        check_linger_s=policy.check_linger_s,
         idle_timeout_s=policy.idle_timeout_s or None,
         keep_alive=policy.keep_alive,
         eager=policy.start == "eager",

@@ -46,7 +46,7 @@ __all__ = ["runtime_state", "runtime_secrets", "restore_runtime", "state_fds", "
 
 log = logging.getLogger("lazyd.adopt")
 
-_POLICY_FIELDS = ("start_timeout_s", "linger_s", "idle_timeout_s", "keep_alive", "eager", "wake_interval_s",
+_POLICY_FIELDS = ("start_timeout_s", "linger_s", "check_linger_s", "idle_timeout_s", "keep_alive", "eager", "wake_interval_s",
                   "wake_timeout_s")
 
 
@@ -108,6 +108,8 @@ def _config(state: Mapping[str, Any], secrets: Mapping[str, Any]) -> RuntimeConf
         policy = lc.LifecyclePolicy(
             start_timeout_s=sc.number(p.get("start_timeout_s"), "policy.start_timeout_s"),
             linger_s=sc.number(p.get("linger_s"), "policy.linger_s"),
+            # A predecessor without a check linger wrote none: the default's.
+            check_linger_s=sc.number(p.get("check_linger_s", lc.LifecyclePolicy.check_linger_s), "policy.check_linger_s"),
             idle_timeout_s=sc.opt_number(p.get("idle_timeout_s"), "policy.idle_timeout_s"),
             keep_alive=sc.flag(p.get("keep_alive"), "policy.keep_alive"), eager=sc.flag(p.get("eager"), "policy.eager"),
             wake_interval_s=sc.opt_number(p.get("wake_interval_s"), "policy.wake_interval_s"),

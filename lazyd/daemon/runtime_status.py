@@ -49,6 +49,10 @@ def runtime_status(runtime: ServerRuntime) -> dict[str, object]:
         "server_eras": str(facts_of(core.snapshot).kind),
         "listen_streams": core.listen_count(),
         "predicate": snap["predicate_state"],
+        # Which linger the running process gets: "check_linger" while only listings came for its
+        # start, else "linger" (None with no process), and how long that is.
+        "linger_rule": snap["linger_rule"],
+        "linger_applies_s": snap["linger_s"],
         "policy": _policy_status(runtime),
         "share": config.share,
         "command": list(config.spec.argv),
@@ -58,6 +62,6 @@ def runtime_status(runtime: ServerRuntime) -> dict[str, object]:
 def _policy_status(runtime: ServerRuntime) -> dict[str, object]:
     policy, wake = runtime.config.policy, runtime.config.wake
     return {"start": "eager" if policy.eager else "lazy", "keep_alive": policy.keep_alive,
-            "linger_s": policy.linger_s, "idle_timeout_s": policy.idle_timeout_s,
+            "linger_s": policy.linger_s, "check_linger_s": policy.check_linger_s, "idle_timeout_s": policy.idle_timeout_s,
             "start_timeout_s": policy.start_timeout_s,
             "wake": list(wake.argv) if wake is not None else None}

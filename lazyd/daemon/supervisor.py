@@ -2,8 +2,8 @@
 
 A `ServerRuntime` owns, for one registration identity, the `RelayCore` (what to answer, forward,
 queue), the `Lifecycle` (when to start, stop, back off, park), the live `ChildProcess` if any, and
-the sessions attached to it. It feeds both pure objects the events it sees and carries out their
-actions; it makes no decision of its own beyond "how" (which task, which pipe).
+the sessions attached to it (its status row: runtime_status.py). It feeds both pure objects the
+events it sees and carries out their actions; it makes no decision of its own beyond "how".
 
 Tasks (all in the runtime's own nursery):
 - the timer loop: sleeps until the lifecycle's next deadline (or a poke) and calls `tick`;
@@ -11,7 +11,6 @@ Tasks (all in the runtime's own nursery):
   stdout reader that also handles the exit, so every line the server wrote before dying is
   relayed before in-flight requests fail;
 - the cache saver (lazyd/daemon/cache_saver.py), the wake predicate (lazyd/daemon/predicate.py).
-Its status row is lazyd/daemon/runtime_status.py.
 Calls from other tasks (session readers, lazyctl) are synchronous: they feed an event and carry
 out the resulting actions without awaiting, so events are applied atomically and in order.
 """
@@ -56,11 +55,11 @@ class ServerRuntime:
                  on_children_changed: Callable[[], None] = lambda: None, *, label: str | None = None,
                  save_lock: trio.Lock | None = None) -> None:
         self.config = config
-        # What logs and `lazyctl status` call it: the server's name, or `NAME@ERA` for a second
-        # process of the same registration in the other protocol era (lazyd/daemon/era_lanes.py).
-        # The tool policy and the hub know both by `config.name`.
+        # What logs and `lazyctl status` call it: the server's name, or `NAME@ERA` for a second process of
+        # the registration in the other protocol era (era_lanes.py); tool policy and hub use `config.name`.
         self.name = label or config.name
-        self.core = rl.RelayCore(config.name, snapshot, config.sampling_policy, era=config.era)
+        self.core = rl.RelayCore(config.name, snapshot, config.sampling_policy, era=config.era,
+                                 session_aware=config.share == "session-aware")
         self.life = lc.Lifecycle(config.policy, random.Random())
         self.store = store
         self.proc: ChildProcess | None = None
@@ -156,7 +155,8 @@ class ServerRuntime:
 
     def attach(self, session: Outbox, resume: list[bytes]) -> None:
         self.sessions[session.cid] = session
-        self._relay(self.core.attach(session.cid, now=time.time()))
+        sid = f"sess_{random.getrandbits(32):08x}"  # for a session-aware server (core/session_meta.py)
+        self._relay(self.core.attach(session.cid, now=time.time(), session_id=sid))
         if resume:
             self._relay(self.core.resume(session.cid, resume, now=time.time()))
         self._load()
@@ -215,8 +215,8 @@ class ServerRuntime:
                     session.deliver(line, action.done)
             elif isinstance(action, rl.ToServer):
                 self._input.send(action.line)
-            elif isinstance(action, rl.Activity):  # moves the idle deadline later: no wake-up owed
-                if lc_actions := self.life.activity(trio.current_time()):
+            elif isinstance(action, (rl.Activity, rl.Used)):  # moves the idle or linger deadline later: no wake-up owed
+                if lc_actions := self.life.activity(trio.current_time(), used=isinstance(action, rl.Used)):
                     self._life(lc_actions)
             elif isinstance(action, rl.WantServer):
                 self._life(self.life.demand(trio.current_time()))

@@ -157,8 +157,11 @@ class Upgrader:
                                    keys[id(runtime)] if runtime is not None else None,
                                    [] if attached else list(route._resume), [] if attached else list(route._held))
             if handed is not None:
+                region = handed.region_fd()
+                if region is None:
+                    continue  # its shim is gone or holds no region: it answers from what it has
                 connections.append(ConnectionState("handoff", fd, b"", b"", carried,
-                                                   [handed.ends.in_fd, handed.ends.out_fd, handed.region_fd]))
+                                                   [handed.ends.in_fd, handed.ends.out_fd, region]))
             else:
                 connections.append(ConnectionState("session", fd, inbound_bytes(live.decoder, list(live.pending)),
                                                    b"", carried))

@@ -43,7 +43,7 @@ def _ready_core(clients: int) -> tuple[Any, dict[str, float]]:
     from lazyd.core.relay import RelayCore, ToServer
 
     core = RelayCore("bench", Snapshot())
-    kw = {"now": 1_000.0} if "now" in inspect.signature(core.client_line).parameters else {}
+    kw: dict[str, Any] = {"now": 1_000.0} if "now" in inspect.signature(core.client_line).parameters else {}
 
     def server_requests(actions: list[Any]) -> list[dict[str, Any]]:
         sent = [json.loads(a.line) for a in actions if isinstance(a, ToServer)]

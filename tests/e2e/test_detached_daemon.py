@@ -11,16 +11,19 @@ there afterwards, and the next session must reach both.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import signal
 import subprocess
 import sys
+import time
 from typing import IO, Any
 
 import pytest
 
 from lazyd import procfs
+from shim.detach import Detached, launch  # the installed lazyd_shim is this package (mypy sees `shim`)
 from tests.conftest import FIXTURE_SERVER, UserEnv, shim_command, wait_until
 
 pytestmark = pytest.mark.e2e
@@ -165,3 +168,54 @@ def test_killing_the_shims_group_and_process_tree_leaves_the_daemon_and_its_serv
         assert user_env.daemon_pids() == [daemon]
     finally:
         second.close()
+
+
+# ---- the launcher itself (shim/detach.py), with small commands in the daemon's place -------------
+
+
+def exit_status(proc: Detached) -> int:
+    deadline = time.monotonic() + STEP_TIMEOUT_S
+    status = proc.poll()
+    while status is None:
+        assert time.monotonic() < deadline, "no exit status reported"
+        time.sleep(0.01)
+        status = proc.poll()
+    return int(status)
+
+
+def test_a_launched_process_is_not_our_child_yet_its_exit_status_and_stderr_reach_us() -> None:
+    proc = launch([sys.executable, "-c", "import sys; print('lazyd: bad config', file=sys.stderr); sys.exit(2)"],
+                  STEP_TIMEOUT_S)
+    try:
+        assert exit_status(proc) == 2
+        assert proc.stderr is not None and proc.stderr.read() == b"lazyd: bad config\n"
+        with pytest.raises(ChildProcessError):
+            os.waitpid(proc.pid, os.WNOHANG)  # the watcher was its parent, never this process
+    finally:
+        proc.close()
+
+
+def test_a_launched_process_runs_in_its_own_session_in_slash_with_no_descriptor_of_ours() -> None:
+    leak_r, leak_w = os.pipe()
+    os.set_inheritable(leak_r, True)
+    script = "import os, sys, time; print(os.getcwd(), os.getsid(0), sorted(os.listdir('/proc/self/fd')), file=sys.stderr); time.sleep(30)"
+    proc = launch([sys.executable, "-c", script], STEP_TIMEOUT_S)
+    try:
+        assert proc.stderr is not None
+        cwd, sid, fds = proc.stderr.readline().decode().split(" ", 2)
+        assert (cwd, int(sid)) == ("/", proc.pid)
+        assert fds.strip() == "['0', '1', '2', '3']"  # stdio, and listdir's own descriptor
+        assert proc.pid not in descendants(os.getpid())
+        assert proc.poll() is None
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        assert exit_status(proc) == -signal.SIGKILL
+        proc.close()
+        os.close(leak_r)
+        os.close(leak_w)
+
+
+def test_a_command_that_cannot_be_executed_is_refused_with_its_os_error() -> None:
+    with pytest.raises(OSError) as caught:
+        launch(["/nonexistent/lazyd-daemon"], STEP_TIMEOUT_S)
+    assert caught.value.errno == errno.ENOENT and caught.value.strerror == "No such file or directory"

@@ -16,6 +16,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import uuid
 from pathlib import Path
 
@@ -30,6 +31,7 @@ from tests.e2e.shim_paths import HANDOFF_PATHS, ShimPath, shim_path  # noqa: F40
 from tests.e2e.faults_support import (
     DEADLINE_S,
     FIXTURE,
+    INIT_PARAMS,
     SERVER_MARKER_VAR,
     alive,
     call,
@@ -48,6 +50,14 @@ pytestmark = pytest.mark.e2e
 OLD_CHILDREN_GONE_S = 10.0  # the promise: nothing of the old daemon's servers after 10 s
 OWNERSHIP_EXIT_S = 60.0  # the promise: a daemon that lost its socket exits within a minute
 FAST_OWNERSHIP_CHECK = ("--ownership-check-interval", "0.1")
+
+
+SEAMS_PATH = Path(__file__).parent / "seams"  # sitecustomize.py: a daemon that kills itself on cue
+
+
+def kill_seam(spec: str) -> dict[str, str]:
+    """The environment of a daemon that SIGKILLs itself at `spec` (tests/e2e/seams/sitecustomize.py)."""
+    return {"LAZYD_TEST_HANDOFF_KILL": spec, "PYTHONPATH": str(SEAMS_PATH)}
 
 
 def _lines_of(path: Path) -> list[str]:
@@ -115,7 +125,7 @@ def test_a_request_the_daemon_read_but_had_not_recorded_when_killed_is_still_ans
     # On the hand-off path the daemon reads the client's stdin itself: a kill -9 right after a
     # read ("read": nothing of it relayed; "relayed": sent to the server, its id not yet recorded)
     # must not lose the request. The shim finds the read's bytes in the region and answers it.
-    daemon = start_daemon(user_env, env={"LAZYD_TEST_HANDOFF_KILL": f"{point}:kill-me-now"})
+    daemon = start_daemon(user_env, env=kill_seam(f"{point}:kill-me-now"))
     shim = path.started(user_env)
     try:
         shim.initialize()
@@ -131,6 +141,139 @@ def test_a_request_the_daemon_read_but_had_not_recorded_when_killed_is_still_ans
         assert shim.read() == {"jsonrpc": "2.0", "id": 8, "result": {"content": [{"type": "text", "text": "after"}]}}
         shim.fence("fence")
         path.check(shim)
+    finally:
+        shim.close()
+
+
+@pytest.mark.parametrize("path", HANDOFF_PATHS, ids=[p.name for p in HANDOFF_PATHS])
+def test_a_daemon_killed_in_the_middle_of_writing_an_answer_leaves_it_cut_on_a_line_of_its_own(
+        user_env: UserEnv, path: ShimPath) -> None:
+    # An answer larger than the client's pipe goes out in parts; a kill -9 right after a part
+    # went must still leave the client lines it can split: the cut answer ends with a newline of
+    # the shim's, and its request gets the lost-connection error on a line of its own, once.
+    daemon = start_daemon(user_env, env=kill_seam("answer:cut-me-here"))
+    shim = path.started(user_env)
+    try:
+        shim.initialize()
+        path.check(shim)
+        big = "cut-me-here" + "x" * (4 << 20)
+        shim.send(tool_call(5, "echo", {"text": big}))
+        assert daemon.proc.wait(DEADLINE_S) == -signal.SIGKILL
+        cut = shim.read_line()
+        assert cut.startswith(b'{"jsonrpc":"2.0","id":5,') or b'"id":5' in cut[:200], cut[:200]
+        assert len(cut) < len(big), "the answer was cut"
+        error = shim.read()  # a line of its own that parses: not glued to the cut answer
+        assert error["id"] == 5 and error["error"]["code"] == -32603, error
+        shim.send(tool_call(6, "echo", {"text": "after"}))
+        assert shim.read() == {"jsonrpc": "2.0", "id": 6, "result": {"content": [{"type": "text", "text": "after"}]}}
+        shim.fence("fence")  # and nothing else: id 5 was answered once
+    finally:
+        shim.close()
+
+
+def _region_of(pid: int) -> str:
+    """The /proc path of a handed-off shim's region (its memfd), as any process of the user finds it."""
+    for name in os.listdir(f"/proc/{pid}/fd"):
+        if os.readlink(f"/proc/{pid}/fd/{name}").startswith("/memfd:lazyd-handoff"):
+            return f"/proc/{pid}/fd/{name}"
+    raise AssertionError(f"shim {pid} holds no region")
+
+
+def test_a_peer_resizing_a_sessions_region_while_it_streams_calls_costs_the_daemon_nothing(
+        user_env: UserEnv) -> None:
+    # The region is mapped by the daemon: were it shrunk under the mapping, the daemon's next
+    # touch of it would be a SIGBUS, taking every session and server with it. Sealed, it cannot be.
+    path = HANDOFF_PATHS[0]
+    daemon = start_daemon(user_env)
+    victim, other = path.started(user_env), path.started(user_env)
+    try:
+        for shim in (victim, other):
+            shim.initialize()
+            path.check(shim)
+        # The daemon maps the regions and holds no descriptor of them: three per idle session.
+        held = [os.readlink(f"/proc/{daemon.proc.pid}/fd/{n}") for n in os.listdir(f"/proc/{daemon.proc.pid}/fd")]
+        assert not [link for link in held if "lazyd-handoff" in link], held
+        peer = os.open(_region_of(victim.pid), os.O_RDWR)
+        attempts, refused = [0], [0]
+        stop = threading.Event()
+
+        def resize() -> None:  # shrink and regrow it, over and over, while the calls stream
+            while not stop.is_set():
+                for size in (0, 4096, 8 << 20, 64 << 20, 1 << 30):
+                    attempts[0] += 1
+                    try:
+                        os.ftruncate(peer, size)
+                    except PermissionError:
+                        refused[0] += 1
+
+        resizer = threading.Thread(target=resize)
+        resizer.start()
+        try:
+            for n in range(300):
+                victim.send(tool_call(n, "echo", {"text": f"streamed {n} " + "y" * 20_000}))
+                assert text_of(victim.read()).startswith(f"streamed {n} "), n
+        finally:
+            stop.set()
+            resizer.join()
+            os.close(peer)
+        assert daemon.proc.poll() is None, "the daemon died"
+        assert refused[0] == attempts[0] > 0, "a resize went through"
+        assert text_of(call(other, 1, "pid")) and text_of(call(victim, 1000, "pid"))
+    finally:
+        victim.close()
+        other.close()
+
+
+def test_a_waiter_whose_shim_is_no_longer_installed_answers_what_was_in_flight_itself(
+        user_env: UserEnv, tmp_path: Path) -> None:
+    # The waiting shell execs the shim's interpreter again once the daemon is gone; when that is
+    # no longer there (its environment deleted), the system's python3 answers what was in flight
+    # from the region, and the session ends instead of leaving the client waiting.
+    import site
+
+    interpreter = tmp_path / "python"
+    interpreter.symlink_to(sys.executable)
+    code = (f"import site, sys; site.addsitedir({site.getsitepackages()[0]!r}); "
+            "from lazyd_shim.main import main; sys.exit(main())")
+    daemon = start_daemon(user_env)
+    proc = subprocess.Popen([str(interpreter), "-c", code, "--", *FIXTURE], env={**user_env.env, "LAZYD_HANDOFF": "1"},
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.write(json.dumps({"jsonrpc": "2.0", "id": 0, "method": "initialize",
+                                     "params": INIT_PARAMS}).encode() + b"\n")
+        proc.stdin.flush()
+        assert json.loads(proc.stdout.readline())["id"] == 0
+        wait_for(lambda: os.path.basename(os.readlink(f"/proc/{proc.pid}/exe")) == "dash", "the shim to wait in dash")
+        proc.stdin.write(json.dumps(tool_call(3, "sleep", {"seconds": 30})).encode() + b"\n")
+        proc.stdin.flush()
+        wait_for(lambda: server_status(user_env)[0]["inflight"] == 1, "the call to reach the server")
+        interpreter.unlink()  # the shim's installation is gone
+        daemon.proc.kill()
+        error = json.loads(proc.stdout.readline())
+        assert error["id"] == 3 and error["error"]["code"] == -32603, error
+        assert proc.wait(DEADLINE_S) == 0
+        assert proc.stderr is not None and b"no longer installed" in proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+
+
+def test_a_shim_that_waits_in_python_takes_its_session_back_when_the_daemon_is_killed(user_env: UserEnv) -> None:
+    # Where dash is there but cannot be exec'd the shim waits itself (the test seam plays that).
+    daemon = start_daemon(user_env)
+    shim = HANDOFF_PATHS[0].started(user_env, env={"LAZYD_TEST_WAITER": "python", "LAZYD_VERBOSE": "1"})
+    try:
+        shim.initialize()
+        assert call(shim, 1, "pid")["result"]
+        shim.send(tool_call(2, "sleep", {"seconds": 30}))
+        wait_for(lambda: server_status(user_env)[0]["inflight"] == 1, "the call to reach the server")
+        daemon.proc.kill()
+        error = shim.read()
+        assert error["id"] == 2 and error["error"]["code"] == -32603, error
+        assert text_of(call(shim, 3, "pid")), "the next call works through a new daemon"
+        assert "waiting in this process" in shim.stderr()
     finally:
         shim.close()
 

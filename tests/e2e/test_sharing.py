@@ -120,20 +120,22 @@ async def test_sessions_from_different_terminals_share_one_process(user_env: Use
             assert _text(await a.call_tool("pid", {})) == _text(await b.call_tool("pid", {}))
 
 
-async def test_share_false_gives_each_session_its_own_process_and_reuses_a_free_one(user_env: UserEnv) -> None:
+async def test_share_false_gives_each_session_its_own_process_and_the_next_session_a_fresh_one(user_env: UserEnv) -> None:
     async with shim_session(user_env, FIXTURE, shim_args=("--share", "false")) as a:
         async with shim_session(user_env, FIXTURE, shim_args=("--share", "false")) as b:
             pid_a = _text(await a.call_tool("pid", {}))
             pid_b = _text(await b.call_tool("pid", {}))
             assert pid_b != pid_a
-    # Both sessions have left (the daemon saw them go) and both processes linger: free instances.
-    wait_until(lambda: [r["clients"] for r in status_rows(user_env)] == [0, 0], STEP_TIMEOUT_S,
-               "both private instances to be free")
+            assert _text(await a.call_tool("counter", {})) == "1"
+    # A process of a session's own holds that session's state: it stops with its session (as a
+    # direct server would) rather than lingering for the next session to find.
+    wait_until(lambda: not user_env.server_pids("fixture_server"), STEP_TIMEOUT_S, "both private processes to stop")
+    assert [r["clients"] for r in status_rows(user_env)] == [0, 0]
     async with shim_session(user_env, FIXTURE, shim_args=("--share", "false")) as c:
-        # One of the two lingering processes serves it: no third instance, no restart.
-        assert _text(await c.call_tool("pid", {})) in {pid_a, pid_b}
+        # A fresh process in one of the two slots (no third row): the counter starts again.
+        assert _text(await c.call_tool("pid", {})) not in {pid_a, pid_b}
+        assert _text(await c.call_tool("counter", {})) == "1"
         assert len(status_rows(user_env)) == 2
-    assert sorted(map(str, user_env.server_pids("fixture_server"))) == sorted([pid_a, pid_b])
 
 
 def _raw(user: UserEnv) -> subprocess.Popen[bytes]:

@@ -70,19 +70,22 @@ async def test_a_declared_isolated_server_gets_a_process_per_session_and_a_plain
     assert browser_pids[0] != browser_pids[1]
     # Status says which rule decided, for each instance; the plain server is one shared runtime.
     (plain_row,) = rows_for(user_env, plain)
-    assert (plain_row["share"], plain_row["share_rule"]) == (True, "auto: no stateful tool names among 10 tools")
+    assert (plain_row["share"], plain_row["share_rule"]) == (True, "auto: shared (no stateful tool names among 10 tools)")
+    # Each registration's instances are numbered from 1 on their own (no number skipped for another's).
+    for name in (isolated, browser):
+        assert sorted(row["name"] for row in rows_for(user_env, name)) == [name, f"{name}.1"]
     rules = {row["share_rule"] for row in rows_for(user_env, isolated)}
-    assert "a private instance: auto: the server declares x-mux.sharing = isolated" in rules
+    assert rules == {"auto: isolated (declared: x-mux.sharing)"}
     assert {row["share"] for row in rows_for(user_env, browser)} == {False}
-    assert any("tools browser_navigate, take_screenshot look stateful" in row["share_rule"]
-               for row in rows_for(user_env, browser))
+    assert {row["share_rule"] for row in rows_for(user_env, browser)} == {
+        "auto: isolated (tool names: browser_navigate, take_screenshot)"}
     human = lazyctl(user_env, "status").stdout.splitlines()
     tail = human[human.index("one process per session:") + 1:]
-    assert f"  {browser}: auto: tools browser_navigate, take_screenshot look stateful" in tail
+    assert f"  {browser}: auto: isolated (tool names: browser_navigate, take_screenshot)" in tail
     assert all(not line.startswith(f"  {plain}") for line in tail)
     explained = control(user_env, "identity", registrations=[
         {"argv": SERVER, "cwd": str(user_env.root), "env": shim_env(user_env, ISOLATED)}])
-    assert explained["registrations"][0]["share_rule"] == "auto: the server declares x-mux.sharing = isolated"
+    assert explained["registrations"][0]["share_rule"] == "auto: isolated (declared: x-mux.sharing)"
 
 
 async def test_share_true_still_wins_and_a_server_nothing_is_known_about_learns_from_its_first_start(
@@ -112,7 +115,7 @@ async def test_a_named_server_that_must_not_be_shared_gets_private_instances_a_r
         pids = await pids_of_two_sessions(user_env, {}, "--server", "iso")
     assert pids[0] != pids[1]
     assert sorted(status_rows(user_env)) == ["iso", "iso.1"]
-    assert status_rows(user_env)["iso"]["share_rule"] == "auto: the server declares x-mux.sharing = isolated"
+    assert status_rows(user_env)["iso"]["share_rule"] == "auto: isolated (declared: x-mux.sharing)"
     write_config(user_env, server_table("iso", env=ISOLATED, linger="1m"))
     assert control(user_env, "reload")["changed"] == ["iso"]
     assert sorted(status_rows(user_env)) == ["iso"]  # the private instance went with its definition

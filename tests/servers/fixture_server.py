@@ -24,6 +24,7 @@ Behaviour by environment variable (all optional):
   FIXTURE_LOG=path              append the method of every received message, one per line
   FIXTURE_INSTRUCTIONS=text     the `instructions` of the initialize result
   FIXTURE_CAPABILITIES=json     more capabilities in the initialize result, e.g. {"x-mux": {...}}
+  FIXTURE_ECHO_META=1           list a tool `meta` that answers the `_meta` its call carried, as JSON
   FIXTURE_MARKER=...            not read: inherited, so tests can find our processes in /proc
 
 Tools: echo(text), pid, sleep(seconds) with progress every 0.1 s when the request has
@@ -299,6 +300,8 @@ class Server:
         tools = [dict(t) for t in TOOLS]
         for name in self.extra_tools:
             tools.append(_tool(name, f"echo, named {name}", text="string"))
+        if _env_flag("FIXTURE_ECHO_META"):
+            tools.append(_tool("meta", "the _meta this call carried, as JSON"))
         return tools
 
     def call_tool(self, params: Json, cancel: threading.Event) -> Json | None:
@@ -309,6 +312,8 @@ class Server:
             return _text(str(args.get("text", "")))
         if name == "pid":
             return _text(str(os.getpid()))
+        if name == "meta" and _env_flag("FIXTURE_ECHO_META"):
+            return _text(json.dumps(meta, sort_keys=True))
         if name == "sleep":
             return self.sleep(float(args.get("seconds", 1)), meta.get("progressToken"), cancel)
         if name == "crash":

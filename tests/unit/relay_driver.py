@@ -26,6 +26,7 @@ from lazyd.core.relay import (
     SnapshotChanged,
     ToClient,
     ToServer,
+    Used,
     WantServer,
 )
 from lazyd.core.routing import SamplingPolicy
@@ -152,14 +153,14 @@ class Out(list[Action]):
         return [a.reason for a in self if isinstance(a, Abort)]
 
     def visible(self) -> list[tuple[Any, ...]]:
-        """Every action but notes and activity marks, in order, lines parsed."""
+        """Every action but notes and activity and use marks, in order, lines parsed."""
         out: list[tuple[Any, ...]] = []
         for a in self:
             if isinstance(a, ToClient):
                 out.append(("client", a.cid, json.loads(a.line), a.done))
             elif isinstance(a, ToServer):
                 out.append(("server", json.loads(a.line)))
-            elif isinstance(a, (Note, Activity)):
+            elif isinstance(a, (Note, Activity, Used)):
                 continue
             else:
                 out.append((type(a).__name__,))

@@ -35,8 +35,9 @@ MAX_CLASS_CHAIN = 3
 # The floors, bottom up, as docs/architecture.md's table gives them: which lazyd modules belong to
 # each, and what each may import besides the standard library (project floors and third parties).
 BASE = frozenset({"lazyd", "lazyd.errors", "lazyd.durations", "lazyd.envnames", "lazyd.frames", "lazyd.wire",
-                  "lazyd.sockpath", "lazyd.fallbacks", "lazyd.privatefiles", "lazyd.procfs", "lazyd.linepeek", "lazyd.handoff_state"})
-CONFIG = frozenset({"lazyd.config", "lazyd.config_model", "lazyd.config_values"})
+                  "lazyd.sockpath", "lazyd.fallbacks", "lazyd.privatefiles", "lazyd.procfs", "lazyd.linepeek",
+                  "lazyd.handoff_state", "lazyd.handoff_snapshot"})
+CONFIG = frozenset({"lazyd.config", "lazyd.config_model", "lazyd.config_values", "lazyd.config_known"})
 FLOOR_RULES: dict[str, frozenset[str]] = {
     "base": frozenset({"base", "msgpack"}),
     "paths": frozenset({"base", "platformdirs"}),
@@ -279,6 +280,30 @@ def test_the_shim_loads_no_lazyd_module_beyond_the_stdlib_floor_and_no_trio() ->
     project = {m for m in loaded if m.split(".")[0] == "lazyd"}
     assert project and project <= BASE, sorted(project - BASE)
     assert not {m for m in loaded if m.split(".")[0] in ("trio", "platformdirs", "tomlkit")}
+
+
+def test_a_shim_start_up_to_its_hello_loads_no_regular_expressions_enums_or_durations(tmp_path: Path) -> None:
+    """A warm session start is one interpreter start plus what the shim imports before its hello:
+    `socket` (which builds enums of every constant of `_socket`), `re` (with its pattern
+    compiles), `signal` and `lazyd.durations` were most of the shim's ~9 ms of imports, none of
+    them needed: the C modules do, and options are parsed only when set. Run without site (`-S`), as a
+    non-editable install has no finder that loads `re` first, so that what the shim adds shows."""
+    (tmp_path / "lazyd_shim").symlink_to(REPO / "shim")
+    (tmp_path / "lazyd").symlink_to(REPO / "lazyd")
+    import msgpack
+
+    site = str(Path(msgpack.__file__).resolve().parents[1])
+    code = (f"import sys; sys.path[:0] = [{str(tmp_path)!r}, {site!r}]\n"
+            "from lazyd_shim import main, connect, handoff, options\n"
+            "opts = options.parse(['--', 'server'], {})\n"
+            "connect.build_hello(opts, [])\n"
+            "print('\\n'.join(sorted(sys.modules)))")
+    proc = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    loaded = set(proc.stdout.split())
+    assert "lazyd_shim.handoff" in loaded
+    costly = {"socket", "enum", "selectors", "re", "signal", "functools", "lazyd.durations", "lazyd.envnames", "typing"}
+    assert not loaded & costly, sorted(loaded & costly)
 
 
 def test_lazyctl_loads_nothing_of_the_daemon_and_no_trio() -> None:

@@ -74,7 +74,7 @@ def test_the_full_example_in_the_docs_parses_to_the_documented_values() -> None:
 
 def test_the_docs_mention_every_key_and_every_per_session_variable() -> None:
     text = DOCS.read_text()
-    keys = ["start_timeout", "linger", "idle_timeout", "keep_alive", "start", "share", "wake",
+    keys = ["start_timeout", "linger", "check_linger", "--check-linger", "idle_timeout", "keep_alive", "start", "share", "wake",
             "per_session_env", "sampling_policy", "command", "args", "env", "cwd", "interval",
             "timeout", "--linger", "--idle-timeout", "--start-timeout", "--share", "--wake-command",
             "--wake-interval", "--wake-timeout", "era", "--era"]
@@ -106,6 +106,20 @@ def test_an_idle_timeout_of_zero_means_off(value: str) -> None:
 
 def test_a_linger_of_zero_is_allowed() -> None:
     assert parse('[defaults]\nlinger = "0"\n').defaults.linger_s == 0.0
+
+
+def test_check_linger_is_30_s_by_default_and_set_like_linger_in_defaults_servers_and_shim_options() -> None:
+    assert Policy().check_linger_s == 30.0
+    config = parse('[defaults]\ncheck_linger = "10s"\n[servers.a]\ncommand = "a"\n'
+                   '[servers.b]\ncommand = "b"\ncheck_linger = 0\n')
+    assert config.defaults.check_linger_s == 10.0
+    assert (config.servers["a"].policy.check_linger_s, config.servers["b"].policy.check_linger_s) == (10.0, 0.0)
+    assert policy_with_options(config.defaults, {"check_linger": "2s"}).check_linger_s == 2.0
+
+
+def test_a_bad_check_linger_in_the_file_is_one_line_naming_the_key() -> None:
+    with pytest.raises(ConfigError, match=r"defaults\.check_linger: 'soon' is not a duration"):
+        parse('[defaults]\ncheck_linger = "soon"\n')
 
 
 def test_servers_inherit_defaults_and_override_them_key_by_key() -> None:
@@ -210,8 +224,8 @@ def test_the_parsed_config_cannot_be_modified() -> None:
         ("[defaults]\nlinger = true\n", "defaults.linger", "expected a duration such as \"30s\", got a boolean"),
         ("[defaults]\nlinger = [1]\n", "defaults.linger", "got an array"),
         ("[defaults]\nlinger = 1979-05-27\n", "defaults.linger", "got a date or time"),
-        ("[defaults]\nshare = \"yes\"\n", "defaults.share", 'expected true, false or "auto", got \'yes\''),
-        ("[defaults]\nshare = 1\n", "defaults.share", 'expected true, false or "auto", got an integer'),
+        ("[defaults]\nshare = \"yes\"\n", "defaults.share", 'expected true, false, "auto" or "session-aware", got \'yes\''),
+        ("[defaults]\nshare = 1\n", "defaults.share", 'expected true, false, "auto" or "session-aware", got an integer'),
         ("[defaults]\nkeep_alive = 1\n", "defaults.keep_alive", "expected true or false, got an integer"),
         ("[defaults]\nstart = 1\n", "defaults.start", "an integer is not one of: lazy, eager"),
         ("[defaults]\nstart = \"fast\"\n", "defaults.start", "'fast' is not one of: lazy, eager"),
@@ -463,12 +477,13 @@ def test_wake_timing_options_adjust_the_configured_predicate() -> None:
     ("opts", "message"),
     [
         ({"linger": "10x"}, "option --linger: '10x' is not a duration (use 500ms, 30s, 10m, 1h or 0)"),
+        ({"check_linger": "-5s"}, "option --check-linger: '-5s' is negative; a duration cannot be"),
         ({"idle_timeout": "-1s"}, "option --idle-timeout: '-1s' is negative; a duration cannot be"),
         ({"start_timeout": "0"}, "option --start-timeout: must be longer than 0 (it bounds how long a start may take)"),
-        ({"share": "maybe"}, "option --share: 'maybe' is not a boolean (use true or false; also yes/no, on/off, 1/0), or auto"),
-        ({"lingr": "1m"}, "option --lingr: unknown option; allowed: linger, idle_timeout, start_timeout, "
+        ({"share": "maybe"}, "option --share: 'maybe' is not a boolean (use true or false; also yes/no, on/off, 1/0), auto or session-aware"),
+        ({"lingr": "1m"}, "option --lingr: unknown option; allowed: linger, check_linger, idle_timeout, start_timeout, "
                           "share, wake_command, wake_interval, wake_timeout, era"),
-        ({"keep_alive": "true"}, "option --keep-alive: unknown option; allowed: linger, idle_timeout, "
+        ({"keep_alive": "true"}, "option --keep-alive: unknown option; allowed: linger, check_linger, idle_timeout, "
                                  "start_timeout, share, wake_command, wake_interval, wake_timeout, era"),
         ({"linger": 5}, "option --linger: expected text, got an integer"),
         ({"wake_command": "/bin/true"}, 'option --wake-command: is not a JSON array of strings, such as '

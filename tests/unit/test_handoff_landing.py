@@ -2,8 +2,8 @@
 (lazyd/handoff_state.py, "Nothing read from the client is ever only in the daemon's memory"): the
 daemon's side (`Landing`, `Ledger.landed`) and the shim's (`request_ids_in`, `recover.answer`).
 
-Testing policy: a real memfd region, the daemon's mapping of it and the shim's reader; the client's
-stdout is a real pipe. No processes, no trio.
+Testing policy: a real sealed memfd region, the daemon's mapping of it and the shim's reader; the
+client's stdout is a real pipe. No processes, no trio.
 """
 
 from __future__ import annotations
@@ -19,9 +19,10 @@ import pytest
 
 from lazyd import handoff_state as hs
 from lazyd.daemon import handoff
-from lazyd.daemon.handoff_ledger import Landing, Ledger
+from lazyd.daemon.handoff_ledger import Landing, Ledger, map_region
 from lazyd.frames import Hello
-from lazyd.handoff_state import Region, read_state
+from lazyd.handoff_snapshot import PREVIOUS_MAGIC, snapshot
+from lazyd.handoff_state import Region
 from lazyd.linepeek import BIG_LINE_BYTES, ID_SCAN_BYTES, inspect_line, request_ids_in
 from shim import recover
 from shim.options import Log, parse
@@ -39,6 +40,13 @@ def fd() -> Iterator[int]:
     region = hs.create_region()
     yield region
     os.close(region)
+
+
+@pytest.fixture
+def mapped(fd: int) -> Iterator[Region]:
+    buf = map_region(fd)
+    yield Region(buf)
+    buf.close()
 
 
 # ---- request_ids_in (pure) -------------------------------------------------------------------
@@ -99,32 +107,34 @@ def test_garbage_and_blank_lines_hold_no_request() -> None:
 # ---- the daemon's side ------------------------------------------------------------------------
 
 
-def test_a_read_lands_in_the_zone_the_state_names_and_is_accounted_for_by_one_state_write(fd: int) -> None:
-    ledger, landing = Ledger(Region(fd)), Landing(fd)
+def test_a_read_lands_in_the_zone_the_state_names_and_is_accounted_for_by_one_state_write(
+        fd: int, mapped: Region) -> None:
+    ledger, landing = Ledger(mapped), Landing(mapped)
     try:
         zone = ledger.state.landing
         line = call(4) + b"\n"
         landing.zones[zone][: len(line)] = line  # what a read of the client's stdin does
         # Before it is accounted for, the shim finds the bytes in the zone the region names.
-        assert Region(fd).read_landed(zone) == line and landing.pending(zone) == len(line)
+        found = snapshot(fd)
+        assert found is not None and found.landed == line and landing.pending(zone) == len(line)
         ledger.hold()
         ledger.client_line(line[:-1])
         ledger.landed()
         ledger.release()
         landing.clear(zone, len(line))
-        state, _ = read_state(fd)
-        assert state is not None and state.landing == zone ^ 1 and state.inflight == [b"4"]
-        assert Region(fd).read_landed(zone) == b"" and Region(fd).read_landed(zone ^ 1) == b""
+        found = snapshot(fd)
+        assert found is not None and found.state.landing == zone ^ 1 and found.state.inflight == [b"4"]
+        assert found.landed == b"" and landing.pending(zone) == 0
     finally:
         landing.close()
 
 
-def test_a_full_read_leaves_the_zone_zeroed_once_cleared(fd: int) -> None:
-    landing = Landing(fd)
+def test_a_full_read_leaves_the_zone_zeroed_once_cleared(mapped: Region) -> None:
+    landing = Landing(mapped)
     try:
         landing.zones[1][:] = b"y" * hs.LANDING_BYTES
         landing.clear(1, hs.LANDING_BYTES)
-        assert landing.pending(1) == 0 and Region(fd).read_landed(1) == b""
+        assert landing.pending(1) == 0 and mapped.read_landed(1) == b""
     finally:
         landing.close()
 
@@ -132,108 +142,112 @@ def test_a_full_read_leaves_the_zone_zeroed_once_cleared(fd: int) -> None:
 # ---- the shim's side --------------------------------------------------------------------------
 
 
-def _recovered(fd: int) -> tuple[list[bytes], Region]:
-    """What the shim's recovery writes on the client's stdout (a real pipe), line by line, and the
-    region as it leaves it."""
+def _recovered(fd: int) -> tuple[list[bytes], hs.State, bytes]:
+    """What the shim's recovery writes on the client's stdout (a real pipe), line by line, and what
+    it carries to the next daemon (the state and the head)."""
     read_end, write_end = os.pipe()
     try:
-        region = Region(fd)
-        assert region.current is not None
         log = Log(parse(["--", "true"], {}))  # logs nowhere
-        recover.answer(region.current, region, Stdout(log, write_end), log)
+        carried, head = recover.answer(snapshot(fd), Stdout(log, write_end), log)
         os.close(write_end)
         out = b""
         while chunk := os.read(read_end, 65536):
             out += chunk
     finally:
         os.close(read_end)
-    return out.splitlines(), Region(fd)
+    return out.splitlines(), carried, head
 
 
-def _answers(fd: int) -> tuple[list[dict[str, object]], Region]:
-    lines, region = _recovered(fd)
-    return [json.loads(line) for line in lines], region
+def _answers(fd: int) -> tuple[list[dict[str, object]], hs.State, bytes]:
+    lines, carried, head = _recovered(fd)
+    return [json.loads(line) for line in lines], carried, head
 
 
-def _nothing_pending(fd: int, zone: int) -> bool:
-    """Whether a daemon continuing from the region finds no unaccounted read in `zone`."""
-    landing = Landing(fd)
-    try:
-        return landing.pending(zone) == 0
-    finally:
-        landing.close()
-
-
-def _write_legacy_state(fd: int, state: hs.State, generation: int) -> None:
-    """`state` written as a region of the layout before the landing zones holds it (slot 0)."""
-    payload = state.encode()
+def _write_previous_layout(fd: int, state: hs.State, ids: list[bytes], generation: int) -> None:
+    """`state` as a region of the previous layout holds it (slot 0; the ids in the payload)."""
+    fixed = struct.pack("<BIIIIII", (2 if state.out_torn else 0), state.head_len, state.tail_len, 0, 0, 0, len(ids))
+    payload = fixed + b"".join(struct.pack("<H", len(i)) + i for i in ids)
     header = struct.pack("<QI", generation, len(payload))
-    os.pwrite(fd, struct.pack("<4sQII", hs.LEGACY_MAGIC, generation, len(payload),
+    os.pwrite(fd, struct.pack("<4sQII", PREVIOUS_MAGIC, generation, len(payload),
                               zlib.crc32(payload, zlib.crc32(header))) + payload, 0)
 
 
 def test_the_shim_answers_a_request_read_and_not_recorded_once_and_keeps_the_rest_for_the_next_daemon(
-        fd: int) -> None:
-    ledger, landing = Ledger(Region(fd)), Landing(fd)
+        fd: int, mapped: Region) -> None:
+    ledger, landing = Ledger(mapped), Landing(mapped)
     ledger.client_line(call(1))  # recorded: in flight
     ledger.head(bytearray(call(2)[:8]), False)  # the start of the next line, recorded as the head
-    # The daemon read the rest of line 2, line 3 and the start of line 4, recorded line 2 (a
-    # flush in the middle of a read) and was killed before the state named the other zone.
+    # The daemon read the rest of line 2, line 3 and the start of line 4, recorded line 2 (its
+    # entry is in the table) and was killed before the state named the other zone.
     read = call(2)[8:] + b"\n" + call(3) + b"\n" + call(4)[:20]
     landing.zones[ledger.state.landing][: len(read)] = read
     ledger.client_line(call(2))
     landing.close()
-    answers, region = _answers(fd)
+    answers, carried, head = _answers(fd)
     assert [a["id"] for a in answers] == [1, 2, 3]
     assert all(a["error"]["code"] == -32603 for a in answers)  # type: ignore[index]
-    state = region.current
-    assert state is not None and state.inflight == [] and region.read_landed(state.landing) == b""
-    assert region.read_head(state.head_len, state.head_area) == call(4)[:20]
-    # The next daemon continues from there: the head is its buffer, nothing is pending.
-    assert _nothing_pending(fd, state.landing)
-
-
-def test_a_region_of_the_layout_before_the_landing_zones_is_recovered_and_moved_to_this_one(fd: int) -> None:
-    # A shim that handed off under the earlier layout recovers with this code: its state is read,
-    # what was in flight answered, the torn answer finished from the old tail, and the head kept
-    # for the next daemon where this layout keeps it, the landing zones (where it began) zeroed.
-    state = hs.State()
-    state.inflight, state.out_torn = [b"3", b'"x"'], True
-    head, tail = call(4)[:30], b'rest of an answer"}}\n'
-    state.head_len, state.tail_len = len(head), len(tail)
-    _write_legacy_state(fd, state, 5)
-    os.pwrite(fd, head, hs.LEGACY_HEAD_OFFSET)
-    os.pwrite(fd, tail, hs.LEGACY_TAIL_OFFSET)
-    legacy = Region(fd).current
-    assert legacy is not None and legacy.legacy
-    lines, region = _recovered(fd)
-    assert lines[0] == tail.rstrip(b"\n")  # the torn answer's rest, first
-    assert [json.loads(line)["id"] for line in lines[1:]] == [3, "x"]
-    moved = region.current
-    assert moved is not None and not moved.legacy and moved.inflight == []
-    assert region.read_head(moved.head_len, moved.head_area) == head
-    assert region.read_landed(0) == b"" and region.read_landed(1) == b""
-    assert _nothing_pending(fd, moved.landing)  # for the next daemon
-
-
-def test_the_daemon_serves_a_region_of_the_earlier_layout_over_frames_not_by_hand_off(fd: int) -> None:
-    _write_legacy_state(fd, hs.State(), 1)
-    hello = Hello("shim", os.getpid(), ["true"], "/", {}, {}, None, [], handoff=True)
-    read_end, write_end = os.pipe()
+    assert head == call(4)[:20] and carried.head_len == 20 and not carried.inflight
+    # The next daemon continues from a fresh region holding that: the head is its buffer.
+    log = Log(parse(["--", "true"], {}))
+    fresh = recover.fresh_region(carried, head, log)
+    assert fresh is not None
     try:
-        ends = [os.open(f"/proc/self/fd/{read_end}", os.O_RDONLY | os.O_NONBLOCK),
+        assert hs.region_problem(fresh) is None
+        buf = map_region(fresh)
+        try:
+            next_daemon = Ledger(Region(buf))
+            assert next_daemon.region.read_head(next_daemon.state.head_len) == call(4)[:20]
+            assert next_daemon.inflight == 0 and Landing(next_daemon.region).pending(next_daemon.state.landing) == 0
+        finally:
+            buf.close()
+    finally:
+        os.close(fresh)
+
+
+def test_a_region_of_the_previous_layout_is_recovered_by_this_shim() -> None:
+    # A shim that handed off under the previous layout recovers with this code (the waiting
+    # shell execs whatever shim is installed now): its ids are answered, the torn answer finished
+    # from its tail, its head kept for the next daemon, which gets a region of this layout.
+    fd = os.memfd_create("previous", os.MFD_CLOEXEC)  # unsealed, as that layout made them
+    try:
+        state = hs.State()
+        state.out_torn = True
+        head, tail = call(4)[:30], b'rest of an answer"}}\n'
+        state.head_len, state.tail_len = len(head), len(tail)
+        _write_previous_layout(fd, state, [b"3", b'"x"'], 5)
+        os.pwrite(fd, head, 3 << 20)  # the previous layout's head area 0
+        os.pwrite(fd, tail, (3 << 20) + (64 << 20))  # and its tail
+        lines, carried, kept = _recovered(fd)
+        assert lines[0] == tail.rstrip(b"\n")  # the torn answer's rest, first
+        assert [json.loads(line)["id"] for line in lines[1:]] == [3, "x"]
+        assert kept == head and carried.head_len == len(head)
+    finally:
+        os.close(fd)
+
+
+def test_the_daemon_serves_a_region_it_cannot_map_safely_or_of_another_layout_over_frames(fd: int) -> None:
+    unsealed = os.memfd_create("peer", os.MFD_CLOEXEC)
+    os.ftruncate(unsealed, hs.REGION_BYTES)
+    os.pwrite(unsealed, hs.MAGIC, 0)
+    read_end, write_end = os.pipe()
+
+    def ends() -> list[int]:
+        return [os.open(f"/proc/self/fd/{read_end}", os.O_RDONLY | os.O_NONBLOCK),
                 os.open(f"/proc/self/fd/{write_end}", os.O_WRONLY | os.O_NONBLOCK)]
-        passed = [*ends, os.dup(fd)]
+
+    try:
+        hello = Hello("shim", os.getpid(), ["true"], "/", {}, {}, None, [], handoff=True, layout=hs.LAYOUT)
+        passed = [*ends(), os.dup(unsealed)]
         assert handoff.take(hello, passed) is None and passed == []  # every descriptor closed
-        # The same region once in this layout is taken.
-        Region(fd).write(hs.State())
-        ends = [os.open(f"/proc/self/fd/{read_end}", os.O_RDONLY | os.O_NONBLOCK),
-                os.open(f"/proc/self/fd/{write_end}", os.O_WRONLY | os.O_NONBLOCK)]
-        taken = handoff.take(hello, [*ends, os.dup(fd)])
+        older = Hello("shim", os.getpid(), ["true"], "/", {}, {}, None, [], handoff=True, layout=hs.LAYOUT - 1)
+        passed = [*ends(), os.dup(fd)]
+        assert handoff.take(older, passed) is None and passed == []
+        # A sealed region of this layout, named by the hello, is taken.
+        taken = handoff.take(hello, [*ends(), os.dup(fd)])
         assert taken is not None
         os.close(taken[1])
-        for end in ends:
+        for end in (taken[0].in_fd, taken[0].out_fd):
             os.close(end)
     finally:
-        os.close(read_end)
-        os.close(write_end)
+        for end in (read_end, write_end, unsealed):
+            os.close(end)

@@ -1,8 +1,8 @@
 """A hand-off session's ledger (lazyd/daemon/handoff_ledger.py): the region always says what the
 shim must answer, with nothing the client already has and nothing missing.
 
-Testing policy: a real memfd region read back with the reader the shim uses after every step; no
-processes, no trio.
+Testing policy: a real sealed memfd region, mapped as the daemon maps it, read back with the reader
+the shim uses after every step; no processes, no trio.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from collections.abc import Iterator
 import pytest
 
 from lazyd import handoff_state as hs
-from lazyd.daemon.handoff_ledger import RELEASE_HEAD_BYTES, Ledger
-from lazyd.handoff_state import Region, State, read_state
+from lazyd.daemon.handoff_ledger import RELEASE_HEAD_BYTES, Ledger, map_region
+from lazyd.handoff_state import Region, State, read_region
 
 INIT = b'{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25"}}'
 INITIALIZED = b'{"jsonrpc":"2.0","method":"notifications/initialized"}'
@@ -37,14 +37,21 @@ def fd() -> Iterator[int]:
     os.close(region)
 
 
+@pytest.fixture
+def mapped(fd: int) -> Iterator[Region]:
+    buf = map_region(fd)
+    yield Region(buf)
+    buf.close()
+
+
 def on_disk(fd: int) -> State:
-    state, _ = read_state(fd)
-    assert state is not None
-    return state
+    region = read_region(fd)
+    assert region is not None and region.current is not None
+    return region.current
 
 
-def test_a_request_is_in_flight_from_its_line_until_its_answer_is_written(fd: int) -> None:
-    ledger = Ledger(Region(fd))
+def test_a_request_is_in_flight_from_its_line_until_its_answer_is_written(fd: int, mapped: Region) -> None:
+    ledger = Ledger(mapped)
     ledger.client_line(call(1))
     ledger.client_line(call("1"))
     assert sorted(on_disk(fd).inflight) == [b'"1"', b"1"]
@@ -54,8 +61,8 @@ def test_a_request_is_in_flight_from_its_line_until_its_answer_is_written(fd: in
     assert on_disk(fd).inflight == []
 
 
-def test_a_cancelled_request_leaves_the_table_and_notifications_never_enter_it(fd: int) -> None:
-    ledger = Ledger(Region(fd))
+def test_a_cancelled_request_leaves_the_table_and_notifications_never_enter_it(fd: int, mapped: Region) -> None:
+    ledger = Ledger(mapped)
     ledger.client_line(call(5))
     ledger.client_line(b'{"jsonrpc":"2.0","method":"notifications/progress","params":{}}')
     ledger.client_line(b"not json at all")
@@ -64,8 +71,8 @@ def test_a_cancelled_request_leaves_the_table_and_notifications_never_enter_it(f
     assert on_disk(fd).inflight == []
 
 
-def test_the_handshake_is_recorded_and_resumable_once_its_answer_was_written(fd: int) -> None:
-    ledger = Ledger(Region(fd))
+def test_the_handshake_is_recorded_and_resumable_once_its_answer_was_written(fd: int, mapped: Region) -> None:
+    ledger = Ledger(mapped)
     ledger.client_line(INIT)
     assert on_disk(fd).resume_lines() == [], "an unanswered initialize is not worth resuming"
     ledger.answered(0)
@@ -74,43 +81,45 @@ def test_the_handshake_is_recorded_and_resumable_once_its_answer_was_written(fd:
     assert state.resume_lines() == [INIT, INITIALIZED] and state.inflight == []
 
 
-def test_a_daemon_continuing_a_session_keeps_its_handshake_and_unrelayed_head(fd: int) -> None:
-    first = Ledger(Region(fd))
+def test_a_daemon_continuing_a_session_keeps_its_handshake_and_unrelayed_head(fd: int, mapped: Region) -> None:
+    first = Ledger(mapped)
     first.client_line(INIT)
     first.answered(0)
     first.client_line(INITIALIZED)
     first.head(bytearray(b'{"jsonrpc":"2.0","id":9,'), False)
-    second = Ledger(Region(fd))
+    second = Ledger(Region(mapped.buf))
     assert second.state.resume_lines() == [INIT, INITIALIZED]
     assert second.region.read_head(second.state.head_len) == b'{"jsonrpc":"2.0","id":9,'
     second.client_line(call(3))
     assert on_disk(fd).resume_lines() == [INIT, INITIALIZED] and on_disk(fd).inflight == [b"3"]
 
 
-def test_held_changes_reach_the_region_together_at_release(fd: int) -> None:
-    ledger = Ledger(Region(fd))
-    ledger.client_line(call(1))
+def test_held_state_changes_reach_the_region_together_at_release_and_ids_at_once(fd: int, mapped: Region) -> None:
+    ledger = Ledger(mapped)
     generation = on_disk(fd).generation
     ledger.hold()
+    ledger.client_line(INIT)
+    ledger.head(bytearray(b"partial"), False)
     for n in range(2, 12):
         ledger.client_line(call(n))
-    ledger.answered(1)
-    assert on_disk(fd).generation == generation and on_disk(fd).inflight == [b"1"]
+    state = on_disk(fd)
+    assert state.generation == generation and state.init == b"" and state.head_len == 0
+    assert len(state.inflight) == 11, "the ids are in the table before the read is accounted for"
     ledger.release()
     state = on_disk(fd)
-    assert state.generation == generation + 1 and sorted(state.inflight) == sorted(str(n).encode() for n in range(2, 12))
+    assert state.generation == generation + 1 and state.init == INIT and state.head_len == 7
 
 
-def test_a_torn_answer_is_flagged_until_its_line_is_whole(fd: int) -> None:
-    ledger = Ledger(Region(fd))
+def test_a_torn_answer_is_flagged_until_its_line_is_whole(fd: int, mapped: Region) -> None:
+    ledger = Ledger(mapped)
     ledger.torn(True)
     assert on_disk(fd).out_torn
     ledger.torn(False)
     assert not on_disk(fd).out_torn
 
 
-def test_a_partial_line_is_in_the_head_as_it_grows_and_leaves_it_when_relayed(fd: int) -> None:
-    ledger = Ledger(Region(fd))
+def test_a_partial_line_is_in_the_head_as_it_grows_and_leaves_it_when_relayed(fd: int, mapped: Region) -> None:
+    ledger = Ledger(mapped)
     buffer = bytearray(b"abc")
     ledger.head(buffer, False)
     buffer += b"def"
@@ -124,10 +133,10 @@ def test_a_partial_line_is_in_the_head_as_it_grows_and_leaves_it_when_relayed(fd
     assert state.head_len == 2 and ledger.region.read_head(2, state.head_area) == b"XY"
 
 
-def test_a_new_partial_line_never_overwrites_the_head_the_state_still_names(fd: int) -> None:
+def test_a_new_partial_line_never_overwrites_the_head_the_state_still_names(fd: int, mapped: Region) -> None:
     # Were the new bytes written over the recorded head, a daemon killed before the state write
     # would leave a head that is the new line's start followed by the old line's rest.
-    region = Region(fd)
+    region = mapped
     ledger = Ledger(region)
     ledger.head(bytearray(b"old line start"), False)
     ledger.head_relayed()
@@ -151,17 +160,67 @@ def test_a_new_partial_line_never_overwrites_the_head_the_state_still_names(fd: 
     assert state.head_area == 0 and region.read_head(state.head_len, 0) == b"third"
 
 
-def test_a_large_consumed_head_is_given_back_to_the_kernel(fd: int) -> None:
-    ledger = Ledger(Region(fd))
+def test_a_large_consumed_head_is_given_back_to_the_kernel(fd: int, mapped: Region) -> None:
+    ledger = Ledger(mapped)
     ledger.head(bytearray(b"x" * RELEASE_HEAD_BYTES), False)
-    assert os.fstat(fd).st_size >= hs.HEAD_OFFSET + RELEASE_HEAD_BYTES
+    assert os.fstat(fd).st_blocks * 512 >= RELEASE_HEAD_BYTES
     ledger.head_relayed()
     ledger.head(bytearray(), False)
-    assert os.fstat(fd).st_size == hs.HEAD_OFFSET and on_disk(fd).head_len == 0
+    assert os.fstat(fd).st_blocks * 512 < RELEASE_HEAD_BYTES // 2 and on_disk(fd).head_len == 0
+    assert os.fstat(fd).st_size == hs.REGION_BYTES  # sealed: given back, never truncated
 
 
-def test_closing_records_why_and_the_rest_of_a_torn_line(fd: int) -> None:
-    ledger = Ledger(Region(fd))
+def test_a_message_costs_one_table_entry_whatever_else_is_in_flight(fd: int, mapped: Region) -> None:
+    # O(1) bookkeeping: a request's line and its answer each touch one entry of the table and
+    # write no state, with ten thousand others in flight as with none.
+    ledger = Ledger(mapped)
+    ledger.client_line(call(0))
+    writes: list[int] = []
+    real_write = mapped.write
+
+    def counted(state: State) -> None:
+        writes.append(1)
+        real_write(state)
+
+    mapped.write = counted  # type: ignore[method-assign]
+    for n in range(1, 10_001):
+        ledger.client_line(call(n))
+    ledger.answered(5000)
+    assert writes == [] and ledger.inflight == 10_000
+    state = on_disk(fd)
+    assert len(state.inflight) == 10_000 and b"5000" not in state.inflight and b"10000" in state.inflight
+    for n in range(10_001):
+        ledger.answered(n)
+    assert writes == [] and on_disk(fd).inflight == []
+
+
+def test_ids_too_long_for_an_entry_or_past_a_full_table_are_counted_and_leave_the_count_when_answered(
+        fd: int, mapped: Region) -> None:
+    ledger = Ledger(mapped)
+    long_id = "x" * hs.ENTRY_BYTES
+    ledger.client_line(call(long_id))
+    ledger.client_line(call(1))
+    state = on_disk(fd)
+    assert state.inflight == [b"1"] and state.unrecorded == 1
+    ledger.answered(long_id)
+    assert on_disk(fd).unrecorded == 0
+
+
+def test_a_daemon_continuing_from_the_region_finds_what_is_in_flight_in_the_table(fd: int, mapped: Region) -> None:
+    # As after an upgrade: the successor maps the same region and carries on.
+    first = Ledger(mapped)
+    for n in range(5):
+        first.client_line(call(n))
+    first.answered(2)
+    second = Ledger(Region(mapped.buf))
+    assert second.inflight == 4
+    second.client_line(call(9))
+    second.answered(0)
+    assert sorted(on_disk(fd).inflight) == [b"1", b"3", b"4", b"9"]
+
+
+def test_closing_records_why_and_the_rest_of_a_torn_line(fd: int, mapped: Region) -> None:
+    ledger = Ledger(mapped)
     ledger.client_line(call(4))
     ledger.close(client_left=False, tail=b'rest"}}\n')
     state = on_disk(fd)

@@ -1,21 +1,26 @@
 """The shared region of a hand-off session (lazyd/handoff_state.py): what a shim reads back after
-its daemon is gone, whatever moment the daemon died at.
+its daemon is gone, whatever moment the daemon died at, and what no peer can do to the daemon's
+mapping of it.
 
-Testing policy: real memfds (the region is one), written and read by the module's own functions;
-a daemon killed in the middle of a write is played by writing only a prefix of the bytes a whole
-write puts there, at every possible cut.
+Testing policy: real sealed memfds (the region is one), written through the daemon's mapping and
+read back with the shim's pread reader; a daemon killed in the middle of a write is played by
+writing only a prefix of the bytes a whole write puts there, at every possible cut.
 """
 
 from __future__ import annotations
 
+import fcntl
+import mmap
 import os
 import tempfile
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
 from lazyd import handoff_state as hs
-from lazyd.handoff_state import Region, State, read_state
+from lazyd.daemon.handoff_ledger import map_region
+from lazyd.handoff_state import Region, State, read_region
 
 
 @pytest.fixture
@@ -23,6 +28,20 @@ def fd() -> Iterator[int]:
     region = hs.create_region()
     yield region
     os.close(region)
+
+
+@pytest.fixture
+def buf(fd: int) -> Iterator[Any]:
+    mapped = map_region(fd)
+    yield mapped
+    mapped.close()
+
+
+def read_state(fd: int) -> tuple[State | None, int]:
+    """The newest state as the shim reads it, and the slot it is in."""
+    region = read_region(fd)
+    assert region is not None
+    return region.current, region._slot
 
 
 def _state(**fields: object) -> State:
@@ -33,91 +52,105 @@ def _state(**fields: object) -> State:
 
 
 def _fields(state: State) -> dict[str, object]:
-    return {name: getattr(state, name) for name in State.__slots__ if name != "generation"}
+    return {name: getattr(state, name) for name in State.__slots__ if name not in ("generation", "inflight", "out_torn")}
 
 
 FULL = _state(init=b'{"jsonrpc":"2.0","id":0,"method":"initialize","params":{}}',
               initialized=b'{"jsonrpc":"2.0","method":"notifications/initialized"}', init_answered=True,
-              inflight=[b"1", b'"1"', b"-7", b'"\\u00e9t\\u00e9"'], unrecorded=2, head_len=12, discarding=True,
-              out_torn=True, tail_len=5, closed=False)
+              unrecorded=2, head_len=12, discarding=True, tail_len=5, closed=False, landing=1, head_area=1)
 
 
-def test_a_new_region_holds_no_state_and_its_first_write_goes_to_slot_0(fd: int) -> None:
+def test_a_new_region_holds_no_state_and_its_first_write_goes_to_slot_0(fd: int, buf: Any) -> None:
     assert read_state(fd) == (None, 1)
-    region = Region(fd)
+    region = Region(buf)
     assert region.current is None
     region.write(State())
     state, slot = read_state(fd)
     assert state is not None and slot == 0 and state.generation == 1
 
 
-def test_every_field_reads_back_as_it_was_written(fd: int) -> None:
-    Region(fd).write(FULL)
+def test_every_field_reads_back_as_it_was_written(fd: int, buf: Any) -> None:
+    Region(buf).write(FULL)
     state, _ = read_state(fd)
     assert state is not None and _fields(state) == _fields(FULL)
 
 
-def test_writes_alternate_slots_and_the_highest_generation_wins(fd: int) -> None:
-    region = Region(fd)
+def test_writes_alternate_slots_and_the_highest_generation_wins(fd: int, buf: Any) -> None:
+    region = Region(buf)
     for n in range(1, 6):
-        region.write(_state(inflight=[str(n).encode()]))
+        region.write(_state(head_len=n))
         state, slot = read_state(fd)
-        assert state is not None and state.inflight == [str(n).encode()] and state.generation == n
+        assert state is not None and state.head_len == n and state.generation == n
         assert slot == (n - 1) % 2
-    # A writer that comes later (the next daemon, or the shim) continues the generations.
-    later = Region(fd)
-    assert later.current is not None and later.current.inflight == [b"5"]
-    later.write(_state(inflight=[b"6"]))
+    # A writer that comes later (the next daemon) continues the generations.
+    later = Region(buf)
+    assert later.current is not None and later.current.head_len == 5
+    later.write(_state(head_len=6))
     state, _ = read_state(fd)
-    assert state is not None and state.inflight == [b"6"] and state.generation == 6
+    assert state is not None and state.head_len == 6 and state.generation == 6
 
 
-def test_a_write_cut_at_any_byte_leaves_the_previous_state(fd: int) -> None:
-    region = Region(fd)
+def test_a_write_cut_at_any_byte_leaves_the_previous_state(fd: int, buf: Any) -> None:
+    region = Region(buf)
     region.write(FULL)
-    newer = _state(inflight=[b"99", b'"x"'], init=b"init line", head_len=3)
+    newer = _state(init=b"init line", head_len=3)
     # The bytes a whole write puts into the other slot, taken from a scratch region.
-    scratch = hs.create_region()
-    try:
-        Region(scratch).write(FULL)
-        Region(scratch).write(newer)
-        whole = os.pread(scratch, 4096, hs.SLOT_BYTES)
-    finally:
-        os.close(scratch)
-    whole = whole[: whole.index(b"init line") + len(b"init line") + 64]
+    scratch = bytearray(hs.TABLE_OFFSET)
+    Region(scratch).write(FULL)
+    Region(scratch).write(newer)
+    other = hs.SLOT_OFFSET + hs.SLOT_BYTES
+    whole = bytes(scratch[other : other + 4096])
+    whole = whole[: whole.index(b"init line") + len(b"init line")]  # the payload ends with it
     cuts = 0
     for cut in range(len(whole)):
-        os.pwrite(fd, b"\0" * len(whole), hs.SLOT_BYTES)  # what the slot held before: nothing
-        os.pwrite(fd, whole[:cut], hs.SLOT_BYTES)
+        buf[other : other + len(whole)] = bytes(len(whole))  # what the slot held before: nothing
+        buf[other : other + cut] = whole[:cut]
         state, _ = read_state(fd)
         assert state is not None and _fields(state) == _fields(FULL), cut
         cuts += 1
     assert cuts == len(whole) > 40
-    os.pwrite(fd, whole, hs.SLOT_BYTES)
+    buf[other : other + len(whole)] = whole
     state, _ = read_state(fd)
-    assert state is not None and state.inflight == [b"99", b'"x"']
+    assert state is not None and state.init == b"init line"
 
 
-def test_a_slot_with_a_flipped_byte_is_not_taken(fd: int) -> None:
-    region = Region(fd)
-    region.write(_state(inflight=[b"1"]))
-    region.write(_state(inflight=[b"2"]))
-    payload = bytearray(os.pread(fd, 64, hs.SLOT_BYTES))
-    payload[30] ^= 0x40
-    os.pwrite(fd, bytes(payload), hs.SLOT_BYTES)
+def test_a_slot_with_a_flipped_byte_is_not_taken(fd: int, buf: Any) -> None:
+    region = Region(buf)
+    region.write(_state(head_len=1))
+    region.write(_state(head_len=2))
+    buf[hs.SLOT_OFFSET + hs.SLOT_BYTES + 30] ^= 0x40
     state, _ = read_state(fd)
-    assert state is not None and state.inflight == [b"1"]
+    assert state is not None and state.head_len == 1
 
 
-def test_ids_too_long_or_beyond_the_slot_are_counted_not_written() -> None:
-    long_id = b'"' + b"x" * hs.MAX_ID_BYTES + b'"'
-    state = _state(inflight=[b"1", long_id, b"2"])
-    assert State.decode(state.encode()).inflight == [b"1", b"2"]
-    assert State.decode(state.encode()).unrecorded == 1
-    many = [str(n).encode() for n in range(200_000)]  # more than one slot holds
-    decoded = State.decode(_state(inflight=many).encode())
-    assert len(decoded.inflight) + decoded.unrecorded == len(many)
-    assert decoded.unrecorded > 0 and len(_state(inflight=many).encode()) <= hs.SLOT_BYTES
+def test_an_id_enters_and_leaves_the_table_by_its_own_entry_and_a_half_written_one_is_not_in_flight(
+        fd: int, buf: Any) -> None:
+    region = Region(buf)
+    region.write(State())
+    region.set_id(0, b"1")
+    region.set_id(7, b'"1"')
+    region.set_id(hs.TABLE_ENTRIES - 1, b'"' + b"x" * (hs.ENTRY_BYTES - 3) + b'"')
+    shim = read_region(fd)
+    assert shim is not None and shim.current is not None
+    assert shim.current.inflight == [b"1", b'"1"', b'"' + b"x" * (hs.ENTRY_BYTES - 3) + b'"']
+    region.clear_id(0)
+    # An entry whose text is written and whose length byte is not yet (a kill in between) is free.
+    at = hs.TABLE_OFFSET + 9 * hs.ENTRY_BYTES
+    buf[at + 1 : at + 3] = b"42"
+    shim = read_region(fd)
+    assert shim is not None and shim.current is not None and shim.current.inflight[:1] == [b'"1"']
+    assert len(shim.current.inflight) == 2
+
+
+def test_the_torn_byte_is_read_as_the_state_s_torn_flag(fd: int, buf: Any) -> None:
+    region = Region(buf)
+    region.write(State())
+    region.torn = True
+    shim = read_region(fd)
+    assert shim is not None and shim.current is not None and shim.current.out_torn
+    region.torn = False
+    shim = read_region(fd)
+    assert shim is not None and shim.current is not None and not shim.current.out_torn
 
 
 def test_a_handshake_line_over_its_bound_is_not_recorded_and_nothing_is_resumed() -> None:
@@ -139,26 +172,61 @@ def test_malformed_payloads_are_refused() -> None:
             State.decode(bad)
 
 
-def test_head_and_tail_read_back_and_release_frees_their_pages(fd: int) -> None:
-    region = Region(fd)
+def test_head_and_tail_read_back_and_release_gives_their_pages_back(fd: int, buf: Any) -> None:
+    region = Region(buf)
     region.write_head(b"abc", 0)
     region.write_head(memoryview(b"defg"), 3)
     region.write_tail([b"rest of ", memoryview(b"a line\n")])
     assert region.read_head(7) == b"abcdefg"
     assert region.read_tail(15) == b"rest of a line\n"
-    assert os.fstat(fd).st_size > hs.TAIL_OFFSET
-    region.release(keep_head=7)
-    assert os.fstat(fd).st_size == hs.HEAD_OFFSET + 7 and region.read_head(7) == b"abcdefg"
-    assert region.read_tail(15) == b""
+    region.write_head(b"y" * (2 << 20), 0, 1)
+    before = os.fstat(fd).st_blocks
+    region.release_heads()
+    assert os.fstat(fd).st_blocks <= before - (2 << 20) // 512  # the 2 MiB head's pages are gone
+    assert region.read_tail(15) == bytes(15) and os.fstat(fd).st_size == hs.REGION_BYTES
 
 
-def test_only_an_anonymous_file_is_taken_for_a_region(fd: int) -> None:
-    assert hs.is_region(fd)
+def test_a_region_can_neither_shrink_nor_grow_so_a_peer_cannot_make_the_daemon_s_mapping_fault(fd: int) -> None:
+    assert hs.region_problem(fd) is None
+    peer = os.open(f"/proc/self/fd/{fd}", os.O_RDWR)  # as any process of the user can open it
+    try:
+        for size in (0, hs.TABLE_OFFSET, hs.REGION_BYTES + 4096):
+            with pytest.raises(PermissionError):
+                os.ftruncate(peer, size)
+        with pytest.raises(PermissionError):
+            fcntl.fcntl(peer, fcntl.F_ADD_SEALS, fcntl.F_SEAL_WRITE)  # nor be sealed further
+    finally:
+        os.close(peer)
+    assert os.fstat(fd).st_size == hs.REGION_BYTES
+
+
+def test_only_a_sealed_anonymous_file_of_this_layout_and_size_is_taken_for_a_region(fd: int) -> None:
+    assert hs.region_problem(fd) is None
+    unsealed = os.memfd_create("peer", os.MFD_CLOEXEC)
+    sealed_small = os.memfd_create("peer", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    try:
+        os.ftruncate(unsealed, hs.REGION_BYTES)
+        os.pwrite(unsealed, hs.MAGIC, 0)
+        assert "not sealed" in (hs.region_problem(unsealed) or "")
+        os.ftruncate(sealed_small, 4096)
+        os.pwrite(sealed_small, hs.MAGIC, 0)
+        fcntl.fcntl(sealed_small, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL)
+        assert "bytes" in (hs.region_problem(sealed_small) or "")
+    finally:
+        os.close(unsealed)
+        os.close(sealed_small)
     with tempfile.NamedTemporaryFile() as named:
-        assert not hs.is_region(named.fileno())  # a named file the daemon would overwrite
+        assert hs.region_problem(named.fileno()) is not None  # a named file the daemon would overwrite
     read_end, write_end = os.pipe()
     try:
-        assert not hs.is_region(read_end)
+        assert hs.region_problem(read_end) is not None
     finally:
         os.close(read_end)
         os.close(write_end)
+
+
+def test_where_no_sealed_memfd_can_be_made_creating_a_region_is_an_os_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delattr(os, "memfd_create")
+    with pytest.raises(OSError):
+        hs.create_region()
+    assert mmap  # (imported for the mapping's type only)

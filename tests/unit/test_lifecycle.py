@@ -52,8 +52,9 @@ def predicate_of(lc: Lifecycle) -> PredicateState:
 
 
 def start(lc: Lifecycle, now: float, pid: int = 100, clients: int = 1) -> None:
-    """Attach `clients`, send a request and bring the server up: the common preamble."""
+    """Attach `clients`, send a (real) request and bring the server up: the common preamble."""
     assert lc.load(now, clients=clients, inflight=0) == []
+    assert lc.activity(now, used=True) == []
     assert lc.demand(now) == [Spawn()]
     assert lc.spawned(now, pid) == []
     assert lc.ready(now) == []
@@ -667,6 +668,7 @@ def test_the_snapshot_is_a_plain_dict_of_the_status_fields() -> None:
     assert lc.status_fields() == {
         "state": "running", "pid": 77, "started_at": 1.0, "restarts": 0, "last_error": None,
         "burst": 0, "next_restart_at": None, "predicate_state": "idle",
+        "linger_rule": "linger", "linger_s": 600.0,
     }
 
 
@@ -679,8 +681,9 @@ POLICIES = [
     LifecyclePolicy(keep_alive=True, start_timeout_s=5.0),
     LifecyclePolicy(eager=True, wake_interval_s=30.0, start_timeout_s=5.0),
     LifecyclePolicy(wake_interval_s=10.0, linger_s=0.0, idle_timeout_s=5.0),
+    LifecyclePolicy(check_linger_s=5.0, linger_s=60.0),
 ]
-INPUTS = ["demand", "spawned", "spawn_failed", "ready", "exited", "load", "activity", "tick",
+INPUTS = ["demand", "spawned", "spawn_failed", "ready", "exited", "load", "activity", "used", "tick",
           "tick", "tick", "operator_wake", "operator_sleep", "predicate_done", "boot"]
 STEPS_S = [0.0, 0.1, 0.5, 1.0, 5.0, 11.0, 31.0, 61.0, 700.0, -1.0]
 
@@ -724,6 +727,8 @@ def test_random_input_sequences_keep_the_invariants(
             actions = lc.load(now, clients=a, inflight=b)
         elif name == "predicate_done":
             actions = lc.predicate_done(now, code)
+        elif name == "used":
+            actions = lc.activity(now, used=True)
         else:
             actions = getattr(lc, name)(now)
         if not valid:
@@ -754,6 +759,9 @@ def test_random_input_sequences_keep_the_invariants(
             elif isinstance(action, KillAndFail):
                 assert name == "tick" and state_before is State.STARTING
         assert alive == (lc.state in PROCESS_STATES)
+        if name == "used" and alive:
+            assert lc.status_fields()["linger_rule"] == "linger"  # a real request: the full linger for this run
+        assert (lc.status_fields()["linger_rule"] is None) == (not alive)
         assert lc.pid == pid
         assert lc.started_at is None or lc.state in (State.RUNNING, State.STOPPING)
         assert (lc.next_restart_at is not None) == (lc.state is State.BACKOFF)

@@ -39,6 +39,8 @@ def apply(life: Lifecycle, step: tuple[str, float, int, int, int | None], now: f
         return list(life.load(now, clients=a, inflight=b))
     if name == "predicate_done":
         return list(life.predicate_done(now, code))
+    if name == "used":
+        return list(life.activity(now, used=True))
     return list(getattr(life, name)(now))
 
 
@@ -88,6 +90,7 @@ def test_a_lifecycle_read_back_on_another_clock_decides_as_the_original(
 
 def test_a_running_servers_linger_left_is_still_left_after_the_hand_over() -> None:
     life = Lifecycle(LifecyclePolicy(linger_s=60.0), random.Random(0))
+    life.activity(0.0, used=True)  # a real request: the server's linger is linger_s
     life.demand(0.0)
     life.spawned(0.0, 42)
     life.ready(1.0)  # no client: the linger clock starts at ready

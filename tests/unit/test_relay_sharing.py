@@ -29,6 +29,7 @@ from lazyd.core.relay import (
     SnapshotChanged,
     ToClient,
     ToServer,
+    Used,
     WantServer,
 )
 from lazyd.core.routing import RELATED_TASK_META, level_rank
@@ -418,7 +419,7 @@ def test_a_client_that_leaves_while_its_requests_are_queued_leaves_nothing_behin
 
 # ---- the random walk ---------------------------------------------------------------------------------
 
-ALLOWED_ACTIONS = (ToClient, ToServer, WantServer, Ready, Abort, SnapshotChanged, Activity, Note)
+ALLOWED_ACTIONS = (ToClient, ToServer, WantServer, Ready, Abort, SnapshotChanged, Activity, Used, Note)
 OPS = (
     "attach", "initialize", "initialized", "call", "call", "call", "list", "misc", "misc", "cancel", "detach",
     "spawn", "fail", "respond", "respond", "catch_up", "catch_up", "exit",

@@ -1,4 +1,5 @@
-"""`share = true | false | "auto"`: the sharing decision from a snapshot, without any process."""
+"""`share = true | false | "session-aware" | "auto"`: the sharing decision from a snapshot and the
+known-servers entry, without any process; every rule, its order, and its words."""
 
 from __future__ import annotations
 
@@ -7,9 +8,13 @@ from typing import Any
 import pytest
 
 from lazyd.core.cache import HandshakeEntry, Listing, Snapshot, handshake_key
-from lazyd.core.sharing import decide_sharing, stateful_tools
+from lazyd.core.known_servers import KnownServer
+from lazyd.core.sharing import declares_session_aware, decide_sharing, stateful_tools
 
 PARAMS = {"protocolVersion": "2025-06-18", "capabilities": {}}
+PLAYWRIGHT = KnownServer("playwright", "isolated", ("@playwright/mcp",))
+TIME = KnownServer("time", "shared", ("mcp-server-time",))
+UNLISTED = KnownServer("playwright", "auto", ())
 
 
 def snapshot(tools: list[str] | None, capabilities: dict[str, Any] | None = None,
@@ -22,50 +27,88 @@ def snapshot(tools: list[str] | None, capabilities: dict[str, Any] | None = None
     return snap
 
 
-def test_true_and_false_decide_by_hand_whatever_the_server_says() -> None:
+def decided(setting: Any, snap: Snapshot, known: KnownServer | None = None,
+            live: HandshakeEntry | None = None) -> tuple[str | None, str, str]:
+    d = decide_sharing(setting, snap, known, live)
+    return d.mode, d.rule, d.source
+
+
+def test_true_false_and_session_aware_decide_by_hand_whatever_the_server_says_or_the_table_knows() -> None:
     browser = snapshot(["browser_navigate"], {"x-mux": {"sharing": "shared"}})
-    assert (decide_sharing(True, browser).shared, decide_sharing(True, browser).rule) == (True, "share = true")
-    assert (decide_sharing(False, snapshot(["echo"])).shared, decide_sharing(False, Snapshot()).rule) == (False, "share = false")
+    assert decided(True, browser, PLAYWRIGHT) == ("shared", "share = true", "setting")
+    assert decided(False, snapshot(["echo"]), TIME) == ("isolated", "share = false", "setting")
+    assert decided(False, Snapshot()) == ("isolated", "share = false", "setting")
+    assert decided("session-aware", browser, PLAYWRIGHT) == ("session-aware", 'share = "session-aware"', "setting")
 
 
-@pytest.mark.parametrize(("capabilities", "shared", "rule"), [
-    ({"x-mux": {"sharing": "isolated"}}, False, "auto: the server declares x-mux.sharing = isolated"),
-    ({"x-mux": {"sharing": "session-aware"}}, False, "auto: the server declares x-mux.sharing = session-aware"),
-    ({"x-mux": {"sharing": "shared"}}, True, "auto: the server declares x-mux.sharing = shared"),
-    ({"experimental": {"x-mux": {"sharing": "isolated"}}}, False,
-     "auto: the server declares experimental.x-mux.sharing = isolated"),
-    ({"experimental": {"lazyd": {"sharing": "isolated"}}}, False,
-     "auto: the server declares experimental.lazyd.sharing = isolated"),
+@pytest.mark.parametrize(("capabilities", "mode", "rule"), [
+    ({"x-mux": {"sharing": "isolated"}}, "isolated", "auto: isolated (declared: x-mux.sharing)"),
+    ({"x-mux": {"sharing": "session-aware"}}, "session-aware", "auto: session-aware (declared: x-mux.sharing)"),
+    ({"x-mux": {"sharing": "shared"}}, "shared", "auto: shared (declared: x-mux.sharing)"),
+    ({"experimental": {"x-mux": {"sharing": "isolated"}}}, "isolated",
+     "auto: isolated (declared: experimental.x-mux.sharing)"),
+    ({"experimental": {"lazyd": {"sharing": "isolated"}}}, "isolated",
+     "auto: isolated (declared: experimental.lazyd.sharing)"),
+    ({"experimental": {"lazyd": {"sharing": "session-aware"}}}, "session-aware",
+     "auto: session-aware (declared: experimental.lazyd.sharing)"),
     # lazyd's own spelling wins over mcp-mux's.
-    ({"experimental": {"lazyd": {"sharing": "shared"}}, "x-mux": {"sharing": "isolated"}}, True,
-     "auto: the server declares experimental.lazyd.sharing = shared"),
+    ({"experimental": {"lazyd": {"sharing": "shared"}}, "x-mux": {"sharing": "isolated"}}, "shared",
+     "auto: shared (declared: experimental.lazyd.sharing)"),
 ])
-def test_auto_follows_what_the_server_declares_first(capabilities: dict[str, Any], shared: bool, rule: str) -> None:
-    # The tools say "stateful": a declaration outranks the name rule either way.
-    decision = decide_sharing("auto", snapshot(["browser_navigate"], capabilities))
-    assert (decision.shared, decision.rule) == (shared, rule)
+def test_auto_follows_what_the_server_declares_before_the_table_and_the_tool_names(
+        capabilities: dict[str, Any], mode: str, rule: str) -> None:
+    # The tools say "stateful" and the table says "shared": a declaration outranks both.
+    assert decided("auto", snapshot(["browser_navigate"], capabilities), TIME) == (mode, rule, "declared")
 
 
 def test_a_declaration_in_a_discover_answer_counts_and_unknown_values_are_ignored() -> None:
-    decision = decide_sharing("auto", snapshot(["echo"], discover_capabilities={"x-mux": {"sharing": "isolated"}}))
-    assert decision.shared is False
+    assert decided("auto", snapshot(["echo"], discover_capabilities={"x-mux": {"sharing": "isolated"}}))[0] == "isolated"
     odd = snapshot(["echo"], {"x-mux": {"sharing": "sometimes"}, "experimental": {"lazyd": "isolated"}})
-    assert decide_sharing("auto", odd).rule == "auto: no stateful tool names among 1 tools"
+    assert decided("auto", odd) == ("shared", "auto: shared (no stateful tool names among 1 tools)", "tools")
+
+
+def test_a_known_server_is_decided_before_anything_is_cached_and_before_its_tool_names() -> None:
+    assert decided("auto", Snapshot(), PLAYWRIGHT) == ("isolated", "auto: isolated (known server: playwright)", "known")
+    # A known shared server with tools whose names look stateful: the table knows better.
+    assert decided("auto", snapshot(["open_session"]), TIME) == ("shared", "auto: shared (known server: time)", "known")
+
+
+def test_an_entry_the_user_set_to_auto_leaves_the_decision_to_the_tool_names() -> None:
+    assert decided("auto", snapshot(["browser_navigate"]), UNLISTED) == (
+        "isolated", "auto: isolated (tool names: browser_navigate)", "tools")
+    assert decided("auto", Snapshot(), UNLISTED)[0] is None
 
 
 def test_auto_gives_one_process_per_session_to_a_server_whose_tools_look_stateful() -> None:
     names = ["browser_navigate", "take_screenshot", "newTab", "run-in-terminal", "get_weather"]
-    decision = decide_sharing("auto", snapshot(names))
-    assert (decision.shared, decision.rule) == (False, "auto: tools browser_navigate, take_screenshot, newTab, … look stateful")
-    one = decide_sharing("auto", snapshot(["echo", "shell.exec"]))
-    assert (one.shared, one.rule) == (False, "auto: tool shell.exec looks stateful")
+    assert decided("auto", snapshot(names)) == (
+        "isolated", "auto: isolated (tool names: browser_navigate, take_screenshot, newTab, …)", "tools")
+    assert decided("auto", snapshot(["echo", "shell.exec"]))[:2] == ("isolated", "auto: isolated (tool names: shell.exec)")
 
 
-def test_auto_shares_a_server_with_plain_tools_and_one_nothing_is_known_about_yet() -> None:
+def test_auto_shares_plain_tools_and_leaves_a_server_nothing_is_known_about_undecided() -> None:
     plain = decide_sharing("auto", snapshot(["get_current_time", "convert_time", "get-tiny-image", "echo"]))
-    assert (plain.shared, plain.rule) == (True, "auto: no stateful tool names among 4 tools")
+    assert (plain.mode, plain.rule, plain.shared) == ("shared", "auto: shared (no stateful tool names among 4 tools)", True)
     unknown = decide_sharing("auto", Snapshot())
-    assert (unknown.shared, unknown.rule) == (True, "auto: nothing cached yet, so shared until the server has run once")
+    assert (unknown.mode, unknown.rule, unknown.source) == (
+        None, "auto: undecided (nothing cached, declared or known yet)", "undecided")
+    # Undecided lets a first session have the registration's process (share_join.py decides more).
+    assert unknown.shared is True and decide_sharing(False, Snapshot()).shared is False
+
+
+def test_a_declared_initialize_without_tools_listed_yet_is_decided_by_its_declaration() -> None:
+    # The first start's initialize result is in before its tools/list: a second session need not
+    # wait for the listing when the server declared itself.
+    snap = Snapshot(entries={handshake_key(PARAMS): HandshakeEntry(
+        PARAMS, {"capabilities": {"x-mux": {"sharing": "isolated"}}})})
+    assert decided("auto", snap)[0] == "isolated"
+
+
+def test_declares_session_aware_reads_either_spelling_and_nothing_else() -> None:
+    assert declares_session_aware([{"capabilities": {"x-mux": {"sharing": "session-aware"}}}])
+    assert declares_session_aware([{"capabilities": {"experimental": {"lazyd": {"sharing": "session-aware"}}}}])
+    assert not declares_session_aware([{"capabilities": {"x-mux": {"sharing": "shared"}}}])
+    assert not declares_session_aware([{"capabilities": "session-aware"}, {}])
 
 
 @pytest.mark.parametrize(("name", "stateful"), [
@@ -77,3 +120,17 @@ def test_auto_shares_a_server_with_plain_tools_and_one_nothing_is_known_about_ye
 ])
 def test_the_stateful_name_rule_matches_whole_words_of_a_tool_name(name: str, stateful: bool) -> None:
     assert bool(stateful_tools([name])) is stateful
+
+
+def test_a_start_under_way_decides_as_soon_as_its_tools_or_its_declaration_are_in() -> None:
+    live = HandshakeEntry(PARAMS, {})  # initialize sent, unanswered: nothing to decide from yet
+    assert decided("auto", Snapshot(), live=live)[0] is None
+    live.result = {"capabilities": {"tools": {}}}
+    assert decided("auto", Snapshot(), live=live)[0] is None  # answered, no declaration, no tools yet
+    live.listings["tools/list"] = Listing(items=[{"name": "browser_navigate"}])
+    assert decided("auto", Snapshot(), live=live) == (
+        "isolated", "auto: isolated (tool names: browser_navigate)", "tools")
+    declared = HandshakeEntry(PARAMS, {"capabilities": {"x-mux": {"sharing": "session-aware"}}})
+    assert decided("auto", Snapshot(), live=declared)[:2] == ("session-aware", "auto: session-aware (declared: x-mux.sharing)")
+    # The live process's listing is fresher than the cache's.
+    assert decided("auto", snapshot(["echo"]), live=live)[0] == "isolated"

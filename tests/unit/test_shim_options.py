@@ -112,7 +112,7 @@ def test_booleans_in_the_documented_forms_are_accepted(value: str) -> None:
 
 @pytest.mark.parametrize("value", ["maybe", "2", "y", "enabled"])
 def test_malformed_booleans_are_refused(value: str) -> None:
-    assert f"invalid value {value!r} (use auto, true or false)" in parse_error(["--share", value, "node"])
+    assert f"invalid value {value!r} (use auto, true, false or session-aware)" in parse_error(["--share", value, "node"])
     assert parse_error(["node"], {"LAZYD_VERBOSE": value}).startswith("LAZYD_VERBOSE: invalid boolean")
 
 

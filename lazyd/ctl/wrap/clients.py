@@ -3,7 +3,12 @@
 One table, so adding a client is one entry. Default files are where each client keeps its user (or,
 for VS Code, workspace) registrations on Linux; ``--file`` selects any other file of the same
 layout (Claude Code's project ``.mcp.json``, Cursor's ``.cursor/mcp.json``, VS Code's user profile
-``~/.config/Code/User/mcp.json``).
+``~/.config/Code/User/mcp.json``, opencode's project ``opencode.json``).
+
+Two registration layouts: most clients split ``command`` (a string) from ``args`` (an array) and
+call the environment ``env``; opencode keeps the whole argv in ``command`` (an array) and calls it
+``environment`` (``argv=True``, ``env_key``), under ``mcp`` (1.x) or ``mcp.servers`` (2.x's
+layout, which 1.18 reads too: ``nested``).
 
 JSON dialects follow what each client itself accepts, so that we preserve what it allows and refuse
 what it would refuse: VS Code reads JSONC (comments, trailing commas), Gemini CLI strips comments
@@ -32,6 +37,9 @@ class Client:
     default_file_text: str  # for --help and docs
     projects: bool = False  # Claude Code's ~/.claude.json also has projects.<path>.<container>
     dialect: Dialect = STRICT
+    argv: bool = False  # `command` is the whole argv, an array (opencode); else a string beside `args`
+    env_key: str = "env"  # the member that holds the server's environment
+    nested: str | None = None  # a container member that may be a map of registrations (opencode 2's `servers`)
 
 
 def _home(env: Mapping[str, str]) -> Path:
@@ -52,6 +60,15 @@ def _codex(env: Mapping[str, str], cwd: Path) -> Path:
     return Path(codex_home) / "config.toml" if codex_home.startswith("/") else _home(env) / ".codex" / "config.toml"
 
 
+def _opencode(env: Mapping[str, str], cwd: Path) -> Path:
+    # opencode's own rule for its global config (where `opencode mcp add` writes): the first of
+    # these that exists in $XDG_CONFIG_HOME/opencode (~/.config/opencode), else the first.
+    config_home = env.get("XDG_CONFIG_HOME", "")
+    base = Path(config_home) if config_home.startswith("/") else _home(env) / ".config"
+    candidates = [base / "opencode" / name for name in ("opencode.jsonc", "opencode.json", "config.json")]
+    return next((path for path in candidates if path.exists()), candidates[0])
+
+
 CLIENTS: dict[str, Client] = {
     c.name: c
     for c in (
@@ -68,6 +85,11 @@ CLIENTS: dict[str, Client] = {
         Client("windsurf", "Windsurf", "json", "mcpServers",
                lambda env, cwd: _home(env) / ".codeium" / "windsurf" / "mcp_config.json",
                "~/.codeium/windsurf/mcp_config.json"),
+        # opencode reads every config file with jsonc-parser and allowTrailingComma, .json too.
+        Client("opencode", "opencode", "json", "mcp", _opencode,
+               "~/.config/opencode/opencode.jsonc, opencode.json or config.json (the first that exists)",
+               dialect=Dialect(comments=True, trailing_commas=True), argv=True, env_key="environment",
+               nested="servers"),
     )
 }  # fmt: skip
 

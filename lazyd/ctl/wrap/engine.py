@@ -112,7 +112,7 @@ def open_config(client: clients.Client, data: bytes, where: str) -> Config:
     if client.format == "toml":
         return TomlConfig(data, container=client.container, where=where)
     return JsonConfig(data, container=client.container, projects=client.projects, dialect=client.dialect,
-                      where=where)  # fmt: skip
+                      where=where, argv=client.argv, env_key=client.env_key, nested=client.nested)  # fmt: skip
 
 
 def execute(request: Request, environ: Mapping[str, str], cwd: Path, hooks: Hooks | None = None,

@@ -2,7 +2,9 @@
 
 Owns the JSON side of wrapping: locating registrations (``<container>.<name>``, and for Claude Code
 also ``projects.<path>.<container>.<name>``), reading their command/args/env into an ``Entry``, and
-turning a new ``RegState`` into the fewest splices. Edits are made by difference, so that wrap and
+turning a new ``RegState`` into the fewest splices. In the argv layout (opencode: ``command`` is
+one array holding the executable and its arguments, the environment is ``environment``) the
+entry's command is the array's first string and its args the rest, and the array is edited as one. Edits are made by difference, so that wrap and
 unwrap are inverse at the byte level whenever the user changed nothing in between:
 
 - wrap *inserts* the command (and ``--`` if needed) at the front of ``args`` rather than rewriting
@@ -42,7 +44,8 @@ class _Found:
 class JsonConfig:
     """One JSON config file: parse once, apply edits to several registrations, render once."""
 
-    def __init__(self, data: bytes, *, container: str, projects: bool, dialect: Dialect, where: str) -> None:
+    def __init__(self, data: bytes, *, container: str, projects: bool, dialect: Dialect, where: str,
+                 argv: bool = False, env_key: str = "env", nested: str | None = None) -> None:
         try:
             text = data.decode("utf-8")
         except UnicodeDecodeError as exc:
@@ -58,6 +61,9 @@ class JsonConfig:
             raise WrapError(f"{where}: the top level is not an object")
         self.root = root
         self._container = container
+        self._argv = argv
+        self._env_key = env_key
+        self._nested = nested  # a member of the container that may hold the registrations one level down
         self._ascii = text.isascii()
         self._newline = "\r\n" if "\r\n" in text and text.find("\n") > 0 and text[text.find("\n") - 1] == "\r" else "\n"
         self._found = self._locate(projects)
@@ -90,19 +96,25 @@ class JsonConfig:
             prefix = "" if project is None else f"projects.{project}."
             container_path = [*path, (prefix + self._container, container)]
             for member in container.members:
-                found.append(self._entry(member, project, container_path, prefix))
+                if member.key == self._nested and _is_map(member.value):
+                    assert isinstance(member.value, Object)
+                    label = f"{prefix}{self._container}.{member.key}"
+                    for inner in member.value.members:
+                        found.append(self._entry(inner, project, [*container_path, (label, member.value)], label))
+                else:
+                    found.append(self._entry(member, project, container_path, prefix + self._container))
         return found
 
-    def _entry(self, member: Member, project: str | None, path: list[tuple[str, Object]], prefix: str) -> _Found:
+    def _entry(self, member: Member, project: str | None, path: list[tuple[str, Object]], within: str) -> _Found:
         name = member.key
         node = member.value
         if not isinstance(node, Object):
             return _Found(Entry(name, project, "unknown", None, "the registration is not an object"), None)
-        own = f"{prefix}{self._container}.{name}"
+        own = f"{within}.{name}"
         full = [*path, (own, node)]
-        env = _only(node, "env")
+        env = _only(node, self._env_key)
         if env and isinstance(env[-1].value, Object):
-            full.append((own + ".env", env[-1].value))
+            full.append((f"{own}.{self._env_key}", env[-1].value))
         members = to_python(node)
         assert isinstance(members, dict)
         transport = transport_of(members)
@@ -112,13 +124,17 @@ class JsonConfig:
         cwd = cwd if isinstance(cwd, str) else None
         if transport != "stdio":
             return _Found(Entry(name, project, transport, None, problem, cwd), node)
-        problem = problem or check_state_fields(members)
+        problem = problem or check_state_fields(members, argv=self._argv, env_key=self._env_key)
         if problem is not None:
             return _Found(Entry(name, project, transport, None, problem, cwd), node)
-        args = members.get("args")
-        env_value = members.get("env")
-        state = RegState(members["command"], tuple(args) if isinstance(args, list) else None,
-                         dict(env_value) if isinstance(env_value, dict) else None)  # fmt: skip
+        env_value = members.get(self._env_key)
+        env_state = dict(env_value) if isinstance(env_value, dict) else None
+        if self._argv:
+            command, *rest = members["command"]
+            state = RegState(command, tuple(rest), env_state)
+        else:
+            args = members.get("args")
+            state = RegState(members["command"], tuple(args) if isinstance(args, list) else None, env_state)
         return _Found(Entry(name, project, transport, state, None, cwd), node)
 
     # --- editing ------------------------------------------------------------------------------
@@ -134,11 +150,19 @@ class JsonConfig:
         removals: set[int] = set()
         inserts: list[tuple[int, str, str]] = []  # (anchor member index, key, value text)
         command_index = _index(reg, "command")
-        if new.command != old.command:
+        if self._argv:
+            # One array: the shim (and its `--`) go in front of the argv, and come off it again.
+            old_argv, new_argv = (old.command, *(old.args or ())), (new.command, *(new.args or ()))
+            if new_argv != old_argv:
+                array = reg.members[command_index].value
+                assert isinstance(array, Array)
+                self._edit_array(array, old_argv, new_argv, raw)
+                changed.append("command")
+        elif new.command != old.command:
             value = reg.members[command_index].value
             self._edits.append(Splice(value.start, value.end, self._string(new.command, raw)))
             changed.append("command")
-        if new.args != old.args:
+        if new.args != old.args and not self._argv:
             changed.append("args")
             if new.args is None:
                 removals.add(_index(reg, "args"))
@@ -148,15 +172,16 @@ class JsonConfig:
                 member = reg.members[_index(reg, "args")]
                 assert isinstance(member.value, Array)
                 self._edit_array(member.value, old.args, new.args, raw)
+        env_key = self._env_key
         if new.env != old.env:
             if new.env is None:
-                removals.add(_index(reg, "env"))
-                changed.append("env")
+                removals.add(_index(reg, env_key))
+                changed.append(env_key)
             elif old.env is None:
-                inserts.append((len(reg.members) - 1, "env", self._new_object(reg, new.env)))
-                changed += ["env"] + [f"env.{k}" for k in new.env]
+                inserts.append((len(reg.members) - 1, env_key, self._new_object(reg, new.env)))
+                changed += [env_key] + [f"{env_key}.{k}" for k in new.env]
             else:
-                member = reg.members[_index(reg, "env")]
+                member = reg.members[_index(reg, env_key)]
                 assert isinstance(member.value, Object)
                 changed += self._edit_object(member.value, old.env, new.env, reg)
         self._edit_members(reg, removals, inserts)
@@ -169,7 +194,7 @@ class JsonConfig:
         # Source spellings of the strings in command and args, so a moved string keeps its escapes.
         nodes: list[Node] = [m.value for m in reg.members if m.key == "command"]
         for member in reg.members:
-            if member.key == "args" and isinstance(member.value, Array):
+            if member.key in ("args", "command") and isinstance(member.value, Array):
                 nodes += member.value.items
         return {str(n.value): self.text[n.start : n.end] for n in nodes if isinstance(n, Scalar) and isinstance(n.value, str)}
 
@@ -262,13 +287,13 @@ class JsonConfig:
         if removed and added:
             # Never produced by the planner; rewriting the object keeps even this case correct.
             self._edits.append(Splice(obj.start, obj.end, self._new_object(reg, new)))
-            return [f"env.{k}" for k in sorted(set(old) | set(new)) if old.get(k, _ABSENT) != new.get(k, _ABSENT)]
+            return [f"{self._env_key}.{k}" for k in sorted(set(old) | set(new)) if old.get(k, _ABSENT) != new.get(k, _ABSENT)]
         for member in obj.members:
             if member.key in new and member.key in old and new[member.key] != old[member.key]:
                 self._edits.append(Splice(member.value.start, member.value.end, self._json(new[member.key])))
-                changed.append(f"env.{member.key}")
-        changed += [f"env.{obj.members[i].key}" for i in sorted(removed)]
-        changed += [f"env.{k}" for k in added]
+                changed.append(f"{self._env_key}.{member.key}")
+        changed += [f"{self._env_key}.{obj.members[i].key}" for i in sorted(removed)]
+        changed += [f"{self._env_key}.{k}" for k in added]
         if added and not obj.members:
             self._edits.append(Splice(obj.start + 1, obj.start + 1, self._fill_empty(obj, reg, {k: new[k] for k in added})))
         elif added:
@@ -306,6 +331,13 @@ class JsonConfig:
         inner = self._newline + indent + unit
         closing = "" if "\n" in self.text[obj.start + 1 : obj.end - 1] else self._newline + indent
         return inner + ("," + inner).join(pairs) + closing
+
+
+def _is_map(node: Node) -> bool:
+    """A map of registrations, not a registration: an object of objects with no registration key
+    of its own (opencode 2's `mcp.servers`, beside a 1.x server that may be named `servers`)."""
+    return (isinstance(node, Object) and all(isinstance(m.value, Object) for m in node.members)
+            and not any(m.key in ("type", "command", "url", "enabled") for m in node.members))
 
 
 def _only(obj: Object, key: str) -> list[Member]:

@@ -17,8 +17,8 @@ Transport = Literal["stdio", "http", "unknown"]
 HTTP_KEYS = ("url", "serverUrl", "httpUrl")
 # Members that make a registration remote: Claude/Cursor/VS Code/Codex use url, Windsurf serverUrl,
 # Gemini CLI httpUrl (and url for SSE).
-HTTP_TYPES = frozenset({"http", "sse", "streamable-http", "streamable_http", "streamablehttp"})
-# Compared lower-cased; `type` spellings clients accept for remote servers.
+HTTP_TYPES = frozenset({"http", "sse", "streamable-http", "streamable_http", "streamablehttp", "remote"})
+# Compared lower-cased; `type` spellings clients accept for remote servers (opencode's is "remote").
 
 
 @dataclass(frozen=True)
@@ -64,14 +64,18 @@ def transport_of(members: Mapping[str, object]) -> Transport:
     return "unknown"
 
 
-def check_state_fields(members: Mapping[str, object]) -> str | None:
-    """Why a stdio registration's command/args/env cannot be edited, or None if they can."""
+def check_state_fields(members: Mapping[str, object], *, argv: bool = False, env_key: str = "env") -> str | None:
+    """Why a stdio registration's command/args/env cannot be edited, or None if they can.
+    `argv`: `command` is the whole argv as an array (opencode's layout), and there is no `args`."""
     command = members.get("command")
-    if not isinstance(command, str) or not command:
+    if argv:
+        if not (isinstance(command, list) and command and all(isinstance(a, str) for a in command) and command[0]):
+            return "its command is not a non-empty array of strings"
+    elif not isinstance(command, str) or not command:
         return "its command is not a non-empty string"
     args = members.get("args")
-    if "args" in members and not (isinstance(args, list) and all(isinstance(a, str) for a in args)):
+    if not argv and "args" in members and not (isinstance(args, list) and all(isinstance(a, str) for a in args)):
         return "its args are not a list of strings"
-    if "env" in members and not isinstance(members.get("env"), dict):
-        return "its env is not an object"
+    if env_key in members and not isinstance(members.get(env_key), dict):
+        return f"its {env_key} is not an object"
     return None

@@ -34,6 +34,7 @@ FOREIGN_RELAYS = ("mcp-lazy",)
 
 SETTINGS: tuple[str, ...] = (
     "LAZYD_LINGER",
+    "LAZYD_CHECK_LINGER",
     "LAZYD_IDLE_TIMEOUT",
     "LAZYD_START_TIMEOUT",
     "LAZYD_SHARE",

@@ -1,0 +1,276 @@
+"""Hundreds of sessions at once, the installed product against direct, in one run.
+
+    python -m tests.benchmarks.bench_scale [--sessions 1000] [--servers 30] [--starts 15] [--venv DIR]
+
+The product as users install it: a venv built from this checkout (`pip install .`, not editable),
+its daemon started with soft descriptor limit 1024 (a systemd user service's default), its shims
+started by raw stdio clients under the same limit, against the stdlib echo server
+(tests/benchmarks/echo_server.py), `--servers` registrations of it. Printed, each beside direct:
+
+1. sessions served by the daemon (`lazyctl status`: attached clients, refusals, shims that ran
+   their server directly) out of `--sessions`;
+2. the daemon's descriptors per idle session, by kind;
+3. warm session start p50 (spawn, `initialize` and `tools/list` answered) with none open and with
+   all open, beside `python -c pass` of the venv's interpreter and a direct echo server's start;
+4. memory per session: the daemon's growth plus the waiting shells' PSS, against one direct echo
+   server's PSS;
+5. the daemon's CPU while the sessions idle;
+6. 1 MiB echo round trips, lazyd against direct;
+7. a kill -9 of the daemon with every session open: the time until every session has answered a
+   `tools/call` again, and the most Python shims running at once meanwhile (the waiting shells
+   resume as Python shims);
+8. the fixed cost: Σ RSS of 4 clients of server-everything (daemon + server + waiting shims)
+   against 4 direct servers, from a daemon of its own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from tests.benchmarks.common import EVERYTHING, LineClient, cpu_seconds, median, rss_kib, time_calls, tree_rss_kib
+from tests.benchmarks.scale_support import (
+    close_all,
+    fd_kinds,
+    installed_venv,
+    kill_daemon,
+    lazyctl_status,
+    open_sessions,
+    pss_kib,
+    raw_start,
+    python_shims,
+    scale_env,
+    served_count,
+    servers,
+    shim_client,
+    socket_of,
+    start_daemon,
+)
+
+SETTLE_S = 1.0  # after opening sessions: the last shims exec their waiting shells
+IDLE_S = 10.0  # the daemon's CPU is read over this long with every session open
+RESUME_BOUND_S = 180.0  # after a kill -9: give up waiting for the sessions after this long
+
+
+def row(label: str, direct: str, lazyd: str, note: str = "") -> None:
+    print(f"{label:60} {direct:>18} {lazyd:>18}  {note}")
+
+
+def starts(venv: Path, env: dict[str, str], server: list[str], runs: int) -> tuple[list[float], list[float], list[float]]:
+    """Warm starts through the shim, `python -c pass` and direct starts, interleaved."""
+    bare, warm, direct = [], [], []
+    python = str(venv / "bin" / "python")
+    for _ in range(runs):
+        began = time.perf_counter()
+        subprocess.run([python, "-c", "pass"], check=True)
+        bare.append(time.perf_counter() - began)
+        began = time.perf_counter()
+        client = shim_client(venv, env, server)
+        client.handshake()
+        client.request("tools/list")
+        warm.append(time.perf_counter() - began)
+        client.close()
+        began = time.perf_counter()
+        client = LineClient(server, env)
+        client.handshake()
+        client.request("tools/list")
+        direct.append(time.perf_counter() - began)
+        client.close()
+    return bare, warm, direct
+
+
+def ms(samples: list[float]) -> str:
+    return f"{median(samples) * 1e3:.1f} ms"
+
+
+def resume_after_kill(venv: Path, env: dict[str, str], daemon: subprocess.Popen[bytes],
+                      clients: list[LineClient]) -> tuple[float, int, int]:
+    """kill -9 the daemon; (seconds until every session answered a call, most Python shims at
+    once, sessions that never answered within the bound)."""
+    most = 0
+    done = threading.Event()
+
+    def sample() -> None:
+        nonlocal most
+        while not done.is_set():
+            most = max(most, python_shims(venv))
+            time.sleep(0.02)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    began = time.perf_counter()
+    kill_daemon(daemon)
+    for client in clients:
+        client.send("tools/call", {"name": "echo", "arguments": {"text": "again"}})
+    unanswered = 0
+    for client in clients:
+        client.stdout.flush()
+        remaining = RESUME_BOUND_S - (time.perf_counter() - began)
+        if remaining <= 0 or not _answer_within(client, remaining):
+            unanswered += 1
+    took = time.perf_counter() - began
+    done.set()
+    sampler.join()
+    return took, most, unanswered
+
+
+def _answer_within(client: LineClient, timeout_s: float) -> bool:
+    import select
+
+    deadline = time.monotonic() + timeout_s
+    poller = select.poll()  # not select(): a thousand clients' descriptors are past FD_SETSIZE
+    poller.register(client.stdout, select.POLLIN)
+    while time.monotonic() < deadline:
+        if not poller.poll(max(0.0, deadline - time.monotonic()) * 1000):
+            return False
+        line = client.stdout.readline()
+        if not line:
+            return False
+        if b'"result"' in line and b"again" in line:
+            return True
+    return False
+
+
+def fixed_cost(venv: Path) -> None:
+    """Σ RSS of 4 clients of server-everything, direct and through a daemon of its own."""
+    with scale_env(venv) as env:
+        daemon = start_daemon(venv, env)
+        try:
+            shims = [shim_client(venv, env, EVERYTHING) for _ in range(4)]
+            for client in shims:
+                client.handshake()
+                client.request("tools/list")
+                client.request("tools/call", {"name": "echo", "arguments": {"message": "x"}})
+            time.sleep(SETTLE_S)
+            lazyd_kib = tree_rss_kib(daemon.pid) + sum(rss_kib(c.proc.pid) for c in shims)
+            idle_daemon = rss_kib(daemon.pid)
+            close_all(shims)
+        finally:
+            daemon.terminate()
+            daemon.wait(timeout=30)
+        direct = [LineClient(EVERYTHING, env) for _ in range(4)]
+        for client in direct:
+            client.handshake()
+            client.request("tools/list")
+        time.sleep(SETTLE_S)
+        direct_kib = sum(tree_rss_kib(c.proc.pid) for c in direct)
+        close_all(direct)
+    floor = subprocess.run([str(venv / "bin" / "python"), "-c",
+                            "import trio, resource; print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"],
+                           capture_output=True, text=True, check=True)
+    row("4 clients of server-everything: Σ RSS", f"{direct_kib / 1024:.1f} MiB", f"{lazyd_kib / 1024:.1f} MiB",
+        f"{lazyd_kib / direct_kib:.2f}x; the daemon alone {idle_daemon / 1024:.1f} MiB, of which "
+        f"`import trio` in a bare interpreter is {int(floor.stdout) / 1024:.1f} MiB (the floor)")
+
+
+def big_echo(venv: Path, env: dict[str, str], server: list[str], calls: int) -> None:
+    big = "y" * (1024 * 1024)
+    sides = {"direct": LineClient(server, env), "lazyd": shim_client(venv, env, server)}
+    for client in sides.values():
+        client.handshake()
+        time_calls(client, 2, big)
+    rates: dict[str, list[float]] = {"direct": [], "lazyd": []}
+    for _ in range(calls):
+        for side in ("direct", "lazyd", "lazyd", "direct"):
+            samples = time_calls(sides[side], 1, big)
+            rates[side].append(2 / samples[0])
+    close_all(list(sides.values()))
+    d, z = median(rates["direct"]), median(rates["lazyd"])
+    row("1 MiB echo, MiB/s both ways (median)", f"{d:.0f}", f"{z:.0f}", f"{z / d:.2f}x of direct")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sessions", type=int, default=1000)
+    parser.add_argument("--servers", type=int, default=30)
+    parser.add_argument("--starts", type=int, default=15, help="warm starts per measurement")
+    parser.add_argument("--venv", type=Path, default=Path("/tmp/lazyd-bench-venv"),
+                        help="where the installed product is built (reused when it exists)")
+    parser.add_argument("--no-kill", action="store_true", help="skip the kill -9 measurement")
+    parser.add_argument("--no-everything", action="store_true", help="skip the server-everything figure")
+    args = parser.parse_args()
+    venv = installed_venv(args.venv)
+    print(f"python {sys.version.split()[0]}, load average {os.getloadavg()[0]:.2f} at start; "
+          f"{args.sessions} sessions over {args.servers} echo servers; daemon and clients at soft "
+          f"RLIMIT_NOFILE 1024; installed product: {venv}")
+    row("", "direct", "lazyd")
+    with scale_env(venv) as env:
+        daemon = start_daemon(venv, env)
+        try:
+            registrations = servers(venv, args.servers)
+            probe = servers(venv, args.servers + 1)[-1]  # a registration of its own, warm
+            close_all(open_sessions(venv, env, [*registrations, probe], args.servers + 1, batch=args.servers + 1))
+            time.sleep(SETTLE_S)
+            base_fds = fd_kinds(daemon.pid)
+            base_rss = rss_kib(daemon.pid)
+            bare0, warm0, direct0 = starts(venv, env, probe, args.starts)
+            raw0 = [raw_start(socket_of(env), env, probe) for _ in range(3 * args.starts)]
+            began = time.perf_counter()
+            clients = open_sessions(venv, env, registrations, args.sessions)
+            opened_s = time.perf_counter() - began
+            for client in clients[: args.servers]:  # every server running
+                client.request("tools/call", {"name": "echo", "arguments": {"text": "x"}})
+            time.sleep(SETTLE_S)
+            status = lazyctl_status(venv, env)
+            fds = fd_kinds(daemon.pid)
+            grown = rss_kib(daemon.pid) - base_rss
+            waiters = sum(pss_kib(c.proc.pid) for c in clients)
+            direct_pss = []
+            for server in registrations[:5]:
+                one = LineClient(server, env)
+                one.handshake()
+                direct_pss.append(pss_kib(one.proc.pid))
+                one.close()
+            served = served_count(status)
+            row("sessions served by the daemon", f"{args.sessions}", f"{served}",
+                f"refused {status.get('refused') or 0}, run directly {status.get('fallbacks') or 0}; "
+                f"opened in {opened_s:.0f} s")
+            per_fd = (sum(fds.values()) - sum(base_fds.values())) / args.sessions
+            kinds = ", ".join(f"{k} {(fds[k] - base_fds[k]) / args.sessions:.2f}" for k in sorted(fds) if fds[k] != base_fds[k])
+            row("daemon descriptors per idle session (target <= 3)", "-", f"{per_fd:.2f}", kinds)
+            bare1, warm1, direct1 = starts(venv, env, probe, args.starts)
+            raw1 = [raw_start(socket_of(env), env, probe) for _ in range(3 * args.starts)]
+            row("the daemon's part: hello to initialize answered, no Python start", "-",
+                f"{ms(raw0)} / {ms(raw1)}", f"none / {args.sessions} open: {median(raw1) / median(raw0):.2f}x")
+            row("python -c pass of the venv's interpreter (none / all open)", ms(bare0), ms(bare1))
+            row("warm session start p50, none open", ms(direct0), ms(warm0),
+                f"{median(warm0) / median(bare0):.2f}x python -c pass (target <= 1.5)")
+            row(f"warm session start p50, {args.sessions} open", ms(direct1), ms(warm1),
+                f"{median(warm1) / median(warm0):.2f}x none open (target <= 1.2); "
+                f"{median(warm1) / median(bare1):.2f}x python -c pass, so "
+                f"{(median(warm1) / median(bare1)) / (median(warm0) / median(bare0)):.2f}x none open "
+                f"beside what the machine itself slowed (direct: {median(direct1) / median(direct0):.2f}x)")
+            per_session = (grown + waiters) / args.sessions / 1024
+            row("memory per session: daemon growth + waiter PSS, MiB", f"{statistics.mean(direct_pss) / 1024:.2f}",
+                f"{per_session:.2f}", f"daemon +{grown / 1024:.1f} MiB, waiters {waiters / 1024:.1f} MiB in all")
+            before = cpu_seconds(daemon.pid)
+            time.sleep(IDLE_S)
+            row(f"daemon CPU while {args.sessions} sessions idle", "-",
+                f"{(cpu_seconds(daemon.pid) - before) / IDLE_S * 100:.2f} %")
+            big_echo(venv, env, registrations[0], 5)
+            if args.no_kill:
+                close_all(clients)
+            else:
+                took, most, unanswered = resume_after_kill(venv, env, daemon, clients)
+                row(f"kill -9 with {args.sessions} waiters: until every session answers", "-", f"{took:.1f} s",
+                    f"{unanswered} never answered within {RESUME_BOUND_S:.0f} s; most Python shims at once: {most}")
+                close_all(clients)
+                subprocess.run([str(venv / "bin" / "lazyctl"), "stop"], env=env, capture_output=True, timeout=60)
+        finally:
+            if daemon.poll() is None:
+                daemon.terminate()
+                daemon.wait(timeout=30)
+    if not args.no_everything:
+        fixed_cost(venv)
+    print("mcp-mux: not built here (it needs a Go toolchain from a registry); no figure beside it")
+    print(f"load average {os.getloadavg()[0]:.2f} at the end")
+
+
+if __name__ == "__main__":
+    main()
