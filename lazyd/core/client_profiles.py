@@ -20,7 +20,8 @@ Captured here (a tee between the client and server-everything, and /proc/PID/env
   sanitized (`gemini_environment`, its environmentSanitization rule), plus GEMINI_CLI=1, plus the
   registration's env (less variables that change how programs load: NODE_OPTIONS, LD_PRELOAD...).
 - Codex CLI 0.171.0 (`codex exec`, which starts every server before it needs a model):
-  `codex-mcp-client` at 2025-06-18 with `elicitation`; only a handful of variables pass
+  `codex-mcp-client` at 2025-06-18 with `elicitation` and `experimental.codex/auth-change`
+  (captured with a tee); only a handful of variables pass
   (`CODEX_DEFAULT_ENV`: its allow-list and six CA bundle variables), plus the registration's
   `env_vars` names and its env; its vendor directory first on PATH.
 - opencode 1.18.33 (`opencode mcp list`, learned by the daemon): `opencode` at 2025-11-25 with
@@ -170,9 +171,9 @@ PROFILES: dict[str, ClientProfile] = {p.name: p for p in (
         "Gemini CLI 0.61.0", gemini_environment),
     ClientProfile(
         "codex", "Codex CLI", ("codex-mcp-client",),
-        _params("2025-06-18", {"elicitation": {"form": {}, "url": {}}},
-                {"name": "codex-mcp-client", "title": "Codex", "version": "0.146.0"}),
-        "Codex CLI 0.146 (from its source)", codex_environment),
+        _params("2025-06-18", {"experimental": {"codex/auth-change": {}}, "elicitation": {"form": {}, "url": {}}},
+                {"name": "codex-mcp-client", "title": "Codex", "version": "0.171.0"}),
+        "Codex CLI 0.171.0", codex_environment),
     ClientProfile("cursor", "Cursor", ("cursor-vscode",), None, "not captured", full_environment),
     ClientProfile("vscode", "VS Code", ("Visual Studio Code",), None, "not captured", full_environment),
     ClientProfile("windsurf", "Windsurf", ("windsurf-client",), None, "not captured", full_environment),

@@ -25,8 +25,13 @@ def client_environment(learned: LearnedEnv, profile: ClientProfile | None, inher
     if found is None:
         return profile.environment(inherited, declared, passed), ""
     _, record = found
-    return {**{k: v for k, v in inherited.items() if _passes(k, record, profile, inherited, passed)},
-            **declared}, str(record["process"])
+    env = {k: v for k, v in inherited.items() if _passes(k, record, profile, inherited, passed)}
+    # What the client adds of its own (opencode's OPENCODE=1, AGENT=1): the record has the names
+    # only; a value comes from the release's rule where it sets that name, else it stays out.
+    added = record.get("added")
+    if isinstance(added, list) and PROFILES.get(profile.name) is profile:
+        env.update({k: v for k, v in profile.environment({}, {}, passed).items() if k in added})
+    return {**env, **declared}, str(record["process"])
 
 
 def _passes(name: str, record: Mapping[str, object], profile: ClientProfile, inherited: Mapping[str, str],

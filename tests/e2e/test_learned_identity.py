@@ -163,6 +163,10 @@ def codex_config(user: UserEnv, endpoint: str) -> Path:
     # check must honour to land on the identity of Codex's sessions.
     path.write_text(f"""model = "offline"
 model_provider = "loopback"
+check_for_update_on_startup = false
+
+[analytics]
+enabled = false
 
 [model_providers.loopback]
 name = "loopback"

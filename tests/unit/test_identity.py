@@ -23,8 +23,10 @@ from lazyd.core.identity import (
     MIN_SECRET_BYTES,
     PER_SESSION_ENV,
     Identity,
+    counted_for_learning,
     explain_difference,
     identity_for,
+    same_without,
 )
 
 SECRET = b"s" * 32
@@ -453,3 +455,26 @@ def test_a_path_the_registration_declares_or_the_user_forces_counts_by_value() -
 def test_a_registration_without_any_path_is_not_one_with_a_path_since_its_server_finds_nothing_on_it() -> None:
     assert (identity_for(["/usr/bin/python3", "s.py"], "/w", {}, which=codex_like_which)
             != identity_for(["/usr/bin/python3", "s.py"], "/w", {"PATH": "/usr/bin"}, which=codex_like_which))
+
+
+# ---- what the per-run learner sees, and the duplicates it exposes ---------------------------------
+
+
+def test_the_learner_is_offered_only_variables_that_count_for_no_stated_reason() -> None:
+    env = {"PATH": "/usr/bin", "OPENCODE_PID": "8110", "API_TOKEN": "t", "MINE": "declared", "FORCED_X": "f",
+           "TERM": "xterm", "AGENT": "1"}
+    identity = identity_for(["python3", "s.py"], "/w", env, which=codex_like_which, declared=["MINE"], force=["FORCED_*"])
+    # PATH counts by what it resolves, MINE is declared, FORCED_X forced, TERM per-session.
+    assert counted_for_learning(identity, env) == {"OPENCODE_PID": "8110", "API_TOKEN": "t", "AGENT": "1"}
+
+
+def test_a_runtime_that_differs_only_by_a_learned_variable_is_a_duplicate_and_the_identity_itself_is_not() -> None:
+    first_run = identity_for(["python3", "s.py"], "/w", {"OPENCODE_PID": "8110", "AGENT": "1"}, which=codex_like_which)
+    learned = identity_for(["python3", "s.py"], "/w", {"OPENCODE_PID": "8235", "AGENT": "1"}, which=codex_like_which,
+                           ignore=("OPENCODE_PID",))
+    elsewhere = identity_for(["python3", "s.py"], "/x", {"OPENCODE_PID": "8110", "AGENT": "1"}, which=codex_like_which)
+    other_agent = identity_for(["python3", "s.py"], "/w", {"OPENCODE_PID": "8110", "AGENT": "2"}, which=codex_like_which)
+    assert same_without(first_run, learned, {"OPENCODE_PID"})
+    assert not same_without(learned, learned, {"OPENCODE_PID"})
+    assert not same_without(elsewhere, learned, {"OPENCODE_PID"})
+    assert not same_without(other_agent, learned, {"OPENCODE_PID"})

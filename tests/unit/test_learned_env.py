@@ -208,9 +208,19 @@ def test_a_client_whose_own_environment_was_unreadable_passes_only_what_it_carri
 
 
 def test_a_client_with_no_profile_is_known_by_its_client_name_or_its_process(tmp_path: Path) -> None:
-    learned = seen(tmp_path, "opencode", "opencode", {"HOME", "PATH"}, ["HOME", "PATH", "OPENCODE_PID"])
-    by_process = learned_profile(learned, "opencode")
-    assert by_process is not None and by_process.client_names == ("opencode",)
+    learned = seen(tmp_path, "acme-agent-mcp", "acme-agent", {"HOME", "PATH"}, ["HOME", "PATH", "ACME_RUN_ID"])
+    by_process = learned_profile(learned, "acme-agent")
+    assert by_process is not None and by_process.client_names == ("acme-agent-mcp",)
+    by_client_name = learned_profile(learned, "acme-agent-mcp")
+    assert by_client_name is not None and by_client_name.client_names == ("acme-agent-mcp",)
     assert learned_profile(learned, "nobody") is None
     env, process = client_environment(learned, by_process, SHELL, {}, ())
-    assert env == SHELL and process == "opencode"
+    assert env == SHELL and process == "acme-agent"
+
+
+def test_the_markers_a_client_adds_come_back_with_the_value_its_release_sets(tmp_path: Path) -> None:
+    learned = seen(tmp_path, "opencode", "opencode", {"HOME", "PATH"},
+                   ["HOME", "PATH", "OPENCODE", "AGENT", "OPENCODE_PID"])
+    env, process = client_environment(learned, PROFILES["opencode"], {"HOME": "/home/u", "PATH": "/usr/bin"}, {}, ())
+    # OPENCODE_PID has no value to rebuild: it is learned as per-run, so it does not count anyway.
+    assert env == {"HOME": "/home/u", "PATH": "/usr/bin", "OPENCODE": "1", "AGENT": "1"} and process == "opencode"

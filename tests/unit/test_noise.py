@@ -232,3 +232,17 @@ def test_name_shapes(name: str, shaped: bool) -> None:
                                            ("deadbeef", False), ("/usr/bin", False), ("fast", False)])
 def test_value_shapes(value: str, shaped: bool) -> None:
     assert is_shaped_value(value) is shaped
+
+
+def test_claude_codes_session_id_would_be_learned_from_two_runs_but_not_its_notes_directory() -> None:
+    # What Claude Code 2.1.332 gave a server in two `claude mcp list` runs (envrules lists these by
+    # name; the learner would have found the id by itself, and rightly keeps a *_DIR counting).
+    learner = PerRunLearner()
+    learned = sessions(learner, "claude", [
+        {"CLAUDE_CODE_SESSION_ID": "e43a65f1-fa83-49f4-8e44-e6e7fc693f2b",
+         "CLAUDE_CODE_CHILD_NOTES_DIR": "/tmp/claude-0/-tmp-p1/e43a65f1-fa83-49f4-8e44-e6e7fc693f2b/started",
+         "AI_AGENT": "claude-code_2-1-332_harness"},
+        {"CLAUDE_CODE_SESSION_ID": "8548b43c-34b8-4cfb-876b-33b873806ef4",
+         "CLAUDE_CODE_CHILD_NOTES_DIR": "/tmp/claude-0/-tmp-p1/8548b43c-34b8-4cfb-876b-33b873806ef4/started",
+         "AI_AGENT": "claude-code_2-1-332_harness"}])
+    assert learned == [[], ["CLAUDE_CODE_SESSION_ID"]]
