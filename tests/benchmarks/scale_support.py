@@ -27,7 +27,7 @@ from typing import Any
 
 from lazyd import wire
 from lazyd.frames import Hello
-from lazyd.handoff_state import create_region
+from lazyd.handoff_state import LAYOUT, create_region
 from tests.benchmarks.common import REPO, LineClient
 
 SOFT_NOFILE = 1024  # what a systemd user service gets (DefaultLimitNOFILE=1024:524288)
@@ -217,7 +217,7 @@ class HandedOff:
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock.settimeout(30)
         self.sock.connect(os.fsencode(socket_path))
-        hello = Hello("shim", os.getpid(), argv, str(REPO), env, {}, None, [], handoff=True)
+        hello = Hello("shim", os.getpid(), argv, str(REPO), env, {}, None, [], handoff=True, layout=LAYOUT)
         self.sock.sendmsg([wire.encode(hello)], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", passed).tobytes())])
         for fd in passed:
             os.close(fd)
