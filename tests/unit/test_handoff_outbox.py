@@ -275,6 +275,29 @@ async def test_the_torn_byte_is_set_before_every_write_that_can_stop_inside_a_li
     assert not mapped.torn, "cleared once the last line is whole"
 
 
+async def test_the_writer_sets_the_torn_byte_before_it_starts_a_line_queued_behind_a_full_pipe(
+        fd: int, mapped: Region) -> None:
+    # Lines of 1000 bytes fill a 4096-byte pipe whole (each write is at most PIPE_BUF: whole or
+    # not at all) until one finds no room and is queued unwritten; a big line queues behind it.
+    # The writer's first write then starts at a line's beginning and can stop inside the big one.
+    client = Client("pipe")
+    try:
+        outbox, witness = session(fd, mapped, client)
+        ask(outbox, witness, *range(1, 7), 99)
+
+        def deliver() -> None:
+            for request_id in range(1, 7):
+                give(outbox, witness, answer(request_id, 950), request_id)
+            assert outbox.backlog_frames and not mapped.torn and witness.cut_writes == 0, "the pipe is not full"
+            give(outbox, witness, answer(99, 2 * BIG), 99)
+
+        await serve(outbox, client, witness, deliver)
+        assert client.received == expected(witness)
+        assert witness.cut_writes >= 2 and all(witness.torn_during_cut_writes), witness.torn_during_cut_writes
+    finally:
+        client.close()
+
+
 async def test_a_line_into_a_socket_is_flagged_torn_during_its_write_even_when_it_is_small(
         fd: int, mapped: Region) -> None:
     # Any write into a socket can stop inside a line, whatever its size: a small answer that
@@ -404,11 +427,12 @@ async def test_client_ends_read_what_is_there_none_when_nothing_is_and_empty_at_
     assert ends.read_into(view) is None
     if client.kind == "pipe":
         os.close(client.stdin)
-    else:
-        socket.socket(fileno=os.dup(client.stdin)).shutdown(socket.SHUT_WR)
-    assert ends.read(100) == b"" and ends.read_into(view) == 0
-    if client.kind == "pipe":
         client.stdin = os.open("/dev/null", os.O_RDONLY)  # for the fixture to close
+    else:
+        peer = socket.socket(fileno=client.stdin)
+        peer.shutdown(socket.SHUT_WR)
+        peer.detach()  # the fixture closes it
+    assert ends.read(100) == b"" and ends.read_into(view) == 0
     ends.close()
 
 
