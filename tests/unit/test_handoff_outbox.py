@@ -361,7 +361,7 @@ def let_go_mid_line(fd: int, mapped: Region, client: Client, *, watching: bool) 
     outbox.write_ready()
     assert 0 < len(witness.sent) < len(witness.lines[0])
     witness.watching = watching
-    outbox.ledger.close(client_left=False, tail=outbox.torn_rest())
+    outbox.let_go()
     witness.watching = True
     return outbox, witness
 
@@ -376,11 +376,9 @@ async def test_a_session_let_go_in_the_middle_of_a_line_hands_the_shim_its_rest_
     outbox.ends.close()
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="torn_rest retires the cut line's id before Ledger.close has put the "
-                   "line's rest in the region: a kill in between leaves the line cut and its request unanswered")
 def test_a_daemon_killed_while_letting_a_session_go_in_the_middle_of_a_line_still_has_that_request_answered(
         fd: int, mapped: Region) -> None:
-    # Not a trio test, so that the witness's AssertionError is what xfail sees (not a group).
+    # Not a trio test: the witness's AssertionError surfaces as itself (not inside a group).
     client = Client("pipe")
     try:
         let_go_mid_line(fd, mapped, client, watching=True)
