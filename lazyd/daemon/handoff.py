@@ -250,7 +250,7 @@ class HandoffSession:
             outbox.closed = True
             if not outbox.dropped:
                 outbox.write_ready()  # what the client's stdout takes now; the rest is lost with us
-            self.ledger.close(client_left=False, tail=outbox.torn_rest())
+            outbox.let_go()
         route.detach(outbox.cid)
 
     async def _watch_shim(self) -> None:

@@ -306,17 +306,21 @@ class HandoffOutbox:
                 return True  # the client's stdout is full: the writer waits for room
         return True
 
-    def torn_rest(self) -> bytes | None:
-        """The unwritten rest of a line of which the client already has a part (None: no such line),
-        with the id it answers retired: whoever finishes the session writes that rest first."""
+    def let_go(self) -> None:
+        """Hand the session back to the shim. The unwritten rest of a line of which the client
+        already has a part goes into the region's tail, for the shim to write first; only once the
+        state names that tail is the id it answers retired. Retired first, a kill -9 in between
+        would leave the line cut and its request in flight nowhere: never answered. In this order
+        the worst a kill can do is answer it twice (the rest, then the shim's error)."""
         if not self._queue or self._queue[0].offset == 0:
-            return None
+            self.ledger.close(client_left=False)
+            return
         pending = self._queue.popleft()
         rest = b"".join(bytes(part) for part in pending.parts())
         self.backlog_bytes -= len(rest)
+        self.ledger.close(client_left=False, tail=rest)
         if pending.done is not None:
             self.ledger.answered(pending.done)
-        return rest
 
     def _gone(self) -> None:
         self.dropped = True

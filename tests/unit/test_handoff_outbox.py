@@ -1,0 +1,461 @@
+"""The client's ends and the outbox of a hand-off session (lazyd/daemon/handoff_outbox.py): lines
+reach the client whole and in order however slowly it reads, and a daemon killed at any moment
+leaves a region from which the shim makes a clean stream (docs/reliability.md: the torn byte set
+before any write that can stop inside a line, an answer's id retired only once its line is whole).
+
+Testing policy: real pipes (shrunk to 4096 bytes with F_SETPIPE_SZ, opened afresh with O_NONBLOCK
+as the shim passes them) and Unix socketpairs (a small SO_SNDBUF), a real sealed memfd region
+mapped as the daemon maps it, and the shim's own recovery (`recover.answer`) run on it. No
+daemon, no processes. A kill -9 cannot be placed inside a system call from here, so the test kills
+the daemon where it can be seen: right after each write into the client's stdout returns (the
+region as it was during that write, the client's stdout as after it) and right after each change
+of the region; at each of those moments the client's stream plus what the shim would add to it
+must parse line by line (at most one cut answer, on a line of its own) and answer every request.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import socket
+from collections.abc import Callable, Iterator
+from select import PIPE_BUF
+
+import pytest
+import trio
+
+from lazyd import handoff_state as hs
+from lazyd.daemon.handoff_ledger import Ledger, map_region
+from lazyd.daemon.handoff_outbox import ClientEnds, HandoffOutbox
+from lazyd.handoff_snapshot import snapshot
+from lazyd.handoff_state import Region
+from lazyd.linepeek import id_key
+from shim import recover
+from shim.options import Log, parse
+from shim.stdout import Stdout
+
+SMALL_PIPE = 4096  # the smallest pipe Linux makes: a 10 KiB line takes three writes
+SMALL_SNDBUF = 4096  # Linux doubles it and keeps a floor; either way far below a 20 KiB line
+BIG = 20_000  # bytes of an answer over PIPE_BUF: its writes can stop inside it
+
+
+def call(request_id: int) -> bytes:
+    return json.dumps({"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": {}}).encode()
+
+
+def answer(request_id: int, size: int) -> bytes:
+    """An answer line of about `size` bytes."""
+    return json.dumps({"jsonrpc": "2.0", "id": request_id, "result": {"text": "x" * size}}).encode()
+
+
+def notification(size: int) -> bytes:
+    return json.dumps({"jsonrpc": "2.0", "method": "notifications/message", "params": {"d": "n" * size}}).encode()
+
+
+# ---- the region, the client's ends, and a shim that takes over at every moment --------------
+
+
+@pytest.fixture
+def fd() -> Iterator[int]:
+    region = hs.create_region()
+    yield region
+    os.close(region)
+
+
+@pytest.fixture
+def mapped(fd: int) -> Iterator[Region]:
+    buf = map_region(fd)
+    yield Region(buf)
+    buf.close()
+
+
+class Client:
+    """The client's side of its stdin and stdout, and the daemon's `ClientEnds` of them."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        if kind == "pipe":
+            in_r, self.stdin = os.pipe()
+            self.stdout, out_w = os.pipe()
+            fcntl.fcntl(out_w, fcntl.F_SETPIPE_SZ, SMALL_PIPE)
+            # Descriptions of the daemon's own, as the shim opens them (lazyd/daemon/handoff.py).
+            self.in_fd = os.open(f"/proc/self/fd/{in_r}", os.O_RDONLY | os.O_NONBLOCK)
+            self.out_fd = os.open(f"/proc/self/fd/{out_w}", os.O_WRONLY | os.O_NONBLOCK)
+            os.close(in_r)
+            os.close(out_w)
+        else:
+            a, b = socket.socketpair()
+            c, d = socket.socketpair()
+            d.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SMALL_SNDBUF)
+            c.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, SMALL_SNDBUF)
+            self.stdin, self.in_fd = a.detach(), b.detach()
+            self.stdout, self.out_fd = c.detach(), d.detach()
+        os.set_blocking(self.stdout, False)
+        self.received = b""
+
+    async def read_slowly(self, until: int, chunk: int = 1000) -> None:
+        """Read the client's stdout `chunk` bytes at a time, letting the daemon run between reads,
+        until `until` bytes came."""
+        while len(self.received) < until:
+            await trio.lowlevel.wait_readable(self.stdout)
+            try:
+                data = os.read(self.stdout, chunk)
+            except BlockingIOError:
+                continue
+            assert data, "the client's stdout ended early"
+            self.received += data
+            await trio.sleep(0)
+
+    def close(self) -> None:
+        for end in (self.stdin, self.stdout):
+            os.close(end)
+
+
+@pytest.fixture(params=["pipe", "socketpair"])
+def client(request: pytest.FixtureRequest) -> Iterator[Client]:
+    peer = Client(request.param)
+    yield peer
+    peer.close()
+
+
+class Witness:
+    """Kills the daemon (in thought) at a moment: what the client would end up reading is the bytes
+    already in its stdout and what the shim writes after them from the region (`recover.answer`)."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.sent = b""  # every byte the daemon put into the client's stdout, in order
+        self.asked: list[int] = []  # the requests the client sent (entered in the ledger)
+        self.lines: list[bytes] = []  # the lines the daemon was given to deliver, in order
+        self.moments = 0
+        self.watching = True  # False: no kill is considered (a test looking at one moment only)
+        self.cut_writes = 0  # writes that could stop inside a line
+        self.partial_writes = 0  # writes that took some of what they were given, not all
+        self.torn_during_cut_writes: list[bool] = []
+
+    def shim_would_write(self) -> bytes:
+        read_end, write_end = os.pipe()
+        fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, 1 << 20)  # room for a tail: no reader meanwhile
+        try:
+            log = Log(parse(["--", "true"], {}))  # logs nowhere
+            recover.answer(snapshot(self.fd), Stdout(log, write_end), log)
+            os.close(write_end)
+            out = b""
+            while chunk := os.read(read_end, 1 << 20):
+                out += chunk
+            return out
+        finally:
+            os.close(read_end)
+
+    def killed_now(self, where: str) -> None:
+        """Assert the client reads a clean stream if the daemon is killed at this moment."""
+        if not self.watching:
+            return
+        self.moments += 1
+        stream = self.sent + self.shim_would_write()
+        assert stream.endswith(b"\n") or not stream, f"killed {where}: the client's last line is cut off"
+        answered: set[object] = set()
+        cut = 0
+        for line in stream.split(b"\n")[:-1]:
+            try:
+                message = json.loads(line)
+            except ValueError:
+                # The one line a kill can cut: an answer begun, on a line of its own.
+                assert any(whole.startswith(line) for whole in self.lines), \
+                    f"killed {where}: the client reads a line that is no line the daemon wrote"
+                cut += 1
+                continue
+            answered.add(id_key(message.get("id")))
+        assert cut <= 1, f"killed {where}: {cut} cut lines"
+        missing = [i for i in self.asked if id_key(i) not in answered]
+        assert not missing, f"killed {where}: requests {missing} are never answered"
+
+
+class WatchedEnds(ClientEnds):
+    """The client's ends, with the daemon killed in thought right after each write into its stdout."""
+
+    witness: Witness
+
+    def write(self, parts: list[bytes | memoryview]) -> int:
+        size = sum(len(part) for part in parts)
+        if self.may_cut(size):
+            self.witness.cut_writes += 1
+            self.witness.torn_during_cut_writes.append(hs.read_region(self.witness.fd).torn)  # type: ignore[union-attr]
+        written = super().write(parts)
+        self.witness.partial_writes += 0 < written < size
+        self.witness.sent += b"".join(bytes(part) for part in parts)[:written]
+        self.witness.killed_now(f"after a write of {written} of {size} bytes")
+        return written
+
+
+class WatchedLedger(Ledger):
+    """The ledger, with the daemon killed in thought right after each change the outbox makes."""
+
+    witness: Witness
+
+    def torn(self, torn: bool) -> None:
+        super().torn(torn)
+        self.witness.killed_now(f"after the torn byte was {'set' if torn else 'cleared'}")
+
+    def answered(self, done: int | str) -> None:
+        super().answered(done)
+        self.witness.killed_now(f"after {done!r} was retired")
+
+
+def session(fd: int, mapped: Region, client: Client) -> tuple[HandoffOutbox, Witness]:
+    witness = Witness(fd)
+    ledger = WatchedLedger(mapped)
+    ledger.witness = witness
+    ends = WatchedEnds(client.in_fd, client.out_fd)
+    ends.witness = witness
+    overflowed: list[bool] = []
+    outbox = HandoffOutbox(1, os.getpid(), lambda: overflowed.append(True), ends, ledger)
+    return outbox, witness
+
+
+def ask(outbox: HandoffOutbox, witness: Witness, *ids: int) -> None:
+    for request_id in ids:
+        outbox.ledger.client_line(call(request_id))
+        witness.asked.append(request_id)
+
+
+def give(outbox: HandoffOutbox, witness: Witness, line: bytes, done: int | None = None) -> None:
+    witness.lines.append(line)
+    outbox.deliver(line, done)
+
+
+def expected(witness: Witness) -> bytes:
+    return b"".join(line + b"\n" for line in witness.lines)
+
+
+async def serve(outbox: HandoffOutbox, client: Client, witness: Witness, deliver: Callable[[], None]) -> None:
+    """Run the outbox's writer while `deliver` gives it lines and the client reads slowly."""
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(outbox.run_writer)
+        deliver()
+        await client.read_slowly(len(expected(witness)))
+        nursery.cancel_scope.cancel()
+    outbox.ends.close()
+
+
+# ---- the outbox -----------------------------------------------------------------------------
+
+
+async def test_lines_over_pipe_buf_reach_a_slow_client_whole_and_in_order_and_a_kill_at_any_moment_leaves_a_clean_stream(
+        fd: int, mapped: Region, client: Client) -> None:
+    outbox, witness = session(fd, mapped, client)
+    ask(outbox, witness, 1, 2, 3, 4, 5)
+
+    def deliver() -> None:
+        give(outbox, witness, answer(1, BIG), 1)  # straight in, cut: the rest is queued
+        give(outbox, witness, notification(100))  # behind it, not written into its middle
+        give(outbox, witness, answer(2, 10), 2)
+        give(outbox, witness, answer(3, 3 * BIG), 3)
+        give(outbox, witness, answer(4, 50), 4)
+        give(outbox, witness, answer(5, BIG), 5)
+
+    await serve(outbox, client, witness, deliver)
+    assert client.received == expected(witness) == witness.sent
+    assert outbox.ledger.inflight == 0 and not mapped.torn and not mapped.entries()
+    assert witness.partial_writes >= 3 and witness.moments > 20, "the writes were not partial: the test proves nothing"
+
+
+async def test_the_torn_byte_is_set_before_every_write_that_can_stop_inside_a_line(
+        fd: int, mapped: Region, client: Client) -> None:
+    outbox, witness = session(fd, mapped, client)
+    ask(outbox, witness, 1, 2)
+
+    def deliver() -> None:
+        give(outbox, witness, answer(1, 2 * BIG), 1)  # by deliver, then by the writer
+        give(outbox, witness, answer(2, 2 * BIG), 2)  # by the writer only
+
+    await serve(outbox, client, witness, deliver)
+    assert witness.torn_during_cut_writes and all(witness.torn_during_cut_writes), witness.torn_during_cut_writes
+    assert not mapped.torn, "cleared once the last line is whole"
+
+
+async def test_the_writer_sets_the_torn_byte_before_it_starts_a_line_queued_behind_a_full_pipe(
+        fd: int, mapped: Region) -> None:
+    # Lines of 1000 bytes fill a 4096-byte pipe whole (each write is at most PIPE_BUF: whole or
+    # not at all) until one finds no room and is queued unwritten; a big line queues behind it.
+    # The writer's first write then starts at a line's beginning and can stop inside the big one.
+    client = Client("pipe")
+    try:
+        outbox, witness = session(fd, mapped, client)
+        ask(outbox, witness, *range(1, 7), 99)
+
+        def deliver() -> None:
+            for request_id in range(1, 7):
+                give(outbox, witness, answer(request_id, 950), request_id)
+            assert outbox.backlog_frames and not mapped.torn and witness.cut_writes == 0, "the pipe is not full"
+            give(outbox, witness, answer(99, 2 * BIG), 99)
+
+        await serve(outbox, client, witness, deliver)
+        assert client.received == expected(witness)
+        assert witness.cut_writes >= 2 and all(witness.torn_during_cut_writes), witness.torn_during_cut_writes
+    finally:
+        client.close()
+
+
+async def test_a_line_into_a_socket_is_flagged_torn_during_its_write_even_when_it_is_small(
+        fd: int, mapped: Region) -> None:
+    # Any write into a socket can stop inside a line, whatever its size: a small answer that
+    # happens to go whole must have had the torn byte set while it went.
+    client = Client("socketpair")
+    try:
+        outbox, witness = session(fd, mapped, client)
+        ask(outbox, witness, 7)
+        give(outbox, witness, answer(7, 10), 7)
+        assert witness.torn_during_cut_writes == [True]
+        assert not mapped.torn and outbox.ledger.inflight == 0 and witness.sent == expected(witness)
+        outbox.ends.close()
+    finally:
+        client.close()
+
+
+async def test_a_line_of_at_most_pipe_buf_goes_into_a_pipe_whole_without_touching_the_torn_byte(
+        fd: int, mapped: Region) -> None:
+    client = Client("pipe")
+    try:
+        outbox, witness = session(fd, mapped, client)
+        ask(outbox, witness, 1)
+        line = answer(1, PIPE_BUF - 60)
+        assert len(line) < PIPE_BUF
+        give(outbox, witness, line, 1)
+        assert witness.cut_writes == 0 and witness.sent == line + b"\n" and outbox.ledger.inflight == 0
+        outbox.ends.close()
+    finally:
+        client.close()
+
+
+async def test_an_answer_stays_in_flight_in_the_region_until_the_last_byte_of_its_line_is_written(
+        fd: int, mapped: Region, client: Client) -> None:
+    outbox, witness = session(fd, mapped, client)
+    ask(outbox, witness, 9)
+    emptied: list[bool] = []
+    outbox.ledger.on_empty = lambda: emptied.append(True)
+    line = answer(9, 3 * BIG)
+    give(outbox, witness, line, 9)
+    assert 0 < len(witness.sent) < len(line) + 1, "the first write should have been partial"
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(outbox.run_writer)
+        while len(witness.sent) < len(line):
+            assert [text for _, text in mapped.entries()] == [b"9"] and mapped.torn and not emptied
+            await client.read_slowly(len(client.received) + 1000)
+        await client.read_slowly(len(line) + 1)
+        nursery.cancel_scope.cancel()
+    assert client.received == line + b"\n"
+    assert mapped.entries() == [] and not mapped.torn and emptied == [True]
+    outbox.ends.close()
+
+
+def let_go_mid_line(fd: int, mapped: Region, client: Client, *, watching: bool) -> tuple[HandoffOutbox, Witness]:
+    """A session let go as HandoffSession._finish does it: what the client's stdout takes now,
+    then the rest of the cut line into the region's tail, for the shim to write first."""
+    outbox, witness = session(fd, mapped, client)
+    ask(outbox, witness, 1, 2)
+    give(outbox, witness, answer(1, 2 * BIG), 1)
+    give(outbox, witness, answer(2, 10), 2)
+    outbox.closed = True
+    outbox.write_ready()
+    assert 0 < len(witness.sent) < len(witness.lines[0])
+    witness.watching = watching
+    outbox.let_go()
+    witness.watching = True
+    return outbox, witness
+
+
+async def test_a_session_let_go_in_the_middle_of_a_line_hands_the_shim_its_rest_and_the_client_reads_it_whole(
+        fd: int, mapped: Region, client: Client) -> None:
+    outbox, witness = let_go_mid_line(fd, mapped, client, watching=False)
+    witness.killed_now("after the session was let go")
+    lines = (witness.sent + witness.shim_would_write()).split(b"\n")
+    assert lines[0] == witness.lines[0], "the shim finishes the cut line from its tail"
+    assert json.loads(lines[1])["id"] == 2 and json.loads(lines[1])["error"]["code"] == -32603
+    outbox.ends.close()
+
+
+def test_a_daemon_killed_while_letting_a_session_go_in_the_middle_of_a_line_still_has_that_request_answered(
+        fd: int, mapped: Region) -> None:
+    # Not a trio test: the witness's AssertionError surfaces as itself (not inside a group).
+    client = Client("pipe")
+    try:
+        let_go_mid_line(fd, mapped, client, watching=True)
+    finally:
+        os.close(client.in_fd)  # ClientEnds.close needs a trio run; a pipe's ends are plain descriptors
+        os.close(client.out_fd)
+        client.close()
+
+
+# ---- the client's ends ----------------------------------------------------------------------
+
+
+async def test_client_ends_refuse_a_pipe_without_o_nonblock_a_wrong_direction_and_a_regular_file(
+        tmp_path: object) -> None:
+    r, w = os.pipe()
+    nonblocking_w = os.open(f"/proc/self/fd/{w}", os.O_WRONLY | os.O_NONBLOCK)
+    nonblocking_r = os.open(f"/proc/self/fd/{r}", os.O_RDONLY | os.O_NONBLOCK)
+    path = os.path.join(str(tmp_path), "file")
+    regular = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NONBLOCK)
+    udp = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    try:
+        with pytest.raises(ValueError, match="stdin is a pipe without O_NONBLOCK"):
+            ClientEnds(r, nonblocking_w)
+        with pytest.raises(ValueError, match="stdout is it is open in the wrong direction|wrong direction"):
+            ClientEnds(nonblocking_r, nonblocking_r)
+        with pytest.raises(ValueError, match="neither a pipe nor a socket"):
+            ClientEnds(nonblocking_r, regular)
+        with pytest.raises(ValueError, match="not a Unix stream socket"):
+            ClientEnds(nonblocking_r, udp.fileno())
+        for end in (r, w, nonblocking_w, nonblocking_r, regular):
+            os.fstat(end)  # a refusal closes nothing
+    finally:
+        udp.close()
+        for end in (r, w, nonblocking_w, nonblocking_r, regular):
+            os.close(end)
+
+
+async def test_client_ends_read_what_is_there_none_when_nothing_is_and_empty_at_eof(client: Client) -> None:
+    ends = ClientEnds(client.in_fd, client.out_fd)
+    assert ends.read(100) is None
+    os.write(client.stdin, b"abc")
+    view = memoryview(bytearray(10))
+    assert ends.read_into(view) == 3 and bytes(view[:3]) == b"abc"
+    assert ends.read_into(view) is None
+    if client.kind == "pipe":
+        os.close(client.stdin)
+        client.stdin = os.open("/dev/null", os.O_RDONLY)  # for the fixture to close
+    else:
+        peer = socket.socket(fileno=client.stdin)
+        peer.shutdown(socket.SHUT_WR)
+        peer.detach()  # the fixture closes it
+    assert ends.read(100) == b"" and ends.read_into(view) == 0
+    ends.close()
+
+
+async def test_client_ends_write_what_fits_zero_when_full_and_broken_pipe_once_the_client_closed(
+        client: Client) -> None:
+    ends = ClientEnds(client.in_fd, client.out_fd)
+    big = b"y" * (8 * BIG)
+    first = ends.write([big, b"\n"])
+    assert 0 < first < len(big)
+    assert ends.write([big[first:], b"\n"]) == 0, "full: nothing more goes, and nothing blocks"
+    assert not ends.out_closed()
+    os.close(client.stdout)
+    client.stdout = os.open("/dev/null", os.O_RDONLY)  # for the fixture to close
+    assert ends.out_closed()
+    with pytest.raises(BrokenPipeError):
+        ends.write([b"late\n"])
+    ends.close()
+    assert ends.closed
+    ends.close()  # twice is harmless
+
+
+async def test_client_ends_say_which_writes_may_stop_inside_a_line(client: Client) -> None:
+    ends = ClientEnds(client.in_fd, client.out_fd)
+    if client.kind == "pipe":
+        assert not ends.may_cut(PIPE_BUF) and ends.may_cut(PIPE_BUF + 1)
+    else:
+        assert ends.may_cut(1) and ends.may_cut(PIPE_BUF + 1)
+    ends.close()
