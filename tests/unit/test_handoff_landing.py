@@ -12,7 +12,6 @@ import json
 import os
 import struct
 import zlib
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -33,20 +32,6 @@ MAX = 1000  # a small line limit, to reach the over-long cases with small inputs
 
 def call(request_id: int | str, text: str = "") -> bytes:
     return json.dumps({"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": {"t": text}}).encode()
-
-
-@pytest.fixture
-def fd() -> Iterator[int]:
-    region = hs.create_region()
-    yield region
-    os.close(region)
-
-
-@pytest.fixture
-def mapped(fd: int) -> Iterator[Region]:
-    buf = map_region(fd)
-    yield Region(buf)
-    buf.close()
 
 
 # ---- request_ids_in (pure) -------------------------------------------------------------------

@@ -9,12 +9,9 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
-
-import pytest
 
 from lazyd import handoff_state as hs
-from lazyd.daemon.handoff_ledger import RELEASE_HEAD_BYTES, Ledger, map_region
+from lazyd.daemon.handoff_ledger import RELEASE_HEAD_BYTES, Ledger
 from lazyd.handoff_state import Region, State, read_region
 
 INIT = b'{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25"}}'
@@ -28,20 +25,6 @@ def call(request_id: int | str) -> bytes:
 def cancel(request_id: int | str) -> bytes:
     return json.dumps({"jsonrpc": "2.0", "method": "notifications/cancelled",
                        "params": {"requestId": request_id}}).encode()
-
-
-@pytest.fixture
-def fd() -> Iterator[int]:
-    region = hs.create_region()
-    yield region
-    os.close(region)
-
-
-@pytest.fixture
-def mapped(fd: int) -> Iterator[Region]:
-    buf = map_region(fd)
-    yield Region(buf)
-    buf.close()
 
 
 def on_disk(fd: int) -> State:

@@ -26,7 +26,7 @@ import pytest
 import trio
 
 from lazyd import handoff_state as hs
-from lazyd.daemon.handoff_ledger import Ledger, map_region
+from lazyd.daemon.handoff_ledger import Ledger
 from lazyd.daemon.handoff_outbox import ClientEnds, HandoffOutbox
 from lazyd.handoff_snapshot import snapshot
 from lazyd.handoff_state import Region
@@ -54,20 +54,6 @@ def notification(size: int) -> bytes:
 
 
 # ---- the region, the client's ends, and a shim that takes over at every moment --------------
-
-
-@pytest.fixture
-def fd() -> Iterator[int]:
-    region = hs.create_region()
-    yield region
-    os.close(region)
-
-
-@pytest.fixture
-def mapped(fd: int) -> Iterator[Region]:
-    buf = map_region(fd)
-    yield Region(buf)
-    buf.close()
 
 
 class Client:

@@ -24,13 +24,6 @@ from lazyd.handoff_state import Region, State, read_region
 
 
 @pytest.fixture
-def fd() -> Iterator[int]:
-    region = hs.create_region()
-    yield region
-    os.close(region)
-
-
-@pytest.fixture
 def buf(fd: int) -> Iterator[Any]:
     mapped = map_region(fd)
     yield mapped
