@@ -29,6 +29,7 @@ Standard library only (no platformdirs): sockpath.py's daemon records use the wr
 from __future__ import annotations
 
 import errno
+import json
 import os
 import stat
 from pathlib import Path
@@ -268,6 +269,23 @@ class StagedFile:
         if self.fd is not None:
             os.close(self.fd)
             self.fd = None
+
+
+def read_json(path: str | os.PathLike[str], max_bytes: int) -> object:
+    """The JSON value of a file lazyd wrote itself (a learned table, an index), or None when there
+    is none: read without following a symlink, and at most `max_bytes` + 1 bytes, so a longer file
+    fails to parse instead of being read whole. Raises OSError when it cannot be read and
+    ValueError when it is not JSON (too deep a nesting included): its reader starts anew."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    with os.fdopen(fd, "rb") as f:
+        text = f.read(max_bytes + 1)
+    try:
+        return json.loads(text)
+    except RecursionError as exc:
+        raise ValueError("nested too deeply") from exc
 
 
 def write_private(path: str | os.PathLike[str], data: bytes, *, mode: int = PRIVATE_FILE_MODE,

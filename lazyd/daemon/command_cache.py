@@ -22,7 +22,6 @@ import hashlib
 import hmac
 import json
 import logging
-import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
@@ -30,7 +29,7 @@ from lazyd.core.cache import Snapshot
 from lazyd.core.identity import Identity
 from lazyd.daemon.cache_store import CacheStore
 from lazyd.daemon.supervisor import ServerRuntime
-from lazyd.privatefiles import write_private
+from lazyd.privatefiles import read_json, write_private
 
 log = logging.getLogger("lazyd.registry")
 
@@ -99,13 +98,8 @@ class CommandCaches:
 
     def _load(self) -> dict[str, list[str]]:
         try:
-            fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        except OSError:
-            return {}
-        try:
-            with os.fdopen(fd, "rb") as f:
-                data = json.loads(f.read(MAX_FILE_BYTES + 1))
-        except (OSError, ValueError, RecursionError):
+            data = read_json(self.path, MAX_FILE_BYTES)
+        except (OSError, ValueError):
             return {}
         if not isinstance(data, dict):
             return {}

@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import time
 from pathlib import Path
 from typing import Any
 
 from lazyd.core.client_profiles import ClientProfile
 from lazyd.core.handshake_defaults import profile_params
-from lazyd.privatefiles import write_private
+from lazyd.privatefiles import read_json, write_private
 
 log = logging.getLogger("lazyd.handshakes")
 
@@ -39,16 +38,11 @@ class LearnedHandshakes:
 
     def _load(self) -> dict[str, dict[str, Any]]:
         try:
-            fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        except FileNotFoundError:
-            return {}
+            data = read_json(self.path, MAX_CLIENTS * MAX_PARAMS_BYTES)
         except OSError as exc:
             log.warning("%s unreadable (%s); learning client handshakes anew", self.path, exc.strerror)
             return {}
-        try:
-            with os.fdopen(fd, "rb") as f:
-                data = json.loads(f.read(MAX_CLIENTS * MAX_PARAMS_BYTES + 1))
-        except (OSError, ValueError, RecursionError) as exc:
+        except ValueError as exc:
             log.warning("%s is corrupt (%s); learning client handshakes anew", self.path, exc)
             return {}
         if not isinstance(data, dict):

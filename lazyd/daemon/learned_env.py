@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import time
 from dataclasses import dataclass
 from collections.abc import Iterable, Mapping
@@ -27,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from lazyd.core.noise import Evidence, PerRunLearner
-from lazyd.privatefiles import write_private
+from lazyd.privatefiles import read_json, write_private
 
 log = logging.getLogger("lazyd.learned")
 
@@ -128,16 +127,11 @@ class LearnedEnv:
 
     def _load(self) -> dict[str, Any]:
         try:
-            fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        except FileNotFoundError:
-            return {}
+            data = read_json(self.path, MAX_FILE_BYTES)
         except OSError as exc:
             log.warning("%s unreadable (%s); learning clients' environments anew", self.path, exc.strerror)
             return {}
-        try:
-            with os.fdopen(fd, "rb") as f:
-                data = json.loads(f.read(MAX_FILE_BYTES + 1))
-        except (OSError, ValueError, RecursionError) as exc:
+        except ValueError as exc:
             log.warning("%s is corrupt (%s); learning clients' environments anew", self.path, exc)
             return {}
         return data if isinstance(data, dict) and data.get("v") == FORMAT_VERSION else {}
