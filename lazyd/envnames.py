@@ -2,7 +2,7 @@
 
 The shim checks ``--identity-env`` and ``--per-session-env`` at every client start, and the daemon
 reads the same options from the hello: one rule here, so the two can never disagree. Standard
-library only and pure; what the names mean for sharing is lazyd/core/envrules.py's business.
+library only and pure; what the names mean for sharing is lazyd/core/sharing/envrules.py's business.
 """
 
 from __future__ import annotations

@@ -42,9 +42,9 @@ a msgpack exception or a RuntimeError of a library):
 
 - lazyd/wire.py: anything msgpack raises on a peer's bytes becomes WireError;
 - lazyd/paths.py: platformdirs' RuntimeError for a missing home becomes SetupError;
-- lazyd/daemon/connection.py: a broken or closed stream ends the connection quietly, a
+- lazyd/daemon/connections/listener.py: a broken or closed stream ends the connection quietly, a
   ProtocolError ends it with one warning, anything else is logged as a bug;
-- lazyd/daemon/process.py: exec failures (ENOENT, EACCES, ENOEXEC, a bad cwd) become SpawnError;
+- lazyd/daemon/process/child.py: exec failures (ENOENT, EACCES, ENOEXEC, a bad cwd) become SpawnError;
 - shim/connect.py: OSError and WireError during connect and hello become Unavailable;
 - lazyd/ctl/client.py: OSError, timeouts and WireError on the control socket become CtlError.
 
@@ -156,7 +156,7 @@ class LifecycleError(LazydError):
 
 
 class AdoptionError(LazydError):
-    """What a predecessor daemon handed over cannot be taken over (lazyd/daemon/adopt.py)."""
+    """What a predecessor daemon handed over cannot be taken over (lazyd/daemon/upgrade/adopt.py)."""
 
 
 # --- the shim -------------------------------------------------------------------------------------

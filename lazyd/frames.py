@@ -111,7 +111,7 @@ class Hello(Frame):
         # True: the client's stdin, stdout and a shared region travel with this frame (SCM_RIGHTS),
         # for the daemon to serve the client's pipes itself (docs/protocol.md, "Hand-off").
         self.handoff = handoff
-        # With `handoff`: the layout version of that region (lazyd/handoff_state.py), which the
+        # With `handoff`: the layout version of that region (lazyd/handoff/region.py), which the
         # shim's recovery reads it by; a daemon that writes another serves the session over frames.
         self.layout = layout
 

@@ -2,7 +2,7 @@
 
 Whoever reads a client's stdin keeps a table of the requests in flight, so that the shim can answer
 them if the daemon is lost: the shim itself on the frame path, the daemon on a hand-off session
-(lazyd/daemon/handoff.py, which records the table in the shared region). For that it needs each
+(lazyd/daemon/handoff/session.py, which records the table in the shared region). For that it needs each
 request's id (with its JSON type: 1 and "1" differ), which lines cancel what, and which are the
 handshake. Everything else in a line is opaque here: the relay core validates it. Standard
 library only: the shim imports it at every client start.
@@ -292,7 +292,7 @@ def too_long_request(prefix: bytes) -> JsonId | None:
 
 def request_ids_in(head: bytes, discarding: bool, data: bytes, max_line: int) -> tuple[list[bytes], bytes, bool]:
     """The requests in client input nobody relayed for sure, as a hand-off session's shim finds
-    it in the region (lazyd/handoff_state.py): `head`, the start of a line (with `discarding`, the
+    it in the region (lazyd/handoff/region.py): `head`, the start of a line (with `discarding`, the
     first bytes of an over-long one), then `data`, the bytes read after it.
 
     Returns the JSON text of each request id in the lines `data` completes, cut as LineSplitter

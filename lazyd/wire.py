@@ -330,7 +330,7 @@ class FrameDecoder:
 
     def unconsumed(self) -> bytes:
         """The bytes received and not yet returned as frames, exactly as they came: fed to a new
-        decoder (a successor daemon's, lazyd/daemon/conn_state.py), they give the same frames."""
+        decoder (a successor daemon's, lazyd/daemon/upgrade/connection_state.py), they give the same frames."""
         head = _HEADER.pack(self._need) if self._need is not None else b""
         return head + bytes(self._buf)
 

@@ -79,7 +79,7 @@ def open_session(opts: Options, resume: list[bytes], log: Log, deadline: float |
     """
     hello = build_hello(opts, resume)
     if fds:
-        from lazyd.handoff_state import LAYOUT
+        from lazyd.handoff.region import LAYOUT
 
         hello.handoff, hello.layout = True, LAYOUT
     try:

@@ -8,7 +8,7 @@ take over when the daemon is lost. So it waits in something small:
 - `offer` prepares what goes with the hello: for a pipe, a description of its own opened through
   /proc/self/fd with O_NONBLOCK (the daemon needs non-blocking reads, and setting O_NONBLOCK on the
   shim's own description would change the shim's copy too); a socket (Node clients give socketpairs)
-  as it is, the daemon then using MSG_DONTWAIT; and the shared region (lazyd/handoff_state.py).
+  as it is, the daemon then using MSG_DONTWAIT; and the shared region (lazyd/handoff/region.py).
   A terminal, a file or /dev/null is not offered: the frame path serves those.
 - `wait` replaces this process (same pid, same descriptors) with a shell whose `read` blocks on the
   daemon socket, about 1.7 MiB where Python is 10: a line from the daemon means "the client left,
@@ -59,7 +59,7 @@ if os.pread(fd, 4, 0) == MAGIC:
 os.write(1, b"".join(out))
 sys.stderr.write("lazyd-shim: the shim is no longer installed; the session ends\n")
 """
-# Reads the layout's header, torn byte and table (lazyd/handoff_state.py; `orphan_script` fills
+# Reads the layout's header, torn byte and table (lazyd/handoff/region.py; `orphan_script` fills
 # in its constants).
 
 RESUME_FLAG = "--resume-handoff="  # as shim/main.py reads it
@@ -105,7 +105,7 @@ def _passable(fd: int, flags: int) -> tuple[int, bool] | None:
 
 def orphan_script() -> str:
     """ORPHAN_SCRIPT with the layout's constants in it."""
-    from lazyd import handoff_state as hs
+    from lazyd.handoff import region as hs
 
     values = {"MAGIC": repr(hs.MAGIC), "TORN": str(hs.TORN_OFFSET), "TABLE_BYTES": str(hs.TABLE_ENTRIES * hs.ENTRY_BYTES),
               "TABLE_OFFSET": str(hs.TABLE_OFFSET), "ENTRY": str(hs.ENTRY_BYTES), "TAIL": repr(ERROR_TAIL)}
@@ -138,7 +138,7 @@ def offer(region: int | None, log: Log) -> Offer | None:
             return None
         ends.append(found)
     if region is None:
-        from lazyd.handoff_state import create_region
+        from lazyd.handoff.region import create_region
 
         try:
             region = create_region()

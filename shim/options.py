@@ -109,7 +109,7 @@ def _check_share(value: str) -> None:
 
 
 def _check_era(value: str) -> None:
-    # The daemon's rule (config.py, era_policy.py), checked here so a typo exits 2 at once.
+    # The daemon's rule (config.py, lazyd/core/eras/policy.py), checked here so a typo exits 2 at once.
     if value not in ("auto", "handshake", "stateless"):
         raise ValueError(f"invalid era {value!r} (use auto, handshake or stateless)")
 

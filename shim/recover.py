@@ -1,7 +1,7 @@
 """Taking a hand-off session back when the daemon is lost or lets it go (shim/handoff.py).
 
 The waiting shell execs this shim again, same pid and descriptors, with ``--resume-handoff=FD``
-naming the region (lazyd/handoff_state.py; this layout or the previous one). From what the daemon
+naming the region (lazyd/handoff/region.py; this layout or the previous one). From what the daemon
 left there it does what the shim
 of a frame session does at once when its daemon is lost (docs/reliability.md):
 
@@ -28,8 +28,8 @@ import select
 import time
 
 from lazyd.errors import Unavailable
-from lazyd.handoff_snapshot import Snapshot, snapshot
-from lazyd.handoff_state import State, create_region, read_region
+from lazyd.handoff.snapshot import Snapshot, snapshot
+from lazyd.handoff.region import State, create_region, read_region
 from lazyd.linepeek import request_ids_in
 from lazyd.frames import MAX_LINE_BYTES
 
@@ -80,7 +80,7 @@ def answer(snap: Snapshot | None, out: Stdout, log: Log) -> tuple[State, bytes]:
     if snap is not None and (state.out_torn or snap.tail):
         out.write(snap.tail if snap.tail.endswith(b"\n") else snap.tail + b"\n")
         log(f"finished a line the daemon had begun ({len(snap.tail)} bytes of it were left to write)")
-    # What the daemon read and had not accounted for (lazyd/handoff_state.py): the requests among
+    # What the daemon read and had not accounted for (lazyd/handoff/region.py): the requests among
     # it are in flight as well, and the start of a line among it joins the head.
     landed = snap.landed if snap is not None else b""
     head = snap.head if snap is not None else b""

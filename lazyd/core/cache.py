@@ -30,8 +30,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from lazyd.core.eras import is_stateless_version
-from lazyd.core.jsonrpc import JsonObj
+from lazyd.core.eras.versions import is_stateless_version
+from lazyd.core.relay.jsonrpc import JsonObj
 
 SNAPSHOT_FORMAT = 1
 # Private results are kept per client identity: bound how many a snapshot holds (oldest go first).
@@ -200,7 +200,7 @@ class Snapshot:
     # Whether a connection that answered server/discover also accepted initialize (None: unknown).
     mixed_connection: bool | None = None
     # Whether `initialize` as a connection's first request was accepted (None: never tried; False:
-    # the server speaks only the stateless era). See lazyd/core/era_policy.py.
+    # the server speaks only the stateless era). See lazyd/core/eras/policy.py.
     handshake_first: bool | None = None
 
     def era(self) -> str | None:

@@ -2,7 +2,7 @@
 
 The relay core and its parts write their state as JSON-ready values (dicts with string keys,
 lists, strings, numbers, booleans, None) so that a daemon can hand it to its successor
-(lazyd/daemon/upgrade_state.py) and the successor can carry on exactly where it stopped. The
+(lazyd/daemon/upgrade/state.py) and the successor can carry on exactly where it stopped. The
 rules this module keeps, so that every part writes and reads the same way:
 
 - JSON-RPC ids stay as they are: `1` and `"1"` are different ids, and JSON keeps that apart
@@ -22,8 +22,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from lazyd.core.asker import Asker
-from lazyd.core.jsonrpc import JsonId, JsonObj, Kind, Message, valid_id
+from lazyd.core.eras.asker import Asker
+from lazyd.core.relay.jsonrpc import JsonId, JsonObj, Kind, Message, valid_id
 
 __all__ = ["obj", "items", "text", "opt_text", "integer", "opt_integer", "number", "opt_number", "flag",
            "opt_flag", "json_obj", "opt_json_obj", "json_id", "opt_json_id", "raw_text", "raw_bytes",

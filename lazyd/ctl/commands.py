@@ -166,7 +166,7 @@ UPGRADE_WAIT_S = 60.0  # quiesce (2 s at most) + exec + start-up + taking over e
 
 
 def cmd_upgrade(args: argparse.Namespace, out: Output) -> int:
-    """Hand the daemon over to the lazyd installed now; the new one answers (lazyd/daemon/upgrade.py)."""
+    """Hand the daemon over to the lazyd installed now; the new one answers (lazyd/daemon/upgrade/handover.py)."""
     with connect(args.socket) as conn:
         old = conn.daemon_pid
         report = conn.call("upgrade", timeout_s=UPGRADE_WAIT_S)

@@ -1,6 +1,6 @@
 """How lazyctl shows things to people: tables, sizes, ages, and the status summary line.
 
-Pure functions from the daemon's status rows (see `lazyd.daemon.control`) to text. Machine
+Pure functions from the daemon's status rows (see `lazyd.daemon.control.ops`) to text. Machine
 output is the rows themselves as JSON; nothing here is used for `--json`.
 """
 

@@ -19,7 +19,7 @@ import sys
 from collections.abc import Callable
 from typing import NoReturn
 
-from lazyd.core.client_profiles import PROFILES
+from lazyd.core.sharing.client_profiles import PROFILES
 from lazyd.ctl import commands, registration, systemd
 from lazyd.ctl.client import EXIT_USAGE
 from lazyd.ctl.commands import Output

@@ -206,7 +206,7 @@ def explain_text(data: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-# How a registration's sessions get processes, by its `sharing` (lazyd/core/sharing.py).
+# How a registration's sessions get processes, by its `sharing` (lazyd/core/sharing/modes.py).
 _SHARING_WORDS = {
     "shared": "one process for all its sessions",
     "isolated": "one process per session",

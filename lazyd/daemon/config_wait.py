@@ -37,7 +37,7 @@ from lazyd.frames import Refusal
 
 __all__ = ["REFUSAL_CODE", "wait_for_files", "CHECK_INTERVAL_S"]
 
-log = logging.getLogger("lazyd.config")
+log = logging.getLogger("lazyd.config.load")
 
 REFUSAL_CODE = "config"
 CHECK_INTERVAL_S = 1.0  # a stat of one file; a fix is picked up within this without any client

@@ -91,7 +91,7 @@ def _nr_open() -> int:
 class Spare:
     """One descriptor kept open for the moment the table is full: on EMFILE the accept loop gives it
     up to accept a waiting connection, tells that peer why it is refused, and takes it again
-    (libuv's and nginx's answer to a full table; lazyd/daemon/connection.py)."""
+    (libuv's and nginx's answer to a full table; lazyd/daemon/connections/listener.py)."""
 
     def __init__(self) -> None:
         self.fd: int | None = self._open()

@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 import trio
 
-from lazyd.daemon import read_buffer
+from lazyd.daemon.process import read_buffer
 
 __all__ = ["HeapTrimmer", "LARGE_BYTES", "QUIET_S", "TRIMMER"]
 

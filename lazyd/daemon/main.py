@@ -38,24 +38,24 @@ from typing import NoReturn
 import trio
 
 from lazyd import sockpath
-from lazyd.config import Config, load_config
+from lazyd.config.load import Config, load_config
 from lazyd.core.admission import Admission
 from lazyd.daemon import fdlimit, orphans, startup
 from lazyd.daemon.config_wait import wait_for_files
-from lazyd.daemon.adopt import adopt, adopt_stored, take_envelope
-from lazyd.daemon.fdstore import FdStore, keep_standby, standby_path, stored_fds
+from lazyd.daemon.upgrade.adopt import adopt, adopt_stored, take_envelope
+from lazyd.daemon.upgrade.fdstore import FdStore, keep_standby, standby_path, stored_fds
 from lazyd.daemon.heap import TRIMMER
-from lazyd.daemon.registry_state import drop_stale_named
-from lazyd.daemon.connection import ConnectionHandler
-from lazyd.daemon.control import Control, status_summary
-from lazyd.daemon.daemon_log import PrivateRotatingFileHandler
+from lazyd.daemon.sessions.registry_state import drop_stale_named
+from lazyd.daemon.connections.listener import ConnectionHandler
+from lazyd.daemon.control.ops import Control, status_summary
+from lazyd.daemon.log import PrivateRotatingFileHandler
 from lazyd.daemon.notify import Notifier
-from lazyd.daemon.registry import Registry
-from lazyd.daemon.cache_store import CacheStore, load_or_create_secret
+from lazyd.daemon.sessions.registry import Registry
+from lazyd.daemon.runtime.cache_store import CacheStore, load_or_create_secret
 from lazyd.daemon.runtime_dir import acquire_instance_lock, adopt_activated_socket, release_instance_lock, bind_unix_socket, socket_identity
 from lazyd.daemon.systemd_env import ACTIVATION_VARS, NOTIFY_VARS
-from lazyd.daemon.upgrade import Lineage, Upgrader
-from lazyd.daemon.upgrade_state import Envelope
+from lazyd.daemon.upgrade.handover import Lineage, Upgrader
+from lazyd.daemon.upgrade.state import Envelope
 from lazyd.errors import AdoptionError, AlreadyRunning, ConfigError, SetupError, StateFileError
 from lazyd.paths import Paths, resolve_paths
 from lazyd.privatefiles import ensure_private_dir
@@ -135,13 +135,13 @@ def main(argv: list[str] | None = None) -> None:
     except SetupError as exc:
         startup.fail(None, str(exc), startup.EXIT_SETUP)
     try:
-        # A predecessor's hand-over (lazyd/daemon/upgrade.py): its listener and lock are ours.
+        # A predecessor's hand-over (lazyd/daemon/upgrade/handover.py): its listener and lock are ours.
         envelope = take_envelope(os.environ)
     except AdoptionError as exc:
         startup.fail(paths, str(exc), startup.EXIT_SETUP, record=False)
     try:
         activated = adopt_activated_socket(os.environ, os.getpid()) if envelope is None else None
-        # Descriptors systemd kept for us across a crash (lazyd/daemon/fdstore.py), after the socket.
+        # Descriptors systemd kept for us across a crash (lazyd/daemon/upgrade/fdstore.py), after the socket.
         stored = stored_fds(os.environ, int(os.environ.get("LISTEN_FDS") or 0)) if activated is not None else {}
         # The lock and the start-up record live in the runtime dir, so it is made and checked
         # whoever made the socket: systemd may have put an activated one anywhere. Only a socket
@@ -304,7 +304,7 @@ async def serve(sock: socket.socket, paths: Paths, config: Config, config_path: 
 
 async def _serve_connections(handler: ConnectionHandler, listener: trio.SocketListener, scope: trio.CancelScope,
                              *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-    """The accept loop (EMFILE policy: lazyd/daemon/connection.py) and every connection, until
+    """The accept loop (EMFILE policy: lazyd/daemon/connections/listener.py) and every connection, until
     ``scope`` is cancelled at shutdown; the listener is closed then."""
     with scope:
         await handler.serve(listener, task_status=task_status)

@@ -119,7 +119,7 @@ def _kill_session(sid: int) -> list[int]:
 
 def sweep(state_dir: Path, spare: frozenset[int] = frozenset()) -> list[int]:
     """Kill the leftovers recorded by a previous daemon; returns the pids signalled. Those in
-    `spare` were taken over (lazyd/daemon/fdstore.py) and are left alone.
+    `spare` were taken over (lazyd/daemon/upgrade/fdstore.py) and are left alone.
 
     Call it before starting any child: afterwards the record is emptied."""
     killed: list[int] = []

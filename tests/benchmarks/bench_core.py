@@ -38,9 +38,9 @@ RESULT = {"protocolVersion": "2025-11-25", "capabilities": {"tools": {}}, "serve
 
 def _ready_core(clients: int) -> tuple[Any, dict[str, float]]:
     """A RelayCore whose server is READY with `clients` clients through their handshake."""
-    from lazyd.core import jsonrpc as rpc
+    from lazyd.core.relay import jsonrpc as rpc
     from lazyd.core.cache import Snapshot
-    from lazyd.core.relay import RelayCore, ToServer
+    from lazyd.core.relay.core import RelayCore, ToServer
 
     core = RelayCore("bench", Snapshot())
     kw: dict[str, Any] = {"now": 1_000.0} if "now" in inspect.signature(core.client_line).parameters else {}

@@ -27,7 +27,7 @@ from typing import Any
 
 from lazyd import wire
 from lazyd.frames import Hello
-from lazyd.handoff_state import LAYOUT, create_region
+from lazyd.handoff.region import LAYOUT, create_region
 from tests.benchmarks.common import REPO, LineClient
 
 SOFT_NOFILE = 1024  # what a systemd user service gets (DefaultLimitNOFILE=1024:524288)

@@ -1,5 +1,5 @@
 """A server whose stdin backs up slows down the clients feeding it; the daemon does not buffer
-what they send (supervisor.MAX_SERVER_BACKLOG_BYTES, connection.py's reader waits for room)."""
+what they send (supervisor.MAX_SERVER_BACKLOG_BYTES, lazyd/daemon/connections/listener.py's reader waits for room)."""
 
 from __future__ import annotations
 

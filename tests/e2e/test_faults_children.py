@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from lazyd.daemon import logring
-from lazyd.daemon.command import MAX_LINE_BYTES
+from lazyd.daemon.process import stderr_log as logring
+from lazyd.daemon.process.command import MAX_LINE_BYTES
 from tests.conftest import SERVERS, Daemon, UserEnv, start_daemon
 from tests.e2e.faults_support import (
     FIXTURE,

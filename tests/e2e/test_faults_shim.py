@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from lazyd.daemon.outbox import MAX_CLIENT_BACKLOG_BYTES
+from lazyd.daemon.runtime.outbox import MAX_CLIENT_BACKLOG_BYTES
 from tests.conftest import UserEnv, start_daemon
 from tests.e2e.shim_paths import ShimPath, shim_path  # noqa: F401 (shim_path is a fixture)
 from tests.e2e.faults_support import (

@@ -25,11 +25,11 @@ import pytest
 import trio
 
 from lazyd import procfs
-from lazyd.daemon import logring
-from lazyd.daemon.logring import LogRing
-from lazyd.daemon.command import ExitInfo, SpawnSpec
-from lazyd.daemon.process import ChildProcess, open_child, spawn
-from lazyd.daemon.stdout_reader import StdoutReader
+from lazyd.daemon.process import stderr_log as logring
+from lazyd.daemon.process.stderr_log import LogRing
+from lazyd.daemon.process.command import ExitInfo, SpawnSpec
+from lazyd.daemon.process.child import ChildProcess, open_child, spawn
+from lazyd.daemon.process.stdout_reader import StdoutReader
 from lazyd.errors import LineTooLong, SpawnError
 
 pytestmark = pytest.mark.e2e

@@ -8,9 +8,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from lazyd import handoff_state as hs
-from lazyd.daemon.handoff_ledger import map_region
-from lazyd.handoff_state import Region
+from lazyd.handoff import region as hs
+from lazyd.daemon.handoff.ledger import map_region
+from lazyd.handoff.region import Region
 
 
 @pytest.fixture

@@ -12,10 +12,10 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from lazyd.core import jsonrpc as rpc
+from lazyd.core.relay import jsonrpc as rpc
 from lazyd.core.cache import HandshakeEntry, Listing, Snapshot, handshake_key
-from lazyd.core.jsonrpc import JsonId, JsonObj
-from lazyd.core.relay import (
+from lazyd.core.relay.jsonrpc import JsonId, JsonObj
+from lazyd.core.relay.core import (
     Abort,
     Action,
     Activity,
@@ -29,7 +29,7 @@ from lazyd.core.relay import (
     Used,
     WantServer,
 )
-from lazyd.core.routing import SamplingPolicy
+from lazyd.core.relay.routing import SamplingPolicy
 
 VERSION = "2025-11-25"
 CLIENT_PARAMS: JsonObj = {

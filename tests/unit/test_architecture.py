@@ -29,15 +29,14 @@ FORBIDDEN_IN_CORE = frozenset({
     "socket", "select", "selectors", "time", "datetime", "random", "secrets", "uuid", "logging", "sys",
     "platformdirs", "sdnotify", "msgpack",
 })
-MAX_MODULE_LINES = 400
+MAX_MODULE_LINES = 600
 MAX_CLASS_CHAIN = 3
 
 # The floors, bottom up, as docs/architecture.md's table gives them: which lazyd modules belong to
 # each, and what each may import besides the standard library (project floors and third parties).
 BASE = frozenset({"lazyd", "lazyd.errors", "lazyd.durations", "lazyd.envnames", "lazyd.frames", "lazyd.wire",
                   "lazyd.sockpath", "lazyd.fallbacks", "lazyd.privatefiles", "lazyd.procfs", "lazyd.linepeek",
-                  "lazyd.handoff_state", "lazyd.handoff_snapshot"})
-CONFIG = frozenset({"lazyd.config", "lazyd.config_model", "lazyd.config_values", "lazyd.config_known"})
+                  "lazyd.handoff", "lazyd.handoff.region", "lazyd.handoff.snapshot"})
 FLOOR_RULES: dict[str, frozenset[str]] = {
     "base": frozenset({"base", "msgpack"}),
     "paths": frozenset({"base", "platformdirs"}),
@@ -55,9 +54,7 @@ def floor_of(name: str) -> str | None:
         return "base"
     if name == "lazyd.paths":
         return "paths"
-    if name in CONFIG:
-        return "config"
-    for prefix, floor in (("lazyd.core", "core"), ("lazyd.daemon", "daemon"), ("lazyd.ctl", "ctl"),
+    for prefix, floor in (("lazyd.config", "config"), ("lazyd.core", "core"), ("lazyd.daemon", "daemon"), ("lazyd.ctl", "ctl"),
                           ("lazyd_shim", "shim")):
         if name == prefix or name.startswith(prefix + "."):
             return floor
@@ -146,7 +143,7 @@ def exception_violations(modules: Mapping[str, Module]) -> list[str]:
 # MCP protocol versions are dates; they are written once, with the eras they belong to. Client
 # handshakes captured from real clients (client_profiles.py) are data, and keep theirs.
 VERSION_LITERAL = re.compile(r"""["']\d{4}-\d{2}-\d{2}["']""")
-VERSION_HOMES = frozenset({"lazyd.core.eras", "lazyd.core.client_profiles"})
+VERSION_HOMES = frozenset({"lazyd.core.eras.versions", "lazyd.core.sharing.client_profiles"})
 
 
 def version_literal_violations(modules: Mapping[str, Module]) -> list[str]:
@@ -176,7 +173,7 @@ def test_the_source_keeps_every_rule(tree: dict[str, Module], rule: str) -> None
 
 def test_the_tree_is_read_whole(tree: dict[str, Module]) -> None:
     # A parser that silently found nothing would make every rule pass.
-    assert {"lazyd.wire", "lazyd.core.relay", "lazyd.daemon.main", "lazyd.ctl.main", "lazyd_shim.main"} <= set(tree)
+    assert {"lazyd.wire", "lazyd.core.relay.core", "lazyd.daemon.main", "lazyd.ctl.main", "lazyd_shim.main"} <= set(tree)
     assert any(i.target == "lazyd_shim.connect" for i in tree["lazyd.ctl.client"].imports)  # importlib, seen
     assert any(i.type_checking for i in tree["lazyd_shim.relay"].imports)
 
@@ -230,14 +227,14 @@ BROKEN: dict[str, tuple[str, dict[str, str], str]] = {
                          "lazyd/core/d.py": "from lazyd.core import c\nclass D(c.C): pass\n"},
         "class lazyd.core.d.D is 4 project classes deep"),
     "a module of 401 lines": (
-        "module size", {"lazyd/core/long.py": "x = 1\n" * 401}, "lazyd.core.long is over 400 lines"),
+        "module size", {"lazyd/core/long.py": "x = 1\n" * 601}, "lazyd.core.long is over 600 lines"),
     "an exception outside the tree": (
         "exceptions", {"lazyd/errors.py": "class LazydError(Exception): pass\n",
                        "lazyd/daemon/x.py": "class Broken(ValueError): pass\n"},
         "exception lazyd.daemon.x.Broken is defined outside lazyd.errors"),
     "a protocol version spelt outside the eras": (
-        "protocol versions", {"lazyd/daemon/check.py": 'VERSION = "2025-11-25"\n'},
-        "lazyd.daemon.check spells a protocol version"),
+        "protocol versions", {"lazyd/daemon/control/check.py": 'VERSION = "2025-11-25"\n'},
+        "lazyd.daemon.control.check spells a protocol version"),
     "a private exception with no common root": (
         "exceptions", {"lazyd/errors.py": "class LazydError(Exception): pass\n",
                        "shim/connect.py": "class _NoDaemon(Exception): pass\n"},

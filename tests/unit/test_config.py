@@ -1,4 +1,4 @@
-"""The config file and shim options (lazyd/config.py).
+"""The config file and shim options (lazyd/config/load.py).
 
 Policy for these tests: every refusal is checked for its whole shape, exactly one line that
 names the file, the key path and the problem, because that line is the entire user interface of a
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from lazyd.config import (
+from lazyd.config.load import (
     MAX_CONFIG_BYTES,
     Config,
     Policy,
@@ -24,7 +24,7 @@ from lazyd.config import (
     policy_with_options,
 )
 from lazyd.errors import ConfigError
-from lazyd.core.identity import PER_SESSION_ENV
+from lazyd.core.sharing.identity import PER_SESSION_ENV
 
 SOURCE = Path("/home/u/.config/lazyd/config.toml")
 ENVIRON = {"HOME": "/home/u", "GITHUB_TOKEN": "ghp_abc", "EMPTY": ""}

@@ -1,5 +1,5 @@
 """The daemon's own log is its owner's only: created 0600 whatever the umask, tightened when found
-wider, and every file a rotation makes is 0600 too (lazyd/daemon/daemon_log.py)."""
+wider, and every file a rotation makes is 0600 too (lazyd/daemon/log.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from lazyd.daemon.daemon_log import PrivateRotatingFileHandler
+from lazyd.daemon.log import PrivateRotatingFileHandler
 
 
 def mode(path: Path) -> int:

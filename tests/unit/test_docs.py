@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from lazyd.config import parse_config_text
-from lazyd.config_known import packaged
+from lazyd.config.load import parse_config_text
+from lazyd.config.known import packaged
 
 REPO = Path(__file__).resolve().parents[2]
 DOCS = sorted([*(REPO / "docs").glob("*.md"), REPO / "README.md"])

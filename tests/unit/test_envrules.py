@@ -1,5 +1,5 @@
-"""Which inherited variables split an identity (lazyd/core/envrules.py, through identity_for), and
-what each client gives a server (lazyd/core/client_profiles.py).
+"""Which inherited variables split an identity (lazyd/core/sharing/envrules.py, through identity_for), and
+what each client gives a server (lazyd/core/sharing/client_profiles.py).
 
 The environments are the ones seen with the real clients: Claude Code 2.1.332 adds its session
 variables to the user's, Gemini CLI 0.61.0 strips tokens and CA bundles, Codex keeps a handful.
@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import pytest
 
-from lazyd.core.client_profiles import PROFILES, codex_environment, gemini_environment, profile_for_client_info
-from lazyd.core.envrules import PER_SESSION_ENV, classify, counts
+from lazyd.core.sharing.client_profiles import PROFILES, codex_environment, gemini_environment, profile_for_client_info
+from lazyd.core.sharing.envrules import PER_SESSION_ENV, classify, counts
 from lazyd.envnames import parse_names
-from lazyd.core.identity import explain_difference, identity_for
+from lazyd.core.sharing.identity import explain_difference, identity_for
 
 SHELL = {"HOME": "/home/u", "PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "USER": "u", "SHELL": "/bin/bash",
          "GITHUB_TOKEN": "ghp_planted-secret-value", "SSL_CERT_FILE": "/etc/ssl/ca.pem",

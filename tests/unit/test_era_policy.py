@@ -1,4 +1,4 @@
-"""The era policy's tables (lazyd/core/era_policy.py), every row of them, without a process.
+"""The era policy's tables (lazyd/core/eras/policy.py), every row of them, without a process.
 
 Each expected table below is written out as literal rows, the way the module docstring states
 them, rather than recomputed: a change to the policy must change a row here too.
@@ -11,7 +11,7 @@ import itertools
 import pytest
 
 from lazyd.core.cache import Snapshot
-from lazyd.core.era_policy import (
+from lazyd.core.eras.policy import (
     ERA_SETTINGS,
     Era,
     EraPolicy,
@@ -23,7 +23,7 @@ from lazyd.core.era_policy import (
     client_era,
     facts_of,
 )
-from lazyd.core.eras import CLIENT_INFO_META, PROTOCOL_VERSION_META
+from lazyd.core.eras.versions import CLIENT_INFO_META, PROTOCOL_VERSION_META
 
 DISCOVERIES = ("unknown", "none", "stateless")
 TRISTATE = (None, True, False)

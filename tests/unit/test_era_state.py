@@ -1,4 +1,4 @@
-"""Era detection alone (lazyd/core/era_state.py): its table is written as prose in the module
+"""Era detection alone (lazyd/core/eras/state.py): its table is written as prose in the module
 docstring and as data in TRANSITIONS, and the two must say the same; each stage reads the same to
 the rest of the core whatever way it was reached; what is learned is recorded in the snapshot.
 """
@@ -9,11 +9,11 @@ import re
 
 import pytest
 
-from lazyd.core import era_state
+from lazyd.core.eras import state as era_state
 from lazyd.core.cache import Snapshot
-from lazyd.core.era_policy import Kind, facts_of
-from lazyd.core.era_state import ANY, TRANSITIONS, EraState, Event, Stage
-from lazyd.core.relay_base import Phase, SnapshotChanged
+from lazyd.core.eras.policy import Kind, facts_of
+from lazyd.core.eras.state import ANY, TRANSITIONS, EraState, Event, Stage
+from lazyd.core.relay.base import Phase, SnapshotChanged
 
 STATELESS_DISCOVERY = {"PV": {"result": {"supportedVersions": ["2026-07-28"]}, "stored_at": 0.0}}
 

@@ -15,7 +15,7 @@ import trio
 import trio.testing
 
 from lazyd import wire
-from lazyd.daemon.connection import _Frames
+from lazyd.daemon.connections.listener import _Frames
 from lazyd.errors import SlowPeer
 from lazyd.frames import Line
 

@@ -5,7 +5,7 @@ hostile or sloppy peers write them: members in any order, any whitespace, ids of
 nested objects that carry their own "id", duplicate top-level keys, keys spelled with \\u escapes,
 and byte-level damage on top. Two oracles written from the rules rather than from the code:
 
-- classification (JSON-RPC 2.0 as lazyd/core/jsonrpc.py's docstring states it) is recomputed from
+- classification (JSON-RPC 2.0 as lazyd/core/relay/jsonrpc.py's docstring states it) is recomputed from
   the object the standard parser sees, and `parse` must agree, never raising;
 - after `with_id(msg, new)` a standard parser must see exactly the original object with its id
   replaced by `new`: whatever shortcut the rewrite takes (splicing bytes instead of
@@ -23,8 +23,8 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lazyd.core import jsonrpc as rpc
-from lazyd.core.jsonrpc import Invalid, Kind, Message
+from lazyd.core.relay import jsonrpc as rpc
+from lazyd.core.relay.jsonrpc import Invalid, Kind, Message
 
 _ID_VALUES: list[Any] = [0, 1, -7, 2**53, 2**70, "1", "", "id", 'a"b', "é", None, True, 1.5, [], {}]
 _PAYLOADS: list[Any] = [{}, {"id": 3}, {"a": {"id": "x"}, "b": [1, {"id": None}]}, "id", [{"id": 1}], 1, None,

@@ -19,8 +19,8 @@ import random
 from hypothesis import given, note, settings
 from hypothesis import strategies as st
 
-from lazyd.core import jsonrpc as rpc
-from lazyd.core.jsonrpc import Invalid, JsonId, JsonObj
+from lazyd.core.relay import jsonrpc as rpc
+from lazyd.core.relay.jsonrpc import Invalid, JsonId, JsonObj
 from tests.unit.relay_driver import Driver, result, running, warm_snapshot
 from tests.unit.test_relay_sharing import OPS, Walk, key
 

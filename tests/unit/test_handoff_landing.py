@@ -1,5 +1,5 @@
 """What a hand-off session's shim makes of client input the daemon read and had not accounted for
-(lazyd/handoff_state.py, "Nothing read from the client is ever only in the daemon's memory"): the
+(lazyd/handoff/region.py, "Nothing read from the client is ever only in the daemon's memory"): the
 daemon's side (`Landing`, `Ledger.landed`) and the shim's (`request_ids_in`, `recover.answer`).
 
 Testing policy: a real sealed memfd region, the daemon's mapping of it and the shim's reader; the
@@ -16,12 +16,12 @@ from typing import Any
 
 import pytest
 
-from lazyd import handoff_state as hs
-from lazyd.daemon import handoff
-from lazyd.daemon.handoff_ledger import Landing, Ledger, map_region
+from lazyd.handoff import region as hs
+from lazyd.daemon.handoff import session as handoff
+from lazyd.daemon.handoff.ledger import Landing, Ledger, map_region
 from lazyd.frames import Hello
-from lazyd.handoff_snapshot import PREVIOUS_MAGIC, snapshot
-from lazyd.handoff_state import Region
+from lazyd.handoff.snapshot import PREVIOUS_MAGIC, snapshot
+from lazyd.handoff.region import Region
 from lazyd.linepeek import BIG_LINE_BYTES, ID_SCAN_BYTES, inspect_line, request_ids_in
 from shim import recover
 from shim.options import Log, parse

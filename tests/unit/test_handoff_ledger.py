@@ -1,4 +1,4 @@
-"""A hand-off session's ledger (lazyd/daemon/handoff_ledger.py): the region always says what the
+"""A hand-off session's ledger (lazyd/daemon/handoff/ledger.py): the region always says what the
 shim must answer, with nothing the client already has and nothing missing.
 
 Testing policy: a real sealed memfd region, mapped as the daemon maps it, read back with the reader
@@ -10,9 +10,9 @@ from __future__ import annotations
 import json
 import os
 
-from lazyd import handoff_state as hs
-from lazyd.daemon.handoff_ledger import RELEASE_HEAD_BYTES, Ledger
-from lazyd.handoff_state import Region, State, read_region
+from lazyd.handoff import region as hs
+from lazyd.daemon.handoff.ledger import RELEASE_HEAD_BYTES, Ledger
+from lazyd.handoff.region import Region, State, read_region
 
 INIT = b'{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25"}}'
 INITIALIZED = b'{"jsonrpc":"2.0","method":"notifications/initialized"}'

@@ -1,4 +1,4 @@
-"""The client's ends and the outbox of a hand-off session (lazyd/daemon/handoff_outbox.py): lines
+"""The client's ends and the outbox of a hand-off session (lazyd/daemon/handoff/outbox.py): lines
 reach the client whole and in order however slowly it reads, and a daemon killed at any moment
 leaves a region from which the shim makes a clean stream (docs/reliability.md: the torn byte set
 before any write that can stop inside a line, an answer's id retired only once its line is whole).
@@ -25,11 +25,11 @@ from select import PIPE_BUF
 import pytest
 import trio
 
-from lazyd import handoff_state as hs
-from lazyd.daemon.handoff_ledger import Ledger
-from lazyd.daemon.handoff_outbox import ClientEnds, HandoffOutbox
-from lazyd.handoff_snapshot import snapshot
-from lazyd.handoff_state import Region
+from lazyd.handoff import region as hs
+from lazyd.daemon.handoff.ledger import Ledger
+from lazyd.daemon.handoff.outbox import ClientEnds, HandoffOutbox
+from lazyd.handoff.snapshot import snapshot
+from lazyd.handoff.region import Region
 from lazyd.linepeek import id_key
 from shim import recover
 from shim.options import Log, parse
@@ -65,7 +65,7 @@ class Client:
             in_r, self.stdin = os.pipe()
             self.stdout, out_w = os.pipe()
             fcntl.fcntl(out_w, fcntl.F_SETPIPE_SZ, SMALL_PIPE)
-            # Descriptions of the daemon's own, as the shim opens them (lazyd/daemon/handoff.py).
+            # Descriptions of the daemon's own, as the shim opens them (lazyd/daemon/handoff/session.py).
             self.in_fd = os.open(f"/proc/self/fd/{in_r}", os.O_RDONLY | os.O_NONBLOCK)
             self.out_fd = os.open(f"/proc/self/fd/{out_w}", os.O_WRONLY | os.O_NONBLOCK)
             os.close(in_r)

@@ -1,4 +1,4 @@
-"""The shared region of a hand-off session (lazyd/handoff_state.py): what a shim reads back after
+"""The shared region of a hand-off session (lazyd/handoff/region.py): what a shim reads back after
 its daemon is gone, whatever moment the daemon died at, and what no peer can do to the daemon's
 mapping of it.
 
@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 
-from lazyd import handoff_state as hs
-from lazyd.daemon.handoff_ledger import map_region
-from lazyd.handoff_state import Region, State, read_region
+from lazyd.handoff import region as hs
+from lazyd.daemon.handoff.ledger import map_region
+from lazyd.handoff.region import Region, State, read_region
 
 
 @pytest.fixture

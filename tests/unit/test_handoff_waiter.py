@@ -16,9 +16,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from lazyd import handoff_state as hs
-from lazyd.daemon.handoff_ledger import Ledger, map_region
-from lazyd.handoff_state import Region
+from lazyd.handoff import region as hs
+from lazyd.daemon.handoff.ledger import Ledger, map_region
+from lazyd.handoff.region import Region
 from lazyd.linepeek import error_line
 from shim import handoff
 from shim.relay import LOST_CODE, LOST_MESSAGE

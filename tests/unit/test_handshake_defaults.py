@@ -1,12 +1,12 @@
 """lazyd's own handshake and identity, and which params each kind of start replays
-(lazyd/core/handshake_defaults.py): every rule of its docstring, with literal expectations."""
+(lazyd/core/relay/handshake_defaults.py): every rule of its docstring, with literal expectations."""
 
 from __future__ import annotations
 
 from importlib.metadata import version
 
-from lazyd.core.client_profiles import PROFILES
-from lazyd.core.handshake_defaults import (
+from lazyd.core.sharing.client_profiles import PROFILES
+from lazyd.core.relay.handshake_defaults import (
     LAZYD_CLIENT_INFO,
     check_params,
     hub_call_params,

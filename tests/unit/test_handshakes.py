@@ -1,4 +1,4 @@
-"""The daemon's memory of each client's handshake (lazyd/daemon/handshakes.py)."""
+"""The daemon's memory of each client's handshake (lazyd/daemon/control/handshakes.py)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import json
 import os
 from pathlib import Path
 
-from lazyd.core.client_profiles import PROFILES
-from lazyd.daemon import handshakes
-from lazyd.daemon.handshakes import LearnedHandshakes, initialize_params
+from lazyd.core.sharing.client_profiles import PROFILES
+from lazyd.daemon.control import handshakes
+from lazyd.daemon.control.handshakes import LearnedHandshakes, initialize_params
 
 CLAUDE = {"protocolVersion": "2025-11-25", "capabilities": {"roots": {}}, "clientInfo": {"name": "claude-code", "version": "9"}}
 

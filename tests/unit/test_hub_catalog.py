@@ -1,11 +1,11 @@
-"""What the hub shows from snapshots and how it ranks a search (lazyd/core/hub_catalog.py)."""
+"""What the hub shows from snapshots and how it ranks a search (lazyd/core/hub/catalog.py)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from lazyd.core.cache import CachedResult, HandshakeEntry, Listing, Snapshot, handshake_key, stateless_key
-from lazyd.core.hub_catalog import (
+from lazyd.core.hub.catalog import (
     ToolInfo,
     cached_tools,
     first_line,

@@ -1,4 +1,4 @@
-"""The policy gate in front of a server's relay core (lazyd/core/hub_gate.py), driven line by line.
+"""The policy gate in front of a server's relay core (lazyd/core/policy_gate.py), driven line by line.
 
 Each test feeds client lines and asserts the exact actions: what reaches the core (`Pass`), what
 the client is told (`Reply`), and what is logged, which must never include the arguments.
@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from lazyd.core.hub_gate import Log, Pass, PolicyGate, Reply, summarize_arguments
+from lazyd.core.policy_gate import Log, Pass, PolicyGate, Reply, summarize_arguments
 from lazyd.core.policy import ToolPolicy, compile_rule
 
 SERVER = "fs"

@@ -1,4 +1,4 @@
-"""The hub's id and cancel routing (lazyd/core/hub_routes.py), driven by exact event lists.
+"""The hub's id and cancel routing (lazyd/core/hub/routes.py), driven by exact event lists.
 
 Testing policy: as for the relay core, each test feeds events and asserts the exact list of
 actions, with literal lines, so a changed id, a lost cancel or a response delivered twice fails.
@@ -15,9 +15,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lazyd.core import jsonrpc as rpc
-from lazyd.core.hub_routes import MAX_CALLS_IN_FLIGHT, CancelTask, HubRoutes, ToCall, ToClient
-from lazyd.core.jsonrpc import Message
+from lazyd.core.relay import jsonrpc as rpc
+from lazyd.core.hub.routes import MAX_CALLS_IN_FLIGHT, CancelTask, HubRoutes, ToCall, ToClient
+from lazyd.core.relay.jsonrpc import Message
 
 
 def msg(obj: Mapping[str, Any]) -> Message:

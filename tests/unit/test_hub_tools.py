@@ -1,4 +1,4 @@
-"""The hub's meta-tools (lazyd/core/hub_tools.py), the hub hello's options (lazyd/core/hub_protocol.py)
+"""The hub's meta-tools (lazyd/core/hub/tools.py), the hub hello's options (lazyd/core/hub/protocol.py)
 and the shim's `--hub` flag (shim/options.py)."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from lazyd.core import hub_tools as ht
-from lazyd.core.hub_catalog import ToolInfo
-from lazyd.core.hub_protocol import hub_servers
+from lazyd.core.hub import tools as ht
+from lazyd.core.hub.catalog import ToolInfo
+from lazyd.core.hub.protocol import hub_servers
 from lazyd.errors import HubOptionError
 from lazyd.errors import UsageError
 from shim.options import parse

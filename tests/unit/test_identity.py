@@ -1,4 +1,4 @@
-"""Registration identity (lazyd/core/identity.py).
+"""Registration identity (lazyd/core/sharing/identity.py).
 
 The rule under test: sessions that differ only in per-session variables share a server; any
 other difference (a token, an argument, the cwd, the resolved command, share = false) never
@@ -19,7 +19,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lazyd.core.identity import (
+from lazyd.core.sharing.identity import (
     MIN_SECRET_BYTES,
     PER_SESSION_ENV,
     Identity,

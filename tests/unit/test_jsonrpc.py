@@ -12,8 +12,8 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lazyd.core import jsonrpc as rpc
-from lazyd.core.jsonrpc import Invalid, Kind, Message
+from lazyd.core.relay import jsonrpc as rpc
+from lazyd.core.relay.jsonrpc import Invalid, Kind, Message
 
 
 def parsed(line: bytes) -> Message:

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lazyd.core import jsonrpc as rpc
+from lazyd.core.relay import jsonrpc as rpc
 
 
 def _rewrite(line: bytes, new_id: rpc.JsonId) -> bytes:

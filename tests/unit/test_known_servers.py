@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from lazyd.config import parse_config_text
-from lazyd.config_known import PACKAGED_FILE, packaged
-from lazyd.core.known_servers import KnownServer, KnownServers, normalize, what_runs
+from lazyd.config.load import parse_config_text
+from lazyd.config.known import PACKAGED_FILE, packaged
+from lazyd.core.sharing.known_servers import KnownServer, KnownServers, normalize, what_runs
 from lazyd.errors import ConfigError
 
 NM = "/home/u/proj/node_modules"
@@ -90,9 +90,9 @@ def test_the_packaged_table_starts_with_the_servers_whose_sharing_is_known() -> 
 
 def test_the_packaged_table_is_package_data_that_pyproject_ships() -> None:
     root = Path(__file__).resolve().parents[2]
-    assert (root / "lazyd" / PACKAGED_FILE).is_file()
+    assert (root / "lazyd" / "config" / PACKAGED_FILE).is_file()
     pyproject = (root / "pyproject.toml").read_text()
-    assert f'"lazyd" = ["{PACKAGED_FILE}"]' in pyproject
+    assert f'"lazyd.config" = ["{PACKAGED_FILE}"]' in pyproject
 
 
 def test_config_toml_adds_and_overrides_known_servers_and_an_empty_file_has_the_packaged_table() -> None:

@@ -14,14 +14,14 @@ import sys
 from pathlib import Path
 
 from lazyd.core.cache import HandshakeEntry, Snapshot
-from lazyd.core.identity import identity_for
-from lazyd.daemon.cache_store import CacheStore
-from lazyd.daemon.client_process import client_process_name
-from lazyd.daemon.command_cache import CommandCaches
-from lazyd.core.client_profiles import PROFILES
-from lazyd.daemon.client_env import client_environment, learned_profile
-from lazyd.daemon.learned_env import LearnedEnv, SessionClient
-from lazyd.daemon.shebang import interpreter_of
+from lazyd.core.sharing.identity import identity_for
+from lazyd.daemon.runtime.cache_store import CacheStore
+from lazyd.daemon.connections.client_process import client_process_name
+from lazyd.daemon.sessions.command_cache import CommandCaches
+from lazyd.core.sharing.client_profiles import PROFILES
+from lazyd.daemon.control.client_env import client_environment, learned_profile
+from lazyd.daemon.sessions.learned_env import LearnedEnv, SessionClient
+from lazyd.daemon.sessions.shebang import interpreter_of
 
 SECRET = b"k" * 32
 

@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lazyd.core.lifecycle import (
+from lazyd.core.lifecycle.machine import (
     PROCESS_STATES,
     Action,
     FailWaiting,

@@ -1,5 +1,5 @@
 """The check linger: a start only listings came for lingers `check_linger_s`, not `linger_s`
-(rule 6 of lazyd/core/lifecycle.py, written in lazyd/core/lifecycle_usage.py).
+(rule 6 of lazyd/core/lifecycle/machine.py, written in lazyd/core/lifecycle/usage.py).
 
 A health check (`claude mcp list`, `gemini mcp list`, opencode's `mcp list`) with nothing cached
 starts every server for its listings and leaves; directly, those servers exit with the listing.
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from lazyd.core.lifecycle import Lifecycle, LifecyclePolicy, Spawn, State, Stop
+from lazyd.core.lifecycle.machine import Lifecycle, LifecyclePolicy, Spawn, State, Stop
 from lazyd.errors import LifecycleError
 from tests.unit.test_lifecycle import CRASH, make
 

@@ -1,6 +1,6 @@
 """A lifecycle rebuilt from its state decides exactly as the one that wrote it, on another clock.
 
-Random input sequences (every input of lazyd/core/lifecycle.py, valid or not) bring a lifecycle
+Random input sequences (every input of lazyd/core/lifecycle/machine.py, valid or not) bring a lifecycle
 to a random state; it is written, sent through JSON and read back on a clock whose origin is
 elsewhere (as a successor daemon's monotonic clock is), and both are fed the same further inputs,
 each at the same distance from the hand-over: their actions, status fields and deadlines (moved
@@ -18,8 +18,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lazyd.core.lifecycle import Lifecycle, LifecyclePolicy, State
-from lazyd.core.lifecycle_persist import lifecycle_from_state, lifecycle_state
+from lazyd.core.lifecycle.machine import Lifecycle, LifecyclePolicy, State
+from lazyd.core.lifecycle.persist import lifecycle_from_state, lifecycle_state
 from tests.unit.test_lifecycle import INPUTS, POLICIES
 
 OFFSET = 5_000.0  # where the reader's clock is when the writer's reads 0

@@ -1,4 +1,4 @@
-"""The listing engine alone (lazyd/core/listings.py), without a relay core: one engine fetches for
+"""The listing engine alone (lazyd/core/relay/listings.py), without a relay core: one engine fetches for
 both eras, so each rule is checked for a handshake-era listing and a stateless one.
 
 The engine is given a `send` port that records the page requests and hands out relay ids; a test
@@ -12,12 +12,12 @@ from typing import Any
 
 import pytest
 
-from lazyd.core import jsonrpc as rpc
-from lazyd.core.asker import Asker
-from lazyd.core.eras import CLIENT_INFO_META, PROTOCOL_VERSION_META
-from lazyd.core.jsonrpc import JsonObj, Kind, Message
-from lazyd.core.listings import MAX_LISTING_PAGES, Fetched, ListingEngine, Waiter, drift
-from lazyd.core.relay_base import ToServer
+from lazyd.core.relay import jsonrpc as rpc
+from lazyd.core.eras.asker import Asker
+from lazyd.core.eras.versions import CLIENT_INFO_META, PROTOCOL_VERSION_META
+from lazyd.core.relay.jsonrpc import JsonObj, Kind, Message
+from lazyd.core.relay.listings import MAX_LISTING_PAGES, Fetched, ListingEngine, Waiter, drift
+from lazyd.core.relay.base import ToServer
 
 ASKER = Asker("2026-07-28", {"name": "modern", "version": "1"}, {})
 OTHER = Asker("2026-07-28", {"name": "other", "version": "1"}, {})

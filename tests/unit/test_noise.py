@@ -1,4 +1,4 @@
-"""Per-run variables learned from sessions (lazyd/core/noise.py).
+"""Per-run variables learned from sessions (lazyd/core/sharing/noise.py).
 
 The rule under test: a variable whose value changes between sessions of one registration from one
 client is per-run noise for that client, after 2 values when its name or values look generated
@@ -12,7 +12,7 @@ import json
 
 import pytest
 
-from lazyd.core.noise import Evidence, PerRunLearner, is_shaped_name, is_shaped_value
+from lazyd.core.sharing.noise import Evidence, PerRunLearner, is_shaped_name, is_shaped_value
 
 REG = "reg-time"  # an opaque registration key, as the daemon passes one
 OTHER_REG = "reg-everything"

@@ -1,4 +1,4 @@
-"""A client's outbox in the daemon (lazyd/daemon/outbox.py) is bounded by the bytes it holds now, not
+"""A client's outbox in the daemon (lazyd/daemon/runtime/outbox.py) is bounded by the bytes it holds now, not
 by the bytes that passed through it: a client that keeps reading through a long stream stays
 connected, one that falls behind has its own requests paused until it catches up, and one that
 stops reading is dropped once 64 MiB wait for it."""
@@ -10,7 +10,7 @@ import trio
 import trio.testing
 
 from lazyd import wire
-from lazyd.daemon.outbox import (
+from lazyd.daemon.runtime.outbox import (
     CLIENT_PAUSE_BYTES,
     CLIENT_PAUSE_FRAMES,
     MAX_CLIENT_BACKLOG_BYTES,
@@ -18,7 +18,7 @@ from lazyd.daemon.outbox import (
     LineOutbox,
     ConnectionOutbox,
 )
-from lazyd.daemon.server_input import MAX_SERVER_BACKLOG_BYTES
+from lazyd.daemon.process.stdin import MAX_SERVER_BACKLOG_BYTES
 
 MIB = 1024 * 1024
 

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lazyd.config import parse_config_text
+from lazyd.config.load import parse_config_text
 from lazyd.errors import ConfigError
 from lazyd.core.policy import ToolPolicy, Verdict, compile_rule
 

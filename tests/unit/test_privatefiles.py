@@ -11,7 +11,7 @@ import pytest
 
 from lazyd.errors import StateFileError
 from lazyd.privatefiles import StagedFile, read_private, write_private
-from lazyd.daemon.cache_store import SECRET_BYTES, load_or_create_secret
+from lazyd.daemon.runtime.cache_store import SECRET_BYTES, load_or_create_secret
 
 
 def private(path: Path, data: bytes, mode: int = 0o600) -> Path:

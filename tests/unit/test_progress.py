@@ -11,7 +11,7 @@ import pytest
 import trio
 
 from lazyd.ctl.progress import StatusLine
-from lazyd.daemon import progress
+from lazyd.daemon.control import progress
 from lazyd.errors import WireError
 from lazyd.frames import Progress, validate_frame
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from lazyd.core import jsonrpc as rpc
+from lazyd.core.relay import jsonrpc as rpc
 from lazyd.core.cache import Snapshot, handshake_key
-from lazyd.core.relay import PROTOCOL_VERSION_META, Phase, ToClient
+from lazyd.core.relay.core import PROTOCOL_VERSION_META, Phase, ToClient
 from tests.unit.relay_driver import (
     BARE_PARAMS,
     CLIENT_PARAMS,

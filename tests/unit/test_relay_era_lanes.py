@@ -1,4 +1,4 @@
-"""The relay core following its lane's start plan (lazyd/core/era_policy.py), without processes:
+"""The relay core following its lane's start plan (lazyd/core/eras/policy.py), without processes:
 a handshake lane replays `initialize` first and asks discovery only after it, a stateless lane
 bridges the handshake clients of a server that locks each connection to one era, what is learned
 on the way is recorded, and the `era` setting forces either era with clear refusals.
@@ -6,11 +6,11 @@ on the way is recorded, and the `era` setting forces either era with clear refus
 
 from __future__ import annotations
 
-from lazyd.core import jsonrpc as rpc
+from lazyd.core.relay import jsonrpc as rpc
 from lazyd.core.cache import HandshakeEntry, Snapshot, handshake_key
-from lazyd.core.era_policy import EraPolicy, Kind, facts_of
-from lazyd.core.eras import LOG_LEVEL_META, PROTOCOL_VERSION_META
-from lazyd.core.relay import Phase
+from lazyd.core.eras.policy import EraPolicy, Kind, facts_of
+from lazyd.core.eras.versions import LOG_LEVEL_META, PROTOCOL_VERSION_META
+from lazyd.core.relay.core import Phase
 from tests.unit.relay_driver import CLIENT_PARAMS, INIT_RESULT, PAGES, TOOLS, Driver, request, result
 from tests.unit.test_relay_eras import DISCOVERY, PV, UNSUPPORTED_INIT, driver, known_stateless, meta, page, serve_stateless
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from lazyd.core import jsonrpc as rpc
+from lazyd.core.relay import jsonrpc as rpc
 from lazyd.core.cache import Snapshot
-from lazyd.core.eras import (
+from lazyd.core.eras.versions import (
     CLIENT_CAPABILITIES_META,
     CLIENT_INFO_META,
     LOG_LEVEL_META,
@@ -21,9 +21,9 @@ from lazyd.core.eras import (
     SERVER_INFO_META,
     SUBSCRIPTION_ID_META,
 )
-from lazyd.core.era_policy import Era
-from lazyd.core.jsonrpc import JsonId, JsonObj
-from lazyd.core.relay import Phase
+from lazyd.core.eras.policy import Era
+from lazyd.core.relay.jsonrpc import JsonId, JsonObj
+from lazyd.core.relay.core import Phase
 from tests.unit.relay_driver import (
     BARE_PARAMS,
     CLIENT_PARAMS,
@@ -61,7 +61,7 @@ def page(items: list[Any], key: str = "tools", ttl: int = 60_000, scope: str = "
 
 def driver(snapshot: Snapshot | None = None, lane: Era | None = "stateless") -> tuple[Driver, Clock]:
     """A relay core whose process is the stateless lane's unless `lane` says otherwise
-    (era_policy.py: the lane decides the start plan)."""
+    (lazyd/core/eras/policy.py: the lane decides the start plan)."""
     d = Driver(snapshot if snapshot is not None else Snapshot())
     d.core.lane = lane
     return d, d.clock

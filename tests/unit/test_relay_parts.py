@@ -9,16 +9,16 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from lazyd.core import jsonrpc as rpc
-from lazyd.core.asker import Asker
+from lazyd.core.relay import jsonrpc as rpc
+from lazyd.core.eras.asker import Asker
 from lazyd.core.cache import Snapshot
-from lazyd.core.era_state import EraState
-from lazyd.core.jsonrpc import JsonObj, Message
-from lazyd.core.listings import ListingEngine
-from lazyd.core.relay_base import ClientState, Note, Phase, ToClient, ToServer, Waiting, WantServer, forward, internal
-from lazyd.core.relay_shared import RelayShared
-from lazyd.core.routing import Routes
-from lazyd.core.stateless_cache import StatelessCache
+from lazyd.core.eras.state import EraState
+from lazyd.core.relay.jsonrpc import JsonObj, Message
+from lazyd.core.relay.listings import ListingEngine
+from lazyd.core.relay.base import ClientState, Note, Phase, ToClient, ToServer, Waiting, WantServer, forward, internal
+from lazyd.core.relay.shared import RelayShared
+from lazyd.core.relay.routing import Routes
+from lazyd.core.eras.stateless_cache import StatelessCache
 
 
 def message(line: bytes) -> Message:

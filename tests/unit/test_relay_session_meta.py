@@ -1,4 +1,4 @@
-"""Session ids in `_meta` (lazyd/core/session_meta.py): one process of a session-aware server,
+"""Session ids in `_meta` (lazyd/core/relay/session_meta.py): one process of a session-aware server,
 every request of a session carrying that session's id; nothing else changes."""
 
 from __future__ import annotations
@@ -6,9 +6,9 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from lazyd.core.relay import RelayCore, ToServer
-from lazyd.core.routing import Routes
-from lazyd.core.session_meta import LAZYD_SESSION_KEY, MUX_SESSION_KEY
+from lazyd.core.relay.core import RelayCore, ToServer
+from lazyd.core.relay.routing import Routes
+from lazyd.core.relay.session_meta import LAZYD_SESSION_KEY, MUX_SESSION_KEY
 from lazyd.core.cache import Snapshot
 from tests.unit.relay_driver import CLIENT_PARAMS, INIT_RESULT, NOT_FOUND, Driver, running, warm_snapshot
 

@@ -17,10 +17,10 @@ from typing import Any
 from hypothesis import given, note, settings
 from hypothesis import strategies as st
 
-from lazyd.core import jsonrpc as rpc
+from lazyd.core.relay import jsonrpc as rpc
 from lazyd.core.cache import Snapshot
-from lazyd.core.jsonrpc import JsonId, JsonObj
-from lazyd.core.relay import (
+from lazyd.core.relay.jsonrpc import JsonId, JsonObj
+from lazyd.core.relay.core import (
     PROTOCOL_VERSION_META,
     Abort,
     Activity,
@@ -32,7 +32,7 @@ from lazyd.core.relay import (
     Used,
     WantServer,
 )
-from lazyd.core.routing import RELATED_TASK_META, level_rank
+from lazyd.core.relay.routing import RELATED_TASK_META, level_rank
 from tests.unit.relay_driver import (
     BARE_PARAMS,
     CLIENT_PARAMS,

@@ -1,6 +1,6 @@
 """The relay core's state round-trips: a core rebuilt from `to_state` behaves as the one that wrote it.
 
-A successor daemon carries on from the state its predecessor wrote (lazyd/daemon/upgrade_state.py),
+A successor daemon carries on from the state its predecessor wrote (lazyd/daemon/upgrade/state.py),
 so "plain data" must mean "everything that decides behaviour". The test builds random core states
 the only honest way, by driving a core with random events (clients of both eras attaching,
 initializing, calling with progress tokens, subscribing, cancelling, answering the server's
@@ -23,11 +23,11 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lazyd.core import jsonrpc as rpc
+from lazyd.core.relay import jsonrpc as rpc
 from lazyd.core.cache import Snapshot
-from lazyd.core.eras import CLIENT_CAPABILITIES_META, CLIENT_INFO_META, PROTOCOL_VERSION_META, SUBSCRIPTION_ID_META
-from lazyd.core.jsonrpc import JsonId, JsonObj
-from lazyd.core.relay import Action, RelayCore, ToClient, ToServer
+from lazyd.core.eras.versions import CLIENT_CAPABILITIES_META, CLIENT_INFO_META, PROTOCOL_VERSION_META, SUBSCRIPTION_ID_META
+from lazyd.core.relay.jsonrpc import JsonId, JsonObj
+from lazyd.core.relay.core import Action, RelayCore, ToClient, ToServer
 from tests.unit.relay_driver import (BARE_PARAMS, CLIENT_PARAMS, INIT_RESULT, NOT_FOUND, PAGES, ITEM_KEYS, Driver,
                                      running, warm_snapshot)
 from tests.unit.test_relay_eras import DISCOVERY, PV, UNSUPPORTED_INIT, known_stateless, stateless_running

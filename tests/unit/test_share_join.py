@@ -6,8 +6,8 @@ import itertools
 
 import pytest
 
-from lazyd.core.share_join import Join, join
-from lazyd.core.sharing import SharingDecision
+from lazyd.core.sharing.join import Join, join
+from lazyd.core.sharing.modes import SharingDecision
 
 SHARED = SharingDecision("shared", "auto: shared (known server: time)", "known")
 AWARE = SharingDecision("session-aware", "auto: session-aware (declared: x-mux.sharing)", "declared")

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from lazyd.core.cache import HandshakeEntry, Listing, Snapshot, handshake_key
-from lazyd.core.known_servers import KnownServer
-from lazyd.core.sharing import declares_session_aware, decide_sharing, stateful_tools
+from lazyd.core.sharing.known_servers import KnownServer
+from lazyd.core.sharing.modes import declares_session_aware, decide_sharing, stateful_tools
 
 PARAMS = {"protocolVersion": "2025-06-18", "capabilities": {}}
 PLAYWRIGHT = KnownServer("playwright", "isolated", ("@playwright/mcp",))
@@ -92,7 +92,7 @@ def test_auto_shares_plain_tools_and_leaves_a_server_nothing_is_known_about_unde
     unknown = decide_sharing("auto", Snapshot())
     assert (unknown.mode, unknown.rule, unknown.source) == (
         None, "auto: undecided (nothing cached, declared or known yet)", "undecided")
-    # Undecided lets a first session have the registration's process (share_join.py decides more).
+    # Undecided lets a first session have the registration's process (lazyd/core/sharing/join.py decides more).
     assert unknown.shared is True and decide_sharing(False, Snapshot()).shared is False
 
 

@@ -1,10 +1,10 @@
-"""A server's stdout cut into lines (lazyd/daemon/stdout_lines.py), fed byte by byte and in chunks."""
+"""A server's stdout cut into lines (lazyd/daemon/process/stdout_lines.py), fed byte by byte and in chunks."""
 
 from __future__ import annotations
 
 import pytest
 
-from lazyd.daemon.stdout_lines import LineTooLong, StdoutLines
+from lazyd.daemon.process.stdout_lines import LineTooLong, StdoutLines
 
 
 def drain(lines: StdoutLines) -> list[bytes]:
@@ -83,7 +83,7 @@ def test_lines_fed_as_the_first_bytes_of_a_larger_buffer_are_the_lines_fed_as_by
 def test_reads_into_the_shared_buffer_come_out_whole_after_its_pages_were_given_back() -> None:
     import os
 
-    from lazyd.daemon import read_buffer
+    from lazyd.daemon.process import read_buffer
 
     read_end, write_end = os.pipe()
     try:

@@ -16,8 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lazyd import wire
-from lazyd.daemon import upgrade_state as us
-from lazyd.daemon.conn_state import ConnectionState, SessionState, inbound_bytes
+from lazyd.daemon.upgrade import state as us
+from lazyd.daemon.upgrade.connection_state import ConnectionState, SessionState, inbound_bytes
 from lazyd.errors import AdoptionError
 from lazyd.frames import Ctl, Line
 

@@ -24,7 +24,8 @@ def _die() -> None:
 
 
 def _install(point: str, text: bytes) -> None:
-    from lazyd.daemon import handoff, handoff_outbox
+    from lazyd.daemon.handoff import session as handoff
+    from lazyd.daemon.handoff import outbox as handoff_outbox
 
     if point in ("read", "relayed"):
         take = handoff.HandoffSession._take

@@ -1,0 +1,57 @@
+"""The known-servers table: the one shipped in the package, and the user's `[known_servers]`.
+
+`packaged()` reads lazyd/config/known_servers.toml, installed with the package as data (pyproject.toml's
+package-data), through importlib.resources, so an installed lazyd finds it wherever it lives;
+`parse_table` checks either table, entry by entry, with the config file's one-line errors. The
+model and the matching are pure (lazyd/core/sharing/known_servers.py); config.py overlays the user's
+entries on the packaged ones.
+"""
+
+from __future__ import annotations
+
+import functools
+from importlib import resources
+
+import tomlkit
+import tomlkit.exceptions
+
+from lazyd.config import values as cv
+from lazyd.core.sharing.known_servers import KNOWN_MODES, KnownMode, KnownServer, KnownServers
+from lazyd.errors import ConfigError
+
+__all__ = ["PACKAGED_FILE", "packaged", "parse_table"]
+
+PACKAGED_FILE = "known_servers.toml"
+_ENTRY_KEYS = ("sharing", "runs", "why")
+
+
+@functools.cache
+def packaged() -> KnownServers:
+    """The table shipped with lazyd. A missing or broken file is lazyd's own defect: it raises."""
+    text = resources.files("lazyd.config").joinpath(PACKAGED_FILE).read_text(encoding="utf-8")
+    try:
+        document = tomlkit.parse(text).unwrap()
+    except tomlkit.exceptions.TOMLKitError as error:
+        raise ConfigError(f"lazyd's {PACKAGED_FILE}: {error}") from None
+    return parse_table(cv.At(f"lazyd's {PACKAGED_FILE}"), document)
+
+
+def parse_table(at: cv.At, value: object) -> KnownServers:
+    """`{NAME: {sharing, runs, why}}` as KnownServers; ConfigError naming the key otherwise."""
+    entries = []
+    for name, entry in cv.table(at, value).items():
+        where = at / name
+        fields = cv.table(where, entry)
+        cv.check_keys(where, fields, _ENTRY_KEYS)
+        if "sharing" not in fields:
+            raise (where / "sharing").error(f"is required: one of {', '.join(KNOWN_MODES)}")
+        sharing = fields["sharing"]
+        if sharing not in KNOWN_MODES:
+            raise (where / "sharing").error(cv.not_one_of(sharing, KNOWN_MODES))
+        mode: KnownMode = next(m for m in KNOWN_MODES if m == sharing)
+        runs = tuple(cv.strings(where / "runs", fields.get("runs", []), allow_empty=mode == "auto"))
+        if any(not run.strip() for run in runs):
+            raise (where / "runs").error("holds an empty name")
+        why = cv.string(where / "why", fields.get("why", ""))
+        entries.append(KnownServer(name, mode, runs, why))
+    return KnownServers(tuple(entries))

@@ -1,0 +1,361 @@
+"""The user's config file, `~/.config/lazyd/config.toml`, as frozen, validated dataclasses.
+
+This module owns the file's layout (documented in docs/configuration.md), its validation and
+its trust rule, and the translation of shim options (`--linger 30m`) into the same policies. The
+dataclasses it builds are lazyd/config/model.py (re-exported here), the readers of single values
+lazyd/config/values.py.
+
+Every problem is a `ConfigError` whose text is exactly one line, "<file>: <key path>: <problem>",
+for example `~/.config/lazyd/config.toml: servers.github.linger: '10x' is not a duration (...)`;
+shim options say "option --linger: <problem>" instead. Nothing is silently ignored: an unknown
+key is an error listing the keys allowed where it stood, because a misspelled `lingr` that
+quietly did nothing would be worse than a refusal.
+
+Policies layer from general to specific: built-in defaults, then `[defaults]`, then the
+server's own table, then shim options. The more specific layer wins, which also settles
+`keep_alive` against `idle_timeout`: setting both in one table is an error, but a server's
+`keep_alive = true` simply turns off an `idle_timeout` inherited from `[defaults]` (and the
+other way round).
+
+The file runs commands, so it must be trustworthy: a symlink, a file owned by another uid, or a
+file writable by group or others is refused rather than read.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import re
+import stat
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from types import MappingProxyType
+from typing import Literal
+
+import tomlkit
+import tomlkit.exceptions
+
+from lazyd.config import values as cv
+from lazyd.config.known import packaged, parse_table
+from lazyd.config.model import Config, ConfigError, Policy, ServerConfig, WakePredicate
+from lazyd.durations import parse_bool
+from lazyd.core.policy import ToolPolicy, as_decision, compile_rule
+from lazyd.errors import ConfigError
+
+__all__ = [
+    "WakePredicate", "Policy", "ServerConfig", "Config", "load_config",
+    "parse_config_text", "policy_with_options", "MAX_CONFIG_BYTES",
+]
+
+# A real config is a few KiB; the bound keeps a mistaken path (a log, a device) from costing memory.
+MAX_CONFIG_BYTES = 1024 * 1024
+
+_POLICY_KEYS = ("start_timeout", "linger", "check_linger", "idle_timeout", "keep_alive", "start", "share", "wake", "era")
+_TOP_KEYS = ("defaults", "servers", "policy", "known_servers")
+_TOOL_POLICY_KEYS = ("default", "rules")
+_DEFAULTS_KEYS = (*_POLICY_KEYS, "per_session_env", "identity_env", "sampling_policy")
+_SERVER_KEYS = ("command", "args", "env", "cwd", "description", *_POLICY_KEYS)
+# A description is a sentence or two for a model reading the hub's list; a page is a mistake.
+MAX_DESCRIPTION_CHARS = 1000
+_WAKE_KEYS = ("command", "interval", "timeout")
+_OPTION_KEYS = ("linger", "check_linger", "idle_timeout", "start_timeout", "share", "wake_command",
+                "wake_interval", "wake_timeout", "era")
+# Which protocol era the server's processes run in (lazyd/core/eras/policy.py).
+_ERA_SETTINGS: tuple[Literal["auto", "handshake", "stateless"], ...] = ("auto", "handshake", "stateless")
+_SAMPLING_POLICIES = ("refuse", "most-recent")
+_SERVER_NAME = re.compile(r"[A-Za-z0-9_.-]+", re.ASCII)
+# Used in messages when the text did not come from a file.
+_NO_FILE_LABEL = "config.toml"
+
+
+def load_config(path: Path, environ: Mapping[str, str]) -> Config:
+    """Read and validate the config file at `path`; `environ` feeds `${VAR}` and `~`.
+
+    A missing file gives `Config()` (defaults, source None). Raises ConfigError for a file that
+    is a symlink, not a regular file, owned by another uid, writable by group or others, larger
+    than MAX_CONFIG_BYTES, not UTF-8, not TOML, or not a valid lazyd config. The ownership and
+    mode checks look at the opened descriptor, so the file checked is the file read.
+    """
+    label = str(path)
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NOCTTY | os.O_NONBLOCK
+    try:
+        # O_NONBLOCK: opening a FIFO planted at this path must not hang the daemon's boot.
+        fd = os.open(path, flags)
+    except FileNotFoundError:
+        return Config()
+    except OSError as error:
+        # O_NOFOLLOW turns a symlink at the final component into ELOOP.
+        if error.errno == errno.ELOOP:
+            raise ConfigError(
+                f"{label}: is a symbolic link; lazyd only reads a regular file you own "
+                "(replace the link with a copy of the file)"
+            ) from None
+        raise ConfigError(f"{label}: cannot be read: {error.strerror}") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise ConfigError(f"{label}: is not a regular file")
+        if info.st_uid != os.geteuid():
+            raise ConfigError(
+                f"{label}: is owned by uid {info.st_uid}, not by you (uid {os.geteuid()}); "
+                "lazyd runs the commands it names, so it must be yours"
+            )
+        if info.st_mode & 0o022:
+            raise ConfigError(
+                f"{label}: is writable by group or others (mode {stat.S_IMODE(info.st_mode):04o}); "
+                f"lazyd runs the commands it names, so fix it with: chmod go-w {label}"
+            )
+        with os.fdopen(fd, "rb", closefd=False) as file:
+            data = file.read(MAX_CONFIG_BYTES + 1)
+    except OSError as error:
+        raise ConfigError(f"{label}: cannot be read: {error.strerror}") from None
+    finally:
+        os.close(fd)
+    if len(data) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"{label}: is larger than {MAX_CONFIG_BYTES} bytes; is it the right file?")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise ConfigError(f"{label}: is not UTF-8 text (bad byte at offset {error.start})") from None
+    return parse_config_text(text, environ, path)
+
+
+def parse_config_text(text: str, environ: Mapping[str, str], source: Path | None) -> Config:
+    """Validate config `text` (the pure part of `load_config`); `source` names it in errors."""
+    at = cv.At(str(source) if source is not None else _NO_FILE_LABEL)
+    try:
+        document = tomlkit.parse(text).unwrap()
+    except tomlkit.exceptions.ParseError as error:
+        message = re.sub(r" at line \d+ col \d+$", "", str(error))
+        raise ConfigError(f"{at.label}: line {error.line}: {message}") from None
+    except tomlkit.exceptions.TOMLKitError as error:
+        # Some errors (a key defined twice) carry no position in tomlkit; the standard library's
+        # parser of the same text does, so ask it where the problem is.
+        raise ConfigError(f"{at.label}: {_locate_toml_error(text) or error}") from None
+    cv.check_keys(at, document, _TOP_KEYS)
+    defaults_at = at / "defaults"
+    defaults_table = cv.table(defaults_at, document.get("defaults", {}))
+    cv.check_keys(defaults_at, defaults_table, _DEFAULTS_KEYS)
+    defaults = _merge_policy(defaults_at, Policy(), defaults_table)
+    extra = _patterns(defaults_at / "per_session_env", defaults_table.get("per_session_env", []))
+    forced = _patterns(defaults_at / "identity_env", defaults_table.get("identity_env", []))
+    sampling = defaults_table.get("sampling_policy", "refuse")
+    if sampling == "refuse" or sampling == "most-recent":
+        sampling_policy: Literal["refuse", "most-recent"] = sampling
+    else:
+        raise (defaults_at / "sampling_policy").error(cv.not_one_of(sampling, _SAMPLING_POLICIES))
+    servers_at = at / "servers"
+    servers: dict[str, ServerConfig] = {}
+    for name, value in cv.table(servers_at, document.get("servers", {})).items():
+        servers[name] = _server(servers_at / name, name, value, defaults, environ)
+    tool_policy = _tool_policy(at / "policy", document.get("policy", {}))
+    known = packaged().overlaid(parse_table(at / "known_servers", document.get("known_servers", {})))
+    return Config(defaults=defaults, servers=MappingProxyType(servers),
+                  extra_per_session_env=extra, identity_env=forced, sampling_policy=sampling_policy, source=source,
+                  tool_policy=tool_policy, known_servers=known)
+
+
+def _patterns(at: cv.At, value: object) -> frozenset[str]:
+    """An array of variable names or fnmatch patterns (per_session_env, identity_env)."""
+    patterns = frozenset(cv.strings(at, value, allow_empty=True))
+    for pattern in sorted(patterns):
+        if not pattern or "=" in pattern:
+            raise at.error(f"{pattern!r} is not a variable name or pattern")
+    return patterns
+
+
+def _tool_policy(at: cv.At, value: object) -> ToolPolicy:
+    """`[policy]`: `default` and `rules = { "SERVER.TOOL" = "allow" | "ask" | "deny" }`."""
+    table = cv.table(at, value)
+    cv.check_keys(at, table, _TOOL_POLICY_KEYS)
+    try:
+        default = as_decision(table.get("default", "allow"))
+    except ValueError as error:
+        raise (at / "default").error(str(error)) from None
+    rules = []
+    for pattern, decision in cv.table(at / "rules", table.get("rules", {})).items():
+        if isinstance(decision, dict):
+            # An unquoted `github.create_issue = "ask"` is a TOML dotted key: a nested table.
+            raise (at / "rules" / pattern).error(
+                'is a table: quote patterns, as in "github.create_issue" = "ask"')
+        if not isinstance(decision, str):
+            raise (at / "rules" / pattern).error(f'expected "allow", "ask" or "deny", got {cv.type_name(decision)}')
+        try:
+            rules.append(compile_rule(pattern, decision))
+        except ValueError as error:
+            raise (at / "rules" / pattern).error(str(error)) from None
+    return ToolPolicy(tuple(rules), default)
+
+
+def _locate_toml_error(text: str) -> str | None:
+    """tomllib's "problem (at line N, column M)" as "line N: problem", or None."""
+    try:
+        tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        found = re.fullmatch(r"(.*) \(at line (\d+), column \d+\)", str(error))
+        if found:
+            return f"line {found.group(2)}: {found.group(1)}"
+    return None
+
+
+def policy_with_options(base: Policy, opts: Mapping[str, str]) -> Policy:
+    """`base` with a shim's options applied; `opts` maps option names to their text.
+
+    Keys: linger, check_linger, idle_timeout, start_timeout, share, wake_command (a JSON array: the argv),
+    wake_interval, wake_timeout, era. The options are the most specific layer, validated exactly like
+    the same keys in config.toml. Raises ConfigError("option --linger: <problem>") for an
+    unknown key or a bad value; wake_interval and wake_timeout need a wake command, given here
+    or in `base`.
+    """
+    at = cv.At("option", option=True)
+    table: dict[str, object] = {}
+    wake: dict[str, object] = {}
+    for key, value in opts.items():
+        if key not in _OPTION_KEYS:
+            raise (at / key).error(f"unknown option; allowed: {', '.join(_OPTION_KEYS)}")
+        if not isinstance(value, str):
+            raise (at / key).error(f"expected text, got {cv.type_name(value)}")
+        if key == "share":
+            if value.strip().lower() in ("auto", "session-aware"):
+                table["share"] = value.strip().lower()
+                continue
+            try:
+                table["share"] = parse_bool(value)
+            except ValueError as error:
+                raise (at / key).error(f"{error}, auto or session-aware") from None
+        elif key == "wake_command":
+            try:
+                wake["command"] = json.loads(value)
+            except ValueError:
+                raise (at / key).error(
+                    'is not a JSON array of strings, such as ["/usr/local/bin/needs-work"]'
+                ) from None
+        elif key.startswith("wake_"):
+            wake[key.removeprefix("wake_")] = value
+        else:
+            table[key] = value
+    if wake:
+        if base.wake is not None:
+            wake.setdefault("command", list(base.wake.argv))
+            wake.setdefault("interval", base.wake.interval_s)
+            wake.setdefault("timeout", base.wake.timeout_s)
+        elif "command" not in wake:
+            raise (at / f"wake_{next(iter(wake))}").error(
+                "needs --wake-command (or a wake predicate in config.toml)")
+        table["wake"] = wake
+    return _merge_policy(at, base, table)
+
+
+def _server(at: cv.At, name: str, value: object, defaults: Policy,
+            environ: Mapping[str, str]) -> ServerConfig:
+    if not _SERVER_NAME.fullmatch(name) or name in (".", ".."):
+        raise at.error("is not a valid server name (use letters, digits, '_', '.' and '-')")
+    table = cv.table(at, value)
+    cv.check_keys(at, table, _SERVER_KEYS)
+    if "command" not in table:
+        raise (at / "command").error("is missing; every server needs a command")
+    command = cv.string(at / "command", table["command"])
+    if not command.strip():
+        raise (at / "command").error("is empty; every server needs a command")
+    args = tuple(cv.strings(at / "args", table.get("args", []), allow_empty=True))
+    env: dict[str, str] = {}
+    env_at = at / "env"
+    for variable, raw in cv.table(env_at, table.get("env", {})).items():
+        where = env_at / variable
+        if not variable or "=" in variable or "\0" in variable:
+            raise where.error("is not a valid environment variable name")
+        try:
+            env[variable] = cv.expand(cv.string(where, raw), environ)
+        except ValueError as error:
+            raise where.error(str(error)) from None
+    cwd = None
+    if "cwd" in table:
+        cwd = cv.directory(at / "cwd", cv.string(at / "cwd", table["cwd"]), environ)
+    description = None
+    if "description" in table:
+        description = " ".join(cv.string(at / "description", table["description"]).split()) or None
+        if description is not None and len(description) > MAX_DESCRIPTION_CHARS:
+            raise (at / "description").error(
+                f"is {len(description)} characters long; keep it under {MAX_DESCRIPTION_CHARS} "
+                "(a sentence or two on what the server is for and when to use it)")
+    return ServerConfig(name=name, command=command, args=args, env=MappingProxyType(env),
+                        cwd=cwd, policy=_merge_policy(at, defaults, table), description=description)
+
+
+def _merge_policy(at: cv.At, base: Policy, table: Mapping[str, object]) -> Policy:
+    start_timeout, linger = base.start_timeout_s, base.linger_s
+    if "start_timeout" in table:
+        start_timeout = cv.duration(at / "start_timeout", table["start_timeout"])
+        if start_timeout <= 0:
+            raise (at / "start_timeout").error(
+                "must be longer than 0 (it bounds how long a start may take)")
+    if "linger" in table:
+        linger = cv.duration(at / "linger", table["linger"])
+    check_linger = base.check_linger_s
+    if "check_linger" in table:
+        check_linger = cv.duration(at / "check_linger", table["check_linger"])
+    keep_alive, idle = base.keep_alive, base.idle_timeout_s
+    if "idle_timeout" in table:
+        idle = cv.duration(at / "idle_timeout", table["idle_timeout"]) or None
+    if "keep_alive" in table:
+        keep_alive = cv.boolean(at / "keep_alive", table["keep_alive"])
+    if keep_alive and idle is not None:
+        if "keep_alive" in table and "idle_timeout" in table:
+            raise (at / "keep_alive").error(
+                "cannot be combined with idle_timeout (a kept-alive server is never stopped for "
+                "idleness); remove one of them")
+        # One of the two came from [defaults]: the one set in this table wins.
+        if "keep_alive" in table:
+            idle = None
+        else:
+            keep_alive = False
+    start = base.start
+    if "start" in table:
+        value = table["start"]
+        if value == "lazy" or value == "eager":
+            start = value
+        else:
+            raise (at / "start").error(cv.not_one_of(value, ("lazy", "eager")))
+    share = _share(at / "share", table["share"]) if "share" in table else base.share
+    wake = base.wake
+    if "wake" in table:
+        wake = _wake(at / "wake", table["wake"])
+    era = base.era
+    if "era" in table:
+        value = table["era"]
+        for setting in _ERA_SETTINGS:
+            if value == setting:
+                era = setting
+                break
+        else:
+            raise (at / "era").error(cv.not_one_of(value, _ERA_SETTINGS))
+    return Policy(start_timeout_s=start_timeout, linger_s=linger, check_linger_s=check_linger, idle_timeout_s=idle,
+                  keep_alive=keep_alive, start=start, share=share, wake=wake, era=era)
+
+
+def _share(at: cv.At, value: object) -> bool | Literal["auto", "session-aware"]:
+    if value == "auto" or value == "session-aware" or isinstance(value, bool):
+        return value
+    raise at.error(f"expected true, false, \"auto\" or \"session-aware\", got {cv.type_name(value) if not isinstance(value, str) else repr(value)}")
+
+
+def _wake(at: cv.At, value: object) -> WakePredicate | None:
+    if value is False:
+        return None  # lets one server opt out of a wake predicate set in [defaults]
+    if not isinstance(value, dict):
+        raise at.error(f"expected a table such as {{ command = [...] }} or false, "
+                       f"got {cv.type_name(value)}")
+    cv.check_keys(at, value, _WAKE_KEYS)
+    if "command" not in value:
+        raise (at / "command").error("is missing; a wake predicate needs a command")
+    argv = tuple(cv.strings(at / "command", value["command"], allow_empty=False))
+    if not argv[0]:
+        raise (at / "command").error("starts with an empty string")
+    interval = cv.duration(at / "interval", value.get("interval", 5.0))
+    timeout = cv.duration(at / "timeout", value.get("timeout", 1.0))
+    for key, seconds in (("interval", interval), ("timeout", timeout)):
+        if seconds <= 0:
+            raise (at / key).error("must be longer than 0")
+    return WakePredicate(argv=argv, interval_s=interval, timeout_s=timeout)

@@ -1,0 +1,112 @@
+"""The config as lazyd holds it: frozen, validated dataclasses, and the error for a refused one.
+
+`Config` is the whole file (`Config()` is what a missing file means); `ServerConfig` a named
+server; `Policy` how one server is started and stopped; `WakePredicate` a wake predicate. The
+file's parser is lazyd/config/load.py, which re-exports these names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Literal
+
+from lazyd.config.known import packaged
+from lazyd.core.sharing.identity import PER_SESSION_ENV
+from lazyd.core.sharing.known_servers import KnownServers
+from lazyd.core.policy import ToolPolicy
+from lazyd.errors import ConfigError
+
+__all__ = ["WakePredicate", "Policy", "ServerConfig", "Config", "ConfigError"]
+
+
+@dataclass(frozen=True)
+class WakePredicate:
+    """A command run every `interval_s`; exit 0 starts the server, 1 keeps it asleep."""
+
+    argv: tuple[str, ...]
+    interval_s: float = 5.0
+    timeout_s: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not self.argv or not self.argv[0]:
+            raise ValueError("a wake predicate needs a command")
+        if not (self.interval_s > 0 and self.timeout_s > 0):
+            raise ValueError("a wake predicate's interval and timeout must be longer than 0")
+
+
+@dataclass(frozen=True)
+class Policy:
+    """How one server is started and stopped; every duration in seconds."""
+
+    start_timeout_s: float = 60.0
+    linger_s: float = 600.0
+    # The linger of a start only listings came for (a health check's): lazyd/core/lifecycle/usage.py.
+    check_linger_s: float = 30.0
+    idle_timeout_s: float | None = None
+    keep_alive: bool = False
+    start: Literal["lazy", "eager"] = "lazy"
+    # True, False, "session-aware" (one process, each request carrying its session's id), or
+    # "auto": decided per registration (lazyd/core/sharing/modes.py).
+    share: bool | Literal["auto", "session-aware"] = "auto"
+    wake: WakePredicate | None = None
+    era: Literal["auto", "handshake", "stateless"] = "auto"
+
+    def __post_init__(self) -> None:
+        if not self.start_timeout_s > 0:
+            raise ValueError("start_timeout must be longer than 0")
+        if not self.linger_s >= 0:
+            raise ValueError("linger must not be negative")
+        if not self.check_linger_s >= 0:
+            raise ValueError("check_linger must not be negative")
+        if self.idle_timeout_s is not None and self.idle_timeout_s < 0:
+            raise ValueError("idle_timeout must not be negative")
+        if self.keep_alive and self.idle_timeout_s:
+            raise ValueError("keep_alive cannot be combined with idle_timeout")
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """A named server: `lazyd-shim --server NAME` runs it, and the daemon knows it at boot."""
+
+    name: str
+    command: str
+    args: tuple[str, ...]
+    env: Mapping[str, str]
+    cwd: str | None
+    policy: Policy
+    # What the server is for and when to use it, in the user's words: what the hub shows for it,
+    # ahead of the server's own `instructions`. None when not written. Not compared: editing it
+    # is no reason for a reload to restart the server (the hub reads it from the current config).
+    description: str | None = field(default=None, compare=False)
+
+
+def _no_servers() -> Mapping[str, ServerConfig]:
+    return MappingProxyType({})
+
+
+@dataclass(frozen=True)
+class Config:
+    """The whole file; `Config()` is what a missing file means."""
+
+    defaults: Policy = field(default_factory=Policy)
+    servers: Mapping[str, ServerConfig] = field(default_factory=_no_servers)
+    extra_per_session_env: frozenset[str] = frozenset()
+    # `identity_env`: variables (names or patterns) that count in every identity, even where the
+    # built-in rule would ignore them (lazyd/core/sharing/envrules.py).
+    identity_env: frozenset[str] = frozenset()
+    sampling_policy: Literal["refuse", "most-recent"] = "refuse"
+    source: Path | None = None
+    # `[policy]`: which tools run, ask the user first, or are refused (lazyd/core/policy.py).
+    tool_policy: ToolPolicy = field(default_factory=ToolPolicy)
+    # How popular servers are shared under share = "auto": the packaged table with the user's
+    # `[known_servers]` on top (lazyd/config/known.py, lazyd/core/sharing/known_servers.py).
+    known_servers: KnownServers = field(default_factory=packaged)
+
+    @property
+    def per_session_env(self) -> frozenset[str]:
+        """The built-in per-session variables plus the user's `per_session_env`."""
+        return PER_SESSION_ENV | self.extra_per_session_env
+

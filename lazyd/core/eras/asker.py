@@ -1,0 +1,54 @@
+"""Who a stateless-era request is made for: the envelope it carries and the cache keys that follow.
+
+A stateless request names its client in `params._meta` (protocol version, clientInfo, client
+capabilities): the *envelope*. The relay writes one for its own requests (the era probe, listing
+fetches, its listen stream) and for a handshake-era client bridged onto a stateless server; the
+stateless cache keys results by version, capabilities digest and, for `cacheScope: "private"`
+results, the client identity (eras.identity_digest). An `Asker` is that value, immutable.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from lazyd.core.eras import versions as eras
+from lazyd.core.cache import PUBLIC, stateless_key
+from lazyd.core.relay.jsonrpc import JsonObj
+
+# The version of the relay's own era probe: the first (and so far only) stateless version.
+PROBE_VERSION = eras.KNOWN_STATELESS_VERSIONS[-1]
+
+
+@dataclass(frozen=True)
+class Asker:
+    """Who a stateless request is made for: what its envelope says, and the cache keys that follow."""
+
+    version: str
+    client_info: JsonObj
+    capabilities: JsonObj
+    principal: str = ""
+    log_level: str | None = None
+
+    @property
+    def identity(self) -> str:
+        return eras.identity_digest(self.client_info, self.principal)
+
+    @property
+    def caps(self) -> str:
+        return eras.capabilities_digest(self.capabilities)
+
+    def envelope(self) -> JsonObj:
+        return eras.make_envelope(self.version, self.client_info, self.capabilities, self.log_level)
+
+    def key(self, method: str, public: bool) -> str:
+        return stateless_key(method, self.version, self.caps, PUBLIC if public else self.identity)
+
+    def own_key(self, method: str) -> str:
+        """The key of a fetch made for this asker (its identity whatever the result's scope)."""
+        return stateless_key(method, self.version, self.caps, self.identity)
+
+
+def asker_from_params(params: JsonObj, version: str, principal: str = "") -> Asker:
+    """The Asker of a handshake-era client, from its `initialize` params."""
+    info, caps = params.get("clientInfo"), params.get("capabilities")
+    return Asker(version, info if isinstance(info, dict) else {}, caps if isinstance(caps, dict) else {}, principal)

@@ -1,0 +1,230 @@
+"""Which protocol era the live process speaks, as the relay finds out at each start (pure state).
+
+lazyd/core/eras/policy.py decides, from what the snapshot recorded, which process a client gets and what the
+relay sends a new process first (its start plan). This object holds what the relay learns about
+the *live* process on the way: its stage in the table below, the DiscoverResult that made it
+stateless, whose identity the relay's probe carried, and an `initialize` refusal held until the
+probe that explains it is answered. What is learned for good is written into the snapshot
+(`mixed_connection`, `handshake_first`), so that the next start's plan follows from it.
+
+The stages
+----------
+- NONE: no process.
+- PROBING: the connection began with the relay's era probe (`server/discover`), not answered yet.
+- HANDSHAKE: the connection began with the replayed `initialize`; no probe was its first request.
+  A `server/discover` asked after the handshake (the plan's `probe_after_handshake`) may be on
+  its way.
+- REPROBING: that first `initialize` was refused by a server with a stateless era (-32022 naming
+  stateless versions, or a discovery on record), and the relay probed after it.
+- NOT_STATELESS: the probe's answer was not a stateless DiscoverResult, or the handshake completed
+  while it was still unanswered (the issue's "an error or timeout"): the process speaks the
+  handshake era only.
+- STATELESS: the process answered discovery with a stateless DiscoverResult (`discovery`).
+
+What a stage means to the rest of the core (`stateless_up`): STATELESS is True; NONE and PROBING
+are None (not known yet); HANDSHAKE, REPROBING and NOT_STATELESS are False (not known to carry the
+stateless era).
+
+The transitions
+---------------
+| event | from | to |
+|---|---|---|
+| spawned, the era probe first | any | PROBING |
+| spawned, initialize first | any | HANDSHAKE |
+| the probe answered with a stateless DiscoverResult | any | STATELESS |
+| the probe answered otherwise | any | NOT_STATELESS |
+| the first initialize refused by a server with a stateless era | HANDSHAKE | REPROBING |
+| the discovery asked after the handshake answered with a DiscoverResult | any | STATELESS |
+| the handshake completed with the probe unanswered | PROBING | NOT_STATELESS |
+| the process ended | any | NONE |
+
+"Any" for the probe's answer: it may come first, after a refused `initialize` (REPROBING), or
+late, once the handshake completed without it (NOT_STATELESS): a late DiscoverResult still means
+the connection carries both eras. The discovery asked after the handshake is sent on a connection
+not known to be stateless (HANDSHAKE, or REPROBING / NOT_STATELESS when a client's `initialize`
+was replayed there), and its DiscoverResult means the same whenever it comes. An `initialize` refused while the probe is unanswered changes no
+stage: the refusal is held (`held`) and the probe's answer decides what it meant (a stateless
+DiscoverResult: the server speaks only the stateless era; anything else: the start failed).
+`tests/unit/test_era_state.py` checks that this table and TRANSITIONS agree.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import cast, get_args
+
+from lazyd.core import state_codec as sc
+from lazyd.core.eras.asker import Asker
+from lazyd.core.cache import Snapshot
+from lazyd.core.eras.policy import Era, EraPolicy, EraSetting, InitializeWhen, StartPlan, facts_of
+from lazyd.core.relay.jsonrpc import JsonObj
+from lazyd.core.relay.base import Action, Phase, SnapshotChanged
+
+
+class Stage(enum.Enum):
+    NONE = "NONE"
+    PROBING = "PROBING"
+    HANDSHAKE = "HANDSHAKE"
+    REPROBING = "REPROBING"
+    NOT_STATELESS = "NOT_STATELESS"
+    STATELESS = "STATELESS"
+
+
+class Event(enum.Enum):
+    SPAWNED_PROBE_FIRST = "spawned, the era probe first"
+    SPAWNED_INITIALIZE_FIRST = "spawned, initialize first"
+    PROBE_STATELESS = "the probe answered with a stateless DiscoverResult"
+    PROBE_OTHER = "the probe answered otherwise"
+    FIRST_INITIALIZE_REFUSED = "the first initialize refused by a server with a stateless era"
+    PROBE_AFTER_STATELESS = "the discovery asked after the handshake answered with a DiscoverResult"
+    HANDSHAKE_BEFORE_PROBE = "the handshake completed with the probe unanswered"
+    EXITED = "the process ended"
+
+
+ANY = frozenset(Stage)
+# event -> (the stages it may happen in, the stage it leads to): the module docstring's table.
+TRANSITIONS: dict[Event, tuple[frozenset[Stage], Stage]] = {
+    Event.SPAWNED_PROBE_FIRST: (ANY, Stage.PROBING),
+    Event.SPAWNED_INITIALIZE_FIRST: (ANY, Stage.HANDSHAKE),
+    Event.PROBE_STATELESS: (ANY, Stage.STATELESS),
+    Event.PROBE_OTHER: (ANY, Stage.NOT_STATELESS),
+    Event.FIRST_INITIALIZE_REFUSED: (frozenset({Stage.HANDSHAKE}), Stage.REPROBING),
+    Event.PROBE_AFTER_STATELESS: (ANY, Stage.STATELESS),
+    Event.HANDSHAKE_BEFORE_PROBE: (frozenset({Stage.PROBING}), Stage.NOT_STATELESS),
+    Event.EXITED: (ANY, Stage.NONE),
+}
+_UP: dict[Stage, bool | None] = {
+    Stage.NONE: None, Stage.PROBING: None, Stage.HANDSHAKE: False, Stage.REPROBING: False,
+    Stage.NOT_STATELESS: False, Stage.STATELESS: True,
+}
+
+
+class EraState:
+    """The era detection of one server instance (see the module docstring)."""
+
+    def __init__(self, setting: EraSetting, snapshot: Snapshot) -> None:
+        self.policy = EraPolicy(setting)
+        self.snapshot = snapshot
+        # Which era this instance's process runs in: the daemon gives the instance a lane when it
+        # attaches the first client of an era to it; None until then (a start no client asked for
+        # replays a handshake, and takes the lane its plan gives it).
+        self.lane: Era | None = None
+        self.plan: StartPlan | None = None  # the live process's start plan
+        self.stage = Stage.NONE
+        self.discovery: JsonObj | None = None  # the DiscoverResult that made the process STATELESS
+        self.probe_asker: Asker | None = None  # whose identity the relay's discovery request carried
+        self.held: JsonObj | None = None  # an initialize error held until the probe answers
+
+    @property
+    def setting(self) -> EraSetting:
+        return self.policy.setting
+
+    @property
+    def stateless_up(self) -> bool | None:
+        """Whether the live process speaks the stateless era (None: not known yet, or no process)."""
+        return _UP[self.stage]
+
+    def move(self, event: Event) -> None:
+        sources, target = TRANSITIONS[event]
+        if self.stage not in sources:
+            raise AssertionError(f"era detection: {event.value!r} cannot happen in stage {self.stage.value}")
+        self.stage = target
+
+    # ---- the start plan --------------------------------------------------------------------------
+
+    def start_plan(self, phase: Phase) -> StartPlan:
+        """The live process's plan, else the one the next start would follow."""
+        if self.plan is not None and phase is not Phase.DOWN:
+            return self.plan
+        return self.policy.start_plan(self.lane, facts_of(self.snapshot))
+
+    def spawned(self) -> StartPlan:
+        """A process exists: it follows the plan of its lane (and takes the lane its plan gives
+        it when no client asked for the start, so that the next client of that era joins it)."""
+        plan = self.plan = self.policy.start_plan(self.lane, facts_of(self.snapshot))
+        if self.lane is None:
+            self.lane = "stateless" if plan.initialize == "never" else "handshake"
+        self.move(Event.SPAWNED_PROBE_FIRST if plan.probe_first else Event.SPAWNED_INITIALIZE_FIRST)
+        return plan
+
+    def gone(self) -> None:
+        self.move(Event.EXITED)
+        self.discovery = None
+        self.probe_asker = None
+        self.held = None
+
+    # ---- state (plain data, lazyd/core/state_codec.py) --------------------------------------------
+
+    def to_state(self) -> JsonObj:
+        plan = self.plan
+        return {"lane": self.lane, "stage": self.stage.value, "discovery": self.discovery,
+                "probe_asker": sc.asker_state(self.probe_asker), "held": self.held,
+                "plan": None if plan is None else {"probe_first": plan.probe_first, "initialize": plan.initialize,
+                                                   "probe_after_handshake": plan.probe_after_handshake}}
+
+    def restore(self, value: object) -> None:
+        s = sc.obj(value, "era")
+        lane = s.get("lane")
+        if lane not in (None, "handshake", "stateless"):
+            raise ValueError(f"era.lane: unknown value {lane!r}")
+        self.lane = lane
+        self.stage = sc.enum_value(Stage, s.get("stage"), "era.stage")
+        self.discovery = sc.opt_json_obj(s.get("discovery"), "era.discovery")
+        self.probe_asker = sc.asker_from(s.get("probe_asker"), "era.probe_asker")
+        self.held = sc.opt_json_obj(s.get("held"), "era.held")
+        plan = s.get("plan")
+        if plan is None:
+            self.plan = None
+            return
+        p = sc.obj(plan, "era.plan")
+        initialize = p.get("initialize")
+        if initialize not in get_args(InitializeWhen):
+            raise ValueError(f"era.plan.initialize: unknown value {initialize!r}")
+        self.plan = StartPlan(sc.flag(p.get("probe_first"), "era.plan.probe_first"), cast(InitializeWhen, initialize),
+                              sc.flag(p.get("probe_after_handshake"), "era.plan.probe_after_handshake"))
+
+    # ---- what the rest of the core reads ---------------------------------------------------------
+
+    def bridging(self, phase: Phase, handshake_live: bool) -> bool:
+        """Whether handshake-era clients are served through the bridge right now."""
+        if phase is Phase.DOWN:
+            # What the next start will do: a plan that never replays a handshake bridges.
+            return self.start_plan(phase).initialize == "never"
+        # A replayed handshake (pending or done) means the process serves the handshake natively.
+        return not handshake_live and self.stateless_up is True
+
+    def can_fetch(self, phase: Phase) -> bool:
+        """Whether stateless requests of the relay's own can go to the live process now."""
+        return self.stateless_up is True and phase in (Phase.REFRESH, Phase.READY)
+
+    def process_era(self, phase: Phase, handshake_live: bool) -> str | None:
+        """The era the live process serves its clients in: "handshake", "stateless" (handshake-era
+        clients bridged), "both" (one connection carries both), or None when there is none."""
+        if phase is Phase.DOWN:
+            return None
+        if self.stateless_up is True:
+            return "both" if handshake_live else "stateless"
+        if self.stateless_up is False or handshake_live:
+            return "handshake"
+        return None  # the era probe is on its way
+
+    # ---- what is learned for good ----------------------------------------------------------------
+
+    def learn_first_initialize(self, accepted: bool) -> list[Action]:
+        """Whether `initialize` as a connection's first request was accepted, recorded in the
+        snapshot. An acceptance is saved with the next change that is saved anyway: only a refusal
+        (the server speaks only the stateless era) changes which process a client gets."""
+        if accepted:
+            self.snapshot.handshake_first = True
+            return []
+        if self.snapshot.handshake_first is False:
+            return []
+        self.snapshot.handshake_first = False
+        return [SnapshotChanged()]
+
+    def learn_mixed(self, value: bool) -> list[Action]:
+        """Whether one connection carries both eras, recorded in the snapshot."""
+        if self.snapshot.mixed_connection is value:
+            return []
+        self.snapshot.mixed_connection = value
+        return [SnapshotChanged()]

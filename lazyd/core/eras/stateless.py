@@ -1,0 +1,336 @@
+"""The stateless era (2026-07-28) in the relay core: the era probe and what its answers teach, the
+stateless start, and where each stateless request goes. The stages the probe moves the live
+process through are lazyd/core/eras/state.py's table; the cache is stateless_cache.py, listen streams
+lazyd/core/eras/listen_relay.py, handshake-era clients on a stateless-only server bridge.py.
+
+Era probe. At a start whose plan says so (a stateless lane, or era = "stateless": lazyd/core/eras/policy.py)
+the relay's first line is its own `server/discover`, with a real client's identity in the
+envelope. A handshake lane sends it only after its handshake (`probe_after_answered`): a
+DiscoverResult there means both eras on one connection, a -32601 on a server never probed means
+handshake only, any other error one era per connection. A DiscoverResult listing a
+stateless version means the process speaks that era; anything else means handshake only, and so
+does a handshake that completes while the probe is still unanswered (the issue's "timeout"). When
+a handshake is known (a client's or the recorded `initialize` params) and the era is not known yet,
+the replayed `initialize` is pipelined behind the probe, and the pair of answers tells all: a
+DiscoverResult and an `initialize` result mean one connection carries both eras
+(`mixed_connection`: handshake-era clients are then served natively); a DiscoverResult and a
+refused `initialize` (the python SDK's dual-era servers lock a connection to the era of its first
+request) mean one era per connection: the handshake-era clients get a process of their own (the
+daemon's choice), and any that are here are bridged. An `initialize` refused as a connection's
+first request, with -32022 naming stateless versions or by a server known to have a stateless era,
+means the server speaks only the stateless era (`Snapshot.handshake_first = False`): the relay
+probes then, and bridges.
+
+Stateless start. No handshake: the relay opens its listen stream and fetches every advertised
+listing under the identity of whoever caused the start; READY once those are in and the stream is
+acknowledged, then what waited is handled again.
+
+Requests. Discovery and listings go through the cache; `subscriptions/listen` is the relay's own
+(listen.py); ping, logging/setLevel and resources/(un)subscribe do not exist in the era (-32601);
+a request for a version the server does not list, or any stateless request to a handshake-only
+server, gets -32022 naming the versions it does speak, decided from the cache without a start;
+everything else is forwarded under a relay id (progress token rewritten too), and its result,
+`input_required` included, passes through untouched.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from lazyd.core.eras import versions as eras
+from lazyd.core.relay import jsonrpc as rpc
+from lazyd.core.eras.asker import PROBE_VERSION
+from lazyd.core.cache import LISTINGS, discover_key, is_stateless_discovery
+from lazyd.core.eras.state import Event, Stage
+from lazyd.core.relay.jsonrpc import JsonObj, Message
+from lazyd.core.relay.base import (
+    ANY_VERSION,
+    Abort,
+    Action,
+    Note,
+    Phase,
+    Ready,
+    SnapshotChanged,
+    ToClient,
+    foreign_task,
+    forward,
+    internal,
+)
+from lazyd.core.relay.startup import Handshake
+from lazyd.core.relay.shared import RelayShared
+from lazyd.core.relay.routing import ClientId
+from lazyd.core.eras.stateless_cache import StatelessCache, advertised
+from lazyd.core.eras.listen_relay import ListenRelay
+
+
+class StatelessPort(Protocol):
+    """What the stateless era needs of the core: who it is, the phase it moves, and a queued
+    request handled again once the process is ready."""
+
+    phase: Phase
+
+    @property
+    def name(self) -> str: ...
+
+    def dispatch(self, cid: ClientId, msg: Message) -> list[Action]: ...
+
+
+class StatelessEra:
+    """The era probe's verdicts, the stateless start and stateless requests (see the module
+    docstring). Its own state: whether a stateless start is under way."""
+
+    def __init__(self, core: StatelessPort, shared: RelayShared, cache: StatelessCache, listen: ListenRelay,
+                 handshake: Handshake) -> None:
+        self.core = core
+        self.shared = shared
+        self.cache = cache
+        self.listen = listen
+        self.handshake = handshake
+        self.starting = False  # a stateless start is under way (READY once its listings are in)
+
+    # ---- the era probe and its verdicts ----------------------------------------------------------
+
+    def send_probe(self) -> list[Action]:
+        asker = self.cache.start_asker(PROBE_VERSION)
+        self.shared.era.probe_asker = asker
+        return [internal(self.shared.routes, "server/discover", {"_meta": asker.envelope()}, "probe"),
+                Note(f"probing the protocol era with server/discover {PROBE_VERSION}")]
+
+    def probe_answered(self, msg: Message) -> list[Action]:
+        asker = self.shared.era.probe_asker or self.cache.start_asker(PROBE_VERSION)
+        out = self.cache.record_discover(discover_key(PROBE_VERSION, asker.identity), msg.obj)
+        result = msg.obj.get("result")
+        stateless = is_stateless_discovery(result) and eras.upstream_version(result) is not None
+        self.shared.era.move(Event.PROBE_STATELESS if stateless else Event.PROBE_OTHER)
+        self.shared.era.discovery = result if stateless and isinstance(result, dict) else None
+        if stateless:
+            out.append(Note(f"the server speaks the stateless era ({', '.join(eras.stateless_versions(result))})"))
+            if self.shared.era.held is not None:
+                self.shared.era.held = None
+                out.extend(self.shared.era.learn_mixed(False))
+                out.extend(self.start())
+            elif self.core.phase is Phase.HANDSHAKE:
+                pass  # the replayed initialize's answer decides whether one connection does both
+            elif self.handshake.instance is not None:
+                out.extend(self.shared.era.learn_mixed(True))
+                out.extend(self.listen.sync())
+            else:
+                out.extend(self.start())
+            return out
+        out.append(Note("the server does not speak the stateless era: handshake only"))
+        if self.shared.era.setting == "stateless":
+            # The configuration asks for an era the server does not have: a user's mistake, said
+            # as such to every waiting request, and from the cache from now on (era_refusal).
+            self.shared.era.held = None
+            reason = self._no_stateless_era_text()
+            return [*out, *self.shared.queue.fail(reason, self.shared.clients), Abort(reason)]
+        refused = self.shared.era.held
+        if refused is not None:
+            self.shared.era.held = None
+            reason = "the server refused the replayed initialize"
+            if isinstance(refused.get("message"), str):
+                reason += f": {refused['message'][:200]}"
+            return [*out, *self.shared.queue.fail(f"lazyd: {reason}", self.shared.clients), Abort(reason)]
+        out.extend(self.refuse_queued_stateless())
+        if self.handshake.instance is None and self.core.phase is Phase.PREINIT:
+            params = self.handshake.replay_params()
+            if params is not None:
+                out.extend(self.handshake.send_initialize(params))
+        return out
+
+    def initialize_refused(self, error: JsonObj) -> list[Action] | None:
+        """The replayed initialize was refused: the stateless era's reading of that, or None when
+        it is just a failed start."""
+        if self.shared.era.stateless_up is True:
+            self.handshake.instance = None
+            out = [Note("the server refused initialize after discovery: handshake-era clients are bridged"),
+                   *self.shared.era.learn_mixed(False)]
+            if not self.starting and self.core.phase is not Phase.READY:
+                out.extend(self.start())
+            return out
+        if self.shared.era.stage is Stage.PROBING:
+            self.shared.era.held = error
+            self.handshake.instance = None
+            self.core.phase = Phase.PREINIT
+            return [Note("initialize refused while the era probe is pending: its answer decides")]
+        data = error.get("data")
+        names_stateless = error.get("code") == eras.UNSUPPORTED_PROTOCOL_VERSION and bool(eras.stateless_versions(
+            {"supportedVersions": data.get("supported") if isinstance(data, dict) else None}))
+        if self.shared.era.stage is Stage.HANDSHAKE and (names_stateless or self.shared.snapshot.era() == "stateless"):
+            # A first `initialize` refused by a server with a stateless era (-32022 naming
+            # stateless versions is itself that evidence, the SDK's own rule): it speaks only the
+            # stateless era. Probe it, and bridge the handshake-era clients.
+            self.shared.era.held = error
+            self.shared.era.move(Event.FIRST_INITIALIZE_REFUSED)
+            self.handshake.instance = None
+            self.core.phase = Phase.PREINIT
+            learned: list[Action] = [Note("the first initialize was refused: the server speaks only the stateless era"),
+                                     *self.shared.era.learn_first_initialize(False)]
+            return learned + self.send_probe()
+        return None
+
+    def probe_after_answered(self, msg: Message) -> list[Action]:
+        """The answer to the `server/discover` sent after the handshake (lazyd/core/eras/policy.py): what else
+        this handshake connection carries."""
+        asker = self.shared.era.probe_asker or self.cache.start_asker(PROBE_VERSION)
+        result = msg.obj.get("result")
+        if is_stateless_discovery(result) and eras.upstream_version(result) is not None:
+            assert isinstance(result, dict)
+            out = self.cache.record_discover(discover_key(PROBE_VERSION, asker.identity), msg.obj)
+            self.shared.era.move(Event.PROBE_AFTER_STATELESS)
+            self.shared.era.discovery = result
+            out.append(Note("the handshake connection answers discovery too: both eras on one connection"))
+            return out + self.shared.era.learn_mixed(True) + self.listen.sync()
+        error = msg.obj.get("error")
+        code = error.get("code") if isinstance(error, dict) else None
+        if code == rpc.METHOD_NOT_FOUND and self.shared.snapshot.era() is None:
+            out = self.cache.record_discover(discover_key(PROBE_VERSION, asker.identity), msg.obj)
+            return [*out, Note("server/discover: -32601 after the handshake: the server speaks only the handshake era"),
+                    *self.refuse_queued_stateless()]
+        return [Note(f"server/discover after the handshake: error {code!r}: this connection carries the handshake era only"),
+                *self.shared.era.learn_mixed(False)]
+
+    def probe_unanswered(self) -> list[Action]:
+        """The handshake completed before the era probe was answered: handshake era only (the
+        issue's "an error or timeout"), recorded as a -32601 so clients' probes fall back at once."""
+        if self.shared.era.stage is not Stage.PROBING:
+            return []
+        self.shared.era.move(Event.HANDSHAKE_BEFORE_PROBE)
+        error = {"code": rpc.METHOD_NOT_FOUND, "message": "lazyd: the server did not answer server/discover before its handshake"}
+        self.shared.snapshot.discover.setdefault(ANY_VERSION, {"error": error})
+        return [SnapshotChanged(), Note("the era probe is unanswered after the handshake: handshake era only"),
+                *self.refuse_queued_stateless()]
+
+    def era_refusal(self, msg: Message) -> bytes | None:
+        """A handshake-era request for a server set to era = "stateless" that is known to have no
+        stateless era: refused from what the cache knows, without a start."""
+        if self.shared.era.setting != "stateless" or self.shared.snapshot.era() != "handshake" or self.shared.era.stateless_up is True:
+            return None
+        assert msg.id is not None
+        return rpc.error_line(msg.id, rpc.SERVER_UNAVAILABLE, self._no_stateless_era_text())
+
+    def _no_stateless_era_text(self) -> str:
+        answer = next(iter(self.shared.snapshot.discover.values()), {})
+        error = answer.get("error") if isinstance(answer, dict) else None
+        said = f"{error.get('code')} {str(error.get('message', ''))[:120]}" if isinstance(error, dict) else "no DiscoverResult"
+        return (f'lazyd: server {self.core.name} is set to era = "stateless", but it does not speak the stateless era '
+                f'(server/discover: {said}); set era = "auto" or "handshake" for it')
+
+    def refuse_queued_stateless(self) -> list[Action]:
+        out: list[Action] = []
+        for cid, msg in self.shared.queue.take():
+            line = self.refusal(msg) if msg.method is not None and eras.is_stateless_request(msg.method, msg.params) else None
+            if line is not None and msg.id is not None:
+                out.append(ToClient(cid, line, msg.id))
+            else:
+                self.shared.queue.hold(cid, msg)
+        return out
+
+    # ---- the stateless start ---------------------------------------------------------------------
+
+    def start(self) -> list[Action]:
+        """The process speaks the stateless era only: open the listen stream, refresh the listings
+        under the identity of whoever caused the start, then handle what waited."""
+        self.handshake.instance = None
+        self.core.phase = Phase.REFRESH
+        self.starting = True
+        version = eras.upstream_version(self.shared.era.discovery) or PROBE_VERSION
+        asker = self.cache.start_asker(version)
+        out: list[Action] = [*self.listen.sync()]
+        for method in advertised(self.shared.era.discovery):
+            out.extend(self.cache.fetch(method, asker, "start"))
+        # Listings that woke the server join those fetches now rather than fetch again at READY.
+        for cid, msg in self.shared.queue.take():
+            if cid in self.shared.clients and msg.method in LISTINGS and not isinstance(msg.params.get("cursor"), str):
+                out.extend(self.core.dispatch(cid, msg))
+            else:
+                self.shared.queue.hold(cid, msg)
+        return out + self.maybe_ready()
+
+    def maybe_ready(self) -> list[Action]:
+        """A stateless start is complete once its listings are fetched and its listen stream is
+        acknowledged: a change made by a request forwarded after that cannot go unnoticed."""
+        if not self.starting or self.listen.hub.pending is not None:
+            return []
+        if self.shared.listings.pending(stateless=True, why="start"):
+            return []
+        self.starting = False
+        self.core.phase = Phase.READY
+        out: list[Action] = [Ready()]
+        for cid, msg in self.shared.queue.take():
+            if cid in self.shared.clients and msg.id is not None:
+                out.extend(self.core.dispatch(cid, msg))
+        return out
+
+    def gone(self) -> list[Action]:
+        """The process ended: whoever waited on a fetch gets an error; client streams stay."""
+        out: list[Action] = []
+        for fetch in self.shared.listings.gone():
+            for w in fetch.waiters:
+                if w.cid in self.shared.clients:
+                    line = rpc.error_line(w.client_id, rpc.SERVER_UNAVAILABLE, f"lazyd: server {self.core.name} stopped before answering")
+                    out.append(ToClient(w.cid, line, w.client_id))
+        self.listen.hub.process_gone()
+        self.shared.era.gone()
+        self.starting = False
+        return out
+
+    # ---- stateless requests ----------------------------------------------------------------------
+
+    def request(self, cid: ClientId, msg: Message) -> list[Action]:
+        assert msg.method is not None and msg.id is not None
+        method = msg.method
+        out = self._remember_asker(cid, msg.params)
+        if method == "server/discover":
+            return out + self.cache.discover(cid, msg)
+        refusal = self.refusal(msg)
+        if refusal is not None:
+            return [*out, ToClient(cid, refusal, msg.id), Note(f"client {cid} {method}: protocol version refused")]
+        if method in eras.REMOVED_IN_STATELESS:
+            return [*out, ToClient(cid, rpc.error_line(msg.id, rpc.METHOD_NOT_FOUND, "Method not found", method), msg.id)]
+        if method in LISTINGS and not isinstance(msg.params.get("cursor"), str) and not eras.is_continuation(msg.params):
+            return out + self.cache.listing(cid, msg)
+        if method == "subscriptions/listen":
+            return out + self.listen.listen(cid, msg)
+        if self.core.phase is not Phase.READY or self.shared.era.stateless_up is not True:
+            return out + self.shared.queue.add(cid, msg, "needs the server")
+        hidden = foreign_task(self.shared.routes, cid, msg)
+        if hidden is not None:
+            return out + hidden
+        return out + forward(self.shared.routes, cid, msg, log_level=eras.log_level_of(msg.params))
+
+    def _remember_asker(self, cid: ClientId, params: JsonObj) -> list[Action]:
+        info, caps = eras.envelope_identity(params)
+        meta = {"clientInfo": info, "clientCapabilities": caps, "principal": self.cache.principal(cid)}
+        if not info or self.shared.snapshot.last_meta == meta:
+            return []
+        first = self.shared.snapshot.last_meta is None
+        self.shared.snapshot.last_meta = meta
+        # Saved with the next change that is saved anyway: clients taking turns must not cost a
+        # write each (only the very first identity is worth one).
+        return [SnapshotChanged()] if first else []
+
+    def _handshake_versions(self) -> list[str]:
+        versions = {e.result.get("protocolVersion") for e in self.shared.snapshot.entries.values()}
+        if self.handshake.instance is not None:
+            versions.add(self.handshake.instance.result.get("protocolVersion"))
+        known = sorted(v for v in versions if isinstance(v, str))
+        return known or list(eras.HANDSHAKE_VERSIONS)
+
+    def refusal(self, msg: Message) -> bytes | None:
+        """-32022 for a stateless request this server cannot take, decided without waking it."""
+        assert msg.id is not None
+        version = eras.request_version(msg.params)
+        if self.shared.era.setting == "handshake":
+            return eras.unsupported_version_line(
+                msg.id, version, self._handshake_versions(),
+                f'lazyd: server {self.core.name} is set to era = "handshake" (initialize), not protocol {version}')
+        if self.shared.era.stateless_up is False or (self.core.phase is Phase.DOWN and self.shared.snapshot.era() == "handshake"):
+            return eras.unsupported_version_line(
+                msg.id, version, self._handshake_versions(),
+                f"lazyd: server {self.core.name} speaks only the handshake era (initialize), not protocol {version}")
+        listed = eras.stateless_versions(self.cache.known_discovery())
+        if listed and version not in listed:
+            return eras.unsupported_version_line(msg.id, version, listed,
+                                                 f"lazyd: server {self.core.name} does not support protocol {version}")
+        return None

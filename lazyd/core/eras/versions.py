@@ -1,0 +1,217 @@
+"""The two protocol eras as the relay sees them on the wire (PROTOCOL.md §1, schema 2026-07-28).
+
+Handshake era (2024-11-05 … 2025-11-25): `initialize` once per connection, then plain requests.
+Stateless era (2026-07-28 and later): no `initialize`; every request carries its protocol version,
+client info and capabilities in `params._meta` (the *envelope*), `server/discover` describes the
+server, listings carry `ttlMs`/`cacheScope`, and `input_required` results replace server-to-client
+requests.
+
+This module holds the era facts and the conversions between the eras, as pure functions: which era
+a request belongs to, the envelope the relay writes for a handshake-era client bridged onto a
+stateless server, the `initialize` result such a client gets from a `server/discover` result, the
+fields a handshake-era client must not see, the spec-shaped -32022 error, and the digests that key
+the stateless cache (client capabilities, client identity).
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from typing import Any
+
+from lazyd.core.relay import jsonrpc as rpc
+from lazyd.core.relay.jsonrpc import JsonId, JsonObj
+
+PROTOCOL_VERSION_META = "io.modelcontextprotocol/protocolVersion"
+CLIENT_INFO_META = "io.modelcontextprotocol/clientInfo"
+CLIENT_CAPABILITIES_META = "io.modelcontextprotocol/clientCapabilities"
+LOG_LEVEL_META = "io.modelcontextprotocol/logLevel"
+SUBSCRIPTION_ID_META = "io.modelcontextprotocol/subscriptionId"
+SERVER_INFO_META = "io.modelcontextprotocol/serverInfo"
+
+HANDSHAKE_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
+LATEST_HANDSHAKE_VERSION = HANDSHAKE_VERSIONS[-1]
+# Protocol versions are dates; every version from this one on has no handshake.
+FIRST_STATELESS_VERSION = "2026-07-28"
+# The stateless versions whose envelope and methods lazyd knows; a newer one a server lists is
+# still relayed (its requests pass through), but the relay never writes it itself.
+KNOWN_STATELESS_VERSIONS = (FIRST_STATELESS_VERSION,)
+
+UNSUPPORTED_PROTOCOL_VERSION = -32022
+
+# Result fields that exist only in the stateless era: a handshake-era client never sees them.
+_STATELESS_RESULT_FIELDS = ("resultType", "ttlMs", "cacheScope")
+# Method-specific requests a stateless server never serves (removed in 2026-07-28).
+REMOVED_IN_STATELESS = frozenset({"ping", "logging/setLevel", "resources/subscribe", "resources/unsubscribe"})
+
+
+def is_stateless_version(version: object) -> bool:
+    return isinstance(version, str) and version >= FIRST_STATELESS_VERSION and version not in HANDSHAKE_VERSIONS
+
+
+def _meta_of(params: JsonObj) -> JsonObj:
+    meta = params.get("_meta")
+    return meta if isinstance(meta, dict) else {}
+
+
+def request_version(params: JsonObj) -> str | None:
+    """The protocol version a request's envelope names, or None (a handshake-era request)."""
+    version = _meta_of(params).get(PROTOCOL_VERSION_META)
+    return version if isinstance(version, str) else None
+
+
+def is_stateless_request(method: str, params: JsonObj) -> bool:
+    """Whether a client request belongs to the stateless era.
+
+    `initialize` is the handshake whatever its `_meta` says (the SDK's dual-era servers decide the
+    same way), and an envelope naming a handshake version is not a stateless request.
+    """
+    return method != "initialize" and is_stateless_version(request_version(params))
+
+
+def envelope_identity(params: JsonObj) -> tuple[JsonObj, JsonObj]:
+    """(clientInfo, clientCapabilities) from a stateless request's envelope; {} where absent."""
+    meta = _meta_of(params)
+    info, caps = meta.get(CLIENT_INFO_META), meta.get(CLIENT_CAPABILITIES_META)
+    return (info if isinstance(info, dict) else {}), (caps if isinstance(caps, dict) else {})
+
+
+def log_level_of(params: JsonObj) -> str | None:
+    level = _meta_of(params).get(LOG_LEVEL_META)
+    return level if isinstance(level, str) else None
+
+
+def is_continuation(params: JsonObj) -> bool:
+    """A retry answering an `input_required` result: its result is never cached (spec MUST)."""
+    return "inputResponses" in params or "requestState" in params
+
+
+def make_envelope(version: str, client_info: JsonObj, capabilities: JsonObj, log_level: str | None = None) -> JsonObj:
+    meta: JsonObj = {
+        PROTOCOL_VERSION_META: version,
+        CLIENT_INFO_META: client_info,
+        CLIENT_CAPABILITIES_META: capabilities,
+    }
+    if log_level is not None:
+        meta[LOG_LEVEL_META] = log_level
+    return meta
+
+
+def with_envelope(params: JsonObj, envelope: JsonObj) -> JsonObj:
+    """`params` with the envelope added to its `_meta` (a progress token and other keys stay)."""
+    out = dict(params)
+    out["_meta"] = {**_meta_of(params), **envelope}
+    return out
+
+
+# ---- digests that key the stateless cache ----------------------------------------------------------
+
+
+def _digest(obj: Any) -> str:
+    # surrogatepass: a lone surrogate from a JSON escape must hash, not raise.
+    text = json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+def capabilities_digest(capabilities: JsonObj) -> str:
+    """Listings may depend on what a client declared: part of every stateless cache key."""
+    return _digest(capabilities)
+
+
+def identity_digest(client_info: JsonObj, principal: str = "") -> str:
+    """The client identity a `cacheScope: "private"` result is confined to.
+
+    Every session sharing a server process already shares its authorization context (the
+    registration identity includes the environment, where tokens live), so what tells clients
+    apart is what they say they are: clientInfo's name and version, plus whatever principal the
+    daemon attached to the session (empty unless it has a finer notion of who is asking).
+    """
+    return _digest({"name": client_info.get("name"), "version": client_info.get("version"), "principal": principal})
+
+
+# ---- discover results ------------------------------------------------------------------------------
+
+
+def supported_versions(discover_result: object) -> list[str]:
+    if not isinstance(discover_result, dict):
+        return []
+    versions = discover_result.get("supportedVersions")
+    return [v for v in versions if isinstance(v, str)] if isinstance(versions, list) else []
+
+
+def stateless_versions(discover_result: object) -> list[str]:
+    return [v for v in supported_versions(discover_result) if is_stateless_version(v)]
+
+
+def upstream_version(discover_result: object) -> str | None:
+    """The version the relay speaks to a stateless server: the newest it knows that the server lists."""
+    listed = stateless_versions(discover_result)
+    known = [v for v in KNOWN_STATELESS_VERSIONS if v in listed]
+    return max(known) if known else None
+
+
+def discover_capabilities(discover_result: object) -> JsonObj:
+    caps = discover_result.get("capabilities") if isinstance(discover_result, dict) else None
+    return caps if isinstance(caps, dict) else {}
+
+
+def initialize_result_from_discover(discover_result: JsonObj, requested: object, fallback_name: str) -> JsonObj:
+    """The `initialize` result a handshake-era client gets from a stateless server's discovery.
+
+    The version is the client's when lazyd knows it (the relay, not the server, speaks the
+    handshake to this client), else the newest handshake version. `extensions` is stateless-era
+    vocabulary and is left out; `listChanged` and `subscribe` stay, because the relay delivers
+    those notifications itself from its own `subscriptions/listen` stream.
+    """
+    version = requested if isinstance(requested, str) and requested in HANDSHAKE_VERSIONS else LATEST_HANDSHAKE_VERSION
+    caps = {k: copy.deepcopy(v) for k, v in discover_capabilities(discover_result).items() if k != "extensions"}
+    meta = discover_result.get("_meta")
+    info = meta.get(SERVER_INFO_META) if isinstance(meta, dict) else None
+    result: JsonObj = {
+        "protocolVersion": version,
+        "capabilities": caps,
+        "serverInfo": copy.deepcopy(info) if isinstance(info, dict) else {"name": fallback_name, "version": ""},
+    }
+    instructions = discover_result.get("instructions")
+    if isinstance(instructions, str):
+        result["instructions"] = instructions
+    return result
+
+
+def for_handshake_client(result: object) -> object:
+    """A stateless server's result as a handshake-era client expects it: the 2026-only fields and
+    the serverInfo stamp removed. Anything else is carried as the server wrote it."""
+    if not isinstance(result, dict):
+        return result
+    out = {k: v for k, v in result.items() if k not in _STATELESS_RESULT_FIELDS}
+    meta = out.get("_meta")
+    if isinstance(meta, dict) and SERVER_INFO_META in meta:
+        rest = {k: v for k, v in meta.items() if k != SERVER_INFO_META}
+        if rest:
+            out["_meta"] = rest
+        else:
+            del out["_meta"]
+    return out
+
+
+def is_input_required(result: object) -> bool:
+    return isinstance(result, dict) and result.get("resultType") == "input_required"
+
+
+def input_requests(result: JsonObj) -> dict[str, JsonObj]:
+    """The server-to-client requests an `input_required` result embeds, by the server's keys."""
+    raw = result.get("inputRequests")
+    if not isinstance(raw, dict):
+        return {}
+    return {str(k): v for k, v in raw.items() if isinstance(v, dict) and isinstance(v.get("method"), str)}
+
+
+# ---- errors ----------------------------------------------------------------------------------------
+
+
+def unsupported_version_line(msg_id: JsonId, requested: str | None, supported: list[str], why: str) -> bytes:
+    """UnsupportedProtocolVersionError (-32022) naming the versions this server can be spoken to in."""
+    data = {"requested": requested or "", "supported": supported}
+    message = f"{why}; supported protocol versions: {', '.join(supported) or 'none known'}"
+    return rpc.error_line(msg_id, UNSUPPORTED_PROTOCOL_VERSION, message, data)

@@ -1,0 +1,54 @@
+"""The hub's side of the protocol that needs no daemon: its hello options and its handshake.
+
+Pure. A hub session's hello (docs/protocol.md) carries no command, no server name and
+`opts = {"hub": "true"[, "servers": "a,b"]}`; `hub_servers` checks it. The hub is a server of
+the handshake era: `initialize_result` is its answer to `initialize` (the client's version when
+the hub speaks it, else the newest). The handshake a proxied call replays on the client's
+behalf is decided with lazyd's other defaults (lazyd/core/relay/handshake_defaults.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from lazyd.core.eras.versions import HANDSHAKE_VERSIONS, LATEST_HANDSHAKE_VERSION
+from lazyd.core.hub.tools import HUB_INSTRUCTIONS
+from lazyd.core.relay.jsonrpc import JsonObj
+from lazyd.errors import HubOptionError
+
+__all__ = ["HUB_VERSION", "SUPPORTED_VERSIONS", "LATEST_VERSION", "HUB_OPTS",
+           "hub_servers", "initialize_result"]
+
+HUB_VERSION = "0.1.0"
+SUPPORTED_VERSIONS = HANDSHAKE_VERSIONS  # the hub is a server of the handshake era (lazyd/core/eras/versions.py)
+LATEST_VERSION = LATEST_HANDSHAKE_VERSION
+HUB_OPTS = ("hub", "servers")
+
+
+def hub_servers(argv: Sequence[str], server: str | None, opts: Mapping[str, str]) -> tuple[str, ...] | None:
+    """The `--servers` filter of a hub hello with these `argv`, `server` and `opts` (None: every
+    server); raises HubOptionError."""
+    if argv or server:
+        raise HubOptionError("--hub takes no server command and no --server: it serves them all")
+    for key in opts:
+        if key not in HUB_OPTS:
+            raise HubOptionError(f"option --{key.replace('_', '-')} does not apply to --hub (it configures one server)")
+    if opts.get("hub") != "true":
+        raise HubOptionError(f"option hub must be \"true\", got {opts.get('hub')!r}")
+    if "servers" not in opts:
+        return None
+    names = tuple(n.strip() for n in opts["servers"].split(","))
+    if any(not n for n in names):
+        raise HubOptionError(f"option --servers: {opts['servers']!r} is not a comma-separated list of server names")
+    return names
+
+
+def initialize_result(params: JsonObj) -> JsonObj:
+    asked = params.get("protocolVersion")
+    return {
+        "protocolVersion": asked if asked in SUPPORTED_VERSIONS else LATEST_VERSION,
+        "capabilities": {"tools": {}},
+        "serverInfo": {"name": "lazyd-hub", "title": "lazyd hub", "version": HUB_VERSION},
+        "instructions": HUB_INSTRUCTIONS,
+    }
+

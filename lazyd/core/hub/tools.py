@@ -1,0 +1,242 @@
+"""The hub's meta-tools: their definitions (what the model reads), their arguments, their answers.
+
+Pure. The definitions are the whole cost a hub registration adds to a model's context, so each
+description is short and says when to use the tool; tests/benchmarks/bench_hub_tokens.py
+measures it. Answers are compact text (a model reads them; JSON only where a schema must be
+given whole), and a bad argument is a tool error the model can correct, not a protocol error
+(MCP 2025-11-25 asks servers to report input validation failures that way).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from lazyd.core.hub.catalog import ToolInfo, first_line
+from lazyd.core.relay.jsonrpc import JsonObj
+from lazyd.core.policy import Decision
+
+__all__ = ["LIST_SERVERS", "SEARCH_TOOLS", "GET_TOOL_SCHEMA", "CALL_TOOL", "WAKE_SERVER",
+           "SLEEP_SERVER", "META_TOOLS", "MetaCall", "ServerView", "parse_meta_call",
+           "render_servers", "render_search", "render_schema", "text_result", "error_result",
+           "HUB_INSTRUCTIONS"]
+
+LIST_SERVERS = "list_servers"
+SEARCH_TOOLS = "search_tools"
+GET_TOOL_SCHEMA = "get_tool_schema"
+CALL_TOOL = "call_tool"
+WAKE_SERVER = "wake_server"
+SLEEP_SERVER = "sleep_server"
+
+DEFAULT_LIMIT = 10  # a screenful: enough to choose from, few enough tokens to be cheap
+MAX_LIMIT = 100  # beyond this a search is a dump; list one server's tools instead
+MAX_ABOUT_CHARS = 300  # a server's description in search results: a sentence or two, once per server
+
+HUB_INSTRUCTIONS = (
+    "lazyd hub: the tools of several MCP servers, not listed here. Find one with search_tools, "
+    "read its arguments with get_tool_schema, run it with call_tool."
+)
+
+_SERVER = {"type": "string", "description": "Server name"}
+_TOOL = {"type": "string", "description": "Tool name on that server"}
+
+
+def _schema(properties: dict[str, Any], required: Sequence[str] = ()) -> JsonObj:
+    schema: JsonObj = {"type": "object", "properties": properties}
+    if required:
+        schema["required"] = list(required)
+    return schema
+
+
+META_TOOLS: list[JsonObj] = [
+    {
+        "name": LIST_SERVERS,
+        "description": "List the available MCP servers with their state and a one-line description. "
+                       "Starts nothing. Use it to see what exists; use search_tools to find a tool.",
+        "inputSchema": _schema({}),
+    },
+    {
+        "name": SEARCH_TOOLS,
+        "description": "Find tools across all servers by words from their names and descriptions, "
+                       "best match first. Starts nothing. An empty query lists all tools "
+                       "(of one server, if given).",
+        "inputSchema": _schema({
+            "query": {"type": "string", "description": "Words describing the task, e.g. 'convert timezone'"},
+            "server": {"type": "string", "description": "Only this server's tools (optional)"},
+            "limit": {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT,
+                      "description": f"Most results (default {DEFAULT_LIMIT})"},
+        }),
+    },
+    {
+        "name": GET_TOOL_SCHEMA,
+        "description": "Get a tool's full description and input schema. Call it before call_tool; "
+                       "it also starts the server in the background so the call is fast.",
+        "inputSchema": _schema({"server": _SERVER, "tool": _TOOL}, ["server", "tool"]),
+    },
+    {
+        "name": CALL_TOOL,
+        "description": "Run a tool of a server and return its result unchanged. Starts the server "
+                       "if needed (the first call may take seconds).",
+        "inputSchema": _schema({
+            "server": _SERVER,
+            "tool": _TOOL,
+            "arguments": {"type": "object", "description": "The tool's arguments, per its schema"},
+        }, ["server", "tool"]),
+    },
+    {
+        "name": WAKE_SERVER,
+        "description": "Start a server now and wait until it runs. Rarely needed: call_tool starts "
+                       "servers itself.",
+        "inputSchema": _schema({"server": _SERVER}, ["server"]),
+    },
+    {
+        "name": SLEEP_SERVER,
+        "description": "Stop a server to free its memory. Its tools stay searchable; the next "
+                       "call starts it again.",
+        "inputSchema": _schema({"server": _SERVER}, ["server"]),
+    },
+]
+_NAMES = frozenset(t["name"] for t in META_TOOLS)
+
+
+@dataclass(frozen=True)
+class MetaCall:
+    """A meta-tool call with checked arguments (fields the tool does not take stay empty)."""
+
+    name: str
+    server: str = ""
+    tool: str = ""
+    query: str = ""
+    limit: int = DEFAULT_LIMIT
+    arguments: JsonObj = field(default_factory=dict)
+
+
+def parse_meta_call(name: str, arguments: object) -> MetaCall | str:
+    """Check a meta-tool call's arguments; a string is the problem, for a tool error."""
+    if name not in _NAMES:
+        return f"unknown tool {name!r}; this hub has: {', '.join(sorted(_NAMES))}"
+    if arguments is None:
+        arguments = {}
+    if not isinstance(arguments, dict):
+        return f"{name}: arguments must be an object"
+
+    def text(key: str, required: bool) -> str | None:
+        value = arguments.get(key)
+        if value is None and not required:
+            return ""
+        if not isinstance(value, str) or (required and not value):
+            return None
+        return value
+
+    checked: dict[str, Any] = {}
+    wanted = {LIST_SERVERS: (), SEARCH_TOOLS: ("query", "server"), GET_TOOL_SCHEMA: ("server", "tool"),
+              CALL_TOOL: ("server", "tool"), WAKE_SERVER: ("server",), SLEEP_SERVER: ("server",)}[name]
+    for key in wanted:
+        required = name != SEARCH_TOOLS
+        value = text(key, required)
+        if value is None:
+            return f"{name}: {key!r} must be a {'non-empty ' if required else ''}string"
+        checked[key] = value
+    if name == SEARCH_TOOLS and arguments.get("limit") is not None:
+        limit = arguments["limit"]
+        if isinstance(limit, float) and limit.is_integer():
+            limit = int(limit)
+        if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MAX_LIMIT:
+            return f"{name}: 'limit' must be an integer from 1 to {MAX_LIMIT}"
+        checked["limit"] = limit
+    if name == CALL_TOOL:
+        inner = arguments.get("arguments")
+        if inner is None:
+            inner = {}
+        if not isinstance(inner, dict):
+            return f"{name}: 'arguments' must be an object (the tool's arguments)"
+        checked["arguments"] = inner
+    if "tool" in checked:
+        return MetaCall(name, server=checked["server"], tool=checked["tool"], arguments=checked.get("arguments", {}))
+    return MetaCall(name, **checked)
+
+
+@dataclass(frozen=True)
+class ServerView:
+    """One server as list_servers shows it."""
+
+    name: str
+    state: str
+    description: str
+    tools: int | None  # None: never ran, so its tools are unknown
+    hidden: int = 0  # tools the policy denies: not counted, not shown
+    pid: int | None = None
+    last_error: str | None = None
+
+
+def render_servers(views: Sequence[ServerView], unknown: Sequence[str]) -> str:
+    if not views and not unknown:
+        return ("No servers: name servers in lazyd's config.toml, or register some with lazyd-shim; "
+                "the hub lists every server the daemon knows.")
+    lines = [f"{len(views)} server{'s' if len(views) != 1 else ''} (call_tool starts a sleeping one):"]
+    for view in views:
+        state = f"{view.state}, pid {view.pid}" if view.pid is not None else view.state
+        if view.tools is None:
+            count = "tools unknown until it runs once (wake_server to learn them)"
+        else:
+            count = f"{view.tools} tool{'s' if view.tools != 1 else ''}"
+            if view.hidden:
+                count += f" (+{view.hidden} denied by policy)"
+        line = f"- {view.name} [{state}] {count}"
+        if view.description:
+            line += f": {view.description}"
+        if view.last_error and view.state in ("failed", "backoff"):
+            line += f" (last error: {first_line(view.last_error, 120)})"
+        lines.append(line)
+    if unknown:
+        lines.append(f"Not known to the daemon: {', '.join(unknown)} (not in config.toml, never registered).")
+    return "\n".join(lines)
+
+
+def render_search(query: str, found: Sequence[tuple[ToolInfo, Decision]], total_tools: int,
+                  unknown_servers: Sequence[str], about: Mapping[str, str] | None = None) -> str:
+    """The search answer; `about` maps a server to the description its user wrote in config.toml,
+    shown once for each server that has tools in the results (a server's own instructions are
+    left to list_servers: every search would otherwise pay for them again)."""
+    subject = f"for {query!r}" if query.strip() else "(all tools)"
+    if not found:
+        lines = [f"No tool matches {subject} among {total_tools} tools."]
+    else:
+        lines = [f"{len(found)} tool{'s' if len(found) != 1 else ''} {subject}, best first:"]
+        for info, decision in found:
+            line = f"- server={info.server} tool={info.name}: {first_line(info.description) or '(no description)'}"
+            if decision == "ask":
+                line += " [asks the user first]"
+            lines.append(line)
+        servers = list(dict.fromkeys(info.server for info, _ in found))
+        notes = [(server, (about or {}).get(server, "")) for server in servers]
+        notes = [(server, text) for server, text in notes if text]
+        if notes:
+            lines.append("About these servers:")
+            lines.extend(f"- {server}: {first_line(text, MAX_ABOUT_CHARS)}" for server, text in notes)
+        lines.append("Next: get_tool_schema(server, tool), then call_tool(server, tool, arguments).")
+    if unknown_servers:
+        lines.append(f"Tools not known yet (never ran): {', '.join(unknown_servers)}.")
+    return "\n".join(lines)
+
+
+def render_schema(server: str, tool: JsonObj, decision: Decision, state: str) -> str:
+    """The tool's listing object (name, title, description, input schema, annotations), as JSON.
+
+    `outputSchema` is left out: the model needs the arguments to make the call, and the result
+    comes back as the server sends it; it is often as long as the rest put together."""
+    answer: JsonObj = {"server": server, "server_state": state,
+                       **{k: v for k, v in tool.items() if k != "outputSchema"}}
+    if decision == "ask":
+        answer["policy"] = "the user is asked before this tool runs"
+    return json.dumps(answer, ensure_ascii=False, separators=(",", ":"))
+
+
+def text_result(text: str) -> JsonObj:
+    return {"content": [{"type": "text", "text": text}]}
+
+
+def error_result(text: str) -> JsonObj:
+    return {"content": [{"type": "text", "text": text}], "isError": True}

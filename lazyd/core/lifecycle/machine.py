@@ -1,0 +1,396 @@
+"""The lifecycle of one supervised server: when it starts, stops, backs off and parks.
+
+This module owns the supervision *decisions* for one server identity and nothing else. It is pure:
+no trio, no processes, no clock, no global random state. The caller (the daemon's supervisor task)
+feeds inputs with the current monotonic time `now`, carries out the returned actions, and calls
+`tick(now)` whenever `next_deadline()` comes due. Vocabulary and semantics follow supervisord
+(STARTING/RUNNING/BACKOFF/STOPPING/FATAL, `startsecs`, `startretries`); the shape follows h11.
+
+States: sleeping, starting, running, stopping, backoff, failed (lazyd/core/lifecycle/states.py says
+what each means). A process exists exactly in starting, running and stopping, and only there is
+`pid` set.
+
+Rules
+-----
+1. Starts. `demand()` (a request needs a live server) and `operator_wake()` start the server
+   from sleeping, backoff and failed (from failed a demand is *one fresh try*), join a start under
+   way, and are remembered while stopping: lazyd/core/lifecycle/requests.py has the rule in full
+   with its table. Starts made by them are *requested*; backoff restarts, predicate starts and boot
+   starts are *unrequested*.
+2. Good starts. A start is good once the server has stayed up `STABLE_AFTER_S` after `ready()`
+   (supervisord's startsecs); only then are `burst` and the parking window cleared. Any
+   unexpected exit, failed spawn or start timeout before that is a failed start.
+3. Failures. Every unexpected exit and failed spawn records `last_error` and adds one to `burst`.
+   Then, in this order: (a) park as failed if the last `PARK_AFTER_FAILURES` unrequested failed
+   starts all fell within `PARK_WINDOW_S` (never for keep_alive); (b) back to failed if it was the
+   single try of rule 1; (c) backoff if someone needs the server (clients attached, requests in
+   flight, or keep_alive); (d) failed if it was a failed start made by `operator_wake()`: the
+   operator asked for this server to run, and status must say why it does not, not `sleeping`;
+   (e) backoff if the server is eager: `start = "eager"` means "keep it running", for nobody in
+   particular, so its unrequested restarts go on until (a) parks it; (f) else sleeping: nobody
+   needs it, and the next request starts it.
+   A failed start also emits `FailWaiting` so requests queued for that start are answered.
+   A fatal spawn error (the caller decides which: ENOENT, EACCES, ENOEXEC, a missing working
+   directory) parks as failed at once, even for keep_alive: running the same unexecutable command
+   again cannot help, and the error belongs in `lazyctl status`. Other spawn errors (EAGAIN,
+   ENOMEM...) are failed starts like a crash, and back off.
+4. Backoff: 0.5, 1, 2, 4, 8 ... 30 s with jitter, never faster than 0.5 s (lazyd/core/lifecycle/timing.py).
+   A crash after a good start is the first failure of a new burst, so it waits the base delay.
+5. Start timeout. Still starting `start_timeout_s` after the spawn: `KillAndFail` (the caller kills
+   the group and fails queued and in-flight requests), the state becomes stopping, and the timeout
+   counts as a failed start. When the process is gone the server is parked as failed, because
+   nothing is retried on its own after a hung start; keep_alive servers back off instead.
+6. Stops for lack of use (linger, check linger, idle): lazyd/core/lifecycle/usage.py, where the
+   rule is written with the code that keeps it. `load()` and `tick()` emit a due stop.
+7. Exits. In stopping any `exited()` completes the stop, whatever `requested` says: the process
+   was going anyway. Then a remembered demand spawns (requested); a start timeout's outcome
+   applies (rule 5); else sleeping. Outside stopping, `exited(requested=True)` means the daemon
+   ended the process on purpose without asking: no failure is counted and the server sleeps.
+8. `operator_sleep()` stops a starting or running server, cancels a backoff and drops a demand
+   remembered while stopping (lazyd/core/lifecycle/requests.py).
+9. Wake predicate (when `wake_interval_s` is set; the rule in full: lazyd/core/lifecycle/predicate.py):
+   it runs only in sleeping; exit 0 spawns (unrequested).
+10. `boot()`, once, when the daemon adopts the server: eager and keep_alive servers spawn
+   (unrequested) and the first predicate run is scheduled.
+Errors: a misfit input returns one `Log`; caller bugs raise (lazyd/core/lifecycle/states.py).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from lazyd.core.lifecycle.timing import (PARK_AFTER_FAILURES, PARK_WINDOW_S, STABLE_AFTER_S, CrashLoop,
+                                         LifecyclePolicy, backoff_delay_s)
+from lazyd.core.lifecycle.predicate import PredicateSchedule
+from lazyd.core.lifecycle.requests import OPERATOR_SLEEP_REASON, REQUEST_RULES, Rule
+from lazyd.core.lifecycle.states import (PROCESS_STATES, Action, FailWaiting, KillAndFail, LifecycleError, Log,
+                                         PredicateState, RunPredicate, Spawn, State, Stop)
+from lazyd.core.lifecycle.usage import Usage
+from lazyd.durations import format_duration
+
+if TYPE_CHECKING:
+    import random  # the caller's generator, for its type only: the core never draws from `random`
+__all__ = ["State", "PredicateState", "PROCESS_STATES", "LifecyclePolicy", "LifecycleError", "Spawn", "Stop",
+           "KillAndFail", "FailWaiting", "RunPredicate", "Log", "Action", "Lifecycle"]
+
+
+class Lifecycle:
+    """The state machine of one server (rules in the module docstring).
+
+    Every input takes the monotonic `now` and returns the actions to carry out, in order; every
+    input raises `LifecycleError`, changing nothing, if `now` is earlier than a previous call's.
+    """
+
+    def __init__(self, policy: LifecyclePolicy, rng: random.Random) -> None:
+        self._policy = policy
+        self._rng = rng
+        # Observable state for `lazyctl status`: read these, never assign them from outside.
+        self.state = State.SLEEPING
+        self.pid: int | None = None
+        self.started_at: float | None = None  # when ready() arrived
+        self.restarts = 0  # starts made out of backoff, i.e. after an unexpected exit
+        self.last_error: str | None = None
+        self.burst = 0  # consecutive failures since the last good start or operator_wake()
+        self.next_restart_at: float | None = None
+        # Private bookkeeping.
+        self._now: float | None = None
+        self._spawn_at: float | None = None
+        self._unrequested = CrashLoop()  # the latest unrequested failed starts (rule 3a)
+        self._start_requested = False
+        self._single_try = False
+        self._operator_start = False  # the current start was operator_wake()'s (rule 3d)
+        self._pending_demand = False
+        self._stop_outcome = State.SLEEPING
+        self._usage = Usage()  # clients, requests in flight and the last use (rule 6)
+        self._predicate = PredicateSchedule(policy.wake_interval_s)  # rule 9
+        self._booted = False
+
+    # -- observable state ------------------------------------------------------------------------
+
+    @property
+    def predicate_state(self) -> PredicateState:
+        return self._predicate.state
+
+    def status_fields(self) -> dict[str, object]:
+        """The fields `lazyctl status` shows, as plain values, as of the last input (and tick)."""
+        return {"state": str(self.state), "pid": self.pid, "started_at": self.started_at,
+                "restarts": self.restarts, "last_error": self.last_error, "burst": self.burst,
+                "next_restart_at": self.next_restart_at, "predicate_state": str(self.predicate_state),
+                **self._usage.linger_status(self._policy, self.state in PROCESS_STATES)}
+
+    # -- inputs ----------------------------------------------------------------------------------
+
+    def boot(self, now: float) -> list[Action]:
+        """The daemon adopted this server (rule 10); call once."""
+        self._enter(now)
+        if self._booted:
+            return [Log("boot() called twice; ignored")]
+        self._booted = True
+        if self.state is not State.SLEEPING:
+            return []
+        self._predicate.boot(now)
+        if self._policy.eager or self._policy.keep_alive:
+            return self._spawn(now, requested=False)
+        return []
+
+    def demand(self, now: float) -> list[Action]:
+        """A client request needs a live server (rule 1)."""
+        return self._request("demand", now)
+
+    def operator_wake(self, now: float) -> list[Action]:
+        """`lazyctl wake`: clear the failure counters and start once (rule 1)."""
+        self._enter(now)
+        self.burst = 0
+        self._unrequested.clear()
+        actions = self._request("operator_wake", now)
+        if self.state is State.STARTING:
+            self._operator_start = True  # also when it joined a start under way
+        return actions
+
+    def operator_sleep(self, now: float) -> list[Action]:
+        """`lazyctl sleep` (rule 8)."""
+        return self._request("operator_sleep", now)
+
+    def spawned(self, now: float, pid: int) -> list[Action]:
+        """The process asked for by `Spawn` exists; raises `LifecycleError` for a pid <= 0."""
+        if pid <= 0:
+            raise LifecycleError(f"pid must be positive, not {pid}")
+        self._enter(now)
+        if self.state not in PROCESS_STATES or self.pid is not None:
+            return self._ignored("spawned")
+        self.pid = pid
+        return []
+
+    def spawn_failed(self, now: float, error: str, fatal: bool) -> list[Action]:
+        """The command could not be executed; `fatal` when retrying cannot help (rule 3)."""
+        self._enter(now)
+        if self.state not in PROCESS_STATES or self.pid is not None:
+            return self._ignored("spawn_failed")
+        if fatal:
+            waiting = self.state is State.STARTING or self._pending_demand
+            self._process_gone()
+            self._pending_demand = False
+            self._stop_outcome = State.SLEEPING
+            self.last_error = error
+            self.burst += 1
+            self.state = State.FAILED
+            return [FailWaiting(error)] if waiting else []
+        if self.state is State.STOPPING:
+            return self._stopped(now)
+        return self._failed(now, error, failed_start=True)
+
+    def ready(self, now: float) -> list[Action]:
+        """Handshake replay and listing refresh are done: the server is running."""
+        self._enter(now)
+        if self.state is not State.STARTING or self.pid is None:
+            return self._ignored("ready")
+        self.state = State.RUNNING
+        self.started_at = now
+        self._spawn_at = None
+        self._single_try = False
+        self._operator_start = False
+        self._usage.ready(now)
+        return []
+
+    def exited(self, now: float, description: str, requested: bool) -> list[Action]:
+        """The process ended; `description` (exit status, stderr tail) becomes `last_error`."""
+        self._enter(now)
+        if self.state not in PROCESS_STATES:
+            return self._ignored("exited")
+        if self.state is State.STOPPING:
+            return self._stopped(now)
+        if requested:
+            failing = [FailWaiting(description)] if self.state is State.STARTING else []
+            return [*failing, *self._stopped(now)]
+        # _enter() already cleared the burst if this run was long enough to be a good start.
+        failed_start = self.started_at is None or now < self.started_at + STABLE_AFTER_S
+        return self._failed(now, description, failed_start=failed_start)
+
+    def load(self, now: float, clients: int, inflight: int) -> list[Action]:
+        """Attached clients or in-flight requests changed (count requests queued for a start as
+        in flight); raises `LifecycleError` for a negative count (rule 6)."""
+        if clients < 0 or inflight < 0:
+            raise LifecycleError(f"load counts must not be negative: {clients=} {inflight=}")
+        self._enter(now)
+        self._usage.load(now, clients, inflight)
+        return self._due_stop(now)
+
+    def activity(self, now: float, used: bool = False) -> list[Action]:
+        """A client request or its response passed; never call it for the daemon's own probes.
+        `used`: a real request came (rule 6), told before the `demand()` it makes."""
+        self._enter(now)
+        self._usage.last_activity = now
+        self._usage.real_use |= used
+        return []
+
+    def predicate_done(self, now: float, exit_code: int | None) -> list[Action]:
+        """The wake predicate finished; None for a timeout or launch error (rule 9)."""
+        self._enter(now)
+        if not self._predicate.finish():
+            return self._ignored("predicate_done")
+        if self.state is not State.SLEEPING:
+            return []  # a demand or wake started the server meanwhile; the answer is moot
+        if exit_code == 0:
+            return self._spawn(now, requested=False)
+        return self._predicate.keep_sleeping(now, exit_code)
+
+    def tick(self, now: float) -> list[Action]:
+        """Fire what is due at `now`; afterwards `next_deadline()` is None or later than `now`."""
+        self._enter(now)
+        state = self.state
+        if state is State.STARTING and self._spawn_at is not None:
+            if now >= self._spawn_at + self._policy.start_timeout_s:
+                return self._start_timed_out(now)
+        elif state is State.BACKOFF and self.next_restart_at is not None and now >= self.next_restart_at:
+            return self._spawn(now, requested=False)
+        elif state is State.RUNNING:
+            return self._due_stop(now)
+        elif state is State.SLEEPING and self._predicate.due(now):
+            return self._predicate.start()
+        return []
+
+    def next_deadline(self) -> float | None:
+        """When `tick()` must next be called; None when only an input can change anything."""
+        state = self.state
+        candidates: list[float] = []
+        if state is State.STARTING and self._spawn_at is not None:
+            candidates.append(self._spawn_at + self._policy.start_timeout_s)
+        elif state is State.BACKOFF and self.next_restart_at is not None:
+            candidates.append(self.next_restart_at)
+        elif state is State.RUNNING:
+            candidates += self._usage.stop_deadlines(self._policy).values()
+            if self.started_at is not None and (self.burst or self._unrequested):
+                candidates.append(self.started_at + STABLE_AFTER_S)  # keeps `burst` honest
+        elif state is State.SLEEPING and self._predicate.next_at is not None:
+            candidates.append(self._predicate.next_at)
+        return min(candidates, default=None)
+
+    # -- rules -----------------------------------------------------------------------------------
+
+    def _enter(self, now: float) -> None:
+        if math.isnan(now) or (self._now is not None and now < self._now):
+            raise LifecycleError(f"time went backwards: {now} after {self._now}")
+        self._now = now
+        if self.started_at is not None and now >= self.started_at + STABLE_AFTER_S:
+            self.burst = 0  # rule 2: this start was good
+            self._unrequested.clear()
+
+    def _ignored(self, name: str) -> list[Action]:
+        return [Log(f"ignored {name}() while {self.state} (pid {self.pid})")]
+
+    def _request(self, name: str, now: float) -> list[Action]:
+        self._enter(now)
+        rule = REQUEST_RULES[name][self.state]
+        if rule in (Rule.SPAWN, Rule.SPAWN_ONCE):
+            return self._spawn(now, requested=True, single_try=rule is Rule.SPAWN_ONCE, client=name == "demand")
+        if rule is Rule.JOIN:
+            self._start_requested = True
+            self._usage.client_start &= name == "demand"  # an operator's wake: someone wants it running
+        elif rule is Rule.AFTER_STOP:
+            self._pending_demand = True
+            self._usage.pending_client = name == "demand"
+        elif rule is Rule.TO_SLEEP:
+            self._enter_sleeping(now)
+        elif rule is Rule.STOP_FAILING_WAITING:
+            return [*self._stop("lazyctl sleep"), FailWaiting(OPERATOR_SLEEP_REASON)]
+        elif rule is Rule.STOP:
+            return self._stop("lazyctl sleep")
+        elif rule is Rule.DROP_AFTER_STOP:
+            if self._stop_outcome is State.BACKOFF:
+                self._stop_outcome = State.SLEEPING
+            if self._pending_demand:
+                self._pending_demand = False
+                return [FailWaiting(OPERATOR_SLEEP_REASON)]
+        return []
+
+    def _spawn(self, now: float, requested: bool, single_try: bool = False, client: bool = False) -> list[Action]:
+        if self.state is State.BACKOFF:
+            self.restarts += 1  # the restart keeps the linger rule of the start it repeats (rule 6)
+        else:
+            self._usage.client_start = client
+        self.state = State.STARTING
+        self._spawn_at = now
+        self.next_restart_at = None
+        self._start_requested = requested
+        self._single_try = single_try
+        self._operator_start = False
+        return [Spawn()]
+
+    def _stop(self, reason: str) -> list[Action]:
+        self.state = State.STOPPING
+        self._stop_outcome = State.SLEEPING
+        self._pending_demand = False
+        return [Stop(reason)]
+
+    def _process_gone(self) -> None:
+        self.pid = None
+        self._spawn_at = None
+        self.started_at = None
+
+    def _stopped(self, now: float) -> list[Action]:
+        self._process_gone()
+        outcome, self._stop_outcome = self._stop_outcome, State.SLEEPING
+        if self._pending_demand:
+            self._pending_demand = False
+            return self._spawn(now, requested=True, client=self._usage.pending_client)
+        if outcome is State.BACKOFF:
+            self._schedule_backoff(now)
+        elif outcome is State.FAILED:
+            self.state = State.FAILED
+        else:
+            self._enter_sleeping(now)
+        return []
+
+    def _record_failure(self, now: float, error: str, failed_start: bool) -> None:
+        self.last_error = error
+        self.burst += 1
+        if failed_start and not self._start_requested:
+            self._unrequested.record(now)
+
+    def _failed(self, now: float, error: str, failed_start: bool) -> list[Action]:
+        """Rule 3, for an unexpected exit or failed spawn of a starting or running server."""
+        waiting = self.state is State.STARTING
+        self._process_gone()
+        self._record_failure(now, error, failed_start)
+        actions: list[Action] = [FailWaiting(error)] if waiting else []
+        single_try, self._single_try = self._single_try, False
+        operator_start, self._operator_start = self._operator_start, False
+        if self._unrequested.parks(now, self._policy.keep_alive):
+            self.state = State.FAILED
+            actions.append(Log(f"parked as failed after {PARK_AFTER_FAILURES} failed restarts "
+                               f"within {format_duration(PARK_WINDOW_S)}; last error: {error}"))
+        elif single_try and failed_start:
+            self.state = State.FAILED
+        elif self._usage.in_use() or self._policy.keep_alive:
+            self._schedule_backoff(now)
+        elif operator_start and failed_start:
+            self.state = State.FAILED
+        elif self._policy.eager:
+            self._schedule_backoff(now)
+        else:
+            self._enter_sleeping(now)
+        return actions
+
+    def _start_timed_out(self, now: float) -> list[Action]:
+        reason = f"start timeout after {format_duration(self._policy.start_timeout_s)}"
+        self._record_failure(now, reason, failed_start=True)
+        self._single_try = False
+        self.state = State.STOPPING
+        self._pending_demand = False
+        self._stop_outcome = State.BACKOFF if self._policy.keep_alive else State.FAILED
+        return [KillAndFail(reason)]
+
+    def _schedule_backoff(self, now: float) -> None:
+        self.state = State.BACKOFF
+        self.next_restart_at = now + backoff_delay_s(self.burst, self._rng)
+
+    def _enter_sleeping(self, now: float) -> None:
+        self.state = State.SLEEPING
+        self.next_restart_at = None
+        self._usage.at_rest()
+        self._predicate.asleep(now)
+
+    def _due_stop(self, now: float) -> list[Action]:
+        reason = self._usage.due_stop(now, self._policy) if self.state is State.RUNNING else None
+        return self._stop(reason) if reason is not None else []

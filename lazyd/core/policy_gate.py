@@ -1,0 +1,269 @@
+"""The policy gate: the tool policy applied to one server's clients, before the relay core.
+
+Pure (lines in, actions out). The daemon installs one gate per server runtime; every line a
+client sends passes through it first. It acts on three kinds of line only:
+
+- a `tools/call` request: the policy decides (lazyd/core/policy.py). `allow` passes the line on;
+  `deny` answers it with a tool error naming the rule, and the server never sees it; `ask`
+  holds the line and sends the client an `elicitation/create` request of the daemon's own (id
+  `lazyd-policy-N`, a string, so it can never collide with the relay's integer ids), or refuses
+  like `deny` when the client did not declare the elicitation capability;
+- the client's response to one of those elicitations: `accept` passes the held line on (from
+  then on it is an ordinary request), anything else answers it with a tool error;
+- a `notifications/cancelled` for a held request: the hold ends without an answer (the client
+  gave up on it) and the client is told its elicitation is cancelled too.
+- a `tools/list` request while some tool could be denied: it passes on, and the gate notes its
+  id, so that `to_client` can take the denied tools out of the answer (whether the server or
+  the cache gave it). A model is then never offered a tool it would be refused.
+Everything else passes unchanged. A held line is in no relay table, so a client that leaves
+while asked leaves nothing behind but the hold, which `detach` drops.
+
+Every decision is one `Log` action naming the server, the tool and the rule; arguments are never
+logged (they may hold secrets), though the question shown to the user summarises them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, cast
+
+from lazyd.core.relay import jsonrpc as rpc
+from lazyd.core import state_codec as sc
+from lazyd.core.relay.jsonrpc import JsonId, JsonObj, Kind, Message
+from lazyd.core.policy import Decision, ToolPolicy, Verdict
+
+__all__ = ["Pass", "Reply", "Log", "GateAction", "PolicyGate", "ask_params", "tool_error",
+           "denied_text", "no_elicitation_text", "answer_outcome", "refusal_text",
+           "summarize_arguments", "ASK_ID_PREFIX"]
+
+ASK_ID_PREFIX = "lazyd-policy-"
+# The arguments shown in a confirmation: enough to recognise the call, short enough to read.
+SUMMARY_CHARS = 400
+SUMMARY_STRING_CHARS = 80
+
+
+@dataclass(frozen=True, slots=True)
+class Pass:
+    """Give this line to the relay core (the client's line, or a held call now accepted)."""
+
+    line: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """Write this line to the client; `done` is the client's request id it finally answers."""
+
+    line: bytes
+    done: JsonId | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Log:
+    text: str
+
+
+GateAction = Pass | Reply | Log
+
+
+@dataclass(frozen=True, slots=True)
+class _Held:
+    line: bytes
+    request_id: JsonId
+    tool: str
+    verdict: Verdict
+
+
+def summarize_arguments(arguments: object) -> str:
+    """A one-line, bounded rendering of a call's arguments for a confirmation question."""
+
+    def shorten(value: Any) -> Any:
+        if isinstance(value, str) and len(value) > SUMMARY_STRING_CHARS:
+            return value[:SUMMARY_STRING_CHARS] + "…"
+        if isinstance(value, dict):
+            return {str(k): shorten(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [shorten(v) for v in value]
+        return value
+
+    if arguments is None or arguments == {}:
+        return "(none)"
+    text = json.dumps(shorten(arguments), ensure_ascii=False, separators=(", ", ": "), default=str)
+    return text if len(text) <= SUMMARY_CHARS else text[:SUMMARY_CHARS] + "…"
+
+
+def ask_params(server: str, tool: str, arguments: object, verdict: Verdict) -> JsonObj:
+    """The `elicitation/create` params that ask the user whether a call may run (form mode).
+
+    The form has no fields: accepting it is the answer. The question names the tool, the server,
+    the arguments (summarised) and the rule that asks.
+    """
+    message = (f'Allow the tool "{tool}" of the MCP server "{server}" to run?\n'
+               f"Arguments: {summarize_arguments(arguments)}\n"
+               f"(lazyd asks because of {verdict.reason()} in its config.)")
+    return {"message": message, "requestedSchema": {"type": "object", "properties": {}}}
+
+
+def tool_error(request_id: JsonId, text: str) -> bytes:
+    """A `tools/call` result that is a tool error: the model reads it, the server never ran."""
+    return rpc.result_line(request_id, {"content": [{"type": "text", "text": text}], "isError": True})
+
+
+def denied_text(server: str, tool: str, verdict: Verdict) -> str:
+    return f'lazyd policy: the tool "{tool}" of server "{server}" is denied by {verdict.reason()}.'
+
+
+def no_elicitation_text(server: str, tool: str, verdict: Verdict) -> str:
+    return (f'lazyd policy: the tool "{tool}" of server "{server}" needs the user\'s confirmation '
+            f"({verdict.reason()}), but this client does not support MCP elicitation, so it was "
+            "refused. Change the rule to allow it from this client.")
+
+
+def answer_outcome(answer: JsonObj) -> str:
+    """What the client said to a confirmation: accept, decline, cancel, error or unknown."""
+    result = answer.get("result")
+    if isinstance(result, dict):
+        action = result.get("action")
+        return action if action in ("accept", "decline", "cancel") else "unknown"
+    return "error"
+
+
+def refusal_text(server: str, tool: str, outcome: str, answer: JsonObj) -> str:
+    """The tool error for a confirmation that did not end in `accept`."""
+    subject = f'the tool "{tool}" of server "{server}"'
+    if outcome == "decline":
+        return f"lazyd policy: the user declined running {subject}."
+    if outcome == "cancel":
+        return f"lazyd policy: the user dismissed the confirmation for {subject}; it did not run."
+    if outcome == "error":
+        error = answer.get("error")
+        reason = error.get("message") if isinstance(error, dict) else None
+        return f"lazyd policy: the client could not ask the user about {subject} ({str(reason)[:200]}); it did not run."
+    return f"lazyd policy: the confirmation for {subject} got an answer lazyd does not understand; it did not run."
+
+
+class PolicyGate:
+    """The policy in front of one server's relay core; see the module docstring."""
+
+    def __init__(self, server: str) -> None:
+        self.server = server
+        self._held: dict[tuple[int, str], _Held] = {}
+        self._next_ask = 1
+        # tools/list requests whose answers are to be filtered: (client, id type is str, id).
+        self._listings: set[tuple[int, bool, JsonId]] = set()
+
+    def held_count(self) -> int:
+        return len(self._held)
+
+    def to_state(self) -> JsonObj:
+        """The calls held for the user's answer, the ask counter and the listings to filter."""
+        return {"held": [[cid, ask, sc.raw_text(h.line), h.request_id, h.tool, h.verdict.decision, h.verdict.rule]
+                         for (cid, ask), h in self._held.items()],
+                "next_ask": self._next_ask, "listings": [list(k) for k in self._listings]}
+
+    def restore(self, value: object) -> None:
+        s = sc.obj(value, "gate")
+        self._held = {}
+        for row in sc.items(s.get("held"), "gate.held"):
+            cid, ask, line, request_id, tool, decision, rule = sc.items(row, "gate.held row")
+            if decision not in ("allow", "ask", "deny"):
+                raise ValueError(f"gate.held: unknown decision {decision!r}")
+            self._held[(sc.integer(cid, "gate.cid"), sc.text(ask, "gate.ask"))] = _Held(
+                sc.raw_bytes(line, "gate.line"), sc.json_id(request_id, "gate.request_id"), sc.text(tool, "gate.tool"),
+                Verdict(cast(Decision, decision), sc.opt_text(rule, "gate.rule")))
+        self._next_ask = sc.integer(s.get("next_ask"), "gate.next_ask")
+        self._listings = set()
+        for row in sc.items(s.get("listings"), "gate.listings"):
+            cid, is_str, request_id = sc.items(row, "gate.listings row")
+            self._listings.add((sc.integer(cid, "gate.cid"), sc.flag(is_str, "gate.is_str"), sc.json_id(request_id, "gate.id")))
+
+    def client_line(self, cid: int, line: bytes, policy: ToolPolicy,
+                    can_elicit: Callable[[], bool]) -> list[GateAction]:
+        """Decide about one client line; `can_elicit` says whether this client declared elicitation."""
+        if not policy.active and not self._held:
+            return [Pass(line)]
+        msg = rpc.parse(line)
+        if not isinstance(msg, Message):
+            return [Pass(line)]  # the core words the error
+        if msg.kind is Kind.RESPONSE and isinstance(msg.id, str) and (cid, msg.id) in self._held:
+            return self._answered(cid, msg)
+        if msg.kind is Kind.NOTIFICATION and msg.method == "notifications/cancelled" and self._held:
+            return self._cancelled(cid, msg, line)
+        if msg.kind is Kind.REQUEST and msg.method == "tools/list" and policy.can_deny:
+            assert msg.id is not None
+            self._listings.add((cid, isinstance(msg.id, str), msg.id))
+            return [Pass(line)]
+        if msg.kind is not Kind.REQUEST or msg.method != "tools/call" or not policy.active:
+            return [Pass(line)]
+        assert msg.id is not None
+        tool = msg.params.get("name")
+        if not isinstance(tool, str):
+            return [Pass(line)]  # the server answers a call without a name
+        verdict = policy.decide(self.server, tool)
+        where = f"policy: {self.server}.{tool}: {verdict.decision} by {verdict.reason()}"
+        if verdict.decision == "allow":
+            return [Log(where), Pass(line)]
+        if verdict.decision == "deny":
+            return [Log(where), Reply(tool_error(msg.id, denied_text(self.server, tool, verdict)), msg.id)]
+        if not can_elicit():
+            return [Log(f"{where}; refused: the client does not support elicitation"),
+                    Reply(tool_error(msg.id, no_elicitation_text(self.server, tool, verdict)), msg.id)]
+        ask_id = f"{ASK_ID_PREFIX}{self._next_ask}"
+        self._next_ask += 1
+        self._held[(cid, ask_id)] = _Held(line, msg.id, tool, verdict)
+        params = ask_params(self.server, tool, msg.params.get("arguments"), verdict)
+        return [Log(f"{where}; asking the user"), Reply(rpc.request_line(ask_id, "elicitation/create", params))]
+
+    def listing_count(self) -> int:
+        """tools/list answers still to be filtered: while 0, `to_client` need not be called."""
+        return len(self._listings)
+
+    def to_client(self, cid: int, line: bytes, done: JsonId, policy: ToolPolicy) -> tuple[bytes, int]:
+        """A final answer to client `cid`'s request `done`, with denied tools taken out when it
+        answers a noted `tools/list`; and how many were taken out."""
+        key = (cid, isinstance(done, str), done)
+        if key not in self._listings:
+            return line, 0
+        self._listings.discard(key)
+        msg = rpc.parse(line)
+        if not isinstance(msg, Message) or msg.kind is not Kind.RESPONSE:
+            return line, 0
+        result = msg.obj.get("result")
+        tools = result.get("tools") if isinstance(result, dict) else None
+        if not isinstance(tools, list):
+            return line, 0  # an error, or no listing: as the server wrote it
+        names = [t["name"] for t in tools if isinstance(t, dict) and isinstance(t.get("name"), str)]
+        denied = policy.denied(self.server, names)
+        kept = [tool for tool in tools if not (isinstance(tool, dict) and isinstance(tool.get("name"), str)
+                                               and tool["name"] in denied)]
+        if len(kept) == len(tools):
+            return line, 0
+        assert isinstance(result, dict)
+        return rpc.dumps({**msg.obj, "result": {**result, "tools": kept}}), len(tools) - len(kept)
+
+    def detach(self, cid: int) -> None:
+        """The client left: its held calls are dropped unanswered (nobody is there to answer)."""
+        for key in [k for k in self._held if k[0] == cid]:
+            del self._held[key]
+        self._listings = {k for k in self._listings if k[0] != cid}
+
+    def _answered(self, cid: int, msg: Message) -> list[GateAction]:
+        assert isinstance(msg.id, str)
+        held = self._held.pop((cid, msg.id))
+        outcome = answer_outcome(msg.obj)
+        where = f"policy: {self.server}.{held.tool}: asked by {held.verdict.reason()}, answer {outcome}"
+        if outcome == "accept":
+            return [Log(f"{where}: running it"), Pass(held.line)]
+        text = refusal_text(self.server, held.tool, outcome, msg.obj)
+        return [Log(f"{where}: refused"), Reply(tool_error(held.request_id, text), held.request_id)]
+
+    def _cancelled(self, cid: int, msg: Message, line: bytes) -> list[GateAction]:
+        request_id = msg.params.get("requestId")
+        for (owner, ask_id), held in list(self._held.items()):
+            if owner == cid and held.request_id == request_id and type(held.request_id) is type(request_id):
+                del self._held[(owner, ask_id)]
+                notice = rpc.notification_line("notifications/cancelled",
+                                               {"requestId": ask_id, "reason": "the tool call was cancelled"})
+                return [Log(f"policy: {self.server}.{held.tool}: cancelled while the user was asked"), Reply(notice)]
+        return [Pass(line)]

@@ -1,0 +1,275 @@
+"""Who owns what, when several clients share one server (PROTOCOL.md §5-§7).
+
+The relay forwards every client request under a fresh *relay id* from a counter that is never
+reused, and every server-to-client request under a fresh *client-facing id*; these tables map both
+back. They also hold the other per-client state the server must not see mixed up: progress tokens,
+2025-11-25 task and URL-elicitation ownership, resource subscriptions and log levels.
+
+Routing of server-to-client requests is a policy, because nothing on the stdio wire ties a
+`sampling/createMessage` to the client request that caused it:
+1. the owner of `_meta["io.modelcontextprotocol/related-task"].taskId`;
+2. else the only client with a callback-capable request in flight, counting only clients that
+   declared the capability the request needs (one that did not could never be its target);
+3. else, with several, the `sampling_policy`: "refuse" (default: answer the server with an error,
+   never guess, because guessing wrong leaks one client's data to another, GHSA-345p-7cg4-v4c7) or
+   "most-recent" (the client whose callback-capable request started last);
+and the chosen client must have declared the capability.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Literal
+
+from lazyd.core import state_codec as sc
+from lazyd.core.relay.jsonrpc import JsonId, JsonObj
+
+ClientId = int
+SamplingPolicy = Literal["refuse", "most-recent"]
+
+# Requests during which a server may legitimately call back into the client.
+CALLBACK_CAPABLE = frozenset({"tools/call", "prompts/get", "resources/read", "completion/complete"})
+# Server-to-client request -> the client capability it needs.
+CALLBACK_CAPABILITY = {
+    "sampling/createMessage": "sampling",
+    "elicitation/create": "elicitation",
+    "roots/list": "roots",
+}
+RELATED_TASK_META = "io.modelcontextprotocol/related-task"
+
+# Syslog severities as MCP names them, most verbose first.
+LOG_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
+
+
+def level_rank(level: object) -> int:
+    try:
+        return LOG_LEVELS.index(str(level))
+    except ValueError:
+        return 0
+
+
+@dataclass(slots=True)
+class Upstream:
+    """A request the relay sent to the server, keyed by its relay id."""
+
+    method: str
+    cid: ClientId | None  # None: the relay's own request (replay, refresh, subscribe replay)
+    client_id: JsonId | None
+    purpose: str = ""  # for the relay's own requests
+    token: JsonId | None = None  # the client's original progress token, if rewritten
+    seq: int = 0  # start order, for the "most-recent" policy
+    # The relay reads the result (to cache it, convert it or answer input it asks for), so it is
+    # always decoded, however large.
+    inspect: bool = False
+    # A handshake-era client's request sent to a stateless server under an envelope: the result
+    # is converted back, and an `input_required` result is answered by the relay (bridge.py).
+    bridged: bool = False
+    log_level: str | None = None  # a stateless request's `_meta` log-level opt-in
+
+
+@dataclass(slots=True)
+class Downstream:
+    """A server-to-client request sent to one client under a client-facing id."""
+
+    server_id: JsonId
+    method: str
+
+
+@dataclass
+class Routes:
+    """Every id mapping of one server instance, as plain data. The counters are part of it: relay
+    ids are never reused, so a late response can never be misrouted."""
+
+    upstream: dict[int, Upstream] = field(default_factory=dict)
+    # (client, original id) -> relay id, to rewrite cancellations.
+    by_client: dict[tuple[ClientId, JsonId], int] = field(default_factory=dict)
+    # relay progress token -> (client, original token); the relay token is the relay id.
+    tokens: dict[int, tuple[ClientId, JsonId]] = field(default_factory=dict)
+    downstream: dict[tuple[ClientId, JsonId], Downstream] = field(default_factory=dict)
+    tasks: dict[str, ClientId] = field(default_factory=dict)
+    elicitations: dict[str, ClientId] = field(default_factory=dict)
+    subscriptions: dict[str, set[ClientId]] = field(default_factory=dict)
+    levels: dict[ClientId, str] = field(default_factory=dict)
+    next_id: int = 1  # the next relay id (requests to the server)
+    next_down_id: int = 1  # the next client-facing id (server-to-client requests)
+    seq: int = 0  # order of client requests: the roots owner, the "most-recent" policy
+    # Entries of `upstream` that a client waits on, kept with every change of `upstream` (add,
+    # pop, process_gone, from_state): the lifecycle is told the count after every relayed
+    # message, and counting the map each time made a message cost O(requests in flight).
+    client_inflight: int = 0
+    # Each client's session id, and whether requests carry it in `_meta` (session_meta.py: a
+    # session-aware server); `session_forced`: the setting says so, whatever the server declares.
+    sessions: dict[ClientId, str] = field(default_factory=dict)
+    session_meta: bool = False
+    session_forced: bool = False
+
+    def take_id(self) -> int:
+        rid = self.next_id
+        self.next_id += 1
+        return rid
+
+    def take_down_id(self) -> int:
+        down_id = self.next_down_id
+        self.next_down_id += 1
+        return down_id
+
+    def next_seq(self) -> int:
+        self.seq += 1
+        return self.seq
+
+    def process_gone(self) -> None:
+        """The server process ended: no request is in flight either way, and nothing it created
+        (tasks, URL elicitations, progress tokens) outlives it. Subscriptions and log levels are the
+        clients' and stay for the next process."""
+        self.upstream.clear()
+        self.client_inflight = 0
+        self.by_client.clear()
+        self.tokens.clear()
+        self.downstream.clear()
+        self.tasks.clear()
+        self.elicitations.clear()
+
+    def add(self, relay_id: int, up: Upstream) -> None:
+        self.pop(relay_id)  # relay ids are never reused; were one, the count must stay right
+        self.upstream[relay_id] = up
+        if up.cid is not None:
+            self.client_inflight += 1
+        if up.cid is not None and up.client_id is not None:
+            self.by_client[(up.cid, up.client_id)] = relay_id
+
+    def pop(self, relay_id: int) -> Upstream | None:
+        up = self.upstream.pop(relay_id, None)
+        if up is not None and up.cid is not None:
+            self.client_inflight -= 1
+        if up is not None and up.cid is not None and up.client_id is not None:
+            self.by_client.pop((up.cid, up.client_id), None)
+        return up
+
+    def release_token(self, relay_id: int) -> None:
+        self.tokens.pop(relay_id, None)
+
+    def inflight_of(self, cid: ClientId) -> list[int]:
+        return [rid for rid, up in self.upstream.items() if up.cid == cid]
+
+    def client_inflight_count(self) -> int:
+        return self.client_inflight
+
+    def callback_candidates(self) -> list[tuple[int, ClientId]]:
+        """(seq, client) of every in-flight callback-capable client request."""
+        return [(up.seq, up.cid) for up in self.upstream.values() if up.cid is not None and up.method in CALLBACK_CAPABLE]
+
+    def most_verbose_level(self) -> str | None:
+        if not self.levels:
+            return None
+        return min(self.levels.values(), key=level_rank)
+
+    # ---- state (plain data, lazyd/core/state_codec.py) ------------------------------------------
+
+    def to_state(self) -> JsonObj:
+        return {
+            "upstream": [[rid, _upstream_state(up)] for rid, up in self.upstream.items()],
+            "by_client": [[cid, client_id, rid] for (cid, client_id), rid in self.by_client.items()],
+            "tokens": [[rid, cid, token] for rid, (cid, token) in self.tokens.items()],
+            "downstream": [[cid, down_id, down.server_id, down.method] for (cid, down_id), down in self.downstream.items()],
+            "tasks": dict(self.tasks), "elicitations": dict(self.elicitations),
+            "subscriptions": {uri: sorted(cids) for uri, cids in self.subscriptions.items()},
+            "levels": [[cid, level] for cid, level in self.levels.items()],
+            "next_id": self.next_id, "next_down_id": self.next_down_id, "seq": self.seq,
+            "sessions": [[cid, sid] for cid, sid in self.sessions.items()],
+            "session_meta": self.session_meta, "session_forced": self.session_forced,
+        }
+
+    @classmethod
+    def from_state(cls, value: object) -> Routes:
+        state = sc.obj(value, "routes")
+        routes = cls()
+        for row in sc.items(state.get("upstream"), "routes.upstream"):
+            rid, up = sc.items(row, "routes.upstream row")
+            routes.upstream[sc.integer(rid, "relay id")] = _upstream_from(up)
+        routes.client_inflight = sum(1 for up in routes.upstream.values() if up.cid is not None)
+        for row in sc.items(state.get("by_client"), "routes.by_client"):
+            cid, client_id, rid = sc.items(row, "routes.by_client row")
+            routes.by_client[(sc.integer(cid, "client"), sc.json_id(client_id, "client id"))] = sc.integer(rid, "relay id")
+        for row in sc.items(state.get("tokens"), "routes.tokens"):
+            rid, cid, token = sc.items(row, "routes.tokens row")
+            routes.tokens[sc.integer(rid, "relay token")] = (sc.integer(cid, "client"), sc.json_id(token, "token"))
+        for row in sc.items(state.get("downstream"), "routes.downstream"):
+            cid, down_id, server_id, method = sc.items(row, "routes.downstream row")
+            routes.downstream[(sc.integer(cid, "client"), sc.json_id(down_id, "client-facing id"))] = Downstream(
+                sc.json_id(server_id, "server id"), sc.text(method, "method"))
+        for name in ("tasks", "elicitations"):
+            table: dict[str, ClientId] = getattr(routes, name)
+            for key, cid in sc.obj(state.get(name), f"routes.{name}").items():
+                table[key] = sc.integer(cid, f"routes.{name} owner")
+        for uri, cids in sc.obj(state.get("subscriptions"), "routes.subscriptions").items():
+            routes.subscriptions[uri] = {sc.integer(c, "subscriber") for c in sc.items(cids, "subscribers")}
+        for row in sc.items(state.get("levels"), "routes.levels"):
+            cid, level = sc.items(row, "routes.levels row")
+            routes.levels[sc.integer(cid, "client")] = sc.text(level, "level")
+        # Absent from the state of a daemon that had no session ids: none then, and off.
+        for row in sc.items(state.get("sessions", []), "routes.sessions"):
+            cid, sid = sc.items(row, "routes.sessions row")
+            routes.sessions[sc.integer(cid, "client")] = sc.text(sid, "session id")
+        routes.session_meta = sc.flag(state.get("session_meta", False), "routes.session_meta")
+        routes.session_forced = sc.flag(state.get("session_forced", False), "routes.session_forced")
+        routes.next_id = sc.integer(state.get("next_id"), "routes.next_id")
+        routes.next_down_id = sc.integer(state.get("next_down_id"), "routes.next_down_id")
+        routes.seq = sc.integer(state.get("seq"), "routes.seq")
+        return routes
+
+    def forget_client(self, cid: ClientId) -> None:
+        """Drop everything but in-flight upstream requests (the relay cancels those itself)."""
+        for key in [k for k in self.downstream if k[0] == cid]:
+            del self.downstream[key]
+        for token in [t for t, (c, _) in self.tokens.items() if c == cid]:
+            del self.tokens[token]
+        for task in [t for t, c in self.tasks.items() if c == cid]:
+            del self.tasks[task]
+        for eid in [e for e, c in self.elicitations.items() if c == cid]:
+            del self.elicitations[eid]
+        self.levels.pop(cid, None)
+        self.sessions.pop(cid, None)
+
+
+def _upstream_state(up: Upstream) -> JsonObj:
+    return {"method": up.method, "cid": up.cid, "client_id": up.client_id, "purpose": up.purpose, "token": up.token,
+            "seq": up.seq, "inspect": up.inspect, "bridged": up.bridged, "log_level": up.log_level}
+
+
+def _upstream_from(value: object) -> Upstream:
+    s = sc.obj(value, "upstream request")
+    return Upstream(sc.text(s.get("method"), "method"), sc.opt_integer(s.get("cid"), "cid"),
+                    sc.opt_json_id(s.get("client_id"), "client_id"), sc.text(s.get("purpose"), "purpose"),
+                    sc.opt_json_id(s.get("token"), "token"), sc.integer(s.get("seq"), "seq"),
+                    sc.flag(s.get("inspect"), "inspect"), sc.flag(s.get("bridged"), "bridged"),
+                    sc.opt_text(s.get("log_level"), "log_level"))
+
+
+def choose_callback_target(
+    routes: Routes,
+    params: JsonObj,
+    policy: SamplingPolicy,
+    capable: Callable[[ClientId], bool] = lambda cid: True,
+) -> tuple[ClientId | None, str]:
+    """The client a sampling/elicitation request goes to, and the reason (for the log).
+    `capable` tells whether a client declared the capability the request needs."""
+    meta = params.get("_meta")
+    if isinstance(meta, dict):
+        related = meta.get(RELATED_TASK_META)
+        if isinstance(related, dict) and isinstance(related.get("taskId"), str):
+            owner = routes.tasks.get(related["taskId"])
+            if owner is not None:
+                return owner, "owner of the related task"
+    busy = routes.callback_candidates()
+    candidates = [(seq, cid) for seq, cid in busy if capable(cid)]
+    clients = {cid for _, cid in candidates}
+    if len(clients) == 1:
+        return clients.pop(), "only client with a callback-capable request in flight"
+    if not clients:
+        if busy:
+            return None, "no client with a callback-capable request in flight declares the capability it needs"
+        return None, "no client has a callback-capable request in flight"
+    if policy == "most-recent":
+        return max(candidates)[1], "most recent callback-capable request (sampling_policy = most-recent)"
+    return None, f"{len(clients)} clients have callback-capable requests in flight (sampling_policy = refuse)"

@@ -1,0 +1,281 @@
+"""The handshake era's start-up in the relay core: the replayed handshake, the listing refresh that
+doubles as a barrier, the refreshes a change notification asks for, and what the handshake
+connection holds for its clients (the most verbose log level, the resource subscriptions).
+
+Replay. The relay sends `initialize` with a real client's params: those of the client that caused
+the start (a queued `initialize`, else a queued client's recorded params), else the most recent ones
+the snapshot holds. Its result answers every queued `initialize`; a refusal fails the queue and
+stops the server, unless the stateless era explains it (stateless.py, through the port).
+
+Refresh. After its own `notifications/initialized` the relay restores what clients asked of the
+process (the most verbose log level any of them set, every resource subscription) and fetches each
+advertised listing through the listing engine (listings.py: page by page, at most
+MAX_LISTING_PAGES pages). These requests are the barrier PROTOCOL.md §8 asks for: the server has
+processed `initialized` before anything queued is forwarded. When the last listing is in, the
+merged entry replaces the snapshot's if it differs, each listing that drifted from what clients
+were served sends its `list_changed` to every initialized client, the phase becomes READY, and the
+queue is handled again in arrival order.
+
+Change notifications. A `list_changed` during the refresh fetches again what this start already
+fetched (the fetches still pending will see the change); in READY it refreshes the listing and
+passes the notification on even when the content turns out unchanged: the server said it changed.
+
+Subscriptions are shared: the server gets one `resources/subscribe` per uri, and the
+`resources/unsubscribe` of its last subscriber only.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from lazyd.core.relay import jsonrpc as rpc
+from lazyd.core import state_codec as sc
+from lazyd.core.eras.asker import PROBE_VERSION
+from lazyd.core.cache import LIST_CHANGED, HandshakeEntry, Listing, handshake_key
+from lazyd.core.eras.state import Stage
+from lazyd.core.relay.jsonrpc import JsonObj, Kind, Message
+from lazyd.core.relay.listings import Fetched, drift
+from lazyd.core.relay.base import (
+    Abort,
+    Action,
+    Note,
+    Phase,
+    Ready,
+    SnapshotChanged,
+    ToClient,
+    ToServer,
+    forward,
+    internal,
+)
+from lazyd.core.relay.shared import RelayShared
+from lazyd.core.relay.routing import ClientId
+from lazyd.core.sharing.modes import declares_session_aware
+from lazyd.core.eras.stateless_cache import StatelessCache
+
+
+class HandshakePort(Protocol):
+    """What the handshake start-up needs of the core: the phase it moves, a queued request handled
+    again once READY, and the stateless era's reading of what this start ran into."""
+
+    phase: Phase
+
+    def dispatch(self, cid: ClientId, msg: Message) -> list[Action]: ...
+
+    def initialize_refused(self, error: JsonObj) -> list[Action] | None: ...
+
+    def probe_unanswered(self) -> list[Action]: ...
+
+
+class Handshake:
+    """The live handshake of one server instance and its start-up (see the module docstring)."""
+
+    def __init__(self, core: HandshakePort, shared: RelayShared, cache: StatelessCache) -> None:
+        self.core = core
+        self.shared = shared
+        self.cache = cache
+        self.instance: HandshakeEntry | None = None  # the live process's handshake and listings
+        self.initial_refresh = False  # the refresh under way is the start's (READY when it is in)
+        self.upstream_level: str | None = None  # the log level the server was last set to
+        self.upstream_subs: set[str] = set()  # the uris the server was subscribed to
+
+    def to_state(self) -> JsonObj:
+        instance = self.instance
+        return {"instance": None if instance is None else instance.to_json(), "initial_refresh": self.initial_refresh,
+                "upstream_level": self.upstream_level, "upstream_subs": sorted(self.upstream_subs)}
+
+    def restore(self, value: object) -> None:
+        s = sc.obj(value, "handshake")
+        instance = s.get("instance")
+        self.instance = None if instance is None else HandshakeEntry.from_json(instance)
+        self.initial_refresh = sc.flag(s.get("initial_refresh"), "handshake.initial_refresh")
+        self.upstream_level = sc.opt_text(s.get("upstream_level"), "handshake.upstream_level")
+        self.upstream_subs = {sc.text(u, "subscribed uri") for u in sc.items(s.get("upstream_subs"), "handshake.upstream_subs")}
+
+    # ---- replay ----------------------------------------------------------------------------------
+
+    def replay_params(self) -> JsonObj | None:
+        for cid, msg in self.shared.queue:
+            if msg.method == "initialize":
+                return msg.params
+        for cid, msg in self.shared.queue:
+            client = self.shared.clients.get(cid)
+            if client is not None and client.params is not None:
+                return client.params
+        return self.shared.snapshot.last_params
+
+    def send_initialize(self, params: JsonObj) -> list[Action]:
+        self.core.phase = Phase.HANDSHAKE
+        self.instance = HandshakeEntry(params=params, result={})
+        return [internal(self.shared.routes, "initialize", params, "replay"), Note(f"replaying initialize ({handshake_key(params)})")]
+
+    def answered(self, msg: Message) -> list[Action]:
+        """The server answered the replayed initialize."""
+        result = msg.obj.get("result")
+        if not isinstance(result, dict) or self.instance is None:
+            error = msg.obj.get("error")
+            if self.instance is not None and isinstance(error, dict):
+                handled = self.core.initialize_refused(error)
+                if handled is not None:
+                    return handled
+            reason = "the server refused the replayed initialize"
+            if isinstance(error, dict) and isinstance(error.get("message"), str):
+                reason += f": {error['message'][:200]}"
+            return [*self.shared.queue.fail(f"lazyd: {reason}", self.shared.clients), Abort(reason)]
+        out: list[Action] = self.shared.era.learn_mixed(True) if self.shared.era.stateless_up is True else []
+        if self.shared.era.stage is Stage.HANDSHAKE:
+            out.extend(self.shared.era.learn_first_initialize(True))  # it was the connection's first request
+        self.instance.result = result
+        routes = self.shared.routes  # this process's own declaration decides (session_meta.py)
+        routes.session_meta = routes.session_forced or declares_session_aware([result])
+        out.append(ToServer(rpc.notification_line("notifications/initialized")))
+        if self.shared.era.start_plan(self.core.phase).probe_after_handshake and self.shared.era.stateless_up is False:
+            out.extend(self._send_probe_after())
+        for cid, queued in self.shared.queue.take():
+            if queued.method == "initialize" and queued.id is not None:
+                out.append(ToClient(cid, rpc.result_line(queued.id, result), queued.id))
+            else:
+                self.shared.queue.hold(cid, queued)
+        self.core.phase = Phase.REFRESH
+        self.initial_refresh = True
+        out.extend(self.sync_level())
+        for uri in sorted(self.shared.routes.subscriptions):
+            self.upstream_subs.add(uri)
+            out.append(internal(self.shared.routes, "resources/subscribe", {"uri": uri}, "resubscribe"))
+        out.extend(self._start_refresh(self.instance.advertised_listings()))
+        return out
+
+    def _send_probe_after(self) -> list[Action]:
+        """A `server/discover` once the handshake is done (lazyd/core/eras/policy.py): what else this handshake
+        connection carries."""
+        asker = self.cache.start_asker(PROBE_VERSION)
+        self.shared.era.probe_asker = asker
+        return [internal(self.shared.routes, "server/discover", {"_meta": asker.envelope()}, "probe-after"),
+                Note("asking server/discover after the handshake: does this connection carry the stateless era too?")]
+
+    # ---- refresh ---------------------------------------------------------------------------------
+
+    def _start_refresh(self, methods: list[str]) -> list[Action]:
+        out: list[Action] = []
+        for method in methods:
+            request = self.shared.listings.start(method, method, "start" if self.initial_refresh else "changed", None)
+            if request is not None:
+                out.append(request)
+        if not self.shared.listings.pending(stateless=False):
+            out.extend(self._refresh_done(set()))
+        return out
+
+    def fetched(self, done: Fetched) -> list[Action]:
+        """A listing of the refresh is in (or the server refused it)."""
+        method = done.fetch.method
+        if self.instance is None:
+            return []
+        if done.result is None:
+            error = done.error
+            self.instance.listings[method] = Listing(error=error if isinstance(error, dict) else {"code": rpc.INTERNAL_ERROR, "message": "bad listing"})
+        else:
+            self.instance.listings[method] = Listing(items=done.fetch.items)
+        if self.shared.listings.pending(stateless=False):
+            return []
+        return self._refresh_done({method})
+
+    def _refresh_done(self, last: set[str]) -> list[Action]:
+        assert self.instance is not None
+        key = handshake_key(self.instance.params)
+        # What a client of this handshake was served from the cache, perhaps another handshake's
+        # entry: drift is measured against that, so a start after a cross-handshake answer
+        # announces what it got wrong.
+        old = self.shared.snapshot.entry_for_client(self.instance.params)
+        served = {m: listing.to_json() for m, listing in old.listings.items()} if old is not None else None
+        changed = drift(served, {m: listing.to_json() for m, listing in self.instance.listings.items()})
+        if not self.initial_refresh:
+            changed |= last  # the server announced a change: pass it on even if we had it already
+        entry = HandshakeEntry(self.instance.params, self.instance.result, dict(self.instance.listings))
+        out: list[Action] = []
+        if old is None or old.to_json() != entry.to_json():
+            self.shared.snapshot.entries[key] = entry
+            out.append(SnapshotChanged())
+        for notification in sorted({LIST_CHANGED[m] for m in changed}):
+            out.append(Note(f"listing drift: sending {notification}"))
+            out.extend(ToClient(cid, rpc.notification_line(notification))
+                       for cid, c in sorted(self.shared.clients.items()) if c.initialized)
+        if self.initial_refresh:
+            self.initial_refresh = False
+            self.core.phase = Phase.READY
+            out.extend(self.core.probe_unanswered())
+            out.append(Ready())
+            for cid, msg in self.shared.queue.take():
+                if cid in self.shared.clients:
+                    out.extend(self.core.dispatch(cid, msg) if msg.kind is Kind.REQUEST else [])
+        return out
+
+    def list_changed(self, notification: str) -> list[Action]:
+        """A handshake-era `list_changed` from the server."""
+        methods = [m for m, n in LIST_CHANGED.items() if n == notification]
+        if self.core.phase is Phase.REFRESH and self.instance is not None:
+            # A listing this start already fetched may predate the change: fetch it again. The
+            # ones still pending will see it.
+            stale = [m for m in methods if m in self.instance.listings]
+            for method in stale:
+                del self.instance.listings[method]
+            return [Note(f"{notification} during start-up: fetching {stale or 'nothing'} again"), *self._start_refresh(stale)]
+        if self.core.phase is not Phase.READY or self.instance is None:
+            return [Note(f"{notification} before the handshake finished: the coming refresh covers it")]
+        for method in methods:
+            self.instance.listings.pop(method, None)
+        return [Note(f"{notification}: refreshing"), *self._start_refresh(methods)]
+
+    # ---- what the handshake connection holds for its clients -------------------------------------
+
+    def sync_level(self) -> list[Action]:
+        """Keep the server's log level at the most verbose level any client asked for (handshake
+        era; a stateless server gets each bridged client's level in its requests' envelope)."""
+        wanted = self.shared.routes.most_verbose_level()
+        if (wanted is None or wanted == self.upstream_level or self.core.phase not in (Phase.REFRESH, Phase.READY)
+                or self.instance is None):
+            return []
+        self.upstream_level = wanted
+        return [internal(self.shared.routes, "logging/setLevel", {"level": wanted}, "setlevel")]
+
+    def subscribe(self, cid: ClientId, msg: Message) -> list[Action]:
+        assert msg.id is not None
+        uri = msg.params.get("uri")
+        if not isinstance(uri, str):
+            return forward(self.shared.routes, cid, msg)  # let the server word the error
+        self.shared.routes.subscriptions.setdefault(uri, set()).add(cid)
+        if uri in self.upstream_subs:
+            return [ToClient(cid, rpc.result_line(msg.id, {}), msg.id)]
+        self.upstream_subs.add(uri)
+        return forward(self.shared.routes, cid, msg)
+
+    def unsubscribe(self, cid: ClientId, msg: Message) -> list[Action]:
+        assert msg.id is not None
+        uri = msg.params.get("uri")
+        if not isinstance(uri, str):
+            return forward(self.shared.routes, cid, msg)
+        subscribers = self.shared.routes.subscriptions.get(uri, set())
+        subscribers.discard(cid)
+        if subscribers or uri not in self.upstream_subs:
+            if not subscribers:
+                self.shared.routes.subscriptions.pop(uri, None)
+            return [ToClient(cid, rpc.result_line(msg.id, {}), msg.id)]
+        self.shared.routes.subscriptions.pop(uri, None)
+        self.upstream_subs.discard(uri)
+        return forward(self.shared.routes, cid, msg)
+
+    def client_left(self, cid: ClientId) -> list[Action]:
+        """A client left: its subscriptions end; a uri nobody else wants is unsubscribed upstream."""
+        out: list[Action] = []
+        for uri, subscribers in list(self.shared.routes.subscriptions.items()):
+            subscribers.discard(cid)
+            if not subscribers:
+                del self.shared.routes.subscriptions[uri]
+                if uri in self.upstream_subs and self.core.phase is Phase.READY:
+                    self.upstream_subs.discard(uri)
+                    out.append(internal(self.shared.routes, "resources/unsubscribe", {"uri": uri}, "unsubscribe"))
+        return out
+
+    def gone(self) -> None:
+        """The process ended: its handshake, log level and subscriptions with it."""
+        self.upstream_subs.clear()
+        self.upstream_level = None
+        self.instance = None

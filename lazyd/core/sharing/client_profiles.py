@@ -1,0 +1,193 @@
+"""What each AI client sends a server and which environment it gives it: for `check --client X`.
+
+A check warms the cache a client's sessions will use only if it looks like that client to the
+server and to lazyd: the same `initialize` params (the cache and the server's answers may depend
+on them) and the same environment as far as the identity goes (or the check warms another
+identity's cache). Each profile therefore holds:
+
+- `client_names`: the `clientInfo.name` values the client's sessions send, by which the daemon
+  learns the latest handshake of each client from real sessions (lazyd/daemon/control/handshakes.py);
+- `builtin`: the handshake captured from the client's current release, used until one is learned;
+- `environment`: the client's rule for a stdio server's environment, from its own source.
+
+Captured here (a tee between the client and server-everything, and /proc/PID/environ):
+
+- Claude Code 2.1.332: `initialize` at 2025-11-25 with capabilities `roots` and `elicitation`
+  (form and url), after a `server/discover` probe at 2026-07-28; the whole environment, plus its
+  own variables (envrules.PER_SESSION_ENV), plus the registration's env.
+- Gemini CLI 0.61.0: sessions send `gemini-cli-mcp-client` at 2025-06-18 with `roots`; `gemini mcp
+  list` sends `mcp-test-client` with no capabilities, same version. The environment is
+  sanitized (`gemini_environment`, its environmentSanitization rule), plus GEMINI_CLI=1, plus the
+  registration's env (less variables that change how programs load: NODE_OPTIONS, LD_PRELOAD...).
+- Codex CLI 0.171.0 (`codex exec`, which starts every server before it needs a model):
+  `codex-mcp-client` at 2025-06-18 with `elicitation` and `experimental.codex/auth-change`
+  (captured with a tee); only a handful of variables pass
+  (`CODEX_DEFAULT_ENV`: its allow-list and six CA bundle variables), plus the registration's
+  `env_vars` names and its env; its vendor directory first on PATH.
+- opencode 1.18.33 (`opencode mcp list`, learned by the daemon): `opencode` at 2025-11-25 with
+  `roots`; the whole environment plus AGENT=1 and OPENCODE=1 (and OPENCODE_PID, its own pid,
+  which changes every run and so is no part of a check), plus the registration's `environment`.
+
+These are first guesses: once the daemon has seen a session of a client, `check --client X`
+rebuilds X's environment from the names its sessions really carried (lazyd/daemon/sessions/learned_env.py).
+
+Pure: callers pass the environments.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["ClientProfile", "PROFILES", "profile_named", "profile_for_client_info",
+           "gemini_environment", "codex_environment", "opencode_environment", "full_environment"]
+
+# (inherited, declared, passed): passed are the names a registration asks to pass through (Codex's
+# `env_vars`); clients that pass everything on ignore them.
+Environment = Callable[[Mapping[str, str], Mapping[str, str], tuple[str, ...]], dict[str, str]]
+
+
+def full_environment(inherited: Mapping[str, str], declared: Mapping[str, str],
+                     passed: tuple[str, ...] = ()) -> dict[str, str]:
+    """A client that passes everything on: the inherited environment, the registration's on top."""
+    return {**inherited, **declared}
+
+
+# ---- Gemini CLI 0.61.0 (packages/core/src/services/environmentSanitization.ts) --------------------
+
+_GEMINI_ALWAYS_ALLOWED = frozenset({
+    "PATH", "SYSTEMROOT", "COMSPEC", "PATHEXT", "WINDIR", "TEMP", "TMP", "USERPROFILE", "SYSTEMDRIVE",
+    "HOME", "LANG", "SHELL", "TMPDIR", "USER", "LOGNAME", "TERM", "COLORTERM", "ADDITIONAL_CONTEXT",
+    "AVAILABLE_LABELS", "BRANCH_NAME", "DESCRIPTION", "EVENT_NAME", "GITHUB_ENV", "IS_PULL_REQUEST",
+    "ISSUES_TO_TRIAGE", "ISSUE_BODY", "ISSUE_NUMBER", "ISSUE_TITLE", "PULL_REQUEST_NUMBER",
+    "REPOSITORY", "TITLE", "TRIGGERING_ACTOR",
+})
+_GEMINI_NEVER_ALLOWED = frozenset({
+    "CLIENT_ID", "DB_URI", "CONNECTION_STRING", "AWS_DEFAULT_REGION", "AZURE_CLIENT_ID",
+    "AZURE_TENANT_ID", "SLACK_WEBHOOK_URL", "TWILIO_ACCOUNT_SID", "DATABASE_URL",
+    "GOOGLE_CLOUD_PROJECT", "GOOGLE_CLOUD_ACCOUNT", "FIREBASE_PROJECT_ID",
+})
+_GEMINI_NAME_PATTERNS = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|KEY|AUTH|CREDENTIAL|CREDS|PRIVATE|CERT",
+                                   re.IGNORECASE)
+_GEMINI_VALUE_PATTERNS = tuple(re.compile(p, re.IGNORECASE) for p in (
+    r"-----BEGIN (RSA|OPENSSH|EC|PGP) PRIVATE KEY-----",
+    r"-----BEGIN CERTIFICATE-----",
+    r"(https?|ftp|smtp)://[^:\s]{1,1024}:[^@\s]{1,1024}@",
+    r"(ghp|gho|ghu|ghs|ghr|github_pat)_[a-zA-Z0-9_]{36,}",
+    r"AIzaSy[a-zA-Z0-9_\\-]{33}",
+    r"AKIA[A-Z0-9]{16}",
+    r"eyJ[a-zA-Z0-9_-]{0,10240}\.[a-zA-Z0-9_-]{0,10240}\.[a-zA-Z0-9_-]{0,10240}",
+    r"(s|r)k_(live|test)_[0-9a-zA-Z]{24}",
+    r"xox[abpr]-[a-zA-Z0-9-]+",
+))
+# Declared variables Gemini refuses to set on a server (isDangerousExecutionEnvironmentVariable).
+_GEMINI_BLOCKED_DECLARED = frozenset({
+    "NODE_OPTIONS", "NODE_CLI_FLAGS", "_FORCE_NODE_OPTIONS", "NODE_PATH", "ELECTRON_RUN_AS_NODE",
+    "PYTHONPATH", "PYTHONSTARTUP", "RUBYOPT", "RUBYLIB", "PERL5OPT", "PERL5LIB", "LD_PRELOAD",
+    "LD_AUDIT", "LD_DEBUG", "LD_PROFILE", "LD_LIBRARY_PATH", "DYLD_INSERT_LIBRARIES",
+    "DYLD_FORCE_FLAT_NAMESPACE", "DYLD_LIBRARY_PATH", "DYLD_FRAMEWORK_PATH",
+    "DYLD_FALLBACK_LIBRARY_PATH", "DYLD_FALLBACK_FRAMEWORK_PATH", "BASH_ENV", "ENV", "PERL5DB",
+    "JAVA_TOOL_OPTIONS", "_JAVA_OPTIONS", "CLASSPATH", "DOTNET_STARTUP_HOOKS", "CORECLR_PROFILER_PATH",
+})
+
+
+def _gemini_redacts(name: str, value: str, strict: bool) -> bool:
+    key = name.upper()
+    if key.startswith("GEMINI_CLI_"):
+        return False
+    if value and any(p.search(value.upper()) for p in _GEMINI_VALUE_PATTERNS):
+        return True
+    if key.startswith("GIT_CONFIG_") or key in _GEMINI_ALWAYS_ALLOWED:
+        return False
+    if key in _GEMINI_NEVER_ALLOWED or strict:
+        return True
+    return _GEMINI_NAME_PATTERNS.search(key) is not None
+
+
+def gemini_environment(inherited: Mapping[str, str], declared: Mapping[str, str],
+                       passed: tuple[str, ...] = ()) -> dict[str, str]:
+    """The environment Gemini CLI 0.61.0 gives a stdio server (redaction always on for servers;
+    in a GitHub Actions run, GITHUB_SHA set, only the always-allowed variables pass)."""
+    strict = bool(inherited.get("GITHUB_SHA")) or inherited.get("SURFACE") == "Github"
+    env = {"GEMINI_CLI": "1"}
+    env.update({k: v for k, v in inherited.items() if not _gemini_redacts(k, v, strict)})
+    env.update({k: v for k, v in declared.items() if k not in _GEMINI_BLOCKED_DECLARED})
+    return env
+
+
+# ---- Codex CLI (codex-rs/rmcp-client/src/utils.rs, DEFAULT_ENV_VARS on unix) ----------------------
+
+# 0.171 passes the CA bundle variables too (seen in /proc/PID/environ of its servers), and puts its
+# own vendor directory (`.../vendor/<target>/codex-path`, holding `rg`) first on PATH: PATH counts
+# by what it resolves (lazyd/core/sharing/identity.py), so that prefix splits nothing.
+CODEX_DEFAULT_ENV = ("HOME", "LOGNAME", "PATH", "SHELL", "USER", "__CF_USER_TEXT_ENCODING", "LANG",
+                     "LC_ALL", "TERM", "TMPDIR", "TZ", "CURL_CA_BUNDLE", "GIT_SSL_CAINFO",
+                     "NODE_EXTRA_CA_CERTS", "PIP_CERT", "REQUESTS_CA_BUNDLE", "SSL_CERT_FILE")
+
+
+def codex_environment(inherited: Mapping[str, str], declared: Mapping[str, str],
+                      passed: tuple[str, ...] = ()) -> dict[str, str]:
+    """The environment Codex gives a stdio server: its allow-list and the registration's
+    `env_vars` names from the inherited environment, then the registration's `env`."""
+    env = {k: inherited[k] for k in (*CODEX_DEFAULT_ENV, *passed) if k in inherited}
+    env.update(declared)
+    return env
+
+
+def opencode_environment(inherited: Mapping[str, str], declared: Mapping[str, str],
+                         passed: tuple[str, ...] = ()) -> dict[str, str]:
+    """The environment opencode gives a local server: everything, its two markers, the
+    registration's `environment` on top (OPENCODE_PID left out: it is a new value every run)."""
+    return {**inherited, "AGENT": "1", "OPENCODE": "1", **declared}
+
+
+@dataclass(frozen=True)
+class ClientProfile:
+    name: str  # lazyctl's name for the client (as in `wrap --client`)
+    title: str
+    client_names: tuple[str, ...]  # clientInfo.name values its sessions send, preferred first
+    builtin: Mapping[str, Any] | None  # initialize params captured from `release`
+    release: str
+    environment: Environment
+
+
+def _params(version: str, caps: dict[str, Any], info: dict[str, Any]) -> dict[str, Any]:
+    return {"protocolVersion": version, "capabilities": caps, "clientInfo": info}
+
+
+PROFILES: dict[str, ClientProfile] = {p.name: p for p in (
+    ClientProfile(
+        "claude", "Claude Code", ("claude-code",),
+        _params("2025-11-25", {"roots": {"listChanged": True}, "elicitation": {"form": {}, "url": {}}},
+                {"name": "claude-code", "title": "Claude Code", "version": "2.1.332",
+                 "description": "Anthropic's agentic coding tool", "websiteUrl": "https://claude.com/claude-code"}),
+        "Claude Code 2.1.332", full_environment),
+    ClientProfile(
+        "gemini", "Gemini CLI", ("gemini-cli-mcp-client", "mcp-test-client"),
+        _params("2025-06-18", {"roots": {"listChanged": True}},
+                {"name": "gemini-cli-mcp-client", "version": "0.61.0"}),
+        "Gemini CLI 0.61.0", gemini_environment),
+    ClientProfile(
+        "codex", "Codex CLI", ("codex-mcp-client",),
+        _params("2025-06-18", {"experimental": {"codex/auth-change": {}}, "elicitation": {"form": {}, "url": {}}},
+                {"name": "codex-mcp-client", "title": "Codex", "version": "0.171.0"}),
+        "Codex CLI 0.171.0", codex_environment),
+    ClientProfile("cursor", "Cursor", ("cursor-vscode",), None, "not captured", full_environment),
+    ClientProfile("vscode", "VS Code", ("Visual Studio Code",), None, "not captured", full_environment),
+    ClientProfile("windsurf", "Windsurf", ("windsurf-client",), None, "not captured", full_environment),
+    ClientProfile(
+        "opencode", "opencode", ("opencode",),
+        _params("2025-11-25", {"roots": {}}, {"name": "opencode", "version": "1.18.33"}),
+        "opencode 1.18.33", opencode_environment),
+)}
+
+
+def profile_named(name: str) -> ClientProfile | None:
+    return PROFILES.get(name)
+
+
+def profile_for_client_info(client_name: str) -> ClientProfile | None:
+    """The profile whose sessions send `clientInfo.name == client_name`, if any."""
+    return next((p for p in PROFILES.values() if client_name in p.client_names), None)

@@ -1,0 +1,60 @@
+"""Which process a new session of a registration joins, given the sharing decision (lazyd/core/sharing/modes.py).
+
+Pure: fed the decision, whether the registration's own process is taken, and how long this
+session has waited; the daemon (lazyd/daemon/sessions/sharing_gate.py) carries the answer out.
+
+- `shared` and `session-aware`: the registration's process (BASE).
+- `isolated`: a process of its own (OWN): the registration's process when no session holds it,
+  else a free private instance, else a new one.
+- undecided (never run, nothing declared, not a known server): the first session takes the
+  registration's process, so its start can list the tools; a second session that arrives while
+  the process is taken WAITs, up to `bound_s`, for that start to decide. Past the bound it gets
+  a process of its own: one process too many costs memory, one shared by mistake leaks one
+  session's state into another. A wait is for a start: when none is under way `grace_s` after the
+  session came (the first session sent nothing that needs the server: some clients send nothing
+  until they call a tool), or when the start is complete (`started`: the process runs) and still
+  nothing decides (a stateless-era start lists nothing until a client asks), nothing is coming to
+  wait for, and the session shares, as with any server that declares nothing and whose tools say
+  nothing.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from lazyd.core.sharing.modes import SharingDecision
+from lazyd.durations import format_duration
+
+__all__ = ["Join", "JoinChoice", "join"]
+
+
+class Join(enum.Enum):
+    BASE = "base"  # the registration's own process
+    OWN = "own"  # a process of the session's own
+    WAIT = "wait"  # not decided yet: wait for the first start's listing
+
+
+@dataclass(frozen=True)
+class JoinChoice:
+    join: Join
+    rule: str  # why, in status words (the decision's rule, or the undecided case's)
+
+
+def join(decision: SharingDecision, *, base_taken: bool, waited_s: float, bound_s: float,
+         started: bool = False, starting: bool = True, grace_s: float = 0.0) -> JoinChoice:
+    """Where a session goes (see the module docstring)."""
+    if decision.mode == "isolated":
+        return JoinChoice(Join.OWN, decision.rule)
+    if decision.mode is not None:
+        return JoinChoice(Join.BASE, decision.rule)
+    if not base_taken:
+        return JoinChoice(Join.BASE, "auto: undecided, so the first session's start decides")
+    if started:
+        return JoinChoice(Join.BASE, "auto: shared (its start declared nothing and listed no tools)")
+    if not starting and waited_s >= grace_s:
+        return JoinChoice(Join.BASE, "auto: shared (undecided, and no start under way to decide it)")
+    if waited_s < bound_s:
+        return JoinChoice(Join.WAIT, decision.rule)
+    return JoinChoice(Join.OWN, f"auto: isolated (still undecided after {format_duration(bound_s)}: "
+                                "a process of its own is the safe guess)")

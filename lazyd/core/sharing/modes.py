@@ -1,0 +1,153 @@
+"""How the sessions of one registration share server processes (`share`).
+
+Pure: decided from the registration's setting, its cached snapshot and the known-servers entry
+that matches what it runs, so deciding costs no start.
+
+Sharing one process is right for a server whose state is the world's (an API, a database, the
+time) and wrong for one whose state is a session's: a browser and its open tabs, a chain of
+thoughts, a shell. Three modes:
+
+- `shared`: one process for every session of the registration;
+- `isolated`: one process per session;
+- `session-aware`: one process, and every request it gets carries its session's id in `_meta`
+  (session_meta.py), for a server that keeps each session's state apart by that id.
+
+`share = true`, `false` and `"session-aware"` settle it by hand. `share = "auto"` (the default)
+takes the first rule that applies:
+
+1. **The server declares it.** In its `initialize` result (or a `server/discover` answer), under
+   `capabilities`: lazyd's spelling `"experimental": {"lazyd": {"sharing": MODE}}`, or mcp-mux's
+   `"x-mux": {"sharing": MODE}` at the top of `capabilities` or under `experimental`. lazyd's
+   spelling wins where both are present.
+2. **It is a known server** (known_servers.py: the package's table and the user's), matched by
+   what the registration runs.
+3. **Its tools look stateful.** A tool name with one of the words in `STATEFUL_TOOL_WORDS` (split
+   as the hub splits names: at `_`, `-`, `.`, `/` and camelCase, any case) means `isolated`:
+   `browser_navigate`, `take_screenshot`, `newTab`, `run-in-terminal`. Others mean `shared`.
+4. **Nothing to decide from yet** (never run, nothing declared, not known): `undecided`, mode None.
+   The daemon gives the first session the registration's process and holds a second one until
+   the first start has listed its tools (lazyd/core/sharing/join.py).
+
+`rule` says which rule decided, in the words `lazyctl status` and `explain` show:
+`auto: isolated (tool names: browser_navigate, …)`, `auto: isolated (known server: playwright)`,
+`auto: session-aware (declared: x-mux.sharing)`, `share = false`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Final, Literal
+
+from lazyd.core.cache import HandshakeEntry, Snapshot
+from lazyd.core.hub.catalog import cached_tools, words
+from lazyd.core.relay.jsonrpc import JsonObj
+from lazyd.core.sharing.known_servers import KnownServer
+
+__all__ = ["Mode", "MODES", "ShareSetting", "SharingDecision", "STATEFUL_TOOL_WORDS", "decide_sharing",
+           "declared_sharing", "stateful_tools", "declares_session_aware"]
+
+Mode = Literal["shared", "isolated", "session-aware"]
+MODES: Final[tuple[Mode, ...]] = ("shared", "isolated", "session-aware")
+ShareSetting = bool | Literal["auto", "session-aware"]
+
+# Words of tool names that mean state kept for whoever drives the server: a page, a tab, a shell.
+STATEFUL_TOOL_WORDS: Final = frozenset({
+    "browser", "page", "pages", "tab", "tabs", "navigate", "screenshot", "terminal", "shell", "session",
+    "sessions",
+})
+# How many stateful tool names a rule quotes: enough to recognise the server, short for a status line.
+MAX_QUOTED_TOOLS: Final = 3
+_LAZYD_KEY: Final = "lazyd"
+_MUX_KEY: Final = "x-mux"
+
+
+@dataclass(frozen=True)
+class SharingDecision:
+    """`mode` (None: undecided, see rule 4), `rule`: why, and `source`: which rule ("setting",
+    "declared", "known", "tools", "undecided"), for `status` and `explain`."""
+
+    mode: Mode | None
+    rule: str
+    source: str
+
+    @property
+    def shared(self) -> bool:
+        """Whether sessions may join one process (an undecided registration's first session may)."""
+        return self.mode != "isolated"
+
+
+def decide_sharing(setting: ShareSetting, snapshot: Snapshot, known: KnownServer | None = None,
+                   live: HandshakeEntry | None = None) -> SharingDecision:
+    """Apply `setting` (for "auto": the rules of the module docstring) to what `snapshot` holds, to
+    the known-servers entry `known` that matches the registration (None: none does), and to `live`,
+    the handshake and listings of a process being started, as they arrive: a start under way
+    decides as soon as its `initialize` result or its `tools/list` is in, before its whole refresh."""
+    if setting is True:
+        return SharingDecision("shared", "share = true", "setting")
+    if setting is False:
+        return SharingDecision("isolated", "share = false", "setting")
+    if setting == "session-aware":
+        return SharingDecision("session-aware", 'share = "session-aware"', "setting")
+    declared = declared_sharing(([live.result] if live is not None else []) + _results(snapshot))
+    if declared is not None:
+        where, value = declared
+        return SharingDecision(value, f"auto: {value} (declared: {where})", "declared")
+    if known is not None and known.sharing != "auto":
+        return SharingDecision(known.sharing, f"auto: {known.sharing} (known server: {known.name})", "known")
+    tools = cached_tools(snapshot, live, None)
+    if tools is None:
+        return SharingDecision(None, "auto: undecided (nothing cached, declared or known yet)", "undecided")
+    stateful = stateful_tools(str(t["name"]) for t in tools)
+    if stateful:
+        quoted = ", ".join(stateful[:MAX_QUOTED_TOOLS]) + (", …" if len(stateful) > MAX_QUOTED_TOOLS else "")
+        return SharingDecision("isolated", f"auto: isolated (tool names: {quoted})", "tools")
+    return SharingDecision("shared", f"auto: shared (no stateful tool names among {len(tools)} tools)", "tools")
+
+
+def declared_sharing(results: Iterable[JsonObj]) -> tuple[str, Mode] | None:
+    """(where, mode) of the first sharing declaration in these initialize/discover results."""
+    results = list(results)
+    for spelling in (_LAZYD_KEY, _MUX_KEY):
+        for result in results:
+            caps = result.get("capabilities")
+            if not isinstance(caps, dict):
+                continue
+            experimental = caps.get("experimental")
+            experimental = experimental if isinstance(experimental, dict) else {}
+            if spelling == _LAZYD_KEY:
+                found = _sharing_of(experimental.get(_LAZYD_KEY))
+                where = "experimental.lazyd.sharing"
+            else:
+                found = _sharing_of(caps.get(_MUX_KEY))
+                where = "x-mux.sharing"
+                if found is None:
+                    found = _sharing_of(experimental.get(_MUX_KEY))
+                    where = "experimental.x-mux.sharing"
+            if found is not None:
+                return where, found
+    return None
+
+
+def declares_session_aware(results: Iterable[JsonObj]) -> bool:
+    """Whether these results declare `session-aware` (the relay then sends session ids)."""
+    declared = declared_sharing(results)
+    return declared is not None and declared[1] == "session-aware"
+
+
+def stateful_tools(names: Iterable[str]) -> list[str]:
+    """The names, in order, that hold a word of `STATEFUL_TOOL_WORDS`."""
+    return [name for name in names if STATEFUL_TOOL_WORDS.intersection(words(name))]
+
+
+def _sharing_of(block: object) -> Mode | None:
+    if not isinstance(block, dict):
+        return None
+    value = block.get("sharing")
+    return next((mode for mode in MODES if mode == value), None)
+
+
+def _results(snapshot: Snapshot) -> list[JsonObj]:
+    results = [entry.result for entry in snapshot.entries.values()]
+    results += [a["result"] for a in snapshot.discover.values() if isinstance(a.get("result"), dict)]
+    return results

@@ -1,0 +1,79 @@
+"""Who gets in: each accepted connection judged before anything is read from it, and told why
+when it is refused.
+
+- a peer whose credentials cannot be read, or of another uid, is closed without a word (it may
+  be anyone; the log has its pid);
+- near the descriptor limit, or beyond the connection cap derived from it (lazyd/core/admission.py),
+  the peer is sent a ``refused`` frame with code ``busy`` that says why, and closed: a shim shows
+  the reason on its stderr and in its log and runs its server directly (fail open);
+- a connection accepted into the spare descriptor because accept(2) ran out (lazyd/daemon/fdlimit.py)
+  is refused the same way, with one non-blocking send.
+
+Every refusal is counted by reason since the daemon started (lazyd/daemon/connections/refusals.py, shown by
+`lazyctl status`), and logged once per episode: the first of a run, then one line with the count
+when connections are admitted again, so a flood of refused shims does not flood the log.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import trio
+
+from lazyd import wire
+from lazyd.core.admission import Admission
+from lazyd.daemon.connections.refusals import Refusals
+from lazyd.daemon.runtime_dir import peer_credentials
+from lazyd.frames import Refusal
+
+log = logging.getLogger("lazyd.conn")
+
+
+class Door:
+    def __init__(self, admission: Admission, send_deadline_s: float) -> None:
+        self.admission = admission
+        self.send_deadline_s = send_deadline_s
+        self.refusals = Refusals()
+
+    def judge(self, stream: trio.SocketStream, active: int, servers: int) -> tuple[int, str | None] | None:
+        """Judge a connection, `active` open (itself included) and `servers` registered: None to close
+        it without a word (the reason logged); else the peer's pid and why it is refused (None: it
+        is served)."""
+        try:
+            pid, uid, _ = peer_credentials(stream.socket)  # type: ignore[arg-type]
+        except OSError as exc:
+            log.warning("closing a connection whose peer cannot be identified: %s", exc.strerror)
+            self.refusals.note("unidentified", "a peer that could not be identified")
+            return None
+        if uid != os.getuid():
+            log.warning("refused a connection from uid %d (pid %d): not our user", uid, pid)
+            self.refusals.note("uid", f"a peer of uid {uid}, not this user")
+            return None
+        reason = self.admission.refusal(stream.socket.fileno(), active, servers)
+        if reason is not None:
+            if self.refusals.note("busy", reason):
+                log.warning("refusing connections: %s (pid %d is the first; shims run their servers "
+                            "directly until there is room)", reason, pid)
+            return pid, reason
+        ended = self.refusals.admitted("busy")
+        if ended:
+            log.info("admitting connections again after %d refused", ended)
+        return pid, None
+
+    async def refuse(self, stream: trio.SocketStream, reason: str) -> None:
+        """Tell a peer that was not admitted why, before anything is read from it (a shim reads the
+        refusal even when its hello could no longer be sent)."""
+        with trio.move_on_after(self.send_deadline_s):
+            await stream.send_all(wire.encode(Refusal("busy", reason)))
+
+    def refuse_now(self, active: int, sock: trio.socket.SocketType) -> None:
+        """Refuse a connection accepted into the spare descriptor (EMFILE): one non-blocking send."""
+        reason = (f"the daemon is out of descriptors ({active} connections open, descriptor limit "
+                  f"{self.admission.limit}); raise LimitNOFILE= or the hard `ulimit -n` of the daemon")
+        if self.refusals.note("busy", reason):
+            log.warning("refusing connections: %s", reason)
+        try:
+            os.write(sock.fileno(), wire.encode(Refusal("busy", reason)))  # the socket is non-blocking
+        except OSError:
+            pass

@@ -1,0 +1,398 @@
+"""The daemon's listener and each accepted connection: peer check, hello, then a session or control.
+
+Per connection a reader (the handler task) and, for sessions, a writer task draining the session's
+bounded outbox. What a connection may cost is bounded, and whatever goes wrong with one
+connection closes that connection only:
+
+- a peer of another uid, or one that finds the daemon near its descriptor limit, is judged
+  before anything is read from it (lazyd/daemon/connections/door.py);
+- the hello must arrive within ``HELLO_TIMEOUT_S``, and once any frame has started it must be
+  complete within ``FRAME_DEADLINE_S`` (slowloris); between frames a session may idle forever;
+- a bad frame poisons the decoder (lazyd/wire.py) and closes the connection;
+- a control reply the peer does not take within ``CONTROL_SEND_DEADLINE_S`` closes it;
+- a bug raised while serving a connection is logged with its traceback and closes that
+  connection; it never reaches the listener.
+
+The accept loop
+(``ConnectionHandler.serve``) outlives running out of file descriptors: on EMFILE/ENFILE it gives
+up its spare descriptor to accept and refuse the waiting connection with the reason (fdlimit.py);
+when even that fails it logs one warning, retries with a doubling delay (clients wait in the
+backlog), and logs once more when accepting works again.
+
+Test seams: ``LAZYD_TEST_HELLO_TIMEOUT_S``, ``LAZYD_TEST_FRAME_DEADLINE_S`` and
+``LAZYD_TEST_CONTROL_SEND_DEADLINE_S`` in the daemon's environment replace the three deadlines
+(seconds), so that tests need not wait for the real ones. They are read once, when the handler is
+built.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import math
+import os
+import resource
+from collections import deque
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+import trio
+
+from lazyd import wire
+from lazyd.core.admission import Admission
+from lazyd.daemon.handoff import session as handoff
+from lazyd.daemon.control import handshakes
+from lazyd.daemon.runtime.era_lanes import EraRoute
+from lazyd.daemon.fdlimit import Spare
+from lazyd.daemon.control import progress
+from lazyd.daemon.upgrade.connection_state import Live
+from lazyd.daemon.runtime.outbox import ConnectionOutbox
+from lazyd.daemon.upgrade.quiesce import GATE
+from lazyd.daemon.connections.door import Door
+from lazyd.daemon.sessions.registry import Registry
+from lazyd.daemon.runtime.supervisor import ServerRuntime
+from lazyd.errors import Refused, SlowPeer, WireError
+from lazyd.frames import AnyFrame, Ctl, ForeignHello, Hello, Line, Progress, Refusal, Reply, Welcome
+
+log = logging.getLogger("lazyd.conn")
+
+HELLO_TIMEOUT_S = 10.0  # a peer that connects and does not finish its hello is cut loose (slowloris)
+# A local peer writes a frame with one sendall, so even a maximal 16 MiB frame arrives in well under
+# a second; 30 s also forgives a peer that was briefly stopped (SIGSTOP, swapping).
+FRAME_DEADLINE_S = 30.0
+# lazyctl reads its reply at once; a peer that leaves one unread this long holds a slot for nothing.
+CONTROL_SEND_DEADLINE_S = 30.0
+READ_BYTES = 256 * 1024  # one receive: up to ~16k tiny frames
+# Frames decoded at a time. A decoded frame costs ~20 times its wire size, so decoding a whole
+# read of tiny frames at once would cost ~5 MiB per connection; the rest waits as bytes.
+FRAMES_PER_BATCH = 64
+# Frames written in one send: batching cuts syscalls when a server streams many small lines.
+WRITE_BATCH_FRAMES = 64
+# accept(2) errors that mean "out of resources", not "broken listener" (trio's own list).
+ACCEPT_CAPACITY_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
+ACCEPT_BACKOFF_FIRST_S = 0.1  # a descriptor often frees within one turn of the loop
+ACCEPT_BACKOFF_MAX_S = 2.0  # clients wait in the backlog meanwhile; their own deadlines are 5-10 s
+
+HELLO_TIMEOUT_ENV = "LAZYD_TEST_HELLO_TIMEOUT_S"
+FRAME_DEADLINE_ENV = "LAZYD_TEST_FRAME_DEADLINE_S"
+CONTROL_SEND_DEADLINE_ENV = "LAZYD_TEST_CONTROL_SEND_DEADLINE_S"
+
+ControlHandler = Callable[[str, dict[str, Any]], Awaitable[tuple[bool, Any, str | None]]]
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The deadlines a connection lives under (seconds)."""
+
+    hello_timeout_s: float = HELLO_TIMEOUT_S
+    frame_deadline_s: float = FRAME_DEADLINE_S
+    control_send_deadline_s: float = CONTROL_SEND_DEADLINE_S
+
+    @classmethod
+    def from_environ(cls, env: Mapping[str, str]) -> Limits:
+        """The defaults, with the test seams applied; a malformed seam is ignored with a warning."""
+        return cls(
+            hello_timeout_s=_seconds_from(env, HELLO_TIMEOUT_ENV, HELLO_TIMEOUT_S),
+            frame_deadline_s=_seconds_from(env, FRAME_DEADLINE_ENV, FRAME_DEADLINE_S),
+            control_send_deadline_s=_seconds_from(env, CONTROL_SEND_DEADLINE_ENV, CONTROL_SEND_DEADLINE_S),
+        )
+
+
+def _seconds_from(env: Mapping[str, str], name: str, default: float) -> float:
+    text = env.get(name)
+    if text is None:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 < value < math.inf:
+        log.warning("ignoring %s=%r: not a positive number of seconds", name, text)
+        return default
+    return value
+
+
+def _sole(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    """The one exception inside `group` (nested groups flattened), else the group itself."""
+    leaves: list[BaseException] = []
+    pending: list[BaseException] = [group]
+    while pending:
+        exc = pending.pop()
+        if isinstance(exc, BaseExceptionGroup):
+            pending.extend(exc.exceptions)
+        else:
+            leaves.append(exc)
+    return leaves[0] if len(leaves) == 1 else group
+
+
+class _Frames:
+    """Frames from a stream through one decoder; a WireError poisons the connection.
+
+    A frame that has started (its first byte was read) must be complete within the frame
+    deadline; between frames there is no deadline. Only time spent waiting on the peer counts:
+    while the consumer is away (backpressure toward a stalled server can keep it away for
+    minutes), the half-read frame's clock stops. Charging that time to the peer would cut off a
+    well-behaved client in the middle of a 1 MiB frame (test_frame_deadline.py).
+    """
+
+    def __init__(self, stream: trio.SocketStream, frame_deadline_s: float) -> None:
+        self.stream = stream
+        self.decoder = wire.FrameDecoder()
+        # A deque: one read can hold thousands of tiny frames, and popping a list's head is O(n).
+        self.pending: deque[AnyFrame] = deque()
+        self.frame_deadline_s = frame_deadline_s
+        self._in_frame = False  # the decoder holds the start of a frame that is not complete
+        self._waited_s = 0.0  # time spent in receive for that unfinished frame
+        # Until the hello is read: descriptors a shim passes with it (a hand-off, handoff.py).
+        self.fds: list[int] | None = []
+
+    async def next(self) -> AnyFrame | None:
+        """The next frame, or None at EOF (an EOF in the middle of a frame is just a close)."""
+        while not self.pending:
+            if self.decoder.buffered:
+                self._decode(b"")  # complete frames left over from the last batch come first
+                if self.pending:
+                    break
+            await GATE.passage()  # an upgrade stops reading here (lazyd/daemon/upgrade/quiesce.py)
+            budget = self.frame_deadline_s - self._waited_s if self._in_frame else math.inf
+            data: bytes | None = None
+            began = trio.current_time()
+            with trio.move_on_after(max(budget, 0.0)):
+                if self.fds is None:
+                    data = await self.stream.receive_some(READ_BYTES)
+                else:
+                    data = await handoff.receive_with_fds(self.stream.socket, READ_BYTES, self.fds)
+            if self._in_frame:
+                self._waited_s += trio.current_time() - began
+            if data is None:
+                raise SlowPeer(f"a frame took longer than {self.frame_deadline_s:g} s to arrive "
+                               f"({self.decoder.buffered} bytes of it so far)")
+            if not data:
+                return None
+            self._decode(data)
+        return self.pending.popleft()
+
+    def _decode(self, data: bytes) -> None:
+        frames = self.decoder.feed(data, FRAMES_PER_BATCH)
+        self.pending.extend(frames)
+        if not self.decoder.buffered:
+            self._in_frame = False
+        elif frames or not self._in_frame:
+            # The unfinished frame began in this read, or only now came next in line after a
+            # batch: its clock starts from zero.
+            self._in_frame = True
+            self._waited_s = 0.0
+
+
+class ConnectionHandler:
+    def __init__(self, registry: Registry, control: ControlHandler, limits: Limits | None = None,
+                 admission: Admission | None = None) -> None:
+        self.registry = registry
+        self.control = control
+        self.limits = limits if limits is not None else Limits.from_environ(os.environ)
+        self.door = Door(admission if admission is not None else Admission(resource.getrlimit(resource.RLIMIT_NOFILE)[0]),
+                         self.limits.control_send_deadline_s)
+        self.refusals = self.door.refusals
+        self.active = 0
+        # Open connections as an upgrade's freeze reads them (lazyd/daemon/upgrade/connection_state.py), and
+        # the op that carries an upgrade out on the connection that asked (lazyd/daemon/upgrade/handover.py).
+        self.live: dict[int, Live] = {}
+        self.upgrade: Callable[[trio.SocketStream], Awaitable[tuple[bool, Any, str | None]]] | None = None
+
+    async def serve(self, listener: trio.SocketListener, *,
+                    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Accept connections forever, each served by `self` in its own task (see the docstring)."""
+        spare = Spare()
+        async with trio.open_nursery() as handlers, listener:
+            task_status.started()
+            failures = 0
+            first_failure = 0.0
+            backoff_s = ACCEPT_BACKOFF_FIRST_S
+            while True:
+                await GATE.passage()  # an upgrade leaves new connections in the backlog for its successor
+                try:
+                    stream = await listener.accept()
+                except OSError as exc:
+                    if exc.errno not in ACCEPT_CAPACITY_ERRNOS:
+                        raise
+                    if exc.errno in (errno.EMFILE, errno.ENFILE) and await spare.refuse_one(listener, partial(self.door.refuse_now, self.active)):
+                        continue
+                    if failures == 0:
+                        first_failure = trio.current_time()
+                        log.warning("cannot accept connections: %s (%s) with %d connections open; "
+                                    "retrying with backoff, clients wait in the backlog",
+                                    os.strerror(exc.errno), errno.errorcode[exc.errno], self.active)
+                    failures += 1
+                    await trio.sleep(backoff_s)
+                    backoff_s = min(backoff_s * 2, ACCEPT_BACKOFF_MAX_S)
+                    continue
+                if failures:
+                    log.info("accepting connections again after %d failed attempts in %.1f s",
+                             failures, trio.current_time() - first_failure)
+                    failures = 0
+                    backoff_s = ACCEPT_BACKOFF_FIRST_S
+                handlers.start_soon(self, stream)
+
+    async def __call__(self, stream: trio.SocketStream) -> None:
+        self.active += 1
+        admitted = self.door.judge(stream, self.active, len(self.registry.runtimes))
+        if admitted is None:
+            await self.guarded(stream, -1, None)
+            return
+        pid, busy = admitted
+        await self.guarded(stream, pid, partial(self._serve, stream, pid) if busy is None else partial(self.door.refuse, stream, busy))
+
+    async def guarded(self, stream: trio.SocketStream, pid: int, serve: Callable[[], Awaitable[None]] | None) -> None:
+        """Run `serve` for one connection counted in `active` (a connection accepted here, or one a
+        predecessor daemon handed over), judge how it ended, then count it out and close it."""
+        try:
+            try:
+                if serve is not None:
+                    await serve()
+            except BaseExceptionGroup as group:
+                # A session's nursery wraps what its read loop raised (a bad or slow frame) in a
+                # group: judged below like the bare exception it is, not as an internal error.
+                raise _sole(group) from None
+        except WireError as exc:
+            log.warning("closing a connection from pid %d after a bad frame: %s", pid, exc)
+        except SlowPeer as exc:
+            log.warning("closing a connection from pid %d: %s", pid, exc)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, ConnectionError):
+            pass
+        except Exception:
+            # A bug: it must cost this connection only, never the listener or the daemon.
+            log.exception("internal error while serving a connection from pid %d; closing it", pid)
+        finally:
+            self.active -= 1
+            self.live.pop(id(stream), None)
+            with trio.CancelScope(shield=True):
+                await stream.aclose()
+
+    async def _serve(self, stream: trio.SocketStream, pid: int, frames: _Frames | None = None) -> None:
+        if frames is None:
+            frames = _Frames(stream, self.limits.frame_deadline_s)
+        try:
+            await self._serve_hello(stream, frames, pid)
+        finally:
+            handoff.close_all(frames.fds or [])  # descriptors passed with a hello and not taken
+
+    async def _serve_hello(self, stream: trio.SocketStream, frames: _Frames, pid: int) -> None:
+        live = self.live[id(stream)] = Live(stream, frames.decoder, frames.pending)
+        with trio.move_on_after(self.limits.hello_timeout_s) as scope:
+            hello = await frames.next()
+        if scope.cancelled_caught:
+            log.warning("closing a connection from pid %d: no hello within %g s", pid, self.limits.hello_timeout_s)
+            return
+        if hello is None:
+            return
+        if isinstance(hello, ForeignHello):
+            message = (f"wire version {hello.v} is not this daemon's {wire.WIRE_VERSION}: "
+                       "restart the daemon (lazyctl stop) so the new version runs")
+            self.refusals.note("version", message)
+            await stream.send_all(wire.encode(Refusal("version", message)))
+            return
+        if not isinstance(hello, Hello):
+            raise WireError(f"expected a hello frame, got {hello.t!r}")
+        live.kind = "control" if hello.role == "ctl" else "opening"
+        passed, frames.fds = frames.fds or [], None  # nothing more is received with descriptors
+        taken = handoff.take(hello, passed) if hello.role == "shim" else None
+        handoff.close_all(passed)
+        if hello.role == "ctl":
+            await self._control(stream, frames)
+        elif taken is not None:
+            # The shim passed the client's pipes: the daemon serves them itself (handoff.py).
+            live.kind = "handoff"
+            live.handoff = handoff.HandoffSession(self.registry, stream, hello.pid, *taken)
+            await live.handoff.run(hello)
+        else:
+            await self._session(stream, frames, hello)
+
+    async def _session(self, stream: trio.SocketStream, frames: _Frames, hello: Hello) -> None:
+        cancel = trio.CancelScope()
+        try:
+            runtime, session = await self.registry.open_session(hello, cancel.cancel, ConnectionOutbox)
+            live = self.live.get(id(stream))
+            if live is not None:
+                live.kind, live.route, live.session = ("session" if isinstance(runtime, EraRoute) else "hub"), runtime, session
+        except Refused as exc:
+            log.warning("refused a session from pid %s: %s", hello.pid, exc.message)
+            await stream.send_all(wire.encode(Refusal(exc.code, exc.message)))
+            return
+        try:
+            await stream.send_all(wire.encode(Welcome(session.cid, runtime.name, os.getpid())))
+            with cancel:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(self._writer, stream, session, cancel)
+                    session.fd = stream.socket.fileno()
+                    peek = handshakes.PEEK_LINES  # lines left to look at for the client's initialize
+                    while (frame := await frames.next()) is not None:
+                        if not isinstance(frame, Line):
+                            raise WireError(f"unexpected {frame.t!r} frame in a session")
+                        if peek:
+                            peek = self.registry.note_client_line(frame.d, peek, session.cid)
+                        runtime.client_line(session.cid, frame.d)
+                        if isinstance(runtime, (ServerRuntime, EraRoute)) and not runtime.has_room():
+                            await runtime.wait_for_room()
+                        if session.should_pause():
+                            await session.wait_drained()
+                    nursery.cancel_scope.cancel()
+        finally:
+            runtime.detach(session.cid)
+
+    async def _writer(self, stream: trio.SocketStream, session: ConnectionOutbox, cancel: trio.CancelScope) -> None:
+        receive = session.receive_channel
+        try:
+            async for frame in receive:
+                batch = [frame]
+                while len(batch) < WRITE_BATCH_FRAMES:
+                    try:
+                        batch.append(receive.receive_nowait())
+                    except (trio.WouldBlock, trio.EndOfChannel):
+                        break
+                data = b"".join(batch) if len(batch) > 1 else frame
+                await stream.send_all(data)
+                session.sent(len(data), len(batch))
+                if receive.statistics().current_buffer_used == 0:
+                    session.busy = False
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+        session.fd = None
+        cancel.cancel()  # the outbox closed (detached or overflowed) or the peer went away
+
+    async def _with_progress(self, stream: trio.SocketStream, frame: Ctl) -> Any:
+        """Run a ctl op while its steps go out as `progress` frames (lazyd/daemon/control/progress.py)."""
+        async def send(step: str) -> None:
+            with trio.move_on_after(self.limits.control_send_deadline_s):
+                await stream.send_all(wire.encode(Progress(step)))
+
+        pump = progress.Pump(send)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(pump.run)
+            with pump.reporting():
+                result = await self.control(frame.op, frame.args)
+            nursery.cancel_scope.cancel()
+        await pump.flush()
+        return result
+
+    async def _control(self, stream: trio.SocketStream, frames: _Frames) -> None:
+        await stream.send_all(wire.encode(Welcome(0, "control", os.getpid())))
+        # Each op bounds its own duration (start timeout, stop ladder), so awaiting it here keeps
+        # one request at a time per connection without letting a connection hang for ever.
+        while (frame := await frames.next()) is not None:
+            if not isinstance(frame, Ctl):
+                raise WireError(f"unexpected {frame.t!r} frame on a control connection")
+            if frame.op == "upgrade" and self.upgrade is not None:
+                ok, data, error = await self.upgrade(stream)  # on success, the successor answers
+            elif frame.args.get("progress") is True:
+                ok, data, error = await self._with_progress(stream, frame)
+            else:
+                ok, data, error = await self.control(frame.op, frame.args)
+            with trio.move_on_after(self.limits.control_send_deadline_s) as sending:
+                await stream.send_all(wire.encode(Reply(ok, data, error)))
+            if sending.cancelled_caught:
+                log.warning("closing a control connection that left its reply unread for %g s",
+                            self.limits.control_send_deadline_s)
+                return
+

@@ -1,0 +1,100 @@
+"""The latest `initialize` params of each client, learned from real sessions, for `check --client`.
+
+Every session's first `initialize` is noted under its `clientInfo.name` (Claude Code sends
+`claude-code`, Gemini CLI `gemini-cli-mcp-client`, ...), the latest one per name kept in
+`<state dir>/clients.json` (0600, written atomically), so a check after a daemon restart still
+looks like the client. A check for client X uses X's latest learned handshake, else the one
+captured from X's release (lazyd/core/sharing/client_profiles.py), else lazyd's own
+(lazyd/core/relay/handshake_defaults.py decides the order).
+
+Initialize params hold no secrets (client name, version, capabilities); they are bounded anyway,
+like the number of clients kept, since any local program can claim to be any client.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+from lazyd.core.sharing.client_profiles import ClientProfile
+from lazyd.core.relay.handshake_defaults import profile_params
+from lazyd.privatefiles import read_json, write_private
+
+log = logging.getLogger("lazyd.handshakes")
+
+FILE_NAME = "clients.json"
+MAX_CLIENTS = 64  # distinct clientInfo names kept; the oldest seen goes first
+MAX_PARAMS_BYTES = 16 * 1024  # a real client's initialize params are well under 1 KiB
+MAX_NAME_CHARS = 200
+
+
+class LearnedHandshakes:
+    def __init__(self, state_dir: Path) -> None:
+        self.path = state_dir / FILE_NAME
+        self.clients: dict[str, dict[str, Any]] = self._load()
+
+    def _load(self) -> dict[str, dict[str, Any]]:
+        try:
+            data = read_json(self.path, MAX_CLIENTS * MAX_PARAMS_BYTES)
+        except OSError as exc:
+            log.warning("%s unreadable (%s); learning client handshakes anew", self.path, exc.strerror)
+            return {}
+        except ValueError as exc:
+            log.warning("%s is corrupt (%s); learning client handshakes anew", self.path, exc)
+            return {}
+        if not isinstance(data, dict):
+            return {}
+        return {str(k): v for k, v in data.items()
+                if isinstance(v, dict) and isinstance(v.get("params"), dict) and isinstance(v.get("seen_at"), (int, float))}
+
+    def learn(self, params: object) -> bool:
+        """Note a session's initialize params; True when they were new for their client."""
+        if not isinstance(params, dict) or not isinstance(params.get("protocolVersion"), str):
+            return False
+        info = params.get("clientInfo")
+        name = info.get("name") if isinstance(info, dict) else None
+        if not isinstance(name, str) or not name or len(name) > MAX_NAME_CHARS:
+            return False
+        if len(json.dumps(params)) > MAX_PARAMS_BYTES:
+            return False
+        known = self.clients.get(name)
+        self.clients[name] = {"params": params, "seen_at": time.time()}
+        while len(self.clients) > MAX_CLIENTS:
+            del self.clients[min(self.clients, key=lambda k: float(self.clients[k]["seen_at"]))]
+        if known is not None and known.get("params") == params:
+            return False  # same handshake again: keep the file as it is (seen_at is for ordering)
+        self._save()
+        log.info("learned the handshake of client %r (protocol %s)", name, params["protocolVersion"])
+        return True
+
+    def for_profile(self, profile: ClientProfile) -> tuple[dict[str, Any] | None, str]:
+        """The params a check for `profile` should send, and where they came from."""
+        learned = {name: known["params"] for name, known in self.clients.items()}
+        return profile_params(learned, profile.client_names, profile.builtin, profile.title, profile.release)
+
+    def _save(self) -> None:
+        try:
+            self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            write_private(self.path, json.dumps(self.clients, sort_keys=True).encode())
+        except OSError as exc:
+            log.error("cannot write %s: %s", self.path, exc)
+
+
+# A session's initialize is its first request; a client that sends something else first (a
+# discovery probe, a ping) still sends it within a few lines, and nothing after those is looked at.
+PEEK_LINES = 4
+
+
+def initialize_params(line: bytes) -> dict[str, Any] | None:
+    """The params of `line` if it is an initialize request (a cheap test before any parsing)."""
+    if b'"initialize"' not in line:
+        return None
+    try:
+        msg = json.loads(line)
+    except ValueError:
+        return None
+    params = msg.get("params") if isinstance(msg, dict) and msg.get("method") == "initialize" else None
+    return params if isinstance(params, dict) else None

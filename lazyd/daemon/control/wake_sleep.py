@@ -1,0 +1,67 @@
+"""An operator's wake and sleep of one server, waited on until its state settles.
+
+`lazyctl wake`/`sleep` (lazyd/daemon/control/ops.py) and the hub's `wake_server`/`sleep_server`
+(lazyd/daemon/hub/server.py) both come here, so neither needs the other. The waits are events, not
+polls: the runtime signals the end of every lifecycle input (`ServerRuntime.wait_changed`), and
+each wait looks again at the state then.
+
+- A wake returns once the server is no longer starting or stopping (a wake during a stop starts
+  only after it), bounded by its start_timeout plus WAKE_MARGIN_S, so the lifecycle's own start
+  timeout answers first. Each step goes to the op's progress line (lazyd/daemon/control/progress.py).
+- A sleep returns once the process has exited and the runtime has recorded the exit, bounded by
+  SLEEP_WAIT_S.
+"""
+
+from __future__ import annotations
+
+import trio
+
+from lazyd.core.relay.handshake_defaults import wake_params
+from lazyd.core.relay.jsonrpc import JsonObj
+from lazyd.daemon.control import progress
+from lazyd.daemon.runtime.supervisor import ServerRuntime
+
+__all__ = ["WAKE_MARGIN_S", "SLEEP_WAIT_S", "wake_and_wait", "sleep_and_wait"]
+
+WAKE_MARGIN_S = 5.0  # beyond start_timeout: the lifecycle's own timeout must answer first
+SLEEP_WAIT_S = 10.0  # the stop ladder is 2 s + 2 s plus a 1 s stderr drain; this bounds the rest
+_CHANGING = ("starting", "stopping")
+
+
+def state_of(runtime: ServerRuntime) -> str:
+    return str(runtime.life.status_fields()["state"])
+
+
+async def wake_and_wait(runtime: ServerRuntime, client: JsonObj | None = None) -> str | None:
+    """Wake `runtime` and wait until it settles: None once running, else why it did not start.
+
+    A server never initialized is woken with `client`'s params, else lazyd's own
+    (lazyd/core/relay/handshake_defaults.py): without params to replay the start could never complete.
+    """
+    params = wake_params(runtime.core.snapshot.last_params, client)
+    if params is not None:
+        runtime.core.snapshot.last_params = params
+    runtime.wake()
+    with trio.move_on_after(runtime.config.policy.start_timeout_s + WAKE_MARGIN_S):
+        while (state := state_of(runtime)) in _CHANGING:
+            proc = runtime.proc
+            progress.report("stopping the previous process" if state == "stopping"
+                            else f"handshake and listings (pid {proc.pid})" if proc is not None
+                            else "starting the server")
+            await runtime.wait_changed()
+    state = state_of(runtime)
+    if state == "running":
+        return None
+    reason = runtime.life.status_fields()["last_error"] or runtime.last_exit or f"still {state}"
+    return f"{runtime.name} did not start: {reason}"
+
+
+async def sleep_and_wait(runtime: ServerRuntime) -> None:
+    """Put `runtime` to sleep; returns once its process (if any) exited and the exit is recorded."""
+    proc = runtime.proc
+    runtime.sleep()
+    if proc is None:
+        return
+    with trio.move_on_after(SLEEP_WAIT_S):
+        while runtime.proc is proc:
+            await runtime.wait_changed()

@@ -1,0 +1,285 @@
+"""A hand-off session's ledger: what its shim would need if the daemon were lost, kept in the region.
+
+The shim answers every request in flight when the daemon is lost (docs/reliability.md); on a
+hand-off session it no longer reads the client's lines, so the daemon keeps that table for it, the
+way the shim keeps its own on the frame path (the same line reading, lazyd/linepeek.py): a request
+enters when its line is read, before it reaches the relay, and leaves when the line that finally
+answers it (its `done`) is wholly in the client's stdout, or when the client cancels it.
+
+The table *is* the region's (lazyd/handoff/region.py): one entry per request, written when it
+enters and zeroed when it leaves, so a message costs the same whatever else is in flight; this
+object only remembers which entry holds which id, and which entries are free. Beside it: the
+client's handshake lines (for `resume`), whether an answer is cut in the middle (the torn byte),
+and how much of a line is read but not yet relayed, in the state, written at most once per read
+(`hold` lets a reader batch the changes of one read into one write).
+
+`Landing` is the other half of the region's promise: the client's bytes are read into the region
+itself, so none is ever only in the daemon's memory. `Mapping` is the region as the daemon holds
+it: mapped whole, with no descriptor.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import mmap
+from collections.abc import Callable
+from typing import Any
+
+from lazyd.handoff.region import (
+    ENTRY_BYTES,
+    LANDING_BYTES,
+    LANDING_OFFSET,
+    REGION_BYTES,
+    TABLE_ENTRIES,
+    Region,
+    State,
+)
+from lazyd.linepeek import id_key, inspect_line
+
+IdKey = tuple[bool, int | str]
+JsonId = int | str
+
+RELEASE_HEAD_BYTES = 1 << 20
+# A consumed head this large is given back to the kernel (the memfd's pages); smaller ones stay
+# for the next partial line, which costs nothing more.
+
+_UNRECORDED = -1  # the entry of a request in flight whose id is not in the table
+
+
+class Ledger:
+    """The in-flight table and handshake of one hand-off session (see the module docstring)."""
+
+    def __init__(self, region: Region) -> None:
+        self.region = region
+        previous = region.current
+        self._entries: dict[IdKey, int] = {}
+        self._init_key: IdKey | None = None
+        self.state = State()
+        used: set[int] = set()
+        if previous is not None:
+            # A session continued from an earlier daemon: resumed by its shim (which answered what
+            # was in flight and kept the handshake and the unrelayed input for us), or handed over
+            # by an upgrade (what is in flight is still in flight, in the table).
+            for field in ("init", "initialized", "init_answered", "head_len", "discarding", "landing", "head_area",
+                          "unrecorded"):
+                setattr(self.state, field, getattr(previous, field))
+            for entry, text in region.entries():
+                try:
+                    key = id_key(json.loads(text))
+                except ValueError:
+                    key = None
+                if key is None or key in self._entries:
+                    region.clear_id(entry)  # not an id the daemon wrote: nothing to answer
+                    continue
+                self._entries[key] = entry
+                used.add(entry)
+            if previous.init and not previous.init_answered:
+                handshake = inspect_line(previous.init)
+                self._init_key = handshake.requests[0][0] if handshake.requests else None
+        self._free = [entry for entry in range(TABLE_ENTRIES - 1, -1, -1) if entry not in used]
+        self._held = 0
+        self._dirty = False
+        self._head_peak = self.state.head_len
+        self._head_written = self.state.head_len  # bytes of the current partial line in the region
+        self._head_new = False  # the recorded head was relayed: the next one goes to the other area
+        self.on_empty: Callable[[], None] | None = None  # called when the last request in flight leaves
+        self._changed()  # a state from the start: the shim reads the table only beside one
+
+    # ---- changes -------------------------------------------------------------------------------
+
+    def client_line(self, line: bytes) -> None:
+        """A whole line read from the client, before it is relayed."""
+        info = inspect_line(line)
+        if info.kind == "initialize":
+            self.state.init, self._init_key = line, info.requests[0][0]
+            self.state.init_answered = False
+            self._changed()
+        elif info.kind == "initialized":
+            self.state.initialized = line
+            self._changed()
+        for key, request_id in info.requests:
+            self._enter(key, json.dumps(request_id).encode())
+        for key in info.cancelled:
+            self._leave(key)
+
+    def answered(self, done: JsonId) -> None:
+        """The line answering `done` is wholly in the client's stdout."""
+        key = id_key(done)
+        if key is None:
+            return
+        if key == self._init_key:
+            self._init_key = None
+            self.state.init_answered = True
+            self._changed()
+        if self._leave(key) and not self._entries and self.on_empty is not None:
+            self.on_empty()
+
+    def torn(self, torn: bool) -> None:
+        """Whether the client's stdout may now end in the middle of a line: set before any write
+        that can be partial, cleared once the line is whole (one byte of the region each)."""
+        self.region.torn = torn
+
+    def head_relayed(self) -> None:
+        """The partial line recorded so far was completed and relayed: a new one starts."""
+        self._head_written = 0
+        self._head_new = self.state.head_len > 0
+
+    def head(self, buffer: bytearray, discarding: bool) -> None:
+        """`buffer` is the start of a line read and not yet relayed (with `discarding`, the start
+        of an over-long line being skipped); what the region lacks of it goes there."""
+        area = self.state.head_area
+        if self._head_new and buffer:
+            # The state still counts the relayed line's bytes until it is written: the new line's
+            # start goes to the other area, so a daemon killed in between leaves a head of one line.
+            area ^= 1
+        self._head_new = False
+        self._head_written = min(self._head_written, len(buffer))
+        if len(buffer) > self._head_written:
+            self.region.write_head(memoryview(buffer)[self._head_written :], self._head_written, area)
+            self._head_written = len(buffer)
+        if len(buffer) != self.state.head_len or discarding != self.state.discarding or area != self.state.head_area:
+            self.state.head_len = len(buffer)
+            self.state.discarding = discarding
+            self.state.head_area = area
+            self._head_peak = max(self._head_peak, len(buffer))
+            self._changed()
+        if not buffer and self._head_peak >= RELEASE_HEAD_BYTES:
+            self.flush()
+            self.region.release_heads()
+            self._head_peak = 0
+
+    def landed(self) -> None:
+        """The read in the landing zone the state names is accounted for (its lines relayed and
+        recorded, the start of a line in the head): the next read lands in the other zone."""
+        self.state.landing ^= 1
+        self._changed()
+
+    def close(self, *, client_left: bool, tail: bytes | None = None) -> None:
+        """The session's last state: `client_left` (nothing to answer), or handed back to the shim
+        with the unwritten rest of a cut line (`tail`) for it to write first."""
+        self.state.closed = client_left
+        if tail is not None:
+            self.state.tail_len = self.region.write_tail([tail])
+        self._changed()
+        self.flush()
+
+    # ---- the table -------------------------------------------------------------------------------
+
+    def _enter(self, key: IdKey, text: bytes) -> None:
+        if key in self._entries:
+            return  # the same id again: the client's mistake, answered once by the relay
+        if len(text) < ENTRY_BYTES and self._free:
+            entry = self._free.pop()
+            self.region.set_id(entry, text)
+        else:
+            entry = _UNRECORDED
+            self.state.unrecorded += 1
+            self._changed()
+        self._entries[key] = entry
+
+    def _leave(self, key: IdKey) -> bool:
+        entry = self._entries.pop(key, None)
+        if entry is None:
+            return False
+        if entry == _UNRECORDED:
+            self.state.unrecorded -= 1
+            self._changed()
+        else:
+            self.region.clear_id(entry)
+            self._free.append(entry)
+        return True
+
+    # ---- writing the state -----------------------------------------------------------------------
+
+    def hold(self) -> None:
+        """Defer state writes until `release` (a reader relaying one read's lines)."""
+        self._held += 1
+
+    def release(self) -> None:
+        self._held -= 1
+        if not self._held:
+            self.flush()
+
+    def flush(self) -> None:
+        if self._dirty:
+            self._dirty = False
+            self.region.write(self.state)
+
+    def _changed(self) -> None:
+        self._dirty = True
+        if not self._held:
+            self.flush()
+
+    @property
+    def inflight(self) -> int:
+        return len(self._entries)
+
+
+class Landing:
+    """The landing zones of a mapped region: the client's stdin is read straight into them."""
+
+    def __init__(self, region: Region) -> None:
+        whole = region.buf.view[LANDING_OFFSET : LANDING_OFFSET + 2 * LANDING_BYTES]
+        self.zones = (whole[:LANDING_BYTES], whole[LANDING_BYTES:])
+        self._whole = whole
+
+    def pending(self, zone: int) -> int:
+        """How many bytes a read left in `zone` unaccounted for (up to the first NUL)."""
+        end = bytes(self.zones[zone]).find(b"\0")
+        return LANDING_BYTES if end < 0 else end
+
+    def take(self, zone: int, length: int) -> bytes:
+        return bytes(self.zones[zone][:length])
+
+    def clear(self, zone: int, length: int) -> None:
+        """Zero what a read put in `zone` (its pages stay: freed, they would fault in again at the
+        next read; at most 2 * LANDING_BYTES per session, and only after reads that large)."""
+        self.zones[zone][:length] = _ZEROS[:length]
+
+    def close(self) -> None:
+        for view in (*self.zones, self._whole):
+            view.release()
+
+
+_ZEROS = memoryview(bytes(LANDING_BYTES))
+
+
+def map_region(fd: int) -> Mapping:
+    """Map a region whose `region_problem` is None, whole and shared, holding no descriptor."""
+    return Mapping(fd)
+
+
+class Mapping:
+    """A region mapped by mmap(2) directly: Python's own mmap keeps a duplicate of the
+    descriptor for as long as the mapping lives (until 3.13's trackfd), and a daemon with many
+    idle hand-off sessions must not hold one per session. Sliced and assigned as a buffer."""
+
+    def __init__(self, fd: int) -> None:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.mmap.restype = ctypes.c_void_p
+        libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                              ctypes.c_long]
+        libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+        libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+        address = libc.mmap(None, REGION_BYTES, mmap.PROT_READ | mmap.PROT_WRITE, mmap.MAP_SHARED, fd, 0)
+        if address is None or address == ctypes.c_void_p(-1).value:
+            raise OSError(ctypes.get_errno(), "cannot map the region")
+        self._libc, self._address = libc, address
+        self.view = memoryview((ctypes.c_ubyte * REGION_BYTES).from_address(address)).cast("B")
+        self.closed = False
+
+    def __getitem__(self, key: Any) -> Any:
+        return self.view[key]
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        self.view[key] = value
+
+    def madvise(self, option: int, start: int, length: int) -> None:
+        self._libc.madvise(self._address + start, length, option)
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self.view.release()
+            self._libc.munmap(self._address, REGION_BYTES)

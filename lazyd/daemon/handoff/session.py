@@ -1,0 +1,359 @@
+"""Hand-off sessions: the daemon reads and writes the client's pipes itself (docs/protocol.md).
+
+A shim that offers a hand-off sends its stdin, its stdout and a shared region (SCM_RIGHTS) with
+its hello. When the daemon can use them, it welcomes the session with `handoff = true` and from
+then on the session has no frames: the daemon reads the client's lines from its stdin, relays
+them, and writes the answers into its stdout (lazyd/daemon/handoff/outbox.py). One hop, no msgpack.
+The shim only waits on its socket, holding its own copies of the pipes; what it would need to take
+over again is in the region (lazyd/daemon/handoff/ledger.py, lazyd/handoff/region.py).
+
+How a hand-off session ends, and what the shim is told:
+
+- the client closes stdin: what it asked before is still answered (until nothing is in flight,
+  its stdout closes, or EOF_WAIT_S pass); then the shim is sent one newline, its cue to exit 0,
+  and the session is detached (what is still in flight is cancelled upstream). A client closing
+  its stdout ends the session at once;
+- the shim's socket closes (the client killed the shim's process group): the session is detached
+  and the daemon's copies of the pipes are closed, so the client sees its server's stdout end;
+- the daemon lets go itself (the client stopped reading and its outbox is full, a reload replaced
+  the server, the daemon stops): what the client's stdout takes at once is written, the rest of
+  a line cut in the middle goes to the region for the shim to write, and the socket is closed: the
+  shim answers what is in flight, as if the daemon were lost, and hands off to the daemon again.
+
+The state of one session, all in `HandoffSession`: the shim's socket, the client's two
+descriptors (`ClientEnds`), the region with its ledger (in flight, handshake, head of a partial
+line) and its landing zones (the read not yet accounted for), the partial line itself, and the
+outbox's queue. An upgrade carries the descriptors across the exec once the queue is empty; the
+rest is in the region, which the successor continues from (`carry_on`).
+"""
+
+from __future__ import annotations
+
+import array
+import logging
+import os
+import socket
+import struct
+from collections.abc import Callable
+from typing import Any
+
+import trio
+
+from lazyd import wire
+from lazyd.daemon.control import handshakes
+from lazyd.daemon.runtime.era_lanes import EraRoute
+from lazyd.daemon.handoff.ledger import Landing, Ledger, map_region
+from lazyd.daemon.handoff.outbox import ClientEnds, HandoffOutbox
+from lazyd.daemon.hub.server import HubSession
+from lazyd.daemon.upgrade.quiesce import GATE
+from lazyd.daemon.sessions.registry import Registry
+from lazyd.daemon.runtime.supervisor import ServerRuntime
+from lazyd.errors import Refused
+from lazyd.frames import Hello, Refusal, Welcome
+from lazyd.handoff.region import LANDING_BYTES, LAYOUT, Region, region_problem
+from lazyd.linepeek import EOF_WAIT_S, LineSplitter, error_line, too_long_request
+
+log = logging.getLogger("lazyd.conn")
+
+PASSED_FDS = 3  # the client's stdin, its stdout, the region: in this order
+TOO_LONG_CODE = -32600
+EXIT_CUE = b"\n"  # to the shim: the client left, exit 0
+STDOUT_CHECK_S = 0.25  # while answering after the client's EOF: how often to see if its stdout closed
+
+
+async def receive_with_fds(sock: Any, size: int, fds: list[int]) -> bytes:
+    """One receive that also takes descriptors passed with the bytes (at most PASSED_FDS in all:
+    any beyond are closed at once, so a peer cannot make the daemon hold more)."""
+    data, ancdata, _flags, _addr = await sock.recvmsg(size, socket.CMSG_SPACE(PASSED_FDS * 4), socket.MSG_CMSG_CLOEXEC)
+    for level, kind, payload in ancdata:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            received = array.array("i")
+            received.frombytes(payload[: len(payload) - len(payload) % received.itemsize])
+            for fd in received:
+                if len(fds) < PASSED_FDS:
+                    fds.append(fd)
+                else:
+                    os.close(fd)
+    return bytes(data)
+
+
+def close_all(fds: list[int]) -> None:
+    for fd in fds:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    fds.clear()
+
+
+def take(hello: Hello, fds: list[int]) -> tuple[ClientEnds, int] | None:
+    """The client's ends and the region from what came with `hello`, if the daemon can serve them;
+    else None, with every descriptor closed (the session then goes on with frames)."""
+    if not hello.handoff or len(fds) != PASSED_FDS:
+        if hello.handoff:
+            log.warning("shim pid %d offered a hand-off with %d descriptors instead of %d; using frames",
+                        hello.pid, len(fds), PASSED_FDS)
+        close_all(fds)
+        return None
+    in_fd, out_fd, region_fd = fds
+    if hello.layout != LAYOUT:
+        # A shim of another version: its recovery would read the region by another layout.
+        log.warning("shim pid %d offered a hand-off with region layout %s, this daemon writes %d; using frames",
+                    hello.pid, hello.layout, LAYOUT)
+        close_all(fds)
+        return None
+    problem = region_problem(region_fd)
+    if problem is not None:
+        log.warning("shim pid %d offered a hand-off region the daemon cannot map safely (%s); using frames",
+                    hello.pid, problem)
+        close_all(fds)
+        return None
+    try:
+        ends = ClientEnds(in_fd, out_fd)
+    except ValueError as exc:
+        log.info("shim pid %d: no hand-off, %s; using frames", hello.pid, exc)
+        close_all(fds)
+        return None
+    fds.clear()
+    return ends, region_fd
+
+
+class HandoffSession:
+    """One client served through its own pipes (see the module docstring)."""
+
+    def __init__(self, registry: Registry, stream: trio.SocketStream, pid: int, ends: ClientEnds,
+                 region_fd: int) -> None:
+        self.registry = registry
+        self.stream = stream
+        self.pid = pid  # the shim's
+        self.ends = ends
+        try:
+            # Mapped whole, and its descriptor closed: the seals (checked by `take`, or by the
+            # predecessor's) keep the mapping valid, and an idle session holds three descriptors
+            # (the shim's socket, the client's two ends). An upgrade reopens it (`region_fd`).
+            st = os.fstat(region_fd)
+            self._region_id = (st.st_dev, st.st_ino)
+            self._map = map_region(region_fd)
+        except (OSError, ValueError):
+            ends.close()
+            raise
+        finally:
+            os.close(region_fd)
+        self.ledger = Ledger(Region(self._map))
+        self.landing = Landing(self.ledger.region)
+        previous = self.ledger.region.current
+        head = self.ledger.region.read_head(previous.head_len, previous.head_area) if previous else b""
+        self.lines = LineSplitter(wire.MAX_LINE_BYTES, head, previous.discarding if previous else False)
+        self.cancel = trio.CancelScope()
+        self.outbox: HandoffOutbox | None = None
+        self.route: EraRoute | HubSession | None = None
+        self.client_left = False
+        self._peek = handshakes.PEEK_LINES
+
+    def make_outbox(self, cid: int, pid: int, on_overflow: Callable[[], None]) -> HandoffOutbox:
+        outbox = HandoffOutbox(cid, pid, on_overflow, self.ends, self.ledger)
+        outbox.on_close = self.cancel.cancel
+        outbox.on_gone = self._client_gone
+        self.outbox = outbox
+        return outbox
+
+    async def run(self, hello: Hello) -> None:
+        """Open the session `hello` asks for, welcome it, and serve it until it ends."""
+        try:
+            try:
+                route, _ = await self.registry.open_session(hello, self.cancel.cancel, self.make_outbox)
+            except Refused as exc:
+                log.warning("refused a session from pid %s: %s", self.pid, exc.message)
+                await self.stream.send_all(wire.encode(Refusal(exc.code, exc.message)))
+                return
+            assert self.outbox is not None
+            await self.stream.send_all(wire.encode(Welcome(self.outbox.cid, route.name, os.getpid(), handoff=True)))
+            log.info("session %d (%s): shim pid %d handed off the client's pipes", self.outbox.cid, route.name, self.pid)
+            await self._serve(route)
+        finally:
+            self.close()
+
+    async def carry_on(self, route: EraRoute) -> None:
+        """Serve a session a predecessor daemon handed over at an upgrade (lazyd/daemon/upgrade/adopt.py):
+        no welcome, no handshake; the region holds what was in flight and the unrelayed input."""
+        self._peek = 0
+        try:
+            await self._serve(route)
+        finally:
+            self.close()
+
+    async def _serve(self, route: EraRoute | HubSession) -> None:
+        outbox = self.outbox
+        assert outbox is not None
+        self.route = route
+        try:
+            with self.cancel:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(outbox.run_writer)
+                    nursery.start_soon(self._watch_shim)
+                    await self._read_client()
+                    await self._drain()
+                    self._client_gone()
+        finally:
+            self._finish(route, outbox)
+
+    def carried(self) -> bool:
+        """Whether an upgrade can hand this session over whole (it is not ending)."""
+        return not (self.client_left or self.ends.closed or self.cancel.cancel_called)
+
+    def close(self) -> None:
+        """Close the daemon's copies of the client's ends and its mapping of the region."""
+        self.ends.close()
+        if not self._map.closed:
+            self.landing.close()
+            self._map.close()
+
+    def region_fd(self) -> int | None:
+        """A descriptor of the region again (for an upgrade to pass on): the shim's own copy,
+        opened through /proc and checked to be the same file; None if the shim holds it no more."""
+        try:
+            pid = self.stream.socket.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+            shim = struct.unpack("3i", pid)[0]
+            names = os.listdir(f"/proc/{shim}/fd")
+        except OSError:
+            return None
+        for name in names:
+            path = f"/proc/{shim}/fd/{name}"
+            try:
+                st = os.stat(path)
+                if (st.st_dev, st.st_ino) != self._region_id:
+                    continue
+                fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+            except OSError:
+                continue
+            st = os.fstat(fd)
+            if (st.st_dev, st.st_ino) == self._region_id:
+                return fd
+            os.close(fd)
+        return None
+
+    def _client_gone(self) -> None:
+        self.client_left = True
+        if self.outbox is not None:
+            self.outbox.closed = True  # nothing more reaches a client that left
+        self.cancel.cancel()
+
+    def _finish(self, route: EraRoute | HubSession, outbox: HandoffOutbox) -> None:
+        """Detach, and leave the region as the shim will find it (see the module docstring)."""
+        if self.client_left:
+            self.ledger.close(client_left=True)
+            try:
+                os.write(self.stream.socket.fileno(), EXIT_CUE)
+            except OSError:
+                pass  # the shim is gone already
+        else:
+            outbox.closed = True
+            if not outbox.dropped:
+                outbox.write_ready()  # what the client's stdout takes now; the rest is lost with us
+            outbox.let_go()
+        route.detach(outbox.cid)
+
+    async def _watch_shim(self) -> None:
+        # The shim sends nothing after its hello: EOF means it is gone, bytes that it is broken.
+        data = await self.stream.receive_some(64)
+        if data:
+            log.warning("session %d: shim pid %d sent bytes after handing off; ending the session",
+                        self.outbox.cid if self.outbox else 0, self.pid)
+        self.cancel.cancel()
+
+    async def _drain(self) -> None:
+        """The client closed its stdin: answer what it asked before (as a server run directly
+        does) until nothing is in flight, its stdout closes, or EOF_WAIT_S pass."""
+        ledger, ends = self.ledger, self.ends
+        if not ledger.inflight:
+            return
+        log.info("session %d: the client closed stdin; waiting for %d answer(s)",
+                 self.outbox.cid if self.outbox else 0, ledger.inflight)
+        answered = trio.Event()
+        ledger.on_empty = answered.set
+        with trio.move_on_after(EOF_WAIT_S):
+            while ledger.inflight and not ends.out_closed():
+                with trio.move_on_after(STDOUT_CHECK_S):
+                    await answered.wait()
+        ledger.on_empty = None
+
+    # ---- the client's stdin ----------------------------------------------------------------------
+
+    async def _read_client(self) -> None:
+        """Relay the client's lines until its stdin ends; returns at EOF."""
+        route, outbox, ledger, landing = self.route, self.outbox, self.ledger, self.landing
+        assert route is not None and outbox is not None
+        # What an earlier daemon read and did not account for comes first (it handed the session
+        # over at an upgrade between a read and its record).
+        size = landing.pending(ledger.state.landing)
+        waited = True
+        emptied = False  # the last read took less than a zone: the pipe was empty after it
+        while True:
+            zone = ledger.state.landing
+            if not size:
+                await GATE.passage()  # an upgrade stops reading here (lazyd/daemon/upgrade/quiesce.py)
+                if emptied:
+                    # No read that would only say EAGAIN: wait first (a system call and an
+                    # exception less per message when lines come one at a time).
+                    await self.ends.wait_readable()
+                    waited, emptied = True, False
+                got = self.ends.read_into(landing.zones[zone])  # into the region: never only ours
+                if got is None:
+                    await self.ends.wait_readable()
+                    waited = True
+                    continue
+                if not got:
+                    self._last_line()
+                    return
+                size, emptied = got, got < LANDING_BYTES
+                if not waited:
+                    await trio.lowlevel.checkpoint()  # a client that floods must not starve the others
+            waited = False
+            data = landing.take(zone, size)
+            ledger.hold()  # one region write for all the lines of this read, and the zone it came in
+            try:
+                self._take(data)
+                ledger.landed()
+            finally:
+                ledger.release()
+            landing.clear(zone, size)
+            size = 0
+            if isinstance(route, (ServerRuntime, EraRoute)) and not route.has_room():
+                await route.wait_for_room()
+            if outbox.should_pause():
+                await outbox.wait_drained()
+
+    def _take(self, data: bytes) -> None:
+        self._relay(self.lines.feed(data))
+
+    def _last_line(self) -> None:
+        """At EOF, a last line without its newline is still a line (lazyd/linepeek.py)."""
+        self.lines.cut = bool(self.lines.buffer) or self.lines.discarding
+        self._relay(self.lines.finish())
+
+    def _relay(self, lines: list[tuple[bytes, bool]]) -> None:
+        if self.lines.cut:
+            self.ledger.head_relayed()  # the recorded partial line is complete: a new one starts
+        route, outbox = self.route, self.outbox
+        assert route is not None and outbox is not None
+        for line, too_long in lines:
+            if too_long:
+                self._too_long(line)
+                continue
+            self.ledger.client_line(line)
+            if self._peek:
+                self._peek = self.registry.note_client_line(line, self._peek, outbox.cid)
+            route.client_line(outbox.cid, line)
+        self.ledger.head(self.lines.buffer, self.lines.discarding)
+
+    def _too_long(self, prefix: bytes) -> None:
+        assert self.outbox is not None
+        request_id = too_long_request(prefix)
+        if request_id is not None:
+            message = f"lazyd: line too long (more than {wire.MAX_LINE_BYTES} bytes)"
+            self.outbox.deliver(error_line(request_id, TOO_LONG_CODE, message))
+            log.info("session %d: answered a request line over %d bytes with -32600", self.outbox.cid,
+                     wire.MAX_LINE_BYTES)
+        else:
+            log.info("session %d: dropped a line over %d bytes that has no readable request id",
+                     self.outbox.cid, wire.MAX_LINE_BYTES)

@@ -1,0 +1,104 @@
+"""One hub `call_tool`: an internal session attached to a server's runtime for the call's duration.
+
+It attaches exactly like a shim's session (its client id negative, so it never meets a shim's)
+and sends `initialize` (the hub client's own params: lazyd/core/relay/handshake_defaults.py),
+`notifications/initialized` and the `tools/call`; the relay core does the rest as for any client.
+What the server sends this session during the call goes back to the hub's client through the
+hub's routes (lazyd/core/hub/routes.py): progress and log messages as they are, requests under
+ids of the hub's own. The result line is returned with only its id changed. Its outbox holds lines,
+not frames (lazyd/daemon/runtime/outbox.py: LineOutbox): nothing here encodes or decodes msgpack.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from typing import Protocol
+
+from lazyd.core.hub import tools as ht
+from lazyd.core.relay import jsonrpc as rpc
+from lazyd.core.relay.handshake_defaults import hub_call_params
+from lazyd.core.hub.routes import HubAction, HubRoutes
+from lazyd.core.relay.jsonrpc import JsonId, JsonObj, Kind, Message
+from lazyd.daemon.runtime.era_lanes import EraLanes
+from lazyd.daemon.runtime.outbox import LineOutbox
+from lazyd.daemon.runtime.supervisor import ServerRuntime
+
+__all__ = ["CallOwner", "ProxiedCall"]
+
+# The internal session's own ids: strings, which the relay maps like any client's.
+_INIT_ID = "lazyd-hub-initialize"
+_CALL_ID = "lazyd-hub-call"
+# Negative client ids for internal sessions: the registry numbers shim sessions from 1 upwards.
+_internal_cids = itertools.count(-1, -1)
+
+
+class CallOwner(Protocol):
+    """The hub session a call belongs to (lazyd/daemon/hub/server.py)."""
+
+    params: JsonObj | None  # the hub client's initialize params
+    routes: HubRoutes
+
+    def send(self, line: bytes, done: JsonId | None = None) -> None: ...
+
+    def carry_out(self, actions: list[HubAction]) -> None: ...
+
+    def call_started(self, call: ProxiedCall) -> None: ...
+
+    def call_ended(self, call: ProxiedCall) -> None: ...
+
+
+class ProxiedCall:
+    """One `call_tool`: an internal session on the server's runtime for the call's duration."""
+
+    def __init__(self, hub: CallOwner, runtime: ServerRuntime, rid: JsonId, lanes: EraLanes | None) -> None:
+        self.hub = hub
+        self.runtime = runtime
+        self.lanes = lanes  # the registration's processes by era, if it has a lane table
+        self.rid = rid
+        self.cid = next(_internal_cids)
+        self.overflowed = False
+        self.inbox = LineOutbox(self.cid, os.getpid(), self._overflow)
+
+    def _overflow(self) -> None:
+        self.overflowed = True  # the relay stops delivering; the channel's end ends the call
+
+    async def run(self, tool: str, arguments: JsonObj, token: object) -> JsonObj | bytes:
+        lanes = self.lanes
+        if lanes is not None:
+            # The call is a handshake-era session: it gets that era's process of the server.
+            self.runtime, _ = await lanes.get("handshake")
+        runtime = self.runtime
+        params = hub_call_params(self.hub.params)
+        call_params: JsonObj = {"name": tool, "arguments": arguments}
+        if rpc.valid_id(token):
+            call_params["_meta"] = {"progressToken": token}
+        runtime.attach(self.inbox, [])
+        self.hub.call_started(self)
+        try:
+            runtime.client_line(self.cid, rpc.request_line(_INIT_ID, "initialize", params))
+            runtime.client_line(self.cid, rpc.notification_line("notifications/initialized"))
+            runtime.client_line(self.cid, rpc.request_line(_CALL_ID, "tools/call", call_params))
+            async for line, _done in self.inbox.lines():
+                answer = self._line(line)
+                if answer is not None:
+                    return answer
+            why = "the hub fell behind reading it" if self.overflowed else "it was removed or restarted by a config reload"
+            return ht.error_result(f"lazyd hub: the call to {runtime.name} ended without an answer: {why}")
+        finally:
+            runtime.detach(self.cid)
+            self.hub.call_ended(self)
+
+    def _line(self, line: bytes) -> bytes | None:
+        msg = rpc.parse(line)
+        if not isinstance(msg, Message):
+            return None
+        if msg.kind is Kind.RESPONSE:
+            return rpc.with_id(msg, self.rid) if msg.id == _CALL_ID else None
+        if msg.kind is Kind.REQUEST:
+            self.hub.carry_out(self.hub.routes.server_request(self.cid, msg))
+        elif msg.method in ("notifications/progress", "notifications/message"):
+            self.hub.send(line)  # progress already carries the caller's own token
+        elif msg.method == "notifications/cancelled":
+            self.hub.carry_out(self.hub.routes.server_cancel(self.cid, msg))
+        return None

@@ -1,0 +1,382 @@
+"""The hub: an MCP server the daemon serves itself, over every server it knows (issue 9).
+
+`lazyd-shim --hub [--servers a,b]` sends a hello with `opts = {"hub": "true"[, "servers": "a,b"]}`,
+no command and no server name (docs/protocol.md); the registry hands that session to `open_hub`
+instead of a server runtime. The hub speaks the handshake era (2024-11-05 … 2025-11-25) and
+answers `server/discover` with -32601, as a server of that era does. Its tools are the
+meta-tools of lazyd/core/hub/tools.py over the servers the registry holds: the named servers of
+config.toml, and every unnamed registration a shim brought since the daemon started (`share =
+false` instances are private to their session and are not shown).
+
+- Listing and searching read the servers' caches (lazyd/core/hub/catalog.py) and start nothing.
+- `get_tool_schema` answers from the cache too, and wakes a sleeping server in the background:
+  a call is likely to follow.
+- `call_tool` is one `ProxiedCall` (lazyd/daemon/hub/call.py): an internal session attached to the
+  server's runtime exactly like a shim's. The relay core does the rest as for any client: answers
+  the handshake from cache, queues the call and starts the server, fails it after the start
+  timeout, rewrites ids and progress tokens. Whatever the server sends that session during the
+  call comes back to the hub's client: progress (already under the caller's token), log messages,
+  and requests (sampling, elicitation, roots, the policy gate's confirmations) under ids of the
+  hub's own, whose answers go back the same way; which id goes where is decided by the pure
+  routes (lazyd/core/hub/routes.py). A cancel from the client detaches the internal session,
+  which cancels the request upstream (the relay's rule for a departing client).
+- The tool policy applies to hub calls as to per-server shims: `deny` is refused here before
+  anything is attached; `ask` is left to the runtime's gate, which asks through the same path.
+  Denied tools are hidden from every listing.
+
+The hub reads the registry through `ServerDirectory`, the few things it needs of it, so it does not
+import the registry (which imports the hub to open hub sessions).
+"""
+
+from __future__ import annotations
+
+import difflib
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Protocol
+
+import trio
+
+from lazyd.config.load import Config
+from lazyd.core import policy_gate as gate
+from lazyd.core.hub import tools as ht
+from lazyd.core.relay import jsonrpc as rpc
+from lazyd.core.hub.catalog import ToolInfo, cached_tools, search, server_description, tool_infos
+from lazyd.core.relay.handshake_defaults import wake_params
+from lazyd.core.hub.protocol import hub_servers, initialize_result
+from lazyd.core.hub.routes import CancelTask, HubAction, HubRoutes, ToCall, ToClient
+from lazyd.core.sharing.identity import Identity
+from lazyd.core.relay.jsonrpc import JsonId, JsonObj, Kind, Message
+from lazyd.core.policy import ToolPolicy
+from lazyd.core.relay.core import Phase
+from lazyd.daemon.runtime.era_lanes import EraLanes
+from lazyd.daemon.hub.call import ProxiedCall
+from lazyd.daemon.runtime.outbox import Outbox
+from lazyd.daemon.runtime.supervisor import ServerRuntime
+from lazyd.daemon.control.wake_sleep import sleep_and_wait, wake_and_wait
+from lazyd.frames import Hello
+
+log = logging.getLogger("lazyd.hub")
+
+
+class ServerDirectory(Protocol):
+    """What the hub reads of the registry (lazyd/daemon/sessions/registry.py): the config in force, every
+    runtime with its identity, which runtimes are a second era lane, and the daemon's nursery."""
+
+    config: Config
+    runtimes: dict[str, ServerRuntime]
+    identities: dict[str, Identity]
+    nursery: trio.Nursery
+
+    def is_second_lane(self, digest: str) -> bool: ...
+
+    def lanes_for(self, runtime: ServerRuntime) -> EraLanes | None: ...
+
+HUB_NAME = "hub"  # the session name in the welcome frame and in logs
+
+
+async def open_hub(registry: ServerDirectory, hello: Hello, opts: Mapping[str, str],
+                   session: Outbox) -> HubSession:
+    """Start a hub session for `session` (its tasks live in the daemon's nursery)."""
+    hub = HubSession(registry, session, hub_servers(hello.argv, hello.server, opts))
+    for line in hello.resume:
+        hub.resume(line)
+    await registry.nursery.start(hub.run)
+    log.info("hub session %d opened (pid %s)%s", session.cid, hello.pid,
+             f" for {', '.join(hub.servers)}" if hub.servers else "")
+    return hub
+
+
+class HubSession:
+    """One client of the hub: the MCP server side, the meta-tools, and the calls in flight."""
+
+    def __init__(self, registry: ServerDirectory, session: Outbox, servers: tuple[str, ...] | None) -> None:
+        self.registry = registry
+        self.session = session
+        self.servers = servers
+        self.name = HUB_NAME
+        self.params: JsonObj | None = None  # the client's initialize params
+        self._scope = trio.CancelScope()
+        self._nursery: trio.Nursery | None = None
+        # Which ids go where, decided by the pure routes (lazyd/core/hub/routes.py); the hub
+        # carries the actions out. The scopes of the tasks it admitted, by request id, and the
+        # calls in flight, by their internal client id.
+        self.routes = HubRoutes()
+        self._scopes: dict[JsonId, trio.CancelScope] = {}
+        self._calls: dict[int, ProxiedCall] = {}
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        with self._scope:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                task_status.started()
+                await trio.sleep_forever()
+
+    def detach(self, cid: int) -> None:
+        """The client left: every call is cancelled, which detaches its internal session."""
+        self._scope.cancel()
+        self.session.close()
+        log.info("hub session %d closed", cid)
+
+    def resume(self, line: bytes) -> None:
+        msg = rpc.parse(line)
+        if isinstance(msg, Message) and msg.method == "initialize":
+            self.params = msg.params
+
+    def send(self, line: bytes, done: JsonId | None = None) -> None:
+        self.session.deliver(line, done)
+
+    # ---- the client's lines --------------------------------------------------------------------
+
+    def client_line(self, cid: int, line: bytes) -> None:
+        try:
+            self._client_line(line)
+        except Exception:
+            # This runs in the connection's task, inside the daemon's listener nursery.
+            log.exception("hub: a client line failed inside lazyd")
+
+    def _client_line(self, line: bytes) -> None:
+        msg = rpc.parse(line)
+        if not isinstance(msg, Message):
+            if msg.reply is not None:
+                self.send(msg.reply, msg.id)
+            return
+        if msg.kind is Kind.REQUEST:
+            assert msg.id is not None
+            self._request(msg, msg.id)
+        elif msg.kind is Kind.NOTIFICATION:
+            if msg.method == "notifications/cancelled":
+                self.carry_out(self.routes.client_cancel(msg.params.get("requestId")))
+        else:
+            self.carry_out(self.routes.client_response(msg))
+
+    def carry_out(self, actions: list[HubAction]) -> None:
+        """Carry out what the routes decided (lazyd/core/hub/routes.py)."""
+        for action in actions:
+            if isinstance(action, ToClient):
+                self.send(action.line)
+            elif isinstance(action, ToCall):
+                call = self._calls.get(action.call)
+                if call is not None:
+                    call.runtime.client_line(call.cid, action.line)
+            elif isinstance(action, CancelTask):
+                scope = self._scopes.get(action.rid)
+                if scope is not None:
+                    scope.cancel()
+
+    def _request(self, msg: Message, rid: JsonId) -> None:
+        method = msg.method
+        if method == "initialize":
+            self.params = msg.params
+            self.send(rpc.result_line(rid, initialize_result(msg.params)), rid)
+        elif method == "ping":
+            self.send(rpc.result_line(rid, {}), rid)
+        elif method == "tools/list":
+            tools = [] if isinstance(msg.params.get("cursor"), str) else ht.META_TOOLS
+            self.send(rpc.result_line(rid, {"tools": tools}), rid)
+        elif method == "tools/call":
+            self._tools_call(msg, rid)
+        else:
+            self.send(rpc.error_line(rid, rpc.METHOD_NOT_FOUND, f"Method not found: {method}"), rid)
+
+    def _tools_call(self, msg: Message, rid: JsonId) -> None:
+        name = msg.params.get("name")
+        call = ht.parse_meta_call(name if isinstance(name, str) else "", msg.params.get("arguments"))
+        if isinstance(call, str):
+            if not isinstance(name, str) or name not in {t["name"] for t in ht.META_TOOLS}:
+                self.send(rpc.error_line(rid, rpc.INVALID_PARAMS, f"Invalid params: {call}"), rid)
+            else:
+                self.send(rpc.result_line(rid, ht.error_result(call)), rid)
+            return
+        if call.name == ht.LIST_SERVERS:
+            self.send(rpc.result_line(rid, self._list_servers()), rid)
+        elif call.name == ht.SEARCH_TOOLS:
+            self.send(rpc.result_line(rid, self._search(call)), rid)
+        elif call.name == ht.GET_TOOL_SCHEMA:
+            self.send(rpc.result_line(rid, self._schema(call)), rid)
+        elif (problem := self.routes.admit(rid)) is not None:
+            self.send(rpc.error_line(rid, rpc.INVALID_REQUEST, f"lazyd hub: {problem}"), rid)
+        elif call.name == ht.CALL_TOOL:
+            meta = msg.params.get("_meta")
+            token = meta.get("progressToken") if isinstance(meta, dict) else None
+            self._spawn(rid, self._call, call, rid, token)
+        elif call.name == ht.WAKE_SERVER:
+            self._spawn(rid, self._wake, call)
+        else:
+            self._spawn(rid, self._sleep, call)
+
+    def _spawn(self, rid: JsonId, work: Callable[..., Awaitable[JsonObj | bytes]], *args: Any) -> None:
+        """Run `work(*args)` as a task the client can cancel; its result answers request `rid`."""
+        scope = trio.CancelScope()
+        self.routes.task_started(rid)  # now, not in the task: a cancel may arrive before it runs
+        self._scopes[rid] = scope
+
+        async def task() -> None:
+            try:
+                with scope:
+                    answer = await work(*args)
+                    self.send(answer if isinstance(answer, bytes) else rpc.result_line(rid, answer), rid)
+            except Exception:
+                # A bug in one call must not end the daemon, whose nursery this task lives in.
+                log.exception("hub: a tool call failed inside lazyd")
+                self.send(rpc.error_line(rid, rpc.INTERNAL_ERROR, "lazyd hub: internal error (see lazyd.log)"), rid)
+            finally:
+                self.routes.task_ended(rid)
+                self._scopes.pop(rid, None)
+
+        assert self._nursery is not None
+        self._nursery.start_soon(task)
+
+    # ---- the calls in flight -------------------------------------------------------------------
+
+    def call_started(self, call: ProxiedCall) -> None:
+        self._calls[call.cid] = call
+
+    def call_ended(self, call: ProxiedCall) -> None:
+        """A call ended: its requests still waiting on the client are moot; say so."""
+        self._calls.pop(call.cid, None)
+        self.carry_out(self.routes.call_ended(call.cid))
+
+    # ---- servers -------------------------------------------------------------------------------
+
+    def _visible(self) -> list[ServerRuntime]:
+        registry = self.registry
+        named = list(registry.config.servers)
+        shown = [
+            runtime for digest, runtime in registry.runtimes.items()
+            if not registry.identities[digest].instance.startswith("private:")
+            and not registry.is_second_lane(digest)  # the same server: its other-era process
+            and (self.servers is None or runtime.name in self.servers)
+        ]
+        return sorted(shown, key=lambda r: (named.index(r.name) if r.name in named else len(named), r.name))
+
+    def _lookup(self, name: str) -> ServerRuntime | str:
+        visible = self._visible()
+        for runtime in visible:
+            if runtime.name == name:
+                return runtime
+        if self.servers is not None and name not in self.servers:
+            return f"server {name!r} is not one of this hub's servers ({', '.join(self.servers)})"
+        near = difflib.get_close_matches(name, [r.name for r in visible], n=1)
+        hint = f"; did you mean {near[0]!r}?" if near else "; list_servers shows them"
+        return f"no server named {name!r}{hint}"
+
+    def _tools(self, runtime: ServerRuntime) -> list[JsonObj] | None:
+        core = runtime.core
+        return cached_tools(core.snapshot, core.instance if core.phase is Phase.READY else None, self.params)
+
+    def _policy(self) -> ToolPolicy:
+        return self.registry.config.tool_policy
+
+    def _about(self) -> dict[str, str]:
+        """The descriptions users wrote for named servers (`description` in config.toml), read
+        from the config in force, so a reload applies at once."""
+        return {name: server.description for name, server in self.registry.config.servers.items()
+                if server.description}
+
+    @staticmethod
+    def _state(runtime: ServerRuntime) -> str:
+        return str(runtime.life.status_fields()["state"])
+
+    # ---- meta-tools ----------------------------------------------------------------------------
+
+    def _list_servers(self) -> JsonObj:
+        policy = self._policy()
+        views = []
+        for runtime in self._visible():
+            tools = self._tools(runtime)
+            hidden = len(policy.denied(runtime.name, [t["name"] for t in tools or []]))
+            snap = runtime.life.status_fields()
+            live = runtime.core.instance if runtime.core.phase is Phase.READY else None
+            views.append(ht.ServerView(
+                name=runtime.name, state=str(snap["state"]),
+                description=self._about().get(runtime.name) or server_description(runtime.core.snapshot, live),
+                tools=None if tools is None else len(tools) - hidden, hidden=hidden,
+                pid=runtime.proc.pid if runtime.proc is not None else None,
+                last_error=str(snap["last_error"]) if snap["last_error"] else None))
+        known = {r.name for r in self._visible()}
+        unknown = [n for n in self.servers or () if n not in known]
+        return ht.text_result(ht.render_servers(views, unknown))
+
+    def _search(self, call: ht.MetaCall) -> JsonObj:
+        if call.server:
+            runtime = self._lookup(call.server)
+            if isinstance(runtime, str):
+                return ht.error_result(runtime)
+            runtimes = [runtime]
+        else:
+            runtimes = self._visible()
+        policy = self._policy()
+        infos: list[ToolInfo] = []
+        unknown: list[str] = []
+        for runtime in runtimes:
+            tools = self._tools(runtime)
+            if tools is None:
+                unknown.append(runtime.name)
+                continue
+            denied = policy.denied(runtime.name, [t["name"] for t in tools])
+            infos.extend(i for i in tool_infos(runtime.name, tools) if i.name not in denied)
+        about = self._about()
+        found = search(infos, call.query, call.limit, about)
+        ranked = [(info, policy.decide(info.server, info.name).decision) for info in found]
+        return ht.text_result(ht.render_search(call.query, ranked, len(infos), unknown, about))
+
+    def _schema(self, call: ht.MetaCall) -> JsonObj:
+        runtime = self._lookup(call.server)
+        if isinstance(runtime, str):
+            return ht.error_result(runtime)
+        tools = self._tools(runtime)
+        if tools is None:
+            self._prewarm(runtime)
+            return ht.error_result(f"the tools of {runtime.name!r} are not known yet (it never ran); "
+                                   "it is starting now: ask again in a few seconds")
+        verdict = self._policy().decide(runtime.name, call.tool)
+        if verdict.decision == "deny":
+            return ht.error_result(gate.denied_text(runtime.name, call.tool, verdict))
+        tool = next((t for t in tools if t["name"] == call.tool), None)
+        if tool is None:
+            all_names = [t["name"] for t in tools]
+            denied = self._policy().denied(runtime.name, all_names)
+            names = [name for name in all_names if name not in denied]
+            near = difflib.get_close_matches(call.tool, names, n=3)
+            hint = f"; did you mean {', '.join(near)}?" if near else "; search_tools lists its tools"
+            return ht.error_result(f"{runtime.name!r} has no tool named {call.tool!r}{hint}")
+        self._prewarm(runtime)
+        return ht.text_result(ht.render_schema(runtime.name, tool, verdict.decision, self._state(runtime)))
+
+    def _prewarm(self, runtime: ServerRuntime) -> None:
+        if self._state(runtime) != "sleeping":
+            return
+        params = wake_params(runtime.core.snapshot.last_params, self.params)
+        if params is not None:
+            runtime.core.snapshot.last_params = params
+        log.info("hub: starting %s in the background (a tool schema was asked for)", runtime.name)
+        runtime.wake()
+
+    async def _call(self, call: ht.MetaCall, rid: JsonId, token: object) -> JsonObj | bytes:
+        runtime = self._lookup(call.server)
+        if isinstance(runtime, str):
+            return ht.error_result(runtime)
+        verdict = self._policy().decide(runtime.name, call.tool)
+        if verdict.decision == "deny":
+            log.info("policy: %s.%s: deny by %s (hub call)", runtime.name, call.tool, verdict.reason())
+            return ht.error_result(gate.denied_text(runtime.name, call.tool, verdict))
+        log.info("hub: calling %s.%s", runtime.name, call.tool)
+        return await ProxiedCall(self, runtime, rid, self.registry.lanes_for(runtime)).run(call.tool, call.arguments, token)
+
+    async def _wake(self, call: ht.MetaCall) -> JsonObj:
+        runtime = self._lookup(call.server)
+        if isinstance(runtime, str):
+            return ht.error_result(runtime)
+        error = await wake_and_wait(runtime, self.params)
+        if error is not None:
+            return ht.error_result(error)
+        pid = runtime.proc.pid if runtime.proc is not None else None
+        return ht.text_result(f"{runtime.name} is running (pid {pid}); its tools: {len(self._tools(runtime) or [])}")
+
+    async def _sleep(self, call: ht.MetaCall) -> JsonObj:
+        runtime = self._lookup(call.server)
+        if isinstance(runtime, str):
+            return ht.error_result(runtime)
+        await sleep_and_wait(runtime)
+        return ht.text_result(f"{runtime.name} is {self._state(runtime)}; the next call starts it again")

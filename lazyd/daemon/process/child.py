@@ -1,0 +1,400 @@
+"""One real server process: spawning it, talking to it by lines, and the stop ladder.
+
+A `ChildProcess` owns a server process, its process group, its three pipes and its stderr log.
+The rules it keeps:
+
+- The child runs in its own session and process group (`setsid`), so signals to the group reach
+  every grandchild a launcher like `npx` or `uvx` leaves behind, and never the daemon.
+- The child inherits no descriptors beyond 0-2, and none of systemd's per-service variables
+  (`NOTIFY_SOCKET`, `WATCHDOG_*`, `LISTEN_*`): a server that speaks sd_notify must not talk to
+  the daemon's supervisor. The spec's environment is otherwise passed as is.
+- The command is resolved against the *spec's* PATH and cwd before anything is forked, so
+  "not found" and "not executable" are a `SpawnError` with a readable message, never a
+  traceback and never a half-started process (lazyd/daemon/process/command.py: what to run, the
+  child's environment, how it ended).
+- The leader's exit is detected through a pidfd, *without* reaping it: while the leader is an
+  unreaped zombie its pid, and so the group id, cannot be recycled. Only after SIGKILL went to
+  what is left of the group is the leader reaped. (trio's `Process.wait()`, `poll()` and
+  `returncode` all reap, so none of them is touched before that point.)
+- Stopping is a ladder: close stdin, wait `STDIN_EOF_GRACE_S`, SIGTERM the group, wait
+  `TERM_GRACE_S`, SIGKILL the group, reap. A child that exits on EOF is never signalled. The whole
+  ladder is shielded from cancellation and bounded by the two graces.
+- stdout is read (lazyd/daemon/process/stdout_reader.py), cut into lines (lazyd/daemon/process/stdout_lines.py);
+  a line over the limit raises `LineTooLong` once the buffer passes it: no peer makes us hold more.
+- stderr is read continuously by a task, whatever the consumer does, into a `LogRing`: a server
+  flooding stderr is never blocked on a full pipe, and memory and disk stay bounded.
+
+Background tasks (the stderr pump and the exit watcher) run in a nursery the caller owns: either
+`spawn(spec, nursery)`, or `open_child(spec)`, an async context manager that owns the nursery and
+runs the ladder on exit.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import select
+import signal
+import subprocess
+from contextlib import asynccontextmanager
+from typing import AsyncIterator
+
+import trio
+
+from lazyd import procfs
+from lazyd.daemon import fdlimit
+from lazyd.daemon.process.command import ExitInfo, SpawnSpec, executable_for
+from lazyd.daemon.process.stderr_log import LogRing
+from lazyd.daemon.process.handle import ProcessHandle
+from lazyd.daemon.process.stdout_lines import StdoutLines
+from lazyd.daemon.process.stdout_reader import StdoutReader
+from lazyd.daemon.systemd_env import scrubbed_environ
+from lazyd.errors import LineTooLong as LineTooLong  # what receive_line raises
+from lazyd.errors import SpawnError
+
+STDIN_EOF_GRACE_S = 2.0
+"""Wait after closing stdin: the python SDK's value; well-behaved servers exit on EOF at once."""
+
+TERM_GRACE_S = 2.0
+"""Wait after SIGTERM before SIGKILL: the python SDK's value; enough to flush and close files."""
+
+KILL_WAIT_S = 5.0
+"""Wait after SIGKILL: death takes milliseconds unless the process is stuck in the kernel (D)."""
+
+STDERR_DRAIN_S = 1.0
+"""After the group is killed stderr ends at once; only an escaped process can hold it longer."""
+
+READ_CHUNK_BYTES = 1024 * 1024
+"""One widened pipe buffer (PIPE_BYTES) per read: a 1 MiB line in one read rather than 16, into
+the shared read buffer (so asking for this much costs nothing for a short line); bounds how far a
+read can overshoot the line limit."""
+STDERR_READ_BYTES = 64 * 1024  # below glibc's mmap threshold: receive_some allocates what it asks
+
+
+class ChildProcess:
+    """A running server process; made by `spawn` or `open_child`, never directly."""
+
+    def __init__(
+        self, process: ProcessHandle, spec: SpawnSpec, ring: LogRing, pidfd: int, start_ticks: int
+    ) -> None:
+        self.pid: int = process.pid
+        self.pgid: int = process.pid  # setsid() made the leader's pid the group (and session) id
+        self.start_time_ticks = start_ticks
+        self.spec = spec
+        assert process.stdin is not None and process.stdout is not None
+        assert process.stderr is not None
+        self._process = process
+        self._stdin: trio.abc.SendStream = process.stdin
+        self._stdout: trio.abc.ReceiveStream = process.stdout
+        self._stderr: trio.abc.ReceiveStream = process.stderr
+        self._ring = ring
+        self._pidfd: int | None = pidfd
+        self._send_lock = trio.Lock()
+        self._exit_lock = trio.Lock()
+        self._stderr_done = trio.Event()
+        self._pump_scope = trio.CancelScope()
+        self._reaped_rc: int | None = None
+        self._reaped = False
+        self._exit_info: ExitInfo | None = None
+        self._lines = StdoutLines(spec.max_line_bytes)
+        self._reader = StdoutReader(process.stdout, READ_CHUNK_BYTES)
+
+    # -- talking -----------------------------------------------------------------------------
+
+    async def send_line(self, line: bytes) -> None:
+        """Write one message and a newline to the child's stdin, one writer at a time.
+
+        Raises ValueError if `line` contains a newline (it would break framing),
+        trio.BrokenResourceError if the child closed its stdin or died, and
+        trio.ClosedResourceError once stdin was closed by `stop`.
+        """
+        if b"\n" in line:
+            raise ValueError("a line sent to a server must not contain a newline")
+        async with self._send_lock:
+            await self._stdin.send_all(line + b"\n")
+
+    def write_nowait(self, *parts: bytes | memoryview) -> int:
+        """Write what the stdin pipe takes of `parts` (one writev) right now, without blocking;
+        returns the bytes written.
+
+        Returns 0 while a `send_line`/`send_raw` is in progress (writes must never interleave)
+        or when the pipe is full or closed; the caller then queues the rest for `send_raw`. This
+        lets the relay skip a task switch per message on its hot path.
+        """
+        if self._send_lock.locked():
+            return 0
+        try:
+            fd = self._stdin.fileno() if isinstance(self._stdin, trio.lowlevel.FdStream) else -1
+            return os.writev(fd, parts) if fd >= 0 else 0
+        except (BlockingIOError, BrokenPipeError, trio.ClosedResourceError):
+            return 0
+        except OSError:
+            return 0
+
+    async def send_raw(self, *parts: bytes | memoryview) -> None:
+        """Write bytes that are already framed (complete lines, or the rest of one), in order."""
+        async with self._send_lock:
+            for data in parts:
+                await self._stdin.send_all(data)
+
+    async def receive_line(self) -> bytes | None:
+        """The next non-blank stdout line without its newline, or None at EOF.
+
+        Raises LineTooLong (then and on every later call) once a line passes the limit, having
+        buffered at most the limit plus one read. A trailing line without newline is returned
+        at EOF. Only one task may read at a time.
+        """
+        lines = self._lines
+        while True:
+            # Lines that came before an overlong one are still delivered, in order.
+            line = lines.next_line()
+            if line is not None:
+                return line
+            if lines.error is not None:
+                # Nothing more will be read: release the pipe now rather than at garbage collection.
+                with trio.CancelScope(shield=True):
+                    await self._stdout.aclose()
+                raise lines.error
+            if lines.ended:
+                return None
+            if not await self._reader.read_into(lines.feed):
+                lines.end()
+                with trio.CancelScope(shield=True):
+                    await self._stdout.aclose()
+
+    async def lines(self) -> AsyncIterator[bytes]:
+        """Iterate over `receive_line()` until EOF."""
+        while (line := await self.receive_line()) is not None:
+            yield line
+
+    # -- exit --------------------------------------------------------------------------------
+
+    @property
+    def exit_info(self) -> ExitInfo | None:
+        """How the process ended, or None while it runs (or its exit is still being collected)."""
+        return self._exit_info
+
+    def stderr_tail(self) -> tuple[str, ...]:
+        """The last lines of stderr so far (the exit report has them too)."""
+        return self._ring.tail()
+
+    async def wait_exit(self) -> ExitInfo:
+        """Wait for the leader to exit, SIGKILL what is left of its group, reap it.
+
+        Idempotent, and any number of tasks may wait; cancelling one waiter doesn't disturb the
+        others. The result carries the stderr tail, read until EOF (bounded by STDERR_DRAIN_S).
+        """
+        if self._exit_info is not None:
+            return self._exit_info
+        async with self._exit_lock:
+            if self._exit_info is not None:
+                return self._exit_info
+            if not self._reaped:
+                assert self._pidfd is not None
+                await trio.lowlevel.wait_readable(self._pidfd)
+                with trio.CancelScope(shield=True):
+                    await self._kill_and_reap()
+            with trio.move_on_after(STDERR_DRAIN_S):
+                await self._stderr_done.wait()
+            # Whatever still holds stderr escaped the group: stop reading so the nursery can end.
+            self._pump_scope.cancel()
+            info = ExitInfo.from_returncode(self._reaped_rc, self._ring.tail())
+            self._ring.note(f"pid {self.pid} {info.describe(tail_lines=0)}")
+            self._ring.close()
+            self._exit_info = info
+            return info
+
+    async def _kill_and_reap(self) -> None:
+        # The leader is a zombie here: the group id is still ours, so killpg can't hit a stranger.
+        self._signal_group(signal.SIGKILL)
+        rc = await self._process.wait()
+        self._reaped_rc = rc
+        self._reaped = True
+        self._close_pidfd()
+        # Nothing can read stdin any more; send_line now fails with ClosedResourceError.
+        await self._stdin.aclose()
+
+    def _close_pidfd(self) -> None:
+        if self._pidfd is not None:
+            trio.lowlevel.notify_closing(self._pidfd)
+            os.close(self._pidfd)
+            self._pidfd = None
+
+    def _leader_exited(self) -> bool:
+        if self._reaped or self._pidfd is None:
+            return True
+        readable, _, _ = select.select([self._pidfd], [], [], 0)
+        return bool(readable)
+
+    def _signal_group(self, sig: int) -> None:
+        # After the reap the group id may belong to someone else: never signal then.
+        if self._reaped:
+            return
+        try:
+            os.killpg(self.pgid, sig)
+        except ProcessLookupError:
+            pass  # the whole group is gone already
+
+    def kill_group(self) -> None:
+        """SIGKILL the whole group now (a start timeout); the exit watcher then reaps it."""
+        self._signal_group(signal.SIGKILL)
+
+    async def stop(
+        self, eof_grace_s: float = STDIN_EOF_GRACE_S, term_grace_s: float = TERM_GRACE_S
+    ) -> ExitInfo:
+        """Stop the process by the ladder; returns how it ended. Shielded and bounded.
+
+        Close stdin, wait eof_grace_s; SIGTERM the group, wait term_grace_s; SIGKILL the group,
+        wait at most KILL_WAIT_S (past that, the report says "exit status unknown"). A signal is
+        sent only while the leader still runs; after the leader's exit the rest of its group
+        always gets SIGKILL (grandchildren that ignore SIGTERM).
+        """
+        with trio.CancelScope(shield=True):
+            info = await self._ladder(eof_grace_s, term_grace_s)
+        return info
+
+    async def _ladder(self, eof_grace_s: float, term_grace_s: float) -> ExitInfo:
+        if self._exit_info is not None:
+            return self._exit_info
+        await self._stdin.aclose()
+        with trio.move_on_after(eof_grace_s):
+            return await self.wait_exit()
+        if not self._leader_exited():
+            self._ring.note(f"pid {self.pid} still running {eof_grace_s}s after stdin EOF: SIGTERM")
+            self._signal_group(signal.SIGTERM)
+        with trio.move_on_after(term_grace_s):
+            return await self.wait_exit()
+        if not self._leader_exited():
+            self._ring.note(f"pid {self.pid} still running {term_grace_s}s after SIGTERM: SIGKILL")
+            self._signal_group(signal.SIGKILL)
+        with trio.move_on_after(KILL_WAIT_S):
+            return await self.wait_exit()
+        # Unkillable for now (uninterruptible sleep): say so, and let the exit watcher reap it
+        # whenever the kernel lets go; a later wait_exit() gets the real status.
+        self._ring.note(f"pid {self.pid} still running {KILL_WAIT_S}s after SIGKILL")
+        return ExitInfo(returncode=None, signal=None, stderr_tail=self._ring.tail())
+
+    async def aclose(
+        self, eof_grace_s: float = STDIN_EOF_GRACE_S, term_grace_s: float = TERM_GRACE_S
+    ) -> None:
+        """Stop the process by the ladder and close every pipe. Shielded and bounded."""
+        with trio.CancelScope(shield=True):
+            await self.stop(eof_grace_s, term_grace_s)
+            await self._stdout.aclose()
+            await self._stderr.aclose()
+
+    # -- background tasks --------------------------------------------------------------------
+
+    async def _pump_stderr(self) -> None:
+        stream = self._stderr
+        try:
+            with self._pump_scope:
+                while True:
+                    try:
+                        data = await stream.receive_some(STDERR_READ_BYTES)
+                    except (trio.BrokenResourceError, trio.ClosedResourceError):
+                        break
+                    if not data:
+                        break
+                    self._ring.feed(data)
+        finally:
+            self._ring.finish()
+            self._stderr_done.set()
+            with trio.CancelScope(shield=True):
+                await stream.aclose()
+
+    def _start_tasks(self, nursery: trio.Nursery) -> None:
+        nursery.start_soon(self._pump_stderr)
+        nursery.start_soon(self._watch_exit)
+
+    async def _watch_exit(self) -> None:
+        # Reap promptly and kill orphaned grandchildren even if nobody awaits the exit.
+        await self.wait_exit()
+
+
+async def spawn(spec: SpawnSpec, nursery: trio.Nursery) -> ChildProcess:
+    """Start `spec` in its own session; its stderr pump and exit watcher run in `nursery`.
+
+    Raises SpawnError if the command cannot be executed (nothing is left running then). The
+    caller must eventually `stop()` (or `aclose()`) the child; the nursery's tasks end once the
+    child has exited.
+    """
+    child = await _launch(spec)
+    child._start_tasks(nursery)
+    return child
+
+
+@asynccontextmanager
+async def open_child(
+    spec: SpawnSpec, eof_grace_s: float = STDIN_EOF_GRACE_S, term_grace_s: float = TERM_GRACE_S
+) -> AsyncIterator[ChildProcess]:
+    """Spawn `spec` for the duration of the block; on exit run the ladder and close the pipes.
+
+    Raises SpawnError (not wrapped in a group) if the command cannot be executed, and lets an
+    exception of the block through unwrapped too: the nursery inside is an implementation detail.
+    """
+    child = await _launch(spec)
+    try:
+        async with trio.open_nursery() as nursery:
+            child._start_tasks(nursery)
+            try:
+                yield child
+            finally:
+                await child.aclose(eof_grace_s, term_grace_s)
+    except BaseExceptionGroup as group:
+        if len(group.exceptions) != 1:
+            raise
+        only = group.exceptions[0]
+        raise only from only.__cause__
+
+
+async def _launch(spec: SpawnSpec) -> ChildProcess:
+    executable = executable_for(spec)
+    ring = LogRing(spec.log_path)
+    try:
+        process = await trio.lowlevel.open_process(
+            list(spec.argv),
+            executable=executable,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            cwd=spec.cwd,
+            env=scrubbed_environ(spec.env),  # without systemd's per-service variables
+            start_new_session=True, close_fds=True,
+            preexec_fn=fdlimit.child_preexec())  # the descriptor limit the daemon inherited
+    except OSError as exc:
+        err = exc.errno or errno.EIO
+        message = f"cannot execute '{spec.argv[0]}': {os.strerror(err)}"
+        ring.note(message)
+        ring.close()
+        raise SpawnError(err, message) from None
+    try:
+        # Nobody has waited for the child yet, so this pid is surely still ours.
+        pidfd = os.pidfd_open(process.pid)
+        start_ticks = procfs.start_time_ticks(process.pid)
+    except OSError as exc:
+        with trio.CancelScope(shield=True):
+            os.killpg(process.pid, signal.SIGKILL)
+            await process.wait()
+        ring.close()  # out of descriptors, most likely: a failed start (backoff), never a crash
+        raise SpawnError(exc.errno or errno.EIO, f"cannot watch '{spec.argv[0]}': {exc.strerror}") from None
+    ring.note(f"started pid {process.pid}: {executable}")
+    _widen_pipes(process)
+    return ChildProcess(process, spec, ring, pidfd, start_ticks)
+
+
+PIPE_BYTES = 1024 * 1024
+"""Pipe capacity asked for on the child's stdin and stdout: the default 64 KiB turns one 1 MiB
+message into 16 wake-ups of each side; 1 MiB is Linux's default pipe-max-size for users."""
+
+_F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
+
+
+def _widen_pipes(process: trio.Process) -> None:
+    for stream in (process.stdin, process.stdout):
+        if isinstance(stream, trio.lowlevel.FdStream):
+            try:
+                fcntl.fcntl(stream.fileno(), _F_SETPIPE_SZ, PIPE_BYTES)
+            except OSError:
+                pass  # over the system's pipe-max-size: the default size still works

@@ -1,0 +1,72 @@
+"""A wake predicate's run: argv without a shell, in its own process group, bounded by its timeout.
+
+The lifecycle decides when it runs (lazyd/core/lifecycle/predicate.py); the runtime runs it here
+and reports the exit code back (lazyd/daemon/runtime/supervisor.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+from collections.abc import Callable, Mapping
+
+import trio
+
+from lazyd import procfs
+from lazyd.config.load import WakePredicate
+from lazyd.durations import format_duration
+from lazyd.daemon import fdlimit
+from lazyd.daemon.systemd_env import scrubbed_environ
+
+__all__ = ["run_predicate"]
+
+log = logging.getLogger("lazyd.server")
+
+
+async def run_predicate(wake: WakePredicate, cwd: str, env: Mapping[str, str], name: str,
+                        on_child: Callable[[tuple[int, int] | None], None] = lambda _: None) -> int | None:
+    """Run a wake predicate: argv without a shell, closed stdin, output discarded, in its own
+    process group (and session), bounded by its timeout. Returns its exit code, or None on a
+    timeout or a launch error.
+
+    Whatever happens (exit, timeout, cancellation at shutdown) the whole group is SIGKILLed
+    *before* the leader is reaped: until the reap the group id cannot be handed to another
+    process, so the kill never hits a stranger, and a predicate's background children never
+    outlive it. `on_child` hears (pid, start ticks) once the process exists, and None at the end.
+    """
+    try:
+        proc = await trio.lowlevel.open_process(
+            list(wake.argv), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL, cwd=cwd, env=scrubbed_environ(env), start_new_session=True,
+            close_fds=True, preexec_fn=fdlimit.child_preexec(),  # the descriptor limit the daemon inherited
+        )
+    except OSError as exc:
+        log.warning("[%s] wake predicate cannot run: %s", name, exc)
+        return None
+    pidfd: int | None = None
+    timed_out = True
+    try:
+        # Not reaped yet, so the pid is surely this process.
+        pidfd = os.pidfd_open(proc.pid)
+        on_child((proc.pid, procfs.start_time_ticks(proc.pid)))
+        with trio.move_on_after(wake.timeout_s) as scope:
+            await trio.lowlevel.wait_readable(pidfd)  # readable once it exited; nothing reaped
+        timed_out = scope.cancelled_caught
+    finally:
+        with trio.CancelScope(shield=True):
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)  # the leader is unreaped: the group is ours
+            except ProcessLookupError:
+                pass
+            if pidfd is not None:
+                trio.lowlevel.notify_closing(pidfd)
+                os.close(pidfd)
+            await proc.wait()
+        on_child(None)
+    if timed_out:
+        log.warning("[%s] wake predicate timed out after %s: its process group was killed",
+                    name, format_duration(wake.timeout_s))
+        return None
+    return proc.returncode

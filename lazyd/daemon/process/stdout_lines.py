@@ -1,0 +1,89 @@
+"""A server's stdout cut into lines: a bounded line buffer, pure (bytes in, lines out).
+
+The rules: lines end with "\n" and are returned without it; blank lines (only whitespace) are
+dropped; a line longer than the limit fails the stream for good (`LineTooLong`, from the moment
+the buffer passes the limit, so at most the limit plus one read is ever held), after the lines
+that came before it; at the end of the stream a last line without its newline is returned too.
+The process (lazyd/daemon/process/child.py) reads the pipe and feeds what it read in.
+"""
+
+from __future__ import annotations
+
+import mmap
+from collections import deque
+
+from lazyd.errors import LineTooLong
+
+__all__ = ["LineTooLong", "StdoutLines"]
+
+
+class StdoutLines:
+    """Bytes of one stdout stream in, complete non-blank lines out, in order."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._buf = bytearray()
+        self._pending: deque[bytes] = deque()
+        self.error: LineTooLong | None = None  # set once, for good, by an overlong line
+        self.ended = False
+
+    def feed(self, data: bytes | bytearray | mmap.mmap, end: int | None = None) -> None:
+        """Take `data[:end]` (all of it by default). Each line is copied once, out of `data` when
+        it lies there whole (the usual case: a line per read), else out of the buffer."""
+        if self.error is not None or self.ended:
+            return
+        end = len(data) if end is None else end
+        limit = self.limit
+        buf = self._buf
+        pos = 0
+        if not buf:
+            while (nl := data.find(b"\n", pos, end)) >= 0:
+                if nl - pos > limit:
+                    self._fail()
+                    return
+                self._take(data, pos, nl)
+                pos = nl + 1
+            if pos < end:
+                with memoryview(data) as view:
+                    buf += view[pos:end]
+                if len(buf) > limit:
+                    self._fail()
+            return
+        # The old buffer holds no newline: scan only what just arrived.
+        scan = len(buf)
+        with memoryview(data) as view:
+            buf += view[:end]
+        while (nl := buf.find(b"\n", scan)) >= 0:
+            if nl - pos > limit:
+                self._fail()
+                return
+            self._take(buf, pos, nl)
+            pos = scan = nl + 1
+        if pos:
+            del buf[:pos]
+        if len(buf) > limit:
+            self._fail()
+
+    def _take(self, data: bytes | bytearray | mmap.mmap, start: int, stop: int) -> None:
+        with memoryview(data) as view:
+            line = bytes(view[start:stop])
+        if line and not line.isspace():
+            self._pending.append(line)
+
+    def end(self) -> None:
+        """The stream ended: a last line without its newline counts."""
+        self.ended = True
+        rest = bytes(self._buf)
+        self._buf.clear()
+        if rest and not rest.isspace():
+            self._pending.append(rest)
+
+    def next_line(self) -> bytes | None:
+        """The next complete line, or None until more is fed (or for good, once ended or failed:
+        see `ended` and `error`)."""
+        return self._pending.popleft() if self._pending else None
+
+    def _fail(self) -> None:
+        # The stream can't be resynchronised: drop the buffer now, and fail every later read.
+        self._buf = bytearray()
+        self.error = LineTooLong(f"server wrote a stdout line longer than {self.limit} bytes")

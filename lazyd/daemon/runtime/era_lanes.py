@@ -1,0 +1,239 @@
+"""The processes of one registration, one per protocol era where the server needs it.
+
+The era policy (lazyd/core/eras/policy.py) decides, from a session's first request, which of a
+registration's *lanes* (runtimes) serves it; this module carries that out:
+
+- `EraLanes` holds a registration's runtimes: the primary one (created with the registration)
+  and, only when a client of the other era needs a process of its own, a sibling created on
+  demand. Every lane has the same relay snapshot object and cache file, the same tool-policy name
+  and the same spawn spec; each has its own process, lifecycle, log file and status row. At most
+  one lane is being opened at a time, so two clients arriving together never open two.
+- `EraRoute` stands for a session until its first request: that request's era (`client_era`)
+  chooses the lane, the session is attached there, and every line goes straight to that lane from
+  then on. Before it, an invalid line is answered by the route itself (as the relay would) and a
+  few notifications are held and handed over first; nothing reaches a server, and nothing is
+  started: a session answered from the cache stays a session answered from the cache.
+
+A session resumed from a previous daemon brings its earlier lines; their first request chooses
+the lane at once, so the resumed session lands in the era it was in.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+
+import trio
+
+from lazyd.core.relay import jsonrpc as rpc
+from lazyd.core.eras.policy import Era, EraPolicy, Lane, LaneChoice, client_era, facts_of
+from lazyd.core.relay.jsonrpc import Kind, Message
+from lazyd.core.lifecycle.machine import PROCESS_STATES, State
+from lazyd.daemon.runtime.outbox import Outbox
+from lazyd.daemon.runtime.supervisor import ServerRuntime
+
+log = logging.getLogger("lazyd.eras")
+
+# Notifications a client may send before its first request, kept for the lane it will get (the
+# python SDK's own limit for frames ahead of the first request); more are dropped.
+MAX_HELD_LINES = 8
+
+OpenLane = Callable[[Era], Awaitable[ServerRuntime]]
+
+
+def _busy(runtime: ServerRuntime) -> bool:
+    """A lane that cannot be given another era: clients attached, or a process up or coming."""
+    state = runtime.life.state
+    return bool(runtime.sessions) or state in PROCESS_STATES or state is State.BACKOFF or bool(runtime.core.queue)
+
+
+class EraLanes:
+    """One registration's runtimes by era (see the module docstring)."""
+
+    def __init__(self, primary: ServerRuntime, open_lane: OpenLane) -> None:
+        self.primary = primary
+        self.runtimes: list[ServerRuntime] = [primary]
+        self.policy = EraPolicy(primary.config.era)
+        self._open_lane = open_lane
+        self.opening: trio.Event | None = None  # set when the lane being opened is there
+        self._pending = 0  # routes that have not chosen a lane yet (a share = false instance is not free)
+        self.on_change: Callable[[], None] = lambda: None  # the registry's status signal (changes.py)
+        # A session left one of these runtimes (the registry stops a process of a session's own).
+        self.on_detach: Callable[[ServerRuntime], None] = lambda runtime: None
+        # A share = false instance being created for a session: taken from the moment it exists
+        # (its start awaits) until that session's route counts in `pending`, so a second session
+        # opened meanwhile never takes it for a free one.
+        self.reserved = False
+
+    @property
+    def pending(self) -> int:
+        return self._pending
+
+    @pending.setter
+    def pending(self, count: int) -> None:
+        self._pending = count
+        self.on_change()  # sessions waiting for their lane count as clients in status
+
+    def lanes(self) -> list[Lane]:
+        return [Lane(r.core.lane, _busy(r)) for r in self.runtimes]
+
+    def in_use(self) -> bool:
+        return self.reserved or self.pending > 0 or any(r.sessions for r in self.runtimes)
+
+    def choose(self, era: Era) -> tuple[ServerRuntime | None, LaneChoice]:
+        """The lane for a client of `era` (None: a new one must be opened), given that lane's era."""
+        choice = self.policy.choose(era, facts_of(self.primary.core.snapshot), self.lanes())
+        if choice.index is None:
+            return None, choice
+        runtime = self.runtimes[choice.index]
+        runtime.core.lane = choice.era
+        return runtime, choice
+
+    async def open(self, choice: LaneChoice) -> ServerRuntime:
+        assert self.opening is None
+        self.opening = trio.Event()
+        try:
+            runtime = await self._open_lane(choice.era)
+            runtime.core.lane = choice.era
+            self.runtimes.append(runtime)
+            return runtime
+        finally:
+            self.opening.set()
+            self.opening = None
+
+    async def get(self, era: Era) -> tuple[ServerRuntime, str]:
+        """The lane for a client of `era`, opening one if needed (after any opening under way)."""
+        while self.opening is not None:
+            await self.opening.wait()
+        runtime, choice = self.choose(era)
+        if runtime is None:
+            runtime = await self.open(choice)
+        return runtime, choice.reason
+
+    def describe(self) -> list[dict[str, object]]:
+        """Each lane's name, era and why its clients got it (`lazyctl explain`)."""
+        facts = facts_of(self.primary.core.snapshot)
+        out: list[dict[str, object]] = []
+        for runtime in self.runtimes:
+            era = runtime.core.lane
+            # Why in the light of what is known now (the server's eras may have been learned since).
+            reason = self.policy.lane_era(era, facts)[2] if era is not None else "no client chose it yet"
+            out.append({"name": runtime.name, "era": era, "process_era": runtime.core.process_era(),
+                        "reason": reason, "server": str(facts.kind)})
+        return out
+
+
+class EraRoute:
+    """A session until its first request chose its lane, then a pass-through to that lane."""
+
+    def __init__(self, lanes: EraLanes, session: Outbox, resume: list[bytes], nursery: trio.Nursery) -> None:
+        self.lanes = lanes
+        self.session = session
+        self.name = lanes.primary.name
+        self.runtime: ServerRuntime | None = None
+        self._resume = resume
+        self._held: list[bytes] = []
+        self._nursery = nursery
+        self._choosing: trio.Event | None = None  # set once a lane being opened has been joined
+        self._gone = False
+        lanes.pending += 1
+        lanes.reserved = False  # this route holds the instance now
+        first = next((m for m in map(rpc.parse, resume) if isinstance(m, Message) and m.kind is Kind.REQUEST), None)
+        if first is not None:
+            assert first.method is not None
+            self._choose(client_era(first.method, first.params), None)
+
+    @classmethod
+    def adopted(cls, lanes: EraLanes, session: Outbox, runtime: ServerRuntime | None, resume: list[bytes],
+                held: list[bytes], nursery: trio.Nursery) -> EraRoute:
+        """A route a predecessor daemon handed over (lazyd/daemon/upgrade/connections.py): attached to
+        `runtime` already (its relay core knows the client), or still waiting for its first request."""
+        route = cls.__new__(cls)
+        route.lanes, route.session, route.name, route.runtime = lanes, session, lanes.primary.name, runtime
+        route._resume, route._held, route._nursery, route._choosing, route._gone = resume, held, nursery, None, False
+        if runtime is None:
+            lanes.pending += 1
+        else:
+            runtime.sessions[session.cid] = session
+        return route
+
+    # ---- what a connection calls (the same as a ServerRuntime) --------------------------------
+
+    def client_line(self, cid: int, line: bytes) -> None:
+        if self.runtime is not None:
+            self.runtime.client_line(cid, line)
+            return
+        if self._choosing is not None:
+            self._held.append(line)  # the connection waits for room before sending more
+            return
+        msg = rpc.parse(line)
+        if not isinstance(msg, Message):
+            if msg.reply is not None:
+                self.session.deliver(msg.reply, msg.id)
+            return
+        if msg.kind is not Kind.REQUEST:
+            if len(self._held) < MAX_HELD_LINES:
+                self._held.append(line)
+            return
+        assert msg.method is not None
+        self._choose(client_era(msg.method, msg.params), line)
+
+    def has_room(self) -> bool:
+        if self.runtime is not None:
+            return self.runtime.has_room()
+        return self._choosing is None
+
+    async def wait_for_room(self) -> None:
+        if self._choosing is not None:
+            await self._choosing.wait()
+        if self.runtime is not None:
+            await self.runtime.wait_for_room()
+
+    def detach(self, cid: int) -> None:
+        if self._gone:
+            return
+        self._gone = True
+        if self.runtime is not None:
+            self.runtime.detach(cid)
+            self.lanes.on_detach(self.runtime)
+            return
+        self.lanes.pending -= 1
+        self.session.close()
+
+    # ---- choosing ------------------------------------------------------------------------------
+
+    def _choose(self, era: Era, line: bytes | None) -> None:
+        if line is not None:
+            self._held.append(line)
+        if self.lanes.primary.closing:
+            # A reload replaced this server while the session said nothing: end it, and its shim
+            # reconnects to the new definition with what it sent (as attached sessions do).
+            log.info("[%s] session %d: the server was replaced before its first request; closing it",
+                     self.name, self.session.cid)
+            self.session.close()
+            return
+        runtime, choice = (None, None) if self.lanes.opening is not None else self.lanes.choose(era)
+        if runtime is not None:
+            self._attach(runtime, choice.reason if choice is not None else "")
+            return
+        self._choosing = trio.Event()
+        self._nursery.start_soon(self._open, era)
+
+    async def _open(self, era: Era) -> None:
+        assert self._choosing is not None
+        try:
+            runtime, reason = await self.lanes.get(era)
+            if not self._gone:
+                self._attach(runtime, reason)
+        finally:
+            self._choosing.set()
+            self._choosing = None
+
+    def _attach(self, runtime: ServerRuntime, reason: str) -> None:
+        self.runtime = runtime
+        self.lanes.pending -= 1
+        log.info("[%s] session %d: %s lane (%s)", runtime.name, self.session.cid, runtime.core.lane, reason)
+        runtime.attach(self.session, self._resume)
+        held, self._held = self._held, []
+        for line in held:
+            runtime.client_line(self.session.cid, line)

@@ -1,0 +1,193 @@
+"""Where a server runtime sends a client's lines: a bounded outbox, with flow control.
+
+The runtime, the hub and the era lanes deliver JSON-RPC lines (`deliver(line, done)`), never
+wire bytes: each kind of outbox turns them into what its reader takes, at its own boundary.
+
+- `ConnectionOutbox` is the outbox of one shim connection: it encodes each line as a `line` frame
+  (lazyd/wire.py) as it takes it, and the connection's writer task takes the frames out and
+  reports what it wrote (`sent`). When nothing is queued a frame is written straight into the
+  socket, a task switch saved on the relay's hot path.
+- `LineOutbox` is the outbox of a session inside the daemon (a hub call's internal session): it
+  queues the lines themselves, so the daemon never encodes and decodes msgpack to talk to itself.
+
+Bounds of a connection's outbox, by the bytes queued *now*:
+
+- past CLIENT_PAUSE_BYTES (or CLIENT_PAUSE_FRAMES) the connection stops reading the client's
+  requests (`should_pause`, `wait_drained`): a client that reads its answers slower than its
+  server writes them is slowed down, not cut off;
+- past MAX_CLIENT_BACKLOG_BYTES (or MAX_CLIENT_BACKLOG_FRAMES) the client is disconnected, so one
+  that stops reading never blocks the server or the other clients, nor holds unbounded memory.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import AsyncIterator, Callable
+from typing import Protocol
+
+import trio
+
+from lazyd import wire
+from lazyd.core.relay.jsonrpc import JsonId
+
+log = logging.getLogger("lazyd.server")
+
+# Frames queued for one client. A shim that stops reading is disconnected when this fills, so one
+# slow consumer never blocks the server or the other clients (RELIABILITY.md case 11). Room for
+# what a paused client can still be owed in tiny frames: the pause below, plus answers to the
+# requests already on their way (up to 10,000 queued for the server and a pipe's worth); a few
+# MiB of memory at most, the byte bound still applying.
+MAX_CLIENT_BACKLOG_FRAMES = 32_768
+# Bytes queued for one client and not yet written to its socket. Frames can be 16 MiB each, so the
+# frame count alone would let a client that stops reading hold gigabytes; four maximal lines leave
+# a slow but live client room for a burst. (This once counted every byte since the writer last
+# emptied the outbox, which cut off a live client that kept reading through a long busy stream.)
+MAX_CLIENT_BACKLOG_BYTES = 64 * 1024 * 1024
+# Bytes queued for one client above which that client's own requests are not read further until
+# it has taken its answers (flow control: a client that reads slower than its server answers is
+# slowed down, not cut off). With the server backlog bound, what a paused client can still be owed
+# (this, plus answers to the requests already on their way: at most MAX_SERVER_BACKLOG_BYTES of
+# them, and two pipes) stays under MAX_CLIENT_BACKLOG_BYTES unless answers are larger than their
+# requests, so only a client that stops reading, or asks for answers far larger than its requests
+# and does not read them, is disconnected.
+CLIENT_PAUSE_BYTES = 16 * 1024 * 1024
+CLIENT_PAUSE_FRAMES = 1_024  # the same, counted in frames (a flood of tiny answers)
+
+
+class Outbox(Protocol):
+    """What a runtime holds of an attached session (`ServerRuntime.sessions`)."""
+
+    cid: int
+    pid: int
+
+    def deliver(self, line: bytes, done: JsonId | None = None) -> None:
+        """Queue `line` for the client; `done` is the client's request id it answers, if final."""
+
+    def close(self) -> None:
+        """No more lines: the reader sees the end (the session was detached)."""
+
+
+class ConnectionOutbox:
+    """One attached shim connection, as the runtime sees it: a bounded outbox and a way to drop it."""
+
+    def __init__(self, cid: int, pid: int, on_overflow: Callable[[], None]) -> None:
+        self.cid = cid
+        self.pid = pid
+        # The connection's socket fd once the welcome was sent, and whether its writer task is in
+        # the middle of a send: with both clear, a frame is written directly (see deliver).
+        self.fd: int | None = None
+        # True from the moment a frame is queued until the writer has drained the queue; while
+        # set, frames must be queued too, or they could overtake the queued ones.
+        self.busy = False
+        self.send_channel, self.receive_channel = trio.open_memory_channel[bytes](MAX_CLIENT_BACKLOG_FRAMES)
+        # Bytes and frames in the outbox and in the writer's current send: added by deliver,
+        # taken off by the writer (sent) once they are in the socket.
+        self.backlog_bytes = 0
+        self.backlog_frames = 0
+        self._on_overflow = on_overflow
+        self.dropped = False
+        # Set (and replaced) when a paused reader may go on; only while one waits (`_paused`), so
+        # the hot path allocates no event per write.
+        self._drained = trio.Event()
+        self._paused = False
+
+    def deliver(self, line: bytes, done: JsonId | None = None) -> None:
+        if self.dropped:
+            return
+        frame = wire.encode_line(line, done)  # the connection's boundary: wire bytes from here on
+        if self.fd is not None and not self.busy:
+            # Nothing queued and no send in progress: write straight into the socket, skipping a
+            # task switch on the relay's hot path; what does not fit goes through the writer.
+            try:
+                written = os.write(self.fd, frame)
+            except BlockingIOError:
+                written = 0
+            except OSError:
+                self.dropped = True
+                self._on_overflow()
+                return
+            if written == len(frame):
+                return
+            frame = frame[written:]
+        self.busy = True
+        self.backlog_bytes += len(frame)
+        self.backlog_frames += 1
+        try:
+            if self.backlog_bytes > MAX_CLIENT_BACKLOG_BYTES:
+                raise trio.WouldBlock
+            self.send_channel.send_nowait(frame)
+        except trio.WouldBlock:
+            self.dropped = True
+            log.warning("client %d (shim pid %d) stopped reading: disconnecting it (%d frames, %d bytes queued)",
+                        self.cid, self.pid, self.receive_channel.statistics().current_buffer_used,
+                        self.backlog_bytes - len(frame))
+            self._on_overflow()
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            self.dropped = True
+
+    def close(self) -> None:
+        self.send_channel.close()
+
+    def sent(self, nbytes: int, nframes: int) -> None:
+        """The writer put `nframes` queued frames, `nbytes` in all, into the socket."""
+        self.backlog_bytes -= nbytes
+        self.backlog_frames -= nframes
+        if self._paused and not self.should_pause():
+            self._paused = False
+            self._drained.set()
+            self._drained = trio.Event()
+
+    def should_pause(self) -> bool:
+        """Whether this client's requests should wait until it has read its answers."""
+        return self.backlog_bytes >= CLIENT_PAUSE_BYTES or self.backlog_frames >= CLIENT_PAUSE_FRAMES
+
+    async def wait_drained(self) -> None:
+        """Until the client has read enough of its answers (see CLIENT_PAUSE_BYTES)."""
+        while self.should_pause():
+            self._paused = True
+            await self._drained.wait()
+
+
+class LineOutbox:
+    """The outbox of a session inside the daemon: lines as they are, bounded like a connection's.
+
+    Its reader (`lines`) takes them in order. A reader that falls behind by MAX_CLIENT_BACKLOG_FRAMES
+    lines or MAX_CLIENT_BACKLOG_BYTES bytes is dropped (`on_overflow`), as a shim that stops reading
+    would be; nothing is delivered after that.
+    """
+
+    def __init__(self, cid: int, pid: int, on_overflow: Callable[[], None]) -> None:
+        self.cid = cid
+        self.pid = pid
+        self._send, self._receive = trio.open_memory_channel[tuple[bytes, JsonId | None]](MAX_CLIENT_BACKLOG_FRAMES)
+        self.backlog_bytes = 0  # bytes of the lines queued and not yet taken by the reader
+        self._on_overflow = on_overflow
+        self.dropped = False
+
+    def deliver(self, line: bytes, done: JsonId | None = None) -> None:
+        if self.dropped:
+            return
+        try:
+            if self.backlog_bytes + len(line) > MAX_CLIENT_BACKLOG_BYTES:
+                raise trio.WouldBlock
+            self._send.send_nowait((line, done))
+        except trio.WouldBlock:
+            self.dropped = True
+            log.warning("internal session %d fell behind: dropping it (%d bytes queued)", self.cid, self.backlog_bytes)
+            self._send.close()  # its reader sees the end once it has taken what was queued
+            self._on_overflow()
+            return
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            self.dropped = True
+            return
+        self.backlog_bytes += len(line)
+
+    def close(self) -> None:
+        self._send.close()
+
+    async def lines(self) -> AsyncIterator[tuple[bytes, JsonId | None]]:
+        """Each (line, done) in order, until the outbox is closed or dropped."""
+        async for line, done in self._receive:
+            self.backlog_bytes -= len(line)
+            yield line, done

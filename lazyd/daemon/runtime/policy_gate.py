@@ -1,0 +1,61 @@
+"""The daemon side of the per-server tool policy gate (lazyd/core/policy_gate.py).
+
+The registry installs a `RuntimeGate` on every runtime (`ServerRuntime.gate`), and the runtime
+passes each client line through it before the relay core, and each final answer on its way back:
+`deny` is answered here, `ask` is held while the client is asked (elicitation), denied tools are
+taken out of `tools/list` answers. The policy is read at each call, so a reload applies at once.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from lazyd.core import policy_gate as gate
+from lazyd.core.relay.jsonrpc import JsonId
+from lazyd.core.policy import ToolPolicy
+from lazyd.daemon.runtime.supervisor import ServerRuntime
+
+log = logging.getLogger("lazyd.hub")
+
+
+class RuntimeGate:
+    """The tool policy in front of one runtime's relay core (`ServerRuntime.gate`)."""
+
+    def __init__(self, runtime: ServerRuntime, policy: Callable[[], ToolPolicy]) -> None:
+        self.runtime = runtime
+        self.policy = policy
+        self.core = gate.PolicyGate(runtime.config.name)  # both era lanes of a server are one name to the policy
+
+    def client_line(self, cid: int, line: bytes) -> bytes | None:
+        """The line to give the relay core, or None when the gate answered or holds it."""
+        policy = self.policy()
+        if not policy.active and not self.core.held_count():
+            return line
+        passed: bytes | None = None
+        for action in self.core.client_line(cid, line, policy, lambda: self._can_elicit(cid)):
+            if isinstance(action, gate.Pass):
+                passed = action.line
+            elif isinstance(action, gate.Reply):
+                session = self.runtime.sessions.get(cid)
+                if session is not None:
+                    session.deliver(action.line, action.done)
+            else:
+                log.info("[%s] %s", self.runtime.name, action.text)
+        return passed
+
+    def to_client(self, cid: int, line: bytes, done: JsonId) -> bytes:
+        """A final answer to a client, with denied tools out of a `tools/list` (see PolicyGate)."""
+        if not self.core.listing_count():
+            return line
+        filtered, hidden = self.core.to_client(cid, line, done, self.policy())
+        if hidden:
+            log.info("[%s] policy: %d denied tool(s) hidden from client %d's tools/list", self.runtime.name, hidden, cid)
+        return filtered
+
+    def detach(self, cid: int) -> None:
+        self.core.detach(cid)
+
+    def _can_elicit(self, cid: int) -> bool:
+        client = self.runtime.core.clients.get(cid)
+        return client is not None and client.declares("elicitation")

@@ -1,0 +1,400 @@
+"""One supervised server: where trio meets the relay core and the lifecycle.
+
+A `ServerRuntime` owns, for one registration identity, the `RelayCore` (what to answer, forward,
+queue), the `Lifecycle` (when to start, stop, back off, park), the live `ChildProcess` if any, and
+the sessions attached to it (its status row: lazyd/daemon/runtime/status.py). It feeds both pure objects the
+events it sees and carries out their actions; it makes no decision of its own beyond "how".
+
+Tasks (all in the runtime's own nursery):
+- the timer loop: sleeps until the lifecycle's next deadline (or a poke) and calls `tick`;
+- per process: a stdin writer (lazyd/daemon/process/stdin.py, with the backpressure bounds), and a
+  stdout reader that also handles the exit, so every line the server wrote before dying is
+  relayed before in-flight requests fail;
+- the cache saver (lazyd/daemon/runtime/cache_saver.py), the wake predicate (lazyd/daemon/process/predicate.py).
+Calls from other tasks (session readers, lazyctl) are synchronous: they feed an event and carry
+out the resulting actions without awaiting, so events are applied atomically and in order.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import math
+import random
+import time
+from collections.abc import Callable
+
+import trio
+
+from lazyd.core.lifecycle import machine as lc
+from lazyd.core.relay import core as rl
+from lazyd.core.cache import Snapshot
+from lazyd.core.relay.handshake_defaults import unattended_params
+from lazyd.core.hub.catalog import cached_tools
+from lazyd.core.policy import ToolPolicy
+from lazyd.daemon.runtime.cache_saver import CacheSaver
+from lazyd.daemon.runtime.cache_store import CacheStore
+from lazyd.daemon.runtime.outbox import Outbox
+from lazyd.daemon.process.predicate import run_predicate
+from lazyd.daemon.process.child import ChildProcess, spawn
+from lazyd.daemon.upgrade.quiesce import GATE
+from lazyd.daemon.runtime.config import LineGate, RuntimeConfig
+from lazyd.daemon.process.stdin import ServerInput
+from lazyd.errors import LineTooLong, SpawnError
+
+log = logging.getLogger("lazyd.server")
+
+# Spawn errors that running the same command again cannot cure: the command or its working
+# directory is missing, not executable, or in no format the kernel runs. They park the server at
+# once (lifecycle rule 3). Anything else (EAGAIN, ENOMEM, EMFILE, E2BIG...) may pass, and backs off.
+FATAL_SPAWN_ERRNOS = frozenset({errno.ENOENT, errno.EACCES, errno.ENOEXEC, errno.ENOTDIR})
+
+
+class ServerRuntime:
+    def __init__(self, config: RuntimeConfig, snapshot: Snapshot, store: CacheStore,
+                 on_children_changed: Callable[[], None] = lambda: None, *, label: str | None = None,
+                 save_lock: trio.Lock | None = None) -> None:
+        self.config = config
+        # What logs and `lazyctl status` call it: the server's name, or `NAME@ERA` for a second process of
+        # the registration in the other protocol era (era_lanes.py); tool policy and hub use `config.name`.
+        self.name = label or config.name
+        self.core = rl.RelayCore(config.name, snapshot, config.sampling_policy, era=config.era,
+                                 session_aware=config.share == "session-aware")
+        self.life = lc.Lifecycle(config.policy, random.Random())
+        self.store = store
+        self.proc: ChildProcess | None = None
+        self.sessions: dict[int, Outbox] = {}
+        self.on_children_changed = on_children_changed
+        self.gate: LineGate | None = None  # installed by the registry
+        self._nursery: trio.Nursery | None = None
+        self._scope = trio.CancelScope()
+        self._poke = trio.Event()
+        self._waiting_for: float | None = None
+        # Lanes of one registration share the snapshot and its file: one save at a time, each
+        # taking its copy inside the lock, so an older copy never lands after a newer one.
+        self._save_lock = save_lock if save_lock is not None else trio.Lock()
+        self._saver = CacheSaver(store, config.digest, lambda: self.core.snapshot, self._save_lock)
+        self._input = ServerInput(self.name, self._kill, lambda: len(self.core.queue))  # the process's stdin
+        self._kill_reason: str | None = None
+        self._stop_requested = False
+        self._closing = False  # set by shutdown(): no process or predicate is started after it
+        self._finished = trio.Event()  # run() has returned: no task of this runtime is left
+        # Set (and dropped) at the end of every lifecycle input, which is where every change of
+        # state, process or failure count happens; created only while someone waits (see
+        # wait_changed), so the relay's hot path allocates nothing.
+        self._changed: trio.Event | None = None
+        self.on_change: Callable[[], None] = lambda: None  # the registry's status signal (changes.py)
+        self.last_exit: str | None = None
+        self.started_wall: float | None = None  # when the current process became ready (wall)
+        self.spawned_wall: float | None = None  # when the current process was started (wall)
+        # The wake predicate's process while it runs, as (pid, start time in ticks): recorded in
+        # state.json with the server, so a successor daemon can sweep a predicate left hanging.
+        self.predicate_child: tuple[int, int] | None = None
+        # A predecessor daemon's process and state, taken over at start instead of `boot()`
+        # (lazyd/daemon/runtime/state.py); how many upgrades the current process lived through.
+        self.adopt: Callable[[], None] | None = None
+        self.upgrades = 0
+
+    # ---- task structure ------------------------------------------------------------------------
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        try:
+            with self._scope:
+                await self._run(task_status)
+        finally:
+            self._finished.set()
+
+    async def close(self) -> None:
+        """Stop the process and end the runtime's tasks (a server removed or changed by a reload).
+
+        Returns once every task of the runtime has ended, so nothing (a snapshot save in a
+        thread, a predicate) can touch the server's files afterwards. Attached sessions are
+        dropped first: their shims reconnect and find the server's new definition.
+        """
+        self._closing = True
+        for cid in list(self.sessions):
+            self.detach(cid)
+        await self.shutdown()
+        self._scope.cancel()
+        await self._finished.wait()
+
+    async def _run(self, task_status: trio.TaskStatus[None]) -> None:
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            nursery.start_soon(self._saver.run)
+            task_status.started()
+            if self.adopt is not None:
+                self.adopt()
+            else:
+                self._life(self.life.boot(trio.current_time()))
+            while True:
+                deadline = self._waiting_for = self.life.next_deadline()
+                with trio.move_on_at(deadline if deadline is not None else math.inf):
+                    await self._poke.wait()
+                self._poke = trio.Event()
+                self._life(self.life.tick(trio.current_time()))
+
+    async def shutdown(self) -> None:
+        """Stop the process by the ladder (daemon exit). Bounded by the ladder's own deadlines.
+
+        From here on no process is started: a request arriving during the ladder must not leave
+        a fresh server behind a daemon that is going away."""
+        self._closing = True
+        proc = self.proc
+        if proc is not None:
+            self._stop_requested = True
+            await proc.stop()
+        self._saver.save_now()
+
+    @property
+    def closing(self) -> bool:
+        """Shut down or being replaced: no process is started any more."""
+        return self._closing
+
+    # ---- events from sessions and operators ----------------------------------------------------
+
+    def attach(self, session: Outbox, resume: list[bytes]) -> None:
+        self.sessions[session.cid] = session
+        sid = f"sess_{random.getrandbits(32):08x}"  # for a session-aware server (core/session_meta.py)
+        self._relay(self.core.attach(session.cid, now=time.time(), session_id=sid))
+        if resume:
+            self._relay(self.core.resume(session.cid, resume, now=time.time()))
+        self._load()
+
+    def client_line(self, cid: int, line: bytes) -> None:
+        if cid in self.sessions:
+            if self.gate is not None:
+                gated = self.gate.client_line(cid, line)
+                if gated is None:
+                    return
+                line = gated
+            self._relay(self.core.client_line(cid, line, now=time.time()))
+            self._load()
+
+    def detach(self, cid: int) -> None:
+        session = self.sessions.pop(cid, None)
+        if session is None:
+            return
+        session.close()
+        if self.gate is not None:
+            self.gate.detach(cid)
+        self._relay(self.core.detach(cid, now=time.time()))
+        self._load()
+
+    def policy_changed(self, old: ToolPolicy, new: ToolPolicy) -> None:
+        """The tool policy was reloaded: when it now hides a different set of this server's tools,
+        its clients are told their tools/list changed (per-server shims filter listings by it)."""
+        if not self.sessions:
+            return
+        core = self.core
+        tools = cached_tools(core.snapshot, core.instance if core.phase is rl.Phase.READY else None, None)
+        if tools is None:
+            return  # nothing listed yet, so nothing any client saw can be stale
+        names = [tool["name"] for tool in tools]
+        if old.denied(self.config.name, names) == new.denied(self.config.name, names):
+            return
+        log.info("[%s] the tool policy now hides a different set of tools: telling its clients", self.name)
+        self._relay(core.announce_list_changed("notifications/tools/list_changed", now=time.time()))
+
+    def wake(self) -> None:
+        self._life(self.life.operator_wake(trio.current_time()))
+
+    def sleep(self) -> None:
+        self._life(self.life.operator_sleep(trio.current_time()))
+
+    # ---- carrying out actions ------------------------------------------------------------------
+
+    def _relay(self, actions: list[rl.Action]) -> None:
+        for action in actions:
+            if isinstance(action, rl.ToClient):
+                session = self.sessions.get(action.cid)
+                if session is not None:
+                    line = action.line
+                    if self.gate is not None and action.done is not None:
+                        line = self.gate.to_client(action.cid, line, action.done)
+                    session.deliver(line, action.done)
+            elif isinstance(action, rl.ToServer):
+                self._input.send(action.line)
+            elif isinstance(action, (rl.Activity, rl.Used)):  # moves the idle or linger deadline later: no wake-up owed
+                if lc_actions := self.life.activity(trio.current_time(), used=isinstance(action, rl.Used)):
+                    self._life(lc_actions)
+            elif isinstance(action, rl.WantServer):
+                self._life(self.life.demand(trio.current_time()))
+            elif isinstance(action, rl.Ready):
+                self.started_wall = time.time()
+                self._life(self.life.ready(trio.current_time()))
+            elif isinstance(action, rl.SnapshotChanged):
+                self._saver.want()
+            elif isinstance(action, rl.Abort):
+                self._kill(action.reason)
+            elif isinstance(action, rl.Note):
+                log.info("[%s] %s", self.name, action.text)
+
+    def _life(self, actions: list[lc.Action]) -> None:
+        for action in actions:
+            if isinstance(action, lc.Spawn):
+                if self._closing:
+                    log.info("[%s] not starting: the server is being shut down", self.name)
+                    self._relay(self.core.start_failed("lazyd is shutting this server down", now=time.time()))
+                    continue
+                self._stop_requested = False
+                self._kill_reason = None
+                self._ensure_replay_params()
+                assert self._nursery is not None
+                self._nursery.start_soon(self._start_process)
+            elif isinstance(action, lc.Stop):
+                log.info("[%s] stopping: %s", self.name, action.reason)
+                self._stop_requested = True
+                if self.proc is not None:
+                    assert self._nursery is not None
+                    self._nursery.start_soon(self.proc.stop)
+            elif isinstance(action, lc.KillAndFail):
+                self._kill(action.reason)
+            elif isinstance(action, lc.FailWaiting):
+                self._relay(self.core.start_failed(action.error, now=time.time()))
+            elif isinstance(action, lc.RunPredicate):
+                if self._closing:
+                    continue  # the runtime ends before a result could matter
+                assert self._nursery is not None
+                self._nursery.start_soon(self._run_predicate)
+            elif isinstance(action, lc.Log):
+                log.info("[%s] %s", self.name, action.message)
+        # Wake the timer loop only when its deadline moved earlier: most inputs leave it alone, and
+        # waking it per message would cost a task switch on the relay's hot path. A deadline that
+        # moved later (an idle timeout pushed back by each request) is found when the loop wakes at
+        # the old one, whose tick then has nothing to do.
+        deadline = self.life.next_deadline()
+        if deadline is not None and (self._waiting_for is None or deadline < self._waiting_for):
+            self._poke.set()
+        changed = self._changed
+        if changed is not None:
+            self._changed = None
+            changed.set()
+        self.on_change()
+
+    async def wait_changed(self) -> None:
+        """Until the next lifecycle input has been carried out: its state, process, failure
+        count or last error may have changed (callers look again; none is missed, since every
+        change is made inside such an input and this wait starts before the next one)."""
+        if self._changed is None:
+            self._changed = trio.Event()
+        await self._changed.wait()
+
+    def _ensure_replay_params(self) -> None:
+        """Give an unattended start a handshake to replay (issue 4: eager, keep_alive, predicate).
+
+        The relay replays a queued client's `initialize`, else the snapshot's last params. A start
+        nobody queued a request for, of a server no client ever initialized, would otherwise send
+        no handshake, never become ready, and be killed at its start timeout. An attached client's
+        params (a resumed session) are preferred over the defaults: they are a real client's."""
+        core = self.core
+        params = unattended_params(core.snapshot.last_params, bool(core.queue),
+                                   (c.params for c in core.clients.values()))
+        if params is not None:
+            core.snapshot.last_params = params
+
+    def _load(self) -> None:
+        self._life(self.life.load(trio.current_time(), self.core.client_count(), self.core.inflight_count()))
+        self._input.signal_room()
+
+    # ---- backpressure (lazyd/daemon/process/stdin.py) -----------------------------------------------
+
+    def has_room(self) -> bool:
+        """Whether the sessions of this server may be read further (see MAX_SERVER_BACKLOG_BYTES)."""
+        return self._input.has_room()
+
+    async def wait_for_room(self) -> None:
+        await self._input.wait_for_room()
+
+    def _kill(self, reason: str) -> None:
+        log.warning("[%s] killing the server: %s", self.name, reason)
+        self._kill_reason = reason
+        if self.proc is not None:
+            self.proc.kill_group()
+
+    # ---- the process ---------------------------------------------------------------------------
+
+    async def _start_process(self) -> None:
+        now = trio.current_time()
+        assert self._nursery is not None
+        try:
+            proc = await GATE.hold(spawn(self.config.spec, self._nursery))  # an upgrade waits for its pid
+        except SpawnError as exc:
+            fatal = exc.errno in FATAL_SPAWN_ERRNOS
+            log.error("[%s] cannot start%s: %s", self.name, "" if fatal else " (will retry)", exc.message)
+            self.last_exit = exc.message
+            self._life(self.life.spawn_failed(trio.current_time(), exc.message, fatal=fatal))
+            self._note_backoff()
+            return
+        self.proc = proc
+        self.spawned_wall = time.time()
+        self.upgrades = 0
+        self.on_children_changed()
+        # A stop or kill decided while the spawn was in progress found no process to act on.
+        if self._kill_reason is not None:
+            proc.kill_group()
+        elif self._stop_requested or self._closing:
+            self._stop_requested = True
+            self._nursery.start_soon(proc.stop)
+        log.info("[%s] spawned pid %d in %.0f ms", self.name, proc.pid, (trio.current_time() - now) * 1000)
+        self._input.open(proc, self._nursery)
+        self._nursery.start_soon(self._read_server, proc)
+        self._life(self.life.spawned(trio.current_time(), proc.pid))
+        self._relay(self.core.spawned(now=time.time()))
+
+    def adopt_process(self, proc: ChildProcess) -> None:
+        """A predecessor's running process (lazyd/daemon/runtime/state.py): talk to it as if spawned."""
+        assert self._nursery is not None
+        self.proc = proc
+        self._input.open(proc, self._nursery)
+        self._nursery.start_soon(self._read_server, proc)
+        if self.life.state is lc.State.STOPPING:
+            self._nursery.start_soon(proc.stop)  # its stop ladder begins again
+
+    async def _read_server(self, proc: ChildProcess) -> None:
+        try:
+            await GATE.passage()  # an adopted process is read once its sessions are back
+            async for line in proc.lines():
+                self._relay(self.core.server_line(line, now=time.time()))
+                self._load()
+                await GATE.passage()  # an upgrade stops reading here (lazyd/daemon/upgrade/quiesce.py)
+        except LineTooLong:
+            self._kill(f"wrote a stdout line over {proc.spec.max_line_bytes} bytes")
+        info = await proc.wait_exit()
+        description = self._kill_reason or info.describe()
+        requested = self._stop_requested and self._kill_reason is None
+        self.proc = None
+        self._input.close()
+        self._input.signal_room()
+        self.last_exit = description
+        self.on_children_changed()
+        log.info("[%s] pid %d %s", self.name, proc.pid, description)
+        self._relay(self.core.exited(description, now=time.time()))
+        self._life(self.life.exited(trio.current_time(), description, requested=requested))
+        self._note_backoff()
+        self._load()
+
+    def _note_backoff(self) -> None:
+        """Log the restart a failure scheduled: the operator's record of the backoff schedule."""
+        restart_at = self.life.next_restart_at
+        if self.life.state is lc.State.BACKOFF and restart_at is not None:
+            delay_ms = max(0.0, restart_at - trio.current_time()) * 1000
+            log.info("[%s] failure %d in a row; restarting in %.0fms", self.name, self.life.burst, delay_ms)
+
+    async def _run_predicate(self) -> None:
+        # predicate_done is reported whatever happens: the lifecycle runs one predicate at a time
+        # and would never schedule another. Only cancellation (the runtime ending) skips it.
+        wake = self.config.wake
+        code: int | None = None
+        try:
+            if wake is not None:
+                code = await run_predicate(wake, self.config.spec.cwd, self.config.spec.env, self.name,
+                                           on_child=self._predicate_child_changed)
+        except Exception:
+            log.exception("[%s] wake predicate failed", self.name)
+            code = None
+        self._life(self.life.predicate_done(trio.current_time(), code))
+
+    def _predicate_child_changed(self, child: tuple[int, int] | None) -> None:
+        self.predicate_child = child
+        self.on_children_changed()

@@ -1,0 +1,119 @@
+"""Cache starts everywhere: a registration with nothing cached starts from the listings of the same
+command run under another identity.
+
+A process is per identity (lazyd/core/sharing/identity.py: the cwd and the counted variables are part of
+it), and so is its cache file. Yet most servers list the same tools in every directory and to
+every client: a user-scope Claude Code registration is a new identity in each project, a client
+lazyd has never seen is a new identity because of a variable of its own. Without this, each of
+them would start the server just to answer `initialize` and `tools/list`.
+
+So a new runtime whose own cache is empty starts from a copy of the freshest snapshot recorded for
+the same command (resolved command and arguments): a live runtime's first, else a cache file named
+in `<state dir>/commands.json`, which maps a keyed hash of each command to the cache digests
+recorded for it (hashes only: no command line, path or value reaches the file). The drift rule
+applies unchanged (docs/relay.md): the first real start of the new identity refreshes its listings
+with its own client's handshake, compares them with what was served, and sends `list_changed` on a
+difference; from then on it has a cache of its own.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import logging
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+from lazyd.core.cache import Snapshot
+from lazyd.core.sharing.identity import Identity
+from lazyd.daemon.runtime.cache_store import CacheStore
+from lazyd.daemon.runtime.supervisor import ServerRuntime
+from lazyd.privatefiles import read_json, write_private
+
+log = logging.getLogger("lazyd.registry")
+
+FILE_NAME = "commands.json"
+MAX_COMMANDS = 512
+MAX_DIGESTS_PER_COMMAND = 16  # identities of one command: directories, clients
+MAX_FILE_BYTES = 1024 * 1024
+
+
+def has_content(snapshot: Snapshot) -> bool:
+    """Whether a snapshot holds anything a session start could be answered from."""
+    return bool(snapshot.entries or snapshot.discover or snapshot.stateless)
+
+
+class CommandCaches:
+    def __init__(self, state_dir: Path, store: CacheStore, secret: bytes) -> None:
+        self.path = state_dir / FILE_NAME
+        self.store = store
+        self.secret = secret
+        self.index: dict[str, list[str]] = self._load()
+
+    def command_key(self, identity: Identity) -> str:
+        material = json.dumps(list(identity.argv), ensure_ascii=True, separators=(",", ":")).encode("ascii")
+        return hmac.new(self.secret, b"command\0" + material, hashlib.sha256).hexdigest()
+
+    def note(self, identity: Identity, cache_digest: str) -> None:
+        """Record that `cache_digest` caches a registration of `identity`'s command."""
+        key = self.command_key(identity)
+        digests = self.index.pop(key, [])
+        if cache_digest in digests:
+            digests.remove(cache_digest)
+        digests.insert(0, cache_digest)  # the freshest first
+        self.index[key] = digests[:MAX_DIGESTS_PER_COMMAND]
+        while len(self.index) > MAX_COMMANDS:
+            del self.index[next(iter(self.index))]
+        self._save()
+
+    def start_snapshot(self, runtimes: Mapping[str, ServerRuntime], identities: Mapping[str, Identity],
+                       identity: Identity, cache_digest: str) -> Snapshot:
+        """The snapshot a new runtime of `identity` starts from: its own cache file's, else the
+        command's (`seed`, from the registry's live runtimes by digest, or the index); noted."""
+        live = [(identities[d], r.core.snapshot) for d, r in runtimes.items() if d in identities]
+        snapshot = self.seed(identity, cache_digest, self.store.load(cache_digest), live)
+        self.note(identity, cache_digest)
+        return snapshot
+
+    def seed(self, identity: Identity, cache_digest: str, own: Snapshot,
+             live: Iterable[tuple[Identity, Snapshot]]) -> Snapshot:
+        """`own` if it holds anything, else a copy of the freshest snapshot of the same command
+        (`live`: the registry's runtimes, by identity), else `own`."""
+        if has_content(own):
+            return own
+        candidates = [snap for other, snap in live if other.argv == identity.argv and has_content(snap)]
+        if not candidates:
+            for digest in self.index.get(self.command_key(identity), []):
+                if digest != cache_digest:
+                    snap = self.store.load(digest)
+                    if has_content(snap):
+                        candidates.append(snap)
+                        break
+        if not candidates:
+            return own
+        source = max(candidates, key=lambda s: s.updated_at)
+        log.info("a new identity of %s starts from the cache of the same command", identity.readable_name(self.secret))
+        return Snapshot.from_json(source.to_json())
+
+    def _load(self) -> dict[str, list[str]]:
+        try:
+            data = read_json(self.path, MAX_FILE_BYTES)
+        except (OSError, ValueError):
+            return {}
+        if not isinstance(data, dict):
+            return {}
+        return {k: [d for d in v if isinstance(d, str) and _is_digest(d)][:MAX_DIGESTS_PER_COMMAND]
+                for k, v in list(data.items())[:MAX_COMMANDS] if isinstance(k, str) and isinstance(v, list)}
+
+    def _save(self) -> None:
+        try:
+            self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            write_private(self.path, json.dumps(self.index).encode())
+        except OSError as exc:
+            log.error("cannot write %s: %s", self.path, exc)
+
+
+def _is_digest(text: str) -> bool:
+    # A cache file name: hex only, so a tampered index cannot name a path elsewhere.
+    return 0 < len(text) <= 128 and all(c in "0123456789abcdef" for c in text)

@@ -1,0 +1,163 @@
+"""What the daemon learns about clients' environments from their sessions, kept across restarts.
+
+Two things, both names only (never a value), in `<state dir>/learned_env.json` (0600, written
+atomically when something new was learned):
+
+- **per-run variables** (lazyd/core/sharing/noise.py), per client process name (the shim's parent,
+  lazyd/daemon/connections/client_process.py): applied to that client's sessions from the next one on;
+- **each client's environment**, per `clientInfo.name`: the names of the variables its sessions
+  carry, the process name it runs as, and (read from /proc at the hello) which variables of its
+  own environment it withheld from the server and which it added. `lazyctl check --client X` and `wrap --check` rebuild from
+  it the environment X really gives a server (its own allow-list, CA bundles, PATH), so a check
+  warms the identity X's sessions get; the built-in profiles (lazyd/core/sharing/client_profiles.py) are
+  only the guess used until a session of X has been seen.
+
+A session's variables are noted at its hello and tied to its client name at its `initialize`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from lazyd.core.sharing.noise import Evidence, PerRunLearner
+from lazyd.privatefiles import read_json, write_private
+
+log = logging.getLogger("lazyd.learned")
+
+FILE_NAME = "learned_env.json"
+FORMAT_VERSION = 1
+MAX_FILE_BYTES = 4 * 1024 * 1024
+MAX_CLIENTS = 64  # clientInfo names kept
+MAX_NAMES = 1024  # variable names kept per client
+MAX_PENDING = 256  # sessions between their hello and their initialize
+MAX_NAME_CHARS = 200
+
+
+@dataclass(frozen=True)
+class SessionClient:
+    """The client of a session as its hello shows it: its process name, and the names of the
+    variables that process itself was started with (None when /proc did not say)."""
+
+    process: str
+    own_names: frozenset[str] | None = None
+
+
+class LearnedEnv:
+    def __init__(self, state_dir: Path) -> None:
+        self.path = state_dir / FILE_NAME
+        data = self._load()
+        self.per_run = PerRunLearner.from_json(data.get("per_run"))
+        self.clients: dict[str, dict[str, Any]] = _clients(data.get("clients"))
+        self._pending: dict[int, tuple[SessionClient, frozenset[str]]] = {}
+
+    # ---- per-run variables ---------------------------------------------------------------------
+
+    def noise(self, process: str) -> frozenset[str]:
+        return self.per_run.noise(process) if process else frozenset()
+
+    def observe(self, process: str, registration: str, counted: Mapping[str, str]) -> list[str]:
+        """Feed one session's counted variables; the names it made per-run (saved at once)."""
+        new = self.per_run.observe(process, registration, counted, now=time.time())
+        for name in new:
+            evidence = self.per_run.evidence(process, name)
+            log.info("learned %s as a per-run variable of %s (%s): not part of the identity from now on",
+                     name, process, evidence.describe() if evidence else "")
+        if new:
+            self._save()
+        return new
+
+    def learned(self) -> list[tuple[str, Evidence]]:
+        """(name, evidence) of every learned per-run variable, by client then name."""
+        return [(name, ev) for client, names in sorted(self.per_run.learned().items())
+                for name, ev in sorted(names.items())]
+
+    # ---- clients' environments -----------------------------------------------------------------
+
+    def note_session(self, cid: int, client: SessionClient, names: Iterable[str]) -> None:
+        """A session's variable names, held until its initialize says which client it is."""
+        self._pending[cid] = (client, frozenset(n for n in names if len(n) <= MAX_NAME_CHARS))
+        while len(self._pending) > MAX_PENDING:
+            del self._pending[next(iter(self._pending))]
+
+    def note_client(self, cid: int, client_name: str) -> None:
+        """Session `cid` sent its initialize as `client_name`: record its names under it."""
+        pending = self._pending.pop(cid, None)
+        if pending is None or not client_name or len(client_name) > MAX_NAME_CHARS:
+            return
+        client, names = pending
+        process = client.process
+        known = self.clients.get(client_name)
+        record: dict[str, Any] = {"process": process, "env_names": sorted(names)[:MAX_NAMES], "seen_at": time.time()}
+        if client.own_names is not None:
+            # Which of its own variables the client withheld, and which it added (names only).
+            record["dropped"] = sorted(client.own_names - names)[:MAX_NAMES]
+            record["added"] = sorted(names - client.own_names)[:MAX_NAMES]
+        self.clients.pop(client_name, None)
+        self.clients[client_name] = record
+        while len(self.clients) > MAX_CLIENTS:
+            del self.clients[min(self.clients, key=lambda k: float(self.clients[k]["seen_at"]))]
+        if known is None or {k: v for k, v in known.items() if k != "seen_at"} != {k: v for k, v in record.items() if k != "seen_at"}:
+            log.info("learned the environment of client %r (%d variables, runs as %r)", client_name,
+                     len(names), process or "?")
+            self._save()
+
+    def note_line(self, cid: int | None, initialize: Mapping[str, Any] | None, last: bool) -> None:
+        """One of session `cid`'s first lines: its initialize params if it was one; `last` when
+        no more of its lines will be looked at (no initialize came: nothing to record)."""
+        if cid is None:
+            return
+        info = initialize.get("clientInfo") if initialize is not None else None
+        if isinstance(info, dict) and isinstance(info.get("name"), str):
+            self.note_client(cid, info["name"])
+        elif last or initialize is not None:
+            self._pending.pop(cid, None)
+
+    def client_record(self, client_names: Iterable[str]) -> tuple[str, dict[str, Any]] | None:
+        """The freshest record among `client_names` (a profile's clientInfo names), with its name."""
+        found = [(name, self.clients[name]) for name in client_names if name in self.clients]
+        return max(found, key=lambda f: float(f[1]["seen_at"])) if found else None
+
+    # ---- file ----------------------------------------------------------------------------------
+
+    def _load(self) -> dict[str, Any]:
+        try:
+            data = read_json(self.path, MAX_FILE_BYTES)
+        except OSError as exc:
+            log.warning("%s unreadable (%s); learning clients' environments anew", self.path, exc.strerror)
+            return {}
+        except ValueError as exc:
+            log.warning("%s is corrupt (%s); learning clients' environments anew", self.path, exc)
+            return {}
+        return data if isinstance(data, dict) and data.get("v") == FORMAT_VERSION else {}
+
+    def _save(self) -> None:
+        data = {"v": FORMAT_VERSION, "per_run": self.per_run.to_json(), "clients": self.clients}
+        try:
+            self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            write_private(self.path, json.dumps(data, sort_keys=True).encode())
+        except OSError as exc:
+            log.error("cannot write %s: %s", self.path, exc)
+
+
+def _clients(data: object) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    if not isinstance(data, dict):
+        return out
+    for name, record in list(data.items())[:MAX_CLIENTS]:
+        if not (isinstance(name, str) and isinstance(record, dict)):
+            continue
+        process, names, seen = record.get("process"), record.get("env_names"), record.get("seen_at")
+        if (isinstance(process, str) and isinstance(names, list) and all(isinstance(n, str) for n in names)
+                and isinstance(seen, (int, float))):
+            out[name] = {"process": process, "env_names": names[:MAX_NAMES], "seen_at": float(seen)}
+            for key in ("dropped", "added"):
+                listed = record.get(key)
+                if isinstance(listed, list) and all(isinstance(n, str) for n in listed):
+                    out[name][key] = listed[:MAX_NAMES]
+    return out

@@ -1,0 +1,97 @@
+"""Per-run variables in the registry: feeding the learner, and stopping the duplicates it exposes.
+
+The learning itself is lazyd/core/sharing/noise.py (pure); what is learned is kept by
+lazyd/daemon/sessions/learned_env.py. Here: each unnamed session's counted variables are fed to the learner
+before its identity is decided (so what this session proves applies to it already), and a runtime
+left behind by a variable just learned (the process of opencode's first run, whose identity still
+counted its `OPENCODE_PID`) is stopped at once, or when its last session leaves, instead of
+lingering for a session that can never come.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Mapping
+from typing import Protocol
+
+import trio
+
+from lazyd.core.sharing.identity import Identity, counted_for_learning, same_without
+from lazyd.daemon.changes import Changes
+from lazyd.daemon.connections.client_process import client_process, environment_names
+from lazyd.daemon.sessions.learned_env import LearnedEnv, SessionClient
+from lazyd.daemon.runtime.supervisor import ServerRuntime
+
+log = logging.getLogger("lazyd.registry")
+
+class Registry(Protocol):
+    """What of lazyd/daemon/sessions/registry.py's Registry this module uses (it imports this module)."""
+
+    secret: bytes
+    learned: LearnedEnv
+    nursery: trio.Nursery
+    runtimes: dict[str, ServerRuntime]
+    identities: dict[str, Identity]
+    retiring: set[str]
+    changes: Changes
+
+    def identity_of(self, argv: list[str], cwd: str, env: Mapping[str, str], *, force: tuple[str, ...] = (),
+                    ignore: tuple[str, ...] = (), undecodable: list[str] | None = None,
+                    client: str = "") -> tuple[Identity, str | None]: ...
+    def is_second_lane(self, digest: str) -> bool: ...
+    def is_private(self, runtime: ServerRuntime) -> bool: ...
+    def in_use(self, runtime: ServerRuntime) -> bool: ...
+    def forget(self, bases: set[str]) -> list[ServerRuntime]: ...
+    async def close_all(self, stale: list[ServerRuntime]) -> None: ...
+    def children_changed(self) -> None: ...
+
+
+POLL_S = 1.0  # a session still choosing its process changes no lifecycle input: look again this often
+
+
+def learn(registry: Registry, shim_pid: int, argv: list[str], cwd: str, env: Mapping[str, str], *,
+          force: tuple[str, ...], ignore: tuple[str, ...]) -> SessionClient:
+    """Feed one session's counted variables to the learner of its client (the shim's parent), and
+    say which client that is (its process name is "" when it cannot be told)."""
+    name, pid = client_process(shim_pid)
+    seen = SessionClient(name, environment_names(pid))
+    client = name
+    if not client:
+        return seen
+    try:
+        identity, _ = registry.identity_of(argv, cwd, env, force=force, ignore=ignore, client=client)
+    except ValueError:
+        return seen  # refused by the caller, with the reason
+    registration = dataclasses.replace(identity, env=()).digest(registry.secret)  # argv and cwd only
+    registry.learned.observe(client, registration, counted_for_learning(identity, env))
+    return seen
+
+
+def retire_duplicates(registry: Registry, base: Identity, noise: frozenset[str]) -> None:
+    """Stop every unnamed runtime that is `base` but for a variable in `noise`."""
+    if not noise:
+        return
+    for digest, identity in list(registry.identities.items()):
+        if (digest not in registry.retiring and not identity.instance.startswith("named:")
+                and not registry.is_second_lane(digest) and not registry.is_private(registry.runtimes[digest])
+                and same_without(identity, base, noise)):
+            registry.retiring.add(digest)
+            registry.nursery.start_soon(_retire, registry, digest)
+
+
+async def _retire(registry: Registry, digest: str) -> None:
+    try:
+        runtime = registry.runtimes.get(digest)
+        if runtime is None:
+            return
+        while registry.in_use(runtime):
+            with trio.move_on_after(POLL_S):
+                await runtime.wait_changed()
+        if registry.runtimes.get(digest) is runtime:
+            log.info("server %s stopped: a learned per-run variable made it a duplicate", runtime.name)
+            await registry.close_all(registry.forget({digest}))  # its cache file stays: same command
+            registry.children_changed()
+            registry.changes.note()
+    finally:
+        registry.retiring.discard(digest)

@@ -1,0 +1,398 @@
+"""Which server a session belongs to: identities, named servers, and private instances.
+
+A shim's hello names a registration (command, args, cwd, environment, options) or a named server
+from the config file. The registry turns it into an identity (lazyd/core/sharing/identity.py), finds or
+creates the one `ServerRuntime` for that identity, and attaches the session to it. Named servers
+get their runtimes at boot, which is what lets eager starts and wake predicates run before any
+client connects. A reload replaces exactly the named servers whose definition changed (their
+processes stopped, their caches dropped) and leaves the others running; sessions asking for a named
+server while a reload is under way wait for it, so none attaches to a definition being replaced.
+It also records every live child (servers and running wake predicates) for the orphan sweep.
+
+Sharing (lazyd/core/sharing/modes.py) is decided when a session attaches, from the registration's
+`share` setting, its snapshot (the freshest in memory, else the cache file) and the known-servers
+table; lazyd/daemon/sessions/sharing_gate.py carries it out: a session that must not share gets the
+registration's runtime while no session holds it, else a private instance, `NAME.N` (numbered
+per registration from 1) that holds no session's state; a session of an undecided registration
+may wait for the first start. Private instances use their registration's cache and are stopped
+and dropped with it on reload.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+import trio
+
+from lazyd.config.load import Config, Policy, ServerConfig, policy_with_options
+from lazyd.core.eras.policy import Era
+from lazyd.core.sharing.identity import Identity, identity_for
+from lazyd.core.sharing.modes import SharingDecision, ShareSetting, decide_sharing
+from lazyd.daemon.sessions.sharing_gate import SharingGate, known_server
+from lazyd.daemon import orphans
+from lazyd.daemon.control import handshakes
+from lazyd.daemon.sessions import per_run
+from lazyd.daemon.sessions.command_cache import CommandCaches
+from lazyd.daemon.sessions.learned_env import LearnedEnv
+from lazyd.daemon.sessions.shebang import interpreter_of
+from lazyd.daemon.sessions.unnamed_identity import unnamed_identity, which as _which
+from lazyd.daemon.runtime.era_lanes import EraLanes, EraRoute
+from lazyd.daemon.runtime.cache_store import CacheStore
+from lazyd.daemon.changes import Changes
+from lazyd.daemon.process.command import SpawnSpec
+from lazyd.daemon.hub.server import HubSession, open_hub
+from lazyd.daemon.runtime.outbox import Outbox
+from lazyd.daemon.runtime.policy_gate import RuntimeGate
+from lazyd.daemon.runtime.config import RuntimeConfig, child_records, lifecycle_policy
+from lazyd.daemon.runtime.supervisor import ServerRuntime
+from lazyd.envnames import parse_names
+from lazyd.errors import ConfigError, HubOptionError, Refused
+from lazyd.frames import Hello
+from lazyd.paths import Paths
+
+log = logging.getLogger("lazyd.registry")
+
+O = TypeVar("O", bound=Outbox)
+
+# Shim options travel in the environment too (LAZYD_*); they configure lazyd, not the server, so
+# they are neither part of the identity nor passed to the server process.
+SHIM_ENV_PREFIX = "LAZYD_"
+# The instance token of a share = false process (identity.Identity.instance): one per session.
+PRIVATE_INSTANCE = "private:"
+# Shim options about the identity rather than the lifecycle policy (lazyd/core/sharing/envrules.py).
+IDENTITY_OPTS = ("identity_env", "per_session_env")
+
+
+class Registry:
+    def __init__(self, config: Config, paths: Paths, secret: bytes, store: CacheStore,
+                 nursery: trio.Nursery, daemon_env: Mapping[str, str]) -> None:
+        self.config = config
+        self.paths = paths
+        self.secret = secret
+        self.store = store
+        self.nursery = nursery
+        self.daemon_env = dict(daemon_env)
+        self.runtimes: dict[str, ServerRuntime] = {}  # by digest (a second-era lane: by its own)
+        self.identities: dict[str, Identity] = {}  # by digest, for `lazyctl explain`
+        # A registration's processes by protocol era (lazyd/daemon/runtime/era_lanes.py), by the digest of
+        # its primary runtime; `lane_of` maps every runtime's digest to its registration's.
+        self.lanes: dict[str, EraLanes] = {}
+        self.lane_of: dict[str, str] = {}
+        self._next_cid = 1
+        self._share_counter = 0
+        # SIGHUP and `lazyctl reload` may arrive together: one reload at a time, in order.
+        self._reload_lock = trio.Lock()
+        self._reloading: trio.Event | None = None  # set when the reload under way is done
+        # Runtimes a reload is stopping: no longer findable, but their children still count.
+        self._closing: list[ServerRuntime] = []
+        # Each client's latest initialize, learned from sessions, for `check --client`.
+        self.handshakes = handshakes.LearnedHandshakes(paths.state_dir)
+        self.learned = LearnedEnv(paths.state_dir)  # per-run variables, clients' environments
+        self.commands = CommandCaches(paths.state_dir, store, secret)  # cache starts everywhere
+        self.retiring: set[str] = set()  # duplicates being stopped (per_run.py)
+        # Private instance digest -> the digest of the registration's own (base) identity.
+        self._private_base: dict[str, str] = {}
+        self.changes = Changes()  # anything a status summary shows may have changed (changes.py)
+        self.gate = SharingGate(self)  # which process a new session joins (sharing_gate.py)
+
+    def note_client_line(self, line: bytes, peek: int, cid: int | None = None) -> int:
+        """Learn the handshake of a session (and, given its `cid`, its client's variable names)
+        from its first lines; how many more to look at."""
+        params = handshakes.initialize_params(line)
+        self.learned.note_line(cid, params, last=peek <= 1)
+        if params is not None:
+            self.handshakes.learn(params)
+            return 0
+        return peek - 1
+
+    # ---- lookup --------------------------------------------------------------------------------
+
+    def find(self, name: str) -> ServerRuntime | None:
+        for runtime in self.runtimes.values():
+            if runtime.name == name:
+                return runtime
+        return None
+
+    def lanes_for(self, runtime: ServerRuntime) -> EraLanes | None:
+        for digest, other in self.runtimes.items():
+            if other is runtime:
+                return self.lanes.get(self.lane_of.get(digest, digest))
+        return None
+
+    def is_second_lane(self, digest: str) -> bool:
+        """A runtime opened for the other protocol era of a registration (not its primary)."""
+        return self.lane_of.get(digest, digest) != digest
+
+    # ---- creation ------------------------------------------------------------------------------
+
+    async def boot(self) -> None:
+        """Create the runtimes of every named server (eager starts and predicates begin now)."""
+        for server in self.config.servers.values():
+            await self._named_runtime(server)
+
+    async def reload(self, config: Config) -> dict[str, list[str]]:
+        """Adopt a new config: only named servers whose definition changed are restarted (and their
+        cache dropped); new ones are created, removed ones stopped. Defaults apply to registrations
+        that connect from now on; running unnamed servers keep the policy they started with.
+
+        The replaced runtimes are stopped in parallel (each by the ladder) and forgotten before
+        their successors exist, so a successor never loads the cache being dropped."""
+        async with self._reload_lock:
+            self._reloading = trio.Event()
+            try:
+                return await self._reload(config)
+            finally:
+                self._reloading.set()
+                self._reloading = None
+
+    async def _reload(self, config: Config) -> dict[str, list[str]]:
+        old = self.config
+        self.config = config
+        report: dict[str, list[str]] = {"added": [], "changed": [], "removed": [], "unchanged": []}
+        stale: list[ServerRuntime] = []
+        for name, server in old.servers.items():
+            new = config.servers.get(name)
+            if new == server:
+                report["unchanged"].append(name)
+                continue
+            report["removed" if new is None else "changed"].append(name)
+            # The server's runtimes (every era lane of it) and its private instances (with theirs).
+            bases = {digest for digest, runtime in self.runtimes.items() if runtime.config.name == name}
+            stale.extend(self.forget(bases))
+        await self.close_all(stale)
+        for runtime in stale:
+            self.store.remove(runtime.config.digest)  # lanes share one file: removing it twice is harmless
+            log.info("server %s stopped and its cache dropped (definition changed or removed)", runtime.name)
+        for name, server in config.servers.items():
+            if old.servers.get(name) != server:
+                await self._named_runtime(server)
+                if name not in report["changed"]:
+                    report["added"].append(name)
+        if old.tool_policy != config.tool_policy:
+            for runtime in self.runtimes.values():
+                runtime.policy_changed(old.tool_policy, config.tool_policy)
+        self.children_changed()
+        self.changes.note()  # rows went and came
+        return report
+
+    async def _named_runtime(self, server: ServerConfig) -> ServerRuntime:
+        env = {**self.daemon_env, **server.env}
+        cwd = server.cwd or self.daemon_env.get("HOME") or "/"
+        identity = identity_for((server.command, *server.args), cwd, env,
+                                ignore=self.config.per_session_env, which=_which,
+                                instance=f"named:{server.name}", force=self.config.identity_env,
+                                declared=server.env, interpreter=interpreter_of)
+        return await self._runtime(identity, server.name, env, server.policy)
+
+    async def _runtime(self, identity: Identity, name: str, env: Mapping[str, str], policy: Policy,
+                       cache_identity: Identity | None = None) -> ServerRuntime:
+        digest = identity.digest(self.secret)
+        # Private (share = false) instances of one registration share its cache: same server.
+        cache_digest = (cache_identity or identity).digest(self.secret)
+        existing = self.runtimes.get(digest)
+        if existing is not None:
+            return existing
+        spec = SpawnSpec(
+            argv=identity.argv,
+            cwd=identity.cwd,
+            env={k: v for k, v in env.items() if not k.startswith(SHIM_ENV_PREFIX)},
+            log_path=self.paths.logs_dir / f"{name}.log",
+        )
+        config = RuntimeConfig(
+            name=name, digest=cache_digest, spec=spec, policy=lifecycle_policy(policy), wake=policy.wake,
+            sampling_policy=self.config.sampling_policy, share=policy.share, era=policy.era,
+        )
+        snapshot = self.commands.start_snapshot(self.runtimes, self.identities, identity, cache_digest)  # own, else the command's
+        runtime = ServerRuntime(config, snapshot, self.store, self.children_changed)
+        runtime.gate = RuntimeGate(runtime, lambda: self.config.tool_policy)  # read at each call: reloads apply
+        runtime.on_change = self.changes.note
+        self.runtimes[digest] = runtime
+        self.identities[digest] = identity
+        lanes = self.lanes[digest] = EraLanes(runtime, lambda era: self._open_lane(digest, era))
+        lanes.reserved = bool(identity.instance.startswith(PRIVATE_INSTANCE))
+        lanes.on_change = self.changes.note
+        lanes.on_detach = self.gate.detached
+        self.lane_of[digest] = digest
+        await self.nursery.start(runtime.run)
+        self.changes.note()  # a new row
+        log.info("server %s registered (share = %s)", name, str(policy.share).lower())
+        return runtime
+
+    async def _open_lane(self, digest: str, era: Era) -> ServerRuntime:
+        """A second process slot of a registration, for clients of the other protocol era: the
+        same command, environment, policy, snapshot (the object itself) and cache file; its own
+        log file and status row, `NAME@ERA`."""
+        primary = self.runtimes[digest]
+        lanes = self.lanes[digest]
+        label = f"{primary.name}@{era}"
+        spec = dataclasses.replace(primary.config.spec, log_path=self.paths.logs_dir / f"{label}.log")
+        runtime = ServerRuntime(dataclasses.replace(primary.config, spec=spec), primary.core.snapshot, self.store,
+                                self.children_changed, label=label, save_lock=primary._save_lock)
+        runtime.gate = RuntimeGate(runtime, lambda: self.config.tool_policy)
+        runtime.on_change = self.changes.note
+        identity = self.identities[digest]
+        lane_digest = dataclasses.replace(identity, instance=f"{identity.instance}#{len(lanes.runtimes)}").digest(self.secret)
+        self.runtimes[lane_digest] = runtime
+        self.identities[lane_digest] = identity
+        self.lane_of[lane_digest] = digest
+        await self.nursery.start(runtime.run)
+        self.changes.note()
+        log.info("server %s: a second process slot for %s-era clients (%s)", primary.name, era, label)
+        return runtime
+
+    async def open_session(self, hello: Hello, on_overflow: Any,
+                           make_outbox: Callable[[int, int, Callable[[], None]], O]) -> tuple[EraRoute | HubSession, O]:
+        """Attach a shim session; raises Refused for options or names the daemon cannot serve.
+        `make_outbox(cid, pid, on_overflow)` makes its outbox: a ConnectionOutbox of frames, or the
+        client's own stdout on a hand-off session (lazyd/daemon/handoff/session.py)."""
+        opts = dict(hello.opts)
+        if "hub" in opts:  # lazyd-shim --hub: the daemon's own MCP server (lazyd/daemon/hub/server.py)
+            session = make_outbox(self._next_cid, hello.pid, on_overflow)
+            self._next_cid += 1
+            try:
+                return await open_hub(self, hello, opts, session), session
+            except HubOptionError as exc:
+                raise Refused("options", str(exc)) from None
+        named = hello.server
+        if named:
+            while self._reloading is not None:
+                await self._reloading.wait()
+            server = self.config.servers.get(named)
+            if server is None:
+                known = ", ".join(sorted(self.config.servers)) or "none"
+                raise Refused("unknown-server", f"no server named {named!r} in the config (known: {known})")
+            for key in IDENTITY_OPTS:
+                opts.pop(key, None)  # a named server's identity is its name: these change nothing
+            try:
+                policy_with_options(server.policy, opts)  # validated; a named server's policy is the file's
+            except ConfigError as exc:
+                raise Refused("options", str(exc)) from None
+            runtime = await self._named_runtime(server)
+            runtime = await self.gate.join(runtime, self.identities[self._digest_of(runtime)],
+                                           runtime.config.spec.env, server.policy)
+        else:
+            rules = {k: opts.pop(k) for k in IDENTITY_OPTS if k in opts}
+            try:
+                policy = policy_with_options(self.config.defaults, opts)
+                force, ignore = (parse_names(rules[k]) if k in rules else () for k in IDENTITY_OPTS)
+            except ConfigError as exc:
+                raise Refused("options", str(exc)) from None
+            except ValueError as exc:
+                raise Refused("options", f"option --identity-env/--per-session-env: {exc}") from None
+            argv, cwd, env = list(hello.argv), hello.cwd, dict(hello.env)
+            # Variables that are not UTF-8 reach the server byte for byte (surrogateescape is how
+            # the process layer spells bytes), but lazyd cannot judge them: a private identity.
+            undecodable = [(n.decode("utf-8", "surrogateescape"), v.decode("utf-8", "surrogateescape"))
+                           for n, v in hello.env_raw]
+            env.update(undecodable)
+            if not argv:
+                raise Refused("options", "no server command given")
+            if not os.path.isabs(cwd):
+                raise Refused("options", f"the working directory must be absolute, got {cwd!r}")
+            client = per_run.learn(self, hello.pid, argv, cwd, env, force=force, ignore=ignore)
+            runtime = await self._unnamed_runtime(argv, cwd, env, policy, force=force, ignore=ignore,
+                                                  undecodable=[n for n, _ in undecodable], client=client.process, join=True)
+            self.learned.note_session(self._next_cid, client, (n for n in env if not n.startswith(SHIM_ENV_PREFIX)))
+        cid = self._next_cid
+        self._next_cid += 1
+        session = make_outbox(cid, hello.pid, on_overflow)
+        lanes = self.lanes_for(runtime)
+        assert lanes is not None
+        # The session's first request decides which of the registration's processes serves it.
+        route = EraRoute(lanes, session, list(hello.resume), self.nursery)
+        return route, session
+
+    def identity_of(self, argv: list[str], cwd: str, env: Mapping[str, str], *,
+                    force: tuple[str, ...] = (), ignore: tuple[str, ...] = (),
+                    undecodable: list[str] | None = None, client: str = "") -> tuple[Identity, str | None]:
+        """The identity of an unnamed registration, and why it must stay private (None: it may
+        share); `client` (the shim's parent's name) adds its learned per-run variables."""
+        return unnamed_identity(self.config, argv, cwd, env, force=force, ignore=(*ignore, *sorted(self.learned.noise(client))),
+                                undecodable=undecodable)
+
+    async def _unnamed_runtime(self, argv: list[str], cwd: str, env: dict[str, str], policy: Policy, *,
+                               force: tuple[str, ...] = (), ignore: tuple[str, ...] = (),
+                               undecodable: list[str] | None = None, client: str = "", join: bool = False) -> ServerRuntime:
+        """The registration's own runtime; with `join`, the one a new session of it attaches to."""
+        base, problem = self.identity_of(argv, cwd, env, force=force, ignore=ignore, undecodable=undecodable,
+                                         client=client)
+        per_run.retire_duplicates(self, base, self.learned.noise(client))
+        name = base.readable_name(self.secret)
+        if problem is not None:
+            log.warning("registration %s gets a private identity: %s", name, problem)
+            policy = dataclasses.replace(policy, share=False)
+        runtime = await self._runtime(base, name, env, policy)
+        return await self.gate.join(runtime, base, env, policy) if join else runtime
+
+    # ---- sharing -------------------------------------------------------------------------------
+
+    def decide(self, cache_digest: str, setting: ShareSetting, argv: tuple[str, ...]) -> SharingDecision:
+        """The sharing decision for the registration cached under `cache_digest` that runs
+        `argv`, from the freshest snapshot (a live runtime's in memory, else the cache file), a
+        start's handshake as it arrives, and the known-servers entry of what it runs."""
+        mine = [r.core for r in self.runtimes.values() if r.config.digest == cache_digest]
+        cached = [core.snapshot for core in mine if core.snapshot.entries or core.snapshot.discover or core.snapshot.stateless]
+        snapshot = cached[0] if cached else mine[0].snapshot if mine else self.store.load(cache_digest)
+        live = next((core.instance for core in mine if core.instance is not None), None)  # a start under way
+        return decide_sharing(setting, snapshot, known_server(self.config.known_servers, argv), live)
+
+    def sharing(self, runtime: ServerRuntime) -> SharingDecision:
+        """The decision for the next session of `runtime`'s registration (status and explain)."""
+        return self.decide(runtime.config.digest, runtime.config.share, tuple(runtime.config.spec.argv))
+
+    def is_private(self, runtime: ServerRuntime) -> bool:
+        return self.lane_of.get(self._digest_of(runtime), "") in self._private_base
+
+    def _digest_of(self, runtime: ServerRuntime) -> str:
+        return next(digest for digest, r in self.runtimes.items() if r is runtime)
+
+    def forget(self, bases: set[str]) -> list[ServerRuntime]:
+        """Unregister the runtimes of `bases` (digests), every era lane and private instance of them."""
+        stale = []
+        for digest, runtime in list(self.runtimes.items()):
+            if digest in bases or self._private_base.get(self.lane_of.get(digest, digest)) in bases:
+                del self.runtimes[digest], self.identities[digest]
+                self.lanes.pop(digest, None), self.lane_of.pop(digest, None)
+                stale.append(runtime)
+        for digest in [d for d, of in self._private_base.items() if d in bases or of in bases]:
+            del self._private_base[digest]
+        return stale
+
+    async def close_all(self, stale: list[ServerRuntime]) -> None:
+        self._closing.extend(stale)  # no longer findable, but their children still count
+        try:
+            async with trio.open_nursery() as stopping:
+                for runtime in stale:
+                    stopping.start_soon(runtime.close)
+        finally:
+            self._closing = [r for r in self._closing if r not in stale]
+
+    def in_use(self, runtime: ServerRuntime) -> bool:
+        lanes = self.lanes_for(runtime)
+        return lanes.in_use() if lanes is not None else bool(runtime.sessions)
+
+    async def private_instance(self, base: Identity, name: str, env: Mapping[str, str],
+                               policy: Policy) -> ServerRuntime:
+        """A process of a session's own: a free instance of the registration that holds no
+        session's state (sharing_gate.py), else a new one, `NAME.N` with the lowest N free."""
+        base_digest = base.digest(self.secret)
+        mine = [self.runtimes[d] for d, of in self._private_base.items() if of == base_digest and d in self.runtimes]
+        for runtime in mine:
+            if self.gate.fresh(runtime):
+                return runtime
+        taken = {r.name for r in mine}
+        number = next(n for n in range(1, len(mine) + 2) if f"{name}.{n}" not in taken)
+        self._share_counter += 1  # the identity's token: unique for the daemon's life
+        instance = dataclasses.replace(base, instance=f"{PRIVATE_INSTANCE}{self._share_counter}")
+        self._private_base[instance.digest(self.secret)] = base_digest
+        return await self._runtime(instance, f"{name}.{number}", env, policy, cache_identity=base)
+
+    def children_changed(self) -> None:
+        """Record the live children (servers and wake predicates, each the leader of its own
+        session) for the orphan sweep of a successor daemon."""
+        orphans.write_state(self.paths.state_dir, [record for runtime in [*self.runtimes.values(), *self._closing]
+                                                   for record in child_records(runtime)])

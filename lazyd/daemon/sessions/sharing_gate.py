@@ -1,0 +1,146 @@
+"""The daemon side of sharing: which process a new session joins, waiting while it is undecided.
+
+The decisions are pure (lazyd/core/sharing/modes.py: the mode and the rule that chose it;
+lazyd/core/sharing/join.py: base, own or wait); this module carries them out for the registry:
+
+- what a registration runs is looked up in the known-servers table (its command's real path
+  too, so a `node_modules/.bin` link names its package), once per command;
+- a session that must wait (undecided, and the registration's process taken by the session whose
+  start will decide) waits for the registry's change signal, at most `UNDECIDED_WAIT_S` (and never
+  longer than the server's start_timeout), and `START_GRACE_S` when no start is under way: the
+  hello is answered after it, and a shim waits 10 s for that answer;
+- a process that serves one session (isolated) is never handed to another while it runs: when
+  its session leaves, it stops at once instead of lingering (the next session gets a fresh one,
+  as with a direct connection), and only an instance with no process, or one no session has
+  used, is reused.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import weakref
+from collections.abc import Mapping
+from typing import Protocol
+
+import trio
+
+from lazyd.config.load import Config, Policy
+from lazyd.core.sharing.identity import Identity
+from lazyd.core.sharing.known_servers import KnownServer, KnownServers, what_runs
+from lazyd.core.lifecycle.machine import PROCESS_STATES, State
+from lazyd.core.sharing.join import Join, JoinChoice, join
+from lazyd.core.sharing.modes import SharingDecision, ShareSetting
+from lazyd.daemon.changes import Changes
+from lazyd.daemon.runtime.era_lanes import EraLanes
+from lazyd.daemon.runtime.supervisor import ServerRuntime
+
+log = logging.getLogger("lazyd.registry")
+
+__all__ = ["SharingGate", "UNDECIDED_WAIT_S", "known_server"]
+
+# How long a second session waits for an undecided server's first start to list its tools. The
+# shim waits HELLO_WAIT_S (10 s) for the daemon's welcome, which comes after this wait.
+UNDECIDED_WAIT_S = 5.0
+# How long a session waits for the first session to cause a start at all (a client sends its
+# initialize within milliseconds of connecting; some send nothing until they call a tool).
+START_GRACE_S = 1.0
+
+
+class Registrations(Protocol):
+    """What the gate needs of the registry (lazyd/daemon/sessions/registry.py)."""
+
+    config: Config
+    changes: Changes
+
+    def decide(self, cache_digest: str, setting: ShareSetting, argv: tuple[str, ...]) -> SharingDecision: ...
+    def in_use(self, runtime: ServerRuntime) -> bool: ...
+    def lanes_for(self, runtime: ServerRuntime) -> EraLanes | None: ...
+    def is_private(self, runtime: ServerRuntime) -> bool: ...
+    async def private_instance(self, base: Identity, name: str, env: Mapping[str, str],
+                               policy: Policy) -> ServerRuntime: ...
+
+
+@functools.lru_cache(maxsize=256)
+def known_server(table: KnownServers, argv: tuple[str, ...]) -> KnownServer | None:
+    """The known-servers entry of what `argv` runs (its command's real path followed)."""
+    resolved = [os.path.realpath(argv[0])] if os.path.isabs(argv[0]) else []
+    return table.lookup(what_runs(argv, resolved))
+
+
+class SharingGate:
+    def __init__(self, registry: Registrations) -> None:
+        self.registry = registry
+        self._served: weakref.WeakSet[ServerRuntime] = weakref.WeakSet()  # a session used their process
+        # What a runtime's latest session joined it under (status: the rule that put it there).
+        self.joined: weakref.WeakKeyDictionary[ServerRuntime, JoinChoice] = weakref.WeakKeyDictionary()
+
+    def fresh(self, runtime: ServerRuntime) -> bool:
+        """Free, and holding no session's state: no process, or one no session has used."""
+        if self.registry.in_use(runtime):
+            return False
+        down = runtime.proc is None and runtime.life.state not in PROCESS_STATES
+        return down or runtime not in self._served
+
+    async def join(self, base_runtime: ServerRuntime, base: Identity, env: Mapping[str, str],
+                   policy: Policy) -> ServerRuntime:
+        """The runtime a new session of this registration attaches to (see the module docstring)."""
+        registry = self.registry
+        started = trio.current_time()
+        bound = min(UNDECIDED_WAIT_S, policy.start_timeout_s)
+        waited: float | None = None  # None: it did not have to wait
+        while True:
+            decision = registry.decide(base_runtime.config.digest, policy.share, base.argv)
+            elapsed = trio.current_time() - started
+            states = self._states(base_runtime)
+            choice = join(decision, base_taken=registry.in_use(base_runtime), waited_s=elapsed, bound_s=bound,
+                          started=State.RUNNING in states, starting=State.STARTING in states, grace_s=START_GRACE_S)
+            if choice.join is not Join.WAIT:
+                break
+            waited = elapsed
+            # Until something changes, the bound, or (no start under way) the end of the grace.
+            with trio.move_on_at(started + (bound if State.STARTING in states or elapsed >= START_GRACE_S
+                                            else min(bound, START_GRACE_S))):
+                await registry.changes.wait()
+        if waited is not None:
+            waited = trio.current_time() - started
+            log.info("[%s] a session waited %.1fs for the sharing decision: %s", base_runtime.name, waited, choice.rule)
+        if choice.join is Join.OWN and not self.fresh(base_runtime):
+            runtime = await registry.private_instance(base, base_runtime.name, env, policy)
+        else:
+            runtime = base_runtime
+        if choice.join is Join.OWN or decision.mode is None:
+            lanes = registry.lanes_for(runtime)
+            if lanes is not None:
+                lanes.reserved = True  # taken until the session's route counts (era_lanes.py)
+        self.joined[runtime] = choice
+        self._served.add(runtime)
+        return runtime
+
+    def _states(self, runtime: ServerRuntime) -> set[State]:
+        """The lifecycle states of the registration's processes (every era lane)."""
+        lanes = self.registry.lanes_for(runtime)
+        return {r.life.state for r in (lanes.runtimes if lanes is not None else [runtime])}
+
+    def mode_of(self, runtime: ServerRuntime) -> str | None:
+        """How `runtime` serves its sessions now: "isolated" (one session each), "shared",
+        "session-aware", or None while the registration is undecided."""
+        if self.registry.is_private(runtime):
+            return "isolated"
+        lanes = self.registry.lanes_for(runtime)
+        primary = lanes.primary if lanes is not None else runtime
+        decision = self.registry.decide(primary.config.digest, runtime.config.share,
+                                        tuple(runtime.config.spec.argv))
+        return decision.mode
+
+    def detached(self, runtime: ServerRuntime) -> None:
+        """A session left `runtime`: a process that served one session stops with it."""
+        state = runtime.life.state
+        if self.registry.in_use(runtime) or state not in PROCESS_STATES or state is State.STOPPING:
+            return  # still someone's, or no process (a start under way counts: it is stopped too)
+        if self.mode_of(runtime) != "isolated":
+            return
+        log.info("[%s] its session left: stopping its process (a process of a session's own is never "
+                 "handed to another session)", runtime.name)
+        runtime.sleep()

@@ -1,0 +1,80 @@
+"""Serving a connection a predecessor daemon handed over (lazyd/daemon/upgrade/connection_state.py says what one is).
+
+The successor picks each connection up where the predecessor left it: what was owed to the peer
+is written first, what was read and not handled is decoded before anything more is read, and then
+the connection is served as any other (lazyd/daemon/connections/listener.py), by the same rules, deadlines
+and backpressure. A session goes on with its session: same client id, same route, no welcome
+(the shim had it), no handshake (its relay core knows the client). A connection accepted whose
+hello had not been read is served from its hello on.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from functools import partial
+
+import trio
+
+from lazyd import wire
+
+from lazyd.daemon.upgrade.connection_state import ConnectionState, Live
+from lazyd.daemon.connections.listener import ConnectionHandler, _Frames
+from lazyd.daemon.runtime.era_lanes import EraRoute
+from lazyd.daemon.handoff.session import HandoffSession
+from lazyd.daemon.runtime.outbox import ConnectionOutbox
+from lazyd.errors import WireError
+from lazyd.frames import Line
+
+__all__ = ["serve_adopted", "serve_handed_off"]
+
+
+async def serve_adopted(handler: ConnectionHandler, stream: trio.SocketStream, state: ConnectionState,
+                        session: ConnectionOutbox | None, route: EraRoute | None, cancel: trio.CancelScope) -> None:
+    """Serve one handed-over connection until it ends (errors as ConnectionHandler.__call__)."""
+    handler.active += 1
+    pid = state.session.pid if state.session is not None else -1
+    frames = _Frames(stream, handler.limits.frame_deadline_s)
+
+    async def serve() -> None:
+        if state.inbound:
+            frames._decode(state.inbound)  # what the predecessor read comes first, batch by batch
+        if state.outbound:
+            await stream.send_all(state.outbound)
+        if state.kind == "fresh":
+            await handler._serve(stream, pid, frames)
+        elif session is not None and route is not None:
+            await _session(handler, stream, frames, session, route, cancel)
+
+    # Judged, counted out and closed as every connection is; a bad frame among the bytes carried
+    # over costs this connection only.
+    await handler.guarded(stream, pid, serve)
+
+
+async def serve_handed_off(handler: ConnectionHandler, stream: trio.SocketStream, session: HandoffSession,
+                           route: EraRoute) -> None:
+    """Serve a hand-off session handed over (the client's pipes and its region came along)."""
+    handler.active += 1
+    handler.live[id(stream)] = Live(stream, wire.FrameDecoder(), deque(), "handoff", route, None, session)
+    await handler.guarded(stream, session.pid, partial(session.carry_on, route))
+
+
+async def _session(handler: ConnectionHandler, stream: trio.SocketStream, frames: _Frames, session: ConnectionOutbox,
+                   route: EraRoute, cancel: trio.CancelScope) -> None:
+    # The read loop of ConnectionHandler._session, after its welcome: the same steps in the same order.
+    handler.live[id(stream)] = Live(stream, frames.decoder, frames.pending, "session", route, session)
+    try:
+        with cancel:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(handler._writer, stream, session, cancel)
+                session.fd = stream.socket.fileno()
+                while (frame := await frames.next()) is not None:
+                    if not isinstance(frame, Line):
+                        raise WireError(f"unexpected {frame.t!r} frame in a session")
+                    route.client_line(session.cid, frame.d)
+                    if not route.has_room():
+                        await route.wait_for_room()
+                    if session.should_pause():
+                        await session.wait_drained()
+                nursery.cancel_scope.cancel()
+    finally:
+        route.detach(session.cid)

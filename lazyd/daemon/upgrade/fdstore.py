@@ -1,0 +1,149 @@
+"""Servers that outlive a crash under systemd: their pipes in the service's file-descriptor store.
+
+A daemon that crashes takes its descriptors with it, and a server whose stdin and stdout are
+gone is lost. Under systemd the daemon hands a copy of each server's three pipes to the service
+manager (`FDSTORE=1` with `FDNAME=`, over the notify socket, the descriptors as SCM_RIGHTS), and
+the secrets memfd with them; the manager keeps them while the daemon dies and passes them to the
+restarted daemon (`LISTEN_FDS`, named in `LISTEN_FDNAMES` after the socket). The daemon keeps,
+as things change (a spawn, an exit, a client coming or going: the status signal, coalesced), the
+same state an upgrade writes (lazyd/daemon/upgrade/state.py) in `lazyd.standby` beside it.
+
+On a start with stored descriptors and a standby state, the daemon takes the servers over with
+the descriptors the store gave back (lazyd/daemon/upgrade/adopt.py `adopt_stored`); they are no longer
+its children (the manager reaped nothing: they were re-parented to it), so their ends are
+learnt through pidfds and their exit status is unknown. Client connections died with the old
+daemon: the shims reconnect as after any crash, and what they had in flight is answered by them
+with an error. Without the store (no systemd, `LAZYD_FDSTORE` unset) a crash stops the servers as
+before: stdin EOF, and the next daemon's orphan sweep.
+
+Enabled when the daemon has a notify socket and `LAZYD_FDSTORE=1` (the unit sets it beside
+`FileDescriptorStoreMax=`: without that setting systemd would drop what it is sent).
+"""
+
+from __future__ import annotations
+
+import array
+import json
+import logging
+import os
+import socket
+from collections.abc import Awaitable, Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from lazyd.daemon.sessions.registry import Registry
+from lazyd.daemon.sessions.registry_state import registry_state
+from lazyd.daemon.runtime_dir import SD_LISTEN_FDS_START
+from lazyd.daemon.upgrade.state import write_secrets, write_state
+
+__all__ = ["FDSTORE_ENV", "SECRETS_NAME", "FdStore", "stored_fds", "standby_path", "pipe_names", "keep_standby"]
+
+log = logging.getLogger("lazyd.fdstore")
+
+FDSTORE_ENV = "LAZYD_FDSTORE"
+SECRETS_NAME = "lazyd-secrets"
+STANDBY_SUFFIX = ".standby"
+STANDBY_MIN_INTERVAL_S = 0.5  # a burst of changes is one write
+PIPES = ("in", "out", "err")
+
+
+def standby_path(lock: Path) -> Path:
+    return lock.with_suffix(STANDBY_SUFFIX)
+
+
+def pipe_names(key: str, pid: int) -> tuple[str, str, str]:
+    """The FDNAME of each pipe of server `key`'s process `pid` (letters, digits, '-' only)."""
+    return tuple(f"srv-{key[:32]}-{pid}-{p}" for p in PIPES)  # type: ignore[return-value]
+
+
+class FdStore:
+    """The sending side: store and remove named descriptors (never raises; logs once)."""
+
+    def __init__(self, address: str) -> None:
+        self._address = "\0" + address[1:] if address.startswith("@") else address
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC)
+        self._failed = False
+
+    @classmethod
+    def from_environ(cls, notify_env: Mapping[str, str], environ: Mapping[str, str]) -> FdStore | None:
+        address = notify_env.get("NOTIFY_SOCKET")
+        if not address or environ.get(FDSTORE_ENV) != "1":
+            return None
+        return cls(address)
+
+    def store(self, name: str, fd: int) -> None:
+        self._send(f"FDSTORE=1\nFDNAME={name}", [fd])
+
+    def remove(self, name: str) -> None:
+        self._send(f"FDSTOREREMOVE=1\nFDNAME={name}", [])
+
+    def _send(self, text: str, fds: list[int]) -> None:
+        ancillary = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))] if fds else []
+        try:
+            self._sock.sendmsg([text.encode()], ancillary, 0, self._address)
+        except OSError as exc:
+            if not self._failed:
+                log.warning("cannot reach systemd's fd store (%s): a crash will stop the servers", exc)
+            self._failed = True
+
+
+def stored_fds(environ: Mapping[str, str], count: int) -> dict[str, int]:
+    """The named descriptors systemd passed after the socket (fd 3): name -> fd."""
+    names = (environ.get("LISTEN_FDNAMES") or "").split(":")
+    return {names[i]: SD_LISTEN_FDS_START + i for i in range(1, count) if i < len(names) and names[i]}
+
+
+async def keep_standby(registry: Registry, store: FdStore, lock: Path, changed: Callable[[], Awaitable[None]],
+                       given: Mapping[str, int] | None = None) -> None:
+    """Keep the store and the standby state current, until cancelled (module docstring)."""
+    stored: dict[str, int] = dict(given or {})  # name -> the fd we sent (or were given back)
+    secrets_text = ""
+    while True:
+        state, secrets, _ = registry_state(registry, trio.current_time())
+        wanted: dict[str, int] = {}
+        for key, runtime in registry.runtimes.items():
+            proc = state["runtimes"][key].get("proc")
+            if proc is None:
+                continue
+            for name, fd in zip(pipe_names(key, proc["pid"]), (proc["stdin"], proc["stdout"], proc["stderr"])):
+                if fd is not None:
+                    wanted[name] = fd
+        for name in [n for n in stored if n not in wanted and n != SECRETS_NAME]:
+            store.remove(name)
+            del stored[name]
+        for name, fd in wanted.items():
+            if name not in stored:
+                store.store(name, fd)
+                stored[name] = fd
+        text = json.dumps(secrets, sort_keys=True)
+        if text != secrets_text:
+            fd = write_secrets(secrets)
+            store.remove(SECRETS_NAME)
+            store.store(SECRETS_NAME, fd)
+            os.close(fd)  # the store holds its own copy
+            secrets_text = text
+        state["connections"] = []
+        write_state(standby_path(lock), state)
+        await changed()
+        await trio.sleep(STANDBY_MIN_INTERVAL_S)
+
+
+def rewire(state: dict[str, Any], stored: Mapping[str, int]) -> list[str]:
+    """Point each process of a standby state at the descriptors the store gave back; a process
+    whose pipes did not all come back is left out (it is taken for gone). Returns the keys of
+    the runtimes whose process was left out."""
+    lost: list[str] = []
+    for key, runtime in state.get("runtimes", {}).items():
+        proc = runtime.get("proc") if isinstance(runtime, dict) else None
+        if not isinstance(proc, dict):
+            continue
+        names = pipe_names(key, proc.get("pid", -1))
+        if names[1] in stored and names[2] in stored:
+            proc["stdin"], proc["stdout"], proc["stderr"] = stored.get(names[0]), stored[names[1]], stored[names[2]]
+            proc["pending"] = ""  # what the old daemon had read of stdout died with it
+        else:
+            runtime["proc"] = None
+            lost.append(key)
+    return lost

@@ -1,0 +1,59 @@
+"""The daemon's reading gate: closed while it hands itself over to its successor (lazyd/daemon/upgrade/handover.py).
+
+An upgrade writes the daemon's state and execs the new lazyd in one synchronous step, so nothing
+may be half done at that moment: no frame half read (a frame is read whole or not at all: the
+decoder keeps what came of an unfinished one, and that is written too), no write half done. The
+reads are what produce writes, so the upgrade first closes this gate: every reader (the accept
+loop, each connection, each server's stdout) stops at its next read, what was already read is
+handled, and the writers drain what it produced. The freeze happens once they are idle.
+
+One gate for the whole daemon: a hand-over concerns every connection and every server at once.
+`passage()` costs an attribute test while the gate is open, so it may sit on the hot path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable
+from typing import TypeVar
+
+import trio
+
+__all__ = ["Gate", "GATE"]
+
+T = TypeVar("T")
+
+
+class Gate:
+    """Open (readers pass) or closed (readers wait at `passage()` until it opens again)."""
+
+    def __init__(self) -> None:
+        self.closed = False
+        self.holds = 0  # steps under way that a hand-over must wait for (a spawn: its pid is not known yet)
+        self._opened = trio.Event()
+        self._opened.set()
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self._opened = trio.Event()
+
+    def open(self) -> None:
+        """The hand-over did not happen (exec failed): everyone reads on."""
+        self.closed = False
+        self._opened.set()
+
+    async def hold(self, work: Awaitable[T]) -> T:
+        """Await `work` as a step a hand-over waits for (the settle sees `holds`)."""
+        self.holds += 1
+        try:
+            return await work
+        finally:
+            self.holds -= 1
+
+    async def passage(self) -> None:
+        """Return at once while open; wait while closed (an exec may end the wait for good)."""
+        if self.closed:
+            await self._opened.wait()
+
+
+GATE = Gate()

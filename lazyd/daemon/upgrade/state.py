@@ -1,0 +1,211 @@
+"""What a daemon hands its successor: the state file, the envelope, and the secrets in memory.
+
+Three pieces, each with its own rule:
+
+- **The envelope** (`Envelope`), in the successor's environment as `LAZYD_UPGRADE` (JSON; the
+  successor removes it at once, so no server ever sees it): the descriptor numbers of the
+  listening socket, the instance lock, the `lazyctl upgrade` connection waiting for its answer
+  and the secrets, every descriptor inherited, the state file's path and whether the socket
+  was systemd's. Its meaning never changes with the state's version: a successor that cannot
+  read the state still knows from it what to keep (the listener, the lock), what to close, and
+  whom to tell why.
+- **The state file** (`write_state`, `read_state`): everything else, as JSON, 0600 in the
+  private runtime dir beside the instance lock, written atomically, read once and removed. It
+  holds no secrets: runtimes are named by their identity digests (HMAC under the identity key,
+  which stays in its own file), and no environment, argument or working directory is in it.
+  It is versioned (`STATE_VERSION`) and checked: a SHA-256 of its body, and every field's type
+  as it is read back. A state of a newer version is refused; an older one is migrated by the
+  steps in `MIGRATIONS` (none yet: version 1 is the first) or refused, each with one line that
+  says which versions were involved.
+- **The secrets** (`write_secrets`, `read_secrets`): what identifies and starts each server
+  (command, arguments, working directory, environment, identity, wake predicate), in a sealed
+  memfd the successor inherits: in memory only, never in a file. Under systemd the same memfd
+  goes to the file-descriptor store (lazyd/daemon/upgrade/fdstore.py), which is memory too.
+
+Test seams, in the writer's environment: `LAZYD_TEST_STATE_VERSION` writes that version instead,
+and `LAZYD_TEST_UPGRADE_FAULT=corrupt` changes a byte of the body after its checksum, so that a
+test can hand a successor a state it cannot read (`=fd`, read by lazyd/daemon/upgrade/handover.py, leaves a
+server's descriptor out of those inherited).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from lazyd.core import state_codec as sc
+from lazyd.errors import AdoptionError, StateFileError
+from lazyd.paths import Paths
+from lazyd.privatefiles import read_private, write_private
+
+__all__ = ["ENVELOPE_ENV", "STATE_VERSION", "MIGRATIONS", "TEST_VERSION_ENV", "TEST_FAULT_ENV", "Envelope", "state_path",
+           "write_state", "read_state", "write_secrets", "read_secrets", "encode_state"]
+
+ENVELOPE_ENV = "LAZYD_UPGRADE"
+TEST_VERSION_ENV = "LAZYD_TEST_STATE_VERSION"
+TEST_FAULT_ENV = "LAZYD_TEST_UPGRADE_FAULT"
+STATE_FORMAT = "lazyd-upgrade-state"
+STATE_VERSION = 1
+STATE_SUFFIX = ".upgrade"  # beside the lock: lazyd.lock -> lazyd.upgrade
+# Caches of hundreds of servers fit many times over; a larger file is not one lazyd wrote.
+MAX_STATE_BYTES = 256 * 1024 * 1024
+MAX_SECRETS_BYTES = 64 * 1024 * 1024
+# Steps from an older version to the next; a version missing here is refused.
+MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {}
+_SEALS = getattr(fcntl, "F_SEAL_SEAL", 1) | getattr(fcntl, "F_SEAL_SHRINK", 2) | getattr(fcntl, "F_SEAL_GROW", 4) \
+    | getattr(fcntl, "F_SEAL_WRITE", 8)
+_ADD_SEALS = getattr(fcntl, "F_ADD_SEALS", 1033)
+
+
+@dataclass
+class Envelope:
+    """The descriptors and paths a successor needs before it reads any state (module docstring)."""
+
+    state: str
+    listener: int
+    lock: int
+    activated: bool
+    fds: list[int] = field(default_factory=list)  # every descriptor inherited, the ones above included
+    secrets: int | None = None
+    reply: int | None = None  # the `lazyctl upgrade` connection, answered by the successor
+    from_pid: int = 0
+    upgrades: int = 0  # how many upgrades this daemon went through before this one
+    started_at: float = 0.0  # when the first daemon of this chain started (wall clock)
+    v: int = 1
+    # Each server process as [pid, start ticks]: a successor that cannot read the state still
+    # stops them by the ladder (they are its children) instead of leaving them behind.
+    servers: list[list[int]] = field(default_factory=list)
+    began: float = 0.0  # when the upgrade was asked for (wall clock)
+
+    def encode(self) -> str:
+        return json.dumps(asdict(self), separators=(",", ":"))
+
+    @classmethod
+    def decode(cls, text: str) -> Envelope:
+        """Raises AdoptionError for an envelope this lazyd cannot read."""
+        try:
+            raw = json.loads(text)
+            s = sc.obj(raw, "envelope")
+            fds = [sc.integer(fd, "envelope.fds") for fd in sc.items(s.get("fds"), "envelope.fds")]
+            return cls(sc.text(s.get("state"), "envelope.state"), sc.integer(s.get("listener"), "envelope.listener"),
+                       sc.integer(s.get("lock"), "envelope.lock"), sc.flag(s.get("activated"), "envelope.activated"),
+                       fds, sc.opt_integer(s.get("secrets"), "envelope.secrets"),
+                       sc.opt_integer(s.get("reply"), "envelope.reply"), sc.integer(s.get("from_pid"), "envelope.from_pid"),
+                       sc.integer(s.get("upgrades"), "envelope.upgrades"),
+                       sc.number(s.get("started_at"), "envelope.started_at"), sc.integer(s.get("v"), "envelope.v"),
+                       [[sc.integer(x, "envelope.servers") for x in sc.items(row, "envelope.servers")]
+                        for row in sc.items(s.get("servers", []), "envelope.servers")],
+                       sc.number(s.get("began", 0.0), "envelope.began"))
+        except (ValueError, RecursionError) as exc:
+            raise AdoptionError(f"{ENVELOPE_ENV} is not an envelope this lazyd reads ({str(exc)[:120]})") from None
+
+
+def state_path(paths: Paths) -> Path:
+    """Where the state is handed over: beside the instance lock, in the private runtime dir."""
+    return paths.lock.with_suffix(STATE_SUFFIX)
+
+
+def encode_state(body: dict[str, Any], version: int) -> bytes:
+    """The file's bytes: ASCII JSON (bytes that are not UTF-8 ride as escaped surrogates)."""
+    text = json.dumps(body, ensure_ascii=True, allow_nan=True, separators=(",", ":"))
+    digest = hashlib.sha256(text.encode("ascii")).hexdigest()
+    head = json.dumps({"format": STATE_FORMAT, "version": version, "sha256": digest, "written_at": time.time(),
+                       "pid": os.getpid()}, separators=(",", ":"))
+    # The header on a line of its own: a reader learns the version before it parses the body.
+    return head.encode("ascii") + b"\n" + text.encode("ascii")
+
+
+def write_state(path: Path, body: dict[str, Any]) -> None:
+    """Write the state (0600, atomic, not synced: it is read a moment later by the same machine)."""
+    seam = os.environ.get(TEST_VERSION_ENV)
+    version = int(seam) if seam and seam.lstrip("-").isdigit() else STATE_VERSION
+    data = encode_state(body, version)
+    if os.environ.get(TEST_FAULT_ENV) == "corrupt":
+        data = data[:-2] + bytes([data[-2] ^ 0x01]) + data[-1:]
+    write_private(path, data, durable=False)
+
+
+def read_state(path: Path) -> tuple[dict[str, Any], float]:
+    """The state body and when it was written (wall clock); the file is removed either way.
+
+    Raises AdoptionError with one line: no file, not lazyd's, corrupt, or of a version this lazyd
+    neither reads nor migrates."""
+    try:
+        data = read_private(path, MAX_STATE_BYTES, secret=True)
+    except StateFileError as exc:
+        raise AdoptionError(f"the state file {exc}") from None
+    finally:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+    if data is None:
+        raise AdoptionError(f"the state file {path} is missing")
+    head_line, _, text = data.partition(b"\n")
+    try:
+        head = sc.obj(json.loads(head_line), "header")
+        if head.get("format") != STATE_FORMAT:
+            raise ValueError("not a lazyd upgrade state")
+        version = sc.integer(head.get("version"), "version")
+        written_at = sc.number(head.get("written_at"), "written_at")
+        digest = sc.text(head.get("sha256"), "sha256")
+    except (ValueError, RecursionError) as exc:
+        raise AdoptionError(f"the state file {path} is not one lazyd wrote ({exc})") from None
+    if version > STATE_VERSION:
+        raise AdoptionError(f"the state was written by a newer lazyd (state version {version}; this lazyd reads "
+                            f"version {STATE_VERSION}): a downgrade cannot adopt its servers")
+    if hashlib.sha256(text).hexdigest() != digest:
+        raise AdoptionError(f"the state file {path} is corrupt: its checksum does not match its contents")
+    try:
+        body = sc.obj(json.loads(text), "state")
+    except (ValueError, RecursionError) as exc:
+        raise AdoptionError(f"the state file {path} is corrupt ({exc})") from None
+    while version < STATE_VERSION:
+        step = MIGRATIONS.get(version)
+        if step is None:
+            raise AdoptionError(f"the state was written by an older lazyd (state version {version}), which this "
+                                f"lazyd (version {STATE_VERSION}) does not migrate")
+        body, version = step(body), version + 1
+    return body, written_at
+
+
+def write_secrets(secrets: dict[str, Any]) -> int:
+    """A sealed memfd holding `secrets` (JSON), positioned at its start; the caller owns the fd."""
+    fd = os.memfd_create("lazyd-secrets", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    try:
+        data = json.dumps(secrets, ensure_ascii=True, separators=(",", ":")).encode("ascii")
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        fcntl.fcntl(fd, _ADD_SEALS, _SEALS)  # nothing can change it after this, not even us
+        os.lseek(fd, 0, os.SEEK_SET)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def read_secrets(fd: int) -> dict[str, Any]:
+    """The secrets in memfd `fd` (which is closed); AdoptionError if it is not what we wrote."""
+    try:
+        chunks = []
+        total = 0
+        while chunk := os.pread(fd, 1024 * 1024, total):
+            chunks.append(chunk)
+            total += len(chunk)
+            if total > MAX_SECRETS_BYTES:
+                raise AdoptionError("the inherited secrets are larger than any lazyd writes")
+        return sc.obj(json.loads(b"".join(chunks)), "secrets")
+    except (OSError, ValueError, RecursionError) as exc:
+        raise AdoptionError(f"the inherited secrets cannot be read ({str(exc)[:120]})") from None
+    finally:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
