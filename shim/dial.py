@@ -34,6 +34,14 @@ POLL_S = 0.01
 # Between connect attempts while a daemon starts: short, since a connect attempt costs microseconds.
 
 
+RECONNECT_WAIT_S = 20.0
+# How long a shim tries to get a daemon back (autostart included) before running the server itself:
+# a daemon that is stopping holds its instance lock, so no new one can start, for up to its 15 s
+# shutdown bound; a new daemon may then take 5 s to accept.
+
+RECONNECT_POLL_S = 0.05
+# Between reconnect attempts when no daemon answers and none could be started.
+
 _PEERCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
 
 

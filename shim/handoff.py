@@ -23,7 +23,9 @@ import os
 import stat
 import sys
 
-from . import connect
+from . import connect, slots
+from .slots import SLOT_ENV, SLOT_FD
+from .slots import WAIT_S as SLOT_WAIT_S
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs start-up time
 if TYPE_CHECKING:
@@ -37,16 +39,24 @@ SHELLS = ("/bin/dash", "/usr/bin/dash")
 # would wait in 3 MiB, Python in 10: the frame path is then the better deal).
 
 RESUME_JITTER_S = 1.0
-# After the daemon is gone, each waiter waits a random part of this before it runs Python again:
-# a daemon crash wakes every waiter at the same instant, and they must not all start at once.
+# After the daemon is gone, each waiter waits a random part of this before it queues for a resume
+# slot (shim/slots.py): a daemon crash wakes every waiter at the same instant.
 
-WAIT_SCRIPT = (f"trap 'exit 0' TERM HUP; trap 'exit 130' INT; read -r _ <&{WAIT_FD} && exit 0; "
-               f"exec {WAIT_FD}<&-; sleep \"$1\" 2>/dev/null; shift; "
+WAIT_SCRIPT = (f"trap 'kill $! 2>/dev/null; exit 0' TERM HUP; trap 'kill $! 2>/dev/null; exit 130' INT; "
+               f"read -r _ <&{WAIT_FD} && exit 0; exec {WAIT_FD}<&-; "
+               'sleep "$1" 2>/dev/null & wait $!; '
+               f'if [ -n "$2" ] && command exec {SLOT_FD}>>"$3"; then '
+               f'if "$2" -w {SLOT_WAIT_S} {SLOT_FD} & wait $!; then export {SLOT_ENV}={SLOT_FD}; '
+               f"else exec {SLOT_FD}>&-; fi; fi; shift 3; "
                '[ -x "$2" ] || exec python3 -I -S -c "$@"; shift; exec "$@"')
 # The shim's own signal rules (main.py): SIGTERM and SIGHUP end it quietly with 0, SIGINT with
-# 130. Its arguments: the jitter, ORPHAN_SCRIPT, then the shim's command line to exec. A shim
-# that is no longer there (its environment deleted) cannot be exec'd: the system's python3 then
-# runs ORPHAN_SCRIPT, which answers what was in flight itself, and the session ends.
+# 130, also while it sleeps or queues (a trapped signal ends `wait`; the trap ends what it waited
+# for). Its arguments: the pause, flock(1)'s path ("" where there is none), the slot's lock file,
+# ORPHAN_SCRIPT, then the shim's command line to exec. A slot is taken on SLOT_FD before Python
+# starts, and named to the shim in its environment (shim/slots.py); a slot that cannot be had
+# (no flock, no directory, the wait ran out) is done without. A shim that is no longer there (its
+# environment deleted) cannot be exec'd: the system's python3 then runs ORPHAN_SCRIPT, which
+# answers what was in flight itself, and the session ends.
 
 ORPHAN_SCRIPT = r"""
 import os, sys
@@ -165,28 +175,35 @@ def recovery_argv(region: int, args: list[str]) -> list[str]:
     return [sys.executable, *prefix[1:], f"{RESUME_FLAG}{region}", *args]
 
 
-def wait(conn: connect.Connection, region: int, args: list[str], log: Log) -> None:
+def wait(conn: connect.Connection, region: int, args: list[str], log: Log, socket_path: str | None = None) -> None:
     """Wait while the daemon serves the client (see the module docstring). Ends the process, or
     execs the waiting shell; returns (with `conn` closed) only where this process itself waited
-    and the daemon let go: the caller then takes the session back (shim/recover.py)."""
+    and the daemon let go: the caller then takes the session back (shim/recover.py). The resume
+    slots (shim/slots.py) are those beside `socket_path`; with None the shell resumes without one."""
     sock = conn.sock.fileno()
-    if region == WAIT_FD:
-        region = os.dup(region)  # keep it clear of the socket's place (the copy is close-on-exec)
+    if region in (WAIT_FD, SLOT_FD):
+        import fcntl
+
+        # Keep it clear of the socket's and the slot's places (the copy is close-on-exec).
+        region = fcntl.fcntl(region, fcntl.F_DUPFD_CLOEXEC, 10)
     os.set_inheritable(region, True)
     if os.environ.get(WAITER_ENV) != "python":
         if sock != WAIT_FD:
             os.dup2(sock, WAIT_FD)  # inheritable
         else:
             os.set_inheritable(sock, True)
-        import random
-
-        jitter = f"{random.uniform(0, RESUME_JITTER_S):.3f}"
+        # Not `random`: its import (hashlib, bisect, warnings) costs every session start ~2 ms.
+        jitter = f"{int.from_bytes(os.urandom(2), 'big') / 0xFFFF * RESUME_JITTER_S:.3f}"
+        flock = slots.flock_path() if socket_path is not None else ""
+        slot = slots.slot_path(socket_path, os.getpid()) if socket_path is not None else ""
         orphan = orphan_script()
         argv = recovery_argv(region, args)
+        if slot and not flock:
+            log(f"no flock(1) ({' or '.join(slots.FLOCKS)}): after a daemon crash this session resumes without a slot")
         for shell in SHELLS:
             log(f"handed off; waiting in {shell}")
             try:
-                os.execv(shell, [shell, "-c", WAIT_SCRIPT, "lazyd-shim", jitter, orphan, *argv])
+                os.execv(shell, [shell, "-c", WAIT_SCRIPT, "lazyd-shim", jitter, flock, slot, orphan, *argv])
             except OSError:
                 continue
         os.set_inheritable(WAIT_FD, False)

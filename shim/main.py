@@ -49,7 +49,11 @@ RESUME_FLAG = "--resume-handoff="
 def _main(argv: list[str] | None) -> int:
     args = sys.argv[1:] if argv is None else argv
     region: int | None = None
+    slot: int | None = None
     if args and args[0].startswith(RESUME_FLAG):
+        from .slots import taken
+
+        slot = taken()  # before anything reads the environment (shim/slots.py)
         try:
             region = int(args[0][len(RESUME_FLAG) :])
         except ValueError:
@@ -73,7 +77,7 @@ def _main(argv: list[str] | None) -> int:
     if region is not None:
         from . import recover
 
-        recover.run(opts, region, args, log)
+        recover.run(opts, region, args, log, slot)
     log(f"start: argv={opts.command!r} server={opts.server!r} hub={opts.hub} opts={opts.daemon_opts!r}")
 
     from . import connect, handoff
@@ -105,7 +109,7 @@ def _main(argv: list[str] | None) -> int:
     if offered is not None:
         offered.close_passed()
         if conn.welcome.handoff:
-            handoff.wait(conn, offered.region, args, log)  # the daemon serves the client now
+            handoff.wait(conn, offered.region, args, log, connect.socket_path(opts))  # the daemon serves the client now
             from . import recover
 
             recover.run(opts, offered.region, args, log)  # it let go, and this process waited

@@ -30,11 +30,10 @@ import time
 from lazyd.errors import Unavailable
 from lazyd.handoff.snapshot import Snapshot, snapshot
 from lazyd.handoff.region import State, create_region, read_region
-from lazyd.linepeek import request_ids_in
 from lazyd.frames import MAX_LINE_BYTES
 
-from . import connect, handoff
-from .relay import RECONNECT_POLL_S, RECONNECT_WAIT_S, Relay
+from . import connect, handoff, slots
+from .dial import RECONNECT_POLL_S, RECONNECT_WAIT_S
 from .stdout import Stdout
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs start-up time
@@ -42,6 +41,7 @@ if TYPE_CHECKING:
     from typing import NoReturn
 
     from .options import Log, Options
+    from .relay import Relay
 
 
 
@@ -84,7 +84,12 @@ def answer(snap: Snapshot | None, out: Stdout, log: Log) -> tuple[State, bytes]:
     # it are in flight as well, and the start of a line among it joins the head.
     landed = snap.landed if snap is not None else b""
     head = snap.head if snap is not None else b""
-    found, rest, discarding = request_ids_in(head, state.discarding, landed, MAX_LINE_BYTES)
+    found: list[bytes] = []
+    rest, discarding = head, state.discarding
+    if landed:  # json and re are imported only then: most recoveries find nothing there
+        from lazyd.linepeek import request_ids_in
+
+        found, rest, discarding = request_ids_in(head, state.discarding, landed, MAX_LINE_BYTES)
     texts = list(dict.fromkeys([*state.inflight, *found]))  # each id once, in order
     out.write(b"".join(b'{"jsonrpc":"2.0","id":' + text + handoff.ERROR_TAIL + b"\n" for text in texts))
     if texts:
@@ -114,21 +119,24 @@ def fresh_region(state: State, head: bytes, log: Log) -> int | None:
     return fd
 
 
-def run(opts: Options, region_fd: int, args: list[str], log: Log) -> NoReturn:
-    """Recover the session whose region is `region_fd` (see the module docstring)."""
+def run(opts: Options, region_fd: int, args: list[str], log: Log, slot: int | None = None) -> NoReturn:
+    """Recover the session whose region is `region_fd` (see the module docstring), holding the
+    resume slot `slot` (shim/slots.py) until the first attempt to reconnect has ended."""
     while True:
         # Returns when a daemon took the session and let go again, with the region it has now.
-        region_fd = _take_back(opts, region_fd, args, log)
+        region_fd = _take_back(opts, region_fd, args, log, slot)
+        slot = None
 
 
-def _take_back(opts: Options, region_fd: int, args: list[str], log: Log) -> int:
+def _take_back(opts: Options, region_fd: int, args: list[str], log: Log, slot: int | None) -> int:
     snap = snapshot(region_fd)
     os.close(region_fd)
     if snap is not None and snap.state.closed:
         log("the daemon ended the session because the client left; exiting")
         os._exit(0)
     out = Stdout(log)
-    log("the daemon let go of the session (or was lost); taking it back")
+    log("the daemon let go of the session (or was lost); taking it back"
+        + (f" (holding resume slot fd {slot})" if slot is not None else ""))
     state, head = answer(snap, out, log)
     fd = fresh_region(state, head, log) if opts.handoff else None
     resume = state.resume_lines()
@@ -144,17 +152,22 @@ def _take_back(opts: Options, region_fd: int, args: list[str], log: Log) -> int:
             if exc.final or exc.user_error or time.monotonic() >= deadline:
                 break
             log(f"reconnect failed: {exc}")
+            slots.release(slot)  # the CPU-heavy part is over; polling for a daemon is not
+            slot = None
             _exit_if_client_left(max(0.0, min(RECONNECT_POLL_S, deadline - time.monotonic())), log)
             continue
         finally:
             if offered is not None:
                 offered.close_passed()
+        slots.release(slot)  # reconnected: the next waiting session may start its recovery
+        slot = None
         if conn.welcome.handoff and fd is not None:
             log(f"reconnected; handed off again, resuming {len(resume)} handshake line(s)")
-            handoff.wait(conn, fd, args, log)
+            handoff.wait(conn, fd, args, log, connect.socket_path(opts))
             return fd
         log(f"reconnected without a hand-off; relaying, resuming {len(resume)} handshake line(s)")
         os._exit(_relay(opts, conn, state, head, fd, log).run())
+    slots.release(slot)
     relay = _relay(opts, None, state, head, fd, log)
     os._exit(relay.run_direct(reason))
 
@@ -162,6 +175,8 @@ def _take_back(opts: Options, region_fd: int, args: list[str], log: Log) -> int:
 def _relay(opts: Options, conn: connect.Connection | None, state: State, head: bytes, fd: int | None,
            log: Log) -> Relay:
     """A frame relay that carries on from the region: its handshake, and the unrelayed input."""
+    from .relay import Relay  # only here: it imports socket, threading and json
+
     relay = Relay(opts, conn, log)
     relay.seed(state.init, state.initialized, state.init_answered, head, state.discarding)
     if fd is not None:

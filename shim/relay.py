@@ -44,6 +44,7 @@ from lazyd.errors import ReplayFailed, Unavailable, WireError
 from lazyd.frames import Line
 
 from . import connect
+from .dial import RECONNECT_POLL_S, RECONNECT_WAIT_S
 from lazyd.linepeek import EOF_WAIT_S, LineSplitter, too_long_request
 
 from .options import say
@@ -57,14 +58,6 @@ if TYPE_CHECKING:
 
     JsonId = int | str
     IdKey = tuple[bool, int | str]
-
-RECONNECT_WAIT_S = 20.0
-# How long a shim tries to get a daemon back (autostart included) before running the server itself:
-# a daemon that is stopping holds its instance lock, so no new one can start, for up to its 15 s
-# shutdown bound; a new daemon may then take 5 s to accept.
-
-RECONNECT_POLL_S = 0.05
-# Between reconnect attempts when no daemon answers and none could be started.
 
 MAX_HELD_LINES = 1000
 MAX_HELD_BYTES = 64 * 1024 * 1024

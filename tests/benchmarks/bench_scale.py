@@ -34,6 +34,7 @@ import threading
 import time
 from pathlib import Path
 
+from shim import slots
 from tests.benchmarks.common import EVERYTHING, LineClient, cpu_seconds, median, rss_kib, time_calls, tree_rss_kib
 from tests.benchmarks.scale_support import (
     close_all,
@@ -90,9 +91,11 @@ def ms(samples: list[float]) -> str:
 
 
 def resume_after_kill(venv: Path, env: dict[str, str], daemon: subprocess.Popen[bytes],
-                      clients: list[LineClient]) -> tuple[float, int, int]:
+                      clients: list[LineClient]) -> tuple[float, int, int, float]:
     """kill -9 the daemon; (seconds until every session answered a call, most Python shims at
-    once, sessions that never answered within the bound)."""
+    once, sessions that never answered within the bound, CPU seconds the sessions' own processes
+    spent taking their sessions back: each waiting shell, the Python shim it execs and the shell
+    that one execs again are one process, so its CPU clock counts the whole recovery)."""
     most = 0
     done = threading.Event()
 
@@ -102,6 +105,7 @@ def resume_after_kill(venv: Path, env: dict[str, str], daemon: subprocess.Popen[
             most = max(most, python_shims(venv))
             time.sleep(0.02)
 
+    before = [cpu_seconds(client.proc.pid) for client in clients]
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
     began = time.perf_counter()
@@ -117,7 +121,17 @@ def resume_after_kill(venv: Path, env: dict[str, str], daemon: subprocess.Popen[
     took = time.perf_counter() - began
     done.set()
     sampler.join()
-    return took, most, unanswered
+    used = sum(cpu_seconds(client.proc.pid) - was for client, was in zip(clients, before))
+    return took, most, unanswered, used
+
+
+def kill_row(sessions: int, took: float, most: int, unanswered: int, used: float) -> None:
+    cores = os.cpu_count() or 1
+    row(f"kill -9 with {sessions} waiters: until every session answers", "-", f"{took:.1f} s",
+        f"{unanswered} never answered within {RESUME_BOUND_S:.0f} s; most Python shims at once: {most} "
+        f"({slots.count()} resume slots)")
+    row("  CPU floor of that: the recoveries' CPU / cores", "-", f"{used / cores:.1f} s",
+        f"{used:.1f} s of CPU in the sessions' processes ({used / sessions * 1e3:.0f} ms each) / {cores} cores")
 
 
 def _answer_within(client: LineClient, timeout_s: float) -> bool:
@@ -185,6 +199,29 @@ def big_echo(venv: Path, env: dict[str, str], server: list[str], calls: int) -> 
     row("1 MiB echo, MiB/s both ways (median)", f"{d:.0f}", f"{z:.0f}", f"{z / d:.2f}x of direct")
 
 
+def only_kill(venv: Path, sessions: int, count: int) -> None:
+    print(f"python {sys.version.split()[0]}, load average {os.getloadavg()[0]:.2f} at start; {sessions} sessions "
+          f"over {count} echo servers; the kill -9 alone; installed product: {venv}")
+    with scale_env(venv) as env:
+        daemon = start_daemon(venv, env)
+        try:
+            registrations = servers(venv, count)
+            began = time.perf_counter()
+            clients = open_sessions(venv, env, registrations, sessions)
+            print(f"opened in {time.perf_counter() - began:.0f} s; load average {os.getloadavg()[0]:.2f}")
+            for client in clients[:count]:  # every server running
+                client.request("tools/call", {"name": "echo", "arguments": {"text": "x"}})
+            time.sleep(SETTLE_S)
+            kill_row(sessions, *resume_after_kill(venv, env, daemon, clients))
+            print(f"load average {os.getloadavg()[0]:.2f} after the kill -9")
+            close_all(clients)
+            subprocess.run([str(venv / "bin" / "lazyctl"), "stop"], env=env, capture_output=True, timeout=60)
+        finally:
+            if daemon.poll() is None:
+                daemon.terminate()
+                daemon.wait(timeout=30)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sessions", type=int, default=1000)
@@ -194,8 +231,14 @@ def main() -> None:
                         help="where the installed product is built (reused when it exists)")
     parser.add_argument("--no-kill", action="store_true", help="skip the kill -9 measurement")
     parser.add_argument("--no-everything", action="store_true", help="skip the server-everything figure")
+    parser.add_argument("--only-kill", action="store_true",
+                        help="open the sessions and measure the kill -9 alone (none of the other figures)")
+    parser.add_argument("--reinstall", action="store_true", help="install this checkout into an existing --venv again")
     args = parser.parse_args()
-    venv = installed_venv(args.venv)
+    venv = installed_venv(args.venv, refresh=args.reinstall)
+    if args.only_kill:
+        only_kill(venv, args.sessions, args.servers)
+        return
     print(f"python {sys.version.split()[0]}, load average {os.getloadavg()[0]:.2f} at start; "
           f"{args.sessions} sessions over {args.servers} echo servers; daemon and clients at soft "
           f"RLIMIT_NOFILE 1024; installed product: {venv}")
@@ -257,9 +300,7 @@ def main() -> None:
             if args.no_kill:
                 close_all(clients)
             else:
-                took, most, unanswered = resume_after_kill(venv, env, daemon, clients)
-                row(f"kill -9 with {args.sessions} waiters: until every session answers", "-", f"{took:.1f} s",
-                    f"{unanswered} never answered within {RESUME_BOUND_S:.0f} s; most Python shims at once: {most}")
+                kill_row(args.sessions, *resume_after_kill(venv, env, daemon, clients))
                 close_all(clients)
                 subprocess.run([str(venv / "bin" / "lazyctl"), "stop"], env=env, capture_output=True, timeout=60)
         finally:

@@ -34,12 +34,16 @@ SOFT_NOFILE = 1024  # what a systemd user service gets (DefaultLimitNOFILE=1024:
 ECHO_SERVER = str(REPO / "tests" / "benchmarks" / "echo_server.py")
 
 
-def installed_venv(where: Path) -> Path:
-    """A venv with lazyd installed from this checkout as a user installs it (not editable)."""
+def installed_venv(where: Path, refresh: bool = False) -> Path:
+    """A venv with lazyd installed from this checkout as a user installs it (not editable); with
+    `refresh`, this checkout is installed into an existing one again (its dependencies kept)."""
     if not (where / "bin" / "lazyd-shim").exists():
         subprocess.run([sys.executable, "-m", "venv", str(where)], check=True)
         subprocess.run([str(where / "bin" / "pip"), "install", "-q", str(REPO)], check=True,
                        stdout=subprocess.DEVNULL)
+    elif refresh:
+        subprocess.run([str(where / "bin" / "pip"), "install", "-q", "--no-deps", "--force-reinstall", str(REPO)],
+                       check=True, stdout=subprocess.DEVNULL)
     return where
 
 

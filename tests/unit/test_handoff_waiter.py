@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -20,7 +21,7 @@ from lazyd.handoff import region as hs
 from lazyd.daemon.handoff.ledger import Ledger, map_region
 from lazyd.handoff.region import Region
 from lazyd.linepeek import error_line
-from shim import handoff
+from shim import handoff, slots
 from shim.relay import LOST_CODE, LOST_MESSAGE
 
 
@@ -125,3 +126,156 @@ def test_each_waiter_takes_its_own_bounded_pause_before_it_runs_the_shim_again(m
     pauses = [float(argv[4]) for argv in execs[:: len(handoff.SHELLS)]]
     assert all(0 <= p <= handoff.RESUME_JITTER_S for p in pauses) and len(set(pauses)) > 1, pauses
     assert all("sleep \"$1\"" in argv[2] for argv in execs)
+
+
+# --- resume slots (shim/slots.py): after a daemon crash, at most one recovery per slot at once ---
+
+PROBE = """
+import fcntl, os, sys, time
+began = time.monotonic()
+slot = os.environ.get("LAZYD_RESUME_SLOT")
+held = False
+if slot is not None:
+    other = os.open(os.readlink(f"/proc/self/fd/{slot}"), os.O_RDONLY)
+    try:
+        fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        held = True  # its lock file is locked, by the description this process inherited
+time.sleep(0.3)
+with open(sys.argv[1], "a") as out:
+    out.write(f"{began} {time.monotonic()} {slot} {held}\\n")
+"""
+
+
+def _waiting_shell(flock: str, slot: str, probe: list[str]) -> subprocess.Popen[bytes]:
+    """A waiting shell exactly as a handed-off shim execs it, whose daemon is already gone (its
+    socket, fd 9, reads EOF at once) and whose shim is `probe`; no pause before the slot."""
+    null = os.open(os.devnull, os.O_RDONLY)
+
+    def socket_at_wait_fd() -> None:
+        os.dup2(null, handoff.WAIT_FD)
+
+    try:
+        return subprocess.Popen([handoff.SHELLS[0] if os.access(handoff.SHELLS[0], os.X_OK) else handoff.SHELLS[1],
+                                 "-c", handoff.WAIT_SCRIPT, "lazyd-shim", "0", flock, slot, "unused", *probe],
+                                preexec_fn=socket_at_wait_fd, stdin=subprocess.DEVNULL)
+    finally:
+        os.close(null)
+
+
+def _needs_dash_and_flock() -> str:
+    flock = slots.flock_path()
+    if not any(os.access(shell, os.X_OK) for shell in handoff.SHELLS) or not flock:
+        print("skipping: no dash or no flock(1) here")
+        pytest.skip("no dash or no flock(1)")
+    return flock
+
+
+def test_waiting_shells_start_their_shims_at_most_one_per_slot_at_once_each_holding_its_slot(tmp_path: Path) -> None:
+    flock = _needs_dash_and_flock()
+    record = tmp_path / "record"
+    shells = [_waiting_shell(flock, str(tmp_path / f"resume.{n % 2}"), [sys.executable, "-c", PROBE, str(record)])
+              for n in range(6)]
+    for shell in shells:
+        assert shell.wait(timeout=60) == 0
+    runs = [line.split() for line in record.read_text().splitlines()]
+    assert len(runs) == 6
+    assert all(slot == str(slots.SLOT_FD) and held == "True" for _, _, slot, held in runs), runs
+    events = sorted([(float(began), 1) for began, _, _, _ in runs] + [(float(ended), -1) for _, ended, _, _ in runs])
+    running = most = 0
+    for _, change in events:
+        running += change
+        most = max(most, running)
+    assert most <= 2, f"{most} shims ran at once over 2 slots"
+
+
+def test_a_waiting_shell_without_flock_resumes_without_a_slot(tmp_path: Path) -> None:
+    _needs_dash_and_flock()
+    record = tmp_path / "record"
+    shell = _waiting_shell("", str(tmp_path / "resume.0"), [sys.executable, "-c", PROBE, str(record)])
+    assert shell.wait(timeout=60) == 0
+    [(_, _, slot, held)] = [line.split() for line in record.read_text().splitlines()]
+    assert (slot, held) == ("None", "False")
+    assert not (tmp_path / "resume.0").exists()
+
+
+def test_a_waiting_shell_whose_slot_directory_is_gone_resumes_without_a_slot(tmp_path: Path) -> None:
+    flock = _needs_dash_and_flock()
+    record = tmp_path / "record"
+    shell = _waiting_shell(flock, str(tmp_path / "gone" / "resume.0"), [sys.executable, "-c", PROBE, str(record)])
+    assert shell.wait(timeout=60) == 0
+    [(_, _, slot, _)] = [line.split() for line in record.read_text().splitlines()]
+    assert slot == "None"
+
+
+def test_sigterm_ends_a_shell_queued_for_a_slot_at_once_with_status_0_and_no_flock_left_behind(tmp_path: Path) -> None:
+    import fcntl
+    import signal
+    import time
+
+    flock = _needs_dash_and_flock()
+    slot = tmp_path / "resume.0"
+    holder = os.open(slot, os.O_WRONLY | os.O_CREAT, 0o600)
+    fcntl.flock(holder, fcntl.LOCK_EX)  # another session's recovery holds the only slot
+    try:
+        shell = _waiting_shell(flock, str(slot), [sys.executable, "-c", PROBE, str(tmp_path / "record")])
+        deadline = time.monotonic() + 30
+        while not (queued := [pid for pid in _children(shell.pid) if _runs(pid, flock)]):
+            assert time.monotonic() < deadline, "the shell never queued for the slot"
+            time.sleep(0.02)
+        shell.send_signal(signal.SIGTERM)
+        assert shell.wait(timeout=5) == 0
+        deadline = time.monotonic() + 5
+        while any(os.path.exists(f"/proc/{pid}") and _state(pid) != "Z" for pid in queued):
+            assert time.monotonic() < deadline, "the shell's flock(1) outlived it"
+            time.sleep(0.02)
+        assert not (tmp_path / "record").exists(), "no shim ran"
+    finally:
+        os.close(holder)
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(child) for child in f.read().split()]
+    except OSError:
+        return []
+
+
+def _runs(pid: int, program: str) -> bool:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().split(b"\0")[0] == program.encode()
+    except OSError:
+        return False
+
+
+def _state(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "Z"
+
+
+def test_the_shim_takes_its_slot_out_of_the_environment_and_frees_it_at_its_next_exec(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+) -> None:
+    fd = os.open(tmp_path / "resume.0", os.O_WRONLY | os.O_CREAT, 0o600)
+    os.set_inheritable(fd, True)
+    monkeypatch.setenv(slots.SLOT_ENV, str(fd))
+    try:
+        assert slots.taken() == fd
+        assert slots.SLOT_ENV not in os.environ and slots.SLOT_ENV.encode() not in os.environb
+        assert not os.get_inheritable(fd)
+    finally:
+        slots.release(fd)
+    with pytest.raises(OSError):
+        os.fstat(fd)
+    assert slots.taken() is None
+
+
+def test_sessions_are_spread_over_one_slot_per_cpu_beside_the_daemon_socket() -> None:
+    paths = {slots.slot_path("/run/user/1/lazyd/lazyd.sock", pid) for pid in range(1000, 1100)}
+    assert paths == {f"/run/user/1/lazyd/resume.{n}" for n in range(slots.count())}
+    assert slots.count() >= 2

@@ -1,0 +1,180 @@
+"""The warm session start of the installed shim beside its interpreter's floor, in one run.
+
+    python -m tests.benchmarks.bench_warm [--starts 40] [--venv DIR] [--no-reinstall]
+
+The product as users install it (a venv with this checkout `pip install`-ed, not editable: an
+editable install's finder slows every start of that interpreter, `python -c pass` included). In
+rounds, one sample of each per round so that the machine's load falls on all of them alike:
+
+1. `python -c pass` of the interpreter the installed `lazyd-shim` runs on;
+2. the design card's floor: that interpreter running `import msgpack, socket`, then one round trip
+   on a Unix socket (connect, send one byte, receive one byte from a responder thread of this
+   process); and the same with `_socket`, the C module the shim dials with, instead of `socket`;
+3. the shim's warm session start: `lazyd-shim -- <echo server>` spawned, `initialize` written,
+   its answer read (from the daemon's cache: the server was started and its handshake cached
+   before), with the CPU the shim's process used in all (its Python, then its waiting shell);
+4. the daemon's part of it: hello to `initialize` answered by a session this process opens the
+   way a shim does (scale_support.HandedOff), no Python start.
+
+p50 and p90 of each, the ratios to `python -c pass`, and the `-X importtime` of one warm start
+(its largest imports by their own time).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from tests.benchmarks.common import median, percentile
+from tests.benchmarks.scale_support import (
+    close_all,
+    installed_venv,
+    open_sessions,
+    raw_start,
+    scale_env,
+    servers,
+    socket_of,
+    start_daemon,
+)
+
+INIT_LINE = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                        "params": {"protocolVersion": "2025-11-25", "capabilities": {},
+                                   "clientInfo": {"name": "bench", "version": "1"}}}).encode() + b"\n"
+TARGET = 1.5  # warm start against `python -c pass`
+
+
+def responder(path: str) -> threading.Thread:
+    """A Unix socket at `path` answering each connection's first byte with one byte."""
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(64)
+
+    def serve() -> None:
+        while True:
+            conn, _ = listener.accept()
+            with conn:
+                if conn.recv(1):
+                    conn.sendall(b"y")
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    return thread
+
+
+def floor_code(path: str, module: str) -> str:
+    return (f"import msgpack, {module}\n"
+            f"s = {module}.socket({module}.AF_UNIX, {module}.SOCK_STREAM)\n"
+            f"s.connect({path!r}); s.sendall(b'x'); assert s.recv(1) == b'y'")
+
+
+def timed(argv: list[str], env: dict[str, str] | None = None) -> float:
+    began = time.perf_counter()
+    subprocess.run(argv, check=True, env=env)
+    return time.perf_counter() - began
+
+
+def warm_start(venv: Path, env: dict[str, str], server: list[str], extra: list[str] | None = None,
+               stderr: int | None = subprocess.DEVNULL) -> tuple[float, float]:
+    """(seconds to the `initialize` answer, CPU seconds of the shim's process in all)."""
+    argv = [str(venv / "bin" / "lazyd-shim"), "--", *server]
+    if extra:
+        argv = [str(venv / "bin" / "python"), *extra, *argv]
+    began = time.perf_counter()
+    proc = subprocess.Popen(argv, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr)
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write(INIT_LINE)
+    proc.stdin.flush()
+    line = proc.stdout.readline()
+    took = time.perf_counter() - began
+    assert b'"result"' in line, line
+    proc.stdin.close()
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    proc.stdout.close()
+    return took, usage.ru_utime + usage.ru_stime
+
+
+def importtime(venv: Path, env: dict[str, str], server: list[str], top: int) -> list[str]:
+    with tempfile.TemporaryFile() as err:
+        warm_start(venv, env, server, ["-X", "importtime"], stderr=err.fileno())
+        err.seek(0)
+        rows = []
+        for line in err.read().decode().splitlines():
+            if line.startswith("import time:") and "self [us]" not in line:
+                own, cumulative, name = line[len("import time:"):].split("|")
+                rows.append((int(own), int(cumulative), name.rstrip()))
+    total = sum(own for own, _, _ in rows)
+    out = [f"  {own / 1000:6.2f} ms self {cumulative / 1000:7.2f} ms cumulative  {name.strip()}"
+           for own, cumulative, name in sorted(rows, reverse=True)[:top]]
+    return [f"  {len(rows)} modules, {total / 1000:.1f} ms in all (importtime's own overhead included)", *out]
+
+
+def stats(samples: list[float]) -> tuple[float, float]:
+    return median(samples), percentile(samples, 90)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--starts", type=int, default=40, help="rounds (one sample of each per round)")
+    parser.add_argument("--venv", type=Path, default=Path(tempfile.gettempdir()) / f"lazyd-warm-venv-{os.getuid()}",
+                        help="where the installed product is built")
+    parser.add_argument("--no-reinstall", action="store_true", help="measure the venv as it is")
+    parser.add_argument("--top", type=int, default=15, help="imports listed from -X importtime")
+    args = parser.parse_args()
+    venv = installed_venv(args.venv, refresh=not args.no_reinstall)
+    python = str(venv / "bin" / "python")
+    print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, load average "
+          f"{' '.join(f'{x:.2f}' for x in os.getloadavg())} at start; installed product: {venv}")
+    with scale_env(venv) as env, tempfile.TemporaryDirectory() as scratch:
+        path = os.path.join(scratch, "floor.sock")
+        responder(path)
+        daemon = start_daemon(venv, env)
+        try:
+            probe = servers(venv, 1)
+            close_all(open_sessions(venv, env, probe, 1, batch=1))  # the server runs, its handshake cached
+            time.sleep(0.5)
+            names = ["python -c pass", "floor: import msgpack, socket + 1 round trip",
+                     "       import msgpack, _socket + 1 round trip", "lazyd-shim warm start (initialize answered)",
+                     "the daemon's part (hello to initialize, no Python)"]
+            samples: dict[str, list[float]] = {name: [] for name in names}
+            cpu: list[float] = []
+            for _ in range(args.starts):
+                samples[names[0]].append(timed([python, "-c", "pass"]))
+                samples[names[1]].append(timed([python, "-c", floor_code(path, "socket")]))
+                samples[names[2]].append(timed([python, "-c", floor_code(path, "_socket")]))
+                took, used = warm_start(venv, env, probe[0])
+                samples[names[3]].append(took)
+                cpu.append(used)
+                samples[names[4]].append(raw_start(socket_of(env), env, probe[0]))
+            imports = importtime(venv, env, probe[0], args.top)
+        finally:
+            daemon.terminate()
+            daemon.wait(timeout=30)
+    bare = median(samples[names[0]])
+    print(f"{args.starts} rounds; p50 / p90, and p50 / p50 of python -c pass")
+    for name in names:
+        p50, p90 = stats(samples[name])
+        print(f"  {name:54} {p50 * 1e3:6.1f} / {p90 * 1e3:6.1f} ms   {p50 / bare:4.2f}x")
+    warm, floor = median(samples[names[3]]), median(samples[names[1]])
+    print(f"  CPU of the shim's process per warm start, p50: {median(cpu) * 1e3:.0f} ms "
+          f"(clock ticks: 10 ms steps); python -c pass is the wall time above")
+    print(f"warm start {warm / bare:.2f}x python -c pass (target <= {TARGET}); the floor is {floor / bare:.2f}x; "
+          f"warm start {warm / floor:.2f}x the floor")
+    if floor / bare > TARGET:
+        print(f"the target is below the floor: {TARGET}x python -c pass is {TARGET * bare * 1e3:.1f} ms, "
+              f"the floor {floor * 1e3:.1f} ms")
+    print("-X importtime of one warm start, largest own times:")
+    print("\n".join(imports))
+    print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())} at the end")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,87 @@
+"""After a kill -9 of the daemon, the waiting shells take their sessions back through the resume
+slots (shim/slots.py): each recovery holds a slot from before its Python starts until it has
+reconnected, and none keeps one afterwards (not the next waiting shell, not the new daemon).
+
+Testing policy: real shims on the hand-off path (their waiting shells, real flock(1)), a real
+daemon autostarted by them and killed with SIGKILL, the fixture server. That at most one recovery
+per slot runs at once is shown by tests/unit/test_handoff_waiter.py on the waiting shell itself;
+here the whole path, counted, never timed: the figures are bench_scale's.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from shim import slots
+from tests.conftest import UserEnv
+from tests.e2e.faults_support import tool_call, wait_for
+from tests.e2e.shim_paths import HANDOFF_PATHS
+
+pytestmark = pytest.mark.e2e
+
+SESSIONS = 6
+
+
+def _free(slot: Path) -> bool:
+    fd = os.open(slot, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)
+
+
+def _holds(pid: int, slot_dir: Path) -> list[str]:
+    """The resume slots process `pid` has open."""
+    held = []
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith(str(slot_dir / "resume.")):
+            held.append(target)
+    return held
+
+
+def test_after_a_kill_9_every_session_is_taken_back_through_a_slot_and_no_slot_stays_held(
+    user_env: UserEnv, tmp_path: Path,
+) -> None:
+    if not slots.flock_path():
+        print("skipping: no flock(1) here")
+        pytest.skip("no flock(1)")
+    log = tmp_path / "shims.log"
+    path = HANDOFF_PATHS[0]
+    shims = [path.started(user_env, env={"LAZYD_LOG_FILE": str(log)}) for _ in range(SESSIONS)]
+    try:
+        for shim in shims:
+            shim.initialize()
+            path.check(shim)
+        (old_daemon,) = user_env.daemon_pids()
+        os.kill(old_daemon, signal.SIGKILL)
+        for n, shim in enumerate(shims):
+            shim.send(tool_call(5, "echo", {"text": f"again {n}"}))
+        for n, shim in enumerate(shims):
+            answer = shim.read()
+            assert answer["id"] == 5 and answer["result"]["content"][0]["text"] == f"again {n}", answer
+        for shim in shims:
+            path.check(shim)  # handed off again, waiting in a shell
+        said = log.read_text()
+        assert said.count("(holding resume slot fd 8)") == SESSIONS, said
+        slot_dir = user_env.socket.parent
+        made = sorted(slot_dir.glob("resume.*"))
+        assert made and all(p.name in {f"resume.{n}" for n in range(slots.count())} for p in made), made
+        assert all(_free(slot) for slot in made), "a slot is still held after every session was taken back"
+        (new_daemon,) = user_env.daemon_pids()
+        for pid in [new_daemon, *(shim.pid for shim in shims)]:
+            assert _holds(pid, slot_dir) == [], pid
+    finally:
+        for shim in shims:
+            shim.close_stdin_and_wait()
