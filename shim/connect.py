@@ -24,7 +24,6 @@ from lazyd import sockpath, wire
 from lazyd.errors import Unavailable, WireError
 from lazyd.frames import ForeignWelcome, Hello, Refusal, Welcome
 
-from .autostart import autostart as start_daemon
 from .dial import BUSY_WAIT_S, NoDaemon, budget, check_peer, connect_once
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs start-up time
@@ -170,6 +169,8 @@ def connect_or_start(path: str, explicit: bool, autostart: bool, log: Callable[[
     if not autostart:
         raise Unavailable(f"no daemon at {path}: {reason}; autostart is off")
     log(f"no daemon at {path} ({reason}); autostarting")
+    from .autostart import autostart as start_daemon  # only here: a start with a daemon up never needs it
+
     return start_daemon(path, explicit, log, deadline)
 
 

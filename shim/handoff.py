@@ -175,11 +175,13 @@ def recovery_argv(region: int, args: list[str]) -> list[str]:
     return [sys.executable, *prefix[1:], f"{RESUME_FLAG}{region}", *args]
 
 
-def wait(conn: connect.Connection, region: int, args: list[str], log: Log, socket_path: str | None = None) -> None:
+def wait(conn: connect.Connection, region: int, args: list[str], log: Log, socket_path: str | None = None,
+         slot: int | None = None) -> None:
     """Wait while the daemon serves the client (see the module docstring). Ends the process, or
     execs the waiting shell; returns (with `conn` closed) only where this process itself waited
     and the daemon let go: the caller then takes the session back (shim/recover.py). The resume
-    slots (shim/slots.py) are those beside `socket_path`; with None the shell resumes without one."""
+    slots (shim/slots.py) are those beside `socket_path`; with None the shell resumes without one.
+    `slot`, the one this shim holds (close-on-exec), is freed by the exec or before waiting here."""
     sock = conn.sock.fileno()
     if region in (WAIT_FD, SLOT_FD):
         import fcntl
@@ -195,21 +197,22 @@ def wait(conn: connect.Connection, region: int, args: list[str], log: Log, socke
         # Not `random`: its import (hashlib, bisect, warnings) costs every session start ~2 ms.
         jitter = f"{int.from_bytes(os.urandom(2), 'big') / 0xFFFF * RESUME_JITTER_S:.3f}"
         flock = slots.flock_path() if socket_path is not None else ""
-        slot = slots.slot_path(socket_path, os.getpid()) if socket_path is not None else ""
+        lock_file = slots.slot_path(socket_path, os.getpid()) if socket_path is not None else ""
         orphan = orphan_script()
         argv = recovery_argv(region, args)
-        if slot and not flock:
+        if lock_file and not flock:
             log(f"no flock(1) ({' or '.join(slots.FLOCKS)}): after a daemon crash this session resumes without a slot")
         for shell in SHELLS:
             log(f"handed off; waiting in {shell}")
             try:
-                os.execv(shell, [shell, "-c", WAIT_SCRIPT, "lazyd-shim", jitter, flock, slot, orphan, *argv])
+                os.execv(shell, [shell, "-c", WAIT_SCRIPT, "lazyd-shim", jitter, flock, lock_file, orphan, *argv])
             except OSError:
                 continue
         os.set_inheritable(WAIT_FD, False)
         log("no shell to wait in; waiting in this process")
     else:
         log("handed off; waiting in this process")
+    slots.release(slot)
     try:
         data = conn.sock.recv(1)
     except OSError:

@@ -22,7 +22,6 @@ before it wrote any) has nothing in flight to answer.
 
 from __future__ import annotations
 
-import array
 import os
 import select
 import time
@@ -61,6 +60,7 @@ def _exit_if_client_left(wait_s: float, log: Log) -> None:
 
 def _unread_input() -> int:
     """How many bytes wait in our stdin (a pipe or a socket)."""
+    import array
     import fcntl
     import termios
 
@@ -159,12 +159,13 @@ def _take_back(opts: Options, region_fd: int, args: list[str], log: Log, slot: i
         finally:
             if offered is not None:
                 offered.close_passed()
-        slots.release(slot)  # reconnected: the next waiting session may start its recovery
-        slot = None
         if conn.welcome.handoff and fd is not None:
             log(f"reconnected; handed off again, resuming {len(resume)} handshake line(s)")
-            handoff.wait(conn, fd, args, log, connect.socket_path(opts))
+            # The exec of the waiting shell frees the slot (close-on-exec); so does `wait` before
+            # it waits in this process.
+            handoff.wait(conn, fd, args, log, connect.socket_path(opts), slot)
             return fd
+        slots.release(slot)  # relaying from here on: the next waiting session may start its recovery
         log(f"reconnected without a hand-off; relaying, resuming {len(resume)} handshake line(s)")
         os._exit(_relay(opts, conn, state, head, fd, log).run())
     slots.release(slot)

@@ -177,18 +177,19 @@ def served_count(status: dict[str, Any]) -> int:
 
 
 def python_shims(venv: Path) -> int:
-    """Python shims running now (not the waiting shells): processes of the venv's interpreter
-    whose command line runs lazyd-shim."""
-    exe = os.path.realpath(venv / "bin" / "python")
+    """Python shims of this venv running now (not the waiting shells): processes of an interpreter
+    whose command line runs this venv's lazyd-shim (every venv's python is the same binary, so
+    the executable alone would count other checkouts' shims on the machine too)."""
+    shim = os.fsencode(venv / "bin" / "lazyd-shim")
     count = 0
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
-            if os.path.realpath(f"/proc/{entry}/exe") != exe:
+            if not os.path.basename(os.readlink(f"/proc/{entry}/exe")).startswith("python"):
                 continue
             with open(f"/proc/{entry}/cmdline", "rb") as f:
-                if b"lazyd-shim" in f.read():
+                if shim in f.read().split(b"\0")[:3]:
                     count += 1
         except OSError:
             continue

@@ -279,3 +279,26 @@ def test_sessions_are_spread_over_one_slot_per_cpu_beside_the_daemon_socket() ->
     paths = {slots.slot_path("/run/user/1/lazyd/lazyd.sock", pid) for pid in range(1000, 1100)}
     assert paths == {f"/run/user/1/lazyd/resume.{n}" for n in range(slots.count())}
     assert slots.count() >= 2
+
+
+def test_a_shim_that_waits_in_python_frees_its_slot_before_it_waits(monkeypatch: pytest.MonkeyPatch,
+                                                                    tmp_path: Path) -> None:
+    import socket
+
+    from shim.options import Log, parse
+
+    monkeypatch.setenv(handoff.WAITER_ENV, "python")
+    slot = os.open(tmp_path / "resume.0", os.O_WRONLY | os.O_CREAT, 0o600)
+    ours, peer = socket.socketpair()
+    peer.close()  # the daemon lets go at once
+
+    class Conn:
+        sock = ours
+
+    region = os.open("/dev/null", os.O_RDONLY)
+    try:
+        handoff.wait(Conn(), region, ["--", "true"], Log(parse(["--", "true"], {})), "/x/lazyd.sock", slot)  # type: ignore[arg-type]
+    finally:
+        os.close(region)
+    with pytest.raises(OSError):
+        os.fstat(slot)
