@@ -39,24 +39,25 @@ SHELLS = ("/bin/dash", "/usr/bin/dash")
 # would wait in 3 MiB, Python in 10: the frame path is then the better deal).
 
 RESUME_JITTER_S = 1.0
-# After the daemon is gone, each waiter waits a random part of this before it queues for a resume
-# slot (shim/slots.py): a daemon crash wakes every waiter at the same instant.
+# After the daemon is gone, a waiter that cannot take a resume slot (shim/slots.py) waits a random
+# part of this before it runs Python again: a daemon crash wakes every waiter at the same instant.
 
 WAIT_SCRIPT = (f"trap 'kill $! 2>/dev/null; exit 0' TERM HUP; trap 'kill $! 2>/dev/null; exit 130' INT; "
                f"read -r _ <&{WAIT_FD} && exit 0; exec {WAIT_FD}<&-; "
-               'sleep "$1" 2>/dev/null & wait $!; '
-               f'if [ -n "$2" ] && command exec {SLOT_FD}>>"$3"; then '
+               f'if [ -n "$2" ] && [ -d "${{3%/*}}" ] && command exec {SLOT_FD}>>"$3"; then '
                f'if "$2" -w {SLOT_WAIT_S} {SLOT_FD} & wait $!; then export {SLOT_ENV}={SLOT_FD}; '
-               f"else exec {SLOT_FD}>&-; fi; fi; shift 3; "
+               f"else exec {SLOT_FD}>&-; fi; "
+               'else sleep "$1" 2>/dev/null & wait $!; fi; shift 3; '
                '[ -x "$2" ] || exec python3 -I -S -c "$@"; shift; exec "$@"')
 # The shim's own signal rules (main.py): SIGTERM and SIGHUP end it quietly with 0, SIGINT with
-# 130, also while it sleeps or queues (a trapped signal ends `wait`; the trap ends what it waited
+# 130, also while it queues or sleeps (a trapped signal ends `wait`; the trap ends what it waited
 # for). Its arguments: the pause, flock(1)'s path ("" where there is none), the slot's lock file,
 # ORPHAN_SCRIPT, then the shim's command line to exec. A slot is taken on SLOT_FD before Python
-# starts, and named to the shim in its environment (shim/slots.py); a slot that cannot be had
-# (no flock, no directory, the wait ran out) is done without. A shim that is no longer there (its
-# environment deleted) cannot be exec'd: the system's python3 then runs ORPHAN_SCRIPT, which
-# answers what was in flight itself, and the session ends.
+# starts and named to the shim in its environment (shim/slots.py); the queue for the slots spreads
+# the resumes, so the pause is only for a shell without one (no flock, no directory). A slot
+# whose wait ran out is done without. A shim that is no longer there (its environment deleted)
+# cannot be exec'd: the system's python3 then runs ORPHAN_SCRIPT, which answers what was in
+# flight itself, and the session ends.
 
 ORPHAN_SCRIPT = r"""
 import os, sys

@@ -96,8 +96,8 @@ def test_without_a_sealed_memfd_the_session_is_relayed_over_frames_with_one_log_
 
 
 def test_each_waiter_takes_its_own_bounded_pause_before_it_runs_the_shim_again(monkeypatch: pytest.MonkeyPatch) -> None:
-    # After a daemon crash every waiter wakes at once; each sleeps a random part of
-    # RESUME_JITTER_S (its first argument to the script) before it execs Python. The pause is
+    # After a daemon crash every waiter wakes at once; one that cannot take a resume slot sleeps
+    # a random part of RESUME_JITTER_S (its first argument to the script) before it execs Python. The pause is
     # printed to milliseconds, so a draw of 0.9996 reads 1.000: the bound is inclusive.
     import socket
 
@@ -147,20 +147,13 @@ with open(sys.argv[1], "a") as out:
 """
 
 
-def _waiting_shell(flock: str, slot: str, probe: list[str]) -> subprocess.Popen[bytes]:
+def _waiting_shell(flock: str, slot: str, probe: list[str], stderr: int | None = None) -> subprocess.Popen[bytes]:
     """A waiting shell exactly as a handed-off shim execs it, whose daemon is already gone (its
-    socket, fd 9, reads EOF at once) and whose shim is `probe`; no pause before the slot."""
-    null = os.open(os.devnull, os.O_RDONLY)
-
-    def socket_at_wait_fd() -> None:
-        os.dup2(null, handoff.WAIT_FD)
-
-    try:
-        return subprocess.Popen([handoff.SHELLS[0] if os.access(handoff.SHELLS[0], os.X_OK) else handoff.SHELLS[1],
-                                 "-c", handoff.WAIT_SCRIPT, "lazyd-shim", "0", flock, slot, "unused", *probe],
-                                preexec_fn=socket_at_wait_fd, stdin=subprocess.DEVNULL)
-    finally:
-        os.close(null)
+    socket, fd 9, reads EOF at once) and whose shim is `probe`."""
+    dash = next(shell for shell in handoff.SHELLS if os.access(shell, os.X_OK))
+    return subprocess.Popen([dash, "-c", f'exec {handoff.WAIT_FD}</dev/null; exec "$@"', "wrap",
+                             dash, "-c", handoff.WAIT_SCRIPT, "lazyd-shim", "0", flock, slot, "unused", *probe],
+                            stdin=subprocess.DEVNULL, stderr=stderr)
 
 
 def _needs_dash_and_flock() -> str:
@@ -202,10 +195,13 @@ def test_a_waiting_shell_without_flock_resumes_without_a_slot(tmp_path: Path) ->
 def test_a_waiting_shell_whose_slot_directory_is_gone_resumes_without_a_slot(tmp_path: Path) -> None:
     flock = _needs_dash_and_flock()
     record = tmp_path / "record"
-    shell = _waiting_shell(flock, str(tmp_path / "gone" / "resume.0"), [sys.executable, "-c", PROBE, str(record)])
-    assert shell.wait(timeout=60) == 0
+    shell = _waiting_shell(flock, str(tmp_path / "gone" / "resume.0"), [sys.executable, "-c", PROBE, str(record)],
+                           stderr=subprocess.PIPE)
+    _, said = shell.communicate(timeout=60)
+    assert shell.returncode == 0
     [(_, _, slot, _)] = [line.split() for line in record.read_text().splitlines()]
     assert slot == "None"
+    assert said == b"", "nothing on the client's stderr"
 
 
 def test_sigterm_ends_a_shell_queued_for_a_slot_at_once_with_status_0_and_no_flock_left_behind(tmp_path: Path) -> None:
