@@ -36,9 +36,11 @@ WAIT_S = 120
 
 
 def count() -> int:
-    """Slots per daemon socket: one per CPU (at least 2). Each recovery is a Python start, CPU
-    bound: more at once would only share the same CPUs, and the new daemon needs its part."""
-    return max(2, os.cpu_count() or 1)
+    """Slots per daemon socket: two per CPU. A recovery is mostly a Python start, CPU bound, but
+    it also waits for the daemon's answer to its hello: two per CPU keep the CPUs busy (300
+    sessions on 2 CPUs: 40 s with 4 slots, 47 s with 2, two runs at a similar load), and more would
+    only share the same CPUs, the new daemon's part of them too."""
+    return 2 * (os.cpu_count() or 1)
 
 
 def flock_path() -> str:
