@@ -3,8 +3,8 @@
 A citation is anything a reader would follow: a project path (`lazyd/daemon/runtime/supervisor.py`,
 `tests/unit/test_relay_*.py`, `lazyd/core/{relay,eras}/`), a test by name (a test file, `::`, the
 function), a module by its bare file name, a doc and one of its sections (`docs/protocol.md,
-"Frames"`, `relay.md#sharing-one-process`, a Markdown link), and numbered sections or cases (a
-section sign or the word "case" before a number).
+"Frames"`, `relay.md#sharing-one-process`, a Markdown link), a module's numbered rule ("rule 9 of" a
+module), and numbered sections or cases (a section sign or the word "case" before a number).
 The team's shared documents (`PROTOCOL.md`, `HOUSE_STYLE.md`, `RELIABILITY.md`, `DESIGN.md`) are
 not part of the product, so the product's docs and docstrings may not cite them at all: what they
 say is written in the project's own docs (docs/protocol-eras.md, docs/relay.md, docs/reliability.md).
@@ -75,6 +75,8 @@ DOC_NAME = re.compile(r"(?<![\w/.-])" + MD + r"(?![\w/])")
 EXTERNAL = re.compile(r"\b(%s)(\.md)?\b" % "|".join(EXTERNAL_DOCS))
 NUMBERED = re.compile(r"(?:(" + MD[1:-1] + r")\s+)?(§\s?\d+(?:\s?-\s?§?\d+)?)")
 CASE = re.compile(r"\b(cases?\s+\d+(?:\s?[-–,]\s?\d+)*)\b", re.IGNORECASE)
+# `rule 9 of lazyd/core/lifecycle/machine.py`, `rules 1 and 8 of the lifecycle (its module)`
+RULE = re.compile(r"\brules?\s+(\d+(?:\s*(?:,|and|-)\s*\d+)*)\s+of\s+(?:[\w ]+\(\s*)?((?:lazyd|shim)/[\w/]+\.py)")
 ISSUE = re.compile(r"\bissues? #?\d+", re.IGNORECASE)
 E2E_OR_UNIT = re.compile(r"\b(e2e|unit)\b")
 
@@ -259,6 +261,15 @@ def check_text(text: Text, repo: Path = REPO) -> list[Broken]:
                 broken(match.start(), "path", target, "the link's target does not exist in the repository")
             elif "#" in target and resolved.suffix == ".md" and target.split("#")[1] not in headings(resolved)[1]:
                 broken(match.start(), "anchor", target, f"{path} has no heading with that anchor")
+
+    # Numbered rules of a module: its docstring numbers them ("9. The wake predicate ...").
+    for match in RULE.finditer(body):
+        module = repo / match.group(2)
+        doc = (ast.get_docstring(ast.parse(module.read_text())) or "") if module.is_file() else ""
+        for number in re.findall(r"\d+", match.group(1)):
+            if not re.search(rf"^\s*{number}\.\s", doc, re.MULTILINE):
+                broken(match.start(), "section", f"rule {number} of {match.group(2)}",
+                       "that module's docstring numbers no such rule")
 
     # Numbered sections and cases: no project doc numbers its sections or cases.
     for match in NUMBERED.finditer(body):

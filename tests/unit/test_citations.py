@@ -133,3 +133,10 @@ def test_the_product_cites_no_shared_team_document_nor_an_issue_but_the_tests_ma
     assert kinds("see DESIGN.md") == ["external"]
     assert kinds("the hub (issue 9)", source="lazyd/daemon/hub/server.py") == ["external"]
     assert kinds("msgpack bombs (RELIABILITY.md case 33, PROTOCOL.md §8)", source="tests/unit/test_wire.py") == []
+
+
+def test_a_numbered_rule_of_a_module_must_be_numbered_in_that_modules_docstring() -> None:
+    machine = "lazyd/core/lifecycle/machine.py"
+    assert kinds(f"(rule 9 of {machine})", source="lazyd/core/lifecycle/predicate.py") == []
+    assert kinds(f"rules 1 and 8 of the lifecycle ({machine})", source="lazyd/core/lifecycle/requests.py") == []
+    assert kinds(f"(rule 99 of {machine})", source="lazyd/core/lifecycle/predicate.py") == ["section"]
