@@ -265,9 +265,9 @@ def check_text(text: Text, repo: Path = REPO) -> list[Broken]:
     # Numbered rules of a module: its docstring numbers them ("9. The wake predicate ...").
     for match in RULE.finditer(body):
         module = repo / match.group(2)
-        doc = (ast.get_docstring(ast.parse(module.read_text())) or "") if module.is_file() else ""
+        rules = (ast.get_docstring(ast.parse(module.read_text())) or "") if module.is_file() else ""
         for number in re.findall(r"\d+", match.group(1)):
-            if not re.search(rf"^\s*{number}\.\s", doc, re.MULTILINE):
+            if not re.search(rf"^\s*{number}\.\s", rules, re.MULTILINE):
                 broken(match.start(), "section", f"rule {number} of {match.group(2)}",
                        "that module's docstring numbers no such rule")
 
