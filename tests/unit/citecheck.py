@@ -3,8 +3,9 @@
 A citation is anything a reader would follow: a project path (`lazyd/daemon/runtime/supervisor.py`,
 `tests/unit/test_relay_*.py`, `lazyd/core/{relay,eras}/`), a test by name (a test file, `::`, the
 function), a module by its bare file name, a doc and one of its sections (`docs/protocol.md,
-"Frames"`, `relay.md#sharing-one-process`, a Markdown link), a module's numbered rule ("rule 9 of" a
-module), and numbered sections or cases (a section sign or the word "case" before a number).
+"Frames"`, `relay.md#sharing-one-process`, a Markdown link), a member of one of lazyd's classes
+(`RelayCore.from_state`), a module's numbered rule ("rule 9 of" a module), and numbered sections
+or cases (a section sign or the word "case" before a number).
 The team's shared documents (`PROTOCOL.md`, `HOUSE_STYLE.md`, `RELIABILITY.md`, `DESIGN.md`) are
 not part of the product, so the product's docs and docstrings may not cite them at all: what they
 say is written in the project's own docs (docs/protocol-eras.md, docs/relay.md, docs/reliability.md).
@@ -75,6 +76,7 @@ DOC_NAME = re.compile(r"(?<![\w/.-])" + MD + r"(?![\w/])")
 EXTERNAL = re.compile(r"\b(%s)(\.md)?\b" % "|".join(EXTERNAL_DOCS))
 NUMBERED = re.compile(r"(?:(" + MD[1:-1] + r")\s+)?(§\s?\d+(?:\s?-\s?§?\d+)?)")
 CASE = re.compile(r"\b(cases?\s+\d+(?:\s?[-–,]\s?\d+)*)\b", re.IGNORECASE)
+MEMBER = re.compile(r"`([A-Z]\w+)\.(\w+)")  # `RelayCore.from_state`: a class of lazyd's and one of its members
 # `rule 9 of lazyd/core/lifecycle/machine.py`, `rules 1 and 8 of the lifecycle (its module)`
 RULE = re.compile(r"\brules?\s+(\d+(?:\s*(?:,|and|-)\s*\d+)*)\s+of\s+(?:[\w ]+\(\s*)?((?:lazyd|shim)/[\w/]+\.py)")
 ISSUE = re.compile(r"\bissues? #?\d+", re.IGNORECASE)
@@ -166,6 +168,29 @@ def resolve_doc(name: str, text: Text, repo: Path) -> Path | None:
         if candidate.is_file() and candidate.is_relative_to(repo):
             return candidate
     return None
+
+
+@cache
+def classes(repo: Path = REPO) -> dict[str, frozenset[str]]:
+    """Every class lazyd and the shim define -> the names it defines (methods, attributes, `self.x`).
+
+    Two classes of one name pool their members: a citation names the class, not its module.
+    """
+    found: dict[str, set[str]] = {}
+    for path in [*repo.glob("lazyd/**/*.py"), *repo.glob("shim/*.py")]:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.ClassDef):
+                continue
+            members = found.setdefault(node.name, set())
+            for item in ast.walk(node):
+                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and item is not node:
+                    members.add(item.name)
+                elif isinstance(item, ast.Name) and isinstance(item.ctx, ast.Store):
+                    members.add(item.id)
+                elif (isinstance(item, ast.Attribute) and isinstance(item.ctx, ast.Store)
+                      and isinstance(item.value, ast.Name) and item.value.id in {"self", "cls"}):
+                    members.add(item.attr)
+    return {name: frozenset(members) for name, members in found.items()}
 
 
 def check_text(text: Text, repo: Path = REPO) -> list[Broken]:
@@ -261,6 +286,13 @@ def check_text(text: Text, repo: Path = REPO) -> list[Broken]:
                 broken(match.start(), "path", target, "the link's target does not exist in the repository")
             elif "#" in target and resolved.suffix == ".md" and target.split("#")[1] not in headings(resolved)[1]:
                 broken(match.start(), "anchor", target, f"{path} has no heading with that anchor")
+
+    # A member of one of lazyd's classes (a class of another library's is not checked).
+    known = classes(repo)
+    for match in MEMBER.finditer(body):
+        owner, member = match.groups()
+        if owner in known and member not in known[owner]:
+            broken(match.start(), "name", f"{owner}.{member}", f"no class {owner} in lazyd/ or shim/ defines {member}")
 
     # Numbered rules of a module: its docstring numbers them ("9. The wake predicate ...").
     for match in RULE.finditer(body):

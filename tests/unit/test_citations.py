@@ -140,3 +140,9 @@ def test_a_numbered_rule_of_a_module_must_be_numbered_in_that_modules_docstring(
     assert kinds(f"(rule 9 of {machine})", source="lazyd/core/lifecycle/predicate.py") == []
     assert kinds(f"rules 1 and 8 of the lifecycle ({machine})", source="lazyd/core/lifecycle/requests.py") == []
     assert kinds(f"(rule 99 of {machine})", source="lazyd/core/lifecycle/predicate.py") == ["section"]
+
+
+def test_a_member_of_one_of_lazyds_classes_must_be_defined_by_that_class() -> None:
+    assert kinds("`RelayCore.from_state`, `ChildProcess.lines`, `Routes.next_seq`") == []
+    assert kinds("`RelayCore.from_snapshot`") == ["name"]
+    assert kinds("`Nursery.start_soon`") == []  # not a class of lazyd's: not checked
