@@ -8,6 +8,7 @@ text mended), so a rule that stopped seeing anything would fail here.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -146,3 +147,34 @@ def test_a_member_of_one_of_lazyds_classes_must_be_defined_by_that_class() -> No
     assert kinds("`RelayCore.from_state`, `ChildProcess.lines`, `Routes.next_seq`") == []
     assert kinds("`RelayCore.from_snapshot`") == ["name"]
     assert kinds("`Nursery.start_soon`") == []  # not a class of lazyd's: not checked
+
+
+# --- docs/reliability.md: each guarantee with the test that proves it ---------------------------
+
+# Guarantees held by construction and said to have no test, in the row itself. Only ever shrinks.
+UNTESTED_GUARANTEES = ["A bug raised while serving one connection is logged with its traceback"]
+
+
+def guarantee_rows(text: str) -> list[str]:
+    """The rows of every `| guarantee | test that proves it |` table, header and rule excluded."""
+    rows: list[str] = []
+    for table in re.findall(r"^\| guarantee \| test that proves it \|\n\|[-|]+\|\n((?:\|.*\n?)*)", text, re.MULTILINE):
+        rows += [line for line in table.splitlines() if line.strip()]
+    return rows
+
+
+def test_every_guarantee_in_reliability_md_names_a_test_that_proves_it() -> None:
+    rows = guarantee_rows((REPO / "docs" / "reliability.md").read_text())
+    assert len(rows) > 100, len(rows)  # the tables are still read
+    untested = [row for row in rows if not re.search(r"test_\w*\.py|`::test_\w+`", row.rsplit(" | ", 1)[-1])]
+    assert [row for row in untested if not row[2:].startswith(tuple(UNTESTED_GUARANTEES))] == [], (
+        "a guarantee without the test that proves it")
+    assert len(untested) == len(UNTESTED_GUARANTEES), "a guarantee now has its test: shorten the list"
+    # Every test those rows name exists: test_every_path_test_and_section_a_doc_cites_exists[reliability.md].
+
+
+def test_a_guarantee_row_without_a_test_is_told_apart_from_one_with_a_test() -> None:
+    text = ("| guarantee | test that proves it |\n|---|---|\n"
+            "| a | e2e `test_process.py::test_x` |\n| b | by construction |\n\nafter\n")
+    rows = guarantee_rows(text)
+    assert rows == ["| a | e2e `test_process.py::test_x` |", "| b | by construction |"]
