@@ -34,6 +34,8 @@ EXTERNAL_DOCS = ("PROTOCOL", "HOUSE_STYLE", "RELIABILITY", "DESIGN")
 ROOTS = ("lazyd", "shim", "docs", "tests", "contrib")
 # Installed, not written here: a path into it names what npm put there.
 NOT_OURS = ("tests/servers/node_modules",)
+# Names every package has: "each package's `__init__.py`" names a kind of file, not one file.
+GENERIC_NAMES = {"__init__.py", "__main__.py", "conftest.py"}
 SKIPPED_DIRS = {".git", ".venv", "node_modules", "__pycache__", ".mypy_cache", ".pytest_cache", ".hypothesis"}
 
 
@@ -99,13 +101,13 @@ def strip_punctuation(path: str) -> str:
 # --- the repository as the checks see it -----------------------------------------------------------
 
 @cache
-def basenames() -> dict[str, tuple[str, ...]]:
+def basenames(repo: Path = REPO) -> dict[str, tuple[str, ...]]:
     """Every file name in the repository (outside .git, the venv and node_modules) -> its paths."""
     found: dict[str, list[str]] = {}
-    for top, dirs, files in os.walk(REPO):
+    for top, dirs, files in os.walk(repo):
         dirs[:] = [d for d in dirs if d not in SKIPPED_DIRS and not d.endswith(".egg-info")]
         for name in files:
-            found.setdefault(name, []).append((Path(top) / name).relative_to(REPO).as_posix())
+            found.setdefault(name, []).append((Path(top) / name).relative_to(repo).as_posix())
     return {name: tuple(sorted(paths)) for name, paths in found.items()}
 
 
@@ -224,9 +226,11 @@ def check_text(text: Text, repo: Path = REPO) -> list[Broken]:
                 test_files.append((match.start(), path))
 
     # Bare file names: in the docs a module is named by its full path; elsewhere it must still exist.
-    names = basenames()
+    names = basenames(repo)
     for match in BARE_PY.finditer(body):
         name = match.group(1)
+        if name in GENERIC_NAMES:
+            continue
         line_start = body.rfind("\n", 0, match.start()) + 1
         candidates = [p for p in _glob_names(name, names)]
         project = [p for p in candidates if p.startswith(("lazyd/", "shim/"))]

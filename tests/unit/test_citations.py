@@ -91,6 +91,7 @@ def test_in_the_docs_a_module_is_cited_by_its_full_path_and_a_test_file_unambigu
     assert kinds("e2e `test_orphans.py`; unit `test_orphans.py`") == []  # one in each of e2e/ and unit/
     assert kinds("`test_orphans.py`") == ["bare-name"]
     assert kinds("`test_nothing.py`") == ["bare-name"]
+    assert kinds("each package's `__init__.py` docstring") == []  # a kind of file, in every package
 
 
 def test_in_a_docstring_a_bare_module_name_must_still_name_a_file() -> None:
