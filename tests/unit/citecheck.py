@@ -4,7 +4,7 @@ A citation is anything a reader would follow: a project path (`lazyd/daemon/runt
 `tests/unit/test_relay_*.py`, `lazyd/core/{relay,eras}/`), a test by name (a test file, `::`, the
 function), a module by its bare file name, a doc and one of its sections (`docs/protocol.md,
 "Frames"`, `relay.md#sharing-one-process`, a Markdown link), a member of one of lazyd's classes
-(`RelayCore.from_state`), a module's numbered rule ("rule 9 of" a module), and numbered sections
+(`RelayCore.from_state`), a module by its dotted name (`lazyd.core.relay.base.forward`), a module's numbered rule ("rule 9 of" a module), and numbered sections
 or cases (a section sign or the word "case" before a number).
 The team's shared documents (`PROTOCOL.md`, `HOUSE_STYLE.md`, `RELIABILITY.md`, `DESIGN.md`) are
 not part of the product, so the product's docs and docstrings may not cite them at all: what they
@@ -79,6 +79,8 @@ EXTERNAL = re.compile(r"\b(%s)(\.md)?\b" % "|".join(EXTERNAL_DOCS))
 NUMBERED = re.compile(r"(?:(" + MD[1:-1] + r")\s+)?(§\s?\d+(?:\s?-\s?§?\d+)?)")
 CASE = re.compile(r"\b(cases?\s+\d+(?:\s?[-–,]\s?\d+)*)\b", re.IGNORECASE)
 MEMBER = re.compile(r"`([A-Z]\w+)\.(\w+)")  # `RelayCore.from_state`: a class of lazyd's and one of its members
+# `lazyd.core.relay.base.forward`: a module by its dotted name, and maybe one name it defines
+DOTTED = re.compile(r"(?<![\w.])((?:lazyd|lazyd_shim)(?:\.\w+){2,})")
 # `rule 9 of lazyd/core/lifecycle/machine.py`, `rules 1 and 8 of the lifecycle (its module)`
 RULE = re.compile(r"\brules?\s+(\d+(?:\s*(?:,|and|-)\s*\d+)*)\s+of\s+(?:[\w ]+\(\s*)?((?:lazyd|shim)/[\w/]+\.py)")
 ISSUE = re.compile(r"\bissues? #?\d+", re.IGNORECASE)
@@ -170,6 +172,49 @@ def resolve_doc(name: str, text: Text, repo: Path) -> Path | None:
         if candidate.is_file() and candidate.is_relative_to(repo):
             return candidate
     return None
+
+
+@cache
+def top_level_names(module: Path) -> frozenset[str]:
+    """What a module defines or imports at its top level."""
+    names: set[str] = set()
+    for node in ast.parse(module.read_text()).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names.update(n.id for target in targets for n in ast.walk(target) if isinstance(n, ast.Name))
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((alias.asname or alias.name).split(".")[0] for alias in node.names)
+    return frozenset(names)
+
+
+def dotted_module(name: str, repo: Path) -> str | None:
+    """Why `lazyd.daemon.runtime.supervisor.ServerRuntime` names nothing, or None when it resolves.
+
+    A name whose second part is no module or package of lazyd (`lazyd.log.1`, a file) is no module
+    path, and is not judged."""
+    parts = name.split(".")
+    parts[0] = "shim" if parts[0] == "lazyd_shim" else parts[0]
+
+    def module(k: int) -> Path | None:
+        base = repo.joinpath(*parts[:k])
+        found = base / "__init__.py" if base.is_dir() else base.with_suffix(".py")
+        return found if found.is_file() else None
+
+    if module(2) is None:
+        return None
+    k = max(k for k in range(2, len(parts) + 1) if module(k) is not None)
+    rest = parts[k:]
+    if not rest:
+        return None
+    found = module(k)
+    assert found is not None
+    if rest[0] not in top_level_names(found):
+        return f"{found.relative_to(repo)} defines no {rest[0]}"
+    if len(rest) == 2 and rest[1] in classes(repo).get(rest[0], ()):
+        return None  # a class and one of its members
+    return f"{found.relative_to(repo)}: no {'.'.join(rest)}" if len(rest) > 1 else None
 
 
 @cache
@@ -297,6 +342,12 @@ def check_text(text: Text, repo: Path = REPO) -> list[Broken]:
         owner, member = match.groups()
         if owner in known and member not in known[owner]:
             broken(match.start(), "name", f"{owner}.{member}", f"no class {owner} in lazyd/ or shim/ defines {member}")
+
+    # Modules by their dotted names.
+    for match in DOTTED.finditer(body):
+        why = dotted_module(match.group(1).rstrip("."), repo)
+        if why:
+            broken(match.start(), "name", match.group(1), why)
 
     # Numbered rules of a module: its docstring numbers them ("9. The wake predicate ...").
     for match in RULE.finditer(body):

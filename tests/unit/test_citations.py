@@ -150,6 +150,15 @@ def test_a_member_of_one_of_lazyds_classes_must_be_defined_by_that_class() -> No
     assert kinds("`Nursery.start_soon`") == []  # not a class of lazyd's: not checked
 
 
+def test_a_module_named_by_its_dotted_name_must_exist_and_define_the_name_after_it() -> None:
+    assert kinds("`lazyd.core.relay.base.forward`, lazyd.daemon.runtime, `lazyd_shim.main`, lazyd.log.1") == []
+    assert kinds("as lazyd.daemon.paths names it", source="lazyd/privatefiles.py") == ["name"]
+    assert kinds("`lazyd.core.relay.base.backward`") == ["name"]
+    assert kinds("`lazyd.core.relay_base.forward`") == ["name"]
+    assert kinds("`lazyd.core.relay.core.RelayCore.from_state`") == []
+    assert kinds("`lazyd.core.relay.core.RelayCore.from_snapshot`") == ["name"]
+
+
 # --- docs/reliability.md: each guarantee with the test that proves it ---------------------------
 
 # Guarantees held by construction and said to have no test, in the row itself. Only ever shrinks.
