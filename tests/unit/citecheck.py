@@ -22,7 +22,7 @@ import io
 import os
 import re
 import tokenize
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -72,9 +72,9 @@ CONTINUED_TEST = re.compile(r"`::(\w+)")  # `::test_b` after a test file's `::te
 QUOTE = r"[\"“]([^\"”\n]+)[\"”]"
 MD = r"((?:[\w.-]+/)*[\w.-]+\.md)"
 SECTION = re.compile(MD + r"(?:'s)?,?\s+" + QUOTE)
-ANCHOR = re.compile(MD + r"#([\w-]+)")
+ANCHOR = re.compile(r"(?<!\]\()" + MD + r"#([\w-]+)")  # a link's own target is the link rule's
 LINK = re.compile(r"\]\(([^)\s]+)\)")
-DOC_NAME = re.compile(r"(?<![\w/.-])" + MD + r"(?![\w/])")
+DOC_NAME = re.compile(r"(?<![\w/.-])(?<!\]\()" + MD + r"(?![\w/])")
 EXTERNAL = re.compile(r"\b(%s)(\.md)?\b" % "|".join(EXTERNAL_DOCS))
 NUMBERED = re.compile(r"(?:(" + MD[1:-1] + r")\s+)?(§\s?\d+(?:\s?-\s?§?\d+)?)")
 CASE = re.compile(r"\b(cases?\s+\d+(?:\s?[-–,]\s?\d+)*)\b", re.IGNORECASE)
@@ -150,7 +150,7 @@ def section_matches(cited: str, title: str) -> bool:
 
 
 @cache
-def test_names(path: Path) -> frozenset[str]:
+def defined_tests(path: Path) -> frozenset[str]:
     """`name` and `Class::method` for every function and class a test module defines."""
     tree = ast.parse(path.read_text())
     names: set[str] = set()
@@ -240,143 +240,179 @@ def classes(repo: Path = REPO) -> dict[str, frozenset[str]]:
     return {name: frozenset(members) for name, members in found.items()}
 
 
+# --- the rules: each reads one text and reports what it cites that does not exist -----------------
+
+Report = Callable[[int, str, str, str], None]  # (position in the text, kind, what is cited, why)
+
+
 def check_text(text: Text, repo: Path = REPO) -> list[Broken]:
     out: list[Broken] = []
-    body = text.body
-    rel_source = text.source.relative_to(repo).as_posix() if text.source.is_relative_to(repo) else str(text.source)
+    source = text.source.relative_to(repo).as_posix() if text.source.is_relative_to(repo) else str(text.source)
 
-    def broken(pos: int, kind: str, cited: str, why: str) -> None:
-        out.append(Broken(rel_source, text.line + body.count("\n", 0, pos), kind, cited, why))
+    def report(pos: int, kind: str, cited: str, why: str) -> None:
+        out.append(Broken(source, text.line + text.body.count("\n", 0, pos), kind, cited, why))
 
-    def check_test_name(pos: int, path: str, name: str) -> None:
-        name = name.split("[")[0]
-        if path.endswith(".py") and name not in test_names(repo / path):
-            broken(pos, "test", f"{path}::{name}", f"{path} defines no {name}")
+    test_files = paths(text, repo, report) + bare_names(text, repo, report)
+    continued_tests(text, repo, report, test_files)
+    for rule in (docs_and_sections, links, members, dotted_names, module_rules, numbered, outside):
+        rule(text, repo, report)
+    return out
 
-    test_files: list[tuple[int, str]] = []  # (position, test file): what a later `::name` on its line continues
 
-    # Project paths, and tests named after them.
-    for match in PATH.finditer(body):
+def cited_test(pos: int, path: str, name: str, repo: Path, report: Report) -> None:
+    name = name.split("[")[0]  # a parametrized case: `test_x[case]`
+    if path.endswith(".py") and name not in defined_tests(repo / path):
+        report(pos, "test", f"{path}::{name}", f"{path} defines no {name}")
+
+
+def paths(text: Text, repo: Path, report: Report) -> list[tuple[int, str]]:
+    """Project paths (globs and braces expanded), and tests named after one. Returns the test files
+    cited, by position, for the `::name` that may follow them."""
+    test_files = []
+    for match in PATH.finditer(text.body):
         raw = strip_punctuation(match.group(1))
         last = raw.rstrip("/").rsplit("/", 1)[-1]
         if "." not in last and last != last.lower() and not raw.endswith("/"):
             continue  # a key such as `lazyd/sessionId` in `_meta`, not a path
-        if raw.startswith("docs/") and raw.endswith(".md") is False and "#" in raw:
-            raw = raw.split("#")[0]
         for path in expand_braces(raw):
             if not exists(path, repo):
-                broken(match.start(), "path", path, "no such file or directory in the repository")
+                report(match.start(), "path", path, "no such file or directory in the repository")
             elif match.group(2):
-                check_test_name(match.start(), path, match.group(2)[2:])
+                cited_test(match.start(), path, match.group(2)[2:], repo, report)
                 test_files.append((match.start(), path))
+    return test_files
 
-    # Bare file names: in the docs a module is named by its full path; elsewhere it must still exist.
-    names = basenames(repo)
+
+def bare_names(text: Text, repo: Path, report: Report) -> list[tuple[int, str]]:
+    """A file by its name alone. In the docs a module of lazyd or the shim is cited by its full path
+    (a bare name stops saying which after a move), and a test file by a name that is unambiguous
+    once its line's `e2e` or `unit` is read; in the source, a bare name must still name a file."""
+    test_files = []
+    body = text.body
     for match in BARE_PY.finditer(body):
         name = match.group(1)
         if name in GENERIC_NAMES:
             continue
-        line_start = body.rfind("\n", 0, match.start()) + 1
-        candidates = [p for p in _glob_names(name, names)]
+        candidates = _glob_names(name, basenames(repo))
         project = [p for p in candidates if p.startswith(("lazyd/", "shim/"))]
         tests = [p for p in candidates if p.startswith("tests/")]
         if not candidates:
-            broken(match.start(), "bare-name", name, "no file of that name in the repository")
-            continue
-        if text.markdown and project and not tests:
-            broken(match.start(), "bare-name", name, f"write the full path ({', '.join(project)})")
-            continue
-        if tests:
-            qualifier = E2E_OR_UNIT.findall(body[line_start: match.start()])
+            report(match.start(), "bare-name", name, "no file of that name in the repository")
+        elif text.markdown and project and not tests:
+            report(match.start(), "bare-name", name, f"write the full path ({', '.join(project)})")
+        elif tests:
+            qualifier = E2E_OR_UNIT.findall(body[body.rfind("\n", 0, match.start()) + 1: match.start()])
             if qualifier and len(tests) > 1:
                 tests = [p for p in tests if p.startswith(f"tests/{qualifier[-1]}/")] or tests
             if len(tests) > 1 and text.markdown:
-                broken(match.start(), "bare-name", name, f"ambiguous: {', '.join(tests)}; write the full path")
-                continue
-            if match.group(2) and len(tests) == 1:
-                check_test_name(match.start(), tests[0], match.group(2)[2:])
-            if len(tests) == 1:
+                report(match.start(), "bare-name", name, f"ambiguous: {', '.join(tests)}; write the full path")
+            elif len(tests) == 1:
+                if match.group(2):
+                    cited_test(match.start(), tests[0], match.group(2)[2:], repo, report)
                 test_files.append((match.start(), tests[0]))
+    return test_files
 
-    test_files.sort()
-    for match in CONTINUED_TEST.finditer(body):
-        line_start = body.rfind("\n", 0, match.start()) + 1
+
+def continued_tests(text: Text, repo: Path, report: Report, test_files: list[tuple[int, str]]) -> None:
+    """`::test_b` after a test file's `::test_a` on the same line names a test of that file."""
+    test_files = sorted(test_files)
+    for match in CONTINUED_TEST.finditer(text.body):
+        line_start = text.body.rfind("\n", 0, match.start()) + 1
         before = [path for pos, path in test_files if line_start <= pos < match.start()]
         if before:
-            check_test_name(match.start(), before[-1], match.group(1))
+            cited_test(match.start(), before[-1], match.group(1), repo, report)
 
-    # Docs, by name, by section and by anchor.
+
+def docs_and_sections(text: Text, repo: Path, report: Report) -> None:
     external = {f"{name}.md" for name in EXTERNAL_DOCS}
-    for match in DOC_NAME.finditer(body):
+    for match in DOC_NAME.finditer(text.body):
         name = match.group(1)
-        if Path(name).name in external:
-            continue  # the rule below says it better
-        if resolve_doc(name, text, repo) is None:
-            broken(match.start(), "doc", name, "no such doc in the repository")
-    for match in SECTION.finditer(body):
+        if Path(name).name not in external and resolve_doc(name, text, repo) is None:
+            report(match.start(), "doc", name, "no such doc in the repository")
+    for match in SECTION.finditer(text.body):
         doc = resolve_doc(match.group(1), text, repo)
         if doc is not None and not any(section_matches(match.group(2), t) for t in headings(doc)[0]):
-            broken(match.start(), "section", f"{match.group(1)}, \"{match.group(2)}\"",
+            report(match.start(), "section", f"{match.group(1)}, \"{match.group(2)}\"",
                    f"{doc.relative_to(repo)} has no such heading")
-    for match in ANCHOR.finditer(body):
+    for match in ANCHOR.finditer(text.body):
         doc = resolve_doc(match.group(1), text, repo)
         if doc is not None and match.group(2) not in headings(doc)[1]:
-            broken(match.start(), "anchor", match.group(0), f"{doc.relative_to(repo)} has no heading with that anchor")
-    if text.markdown:
-        for match in LINK.finditer(body):
-            target = match.group(1)
-            if re.match(r"[a-z]+:", target) or target.startswith("#"):
-                if target.startswith("#") and target[1:] not in headings(text.source)[1]:
-                    broken(match.start(), "anchor", target, "this doc has no heading with that anchor")
-                continue
-            path = target.split("#")[0]
-            resolved = (text.source.parent / path).resolve()
-            if not resolved.exists() or not resolved.is_relative_to(repo):
-                broken(match.start(), "path", target, "the link's target does not exist in the repository")
-            elif "#" in target and resolved.suffix == ".md" and target.split("#")[1] not in headings(resolved)[1]:
-                broken(match.start(), "anchor", target, f"{path} has no heading with that anchor")
+            report(match.start(), "anchor", match.group(0), f"{doc.relative_to(repo)} has no heading with that anchor")
 
-    # A member of one of lazyd's classes (a class of another library's is not checked).
+
+def links(text: Text, repo: Path, report: Report) -> None:
+    """A Markdown link's target, relative to the doc, and its anchor."""
+    if not text.markdown:
+        return
+    for match in LINK.finditer(text.body):
+        target = match.group(1)
+        if target.startswith("#"):
+            if target[1:] not in headings(text.source)[1]:
+                report(match.start(), "anchor", target, "this doc has no heading with that anchor")
+            continue
+        if re.match(r"[a-z]+:", target):
+            continue  # https:, mailto:: not the repository's
+        path, _, anchor = target.partition("#")
+        resolved = (text.source.parent / path).resolve()
+        if not resolved.exists() or not resolved.is_relative_to(repo):
+            report(match.start(), "path", target, "the link's target does not exist in the repository")
+        elif anchor and resolved.suffix == ".md" and anchor not in headings(resolved)[1]:
+            report(match.start(), "anchor", target, f"{path} has no heading with that anchor")
+
+
+def members(text: Text, repo: Path, report: Report) -> None:
+    """`Class.member` for a class of lazyd's (a class of another library's is not checked)."""
     known = classes(repo)
-    for match in MEMBER.finditer(body):
+    for match in MEMBER.finditer(text.body):
         owner, member = match.groups()
         if owner in known and member not in known[owner]:
-            broken(match.start(), "name", f"{owner}.{member}", f"no class {owner} in lazyd/ or shim/ defines {member}")
+            report(match.start(), "name", f"{owner}.{member}", f"no class {owner} in lazyd/ or shim/ defines {member}")
 
-    # Modules by their dotted names.
-    for match in DOTTED.finditer(body):
+
+def dotted_names(text: Text, repo: Path, report: Report) -> None:
+    for match in DOTTED.finditer(text.body):
         why = dotted_module(match.group(1).rstrip("."), repo)
         if why:
-            broken(match.start(), "name", match.group(1), why)
+            report(match.start(), "name", match.group(1), why)
 
-    # Numbered rules of a module: its docstring numbers them ("9. The wake predicate ...").
-    for match in RULE.finditer(body):
+
+def module_rules(text: Text, repo: Path, report: Report) -> None:
+    """`rule 9 of` a module: its docstring numbers its rules ("9. The wake predicate ...")."""
+    for match in RULE.finditer(text.body):
         module = repo / match.group(2)
         rules = (ast.get_docstring(ast.parse(module.read_text())) or "") if module.is_file() else ""
         for number in re.findall(r"\d+", match.group(1)):
             if not re.search(rf"^\s*{number}\.\s", rules, re.MULTILINE):
-                broken(match.start(), "section", f"rule {number} of {match.group(2)}",
+                report(match.start(), "section", f"rule {number} of {match.group(2)}",
                        "that module's docstring numbers no such rule")
 
-    # Numbered sections and cases: no project doc numbers its sections or cases.
-    for match in NUMBERED.finditer(body):
+
+def numbered(text: Text, repo: Path, report: Report) -> None:
+    """A numbered section (a section sign, a number) names a doc whose headings are numbered, and no
+    project doc's are; nor does one number cases, so the product cites none ("case", a number)."""
+    for match in NUMBERED.finditer(text.body):
         if match.group(1) and not text.product and Path(match.group(1)).stem in EXTERNAL_DOCS:
             continue  # the tests may trace the team's shared documents; the product may not
         doc = resolve_doc(match.group(1), text, repo) if match.group(1) else None
         number = re.search(r"\d+", match.group(2))
         assert number is not None
         if doc is None or not any(re.match(rf"{number.group()}[.\s]", t) for t in headings(doc)[0]):
-            broken(match.start(), "numbered", match.group(0).strip(), "names a numbered section no project doc has")
+            report(match.start(), "numbered", match.group(0).strip(), "names a numbered section no project doc has")
     if text.product:
-        for match in CASE.finditer(body):
-            broken(match.start(), "numbered", match.group(1),
+        for match in CASE.finditer(text.body):
+            report(match.start(), "numbered", match.group(1),
                    "names a numbered case no project doc has (say what is guaranteed, or cite docs/reliability.md)")
-        for match in ISSUE.finditer(body):
-            broken(match.start(), "external", match.group(0), "the product speaks of itself, not of issues")
-        for match in EXTERNAL.finditer(body):
-            broken(match.start(), "external", match.group(0),
-                   "a shared team document, not part of the product: cite the project doc that says it, or the fact")
-    return out
+
+
+def outside(text: Text, repo: Path, report: Report) -> None:
+    """The product speaks of itself: no shared team document, no issue."""
+    if not text.product:
+        return
+    for match in ISSUE.finditer(text.body):
+        report(match.start(), "external", match.group(0), "the product speaks of itself, not of issues")
+    for match in EXTERNAL.finditer(text.body):
+        report(match.start(), "external", match.group(0),
+               "a shared team document, not part of the product: cite the project doc that says it, or the fact")
 
 
 def _glob_names(name: str, names: dict[str, tuple[str, ...]]) -> list[str]:

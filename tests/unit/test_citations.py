@@ -115,8 +115,8 @@ def test_a_section_cited_by_its_heading_must_be_a_heading_of_that_doc() -> None:
 def test_an_anchor_and_a_markdown_link_must_reach_a_doc_and_one_of_its_headings() -> None:
     assert kinds("[crashes](upgrade.md#crashes), docs/upgrade.md#crashes, [a](../README.md)") == []
     assert kinds("docs/upgrade.md#crash") == ["anchor"]
-    assert kinds("[crashes](upgrade.md#crash)") == ["anchor", "anchor"]
-    assert kinds("[upgrades](upgrades.md)") == ["doc", "path"]
+    assert kinds("[crashes](upgrade.md#crash)") == ["anchor"]
+    assert kinds("[upgrades](upgrades.md)") == ["path"]
     assert kinds("[here](#nowhere)", source="docs/upgrade.md") == ["anchor"]
     assert kinds("[here](#crashes)", source="docs/upgrade.md") == []
 
