@@ -101,7 +101,7 @@ class RuntimeConfig:
                                  sc.number(w.get("interval_s"), "wake.interval_s"),
                                  sc.number(w.get("timeout_s"), "wake.timeout_s"))
         sampling, share, era = c.get("sampling_policy"), c.get("share"), c.get("era")
-        if sampling not in ("refuse", "most-recent") or share not in (True, False, "auto") or era not in (
+        if sampling not in ("refuse", "most-recent") or share not in (True, False, "auto", "session-aware") or era not in (
                 "auto", "handshake", "stateless"):
             raise ValueError("runtime.config: an unknown sampling policy, share or era setting")
         return cls(sc.text(c.get("name"), "runtime.config.name"), sc.text(c.get("digest"), "runtime.config.digest"),
