@@ -1,7 +1,7 @@
 """The hand-over's plain data: the state file, the envelope, the secrets memfd, a connection's bytes.
 
 The relay core's and the lifecycle's own round trips are tested in test_relay_state.py and
-test_lifecycle_persist.py; here is what the shell writes around them.
+test_lifecycle_state.py; here is what the shell writes around them.
 """
 
 from __future__ import annotations

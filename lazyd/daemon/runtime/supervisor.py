@@ -300,7 +300,7 @@ class ServerRuntime:
         await self._changed.wait()
 
     def _ensure_replay_params(self) -> None:
-        """Give an unattended start a handshake to replay (issue 4: eager, keep_alive, predicate).
+        """Give an unattended start a handshake to replay (eager, keep_alive, a wake predicate).
 
         The relay replays a queued client's `initialize`, else the snapshot's last params. A start
         nobody queued a request for, of a server no client ever initialized, would otherwise send
