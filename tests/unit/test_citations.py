@@ -95,7 +95,7 @@ def test_in_the_docs_a_module_is_cited_by_its_full_path_and_a_test_file_unambigu
 
 
 def test_in_a_docstring_a_bare_module_name_must_still_name_a_file() -> None:
-    assert kinds("the registry (registry_state.py)", source="lazyd/daemon/sessions/registry.py") == []
+    assert kinds("the gate (sharing_gate.py)", source="lazyd/daemon/sessions/registry.py") == []
     assert kinds("the routes (relay_base.py)", source="lazyd/core/relay/core.py") == ["bare-name"]
 
 
