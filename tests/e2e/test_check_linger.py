@@ -12,7 +12,7 @@ import pytest
 import trio
 
 from tests.conftest import FIXTURE_SERVER, UserEnv, shim_session, start_daemon
-from tests.e2e.test_supervision import DEADLINE_S, alive, await_for, daemon_log, status_rows, tool_text
+from tests.e2e.supervision_support import DEADLINE_S, alive, await_for, daemon_log, status_rows, tool_text
 
 pytestmark = pytest.mark.e2e
 

@@ -24,7 +24,7 @@ import pytest
 
 from lazyd import wire
 from tests.conftest import FIXTURE_SERVER, UserEnv, wait_until
-from tests.e2e.test_security_frames import STEP_S, Conn, daemon_log, hello
+from tests.e2e.raw_daemon_support import STEP_S, Conn, daemon_log, hello
 
 pytestmark = pytest.mark.e2e
 

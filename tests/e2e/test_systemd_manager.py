@@ -24,7 +24,7 @@ import pytest
 
 from tests.conftest import FIXTURE_SERVER, UserEnv, shim_command, shim_session, wait_until
 from tests.e2e.systemd_manager import UserManager
-from tests.e2e.test_upgrade import lazyctl, shim_log, status
+from tests.e2e.upgrade_support import lazyctl, shim_log, status
 
 pytestmark = pytest.mark.e2e
 

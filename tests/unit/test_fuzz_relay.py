@@ -1,6 +1,6 @@
 """Fuzzing the relay core with hostile clients and servers mixed into random sessions (case 36).
 
-Testing policy: this extends the random walk of test_relay_sharing.py (its `Walk` models what
+Testing policy: this extends the random walk of sharing_walk.py (its `Walk`, played by test_relay_sharing.py, models what
 every client and the server have seen and checks every action against it: each request answered
 at most once and only to its owner, nothing lost once the server is gone, the in-flight count
 equal to the model's, relay ids never reused, only the declared action types). Here the walk
@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from lazyd.core.relay import jsonrpc as rpc
 from lazyd.core.relay.jsonrpc import Invalid, JsonId, JsonObj
 from tests.unit.relay_driver import Driver, result, running, warm_snapshot
-from tests.unit.test_relay_sharing import OPS, Walk, key
+from tests.unit.sharing_walk import OPS, Walk, key
 
 EXAMPLES = 120
 MIN_EVENTS = 10_000
