@@ -38,6 +38,10 @@ HELLO: dict[str, Any] = {
     "server": None,
     "resume": [b'{"jsonrpc":"2.0","id":1,"method":"initialize"}'],
 }
+# The documented limits (docs/protocol.md), as numbers: test_documented_limits.py compares them with
+# the constants once.
+LINE_LIMIT = 16 * 1024 * 1024
+FRAME_LIMIT = LINE_LIMIT + 64 * 1024
 HELLO_FRAME = Hello("shim", 1234, ["node", "server.js", "--port", "3"], "/home/user/project",
                     {"PATH": "/usr/bin", "HOME": "/home/user"}, {"linger": "10m"}, None,
                     [b'{"jsonrpc":"2.0","id":1,"method":"initialize"}'])
@@ -100,16 +104,16 @@ def test_encode_line_produces_exactly_the_bytes_of_the_generic_encoder(size: int
 
 
 def test_a_line_of_exactly_the_maximum_size_decodes() -> None:
-    data = b"a" * wire.MAX_LINE_BYTES
+    data = b"a" * LINE_LIMIT
     frame = decode_one(wire.encode_line(data, "x"))
     assert isinstance(frame, Line) and frame.d == data and frame.done == "x"
 
 
 def test_encoding_a_line_over_the_limit_is_a_local_value_error() -> None:
     with pytest.raises(ValueError, match="MAX_LINE_BYTES"):
-        wire.encode_line(b"a" * (wire.MAX_LINE_BYTES + 1))
+        wire.encode_line(b"a" * (LINE_LIMIT + 1))
     with pytest.raises(ValueError, match="MAX_FRAME_BYTES"):
-        wire.encode(Reply(True, "x" * wire.MAX_FRAME_BYTES))
+        wire.encode(Reply(True, "x" * FRAME_LIMIT))
 
 
 def test_encode_line_refuses_a_bool_done_because_json_ids_are_never_bools() -> None:
@@ -138,7 +142,7 @@ def test_several_frames_in_one_feed_are_all_returned() -> None:
 def test_a_frame_longer_than_the_limit_is_refused_from_its_header_alone() -> None:
     decoder = FrameDecoder()
     with pytest.raises(WireError, match="MAX_FRAME_BYTES"):
-        decoder.feed(struct.pack(">I", wire.MAX_FRAME_BYTES + 1))
+        decoder.feed(struct.pack(">I", FRAME_LIMIT + 1))
     assert decoder.buffered == 0
 
 
