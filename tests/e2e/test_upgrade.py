@@ -313,14 +313,15 @@ def test_what_a_hand_off_session_had_in_flight_before_an_upgrade_is_still_answer
     async def scenario() -> None:
         async with logged_shim(user_env, True) as session:
             assert await echo(session, "one") == "Echo: one"
+            progress: list[float] = []
             async with anyio.create_task_group() as group:
                 async def run_long() -> None:
                     try:
-                        outcome["long"] = await long_call(session, [])
+                        outcome["long"] = await long_call(session, progress)
                     except MCPError as exc:
                         outcome["long_error"] = exc
                 group.start_soon(run_long)
-                await anyio.sleep(0.5)  # the call is under way
+                await wait_for_progress(progress, 1)  # the call is under way: its first step came back
                 outcome["upgrade"] = await anyio.to_thread.run_sync(lambda: lazyctl(user_env, "upgrade", "--json"))
                 # A call through the successor first: its record of the session is then its own.
                 assert await echo(session, "between") == "Echo: between"
