@@ -316,7 +316,8 @@ def test_the_lane_table_rows(setting: EraSetting, facts: Facts, client: Era, lan
     ("auto", BOTH, "handshake", FIRST_THEN_PROBE),  # the probe lets the process serve stateless clients
     ("auto", Facts(), "stateless", PIPELINED),
     ("auto", BOTH, "stateless", PIPELINED),
-    ("auto", Facts("stateless", None, True), "stateless", BRIDGED),  # one per connection: its handshake clients go elsewhere
+    # one per connection: its handshake clients go to a handshake lane
+    ("auto", Facts("stateless", None, True), "stateless", BRIDGED),
     ("auto", TIME, "stateless", BRIDGED),
 ])
 def test_the_start_plan_rows(setting: EraSetting, facts: Facts, lane: Era | None, plan: StartPlan) -> None:
