@@ -15,16 +15,23 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
 from lazyd import wire
-from tests.conftest import FIXTURE_SERVER, UserEnv
-from tests.e2e.test_security_frames import STEP_S, Conn, daemon_log, hello
+from tests.conftest import FIXTURE_SERVER, UserEnv, wait_until
+from tests.e2e.raw_daemon_support import STEP_S, Conn, daemon_log, hello
 
 pytestmark = pytest.mark.e2e
 
 WATCHDOG_SEC = 2  # the service's WatchdogSec: short, and still 4 pings (every 0.5 s) when healthy
+
+
+def process_state(pid: int) -> str:
+    """The state letter of /proc/PID/stat (T: stopped by a signal)."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return stat[stat.rindex(")") + 2]
 
 
 def status_until(sock: socket.socket, wanted: str) -> list[str]:
@@ -110,7 +117,9 @@ def test_the_daemon_pings_the_watchdog_at_half_its_timeout_and_not_while_its_loo
         # The pings come from the event loop: a stopped loop sends none, however long it is stopped.
         os.kill(proc.pid, signal.SIGSTOP)
         try:
-            time.sleep(0.2)  # a datagram sent just before the stop is in flight, not a ping of a stopped loop
+            # Once the kernel shows it stopped, whatever it sent before is queued: drain that, then
+            # nothing may come.
+            wait_until(lambda: process_state(proc.pid) == "T", STEP_S, "the daemon to be stopped")
             notify.setblocking(False)
             while True:
                 try:

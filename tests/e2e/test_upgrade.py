@@ -16,7 +16,6 @@ import json
 import os
 import signal
 import socket
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -29,30 +28,13 @@ from mcp.shared.exceptions import MCPError
 from tests.e2e.faults_support import call, text_of, tool_call
 from tests.e2e.shim_paths import PATHS, ShimPath
 from tests.conftest import FIXTURE_SERVER, UserEnv, everything_command, processes_with_marker, shim_session, start_daemon, wait_until
+from tests.e2e.upgrade_support import lazyctl, shim_log, status
 
 pytestmark = pytest.mark.e2e
 
-CTL_TIMEOUT_S = 90.0
 CALL_TIMEOUT_S = 60.0
 LONG_S = 4  # the long operation's duration; the upgrade happens while it runs
 STEPS = 8
-
-
-def lazyctl(user: UserEnv, *words: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "lazyd.ctl.main", *words], env=user.env, capture_output=True,
-                          text=True, timeout=CTL_TIMEOUT_S)
-
-
-def status(user: UserEnv) -> dict[str, Any]:
-    done = lazyctl(user, "status", "--json")
-    assert done.returncode == 0, done.stderr
-    result: dict[str, Any] = json.loads(done.stdout)
-    return result
-
-
-def shim_log(user: UserEnv) -> str:
-    path = user.root / "shim.log"
-    return path.read_text(errors="replace") if path.exists() else ""
 
 
 def logged_shim(user: UserEnv, handoff: bool | None = None) -> Any:
@@ -331,14 +313,15 @@ def test_what_a_hand_off_session_had_in_flight_before_an_upgrade_is_still_answer
     async def scenario() -> None:
         async with logged_shim(user_env, True) as session:
             assert await echo(session, "one") == "Echo: one"
+            progress: list[float] = []
             async with anyio.create_task_group() as group:
                 async def run_long() -> None:
                     try:
-                        outcome["long"] = await long_call(session, [])
+                        outcome["long"] = await long_call(session, progress)
                     except MCPError as exc:
                         outcome["long_error"] = exc
                 group.start_soon(run_long)
-                await anyio.sleep(0.5)  # the call is under way
+                await wait_for_progress(progress, 1)  # the call is under way: its first step came back
                 outcome["upgrade"] = await anyio.to_thread.run_sync(lambda: lazyctl(user_env, "upgrade", "--json"))
                 # A call through the successor first: its record of the session is then its own.
                 assert await echo(session, "between") == "Echo: between"

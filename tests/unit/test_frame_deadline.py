@@ -60,7 +60,7 @@ async def test_time_the_daemon_spends_away_from_reading_is_not_charged_to_the_pe
     await trio.sleep(5 * DEADLINE_S)  # the daemon waits for room before it reads on
     async with trio.open_nursery() as nursery:
         async def finish_later() -> None:
-            await trio.sleep(DEADLINE_S / 2)
+            await trio.sleep(DEADLINE_S / 2)  # a slow peer within the deadline (virtual time)
             peer.send(second[500:])
         nursery.start_soon(finish_later)
         frame = await frames.next()
@@ -92,7 +92,7 @@ async def test_between_frames_a_session_may_idle_forever(
     peer, frames = pair
     async with trio.open_nursery() as nursery:
         async def send_late() -> None:
-            await trio.sleep(100 * DEADLINE_S)
+            await trio.sleep(100 * DEADLINE_S)  # the idle spell under test, in virtual time (autojump clock)
             peer.send(line_frame(5))
         nursery.start_soon(send_late)
         frame = await frames.next()
