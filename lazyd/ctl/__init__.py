@@ -1,3 +1,3 @@
-"""lazyctl: the operator's command line. Talks to the daemon only over its socket (ctl/client.py),
-never by importing it; wrap/ rewrites client configs.
+"""lazyctl: the operator's command line. Talks to the daemon only over its socket
+(lazyd/ctl/client.py), never by importing it; wrap/ rewrites client configs.
 """

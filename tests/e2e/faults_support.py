@@ -33,7 +33,6 @@ SERVER_MARKER_VAR = "FIXTURE_MARKER"
 
 INIT_PARAMS: dict[str, Any] = {"protocolVersion": "2025-11-25", "capabilities": {},
                                "clientInfo": {"name": "raw", "version": "1"}}
-
 T = TypeVar("T")
 
 

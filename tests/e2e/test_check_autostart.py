@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import FIXTURE_SERVER, UserEnv
-from tests.e2e.test_wrap_session import _claude_config, _lazyctl
+from tests.e2e.wrap_support import claude_config, wrap_lazyctl
 
 pytestmark = pytest.mark.e2e
 
@@ -83,11 +83,11 @@ def test_a_bad_start_timeout_is_bad_usage(user_env: UserEnv) -> None:
 
 
 def test_wrap_check_starts_the_daemon_and_uses_the_registrations_own_start_timeout(user_env: UserEnv) -> None:
-    path = _claude_config(user_env)
+    path = claude_config(user_env)
     config = json.loads(path.read_text())
     config["mcpServers"]["hangs"] = {"type": "stdio", "command": SERVER[0], "args": SERVER[1:], "env": HANGS}
     path.write_text(json.dumps(config))
-    done = _lazyctl(user_env, "wrap", "--client", "claude", "--all", "--check", "--json",
+    done = wrap_lazyctl(user_env, "wrap", "--client", "claude", "--all", "--check", "--json",
                     "--env", "LAZYD_START_TIMEOUT=500ms")
     report = json.loads(done.stdout)
     checks = {c["server"]: c for c in report["checks"]}

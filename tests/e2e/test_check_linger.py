@@ -12,7 +12,7 @@ import pytest
 import trio
 
 from tests.conftest import FIXTURE_SERVER, UserEnv, shim_session, start_daemon
-from tests.e2e.test_supervision import DEADLINE_S, alive, await_for, daemon_log, status_rows, tool_text
+from tests.e2e.supervision_support import DEADLINE_S, alive, await_for, daemon_log, status_rows, tool_text
 
 pytestmark = pytest.mark.e2e
 
@@ -46,7 +46,7 @@ async def test_a_listing_only_start_is_gone_check_linger_after_its_session_and_a
         async with shim_session(user_env, SERVER, shim_args=OPTS) as session:
             used = int(tool_text(await session.call_tool("pid", {})))
             assert the_row(user_env)["linger_rule"] == "linger"
-        await trio.sleep(USED_FOR_S)
+        await trio.sleep(USED_FOR_S)  # the subject: still up well past the check linger
         assert alive(used)
         row = the_row(user_env)
         assert (row["state"], row["pid"], row["linger_rule"], row["linger_applies_s"]) == ("running", used, "linger", 600.0)

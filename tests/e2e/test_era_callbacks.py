@@ -29,7 +29,7 @@ from mcp.shared.exceptions import MCPError
 from pydantic import FileUrl
 
 from tests.conftest import SERVERS, UserEnv, shim_command, start_daemon
-from tests.e2e.test_eras import restart_daemon, status_rows
+from tests.e2e.eras_support import restart_daemon, status_rows
 
 pytestmark = pytest.mark.e2e
 
@@ -346,7 +346,7 @@ async def test_a_handshake_only_server_calls_back_each_client_through_lazyd_as_i
 
 
 async def test_an_eager_start_of_a_dual_era_server_is_the_handshake_eras_process_that_clients_join(user_env: UserEnv) -> None:
-    from tests.e2e.test_supervision import server_table, wait_for_row, write_config
+    from tests.e2e.supervision_support import server_table, wait_for_row, write_config
 
     write_config(user_env, server_table("dual", command=DUAL, start="eager"))
     start_daemon(user_env)

@@ -21,8 +21,6 @@ from pathlib import Path
 
 import pytest
 
-from lazyd.daemon.process import stderr_log as logring
-from lazyd.daemon.process.command import MAX_LINE_BYTES
 from tests.conftest import SERVERS, Daemon, UserEnv, start_daemon
 from tests.e2e.faults_support import (
     FIXTURE,
@@ -44,6 +42,10 @@ from tests.e2e.faults_support import (
 
 pytestmark = pytest.mark.e2e
 
+# The documented limits (docs/relay.md, docs/lazyctl.md), as numbers: test_documented_limits.py
+# compares them with the constants once.
+STDOUT_LINE_LIMIT = 16 * 1024 * 1024  # a server's stdout line
+LOG_LIMIT = 1024 * 1024  # a server's log file, rotated at 1 MiB
 SYSTEMD_VARIABLES = {"NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES"}
 
 # The fixture server plus one tool it has no switch for: write 64 MiB to stdout with no newline.
@@ -219,9 +221,9 @@ def test_a_64_mib_stdout_line_without_newline_restarts_the_server_and_daemon_mem
         before_kib = peak_rss_kib(daemon.proc.pid)
         shim.send(tool_call(2, "flood_stdout"))
         error = shim.read()
-        assert error["id"] == 2 and f"wrote a stdout line over {MAX_LINE_BYTES} bytes" in error["error"]["message"]
+        assert error["id"] == 2 and f"wrote a stdout line over {STDOUT_LINE_LIMIT} bytes" in error["error"]["message"]
         growth_bytes = (peak_rss_kib(daemon.proc.pid) - before_kib) * 1024
-        assert growth_bytes < 2 * MAX_LINE_BYTES
+        assert growth_bytes < 2 * STDOUT_LINE_LIMIT
         wait_for(lambda: not alive(first), "the flooding server to be killed")
         shim.send(tool_call(3, "pid"))
         assert int(text_of(shim.read())) != first
@@ -248,7 +250,7 @@ def test_a_200_mb_stderr_flood_never_blocks_the_server_and_daemon_memory_stays_b
         name = next(s["name"] for s in server_status(user_env) if s["pid"] is not None and s["clients"] == 1
                     and _environ_has_flood(s["pid"]))
         log = user_env.state_dir / "logs" / f"{name}.log"
-        assert log.stat().st_size <= logring.MAX_LOG_BYTES
+        assert log.stat().st_size <= LOG_LIMIT
         assert b"fixture: stderr flood done" in log.read_bytes()
     finally:
         quiet.close()

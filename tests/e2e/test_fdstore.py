@@ -21,7 +21,7 @@ import anyio
 import pytest
 
 from tests.conftest import FIXTURE_SERVER, UserEnv, shim_session, wait_until
-from tests.e2e.test_upgrade import lazyctl, shim_log, status
+from tests.e2e.upgrade_support import lazyctl, shim_log, status
 
 pytestmark = pytest.mark.e2e
 

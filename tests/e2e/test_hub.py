@@ -15,15 +15,12 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 import trio
 from mcp import ClientSession, StdioServerParameters, types
-from mcp.client.stdio import stdio_client
 
 from tests.conftest import (
     EVERYTHING_JS,
@@ -35,6 +32,7 @@ from tests.conftest import (
     time_server_command,
     wait_until,
 )
+from tests.e2e.hub_support import hub_session, texts
 
 pytestmark = pytest.mark.e2e
 
@@ -94,20 +92,6 @@ async def poll_until(predicate: Any, timeout_s: float, what: str) -> None:
 def fixture_methods(tmp_path: Path) -> list[str]:
     log = tmp_path / "fixture.log"
     return log.read_text().split() if log.exists() else []
-
-
-@asynccontextmanager
-async def hub_session(user: UserEnv, *shim_args: str, **client_kwargs: Any) -> AsyncIterator[ClientSession]:
-    params = StdioServerParameters(command=shim_command(), args=["--hub", *shim_args], env=user.env)
-    with open(user.root / "shim.stderr", "a") as errlog:
-        async with stdio_client(params, errlog=errlog) as (read, write):
-            async with ClientSession(read, write, **client_kwargs) as session:
-                await session.initialize()
-                yield session
-
-
-def texts(result: types.CallToolResult) -> list[str]:
-    return [c.text for c in result.content if isinstance(c, types.TextContent)]
 
 
 async def hub_call(session: ClientSession, server: str, tool: str, arguments: dict[str, Any],

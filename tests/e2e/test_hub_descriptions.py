@@ -10,8 +10,8 @@ import pytest
 import trio
 
 from tests.conftest import UserEnv, start_daemon
-from tests.e2e.test_hub import hub_session, texts
-from tests.e2e.test_supervision import control, server_table, status_rows, write_config
+from tests.e2e.hub_support import hub_session, texts
+from tests.e2e.supervision_support import control, server_table, status_rows, write_config
 
 pytestmark = pytest.mark.e2e
 

@@ -21,31 +21,19 @@ from typing import Any
 
 import pytest
 import trio
-from mcp.client.stdio import get_default_environment
 from mcp.types import TextContent
 
 from lazyd import procfs
 from lazyd.ctl.main import main as ctl_main
 from tests.conftest import FIXTURE_SERVER, Daemon, UserEnv, shim_session, start_daemon, wait_until
+from tests.e2e.lazyctl_support import STEP_TIMEOUT_S, lazyctl, shim_env
 
 pytestmark = pytest.mark.e2e
 
-STEP_TIMEOUT_S = 30.0  # bound on one lazyctl run or one wait; reached only when something is broken
 SERVER = [sys.executable, str(FIXTURE_SERVER)]
 PAGE_SIZE = 3  # the fixture has 10 tools: 4 pages, so "every page" is visible in the report
 SUBCOMMANDS = [("status",), ("wake", "x"), ("sleep", "x"), ("logs", "x"), ("check", "x"),
                ("explain", "x"), ("reload",), ("stop",)]
-
-
-def lazyctl(user: UserEnv, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "lazyd.ctl.main", *args], env={**user.env, **(env or {})},
-                          cwd=os.getcwd(), capture_output=True, text=True, timeout=STEP_TIMEOUT_S)
-
-
-def shim_env(user: UserEnv, extra: dict[str, str] | None = None) -> dict[str, str]:
-    """The environment a shim gets from shim_session (the SDK adds its defaults), so that
-    `lazyctl check -- CMD` run with it registers exactly what the session will."""
-    return {**get_default_environment(), **user.env, **(extra or {})}
 
 
 async def tool_text(session: Any, name: str, arguments: dict[str, Any]) -> str:

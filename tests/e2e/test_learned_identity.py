@@ -39,7 +39,7 @@ from tests.conftest import (
     time_server_command,
     wait_until,
 )
-from tests.e2e.test_real_clients import (
+from tests.e2e.real_clients_support import (
     CLI_TIMEOUT_S,
     STEP_TIMEOUT_S,
     assert_no_planted_secret,

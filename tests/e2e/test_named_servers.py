@@ -22,7 +22,7 @@ import pytest
 import trio
 
 from tests.conftest import UserEnv, shim_command, start_daemon
-from tests.e2e.test_supervision import (
+from tests.e2e.supervision_support import (
     DEADLINE_S,
     alive,
     await_for,

@@ -21,7 +21,7 @@ import pytest
 from lazyd import procfs
 from lazyd.daemon import orphans
 from tests.conftest import UserEnv, start_daemon
-from tests.e2e.test_supervision import (
+from tests.e2e.supervision_support import (
     alive,
     control,
     daemon_log,

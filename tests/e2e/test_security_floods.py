@@ -23,7 +23,7 @@ from lazyd.core.admission import Admission
 from lazyd.frames import Line
 from lazyd.ctl import format as fmt
 from tests.conftest import FIXTURE_SERVER, UserEnv, shim_command, wait_until
-from tests.e2e.test_security_frames import STEP_S, Conn, daemon_log, hello, launch_daemon, ping
+from tests.e2e.raw_daemon_support import STEP_S, Conn, daemon_log, hello, launch_daemon, ping
 
 pytestmark = pytest.mark.e2e
 

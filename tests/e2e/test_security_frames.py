@@ -11,7 +11,6 @@ deadline. The helpers at the top are shared by the other `test_security_*` modul
 
 from __future__ import annotations
 
-import os
 import select
 import socket
 import struct
@@ -20,76 +19,23 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
 
 import pytest
 
 from lazyd import wire
-from lazyd.errors import WireError
-from lazyd.frames import Ctl, Hello
-from tests.conftest import FIXTURE_SERVER, REPO, UserEnv, wait_until
-from tests.unit.test_wire import BOMBS
+from lazyd.frames import Ctl
+from tests.conftest import FIXTURE_SERVER, UserEnv
+from tests.unit.wire_bombs import BOMBS
+from tests.e2e.raw_daemon_support import Conn, STEP_S, daemon_log, hello, launch_daemon, ping, wait_for_log
 
 pytestmark = pytest.mark.e2e
 
-STEP_S = 20.0  # bound on any one step; reached only when something is broken
 MIB = 1024 * 1024
+FRAME_LIMIT = 16 * MIB + 64 * 1024  # docs/protocol.md: MAX_FRAME_BYTES (16 MiB + 64 KiB)
 TRICKLE_PACE_S = 0.1  # one byte per pace: slow enough to trip a 1 s deadline within a few bytes
 
 
-# ---- helpers shared by the test_security_* modules ------------------------------------------------
-
-
-def hello(role: str = "ctl", **fields: Any) -> Hello:
-    given: dict[str, Any] = {"pid": os.getpid(), "argv": [], "cwd": str(REPO), "env": {}, "opts": {},
-                             "server": None, "resume": []}
-    given.update(fields)
-    return Hello(role, **given)
-
-
-class Conn:
-    """A blocking wire connection to the daemon, frame by frame."""
-
-    def __init__(self, path: str | Path, timeout_s: float = STEP_S) -> None:
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.settimeout(timeout_s)
-        self.sock.connect(os.fsencode(path))
-        self.reader = wire.BlockingFrameReader(self.sock)
-
-    def read(self) -> dict[str, Any]:
-        """The next frame as its map (`t` and fields), for assertions that read like the protocol table."""
-        frame = self.reader.read()
-        assert frame is not None, "the daemon closed the connection"
-        return frame.to_map()
-
-    def open_ctl(self) -> dict[str, Any]:
-        wire.send_frame(self.sock, hello("ctl"))
-        welcome = self.read()
-        assert welcome["t"] == "welcome", welcome
-        return welcome
-
-    def ctl(self, op: str, **args: Any) -> dict[str, Any]:
-        wire.send_frame(self.sock, Ctl(op, args))
-        reply = self.read()
-        assert reply["t"] == "reply", reply
-        return reply
-
-    def close(self) -> None:
-        self.sock.close()
-
-
-def ping(path: str | Path) -> int:
-    """The daemon pid, through a fresh control connection (hello, welcome, ping, reply)."""
-    conn = Conn(path)
-    try:
-        conn.open_ctl()
-        reply = conn.ctl("ping")
-        assert reply["ok"], reply
-        pid: int = reply["data"]["pid"]
-        return pid
-    finally:
-        conn.close()
+# ---- helpers of this module (the shared ones are in raw_daemon_support.py) -----------------------
 
 
 def closed_by_peer(sock: socket.socket, bound_s: float = STEP_S) -> bytes:
@@ -116,35 +62,6 @@ def proc_status_kib(pid: int, field: str) -> int:
             if line.startswith(field + ":"):
                 return int(line.split()[1])
     raise AssertionError(f"no {field} in /proc/{pid}/status")
-
-
-def daemon_log(user: UserEnv) -> str:
-    return (user.root / "daemon.stderr").read_text(errors="replace")
-
-
-def wait_for_log(user: UserEnv, text: str, bound_s: float = STEP_S) -> None:
-    wait_until(lambda: text in daemon_log(user), bound_s, f"{text!r} in the daemon log")
-
-
-def launch_daemon(user: UserEnv, *, env: dict[str, str] | None = None, prefix: tuple[str, ...] = (),
-                  pass_fds: tuple[int, ...] = (), socket_path: str | Path | None = None) -> subprocess.Popen[bytes]:
-    """Start `python -m lazyd.daemon` (behind `prefix`, e.g. prlimit) and wait until it answers a ping."""
-    log = open(user.root / "daemon.stderr", "ab")
-    proc = subprocess.Popen([*prefix, sys.executable, "-m", "lazyd.daemon"], env={**user.env, **(env or {})},
-                            stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
-                            pass_fds=pass_fds)
-    log.close()
-    path = socket_path or user.socket
-
-    def answers() -> bool:
-        assert proc.poll() is None, daemon_log(user)
-        try:
-            return ping(path) == proc.pid
-        except (OSError, AssertionError, WireError):
-            return False
-
-    wait_until(answers, STEP_S, "the daemon to answer a ping")
-    return proc
 
 
 @pytest.fixture
@@ -193,7 +110,7 @@ def test_a_frame_header_above_the_limit_closes_that_connection_before_the_body_i
         assert attacker.read()["t"] == "welcome"
     # The header promises one byte more than the limit; then 8 MiB of body follow, as fast as the
     # daemon takes them. A daemon that buffered the body would hold those 8 MiB.
-    attacker.sock.sendall(struct.pack(">I", wire.MAX_FRAME_BYTES + 1))
+    attacker.sock.sendall(struct.pack(">I", FRAME_LIMIT + 1))
     sent = send_until_refused(attacker.sock, 8 * MIB)
     closed_by_peer(attacker.sock)
     attacker.close()
@@ -201,7 +118,7 @@ def test_a_frame_header_above_the_limit_closes_that_connection_before_the_body_i
     assert rss_after - rss_before < 1024, (rss_before, rss_after, sent)
     assert bystander.ctl("ping")["data"]["pid"] == pid
     bystander.close()
-    assert f"exceeds MAX_FRAME_BYTES ({wire.MAX_FRAME_BYTES})" in daemon_log(user_env)
+    assert "exceeds MAX_FRAME_BYTES (16842752)" in daemon_log(user_env)  # 16 MiB + 64 KiB
 
 
 # ---- msgpack bombs (case 33) --------------------------------------------------------------------------

@@ -26,7 +26,7 @@ from tests.conftest import (
     start_daemon,
     wait_until,
 )
-from tests.e2e.test_eras import STEP_TIMEOUT_S, status_rows
+from tests.e2e.eras_support import STEP_TIMEOUT_S, status_rows
 
 pytestmark = pytest.mark.e2e
 

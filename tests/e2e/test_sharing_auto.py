@@ -20,8 +20,8 @@ from mcp import ClientSession
 from mcp.types import TextContent
 
 from tests.conftest import FIXTURE_SERVER, UserEnv, shim_session, start_daemon
-from tests.e2e.test_lazyctl import lazyctl, shim_env
-from tests.e2e.test_supervision import control, server_table, status_rows, write_config
+from tests.e2e.lazyctl_support import lazyctl, shim_env
+from tests.e2e.supervision_support import control, server_table, status_rows, write_config
 
 pytestmark = pytest.mark.e2e
 

@@ -23,8 +23,8 @@ from mcp.client.stdio import stdio_client
 from mcp.types import TextContent
 
 from tests.conftest import FIXTURE_SERVER, SERVERS, UserEnv, shim_session, start_daemon, wait_until
-from tests.e2e.test_lazyctl import lazyctl
-from tests.e2e.test_supervision import control, status_rows, write_config
+from tests.e2e.lazyctl_support import lazyctl
+from tests.e2e.supervision_support import control, status_rows, write_config
 
 pytestmark = pytest.mark.e2e
 

@@ -20,7 +20,7 @@ import pytest
 import trio
 
 from tests.conftest import FIXTURE_SERVER, UserEnv, shim_session, wait_until
-from tests.e2e.test_systemd import STEP_TIMEOUT_S, lazyctl, require_tool, tool_text
+from tests.e2e.systemd_support import STEP_TIMEOUT_S, lazyctl, require_tool, tool_text
 
 pytestmark = pytest.mark.e2e
 

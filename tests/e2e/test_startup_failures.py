@@ -24,7 +24,7 @@ import trio
 
 from lazyd.errors import CtlError
 from tests.conftest import FIXTURE_SERVER, UserEnv, shim_command, shim_session, start_daemon, wait_until
-from tests.e2e.test_supervision import control, daemon_log, server_table, status_rows, write_config
+from tests.e2e.supervision_support import control, daemon_log, server_table, status_rows, write_config
 
 pytestmark = pytest.mark.e2e
 

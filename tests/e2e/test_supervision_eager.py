@@ -17,7 +17,7 @@ import pytest
 
 from lazyd.errors import CtlError
 from tests.conftest import UserEnv, start_daemon
-from tests.e2e.test_supervision import (
+from tests.e2e.supervision_support import (
     PARK_DEADLINE_S,
     control,
     daemon_log,

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -23,32 +22,18 @@ from typing import Any
 
 import pytest
 import trio
-from mcp.types import TextContent
 
 from lazyd import wire
 from lazyd.frames import Hello
 from lazyd.ctl.systemd import CONTRIB_EXEC_START, MARKER, exec_start_argv, exec_start_line, lazyctl_argv, render_units
 from tests.conftest import FIXTURE_SERVER, UserEnv, shim_session, wait_until
+from tests.e2e.systemd_support import STEP_TIMEOUT_S, lazyctl, require_tool, tool_text
 
 pytestmark = pytest.mark.e2e
 
 REPO = Path(__file__).resolve().parents[2]
 CONTRIB = REPO / "contrib" / "systemd"
-STEP_TIMEOUT_S = 20.0  # bound on any one step; reached only when something is broken
 WATCHDOG_USEC = 200_000  # pings every 0.1 s: several arrive within any step of this test
-
-
-def lazyctl(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "lazyd.ctl.main", *args], env=env, capture_output=True,
-                          text=True, timeout=STEP_TIMEOUT_S)
-
-
-def require_tool(name: str) -> str:
-    path = shutil.which(name)
-    if path is None:
-        print(f"skipping: {name} is not installed")
-        pytest.skip(f"{name} is not installed")
-    return path
 
 
 def datagrams_until(sock: socket.socket, wanted: str) -> list[str]:
@@ -61,14 +46,6 @@ def datagrams_until(sock: socket.socket, wanted: str) -> list[str]:
         if wanted in datagram:
             return seen
     raise AssertionError(f"no {wanted!r} among {seen}")
-
-
-async def tool_text(session: Any, name: str, arguments: dict[str, Any]) -> str:
-    """The text of a tool result's first content block (the fixture's tools all answer text)."""
-    result = await session.call_tool(name, arguments)
-    block = result.content[0]
-    assert isinstance(block, TextContent)
-    return block.text
 
 
 class RawClient:

@@ -24,7 +24,7 @@ import pytest
 
 from tests.conftest import FIXTURE_SERVER, UserEnv, shim_command, shim_session, wait_until
 from tests.e2e.systemd_manager import UserManager
-from tests.e2e.test_upgrade import lazyctl, shim_log, status
+from tests.e2e.upgrade_support import lazyctl, shim_log, status
 
 pytestmark = pytest.mark.e2e
 
@@ -76,7 +76,7 @@ def test_installed_and_enabled_units_start_lazyd_on_the_first_shim_with_the_serv
     assert manager.prop("lazyd.socket", "UnitFileState") == "enabled"
     assert manager.prop("lazyd.socket", "ActiveState") == "active"
     # Nothing runs until a client connects: no daemon, no server.
-    time.sleep(0.3)
+    time.sleep(0.3)  # an absence: a window in which a unit that started early would have started
     assert manager.prop("lazyd.service", "ActiveState") == "inactive"
     assert manager.main_pid() == 0 and user_env.daemon_pids() == []
     outcome: dict[str, Any] = {}

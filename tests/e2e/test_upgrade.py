@@ -16,7 +16,6 @@ import json
 import os
 import signal
 import socket
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -29,30 +28,13 @@ from mcp.shared.exceptions import MCPError
 from tests.e2e.faults_support import call, text_of, tool_call
 from tests.e2e.shim_paths import PATHS, ShimPath
 from tests.conftest import FIXTURE_SERVER, UserEnv, everything_command, processes_with_marker, shim_session, start_daemon, wait_until
+from tests.e2e.upgrade_support import lazyctl, shim_log, status
 
 pytestmark = pytest.mark.e2e
 
-CTL_TIMEOUT_S = 90.0
 CALL_TIMEOUT_S = 60.0
 LONG_S = 4  # the long operation's duration; the upgrade happens while it runs
 STEPS = 8
-
-
-def lazyctl(user: UserEnv, *words: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "lazyd.ctl.main", *words], env=user.env, capture_output=True,
-                          text=True, timeout=CTL_TIMEOUT_S)
-
-
-def status(user: UserEnv) -> dict[str, Any]:
-    done = lazyctl(user, "status", "--json")
-    assert done.returncode == 0, done.stderr
-    result: dict[str, Any] = json.loads(done.stdout)
-    return result
-
-
-def shim_log(user: UserEnv) -> str:
-    path = user.root / "shim.log"
-    return path.read_text(errors="replace") if path.exists() else ""
 
 
 def logged_shim(user: UserEnv, handoff: bool | None = None) -> Any:
@@ -331,14 +313,15 @@ def test_what_a_hand_off_session_had_in_flight_before_an_upgrade_is_still_answer
     async def scenario() -> None:
         async with logged_shim(user_env, True) as session:
             assert await echo(session, "one") == "Echo: one"
+            progress: list[float] = []
             async with anyio.create_task_group() as group:
                 async def run_long() -> None:
                     try:
-                        outcome["long"] = await long_call(session, [])
+                        outcome["long"] = await long_call(session, progress)
                     except MCPError as exc:
                         outcome["long_error"] = exc
                 group.start_soon(run_long)
-                await anyio.sleep(0.5)  # the call is under way
+                await wait_for_progress(progress, 1)  # the call is under way: its first step came back
                 outcome["upgrade"] = await anyio.to_thread.run_sync(lambda: lazyctl(user_env, "upgrade", "--json"))
                 # A call through the successor first: its record of the session is then its own.
                 assert await echo(session, "between") == "Echo: between"
@@ -406,3 +389,26 @@ def test_an_upgrade_is_refused_while_the_config_cannot_be_loaded_and_the_daemon_
     before, after = outcome["pids"]
     assert before == after and daemon.proc.poll() is None  # the same daemon and server, the session on
     daemon.stop()
+
+
+def test_an_upgrade_keeps_a_session_aware_server_and_its_process(user_env: UserEnv) -> None:
+    # Every share setting the config and the shim accept must survive the hand-over: the
+    # successor reads the setting back, and a session-aware server is one more process to keep.
+    daemon = start_daemon(user_env)
+    outcome: dict[str, Any] = {}
+
+    async def scenario() -> None:
+        async with shim_session(user_env, [sys.executable, str(FIXTURE_SERVER)],
+                                shim_args=("--share", "session-aware", "--log-file", str(user_env.root / "shim.log"))) as client:
+            outcome["before"] = int(getattr((await client.call_tool("pid", {})).content[0], "text", "0"))
+            outcome["upgrade"] = await anyio.to_thread.run_sync(lazyctl, user_env, "upgrade")
+            outcome["after"] = int(getattr((await client.call_tool("pid", {})).content[0], "text", "0"))
+
+    anyio.run(scenario)
+    done = outcome["upgrade"]
+    assert done.returncode == 0, (done.stdout, done.stderr)
+    assert outcome["before"] == outcome["after"] and daemon.proc.poll() is None
+    row = next(s for s in status(user_env)["servers"] if s["name"].startswith("fixture_server"))
+    assert row["share_setting"] == "session-aware" and row["upgrades"] == 1, row
+    log = shim_log(user_env)
+    assert f"with daemon pid {daemon.proc.pid}" in log and "daemon lost" not in log, log

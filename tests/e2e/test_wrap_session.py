@@ -10,48 +10,19 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from pathlib import Path
 from typing import Any
 
 import pytest
 from mcp import ClientSession, StdioServerParameters
-from mcp.client.stdio import get_default_environment, stdio_client
+from mcp.client.stdio import stdio_client
 
 from tests.conftest import FIXTURE_SERVER, Daemon, UserEnv
+from tests.e2e.wrap_support import REPO, SECRET, claude_config, wrap_lazyctl
 
 pytestmark = pytest.mark.e2e
-
-SECRET = "SECRET-e2e-token"
-REPO = Path(__file__).resolve().parent.parent.parent
-
-
-def _client_env(user: UserEnv) -> dict[str, str]:
-    """The environment the SDK gives a server it starts (its few inherited variables, then ours):
-    lazyctl runs in it too, as a user runs --check from the environment their client runs in."""
-    return get_default_environment() | user.env
-
-
-def _lazyctl(user: UserEnv, *words: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "lazyd.ctl.main", *words], env=_client_env(user), cwd=REPO,
-                          text=True, capture_output=True, timeout=120)  # fmt: skip
-
-
-def _claude_config(user: UserEnv) -> Path:
-    path = Path(user.env["HOME"]) / ".claude.json"
-    config = {
-        "numStartups": 9007199254740993,
-        "mcpServers": {
-            "fixture": {"type": "stdio", "command": sys.executable, "args": [str(FIXTURE_SERVER)],
-                        "env": {"FIXTURE_TOKEN": SECRET}},
-            "remote": {"type": "http", "url": "https://mcp.example.com/mcp"},
-        },
-    }  # fmt: skip
-    path.write_text(json.dumps(config, indent=2) + "\n")
-    return path
 
 
 def _texts(result: Any) -> list[str]:
@@ -86,8 +57,8 @@ async def _session_through(entry: dict[str, Any], user: UserEnv) -> tuple[list[s
 
 async def test_the_sdk_reaches_the_server_through_the_command_a_wrapped_entry_holds(user_env: UserEnv,
                                                                                     daemon: Daemon) -> None:  # fmt: skip
-    path = _claude_config(user_env)
-    done = _lazyctl(user_env, "wrap", "--client", "claude", "--all", "--env", "LAZYD_LINGER=30s")
+    path = claude_config(user_env)
+    done = wrap_lazyctl(user_env, "wrap", "--client", "claude", "--all", "--env", "LAZYD_LINGER=30s")
     assert done.returncode == 0, done.stderr
     assert SECRET not in done.stdout + done.stderr
     entry = json.loads(path.read_text())["mcpServers"]["fixture"]
@@ -98,7 +69,7 @@ async def test_the_sdk_reaches_the_server_through_the_command_a_wrapped_entry_ho
     assert "echo" in tools and echoed == ["through lazyd"]
     # The server is the daemon's child, not the shim's: the session went through lazyd.
     assert _parent(pid) == daemon.proc.pid
-    undone = _lazyctl(user_env, "unwrap", "--client", "claude", "--all")
+    undone = wrap_lazyctl(user_env, "unwrap", "--client", "claude", "--all")
     assert undone.returncode == 0, undone.stderr
     assert json.loads(path.read_text())["mcpServers"]["fixture"] == {
         "type": "stdio", "command": sys.executable, "args": [str(FIXTURE_SERVER)], "env": {"FIXTURE_TOKEN": SECRET}}  # fmt: skip
@@ -106,8 +77,8 @@ async def test_the_sdk_reaches_the_server_through_the_command_a_wrapped_entry_ho
 
 async def test_wrap_with_check_warms_the_cache_so_the_first_session_starts_nothing(user_env: UserEnv,
                                                                                    daemon: Daemon) -> None:  # fmt: skip
-    path = _claude_config(user_env)
-    done = _lazyctl(user_env, "wrap", "--client", "claude", "--server", "fixture", "--check", "--json")
+    path = claude_config(user_env)
+    done = wrap_lazyctl(user_env, "wrap", "--client", "claude", "--server", "fixture", "--check", "--json")
     report = json.loads(done.stdout)
     assert done.returncode == 0, (done.stdout, done.stderr)
     (checked,) = report["checks"]

@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 
 from lazyd.config.load import (
-    MAX_CONFIG_BYTES,
     Config,
     Policy,
     ServerConfig,
@@ -402,13 +401,13 @@ def test_a_directory_is_refused(tmp_path: Path) -> None:
 
 
 def test_a_file_larger_than_the_limit_is_refused(tmp_path: Path) -> None:
-    path = write_config(tmp_path / "config.toml", "#" * (MAX_CONFIG_BYTES + 1))
+    path = write_config(tmp_path / "config.toml", "#" * (1024 * 1024 + 1))  # docs/configuration.md: larger than 1 MiB
     with pytest.raises(ConfigError, match="is larger than"):
         load_config(path, ENVIRON)
 
 
 def test_a_file_at_the_limit_is_read(tmp_path: Path) -> None:
-    path = write_config(tmp_path / "config.toml", "#" * MAX_CONFIG_BYTES)
+    path = write_config(tmp_path / "config.toml", "#" * 1024 * 1024)
     assert load_config(path, ENVIRON) == Config(source=path)
 
 

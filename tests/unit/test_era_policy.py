@@ -1,56 +1,92 @@
-"""The era policy's tables (lazyd/core/eras/policy.py), every row of them, without a process.
+"""The era policy (lazyd/core/eras/policy.py) as properties over the facts, plus the spec's own rows.
 
-Each expected table below is written out as literal rows, the way the module docstring states
-them, rather than recomputed: a change to the policy must change a row here too.
+What the policy is fed: the `era` setting, what the snapshot recorded about the server (`Facts`),
+the era of the new client, and the registration's lanes (their era, whether busy). What must hold,
+whatever those are, is stated below as properties, each from a sentence of the rules (the module
+docstring and docs/protocol-eras.md); none recomputes the tables. The rows of the tables the docs
+illustrate with real peers (server-everything, mcp-server-time, a stateless-only server, the
+settings) are then written out as literal answers.
 """
 
 from __future__ import annotations
 
-import itertools
+from collections.abc import Iterator
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import pytest
 
 from lazyd.core.cache import Snapshot
 from lazyd.core.eras.policy import (
-    ERA_SETTINGS,
     Era,
     EraPolicy,
     EraSetting,
     Facts,
     Kind,
     Lane,
+    LaneChoice,
     StartPlan,
     client_era,
     facts_of,
 )
 from lazyd.core.eras.versions import CLIENT_INFO_META, PROTOCOL_VERSION_META
 
-DISCOVERIES = ("unknown", "none", "stateless")
-TRISTATE = (None, True, False)
-ALL_FACTS = [Facts(d, m, h) for d, m, h in itertools.product(DISCOVERIES, TRISTATE, TRISTATE)]  # type: ignore[arg-type]
-ERAS: tuple[Era, Era] = ("handshake", "stateless")
+# Hypothesis draws the facts and the lanes; each example is checked for every setting and client
+# era (6 decisions), so 100 derandomized examples per property cover the space (27 facts x lanes)
+# well and take a fraction of a second.
+PROPERTY = settings(derandomize=True, max_examples=100, deadline=None)
+
+ALL_SETTINGS: tuple[EraSetting, ...] = ("auto", "handshake", "stateless")
+ALL_ERAS: tuple[Era, ...] = ("handshake", "stateless")
+FACTS = st.builds(Facts, st.sampled_from(("unknown", "none", "stateless")),
+                  st.sampled_from((None, True, False)), st.sampled_from((None, True, False)))
+LANE = st.builds(Lane, st.sampled_from((None, "handshake", "stateless")), st.booleans())
+LANES = st.lists(LANE, max_size=4)
+LANE_ERAS: tuple[Era | None, ...] = (None, "handshake", "stateless")
+
+# The kinds the lane table's "processes" column says one process serves every client of (spec).
+ONE_PROCESS_KINDS = {Kind.HANDSHAKE_ONLY, Kind.ONE_CONNECTION, Kind.STATELESS_ONLY}
+# The kinds whose connections may be locked to one era: each era gets its own process (spec).
+LOCKING_KINDS = {Kind.UNKNOWN, Kind.PER_CONNECTION}
 
 
-def expected_kind(facts: Facts) -> Kind:
-    # The kinds table of the module docstring, row by row.
-    if facts.discovery == "unknown":
-        return Kind.UNKNOWN
-    if facts.discovery == "none":
-        return Kind.HANDSHAKE_ONLY
-    if facts.mixed:
-        return Kind.ONE_CONNECTION
-    if facts.handshake_first is False:
-        return Kind.STATELESS_ONLY
-    return Kind.PER_CONNECTION
+def one_process(setting: EraSetting, facts: Facts) -> bool:
+    return setting != "auto" or facts.kind in ONE_PROCESS_KINDS
 
 
-@pytest.mark.parametrize("facts", ALL_FACTS, ids=repr)
-def test_every_combination_of_recorded_facts_makes_the_kind_the_table_names(facts: Facts) -> None:
-    assert facts.kind is expected_kind(facts)
+def speaks(setting: EraSetting, facts: Facts, lane: Era | None, client: Era) -> bool:
+    """Whether a process started by the start plan of `lane` can serve a client of era `client`,
+    by what the plan sends it and what the docs allow: a handshake-era client natively when the
+    connection got a handshake, bridged only onto a server without a handshake era (or with
+    era = "stateless"); a stateless client natively when the connection was probed first or
+    learned after its handshake that it carries both eras, or from cache (-32601: fall back to
+    `initialize`) when the server or the setting is handshake-only."""
+    plan = EraPolicy(setting).start_plan(lane, facts)
+    if client == "handshake":
+        bridged_allowed = setting == "stateless" or facts.kind is Kind.STATELESS_ONLY
+        return plan.initialize != "never" or bridged_allowed
+    native = plan.probe_first or (plan.probe_after_handshake and facts.kind is Kind.ONE_CONNECTION)
+    falls_back = setting == "handshake" or facts.kind is Kind.HANDSHAKE_ONLY
+    return native or falls_back
 
 
-def test_the_five_kinds_are_each_reached_by_some_facts() -> None:
-    assert {f.kind for f in ALL_FACTS} == set(Kind)
+# ---- the kinds ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("facts", "kind"), [
+    (Facts(), Kind.UNKNOWN),
+    (Facts("unknown", True, False), Kind.UNKNOWN),  # nothing counts while discovery was never asked
+    (Facts("none", None, None), Kind.HANDSHAKE_ONLY),  # server-everything: -32601
+    (Facts("none", True, False), Kind.HANDSHAKE_ONLY),  # a refused discovery outweighs the rest
+    (Facts("stateless", True, None), Kind.ONE_CONNECTION),
+    (Facts("stateless", True, False), Kind.ONE_CONNECTION),  # mixed True is decisive
+    (Facts("stateless", False, True), Kind.PER_CONNECTION),  # mcp-server-time
+    (Facts("stateless", None, None), Kind.PER_CONNECTION),  # assumed while untried
+    (Facts("stateless", None, False), Kind.STATELESS_ONLY),
+    (Facts("stateless", False, False), Kind.STATELESS_ONLY),
+])
+def test_recorded_facts_make_the_kind_the_docs_name(facts: Facts, kind: Kind) -> None:
+    assert facts.kind is kind
 
 
 def test_a_snapshot_says_what_was_learned_of_the_eras() -> None:
@@ -83,135 +119,211 @@ def test_a_clients_era_is_that_of_its_first_request(method: str, params: dict[st
     assert client_era(method, params) == era
 
 
-# ---- the lane table -------------------------------------------------------------------------------
+# ---- which process a client gets: properties ------------------------------------------------------
 
-# (setting, kind) -> (lane of a handshake client, lane of a stateless client, one process for all)
-LANE_TABLE: dict[tuple[EraSetting, Kind], tuple[Era, Era, bool]] = {
-    **{("handshake", k): ("handshake", "handshake", True) for k in Kind},
-    **{("stateless", k): ("stateless", "stateless", True) for k in Kind},
-    ("auto", Kind.UNKNOWN): ("handshake", "stateless", False),
-    ("auto", Kind.HANDSHAKE_ONLY): ("handshake", "handshake", True),
-    ("auto", Kind.ONE_CONNECTION): ("stateless", "stateless", True),
-    ("auto", Kind.PER_CONNECTION): ("handshake", "stateless", False),
-    ("auto", Kind.STATELESS_ONLY): ("stateless", "stateless", True),
-}
+def decisions(facts: Facts, lanes: list[Lane]) -> Iterator[tuple[EraSetting, Era, LaneChoice]]:
+    """Every setting's choice for a client of either era, in the situation drawn."""
+    for setting in ALL_SETTINGS:
+        for client in ALL_ERAS:
+            choice = EraPolicy(setting).choose(client, facts, lanes)
+            assert choice.index is None or 0 <= choice.index < len(lanes)
+            assert choice.reason  # the log and `lazyctl explain` always have a why
+            yield setting, client, choice
 
 
-def test_the_lane_table_has_a_row_for_every_setting_and_kind() -> None:
-    assert set(LANE_TABLE) == {(s, k) for s in ERA_SETTINGS for k in Kind}
+@PROPERTY
+@given(FACTS, LANES)
+def test_a_client_is_never_given_a_process_that_cannot_speak_its_era(facts: Facts, lanes: list[Lane]) -> None:
+    for setting, client, choice in decisions(facts, lanes):
+        assert speaks(setting, facts, choice.era, client)
 
 
-@pytest.mark.parametrize(("setting", "facts", "client"), list(itertools.product(ERA_SETTINGS, ALL_FACTS, ERAS)), ids=repr)
-def test_each_client_gets_the_lane_of_the_table(setting: EraSetting, facts: Facts, client: Era) -> None:
-    handshake, stateless, single = LANE_TABLE[(setting, facts.kind)]
-    era, one, reason = EraPolicy(setting).lane_era(client, facts)
-    assert (era, one) == (handshake if client == "handshake" else stateless, single)
-    assert reason
+@PROPERTY
+@given(FACTS, LANES)
+def test_a_handshake_client_is_bridged_only_onto_a_server_without_a_handshake_era_or_when_told_to(
+        facts: Facts, lanes: list[Lane]) -> None:
+    for setting, client, choice in decisions(facts, lanes):
+        if client == "handshake" and EraPolicy(setting).start_plan(choice.era, facts).initialize == "never":
+            assert setting == "stateless" or (setting == "auto" and facts.kind is Kind.STATELESS_ONLY)
 
 
-# Lane situations a registration can be in, as (era, busy) pairs.
-SITUATIONS: list[list[Lane]] = [
-    [],
-    [Lane(None, False)],
-    [Lane("handshake", False)],
-    [Lane("stateless", False)],
-    [Lane("handshake", True)],
-    [Lane("stateless", True)],
-    [Lane("handshake", True), Lane("stateless", True)],
-    [Lane("handshake", True), Lane("stateless", False)],
-    [Lane("stateless", True), Lane("handshake", False)],
-    [Lane("stateless", False), Lane("handshake", False)],
-]
+@PROPERTY
+@given(FACTS, LANES)
+def test_on_a_server_that_may_lock_connections_the_era_follows_the_client(facts: Facts, lanes: list[Lane]) -> None:
+    for setting, client, choice in decisions(facts, lanes):
+        if setting == "auto" and facts.kind in LOCKING_KINDS:
+            assert choice.era == client
+            if choice.index is not None:
+                assert lanes[choice.index].era == client or not lanes[choice.index].busy
 
 
-def expected_choice(situation: list[Lane], era: Era, single: bool) -> tuple[int | None, Era]:
-    """The rule in words: with one process for all, a busy one serves (its own era kept); else the
-    lane of the era, else an unused lane (taken over), else a new one."""
-    busy = [i for i, lane in enumerate(situation) if lane.busy]
-    if single and busy:
-        same = [i for i in busy if situation[i].era == era]
-        index = (same or busy)[0]
-        return index, situation[index].era or era
-    named = [i for i, lane in enumerate(situation) if lane.era == era]
-    if named:
-        return named[0], era
-    free = [i for i, lane in enumerate(situation) if not lane.busy]
-    return (free[0] if free else None), era
+@PROPERTY
+@given(FACTS, LANES)
+def test_a_server_one_process_can_serve_never_gets_a_second_while_one_is_up(facts: Facts, lanes: list[Lane]) -> None:
+    for setting, _, choice in decisions(facts, lanes):
+        if one_process(setting, facts) and any(lane.busy for lane in lanes):
+            assert choice.index is not None and lanes[choice.index].busy
 
 
-@pytest.mark.parametrize(("setting", "facts", "client", "situation"),
-                         list(itertools.product(ERA_SETTINGS, ALL_FACTS, ERAS, SITUATIONS)), ids=repr)
-def test_the_chosen_process_follows_the_lane_rule(setting: EraSetting, facts: Facts, client: Era,
-                                                  situation: list[Lane]) -> None:
-    handshake, stateless, single = LANE_TABLE[(setting, facts.kind)]
-    era = handshake if client == "handshake" else stateless
-    choice = EraPolicy(setting).choose(client, facts, situation)
-    assert (choice.index, choice.era) == expected_choice(situation, era, single)
-    assert choice.reason
+@PROPERTY
+@given(FACTS, LANES)
+def test_a_new_process_is_opened_only_when_no_lane_can_be_used_or_taken_over(facts: Facts, lanes: list[Lane]) -> None:
+    for _, _, choice in decisions(facts, lanes):
+        if choice.index is None:
+            assert all(lane.busy and lane.era != choice.era for lane in lanes)
+        elif not lanes[choice.index].busy:
+            # an idle lane is taken over only when no lane already runs in the era wanted
+            own = [i for i, lane in enumerate(lanes) if lane.era == choice.era]
+            assert not own or lanes[choice.index].era == choice.era
 
 
-def test_a_dual_era_server_that_locks_connections_gives_each_era_its_own_process() -> None:
-    policy = EraPolicy()
-    facts = Facts("stateless", False, True)
-    handshake = policy.choose("handshake", facts, [Lane(None, False)])
-    assert (handshake.index, handshake.era) == (0, "handshake")
-    stateless = policy.choose("stateless", facts, [Lane("handshake", True)])
-    assert (stateless.index, stateless.era) == (None, "stateless")
-    assert "locks each connection" in stateless.reason and "cannot serve it" in stateless.reason
-    # A third client of either era joins its own era's process.
-    both = [Lane("handshake", True), Lane("stateless", True)]
-    assert policy.choose("stateless", facts, both).index == 1
-    assert policy.choose("handshake", facts, both).index == 0
+@PROPERTY
+@given(FACTS, LANES)
+def test_a_busy_process_never_has_its_era_changed_under_it(facts: Facts, lanes: list[Lane]) -> None:
+    for _, _, choice in decisions(facts, lanes):
+        if choice.index is not None and lanes[choice.index].busy:
+            assert lanes[choice.index].era in (None, choice.era)
 
 
-def test_a_handshake_only_server_never_gets_a_second_process_while_one_is_up() -> None:
-    facts = Facts("none", None, True)
-    # The first contact was a stateless client's probe: its lane learned the server has no
-    # stateless era, and now serves the handshake clients too.
-    choice = EraPolicy().choose("handshake", facts, [Lane("stateless", True)])
-    assert (choice.index, choice.era) == (0, "stateless")
+@PROPERTY
+@given(FACTS, FACTS, LANES)
+def test_the_choice_is_decided_by_the_setting_and_the_kind_alone(facts: Facts, other: Facts, lanes: list[Lane]) -> None:
+    policies = {setting: EraPolicy(setting) for setting in ALL_SETTINGS}  # one each, asked again and again
+    for setting, client, choice in decisions(facts, lanes):
+        for _ in range(3):  # no state kept between decisions
+            assert policies[setting].choose(client, facts, list(lanes)) == choice
+        if other.kind is facts.kind:
+            twin = policies[setting].choose(client, other, lanes)
+            assert (twin.index, twin.era) == (choice.index, choice.era)
 
 
-# ---- the start plan -------------------------------------------------------------------------------
+# ---- how a process starts: properties -------------------------------------------------------------
+
+def plans(facts: Facts) -> Iterator[tuple[EraSetting, Era | None, StartPlan]]:
+    for setting in ALL_SETTINGS:
+        for lane in LANE_ERAS:
+            yield setting, lane, EraPolicy(setting).start_plan(lane, facts)
+
+
+@PROPERTY
+@given(FACTS)
+def test_a_connection_begins_with_either_the_era_probe_or_the_handshake(facts: Facts) -> None:
+    for _, _, plan in plans(facts):
+        assert plan.probe_first == (plan.initialize != "first")
+        if plan.probe_after_handshake:
+            assert plan.initialize == "first"  # a probe after a handshake needs the handshake
+
+
+@PROPERTY
+@given(FACTS)
+def test_a_handshake_lane_and_a_start_no_client_asked_for_replay_initialize_first(facts: Facts) -> None:
+    for setting, lane, plan in plans(facts):
+        if setting == "auto" and lane != "stateless" and facts.kind is not Kind.STATELESS_ONLY:
+            assert not plan.probe_first and plan.initialize == "first"
+
+
+@PROPERTY
+@given(FACTS, LANES)
+def test_a_forced_era_is_kept_whatever_was_recorded(facts: Facts, lanes: list[Lane]) -> None:
+    # era = "handshake": no era probe is ever sent; era = "stateless": never given a handshake.
+    for setting, _, plan in plans(facts):
+        if setting == "handshake":
+            assert plan == StartPlan(probe_first=False, initialize="first", probe_after_handshake=False)
+        if setting == "stateless":
+            assert plan == StartPlan(probe_first=True, initialize="never", probe_after_handshake=False)
+    for setting, _, choice in decisions(facts, lanes):
+        if setting != "auto" and (choice.index is None or not lanes[choice.index].busy):
+            assert choice.era == setting
+
+
+@PROPERTY
+@given(FACTS)
+def test_what_is_learned_once_is_not_asked_again(facts: Facts) -> None:
+    for setting, lane, plan in plans(facts):
+        if setting != "auto":
+            continue
+        if facts.kind is Kind.HANDSHAKE_ONLY:  # -32601 on record: never probed again
+            assert not plan.probe_first and not plan.probe_after_handshake
+        if facts.mixed is False:  # one era per connection on record: nothing to pipeline or probe for
+            assert plan.initialize != "pipelined" and not plan.probe_after_handshake
+        if plan.initialize == "pipelined":  # pipelined only while it can still teach something
+            assert lane == "stateless" and facts.kind in (Kind.UNKNOWN, Kind.ONE_CONNECTION)
+
+
+@PROPERTY
+@given(FACTS)
+def test_a_handshake_lane_asks_what_its_connection_carries_while_that_is_unknown(facts: Facts) -> None:
+    for setting, lane, plan in plans(facts):
+        if setting != "auto":
+            continue
+        if lane != "stateless" and facts.kind in LOCKING_KINDS and facts.mixed is None:
+            assert plan.probe_after_handshake
+        if plan.probe_after_handshake:
+            assert facts.mixed is None or facts.kind is Kind.ONE_CONNECTION
+
+
+# ---- the spec's rows, as literals -----------------------------------------------------------------
 
 FIRST = StartPlan(probe_first=False, initialize="first", probe_after_handshake=False)
 FIRST_THEN_PROBE = StartPlan(probe_first=False, initialize="first", probe_after_handshake=True)
 BRIDGED = StartPlan(probe_first=True, initialize="never", probe_after_handshake=False)
 PIPELINED = StartPlan(probe_first=True, initialize="pipelined", probe_after_handshake=False)
 
-
-def expected_plan(setting: EraSetting, facts: Facts, lane: Era | None) -> StartPlan:
-    # The start-plan table of the module docstring, row by row.
-    kind = facts.kind
-    if setting == "handshake":
-        return FIRST
-    if setting == "stateless" or kind is Kind.STATELESS_ONLY:
-        return BRIDGED
-    if kind is Kind.HANDSHAKE_ONLY:
-        return FIRST
-    if lane in (None, "handshake"):
-        return FIRST_THEN_PROBE if facts.mixed is None or kind is Kind.ONE_CONNECTION else FIRST
-    if kind in (Kind.UNKNOWN, Kind.ONE_CONNECTION) and facts.mixed is not False:
-        return PIPELINED
-    return BRIDGED
+EVERYTHING = Facts("none", None, True)  # server-everything: server/discover -> -32601
+TIME = Facts("stateless", False, True)  # mcp-server-time: both eras, one per connection
+STATELESS_ONLY = Facts("stateless", None, False)  # refused a first initialize
+BOTH = Facts("stateless", True, True)  # both eras on one connection
 
 
-@pytest.mark.parametrize(("setting", "facts", "lane"),
-                         list(itertools.product(ERA_SETTINGS, ALL_FACTS, (None, "handshake", "stateless"))), ids=repr)
-def test_each_start_follows_the_plan_of_the_table(setting: EraSetting, facts: Facts, lane: Era | None) -> None:
-    assert EraPolicy(setting).start_plan(lane, facts) == expected_plan(setting, facts, lane)
+@pytest.mark.parametrize(("setting", "facts", "client", "lanes", "index", "era"), [
+    # auto, unknown: each era its own lane
+    ("auto", Facts(), "handshake", [], None, "handshake"),
+    ("auto", Facts(), "stateless", [Lane("handshake", True)], None, "stateless"),
+    ("auto", Facts(), "stateless", [Lane("handshake", False)], 0, "stateless"),  # an unused lane is taken over
+    # auto, handshake only: everyone on the handshake lane, a process up serves every client
+    ("auto", EVERYTHING, "stateless", [], None, "handshake"),
+    ("auto", EVERYTHING, "stateless", [Lane("handshake", True)], 0, "handshake"),
+    ("auto", EVERYTHING, "handshake", [Lane("stateless", True)], 0, "stateless"),
+    # auto, one per connection: two processes while both eras are in use
+    ("auto", TIME, "handshake", [Lane(None, False)], 0, "handshake"),
+    ("auto", TIME, "stateless", [Lane("handshake", True)], None, "stateless"),
+    ("auto", TIME, "stateless", [Lane("handshake", True), Lane("stateless", True)], 1, "stateless"),
+    ("auto", TIME, "handshake", [Lane("handshake", True), Lane("stateless", True)], 0, "handshake"),
+    # auto, stateless only / both on one connection: one stateless process for everyone
+    ("auto", STATELESS_ONLY, "handshake", [], None, "stateless"),
+    ("auto", STATELESS_ONLY, "handshake", [Lane("stateless", True)], 0, "stateless"),
+    ("auto", BOTH, "handshake", [], None, "stateless"),
+    ("auto", BOTH, "stateless", [Lane("handshake", True)], 0, "handshake"),
+    # forced eras
+    ("handshake", TIME, "stateless", [], None, "handshake"),
+    ("stateless", EVERYTHING, "handshake", [], None, "stateless"),
+    ("stateless", BOTH, "handshake", [Lane("stateless", True)], 0, "stateless"),
+])
+def test_the_lane_table_rows(setting: EraSetting, facts: Facts, client: Era, lanes: list[Lane],
+                             index: int | None, era: Era) -> None:
+    choice = EraPolicy(setting).choose(client, facts, lanes)
+    assert (choice.index, choice.era) == (index, era)
 
 
-def test_a_handshake_lane_never_sends_the_era_probe_first() -> None:
-    for setting, facts in itertools.product(ERA_SETTINGS, ALL_FACTS):
-        plan = EraPolicy(setting).start_plan("handshake", facts)
-        if setting == "auto" and facts.kind is not Kind.STATELESS_ONLY:
-            assert not plan.probe_first and plan.initialize == "first"
+@pytest.mark.parametrize(("setting", "facts", "lane", "plan"), [
+    ("handshake", STATELESS_ONLY, "stateless", FIRST),
+    ("stateless", EVERYTHING, "handshake", BRIDGED),
+    ("auto", STATELESS_ONLY, "handshake", BRIDGED),
+    ("auto", EVERYTHING, "stateless", FIRST),
+    ("auto", Facts(), None, FIRST_THEN_PROBE),  # a start no client asked for, server unknown
+    ("auto", Facts(), "handshake", FIRST_THEN_PROBE),
+    ("auto", TIME, "handshake", FIRST),  # mixed False on record: nothing left to learn
+    ("auto", BOTH, "handshake", FIRST_THEN_PROBE),  # the probe lets the process serve stateless clients
+    ("auto", Facts(), "stateless", PIPELINED),
+    ("auto", BOTH, "stateless", PIPELINED),
+    # one per connection: its handshake clients go to a handshake lane
+    ("auto", Facts("stateless", None, True), "stateless", BRIDGED),
+    ("auto", TIME, "stateless", BRIDGED),
+])
+def test_the_start_plan_rows(setting: EraSetting, facts: Facts, lane: Era | None, plan: StartPlan) -> None:
+    assert EraPolicy(setting).start_plan(lane, facts) == plan
 
 
-def test_a_forced_stateless_era_never_replays_a_handshake_and_a_forced_handshake_era_never_probes() -> None:
-    for facts, lane in itertools.product(ALL_FACTS, (None, "handshake", "stateless")):
-        stateless = EraPolicy("stateless").start_plan(lane, facts)  # type: ignore[arg-type]
-        assert stateless.initialize == "never" and stateless.probe_first
-        handshake = EraPolicy("handshake").start_plan(lane, facts)  # type: ignore[arg-type]
-        assert not handshake.probe_first and not handshake.probe_after_handshake
+def test_a_dual_era_server_that_locks_connections_says_why_it_opens_a_second_process() -> None:
+    stateless = EraPolicy().choose("stateless", TIME, [Lane("handshake", True)])
+    assert "locks each connection" in stateless.reason and "cannot serve it" in stateless.reason

@@ -22,8 +22,9 @@ def test_fallbacks_since_the_daemon_started_are_counted_by_kind_with_the_last_re
     fallbacks.record(sock, "refused by the daemon: before this daemon [busy]", "node")
     with open(journal, "a") as f:  # as a daemon of an hour ago saw it
         f.write(json.dumps({"at": started - 3600, "kind": "refused", "reason": "before this daemon"}) + "\n")
-    time.sleep(0.01)  # the clock moves on: the line above is older than this daemon
-    started = time.time()
+    recorded = time.time()  # the line above was stamped at or before this
+    while (started := time.time()) <= recorded:  # the clock moves on: that line is older than this daemon
+        time.sleep(0.001)
     fallbacks.record(sock, "refused by the daemon: near its descriptor limit [busy]", "/usr/bin/node")
     fallbacks.record(sock, "refused by the daemon: 900 connections open [busy]", "node")
     fallbacks.record(sock, "the daemon at /x is too busy to accept a connection", "node")

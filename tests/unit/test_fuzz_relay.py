@@ -1,9 +1,10 @@
 """Fuzzing the relay core with hostile clients and servers mixed into random sessions (case 36).
 
-Testing policy: this extends the random walk of test_relay_sharing.py (its `Walk` models what
-every client and the server have seen and checks every action against it: each request answered
-at most once and only to its owner, nothing lost once the server is gone, the in-flight count
-equal to the model's, relay ids never reused, only the declared action types). Here the walk
+Testing policy: this extends the random walk of sharing_walk.py (played by test_relay_sharing.py;
+its `Walk` models what every client and the server have seen and checks every action against
+it: each request answered at most once and only to its owner, nothing lost once the server is
+gone, the in-flight count equal to the model's, relay ids never reused, only the declared action
+types). Here the walk
 also meets peers that break the rules: clients sending bytes that are not JSON-RPC, requests
 that try to smuggle an id past the relay with a duplicate "id" key, cancels of ids they do not
 own, answers to server requests that went to someone else; a server answering twice, under
@@ -22,7 +23,7 @@ from hypothesis import strategies as st
 from lazyd.core.relay import jsonrpc as rpc
 from lazyd.core.relay.jsonrpc import Invalid, JsonId, JsonObj
 from tests.unit.relay_driver import Driver, result, running, warm_snapshot
-from tests.unit.test_relay_sharing import OPS, Walk, key
+from tests.unit.sharing_walk import OPS, Walk, key
 
 EXAMPLES = 120
 MIN_EVENTS = 10_000

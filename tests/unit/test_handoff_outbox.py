@@ -91,7 +91,7 @@ class Client:
                 continue
             assert data, "the client's stdout ended early"
             self.received += data
-            await trio.sleep(0)
+            await trio.sleep(0)  # a checkpoint: the writer's turn, as the daemon's loop gives it
 
     def close(self) -> None:
         for end in (self.stdin, self.stdout):

@@ -17,12 +17,12 @@ async def test_one_trim_follows_a_quiet_spell_after_large_lines_and_small_lines_
         nursery.start_soon(trimmer.run)
         for _ in range(100):
             trimmer.note(LARGE_BYTES - 1)
-        await trio.sleep(10 * QUIET_S)
+        await trio.sleep(10 * QUIET_S)  # the quiet spell under test, in virtual time (autojump clock)
         assert trims == []
         start = trio.current_time()
         trimmer.note(LARGE_BYTES)
         trimmer.note(4 * LARGE_BYTES)
-        await trio.sleep(10 * QUIET_S)
+        await trio.sleep(10 * QUIET_S)  # virtual time (autojump clock), as above
         assert trims == [start + QUIET_S]
         nursery.cancel_scope.cancel()
 
@@ -35,12 +35,12 @@ async def test_large_lines_that_keep_coming_put_the_trim_off_until_they_stop(
         nursery.start_soon(trimmer.run)
         for _ in range(10):  # a large line every half spell: the burst goes on
             trimmer.note(LARGE_BYTES)
-            await trio.sleep(QUIET_S / 2)
+            await trio.sleep(QUIET_S / 2)  # the burst's pace, in virtual time (autojump clock)
         assert trims == []
         last = trio.current_time() - QUIET_S / 2
-        await trio.sleep(10 * QUIET_S)
+        await trio.sleep(10 * QUIET_S)  # virtual time (autojump clock), as above
         assert len(trims) == 1 and last + QUIET_S <= trims[0] <= last + 2 * QUIET_S
         trimmer.note(LARGE_BYTES)  # a later spell gets its own trim
-        await trio.sleep(10 * QUIET_S)
+        await trio.sleep(10 * QUIET_S)  # virtual time (autojump clock), as above
         assert len(trims) == 2
         nursery.cancel_scope.cancel()

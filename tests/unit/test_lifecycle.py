@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import random
 from dataclasses import replace
-from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -33,13 +32,9 @@ from lazyd.core.lifecycle.machine import (
     Stop,
 )
 from lazyd.errors import LifecycleError
+from tests.unit.lifecycle_support import CRASH, INPUTS, POLICIES, make
 
-CRASH = "exit status 1; stderr: boom"
 PARK_LOG = Log(f"parked as failed after 5 failed restarts within 1m; last error: {CRASH}")
-
-
-def make(seed: int = 0, /, **policy: Any) -> Lifecycle:
-    return Lifecycle(LifecyclePolicy(**policy), random.Random(seed))
 
 
 def state_of(lc: Lifecycle) -> State:
@@ -674,17 +669,6 @@ def test_the_snapshot_is_a_plain_dict_of_the_status_fields() -> None:
 
 # -- random sequences ------------------------------------------------------------------------------
 
-POLICIES = [
-    LifecyclePolicy(),
-    LifecyclePolicy(linger_s=0.0),
-    LifecyclePolicy(idle_timeout_s=60.0, linger_s=30.0),
-    LifecyclePolicy(keep_alive=True, start_timeout_s=5.0),
-    LifecyclePolicy(eager=True, wake_interval_s=30.0, start_timeout_s=5.0),
-    LifecyclePolicy(wake_interval_s=10.0, linger_s=0.0, idle_timeout_s=5.0),
-    LifecyclePolicy(check_linger_s=5.0, linger_s=60.0),
-]
-INPUTS = ["demand", "spawned", "spawn_failed", "ready", "exited", "load", "activity", "used", "tick",
-          "tick", "tick", "operator_wake", "operator_sleep", "predicate_done", "boot"]
 STEPS_S = [0.0, 0.1, 0.5, 1.0, 5.0, 11.0, 31.0, 61.0, 700.0, -1.0]
 
 

@@ -13,7 +13,7 @@ import pytest
 
 from lazyd.core.lifecycle.machine import Lifecycle, LifecyclePolicy, Spawn, State, Stop
 from lazyd.errors import LifecycleError
-from tests.unit.test_lifecycle import CRASH, make
+from tests.unit.lifecycle_support import CRASH, make
 
 LISTINGS_STOP = "no client for 30s (started for listings only)"
 

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from lazyd.core.lifecycle.machine import Lifecycle, LifecyclePolicy, State
 from lazyd.core.lifecycle.persist import lifecycle_from_state, lifecycle_state
-from tests.unit.test_lifecycle import INPUTS, POLICIES
+from tests.unit.lifecycle_support import INPUTS, POLICIES
 
 OFFSET = 5_000.0  # where the reader's clock is when the writer's reads 0
 STEPS = st.lists(st.tuples(st.sampled_from(INPUTS), st.sampled_from([0.0, 0.125, 0.5, 1.0, 5.0, 11.0, 31.0, 61.0, 700.0]),

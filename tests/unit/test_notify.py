@@ -190,11 +190,11 @@ async def test_the_status_loop_sends_a_status_only_when_it_changed(
     texts = iter(["a", "a", "b", "b", "b", "c"])
 
     async def a_change_every_second() -> None:
-        await trio.sleep(1.0)
+        await trio.sleep(1.0)  # the pace under test: a change every second, in virtual time (autojump clock)
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(notifier.status_loop, lambda: next(texts, "c"), a_change_every_second)
-        await trio.sleep(10)
+        await trio.sleep(10)  # ten seconds of virtual time (autojump clock): the span under test
         nursery.cancel_scope.cancel()
     assert received(notify_socket) == ["STATUS=a", "STATUS=b", "STATUS=c"]
 
@@ -217,8 +217,8 @@ async def test_the_status_is_recomputed_only_after_a_change_and_at_most_twice_a_
         assert [t - start for t in computed] == [0.0]
         for _ in range(50):  # a burst of changes is one update, half a second later
             changes.note()
-            await trio.sleep(0.001)
-        await trio.sleep(10)
+            await trio.sleep(0.001)  # the burst's pace, in virtual time (autojump clock)
+        await trio.sleep(10)  # well past the half-second coalescing, in virtual time (autojump clock)
         assert len(computed) == 2 and computed[1] - computed[0] == pytest.approx(100.5, abs=0.01)
         nursery.cancel_scope.cancel()
     assert received(notify_socket) == ["STATUS=status 1", "STATUS=status 2"]
@@ -240,7 +240,7 @@ async def test_a_status_the_full_notify_queue_refused_is_sent_again_without_anot
     changes = Changes()
     async with trio.open_nursery() as nursery:
         nursery.start_soon(notifier.status_loop, lambda: "1 servers: 1 running", changes.wait)
-        await trio.sleep(0.1)
+        await trio.sleep(0.1)  # virtual time (autojump clock): runs until every task waits, then 0.1 s on
         assert notifier.unsent
         queued = received(notify_socket)  # the manager reads its queue again
         assert "STATUS=1 servers: 1 running" not in queued

@@ -10,17 +10,14 @@ import trio
 import trio.testing
 
 from lazyd import wire
-from lazyd.daemon.runtime.outbox import (
-    CLIENT_PAUSE_BYTES,
-    CLIENT_PAUSE_FRAMES,
-    MAX_CLIENT_BACKLOG_BYTES,
-    MAX_CLIENT_BACKLOG_FRAMES,
-    LineOutbox,
-    ConnectionOutbox,
-)
-from lazyd.daemon.process.stdin import MAX_SERVER_BACKLOG_BYTES
+from lazyd.daemon.runtime.outbox import LineOutbox, ConnectionOutbox
 
 MIB = 1024 * 1024
+# The documented bounds (docs/reliability.md), as numbers: test_documented_limits.py compares them
+# with the code's constants once.
+PAUSE_BYTES, PAUSE_FRAMES = 16 * MIB, 1_024  # "once 16 MiB (or 1,024 frames) of answers wait for it"
+BACKLOG_BYTES, BACKLOG_FRAMES = 64 * MIB, 32_768  # "once 64 MiB (or 32,768 frames) wait in its outbox"
+SERVER_BACKLOG_BYTES = 32 * MIB  # "once 32 MiB wait for a server's stdin"
 
 
 class Outbox:
@@ -51,7 +48,7 @@ class Outbox:
             self.session.sent(len(frame), 1)
 
 
-BOUND_MIB = MAX_CLIENT_BACKLOG_BYTES // MIB
+BOUND_MIB = BACKLOG_BYTES // MIB
 
 
 def test_a_client_that_keeps_reading_is_never_dropped_however_much_passes_through() -> None:
@@ -79,13 +76,13 @@ def test_a_dropped_client_gets_nothing_more_and_is_reported_once() -> None:
     assert box.session.receive_channel.statistics().current_buffer_used == BOUND_MIB
 
 
-PAUSE_MIB = CLIENT_PAUSE_BYTES // MIB
+PAUSE_MIB = PAUSE_BYTES // MIB
 
 
 def test_the_pause_leaves_room_for_every_answer_already_on_its_way() -> None:
     # Answers no larger than their requests never overflow a paused client: what it can still be
     # owed is the pause, the server's backlog and two 1 MiB pipes.
-    assert CLIENT_PAUSE_BYTES + MAX_SERVER_BACKLOG_BYTES + 2 * MIB < MAX_CLIENT_BACKLOG_BYTES
+    assert PAUSE_BYTES + SERVER_BACKLOG_BYTES + 2 * MIB < BACKLOG_BYTES
 
 
 def test_a_client_that_falls_behind_is_paused_and_resumed_once_it_reads() -> None:
@@ -109,9 +106,9 @@ async def test_a_paused_reader_wakes_when_the_writer_catches_up(autojump_clock: 
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(reader)
-        await trio.sleep(10)
+        await trio.sleep(10)  # virtual time (autojump clock): the reader must sleep through it
         box.write(3)  # still at the pause: the reader sleeps on
-        await trio.sleep(10)
+        await trio.sleep(10)  # virtual time (autojump clock), as above
         assert woke_at == []
         box.write(1)
     assert woke_at == [20.0]
@@ -119,7 +116,7 @@ async def test_a_paused_reader_wakes_when_the_writer_catches_up(autojump_clock: 
 
 def test_a_flood_of_tiny_answers_pauses_the_client_long_before_it_could_be_cut() -> None:
     box = Outbox()
-    box.deliver(CLIENT_PAUSE_FRAMES - 1, size=10)
+    box.deliver(PAUSE_FRAMES - 1, size=10)
     assert not box.session.should_pause()
     box.deliver(1, size=10)
     assert box.session.should_pause()
@@ -127,7 +124,7 @@ def test_a_flood_of_tiny_answers_pauses_the_client_long_before_it_could_be_cut()
     assert not box.session.should_pause()
     # What a paused client can still be owed: 10,000 requests queued for the server and a 1 MiB
     # pipe of the smallest requests (~60 bytes each), answered one frame each.
-    assert CLIENT_PAUSE_FRAMES + 10_000 + (1024 * 1024) // 60 < MAX_CLIENT_BACKLOG_FRAMES
+    assert PAUSE_FRAMES + 10_000 + (1024 * 1024) // 60 < BACKLOG_FRAMES
 
 
 # ---- the outbox of a session inside the daemon (a hub call) --------------------------------------
@@ -170,7 +167,7 @@ async def test_an_internal_session_that_falls_behind_by_the_byte_bound_is_droppe
     box = Internal()
     for _ in range(BOUND_MIB):
         box.outbox.deliver(b"x" * MIB)
-    assert box.overflows == 0 and box.outbox.backlog_bytes == MAX_CLIENT_BACKLOG_BYTES
+    assert box.overflows == 0 and box.outbox.backlog_bytes == BACKLOG_BYTES
     box.outbox.deliver(b"x")
     box.outbox.deliver(b"y")  # nothing more once dropped, and reported once
     assert box.overflows == 1 and box.outbox.dropped
@@ -180,11 +177,11 @@ async def test_an_internal_session_that_falls_behind_by_the_byte_bound_is_droppe
 
 async def test_an_internal_session_that_falls_behind_by_the_frame_bound_is_dropped() -> None:
     box = Internal()
-    for _ in range(MAX_CLIENT_BACKLOG_FRAMES):
+    for _ in range(BACKLOG_FRAMES):
         box.outbox.deliver(b"{}")
     assert box.overflows == 0
     box.outbox.deliver(b"{}")
-    assert box.overflows == 1 and len(await taken(box.outbox)) == MAX_CLIENT_BACKLOG_FRAMES
+    assert box.overflows == 1 and len(await taken(box.outbox)) == BACKLOG_FRAMES
 
 
 async def test_a_reader_that_keeps_up_passes_far_more_than_the_bound_through() -> None:

@@ -28,10 +28,10 @@ async def test_the_pump_coalesces_fast_steps_and_always_sends_the_last_one(autoj
         nursery.start_soon(pump.run)
         with pump.reporting():
             progress.report("starting the server")
-            await trio.sleep(0.1)
+            await trio.sleep(0.1)  # steps arriving faster than the peer takes them, in virtual time (autojump clock)
             for page in range(1, 5):
                 progress.report(f"listings: tools/list page {page}")
-            await trio.sleep(0.1)
+            await trio.sleep(0.1)  # virtual time (autojump clock), as above
             progress.report("stopping the server")
         nursery.cancel_scope.cancel()
     await pump.flush()

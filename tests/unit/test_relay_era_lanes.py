@@ -12,7 +12,7 @@ from lazyd.core.eras.policy import EraPolicy, Kind, facts_of
 from lazyd.core.eras.versions import LOG_LEVEL_META, PROTOCOL_VERSION_META
 from lazyd.core.relay.core import Phase
 from tests.unit.relay_driver import CLIENT_PARAMS, INIT_RESULT, PAGES, TOOLS, Driver, request, result
-from tests.unit.test_relay_eras import DISCOVERY, PV, UNSUPPORTED_INIT, driver, known_stateless, meta, page, serve_stateless
+from tests.unit.stateless_relay_support import DISCOVERY, PV, UNSUPPORTED_INIT, driver, known_stateless, meta, page, serve_stateless
 
 SDK_LEGACY_REFUSAL = "this connection serves the handshake protocol era; requests carrying the 2026-07-28 envelope are not accepted on it"
 

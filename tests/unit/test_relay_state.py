@@ -30,7 +30,7 @@ from lazyd.core.relay.jsonrpc import JsonId, JsonObj
 from lazyd.core.relay.core import Action, RelayCore, ToClient, ToServer
 from tests.unit.relay_driver import (BARE_PARAMS, CLIENT_PARAMS, INIT_RESULT, NOT_FOUND, PAGES, ITEM_KEYS, Driver,
                                      running, warm_snapshot)
-from tests.unit.test_relay_eras import DISCOVERY, PV, UNSUPPORTED_INIT, known_stateless, stateless_running
+from tests.unit.stateless_relay_support import DISCOVERY, PV, UNSUPPORTED_INIT, known_stateless, stateless_running
 
 EXAMPLES = 150
 SERVER_KINDS = ("handshake", "dual", "stateless")

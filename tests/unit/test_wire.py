@@ -24,6 +24,7 @@ from lazyd.errors import WireError
 from lazyd.frames import (FRAME_TYPES, Ctl, ForeignHello, ForeignWelcome, Frame, Hello, Line, Progress, Refusal,
                           Reply, Welcome)
 from lazyd.wire import FrameDecoder
+from tests.unit.wire_bombs import BOMBS
 
 HELLO: dict[str, Any] = {
     "t": "hello",
@@ -37,6 +38,10 @@ HELLO: dict[str, Any] = {
     "server": None,
     "resume": [b'{"jsonrpc":"2.0","id":1,"method":"initialize"}'],
 }
+# The documented limits (docs/protocol.md), as numbers: test_documented_limits.py compares them with
+# the constants once.
+LINE_LIMIT = 16 * 1024 * 1024
+FRAME_LIMIT = LINE_LIMIT + 64 * 1024
 HELLO_FRAME = Hello("shim", 1234, ["node", "server.js", "--port", "3"], "/home/user/project",
                     {"PATH": "/usr/bin", "HOME": "/home/user"}, {"linger": "10m"}, None,
                     [b'{"jsonrpc":"2.0","id":1,"method":"initialize"}'])
@@ -99,16 +104,16 @@ def test_encode_line_produces_exactly_the_bytes_of_the_generic_encoder(size: int
 
 
 def test_a_line_of_exactly_the_maximum_size_decodes() -> None:
-    data = b"a" * wire.MAX_LINE_BYTES
+    data = b"a" * LINE_LIMIT
     frame = decode_one(wire.encode_line(data, "x"))
     assert isinstance(frame, Line) and frame.d == data and frame.done == "x"
 
 
 def test_encoding_a_line_over_the_limit_is_a_local_value_error() -> None:
     with pytest.raises(ValueError, match="MAX_LINE_BYTES"):
-        wire.encode_line(b"a" * (wire.MAX_LINE_BYTES + 1))
+        wire.encode_line(b"a" * (LINE_LIMIT + 1))
     with pytest.raises(ValueError, match="MAX_FRAME_BYTES"):
-        wire.encode(Reply(True, "x" * wire.MAX_FRAME_BYTES))
+        wire.encode(Reply(True, "x" * FRAME_LIMIT))
 
 
 def test_encode_line_refuses_a_bool_done_because_json_ids_are_never_bools() -> None:
@@ -137,7 +142,7 @@ def test_several_frames_in_one_feed_are_all_returned() -> None:
 def test_a_frame_longer_than_the_limit_is_refused_from_its_header_alone() -> None:
     decoder = FrameDecoder()
     with pytest.raises(WireError, match="MAX_FRAME_BYTES"):
-        decoder.feed(struct.pack(">I", wire.MAX_FRAME_BYTES + 1))
+        decoder.feed(struct.pack(">I", FRAME_LIMIT + 1))
     assert decoder.buffered == 0
 
 
@@ -299,20 +304,6 @@ def test_blocking_reader_reports_an_eof_in_the_middle_of_a_frame() -> None:
 
 # --- msgpack bombs (RELIABILITY.md case 33) --------------------------------------------------------
 
-_T_KEY = b"\xa1t"  # the str "t", so that each bomb sits inside an otherwise plausible map
-
-BOMBS: dict[str, bytes] = {
-    "bare nested array32 headers": b"\xdd\xff\xff\xff\xff" * 20,
-    "nested array32 headers in a map": b"\x81" + _T_KEY + b"\xdd\xff\xff\xff\xff" * 20,
-    "2000-deep nesting": b"\x81" + _T_KEY + b"\x91" * 2000 + b"\xc0",
-    "2000-deep nested maps": b"\x81" + _T_KEY + b"\x81\xa1k" * 2000 + b"\xc0",
-    "a map with 1M entries": b"\xdf" + (1_000_000).to_bytes(4, "big") + b"\xa1k\xc0" * 1_000_000,
-    "an array of 1M empty maps": b"\x81" + _T_KEY + b"\xdd" + (1_000_000).to_bytes(4, "big") + b"\x80" * 1_000_000,
-    "15 arrays of 10k empty maps": b"\x81" + _T_KEY + b"\x9f" + (b"\xdc\x27\x10" + b"\x80" * 10_000) * 15,
-    "a map32 header promising 2^32-1 pairs": b"\x81" + _T_KEY + b"\xdf\xff\xff\xff\xff",
-    "non-str map keys": b"\x81\x01\x02",
-    "ext types": b"\x81" + _T_KEY + b"\xc9\xff\xff\xff\xff\x05",
-}
 
 _BOMB_SCRIPT = r"""
 import json, struct, sys
