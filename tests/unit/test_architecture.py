@@ -679,6 +679,3 @@ def docs_floor_table() -> dict[str, tuple[str, frozenset[str]]]:
 def test_the_docs_floor_table_states_the_rules_the_test_enforces() -> None:
     assert docs_floor_table() == ROWS
 
-
-def test_every_module_of_the_tree_has_a_row(tree: dict[str, Module]) -> None:
-    assert not [name for name in tree if row_of(name) is None]
