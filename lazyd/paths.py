@@ -21,7 +21,7 @@ Whatever is chosen must still be validated before use, see ``lazyd.privatefiles.
 (the temp fallback is a predictable name others can squat).
 
 platformdirs is not the standard library: this module is for the daemon and lazyctl, never the
-shim (docs/architecture.md, the floors).
+shim (docs/architecture.md, "The floors").
 """
 
 from __future__ import annotations

@@ -45,7 +45,6 @@ from lazyd.daemon.config_wait import wait_for_files
 from lazyd.daemon.upgrade.adopt import adopt, adopt_stored, take_envelope
 from lazyd.daemon.upgrade.fdstore import FdStore, keep_standby, standby_path, stored_fds
 from lazyd.daemon.heap import TRIMMER
-from lazyd.daemon.sessions.registry_state import drop_stale_named
 from lazyd.daemon.connections.listener import ConnectionHandler
 from lazyd.daemon.control.ops import Control, status_summary
 from lazyd.daemon.log import PrivateRotatingFileHandler
@@ -263,7 +262,7 @@ async def serve(sock: socket.socket, paths: Paths, config: Config, config_path: 
         elif stored and await adopt_stored(dict(stored), registry, paths.lock, paths.state_dir, lineage):
             adopted = set(registry.runtimes)
             await registry.boot()  # named servers new to the config; changed ones are replaced
-            await drop_stale_named(registry, adopted)
+            await registry.drop_stale_named(adopted)
         else:
             await registry.boot()
         if fdstore is not None:

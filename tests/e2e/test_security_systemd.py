@@ -1,19 +1,15 @@
-"""systemd notify gaps left by test_systemd.py: failure counts in STATUS=, and the watchdog firing (case 23).
+"""systemd notify gaps left by test_systemd.py: failure counts in STATUS=, and the watchdog pings.
 
-Testing policy: the STATUS= test needs no user manager: the notify socket is a datagram socket
-the test binds, exactly what systemd gives a Type=notify service (as in test_systemd.py). The
-ping test needs none either: the test's notify socket sees each WATCHDOG=1 and when it came, so it
-checks the interval and that a stopped loop sends none. The test of systemd acting on a missed
-ping needs a real user manager (`systemd-run --user`); where there is none it skips with the
-reason printed.
-It stops the daemon with SIGSTOP: the pings come from a task of the daemon's event loop, so a
-stopped or blocked loop sends none, and systemd must notice within WatchdogSec.
+Testing policy: neither test needs a user manager: the notify socket is a datagram socket the
+test binds, exactly what systemd gives a Type=notify service (as in test_systemd.py). The ping
+test sees each WATCHDOG=1 and when it came, so it checks the interval and that a stopped loop
+(SIGSTOP: the pings come from a task of the daemon's event loop) sends none. systemd acting on the
+missed pings is test_systemd_manager.py's, under a real user manager of its own.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -23,7 +19,7 @@ import time
 import pytest
 
 from lazyd import wire
-from tests.conftest import FIXTURE_SERVER, UserEnv, wait_until
+from tests.conftest import FIXTURE_SERVER, UserEnv
 from tests.e2e.test_security_frames import STEP_S, Conn, daemon_log, hello
 
 pytestmark = pytest.mark.e2e
@@ -132,48 +128,3 @@ def test_the_daemon_pings_the_watchdog_at_half_its_timeout_and_not_while_its_loo
     finally:
         proc.terminate()
         assert proc.wait(timeout=STEP_S) == 0, daemon_log(user_env)
-
-
-def user_manager_or_skip() -> tuple[str, str]:
-    systemd_run, systemctl = shutil.which("systemd-run"), shutil.which("systemctl")
-    reason = None
-    if systemd_run is None or systemctl is None:
-        reason = "systemd-run or systemctl is not installed"
-    else:
-        probe = subprocess.run([systemctl, "--user", "show", "--property=Version"], capture_output=True, text=True,
-                               timeout=STEP_S)
-        if probe.returncode != 0:
-            reason = f"no systemd user manager ({probe.stderr.strip() or probe.returncode})"
-    if reason is not None:
-        print(f"skipping: {reason}")
-        pytest.skip(reason)
-    assert systemd_run is not None and systemctl is not None
-    return systemd_run, systemctl
-
-
-def test_a_daemon_whose_event_loop_stops_is_killed_by_the_systemd_watchdog(user_env: UserEnv) -> None:
-    systemd_run, systemctl = user_manager_or_skip()
-    unit = f"lazyd-watchdog-test-{user_env.marker}"
-    setenv = [f"--setenv={k}={v}" for k, v in user_env.env.items()]
-    started = subprocess.run([systemd_run, "--user", f"--unit={unit}", "--property=Type=notify",
-                              "--property=NotifyAccess=main", f"--property=WatchdogSec={WATCHDOG_SEC}",
-                              *setenv, sys.executable, "-m", "lazyd.daemon"],
-                             capture_output=True, text=True, timeout=STEP_S)
-    try:
-        assert started.returncode == 0, started.stderr  # Type=notify: returns once READY=1 arrived
-
-        def show(prop: str) -> str:
-            return subprocess.run([systemctl, "--user", "show", f"--property={prop}", "--value", unit],
-                                  capture_output=True, text=True, timeout=STEP_S).stdout.strip()
-
-        pid = int(show("MainPID"))
-        assert pid > 0
-        # Alive well past WatchdogSec: only its pings keep systemd from killing it (a daemon that
-        # never pinged would be killed here, and the SIGSTOP below would prove nothing).
-        time.sleep(2 * WATCHDOG_SEC)
-        assert (show("ActiveState"), show("Result")) == ("active", "success")
-        os.kill(pid, signal.SIGSTOP)
-        wait_until(lambda: show("Result") == "watchdog", STEP_S, "systemd's watchdog to fire")
-    finally:
-        subprocess.run([systemctl, "--user", "stop", unit], capture_output=True, timeout=STEP_S)
-        subprocess.run([systemctl, "--user", "reset-failed", unit], capture_output=True, timeout=STEP_S)

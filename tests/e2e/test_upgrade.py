@@ -406,3 +406,26 @@ def test_an_upgrade_is_refused_while_the_config_cannot_be_loaded_and_the_daemon_
     before, after = outcome["pids"]
     assert before == after and daemon.proc.poll() is None  # the same daemon and server, the session on
     daemon.stop()
+
+
+def test_an_upgrade_keeps_a_session_aware_server_and_its_process(user_env: UserEnv) -> None:
+    # Every share setting the config and the shim accept must survive the hand-over: the
+    # successor reads the setting back, and a session-aware server is one more process to keep.
+    daemon = start_daemon(user_env)
+    outcome: dict[str, Any] = {}
+
+    async def scenario() -> None:
+        async with shim_session(user_env, [sys.executable, str(FIXTURE_SERVER)],
+                                shim_args=("--share", "session-aware", "--log-file", str(user_env.root / "shim.log"))) as client:
+            outcome["before"] = int(getattr((await client.call_tool("pid", {})).content[0], "text", "0"))
+            outcome["upgrade"] = await anyio.to_thread.run_sync(lazyctl, user_env, "upgrade")
+            outcome["after"] = int(getattr((await client.call_tool("pid", {})).content[0], "text", "0"))
+
+    anyio.run(scenario)
+    done = outcome["upgrade"]
+    assert done.returncode == 0, (done.stdout, done.stderr)
+    assert outcome["before"] == outcome["after"] and daemon.proc.poll() is None
+    row = next(s for s in status(user_env)["servers"] if s["name"].startswith("fixture_server"))
+    assert row["share_setting"] == "session-aware" and row["upgrades"] == 1, row
+    log = shim_log(user_env)
+    assert f"with daemon pid {daemon.proc.pid}" in log and "daemon lost" not in log, log

@@ -1,4 +1,4 @@
-"""The daemon's per-frame deadline (connection._Frames) charges a peer only for time the daemon
+"""The daemon's per-frame deadline (connection.Frames) charges a peer only for time the daemon
 spent waiting on it: a slowloris is still cut off, but a client whose half-read frame sat in the
 socket while the daemon held back (backpressure toward a stalled server) is not.
 
@@ -15,7 +15,7 @@ import trio
 import trio.testing
 
 from lazyd import wire
-from lazyd.daemon.connections.listener import _Frames
+from lazyd.daemon.connections.listener import Frames
 from lazyd.errors import SlowPeer
 from lazyd.frames import Line
 
@@ -27,19 +27,19 @@ def line_frame(size: int) -> bytes:
 
 
 @pytest.fixture
-async def pair() -> AsyncIterator[tuple[socket.socket, _Frames]]:
+async def pair() -> AsyncIterator[tuple[socket.socket, Frames]]:
     ours, theirs = socket.socketpair()
     theirs.setblocking(False)
     stream = trio.SocketStream(trio.socket.from_stdlib_socket(ours))
     try:
-        yield theirs, _Frames(stream, DEADLINE_S)
+        yield theirs, Frames(stream, DEADLINE_S)
     finally:
         theirs.close()
         await stream.aclose()
 
 
 async def test_a_frame_that_never_finishes_is_cut_off_at_the_deadline(
-    pair: tuple[socket.socket, _Frames], autojump_clock: trio.testing.MockClock
+    pair: tuple[socket.socket, Frames], autojump_clock: trio.testing.MockClock
 ) -> None:
     peer, frames = pair
     peer.send(line_frame(1000)[:10])
@@ -50,7 +50,7 @@ async def test_a_frame_that_never_finishes_is_cut_off_at_the_deadline(
 
 
 async def test_time_the_daemon_spends_away_from_reading_is_not_charged_to_the_peer(
-    pair: tuple[socket.socket, _Frames], autojump_clock: trio.testing.MockClock
+    pair: tuple[socket.socket, Frames], autojump_clock: trio.testing.MockClock
 ) -> None:
     peer, frames = pair
     second = line_frame(1000)
@@ -68,7 +68,7 @@ async def test_time_the_daemon_spends_away_from_reading_is_not_charged_to_the_pe
 
 
 async def test_waits_for_one_frame_add_up_across_reads(
-    pair: tuple[socket.socket, _Frames], autojump_clock: trio.testing.MockClock
+    pair: tuple[socket.socket, Frames], autojump_clock: trio.testing.MockClock
 ) -> None:
     peer, frames = pair
     whole = line_frame(1000)
@@ -87,7 +87,7 @@ async def test_waits_for_one_frame_add_up_across_reads(
 
 
 async def test_between_frames_a_session_may_idle_forever(
-    pair: tuple[socket.socket, _Frames], autojump_clock: trio.testing.MockClock
+    pair: tuple[socket.socket, Frames], autojump_clock: trio.testing.MockClock
 ) -> None:
     peer, frames = pair
     async with trio.open_nursery() as nursery:

@@ -97,3 +97,15 @@ def test_reads_into_the_shared_buffer_come_out_whole_after_its_pages_were_given_
     finally:
         os.close(read_end)
         os.close(write_end)
+
+
+@pytest.mark.parametrize("taken", [0, 1, 2])
+def test_what_was_fed_and_not_handed_out_gives_a_new_buffer_the_same_lines_then_the_same_partial_line(taken: int) -> None:
+    # An upgrade: the predecessor's buffer hands over its bytes, the successor's buffer goes on.
+    old = StdoutLines(limit=100)
+    old.feed(b'{"a":1}\n{"b":2}\n{"c":')
+    handed_out = [old.next_line() for _ in range(taken)]
+    new = StdoutLines(limit=100)
+    new.feed(old.leftover())
+    new.feed(b'3}\n')
+    assert handed_out + drain(new) == [b'{"a":1}', b'{"b":2}', b'{"c":3}']

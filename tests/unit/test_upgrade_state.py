@@ -1,7 +1,7 @@
 """The hand-over's plain data: the state file, the envelope, the secrets memfd, a connection's bytes.
 
 The relay core's and the lifecycle's own round trips are tested in test_relay_state.py and
-test_lifecycle_persist.py; here is what the shell writes around them.
+test_lifecycle_state.py; here is what the shell writes around them.
 """
 
 from __future__ import annotations
@@ -16,6 +16,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lazyd import wire
+from lazyd.config.load import WakePredicate
+from lazyd.core.lifecycle import machine as lc
+from lazyd.daemon.process.command import SpawnSpec
+from lazyd.daemon.runtime.config import RuntimeConfig
 from lazyd.daemon.upgrade import state as us
 from lazyd.daemon.upgrade.connection_state import ConnectionState, SessionState, inbound_bytes
 from lazyd.errors import AdoptionError
@@ -143,3 +147,27 @@ def test_a_connection_state_round_trips_through_json_with_any_bytes(inbound: byt
     assert ConnectionState.from_json(json.loads(json.dumps(state.to_json()))) == state
     with pytest.raises(ValueError, match="unknown value"):
         ConnectionState.from_json({**state.to_json(), "kind": "hub"})
+
+
+# Every value config.toml and the shim accept (docs/configuration.md), written out literally: a
+# setting the successor cannot read back would refuse the whole upgrade.
+@pytest.mark.parametrize("share", [True, False, "auto", "session-aware"])
+@pytest.mark.parametrize("era", ["auto", "handshake", "stateless"])
+@pytest.mark.parametrize("sampling", ["refuse", "most-recent"])
+def test_a_runtime_s_configuration_round_trips_split_into_state_and_secrets(share: object, era: str,
+                                                                            sampling: str) -> None:
+    config = RuntimeConfig("time", "ab12", SpawnSpec(("uvx", "mcp-server-time"), "/srv", {"TOKEN": "s3cret"},
+                                                     Path("/logs/time.log"), 4096),
+                           lc.LifecyclePolicy(linger_s=30.0, keep_alive=True, wake_interval_s=60.0),
+                           WakePredicate(("probe", "--quick"), 60.0, 5.0), sampling, share, era)  # type: ignore[arg-type]
+    state, secrets = config.to_state(), config.secrets()
+    assert "s3cret" not in json.dumps(state) and "uvx" not in json.dumps(state)  # the secrets' part only
+    assert RuntimeConfig.from_state(json.loads(json.dumps(state)), json.loads(json.dumps(secrets))) == config
+
+
+def test_a_runtime_configuration_with_an_unknown_setting_is_refused_by_name() -> None:
+    config = RuntimeConfig("time", "ab12", SpawnSpec(("t",), "/", {}, Path("/l"), 1), lc.LifecyclePolicy(), None,
+                           "refuse", "auto")
+    state = {**config.to_state(), "share": "sometimes"}
+    with pytest.raises(ValueError, match="runtime.config"):
+        RuntimeConfig.from_state(state, config.secrets())

@@ -1,4 +1,4 @@
-"""The relay core's side of `subscriptions/listen` (the bookkeeping is listen.py).
+"""The relay core's side of `subscriptions/listen` (the bookkeeping is lazyd/core/eras/listen.py).
 
 A client's listen request is acknowledged by the relay from the server's discovery capabilities and
 never forwarded; the relay's own upstream stream carries the union of every client's filter and the
@@ -86,7 +86,7 @@ class ListenRelay:
         if self.cache.can_fetch():
             out.extend(self.sync())
         elif uris_of(granted) and self.core.phase is Phase.DOWN:
-            out.append(WantServer())  # resource updates need a live server (PROTOCOL.md §4)
+            out.append(WantServer())  # resource updates need a live server (docs/relay.md)
         return out
 
     def _bridged_uris(self) -> set[str]:

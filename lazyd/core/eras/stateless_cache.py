@@ -88,7 +88,7 @@ class StatelessCache:
 
     def start_asker(self, version: str) -> Asker:
         """The identity of the relay's own requests: the client that caused the start, else the
-        most recent one recorded, else lazyd itself (PROTOCOL.md §8: never invent one needlessly)."""
+        most recent one recorded, else lazyd itself (never an invented one when a real one is known)."""
         for cid, msg in self.shared.queue:
             if msg.method is not None and eras.is_stateless_request(msg.method, msg.params):
                 info, caps = eras.envelope_identity(msg.params)

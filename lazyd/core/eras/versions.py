@@ -1,4 +1,4 @@
-"""The two protocol eras as the relay sees them on the wire (PROTOCOL.md §1, schema 2026-07-28).
+"""The two protocol eras as the relay sees them on the wire (docs/protocol-eras.md, schema 2026-07-28).
 
 Handshake era (2024-11-05 … 2025-11-25): `initialize` once per connection, then plain requests.
 Stateless era (2026-07-28 and later): no `initialize`; every request carries its protocol version,

@@ -29,7 +29,7 @@ BACKOFF_BASE_S: Final = 0.5  # a one-off crash is barely noticed, and a loop sti
 BACKOFF_CAP_S: Final = 30.0  # a keep_alive server that never comes up costs one spawn per ~30 s
 BACKOFF_JITTER: Final = 0.2  # +-20 % spreads the restarts of servers that crashed together
 _MAX_DOUBLINGS: Final = 16  # 0.5 * 2**16 is far past the cap; bounds the power for endless loops
-PARK_AFTER_FAILURES: Final = 5  # RELIABILITY case 5: 0.5+1+2+4+8 s of retries, then give up
+PARK_AFTER_FAILURES: Final = 5  # 0.5+1+2+4+8 s of retries, then park (docs/supervision.md)
 PARK_WINDOW_S: Final = 60.0  # failed starts further apart than this are not one crash loop
 
 

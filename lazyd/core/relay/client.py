@@ -5,7 +5,7 @@ what waits for the server, and what is forwarded.
   the most verbose level any client asked for. A stateless-era request goes to stateless.py, and on
   a server that speaks only the stateless era everything else goes through the bridge (bridge.py).
 - `initialize` is answered by the running instance once its handshake is done (a client asking for
-  another version is told openly which one the process speaks: PROTOCOL.md §8), else from a cached
+  another version is told openly which one the process speaks: docs/relay.md), else from a cached
   handshake of the same version, else it waits for a start.
 - A listing comes from the live instance in READY, else from the snapshot entry of the client's
   handshake; one that a complete entry does not advertise is -32601, as the server would answer.
@@ -130,7 +130,7 @@ class ClientMessages:
             requested = msg.params.get("protocolVersion")
             negotiated = instance.result.get("protocolVersion")
             if requested != negotiated:
-                # PROTOCOL.md §8: one process speaks one version; the client is told which, openly.
+                # One process speaks one version; the client is told which, openly (docs/relay.md).
                 out.append(Note(f"client {client.cid} asked for {requested}; the running instance speaks {negotiated}"))
             out.append(ToClient(client.cid, rpc.result_line(msg.id, instance.result), msg.id))
             return out

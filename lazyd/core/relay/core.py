@@ -1,4 +1,4 @@
-"""The relay core of one server instance: events in, actions out, no I/O (HOUSE_STYLE.md).
+"""The relay core of one server instance: events in, actions out, no I/O.
 
 The daemon feeds it what happened (a client attached, sent a line, left; the server process was
 spawned, wrote a line, exited) and carries out the actions it returns (write a line to a client or
@@ -12,14 +12,14 @@ Phases of the server as the relay sees it:
       └────────────────────────────── exited (from any phase) ───────────────────────────────┘
 
 - DOWN: no process. Handshakes, `ping`, listings and `server/discover` are answered from the
-  snapshot when it has them (PROTOCOL.md §4); anything else is queued and `WantServer` asks the
+  snapshot when it has them (docs/relay.md); anything else is queued and `WantServer` asks the
   daemon for a start. A cache miss is queued too: the answer must come from the real server.
 - PREINIT: the process exists but no client `initialize` params are known yet (a first-ever
   client probing `server/discover` before its `initialize`): discovery probes go straight through.
 - HANDSHAKE: the relay replayed a real client's `initialize` params (the client that caused the
   start, else the most recent one recorded) and waits for the result.
 - REFRESH: `notifications/initialized` was sent; every advertised listing is fetched page by page.
-  These requests double as the barrier PROTOCOL.md §8 asks for: the server has processed
+  These requests double as a barrier (docs/relay.md): the server has processed
   `initialized` before anything queued is forwarded.
 - READY: queued requests are forwarded in arrival order; listings are served from the fresh,
   merged copy; drift from the snapshot sends `list_changed` to every attached client.

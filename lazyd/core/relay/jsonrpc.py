@@ -5,7 +5,7 @@ cheapest way to find the top-level `id`, `method` and the handful of fields it r
 envelope, and re-serialises only when it changes something. Everything else in the object is carried
 through untouched.
 
-Rules from JSON-RPC 2.0 and the MCP stdio transport (PROTOCOL.md §2-§3):
+Rules from JSON-RPC 2.0 and the MCP stdio transport:
 - request = `method` + `id`; notification = `method` without `id`; response = `id` + `result` or
   `error` without `method`.
 - Ids are strings or integers and are returned exactly as received: `1` and `"1"` are different ids.

@@ -1,7 +1,7 @@
 """Fetching listings (and discovery) from the live server: one engine for both eras.
 
 Both eras ask a running server for its listings: the handshake era at every start (the refresh
-that doubles as the barrier PROTOCOL.md §8 asks for) and on `list_changed`; the stateless era for
+that doubles as the barrier before anything queued is forwarded) and on `list_changed`; the stateless era for
 each asker (version, capabilities, identity) whose cache entry is missing or expired, at every
 start, and on a change notification. This engine does that asking, the same way for both:
 

@@ -1,4 +1,4 @@
-"""Who owns what, when several clients share one server (PROTOCOL.md §5-§7).
+"""Who owns what, when several clients share one server (docs/relay.md, "Sharing one process").
 
 The relay forwards every client request under a fresh *relay id* from a counter that is never
 reused, and every server-to-client request under a fresh *client-facing id*; these tables map both

@@ -10,7 +10,7 @@ stops the server, unless the stateless era explains it (stateless.py, through th
 Refresh. After its own `notifications/initialized` the relay restores what clients asked of the
 process (the most verbose log level any of them set, every resource subscription) and fetches each
 advertised listing through the listing engine (listings.py: page by page, at most
-MAX_LISTING_PAGES pages). These requests are the barrier PROTOCOL.md §8 asks for: the server has
+MAX_LISTING_PAGES pages). These requests are a barrier (docs/relay.md): the server has
 processed `initialized` before anything queued is forwarded. When the last listing is in, the
 merged entry replaces the snapshot's if it differs, each listing that drifted from what clients
 were served sends its `list_changed` to every initialized client, the phase becomes READY, and the

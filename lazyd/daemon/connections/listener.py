@@ -46,6 +46,7 @@ from lazyd.daemon.handoff import session as handoff
 from lazyd.daemon.control import handshakes
 from lazyd.daemon.runtime.era_lanes import EraRoute
 from lazyd.daemon.fdlimit import Spare
+from lazyd.daemon.hub.server import HubSession
 from lazyd.daemon.control import progress
 from lazyd.daemon.upgrade.connection_state import Live
 from lazyd.daemon.runtime.outbox import ConnectionOutbox
@@ -127,7 +128,7 @@ def _sole(group: BaseExceptionGroup[BaseException]) -> BaseException:
     return leaves[0] if len(leaves) == 1 else group
 
 
-class _Frames:
+class Frames:
     """Frames from a stream through one decoder; a WireError poisons the connection.
 
     A frame that has started (its first byte was read) must be complete within the frame
@@ -152,7 +153,7 @@ class _Frames:
         """The next frame, or None at EOF (an EOF in the middle of a frame is just a close)."""
         while not self.pending:
             if self.decoder.buffered:
-                self._decode(b"")  # complete frames left over from the last batch come first
+                self.feed(b"")  # complete frames left over from the last batch come first
                 if self.pending:
                     break
             await GATE.passage()  # an upgrade stops reading here (lazyd/daemon/upgrade/quiesce.py)
@@ -171,10 +172,12 @@ class _Frames:
                                f"({self.decoder.buffered} bytes of it so far)")
             if not data:
                 return None
-            self._decode(data)
+            self.feed(data)
         return self.pending.popleft()
 
-    def _decode(self, data: bytes) -> None:
+    def feed(self, data: bytes) -> None:
+        """Decode `data` (read from the stream, or by a predecessor daemon before an upgrade) into
+        pending frames, a batch at a time: the rest waits in the decoder for `next`."""
         frames = self.decoder.feed(data, FRAMES_PER_BATCH)
         self.pending.extend(frames)
         if not self.decoder.buffered:
@@ -242,7 +245,7 @@ class ConnectionHandler:
             await self.guarded(stream, -1, None)
             return
         pid, busy = admitted
-        await self.guarded(stream, pid, partial(self._serve, stream, pid) if busy is None else partial(self.door.refuse, stream, busy))
+        await self.guarded(stream, pid, partial(self.serve_from_hello, stream, pid) if busy is None else partial(self.door.refuse, stream, busy))
 
     async def guarded(self, stream: trio.SocketStream, pid: int, serve: Callable[[], Awaitable[None]] | None) -> None:
         """Run `serve` for one connection counted in `active` (a connection accepted here, or one a
@@ -270,15 +273,17 @@ class ConnectionHandler:
             with trio.CancelScope(shield=True):
                 await stream.aclose()
 
-    async def _serve(self, stream: trio.SocketStream, pid: int, frames: _Frames | None = None) -> None:
+    async def serve_from_hello(self, stream: trio.SocketStream, pid: int, frames: Frames | None = None) -> None:
+        """Serve an admitted connection from its hello on (`frames`: with what was read of it
+        already, by a predecessor daemon before an upgrade)."""
         if frames is None:
-            frames = _Frames(stream, self.limits.frame_deadline_s)
+            frames = Frames(stream, self.limits.frame_deadline_s)
         try:
             await self._serve_hello(stream, frames, pid)
         finally:
             handoff.close_all(frames.fds or [])  # descriptors passed with a hello and not taken
 
-    async def _serve_hello(self, stream: trio.SocketStream, frames: _Frames, pid: int) -> None:
+    async def _serve_hello(self, stream: trio.SocketStream, frames: Frames, pid: int) -> None:
         live = self.live[id(stream)] = Live(stream, frames.decoder, frames.pending)
         with trio.move_on_after(self.limits.hello_timeout_s) as scope:
             hello = await frames.next()
@@ -309,7 +314,7 @@ class ConnectionHandler:
         else:
             await self._session(stream, frames, hello)
 
-    async def _session(self, stream: trio.SocketStream, frames: _Frames, hello: Hello) -> None:
+    async def _session(self, stream: trio.SocketStream, frames: Frames, hello: Hello) -> None:
         cancel = trio.CancelScope()
         try:
             runtime, session = await self.registry.open_session(hello, cancel.cancel, ConnectionOutbox)
@@ -322,24 +327,30 @@ class ConnectionHandler:
             return
         try:
             await stream.send_all(wire.encode(Welcome(session.cid, runtime.name, os.getpid())))
-            with cancel:
-                async with trio.open_nursery() as nursery:
-                    nursery.start_soon(self._writer, stream, session, cancel)
-                    session.fd = stream.socket.fileno()
-                    peek = handshakes.PEEK_LINES  # lines left to look at for the client's initialize
-                    while (frame := await frames.next()) is not None:
-                        if not isinstance(frame, Line):
-                            raise WireError(f"unexpected {frame.t!r} frame in a session")
-                        if peek:
-                            peek = self.registry.note_client_line(frame.d, peek, session.cid)
-                        runtime.client_line(session.cid, frame.d)
-                        if isinstance(runtime, (ServerRuntime, EraRoute)) and not runtime.has_room():
-                            await runtime.wait_for_room()
-                        if session.should_pause():
-                            await session.wait_drained()
-                    nursery.cancel_scope.cancel()
+            await self.relay_session(stream, frames, session, runtime, cancel, peek=handshakes.PEEK_LINES)
         finally:
             runtime.detach(session.cid)
+
+    async def relay_session(self, stream: trio.SocketStream, frames: Frames, session: ConnectionOutbox,
+                            route: EraRoute | HubSession, cancel: trio.CancelScope, *, peek: int = 0) -> None:
+        """A session's read loop after its welcome (or after an upgrade, which carried it over),
+        with its writer task, until the peer or `cancel` ends it; the caller detaches it. The
+        first `peek` lines are shown to the registry (a client's `initialize`)."""
+        with cancel:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._writer, stream, session, cancel)
+                session.fd = stream.socket.fileno()
+                while (frame := await frames.next()) is not None:
+                    if not isinstance(frame, Line):
+                        raise WireError(f"unexpected {frame.t!r} frame in a session")
+                    if peek:
+                        peek = self.registry.note_client_line(frame.d, peek, session.cid)
+                    route.client_line(session.cid, frame.d)
+                    if isinstance(route, (ServerRuntime, EraRoute)) and not route.has_room():
+                        await route.wait_for_room()
+                    if session.should_pause():
+                        await session.wait_drained()
+                nursery.cancel_scope.cancel()
 
     async def _writer(self, stream: trio.SocketStream, session: ConnectionOutbox, cancel: trio.CancelScope) -> None:
         receive = session.receive_channel
@@ -376,7 +387,7 @@ class ConnectionHandler:
         await pump.flush()
         return result
 
-    async def _control(self, stream: trio.SocketStream, frames: _Frames) -> None:
+    async def _control(self, stream: trio.SocketStream, frames: Frames) -> None:
         await stream.send_all(wire.encode(Welcome(0, "control", os.getpid())))
         # Each op bounds its own duration (start timeout, stop ladder), so awaiting it here keeps
         # one request at a time per connection without letting a connection hang for ever.

@@ -131,9 +131,7 @@ class Control:
         joined = registry.gate.joined.get(runtime)
         private = registry.is_private(runtime)
         rule = joined.rule if private and joined is not None else decision.rule
-        digest = registry.lane_of.get(registry._digest_of(runtime), "")
-        base = registry._private_base.get(digest, digest)
-        owner = registry.runtimes.get(base)
+        owner = registry.registration_of(runtime)
         return {"share": mode != "isolated", "sharing": mode or "undecided", "share_setting": runtime.config.share,
                 "share_rule": rule, "instance_of": owner.name if owner is not None and owner is not runtime else None}
 
@@ -330,7 +328,7 @@ class Control:
         env, client = client_environment(self.registry.learned, profile, inherited, declared, tuple(passed_env))
         force, ignore = _identity_opts(env)
         # Exactly what a shim's hello from that client creates, so its first session finds this.
-        return await self.registry._unnamed_runtime(argv, cwd, env, self.registry.config.defaults,
+        return await self.registry.unnamed_runtime(argv, cwd, env, self.registry.config.defaults,
                                                     force=force, ignore=ignore, client=client)
 
 

@@ -1,4 +1,4 @@
-"""The hub: an MCP server the daemon serves itself, over every server it knows (issue 9).
+"""The hub: an MCP server the daemon serves itself, over every server it knows (docs/hub.md).
 
 `lazyd-shim --hub [--servers a,b]` sends a hello with `opts = {"hub": "true"[, "servers": "a,b"]}`,
 no command and no server name (docs/protocol.md); the registry hands that session to `open_hub`

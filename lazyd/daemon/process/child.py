@@ -38,11 +38,12 @@ import select
 import signal
 import subprocess
 from contextlib import asynccontextmanager
-from typing import AsyncIterator
+from typing import Any, AsyncIterator
 
 import trio
 
 from lazyd import procfs
+from lazyd.core import state_codec as sc
 from lazyd.daemon import fdlimit
 from lazyd.daemon.process.command import ExitInfo, SpawnSpec, executable_for
 from lazyd.daemon.process.stderr_log import LogRing
@@ -284,6 +285,33 @@ class ChildProcess:
             await self._stdout.aclose()
             await self._stderr.aclose()
 
+    # -- handing over to a successor daemon (lazyd/daemon/upgrade/) ----------------------------
+
+    def to_state(self) -> dict[str, Any] | None:
+        """What a successor daemon needs to take this process over: pid, group, start time, the
+        three pipe descriptors (stdin None once the ladder closed it) and what was read of stdout
+        and not handed out yet. None once stdout or stderr is closed: the process is ending, and
+        the successor sees it as lost, an exit like any other."""
+        stdout, stderr = _fd(self._stdout), _fd(self._stderr)
+        if stdout is None or stderr is None:
+            return None
+        return {"pid": self.pid, "pgid": self.pgid, "start_ticks": self.start_time_ticks,
+                "stdin": _fd(self._stdin), "stdout": stdout, "stderr": stderr,
+                "pending": sc.raw_text(self._lines.leftover())}
+
+    @classmethod
+    def take_over(cls, process: ProcessHandle, spec: SpawnSpec, ring: LogRing, pidfd: int, start_ticks: int,
+                  nursery: trio.Nursery, *, stdout: bytes = b"") -> ChildProcess:
+        """A process a predecessor daemon spawned, from the handle of it that
+        lazyd/daemon/upgrade/adopted.py checked: what the predecessor had read of its stdout and
+        not relayed (`stdout`, from `to_state`) is handed out first; its stderr pump and exit
+        watcher run in `nursery`."""
+        child = cls(process, spec, ring, pidfd, start_ticks)
+        if stdout:
+            child._lines.feed(stdout)
+        child._start_tasks(nursery)
+        return child
+
     # -- background tasks --------------------------------------------------------------------
 
     async def _pump_stderr(self) -> None:
@@ -382,6 +410,15 @@ async def _launch(spec: SpawnSpec) -> ChildProcess:
     ring.note(f"started pid {process.pid}: {executable}")
     _widen_pipes(process)
     return ChildProcess(process, spec, ring, pidfd, start_ticks)
+
+
+def _fd(stream: object) -> int | None:
+    """A pipe's descriptor, or None once it is closed."""
+    try:
+        fd = stream.fileno()  # type: ignore[attr-defined]
+    except (AttributeError, trio.ClosedResourceError, OSError):
+        return None
+    return fd if isinstance(fd, int) and fd >= 0 else None
 
 
 PIPE_BYTES = 1024 * 1024

@@ -91,6 +91,11 @@ class ServerInput:
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass
 
+    @property
+    def busy(self) -> bool:
+        """Whether lines are queued for the writer (the pipe has not taken them all yet)."""
+        return self._busy
+
     def has_room(self) -> bool:
         """Whether the sessions of this server may be read further."""
         return self._backlog.bytes < MAX_SERVER_BACKLOG_BYTES and self._waiting_requests() < MAX_WAITING_REQUESTS

@@ -83,6 +83,12 @@ class StdoutLines:
         see `ended` and `error`)."""
         return self._pending.popleft() if self._pending else None
 
+    def leftover(self) -> bytes:
+        """What was fed and not handed out yet, as bytes to feed a new buffer with (a successor
+        daemon's, after an upgrade): the complete lines, each with its newline, then the start of
+        the next."""
+        return b"".join(line + b"\n" for line in self._pending) + bytes(self._buf)
+
     def _fail(self) -> None:
         # The stream can't be resynchronised: drop the buffer now, and fail every later read.
         self._buf = bytearray()

@@ -6,14 +6,22 @@ children it records.
 runtime asks before its relay core sees a client line (the tool policy:
 lazyd/daemon/runtime/policy_gate.py); `child_records` are a runtime's live children as the orphan sweep
 records them (lazyd/daemon/orphans.py).
+
+A configuration written for a successor daemon is split by the rule of
+lazyd/daemon/upgrade/state.py: what could be a secret (command, arguments, working directory,
+environment, the wake predicate's command) goes to the secrets (`secrets`), the rest to the state
+(`to_state`); `from_state` puts the two together again.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from pathlib import Path
+from typing import Any, Protocol
 
 from lazyd.config.load import Policy, WakePredicate
+from lazyd.core import state_codec as sc
 from lazyd.core.lifecycle import machine as lc
 from lazyd.core.eras.policy import EraSetting
 from lazyd.core.relay.jsonrpc import JsonId
@@ -21,6 +29,7 @@ from lazyd.core.relay.routing import SamplingPolicy
 from lazyd.core.sharing.modes import ShareSetting
 from lazyd.daemon import orphans
 from lazyd.daemon.process.command import SpawnSpec
+from lazyd.errors import LifecycleError
 
 __all__ = ["LineGate", "RuntimeConfig", "lifecycle_policy", "child_records", "ChildSource"]
 
@@ -31,6 +40,8 @@ class LineGate(Protocol):
     def client_line(self, cid: int, line: bytes) -> bytes | None: ...  # None: answered or held
     def to_client(self, cid: int, line: bytes, done: JsonId) -> bytes: ...  # a final answer
     def detach(self, cid: int) -> None: ...
+    def to_state(self) -> object: ...  # what it holds, for a successor daemon
+    def restore(self, state: object) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -43,6 +54,63 @@ class RuntimeConfig:
     sampling_policy: SamplingPolicy
     share: ShareSetting
     era: EraSetting = "auto"  # which protocol era its processes run in (lazyd/core/eras/policy.py)
+
+    def to_state(self) -> dict[str, Any]:
+        """Everything but what could be a secret (see the module docstring)."""
+        return {"name": self.name, "digest": self.digest, "sampling_policy": self.sampling_policy,
+                "share": self.share, "era": self.era, "log_path": str(self.spec.log_path),
+                "max_line_bytes": self.spec.max_line_bytes,
+                "policy": {name: getattr(self.policy, name) for name in _POLICY_FIELDS}}
+
+    def secrets(self) -> dict[str, Any]:
+        """What could be a secret: the command, its working directory and environment, the wake predicate."""
+        spec, wake = self.spec, self.wake
+        return {"argv": list(spec.argv), "cwd": spec.cwd, "env": dict(spec.env),
+                "wake": None if wake is None else {"argv": list(wake.argv), "interval_s": wake.interval_s,
+                                                   "timeout_s": wake.timeout_s}}
+
+    @classmethod
+    def from_state(cls, state: object, secrets: Mapping[str, Any]) -> RuntimeConfig:
+        """The configuration `to_state` and `secrets` wrote; ValueError for one this code did not write."""
+        c = sc.obj(state, "runtime.config")
+        p = sc.obj(c.get("policy"), "runtime.config.policy")
+        try:
+            policy = lc.LifecyclePolicy(
+                start_timeout_s=sc.number(p.get("start_timeout_s"), "policy.start_timeout_s"),
+                linger_s=sc.number(p.get("linger_s"), "policy.linger_s"),
+                # A predecessor without a check linger wrote none: the default's.
+                check_linger_s=sc.number(p.get("check_linger_s", lc.LifecyclePolicy.check_linger_s),
+                                         "policy.check_linger_s"),
+                idle_timeout_s=sc.opt_number(p.get("idle_timeout_s"), "policy.idle_timeout_s"),
+                keep_alive=sc.flag(p.get("keep_alive"), "policy.keep_alive"),
+                eager=sc.flag(p.get("eager"), "policy.eager"),
+                wake_interval_s=sc.opt_number(p.get("wake_interval_s"), "policy.wake_interval_s"),
+                wake_timeout_s=sc.number(p.get("wake_timeout_s"), "policy.wake_timeout_s"))
+        except LifecycleError as exc:
+            raise ValueError(f"runtime.config.policy: {exc}") from None
+        env = sc.obj(secrets.get("env"), "secrets.env")
+        spec = SpawnSpec(tuple(sc.text(a, "secrets.argv") for a in sc.items(secrets.get("argv"), "secrets.argv")),
+                         sc.text(secrets.get("cwd"), "secrets.cwd"),
+                         {str(k): sc.text(v, "secrets.env") for k, v in env.items()},
+                         Path(sc.text(c.get("log_path"), "runtime.config.log_path")),
+                         sc.integer(c.get("max_line_bytes"), "runtime.config.max_line_bytes"))
+        wake = None
+        if secrets.get("wake") is not None:
+            w = sc.obj(secrets.get("wake"), "secrets.wake")
+            wake = WakePredicate(tuple(sc.text(a, "wake.argv") for a in sc.items(w.get("argv"), "wake.argv")),
+                                 sc.number(w.get("interval_s"), "wake.interval_s"),
+                                 sc.number(w.get("timeout_s"), "wake.timeout_s"))
+        sampling, share, era = c.get("sampling_policy"), c.get("share"), c.get("era")
+        if sampling not in ("refuse", "most-recent") or share not in (True, False, "auto", "session-aware") or era not in (
+                "auto", "handshake", "stateless"):
+            raise ValueError("runtime.config: an unknown sampling policy, share or era setting")
+        return cls(sc.text(c.get("name"), "runtime.config.name"), sc.text(c.get("digest"), "runtime.config.digest"),
+                   spec, policy, wake, sampling, share, era)
+
+
+# The lifecycle policy's fields, as a configuration's state writes them.
+_POLICY_FIELDS = ("start_timeout_s", "linger_s", "check_linger_s", "idle_timeout_s", "keep_alive", "eager",
+                  "wake_interval_s", "wake_timeout_s")
 
 
 def lifecycle_policy(policy: Policy) -> lc.LifecyclePolicy:

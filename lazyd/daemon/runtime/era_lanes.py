@@ -126,16 +126,23 @@ class EraLanes:
 class EraRoute:
     """A session until its first request chose its lane, then a pass-through to that lane."""
 
-    def __init__(self, lanes: EraLanes, session: Outbox, resume: list[bytes], nursery: trio.Nursery) -> None:
+    def __init__(self, lanes: EraLanes, session: Outbox, resume: list[bytes], nursery: trio.Nursery, *,
+                 attached: ServerRuntime | None = None, held: list[bytes] | None = None) -> None:
+        """A session's route. With `attached`, the session is attached to that lane already (a
+        route a predecessor daemon handed over: see `adopted`); else its resumed lines' first
+        request, if any, chooses its lane at once."""
         self.lanes = lanes
         self.session = session
         self.name = lanes.primary.name
-        self.runtime: ServerRuntime | None = None
+        self.runtime: ServerRuntime | None = attached
         self._resume = resume
-        self._held: list[bytes] = []
+        self._held: list[bytes] = held if held is not None else []
         self._nursery = nursery
         self._choosing: trio.Event | None = None  # set once a lane being opened has been joined
         self._gone = False
+        if attached is not None:
+            attached.sessions[session.cid] = session  # its relay core knows the client already
+            return
         lanes.pending += 1
         lanes.reserved = False  # this route holds the instance now
         first = next((m for m in map(rpc.parse, resume) if isinstance(m, Message) and m.kind is Kind.REQUEST), None)
@@ -146,16 +153,20 @@ class EraRoute:
     @classmethod
     def adopted(cls, lanes: EraLanes, session: Outbox, runtime: ServerRuntime | None, resume: list[bytes],
                 held: list[bytes], nursery: trio.Nursery) -> EraRoute:
-        """A route a predecessor daemon handed over (lazyd/daemon/upgrade/connections.py): attached to
-        `runtime` already (its relay core knows the client), or still waiting for its first request."""
-        route = cls.__new__(cls)
-        route.lanes, route.session, route.name, route.runtime = lanes, session, lanes.primary.name, runtime
-        route._resume, route._held, route._nursery, route._choosing, route._gone = resume, held, nursery, None, False
-        if runtime is None:
-            lanes.pending += 1
-        else:
-            runtime.sessions[session.cid] = session
-        return route
+        """A route a predecessor daemon handed over (lazyd/daemon/upgrade/connections.py), as
+        `handover` described it: attached to `runtime` already (its relay core knows the client),
+        or still waiting for its first request with the lines it kept for it."""
+        return cls(lanes, session, resume, nursery, attached=runtime, held=held)
+
+    def handover(self) -> tuple[ServerRuntime | None, list[bytes], list[bytes]] | None:
+        """What an upgrade carries of this route: the lane it is attached to (None: no request
+        chose one yet) and, until one did, the resumed and held lines it keeps for it. None while
+        it cannot be carried: a lane is being opened for it, or its session is gone."""
+        if self._choosing is not None or self._gone:
+            return None
+        if self.runtime is not None:
+            return self.runtime, [], []
+        return None, list(self._resume), list(self._held)
 
     # ---- what a connection calls (the same as a ServerRuntime) --------------------------------
 

@@ -34,7 +34,7 @@ from lazyd.core.relay.jsonrpc import JsonId
 log = logging.getLogger("lazyd.server")
 
 # Frames queued for one client. A shim that stops reading is disconnected when this fills, so one
-# slow consumer never blocks the server or the other clients (RELIABILITY.md case 11). Room for
+# slow consumer never blocks the server or the other clients (docs/reliability.md). Room for
 # what a paused client can still be owed in tiny frames: the pause below, plus answers to the
 # requests already on their way (up to 10,000 queued for the server and a pipe's worth); a few
 # MiB of memory at most, the byte bound still applying.

@@ -56,6 +56,14 @@ class RuntimeGate:
     def detach(self, cid: int) -> None:
         self.core.detach(cid)
 
+    def to_state(self) -> object:
+        """The calls it holds, for a successor daemon (the policy is the config's, read again)."""
+        return self.core.to_state()
+
+    def restore(self, state: object) -> None:
+        """Hold again what `to_state` wrote; ValueError for a state this code did not write."""
+        self.core.restore(state)
+
     def _can_elicit(self, cid: int) -> bool:
         client = self.runtime.core.clients.get(cid)
         return client is not None and client.declares("elicitation")

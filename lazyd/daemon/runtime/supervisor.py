@@ -11,8 +11,18 @@ Tasks (all in the runtime's own nursery):
   stdout reader that also handles the exit, so every line the server wrote before dying is
   relayed before in-flight requests fail;
 - the cache saver (lazyd/daemon/runtime/cache_saver.py), the wake predicate (lazyd/daemon/process/predicate.py).
-Calls from other tasks (session readers, lazyctl) are synchronous: they feed an event and carry
+Calls from other tasks (session readers, lazyd/daemon/upgrade/) are synchronous: they feed an event and carry
 out the resulting actions without awaiting, so events are applied atomically and in order.
+
+A runtime writes itself for a successor daemon (`to_state`, `secrets`) and is rebuilt by it
+(`from_state`): its configuration (lazyd/daemon/runtime/config.py), its relay core and lifecycle
+(their own state: lazyd/core/), the tool-policy gate's held calls, its process (its own state:
+lazyd/daemon/process/child.py) and small facts for status and the exit report. Rebuilt, it
+starts by taking its process over instead of `boot()` (lazyd/daemon/upgrade/adopted.py), and
+reads and writes it as if just spawned; a stop ladder that was under way begins again; a wake
+predicate that was running is killed and counted as timed out (its result would have come to the
+predecessor); a process that is gone by now is an exit like any other: whatever waited on it is
+answered, and the lifecycle decides what follows.
 """
 
 from __future__ import annotations
@@ -20,13 +30,20 @@ from __future__ import annotations
 import errno
 import logging
 import math
+import os
 import random
+import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
 
 import trio
 
+from lazyd import procfs
+from lazyd.core import state_codec as sc
 from lazyd.core.lifecycle import machine as lc
+from lazyd.core.lifecycle.persist import lifecycle_from_state, lifecycle_state
 from lazyd.core.relay import core as rl
 from lazyd.core.cache import Snapshot
 from lazyd.core.relay.handshake_defaults import unattended_params
@@ -37,10 +54,11 @@ from lazyd.daemon.runtime.cache_store import CacheStore
 from lazyd.daemon.runtime.outbox import Outbox
 from lazyd.daemon.process.predicate import run_predicate
 from lazyd.daemon.process.child import ChildProcess, spawn
+from lazyd.daemon.upgrade.adopted import HandedProcess, adopt_child
 from lazyd.daemon.upgrade.quiesce import GATE
 from lazyd.daemon.runtime.config import LineGate, RuntimeConfig
 from lazyd.daemon.process.stdin import ServerInput
-from lazyd.errors import LineTooLong, SpawnError
+from lazyd.errors import AdoptionError, LineTooLong, SpawnError
 
 log = logging.getLogger("lazyd.server")
 
@@ -90,9 +108,9 @@ class ServerRuntime:
         # The wake predicate's process while it runs, as (pid, start time in ticks): recorded in
         # state.json with the server, so a successor daemon can sweep a predicate left hanging.
         self.predicate_child: tuple[int, int] | None = None
-        # A predecessor daemon's process and state, taken over at start instead of `boot()`
-        # (lazyd/daemon/runtime/state.py); how many upgrades the current process lived through.
-        self.adopt: Callable[[], None] | None = None
+        # What a predecessor daemon handed over, taken over at start instead of `boot()`
+        # (`from_state`); how many upgrades the current process lived through.
+        self._handed: _Handed | None = None
         self.upgrades = 0
 
     # ---- task structure ------------------------------------------------------------------------
@@ -123,8 +141,9 @@ class ServerRuntime:
             self._nursery = nursery
             nursery.start_soon(self._saver.run)
             task_status.started()
-            if self.adopt is not None:
-                self.adopt()
+            if self._handed is not None:
+                self._take_over(self._handed)
+                self._handed = None
             else:
                 self._life(self.life.boot(trio.current_time()))
             while True:
@@ -281,7 +300,7 @@ class ServerRuntime:
         await self._changed.wait()
 
     def _ensure_replay_params(self) -> None:
-        """Give an unattended start a handshake to replay (issue 4: eager, keep_alive, predicate).
+        """Give an unattended start a handshake to replay (eager, keep_alive, a wake predicate).
 
         The relay replays a queued client's `initialize`, else the snapshot's last params. A start
         nobody queued a request for, of a server no client ever initialized, would otherwise send
@@ -342,15 +361,6 @@ class ServerRuntime:
         self._life(self.life.spawned(trio.current_time(), proc.pid))
         self._relay(self.core.spawned(now=time.time()))
 
-    def adopt_process(self, proc: ChildProcess) -> None:
-        """A predecessor's running process (lazyd/daemon/runtime/state.py): talk to it as if spawned."""
-        assert self._nursery is not None
-        self.proc = proc
-        self._input.open(proc, self._nursery)
-        self._nursery.start_soon(self._read_server, proc)
-        if self.life.state is lc.State.STOPPING:
-            self._nursery.start_soon(proc.stop)  # its stop ladder begins again
-
     async def _read_server(self, proc: ChildProcess) -> None:
         try:
             await GATE.passage()  # an adopted process is read once its sessions are back
@@ -398,3 +408,141 @@ class ServerRuntime:
     def _predicate_child_changed(self, child: tuple[int, int] | None) -> None:
         self.predicate_child = child
         self.on_children_changed()
+
+    # ---- handing over to a successor daemon (lazyd/daemon/upgrade/; the module docstring) -----
+
+    @property
+    def save_lock(self) -> trio.Lock:
+        """The lock its snapshot is saved under: another era's lane of the registration shares it."""
+        return self._save_lock
+
+    @property
+    def writing(self) -> bool:
+        """Whether lines are still queued for its process's stdin (an upgrade waits for them)."""
+        return self._input.busy
+
+    def to_state(self, now: float, *, kill: str | None = None) -> dict[str, Any]:
+        """Everything but its secrets, at monotonic `now`. With `kill`, the successor takes its
+        process over and then kills it for that reason (its stdin could not be brought to a line
+        boundary)."""
+        return {
+            "name": self.name, "config": self.config.to_state(), "core": self.core.to_state(),
+            "life": lifecycle_state(self.life, now),
+            "gate": self.gate.to_state() if self.gate is not None else None,
+            "sessions": sorted(self.sessions),
+            "last_exit": self.last_exit, "started_wall": self.started_wall, "spawned_wall": self.spawned_wall,
+            "kill_reason": self._kill_reason, "stop_requested": self._stop_requested,
+            "predicate_child": list(self.predicate_child) if self.predicate_child is not None else None,
+            "upgrades": self.upgrades,
+            "proc": self.proc.to_state() if self.proc is not None else None,
+            **({"kill": kill} if kill is not None else {}),
+        }
+
+    def secrets(self) -> dict[str, Any]:
+        """What of it could be a secret (lazyd/daemon/runtime/config.py)."""
+        return self.config.secrets()
+
+    @classmethod
+    def from_state(cls, state: Mapping[str, Any], secrets: Mapping[str, Any], snapshot: Snapshot, store: CacheStore,
+                   *, written_at: float, child: bool, save_lock: trio.Lock | None = None,
+                   on_children_changed: Callable[[], None] = lambda: None) -> ServerRuntime:
+        """The runtime that wrote `state`, not started yet: `run` it and it takes its process over.
+        `written_at` is the wall-clock time of the write; `child` whether its process is our child.
+        Raises ValueError for a state this code did not write."""
+        config = RuntimeConfig.from_state(state.get("config"), secrets)
+        name = sc.text(state.get("name"), "runtime.name")
+        runtime = cls(config, snapshot, store, on_children_changed, label=name if name != config.name else None,
+                      save_lock=save_lock)
+        runtime.core = rl.RelayCore.from_state(state.get("core"), config.name, snapshot, config.sampling_policy,
+                                               era=config.era)
+        # The write's moment on this daemon's clock: a linger with a minute left keeps its minute,
+        # less what the hand-over took.
+        moment = trio.current_time() - max(0.0, time.time() - written_at)
+        runtime.life = lifecycle_from_state(state.get("life"), config.policy, random.Random(), moment)
+        runtime.last_exit = sc.opt_text(state.get("last_exit"), "runtime.last_exit")
+        runtime.started_wall = sc.opt_number(state.get("started_wall"), "runtime.started_wall")
+        runtime.spawned_wall = sc.opt_number(state.get("spawned_wall"), "runtime.spawned_wall")
+        runtime._kill_reason = sc.opt_text(state.get("kill_reason"), "runtime.kill_reason")
+        runtime._stop_requested = sc.flag(state.get("stop_requested"), "runtime.stop_requested")
+        runtime.upgrades = sc.integer(state.get("upgrades"), "runtime.upgrades")
+        proc, predicate = state.get("proc"), state.get("predicate_child")
+        predicate_child = None
+        if predicate is not None:
+            pred = sc.items(predicate, "runtime.predicate_child")
+            predicate_child = (sc.integer(pred[0], "predicate pid"), sc.integer(pred[1], "predicate ticks"))
+        kill = state.get("kill")
+        runtime._handed = _Handed(HandedProcess.from_state(proc) if proc is not None else None, child,
+                                  state.get("gate"), predicate_child, kill if isinstance(kill, str) else None)
+        return runtime
+
+    def _take_over(self, handed: _Handed) -> None:
+        assert self._nursery is not None
+        if self.gate is not None and handed.gate is not None:
+            self.gate.restore(handed.gate)
+        process = handed.process
+        if process is not None:
+            how = "upgrade" if handed.child else "restart after a crash"
+            note = f"pid {process.pid} taken over by lazyd {os.getpid()} ({how})"
+            try:
+                proc = adopt_child(process, self.config.spec, self._nursery, child=handed.child, note=note)
+            except AdoptionError as exc:
+                log.warning("[%s] cannot take its process over: %s", self.name, exc)
+                self.gone(f"its process was lost in the hand-over ({exc})")
+            else:
+                self.upgrades += 1
+                self.proc = proc
+                self._input.open(proc, self._nursery)
+                self._nursery.start_soon(self._read_server, proc)
+                if self.life.state is lc.State.STOPPING:
+                    self._nursery.start_soon(proc.stop)  # its stop ladder begins again
+                log.info("[%s] took over pid %d (%s)", self.name, process.pid, self.life.state)
+        elif self.life.state in lc.PROCESS_STATES:
+            self.gone("its process did not come back after the daemon's restart")
+        if handed.predicate is not None:
+            self._kill_predicate(*handed.predicate)
+        self.on_children_changed()
+        if handed.kill is not None and self.proc is not None:
+            self._kill(handed.kill)
+
+    def gone(self, description: str) -> None:
+        """Its process cannot be had: an exit, as the runtime would see one."""
+        self.proc = None
+        self.last_exit = description
+        self._relay(self.core.exited(description, now=time.time()))
+        if self.life.state in lc.PROCESS_STATES:
+            self._life(self.life.exited(trio.current_time(), description, requested=False))
+        self._load()
+
+    def _kill_predicate(self, pid: int, ticks: int) -> None:
+        """A wake predicate the predecessor ran: its answer went with it. Kill its group (it is our
+        child, or gone), reap it, and tell the lifecycle it timed out so the schedule goes on."""
+        try:
+            if procfs.start_time_ticks(pid) == ticks:
+                os.killpg(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+        except (OSError, ChildProcessError):
+            pass
+        self._life(self.life.predicate_done(trio.current_time(), None))
+
+    def forget_clients(self, keep: set[int]) -> int:
+        """Detach from the relay core every client not in `keep` (their connections were not
+        handed over): their requests are cancelled upstream as for any client that leaves."""
+        gone = [cid for cid in self.core.clients if cid not in keep]
+        for cid in gone:
+            if self.gate is not None:
+                self.gate.detach(cid)
+            self._relay(self.core.detach(cid, now=time.time()))
+        if gone:
+            self._load()
+        return len(gone)
+
+
+@dataclass(frozen=True)
+class _Handed:
+    """What `from_state` read and the runtime takes over once it runs."""
+
+    process: HandedProcess | None  # None: it had no process (or none that could be handed over)
+    child: bool  # whether the process is our child (an upgrade) or not (a restart after a crash)
+    gate: object  # the tool-policy gate's state
+    predicate: tuple[int, int] | None  # a wake predicate left running: (pid, start time)
+    kill: str | None  # kill the process once taken over, for this reason

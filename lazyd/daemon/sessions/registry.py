@@ -16,6 +16,17 @@ registration's runtime while no session holds it, else a private instance, `NAME
 per registration from 1) that holds no session's state; a session of an undecided registration
 may wait for the first start. Private instances use their registration's cache and are stopped
 and dropped with it on reload.
+
+The registry writes itself for a successor daemon (`to_state`) and is rebuilt by it (`adopt`). Its
+tables are plain: runtimes by digest, their identities, each registration's era lanes (with the
+one snapshot object they share), which runtime is which registration's lane, which private
+instance belongs to which base, and its counters. They are written as they are, the snapshot once
+per registration, every runtime by itself (lazyd/daemon/runtime/supervisor.py); identities go to
+the secrets (their argv and environment are what the digest hides). Rebuilding checks that each
+identity still gives its digest (the key file and the secrets belong to this state), starts every
+runtime (each takes its process over), then meets the config the new daemon read: named servers
+new to it are created as at boot, and an adopted named server whose definition changed or went is
+stopped by the ladder and its cache dropped (`drop_stale_named`), exactly as `lazyctl reload` would.
 """
 
 from __future__ import annotations
@@ -24,11 +35,14 @@ import dataclasses
 import logging
 import os
 from collections.abc import Callable, Mapping
+from functools import partial
 from typing import Any, TypeVar
 
 import trio
 
 from lazyd.config.load import Config, Policy, ServerConfig, policy_with_options
+from lazyd.core import state_codec as sc
+from lazyd.core.cache import Snapshot
 from lazyd.core.eras.policy import Era
 from lazyd.core.sharing.identity import Identity, identity_for
 from lazyd.core.sharing.modes import SharingDecision, ShareSetting, decide_sharing
@@ -49,8 +63,9 @@ from lazyd.daemon.runtime.outbox import Outbox
 from lazyd.daemon.runtime.policy_gate import RuntimeGate
 from lazyd.daemon.runtime.config import RuntimeConfig, child_records, lifecycle_policy
 from lazyd.daemon.runtime.supervisor import ServerRuntime
+from lazyd.daemon.upgrade.adopted import state_fds
 from lazyd.envnames import parse_names
-from lazyd.errors import ConfigError, HubOptionError, Refused
+from lazyd.errors import AdoptionError, ConfigError, HubOptionError, Refused
 from lazyd.frames import Hello
 from lazyd.paths import Paths
 
@@ -63,6 +78,8 @@ O = TypeVar("O", bound=Outbox)
 SHIM_ENV_PREFIX = "LAZYD_"
 # The instance token of a share = false process (identity.Identity.instance): one per session.
 PRIVATE_INSTANCE = "private:"
+# The instance token of a named server's identity.
+NAMED_INSTANCE = "named:"
 # Shim options about the identity rather than the lifecycle policy (lazyd/core/sharing/envrules.py).
 IDENTITY_OPTS = ("identity_env", "per_session_env")
 
@@ -184,7 +201,7 @@ class Registry:
         cwd = server.cwd or self.daemon_env.get("HOME") or "/"
         identity = identity_for((server.command, *server.args), cwd, env,
                                 ignore=self.config.per_session_env, which=_which,
-                                instance=f"named:{server.name}", force=self.config.identity_env,
+                                instance=f"{NAMED_INSTANCE}{server.name}", force=self.config.identity_env,
                                 declared=server.env, interpreter=interpreter_of)
         return await self._runtime(identity, server.name, env, server.policy)
 
@@ -231,7 +248,7 @@ class Registry:
         label = f"{primary.name}@{era}"
         spec = dataclasses.replace(primary.config.spec, log_path=self.paths.logs_dir / f"{label}.log")
         runtime = ServerRuntime(dataclasses.replace(primary.config, spec=spec), primary.core.snapshot, self.store,
-                                self.children_changed, label=label, save_lock=primary._save_lock)
+                                self.children_changed, label=label, save_lock=primary.save_lock)
         runtime.gate = RuntimeGate(runtime, lambda: self.config.tool_policy)
         runtime.on_change = self.changes.note
         identity = self.identities[digest]
@@ -272,7 +289,7 @@ class Registry:
             except ConfigError as exc:
                 raise Refused("options", str(exc)) from None
             runtime = await self._named_runtime(server)
-            runtime = await self.gate.join(runtime, self.identities[self._digest_of(runtime)],
+            runtime = await self.gate.join(runtime, self.identities[self.digest_of(runtime)],
                                            runtime.config.spec.env, server.policy)
         else:
             rules = {k: opts.pop(k) for k in IDENTITY_OPTS if k in opts}
@@ -294,7 +311,7 @@ class Registry:
             if not os.path.isabs(cwd):
                 raise Refused("options", f"the working directory must be absolute, got {cwd!r}")
             client = per_run.learn(self, hello.pid, argv, cwd, env, force=force, ignore=ignore)
-            runtime = await self._unnamed_runtime(argv, cwd, env, policy, force=force, ignore=ignore,
+            runtime = await self.unnamed_runtime(argv, cwd, env, policy, force=force, ignore=ignore,
                                                   undecodable=[n for n, _ in undecodable], client=client.process, join=True)
             self.learned.note_session(self._next_cid, client, (n for n in env if not n.startswith(SHIM_ENV_PREFIX)))
         cid = self._next_cid
@@ -314,7 +331,7 @@ class Registry:
         return unnamed_identity(self.config, argv, cwd, env, force=force, ignore=(*ignore, *sorted(self.learned.noise(client))),
                                 undecodable=undecodable)
 
-    async def _unnamed_runtime(self, argv: list[str], cwd: str, env: dict[str, str], policy: Policy, *,
+    async def unnamed_runtime(self, argv: list[str], cwd: str, env: dict[str, str], policy: Policy, *,
                                force: tuple[str, ...] = (), ignore: tuple[str, ...] = (),
                                undecodable: list[str] | None = None, client: str = "", join: bool = False) -> ServerRuntime:
         """The registration's own runtime; with `join`, the one a new session of it attaches to."""
@@ -345,10 +362,17 @@ class Registry:
         return self.decide(runtime.config.digest, runtime.config.share, tuple(runtime.config.spec.argv))
 
     def is_private(self, runtime: ServerRuntime) -> bool:
-        return self.lane_of.get(self._digest_of(runtime), "") in self._private_base
+        return self.lane_of.get(self.digest_of(runtime), "") in self._private_base
 
-    def _digest_of(self, runtime: ServerRuntime) -> str:
+    def digest_of(self, runtime: ServerRuntime) -> str:
+        """The key `runtime` is registered under in `runtimes`."""
         return next(digest for digest, r in self.runtimes.items() if r is runtime)
+
+    def registration_of(self, runtime: ServerRuntime) -> ServerRuntime | None:
+        """The runtime of the registration `runtime` serves: itself for a registration's own, the
+        primary for another era's process of it, the base registration's for a private instance."""
+        digest = self.lane_of.get(self.digest_of(runtime), "")
+        return self.runtimes.get(self._private_base.get(digest, digest))
 
     def forget(self, bases: set[str]) -> list[ServerRuntime]:
         """Unregister the runtimes of `bases` (digests), every era lane and private instance of them."""
@@ -396,3 +420,134 @@ class Registry:
         session) for the orphan sweep of a successor daemon."""
         orphans.write_state(self.paths.state_dir, [record for runtime in [*self.runtimes.values(), *self._closing]
                                                    for record in child_records(runtime)])
+
+    # ---- handing over to a successor daemon (the module docstring) -------------------------------
+
+    def to_state(self, now: float, stuck: Mapping[ServerRuntime, str] | None = None
+                 ) -> tuple[dict[str, Any], dict[str, Any], list[int]]:
+        """(state, secrets, descriptors) of every runtime at monotonic `now`. A runtime in `stuck`
+        is taken over and then killed by the successor, with that reason (its stdin could not be
+        brought to a line boundary)."""
+        stuck = stuck or {}
+        runtimes: dict[str, Any] = {}
+        fds: list[int] = []
+        for key, runtime in self.runtimes.items():
+            runtimes[key] = runtime.to_state(now, kill=stuck.get(runtime))
+            fds.extend(state_fds(runtimes[key]["proc"]))
+        groups = [{"primary": key, "lanes": [self.digest_of(r) for r in lanes.runtimes], "reserved": lanes.reserved,
+                   "snapshot": lanes.primary.core.snapshot.to_json()} for key, lanes in self.lanes.items()]
+        state = {"next_cid": self._next_cid, "share_counter": self._share_counter,
+                 "private_base": dict(self._private_base), "lane_of": dict(self.lane_of),
+                 "groups": groups, "runtimes": runtimes}
+        secrets = {"runtimes": {key: r.secrets() for key, r in self.runtimes.items()},
+                   "identities": {key: _identity_state(i) for key, i in self.identities.items()}}
+        return state, secrets, fds
+
+    async def adopt(self, state: Mapping[str, Any], secrets: Mapping[str, Any], *, written_at: float,
+                    child: bool) -> list[str]:
+        """Rebuild and start every runtime `to_state` wrote; returns the names adopted. Raises
+        AdoptionError before anything starts when the state or the secrets do not fit."""
+        try:
+            plan = self._plan(state, secrets, written_at=written_at, child=child)
+        except (ValueError, KeyError, IndexError, TypeError) as exc:
+            raise AdoptionError(f"the state does not describe servers this lazyd can take over ({str(exc)[:160]})") from None
+        self._next_cid = sc.integer(state.get("next_cid"), "next_cid")
+        self._share_counter = sc.integer(state.get("share_counter"), "share_counter")
+        self._private_base.update({str(k): sc.text(v, "private_base") for k, v in
+                                   sc.obj(state.get("private_base"), "private_base").items()})
+        names: list[str] = []
+        for primary, reserved, lanes_of in plan:
+            for key, runtime, identity in lanes_of:
+                runtime.gate = RuntimeGate(runtime, lambda: self.config.tool_policy)
+                runtime.on_change = self.changes.note
+                self.runtimes[key] = runtime
+                self.identities[key] = identity
+                self.lane_of[key] = primary
+                if key == primary:
+                    lanes = self.lanes[key] = EraLanes(runtime, partial(self._open_lane, key))
+                    lanes.reserved = reserved
+                    lanes.on_detach = self.gate.detached
+                    lanes.on_change = self.changes.note
+                else:
+                    self.lanes[primary].runtimes.append(runtime)
+                await self.nursery.start(runtime.run)
+                names.append(runtime.name)
+        self.children_changed()
+        self.changes.note()
+        return names
+
+    def _plan(self, state: Mapping[str, Any], secrets: Mapping[str, Any], *, written_at: float,
+              child: bool) -> list[tuple[str, bool, list[tuple[str, ServerRuntime, Identity]]]]:
+        """Each registration's primary key, reserved flag and lanes (key, runtime not started yet,
+        identity), all read and checked before anything starts."""
+        runtimes = sc.obj(state.get("runtimes"), "runtimes")
+        secret_runtimes = sc.obj(secrets.get("runtimes"), "secrets.runtimes")
+        identities = sc.obj(secrets.get("identities"), "secrets.identities")
+        lane_of = sc.obj(state.get("lane_of"), "lane_of")
+        plan = []
+        seen: set[str] = set()
+        for row in sc.items(state.get("groups"), "groups"):
+            group = sc.obj(row, "group")
+            primary = sc.text(group.get("primary"), "group.primary")
+            keys = [sc.text(k, "group.lanes") for k in sc.items(group.get("lanes"), "group.lanes")]
+            if not keys or keys[0] != primary:
+                raise ValueError(f"group {primary[:12]}: its first lane is not its primary")
+            for key in keys:
+                if key not in runtimes or key not in secret_runtimes or key not in identities or lane_of.get(key) != primary:
+                    raise ValueError(f"runtime {key[:12]} is not fully described")
+                seen.add(key)
+            identity = _identity_from(identities[primary])
+            if identity.digest(self.secret) != primary:
+                raise AdoptionError("the identities handed over do not match their digests: the identity key "
+                                    "changed since the servers were started")
+            snapshot = Snapshot.from_json(group.get("snapshot"))
+            lock = trio.Lock()  # the lanes of one registration save their one snapshot in turn
+            lanes_of = [(key, ServerRuntime.from_state(runtimes[key], secret_runtimes[key], snapshot, self.store,
+                                                       written_at=written_at, child=child, save_lock=lock,
+                                                       on_children_changed=self.children_changed),
+                         _identity_from(identities[key])) for key in keys]
+            plan.append((primary, sc.flag(group.get("reserved"), "group.reserved"), lanes_of))
+        if seen != set(runtimes):
+            raise ValueError("a runtime belongs to no registration")
+        return plan
+
+    async def drop_stale_named(self, adopted: set[str]) -> list[str]:
+        """After `boot()` met the new config: stop and forget the adopted named servers whose
+        definition changed or went (and their lanes and private instances); returns their names."""
+        def named_primary(key: str) -> bool:
+            return self.lane_of.get(key) == key and self.identities[key].instance.startswith(NAMED_INSTANCE)
+
+        current = {r.config.name for k, r in self.runtimes.items() if k not in adopted and named_primary(k)}
+        bases = {k for k in adopted if named_primary(k) and (self.runtimes[k].config.name in current
+                                                             or self.runtimes[k].config.name not in self.config.servers)}
+        stale = [(k, r) for k, r in self.runtimes.items()
+                 if self.lane_of.get(k, k) in bases or self._private_base.get(self.lane_of.get(k, k)) in bases]
+        for key, _ in stale:
+            for table in (self.runtimes, self.identities, self.lanes, self.lane_of, self._private_base):
+                table.pop(key, None)
+        async with trio.open_nursery() as stopping:
+            for _, runtime in stale:
+                stopping.start_soon(runtime.close)
+        names = sorted({r.name for _, r in stale})
+        for _, runtime in stale:
+            self.store.remove(runtime.config.digest)
+        if names:
+            log.info("adopted servers %s: their definition changed or went from the config; stopped", ", ".join(names))
+            self.children_changed()
+            self.changes.note()
+        return names
+
+
+def _identity_state(identity: Identity) -> dict[str, Any]:
+    return {"argv": list(identity.argv), "cwd": identity.cwd, "env": [list(p) for p in identity.env],
+            "instance": identity.instance, "declared": sorted(identity.declared), "forced": list(identity.forced)}
+
+
+def _identity_from(value: object) -> Identity:
+    s = sc.obj(value, "identity")
+    env = tuple((sc.text(p[0], "identity.env"), sc.text(p[1], "identity.env"))
+                for p in (sc.items(row, "identity.env") for row in sc.items(s.get("env"), "identity.env")))
+    return Identity(tuple(sc.text(a, "identity.argv") for a in sc.items(s.get("argv"), "identity.argv")),
+                    sc.text(s.get("cwd"), "identity.cwd"), env, sc.text(s.get("instance"), "identity.instance"),
+                    frozenset(sc.text(n, "identity.declared") for n in sc.items(s.get("declared"), "identity.declared")),
+                    tuple(sc.text(n, "identity.forced") for n in sc.items(s.get("forced"), "identity.forced")))

@@ -47,7 +47,6 @@ from lazyd.daemon.runtime.outbox import ConnectionOutbox, Outbox
 from lazyd.daemon.process.child import STDIN_EOF_GRACE_S, TERM_GRACE_S
 from lazyd.daemon.upgrade.quiesce import GATE
 from lazyd.daemon.sessions.registry import Registry
-from lazyd.daemon.sessions.registry_state import adopt_registry, drop_stale_named, forget_clients
 from lazyd.daemon.upgrade.handover import Lineage
 from lazyd.daemon.upgrade.state import ENVELOPE_ENV, Envelope, read_secrets, read_state
 from lazyd.errors import AdoptionError
@@ -117,10 +116,10 @@ async def _take_over(envelope: Envelope, registry: Registry, handler: Connection
         connections = [ConnectionState.from_json(c) for c in sc.items(body.get("connections"), "connections")]
     except ValueError as exc:
         raise AdoptionError(f"the state's connections cannot be read ({exc})") from None
-    names = await adopt_registry(registry, body, secrets, written_at=written_at, child=True)
+    names = await registry.adopt(body, secrets, written_at=written_at, child=True)
     adopted_keys = set(registry.runtimes)
     await registry.boot()  # named servers new to the config
-    await drop_stale_named(registry, adopted_keys)
+    await registry.drop_stale_named(adopted_keys)
     keep: dict[int, set[int]] = {}
     sessions = 0
     for state in connections:
@@ -157,7 +156,7 @@ async def _take_over(envelope: Envelope, registry: Registry, handler: Connection
             assert isinstance(outbox, ConnectionOutbox)
             registry.nursery.start_soon(serve_adopted, handler, stream, state, outbox, route, cancel)
     for runtime in list(registry.runtimes.values()):
-        forget_clients(runtime, keep.get(id(runtime), set()))
+        runtime.forget_clients(keep.get(id(runtime), set()))
     return {"servers": names, "sessions": sessions}
 
 
@@ -260,9 +259,9 @@ async def adopt_stored(stored: dict[str, int], registry: Registry, lock: Path, s
         secrets_fd = None
         GATE.close()
         try:
-            names = await adopt_registry(registry, body, secrets, written_at=written_at, child=False)
+            names = await registry.adopt(body, secrets, written_at=written_at, child=False)
             for runtime in list(registry.runtimes.values()):
-                forget_clients(runtime, set())  # their connections died with the old daemon
+                runtime.forget_clients(set())  # their connections died with the old daemon
         finally:
             GATE.open()
     except (AdoptionError, ValueError, KeyError, TypeError) as exc:

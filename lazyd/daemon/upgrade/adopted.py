@@ -21,16 +21,20 @@ The rules that make taking over a pid safe:
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
 
 import trio
 
 from lazyd import procfs
+from lazyd.core import state_codec as sc
 from lazyd.daemon.process.command import SpawnSpec
 from lazyd.daemon.process.stderr_log import LogRing
 from lazyd.daemon.process.child import ChildProcess
 from lazyd.errors import AdoptionError
 
-__all__ = ["AdoptedProcess", "adopt_child", "stdout_leftover"]
+__all__ = ["AdoptedProcess", "HandedProcess", "adopt_child", "state_fds"]
 
 
 class AdoptedProcess:
@@ -76,12 +80,38 @@ def _closed_writer() -> int:
     return os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
 
 
-def adopt_child(pid: int, start_ticks: int, fds: tuple[int | None, int, int], spec: SpawnSpec,
-                nursery: trio.Nursery, *, child: bool, stdout: bytes = b"", note: str = "") -> ChildProcess:
-    """The `ChildProcess` of a running server from its pid and its (stdin, stdout, stderr)
-    descriptors; its stderr pump and exit watcher run in `nursery`. `stdout` is what the
-    predecessor had read of its stdout and not yet relayed (see `stdout_leftover`). Raises
-    AdoptionError when the pid is not that process any more; the descriptors are then closed."""
+def state_fds(state: Mapping[str, Any] | None) -> list[int]:
+    """The descriptors a process's state (`ChildProcess.to_state`) names: what the successor inherits."""
+    if not isinstance(state, Mapping):
+        return []
+    return [fd for fd in (state.get("stdin"), state.get("stdout"), state.get("stderr")) if isinstance(fd, int)]
+
+
+@dataclass(frozen=True)
+class HandedProcess:
+    """A process as `ChildProcess.to_state` wrote it (lazyd/daemon/process/child.py), read back."""
+
+    pid: int
+    start_ticks: int
+    fds: tuple[int | None, int, int]  # stdin (None: the ladder had closed it), stdout, stderr
+    pending: bytes  # what the predecessor read of its stdout and did not relay
+
+    @classmethod
+    def from_state(cls, value: object) -> HandedProcess:
+        """Raises ValueError for a state this code did not write."""
+        s = sc.obj(value, "proc")
+        return cls(sc.integer(s.get("pid"), "proc.pid"), sc.integer(s.get("start_ticks"), "proc.start_ticks"),
+                   (sc.opt_integer(s.get("stdin"), "proc.stdin"), sc.integer(s.get("stdout"), "proc.stdout"),
+                    sc.integer(s.get("stderr"), "proc.stderr")),
+                   sc.raw_bytes(s.get("pending"), "proc.pending"))
+
+
+def adopt_child(handed: HandedProcess, spec: SpawnSpec, nursery: trio.Nursery, *, child: bool,
+                note: str = "") -> ChildProcess:
+    """The `ChildProcess` of the running server `handed` describes; its stderr pump and exit
+    watcher run in `nursery`. Raises AdoptionError when the pid is not that process any more; the
+    descriptors are then closed."""
+    pid, start_ticks, fds = handed.pid, handed.start_ticks, handed.fds
     try:
         pidfd = os.pidfd_open(pid)
     except OSError as exc:
@@ -98,18 +128,7 @@ def adopt_child(pid: int, start_ticks: int, fds: tuple[int | None, int, int], sp
     ring = LogRing(spec.log_path)
     ring.note(note or f"pid {pid} adopted by lazyd {os.getpid()}")
     process = AdoptedProcess(pid, fds[0], fds[1], fds[2], child)
-    proc = ChildProcess(process, spec, ring, pidfd, start_ticks)
-    if stdout:
-        proc._lines.feed(stdout)  # lines the predecessor read but did not relay come first
-    proc._start_tasks(nursery)
-    return proc
-
-
-def stdout_leftover(proc: ChildProcess) -> bytes:
-    """What `proc` read from its stdout and has not handed out yet, as bytes to feed again:
-    complete lines (each with its newline) then the start of the next."""
-    lines = proc._lines
-    return b"".join(line + b"\n" for line in lines._pending) + bytes(lines._buf)
+    return ChildProcess.take_over(process, spec, ring, pidfd, start_ticks, nursery, stdout=handed.pending)
 
 
 def _close(fds: tuple[int | None, ...]) -> None:

@@ -18,7 +18,7 @@ import trio
 from lazyd import wire
 
 from lazyd.daemon.upgrade.connection_state import ConnectionState, Live
-from lazyd.daemon.connections.listener import ConnectionHandler, _Frames
+from lazyd.daemon.connections.listener import ConnectionHandler, Frames
 from lazyd.daemon.runtime.era_lanes import EraRoute
 from lazyd.daemon.handoff.session import HandoffSession
 from lazyd.daemon.runtime.outbox import ConnectionOutbox
@@ -33,15 +33,15 @@ async def serve_adopted(handler: ConnectionHandler, stream: trio.SocketStream, s
     """Serve one handed-over connection until it ends (errors as ConnectionHandler.__call__)."""
     handler.active += 1
     pid = state.session.pid if state.session is not None else -1
-    frames = _Frames(stream, handler.limits.frame_deadline_s)
+    frames = Frames(stream, handler.limits.frame_deadline_s)
 
     async def serve() -> None:
         if state.inbound:
-            frames._decode(state.inbound)  # what the predecessor read comes first, batch by batch
+            frames.feed(state.inbound)  # what the predecessor read comes first, batch by batch
         if state.outbound:
             await stream.send_all(state.outbound)
         if state.kind == "fresh":
-            await handler._serve(stream, pid, frames)
+            await handler.serve_from_hello(stream, pid, frames)
         elif session is not None and route is not None:
             await _session(handler, stream, frames, session, route, cancel)
 
@@ -58,23 +58,11 @@ async def serve_handed_off(handler: ConnectionHandler, stream: trio.SocketStream
     await handler.guarded(stream, session.pid, partial(session.carry_on, route))
 
 
-async def _session(handler: ConnectionHandler, stream: trio.SocketStream, frames: _Frames, session: ConnectionOutbox,
+async def _session(handler: ConnectionHandler, stream: trio.SocketStream, frames: Frames, session: ConnectionOutbox,
                    route: EraRoute, cancel: trio.CancelScope) -> None:
-    # The read loop of ConnectionHandler._session, after its welcome: the same steps in the same order.
+    # As a session after its welcome: the same read loop, the same steps in the same order.
     handler.live[id(stream)] = Live(stream, frames.decoder, frames.pending, "session", route, session)
     try:
-        with cancel:
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(handler._writer, stream, session, cancel)
-                session.fd = stream.socket.fileno()
-                while (frame := await frames.next()) is not None:
-                    if not isinstance(frame, Line):
-                        raise WireError(f"unexpected {frame.t!r} frame in a session")
-                    route.client_line(session.cid, frame.d)
-                    if not route.has_room():
-                        await route.wait_for_room()
-                    if session.should_pause():
-                        await session.wait_drained()
-                nursery.cancel_scope.cancel()
+        await handler.relay_session(stream, frames, session, route, cancel)
     finally:
         route.detach(session.cid)

@@ -34,7 +34,6 @@ from typing import Any
 import trio
 
 from lazyd.daemon.sessions.registry import Registry
-from lazyd.daemon.sessions.registry_state import registry_state
 from lazyd.daemon.runtime_dir import SD_LISTEN_FDS_START
 from lazyd.daemon.upgrade.state import write_secrets, write_state
 
@@ -101,7 +100,7 @@ async def keep_standby(registry: Registry, store: FdStore, lock: Path, changed: 
     stored: dict[str, int] = dict(given or {})  # name -> the fd we sent (or were given back)
     secrets_text = ""
     while True:
-        state, secrets, _ = registry_state(registry, trio.current_time())
+        state, secrets, _ = registry.to_state(trio.current_time())
         wanted: dict[str, int] = {}
         for key, runtime in registry.runtimes.items():
             proc = state["runtimes"][key].get("proc")

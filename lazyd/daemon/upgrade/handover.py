@@ -10,8 +10,9 @@ The steps, in order:
    killed by the successor (a line half written cannot be finished by anyone).
 2. **Write.** The state file (0600, versioned, checked, no secrets) and the secrets memfd
    (lazyd/daemon/upgrade/state.py), with every server's pid, group, start time and pipes, its
-   relay core and lifecycle (lazyd/daemon/runtime/state.py), the registry's tables
-   (lazyd/daemon/sessions/registry_state.py) and each client connection (lazyd/daemon/upgrade/connection_state.py).
+   relay core and lifecycle (each runtime writes itself: lazyd/daemon/runtime/supervisor.py), the
+   registry's tables (lazyd/daemon/sessions/registry.py) and each client connection
+   (lazyd/daemon/upgrade/connection_state.py), with what its route holds (`EraRoute.handover`).
 3. **Exec.** FD_CLOEXEC is cleared on exactly the descriptors the successor needs (the listener,
    the instance lock, the secrets, each server's pipes, each connection handed over, the
    `lazyctl upgrade` connection); their numbers go in the envelope (``LAZYD_UPGRADE``). Under
@@ -44,8 +45,6 @@ from lazyd.daemon.runtime.outbox import ConnectionOutbox
 from lazyd.daemon.notify import Notifier
 from lazyd.daemon.upgrade.quiesce import GATE
 from lazyd.daemon.sessions.registry import Registry
-from lazyd.daemon.sessions.registry_state import registry_state
-from lazyd.daemon.runtime.supervisor import ServerRuntime
 from lazyd.daemon.upgrade.state import ENVELOPE_ENV, TEST_FAULT_ENV, Envelope, state_path, write_secrets, write_state
 from lazyd.errors import ConfigError
 from lazyd.paths import Paths
@@ -116,15 +115,15 @@ class Upgrader:
         with trio.move_on_after(SETTLE_BOUND_S):
             while True:
                 await trio.sleep(0)  # readers that have data run to their gate first
-                if not GATE.holds and not any(_writing(r) for r in self.registry.runtimes.values()) and all(
+                if not GATE.holds and not any(r.writing for r in self.registry.runtimes.values()) and all(
                         _drained(live) for live in self.handler.live.values()):
                     return
                 await trio.sleep(SETTLE_POLL_S)
 
     def _exec(self, reply: trio.SocketStream | None, began: float) -> str:
         registry = self.registry
-        stuck = {r: "its stdin could not be drained for the upgrade" for r in registry.runtimes.values() if _writing(r)}
-        state, secrets, fds = registry_state(registry, trio.current_time(), stuck)
+        stuck = {r: "its stdin could not be drained for the upgrade" for r in registry.runtimes.values() if r.writing}
+        state, secrets, fds = registry.to_state(trio.current_time(), stuck)
         keys = {id(r): k for k, r in registry.runtimes.items()}
         reply_fd = reply.socket.fileno() if reply is not None else None
         connections = []
@@ -147,15 +146,14 @@ class Upgrader:
                 continue  # control and hub connections end; their peers reconnect
             if not isinstance(route, EraRoute) or session is None:
                 continue
-            if session.dropped or session.backlog_frames or route._choosing is not None or route._gone:
+            held = route.handover()
+            if session.dropped or session.backlog_frames or held is None:
                 continue
-            runtime = route.runtime
-            attached = runtime is not None and session.cid in runtime.sessions
-            if runtime is not None and not attached:
+            runtime, resume, lines = held
+            if runtime is not None and session.cid not in runtime.sessions:
                 continue
             carried = SessionState(session.cid, session.pid, keys[id(route.lanes.primary)],
-                                   keys[id(runtime)] if runtime is not None else None,
-                                   [] if attached else list(route._resume), [] if attached else list(route._held))
+                                   keys[id(runtime)] if runtime is not None else None, resume, lines)
             if handed is not None:
                 region = handed.region_fd()
                 if region is None:
@@ -211,8 +209,3 @@ def _drained(live: Live) -> bool:
     if live.handoff is not None:
         return live.handoff.outbox is None or live.handoff.outbox.backlog_frames == 0
     return live.session is None or live.session.backlog_frames == 0
-
-
-def _writing(runtime: ServerRuntime) -> bool:
-    """Whether lines are still queued for the runtime's process's stdin."""
-    return runtime._input._busy
