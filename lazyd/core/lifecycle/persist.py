@@ -3,7 +3,7 @@
 A lifecycle writes and reads its own state: `Lifecycle.to_state(now)` and
 `Lifecycle.from_state(state, policy, rng, now)` (lazyd/core/lifecycle/machine.py). These two
 names only forward to them, touching nothing of the lifecycle's own; they go once nothing calls
-them (the daemon's runtime state, lazyd/daemon/runtime/state.py, is the last caller).
+them (the daemon's runtime, lazyd/daemon/runtime/supervisor.py, is the last caller).
 """
 
 from __future__ import annotations
