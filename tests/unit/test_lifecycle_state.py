@@ -19,7 +19,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lazyd.core.lifecycle.machine import Lifecycle, LifecyclePolicy, State
-from lazyd.core.lifecycle.persist import lifecycle_from_state, lifecycle_state
 from tests.unit.lifecycle_support import INPUTS, POLICIES
 
 OFFSET = 5_000.0  # where the reader's clock is when the writer's reads 0
@@ -72,10 +71,10 @@ def test_a_lifecycle_read_back_on_another_clock_decides_as_the_original(
         now += step[1]
         apply(life, step, now, pid)
         pid += 1
-    state = json.loads(json.dumps(lifecycle_state(life, now)))
+    state = json.loads(json.dumps(life.to_state(now)))
     twin_rng = random.Random()
     twin_rng.setstate(rng.getstate())
-    twin = lifecycle_from_state(state, policy, twin_rng, now + OFFSET)
+    twin = Lifecycle.from_state(state, policy, twin_rng, now + OFFSET)
     assert moved(life.status_fields(), OFFSET) == norm(twin.status_fields())
     for step in after:
         now += step[1]
@@ -85,7 +84,7 @@ def test_a_lifecycle_read_back_on_another_clock_decides_as_the_original(
         assert moved(life.status_fields(), OFFSET) == norm(twin.status_fields())
         deadline = life.next_deadline()
         assert norm(twin.next_deadline()) == norm(None if deadline is None else deadline + OFFSET)
-    assert norm(lifecycle_state(twin, now + OFFSET)) == norm(lifecycle_state(life, now))
+    assert norm(twin.to_state(now + OFFSET)) == norm(life.to_state(now))
 
 
 def test_a_running_servers_linger_left_is_still_left_after_the_hand_over() -> None:
@@ -94,7 +93,7 @@ def test_a_running_servers_linger_left_is_still_left_after_the_hand_over() -> No
     life.demand(0.0)
     life.spawned(0.0, 42)
     life.ready(1.0)  # no client: the linger clock starts at ready
-    twin = lifecycle_from_state(lifecycle_state(life, 31.0), LifecyclePolicy(linger_s=60.0), random.Random(0), 9_031.0)
+    twin = Lifecycle.from_state(life.to_state(31.0), LifecyclePolicy(linger_s=60.0), random.Random(0), 9_031.0)
     assert twin.state is State.RUNNING and twin.pid == 42
     assert twin.next_deadline() == 9_061.0
     assert twin.tick(9_060.0) == []
@@ -102,7 +101,7 @@ def test_a_running_servers_linger_left_is_still_left_after_the_hand_over() -> No
 
 
 def test_a_state_naming_an_unknown_lifecycle_state_is_refused() -> None:
-    state = lifecycle_state(Lifecycle(LifecyclePolicy(), random.Random(0)), 0.0)
+    state = Lifecycle(LifecyclePolicy(), random.Random(0)).to_state(0.0)
     state["state"] = "dozing"
     with pytest.raises(ValueError, match="lifecycle.state"):
-        lifecycle_from_state(state, LifecyclePolicy(), random.Random(0), 0.0)
+        Lifecycle.from_state(state, LifecyclePolicy(), random.Random(0), 0.0)

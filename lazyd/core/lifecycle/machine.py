@@ -60,6 +60,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
+from lazyd.core import state_codec as sc
+from lazyd.core.relay.jsonrpc import JsonObj
 from lazyd.core.lifecycle.timing import (PARK_AFTER_FAILURES, PARK_WINDOW_S, STABLE_AFTER_S, CrashLoop,
                                          LifecyclePolicy, backoff_delay_s)
 from lazyd.core.lifecycle.predicate import PredicateSchedule
@@ -118,6 +120,79 @@ class Lifecycle:
                 "restarts": self.restarts, "last_error": self.last_error, "burst": self.burst,
                 "next_restart_at": self.next_restart_at, "predicate_state": str(self.predicate_state),
                 **self._usage.linger_status(self._policy, self.state in PROCESS_STATES)}
+
+    # -- its state, for a successor daemon ----------------------------------------------------------
+    # A successor adopts a server in the middle of its life (starting, running with its linger and
+    # idle clocks, backing off, parked with its failure count), so the state is everything kept,
+    # the private bookkeeping included. The lifecycle's clock is the daemon's monotonic one, which
+    # starts afresh in every process (trio's clock has a random origin): times are written as
+    # seconds from the writer's `now` and read back from the reader's, which is the moment of the
+    # write on its own clock (its now minus the wall-clock seconds in between), so a linger that had
+    # a minute left still has one, less the hand-over. The policy and the generator are not state:
+    # the reader's config decides the policy, and jitter needs no continuity.
+
+    def to_state(self, now: float) -> JsonObj:
+        """Everything this lifecycle keeps, its times as seconds from `now`."""
+        def rel(t: float | None) -> float | None:
+            return None if t is None else t - now
+
+        usage, predicate = self._usage, self._predicate
+        return {
+            "state": str(self.state), "pid": self.pid, "started_at": rel(self.started_at), "restarts": self.restarts,
+            "last_error": self.last_error, "burst": self.burst, "next_restart_at": rel(self.next_restart_at),
+            "now": rel(self._now), "spawn_at": rel(self._spawn_at),
+            "unrequested": self._unrequested.to_state(now),
+            "start_requested": self._start_requested, "single_try": self._single_try,
+            "operator_start": self._operator_start, "pending_demand": self._pending_demand,
+            "pending_client": usage.pending_client,
+            "stop_outcome": str(self._stop_outcome), "booted": self._booted,
+            "usage": {"clients": usage.clients, "inflight": usage.inflight, "linger_from": rel(usage.linger_from),
+                      "last_activity": rel(usage.last_activity), "client_start": usage.client_start,
+                      "real_use": usage.real_use},
+            "predicate": {"running": predicate.running, "next_at": rel(predicate.next_at)},
+        }
+
+    @classmethod
+    def from_state(cls, state: object, policy: LifecyclePolicy, rng: random.Random, now: float) -> Lifecycle:
+        """The lifecycle that wrote `state`, its times moved to `now` (the write's moment on this
+        clock); raises ValueError naming a field that is not what `to_state` wrote."""
+        s = sc.obj(state, "lifecycle")
+
+        def at(value: object, what: str) -> float | None:
+            offset = sc.opt_number(value, f"lifecycle.{what}")
+            return None if offset is None else now + offset
+
+        life = cls(policy, rng)
+        life.state = sc.enum_value(State, s.get("state"), "lifecycle.state")
+        life.pid = sc.opt_integer(s.get("pid"), "lifecycle.pid")
+        life.started_at = at(s.get("started_at"), "started_at")
+        life.restarts = sc.integer(s.get("restarts"), "lifecycle.restarts")
+        life.last_error = sc.opt_text(s.get("last_error"), "lifecycle.last_error")
+        life.burst = sc.integer(s.get("burst"), "lifecycle.burst")
+        life.next_restart_at = at(s.get("next_restart_at"), "next_restart_at")
+        life._now = at(s.get("now"), "now")
+        life._spawn_at = at(s.get("spawn_at"), "spawn_at")
+        offsets = [sc.number(o, "lifecycle.unrequested") for o in sc.items(s.get("unrequested"), "lifecycle.unrequested")]
+        life._unrequested = CrashLoop.from_state(offsets, now)
+        life._start_requested = sc.flag(s.get("start_requested"), "lifecycle.start_requested")
+        life._single_try = sc.flag(s.get("single_try"), "lifecycle.single_try")
+        life._operator_start = sc.flag(s.get("operator_start"), "lifecycle.operator_start")
+        life._pending_demand = sc.flag(s.get("pending_demand"), "lifecycle.pending_demand")
+        life._stop_outcome = sc.enum_value(State, s.get("stop_outcome"), "lifecycle.stop_outcome")
+        life._booted = sc.flag(s.get("booted"), "lifecycle.booted")
+        usage, u = life._usage, sc.obj(s.get("usage"), "lifecycle.usage")
+        # Absent in a predecessor that had no check linger: its starts all keep `linger_s`.
+        usage.pending_client = sc.flag(s.get("pending_client", False), "lifecycle.pending_client")
+        usage.clients = sc.integer(u.get("clients"), "lifecycle.usage.clients")
+        usage.inflight = sc.integer(u.get("inflight"), "lifecycle.usage.inflight")
+        usage.linger_from = at(u.get("linger_from"), "usage.linger_from")
+        usage.last_activity = at(u.get("last_activity"), "usage.last_activity")
+        usage.client_start = sc.flag(u.get("client_start", False), "lifecycle.usage.client_start")
+        usage.real_use = sc.flag(u.get("real_use", False), "lifecycle.usage.real_use")
+        predicate = sc.obj(s.get("predicate"), "lifecycle.predicate")
+        life._predicate.running = sc.flag(predicate.get("running"), "lifecycle.predicate.running")
+        life._predicate.next_at = at(predicate.get("next_at"), "predicate.next_at")
+        return life
 
     # -- inputs ----------------------------------------------------------------------------------
 

@@ -83,3 +83,15 @@ class CrashLoop:
     def parks(self, now: float, keep_alive: bool) -> bool:
         full = len(self._failures) == PARK_AFTER_FAILURES
         return not keep_alive and full and now - self._failures[0] <= PARK_WINDOW_S
+
+    def to_state(self, now: float) -> list[float]:
+        """The failures kept, oldest first, as seconds from `now` (Lifecycle.to_state)."""
+        return [t - now for t in self._failures]
+
+    @classmethod
+    def from_state(cls, offsets: list[float], now: float) -> CrashLoop:
+        """The crash loop `to_state` wrote, its times moved to `now` on the reader's clock."""
+        loop = cls()
+        for offset in offsets:
+            loop.record(now + offset)
+        return loop

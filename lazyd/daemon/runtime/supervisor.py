@@ -43,7 +43,6 @@ import trio
 from lazyd import procfs
 from lazyd.core import state_codec as sc
 from lazyd.core.lifecycle import machine as lc
-from lazyd.core.lifecycle.persist import lifecycle_from_state, lifecycle_state
 from lazyd.core.relay import core as rl
 from lazyd.core.cache import Snapshot
 from lazyd.core.relay.handshake_defaults import unattended_params
@@ -427,7 +426,7 @@ class ServerRuntime:
         boundary)."""
         return {
             "name": self.name, "config": self.config.to_state(), "core": self.core.to_state(),
-            "life": lifecycle_state(self.life, now),
+            "life": self.life.to_state(now),
             "gate": self.gate.to_state() if self.gate is not None else None,
             "sessions": sorted(self.sessions),
             "last_exit": self.last_exit, "started_wall": self.started_wall, "spawned_wall": self.spawned_wall,
@@ -458,7 +457,7 @@ class ServerRuntime:
         # The write's moment on this daemon's clock: a linger with a minute left keeps its minute,
         # less what the hand-over took.
         moment = trio.current_time() - max(0.0, time.time() - written_at)
-        runtime.life = lifecycle_from_state(state.get("life"), config.policy, random.Random(), moment)
+        runtime.life = lc.Lifecycle.from_state(state.get("life"), config.policy, random.Random(), moment)
         runtime.last_exit = sc.opt_text(state.get("last_exit"), "runtime.last_exit")
         runtime.started_wall = sc.opt_number(state.get("started_wall"), "runtime.started_wall")
         runtime.spawned_wall = sc.opt_number(state.get("spawned_wall"), "runtime.spawned_wall")
