@@ -59,6 +59,22 @@ PASSED_FDS = 3  # the client's stdin, its stdout, the region: in this order
 TOO_LONG_CODE = -32600
 EXIT_CUE = b"\n"  # to the shim: the client left, exit 0
 STDOUT_CHECK_S = 0.25  # while answering after the client's EOF: how often to see if its stdout closed
+STEP_LINES = 64
+# About how many lines one read of the client's stdin may bring (see `read_limit`): relaying a
+# line costs tens of µs, and the daemon serves every other session between two reads, not during one.
+MIN_READ_BYTES = 4096  # however short the lines, a read takes at least this much (a page)
+FIRST_READ_BYTES = 16 * 1024  # before a read said how long the lines are: STEP_LINES of 256 bytes
+
+
+def read_limit(size: int, newlines: int) -> int:
+    """How many bytes the next read of the client's stdin may take, after a read of `size` bytes
+    that held `newlines` line ends: about STEP_LINES lines of the size these were, so that a client
+    that pipelines thousands of small calls is read (and relayed, and recorded) in bounded steps,
+    with every other task run between two of them, while a big line still comes a whole zone at a
+    time (its cost is its bytes, copied, not its lines)."""
+    if not newlines:
+        return LANDING_BYTES
+    return max(MIN_READ_BYTES, min(LANDING_BYTES, size * STEP_LINES // newlines))
 
 
 async def receive_with_fds(sock: Any, size: int, fds: list[int]) -> bytes:
@@ -287,7 +303,8 @@ class HandoffSession:
         # over at an upgrade between a read and its record).
         size = landing.pending(ledger.state.landing)
         waited = True
-        emptied = False  # the last read took less than a zone: the pipe was empty after it
+        emptied = False  # the last read took less than it could: the pipe was empty after it
+        limit = FIRST_READ_BYTES  # what the next read may take (`read_limit`)
         while True:
             zone = ledger.state.landing
             if not size:
@@ -297,7 +314,11 @@ class HandoffSession:
                     # exception less per message when lines come one at a time).
                     await self.ends.wait_readable()
                     waited, emptied = True, False
-                got = self.ends.read_into(landing.zones[zone])  # into the region: never only ours
+                # Into the region, never only ours; at most `limit`, so that what one read brings
+                # is relayed in one bounded step (one read, one record of it: the unit an upgrade
+                # or a kill -9 finds whole, in the zone or accounted for).
+                zone_view = landing.zones[zone]
+                got = self.ends.read_into(zone_view[:limit] if limit < LANDING_BYTES else zone_view)
                 if got is None:
                     await self.ends.wait_readable()
                     waited = True
@@ -305,7 +326,7 @@ class HandoffSession:
                 if not got:
                     self._last_line()
                     return
-                size, emptied = got, got < LANDING_BYTES
+                size, emptied = got, got < limit
                 if not waited:
                     await trio.lowlevel.checkpoint()  # a client that floods must not starve the others
             waited = False
@@ -317,6 +338,7 @@ class HandoffSession:
             finally:
                 ledger.release()
             landing.clear(zone, size)
+            limit = read_limit(size, data.count(b"\n"))
             size = 0
             if isinstance(route, (ServerRuntime, EraRoute)) and not route.has_room():
                 await route.wait_for_room()
