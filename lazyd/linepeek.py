@@ -242,12 +242,14 @@ class LineSplitter:
                 self.discarding = True
             elif newline >= 0 and not buffer:
                 self._line(data[start:newline], out)
+            elif newline >= 0:
+                # The end of the line the buffer began: joined once (appending it first would
+                # grow the buffer, and a slice of `data` would be a copy of its own).
+                line = b"".join((buffer, memoryview(data)[start:stop]))
+                buffer.clear()
+                self._line(line, out)
             else:
-                buffer += data[start:stop]
-                if newline >= 0:
-                    line = bytes(buffer)
-                    buffer.clear()
-                    self._line(line, out)
+                buffer += data[start:stop]  # a whole read without a newline: `data` itself
             if newline < 0:
                 break
             self.cut = True

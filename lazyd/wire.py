@@ -310,7 +310,8 @@ class FrameDecoder:
                 self._need = length
             if len(self._buf) < self._need:
                 return frames
-            body = bytes(self._buf[: self._need])
+            with memoryview(self._buf) as view:  # one copy: a bytearray slice would be a second
+                body = bytes(view[: self._need])
             del self._buf[: self._need]
             self._need = None
             frames.append(decode_body(body))

@@ -9,7 +9,9 @@ That counts against every client session the daemon serves, for as long as it ru
 So a reader that sees a large line notes it (`TRIMMER.note`, one comparison per line), and once
 no large line has come for `QUIET_S` the heap is trimmed, once. Never on the hot path of a burst
 of large messages, where the kept buffers are what make the next one cheap; a no-op where the C
-library has no `malloc_trim` (not glibc).
+library has no `malloc_trim` (not glibc). Other memory that large lines leave behind is given back
+at the same moment (`later`): a hand-off session's head pages (lazyd/daemon/handoff/ledger.py),
+which, given back after every large request, were faulted in again by the next one.
 """
 
 from __future__ import annotations
@@ -45,6 +47,14 @@ class HeapTrimmer:
         self._trim = trim
         self._pending = False  # a large line came since the quiet spell began
         self._wake = trio.Event()
+        self._later: dict[Callable[[], None], None] = {}  # run once at the next trim, in order
+
+    def later(self, release: Callable[[], None]) -> None:
+        """Run `release` once, when the heap is next trimmed (after a quiet spell): memory that
+        a large line left behind and the next one would use again. The line itself was noted
+        (`note`): this puts the trim off no further."""
+        self._later[release] = None
+        self._wake.set()
 
     def note(self, nbytes: int) -> None:
         """A line of `nbytes` passed."""
@@ -59,6 +69,9 @@ class HeapTrimmer:
                 self._pending = False
                 await trio.sleep(QUIET_S)
             self._wake = trio.Event()
+            later, self._later = self._later, {}
+            for release in later:
+                release()
             self._trim()
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 
 from lazyd.handoff import region as hs
 from lazyd.daemon.handoff.ledger import RELEASE_HEAD_BYTES, Ledger
@@ -143,14 +144,50 @@ def test_a_new_partial_line_never_overwrites_the_head_the_state_still_names(fd: 
     assert state.head_area == 0 and region.read_head(state.head_len, 0) == b"third"
 
 
-def test_a_large_consumed_head_is_given_back_to_the_kernel(fd: int, mapped: Region) -> None:
-    ledger = Ledger(mapped)
+def test_a_large_consumed_head_is_given_back_to_the_kernel_once_the_large_lines_are_over(
+        fd: int, mapped: Region) -> None:
+    releases: list[Callable[[], None]] = []
+    ledger = Ledger(mapped, releases.append)
     ledger.head(bytearray(b"x" * RELEASE_HEAD_BYTES), False)
     assert os.fstat(fd).st_blocks * 512 >= RELEASE_HEAD_BYTES
     ledger.head_relayed()
     ledger.head(bytearray(), False)
+    ledger.head(bytearray(), False)  # more lines before the quiet spell: asked once
+    # Kept while large lines may follow: the next one writes into pages already there.
+    assert len(releases) == 1 and os.fstat(fd).st_blocks * 512 >= RELEASE_HEAD_BYTES
+    releases.pop()()  # the heap trimmer's quiet spell (lazyd/daemon/heap.py)
     assert os.fstat(fd).st_blocks * 512 < RELEASE_HEAD_BYTES // 2 and on_disk(fd).head_len == 0
     assert os.fstat(fd).st_size == hs.REGION_BYTES  # sealed: given back, never truncated
+
+
+def test_a_late_release_leaves_a_line_start_held_again_and_asks_again_when_it_is_consumed(
+        fd: int, mapped: Region) -> None:
+    releases: list[Callable[[], None]] = []
+    ledger = Ledger(mapped, releases.append)
+    ledger.head(bytearray(b"x" * RELEASE_HEAD_BYTES), False)
+    ledger.head_relayed()
+    ledger.head(bytearray(), False)
+    ledger.head(bytearray(b"next line's start"), False)
+    releases.pop()()
+    assert os.fstat(fd).st_blocks * 512 >= RELEASE_HEAD_BYTES
+    state = on_disk(fd)
+    assert mapped.read_head(state.head_len, state.head_area) == b"next line's start"
+    ledger.head_relayed()
+    ledger.head(bytearray(), False)
+    releases.pop()()
+    assert os.fstat(fd).st_blocks * 512 < RELEASE_HEAD_BYTES // 2
+
+
+def test_a_late_release_after_the_session_let_go_keeps_the_tail_for_the_shim(fd: int, mapped: Region) -> None:
+    releases: list[Callable[[], None]] = []
+    ledger = Ledger(mapped, releases.append)
+    ledger.head(bytearray(b"x" * RELEASE_HEAD_BYTES), False)
+    ledger.head_relayed()
+    ledger.head(bytearray(), False)
+    ledger.close(client_left=False, tail=b"the rest of an answer\n")
+    releases.pop()()
+    state = on_disk(fd)
+    assert mapped.read_tail(state.tail_len) == b"the rest of an answer\n"
 
 
 def test_a_message_costs_one_table_entry_whatever_else_is_in_flight(fd: int, mapped: Region) -> None:

@@ -27,7 +27,7 @@ import trio
 
 from lazyd.handoff import region as hs
 from lazyd.daemon.handoff.ledger import Ledger
-from lazyd.daemon.handoff.outbox import ClientEnds, HandoffOutbox
+from lazyd.daemon.handoff.outbox import DEFAULT_PIPE_BYTES, WIDE_PIPE_BYTES, ClientEnds, HandoffOutbox
 from lazyd.handoff.snapshot import snapshot
 from lazyd.handoff.region import Region
 from lazyd.linepeek import id_key
@@ -445,3 +445,54 @@ async def test_client_ends_say_which_writes_may_stop_inside_a_line(client: Clien
     else:
         assert ends.may_cut(1) and ends.may_cut(PIPE_BUF + 1)
     ends.close()
+
+
+# ---- widened while large lines pass ---------------------------------------------------------
+
+
+def pipe_size(fd: int) -> int:
+    return fcntl.fcntl(fd, fcntl.F_GETPIPE_SZ)
+
+
+async def test_a_large_answer_widens_the_clients_stdout_goes_in_at_once_and_the_width_is_given_back_after(
+        fd: int, mapped: Region) -> None:
+    client = Client("pipe")
+    try:
+        outbox, witness = session(fd, mapped, client)
+        ask(outbox, witness, 1)
+        line = answer(1, 200_000)  # fifty times the pipe: without widening, fifty writes of the writer
+        give(outbox, witness, line, 1)
+        assert witness.sent == line + b"\n" and outbox.backlog_frames == 0 and outbox.ledger.inflight == 0
+        assert pipe_size(client.out_fd) == WIDE_PIPE_BYTES and not mapped.torn
+        outbox.ends.narrow()  # the quiet spell's end, while the client has not read it: kept wide
+        assert pipe_size(client.out_fd) == WIDE_PIPE_BYTES
+        await client.read_slowly(len(line) + 1, chunk=1 << 20)
+        assert client.received == line + b"\n"
+        outbox.ends.narrow()
+        assert pipe_size(client.out_fd) == SMALL_PIPE
+        outbox.ends.close()
+    finally:
+        client.close()
+
+
+async def test_a_full_read_of_the_clients_stdin_widens_it_for_the_rest_and_narrowing_gives_the_width_back() -> None:
+    client = Client("pipe")
+    try:
+        ends = ClientEnds(client.in_fd, client.out_fd)
+        default = pipe_size(client.in_fd)
+        assert default == DEFAULT_PIPE_BYTES
+        os.write(client.stdin, b"x" * 1000)
+        zone = memoryview(bytearray(hs.LANDING_BYTES))
+        assert ends.read_into(zone) == 1000 and pipe_size(client.in_fd) == default  # not full: as it is
+        os.set_blocking(client.stdin, False)
+        written = os.write(client.stdin, b"y" * hs.LANDING_BYTES)
+        assert written == default  # the client's write stopped at a full pipe
+        assert ends.read_into(zone) == default
+        assert pipe_size(client.in_fd) == WIDE_PIPE_BYTES  # the client's next write goes in whole
+        assert os.write(client.stdin, b"z" * hs.LANDING_BYTES) == hs.LANDING_BYTES
+        assert ends.read_into(zone) == hs.LANDING_BYTES
+        ends.narrow()
+        assert pipe_size(client.in_fd) == default
+        ends.close()
+    finally:
+        client.close()

@@ -44,3 +44,23 @@ async def test_large_lines_that_keep_coming_put_the_trim_off_until_they_stop(
         await trio.sleep(10 * QUIET_S)  # virtual time (autojump clock), as above
         assert len(trims) == 2
         nursery.cancel_scope.cancel()
+
+
+async def test_what_large_lines_left_behind_is_given_back_once_at_the_trim_and_not_before(
+        autojump_clock: trio.testing.MockClock) -> None:
+    events: list[str] = []
+    trimmer = HeapTrimmer(lambda: events.append("trim"))
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(trimmer.run)
+        trimmer.note(LARGE_BYTES)
+        trimmer.later(lambda: events.append("release"))
+        await trio.sleep(QUIET_S / 2)  # within the spell, in virtual time (autojump clock)
+        trimmer.note(LARGE_BYTES)  # the burst goes on: the release waits with the trim
+        await trio.sleep(QUIET_S / 2)  # virtual time (autojump clock), as above
+        assert events == []
+        await trio.sleep(10 * QUIET_S)  # virtual time (autojump clock), as above
+        assert events == ["release", "trim"]
+        trimmer.note(LARGE_BYTES)  # the next spell's trim does not run the release again
+        await trio.sleep(10 * QUIET_S)  # virtual time (autojump clock), as above
+        assert events == ["release", "trim", "trim"]
+        nursery.cancel_scope.cancel()

@@ -26,6 +26,7 @@ import mmap
 from collections.abc import Callable
 from typing import Any
 
+from lazyd.daemon.heap import TRIMMER
 from lazyd.handoff.region import (
     ENTRY_BYTES,
     LANDING_BYTES,
@@ -41,8 +42,10 @@ IdKey = tuple[bool, int | str]
 JsonId = int | str
 
 RELEASE_HEAD_BYTES = 1 << 20
-# A consumed head this large is given back to the kernel (the memfd's pages); smaller ones stay
-# for the next partial line, which costs nothing more.
+# A consumed head this large is given back to the kernel (the memfd's pages) once the large lines
+# are over (`HeapTrimmer.later`: after a quiet spell, when the heap is trimmed); smaller ones stay
+# for the next partial line, which costs nothing more. Given back at once, every 1 MiB request
+# paid a hole punched in the memfd and 256 pages faulted in and zeroed again for the next one.
 
 _UNRECORDED = -1  # the entry of a request in flight whose id is not in the table
 
@@ -50,8 +53,9 @@ _UNRECORDED = -1  # the entry of a request in flight whose id is not in the tabl
 class Ledger:
     """The in-flight table and handshake of one hand-off session (see the module docstring)."""
 
-    def __init__(self, region: Region) -> None:
+    def __init__(self, region: Region, later: Callable[[Callable[[], None]], None] = TRIMMER.later) -> None:
         self.region = region
+        self._later = later  # runs a release once the large lines are over (RELEASE_HEAD_BYTES)
         previous = region.current
         self._entries: dict[IdKey, int] = {}
         self._init_key: IdKey | None = None
@@ -83,6 +87,8 @@ class Ledger:
         self._head_peak = self.state.head_len
         self._head_written = self.state.head_len  # bytes of the current partial line in the region
         self._head_new = False  # the recorded head was relayed: the next one goes to the other area
+        self._release_asked = False  # `_release_heads` waits for its moment
+        self._ended = False  # `close` wrote the last state: the region is the shim's to read
         self.on_empty: Callable[[], None] | None = None  # called when the last request in flight leaves
         self._changed()  # a state from the start: the shim reads the table only beside one
 
@@ -144,10 +150,20 @@ class Ledger:
             self.state.head_area = area
             self._head_peak = max(self._head_peak, len(buffer))
             self._changed()
-        if not buffer and self._head_peak >= RELEASE_HEAD_BYTES:
-            self.flush()
-            self.region.release_heads()
-            self._head_peak = 0
+        if not buffer and self._head_peak >= RELEASE_HEAD_BYTES and not self._release_asked:
+            self._release_asked = True  # once: asking again with each later line is a dict write
+            self._later(self._release_heads)
+
+    def _release_heads(self) -> None:
+        """The large lines are over: give a consumed head's pages back, unless a line's start is
+        held again (the next empty head asks again), the session ended (the tail shares those
+        pages, and the shim may be reading it) or the region is unmapped."""
+        self._release_asked = False
+        if self._ended or self._held or self.state.head_len or getattr(self.region.buf, "closed", False):
+            return
+        self.flush()
+        self.region.release_heads()
+        self._head_peak = 0
 
     def landed(self) -> None:
         """The read in the landing zone the state names is accounted for (its lines relayed and
@@ -158,6 +174,7 @@ class Ledger:
     def close(self, *, client_left: bool, tail: bytes | None = None) -> None:
         """The session's last state: `client_left` (nothing to answer), or handed back to the shim
         with the unwritten rest of a cut line (`tail`) for it to write first."""
+        self._ended = True
         self.state.closed = client_left
         if tail is not None:
             self.state.tail_len = self.region.write_tail([tail])

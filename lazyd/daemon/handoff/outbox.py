@@ -16,11 +16,19 @@ else behind the queued ones through a writer task; an answer's id is retired fro
 ledger only once its whole line is in the pipe. The bounds are a connection's (`should_pause`
 past CLIENT_PAUSE_BYTES, disconnected past MAX_CLIENT_BACKLOG_BYTES), so a client that stops
 reading costs what a shim that stops reading costs.
+
+While large lines pass, the client's pipes are widened to WIDE_PIPE_BYTES (`ClientEnds.widen`)
+and narrowed again once they are over (after the heap trimmer's quiet spell,
+lazyd/daemon/heap.py): in a pipe of the default 64 KiB a 1 MiB line is 16 trips through trio's
+scheduler on the daemon's side, each waiting for the client to take the last 64 KiB, where a
+server run directly only blocks in the kernel. Narrowed again, because a user's pipes share a
+budget (pipe-user-pages-soft) and an idle session should not hold a megabyte of it.
 """
 
 from __future__ import annotations
 
 import errno
+import fcntl
 import logging
 import os
 import socket
@@ -34,6 +42,7 @@ import trio
 
 from lazyd.core.relay.jsonrpc import JsonId
 from lazyd.daemon.handoff.ledger import Ledger
+from lazyd.daemon.heap import LARGE_BYTES, TRIMMER
 from lazyd.daemon.runtime.outbox import (
     CLIENT_PAUSE_BYTES,
     CLIENT_PAUSE_FRAMES,
@@ -46,6 +55,10 @@ log = logging.getLogger("lazyd.server")
 _GONE_ERRNOS = frozenset({errno.EPIPE, errno.ECONNRESET, errno.ENOTCONN, errno.EBADF})
 _SEND_FLAGS = socket.MSG_DONTWAIT | socket.MSG_NOSIGNAL
 MAX_IOV = 64  # queued lines written in one writev (each line and its newline are two entries)
+WIDE_PIPE_BYTES = 1024 * 1024  # Linux's default pipe-max-size for users, as the servers' pipes
+DEFAULT_PIPE_BYTES = 64 * 1024  # a read this large took a default pipe's whole content
+_F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
+_F_GETPIPE_SZ = getattr(fcntl, "F_GETPIPE_SZ", 1032)
 
 
 def _usable(fd: int, *, readable: bool) -> str | None:
@@ -92,6 +105,7 @@ class ClientEnds:
         self._in_sock = socket.socket(fileno=in_fd) if stat.S_ISSOCK(os.fstat(in_fd).st_mode) else None
         self._out_sock = socket.socket(fileno=out_fd) if stat.S_ISSOCK(os.fstat(out_fd).st_mode) else None
         self.closed = False
+        self._widened: dict[int, int] = {}  # a pipe widened while large lines pass: its size before
 
     def read(self, size: int) -> bytes | None:
         """Up to `size` bytes of the client's stdin; b"" at EOF; None if nothing is there yet."""
@@ -112,7 +126,10 @@ class ClientEnds:
         try:
             if self._in_sock is not None:
                 return self._in_sock.recv_into(view, 0, socket.MSG_DONTWAIT)
-            return os.readv(self.in_fd, [view])
+            got = os.readv(self.in_fd, [view])
+            if got >= DEFAULT_PIPE_BYTES:
+                self.widen(self.in_fd)  # the pipe was full: the client has more to write
+            return got
         except BlockingIOError:
             return None
         except OSError as exc:
@@ -134,6 +151,42 @@ class ClientEnds:
             if exc.errno in _GONE_ERRNOS and not isinstance(exc, BrokenPipeError):
                 raise BrokenPipeError(exc.errno, exc.strerror) from None
             raise
+
+    def widen(self, fd: int) -> bool:
+        """Widen the client's pipe `fd` (one of its two ends) to WIDE_PIPE_BYTES while large
+        lines pass; `narrow` gives the width back after them. False if it is not widened now: a
+        socket, wide already, or refused (over the user's pipe budget: the pipe works as it is)."""
+        if fd not in (self.in_fd, self.out_fd) or self.closed:
+            return False
+        if (self._in_sock if fd == self.in_fd else self._out_sock) is not None:
+            return False
+        TRIMMER.note(LARGE_BYTES)  # a spell of large lines: narrowed once it is over
+        if fd in self._widened:
+            TRIMMER.later(self.narrow)  # an earlier narrowing found it too full
+            return False
+        try:
+            size = fcntl.fcntl(fd, _F_GETPIPE_SZ)
+            if size >= WIDE_PIPE_BYTES:
+                return False
+            fcntl.fcntl(fd, _F_SETPIPE_SZ, WIDE_PIPE_BYTES)
+        except OSError:
+            return False
+        self._widened[fd] = size
+        TRIMMER.later(self.narrow)
+        return True
+
+    def narrow(self) -> None:
+        """The large lines are over: each widened pipe back to its size, unless it still holds
+        more than that (EBUSY; the next spell's end tries again)."""
+        if self.closed:
+            self._widened.clear()
+            return
+        for fd, size in list(self._widened.items()):
+            try:
+                fcntl.fcntl(fd, _F_SETPIPE_SZ, size)
+            except OSError:
+                continue
+            del self._widened[fd]
 
     def out_closed(self) -> bool:
         """Whether the client closed its end of its stdout (a pipe's reader gone, a socket's peer)."""
@@ -219,6 +272,8 @@ class HandoffOutbox:
                 self.ledger.torn(True)  # before: a daemon killed during the write leaves the line cut
             try:
                 offset = self.ends.write([line, b"\n"])
+                if offset <= len(line) and len(line) >= DEFAULT_PIPE_BYTES and self.ends.widen(self.ends.out_fd):
+                    offset += self.ends.write(_Pending(line, done, offset).parts())  # the rest, at once
             except BrokenPipeError:
                 self._gone()
                 return

@@ -28,41 +28,44 @@ class StdoutLines:
         self.ended = False
 
     def feed(self, data: bytes | bytearray | mmap.mmap, end: int | None = None) -> None:
-        """Take `data[:end]` (all of it by default). Each line is copied once, out of `data` when
-        it lies there whole (the usual case: a line per read), else out of the buffer."""
+        """Take `data[:end]` (all of it by default). Each line is copied once: out of `data` when
+        it lies there whole (the usual case: a line per read), else joined once from the buffer
+        and the read that ends it (a large line comes in two reads or more)."""
         if self.error is not None or self.ended:
             return
         end = len(data) if end is None else end
         limit = self.limit
         buf = self._buf
         pos = 0
-        if not buf:
-            while (nl := data.find(b"\n", pos, end)) >= 0:
-                if nl - pos > limit:
-                    self._fail()
-                    return
-                self._take(data, pos, nl)
-                pos = nl + 1
-            if pos < end:
+        if buf:
+            # The buffer holds the start of a line and no newline: scan only what just arrived.
+            nl = data.find(b"\n", 0, end)
+            if nl < 0:
                 with memoryview(data) as view:
-                    buf += view[pos:end]
+                    buf += view[:end]
                 if len(buf) > limit:
                     self._fail()
-            return
-        # The old buffer holds no newline: scan only what just arrived.
-        scan = len(buf)
-        with memoryview(data) as view:
-            buf += view[:end]
-        while (nl := buf.find(b"\n", scan)) >= 0:
+                return
+            if len(buf) + nl > limit:
+                self._fail()
+                return
+            with memoryview(data) as view:
+                line = b"".join((buf, view[:nl]))  # not appended first: that grows the buffer
+            buf.clear()
+            if not line.isspace():
+                self._pending.append(line)
+            pos = nl + 1
+        while (nl := data.find(b"\n", pos, end)) >= 0:
             if nl - pos > limit:
                 self._fail()
                 return
-            self._take(buf, pos, nl)
-            pos = scan = nl + 1
-        if pos:
-            del buf[:pos]
-        if len(buf) > limit:
-            self._fail()
+            self._take(data, pos, nl)
+            pos = nl + 1
+        if pos < end:
+            with memoryview(data) as view:
+                buf += view[pos:end]
+            if len(buf) > limit:
+                self._fail()
 
     def _take(self, data: bytes | bytearray | mmap.mmap, start: int, stop: int) -> None:
         with memoryview(data) as view:

@@ -80,7 +80,8 @@ class ConnectionOutbox:
         # True from the moment a frame is queued until the writer has drained the queue; while
         # set, frames must be queued too, or they could overtake the queued ones.
         self.busy = False
-        self.send_channel, self.receive_channel = trio.open_memory_channel[bytes](MAX_CLIENT_BACKLOG_FRAMES)
+        # Frames, or the unwritten rest of one as a view (a large frame is not copied to cut it).
+        self.send_channel, self.receive_channel = trio.open_memory_channel[bytes | memoryview](MAX_CLIENT_BACKLOG_FRAMES)
         # Bytes and frames in the outbox and in the writer's current send: added by deliver,
         # taken off by the writer (sent) once they are in the socket.
         self.backlog_bytes = 0
@@ -95,7 +96,7 @@ class ConnectionOutbox:
     def deliver(self, line: bytes, done: JsonId | None = None) -> None:
         if self.dropped:
             return
-        frame = wire.encode_line(line, done)  # the connection's boundary: wire bytes from here on
+        frame: bytes | memoryview = wire.encode_line(line, done)  # the connection's boundary: wire bytes from here on
         if self.fd is not None and not self.busy:
             # Nothing queued and no send in progress: write straight into the socket, skipping a
             # task switch on the relay's hot path; what does not fit goes through the writer.
@@ -109,7 +110,7 @@ class ConnectionOutbox:
                 return
             if written == len(frame):
                 return
-            frame = frame[written:]
+            frame = memoryview(frame)[written:]  # the rest, not a copy of it
         self.busy = True
         self.backlog_bytes += len(frame)
         self.backlog_frames += 1
