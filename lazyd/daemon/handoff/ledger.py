@@ -81,7 +81,11 @@ class Ledger:
             if previous.init and not previous.init_answered:
                 handshake = inspect_line(previous.init)
                 self._init_key = handshake.requests[0][0] if handshake.requests else None
-        self._free = [entry for entry in range(TABLE_ENTRIES - 1, -1, -1) if entry not in used]
+        # Entries given back, reused first (last in, first out), and the lowest never handed out:
+        # not a list of all TABLE_ENTRIES free ones, which cost every session ~0.6 MiB of ints.
+        self._free: list[int] = []
+        self._taken_at_start = used
+        self._next = 0
         self._held = 0
         self._dirty = False
         self._head_peak = self.state.head_len
@@ -186,14 +190,25 @@ class Ledger:
     def _enter(self, key: IdKey, text: bytes) -> None:
         if key in self._entries:
             return  # the same id again: the client's mistake, answered once by the relay
-        if len(text) < ENTRY_BYTES and self._free:
-            entry = self._free.pop()
+        entry = self._free_entry() if len(text) < ENTRY_BYTES else None
+        if entry is not None:
             self.region.set_id(entry, text)
         else:
             entry = _UNRECORDED
             self.state.unrecorded += 1
             self._changed()
         self._entries[key] = entry
+
+    def _free_entry(self) -> int | None:
+        """A free entry of the table, the lowest first; None when all TABLE_ENTRIES are in use."""
+        if self._free:
+            return self._free.pop()
+        while self._next in self._taken_at_start:
+            self._next += 1
+        if self._next >= TABLE_ENTRIES:
+            return None
+        self._next += 1
+        return self._next - 1
 
     def _leave(self, key: IdKey) -> bool:
         entry = self._entries.pop(key, None)
