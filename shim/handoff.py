@@ -23,6 +23,8 @@ import os
 import stat
 import sys
 
+from lazyd.handoff.recovery import ERROR_TAIL as ERROR_TAIL  # the lost-connection error after an id
+
 from . import connect, slots
 from .slots import SLOT_ENV, SLOT_FD
 from .slots import WAIT_S as SLOT_WAIT_S
@@ -78,9 +80,6 @@ WAITER_ENV = "LAZYD_TEST_WAITER"
 # Undocumented test seam, read when a session starts: "python" makes the shim wait itself (as
 # where dash cannot be exec'd), "none" plays a system without dash.
 
-ERROR_TAIL = (b',"error":{"code":-32603,"message":"lazyd: connection to the daemon was lost; '
-              b'the request may not have completed"}}')
-# The lost-connection error after an id (shim/relay.py's LOST_CODE and LOST_MESSAGE).
 
 
 class Offer:
