@@ -43,6 +43,7 @@ import trio
 from lazyd import wire
 from lazyd.core.admission import Admission
 from lazyd.daemon.handoff import session as handoff
+from lazyd.daemon.handoff.outbox import ClientEnds
 from lazyd.daemon.control import handshakes
 from lazyd.daemon.runtime.era_lanes import EraRoute
 from lazyd.daemon.fdlimit import Spare
@@ -306,6 +307,8 @@ class ConnectionHandler:
         handoff.close_all(passed)
         if hello.role == "ctl":
             await self._control(stream, frames)
+        elif hello.adopt is not None:
+            await self._adopt(stream, live, hello, taken)
         elif taken is not None:
             # The shim passed the client's pipes: the daemon serves them itself (handoff.py).
             live.kind = "handoff"
@@ -313,6 +316,26 @@ class ConnectionHandler:
             await live.handoff.run(hello)
         else:
             await self._session(stream, frames, hello)
+
+    async def _adopt(self, stream: trio.SocketStream, live: Live, hello: Hello,
+                     taken: tuple[ClientEnds, int] | None) -> None:
+        """A quick resumer offers the session its lost daemon left (lazyd/daemon/handoff/adopt.py):
+        take it back in place, or refuse, having closed what came, so that the shim's full
+        recovery runs."""
+        reason = "its descriptors or region cannot be served by hand-off"
+        if taken is not None:
+            try:
+                live.handoff = handoff.HandoffSession(self.registry, stream, hello.pid, *taken, adopting=True)
+            except handoff.NotAdopted as exc:
+                reason = str(exc)
+            except (OSError, ValueError) as exc:
+                reason = f"its region cannot be mapped: {exc}"
+        if live.handoff is None:
+            log.info("shim pid %d: not adopting its session (%s); it recovers it itself", hello.pid, reason)
+            await stream.send_all(wire.encode(Refusal("adopt", reason)))
+            return
+        live.kind = "handoff"
+        await live.handoff.run(hello)
 
     async def _session(self, stream: trio.SocketStream, frames: Frames, hello: Hello) -> None:
         cancel = trio.CancelScope()

@@ -258,6 +258,7 @@ class HandoffOutbox:
         self._wake = trio.Event()  # set when the queue got a line, for the writer
         self._drained = trio.Event()  # set (and replaced) when a paused reader may go on
         self._paused = False
+        self._cut: _Pending | None = None  # the newline that ends a lost daemon's cut line
 
     # ---- the Outbox protocol -------------------------------------------------------------------
 
@@ -294,6 +295,15 @@ class HandoffOutbox:
                         self.cid, self.pid, len(self._queue), self.backlog_bytes)
             self._on_overflow()
             return
+        self._wake.set()
+
+    def end_cut_line(self) -> None:
+        """The client's stdout ends inside a line a lost daemon was writing (the region's torn
+        byte is set): a newline goes first, ahead of every other line, through the writer; the
+        torn byte is cleared only once it is written (lazyd/daemon/handoff/adopt.py)."""
+        self._cut = _Pending(b"", None, 0)
+        self._queue.append(self._cut)
+        self.backlog_bytes += 1
         self._wake.set()
 
     def close(self) -> None:
@@ -352,7 +362,7 @@ class HandoffOutbox:
                 self._queue.popleft()
                 if pending.done is not None:
                     self.ledger.answered(pending.done)
-            self.ledger.torn(bool(self._queue) and self._queue[0].offset > 0)
+            self.ledger.torn(bool(self._queue) and (self._queue[0].offset > 0 or self._queue[0] is self._cut))
             if self._paused and not self.should_pause():
                 self._paused = False
                 self._drained.set()
