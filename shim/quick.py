@@ -93,6 +93,7 @@ except Exception as exc:
 if got != ADOPTED:
     s.close()
     full()
+s.settimeout(None)  # blocking again: the shell's `read` on a non-blocking socket fails at once
 os.dup2(s.fileno(), WAIT_FD)
 os.set_inheritable(WAIT_FD, True)  # dup2 onto itself (the socket got WAIT_FD) keeps close-on-exec
 env = dict(os.environb)
