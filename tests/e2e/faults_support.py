@@ -91,6 +91,14 @@ def reset_peak_rss(pid: int) -> None:
         f.write("5")
 
 
+SEAMS_PATH = Path(__file__).parent / "seams"  # sitecustomize.py: a daemon that kills itself on cue
+
+
+def kill_seam(spec: str) -> dict[str, str]:
+    """The environment of a daemon that SIGKILLs itself at `spec` (tests/e2e/seams/sitecustomize.py)."""
+    return {"LAZYD_TEST_HANDOFF_KILL": spec, "PYTHONPATH": str(SEAMS_PATH)}
+
+
 def daemon_log(user: UserEnv) -> str:
     """The daemon's own log file (autostarted daemons write nowhere else)."""
     path = user.state_dir / "lazyd.log"

@@ -26,9 +26,8 @@ import pytest
 from lazyd.handoff.region import read_region
 from shim import slots
 from tests.conftest import UserEnv, start_daemon
-from tests.e2e.faults_support import DEADLINE_S, RawShim, call, daemon_log, tool_call, wait_for
+from tests.e2e.faults_support import DEADLINE_S, RawShim, call, daemon_log, kill_seam, tool_call, wait_for
 from tests.e2e.shim_paths import HANDOFF_PATHS, ShimPath
-from tests.e2e.test_faults_daemon import kill_seam
 
 pytestmark = pytest.mark.e2e
 

@@ -55,7 +55,7 @@ from lazyd.daemon.upgrade.quiesce import GATE
 from lazyd.daemon.connections.door import Door
 from lazyd.daemon.sessions.registry import Registry
 from lazyd.daemon.runtime.supervisor import ServerRuntime
-from lazyd.errors import Refused, SlowPeer, WireError
+from lazyd.errors import NotAdopted, Refused, SlowPeer, WireError
 from lazyd.frames import AnyFrame, Ctl, ForeignHello, Hello, Line, Progress, Refusal, Reply, Welcome
 
 log = logging.getLogger("lazyd.conn")
@@ -322,17 +322,17 @@ class ConnectionHandler:
         """A quick resumer offers the session its lost daemon left (lazyd/daemon/handoff/adopt.py):
         take it back in place, or refuse, having closed what came, so that the shim's full
         recovery runs."""
-        reason = "its descriptors or region cannot be served by hand-off"
+        refusal = NotAdopted("its descriptors or region cannot be served by hand-off")
         if taken is not None:
             try:
                 live.handoff = handoff.HandoffSession(self.registry, stream, hello.pid, *taken, adopting=True)
-            except handoff.NotAdopted as exc:
-                reason = str(exc)
+            except NotAdopted as exc:
+                refusal = exc
             except (OSError, ValueError) as exc:
-                reason = f"its region cannot be mapped: {exc}"
+                refusal = NotAdopted(f"its region cannot be mapped: {exc}")
         if live.handoff is None:
-            log.info("shim pid %d: not adopting its session (%s); it recovers it itself", hello.pid, reason)
-            await stream.send_all(wire.encode(Refusal("adopt", reason)))
+            log.info("shim pid %d: not adopting its session (%s); it recovers it itself", hello.pid, refusal.message)
+            await stream.send_all(wire.encode(Refusal(refusal.code, refusal.message)))
             return
         live.kind = "handoff"
         await live.handoff.run(hello)

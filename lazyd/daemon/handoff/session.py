@@ -50,7 +50,7 @@ from lazyd.daemon.hub.server import HubSession
 from lazyd.daemon.upgrade.quiesce import GATE
 from lazyd.daemon.sessions.registry import Registry
 from lazyd.daemon.runtime.supervisor import ServerRuntime
-from lazyd.errors import Refused
+from lazyd.errors import NotAdopted, Refused
 from lazyd.frames import Hello, Refusal, Welcome
 from lazyd.handoff.recovery import Recovery
 from lazyd.handoff.recovery import error_line as lost_line
@@ -138,11 +138,6 @@ def take(hello: Hello, fds: list[int]) -> tuple[ClientEnds, int] | None:
         return None
     fds.clear()
     return ends, region_fd
-
-
-class NotAdopted(Exception):
-    """An adopting hello's session is left to the shim's full recovery (the reason says why);
-    the daemon has closed what it received and written nothing into the region."""
 
 
 class HandoffSession:
