@@ -30,7 +30,7 @@ import os
 from lazyd import wire
 from lazyd.frames import Adopted, Hello
 
-from .connect import HELLO_WAIT_S
+from .connect import HELLO_WAIT_S as HELLO_WAIT_S
 from .slots import SLOT_ENV, SLOT_FD
 
 ADOPTED = wire.encode(Adopted())

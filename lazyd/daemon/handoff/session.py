@@ -219,7 +219,7 @@ class HandoffSession:
                     outbox.end_cut_line()
                 for text in recovery.ids:
                     outbox.deliver(lost_line(text), json.loads(text))
-                log.info("session %d (%s): adopted from shim pid %d after its daemon was lost; %d in-flight "
+                log.info("session %d (%s): adopted from shim pid %d (its daemon was lost or let it go); %d in-flight "
                          "request(s) answered with an error%s", outbox.cid, route.name, self.pid, len(recovery.ids),
                          ", a cut line ended" if recovery.finish is not None else "")
             await self._serve(route)
