@@ -13,7 +13,6 @@ show no full recovery.
 from __future__ import annotations
 
 import fcntl
-import json
 import os
 import signal
 from collections.abc import Iterator
@@ -23,10 +22,10 @@ from typing import Any
 
 import pytest
 
-from lazyd.handoff.region import read_region
 from shim import slots
 from tests.conftest import UserEnv, start_daemon
-from tests.e2e.faults_support import DEADLINE_S, RawShim, call, daemon_log, kill_seam, tool_call, wait_for
+from tests.e2e.faults_support import (DEADLINE_S, RawShim, call, daemon_log, kill_seam, region_settled, tool_call,
+                                      wait_for)
 from tests.e2e.shim_paths import HANDOFF_PATHS, ShimPath
 
 pytestmark = pytest.mark.e2e
@@ -84,7 +83,7 @@ def test_after_a_kill_9_the_next_daemon_adopts_every_session_and_answers_each_ca
             # A kill -9 between an answer's write and its record may answer it twice or end the
             # stream with an empty line (docs/reliability.md): not what this test is about, so
             # the kill waits until the daemon has recorded the fence's answer in the region.
-            wait_for(lambda: _settled(shim.pid, f"fence {n}"), f"session {n}'s region to record its fence")
+            wait_for(lambda: region_settled(shim.pid, f"fence {n}"), f"session {n}'s region to record its fence")
         with every_slot_held(user_env):
             os.kill(old.proc.pid, signal.SIGKILL)
             assert old.proc.wait(DEADLINE_S) == -signal.SIGKILL
@@ -162,7 +161,7 @@ def test_with_no_daemon_to_adopt_it_the_quick_resumer_falls_back_to_the_full_rec
     try:
         shim.initialize()
         path.check(shim)
-        wait_for(lambda: _settled(shim.pid, 0), "the region to record the initialize answered")
+        wait_for(lambda: region_settled(shim.pid, 0), "the region to record the initialize answered")
         os.kill(old.proc.pid, signal.SIGKILL)
         assert old.proc.wait(DEADLINE_S) == -signal.SIGKILL
         assert call(shim, 3, "echo")["id"] == 3
@@ -172,21 +171,6 @@ def test_with_no_daemon_to_adopt_it_the_quick_resumer_falls_back_to_the_full_rec
         assert _adopted(user_env, shim.pid) == 0
     finally:
         shim.close()
-
-
-def _settled(pid: int, fence: int | str) -> bool:
-    """Whether shim `pid`'s region says no answer is being written and the request `fence`, answered,
-    is no longer in flight."""
-    for name in os.listdir(f"/proc/{pid}/fd"):
-        if os.readlink(f"/proc/{pid}/fd/{name}").startswith("/memfd:lazyd-handoff"):
-            fd = os.open(f"/proc/{pid}/fd/{name}", os.O_RDONLY)
-            try:
-                region = read_region(fd)
-                assert region is not None
-                return not region.torn and json.dumps(fence).encode() not in {text for _, text in region.entries()}
-            finally:
-                os.close(fd)
-    raise AssertionError(f"shim {pid} holds no region")
 
 
 def _free(slot: Path) -> bool:
