@@ -205,13 +205,17 @@ def main() -> None:
                         help="open the sessions and measure the kill -9 alone (none of the other figures)")
     parser.add_argument("--reinstall", action="store_true", help="install this checkout into an existing --venv again")
     parser.add_argument("--only-everything", action="store_true", help="the server-everything figures alone")
+    parser.add_argument("--everything-clients", type=int, default=4, metavar="N",
+                        help="clients of server-everything in those figures (default 4)")
     args = parser.parse_args()
+    if args.everything_clients < 1:
+        parser.error("--everything-clients: at least 1")
     if args.mcp_mux is not None and not os.access(args.mcp_mux, os.X_OK):
         parser.error(f"--mcp-mux {args.mcp_mux}: not an executable file")
     venv = installed_venv(args.venv, refresh=args.reinstall)
     if args.only_everything:
         print(f"python {sys.version.split()[0]}, load average {os.getloadavg()[0]:.2f} at start; installed product: {venv}")
-        fixed_cost(venv, args.mcp_mux)
+        fixed_cost(venv, args.mcp_mux, args.everything_clients)
         print(f"load average {os.getloadavg()[0]:.2f} at the end")
         return
     if args.only_kill:
@@ -286,7 +290,7 @@ def main() -> None:
                 daemon.terminate()
                 daemon.wait(timeout=30)
     if not args.no_everything:
-        fixed_cost(venv, args.mcp_mux)
+        fixed_cost(venv, args.mcp_mux, args.everything_clients)
     print(f"load average {os.getloadavg()[0]:.2f} at the end")
 
 
