@@ -35,7 +35,7 @@ import os
 import socket
 import struct
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
@@ -44,7 +44,6 @@ from lazyd.daemon.control import handshakes
 from lazyd.daemon.runtime.era_lanes import EraRoute
 from lazyd.daemon.handoff.ledger import Landing, Ledger, map_region
 from lazyd.daemon.handoff.outbox import ClientEnds, HandoffOutbox
-from lazyd.daemon.hub.server import HubSession
 from lazyd.daemon.upgrade.quiesce import GATE
 from lazyd.daemon.sessions.registry import Registry
 from lazyd.daemon.runtime.supervisor import ServerRuntime
@@ -52,6 +51,9 @@ from lazyd.errors import Refused
 from lazyd.frames import Hello, Refusal, Welcome
 from lazyd.handoff.region import LANDING_BYTES, LAYOUT, Region, region_problem
 from lazyd.linepeek import EOF_WAIT_S, LineSplitter, error_line, too_long_request
+
+if TYPE_CHECKING:  # only a type here: the hub is loaded by its first session, not kept by every daemon
+    from lazyd.daemon.hub.server import HubSession
 
 log = logging.getLogger("lazyd.conn")
 
