@@ -16,7 +16,7 @@ import random
 import socket
 import termios
 
-from lazyd.daemon.handoff.room import PAGE, PipeRoom, pages, socket_cost, socket_room
+from lazyd.daemon.handoff.room import MAX_TRACKED_WRITES, PAGE, PipeRoom, pages, socket_cost, socket_room
 
 
 def unread(fd: int, request: int = termios.FIONREAD) -> int:
@@ -116,3 +116,13 @@ def test_a_socket_takes_whole_every_send_its_room_promises_and_the_room_of_an_em
             ours.close()
             theirs.close()
     assert promised > 300, promised
+
+
+def test_a_long_run_of_small_writes_keeps_a_few_entries_and_still_never_promises_too_much() -> None:
+    room = PipeRoom()
+    room.free_slots(16 * PAGE, 0)
+    for _ in range(10_000):
+        room.wrote(100)
+    assert room.tracked == MAX_TRACKED_WRITES
+    assert room.free_slots(16 * PAGE, 1_000_000 - 500) == 0, "counted with the writes before: nothing freed yet"
+    assert room.free_slots(16 * PAGE, 0) == 16

@@ -407,10 +407,12 @@ class HandoffOutbox:
                 await self.ends.wait_for_room(delay)
                 delay = min(2 * delay, ROOM_WAIT_MAX_S)
             else:
-                delay = ROOM_WAIT_FIRST_S
                 await self.ends.wait_writable()
+            backlog = self.backlog_bytes
             if not self.write_ready():
                 return
+            if self.backlog_bytes != backlog:
+                delay = ROOM_WAIT_FIRST_S  # a line went: the next one's wait starts short again
 
     def write_ready(self) -> bool:
         """Write what the client's stdout takes now: whole lines only, but for a line over what it

@@ -43,6 +43,10 @@ from collections import deque
 PAGE = mmap.PAGESIZE
 SKB_MIN_DATA = 16 * 1024  # the data of one skb of a large send, at least (older kernels' SKB_MAX_ALLOC)
 SKB_OVERHEAD = PAGE + 1024  # the truesize of one skb beyond its data, at most: a page rounded up, sk_buff, shinfo
+MAX_TRACKED_WRITES = 64
+# Writes counted one by one; past this, a write is counted with the one before it (its slots
+# freed only once both are read: more slots than they hold, never fewer), so a session of small
+# lines that never asks for room keeps a few entries, not one per line.
 
 
 def pages(size: int) -> int:
@@ -63,8 +67,16 @@ class PipeRoom:
         """The daemon wrote `size` bytes into the pipe."""
         if self._known and size > 0:
             self._written += size
-            self._ends.append((self._written, pages(size)))
+            slots = pages(size)
+            if len(self._ends) >= MAX_TRACKED_WRITES:
+                slots += self._ends.pop()[1]
+            self._ends.append((self._written, slots))
             self._slots += pages(size)
+
+    @property
+    def tracked(self) -> int:
+        """How many writes are counted apart (MAX_TRACKED_WRITES at most)."""
+        return len(self._ends)
 
     def free_slots(self, capacity: int, unread: int) -> int:
         """A lower bound on the free slots of a pipe of `capacity` bytes (F_GETPIPE_SZ) holding
