@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import logging
 import os
 import socket
 import threading
@@ -298,7 +299,8 @@ async def test_lines_below_at_and_above_the_whole_write_bound_reach_a_slow_clien
 
 
 async def test_a_line_over_the_bound_queued_behind_whole_lines_has_the_torn_byte_set_from_its_first_part_to_its_last(
-        fd: int, mapped: Region, client: Client) -> None:
+        fd: int, mapped: Region, client: Client, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="lazyd.server")
     outbox, witness = session(fd, mapped, client)
     ask(outbox, witness, 1, 2, 3)
 
@@ -311,6 +313,8 @@ async def test_a_line_over_the_bound_queued_behind_whole_lines_has_the_torn_byte
     parts = [torn for torn, _ in witness.marks_during_writes[1:]]
     assert witness.marks_during_writes[0] == (False, True) and len(parts) >= 4 and all(parts), witness.marks_during_writes
     assert not mapped.torn, "cleared once the last line is whole"
+    said = [r.getMessage() for r in caplog.records if "written in parts" in r.getMessage()]
+    assert len(said) == 1 and f"over the {witness.bound} its stdout takes whole" in said[0], said
 
 
 async def test_a_small_line_into_a_socket_is_marked_whole_during_its_write_and_never_torn(

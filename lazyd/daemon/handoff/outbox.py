@@ -13,7 +13,16 @@
 `HandoffOutbox` is what a runtime delivers a client's lines to (the `Outbox` of
 lazyd/daemon/runtime/outbox.py): each line goes straight into the client's stdout when nothing is queued,
 else behind the queued ones through a writer task; an answer's id is retired from the session's
-ledger only once its whole line is in the pipe. The bounds are a connection's (`should_pause`
+ledger only once its whole line is in the pipe.
+
+Whole lines or none (docs/reliability.md): a line goes only once the client's stdout has room for
+all of it (`ClientEnds.room`, counted as lazyd/daemon/handoff/room.py says), in one write the kernel
+then makes whole, with the region's whole byte set around it; a daemon killed at any moment leaves
+no cut line for the shim to end. Only a line over what the client's stdout can ever take whole
+(`ClientEnds.bound`, after widening the pipe or raising the socket's buffer) goes in parts, with
+the torn byte set from before its first part until its last, which is cleared before its id is
+retired. A line that waits for room does not spin: the writer waits on the kernel while the
+stdout is full, else on a doubling timer (ROOM_WAIT_FIRST_S). The bounds are a connection's (`should_pause`
 past CLIENT_PAUSE_BYTES, disconnected past MAX_CLIENT_BACKLOG_BYTES), so a client that stops
 reading costs what a shim that stops reading costs.
 
