@@ -130,7 +130,10 @@ class ClientEnds:
         self._widened: dict[int, int] = {}  # a pipe widened while large lines pass: its size before
         self._pipe_room = PipeRoom()  # the slots the daemon's writes may hold in the stdout pipe
         if self._out_sock is None:
-            self.room()  # an empty pipe starts the count now, before the first small line
+            try:
+                self.room()  # an empty pipe starts the count now, before the first small line
+            except BrokenPipeError:
+                pass  # the first write will say so; the count starts when it is seen empty
         self._sndbuf = 0  # the stdout socket's SO_SNDBUF, once read (only the daemon raises it)
         self._sndbuf_raised = False
 
