@@ -66,6 +66,7 @@ def convert(region: Region) -> Recovery | str:
             region.write_head(done.head, 0, carried.head_area)
         carried.landing = zone
     region.write(carried)
+    region.whole = False  # no write of the lost daemon's is under way any more (asks nothing either way)
     if done.landed:
         _clear_zone(region, state.landing)
     return done
