@@ -18,7 +18,8 @@
     │   ├── SlowPeer          a frame that started and did not finish within its deadline
     │   └── LineTooLong       a server wrote a stdout line over its limit
     ├── Refused               the daemon will not serve a hello; ``code`` and ``message`` go into
-    │                         the ``refused`` frame
+    │   │                     the ``refused`` frame
+    │   └── NotAdopted        a lost daemon's session it leaves to the shim's own recovery
     ├── SpawnError            a server's command cannot be started (not found, not executable,
     │                         bad working directory); ``errno`` says which
     ├── LifecycleError        an event no lifecycle state can absorb: a bug of the caller
@@ -64,7 +65,7 @@ if TYPE_CHECKING:
 __all__ = [
     "LazydError", "UserError", "UsageError", "ConfigError", "StateFileError", "HubOptionError",
     "SetupError", "AlreadyRunning", "ProtocolError", "WireError", "SlowPeer", "LineTooLong",
-    "Refused", "SpawnError", "LifecycleError", "AdoptionError", "Unavailable", "NoDaemon", "ReplayFailed", "CtlError",
+    "Refused", "NotAdopted", "SpawnError", "LifecycleError", "AdoptionError", "Unavailable", "NoDaemon", "ReplayFailed", "CtlError",
     "DaemonNotRunning", "WrapError", "ConflictError", "JsonSyntaxError",
 ]
 
@@ -140,6 +141,14 @@ class Refused(LazydError):
         super().__init__(message)
         self.code = code
         self.message = message
+
+
+class NotAdopted(Refused):
+    """An adopting hello whose session the daemon does not take back itself
+    (lazyd/daemon/handoff/adopt.py): refused with code ``adopt``; the shim's full recovery takes it."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("adopt", message)
 
 
 class SpawnError(LazydError):

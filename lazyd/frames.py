@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
     from typing import Any, ClassVar, TypeAlias
 
-__all__ = ["WIRE_VERSION", "MAX_LINE_BYTES", "FRAME_TYPES", "Frame", "Hello", "ForeignHello", "Welcome",
+__all__ = ["WIRE_VERSION", "MAX_LINE_BYTES", "FRAME_TYPES", "Frame", "Hello", "Adopted", "ForeignHello", "Welcome",
            "ForeignWelcome", "Refusal", "Line", "Ctl", "Reply", "Progress", "AnyFrame", "validate_frame"]
 
 WIRE_VERSION: int = 1
@@ -87,16 +87,17 @@ class Frame:
 class Hello(Frame):
     """A client's first frame, of this wire version: open a session (shim) or a control connection."""
 
-    __slots__ = ("role", "pid", "argv", "cwd", "env", "opts", "server", "resume", "env_raw", "handoff", "layout")
+    __slots__ = ("role", "pid", "argv", "cwd", "env", "opts", "server", "resume", "env_raw", "handoff", "layout",
+                 "adopt")
     t = "hello"
     _fields = ("v", "role", "pid", "argv", "cwd", "env", "opts", "server", "resume")
-    _optional = ("env_raw", "handoff", "layout")
+    _optional = ("env_raw", "handoff", "layout", "adopt")
     v: ClassVar[int] = WIRE_VERSION
 
     def __init__(self, role: str, pid: int, argv: list[str], cwd: str, env: dict[str, str],
                  opts: dict[str, str], server: str | None, resume: list[bytes],
                  env_raw: list[tuple[bytes, bytes]] | None = None, handoff: bool | None = None,
-                 layout: int | None = None, extra: Mapping[str, Any] | None = None) -> None:
+                 layout: int | None = None, adopt: int | None = None, extra: Mapping[str, Any] | None = None) -> None:
         super().__init__(extra)
         self.role = role  # "shim" or "ctl"
         self.pid = pid
@@ -114,12 +115,29 @@ class Hello(Frame):
         # With `handoff`: the layout version of that region (lazyd/handoff/region.py), which the
         # shim's recovery reads it by; a daemon that writes another serves the session over frames.
         self.layout = layout
+        # Instead of `handoff`: the client's stdin, stdout and the region of a session whose daemon
+        # was lost travel with this frame, the region as that daemon left it (of this layout), for
+        # the daemon to take the session back itself and answer `adopted` (docs/protocol.md,
+        # "Adoption"). Without `handoff`, so that a daemon that does not know the field closes
+        # the descriptors and welcomes a frame session, which the sender takes as a no.
+        self.adopt = adopt
 
     def to_map(self) -> dict[str, Any]:
         out = super().to_map()
         if self.env_raw:
             out["env_raw"] = [list(pair) for pair in self.env_raw]  # decoded as lists: compare equal
         return out
+
+
+class Adopted(Frame):
+    """The daemon took back a session offered with `adopt` (daemon -> the shim's quick resumer):
+    always the same bytes (`ADOPTED` in lazyd/wire.py's terms, `wire.encode(Adopted())`), so a
+    resumer that cannot decode msgpack compares them, and nothing else is mistaken for it."""
+
+    __slots__ = ()
+    t = "adopted"
+    _fields = ("v",)
+    v: ClassVar[int] = WIRE_VERSION
 
 
 class ForeignHello(Frame):
@@ -236,7 +254,7 @@ class Progress(Frame):
         self.step = step
 
 
-AnyFrame: TypeAlias = "Hello | ForeignHello | Welcome | ForeignWelcome | Refusal | Line | Ctl | Reply | Progress"
+AnyFrame: TypeAlias = "Hello | Adopted | ForeignHello | Welcome | ForeignWelcome | Refusal | Line | Ctl | Reply | Progress"
 
 
 # --- validation: a decoded map in, a typed frame out ---------------------------------------------
@@ -303,8 +321,10 @@ def _check_hello(f: dict[str, Any]) -> AnyFrame:
     _require(f, "handoff", f.get("handoff") is None or isinstance(f["handoff"], bool), "a bool")
     layout = f.get("layout")
     _require(f, "layout", layout is None or (isinstance(layout, int) and not isinstance(layout, bool)), "an int")
+    adopt = f.get("adopt")
+    _require(f, "adopt", adopt is None or (isinstance(adopt, int) and not isinstance(adopt, bool)), "an int")
     return Hello(f["role"], f["pid"], f["argv"], f["cwd"], f["env"], f["opts"], f["server"], f["resume"],
-                 raw, f.get("handoff"), layout, _extra(f, Hello._known))
+                 raw, f.get("handoff"), layout, adopt, _extra(f, Hello._known))
 
 
 def _check_welcome(f: dict[str, Any]) -> AnyFrame:
@@ -316,6 +336,11 @@ def _check_welcome(f: dict[str, Any]) -> AnyFrame:
     _require(f, "daemon_pid", _is_int(f.get("daemon_pid")), "an int")
     _require(f, "handoff", f.get("handoff") is None or isinstance(f["handoff"], bool), "a bool")
     return Welcome(f["session"], f["name"], f["daemon_pid"], f.get("handoff"), _extra(f, Welcome._known))
+
+
+def _check_adopted(f: dict[str, Any]) -> AnyFrame:
+    _require(f, "v", _is_int(f.get("v")), "an int")
+    return Adopted(_extra(f, Adopted._known))
 
 
 def _check_refused(f: dict[str, Any]) -> AnyFrame:
@@ -362,6 +387,7 @@ _CHECKS: dict[str, Callable[[dict[str, Any]], AnyFrame]] = {
     "hello": _check_hello,
     "welcome": _check_welcome,
     "refused": _check_refused,
+    "adopted": _check_adopted,
     "line": _check_line,
     "ctl": _check_ctl,
     "reply": _check_reply,

@@ -38,12 +38,15 @@ HELLO_WAIT_S = 10.0
 # How long the daemon may take to answer a hello (it may be busy loading its cache from disk).
 
 class Connection:
-    """A welcomed session: the socket, its frame reader (which may hold frames already), the welcome."""
+    """A welcomed session: the socket, its frame reader (which may hold frames already), the
+    welcome, and the hello it answered (an adopting hello is made from it, shim/quick.py)."""
 
-    def __init__(self, sock: socket.socket, reader: wire.BlockingFrameReader, welcome: Welcome) -> None:
+    def __init__(self, sock: socket.socket, reader: wire.BlockingFrameReader, welcome: Welcome,
+                 hello: Hello | None = None) -> None:
         self.sock = sock
         self.reader = reader
         self.welcome = welcome
+        self.hello = hello
 
 
 def socket_path(opts: Options) -> str:
@@ -133,7 +136,7 @@ def open_session(opts: Options, resume: list[bytes], log: Log, deadline: float |
         raise Unavailable(f"the daemon answered the hello with a {reply.t!r} frame", final=True)
     log(f"session {reply.session} ({reply.name}) with daemon pid {reply.daemon_pid} "
         f"in {(time.monotonic() - started) * 1000:.1f}ms")  # fmt: skip
-    return Connection(sock, reader, reply)
+    return Connection(sock, reader, reply, hello)
 
 
 def _send_hello(sock: socket.socket, frame: bytes, fds: list[int] | None) -> None:

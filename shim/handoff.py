@@ -23,6 +23,8 @@ import os
 import stat
 import sys
 
+from lazyd.handoff.recovery import ERROR_TAIL as ERROR_TAIL  # the lost-connection error after an id
+
 from . import connect, slots
 from .slots import SLOT_ENV, SLOT_FD
 from .slots import WAIT_S as SLOT_WAIT_S
@@ -47,17 +49,21 @@ WAIT_SCRIPT = (f"trap 'kill $! 2>/dev/null; exit 0' TERM HUP; trap 'kill $! 2>/d
                f'if [ -n "$2" ] && [ -d "${{3%/*}}" ] && command exec {SLOT_FD}>>"$3"; then '
                f'if "$2" -w {SLOT_WAIT_S} {SLOT_FD} & wait $!; then export {SLOT_ENV}={SLOT_FD}; '
                f"else exec {SLOT_FD}>&-; fi; "
-               'else sleep "$1" 2>/dev/null & wait $!; fi; shift 3; '
-               '[ -x "$2" ] || exec python3 -I -S -c "$@"; shift; exec "$@"')
+               'else sleep "$1" 2>/dev/null & wait $!; fi; '
+               '[ -x "$8" ] || exec python3 -I -S -c "$4" "$@"; '
+               '[ -z "$7" ] || exec "$8" -I -S -c "$5" "$0" "$@"; shift 7; exec "$@"')
 # The shim's own signal rules (main.py): SIGTERM and SIGHUP end it quietly with 0, SIGINT with
 # 130, also while it queues or sleeps (a trapped signal ends `wait`; the trap ends what it waited
 # for). Its arguments: the pause, flock(1)'s path ("" where there is none), the slot's lock file,
-# ORPHAN_SCRIPT, then the shim's command line to exec. A slot is taken on SLOT_FD before Python
-# starts and named to the shim in its environment (shim/slots.py); the queue for the slots spreads
-# the resumes, so the pause is only for a shell without one (no flock, no directory). A slot
-# whose wait ran out is done without. A shim that is no longer there (its environment deleted)
-# cannot be exec'd: the system's python3 then runs ORPHAN_SCRIPT, which answers what was in
-# flight itself, and the session ends.
+# ORPHAN_SCRIPT, the quick resumer's script (shim/quick.py), the daemon's socket, the adopting
+# hello's memfd ("" where there is none), then the shim's command line to exec. A slot is taken on
+# SLOT_FD before Python starts and named to the shim in its environment (shim/slots.py); the queue
+# for the slots spreads the resumes, so the pause is only for a shell without one (no flock, no
+# directory). A slot whose wait ran out is done without. The shim's interpreter then runs the quick
+# resumer, which has the daemon adopt the session and execs this shell again, or execs the full
+# shim (shim/recover.py); with no adopting hello, the full shim at once. A shim that is no longer
+# there (its environment deleted) cannot be exec'd: the system's python3 then runs ORPHAN_SCRIPT,
+# which answers what was in flight itself, and the session ends.
 
 ORPHAN_SCRIPT = r"""
 import os, sys
@@ -79,9 +85,6 @@ WAITER_ENV = "LAZYD_TEST_WAITER"
 # Undocumented test seam, read when a session starts: "python" makes the shim wait itself (as
 # where dash cannot be exec'd), "none" plays a system without dash.
 
-ERROR_TAIL = (b',"error":{"code":-32603,"message":"lazyd: connection to the daemon was lost; '
-              b'the request may not have completed"}}')
-# The lost-connection error after an id (shim/relay.py's LOST_CODE and LOST_MESSAGE).
 
 
 class Offer:
@@ -177,6 +180,15 @@ def recovery_argv(region: int, args: list[str]) -> list[str]:
     return [sys.executable, *prefix[1:], f"{RESUME_FLAG}{region}", *args]
 
 
+def _above_fixed(fd: int) -> int:
+    """`fd`, or a copy (close-on-exec) clear of the socket's and the slot's places in the shell."""
+    if fd not in (WAIT_FD, SLOT_FD):
+        return fd
+    import fcntl
+
+    return fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 10)
+
+
 def wait(conn: connect.Connection, region: int, args: list[str], log: Log, socket_path: str | None = None,
          slot: int | None = None) -> None:
     """Wait while the daemon serves the client (see the module docstring). Ends the process, or
@@ -185,13 +197,15 @@ def wait(conn: connect.Connection, region: int, args: list[str], log: Log, socke
     slots (shim/slots.py) are those beside `socket_path`; with None the shell resumes without one.
     `slot`, the one this shim holds (close-on-exec), is freed by the exec or before waiting here."""
     sock = conn.sock.fileno()
-    if region in (WAIT_FD, SLOT_FD):
-        import fcntl
-
-        # Keep it clear of the socket's and the slot's places (the copy is close-on-exec).
-        region = fcntl.fcntl(region, fcntl.F_DUPFD_CLOEXEC, 10)
+    region = _above_fixed(region)
     os.set_inheritable(region, True)
     if os.environ.get(WAITER_ENV) != "python":
+        from . import quick
+
+        hello = quick.hello_memfd(conn.hello) if conn.hello is not None and socket_path is not None else None
+        if hello is not None:
+            hello = _above_fixed(hello)
+            os.set_inheritable(hello, True)
         if sock != WAIT_FD:
             os.dup2(sock, WAIT_FD)  # inheritable
         else:
@@ -207,10 +221,14 @@ def wait(conn: connect.Connection, region: int, args: list[str], log: Log, socke
         for shell in SHELLS:
             log(f"handed off; waiting in {shell}")
             try:
-                os.execv(shell, [shell, "-c", WAIT_SCRIPT, "lazyd-shim", jitter, flock, lock_file, orphan, *argv])
+                os.execv(shell, [shell, "-c", WAIT_SCRIPT, "lazyd-shim", jitter, flock, lock_file, orphan,
+                                 quick.script(shell, WAIT_SCRIPT, WAIT_FD), socket_path or "",
+                                 "" if hello is None else str(hello), *argv])
             except OSError:
                 continue
         os.set_inheritable(WAIT_FD, False)
+        if hello is not None:
+            os.close(hello)
         log("no shell to wait in; waiting in this process")
     else:
         log("handed off; waiting in this process")

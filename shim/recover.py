@@ -29,8 +29,8 @@ import time
 
 from lazyd.errors import Unavailable
 from lazyd.handoff.snapshot import Snapshot, snapshot
+from lazyd.handoff.recovery import plan
 from lazyd.handoff.region import State, create_region, read_region
-from lazyd.frames import MAX_LINE_BYTES
 
 from . import connect, handoff, slots
 from .dial import RECONNECT_POLL_S, RECONNECT_WAIT_S
@@ -74,40 +74,25 @@ def _unread_input() -> int:
 
 
 def answer(snap: Snapshot | None, out: Stdout, log: Log) -> tuple[State, bytes]:
-    """Finish a torn line and answer what was in flight (steps 1 and 2 of the module docstring);
-    returns what the next daemon continues from: the handshake, and the start of a line read and
-    not relayed (the head)."""
-    state = snap.state if snap is not None else State()
-    if snap is not None and (state.out_torn or snap.tail):
-        out.write(snap.tail if snap.tail.endswith(b"\n") else snap.tail + b"\n")
-        log(f"finished a line the daemon had begun ({len(snap.tail)} bytes of it were left to write)")
-    elif state.out_whole:
+    """Finish a torn line and answer what was in flight (steps 1 and 2 of the module docstring, as
+    lazyd/handoff/recovery.py decides them for the shim and the daemon alike); returns what the
+    next daemon continues from: the handshake, and the start of a line read and not relayed (the head)."""
+    done = plan(snap)
+    out.write(done.output())
+    if done.finish is not None:
+        log(f"finished a line the daemon had begun ({len(done.finish) - 1} bytes of it were left to write)")
+    elif snap is not None and snap.state.out_whole:
         # A write that goes whole or not at all: the client's last line is whole either way, and
         # a newline here would be an empty line. Its ids are still in the table: answered twice
         # at worst.
         log("the daemon was lost around a write of whole lines: nothing to finish")
-    # What the daemon read and had not accounted for (lazyd/handoff/region.py): the requests among
-    # it are in flight as well, and the start of a line among it joins the head.
-    landed = snap.landed if snap is not None else b""
-    head = snap.head if snap is not None else b""
-    found: list[bytes] = []
-    rest, discarding = head, state.discarding
-    if landed:  # json and re are imported only then: most recoveries find nothing there
-        from lazyd.linepeek import request_ids_in
-
-        found, rest, discarding = request_ids_in(head, state.discarding, landed, MAX_LINE_BYTES)
-    texts = list(dict.fromkeys([*state.inflight, *found]))  # each id once, in order
-    out.write(b"".join(b'{"jsonrpc":"2.0","id":' + text + handoff.ERROR_TAIL + b"\n" for text in texts))
-    if texts:
-        log(f"answered {len(texts)} in-flight request(s) with an error")
-    if state.unrecorded:
-        log(f"{state.unrecorded} in-flight request(s) could not be recorded by the daemon and stay unanswered")
-    if landed:
-        log(f"took {len(landed)} byte(s) of input the daemon had read and not recorded")
-    carried = State()
-    carried.init, carried.initialized, carried.init_answered = state.init, state.initialized, state.init_answered
-    carried.head_len, carried.discarding = len(rest), discarding
-    return carried, rest
+    if done.ids:
+        log(f"answered {len(done.ids)} in-flight request(s) with an error")
+    if done.unrecorded:
+        log(f"{done.unrecorded} in-flight request(s) could not be recorded by the daemon and stay unanswered")
+    if done.landed:
+        log(f"took {done.landed} byte(s) of input the daemon had read and not recorded")
+    return done.carried, done.head
 
 
 def fresh_region(state: State, head: bytes, log: Log) -> int | None:

@@ -246,13 +246,18 @@ class Region:
         self.buf[TABLE_OFFSET + entry * ENTRY_BYTES] = 0
 
     def entries(self) -> list[tuple[int, bytes]]:
-        """The entries in use: (index, id text)."""
+        """The entries in use: (index, id text). The length bytes are scanned by `bytes.find`, not
+        one by one in Python: a daemon adopting a thousand sessions after a crash reads each
+        table a few times, and a loop over 16,384 entries cost ~1.5 ms a read."""
         table = bytes(self.buf[TABLE_OFFSET : TABLE_OFFSET + TABLE_ENTRIES * ENTRY_BYTES])
+        sizes = table[::ENTRY_BYTES]
+        marks = sizes.translate(_USED)  # 1 where an entry is in use
         used = []
-        for index, size in enumerate(table[::ENTRY_BYTES]):
-            if size:
-                at = index * ENTRY_BYTES + 1
-                used.append((index, table[at : at + size]))
+        index = marks.find(1)
+        while index >= 0:
+            at = index * ENTRY_BYTES + 1
+            used.append((index, table[at : at + sizes[index]]))
+            index = marks.find(1, index + 1)
         return used
 
     @property
@@ -297,6 +302,8 @@ class Region:
     def read_landed(self, zone: int) -> bytes:
         """What a read put in landing zone `zone` and no state accounts for (up to the first NUL)."""
         at = landing_offset(zone)
+        if not self.buf[at]:
+            return b""  # the usual case, without copying the zone's 256 KiB
         data = bytes(self.buf[at : at + LANDING_BYTES])
         end = data.find(b"\0")
         return data if end < 0 else data[:end]
@@ -306,6 +313,9 @@ class Region:
         import mmap
 
         self.buf.madvise(mmap.MADV_REMOVE, HEAD_OFFSET, REGION_BYTES - HEAD_OFFSET)
+
+
+_USED = bytes([0]) + bytes([1]) * 255  # a length byte's translation: in use or not
 
 
 def landing_offset(zone: int) -> int:

@@ -11,7 +11,7 @@ Standard library only: the shim imports it.
 
 from __future__ import annotations
 
-from lazyd.handoff.region import LANDING_BYTES, State, newest_state, pread_all, read_region
+from lazyd.handoff.region import LANDING_BYTES, Region, State, newest_state, pread_all, read_region
 
 _MIB = 1 << 20
 
@@ -33,13 +33,19 @@ def snapshot(fd: int) -> Snapshot | None:
     valid state (a new region, a daemon killed before its first write, an older layout)."""
     region = read_region(fd)
     if region is not None:
-        state = region.current
-        if state is None:
-            return None
-        head = region.read_head(state.head_len, state.head_area) if state.head_len else b""
-        tail = region.read_tail(state.tail_len) if state.tail_len else b""
-        return Snapshot(state, region.read_landed(state.landing), head, tail)
+        return of_region(region)
     return read_previous(fd)
+
+
+def of_region(region: Region) -> Snapshot | None:
+    """What a region of this layout holds (read through the shim's preads, or the daemon's mapping
+    when it adopts the session, lazyd/daemon/handoff/adopt.py); None if it has no valid state."""
+    state = region.current
+    if state is None:
+        return None
+    head = region.read_head(state.head_len, state.head_area) if state.head_len else b""
+    tail = region.read_tail(state.tail_len) if state.tail_len else b""
+    return Snapshot(state, region.read_landed(state.landing), head, tail)
 
 
 PREVIOUS_MAGIC = b"LZH2"

@@ -128,7 +128,8 @@ def resume_after_kill(venv: Path, env: dict[str, str], daemon: subprocess.Popen[
 def kill_row(sessions: int, took: float, most: int, unanswered: int, used: float) -> None:
     cores = os.cpu_count() or 1
     row(f"kill -9 with {sessions} waiters: until every session answers", "-", f"{took:.1f} s",
-        f"{unanswered} never answered within {RESUME_BOUND_S:.0f} s; most Python shims at once: {most} "
+        f"{unanswered} never answered within {RESUME_BOUND_S:.0f} s; most Python processes at once "
+        f"(shims and quick resumers): {most} "
         f"({slots.count()} resume slots)")
     row("  CPU floor of that: the recoveries' CPU / cores", "-", f"{used / cores:.1f} s",
         f"{used:.1f} s of CPU in the sessions' processes ({used / sessions * 1e3:.0f} ms each) / {cores} cores")

@@ -182,9 +182,10 @@ def served_count(status: dict[str, Any]) -> int:
 
 
 def python_shims(venv: Path) -> int:
-    """Python shims of this venv running now (not the waiting shells): processes of an interpreter
-    whose command line runs this venv's lazyd-shim (every venv's python is the same binary, so
-    the executable alone would count other checkouts' shims on the machine too)."""
+    """Python processes of this venv's sessions running now (not the waiting shells): processes of
+    an interpreter whose command line names this venv's lazyd-shim, as the shim itself or as the
+    full recovery a quick resumer would exec (shim/quick.py; every venv's python is the same
+    binary, so the executable alone would count other checkouts' shims on the machine too)."""
     shim = os.fsencode(venv / "bin" / "lazyd-shim")
     count = 0
     for entry in os.listdir("/proc"):
@@ -194,7 +195,7 @@ def python_shims(venv: Path) -> int:
             if not os.path.basename(os.readlink(f"/proc/{entry}/exe")).startswith("python"):
                 continue
             with open(f"/proc/{entry}/cmdline", "rb") as f:
-                if shim in f.read().split(b"\0")[:3]:
+                if shim in f.read().split(b"\0"):
                     count += 1
         except OSError:
             continue

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from lazyd import procfs
+from lazyd.handoff.region import read_region
 from tests.conftest import FIXTURE_SERVER, UserEnv, cmdline, shim_command
 
 FIXTURE = [sys.executable, str(FIXTURE_SERVER)]
@@ -89,6 +90,29 @@ def reset_peak_rss(pid: int) -> None:
     # proc(5): writing 5 to clear_refs resets the peak RSS (VmHWM) to the current RSS.
     with open(f"/proc/{pid}/clear_refs", "w") as f:
         f.write("5")
+
+
+SEAMS_PATH = Path(__file__).parent / "seams"  # sitecustomize.py: a daemon that kills itself on cue
+
+
+def kill_seam(spec: str) -> dict[str, str]:
+    """The environment of a daemon that SIGKILLs itself at `spec` (tests/e2e/seams/sitecustomize.py)."""
+    return {"LAZYD_TEST_HANDOFF_KILL": spec, "PYTHONPATH": str(SEAMS_PATH)}
+
+
+def region_settled(pid: int, fence: int | str) -> bool:
+    """Whether shim `pid`'s region says no answer is being written and the request `fence`, answered,
+    is no longer in flight."""
+    for name in os.listdir(f"/proc/{pid}/fd"):
+        if os.readlink(f"/proc/{pid}/fd/{name}").startswith("/memfd:lazyd-handoff"):
+            fd = os.open(f"/proc/{pid}/fd/{name}", os.O_RDONLY)
+            try:
+                region = read_region(fd)
+                assert region is not None
+                return not region.torn and json.dumps(fence).encode() not in {text for _, text in region.entries()}
+            finally:
+                os.close(fd)
+    raise AssertionError(f"shim {pid} holds no region")
 
 
 def daemon_log(user: UserEnv) -> str:

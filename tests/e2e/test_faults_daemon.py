@@ -36,6 +36,7 @@ from tests.e2e.faults_support import (
     INIT_PARAMS,
     SERVER_MARKER_VAR,
     alive,
+    kill_seam,
     call,
     lazyctl,
     server_side_processes,
@@ -52,14 +53,6 @@ pytestmark = pytest.mark.e2e
 OLD_CHILDREN_GONE_S = 10.0  # the promise: nothing of the old daemon's servers after 10 s
 OWNERSHIP_EXIT_S = 60.0  # the promise: a daemon that lost its socket exits within a minute
 FAST_OWNERSHIP_CHECK = ("--ownership-check-interval", "0.1")
-
-
-SEAMS_PATH = Path(__file__).parent / "seams"  # sitecustomize.py: a daemon that kills itself on cue
-
-
-def kill_seam(spec: str) -> dict[str, str]:
-    """The environment of a daemon that SIGKILLs itself at `spec` (tests/e2e/seams/sitecustomize.py)."""
-    return {"LAZYD_TEST_HANDOFF_KILL": spec, "PYTHONPATH": str(SEAMS_PATH)}
 
 
 def _lines_of(path: Path) -> list[str]:

@@ -186,12 +186,16 @@ def test_an_upgrade_to_a_daemon_that_cannot_adopt_stops_the_servers_and_the_shim
     assert len(before) == 1 and len(after) == 1 and before != after
     assert not os.path.exists(f"/proc/{before[0]}")  # stopped and reaped, not left a zombie
     log = shim_log(user_env)
-    # Each shim lost its daemon (a frame shim says "daemon lost", a hand-off one takes the session back).
-    assert log.count("daemon lost") + log.count("taking it back") == 2 and log.count("reconnected") == 2, log
-    assert "answered 1 in-flight request(s) with an error" in log, log
+    daemon_log = (user_env.state_dir / "lazyd.log").read_text()
+    # Each shim lost its daemon (a frame shim says "daemon lost", a hand-off one takes the session
+    # back, or its quick resumer has the daemon adopt it: shim/quick.py).
+    adopted = daemon_log.count("adopted from shim pid")
+    assert log.count("daemon lost") + log.count("taking it back") + adopted == 2, (log, daemon_log)
+    assert log.count("reconnected") + adopted == 2, log
+    assert ("answered 1 in-flight request(s) with an error" in log
+            or "1 in-flight request(s) answered with an error" in daemon_log), (log, daemon_log)
     last = outcome["status"]["daemon"]["last_upgrade"]
     assert last["adopted"] is False and reason in last["reason"]
-    daemon_log = (user_env.state_dir / "lazyd.log").read_text()
     assert "cannot take its servers over" in daemon_log
 
 
@@ -337,8 +341,11 @@ def test_what_a_hand_off_session_had_in_flight_before_an_upgrade_is_still_answer
     assert "connection to the daemon was lost" in str(outcome["long_error"])
     assert outcome["after"] == "Echo: after"
     log = shim_log(user_env)
-    assert "answered 1 in-flight request(s) with an error" in log, log
-    assert "reconnected; handed off again" in log, log
+    daemon_log = (user_env.state_dir / "lazyd.log").read_text()
+    # Taken back by the shim itself (no daemon up yet), or adopted by the next daemon.
+    assert ("answered 1 in-flight request(s) with an error" in log
+            or "1 in-flight request(s) answered with an error" in daemon_log), (log, daemon_log)
+    assert "reconnected; handed off again" in log or "adopted from shim pid" in daemon_log, log
 
 
 @pytest.mark.parametrize("path", PATHS, ids=[p.name for p in PATHS])

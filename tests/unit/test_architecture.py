@@ -56,6 +56,8 @@ ROWS: dict[str, tuple[str, frozenset[str]]] = {
     "lazyd/handoff/__init__.py": ("stdlib floor", frozenset()),
     "lazyd/handoff/region.py": ("stdlib floor", frozenset()),
     "lazyd/handoff/snapshot.py": ("stdlib floor", frozenset({"lazyd/handoff/region.py"})),
+    "lazyd/handoff/recovery.py": ("stdlib floor", frozenset({"lazyd/frames.py", "lazyd/linepeek.py", "lazyd/handoff/region.py",
+                                                            "lazyd/handoff/snapshot.py"})),
     "lazyd/paths.py": ("daemon and lazyctl floor", frozenset({"platformdirs", "lazyd/errors.py", "lazyd/sockpath.py"})),
     "lazyd/config/__init__.py": ("config", frozenset()),
     "lazyd/config/load.py": ("config", frozenset({"lazyd/core/", STDLIB_FLOOR})),

@@ -161,6 +161,7 @@ def test_each_waiter_takes_its_own_bounded_pause_before_it_runs_the_shim_again(m
 
         class Conn:
             sock = ours
+            hello = None
 
         region = os.open("/dev/null", os.O_RDONLY)
         handoff.wait(Conn(), region, ["--", "true"], log)  # type: ignore[arg-type]
@@ -195,7 +196,7 @@ def _waiting_shell(flock: str, slot: str, probe: list[str], stderr: int | None =
     socket, fd 9, reads EOF at once) and whose shim is `probe`."""
     dash = next(shell for shell in handoff.SHELLS if os.access(shell, os.X_OK))
     return subprocess.Popen([dash, "-c", f'exec {handoff.WAIT_FD}</dev/null; exec "$@"', "wrap",
-                             dash, "-c", handoff.WAIT_SCRIPT, "lazyd-shim", "0", flock, slot, "unused", *probe],
+                             dash, "-c", handoff.WAIT_SCRIPT, "lazyd-shim", "0", flock, slot, "unused", "unused", "", "", *probe],
                             stdin=subprocess.DEVNULL, stderr=stderr)
 
 
@@ -333,6 +334,7 @@ def test_a_shim_that_waits_in_python_frees_its_slot_before_it_waits(monkeypatch:
 
     class Conn:
         sock = ours
+        hello = None
 
     region = os.open("/dev/null", os.O_RDONLY)
     try:

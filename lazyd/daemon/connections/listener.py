@@ -43,6 +43,7 @@ import trio
 from lazyd import wire
 from lazyd.core.admission import Admission
 from lazyd.daemon.handoff import session as handoff
+from lazyd.daemon.handoff.outbox import ClientEnds
 from lazyd.daemon.control import handshakes
 from lazyd.daemon.runtime.era_lanes import EraRoute
 from lazyd.daemon.fdlimit import Spare
@@ -53,7 +54,7 @@ from lazyd.daemon.upgrade.quiesce import GATE
 from lazyd.daemon.connections.door import Door
 from lazyd.daemon.sessions.registry import Registry
 from lazyd.daemon.runtime.supervisor import ServerRuntime
-from lazyd.errors import Refused, SlowPeer, WireError
+from lazyd.errors import NotAdopted, Refused, SlowPeer, WireError
 from lazyd.frames import AnyFrame, Ctl, ForeignHello, Hello, Line, Progress, Refusal, Reply, Welcome
 
 if TYPE_CHECKING:  # only a type here: the hub is loaded by its first session, not kept by every daemon
@@ -308,6 +309,8 @@ class ConnectionHandler:
         handoff.close_all(passed)
         if hello.role == "ctl":
             await self._control(stream, frames)
+        elif hello.adopt is not None:
+            await self._adopt(stream, live, hello, taken)
         elif taken is not None:
             # The shim passed the client's pipes: the daemon serves them itself (handoff.py).
             live.kind = "handoff"
@@ -315,6 +318,26 @@ class ConnectionHandler:
             await live.handoff.run(hello)
         else:
             await self._session(stream, frames, hello)
+
+    async def _adopt(self, stream: trio.SocketStream, live: Live, hello: Hello,
+                     taken: tuple[ClientEnds, int] | None) -> None:
+        """A quick resumer offers the session its lost daemon left (lazyd/daemon/handoff/adopt.py):
+        take it back in place, or refuse, having closed what came, so that the shim's full
+        recovery runs."""
+        refusal = NotAdopted("its descriptors or region cannot be served by hand-off")
+        if taken is not None:
+            try:
+                live.handoff = handoff.HandoffSession(self.registry, stream, hello.pid, *taken, adopting=True)
+            except NotAdopted as exc:
+                refusal = exc
+            except (OSError, ValueError) as exc:
+                refusal = NotAdopted(f"its region cannot be mapped: {exc}")
+        if live.handoff is None:
+            log.info("shim pid %d: not adopting its session (%s); it recovers it itself", hello.pid, refusal.message)
+            await stream.send_all(wire.encode(Refusal(refusal.code, refusal.message)))
+            return
+        live.kind = "handoff"
+        await live.handoff.run(hello)
 
     async def _session(self, stream: trio.SocketStream, frames: Frames, hello: Hello) -> None:
         cancel = trio.CancelScope()

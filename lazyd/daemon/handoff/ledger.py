@@ -53,7 +53,8 @@ _UNRECORDED = -1  # the entry of a request in flight whose id is not in the tabl
 class Ledger:
     """The in-flight table and handshake of one hand-off session (see the module docstring)."""
 
-    def __init__(self, region: Region, later: Callable[[Callable[[], None]], None] = TRIMMER.later) -> None:
+    def __init__(self, region: Region, later: Callable[[Callable[[], None]], None] = TRIMMER.later, *,
+                 adopted: bool = False) -> None:
         self.region = region
         self._later = later  # runs a release once the large lines are over (RELEASE_HEAD_BYTES)
         previous = region.current
@@ -78,7 +79,10 @@ class Ledger:
                     continue
                 self._entries[key] = entry
                 used.add(entry)
-            if previous.init and not previous.init_answered:
+            # An initialize unanswered when an adopted session's daemon was lost is answered by the
+            # lost-connection error (lazyd/daemon/handoff/adopt.py): that is no answer the client
+            # can resume from.
+            if previous.init and not previous.init_answered and not adopted:
                 handshake = inspect_line(previous.init)
                 self._init_key = handshake.requests[0][0] if handshake.requests else None
         # Entries given back, reused first (last in, first out), and the lowest never handed out:

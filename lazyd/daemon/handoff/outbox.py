@@ -353,6 +353,7 @@ class HandoffOutbox:
         self._paused = False
         self._need_room = 0  # bytes the first queued line waits for in the client's stdout
         self._parts_logged = False  # a line over what the client's stdout takes whole was logged
+        self._cut: _Pending | None = None  # the newline that ends a lost daemon's cut line
 
     # ---- the Outbox protocol -------------------------------------------------------------------
 
@@ -385,6 +386,15 @@ class HandoffOutbox:
             return
         if self._queue:
             self._wake.set()
+
+    def end_cut_line(self) -> None:
+        """The client's stdout ends inside a line a lost daemon was writing (the region's torn
+        byte is set): a newline goes first, ahead of every other line, through the writer; the
+        torn byte is cleared only once it is written (lazyd/daemon/handoff/adopt.py)."""
+        self._cut = _Pending(b"", None, 0)
+        self._queue.append(self._cut)
+        self.backlog_bytes += 1
+        self._wake.set()
 
     def close(self) -> None:
         if not self.closed:
@@ -480,6 +490,9 @@ class HandoffOutbox:
             if pending.remaining():
                 break
             self._queue.popleft()
+            if pending is self._cut:
+                self._cut = None
+                self.ledger.torn(False)  # the lost daemon's cut line is ended: the stream is whole
             if pending.done is not None:
                 self.ledger.answered(pending.done)
         if written < size and self._queue and self._queue[0].offset:

@@ -30,6 +30,7 @@ rest is in the region, which the successor continues from (`carry_on`).
 from __future__ import annotations
 
 import array
+import json
 import logging
 import os
 import socket
@@ -42,13 +43,16 @@ import trio
 from lazyd import wire
 from lazyd.daemon.control import handshakes
 from lazyd.daemon.runtime.era_lanes import EraRoute
+from lazyd.daemon.handoff.adopt import ADOPTED, convert
 from lazyd.daemon.handoff.ledger import Landing, Ledger, map_region
 from lazyd.daemon.handoff.outbox import ClientEnds, HandoffOutbox
 from lazyd.daemon.upgrade.quiesce import GATE
 from lazyd.daemon.sessions.registry import Registry
 from lazyd.daemon.runtime.supervisor import ServerRuntime
-from lazyd.errors import Refused
+from lazyd.errors import NotAdopted, Refused
 from lazyd.frames import Hello, Refusal, Welcome
+from lazyd.handoff.recovery import Recovery
+from lazyd.handoff.recovery import error_line as lost_line
 from lazyd.handoff.region import LANDING_BYTES, LAYOUT, Region, region_problem
 from lazyd.linepeek import EOF_WAIT_S, LineSplitter, error_line, too_long_request
 
@@ -105,16 +109,18 @@ def close_all(fds: list[int]) -> None:
 
 
 def take(hello: Hello, fds: list[int]) -> tuple[ClientEnds, int] | None:
-    """The client's ends and the region from what came with `hello`, if the daemon can serve them;
-    else None, with every descriptor closed (the session then goes on with frames)."""
-    if not hello.handoff or len(fds) != PASSED_FDS:
-        if hello.handoff:
+    """The client's ends and the region from what came with `hello` (a hand-off, or an adoption:
+    lazyd/daemon/handoff/adopt.py), if the daemon can serve them; else None, with every descriptor
+    closed (a hand-off then goes on with frames; an adoption is refused)."""
+    offered = bool(hello.handoff) or hello.adopt is not None
+    if not offered or len(fds) != PASSED_FDS:
+        if offered:
             log.warning("shim pid %d offered a hand-off with %d descriptors instead of %d; using frames",
                         hello.pid, len(fds), PASSED_FDS)
         close_all(fds)
         return None
     in_fd, out_fd, region_fd = fds
-    if hello.layout != LAYOUT:
+    if (hello.adopt if hello.adopt is not None else hello.layout) != LAYOUT:
         # A shim of another version: its recovery would read the region by another layout.
         log.warning("shim pid %d offered a hand-off with region layout %s, this daemon writes %d; using frames",
                     hello.pid, hello.layout, LAYOUT)
@@ -140,7 +146,9 @@ class HandoffSession:
     """One client served through its own pipes (see the module docstring)."""
 
     def __init__(self, registry: Registry, stream: trio.SocketStream, pid: int, ends: ClientEnds,
-                 region_fd: int) -> None:
+                 region_fd: int, *, adopting: bool = False) -> None:
+        """With `adopting`, the region is as a lost daemon left it: its recovery is written into
+        it first (adopt.py), or NotAdopted is raised with everything closed."""
         self.registry = registry
         self.stream = stream
         self.pid = pid  # the shim's
@@ -157,7 +165,19 @@ class HandoffSession:
             raise
         finally:
             os.close(region_fd)
-        self.ledger = Ledger(Region(self._map))
+        self.recovery: Recovery | None = None  # what an adopted session still owes its client
+        if adopting:
+            try:
+                recovered = convert(Region(self._map))
+            except Exception:
+                recovered = "its region could not be written"
+                log.exception("shim pid %d: adopting its session failed", pid)
+            if isinstance(recovered, str):
+                ends.close()
+                self._map.close()
+                raise NotAdopted(recovered)
+            self.recovery = recovered
+        self.ledger = Ledger(Region(self._map), adopted=adopting)
         self.landing = Landing(self.ledger.region)
         previous = self.ledger.region.current
         head = self.ledger.region.read_head(previous.head_len, previous.head_area) if previous else b""
@@ -177,17 +197,34 @@ class HandoffSession:
         return outbox
 
     async def run(self, hello: Hello) -> None:
-        """Open the session `hello` asks for, welcome it, and serve it until it ends."""
+        """Open the session `hello` asks for, welcome it (an adopted one: `ADOPTED`, then what its
+        recovery owes the client), and serve it until it ends."""
+        recovery = self.recovery
+        if recovery is not None:
+            hello.resume = recovery.carried.resume_lines()  # the handshake from the region
         try:
             try:
                 route, _ = await self.registry.open_session(hello, self.cancel.cancel, self.make_outbox)
             except Refused as exc:
                 log.warning("refused a session from pid %s: %s", self.pid, exc.message)
+                if recovery is not None:
+                    self.close()  # before the refusal: the shim's full recovery reads the region next
                 await self.stream.send_all(wire.encode(Refusal(exc.code, exc.message)))
                 return
-            assert self.outbox is not None
-            await self.stream.send_all(wire.encode(Welcome(self.outbox.cid, route.name, os.getpid(), handoff=True)))
-            log.info("session %d (%s): shim pid %d handed off the client's pipes", self.outbox.cid, route.name, self.pid)
+            outbox = self.outbox
+            assert outbox is not None
+            if recovery is None:
+                await self.stream.send_all(wire.encode(Welcome(outbox.cid, route.name, os.getpid(), handoff=True)))
+                log.info("session %d (%s): shim pid %d handed off the client's pipes", outbox.cid, route.name, self.pid)
+            else:
+                await self.stream.send_all(ADOPTED)
+                if self.ledger.region.torn:
+                    outbox.end_cut_line()
+                for text in recovery.ids:
+                    outbox.deliver(lost_line(text), json.loads(text))
+                log.info("session %d (%s): adopted from shim pid %d (its daemon was lost or let it go); %d in-flight "
+                         "request(s) answered with an error%s", outbox.cid, route.name, self.pid, len(recovery.ids),
+                         ", a cut line ended" if recovery.finish is not None else "")
             await self._serve(route)
         finally:
             self.close()

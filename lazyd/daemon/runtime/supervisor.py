@@ -84,6 +84,7 @@ class ServerRuntime:
         self.on_children_changed = on_children_changed
         self.gate: LineGate | None = None  # installed by the registry
         self._nursery: trio.Nursery | None = None
+        self.started = trio.Event()  # set once `run` has its nursery: a line may reach it from then on
         self._scope = trio.CancelScope()
         self._poke = trio.Event()
         self._waiting_for: float | None = None
@@ -138,6 +139,7 @@ class ServerRuntime:
     async def _run(self, task_status: trio.TaskStatus[None]) -> None:
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
+            self.started.set()
             nursery.start_soon(self._saver.run)
             task_status.started()
             if self._handed is not None:

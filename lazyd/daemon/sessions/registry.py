@@ -214,6 +214,9 @@ class Registry:
         cache_digest = (cache_identity or identity).digest(self.secret)
         existing = self.runtimes.get(digest)
         if existing is not None:
+            # Registered before its `run` began (another session is creating it now): a line sent
+            # to it before then would find no nursery to start the server in.
+            await existing.started.wait()
             return existing
         spec = SpawnSpec(
             argv=identity.argv,

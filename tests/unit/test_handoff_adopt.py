@@ -1,0 +1,145 @@
+"""Taking back a lost daemon's hand-off session: the one decision (lazyd/handoff/recovery.py) the
+shim's recovery and the adopting daemon share, and the daemon's in-place record of it
+(lazyd/daemon/handoff/adopt.py), which a kill -9 may cut after any write.
+
+Testing policy: literal regions (a lost daemon's state, table, head, landing zones and torn byte,
+written through the region's own writers) in memory; the shim's side writes into a real pipe. A
+kill is played by a buffer that refuses every write after the k-th: each write of the region is a
+store a kill -9 cannot tear (single bytes, and states guarded by their CRC).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import pytest
+
+from lazyd.daemon.handoff.adopt import convert
+from lazyd.handoff import region as hs
+from lazyd.handoff.recovery import Recovery, error_line, plan
+from lazyd.handoff.region import Region, State
+from lazyd.handoff.snapshot import of_region
+from shim import recover
+from shim.options import Log, parse
+from shim.stdout import Stdout
+
+INIT = b'{"jsonrpc":"2.0","id":0,"method":"initialize","params":{}}'
+INITIALIZED = b'{"jsonrpc":"2.0","method":"notifications/initialized"}'
+
+
+def call(request_id: int | str) -> bytes:
+    return json.dumps({"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": {}}).encode()
+
+
+def lost(*, torn: bool = True, landed: bool = True, closed: bool = False, tail: bytes = b"") -> bytearray:
+    """A region as a daemon killed mid-session leaves it: ids 1 and "a" in the table, the start of
+    call 9 in head area 1, and (with `landed`) a read in landing zone 1 that finishes call 9, holds
+    call 10 and call 1 again and starts call 11; zone 0 still holds a read the daemon had
+    accounted for and not yet cleared (killed between its state write and the clear)."""
+    buf = bytearray(hs.REGION_BYTES)
+    region = Region(buf)
+    state = State()
+    state.init, state.initialized, state.init_answered = INIT, INITIALIZED, True
+    region.set_id(0, b"1")
+    region.set_id(3, b'"a"')
+    region.write_head(call(9)[:20], 0, 1)
+    state.head_len, state.head_area, state.landing, state.closed = 20, 1, 1, closed
+    if tail:
+        state.tail_len = region.write_tail([tail])
+    if landed:
+        read = call(9)[20:] + b"\n" + call(10) + b"\n" + call(1) + b"\n" + call(11)[:15]
+        buf[hs.landing_offset(1) : hs.landing_offset(1) + len(read)] = read
+    stale = call(99) + b"\n"
+    buf[hs.landing_offset(0) : hs.landing_offset(0) + len(stale)] = stale
+    region.write(state)
+    region.torn = torn
+    return buf
+
+
+def owed(done: Recovery, torn: bool) -> bytes:
+    """What the adopting daemon's outbox writes for `done`: a newline for a cut line, then the errors."""
+    return (b"\n" if torn else b"") + b"".join(error_line(text) + b"\n" for text in done.ids)
+
+
+def test_one_plan_finishes_the_cut_line_and_answers_each_id_in_the_table_and_the_landing_zone_once() -> None:
+    done = plan(of_region(Region(lost())))
+    assert done.finish == b"\n"
+    assert done.ids == [b"1", b'"a"', b"9", b"10"]  # 1 is in the table and in the zone: once
+    assert done.head == call(11)[:15] and done.carried.head_len == 15 and not done.carried.discarding
+    assert done.carried.resume_lines() == [INIT, INITIALIZED]
+    assert done.output() == b"\n" + b"".join(error_line(t) + b"\n" for t in done.ids)
+    assert plan(None).output() == b"" and plan(None).carried.resume_lines() == []
+
+
+def test_the_shim_and_the_adopting_daemon_owe_the_client_the_same_bytes_and_carry_the_same_session() -> None:
+    read_end, write_end = os.pipe()
+    try:
+        log = Log(parse(["--", "true"], {}))
+        carried, head = recover.answer(of_region(Region(lost())), Stdout(log, write_end), log)
+        by_shim = os.read(read_end, 1 << 20)
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+    buf = lost()
+    done = convert(Region(buf))
+    assert isinstance(done, Recovery)
+    assert owed(done, torn=True) == by_shim
+    # What the next reader of the region continues from: the same handshake and partial line.
+    region = Region(buf)
+    after = of_region(region)
+    assert after is not None
+    assert after.head == head and after.state.resume_lines() == carried.resume_lines()
+    assert after.state.discarding == carried.discarding and after.landed == b""
+
+
+class Killed(Exception):
+    pass
+
+
+class KilledAfter:
+    """A region buffer whose writes stop after the `writes`-th: a kill -9 between two stores."""
+
+    def __init__(self, buf: bytearray, writes: int) -> None:
+        self.buf, self.left = buf, writes
+
+    def __getitem__(self, key: Any) -> Any:
+        return self.buf[key]
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        if self.left == 0:
+            raise Killed
+        self.left -= 1
+        self.buf[key] = value
+
+
+@pytest.mark.parametrize("torn", [True, False])
+def test_a_kill_after_any_write_of_the_adoption_leaves_the_next_recovery_the_same_duty(torn: bool) -> None:
+    expected = plan(of_region(Region(lost(torn=torn))))
+    writes = 0
+    while True:
+        buf = lost(torn=torn)
+        try:
+            convert(Region(KilledAfter(buf, writes)))
+            done = True
+        except Killed:
+            done = False
+        # The next recovery, quick or full, of what this kill left.
+        again = plan(of_region(Region(buf)))
+        assert set(again.ids) == set(expected.ids), (writes, again.ids)  # none lost, none invented
+        assert again.finish == expected.finish, writes  # a cut line still ended
+        assert again.head == expected.head and again.carried.resume_lines() == expected.carried.resume_lines()
+        if done:
+            assert again.landed == 0 and writes > 3  # all of the read accounted for, in table and head
+            break
+        writes += 1
+
+
+@pytest.mark.parametrize("kind", ["the client left", "a tail to write"])
+def test_a_region_whose_client_left_or_that_holds_a_tail_is_not_adopted_and_is_left_untouched(kind: str) -> None:
+    buf = lost(closed=kind == "the client left", tail=b'rest of a line"}}\n' if kind == "a tail to write" else b"")
+    before = bytes(buf)
+    refused = convert(Region(buf))
+    assert isinstance(refused, str)
+    assert bytes(buf) == before
