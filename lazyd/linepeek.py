@@ -251,7 +251,12 @@ class LineSplitter:
                 # The end of the line the buffer began: joined once (appending it first would
                 # grow the buffer, and a slice of `data` would be a copy of its own).
                 line = b"".join((buffer, memoryview(data)[start:stop]))
-                buffer.clear()
+                # A new buffer for the next line rather than this one emptied: a buffer that grew
+                # past the C library's mmap threshold stays a mapping of its own, given back page
+                # by page as it shrinks and faulted in again as the next large line grows it,
+                # while a new one comes from the heap as the heap's rules are then
+                # (lazyd/heapkeep.py keeps it during a spell of large lines).
+                self.buffer = buffer = bytearray()
                 self._line(line, out)
             else:
                 buffer += data[start:stop]  # a whole read without a newline: `data` itself

@@ -13,14 +13,8 @@ library has no `malloc_trim` (not glibc). Other memory that large lines leave be
 at the same moment (`later`): a hand-off session's head pages (lazyd/daemon/handoff/ledger.py),
 which, given back after every large request, were faulted in again by the next one.
 
-While the large lines come, the C library is asked to keep what they free (`keep_freed`): by its
-own rules a freed megabyte at the top of the heap is given back at once (its trim threshold
-follows the largest block freed, and a line, its read and its rewrite are freed together), so
-the next line's buffers were fresh pages, faulted in and zeroed one by one: a quarter of the
-daemon's CPU time on a 1 MiB round trip (docs/benchmarks.md, "The 1 MiB echo, fifth pass").
-So the first large line of a spell raises the C library's trim and mmap thresholds, and the trim
-that ends the spell sets them back to its defaults: between spells the heap is as lean as it was,
-and the memory a spell kept is given back with the trim.
+While the large lines come, the C library keeps what they free (lazyd/heapkeep.py): the first
+large line of a spell tells it to, and the trim that ends the spell sets its defaults back first.
 """
 
 from __future__ import annotations
@@ -30,43 +24,15 @@ from collections.abc import Callable
 import trio
 
 from lazyd.daemon.process import read_buffer
+from lazyd.heapkeep import LARGE_BYTES, QUIET_S, keep_freed, trim
 
-__all__ = ["HeapTrimmer", "LARGE_BYTES", "QUIET_S", "TRIMMER", "keep_freed"]
-
-LARGE_BYTES = 256 * 1024  # a line this large leaves heap behind (glibc's threshold starts at 128 KiB)
-QUIET_S = 2.0  # no large line for this long: the burst is over
-
-# glibc's mallopt(3) parameters, and the values a spell of large lines gets: every buffer of a
-# line up to the longest allowed (16 MiB, and its rewrite) comes from the heap (32 MiB is the
-# highest mmap threshold glibc takes), and up to 128 MiB freed at the top of it stay there until
-# the spell's trim. The defaults are glibc's own starting values.
-_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
-_KEEP = {_M_TRIM_THRESHOLD: 128 << 20, _M_MMAP_THRESHOLD: 32 << 20}
-_DEFAULTS = {_M_TRIM_THRESHOLD: 128 << 10, _M_MMAP_THRESHOLD: 128 << 10}
+__all__ = ["HeapTrimmer", "LARGE_BYTES", "QUIET_S", "TRIMMER"]
 
 
 def malloc_trim() -> None:
     """The heap's free pages back to the system, and the shared read buffer's."""
     read_buffer.release()
-    import ctypes  # trio has imported it already: costs nothing more
-
-    try:
-        trim = ctypes.CDLL(None).malloc_trim
-    except (OSError, AttributeError):
-        return
-    trim(0)
-
-
-def keep_freed(keep: bool) -> bool:
-    """Have the C library keep the heap it frees (`keep`), or give it back as it does by default;
-    False where it cannot be told (no glibc `mallopt`, or a value refused)."""
-    import ctypes  # trio has imported it already: costs nothing more
-
-    try:
-        mallopt = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError):
-        return False
-    return all([mallopt(param, value) == 1 for param, value in (_KEEP if keep else _DEFAULTS).items()])
+    trim()
 
 
 class HeapTrimmer:

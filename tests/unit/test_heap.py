@@ -3,11 +3,6 @@
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-
-import pytest
 import trio
 import trio.testing
 
@@ -88,40 +83,3 @@ async def test_a_spell_of_large_lines_has_the_heap_kept_from_its_first_line_unti
         await trio.sleep(10 * QUIET_S)  # virtual time (autojump clock), as above
         assert events == ["keep True", "keep False", "trim", "keep True", "keep False", "trim"]
         nursery.cancel_scope.cancel()
-
-
-# Run in a process of its own (the C library's settings are per process): three 8 MiB lines
-# allocated and freed, as a spell of large lines does, and the heap the C library holds after.
-_SPELL = r"""
-import ctypes, json, sys
-from lazyd.daemon.heap import keep_freed, malloc_trim
-
-class Info(ctypes.Structure):
-    _fields_ = [(name, ctypes.c_size_t) for name in
-                ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
-
-libc = ctypes.CDLL(None)
-libc.mallinfo2.restype = Info
-told = keep_freed(True) if sys.argv[1] == "keep" else None
-lines = [bytes(8 << 20) for _ in range(3)]
-del lines
-kept = libc.mallinfo2().fordblks
-ended = keep_freed(False) if told else None
-malloc_trim()
-print(json.dumps({"told": told, "ended": ended, "kept": kept, "after": libc.mallinfo2().fordblks}))
-"""
-
-
-def spell(mode: str) -> dict[str, int]:
-    done = subprocess.run([sys.executable, "-c", _SPELL, mode], capture_output=True, text=True, timeout=60, check=True)
-    result: dict[str, int] = json.loads(done.stdout)
-    return result
-
-
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt and mallinfo2")
-def test_a_kept_heap_holds_what_large_lines_freed_until_the_spell_ends_and_the_trim_gives_it_back() -> None:
-    default, kept = spell("default"), spell("keep")
-    assert default["kept"] < 1 << 20  # by default each freed line went back to the system at once
-    assert kept["told"] and kept["ended"]
-    assert kept["kept"] >= 24 << 20  # kept: the next lines of the spell reuse those pages
-    assert kept["after"] < 1 << 20  # the spell's end gave them back
