@@ -71,7 +71,8 @@ os.write(1, b"".join(out))
 sys.stderr.write("lazyd-shim: the shim is no longer installed; the session ends\n")
 """
 # Reads the layout's header, torn byte and table (lazyd/handoff/region.py; `orphan_script` fills
-# in its constants).
+# in its constants). Like shim/recover.py it ends a line only for the torn byte: the whole byte
+# beside it (a write of whole lines or none) needs no newline, so it is not read.
 
 RESUME_FLAG = "--resume-handoff="  # as shim/main.py reads it
 WAITER_ENV = "LAZYD_TEST_WAITER"

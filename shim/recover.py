@@ -6,8 +6,9 @@ left there it does what the shim
 of a frame session does at once when its daemon is lost (docs/reliability.md):
 
 1. a line the daemon had begun to write to the client is finished (the rest, if the daemon put it
-   in the region when it let go) or ended with a newline (a daemon killed mid-write), so that the
-   client reads whole lines again;
+   in the region when it let go) or ended with a newline (a daemon killed while the torn byte was
+   set: a line over what the client's stdout takes whole, written in parts), so that the client
+   reads whole lines again; the whole byte (a write of whole lines or none) asks for nothing;
 2. every request in flight is answered with -32603 under its original id;
 3. the shim reconnects (autostarting a daemon as at start) for up to RECONNECT_WAIT_S, passing its
    descriptors and a fresh region with the client's answered ``initialize`` as ``resume``; the
@@ -80,6 +81,11 @@ def answer(snap: Snapshot | None, out: Stdout, log: Log) -> tuple[State, bytes]:
     if snap is not None and (state.out_torn or snap.tail):
         out.write(snap.tail if snap.tail.endswith(b"\n") else snap.tail + b"\n")
         log(f"finished a line the daemon had begun ({len(snap.tail)} bytes of it were left to write)")
+    elif state.out_whole:
+        # A write that goes whole or not at all: the client's last line is whole either way, and
+        # a newline here would be an empty line. Its ids are still in the table: answered twice
+        # at worst.
+        log("the daemon was lost around a write of whole lines: nothing to finish")
     # What the daemon read and had not accounted for (lazyd/handoff/region.py): the requests among
     # it are in flight as well, and the start of a line among it joins the head.
     landed = snap.landed if snap is not None else b""

@@ -12,10 +12,8 @@ from __future__ import annotations
 import functools
 from importlib import resources
 
-import tomlkit
-import tomlkit.exceptions
-
 from lazyd.config import values as cv
+from lazyd.config.toml_text import parse_toml
 from lazyd.core.sharing.known_servers import KNOWN_MODES, KnownMode, KnownServer, KnownServers
 from lazyd.errors import ConfigError
 
@@ -29,10 +27,7 @@ _ENTRY_KEYS = ("sharing", "runs", "why")
 def packaged() -> KnownServers:
     """The table shipped with lazyd. A missing or broken file is lazyd's own defect: it raises."""
     text = resources.files("lazyd.config").joinpath(PACKAGED_FILE).read_text(encoding="utf-8")
-    try:
-        document = tomlkit.parse(text).unwrap()
-    except tomlkit.exceptions.TOMLKitError as error:
-        raise ConfigError(f"lazyd's {PACKAGED_FILE}: {error}") from None
+    document = parse_toml(text, f"lazyd's {PACKAGED_FILE}")
     return parse_table(cv.At(f"lazyd's {PACKAGED_FILE}"), document)
 
 

@@ -28,17 +28,14 @@ import json
 import os
 import re
 import stat
-import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
 from typing import Literal
 
-import tomlkit
-import tomlkit.exceptions
-
 from lazyd.config import values as cv
 from lazyd.config.known import packaged, parse_table
+from lazyd.config.toml_text import parse_toml
 from lazyd.config.model import Config, ConfigError, Policy, ServerConfig, WakePredicate
 from lazyd.durations import parse_bool
 from lazyd.core.policy import ToolPolicy, as_decision, compile_rule
@@ -125,15 +122,7 @@ def load_config(path: Path, environ: Mapping[str, str]) -> Config:
 def parse_config_text(text: str, environ: Mapping[str, str], source: Path | None) -> Config:
     """Validate config `text` (the pure part of `load_config`); `source` names it in errors."""
     at = cv.At(str(source) if source is not None else _NO_FILE_LABEL)
-    try:
-        document = tomlkit.parse(text).unwrap()
-    except tomlkit.exceptions.ParseError as error:
-        message = re.sub(r" at line \d+ col \d+$", "", str(error))
-        raise ConfigError(f"{at.label}: line {error.line}: {message}") from None
-    except tomlkit.exceptions.TOMLKitError as error:
-        # Some errors (a key defined twice) carry no position in tomlkit; the standard library's
-        # parser of the same text does, so ask it where the problem is.
-        raise ConfigError(f"{at.label}: {_locate_toml_error(text) or error}") from None
+    document = parse_toml(text, at.label)
     cv.check_keys(at, document, _TOP_KEYS)
     defaults_at = at / "defaults"
     defaults_table = cv.table(defaults_at, document.get("defaults", {}))
@@ -187,17 +176,6 @@ def _tool_policy(at: cv.At, value: object) -> ToolPolicy:
         except ValueError as error:
             raise (at / "rules" / pattern).error(str(error)) from None
     return ToolPolicy(tuple(rules), default)
-
-
-def _locate_toml_error(text: str) -> str | None:
-    """tomllib's "problem (at line N, column M)" as "line N: problem", or None."""
-    try:
-        tomllib.loads(text)
-    except tomllib.TOMLDecodeError as error:
-        found = re.fullmatch(r"(.*) \(at line (\d+), column \d+\)", str(error))
-        if found:
-            return f"line {found.group(2)}: {found.group(1)}"
-    return None
 
 
 def policy_with_options(base: Policy, opts: Mapping[str, str]) -> Policy:

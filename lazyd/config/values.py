@@ -7,7 +7,6 @@ one kind of value and raises `At.error(...)`, a `ConfigError` of exactly one lin
 
 from __future__ import annotations
 
-import difflib
 import json
 import posixpath
 import re
@@ -81,6 +80,8 @@ def directory(at: At, text: str, environ: Mapping[str, str]) -> str:
 def check_keys(at: At, table: Mapping[str, object], allowed: tuple[str, ...]) -> None:
     for key in table:
         if key not in allowed:
+            import difflib  # only for a misspelled key: not kept by every daemon
+
             near = difflib.get_close_matches(key, allowed, n=1)
             hint = f"did you mean {near[0]!r}? " if near else ""
             raise (at / key).error(f"unknown key; {hint}allowed here: {', '.join(allowed)}")

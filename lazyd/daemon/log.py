@@ -6,12 +6,17 @@ lazyd/privatefiles.py), whatever the umask: the file is created 0600 without fol
 link, an existing one with wider bits is tightened through its own descriptor when it is opened,
 and every file a rotation opens is made the same way (the backup `lazyd.log.1` is the renamed log,
 and a backup left wider by an older daemon is tightened at start).
+
+The rotation is the standard library's RotatingFileHandler's, written out on a FileHandler: its
+module, `logging.handlers`, also brings in pickle and the socket, queue and syslog handlers, about
+0.45 MiB of resident memory that a daemon keeps for its whole life and uses nowhere
+(docs/benchmarks.md).
 """
 
 from __future__ import annotations
 
 import io
-import logging.handlers
+import logging
 import os
 import stat
 from pathlib import Path
@@ -21,12 +26,42 @@ from lazyd.privatefiles import PRIVATE_FILE_MODE
 __all__ = ["PrivateRotatingFileHandler"]
 
 
-class PrivateRotatingFileHandler(logging.handlers.RotatingFileHandler):
-    """A RotatingFileHandler whose every file is 0600 (see the module docstring)."""
+class PrivateRotatingFileHandler(logging.FileHandler):
+    """A log that is renamed to `<name>.1` (older backups shifted up to `backup_count`) when the
+    next record would take it to `max_bytes`, as RotatingFileHandler does; every file 0600."""
 
     def __init__(self, path: Path, max_bytes: int, backup_count: int) -> None:
         _tighten(Path(f"{path}.1"))
-        super().__init__(path, maxBytes=max_bytes, backupCount=backup_count, encoding="utf-8")
+        self.max_bytes, self.backup_count = max_bytes, backup_count
+        super().__init__(path, encoding="utf-8")
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            if self._full_with(record):
+                self._rotate()
+        except Exception:
+            self.handleError(record)
+            return
+        super().emit(record)
+
+    def _full_with(self, record: logging.LogRecord) -> bool:
+        if self.max_bytes <= 0 or self.backup_count <= 0 or not os.path.isfile(self.baseFilename):
+            return False  # as RotatingFileHandler: no limit or no backup, no rotation; nor a FIFO
+        if self.stream is None:
+            self.stream = self._open()
+        self.stream.seek(0, os.SEEK_END)
+        return self.stream.tell() + len(f"{self.format(record)}{self.terminator}") >= self.max_bytes
+
+    def _rotate(self) -> None:
+        if self.stream is not None:
+            self.stream.close()
+            self.stream = None  # FileHandler's own way of saying closed
+        for n in range(self.backup_count - 1, 0, -1):
+            older = f"{self.baseFilename}.{n}"
+            if os.path.exists(older):
+                os.replace(older, f"{self.baseFilename}.{n + 1}")
+        os.replace(self.baseFilename, f"{self.baseFilename}.1")
+        self.stream = self._open()
 
     def _open(self) -> io.TextIOWrapper:
         flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC

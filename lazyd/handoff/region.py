@@ -11,8 +11,10 @@ next daemon. Standard library only: the shim imports it.
 
 Layout `LAYOUT` (offsets in bytes; `MAGIC` at offset 0 names it; the hello names it too)::
 
-    [0, 4096)              the header: MAGIC, and at TORN_OFFSET one byte, 1 while an answer may
-                           be partly written on the client's stdout
+    [0, 4096)              the header: MAGIC; at TORN_OFFSET one byte, 1 while an answer may
+                           be partly written on the client's stdout (the shim ends it with a
+                           newline); at WHOLE_OFFSET one byte, 1 while whole lines may or may not
+                           have been written, none cut (the shim adds nothing: its errors follow)
     [SLOT_OFFSET, ...)     two copies of the state, each: magic, generation, payload length,
                            crc32, payload (flags, head and tail lengths, the handshake lines)
     [TABLE_OFFSET, ...)    the requests in flight: TABLE_ENTRIES entries of ENTRY_BYTES, each one
@@ -25,8 +27,9 @@ Layout `LAYOUT` (offsets in bytes; `MAGIC` at offset 0 names it; the hello names
                            client when it let go of the session itself (``tail_len`` bytes)
 
 Bookkeeping costs O(1) per message: a request enters by writing its entry (text first, then the
-length byte) and leaves by zeroing its length byte, and a possibly partial write of an answer is
-bracketed by two stores of the torn byte. Single-byte stores cannot be torn by a kill -9. The
+length byte) and leaves by zeroing its length byte, and a write of an answer is
+bracketed by two stores of the torn byte (a write that may stop inside a line) or of the whole
+byte (one that goes whole or not at all: lazyd/daemon/handoff/room.py). Single-byte stores cannot be torn by a kill -9. The
 state, which changes once per read (not per message), goes to the slot that does *not* hold the
 newest valid copy, so a process killed in the middle of one leaves the other intact; the reader
 takes the valid slot with the highest generation. Head and tail areas are written before the state
@@ -62,6 +65,10 @@ MAGIC = b"LZH3"
 
 _MIB = 1 << 20
 TORN_OFFSET = 64
+WHOLE_OFFSET = 65
+# A byte of its own, not a value 2 of the torn byte: the header was zeros beside MAGIC and the torn
+# byte in every region so far, so a shim or waiter that knows only the torn byte (any non-zero
+# value: a newline) still reads this layout right, and no layout bump is needed.
 SLOT_OFFSET = _MIB
 SLOT_BYTES = _MIB
 # One copy of the state: the fixed fields and the two handshake lines (each at most
@@ -107,7 +114,7 @@ class State:
     carries no ids."""
 
     __slots__ = ("generation", "init", "initialized", "init_answered", "inflight", "unrecorded",
-                 "head_len", "discarding", "out_torn", "tail_len", "closed", "landing", "head_area")
+                 "head_len", "discarding", "out_torn", "out_whole", "tail_len", "closed", "landing", "head_area")
 
     def __init__(self) -> None:
         self.generation = 0
@@ -119,6 +126,7 @@ class State:
         self.head_len = 0
         self.discarding = False
         self.out_torn = False
+        self.out_whole = False  # whole lines may have just gone out: none is cut (WHOLE_OFFSET)
         self.tail_len = 0
         self.closed = False
         self.landing = 0  # the landing zone whose bytes are not accounted for yet
@@ -209,6 +217,7 @@ class Region:
         if current is not None:
             current.inflight = [text for _, text in self.entries()]
             current.out_torn = self.torn
+            current.out_whole = self.whole
         self.current = current  # what the previous writer (daemon or shim) left, if anything
 
     # ---- the state -----------------------------------------------------------------------------
@@ -253,6 +262,14 @@ class Region:
     @torn.setter
     def torn(self, value: bool) -> None:
         self.buf[TORN_OFFSET] = 1 if value else 0
+
+    @property
+    def whole(self) -> bool:
+        return bool(self.buf[WHOLE_OFFSET])
+
+    @whole.setter
+    def whole(self, value: bool) -> None:
+        self.buf[WHOLE_OFFSET] = 1 if value else 0
 
     # ---- input and output not accounted for ----------------------------------------------------
 

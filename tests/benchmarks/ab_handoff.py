@@ -1,13 +1,14 @@
 """Two daemons' hand-off path side by side in one run: another source tree's against this one's.
 
-    python -m tests.benchmarks.ab_handoff --rev REV [--calls N] [--big-calls N] [--blocks N]
+    python -m tests.benchmarks.ab_handoff --rev REV [--calls N] [--big-calls N] [--big-bytes N] [--blocks N]
 
 The daemon of `--rev` (a revision of this repository, exported with `git archive`) and the daemon
 of this tree run at once, each with one hand-off session to the echo server, beside a direct
 connection. Blocks alternate direct, A, B, B, A, direct, so machine noise hits both daemons alike
 (a change of a few per cent in a figure drowns in the noise between separate runs on a shared
 machine). Printed per side: small `tools/call` p50 and p99, the added p50, daemon CPU per round
-trip from /proc, and the 1 MiB echo throughput.
+trip from /proc, and the 1 MiB echo throughput (`--big-bytes` echoes another size: 512 KiB, say,
+whose answer the client's widened pipe takes whole, where 1 MiB's answer is over it and goes in parts).
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ def main() -> None:
     parser.add_argument("--rev", required=True, help="the revision to compare this tree with (A)")
     parser.add_argument("--calls", type=int, default=8000, help="small round trips per side")
     parser.add_argument("--big-calls", type=int, default=40, help="1 MiB echo round trips per side")
+    parser.add_argument("--big-bytes", type=int, default=1024 * 1024, help="bytes of text echoed by the big calls")
     parser.add_argument("--blocks", type=int, default=5)
     args = parser.parse_args()
     sides = (args.rev, "this tree")
@@ -78,7 +80,7 @@ def main() -> None:
         mib: dict[str, list[float]] = {s: [] for s in names}
         per_block = max(1, args.calls // (args.blocks * 2))
         per_big = max(1, args.big_calls // (args.blocks * 2))
-        big = "y" * (1024 * 1024)
+        big = "y" * args.big_bytes
         for _ in range(args.blocks):
             for side in order:
                 pid = pids.get(side, clients[side].proc.pid)
@@ -90,7 +92,7 @@ def main() -> None:
         for _ in range(args.blocks):
             for side in order:
                 samples = time_calls(clients[side], per_big, big)
-                mib[side].append(2 * len(samples) / sum(samples))
+                mib[side].append(2 * len(samples) * args.big_bytes / (1 << 20) / sum(samples))
         for client in clients.values():
             client.close()
     print(f"{'hand-off, median of blocks [min..max]':44} " + " ".join(f"{s[:24]:>24}" for s in names))
@@ -102,9 +104,10 @@ def main() -> None:
     print(f"{'p99 / direct p99':44} {'':>24} " + " ".join(f"{spread(ratio[s], 1, 'x'):>24}" for s in sides))
     print(f"{'CPU per round trip (direct: server; daemon)':44} "
           + " ".join(f"{spread(cpu[s], 1e6, 'us'):>24}" for s in names))
-    print(f"{'1 MiB echo, MiB/s both ways':44} " + " ".join(f"{spread(mib[s], 1, ''):>24}" for s in names))
+    label = f"{args.big_bytes / (1 << 20):g} MiB echo"
+    print(f"{label + ', MiB/s both ways':44} " + " ".join(f"{spread(mib[s], 1, ''):>24}" for s in names))
     big_ratio = {s: [a / d for a, d in zip(mib[s], mib["direct"])] for s in sides}
-    print(f"{'1 MiB echo, ratio to direct':44} {'':>24} " + " ".join(f"{spread(big_ratio[s], 1, 'x'):>24}" for s in sides))
+    print(f"{label + ', ratio to direct':44} {'':>24} " + " ".join(f"{spread(big_ratio[s], 1, 'x'):>24}" for s in sides))
 
 
 if __name__ == "__main__":

@@ -19,8 +19,10 @@ started by raw stdio clients under the same limit, against the stdlib echo serve
 7. a kill -9 of the daemon with every session open: the time until every session has answered a
    `tools/call` again, and the most Python shims running at once meanwhile (the waiting shells
    resume as Python shims);
-8. the fixed cost: Σ RSS of 4 clients of server-everything (daemon + server + waiting shims)
-   against 4 direct servers, from a daemon of its own.
+8. the fixed cost: Σ RSS and Σ PSS of 4 clients of server-everything (daemon + server + waiting
+   shims) against 4 direct servers, from a daemon of its own, and with `--mcp-mux PATH` (a built
+   mcp-mux binary) against mcp-mux's shims, daemon and server in the same run
+   (tests/benchmarks/fixed_cost.py; `--only-everything` runs this row alone).
 """
 
 from __future__ import annotations
@@ -35,7 +37,8 @@ import time
 from pathlib import Path
 
 from shim import slots
-from tests.benchmarks.common import EVERYTHING, LineClient, cpu_seconds, median, rss_kib, time_calls, tree_rss_kib
+from tests.benchmarks.common import LineClient, cpu_seconds, median, rss_kib, time_calls
+from tests.benchmarks.fixed_cost import fixed_cost
 from tests.benchmarks.scale_support import (
     close_all,
     fd_kinds,
@@ -45,6 +48,7 @@ from tests.benchmarks.scale_support import (
     open_sessions,
     pss_kib,
     raw_start,
+    row,
     python_shims,
     scale_env,
     served_count,
@@ -57,10 +61,6 @@ from tests.benchmarks.scale_support import (
 SETTLE_S = 1.0  # after opening sessions: the last shims exec their waiting shells
 IDLE_S = 10.0  # the daemon's CPU is read over this long with every session open
 RESUME_BOUND_S = 180.0  # after a kill -9: give up waiting for the sessions after this long
-
-
-def row(label: str, direct: str, lazyd: str, note: str = "") -> None:
-    print(f"{label:60} {direct:>18} {lazyd:>18}  {note}")
 
 
 def starts(venv: Path, env: dict[str, str], server: list[str], runs: int) -> tuple[list[float], list[float], list[float]]:
@@ -151,38 +151,6 @@ def _answer_within(client: LineClient, timeout_s: float) -> bool:
     return False
 
 
-def fixed_cost(venv: Path) -> None:
-    """Σ RSS of 4 clients of server-everything, direct and through a daemon of its own."""
-    with scale_env(venv) as env:
-        daemon = start_daemon(venv, env)
-        try:
-            shims = [shim_client(venv, env, EVERYTHING) for _ in range(4)]
-            for client in shims:
-                client.handshake()
-                client.request("tools/list")
-                client.request("tools/call", {"name": "echo", "arguments": {"message": "x"}})
-            time.sleep(SETTLE_S)
-            lazyd_kib = tree_rss_kib(daemon.pid) + sum(rss_kib(c.proc.pid) for c in shims)
-            idle_daemon = rss_kib(daemon.pid)
-            close_all(shims)
-        finally:
-            daemon.terminate()
-            daemon.wait(timeout=30)
-        direct = [LineClient(EVERYTHING, env) for _ in range(4)]
-        for client in direct:
-            client.handshake()
-            client.request("tools/list")
-        time.sleep(SETTLE_S)
-        direct_kib = sum(tree_rss_kib(c.proc.pid) for c in direct)
-        close_all(direct)
-    floor = subprocess.run([str(venv / "bin" / "python"), "-c",
-                            "import trio, resource; print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"],
-                           capture_output=True, text=True, check=True)
-    row("4 clients of server-everything: Σ RSS", f"{direct_kib / 1024:.1f} MiB", f"{lazyd_kib / 1024:.1f} MiB",
-        f"{lazyd_kib / direct_kib:.2f}x; the daemon alone {idle_daemon / 1024:.1f} MiB, of which "
-        f"`import trio` in a bare interpreter is {int(floor.stdout) / 1024:.1f} MiB (the floor)")
-
-
 def big_echo(venv: Path, env: dict[str, str], server: list[str], calls: int) -> None:
     big = "y" * (1024 * 1024)
     sides = {"direct": LineClient(server, env), "lazyd": shim_client(venv, env, server)}
@@ -230,12 +198,26 @@ def main() -> None:
     parser.add_argument("--venv", type=Path, default=Path("/tmp/lazyd-bench-venv"),
                         help="where the installed product is built (reused when it exists)")
     parser.add_argument("--no-kill", action="store_true", help="skip the kill -9 measurement")
-    parser.add_argument("--no-everything", action="store_true", help="skip the server-everything figure")
+    parser.add_argument("--no-everything", action="store_true", help="skip the server-everything figures")
+    parser.add_argument("--mcp-mux", type=Path, metavar="PATH",
+                        help="a built mcp-mux binary: the server-everything figures beside it too")
     parser.add_argument("--only-kill", action="store_true",
                         help="open the sessions and measure the kill -9 alone (none of the other figures)")
     parser.add_argument("--reinstall", action="store_true", help="install this checkout into an existing --venv again")
+    parser.add_argument("--only-everything", action="store_true", help="the server-everything figures alone")
+    parser.add_argument("--everything-clients", type=int, default=4, metavar="N",
+                        help="clients of server-everything in those figures (default 4)")
     args = parser.parse_args()
+    if args.everything_clients < 1:
+        parser.error("--everything-clients: at least 1")
+    if args.mcp_mux is not None and not os.access(args.mcp_mux, os.X_OK):
+        parser.error(f"--mcp-mux {args.mcp_mux}: not an executable file")
     venv = installed_venv(args.venv, refresh=args.reinstall)
+    if args.only_everything:
+        print(f"python {sys.version.split()[0]}, load average {os.getloadavg()[0]:.2f} at start; installed product: {venv}")
+        fixed_cost(venv, args.mcp_mux, args.everything_clients)
+        print(f"load average {os.getloadavg()[0]:.2f} at the end")
+        return
     if args.only_kill:
         only_kill(venv, args.sessions, args.servers)
         return
@@ -308,8 +290,7 @@ def main() -> None:
                 daemon.terminate()
                 daemon.wait(timeout=30)
     if not args.no_everything:
-        fixed_cost(venv)
-    print("mcp-mux: not built here (it needs a Go toolchain from a registry); no figure beside it")
+        fixed_cost(venv, args.mcp_mux, args.everything_clients)
     print(f"load average {os.getloadavg()[0]:.2f} at the end")
 
 

@@ -69,6 +69,11 @@ def user_env(root: Path, venv: Path) -> dict[str, str]:
     }
 
 
+def row(label: str, direct: str, lazyd: str, note: str = "") -> None:
+    """One line of bench_scale's table: a label and the figures in fixed columns."""
+    print(f"{label:60} {direct:>18} {lazyd:>18}  {note}")
+
+
 def socket_of(env: dict[str, str]) -> Path:
     return Path(env["XDG_RUNTIME_DIR"]) / "lazyd" / "lazyd.sock"
 

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import shutil
 import signal
 import socket
 import subprocess
 import sys
 import threading
+import time
 import uuid
 from pathlib import Path
 
@@ -167,6 +169,48 @@ def test_a_daemon_killed_in_the_middle_of_writing_an_answer_leaves_it_cut_on_a_l
         shim.send(tool_call(6, "echo", {"text": "after"}))
         assert shim.read() == {"jsonrpc": "2.0", "id": 6, "result": {"content": [{"type": "text", "text": "after"}]}}
         shim.fence("fence")  # and nothing else: id 5 was answered once
+    finally:
+        shim.close()
+
+
+@pytest.mark.parametrize("path", HANDOFF_PATHS, ids=[p.name for p in HANDOFF_PATHS])
+def test_a_daemon_killed_writing_a_large_answer_to_a_slow_client_leaves_no_line_that_does_not_parse(
+        user_env: UserEnv, path: ShimPath) -> None:
+    # Issue 26: an answer within what the client's stdout takes whole (512 KiB into a pipe, which
+    # the daemon widens to 1 MiB; 200 KiB into a socket, within its buffer wherever wmem_max is
+    # Linux's default) waits behind an earlier one the client reads slowly until there is room for
+    # all of it, and goes in one write. A kill -9 right after that write leaves the client a whole
+    # line and the lost-connection error after it: every line parses (the answer twice at worst).
+    size = 200 * 1024 if path.socketpairs else 512 * 1024
+    daemon = start_daemon(user_env, env=kill_seam("written:kill-after-me"))
+    shim = path.started(user_env)
+    try:
+        shim.initialize()
+        path.check(shim)
+        shim.send(tool_call(4, "echo", {"text": "first " + "f" * size}))
+        shim.send(tool_call(5, "echo", {"text": "kill-after-me" + "x" * size}))
+        assert shim.proc.stdout is not None
+        fd, received = shim.proc.stdout.fileno(), b""
+        give_up = time.monotonic() + DEADLINE_S
+        while b'"id":5,"error"' not in received.rpartition(b"\n")[0] and time.monotonic() < give_up:
+            if select.select([fd], [], [], 0.2)[0]:
+                received += os.read(fd, 4096)  # slowly: a page every few milliseconds
+            time.sleep(0.002)
+        assert daemon.proc.wait(DEADLINE_S) == -signal.SIGKILL
+        lines = received.split(b"\n")
+        assert lines[-1] == b"", "the client reads up to the end of a line"
+        messages = []
+        for line in lines[:-1]:
+            try:
+                messages.append(json.loads(line))
+            except ValueError:
+                raise AssertionError(f"the client reads a line that does not parse: {line[:80]!r}... ({len(line)} bytes)")
+        assert [m["id"] for m in messages if "result" in m] in ([4, 5], [4]), [str(m)[:80] for m in messages]
+        errors = [m for m in messages if "error" in m]
+        assert [(m["id"], m["error"]["code"]) for m in errors] == [(5, -32603)], errors
+        shim.send(tool_call(6, "echo", {"text": "after"}))
+        assert shim.read() == {"jsonrpc": "2.0", "id": 6, "result": {"content": [{"type": "text", "text": "after"}]}}
+        shim.fence("fence")
     finally:
         shim.close()
 

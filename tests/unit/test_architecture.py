@@ -59,10 +59,11 @@ ROWS: dict[str, tuple[str, frozenset[str]]] = {
     "lazyd/handoff/snapshot.py": ("stdlib floor", frozenset({"lazyd/handoff/region.py"})),
     "lazyd/paths.py": ("daemon and lazyctl floor", frozenset({"platformdirs", "lazyd/errors.py", "lazyd/sockpath.py"})),
     "lazyd/config/__init__.py": ("config", frozenset()),
-    "lazyd/config/load.py": ("config", frozenset({"tomlkit", "lazyd/core/", STDLIB_FLOOR})),
+    "lazyd/config/load.py": ("config", frozenset({"lazyd/core/", STDLIB_FLOOR})),
     "lazyd/config/model.py": ("config", frozenset({"lazyd/core/", STDLIB_FLOOR})),
     "lazyd/config/values.py": ("config", frozenset({STDLIB_FLOOR})),
-    "lazyd/config/known.py": ("config", frozenset({"tomlkit", "lazyd/core/", STDLIB_FLOOR})),
+    "lazyd/config/known.py": ("config", frozenset({"lazyd/core/", STDLIB_FLOOR})),
+    "lazyd/config/toml_text.py": ("config", frozenset({"tomlkit", STDLIB_FLOOR})),
     "lazyd/core/": ("core", frozenset({"lazyd/errors.py", "lazyd/durations.py", "lazyd/envnames.py"})),
     "lazyd/daemon/": ("shell", frozenset({STDLIB_FLOOR, "lazyd/paths.py", "lazyd/config/", "lazyd/core/", "trio",
                                           "sdnotify"})),
@@ -653,6 +654,21 @@ def test_lazyctl_loads_nothing_of_the_daemon_and_no_trio() -> None:
     loaded = loaded_modules("import lazyd.ctl.main")
     assert "lazyd.ctl.main" in loaded
     assert not {m for m in loaded if m.startswith("lazyd.daemon") or m.split(".")[0] == "trio"}
+
+
+def test_a_daemon_reading_a_valid_config_keeps_no_tomlkit_difflib_logging_handlers_or_hub() -> None:
+    """Modules stay resident for the daemon's life: tomlkit (~1 MiB) and difflib are loaded only
+    for a text the standard library's TOML parser refuses and for a misspelled name, the hub's
+    modules by the first hub session, and the daemon's log rotates without logging.handlers (which
+    brings pickle and handlers it never uses)."""
+    loaded = loaded_modules(
+        "import lazyd.daemon.main\n"
+        "from lazyd.config.load import parse_config_text\n"
+        "config = parse_config_text('[defaults]\\nlinger = \"5m\"\\n[servers.a]\\ncommand = \"x\"\\n', {}, None)\n"
+        "assert config.servers['a'].command == 'x' and config.known_servers.entries, config")
+    assert "lazyd.config.known" in loaded
+    assert not {m for m in loaded if m.split(".")[0] in ("tomlkit", "difflib") or m == "logging.handlers"
+                or m.startswith("lazyd.daemon.hub")}
 
 
 # --- the documentation says the same ------------------------------------------------------------------------

@@ -67,3 +67,25 @@ def test_a_symbolic_link_at_the_logs_name_is_not_followed(tmp_path: Path) -> Non
     with pytest.raises(OSError):
         PrivateRotatingFileHandler(tmp_path / "lazyd.log", 1024, 1)
     assert target.read_text() == "" and mode(target) == 0o644
+
+
+@pytest.mark.parametrize("max_bytes,backup_count", [(64, 1), (200, 1), (100, 3), (0, 1), (64, 0)])
+def test_a_rotation_leaves_the_same_files_as_the_standard_librarys_rotating_handler(
+        tmp_path: Path, max_bytes: int, backup_count: int) -> None:
+    import logging.handlers  # the reference: what the daemon no longer imports
+
+    ours, theirs = tmp_path / "ours", tmp_path / "theirs"
+    ours.mkdir()
+    theirs.mkdir()
+    handlers: list[logging.Handler] = [
+        PrivateRotatingFileHandler(ours / "lazyd.log", max_bytes, backup_count),
+        logging.handlers.RotatingFileHandler(theirs / "lazyd.log", maxBytes=max_bytes, backupCount=backup_count,
+                                             encoding="utf-8")]
+    for n in range(40):
+        for handler in handlers:
+            write(handler, f"line {n} " + "x" * (n % 7) * 9 + " é")
+    for handler in handlers:
+        handler.close()
+    files = {path.name: path.read_text(encoding="utf-8") for path in ours.iterdir()}
+    assert files == {path.name: path.read_text(encoding="utf-8") for path in theirs.iterdir()}
+    assert "line 39" in files["lazyd.log"]

@@ -1,7 +1,9 @@
 """The client's ends and the outbox of a hand-off session (lazyd/daemon/handoff/outbox.py): lines
 reach the client whole and in order however slowly it reads, and a daemon killed at any moment
-leaves a region from which the shim makes a clean stream (docs/reliability.md: the torn byte set
-before any write that can stop inside a line, an answer's id retired only once its line is whole).
+leaves a region from which the shim makes a clean stream (docs/reliability.md: a line the client's
+stdout can take whole goes in one write that the kernel makes whole, marked by the whole byte; only
+a line over that bound goes in parts, with the torn byte set from before its first write; an
+answer's id retired only once its line is whole).
 
 Testing policy: real pipes (shrunk to 4096 bytes with F_SETPIPE_SZ, opened afresh with O_NONBLOCK
 as the shim passes them) and Unix socketpairs (a small SO_SNDBUF), a real sealed memfd region
@@ -10,15 +12,18 @@ daemon, no processes. A kill -9 cannot be placed inside a system call from here,
 the daemon where it can be seen: right after each write into the client's stdout returns (the
 region as it was during that write, the client's stdout as after it) and right after each change
 of the region; at each of those moments the client's stream plus what the shim would add to it
-must parse line by line (at most one cut answer, on a line of its own) and answer every request.
+must parse line by line (no cut line at all but for a line over the whole-write bound, and then
+at most one, on a line of its own) and answer every request.
 """
 
 from __future__ import annotations
 
 import fcntl
 import json
+import logging
 import os
 import socket
+import threading
 from collections.abc import Callable, Iterator
 from select import PIPE_BUF
 
@@ -119,20 +124,30 @@ class Witness:
         self.cut_writes = 0  # writes that could stop inside a line
         self.partial_writes = 0  # writes that took some of what they were given, not all
         self.torn_during_cut_writes: list[bool] = []
+        self.marks_during_writes: list[tuple[bool, bool]] = []  # (torn, whole) during each such write
+        self.bound = 1 << 62  # the longest line (with its newline) the client's stdout takes whole
+
+    def over_bound(self, line: bytes) -> bool:
+        return len(line) + 1 > self.bound
 
     def shim_would_write(self) -> bytes:
         read_end, write_end = os.pipe()
-        fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, 1 << 20)  # room for a tail: no reader meanwhile
+        taken: list[bytes] = []
+
+        def take() -> None:  # a reader meanwhile: a tail can be larger than any pipe
+            while chunk := os.read(read_end, 1 << 20):
+                taken.append(chunk)
+
+        reader = threading.Thread(target=take)
+        reader.start()
         try:
             log = Log(parse(["--", "true"], {}))  # logs nowhere
             recover.answer(snapshot(self.fd), Stdout(log, write_end), log)
-            os.close(write_end)
-            out = b""
-            while chunk := os.read(read_end, 1 << 20):
-                out += chunk
-            return out
         finally:
+            os.close(write_end)
+            reader.join()
             os.close(read_end)
+        return b"".join(taken)
 
     def killed_now(self, where: str) -> None:
         """Assert the client reads a clean stream if the daemon is killed at this moment."""
@@ -147,9 +162,12 @@ class Witness:
             try:
                 message = json.loads(line)
             except ValueError:
-                # The one line a kill can cut: an answer begun, on a line of its own.
+                # The one line a kill can cut: an answer over the whole-write bound begun, on a line
+                # of its own (or, right after its last part went, an empty line).
                 assert any(whole.startswith(line) for whole in self.lines), \
                     f"killed {where}: the client reads a line that is no line the daemon wrote"
+                assert any(whole.startswith(line) for whole in self.lines if self.over_bound(whole)), \
+                    f"killed {where}: a line of at most {self.bound} bytes is cut ({len(line)} bytes of it)"
                 cut += 1
                 continue
             answered.add(id_key(message.get("id")))
@@ -167,7 +185,10 @@ class WatchedEnds(ClientEnds):
         size = sum(len(part) for part in parts)
         if self.may_cut(size):
             self.witness.cut_writes += 1
-            self.witness.torn_during_cut_writes.append(hs.read_region(self.witness.fd).torn)  # type: ignore[union-attr]
+            region = hs.read_region(self.witness.fd)
+            assert region is not None
+            self.witness.torn_during_cut_writes.append(region.torn)
+            self.witness.marks_during_writes.append((region.torn, region.whole))
         written = super().write(parts)
         self.witness.partial_writes += 0 < written < size
         self.witness.sent += b"".join(bytes(part) for part in parts)[:written]
@@ -184,12 +205,19 @@ class WatchedLedger(Ledger):
         super().torn(torn)
         self.witness.killed_now(f"after the torn byte was {'set' if torn else 'cleared'}")
 
+    def whole(self, whole: bool) -> None:
+        super().whole(whole)
+        self.witness.killed_now(f"after the whole byte was {'set' if whole else 'cleared'}")
+
     def answered(self, done: int | str) -> None:
         super().answered(done)
         self.witness.killed_now(f"after {done!r} was retired")
 
 
-def session(fd: int, mapped: Region, client: Client) -> tuple[HandoffOutbox, Witness]:
+def session(fd: int, mapped: Region, client: Client, *, wide: bool = True) -> tuple[HandoffOutbox, Witness]:
+    """An outbox over `client`'s ends, watched. With `wide`, the client's stdout is widened (a
+    pipe) or its buffer raised (a socket) first, as for a large line, and the witness told the
+    whole-write bound that gives."""
     witness = Witness(fd)
     ledger = WatchedLedger(mapped)
     ledger.witness = witness
@@ -197,6 +225,9 @@ def session(fd: int, mapped: Region, client: Client) -> tuple[HandoffOutbox, Wit
     ends.witness = witness
     overflowed: list[bool] = []
     outbox = HandoffOutbox(1, os.getpid(), lambda: overflowed.append(True), ends, ledger)
+    if wide:
+        assert not ends.whole_possible(1 << 40)
+        witness.bound = ends.bound()
     return outbox, witness
 
 
@@ -215,12 +246,13 @@ def expected(witness: Witness) -> bytes:
     return b"".join(line + b"\n" for line in witness.lines)
 
 
-async def serve(outbox: HandoffOutbox, client: Client, witness: Witness, deliver: Callable[[], None]) -> None:
+async def serve(outbox: HandoffOutbox, client: Client, witness: Witness, deliver: Callable[[], None],
+                chunk: int = 1000) -> None:
     """Run the outbox's writer while `deliver` gives it lines and the client reads slowly."""
     async with trio.open_nursery() as nursery:
         nursery.start_soon(outbox.run_writer)
         deliver()
-        await client.read_slowly(len(expected(witness)))
+        await client.read_slowly(len(expected(witness)), chunk)
         nursery.cancel_scope.cancel()
     outbox.ends.close()
 
@@ -228,73 +260,74 @@ async def serve(outbox: HandoffOutbox, client: Client, witness: Witness, deliver
 # ---- the outbox -----------------------------------------------------------------------------
 
 
-async def test_lines_over_pipe_buf_reach_a_slow_client_whole_and_in_order_and_a_kill_at_any_moment_leaves_a_clean_stream(
+def at_bound(witness: Witness, request_id: int) -> bytes:
+    """An answer line that, with its newline, is exactly the longest the client's stdout takes whole."""
+    line = answer(request_id, witness.bound - 1 - len(answer(request_id, 0)))
+    assert len(line) + 1 == witness.bound
+    return line
+
+
+def over_bound(witness: Witness, request_id: int) -> bytes:
+    """An answer line longer than the client's stdout can ever take whole: it goes in parts (twice
+    the bound: a socket takes more than `bound` at once, which is what it surely takes whole)."""
+    return answer(request_id, 2 * witness.bound)
+
+
+async def test_lines_below_at_and_above_the_whole_write_bound_reach_a_slow_client_in_order_and_a_kill_at_any_moment_cuts_none_within_it(
         fd: int, mapped: Region, client: Client) -> None:
     outbox, witness = session(fd, mapped, client)
-    ask(outbox, witness, 1, 2, 3, 4, 5)
+    ask(outbox, witness, *range(1, 9))
 
     def deliver() -> None:
-        give(outbox, witness, answer(1, BIG), 1)  # straight in, cut: the rest is queued
-        give(outbox, witness, notification(100))  # behind it, not written into its middle
+        give(outbox, witness, answer(1, BIG), 1)  # straight in, whole
+        give(outbox, witness, notification(100))
         give(outbox, witness, answer(2, 10), 2)
-        give(outbox, witness, answer(3, 3 * BIG), 3)
+        give(outbox, witness, answer(3, witness.bound // 3), 3)  # waits for room for all of it
         give(outbox, witness, answer(4, 50), 4)
-        give(outbox, witness, answer(5, BIG), 5)
+        give(outbox, witness, at_bound(witness, 5), 5)  # waits for an empty pipe (socket buffer)
+        give(outbox, witness, over_bound(witness, 6), 6)  # in parts, behind the others
+        give(outbox, witness, answer(7, BIG), 7)
+        give(outbox, witness, answer(8, 10), 8)
 
-    await serve(outbox, client, witness, deliver)
+    await serve(outbox, client, witness, deliver, chunk=16 * 1024)
     assert client.received == expected(witness) == witness.sent
-    assert outbox.ledger.inflight == 0 and not mapped.torn and not mapped.entries()
-    assert witness.partial_writes >= 3 and witness.moments > 20, "the writes were not partial: the test proves nothing"
+    assert outbox.ledger.inflight == 0 and not mapped.torn and not mapped.whole and not mapped.entries()
+    marks = witness.marks_during_writes
+    assert all(torn != whole for torn, whole in marks), f"a write that may stop inside a line went unmarked: {marks}"
+    assert sum(torn for torn, _ in marks) >= 2, "the line over the bound did not go in parts: the test proves nothing"
+    assert sum(whole for _, whole in marks) >= 4 and witness.moments > 30, (marks, witness.moments)
 
 
-async def test_the_torn_byte_is_set_before_every_write_that_can_stop_inside_a_line(
-        fd: int, mapped: Region, client: Client) -> None:
+async def test_a_line_over_the_bound_queued_behind_whole_lines_has_the_torn_byte_set_from_its_first_part_to_its_last(
+        fd: int, mapped: Region, client: Client, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="lazyd.server")
     outbox, witness = session(fd, mapped, client)
-    ask(outbox, witness, 1, 2)
+    ask(outbox, witness, 1, 2, 3)
 
     def deliver() -> None:
-        give(outbox, witness, answer(1, 2 * BIG), 1)  # by deliver, then by the writer
-        give(outbox, witness, answer(2, 2 * BIG), 2)  # by the writer only
+        give(outbox, witness, answer(1, witness.bound // 2), 1)
+        give(outbox, witness, over_bound(witness, 2), 2)  # by the writer only, once the first is read
+        give(outbox, witness, over_bound(witness, 3), 3)
 
-    await serve(outbox, client, witness, deliver)
-    assert witness.torn_during_cut_writes and all(witness.torn_during_cut_writes), witness.torn_during_cut_writes
+    await serve(outbox, client, witness, deliver, chunk=64 * 1024)
+    parts = [torn for torn, _ in witness.marks_during_writes[1:]]
+    assert witness.marks_during_writes[0] == (False, True) and len(parts) >= 4 and all(parts), witness.marks_during_writes
     assert not mapped.torn, "cleared once the last line is whole"
+    said = [r.getMessage() for r in caplog.records if "written in parts" in r.getMessage()]
+    assert len(said) == 1 and f"over the {witness.bound} its stdout takes whole" in said[0], said
 
 
-async def test_the_writer_sets_the_torn_byte_before_it_starts_a_line_queued_behind_a_full_pipe(
+async def test_a_small_line_into_a_socket_is_marked_whole_during_its_write_and_never_torn(
         fd: int, mapped: Region) -> None:
-    # Lines of 1000 bytes fill a 4096-byte pipe whole (each write is at most PIPE_BUF: whole or
-    # not at all) until one finds no room and is queued unwritten; a big line queues behind it.
-    # The writer's first write then starts at a line's beginning and can stop inside the big one.
-    client = Client("pipe")
-    try:
-        outbox, witness = session(fd, mapped, client)
-        ask(outbox, witness, *range(1, 7), 99)
-
-        def deliver() -> None:
-            for request_id in range(1, 7):
-                give(outbox, witness, answer(request_id, 950), request_id)
-            assert outbox.backlog_frames and not mapped.torn and witness.cut_writes == 0, "the pipe is not full"
-            give(outbox, witness, answer(99, 2 * BIG), 99)
-
-        await serve(outbox, client, witness, deliver)
-        assert client.received == expected(witness)
-        assert witness.cut_writes >= 2 and all(witness.torn_during_cut_writes), witness.torn_during_cut_writes
-    finally:
-        client.close()
-
-
-async def test_a_line_into_a_socket_is_flagged_torn_during_its_write_even_when_it_is_small(
-        fd: int, mapped: Region) -> None:
-    # Any write into a socket can stop inside a line, whatever its size: a small answer that
-    # happens to go whole must have had the torn byte set while it went.
+    # Any write into a socket could stop inside a line, whatever its size: one with room for all
+    # of it goes whole, and the region says so while it goes (the shim then ends nothing).
     client = Client("socketpair")
     try:
-        outbox, witness = session(fd, mapped, client)
+        outbox, witness = session(fd, mapped, client, wide=False)
         ask(outbox, witness, 7)
         give(outbox, witness, answer(7, 10), 7)
-        assert witness.torn_during_cut_writes == [True]
-        assert not mapped.torn and outbox.ledger.inflight == 0 and witness.sent == expected(witness)
+        assert witness.marks_during_writes == [(False, True)]
+        assert not mapped.whole and outbox.ledger.inflight == 0 and witness.sent == expected(witness)
         outbox.ends.close()
     finally:
         client.close()
@@ -304,12 +337,39 @@ async def test_a_line_of_at_most_pipe_buf_goes_into_a_pipe_whole_without_touchin
         fd: int, mapped: Region) -> None:
     client = Client("pipe")
     try:
-        outbox, witness = session(fd, mapped, client)
+        outbox, witness = session(fd, mapped, client, wide=False)
         ask(outbox, witness, 1)
         line = answer(1, PIPE_BUF - 60)
         assert len(line) < PIPE_BUF
         give(outbox, witness, line, 1)
         assert witness.cut_writes == 0 and witness.sent == line + b"\n" and outbox.ledger.inflight == 0
+        outbox.ends.close()
+    finally:
+        client.close()
+
+
+async def test_a_line_that_does_not_fit_the_pipe_s_free_slots_waits_for_room_instead_of_going_in_part(
+        fd: int, mapped: Region) -> None:
+    # Ten lines of 3,000 bytes take ten pages of a 4 KiB-page pipe (none merges into the page
+    # before it), holding 30,000 bytes: "size minus FIONREAD" would say a 26 KiB line fits a
+    # pipe of 16 pages, where only 6 pages are free, and a write of it would stop after 6 pages
+    # (its first 2,098 bytes do not fit the last page's rest, so it is not merged there).
+    client = Client("pipe")
+    try:
+        outbox, witness = session(fd, mapped, client, wide=False)
+        fcntl.fcntl(client.out_fd, fcntl.F_SETPIPE_SZ, DEFAULT_PIPE_BYTES)
+        ask(outbox, witness, *range(1, 12))
+        for request_id in range(1, 11):
+            give(outbox, witness, answer(request_id, 3000 - 1 - len(answer(request_id, 0))), request_id)
+        assert len(witness.sent) == 10 * 3000 and not outbox.backlog_frames
+        give(outbox, witness, answer(11, 26 * 1024), 11)
+        assert len(witness.sent) == 10 * 3000 and outbox.backlog_bytes == len(witness.lines[-1]) + 1, "it went at once"
+        assert pipe_size(client.out_fd) == DEFAULT_PIPE_BYTES
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(outbox.run_writer)
+            await client.read_slowly(len(expected(witness)), chunk=3000)
+            nursery.cancel_scope.cancel()
+        assert client.received == expected(witness) and witness.partial_writes == 0
         outbox.ends.close()
     finally:
         client.close()
@@ -321,15 +381,15 @@ async def test_an_answer_stays_in_flight_in_the_region_until_the_last_byte_of_it
     ask(outbox, witness, 9)
     emptied: list[bool] = []
     outbox.ledger.on_empty = lambda: emptied.append(True)
-    line = answer(9, 3 * BIG)
+    line = over_bound(witness, 9)
     give(outbox, witness, line, 9)
     assert 0 < len(witness.sent) < len(line) + 1, "the first write should have been partial"
     async with trio.open_nursery() as nursery:
         nursery.start_soon(outbox.run_writer)
         while len(witness.sent) < len(line):
             assert [text for _, text in mapped.entries()] == [b"9"] and mapped.torn and not emptied
-            await client.read_slowly(len(client.received) + 1000)
-        await client.read_slowly(len(line) + 1)
+            await client.read_slowly(len(client.received) + 64 * 1024, chunk=64 * 1024)
+        await client.read_slowly(len(line) + 1, chunk=64 * 1024)
         nursery.cancel_scope.cancel()
     assert client.received == line + b"\n"
     assert mapped.entries() == [] and not mapped.torn and emptied == [True]
@@ -338,10 +398,11 @@ async def test_an_answer_stays_in_flight_in_the_region_until_the_last_byte_of_it
 
 def let_go_mid_line(fd: int, mapped: Region, client: Client, *, watching: bool) -> tuple[HandoffOutbox, Witness]:
     """A session let go as HandoffSession._finish does it: what the client's stdout takes now,
-    then the rest of the cut line into the region's tail, for the shim to write first."""
+    then the rest of the cut line (one over the bound) into the region's tail, for the shim to
+    write first."""
     outbox, witness = session(fd, mapped, client)
     ask(outbox, witness, 1, 2)
-    give(outbox, witness, answer(1, 2 * BIG), 1)
+    give(outbox, witness, over_bound(witness, 1), 1)
     give(outbox, witness, answer(2, 10), 2)
     outbox.closed = True
     outbox.write_ready()

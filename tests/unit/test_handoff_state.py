@@ -45,7 +45,7 @@ def _state(**fields: object) -> State:
 
 
 def _fields(state: State) -> dict[str, object]:
-    return {name: getattr(state, name) for name in State.__slots__ if name not in ("generation", "inflight", "out_torn")}
+    return {name: getattr(state, name) for name in State.__slots__ if name not in ("generation", "inflight", "out_torn", "out_whole")}
 
 
 FULL = _state(init=b'{"jsonrpc":"2.0","id":0,"method":"initialize","params":{}}',
@@ -144,6 +144,18 @@ def test_the_torn_byte_is_read_as_the_state_s_torn_flag(fd: int, buf: Any) -> No
     region.torn = False
     shim = read_region(fd)
     assert shim is not None and shim.current is not None and not shim.current.out_torn
+
+
+def test_the_whole_byte_is_read_as_the_state_s_whole_flag_apart_from_the_torn_byte(fd: int, buf: Any) -> None:
+    region = Region(buf)
+    region.write(State())
+    region.whole = True
+    shim = read_region(fd)
+    assert shim is not None and shim.current is not None and shim.current.out_whole and not shim.current.out_torn
+    assert os.pread(fd, 1, hs.TORN_OFFSET) == b"\0", "a reader of the torn byte alone ends no line"
+    region.whole = False
+    shim = read_region(fd)
+    assert shim is not None and shim.current is not None and not shim.current.out_whole
 
 
 def test_a_handshake_line_over_its_bound_is_not_recorded_and_nothing_is_resumed() -> None:

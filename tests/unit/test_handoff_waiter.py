@@ -61,6 +61,49 @@ def test_with_no_shim_left_to_exec_the_waiter_s_script_answers_what_is_in_flight
     assert b"no longer installed" in done.stderr
 
 
+def _orphan_output(fd: int) -> bytes:
+    os.set_inheritable(fd, True)
+    done = subprocess.run([sys.executable, "-I", "-S", "-c", handoff.orphan_script(), "/gone/python",
+                           f"--resume-handoff={fd}"], pass_fds=[fd], capture_output=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def _recovery_output(fd: int) -> bytes:
+    from lazyd.handoff.snapshot import snapshot
+    from shim import recover
+    from shim.options import Log, parse
+    from shim.stdout import Stdout
+
+    read_end, write_end = os.pipe()
+    try:
+        log = Log(parse(["--", "true"], {}))
+        recover.answer(snapshot(fd), Stdout(log, write_end), log)
+        os.close(write_end)
+        return os.read(read_end, 1 << 20)
+    finally:
+        os.close(read_end)
+
+
+@pytest.mark.parametrize("mark", ["whole", "torn", "none"])
+def test_the_waiter_s_script_and_the_shim_s_recovery_end_a_line_only_for_the_torn_byte_and_agree(
+        fd: int, mark: str) -> None:
+    buf = map_region(fd)
+    try:
+        ledger = Ledger(Region(buf))
+        ledger.client_line(call(1))
+        if mark == "whole":
+            ledger.whole(True)  # killed around a write of whole lines: the client's last line is whole
+        elif mark == "torn":
+            ledger.torn(True)
+    finally:
+        buf.close()
+    orphan, recovered = _orphan_output(fd), _recovery_output(fd)
+    assert orphan == recovered
+    error = b'{"jsonrpc":"2.0","id":1' + handoff.ERROR_TAIL + b"\n"
+    assert recovered == (b"\n" + error if mark == "torn" else error)
+
+
 OFFER = """
 import os, sys
 from shim import handoff

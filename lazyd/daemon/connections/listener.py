@@ -36,7 +36,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
@@ -46,7 +46,6 @@ from lazyd.daemon.handoff import session as handoff
 from lazyd.daemon.control import handshakes
 from lazyd.daemon.runtime.era_lanes import EraRoute
 from lazyd.daemon.fdlimit import Spare
-from lazyd.daemon.hub.server import HubSession
 from lazyd.daemon.control import progress
 from lazyd.daemon.upgrade.connection_state import Live
 from lazyd.daemon.runtime.outbox import ConnectionOutbox
@@ -56,6 +55,9 @@ from lazyd.daemon.sessions.registry import Registry
 from lazyd.daemon.runtime.supervisor import ServerRuntime
 from lazyd.errors import Refused, SlowPeer, WireError
 from lazyd.frames import AnyFrame, Ctl, ForeignHello, Hello, Line, Progress, Refusal, Reply, Welcome
+
+if TYPE_CHECKING:  # only a type here: the hub is loaded by its first session, not kept by every daemon
+    from lazyd.daemon.hub.server import HubSession
 
 log = logging.getLogger("lazyd.conn")
 

@@ -130,6 +130,12 @@ class Ledger:
         that can be partial, cleared once the line is whole (one byte of the region each)."""
         self.region.torn = torn
 
+    def whole(self, whole: bool) -> None:
+        """Whether whole lines may or may not have just been written to the client's stdout, none
+        of them cut: set around a write that goes whole or not at all (its ids still in the
+        table), so a recovering shim knows that nothing needs ending."""
+        self.region.whole = whole
+
     def head_relayed(self) -> None:
         """The partial line recorded so far was completed and relayed: a new one starts."""
         self._head_written = 0

@@ -13,7 +13,16 @@
 `HandoffOutbox` is what a runtime delivers a client's lines to (the `Outbox` of
 lazyd/daemon/runtime/outbox.py): each line goes straight into the client's stdout when nothing is queued,
 else behind the queued ones through a writer task; an answer's id is retired from the session's
-ledger only once its whole line is in the pipe. The bounds are a connection's (`should_pause`
+ledger only once its whole line is in the pipe.
+
+Whole lines or none (docs/reliability.md): a line goes only once the client's stdout has room for
+all of it (`ClientEnds.room`, counted as lazyd/daemon/handoff/room.py says), in one write the kernel
+then makes whole, with the region's whole byte set around it; a daemon killed at any moment leaves
+no cut line for the shim to end. Only a line over what the client's stdout can ever take whole
+(`ClientEnds.bound`, after widening the pipe or raising the socket's buffer) goes in parts, with
+the torn byte set from before its first part until its last, which is cleared before its id is
+retired. A line that waits for room does not spin: the writer waits on the kernel while the
+stdout is full, else on a doubling timer (ROOM_WAIT_FIRST_S). The bounds are a connection's (`should_pause`
 past CLIENT_PAUSE_BYTES, disconnected past MAX_CLIENT_BACKLOG_BYTES), so a client that stops
 reading costs what a shim that stops reading costs.
 
@@ -27,12 +36,15 @@ budget (pipe-user-pages-soft) and an idle session should not hold a megabyte of 
 
 from __future__ import annotations
 
+import array
 import errno
 import fcntl
 import logging
 import os
+import select
 import socket
 import stat
+import termios
 from collections import deque
 from collections.abc import Callable
 from itertools import islice
@@ -42,6 +54,7 @@ import trio
 
 from lazyd.core.relay.jsonrpc import JsonId
 from lazyd.daemon.handoff.ledger import Ledger
+from lazyd.daemon.handoff.room import PipeRoom, socket_cost, socket_room
 from lazyd.daemon.heap import LARGE_BYTES, TRIMMER
 from lazyd.daemon.runtime.outbox import (
     CLIENT_PAUSE_BYTES,
@@ -59,6 +72,15 @@ WIDE_PIPE_BYTES = 1024 * 1024  # Linux's default pipe-max-size for users, as the
 DEFAULT_PIPE_BYTES = 64 * 1024  # a read this large took a default pipe's whole content
 _F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
 _F_GETPIPE_SZ = getattr(fcntl, "F_GETPIPE_SZ", 1032)
+_SIOCOUTQ = termios.TIOCOUTQ  # the same request number: SIOCOUTQ on a socket
+WIDE_SNDBUF_BYTES = socket_cost(WIDE_PIPE_BYTES, 1 << 30) // 2 + 4096
+# SO_SNDBUF asked of a socket a large line needs whole: the kernel doubles it (capped at twice
+# net.core.wmem_max), so a line as long as a widened pipe holds fits it whole too where allowed.
+ROOM_WAIT_FIRST_S = 0.0005
+ROOM_WAIT_MAX_S = 0.02
+# Waiting for room for a whole line while the client's stdout is not full: the kernel wakes a
+# writer at one free page (a pipe) or a quarter of the buffer (a socket), not at the room a line
+# needs, so the writer looks again after a timer that doubles from the first to the most.
 
 
 def _usable(fd: int, *, readable: bool) -> str | None:
@@ -106,6 +128,14 @@ class ClientEnds:
         self._out_sock = socket.socket(fileno=out_fd) if stat.S_ISSOCK(os.fstat(out_fd).st_mode) else None
         self.closed = False
         self._widened: dict[int, int] = {}  # a pipe widened while large lines pass: its size before
+        self._pipe_room = PipeRoom()  # the slots the daemon's writes may hold in the stdout pipe
+        if self._out_sock is None:
+            try:
+                self.room()  # an empty pipe starts the count now, before the first small line
+            except BrokenPipeError:
+                pass  # the first write will say so; the count starts when it is seen empty
+        self._sndbuf = 0  # the stdout socket's SO_SNDBUF, once read (only the daemon raises it)
+        self._sndbuf_raised = False
 
     def read(self, size: int) -> bytes | None:
         """Up to `size` bytes of the client's stdin; b"" at EOF; None if nothing is there yet."""
@@ -144,7 +174,9 @@ class ClientEnds:
         try:
             if self._out_sock is not None:
                 return self._out_sock.sendmsg(parts, [], _SEND_FLAGS)
-            return os.writev(self.out_fd, parts)
+            written = os.writev(self.out_fd, parts)
+            self._pipe_room.wrote(written)
+            return written
         except BlockingIOError:
             return 0
         except OSError as exc:
@@ -195,6 +227,67 @@ class ClientEnds:
         poller = select.poll()
         poller.register(self.out_fd, 0)  # POLLERR and POLLHUP are always reported
         return bool(poller.poll(0))
+
+    def room(self) -> int:
+        """Bytes one write surely puts into the client's stdout whole now (lazyd/daemon/handoff/room.py).
+
+        Raises BrokenPipeError when the client's stdout can no longer be asked."""
+        count = array.array("i", [0])
+        try:
+            if self._out_sock is not None:
+                fcntl.ioctl(self.out_fd, _SIOCOUTQ, count)
+                return socket_room(count[0], self._send_buffer())
+            fcntl.ioctl(self.out_fd, termios.FIONREAD, count)
+            return self._pipe_room.room(fcntl.fcntl(self.out_fd, _F_GETPIPE_SZ), count[0])
+        except OSError as exc:
+            raise BrokenPipeError(exc.errno, exc.strerror) from None
+
+    def bound(self) -> int:
+        """The longest write (a line and its newline) the client's stdout can ever take whole as
+        it is now: all of an empty pipe, or what an empty socket buffer holds."""
+        try:
+            if self._out_sock is not None:
+                return socket_room(0, self._send_buffer())
+            size: int = fcntl.fcntl(self.out_fd, _F_GETPIPE_SZ)
+            return size
+        except OSError as exc:
+            raise BrokenPipeError(exc.errno, exc.strerror) from None
+
+    def whole_possible(self, size: int) -> bool:
+        """Whether a write of `size` bytes can go whole into the client's stdout once it has
+        room: a pipe is widened and a socket's buffer raised first where that is needed and
+        allowed (a pipe past the user's budget or pipe-max-size, a socket past wmem_max stay)."""
+        if self._out_sock is None and size <= PIPE_BUF:
+            return True  # whole or nothing, whatever the room (POSIX)
+        if size <= self.bound():
+            return True
+        if self._out_sock is None:
+            self.widen(self.out_fd)
+        elif not self._sndbuf_raised:
+            self._sndbuf_raised = True  # once: the kernel caps it at twice wmem_max, and that stays
+            if self._send_buffer() < 2 * WIDE_SNDBUF_BYTES:  # never lower a buffer the client made larger
+                try:
+                    self._out_sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, WIDE_SNDBUF_BYTES)
+                except OSError:
+                    pass
+                self._send_buffer(fresh=True)
+        return size <= self.bound()
+
+    def _send_buffer(self, *, fresh: bool = False) -> int:
+        assert self._out_sock is not None
+        if fresh or not self._sndbuf:
+            self._sndbuf = self._out_sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF)
+        return self._sndbuf
+
+    async def wait_for_room(self, delay: float) -> None:
+        """One step of waiting for room for a whole line: until the kernel says the client's
+        stdout has some (when it is full), else `delay` (see ROOM_WAIT_FIRST_S)."""
+        poller = select.poll()
+        poller.register(self.out_fd, select.POLLOUT)
+        if not poller.poll(0):
+            await trio.lowlevel.wait_writable(self.out_fd)
+        else:
+            await trio.sleep(delay)
 
     def may_cut(self, size: int) -> bool:
         """Whether a write of `size` bytes into the client's stdout may stop inside a line: any
@@ -258,43 +351,40 @@ class HandoffOutbox:
         self._wake = trio.Event()  # set when the queue got a line, for the writer
         self._drained = trio.Event()  # set (and replaced) when a paused reader may go on
         self._paused = False
+        self._need_room = 0  # bytes the first queued line waits for in the client's stdout
+        self._parts_logged = False  # a line over what the client's stdout takes whole was logged
 
     # ---- the Outbox protocol -------------------------------------------------------------------
 
     def deliver(self, line: bytes, done: JsonId | None = None) -> None:
         if self.dropped or self.closed:
             return
-        offset = 0
-        if not self._queue:
-            # Nothing queued: straight into the client's pipe, no task switch on the hot path.
-            risky = self.ends.may_cut(len(line) + 1)
-            if risky:
-                self.ledger.torn(True)  # before: a daemon killed during the write leaves the line cut
+        size = len(line) + 1
+        if not self._queue and not self.ends.may_cut(size):
+            # At most PIPE_BUF into a pipe: whole or not at all, no mark needed, no task switch.
             try:
-                offset = self.ends.write([line, b"\n"])
-                if offset <= len(line) and len(line) >= DEFAULT_PIPE_BYTES and self.ends.widen(self.ends.out_fd):
-                    offset += self.ends.write(_Pending(line, done, offset).parts())  # the rest, at once
+                if self.ends.write([line, b"\n"]):
+                    if done is not None:
+                        self.ledger.answered(done)
+                    return
             except BrokenPipeError:
                 self._gone()
                 return
-            if offset == len(line) + 1:
-                if risky:
-                    self.ledger.torn(False)
-                if done is not None:
-                    self.ledger.answered(done)
-                return
-            if not offset and risky:
-                self.ledger.torn(False)  # nothing went: the client's stdout ends with a whole line
-        pending = _Pending(line, done, offset)
-        self._queue.append(pending)
-        self.backlog_bytes += pending.remaining()
+            first = False  # the pipe is full: the writer waits for it
+        else:
+            first = not self._queue
+        self._queue.append(_Pending(line, done, 0))
+        self.backlog_bytes += size
+        if first and not self.write_ready():
+            return  # the client is gone
         if self.backlog_bytes > MAX_CLIENT_BACKLOG_BYTES or len(self._queue) > MAX_CLIENT_BACKLOG_FRAMES:
             self.dropped = True
             log.warning("client %d (shim pid %d) stopped reading: disconnecting it (%d lines, %d bytes queued)",
                         self.cid, self.pid, len(self._queue), self.backlog_bytes)
             self._on_overflow()
             return
-        self._wake.set()
+        if self._queue:
+            self._wake.set()
 
     def close(self) -> None:
         if not self.closed:
@@ -320,45 +410,108 @@ class HandoffOutbox:
 
     async def run_writer(self) -> None:
         """Write queued lines as the client takes them, until the session ends."""
+        delay = ROOM_WAIT_FIRST_S
         while True:
             while not self._queue:
                 await self._wake.wait()
                 self._wake = trio.Event()
-            await self.ends.wait_writable()
+            if self._need_room:
+                await self.ends.wait_for_room(delay)
+                delay = min(2 * delay, ROOM_WAIT_MAX_S)
+            else:
+                await self.ends.wait_writable()
+            backlog = self.backlog_bytes
             if not self.write_ready():
                 return
+            if self.backlog_bytes != backlog:
+                delay = ROOM_WAIT_FIRST_S  # a line went: the next one's wait starts short again
 
     def write_ready(self) -> bool:
-        """Write what the pipe takes now; False once the client is gone."""
-        while self._queue:
-            batch = list(islice(self._queue, MAX_IOV // 2))
-            parts = [part for pending in batch for part in pending.parts()]
-            size = sum(pending.remaining() for pending in batch)
-            if not batch[0].offset and self.ends.may_cut(size):
-                self.ledger.torn(True)  # before the write, which may stop inside a line
-            try:
-                written = self.ends.write(parts)
-            except BrokenPipeError:
-                self._gone()
-                return False
-            self.backlog_bytes -= written
-            left = written
-            for pending in batch:
-                take = min(left, pending.remaining())
-                pending.offset += take
-                left -= take
-                if pending.remaining():
+        """Write what the client's stdout takes now: whole lines only, but for a line over what it
+        can ever take whole (ClientEnds.whole_possible), which goes in parts. False once the
+        client is gone."""
+        self._need_room = 0
+        try:
+            while self._queue:
+                head = self._queue[0]
+                if head.offset or not self.ends.whole_possible(head.remaining()):
+                    if not self._write_part(head):
+                        break
+                elif not self._write_whole():
                     break
-                self._queue.popleft()
-                if pending.done is not None:
-                    self.ledger.answered(pending.done)
-            self.ledger.torn(bool(self._queue) and self._queue[0].offset > 0)
-            if self._paused and not self.should_pause():
-                self._paused = False
-                self._drained.set()
-                self._drained = trio.Event()
-            if written < size:
-                return True  # the client's stdout is full: the writer waits for room
+        except BrokenPipeError:
+            self._gone()
+            return False
+        if self._paused and not self.should_pause():
+            self._paused = False
+            self._drained.set()
+            self._drained = trio.Event()
+        return True
+
+    def _write_whole(self) -> bool:
+        """Write the queued lines the client's stdout has room for, in one write that goes whole
+        or not at all (lazyd/daemon/handoff/room.py); False when it has none for the first."""
+        room = self.ends.room()
+        batch: list[_Pending] = []
+        size = 0
+        for pending in islice(self._queue, MAX_IOV // 2):
+            if pending.offset or size + pending.remaining() > room:
+                break
+            batch.append(pending)
+            size += pending.remaining()
+        if not batch:
+            first = self._queue[0].remaining()
+            if self.ends.may_cut(first):
+                self._need_room = first  # the writer waits for that much room, not for a page
+                return False
+            batch, size = [self._queue[0]], first  # PIPE_BUF at most into a pipe: whole or nothing
+        marked = self.ends.may_cut(size)
+        if marked:
+            # Whole lines or none: the shim ends nothing with a newline, and the ids still in the
+            # table get their errors after them (at worst an answer twice).
+            self.ledger.whole(True)
+        written = self.ends.write([part for pending in batch for part in pending.parts()])
+        self.backlog_bytes -= written
+        left = written
+        for pending in batch:
+            take = min(left, pending.remaining())
+            pending.offset += take
+            left -= take
+            if pending.remaining():
+                break
+            self._queue.popleft()
+            if pending.done is not None:
+                self.ledger.answered(pending.done)
+        if written < size and self._queue and self._queue[0].offset:
+            # The kernel stopped short of the room it had (no page to allocate, a fault): the line
+            # is cut now, as one written in parts; the rest goes by `_write_part`.
+            self.ledger.torn(True)
+            log.warning("client %d (shim pid %d): a write of %d bytes into its stdout stopped at %d",
+                        self.cid, self.pid, size, written)
+        if marked:
+            self.ledger.whole(False)
+        return written == size
+
+    def _write_part(self, head: _Pending) -> bool:
+        """Write what the client's stdout takes of a line it cannot take whole: the torn byte is
+        set from its first byte until its last; False when the stdout is full."""
+        if not head.offset:
+            self.ledger.torn(True)  # before the write, which may stop inside the line
+            if not self._parts_logged:
+                self._parts_logged = True
+                log.info("client %d (shim pid %d): a line of %d bytes is over the %d its stdout takes whole; "
+                         "written in parts (a kill -9 meanwhile leaves it cut; logged once per session)",
+                         self.cid, self.pid, head.remaining(), self.ends.bound())
+        written = self.ends.write(head.parts())
+        head.offset += written
+        self.backlog_bytes -= written
+        if head.remaining():
+            return False
+        # Cleared before the id is retired: a kill in between leaves a whole line and the id's error.
+        self.ledger.torn(False)
+        self._queue.popleft()
+        if head.done is not None:
+            self.ledger.answered(head.done)
         return True
 
     def let_go(self) -> None:

@@ -35,7 +35,7 @@ import os
 import socket
 import struct
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
@@ -44,7 +44,6 @@ from lazyd.daemon.control import handshakes
 from lazyd.daemon.runtime.era_lanes import EraRoute
 from lazyd.daemon.handoff.ledger import Landing, Ledger, map_region
 from lazyd.daemon.handoff.outbox import ClientEnds, HandoffOutbox
-from lazyd.daemon.hub.server import HubSession
 from lazyd.daemon.upgrade.quiesce import GATE
 from lazyd.daemon.sessions.registry import Registry
 from lazyd.daemon.runtime.supervisor import ServerRuntime
@@ -52,6 +51,9 @@ from lazyd.errors import Refused
 from lazyd.frames import Hello, Refusal, Welcome
 from lazyd.handoff.region import LANDING_BYTES, LAYOUT, Region, region_problem
 from lazyd.linepeek import EOF_WAIT_S, LineSplitter, error_line, too_long_request
+
+if TYPE_CHECKING:  # only a type here: the hub is loaded by its first session, not kept by every daemon
+    from lazyd.daemon.hub.server import HubSession
 
 log = logging.getLogger("lazyd.conn")
 
@@ -165,6 +167,7 @@ class HandoffSession:
         self.route: EraRoute | HubSession | None = None
         self.client_left = False
         self._peek = handshakes.PEEK_LINES
+        self._continued = False  # the region was a daemon's before: its landing zone may hold a read
 
     def make_outbox(self, cid: int, pid: int, on_overflow: Callable[[], None]) -> HandoffOutbox:
         outbox = HandoffOutbox(cid, pid, on_overflow, self.ends, self.ledger)
@@ -193,6 +196,7 @@ class HandoffSession:
         """Serve a session a predecessor daemon handed over at an upgrade (lazyd/daemon/upgrade/adopt.py):
         no welcome, no handshake; the region holds what was in flight and the unrelayed input."""
         self._peek = 0
+        self._continued = True
         try:
             await self._serve(route)
         finally:
@@ -300,8 +304,10 @@ class HandoffSession:
         route, outbox, ledger, landing = self.route, self.outbox, self.ledger, self.landing
         assert route is not None and outbox is not None
         # What an earlier daemon read and did not account for comes first (it handed the session
-        # over at an upgrade between a read and its record).
-        size = landing.pending(ledger.state.landing)
+        # over at an upgrade between a read and its record). Only a region a daemon read into can
+        # hold such bytes: a shim's region is new (a recovering shim makes a fresh one), and
+        # scanning its zone would fault in every page of it (256 KiB of shared memory per session).
+        size = landing.pending(ledger.state.landing) if self._continued else 0
         waited = True
         emptied = False  # the last read took less than it could: the pipe was empty after it
         limit = FIRST_READ_BYTES  # what the next read may take (`read_limit`)

@@ -30,7 +30,6 @@ import the registry (which imports the hub to open hub sessions).
 
 from __future__ import annotations
 
-import difflib
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
@@ -257,6 +256,8 @@ class HubSession:
                 return runtime
         if self.servers is not None and name not in self.servers:
             return f"server {name!r} is not one of this hub's servers ({', '.join(self.servers)})"
+        import difflib  # only for a name that matches nothing: not kept by every daemon
+
         near = difflib.get_close_matches(name, [r.name for r in visible], n=1)
         hint = f"; did you mean {near[0]!r}?" if near else "; list_servers shows them"
         return f"no server named {name!r}{hint}"
@@ -338,6 +339,8 @@ class HubSession:
             all_names = [t["name"] for t in tools]
             denied = self._policy().denied(runtime.name, all_names)
             names = [name for name in all_names if name not in denied]
+            import difflib  # only for a tool that matches nothing: not kept by every daemon
+
             near = difflib.get_close_matches(call.tool, names, n=3)
             hint = f"; did you mean {', '.join(near)}?" if near else "; search_tools lists its tools"
             return ht.error_result(f"{runtime.name!r} has no tool named {call.tool!r}{hint}")

@@ -36,7 +36,7 @@ import logging
 import os
 from collections.abc import Callable, Mapping
 from functools import partial
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import trio
 
@@ -58,7 +58,6 @@ from lazyd.daemon.runtime.era_lanes import EraLanes, EraRoute
 from lazyd.daemon.runtime.cache_store import CacheStore
 from lazyd.daemon.changes import Changes
 from lazyd.daemon.process.command import SpawnSpec
-from lazyd.daemon.hub.server import HubSession, open_hub
 from lazyd.daemon.runtime.outbox import Outbox
 from lazyd.daemon.runtime.policy_gate import RuntimeGate
 from lazyd.daemon.runtime.config import RuntimeConfig, child_records, lifecycle_policy
@@ -68,6 +67,9 @@ from lazyd.envnames import parse_names
 from lazyd.errors import AdoptionError, ConfigError, HubOptionError, Refused
 from lazyd.frames import Hello
 from lazyd.paths import Paths
+
+if TYPE_CHECKING:  # only a type here: the hub is loaded by its first session, not kept by every daemon
+    from lazyd.daemon.hub.server import HubSession
 
 log = logging.getLogger("lazyd.registry")
 
@@ -270,6 +272,8 @@ class Registry:
         if "hub" in opts:  # lazyd-shim --hub: the daemon's own MCP server (lazyd/daemon/hub/server.py)
             session = make_outbox(self._next_cid, hello.pid, on_overflow)
             self._next_cid += 1
+            from lazyd.daemon.hub.server import open_hub  # the hub's modules: loaded by its first session
+
             try:
                 return await open_hub(self, hello, opts, session), session
             except HubOptionError as exc:

@@ -7,7 +7,8 @@ SIGKILLs itself at POINT of the first client input or answer holding TEXT:
 
 - ``read``: a read of the client's stdin is in the region and nothing of it is relayed;
 - ``relayed``: its lines are relayed and not yet recorded;
-- ``answer``: an answer's write into the client's stdout went through only in part.
+- ``answer``: an answer's write into the client's stdout went through only in part;
+- ``written``: a write into the client's stdout that carried it went through, whole or in part.
 """
 
 from __future__ import annotations
@@ -38,12 +39,14 @@ def _install(point: str, text: bytes) -> None:
                 _die()
 
         handoff.HandoffSession._take = _take  # type: ignore[method-assign]
-    elif point == "answer":
+    elif point in ("answer", "written"):
         write = handoff_outbox.ClientEnds.write
 
         def _write(self: Any, parts: list[bytes | memoryview]) -> int:
             written = write(self, parts)
-            if 0 < written < sum(len(part) for part in parts) and any(text in bytes(part) for part in parts):
+            whole_too = point == "written"
+            if (0 < written < sum(len(part) for part in parts) or (whole_too and written)) \
+                    and any(text in bytes(part) for part in parts):
                 _die()
             return written
 
