@@ -3,8 +3,8 @@
 By glibc's own rules a freed megabyte at the top of the heap goes back to the system at once (its
 trim threshold follows the largest block freed, and a line, its read and its rewrite are freed
 together), so each next large line's buffers are fresh pages, faulted in and zeroed one by one:
-some 600 page faults and a quarter of the daemon's CPU time per 1 MiB echo round trip, and 300
-in the shim relaying it over frames (docs/benchmarks.md, "The 1 MiB echo, fifth pass"). So the
+some 600 page faults and a fifth of the daemon's CPU time per 1 MiB echo round trip, and 300 in
+the shim relaying it over frames (docs/benchmarks.md, "The 1 MiB echo, fifth pass"). So the
 first large line of a spell has the C library keep what it frees (`keep_freed(True)`: trim
 threshold 128 MiB, and every buffer of a line up to the longest allowed, 16 MiB, from the heap),
 and the end of the spell, once no large line came for a quiet spell, sets glibc's defaults back
