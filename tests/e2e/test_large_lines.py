@@ -72,9 +72,10 @@ def test_a_spell_of_megabyte_echoes_costs_the_daemon_no_fresh_pages_after_its_fi
     client = LineClient(user_env)
     try:
         # Each round trip carries 2 MiB through the daemon, some 6 MiB of buffers on the way;
-        # given back and faulted in again each time, that was 600 fresh pages per round trip.
+        # given back and faulted in again each time, that was 500-600 fresh pages per round trip
+        # (kept, 0-15: the bound leaves room for a loaded machine's odd slow round trip).
         per_round_trip = faults_per_echo(client, daemon.proc.pid)
-        assert per_round_trip < PAGES_PER_MIB / 4, per_round_trip
+        assert per_round_trip < PAGES_PER_MIB / 2, per_round_trip
     finally:
         client.close()
 
@@ -84,8 +85,9 @@ def test_a_spell_of_megabyte_echoes_over_frames_costs_the_shim_no_fresh_pages_af
     client = LineClient(user_env, {"LAZYD_HANDOFF": "0"})  # the shim relays every line
     try:
         # The request's line buffer, grown a read at a time, was a mapping of its own: shrunk
-        # after each line and faulted in again by the next, 270 fresh pages per round trip.
+        # after each line and faulted in again by the next, 250-450 fresh pages per round trip
+        # (kept, 0-75).
         per_round_trip = faults_per_echo(client, client.proc.pid)
-        assert per_round_trip < PAGES_PER_MIB / 4, per_round_trip
+        assert per_round_trip < PAGES_PER_MIB / 2, per_round_trip
     finally:
         client.close()
