@@ -45,6 +45,7 @@ from lazyd.frames import Line
 
 from . import connect
 from .dial import RECONNECT_POLL_S, RECONNECT_WAIT_S
+from lazyd.heapkeep import HeapSpell
 from lazyd.linepeek import EOF_WAIT_S, LineSplitter, too_long_request
 
 from .options import say
@@ -91,6 +92,8 @@ class Relay:
         self._opts = opts
         self._log = log
         self._out = Stdout(log)
+        # Large lines either way: the heap they free is kept until they are over (lazyd/heapkeep.py).
+        self._heap = HeapSpell()
         self._send_lock = threading.Lock()
         self._state_lock = threading.Lock()
         # Guarded by state_lock (and changed only with send_lock held too):
@@ -151,6 +154,7 @@ class Relay:
                 self._log(f"ignored an unexpected {frame.t!r} frame from the daemon")
                 continue
             self._out.write_line(frame.d)
+            self._heap.note(len(frame.d))
             done = frame.done
             if done is not None:
                 self._retire(done)
@@ -314,6 +318,7 @@ class Relay:
             self._log(f"dropped a line over {wire.MAX_LINE_BYTES} bytes that has no readable request id")
 
     def _client_line(self, line: bytes) -> None:
+        self._heap.note(len(line))
         info = inspect_line(line)
         overflow: list[JsonId] = []
         dropped = False

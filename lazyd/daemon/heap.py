@@ -12,6 +12,9 @@ of large messages, where the kept buffers are what make the next one cheap; a no
 library has no `malloc_trim` (not glibc). Other memory that large lines leave behind is given back
 at the same moment (`later`): a hand-off session's head pages (lazyd/daemon/handoff/ledger.py),
 which, given back after every large request, were faulted in again by the next one.
+
+While the large lines come, the C library keeps what they free (lazyd/heapkeep.py): the first
+large line of a spell tells it to, and the trim that ends the spell sets its defaults back first.
 """
 
 from __future__ import annotations
@@ -21,30 +24,24 @@ from collections.abc import Callable
 import trio
 
 from lazyd.daemon.process import read_buffer
+from lazyd.heapkeep import LARGE_BYTES, QUIET_S, keep_freed, trim
 
 __all__ = ["HeapTrimmer", "LARGE_BYTES", "QUIET_S", "TRIMMER"]
-
-LARGE_BYTES = 256 * 1024  # a line this large leaves heap behind (glibc's threshold starts at 128 KiB)
-QUIET_S = 2.0  # no large line for this long: the burst is over
 
 
 def malloc_trim() -> None:
     """The heap's free pages back to the system, and the shared read buffer's."""
     read_buffer.release()
-    import ctypes  # trio has imported it already: costs nothing more
-
-    try:
-        trim = ctypes.CDLL(None).malloc_trim
-    except (OSError, AttributeError):
-        return
-    trim(0)
+    trim()
 
 
 class HeapTrimmer:
     """Trims the heap once after each spell of large lines (see the module docstring)."""
 
-    def __init__(self, trim: Callable[[], None] = malloc_trim) -> None:
+    def __init__(self, trim: Callable[[], None] = malloc_trim, keep: Callable[[bool], object] = keep_freed) -> None:
         self._trim = trim
+        self._keep = keep
+        self._keeping = False  # the C library is told to keep what it frees (a spell is on)
         self._pending = False  # a large line came since the quiet spell began
         self._wake = trio.Event()
         self._later: dict[Callable[[], None], None] = {}  # run once at the next trim, in order
@@ -61,6 +58,9 @@ class HeapTrimmer:
         if nbytes >= LARGE_BYTES:
             self._pending = True
             self._wake.set()
+            if not self._keeping:  # the first large line of a spell: its buffers are kept
+                self._keeping = True
+                self._keep(True)
 
     async def run(self) -> None:
         while True:
@@ -72,6 +72,9 @@ class HeapTrimmer:
             later, self._later = self._later, {}
             for release in later:
                 release()
+            if self._keeping:  # before the trim: what it gives back is not kept again
+                self._keeping = False
+                self._keep(False)
             self._trim()
 
 

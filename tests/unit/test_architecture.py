@@ -53,6 +53,7 @@ ROWS: dict[str, tuple[str, frozenset[str]]] = {
     "lazyd/privatefiles.py": ("stdlib floor", frozenset({"lazyd/errors.py"})),
     "lazyd/procfs.py": ("stdlib floor", frozenset()),
     "lazyd/linepeek.py": ("stdlib floor", frozenset()),
+    "lazyd/heapkeep.py": ("stdlib floor", frozenset()),
     "lazyd/handoff/__init__.py": ("stdlib floor", frozenset()),
     "lazyd/handoff/region.py": ("stdlib floor", frozenset()),
     "lazyd/handoff/snapshot.py": ("stdlib floor", frozenset({"lazyd/handoff/region.py"})),

@@ -59,10 +59,15 @@ def chunked(draw: st.DrawFn) -> tuple[bytes, list[bytes]]:
 
 @settings(derandomize=True, max_examples=250, deadline=None)
 @given(chunked())
-def test_the_splitter_cuts_lines_by_the_rules_whatever_the_chunks(case: tuple[bytes, list[bytes]]) -> None:
+def test_the_splitter_cuts_lines_by_the_rules_and_counts_their_ends_whatever_the_chunks(case: tuple[bytes, list[bytes]]) -> None:
     text, chunks = case
     splitter = LineSplitter(MAX)
-    got = [event for chunk in chunks for event in splitter.feed(chunk)] + splitter.finish()
+    got = []
+    for chunk in chunks:
+        got.extend(splitter.feed(chunk))
+        # What a reader sizes its next read by: the line ends of this chunk, counted as cut.
+        assert splitter.newlines == chunk.count(b"\n")
+    got.extend(splitter.finish())
     assert got == reference(text, MAX)
 
 

@@ -27,6 +27,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from lazyd.core.relay import largejson
+
 JsonId = int | str
 JsonObj = dict[str, Any]
 
@@ -106,7 +108,8 @@ def valid_id(value: object) -> bool:
 def parse(line: bytes) -> Message | Invalid:
     """Classify one line. Never raises for any input."""
     try:
-        obj = json.loads(line)
+        # A large line's long plain strings are checked without the JSON scanner (largejson.py).
+        obj = largejson.loads(line) if len(line) >= LARGE_LINE_BYTES else json.loads(line)
     except (ValueError, RecursionError):
         return Invalid(error_line(None, PARSE_ERROR, "Parse error: the line is not JSON"), "not JSON")
     if isinstance(obj, list):

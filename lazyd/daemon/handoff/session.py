@@ -381,7 +381,7 @@ class HandoffSession:
             finally:
                 ledger.release()
             landing.clear(zone, size)
-            limit = read_limit(size, data.count(b"\n"))
+            limit = read_limit(size, self.lines.newlines)
             size = 0
             if isinstance(route, (ServerRuntime, EraRoute)) and not route.has_room():
                 await route.wait_for_room()

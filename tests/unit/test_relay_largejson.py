@@ -1,0 +1,140 @@
+"""`json.loads` of a large line with its long plain strings checked by finds (lazyd/core/relay/largejson.py):
+the same object as `json.loads`, the same refusal, and every line it cannot be sure of left to
+`json.loads` itself.
+
+Testing policy: hypothesis (derandomized, bounded) over objects holding long strings (ASCII,
+non-ASCII, lone surrogates) at any depth, as values, list items, ids and keys, written compactly
+or with spaces, and over those lines broken one byte at a time; each verdict is checked against
+`json.loads` of the same bytes. The fast path's own decision (`_with_long_strings`: taken or left)
+is checked by name for each case where it must be left."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lazyd.core.relay import jsonrpc as rpc
+from lazyd.core.relay.largejson import LONG_STRING_BYTES, _with_long_strings, loads
+
+LONG = "y" * LONG_STRING_BYTES
+
+
+def request(text: str, **extra: Any) -> bytes:
+    obj = {"jsonrpc": "2.0", "method": "tools/call", "params": {"name": "echo", "arguments": {"text": text}}, "id": 7}
+    obj.update(extra)
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode("utf-8", "surrogatepass")
+
+
+def same_verdict(line: bytes) -> None:
+    try:
+        expected: Any = json.loads(line)
+    except (ValueError, RecursionError) as exc:
+        with pytest.raises(type(exc)):
+            loads(line)
+        return
+    assert loads(line) == expected
+
+
+def test_a_request_of_one_long_plain_string_takes_the_fast_path_and_gives_what_json_loads_gives() -> None:
+    line = request("y" * (1 << 20))
+    taken = _with_long_strings(line)
+    assert taken is not None and taken[0] == json.loads(line)
+    assert rpc.parse(line).id == 7
+
+
+def test_non_ascii_and_a_lone_surrogate_in_a_long_string_come_out_as_json_loads_reads_them() -> None:
+    for text in ("é€😀" * 2000, LONG + "\ud800" + LONG):
+        line = request(text)
+        assert _with_long_strings(line) is not None
+        assert loads(line) == json.loads(line)
+
+
+@pytest.mark.parametrize("line", [
+    request(LONG + "\x01" + LONG).replace(b"\\u0001", b"\x01"),  # a raw control character
+    request(LONG + "\t").replace(b"\\t", b"\t"),
+    request(LONG).replace(b"yyyy", b"yy\xffy", 1),  # not UTF-8
+    request(LONG).replace(b'"text":"', b'"text":', 1),  # the quotation marks no longer pair
+    request(LONG).replace(b'"name"', b"name", 1),  # a bare word outside the strings
+    request(LONG)[:-1],  # the object never closes
+])
+def test_a_line_json_loads_refuses_is_refused_with_its_error_and_parse_answers_it_with_a_parse_error(line: bytes) -> None:
+    assert _with_long_strings(line) is None  # left to json.loads, whose error stands
+    with pytest.raises(ValueError):
+        json.loads(line)
+    with pytest.raises(ValueError):
+        loads(line)
+    found = rpc.parse(line)
+    assert isinstance(found, rpc.Invalid) and found.reason == "not JSON"
+
+
+@pytest.mark.parametrize("line", [
+    request(LONG + "\n" + LONG),  # an escape: a backslash anywhere leaves the line to json.loads
+    request(LONG + '"'),
+    json.dumps([LONG]).encode(),  # not an object
+    json.dumps({LONG: 1, "id": 1, "method": "x"}).encode(),  # a long key
+    request(LONG, params=1),  # the long string's member overwritten by a later key of the same name
+    request("short"),  # no long string at all
+    b"{\x00" + request(LONG)[2:],  # read as UTF-16 by json.loads
+])
+def test_lines_the_fast_path_cannot_be_sure_of_are_parsed_whole_with_the_same_verdict(line: bytes) -> None:
+    assert _with_long_strings(line) is None
+    same_verdict(line)
+
+
+@pytest.mark.parametrize("request_id", [LONG, 1.5, None, True, -1, "7"])
+def test_odd_ids_on_a_large_line_get_the_verdict_they_get_on_a_small_one(request_id: object) -> None:
+    large = request(LONG * 20, id=request_id)
+    small = request("x", id=request_id)
+    for line in (large, small):
+        same_verdict(line)
+    got_large, got_small = rpc.parse(large), rpc.parse(small)
+    assert type(got_large) is type(got_small)
+    if isinstance(got_large, rpc.Message) and isinstance(got_small, rpc.Message):
+        assert got_large.id == got_small.id and got_large.kind is got_small.kind
+        assert rpc.with_id(got_large, 99).startswith(rpc.with_id(got_small, 99)[:20])
+    else:
+        assert isinstance(got_large, rpc.Invalid) and isinstance(got_small, rpc.Invalid)
+        assert (got_large.reply, got_large.reason) == (got_small.reply, got_small.reason)
+
+
+def test_a_large_line_nested_too_deep_is_refused_as_before() -> None:
+    deep: Any = LONG
+    for _ in range(rpc.MAX_NESTING_DEPTH + 5):
+        deep = [deep]
+    line = request(LONG * 20, params={"deep": deep})
+    assert _with_long_strings(line) is not None
+    found = rpc.parse(line)
+    assert isinstance(found, rpc.Invalid) and found.reason == "too deep"
+
+
+_text = st.one_of(
+    st.just(LONG),
+    st.text(alphabet=st.characters(min_codepoint=0x20, exclude_characters='"\\'), min_size=LONG_STRING_BYTES,
+            max_size=LONG_STRING_BYTES + 8),
+    st.text(max_size=8),
+)
+_values = st.recursive(st.one_of(_text, st.integers(), st.booleans(), st.none(), st.floats(allow_nan=False)),
+                       lambda inner: st.one_of(st.lists(inner, max_size=3),
+                                               st.dictionaries(st.text(max_size=4), inner, max_size=3)),
+                       max_leaves=6)
+
+
+@settings(derandomize=True, max_examples=150, deadline=None)
+@given(st.dictionaries(st.one_of(st.text(max_size=4), st.just(LONG)), _values, min_size=1, max_size=4),
+       st.booleans())
+def test_any_object_with_long_strings_parses_as_json_loads_parses_it(obj: dict[str, Any], spaced: bool) -> None:
+    line = json.dumps(obj, ensure_ascii=False, separators=(", ", ": ") if spaced else (",", ":")).encode()
+    same_verdict(line)
+
+
+@settings(derandomize=True, max_examples=150, deadline=None)
+@given(st.integers(0, 10_000), st.sampled_from([b"\x00", b"\x1f", b'"', b"\\", b"}", b"\xc3", b"\xed\xa0\x80", b" "]))
+def test_a_large_line_broken_by_one_byte_anywhere_gets_json_loads_verdict(at: int, byte: bytes) -> None:
+    line = request(LONG + "é" + LONG, extra={"k": [1, "v", {"w": None}]})
+    at = at % len(line)
+    same_verdict(line[:at] + byte + line[at + 1:])
+
