@@ -51,6 +51,7 @@ a daemon serves only this layout by hand-off (any other over frames).
 
 from __future__ import annotations
 
+import errno
 import os
 import struct
 import zlib
@@ -206,12 +207,35 @@ def newest_state(read: Callable[[int, int], bytes], magic: bytes, offset: int, s
     return state, index
 
 
+def table_extent(fd: int) -> int:
+    """How many bytes of the table of region `fd` lie before the end of its last allocated page:
+    no entry was ever written past it (the pages of a memfd are allocated as they are written,
+    and a swapped-out page still counts as data). The whole table where the file system cannot
+    tell (no SEEK_DATA)."""
+    end = TABLE_OFFSET + TABLE_ENTRIES * ENTRY_BYTES
+    extent, at = 0, TABLE_OFFSET
+    try:
+        while at < end:
+            data = os.lseek(fd, at, os.SEEK_DATA)
+            if data >= end:
+                break
+            at = os.lseek(fd, data, os.SEEK_HOLE)
+            extent = min(at, end) - TABLE_OFFSET
+    except OSError as exc:
+        if exc.errno != errno.ENXIO:  # ENXIO: no data from `at` on
+            return end - TABLE_OFFSET
+    return extent
+
+
 class Region:
     """A region of this layout over `buf`: the daemon's mapping of it (`map_region`), or bytes the
     shim read (`read_region`). Writes alternate slots (see the module docstring)."""
 
-    def __init__(self, buf: Any) -> None:
+    def __init__(self, buf: Any, table_bytes: int = TABLE_ENTRIES * ENTRY_BYTES) -> None:
+        """`table_bytes`: how much of the table can hold an entry (`table_extent`); the rest is
+        never read, as reading a mapped page the file has never had allocates it."""
         self.buf = buf
+        self._table_end = min(TABLE_ENTRIES, -(-table_bytes // ENTRY_BYTES)) * ENTRY_BYTES
         current, self._slot = newest_state(lambda n, at: bytes(buf[at : at + n]), MAGIC, SLOT_OFFSET, SLOT_BYTES)
         self._generation = current.generation if current is not None else 0
         if current is not None:
@@ -241,6 +265,7 @@ class Region:
         at = TABLE_OFFSET + entry * ENTRY_BYTES
         self.buf[at + 1 : at + 1 + len(text)] = text
         self.buf[at] = len(text)
+        self._table_end = max(self._table_end, (entry + 1) * ENTRY_BYTES)
 
     def clear_id(self, entry: int) -> None:
         self.buf[TABLE_OFFSET + entry * ENTRY_BYTES] = 0
@@ -249,7 +274,7 @@ class Region:
         """The entries in use: (index, id text). The length bytes are scanned by `bytes.find`, not
         one by one in Python: a daemon adopting a thousand sessions after a crash reads each
         table a few times, and a loop over 16,384 entries cost ~1.5 ms a read."""
-        table = bytes(self.buf[TABLE_OFFSET : TABLE_OFFSET + TABLE_ENTRIES * ENTRY_BYTES])
+        table = bytes(self.buf[TABLE_OFFSET : TABLE_OFFSET + self._table_end])
         sizes = table[::ENTRY_BYTES]
         marks = sizes.translate(_USED)  # 1 where an entry is in use
         used = []

@@ -91,11 +91,12 @@ def ms(samples: list[float]) -> str:
 
 
 def resume_after_kill(venv: Path, env: dict[str, str], daemon: subprocess.Popen[bytes],
-                      clients: list[LineClient]) -> tuple[float, int, int, float]:
+                      clients: list[LineClient]) -> tuple[float, int, int, float, tuple[float, int]]:
     """kill -9 the daemon; (seconds until every session answered a call, most Python shims at
     once, sessions that never answered within the bound, CPU seconds the sessions' own processes
     spent taking their sessions back: each waiting shell, the Python shim it execs and the shell
-    that one execs again are one process, so its CPU clock counts the whole recovery)."""
+    that one execs again are one process, so its CPU clock counts the whole recovery, and the new
+    daemon's CPU seconds and RSS in KiB once every session answered)."""
     most = 0
     done = threading.Event()
 
@@ -122,10 +123,12 @@ def resume_after_kill(venv: Path, env: dict[str, str], daemon: subprocess.Popen[
     done.set()
     sampler.join()
     used = sum(cpu_seconds(client.proc.pid) - was for client, was in zip(clients, before))
-    return took, most, unanswered, used
+    successor = int(lazyctl_status(venv, env).get("daemon_pid") or 0)
+    return took, most, unanswered, used, (cpu_seconds(successor), rss_kib(successor))
 
 
-def kill_row(sessions: int, took: float, most: int, unanswered: int, used: float) -> None:
+def kill_row(sessions: int, took: float, most: int, unanswered: int, used: float,
+             successor: tuple[float, int]) -> None:
     cores = os.cpu_count() or 1
     row(f"kill -9 with {sessions} waiters: until every session answers", "-", f"{took:.1f} s",
         f"{unanswered} never answered within {RESUME_BOUND_S:.0f} s; most Python processes at once "
@@ -133,6 +136,8 @@ def kill_row(sessions: int, took: float, most: int, unanswered: int, used: float
         f"({slots.count()} resume slots)")
     row("  CPU floor of that: the recoveries' CPU / cores", "-", f"{used / cores:.1f} s",
         f"{used:.1f} s of CPU in the sessions' processes ({used / sessions * 1e3:.0f} ms each) / {cores} cores")
+    row("  the new daemon: CPU since its start, RSS", "-", f"{successor[0]:.1f} s",
+        f"{successor[0] / sessions * 1e3:.1f} ms per session taken back (one core); RSS {successor[1] / 1024:.1f} MiB")
 
 
 def _answer_within(client: LineClient, timeout_s: float) -> bool:

@@ -13,7 +13,7 @@ import tracemalloc
 from collections.abc import Callable
 
 from lazyd.handoff import region as hs
-from lazyd.daemon.handoff.ledger import RELEASE_HEAD_BYTES, Ledger
+from lazyd.daemon.handoff.ledger import RELEASE_HEAD_BYTES, Ledger, map_region
 from lazyd.handoff.region import Region, State, read_region
 
 INIT = b'{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25"}}'
@@ -285,3 +285,35 @@ def test_closing_records_why_and_the_rest_of_a_torn_line(fd: int, mapped: Region
     assert not state.closed and state.tail_len == 8 and ledger.region.read_tail(8) == b'rest"}}\n'
     ledger.close(client_left=True)
     assert on_disk(fd).closed
+
+
+def test_a_daemon_continuing_a_region_reads_only_the_table_pages_it_has_and_still_finds_later_entries(
+        fd: int) -> None:
+    # Reading a page the memfd never had allocates it: a whole-table read cost every session a
+    # daemon continued or adopted 1 MiB of shared memory.
+    earlier = map_region(fd)
+    first = Ledger(Region(earlier))
+    first.client_line(call(3))
+    first.client_line(call(4))
+    earlier.close()
+    blocks = os.fstat(fd).st_blocks
+    buf = map_region(fd)
+    try:
+        second = Ledger(Region(buf, hs.table_extent(fd)))
+        assert second.inflight == 2
+        assert os.fstat(fd).st_blocks - blocks <= 8  # a page or so of the state: not 2,048 blocks
+        for n in range(100, 300):  # past the pages the table had when it was mapped
+            second.client_line(call(n))
+        second.answered(3)
+        assert Region(buf, hs.table_extent(fd)).entries() == Region(buf).entries()
+        assert len(second.region.entries()) == 201
+    finally:
+        buf.close()
+
+
+def test_the_table_extent_of_a_region_ends_at_its_last_allocated_page(fd: int) -> None:
+    assert hs.table_extent(fd) == 0
+    os.pwrite(fd, b"\x01" + b"7", hs.TABLE_OFFSET + 70 * hs.ENTRY_BYTES)
+    assert hs.table_extent(fd) == 2 * 4096
+    os.pwrite(fd, b"\x01" + b"8", hs.TABLE_OFFSET + 5000 * hs.ENTRY_BYTES)
+    assert 5001 * hs.ENTRY_BYTES <= hs.table_extent(fd) < 5001 * hs.ENTRY_BYTES + 4096

@@ -53,7 +53,7 @@ from lazyd.errors import NotAdopted, Refused
 from lazyd.frames import Hello, Refusal, Welcome
 from lazyd.handoff.recovery import Recovery
 from lazyd.handoff.recovery import error_line as lost_line
-from lazyd.handoff.region import LANDING_BYTES, LAYOUT, Region, region_problem
+from lazyd.handoff.region import LANDING_BYTES, LAYOUT, Region, region_problem, table_extent
 from lazyd.linepeek import EOF_WAIT_S, LineSplitter, error_line, too_long_request
 
 if TYPE_CHECKING:  # only a type here: the hub is loaded by its first session, not kept by every daemon
@@ -159,6 +159,9 @@ class HandoffSession:
             # (the shim's socket, the client's two ends). An upgrade reopens it (`region_fd`).
             st = os.fstat(region_fd)
             self._region_id = (st.st_dev, st.st_ino)
+            # Only the table's allocated pages are read: reading the rest would allocate it,
+            # 1 MiB of shared memory for every session a daemon continues or adopts.
+            table_bytes = table_extent(region_fd)
             self._map = map_region(region_fd)
         except (OSError, ValueError):
             ends.close()
@@ -168,7 +171,7 @@ class HandoffSession:
         self.recovery: Recovery | None = None  # what an adopted session still owes its client
         if adopting:
             try:
-                recovered = convert(Region(self._map))
+                recovered = convert(Region(self._map, table_bytes))
             except Exception:
                 recovered = "its region could not be written"
                 log.exception("shim pid %d: adopting its session failed", pid)
@@ -177,7 +180,7 @@ class HandoffSession:
                 self._map.close()
                 raise NotAdopted(recovered)
             self.recovery = recovered
-        self.ledger = Ledger(Region(self._map), adopted=adopting)
+        self.ledger = Ledger(Region(self._map, table_bytes), adopted=adopting)
         self.landing = Landing(self.ledger.region)
         previous = self.ledger.region.current
         head = self.ledger.region.read_head(previous.head_len, previous.head_area) if previous else b""
