@@ -129,8 +129,8 @@ def median(samples: list[float]) -> float:
     return statistics.median(samples)
 
 
-def tree_rss_kib(pid: int) -> int:
-    """Resident memory of a process and all its descendants, from /proc."""
+def children_by_parent() -> dict[int, list[int]]:
+    """Every process's children, by its pid, from /proc."""
     children: dict[int, list[int]] = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
@@ -140,6 +140,12 @@ def tree_rss_kib(pid: int) -> int:
             except (OSError, ValueError, IndexError):
                 continue
             children.setdefault(ppid, []).append(int(entry))
+    return children
+
+
+def tree_rss_kib(pid: int) -> int:
+    """Resident memory of a process and all its descendants, from /proc."""
+    children = children_by_parent()
     total, stack = 0, [pid]
     while stack:
         current = stack.pop()

@@ -24,7 +24,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.benchmarks.common import EVERYTHING, LineClient, rss_kib
+from tests.benchmarks.common import EVERYTHING, LineClient, children_by_parent, rss_kib
 from tests.benchmarks.scale_support import close_all, pss_kib, row, shim_client, start_daemon, user_env
 
 CLIENTS = 4  # the issue's figure; more show where the per-client costs overtake the fixed ones
@@ -47,23 +47,10 @@ class Side:
         return sum((self.rss if kind == "rss" else self.pss).values())
 
 
-def _children() -> dict[int, list[int]]:
-    found: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat", "rb") as f:
-                    ppid = int(f.read().rsplit(b")", 1)[1].split()[1])
-            except (OSError, ValueError, IndexError):
-                continue
-            found.setdefault(ppid, []).append(int(entry))
-    return found
-
-
 def descendants(roots: Iterable[int]) -> set[int]:
     """The roots and every process below them, each once (mcp-mux's daemon is its first shim's
     child: summing each shim's tree would count it twice)."""
-    children, seen = _children(), set()
+    children, seen = children_by_parent(), set()
     stack = list(roots)
     while stack:
         pid = stack.pop()

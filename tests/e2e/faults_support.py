@@ -8,6 +8,7 @@ reads the kernel: process liveness, groups and memory from /proc, with bounded p
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import select
@@ -113,6 +114,18 @@ def region_settled(pid: int, fence: int | str) -> bool:
             finally:
                 os.close(fd)
     raise AssertionError(f"shim {pid} holds no region")
+
+
+def slot_free(slot: Path) -> bool:
+    """Whether no process holds the resume slot whose lock file is `slot` (shim/slots.py)."""
+    fd = os.open(slot, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)
 
 
 def daemon_log(user: UserEnv) -> str:

@@ -24,7 +24,7 @@ import pytest
 
 from shim import slots
 from tests.conftest import UserEnv, start_daemon
-from tests.e2e.faults_support import (DEADLINE_S, RawShim, call, daemon_log, kill_seam, region_settled, tool_call,
+from tests.e2e.faults_support import (slot_free, DEADLINE_S, RawShim, call, daemon_log, kill_seam, region_settled, tool_call,
                                       wait_for)
 from tests.e2e.shim_paths import HANDOFF_PATHS, ShimPath
 
@@ -113,7 +113,7 @@ def test_after_a_kill_9_the_next_daemon_adopts_every_session_and_answers_each_ca
         # the daemon the whole table (1 MiB of shared memory; 1,000 adoptions made it 1 GiB).
         assert _region_pages_kib(daemon) < SESSIONS * 256, _region_pages_kib(daemon)
         made = sorted(user_env.socket.parent.glob("resume.*"))
-        wait_for(lambda: all(_free(slot) for slot in made), "every slot to be free again", 10.0)
+        wait_for(lambda: all(slot_free(slot) for slot in made), "every slot to be free again", 10.0)
     finally:
         for shim in shims:
             shim.close()
@@ -181,13 +181,3 @@ def test_with_no_daemon_to_adopt_it_the_quick_resumer_falls_back_to_the_full_rec
     finally:
         shim.close()
 
-
-def _free(slot: Path) -> bool:
-    fd = os.open(slot, os.O_RDONLY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        return True
-    except BlockingIOError:
-        return False
-    finally:
-        os.close(fd)

@@ -11,7 +11,6 @@ here the whole path, counted, never timed: the figures are bench_scale's.
 
 from __future__ import annotations
 
-import fcntl
 import os
 import signal
 from pathlib import Path
@@ -20,24 +19,13 @@ import pytest
 
 from shim import slots
 from tests.conftest import UserEnv
-from tests.e2e.faults_support import daemon_log, region_settled, tool_call, wait_for
+from tests.e2e.faults_support import slot_free, daemon_log, region_settled, tool_call, wait_for
 from tests.e2e.shim_paths import HANDOFF_PATHS
 
 pytestmark = pytest.mark.e2e
 
 SESSIONS = 6
 FREED_S = 10.0  # a leaked slot is held for good; a slot being freed, for milliseconds
-
-
-def _free(slot: Path) -> bool:
-    fd = os.open(slot, os.O_RDONLY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        return True
-    except BlockingIOError:
-        return False
-    finally:
-        os.close(fd)
 
 
 def _holders(slot_dir: Path) -> dict[int, str]:
@@ -103,9 +91,9 @@ def test_after_a_kill_9_every_session_is_taken_back_through_a_slot_and_no_slot_s
         # A slot is freed by its holder's exec, which closes close-on-exec descriptors after /proc
         # already shows the new program (the exe link is set first). So: freed within a bound.
         try:
-            wait_for(lambda: all(_free(slot) for slot in made), "every slot to be free again", FREED_S)
+            wait_for(lambda: all(slot_free(slot) for slot in made), "every slot to be free again", FREED_S)
         except AssertionError:
-            held = [slot.name for slot in made if not _free(slot)]
+            held = [slot.name for slot in made if not slot_free(slot)]
             raise AssertionError(f"{held} still held after every session was taken back, by {_holders(slot_dir)}")
         (new_daemon,) = user_env.daemon_pids()
         for pid in [new_daemon, *(shim.pid for shim in shims)]:
