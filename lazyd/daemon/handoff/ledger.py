@@ -262,14 +262,16 @@ class Landing:
     """The landing zones of a mapped region: the client's stdin is read straight into them."""
 
     def __init__(self, region: Region) -> None:
+        self._region = region
         whole = region.buf.view[LANDING_OFFSET : LANDING_OFFSET + 2 * LANDING_BYTES]
         self.zones = (whole[:LANDING_BYTES], whole[LANDING_BYTES:])
         self._whole = whole
 
     def pending(self, zone: int) -> int:
-        """How many bytes a read left in `zone` unaccounted for (up to the first NUL)."""
-        end = bytes(self.zones[zone]).find(b"\0")
-        return LANDING_BYTES if end < 0 else end
+        """How many bytes a read left in `zone` unaccounted for (Region.read_landed's rule: up to
+        the first NUL, an empty zone known by its first byte, so a new session's zone is not read
+        whole, which would allocate every page of it)."""
+        return len(self._region.read_landed(zone))
 
     def take(self, zone: int, length: int) -> bytes:
         return bytes(self.zones[zone][:length])

@@ -190,7 +190,6 @@ class HandoffSession:
         self.route: EraRoute | HubSession | None = None
         self.client_left = False
         self._peek = handshakes.PEEK_LINES
-        self._continued = False  # the region was a daemon's before: its landing zone may hold a read
 
     def make_outbox(self, cid: int, pid: int, on_overflow: Callable[[], None]) -> HandoffOutbox:
         outbox = HandoffOutbox(cid, pid, on_overflow, self.ends, self.ledger)
@@ -236,7 +235,6 @@ class HandoffSession:
         """Serve a session a predecessor daemon handed over at an upgrade (lazyd/daemon/upgrade/adopt.py):
         no welcome, no handshake; the region holds what was in flight and the unrelayed input."""
         self._peek = 0
-        self._continued = True
         try:
             await self._serve(route)
         finally:
@@ -344,10 +342,8 @@ class HandoffSession:
         route, outbox, ledger, landing = self.route, self.outbox, self.ledger, self.landing
         assert route is not None and outbox is not None
         # What an earlier daemon read and did not account for comes first (it handed the session
-        # over at an upgrade between a read and its record). Only a region a daemon read into can
-        # hold such bytes: a shim's region is new (a recovering shim makes a fresh one), and
-        # scanning its zone would fault in every page of it (256 KiB of shared memory per session).
-        size = landing.pending(ledger.state.landing) if self._continued else 0
+        # over at an upgrade between a read and its record).
+        size = landing.pending(ledger.state.landing)
         waited = True
         emptied = False  # the last read took less than it could: the pipe was empty after it
         limit = FIRST_READ_BYTES  # what the next read may take (`read_limit`)
