@@ -28,7 +28,7 @@ from pathlib import Path
 
 from lazyd.errors import StateFileError
 from lazyd.privatefiles import read_private, write_private
-from lazyd.procfs import Stat, read_stat, session_members
+from lazyd.procfs import Stat, read_stat, stats
 
 log = logging.getLogger("lazyd.orphans")
 
@@ -100,37 +100,43 @@ def read_state(state_dir: Path) -> list[ChildRecord]:
     return [r for r in records if r.pid > 1 and r.pgid > 1]
 
 
-def _kill_session(sid: int) -> list[int]:
+def _kill_sessions(sids: set[int]) -> dict[int, list[int]]:
+    """SIGKILL every process in the sessions `sids`; the pids signalled, by session. Each round
+    reads /proc once for all of them: a scan per record cost the successor of a daemon with 30
+    servers and a thousand waiting sessions 1.4 s before it served anyone."""
     me = os.getpid()
-    killed: list[int] = []
+    killed: dict[int, list[int]] = {}
     for _ in range(SWEEP_ROUNDS):
-        targets = [pid for pid in session_members(sid) if pid != me]
+        targets = [(stat.session, pid) for pid, stat in stats().items()
+                   if stat.session in sids and stat.state != "Z" and pid != me]
         if not targets:
             break
-        for pid in targets:
+        for sid, pid in sorted(targets):
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-            if pid not in killed:
-                killed.append(pid)
+            if pid not in killed.setdefault(sid, []):
+                killed[sid].append(pid)
     return killed
 
 
 def sweep(state_dir: Path, spare: frozenset[int] = frozenset()) -> list[int]:
     """Kill the leftovers recorded by a previous daemon; returns the pids signalled. Those in
     `spare` were taken over (lazyd/daemon/upgrade/fdstore.py) and are left alone.
-
     Call it before starting any child: afterwards the record is emptied."""
-    killed: list[int] = []
+    swept: list[ChildRecord] = []
     for child in read_state(state_dir):
         if child.pid in spare:
             continue
-        verdict = classify(child, read_stat(child.pid))
-        if verdict is Verdict.RECYCLED:
+        if classify(child, read_stat(child.pid)) is Verdict.RECYCLED:
             log.info("orphan sweep: pid %d of %s was recycled; leaving it alone", child.pid, child.name)
             continue
-        targets = _kill_session(child.pgid)
+        swept.append(child)
+    by_session = _kill_sessions({child.pgid for child in swept}) if swept else {}
+    killed: list[int] = []
+    for child in swept:
+        targets = by_session.pop(child.pgid, [])
         if targets:
             log.warning("orphan sweep: killed leftovers of %s (pids %s)", child.name, targets)
             killed.extend(targets)

@@ -92,3 +92,26 @@ def test_a_symlink_planted_as_the_state_file_is_not_followed(tmp_path: Path) -> 
     write_state(tmp_path, [])
     # The write replaced the link with a file of ours; the link's target is untouched.
     assert not (tmp_path / STATE_FILE).is_symlink() and "4242" in target.read_text()
+
+
+def test_the_sweep_reads_proc_once_per_round_however_many_records_it_has(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A scan per record made the successor of a daemon with 30 servers and a thousand waiting
+    sessions (a thousand processes to read each time) wait 1.4 s before serving anyone."""
+    from lazyd.daemon import orphans
+
+    write_state(tmp_path, [ChildRecord(f"s{n}", 1000 + n, 7, 1000 + n) for n in range(30)])
+    left = {5000: leader("S", 1003, 9), 5001: leader("Z", 1003, 9), 5002: leader("S", 4242, 9)}
+    scans: list[int] = []
+    killed: list[int] = []
+
+    def stats() -> dict[int, Stat]:
+        scans.append(1)
+        return {pid: s for pid, s in left.items() if pid not in killed}
+
+    monkeypatch.setattr(orphans, "read_stat", lambda pid: None)  # every leader has exited
+    monkeypatch.setattr(orphans, "stats", stats)
+    monkeypatch.setattr(orphans.os, "kill", lambda pid, sig: killed.append(pid))
+    assert orphans.sweep(tmp_path) == [5000]  # the grandchild left in a recorded session; not a zombie, not another's
+    assert len(scans) == 2  # the round that killed it, and the one that found nothing left
+    assert read_state(tmp_path) == []
