@@ -36,21 +36,26 @@ class PrivateRotatingFileHandler(logging.FileHandler):
         super().__init__(path, encoding="utf-8")
 
     def emit(self, record: logging.LogRecord) -> None:
+        # The record is formatted once, for the size check and the write: a daemon taking back a
+        # thousand sessions logs a few lines for each, and formatting was most of a line's cost.
         try:
-            if self._full_with(record):
+            text = f"{self.format(record)}{self.terminator}"
+            if self._full_with(text):
                 self._rotate()
+            if self.stream is None:
+                self.stream = self._open()
+            self.stream.write(text)
+            self.flush()
         except Exception:
             self.handleError(record)
-            return
-        super().emit(record)
 
-    def _full_with(self, record: logging.LogRecord) -> bool:
+    def _full_with(self, text: str) -> bool:
         if self.max_bytes <= 0 or self.backup_count <= 0 or not os.path.isfile(self.baseFilename):
             return False  # as RotatingFileHandler: no limit or no backup, no rotation; nor a FIFO
         if self.stream is None:
             self.stream = self._open()
         self.stream.seek(0, os.SEEK_END)
-        return self.stream.tell() + len(f"{self.format(record)}{self.terminator}") >= self.max_bytes
+        return self.stream.tell() + len(text) >= self.max_bytes
 
     def _rotate(self) -> None:
         if self.stream is not None:

@@ -104,14 +104,15 @@ def _positive_seconds(text: str) -> float:
     return value
 
 
-def _setup_logging(paths: Paths, verbose: bool) -> None:
+def _setup_logging(paths: Paths, verbose: bool, stderr_detached: bool) -> None:
     level = logging.DEBUG if verbose else logging.INFO
     fmt = logging.Formatter(startup.LOG_FORMAT)
     root = logging.getLogger()
     root.setLevel(level)
-    stderr = logging.StreamHandler()
-    stderr.setFormatter(startup.OneLineFormatter(startup.LOG_FORMAT))
-    root.addHandler(stderr)
+    if not stderr_detached:  # detached, stderr is /dev/null: formatting each record for it was waste
+        stderr = logging.StreamHandler()
+        stderr.setFormatter(startup.OneLineFormatter(startup.LOG_FORMAT))
+        root.addHandler(stderr)
     try:
         paths.state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         handler = PrivateRotatingFileHandler(paths.state_dir / "lazyd.log", DAEMON_LOG_BYTES, 1)
@@ -190,7 +191,7 @@ def main(argv: list[str] | None = None) -> None:
     startup.clear_record(paths)
     if args.stderr_until_ready:
         startup.detach_stderr()
-    _setup_logging(paths, args.verbose)
+    _setup_logging(paths, args.verbose, args.stderr_until_ready)
     where = paths.socket if activated is None else startup.socket_name(activated, paths.socket)
     log.info("lazyd %d listening on %s%s%s", os.getpid(), where, " (socket activation)" if is_activated else "",
              f" (upgraded from lazyd {envelope.from_pid})" if envelope is not None else "")

@@ -89,3 +89,19 @@ def test_a_rotation_leaves_the_same_files_as_the_standard_librarys_rotating_hand
     files = {path.name: path.read_text(encoding="utf-8") for path in ours.iterdir()}
     assert files == {path.name: path.read_text(encoding="utf-8") for path in theirs.iterdir()}
     assert "line 39" in files["lazyd.log"]
+
+
+def test_a_record_is_formatted_once_for_the_size_check_and_the_write(tmp_path: Path) -> None:
+    formatted: list[str] = []
+
+    class Counting(logging.Formatter):
+        def format(self, record: logging.LogRecord) -> str:
+            formatted.append(record.getMessage())
+            return super().format(record)
+
+    handler = PrivateRotatingFileHandler(tmp_path / "lazyd.log", 1024, 1)
+    handler.setFormatter(Counting())
+    write(handler, "session 7 adopted")
+    handler.close()
+    assert formatted == ["session 7 adopted"]
+    assert (tmp_path / "lazyd.log").read_text() == "session 7 adopted\n"

@@ -224,3 +224,42 @@ def test_the_markers_a_client_adds_come_back_with_the_value_its_release_sets(tmp
     env, process = client_environment(learned, PROFILES["opencode"], {"HOME": "/home/u", "PATH": "/usr/bin"}, {}, ())
     # OPENCODE_PID has no value to rebuild: it is learned as per-run, so it does not count anyway.
     assert env == {"HOME": "/home/u", "PATH": "/usr/bin", "OPENCODE": "1", "AGENT": "1"} and process == "opencode"
+
+
+# ---- a session's identity, decided once -----------------------------------------------------------
+
+
+class _CountingRegistry:
+    """What per_run.learn uses of the registry: the real identity rule, with its calls counted."""
+
+    def __init__(self, state_dir: Path) -> None:
+        self.secret, self.learned, self.calls = SECRET, LearnedEnv(state_dir), 0
+
+    def identity_of(self, argv, cwd, env, *, force=(), ignore=(), undecodable=None, client=""):  # type: ignore[no-untyped-def]
+        from lazyd.daemon.sessions.unnamed_identity import unnamed_identity
+        from lazyd.config.load import Config
+
+        self.calls += 1
+        return unnamed_identity(Config(), argv, cwd, env, force=force,
+                                ignore=(*ignore, *sorted(self.learned.noise(client))), undecodable=undecodable)
+
+
+def test_learning_hands_back_the_identity_it_decided_unless_what_it_learned_changes_it(tmp_path: Path) -> None:
+    from lazyd.daemon.sessions import per_run
+
+    registry = _CountingRegistry(tmp_path)
+    argv = ["/usr/bin/node", "/srv/everything.js"]
+    shim = subprocess.Popen(["sleep", "30"])  # its client: this test's process, whatever ran the tests
+    try:
+        client, decided = per_run.learn(registry, shim.pid, argv, "/", {"RUN_ID": "1"},  # type: ignore[arg-type]
+                                        force=(), ignore=())
+        assert client.process, "the test process must be nameable for anything to be learned"
+        assert decided is not None and registry.calls == 1  # the caller takes it: decided once per session start
+        assert ("RUN_ID", "1") in decided[0].env and decided[1] is None
+        client, decided = per_run.learn(registry, shim.pid, argv, "/", {"RUN_ID": "2"},  # type: ignore[arg-type]
+                                        force=(), ignore=())
+        assert decided is None  # RUN_ID was just learned as per-run: the identity must be decided again
+        assert registry.learned.noise(client.process) == {"RUN_ID"}
+    finally:
+        shim.kill()
+        shim.wait()

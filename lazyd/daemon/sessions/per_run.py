@@ -51,21 +51,26 @@ POLL_S = 1.0  # a session still choosing its process changes no lifecycle input:
 
 
 def learn(registry: Registry, shim_pid: int, argv: list[str], cwd: str, env: Mapping[str, str], *,
-          force: tuple[str, ...], ignore: tuple[str, ...]) -> SessionClient:
+          force: tuple[str, ...], ignore: tuple[str, ...],
+          undecodable: list[str] | None = None) -> tuple[SessionClient, tuple[Identity, str | None] | None]:
     """Feed one session's counted variables to the learner of its client (the shim's parent), and
-    say which client that is (its process name is "" when it cannot be told)."""
+    say which client that is (its process name is "" when it cannot be told), with the session's
+    identity and why it must stay private where what it fed taught nothing new (None: what it
+    taught changes the identity, which is then decided again). Deciding it twice per session start
+    (a PATH lookup, a `#!` read, a digest) was a fifth of a session's cost in the daemon."""
     name, pid = client_process(shim_pid)
     seen = SessionClient(name, environment_names(pid))
     client = name
     if not client:
-        return seen
+        return seen, None
     try:
-        identity, _ = registry.identity_of(argv, cwd, env, force=force, ignore=ignore, client=client)
+        decided = registry.identity_of(argv, cwd, env, force=force, ignore=ignore, undecodable=undecodable,
+                                       client=client)
     except ValueError:
-        return seen  # refused by the caller, with the reason
-    registration = dataclasses.replace(identity, env=()).digest(registry.secret)  # argv and cwd only
-    registry.learned.observe(client, registration, counted_for_learning(identity, env))
-    return seen
+        return seen, None  # refused by the caller, with the reason
+    registration = dataclasses.replace(decided[0], env=()).digest(registry.secret)  # argv and cwd only
+    new = registry.learned.observe(client, registration, counted_for_learning(decided[0], env))
+    return seen, None if new else decided
 
 
 def retire_duplicates(registry: Registry, base: Identity, noise: frozenset[str]) -> None:

@@ -317,9 +317,11 @@ class Registry:
                 raise Refused("options", "no server command given")
             if not os.path.isabs(cwd):
                 raise Refused("options", f"the working directory must be absolute, got {cwd!r}")
-            client = per_run.learn(self, hello.pid, argv, cwd, env, force=force, ignore=ignore)
+            client, decided = per_run.learn(self, hello.pid, argv, cwd, env, force=force, ignore=ignore,
+                                            undecodable=[n for n, _ in undecodable])
             runtime = await self.unnamed_runtime(argv, cwd, env, policy, force=force, ignore=ignore,
-                                                  undecodable=[n for n, _ in undecodable], client=client.process, join=True)
+                                                  undecodable=[n for n, _ in undecodable], client=client.process, join=True,
+                                                  decided=decided)
             self.learned.note_session(self._next_cid, client, (n for n in env if not n.startswith(SHIM_ENV_PREFIX)))
         cid = self._next_cid
         self._next_cid += 1
@@ -340,10 +342,13 @@ class Registry:
 
     async def unnamed_runtime(self, argv: list[str], cwd: str, env: dict[str, str], policy: Policy, *,
                                force: tuple[str, ...] = (), ignore: tuple[str, ...] = (),
-                               undecodable: list[str] | None = None, client: str = "", join: bool = False) -> ServerRuntime:
-        """The registration's own runtime; with `join`, the one a new session of it attaches to."""
-        base, problem = self.identity_of(argv, cwd, env, force=force, ignore=ignore, undecodable=undecodable,
-                                         client=client)
+                               undecodable: list[str] | None = None, client: str = "", join: bool = False,
+                               decided: tuple[Identity, str | None] | None = None) -> ServerRuntime:
+        """The registration's own runtime; with `join`, the one a new session of it attaches to.
+        `decided`: its identity and problem, where the caller has just decided them for the same
+        arguments and learned noise."""
+        base, problem = decided or self.identity_of(argv, cwd, env, force=force, ignore=ignore,
+                                                    undecodable=undecodable, client=client)
         per_run.retire_duplicates(self, base, self.learned.noise(client))
         name = base.readable_name(self.secret)
         if problem is not None:
