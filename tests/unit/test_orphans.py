@@ -111,7 +111,7 @@ def test_the_sweep_reads_proc_once_per_round_however_many_records_it_has(
 
     monkeypatch.setattr(orphans, "read_stat", lambda pid: None)  # every leader has exited
     monkeypatch.setattr(orphans, "stats", stats)
-    monkeypatch.setattr(orphans.os, "kill", lambda pid, sig: killed.append(pid))
+    monkeypatch.setattr(os, "kill", lambda pid, sig: killed.append(pid))
     assert orphans.sweep(tmp_path) == [5000]  # the grandchild left in a recorded session; not a zombie, not another's
     assert len(scans) == 2  # the round that killed it, and the one that found nothing left
     assert read_state(tmp_path) == []
