@@ -26,6 +26,8 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import trio
+
 from lazyd.errors import StateFileError
 from lazyd.privatefiles import read_private, write_private
 from lazyd.procfs import Stat, read_stat, stats
@@ -63,6 +65,41 @@ def classify(record: ChildRecord, leader: Stat | None) -> Verdict:
     # Our leader as a zombie is gone too; its pid (and so the session id) stays reserved until
     # it is reaped, so its session is still only ours.
     return Verdict.GONE if leader.state == "Z" else Verdict.OURS
+
+
+class StartGate:
+    """No child starts while the sweep runs: it kills by session id, so a child of ours started
+    before it ended could share nothing with a leftover, but its record would be wiped by the
+    sweep's empty state.json. The daemon serves meanwhile (session starts from cache, a killed
+    daemon's sessions taken back): only a start waits. Open outside a sweep."""
+
+    def __init__(self) -> None:
+        self._done: trio.Event | None = None
+
+    def close(self) -> None:
+        self._done = trio.Event()
+
+    def open(self) -> None:
+        if self._done is not None:
+            self._done.set()
+            self._done = None
+
+    async def passage(self) -> None:
+        """Return once no sweep is running (at once where none is)."""
+        if self._done is not None:
+            await self._done.wait()
+
+
+START_GATE = StartGate()
+
+
+async def sweep_then_open(state_dir: Path) -> None:
+    """The sweep, off the event loop, with START_GATE closed until it ends (however it ends)."""
+    START_GATE.close()
+    try:
+        await trio.to_thread.run_sync(sweep, state_dir)
+    finally:
+        START_GATE.open()
 
 
 def write_state(state_dir: Path, children: Iterable[ChildRecord]) -> None:

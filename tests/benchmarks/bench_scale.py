@@ -146,6 +146,9 @@ def kill_row(sessions: int, took: float, most: int, unanswered: int, used: float
         f"({slots.count()} resume slots; counting them took {sampled:.2f} s of CPU)")
     row("  CPU floor of that: the recoveries' CPU / cores", "-", f"{used / cores:.1f} s",
         f"{used:.1f} s of CPU in the sessions' processes ({used / sessions * 1e3:.0f} ms each) / {cores} cores")
+    row("  the floor with the new daemon's CPU: both / cores", "-", f"{(used + successor[0]) / cores:.1f} s",
+        f"what a herd that kept every core busy would take: each session resumes in a Python of its own "
+        f"and the daemon takes it back")
     row("  the new daemon: CPU since its start, RSS", "-", f"{successor[0]:.1f} s",
         f"{successor[0] / sessions * 1e3:.1f} ms per session taken back (one core); RSS {successor[1] / 1024:.1f} MiB")
 

@@ -652,3 +652,26 @@ def test_a_symlink_planted_at_the_log_path_is_not_followed(tmp_path: Path) -> No
     ring.feed(b"x\n")
     assert ring.error is not None and ring.error.errno == errno.ELOOP
     assert victim.read_text() == "precious"
+
+
+async def test_no_child_starts_while_a_predecessors_leftovers_are_swept(tmp_path: Path) -> None:
+    from lazyd.daemon.orphans import START_GATE
+
+    started: list[ChildProcess] = []
+    START_GATE.close()
+    try:
+        async with trio.open_nursery() as nursery:
+            async def start() -> None:
+                started.append(await spawn(python_spec(tmp_path, "import sys; sys.stdin.read()"), nursery))
+
+            nursery.start_soon(start)
+            await trio.sleep(0.3)
+            assert started == []  # still waiting at the gate: no process was made
+            START_GATE.open()
+            with trio.fail_after(10):
+                while not started:
+                    await trio.sleep(0.01)
+            assert procfs.read_stat(started[0].pid) is not None
+            await started[0].aclose(1.0, 1.0)
+    finally:
+        START_GATE.open()

@@ -115,3 +115,26 @@ def test_the_sweep_reads_proc_once_per_round_however_many_records_it_has(
     assert orphans.sweep(tmp_path) == [5000]  # the grandchild left in a recorded session; not a zombie, not another's
     assert len(scans) == 2  # the round that killed it, and the one that found nothing left
     assert read_state(tmp_path) == []
+
+
+async def test_a_start_waits_for_the_sweep_and_nothing_else_does() -> None:
+    import trio
+
+    from lazyd.daemon.orphans import StartGate
+
+    gate = StartGate()
+    await gate.passage()  # no sweep: at once
+    gate.close()
+    passed: list[str] = []
+
+    async def start() -> None:
+        await gate.passage()
+        passed.append("start")
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(start)
+        await trio.testing.wait_all_tasks_blocked()
+        assert passed == []  # held while the sweep runs
+        gate.open()
+    assert passed == ["start"]
+    await gate.passage()  # open again: at once

@@ -45,6 +45,7 @@ import trio
 from lazyd import procfs
 from lazyd.core import state_codec as sc
 from lazyd.daemon import fdlimit
+from lazyd.daemon.orphans import START_GATE
 from lazyd.daemon.process.command import ExitInfo, SpawnSpec, executable_for
 from lazyd.daemon.process.stderr_log import LogRing
 from lazyd.daemon.process.handle import ProcessHandle
@@ -378,6 +379,7 @@ async def open_child(
 
 
 async def _launch(spec: SpawnSpec) -> ChildProcess:
+    await START_GATE.passage()  # no start while a predecessor's leftovers are swept
     executable = executable_for(spec)
     ring = LogRing(spec.log_path)
     try:

@@ -16,6 +16,7 @@ import trio
 
 from lazyd import procfs
 from lazyd.config.load import WakePredicate
+from lazyd.daemon.orphans import START_GATE
 from lazyd.durations import format_duration
 from lazyd.daemon import fdlimit
 from lazyd.daemon.systemd_env import scrubbed_environ
@@ -36,6 +37,7 @@ async def run_predicate(wake: WakePredicate, cwd: str, env: Mapping[str, str], n
     process, so the kill never hits a stranger, and a predicate's background children never
     outlive it. `on_child` hears (pid, start ticks) once the process exists, and None at the end.
     """
+    await START_GATE.passage()  # no start while a predecessor's leftovers are swept
     try:
         proc = await trio.lowlevel.open_process(
             list(wake.argv), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
