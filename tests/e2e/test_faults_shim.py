@@ -120,6 +120,38 @@ def test_every_request_a_client_wrote_before_closing_stdin_is_answered_before_th
         warm.close()
 
 
+def test_a_batch_written_before_closing_stdin_is_refused_once_and_the_shim_exits_without_waiting_for_its_ids(
+    user_env: UserEnv, tmp_path: Path, shim_path: ShimPath,
+) -> None:
+    # The relay refuses a batch whole, with one error under a null id: nothing is ever answered
+    # under the ids inside it. Counted in flight (as they once were, on both paths) they held the
+    # session open for the 60 s a client's last requests may take (linepeek.EOF_WAIT_S).
+    shim_log = tmp_path / "shim.log"
+    one = shim_path.started(user_env, env={"LAZYD_LOG_FILE": str(shim_log)})
+    try:
+        one.initialize()
+        batch = [tool_call(5, "echo", {"text": "a"}), tool_call("6", "echo", {"text": "b"})]
+        assert one.proc.stdin is not None and one.proc.stdout is not None
+        one.proc.stdin.write(json.dumps(batch).encode() + b"\n")
+        one.proc.stdin.close()
+        stdout, got = one.proc.stdout, []
+        reader = threading.Thread(target=lambda: got.append(stdout.read()), daemon=True)  # to EOF
+        reader.start()
+        reader.join(DEADLINE_S)  # DEADLINE_S (20 s) is well under EOF_WAIT_S
+        assert got, "the session was held open after the client closed its stdin"
+        out = got[0]
+        assert one.proc.wait(DEADLINE_S) == 0
+    finally:
+        one.close()
+    answers = [json.loads(line) for line in out.splitlines()]
+    if shim_path.handoff:  # the daemon refuses the line as it reads it, before it sees the EOF
+        assert [a["id"] for a in answers if "error" in a] == [None], answers
+    else:  # the shim sees the EOF with nothing in flight and need not wait for the refusal
+        assert [a["id"] for a in answers if "error" in a] in ([], [None]), answers
+    assert not [a for a in answers if a.get("id") in (5, "6")], answers  # never answered by those ids
+    assert ("handed off" in shim_log.read_text()) == shim_path.handoff
+
+
 def test_a_client_that_stops_reading_is_disconnected_at_its_outbox_budget_while_other_sessions_keep_working(
     user_env: UserEnv, shim_path: ShimPath,
 ) -> None:

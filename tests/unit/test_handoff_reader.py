@@ -45,7 +45,7 @@ class Route:
         self.lines: list[tuple[int, bytes]] = []
         self.ticks = 0
 
-    def client_line(self, cid: int, line: bytes) -> None:
+    def client_line(self, cid: int, line: bytes, parsed: object = None) -> None:
         self.lines.append((self.ticks, line))
 
     def relayed_bytes(self) -> int:

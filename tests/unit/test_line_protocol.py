@@ -108,3 +108,72 @@ def test_a_line_one_byte_over_the_limit_is_too_long_with_or_without_its_carriage
     assert LineSplitter(MAX).feed(over + b"\r\n") == [(over, True)]
     at = b"y" * MAX
     assert LineSplitter(MAX).feed(at + b"\r\n") == [(at, False)]
+
+
+# ---- the ids of a line: the relay core's parse and the stdlib floor's peek agree ------------------
+
+_ids = st.one_of(st.integers(-3, 3), st.sampled_from(["1", "a", "", None, True, 1.5, [1], {"x": 1}]))
+_methods = st.sampled_from(["initialize", "notifications/initialized", "notifications/cancelled", "tools/call",
+                            "ping", 5, None])
+
+
+@st.composite
+def client_lines(draw: st.DrawFn) -> bytes:
+    """Small client lines of every shape the relay meets: requests, notifications (cancellations
+    with good and bad request ids), responses, objects with neither, batches, non-objects, garbage."""
+    shape = draw(st.sampled_from(["object", "batch", "scalar", "garbage"]))
+    if shape == "garbage":
+        return draw(st.sampled_from([b"not json", b"{", b"\xff\xfe", b"[1,", b'{"id":1,"method":"x"']))
+
+    def message() -> dict[str, object]:
+        m: dict[str, object] = {"jsonrpc": "2.0"}
+        if draw(st.booleans()):
+            m["id"] = draw(_ids)
+        method = draw(_methods)
+        if method is not None:
+            m["method"] = method
+        if method == "notifications/cancelled" or draw(st.booleans()):
+            m["params"] = draw(st.sampled_from([{"requestId": 3}, {"requestId": "3"}, {"requestId": None},
+                                                {"requestId": False}, {}, [], "p"]))
+        if draw(st.booleans()):
+            m[draw(st.sampled_from(["result", "error"]))] = {}
+        return m
+
+    if shape == "scalar":
+        return json.dumps(draw(st.sampled_from([1, "s", None, True]))).encode()
+    if shape == "batch":
+        return json.dumps([message() for _ in range(draw(st.integers(0, 3)))]).encode()
+    return json.dumps(message()).encode()
+
+
+@settings(derandomize=True, max_examples=400, deadline=None)
+@given(client_lines())
+def test_the_ledger_reads_the_same_ids_from_the_relays_parse_as_the_shim_peeks(line: bytes) -> None:
+    from lazyd.core.relay import jsonrpc as rpc
+    from lazyd.daemon.handoff.ledger import line_info
+    from lazyd.linepeek import inspect_line
+
+    ours, peeked = line_info(rpc.parse(line)), inspect_line(line)
+    assert (ours.requests, ours.cancelled, ours.kind) == (peeked.requests, peeked.cancelled, peeked.kind)
+
+
+def test_a_batch_holds_no_request_in_flight_since_the_relay_refuses_it_whole() -> None:
+    from lazyd.core.relay import jsonrpc as rpc
+
+    batch = b'[{"jsonrpc":"2.0","id":1,"method":"tools/call"},{"jsonrpc":"2.0","id":"b","method":"ping"}]'
+    refused = rpc.parse(batch)
+    assert isinstance(refused, rpc.Invalid) and refused.id is None  # one error, under a null id
+    from lazyd.linepeek import inspect_line
+
+    assert inspect_line(batch).requests == []
+
+
+def test_a_request_refused_for_its_depth_is_in_flight_until_its_refusal_is_written() -> None:
+    from lazyd.core.relay import jsonrpc as rpc
+    from lazyd.daemon.handoff.ledger import line_info
+
+    depth = rpc.MAX_NESTING_DEPTH + 1
+    deep = b'{"jsonrpc":"2.0","id":9,"method":"tools/call","params":' + b"[" * depth + b"]" * depth + b"}"
+    refused = rpc.parse(deep)
+    assert isinstance(refused, rpc.Invalid) and refused.id == 9
+    assert line_info(refused).requests == [((False, 9), 9)]

@@ -60,7 +60,7 @@ from lazyd.core.eras.bridge import Bridge
 from lazyd.core.cache import HandshakeEntry, Snapshot
 from lazyd.core.eras.policy import Era, EraSetting
 from lazyd.core.eras.state import EraState
-from lazyd.core.relay.jsonrpc import JsonObj, Kind, Message
+from lazyd.core.relay.jsonrpc import Invalid, JsonObj, Kind, Message
 from lazyd.core.relay.listings import MAX_LISTING_PAGES as MAX_LISTING_PAGES
 from lazyd.core.relay.listings import ListingEngine
 from lazyd.core.relay.base import ANY_VERSION as ANY_VERSION
@@ -274,9 +274,11 @@ class RelayCore:
                 client.initialized = True
         return [Note(f"client {cid} resumed its session")]
 
-    def client_line(self, cid: ClientId, line: bytes, *, now: float) -> list[Action]:
+    def client_line(self, cid: ClientId, line: bytes, *, now: float, parsed: Message | Invalid | None = None) -> list[Action]:
+        """`parsed`: `rpc.parse(line)` where the caller parsed it already (a hand-off session's
+        ledger reads the ids from the same parse)."""
         self.now = now
-        msg = rpc.parse(line)
+        msg = parsed if parsed is not None else rpc.parse(line)
         if not isinstance(msg, Message):
             out: list[Action] = [Note(f"client {cid}: invalid line ({msg.reason})")]
             if msg.reply is not None:

@@ -36,7 +36,9 @@ from lazyd.handoff.region import (
     Region,
     State,
 )
-from lazyd.linepeek import id_key, inspect_line
+from lazyd.core.relay.jsonrpc import Invalid, Kind, Message
+from lazyd.linepeek import BIG_LINE_BYTES as BIG_LINE_BYTES  # lines this long are peeked, not parsed
+from lazyd.linepeek import LineInfo, id_key, inspect_line
 
 IdKey = tuple[bool, int | str]
 JsonId = int | str
@@ -102,9 +104,11 @@ class Ledger:
 
     # ---- changes -------------------------------------------------------------------------------
 
-    def client_line(self, line: bytes) -> None:
-        """A whole line read from the client, before it is relayed."""
-        info = inspect_line(line)
+    def client_line(self, line: bytes, parsed: Message | Invalid | None = None) -> None:
+        """A whole line read from the client, before it is relayed; `parsed`, the relay core's
+        parse of it (`rpc.parse`), where the session parsed it for the relay: its ids are then
+        read from that parse, not from a second one (lazyd/linepeek.py peeks at large lines)."""
+        info = inspect_line(line) if parsed is None else line_info(parsed)
         if info.kind == "initialize":
             self.state.init, self._init_key = line, info.requests[0][0]
             self.state.init_answered = False
@@ -256,6 +260,35 @@ class Ledger:
     @property
     def inflight(self) -> int:
         return len(self._entries)
+
+
+def line_info(msg: Message | Invalid) -> LineInfo:
+    """What `inspect_line` (lazyd/linepeek.py, the shim's and the recovery's reader) finds in a
+    line, read from the relay core's parse of it."""
+    info = LineInfo()
+    if not isinstance(msg, Message):
+        # Refused under its id, though a request (nested too deep): in flight until that refusal
+        # is written, as any request; a refusal of what is no request answers nothing in flight.
+        key = id_key(msg.id)
+        if msg.kind is Kind.REQUEST and key is not None and msg.id is not None:
+            info.requests.append((key, msg.id))
+        return info
+    method = msg.method
+    if msg.kind is Kind.REQUEST:
+        key = id_key(msg.id)
+        if key is not None and msg.id is not None:
+            info.requests.append((key, msg.id))
+            if method == "initialize":
+                info.kind = "initialize"
+    elif msg.kind is Kind.NOTIFICATION:
+        if method == "notifications/cancelled":
+            params = msg.obj.get("params")
+            key = id_key(params.get("requestId")) if isinstance(params, dict) else None
+            if key is not None:
+                info.cancelled.append(key)
+        elif method == "notifications/initialized":
+            info.kind = "initialized"
+    return info
 
 
 class Landing:

@@ -45,7 +45,7 @@ from lazyd.core.relay.handshake_defaults import wake_params
 from lazyd.core.hub.protocol import hub_servers, initialize_result
 from lazyd.core.hub.routes import CancelTask, HubAction, HubRoutes, ToCall, ToClient
 from lazyd.core.sharing.identity import Identity
-from lazyd.core.relay.jsonrpc import JsonId, JsonObj, Kind, Message
+from lazyd.core.relay.jsonrpc import Invalid, JsonId, JsonObj, Kind, Message
 from lazyd.core.policy import ToolPolicy
 from lazyd.core.relay.core import Phase
 from lazyd.daemon.runtime.era_lanes import EraLanes
@@ -127,15 +127,15 @@ class HubSession:
 
     # ---- the client's lines --------------------------------------------------------------------
 
-    def client_line(self, cid: int, line: bytes) -> None:
+    def client_line(self, cid: int, line: bytes, parsed: Message | Invalid | None = None) -> None:
         try:
-            self._client_line(line)
+            self._client_line(line, parsed)
         except Exception:
             # This runs in the connection's task, inside the daemon's listener nursery.
             log.exception("hub: a client line failed inside lazyd")
 
-    def _client_line(self, line: bytes) -> None:
-        msg = rpc.parse(line)
+    def _client_line(self, line: bytes, parsed: Message | Invalid | None = None) -> None:
+        msg = parsed if parsed is not None else rpc.parse(line)
         if not isinstance(msg, Message):
             if msg.reply is not None:
                 self.send(msg.reply, msg.id)

@@ -27,7 +27,7 @@ import trio
 
 from lazyd.core.relay import jsonrpc as rpc
 from lazyd.core.eras.policy import Era, EraPolicy, Lane, LaneChoice, client_era, facts_of
-from lazyd.core.relay.jsonrpc import Kind, Message
+from lazyd.core.relay.jsonrpc import Invalid, Kind, Message
 from lazyd.core.lifecycle.machine import PROCESS_STATES, State
 from lazyd.daemon.runtime.outbox import Outbox
 from lazyd.daemon.runtime.supervisor import ServerRuntime
@@ -170,14 +170,15 @@ class EraRoute:
 
     # ---- what a connection calls (the same as a ServerRuntime) --------------------------------
 
-    def client_line(self, cid: int, line: bytes) -> None:
+    def client_line(self, cid: int, line: bytes, parsed: Message | Invalid | None = None) -> None:
+        """`parsed`: `rpc.parse(line)`, where the caller parsed it already."""
         if self.runtime is not None:
-            self.runtime.client_line(cid, line)
+            self.runtime.client_line(cid, line, parsed)
             return
         if self._choosing is not None:
             self._held.append(line)  # the connection waits for room before sending more
             return
-        msg = rpc.parse(line)
+        msg = parsed if parsed is not None else rpc.parse(line)
         if not isinstance(msg, Message):
             if msg.reply is not None:
                 self.session.deliver(msg.reply, msg.id)

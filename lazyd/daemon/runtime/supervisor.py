@@ -46,6 +46,7 @@ from lazyd.core.lifecycle import machine as lc
 from lazyd.core.relay import core as rl
 from lazyd.core.cache import Snapshot
 from lazyd.core.relay.handshake_defaults import unattended_params
+from lazyd.core.relay.jsonrpc import Invalid, Message
 from lazyd.core.hub.catalog import cached_tools
 from lazyd.core.policy import ToolPolicy
 from lazyd.daemon.runtime.cache_saver import CacheSaver
@@ -181,14 +182,16 @@ class ServerRuntime:
             self._relay(self.core.resume(session.cid, resume, now=time.time()))
         self._load()
 
-    def client_line(self, cid: int, line: bytes) -> None:
+    def client_line(self, cid: int, line: bytes, parsed: Message | Invalid | None = None) -> None:
         if cid in self.sessions:
             if self.gate is not None:
                 gated = self.gate.client_line(cid, line)
                 if gated is None:
                     return
+                if gated is not line:
+                    parsed = None  # the policy rewrote it: not the line that was parsed
                 line = gated
-            self._relay(self.core.client_line(cid, line, now=time.time()))
+            self._relay(self.core.client_line(cid, line, now=time.time(), parsed=parsed))
             self._load()
 
     def detach(self, cid: int) -> None:
