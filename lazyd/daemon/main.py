@@ -251,7 +251,7 @@ async def serve(sock: socket.socket, paths: Paths, config: Config, config_path: 
         if envelope is None and not stored:  # after an upgrade the servers state.json names are ours to take over
             # Beside serving, not before it: after a kill -9 with a thousand waiting sessions,
             # reading /proc took 0.4 s that every session waited for; only starts wait for it now.
-            nursery.start_soon(orphans.sweep_then_open, paths.state_dir)
+            nursery.start_soon(orphans.sweep_then_open, paths.state_dir, orphans.begin_sweep(paths.state_dir))
         registry = Registry(config, paths, secret, store, nursery, dict(os.environ))
         control = Control(registry, stop, partial(reload_config, registry, config_path))
         handler = ConnectionHandler(registry, control, admission=None if nofile is None else Admission(nofile))

@@ -22,6 +22,7 @@ import json
 import logging
 import os
 import signal
+from functools import partial
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -93,11 +94,19 @@ class StartGate:
 START_GATE = StartGate()
 
 
-async def sweep_then_open(state_dir: Path) -> None:
-    """The sweep, off the event loop, with START_GATE closed until it ends (however it ends)."""
+def begin_sweep(state_dir: Path) -> list[ChildRecord]:
+    """Close START_GATE and read what the predecessor left, at once: before the daemon's first
+    `await`, so that no start slips past the gate, and before the registry records its own
+    (still no) children over the file. `sweep_then_open` finishes the sweep."""
     START_GATE.close()
+    return read_state(state_dir)
+
+
+async def sweep_then_open(state_dir: Path, records: list[ChildRecord]) -> None:
+    """The sweep of `records` (`begin_sweep`'s), off the event loop, then START_GATE open
+    (however the sweep ends)."""
     try:
-        await trio.to_thread.run_sync(sweep, state_dir)
+        await trio.to_thread.run_sync(partial(sweep, state_dir, records=records))
     finally:
         START_GATE.open()
 
@@ -158,12 +167,14 @@ def _kill_sessions(sids: set[int]) -> dict[int, list[int]]:
     return killed
 
 
-def sweep(state_dir: Path, spare: frozenset[int] = frozenset()) -> list[int]:
-    """Kill the leftovers recorded by a previous daemon; returns the pids signalled. Those in
-    `spare` were taken over (lazyd/daemon/upgrade/fdstore.py) and are left alone.
-    Call it before starting any child: afterwards the record is emptied."""
+def sweep(state_dir: Path, spare: frozenset[int] = frozenset(), *,
+          records: list[ChildRecord] | None = None) -> list[int]:
+    """Kill the leftovers recorded by a previous daemon (`records`, read from the state dir where
+    None); returns the pids signalled. Those in `spare` were taken over
+    (lazyd/daemon/upgrade/fdstore.py) and are left alone. Call it before starting any child:
+    afterwards the record is emptied."""
     swept: list[ChildRecord] = []
-    for child in read_state(state_dir):
+    for child in read_state(state_dir) if records is None else records:
         if child.pid in spare:
             continue
         if classify(child, read_stat(child.pid)) is Verdict.RECYCLED:

@@ -138,3 +138,28 @@ async def test_a_start_waits_for_the_sweep_and_nothing_else_does() -> None:
         gate.open()
     assert passed == ["start"]
     await gate.passage()  # open again: at once
+
+
+async def test_the_gate_is_closed_and_the_record_read_before_the_daemon_first_yields(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A start scheduled before the sweep's task ran, or the registry writing its (empty) record
+    first, would otherwise slip past the sweep."""
+    import trio
+
+    from lazyd.daemon import orphans
+
+    monkeypatch.setattr(orphans, "read_stat", lambda pid: None)  # /proc as the sweep sees it: nothing left
+    monkeypatch.setattr(orphans, "stats", dict)
+    write_state(tmp_path, [ChildRecord("gone", 999_999, 7, 999_999)])
+    records = orphans.begin_sweep(tmp_path)
+    try:
+        assert [r.name for r in records] == ["gone"]
+        write_state(tmp_path, [])  # the registry, before the sweep ran: the records are read already
+        with trio.move_on_after(0.05) as waited:
+            await orphans.START_GATE.passage()
+        assert waited.cancelled_caught  # closed, with no await in between
+        await orphans.sweep_then_open(tmp_path, records)
+        with trio.fail_after(1):
+            await orphans.START_GATE.passage()
+    finally:
+        orphans.START_GATE.open()
