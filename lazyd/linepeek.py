@@ -98,14 +98,21 @@ def inspect_line(line: bytes) -> LineInfo:
     method = message.get("method")
     if not isinstance(method, str):
         return info  # a response to a server request, or garbage
-    if "id" in message:
-        key = id_key(message["id"])
-        if key is not None:
-            info.requests.append((key, message["id"]))
+    return message_info(method, "id" in message, message.get("id"), message.get("params"))
+
+
+def message_info(method: str, has_id: bool, request_id: object, params: object) -> LineInfo:
+    """What one message with `method` says for bookkeeping: a request (an id, valid or not) or a
+    notification (a cancellation, the handshake's end). The rule `inspect_line` applies to the JSON
+    it parsed and the daemon's ledger to the relay's parse (lazyd/daemon/handoff/ledger.py)."""
+    info = LineInfo()
+    if has_id:
+        key = id_key(request_id)
+        if key is not None and isinstance(request_id, (int, str)):
+            info.requests.append((key, request_id))
             if method == "initialize":
                 info.kind = "initialize"
     elif method == "notifications/cancelled":
-        params = message.get("params")
         key = id_key(params.get("requestId")) if isinstance(params, dict) else None
         if key is not None:
             info.cancelled.append(key)

@@ -38,7 +38,7 @@ from lazyd.handoff.region import (
 )
 from lazyd.core.relay.jsonrpc import Invalid, Kind, Message
 from lazyd.linepeek import BIG_LINE_BYTES as BIG_LINE_BYTES  # lines this long are peeked, not parsed
-from lazyd.linepeek import LineInfo, id_key, inspect_line
+from lazyd.linepeek import LineInfo, id_key, inspect_line, message_info
 
 IdKey = tuple[bool, int | str]
 JsonId = int | str
@@ -264,31 +264,14 @@ class Ledger:
 
 def line_info(msg: Message | Invalid) -> LineInfo:
     """What `inspect_line` (lazyd/linepeek.py, the shim's and the recovery's reader) finds in a
-    line, read from the relay core's parse of it."""
-    info = LineInfo()
-    if not isinstance(msg, Message):
-        # Refused under its id, though a request (nested too deep): in flight until that refusal
-        # is written, as any request; a refusal of what is no request answers nothing in flight.
-        key = id_key(msg.id)
-        if msg.kind is Kind.REQUEST and key is not None and msg.id is not None:
-            info.requests.append((key, msg.id))
-        return info
-    method = msg.method
-    if msg.kind is Kind.REQUEST:
-        key = id_key(msg.id)
-        if key is not None and msg.id is not None:
-            info.requests.append((key, msg.id))
-            if method == "initialize":
-                info.kind = "initialize"
-    elif msg.kind is Kind.NOTIFICATION:
-        if method == "notifications/cancelled":
-            params = msg.obj.get("params")
-            key = id_key(params.get("requestId")) if isinstance(params, dict) else None
-            if key is not None:
-                info.cancelled.append(key)
-        elif method == "notifications/initialized":
-            info.kind = "initialized"
-    return info
+    line, read from the relay core's parse of it (by the same rule, `message_info`)."""
+    if isinstance(msg, Message):
+        if msg.method is None or msg.kind is Kind.RESPONSE:
+            return LineInfo()
+        return message_info(msg.method, msg.kind is Kind.REQUEST, msg.id, msg.obj.get("params"))
+    # Refused under its id, though a request (nested too deep): in flight until that refusal is
+    # written, as any request; a refusal of what is no request answers nothing in flight.
+    return message_info("", msg.kind is Kind.REQUEST, msg.id, None)
 
 
 class Landing:
