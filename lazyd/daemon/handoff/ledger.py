@@ -36,9 +36,9 @@ from lazyd.handoff.region import (
     Region,
     State,
 )
-from lazyd.core.relay.jsonrpc import Invalid, Kind, Message
-from lazyd.linepeek import BIG_LINE_BYTES as BIG_LINE_BYTES  # lines this long are peeked, not parsed
-from lazyd.linepeek import LineInfo, id_key, inspect_line, message_info
+from lazyd.core.relay import jsonrpc as rpc
+from lazyd.core.relay.jsonrpc import Invalid, Message
+from lazyd.linepeek import LineInfo, id_key, message_info
 
 IdKey = tuple[bool, int | str]
 JsonId = int | str
@@ -85,7 +85,7 @@ class Ledger:
             # lost-connection error (lazyd/daemon/handoff/adopt.py): that is no answer the client
             # can resume from.
             if previous.init and not previous.init_answered and not adopted:
-                handshake = inspect_line(previous.init)
+                handshake = line_info(rpc.parse(previous.init))
                 self._init_key = handshake.requests[0][0] if handshake.requests else None
         # Entries given back, reused first (last in, first out), and the lowest never handed out:
         # not a list of all TABLE_ENTRIES free ones, which cost every session ~0.6 MiB of ints.
@@ -106,9 +106,8 @@ class Ledger:
 
     def client_line(self, line: bytes, parsed: Message | Invalid | None = None) -> None:
         """A whole line read from the client, before it is relayed; `parsed`, the relay core's
-        parse of it (`rpc.parse`), where the session parsed it for the relay: its ids are then
-        read from that parse, not from a second one (lazyd/linepeek.py peeks at large lines)."""
-        info = inspect_line(line) if parsed is None else line_info(parsed)
+        parse of it (`rpc.parse`), which the session makes once for the relay and the ledger."""
+        info = line_info(parsed if parsed is not None else rpc.parse(line))
         if info.kind == "initialize":
             self.state.init, self._init_key = line, info.requests[0][0]
             self.state.init_answered = False
@@ -266,12 +265,12 @@ def line_info(msg: Message | Invalid) -> LineInfo:
     """What `inspect_line` (lazyd/linepeek.py, the shim's and the recovery's reader) finds in a
     line, read from the relay core's parse of it (by the same rule, `message_info`)."""
     if isinstance(msg, Message):
-        if msg.method is None or msg.kind is Kind.RESPONSE:
+        if msg.method is None:  # a response to a server request
             return LineInfo()
-        return message_info(msg.method, msg.kind is Kind.REQUEST, msg.id, msg.obj.get("params"))
+        return message_info(msg.method, msg.kind is rpc.Kind.REQUEST, msg.id, msg.obj.get("params"))
     # Refused under its id, though a request (nested too deep): in flight until that refusal is
     # written, as any request; a refusal of what is no request answers nothing in flight.
-    return message_info("", msg.kind is Kind.REQUEST, msg.id, None)
+    return message_info("", msg.kind is rpc.Kind.REQUEST, msg.id, None)
 
 
 class Landing:

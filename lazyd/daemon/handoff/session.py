@@ -45,7 +45,7 @@ from lazyd.daemon.control import handshakes
 from lazyd.daemon.runtime.era_lanes import EraRoute
 from lazyd.daemon.handoff.adopt import ADOPTED, convert
 from lazyd.core.relay import jsonrpc as rpc
-from lazyd.daemon.handoff.ledger import BIG_LINE_BYTES, Landing, Ledger, map_region
+from lazyd.daemon.handoff.ledger import Landing, Ledger, map_region
 from lazyd.daemon.handoff.outbox import ClientEnds, HandoffOutbox
 from lazyd.daemon.upgrade.quiesce import GATE
 from lazyd.daemon.sessions.registry import Registry
@@ -405,8 +405,7 @@ class HandoffSession:
             if too_long:
                 self._too_long(line)
                 continue
-            # One parse for the ledger and the relay (a large line's ids are peeked at instead).
-            parsed = rpc.parse(line) if len(line) < BIG_LINE_BYTES else None
+            parsed = rpc.parse(line)  # once, for the ledger and the relay
             self.ledger.client_line(line, parsed)
             if self._peek:
                 self._peek = self.registry.note_client_line(line, self._peek, outbox.cid)
