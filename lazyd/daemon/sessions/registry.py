@@ -317,11 +317,11 @@ class Registry:
                 raise Refused("options", "no server command given")
             if not os.path.isabs(cwd):
                 raise Refused("options", f"the working directory must be absolute, got {cwd!r}")
+            names = [n for n, _ in undecodable]
             client, decided = per_run.learn(self, hello.pid, argv, cwd, env, force=force, ignore=ignore,
-                                            undecodable=[n for n, _ in undecodable])
-            runtime = await self.unnamed_runtime(argv, cwd, env, policy, force=force, ignore=ignore,
-                                                  undecodable=[n for n, _ in undecodable], client=client.process, join=True,
-                                                  decided=decided)
+                                            undecodable=names)
+            runtime = await self.unnamed_runtime(argv, cwd, env, policy, force=force, ignore=ignore, undecodable=names,
+                                                  client=client.process, join=True, decided=decided)
             self.learned.note_session(self._next_cid, client, (n for n in env if not n.startswith(SHIM_ENV_PREFIX)))
         cid = self._next_cid
         self._next_cid += 1
