@@ -1,4 +1,4 @@
-"""The shim's view of a client's lines: lazyd/linepeek.py, which the daemon's hand-off sessions share."""
+"""The shim's view of a client's lines: lazyd/linepeek.py, whose rule for a message the daemon's hand-off ledger applies to the relay's parse."""
 
 from lazyd.linepeek import BIG_LINE_BYTES as BIG_LINE_BYTES
 from lazyd.linepeek import LineInfo as LineInfo
