@@ -101,19 +101,29 @@ def kill_seam(spec: str) -> dict[str, str]:
     return {"LAZYD_TEST_HANDOFF_KILL": spec, "PYTHONPATH": str(SEAMS_PATH)}
 
 
-def region_settled(pid: int, fence: int | str) -> bool:
-    """Whether shim `pid`'s region says no answer is being written and the request `fence`, answered,
-    is no longer in flight."""
+def region_in_flight(pid: int) -> tuple[bool, list[bytes]] | None:
+    """What process `pid`'s hand-off region says (whether an answer is being written, and the JSON
+    text of each id in flight); None where it holds no region."""
     for name in os.listdir(f"/proc/{pid}/fd"):
         if os.readlink(f"/proc/{pid}/fd/{name}").startswith("/memfd:lazyd-handoff"):
             fd = os.open(f"/proc/{pid}/fd/{name}", os.O_RDONLY)
             try:
                 region = read_region(fd)
                 assert region is not None
-                return not region.torn and json.dumps(fence).encode() not in {text for _, text in region.entries()}
+                return region.torn, [text for _, text in region.entries()]
             finally:
                 os.close(fd)
-    raise AssertionError(f"shim {pid} holds no region")
+    return None
+
+
+def region_settled(pid: int, fence: int | str) -> bool:
+    """Whether shim `pid`'s region says no answer is being written and the request `fence`, answered,
+    is no longer in flight."""
+    seen = region_in_flight(pid)
+    if seen is None:
+        raise AssertionError(f"shim {pid} holds no region")
+    torn, ids = seen
+    return not torn and json.dumps(fence).encode() not in ids
 
 
 def slot_free(slot: Path) -> bool:

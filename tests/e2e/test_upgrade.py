@@ -25,7 +25,7 @@ import pytest
 from mcp import ClientSession
 from mcp.shared.exceptions import MCPError
 
-from tests.e2e.faults_support import call, text_of, tool_call
+from tests.e2e.faults_support import call, region_in_flight, text_of, tool_call
 from tests.e2e.shim_paths import PATHS, ShimPath
 from tests.conftest import FIXTURE_SERVER, UserEnv, everything_command, processes_with_marker, shim_session, start_daemon, wait_until
 from tests.e2e.upgrade_support import lazyctl, shim_log, status
@@ -66,26 +66,15 @@ async def echo(session: ClientSession, message: str) -> str:
 
 def _in_flight(user: UserEnv) -> int | None:
     """How many requests the test's one hand-off session has in its region's table, with no
-    answer being written (None: the region cannot be read, or a write is under way)."""
-    from lazyd.handoff.region import read_region
-
+    answer being written (None: no region found, or a write under way)."""
     for pid in processes_with_marker(user.marker):
         try:
-            names = os.listdir(f"/proc/{pid}/fd")
+            seen = region_in_flight(pid)
         except OSError:
-            continue
-        for name in names:
-            try:
-                if not os.readlink(f"/proc/{pid}/fd/{name}").startswith("/memfd:lazyd-handoff"):
-                    continue
-                fd = os.open(f"/proc/{pid}/fd/{name}", os.O_RDONLY)
-            except OSError:
-                continue
-            try:
-                region = read_region(fd)
-                return None if region is None or region.torn else len(region.entries())
-            finally:
-                os.close(fd)
+            continue  # gone while we looked
+        if seen is not None:
+            torn, ids = seen
+            return None if torn else len(ids)
     return None
 
 
