@@ -99,8 +99,11 @@ RestartPreventExitStatus=2
 WatchdogSec=60s
 TimeoutAbortSec=5s
 # Each server's pipes are kept here (FDSTORE=1), so that after a crash the restarted lazyd
-# takes the servers over instead of losing them; 3 per server process, and 1 for lazyd.
-FileDescriptorStoreMax=1024
+# takes the servers over instead of losing them, and each hand-off session's socket, so that
+# its shim goes on waiting while lazyd restarts: 3 per server process, 1 to 3 per session, and
+# 1 for lazyd. What does not fit is dropped by systemd: that server or session is then lost or
+# resumed as without systemd.
+FileDescriptorStoreMax=16384
 Environment=LAZYD_FDSTORE=1
 # Descriptors: lazyd raises its soft limit to the hard one at start (a session holds 1 to 5, a
 # server about 5), and starts its servers with the soft one, as systemd starts services. These

@@ -43,6 +43,7 @@ from lazyd.core.admission import Admission
 from lazyd.daemon import fdlimit, orphans, startup
 from lazyd.daemon.config_wait import wait_for_files
 from lazyd.daemon.upgrade.adopt import adopt, adopt_stored, take_envelope
+from lazyd.daemon.handoff import kept
 from lazyd.daemon.upgrade.fdstore import FdStore, keep_standby, standby_path, stored_fds
 from lazyd.daemon.heap import TRIMMER
 from lazyd.daemon.connections.listener import ConnectionHandler
@@ -243,6 +244,10 @@ async def serve(sock: socket.socket, paths: Paths, config: Config, config_path: 
     notify_env = notify_env or {}
     fdstore = FdStore.from_environ(notify_env, os.environ)
     stored = stored or {}
+    # Hand-off sessions systemd kept across a crash (lazyd/daemon/handoff/kept.py): out of what the
+    # servers' adoption reads, taken back once the registry is up.
+    kept_sessions = kept.take_kept(stored)
+    kept.set_keeper(kept.Keeper(fdstore) if fdstore is not None else None)
     store = CacheStore(paths.cache_dir)
     stop = trio.Event()
     bound_identity = None if activated else socket_identity(paths.socket)
@@ -272,7 +277,7 @@ async def serve(sock: socket.socket, paths: Paths, config: Config, config_path: 
             # What the store gave back is in it still: names no process owns now are removed.
             nursery.start_soon(keep_standby, registry, fdstore, paths.lock, registry.changes.wait, dict(stored))
         connections = trio.CancelScope()
-        await nursery.start(_serve_connections, handler, listener, connections)
+        await nursery.start(_serve_connections, handler, listener, connections, kept_sessions)
         notifier.ready(status_summary(registry))  # only now: the listener is accepting
         nursery.start_soon(notifier.run, partial(status_summary, registry), registry.changes.wait)
         nursery.start_soon(TRIMMER.run)  # gives the heap back after large messages
@@ -305,11 +310,12 @@ async def serve(sock: socket.socket, paths: Paths, config: Config, config_path: 
 
 
 async def _serve_connections(handler: ConnectionHandler, listener: trio.SocketListener, scope: trio.CancelScope,
-                             *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-    """The accept loop (EMFILE policy: lazyd/daemon/connections/listener.py) and every connection, until
-    ``scope`` is cancelled at shutdown; the listener is closed then."""
+                             kept_sessions: list[kept.Kept], *,
+                             task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+    """The accept loop (EMFILE policy: lazyd/daemon/connections/listener.py) and every connection, with
+    the sessions systemd kept, until ``scope`` is cancelled at shutdown; the listener is closed then."""
     with scope:
-        await handler.serve(listener, task_status=task_status)
+        await handler.serve(listener, kept_sessions, task_status=task_status)
 
 
 def ownership_lost(paths: Paths, bound_identity: tuple[int, int]) -> str | None:

@@ -90,7 +90,7 @@ def test_the_contrib_units_are_the_ones_lazyctl_installs_with_the_conventional_e
     service = units["lazyd.service"]
     for setting in ("Type=notify", "NotifyAccess=main", "KillMode=process", "Restart=on-failure",
                     "ExecReload=%h/.local/bin/lazyctl upgrade", "ExecStopPost=-%h/.local/bin/lazyctl systemd stop-post",
-                    "FileDescriptorStoreMax=1024", "TimeoutAbortSec=5s",
+                    "FileDescriptorStoreMax=16384", "TimeoutAbortSec=5s",
                     "Environment=LAZYD_FDSTORE=1",
                     "StartLimitIntervalSec=0", "TimeoutStopSec=20s", "RestartPreventExitStatus=2"):
         assert f"\n{setting}\n" in service

@@ -102,8 +102,27 @@ def test_installed_and_enabled_units_start_lazyd_on_the_first_shim_with_the_serv
     assert show["StatusText"].startswith("1 servers: 1 running"), show
 
 
+ONE_SESSION_STORED = 7
+# One server and one hand-off session in the store: the server's three pipes, lazyd's secrets, the
+# session's socket and its client's two pipes (lazyd/daemon/handoff/kept.py).
+
+
 def stored_fds(m: UserManager) -> int:
     return int(m.prop("lazyd.service", "NFileDescriptorStore") or 0)
+
+
+def waiting_shell() -> tuple[int, str]:
+    """The one hand-off session's waiting shell and the socket it waits on (its descriptor 9): a
+    shell that resumed its session (shim/quick.py) waits on a new socket, one that never saw the
+    crash on the same."""
+    for pid in os.listdir("/proc"):
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            if cmd[0].endswith(b"dash") and b"lazyd-shim" in cmd[:4]:
+                return int(pid), os.readlink(f"/proc/{pid}/fd/9")
+        except OSError:
+            continue
+    raise AssertionError("no waiting shell")
 
 
 def wait_for_main_pid_other_than(m: UserManager, old: int) -> int:
@@ -123,15 +142,21 @@ def test_kill_9_of_the_main_process_restarts_lazyd_which_takes_the_running_serve
         async with shim_session(user_env, FIXTURE, env=logged_env(user_env)) as client:
             with anyio.fail_after(STEP_S):
                 server = outcome["server"] = pid_text(await client.call_tool("pid", {}))
-            # The server's three pipes and lazyd's secrets are in the store before the crash.
-            await anyio.to_thread.run_sync(lambda: wait_until(lambda: stored_fds(manager) >= 4, STEP_S, "the fd store"))
+            # The server's three pipes, lazyd's secrets and the session's socket are in the store
+            # before the crash.
+            await anyio.to_thread.run_sync(lambda: wait_until(lambda: stored_fds(manager) >= ONE_SESSION_STORED, STEP_S, "the fd store"))
             old = outcome["old"] = manager.main_pid()
+            outcome["waiter_before"] = waiting_shell()
             os.kill(old, signal.SIGKILL)
             outcome["new"] = await anyio.to_thread.run_sync(wait_for_main_pid_other_than, manager, old)
             outcome["alive"] = alive(server)
             with anyio.fail_after(STEP_S):  # the same session answers again, from the same process
                 outcome["again"] = pid_text(await client.call_tool("pid", {}))
             outcome["status"] = await anyio.to_thread.run_sync(status, user_env)
+            outcome["waiter_after"] = waiting_shell()
+        # The session ended: its names left the store, the server's and the secrets' stay.
+        await anyio.to_thread.run_sync(lambda: wait_until(lambda: stored_fds(manager) == ONE_SESSION_STORED - 3, STEP_S,
+                                                          "the session's names to go"))
 
     anyio.run(scenario)
     server = outcome["server"]
@@ -143,9 +168,12 @@ def test_kill_9_of_the_main_process_restarts_lazyd_which_takes_the_running_serve
     assert len(last["servers"]) == 1
     row = next(r for r in outcome["status"]["servers"] if r["pid"] == server)
     assert row["state"] == "running"
-    # The restarted daemon adopted the session (shim/quick.py): systemd held the socket, so the
-    # waiting shell's quick resumer found it at once, and no full shim recovery ran.
-    assert "adopted from shim pid" in (user_env.state_dir / "lazyd.log").read_text(), shim_log(user_env)
+    # The session was kept in the store across the crash (lazyd/daemon/handoff/kept.py): its
+    # waiting shell never saw its socket end, ran nothing, and the restarted daemon took the
+    # session back in place.
+    daemon_log = (user_env.state_dir / "lazyd.log").read_text()
+    assert "kept by systemd across the crash" in daemon_log, daemon_log
+    assert outcome["waiter_before"] == outcome["waiter_after"], outcome
     assert "taking it back" not in shim_log(user_env), shim_log(user_env)
 
 
@@ -160,7 +188,7 @@ def test_after_a_crash_that_took_the_servers_with_it_status_says_none_was_taken_
         async with shim_session(user_env, FIXTURE) as client:
             with anyio.fail_after(STEP_S):
                 outcome["server"] = pid_text(await client.call_tool("pid", {}))
-            await anyio.to_thread.run_sync(lambda: wait_until(lambda: stored_fds(manager) >= 4, STEP_S, "the fd store"))
+            await anyio.to_thread.run_sync(lambda: wait_until(lambda: stored_fds(manager) >= ONE_SESSION_STORED, STEP_S, "the fd store"))
             old = manager.main_pid()
             os.kill(old, signal.SIGKILL)
             await anyio.to_thread.run_sync(wait_for_main_pid_other_than, manager, old)
@@ -184,7 +212,7 @@ def test_a_stuck_event_loop_is_restarted_by_the_watchdog_and_the_new_daemon_keep
         async with shim_session(user_env, FIXTURE, env=logged_env(user_env)) as client:
             with anyio.fail_after(STEP_S):
                 outcome["server"] = pid_text(await client.call_tool("pid", {}))
-            await anyio.to_thread.run_sync(lambda: wait_until(lambda: stored_fds(manager) >= 4, STEP_S, "the fd store"))
+            await anyio.to_thread.run_sync(lambda: wait_until(lambda: stored_fds(manager) >= ONE_SESSION_STORED, STEP_S, "the fd store"))
             old = manager.main_pid()
             os.kill(old, signal.SIGSTOP)  # the loop stops: no WATCHDOG=1 any more
             outcome["new"] = await anyio.to_thread.run_sync(wait_for_main_pid_other_than, manager, old)
@@ -334,7 +362,9 @@ def test_stop_leaves_no_process_and_nothing_of_lazyd_in_the_runtime_dir(user_env
         async with shim_session(user_env, FIXTURE) as client:
             with anyio.fail_after(STEP_S):
                 outcome["server"] = pid_text(await client.call_tool("pid", {}))
-        await anyio.to_thread.run_sync(lambda: wait_until(lambda: stored_fds(manager) >= 4, STEP_S, "the fd store"))
+        # The session ended: the server's pipes and the secrets are what the store holds.
+        await anyio.to_thread.run_sync(lambda: wait_until(lambda: stored_fds(manager) >= ONE_SESSION_STORED - 3, STEP_S,
+                                                          "the fd store"))
 
     anyio.run(scenario)
     standby = user_env.socket.with_name("lazyd.standby")

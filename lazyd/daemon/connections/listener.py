@@ -32,8 +32,9 @@ import logging
 import math
 import os
 import resource
+import socket
 from collections import deque
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -42,7 +43,9 @@ import trio
 
 from lazyd import wire
 from lazyd.core.admission import Admission
+from lazyd.daemon.handoff import kept as kept_store
 from lazyd.daemon.handoff import session as handoff
+from lazyd.daemon.handoff.kept import Kept
 from lazyd.daemon.handoff.outbox import ClientEnds
 from lazyd.daemon.control import handshakes
 from lazyd.daemon.runtime.era_lanes import EraRoute
@@ -207,11 +210,14 @@ class ConnectionHandler:
         self.live: dict[int, Live] = {}
         self.upgrade: Callable[[trio.SocketStream], Awaitable[tuple[bool, Any, str | None]]] | None = None
 
-    async def serve(self, listener: trio.SocketListener, *,
+    async def serve(self, listener: trio.SocketListener, kept: Sequence[Kept] = (), *,
                     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Accept connections forever, each served by `self` in its own task (see the docstring)."""
+        """Accept connections forever, each served by `self` in its own task (see the docstring),
+        beside the hand-off sessions systemd `kept` across a crash, each in its own task too."""
         spare = Spare()
         async with trio.open_nursery() as handlers, listener:
+            for session in kept:
+                handlers.start_soon(self.serve_kept, session)
             task_status.started()
             failures = 0
             first_failure = 0.0
@@ -249,6 +255,33 @@ class ConnectionHandler:
             return
         pid, busy = admitted
         await self.guarded(stream, pid, partial(self.serve_from_hello, stream, pid) if busy is None else partial(self.door.refuse, stream, busy))
+
+    async def serve_kept(self, kept: Kept) -> None:
+        """Take back in place a hand-off session systemd kept across a crash (lazyd/daemon/handoff/kept.py),
+        counted like an accepted connection; or let it go, its names out of the store, so that
+        its waiting shell sees its socket end and resumes by itself."""
+        shim = kept.fds.pop(kept_store.socket_name(kept.pid), None)
+        if shim is None:
+            log.info("shim pid %d: not taking back the session systemd kept (its socket did not come back); "
+                     "it recovers it itself", kept.pid)
+            kept_store.let_go(kept)
+            return
+        stream = trio.SocketStream(trio.socket.from_stdlib_socket(socket.socket(fileno=shim)))
+        self.active += 1
+        await self.guarded(stream, kept.pid, partial(self._serve_kept, stream, shim, kept))
+
+    async def _serve_kept(self, stream: trio.SocketStream, shim: int, kept: Kept) -> None:
+        live = self.live[id(stream)] = Live(stream, wire.FrameDecoder(), deque())
+        found = kept_store.reopen(kept, shim)
+        if isinstance(found, str):
+            log.info("shim pid %d: not taking back the session systemd kept (%s; kept: %s); it recovers it itself",
+                     kept.pid, found, ", ".join(kept.names))
+            kept_store.let_go(kept)
+            return
+        hello, fds = found
+        taken = handoff.take(hello, fds)
+        handoff.close_all(fds)
+        await self._adopt(stream, live, hello, taken, kept)
 
     async def guarded(self, stream: trio.SocketStream, pid: int, serve: Callable[[], Awaitable[None]] | None) -> None:
         """Run `serve` for one connection counted in `active` (a connection accepted here, or one a
@@ -320,10 +353,10 @@ class ConnectionHandler:
             await self._session(stream, frames, hello)
 
     async def _adopt(self, stream: trio.SocketStream, live: Live, hello: Hello,
-                     taken: tuple[ClientEnds, int] | None) -> None:
-        """A quick resumer offers the session its lost daemon left (lazyd/daemon/handoff/adopt.py):
-        take it back in place, or refuse, having closed what came, so that the shim's full
-        recovery runs."""
+                     taken: tuple[ClientEnds, int] | None, kept: Kept | None = None) -> None:
+        """A quick resumer offers the session its lost daemon left (lazyd/daemon/handoff/adopt.py), or
+        systemd `kept` it: take it back in place, or refuse (a kept one: its names out of the
+        store, no word), having closed what came, so that the shim's full recovery runs."""
         refusal = NotAdopted("its descriptors or region cannot be served by hand-off")
         if taken is not None:
             try:
@@ -334,10 +367,13 @@ class ConnectionHandler:
                 refusal = NotAdopted(f"its region cannot be mapped: {exc}")
         if live.handoff is None:
             log.info("shim pid %d: not adopting its session (%s); it recovers it itself", hello.pid, refusal.message)
-            await stream.send_all(wire.encode(Refusal(refusal.code, refusal.message)))
+            if kept is not None:
+                kept_store.let_go(kept)
+            else:
+                await stream.send_all(wire.encode(Refusal(refusal.code, refusal.message)))
             return
         live.kind = "handoff"
-        await live.handoff.run(hello)
+        await live.handoff.run(hello, kept)
 
     async def _session(self, stream: trio.SocketStream, frames: Frames, hello: Hello) -> None:
         cancel = trio.CancelScope()

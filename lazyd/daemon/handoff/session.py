@@ -44,6 +44,8 @@ from lazyd import wire
 from lazyd.daemon.control import handshakes
 from lazyd.daemon.runtime.era_lanes import EraRoute
 from lazyd.daemon.handoff.adopt import ADOPTED, convert
+from lazyd.daemon.handoff import kept as kept_store
+from lazyd.daemon.handoff.kept import Kept
 from lazyd.core.relay import jsonrpc as rpc
 from lazyd.daemon.handoff.ledger import Landing, Ledger, map_region
 from lazyd.daemon.handoff.outbox import ClientEnds, HandoffOutbox
@@ -191,6 +193,7 @@ class HandoffSession:
         self.route: EraRoute | HubSession | None = None
         self.client_left = False
         self._peek = handshakes.PEEK_LINES
+        self.stored = False  # its names are in systemd's fd store (lazyd/daemon/handoff/kept.py)
 
     def make_outbox(self, cid: int, pid: int, on_overflow: Callable[[], None]) -> HandoffOutbox:
         outbox = HandoffOutbox(cid, pid, on_overflow, self.ends, self.ledger)
@@ -199,12 +202,17 @@ class HandoffSession:
         self.outbox = outbox
         return outbox
 
-    async def run(self, hello: Hello) -> None:
+    async def run(self, hello: Hello, kept: Kept | None = None) -> None:
         """Open the session `hello` asks for, welcome it (an adopted one: `ADOPTED`, then what its
-        recovery owes the client), and serve it until it ends."""
+        recovery owes the client), and serve it until it ends. A session `kept` in systemd's fd
+        store across a crash (lazyd/daemon/handoff/kept.py) is told nothing: its waiting shell
+        takes any line for its cue to exit, and a refusal is its socket's close."""
         recovery = self.recovery
         if recovery is not None:
             hello.resume = recovery.carried.resume_lines()  # the handshake from the region
+        if kept is not None and kept_store.KEEPER is not None:
+            kept_store.KEEPER.given(kept)
+            self.stored = True
         try:
             try:
                 route, _ = await self.registry.open_session(hello, self.cancel.cancel, self.make_outbox)
@@ -212,7 +220,8 @@ class HandoffSession:
                 log.warning("refused a session from pid %s: %s", self.pid, exc.message)
                 if recovery is not None:
                     self.close()  # before the refusal: the shim's full recovery reads the region next
-                await self.stream.send_all(wire.encode(Refusal(exc.code, exc.message)))
+                if kept is None:
+                    await self.stream.send_all(wire.encode(Refusal(exc.code, exc.message)))
                 return
             outbox = self.outbox
             assert outbox is not None
@@ -220,14 +229,19 @@ class HandoffSession:
                 await self.stream.send_all(wire.encode(Welcome(outbox.cid, route.name, os.getpid(), handoff=True)))
                 log.info("session %d (%s): shim pid %d handed off the client's pipes", outbox.cid, route.name, self.pid)
             else:
-                await self.stream.send_all(ADOPTED)
+                if kept is None:
+                    await self.stream.send_all(ADOPTED)
                 if self.ledger.region.torn:
                     outbox.end_cut_line()
                 for text in recovery.ids:
                     outbox.deliver(lost_line(text), json.loads(text))
-                log.info("session %d (%s): adopted from shim pid %d (its daemon was lost or let it go); %d in-flight "
-                         "request(s) answered with an error%s", outbox.cid, route.name, self.pid, len(recovery.ids),
-                         ", a cut line ended" if recovery.finish is not None else "")
+                log.info("session %d (%s): adopted from shim pid %d (%s); %d in-flight "
+                         "request(s) answered with an error%s", outbox.cid, route.name, self.pid,
+                         "its daemon was lost or let it go" if kept is None else "kept by systemd across the crash",
+                         len(recovery.ids), ", a cut line ended" if recovery.finish is not None else "")
+            if not self.stored and kept_store.KEEPER is not None:
+                kept_store.KEEPER.keep(self.pid, self.stream.socket.fileno(), self.ends)
+                self.stored = True
             await self._serve(route)
         finally:
             self.close()
@@ -236,6 +250,7 @@ class HandoffSession:
         """Serve a session a predecessor daemon handed over at an upgrade (lazyd/daemon/upgrade/adopt.py):
         no welcome, no handshake; the region holds what was in flight and the unrelayed input."""
         self._peek = 0
+        self.stored = kept_store.KEEPER is not None  # as the predecessor left it (it had the same store, or none)
         try:
             await self._serve(route)
         finally:
@@ -261,7 +276,12 @@ class HandoffSession:
         return not (self.client_left or self.ends.closed or self.cancel.cancel_called)
 
     def close(self) -> None:
-        """Close the daemon's copies of the client's ends and its mapping of the region."""
+        """Close the daemon's copies of the client's ends and its mapping of the region, with
+        the session's names out of the fd store first (lazyd/daemon/handoff/kept.py): the socket's
+        close that follows must reach the shim."""
+        if self.stored and kept_store.KEEPER is not None:
+            kept_store.KEEPER.drop(self.pid)
+        self.stored = False
         self.ends.close()
         if not self._map.closed:
             self.landing.close()

@@ -72,8 +72,10 @@ class FdStore:
             return None
         return cls(address)
 
-    def store(self, name: str, fd: int) -> None:
-        self._send(f"FDSTORE=1\nFDNAME={name}", [fd])
+    def store(self, name: str, fd: int, *, poll: bool = True) -> None:
+        """Store `fd` as `name`; with `poll` (systemd's default) the manager drops it by itself once
+        it hangs up (POLLHUP or POLLERR: a server's pipe whose process ended)."""
+        self._send(f"FDSTORE=1\nFDNAME={name}" + ("" if poll else "\nFDPOLL=0"), [fd])
 
     def remove(self, name: str) -> None:
         self._send(f"FDSTOREREMOVE=1\nFDNAME={name}", [])
@@ -89,9 +91,22 @@ class FdStore:
 
 
 def stored_fds(environ: Mapping[str, str], count: int) -> dict[str, int]:
-    """The named descriptors systemd passed after the socket (fd 3): name -> fd."""
+    """The named descriptors systemd passed after the socket (fd 3): name -> fd. A name passed
+    more than once (which of its copies is the one meant cannot be told) is left out, its copies
+    closed: what owned it is then taken for lost."""
     names = (environ.get("LISTEN_FDNAMES") or "").split(":")
-    return {names[i]: SD_LISTEN_FDS_START + i for i in range(1, count) if i < len(names) and names[i]}
+    given = [(names[i], SD_LISTEN_FDS_START + i) for i in range(1, count) if i < len(names) and names[i]]
+    seen: dict[str, int] = {}
+    for name, _ in given:
+        seen[name] = seen.get(name, 0) + 1
+    for name, fd in given:
+        if seen[name] > 1:
+            os.close(fd)
+    doubled = sorted(name for name, times in seen.items() if times > 1)
+    if doubled:
+        log.warning("the fd store gave %d name(s) more than once (%s); each is taken for lost",
+                    len(doubled), ", ".join(doubled[:5]))
+    return {name: fd for name, fd in given if seen[name] == 1}
 
 
 async def keep_standby(registry: Registry, store: FdStore, lock: Path, changed: Callable[[], Awaitable[None]],

@@ -1,0 +1,218 @@
+"""Hand-off sessions that outlive a crash under systemd: their descriptors in the fd store.
+
+After a `kill -9` every hand-off session's waiting shell (shim/handoff.py) sees its socket end and
+runs Python to have the next daemon adopt its session (shim/quick.py): with a thousand sessions, a
+thousand interpreters, on the CPUs the new daemon needs to start and answer them. Under systemd
+none of that has to happen. When a session is handed off, the daemon gives the service manager a
+copy of the socket's daemon end and of the client's stdin and stdout as it holds them (`FDSTORE=1`,
+`FDNAME=hs-<shim pid>`, `-in`, `-out`; `-io` for one socket both ways). The manager holds them
+while the daemon is down, so the shell's `read` never ends, and passes them to the restarted daemon
+(`LISTEN_FDS`), which takes each session back in place, exactly as from a quick resumer
+(lazyd/daemon/handoff/adopt.py), with the region the shell's recovery command names and the
+adopting hello the shim left for its quick resumer, both reopened through the shell's
+/proc/PID/fd. Nothing runs in the shell; the client only waits. (The client's ends are stored, not
+reopened the same way: a socket cannot be, and while dash waits in `read <&9` its stdin is not at
+0, which holds the socket, but wherever dash saved it.)
+
+What keeps a shell from waiting for ever on a socket nobody serves:
+
+- a session's names leave the store when the daemon closes it, before its socket: that close is
+  how a shell learns that its session ended or was let go, and the store's copy would hide it;
+- a restarted daemon that cannot take a kept session back (a part missing, a name twice, the
+  shell gone, no hello, another layout) removes its names and closes what it got: the shell sees
+  EOF and resumes as it does without systemd;
+- a unit that stops, or fails for good, drops its whole store: every shell sees EOF.
+
+The names are stored with `FDPOLL=0`: the manager would otherwise drop a client end that hangs up
+(a client that closed its stdin with its last request still in the pipe) and the session, left
+without it, could not be taken back.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import stat
+import struct
+from dataclasses import dataclass, field
+
+from lazyd import wire
+from lazyd.daemon.handoff.outbox import ClientEnds
+from lazyd.daemon.upgrade.fdstore import FdStore
+from lazyd.errors import ProtocolError
+from lazyd.frames import Hello
+
+__all__ = ["PREFIX", "Keeper", "Kept", "KEEPER", "take_kept", "reopen", "let_go", "set_keeper", "socket_name", "names"]
+
+log = logging.getLogger("lazyd.kept")
+
+PREFIX = "hs-"
+PARTS = ("", "-in", "-out", "-io")
+# After `hs-<pid>`: the shell's socket; the client's stdin, stdout, or both (one socket for both
+# directions: the store keeps one copy of a file description, so it is stored once).
+HELLO_MEMFD = "/memfd:lazyd-adopt"  # shim/quick.py's hello_memfd, as /proc/PID/fd shows it
+RESUME_FLAG = b"--resume-handoff="  # the waiting shell's recovery command names its region (shim/handoff.py)
+MAX_HELLO_BYTES = 1 << 20  # a hello holds argv, cwd and the environment: far below this
+
+
+def names(pid: int) -> list[str]:
+    return [f"{PREFIX}{pid}{part}" for part in PARTS]
+
+
+def socket_name(pid: int) -> str:
+    return f"{PREFIX}{pid}"
+
+
+class Keeper:
+    """Stores and removes each hand-off session's names (never raises: the store logs once)."""
+
+    def __init__(self, store: FdStore) -> None:
+        self._store = store
+        self._kept: dict[int, list[str]] = {}  # shim pid -> the names this daemon knows it stored
+
+    def keep(self, pid: int, shim: int, ends: ClientEnds) -> None:
+        """Store the session of shim `pid`: its socket's daemon end and the client's two ends."""
+        stored = [(socket_name(pid), shim)]
+        if ends.in_fd != ends.out_fd and _same_socket(ends.in_fd, ends.out_fd):
+            stored.append((f"{PREFIX}{pid}-io", ends.in_fd))
+        else:
+            stored += [(f"{PREFIX}{pid}-in", ends.in_fd), (f"{PREFIX}{pid}-out", ends.out_fd)]
+        for name, fd in stored:
+            self._store.store(name, fd, poll=False)
+        self._kept[pid] = [name for name, _ in stored]
+
+    def given(self, kept: Kept) -> None:
+        """The session `kept` came back from the store: its names are in it still."""
+        self._kept[kept.pid] = list(kept.names)
+
+    def drop(self, pid: int) -> None:
+        """Remove the names of shim `pid`'s session: those this daemon stored or was given, or
+        every possible one for a session a predecessor stored (an upgrade carried it here)."""
+        for name in self._kept.pop(pid, None) or names(pid):
+            self._store.remove(name)
+
+
+KEEPER: Keeper | None = None
+# Set by the daemon at start when it has a store (lazyd/daemon/upgrade/fdstore.py: systemd, with
+# LAZYD_FDSTORE=1); None otherwise, and every hand-off session then goes without.
+
+
+def set_keeper(keeper: Keeper | None) -> None:
+    global KEEPER
+    KEEPER = keeper
+
+
+def _same_socket(a: int, b: int) -> bool:
+    # A socket cannot be opened twice: one inode is one file description, which the store keeps
+    # once. (A pipe's two ends share an inode too, but the shim reopened each: two descriptions.)
+    sa, sb = os.fstat(a), os.fstat(b)
+    return stat.S_ISSOCK(sa.st_mode) and (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
+
+
+@dataclass
+class Kept:
+    """One session's descriptors as the store gave them back."""
+
+    pid: int
+    fds: dict[str, int] = field(default_factory=dict)  # name -> fd, those not taken yet
+    names: list[str] = field(default_factory=list)  # every name it came under: in the store still
+
+    def close(self) -> None:
+        for fd in self.fds.values():
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self.fds.clear()
+
+
+def take_kept(stored: dict[str, int]) -> list[Kept]:
+    """Take every session's descriptors out of `stored` (name -> fd, what the store gave back),
+    grouped by shim pid. (A name the store gave twice is in none: `stored_fds` closed both, and
+    the session, missing a part, is let go.)"""
+    sessions: dict[int, Kept] = {}
+    for name in [n for n in stored if n.startswith(PREFIX)]:
+        fd = stored.pop(name)
+        base, _, part = name[len(PREFIX):].partition("-")
+        if not base.isdigit() or (part and f"-{part}" not in PARTS):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+            continue
+        kept = sessions.setdefault(int(base), Kept(int(base)))
+        kept.fds[name] = fd
+        kept.names.append(name)
+    return list(sessions.values())
+
+
+def let_go(kept: Kept) -> None:
+    """A kept session this daemon does not take back: its names out of the store, then what is
+    left of its descriptors closed (its socket, taken before, is closed by its connection after
+    this: that tells the shell)."""
+    if KEEPER is not None:
+        KEEPER.drop(kept.pid)
+    kept.close()
+
+
+def reopen(kept: Kept, shim: int) -> tuple[Hello, list[int]] | str:
+    """The adopting hello and [stdin, stdout, region] of `kept`'s session, whose socket's daemon
+    end is `shim`: the client's ends that came back, the rest reopened through its waiting
+    shell's /proc/PID/fd. Or why the session cannot be taken back (then nothing was opened)."""
+    pid = kept.pid
+    try:
+        creds = socket.socket(fileno=os.dup(shim))
+        try:
+            peer, uid, _ = struct.unpack("3i", creds.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))
+            waiting = creds.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            waiting = None
+        finally:
+            creds.close()
+    except OSError as exc:
+        return f"its socket cannot be read ({exc.strerror or exc})"
+    if peer != pid or uid != os.getuid():
+        return f"its socket's peer is pid {peer} of uid {uid}"
+    if waiting is not None:
+        return "its shell is gone" if not waiting else "its shell sent bytes"
+    proc = f"/proc/{pid}"
+    hello_path = None
+    try:
+        with open(f"{proc}/cmdline", "rb") as f:
+            argv = f.read().split(b"\0")
+        region = next((arg[len(RESUME_FLAG):] for arg in argv if arg.startswith(RESUME_FLAG)), b"")
+        for name in os.listdir(f"{proc}/fd"):
+            try:
+                if os.readlink(f"{proc}/fd/{name}").startswith(HELLO_MEMFD):
+                    hello_path = f"{proc}/fd/{name}"
+            except OSError:
+                continue
+    except OSError as exc:
+        return f"its shell cannot be read ({exc.strerror or exc})"
+    if not region.isdigit() or hello_path is None:
+        return "its shell names no region or holds no adopting hello"
+    opened: list[int] = []
+    try:
+        hello_fd = os.open(hello_path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            data = os.pread(hello_fd, MAX_HELLO_BYTES, 0)
+        finally:
+            os.close(hello_fd)
+        frames = wire.FrameDecoder().feed(data)
+        hello = frames[0] if len(frames) == 1 else None
+        if not isinstance(hello, Hello) or hello.adopt is None:
+            return "its shell's adopting hello is not one"
+        both = kept.fds.pop(f"{PREFIX}{pid}-io", None)
+        ends = [both, None if both is None else os.dup(both)] if both is not None else \
+            [kept.fds.pop(f"{PREFIX}{pid}-in", None), kept.fds.pop(f"{PREFIX}{pid}-out", None)]
+        opened += [fd for fd in ends if fd is not None]
+        if None in ends:
+            raise ValueError("the client's ends did not come back from the store")
+        opened.append(os.open(f"{proc}/fd/{int(region)}", os.O_RDWR | os.O_CLOEXEC))
+    except (OSError, ValueError, ProtocolError) as exc:
+        for fd in opened:
+            os.close(fd)
+        where = f" {exc.filename}" if isinstance(exc, OSError) and exc.filename else ""
+        return f"its shell's descriptors cannot be reopened ({getattr(exc, 'strerror', None) or exc}{where})"
+    return hello, opened
