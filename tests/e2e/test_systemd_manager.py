@@ -21,8 +21,10 @@ from typing import Any
 
 import anyio
 import pytest
+from mcp.shared.exceptions import MCPError
 
 from tests.conftest import FIXTURE_SERVER, UserEnv, shim_command, shim_session, wait_until
+from tests.e2e.faults_support import region_in_flight
 from tests.e2e.systemd_manager import UserManager
 from tests.e2e.upgrade_support import lazyctl, shim_log, status
 
@@ -30,6 +32,7 @@ pytestmark = pytest.mark.e2e
 
 STEP_S = 30.0  # bound on any one step; reached only when something is broken
 FIXTURE = [sys.executable, str(FIXTURE_SERVER)]
+LOST_CONNECTION = -32603  # the error a request lost with its daemon is answered with (lazyd/handoff/recovery.py)
 
 
 @pytest.fixture
@@ -175,6 +178,44 @@ def test_kill_9_of_the_main_process_restarts_lazyd_which_takes_the_running_serve
     assert "kept by systemd across the crash" in daemon_log, daemon_log
     assert outcome["waiter_before"] == outcome["waiter_after"], outcome
     assert "taking it back" not in shim_log(user_env), shim_log(user_env)
+
+
+def test_a_call_in_flight_at_a_kill_9_is_answered_with_an_error_by_the_restarted_daemon_and_the_session_goes_on(
+        user_env: UserEnv, manager: UserManager) -> None:
+    outcome: dict[str, Any] = {}
+
+    async def scenario() -> None:
+        async with shim_session(user_env, FIXTURE, env=logged_env(user_env)) as client:
+            with anyio.fail_after(STEP_S):
+                outcome["server"] = pid_text(await client.call_tool("pid", {}))
+            await anyio.to_thread.run_sync(lambda: wait_until(lambda: stored_fds(manager) >= ONE_SESSION_STORED, STEP_S,
+                                                              "the fd store"))
+            shell, outcome["socket_before"] = waiting_shell()
+
+            async def long_call() -> None:
+                try:
+                    await client.call_tool("sleep", {"seconds": 60})
+                    outcome["long"] = "answered"
+                except MCPError as exc:
+                    outcome["long"] = exc.error.code
+
+            async with anyio.create_task_group() as tasks:
+                tasks.start_soon(long_call)
+                await anyio.to_thread.run_sync(lambda: wait_until(
+                    lambda: len((region_in_flight(shell) or (False, []))[1]) == 1, STEP_S, "the call in the region"))
+                old = manager.main_pid()
+                os.kill(old, signal.SIGKILL)
+                await anyio.to_thread.run_sync(wait_for_main_pid_other_than, manager, old)
+            with anyio.fail_after(STEP_S):
+                outcome["again"] = pid_text(await client.call_tool("pid", {}))
+            outcome["socket_after"] = waiting_shell()[1]
+
+    anyio.run(scenario)
+    assert outcome["long"] == LOST_CONNECTION, outcome
+    assert outcome["again"] == outcome["server"], outcome
+    assert outcome["socket_before"] == outcome["socket_after"], outcome
+    daemon_log = (user_env.state_dir / "lazyd.log").read_text()
+    assert "(kept by systemd across the crash); 1 in-flight request(s) answered with an error" in daemon_log, daemon_log
 
 
 def test_after_a_crash_that_took_the_servers_with_it_status_says_none_was_taken_over(
