@@ -18,7 +18,8 @@ started by raw stdio clients under the same limit, against the stdlib echo serve
 6. 1 MiB echo round trips, lazyd against direct;
 7. a kill -9 of the daemon with every session open: the time until every session has answered a
    `tools/call` again, and the most Python shims running at once meanwhile (the waiting shells
-   resume as Python shims);
+   resume as Python shims); with `--only-kill --systemd`, under a real `systemd --user` running
+   the installed units instead, where the sessions wait in the fd store and no shell resumes;
 8. the fixed cost: Σ RSS and Σ PSS of 4 clients of server-everything (daemon + server + waiting
    shims) against 4 direct servers, from a daemon of its own, and with `--mcp-mux PATH` (a built
    mcp-mux binary) against mcp-mux's shims, daemon and server in the same run
@@ -29,11 +30,14 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import statistics
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 from shim import slots
@@ -94,7 +98,7 @@ def ms(samples: list[float]) -> str:
     return f"{median(samples) * 1e3:.1f} ms"
 
 
-def resume_after_kill(venv: Path, env: dict[str, str], daemon: subprocess.Popen[bytes],
+def resume_after_kill(venv: Path, env: dict[str, str], kill: Callable[[], None],
                       clients: list[LineClient]) -> tuple[float, int, int, float, tuple[float, int], float]:
     """kill -9 the daemon; (seconds until every session answered a call, most Python shims at
     once, sessions that never answered within the bound, CPU seconds the sessions' own processes
@@ -120,7 +124,7 @@ def resume_after_kill(venv: Path, env: dict[str, str], daemon: subprocess.Popen[
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
     began = time.perf_counter()
-    kill_daemon(daemon)
+    kill()
     for client in clients:
         client.send("tools/call", {"name": "echo", "arguments": {"text": "again"}})
     unanswered = 0
@@ -192,14 +196,8 @@ def only_kill(venv: Path, sessions: int, count: int) -> None:
     with scale_env(venv) as env:
         daemon = start_daemon(venv, env)
         try:
-            registrations = servers(venv, count)
-            began = time.perf_counter()
-            clients = open_sessions(venv, env, registrations, sessions)
-            print(f"opened in {time.perf_counter() - began:.0f} s; load average {os.getloadavg()[0]:.2f}")
-            for client in clients[:count]:  # every server running
-                client.request("tools/call", {"name": "echo", "arguments": {"text": "x"}})
-            time.sleep(SETTLE_S)
-            kill_row(sessions, *resume_after_kill(venv, env, daemon, clients))
+            clients = _opened(venv, env, count, sessions)
+            kill_row(sessions, *resume_after_kill(venv, env, partial(kill_daemon, daemon), clients))
             print(f"load average {os.getloadavg()[0]:.2f} after the kill -9")
             close_all(clients)
             subprocess.run([str(venv / "bin" / "lazyctl"), "stop"], env=env, capture_output=True, timeout=60)
@@ -207,6 +205,58 @@ def only_kill(venv: Path, sessions: int, count: int) -> None:
             if daemon.poll() is None:
                 daemon.terminate()
                 daemon.wait(timeout=30)
+
+
+def _opened(venv: Path, env: dict[str, str], count: int, sessions: int) -> list[LineClient]:
+    registrations = servers(venv, count)
+    began = time.perf_counter()
+    clients = open_sessions(venv, env, registrations, sessions)
+    print(f"opened in {time.perf_counter() - began:.0f} s; load average {os.getloadavg()[0]:.2f}")
+    for client in clients[:count]:  # every server running
+        client.request("tools/call", {"name": "echo", "arguments": {"text": "x"}})
+    time.sleep(SETTLE_S)
+    return clients
+
+
+def only_kill_systemd(venv: Path, sessions: int, count: int) -> None:
+    """The kill -9 under a real `systemd --user` (tests/e2e/systemd_manager.py) running the units
+    `lazyctl systemd install` writes: the sessions wait in the fd store (lazyd/daemon/handoff/kept.py)."""
+    from tests.e2e.systemd_manager import UserManager
+
+    print(f"python {sys.version.split()[0]}, load average {os.getloadavg()[0]:.2f} at start; {sessions} sessions "
+          f"over {count} echo servers; the kill -9 alone, under systemd --user; installed product: {venv}")
+    with scale_env(venv) as env:
+        root = Path(env["HOME"]).parent
+        manager = UserManager.start(root, env)
+        try:
+            installed = subprocess.run([str(venv / "bin" / "lazyctl"), "systemd", "install"], env=env,
+                                       capture_output=True, text=True, timeout=60)
+            assert installed.returncode == 0, installed.stderr
+            manager.systemctl("daemon-reload")
+            manager.systemctl("enable", "lazyd")
+            manager.systemctl("start", "lazyd.socket")
+            clients = _opened(venv, env, count, sessions)
+            stored = manager.prop("lazyd.service", "NFileDescriptorStore")
+            restart = manager.prop("lazyd.service", "RestartUSec")
+            print(f"the fd store holds {stored} descriptors; systemd restarts lazyd after {restart}")
+
+            def kill() -> None:
+                os.kill(manager.main_pid(), signal.SIGKILL)
+
+            kill_row(sessions, *resume_after_kill(venv, env, kill, clients))
+            print(f"load average {os.getloadavg()[0]:.2f} after the kill -9; "
+                  f"the new daemon's log: {_kept_lines(Path(env['XDG_STATE_HOME']) / 'lazyd' / 'lazyd.log')}")
+            close_all(clients)
+            manager.systemctl("stop", "lazyd.socket", "lazyd.service", check=False)
+        finally:
+            manager.stop()
+
+
+def _kept_lines(log: Path) -> str:
+    text = log.read_text(errors="replace") if log.exists() else ""
+    kept = text.count("kept by systemd across the crash")
+    resumed = text.count("its daemon was lost or let it go")
+    return f"{kept} sessions taken back from the fd store, {resumed} through their shims"
 
 
 def main() -> None:
@@ -222,6 +272,8 @@ def main() -> None:
                         help="a built mcp-mux binary: the server-everything figures beside it too")
     parser.add_argument("--only-kill", action="store_true",
                         help="open the sessions and measure the kill -9 alone (none of the other figures)")
+    parser.add_argument("--systemd", action="store_true",
+                        help="with --only-kill: the daemon runs under a real systemd --user, as `lazyctl systemd install` sets it up")
     parser.add_argument("--reinstall", action="store_true", help="install this checkout into an existing --venv again")
     parser.add_argument("--only-everything", action="store_true", help="the server-everything figures alone")
     parser.add_argument("--everything-clients", type=int, default=4, metavar="N",
@@ -238,7 +290,7 @@ def main() -> None:
         print(f"load average {os.getloadavg()[0]:.2f} at the end")
         return
     if args.only_kill:
-        only_kill(venv, args.sessions, args.servers)
+        (only_kill_systemd if args.systemd else only_kill)(venv, args.sessions, args.servers)
         return
     print(f"python {sys.version.split()[0]}, load average {os.getloadavg()[0]:.2f} at start; "
           f"{args.sessions} sessions over {args.servers} echo servers; daemon and clients at soft "
@@ -301,7 +353,7 @@ def main() -> None:
             if args.no_kill:
                 close_all(clients)
             else:
-                kill_row(args.sessions, *resume_after_kill(venv, env, daemon, clients))
+                kill_row(args.sessions, *resume_after_kill(venv, env, partial(kill_daemon, daemon), clients))
                 close_all(clients)
                 subprocess.run([str(venv / "bin" / "lazyctl"), "stop"], env=env, capture_output=True, timeout=60)
         finally:

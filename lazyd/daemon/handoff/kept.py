@@ -30,7 +30,6 @@ without it, could not be taken back.
 
 from __future__ import annotations
 
-import logging
 import os
 import socket
 import stat
@@ -44,8 +43,6 @@ from lazyd.errors import ProtocolError
 from lazyd.frames import Hello
 
 __all__ = ["PREFIX", "Keeper", "Kept", "KEEPER", "take_kept", "reopen", "let_go", "set_keeper", "socket_name", "names"]
-
-log = logging.getLogger("lazyd.kept")
 
 PREFIX = "hs-"
 PARTS = ("", "-in", "-out", "-io")
