@@ -92,23 +92,29 @@ Restart=on-failure
 RestartSec=2s
 # Exit status 2 is a file only the user can fix: restarting cannot fix it. (A bad config does not
 # exit: the daemon stays up, answers every client with the error and loads the file once fixed.)
-RestartPreventExitStatus=2
+# 202 (the stored descriptors could not be passed) and 203 (lazyd is no longer installed) are
+# systemd's own failures to start it, which no restart fixes either; each would otherwise restart
+# for ever, the sessions' shims waiting on sockets the fd store holds, instead of the unit failing,
+# which empties the store, so that each shim takes its session back itself.
+RestartPreventExitStatus=2 202 203
 # lazyd pings every WatchdogSec/2 from its event loop; a loop stuck this long is aborted
 # (SIGABRT; SIGKILL after TimeoutAbortSec if it is stopped or in the kernel) and restarted, and
 # the new daemon takes the servers over from the fd store.
 WatchdogSec=60s
 TimeoutAbortSec=5s
 # Each server's pipes are kept here (FDSTORE=1), so that after a crash the restarted lazyd
-# takes the servers over instead of losing them, and each hand-off session's socket, so that
-# its shim goes on waiting while lazyd restarts: 3 per server process, 1 to 3 per session, and
-# 1 for lazyd. What does not fit is dropped by systemd: that server or session is then lost or
-# resumed as without systemd.
+# takes the servers over instead of losing them, and each hand-off session's socket and client
+# ends, so that its shim goes on waiting while lazyd restarts: 3 per server process, 1 to 3 per
+# session, and 1 for lazyd. lazyd stores no more than fits under the soft limit below; past it a
+# server or session is lost or taken back by its shim after a crash, as without a store.
 FileDescriptorStoreMax=16384
 Environment=LAZYD_FDSTORE=1
-# Descriptors: lazyd raises its soft limit to the hard one at start (a session holds 1 to 5, a
-# server about 5), and starts its servers with the soft one, as systemd starts services. These
-# are systemd's defaults since v240, written out for older user managers.
-LimitNOFILE=1024:524288
+# Descriptors: systemd passes the store's descriptors to a restarted lazyd below its soft limit,
+# so the soft limit is raised to hold them (systemd keeps it at most the hard one). lazyd raises
+# its soft limit to the hard one at start (a session holds 1 to 5, a server about 5), and starts
+# its servers with 1024 (LAZYD_INHERITED_NOFILE), as systemd starts services by default.
+LimitNOFILE=16384:524288
+Environment=LAZYD_INHERITED_NOFILE=1024
 
 [Install]
 Also=lazyd.socket

@@ -246,6 +246,8 @@ async def serve(sock: socket.socket, paths: Paths, config: Config, config_path: 
     stored = stored or {}
     # Hand-off sessions systemd kept across a crash (lazyd/daemon/handoff/kept.py): out of what the
     # servers' adoption reads, taken back once the registry is up.
+    if fdstore is not None:
+        fdstore.given(stored)
     kept_sessions = kept.take_kept(stored)
     kept.set_keeper(kept.Keeper(fdstore) if fdstore is not None else None)
     store = CacheStore(paths.cache_dir)

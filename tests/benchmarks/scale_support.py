@@ -213,7 +213,8 @@ class HandedOff:
     O_NONBLOCK, and a region passed with the hello), by this process: the daemon holds what it
     holds for a shim's session, without a Python process started for it. Its client ends are ours."""
 
-    def __init__(self, socket_path: str | Path, env: dict[str, str], argv: list[str]) -> None:
+    def __init__(self, socket_path: str | Path, env: dict[str, str], argv: list[str], pid: int | None = None) -> None:
+        """`pid`: the shim's pid the hello names (this process's by default)."""
         stdin_r, self.stdin = os.pipe()
         self.stdout, stdout_w = os.pipe()
         passed = [os.open(f"/proc/self/fd/{stdin_r}", os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC),
@@ -224,7 +225,7 @@ class HandedOff:
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock.settimeout(30)
         self.sock.connect(os.fsencode(socket_path))
-        hello = Hello("shim", os.getpid(), argv, str(REPO), env, {}, None, [], handoff=True, layout=LAYOUT)
+        hello = Hello("shim", os.getpid() if pid is None else pid, argv, str(REPO), env, {}, None, [], handoff=True, layout=LAYOUT)
         self.sock.sendmsg([wire.encode(hello)], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", passed).tobytes())])
         for fd in passed:
             os.close(fd)

@@ -25,6 +25,7 @@ import trio
 
 from lazyd import wire
 from lazyd.frames import Hello
+from lazyd.daemon.upgrade.fdstore import STORE_SOFT_NOFILE
 from lazyd.ctl.systemd import CONTRIB_EXEC_START, MARKER, exec_start_argv, exec_start_line, lazyctl_argv, render_units
 from tests.conftest import FIXTURE_SERVER, UserEnv, shim_session, wait_until
 from tests.e2e.systemd_support import STEP_TIMEOUT_S, lazyctl, require_tool, tool_text
@@ -92,7 +93,8 @@ def test_the_contrib_units_are_the_ones_lazyctl_installs_with_the_conventional_e
                     "ExecReload=%h/.local/bin/lazyctl upgrade", "ExecStopPost=-%h/.local/bin/lazyctl systemd stop-post",
                     "FileDescriptorStoreMax=16384", "TimeoutAbortSec=5s",
                     "Environment=LAZYD_FDSTORE=1",
-                    "StartLimitIntervalSec=0", "TimeoutStopSec=20s", "RestartPreventExitStatus=2"):
+                    "StartLimitIntervalSec=0", "TimeoutStopSec=20s", "RestartPreventExitStatus=2 202 203",
+                    f"LimitNOFILE={STORE_SOFT_NOFILE}:524288", "Environment=LAZYD_INHERITED_NOFILE=1024"):
         assert f"\n{setting}\n" in service
     for setting in ("ListenStream=%t/lazyd/lazyd.sock", "SocketMode=0600", "DirectoryMode=0700",
                     "TriggerLimitIntervalSec=10s", "TriggerLimitBurst=5"):

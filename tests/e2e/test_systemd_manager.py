@@ -24,6 +24,7 @@ import pytest
 from mcp.shared.exceptions import MCPError
 
 from tests.conftest import FIXTURE_SERVER, UserEnv, shim_command, shim_session, wait_until
+from tests.benchmarks.scale_support import HandedOff
 from tests.e2e.faults_support import region_in_flight
 from tests.e2e.systemd_manager import UserManager
 from tests.e2e.upgrade_support import lazyctl, shim_log, status
@@ -216,6 +217,50 @@ def test_a_call_in_flight_at_a_kill_9_is_answered_with_an_error_by_the_restarted
     assert outcome["socket_before"] == outcome["socket_after"], outcome
     daemon_log = (user_env.state_dir / "lazyd.log").read_text()
     assert "(kept by systemd across the crash); 1 in-flight request(s) answered with an error" in daemon_log, daemon_log
+
+
+RAW_SESSIONS = 400  # 3 stored descriptors each: 1,200, past the default soft limit of 1024
+NO_SUCH_PID = 10_000_000  # above any pid_max: names no process
+
+
+def test_a_store_past_the_default_soft_limit_comes_back_and_each_session_is_taken_back_or_let_go(
+        user_env: UserEnv, manager: UserManager) -> None:
+    # Sessions made by this test (tests/benchmarks/scale_support.py), each naming a shim pid that
+    # is not its socket's peer, beside one real shim's: all are stored; after the kill -9 systemd
+    # must be able to pass the whole store (a soft limit of 1024 failed every restart with
+    # 202/FDS), the real session is taken back in place, and each raw one let go (its socket ends).
+    outcome: dict[str, Any] = {}
+    raw: list[HandedOff] = []
+
+    async def scenario() -> None:
+        async with shim_session(user_env, FIXTURE, env=logged_env(user_env)) as client:
+            with anyio.fail_after(STEP_S):
+                outcome["server"] = pid_text(await client.call_tool("pid", {}))
+            raw.extend(HandedOff(user_env.socket, user_env.env, FIXTURE, pid=NO_SUCH_PID + n) for n in range(RAW_SESSIONS))
+            await anyio.to_thread.run_sync(lambda: wait_until(
+                lambda: stored_fds(manager) >= ONE_SESSION_STORED + 3 * RAW_SESSIONS, STEP_S, "the fd store"))
+            outcome["stored"] = stored_fds(manager)
+            old = manager.main_pid()
+            os.kill(old, signal.SIGKILL)
+            await anyio.to_thread.run_sync(wait_for_main_pid_other_than, manager, old)
+            with anyio.fail_after(STEP_S):
+                outcome["again"] = pid_text(await client.call_tool("pid", {}))
+
+    try:
+        anyio.run(scenario)
+        ended = 0
+        for session in raw:
+            session.sock.settimeout(STEP_S)
+            ended += session.sock.recv(1) == b""
+    finally:
+        for session in raw:
+            session.close()
+    assert outcome["again"] == outcome["server"], (outcome, manager.log()[-2000:])
+    assert "Failed at step FDS" not in manager.log()
+    assert ended == RAW_SESSIONS
+    daemon_log = (user_env.state_dir / "lazyd.log").read_text()
+    assert "kept by systemd across the crash" in daemon_log
+    assert daemon_log.count("not taking back the session systemd kept (its socket's peer is pid") == RAW_SESSIONS
 
 
 def test_after_a_crash_that_took_the_servers_with_it_status_says_none_was_taken_over(

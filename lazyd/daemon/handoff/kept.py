@@ -75,6 +75,8 @@ class Keeper:
             stored.append((f"{PREFIX}{pid}-io", ends.in_fd))
         else:
             stored += [(f"{PREFIX}{pid}-in", ends.in_fd), (f"{PREFIX}{pid}-out", ends.out_fd)]
+        if not self._store.room(len(stored)):
+            return  # not kept: after a crash its shim takes it back itself
         for name, fd in stored:
             self._store.store(name, fd, poll=False)
         self._kept[pid] = [name for name, _ in stored]

@@ -18,6 +18,14 @@ before: stdin EOF, and the next daemon's orphan sweep.
 
 Enabled when the daemon has a notify socket and `LAZYD_FDSTORE=1` (the unit sets it beside
 `FileDescriptorStoreMax=`: without that setting systemd would drop what it is sent).
+
+What the store holds must fit under the soft descriptor limit the restarted daemon is exec'd
+with: systemd moves the stored descriptors to 3, 4, ... after setting the unit's limits, and one
+at or past the soft limit fails the start itself (status 202/FDS), at every restart, with the
+sessions' shims waiting on sockets the store holds. So the unit sets that soft limit
+(`STORE_SOFT_NOFILE`; its children still get 1024, `LAZYD_INHERITED_NOFILE`), and the daemon
+stores no more than fits under it (`FdStore.budget`): past it a server or a session is simply not
+kept, and is lost or resumed after a crash as without a store.
 """
 
 from __future__ import annotations
@@ -26,8 +34,9 @@ import array
 import json
 import logging
 import os
+import resource
 import socket
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -37,11 +46,15 @@ from lazyd.daemon.sessions.registry import Registry
 from lazyd.daemon.runtime_dir import SD_LISTEN_FDS_START
 from lazyd.daemon.upgrade.state import write_secrets, write_state
 
-__all__ = ["FDSTORE_ENV", "SECRETS_NAME", "FdStore", "stored_fds", "standby_path", "pipe_names", "keep_standby"]
+__all__ = ["FDSTORE_ENV", "STORE_SOFT_NOFILE", "SECRETS_NAME", "FdStore", "stored_fds", "standby_path", "pipe_names", "keep_standby"]
 
 log = logging.getLogger("lazyd.fdstore")
 
 FDSTORE_ENV = "LAZYD_FDSTORE"
+STORE_SOFT_NOFILE = 16384
+# The unit's soft descriptor limit (lazyd/ctl/systemd.py writes it; systemd clamps it to the hard
+# limit): every stored descriptor is passed below it.
+STORE_HEADROOM = 64  # below that limit: fds 0-2, the socket, and what the daemon opens first
 SECRETS_NAME = "lazyd-secrets"
 STANDBY_SUFFIX = ".standby"
 STANDBY_MIN_INTERVAL_S = 0.5  # a burst of changes is one write
@@ -60,10 +73,17 @@ def pipe_names(key: str, pid: int) -> tuple[str, str, str]:
 class FdStore:
     """The sending side: store and remove named descriptors (never raises; logs once)."""
 
-    def __init__(self, address: str) -> None:
+    def __init__(self, address: str, budget: int | None = None) -> None:
         self._address = "\0" + address[1:] if address.startswith("@") else address
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC)
         self._failed = False
+        self._full = False
+        self.names: set[str] = set()  # what the store holds of ours
+        if budget is None:
+            hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+            soft = STORE_SOFT_NOFILE if hard == resource.RLIM_INFINITY else min(hard, STORE_SOFT_NOFILE)
+            budget = soft - STORE_HEADROOM
+        self.budget = budget  # the most descriptors the store may hold (see the module docstring)
 
     @classmethod
     def from_environ(cls, notify_env: Mapping[str, str], environ: Mapping[str, str]) -> FdStore | None:
@@ -72,12 +92,34 @@ class FdStore:
             return None
         return cls(address)
 
-    def store(self, name: str, fd: int, *, poll: bool = True) -> None:
+    def store(self, name: str, fd: int, *, poll: bool = True) -> bool:
         """Store `fd` as `name`; with `poll` (systemd's default) the manager drops it by itself once
-        it hangs up (POLLHUP or POLLERR: a server's pipe whose process ended)."""
+        it hangs up (POLLHUP or POLLERR: a server's pipe whose process ended). False, with nothing
+        sent, when the store is at its budget (logged once)."""
+        if name not in self.names and not self.room(1):
+            return False
+        self.names.add(name)
         self._send(f"FDSTORE=1\nFDNAME={name}" + ("" if poll else "\nFDPOLL=0"), [fd])
+        return True
+
+    def room(self, count: int) -> bool:
+        """Whether `count` more descriptors fit in the budget (that they do not is logged once, and
+        again after the store had room)."""
+        if len(self.names) + count <= self.budget:
+            self._full = False
+            return True
+        if not self._full:
+            log.warning("the fd store holds %d descriptors, as many as the restarted daemon could be passed: "
+                        "servers and sessions beyond them are not kept across a crash", len(self.names))
+        self._full = True
+        return False
+
+    def given(self, names: Iterable[str]) -> None:
+        """What systemd passed back at start: in the store still."""
+        self.names.update(names)
 
     def remove(self, name: str) -> None:
+        self.names.discard(name)
         self._send(f"FDSTOREREMOVE=1\nFDNAME={name}", [])
 
     def _send(self, text: str, fds: list[int]) -> None:
@@ -128,8 +170,7 @@ async def keep_standby(registry: Registry, store: FdStore, lock: Path, changed: 
             store.remove(name)
             del stored[name]
         for name, fd in wanted.items():
-            if name not in stored:
-                store.store(name, fd)
+            if name not in stored and store.store(name, fd):
                 stored[name] = fd
         text = json.dumps(secrets, sort_keys=True)
         if text != secrets_text:
