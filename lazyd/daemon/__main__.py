@@ -1,5 +1,20 @@
-"""`python -m lazyd.daemon`: the daemon, as the `lazyd` command runs it."""
+"""`python -m lazyd.daemon` and the `lazyd` command: the daemon.
 
-from lazyd.daemon.main import main
+`run` counts a start that systemd handed kept sessions before anything else is imported
+(lazyd/daemon/crash_loop.py): a daemon that cannot import its own modules must still let them go.
+"""
 
-main()
+import os
+
+
+def run() -> None:
+    from lazyd.daemon import crash_loop
+
+    crash_loop.count_start(os.environ)
+    from lazyd.daemon.main import main
+
+    main()
+
+
+if __name__ == "__main__":
+    run()

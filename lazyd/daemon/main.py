@@ -43,6 +43,7 @@ from lazyd.core.admission import Admission
 from lazyd.daemon import fdlimit, orphans, startup
 from lazyd.daemon.config_wait import wait_for_files
 from lazyd.daemon.upgrade.adopt import adopt, adopt_stored, take_envelope
+from lazyd.daemon import crash_loop
 from lazyd.daemon.handoff import kept
 from lazyd.daemon.upgrade.fdstore import FdStore, keep_standby, standby_path, stored_fds
 from lazyd.daemon.heap import TRIMMER
@@ -283,6 +284,8 @@ async def serve(sock: socket.socket, paths: Paths, config: Config, config_path: 
         notifier.ready(status_summary(registry))  # only now: the listener is accepting
         nursery.start_soon(notifier.run, partial(status_summary, registry), registry.changes.wait)
         nursery.start_soon(TRIMMER.run)  # gives the heap back after large messages
+        if activated:
+            nursery.start_soon(_steady, sock.fileno())
         nursery.start_soon(_signals, stop, partial(_reload, registry, config_path), partial(_upgrade, upgrader))
         if bound_identity is not None:
             nursery.start_soon(watch_ownership, paths, bound_identity, stop, ownership_check_interval_s)
@@ -309,6 +312,12 @@ async def serve(sock: socket.socket, paths: Paths, config: Config, config_path: 
     with contextlib.suppress(FileNotFoundError):
         os.unlink(standby_path(paths.lock))
     log.info("stopped")
+
+
+async def _steady(listener_fd: int) -> None:
+    """Up and serving for a while: not a crash loop (lazyd/daemon/crash_loop.py)."""
+    await trio.sleep(crash_loop.STEADY_S)
+    crash_loop.forget(listener_fd)
 
 
 async def _serve_connections(handler: ConnectionHandler, listener: trio.SocketListener, scope: trio.CancelScope,

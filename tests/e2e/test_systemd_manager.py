@@ -23,6 +23,7 @@ import anyio
 import pytest
 from mcp.shared.exceptions import MCPError
 
+from lazyd.daemon import crash_loop
 from tests.conftest import FIXTURE_SERVER, UserEnv, shim_command, shim_session, wait_until
 from tests.benchmarks.scale_support import HandedOff
 from tests.e2e.faults_support import region_in_flight
@@ -261,6 +262,42 @@ def test_a_store_past_the_default_soft_limit_comes_back_and_each_session_is_take
     daemon_log = (user_env.state_dir / "lazyd.log").read_text()
     assert "kept by systemd across the crash" in daemon_log
     assert daemon_log.count("not taking back the session systemd kept (its socket's peer is pid") == RAW_SESSIONS
+
+
+def test_a_daemon_that_keeps_failing_to_start_after_a_crash_lets_the_kept_sessions_go_to_their_shims(
+        user_env: UserEnv, manager: UserManager, tmp_path: Path) -> None:
+    # After the crash every start fails at import (a module the daemon needs is broken, as when
+    # a dependency left its venv): the session must not wait for ever in the store.
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "trio.py").write_text("raise ImportError('trio is broken for this test')\n")
+    outcome: dict[str, Any] = {}
+
+    async def scenario() -> None:
+        async with shim_session(user_env, FIXTURE, env=logged_env(user_env)) as client:
+            with anyio.fail_after(STEP_S):
+                await client.call_tool("pid", {})
+            await anyio.to_thread.run_sync(lambda: wait_until(lambda: stored_fds(manager) >= ONE_SESSION_STORED, STEP_S,
+                                                              "the fd store"))
+            shell, before = waiting_shell()
+            manager.drop_in("lazyd.service", f"[Service]\nEnvironment=PYTHONPATH={broken}\n")
+            manager.systemctl("daemon-reload")
+            os.kill(manager.main_pid(), signal.SIGKILL)
+            # The shell sees its socket end (the fourth start let the session go) and resumes.
+            await anyio.to_thread.run_sync(lambda: wait_until(
+                lambda: not _waits_on(shell, before), STEP_S, "the shell to see its socket end"))
+            outcome["starts"] = starts(manager)
+
+    anyio.run(scenario)
+    assert outcome["starts"] >= 1 + crash_loop.MAX_STARTS + 1, manager.log()[-3000:]
+    assert not (user_env.socket.parent / crash_loop.COUNT_FILE).exists()
+
+
+def _waits_on(pid: int, sock: str) -> bool:
+    try:
+        return os.readlink(f"/proc/{pid}/fd/9") == sock
+    except OSError:
+        return False
 
 
 def test_after_a_crash_that_took_the_servers_with_it_status_says_none_was_taken_over(
