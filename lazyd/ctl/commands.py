@@ -151,8 +151,12 @@ def _lineage(daemon: Any, now: float) -> str:
     last = daemon.get("last_upgrade")
     if isinstance(last, dict) and last.get("crash"):
         servers = last.get("servers")
+        sessions = last.get("sessions")
         text = (f"\nrestarted after a crash: took over {len(servers) if isinstance(servers, list) else 0} "
                 "servers from the fd store")
+        if isinstance(sessions, dict) and sessions.get("kept"):
+            text += (f", and {sessions.get('taken_back', 0)} of the {sessions['kept']} hand-off sessions it kept "
+                     f"({sessions.get('let_go', 0)} let go to their shims)")
         return text + (f"; {last['reason']}" if last.get("reason") else "")
     if not daemon.get("upgrades"):
         return ""

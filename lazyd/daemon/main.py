@@ -30,6 +30,7 @@ import os
 import signal
 import socket
 import sys
+import time
 from collections.abc import Awaitable, Callable
 from functools import partial
 from pathlib import Path
@@ -276,6 +277,13 @@ async def serve(sock: socket.socket, paths: Paths, config: Config, config_path: 
             await registry.drop_stale_named(adopted)
         else:
             await registry.boot()
+        if kept_sessions and kept.KEEPER is not None:
+            # What became of them, in the crash's line of `lazyctl status` (counted as they go).
+            if lineage.last is None:
+                lineage.last = {"at": time.time(), "from_pid": None, "adopted": False, "crash": True,
+                                "servers": [], "lost": [], "reason": None}
+            kept.KEEPER.tally["kept"] = len(kept_sessions)
+            lineage.last["sessions"] = kept.KEEPER.tally
         if fdstore is not None:
             # What the store gave back is in it still: names no process owns now are removed.
             nursery.start_soon(keep_standby, registry, fdstore, paths.lock, registry.changes.wait, dict(stored))

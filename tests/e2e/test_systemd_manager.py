@@ -130,6 +130,11 @@ def waiting_shell() -> tuple[int, str]:
     raise AssertionError("no waiting shell")
 
 
+async def store_holds(m: UserManager, at_least: int) -> None:
+    """Until lazyd.service's fd store holds `at_least` descriptors."""
+    await anyio.to_thread.run_sync(lambda: wait_until(lambda: stored_fds(m) >= at_least, STEP_S, "the fd store"))
+
+
 def wait_for_main_pid_other_than(m: UserManager, old: int) -> int:
     wait_until(lambda: m.main_pid() not in (0, old) and m.prop("lazyd.service", "ActiveState") == "active",
                STEP_S, "a new main process")
@@ -149,7 +154,7 @@ def test_kill_9_of_the_main_process_restarts_lazyd_which_takes_the_running_serve
                 server = outcome["server"] = pid_text(await client.call_tool("pid", {}))
             # The server's three pipes, lazyd's secrets and the session's socket are in the store
             # before the crash.
-            await anyio.to_thread.run_sync(lambda: wait_until(lambda: stored_fds(manager) >= ONE_SESSION_STORED, STEP_S, "the fd store"))
+            await store_holds(manager, ONE_SESSION_STORED)
             old = outcome["old"] = manager.main_pid()
             outcome["waiter_before"] = waiting_shell()
             os.kill(old, signal.SIGKILL)
@@ -171,6 +176,7 @@ def test_kill_9_of_the_main_process_restarts_lazyd_which_takes_the_running_serve
     last = outcome["status"]["daemon"]["last_upgrade"]
     assert (last["crash"], last["adopted"], last["lost"]) == (True, True, []), last
     assert len(last["servers"]) == 1
+    assert last["sessions"] == {"kept": 1, "taken_back": 1, "let_go": 0}, last
     row = next(r for r in outcome["status"]["servers"] if r["pid"] == server)
     assert row["state"] == "running"
     # The session was kept in the store across the crash (lazyd/daemon/handoff/kept.py): its
@@ -190,8 +196,7 @@ def test_a_call_in_flight_at_a_kill_9_is_answered_with_an_error_by_the_restarted
         async with shim_session(user_env, FIXTURE, env=logged_env(user_env)) as client:
             with anyio.fail_after(STEP_S):
                 outcome["server"] = pid_text(await client.call_tool("pid", {}))
-            await anyio.to_thread.run_sync(lambda: wait_until(lambda: stored_fds(manager) >= ONE_SESSION_STORED, STEP_S,
-                                                              "the fd store"))
+            await store_holds(manager, ONE_SESSION_STORED)
             shell, outcome["socket_before"] = waiting_shell()
 
             async def long_call() -> None:
@@ -238,14 +243,14 @@ def test_a_store_past_the_default_soft_limit_comes_back_and_each_session_is_take
             with anyio.fail_after(STEP_S):
                 outcome["server"] = pid_text(await client.call_tool("pid", {}))
             raw.extend(HandedOff(user_env.socket, user_env.env, FIXTURE, pid=NO_SUCH_PID + n) for n in range(RAW_SESSIONS))
-            await anyio.to_thread.run_sync(lambda: wait_until(
-                lambda: stored_fds(manager) >= ONE_SESSION_STORED + 3 * RAW_SESSIONS, STEP_S, "the fd store"))
+            await store_holds(manager, ONE_SESSION_STORED + 3 * RAW_SESSIONS)
             outcome["stored"] = stored_fds(manager)
             old = manager.main_pid()
             os.kill(old, signal.SIGKILL)
             await anyio.to_thread.run_sync(wait_for_main_pid_other_than, manager, old)
             with anyio.fail_after(STEP_S):
                 outcome["again"] = pid_text(await client.call_tool("pid", {}))
+            outcome["human"] = await anyio.to_thread.run_sync(lazyctl, user_env, "status")
 
     try:
         anyio.run(scenario)
@@ -262,6 +267,8 @@ def test_a_store_past_the_default_soft_limit_comes_back_and_each_session_is_take
     daemon_log = (user_env.state_dir / "lazyd.log").read_text()
     assert "kept by systemd across the crash" in daemon_log
     assert daemon_log.count("not taking back the session systemd kept (its socket's peer is pid") == RAW_SESSIONS
+    assert (f"and 1 of the {RAW_SESSIONS + 1} hand-off sessions it kept ({RAW_SESSIONS} let go to their shims)"
+            in outcome["human"].stdout), outcome["human"].stdout
 
 
 def test_a_daemon_that_keeps_failing_to_start_after_a_crash_lets_the_kept_sessions_go_to_their_shims(
@@ -277,8 +284,7 @@ def test_a_daemon_that_keeps_failing_to_start_after_a_crash_lets_the_kept_sessio
         async with shim_session(user_env, FIXTURE, env=logged_env(user_env)) as client:
             with anyio.fail_after(STEP_S):
                 await client.call_tool("pid", {})
-            await anyio.to_thread.run_sync(lambda: wait_until(lambda: stored_fds(manager) >= ONE_SESSION_STORED, STEP_S,
-                                                              "the fd store"))
+            await store_holds(manager, ONE_SESSION_STORED)
             shell, before = waiting_shell()
             manager.drop_in("lazyd.service", f"[Service]\nEnvironment=PYTHONPATH={broken}\n")
             manager.systemctl("daemon-reload")
@@ -311,7 +317,7 @@ def test_after_a_crash_that_took_the_servers_with_it_status_says_none_was_taken_
         async with shim_session(user_env, FIXTURE) as client:
             with anyio.fail_after(STEP_S):
                 outcome["server"] = pid_text(await client.call_tool("pid", {}))
-            await anyio.to_thread.run_sync(lambda: wait_until(lambda: stored_fds(manager) >= ONE_SESSION_STORED, STEP_S, "the fd store"))
+            await store_holds(manager, ONE_SESSION_STORED)
             old = manager.main_pid()
             os.kill(old, signal.SIGKILL)
             await anyio.to_thread.run_sync(wait_for_main_pid_other_than, manager, old)
@@ -335,7 +341,7 @@ def test_a_stuck_event_loop_is_restarted_by_the_watchdog_and_the_new_daemon_keep
         async with shim_session(user_env, FIXTURE, env=logged_env(user_env)) as client:
             with anyio.fail_after(STEP_S):
                 outcome["server"] = pid_text(await client.call_tool("pid", {}))
-            await anyio.to_thread.run_sync(lambda: wait_until(lambda: stored_fds(manager) >= ONE_SESSION_STORED, STEP_S, "the fd store"))
+            await store_holds(manager, ONE_SESSION_STORED)
             old = manager.main_pid()
             os.kill(old, signal.SIGSTOP)  # the loop stops: no WATCHDOG=1 any more
             outcome["new"] = await anyio.to_thread.run_sync(wait_for_main_pid_other_than, manager, old)
@@ -486,8 +492,7 @@ def test_stop_leaves_no_process_and_nothing_of_lazyd_in_the_runtime_dir(user_env
             with anyio.fail_after(STEP_S):
                 outcome["server"] = pid_text(await client.call_tool("pid", {}))
         # The session ended: the server's pipes and the secrets are what the store holds.
-        await anyio.to_thread.run_sync(lambda: wait_until(lambda: stored_fds(manager) >= ONE_SESSION_STORED - 3, STEP_S,
-                                                          "the fd store"))
+        await store_holds(manager, ONE_SESSION_STORED - 3)
 
     anyio.run(scenario)
     standby = user_env.socket.with_name("lazyd.standby")

@@ -67,6 +67,8 @@ class Keeper:
     def __init__(self, store: FdStore) -> None:
         self._store = store
         self._kept: dict[int, list[str]] = {}  # shim pid -> the names this daemon knows it stored
+        # What became of the sessions the store gave back at start (`lazyctl status`, live).
+        self.tally = {"kept": 0, "taken_back": 0, "let_go": 0}
 
     def keep(self, pid: int, shim: int, ends: ClientEnds) -> None:
         """Store the session of shim `pid`: its socket's daemon end and the client's two ends."""
@@ -152,6 +154,7 @@ def let_go(kept: Kept) -> None:
     this: that tells the shell)."""
     if KEEPER is not None:
         KEEPER.drop(kept.pid)
+        KEEPER.tally["let_go"] += 1
     kept.close()
 
 

@@ -222,6 +222,8 @@ class HandoffSession:
                     self.close()  # before the refusal: the shim's full recovery reads the region next
                 if kept is None:
                     await self.stream.send_all(wire.encode(Refusal(exc.code, exc.message)))
+                elif kept_store.KEEPER is not None:
+                    kept_store.KEEPER.tally["let_go"] += 1
                 return
             outbox = self.outbox
             assert outbox is not None
@@ -239,6 +241,8 @@ class HandoffSession:
                          "request(s) answered with an error%s", outbox.cid, route.name, self.pid,
                          "its daemon was lost or let it go" if kept is None else "kept by systemd across the crash",
                          len(recovery.ids), ", a cut line ended" if recovery.finish is not None else "")
+            if kept is not None and kept_store.KEEPER is not None:
+                kept_store.KEEPER.tally["taken_back"] += 1
             if not self.stored and kept_store.KEEPER is not None:
                 kept_store.KEEPER.keep(self.pid, self.stream.socket.fileno(), self.ends)
                 self.stored = True
