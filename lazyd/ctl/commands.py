@@ -57,7 +57,7 @@ def cmd_status(args: argparse.Namespace, out: Output) -> int:
 
     def human() -> str:
         head = f"lazyd running (pid {data['daemon_pid']}, {path})"
-        head += _lineage(data.get("daemon"), time.time())
+        head += _lineage(data.get("daemon"), time.time()) + _store_line(data.get("daemon"))
         for pid, sock in others:
             head += f"\nanother lazyd of yours runs (pid {pid}) on {sock}: lazyctl --socket {sock} status"
         head += fmt.walls(data.get("refused"), data.get("fallbacks"))
@@ -141,6 +141,22 @@ def cmd_reload(args: argparse.Namespace, out: Output) -> int:
 
     out.result(report, human)
     return EXIT_OK
+
+
+STORE_NEARLY_FULL = 0.9  # of the fd store's budget: from here on status says so
+
+
+def _store_line(daemon: Any) -> str:
+    """A line when systemd's fd store is nearly full ("" otherwise): past it, servers and sessions
+    are not kept across a crash (lazyd/daemon/handoff/kept.py)."""
+    store = daemon.get("fdstore") if isinstance(daemon, dict) else None
+    if not isinstance(store, dict) or not store.get("budget"):
+        return ""
+    held, budget = int(store.get("held", 0)), int(store["budget"])
+    if held < STORE_NEARLY_FULL * budget:
+        return ""
+    return (f"\nthe fd store holds {held} of the {budget} descriptors a restarted lazyd can be passed: "
+            "servers and sessions past them are not kept across a crash")
 
 
 def _lineage(daemon: Any, now: float) -> str:

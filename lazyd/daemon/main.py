@@ -270,7 +270,7 @@ async def serve(sock: socket.socket, paths: Paths, config: Config, config_path: 
                             notifier=notifier, notify_env=notify_env, lineage=lineage, config_path=config_path)
         handler.upgrade = upgrader
         if envelope is not None:
-            await adopt(envelope, registry, handler, lineage)
+            await adopt(envelope, registry, handler, lineage, fdstore)
         elif stored and await adopt_stored(dict(stored), registry, paths.lock, paths.state_dir, lineage):
             adopted = set(registry.runtimes)
             await registry.boot()  # named servers new to the config; changed ones are replaced

@@ -177,6 +177,7 @@ def test_kill_9_of_the_main_process_restarts_lazyd_which_takes_the_running_serve
     assert (last["crash"], last["adopted"], last["lost"]) == (True, True, []), last
     assert len(last["servers"]) == 1
     assert last["sessions"] == {"kept": 1, "taken_back": 1, "let_go": 0}, last
+    assert outcome["status"]["daemon"]["fdstore"]["held"] == ONE_SESSION_STORED, outcome["status"]["daemon"]
     row = next(r for r in outcome["status"]["servers"] if r["pid"] == server)
     assert row["state"] == "running"
     # The session was kept in the store across the crash (lazyd/daemon/handoff/kept.py): its
@@ -368,6 +369,7 @@ def test_reload_with_a_call_in_flight_keeps_the_main_pid_and_the_server_and_the_
             with anyio.fail_after(STEP_S):
                 outcome["server"] = pid_text(await client.call_tool("pid", {}))
             main = outcome["main"] = manager.main_pid()
+            await store_holds(manager, ONE_SESSION_STORED)
 
             async def slow_call() -> None:
                 with anyio.fail_after(STEP_S):
@@ -394,6 +396,9 @@ def test_reload_with_a_call_in_flight_keeps_the_main_pid_and_the_server_and_the_
     last = outcome["status"]["daemon"]["last_upgrade"]
     assert last["adopted"] is True and last["from_pid"] == outcome["main"]
     assert manager.prop("lazyd.service", "ActiveState") == "active"
+    # The successor counts what its predecessor stored (the session's socket and ends included)
+    # against the store's budget.
+    assert outcome["status"]["daemon"]["fdstore"]["held"] == ONE_SESSION_STORED, outcome["status"]["daemon"]
 
 
 def test_restart_stops_the_old_server_and_the_session_goes_on_with_a_new_daemon(

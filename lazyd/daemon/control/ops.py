@@ -38,6 +38,7 @@ from lazyd.daemon.connections.refusals import Refusals
 from lazyd.daemon.runtime.status import runtime_status
 from lazyd.daemon.runtime.supervisor import ServerRuntime
 from lazyd.daemon.control.wake_sleep import sleep_and_wait, wake_and_wait
+from lazyd.daemon.handoff import kept
 from lazyd.errors import ConfigError
 
 log = logging.getLogger("lazyd.control")
@@ -156,8 +157,12 @@ class Control:
         started = self.lineage.started_at if self.lineage is not None else START_TIME
         data["fallbacks"] = fallbacks.since(str(self.registry.paths.socket), started)
         if self.lineage is not None:  # uptime across upgrades, and the last hand-over (lazyd/daemon/upgrade/handover.py)
-            data["daemon"] = {"started_at": self.lineage.started_at, "upgrades": self.lineage.upgrades,
-                              "last_upgrade": self.lineage.last}
+            daemon: dict[str, Any] = {"started_at": self.lineage.started_at, "upgrades": self.lineage.upgrades,
+                                      "last_upgrade": self.lineage.last}
+            store = kept.store_status()
+            if store is not None:  # systemd's fd store (lazyd/daemon/handoff/kept.py)
+                daemon["fdstore"] = store
+            data["daemon"] = daemon
         return True, data, None
 
     async def op_wake(self, args: dict[str, Any]) -> Result:

@@ -42,7 +42,8 @@ from lazyd.daemon.upgrade.fdstore import FdStore
 from lazyd.errors import ProtocolError
 from lazyd.frames import Hello
 
-__all__ = ["PREFIX", "Keeper", "Kept", "KEEPER", "take_kept", "reopen", "let_go", "set_keeper", "socket_name", "names"]
+__all__ = ["PREFIX", "Keeper", "Kept", "KEEPER", "take_kept", "reopen", "let_go", "set_keeper", "socket_name", "names",
+           "store_status", "stored_names"]
 
 PREFIX = "hs-"
 PARTS = ("", "-in", "-out", "-io")
@@ -83,6 +84,10 @@ class Keeper:
             self._store.store(name, fd, poll=False)
         self._kept[pid] = [name for name, _ in stored]
 
+    @property
+    def store(self) -> FdStore:
+        return self._store
+
     def given(self, kept: Kept) -> None:
         """The session `kept` came back from the store: its names are in it still."""
         self._kept[kept.pid] = list(kept.names)
@@ -102,6 +107,19 @@ KEEPER: Keeper | None = None
 def set_keeper(keeper: Keeper | None) -> None:
     global KEEPER
     KEEPER = keeper
+
+
+def store_status() -> dict[str, int] | None:
+    """What the fd store holds of this daemon's and the most it may (`lazyctl status`); None
+    without a store."""
+    if KEEPER is None:
+        return None
+    return {"held": len(KEEPER.store.names), "budget": KEEPER.store.budget}
+
+
+def stored_names() -> list[str]:
+    """Every name this daemon has in the store: an upgrade's successor counts them too."""
+    return sorted(KEEPER.store.names) if KEEPER is not None else []
 
 
 def _same_socket(a: int, b: int) -> bool:

@@ -42,7 +42,7 @@ from lazyd.daemon import orphans
 from lazyd.daemon.runtime.era_lanes import EraRoute
 from lazyd.daemon.handoff.session import HandoffSession
 from lazyd.daemon.handoff.outbox import ClientEnds
-from lazyd.daemon.upgrade.fdstore import SECRETS_NAME, rewire, standby_path
+from lazyd.daemon.upgrade.fdstore import SECRETS_NAME, FdStore, rewire, standby_path
 from lazyd.daemon.runtime.outbox import ConnectionOutbox, Outbox
 from lazyd.daemon.process.child import STDIN_EOF_GRACE_S, TERM_GRACE_S
 from lazyd.daemon.upgrade.quiesce import GATE
@@ -74,14 +74,16 @@ def take_envelope(environ: MutableMapping[str, str]) -> Envelope | None:
     return envelope
 
 
-async def adopt(envelope: Envelope, registry: Registry, handler: ConnectionHandler, lineage: Lineage) -> None:
-    """Take over, or fall back (module docstring); never raises for what was handed over."""
+async def adopt(envelope: Envelope, registry: Registry, handler: ConnectionHandler, lineage: Lineage,
+                fdstore: FdStore | None = None) -> None:
+    """Take over, or fall back (module docstring); never raises for what was handed over. What the
+    predecessor had in systemd's fd store is counted in `fdstore`'s budget."""
     lineage.started_at = envelope.started_at or lineage.started_at
     lineage.upgrades = envelope.upgrades + 1
     GATE.close()
     try:
         try:
-            summary = await _take_over(envelope, registry, handler)
+            summary = await _take_over(envelope, registry, handler, fdstore)
         except AdoptionError as exc:
             reason = str(exc)
             log.error("upgrade from lazyd %d: cannot take its servers over: %s; stopping them, and sessions "
@@ -101,7 +103,8 @@ async def adopt(envelope: Envelope, registry: Registry, handler: ConnectionHandl
                   None)
 
 
-async def _take_over(envelope: Envelope, registry: Registry, handler: ConnectionHandler) -> dict[str, Any]:
+async def _take_over(envelope: Envelope, registry: Registry, handler: ConnectionHandler,
+                     fdstore: FdStore | None) -> dict[str, Any]:
     for fd in envelope.fds:
         if fd != envelope.reply:
             try:
@@ -109,6 +112,8 @@ async def _take_over(envelope: Envelope, registry: Registry, handler: Connection
             except OSError:
                 raise AdoptionError(f"descriptor {fd} was not inherited") from None
     body, written_at = read_state(Path(envelope.state))
+    if fdstore is not None:
+        fdstore.given(name for name in body.get("fdstore") or [] if isinstance(name, str))
     if envelope.secrets is None:
         raise AdoptionError("no secrets were handed over")
     secrets = read_secrets(envelope.secrets)
