@@ -299,6 +299,8 @@ async def serve(sock: socket.socket, paths: Paths, config: Config, config_path: 
             nursery.start_soon(watch_ownership, paths, bound_identity, stop, ownership_check_interval_s)
         await stop.wait()
         notifier.stopping()
+        if activated:
+            crash_loop.forget(sock.fileno())  # a clean stop ends any count of failed starts
         # Stop taking work before stopping the servers: no connection lands on a daemon that is
         # going away, and every session is dropped now, so that its shim answers what was in
         # flight, holds what its client sends next and hands it to the next daemon, instead of
