@@ -240,3 +240,33 @@ def test_a_kept_session_missing_a_client_end_is_not_reopened(
     assert isinstance(found, str) and "did not come back" in found, found
     for fd in others:
         os.close(fd)
+
+
+async def test_a_session_that_does_not_fit_the_store_s_budget_is_not_stored_at_all(store: Store,
+                                                                                   caplog: pytest.LogCaptureFixture) -> None:
+    # The budget keeps the store under the soft limit systemd passes it below (fdstore.py).
+    keeper = kept.Keeper(FdStore(store.path, budget=4))
+    pairs = [socket.socketpair() for _ in range(2)]
+    pipes = [os.pipe2(os.O_NONBLOCK) for _ in range(4)]
+    ends = [ClientEnds(pipes[0][0], pipes[1][1]), ClientEnds(pipes[2][0], pipes[3][1])]
+    try:
+        assert keeper.keep(1, pairs[0][0].fileno(), ends[0]) is True
+        assert keeper.keep(2, pairs[1][0].fileno(), ends[1]) is False
+        sent = store.messages()
+        for _, fds in sent:
+            os.close(fds[0])
+        assert [m["FDNAME"] for m, _ in sent] == ["hs-1", "hs-1-in", "hs-1-out"]
+        assert "the fd store holds 3 descriptors" in caplog.text
+        keeper.drop(1)
+        store.messages()
+        assert keeper.keep(2, pairs[1][0].fileno(), ends[1]) is True  # room again once the first ended
+    finally:
+        for end in ends:
+            end.close()
+        for fd in (pipes[0][1], pipes[1][0], pipes[2][1], pipes[3][0]):
+            os.close(fd)
+        for a, b in pairs:
+            a.close()
+            b.close()
+        for _, fds in store.messages():
+            os.close(fds[0])

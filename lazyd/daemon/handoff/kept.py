@@ -71,18 +71,20 @@ class Keeper:
         # What became of the sessions the store gave back at start (`lazyctl status`, live).
         self.tally = {"kept": 0, "taken_back": 0, "let_go": 0}
 
-    def keep(self, pid: int, shim: int, ends: ClientEnds) -> None:
-        """Store the session of shim `pid`: its socket's daemon end and the client's two ends."""
+    def keep(self, pid: int, shim: int, ends: ClientEnds) -> bool:
+        """Store the session of shim `pid`: its socket's daemon end and the client's two ends.
+        False when the store has no room for them (nothing was sent)."""
         stored = [(socket_name(pid), shim)]
         if ends.in_fd != ends.out_fd and _same_socket(ends.in_fd, ends.out_fd):
             stored.append((f"{PREFIX}{pid}-io", ends.in_fd))
         else:
             stored += [(f"{PREFIX}{pid}-in", ends.in_fd), (f"{PREFIX}{pid}-out", ends.out_fd)]
         if not self._store.room(len(stored)):
-            return  # not kept: after a crash its shim takes it back itself
+            return False  # not kept: after a crash its shim takes it back itself
         for name, fd in stored:
             self._store.store(name, fd, poll=False)
         self._kept[pid] = [name for name, _ in stored]
+        return True
 
     @property
     def store(self) -> FdStore:

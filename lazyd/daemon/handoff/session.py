@@ -244,8 +244,7 @@ class HandoffSession:
             if kept is not None and kept_store.KEEPER is not None:
                 kept_store.KEEPER.tally["taken_back"] += 1
             if not self.stored and kept_store.KEEPER is not None:
-                kept_store.KEEPER.keep(self.pid, self.stream.socket.fileno(), self.ends)
-                self.stored = True
+                self.stored = kept_store.KEEPER.keep(self.pid, self.stream.socket.fileno(), self.ends)
             await self._serve(route)
         finally:
             self.close()
