@@ -24,7 +24,7 @@ import pytest
 from mcp.shared.exceptions import MCPError
 
 from lazyd.daemon import crash_loop
-from tests.conftest import FIXTURE_SERVER, UserEnv, shim_command, shim_session, wait_until
+from tests.conftest import FIXTURE_SERVER, MARKER_VAR, UserEnv, shim_command, shim_session, wait_until
 from tests.benchmarks.scale_support import HandedOff
 from tests.e2e.faults_support import region_in_flight
 from tests.e2e.systemd_manager import UserManager
@@ -116,14 +116,17 @@ def stored_fds(m: UserManager) -> int:
     return int(m.prop("lazyd.service", "NFileDescriptorStore") or 0)
 
 
-def waiting_shell() -> tuple[int, str]:
-    """The one hand-off session's waiting shell and the socket it waits on (its descriptor 9): a
+def waiting_shell(user: UserEnv) -> tuple[int, str]:
+    """The test's one hand-off session's waiting shell (its environment carries the test's marker,
+    so no other test's shell is taken for it) and the socket it waits on (its descriptor 9): a
     shell that resumed its session (shim/quick.py) waits on a new socket, one that never saw the
     crash on the same."""
+    marker = f"{MARKER_VAR}={user.marker}".encode()
     for pid in os.listdir("/proc"):
         try:
             cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-            if cmd[0].endswith(b"dash") and b"lazyd-shim" in cmd[:4]:
+            if (cmd[0].endswith(b"dash") and b"lazyd-shim" in cmd[:4]
+                    and marker in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")):
                 return int(pid), os.readlink(f"/proc/{pid}/fd/9")
         except OSError:
             continue
@@ -156,14 +159,14 @@ def test_kill_9_of_the_main_process_restarts_lazyd_which_takes_the_running_serve
             # before the crash.
             await store_holds(manager, ONE_SESSION_STORED)
             old = outcome["old"] = manager.main_pid()
-            outcome["waiter_before"] = waiting_shell()
+            outcome["waiter_before"] = waiting_shell(user_env)
             os.kill(old, signal.SIGKILL)
             outcome["new"] = await anyio.to_thread.run_sync(wait_for_main_pid_other_than, manager, old)
             outcome["alive"] = alive(server)
             with anyio.fail_after(STEP_S):  # the same session answers again, from the same process
                 outcome["again"] = pid_text(await client.call_tool("pid", {}))
             outcome["status"] = await anyio.to_thread.run_sync(status, user_env)
-            outcome["waiter_after"] = waiting_shell()
+            outcome["waiter_after"] = waiting_shell(user_env)
         # The session ended: its names left the store, the server's and the secrets' stay.
         await anyio.to_thread.run_sync(lambda: wait_until(lambda: stored_fds(manager) == ONE_SESSION_STORED - 3, STEP_S,
                                                           "the session's names to go"))
@@ -198,7 +201,7 @@ def test_a_call_in_flight_at_a_kill_9_is_answered_with_an_error_by_the_restarted
             with anyio.fail_after(STEP_S):
                 outcome["server"] = pid_text(await client.call_tool("pid", {}))
             await store_holds(manager, ONE_SESSION_STORED)
-            shell, outcome["socket_before"] = waiting_shell()
+            shell, outcome["socket_before"] = waiting_shell(user_env)
 
             async def long_call() -> None:
                 try:
@@ -216,7 +219,7 @@ def test_a_call_in_flight_at_a_kill_9_is_answered_with_an_error_by_the_restarted
                 await anyio.to_thread.run_sync(wait_for_main_pid_other_than, manager, old)
             with anyio.fail_after(STEP_S):
                 outcome["again"] = pid_text(await client.call_tool("pid", {}))
-            outcome["socket_after"] = waiting_shell()[1]
+            outcome["socket_after"] = waiting_shell(user_env)[1]
 
     anyio.run(scenario)
     assert outcome["long"] == LOST_CONNECTION, outcome
@@ -286,7 +289,7 @@ def test_a_daemon_that_keeps_failing_to_start_after_a_crash_lets_the_kept_sessio
             with anyio.fail_after(STEP_S):
                 await client.call_tool("pid", {})
             await store_holds(manager, ONE_SESSION_STORED)
-            shell, before = waiting_shell()
+            shell, before = waiting_shell(user_env)
             manager.drop_in("lazyd.service", f"[Service]\nEnvironment=PYTHONPATH={broken}\n")
             manager.systemctl("daemon-reload")
             os.kill(manager.main_pid(), signal.SIGKILL)
