@@ -124,8 +124,16 @@ def the_daemon(user: UserEnv) -> int:
 
 
 def fd_targets(pid: int) -> set[str]:
+    """What process `pid`'s descriptors point at; one it closes while they are read is left out
+    (the daemon opens and closes files of its own at any time)."""
     fd_dir = f"/proc/{pid}/fd"
-    return {os.readlink(os.path.join(fd_dir, name)) for name in os.listdir(fd_dir)}
+    targets = set()
+    for name in os.listdir(fd_dir):
+        try:
+            targets.add(os.readlink(os.path.join(fd_dir, name)))
+        except FileNotFoundError:
+            continue
+    return targets
 
 
 def test_an_autostarted_daemon_is_in_no_session_group_or_ancestry_of_its_shim(user_env: UserEnv) -> None:
