@@ -31,6 +31,7 @@ Rules:
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import select
@@ -89,6 +90,7 @@ class Relay:
     """One client session: owns the stdin thread, the socket, the tables and recovery."""
 
     def __init__(self, opts: Options, conn: connect.Connection | None, log: Log) -> None:
+        gc.enable()  # off while the shim started (the lazyd-shim script); this process now lives long
         self._opts = opts
         self._log = log
         self._out = Stdout(log)

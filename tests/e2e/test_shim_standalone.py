@@ -505,6 +505,31 @@ def test_the_shim_imports_neither_trio_nor_platformdirs_nor_tomlkit() -> None:
     assert proc.stdout.strip() == "ok"
 
 
+def test_a_warm_start_imports_none_of_the_modules_that_cost_milliseconds(tmp_path: Path) -> None:
+    # What the hand-off start loads (main, connect, handoff), in an interpreter without `site` (an
+    # editable install's finder would bring some of these in first and hide them): the packages
+    # linked into a directory of their own, msgpack from where it is installed. Each of these cost
+    # the shim's start 0.2 ms or more when it crept in (docs/benchmarks.md, the warm start); the
+    # paths that need one (the relay, the fallback) import it there.
+    import msgpack
+
+    repo = Path(__file__).resolve().parents[2]
+    (tmp_path / "lazyd").symlink_to(repo / "lazyd")
+    (tmp_path / "lazyd_shim").symlink_to(repo / "shim")
+    code = (
+        "import sys\n"
+        "import lazyd_shim.main, lazyd_shim.connect, lazyd_shim.handoff\n"
+        "costly = ('typing', 'enum', 're', 'types', 'dataclasses', 'json', 'subprocess', 'signal', 'threading',\n"
+        "          'inspect', 'functools', 'selectors', 'socket', 'logging', 'pathlib')\n"
+        "print(sorted(m for m in costly if m in sys.modules))\n"
+    )
+    path = os.pathsep.join([str(tmp_path), str(Path(msgpack.__file__).parents[1])])
+    proc = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, timeout=DEADLINE_S,
+                          cwd=tmp_path, env={**os.environ, "PYTHONPATH": path})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"
+
+
 # --- what the shim reads from a client line (pure helpers, no process) ------------------------------
 
 
