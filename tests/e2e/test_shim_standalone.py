@@ -530,6 +530,22 @@ def test_a_warm_start_imports_none_of_the_modules_that_cost_milliseconds(tmp_pat
     assert proc.stdout.strip() == "[]"
 
 
+def test_a_shim_that_relays_itself_collects_cycles_again() -> None:
+    # The lazyd-shim script starts with the collector off for its imports; the relay lives as long
+    # as the session, and must not pile up cycles (the thread and its frames make some).
+    code = (
+        "import gc; gc.disable()\n"
+        "from lazyd_shim.options import Log, parse\n"
+        "from lazyd_shim.relay import Relay\n"
+        "opts = parse(['--', 'true'], {})\n"
+        "Relay(opts, None, Log(opts))\n"
+        "print(gc.isenabled())\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=DEADLINE_S, cwd="/")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "True"
+
+
 # --- what the shim reads from a client line (pure helpers, no process) ------------------------------
 
 
