@@ -9,7 +9,8 @@ rounds, one sample of each per round so that the machine's load falls on all of 
 1. `python -c pass` of the interpreter the installed `lazyd-shim` runs on;
 2. the design card's floor: that interpreter running `import msgpack, _socket` (the C module the
    shim dials with), then one round trip on a Unix socket (connect, send one byte, receive one
-   byte from a responder thread of this process); and the same with `socket` for comparison;
+   byte from a responder thread of this process), with the cycle collector off as the shim
+   starts; and, for comparison, the same with the collector on, and with `socket`;
 3. the shim's warm session start: `lazyd-shim -- <echo server>` spawned, `initialize` written,
    its answer read (from the daemon's cache: the server was started and its handshake cached
    before), with the CPU the shim's process used in all (its Python, then its waiting shell);
@@ -69,8 +70,8 @@ def responder(path: str) -> threading.Thread:
     return thread
 
 
-def floor_code(path: str, module: str) -> str:
-    return (f"import msgpack, {module}\n"
+def floor_code(path: str, module: str, collector: bool = True) -> str:
+    return ("" if collector else "import gc; gc.disable()\n") + (f"import msgpack, {module}\n"
             f"s = {module}.socket({module}.AF_UNIX, {module}.SOCK_STREAM)\n"
             f"s.connect({path!r}); s.sendall(b'x'); assert s.recv(1) == b'y'")
 
@@ -154,20 +155,23 @@ def main() -> None:
             probe = servers(venv, 1)
             close_all(open_sessions(venv, env, probe, 1, batch=1))  # the server runs, its handshake cached
             time.sleep(0.5)
-            names = ["python -c pass", "floor: import msgpack, socket + 1 round trip",
-                     "       import msgpack, _socket + 1 round trip", "lazyd-shim warm start (initialize answered)",
+            names = ["python -c pass", "import msgpack, socket + 1 round trip",
+                     "import msgpack, _socket + 1 round trip", "floor: the same, collector off (as the shim)",
+                     "lazyd-shim warm start (initialize answered)",
                      "the daemon's part (hello to initialize, no Python)"]
             samples: dict[str, list[float]] = {name: [] for name in names}
-            cpu: dict[str, list[float]] = {name: [] for name in names[:4]}
+            cpu: dict[str, list[float]] = {name: [] for name in names[:5]}
+            codes = ["pass", floor_code(path, "socket"), floor_code(path, "_socket"),
+                     floor_code(path, "_socket", collector=False)]
             for _ in range(args.starts):
-                for name, code in zip(names[:3], ["pass", floor_code(path, "socket"), floor_code(path, "_socket")]):
+                for name, code in zip(names[:4], codes):
                     took, used = timed([python, "-c", code])
                     samples[name].append(took)
                     cpu[name].append(used)
                 took, used = warm_start(venv, env, probe[0])
-                samples[names[3]].append(took)
-                cpu[names[3]].append(used)
-                samples[names[4]].append(raw_start(socket_of(env), env, probe[0]))
+                samples[names[4]].append(took)
+                cpu[names[4]].append(used)
+                samples[names[5]].append(raw_start(socket_of(env), env, probe[0]))
             imports = importtime(venv, env, probe[0], args.top, 5)
         finally:
             daemon.terminate()
@@ -178,12 +182,13 @@ def main() -> None:
         p50, p90 = stats(samples[name])
         spent = f"{median(cpu[name]) * 1e3:5.1f} ms CPU" if name in cpu else ""
         print(f"  {name:54} {p50 * 1e3:6.1f} / {p90 * 1e3:6.1f} ms   {p50 / bare:4.2f}x   {spent}")
-    # The floor is the `_socket` one: the shim dials with `_socket` (shim/dial.py), so what
-    # `socket` costs beyond it is no part of what the shim must pay.
-    warm, floor = median(samples[names[3]]), median(samples[names[2]])
+    # The floor is the `_socket` one with the cycle collector off: the shim dials with `_socket`
+    # (shim/dial.py) and starts with the collector off (shim/lazyd-shim), so neither what `socket`
+    # costs beyond it nor the collections during the imports is part of what the shim must pay.
+    warm, floor = median(samples[names[4]]), median(samples[names[3]])
     print("  (the shim's CPU counts its Python and then its waiting shell, and excludes the daemon's part)")
     print(f"warm start {warm / bare:.2f}x python -c pass (target <= {TARGET}); the floor (msgpack, _socket, one "
-          f"round trip) is {floor / bare:.2f}x; warm start {warm / floor:.2f}x the floor, "
+          f"round trip, collector off) is {floor / bare:.2f}x; warm start {warm / floor:.2f}x the floor, "
           f"{(warm - floor) * 1e3:.1f} ms above it")
     if floor / bare > TARGET:
         print(f"the target is below the floor: {TARGET}x python -c pass is {TARGET * bare * 1e3:.1f} ms, "
