@@ -47,6 +47,7 @@ from tests.benchmarks.scale_support import (
     close_all,
     fd_kinds,
     installed_venv,
+    interpreter,
     kill_daemon,
     lazyctl_status,
     open_sessions,
@@ -191,7 +192,7 @@ def big_echo(venv: Path, env: dict[str, str], server: list[str], calls: int) -> 
 
 
 def only_kill(venv: Path, sessions: int, count: int) -> None:
-    print(f"python {sys.version.split()[0]}, load average {os.getloadavg()[0]:.2f} at start; {sessions} sessions "
+    print(f"the product's python {interpreter(venv)}, load average {os.getloadavg()[0]:.2f} at start; {sessions} sessions "
           f"over {count} echo servers; the kill -9 alone; installed product: {venv}")
     with scale_env(venv) as env:
         daemon = start_daemon(venv, env)
@@ -223,7 +224,7 @@ def only_kill_systemd(venv: Path, sessions: int, count: int) -> None:
     `lazyctl systemd install` writes: the sessions wait in the fd store (lazyd/daemon/handoff/kept.py)."""
     from tests.e2e.systemd_manager import UserManager
 
-    print(f"python {sys.version.split()[0]}, load average {os.getloadavg()[0]:.2f} at start; {sessions} sessions "
+    print(f"the product's python {interpreter(venv)}, load average {os.getloadavg()[0]:.2f} at start; {sessions} sessions "
           f"over {count} echo servers; the kill -9 alone, under systemd --user; installed product: {venv}")
     with scale_env(venv) as env:
         root = Path(env["HOME"]).parent
@@ -285,14 +286,14 @@ def main() -> None:
         parser.error(f"--mcp-mux {args.mcp_mux}: not an executable file")
     venv = installed_venv(args.venv, refresh=args.reinstall)
     if args.only_everything:
-        print(f"python {sys.version.split()[0]}, load average {os.getloadavg()[0]:.2f} at start; installed product: {venv}")
+        print(f"the product's python {interpreter(venv)}, load average {os.getloadavg()[0]:.2f} at start; installed product: {venv}")
         fixed_cost(venv, args.mcp_mux, args.everything_clients)
         print(f"load average {os.getloadavg()[0]:.2f} at the end")
         return
     if args.only_kill:
         (only_kill_systemd if args.systemd else only_kill)(venv, args.sessions, args.servers)
         return
-    print(f"python {sys.version.split()[0]}, load average {os.getloadavg()[0]:.2f} at start; "
+    print(f"the product's python {interpreter(venv)}, load average {os.getloadavg()[0]:.2f} at start; "
           f"{args.sessions} sessions over {args.servers} echo servers; daemon and clients at soft "
           f"RLIMIT_NOFILE 1024; installed product: {venv}")
     row("", "direct", "lazyd")

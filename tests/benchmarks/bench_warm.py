@@ -38,6 +38,7 @@ from tests.benchmarks.common import median, percentile
 from tests.benchmarks.scale_support import (
     close_all,
     installed_venv,
+    interpreter,
     open_sessions,
     raw_start,
     scale_env,
@@ -142,10 +143,7 @@ def main() -> None:
     args = parser.parse_args()
     venv = installed_venv(args.venv, refresh=not args.no_reinstall)
     python = str(venv / "bin" / "python")
-    # The version of the interpreter the installed shim runs on, which every figure is about.
-    shim_python = subprocess.run([python, "-c", "import os, sys; print(sys.version.split()[0], os.path.realpath(sys.executable))"],
-                                 capture_output=True, text=True, check=True).stdout.strip()
-    print(f"the shim's python {shim_python}, {os.cpu_count()} CPUs, load average "
+    print(f"the shim's python {interpreter(venv)}, {os.cpu_count()} CPUs, load average "
           f"{' '.join(f'{x:.2f}' for x in os.getloadavg())} at start; installed product: {venv}")
     with scale_env(venv) as env, tempfile.TemporaryDirectory() as scratch:
         path = os.path.join(scratch, "floor.sock")

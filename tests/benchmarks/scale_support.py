@@ -55,6 +55,14 @@ def soft_limit(soft: int) -> Any:
     return apply
 
 
+def interpreter(venv: Path) -> str:
+    """The version and real path of the interpreter `venv` runs on, which every figure is about
+    (the benchmark itself may run on another)."""
+    return subprocess.run([str(venv / "bin" / "python"), "-c",
+                           "import os, sys; print(sys.version.split()[0], os.path.realpath(sys.executable))"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+
+
 def user_env(root: Path, venv: Path) -> dict[str, str]:
     for name in ("run", "home"):
         (root / name).mkdir(mode=0o700, exist_ok=True)
