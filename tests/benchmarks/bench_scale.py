@@ -12,6 +12,8 @@ started by raw stdio clients under the same limit, against the stdlib echo serve
 2. the daemon's descriptors per idle session, by kind;
 3. warm session start p50 (spawn, `initialize` and `tools/list` answered) with none open and with
    all open, beside `python -c pass` of the venv's interpreter and a direct echo server's start;
+   and the daemon's part of a start (no Python started) with none open, with the shims open, and
+   with as many raw sessions open that this process holds (no waiting process resident);
 4. memory per session: the daemon's growth plus the waiting shells' PSS, against one direct echo
    server's PSS;
 5. the daemon's CPU while the sessions idle;
@@ -30,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import signal
 import statistics
 import subprocess
@@ -44,6 +47,7 @@ from shim import slots
 from tests.benchmarks.common import LineClient, cpu_seconds, median, rss_kib, time_calls
 from tests.benchmarks.fixed_cost import fixed_cost
 from tests.benchmarks.scale_support import (
+    HandedOff,
     close_all,
     fd_kinds,
     installed_venv,
@@ -191,6 +195,24 @@ def big_echo(venv: Path, env: dict[str, str], server: list[str], calls: int) -> 
     row("1 MiB echo, MiB/s both ways (median)", f"{d:.0f}", f"{z:.0f}", f"{z / d:.2f}x of direct")
 
 
+def raw_with_sessions_open(env: dict[str, str], registrations: list[list[str]], probe: list[str], sessions: int,
+                           samples: int) -> list[float]:
+    """The daemon's part of a start (`raw_start`) with `sessions` raw hand-off sessions open: held
+    by this process, so that no waiting shell or shim is resident. Beside the same with the shims
+    open, it tells what grows with the sessions in the daemon from what the machine's thousand
+    other processes cost every start (`python -c pass` slows too)."""
+    _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # three descriptors per session, here
+    held = [HandedOff(socket_of(env), env, registrations[n % len(registrations)]) for n in range(sessions)]
+    try:
+        time.sleep(SETTLE_S)
+        return [raw_start(socket_of(env), env, probe) for _ in range(samples)]
+    finally:
+        for session in held:
+            session.close()
+        time.sleep(SETTLE_S)
+
+
 def only_kill(venv: Path, sessions: int, count: int) -> None:
     print(f"the product's python {interpreter(venv)}, load average {os.getloadavg()[0]:.2f} at start; {sessions} sessions "
           f"over {count} echo servers; the kill -9 alone; installed product: {venv}")
@@ -308,6 +330,7 @@ def main() -> None:
             base_rss = rss_kib(daemon.pid)
             bare0, warm0, direct0 = starts(venv, env, probe, args.starts)
             raw0 = [raw_start(socket_of(env), env, probe) for _ in range(3 * args.starts)]
+            rawn = raw_with_sessions_open(env, registrations, probe, args.sessions, 3 * args.starts)
             began = time.perf_counter()
             clients = open_sessions(venv, env, registrations, args.sessions)
             opened_s = time.perf_counter() - began
@@ -335,6 +358,9 @@ def main() -> None:
             raw1 = [raw_start(socket_of(env), env, probe) for _ in range(3 * args.starts)]
             row("the daemon's part: hello to initialize answered, no Python start", "-",
                 f"{ms(raw0)} / {ms(raw1)}", f"none / {args.sessions} open: {median(raw1) / median(raw0):.2f}x")
+            row(f"the same with {args.sessions} raw sessions open instead (no waiting processes)", "-",
+                f"{ms(raw0)} / {ms(rawn)}", f"{median(rawn) / median(raw0):.2f}x: the daemon's own part, without "
+                "what the machine's other processes cost")
             row("python -c pass of the venv's interpreter (none / all open)", ms(bare0), ms(bare1))
             row("warm session start p50, none open", ms(direct0), ms(warm0),
                 f"{median(warm0) / median(bare0):.2f}x python -c pass (target <= 1.5)")
