@@ -312,8 +312,9 @@ def map_region(fd: int) -> Mapping:
 
 @functools.cache
 def _libc() -> ctypes.CDLL:
-    # Once per daemon, not per session: loading the library and typing its functions at every
-    # session start was most of what mapping a region cost (under cProfile, 0.1 of 0.13 ms).
+    # Once per daemon, not per session: a CDLL of each session's own, with its typed functions,
+    # was most of what mapping a region cost (under cProfile, 0.1 of 0.13 ms), and 6 KiB of the
+    # daemon's memory for as long as the session lived (docs/benchmarks.md).
     libc = ctypes.CDLL(None, use_errno=True)
     libc.mmap.restype = ctypes.c_void_p
     libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
