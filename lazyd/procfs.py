@@ -55,6 +55,9 @@ def parse_stat(data: bytes) -> Stat | None:
         return None
 
 
+_READ_BYTES = 65536  # per read; an environment can be longer, so a read goes on until EOF
+
+
 def _read(pid: int, name: str) -> bytes | None:
     # os.open and os.read rather than open(): no buffered file object to build for a read that is
     # one syscall for most of these files. A third less time per read (11 against 16 us for a stat,
@@ -74,8 +77,6 @@ def _read(pid: int, name: str) -> bytes | None:
     finally:
         os.close(fd)
 
-
-_READ_BYTES = 65536  # an environment can be longer: read until EOF
 
 
 def read_stat(pid: int) -> Stat | None:

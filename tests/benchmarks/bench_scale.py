@@ -36,7 +36,6 @@ import resource
 import signal
 import statistics
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
