@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
     from typing import Any, ClassVar, TypeAlias
 
-__all__ = ["WIRE_VERSION", "MAX_LINE_BYTES", "FRAME_TYPES", "Frame", "Hello", "Adopted", "ForeignHello", "Welcome",
+__all__ = ["WIRE_VERSION", "MAX_LINE_BYTES", "MAX_FRAME_BYTES", "FRAME_TYPES", "Frame", "Hello", "Adopted", "ForeignHello", "Welcome",
            "ForeignWelcome", "Refusal", "Line", "Ctl", "Reply", "Progress", "AnyFrame", "validate_frame"]
 
 WIRE_VERSION: int = 1
@@ -37,6 +37,10 @@ WIRE_VERSION: int = 1
 
 MAX_LINE_BYTES: int = 16 * 1024 * 1024
 # Above the TypeScript SDK's 10 MiB line limit, so any line a real peer sends fits.
+
+MAX_FRAME_BYTES: int = MAX_LINE_BYTES + 64 * 1024
+# A frame's body at most: one maximal line plus room for the frame's own fields (lazyd/wire.py
+# and lazyd/smallpack.py both hold frames to it).
 
 _NO_EXTRA: Mapping[str, Any] = type(type.__dict__)({})  # shared, and read-only so that it stays empty
 # type(type.__dict__) is types.MappingProxyType, as `types` itself defines it: importing `types`

@@ -35,6 +35,7 @@ from collections import deque
 import msgpack
 
 from lazyd.errors import WireError
+from lazyd.frames import MAX_FRAME_BYTES as MAX_FRAME_BYTES  # a frame's body at most, re-exported likewise
 from lazyd.frames import MAX_LINE_BYTES as MAX_LINE_BYTES  # the frames' limit, re-exported for byte-level callers
 from lazyd.frames import WIRE_VERSION as WIRE_VERSION  # ditto: every hello and welcome carries it
 from lazyd.frames import AnyFrame, Frame, Line
@@ -48,8 +49,6 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
     from typing import Any
 
-MAX_FRAME_BYTES: int = MAX_LINE_BYTES + 64 * 1024
-# One maximal line plus room for the frame's own fields.
 
 MAX_CONTAINER_LEN: int = 10_000
 # Per array or map. The largest legitimate containers are a hello's env (~200 variables) and argv
@@ -347,10 +346,12 @@ def send_frame(sock: socket.socket, frame: Frame) -> None:
 class BlockingFrameReader:
     """Read frames from a blocking socket. Honours the socket's timeout (raises TimeoutError)."""
 
-    def __init__(self, sock: socket.socket) -> None:
+    def __init__(self, sock: socket.socket, received: bytes = b"") -> None:
+        """`received`: bytes already read from `sock` (after a frame lazyd/smallpack.py read),
+        which come first."""
         self._sock = sock
         self._decoder = FrameDecoder()
-        self._ready: deque[AnyFrame] = deque()
+        self._ready: deque[AnyFrame] = deque(self._decoder.feed(received) if received else ())
 
     def read(self) -> AnyFrame | None:
         """Return the next frame, or None at a clean EOF between frames.

@@ -20,9 +20,9 @@ import os
 import struct
 import time
 
-from lazyd import sockpath, wire
+from lazyd import smallpack, sockpath
 from lazyd.errors import Unavailable, WireError
-from lazyd.frames import ForeignWelcome, Hello, Refusal, Welcome
+from lazyd.frames import MAX_FRAME_BYTES, WIRE_VERSION, ForeignWelcome, Hello, Refusal, Welcome, validate_walked
 
 from .dial import BUSY_WAIT_S, NoDaemon, budget, check_peer, connect_once
 
@@ -32,21 +32,34 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any
 
+    from lazyd import wire
+    from lazyd.frames import AnyFrame
+
     from .options import Log, Options
 
 HELLO_WAIT_S = 10.0
 # How long the daemon may take to answer a hello (it may be busy loading its cache from disk).
 
 class Connection:
-    """A welcomed session: the socket, its frame reader (which may hold frames already), the
-    welcome, and the hello it answered (an adopting hello is made from it, shim/quick.py)."""
+    """A welcomed session: the socket, the welcome, the hello it answered (an adopting hello is made
+    from it, shim/quick.py), and the frame reader for what follows (`reader`, made when first asked
+    for unless the welcome needed one: a shim that hands off never reads another frame, and
+    lazyd/wire.py loads msgpack)."""
 
-    def __init__(self, sock: socket.socket, reader: wire.BlockingFrameReader, welcome: Welcome,
-                 hello: Hello | None = None) -> None:
+    def __init__(self, sock: socket.socket, welcome: Welcome, hello: Hello | None = None,
+                 reader: wire.BlockingFrameReader | None = None) -> None:
         self.sock = sock
-        self.reader = reader
         self.welcome = welcome
         self.hello = hello
+        self._reader = reader
+
+    @property
+    def reader(self) -> wire.BlockingFrameReader:
+        if self._reader is None:
+            from lazyd import wire
+
+            self._reader = wire.BlockingFrameReader(self.sock)
+        return self._reader
 
 
 def socket_path(opts: Options) -> str:
@@ -85,7 +98,7 @@ def open_session(opts: Options, resume: list[bytes], log: Log, deadline: float |
 
         hello.handoff, hello.layout = True, LAYOUT
     try:
-        frame = wire.encode(hello)
+        frame = smallpack.frame(hello.to_map(), MAX_FRAME_BYTES)  # what wire.encode gives, without msgpack
     except (UnicodeError, ValueError, TypeError) as exc:
         # Surrogate-escaped (non UTF-8) argv or environment, or a hello over the frame limit.
         raise Unavailable(f"cannot describe this command to the daemon: {exc}", final=True) from None
@@ -99,8 +112,7 @@ def open_session(opts: Options, resume: list[bytes], log: Log, deadline: float |
             _send_hello(sock, frame, fds)
         except (BrokenPipeError, ConnectionResetError):
             pass  # a daemon that refused at once has closed by now: its refusal says why, below
-        reader = wire.BlockingFrameReader(sock)
-        reply = reader.read()
+        reply, reader = read_reply(sock)
         sock.settimeout(None)
     except Unavailable:
         sock.close()
@@ -127,7 +139,7 @@ def open_session(opts: Options, resume: list[bytes], log: Log, deadline: float |
     if isinstance(reply, ForeignWelcome):
         sock.close()
         raise Unavailable(
-            f"the daemon speaks wire version {reply.v}, this shim {wire.WIRE_VERSION}; "
+            f"the daemon speaks wire version {reply.v}, this shim {WIRE_VERSION}; "
             "restart the daemon (lazyctl stop)",
             final=True,
         )
@@ -136,7 +148,46 @@ def open_session(opts: Options, resume: list[bytes], log: Log, deadline: float |
         raise Unavailable(f"the daemon answered the hello with a {reply.t!r} frame", final=True)
     log(f"session {reply.session} ({reply.name}) with daemon pid {reply.daemon_pid} "
         f"in {(time.monotonic() - started) * 1000:.1f}ms")  # fmt: skip
-    return Connection(sock, reader, reply, hello)
+    return Connection(sock, reply, hello, reader)
+
+
+def read_reply(sock: socket.socket) -> tuple[AnyFrame | None, wire.BlockingFrameReader | None]:
+    """The daemon's answer to the hello (None at a clean EOF), and the frame reader that holds what
+    was received after it, if one had to be made.
+
+    A small frame of the plain types, as every welcome and refusal is, is read by
+    lazyd/smallpack.py, and not a byte past it: on the hand-off path what the daemon sends next is
+    the waiting shell's (its exit cue, shim/handoff.py), and a read that took it too would leave
+    the shell to take the session's end for a lost daemon. Any other frame goes to lazyd/wire.py's
+    reader, which decodes or refuses it as it does every frame. Raises WireError and OSError as
+    that reader does."""
+    head = _received_exactly(sock, smallpack.HEADER_BYTES, b"")
+    if not head:
+        return None, None
+    data = head
+    size = int.from_bytes(head, "big") if len(head) == smallpack.HEADER_BYTES else 0
+    if 0 < size <= smallpack.SMALL_BODY_BYTES:
+        data = _received_exactly(sock, size, head)
+        if len(data) == len(head) + size:
+            try:
+                return validate_walked(smallpack.unpack(data[len(head) :])), None
+            except ValueError:
+                pass
+    from lazyd import wire
+
+    reader = wire.BlockingFrameReader(sock, data)
+    return reader.read(), reader
+
+
+def _received_exactly(sock: socket.socket, count: int, before: bytes) -> bytes:
+    """`before` and then `count` more bytes from `sock`, fewer only at EOF."""
+    data = before
+    while len(data) < len(before) + count:
+        chunk = sock.recv(len(before) + count - len(data))
+        if not chunk:
+            break
+        data += chunk
+    return data
 
 
 def _send_hello(sock: socket.socket, frame: bytes, fds: list[int] | None) -> None:

@@ -27,13 +27,15 @@ from __future__ import annotations
 
 import os
 
-from lazyd import wire
-from lazyd.frames import Adopted, Hello
+from lazyd.frames import MAX_FRAME_BYTES, Adopted, Hello
+from lazyd.smallpack import frame as encode
 
 from .connect import HELLO_WAIT_S as HELLO_WAIT_S
 from .slots import SLOT_ENV, SLOT_FD
 
-ADOPTED = wire.encode(Adopted())
+ADOPTED = encode(Adopted().to_map(), MAX_FRAME_BYTES)
+# The bytes of lazyd/daemon/handoff/adopt.py's ADOPTED, made without msgpack (lazyd/smallpack.py):
+# a shim's start imports this module, and msgpack is not loaded on that path.
 
 QUICK_SCRIPT = r"""
 import os, sys
@@ -135,7 +137,7 @@ def hello_memfd(hello: Hello) -> int | None:
     adopting = Hello(hello.role, hello.pid, hello.argv, hello.cwd, hello.env, hello.opts, hello.server, [],
                      hello.env_raw, None, None, LAYOUT)
     try:
-        frame = wire.encode(adopting)
+        frame = encode(adopting.to_map(), MAX_FRAME_BYTES)  # as wire.encode would, without msgpack
         fd: int = os.memfd_create("lazyd-adopt", os.MFD_CLOEXEC)
     except (AttributeError, OSError, ValueError, TypeError):
         return None

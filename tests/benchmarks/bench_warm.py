@@ -7,10 +7,11 @@ editable install's finder slows every start of that interpreter, `python -c pass
 rounds, one sample of each per round so that the machine's load falls on all of them alike:
 
 1. `python -c pass` of the interpreter the installed `lazyd-shim` runs on;
-2. the design card's floor: that interpreter running `import msgpack, _socket` (the C module the
-   shim dials with), then one round trip on a Unix socket (connect, send one byte, receive one
-   byte from a responder thread of this process), with the cycle collector off as the shim
-   starts; and, for comparison, the same with the collector on, and with `socket`;
+2. the floor: that interpreter importing `_socket` (the C module the shim dials with), then one
+   round trip on a Unix socket (connect, send one byte, receive one byte from a responder thread
+   of this process), with the cycle collector off as the shim starts; and, for comparison, the
+   same with `import msgpack` too (the wire's library, which a warm start no longer loads: its
+   hello and welcome go through lazyd/smallpack.py) and with `socket` instead of `_socket`;
 3. the shim's warm session start: `lazyd-shim -- <echo server>` spawned, `initialize` written,
    its answer read (from the daemon's cache: the server was started and its handshake cached
    before), with the CPU the shim's process used in all (its Python, then its waiting shell);
@@ -70,8 +71,8 @@ def responder(path: str) -> threading.Thread:
     return thread
 
 
-def floor_code(path: str, module: str, collector: bool = True) -> str:
-    return ("" if collector else "import gc; gc.disable()\n") + (f"import msgpack, {module}\n"
+def floor_code(path: str, module: str, msgpack: bool = False) -> str:
+    return "import gc; gc.disable()\n" + ("import msgpack\n" if msgpack else "") + (f"import {module}\n"
             f"s = {module}.socket({module}.AF_UNIX, {module}.SOCK_STREAM)\n"
             f"s.connect({path!r}); s.sendall(b'x'); assert s.recv(1) == b'y'")
 
@@ -152,14 +153,14 @@ def main() -> None:
             probe = servers(venv, 1)
             close_all(open_sessions(venv, env, probe, 1, batch=1))  # the server runs, its handshake cached
             time.sleep(0.5)
-            names = ["python -c pass", "import msgpack, socket + 1 round trip",
-                     "import msgpack, _socket + 1 round trip", "floor: the same, collector off (as the shim)",
+            names = ["python -c pass", "import socket + 1 round trip",
+                     "import msgpack, _socket + 1 round trip", "floor: import _socket + 1 round trip",
                      "lazyd-shim warm start (initialize answered)",
                      "the daemon's part (hello to initialize, no Python)"]
             samples: dict[str, list[float]] = {name: [] for name in names}
             cpu: dict[str, list[float]] = {name: [] for name in names[:5]}
-            codes = ["pass", floor_code(path, "socket"), floor_code(path, "_socket"),
-                     floor_code(path, "_socket", collector=False)]
+            codes = ["pass", floor_code(path, "socket"), floor_code(path, "_socket", msgpack=True),
+                     floor_code(path, "_socket")]
             for _ in range(args.starts):
                 for name, code in zip(names[:4], codes):
                     took, used = timed([python, "-c", code])
@@ -174,18 +175,20 @@ def main() -> None:
             daemon.terminate()
             daemon.wait(timeout=30)
     bare = median(samples[names[0]])
-    print(f"{args.starts} rounds; wall p50 / p90, p50 / p50 of python -c pass; CPU p50 (the process's own, wait4)")
+    print(f"{args.starts} rounds; wall p50 / p90, p50 / p50 of python -c pass; CPU p50 (the process's own, wait4);"
+          " each round trip with the collector off, as the shim starts")
     for name in names:
         p50, p90 = stats(samples[name])
         spent = f"{median(cpu[name]) * 1e3:5.1f} ms CPU" if name in cpu else ""
         print(f"  {name:54} {p50 * 1e3:6.1f} / {p90 * 1e3:6.1f} ms   {p50 / bare:4.2f}x   {spent}")
     # The floor is the `_socket` one with the cycle collector off: the shim dials with `_socket`
-    # (shim/dial.py) and starts with the collector off (shim/lazyd-shim), so neither what `socket`
-    # costs beyond it nor the collections during the imports is part of what the shim must pay.
+    # (shim/dial.py), starts with the collector off (shim/lazyd-shim) and writes its hello and reads
+    # its welcome without msgpack (lazyd/smallpack.py), so none of what `socket` costs beyond it,
+    # the collections during the imports or msgpack's import is part of what the shim must pay.
     warm, floor = median(samples[names[4]]), median(samples[names[3]])
     print("  (the shim's CPU counts its Python and then its waiting shell, and excludes the daemon's part)")
-    print(f"warm start {warm / bare:.2f}x python -c pass (target <= {TARGET}); the floor (msgpack, _socket, one "
-          f"round trip, collector off) is {floor / bare:.2f}x; warm start {warm / floor:.2f}x the floor, "
+    print(f"warm start {warm / bare:.2f}x python -c pass (target <= {TARGET}); the floor (_socket, one round trip, "
+          f"collector off) is {floor / bare:.2f}x; warm start {warm / floor:.2f}x the floor, "
           f"{(warm - floor) * 1e3:.1f} ms above it")
     if floor / bare > TARGET:
         print(f"the target is below the floor: {TARGET}x python -c pass is {TARGET * bare * 1e3:.1f} ms, "

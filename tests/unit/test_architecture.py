@@ -48,6 +48,7 @@ ROWS: dict[str, tuple[str, frozenset[str]]] = {
     "lazyd/envnames.py": ("stdlib floor", frozenset()),
     "lazyd/frames.py": ("stdlib floor", frozenset({"lazyd/errors.py"})),
     "lazyd/wire.py": ("stdlib floor", frozenset({"msgpack", "lazyd/errors.py", "lazyd/frames.py"})),
+    "lazyd/smallpack.py": ("stdlib floor", frozenset()),
     "lazyd/sockpath.py": ("stdlib floor", frozenset({"lazyd/privatefiles.py"})),
     "lazyd/fallbacks.py": ("stdlib floor", frozenset()),
     "lazyd/privatefiles.py": ("stdlib floor", frozenset({"lazyd/errors.py"})),
