@@ -10,11 +10,13 @@ take over when the daemon is lost. So it waits in something small:
   shim's own description would change the shim's copy too); a socket (Node clients give socketpairs)
   as it is, the daemon then using MSG_DONTWAIT; and the shared region (lazyd/handoff/region.py).
   A terminal, a file or /dev/null is not offered: the frame path serves those.
-- `wait` replaces this process (same pid, same descriptors) with a shell whose `read` blocks on the
-  daemon socket, about 1.7 MiB where Python is 10: a line from the daemon means "the client left,
-  exit 0"; EOF means the daemon is gone or let the session go, and the shell execs this shim again
-  with `--resume-handoff=FD` to recover (shim/recover.py). Where no shell can be run, the shim
-  waits itself.
+- `wait` replaces this process (same pid, same descriptors) with the pause (shim/pause.py, 8 KiB
+  resident), which blocks on the daemon socket and, once it ends, execs the shell (dash, 1.7 MiB;
+  Python would be 10), whose `read` then finds the same end at once; where the pause cannot run,
+  the shell waits from the start. A line from the daemon means "the client left, exit 0"; EOF
+  means the daemon is gone or let the session go, and the shell execs this shim again with
+  `--resume-handoff=FD` to recover (shim/recover.py). Where no shell can be run, the shim waits
+  itself.
 """
 
 from __future__ import annotations
@@ -83,7 +85,8 @@ sys.stderr.write("lazyd-shim: the shim is no longer installed; the session ends\
 RESUME_FLAG = "--resume-handoff="  # as shim/main.py reads it
 WAITER_ENV = "LAZYD_TEST_WAITER"
 # Undocumented test seam, read when a session starts: "python" makes the shim wait itself (as
-# where dash cannot be exec'd), "none" plays a system without dash.
+# where dash cannot be exec'd), "none" plays a system without dash, "dash" one where the pause
+# (shim/pause.py) cannot run, so that the shell waits itself.
 
 
 
@@ -189,6 +192,19 @@ def _above_fixed(fd: int) -> int:
     return fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 10)
 
 
+def _pause(fd: int | None, command: list[str], log: Log) -> None:
+    """Wait in the pause (shim/pause.py) at descriptor `fd`, which runs `command`, the waiting
+    shell, once the daemon's socket ends; returns where it cannot run."""
+    if fd is None:
+        return
+    log(f"handed off; waiting in the pause ({command[0]} once the daemon's socket ends)")
+    try:
+        os.execve(fd, ["lazyd-wait", *command], os.environ)
+    except OSError as exc:  # a memfd that may not be run (vm.memfd_noexec): the shell waits itself
+        log(f"cannot run the pause: {exc.strerror or exc}")
+    os.close(fd)
+
+
 def wait(conn: connect.Connection, region: int, args: list[str], log: Log, socket_path: str | None = None,
          slot: int | None = None) -> None:
     """Wait while the daemon serves the client (see the module docstring). Ends the process, or
@@ -200,7 +216,7 @@ def wait(conn: connect.Connection, region: int, args: list[str], log: Log, socke
     region = _above_fixed(region)
     os.set_inheritable(region, True)
     if os.environ.get(WAITER_ENV) != "python":
-        from . import quick
+        from . import pause, quick
 
         hello = quick.hello_memfd(conn.hello) if conn.hello is not None and socket_path is not None else None
         if hello is not None:
@@ -218,12 +234,16 @@ def wait(conn: connect.Connection, region: int, args: list[str], log: Log, socke
         argv = recovery_argv(region, args)
         if lock_file and not flock:
             log(f"no flock(1) ({' or '.join(slots.FLOCKS)}): after a daemon crash this session resumes without a slot")
+        image = pause.image() if pause.runs_here() and os.environ.get(WAITER_ENV) != "dash" else b""
         for shell in SHELLS:
+            command = [shell, "-c", WAIT_SCRIPT, "lazyd-shim", jitter, flock, lock_file, orphan,
+                       quick.script(shell, WAIT_SCRIPT, WAIT_FD, image), socket_path or "",
+                       "" if hello is None else str(hello), *argv]
+            if image and os.access(shell, os.X_OK):
+                _pause(pause.memfd(image), command, log)  # returns only where the pause cannot run
             log(f"handed off; waiting in {shell}")
             try:
-                os.execv(shell, [shell, "-c", WAIT_SCRIPT, "lazyd-shim", jitter, flock, lock_file, orphan,
-                                 quick.script(shell, WAIT_SCRIPT, WAIT_FD), socket_path or "",
-                                 "" if hello is None else str(hello), *argv])
+                os.execv(shell, command)
             except OSError:
                 continue
         os.set_inheritable(WAIT_FD, False)

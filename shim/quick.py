@@ -102,6 +102,13 @@ env = dict(os.environb)
 if env.pop(SLOT_ENV.encode(), None) is not None:
     os.close(SLOT_FD)
 try:
+    if PAUSE:
+        p = os.memfd_create("lazyd-wait", os.MFD_CLOEXEC)
+        if os.write(p, PAUSE) == len(PAUSE):
+            os.execve(p, ["lazyd-wait", SHELL, "-c", WAIT_SCRIPT, *a[1:]], env)
+except (AttributeError, OSError):
+    pass
+try:
     os.execve(SHELL, [SHELL, "-c", WAIT_SCRIPT, *a[1:]], env)
 except OSError:
     pass
@@ -112,15 +119,18 @@ full()
 """
 # Its arguments are the waiting shell's (shim/handoff.py's WAIT_SCRIPT): the shell's name, the
 # pause, flock(1)'s path, the slot's lock file, ORPHAN_SCRIPT, this script, the daemon's socket,
-# the hello's memfd, then the full shim's command line. `script` fills in its constants. Where the
-# shell cannot be exec'd again it waits itself (a line: the client left; EOF: recover again).
+# the hello's memfd, then the full shim's command line. `script` fills in its constants. A session
+# taken back waits again as it did at its start: in the pause (PAUSE, shim/pause.py's image, empty
+# where it cannot run), else in the shell; where neither can be exec'd it waits itself (a line:
+# the client left; EOF: recover again).
 
 
-def script(shell: str, wait_script: str, wait_fd: int) -> str:
-    """QUICK_SCRIPT with its constants: the waiting shell, its script and its socket descriptor."""
+def script(shell: str, wait_script: str, wait_fd: int, pause: bytes = b"") -> str:
+    """QUICK_SCRIPT with its constants: the waiting shell, its script, its socket descriptor and
+    the pause's image to wait in first (shim/pause.py; empty: the shell waits)."""
     # WAIT_SCRIPT last: no name is looked for in what is put in its place.
     values = {"HELLO_WAIT": repr(HELLO_WAIT_S), "ADOPTED": repr(ADOPTED), "SLOT_ENV": repr(SLOT_ENV),
-              "SLOT_FD": str(SLOT_FD), "WAIT_FD": str(wait_fd), "SHELL": repr(shell),
+              "SLOT_FD": str(SLOT_FD), "WAIT_FD": str(wait_fd), "SHELL": repr(shell), "PAUSE": repr(pause),
               "WAIT_SCRIPT": repr(wait_script)}
     text = QUICK_SCRIPT
     for name, value in values.items():

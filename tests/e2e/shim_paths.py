@@ -42,11 +42,17 @@ class ShimPath:
 
 
 def _waits_in_a_shell(pid: int) -> bool:
+    return waits_handed_off(pid)
+
+
+def waits_handed_off(pid: int) -> bool:
+    """Whether process `pid` is a handed-off shim waiting: in the pause (shim/pause.py, run from
+    its memfd) or in a shell."""
     try:
         exe = os.path.basename(os.readlink(f"/proc/{pid}/exe"))
     except OSError:
         return False
-    return exe in ("dash", "sh", "bash")
+    return exe in ("dash", "sh", "bash") or exe.startswith("memfd:lazyd-wait")
 
 
 PATHS = (ShimPath("frames", False, False), ShimPath("hand-off", True, False),

@@ -29,7 +29,7 @@ from lazyd.daemon import orphans
 from lazyd.daemon.runtime_dir import socket_identity
 from lazyd.frames import ForeignHello, Refusal
 from tests.conftest import UserEnv, start_daemon
-from tests.e2e.shim_paths import HANDOFF_PATHS, ShimPath, shim_path  # noqa: F401 (shim_path is a fixture)
+from tests.e2e.shim_paths import HANDOFF_PATHS, ShimPath, shim_path, waits_handed_off  # noqa: F401 (shim_path is a fixture)
 from tests.e2e.faults_support import (
     DEADLINE_S,
     FIXTURE,
@@ -281,7 +281,7 @@ def test_a_waiter_whose_shim_is_no_longer_installed_answers_what_was_in_flight_i
                                      "params": INIT_PARAMS}).encode() + b"\n")
         proc.stdin.flush()
         assert json.loads(proc.stdout.readline())["id"] == 0
-        wait_for(lambda: os.path.basename(os.readlink(f"/proc/{proc.pid}/exe")) == "dash", "the shim to wait in dash")
+        wait_for(lambda: waits_handed_off(proc.pid), "the shim to wait")
         proc.stdin.write(json.dumps(tool_call(3, "sleep", {"seconds": 30})).encode() + b"\n")
         proc.stdin.flush()
         wait_for(lambda: server_status(user_env)[0]["inflight"] == 1, "the call to reach the server")
@@ -311,6 +311,34 @@ def test_a_shim_that_waits_in_python_takes_its_session_back_when_the_daemon_is_k
         assert error["id"] == 2 and error["error"]["code"] == -32603, error
         assert text_of(call(shim, 3, "pid")), "the next call works through a new daemon"
         assert "waiting in this process" in shim.stderr()
+    finally:
+        shim.close()
+
+
+@pytest.mark.parametrize("waiter", ["pause", "dash"])
+def test_a_shim_waiting_in_the_pause_or_in_dash_takes_its_session_back_when_the_daemon_is_killed(
+        user_env: UserEnv, waiter: str) -> None:
+    # The pause (shim/pause.py) runs where it can; the seam plays a machine where it cannot, and
+    # dash waits from the start. Either way the shell's own recovery takes the session back.
+    daemon = start_daemon(user_env)
+    env = {"LAZYD_VERBOSE": "1", **({"LAZYD_TEST_WAITER": "dash"} if waiter == "dash" else {})}
+    shim = HANDOFF_PATHS[0].started(user_env, env=env)
+    try:
+        shim.initialize()
+        assert call(shim, 1, "pid")["result"]
+        wait_for(lambda: waits_handed_off(shim.proc.pid), "the shim to wait")
+        exe = os.path.basename(os.readlink(f"/proc/{shim.proc.pid}/exe"))
+        assert exe == ("dash" if waiter == "dash" else "memfd:lazyd-wait (deleted)"), exe
+        shim.send(tool_call(2, "sleep", {"seconds": 30}))
+        wait_for(lambda: server_status(user_env)[0]["inflight"] == 1, "the call to reach the server")
+        daemon.proc.kill()
+        error = shim.read()
+        assert error["id"] == 2 and error["error"]["code"] == -32603, error
+        assert text_of(call(shim, 3, "pid")), "the next call works through a new daemon"
+        said = shim.stderr()
+        assert ("waiting in the pause" in said) == (waiter == "pause"), said
+        # Taken back (shim/quick.py), the session waits again as it did at its start.
+        wait_for(lambda: os.path.basename(os.readlink(f"/proc/{shim.proc.pid}/exe")) == exe, f"the shim to wait in {exe}")
     finally:
         shim.close()
 

@@ -152,7 +152,11 @@ def test_each_waiter_takes_its_own_bounded_pause_before_it_runs_the_shim_again(m
         execs.append(argv)
         raise OSError("not here")  # so that wait() goes on to its own wait, which the closed peer ends
 
+    def no_pause(fd: int, argv: list[str], env: object) -> None:
+        raise OSError("not here")  # the pause (shim/pause.py) runs the same shell command: dash's is read
+
     monkeypatch.setattr(os, "execv", fake_exec)
+    monkeypatch.setattr(os, "execve", no_pause)
     monkeypatch.setattr(handoff, "WAIT_FD", 250)  # clear of the test process's own descriptors
     log = Log(parse(["--", "true"], {}))
     for _ in range(8):
