@@ -43,11 +43,11 @@ import trio
 from lazyd import wire
 from lazyd.daemon.control import handshakes
 from lazyd.daemon.runtime.era_lanes import EraRoute
-from lazyd.daemon.handoff.adopt import ADOPTED, convert
+from lazyd.daemon.handoff.adopt import ADOPTED, adoption
 from lazyd.daemon.handoff import kept as kept_store
 from lazyd.daemon.handoff.kept import Kept
 from lazyd.core.relay import jsonrpc as rpc
-from lazyd.daemon.handoff.ledger import Landing, Ledger, map_region
+from lazyd.daemon.handoff.ledger import Landing, Ledger, Mapping
 from lazyd.daemon.handoff.outbox import ClientEnds, HandoffOutbox
 from lazyd.daemon.upgrade.quiesce import GATE
 from lazyd.daemon.sessions.registry import Registry
@@ -165,16 +165,19 @@ class HandoffSession:
             # Only the table's allocated pages are read: reading the rest would allocate it,
             # 1 MiB of shared memory for every session a daemon continues or adopts.
             table_bytes = table_extent(region_fd)
-            self._map = map_region(region_fd)
+            self._map = Mapping(region_fd)
         except (OSError, ValueError):
             ends.close()
             raise
         finally:
             os.close(region_fd)
+        region = Region(self._map, table_bytes)
         self.recovery: Recovery | None = None  # what an adopted session still owes its client
         if adopting:
             try:
-                recovered = convert(Region(self._map, table_bytes))
+                recovered = adoption(region)
+                if isinstance(recovered, Recovery):
+                    self.ledger = Ledger(region, recovery=recovered)  # records the adoption first
             except Exception:
                 recovered = "its region could not be written"
                 log.exception("shim pid %d: adopting its session failed", pid)
@@ -183,11 +186,12 @@ class HandoffSession:
                 self._map.close()
                 raise NotAdopted(recovered)
             self.recovery = recovered
-        self.ledger = Ledger(Region(self._map, table_bytes), adopted=adopting)
-        self.landing = Landing(self.ledger.region)
-        previous = self.ledger.region.current
-        head = self.ledger.region.read_head(previous.head_len, previous.head_area) if previous else b""
-        self.lines = LineSplitter(wire.MAX_LINE_BYTES, head, previous.discarding if previous else False)
+        else:
+            self.ledger = Ledger(region)
+        self.landing = Landing(region)
+        state = self.ledger.state  # what it continues from: the head of a partly read line
+        head = region.read_head(state.head_len, state.head_area) if state.head_len else b""
+        self.lines = LineSplitter(wire.MAX_LINE_BYTES, head, state.discarding)
         self.cancel = trio.CancelScope()
         self.outbox: HandoffOutbox | None = None
         self.route: EraRoute | HubSession | None = None
