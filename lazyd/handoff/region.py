@@ -229,7 +229,8 @@ def table_extent(fd: int) -> int:
 
 class Region:
     """A region of this layout over `buf`: the daemon's mapping of it (`Mapping`,
-    lazyd/daemon/handoff/ledger.py), or bytes the shim read (`read_region`). Writes alternate slots (see the module docstring)."""
+    lazyd/daemon/handoff/ledger.py), or bytes the shim read (`read_region`). Writes alternate
+    slots (see the module docstring)."""
 
     def __init__(self, buf: Any, table_bytes: int = TABLE_ENTRIES * ENTRY_BYTES) -> None:
         """`table_bytes`: how much of the table can hold an entry (`table_extent`); the rest is

@@ -6,9 +6,12 @@ way the shim keeps its own on the frame path (the same line reading, lazyd/linep
 enters when its line is read, before it reaches the relay, and leaves when the line that finally
 answers it (its `done`) is wholly in the client's stdout, or when the client cancels it.
 
-The table *is* the region's (lazyd/handoff/region.py): one entry per request, written when it
-enters and zeroed when it leaves, so a message costs the same whatever else is in flight; this
-object only remembers which entry holds which id, and which entries are free. Beside it: the
+This is the session's one in-flight table: the session waits on it at the client's EOF, the
+outbox retires from it, and the region's table (lazyd/handoff/region.py) is its projection, which
+only this object writes, an adopted session's recovered ids included (`_adopt`): one entry per
+request, written when it enters and zeroed when it leaves, so a message costs the same whatever
+else is in flight; this object remembers which entry holds which id, and which entries are free,
+and reads the region's table only when it starts from an earlier daemon's. Beside it: the
 client's handshake lines (for `resume`), whether an answer is cut in the middle (the torn byte),
 and how much of a line is read but not yet relayed, in the state, written at most once per read
 (`hold` lets a reader batch the changes of one read into one write).
