@@ -57,7 +57,7 @@ from lazyd.frames import Hello, Refusal, Welcome
 from lazyd.handoff.recovery import Recovery
 from lazyd.handoff.recovery import error_line as lost_line
 from lazyd.handoff.region import LANDING_BYTES, LAYOUT, Region, region_problem, table_extent
-from lazyd.linepeek import EOF_WAIT_S, LineSplitter, error_line, too_long_request
+from lazyd.linepeek import EOF_WAIT_S, LineSplitter, too_long_answer
 
 if TYPE_CHECKING:  # only a type here: the hub is loaded by its first session, not kept by every daemon
     from lazyd.daemon.hub.server import HubSession
@@ -65,7 +65,6 @@ if TYPE_CHECKING:  # only a type here: the hub is loaded by its first session, n
 log = logging.getLogger("lazyd.conn")
 
 PASSED_FDS = 3  # the client's stdin, its stdout, the region: in this order
-TOO_LONG_CODE = -32600
 EXIT_CUE = b"\n"  # to the shim: the client left, exit 0
 STDOUT_CHECK_S = 0.25  # while answering after the client's EOF: how often to see if its stdout closed
 STEP_LINES = 64
@@ -441,10 +440,9 @@ class HandoffSession:
 
     def _too_long(self, prefix: bytes) -> None:
         assert self.outbox is not None
-        request_id = too_long_request(prefix)
-        if request_id is not None:
-            message = f"lazyd: line too long (more than {wire.MAX_LINE_BYTES} bytes)"
-            self.outbox.deliver(error_line(request_id, TOO_LONG_CODE, message))
+        answer = too_long_answer(prefix, wire.MAX_LINE_BYTES)
+        if answer is not None:
+            self.outbox.deliver(answer)
             log.info("session %d: answered a request line over %d bytes with -32600", self.outbox.cid,
                      wire.MAX_LINE_BYTES)
         else:
