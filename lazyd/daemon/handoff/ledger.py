@@ -235,7 +235,7 @@ class Ledger:
         self._ended = True
         self.state.closed = client_left
         if tail is not None:
-            self.state.tail_len = self.region.write_tail([tail])
+            self.state.tail_len = self.region.write_tail(tail)
         self._changed()
         self.flush()
 
