@@ -77,10 +77,12 @@ class Ledger:
         if previous is not None:
             # A session continued from an earlier daemon: resumed by its shim (which answered what
             # was in flight and kept the handshake and the unrelayed input for us), handed over
-            # by an upgrade, or adopted (what is in flight is still in flight, in the table).
-            for field in ("init", "initialized", "init_answered", "head_len", "discarding", "landing", "head_area",
-                          "unrecorded"):
-                setattr(self.state, field, getattr(previous, field))
+            # by an upgrade, or adopted (what is in flight is still in flight, in the table; the
+            # lost daemon's unrecorded requests are answered by nobody, so none is counted).
+            source = previous if recovery is None else recovery.carried
+            for field in ("init", "initialized", "init_answered", "head_len", "discarding", "unrecorded"):
+                setattr(self.state, field, getattr(source, field))
+            self.state.landing, self.state.head_area = previous.landing, previous.head_area
             for entry, text in region.entries():
                 try:
                     key = id_key(json.loads(text))
@@ -120,15 +122,10 @@ class Ledger:
         (its steps 1 to 3), so that a kill -9 after any store leaves the next recovery the same
         duty: the landed ids enter this table, the landed input's line goes to the other head
         area, and one state names both; then the landed zone is cleared."""
-        carried = recovery.carried
         self.hold()  # no state until both the ids and the head are in the region
-        for field in ("init", "initialized", "init_answered", "head_len", "discarding"):
-            setattr(self.state, field, getattr(carried, field))
-        self.state.unrecorded = 0  # the lost daemon's unrecorded requests are answered by nobody
         if recovery.landed:
             for text in recovery.ids:  # the table's own are in it already: entered once
-                request_id = json.loads(text)
-                key = id_key(request_id)
+                key = id_key(json.loads(text))
                 if key is not None:
                     self._enter(key, text)
             zone = lost.landing ^ 1
