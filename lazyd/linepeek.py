@@ -298,6 +298,20 @@ class LineSplitter:
             out.append((line, False))
 
 
+TOO_LONG_CODE = -32600  # JSON-RPC's "Invalid Request", for a line over the longest one taken
+
+
+def too_long_answer(prefix: bytes, max_line: int) -> bytes | None:
+    """The answer (a line without its newline) to an over-long line of which `prefix` is the start
+    (LineSplitter's too_long), the same from whoever reads the client's stdin: -32600 under the id
+    of the request it starts with, or None when it holds no readable request id (then it is
+    dropped, as nothing could be answered under it)."""
+    request_id = too_long_request(prefix)
+    if request_id is None:
+        return None
+    return error_line(request_id, TOO_LONG_CODE, f"lazyd: line too long (more than {max_line} bytes)")
+
+
 def too_long_request(prefix: bytes) -> JsonId | None:
     """The id of the request an over-long line starts with (its first ID_SCAN_BYTES), or None
     when it holds no readable request id: then it is dropped rather than answered."""

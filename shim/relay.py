@@ -47,7 +47,7 @@ from lazyd.frames import Line
 from . import connect
 from .dial import RECONNECT_POLL_S, RECONNECT_WAIT_S
 from lazyd.heapkeep import HeapSpell
-from lazyd.linepeek import EOF_WAIT_S, LineSplitter, too_long_request
+from lazyd.linepeek import EOF_WAIT_S, LineSplitter, too_long_answer
 
 from .options import say
 from .stdout import Stdout
@@ -69,7 +69,6 @@ MAX_HELD_BYTES = 64 * 1024 * 1024
 LOST_CODE = -32603
 LOST_MESSAGE = "lazyd: connection to the daemon was lost; the request may not have completed"
 HELD_OVERFLOW_MESSAGE = "lazyd: the daemon is unavailable and too many messages are waiting"
-TOO_LONG_CODE = -32600
 READ_BYTES = 64 * 1024  # one read of the client's stdin (a pipe holds 64 KiB by default)
 
 _CONNECTED, _RECONNECTING, _DIRECT = "connected", "reconnecting", "direct"
@@ -311,10 +310,9 @@ class Relay:
                 return  # the directly run server is finishing; the main thread's pump ends the shim
 
     def _too_long(self, prefix: bytes) -> None:
-        request_id = too_long_request(prefix)
-        if request_id is not None:
-            message = f"lazyd: line too long (more than {wire.MAX_LINE_BYTES} bytes)"
-            self._out.write_line(error_line(request_id, TOO_LONG_CODE, message))
+        answer = too_long_answer(prefix, wire.MAX_LINE_BYTES)
+        if answer is not None:
+            self._out.write_line(answer)
             self._log(f"answered a request line over {wire.MAX_LINE_BYTES} bytes with -32600")
         else:
             self._log(f"dropped a line over {wire.MAX_LINE_BYTES} bytes that has no readable request id")

@@ -58,7 +58,7 @@ import zlib
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs start-up time
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable
+    from collections.abc import Callable
     from typing import Any
 
 LAYOUT = 3
@@ -228,8 +228,9 @@ def table_extent(fd: int) -> int:
 
 
 class Region:
-    """A region of this layout over `buf`: the daemon's mapping of it (`map_region`), or bytes the
-    shim read (`read_region`). Writes alternate slots (see the module docstring)."""
+    """A region of this layout over `buf`: the daemon's mapping of it (`Mapping`,
+    lazyd/daemon/handoff/ledger.py), or bytes the shim read (`read_region`). Writes alternate
+    slots (see the module docstring)."""
 
     def __init__(self, buf: Any, table_bytes: int = TABLE_ENTRIES * ENTRY_BYTES) -> None:
         """`table_bytes`: how much of the table can hold an entry (`table_extent`); the rest is
@@ -312,14 +313,11 @@ class Region:
         at = head_offset(area)
         return bytes(self.buf[at : at + min(length, HEAD_AREA_BYTES)])
 
-    def write_tail(self, parts: Iterable[bytes | memoryview]) -> int:
+    def write_tail(self, data: bytes) -> int:
         """Put the rest of a torn answer in the tail area (what fits); returns its length."""
-        offset = 0
-        for part in parts:
-            part = part[: TAIL_BYTES - offset]
-            self.buf[TAIL_OFFSET + offset : TAIL_OFFSET + offset + len(part)] = part
-            offset += len(part)
-        return offset
+        data = data[:TAIL_BYTES]
+        self.buf[TAIL_OFFSET : TAIL_OFFSET + len(data)] = data
+        return len(data)
 
     def read_tail(self, length: int) -> bytes:
         return bytes(self.buf[TAIL_OFFSET : TAIL_OFFSET + min(length, TAIL_BYTES)])

@@ -1,6 +1,7 @@
 """Taking back a lost daemon's hand-off session: the one decision (lazyd/handoff/recovery.py) the
 shim's recovery and the adopting daemon share, and the daemon's in-place record of it
-(lazyd/daemon/handoff/adopt.py), which a kill -9 may cut after any write.
+(lazyd/daemon/handoff/adopt.py decides it, the session's ledger writes it into the region), which a
+kill -9 may cut after any write.
 
 Testing policy: literal regions (a lost daemon's state, table, head, landing zones and torn byte,
 written through the region's own writers) in memory; the shim's side writes into a real pipe. A
@@ -16,7 +17,8 @@ from typing import Any
 
 import pytest
 
-from lazyd.daemon.handoff.adopt import convert
+from lazyd.daemon.handoff.adopt import adoption
+from lazyd.daemon.handoff.ledger import Ledger
 from lazyd.handoff import region as hs
 from lazyd.handoff.recovery import Recovery, error_line, plan
 from lazyd.handoff.region import Region, State
@@ -47,7 +49,7 @@ def lost(*, torn: bool = True, landed: bool = True, closed: bool = False, tail: 
     region.write_head(call(9)[:20], 0, 1)
     state.head_len, state.head_area, state.landing, state.closed = 20, 1, 1, closed
     if tail:
-        state.tail_len = region.write_tail([tail])
+        state.tail_len = region.write_tail(tail)
     if landed:
         read = call(9)[20:] + b"\n" + call(10) + b"\n" + call(1) + b"\n" + call(11)[:15]
         buf[hs.landing_offset(1) : hs.landing_offset(1) + len(read)] = read
@@ -56,6 +58,14 @@ def lost(*, torn: bool = True, landed: bool = True, closed: bool = False, tail: 
     region.write(state)
     region.torn = torn
     return buf
+
+
+def adopt(region: Region) -> Recovery | str:
+    """What the adopting daemon does with `region`: decide, then its session's ledger records it."""
+    done = adoption(region)
+    if isinstance(done, Recovery):
+        Ledger(region, lambda release: None, recovery=done)
+    return done
 
 
 def owed(done: Recovery, torn: bool) -> bytes:
@@ -83,7 +93,7 @@ def test_the_shim_and_the_adopting_daemon_owe_the_client_the_same_bytes_and_carr
         os.close(read_end)
         os.close(write_end)
     buf = lost()
-    done = convert(Region(buf))
+    done = adopt(Region(buf))
     assert isinstance(done, Recovery)
     assert owed(done, torn=True) == by_shim
     # What the next reader of the region continues from: the same handshake and partial line.
@@ -121,7 +131,7 @@ def test_a_kill_after_any_write_of_the_adoption_leaves_the_next_recovery_the_sam
     while True:
         buf = lost(torn=torn)
         try:
-            convert(Region(KilledAfter(buf, writes)))
+            adopt(Region(KilledAfter(buf, writes)))
             done = True
         except Killed:
             done = False
@@ -140,6 +150,39 @@ def test_a_kill_after_any_write_of_the_adoption_leaves_the_next_recovery_the_sam
 def test_a_region_whose_client_left_or_that_holds_a_tail_is_not_adopted_and_is_left_untouched(kind: str) -> None:
     buf = lost(closed=kind == "the client left", tail=b'rest of a line"}}\n' if kind == "a tail to write" else b"")
     before = bytes(buf)
-    refused = convert(Region(buf))
+    refused = adopt(Region(buf))
     assert isinstance(refused, str)
     assert bytes(buf) == before
+
+
+def test_an_adopted_session_s_ledger_holds_every_id_its_recovery_answers_and_the_table_empties_as_each_is_written() -> None:
+    buf = lost()
+    region = Region(buf)
+    done = adoption(region)
+    assert isinstance(done, Recovery)
+    ledger = Ledger(region, lambda release: None, recovery=done)
+    # One table: the ids the outbox will answer are the ledger's, and the region's table is
+    # written from it (the landed 9 and 10 beside the lost daemon's 1 and "a").
+    assert ledger.inflight == len(done.ids) == 4
+    assert sorted(text for _, text in Region(buf).entries()) == sorted(done.ids)
+    for text in done.ids:
+        ledger.answered(json.loads(text))  # its error line wholly written
+    assert ledger.inflight == 0 and Region(buf).entries() == []
+
+
+def test_a_landed_request_the_table_cannot_hold_is_counted_unrecorded_only_until_its_error_is_written() -> None:
+    long_id = "x" * hs.ENTRY_BYTES  # its JSON text is over an entry
+    buf = lost()
+    read = call(9)[20:] + b"\n" + call(long_id) + b"\n"
+    zone = hs.landing_offset(1)
+    buf[zone : zone + hs.LANDING_BYTES] = bytes(hs.LANDING_BYTES)
+    buf[zone : zone + len(read)] = read
+    region = Region(buf)
+    done = adoption(region)
+    assert isinstance(done, Recovery) and json.dumps(long_id).encode() in done.ids
+    ledger = Ledger(region, lambda release: None, recovery=done)
+    after = Region(buf).current
+    assert after is not None and after.unrecorded == 1
+    ledger.answered(long_id)
+    after = Region(buf).current
+    assert after is not None and after.unrecorded == 0 and ledger.inflight == len(done.ids) - 1

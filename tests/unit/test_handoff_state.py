@@ -19,13 +19,13 @@ from typing import Any
 import pytest
 
 from lazyd.handoff import region as hs
-from lazyd.daemon.handoff.ledger import map_region
+from lazyd.daemon.handoff.ledger import Mapping
 from lazyd.handoff.region import Region, State, read_region
 
 
 @pytest.fixture
 def buf(fd: int) -> Iterator[Any]:
-    mapped = map_region(fd)
+    mapped = Mapping(fd)
     yield mapped
     mapped.close()
 
@@ -181,7 +181,7 @@ def test_head_and_tail_read_back_and_release_gives_their_pages_back(fd: int, buf
     region = Region(buf)
     region.write_head(b"abc", 0)
     region.write_head(memoryview(b"defg"), 3)
-    region.write_tail([b"rest of ", memoryview(b"a line\n")])
+    region.write_tail(b"rest of a line\n")
     assert region.read_head(7) == b"abcdefg"
     assert region.read_tail(15) == b"rest of a line\n"
     region.write_head(b"y" * (2 << 20), 0, 1)

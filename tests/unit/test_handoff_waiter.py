@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from lazyd.handoff import region as hs
-from lazyd.daemon.handoff.ledger import Ledger, map_region
+from lazyd.daemon.handoff.ledger import Ledger, Mapping
 from lazyd.handoff.region import Region
 from lazyd.linepeek import error_line
 from shim import handoff, slots
@@ -41,7 +41,7 @@ def test_the_error_the_waiter_writes_is_the_shim_s_lost_connection_error() -> No
 
 
 def test_with_no_shim_left_to_exec_the_waiter_s_script_answers_what_is_in_flight_itself(fd: int) -> None:
-    buf = map_region(fd)
+    buf = Mapping(fd)
     try:
         ledger = Ledger(Region(buf))
         for request_id in (1, "1", 2):
@@ -88,7 +88,7 @@ def _recovery_output(fd: int) -> bytes:
 @pytest.mark.parametrize("mark", ["whole", "torn", "none"])
 def test_the_waiter_s_script_and_the_shim_s_recovery_end_a_line_only_for_the_torn_byte_and_agree(
         fd: int, mark: str) -> None:
-    buf = map_region(fd)
+    buf = Mapping(fd)
     try:
         ledger = Ledger(Region(buf))
         ledger.client_line(call(1))

@@ -16,7 +16,7 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lazyd.linepeek import ID_SCAN_BYTES, LineSplitter, request_ids_in, too_long_request
+from lazyd.linepeek import ID_SCAN_BYTES, LineSplitter, request_ids_in, too_long_answer, too_long_request
 
 MAX = 60  # a small line limit, so that random inputs reach the over-long rule
 
@@ -177,3 +177,16 @@ def test_a_request_refused_for_its_depth_is_in_flight_until_its_refusal_is_writt
     refused = rpc.parse(deep)
     assert isinstance(refused, rpc.Invalid) and refused.id == 9
     assert line_info(refused).requests == [((False, 9), 9)]
+
+
+def test_an_over_long_request_is_answered_with_invalid_request_under_its_id_and_a_line_with_no_request_id_is_dropped() -> None:
+    """The over-long rule, one function for the shim's relay and the daemon's hand-off session."""
+    big = ID_SCAN_BYTES * 2
+    request = b'{"jsonrpc":"2.0","id":"big","method":"tools/call","params":{"blob":"' + b"x" * big + b'"}}'
+    answer = too_long_answer(request[:ID_SCAN_BYTES], MAX)
+    assert answer is not None and b"\n" not in answer
+    assert json.loads(answer) == {"jsonrpc": "2.0", "id": "big",
+                                  "error": {"code": -32600, "message": f"lazyd: line too long (more than {MAX} bytes)"}}
+    notification = b'{"jsonrpc":"2.0","method":"notifications/message","params":{"id":7,"blob":"' + b"x" * big
+    assert too_long_answer(notification[:ID_SCAN_BYTES], MAX) is None
+    assert too_long_answer(b'{"jsonrpc":"2.0","id":null,"method":"ping","params":{"blob":"xxxx', MAX) is None

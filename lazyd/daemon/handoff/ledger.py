@@ -6,9 +6,12 @@ way the shim keeps its own on the frame path (the same line reading, lazyd/linep
 enters when its line is read, before it reaches the relay, and leaves when the line that finally
 answers it (its `done`) is wholly in the client's stdout, or when the client cancels it.
 
-The table *is* the region's (lazyd/handoff/region.py): one entry per request, written when it
-enters and zeroed when it leaves, so a message costs the same whatever else is in flight; this
-object only remembers which entry holds which id, and which entries are free. Beside it: the
+This is the session's one in-flight table: the session waits on it at the client's EOF, the
+outbox retires from it, and the region's table (lazyd/handoff/region.py) is its projection, which
+only this object writes, an adopted session's recovered ids included (`_adopt`): one entry per
+request, written when it enters and zeroed when it leaves, so a message costs the same whatever
+else is in flight; this object remembers which entry holds which id, and which entries are free,
+and reads the region's table only when it starts from an earlier daemon's. Beside it: the
 client's handshake lines (for `resume`), whether an answer is cut in the middle (the torn byte),
 and how much of a line is read but not yet relayed, in the state, written at most once per read
 (`hold` lets a reader batch the changes of one read into one write).
@@ -28,6 +31,7 @@ from collections.abc import Callable
 from typing import Any
 
 from lazyd.daemon.heap import TRIMMER
+from lazyd.handoff.recovery import Recovery
 from lazyd.handoff.region import (
     ENTRY_BYTES,
     LANDING_BYTES,
@@ -36,6 +40,7 @@ from lazyd.handoff.region import (
     TABLE_ENTRIES,
     Region,
     State,
+    landing_offset,
 )
 from lazyd.core.relay import jsonrpc as rpc
 from lazyd.core.relay.jsonrpc import Invalid, Message
@@ -57,7 +62,11 @@ class Ledger:
     """The in-flight table and handshake of one hand-off session (see the module docstring)."""
 
     def __init__(self, region: Region, later: Callable[[Callable[[], None]], None] = TRIMMER.later, *,
-                 adopted: bool = False) -> None:
+                 recovery: Recovery | None = None) -> None:
+        """The ledger of a new session, or of one continued from its region: from an earlier
+        daemon's record (an upgrade, or a shim's fresh region after its recovery), or with
+        `recovery`, adopted in place from a lost daemon's (lazyd/daemon/handoff/adopt.py), whose
+        record this writes before anything else."""
         self.region = region
         self._later = later  # runs a release once the large lines are over (RELEASE_HEAD_BYTES)
         previous = region.current
@@ -67,11 +76,13 @@ class Ledger:
         used: set[int] = set()
         if previous is not None:
             # A session continued from an earlier daemon: resumed by its shim (which answered what
-            # was in flight and kept the handshake and the unrelayed input for us), or handed over
-            # by an upgrade (what is in flight is still in flight, in the table).
-            for field in ("init", "initialized", "init_answered", "head_len", "discarding", "landing", "head_area",
-                          "unrecorded"):
-                setattr(self.state, field, getattr(previous, field))
+            # was in flight and kept the handshake and the unrelayed input for us), handed over
+            # by an upgrade, or adopted (what is in flight is still in flight, in the table; the
+            # lost daemon's unrecorded requests are answered by nobody, so none is counted).
+            source = previous if recovery is None else recovery.carried
+            for field in ("init", "initialized", "init_answered", "head_len", "discarding", "unrecorded"):
+                setattr(self.state, field, getattr(source, field))
+            self.state.landing, self.state.head_area = previous.landing, previous.head_area
             for entry, text in region.entries():
                 try:
                     key = id_key(json.loads(text))
@@ -85,7 +96,7 @@ class Ledger:
             # An initialize unanswered when an adopted session's daemon was lost is answered by the
             # lost-connection error (lazyd/daemon/handoff/adopt.py): that is no answer the client
             # can resume from.
-            if previous.init and not previous.init_answered and not adopted:
+            if previous.init and not previous.init_answered and recovery is None:
                 handshake = line_info(rpc.parse(previous.init))
                 self._init_key = handshake.requests[0][0] if handshake.requests else None
         # Entries given back, reused first (last in, first out), and the lowest never handed out:
@@ -95,13 +106,39 @@ class Ledger:
         self._next = 0
         self._held = 0
         self._dirty = False
-        self._head_peak = self.state.head_len
-        self._head_written = self.state.head_len  # bytes of the current partial line in the region
-        self._head_new = False  # the recorded head was relayed: the next one goes to the other area
         self._release_asked = False  # `_release_heads` waits for its moment
         self._ended = False  # `close` wrote the last state: the region is the shim's to read
         self.on_empty: Callable[[], None] | None = None  # called when the last request in flight leaves
-        self._changed()  # a state from the start: the shim reads the table only beside one
+        if recovery is not None and previous is not None:
+            self._adopt(recovery, previous)
+        else:
+            self._changed()  # a state from the start: the shim reads the table only beside one
+        self._head_peak = self.state.head_len
+        self._head_written = self.state.head_len  # bytes of the current partial line in the region
+        self._head_new = False  # the recorded head was relayed: the next one goes to the other area
+
+    def _adopt(self, recovery: Recovery, lost: State) -> None:
+        """Record an adoption's recovery of a lost daemon's region in the order adopt.py gives
+        (its steps 1 to 3), so that a kill -9 after any store leaves the next recovery the same
+        duty: the landed ids enter this table, the landed input's line goes to the other head
+        area, and one state names both; then the landed zone is cleared."""
+        self.hold()  # no state until both the ids and the head are in the region
+        if recovery.landed:
+            for text in recovery.ids:  # the table's own are in it already: entered once
+                key = id_key(json.loads(text))
+                if key is not None:
+                    self._enter(key, text)
+            zone = lost.landing ^ 1
+            _clear_landed(self.region, zone)  # what the lost daemon accounted for and left
+            if recovery.head:
+                self.state.head_area ^= 1
+                self.region.write_head(recovery.head, 0, self.state.head_area)
+            self.state.landing = zone
+        self._changed()
+        self.release()  # the state write that accounts for the landed read
+        self.region.whole = False  # no write of the lost daemon's is under way any more
+        if recovery.landed:
+            _clear_landed(self.region, lost.landing)
 
     # ---- changes -------------------------------------------------------------------------------
 
@@ -195,7 +232,7 @@ class Ledger:
         self._ended = True
         self.state.closed = client_left
         if tail is not None:
-            self.state.tail_len = self.region.write_tail([tail])
+            self.state.tail_len = self.region.write_tail(tail)
         self._changed()
         self.flush()
 
@@ -305,9 +342,12 @@ class Landing:
 _ZEROS = memoryview(bytes(LANDING_BYTES))
 
 
-def map_region(fd: int) -> Mapping:
-    """Map a region whose `region_problem` is None, whole and shared, holding no descriptor."""
-    return Mapping(fd)
+def _clear_landed(region: Region, zone: int) -> None:
+    """Zero what a read left at the start of landing zone `zone` (up to its first NUL)."""
+    length = len(region.read_landed(zone))
+    if length:
+        at = landing_offset(zone)
+        region.buf[at : at + length] = _ZEROS[:length]
 
 
 @functools.cache
@@ -324,9 +364,10 @@ def _libc() -> ctypes.CDLL:
 
 
 class Mapping:
-    """A region mapped by mmap(2) directly: Python's own mmap keeps a duplicate of the
-    descriptor for as long as the mapping lives (until 3.13's trackfd), and a daemon with many
-    idle hand-off sessions must not hold one per session. Sliced and assigned as a buffer."""
+    """A region whose `region_problem` is None, mapped whole and shared by mmap(2) directly:
+    Python's own mmap keeps a duplicate of the descriptor for as long as the mapping lives (until
+    3.13's trackfd), and a daemon with many idle hand-off sessions must not hold one per session.
+    Sliced and assigned as a buffer."""
 
     def __init__(self, fd: int) -> None:
         libc = _libc()

@@ -87,7 +87,7 @@ def _usable(fd: int, *, readable: bool) -> str | None:
     """Why `fd` cannot serve as the client's stdin (`readable`) or stdout; None if it can."""
     try:
         st = os.fstat(fd)
-        flags = os_flags(fd)
+        flags = fcntl.fcntl(fd, fcntl.F_GETFL)
     except OSError as exc:
         return f"cannot inspect it: {exc.strerror}"
     mode = flags & os.O_ACCMODE
@@ -105,12 +105,6 @@ def _usable(fd: int, *, readable: bool) -> str | None:
             kind.close()
         return None if ok else "a socket that is not a Unix stream socket"
     return "neither a pipe nor a socket"
-
-
-def os_flags(fd: int) -> int:
-    import fcntl
-
-    return fcntl.fcntl(fd, fcntl.F_GETFL)
 
 
 class ClientEnds:
@@ -136,19 +130,6 @@ class ClientEnds:
                 pass  # the first write will say so; the count starts when it is seen empty
         self._sndbuf = 0  # the stdout socket's SO_SNDBUF, once read (only the daemon raises it)
         self._sndbuf_raised = False
-
-    def read(self, size: int) -> bytes | None:
-        """Up to `size` bytes of the client's stdin; b"" at EOF; None if nothing is there yet."""
-        try:
-            if self._in_sock is not None:
-                return self._in_sock.recv(size, socket.MSG_DONTWAIT)
-            return os.read(self.in_fd, size)
-        except BlockingIOError:
-            return None
-        except OSError as exc:
-            if exc.errno in _GONE_ERRNOS:
-                return b""
-            raise
 
     def read_into(self, view: memoryview) -> int | None:
         """Read the client's stdin into `view` (the region's landing zone); how many bytes came,
@@ -222,8 +203,6 @@ class ClientEnds:
 
     def out_closed(self) -> bool:
         """Whether the client closed its end of its stdout (a pipe's reader gone, a socket's peer)."""
-        import select
-
         poller = select.poll()
         poller.register(self.out_fd, 0)  # POLLERR and POLLHUP are always reported
         return bool(poller.poll(0))
@@ -489,12 +468,7 @@ class HandoffOutbox:
             left -= take
             if pending.remaining():
                 break
-            self._queue.popleft()
-            if pending is self._cut:
-                self._cut = None
-                self.ledger.torn(False)  # the lost daemon's cut line is ended: the stream is whole
-            if pending.done is not None:
-                self.ledger.answered(pending.done)
+            self._retire()
         if written < size and self._queue and self._queue[0].offset:
             # The kernel stopped short of the room it had (no page to allocate, a fault): the line
             # is cut now, as one written in parts; the rest goes by `_write_part`.
@@ -522,10 +496,19 @@ class HandoffOutbox:
             return False
         # Cleared before the id is retired: a kill in between leaves a whole line and the id's error.
         self.ledger.torn(False)
-        self._queue.popleft()
-        if head.done is not None:
-            self.ledger.answered(head.done)
+        self._retire()
         return True
+
+    def _retire(self) -> None:
+        """The first queued line is wholly in the client's stdout: its id leaves the ledger (and,
+        for the newline ending a lost daemon's cut line, the torn byte is cleared: the stream is
+        whole again)."""
+        pending = self._queue.popleft()
+        if pending is self._cut:
+            self._cut = None
+            self.ledger.torn(False)
+        if pending.done is not None:
+            self.ledger.answered(pending.done)
 
     def let_go(self) -> None:
         """Hand the session back to the shim. The unwritten rest of a line of which the client

@@ -43,11 +43,11 @@ import trio
 from lazyd import wire
 from lazyd.daemon.control import handshakes
 from lazyd.daemon.runtime.era_lanes import EraRoute
-from lazyd.daemon.handoff.adopt import ADOPTED, convert
+from lazyd.daemon.handoff.adopt import ADOPTED, adoption
 from lazyd.daemon.handoff import kept as kept_store
 from lazyd.daemon.handoff.kept import Kept
 from lazyd.core.relay import jsonrpc as rpc
-from lazyd.daemon.handoff.ledger import Landing, Ledger, map_region
+from lazyd.daemon.handoff.ledger import Landing, Ledger, Mapping
 from lazyd.daemon.handoff.outbox import ClientEnds, HandoffOutbox
 from lazyd.daemon.upgrade.quiesce import GATE
 from lazyd.daemon.sessions.registry import Registry
@@ -57,7 +57,7 @@ from lazyd.frames import Hello, Refusal, Welcome
 from lazyd.handoff.recovery import Recovery
 from lazyd.handoff.recovery import error_line as lost_line
 from lazyd.handoff.region import LANDING_BYTES, LAYOUT, Region, region_problem, table_extent
-from lazyd.linepeek import EOF_WAIT_S, LineSplitter, error_line, too_long_request
+from lazyd.linepeek import EOF_WAIT_S, LineSplitter, too_long_answer
 
 if TYPE_CHECKING:  # only a type here: the hub is loaded by its first session, not kept by every daemon
     from lazyd.daemon.hub.server import HubSession
@@ -65,7 +65,6 @@ if TYPE_CHECKING:  # only a type here: the hub is loaded by its first session, n
 log = logging.getLogger("lazyd.conn")
 
 PASSED_FDS = 3  # the client's stdin, its stdout, the region: in this order
-TOO_LONG_CODE = -32600
 EXIT_CUE = b"\n"  # to the shim: the client left, exit 0
 STDOUT_CHECK_S = 0.25  # while answering after the client's EOF: how often to see if its stdout closed
 STEP_LINES = 64
@@ -165,16 +164,19 @@ class HandoffSession:
             # Only the table's allocated pages are read: reading the rest would allocate it,
             # 1 MiB of shared memory for every session a daemon continues or adopts.
             table_bytes = table_extent(region_fd)
-            self._map = map_region(region_fd)
+            self._map = Mapping(region_fd)
         except (OSError, ValueError):
             ends.close()
             raise
         finally:
             os.close(region_fd)
+        region = Region(self._map, table_bytes)
         self.recovery: Recovery | None = None  # what an adopted session still owes its client
         if adopting:
             try:
-                recovered = convert(Region(self._map, table_bytes))
+                recovered = adoption(region)
+                if isinstance(recovered, Recovery):
+                    self.ledger = Ledger(region, recovery=recovered)  # records the adoption first
             except Exception:
                 recovered = "its region could not be written"
                 log.exception("shim pid %d: adopting its session failed", pid)
@@ -183,11 +185,12 @@ class HandoffSession:
                 self._map.close()
                 raise NotAdopted(recovered)
             self.recovery = recovered
-        self.ledger = Ledger(Region(self._map, table_bytes), adopted=adopting)
-        self.landing = Landing(self.ledger.region)
-        previous = self.ledger.region.current
-        head = self.ledger.region.read_head(previous.head_len, previous.head_area) if previous else b""
-        self.lines = LineSplitter(wire.MAX_LINE_BYTES, head, previous.discarding if previous else False)
+        else:
+            self.ledger = Ledger(region)
+        self.landing = Landing(region)
+        state = self.ledger.state  # what it continues from: the head of a partly read line
+        head = region.read_head(state.head_len, state.head_area) if state.head_len else b""
+        self.lines = LineSplitter(wire.MAX_LINE_BYTES, head, state.discarding)
         self.cancel = trio.CancelScope()
         self.outbox: HandoffOutbox | None = None
         self.route: EraRoute | HubSession | None = None
@@ -437,10 +440,9 @@ class HandoffSession:
 
     def _too_long(self, prefix: bytes) -> None:
         assert self.outbox is not None
-        request_id = too_long_request(prefix)
-        if request_id is not None:
-            message = f"lazyd: line too long (more than {wire.MAX_LINE_BYTES} bytes)"
-            self.outbox.deliver(error_line(request_id, TOO_LONG_CODE, message))
+        answer = too_long_answer(prefix, wire.MAX_LINE_BYTES)
+        if answer is not None:
+            self.outbox.deliver(answer)
             log.info("session %d: answered a request line over %d bytes with -32600", self.outbox.cid,
                      wire.MAX_LINE_BYTES)
         else:
