@@ -659,18 +659,19 @@ def test_lazyctl_loads_nothing_of_the_daemon_and_no_trio() -> None:
     assert not {m for m in loaded if m.startswith("lazyd.daemon") or m.split(".")[0] == "trio"}
 
 
-def test_a_daemon_reading_a_valid_config_keeps_no_tomlkit_difflib_logging_handlers_or_hub() -> None:
+def test_a_daemon_reading_a_valid_config_keeps_no_tomlkit_difflib_logging_handlers_zipfile_or_hub() -> None:
     """Modules stay resident for the daemon's life: tomlkit (~1 MiB) and difflib are loaded only
     for a text the standard library's TOML parser refuses and for a misspelled name, the hub's
-    modules by the first hub session, and the daemon's log rotates without logging.handlers (which
-    brings pickle and handlers it never uses)."""
+    modules by the first hub session, the daemon's log rotates without logging.handlers (which
+    brings pickle and handlers it never uses), and the packaged known-servers table is read
+    without importlib.resources' readers (which bring zipfile, 0.36 MiB)."""
     loaded = loaded_modules(
         "import lazyd.daemon.main\n"
         "from lazyd.config.load import parse_config_text\n"
         "config = parse_config_text('[defaults]\\nlinger = \"5m\"\\n[servers.a]\\ncommand = \"x\"\\n', {}, None)\n"
         "assert config.servers['a'].command == 'x' and config.known_servers.entries, config")
     assert "lazyd.config.known" in loaded
-    assert not {m for m in loaded if m.split(".")[0] in ("tomlkit", "difflib") or m == "logging.handlers"
+    assert not {m for m in loaded if m.split(".")[0] in ("tomlkit", "difflib", "zipfile") or m == "logging.handlers"
                 or m.startswith("lazyd.daemon.hub")}
 
 
