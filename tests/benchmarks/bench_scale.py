@@ -24,8 +24,9 @@ started by raw stdio clients under the same limit, against the stdlib echo serve
    the installed units instead, where the sessions wait in the fd store and no shell resumes;
 8. the fixed cost: Σ RSS and Σ PSS of 4 clients of server-everything (daemon + server + waiting
    shims) against 4 direct servers, from a daemon of its own, and with `--mcp-mux PATH` (a built
-   mcp-mux binary) against mcp-mux's shims, daemon and server in the same run
-   (tests/benchmarks/fixed_cost.py; `--only-everything` runs this row alone).
+   mcp-mux binary) against mcp-mux's shims, daemon and server in the same run, and the floor
+   beside them: the same sum with lazyd's daemon replaced by a bare interpreter that imported
+   trio (tests/benchmarks/fixed_cost.py; `--only-everything` runs this row alone).
 """
 
 from __future__ import annotations
