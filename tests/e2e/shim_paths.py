@@ -48,11 +48,18 @@ def _waits_in_a_shell(pid: int) -> bool:
 def waits_handed_off(pid: int) -> bool:
     """Whether process `pid` is a handed-off shim waiting: in the pause (shim/pause.py, run from
     its memfd) or in a shell."""
+    return _exe(pid) in ("dash", "sh", "bash") or waits_in_the_pause(pid)
+
+
+def waits_in_the_pause(pid: int) -> bool:
+    return _exe(pid).startswith("memfd:lazyd-wait")
+
+
+def _exe(pid: int) -> str:
     try:
-        exe = os.path.basename(os.readlink(f"/proc/{pid}/exe"))
+        return os.path.basename(os.readlink(f"/proc/{pid}/exe"))
     except OSError:
-        return False
-    return exe in ("dash", "sh", "bash") or exe.startswith("memfd:lazyd-wait")
+        return ""
 
 
 PATHS = (ShimPath("frames", False, False), ShimPath("hand-off", True, False),

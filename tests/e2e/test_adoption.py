@@ -22,11 +22,11 @@ from typing import Any
 
 import pytest
 
-from shim import slots
+from shim import pause, slots
 from tests.conftest import UserEnv, start_daemon
 from tests.e2e.faults_support import (slot_free, DEADLINE_S, RawShim, call, daemon_log, kill_seam, region_settled, tool_call,
                                       wait_for)
-from tests.e2e.shim_paths import HANDOFF_PATHS, ShimPath
+from tests.e2e.shim_paths import HANDOFF_PATHS, ShimPath, waits_in_the_pause
 
 pytestmark = pytest.mark.e2e
 
@@ -104,6 +104,8 @@ def test_after_a_kill_9_the_next_daemon_adopts_every_session_and_answers_each_ca
             assert len(lines) == 2, lines  # nothing else: no line cut, no empty line, no duplicate
             shim.fence("after")
             path.check(shim)  # waiting in a shell again
+            if pause.runs_here():  # as it did at its start (shim/quick.py execs the pause again)
+                wait_for(lambda: waits_in_the_pause(shim.pid), f"shim {shim.pid} to wait in the pause again")
             assert _adopted(user_env, shim.pid) == 1, daemon_log(user_env)
         said = log.read_text()
         assert said.count(FULL_RECOVERY) == 0, said

@@ -28,13 +28,14 @@ from lazyd import wire
 from lazyd.daemon import orphans
 from lazyd.daemon.runtime_dir import socket_identity
 from lazyd.frames import ForeignHello, Refusal
-from tests.conftest import UserEnv, start_daemon
+from tests.conftest import Daemon, UserEnv, start_daemon
 from tests.e2e.shim_paths import HANDOFF_PATHS, ShimPath, shim_path, waits_handed_off  # noqa: F401 (shim_path is a fixture)
 from tests.e2e.faults_support import (
     DEADLINE_S,
     FIXTURE,
     INIT_PARAMS,
     SERVER_MARKER_VAR,
+    RawShim,
     alive,
     kill_seam,
     call,
@@ -297,6 +298,17 @@ def test_a_waiter_whose_shim_is_no_longer_installed_answers_what_was_in_flight_i
         proc.wait()
 
 
+def _kill_9_with_a_call_in_flight(user_env: UserEnv, shim: RawShim, daemon: Daemon) -> None:
+    """Kill the daemon while `shim`'s session has a call in flight: the call gets -32603, and the
+    next call works through a new daemon."""
+    shim.send(tool_call(2, "sleep", {"seconds": 30}))
+    wait_for(lambda: server_status(user_env)[0]["inflight"] == 1, "the call to reach the server")
+    daemon.proc.kill()
+    error = shim.read()
+    assert error["id"] == 2 and error["error"]["code"] == -32603, error
+    assert text_of(call(shim, 3, "pid")), "the next call works through a new daemon"
+
+
 def test_a_shim_that_waits_in_python_takes_its_session_back_when_the_daemon_is_killed(user_env: UserEnv) -> None:
     # Where dash is there but cannot be exec'd the shim waits itself (the test seam plays that).
     daemon = start_daemon(user_env)
@@ -304,12 +316,7 @@ def test_a_shim_that_waits_in_python_takes_its_session_back_when_the_daemon_is_k
     try:
         shim.initialize()
         assert call(shim, 1, "pid")["result"]
-        shim.send(tool_call(2, "sleep", {"seconds": 30}))
-        wait_for(lambda: server_status(user_env)[0]["inflight"] == 1, "the call to reach the server")
-        daemon.proc.kill()
-        error = shim.read()
-        assert error["id"] == 2 and error["error"]["code"] == -32603, error
-        assert text_of(call(shim, 3, "pid")), "the next call works through a new daemon"
+        _kill_9_with_a_call_in_flight(user_env, shim, daemon)
         assert "waiting in this process" in shim.stderr()
     finally:
         shim.close()
@@ -329,15 +336,11 @@ def test_a_shim_waiting_in_the_pause_or_in_dash_takes_its_session_back_when_the_
         wait_for(lambda: waits_handed_off(shim.proc.pid), "the shim to wait")
         exe = os.path.basename(os.readlink(f"/proc/{shim.proc.pid}/exe"))
         assert exe == ("dash" if waiter == "dash" else "memfd:lazyd-wait (deleted)"), exe
-        shim.send(tool_call(2, "sleep", {"seconds": 30}))
-        wait_for(lambda: server_status(user_env)[0]["inflight"] == 1, "the call to reach the server")
-        daemon.proc.kill()
-        error = shim.read()
-        assert error["id"] == 2 and error["error"]["code"] == -32603, error
-        assert text_of(call(shim, 3, "pid")), "the next call works through a new daemon"
+        _kill_9_with_a_call_in_flight(user_env, shim, daemon)
         said = shim.stderr()
         assert ("waiting in the pause" in said) == (waiter == "pause"), said
-        # Taken back (shim/quick.py), the session waits again as it did at its start.
+        # Taken back (no daemon was up: the full recovery, which hands off again), the session
+        # waits as it did at its start; test_adoption.py holds the same for the quick resumer.
         wait_for(lambda: os.path.basename(os.readlink(f"/proc/{shim.proc.pid}/exe")) == exe, f"the shim to wait in {exe}")
     finally:
         shim.close()
