@@ -20,11 +20,12 @@ refuses writes to a file while it is being run. Only on x86-64 Linux; elsewhere,
 cannot be run (`vm.memfd_noexec`), the shim waits in dash as before. SOURCE is the program, in
 GNU as syntax; CODE is what `as` makes of it, position-independent, and IMAGE the smallest ELF
 file that loads it: tests/unit/test_pause.py assembles SOURCE again and checks CODE against it.
-Standard library only (os, struct).
+Standard library only (errno, os, struct).
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import struct
 
@@ -117,11 +118,22 @@ def runs_here() -> bool:
     return os.uname().machine == MACHINE
 
 
+MFD_EXEC = 0x0010
+# <linux/memfd.h>: a memfd that may be executed, asked for by name so that `vm.memfd_noexec=1`
+# (which seals the others against exec) lets it run; Linux before 6.3 refuses the flag (EINVAL),
+# and there every memfd may be executed anyway.
+
+
 def memfd(data: bytes) -> int | None:
     """A memfd (close-on-exec) holding the image `data`, to run with `os.execve`; None where none
-    can be made."""
+    can be made (no memfd; `vm.memfd_noexec=2`, which refuses an executable one)."""
     try:
-        fd: int = os.memfd_create("lazyd-wait", os.MFD_CLOEXEC)
+        try:
+            fd: int = os.memfd_create("lazyd-wait", os.MFD_CLOEXEC | MFD_EXEC)
+        except OSError as exc:
+            if exc.errno != errno.EINVAL:
+                raise
+            fd = os.memfd_create("lazyd-wait", os.MFD_CLOEXEC)
     except (AttributeError, OSError):
         return None
     try:

@@ -103,7 +103,10 @@ if env.pop(SLOT_ENV.encode(), None) is not None:
     os.close(SLOT_FD)
 try:
     if PAUSE:
-        p = os.memfd_create("lazyd-wait", os.MFD_CLOEXEC)
+        try:
+            p = os.memfd_create("lazyd-wait", os.MFD_CLOEXEC | 16)  # MFD_EXEC, as shim/pause.py
+        except OSError:
+            p = os.memfd_create("lazyd-wait", os.MFD_CLOEXEC)
         if os.write(p, PAUSE) == len(PAUSE):
             os.execve(p, ["lazyd-wait", SHELL, "-c", WAIT_SCRIPT, *a[1:]], env)
 except (AttributeError, OSError):

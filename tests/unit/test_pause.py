@@ -9,6 +9,7 @@ says what it was given and what it then reads.
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import signal
@@ -127,3 +128,29 @@ def test_it_runs_only_on_the_machine_its_code_is_for(monkeypatch: pytest.MonkeyP
     assert pause.runs_here() == HERE
     monkeypatch.setattr(pause, "MACHINE", "riscv128")
     assert not pause.runs_here()
+
+
+@needs_x86_64
+def test_on_a_kernel_that_knows_no_mfd_exec_the_memfd_is_made_without_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    made = os.memfd_create
+    asked: list[int] = []
+
+    def before_6_3(name: str, flags: int = os.MFD_CLOEXEC) -> int:
+        asked.append(flags)
+        if flags & pause.MFD_EXEC:
+            raise OSError(errno.EINVAL, "Invalid argument")
+        return made(name, flags)
+
+    monkeypatch.setattr(os, "memfd_create", before_6_3)
+    fd = pause.memfd(pause.image())
+    assert fd is not None and asked == [os.MFD_CLOEXEC | pause.MFD_EXEC, os.MFD_CLOEXEC]
+    os.close(fd)
+
+
+@needs_x86_64
+def test_where_no_executable_memfd_may_be_made_there_is_no_pause(monkeypatch: pytest.MonkeyPatch) -> None:
+    def noexec_2(name: str, flags: int = os.MFD_CLOEXEC) -> int:
+        raise OSError(errno.EACCES, "Permission denied")  # vm.memfd_noexec=2 refuses MFD_EXEC
+
+    monkeypatch.setattr(os, "memfd_create", noexec_2)
+    assert pause.memfd(pause.image()) is None
