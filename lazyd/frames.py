@@ -29,8 +29,9 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
     from typing import Any, ClassVar, TypeAlias
 
-__all__ = ["WIRE_VERSION", "MAX_LINE_BYTES", "MAX_FRAME_BYTES", "FRAME_TYPES", "Frame", "Hello", "Adopted", "ForeignHello", "Welcome",
-           "ForeignWelcome", "Refusal", "Line", "Ctl", "Reply", "Progress", "AnyFrame", "validate_frame"]
+__all__ = ["WIRE_VERSION", "MAX_LINE_BYTES", "MAX_FRAME_BYTES", "FRAME_TYPES", "Frame", "Hello", "Adopted",
+           "ForeignHello", "Welcome", "ForeignWelcome", "Refusal", "Line", "Ctl", "Reply", "Progress", "AnyFrame",
+           "validate_frame"]
 
 WIRE_VERSION: int = 1
 # Bumped on any incompatible change; a daemon answers another version with `refused`/"version".

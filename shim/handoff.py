@@ -10,7 +10,7 @@ take over when the daemon is lost. So it waits in something small:
   shim's own description would change the shim's copy too); a socket (Node clients give socketpairs)
   as it is, the daemon then using MSG_DONTWAIT; and the shared region (lazyd/handoff/region.py).
   A terminal, a file or /dev/null is not offered: the frame path serves those.
-- `wait` replaces this process (same pid, same descriptors) with the pause (shim/pause.py, 8 KiB
+- `wait` replaces this process (same pid, same descriptors) with the pause (shim/pause.py, 16 KiB
   resident), which blocks on the daemon socket and, once it ends, execs the shell (dash, 1.7 MiB;
   Python would be 10), whose `read` then finds the same end at once; where the pause cannot run,
   the shell waits from the start. A line from the daemon means "the client left, exit 0"; EOF

@@ -3,7 +3,7 @@
 Once the daemon serves the client's pipes the shim only has to be there (shim/handoff.py): the
 client watches its process, and it must take over when the daemon is lost. dash did the waiting:
 1.6 MiB resident for a `read`, 1.2 MiB of it the pages of the C library it maps. This program does
-the same wait with no library at all, in 8 KiB, as a container's pause process does:
+the same wait with no library at all, in 16 KiB, as a container's pause process does:
 
 - it blocks on the daemon's socket (descriptor 9) for a line; a whole line is the daemon's cue
   that the client left: exit 0;
@@ -101,17 +101,17 @@ BASE = 0x400000  # where the image is loaded (a fixed-address executable: no rel
 MACHINE = "x86_64"  # os.uname().machine where CODE runs
 
 
-def image(code: bytes = CODE) -> bytes:
-    """A static ELF executable of `code`: the ELF header, two program headers (the code loaded
+def image() -> bytes:
+    """A static ELF executable of CODE: the ELF header, two program headers (the code loaded
     read-and-execute; a stack that is not executable) and the code, its entry point."""
     header, entry = 64, 56
     start = header + 2 * entry
-    size = start + len(code)
+    size = start + len(CODE)
     ident = b"\x7fELF" + bytes((2, 1, 1, 0)) + bytes(8)  # 64-bit, little-endian, version 1, System V
     elf = struct.pack("<HHIQQQIHHHHHH", 2, 62, 1, BASE + start, header, 0, 0, header, entry, 2, 0, 0, 0)
     load = struct.pack("<IIQQQQQQ", 1, 5, 0, BASE, BASE, size, size, 0x1000)  # PT_LOAD, R+X
     stack = struct.pack("<IIQQQQQQ", 0x6474E551, 6, 0, 0, 0, 0, 0, 16)  # PT_GNU_STACK, R+W
-    return ident + elf + load + stack + code
+    return ident + elf + load + stack + CODE
 
 
 def runs_here() -> bool:

@@ -13,7 +13,7 @@ process outside the side, such as this benchmark's own interpreter, are partly c
 
 Beside them, the floor the design card sets (Python and trio): lazyd's Σ RSS with its daemon
 replaced by a bare interpreter of the product's Python that has imported trio, its RSS read while
-lazyd's side is up (the same server and waiting shells added to it). No daemon on trio holds less.
+lazyd's side is up (the same server and waiting processes added to it). No daemon on trio holds less.
 """
 
 from __future__ import annotations
