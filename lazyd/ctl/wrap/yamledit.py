@@ -249,17 +249,22 @@ class YamlConfig:
             self._edits.append(Splice(end, end, self._newline + self._indent(reg) + text))
 
     def _remove_member(self, reg: Map, member: Member) -> None:
-        index = reg.members.index(member)
-        if reg.flow:
-            if index > 0:
-                self._edits.append(Splice(reg.members[index - 1].value.end, member.value.end, ""))
-            elif len(reg.members) > 1:
-                self._edits.append(Splice(member.key_start, reg.members[1].key_start, ""))
-            else:
-                self._edits.append(Splice(member.key_start, member.value.end, ""))
-            return
-        self._remove_lines(member.key_start, max(member.value.end, member.key_end),
-                           reg.members[index + 1].key_start if index + 1 < len(reg.members) else None)  # fmt: skip
+        self._remove_members(reg, [reg.members.index(member)])
+
+    def _remove_members(self, reg: Map, indices: Sequence[int]) -> None:
+        """Remove members, each run of neighbours as one splice (so that no two edits overlap)."""
+        members = reg.members
+        for first, last in _runs(indices):
+            if reg.flow:
+                if first > 0:
+                    self._edits.append(Splice(members[first - 1].value.end, members[last].value.end, ""))
+                elif last + 1 < len(members):
+                    self._edits.append(Splice(members[first].key_start, members[last + 1].key_start, ""))
+                else:
+                    self._edits.append(Splice(members[first].key_start, members[last].value.end, ""))
+                continue
+            following = members[last + 1].key_start if last + 1 < len(members) else None
+            self._remove_lines(members[first].key_start, max(members[last].value.end, members[last].key_end), following)
 
     def _remove_lines(self, start: int, last: int, following: int | None) -> None:
         """Remove the lines from ``start``'s to ``last``'s, with one line end. When ``start`` is not
@@ -327,9 +332,10 @@ class YamlConfig:
 
     def _edit_env(self, env: Map, old: Mapping[str, object], new: Mapping[str, object]) -> list[str]:
         changed: list[str] = []
+        removed = [i for i, member in enumerate(env.members) if member.key not in new]
+        self._remove_members(env, removed)
         for member in env.members:
             if member.key not in new:
-                self._remove_member(env, member)
                 changed.append(f"env.{member.key}")
             elif old.get(member.key) != new[member.key]:
                 node = member.value
@@ -350,3 +356,13 @@ class YamlConfig:
 
 def _member(reg: Map, key: str) -> Member:
     return next(m for m in reg.members if m.key == key)
+
+
+def _runs(indices: Sequence[int]) -> list[tuple[int, int]]:
+    runs: list[tuple[int, int]] = []
+    for index in sorted(indices):
+        if runs and runs[-1][1] == index - 1:
+            runs[-1] = (runs[-1][0], index)
+        else:
+            runs.append((index, index))
+    return runs

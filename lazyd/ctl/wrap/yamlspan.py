@@ -89,16 +89,23 @@ class Map(Node):
         return None
 
 
-def to_python(node: Node) -> object:
-    """The plain value (the last of duplicate keys wins); an alias reads as ``*name``."""
+def to_python(node: Node, anchors: dict[str, object] | None = None) -> object:
+    """The plain value (the last of duplicate keys wins); an alias is its anchor's value (None if
+    undefined). Merge keys (``<<``) are left as members: editors refuse servers that use them."""
+    anchors = {} if anchors is None else anchors
+    value: object
     if isinstance(node, Scalar):
-        return node.value
-    if isinstance(node, Alias):
-        return f"*{node.name}"
-    if isinstance(node, Seq):
-        return [to_python(item) for item in node.items]
-    assert isinstance(node, Map)
-    return {m.key: to_python(m.value) for m in node.members}
+        value = node.value
+    elif isinstance(node, Alias):
+        value = anchors.get(node.name)
+    elif isinstance(node, Seq):
+        value = [to_python(item, anchors) for item in node.items]
+    else:
+        assert isinstance(node, Map)
+        value = {m.key: to_python(m.value, anchors) for m in node.members}
+    if node.anchor is not None:
+        anchors[node.anchor] = value
+    return value
 
 
 def walk(node: Node) -> list[Node]:
@@ -527,7 +534,9 @@ class _Reader:
         if style == "|":
             body = "\n".join(lines)
         else:
-            body = re.sub(r"(?<!\n)\n(?!\n)", " ", "\n".join(lines))
+            # Folding: a lone line break is a space, each further one a newline (more-indented
+            # lines, which keep theirs, are not told apart: folded values are never edited).
+            body = re.sub(r"\n(\n*)", lambda m: m.group(1) or " ", "\n".join(lines))
         if body and chomp != "strip":
             body += "\n" + ("\n" * trailing if chomp == "keep" else "")
         return Scalar(i, end, None, None, body, style, True), end
