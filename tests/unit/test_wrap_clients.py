@@ -10,12 +10,13 @@ path, tried here with opencode's fixture. Amp keeps its servers under one flat d
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 
 import pytest
 
-from lazyd.ctl.wrap import clients, engine
+from lazyd.ctl.wrap import cli, clients, engine
 from lazyd.ctl.wrap.plan import WITHOUT_SHIM
 from tests.unit.fixtures_wrap.helpers import FIXTURES, SHIM, Lazyctl, loads
 
@@ -23,6 +24,13 @@ from tests.unit.fixtures_wrap.helpers import FIXTURES, SHIM, Lazyctl, loads
 @pytest.fixture
 def lazyctl(tmp_path: Path) -> Lazyctl:
     return Lazyctl(tmp_path)
+
+
+def run_lazyctl(*words: str) -> int:
+    parser = argparse.ArgumentParser(prog="lazyctl")
+    parser.add_argument("--socket", default=None)
+    cli.add_subcommands(parser.add_subparsers(dest="subcommand"))
+    return cli.run(parser.parse_args(list(words)))
 
 
 def default_file(client: str, env: dict[str, str], cwd: Path) -> Path:
@@ -112,8 +120,6 @@ def test_a_direct_registration_of_a_server_lazyd_wraps_for_another_client_is_rep
 
 def test_wrap_status_prints_registered_without_lazyd_shim(lazyctl: Lazyctl, monkeypatch: pytest.MonkeyPatch,
                                                          capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
-    from tests.unit.test_wrap_cli import lazyctl as run_lazyctl
-
     monkeypatch.setenv("HOME", str(lazyctl.root / "home"))
     monkeypatch.setenv("XDG_STATE_HOME", str(lazyctl.root / "state"))
     monkeypatch.setenv("XDG_CONFIG_HOME", str(lazyctl.root / "config"))

@@ -28,8 +28,9 @@ from dataclasses import dataclass
 
 from lazyd.ctl.wrap.jsonspan import Splice, splice
 from lazyd.ctl.wrap.model import Entry, RegState, check_state_fields, transport_of
-from lazyd.ctl.wrap.yamlspan import (Alias, Map, Member, Node, Scalar, Seq, YamlSyntaxError, column,
-                                     line_end, line_start, parse, resolve_plain, to_python, walk)  # fmt: skip
+from lazyd.ctl.wrap.yamlnodes import (Alias, Map, Member, Node, Scalar, Seq, column, line_end, line_start,
+                                      resolve_plain, to_python, walk)  # fmt: skip
+from lazyd.ctl.wrap.yamlspan import parse
 from lazyd.errors import WrapError
 
 BOM = "\ufeff"
@@ -58,7 +59,7 @@ class YamlConfig:
         self._container = container
         try:
             root = parse(text, 1 if text.startswith(BOM) else 0)
-        except YamlSyntaxError as exc:
+        except WrapError as exc:
             raise WrapError(f"{where} cannot be read as YAML: {exc}") from None
         self._ascii = text.isascii()
         first = text.find("\n")
