@@ -1,4 +1,4 @@
-"""The nodes of a YAML document as yamlspan.py reads it: each with its span in the text, its value
+"""The nodes of a YAML document as the span reader reads it: each with its span in the text, its value
 by YAML 1.2's core schema, and the line arithmetic editors need. No parsing here."""
 
 from __future__ import annotations
