@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import copy
 import json
-import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -19,26 +17,12 @@ import pytest
 
 from lazyd.ctl.wrap import yamlnodes, yamlspan
 from lazyd.errors import WrapError
-from tests.conftest import SERVERS
 from tests.unit.fixtures_wrap.helpers import SECRETS, SHIM, Lazyctl
+from tests.unit.fixtures_wrap.yaml_oracle import continues_reading
 
 VARIANTS = ["lf", "crlf", "no-final-newline"]
 MANAGED = {"LAZYD_LINGER": "10m", "LAZYD_NO_AUTOSTART": "1"}
 FIXTURE = "continue.yaml"
-NODE_TIMEOUT_S = 60.0  # one parse takes ~100 ms; reached only when broken
-
-
-def continues_reading(text: str) -> Any:
-    """The document as Continue's YAML library reads it (its JSON form)."""
-    node = shutil.which("node")
-    assert node, "node is missing"
-    assert (SERVERS / "node_modules" / "yaml").exists(), "run `npm ci --prefix tests/servers`"
-    script = "const Y=require('yaml');let s='';process.stdin.on('data',d=>s+=d).on('end',()=>" \
-             "process.stdout.write(JSON.stringify(Y.parse(s))))"  # fmt: skip
-    done = subprocess.run([node, "-e", script], input=text, capture_output=True, text=True, timeout=NODE_TIMEOUT_S,
-                          env={"NODE_PATH": str(SERVERS / "node_modules"), "PATH": "/usr/bin:/bin"})  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout)
 
 
 @pytest.fixture

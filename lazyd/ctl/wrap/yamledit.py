@@ -147,26 +147,29 @@ class YamlConfig:
         old = entry.state
         assert found.node is not None and old is not None, "only editable entries are applied"
         reg = found.node
-        raw = self._raw_strings(reg)
+        # Source spellings by value: the arguments' first where the command is edited (unwrap
+        # moves the first one back), the command's first where args are (wrap moves it there).
+        command_raw, args_raw = self._raw_strings(reg, ("args", "command")), self._raw_strings(reg, ("command", "args"))
         changed: list[str] = []
+        removals: list[int] = []
         command = _member(reg, "command")
         if new.command != old.command:
             self._edits.append(Splice(command.value.start, command.value.end,
-                                      self._scalar(new.command, raw, flow=reg.flow)))  # fmt: skip
+                                      self._scalar(new.command, command_raw, flow=reg.flow)))  # fmt: skip
             changed.append("command")
         if new.args != old.args:
             changed.append("args")
             if new.args is None:
-                self._remove_member(reg, _member(reg, "args"))
+                removals.append(reg.members.index(_member(reg, "args")))
             elif old.args is None:
-                self._insert_member(reg, command, "args", self._new_seq(reg, new.args, raw))
+                self._insert_member(reg, command, "args", self._new_seq(reg, new.args, args_raw))
             else:
                 seq = _member(reg, "args").value
                 assert isinstance(seq, Seq)
-                self._edit_seq(seq, old.args, new.args, raw)
+                self._edit_seq(seq, old.args, new.args, args_raw)
         if new.env != old.env:
             if new.env is None:
-                self._remove_member(reg, _member(reg, "env"))
+                removals.append(reg.members.index(_member(reg, "env")))
                 changed.append("env")
             elif old.env is None:
                 self._insert_member(reg, reg.members[-1], "env", self._new_map(reg, new.env))
@@ -175,6 +178,7 @@ class YamlConfig:
                 env = _member(reg, "env").value
                 assert isinstance(env, Map)
                 changed += self._edit_env(env, old.env, new.env)
+        self._remove_members(reg, removals)  # together: neighbours are one splice
         return changed
 
     def render(self) -> bytes:
@@ -182,13 +186,17 @@ class YamlConfig:
 
     # --- scalars ------------------------------------------------------------------------------
 
-    def _raw_strings(self, reg: Map) -> dict[str, Scalar]:
-        # Source spellings of command and args strings, so a moved string keeps its quoting.
-        nodes: list[Node] = []
-        for member in reg.members:
-            if member.key in ("command", "args"):
-                nodes += walk(member.value)
-        return {str(n.value): n for n in nodes if isinstance(n, Scalar) and isinstance(n.value, str)}
+    def _raw_strings(self, reg: Map, order: tuple[str, str]) -> dict[str, Scalar]:
+        """Command and args strings by value, so a moved string keeps its quoting: of a value
+        found more than once, its first spelling in the member named first in ``order``."""
+        found: dict[str, Scalar] = {}
+        for key in order:
+            for member in reg.members:
+                if member.key == key:
+                    for node in walk(member.value):
+                        if isinstance(node, Scalar) and isinstance(node.value, str):
+                            found.setdefault(node.value, node)
+        return found
 
     def _scalar(self, value: str, raw: Mapping[str, Scalar], *, flow: bool) -> str:
         source = raw.get(value)
