@@ -26,7 +26,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from lazyd.ctl.wrap.jsonspan import Splice, splice
+from lazyd.ctl.wrap.jsonspan import Splice, runs, splice
 from lazyd.ctl.wrap.model import Entry, RegState, check_state_fields, transport_of
 from lazyd.ctl.wrap.yamlnodes import (Alias, Map, Member, Node, Scalar, Seq, column, line_end, line_start,
                                       resolve_plain, to_python, walk)  # fmt: skip
@@ -263,7 +263,7 @@ class YamlConfig:
     def _remove_members(self, reg: Map, indices: Sequence[int]) -> None:
         """Remove members, each run of neighbours as one splice (so that no two edits overlap)."""
         members = reg.members
-        for first, last in _runs(indices):
+        for first, last in runs(indices):
             if reg.flow:
                 if first > 0:
                     self._edits.append(Splice(members[first - 1].value.end, members[last].value.end, ""))
@@ -366,12 +366,3 @@ class YamlConfig:
 def _member(reg: Map, key: str) -> Member:
     return next(m for m in reg.members if m.key == key)
 
-
-def _runs(indices: Sequence[int]) -> list[tuple[int, int]]:
-    runs: list[tuple[int, int]] = []
-    for index in sorted(indices):
-        if runs and runs[-1][1] == index - 1:
-            runs[-1] = (runs[-1][0], index)
-        else:
-            runs.append((index, index))
-    return runs
