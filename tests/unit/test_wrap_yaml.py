@@ -50,6 +50,8 @@ DOCUMENTS = [
     "quoted: \"a\n  b\"\nsingle: 'c\n\n  d'\n",
     "k: &anchor v\nl: *anchor\n",
     "url: http://x:80/a#b\nkey with spaces: v\n\"quoted key\": 1\n",
+    "spaced : before the colon\n'q' : 2\nlist :\n  - a\n",
+    "a: [x]   # flow then comment\nb: \"s\"  # quoted then comment\n",
 ]
 
 

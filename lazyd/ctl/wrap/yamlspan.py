@@ -164,7 +164,9 @@ class _Reader:
             node, end = self.quoted(i)
         else:
             node, end = self.plain(i, parent, flow=False)
-        after = self.skip_inline(end) if not isinstance(node, Scalar) or node.style != "plain" else end
+        after = end
+        while after < len(t) and t[after] in " \t":  # `key : value` is a key too
+            after += 1
         is_key = after < len(t) and t[after] == ":" and (after + 1 >= len(t) or t[after + 1] in " \t\r\n")
         if is_key:
             if anchor or tag:
@@ -191,6 +193,8 @@ class _Reader:
         else:
             node, end = self.plain(i, -1, flow=False, key=True)
             after = end
+            while after < len(t) and t[after] in " \t":
+                after += 1
         if after >= len(t) or t[after] != ":" or not (after + 1 >= len(t) or t[after + 1] in " \t\r\n"):
             raise self.fail(i, "expected a 'key:' here")
         # A key is compared as written (`1:` is the key "1"); a quoted one as decoded.
