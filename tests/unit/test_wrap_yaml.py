@@ -133,6 +133,7 @@ REFUSED = [
     ("an anchor in the server", "  - &s\n    name: s\n    command: x\n", "anchor, alias, tag or merge key"),
     ("an alias as its command", "  - name: s\n    command: *c\n", "anchor, alias, tag or merge key"),
     ("a merge key", "  - name: s\n    <<: *base\n    command: x\n", "anchor, alias, tag or merge key"),
+    ("a merge key that brings the command", "  - name: s\n    <<: *base\n", "anchor, alias, tag or merge key"),
     ("a tag", "  - name: s\n    command: !!str x\n", "anchor, alias, tag or merge key"),
     ("a block scalar command", "  - name: s\n    command: |\n      x\n", "multi-line or block scalar"),
     ("a multi-line argument", "  - name: s\n    command: x\n    args: ['a\n      b']\n", "multi-line or block scalar"),

@@ -111,6 +111,8 @@ class YamlConfig:
         cwd = members.get("cwd")
         cwd = cwd if isinstance(cwd, str) else None
         problem = self._problem(node)
+        if problem is not None and transport == "unknown":
+            transport = "stdio"  # a merge key or alias may bring its command: refused, never skipped
         if transport != "stdio" or problem is not None:
             return _Found(Entry(name, None, transport, None, problem, cwd), node)
         problem = check_state_fields(members)
