@@ -38,6 +38,13 @@ file it cannot start with, ends the shim with that one line and exit status 2.
 The first argument that is not an option starts COMMAND; everything after it goes to the server.
 Every option can also be set with the environment variable shown; the flag wins.
 
+Register it with a client's own command, the server's command line after the shim:
+  claude mcp add NAME -- lazyd-shim npx -y some-server     (codex, copilot and kilo alike)
+  amp mcp add NAME -- lazyd-shim npx -y some-server
+No second `--` is needed (only before a COMMAND that begins with -), and Amp must not get one: it
+keeps only what follows the last `--`, so the shim would be dropped. `lazyctl wrap --client C --all`
+rewrites the registrations a client already has; `lazyctl wrap-status` finds ones without the shim.
+
 options:
   --linger D           keep the server up D after its last client left     LAZYD_LINGER
   --check-linger D     the same for a start only listings came for (a      LAZYD_CHECK_LINGER

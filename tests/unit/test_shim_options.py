@@ -143,6 +143,18 @@ def test_options_and_the_double_dash_are_both_optional() -> None:
     assert parse(["--share=yes", "--", "node"], {}).command == ["node"]
 
 
+def test_the_helps_mcp_add_lines_run_the_servers_command_line_with_no_second_double_dash() -> None:
+    # What a client stores from `X mcp add NAME -- lazyd-shim CMD ARGS` is the shim with CMD ARGS;
+    # Amp stores only what follows the last `--`, so the help must not put one after the shim.
+    lines = [line for line in options.USAGE.splitlines() if " mcp add NAME -- lazyd-shim " in line]
+    assert {line.split()[0] for line in lines} == {"claude", "amp"}
+    for line in lines:
+        stored = line.split(" -- ", 1)[1].split("  ")[0].split()
+        assert stored[0] == "lazyd-shim" and "--" not in stored
+        assert parse(stored[1:], {}).command == ["npx", "-y", "some-server"]
+    assert "keeps only what follows the last `--`" in " ".join(options.USAGE.split())
+
+
 def test_help_and_version_need_no_command() -> None:
     assert parse(["--help"], {}).show_help and parse(["-h"], {}).show_help
     assert parse(["--version"], {}).show_version

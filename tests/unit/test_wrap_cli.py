@@ -212,6 +212,21 @@ def test_check_asks_the_daemon_to_warm_each_wrapped_server_with_its_own_argv_and
 
 
 @pytest.mark.parametrize("fake_daemon", [{"ok": True, "data": {"name": "server-1a2b3c"}}], indirect=True)
+def test_check_of_a_client_lazyd_has_no_profile_for_names_no_client(
+    home: Path, fake_daemon: FakeDaemon, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from lazyd.core.sharing.client_profiles import PROFILES
+
+    assert "crush" not in PROFILES  # if Crush gets a profile, this test should name another client
+    crush = home / "crush.json"
+    crush.write_text('{"mcp": {"s": {"type": "stdio", "command": "/usr/bin/server"}}}')
+    assert lazyctl("wrap", "--client", "crush", "--file", str(crush), "--all", "--check") == 0
+    assert "check s: ok" in capsys.readouterr().out
+    (request,) = fake_daemon.requests
+    assert "client" not in request["args"] and request["args"]["argv"] == ["/usr/bin/server"]
+
+
+@pytest.mark.parametrize("fake_daemon", [{"ok": True, "data": {"name": "server-1a2b3c"}}], indirect=True)
 def test_check_sends_the_clients_initialize_params_from_a_captured_session(
     cursor_file: Path, fake_daemon: FakeDaemon, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from lazyd.ctl.wrap.clients import CLIENTS
 from lazyd.errors import WrapError
 from tests.unit.fixtures_wrap.helpers import JSON_FIXTURES, SHIM, Lazyctl, assert_only_registrations_changed, loads
 
@@ -27,7 +28,7 @@ def lazyctl(tmp_path: Path) -> Lazyctl:
 
 def _servers(doc: object, client: str) -> dict[tuple[str | None, str], dict[str, object]]:
     assert isinstance(doc, dict)
-    container = "servers" if client == "vscode" else "mcpServers"
+    container = CLIENTS[client].container
     found: dict[tuple[str | None, str], dict[str, object]] = {
         (None, name): reg for name, reg in doc.get(container, {}).items()}  # fmt: skip
     for project, scope in doc.get("projects", {}).items() if client == "claude" else ():

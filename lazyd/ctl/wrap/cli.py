@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from lazyd import sockpath
+from lazyd.core.sharing.client_profiles import PROFILES
 from lazyd.ctl.progress import StatusLine
 from lazyd.ctl.wrap import check, clients, engine, shimargs
 from lazyd.errors import UsageError, WrapError
@@ -132,7 +133,10 @@ def run(args: argparse.Namespace) -> int:
         return _fail(prog, str(exc), as_json, EXIT_FAILED)
     checks: list[check.CheckOutcome] = []
     if getattr(args, "check", False) and not report.dry_run and not report.refused:
-        checks = _run_checks(report, getattr(args, "socket", None), os.environ, initialize, args.client, as_json)
+        # A client lazyd has no profile for (Crush) is checked with the daemon's default handshake
+        # and the environment lazyctl runs in, rather than refused as an unknown client.
+        client = args.client if args.client in PROFILES else None
+        checks = _run_checks(report, getattr(args, "socket", None), os.environ, initialize, client, as_json)
     _print(report, checks, as_json)
     if report.refused:
         if not as_json:

@@ -3,16 +3,20 @@
 One table, so adding a client is one entry. Default files are where each client keeps its user (or,
 for VS Code, workspace) registrations on Linux; ``--file`` selects any other file of the same
 layout (Claude Code's project ``.mcp.json``, Cursor's ``.cursor/mcp.json``, VS Code's user profile
-``~/.config/Code/User/mcp.json``, opencode's project ``opencode.json``).
+``~/.config/Code/User/mcp.json``, opencode's project ``opencode.json``, Copilot CLI's project
+``.mcp.json`` or ``.github/mcp.json``, Amp's workspace ``.amp/settings.json``, Crush's project
+``crush.json``).
 
-Two registration layouts: most clients split ``command`` (a string) from ``args`` (an array) and
-call the environment ``env``; opencode keeps the whole argv in ``command`` (an array) and calls it
+Three registration layouts: most clients split ``command`` (a string) from ``args`` (an array) and
+call the environment ``env``, under a key that maps names to registrations (Amp's key is the flat
+``"amp.mcpServers"``); opencode and Kilo keep the whole argv in ``command`` (an array) and call it
 ``environment`` (``argv=True``, ``env_key``), under ``mcp`` (1.x) or ``mcp.servers`` (2.x's
-layout, which 1.18 reads too: ``nested``).
+layout, which 1.18 reads too: ``nested``); Continue keeps a YAML list of registrations that carry
+their own ``name`` (format ``yaml``).
 
 JSON dialects follow what each client itself accepts, so that we preserve what it allows and refuse
-what it would refuse: VS Code reads JSONC (comments, trailing commas), Gemini CLI strips comments
-from settings.json before parsing it, the others use strict JSON.
+what it would refuse: VS Code, opencode, Kilo, Copilot CLI and Amp read comments and trailing
+commas, Gemini CLI strips comments from settings.json before parsing it, the others use strict JSON.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from lazyd.ctl.wrap.jsonspan import STRICT, Dialect
 class Client:
     name: str
     title: str
-    format: Literal["json", "toml"]
+    format: Literal["json", "toml", "yaml"]
     container: str  # the key (JSON) or table (TOML) that maps server names to registrations
     default_file: Callable[[Mapping[str, str], Path], Path]  # (environment, cwd) -> path
     default_file_text: str  # for --help and docs
@@ -60,13 +64,47 @@ def _codex(env: Mapping[str, str], cwd: Path) -> Path:
     return Path(codex_home) / "config.toml" if codex_home.startswith("/") else _home(env) / ".codex" / "config.toml"
 
 
+def _config_home(env: Mapping[str, str]) -> Path:
+    config_home = env.get("XDG_CONFIG_HOME", "")
+    return Path(config_home) if config_home.startswith("/") else _home(env) / ".config"
+
+
+def _first_existing(directory: Path, names: tuple[str, ...]) -> Path:
+    candidates = [directory / name for name in names]
+    return next((path for path in candidates if path.exists()), candidates[0])
+
+
 def _opencode(env: Mapping[str, str], cwd: Path) -> Path:
     # opencode's own rule for its global config (where `opencode mcp add` writes): the first of
     # these that exists in $XDG_CONFIG_HOME/opencode (~/.config/opencode), else the first.
-    config_home = env.get("XDG_CONFIG_HOME", "")
-    base = Path(config_home) if config_home.startswith("/") else _home(env) / ".config"
-    candidates = [base / "opencode" / name for name in ("opencode.jsonc", "opencode.json", "config.json")]
-    return next((path for path in candidates if path.exists()), candidates[0])
+    return _first_existing(_config_home(env) / "opencode", ("opencode.jsonc", "opencode.json", "config.json"))
+
+
+def _kilo(env: Mapping[str, str], cwd: Path) -> Path:
+    # Kilo CLI (7.7) writes `kilo mcp add` to the first of kilo.jsonc, kilo.json, opencode.jsonc,
+    # opencode.json that exists in $XDG_CONFIG_HOME/kilo, else kilo.jsonc; it reads config.json
+    # there too (but never writes it), so a config.json alone is the file that holds servers.
+    return _first_existing(_config_home(env) / "kilo",
+                           ("kilo.jsonc", "kilo.json", "opencode.jsonc", "opencode.json", "config.json"))
+
+
+def _copilot(env: Mapping[str, str], cwd: Path) -> Path:
+    # `copilot help environment`: COPILOT_HOME replaces ~/.copilot for configuration and state.
+    copilot_home = env.get("COPILOT_HOME", "")
+    return (Path(copilot_home) if copilot_home.startswith("/") else _home(env) / ".copilot") / "mcp-config.json"
+
+
+def _continue(env: Mapping[str, str], cwd: Path) -> Path:
+    # cn's continueHome: CONTINUE_GLOBAL_DIR (a relative one against the current directory), else ~/.continue.
+    global_dir = env.get("CONTINUE_GLOBAL_DIR", "")
+    base = Path(os.path.normpath(cwd / global_dir)) if global_dir else _home(env) / ".continue"
+    return base / "config.yaml"
+
+
+def _crush(env: Mapping[str, str], cwd: Path) -> Path:
+    # Crush's global config: $CRUSH_GLOBAL_CONFIG/crush.json, else $XDG_CONFIG_HOME/crush/crush.json.
+    global_dir = env.get("CRUSH_GLOBAL_CONFIG", "")
+    return (Path(global_dir) if global_dir.startswith("/") else _config_home(env) / "crush") / "crush.json"
 
 
 CLIENTS: dict[str, Client] = {
@@ -90,6 +128,26 @@ CLIENTS: dict[str, Client] = {
                "~/.config/opencode/opencode.jsonc, opencode.json or config.json (the first that exists)",
                dialect=Dialect(comments=True, trailing_commas=True), argv=True, env_key="environment",
                nested="servers"),
+        Client("copilot", "GitHub Copilot CLI", "json", "mcpServers", _copilot,
+               "~/.copilot/mcp-config.json ($COPILOT_HOME/mcp-config.json)",
+               dialect=Dialect(comments=True, trailing_commas=True)),
+        # Kilo CLI is an opencode fork: opencode's layout and dialect at its own path.
+        Client("kilo", "Kilo CLI", "json", "mcp", _kilo,
+               "~/.config/kilo/kilo.jsonc, kilo.json, opencode.jsonc, opencode.json or config.json "
+               "(the first that exists)",
+               dialect=Dialect(comments=True, trailing_commas=True), argv=True, env_key="environment",
+               nested="servers"),
+        # Continue's cn: a YAML list of servers, each with its own `name` (yamledit.py).
+        Client("continue", "Continue (cn)", "yaml", "mcpServers", _continue,
+               "~/.continue/config.yaml ($CONTINUE_GLOBAL_DIR/config.yaml)"),
+        # Amp's settings are VS Code-style flat dotted keys: the container is the one member
+        # named "amp.mcpServers" (Amp ignores a nested {"amp": {"mcpServers": ...}}); it reads
+        # them with comments and trailing commas.
+        Client("amp", "Amp", "json", "amp.mcpServers",
+               lambda env, cwd: _config_home(env) / "amp" / "settings.json", "~/.config/amp/settings.json",
+               dialect=Dialect(comments=True, trailing_commas=True)),
+        Client("crush", "Crush", "json", "mcp", _crush,
+               "~/.config/crush/crush.json ($CRUSH_GLOBAL_CONFIG/crush.json)"),
     )
 }  # fmt: skip
 

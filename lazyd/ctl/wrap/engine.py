@@ -27,6 +27,7 @@ from lazyd.ctl.wrap.jsonedit import JsonConfig
 from lazyd.ctl.wrap.model import Entry, RegState
 from lazyd.ctl.wrap.records import Record, RecordStore, RegKey
 from lazyd.ctl.wrap.tomledit import TomlConfig
+from lazyd.ctl.wrap.yamledit import YamlConfig
 from lazyd.errors import SetupError, UsageError, WrapError
 from lazyd.paths import resolve_paths
 
@@ -111,6 +112,8 @@ def open_config(client: clients.Client, data: bytes, where: str) -> Config:
     """Parse ``data`` as ``client``'s config. Raises WrapError for a malformed file."""
     if client.format == "toml":
         return TomlConfig(data, container=client.container, where=where)
+    if client.format == "yaml":
+        return YamlConfig(data, container=client.container, where=where)
     return JsonConfig(data, container=client.container, projects=client.projects, dialect=client.dialect,
                       where=where, argv=client.argv, env_key=client.env_key, nested=client.nested)  # fmt: skip
 
@@ -209,15 +212,49 @@ def _status(request: Request, client: clients.Client, path: Path, store: RecordS
         raise WrapError(f"cannot read {path}: {exc.strerror}") from None
     file = os.path.realpath(path)
     config = open_config(client, data, str(path))
-    records = store.for_file(client.name, file)
+    every = store.every()
+    records = [r for r in every if r.key.client == client.name and r.key.file == file]
     by_key = {r.key: r for r in records}
+    twins: list[tuple[RegKey, tuple[str, ...]]] | None = None
     for key, entry, refusal in _select(request, config.entries(), records, file, client.name):
         if refusal is not None:
             report.statuses.append(plan.Status(key.server, None, "ambiguous", False, False, False, refusal))
             continue
         if entry is None and key not in by_key:
             raise WrapError(f"no server named {key.server!r} in {path}")
-        report.statuses.append(plan.describe(entry, by_key.get(key), settings.shim, key.server, key.project))
+        twin = None
+        if entry is not None and entry.state is not None and key not in by_key:
+            if twins is None:
+                twins = _wrapped_servers(every, settings.shim)
+            twin = next((_twin_label(other) for other, argv in twins
+                         if other != key and plan.same_server(entry.state, argv)), None)  # fmt: skip
+        report.statuses.append(plan.describe(entry, by_key.get(key), settings.shim, key.server, key.project, twin))
+
+
+def _wrapped_servers(records: list[Record], shim: str) -> list[tuple[RegKey, tuple[str, ...]]]:
+    """The server argv of each registration lazyd wrapped that still runs through the shim, read
+    from its file. Best effort: a file that is gone or unreadable now only hides its servers."""
+    found: list[tuple[RegKey, tuple[str, ...]]] = []
+    entries: dict[tuple[str, str], list[Entry]] = {}
+    for record in records:
+        where = (record.key.client, record.key.file)
+        if where not in entries:
+            try:
+                spec = clients.client_named(record.key.client)
+                entries[where] = open_config(spec, Path(record.key.file).read_bytes(), record.key.file).entries()
+            except (OSError, WrapError, UsageError):
+                entries[where] = []
+        for entry in entries[where]:
+            if (entry.name, entry.project) == (record.key.server, record.key.project) and entry.state is not None:
+                argv = plan.server_argv(entry.state, record.shim) or plan.server_argv(entry.state, shim)
+                if argv:
+                    found.append((record.key, argv))
+    return found
+
+
+def _twin_label(key: RegKey) -> str:
+    title = clients.CLIENTS[key.client].title if key.client in clients.CLIENTS else key.client
+    return f"{title}'s {key.label()} ({key.file})"
 
 
 def _decide(request: Request, key: RegKey, entry: Entry | None, record: Record | None,

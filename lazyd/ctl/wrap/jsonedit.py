@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from lazyd.ctl.wrap.jsonspan import (Array, Dialect, Member, Node, Object, Scalar, Splice,
-                                     parse, splice, to_python)  # fmt: skip
+                                     parse, runs, splice, to_python)  # fmt: skip
 from lazyd.ctl.wrap.model import Entry, RegState, check_state_fields, transport_of
 from lazyd.errors import JsonSyntaxError, WrapError
 
@@ -242,7 +242,7 @@ class JsonConfig:
         for anchor, key, value in inserts:
             at = obj.members[anchor].value.end
             self._edits.append(Splice(at, at, "," + sep + self._member_text(obj, key, value)))
-        for first, last in _runs(removals):
+        for first, last in runs(removals):
             if first == 0 and last == len(obj.members) - 1:
                 self._edits.append(Splice(obj.start + 1, obj.end - 1, ""))
             elif first > 0:
@@ -347,15 +347,6 @@ def _only(obj: Object, key: str) -> list[Member]:
 def _index(obj: Object, key: str) -> int:
     return next(i for i, m in enumerate(obj.members) if m.key == key)
 
-
-def _runs(indices: set[int]) -> list[tuple[int, int]]:
-    runs: list[tuple[int, int]] = []
-    for index in sorted(indices):
-        if runs and runs[-1][1] == index - 1:
-            runs[-1] = (runs[-1][0], index)
-        else:
-            runs.append((index, index))
-    return runs
 
 
 def _line_start(text: str, index: int) -> int:

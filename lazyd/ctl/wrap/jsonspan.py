@@ -25,7 +25,7 @@ import gc
 import json
 import json.decoder
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from lazyd.errors import JsonSyntaxError
@@ -279,3 +279,15 @@ def splice(text: str, edits: list[Splice]) -> str:
         cursor = edit.end
     out.append(text[cursor:])
     return "".join(out)
+
+
+def runs(indices: Iterable[int]) -> list[tuple[int, int]]:
+    """Runs of consecutive indices as (first, last) pairs, in order: neighbours removed together
+    are one splice (two that touch would overlap)."""
+    found: list[tuple[int, int]] = []
+    for index in sorted(indices):
+        if found and found[-1][1] == index - 1:
+            found[-1] = (found[-1][0], index)
+        else:
+            found.append((index, index))
+    return found

@@ -24,6 +24,7 @@ reason. The rules, in the issue's words and ours:
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
@@ -215,7 +216,9 @@ def _restored_env(current: Mapping[str, object] | None, record: Record | None) -
 
 @dataclass(frozen=True)
 class Status:
-    """One row of wrap-status. ``recoverable``: unwrap --recover could restore it without a record."""
+    """One row of wrap-status. ``recoverable``: unwrap --recover could restore it without a record;
+    ``without_shim``: it runs a server directly that lazyd wrapped for it (or, in another
+    registration, runs through lazyd-shim), so the shim was lost on the way into the file."""
 
     server: str
     project: str | None
@@ -224,15 +227,43 @@ class Status:
     managed: bool
     recoverable: bool
     note: str
+    without_shim: bool = False
 
     def to_json(self) -> dict[str, object]:
         return {"server": self.server, "project": self.project, "transport": self.transport,
                 "wrapped": self.wrapped, "managed": self.managed, "recoverable": self.recoverable,
-                "note": self.note}  # fmt: skip
+                "without_shim": self.without_shim, "note": self.note}  # fmt: skip
 
 
-def describe(entry: Entry | None, record: Record | None, shim: str, name: str, project: str | None) -> Status:
-    """The status row of one registration (``entry`` None: only a record remains)."""
+WITHOUT_SHIM = "registered without lazyd-shim"
+
+
+def server_argv(state: RegState, shim: str) -> tuple[str, ...] | None:
+    """The server a wrapped registration runs (its args after the shim's options), or None when it
+    is not wrapped or its args name no command."""
+    if not shimargs.is_shim(state.command, {shim}):
+        return None
+    args = state.args or ()
+    try:
+        return tuple(args[shimargs.command_index(args):])
+    except ValueError:
+        return None
+
+
+def same_server(state: RegState, argv: tuple[str, ...]) -> bool:
+    """Whether a direct registration runs ``argv``: the same arguments, and a command that is the
+    same program (one client may name it by path, another by name on its PATH)."""
+    if not argv or tuple(state.args or ()) != argv[1:]:
+        return False
+    return state.command == argv[0] or os.path.basename(state.command) == os.path.basename(argv[0])
+
+
+def describe(entry: Entry | None, record: Record | None, shim: str, name: str, project: str | None,
+             twin: str | None = None) -> Status:  # fmt: skip
+    """The status row of one registration (``entry`` None: only a record remains). ``twin`` names
+    another registration that runs this one's server through lazyd-shim, when this one runs it
+    directly and lazyd has no record of it (``amp mcp add NAME -- lazyd-shim -- CMD`` keeps only
+    what follows the last ``--``: the shim is dropped and nothing says so)."""
     if entry is None:
         return Status(name, project, "missing", False, record is not None, False,
                       "recorded as wrapped but no longer in the file (unwrap forgets it)")  # fmt: skip
@@ -251,8 +282,13 @@ def describe(entry: Entry | None, record: Record | None, shim: str, name: str, p
         except ValueError:
             recoverable = False
     note = entry.problem or ""
+    without_shim = False
     if managed and not wrapped:
-        note = "the client rewrote it to run directly: reapply wraps it again"
+        without_shim = True
+        note = f"{WITHOUT_SHIM}: the client rewrote it to run directly; reapply wraps it again"
+    elif not wrapped and twin is not None:
+        without_shim = True
+        note = f"{WITHOUT_SHIM}, though {twin} runs the same server through it: wrap it"
     elif wrapped and not managed:
         note = "no record: unwrap --recover restores it" if recoverable else "no record, and its args name no command"
     elif managed and wrapped:
@@ -262,4 +298,4 @@ def describe(entry: Entry | None, record: Record | None, shim: str, name: str, p
             note = "managed settings changed by hand: " + ", ".join(changed)
     elif shimargs.foreign_relay(state.command):
         note = f"runs through {shimargs.foreign_relay(state.command)}"
-    return Status(name, project, "stdio", wrapped, managed, recoverable, note)
+    return Status(name, project, "stdio", wrapped, managed, recoverable, note, without_shim)

@@ -126,6 +126,10 @@ class RecordStore:
 
     def for_file(self, client: str, file: str) -> list[Record]:
         """Every record of ``client``'s ``file`` (including servers no longer in the file)."""
+        return [r for r in self.every() if r.key.client == client and r.key.file == file]
+
+    def every(self) -> list[Record]:
+        """Every record, of every client and file, in file-name order."""
         try:
             names = sorted(os.listdir(self.directory))
         except FileNotFoundError:
@@ -141,9 +145,7 @@ class RecordStore:
                 raw = path.read_bytes()
             except OSError:
                 continue  # removed by a concurrent unwrap of another file
-            record = self._decode(raw, path)
-            if record.key.client == client and record.key.file == file:
-                found.append(record)
+            found.append(self._decode(raw, path))
         return found
 
     def save(self, record: Record) -> None:

@@ -23,6 +23,9 @@ JSON_FIXTURES = [
     ("gemini", "gemini.json"),
     ("vscode", "vscode.json"),
     ("windsurf", "windsurf.json"),
+    ("copilot", "copilot.json"),
+    ("amp", "amp.json"),
+    ("crush", "crush.json"),
 ]
 SECRETS = ["sk-SECRET-filesystem", "SECRET-http", "ghp_SECRET", "$MY_API_TOKEN", "BSA-SECRET", "SECRET-docs",
            "SECRET-sub", "${input:api-key}"]  # fmt: skip

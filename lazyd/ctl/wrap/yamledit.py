@@ -1,0 +1,370 @@
+"""Registrations in a YAML client config (Continue's ``mcpServers:`` list), edited in place by splicing.
+
+Continue (``cn``, and the IDE extensions) reads ``config.yaml`` with a list of servers, each named
+by its own ``name`` member: ``mcpServers: [{name, command, args, env, cwd, type, url, ...}]``, in
+block style (``- name: x`` items) or flow style (``- {name: x, command: y}``). The spans come from
+yamlspan.py, and, as with JSON (jsonedit.py), only edited values change, by difference, so that
+wrap and unwrap are inverse at the byte level whenever the user changed nothing in between:
+
+- a block member or item is inserted or removed as whole lines (its indentation copied from its
+  neighbours, the file's line ends kept); a flow one with the ``, `` that joins it;
+- a string moved between ``command`` and ``args`` keeps its source spelling when that spelling
+  means the same thing where it lands (a plain scalar with a ``,`` cannot go into a flow list);
+- a new string is written plain when YAML would read it back as that same string (``30m``,
+  ``/usr/bin/lazyd-shim``), else double-quoted (``"1"``, ``"true"``, ``"a: b"``).
+
+Refused, with ``Entry.problem``: a server that uses an anchor, alias, tag or merge key (editing it
+would change what the alias means elsewhere, or the other way round), a command, argument or env
+entry written as a block or multi-line scalar, a duplicate key in the server or its env, two
+servers with one name, and command/args/env of the wrong type.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from lazyd.ctl.wrap.jsonspan import Splice, runs, splice
+from lazyd.ctl.wrap.model import Entry, RegState, check_state_fields, transport_of
+from lazyd.ctl.wrap.yamlnodes import (Alias, Map, Member, Node, Scalar, Seq, column, line_end, line_start,
+                                      resolve_plain, to_python, walk)  # fmt: skip
+from lazyd.ctl.wrap.yamlspan import parse
+from lazyd.errors import WrapError
+
+BOM = "\ufeff"
+DEFAULT_STEP = 2  # indentation added per level when a file gives no example to copy
+_PLAIN_SAFE = re.compile(r"[A-Za-z0-9_/.~+@=$%^]([A-Za-z0-9_/.~+@=$%^:-]*[A-Za-z0-9_/.~+@=$%^-])?|-[A-Za-z0-9_/.~+@=-][A-Za-z0-9_/.~+@=$%^:-]*")
+# Plain scalars we write ourselves: no spaces, no flow indicators, no ': ' or ' #', not starting
+# with an indicator other than a '-' that begins an option (`-y`, `--port`).
+
+
+@dataclass(eq=False)
+class _Found:
+    entry: Entry
+    node: Map | None
+
+
+class YamlConfig:
+    """One YAML config file: parse once, apply edits to several registrations, render once."""
+
+    def __init__(self, data: bytes, *, container: str, where: str) -> None:
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise WrapError(f"{where} is not UTF-8 (byte {exc.start}); refusing to edit it") from None
+        self.text = text
+        self._where = where
+        self._container = container
+        try:
+            root = parse(text, 1 if text.startswith(BOM) else 0)
+        except WrapError as exc:
+            raise WrapError(f"{where} cannot be read as YAML: {exc}") from None
+        self._ascii = text.isascii()
+        first = text.find("\n")
+        self._newline = "\r\n" if first > 0 and text[first - 1] == "\r" else "\n"
+        self._found = self._locate(root)
+        self._edits: list[Splice] = []
+
+    # --- finding ------------------------------------------------------------------------------
+
+    def entries(self) -> list[Entry]:
+        return [found.entry for found in self._found]
+
+    def _locate(self, root: Node | None) -> list[_Found]:
+        if root is None:
+            return []
+        if not isinstance(root, Map):
+            raise WrapError(f"{self._where}: the top level is not a mapping")
+        members = root.find(self._container)
+        if not members:
+            return []
+        if len(members) > 1:
+            raise WrapError(f"{self._where}: {self._container} appears twice")
+        servers = members[0].value
+        if isinstance(servers, Scalar) and servers.value is None:
+            return []
+        if isinstance(servers, Alias) or servers.anchor is not None:
+            raise WrapError(f"{self._where}: {self._container} is an alias or has an anchor; "
+                            "lazyctl cannot edit it safely")  # fmt: skip
+        if not isinstance(servers, Seq):
+            raise WrapError(f"{self._where}: {self._container} is not a list")
+        found = [self._entry(index, item) for index, item in enumerate(servers.items)]
+        names = [f.entry.name for f in found]
+        for f in found:
+            if names.count(f.entry.name) > 1 and f.entry.problem is None:
+                f.entry = Entry(f.entry.name, None, f.entry.transport, None,
+                                f"two servers are named {f.entry.name!r} in {self._container}", f.entry.cwd)  # fmt: skip
+        return found
+
+    def _entry(self, index: int, node: Node) -> _Found:
+        label = f"{self._container}[{index}]"
+        if not isinstance(node, Map):
+            return _Found(Entry(label, None, "unknown", None, "the registration is not a mapping"), None)
+        members = to_python(node)
+        assert isinstance(members, dict)
+        name = members.get("name")
+        if not isinstance(name, str) or not name:
+            return _Found(Entry(label, None, "unknown", None, "the registration has no name"), node)
+        transport = transport_of(members)
+        cwd = members.get("cwd")
+        cwd = cwd if isinstance(cwd, str) else None
+        problem = self._problem(node)
+        if problem is not None and transport == "unknown":
+            transport = "stdio"  # a merge key or alias may bring its command: refused, never skipped
+        if transport != "stdio" or problem is not None:
+            return _Found(Entry(name, None, transport, None, problem, cwd), node)
+        problem = check_state_fields(members)
+        if problem is not None:
+            return _Found(Entry(name, None, transport, None, problem, cwd), node)
+        args, env = members.get("args"), members.get("env")
+        state = RegState(members["command"], tuple(args) if isinstance(args, list) else None,
+                         dict(env) if isinstance(env, dict) else None)  # fmt: skip
+        return _Found(Entry(name, None, transport, state, None, cwd), node)
+
+    def _problem(self, reg: Map) -> str | None:
+        if any(n.anchor is not None or n.tag is not None or isinstance(n, Alias) for n in walk(reg)) or reg.find("<<"):
+            return "it uses a YAML anchor, alias, tag or merge key, which lazyctl cannot edit safely"
+        duplicate = reg.duplicate_key()
+        if duplicate is not None:
+            return f"duplicate key {duplicate!r} in the registration"
+        for member in reg.members:
+            if member.key in ("command", "args", "env"):
+                if isinstance(member.value, Map) and member.value.duplicate_key() is not None:
+                    return f"duplicate key {member.value.duplicate_key()!r} in its env"
+                if any(isinstance(n, Scalar) and (n.multiline or n.style in "|>") and n.style != "empty"
+                       for n in walk(member.value)):
+                    return f"its {member.key} uses a multi-line or block scalar, which lazyctl cannot edit safely"
+                if isinstance(member.value, Seq) and not member.value.flow and any(
+                        self.text[line_start(self.text, m) : m].strip(" ") for m in member.value.marks):
+                    return f"its {member.key} list shares a line with another item"
+        return None
+
+    # --- editing ------------------------------------------------------------------------------
+
+    def apply(self, entry: Entry, new: RegState) -> list[str]:
+        """Queue the splices that turn ``entry``'s registration into ``new``; return changed field names."""
+        found = next(f for f in self._found if f.entry is entry)
+        old = entry.state
+        assert found.node is not None and old is not None, "only editable entries are applied"
+        reg = found.node
+        # Source spellings by value: the arguments' first where the command is edited (unwrap
+        # moves the first one back), the command's first where args are (wrap moves it there).
+        command_raw, args_raw = self._raw_strings(reg, ("args", "command")), self._raw_strings(reg, ("command", "args"))
+        changed: list[str] = []
+        removals: list[int] = []
+        command = _member(reg, "command")
+        if new.command != old.command:
+            self._edits.append(Splice(command.value.start, command.value.end,
+                                      self._scalar(new.command, command_raw, flow=reg.flow)))  # fmt: skip
+            changed.append("command")
+        if new.args != old.args:
+            changed.append("args")
+            if new.args is None:
+                removals.append(reg.members.index(_member(reg, "args")))
+            elif old.args is None:
+                self._insert_member(reg, command, "args", self._new_seq(reg, new.args, args_raw))
+            else:
+                seq = _member(reg, "args").value
+                assert isinstance(seq, Seq)
+                self._edit_seq(seq, old.args, new.args, args_raw)
+        if new.env != old.env:
+            if new.env is None:
+                removals.append(reg.members.index(_member(reg, "env")))
+                changed.append("env")
+            elif old.env is None:
+                self._insert_member(reg, reg.members[-1], "env", self._new_map(reg, new.env))
+                changed += ["env"] + [f"env.{k}" for k in new.env]
+            else:
+                env = _member(reg, "env").value
+                assert isinstance(env, Map)
+                changed += self._edit_env(env, old.env, new.env)
+        self._remove_members(reg, removals)  # together: neighbours are one splice
+        return changed
+
+    def render(self) -> bytes:
+        return splice(self.text, self._edits).encode("utf-8")
+
+    # --- scalars ------------------------------------------------------------------------------
+
+    def _raw_strings(self, reg: Map, order: tuple[str, str]) -> dict[str, Scalar]:
+        """Command and args strings by value, so a moved string keeps its quoting: of a value
+        found more than once, its first spelling in the member named first in ``order``."""
+        found: dict[str, Scalar] = {}
+        for key in order:
+            for member in reg.members:
+                if member.key == key:
+                    for node in walk(member.value):
+                        if isinstance(node, Scalar) and isinstance(node.value, str):
+                            found.setdefault(node.value, node)
+        return found
+
+    def _scalar(self, value: str, raw: Mapping[str, Scalar], *, flow: bool) -> str:
+        source = raw.get(value)
+        if source is not None:
+            text = self.text[source.start : source.end]
+            if source.style != "plain" or not flow or not any(c in text for c in ",[]{}"):
+                return text
+        if _PLAIN_SAFE.fullmatch(value) and resolve_plain(value) == value:
+            return value
+        return json.dumps(value, ensure_ascii=self._ascii)
+
+    # --- members ------------------------------------------------------------------------------
+
+    def _indent(self, reg: Map) -> str:
+        return " " * column(self.text, reg.members[0].key_start)
+
+    def _step(self, reg: Map) -> int:
+        for member in reg.members:
+            value = member.value
+            if isinstance(value, Map) and not value.flow and value.members:
+                return max(1, column(self.text, value.members[0].key_start) - column(self.text, member.key_start))
+            if isinstance(value, Seq) and not value.flow and value.marks:
+                step = column(self.text, value.marks[0]) - column(self.text, member.key_start)
+                if step > 0:
+                    return step
+        return DEFAULT_STEP
+
+    def _new_seq(self, reg: Map, items: Sequence[str], raw: Mapping[str, Scalar]) -> str:
+        if reg.flow or not items:
+            return "[" + ", ".join(self._scalar(v, raw, flow=True) for v in items) + "]"
+        pad = self._indent(reg) + " " * self._step(reg)
+        return "".join(self._newline + pad + "- " + self._scalar(v, raw, flow=False) for v in items)
+
+    def _new_map(self, reg: Map, values: Mapping[str, object]) -> str:
+        pairs = [(self._scalar(k, {}, flow=True), self._value(v)) for k, v in values.items()]
+        if reg.flow or not pairs:
+            return "{" + ", ".join(f"{k}: {v}" for k, v in pairs) + "}"
+        pad = self._indent(reg) + " " * self._step(reg)
+        return "".join(f"{self._newline}{pad}{k}: {v}" for k, v in pairs)
+
+    def _value(self, value: object) -> str:
+        if isinstance(value, str):
+            return self._scalar(value, {}, flow=True)
+        return json.dumps(value, ensure_ascii=self._ascii)
+
+    def _member_text(self, key: str, value: str) -> str:
+        # A block collection value starts on the next line ("args:" + lines); a scalar after ": ".
+        return f"{key}:{value}" if value.startswith(self._newline) else f"{key}: {value}"
+
+    def _insert_member(self, reg: Map, after: Member, key: str, value: str) -> None:
+        text = self._member_text(key, value)
+        if reg.flow:
+            self._edits.append(Splice(after.value.end, after.value.end, ", " + text))
+            return
+        end = line_end(self.text, max(after.value.end, after.key_end))
+        if end < len(self.text):
+            self._edits.append(Splice(end + 1, end + 1, self._indent(reg) + text + self._newline))
+        else:
+            self._edits.append(Splice(end, end, self._newline + self._indent(reg) + text))
+
+    def _remove_member(self, reg: Map, member: Member) -> None:
+        self._remove_members(reg, [reg.members.index(member)])
+
+    def _remove_members(self, reg: Map, indices: Sequence[int]) -> None:
+        """Remove members, each run of neighbours as one splice (so that no two edits overlap)."""
+        members = reg.members
+        for first, last in runs(indices):
+            if reg.flow:
+                if first > 0:
+                    self._edits.append(Splice(members[first - 1].value.end, members[last].value.end, ""))
+                elif last + 1 < len(members):
+                    self._edits.append(Splice(members[first].key_start, members[last + 1].key_start, ""))
+                else:
+                    self._edits.append(Splice(members[first].key_start, members[last].value.end, ""))
+                continue
+            following = members[last + 1].key_start if last + 1 < len(members) else None
+            self._remove_lines(members[first].key_start, max(members[last].value.end, members[last].key_end), following)
+
+    def _remove_lines(self, start: int, last: int, following: int | None) -> None:
+        """Remove the lines from ``start``'s to ``last``'s, with one line end. When ``start`` is not
+        first on its line (the first member of a ``- key: value`` item), remove up to the next
+        member instead, so that it takes the item's place."""
+        t = self.text
+        first = line_start(t, start)
+        if t[first:start].strip(" "):
+            assert following is not None, "the only member of an item is never removed"
+            self._edits.append(Splice(start, following, ""))
+            return
+        end = line_end(t, last)
+        if end < len(t):
+            self._edits.append(Splice(first, end + 1, ""))
+        else:
+            cut = first - 1 if first > 0 else first
+            if cut > 0 and t[cut - 1] == "\r":
+                cut -= 1
+            self._edits.append(Splice(cut, end, ""))
+
+    # --- sequences and env ----------------------------------------------------------------------
+
+    def _edit_seq(self, seq: Seq, old: Sequence[str], new: Sequence[str], raw: Mapping[str, Scalar]) -> None:
+        grow = len(new) - len(old)
+        t = self.text
+        if grow > 0 and tuple(new[grow:]) == tuple(old):
+            prefix = new[:grow]
+            if seq.flow:
+                words = [self._scalar(v, raw, flow=True) for v in prefix]
+                if not seq.items:
+                    self._edits.append(Splice(seq.start + 1, seq.start + 1, ", ".join(words)))
+                    return
+                sep = self._flow_separator(seq.items)
+                self._edits.append(Splice(seq.items[0].start, seq.items[0].start, sep.join(words) + sep))
+                return
+            mark = seq.marks[0]
+            lead = t[line_start(t, mark) : mark] + "-" + t[mark + 1 : seq.items[0].start]
+            lines = "".join(lead + self._scalar(v, raw, flow=False) + self._newline for v in prefix)
+            self._edits.append(Splice(line_start(t, mark), line_start(t, mark), lines))
+        elif grow < 0 and tuple(old[-grow:]) == tuple(new):
+            if seq.flow:
+                if new:
+                    self._edits.append(Splice(seq.items[0].start, seq.items[-grow].start, ""))
+                else:
+                    self._edits.append(Splice(seq.items[0].start, seq.items[-1].end, ""))
+            elif new:
+                self._edits.append(Splice(line_start(t, seq.marks[0]), line_start(t, seq.marks[-grow]), ""))
+            else:
+                self._edits.append(Splice(seq.start, seq.end, "[]"))
+        elif seq.flow or not new:
+            self._edits.append(Splice(seq.start, seq.end, "[" + ", ".join(self._scalar(v, raw, flow=True) for v in new) + "]"))
+        else:
+            mark = seq.marks[0]
+            lead = t[line_start(t, mark) : mark] + "- "
+            body = self._newline.join(lead + self._scalar(v, raw, flow=False) for v in new)
+            end = line_end(t, seq.end)
+            self._edits.append(Splice(line_start(t, mark), end - 1 if t[end - 1] == "\r" else end, body))
+
+    def _flow_separator(self, items: Sequence[Node]) -> str:
+        if len(items) >= 2:
+            gap = self.text[items[0].end : items[1].start]
+            if gap.strip(" \t\r\n") == ",":
+                return gap
+        return ", "
+
+    def _edit_env(self, env: Map, old: Mapping[str, object], new: Mapping[str, object]) -> list[str]:
+        changed: list[str] = []
+        removed = [i for i, member in enumerate(env.members) if member.key not in new]
+        self._remove_members(env, removed)
+        for member in env.members:
+            if member.key not in new:
+                changed.append(f"env.{member.key}")
+            elif old.get(member.key) != new[member.key]:
+                node = member.value
+                self._edits.append(Splice(node.start, node.end, self._value(new[member.key])))
+                changed.append(f"env.{member.key}")
+        added = {k: v for k, v in new.items() if k not in old}
+        if added:
+            changed += [f"env.{k}" for k in added]
+            if not env.members:
+                body = ", ".join(f"{self._scalar(k, {}, flow=True)}: {self._value(v)}" for k, v in added.items())
+                self._edits.append(Splice(env.start + 1, env.start + 1, body))
+            else:
+                last = env.members[-1]
+                for key, setting in added.items():
+                    self._insert_member(env, last, self._scalar(key, {}, flow=True), self._value(setting))
+        return changed
+
+
+def _member(reg: Map, key: str) -> Member:
+    return next(m for m in reg.members if m.key == key)
+
