@@ -16,7 +16,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 __all__ = ["PAGE_BYTES", "Stat", "parse_stat", "read_stat", "start_time_ticks", "pids", "stats",
-           "session_members", "group_members", "read_environ", "read_cmdline", "read_cgroup", "read_comm"]
+           "session_members", "group_members", "read_environ", "read_cmdline", "read_cgroup", "read_comm",
+           "read_pss"]
 
 PROC = "/proc"
 PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")  # /proc/<pid>/stat counts resident memory in pages
@@ -145,3 +146,24 @@ def read_comm(pid: int) -> str | None:
     """The process's command name (at most 15 bytes, as the kernel keeps it), or None."""
     data = _read(pid, "comm")
     return data.rstrip(b"\n").decode("utf-8", "replace") if data is not None else None
+
+
+def read_pss(pid: int) -> int | None:
+    """The proportional set size of `pid` in bytes (/proc/<pid>/smaps_rollup's `Pss:`), or None.
+
+    PSS charges each resident page to the processes that map it in equal parts, so the PSS of
+    several processes adds up to what they really cost together; RSS counts a shared page (a
+    node binary, libc) once per process. Reading it walks the process's mappings in the kernel:
+    hundreds of microseconds for a large process, so callers read it only when they need it.
+    """
+    data = _read(pid, "smaps_rollup")
+    if data is None:
+        return None
+    for line in data.splitlines():
+        if line.startswith(b"Pss:"):
+            fields = line.split()
+            try:
+                return int(fields[1]) * 1024  # in kB, as every size in that file
+            except (IndexError, ValueError):
+                return None
+    return None  # a kernel thread, or a zombie: no mappings

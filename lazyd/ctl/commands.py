@@ -61,8 +61,10 @@ def cmd_status(args: argparse.Namespace, out: Output) -> int:
         for pid, sock in others:
             head += f"\nanother lazyd of yours runs (pid {pid}) on {sock}: lazyctl --socket {sock} status"
         head += fmt.walls(data.get("refused"), data.get("fallbacks"))
+        head += fmt.pressure_line(data.get("pressure"))
+        summary = fmt.summary_line(rows, data.get("lazyd"))
         if not rows:
-            return f"{head}\nno servers registered yet\n{fmt.summary_line(rows)}"
+            return f"{head}\nno servers registered yet\n{summary}"
         lines = [head, fmt.status_table(rows, time.time())]
         apart = fmt.distinctions(rows)
         if apart:
@@ -71,7 +73,7 @@ def cmd_status(args: argparse.Namespace, out: Output) -> int:
         unshared = [fmt.unshared_line(r) for r in rows if r.get("share") is False and r.get("share_rule")]
         if unshared:
             lines += ["one process per session:", *unshared]
-        return "\n".join([*lines, fmt.summary_line(rows)])  # the summary stays the last line
+        return "\n".join([*lines, summary])  # the summary stays the last line
 
     out.result(data, human)
     return EXIT_OK
