@@ -15,14 +15,15 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-__all__ = ["PAGE_BYTES", "Stat", "parse_stat", "read_stat", "start_time_ticks", "pids", "stats",
+__all__ = ["PAGE_BYTES", "CLOCK_TICKS", "Stat", "parse_stat", "read_stat", "start_time_ticks", "pids", "stats",
            "session_members", "group_members", "read_environ", "read_cmdline", "read_cgroup", "read_comm",
            "read_pss"]
 
 PROC = "/proc"
 PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")  # /proc/<pid>/stat counts resident memory in pages
 # proc(5) field numbers (1-based, as the manual counts them) of /proc/<pid>/stat.
-_STATE, _PPID, _PGRP, _SESSION, _STARTTIME, _RSS = 3, 4, 5, 6, 22, 24
+_STATE, _PPID, _PGRP, _SESSION, _UTIME, _STIME, _STARTTIME, _RSS = 3, 4, 5, 6, 14, 15, 22, 24
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")  # the unit of /proc/<pid>/stat's times
 _FIRST_AFTER_COMM = 3  # fields after the command name start with field 3
 
 
@@ -36,6 +37,7 @@ class Stat:
     session: int
     start_ticks: int  # start time in clock ticks since boot: with the pid, it names one process
     rss_pages: int
+    cpu_ticks: int = 0  # user and system time used so far, in clock ticks (CLOCK_TICKS a second)
 
 
 def _field(fields: list[bytes], number: int) -> bytes:
@@ -51,7 +53,8 @@ def parse_stat(data: bytes) -> Stat | None:
     try:
         return Stat(state=_field(fields, _STATE).decode("ascii", "replace"), ppid=int(_field(fields, _PPID)),
                     pgrp=int(_field(fields, _PGRP)), session=int(_field(fields, _SESSION)),
-                    start_ticks=int(_field(fields, _STARTTIME)), rss_pages=int(_field(fields, _RSS)))
+                    start_ticks=int(_field(fields, _STARTTIME)), rss_pages=int(_field(fields, _RSS)),
+                    cpu_ticks=int(_field(fields, _UTIME)) + int(_field(fields, _STIME)))
     except ValueError:
         return None
 

@@ -95,6 +95,24 @@ def cmd_sleep(args: argparse.Namespace, out: Output) -> int:
     return EXIT_OK
 
 
+def cmd_restart(args: argparse.Namespace, out: Output) -> int:
+    with connect(args.socket) as conn:
+        # No reply timeout: the daemon answers within the ladder and the server's start_timeout.
+        row = conn.call("restart", {"name": args.name}, timeout_s=None,
+                        progress=StatusLine(f"restarting {args.name}", json_mode=out.json))
+    out.result(row, lambda: f"{row['name']} running (pid {row['pid']})")
+    return EXIT_OK
+
+
+def cmd_top(args: argparse.Namespace, out: Output) -> int:
+    if out.json or not (sys.stdin.isatty() and sys.stdout.isatty()):
+        raise UsageError("needs a terminal (for a script: lazyctl status --json)")
+    from lazyd.ctl.top import run_top  # curses: only for this command
+
+    run_top(args.socket)
+    return EXIT_OK
+
+
 def cmd_logs(args: argparse.Namespace, out: Output) -> int:
     if not 0 <= args.lines <= logs.MAX_TAIL_LINES:
         raise UsageError(f"-n must be between 0 and {logs.MAX_TAIL_LINES}")

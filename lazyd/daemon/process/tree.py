@@ -54,6 +54,11 @@ def tree_rss(members: Iterable[int], table: Mapping[int, Stat]) -> int:
     return sum(table[pid].rss_pages for pid in members if pid in table) * procfs.PAGE_BYTES
 
 
+def tree_cpu_ticks(members: Iterable[int], table: Mapping[int, Stat]) -> int:
+    """The CPU time `members` used so far, in clock ticks (procfs.CLOCK_TICKS a second)."""
+    return sum(table[pid].cpu_ticks for pid in members if pid in table)
+
+
 def tree_pss(members: Iterable[int], table: Mapping[int, Stat] | None = None) -> int:
     """The PSS of `members` in bytes; a process whose smaps_rollup cannot be read (gone, or not
     ours) counts its resident size from `table` instead, or nothing."""
@@ -65,8 +70,3 @@ def tree_pss(members: Iterable[int], table: Mapping[int, Stat] | None = None) ->
         total += pss or 0
     return total
 
-
-def process_tree_usage(root: int, table: Mapping[int, Stat]) -> tuple[int, int]:
-    """(processes, PSS bytes) of `root`'s tree (`tree_members`)."""
-    members = tree_members(root, table)
-    return len(members), tree_pss(members, table) if members else 0

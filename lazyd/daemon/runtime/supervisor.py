@@ -103,6 +103,7 @@ class ServerRuntime:
         self.memory = MemoryLimit(config.memory_max) if config.memory_max else None
         self._memory_pid: int | None = None
         self.last_stop: tuple[float, str] | None = None  # (wall time, reason) of the last stop decided
+        self.client_lines = 0  # lines its clients sent it (requests, notifications, answers): `lazyctl top`'s rate
         self._stop_requested = False
         self._closing = False  # set by shutdown(): no process or predicate is started after it
         self._finished = trio.Event()  # run() has returned: no task of this runtime is left
@@ -192,6 +193,7 @@ class ServerRuntime:
 
     def client_line(self, cid: int, line: bytes, parsed: Message | Invalid | None = None) -> None:
         if cid in self.sessions:
+            self.client_lines += 1
             if self.gate is not None:
                 gated = self.gate.client_line(cid, line)
                 if gated is None:
