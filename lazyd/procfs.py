@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 __all__ = ["PAGE_BYTES", "CLOCK_TICKS", "Stat", "parse_stat", "read_stat", "start_time_ticks", "pids", "stats",
            "session_members", "group_members", "read_environ", "read_cmdline", "read_cgroup", "read_comm",
@@ -37,7 +37,9 @@ class Stat:
     session: int
     start_ticks: int  # start time in clock ticks since boot: with the pid, it names one process
     rss_pages: int
-    cpu_ticks: int = 0  # user and system time used so far, in clock ticks (CLOCK_TICKS a second)
+    # User and system time used so far, in clock ticks (CLOCK_TICKS a second); it moves between
+    # two reads of a running process, so it is no part of what makes two reads equal.
+    cpu_ticks: int = field(default=0, compare=False)
 
 
 def _field(fields: list[bytes], number: int) -> bytes:

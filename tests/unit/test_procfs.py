@@ -79,3 +79,19 @@ def test_a_child_is_read_with_its_environment_and_argv_and_a_reaped_one_is_gone(
     assert procfs.session_members(child.pid) == []
     with pytest.raises(OSError):
         procfs.start_time_ticks(child.pid)
+
+
+def test_pss_is_read_in_bytes_never_above_rss_and_none_for_a_process_that_is_gone() -> None:
+    me = os.getpid()
+    stat = procfs.read_stat(me)
+    pss = procfs.read_pss(me)
+    assert stat is not None and pss is not None
+    assert 0 < pss <= stat.rss_pages * procfs.PAGE_BYTES and pss % 1024 == 0
+    assert procfs.read_pss(2 ** 22 + 1) is None  # above pid_max: never a process
+
+
+def test_cpu_ticks_are_user_plus_system_time() -> None:
+    fields = ["S"] + ["0"] * 49
+    fields[14 - 3], fields[15 - 3] = "7", "5"  # utime, stime (proc(5) fields 14 and 15)
+    stat = parse_stat(b"1 (x) " + " ".join(fields).encode())
+    assert stat is not None and stat.cpu_ticks == 12
