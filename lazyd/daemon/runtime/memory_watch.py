@@ -36,7 +36,7 @@ SYSTEM_PSI = "/proc/pressure/memory"
 _CGROUP_ROOTS = ("/sys/fs/cgroup", "/sys/fs/cgroup/unified")  # cgroup v2 alone, or beside v1 (hybrid)
 
 
-def default_pressure_files(cgroup_text: str | None) -> tuple[str, ...]:
+def default_pressure_files(cgroup_text: str | None, roots: tuple[str, ...] = _CGROUP_ROOTS) -> tuple[str, ...]:
     """/proc/pressure/memory, and the memory.pressure of the daemon's own cgroup v2 and of the
     user's slice above it (`user-UID.slice`), where such files exist."""
     files = [SYSTEM_PSI]
@@ -48,7 +48,7 @@ def default_pressure_files(cgroup_text: str | None) -> tuple[str, ...]:
         if user is not None and user + 1 < len(parts):
             wanted.append("/".join(parts[:user + 1]))
         for relative in wanted:
-            for root in _CGROUP_ROOTS:
+            for root in roots:
                 candidate = f"{root}/{relative}/memory.pressure"
                 if os.path.exists(candidate):
                     files.append(candidate)
