@@ -48,7 +48,7 @@ from lazyd.core.cache import Snapshot
 from lazyd.core.relay.handshake_defaults import unattended_params
 from lazyd.core.relay.jsonrpc import Invalid, Message
 from lazyd.core.hub.catalog import cached_tools
-from lazyd.core.memory import MemoryLimit, Park, Verdict
+from lazyd.core.memory import MemoryLimit, Park, Restart, Verdict
 from lazyd.core.policy import ToolPolicy
 from lazyd.daemon.runtime.cache_saver import CacheSaver
 from lazyd.daemon.runtime.cache_store import CacheStore
@@ -99,7 +99,7 @@ class ServerRuntime:
         # Why a stop of ours ended the process, when it is a failure the clients must hear of
         # (a memory limit): what in-flight requests are answered with and the exit is logged as.
         self._stop_reason: str | None = None
-        # The memory limit (`memory_max`) and the latest sample of the tree (lazyd/daemon/runtime/memory_watch.py).
+        # The memory limit (`memory_max`), fed samples of the tree by lazyd/daemon/runtime/memory_watch.py.
         self.memory = MemoryLimit(config.memory_max) if config.memory_max else None
         self._memory_pid: int | None = None
         self.last_stop: tuple[float, str] | None = None  # (wall time, reason) of the last stop decided
@@ -248,10 +248,10 @@ class ServerRuntime:
             self._memory_verdict(verdict)
 
     def _memory_verdict(self, verdict: Verdict) -> None:
-        park = isinstance(verdict, Park)
         log.warning("[%s] %s", self.name, verdict.reason)
-        actions = self.life.memory_stop(trio.current_time(), verdict.reason, park=park,
-                                        breaches=0 if isinstance(verdict, Park) else verdict.breaches)
+        park = isinstance(verdict, Park)
+        breaches = verdict.breaches if isinstance(verdict, Restart) else 0
+        actions = self.life.memory_stop(trio.current_time(), verdict.reason, park=park, breaches=breaches)
         if any(isinstance(a, lc.Stop) for a in actions):
             self._stop_reason = verdict.reason
         self._life(actions)
