@@ -77,7 +77,7 @@ def direct_side(env: dict[str, str], dirs: list[Path], k: int) -> dict[str, int]
 
 def lazyd_side(env: dict[str, str], dirs: list[Path], k: int) -> tuple[dict[str, int], int]:
     """By part, and how many server processes the daemon ran."""
-    daemon = subprocess.Popen([shim_path().replace("lazyd-shim", "lazyd")], env=env, stdin=subprocess.DEVNULL,
+    daemon = subprocess.Popen([str(Path(shim_path()).with_name("lazyd"))], env=env, stdin=subprocess.DEVNULL,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     sock = Path(env["XDG_RUNTIME_DIR"]) / "lazyd" / "lazyd.sock"
     deadline = time.monotonic() + 30
