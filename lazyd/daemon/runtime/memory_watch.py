@@ -66,7 +66,11 @@ class MemoryWatch:
     async def run(self) -> None:
         while True:
             await trio.sleep(SAMPLE_INTERVAL_S)
-            self.sample()
+            try:
+                self.sample()
+            except Exception:
+                # It runs in the daemon's own nursery: a bug here must cost a sample, not the daemon.
+                log.exception("memory watch: a sample failed")
 
     def pressure_files(self) -> tuple[str, ...]:
         files = self.registry.config.pressure.files
