@@ -26,6 +26,8 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Final
 
+from lazyd.core import state_codec as sc
+
 __all__ = ["SAMPLE_INTERVAL_S", "PARK_AFTER_BREACHES", "PARK_WINDOW_S", "Restart", "Park", "Verdict",
            "MemoryLimit", "format_bytes", "parse_size"]
 
@@ -63,6 +65,19 @@ class MemoryLimit:
         self.last_bytes: int | None = None  # the latest sample, for status
         self.over = 0  # samples in a row over the limit
         self._breaches: deque[float] = deque(maxlen=PARK_AFTER_BREACHES)
+
+    def to_state(self, now: float) -> dict[str, object]:
+        """The count and the breaches of the window (as seconds from `now`), for a successor daemon."""
+        return {"over": self.over, "breaches": [t - now for t in self._breaches]}
+
+    def restore(self, state: object, now: float) -> None:
+        """Take up what `to_state` wrote at `now` (this clock's moment of the write); ValueError
+        for a state it did not write."""
+        s = sc.obj(state, "memory")
+        self.over = sc.integer(s.get("over"), "memory.over")
+        self._breaches.clear()
+        for offset in sc.items(s.get("breaches"), "memory.breaches"):
+            self._breaches.append(now + sc.number(offset, "memory.breaches"))
 
     def new_process(self) -> None:
         """The server's process changed (a start, a restart, none): the count starts again."""

@@ -190,3 +190,21 @@ async def test_an_unnamed_registration_takes_memory_max_from_the_shim_option(use
         await session.call_tool("pid", {})
         rows = list(status_rows(user_env).values())
         assert [r["memory_max"] for r in rows] == [256 * MiB]
+
+
+async def test_the_breaches_of_the_window_survive_a_daemon_upgrade(user_env: UserEnv) -> None:
+    write_config(user_env, server_table("leaky", memory_max=f"{LIMIT_MIB}MiB"))
+    start_daemon(user_env)
+    async with named_session(user_env, "leaky") as session:
+        errors: list[str] = []
+        await leak_until_restarted(session, errors)
+        await session.call_tool("pid", {})
+        await leak_until_restarted(session, errors)
+        await session.call_tool("pid", {})
+        done = await trio.to_thread.run_sync(lazyctl, user_env, "upgrade")
+        assert done.returncode == 0, done.stderr
+        row = status_rows(user_env)["leaky"]
+        assert row["memory_max"] == LIMIT_MIB * MiB and row["last_stop_reason"].startswith("restarted: ")
+        await leak_until_restarted(session, errors)  # the third within 10m, the first two before the upgrade
+    row = wait_for_row(user_env, "leaky", lambda r: r["state"] == "failed", "the server to be parked")
+    assert row["last_error"].startswith("parked: 3 times over memory_max 120 MiB")

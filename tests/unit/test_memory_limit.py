@@ -148,3 +148,16 @@ def test_pressure_settings_have_defaults_and_are_read_whole() -> None:
                                  'files = ["/tmp/psi"]\n', {}, None).pressure
     assert (pressure.enabled, pressure.start_pct, pressure.stop_pct, pressure.pause_s, pressure.files) == (
         False, 20.0, 10.5, 30.0, ("/tmp/psi",))
+
+
+def test_a_successor_daemon_takes_up_the_count_and_the_breaches_of_the_window() -> None:
+    before = MemoryLimit(100 * MiB)
+    for t in (0.0, 2.0, 10.0, 12.0, 14.0):  # two breaches, then one sample over
+        before.sample(t, 200 * MiB)
+    state = before.to_state(15.0)
+    after = MemoryLimit(100 * MiB)
+    after.restore(state, 1000.0)  # the successor's clock reads 1000 at the moment of the write
+    assert after.over == 1
+    assert after.sample(1001.0, 200 * MiB) == Park("parked: 3 times over memory_max 100 MiB within 10m (last 200 MiB)")
+    with pytest.raises(ValueError):
+        MemoryLimit(MiB).restore({"over": 0, "breaches": ["x"]}, 0.0)

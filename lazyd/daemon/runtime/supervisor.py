@@ -480,6 +480,9 @@ class ServerRuntime:
             "kill_reason": self._kill_reason, "stop_requested": self._stop_requested,
             "predicate_child": list(self.predicate_child) if self.predicate_child is not None else None,
             "upgrades": self.upgrades,
+            "stop_reason": self._stop_reason, "last_stop": list(self.last_stop) if self.last_stop is not None else None,
+            "memory": self.memory.to_state(now) if self.memory is not None else None,
+            "memory_pid": self._memory_pid,
             "proc": self.proc.to_state() if self.proc is not None else None,
             **({"kill": kill} if kill is not None else {}),
         }
@@ -511,6 +514,15 @@ class ServerRuntime:
         runtime._kill_reason = sc.opt_text(state.get("kill_reason"), "runtime.kill_reason")
         runtime._stop_requested = sc.flag(state.get("stop_requested"), "runtime.stop_requested")
         runtime.upgrades = sc.integer(state.get("upgrades"), "runtime.upgrades")
+        # Absent in a predecessor without memory limits: nothing to take up.
+        runtime._stop_reason = sc.opt_text(state.get("stop_reason"), "runtime.stop_reason")
+        last_stop = state.get("last_stop")
+        if last_stop is not None:
+            at, reason = sc.items(last_stop, "runtime.last_stop")
+            runtime.last_stop = (sc.number(at, "runtime.last_stop"), sc.text(reason, "runtime.last_stop"))
+        if runtime.memory is not None and state.get("memory") is not None:
+            runtime.memory.restore(state.get("memory"), moment)
+            runtime._memory_pid = sc.opt_integer(state.get("memory_pid"), "runtime.memory_pid")
         proc, predicate = state.get("proc"), state.get("predicate_child")
         predicate_child = None
         if predicate is not None:
