@@ -13,15 +13,17 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-__all__ = ["PAGE_BYTES", "Stat", "parse_stat", "read_stat", "start_time_ticks", "pids", "stats",
-           "session_members", "group_members", "read_environ", "read_cmdline", "read_cgroup", "read_comm"]
+__all__ = ["PAGE_BYTES", "CLOCK_TICKS", "Stat", "parse_stat", "read_stat", "start_time_ticks", "pids", "stats",
+           "session_members", "group_members", "read_environ", "read_cmdline", "read_cgroup", "read_comm",
+           "read_pss"]
 
 PROC = "/proc"
 PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")  # /proc/<pid>/stat counts resident memory in pages
 # proc(5) field numbers (1-based, as the manual counts them) of /proc/<pid>/stat.
-_STATE, _PPID, _PGRP, _SESSION, _STARTTIME, _RSS = 3, 4, 5, 6, 22, 24
+_STATE, _PPID, _PGRP, _SESSION, _UTIME, _STIME, _STARTTIME, _RSS = 3, 4, 5, 6, 14, 15, 22, 24
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")  # the unit of /proc/<pid>/stat's times
 _FIRST_AFTER_COMM = 3  # fields after the command name start with field 3
 
 
@@ -35,6 +37,9 @@ class Stat:
     session: int
     start_ticks: int  # start time in clock ticks since boot: with the pid, it names one process
     rss_pages: int
+    # User and system time used so far, in clock ticks (CLOCK_TICKS a second); it moves between
+    # two reads of a running process, so it is no part of what makes two reads equal.
+    cpu_ticks: int = field(default=0, compare=False)
 
 
 def _field(fields: list[bytes], number: int) -> bytes:
@@ -50,7 +55,8 @@ def parse_stat(data: bytes) -> Stat | None:
     try:
         return Stat(state=_field(fields, _STATE).decode("ascii", "replace"), ppid=int(_field(fields, _PPID)),
                     pgrp=int(_field(fields, _PGRP)), session=int(_field(fields, _SESSION)),
-                    start_ticks=int(_field(fields, _STARTTIME)), rss_pages=int(_field(fields, _RSS)))
+                    start_ticks=int(_field(fields, _STARTTIME)), rss_pages=int(_field(fields, _RSS)),
+                    cpu_ticks=int(_field(fields, _UTIME)) + int(_field(fields, _STIME)))
     except ValueError:
         return None
 
@@ -145,3 +151,24 @@ def read_comm(pid: int) -> str | None:
     """The process's command name (at most 15 bytes, as the kernel keeps it), or None."""
     data = _read(pid, "comm")
     return data.rstrip(b"\n").decode("utf-8", "replace") if data is not None else None
+
+
+def read_pss(pid: int) -> int | None:
+    """The proportional set size of `pid` in bytes (/proc/<pid>/smaps_rollup's `Pss:`), or None.
+
+    PSS charges each resident page to the processes that map it in equal parts, so the PSS of
+    several processes adds up to what they really cost together; RSS counts a shared page (a
+    node binary, libc) once per process. Reading it walks the process's mappings in the kernel:
+    hundreds of microseconds for a large process, so callers read it only when they need it.
+    """
+    data = _read(pid, "smaps_rollup")
+    if data is None:
+        return None
+    for line in data.splitlines():
+        if line.startswith(b"Pss:"):
+            fields = line.split()
+            try:
+                return int(fields[1]) * 1024  # in kB, as every size in that file
+            except (IndexError, ValueError):
+                return None
+    return None  # a kernel thread, or a zombie: no mappings

@@ -62,6 +62,8 @@ options:
   --per-session-env A,B  variables that never count (names or patterns)  LAZYD_PER_SESSION_ENV
   --era ERA            protocol era of the server's processes: auto        LAZYD_ERA
                        (each client's own), handshake or stateless
+  --memory-max SIZE    restart the server when its process tree stays      LAZYD_MEMORY_MAX
+                       over SIZE of memory (PSS): 512MiB, 1GiB; off
   --server NAME        use a server named in the daemon's config.toml      LAZYD_SERVER
   --hub                serve every server the daemon knows through a few   LAZYD_HUB
                        meta-tools (search, schema, call); see docs/hub.md
@@ -121,6 +123,16 @@ def _check_era(value: str) -> None:
         raise ValueError(f"invalid era {value!r} (use auto, handshake or stateless)")
 
 
+def _check_size(value: str) -> None:
+    # The daemon's rule (lazyd/core/memory.py parse_size) in short, so a typo exits 2 at once;
+    # the daemon checks the value again.
+    import re
+
+    if value.strip().lower() not in ("off", "none", "0") and not re.fullmatch(
+            r"\s*\d+(\.\d+)?\s*([KMGT](i?B)?|B)?\s*", value, re.IGNORECASE):
+        raise ValueError(f"invalid size {value!r} (use e.g. 512MiB, 1GiB, 2G or off)")
+
+
 def _check_argv_json(value: str) -> None:
     import json
 
@@ -150,6 +162,7 @@ _DAEMON_OPTS = {
     "--identity-env": ("identity_env", "LAZYD_IDENTITY_ENV", _check_names),
     "--per-session-env": ("per_session_env", "LAZYD_PER_SESSION_ENV", _check_names),
     "--era": ("era", "LAZYD_ERA", _check_era),
+    "--memory-max": ("memory_max", "LAZYD_MEMORY_MAX", _check_size),
 }
 # Options that the shim itself uses: flag -> env var.
 _SHIM_VALUES = {"--socket": "LAZYD_SOCKET", "--log-file": "LAZYD_LOG_FILE", "--server": "LAZYD_SERVER",

@@ -38,7 +38,9 @@ from lazyd.config.known import packaged, parse_table
 from lazyd.config.toml_text import parse_toml
 from lazyd.config.model import Config, ConfigError, Policy, ServerConfig, WakePredicate
 from lazyd.durations import parse_bool
+from lazyd.core.memory import parse_size
 from lazyd.core.policy import ToolPolicy, as_decision, compile_rule
+from lazyd.core.pressure import PressureSettings
 from lazyd.errors import ConfigError
 
 __all__ = [
@@ -49,8 +51,10 @@ __all__ = [
 # A real config is a few KiB; the bound keeps a mistaken path (a log, a device) from costing memory.
 MAX_CONFIG_BYTES = 1024 * 1024
 
-_POLICY_KEYS = ("start_timeout", "linger", "check_linger", "idle_timeout", "keep_alive", "start", "share", "wake", "era")
-_TOP_KEYS = ("defaults", "servers", "policy", "known_servers")
+_POLICY_KEYS = ("start_timeout", "linger", "check_linger", "idle_timeout", "keep_alive", "start", "share", "wake", "era",
+                "memory_max")
+_TOP_KEYS = ("defaults", "servers", "policy", "known_servers", "pressure")
+_PRESSURE_KEYS = ("enabled", "start", "stop", "pause", "files")
 _TOOL_POLICY_KEYS = ("default", "rules")
 _DEFAULTS_KEYS = (*_POLICY_KEYS, "per_session_env", "identity_env", "sampling_policy")
 _SERVER_KEYS = ("command", "args", "env", "cwd", "description", *_POLICY_KEYS)
@@ -58,7 +62,7 @@ _SERVER_KEYS = ("command", "args", "env", "cwd", "description", *_POLICY_KEYS)
 MAX_DESCRIPTION_CHARS = 1000
 _WAKE_KEYS = ("command", "interval", "timeout")
 _OPTION_KEYS = ("linger", "check_linger", "idle_timeout", "start_timeout", "share", "wake_command",
-                "wake_interval", "wake_timeout", "era")
+                "wake_interval", "wake_timeout", "era", "memory_max")
 # Which protocol era the server's processes run in (lazyd/core/eras/policy.py).
 _ERA_SETTINGS: tuple[Literal["auto", "handshake", "stateless"], ...] = ("auto", "handshake", "stateless")
 _SAMPLING_POLICIES = ("refuse", "most-recent")
@@ -141,9 +145,36 @@ def parse_config_text(text: str, environ: Mapping[str, str], source: Path | None
         servers[name] = _server(servers_at / name, name, value, defaults, environ)
     tool_policy = _tool_policy(at / "policy", document.get("policy", {}))
     known = packaged().overlaid(parse_table(at / "known_servers", document.get("known_servers", {})))
+    pressure = _pressure(at / "pressure", document.get("pressure", {}))
     return Config(defaults=defaults, servers=MappingProxyType(servers),
                   extra_per_session_env=extra, identity_env=forced, sampling_policy=sampling_policy, source=source,
-                  tool_policy=tool_policy, known_servers=known)
+                  tool_policy=tool_policy, known_servers=known, pressure=pressure)
+
+
+def _pressure(at: cv.At, value: object) -> PressureSettings:
+    """`[pressure]`: enabled, start and stop (percent of PSI's some avg10), pause, files."""
+    table = cv.table(at, value)
+    cv.check_keys(at, table, _PRESSURE_KEYS)
+    base = PressureSettings()
+    pcts: dict[str, float] = {}
+    for key, default in (("start", base.start_pct), ("stop", base.stop_pct)):
+        raw = table.get(key, default)
+        if isinstance(raw, bool) or not isinstance(raw, (int, float)):
+            raise (at / key).error(f"expected a percentage such as {default:g}, got {cv.type_name(raw)}")
+        if not 0 < raw <= 100:
+            raise (at / key).error(f"{raw!r} is not a percentage above 0 and at most 100")
+        pcts[key] = float(raw)
+    if pcts["stop"] > pcts["start"]:
+        raise (at / "stop").error(f"{pcts['stop']:g} is above start ({pcts['start']:g}); it must be at most start")
+    pause = cv.duration(at / "pause", table["pause"]) if "pause" in table else base.pause_s
+    if pause <= 0:
+        raise (at / "pause").error("must be longer than 0")
+    files = tuple(cv.strings(at / "files", table.get("files", []), allow_empty=True))
+    for path in files:
+        if not path.startswith("/"):
+            raise (at / "files").error(f"{path!r} is not an absolute path")
+    enabled = cv.boolean(at / "enabled", table["enabled"]) if "enabled" in table else True
+    return PressureSettings(enabled=enabled, start_pct=pcts["start"], stop_pct=pcts["stop"], pause_s=pause, files=files)
 
 
 def _patterns(at: cv.At, value: object) -> frozenset[str]:
@@ -309,8 +340,24 @@ def _merge_policy(at: cv.At, base: Policy, table: Mapping[str, object]) -> Polic
                 break
         else:
             raise (at / "era").error(cv.not_one_of(value, _ERA_SETTINGS))
+    memory_max = _memory_max(at / "memory_max", table["memory_max"]) if "memory_max" in table else base.memory_max
     return Policy(start_timeout_s=start_timeout, linger_s=linger, check_linger_s=check_linger, idle_timeout_s=idle,
-                  keep_alive=keep_alive, start=start, share=share, wake=wake, era=era)
+                  keep_alive=keep_alive, start=start, share=share, wake=wake, era=era, memory_max=memory_max)
+
+
+def _memory_max(at: cv.At, value: object) -> int | None:
+    """A size ("1GiB", "512MiB", a number of bytes), or false / "off" / 0 for no limit (a server
+    turning off a limit set in [defaults])."""
+    if value is False or value == 0 or (isinstance(value, str) and value.strip().lower() in ("off", "none", "0")):
+        return None
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return value
+    if not isinstance(value, str):
+        raise at.error(f'expected a size such as "1GiB" or false, got {cv.type_name(value)}')
+    try:
+        return parse_size(value)
+    except ValueError as error:
+        raise at.error(str(error)) from None
 
 
 def _share(at: cv.At, value: object) -> bool | Literal["auto", "session-aware"]:

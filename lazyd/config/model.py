@@ -17,6 +17,7 @@ from lazyd.config.known import packaged
 from lazyd.core.sharing.identity import PER_SESSION_ENV
 from lazyd.core.sharing.known_servers import KnownServers
 from lazyd.core.policy import ToolPolicy
+from lazyd.core.pressure import PressureSettings
 from lazyd.errors import ConfigError
 
 __all__ = ["WakePredicate", "Policy", "ServerConfig", "Config", "ConfigError"]
@@ -53,8 +54,12 @@ class Policy:
     share: bool | Literal["auto", "session-aware"] = "auto"
     wake: WakePredicate | None = None
     era: Literal["auto", "handshake", "stateless"] = "auto"
+    # Bytes of PSS the server's process tree may stay over before it is restarted (lazyd/core/memory.py).
+    memory_max: int | None = None
 
     def __post_init__(self) -> None:
+        if self.memory_max is not None and self.memory_max <= 0:
+            raise ValueError("memory_max must be positive")
         if not self.start_timeout_s > 0:
             raise ValueError("start_timeout must be longer than 0")
         if not self.linger_s >= 0:
@@ -104,6 +109,8 @@ class Config:
     # How popular servers are shared under share = "auto": the packaged table with the user's
     # `[known_servers]` on top (lazyd/config/known.py, lazyd/core/sharing/known_servers.py).
     known_servers: KnownServers = field(default_factory=packaged)
+    # `[pressure]`: idle servers put to sleep while the machine runs short (lazyd/core/pressure.py).
+    pressure: PressureSettings = field(default_factory=PressureSettings)
 
     @property
     def per_session_env(self) -> frozenset[str]:

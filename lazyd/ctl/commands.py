@@ -61,8 +61,10 @@ def cmd_status(args: argparse.Namespace, out: Output) -> int:
         for pid, sock in others:
             head += f"\nanother lazyd of yours runs (pid {pid}) on {sock}: lazyctl --socket {sock} status"
         head += fmt.walls(data.get("refused"), data.get("fallbacks"))
+        head += fmt.pressure_line(data.get("pressure"))
+        summary = fmt.summary_line(rows, data.get("lazyd"))
         if not rows:
-            return f"{head}\nno servers registered yet\n{fmt.summary_line(rows)}"
+            return f"{head}\nno servers registered yet\n{summary}"
         lines = [head, fmt.status_table(rows, time.time())]
         apart = fmt.distinctions(rows)
         if apart:
@@ -71,7 +73,7 @@ def cmd_status(args: argparse.Namespace, out: Output) -> int:
         unshared = [fmt.unshared_line(r) for r in rows if r.get("share") is False and r.get("share_rule")]
         if unshared:
             lines += ["one process per session:", *unshared]
-        return "\n".join([*lines, fmt.summary_line(rows)])  # the summary stays the last line
+        return "\n".join([*lines, summary])  # the summary stays the last line
 
     out.result(data, human)
     return EXIT_OK
@@ -90,6 +92,24 @@ def cmd_sleep(args: argparse.Namespace, out: Output) -> int:
     with connect(args.socket) as conn:
         row = conn.call("sleep", {"name": args.name}, timeout_s=SLEEP_REPLY_S)
     out.result(row, lambda: f"{row['name']} {row['state']}")
+    return EXIT_OK
+
+
+def cmd_restart(args: argparse.Namespace, out: Output) -> int:
+    with connect(args.socket) as conn:
+        # No reply timeout: the daemon answers within the ladder and the server's start_timeout.
+        row = conn.call("restart", {"name": args.name}, timeout_s=None,
+                        progress=StatusLine(f"restarting {args.name}", json_mode=out.json))
+    out.result(row, lambda: f"{row['name']} running (pid {row['pid']})")
+    return EXIT_OK
+
+
+def cmd_top(args: argparse.Namespace, out: Output) -> int:
+    if out.json or not (sys.stdin.isatty() and sys.stdout.isatty()):
+        raise UsageError("needs a terminal (for a script: lazyctl status --json)")
+    from lazyd.ctl.top import run_top  # curses: only for this command
+
+    run_top(args.socket)
     return EXIT_OK
 
 

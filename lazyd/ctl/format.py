@@ -59,17 +59,33 @@ def status_row(row: Mapping[str, Any], now: float) -> list[str]:
     error = row.get("last_error")
     return [
         str(row["name"]),
-        str(row["state"]) + _check_linger(row.get("linger_rule")),
+        state_text(row),
         str(row["pid"]) if row.get("pid") is not None else NONE,
         str(row.get("era") or NONE),  # the protocol era its process runs in (docs/protocol-eras.md)
         age(row.get("uptime_s")) + _upgrades(row.get("upgrades")),
         str(row.get("clients", 0)),
-        human_bytes(row.get("memory_bytes")),
+        _memory(row),
         str(row.get("restarts", 0)),
         age(now - updated) if isinstance(updated, (int, float)) else NONE,
         str(listings["tools"]) if "tools" in listings else NONE,
         shorten(str(error), MAX_ERROR_CHARS) if error else NONE,
     ]
+
+
+def _memory(row: Mapping[str, Any]) -> str:
+    """The tree's PSS, and its memory_max after a slash when it has one: "15.1 MiB/1.0 GiB"."""
+    limit = row.get("memory_max")
+    text = human_bytes(row.get("memory_bytes"))
+    return f"{text}/{human_bytes(limit)}" if isinstance(limit, int) else text
+
+
+def state_text(row: Mapping[str, Any]) -> str:
+    """STATE: with why a server sleeps when memory pressure put it to sleep, and the check-linger mark."""
+    state = str(row["state"])
+    reason = row.get("last_stop_reason")
+    if state == "sleeping" and isinstance(reason, str) and reason.startswith("memory pressure"):
+        state += " (memory pressure)"
+    return state + _check_linger(row.get("linger_rule"))
 
 
 def _check_linger(rule: object) -> str:
@@ -86,14 +102,35 @@ def status_table(rows: Sequence[Mapping[str, Any]], now: float) -> str:
     return table(STATUS_COLUMNS, [status_row(r, now) for r in rows])
 
 
-def summary_line(rows: Sequence[Mapping[str, Any]]) -> str:
-    """"3 servers: 1 running, 1 sleeping, 1 failed; memory 41.0 MiB" (other states when present)."""
+def summary_line(rows: Sequence[Mapping[str, Any]], lazyd: Mapping[str, Any] | None = None) -> str:
+    """"3 servers: 1 running, 1 sleeping, 1 failed; memory 41.0 MiB; lazyd 12.0 MiB (daemon 10.0 MiB,
+    4 sessions 2.0 MiB)" (other states when present; the servers' trees and lazyd's own cost, PSS)."""
     states = [str(r["state"]) for r in rows]
     parts = [f"{states.count(s)} {s}" for s in SUMMARY_STATES]
     parts += [f"{states.count(s)} {s}" for s in sorted(set(states) - set(SUMMARY_STATES))]
     memory = sum(int(r.get("memory_bytes") or 0) for r in rows)
     noun = "server" if len(rows) == 1 else "servers"
-    return f"{len(rows)} {noun}: {', '.join(parts)}; memory {human_bytes(memory)}"
+    line = f"{len(rows)} {noun}: {', '.join(parts)}; memory {human_bytes(memory)}"
+    return line + own_cost(lazyd)
+
+
+def own_cost(lazyd: Mapping[str, Any] | None) -> str:
+    """"; lazyd 12.0 MiB (daemon 10.0 MiB, 4 sessions 2.0 MiB)", or "" from a daemon that does not say."""
+    if not isinstance(lazyd, Mapping) or not isinstance(lazyd.get("memory_bytes"), int):
+        return ""
+    sessions = int(lazyd.get("sessions") or 0)
+    return (f"; lazyd {human_bytes(lazyd['memory_bytes'])} (daemon {human_bytes(lazyd.get('daemon_bytes'))}, "
+            f"{sessions} session{'' if sessions == 1 else 's'} {human_bytes(lazyd.get('sessions_bytes'))})")
+
+
+def pressure_line(pressure: object) -> str:
+    """A head line while memory pressure puts idle servers to sleep; "" otherwise."""
+    if not isinstance(pressure, Mapping) or not pressure.get("under_pressure"):
+        return ""
+    pct = pressure.get("some_avg10")
+    figure = f"{pct:.1f}%" if isinstance(pct, (int, float)) else "?"
+    return (f"\nmemory pressure: some avg10 {figure} (until under {pressure.get('stop_pct')}%): idle servers "
+            "are put to sleep, least recently used first")
 
 
 def distinctions(rows: Sequence[Mapping[str, Any]]) -> str:

@@ -60,7 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
         return p
 
     p = add("status", commands.cmd_status, "show every server (or the named ones) and a summary",
-            "Show name, state, pid, uptime, attached clients, resident memory of the process tree, "
+            "Show name, state, pid, uptime, attached clients, memory (PSS) of the process tree, "
             "restarts, cache age, tool count and last error of each server, then a summary line. "
             "Exits 3 when lazyd is not running.")
     p.add_argument("names", nargs="*", metavar="NAME", help="only these servers")
@@ -72,6 +72,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add("sleep", commands.cmd_sleep, "stop a server now; the next request wakes it")
     p.add_argument("name", metavar="NAME")
+
+    p = add("restart", commands.cmd_restart, "stop a server by the stop ladder and start it again",
+            "Stop NAME as `sleep` does and start it at once, waiting until it runs or fails; its "
+            "in-flight requests are answered with an error, its sessions go on with the new process.")
+    p.add_argument("name", metavar="NAME")
+
+    add("top", commands.cmd_top, "a live view of the servers, refreshed every second",
+        "Every server's state, sessions, tree memory (PSS, with a bar against its memory_max or the "
+        "machine), CPU %, requests per minute, uptime and last error, and lazyd's own cost, redrawn "
+        "every second in 80 columns. Keys: up/down (or k/j) select, w wake, s sleep, r restart the "
+        "selected server, q quit. Needs a terminal.")
 
     p = add("logs", commands.cmd_logs, "show a server's stderr log",
             "Print the last lines of NAME's stderr log (kept by the daemon, rotated at 1 MiB); "

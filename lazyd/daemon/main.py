@@ -53,6 +53,7 @@ from lazyd.daemon.control.ops import Control, status_summary
 from lazyd.daemon.log import PrivateRotatingFileHandler
 from lazyd.daemon.notify import Notifier
 from lazyd.daemon.sessions.registry import Registry
+from lazyd.daemon.runtime.memory_watch import MemoryWatch
 from lazyd.daemon.runtime.cache_store import CacheStore, load_or_create_secret
 from lazyd.daemon.runtime_dir import acquire_instance_lock, adopt_activated_socket, release_instance_lock, bind_unix_socket, socket_identity
 from lazyd.daemon.systemd_env import ACTIVATION_VARS, NOTIFY_VARS
@@ -292,6 +293,8 @@ async def serve(sock: socket.socket, paths: Paths, config: Config, config_path: 
         notifier.ready(status_summary(registry))  # only now: the listener is accepting
         nursery.start_soon(notifier.run, partial(status_summary, registry), registry.changes.wait)
         nursery.start_soon(TRIMMER.run)  # gives the heap back after large messages
+        control.memory = MemoryWatch(registry)  # memory_max and memory pressure (docs/supervision.md)
+        nursery.start_soon(control.memory.run)
         if activated:
             nursery.start_soon(_steady, sock.fileno())
         nursery.start_soon(_signals, stop, partial(_reload, registry, config_path), partial(_upgrade, upgrader))

@@ -72,6 +72,8 @@ def write_config(env: dict[str, str]) -> None:
     lines = []
     for name, argv in SERVERS.items():
         lines += [f"[servers.{name}]", f"command = {json.dumps(argv[0])}", f"args = {json.dumps(argv[1:])}", ""]
+    # The hub's wake_server and sleep_server ask the user by default; this client cannot be asked.
+    lines += ["[policy]", 'rules = { "lazyd.*" = "allow" }', ""]
     path.write_text("\n".join(lines))
     path.chmod(0o600)
     done = subprocess.run([sys.executable, "-m", "lazyd.ctl.main", "reload"], env=env, capture_output=True, text=True)

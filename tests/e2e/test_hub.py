@@ -113,7 +113,8 @@ async def test_the_hub_lists_and_searches_every_server_from_cache_without_starti
     await warm_time_server(hub_user)
     async with hub_session(hub_user) as session:
         meta = sorted(t.name for t in (await session.list_tools()).tools)
-        assert meta == ["call_tool", "get_tool_schema", "list_servers", "search_tools", "sleep_server", "wake_server"]
+        assert meta == ["call_tool", "get_tool_schema", "list_servers", "restart_server", "search_tools",
+                        "server_status", "sleep_server", "wake_server"]
         listing = texts(await session.call_tool("list_servers", {}))[0]
         by_time = texts(await session.call_tool("search_tools", {"query": "timezones"}))[0]
         by_description = texts(await session.call_tool("search_tools", {"query": "increment"}))[0]
@@ -317,7 +318,10 @@ async def test_servers_option_limits_the_hub_to_the_named_servers(hub_user: User
 
 
 async def test_wake_and_sleep_through_the_hub_start_and_stop_the_server(hub_user: UserEnv) -> None:
-    async with hub_session(hub_user) as session:
+    async def accept(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        return types.ElicitResult(action="accept")  # they ask by default (test_hub_control.py)
+
+    async with hub_session(hub_user, elicitation_callback=accept) as session:
         woken = await session.call_tool("wake_server", {"server": "fixture"})
         pids = hub_user.server_pids("fixture_server")
         assert not woken.is_error and f"running (pid {pids[0]})" in texts(woken)[0]

@@ -25,12 +25,15 @@ Behaviour by environment variable (all optional):
   FIXTURE_INSTRUCTIONS=text     the `instructions` of the initialize result
   FIXTURE_CAPABILITIES=json     more capabilities in the initialize result, e.g. {"x-mux": {...}}
   FIXTURE_ECHO_META=1           list a tool `meta` that answers the `_meta` its call carried, as JSON
+  FIXTURE_LEAK_MIB_S=R          grow by R MiB of resident memory every second (see grow below)
   FIXTURE_MARKER=...            not read: inherited, so tests can find our processes in /proc
 
 Tools: echo(text), pid, sleep(seconds) with progress every 0.1 s when the request has
 _meta.progressToken and silent on notifications/cancelled, crash(code), counter, env(name),
 sample(prompt), roots, elicit(message), log(level, text). Unlisted: stall(seconds) answers, then
-stops reading stdin that long (a server whose stdin backs up).
+stops reading stdin that long (a server whose stdin backs up); grow(mib) keeps mib MiB more of
+written (resident) memory for the rest of its life and answers its total (a leaking server), and
+with FIXTURE_LEAK_MIB_S=R it also grows by R MiB every second on its own from its start.
 """
 
 from __future__ import annotations
@@ -81,6 +84,7 @@ class Server:
         self.log_lock = threading.Lock()
         self.state_lock = threading.Lock()
         self.counter = 0
+        self.hoard: list[bytearray] = []  # what grow() keeps
         self.next_server_id = 0
         self.waiting: dict[str, tuple[threading.Event, list[Json]]] = {}
         self.cancels: dict[str, threading.Event] = {}
@@ -312,6 +316,8 @@ class Server:
             return _text(str(args.get("text", "")))
         if name == "pid":
             return _text(str(os.getpid()))
+        if name == "grow":
+            return _text(f"{self.grow(int(args.get('mib', 1)))} MiB")
         if name == "meta" and _env_flag("FIXTURE_ECHO_META"):
             return _text(json.dumps(meta, sort_keys=True))
         if name == "sleep":
@@ -363,6 +369,24 @@ class Server:
             )
             return _text(f"logged at {level}")
         raise RpcError(-32602, f"unknown tool: {name}")
+
+    def grow(self, mib: int) -> int:
+        """Keep `mib` MiB more, every page written so that it is resident; the total kept."""
+        block = bytearray(b"\x01") * (mib * 1024 * 1024)
+        with self.state_lock:
+            self.hoard.append(block)
+            return sum(len(b) for b in self.hoard) // (1024 * 1024)
+
+    def leak(self, mib_per_s: float) -> None:
+        """FIXTURE_LEAK_MIB_S: grow by `mib_per_s` MiB every second, forever (a thread)."""
+        step = 0.1
+        carry = 0.0
+        while True:
+            time.sleep(step)
+            carry += mib_per_s * step
+            if carry >= 1:
+                self.grow(int(carry))
+                carry -= int(carry)
 
     def sleep(self, seconds: float, token: Any, cancel: threading.Event) -> Json | None:
         deadline = time.monotonic() + seconds
@@ -513,6 +537,9 @@ def main() -> None:
     if delay > 0:
         time.sleep(delay)
     server = Server()
+    leak = float(os.environ.get("FIXTURE_LEAK_MIB_S", "0") or 0)
+    if leak > 0:
+        threading.Thread(target=server.leak, args=(leak,), daemon=True).start()
     stdin = sys.stdin.buffer
     while line := stdin.readline():
         if line.strip():

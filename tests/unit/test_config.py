@@ -481,9 +481,9 @@ def test_wake_timing_options_adjust_the_configured_predicate() -> None:
         ({"start_timeout": "0"}, "option --start-timeout: must be longer than 0 (it bounds how long a start may take)"),
         ({"share": "maybe"}, "option --share: 'maybe' is not a boolean (use true or false; also yes/no, on/off, 1/0), auto or session-aware"),
         ({"lingr": "1m"}, "option --lingr: unknown option; allowed: linger, check_linger, idle_timeout, start_timeout, "
-                          "share, wake_command, wake_interval, wake_timeout, era"),
+                          "share, wake_command, wake_interval, wake_timeout, era, memory_max"),
         ({"keep_alive": "true"}, "option --keep-alive: unknown option; allowed: linger, check_linger, idle_timeout, "
-                                 "start_timeout, share, wake_command, wake_interval, wake_timeout, era"),
+                                 "start_timeout, share, wake_command, wake_interval, wake_timeout, era, memory_max"),
         ({"linger": 5}, "option --linger: expected text, got an integer"),
         ({"wake_command": "/bin/true"}, 'option --wake-command: is not a JSON array of strings, such as '
                                         '["/usr/local/bin/needs-work"]'),

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from lazyd.core.pressure import PressureSettings
 from lazyd.config.load import parse_config_text
 from lazyd.config.known import packaged
 
@@ -42,7 +43,9 @@ def test_every_toml_example_in_the_docs_loads_with_the_daemons_parser(name: str,
     environ = {"HOME": "/home/u", **{var: "value" for var in REFERENCE.findall(text)}}
     config = parse_config_text(text, environ, Path(name))
     known_changed = config.known_servers != packaged()  # a [known_servers] example
-    assert config.servers or config.tool_policy.rules or known_changed or text.strip().startswith("[defaults]"), name
+    pressure_changed = config.pressure != PressureSettings()  # a [pressure] example
+    assert (config.servers or config.tool_policy.rules or known_changed or pressure_changed
+            or text.strip().startswith("[defaults]")), name
 
 
 @pytest.mark.parametrize("path", DOCS, ids=[p.name for p in DOCS])

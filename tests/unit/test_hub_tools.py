@@ -16,9 +16,10 @@ from lazyd.errors import UsageError
 from shim.options import parse
 
 
-def test_the_meta_tools_are_six_with_short_descriptions_and_object_schemas() -> None:
+def test_the_meta_tools_are_eight_with_short_descriptions_and_object_schemas() -> None:
     assert [t["name"] for t in ht.META_TOOLS] == ["list_servers", "search_tools", "get_tool_schema",
-                                                  "call_tool", "wake_server", "sleep_server"]
+                                                  "call_tool", "wake_server", "sleep_server", "restart_server",
+                                                  "server_status"]
     for meta in ht.META_TOOLS:
         assert meta["inputSchema"]["type"] == "object"
         assert len(meta["description"]) < 200, meta["name"]
@@ -139,3 +140,28 @@ def test_a_search_answer_adds_the_users_description_of_each_server_in_it_once() 
         "Next: get_tool_schema(server, tool), then call_tool(server, tool, arguments).",
     ]
     assert "About" not in ht.render_search("note", [(other, "allow")], 1, [], about)
+
+
+def test_control_tools_that_start_or_stop_ask_by_default_and_the_readers_follow_the_default() -> None:
+    from lazyd.config.load import parse_config_text
+
+    none = parse_config_text("", {}, None).tool_policy
+    assert {tool: ht.control_verdict(none, tool).decision for tool in ht.CONTROL_TOOLS} == {
+        "list_servers": "allow", "server_status": "allow", "wake_server": "ask", "sleep_server": "ask",
+        "restart_server": "ask"}
+    rules = parse_config_text('[policy]\nrules = { "lazyd.*" = "allow", "lazyd.sleep_server" = "deny" }\n', {},
+                              None).tool_policy
+    assert ht.control_verdict(rules, "restart_server").decision == "allow"
+    assert "sleep_server" not in [t["name"] for t in ht.visible_tools(rules)]
+    strict = parse_config_text('[policy]\ndefault = "deny"\n', {}, None).tool_policy
+    assert [t["name"] for t in ht.visible_tools(strict)] == ["search_tools", "get_tool_schema", "call_tool"]
+
+
+def test_server_status_says_memory_against_its_limit_and_the_last_error() -> None:
+    view = ht.StatusView(name="a", state="running", pid=9, processes=2, memory_bytes=300 * 1024 * 1024,
+                         memory_max=1024 ** 3, cpu_s=1.25, uptime_s=61.0, clients=2, inflight=1, restarts=3,
+                         last_error="restarted: 1.3 GiB over memory_max 1 GiB", last_stop="memory pressure: x")
+    assert ht.render_status(view).splitlines() == [
+        "a: running, pid 9 (2 processes)", "memory: 300 MiB PSS of memory_max 1 GiB", "cpu time: 1.2s", "uptime: 61s",
+        "clients: 2, requests in flight: 1, restarts: 3", "last error: restarted: 1.3 GiB over memory_max 1 GiB",
+        "last stopped: memory pressure: x"]

@@ -47,7 +47,11 @@ def test_this_process_is_read_as_os_knows_it() -> None:
     assert stat is not None
     assert (stat.state, stat.ppid, stat.pgrp, stat.session) == ("R", os.getppid(), os.getpgrp(), os.getsid(0))
     assert stat.rss_pages > 0 and procfs.start_time_ticks(me) == stat.start_ticks
-    assert me in set(procfs.pids()) and procfs.stats()[me] == stat
+    # A second read of a live process: its resident size may have moved (reading all of /proc
+    # allocates), what names it may not.
+    again = procfs.stats()[me]
+    assert me in set(procfs.pids()) and (again.ppid, again.pgrp, again.session, again.start_ticks) == (
+        stat.ppid, stat.pgrp, stat.session, stat.start_ticks)
     assert me in procfs.session_members(os.getsid(0)) and me in procfs.group_members(os.getpgrp())
     assert f"LAZYD_PROCFS_TEST={me}".encode() not in (procfs.read_environ(me) or [])
     assert procfs.read_cmdline(me)  # pytest's own argv, whatever launched it
@@ -79,3 +83,19 @@ def test_a_child_is_read_with_its_environment_and_argv_and_a_reaped_one_is_gone(
     assert procfs.session_members(child.pid) == []
     with pytest.raises(OSError):
         procfs.start_time_ticks(child.pid)
+
+
+def test_pss_is_read_in_bytes_never_above_rss_and_none_for_a_process_that_is_gone() -> None:
+    me = os.getpid()
+    stat = procfs.read_stat(me)
+    pss = procfs.read_pss(me)
+    assert stat is not None and pss is not None
+    assert 0 < pss <= stat.rss_pages * procfs.PAGE_BYTES and pss % 1024 == 0
+    assert procfs.read_pss(2 ** 22 + 1) is None  # above pid_max: never a process
+
+
+def test_cpu_ticks_are_user_plus_system_time() -> None:
+    fields = ["S"] + ["0"] * 49
+    fields[14 - 3], fields[15 - 3] = "7", "5"  # utime, stime (proc(5) fields 14 and 15)
+    stat = parse_stat(b"1 (x) " + " ".join(fields).encode())
+    assert stat is not None and stat.cpu_ticks == 12

@@ -15,13 +15,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lazyd.core.hub.catalog import ToolInfo, first_line
+from lazyd.core.memory import format_bytes
 from lazyd.core.relay.jsonrpc import JsonObj
-from lazyd.core.policy import Decision
+from lazyd.core.policy import Decision, ToolPolicy, Verdict
 
 __all__ = ["LIST_SERVERS", "SEARCH_TOOLS", "GET_TOOL_SCHEMA", "CALL_TOOL", "WAKE_SERVER",
-           "SLEEP_SERVER", "META_TOOLS", "MetaCall", "ServerView", "parse_meta_call",
-           "render_servers", "render_search", "render_schema", "text_result", "error_result",
-           "HUB_INSTRUCTIONS"]
+           "SLEEP_SERVER", "RESTART_SERVER", "SERVER_STATUS", "META_TOOLS", "CONTROL_TOOLS", "CONTROL_SERVER",
+           "MetaCall", "ServerView", "StatusView", "parse_meta_call", "control_verdict", "visible_tools",
+           "control_ask_params", "render_servers", "render_status", "render_search", "render_schema",
+           "text_result", "error_result", "HUB_INSTRUCTIONS"]
 
 LIST_SERVERS = "list_servers"
 SEARCH_TOOLS = "search_tools"
@@ -29,6 +31,16 @@ GET_TOOL_SCHEMA = "get_tool_schema"
 CALL_TOOL = "call_tool"
 WAKE_SERVER = "wake_server"
 SLEEP_SERVER = "sleep_server"
+RESTART_SERVER = "restart_server"
+SERVER_STATUS = "server_status"
+
+# The hub's control tools are under the tool policy as tools of the server `lazyd`
+# (`"lazyd.restart_server" = "allow"` in [policy]): a rule decides; with none, a tool that starts
+# or stops a server asks the user first (a model restarting a server interrupts every client of
+# it), and one that only reads follows the policy's default.
+CONTROL_SERVER = "lazyd"
+CONTROL_TOOLS = (LIST_SERVERS, SERVER_STATUS, WAKE_SERVER, SLEEP_SERVER, RESTART_SERVER)
+_ASK_BY_DEFAULT = frozenset({WAKE_SERVER, SLEEP_SERVER, RESTART_SERVER})
 
 DEFAULT_LIMIT = 10  # a screenful: enough to choose from, few enough tokens to be cheap
 MAX_LIMIT = 100  # beyond this a search is a dump; list one server's tools instead
@@ -41,6 +53,7 @@ HUB_INSTRUCTIONS = (
 
 _SERVER = {"type": "string", "description": "Server name"}
 _TOOL = {"type": "string", "description": "Tool name on that server"}
+_NAME = {"type": "string"}  # the control tools' one argument: its name says what it is
 
 
 def _schema(properties: dict[str, Any], required: Sequence[str] = ()) -> JsonObj:
@@ -89,13 +102,23 @@ META_TOOLS: list[JsonObj] = [
         "name": WAKE_SERVER,
         "description": "Start a server now and wait until it runs. Rarely needed: call_tool starts "
                        "servers itself.",
-        "inputSchema": _schema({"server": _SERVER}, ["server"]),
+        "inputSchema": _schema({"server": _NAME}, ["server"]),
     },
     {
         "name": SLEEP_SERVER,
         "description": "Stop a server to free its memory. Its tools stay searchable; the next "
                        "call starts it again.",
-        "inputSchema": _schema({"server": _SERVER}, ["server"]),
+        "inputSchema": _schema({"server": _NAME}, ["server"]),
+    },
+    {
+        "name": RESTART_SERVER,
+        "description": "Stop a server and start it again; its running calls fail.",
+        "inputSchema": _schema({"server": _NAME}, ["server"]),
+    },
+    {
+        "name": SERVER_STATUS,
+        "description": "A server's state, memory, CPU time, restarts and last error. Starts nothing.",
+        "inputSchema": _schema({"server": _NAME}, ["server"]),
     },
 ]
 _NAMES = frozenset(t["name"] for t in META_TOOLS)
@@ -132,7 +155,8 @@ def parse_meta_call(name: str, arguments: object) -> MetaCall | str:
 
     checked: dict[str, Any] = {}
     wanted = {LIST_SERVERS: (), SEARCH_TOOLS: ("query", "server"), GET_TOOL_SCHEMA: ("server", "tool"),
-              CALL_TOOL: ("server", "tool"), WAKE_SERVER: ("server",), SLEEP_SERVER: ("server",)}[name]
+              CALL_TOOL: ("server", "tool"), WAKE_SERVER: ("server",), SLEEP_SERVER: ("server",),
+              RESTART_SERVER: ("server",), SERVER_STATUS: ("server",)}[name]
     for key in wanted:
         required = name != SEARCH_TOOLS
         value = text(key, required)
@@ -169,6 +193,66 @@ class ServerView:
     hidden: int = 0  # tools the policy denies: not counted, not shown
     pid: int | None = None
     last_error: str | None = None
+
+
+def control_verdict(policy: ToolPolicy, tool: str) -> Verdict:
+    """The policy's word on one of the hub's control tools (`lazyd.TOOL`; see CONTROL_SERVER)."""
+    verdict = policy.decide(CONTROL_SERVER, tool)
+    if verdict.rule is None and tool in _ASK_BY_DEFAULT and verdict.decision == "allow":
+        return Verdict("ask", f"{CONTROL_SERVER}.{tool} (asks by default)")
+    return verdict
+
+
+def visible_tools(policy: ToolPolicy) -> list[JsonObj]:
+    """The hub's tools/list: the control tools the policy denies are left out."""
+    return [tool for tool in META_TOOLS
+            if tool["name"] not in CONTROL_TOOLS or control_verdict(policy, tool["name"]).decision != "deny"]
+
+
+def control_ask_params(tool: str, server: str, verdict: Verdict) -> JsonObj:
+    """The `elicitation/create` params asking the user whether the model may run a control tool."""
+    action = {WAKE_SERVER: "start", SLEEP_SERVER: "stop", RESTART_SERVER: "restart"}.get(tool, "inspect")
+    message = (f'Allow the model to {action} the MCP server "{server}" through lazyd ({tool})?\n'
+               f"(lazyd asks because of {verdict.reason()}; set \"{CONTROL_SERVER}.{tool}\" = \"allow\" "
+               "in [policy] of its config to stop asking.)")
+    return {"message": message, "requestedSchema": {"type": "object", "properties": {}}}
+
+
+@dataclass(frozen=True)
+class StatusView:
+    """One server as server_status shows it (sizes in bytes, times in seconds)."""
+
+    name: str
+    state: str
+    pid: int | None
+    processes: int
+    memory_bytes: int | None
+    memory_max: int | None
+    cpu_s: float | None
+    uptime_s: float | None
+    clients: int
+    inflight: int
+    restarts: int
+    last_error: str | None
+    last_stop: str | None
+
+
+def render_status(view: StatusView) -> str:
+    lines = [f"{view.name}: {view.state}" + (f", pid {view.pid} ({view.processes} processes)" if view.pid else "")]
+    if view.memory_bytes is not None:
+        limit = f" of memory_max {format_bytes(view.memory_max)}" if view.memory_max else " (no memory_max)"
+        lines.append(f"memory: {format_bytes(view.memory_bytes)} PSS{limit}")
+    elif view.memory_max:
+        lines.append(f"memory_max: {format_bytes(view.memory_max)}")
+    if view.cpu_s is not None:
+        lines.append(f"cpu time: {view.cpu_s:.1f}s")
+    if view.uptime_s is not None:
+        lines.append(f"uptime: {view.uptime_s:.0f}s")
+    lines.append(f"clients: {view.clients}, requests in flight: {view.inflight}, restarts: {view.restarts}")
+    lines.append(f"last error: {first_line(view.last_error, 300) if view.last_error else 'none'}")
+    if view.last_stop:
+        lines.append(f"last stopped: {first_line(view.last_stop, 200)}")
+    return "\n".join(lines)
 
 
 def render_servers(views: Sequence[ServerView], unknown: Sequence[str]) -> str:

@@ -52,6 +52,11 @@ Rules
    it runs only in sleeping; exit 0 spawns (unrequested).
 10. `boot()`, once, when the daemon adopts the server: eager and keep_alive servers spawn
    (unrequested) and the first predicate run is scheduled.
+11. Memory (lazyd/core/memory.py decides when). `memory_stop()` stops a starting or running server
+   for its reason, which becomes `last_error`, and counts as a failure: afterwards it is parked
+   as failed (`park`), or backs off (`breaches` steps of rule 4) when someone needs it as rule 3c
+   and 3e say, or sleeps. `pressure_sleep()` stops a running server with no request in flight
+   that is not keep_alive, like `operator_sleep()`, for its reason; any other is left alone.
 Errors: a misfit input returns one `Log`; caller bugs raise (lazyd/core/lifecycle/states.py).
 """
 
@@ -226,6 +231,38 @@ class Lifecycle:
     def operator_sleep(self, now: float) -> list[Action]:
         """`lazyctl sleep` (rule 8)."""
         return self._request("operator_sleep", now)
+
+    def memory_stop(self, now: float, reason: str, *, park: bool, breaches: int) -> list[Action]:
+        """The server's tree stayed over its memory limit (rule 11)."""
+        self._enter(now)
+        if self.state not in (State.STARTING, State.RUNNING):
+            return self._ignored("memory_stop")
+        self.last_error = reason
+        self.burst = max(self.burst, breaches, 1)
+        self.started_at = None  # this run ends as a failure: rule 2 must not clear the count meanwhile
+        if park:
+            outcome = State.FAILED
+        elif self._usage.in_use() or self._policy.keep_alive or self._policy.eager:
+            outcome = State.BACKOFF
+        else:
+            outcome = State.SLEEPING
+        actions = self._stop(reason)
+        self._stop_outcome = outcome
+        if park:
+            actions.append(Log(f"parked as failed: {reason}"))
+        return actions
+
+    def pressure_sleep(self, now: float, reason: str) -> list[Action]:
+        """Memory pressure chose this server to sleep (rule 11)."""
+        self._enter(now)
+        if self.state is not State.RUNNING or self._usage.inflight or self._policy.keep_alive:
+            return []
+        return self._stop(reason)
+
+    @property
+    def last_activity(self) -> float | None:
+        """When the last client request or answer passed (monotonic), None before any."""
+        return self._usage.last_activity
 
     def spawned(self, now: float, pid: int) -> list[Action]:
         """The process asked for by `Spawn` exists; raises `LifecycleError` for a pid <= 0."""

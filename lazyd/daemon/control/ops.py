@@ -4,7 +4,7 @@ Each op takes a map of arguments and returns `(ok, data, error)`; `error` is one
 Ops that name a server accept its readable name (a named server's name, or the command basename +
 short hash an unnamed registration gets). Ops:
 
-    ping, status, wake, sleep, logs, stop, reload   the operator's view and control
+    ping, status, wake, sleep, restart, logs, stop, reload   the operator's view and control
     identity                                        a registration's identity, and why two share
     check                                           an isolated start that warms the cache
 
@@ -31,7 +31,9 @@ from lazyd.envnames import parse_names
 from lazyd.core.sharing.identity import Identity, differing_env_names, explain_difference, variable_class
 from lazyd.daemon.control.check import check_runtime
 from lazyd.daemon.control.client_env import client_environment, learned_profile
-from lazyd.daemon.process.tree import ProcTable, proc_table, process_tree_usage
+from lazyd import procfs
+from lazyd.daemon.process.tree import ProcTable, proc_table, tree_cpu_ticks, tree_members, tree_pss
+from lazyd.daemon.runtime.memory_watch import MemoryWatch
 from lazyd.daemon.sessions.registry import Registry
 from lazyd import fallbacks
 from lazyd.daemon.connections.refusals import Refusals
@@ -66,6 +68,7 @@ class Control:
         self.reload = reload
         self.lineage: Any = None  # the daemon's Lineage (lazyd/daemon/upgrade/handover.py), set by main
         self.refusals: Refusals | None = None  # the connections refused (lazyd/daemon/connections/refusals.py), set by main
+        self.memory: MemoryWatch | None = None  # memory limits and pressure (lazyd/daemon/runtime/memory_watch.py), set by main
 
     async def __call__(self, op: str, args: dict[str, Any]) -> Result:
         handler = getattr(self, f"op_{op.replace('-', '_')}", None)
@@ -95,14 +98,35 @@ class Control:
             # Sessions that sent no request yet have no process chosen: they count as its clients.
             row["clients"] = int(row.get("clients") or 0) + lanes.pending
         pid = row.get("pid")
-        processes, rss = process_tree_usage(pid, table if table is not None else proc_table()) if isinstance(pid, int) else (0, 0)
-        row["processes"] = processes
-        row["memory_bytes"] = rss if processes else None
+        table = table if table is not None else proc_table()
+        members = tree_members(pid, table) if isinstance(pid, int) else set()
+        row["processes"] = len(members)
+        row["memory_bytes"] = tree_pss(members, table) if members else None  # PSS (lazyd/daemon/process/tree.py)
+        row["cpu_ticks"] = tree_cpu_ticks(members, table) if members else None
+        row["client_lines"] = runtime.client_lines
+        row["memory_max"] = runtime.config.memory_max
+        stop = runtime.last_stop
+        row["last_stop_at"], row["last_stop_reason"] = stop if stop is not None else (None, None)
         row["cache_path"] = str(self.registry.store.path_for(runtime.config.digest))
         row["log_path"] = str(runtime.config.spec.log_path)
         row.update(self._distinction(runtime))
         row.update(self._sharing(runtime))
         return row
+
+    def _own_cost(self, table: ProcTable) -> dict[str, Any]:
+        """lazyd's own memory (PSS): the daemon's process, and the shims of the sessions attached
+        to its servers (each with whatever it runs below it, never its client's session)."""
+        daemon = tree_pss([os.getpid()], table)
+        shims = {outbox.pid for runtime in self.registry.runtimes.values() for outbox in runtime.sessions.values()
+                 if outbox.pid > 0 and outbox.pid != os.getpid()}
+        members: set[int] = set()
+        for pid in shims:
+            members |= tree_members(pid, table, group_and_session=False)
+        sessions = tree_pss(members, table) if members else 0
+        own = table.get(os.getpid())
+        return {"daemon_bytes": daemon, "sessions": len(shims), "session_processes": len(members),
+                "sessions_bytes": sessions, "memory_bytes": daemon + sessions,
+                "cpu_ticks": own.cpu_ticks if own is not None else None}
 
     def _distinction(self, runtime: ServerRuntime) -> dict[str, Any]:
         """What tells this server apart from the others of the same command (status output):
@@ -151,7 +175,11 @@ class Control:
         table = proc_table()
         # A server's name shows every process of it (its other-era lane, NAME@ERA, too).
         rows = [self._status(r, table) for r in runtimes if not names or r.name in names or r.config.name in names]
-        data = {"daemon_pid": os.getpid(), "servers": sorted(rows, key=lambda r: str(r["name"]))}
+        data = {"daemon_pid": os.getpid(), "servers": sorted(rows, key=lambda r: str(r["name"])),
+                "clock_ticks": procfs.CLOCK_TICKS}
+        data["lazyd"] = self._own_cost(table)
+        if self.memory is not None:
+            data["pressure"] = self.memory.status()
         if self.refusals is not None:
             data["refused"] = self.refusals.status()
         started = self.lineage.started_at if self.lineage is not None else START_TIME
@@ -178,6 +206,15 @@ class Control:
             return False, None, runtime
         await sleep_and_wait(runtime)
         return True, self._status(runtime), None
+
+    async def op_restart(self, args: dict[str, Any]) -> Result:
+        """Stop the server by the ladder and start it again at once, waiting for both."""
+        runtime = self._runtime(args)
+        if isinstance(runtime, str):
+            return False, None, runtime
+        await sleep_and_wait(runtime)
+        error = await wake_and_wait(runtime)
+        return error is None, self._status(runtime), error
 
     async def op_logs(self, args: dict[str, Any]) -> Result:
         runtime = self._runtime(args)

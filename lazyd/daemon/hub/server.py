@@ -31,6 +31,7 @@ import the registry (which imports the hub to open hub sessions).
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
@@ -46,13 +47,15 @@ from lazyd.core.hub.protocol import hub_servers, initialize_result
 from lazyd.core.hub.routes import CancelTask, HubAction, HubRoutes, ToCall, ToClient
 from lazyd.core.sharing.identity import Identity
 from lazyd.core.relay.jsonrpc import Invalid, JsonId, JsonObj, Kind, Message
-from lazyd.core.policy import ToolPolicy
+from lazyd.core.policy import ToolPolicy, Verdict
 from lazyd.core.relay.core import Phase
 from lazyd.daemon.runtime.era_lanes import EraLanes
 from lazyd.daemon.hub.call import ProxiedCall
 from lazyd.daemon.runtime.outbox import Outbox
 from lazyd.daemon.runtime.supervisor import ServerRuntime
 from lazyd.daemon.control.wake_sleep import sleep_and_wait, wake_and_wait
+from lazyd.daemon.process.tree import proc_table, tree_cpu_ticks, tree_members, tree_pss
+from lazyd.procfs import CLOCK_TICKS
 from lazyd.frames import Hello
 
 log = logging.getLogger("lazyd.hub")
@@ -103,6 +106,10 @@ class HubSession:
         self.routes = HubRoutes()
         self._scopes: dict[JsonId, trio.CancelScope] = {}
         self._calls: dict[int, ProxiedCall] = {}
+        # The hub's own confirmations of control tools (`elicitation/create` under string ids
+        # `lazyd-hub-ask-N`, apart from the routes' integer ids): id -> (the answer, its arrival).
+        self._asks: dict[str, tuple[list[JsonObj], trio.Event]] = {}
+        self._next_ask = 0
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         with self._scope:
@@ -146,6 +153,10 @@ class HubSession:
         elif msg.kind is Kind.NOTIFICATION:
             if msg.method == "notifications/cancelled":
                 self.carry_out(self.routes.client_cancel(msg.params.get("requestId")))
+        elif isinstance(msg.id, str) and msg.id in self._asks:
+            answer, arrived = self._asks.pop(msg.id)
+            answer.append(msg.obj)
+            arrived.set()
         else:
             self.carry_out(self.routes.client_response(msg))
 
@@ -171,7 +182,7 @@ class HubSession:
         elif method == "ping":
             self.send(rpc.result_line(rid, {}), rid)
         elif method == "tools/list":
-            tools = [] if isinstance(msg.params.get("cursor"), str) else ht.META_TOOLS
+            tools = [] if isinstance(msg.params.get("cursor"), str) else ht.visible_tools(self._policy())
             self.send(rpc.result_line(rid, {"tools": tools}), rid)
         elif method == "tools/call":
             self._tools_call(msg, rid)
@@ -187,8 +198,19 @@ class HubSession:
             else:
                 self.send(rpc.result_line(rid, ht.error_result(call)), rid)
             return
-        if call.name == ht.LIST_SERVERS:
+        verdict = ht.control_verdict(self._policy(), call.name) if call.name in ht.CONTROL_TOOLS else None
+        if verdict is not None and verdict.decision == "deny":
+            log.info("policy: %s.%s: deny by %s (hub control tool)", ht.CONTROL_SERVER, call.name, verdict.reason())
+            self.send(rpc.result_line(rid, ht.error_result(gate.denied_text(ht.CONTROL_SERVER, call.name, verdict))), rid)
+        elif verdict is not None and verdict.decision == "ask":
+            if (problem := self.routes.admit(rid)) is not None:
+                self.send(rpc.error_line(rid, rpc.INVALID_REQUEST, f"lazyd hub: {problem}"), rid)
+            else:
+                self._spawn(rid, self._control, call, verdict)
+        elif call.name == ht.LIST_SERVERS:
             self.send(rpc.result_line(rid, self._list_servers()), rid)
+        elif call.name == ht.SERVER_STATUS:
+            self.send(rpc.result_line(rid, self._status(call)), rid)
         elif call.name == ht.SEARCH_TOOLS:
             self.send(rpc.result_line(rid, self._search(call)), rid)
         elif call.name == ht.GET_TOOL_SCHEMA:
@@ -201,6 +223,8 @@ class HubSession:
             self._spawn(rid, self._call, call, rid, token)
         elif call.name == ht.WAKE_SERVER:
             self._spawn(rid, self._wake, call)
+        elif call.name == ht.RESTART_SERVER:
+            self._spawn(rid, self._restart, call)
         else:
             self._spawn(rid, self._sleep, call)
 
@@ -376,6 +400,86 @@ class HubSession:
             return ht.error_result(error)
         pid = runtime.proc.pid if runtime.proc is not None else None
         return ht.text_result(f"{runtime.name} is running (pid {pid}); its tools: {len(self._tools(runtime) or [])}")
+
+    async def _control(self, call: ht.MetaCall, verdict: Verdict) -> JsonObj:
+        """A control tool the policy asks about: the user's answer first, then the tool."""
+        subject = "every server"
+        if call.server:
+            runtime = self._lookup(call.server)
+            if isinstance(runtime, str):
+                return ht.error_result(runtime)
+            subject = runtime.name
+        refusal = await self._confirm(call.name, subject, verdict)
+        if refusal is not None:
+            return ht.error_result(refusal)
+        if call.name == ht.LIST_SERVERS:
+            return self._list_servers()
+        if call.name == ht.SERVER_STATUS:
+            return self._status(call)
+        if call.name == ht.WAKE_SERVER:
+            return await self._wake(call)
+        if call.name == ht.RESTART_SERVER:
+            return await self._restart(call)
+        return await self._sleep(call)
+
+    async def _confirm(self, tool: str, server: str, verdict: Verdict) -> str | None:
+        """Ask the hub's client's user whether the model may run control tool `tool` on `server`:
+        None when accepted, else the refusal for a tool error."""
+        where = f"{ht.CONTROL_SERVER}.{tool} ({server})"
+        capabilities = (self.params or {}).get("capabilities")
+        if not (isinstance(capabilities, dict) and isinstance(capabilities.get("elicitation"), dict)):
+            log.info("policy: %s: ask by %s; refused: the client does not support elicitation", where, verdict.reason())
+            return gate.no_elicitation_text(ht.CONTROL_SERVER, tool, verdict)
+        self._next_ask += 1
+        ask_id = f"lazyd-hub-ask-{self._next_ask}"
+        answer: list[JsonObj] = []
+        arrived = trio.Event()
+        self._asks[ask_id] = (answer, arrived)
+        log.info("policy: %s: ask by %s; asking the user", where, verdict.reason())
+        self.send(rpc.request_line(ask_id, "elicitation/create", ht.control_ask_params(tool, server, verdict)))
+        try:
+            await arrived.wait()
+        finally:
+            if self._asks.pop(ask_id, None) is not None:  # the call was cancelled: so is the question
+                self.send(rpc.notification_line("notifications/cancelled",
+                                                {"requestId": ask_id, "reason": "the tool call was cancelled"}))
+        outcome = gate.answer_outcome(answer[0])
+        log.info("policy: %s: asked by %s, answer %s", where, verdict.reason(), outcome)
+        return None if outcome == "accept" else gate.refusal_text(ht.CONTROL_SERVER, tool, outcome, answer[0])
+
+    def _status(self, call: ht.MetaCall) -> JsonObj:
+        runtime = self._lookup(call.server)
+        if isinstance(runtime, str):
+            return ht.error_result(runtime)
+        snap = runtime.life.status_fields()
+        proc = runtime.proc
+        members: set[int] = set()
+        table = None
+        if proc is not None:
+            table = proc_table()
+            members = tree_members(proc.pid, table)
+        running = proc is not None and snap["state"] == "running" and runtime.started_wall is not None
+        stop = runtime.last_stop
+        return ht.text_result(ht.render_status(ht.StatusView(
+            name=runtime.name, state=str(snap["state"]), pid=proc.pid if proc is not None else None,
+            processes=len(members), memory_bytes=tree_pss(members, table) if members else None,
+            memory_max=runtime.config.memory_max,
+            cpu_s=tree_cpu_ticks(members, table) / CLOCK_TICKS if members and table is not None else None,
+            uptime_s=time.time() - runtime.started_wall if running and runtime.started_wall else None,
+            clients=runtime.core.client_count(), inflight=runtime.core.inflight_count(),
+            restarts=int(str(snap["restarts"])), last_error=str(snap["last_error"]) if snap["last_error"] else None,
+            last_stop=stop[1] if stop is not None else None)))
+
+    async def _restart(self, call: ht.MetaCall) -> JsonObj:
+        runtime = self._lookup(call.server)
+        if isinstance(runtime, str):
+            return ht.error_result(runtime)
+        await sleep_and_wait(runtime)
+        error = await wake_and_wait(runtime, self.params)
+        if error is not None:
+            return ht.error_result(error)
+        pid = runtime.proc.pid if runtime.proc is not None else None
+        return ht.text_result(f"{runtime.name} was restarted: running, pid {pid}")
 
     async def _sleep(self, call: ht.MetaCall) -> JsonObj:
         runtime = self._lookup(call.server)

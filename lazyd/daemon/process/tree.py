@@ -1,12 +1,16 @@
 """A server's process tree as the kernel sees it: which processes belong to it, and their memory.
 
-Read from /proc in one pass (`proc_table`, lazyd/procfs.py), then summed per server
-(`process_tree_usage`), so a status of many servers reads /proc once.
+Read from /proc in one pass (`proc_table`, lazyd/procfs.py), then gathered per server
+(`tree_members`), so a status of many servers reads /proc once. A tree's memory is the sum of its
+processes' PSS (`tree_pss`): launchers (`npx`, `uvx`, `sh -c`) and the server they run share the
+pages of their binaries and libraries, which RSS would count once per process. PSS costs a walk of
+each process's mappings, so the memory watch screens with the tree's RSS first (`tree_rss`): PSS
+is never above RSS, so a tree whose RSS is under a limit is under it in PSS too.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from lazyd import procfs
 from lazyd.procfs import Stat
@@ -19,18 +23,20 @@ def proc_table() -> ProcTable:
     return procfs.stats()
 
 
-def process_tree_usage(root: int, table: Mapping[int, Stat]) -> tuple[int, int]:
-    """(processes, resident bytes) of `root`, its descendants and its process group and session.
+def tree_members(root: int, table: Mapping[int, Stat], *, group_and_session: bool = True) -> set[int]:
+    """`root`, its descendants and (unless told otherwise) every process of its process group and
+    session; empty when `root` is not in `table`.
 
     Descendants catch children that made their own group; group and session catch grandchildren
-    whose parent died (they are reparented, but still killed with the group).
+    whose parent died (they are reparented, but still killed with the group). A process that is not
+    the leader of its session (a client's shim) is measured without them: its session is the
+    client's.
     """
     if root not in table:
-        return 0, 0
+        return set()
     children: dict[int, list[int]] = {}
     for pid, stat in table.items():
         children.setdefault(stat.ppid, []).append(pid)
-    members = {pid for pid, stat in table.items() if stat.pgrp == root or stat.session == root}
     seen: set[int] = set()
     stack = [root]
     while stack:
@@ -38,5 +44,29 @@ def process_tree_usage(root: int, table: Mapping[int, Stat]) -> tuple[int, int]:
         if pid not in seen:
             seen.add(pid)
             stack.extend(children.get(pid, []))
-    members |= seen
-    return len(members), sum(table[pid].rss_pages for pid in members) * procfs.PAGE_BYTES
+    if group_and_session:
+        seen |= {pid for pid, stat in table.items() if stat.pgrp == root or stat.session == root}
+    return {pid for pid in seen if pid == root or table[pid].state != "Z"}
+
+
+def tree_rss(members: Iterable[int], table: Mapping[int, Stat]) -> int:
+    """The resident bytes of `members` as /proc/<pid>/stat counts them: cheap, and never below PSS."""
+    return sum(table[pid].rss_pages for pid in members if pid in table) * procfs.PAGE_BYTES
+
+
+def tree_cpu_ticks(members: Iterable[int], table: Mapping[int, Stat]) -> int:
+    """The CPU time `members` used so far, in clock ticks (procfs.CLOCK_TICKS a second)."""
+    return sum(table[pid].cpu_ticks for pid in members if pid in table)
+
+
+def tree_pss(members: Iterable[int], table: Mapping[int, Stat] | None = None) -> int:
+    """The PSS of `members` in bytes; a process whose smaps_rollup cannot be read (gone, or not
+    ours) counts its resident size from `table` instead, or nothing."""
+    total = 0
+    for pid in members:
+        pss = procfs.read_pss(pid)
+        if pss is None and table is not None and pid in table:
+            pss = table[pid].rss_pages * procfs.PAGE_BYTES
+        total += pss or 0
+    return total
+

@@ -54,12 +54,13 @@ class RuntimeConfig:
     sampling_policy: SamplingPolicy
     share: ShareSetting
     era: EraSetting = "auto"  # which protocol era its processes run in (lazyd/core/eras/policy.py)
+    memory_max: int | None = None  # bytes of PSS its tree may stay over (lazyd/core/memory.py)
 
     def to_state(self) -> dict[str, Any]:
         """Everything but what could be a secret (see the module docstring)."""
         return {"name": self.name, "digest": self.digest, "sampling_policy": self.sampling_policy,
                 "share": self.share, "era": self.era, "log_path": str(self.spec.log_path),
-                "max_line_bytes": self.spec.max_line_bytes,
+                "max_line_bytes": self.spec.max_line_bytes, "memory_max": self.memory_max,
                 "policy": {name: getattr(self.policy, name) for name in _POLICY_FIELDS}}
 
     def secrets(self) -> dict[str, Any]:
@@ -104,8 +105,10 @@ class RuntimeConfig:
         if sampling not in ("refuse", "most-recent") or share not in (True, False, "auto", "session-aware") or era not in (
                 "auto", "handshake", "stateless"):
             raise ValueError("runtime.config: an unknown sampling policy, share or era setting")
+        # Absent in a predecessor without memory limits: none.
+        memory_max = sc.opt_integer(c.get("memory_max"), "runtime.config.memory_max")
         return cls(sc.text(c.get("name"), "runtime.config.name"), sc.text(c.get("digest"), "runtime.config.digest"),
-                   spec, policy, wake, sampling, share, era)
+                   spec, policy, wake, sampling, share, era, memory_max if memory_max and memory_max > 0 else None)
 
 
 # The lifecycle policy's fields, as a configuration's state writes them.

@@ -48,6 +48,7 @@ from lazyd.core.cache import Snapshot
 from lazyd.core.relay.handshake_defaults import unattended_params
 from lazyd.core.relay.jsonrpc import Invalid, Message
 from lazyd.core.hub.catalog import cached_tools
+from lazyd.core.memory import MemoryLimit, Park, Restart, Verdict
 from lazyd.core.policy import ToolPolicy
 from lazyd.daemon.runtime.cache_saver import CacheSaver
 from lazyd.daemon.runtime.cache_store import CacheStore
@@ -95,6 +96,14 @@ class ServerRuntime:
         self._saver = CacheSaver(store, config.digest, lambda: self.core.snapshot, self._save_lock)
         self._input = ServerInput(self.name, self._kill, lambda: len(self.core.queue))  # the process's stdin
         self._kill_reason: str | None = None
+        # Why a stop of ours ended the process, when it is a failure the clients must hear of
+        # (a memory limit): what in-flight requests are answered with and the exit is logged as.
+        self._stop_reason: str | None = None
+        # The memory limit (`memory_max`), fed samples of the tree by lazyd/daemon/runtime/memory_watch.py.
+        self.memory = MemoryLimit(config.memory_max) if config.memory_max else None
+        self._memory_pid: int | None = None
+        self.last_stop: tuple[float, str] | None = None  # (wall time, reason) of the last stop decided
+        self.client_lines = 0  # lines its clients sent it (requests, notifications, answers): `lazyctl top`'s rate
         self._stop_requested = False
         self._closing = False  # set by shutdown(): no process or predicate is started after it
         self._finished = trio.Event()  # run() has returned: no task of this runtime is left
@@ -184,6 +193,7 @@ class ServerRuntime:
 
     def client_line(self, cid: int, line: bytes, parsed: Message | Invalid | None = None) -> None:
         if cid in self.sessions:
+            self.client_lines += 1
             if self.gate is not None:
                 gated = self.gate.client_line(cid, line)
                 if gated is None:
@@ -221,6 +231,36 @@ class ServerRuntime:
 
     def wake(self) -> None:
         self._life(self.life.operator_wake(trio.current_time()))
+
+    # ---- memory (lazyd/daemon/runtime/memory_watch.py; rule 11 of lazyd/core/lifecycle/machine.py) ---
+
+    def memory_sample(self, pid: int, size: int) -> None:
+        """The tree of process `pid` measured `size` bytes now: its PSS, or any figure at least its
+        PSS that is under the limit (the watch's RSS screen)."""
+        proc, limit = self.proc, self.memory
+        if proc is None or proc.pid != pid or limit is None:
+            return  # it ended or was replaced since the watch looked
+        if pid != self._memory_pid:
+            self._memory_pid = pid
+            limit.new_process()
+        verdict = limit.sample(trio.current_time(), size)
+        if verdict is not None:
+            self._memory_verdict(verdict)
+
+    def _memory_verdict(self, verdict: Verdict) -> None:
+        log.warning("[%s] %s", self.name, verdict.reason)
+        park = isinstance(verdict, Park)
+        breaches = verdict.breaches if isinstance(verdict, Restart) else 0
+        actions = self.life.memory_stop(trio.current_time(), verdict.reason, park=park, breaches=breaches)
+        if any(isinstance(a, lc.Stop) for a in actions):
+            self._stop_reason = verdict.reason
+        self._life(actions)
+
+    def pressure_sleep(self, reason: str) -> bool:
+        """Put the server to sleep for memory pressure, if it is running and idle; whether it was."""
+        actions = self.life.pressure_sleep(trio.current_time(), reason)
+        self._life(actions)
+        return bool(actions)
 
     def sleep(self) -> None:
         self._life(self.life.operator_sleep(trio.current_time()))
@@ -262,11 +302,13 @@ class ServerRuntime:
                     continue
                 self._stop_requested = False
                 self._kill_reason = None
+                self._stop_reason = None
                 self._ensure_replay_params()
                 assert self._nursery is not None
                 self._nursery.start_soon(self._start_process)
             elif isinstance(action, lc.Stop):
                 log.info("[%s] stopping: %s", self.name, action.reason)
+                self.last_stop = (time.time(), action.reason)
                 self._stop_requested = True
                 if self.proc is not None:
                     assert self._nursery is not None
@@ -375,7 +417,7 @@ class ServerRuntime:
         except LineTooLong:
             self._kill(f"wrote a stdout line over {proc.spec.max_line_bytes} bytes")
         info = await proc.wait_exit()
-        description = self._kill_reason or info.describe()
+        description = self._kill_reason or self._stop_reason or info.describe()
         requested = self._stop_requested and self._kill_reason is None
         self.proc = None
         self._input.close()
@@ -438,6 +480,9 @@ class ServerRuntime:
             "kill_reason": self._kill_reason, "stop_requested": self._stop_requested,
             "predicate_child": list(self.predicate_child) if self.predicate_child is not None else None,
             "upgrades": self.upgrades,
+            "stop_reason": self._stop_reason, "last_stop": list(self.last_stop) if self.last_stop is not None else None,
+            "memory": self.memory.to_state(now) if self.memory is not None else None,
+            "memory_pid": self._memory_pid,
             "proc": self.proc.to_state() if self.proc is not None else None,
             **({"kill": kill} if kill is not None else {}),
         }
@@ -469,6 +514,15 @@ class ServerRuntime:
         runtime._kill_reason = sc.opt_text(state.get("kill_reason"), "runtime.kill_reason")
         runtime._stop_requested = sc.flag(state.get("stop_requested"), "runtime.stop_requested")
         runtime.upgrades = sc.integer(state.get("upgrades"), "runtime.upgrades")
+        # Absent in a predecessor without memory limits: nothing to take up.
+        runtime._stop_reason = sc.opt_text(state.get("stop_reason"), "runtime.stop_reason")
+        last_stop = state.get("last_stop")
+        if last_stop is not None:
+            at, reason = sc.items(last_stop, "runtime.last_stop")
+            runtime.last_stop = (sc.number(at, "runtime.last_stop"), sc.text(reason, "runtime.last_stop"))
+        if runtime.memory is not None and state.get("memory") is not None:
+            runtime.memory.restore(state.get("memory"), moment)
+            runtime._memory_pid = sc.opt_integer(state.get("memory_pid"), "runtime.memory_pid")
         proc, predicate = state.get("proc"), state.get("predicate_child")
         predicate_child = None
         if predicate is not None:

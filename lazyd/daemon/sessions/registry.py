@@ -227,6 +227,7 @@ class Registry:
         config = RuntimeConfig(
             name=name, digest=cache_digest, spec=spec, policy=lifecycle_policy(policy), wake=policy.wake,
             sampling_policy=self.config.sampling_policy, share=policy.share, era=policy.era,
+            memory_max=policy.memory_max,
         )
         snapshot = self.commands.start_snapshot(self.runtimes, self.identities, identity, cache_digest)  # own, else the command's
         runtime = ServerRuntime(config, snapshot, self.store, self.children_changed)

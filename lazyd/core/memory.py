@@ -1,0 +1,141 @@
+"""A server's memory limit (`memory_max`): when a tree that stays over it is restarted, and when parked.
+
+Pure: fed the samples of the server's process tree (PSS bytes, lazyd/daemon/process/tree.py) and
+the monotonic time by the memory watch (lazyd/daemon/runtime/memory_watch.py), it answers what to
+do. The rules (docs/supervision.md, "Memory"):
+
+1. A tree *stays over* its limit when two samples in a row find it over (the watch samples every
+   `SAMPLE_INTERVAL_S`): a burst that is given back before the next sample is no breach. A tree
+   under the limit at a sample starts the count again; so does a new process (`new_process`).
+2. A breach restarts the server (`Restart`), by the stop ladder: its in-flight requests are answered
+   with an error naming the limit, and its sessions go on with the next process.
+3. The `PARK_AFTER_BREACHES`-th breach within `PARK_WINDOW_S` parks it instead (`Park`): a server
+   that outgrows its limit every time it runs would otherwise be restarted forever. The restarts
+   before it back off like crashes (the lifecycle's backoff, lazyd/core/lifecycle/timing.py), one
+   step per breach of the window.
+
+Sizes are bytes; `format_bytes` writes them as `lazyctl` does ("1.3 GiB"), `parse_size` reads them
+as the config file and the shim option take them ("1GiB", "512M", "800000000").
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import deque
+from dataclasses import dataclass
+from typing import Final
+
+from lazyd.core import state_codec as sc
+
+__all__ = ["SAMPLE_INTERVAL_S", "PARK_AFTER_BREACHES", "PARK_WINDOW_S", "Restart", "Park", "Verdict",
+           "MemoryLimit", "format_bytes", "parse_size"]
+
+SAMPLE_INTERVAL_S: Final = 2.0  # how often the watch samples trees and pressure (docs/supervision.md)
+OVER_SAMPLES: Final = 2  # rule 1: over at this many samples in a row
+PARK_AFTER_BREACHES: Final = 3  # rule 3
+PARK_WINDOW_S: Final = 600.0
+
+
+@dataclass(frozen=True)
+class Restart:
+    """Restart the server for `reason` (rule 2); `breaches` within the window, this one counted."""
+
+    reason: str
+    breaches: int
+
+
+@dataclass(frozen=True)
+class Park:
+    """Stop the server and park it as failed with `reason` (rule 3)."""
+
+    reason: str
+
+
+Verdict = Restart | Park
+
+
+class MemoryLimit:
+    """Rules 1 to 3 for one server whose `memory_max` is `limit` bytes."""
+
+    def __init__(self, limit: int) -> None:
+        if limit <= 0:
+            raise ValueError(f"a memory limit must be positive, not {limit}")
+        self.limit = limit
+        self.last_bytes: int | None = None  # the latest sample, for status
+        self.over = 0  # samples in a row over the limit
+        self._breaches: deque[float] = deque(maxlen=PARK_AFTER_BREACHES)
+
+    def to_state(self, now: float) -> dict[str, object]:
+        """The count and the breaches of the window (as seconds from `now`), for a successor daemon."""
+        return {"over": self.over, "breaches": [t - now for t in self._breaches]}
+
+    def restore(self, state: object, now: float) -> None:
+        """Take up what `to_state` wrote at `now` (this clock's moment of the write); ValueError
+        for a state it did not write."""
+        s = sc.obj(state, "memory")
+        self.over = sc.integer(s.get("over"), "memory.over")
+        self._breaches.clear()
+        for offset in sc.items(s.get("breaches"), "memory.breaches"):
+            self._breaches.append(now + sc.number(offset, "memory.breaches"))
+
+    def new_process(self) -> None:
+        """The server's process changed (a start, a restart, none): the count starts again."""
+        self.over = 0
+        self.last_bytes = None
+
+    def sample(self, now: float, size: int) -> Verdict | None:
+        """The tree measured `size` bytes at monotonic `now`."""
+        self.last_bytes = size
+        if size <= self.limit:
+            self.over = 0
+            return None
+        self.over += 1
+        if self.over < OVER_SAMPLES:
+            return None
+        self.over = 0
+        self._breaches.append(now)
+        over = f"{format_bytes(size)} over memory_max {format_bytes(self.limit)}"
+        recent = [t for t in self._breaches if now - t < PARK_WINDOW_S]
+        if len(recent) >= PARK_AFTER_BREACHES:
+            self._breaches.clear()
+            return Park(f"parked: {len(recent)} times over memory_max {format_bytes(self.limit)} within "
+                        f"{_minutes(PARK_WINDOW_S)} (last {format_bytes(size)})")
+        return Restart(f"restarted: {over}", len(recent))
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds / 60:.0f}m"
+
+
+_UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
+
+
+def format_bytes(count: int) -> str:
+    """1536 -> "1.5 KiB"; whole multiples drop the decimal: 1 GiB, not 1.0 GiB."""
+    value = float(count)
+    for unit in _UNITS:
+        if value < 1024 or unit == _UNITS[-1]:
+            if unit == "B":
+                return f"{count} B"
+            text = f"{value:.1f}"
+            return f"{text.removesuffix('.0')} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")
+
+
+_SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(i?B?)\s*", re.IGNORECASE)
+_POWERS = {"": 0, "K": 1, "M": 2, "G": 3, "T": 4}
+
+
+def parse_size(text: str) -> int:
+    """"1GiB", "1G", "1.5 GiB", "512MiB", "800000000" -> bytes (binary units: K, M, G, T are
+    powers of 1024, with or without "iB"/"B"); raises ValueError with a readable message."""
+    match = _SIZE.fullmatch(text)
+    if match is None or (match.group(3) and not match.group(2) and match.group(3).lower() != "b"):
+        raise ValueError(f"{text!r} is not a size (use a number of bytes or a unit: 512MiB, 1GiB, 2G)")
+    number = float(match.group(1))
+    size = number * 1024 ** _POWERS[match.group(2).upper()]
+    if not math.isfinite(size) or size < 1:
+        raise ValueError(f"{text!r} is not a size of at least one byte")
+    return int(size)

@@ -1,0 +1,144 @@
+"""Memory pressure: which idle server to put to sleep, and when, while the machine runs short.
+
+Pure: fed the pressure the memory watch read (PSI's `some avg10`, the share of the last ten
+seconds in which some task waited for memory: /proc/pressure/memory and the user's cgroup's
+memory.pressure, the highest of them) with the servers as they are and the monotonic time, it
+answers what to do (lazyd/daemon/runtime/memory_watch.py carries it out). The rules
+(docs/supervision.md, "Memory pressure"):
+
+1. Pressure *begins* when the figure reaches `start_pct` and *ends* when it falls below
+   `stop_pct` (hysteresis: between the two, it stays as it was). Both are logged.
+2. While it lasts, one server is put to sleep, then nothing for `pause_s` (PSI's ten-second
+   average needs that long to show what the sleep gave back), then the next, one at a time, until
+   it ends.
+3. Only a server with a process, ready (`running`), with no request in flight and not
+   `keep_alive` may be put to sleep; of those, the least recently used first (a server never used
+   since it started before any that was), then by name. With none left, nothing happens.
+4. No figure (no source readable) is no pressure.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Final
+
+__all__ = ["PressureSettings", "Candidate", "Began", "Ended", "Sleep", "Action", "PressureRelief", "parse_psi",
+           "DEFAULT_START_PCT", "DEFAULT_STOP_PCT", "DEFAULT_PAUSE_S"]
+
+# `some avg10` in %. 10 % of the time with a task stalled on memory is when reclaim starts to be
+# felt (systemd-oomd kills at 60 % `full` over 20 s; sleeping an idle server is far milder, so it
+# comes much earlier); below 5 % the machine is coping.
+DEFAULT_START_PCT: Final = 10.0
+DEFAULT_STOP_PCT: Final = 5.0
+DEFAULT_PAUSE_S: Final = 10.0  # avg10 is a ten-second average
+
+
+@dataclass(frozen=True)
+class PressureSettings:
+    """`[pressure]` in config.toml."""
+
+    enabled: bool = True
+    start_pct: float = DEFAULT_START_PCT
+    stop_pct: float = DEFAULT_STOP_PCT
+    pause_s: float = DEFAULT_PAUSE_S
+    # PSI files to read; empty: /proc/pressure/memory and the daemon's own cgroup's memory.pressure.
+    files: tuple[str, ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        for name, pct in (("start", self.start_pct), ("stop", self.stop_pct)):
+            if not (math.isfinite(pct) and 0 < pct <= 100):
+                raise ValueError(f"{name} must be a percentage above 0 and at most 100, not {pct!r}")
+        if self.stop_pct > self.start_pct:
+            raise ValueError(f"stop ({self.stop_pct:g}) must not be above start ({self.start_pct:g})")
+        if not (math.isfinite(self.pause_s) and self.pause_s > 0):
+            raise ValueError(f"pause must be longer than 0, not {self.pause_s!r}")
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A server as rule 3 sees it."""
+
+    name: str
+    running: bool  # a ready process
+    busy: bool  # a request in flight
+    keep_alive: bool
+    last_used: float | None  # monotonic time of its last request or answer; None: never used
+
+
+@dataclass(frozen=True)
+class Began:
+    pct: float
+
+
+@dataclass(frozen=True)
+class Ended:
+    pct: float
+
+
+@dataclass(frozen=True)
+class Sleep:
+    """Put `name` to sleep; `reason` goes in the log and in its status."""
+
+    name: str
+    reason: str
+
+
+Action = Began | Ended | Sleep
+
+
+class PressureRelief:
+    """Rules 1 to 4."""
+
+    def __init__(self, settings: PressureSettings) -> None:
+        self.settings = settings
+        self.under_pressure = False
+        self.last_pct: float | None = None
+        self._last_sleep: float | None = None
+
+    def sample(self, now: float, pct: float | None, servers: list[Candidate]) -> list[Action]:
+        """The pressure read at monotonic `now` (None: none could be read) and the servers now."""
+        self.last_pct = pct
+        settings = self.settings
+        if not settings.enabled:
+            return []
+        actions: list[Action] = []
+        if pct is None:
+            pct = 0.0
+        if not self.under_pressure:
+            if pct < settings.start_pct:
+                return []
+            self.under_pressure = True
+            self._last_sleep = None
+            actions.append(Began(pct))
+        elif pct < settings.stop_pct:
+            self.under_pressure = False
+            return [Ended(pct)]
+        if self._last_sleep is not None and now < self._last_sleep + settings.pause_s:
+            return actions
+        idle = [s for s in servers if s.running and not s.busy and not s.keep_alive]
+        if not idle:
+            return actions
+        chosen = min(idle, key=lambda s: (s.last_used is not None, s.last_used or 0.0, s.name))
+        self._last_sleep = now
+        actions.append(Sleep(chosen.name, f"memory pressure: some avg10 {pct:.1f}% >= {settings.start_pct:g}% "
+                                          "(the least recently used idle server)"))
+        return actions
+
+
+def parse_psi(text: str) -> float | None:
+    """`some avg10` of a PSI file's text (/proc/pressure/memory, a cgroup's memory.pressure):
+    "some avg10=1.23 avg60=... total=..." -> 1.23; None when the text has no such figure."""
+    for line in text.splitlines():
+        words = line.split()
+        if words[:1] != ["some"]:
+            continue
+        for word in words[1:]:
+            key, _, value = word.partition("=")
+            if key == "avg10":
+                try:
+                    pct = float(value)
+                except ValueError:
+                    return None
+                return pct if math.isfinite(pct) and pct >= 0 else None
+    return None
