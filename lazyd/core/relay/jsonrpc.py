@@ -215,12 +215,34 @@ def large_result_id(line: bytes) -> int | None:
         return None
     first = _RESULT_FIRST.match(line)
     if first is not None:
-        return int(first.group(1)) if _no_id_key_after(line, first.end(1)) else None
+        if _no_id_key_after(line, first.end(1)) or _result_is_last(line, first.end()):
+            return int(first.group(1))
+        return None
     if _RESULT_OPENS.match(line):
         last = _ID_CLOSES.search(line, len(line) - _TAIL_BYTES)
         if last is not None:
             return int(last.group(1))
     return None
+
+
+def _result_is_last(line: bytes, start: int) -> bool:
+    """Whether the result whose value starts at `start` ends the object: then its members are the
+    three `_RESULT_FIRST` matched, and the id before the result is the only one, whatever "id"
+    keys the result holds. Read by the JSON scanner from `start` (one parse of the result, no
+    object written anew), for a result a key spelled "id" follows (a listing of items with ids)."""
+    try:
+        # As json.loads reads bytes; the matched start is ASCII, so its offset is the text's too.
+        text = line.decode("utf-8", "surrogatepass")
+        spaces = _SPACES.match(text, start)
+        assert spaces is not None  # "*": it always matches
+        _, end = _DECODER.raw_decode(text, spaces.end())
+    except (ValueError, RecursionError):  # not JSON (UnicodeDecodeError is a ValueError), or too deep
+        return False
+    return text[end:].strip(" \t\r\n") == "}"
+
+
+_DECODER = json.JSONDecoder()
+_SPACES = re.compile(r"[ \t\r\n]*")
 
 
 def splice_result_id(line: bytes, relay_id: int, client_id: JsonId) -> bytes:
