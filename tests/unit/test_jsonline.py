@@ -180,3 +180,17 @@ def test_nesting_past_the_bound_is_too_deep_whether_or_not_the_parser_could_fini
             assert refused == TOO_DEEP
         else:
             assert refused is None and value == json.loads(line)
+
+
+@settings(derandomize=True, max_examples=300, deadline=None)
+@given(st.one_of(st.integers(-(2**70), 2**70), st.sampled_from([2**64 - 1, 2**64, -(2**63), -(2**63) - 1])))
+def test_an_integer_is_taken_as_an_id_exactly_when_the_wire_carries_it_back_as_done(value: int) -> None:
+    from lazyd import wire
+    from lazyd.jsonline import valid_id
+
+    try:
+        wire.encode_line(b"{}", value)
+        carried = True
+    except ValueError:
+        carried = False
+    assert valid_id(value) is carried
