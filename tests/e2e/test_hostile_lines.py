@@ -130,6 +130,21 @@ def test_a_line_nested_past_the_bound_or_too_deep_to_parse_is_a_parse_error_and_
     exits_at_once(shim)
 
 
+def test_a_first_line_too_deep_to_parse_that_names_initialize_is_a_parse_error_and_the_session_goes_on(
+        user_env: UserEnv, daemon: Daemon, beside: Beside, path: ShimPath) -> None:
+    # The daemon learns a client's handshake from its first lines (lazyd/daemon/control/handshakes.py).
+    shim = path.started(user_env, server_argv=FIXTURE)
+    nested = b"[" * 100_000 + b"]" * 100_000
+    shim.send_raw(b'{"jsonrpc":"2.0","id":1,"method":"initialize","params":%s}\n' % nested)
+    refusal(shim.read(), -32700)
+    beside.still_fine()
+    shim.initialize("init")
+    shim.send_raw(request(2, "after") + b"\n")
+    assert text_of(shim.read()) == "after"
+    assert daemon.proc.poll() is None, "the daemon died"
+    exits_at_once(shim)
+
+
 @pytest.mark.parametrize("kind", ["invalid UTF-8", "10^5 deep"])
 def test_a_refused_line_over_64_kib_leaves_nothing_in_flight_and_the_shim_exits_at_once_at_eof(
         user_env: UserEnv, daemon: Daemon, path: ShimPath, kind: str) -> None:
