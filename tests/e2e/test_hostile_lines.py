@@ -248,12 +248,24 @@ def _hostile_lines(rng: random.Random, count: int) -> Iterator[tuple[bytes, Any]
             yield json.dumps({"jsonrpc": "2.0", "id": good, "method": "ping", "params": {"p": pad}}).encode(), good
 
 
+@pytest.mark.parametrize("refused_first", [0, 8], ids=["after the handshake", "refused lines before it"])
 def test_a_fuzz_of_hostile_lines_costs_each_line_its_error_and_nothing_else(
-        user_env: UserEnv, daemon: Daemon, beside: Beside, path: ShimPath) -> None:
-    shim = started(user_env, path)
-    rng = random.Random(36)
+        user_env: UserEnv, daemon: Daemon, beside: Beside, path: ShimPath, refused_first: int) -> None:
+    rng = random.Random(36 + refused_first)
     owed: list[Any] = []
     refusals = 0
+    shim = path.started(user_env, server_argv=FIXTURE)
+    if refused_first:
+        # The daemon looks at a session's first lines for its handshake: hostile ones, some
+        # naming "initialize", then the real one.
+        first = [line for line, good in _hostile_lines(rng, 200) if good is None][:refused_first - 1]
+        first.append(b'{"jsonrpc":"2.0","id":1,"method":"initialize","params":%s}' % (b"[" * 5000 + b"]" * 5000))
+        for line in first:
+            shim.send_raw(line + b"\n")
+            answer = shim.read()
+            assert answer.get("id", "absent") is None and answer["error"]["code"] in (-32600, -32700), answer
+    shim.initialize("init")
+    path.check(shim)
     for n, (line, good) in enumerate(_hostile_lines(rng, 400)):
         shim.send_raw(line + b"\n")
         if good is None:
