@@ -67,7 +67,8 @@ def main() -> None:
     for side in ("direct", "A", "B"):
         ratio = f", {rate[side] / rate['direct']:.2f}x direct" if side != "direct" else ""
         who = "server" if side == "direct" else "shim"
-        print(f"  {side:6}: {rate[side]:6.1f} MiB/s both ways{ratio}; {who} CPU {median(cpu[side]) * 1000:.2f} ms per round trip")
+        print(f"  {side:6}: {rate[side]:6.1f} MiB/s both ways{ratio}; "
+              f"{who} CPU {median(cpu[side]) * 1000:.2f} ms per round trip")
 
 
 if __name__ == "__main__":

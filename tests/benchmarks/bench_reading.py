@@ -49,7 +49,8 @@ def revision_readers(rev: str, into: Path) -> tuple[Any, Any]:
     if (into / "largejson.py").exists():
         import lazyd.core.relay as relay_package
 
-        relay_package.largejson = _module("lazyd.core.relay.largejson", into / "largejson.py")  # type: ignore[attr-defined]
+        largejson = _module("lazyd.core.relay.largejson", into / "largejson.py")
+        relay_package.largejson = largejson  # type: ignore[attr-defined]
     return _module("rev_linepeek", into / "linepeek.py"), _module("rev_jsonrpc", into / "jsonrpc.py")
 
 

@@ -1,6 +1,7 @@
 """A session's client is the name its `initialize` gives (`clientInfo.name`), not the name of its
 process: what the daemon learns is filed under it, and `lazyctl explain` names the client by it
-(docs/configuration.md, "Per-run variables, learned"). Copilot CLI's native binary names its process `MainThread`, as any program may.
+(docs/configuration.md, "Per-run variables, learned"). Copilot CLI's native binary names its
+process `MainThread`, as any program may.
 
 A real client here: the official python SDK, sending `clientInfo.name` "copilot-cli" from this
 test's process, whose name is something else; a real daemon, shim and fixture server.

@@ -103,7 +103,8 @@ def client_lines(draw: st.DrawFn) -> bytes:
 
 @settings(derandomize=True, max_examples=600, deadline=None, database=None)
 @given(client_lines())
-def test_a_client_line_is_in_flight_under_the_id_json_reads_or_refused_under_a_null_id_by_every_reader(line: bytes) -> None:
+def test_a_client_line_is_in_flight_under_the_id_json_reads_or_refused_under_a_null_id_by_every_reader(
+        line: bytes) -> None:
     obj = expected(line)
     request = obj != REFUSED and isinstance(obj.get("method"), str) and "id" in obj
     peeked = [request_id for _, request_id in inspect_line(line).requests]
