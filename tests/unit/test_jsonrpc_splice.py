@@ -132,3 +132,13 @@ def test_a_large_result_holding_id_keys_is_spliced_when_it_ends_the_object_and_o
         assert rpc.large_result_id(line[:-1] + tail) is None, tail
     # Nor of a line that is no JSON past its result.
     assert rpc.large_result_id(line[:-1] + b',}') is None
+
+
+def test_a_second_id_is_found_behind_few_strings_or_many() -> None:
+    for strings in (3, 63, 64, 65, 500):
+        result = {"s": ["v" * 10] * strings, "t": "y" * rpc.LARGE_LINE_BYTES}
+        line = json.dumps({"jsonrpc": "2.0", "id": 41, "result": result}, separators=(",", ":")).encode()
+        assert rpc.large_result_id(line) == 41, strings
+        assert rpc.large_result_id(line[:-1] + b',"id":42}') is None, strings
+        msg = rpc.parse(line[:-1] + b',"id":42}')
+        assert isinstance(msg, rpc.Message) and json.loads(rpc.with_id(msg, "c"))["id"] == "c"

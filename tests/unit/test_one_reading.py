@@ -72,12 +72,14 @@ _ids = st.one_of(
 @st.composite
 def bulk(draw: st.DrawFn) -> str:
     """A params or result value: small, a long plain string, a nested "id", or nested deep."""
-    kind = draw(st.sampled_from(["small", "long", "nested id", "deep", "deep and long"]))
+    kind = draw(st.sampled_from(["small", "long", "nested id", "many strings", "deep", "deep and long"]))
     size = draw(st.sampled_from([10, BIG]))
     if kind == "small":
         return json.dumps({"t": "x" * 10})
     if kind == "long":
         return json.dumps({"t": "y" * size})
+    if kind == "many strings":
+        return json.dumps({"s": ["v" * 8] * draw(st.sampled_from([40, 100])), "t": "y" * size})
     if kind == "nested id":
         return json.dumps({"t": "y" * size, "id": draw(st.integers(0, 9)), "more": [{"id": "n"}]})
     levels = draw(st.sampled_from([BOUND - 2, BOUND, 1500]))

@@ -163,10 +163,24 @@ def _no_id_key_after(line: bytes, at: int) -> bool:
     also be written \\u0069 and \\u0064): splicing the first of two would let a client smuggle an
     id of its choice past the relay, or show a client a relay id it never sent. A nested "id"
     counts too (telling it apart takes a parse): such a line is rewritten from its parse."""
-    return line.find(b'"id"', at) < 0 and (
-        # The escaped spellings need a backslash: one memchr finds whether there is any,
-        # where each multi-byte find walks a large line at a fraction of that speed.
-        line.find(b"\\", at) < 0 or all(line.find(spelling, at) < 0 for spelling in _ID_SPELLINGS[1:]))
+    # Each key starts with a quotation mark: where few follow (a long plain string's), one-byte
+    # finds (memchr) visit each; where many do, one find of the spelling walks the rest (a
+    # multi-byte find runs at a fraction of memchr's speed).
+    quote = line.find(b'"', at)
+    for _ in range(_FEW_QUOTES):
+        if quote < 0:
+            break
+        if line.startswith(b'id"', quote + 1):
+            return False
+        quote = line.find(b'"', quote + 1)
+    else:
+        if line.find(b'"id"', quote) >= 0:
+            return False
+    # The escaped spellings need a backslash: one memchr finds whether there is any.
+    return line.find(b"\\", at) < 0 or all(line.find(spelling, at) < 0 for spelling in _ID_SPELLINGS[1:])
+
+
+_FEW_QUOTES = 64
 
 
 def with_id(msg: Message, new_id: JsonId) -> bytes:
