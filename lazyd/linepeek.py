@@ -4,14 +4,17 @@ Whoever reads a client's stdin keeps a table of the requests in flight, so that 
 them if the daemon is lost: the shim itself on the frame path, the daemon on a hand-off session
 (lazyd/daemon/handoff/session.py, which records the table in the shared region). For that it needs each
 request's id (with its JSON type: 1 and "1" differ), which lines cancel what, and which are the
-handshake. Everything else in a line is opaque here: the relay core validates it. Standard
-library only: the shim imports it at every client start.
+handshake. A line is read as the relay core reads it (lazyd/jsonline.py: `json.loads`, nesting
+bounded, the ids msgpack carries), so that a line the daemon refuses under a null id is never in
+flight here, and an id in flight is the one the daemon answers. Standard library only: the shim
+imports it at every client start.
 """
 
 from __future__ import annotations
 
 import json
-import re
+
+from lazyd import jsonline
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs start-up time
 if TYPE_CHECKING:
@@ -27,14 +30,12 @@ EOF_WAIT_S = 60.0
 
 
 def id_key(value: object) -> IdKey | None:
-    """A hashable key that keeps the JSON type of a request id; None for invalid ids (null, bool, float)."""
-    if isinstance(value, bool):
+    """A hashable key that keeps the JSON type of a request id; None for what is no id
+    (null, a boolean, a fraction, an integer beyond what msgpack carries: lazyd/jsonline.py)."""
+    if not jsonline.valid_id(value):
         return None
-    if isinstance(value, int):
-        return (False, value)
-    if isinstance(value, str):
-        return (True, value)
-    return None
+    assert isinstance(value, (int, str))
+    return (isinstance(value, str), value)
 
 
 def error_line(request_id: JsonId, code: int, message: str) -> bytes:
@@ -54,50 +55,20 @@ class LineInfo:
         self.kind: str | None = None  # "initialize" or "initialized"
 
 
-# A request as the SDKs write it: an integer or plain-string id, then its method, at the start of
-# the top-level object. Only lines too big to parse cheaply are matched this way (a 1 MiB
-# tools/call would otherwise be decoded in full just to learn its id); the daemon still validates
-# the whole line.
-_REQUEST_HEAD = re.compile(
-    rb'\s*\{\s*(?:"jsonrpc"\s*:\s*"2\.0"\s*,\s*)?"id"\s*:\s*(-?[0-9]+|"[^"\\]*")\s*,\s*"method"\s*:\s*"([^"\\]*)"')
-# The other shape, as the TypeScript SDK (and many hand-written clients) write it: the method first
-# (after an optional "jsonrpc"), the id as the last member. Right after the opening brace and right
-# before the closing one, both are top-level by construction.
-_METHOD_HEAD = re.compile(rb'\s*\{\s*(?:"jsonrpc"\s*:\s*"2\.0"\s*,\s*)?"method"\s*:\s*"([^"\\]*)"')
-_ID_TAIL = re.compile(rb',\s*"id"\s*:\s*(-?[0-9]+|"[^"\\]*")\s*\}\s*\Z')
-_TAIL_BYTES = 256
-BIG_LINE_BYTES = 64 * 1024
-
-
 def inspect_line(line: bytes) -> LineInfo:
-    """Parse a client line just enough for bookkeeping. Invalid JSON yields an empty LineInfo."""
-    info = LineInfo()
-    if len(line) > BIG_LINE_BYTES:
-        raw_id: bytes | None = None
-        head = _REQUEST_HEAD.match(line)
-        if head is not None:
-            method, raw_id = head.group(2), head.group(1)
-        elif (opening := _METHOD_HEAD.match(line)) is not None:
-            closing = _ID_TAIL.search(line, len(line) - _TAIL_BYTES)
-            method, raw_id = opening.group(1), closing.group(1) if closing is not None else None
-        if raw_id is not None and method not in (b"initialize", b"notifications/cancelled"):
-            request_id: JsonId = json.loads(raw_id)
-            key = id_key(request_id)
-            if key is not None:
-                info.requests.append((key, request_id))
-                return info
-    try:
-        message = json.loads(line)
-    except ValueError:  # not JSON, or not UTF-8: forwarded as is, the daemon answers -32700
-        return info
+    """Read a client line for bookkeeping. A line the relay refuses (not JSON, nested too deep)
+    yields an empty LineInfo."""
+    message, refused = jsonline.read(line)
+    if refused is not None:  # not JSON, not UTF-8, or too deep: the daemon answers -32700 under a null id
+        return LineInfo()
     if not isinstance(message, dict):
         # Nor a 2025-03-26 batch: the relay refuses one whole, with one error under a null id, so
         # none of its requests is ever answered by its id; kept in flight, each held a client that
         # closed its stdin for EOF_WAIT_S.
-        return info
+        return LineInfo()
     method = message.get("method")
     if not isinstance(method, str):
-        return info  # a response to a server request, or garbage
+        return LineInfo()  # a response to a server request, or garbage
     return message_info(method, "id" in message, message.get("id"), message.get("params"))
 
 
@@ -161,8 +132,9 @@ def _scalar_at(text: bytes, i: int) -> object:
 def top_level_fields(prefix: bytes) -> dict[str, object]:
     """The ``id`` and ``method`` of a JSON object whose text may be cut off after ``prefix``.
 
-    Only keys of the outermost object count (an "id" inside params does not), and only those whose
-    value is complete within the prefix.
+    Only keys of the outermost object count (an "id" inside params does not); of repeated keys the
+    last counts, as for `json.loads`, and one whose value is no string or integer, or is not
+    complete within the prefix, is None.
     """
     found: dict[str, object] = {}
     n = len(prefix)
@@ -181,6 +153,9 @@ def top_level_fields(prefix: bytes) -> dict[str, object]:
                 break
             if depth == 1 and expect_key:
                 key = prefix[i + 1 : end]
+                if b"\\" in key:  # an escaped spelling: "\u0069d" is "id" too
+                    spelled = _scalar_at(prefix, i)
+                    key = spelled.encode("utf-8", "surrogatepass") if isinstance(spelled, str) else b""
                 j = end + 1
                 while j < n and prefix[j] in b" \t\r\n":
                     j += 1
@@ -190,10 +165,10 @@ def top_level_fields(prefix: bytes) -> dict[str, object]:
                 while j < n and prefix[j] in b" \t\r\n":
                     j += 1
                 expect_key = False
-                if key in (b"id", b"method") and j < n:
-                    value = _scalar_at(prefix, j)
-                    if value is not None:
-                        found[key.decode()] = value
+                if key in (b"id", b"method"):
+                    # The last of repeated keys counts, as for a parser: a value that is no
+                    # string or integer, or is cut off, leaves the key unreadable (None).
+                    found[key.decode()] = _scalar_at(prefix, j) if j < n else None
                 i = j
                 continue
             i = end + 1

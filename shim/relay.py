@@ -3,7 +3,7 @@
 Threads and who owns what:
 
 - the **stdin thread** is the only reader of stdin. It splits lines (bounded by
-  ``wire.MAX_LINE_BYTES``), reads just enough JSON to learn request ids and methods (peek.py),
+  ``wire.MAX_LINE_BYTES``), reads each line as the daemon will (lazyd/linepeek.py) to learn request ids and methods,
   and hands each line to the current destination: the daemon socket, the hold queue while
   reconnecting, or a directly run server after a fallback;
 - the **main thread** is the only reader of the daemon socket (and, after a fallback, of the
@@ -32,7 +32,6 @@ Rules:
 from __future__ import annotations
 
 import gc
-import json
 import os
 import select
 import socket
@@ -40,18 +39,17 @@ import threading
 import time
 from collections import deque
 
-from lazyd import wire
+from lazyd import jsonline, wire
 from lazyd.errors import ReplayFailed, Unavailable, WireError
 from lazyd.frames import Line
 
 from . import connect
 from .dial import RECONNECT_POLL_S, RECONNECT_WAIT_S
 from lazyd.heapkeep import HeapSpell
-from lazyd.linepeek import EOF_WAIT_S, LineSplitter, too_long_answer
+from lazyd.linepeek import EOF_WAIT_S, LineSplitter, error_line, id_key, inspect_line, too_long_answer
 
 from .options import say
 from .stdout import Stdout
-from .peek import error_line, id_key, inspect_line
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs start-up time
 if TYPE_CHECKING:
@@ -118,7 +116,8 @@ class Relay:
         """Carry on a session a daemon served by hand-off (shim/recover.py): its handshake lines, and
         the start of a line it had read but not relayed."""
         self._init_line = init or None
-        self._init_key = inspect_line(init).requests[0][0] if init else None
+        requests = inspect_line(init).requests if init else []
+        self._init_key = requests[0][0] if requests else None
         self._init_answered = answered
         self._initialized_line = initialized or None
         self._head, self._head_too_long = head, too_long
@@ -246,9 +245,8 @@ class Relay:
             init_key = self._init_key
 
         def is_answer_to_replay(line: bytes) -> bool:
-            try:
-                message = json.loads(line)
-            except ValueError:
+            message, refused = jsonline.read(line)
+            if refused is not None:  # not JSON, or nested too deep
                 return False
             return isinstance(message, dict) and "method" not in message and id_key(message.get("id")) == init_key
 

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 # The installed `lazyd_shim` is this source package; importing `shim` lets mypy see its types.
-from shim.peek import error_line, id_key, inspect_line, top_level_fields
+from lazyd.linepeek import error_line, id_key, inspect_line, top_level_fields
 
 pytestmark = pytest.mark.e2e
 
@@ -576,8 +576,12 @@ def test_the_id_of_a_cut_off_line_is_found_only_at_the_top_level() -> None:
         "id": 'a"b',
         "method": "x",
     }
-    assert top_level_fields(b'{"id":12') == {}  # the number may go on past the cut
-    assert top_level_fields(b'{"id":1.5,"method":"m"') == {"method": "m"}
+    assert top_level_fields(b'{"id":12') == {"id": None}  # the number may go on past the cut
+    assert top_level_fields(b'{"id":1.5,"method":"m"') == {"id": None, "method": "m"}
+    # Of repeated keys the last counts, as for a parser, whatever its spelling or its value.
+    assert top_level_fields(b'{"id":1,"method":"m","id":2,"params":{"id":3') == {"id": 2, "method": "m"}
+    assert top_level_fields(b'{"id":1,"method":"m","\\u0069d":2,"x":"') == {"id": 2, "method": "m"}
+    assert top_level_fields(b'{"id":1,"method":"m","id":null,"x":"') == {"id": None, "method": "m"}
     assert top_level_fields(b'[{"id":1,"method":"m"}]') == {}
 
 

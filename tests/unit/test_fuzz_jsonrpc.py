@@ -64,8 +64,8 @@ def expected_kind(obj: object) -> Kind | None:
     """JSON-RPC 2.0 as lazyd applies it; None for anything that is not a message."""
     if not isinstance(obj, dict):
         return None
-    if "id" in obj and (isinstance(obj["id"], bool) or not isinstance(obj["id"], (int, str))):
-        return None
+    if "id" in obj and not (isinstance(obj["id"], str) or type(obj["id"]) is int and -(2**63) <= obj["id"] < 2**64):
+        return None  # an id is a string or an integer msgpack carries
     method = obj.get("method")
     if method is not None:
         return Kind.REQUEST if "id" in obj and isinstance(method, str) else Kind.NOTIFICATION if isinstance(method, str) else None
@@ -79,7 +79,7 @@ def check_line(line: bytes, new_id: rpc.JsonId) -> None:
     try:
         obj = json.loads(line)
     except (ValueError, RecursionError):
-        assert isinstance(msg, Invalid) and msg.reason == "not JSON"
+        assert isinstance(msg, Invalid) and msg.reason in ("not JSON", "too deep")
         return
     kind = expected_kind(obj)
     if kind is None:

@@ -22,7 +22,8 @@ from lazyd.daemon.handoff.ledger import Landing, Ledger, Mapping
 from lazyd.frames import Hello
 from lazyd.handoff.snapshot import PREVIOUS_MAGIC, snapshot
 from lazyd.handoff.region import Region
-from lazyd.linepeek import BIG_LINE_BYTES, ID_SCAN_BYTES, inspect_line, request_ids_in
+from lazyd.jsonline import LARGE_LINE_BYTES
+from lazyd.linepeek import ID_SCAN_BYTES, inspect_line, request_ids_in
 from shim import recover
 from shim.options import Log, parse
 from shim.stdout import Stdout
@@ -61,7 +62,7 @@ def test_an_over_long_line_is_read_by_its_first_bytes_as_the_daemon_reads_it() -
     assert ids == [b"5", b"6"] and rest == b"" and not discarding
 
 
-def test_a_big_request_s_id_is_read_from_its_ends_in_either_sdk_s_shape_without_parsing_it(
+def test_a_big_request_s_id_is_read_with_its_long_string_checked_by_finds_in_either_sdk_s_shape(
         monkeypatch: pytest.MonkeyPatch) -> None:
     real_loads = json.loads
 
@@ -69,14 +70,14 @@ def test_a_big_request_s_id_is_read_from_its_ends_in_either_sdk_s_shape_without_
         assert len(text) < 1000, "a big line was parsed in full"
         return real_loads(text, **kwargs)
 
-    text = "z" * (BIG_LINE_BYTES + 10)
+    text = "z" * (LARGE_LINE_BYTES + 10)
     python_sdk = json.dumps({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"t": text}}).encode()
     typescript_sdk = json.dumps({"method": "tools/call", "params": {"t": text}, "jsonrpc": "2.0", "id": "s-8"}).encode()
     with monkeypatch.context() as patched:
-        patched.setattr(json, "loads", small_only)  # the module linepeek calls
+        patched.setattr(json, "loads", small_only)  # the module lazyd/jsonline.py calls
         assert [r for _, r in inspect_line(python_sdk).requests] == [7]
         assert [r for _, r in inspect_line(typescript_sdk).requests] == ["s-8"]
-    # An id nested in the last member is not the request's: the line is parsed in full instead.
+    # An id nested in the last member is not the request's.
     nested = json.dumps({"method": "tools/call", "params": {"t": text, "id": 9}, "jsonrpc": "2.0", "id": 10}).encode()
     assert [r for _, r in inspect_line(nested).requests] == [10]
     notification = json.dumps({"method": "notifications/x", "params": {"t": text, "id": 9}}).encode()

@@ -62,13 +62,21 @@ def test_integer_id_1_and_string_id_1_stay_distinct_and_keep_their_type() -> Non
     assert rpc.result_line(as_str.id, {}) == b'{"jsonrpc":"2.0","id":"1","result":{}}'
 
 
-def test_ids_are_returned_byte_for_byte_including_large_integers_and_unicode_strings() -> None:
-    big = 2**80
-    assert parsed(f'{{"jsonrpc":"2.0","id":{big},"method":"m"}}'.encode()).id == big
-    assert rpc.error_line(big, -1, "x").startswith(f'{{"jsonrpc":"2.0","id":{big},'.encode())
+def test_ids_are_returned_byte_for_byte_up_to_what_msgpack_carries_and_unicode_strings() -> None:
+    for edge in (2**64 - 1, -(2**63)):
+        assert parsed(f'{{"jsonrpc":"2.0","id":{edge},"method":"m"}}'.encode()).id == edge
+        assert rpc.error_line(edge, -1, "x").startswith(f'{{"jsonrpc":"2.0","id":{edge},'.encode())
     text_id = parsed('{"jsonrpc":"2.0","id":"ü-1","method":"m"}'.encode()).id
     assert text_id is not None
     assert rpc.result_line(text_id, None) == '{"jsonrpc":"2.0","id":"ü-1","result":null}'.encode()
+
+
+def test_an_integer_id_beyond_what_msgpack_carries_is_an_invalid_request_answered_with_a_null_id() -> None:
+    # The wire carries a client's id back to the shim (`done`): one it cannot carry is no id.
+    for raw in (b"18446744073709551616", b"100000000000000000000", b"-9223372036854775809"):
+        invalid, reply = refused(b'{"jsonrpc":"2.0","id":' + raw + b',"method":"ping"}')
+        assert reply["id"] is None and reply["error"]["code"] == rpc.INVALID_REQUEST, raw
+        assert invalid.reason == "bad id" and invalid.id is None
 
 
 def test_null_bool_and_float_ids_are_invalid_requests_answered_with_a_null_id() -> None:
@@ -123,12 +131,15 @@ def test_a_lone_surrogate_escape_survives_re_serialisation_as_the_same_escape() 
     assert json.loads(out) == msg.obj
 
 
-def test_a_line_nested_deeper_than_the_limit_is_refused_under_its_id() -> None:
+def test_a_line_nested_deeper_than_the_limit_is_a_parse_error_under_a_null_id() -> None:
+    # Under a null id whatever the depth: a line too deep for the parser to finish has no id to
+    # read, and one just past the limit must get the same answer, from every reader.
     depth = rpc.MAX_NESTING_DEPTH
-    too_deep = b'{"jsonrpc":"2.0","id":9,"method":"m","params":' + b"[" * depth + b"]" * depth + b"}"
-    invalid, reply = refused(too_deep)
-    assert reply["id"] == 9 and reply["error"]["code"] == rpc.INVALID_REQUEST
-    assert invalid.id == 9 and invalid.kind is Kind.REQUEST
+    for levels in (depth, 1000, 100_000):
+        too_deep = b'{"jsonrpc":"2.0","id":9,"method":"m","params":' + b"[" * levels + b"]" * levels + b"}"
+        invalid, reply = refused(too_deep)
+        assert reply["id"] is None and reply["error"]["code"] == rpc.PARSE_ERROR
+        assert invalid.id is None and invalid.reason == "too deep"
     # One level less is a message, and it can be written back.
     ok = b'{"jsonrpc":"2.0","id":9,"method":"m","params":' + b"[" * (depth - 1) + b"]" * (depth - 1) + b"}"
     assert rpc.dumps(parsed(ok).obj) == ok
@@ -228,7 +239,7 @@ def test_a_large_line_nested_too_deep_is_refused_as_a_small_one_is() -> None:
         too_deep = nested.startswith(b"[" * (depth - 1))
         if too_deep:
             invalid, reply = refused(line)
-            assert reply["id"] == 9 and invalid.kind is Kind.REQUEST
+            assert reply["id"] is None and invalid.reason == "too deep"
         else:
             assert parsed(line).kind is Kind.REQUEST
     wide = b'{"jsonrpc":"2.0","id":1,"method":"m","params":{"p":' + pad + b',"a":[' + b",".join([b"[{}]"] * 5000) + b"]}}"

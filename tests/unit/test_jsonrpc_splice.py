@@ -57,7 +57,7 @@ def test_a_nested_id_right_before_the_closing_brace_is_never_taken_for_the_top_l
     assert json.loads(_rewrite(line, 4)) == {"result": {"x": 1, "id": 3}, "id": 4}
 
 
-ids = st.one_of(st.integers(-(2**70), 2**70), st.text(max_size=8))
+ids = st.one_of(st.integers(-(2**63), 2**64 - 1), st.text(max_size=8))  # the ids msgpack carries
 values = st.recursive(st.one_of(st.none(), st.booleans(), st.integers(), st.text(max_size=5)),
                       lambda children: st.one_of(st.lists(children, max_size=3),
                                                  st.dictionaries(st.sampled_from(["id", "a", "result"]), children, max_size=3)),
@@ -119,3 +119,26 @@ def test_a_large_line_with_a_second_id_key_is_never_spliced_at_its_first(later_i
     assert json.loads(out)["id"] == 99 and out.count(b"99") == 1  # spliced, the later 7 would win
     escaped = b'{"jsonrpc":"2.0","id":7,"method":"m","params":{"t":"a\\nb' + pad + b'"}}'
     assert _rewrite(escaped, 99) == escaped.replace(b'"id":7', b'"id":99', 1)
+
+
+def test_a_large_result_holding_id_keys_is_spliced_when_it_ends_the_object_and_only_then() -> None:
+    items = [{"id": i, "title": "t" * 40} for i in range(2000)]
+    line = json.dumps({"jsonrpc": "2.0", "id": 41, "result": {"items": items}}, separators=(",", ":")).encode()
+    assert len(line) >= rpc.LARGE_LINE_BYTES
+    assert rpc.large_result_id(line) == 41
+    assert json.loads(rpc.splice_result_id(line, 41, "c")) == {"jsonrpc": "2.0", "id": "c", "result": {"items": items}}
+    # A second top-level id after the result is the one a parser keeps: no splice of the first.
+    for tail in (b',"id":42}', b',"\\u0069d":42}', b',"x":1,"id":42}'):
+        assert rpc.large_result_id(line[:-1] + tail) is None, tail
+    # Nor of a line that is no JSON past its result.
+    assert rpc.large_result_id(line[:-1] + b',}') is None
+
+
+def test_a_second_id_is_found_behind_few_strings_or_many() -> None:
+    for strings in (3, 63, 64, 65, 500):
+        result = {"s": ["v" * 10] * strings, "t": "y" * rpc.LARGE_LINE_BYTES}
+        line = json.dumps({"jsonrpc": "2.0", "id": 41, "result": result}, separators=(",", ":")).encode()
+        assert rpc.large_result_id(line) == 41, strings
+        assert rpc.large_result_id(line[:-1] + b',"id":42}') is None, strings
+        msg = rpc.parse(line[:-1] + b',"id":42}')
+        assert isinstance(msg, rpc.Message) and json.loads(rpc.with_id(msg, "c"))["id"] == "c"

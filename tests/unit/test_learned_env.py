@@ -35,6 +35,8 @@ def ident(cwd: str, env: dict[str, str] | None = None):  # type: ignore[no-untyp
 
 def test_a_learned_variable_survives_a_restart_and_the_file_is_private_and_holds_no_value(tmp_path: Path) -> None:
     learned = LearnedEnv(tmp_path)
+    learned.note_session(1, SessionClient("opencode"), ["HOME"])
+    learned.note_line(1, {"protocolVersion": "x", "clientInfo": {"name": "opencode"}}, last=False)
     assert learned.observe("opencode", "reg", {"OPENCODE_PID": "4242-planted"}) == []
     assert learned.observe("opencode", "reg", {"OPENCODE_PID": "4343-planted"}) == ["OPENCODE_PID"]
     path = tmp_path / "learned_env.json"
@@ -56,6 +58,26 @@ def test_a_sessions_names_are_recorded_under_the_client_its_initialize_names(tmp
     assert name == "codex-mcp-client" and record["process"] == "codex"
     assert record["env_names"] == ["HOME", "PATH", "SSL_CERT_FILE"]
     assert record["dropped"] == ["GITHUB_TOKEN"] and record["added"] == []
+
+
+def test_a_client_is_filed_under_its_client_info_name_never_its_process_name(tmp_path: Path) -> None:
+    # Copilot CLI's native binary names its process "MainThread"; another program may too.
+    learned = LearnedEnv(tmp_path)
+    first = SessionClient("MainThread", guess=learned.guess("MainThread"), registration="reg",
+                          counted={"COPILOT_RUN_ID": "6f1c9a52-0d4e-4c1e-9a57-3d1f2b7c8e90"})
+    assert first.guess == ""  # no client seen from that process name yet: nothing learned at the hello
+    learned.note_session(1, first, ["COPILOT_RUN_ID"])
+    learned.note_line(1, {"protocolVersion": "x", "clientInfo": {"name": "copilot-cli"}}, last=False)
+    # The next hello of a "MainThread" is guessed to be copilot-cli, and learned from as such.
+    assert learned.guess("MainThread") == "copilot-cli"
+    assert learned.observe(learned.guess("MainThread"), "reg",
+                           {"COPILOT_RUN_ID": "0a7e4c1d-5b2f-4e8a-8c3d-9f6b1e2a4d70"}) == ["COPILOT_RUN_ID"]
+    again = LearnedEnv(tmp_path)
+    assert set(again.per_run.learned()) == {"copilot-cli"} and set(again.clients) == {"copilot-cli"}
+    assert again.noise("MainThread") == {"COPILOT_RUN_ID"}
+    assert [(n, e.describe()) for n, e in again.learned()] == [
+        ("COPILOT_RUN_ID", "2 values in 2 sessions of copilot-cli")]
+    assert "MainThread" not in json.dumps(json.loads((tmp_path / "learned_env.json").read_text())["per_run"])
 
 
 def test_a_session_that_sends_no_initialize_records_nothing(tmp_path: Path) -> None:
@@ -256,10 +278,14 @@ def test_learning_hands_back_the_identity_it_decided_unless_what_it_learned_chan
         assert client.process, "the test process must be nameable for anything to be learned"
         assert decided is not None and registry.calls == 1  # the caller takes it: decided once per session start
         assert ("RUN_ID", "1") in decided[0].env and decided[1] is None
+        # Its initialize names the client: what the session taught is filed under that name.
+        registry.learned.note_session(1, client, ["RUN_ID"])
+        registry.learned.note_line(1, {"protocolVersion": "x", "clientInfo": {"name": "sdk-client"}}, last=False)
         client, decided = per_run.learn(registry, shim.pid, argv, "/", {"RUN_ID": "2"},  # type: ignore[arg-type]
                                         force=(), ignore=())
         assert decided is None  # RUN_ID was just learned as per-run: the identity must be decided again
-        assert registry.learned.noise(client.process) == {"RUN_ID"}
+        assert client.guess == "sdk-client" and registry.learned.noise(client.process) == {"RUN_ID"}
+        assert set(registry.learned.per_run.learned()) == {"sdk-client"}
     finally:
         shim.kill()
         shim.wait()

@@ -168,15 +168,16 @@ def test_a_batch_holds_no_request_in_flight_since_the_relay_refuses_it_whole() -
     assert inspect_line(batch).requests == []
 
 
-def test_a_request_refused_for_its_depth_is_in_flight_until_its_refusal_is_written() -> None:
+def test_a_request_refused_for_its_depth_holds_nothing_in_flight_for_any_reader() -> None:
     from lazyd.core.relay import jsonrpc as rpc
     from lazyd.daemon.handoff.ledger import line_info
+    from lazyd.linepeek import inspect_line
 
-    depth = rpc.MAX_NESTING_DEPTH + 1
-    deep = b'{"jsonrpc":"2.0","id":9,"method":"tools/call","params":' + b"[" * depth + b"]" * depth + b"}"
-    refused = rpc.parse(deep)
-    assert isinstance(refused, rpc.Invalid) and refused.id == 9
-    assert line_info(refused).requests == [((False, 9), 9)]
+    for depth in (rpc.MAX_NESTING_DEPTH + 1, 1000, 100_000):
+        deep = b'{"jsonrpc":"2.0","id":9,"method":"tools/call","params":' + b"[" * depth + b"]" * depth + b"}"
+        refused = rpc.parse(deep)
+        assert isinstance(refused, rpc.Invalid) and refused.id is None
+        assert line_info(refused).requests == [] and inspect_line(deep).requests == []
 
 
 def test_an_over_long_request_is_answered_with_invalid_request_under_its_id_and_a_line_with_no_request_id_is_dropped() -> None:

@@ -385,11 +385,12 @@ class RelayCore:
         msg = rpc.parse(line)
         if not isinstance(msg, Message):
             out: list[Action] = [Note(f"dropped a line from the server that is not a JSON-RPC message ({msg.reason})")]
-            if msg.kind is Kind.RESPONSE and isinstance(msg.id, int):
+            rid = msg.deep_response_id
+            if rid is not None:
                 # An answer the relay cannot carry still ends its request: whoever waits on it gets
                 # an error now rather than nothing until the server exits.
                 text = f"lazyd: the server's response could not be relayed ({msg.reason})"
-                out.extend(self.from_server.response(Message(Kind.RESPONSE, rpc.error_obj(msg.id, rpc.INTERNAL_ERROR, text), msg.id, None)))
+                out.extend(self.from_server.response(Message(Kind.RESPONSE, rpc.error_obj(rid, rpc.INTERNAL_ERROR, text), rid, None)))
             return out
         if msg.kind is Kind.RESPONSE:
             return self.from_server.response(msg)

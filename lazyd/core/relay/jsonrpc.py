@@ -8,14 +8,18 @@ through untouched.
 Rules from JSON-RPC 2.0 and the MCP stdio transport:
 - request = `method` + `id`; notification = `method` without `id`; response = `id` + `result` or
   `error` without `method`.
+- A line is read by lazyd/jsonline.py, as every reader in lazyd reads one: what `json.loads` makes
+  of it (the last of repeated keys wins), nesting bounded.
 - Ids are strings or integers and are returned exactly as received: `1` and `"1"` are different ids.
-  An id that is null, a boolean or a float makes the message invalid (-32600).
-- A line that is not JSON gets -32700 with a null id; valid JSON that is not a message gets -32600.
+  An id that is null, a boolean, a fraction or an integer beyond what msgpack carries (-2^63 to
+  2^64-1) makes the message invalid (-32600, under a null id).
+- A line that is not JSON, or nests deeper than the bound, gets -32700 with a null id; valid JSON
+  that is not a message gets -32600.
 - Batches (a JSON array, 2025-03-26 only) are refused with -32600: no client we know of sends them
   over stdio and answering a batch needs an array reply, which would couple every path to them.
 - Whatever `parse` accepts, `dumps` can write back: the relay re-serialises every message it
   rewrites, so a line it cannot write must be refused here rather than raise later. That is why
-  nesting is bounded, and why `NaN`/`Infinity` (which Python peers emit) and lone surrogate escapes
+  nesting is bounded (lazyd/jsonline.py), and why `NaN`/`Infinity` (which Python peers emit) and lone surrogate escapes
   (which JavaScript peers emit) are carried as received.
 """
 
@@ -27,7 +31,10 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from lazyd.core.relay import largejson
+from lazyd import jsonline
+from lazyd.jsonline import LARGE_LINE_BYTES as LARGE_LINE_BYTES
+from lazyd.jsonline import MAX_NESTING_DEPTH as MAX_NESTING_DEPTH
+from lazyd.jsonline import valid_id as valid_id
 
 JsonId = int | str
 JsonObj = dict[str, Any]
@@ -39,11 +46,6 @@ INVALID_PARAMS = -32602
 INTERNAL_ERROR = -32603
 # lazyd's own server-side errors, in the range JSON-RPC reserves for implementation-defined errors.
 SERVER_UNAVAILABLE = -32000
-
-# Containers nested deeper than this are refused: far beyond any real schema, and shallow enough
-# that re-encoding (the C encoder recurses once per level) never meets the interpreter's recursion
-# limit, whatever the call depth of the code that re-serialises.
-MAX_NESTING_DEPTH = 256
 
 # allow_nan: the relay never creates a non-finite number itself; it carries the ones a peer sent.
 _ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=True)
@@ -80,7 +82,9 @@ class Invalid:
     reply: bytes | None
     reason: str
     id: JsonId | None = None  # the id the reply answers, when the line had a usable one
-    kind: Kind | None = None  # what the line would have been, when only its size was wrong
+    # A response nested too deep to relay: the relay id it answers, when the parser could finish
+    # it, so that its request still gets an answer (an error) rather than none.
+    deep_response_id: int | None = None
 
 
 def dumps(obj: Any) -> bytes:
@@ -100,18 +104,15 @@ def id_bytes(value: JsonId) -> bytes:
     return dumps(value)
 
 
-def valid_id(value: object) -> bool:
-    # bool is a subclass of int in Python: exclude it explicitly.
-    return (isinstance(value, int) and not isinstance(value, bool)) or isinstance(value, str)
-
-
 def parse(line: bytes) -> Message | Invalid:
     """Classify one line. Never raises for any input."""
-    try:
-        # A large line's long plain strings are checked without the JSON scanner (largejson.py).
-        obj = largejson.loads(line) if len(line) >= LARGE_LINE_BYTES else json.loads(line)
-    except (ValueError, RecursionError):
-        return Invalid(error_line(None, PARSE_ERROR, "Parse error: the line is not JSON"), "not JSON")
+    obj, refused = jsonline.read(line)
+    if refused == jsonline.TOO_DEEP:
+        reply = error_line(None, PARSE_ERROR, f"Parse error: nested deeper than {MAX_NESTING_DEPTH} levels")
+        deep = obj.get("id") if isinstance(obj, dict) and "method" not in obj else None
+        return Invalid(reply, refused, deep_response_id=deep if type(deep) is int else None)
+    if refused is not None:
+        return Invalid(error_line(None, PARSE_ERROR, "Parse error: the line is not JSON"), refused)
     if isinstance(obj, list):
         return Invalid(
             error_line(None, INVALID_REQUEST, "Invalid Request: JSON-RPC batches are not supported"),
@@ -139,11 +140,6 @@ def parse(line: bytes) -> Message | Invalid:
         # An object with neither method nor result/error cannot be answered meaningfully if it has no id.
         reply = error_line(reply_id, INVALID_REQUEST, "Invalid Request: no method, result or error")
         return Invalid(reply, "not a message", reply_id)
-    # Counting brackets bounds the depth from above at C speed; only lines with that many
-    # containers pay for the exact walk.
-    if _brackets_above(line, MAX_NESTING_DEPTH) and _deeper_than(obj, MAX_NESTING_DEPTH):
-        reply = error_line(reply_id, INVALID_REQUEST, f"Invalid Request: nested deeper than {MAX_NESTING_DEPTH} levels")
-        return Invalid(reply, "too deep", reply_id, kind)
     return Message(kind, obj, reply_id, method if isinstance(method, str) else None, line)
 
 
@@ -161,6 +157,32 @@ _TAIL_BYTES = 256
 _ID_LAST = re.compile(rb',\s*"id"\s*:\s*(-?[0-9][0-9.eE+-]*|"(?:[^"\\]|\\.)*")\s*\}\s*\Z')
 
 
+def _no_id_key_after(line: bytes, at: int) -> bool:
+    """Whether no key spelled "id" can follow `at` in `line`. Parsers keep the last of repeated
+    keys, so a leading id is the id only when no other key spelled "id" follows ("i" and "d" may
+    also be written \\u0069 and \\u0064): splicing the first of two would let a client smuggle an
+    id of its choice past the relay, or show a client a relay id it never sent. A nested "id"
+    counts too (telling it apart takes a parse): such a line is rewritten from its parse."""
+    # Each key starts with a quotation mark: where few follow (a long plain string's), one-byte
+    # finds (memchr) visit each; where many do, one find of the spelling walks the rest (a
+    # multi-byte find runs at a fraction of memchr's speed).
+    quote = line.find(b'"', at)
+    for _ in range(_FEW_QUOTES):
+        if quote < 0:
+            break
+        if line.startswith(b'id"', quote + 1):
+            return False
+        quote = line.find(b'"', quote + 1)
+    else:
+        if line.find(b'"id"', quote) >= 0:
+            return False
+    # The escaped spellings need a backslash: one memchr finds whether there is any.
+    return line.find(b"\\", at) < 0 or all(line.find(spelling, at) < 0 for spelling in _ID_SPELLINGS[1:])
+
+
+_FEW_QUOTES = 64
+
+
 def with_id(msg: Message, new_id: JsonId) -> bytes:
     """The message's line with its top-level id replaced by `new_id`.
 
@@ -174,15 +196,8 @@ def with_id(msg: Message, new_id: JsonId) -> bytes:
     if line:
         first = _ID_FIRST.match(line)
         after = first.end() + len(old) if first is not None else 0
-        # Parsers keep the last of duplicate keys, so the leading id is the id only when no other
-        # key spelled "id" follows ("i" and "d" may also be written \u0069 and \u0064). Splicing
-        # the first of two would let a client smuggle an id of its choice past the relay.
         if (first is not None and line.startswith(old, first.end()) and _AFTER_VALUE.match(line, after)
-                and line.find(b'"id"', after) < 0
-                # The escaped spellings need a backslash: one memchr finds whether there is any,
-                # where each multi-byte find walks a large line at a fraction of that speed.
-                and (line.find(b"\\", after) < 0
-                     or all(line.find(spelling, after) < 0 for spelling in _ID_SPELLINGS[1:]))):
+                and _no_id_key_after(line, after)):
             return _spliced(line, first.end(), new, after)
         tail_start = max(0, len(line) - _TAIL_BYTES)
         last = _ID_LAST.search(line, tail_start)
@@ -192,7 +207,6 @@ def with_id(msg: Message, new_id: JsonId) -> bytes:
     return dumps(msg.obj)
 
 
-LARGE_LINE_BYTES = 64 * 1024
 # A result as the two SDKs write it: the id (an integer: relay ids always are) before "result"
 # at the start, or "result" first and the id last. Anything else is parsed in full.
 _RESULT_FIRST = re.compile(rb'\s*\{\s*"jsonrpc"\s*:\s*"2\.0"\s*,\s*"id"\s*:\s*([0-9]+)\s*,\s*"result"\s*:')
@@ -206,14 +220,18 @@ def large_result_id(line: bytes) -> int | None:
     Decoding a megabyte of result only to find its id costs more than everything else the relay
     does with it; the shapes matched here are exactly what the python and TypeScript SDKs write,
     with the id at the top level by construction (right after the opening brace, or right before
-    the closing one). A line that is not valid JSON past the matched parts is passed on as the
-    server wrote it, as a direct connection would have.
+    the closing one). The leading id is taken only when no other key spelled "id" follows it
+    (`_no_id_key_after`: a parser keeps the last); the closing one is the last by construction. A
+    line that is not valid JSON past the matched parts is passed on as the server wrote it, as a
+    direct connection would have.
     """
     if len(line) < LARGE_LINE_BYTES:
         return None
     first = _RESULT_FIRST.match(line)
     if first is not None:
-        return int(first.group(1))
+        if _no_id_key_after(line, first.end(1)) or _result_is_last(line, first.end()):
+            return int(first.group(1))
+        return None
     if _RESULT_OPENS.match(line):
         last = _ID_CLOSES.search(line, len(line) - _TAIL_BYTES)
         if last is not None:
@@ -221,11 +239,32 @@ def large_result_id(line: bytes) -> int | None:
     return None
 
 
+def _result_is_last(line: bytes, start: int) -> bool:
+    """Whether the result whose value starts at `start` ends the object: then its members are the
+    three `_RESULT_FIRST` matched, and the id before the result is the only one, whatever "id"
+    keys the result holds. Read by the JSON scanner from `start` (one parse of the result, no
+    object written anew), for a result a key spelled "id" follows (a listing of items with ids)."""
+    try:
+        # As json.loads reads bytes; the matched start is ASCII, so its offset is the text's too.
+        text = line.decode("utf-8", "surrogatepass")
+        spaces = _SPACES.match(text, start)
+        assert spaces is not None  # "*": it always matches
+        _, end = _DECODER.raw_decode(text, spaces.end())
+    except (ValueError, RecursionError):  # not JSON (UnicodeDecodeError is a ValueError), or too deep
+        return False
+    return text[end:].strip(" \t\r\n") == "}"
+
+
+_DECODER = json.JSONDecoder()
+_SPACES = re.compile(r"[ \t\r\n]*")
+
+
 def splice_result_id(line: bytes, relay_id: int, client_id: JsonId) -> bytes:
     """`line` (matched by `large_result_id`) with the relay id replaced by the client's id."""
     old, new = str(relay_id).encode(), id_bytes(client_id)
     first = _RESULT_FIRST.match(line)
     if first is not None:
+        assert first.group(1) == old
         return _spliced(line, first.start(1), new, first.end(1))
     last = _ID_CLOSES.search(line, len(line) - _TAIL_BYTES)
     assert last is not None and last.group(1) == old
@@ -243,39 +282,6 @@ def _spliced(line: bytes, start: int, new: bytes, end: int) -> bytes:
 
 
 _JOIN_ABOVE_BYTES = 4096
-
-
-def _brackets_above(line: bytes, limit: int) -> bool:
-    """Whether `line` holds more than `limit` of "[" and "{" in all: a bound from above on how
-    deep it nests, at C speed. A large line is scanned with one-byte finds (memchr) that stop
-    past the limit: `bytes.count` walks a megabyte at about 2 GB/s, twice, where a line with
-    few brackets is two memchr passes."""
-    if len(line) < _MEMCHR_ABOVE_BYTES:
-        return line.count(b"[") + line.count(b"{") > limit
-    found = 0
-    for bracket in (b"[", b"{"):
-        pos = line.find(bracket)
-        while pos >= 0:
-            found += 1
-            if found > limit:
-                return True
-            pos = line.find(bracket, pos + 1)
-    return False
-
-
-_MEMCHR_ABOVE_BYTES = 4096
-
-
-def _deeper_than(obj: Any, limit: int) -> bool:
-    """Whether containers in `obj` nest more than `limit` levels (iterative: no recursion to exhaust)."""
-    stack: list[tuple[Any, int]] = [(obj, 1)]
-    while stack:
-        value, depth = stack.pop()
-        if depth > limit:
-            return True
-        children = value.values() if isinstance(value, dict) else value
-        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
-    return False
 
 
 def error_obj(msg_id: JsonId | None, code: int, message: str, data: Any = None) -> JsonObj:

@@ -6,8 +6,10 @@ see then is the shim's parent: the client that spawned it (`opencode`, `codex`, 
 them runs its servers directly). A shell or a wrapper in between (`sh -c`, `env`, `timeout`,
 `npx lazyd-shim`) is skipped, so the name is the program that decided to run the server.
 
-Per-run variables are learned per such name (lazyd/core/sharing/noise.py): one opencode's `OPENCODE_PID`
-says nothing about another client's variables.
+The name is only a first guess at the client: the client is its `clientInfo.name`, which arrives
+with its `initialize` (lazyd/daemon/sessions/learned_env.py files everything under that name, and
+guesses it at a hello from the process name it was last seen with). A process name may say nothing:
+Copilot CLI's native binary names itself `MainThread`, and so may any program.
 """
 
 from __future__ import annotations

@@ -21,6 +21,7 @@ from typing import Any
 
 from lazyd.core.sharing.client_profiles import ClientProfile
 from lazyd.core.relay.handshake_defaults import profile_params
+from lazyd import jsonline
 from lazyd.privatefiles import read_json, write_private
 
 log = logging.getLogger("lazyd.handshakes")
@@ -92,9 +93,8 @@ def initialize_params(line: bytes) -> dict[str, Any] | None:
     """The params of `line` if it is an initialize request (a cheap test before any parsing)."""
     if b'"initialize"' not in line:
         return None
-    try:
-        msg = json.loads(line)
-    except ValueError:
+    msg, refused = jsonline.read(line)  # as the relay reads it: a line too deep is no initialize
+    if refused is not None:
         return None
     params = msg.get("params") if isinstance(msg, dict) and msg.get("method") == "initialize" else None
     return params if isinstance(params, dict) else None

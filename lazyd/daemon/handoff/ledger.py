@@ -306,9 +306,8 @@ def line_info(msg: Message | Invalid) -> LineInfo:
         if msg.method is None:  # a response to a server request
             return LineInfo()
         return message_info(msg.method, msg.kind is rpc.Kind.REQUEST, msg.id, msg.obj.get("params"))
-    # Refused under its id, though a request (nested too deep): in flight until that refusal is
-    # written, as any request; a refusal of what is no request answers nothing in flight.
-    return message_info("", msg.kind is rpc.Kind.REQUEST, msg.id, None)
+    # A refused line is no request (lazyd/jsonline.py): its refusal answers nothing in flight.
+    return LineInfo()
 
 
 class Landing:

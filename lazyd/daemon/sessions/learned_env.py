@@ -3,8 +3,13 @@
 Two things, both names only (never a value), in `<state dir>/learned_env.json` (0600, written
 atomically when something new was learned):
 
-- **per-run variables** (lazyd/core/sharing/noise.py), per client process name (the shim's parent,
-  lazyd/daemon/connections/client_process.py): applied to that client's sessions from the next one on;
+- **per-run variables** (lazyd/core/sharing/noise.py), per client, named by its `clientInfo.name`:
+  applied to that client's sessions. A session's hello comes before its `initialize`, so there the
+  client is guessed from its process name (the shim's parent,
+  lazyd/daemon/connections/client_process.py): the `clientInfo.name` last seen from a process of
+  that name. A process name is never the name anything is filed under (Copilot CLI's native binary
+  names itself `MainThread`, as any program may): a session whose process name guesses no client
+  is learned from at its `initialize`, under the name it gives;
 - **each client's environment**, per `clientInfo.name`: the names of the variables its sessions
   carry, the process name it runs as, and (read from /proc at the hello) which variables of its
   own environment it withheld from the server and which it added. `lazyctl check --client X` and `wrap --check` rebuild from
@@ -20,7 +25,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -41,11 +46,16 @@ MAX_NAME_CHARS = 200
 
 @dataclass(frozen=True)
 class SessionClient:
-    """The client of a session as its hello shows it: its process name, and the names of the
-    variables that process itself was started with (None when /proc did not say)."""
+    """The client of a session as its hello shows it: its process name, the names of the
+    variables that process itself was started with (None when /proc did not say), the client its
+    process name guesses ("" when none), and what the session teaches the per-run learner (its
+    registration and counted variables; empty when there was nothing to learn from)."""
 
     process: str
     own_names: frozenset[str] | None = None
+    guess: str = ""
+    registration: str = ""
+    counted: Mapping[str, str] = field(default_factory=dict)
 
 
 class LearnedEnv:
@@ -58,16 +68,27 @@ class LearnedEnv:
 
     # ---- per-run variables ---------------------------------------------------------------------
 
-    def noise(self, process: str) -> frozenset[str]:
-        return self.per_run.noise(process) if process else frozenset()
+    def guess(self, process: str) -> str:
+        """The client a session of process `process` most likely is, before its initialize says:
+        the clientInfo name last seen from a process of that name; "" when none was."""
+        if not process:
+            return ""
+        seen = [(float(r["seen_at"]), name) for name, r in self.clients.items() if r["process"] == process]
+        return max(seen)[1] if seen else ""
 
-    def observe(self, process: str, registration: str, counted: Mapping[str, str]) -> list[str]:
-        """Feed one session's counted variables; the names it made per-run (saved at once)."""
-        new = self.per_run.observe(process, registration, counted, now=time.time())
+    def noise(self, process: str) -> frozenset[str]:
+        """The per-run variables of the client process `process` guesses (`guess`)."""
+        client = self.guess(process)
+        return self.per_run.noise(client) if client else frozenset()
+
+    def observe(self, client: str, registration: str, counted: Mapping[str, str]) -> list[str]:
+        """Feed one session of `client` (a clientInfo name) to the learner; the names it made
+        per-run (saved at once)."""
+        new = self.per_run.observe(client, registration, counted, now=time.time())
         for name in new:
-            evidence = self.per_run.evidence(process, name)
+            evidence = self.per_run.evidence(client, name)
             log.info("learned %s as a per-run variable of %s (%s): not part of the identity from now on",
-                     name, process, evidence.describe() if evidence else "")
+                     name, client, evidence.describe() if evidence else "")
         if new:
             self._save()
         return new
@@ -91,6 +112,9 @@ class LearnedEnv:
         if pending is None or not client_name or len(client_name) > MAX_NAME_CHARS:
             return
         client, names = pending
+        if client.registration and client.guess != client_name:
+            # Not learned from at its hello (no client guessed, or another one): now, by its name.
+            self.observe(client_name, client.registration, client.counted)
         process = client.process
         known = self.clients.get(client_name)
         record: dict[str, Any] = {"process": process, "env_names": sorted(names)[:MAX_NAMES], "seen_at": time.time()}

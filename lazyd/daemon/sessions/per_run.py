@@ -53,23 +53,28 @@ POLL_S = 1.0  # a session still choosing its process changes no lifecycle input:
 def learn(registry: Registry, shim_pid: int, argv: list[str], cwd: str, env: Mapping[str, str], *,
           force: tuple[str, ...], ignore: tuple[str, ...],
           undecodable: list[str] | None = None) -> tuple[SessionClient, tuple[Identity, str | None] | None]:
-    """Feed one session's counted variables to the learner of its client (the shim's parent), and
-    say which client that is (its process name is "" when it cannot be told), with the session's
+    """Feed one session's counted variables to the learner of its client (the clientInfo name its
+    process name, the shim's parent's, was last seen as; a client not seen yet is learned from at
+    its initialize), and say which client that is (its process name is "" when it cannot be told), with the session's
     identity and why it must stay private where what it fed taught nothing new (None: what it
     taught changes the identity, which is then decided again). Deciding it twice per session start
     (a PATH lookup, a `#!` read, a digest) was a fifth of a session's cost in the daemon."""
     name, pid = client_process(shim_pid)
-    seen = SessionClient(name, environment_names(pid))
-    client = name
-    if not client:
+    client = registry.learned.guess(name)  # the clientInfo name this process name was last seen as
+    seen = SessionClient(name, environment_names(pid), client)
+    if not name:
         return seen, None
     try:
         decided = registry.identity_of(argv, cwd, env, force=force, ignore=ignore, undecodable=undecodable,
-                                       client=client)
+                                       client=name)
     except ValueError:
         return seen, None  # refused by the caller, with the reason
     registration = dataclasses.replace(decided[0], env=()).digest(registry.secret)  # argv and cwd only
-    new = registry.learned.observe(client, registration, counted_for_learning(decided[0], env))
+    counted = counted_for_learning(decided[0], env)
+    seen = dataclasses.replace(seen, registration=registration, counted=counted)
+    if not client:
+        return seen, decided  # learned from at its initialize, under the name it gives
+    new = registry.learned.observe(client, registration, counted)
     return seen, None if new else decided
 
 

@@ -1,6 +1,6 @@
-"""`json.loads` of a large line with its long plain strings checked by finds (lazyd/core/relay/largejson.py):
-the same object as `json.loads`, the same refusal, and every line it cannot be sure of left to
-`json.loads` itself.
+"""A line as every reader reads it (lazyd/jsonline.py): `json.loads`, with a large line's long plain
+strings checked by finds: the same object as `json.loads`, the same refusal, and every line it
+cannot be sure of left to `json.loads` itself; repeated keys (the last wins) and the nesting bound.
 
 Testing policy: hypothesis (derandomized, bounded) over objects holding long strings (ASCII,
 non-ASCII, lone surrogates) at any depth, as values, list items, ids and keys, written compactly
@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lazyd.core.relay import jsonrpc as rpc
-from lazyd.core.relay.largejson import LONG_STRING_BYTES, _with_long_strings, loads
+from lazyd.jsonline import LONG_STRING_BYTES, MAX_NESTING_DEPTH, NOT_JSON, TOO_DEEP, _with_long_strings, read
 
 LONG = "y" * LONG_STRING_BYTES
 
@@ -29,14 +29,25 @@ def request(text: str, **extra: Any) -> bytes:
     return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode("utf-8", "surrogatepass")
 
 
+def loads(line: bytes) -> Any:
+    """`read`'s value for a line it takes; ValueError for one it refuses (as `json.loads` raises)."""
+    value, refused = read(line)
+    if refused is not None:
+        raise ValueError(refused)
+    return value
+
+
 def same_verdict(line: bytes) -> None:
     try:
         expected: Any = json.loads(line)
-    except (ValueError, RecursionError) as exc:
-        with pytest.raises(type(exc)):
-            loads(line)
+    except RecursionError:
+        assert read(line) == (None, TOO_DEEP)
         return
-    assert loads(line) == expected
+    except ValueError:
+        assert read(line) == (None, NOT_JSON)
+        return
+    value, refused = read(line)
+    assert value == expected and refused in (None, TOO_DEEP)
 
 
 def test_a_request_of_one_long_plain_string_takes_the_fast_path_and_gives_what_json_loads_gives() -> None:
@@ -138,3 +149,48 @@ def test_a_large_line_broken_by_one_byte_anywhere_gets_json_loads_verdict(at: in
     at = at % len(line)
     same_verdict(line[:at] + byte + line[at + 1:])
 
+
+
+_keys = st.sampled_from(["id", "a", "\u0069d", "result"])
+
+
+@settings(derandomize=True, max_examples=200, deadline=None)
+@given(st.lists(st.tuples(_keys, _values), min_size=1, max_size=6), st.booleans())
+def test_repeated_keys_with_long_strings_read_as_json_loads_reads_them_the_last_winning(
+        members: list[tuple[str, Any]], spaced: bool) -> None:
+    colon, comma = (": ", ", ") if spaced else (":", ",")
+    line = ("{" + comma.join(f'"{k}"{colon}{json.dumps(v, ensure_ascii=False)}' for k, v in members) + "}").encode(
+        "utf-8", "surrogatepass")
+    same_verdict(line)
+
+
+def test_a_long_string_a_repeated_key_drops_is_not_put_back() -> None:
+    line = ('{"a":"%s","a":"%s"}' % ("1" * LONG_STRING_BYTES, "2" * LONG_STRING_BYTES)).encode()
+    assert loads(line) == json.loads(line) == {"a": "2" * LONG_STRING_BYTES}
+
+
+@pytest.mark.parametrize("depth", [MAX_NESTING_DEPTH - 1, MAX_NESTING_DEPTH, 1000, 100_000])
+def test_nesting_past_the_bound_is_too_deep_whether_or_not_the_parser_could_finish(depth: int) -> None:
+    # The object around counts as a level.
+    for pad in (b"", b'"' + b"p" * 70_000 + b'",'):
+        line = b'{"p":' + pad[:-1] + b',"q":' if pad else b'{"q":'
+        line += b"[" * depth + b"]" * depth + b"}"
+        value, refused = read(line)
+        if depth + 1 > MAX_NESTING_DEPTH:
+            assert refused == TOO_DEEP
+        else:
+            assert refused is None and value == json.loads(line)
+
+
+@settings(derandomize=True, max_examples=300, deadline=None)
+@given(st.one_of(st.integers(-(2**70), 2**70), st.sampled_from([2**64 - 1, 2**64, -(2**63), -(2**63) - 1])))
+def test_an_integer_is_taken_as_an_id_exactly_when_the_wire_carries_it_back_as_done(value: int) -> None:
+    from lazyd import wire
+    from lazyd.jsonline import valid_id
+
+    try:
+        wire.encode_line(b"{}", value)
+        carried = True
+    except ValueError:
+        carried = False
+    assert valid_id(value) is carried
