@@ -47,11 +47,10 @@ from lazyd.frames import Line
 from . import connect
 from .dial import RECONNECT_POLL_S, RECONNECT_WAIT_S
 from lazyd.heapkeep import HeapSpell
-from lazyd.linepeek import EOF_WAIT_S, LineSplitter, too_long_answer
+from lazyd.linepeek import EOF_WAIT_S, LineSplitter, error_line, id_key, inspect_line, too_long_answer
 
 from .options import say
 from .stdout import Stdout
-from .peek import error_line, id_key, inspect_line
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs start-up time
 if TYPE_CHECKING:

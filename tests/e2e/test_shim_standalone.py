@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 # The installed `lazyd_shim` is this source package; importing `shim` lets mypy see its types.
-from shim.peek import error_line, id_key, inspect_line, top_level_fields
+from lazyd.linepeek import error_line, id_key, inspect_line, top_level_fields
 
 pytestmark = pytest.mark.e2e
 

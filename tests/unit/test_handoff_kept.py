@@ -156,7 +156,7 @@ SHELL = """
 import os, socket, sys
 from lazyd.handoff.region import create_region
 from lazyd.frames import Hello
-from shim.quick import hello_memfd
+from shim.handoff import hello_memfd
 s = socket.socket(socket.AF_UNIX)
 s.connect(sys.argv[1])
 region = create_region()
@@ -224,7 +224,7 @@ def test_a_kept_session_whose_shell_is_gone_or_another_process_is_not_reopened(
     proc.kill()
     proc.wait()
     session, more = pipes_for(proc.pid)
-    assert kept.reopen(session, conn.fileno()) == "its shell is gone"
+    assert kept.reopen(session, conn.fileno()) == "its waiter is gone"
     assert len(session.fds) == 2  # nothing taken: the caller closes them
     session.close()
     for fd in [*others, *more]:
