@@ -64,4 +64,4 @@ _SHELLS = os.environ.pop("LAZYD_TEST_SHELLS", None)
 if _SHELLS is not None:
     import importlib
 
-    importlib.import_module("lazyd_shim.handoff").SHELLS = tuple(path for path in _SHELLS.split(":") if path)
+    setattr(importlib.import_module("lazyd_shim.handoff"), "SHELLS", tuple(p for p in _SHELLS.split(":") if p))
