@@ -3,7 +3,7 @@
 Threads and who owns what:
 
 - the **stdin thread** is the only reader of stdin. It splits lines (bounded by
-  ``wire.MAX_LINE_BYTES``), reads just enough JSON to learn request ids and methods (peek.py),
+  ``wire.MAX_LINE_BYTES``), reads just enough JSON to learn request ids and methods (lazyd/linepeek.py),
   and hands each line to the current destination: the daemon socket, the hold queue while
   reconnecting, or a directly run server after a fallback;
 - the **main thread** is the only reader of the daemon socket (and, after a fallback, of the

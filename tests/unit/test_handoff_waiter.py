@@ -8,6 +8,7 @@ descriptors of a child process; `wait`'s exec is caught only to read the command
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -18,6 +19,9 @@ from pathlib import Path
 
 import pytest
 
+from lazyd.daemon.handoff.ledger import Ledger, map_region
+from lazyd.handoff import region as hs
+from lazyd.handoff.region import Region
 from lazyd.linepeek import error_line
 from shim import handoff, slots
 from shim.options import Log, parse
@@ -26,6 +30,42 @@ from shim.relay import LOST_CODE, LOST_MESSAGE
 
 def test_the_error_a_recovery_writes_is_the_shim_s_lost_connection_error() -> None:
     assert b'{"jsonrpc":"2.0","id":7' + handoff.ERROR_TAIL == error_line(7, LOST_CODE, LOST_MESSAGE)
+
+
+def _recovery_output(fd: int) -> bytes:
+    from lazyd.handoff.snapshot import snapshot
+    from shim import recover
+    from shim.stdout import Stdout
+
+    read_end, write_end = os.pipe()
+    try:
+        log = Log(parse(["--", "true"], {}))
+        recover.answer(snapshot(fd), Stdout(log, write_end), log)
+        os.close(write_end)
+        return os.read(read_end, 1 << 20)
+    finally:
+        os.close(read_end)
+
+
+@pytest.mark.parametrize("mark", ["whole", "torn", "none"])
+def test_the_shim_s_recovery_ends_a_line_only_for_the_torn_byte(mark: str) -> None:
+    fd = hs.create_region()
+    try:
+        buf = map_region(fd)
+        try:
+            ledger = Ledger(Region(buf))
+            ledger.client_line(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {}}).encode())
+            if mark == "whole":
+                ledger.whole(True)  # killed around a write of whole lines: the client's last line is whole
+            elif mark == "torn":
+                ledger.torn(True)
+        finally:
+            buf.close()
+        recovered = _recovery_output(fd)
+    finally:
+        os.close(fd)
+    error = b'{"jsonrpc":"2.0","id":1' + handoff.ERROR_TAIL + b"\n"
+    assert recovered == (b"\n" + error if mark == "torn" else error)
 
 
 OFFER = """
