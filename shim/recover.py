@@ -113,10 +113,26 @@ def fresh_region(state: State, head: bytes, log: Log) -> int | None:
 def run(opts: Options, region_fd: int, args: list[str], log: Log, slot: int | None = None) -> NoReturn:
     """Recover the session whose region is `region_fd` (see the module docstring), holding the
     resume slot `slot` (shim/slots.py) until the first attempt to reconnect has ended."""
+    _close_inherited_hello()
     while True:
         # Returns when a daemon took the session and let go again, with the region it has now.
         region_fd = _take_back(opts, region_fd, args, log, slot)
         slot = None
+
+
+def _close_inherited_hello() -> None:
+    """Close the adopting hello the waiter held for systemd's fd store (shim/handoff.py's
+    `hello_memfd`): the next hand-off leaves a new one."""
+    try:
+        names = os.listdir("/proc/self/fd")
+    except OSError:
+        return
+    for name in names:
+        try:
+            if os.readlink(f"/proc/self/fd/{name}").startswith(f"/memfd:{handoff.HELLO_MEMFD} "):
+                os.close(int(name))
+        except (OSError, ValueError):
+            continue
 
 
 def _take_back(opts: Options, region_fd: int, args: list[str], log: Log, slot: int | None) -> int:

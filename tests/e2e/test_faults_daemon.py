@@ -344,6 +344,10 @@ def test_a_waiter_takes_its_session_back_when_the_daemon_is_killed_and_waits_as_
         wait_for(lambda: waits_handed_off(shim.proc.pid), "the shim to wait again")
         with open(f"/proc/{shim.proc.pid}/cmdline", "rb") as f:
             assert f.read().split(b"\0")[:2] == before
+        # One adopting hello for systemd's store, the new one: the old one closed by the recovery.
+        fd_dir = f"/proc/{shim.proc.pid}/fd"
+        hellos = [n for n in os.listdir(fd_dir) if os.readlink(f"{fd_dir}/{n}").startswith("/memfd:lazyd-hello")]
+        assert len(hellos) == 1, hellos
     finally:
         shim.close()
 
