@@ -35,7 +35,7 @@ LOST = -32603
 
 @contextmanager
 def every_slot_held(user: UserEnv) -> Iterator[None]:
-    """Hold every resume slot beside the daemon's socket: the waiting shells queue in flock(1)."""
+    """Hold every resume slot beside the daemon's socket: the waiters queue in flock(1)."""
     if not slots.flock_path():
         print("skipping: no flock(1) here")
         pytest.skip("no flock(1)")

@@ -259,7 +259,7 @@ class ConnectionHandler:
     async def serve_kept(self, kept: Kept) -> None:
         """Take back in place a hand-off session systemd kept across a crash (lazyd/daemon/handoff/kept.py),
         counted like an accepted connection; or let it go, its names out of the store, so that
-        its waiting shell sees its socket end and resumes by itself."""
+        its waiter sees its socket end and resumes by itself."""
         shim = kept.fds.pop(kept_store.socket_name(kept.pid), None)
         if shim is None:
             log.info("shim pid %d: not taking back the session systemd kept (its socket did not come back); "
