@@ -347,7 +347,8 @@ class ConnectionHandler:
             if taken is not None:
                 taken[0].close()
                 os.close(taken[1])
-            await stream.send_all(wire.encode(Refusal("adopt", "only a session kept by systemd is adopted")))
+            refused = NotAdopted("only a session kept by systemd is adopted")
+            await stream.send_all(wire.encode(Refusal(refused.code, refused.message)))
         elif taken is not None:
             # The shim passed the client's pipes: the daemon serves them itself (handoff.py).
             live.kind = "handoff"
