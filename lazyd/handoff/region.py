@@ -397,10 +397,10 @@ def region_problem(fd: int) -> str | None:
 
 
 def read_region(fd: int) -> Region | None:
-    """The region `fd` as far as the shim needs it (the header, the slots, the table; the rest is
-    read on demand through `Region.buf`), with pread: a shim never maps one. None when `fd` is not
-    a region of this layout."""
-    return Region(_Sparse(fd)) if os.pread(fd, 4, 0) == MAGIC else None
+    """The region `fd` as far as the shim needs it (the header, the slots, the table's allocated
+    pages; the rest is read on demand through `Region.buf`), with pread: a shim never maps one.
+    None when `fd` is not a region of this layout."""
+    return Region(_Sparse(fd), table_extent(fd)) if os.pread(fd, 4, 0) == MAGIC else None
 
 class _Sparse:
     """Slices of a region read with pread, and written with pwrite: as much of a buffer as Region
