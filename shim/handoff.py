@@ -98,6 +98,9 @@ def offer(region: int | None, log: Log) -> Offer | None:
     if shell() is None:
         log(f"no hand-off: no shell to wait in ({' or '.join(SHELLS)}); relaying")
         return None
+    if not os.access(WAITING_PROGRAM, os.R_OK):
+        log(f"no hand-off: the waiting program {WAITING_PROGRAM} is not installed; relaying")
+        return None
     ends: list[tuple[int, bool]] = []
     for fd, flags in ((0, os.O_RDONLY), (1, os.O_WRONLY)):
         found = _passable(fd, flags)

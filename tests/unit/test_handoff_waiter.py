@@ -95,6 +95,11 @@ def test_without_a_shell_the_session_is_relayed_over_frames_with_one_log_line() 
     assert said.count("no hand-off") == 1 and "no shell" in said and said.endswith("not offered\n")
 
 
+def test_without_its_waiting_program_installed_the_session_is_relayed_over_frames_with_one_log_line() -> None:
+    said = _offer_in_child({}, "from shim import handoff\nhandoff.WAITING_PROGRAM = '/nonexistent/waiting.sh'\n")
+    assert said.count("no hand-off") == 1 and "not installed" in said and said.endswith("not offered\n")
+
+
 @pytest.mark.parametrize("missing", ["os.memfd_create", "os.MFD_ALLOW_SEALING", "fcntl.F_ADD_SEALS"])
 def test_without_a_sealed_memfd_the_session_is_relayed_over_frames_with_one_log_line(missing: str) -> None:
     module, name = missing.split(".")
