@@ -14,6 +14,7 @@ from __future__ import annotations
 import fcntl
 import os
 import signal
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -22,9 +23,11 @@ from typing import Any
 import pytest
 
 from shim import slots
-from tests.conftest import UserEnv, start_daemon
+from tests.conftest import FIXTURE_SERVER, UserEnv, start_daemon
 from tests.e2e.faults_support import slot_free, DEADLINE_S, RawShim, daemon_log, region_settled, tool_call, wait_for
 from tests.e2e.shim_paths import HANDOFF_PATHS, ShimPath
+
+FIXTURE_ARGV = [sys.executable, str(FIXTURE_SERVER)]
 
 pytestmark = pytest.mark.e2e
 
@@ -107,3 +110,39 @@ def test_after_a_kill_9_every_waiter_takes_its_session_back_and_each_call_in_fli
             new.stop()
 
 
+
+
+def test_an_adopting_hello_on_a_connection_is_refused_and_what_came_with_it_is_closed(user_env: UserEnv) -> None:
+    # Only a session systemd kept is adopted (lazyd/daemon/handoff/kept.py); a shim takes its own
+    # back. A peer offering one anyway gets a refusal, and the daemon keeps none of its descriptors.
+    import socket
+
+    from lazyd import wire
+    from lazyd.handoff.region import LAYOUT, create_region
+    from tests.e2e.raw_daemon_support import Conn, hello
+
+    daemon = start_daemon(user_env)
+    stdin_r, stdin_w = os.pipe()
+    stdout_r, stdout_w = os.pipe()
+    for end in (stdin_r, stdout_w):
+        os.set_blocking(end, False)  # as a shim passes them: descriptions the daemon can serve
+    region = create_region()
+    conn = Conn(user_env.socket)
+    try:
+        data = wire.encode(hello("shim", argv=FIXTURE_ARGV, adopt=LAYOUT))
+        conn.sock.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS,
+                                    b"".join(fd.to_bytes(4, "little") for fd in (stdin_r, stdout_w, region)))])
+        ours = {f"pipe:[{os.fstat(fd).st_ino}]" for fd in (stdin_r, stdout_r)}
+        refused = conn.read()
+        assert refused["t"] == "refused" and refused["code"] == "adopt", refused
+        assert "only a session kept by systemd" in refused["message"], refused
+        os.close(stdin_r)
+        os.close(stdout_w)
+        held = [os.readlink(f"/proc/{daemon.proc.pid}/fd/{n}") for n in os.listdir(f"/proc/{daemon.proc.pid}/fd")]
+        assert not [link for link in held if link in ours or link.startswith("/memfd:lazyd-handoff")], held
+        assert os.read(stdout_r, 1) == b"", "no other holder of the client's stdout"
+    finally:
+        conn.close()
+        for fd in (stdin_w, stdout_r, region):
+            os.close(fd)
+        daemon.stop()
