@@ -42,7 +42,7 @@ HELLO_WAIT_S = 10.0
 
 class Connection:
     """A welcomed session: the socket, the welcome, the hello it answered (an adopting hello is made
-    from it, shim/quick.py), and the frame reader for what follows (`reader`, made when first asked
+    from it, shim/handoff.py), and the frame reader for what follows (`reader`, made when first asked
     for unless the welcome needed one: a shim that hands off never reads another frame, and
     lazyd/wire.py loads msgpack)."""
 
@@ -157,8 +157,8 @@ def read_reply(sock: socket.socket) -> tuple[AnyFrame | None, wire.BlockingFrame
 
     A small frame of the plain types, as every welcome and refusal is, is read by
     lazyd/smallpack.py, and not a byte past it: on the hand-off path what the daemon sends next is
-    the waiting shell's (its exit cue, shim/handoff.py), and a read that took it too would leave
-    the shell to take the session's end for a lost daemon. Any other frame goes to lazyd/wire.py's
+    the waiting program's (its exit cue, shim/handoff.py), and a read that took it too would leave
+    the waiter to take the session's end for a lost daemon. Any other frame goes to lazyd/wire.py's
     reader, which decodes or refuses it as it does every frame. Raises WireError and OSError as
     that reader does."""
     head = _received_exactly(sock, smallpack.HEADER_BYTES, b"")

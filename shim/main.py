@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 RESUME_FLAG = "--resume-handoff="
-# First argument of a shim run again by its waiting shell to take a hand-off session back
+# First argument of a shim run again by its waiting program to take a hand-off session back
 # (shim/handoff.py, shim/recover.py); the region's descriptor follows. Not for users.
 
 

@@ -172,7 +172,7 @@ _SHIM_FLAGS = {"--verbose": "LAZYD_VERBOSE", "--no-autostart": "LAZYD_NO_AUTOSTA
 
 
 HANDOFF_DEFAULT = True
-# The hand-off (shim/handoff.py): one hop per message and a 1.7 MiB waiter instead of a Python
+# The hand-off (shim/handoff.py): one hop per message, and a shell waits instead of a Python
 # relay. The frame path serves what cannot be handed off (a terminal, a file) and
 # --handoff=0 / LAZYD_HANDOFF=0; every fault test runs on both (tests/e2e/shim_paths.py).
 

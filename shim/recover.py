@@ -1,9 +1,9 @@
 """Taking a hand-off session back when the daemon is lost or lets it go (shim/handoff.py).
 
-The waiting shell execs this shim again, same pid and descriptors, with ``--resume-handoff=FD``
-naming the region (lazyd/handoff/region.py; this layout or the previous one). From what the daemon
-left there it does what the shim
-of a frame session does at once when its daemon is lost (docs/reliability.md):
+The waiting program (shim/waiting.sh), holding a resume slot (shim/slots.py), execs this shim
+again, same pid and descriptors, with ``--resume-handoff=FD`` naming the region
+(lazyd/handoff/region.py; this layout or the previous one). From what the daemon left there it
+does what the shim of a frame session does at once when its daemon is lost (docs/reliability.md):
 
 1. a line the daemon had begun to write to the client is finished (the rest, if the daemon put it
    in the region when it let go) or ended with a newline (a daemon killed while the torn byte was
@@ -113,10 +113,26 @@ def fresh_region(state: State, head: bytes, log: Log) -> int | None:
 def run(opts: Options, region_fd: int, args: list[str], log: Log, slot: int | None = None) -> NoReturn:
     """Recover the session whose region is `region_fd` (see the module docstring), holding the
     resume slot `slot` (shim/slots.py) until the first attempt to reconnect has ended."""
+    _close_inherited_hello()
     while True:
         # Returns when a daemon took the session and let go again, with the region it has now.
         region_fd = _take_back(opts, region_fd, args, log, slot)
         slot = None
+
+
+def _close_inherited_hello() -> None:
+    """Close the adopting hello the waiter held for systemd's fd store (shim/handoff.py's
+    `hello_memfd`): the next hand-off leaves a new one."""
+    try:
+        names = os.listdir("/proc/self/fd")
+    except OSError:
+        return
+    for name in names:
+        try:
+            if os.readlink(f"/proc/self/fd/{name}").startswith(f"/memfd:{handoff.HELLO_MEMFD} "):
+                os.close(int(name))
+        except (OSError, ValueError):
+            continue
 
 
 def _take_back(opts: Options, region_fd: int, args: list[str], log: Log, slot: int | None) -> int:
@@ -152,8 +168,8 @@ def _take_back(opts: Options, region_fd: int, args: list[str], log: Log, slot: i
                 offered.close_passed()
         if conn.welcome.handoff and fd is not None:
             log(f"reconnected; handed off again, resuming {len(resume)} handshake line(s)")
-            # The exec of the waiting shell frees the slot (close-on-exec); so does `wait` before
-            # it waits in this process.
+            # The exec of the waiting program frees the slot (close-on-exec); so does `wait`
+            # before it waits in this process.
             handoff.wait(conn, fd, args, log, connect.socket_path(opts), slot)
             return fd
         slots.release(slot)  # relaying from here on: the next waiting session may start its recovery

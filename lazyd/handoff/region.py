@@ -67,9 +67,8 @@ MAGIC = b"LZH3"
 _MIB = 1 << 20
 TORN_OFFSET = 64
 WHOLE_OFFSET = 65
-# A byte of its own, not a value 2 of the torn byte: the header was zeros beside MAGIC and the torn
-# byte in every region so far, so a shim or waiter that knows only the torn byte (any non-zero
-# value: a newline) still reads this layout right, and no layout bump is needed.
+# A byte of its own, not a value 2 of the torn byte: a shim that knows only the torn byte (any
+# non-zero value: a newline) still reads this layout right.
 SLOT_OFFSET = _MIB
 SLOT_BYTES = _MIB
 # One copy of the state: the fixed fields and the two handshake lines (each at most
@@ -228,9 +227,9 @@ def table_extent(fd: int) -> int:
 
 
 class Region:
-    """A region of this layout over `buf`: the daemon's mapping of it (`Mapping`,
-    lazyd/daemon/handoff/ledger.py), or bytes the shim read (`read_region`). Writes alternate
-    slots (see the module docstring)."""
+    """A region of this layout over `buf`: the daemon's mapping of it (an `mmap`,
+    lazyd/daemon/handoff/ledger.py's `map_region`), or what the shim reads and writes with pread
+    and pwrite (`read_region`). Writes alternate slots (see the module docstring)."""
 
     def __init__(self, buf: Any, table_bytes: int = TABLE_ENTRIES * ENTRY_BYTES) -> None:
         """`table_bytes`: how much of the table can hold an entry (`table_extent`); the rest is
@@ -274,7 +273,7 @@ class Region:
     def entries(self) -> list[tuple[int, bytes]]:
         """The entries in use: (index, id text). The length bytes are scanned by `bytes.find`, not
         one by one in Python: a daemon adopting a thousand sessions after a crash reads each
-        table a few times, and a loop over 16,384 entries cost ~1.5 ms a read."""
+        table a few times."""
         table = bytes(self.buf[TABLE_OFFSET : TABLE_OFFSET + self._table_end])
         sizes = table[::ENTRY_BYTES]
         marks = sizes.translate(_USED)  # 1 where an entry is in use
@@ -398,10 +397,10 @@ def region_problem(fd: int) -> str | None:
 
 
 def read_region(fd: int) -> Region | None:
-    """The region `fd` as far as the shim needs it (the header, the slots, the table; the rest is
-    read on demand through `Region.buf`), with pread: a shim never maps one. None when `fd` is not
-    a region of this layout."""
-    return Region(_Sparse(fd)) if os.pread(fd, 4, 0) == MAGIC else None
+    """The region `fd` as far as the shim needs it (the header, the slots, the table's allocated
+    pages; the rest is read on demand through `Region.buf`), with pread: a shim never maps one.
+    None when `fd` is not a region of this layout."""
+    return Region(_Sparse(fd), table_extent(fd)) if os.pread(fd, 4, 0) == MAGIC else None
 
 class _Sparse:
     """Slices of a region read with pread, and written with pwrite: as much of a buffer as Region

@@ -1,6 +1,6 @@
 """What a shim takes from a hand-off region it recovers, of this layout or the previous one.
 
-The waiting shell execs whatever shim is installed *now* (the README's upgrade is "run the same
+The waiter execs whatever shim is installed *now* (the README's upgrade is "run the same
 command again"), so a shim may have to recover a region a daemon of the previous version wrote.
 The support window is this layout (lazyd/handoff/region.py, `LAYOUT`) and the one before it
 (`PREVIOUS_MAGIC`: the ids in the state's payload, head and tail further out, no seals); a region

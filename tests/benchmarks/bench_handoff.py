@@ -42,7 +42,7 @@ from tests.benchmarks.common import (
 
 SIDES = ("direct", "frames", "hand-off")
 ORDER = ("direct", "frames", "hand-off", "hand-off", "frames", "direct")  # ABBA over three sides
-SETTLE_S = 0.5  # before reading an RSS: the hand-off shim execs its waiting shell after the welcome
+SETTLE_S = 0.5  # before reading an RSS: the hand-off shim execs its waiter after the welcome
 
 
 def side_env(env: dict[str, str], side: str) -> dict[str, str]:

@@ -4,7 +4,7 @@ lazyd and (given the binary) through mcp-mux, one side after the other in the sa
 alone on the machine.
 
 Every side is summed over the same set of processes: the clients' own processes (direct: the
-servers; lazyd: the waiting shells; mcp-mux: its shims), every descendant of them, and the
+servers; lazyd: the waiters; mcp-mux: its shims), every descendant of them, and the
 multiplexer's daemon with its descendants (lazyd's daemon is started by the benchmark; mcp-mux's
 is started by its first shim and found as a process of the binary). Two sums are printed: Σ RSS
 (the issue's figure: a page mapped by two processes counts twice) and Σ PSS (each page divided
@@ -32,7 +32,7 @@ from tests.benchmarks.common import EVERYTHING, LineClient, children_by_parent, 
 from tests.benchmarks.scale_support import close_all, pss_kib, row, shim_client, start_daemon, user_env
 
 CLIENTS = 4  # the issue's figure; more show where the per-client costs overtake the fixed ones
-SETTLE_S = 1.0  # after the last call: lazyd's shims exec their waiting shells
+SETTLE_S = 1.0  # after the last call: lazyd's shims exec their waiters
 FLOOR = "import sys, trio; sys.stdout.write('ready\\n'); sys.stdout.flush(); sys.stdin.read()"
 
 

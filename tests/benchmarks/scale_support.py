@@ -3,7 +3,7 @@ installed product in a venv of its own, a daemon under a given soft descriptor l
 opened a batch at a time, and what the daemon and the waiting shims hold.
 
 Sessions are opened by real `lazyd-shim` processes from raw stdio clients (`LineClient`), so each
-one is what a client's registration gets: a hand-off session whose shim waits in a shell.
+one is what a client's registration gets: a hand-off session whose shim waits in its waiting program.
 """
 
 from __future__ import annotations
@@ -167,7 +167,7 @@ def fd_kinds(pid: int) -> Counter[str]:
 
 
 def pss_kib(pid: int) -> int:
-    """Proportional set size: a waiting shell's pages shared with its siblings count once in all."""
+    """Proportional set size: a waiter's pages shared with its siblings count once in all."""
     try:
         with open(f"/proc/{pid}/smaps_rollup") as f:
             for line in f:
@@ -190,9 +190,9 @@ def served_count(status: dict[str, Any]) -> int:
 
 
 def python_shims(venv: Path, pids: list[int]) -> int:
-    """How many of the sessions' processes `pids` (each client's child: the waiting shell, the
-    quick resumer and the full shim it may exec are one process, exec after exec) run this venv's
-    interpreter now, rather than a waiting shell or flock(1). Only those pids are looked at: a
+    """How many of the sessions' processes `pids` (each client's child: the waiter and the shim's
+    recovery it execs are one process, exec after exec) run this venv's interpreter now, rather
+    than a waiter or flock(1). Only those pids are looked at: a
     scan of all of /proc costs ~15 ms of CPU with a thousand sessions, which the herd it watches
     would otherwise share its two cores with."""
     python = os.path.realpath(venv / "bin" / "python")

@@ -35,7 +35,7 @@ class ShimPath:
     def check(self, shim: RawShim) -> None:
         """Fail unless `shim`, past its handshake, serves its client the way this path says."""
         if self.handoff:
-            # Handed off, the shim's process is the small waiter it exec'd (shim/handoff.py).
+            # Handed off, the shim's process is the waiting program it exec'd (shim/handoff.py).
             wait_for(lambda: _waits_in_a_shell(shim.pid), f"shim {shim.pid} to hand off and wait in a shell")
         else:
             assert not _waits_in_a_shell(shim.pid), f"shim {shim.pid} handed off on the frame path"
@@ -46,20 +46,16 @@ def _waits_in_a_shell(pid: int) -> bool:
 
 
 def waits_handed_off(pid: int) -> bool:
-    """Whether process `pid` is a handed-off shim waiting: in the pause (shim/pause.py, run from
-    its memfd) or in a shell."""
-    return _exe(pid) in ("dash", "sh", "bash") or waits_in_the_pause(pid)
-
-
-def waits_in_the_pause(pid: int) -> bool:
-    return _exe(pid).startswith("memfd:lazyd-wait")
-
-
-def _exe(pid: int) -> str:
+    """Whether process `pid` is a handed-off shim waiting: the installed waiting program
+    (shim/waiting.sh) run by a shell, its command line saying so."""
     try:
-        return os.path.basename(os.readlink(f"/proc/{pid}/exe"))
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            argv = f.read().split(b"\0")
+        exe = os.path.basename(os.readlink(f"/proc/{pid}/exe"))
     except OSError:
-        return ""
+        return False
+    return exe in ("dash", "sh", "bash") and argv[0].startswith(b"lazyd-shim: waiting (") \
+        and argv[1].endswith(b"/waiting.sh")
 
 
 PATHS = (ShimPath("frames", False, False), ShimPath("hand-off", True, False),

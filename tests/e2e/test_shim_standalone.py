@@ -506,7 +506,7 @@ def test_the_shim_imports_neither_trio_nor_platformdirs_nor_tomlkit() -> None:
 
 
 def test_a_warm_start_imports_none_of_the_modules_that_cost_milliseconds(tmp_path: Path) -> None:
-    # What the hand-off start loads (main, connect, handoff, quick), in an interpreter without `site`
+    # What the hand-off start loads (main, connect, handoff and what its adopting hello needs), in an interpreter without `site`
     # (an editable install's finder would bring some of these in first and hide them): the packages
     # linked into a directory of their own, msgpack from where it is installed. Each of these cost
     # the shim's start 0.2 ms or more when it crept in (docs/benchmarks.md, the warm start); the
@@ -519,7 +519,7 @@ def test_a_warm_start_imports_none_of_the_modules_that_cost_milliseconds(tmp_pat
     (tmp_path / "lazyd_shim").symlink_to(repo / "shim")
     code = (
         "import sys\n"
-        "import lazyd_shim.main, lazyd_shim.connect, lazyd_shim.handoff, lazyd_shim.quick\n"
+        "import lazyd_shim.main, lazyd_shim.connect, lazyd_shim.handoff, lazyd.smallpack, lazyd.handoff.region\n"
         "costly = ('typing', 'enum', 're', 'types', 'dataclasses', 'json', 'subprocess', 'signal', 'threading',\n"
         "          'inspect', 'functools', 'selectors', 'socket', 'logging', 'pathlib', 'msgpack', 'datetime',\n"
         "          'collections', 'lazyd.wire')\n"

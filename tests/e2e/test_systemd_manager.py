@@ -117,15 +117,14 @@ def stored_fds(m: UserManager) -> int:
 
 
 def waiting_shell(user: UserEnv) -> tuple[int, str]:
-    """The test's one hand-off session's waiting shell or pause (its environment carries the test's
-    marker, so no other test's is taken for it) and the socket it waits on (its descriptor 9): a
-    shell that resumed its session (shim/quick.py) waits on a new socket, one that never saw the
-    crash on the same."""
+    """The test's one hand-off session's waiter (its environment carries the test's marker, so no
+    other test's is taken for it) and the socket it waits on (its descriptor 9): a waiter whose
+    shim took its session back waits on a new socket, one that never saw the crash on the same."""
     marker = f"{MARKER_VAR}={user.marker}".encode()
     for pid in os.listdir("/proc"):
         try:
             cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-            if ((cmd[0].endswith(b"dash") or cmd[0] == b"lazyd-wait") and b"lazyd-shim" in cmd[:5]
+            if (cmd[0].startswith(b"lazyd-shim: waiting (")
                     and marker in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")):
                 return int(pid), os.readlink(f"/proc/{pid}/fd/9")
         except OSError:

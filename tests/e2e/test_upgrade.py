@@ -202,7 +202,7 @@ def test_an_upgrade_to_a_daemon_that_cannot_adopt_stops_the_servers_and_the_shim
     log = shim_log(user_env)
     daemon_log = (user_env.state_dir / "lazyd.log").read_text()
     # Each shim lost its daemon (a frame shim says "daemon lost", a hand-off one takes the session
-    # back, or its quick resumer has the daemon adopt it: shim/quick.py).
+    # back; under systemd the next daemon adopts it from the fd store).
     adopted = daemon_log.count("adopted from shim pid")
     assert log.count("daemon lost") + log.count("taking it back") + adopted == 2, (log, daemon_log)
     assert log.count("reconnected") + adopted == 2, log

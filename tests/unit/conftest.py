@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 from lazyd.handoff import region as hs
-from lazyd.daemon.handoff.ledger import Mapping
+from lazyd.daemon.handoff.ledger import map_region, unmap
 from lazyd.handoff.region import Region
 
 
@@ -22,6 +22,6 @@ def fd() -> Iterator[int]:
 
 @pytest.fixture
 def mapped(fd: int) -> Iterator[Region]:
-    buf = Mapping(fd)
+    buf = map_region(fd)
     yield Region(buf)
-    buf.close()
+    unmap(buf)

@@ -135,7 +135,7 @@ def test_a_kill_after_any_write_of_the_adoption_leaves_the_next_recovery_the_sam
             done = True
         except Killed:
             done = False
-        # The next recovery, quick or full, of what this kill left.
+        # The next recovery (an adoption or the shim's) of what this kill left.
         again = plan(of_region(Region(buf)))
         assert set(again.ids) == set(expected.ids), (writes, again.ids)  # none lost, none invented
         assert again.finish == expected.finish, writes  # a cut line still ended

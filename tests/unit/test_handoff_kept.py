@@ -1,8 +1,8 @@
 """Hand-off sessions kept in systemd's fd store (lazyd/daemon/handoff/kept.py): what is stored and
-removed, how what comes back is grouped, and how a kept session is reopened from its waiting shell.
+removed, how what comes back is grouped, and how a kept session is reopened from its waiter.
 
 Testing policy: the store is a real datagram socket read by the test (what systemd's notify socket
-receives); the waiting shell is a real process that connected to the test's socket and holds a real
+receives); the waiter is a real process that connected to the test's socket and holds a real
 region and adopting hello. The whole path under a real user manager: tests/e2e/test_systemd_manager.py.
 """
 
@@ -150,27 +150,27 @@ def test_a_name_the_store_gives_twice_is_left_out_with_both_copies_closed() -> N
     assert out.strip() == "{'hs-2': 6} [False, False, True]"
 
 
-# ---- reopening a kept session from its waiting shell ---------------------------------------------
+# ---- reopening a kept session from its waiter ---------------------------------------------
 
 SHELL = """
 import os, socket, sys
 from lazyd.handoff.region import create_region
 from lazyd.frames import Hello
-from shim.quick import hello_memfd
+from shim.handoff import hello_memfd
 s = socket.socket(socket.AF_UNIX)
 s.connect(sys.argv[1])
 region = create_region()
 hello = hello_memfd(Hello("shim", os.getpid(), ["srv"], "/", {}, {}, None, [], None, True, LAYOUT))
 for fd in (s.fileno(), region, hello):
     os.set_inheritable(fd, True)
-# Exec'd again with the region named in its command line, as a waiting shell is (shim/handoff.py).
+# Exec'd again with the region named in its command line, as a waiter is (shim/handoff.py).
 os.execv(sys.executable, [sys.executable, "-c", "import time; time.sleep(60)", f"--resume-handoff={region}"])
 """
 
 
 @pytest.fixture
 def shell(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], socket.socket, int]]:
-    """A waiting shell connected to the test's socket: (the process, the daemon's end, its region fd)."""
+    """A waiter connected to the test's socket: (the process, the daemon's end, its region fd)."""
     listener = socket.socket(socket.AF_UNIX)
     listener.bind(str(tmp_path / "daemon.sock"))
     listener.listen(1)
@@ -224,7 +224,7 @@ def test_a_kept_session_whose_shell_is_gone_or_another_process_is_not_reopened(
     proc.kill()
     proc.wait()
     session, more = pipes_for(proc.pid)
-    assert kept.reopen(session, conn.fileno()) == "its shell is gone"
+    assert kept.reopen(session, conn.fileno()) == "its waiter is gone"
     assert len(session.fds) == 2  # nothing taken: the caller closes them
     session.close()
     for fd in [*others, *more]:

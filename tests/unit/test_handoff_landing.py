@@ -18,7 +18,7 @@ import pytest
 
 from lazyd.handoff import region as hs
 from lazyd.daemon.handoff import session as handoff
-from lazyd.daemon.handoff.ledger import Landing, Ledger, Mapping
+from lazyd.daemon.handoff.ledger import Landing, Ledger, map_region
 from lazyd.frames import Hello
 from lazyd.handoff.snapshot import PREVIOUS_MAGIC, snapshot
 from lazyd.handoff.region import Region
@@ -179,7 +179,7 @@ def test_the_shim_answers_a_request_read_and_not_recorded_once_and_keeps_the_res
     assert fresh is not None
     try:
         assert hs.region_problem(fresh) is None
-        buf = Mapping(fresh)
+        buf = map_region(fresh)
         try:
             next_daemon = Ledger(Region(buf))
             assert next_daemon.region.read_head(next_daemon.state.head_len) == call(4)[:20]

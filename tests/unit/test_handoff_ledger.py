@@ -13,7 +13,7 @@ import tracemalloc
 from collections.abc import Callable
 
 from lazyd.handoff import region as hs
-from lazyd.daemon.handoff.ledger import RELEASE_HEAD_BYTES, Ledger, Mapping
+from lazyd.daemon.handoff.ledger import RELEASE_HEAD_BYTES, Ledger, map_region
 from lazyd.handoff.region import Region, State, read_region
 
 INIT = b'{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25"}}'
@@ -268,11 +268,11 @@ def test_a_mapped_region_costs_the_daemon_bytes_not_a_library_of_its_own(fd: int
     # Each mapping once loaded libc and typed its functions for itself: 6.4 KiB that every
     # hand-off session kept while it lived (docs/benchmarks.md). Now they share one.
     fds = [hs.create_region() for _ in range(4)]
-    first = Mapping(fd)
+    first = map_region(fd)
     tracemalloc.start()
     try:
         before = tracemalloc.get_traced_memory()[0]
-        mappings = [Mapping(each) for each in fds]
+        mappings = [map_region(each) for each in fds]
         grown = (tracemalloc.get_traced_memory()[0] - before) / len(fds)
     finally:
         tracemalloc.stop()
@@ -310,13 +310,13 @@ def test_a_daemon_continuing_a_region_reads_only_the_table_pages_it_has_and_stil
         fd: int) -> None:
     # Reading a page the memfd never had allocates it: a whole-table read cost every session a
     # daemon continued or adopted 1 MiB of shared memory.
-    earlier = Mapping(fd)
+    earlier = map_region(fd)
     first = Ledger(Region(earlier))
     first.client_line(call(3))
     first.client_line(call(4))
     earlier.close()
     blocks = os.fstat(fd).st_blocks
-    buf = Mapping(fd)
+    buf = map_region(fd)
     try:
         second = Ledger(Region(buf, hs.table_extent(fd)))
         assert second.inflight == 2

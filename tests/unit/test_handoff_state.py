@@ -19,13 +19,13 @@ from typing import Any
 import pytest
 
 from lazyd.handoff import region as hs
-from lazyd.daemon.handoff.ledger import Mapping
+from lazyd.daemon.handoff.ledger import map_region
 from lazyd.handoff.region import Region, State, read_region
 
 
 @pytest.fixture
 def buf(fd: int) -> Iterator[Any]:
-    mapped = Mapping(fd)
+    mapped = map_region(fd)
     yield mapped
     mapped.close()
 

@@ -1,78 +1,40 @@
-"""The waiting end of a hand-off (shim/handoff.py): what it offers, where it waits, and what its
-last resort answers when the shim it would exec is gone.
+"""The waiting end of a hand-off (shim/handoff.py, shim/waiting.sh): what it offers, the
+program it waits in, and how that program takes its session back.
 
-Testing policy: real sealed regions written through the daemon's ledger, the last-resort script
-run by a real interpreter in isolated mode, the client's stdout a real pipe; the offer is made on
-the real descriptors of a child process.
+Testing policy: the waiting program run by the real dash (or /bin/sh) from its installed file,
+with a real socket on descriptor 9, real flock(1) and real signals; the offer is made on the real
+descriptors of a child process; `wait`'s exec is caught only to read the command line it builds.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
+import socket
 import subprocess
 import sys
-from collections.abc import Iterator
+import time
 from pathlib import Path
 
 import pytest
 
+from lazyd.daemon.handoff.ledger import Ledger, map_region
 from lazyd.handoff import region as hs
-from lazyd.daemon.handoff.ledger import Ledger, Mapping
 from lazyd.handoff.region import Region
 from lazyd.linepeek import error_line
 from shim import handoff, slots
+from shim.options import Log, parse
 from shim.relay import LOST_CODE, LOST_MESSAGE
 
 
-@pytest.fixture
-def fd() -> Iterator[int]:
-    region = hs.create_region()
-    yield region
-    os.close(region)
-
-
-def call(request_id: int | str) -> bytes:
-    return json.dumps({"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": {}}).encode()
-
-
-def test_the_error_the_waiter_writes_is_the_shim_s_lost_connection_error() -> None:
+def test_the_error_a_recovery_writes_is_the_shim_s_lost_connection_error() -> None:
     assert b'{"jsonrpc":"2.0","id":7' + handoff.ERROR_TAIL == error_line(7, LOST_CODE, LOST_MESSAGE)
-
-
-def test_with_no_shim_left_to_exec_the_waiter_s_script_answers_what_is_in_flight_itself(fd: int) -> None:
-    buf = Mapping(fd)
-    try:
-        ledger = Ledger(Region(buf))
-        for request_id in (1, "1", 2):
-            ledger.client_line(call(request_id))
-        ledger.answered(2)
-        ledger.torn(True)  # the daemon died inside an answer
-    finally:
-        buf.close()
-    os.set_inheritable(fd, True)
-    done = subprocess.run([sys.executable, "-I", "-S", "-c", handoff.orphan_script(), "/gone/python",
-                           f"--resume-handoff={fd}"], pass_fds=[fd], capture_output=True, timeout=30)
-    assert done.returncode == 0, done.stderr
-    lines = done.stdout.split(b"\n")
-    assert lines[0] == b"", "the cut answer is ended first"
-    answers = [json.loads(line) for line in lines[1:] if line]
-    assert [(a["id"], a["error"]["code"]) for a in answers] == [(1, LOST_CODE), ("1", LOST_CODE)]
-    assert b"no longer installed" in done.stderr
-
-
-def _orphan_output(fd: int) -> bytes:
-    os.set_inheritable(fd, True)
-    done = subprocess.run([sys.executable, "-I", "-S", "-c", handoff.orphan_script(), "/gone/python",
-                           f"--resume-handoff={fd}"], pass_fds=[fd], capture_output=True, timeout=30)
-    assert done.returncode == 0, done.stderr
-    return done.stdout
 
 
 def _recovery_output(fd: int) -> bytes:
     from lazyd.handoff.snapshot import snapshot
     from shim import recover
-    from shim.options import Log, parse
     from shim.stdout import Stdout
 
     read_end, write_end = os.pipe()
@@ -86,20 +48,22 @@ def _recovery_output(fd: int) -> bytes:
 
 
 @pytest.mark.parametrize("mark", ["whole", "torn", "none"])
-def test_the_waiter_s_script_and_the_shim_s_recovery_end_a_line_only_for_the_torn_byte_and_agree(
-        fd: int, mark: str) -> None:
-    buf = Mapping(fd)
+def test_the_shim_s_recovery_ends_a_line_only_for_the_torn_byte(mark: str) -> None:
+    fd = hs.create_region()
     try:
-        ledger = Ledger(Region(buf))
-        ledger.client_line(call(1))
-        if mark == "whole":
-            ledger.whole(True)  # killed around a write of whole lines: the client's last line is whole
-        elif mark == "torn":
-            ledger.torn(True)
+        buf = map_region(fd)
+        try:
+            ledger = Ledger(Region(buf))
+            ledger.client_line(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {}}).encode())
+            if mark == "whole":
+                ledger.whole(True)  # killed around a write of whole lines: the client's last line is whole
+            elif mark == "torn":
+                ledger.torn(True)
+        finally:
+            buf.close()
+        recovered = _recovery_output(fd)
     finally:
-        buf.close()
-    orphan, recovered = _orphan_output(fd), _recovery_output(fd)
-    assert orphan == recovered
+        os.close(fd)
     error = b'{"jsonrpc":"2.0","id":1' + handoff.ERROR_TAIL + b"\n"
     assert recovered == (b"\n" + error if mark == "torn" else error)
 
@@ -122,13 +86,18 @@ def _offer_in_child(env: dict[str, str], prelude: str = "") -> str:
     return done.stderr.decode()
 
 
-def test_stdio_pipes_are_offered_where_dash_and_a_sealed_memfd_are_there() -> None:
+def test_stdio_pipes_are_offered_where_a_shell_and_a_sealed_memfd_are_there() -> None:
     assert "\noffered" in "\n" + _offer_in_child({})
 
 
-def test_without_dash_the_session_is_relayed_over_frames_with_one_log_line() -> None:
-    said = _offer_in_child({handoff.WAITER_ENV: "none"})
-    assert said.count("no hand-off") == 1 and "no dash" in said and said.endswith("not offered\n")
+def test_without_a_shell_the_session_is_relayed_over_frames_with_one_log_line() -> None:
+    said = _offer_in_child({}, "from shim import handoff\nhandoff.SHELLS = ('/nonexistent/dash',)\n")
+    assert said.count("no hand-off") == 1 and "no shell" in said and said.endswith("not offered\n")
+
+
+def test_without_its_waiting_program_installed_the_session_is_relayed_over_frames_with_one_log_line() -> None:
+    said = _offer_in_child({}, "from shim import handoff\nhandoff.WAITING_PROGRAM = '/nonexistent/waiting.sh'\n")
+    assert said.count("no hand-off") == 1 and "not installed" in said and said.endswith("not offered\n")
 
 
 @pytest.mark.parametrize("missing", ["os.memfd_create", "os.MFD_ALLOW_SEALING", "fcntl.F_ADD_SEALS"])
@@ -138,42 +107,128 @@ def test_without_a_sealed_memfd_the_session_is_relayed_over_frames_with_one_log_
     assert said.count("no hand-off") == 1 and "shared region" in said and said.endswith("not offered\n")
 
 
-def test_each_waiter_takes_its_own_bounded_pause_before_it_runs_the_shim_again(monkeypatch: pytest.MonkeyPatch) -> None:
-    # After a daemon crash every waiter wakes at once; one that cannot take a resume slot sleeps
-    # a random part of RESUME_JITTER_S (its first argument to the script) before it execs Python. The pause is
-    # printed to milliseconds, so a draw of 0.9996 reads 1.000: the bound is inclusive.
-    import socket
+class _Conn:
+    """What `wait` reads of a welcomed connection: its socket, its welcome's name, its hello."""
 
-    from shim.options import Log, parse
+    def __init__(self, sock: socket.socket, name: str) -> None:
+        self.sock = sock
+        self.hello = None
 
+        class Welcome:
+            pass
+
+        self.welcome = Welcome()
+        self.welcome.name = name  # type: ignore[attr-defined]
+
+
+def _waiter_argv(monkeypatch: pytest.MonkeyPatch, name: str, args: list[str]) -> list[str]:
+    """The command line `wait` execs the waiting program with (the exec refused, so that it goes
+    on to wait itself, which the closed peer ends at once)."""
     execs: list[list[str]] = []
 
     def fake_exec(path: str, argv: list[str]) -> None:
-        execs.append(argv)
-        raise OSError("not here")  # so that wait() goes on to its own wait, which the closed peer ends
-
-    def no_pause(fd: int, argv: list[str], env: object) -> None:
-        raise OSError("not here")  # the pause (shim/pause.py) runs the same shell command: dash's is read
+        execs.append([path, *argv])
+        raise OSError("not here")
 
     monkeypatch.setattr(os, "execv", fake_exec)
-    monkeypatch.setattr(os, "execve", no_pause)
     monkeypatch.setattr(handoff, "WAIT_FD", 250)  # clear of the test process's own descriptors
-    log = Log(parse(["--", "true"], {}))
-    for _ in range(8):
-        ours, peer = socket.socketpair()
-        peer.close()
-
-        class Conn:
-            sock = ours
-            hello = None
-
-        region = os.open("/dev/null", os.O_RDONLY)
-        handoff.wait(Conn(), region, ["--", "true"], log)  # type: ignore[arg-type]
+    ours, peer = socket.socketpair()
+    peer.close()
+    region = os.open("/dev/null", os.O_RDONLY)
+    try:
+        handoff.wait(_Conn(ours, name), region, args, Log(parse(["--", "true"], {})),  # type: ignore[arg-type]
+                     "/run/user/1/lazyd/lazyd.sock")
+    finally:
         os.close(region)
-        os.close(250)
-    pauses = [float(argv[4]) for argv in execs[:: len(handoff.SHELLS)]]
-    assert all(0 <= p <= handoff.RESUME_JITTER_S for p in pauses) and len(set(pauses)) > 1, pauses
-    assert all("sleep \"$1\"" in argv[2] for argv in execs)
+    assert execs, "no shell was tried"
+    return execs[0]
+
+
+def test_the_waiter_s_command_line_says_what_it_is_and_names_its_installed_program(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    server = ["npx", "-y", "@modelcontextprotocol/server-everything", "stdio"]
+    path, *argv = _waiter_argv(monkeypatch, "everything\n", ["--", *server])
+    assert path in handoff.SHELLS
+    assert argv[0] == "lazyd-shim: waiting (everything?)"
+    assert argv[1] == handoff.WAITING_PROGRAM and os.path.isfile(argv[1])
+    assert argv[2] in ("", *slots.FLOCKS) and argv[3].startswith("/run/user/1/lazyd/resume.")
+    assert argv[-len(server):] == server
+    ours = argv[: -len(server)]
+    assert len("\0".join(ours).encode()) <= 512, ours
+    assert "-c" not in ours and not any("\n" in arg or "import " in arg for arg in ours), ours
+    assert any(arg.startswith(handoff.RESUME_FLAG) for arg in ours)
+
+
+def test_a_long_server_name_is_cut_in_the_waiter_s_command_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    argv = _waiter_argv(monkeypatch, "x" * 1000, ["--", "true"])
+    assert argv[1] == f"lazyd-shim: waiting ({'x' * handoff.MAX_NAME})"
+
+
+def _dash() -> str:
+    found = handoff.shell()
+    if found is None:
+        print("skipping: no shell here")
+        pytest.skip("no shell")
+    return found
+
+
+def _waiter(socket_end: int | None, flock: str, slot: str, command: list[str],
+            stderr: int | None = None) -> subprocess.Popen[bytes]:
+    """The waiting program as a handed-off shim runs it: its daemon socket on descriptor 9 (with
+    None, /dev/null: a daemon already gone), `command` its recovery."""
+    dash = _dash()
+
+    def socket_at_9() -> None:
+        os.dup2(os.open(os.devnull, os.O_RDONLY) if socket_end is None else socket_end, handoff.WAIT_FD)
+
+    return subprocess.Popen([dash, handoff.WAITING_PROGRAM, flock, slot, *command], stdin=subprocess.DEVNULL,
+                            stderr=stderr, preexec_fn=socket_at_9, close_fds=False)
+
+
+def test_a_line_from_the_daemon_ends_the_waiter_with_0_and_runs_nothing(tmp_path: Path) -> None:
+    ours, theirs = socket.socketpair()
+    record = tmp_path / "record"
+    waiter = _waiter(theirs.fileno(), "", "", [sys.executable, "-c", f"open({str(record)!r}, 'w')"])
+    theirs.close()
+    try:
+        time.sleep(0.2)
+        assert waiter.poll() is None, "the waiter waits"
+        ours.sendall(b"\n")
+        assert waiter.wait(timeout=30) == 0
+        assert not record.exists(), "no recovery ran"
+    finally:
+        ours.close()
+
+
+def test_eof_from_the_daemon_runs_the_recovery_command_in_the_waiter_s_place(tmp_path: Path) -> None:
+    ours, theirs = socket.socketpair()
+    record = tmp_path / "record"
+    waiter = _waiter(theirs.fileno(), "", "", [sys.executable, "-c", f"import os; open({str(record)!r}, 'w').write(str(os.getpid()))"])
+    theirs.close()
+    ours.close()  # the daemon is gone
+    assert waiter.wait(timeout=30) == 0
+    assert record.read_text() == str(waiter.pid), "the recovery runs in the waiter's process"
+
+
+@pytest.mark.parametrize(("signum", "status"), [(signal.SIGTERM, 0), (signal.SIGHUP, 0), (signal.SIGINT, 130)])
+def test_a_signal_ends_a_waiting_waiter_as_it_ends_the_shim(signum: int, status: int) -> None:
+    ours, theirs = socket.socketpair()
+    waiter = _waiter(theirs.fileno(), "", "", ["/bin/false"])
+    theirs.close()
+    try:
+        time.sleep(0.3)  # into its read
+        waiter.send_signal(signum)
+        assert waiter.wait(timeout=10) == status
+    finally:
+        ours.close()
+
+
+def test_a_waiter_whose_shim_is_no_longer_installed_says_so_in_one_line_and_exits_1(tmp_path: Path) -> None:
+    gone = str(tmp_path / "python")
+    waiter = _waiter(None, "", "", [gone, "--resume-handoff=5", "--", "true"], stderr=subprocess.PIPE)
+    _, said = waiter.communicate(timeout=30)
+    assert waiter.returncode == 1
+    assert said.decode() == f"lazyd-shim: {gone} is no longer installed; the session ends\n"
 
 
 # --- resume slots (shim/slots.py): after a daemon crash, at most one recovery per slot at once ---
@@ -196,17 +251,13 @@ with open(sys.argv[1], "a") as out:
 
 
 def _waiting_shell(flock: str, slot: str, probe: list[str], stderr: int | None = None) -> subprocess.Popen[bytes]:
-    """A waiting shell exactly as a handed-off shim execs it, whose daemon is already gone (its
-    socket, fd 9, reads EOF at once) and whose shim is `probe`."""
-    dash = next(shell for shell in handoff.SHELLS if os.access(shell, os.X_OK))
-    return subprocess.Popen([dash, "-c", f'exec {handoff.WAIT_FD}</dev/null; exec "$@"', "wrap",
-                             dash, "-c", handoff.WAIT_SCRIPT, "lazyd-shim", "0", flock, slot, "unused", "unused", "", "", *probe],
-                            stdin=subprocess.DEVNULL, stderr=stderr)
+    """A waiter whose daemon is already gone (descriptor 9 reads EOF at once) and whose shim is `probe`."""
+    return _waiter(None, flock, slot, probe, stderr)
 
 
 def _needs_dash_and_flock() -> str:
     flock = slots.flock_path()
-    if not any(os.access(shell, os.X_OK) for shell in handoff.SHELLS) or not flock:
+    if handoff.shell() is None or not flock:
         print("skipping: no dash or no flock(1) here")
         pytest.skip("no dash or no flock(1)")
     return flock
@@ -325,25 +376,19 @@ def test_sessions_are_spread_over_two_slots_per_cpu_beside_the_daemon_socket() -
     assert slots.count() == 2 * (os.cpu_count() or 1)
 
 
-def test_a_shim_that_waits_in_python_frees_its_slot_before_it_waits(monkeypatch: pytest.MonkeyPatch,
-                                                                    tmp_path: Path) -> None:
-    import socket
-
-    from shim.options import Log, parse
-
-    monkeypatch.setenv(handoff.WAITER_ENV, "python")
+def test_a_shim_with_no_shell_to_exec_waits_itself_and_frees_its_slot_before_it_waits(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(handoff, "SHELLS", ())
+    monkeypatch.setattr(handoff, "WAIT_FD", 250)  # clear of the test process's own descriptors
     slot = os.open(tmp_path / "resume.0", os.O_WRONLY | os.O_CREAT, 0o600)
     ours, peer = socket.socketpair()
     peer.close()  # the daemon lets go at once
-
-    class Conn:
-        sock = ours
-        hello = None
-
     region = os.open("/dev/null", os.O_RDONLY)
     try:
-        handoff.wait(Conn(), region, ["--", "true"], Log(parse(["--", "true"], {})), "/x/lazyd.sock", slot)  # type: ignore[arg-type]
+        handoff.wait(_Conn(ours, "x"), region, ["--", "true"], Log(parse(["--", "true"], {})),  # type: ignore[arg-type]
+                     "/x/lazyd.sock", slot)
     finally:
         os.close(region)
     with pytest.raises(OSError):
         os.fstat(slot)
+    assert ours.fileno() == -1, "the socket is closed: the caller takes the session back"

@@ -259,7 +259,7 @@ class ConnectionHandler:
     async def serve_kept(self, kept: Kept) -> None:
         """Take back in place a hand-off session systemd kept across a crash (lazyd/daemon/handoff/kept.py),
         counted like an accepted connection; or let it go, its names out of the store, so that
-        its waiting shell sees its socket end and resumes by itself."""
+        its waiter sees its socket end and resumes by itself."""
         shim = kept.fds.pop(kept_store.socket_name(kept.pid), None)
         if shim is None:
             log.info("shim pid %d: not taking back the session systemd kept (its socket did not come back); "
@@ -343,7 +343,12 @@ class ConnectionHandler:
         if hello.role == "ctl":
             await self._control(stream, frames)
         elif hello.adopt is not None:
-            await self._adopt(stream, live, hello, taken)
+            # Only a session systemd kept is adopted (`serve_kept`); a shim takes its own back.
+            if taken is not None:
+                taken[0].close()
+                os.close(taken[1])
+            refused = NotAdopted("only a session kept by systemd is adopted")
+            await stream.send_all(wire.encode(Refusal(refused.code, refused.message)))
         elif taken is not None:
             # The shim passed the client's pipes: the daemon serves them itself (handoff.py).
             live.kind = "handoff"
@@ -353,10 +358,10 @@ class ConnectionHandler:
             await self._session(stream, frames, hello)
 
     async def _adopt(self, stream: trio.SocketStream, live: Live, hello: Hello,
-                     taken: tuple[ClientEnds, int] | None, kept: Kept | None = None) -> None:
-        """A quick resumer offers the session its lost daemon left (lazyd/daemon/handoff/adopt.py), or
-        systemd `kept` it: take it back in place, or refuse (a kept one: its names out of the
-        store, no word), having closed what came, so that the shim's full recovery runs."""
+                     taken: tuple[ClientEnds, int] | None, kept: Kept) -> None:
+        """Take back in place the session systemd `kept` across its daemon's crash
+        (lazyd/daemon/handoff/adopt.py), or let it go (its names out of the store, no word),
+        having closed what came, so that the shim's own recovery runs."""
         refusal = NotAdopted("its descriptors or region cannot be served by hand-off")
         if taken is not None:
             try:
@@ -367,10 +372,7 @@ class ConnectionHandler:
                 refusal = NotAdopted(f"its region cannot be mapped: {exc}")
         if live.handoff is None:
             log.info("shim pid %d: not adopting its session (%s); it recovers it itself", hello.pid, refusal.message)
-            if kept is not None:
-                kept_store.let_go(kept)
-            else:
-                await stream.send_all(wire.encode(Refusal(refusal.code, refusal.message)))
+            kept_store.let_go(kept)
             return
         live.kind = "handoff"
         await live.handoff.run(hello, kept)

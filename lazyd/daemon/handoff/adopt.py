@@ -1,19 +1,19 @@
 """Adoption: the daemon takes back, in place, a hand-off session whose previous daemon was lost.
 
-After a `kill -9` every waiting shell wakes at once. Its quick resumer (shim/quick.py, a few ms of
-an interpreter without site or msgpack) offers this daemon the client's stdin, stdout and the
-region *as the lost daemon left it*, with a pre-encoded hello whose `adopt` names the region's
-layout (docs/protocol.md, "Adoption"). The daemon then does what the shim's own recovery does
-(lazyd/handoff/recovery.py decides it for both), on the same region, since the waiting shell
-cannot receive a new one, and answers `ADOPTED`, fixed bytes the resumer compares.
+Under systemd a hand-off session's descriptors outlive a `kill -9` of the daemon in the fd store
+(lazyd/daemon/handoff/kept.py): the restarted daemon gets the client's stdin, stdout and the shim's
+socket back, reopens the region *as the lost daemon left it* and reads the adopting hello (whose
+`adopt` names the region's layout, docs/protocol.md, "Adoption") through the waiter's /proc/PID/fd.
+The daemon then does what the shim's own recovery does (lazyd/handoff/recovery.py decides it for
+both), on the same region, since the waiter, which never woke, cannot receive a new one.
 
 `adoption` decides what the session owes (nothing written); the session's ledger, the one writer
 of the region's table (lazyd/daemon/handoff/ledger.py), then records it, and the answers
 themselves go out through the session's outbox, so that the outbox's rules hold for them: an
 error's id leaves the table only once its whole line is in the client's stdout, and the torn byte
 stays set until the newline that ends a cut line is written. In what order, so that a `kill -9`
-of this daemon at any instant leaves a region the next recovery (quick or full) handles, and the
-client a stream of whole lines:
+of this daemon at any instant leaves a region the next recovery handles, and the client a stream
+of whole lines:
 
 1. ids in lines found in the landing zone enter the table (text first, length byte last), the
    table's own stay: killed here, the next recovery finds both, and answers each id once;
@@ -27,19 +27,14 @@ client a stream of whole lines:
    answered twice, or a newline written twice (an empty line), as in a `kill -9` of any daemon.
 
 A region that says the client left, or that holds the rest of a line the lost daemon had begun
-(a daemon that let go itself), is not adopted: the shim's full recovery takes those.
+(a daemon that let go itself), is not adopted: the shim's recovery takes those.
 """
 
 from __future__ import annotations
 
-from lazyd import wire
-from lazyd.frames import Adopted
 from lazyd.handoff.recovery import Recovery, plan
 from lazyd.handoff.region import Region
 from lazyd.handoff.snapshot import of_region
-
-ADOPTED = wire.encode(Adopted())
-# The reply to an adopting hello that the daemon took: the quick resumer compares these bytes.
 
 
 def adoption(region: Region) -> Recovery | str:

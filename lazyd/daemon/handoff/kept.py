@@ -1,27 +1,28 @@
 """Hand-off sessions that outlive a crash under systemd: their descriptors in the fd store.
 
-After a `kill -9` every hand-off session's waiting shell (shim/handoff.py) sees its socket end and
-runs Python to have the next daemon adopt its session (shim/quick.py): with a thousand sessions, a
-thousand interpreters, on the CPUs the new daemon needs to start and answer them. Under systemd
-none of that has to happen. When a session is handed off, the daemon gives the service manager a
-copy of the socket's daemon end and of the client's stdin and stdout as it holds them (`FDSTORE=1`,
-`FDNAME=hs-<shim pid>`, `-in`, `-out`; `-io` for one socket both ways). The manager holds them
-while the daemon is down, so the shell's `read` never ends, and passes them to the restarted daemon
-(`LISTEN_FDS`), which takes each session back in place, exactly as from a quick resumer
-(lazyd/daemon/handoff/adopt.py), with the region the shell's recovery command names and the
-adopting hello the shim left for its quick resumer, both reopened through the shell's
-/proc/PID/fd. Nothing runs in the shell; the client only waits. (The client's ends are stored, not
-reopened the same way: a socket cannot be, and while dash waits in `read <&9` its stdin is not at
-0, which holds the socket, but wherever dash saved it.)
+After a `kill -9` every hand-off session's waiter (shim/waiting.sh) would see its socket end and
+run the Python shim to take its session back: with a thousand sessions, a thousand interpreters
+(queued two per CPU, shim/slots.py) on the CPUs the new daemon needs to start and answer them.
+Under systemd none of that has to happen. When a session is handed off, the daemon gives the
+service manager a copy of the socket's daemon end and of the client's stdin and stdout as it
+holds them (`FDSTORE=1`, `FDNAME=hs-<shim pid>`, `-in`, `-out`; `-io` for one socket both ways).
+The manager holds them while the daemon is down, so the waiter's `read` never ends, and passes
+them to the restarted daemon (`LISTEN_FDS`), which takes each session back in place
+(lazyd/daemon/handoff/adopt.py), with the region the waiter's recovery command names
+(`--resume-handoff=FD`) and the adopting hello the shim left in a data memfd
+(shim/handoff.py's `hello_memfd`), both reopened through the waiter's /proc/PID/fd. Nothing runs
+in the waiter; the client only waits. (The client's ends are stored, not reopened the same way:
+a socket cannot be, and while dash waits in `read <&9` its stdin is not at 0, which holds the
+socket, but wherever dash saved it.)
 
-What keeps a shell from waiting for ever on a socket nobody serves:
+What keeps a waiter from waiting for ever on a socket nobody serves:
 
 - a session's names leave the store when the daemon closes it, before its socket: that close is
-  how a shell learns that its session ended or was let go, and the store's copy would hide it;
+  how a waiter learns that its session ended or was let go, and the store's copy would hide it;
 - a restarted daemon that cannot take a kept session back (a part missing, a name twice, the
-  shell gone, no hello, another layout) removes its names and closes what it got: the shell sees
+  waiter gone, no hello, another layout) removes its names and closes what it got: the waiter sees
   EOF and resumes as it does without systemd;
-- a unit that stops, or fails for good, drops its whole store: every shell sees EOF.
+- a unit that stops, or fails for good, drops its whole store: every waiter sees EOF.
 
 The names are stored with `FDPOLL=0`: the manager would otherwise drop a client end that hangs up
 (a client that closed its stdin with its last request still in the pipe) and the session, left
@@ -47,10 +48,10 @@ __all__ = ["PREFIX", "Keeper", "Kept", "KEEPER", "take_kept", "reopen", "let_go"
 
 PREFIX = "hs-"
 PARTS = ("", "-in", "-out", "-io")
-# After `hs-<pid>`: the shell's socket; the client's stdin, stdout, or both (one socket for both
+# After `hs-<pid>`: the waiter's socket; the client's stdin, stdout, or both (one socket for both
 # directions: the store keeps one copy of a file description, so it is stored once).
-HELLO_MEMFD = "/memfd:lazyd-adopt"  # shim/quick.py's hello_memfd, as /proc/PID/fd shows it
-RESUME_FLAG = b"--resume-handoff="  # the waiting shell's recovery command names its region (shim/handoff.py)
+HELLO_MEMFD = "/memfd:lazyd-hello"  # shim/handoff.py's hello_memfd, as /proc/PID/fd shows it
+RESUME_FLAG = b"--resume-handoff="  # the waiter's recovery command names its region (shim/handoff.py)
 MAX_HELLO_BYTES = 1 << 20  # a hello holds argv, cwd and the environment: far below this
 
 
@@ -171,7 +172,7 @@ def take_kept(stored: dict[str, int]) -> list[Kept]:
 def let_go(kept: Kept) -> None:
     """A kept session this daemon does not take back: its names out of the store, then what is
     left of its descriptors closed (its socket, taken before, is closed by its connection after
-    this: that tells the shell)."""
+    this: that tells the waiter)."""
     if KEEPER is not None:
         KEEPER.drop(kept.pid)
         KEEPER.tally["let_go"] += 1
@@ -181,7 +182,7 @@ def let_go(kept: Kept) -> None:
 def reopen(kept: Kept, shim: int) -> tuple[Hello, list[int]] | str:
     """The adopting hello and [stdin, stdout, region] of `kept`'s session, whose socket's daemon
     end is `shim`: the client's ends that came back, the rest reopened through its waiting
-    shell's /proc/PID/fd. Or why the session cannot be taken back (then nothing was opened)."""
+    waiter's /proc/PID/fd. Or why the session cannot be taken back (then nothing was opened)."""
     pid = kept.pid
     try:
         creds = socket.socket(fileno=os.dup(shim))
@@ -197,7 +198,7 @@ def reopen(kept: Kept, shim: int) -> tuple[Hello, list[int]] | str:
     if peer != pid or uid != os.getuid():
         return f"its socket's peer is pid {peer} of uid {uid}"
     if waiting is not None:
-        return "its shell is gone" if not waiting else "its shell sent bytes"
+        return "its waiter is gone" if not waiting else "its waiter sent bytes"
     proc = f"/proc/{pid}"
     hello_path = None
     try:
@@ -211,9 +212,9 @@ def reopen(kept: Kept, shim: int) -> tuple[Hello, list[int]] | str:
             except OSError:
                 continue
     except OSError as exc:
-        return f"its shell cannot be read ({exc.strerror or exc})"
+        return f"its waiter cannot be read ({exc.strerror or exc})"
     if not region.isdigit() or hello_path is None:
-        return "its shell names no region or holds no adopting hello"
+        return "its waiter names no region or holds no adopting hello"
     opened: list[int] = []
     try:
         hello_fd = os.open(hello_path, os.O_RDONLY | os.O_CLOEXEC)
@@ -224,7 +225,7 @@ def reopen(kept: Kept, shim: int) -> tuple[Hello, list[int]] | str:
         frames = wire.FrameDecoder().feed(data)
         hello = frames[0] if len(frames) == 1 else None
         if not isinstance(hello, Hello) or hello.adopt is None:
-            return "its shell's adopting hello is not one"
+            return "its waiter's adopting hello is not one"
         both = kept.fds.pop(f"{PREFIX}{pid}-io", None)
         ends = [both, None if both is None else os.dup(both)] if both is not None else \
             [kept.fds.pop(f"{PREFIX}{pid}-in", None), kept.fds.pop(f"{PREFIX}{pid}-out", None)]
@@ -236,5 +237,5 @@ def reopen(kept: Kept, shim: int) -> tuple[Hello, list[int]] | str:
         for fd in opened:
             os.close(fd)
         where = f" {exc.filename}" if isinstance(exc, OSError) and exc.filename else ""
-        return f"its shell's descriptors cannot be reopened ({getattr(exc, 'strerror', None) or exc}{where})"
+        return f"its waiter's descriptors cannot be reopened ({getattr(exc, 'strerror', None) or exc}{where})"
     return hello, opened

@@ -18,15 +18,14 @@ and how much of a line is read but not yet relayed, in the state, written at mos
 
 `Landing` is the other half of the region's promise: the client's bytes are read into the region
 itself, so none is ever only in the daemon's memory. `Mapping` is the region as the daemon holds
-it: mapped whole, with no descriptor.
+it: mapped whole (`map_region`).
 """
 
 from __future__ import annotations
 
-import ctypes
-import functools
 import json
 import mmap
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -315,7 +314,8 @@ class Landing:
 
     def __init__(self, region: Region) -> None:
         self._region = region
-        whole = region.buf.view[LANDING_OFFSET : LANDING_OFFSET + 2 * LANDING_BYTES]
+        self._base = memoryview(region.buf)
+        whole = self._base[LANDING_OFFSET : LANDING_OFFSET + 2 * LANDING_BYTES]
         self.zones = (whole[:LANDING_BYTES], whole[LANDING_BYTES:])
         self._whole = whole
 
@@ -334,7 +334,7 @@ class Landing:
         self.zones[zone][:length] = _ZEROS[:length]
 
     def close(self) -> None:
-        for view in (*self.zones, self._whole):
+        for view in (*self.zones, self._whole, self._base):
             view.release()
 
 
@@ -352,45 +352,19 @@ def _clear_landed(region: Region, zone: int) -> None:
         region.buf[at : at + length] = _ZEROS[:length]
 
 
-@functools.cache
-def _libc() -> ctypes.CDLL:
-    # Once per daemon, not per session: a CDLL of each session's own, with its typed functions,
-    # was most of what mapping a region cost (under cProfile, 0.1 of 0.13 ms), and 6 KiB of the
-    # daemon's memory for as long as the session lived (docs/benchmarks.md).
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.mmap.restype = ctypes.c_void_p
-    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
-    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-    libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-    return libc
+def map_region(fd: int) -> mmap.mmap:
+    """The region `fd` (one whose `region_problem` is None: its seals keep the file's size, so the
+    mapping can never fault), mapped whole and shared with the stdlib's bounds-checked `mmap`.
+    Before Python 3.13 (`trackfd`) the mapping keeps a duplicate of the descriptor while it lives:
+    one descriptor per hand-off session beside its socket and the client's two ends. A view of
+    it (the landing zones, `Landing`) keeps it mapped: `close` refuses while one lives."""
+    untracked: dict[str, Any] = {"trackfd": False} if sys.version_info >= (3, 13) else {}
+    return mmap.mmap(fd, REGION_BYTES, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE, **untracked)
 
 
-class Mapping:
-    """A region whose `region_problem` is None, mapped whole and shared by mmap(2) directly:
-    Python's own mmap keeps a duplicate of the descriptor for as long as the mapping lives (until
-    3.13's trackfd), and a daemon with many idle hand-off sessions must not hold one per session.
-    Sliced and assigned as a buffer."""
-
-    def __init__(self, fd: int) -> None:
-        libc = _libc()
-        address = libc.mmap(None, REGION_BYTES, mmap.PROT_READ | mmap.PROT_WRITE, mmap.MAP_SHARED, fd, 0)
-        if address is None or address == ctypes.c_void_p(-1).value:
-            raise OSError(ctypes.get_errno(), "cannot map the region")
-        self._libc, self._address = libc, address
-        self.view = memoryview((ctypes.c_ubyte * REGION_BYTES).from_address(address)).cast("B")
-        self.closed = False
-
-    def __getitem__(self, key: Any) -> Any:
-        return self.view[key]
-
-    def __setitem__(self, key: Any, value: Any) -> None:
-        self.view[key] = value
-
-    def madvise(self, option: int, start: int, length: int) -> None:
-        self._libc.madvise(self._address + start, length, option)
-
-    def close(self) -> None:
-        if not self.closed:
-            self.closed = True
-            self.view.release()
-            self._libc.munmap(self._address, REGION_BYTES)
+def unmap(mapped: mmap.mmap) -> None:
+    """Unmap a region; one whose view something still holds is unmapped when the last view goes."""
+    try:
+        mapped.close()
+    except BufferError:
+        pass

@@ -43,11 +43,11 @@ import trio
 from lazyd import wire
 from lazyd.daemon.control import handshakes
 from lazyd.daemon.runtime.era_lanes import EraRoute
-from lazyd.daemon.handoff.adopt import ADOPTED, adoption
+from lazyd.daemon.handoff.adopt import adoption
 from lazyd.daemon.handoff import kept as kept_store
 from lazyd.daemon.handoff.kept import Kept
 from lazyd.core.relay import jsonrpc as rpc
-from lazyd.daemon.handoff.ledger import Landing, Ledger, Mapping
+from lazyd.daemon.handoff.ledger import Landing, Ledger, map_region, unmap
 from lazyd.daemon.handoff.outbox import ClientEnds, HandoffOutbox
 from lazyd.daemon.upgrade.quiesce import GATE
 from lazyd.daemon.sessions.registry import Registry
@@ -156,15 +156,14 @@ class HandoffSession:
         self.pid = pid  # the shim's
         self.ends = ends
         try:
-            # Mapped whole, and its descriptor closed: the seals (checked by `take`, or by the
-            # predecessor's) keep the mapping valid, and an idle session holds three descriptors
-            # (the shim's socket, the client's two ends). An upgrade reopens it (`region_fd`).
+            # Mapped whole, and the descriptor that came closed: the seals (checked by `take`, or
+            # by the predecessor's) keep the mapping valid. An upgrade reopens it (`region_fd`).
             st = os.fstat(region_fd)
             self._region_id = (st.st_dev, st.st_ino)
             # Only the table's allocated pages are read: reading the rest would allocate it,
             # 1 MiB of shared memory for every session a daemon continues or adopts.
             table_bytes = table_extent(region_fd)
-            self._map = Mapping(region_fd)
+            self._map = map_region(region_fd)
         except (OSError, ValueError):
             ends.close()
             raise
@@ -182,7 +181,7 @@ class HandoffSession:
                 log.exception("shim pid %d: adopting its session failed", pid)
             if isinstance(recovered, str):
                 ends.close()
-                self._map.close()
+                unmap(self._map)
                 raise NotAdopted(recovered)
             self.recovery = recovered
         else:
@@ -206,10 +205,10 @@ class HandoffSession:
         return outbox
 
     async def run(self, hello: Hello, kept: Kept | None = None) -> None:
-        """Open the session `hello` asks for, welcome it (an adopted one: `ADOPTED`, then what its
-        recovery owes the client), and serve it until it ends. A session `kept` in systemd's fd
-        store across a crash (lazyd/daemon/handoff/kept.py) is told nothing: its waiting shell
-        takes any line for its cue to exit, and a refusal is its socket's close."""
+        """Open the session `hello` asks for, welcome it, and serve it until it ends. A session
+        `kept` in systemd's fd store across a crash (lazyd/daemon/handoff/kept.py) is adopted: it is
+        told nothing (its waiter takes any line for its cue to exit, and a refusal is its socket's
+        close), and first gets what its recovery owes the client."""
         recovery = self.recovery
         if recovery is not None:
             hello.resume = recovery.carried.resume_lines()  # the handshake from the region
@@ -222,7 +221,7 @@ class HandoffSession:
             except Refused as exc:
                 log.warning("refused a session from pid %s: %s", self.pid, exc.message)
                 if recovery is not None:
-                    self.close()  # before the refusal: the shim's full recovery reads the region next
+                    self.close()  # before the socket's close: the shim's recovery reads the region next
                 if kept is None:
                     await self.stream.send_all(wire.encode(Refusal(exc.code, exc.message)))
                 elif kept_store.KEEPER is not None:
@@ -234,15 +233,12 @@ class HandoffSession:
                 await self.stream.send_all(wire.encode(Welcome(outbox.cid, route.name, os.getpid(), handoff=True)))
                 log.info("session %d (%s): shim pid %d handed off the client's pipes", outbox.cid, route.name, self.pid)
             else:
-                if kept is None:
-                    await self.stream.send_all(ADOPTED)
                 if self.ledger.region.torn:
                     outbox.end_cut_line()
                 for text in recovery.ids:
                     outbox.deliver(lost_line(text), json.loads(text))
-                log.info("session %d (%s): adopted from shim pid %d (%s); %d in-flight "
+                log.info("session %d (%s): adopted from shim pid %d (kept by systemd across the crash); %d in-flight "
                          "request(s) answered with an error%s", outbox.cid, route.name, self.pid,
-                         "its daemon was lost or let it go" if kept is None else "kept by systemd across the crash",
                          len(recovery.ids), ", a cut line ended" if recovery.finish is not None else "")
             if kept is not None and kept_store.KEEPER is not None:
                 kept_store.KEEPER.tally["taken_back"] += 1
@@ -291,7 +287,7 @@ class HandoffSession:
         self.ends.close()
         if not self._map.closed:
             self.landing.close()
-            self._map.close()
+            unmap(self._map)
 
     def region_fd(self) -> int | None:
         """A descriptor of the region again (for an upgrade to pass on): the shim's own copy,

@@ -1,6 +1,6 @@
 """Test seams for a daemon that must die at an exact moment (tests/e2e/test_faults_daemon.py).
 
-Not part of lazyd: a test that wants one starts its daemon with this directory on PYTHONPATH
+Not part of lazyd: a test that wants one starts its daemon (or shim) with this directory on PYTHONPATH
 (`SEAMS_PATH`) and `LAZYD_TEST_HANDOFF_KILL=POINT:TEXT`; Python imports this module at start-up
 and wraps the daemon's own functions, so the production modules carry no seam. The daemon
 SIGKILLs itself at POINT of the first client input or answer holding TEXT:
@@ -56,3 +56,12 @@ def _install(point: str, text: bytes) -> None:
 if ":" in _SPEC:
     _point, _text = _SPEC.split(":", 1)
     _install(_point, _text.encode())
+
+
+# LAZYD_TEST_SHELLS=PATH[:PATH...]: the shells a shim may run its waiting program with
+# (lazyd_shim/handoff.py's SHELLS), to play a machine whose shell cannot be run.
+_SHELLS = os.environ.pop("LAZYD_TEST_SHELLS", None)
+if _SHELLS is not None:
+    import importlib
+
+    setattr(importlib.import_module("lazyd_shim.handoff"), "SHELLS", tuple(p for p in _SHELLS.split(":") if p))
