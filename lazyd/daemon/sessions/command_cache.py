@@ -10,10 +10,10 @@ them would start the server just to answer `initialize` and `tools/list`.
 So a new runtime whose own cache is empty starts from a copy of the freshest snapshot recorded for
 the same command (resolved command and arguments): a live runtime's first, else a cache file named
 in `<state dir>/commands.json`, which maps a keyed hash of each command to the cache digests
-recorded for it (hashes only: no command line, path or value reaches the file). The drift rule
-applies unchanged (docs/relay.md): the first real start of the new identity refreshes its listings
-with its own client's handshake, compares them with what was served, and sends `list_changed` on a
-difference; from then on it has a cache of its own.
+recorded for it (hashes only: no command line, path or value reaches the file). The copy's
+listings are served by the capability rule (docs/relay.md): only to a client of a handshake they
+were recorded for; any other client's listing starts the server, whose first real start gives the
+new identity a cache of its own.
 """
 
 from __future__ import annotations
