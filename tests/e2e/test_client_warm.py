@@ -160,6 +160,8 @@ def test_after_a_check_with_the_clients_profile_its_first_run_starts_nothing_and
     through = run_client(user_env, client, [sys.executable, str(RECORDER), str(lazyd_log), shim_command(), *server])
     user_env.assert_nothing_started(str(EVERYTHING_JS))
     assert served(lazyd_log) == direct_listings, through.stdout + through.stderr
+    # It was the check's own registration: the check rebuilt the environment the client gives.
+    assert len(lazyctl(user_env, client, "status", "--json")["servers"]) == 1
     if name == "copilot":
         assert len(direct_listings["tools/list"]) == 16  # what its sampling and elicitation add
     if name == "amp":  # Amp says what it got, too

@@ -188,11 +188,20 @@ KILO_RUN = {"AGENT": "1", "OPENCODE": "1", "KILO": "1", "KILOCODE_FEATURE": "cli
 
 
 def test_a_copilot_session_and_a_copilot_check_from_the_shell_have_one_identity() -> None:
-    env = copilot_environment(SHELL, {})
+    shell = {k: v for k, v in SHELL.items() if k != "GITHUB_TOKEN"}  # Copilot keeps GITHUB_TOKEN
+    env = copilot_environment(shell, {})
     assert {k: env[k] for k in COPILOT_RUN if k in env} == {k: v for k, v in COPILOT_RUN.items()
                                                               if k != "COPILOT_AGENT_SESSION_ID"}
-    assert ident({**SHELL, **COPILOT_RUN}) == ident(PROFILES["copilot"].environment(SHELL, {}, ()))
-    assert ident({**SHELL, **COPILOT_RUN}) == ident({**SHELL, **COPILOT_RUN, "COPILOT_AGENT_SESSION_ID": "other"})
+    assert ident({**shell, **COPILOT_RUN}) == ident(PROFILES["copilot"].environment(SHELL, {}, ()))
+    assert ident({**shell, **COPILOT_RUN}) == ident({**shell, **COPILOT_RUN, "COPILOT_AGENT_SESSION_ID": "other"})
+
+
+def test_copilot_keeps_its_provider_settings_and_sign_in_tokens_from_servers_but_not_gh_token() -> None:
+    env = copilot_environment({**SHELL, "COPILOT_OFFLINE": "true", "COPILOT_PROVIDER_BASE_URL": "http://127.0.0.1:1",
+                               "COPILOT_PROVIDER_API_KEY": "k", "COPILOT_MODEL": "gpt-4", "GH_TOKEN": "g"},
+                              {"GITHUB_TOKEN": "declared"})
+    assert not {"COPILOT_OFFLINE", "COPILOT_PROVIDER_BASE_URL", "COPILOT_PROVIDER_API_KEY"} & set(env)
+    assert env["GITHUB_TOKEN"] == "declared" and env["GH_TOKEN"] == "g" and env["COPILOT_MODEL"] == "gpt-4"
 
 
 def test_copilot_appends_its_git_setting_after_the_users_and_keeps_their_pythonunbuffered() -> None:

@@ -30,7 +30,7 @@ Captured here (a tee between the client and server-everything, and /proc/PID/env
 - GitHub Copilot CLI 1.0.102 (`copilot -p` offline, a tee in front of server-everything): probes
   `server/discover` at 2026-07-28 (its clientInfo and capabilities in the probe's `_meta`), then
   `copilot-cli` at 2025-11-25 with `sampling` and `elicitation` (form and url). The whole
-  environment, plus COPILOT_CLI_BINARY_VERSION, COPILOT_CLI_RESOLVED_DIST_DIR (its unpacked
+  environment less its model provider settings and sign-in tokens (COPILOT_WITHHELD), plus COPILOT_CLI_BINARY_VERSION, COPILOT_CLI_RESOLVED_DIST_DIR (its unpacked
   release under the cache dir), PYTHONUNBUFFERED=1 unless set, one more git setting appended to
   GIT_CONFIG_COUNT/KEY_N/VALUE_N (`safe.bareRepository=explicit`), and COPILOT_AGENT_SESSION_ID
   (new every run: a per-session variable, lazyd/core/sharing/envrules.py).
@@ -166,6 +166,17 @@ def opencode_environment(inherited: Mapping[str, str], declared: Mapping[str, st
 # ---- GitHub Copilot CLI 1.0.102 ---------------------------------------------------------------------
 
 COPILOT_VERSION = "1.0.102"
+# What Copilot keeps from its servers (seen: set in its environment, absent from theirs): its own
+# model provider settings and the GitHub tokens it signs in with. GH_TOKEN, COPILOT_MODEL and its
+# other settings pass.
+COPILOT_WITHHELD = frozenset({
+    "COPILOT_OFFLINE", "COPILOT_API_URL", "COPILOT_AGENT_MODEL", "COPILOT_GITHUB_TOKEN", "GITHUB_TOKEN",
+    "GITHUB_PERSONAL_ACCESS_TOKEN", "COPILOT_PROVIDER_BASE_URL", "COPILOT_PROVIDER_API_KEY",
+    "COPILOT_PROVIDER_TYPE", "COPILOT_PROVIDER_WIRE_API", "COPILOT_PROVIDER_BEARER_TOKEN",
+    "COPILOT_PROVIDER_MODEL_ID", "COPILOT_PROVIDER_HEADERS", "COPILOT_PROVIDER_AZURE_API_VERSION",
+    "COPILOT_PROVIDER_MAX_OUTPUT_TOKENS", "COPILOT_PROVIDER_MAX_PROMPT_TOKENS", "COPILOT_PROVIDER_WIRE_MODEL",
+    "COPILOT_PROVIDER_MODEL_LIMITS_ID",
+})
 # The git setting Copilot appends to the GIT_CONFIG_COUNT/KEY_N/VALUE_N list it passes on.
 COPILOT_GIT_SETTING = ("safe.bareRepository", "explicit")
 # Its release is unpacked under `<cache dir>/copilot/pkg/<platform>-<arch>/<version>`.
@@ -176,10 +187,11 @@ _COPILOT_PLATFORM = f"{'darwin' if sys.platform == 'darwin' else sys.platform.rs
 
 def copilot_environment(inherited: Mapping[str, str], declared: Mapping[str, str],
                         passed: tuple[str, ...] = ()) -> dict[str, str]:
-    """The environment Copilot CLI 1.0.102 gives a local server: everything, the registration's
-    `env`, its release's version and directory, PYTHONUNBUFFERED, and one more git setting
-    (COPILOT_AGENT_SESSION_ID left out: it is a new value every run)."""
-    env = {**inherited, **declared}
+    """The environment Copilot CLI 1.0.102 gives a local server: everything but its provider
+    settings and sign-in tokens, the registration's `env`, its release's version and directory,
+    PYTHONUNBUFFERED, and one more git setting (COPILOT_AGENT_SESSION_ID left out: it is a new
+    value every run)."""
+    env = {**{k: v for k, v in inherited.items() if k not in COPILOT_WITHHELD}, **declared}
     cache = inherited.get("XDG_CACHE_HOME") or f"{inherited.get('HOME', '')}/.cache"
     env["COPILOT_CLI_BINARY_VERSION"] = COPILOT_VERSION
     env["COPILOT_CLI_RESOLVED_DIST_DIR"] = f"{cache}/copilot/pkg/{_COPILOT_PLATFORM}/{COPILOT_VERSION}"
