@@ -162,6 +162,13 @@ def test_after_a_check_with_the_clients_profile_its_first_run_starts_nothing_and
     assert served(lazyd_log) == direct_listings, through.stdout + through.stderr
     # It was the check's own registration: the check rebuilt the environment the client gives.
     assert len(lazyctl(user_env, client, "status", "--json")["servers"]) == 1
+    # From now on a check uses what the daemon learned from that session (the record comes first;
+    # the built-in profile was the first guess).
+    again = lazyctl(user_env, client, "check", "--client", client.profile, "--json", "--cwd", str(project(user_env)),
+                    "--", *server)
+    client_name = json.loads(next(r["line"] for r in map(json.loads, lazyd_log.read_text().splitlines())
+                                  if '"initialize"' in r["line"]))["params"]["clientInfo"]["name"]
+    assert again["handshake"] == f"learned from a {client_name} session", again
     if name == "copilot":
         assert len(direct_listings["tools/list"]) == 16  # what its sampling and elicitation add
     if name == "amp":  # Amp says what it got, too

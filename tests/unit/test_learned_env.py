@@ -263,3 +263,17 @@ def test_learning_hands_back_the_identity_it_decided_unless_what_it_learned_chan
     finally:
         shim.kill()
         shim.wait()
+
+
+def test_a_copilot_session_seen_rebuilds_its_release_dir_and_appended_git_setting_from_the_shell(tmp_path: Path) -> None:
+    from lazyd.core.sharing.client_profiles import copilot_environment
+    shell = {**SHELL, "COPILOT_OFFLINE": "true", "GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "user.name",
+             "GIT_CONFIG_VALUE_0": "me"}
+    carried = {**copilot_environment(shell, {}), "COPILOT_AGENT_SESSION_ID": "s1"}
+    learned = seen(tmp_path, "copilot-cli", "copilot", set(shell), sorted(carried))
+    env, process = client_environment(learned, PROFILES["copilot"], shell, {}, ())
+    # Names only were recorded: the values the client changes or adds (its release directory
+    # under HOME, GIT_CONFIG_COUNT one higher) come from its release's rule applied to the shell.
+    assert env == copilot_environment(shell, {}) and process == "copilot"
+    assert env["GIT_CONFIG_COUNT"] == "2" and env["COPILOT_CLI_RESOLVED_DIST_DIR"].startswith("/home/u/.cache/")
+    assert "COPILOT_OFFLINE" not in env
