@@ -191,9 +191,12 @@ def test_a_copilot_session_and_a_copilot_check_from_the_shell_have_one_identity(
     shell = {k: v for k, v in SHELL.items() if k != "GITHUB_TOKEN"}  # Copilot keeps GITHUB_TOKEN
     env = copilot_environment(shell, {})
     assert {k: env[k] for k in COPILOT_RUN if k in env} == {k: v for k, v in COPILOT_RUN.items()
-                                                              if k != "COPILOT_AGENT_SESSION_ID"}
+                                                              if not k.startswith(("COPILOT_AGENT", "COPILOT_CLI"))}
     assert ident({**shell, **COPILOT_RUN}) == ident(PROFILES["copilot"].environment(SHELL, {}, ()))
     assert ident({**shell, **COPILOT_RUN}) == ident({**shell, **COPILOT_RUN, "COPILOT_AGENT_SESSION_ID": "other"})
+    upgraded = {**COPILOT_RUN, "COPILOT_CLI_BINARY_VERSION": "1.0.103",
+                "COPILOT_CLI_RESOLVED_DIST_DIR": "/home/u/.cache/copilot/pkg/linux-x64/1.0.103"}
+    assert ident({**shell, **COPILOT_RUN}) == ident({**shell, **upgraded})
 
 
 def test_copilot_keeps_its_provider_settings_and_sign_in_tokens_from_servers_but_not_gh_token() -> None:
@@ -210,7 +213,6 @@ def test_copilot_appends_its_git_setting_after_the_users_and_keeps_their_pythonu
     assert (env["GIT_CONFIG_COUNT"], env["GIT_CONFIG_KEY_0"], env["GIT_CONFIG_KEY_1"], env["GIT_CONFIG_VALUE_1"]) == \
         ("2", "user.name", "safe.bareRepository", "explicit")
     assert env["PYTHONUNBUFFERED"] == "0"
-    assert env["COPILOT_CLI_RESOLVED_DIST_DIR"].startswith("/c/copilot/pkg/")
 
 
 def test_kilo_sessions_of_two_runs_and_a_kilo_check_have_one_identity() -> None:

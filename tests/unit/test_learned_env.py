@@ -265,15 +265,16 @@ def test_learning_hands_back_the_identity_it_decided_unless_what_it_learned_chan
         shim.wait()
 
 
-def test_a_copilot_session_seen_rebuilds_its_release_dir_and_appended_git_setting_from_the_shell(tmp_path: Path) -> None:
+def test_a_copilot_session_seen_rebuilds_its_appended_git_setting_from_the_shell(tmp_path: Path) -> None:
     from lazyd.core.sharing.client_profiles import copilot_environment
     shell = {**SHELL, "COPILOT_OFFLINE": "true", "GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "user.name",
              "GIT_CONFIG_VALUE_0": "me"}
-    carried = {**copilot_environment(shell, {}), "COPILOT_AGENT_SESSION_ID": "s1"}
+    carried = {**copilot_environment(shell, {}), "COPILOT_AGENT_SESSION_ID": "s1", "COPILOT_CLI_BINARY_VERSION": "1.0.102"}
     learned = seen(tmp_path, "copilot-cli", "copilot", set(shell), sorted(carried))
     env, process = client_environment(learned, PROFILES["copilot"], shell, {}, ())
-    # Names only were recorded: the values the client changes or adds (its release directory
-    # under HOME, GIT_CONFIG_COUNT one higher) come from its release's rule applied to the shell.
+    # Names only were recorded: the values the client changes or adds (GIT_CONFIG_COUNT one
+    # higher, its git setting) come from its release's rule applied to the shell; its own
+    # bookkeeping has no value to rebuild and does not count.
     assert env == copilot_environment(shell, {}) and process == "copilot"
-    assert env["GIT_CONFIG_COUNT"] == "2" and env["COPILOT_CLI_RESOLVED_DIST_DIR"].startswith("/home/u/.cache/")
+    assert env["GIT_CONFIG_COUNT"] == "2" and env["GIT_CONFIG_KEY_1"] == "safe.bareRepository"
     assert "COPILOT_OFFLINE" not in env

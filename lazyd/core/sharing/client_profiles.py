@@ -53,9 +53,7 @@ Pure: callers pass the environments.
 
 from __future__ import annotations
 
-import platform
 import re
-import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -179,22 +177,14 @@ COPILOT_WITHHELD = frozenset({
 })
 # The git setting Copilot appends to the GIT_CONFIG_COUNT/KEY_N/VALUE_N list it passes on.
 COPILOT_GIT_SETTING = ("safe.bareRepository", "explicit")
-# Its release is unpacked under `<cache dir>/copilot/pkg/<platform>-<arch>/<version>`.
-_NODE_ARCH = {"x86_64": "x64", "amd64": "x64", "aarch64": "arm64", "arm64": "arm64"}
-_COPILOT_PLATFORM = f"{'darwin' if sys.platform == 'darwin' else sys.platform.rstrip('0123456789')}-" \
-                    f"{_NODE_ARCH.get(platform.machine().lower(), platform.machine().lower())}"
-
 
 def copilot_environment(inherited: Mapping[str, str], declared: Mapping[str, str],
                         passed: tuple[str, ...] = ()) -> dict[str, str]:
     """The environment Copilot CLI 1.0.102 gives a local server: everything but its provider
-    settings and sign-in tokens, the registration's `env`, its release's version and directory,
-    PYTHONUNBUFFERED, and one more git setting (COPILOT_AGENT_SESSION_ID left out: it is a new
-    value every run)."""
+    settings and sign-in tokens, the registration's `env`, PYTHONUNBUFFERED, and one more git
+    setting. Its own bookkeeping (COPILOT_AGENT_SESSION_ID, new every run, and its release's
+    version and directory) is left out: none of it counts (envrules.PER_SESSION_ENV)."""
     env = {**{k: v for k, v in inherited.items() if k not in COPILOT_WITHHELD}, **declared}
-    cache = inherited.get("XDG_CACHE_HOME") or f"{inherited.get('HOME', '')}/.cache"
-    env["COPILOT_CLI_BINARY_VERSION"] = COPILOT_VERSION
-    env["COPILOT_CLI_RESOLVED_DIST_DIR"] = f"{cache}/copilot/pkg/{_COPILOT_PLATFORM}/{COPILOT_VERSION}"
     env.setdefault("PYTHONUNBUFFERED", "1")
     count = env.get("GIT_CONFIG_COUNT", "0")
     index = int(count) if count.isdigit() else 0

@@ -91,11 +91,13 @@ PER_SESSION_ENV: frozenset[str] = frozenset(
         # Gemini CLI 0.61: GEMINI_CLI=1 on every server, and its own GEMINI_CLI_* state (it
         # passes every GEMINI_CLI_ variable through, including per-IDE-window ones).
         "GEMINI_CLI", "GEMINI_CLI_*",
-        # GitHub Copilot CLI 1.0.102: a new COPILOT_AGENT_SESSION_ID per run (its release's
-        # version and directory, and the git setting it appends, are the same every run: they
-        # count, and `check --client copilot` rebuilds them). Kilo CLI 7.7.7: its pid and a run
-        # id, new every run (its markers, like opencode's, count and are rebuilt by a check).
-        "COPILOT_AGENT_SESSION_ID", "KILO_PID", "KILO_RUN_ID",
+        # GitHub Copilot CLI 1.0.102: a new COPILOT_AGENT_SESSION_ID per run, and its release's
+        # version and unpacked directory, which change with every upgrade of Copilot (the git
+        # setting it appends counts, and `check --client copilot` rebuilds it). Kilo CLI 7.7.7:
+        # its pid and a run id, new every run (its markers, like opencode's, count and are
+        # rebuilt by a check).
+        "COPILOT_AGENT_SESSION_ID", "COPILOT_CLI_BINARY_VERSION", "COPILOT_CLI_RESOLVED_DIST_DIR",
+        "KILO_PID", "KILO_RUN_ID",
         # lazyd's own shim options: they are settings of the registration (linger, share, wake),
         # carried separately to the daemon, not settings of the server.
         "LAZYD_*",
