@@ -14,7 +14,6 @@ speaks for no client records.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
