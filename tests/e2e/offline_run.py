@@ -12,9 +12,11 @@ import threading
 
 
 class Refuse(http.server.BaseHTTPRequestHandler):
+    """A model endpoint that refuses every request at once: a client then ends its turn."""
+
     def do_POST(self) -> None:
         self.rfile.read(int(self.headers.get("content-length") or 0))
-        body = b'{"error": {"message": "no model here (a test endpoint)", "type": "invalid_request_error"}}'
+        body = b'{"error":{"message":"offline test","type":"invalid_request_error","code":"offline"}}'
         self.send_response(400)
         self.send_header("content-type", "application/json")
         self.send_header("content-length", str(len(body)))
