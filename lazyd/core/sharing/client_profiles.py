@@ -30,10 +30,11 @@ Captured here (a tee between the client and server-everything, and /proc/PID/env
 - GitHub Copilot CLI 1.0.102 (`copilot -p` offline, a tee in front of server-everything): probes
   `server/discover` at 2026-07-28 (its clientInfo and capabilities in the probe's `_meta`), then
   `copilot-cli` at 2025-11-25 with `sampling` and `elicitation` (form and url). The whole
-  environment less its model provider settings and sign-in tokens (COPILOT_WITHHELD), plus COPILOT_CLI_BINARY_VERSION, COPILOT_CLI_RESOLVED_DIST_DIR (its unpacked
-  release under the cache dir), PYTHONUNBUFFERED=1 unless set, one more git setting appended to
-  GIT_CONFIG_COUNT/KEY_N/VALUE_N (`safe.bareRepository=explicit`), and COPILOT_AGENT_SESSION_ID
-  (new every run: a per-session variable, lazyd/core/sharing/envrules.py).
+  environment less its model provider settings and sign-in tokens (COPILOT_WITHHELD), plus
+  PYTHONUNBUFFERED=1 unless set, one more git setting appended to GIT_CONFIG_COUNT/KEY_N/VALUE_N
+  (`safe.bareRepository=explicit`), and its own bookkeeping: COPILOT_AGENT_SESSION_ID (new every
+  run), COPILOT_CLI_BINARY_VERSION and COPILOT_CLI_RESOLVED_DIST_DIR (its unpacked release under
+  the cache dir), per-session variables all three (lazyd/core/sharing/envrules.py).
 - Kilo CLI 7.7.7 (`kilo mcp list`, opencode's code under another name): `kilo` at 2025-11-25 with
   `roots`, no probe; the whole environment plus opencode's AGENT=1 and OPENCODE=1 and its own
   KILO=1, KILOCODE_FEATURE=cli, KILOCODE_VERSION, KILO_PROCESS_ROLE=main, and KILO_PID and
@@ -177,6 +178,7 @@ COPILOT_WITHHELD = frozenset({
 })
 # The git setting Copilot appends to the GIT_CONFIG_COUNT/KEY_N/VALUE_N list it passes on.
 COPILOT_GIT_SETTING = ("safe.bareRepository", "explicit")
+
 
 def copilot_environment(inherited: Mapping[str, str], declared: Mapping[str, str],
                         passed: tuple[str, ...] = ()) -> dict[str, str]:
