@@ -179,3 +179,25 @@ def test_after_a_check_with_the_clients_profile_its_first_run_starts_nothing_and
         assert len(direct_listings["tools/list"]) == 16  # what its sampling and elicitation add
     if name == "amp":  # Amp says what it got, too
         assert f"connected ({len(direct_listings['tools/list'])} tools" in through.stdout, through.stdout
+
+
+def test_after_a_copilot_check_a_dual_era_servers_first_copilot_run_in_the_stateless_era_starts_nothing(
+        user_env: UserEnv) -> None:
+    # Copilot probes server/discover first and, where a server offers 2026-07-28, speaks the
+    # stateless era (subscriptions/listen, then its listings, each with its capabilities in `_meta`):
+    # the check probes with them, so the results it records are the ones Copilot asks for.
+    client = CLIENTS["copilot"]
+    server = [sys.executable, str(SERVERS / "dual_era_server.py")]
+    direct_log = user_env.root / "direct.jsonl"
+    run_client(user_env, client, [sys.executable, str(RECORDER), str(direct_log), *server])
+    direct_listings = served(direct_log)
+    assert "tools/list" in direct_listings and "subscriptions/listen" in direct_log.read_text()
+    wait_until(lambda: not user_env.server_pids("dual_era_server"), 30, "the direct run's server to exit")
+
+    check = lazyctl(user_env, client, "check", "--client", "copilot", "--json", "--cwd", str(project(user_env)),
+                    "--", *server)
+    assert check["discover"]["kind"] == "result", check
+    lazyd_log = user_env.root / "lazyd.jsonl"
+    through = run_client(user_env, client, [sys.executable, str(RECORDER), str(lazyd_log), shim_command(), *server])
+    user_env.assert_nothing_started("dual_era_server")
+    assert served(lazyd_log) == direct_listings, through.stdout + through.stderr
