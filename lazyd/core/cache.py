@@ -7,11 +7,14 @@ holds the `server/discover` answers keyed by the protocol version in the probe's
 such as -32601 is an answer too: it is what makes a handshake-era server's discovery probe cheap).
 
 Why the capability hash is in the key: listings may depend on what the client declared
-(server-everything adds `trigger-sampling-request` only for clients that declare `sampling`). Most
-servers list the same to everyone, so a client is served the entry of any handshake of a compatible
-version (`entry_for_client`): that is what lets a session of one client be answered from what a
-check or another client's session recorded. A server seen to list differently for two handshakes
-of one version is served by exact key only from then on, and a miss starts it.
+(server-everything lists 16 tools to a client declaring `sampling` and `elicitation` and 13 to one
+declaring nothing). A server can read any part of the capabilities and lazyd cannot see which
+parts it reads, so a listing is served only to a client that declared exactly the capabilities it
+was recorded with, at the same protocol version (`entry_for_client`), as stateless-era results
+are; a miss starts the server, which lists for that client's own handshake. The `initialize`
+result is served for any handshake of the version (`entry_same_version`): it holds the server's
+own capabilities and instructions, which no server seen varies by client, and the listings that
+follow it are then the client's own or the live server's.
 
 Stateless-era servers (2026-07-28) have no handshake: their listings are cached per *stateless key*
 (method, protocol version, capabilities digest, and the client identity when the server marked the
@@ -279,32 +282,12 @@ class Snapshot:
         return None
 
     def entry_for_client(self, params: JsonObj) -> HandshakeEntry | None:
-        """The entry whose listings a client with these `initialize` params may be served.
-
-        The exact handshake key first. Otherwise an entry of a compatible version
-        (`entry_same_version`), unless this server is known to list differently by client
-        capabilities (`listings_vary_by_capabilities`): then only its own key will do, and a miss
-        starts the server. A server that lists by capabilities is found out at the first start
-        whose refresh differs from what the cache served; that start announces list_changed.
-        """
-        exact = self.entry_for(params)
-        if exact is not None or self.listings_vary_by_capabilities():
-            return exact
-        return self.entry_same_version(params)
-
-    def listings_vary_by_capabilities(self) -> bool:
-        """Whether two entries in which the server negotiated the same version hold different
-        listings: the server answers by the client's capabilities (server-everything adds a
-        sampling tool for clients that declare sampling), or changed between them; either way
-        one client's listing must not be served to another."""
-        seen: dict[tuple[object, str], str] = {}
-        for entry in self.entries.values():
-            version = entry.result.get("protocolVersion")
-            for method, listing in entry.listings.items():
-                text = canonical(listing.to_json())
-                if seen.setdefault((version, method), text) != text:
-                    return True
-        return False
+        """The entry whose listings a client with these `initialize` params may be served: the one
+        recorded for its exact handshake key (protocol version and capabilities), else None, and
+        the server is started. Never another handshake's: its listings may lack what this client's
+        capabilities would add (or hold what they would not allow), and clients that ignore
+        `list_changed` (Claude Code) or list once (`copilot -p`) would keep the wrong ones."""
+        return self.entry_for(params)
 
     def to_json(self) -> JsonObj:
         return {

@@ -22,7 +22,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, HTTPServer
+from http.server import HTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +39,7 @@ from tests.conftest import (
     time_server_command,
     wait_until,
 )
+from tests.e2e.offline_run import Refuse
 from tests.e2e.real_clients_support import (
     CLI_TIMEOUT_S,
     STEP_TIMEOUT_S,
@@ -127,27 +128,9 @@ def test_three_opencode_runs_leave_one_process_per_registration_and_the_learned_
 # ---- Codex ---------------------------------------------------------------------------------------
 
 
-class _Refusing(BaseHTTPRequestHandler):
-    """A model endpoint that refuses every request at once: Codex then ends its turn."""
-
-    def do_POST(self) -> None:
-        self.rfile.read(int(self.headers.get("content-length") or 0))
-        body = b'{"error":{"message":"offline test","type":"invalid_request_error","code":"offline"}}'
-        self.send_response(400)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    do_GET = do_POST
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
 @pytest.fixture
 def model_endpoint() -> Iterator[str]:
-    server = HTTPServer(("127.0.0.1", 0), _Refusing)
+    server = HTTPServer(("127.0.0.1", 0), Refuse)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     yield f"http://127.0.0.1:{server.server_address[1]}/v1"

@@ -34,14 +34,27 @@ def _parent(pid: int) -> int:
         return int(f.read().rsplit(b")", 1)[1].split()[1])
 
 
+async def _roots(context: Any) -> Any:
+    from mcp import types
+    return types.ListRootsResult(roots=[])
+
+
+async def _elicitation(context: Any, params: Any) -> Any:
+    from mcp import types
+    return types.ElicitResult(action="decline")
+
+
 @asynccontextmanager
-async def _session_for(entry: dict[str, Any], user: UserEnv) -> AsyncIterator[ClientSession]:
-    """An initialized SDK session started with exactly the command, args and env `entry` holds."""
+async def _session_for(entry: dict[str, Any], user: UserEnv, *, as_claude: bool = False) -> AsyncIterator[ClientSession]:
+    """An initialized SDK session started with exactly the command, args and env `entry` holds;
+    `as_claude`: declaring Claude Code's capabilities (roots and elicitation, form and url), so
+    that it is served the listings a check with Claude Code's handshake recorded."""
     params = StdioServerParameters(command=entry["command"], args=entry["args"], env={**user.env, **entry["env"]},
                                    cwd=str(REPO))  # fmt: skip
+    callbacks: dict[str, Any] = {"list_roots_callback": _roots, "elicitation_callback": _elicitation} if as_claude else {}
     with open(user.root / "shim.stderr", "a") as errlog:
         async with stdio_client(params, errlog=errlog) as (read, write):
-            async with ClientSession(read, write) as session:
+            async with ClientSession(read, write, **callbacks) as session:
                 await session.initialize()
                 yield session
 
@@ -85,7 +98,7 @@ async def test_wrap_with_check_warms_the_cache_so_the_first_session_starts_nothi
     assert checked["ok"] and "tools" in checked["message"], checked
     assert not user_env.server_pids(str(FIXTURE_SERVER))  # the check's own server was stopped
     entry = json.loads(path.read_text())["mcpServers"]["fixture"]
-    async with _session_for(entry, user_env) as session:
+    async with _session_for(entry, user_env, as_claude=True) as session:
         tools = sorted(t.name for t in (await session.list_tools()).tools)
         assert "echo" in tools
         assert not user_env.server_pids(str(FIXTURE_SERVER))  # answered from the cache

@@ -129,6 +129,19 @@ def test_an_initialize_for_the_same_version_finds_an_entry_whatever_its_capabili
     assert snapshot.entry_same_version({**bare, "protocolVersion": "2024-11-05"}) is None
 
 
+@pytest.mark.parametrize("caps", [{}, {"sampling": {}}, {"roots": {}}, {"roots": {"listChanged": True}, "x": {}},
+                                  {"elicitation": {"form": {}}}])
+def test_listings_are_found_only_for_the_exact_capabilities_they_were_recorded_with(caps: dict[str, Any]) -> None:
+    snapshot = warm_snapshot()
+    other = {**CLIENT_PARAMS, "capabilities": caps}
+    # Any capability may change what a server lists: another handshake's listings are never a
+    # client's, though its initialize result is (the server's own capabilities and instructions).
+    assert snapshot.entry_for_client(other) is None
+    assert snapshot.entry_same_version(other) is snapshot.entry_for(CLIENT_PARAMS)
+    assert snapshot.entry_for_client({**CLIENT_PARAMS, "clientInfo": {"name": "another", "version": "9"}}) \
+        is snapshot.entry_for(CLIENT_PARAMS)
+
+
 def test_listing_counts_report_the_most_recent_entry() -> None:
     assert warm_snapshot().listing_counts() == {"tools": 2, "prompts": 1, "resources": 1, "resourceTemplates": 1}
     assert Snapshot().listing_counts() == {}

@@ -9,7 +9,16 @@ from __future__ import annotations
 
 import pytest
 
-from lazyd.core.sharing.client_profiles import PROFILES, codex_environment, gemini_environment, profile_for_client_info
+from lazyd.core.sharing.client_profiles import (
+    PROFILES,
+    amp_environment,
+    codex_environment,
+    continue_environment,
+    copilot_environment,
+    gemini_environment,
+    kilo_environment,
+    profile_for_client_info,
+)
 from lazyd.core.sharing.envrules import PER_SESSION_ENV, classify, counts
 from lazyd.envnames import parse_names
 from lazyd.core.sharing.identity import explain_difference, identity_for
@@ -99,6 +108,21 @@ def test_variables_are_classed_by_their_names(name: str, kind: str) -> None:
     assert classify(name) == kind
 
 
+@pytest.mark.parametrize(("name", "kind"), [("GIT_CONFIG_COUNT", "setting"), ("GIT_CONFIG_KEY_0", "setting"),
+                                            ("GIT_CONFIG_KEY_12", "setting"), ("GIT_CONFIG_VALUE_0", "credential"),
+                                            ("GIT_CONFIG_PARAMETERS", "credential"), ("GIT_CONFIG_GLOBAL", "setting")])
+def test_git_settings_from_the_environment_are_named_as_git_reads_them(name: str, kind: str) -> None:
+    # git reads GIT_CONFIG_KEY_n as a setting's name (`safe.bareRepository`) and GIT_CONFIG_VALUE_n
+    # as that setting's value, which may be a token (`http.extraHeader: Authorization: ...`).
+    assert classify(name) == kind
+
+
+def test_a_git_settings_value_is_never_learned_as_noise_and_its_name_is_no_credential() -> None:
+    from lazyd.core.sharing.envrules import is_credential_name, is_setting_name
+    assert not is_credential_name("GIT_CONFIG_KEY_0") and is_setting_name("GIT_CONFIG_KEY_0")
+    assert is_credential_name("GIT_CONFIG_VALUE_0")
+
+
 @pytest.mark.parametrize("text", ["", "A,,B", "A=1", "A B", " , "])
 def test_a_list_of_names_with_an_empty_or_malformed_entry_is_refused(text: str) -> None:
     with pytest.raises(ValueError, match="not a variable name"):
@@ -150,3 +174,74 @@ def test_sessions_are_attributed_to_their_client_by_the_name_they_give() -> None
     assert profile_for_client_info("claude-code") is PROFILES["claude"]
     assert profile_for_client_info("gemini-cli-mcp-client") is PROFILES["gemini"]
     assert profile_for_client_info("mcp") is None
+
+
+# What Copilot CLI 1.0.102, Kilo 7.7.7, cn 1.5.47 and Amp gave a stdio server (a tee's record of
+# its environment, the shell's being SHELL plus the names below).
+COPILOT_RUN = {"COPILOT_AGENT_SESSION_ID": "d8beecc6-24cc-4447-aa81-a0fa796e1111",
+               "COPILOT_CLI_BINARY_VERSION": "1.0.102",
+               "COPILOT_CLI_RESOLVED_DIST_DIR": "/home/u/.cache/copilot/pkg/linux-x64/1.0.102",
+               "GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "safe.bareRepository", "GIT_CONFIG_VALUE_0": "explicit",
+               "PYTHONUNBUFFERED": "1"}
+KILO_RUN = {"AGENT": "1", "OPENCODE": "1", "KILO": "1", "KILOCODE_FEATURE": "cli", "KILOCODE_VERSION": "7.7.7",
+            "KILO_PROCESS_ROLE": "main", "KILO_PID": "14751", "KILO_RUN_ID": "468b4350-95a6-4b4c-8558-dd8459f43dcd"}
+
+
+def test_a_copilot_session_and_a_copilot_check_from_the_shell_have_one_identity() -> None:
+    shell = {k: v for k, v in SHELL.items() if k != "GITHUB_TOKEN"}  # Copilot keeps GITHUB_TOKEN
+    env = copilot_environment(shell, {})
+    assert {k: env[k] for k in COPILOT_RUN if k in env} == {k: v for k, v in COPILOT_RUN.items()
+                                                              if not k.startswith(("COPILOT_AGENT", "COPILOT_CLI"))}
+    assert ident({**shell, **COPILOT_RUN}) == ident(PROFILES["copilot"].environment(SHELL, {}, ()))
+    assert ident({**shell, **COPILOT_RUN}) == ident({**shell, **COPILOT_RUN, "COPILOT_AGENT_SESSION_ID": "other"})
+    upgraded = {**COPILOT_RUN, "COPILOT_CLI_BINARY_VERSION": "1.0.103",
+                "COPILOT_CLI_RESOLVED_DIST_DIR": "/home/u/.cache/copilot/pkg/linux-x64/1.0.103"}
+    assert ident({**shell, **COPILOT_RUN}) == ident({**shell, **upgraded})
+
+
+def test_copilot_keeps_its_provider_settings_and_sign_in_tokens_from_servers_but_not_gh_token() -> None:
+    env = copilot_environment({**SHELL, "COPILOT_OFFLINE": "true", "COPILOT_PROVIDER_BASE_URL": "http://127.0.0.1:1",
+                               "COPILOT_PROVIDER_API_KEY": "k", "COPILOT_MODEL": "gpt-4", "GH_TOKEN": "g"},
+                              {"GITHUB_TOKEN": "declared"})
+    assert not {"COPILOT_OFFLINE", "COPILOT_PROVIDER_BASE_URL", "COPILOT_PROVIDER_API_KEY"} & set(env)
+    assert env["GITHUB_TOKEN"] == "declared" and env["GH_TOKEN"] == "g" and env["COPILOT_MODEL"] == "gpt-4"
+
+
+def test_copilot_appends_its_git_setting_after_the_users_and_keeps_their_pythonunbuffered() -> None:
+    env = copilot_environment({**SHELL, "XDG_CACHE_HOME": "/c", "GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "user.name",
+                               "GIT_CONFIG_VALUE_0": "me", "PYTHONUNBUFFERED": "0"}, {})
+    assert (env["GIT_CONFIG_COUNT"], env["GIT_CONFIG_KEY_0"], env["GIT_CONFIG_KEY_1"], env["GIT_CONFIG_VALUE_1"]) == \
+        ("2", "user.name", "safe.bareRepository", "explicit")
+    assert env["PYTHONUNBUFFERED"] == "0"
+
+
+def test_kilo_sessions_of_two_runs_and_a_kilo_check_have_one_identity() -> None:
+    second = {**KILO_RUN, "KILO_PID": "20001", "KILO_RUN_ID": "0f00"}
+    assert ident({**SHELL, **KILO_RUN}) == ident({**SHELL, **second})
+    assert ident({**SHELL, **KILO_RUN}) == ident(kilo_environment(SHELL, {}))
+
+
+def test_cn_drops_inherited_variables_with_an_empty_value_but_not_declared_ones() -> None:
+    env = continue_environment({**SHELL, "NODE_OPTIONS": "", "EMPTY": ""}, {"DECLARED_EMPTY": ""})
+    assert "NODE_OPTIONS" not in env and "EMPTY" not in env and env["DECLARED_EMPTY"] == ""
+    assert env["GITHUB_TOKEN"] == SHELL["GITHUB_TOKEN"]
+
+
+def test_amp_withholds_its_own_key_and_sets_aws_vault_prompt_over_the_registrations() -> None:
+    env = amp_environment({**SHELL, "AMP_API_KEY": "k", "AMP_URL": "http://127.0.0.1:9"}, {"AWS_VAULT_PROMPT": "terminal"})
+    assert "AMP_API_KEY" not in env and env["AMP_URL"] == "http://127.0.0.1:9"
+    assert env["AWS_VAULT_PROMPT"] == "stdout" and env["GITHUB_TOKEN"] == SHELL["GITHUB_TOKEN"]
+
+
+@pytest.mark.parametrize(("client_name", "profile", "version", "caps"), [
+    ("copilot-cli", "copilot", "2025-11-25", {"sampling": {}, "elicitation": {"form": {}, "url": {}}}),
+    ("kilo", "kilo", "2025-11-25", {"roots": {}}),
+    ("continue-cli-client", "continue", "2025-11-25", {}),
+    ("amp-mcp-client", "amp", "2025-11-25", {}),
+])
+def test_the_new_clients_handshakes_are_built_in_as_captured(client_name: str, profile: str, version: str,
+                                                             caps: dict[str, object]) -> None:
+    found = profile_for_client_info(client_name)
+    assert found is PROFILES[profile] and found.builtin is not None
+    assert found.builtin["protocolVersion"] == version and found.builtin["capabilities"] == caps
+    assert found.builtin["clientInfo"]["name"] == client_name

@@ -115,6 +115,25 @@ def test_a_new_identity_of_a_command_starts_from_a_copy_of_a_live_runtimes_snaps
     assert caches.seed(other_command, "d-c", Snapshot(), [(there, source)]).entries == {}
 
 
+def test_a_new_identity_starts_with_every_handshake_its_command_recorded_the_freshest_winning(tmp_path: Path) -> None:
+    store = CacheStore(tmp_path / "cache")
+    caches = CommandCaches(tmp_path, store, SECRET)
+    # A file of a Copilot check elsewhere, older than a live Claude Code session's snapshot.
+    checked, copilot = ident("/project/checked"), cached()
+    copilot.entries = {"2025-11-25|copilot": HandshakeEntry({"protocolVersion": "2025-11-25"}, {"v": "copilot"})}
+    copilot.entries["2025-11-25|both"] = HandshakeEntry({"protocolVersion": "2025-11-25"}, {"v": "old"})
+    copilot.updated_at = 5.0
+    store.save(checked.digest(SECRET), copilot)
+    caches.note(checked, checked.digest(SECRET))
+    claude = cached()
+    claude.entries = {"2025-11-25|claude": HandshakeEntry({"protocolVersion": "2025-11-25"}, {"v": "claude"}),
+                      "2025-11-25|both": HandshakeEntry({"protocolVersion": "2025-11-25"}, {"v": "new"})}
+    seeded = caches.seed(ident("/project/new"), "d-new", Snapshot(), [(ident("/project/live"), claude)])
+    assert {k: e.result["v"] for k, e in seeded.entries.items()} == {
+        "2025-11-25|claude": "claude", "2025-11-25|both": "new", "2025-11-25|copilot": "copilot"}
+    assert seeded.updated_at == claude.updated_at and claude.entries.keys() == {"2025-11-25|claude", "2025-11-25|both"}
+
+
 def test_an_identity_with_a_cache_of_its_own_keeps_it(tmp_path: Path) -> None:
     caches = CommandCaches(tmp_path, CacheStore(tmp_path / "cache"), SECRET)
     own = cached()
@@ -289,3 +308,18 @@ def test_learning_hands_back_the_identity_it_decided_unless_what_it_learned_chan
     finally:
         shim.kill()
         shim.wait()
+
+
+def test_a_copilot_session_seen_rebuilds_its_appended_git_setting_from_the_shell(tmp_path: Path) -> None:
+    from lazyd.core.sharing.client_profiles import copilot_environment
+    shell = {**SHELL, "COPILOT_OFFLINE": "true", "GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "user.name",
+             "GIT_CONFIG_VALUE_0": "me"}
+    carried = {**copilot_environment(shell, {}), "COPILOT_AGENT_SESSION_ID": "s1", "COPILOT_CLI_BINARY_VERSION": "1.0.102"}
+    learned = seen(tmp_path, "copilot-cli", "copilot", set(shell), sorted(carried))
+    env, process = client_environment(learned, PROFILES["copilot"], shell, {}, ())
+    # Names only were recorded: the values the client changes or adds (GIT_CONFIG_COUNT one
+    # higher, its git setting) come from its release's rule applied to the shell; its own
+    # bookkeeping has no value to rebuild and does not count.
+    assert env == copilot_environment(shell, {}) and process == "copilot"
+    assert env["GIT_CONFIG_COUNT"] == "2" and env["GIT_CONFIG_KEY_1"] == "safe.bareRepository"
+    assert "COPILOT_OFFLINE" not in env

@@ -181,9 +181,9 @@ class Handshake:
     def _refresh_done(self, last: set[str]) -> list[Action]:
         assert self.instance is not None
         key = handshake_key(self.instance.params)
-        # What a client of this handshake was served from the cache, perhaps another handshake's
-        # entry: drift is measured against that, so a start after a cross-handshake answer
-        # announces what it got wrong.
+        # What a client of this handshake was served from the cache (its own entry, recorded by an
+        # earlier start or a check): drift is measured against that, so a start announces what
+        # changed since.
         old = self.shared.snapshot.entry_for_client(self.instance.params)
         served = {m: listing.to_json() for m, listing in old.listings.items()} if old is not None else None
         changed = drift(served, {m: listing.to_json() for m, listing in self.instance.listings.items()})

@@ -27,6 +27,24 @@ Captured here (a tee between the client and server-everything, and /proc/PID/env
 - opencode 1.18.33 (`opencode mcp list`, learned by the daemon): `opencode` at 2025-11-25 with
   `roots`; the whole environment plus AGENT=1 and OPENCODE=1 (and OPENCODE_PID, its own pid,
   which changes every run and so is no part of a check), plus the registration's `environment`.
+- GitHub Copilot CLI 1.0.102 (`copilot -p` offline, a tee in front of server-everything): probes
+  `server/discover` at 2026-07-28 (its clientInfo and capabilities in the probe's `_meta`), then
+  `copilot-cli` at 2025-11-25 with `sampling` and `elicitation` (form and url). The whole
+  environment less its model provider settings and sign-in tokens (COPILOT_WITHHELD), plus
+  PYTHONUNBUFFERED=1 unless set, one more git setting appended to GIT_CONFIG_COUNT/KEY_N/VALUE_N
+  (`safe.bareRepository=explicit`), and its own bookkeeping: COPILOT_AGENT_SESSION_ID (new every
+  run), COPILOT_CLI_BINARY_VERSION and COPILOT_CLI_RESOLVED_DIST_DIR (its unpacked release under
+  the cache dir), per-session variables all three (lazyd/core/sharing/envrules.py).
+- Kilo CLI 7.7.7 (`kilo mcp list`, opencode's code under another name): `kilo` at 2025-11-25 with
+  `roots`, no probe; the whole environment plus opencode's AGENT=1 and OPENCODE=1 and its own
+  KILO=1, KILOCODE_FEATURE=cli, KILOCODE_VERSION, KILO_PROCESS_ROLE=main, and KILO_PID and
+  KILO_RUN_ID (new every run).
+- Continue `cn` 1.5.47 (`cn -p` against a loopback endpoint that refuses): `continue-cli-client`
+  1.0.0 at 2025-11-25 with no capabilities, no probe; every inherited variable with a non-empty
+  value (an empty one is dropped), the registration's `env` on top.
+- Amp (`amp mcp doctor`, 0.0.1790142911): `amp-mcp-client` 0.0.0-dev at 2025-11-25 with no
+  capabilities, no probe; the whole environment less AMP_API_KEY (its own key), the
+  registration's `env`, and AWS_VAULT_PROMPT=stdout over both.
 
 These are first guesses: once the daemon has seen a session of a client, `check --client X`
 rebuilds X's environment from the names its sessions really carried (lazyd/daemon/sessions/learned_env.py).
@@ -42,7 +60,8 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = ["ClientProfile", "PROFILES", "profile_named", "profile_for_client_info",
-           "gemini_environment", "codex_environment", "opencode_environment", "full_environment"]
+           "gemini_environment", "codex_environment", "opencode_environment", "full_environment",
+           "copilot_environment", "kilo_environment", "continue_environment", "amp_environment"]
 
 # (inherited, declared, passed): passed are the names a registration asks to pass through (Codex's
 # `env_vars`); clients that pass everything on ignore them.
@@ -143,6 +162,67 @@ def opencode_environment(inherited: Mapping[str, str], declared: Mapping[str, st
     return {**inherited, "AGENT": "1", "OPENCODE": "1", **declared}
 
 
+# ---- GitHub Copilot CLI 1.0.102 ---------------------------------------------------------------------
+
+COPILOT_VERSION = "1.0.102"
+# What Copilot keeps from its servers (seen: set in its environment, absent from theirs): its own
+# model provider settings and the GitHub tokens it signs in with. GH_TOKEN, COPILOT_MODEL and its
+# other settings pass.
+COPILOT_WITHHELD = frozenset({
+    "COPILOT_OFFLINE", "COPILOT_API_URL", "COPILOT_AGENT_MODEL", "COPILOT_GITHUB_TOKEN", "GITHUB_TOKEN",
+    "GITHUB_PERSONAL_ACCESS_TOKEN", "COPILOT_PROVIDER_BASE_URL", "COPILOT_PROVIDER_API_KEY",
+    "COPILOT_PROVIDER_TYPE", "COPILOT_PROVIDER_WIRE_API", "COPILOT_PROVIDER_BEARER_TOKEN",
+    "COPILOT_PROVIDER_MODEL_ID", "COPILOT_PROVIDER_HEADERS", "COPILOT_PROVIDER_AZURE_API_VERSION",
+    "COPILOT_PROVIDER_MAX_OUTPUT_TOKENS", "COPILOT_PROVIDER_MAX_PROMPT_TOKENS", "COPILOT_PROVIDER_WIRE_MODEL",
+    "COPILOT_PROVIDER_MODEL_LIMITS_ID",
+})
+# The git setting Copilot appends to the GIT_CONFIG_COUNT/KEY_N/VALUE_N list it passes on.
+COPILOT_GIT_SETTING = ("safe.bareRepository", "explicit")
+
+
+def copilot_environment(inherited: Mapping[str, str], declared: Mapping[str, str],
+                        passed: tuple[str, ...] = ()) -> dict[str, str]:
+    """The environment Copilot CLI 1.0.102 gives a local server: everything but its provider
+    settings and sign-in tokens, the registration's `env`, PYTHONUNBUFFERED, and one more git
+    setting. Its own bookkeeping (COPILOT_AGENT_SESSION_ID, new every run, and its release's
+    version and directory) is left out: none of it counts (envrules.PER_SESSION_ENV)."""
+    env = {**{k: v for k, v in inherited.items() if k not in COPILOT_WITHHELD}, **declared}
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    count = env.get("GIT_CONFIG_COUNT", "0")
+    index = int(count) if count.isdigit() else 0
+    env["GIT_CONFIG_COUNT"] = str(index + 1)
+    env[f"GIT_CONFIG_KEY_{index}"], env[f"GIT_CONFIG_VALUE_{index}"] = COPILOT_GIT_SETTING
+    return env
+
+
+# ---- Kilo CLI 7.7.7, Continue cn 1.5.47, Amp ---------------------------------------------------------
+
+KILO_VERSION = "7.7.7"
+
+
+def kilo_environment(inherited: Mapping[str, str], declared: Mapping[str, str],
+                     passed: tuple[str, ...] = ()) -> dict[str, str]:
+    """The environment Kilo gives a local server: opencode's (everything, AGENT=1, OPENCODE=1) and
+    its own markers (KILO_PID and KILO_RUN_ID left out: new values every run)."""
+    return {**inherited, "AGENT": "1", "OPENCODE": "1", "KILO": "1", "KILOCODE_FEATURE": "cli",
+            "KILOCODE_VERSION": KILO_VERSION, "KILO_PROCESS_ROLE": "main", **declared}
+
+
+def continue_environment(inherited: Mapping[str, str], declared: Mapping[str, str],
+                         passed: tuple[str, ...] = ()) -> dict[str, str]:
+    """The environment `cn` gives a server: every inherited variable with a value, the
+    registration's `env` on top (its own test is `!(name in env) && value`)."""
+    return {**{k: v for k, v in inherited.items() if v}, **declared}
+
+
+def amp_environment(inherited: Mapping[str, str], declared: Mapping[str, str],
+                    passed: tuple[str, ...] = ()) -> dict[str, str]:
+    """The environment Amp gives a server: everything but its own API key, the registration's
+    `env`, and AWS_VAULT_PROMPT=stdout over both."""
+    env = {k: v for k, v in inherited.items() if k != "AMP_API_KEY"}
+    return {**env, **declared, "AWS_VAULT_PROMPT": "stdout"}
+
+
 @dataclass(frozen=True)
 class ClientProfile:
     name: str  # lazyctl's name for the client (as in `wrap --client`)
@@ -181,6 +261,23 @@ PROFILES: dict[str, ClientProfile] = {p.name: p for p in (
         "opencode", "opencode", ("opencode",),
         _params("2025-11-25", {"roots": {}}, {"name": "opencode", "version": "1.18.33"}),
         "opencode 1.18.33", opencode_environment),
+    ClientProfile(
+        "copilot", "GitHub Copilot CLI", ("copilot-cli",),
+        _params("2025-11-25", {"sampling": {}, "elicitation": {"form": {}, "url": {}}},
+                {"name": "copilot-cli", "version": COPILOT_VERSION}),
+        f"GitHub Copilot CLI {COPILOT_VERSION}", copilot_environment),
+    ClientProfile(
+        "kilo", "Kilo CLI", ("kilo",),
+        _params("2025-11-25", {"roots": {}}, {"name": "kilo", "version": KILO_VERSION}),
+        f"Kilo CLI {KILO_VERSION}", kilo_environment),
+    ClientProfile(
+        "continue", "Continue CLI (cn)", ("continue-cli-client",),
+        _params("2025-11-25", {}, {"name": "continue-cli-client", "version": "1.0.0"}),
+        "Continue cn 1.5.47", continue_environment),
+    ClientProfile(
+        "amp", "Amp", ("amp-mcp-client",),
+        _params("2025-11-25", {}, {"name": "amp-mcp-client", "version": "0.0.0-dev"}),
+        "Amp 0.0.1790142911", amp_environment),
 )}
 
 

@@ -91,6 +91,13 @@ PER_SESSION_ENV: frozenset[str] = frozenset(
         # Gemini CLI 0.61: GEMINI_CLI=1 on every server, and its own GEMINI_CLI_* state (it
         # passes every GEMINI_CLI_ variable through, including per-IDE-window ones).
         "GEMINI_CLI", "GEMINI_CLI_*",
+        # GitHub Copilot CLI 1.0.102: a new COPILOT_AGENT_SESSION_ID per run, and its release's
+        # version and unpacked directory, which change with every upgrade of Copilot (the git
+        # setting it appends counts, and `check --client copilot` rebuilds it). Kilo CLI 7.7.7:
+        # its pid and a run id, new every run (its markers, like opencode's, count and are
+        # rebuilt by a check).
+        "COPILOT_AGENT_SESSION_ID", "COPILOT_CLI_BINARY_VERSION", "COPILOT_CLI_RESOLVED_DIST_DIR",
+        "KILO_PID", "KILO_RUN_ID",
         # lazyd's own shim options: they are settings of the registration (linger, share, wake),
         # carried separately to the daemon, not settings of the server.
         "LAZYD_*",
@@ -119,6 +126,14 @@ _CREDENTIAL = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|KEY|AUTH|CREDENTIAL|CRED
 _CREDENTIAL_NAMES = frozenset({"CLIENT_ID", "DB_URI", "DATABASE_URL", "CONNECTION_STRING",
                                "AZURE_CLIENT_ID", "AZURE_TENANT_ID", "SLACK_WEBHOOK_URL",
                                "TWILIO_ACCOUNT_SID"})
+# Git's settings from the environment (git-config(1), ENVIRONMENT): GIT_CONFIG_COUNT pairs
+# GIT_CONFIG_KEY_<n> with GIT_CONFIG_VALUE_<n>, as if each were given with `git -c KEY=VALUE`. A key
+# is a setting's name (`safe.bareRepository`, `http.extraHeader`), never a secret, whatever
+# "KEY" says; a value is whatever that setting holds, which may be a secret (an `http.extraHeader`
+# of `Authorization: ...` is how CI hands git a token), and so is GIT_CONFIG_PARAMETERS, where
+# `git -c` passes its pairs on to the git processes it runs.
+_GIT_SETTING_NAME = re.compile(r"^GIT_CONFIG_(COUNT|KEY_\d+)$")
+_GIT_SETTING_VALUE = re.compile(r"^GIT_CONFIG_(VALUE_\d+|PARAMETERS)$")
 # Settings: config files and directories, endpoints and URLs, proxies, CA bundles, cloud profiles
 # and regions, and where programs and homes are.
 _SETTING = re.compile(
@@ -149,13 +164,18 @@ def _compiled(patterns: tuple[str, ...]) -> re.Pattern[str] | None:
 
 
 def is_credential_name(name: str) -> bool:
-    """Whether `name` looks like it holds a secret (a token, key, password, connection string)."""
+    """Whether `name` looks like it holds a secret (a token, key, password, connection string, a
+    git setting's value)."""
+    if _GIT_SETTING_VALUE.match(name):
+        return True
+    if _GIT_SETTING_NAME.match(name):
+        return False
     return name.upper() in _CREDENTIAL_NAMES or _CREDENTIAL.search(name) is not None
 
 
 def is_setting_name(name: str) -> bool:
     """Whether `name` looks like a setting that changes what a server does or where it connects
-    (CA bundles such as SSL_CERT_FILE and NODE_EXTRA_CA_CERTS included)."""
+    (CA bundles such as SSL_CERT_FILE and NODE_EXTRA_CA_CERTS included, and git's settings)."""
     return _SETTING.search(name) is not None or "CERT" in name.upper()
 
 

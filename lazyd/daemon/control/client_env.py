@@ -25,12 +25,14 @@ def client_environment(learned: LearnedEnv, profile: ClientProfile | None, inher
     if found is None:
         return profile.environment(inherited, declared, passed), ""
     _, record = found
-    env = {k: v for k, v in inherited.items() if _passes(k, record, profile, inherited, passed)}
-    # What the client adds of its own (opencode's OPENCODE=1, AGENT=1): the record has the names
-    # only; a value comes from the release's rule where it sets that name, else it stays out.
+    # The record has names only: a value comes from the release's rule where it sets that name
+    # (opencode's OPENCODE=1, Copilot's release directory and appended git setting), else from
+    # the inherited environment; a name the client adds that the rule does not know stays out.
+    rule = profile.environment(inherited, {}, passed) if PROFILES.get(profile.name) is profile else {}
+    env = {k: rule.get(k, v) for k, v in inherited.items() if _passes(k, record, profile, inherited, passed)}
     added = record.get("added")
-    if isinstance(added, list) and PROFILES.get(profile.name) is profile:
-        env.update({k: v for k, v in profile.environment({}, {}, passed).items() if k in added})
+    if isinstance(added, list):
+        env.update({k: v for k, v in rule.items() if k in added})
     return {**env, **declared}, str(record["process"])
 
 

@@ -8,12 +8,13 @@ lazyd has never seen is a new identity because of a variable of its own. Without
 them would start the server just to answer `initialize` and `tools/list`.
 
 So a new runtime whose own cache is empty starts from a copy of the freshest snapshot recorded for
-the same command (resolved command and arguments): a live runtime's first, else a cache file named
-in `<state dir>/commands.json`, which maps a keyed hash of each command to the cache digests
-recorded for it (hashes only: no command line, path or value reaches the file). The drift rule
-applies unchanged (docs/relay.md): the first real start of the new identity refreshes its listings
-with its own client's handshake, compares them with what was served, and sends `list_changed` on a
-difference; from then on it has a cache of its own.
+the same command (resolved command and arguments), among the live runtimes' and the cache files
+named in `<state dir>/commands.json` (which maps a keyed hash of each command to the cache digests
+recorded for it: hashes only, no command line, path or value reaches the file), with every
+handshake only older ones recorded added to it. The copy's
+listings are served by the capability rule (docs/relay.md): only to a client of a handshake they
+were recorded for; any other client's listing starts the server, whose first real start gives the
+new identity a cache of its own.
 """
 
 from __future__ import annotations
@@ -79,22 +80,33 @@ class CommandCaches:
     def seed(self, identity: Identity, cache_digest: str, own: Snapshot,
              live: Iterable[tuple[Identity, Snapshot]]) -> Snapshot:
         """`own` if it holds anything, else a copy of the freshest snapshot of the same command
-        (`live`: the registry's runtimes, by identity), else `own`."""
+        (`live`: the registry's runtimes, by identity; then the cache files of the index), with
+        the handshakes and stateless results only older ones recorded added, else `own`.
+
+        Listings answer only the handshake they were recorded for (docs/relay.md), so a copy of
+        one identity's snapshot would serve only the clients that identity happened to see last:
+        each handshake any identity of the command recorded is kept, the freshest winning."""
         if has_content(own):
             return own
         candidates = [snap for other, snap in live if other.argv == identity.argv and has_content(snap)]
-        if not candidates:
-            for digest in self.index.get(self.command_key(identity), []):
-                if digest != cache_digest:
-                    snap = self.store.load(digest)
-                    if has_content(snap):
-                        candidates.append(snap)
-                        break
+        for digest in self.index.get(self.command_key(identity), []):
+            if digest != cache_digest:
+                snap = self.store.load(digest)
+                if has_content(snap):
+                    candidates.append(snap)
         if not candidates:
             return own
-        source = max(candidates, key=lambda s: s.updated_at)
+        candidates.sort(key=lambda snap: snap.updated_at, reverse=True)
+        seeded = Snapshot.from_json(candidates[0].to_json())
+        for older in candidates[1:]:
+            copy = Snapshot.from_json(older.to_json())
+            for key, entry in copy.entries.items():
+                seeded.entries.setdefault(key, entry)
+            for key, cached in copy.stateless.items():
+                if key not in seeded.stateless:
+                    seeded.store_stateless(key, cached.result, cached.stored_at)
         log.info("a new identity of %s starts from the cache of the same command", identity.readable_name(self.secret))
-        return Snapshot.from_json(source.to_json())
+        return seeded
 
     def _load(self) -> dict[str, list[str]]:
         try:
