@@ -289,12 +289,14 @@ async def serve(sock: socket.socket, paths: Paths, config: Config, config_path: 
             nursery.start_soon(keep_standby, registry, fdstore, paths.lock, registry.changes.wait, dict(stored))
         connections = trio.CancelScope()
         await nursery.start(_serve_connections, handler, listener, connections, kept_sessions)
+        # The signal receiver before READY=1: systemd may send SIGTERM the moment it hears READY
+        # (`systemctl --user stop` right after a start), and it must find our handler, not the default.
+        await nursery.start(_signals, stop, partial(_reload, registry, config_path), partial(_upgrade, upgrader))
         notifier.ready(status_summary(registry))  # only now: the listener is accepting
         nursery.start_soon(notifier.run, partial(status_summary, registry), registry.changes.wait)
         nursery.start_soon(TRIMMER.run)  # gives the heap back after large messages
         if activated:
             nursery.start_soon(_steady, sock.fileno())
-        nursery.start_soon(_signals, stop, partial(_reload, registry, config_path), partial(_upgrade, upgrader))
         if bound_identity is not None:
             nursery.start_soon(watch_ownership, paths, bound_identity, stop, ownership_check_interval_s)
         await stop.wait()
@@ -382,8 +384,12 @@ async def _upgrade(upgrader: Upgrader) -> None:
 
 
 async def _signals(stop: trio.Event, reload: Callable[[], Awaitable[None]],
-                   upgrade: Callable[[], Awaitable[None]] | None = None) -> None:
+                   upgrade: Callable[[], Awaitable[None]] | None = None, *,
+                   task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+    """SIGTERM/SIGINT stop, SIGHUP reloads, SIGUSR2 upgrades; started (``nursery.start``) once the
+    receiver is installed, so that a signal sent from then on is never the default action."""
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR2) as signals:
+        task_status.started()
         async for signum in signals:
             if signum == signal.SIGHUP:
                 await reload()
