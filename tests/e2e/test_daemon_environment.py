@@ -77,13 +77,21 @@ async def test_a_secret_of_the_shim_that_starts_the_daemon_reaches_only_its_own_
     assert daemon_env["XDG_RUNTIME_DIR"] == user_env.env["XDG_RUNTIME_DIR"]
 
 
-async def test_a_named_server_gets_the_allowlist_under_its_own_env_whatever_the_terminal_had(
+async def test_a_named_server_and_its_wake_predicate_get_the_allowlist_under_its_own_env_whatever_the_terminal_had(
     user_env: UserEnv,
 ) -> None:
     # Started from a terminal: the daemon's starter had a secret and a greeting. The config
     # expands the greeting into the server's `env`; the secret it never names.
-    write_config(user_env, server_table("named", env={"GREETING": "${LZTEST_GREETING}"}))
+    predicate_env = user_env.root / "predicate.env"
+    wake = {"command": ["/bin/sh", "-c", f"env > {predicate_env}.part && mv {predicate_env}.part {predicate_env}; exit 1"],
+            "interval": "100ms"}
+    write_config(user_env, server_table("named", env={"GREETING": "${LZTEST_GREETING}"}, wake=wake))
     start_daemon(user_env, env={SECRET: SECRET_VALUE, "LZTEST_GREETING": "hello", "NODE_OPTIONS": "--require=/x.js"})
+    # Its wake predicate runs while it sleeps, with what the server will get.
+    wait_until(predicate_env.exists, DEADLINE_S, "the wake predicate to run")
+    predicate = dict(line.split("=", 1) for line in predicate_env.read_text().splitlines() if "=" in line)
+    assert predicate["GREETING"] == "hello" and SECRET not in predicate and "NODE_OPTIONS" not in predicate
+    assert {name for name in predicate if not daemonenv.is_base(name)} <= {"GREETING", "PWD", "SHLVL", "_"}, predicate
     with trio.fail_after(DEADLINE_S):
         async with named_session(user_env, "named") as named:
             pid = await server_pid(named)
