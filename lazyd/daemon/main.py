@@ -223,6 +223,7 @@ def main(argv: list[str] | None = None) -> None:
             config, secret = files
         # Before anything is started: servers, predicates and a successor inherit only this.
         environment.keep_own(started_with.expanded)
+        started_with = environment.StartEnvironment({})  # from now on ${VAR} reads os.environ (reloads)
         trio.run(partial(serve, sock, paths, config, config_path, is_activated,
                          args.ownership_check_interval, secret, lock_fd=lock_fd, envelope=envelope, stored=stored,
                          notifier=notifier, notify_env=notify_env, nofile=limit.soft))

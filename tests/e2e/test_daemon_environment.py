@@ -102,6 +102,21 @@ async def test_a_named_server_and_its_wake_predicate_get_the_allowlist_under_its
     assert {name for name in env if not daemonenv.is_base(name)} == {"GREETING"}, env
 
 
+def test_what_a_config_expands_is_kept_so_that_a_reload_and_an_upgrades_successor_find_it(user_env: UserEnv) -> None:
+    write_config(user_env, server_table("named", env={"GREETING": "${LZTEST_GREETING}"}))
+    daemon = start_daemon(user_env, env={SECRET: SECRET_VALUE, "LZTEST_GREETING": "hello"})
+    for words in (["reload"], ["upgrade"]):
+        done = subprocess.run([sys.executable, "-m", "lazyd.ctl.main", *words], env=user_env.env,
+                              capture_output=True, text=True, timeout=DEADLINE_S * 2)
+        assert done.returncode == 0, done.stderr
+    # The successor is the same pid, exec'd with the daemon's own environment: the greeting the
+    # config expands and the allowlist, not the secret its first start had.
+    successor = environ_of(daemon.proc.pid)
+    assert successor.get("LZTEST_GREETING") == "hello" and SECRET not in successor
+    assert {name for name in successor if not daemonenv.is_base(name)} <= {"LZTEST_GREETING", "LAZYD_INHERITED_NOFILE",
+                                                                           "LAZYD_UPGRADE"}
+
+
 # ---- one daemon per user, whatever runtime dir the client passes --------------------------------
 
 
