@@ -117,6 +117,18 @@ def test_what_a_config_expands_is_kept_so_that_a_reload_and_an_upgrades_successo
                                                                            "LAZYD_UPGRADE"}
 
 
+def test_a_config_cannot_take_a_variable_from_the_client_whose_shim_starts_the_daemon(user_env: UserEnv) -> None:
+    # `${VAR}` reads the daemon's environment: a token one client passes its registration is not
+    # in it, so the config that names it is refused, with the reason, rather than handing that
+    # client's token to every session of the named server.
+    write_config(user_env, server_table("named", env={"TOKEN": f"${{{SECRET}}}"}))
+    done = subprocess.run([shim_command(), *SERVER], env={**user_env.env, SECRET: SECRET_VALUE},
+                          input=json.dumps(INITIALIZE).encode() + b"\n", capture_output=True, timeout=DEADLINE_S)
+    assert done.returncode == 2, done.stderr
+    assert f"${{{SECRET}}} is not set in lazyd's environment" in done.stderr.decode()
+    assert user_env.daemon_pids() == []
+
+
 # ---- one daemon per user, whatever runtime dir the client passes --------------------------------
 
 
