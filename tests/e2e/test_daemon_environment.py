@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 import trio
+from mcp import ClientSession
 
 from lazyd import daemonenv
 from tests.conftest import FIXTURE_SERVER, UserEnv, shim_command, shim_session, start_daemon, wait_until
@@ -49,8 +50,8 @@ def the_daemon(user: UserEnv) -> int:
     return pid
 
 
-async def server_pid(session: object) -> int:
-    return int(tool_text(await session.call_tool("pid", {})))  # type: ignore[attr-defined]
+async def server_pid(session: ClientSession) -> int:
+    return int(tool_text(await session.call_tool("pid", {})))
 
 
 async def test_a_secret_of_the_shim_that_starts_the_daemon_reaches_only_its_own_registrations_server(
@@ -71,7 +72,7 @@ async def test_a_secret_of_the_shim_that_starts_the_daemon_reaches_only_its_own_
             # An unnamed registration's server runs with its own shim's environment, as direct.
             assert environ_of(own).get(SECRET) == SECRET_VALUE
             for pid in (daemon, other, by_name):
-                assert SECRET_VALUE.encode() not in open(f"/proc/{pid}/environ", "rb").read(), pid
+                assert SECRET_VALUE not in "\0".join(f"{k}={v}" for k, v in environ_of(pid).items()), pid
     # The daemon holds the allowlist (and the runtime dir it listens in), nothing a client added.
     assert {name for name in daemon_env if not daemonenv.is_base(name)} == set(), daemon_env
     assert daemon_env["XDG_RUNTIME_DIR"] == user_env.env["XDG_RUNTIME_DIR"]
