@@ -15,12 +15,17 @@ never had more than the allowlist.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Iterator, Mapping
 
 from lazyd import daemonenv, sockpath
 
 __all__ = ["StartEnvironment", "keep_own"]
+
+log = logging.getLogger("lazyd")
+
+MAX_NAMES_LOGGED = 40  # a terminal may have hundreds; the first few say what kind they were
 
 
 class StartEnvironment(Mapping[str, str]):
@@ -44,7 +49,14 @@ class StartEnvironment(Mapping[str, str]):
 
 def keep_own(expanded: set[str]) -> None:
     """Reduce `os.environ` to the allowlist, the daemon's own variables and `expanded`; without
-    ``XDG_RUNTIME_DIR``, the user's ``/run/user/<uid>`` (lazyd/sockpath.py) is set as it."""
+    ``XDG_RUNTIME_DIR``, the user's ``/run/user/<uid>`` (lazyd/sockpath.py) is set as it. The
+    names dropped are logged (never a value): where a named server misses a variable, the log
+    says it was there and why it went."""
     kept = daemonenv.own(os.environ, sockpath.login_runtime_dir(os.environ), sorted(expanded))
+    dropped = sorted(set(os.environ) - set(kept))
     os.environ.clear()
     os.environ.update(kept)
+    if dropped:
+        log.info("environment: %d variables not in the daemon's allowlist dropped (docs/configuration.md, "
+                 "\"The daemon's environment\"): %s", len(dropped), " ".join(dropped[:MAX_NAMES_LOGGED])
+                 + (" ..." if len(dropped) > MAX_NAMES_LOGGED else ""))

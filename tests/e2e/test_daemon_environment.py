@@ -29,7 +29,7 @@ from mcp import ClientSession
 
 from lazyd import daemonenv
 from tests.conftest import FIXTURE_SERVER, UserEnv, shim_command, shim_session, start_daemon, wait_until
-from tests.e2e.supervision_support import DEADLINE_S, named_session, server_table, tool_text, write_config
+from tests.e2e.supervision_support import DEADLINE_S, daemon_log, named_session, server_table, tool_text, write_config
 
 pytestmark = pytest.mark.e2e
 
@@ -99,6 +99,11 @@ async def test_a_named_server_and_its_wake_predicate_get_the_allowlist_under_its
             assert tool_text(await named.call_tool("env", {"name": "GREETING"})) == "hello"
     env = environ_of(pid)
     assert SECRET not in env and "NODE_OPTIONS" not in env and "LZTEST_GREETING" not in env
+    # The log names what was dropped, never a value.
+    log = daemon_log(user_env)
+    (dropped,) = [line for line in log.splitlines() if "not in the daemon's allowlist dropped" in line]
+    assert {SECRET, "NODE_OPTIONS"} <= set(dropped.split()) and "LZTEST_GREETING" not in dropped
+    assert SECRET_VALUE not in log
     assert env["HOME"] == user_env.env["HOME"] and env["PATH"] == user_env.env["PATH"]
     assert {name for name in env if not daemonenv.is_base(name)} == {"GREETING"}, env
 
