@@ -41,10 +41,20 @@ def runtime_dir(env: Mapping[str, str]) -> str:
     xdg = env.get("XDG_RUNTIME_DIR", "")
     if xdg.startswith("/") and _private_dir_ok(xdg, missing_ok=True):
         return xdg
+    return login_runtime_dir(env) or os.path.join(_temp_dir(env), f"runtime-{os.geteuid()}")
+
+
+def login_runtime_dir(env: Mapping[str, str]) -> str | None:
+    """``/run/user/<uid>`` when `env` has no usable ``XDG_RUNTIME_DIR`` and that directory is the
+    user's as systemd-logind makes it (ours, 0700, under root-owned parents): the runtime dir a
+    client that passes its servers no ``XDG_RUNTIME_DIR`` (Auggie, Codex) leaves a shim to find.
+    A daemon such a shim starts is given it as ``XDG_RUNTIME_DIR`` (lazyd/daemonenv.py), so that
+    it and its servers see the session's runtime dir as a terminal does. None otherwise."""
+    xdg = env.get("XDG_RUNTIME_DIR", "")
+    if xdg.startswith("/") and _private_dir_ok(xdg, missing_ok=True):
+        return None
     run_user = f"/run/user/{os.geteuid()}"
-    if _private_dir_ok(run_user, missing_ok=False):
-        return run_user
-    return os.path.join(_temp_dir(env), f"runtime-{os.geteuid()}")
+    return run_user if _private_dir_ok(run_user, missing_ok=False) else None
 
 
 def _private_dir_ok(path: str, *, missing_ok: bool) -> bool:

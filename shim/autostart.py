@@ -3,7 +3,11 @@
 - Autostart happens under an exclusive ``flock`` on ``<socket dir>/spawn.lock``, and the connect is
   retried under the lock first, so of many shims starting at once exactly one spawns the daemon.
   The socket dir is created 0700 when missing and must be ours and private when present (it is
-  never chmod-ed): the daemon will receive this shim's whole environment, secrets included.
+  never chmod-ed): every session's hello carries its shim's whole environment, secrets included.
+- The daemon is `python -m lazyd.daemon` of the interpreter this shim runs in: the lazyd
+  installed with it, nothing the environment names. Its environment is the allowlist of
+  lazyd/daemonenv.py, never this shim's: the variables a client gave one registration stay out
+  of the daemon every client shares (docs/configuration.md, "The daemon's environment").
 - The daemon is started detached (shim/detach.py): in no session, process group or ancestry of
   the shim's, since clients kill the shim's group or its whole process tree when they are done
   and the daemon, its servers and its cache must outlive that; with cwd /, stdin and stdout on
@@ -39,10 +43,6 @@ SPAWN_LOCK_WAIT_S = AUTOSTART_WAIT_S + 2.0
 ALREADY_RUNNING_POLL_S = 0.5
 # How long to keep polling after the spawned daemon said "already running" before spawning again:
 # a stopping daemon holds the lock for seconds, and each spawn costs a Python start-up (~0.3 s CPU).
-
-
-DAEMON_ARGV_ENV = "LAZYD_DAEMON_ARGV"
-# Undocumented test seam: a JSON argv that replaces `python -m lazyd.daemon` for autostart.
 
 
 DAEMON_BAD_FILE_STATUS = 2
@@ -98,22 +98,20 @@ def _lock(fd: int, wait_s: float) -> None:
 
 def daemon_argv(path: str, explicit: bool) -> list[str]:
     """The command that starts the daemon (``--socket`` only when the path was chosen explicitly)."""
-    override = os.environ.get(DAEMON_ARGV_ENV, "")
-    if override:
-        import json
-
-        try:
-            argv = json.loads(override)
-        except ValueError:
-            argv = None
-        if not (isinstance(argv, list) and argv and all(isinstance(a, str) for a in argv)):
-            raise Unavailable(f"{DAEMON_ARGV_ENV} is not a JSON list of strings", final=True)
-    else:
-        argv = [sys.executable, "-m", "lazyd.daemon"]
     # --stderr-until-ready: a start-up failure is written to the pipe read below, then the daemon
     # stops writing to it, so the pipe can be closed once the daemon listens.
     # The daemon runs in /, so a relative --socket is made absolute here, where it was meant.
-    return argv + ["--stderr-until-ready"] + (["--socket", os.path.abspath(path)] if explicit else [])
+    return [sys.executable, "-m", "lazyd.daemon", "--stderr-until-ready"] + (
+        ["--socket", os.path.abspath(path)] if explicit else [])
+
+
+def daemon_environ() -> dict[str, str]:
+    """The daemon's environment: the allowlisted part of this shim's (lazyd/daemonenv.py), with the
+    runtime dir this shim found without ``XDG_RUNTIME_DIR`` (so the daemon listens where a
+    terminal's lazyctl looks, and its servers see the session's runtime dir)."""
+    from lazyd import daemonenv, sockpath
+
+    return daemonenv.base(os.environ, sockpath.login_runtime_dir(os.environ))
 
 
 def autostart(path: str, explicit: bool, log: Callable[[str], None], deadline: float | None) -> socket.socket:
@@ -136,7 +134,7 @@ def autostart(path: str, explicit: bool, log: Callable[[str], None], deadline: f
 
         started = time.monotonic()
         try:
-            proc = launch(argv, budget(AUTOSTART_WAIT_S, deadline))
+            proc = launch(argv, budget(AUTOSTART_WAIT_S, deadline), daemon_environ())
         except OSError as exc:
             raise Unavailable(f"cannot start the daemon ({argv[0]}): {exc.strerror or exc}", final=True) from None
         log(f"spawned daemon pid {proc.pid}: {argv}")

@@ -12,7 +12,8 @@ servers and its cache: it must be in none of the shim's session, process group o
                         adopts it; nothing of the shim's is left in it but two pipes
                         └──► D, the daemon: a session and group of its own (its pid names
                              both, as for a daemon started by hand), cwd /, stdin and stdout
-                             /dev/null, stderr the shim's pipe, no other descriptor (close_fds);
+                             /dev/null, stderr the shim's pipe, no other descriptor (close_fds),
+                             the environment it is given (never the shim's own, see autostart);
                              W's child while the shim waits, init's once W exits
 
 Only a parent can read an exit status, and the shim needs the daemon's (0: another daemon is
@@ -72,9 +73,10 @@ class Detached:
             self._status_fd = -1
 
 
-def launch(argv: list[str], ready_wait_s: float) -> Detached:
-    """Start `argv` as the daemon, detached (see the module docstring). Raises OSError when it
-    cannot be started: the watcher's report of the spawn error (ENOENT, EACCES...)."""
+def launch(argv: list[str], ready_wait_s: float, env: dict[str, str]) -> Detached:
+    """Start `argv` as the daemon, detached (see the module docstring), with exactly `env` for its
+    environment. Raises OSError when it cannot be started: the watcher's report of the spawn
+    error (ENOENT, EACCES...)."""
     status_r, status_w = os.pipe()  # both non-inheritable: the daemon gets neither
     err_r, err_w = os.pipe()
     try:
@@ -84,7 +86,7 @@ def launch(argv: list[str], ready_wait_s: float) -> Detached:
             os.close(fd)
         raise
     if child == 0:
-        _first_child(argv, status_w, err_w)  # never returns
+        _first_child(argv, env, status_w, err_w)  # never returns
     os.close(status_w)
     os.close(err_w)
     _reap(child)
@@ -137,26 +139,26 @@ def _read_lines(fd: int, into: Detached, block_s: float) -> list[str]:
     return lines
 
 
-def _first_child(argv: list[str], status_w: int, err_w: int) -> None:
+def _first_child(argv: list[str], env: dict[str, str], status_w: int, err_w: int) -> None:
     """C: a new session, then the watcher in a child of its own, and out at once."""
     code = 1
     try:
         os.setsid()
         if os.fork() == 0:
-            _watcher(argv, status_w, err_w)
+            _watcher(argv, env, status_w, err_w)
         code = 0
     finally:
         os._exit(code)
 
 
-def _watcher(argv: list[str], status_w: int, err_w: int) -> None:
+def _watcher(argv: list[str], env: dict[str, str], status_w: int, err_w: int) -> None:
     """W: spawn the daemon, report its pid and (if it exits while the shim listens) its status."""
     try:
         _only_these_fds(status_w, err_w)
         os.chdir("/")
         try:
             daemon = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err_w,
-                                      close_fds=True, cwd="/", start_new_session=True)
+                                      close_fds=True, cwd="/", start_new_session=True, env=env)
         except OSError as exc:
             _say(status_w, f"error {exc.errno or 0} {exc.strerror or exc}")
             return

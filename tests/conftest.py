@@ -69,12 +69,14 @@ def everything_command() -> list[str]:
 
 
 def processes_with_marker(marker: str) -> list[int]:
-    """Pids of live (not zombie) processes whose environment carries this test's marker."""
-    needle = f"{MARKER_VAR}={marker}".encode()
+    """Pids of live (not zombie) processes whose environment carries this test's marker: in
+    MARKER_VAR, or in the test's directories (its HOME and XDG dirs are named after it), which
+    is all a daemon keeps of a shim's environment (lazyd/daemonenv.py)."""
+    needle = marker.encode()
     found = []
     for pid in procfs.pids():
         environ, stat = procfs.read_environ(pid), procfs.read_stat(pid)
-        if environ is not None and stat is not None and stat.state != "Z" and needle in environ:
+        if environ is not None and stat is not None and stat.state != "Z" and any(needle in item for item in environ):
             found.append(pid)
     return found
 
@@ -171,8 +173,8 @@ def _print_log_tails(root: Path) -> None:
 
 @pytest.fixture
 def user_env(request: pytest.FixtureRequest) -> Iterator[UserEnv]:
-    root = Path(tempfile.mkdtemp(prefix="lzd", dir="/tmp"))
     marker = uuid.uuid4().hex[:12]
+    root = Path(tempfile.mkdtemp(prefix=f"lzd{marker}", dir="/tmp"))  # the marker is in HOME too
     runtime = root / "run"
     runtime.mkdir(mode=0o700)
     env = {

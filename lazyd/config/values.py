@@ -56,7 +56,8 @@ def expand(value: str, environ: Mapping[str, str]) -> str:
             raise ValueError(f"'${{{name}}}' is not a variable reference "
                              "(use ${NAME}, or $$ for a literal dollar sign)")
         if name not in environ:
-            raise ValueError(f"${{{name}}} is not set in lazyd's environment")
+            raise ValueError(f"${{{name}}} is not set in lazyd's environment (a lazyd a client started has only "
+                             "the variables \"The daemon's environment\" in docs/configuration.md lists)")
         return environ[name]
 
     return _REFERENCE.sub(substitute, value)

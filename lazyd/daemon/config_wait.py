@@ -72,12 +72,12 @@ async def wait_for_files(sock: socket.socket, load: Callable[[], T], error: str,
     """Refuse every connection with `error` until `load()` succeeds (module docstring); its result,
     or None when the daemon was told to stop. `on_error` records each new reason."""
     log.error("%s; waiting for the file to be fixed (every client is told why)", error)
-    notifier.ready(f"waiting for a valid config: {error}")
     wake = _Wake()
     loaded: T | None = None
     async with trio.open_nursery() as nursery:
+        await nursery.start(_signals, wake)  # before READY=1: a stop right after it finds our handler
+        notifier.ready(f"waiting for a valid config: {error}")
         nursery.start_soon(notifier.watchdog_loop)
-        nursery.start_soon(_signals, wake)
         seen = _signature(config_path)
         while not wake.stop:
             readable = False
@@ -150,8 +150,9 @@ async def _refuse(conn: socket.socket, error: str) -> None:
             await stream.aclose()
 
 
-async def _signals(wake: _Wake) -> None:
+async def _signals(wake: _Wake, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
+        task_status.started()
         async for signum in signals:
             if signum == signal.SIGHUP:
                 wake.recheck = True

@@ -3,12 +3,14 @@
 Start-up order matters: make and validate the private runtime dir (activated or not: the lock and
 the start-up record live there), read the config and the identity key (exit 1 for an unsafe
 environment, 2 for a file the user must fix, each with one line on stderr, in the daemon log and
-in the start-up record `lazyctl status` shows; see lazyd.daemon.startup), take the single-instance
-lock, then adopt the systemd socket or bind our own (a live socket is never replaced), and only
-then enter trio. A socket-activated daemon with a file the user must fix does not exit (the
-waiting connection would start it again at once): it stays up, tells every client why and starts
-once the file loads (lazyd.daemon.config_wait). A daemon that fails after binding removes its
-socket again. On SIGTERM/SIGINT or `lazyctl stop` the
+in the start-up record `lazyctl status` shows; see lazyd.daemon.startup; `${VAR}` expands from
+the environment the daemon was started with), take the single-instance lock, then adopt the
+systemd socket or bind our own (a live socket is never replaced), and only then reduce the
+environment to the daemon's own (lazyd/daemon/environment.py) and enter trio. A
+socket-activated daemon with a file the user must fix does not exit (the waiting connection
+would start it again at once): it stays up, tells every client why and starts once the file
+loads (lazyd.daemon.config_wait). A daemon that fails after binding removes its socket again.
+On SIGTERM/SIGINT or `lazyctl stop` the
 daemon first closes its listener and drops every connection (shims reconnect to the next daemon),
 then stops every server by the ladder, in parallel, removes its socket (unless systemd owns it)
 and exits 0.
@@ -38,10 +40,10 @@ from typing import NoReturn
 
 import trio
 
-from lazyd import sockpath
+from lazyd import daemonenv, sockpath
 from lazyd.config.load import Config, load_config
 from lazyd.core.admission import Admission
-from lazyd.daemon import fdlimit, orphans, startup
+from lazyd.daemon import environment, fdlimit, orphans, startup
 from lazyd.daemon.config_wait import wait_for_files
 from lazyd.daemon.upgrade.adopt import adopt, adopt_stored, take_envelope
 from lazyd.daemon import crash_loop
@@ -159,9 +161,10 @@ def main(argv: list[str] | None = None) -> None:
     except SetupError as exc:
         startup.fail(paths, str(exc), startup.EXIT_SETUP, record=False)
     config_path = Path(args.config) if args.config else paths.config_file
+    started_with = environment.StartEnvironment(os.environ)  # ${VAR} expands from it (environment.py)
 
     def load_files() -> tuple[Config, bytes]:
-        loaded = load_config(config_path, os.environ)
+        loaded = load_config(config_path, started_with)
         if args.config and loaded.source is None:
             # The default file may be missing (no config is a fine config); a file named on the
             # command line is one the user expects to be used.
@@ -219,6 +222,9 @@ def main(argv: list[str] | None = None) -> None:
             if files is None:
                 raise SystemExit(0)
             config, secret = files
+        # Before anything is started: servers, predicates and a successor inherit only this.
+        environment.keep_own(started_with.expanded)
+        started_with = environment.StartEnvironment({})  # from now on ${VAR} reads os.environ (reloads)
         trio.run(partial(serve, sock, paths, config, config_path, is_activated,
                          args.ownership_check_interval, secret, lock_fd=lock_fd, envelope=envelope, stored=stored,
                          notifier=notifier, notify_env=notify_env, nofile=limit.soft))
@@ -262,7 +268,8 @@ async def serve(sock: socket.socket, paths: Paths, config: Config, config_path: 
             # Beside serving, not before it: after a kill -9 with a thousand waiting sessions,
             # reading /proc took 0.4 s that every session waited for; only starts wait for it now.
             nursery.start_soon(orphans.sweep_then_open, paths.state_dir, orphans.begin_sweep(paths.state_dir))
-        registry = Registry(config, paths, secret, store, nursery, dict(os.environ))
+        # Named servers and wake predicates: the allowlist under their own `env` (lazyd/daemonenv.py).
+        registry = Registry(config, paths, secret, store, nursery, daemonenv.base(os.environ))
         control = Control(registry, stop, partial(reload_config, registry, config_path))
         handler = ConnectionHandler(registry, control, admission=None if nofile is None else Admission(nofile))
         control.refusals = handler.refusals
@@ -290,6 +297,9 @@ async def serve(sock: socket.socket, paths: Paths, config: Config, config_path: 
             nursery.start_soon(keep_standby, registry, fdstore, paths.lock, registry.changes.wait, dict(stored))
         connections = trio.CancelScope()
         await nursery.start(_serve_connections, handler, listener, connections, kept_sessions)
+        # The signal receiver before READY=1: systemd may send SIGTERM the moment it hears READY
+        # (`systemctl --user stop` right after a start), and it must find our handler, not the default.
+        await nursery.start(_signals, stop, partial(_reload, registry, config_path), partial(_upgrade, upgrader))
         notifier.ready(status_summary(registry))  # only now: the listener is accepting
         nursery.start_soon(notifier.run, partial(status_summary, registry), registry.changes.wait)
         nursery.start_soon(TRIMMER.run)  # gives the heap back after large messages
@@ -297,7 +307,6 @@ async def serve(sock: socket.socket, paths: Paths, config: Config, config_path: 
         nursery.start_soon(control.memory.run)
         if activated:
             nursery.start_soon(_steady, sock.fileno())
-        nursery.start_soon(_signals, stop, partial(_reload, registry, config_path), partial(_upgrade, upgrader))
         if bound_identity is not None:
             nursery.start_soon(watch_ownership, paths, bound_identity, stop, ownership_check_interval_s)
         await stop.wait()
@@ -385,8 +394,12 @@ async def _upgrade(upgrader: Upgrader) -> None:
 
 
 async def _signals(stop: trio.Event, reload: Callable[[], Awaitable[None]],
-                   upgrade: Callable[[], Awaitable[None]] | None = None) -> None:
+                   upgrade: Callable[[], Awaitable[None]] | None = None, *,
+                   task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+    """SIGTERM/SIGINT stop, SIGHUP reloads, SIGUSR2 upgrades; started (``nursery.start``) once the
+    receiver is installed, so that a signal sent from then on is never the default action."""
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR2) as signals:
+        task_status.started()
         async for signum in signals:
             if signum == signal.SIGHUP:
                 await reload()

@@ -41,6 +41,7 @@ import trio, trio.abc
 
 perf = time.perf_counter
 steps, rounds = {}, []
+OUT = os.environ["LAZYD_BENCH_STEPS_OUT"]  # read now: the daemon keeps only its own environment (lazyd/daemonenv.py)
 profiler = None
 if os.environ.get("LAZYD_BENCH_PROFILE"):
     import cProfile
@@ -70,8 +71,8 @@ def reset(*_):
 def dump(*_):
     if profiler is not None:
         profiler.disable()
-        profiler.dump_stats(os.environ["LAZYD_BENCH_STEPS_OUT"] + ".prof")
-    with open(os.environ["LAZYD_BENCH_STEPS_OUT"], "w") as f:
+        profiler.dump_stats(OUT + ".prof")
+    with open(OUT, "w") as f:
         json.dump({"steps": steps, "rounds": rounds}, f)
 
 signal.signal(signal.SIGRTMIN + 1, reset)

@@ -49,6 +49,7 @@ class Steps(trio.abc.Instrument):
     def before_io_wait(self, timeout):
         io["io_wait" if timeout > 0 else "io_poll"] += 1
 
+OUT = os.environ["LAZYD_TRACE_OUT"]  # read now: the daemon keeps only its own environment (lazyd/daemonenv.py)
 profiler = None
 if os.environ.get("LAZYD_TRACE_PROFILE"):
     import cProfile
@@ -62,8 +63,8 @@ def reset(*_):
 def dump(*_):
     if profiler is not None:
         profiler.disable()
-        profiler.dump_stats(os.environ["LAZYD_TRACE_OUT"] + ".prof")
-    with open(os.environ["LAZYD_TRACE_OUT"], "w") as f:
+        profiler.dump_stats(OUT + ".prof")
+    with open(OUT, "w") as f:
         json.dump({"steps": counts, "io": io}, f)
 
 signal.signal(signal.SIGRTMIN + 1, reset)

@@ -93,12 +93,18 @@ def reset_peak_rss(pid: int) -> None:
         f.write("5")
 
 
-SEAMS_PATH = Path(__file__).parent / "seams"  # sitecustomize.py: a daemon that kills itself on cue
+SEAMS_PATH = Path(__file__).parent / "seams"  # sitecustomize.py: a daemon or shim that misbehaves on cue
+
+
+def seam_env(**seams: str) -> dict[str, str]:
+    """The environment that gives a process the seams `seams` (LAZYD_TEST_* names without the
+    prefix, tests/e2e/seams/sitecustomize.py): the product reads none of them itself."""
+    return {"PYTHONPATH": str(SEAMS_PATH), **{f"LAZYD_TEST_{name.upper()}": value for name, value in seams.items()}}
 
 
 def kill_seam(spec: str) -> dict[str, str]:
     """The environment of a daemon that SIGKILLs itself at `spec` (tests/e2e/seams/sitecustomize.py)."""
-    return {"LAZYD_TEST_HANDOFF_KILL": spec, "PYTHONPATH": str(SEAMS_PATH)}
+    return seam_env(handoff_kill=spec)
 
 
 def region_in_flight(pid: int) -> tuple[bool, list[bytes]] | None:

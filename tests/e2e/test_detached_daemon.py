@@ -193,7 +193,7 @@ def exit_status(proc: Detached) -> int:
 
 def test_a_launched_process_is_not_our_child_yet_its_exit_status_and_stderr_reach_us() -> None:
     proc = launch([sys.executable, "-c", "import sys; print('lazyd: bad config', file=sys.stderr); sys.exit(2)"],
-                  STEP_TIMEOUT_S)
+                  STEP_TIMEOUT_S, dict(os.environ))
     try:
         assert exit_status(proc) == 2
         assert proc.stderr is not None and proc.stderr.read() == b"lazyd: bad config\n"
@@ -207,7 +207,7 @@ def test_a_launched_process_runs_in_its_own_session_in_slash_with_no_descriptor_
     leak_r, leak_w = os.pipe()
     os.set_inheritable(leak_r, True)
     script = "import os, sys, time; print(os.getcwd(), os.getsid(0), sorted(os.listdir('/proc/self/fd')), file=sys.stderr); time.sleep(30)"
-    proc = launch([sys.executable, "-c", script], STEP_TIMEOUT_S)
+    proc = launch([sys.executable, "-c", script], STEP_TIMEOUT_S, dict(os.environ))
     try:
         assert proc.stderr is not None
         cwd, sid, fds = proc.stderr.readline().decode().split(" ", 2)
@@ -225,5 +225,5 @@ def test_a_launched_process_runs_in_its_own_session_in_slash_with_no_descriptor_
 
 def test_a_command_that_cannot_be_executed_is_refused_with_its_os_error() -> None:
     with pytest.raises(OSError) as caught:
-        launch(["/nonexistent/lazyd-daemon"], STEP_TIMEOUT_S)
+        launch(["/nonexistent/lazyd-daemon"], STEP_TIMEOUT_S, dict(os.environ))
     assert caught.value.errno == errno.ENOENT and caught.value.strerror == "No such file or directory"

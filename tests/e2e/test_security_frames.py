@@ -3,8 +3,8 @@
 Testing policy: every attack is made on a raw socket against a real `python -m lazyd.daemon`,
 and each test shows three things: the attacking connection is closed, the daemon's memory
 (`/proc/<pid>/status`) stayed bounded, and a connection opened *before* the attack still gets
-answers afterwards. Deadlines are shortened through the daemon's documented test seams
-(`LAZYD_TEST_HELLO_TIMEOUT_S`, `LAZYD_TEST_FRAME_DEADLINE_S`); the slow peers trickle bytes at a
+answers afterwards. Deadlines are shortened through a test seam the suite puts in the daemon
+(`LAZYD_TEST_DEADLINE_S`, tests/e2e/seams/sitecustomize.py); the slow peers trickle bytes at a
 fixed pace (the stimulus), and every wait for an outcome polls a socket or /proc with a bounded
 deadline. The helpers at the top are shared by the other `test_security_*` modules.
 """
@@ -27,6 +27,7 @@ from lazyd.frames import Ctl
 from tests.conftest import FIXTURE_SERVER, UserEnv
 from tests.unit.wire_bombs import BOMBS
 from tests.e2e.raw_daemon_support import Conn, STEP_S, daemon_log, hello, launch_daemon, ping, wait_for_log
+from tests.e2e.faults_support import seam_env
 
 pytestmark = pytest.mark.e2e
 
@@ -67,8 +68,7 @@ def proc_status_kib(pid: int, field: str) -> int:
 @pytest.fixture
 def quick_daemon(user_env: UserEnv) -> Iterator[subprocess.Popen[bytes]]:
     """A daemon whose hello timeout, frame deadline and control send deadline are 1 s (10, 30, 30)."""
-    proc = launch_daemon(user_env, env={"LAZYD_TEST_HELLO_TIMEOUT_S": "1", "LAZYD_TEST_FRAME_DEADLINE_S": "1",
-                                        "LAZYD_TEST_CONTROL_SEND_DEADLINE_S": "1"})
+    proc = launch_daemon(user_env, env=seam_env(deadline_s="1"))
     yield proc
     proc.terminate()
     proc.wait(timeout=STEP_S)

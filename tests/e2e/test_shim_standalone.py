@@ -2,8 +2,8 @@
 
 Testing policy: every shim, daemon and server here is a real process talking over real pipes and
 Unix sockets. The fake daemon is a small script built on lazyd.wire (the real daemon is written
-elsewhere); the shim is pointed at it through its LAZYD_DAEMON_ARGV test seam so that autostart
-runs for real. What the fake daemon and the echo server saw is recorded in JSON-lines files that
+elsewhere); the suite's seam LAZYD_TEST_DAEMON_ARGV (tests/e2e/seams/sitecustomize.py, on the
+shim's PYTHONPATH) puts it in the real daemon's place, so that autostart runs for real. What the fake daemon and the echo server saw is recorded in JSON-lines files that
 the tests poll with a bounded deadline; processes are counted and inspected through /proc. No
 test asserts on elapsed time.
 """
@@ -23,6 +23,8 @@ from typing import Any
 
 import pytest
 
+from tests.e2e.faults_support import seam_env
+
 # The installed `lazyd_shim` is this source package; importing `shim` lets mypy see its types.
 from lazyd.linepeek import error_line, id_key, inspect_line, top_level_fields
 
@@ -37,7 +39,7 @@ from lazyd.frames import Line, Refusal, Welcome
 
 args = sys.argv[1:]
 path = args[args.index("--socket") + 1] if "--socket" in args else sockpath.default_socket_path(os.environ)
-record_dir = os.environ["FAKE_DAEMON_DIR"]
+record_dir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "records")  # autostarted: no env of ours
 
 def record(kind, obj):
     with open(os.path.join(record_dir, kind), "a") as f:
@@ -247,11 +249,10 @@ class World:
         env = {k: v for k, v in os.environ.items() if not k.startswith("LAZYD_")}
         env.update(
             LAZYD_SOCKET=str(self.socket),
-            LAZYD_DAEMON_ARGV=json.dumps([sys.executable, str(self.daemon_script)]),
-            FAKE_DAEMON_DIR=str(self.records),
             ECHO_LOG=str(self.echo_log),
-            PYTHONPATH=os.pathsep.join(p for p in sys.path if p),
         )
+        env.update(seam_env(daemon_argv=json.dumps([sys.executable, str(self.daemon_script)])))
+        env["PYTHONPATH"] = os.pathsep.join([env["PYTHONPATH"], *(p for p in sys.path if p)])
         self.env = env
 
     @property
@@ -467,7 +468,7 @@ def test_when_no_daemon_comes_back_the_shim_runs_the_server_and_replays_the_hand
     daemon = world.start_daemon_by_hand()
     # Autostart is allowed but the daemon command fails at once: recovery must give up quickly.
     failing = json.dumps([sys.executable, "-c", "raise SystemExit(3)"])
-    shim = world.shim(env={"LAZYD_DAEMON_ARGV": failing})
+    shim = world.shim(env={"LAZYD_TEST_DAEMON_ARGV": failing})
     shim.send(INITIALIZE)
     assert shim.read_json()["id"] == 0
     shim.send(INITIALIZED)

@@ -342,3 +342,39 @@ def test_the_notify_socket_hears_ready_once_lazyd_accepts_then_status_watchdog_a
             proc.send_signal(signal.SIGTERM)
             proc.wait(timeout=STEP_TIMEOUT_S)
         log.close()
+
+
+SIGTERM_AFTER_READY_TRIES = 20  # the race lost 2 tries in 3 when READY=1 came before the receiver
+
+
+def test_a_sigterm_right_after_ready_always_takes_the_clean_stop_path(
+    user_env: UserEnv, notify_socket: tuple[socket.socket, str]
+) -> None:
+    # READY=1 tells systemd it may stop the service: `systemctl --user stop` right after a start
+    # sends SIGTERM within milliseconds, and it must find the daemon's handler already there.
+    notify, notify_path = notify_socket
+    env = {**user_env.env, "NOTIFY_SOCKET": notify_path}
+    outcomes: list[tuple[int, bool]] = []
+    for _ in range(SIGTERM_AFTER_READY_TRIES):
+        with open(user_env.root / "daemon.stderr", "ab") as log:
+            proc = subprocess.Popen([sys.executable, "-m", "lazyd.daemon"], env=env, stdin=subprocess.DEVNULL,
+                                    stdout=log, stderr=log, start_new_session=True)
+        try:
+            datagrams_until(notify, "READY=1")
+            proc.send_signal(signal.SIGTERM)
+            code = proc.wait(timeout=STEP_TIMEOUT_S)
+            stopping = False
+            notify.settimeout(0)
+            try:
+                while not stopping:
+                    stopping = "STOPPING=1" in notify.recv(4096).decode()
+            except BlockingIOError:
+                pass
+            finally:
+                notify.settimeout(STEP_TIMEOUT_S)
+            outcomes.append((code, stopping))
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert outcomes == [(0, True)] * SIGTERM_AFTER_READY_TRIES

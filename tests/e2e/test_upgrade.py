@@ -6,8 +6,9 @@ read from the outside: the daemon's pid and each server's pid are the same befor
 new process appeared, the shims never lost their connection (their log says so when they do:
 "daemon lost", "reconnected"), the call in flight got every progress step and its answer.
 
-The fallback is driven by the state-version test seam (LAZYD_TEST_STATE_VERSION): the old daemon
-writes a version the new one does not read, as a downgrade to an older lazyd would.
+The fallback is driven by a test seam the suite puts in the old daemon (LAZYD_TEST_UPGRADE_FAULT,
+tests/e2e/seams/sitecustomize.py): it writes a version the new one does not read, as a downgrade
+to an older lazyd would, a corrupt state, or leaves a server's descriptor out of the exec.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import pytest
 from mcp import ClientSession
 from mcp.shared.exceptions import MCPError
 
-from tests.e2e.faults_support import call, region_in_flight, text_of, tool_call
+from tests.e2e.faults_support import call, region_in_flight, seam_env, text_of, tool_call
 from tests.e2e.shim_paths import PATHS, ShimPath
 from tests.conftest import FIXTURE_SERVER, UserEnv, everything_command, processes_with_marker, shim_session, start_daemon, wait_until
 from tests.e2e.upgrade_support import lazyctl, shim_log, status
@@ -162,9 +163,9 @@ def test_an_upgrade_keeps_servers_sessions_and_a_call_in_flight_with_its_progres
 
 FAULTS = {
     # as written by a lazyd newer than the one exec'd
-    "version": ({"LAZYD_TEST_STATE_VERSION": "99"}, "newer lazyd (state version 99"),
-    "corrupt": ({"LAZYD_TEST_UPGRADE_FAULT": "corrupt"}, "corrupt: its checksum does not match"),
-    "fd": ({"LAZYD_TEST_UPGRADE_FAULT": "fd"}, "was not inherited"),
+    "version": (seam_env(upgrade_fault="version=99"), "newer lazyd (state version 99"),
+    "corrupt": (seam_env(upgrade_fault="corrupt"), "corrupt: its checksum does not match"),
+    "fd": (seam_env(upgrade_fault="fd"), "was not inherited"),
 }
 
 
@@ -173,8 +174,7 @@ def test_an_upgrade_to_a_daemon_that_cannot_adopt_stops_the_servers_and_the_shim
     user_env: UserEnv, fault: str
 ) -> None:
     seam, reason = FAULTS[fault]
-    user_env.env.update(seam)
-    daemon = start_daemon(user_env)
+    daemon = start_daemon(user_env, env=seam)  # the seam is the first daemon's: its successor has none
     everything = everything_command()
     outcome: dict[str, Any] = {}
 

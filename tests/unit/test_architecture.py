@@ -46,6 +46,7 @@ ROWS: dict[str, tuple[str, frozenset[str]]] = {
     "lazyd/errors.py": ("stdlib floor", frozenset()),
     "lazyd/durations.py": ("stdlib floor", frozenset()),
     "lazyd/envnames.py": ("stdlib floor", frozenset()),
+    "lazyd/daemonenv.py": ("stdlib floor", frozenset()),
     "lazyd/frames.py": ("stdlib floor", frozenset({"lazyd/errors.py"})),
     "lazyd/wire.py": ("stdlib floor", frozenset({"msgpack", "lazyd/errors.py", "lazyd/frames.py"})),
     "lazyd/smallpack.py": ("stdlib floor", frozenset()),

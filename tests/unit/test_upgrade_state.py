@@ -10,6 +10,7 @@ import json
 import os
 import stat
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -24,6 +25,7 @@ from lazyd.daemon.upgrade import state as us
 from lazyd.daemon.upgrade.connection_state import ConnectionState, SessionState, inbound_bytes
 from lazyd.errors import AdoptionError
 from lazyd.frames import Ctl, Line
+from lazyd.privatefiles import write_private
 
 BODY = {"runtimes": {"ab12": {"name": "time", "proc": {"pid": 42}}}, "raw": "\udcff bytes", "n": [1, 2.5, None]}
 
@@ -39,11 +41,14 @@ def test_the_state_round_trips_in_a_0600_file_that_is_gone_once_read(tmp_path: P
     assert not path.exists()  # read once: a second successor finds nothing to take over
 
 
-def test_a_state_of_a_newer_version_is_refused_with_one_line_naming_both_versions(tmp_path: Path,
-                                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+def write_version(path: Path, body: dict[str, Any], version: int) -> None:
+    """A state file as a lazyd writing `version` writes it."""
+    write_private(path, us.encode_state(body, version), durable=False)
+
+
+def test_a_state_of_a_newer_version_is_refused_with_one_line_naming_both_versions(tmp_path: Path) -> None:
     path = tmp_path / "lazyd.upgrade"
-    monkeypatch.setenv(us.TEST_VERSION_ENV, str(us.STATE_VERSION + 1))
-    us.write_state(path, BODY)
+    write_version(path, BODY, us.STATE_VERSION + 1)
     with pytest.raises(AdoptionError) as caught:
         us.read_state(path)
     message = str(caught.value)
@@ -56,12 +61,11 @@ def test_an_older_version_is_migrated_step_by_step_or_refused_when_no_step_exist
 ) -> None:
     path = tmp_path / "lazyd.upgrade"
     monkeypatch.setattr(us, "STATE_VERSION", 3)
-    monkeypatch.setenv(us.TEST_VERSION_ENV, "1")
-    us.write_state(path, {"old": True})
+    write_version(path, {"old": True}, 1)
     monkeypatch.setattr(us, "MIGRATIONS", {1: lambda b: {**b, "one": True}, 2: lambda b: {**b, "two": True}})
     body, _ = us.read_state(path)
     assert body == {"old": True, "one": True, "two": True}
-    us.write_state(path, {"old": True})
+    write_version(path, {"old": True}, 1)
     monkeypatch.setattr(us, "MIGRATIONS", {2: lambda b: b})
     with pytest.raises(AdoptionError, match=r"older lazyd \(state version 1\), which this lazyd \(version 3\) does not"):
         us.read_state(path)

@@ -18,11 +18,6 @@ The accept loop
 up its spare descriptor to accept and refuse the waiting connection with the reason (fdlimit.py);
 when even that fails it logs one warning, retries with a doubling delay (clients wait in the
 backlog), and logs once more when accepting works again.
-
-Test seams: ``LAZYD_TEST_HELLO_TIMEOUT_S``, ``LAZYD_TEST_FRAME_DEADLINE_S`` and
-``LAZYD_TEST_CONTROL_SEND_DEADLINE_S`` in the daemon's environment replace the three deadlines
-(seconds), so that tests need not wait for the real ones. They are read once, when the handler is
-built.
 """
 
 from __future__ import annotations
@@ -34,7 +29,7 @@ import os
 import resource
 import socket
 from collections import deque
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -82,10 +77,6 @@ ACCEPT_CAPACITY_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, er
 ACCEPT_BACKOFF_FIRST_S = 0.1  # a descriptor often frees within one turn of the loop
 ACCEPT_BACKOFF_MAX_S = 2.0  # clients wait in the backlog meanwhile; their own deadlines are 5-10 s
 
-HELLO_TIMEOUT_ENV = "LAZYD_TEST_HELLO_TIMEOUT_S"
-FRAME_DEADLINE_ENV = "LAZYD_TEST_FRAME_DEADLINE_S"
-CONTROL_SEND_DEADLINE_ENV = "LAZYD_TEST_CONTROL_SEND_DEADLINE_S"
-
 ControlHandler = Callable[[str, dict[str, Any]], Awaitable[tuple[bool, Any, str | None]]]
 
 
@@ -96,29 +87,6 @@ class Limits:
     hello_timeout_s: float = HELLO_TIMEOUT_S
     frame_deadline_s: float = FRAME_DEADLINE_S
     control_send_deadline_s: float = CONTROL_SEND_DEADLINE_S
-
-    @classmethod
-    def from_environ(cls, env: Mapping[str, str]) -> Limits:
-        """The defaults, with the test seams applied; a malformed seam is ignored with a warning."""
-        return cls(
-            hello_timeout_s=_seconds_from(env, HELLO_TIMEOUT_ENV, HELLO_TIMEOUT_S),
-            frame_deadline_s=_seconds_from(env, FRAME_DEADLINE_ENV, FRAME_DEADLINE_S),
-            control_send_deadline_s=_seconds_from(env, CONTROL_SEND_DEADLINE_ENV, CONTROL_SEND_DEADLINE_S),
-        )
-
-
-def _seconds_from(env: Mapping[str, str], name: str, default: float) -> float:
-    text = env.get(name)
-    if text is None:
-        return default
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not 0 < value < math.inf:
-        log.warning("ignoring %s=%r: not a positive number of seconds", name, text)
-        return default
-    return value
 
 
 def _sole(group: BaseExceptionGroup[BaseException]) -> BaseException:
@@ -200,7 +168,7 @@ class ConnectionHandler:
                  admission: Admission | None = None) -> None:
         self.registry = registry
         self.control = control
-        self.limits = limits if limits is not None else Limits.from_environ(os.environ)
+        self.limits = limits if limits is not None else Limits()
         self.door = Door(admission if admission is not None else Admission(resource.getrlimit(resource.RLIMIT_NOFILE)[0]),
                          self.limits.control_send_deadline_s)
         self.refusals = self.door.refusals

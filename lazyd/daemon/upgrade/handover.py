@@ -46,7 +46,7 @@ from lazyd.daemon.runtime.outbox import ConnectionOutbox
 from lazyd.daemon.notify import Notifier
 from lazyd.daemon.upgrade.quiesce import GATE
 from lazyd.daemon.sessions.registry import Registry
-from lazyd.daemon.upgrade.state import ENVELOPE_ENV, TEST_FAULT_ENV, Envelope, state_path, write_secrets, write_state
+from lazyd.daemon.upgrade.state import ENVELOPE_ENV, Envelope, state_path, write_secrets, write_state
 from lazyd.errors import ConfigError
 from lazyd.paths import Paths
 
@@ -170,8 +170,6 @@ class Upgrader:
         secrets_fd = write_secrets(secrets)
         inherit = [self.listener_fd, self.lock_fd, secrets_fd, *fds, *(c.fd for c in connections),
                    *(fd for c in connections for fd in c.fds)]
-        # Test seam (lazyd/daemon/upgrade/state.py): a server's descriptor named but not inherited.
-        lost = fds[:1] if os.environ.get(TEST_FAULT_ENV) == "fd" else []
         if reply_fd is not None:
             inherit.append(reply_fd)
         servers = [[r.proc.pid, r.proc.start_time_ticks] for r in registry.runtimes.values() if r.proc is not None]
@@ -183,7 +181,7 @@ class Upgrader:
         try:
             write_state(state_path(self.paths), state)
             for fd in inherit:
-                os.set_inheritable(fd, fd not in lost)
+                os.set_inheritable(fd, True)
             log.info("upgrade: handing %d servers and %d connections to %s", len(registry.runtimes),
                      len(connections), " ".join(argv))
             for handler in logging.getLogger().handlers:

@@ -21,11 +21,6 @@ Three pieces, each with its own rule:
   (command, arguments, working directory, environment, identity, wake predicate), in a sealed
   memfd the successor inherits: in memory only, never in a file. Under systemd the same memfd
   goes to the file-descriptor store (lazyd/daemon/upgrade/fdstore.py), which is memory too.
-
-Test seams, in the writer's environment: `LAZYD_TEST_STATE_VERSION` writes that version instead,
-and `LAZYD_TEST_UPGRADE_FAULT=corrupt` changes a byte of the body after its checksum, so that a
-test can hand a successor a state it cannot read (`=fd`, read by lazyd/daemon/upgrade/handover.py, leaves a
-server's descriptor out of those inherited).
 """
 
 from __future__ import annotations
@@ -44,12 +39,10 @@ from lazyd.errors import AdoptionError, StateFileError
 from lazyd.paths import Paths
 from lazyd.privatefiles import read_private, write_private
 
-__all__ = ["ENVELOPE_ENV", "STATE_VERSION", "MIGRATIONS", "TEST_VERSION_ENV", "TEST_FAULT_ENV", "Envelope", "state_path",
+__all__ = ["ENVELOPE_ENV", "STATE_VERSION", "MIGRATIONS", "Envelope", "state_path",
            "write_state", "read_state", "write_secrets", "read_secrets", "encode_state"]
 
 ENVELOPE_ENV = "LAZYD_UPGRADE"
-TEST_VERSION_ENV = "LAZYD_TEST_STATE_VERSION"
-TEST_FAULT_ENV = "LAZYD_TEST_UPGRADE_FAULT"
 STATE_FORMAT = "lazyd-upgrade-state"
 STATE_VERSION = 1
 STATE_SUFFIX = ".upgrade"  # beside the lock: lazyd.lock -> lazyd.upgrade
@@ -123,12 +116,7 @@ def encode_state(body: dict[str, Any], version: int) -> bytes:
 
 def write_state(path: Path, body: dict[str, Any]) -> None:
     """Write the state (0600, atomic, not synced: it is read a moment later by the same machine)."""
-    seam = os.environ.get(TEST_VERSION_ENV)
-    version = int(seam) if seam and seam.lstrip("-").isdigit() else STATE_VERSION
-    data = encode_state(body, version)
-    if os.environ.get(TEST_FAULT_ENV) == "corrupt":
-        data = data[:-2] + bytes([data[-2] ^ 0x01]) + data[-1:]
-    write_private(path, data, durable=False)
+    write_private(path, encode_state(body, STATE_VERSION), durable=False)
 
 
 def read_state(path: Path) -> tuple[dict[str, Any], float]:

@@ -1,0 +1,62 @@
+"""The daemon's own environment, made at start: the allowlist, whoever started it.
+
+A shim starts the daemon with the allowlist of lazyd/daemonenv.py already; a daemon started from
+a terminal or by systemd gets whatever its starter had. Before it starts anything, the daemon
+reduces `os.environ` to the same kind of base (`keep_own`), so that its servers, wake predicates
+and an upgrade's successor inherit the same whoever started it. The variables its config expands
+(``${VAR}``) are the config author's choice: they are read from the environment the daemon was
+started with (`StartEnvironment` records which) and kept, so that a reload and an upgrade's
+successor find them again. They reach only the servers whose ``env`` names them.
+
+What the kernel shows in ``/proc/<pid>/environ`` is the environment at exec and does not change:
+for a daemon started by hand it still lists the terminal's variables; a daemon a shim started
+never had more than the allowlist.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterator, Mapping
+
+from lazyd import daemonenv, sockpath
+
+__all__ = ["StartEnvironment", "keep_own"]
+
+log = logging.getLogger("lazyd")
+
+MAX_NAMES_LOGGED = 40  # a terminal may have hundreds; the first few say what kind they were
+
+
+class StartEnvironment(Mapping[str, str]):
+    """The environment the daemon was started with, for ``${VAR}`` in its config: every name a
+    config looks up is noted in `expanded`."""
+
+    def __init__(self, environ: Mapping[str, str]) -> None:
+        self._environ = dict(environ)
+        self.expanded: set[str] = set()
+
+    def __getitem__(self, name: str) -> str:
+        self.expanded.add(name)
+        return self._environ[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._environ)
+
+    def __len__(self) -> int:
+        return len(self._environ)
+
+
+def keep_own(expanded: set[str]) -> None:
+    """Reduce `os.environ` to the allowlist, the daemon's own variables and `expanded`; without
+    ``XDG_RUNTIME_DIR``, the user's ``/run/user/<uid>`` (lazyd/sockpath.py) is set as it. The
+    names dropped are logged (never a value): where a named server misses a variable, the log
+    says it was there and why it went."""
+    kept = daemonenv.own(os.environ, sockpath.login_runtime_dir(os.environ), sorted(expanded))
+    dropped = sorted(set(os.environ) - set(kept))
+    os.environ.clear()
+    os.environ.update(kept)
+    if dropped:
+        log.info("environment: %d variables not in the daemon's allowlist dropped (docs/configuration.md, "
+                 "\"The daemon's environment\"): %s", len(dropped), " ".join(dropped[:MAX_NAMES_LOGGED])
+                 + (" ..." if len(dropped) > MAX_NAMES_LOGGED else ""))

@@ -1,0 +1,70 @@
+"""The daemon's environment: a fixed allowlist, the same whoever started it.
+
+A daemon a client's shim autostarts would otherwise inherit that shim's whole environment: the
+variables the client gave that one registration (API tokens among them) would sit in the daemon,
+reach every named server and wake predicate, and change how the daemon behaves depending on which
+client happened to start it. So the daemon keeps only what a login session gives every program of
+the user (docs/configuration.md, "The daemon's environment", says why each is there):
+
+- who and where: ``HOME``, ``USER``, ``LOGNAME``, ``SHELL``, ``PATH``, ``TMPDIR``;
+- language and time: ``LANG``, ``LANGUAGE``, ``LC_*``, ``TZ``;
+- the XDG base directories, ``XDG_RUNTIME_DIR`` among them (the daemon's socket is there);
+- the session's bus and display, for servers that open a keyring, a notification or a browser:
+  ``DBUS_SESSION_BUS_ADDRESS``, ``DISPLAY``, ``WAYLAND_DISPLAY``, ``XAUTHORITY``.
+
+Nothing that changes where a server's traffic goes or whom it trusts (proxies, CA bundles), no
+interpreter setting (``PYTHONPATH``, ``NODE_OPTIONS``: code a repository's config could aim at
+the daemon), no credential. `base` is that list; `own` adds the variables the daemon itself
+reads (its socket, its fd store, systemd's per-service variables until they are consumed) and
+the names its config expands (``${VAR}``), which are the config author's choice, never a
+client's. Standard library only: the shim uses it when it starts the daemon.
+"""
+
+from __future__ import annotations
+
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: the shim imports this when it starts the daemon
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping
+
+__all__ = ["BASE_NAMES", "BASE_PREFIXES", "DAEMON_NAMES", "base", "own", "is_base"]
+
+BASE_NAMES = frozenset({
+    "HOME", "USER", "LOGNAME", "SHELL", "PATH", "TMPDIR",
+    "LANG", "LANGUAGE", "TZ",
+    "XDG_RUNTIME_DIR", "XDG_CONFIG_HOME", "XDG_CACHE_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME",
+    "XDG_CONFIG_DIRS", "XDG_DATA_DIRS",
+    "DBUS_SESSION_BUS_ADDRESS", "DISPLAY", "WAYLAND_DISPLAY", "XAUTHORITY",
+})
+BASE_PREFIXES = ("LC_",)
+
+DAEMON_NAMES = frozenset({
+    "LAZYD_SOCKET",  # where it listens (docs/configuration.md); a shim passes --socket instead
+    "LAZYD_FDSTORE", "LAZYD_INHERITED_NOFILE",  # set by the systemd unit (docs/systemd.md)
+    "LAZYD_UPGRADE",  # a predecessor's hand-over (lazyd/daemon/upgrade/state.py), read at start
+    # systemd's per-service variables (lazyd/daemon/systemd_env.py): read, then removed, at start
+    "NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES",
+})
+
+
+def is_base(name: str) -> bool:
+    return name in BASE_NAMES or name.startswith(BASE_PREFIXES)
+
+
+def base(env: Mapping[str, str], runtime_dir: str | None = None) -> dict[str, str]:
+    """The allowlisted part of `env`: what the daemon gives named servers and wake predicates
+    under their own ``env``. `runtime_dir`, the user's runtime directory when it was found without
+    ``XDG_RUNTIME_DIR`` (``/run/user/<uid>``), is set as ``XDG_RUNTIME_DIR``."""
+    kept = {name: value for name, value in env.items() if is_base(name)}
+    if runtime_dir and not kept.get("XDG_RUNTIME_DIR"):
+        kept["XDG_RUNTIME_DIR"] = runtime_dir
+    return kept
+
+
+def own(env: Mapping[str, str], runtime_dir: str | None = None, expanded: Iterable[str] = ()) -> dict[str, str]:
+    """The daemon's whole environment: `base`, the daemon's own variables, and the variables its
+    config expands (`expanded`: names of ``${VAR}``), each only when `env` has it."""
+    kept = base(env, runtime_dir)
+    for name in (*DAEMON_NAMES, *expanded):
+        if name in env:
+            kept[name] = env[name]
+    return kept
