@@ -82,13 +82,23 @@ class Used:
 
 
 @dataclass(frozen=True, slots=True)
+class SessionKey:
+    """A session's key is known (lazyd/core/sharing/roots.py, lazyd/core/relay/session_roots.py):
+    the daemon places it, then calls `RelayCore.release` (it stays on this process) or
+    `RelayCore.take` (it moves to a process whose sessions have its key)."""
+
+    cid: ClientId
+    key: str
+
+
+@dataclass(frozen=True, slots=True)
 class Note:
     """A decision worth a log line: methods, ids and reasons, never payloads."""
 
     text: str
 
 
-Action = ToClient | ToServer | WantServer | Ready | Abort | SnapshotChanged | Activity | Used | Note
+Action = ToClient | ToServer | WantServer | Ready | Abort | SnapshotChanged | Activity | Used | SessionKey | Note
 
 
 @dataclass

@@ -46,7 +46,8 @@ from lazyd.core.lifecycle import machine as lc
 from lazyd.core.relay import core as rl
 from lazyd.core.cache import Snapshot
 from lazyd.core.relay.handshake_defaults import unattended_params
-from lazyd.core.relay.jsonrpc import Invalid, Message
+from lazyd.core.relay.jsonrpc import Invalid, JsonObj, Message
+from lazyd.core.relay.session_roots import SessionRoots
 from lazyd.core.hub.catalog import cached_tools
 from lazyd.core.policy import ToolPolicy
 from lazyd.daemon.runtime.cache_saver import CacheSaver
@@ -82,6 +83,9 @@ class ServerRuntime:
         self.store = store
         self.proc: ChildProcess | None = None
         self.sessions: dict[int, Outbox] = {}
+        # Who places a session once its key is known (rl.SessionKey): its route, which may move
+        # it to another process (era_lanes.py); a session nobody places stays here.
+        self.placers: dict[int, Callable[[int, str], None]] = {}
         self.on_children_changed = on_children_changed
         self.gate: LineGate | None = None  # installed by the registry
         self._nursery: trio.Nursery | None = None
@@ -149,11 +153,22 @@ class ServerRuntime:
             else:
                 self._life(self.life.boot(trio.current_time()))
             while True:
-                deadline = self._waiting_for = self.life.next_deadline()
+                deadline = self._waiting_for = self._next_deadline()
                 with trio.move_on_at(deadline if deadline is not None else math.inf):
                     await self._poke.wait()
                 self._poke = trio.Event()
                 self._life(self.life.tick(trio.current_time()))
+                if (relay_due := self.core.next_deadline()) is not None and relay_due <= time.time():
+                    self._relay(self.core.tick(now=time.time()))
+
+    def _next_deadline(self) -> float | None:
+        """The lifecycle's next deadline, or the relay's (wall-clock, session_roots.py) if sooner."""
+        deadline = self.life.next_deadline()
+        relay_due = self.core.next_deadline()
+        if relay_due is not None:
+            relay_at = trio.current_time() + max(0.0, relay_due - time.time())
+            deadline = relay_at if deadline is None else min(deadline, relay_at)
+        return deadline
 
     async def shutdown(self) -> None:
         """Stop the process by the ladder (daemon exit). Bounded by the ladder's own deadlines.
@@ -194,7 +209,38 @@ class ServerRuntime:
             self._relay(self.core.client_line(cid, line, now=time.time(), parsed=parsed))
             self._load()
 
+    def release(self, cid: int) -> None:
+        """The session stays here (after its key was known): its held requests go on."""
+        if cid in self.sessions:
+            self._relay(self.core.release(cid, now=time.time()))
+            self._load()
+
+    def take(self, cid: int) -> tuple[SessionRoots, list[bytes]] | None:
+        """Move the session away (its placer found another process for it): what the other
+        runtime's `adopt` takes; None if it is gone."""
+        session = self.sessions.pop(cid, None)
+        self.placers.pop(cid, None)
+        if session is None:
+            return None
+        if self.gate is not None:
+            self.gate.detach(cid)
+        known, held, actions = self.core.take(cid, now=time.time())
+        self._relay(actions)
+        self._load()
+        return known, held
+
+    def adopt(self, session: Outbox, params: JsonObj | None, known: SessionRoots, held: list[bytes]) -> None:
+        """A session moved here from another runtime of its registration (`take`)."""
+        self.sessions[session.cid] = session
+        sid = f"sess_{random.getrandbits(32):08x}"
+        self._relay(self.core.attach(session.cid, now=time.time(), session_id=sid))
+        self._relay(self.core.adopt(session.cid, params, known, now=time.time()))
+        self._load()
+        for line in held:
+            self.client_line(session.cid, line)
+
     def detach(self, cid: int) -> None:
+        self.placers.pop(cid, None)
         session = self.sessions.pop(cid, None)
         if session is None:
             return
@@ -250,6 +296,12 @@ class ServerRuntime:
                 self._saver.want()
             elif isinstance(action, rl.Abort):
                 self._kill(action.reason)
+            elif isinstance(action, rl.SessionKey):
+                placer = self.placers.get(action.cid)
+                if placer is not None:
+                    placer(action.cid, action.key)
+                elif action.cid in self.sessions:
+                    self._relay(self.core.release(action.cid, now=time.time()))
             elif isinstance(action, rl.Note):
                 log.info("[%s] %s", self.name, action.text)
 
@@ -286,7 +338,7 @@ class ServerRuntime:
         # waking it per message would cost a task switch on the relay's hot path. A deadline that
         # moved later (an idle timeout pushed back by each request) is found when the loop wakes at
         # the old one, whose tick then has nothing to do.
-        deadline = self.life.next_deadline()
+        deadline = self._next_deadline()
         if deadline is not None and (self._waiting_for is None or deadline < self._waiting_for):
             self._poke.set()
         changed = self._changed
