@@ -25,6 +25,7 @@ from lazyd.core.relay.core import (
     RelayCore,
     SessionKey,
     SnapshotChanged,
+    WaitIdle,
     ToClient,
     ToServer,
     Used,
@@ -201,6 +202,7 @@ class Driver:
         self.upstream: dict[int, JsonObj] = {}
         self.sent_to_server: list[JsonObj] = []
         self.place = True
+        self.idle = True  # the server goes idle at once after a settling start (WaitIdle)
         self.auto_roots = True
         self.roots: dict[int, JsonObj] = {}
 
@@ -209,6 +211,9 @@ class Driver:
     def record(self, actions: Iterable[Action]) -> Out:
         out = Out()
         for action in actions:
+            if isinstance(action, WaitIdle) and self.idle:
+                out.extend(self.record(self.core.server_idle(now=self.clock())))
+                continue
             if isinstance(action, SessionKey) and self.place:
                 out.extend(self.record(self.core.release(action.cid, now=self.clock())))
                 continue

@@ -82,6 +82,13 @@ class Used:
 
 
 @dataclass(frozen=True, slots=True)
+class WaitIdle:
+    """The server has read the answers to what it asked while starting (startup.py, settling):
+    the daemon tells the relay (`server_idle`) once the server's threads all sleep, so that what
+    it does with those answers is done before the first request; or after a bound."""
+
+
+@dataclass(frozen=True, slots=True)
 class SessionKey:
     """A session's key is known (lazyd/core/sharing/roots.py, lazyd/core/relay/session_roots.py):
     the daemon places it, then calls `RelayCore.release` (it stays on this process) or
@@ -98,7 +105,7 @@ class Note:
     text: str
 
 
-Action = ToClient | ToServer | WantServer | Ready | Abort | SnapshotChanged | Activity | Used | SessionKey | Note
+Action = ToClient | ToServer | WantServer | Ready | Abort | SnapshotChanged | Activity | Used | SessionKey | WaitIdle | Note
 
 
 @dataclass

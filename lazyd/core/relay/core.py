@@ -73,6 +73,7 @@ from lazyd.core.relay.base import Note as Note
 from lazyd.core.relay.base import Phase as Phase
 from lazyd.core.relay.base import Ready as Ready
 from lazyd.core.relay.base import SessionKey as SessionKey
+from lazyd.core.relay.base import WaitIdle as WaitIdle
 from lazyd.core.relay.base import SnapshotChanged as SnapshotChanged
 from lazyd.core.relay.base import ToClient as ToClient
 from lazyd.core.relay.base import ToServer as ToServer
@@ -362,6 +363,12 @@ class RelayCore:
         client.initialized = params is not None
         self.roots.adopt(cid, known)
         return [Note(f"client {cid} moved here: its roots fit this process"), *self.roots.roots_moved()]
+
+    def server_idle(self, *, now: float) -> list[Action]:
+        """The server's threads all sleep after a settling start (or the daemon stopped waiting):
+        the first request goes on."""
+        self.now = now
+        return self.handshake.idle()
 
     def next_deadline(self) -> float | None:
         """When the relay must be told the time (`tick`) even if nothing happens: a client's

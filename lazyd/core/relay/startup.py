@@ -44,6 +44,7 @@ from lazyd.core.relay.base import (
     SnapshotChanged,
     ToClient,
     ToServer,
+    WaitIdle,
     forward,
     internal,
 )
@@ -235,11 +236,19 @@ class Handshake:
         if not self.settling or self.settle_sent or self.roots.deferred or self.shared.routes.downstream:
             return []
         self.settle_sent = True
-        return [internal(self.shared.routes, "ping", None, "settle")]
+        return [internal(self.shared.routes, "ping", None, "settle"),
+                Note("the server's requests at start are answered: a ping, so it has read them before the first request")]
 
     def settled(self) -> list[Action]:
-        """The server answered the settling ping (an error is an answer too)."""
+        """The server answered the settling ping (an error is an answer too): it has read every
+        answer; the daemon waits for it to be done with them (`idle`)."""
         if not self.settling:
+            return []
+        return [WaitIdle()]
+
+    def idle(self) -> list[Action]:
+        """The server went idle after the settling ping, or the daemon's bound passed."""
+        if not self.settling or not self.settle_sent:
             return []
         return self._ready()
 

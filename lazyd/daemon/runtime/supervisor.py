@@ -67,6 +67,11 @@ log = logging.getLogger("lazyd.server")
 # directory is missing, not executable, or in no format the kernel runs. They park the server at
 # once (lifecycle rule 3). Anything else (EAGAIN, ENOMEM, EMFILE, E2BIG...) may pass, and backs off.
 FATAL_SPAWN_ERRNOS = frozenset({errno.ENOENT, errno.EACCES, errno.ENOEXEC, errno.ENOTDIR})
+# A start whose server asked something while starting waits, after the answers, for the server's
+# threads to sleep (`_wait_idle`): sampled every IDLE_STEP_S, for at most IDLE_BOUND_S, so that a
+# server busy on its own (a background thread) delays its first request by no more than that.
+IDLE_STEP_S = 0.005
+IDLE_BOUND_S = 1.0
 
 
 class ServerRuntime:
@@ -296,6 +301,9 @@ class ServerRuntime:
                 self._saver.want()
             elif isinstance(action, rl.Abort):
                 self._kill(action.reason)
+            elif isinstance(action, rl.WaitIdle):
+                assert self._nursery is not None
+                self._nursery.start_soon(self._wait_idle, self.proc)
             elif isinstance(action, rl.SessionKey):
                 placer = self.placers.get(action.cid)
                 if placer is not None:
@@ -346,6 +354,20 @@ class ServerRuntime:
             self._changed = None
             changed.set()
         self.on_change()
+
+    async def _wait_idle(self, proc: ChildProcess | None) -> None:
+        """Until every thread of the server's process group sleeps, twice in a row IDLE_STEP_S
+        apart, or IDLE_BOUND_S passed: a server that handles an answer asynchronously (a file
+        system check of the roots it was given) is done with it before the first request."""
+        with trio.move_on_after(IDLE_BOUND_S):
+            quiet = 0
+            while proc is not None and proc is self.proc and quiet < 2:
+                await trio.sleep(IDLE_STEP_S)
+                members = procfs.group_members(proc.pgid) or [proc.pid]
+                quiet = quiet + 1 if not any(procfs.busy_threads(pid) for pid in members) else 0
+        if proc is not None and proc is self.proc:
+            self._relay(self.core.server_idle(now=time.time()))
+            self._load()
 
     async def wait_changed(self) -> None:
         """Until the next lifecycle input has been carried out: its state, process, failure
