@@ -83,17 +83,11 @@ async def test_two_sessions_with_different_roots_each_reach_only_their_own_on_a_
     monkeypatch.chdir(user_env.root)  # the sessions' cwd is part of their identity
     a, b = projects(user_env)
     start_daemon(user_env)
-    try:
-      with trio.fail_after(STEP_S):
+    with trio.fail_after(STEP_S):
         await each_reaches_only_its_own_root(user_env, a, b)  # cold: nothing cached
-      assert any(user_env.cache_dir.iterdir()), "the first run left no cache"
-      with trio.fail_after(STEP_S):
+    assert any(user_env.cache_dir.iterdir()), "the first run left no cache"
+    with trio.fail_after(STEP_S):
         await each_reaches_only_its_own_root(user_env, a, b)  # warm: answered from the cache, then started
-    except BaseException:
-        import glob
-        for f in glob.glob(str(user_env.root / "state/lazyd/logs/*")):
-            print("=====", f); print(open(f).read())
-        raise
 
 
 async def test_sessions_with_the_same_roots_share_the_filesystem_process(
