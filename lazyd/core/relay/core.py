@@ -380,8 +380,10 @@ class RelayCore:
         return [*self.roots.overdue(now), *self.handshake.settle()]
 
     def session_keys(self) -> set[str]:
-        """The keys of the sessions placed on this process (lazyd/core/sharing/roots.py)."""
-        return self.roots.keys()
+        """The keys of the sessions placed on this process (lazyd/core/sharing/roots.py); none for a
+        stateless-era process, which asks for roots within each request (the bridge: the session
+        that made the request answers), so roots keep no session from sharing it."""
+        return set() if self.lane == "stateless" else self.roots.keys()
 
     # ---- server events ---------------------------------------------------------------------------
 
