@@ -12,7 +12,10 @@ false` instances are private to their session and are not shown).
 - `get_tool_schema` answers from the cache too, and wakes a sleeping server in the background:
   a call is likely to follow.
 - `call_tool` is one `ProxiedCall` (lazyd/daemon/hub/call.py): an internal session attached to the
-  server's runtime exactly like a shim's. The relay core does the rest as for any client: answers
+  server's runtime exactly like a shim's: the registration's process for a shared server, else
+  the process this hub session holds of it, joined through the sharing gate like a shim's session
+  and kept until the hub session ends (lazyd/daemon/hub/seats.py), so that a hub session and
+  another session never see each other's state. The relay core does the rest as for any client: answers
   the handshake from cache, queues the call and starts the server, fails it after the start
   timeout, rewrites ids and progress tokens. Whatever the server sends that session during the
   call comes back to the hub's client: progress (already under the caller's token), log messages,
@@ -50,6 +53,9 @@ from lazyd.core.policy import ToolPolicy
 from lazyd.core.relay.core import Phase
 from lazyd.daemon.runtime.era_lanes import EraLanes
 from lazyd.daemon.hub.call import ProxiedCall
+from lazyd.daemon.hub.seats import Seats
+from lazyd.core.sharing.modes import SharingDecision
+from lazyd.daemon.sessions.sharing_gate import SharingGate
 from lazyd.daemon.runtime.outbox import Outbox
 from lazyd.daemon.runtime.supervisor import ServerRuntime
 from lazyd.daemon.control.wake_sleep import sleep_and_wait, wake_and_wait
@@ -66,10 +72,15 @@ class ServerDirectory(Protocol):
     runtimes: dict[str, ServerRuntime]
     identities: dict[str, Identity]
     nursery: trio.Nursery
+    gate: SharingGate
 
     def is_second_lane(self, digest: str) -> bool: ...
 
     def lanes_for(self, runtime: ServerRuntime) -> EraLanes | None: ...
+
+    def sharing(self, runtime: ServerRuntime) -> SharingDecision: ...
+
+    def digest_of(self, runtime: ServerRuntime) -> str: ...
 
 HUB_NAME = "hub"  # the session name in the welcome frame and in logs
 
@@ -103,6 +114,8 @@ class HubSession:
         self.routes = HubRoutes()
         self._scopes: dict[JsonId, trio.CancelScope] = {}
         self._calls: dict[int, ProxiedCall] = {}
+        # The processes this hub session holds of servers that must not be shared (seats.py).
+        self.seats = Seats(registry)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         with self._scope:
@@ -112,8 +125,10 @@ class HubSession:
                 await trio.sleep_forever()
 
     def detach(self, cid: int) -> None:
-        """The client left: every call is cancelled, which detaches its internal session."""
+        """The client left: every call is cancelled, which detaches its internal session, and its
+        seats are let go."""
         self._scope.cancel()
+        self.seats.release()
         self.session.close()
         log.info("hub session %d closed", cid)
 
@@ -364,8 +379,10 @@ class HubSession:
         if verdict.decision == "deny":
             log.info("policy: %s.%s: deny by %s (hub call)", runtime.name, call.tool, verdict.reason())
             return ht.error_result(gate.denied_text(runtime.name, call.tool, verdict))
-        log.info("hub: calling %s.%s", runtime.name, call.tool)
-        return await ProxiedCall(self, runtime, rid, self.registry.lanes_for(runtime)).run(call.tool, call.arguments, token)
+        # A server that must not be shared is called in this hub session's own process (seats.py).
+        target = await self.seats.runtime_for(runtime)
+        log.info("hub: calling %s.%s", target.name, call.tool)
+        return await ProxiedCall(self, target, rid, self.registry.lanes_for(target)).run(call.tool, call.arguments, token)
 
     async def _wake(self, call: ht.MetaCall) -> JsonObj:
         runtime = self._lookup(call.server)

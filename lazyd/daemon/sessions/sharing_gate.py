@@ -142,6 +142,12 @@ class SharingGate:
         self._served.add(runtime)
         return runtime
 
+    def join_args(self, runtime: ServerRuntime) -> tuple[ServerRuntime, Identity, Mapping[str, str], Policy] | None:
+        """How a session of `runtime`'s registration joined it (the base runtime, its identity,
+        environment and policy), for another session of the same registration that did not come
+        through a hello (a hub session: lazyd/daemon/hub/seats.py); None if none ever did."""
+        return self._rejoin.get(runtime)
+
     def _lanes_of(self, runtime: ServerRuntime) -> list[ServerRuntime]:
         lanes = self.registry.lanes_for(runtime)
         return lanes.runtimes if lanes is not None else [runtime]
