@@ -151,6 +151,10 @@ class EraRoute:
         self._gone = False
         if attached is not None:
             attached.sessions[session.cid] = session  # its relay core knows the client already
+            attached.placers[session.cid] = self._placed
+            waiting = attached.core.roots.sessions.get(session.cid)
+            if waiting is not None and waiting.key is not None and not waiting.placed:
+                self._placed(session.cid, waiting.key)  # its predecessor was placing it: place it again
             return
         lanes.pending += 1
         lanes.reserved = False  # this route holds the instance now
