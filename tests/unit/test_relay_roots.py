@@ -60,7 +60,8 @@ def test_the_common_roots_are_in_every_set_and_every_root_of_all_sets_is_there(s
 def test_a_list_roots_result_reads_back_as_the_roots_it_holds_and_anything_else_as_none() -> None:
     roots = (("file:///a", "a"), ("file:///b", None))
     assert parse_roots(roots_result(roots)) == roots
-    for bad in (None, [], {}, {"roots": {}}, {"roots": [{"name": "x"}]}, {"roots": ["file:///a"]}):
+    bad_results: list[object] = [None, [], {}, {"roots": {}}, {"roots": [{"name": "x"}]}, {"roots": ["file:///a"]}]
+    for bad in bad_results:
         assert parse_roots(bad) is None
     assert common_roots([]) == ()
 
