@@ -47,7 +47,8 @@ phase; it holds parts, each with its own state and a narrow port back to it (doc
 | the stateless cache | stateless_cache.py | none (the snapshot is the cache) |
 | the listen hub | lazyd/core/eras/listen_relay.py, listen.py | client listen streams, the relay's own stream |
 | the bridge | bridge.py | input rounds of bridged handshake-era clients |
-| handshake start-up | lazyd/core/relay/startup.py | the live handshake, the server's log level and subscriptions |
+| handshake start-up | lazyd/core/relay/startup.py | the live handshake, the server's log level and subscriptions, the settling of a start |
+| sessions' roots | lazyd/core/relay/session_roots.py | each session's roots and key, its requests held until it is placed, the server's roots/list waiting for them |
 | the stateless era | stateless.py | whether a stateless start is under way |
 | client / server messages | lazyd/core/relay/client.py, lazyd/core/relay/server.py | none: they choose the part |
 """

@@ -16,6 +16,15 @@ merged entry replaces the snapshot's if it differs, each listing that drifted fr
 were served sends its `list_changed` to every initialized client, the phase becomes READY, and the
 queue is handled again in arrival order.
 
+Settling. A server that asked its clients something while starting (filesystem's `roots/list`
+at `initialized`) gets its answers before the first request: when the listings are in, the queue
+waits until nothing the server asked is unanswered (a `roots/list` waiting for the roots of the
+session being placed: session_roots.py; a request routed to a client), then for a `ping` round
+trip (the server has read the answers), then for the daemon's word that the server's threads
+sleep (`WaitIdle`, then `idle`: what it does with them is done; the daemon bounds that wait).
+Only then is the phase READY and the queue handled. The start's `Ready` comes then too, so
+`start_timeout` bounds the settling as well.
+
 Change notifications. A `list_changed` during the refresh fetches again what this start already
 fetched (the fetches still pending will see the change); in READY it refreshes the listing and
 passes the notification on even when the content turns out unchanged: the server said it changed.

@@ -53,6 +53,7 @@ from lazyd.core.policy import ToolPolicy
 from lazyd.daemon.runtime.cache_saver import CacheSaver
 from lazyd.daemon.runtime.cache_store import CacheStore
 from lazyd.daemon.runtime.outbox import Outbox
+from lazyd.daemon.process.idle import wait_idle
 from lazyd.daemon.process.predicate import run_predicate
 from lazyd.daemon.process.child import ChildProcess, spawn
 from lazyd.daemon.upgrade.adopted import HandedProcess, adopt_child
@@ -67,11 +68,6 @@ log = logging.getLogger("lazyd.server")
 # directory is missing, not executable, or in no format the kernel runs. They park the server at
 # once (lifecycle rule 3). Anything else (EAGAIN, ENOMEM, EMFILE, E2BIG...) may pass, and backs off.
 FATAL_SPAWN_ERRNOS = frozenset({errno.ENOENT, errno.EACCES, errno.ENOEXEC, errno.ENOTDIR})
-# A start whose server asked something while starting waits, after the answers, for the server's
-# threads to sleep (`_wait_idle`): sampled every IDLE_STEP_S, for at most IDLE_BOUND_S, so that a
-# server busy on its own (a background thread) delays its first request by no more than that.
-IDLE_STEP_S = 0.005
-IDLE_BOUND_S = 1.0
 
 
 class ServerRuntime:
@@ -88,9 +84,7 @@ class ServerRuntime:
         self.store = store
         self.proc: ChildProcess | None = None
         self.sessions: dict[int, Outbox] = {}
-        # Who places a session once its key is known (rl.SessionKey): its route, which may move
-        # it to another process (era_lanes.py); a session nobody places stays here.
-        self.placers: dict[int, Callable[[int, str], None]] = {}
+        self.placers: dict[int, Callable[[int, str], None]] = {}  # who places a session (era_lanes.py)
         self.on_children_changed = on_children_changed
         self.gate: LineGate | None = None  # installed by the registry
         self._nursery: trio.Nursery | None = None
@@ -163,17 +157,14 @@ class ServerRuntime:
                     await self._poke.wait()
                 self._poke = trio.Event()
                 self._life(self.life.tick(trio.current_time()))
-                if (relay_due := self.core.next_deadline()) is not None and relay_due <= time.time():
-                    self._relay(self.core.tick(now=time.time()))
+                self._relay(self.core.tick(now=time.time()))  # a client's overdue roots (session_roots.py)
 
     def _next_deadline(self) -> float | None:
         """The lifecycle's next deadline, or the relay's (wall-clock, session_roots.py) if sooner."""
-        deadline = self.life.next_deadline()
-        relay_due = self.core.next_deadline()
-        if relay_due is not None:
-            relay_at = trio.current_time() + max(0.0, relay_due - time.time())
-            deadline = relay_at if deadline is None else min(deadline, relay_at)
-        return deadline
+        due = [d for d in (self.life.next_deadline(),) if d is not None]
+        if (relay_due := self.core.next_deadline()) is not None:
+            due.append(trio.current_time() + max(0.0, relay_due - time.time()))
+        return min(due, default=None)
 
     async def shutdown(self) -> None:
         """Stop the process by the ladder (daemon exit). Bounded by the ladder's own deadlines.
@@ -214,18 +205,18 @@ class ServerRuntime:
             self._relay(self.core.client_line(cid, line, now=time.time(), parsed=parsed))
             self._load()
 
-    def release(self, cid: int) -> None:
-        """The session stays here (after its key was known): its held requests go on."""
+    # ---- placing a session once its key is known (lazyd/core/relay/session_roots.py) -------------
+
+    def release(self, cid: int, key: str = "") -> None:
+        """The session stays here (whatever its key): its held requests go on."""
         if cid in self.sessions:
             self._relay(self.core.release(cid, now=time.time()))
             self._load()
 
     def take(self, cid: int) -> tuple[SessionRoots, list[bytes]] | None:
-        """Move the session away (its placer found another process for it): what the other
-        runtime's `adopt` takes; None if it is gone."""
-        session = self.sessions.pop(cid, None)
+        """The session moves away: what the other runtime's `adopt` takes (None: it is gone)."""
         self.placers.pop(cid, None)
-        if session is None:
+        if self.sessions.pop(cid, None) is None:
             return None
         if self.gate is not None:
             self.gate.detach(cid)
@@ -236,11 +227,8 @@ class ServerRuntime:
 
     def adopt(self, session: Outbox, params: JsonObj | None, known: SessionRoots, held: list[bytes]) -> None:
         """A session moved here from another runtime of its registration (`take`)."""
-        self.sessions[session.cid] = session
-        sid = f"sess_{random.getrandbits(32):08x}"
-        self._relay(self.core.attach(session.cid, now=time.time(), session_id=sid))
+        self.attach(session, [])
         self._relay(self.core.adopt(session.cid, params, known, now=time.time()))
-        self._load()
         for line in held:
             self.client_line(session.cid, line)
 
@@ -301,15 +289,10 @@ class ServerRuntime:
                 self._saver.want()
             elif isinstance(action, rl.Abort):
                 self._kill(action.reason)
-            elif isinstance(action, rl.WaitIdle):
-                assert self._nursery is not None
-                self._nursery.start_soon(self._wait_idle, self.proc)
-            elif isinstance(action, rl.SessionKey):
-                placer = self.placers.get(action.cid)
-                if placer is not None:
-                    placer(action.cid, action.key)
-                elif action.cid in self.sessions:
-                    self._relay(self.core.release(action.cid, now=time.time()))
+            elif isinstance(action, rl.WaitIdle) and (proc := self.proc) is not None and self._nursery is not None:
+                self._nursery.start_soon(wait_idle, proc.pgid, proc.pid, lambda: proc is self.proc, self._idle)
+            elif isinstance(action, rl.SessionKey):  # its route places it; a session nobody places stays
+                self.placers.get(action.cid, self.release)(action.cid, action.key)
             elif isinstance(action, rl.Note):
                 log.info("[%s] %s", self.name, action.text)
 
@@ -355,19 +338,10 @@ class ServerRuntime:
             changed.set()
         self.on_change()
 
-    async def _wait_idle(self, proc: ChildProcess | None) -> None:
-        """Until every thread of the server's process group sleeps, twice in a row IDLE_STEP_S
-        apart, or IDLE_BOUND_S passed: a server that handles an answer asynchronously (a file
-        system check of the roots it was given) is done with it before the first request."""
-        with trio.move_on_after(IDLE_BOUND_S):
-            quiet = 0
-            while proc is not None and proc is self.proc and quiet < 2:
-                await trio.sleep(IDLE_STEP_S)
-                members = procfs.group_members(proc.pgid) or [proc.pid]
-                quiet = quiet + 1 if not any(procfs.busy_threads(pid) for pid in members) else 0
-        if proc is not None and proc is self.proc:
-            self._relay(self.core.server_idle(now=time.time()))
-            self._load()
+    def _idle(self) -> None:
+        """The server is done with its answers after a settling start (idle.py)."""
+        self._relay(self.core.server_idle(now=time.time()))
+        self._load()
 
     async def wait_changed(self) -> None:
         """Until the next lifecycle input has been carried out: its state, process, failure
