@@ -21,6 +21,8 @@ from mcp import ClientSession, types
 from pydantic import FileUrl
 
 from tests.conftest import UserEnv, shim_session, start_daemon, wait_until
+from tests.e2e.hub_support import hub_session, texts
+from tests.e2e.supervision_support import server_table, write_config
 
 pytestmark = pytest.mark.e2e
 
@@ -124,3 +126,28 @@ async def test_the_first_call_after_a_lazy_start_lists_the_sessions_roots(
                 user_env.assert_nothing_started(str(FILESYSTEM_JS))
                 # The first call starts the server; it is answered once the server has its roots.
                 assert str(a) in await allowed(session)
+
+
+async def test_a_hub_session_calling_a_shared_filesystem_reaches_only_its_own_roots(
+    user_env: UserEnv, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.chdir(user_env.root)
+    a, b = projects(user_env)
+    write_config(user_env, server_table("files", command=filesystem()))
+    start_daemon(user_env)
+
+    async def hub_read(hub: ClientSession, path: Path) -> tuple[bool, str]:
+        result = await hub.call_tool("call_tool", {"server": "files", "tool": "read_text_file", "arguments": {"path": str(path)}})
+        text = " ".join(texts(result))
+        return "secret-of" not in text, text
+
+    with trio.fail_after(STEP_S):
+        async with shim_session(user_env, [], shim_args=("--server", "files"), list_roots_callback=roots_callback(a)) as shim:
+            assert await read(shim, a / "A.txt") == (False, "secret-of-A")  # the shim session holds the shared process
+            async with hub_session(user_env, list_roots_callback=roots_callback(b)) as hub:
+                assert await hub_read(hub, b / "B.txt") == (False, "secret-of-B")
+                refused, text = await hub_read(hub, a / "A.txt")
+                assert refused, text
+                assert await hub_read(hub, b / "B.txt") == (False, "secret-of-B")  # its later calls too
+            refused, text = await read(shim, b / "B.txt")
+            assert refused and "secret-of-B" not in text, text

@@ -16,9 +16,10 @@ session's own stops, as with any session that leaves.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Protocol
 
-from lazyd.config.load import Config
+from lazyd.config.load import Config, Policy
 from lazyd.core.sharing.identity import Identity
 from lazyd.core.sharing.modes import SharingDecision
 from lazyd.daemon.runtime.era_lanes import EraLanes
@@ -62,13 +63,10 @@ class Seats:
             return seat
         if self.registry.sharing(base).mode in _SHARED_MODES:
             return base
-        joined = self.registry.gate.join_args(base)
+        # No shim session ever joined it: a named server the hub is the first to call.
+        joined = self.registry.gate.join_args(base) or self._named_args(base)
         if joined is None:
-            # No shim session ever joined it: a named server the hub is the first to call.
-            server = self.registry.config.servers.get(base.config.name)
-            if server is None:
-                return base
-            joined = (base, self.registry.identities[self.registry.digest_of(base)], base.config.spec.env, server.policy)
+            return base
         seat = await self.registry.gate.join(*joined)
         lanes = self.registry.lanes_for(seat)
         if lanes is not None:
@@ -77,12 +75,44 @@ class Seats:
         log.info("hub: calls to %s go to %s, this hub session's own", base.name, seat.name)
         return seat
 
+    async def place(self, base: ServerRuntime, on: ServerRuntime, key: str) -> ServerRuntime:
+        """Where a call's internal session on `on` goes once its key (its roots) is known: `on`
+        when every session placed there has that key, else the process the gate gives a session
+        of that key, held from then on (a process whose sessions' roots differ from this hub
+        session's is never shared with it, whatever the mode: docs/relay.md)."""
+        lanes = self.registry.lanes_for(on)
+        others = {k for r in (lanes.runtimes if lanes is not None else [on]) for k in r.core.session_keys()}
+        if not others - {key}:
+            return on
+        joined = self.registry.gate.join_args(base) or self._named_args(base)
+        if joined is None:
+            return on
+        seat = await self.registry.gate.join(*joined, key=key)
+        held = self.registry.lanes_for(seat)
+        if held is not None:
+            held.reserved = True
+        old = self.held.get(base)
+        self.held[base] = seat
+        if old is not None and old is not seat:
+            self._let_go(old)
+        log.info("hub: calls to %s go to %s, this hub session's own (its roots differ)", base.name, seat.name)
+        return seat
+
+    def _named_args(self, base: ServerRuntime) -> tuple[ServerRuntime, Identity, Mapping[str, str], Policy] | None:
+        """How a session joins a named server no shim session joined yet."""
+        server = self.registry.config.servers.get(base.config.name)
+        if server is None:
+            return None
+        return base, self.registry.identities[self.registry.digest_of(base)], base.config.spec.env, server.policy
+
     def release(self) -> None:
         """The hub session ended: its seats are free; a process of a session's own stops."""
         held, self.held = self.held, {}
         for seat in held.values():
-            lanes = self.registry.lanes_for(seat)
-            if lanes is None:
-                continue
+            self._let_go(seat)
+
+    def _let_go(self, seat: ServerRuntime) -> None:
+        lanes = self.registry.lanes_for(seat)
+        if lanes is not None:
             lanes.reserved = False
             lanes.on_detach(seat)

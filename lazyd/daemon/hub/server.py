@@ -382,7 +382,34 @@ class HubSession:
         # A server that must not be shared is called in this hub session's own process (seats.py).
         target = await self.seats.runtime_for(runtime)
         log.info("hub: calling %s.%s", target.name, call.tool)
-        return await ProxiedCall(self, target, rid, self.registry.lanes_for(target)).run(call.tool, call.arguments, token)
+        proxied = ProxiedCall(self, target, rid, self.registry.lanes_for(target),
+                              place=lambda c, key: self._spawn_place(c, runtime, key))
+        return await proxied.run(call.tool, call.arguments, token)
+
+    def _spawn_place(self, call: ProxiedCall, base: ServerRuntime, key: str) -> None:
+        """A call's internal session has its key: place it (seats.py), moving it if it must."""
+        assert self._nursery is not None
+        self._nursery.start_soon(self._place, call, base, key)
+
+    async def _place(self, call: ProxiedCall, base: ServerRuntime, key: str) -> None:
+        on = call.runtime
+        target = await self.seats.place(base, on, key)
+        if call.runtime is not on or call.cid not in on.sessions:
+            return  # the call ended meanwhile
+        if target is on:
+            on.release(call.cid)
+            return
+        lanes = self.registry.lanes_for(target)
+        if lanes is not None:
+            target, _ = await lanes.get("handshake")
+        params = on.core.clients[call.cid].params if call.cid in on.core.clients else None
+        taken = on.take(call.cid)
+        if taken is None:
+            return
+        known, held = taken
+        call.runtime = target
+        target.placers[call.cid] = lambda cid, key: self._spawn_place(call, base, key)
+        target.adopt(call.inbox, params, known, held)
 
     async def _wake(self, call: ht.MetaCall) -> JsonObj:
         runtime = self._lookup(call.server)
