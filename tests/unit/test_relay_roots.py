@@ -15,6 +15,7 @@ from lazyd.core.relay.session_roots import ROOTS_WAIT_S
 from lazyd.core.sharing.join import Join, join
 from lazyd.core.sharing.modes import SharingDecision
 from lazyd.core.sharing.roots import NO_ROOTS, UNANSWERED, common_roots, parse_roots, roots_key, roots_result
+from tests.unit.test_relay_core import refreshing
 from tests.unit.relay_driver import (
     BARE_PARAMS,
     CLIENT_PARAMS,
@@ -206,16 +207,11 @@ def test_a_client_roots_list_changed_is_not_passed_on_while_its_roots_are_the_sa
 # ---- a start settles before its first request ----------------------------------------------------
 
 
-def starting(roots_first: bool = True) -> Driver:
-    """Client 1 through its handshake from the cache; its call started the server, which answered
-    the replayed initialize; the relay sent `initialized` and asked for the listings."""
-    d = Driver(warm_snapshot())
+def starting() -> Driver:
+    """test_relay_core's `refreshing` (client 1's call started the server, which answered the
+    replayed initialize: the listings are asked), with the server's idleness left to the test."""
+    d = refreshing()
     d.idle = False
-    d.attach(1)
-    d.handshake(1)
-    d.ask(1, 1, "tools/call", {"name": "echo"})
-    d.spawned()
-    d.answer("initialize", INIT_RESULT)
     return d
 
 
