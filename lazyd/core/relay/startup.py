@@ -111,10 +111,7 @@ class Handshake:
         asked, settling, sent = sc.items(s.get("settle", [False, False, False]), "handshake.settle")
         self.asked_at_start = sc.flag(asked, "handshake.settle")
         self.settling = sc.flag(settling, "handshake.settle")
-        sc.flag(sent, "handshake.settle")
-        # A predecessor that was waiting for the server's idleness left nobody waiting: the next
-        # tick pings again (an answer to its own ping, if still to come, is then one of two).
-        self.settle_sent = False
+        self.settle_sent = sc.flag(sent, "handshake.settle")
 
     # ---- replay ----------------------------------------------------------------------------------
 
