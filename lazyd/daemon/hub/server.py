@@ -394,14 +394,14 @@ class HubSession:
     async def _place(self, call: ProxiedCall, base: ServerRuntime, key: str) -> None:
         on = call.runtime
         target = await self.seats.place(base, on, key)
-        if call.runtime is not on or call.cid not in on.sessions:
-            return  # the call ended meanwhile
         if target is on:
             on.release(call.cid)
             return
         lanes = self.registry.lanes_for(target)
         if lanes is not None:
             target, _ = await lanes.get("handshake")
+        if call.runtime is not on or call.cid not in on.sessions:
+            return  # the call ended meanwhile (the hub session holds the process it got)
         params = on.core.clients[call.cid].params if call.cid in on.core.clients else None
         taken = on.take(call.cid)
         if taken is None:

@@ -292,17 +292,14 @@ class EraRoute:
     async def _move(self, runtime: ServerRuntime, key: str) -> None:
         assert self._moving is not None
         cid = self.session.cid
-        target: ServerRuntime | None = None
         try:
             lanes = await self.lanes.place(self.lanes.primary, key)
-            if self._gone or self.runtime is not runtime:
-                lanes.reserved = lanes.reserved and lanes is self.lanes  # a new instance nobody will hold
-                return
             if lanes is self.lanes:
                 runtime.release(cid)
                 return
             target, _ = await lanes.get(self._era)
             if self._gone or self.runtime is not runtime:
+                lanes.reserved = False  # the session left meanwhile: nobody holds the new instance
                 return
             params = runtime.core.clients[cid].params if cid in runtime.core.clients else None
             taken = runtime.take(cid)
