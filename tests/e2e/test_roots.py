@@ -22,7 +22,8 @@ from pydantic import FileUrl
 
 from tests.conftest import UserEnv, shim_session, start_daemon, wait_until
 from tests.e2e.hub_support import hub_session, texts
-from tests.e2e.supervision_support import server_table, write_config
+from tests.e2e.lazyctl_support import shim_env
+from tests.e2e.supervision_support import control, server_table, write_config
 
 pytestmark = pytest.mark.e2e
 
@@ -151,3 +152,18 @@ async def test_a_hub_session_calling_a_shared_filesystem_reaches_only_its_own_ro
                 assert await hub_read(hub, b / "B.txt") == (False, "secret-of-B")  # its later calls too
             refused, text = await read(shim, b / "B.txt")
             assert refused and "secret-of-B" not in text, text
+
+
+def test_a_check_with_a_handshake_that_declares_roots_completes_and_gives_the_server_none(
+    user_env: UserEnv, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.chdir(user_env.root)
+    start_daemon(user_env)
+    params = {"protocolVersion": "2025-06-18", "capabilities": {"roots": {"listChanged": True}},
+              "clientInfo": {"name": "rooted", "version": "1"}}
+    # filesystem asks roots/list at start: the check has none to give, says so, and goes on.
+    report = control(user_env, "check", argv=filesystem(), cwd=str(user_env.root), env=shim_env(user_env, {}),
+                     initialize=params)
+    assert report["listings"]["tools"]["count"] > 10, report
+    log = Path(report["log_path"]).read_text()
+    assert "No valid root directories provided by client" in log, log  # it was given an empty list
