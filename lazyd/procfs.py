@@ -98,6 +98,22 @@ def start_time_ticks(pid: int) -> int:
     return stat.start_ticks
 
 
+def busy_threads(pid: int) -> int:
+    """How many threads of `pid` are running or waiting for the disk ("R" or "D") now: 0 when it
+    sleeps (waits for input, a timer, a lock) or is gone."""
+    try:
+        tids = os.listdir(f"{PROC}/{pid}/task")
+    except OSError:
+        return 0
+    busy = 0
+    for tid in tids:
+        stat = _read(pid, f"task/{tid}/stat")
+        parsed = parse_stat(stat) if stat is not None else None
+        if parsed is not None and parsed.state in ("R", "D"):
+            busy += 1
+    return busy
+
+
 def pids() -> Iterator[int]:
     """Every pid /proc lists now (some may be gone by the time they are read)."""
     for entry in os.listdir(PROC):

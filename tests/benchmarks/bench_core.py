@@ -54,6 +54,8 @@ def _ready_core(clients: int) -> tuple[Any, dict[str, float]]:
         core.attach(cid, **kw)
         pending += server_requests(core.client_line(cid, rpc.request_line(0, "initialize", PARAMS), **kw))
         core.client_line(cid, rpc.notification_line("notifications/initialized"), **kw)
+        if hasattr(core, "release"):  # placed as the daemon does on its SessionKey (session_roots.py)
+            core.release(cid, **kw)
     pending += server_requests(core.spawned(**kw))
     while pending:
         msg = pending.pop(0)

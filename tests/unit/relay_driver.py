@@ -23,7 +23,9 @@ from lazyd.core.relay.core import (
     Phase,
     Ready,
     RelayCore,
+    SessionKey,
     SnapshotChanged,
+    WaitIdle,
     ToClient,
     ToServer,
     Used,
@@ -177,8 +179,17 @@ class Clock:
         return self.now
 
 
+# The roots every client of a Driver answers the relay's roots/list with, unless a test says.
+ROOTS: JsonObj = {"roots": [{"uri": "file:///project", "name": "project"}]}
+
+
 class Driver:
     """Plays the daemon around one `RelayCore`, and the server where a test asks it to.
+
+    It also plays the daemon's placing and a well-behaved client's roots, unless a test turns them
+    off: a `SessionKey` is answered with `release` (the session stays; `place = False` leaves it
+    to the test), and the relay's own `roots/list` to a client is answered with `roots[cid]`, else
+    ROOTS (`auto_roots = False` leaves it to the test); neither shows in the actions returned.
 
     `upstream` holds every request the relay sent to the server that the test has not answered yet
     (a cancelled one stays there: the server may still answer it, as a real one can). Every event
@@ -190,16 +201,36 @@ class Driver:
         self.clock = Clock()
         self.upstream: dict[int, JsonObj] = {}
         self.sent_to_server: list[JsonObj] = []
+        self.place = True
+        self.idle = True  # the server goes idle at once after a settling start (WaitIdle)
+        self.auto_roots = True
+        self.roots: dict[int, JsonObj] = {}
 
     # ---- events ----------------------------------------------------------------------------------
 
     def record(self, actions: Iterable[Action]) -> Out:
-        out = Out(actions)
-        for msg in out.server:
-            self.sent_to_server.append(msg)
-            if "method" in msg and "id" in msg:
-                assert msg["id"] not in self.upstream, f"relay id {msg['id']} reused"
-                self.upstream[msg["id"]] = msg
+        out = Out()
+        for action in actions:
+            if isinstance(action, WaitIdle) and self.idle:
+                out.extend(self.record(self.core.server_idle(now=self.clock())))
+                continue
+            if isinstance(action, SessionKey) and self.place:
+                out.extend(self.record(self.core.release(action.cid, now=self.clock())))
+                continue
+            if isinstance(action, ToClient) and self.auto_roots:
+                msg = json.loads(action.line)
+                mine = self.core.roots.sessions.get(action.cid)
+                if msg.get("method") == "roots/list" and mine is not None and msg.get("id") == mine.asking:
+                    answer = line(result(msg["id"], self.roots.get(action.cid, ROOTS)))
+                    out.extend(self.record(self.core.client_line(action.cid, answer, now=self.clock())))
+                    continue
+            if isinstance(action, ToServer):
+                msg = json.loads(action.line)
+                self.sent_to_server.append(msg)
+                if "method" in msg and "id" in msg:
+                    assert msg["id"] not in self.upstream, f"relay id {msg['id']} reused"
+                    self.upstream[msg["id"]] = msg
+            out.append(action)
         return out
 
     def attach(self, *cids: int) -> Out:

@@ -269,7 +269,8 @@ def test_a_client_initializing_while_the_server_runs_gets_the_running_instances_
 def test_a_resumed_client_counts_as_initialized_and_its_handshake_is_the_one_replayed() -> None:
     d = Driver(handshake_era())
     d.attach(1)
-    d.core.resume(1, [rpc.request_line(0, "initialize", BARE_PARAMS), rpc.notification_line("notifications/initialized")], now=d.clock())
+    d.record(d.core.resume(1, [rpc.request_line(0, "initialize", BARE_PARAMS), rpc.notification_line("notifications/initialized")],
+                           now=d.clock()))
     assert d.ask(1, 1, "tools/call", {"name": "echo"}).want
     assert d.spawned().server == [request(1, "initialize", BARE_PARAMS)]
     assert d.core.clients[1].initialized

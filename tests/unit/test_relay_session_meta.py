@@ -64,7 +64,7 @@ def test_a_request_without_params_gets_params_holding_only_the_id() -> None:
 
 def test_notifications_and_the_relays_own_requests_carry_no_session_id() -> None:
     d = aware(1)
-    told = d.tell(1, "notifications/roots/list_changed").server
+    told = d.tell(1, "notifications/custom/thing").server
     assert told and all("_meta" not in (m.get("params") or {}) for m in told)
     (call,) = d.ask(1, 5, "tools/call", {"name": "slow"}).server
     cancel = d.tell(1, "notifications/cancelled", {"requestId": 5}).server

@@ -22,6 +22,7 @@ from lazyd.core.relay.routing import RELATED_TASK_META
 from tests.unit.relay_driver import (
     BARE_PARAMS,
     CLIENT_PARAMS,
+    ROOTS,
     Driver,
     notification,
     request,
@@ -186,12 +187,13 @@ def test_sampling_goes_to_the_only_client_with_a_callback_capable_request_in_fli
     call(d, 2, 1)
     d.ask(1, 1, "tools/list")  # answered locally: not a callback-capable request
     out = d.server_says(request(50, "sampling/createMessage", {"messages": [], "maxTokens": 5}))
-    assert out.visible() == [("client", 2, request(1, "sampling/createMessage", {"messages": [], "maxTokens": 5}), None)]
+    down_id = out.client(2)[0]["id"]  # a client-facing id of the relay's own
+    assert out.visible() == [("client", 2, request(down_id, "sampling/createMessage", {"messages": [], "maxTokens": 5}), None)]
     # The client's answer is mapped back to the server's id.
-    out = d.send(2, result(1, {"role": "assistant", "content": {"type": "text", "text": "hi"}}))
+    out = d.send(2, result(down_id, {"role": "assistant", "content": {"type": "text", "text": "hi"}}))
     assert out.visible() == [("server", result(50, {"role": "assistant", "content": {"type": "text", "text": "hi"}}))]
     # And only once.
-    assert d.send(2, result(1, {})).visible() == []
+    assert d.send(2, result(down_id, {})).visible() == []
 
 
 def test_a_string_server_id_is_restored_on_the_clients_answer_and_errors_pass_too() -> None:
@@ -228,12 +230,13 @@ def test_sampling_goes_to_the_one_caller_that_declares_it_when_another_without_i
     assert out.clients() == {2}  # client 1 could never take it: it did not declare sampling
 
 
-def test_roots_asked_during_a_call_go_to_the_caller_not_to_a_more_recently_active_client() -> None:
+def test_a_servers_roots_list_is_answered_by_the_relay_with_the_roots_of_its_sessions_never_routed_to_a_client() -> None:
     d = running(1, 2)
     call(d, 1, 1)
-    d.ask(2, 1, "ping")  # client 2 is the most recently active, but has nothing in flight
+    d.ask(2, 1, "ping")
     out = d.server_says(request(60, "roots/list"))
-    assert out.clients() == {1}
+    assert out.clients() == set()
+    assert out.server == [result(60, ROOTS)]
 
 
 def test_sampling_is_refused_under_the_default_policy_when_two_clients_have_calls_in_flight() -> None:
@@ -269,19 +272,10 @@ def test_the_owner_of_the_related_task_wins_over_the_client_in_flight() -> None:
     assert out.clients() == {1}
 
 
-def test_roots_go_to_the_most_recently_active_client_that_declares_roots() -> None:
-    d = running(1, 2, 3, params={1: ROOTS_ONLY, 2: ROOTS_ONLY, 3: BARE_PARAMS})
-    d.ask(2, 1, "ping")
-    assert d.server_says(request(60, "roots/list")).clients() == {2}
-    d.ask(1, 1, "ping")
-    d.ask(3, 1, "ping")  # more recent, but declares no roots
-    assert d.server_says(request(61, "roots/list")).clients() == {1}
-
-
-def test_roots_are_refused_when_no_client_declares_them() -> None:
+def test_roots_are_refused_when_no_session_declares_them() -> None:
     d = running(1, params={1: BARE_PARAMS})
     out = d.server_says(request(60, "roots/list"))
-    assert out.visible() == [("server", {"jsonrpc": "2.0", "id": 60, "error": {"code": rpc.METHOD_NOT_FOUND, "message": "lazyd: no attached client provides roots"}})]
+    assert out.visible() == [("server", {"jsonrpc": "2.0", "id": 60, "error": {"code": rpc.METHOD_NOT_FOUND, "message": "lazyd: no session of this process provides roots"}})]
 
 
 def test_a_server_cancel_of_its_request_reaches_the_client_under_the_client_facing_id() -> None:

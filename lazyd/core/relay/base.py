@@ -82,13 +82,30 @@ class Used:
 
 
 @dataclass(frozen=True, slots=True)
+class WaitIdle:
+    """The server has read the answers to what it asked while starting (startup.py, settling):
+    the daemon tells the relay (`server_idle`) once the server's threads all sleep, so that what
+    it does with those answers is done before the first request; or after a bound."""
+
+
+@dataclass(frozen=True, slots=True)
+class SessionKey:
+    """A session's key is known (lazyd/core/sharing/roots.py, lazyd/core/relay/session_roots.py):
+    the daemon places it, then calls `RelayCore.release` (it stays on this process) or
+    `RelayCore.take` (it moves to a process whose sessions have its key)."""
+
+    cid: ClientId
+    key: str
+
+
+@dataclass(frozen=True, slots=True)
 class Note:
     """A decision worth a log line: methods, ids and reasons, never payloads."""
 
     text: str
 
 
-Action = ToClient | ToServer | WantServer | Ready | Abort | SnapshotChanged | Activity | Used | Note
+Action = ToClient | ToServer | WantServer | Ready | Abort | SnapshotChanged | Activity | Used | SessionKey | WaitIdle | Note
 
 
 @dataclass

@@ -47,6 +47,7 @@ from lazyd.core.relay.base import (
     forward,
 )
 from lazyd.core.relay.startup import Handshake
+from lazyd.core.relay.session_roots import RootsPart
 from lazyd.core.relay.shared import RelayShared
 from lazyd.core.relay.routing import ClientId, level_rank
 from lazyd.core.eras.stateless import StatelessEra
@@ -68,8 +69,9 @@ class ClientMessages:
     """Where each message from a client goes (see the module docstring)."""
 
     def __init__(self, core: ClientPort, shared: RelayShared, cache: StatelessCache, listen: ListenRelay, bridge: Bridge,
-                 handshake: Handshake, stateless: StatelessEra) -> None:
+                 handshake: Handshake, stateless: StatelessEra, roots: RootsPart) -> None:
         self.core = core
+        self.roots = roots
         self.shared = shared
         self.cache = cache
         self.listen = listen
@@ -100,6 +102,8 @@ class ClientMessages:
                 return [ToClient(cid, rpc.error_line(msg.id, rpc.INVALID_PARAMS, "Invalid params: unknown log level"), msg.id)]
             self.shared.routes.levels[cid] = level
             return [ToClient(cid, rpc.result_line(msg.id, {}), msg.id), *self.handshake.sync_level()]
+        if self.roots.needs_placing(cid):
+            return self.roots.hold(cid, msg)  # nothing of a session reaches a process before it is placed
         if self.core.phase is not Phase.READY:
             self.shared.queue.hold(cid, msg)
             return [WantServer(), Note(f"client {cid} {method} id={msg.id!r} queued until the server is ready")]
@@ -117,7 +121,7 @@ class ClientMessages:
     def _initialize(self, client: ClientState, msg: Message) -> list[Action]:
         assert msg.id is not None
         client.params = msg.params
-        out: list[Action] = []
+        out: list[Action] = self.roots.initialize(client.cid)
         if self.shared.snapshot.last_params != msg.params:
             self.shared.snapshot.last_params = msg.params
             out.append(SnapshotChanged())
@@ -151,6 +155,8 @@ class ClientMessages:
         if self.bridge.bridging():
             return self.bridge.listing(client, msg)
         if self.core.phase is Phase.READY and isinstance(msg.params.get("cursor"), str):
+            if self.roots.needs_placing(client.cid):
+                return self.roots.hold(client.cid, msg)
             # The relay never writes a cursor, but it forwards listings while a refresh runs: a
             # cursor is the server's, and only the server can give the pages after it.
             return forward(self.shared.routes, client.cid, msg)
@@ -166,6 +172,8 @@ class ClientMessages:
                 # The server does not advertise this listing: answer as a server without it would.
                 line = rpc.error_line(msg.id, rpc.METHOD_NOT_FOUND, f"Method not found: {msg.method}")
                 return [ToClient(client.cid, line, msg.id)]
+        if self.roots.needs_placing(client.cid):
+            return self.roots.hold(client.cid, msg)  # only the server can answer it
         if self.core.phase is Phase.READY:
             return forward(self.shared.routes, client.cid, msg)
         self.shared.queue.hold(client.cid, msg)
@@ -177,7 +185,9 @@ class ClientMessages:
         method = msg.method
         if method == "notifications/initialized":
             self.shared.clients[cid].initialized = True
-            return []  # swallowed: the relay sent its own when it replayed the handshake
+            return self.roots.initialized(cid)  # swallowed: the relay sent its own when it replayed the handshake
+        if method == "notifications/roots/list_changed":
+            return self.roots.list_changed(cid)  # the relay asks it again; the server hears of it if its roots change
         if method == "notifications/cancelled":
             request_id = msg.params.get("requestId")
             if not rpc.valid_id(request_id):
@@ -207,6 +217,9 @@ class ClientMessages:
 
     def response(self, cid: ClientId, msg: Message) -> list[Action]:
         assert msg.id is not None
+        learned = self.roots.answer(cid, msg)
+        if learned is not None:
+            return learned
         answered = self.bridge.input_answer(cid, msg)
         if answered is not None:
             return answered

@@ -47,7 +47,8 @@ phase; it holds parts, each with its own state and a narrow port back to it (doc
 | the stateless cache | stateless_cache.py | none (the snapshot is the cache) |
 | the listen hub | lazyd/core/eras/listen_relay.py, listen.py | client listen streams, the relay's own stream |
 | the bridge | bridge.py | input rounds of bridged handshake-era clients |
-| handshake start-up | lazyd/core/relay/startup.py | the live handshake, the server's log level and subscriptions |
+| handshake start-up | lazyd/core/relay/startup.py | the live handshake, the server's log level and subscriptions, the settling of a start |
+| sessions' roots | lazyd/core/relay/session_roots.py | each session's roots and key, its requests held until it is placed, the server's roots/list waiting for them |
 | the stateless era | stateless.py | whether a stateless start is under way |
 | client / server messages | lazyd/core/relay/client.py, lazyd/core/relay/server.py | none: they choose the part |
 """
@@ -72,6 +73,8 @@ from lazyd.core.relay.base import ClientState as ClientState
 from lazyd.core.relay.base import Note as Note
 from lazyd.core.relay.base import Phase as Phase
 from lazyd.core.relay.base import Ready as Ready
+from lazyd.core.relay.base import SessionKey as SessionKey
+from lazyd.core.relay.base import WaitIdle as WaitIdle
 from lazyd.core.relay.base import SnapshotChanged as SnapshotChanged
 from lazyd.core.relay.base import ToClient as ToClient
 from lazyd.core.relay.base import ToServer as ToServer
@@ -81,6 +84,7 @@ from lazyd.core.relay.base import WantServer as WantServer
 from lazyd.core.relay.client import ClientMessages
 from lazyd.core.relay.server import ServerMessages
 from lazyd.core.relay.startup import Handshake
+from lazyd.core.relay.session_roots import RootsPart, SessionRoots
 from lazyd.core.relay.shared import RelayShared
 from lazyd.core.relay.routing import ClientId, Routes, SamplingPolicy
 from lazyd.core.relay.session_meta import default_session_id
@@ -116,12 +120,13 @@ class RelayCore:
         self.cache = StatelessCache(self, shared)
         self.listen = ListenRelay(self, shared, self.cache)
         self.bridge = Bridge(self, shared, self.cache, self.listen)
-        self.handshake = Handshake(self, shared, self.cache)
+        self.roots = RootsPart(self, shared)
+        self.handshake = Handshake(self, shared, self.cache, self.roots)
         self.stateless = StatelessEra(self, shared, self.cache, self.listen, self.handshake)
         self.from_client = ClientMessages(self, shared, self.cache, self.listen, self.bridge, self.handshake,
-                                          self.stateless)
+                                          self.stateless, self.roots)
         self.from_server = ServerMessages(shared, sampling_policy, self.cache, self.listen, self.bridge,
-                                          self.handshake, self.stateless)
+                                          self.handshake, self.stateless, self.roots)
 
     # The shared data, read under the names the core's callers and tests know.
 
@@ -194,7 +199,8 @@ class RelayCore:
                 "clients": [c.to_state() for c in self.clients.values()], "queue": self.queue.to_state(),
                 "routes": self.routes.to_state(), "era": self.era.to_state(), "listings": self.listings.to_state(),
                 "listen": self.listen.hub.to_state(), "bridge": self.bridge.to_state(),
-                "handshake": self.handshake.to_state(), "stateless_starting": self.stateless.starting}
+                "handshake": self.handshake.to_state(), "stateless_starting": self.stateless.starting,
+                "roots": self.roots.to_state()}
 
     @classmethod
     def from_state(cls, state: object, name: str, snapshot: Snapshot, sampling_policy: SamplingPolicy = "refuse",
@@ -216,6 +222,10 @@ class RelayCore:
         core.bridge.restore(s.get("bridge"))
         core.handshake.restore(s.get("handshake"))
         core.stateless.starting = sc.flag(s.get("stateless_starting"), "stateless_starting")
+        if "roots" in s:
+            core.roots.restore(s["roots"])
+        else:  # a predecessor that knew no roots: its sessions were placed where they are
+            core.roots.sessions = {cid: SessionRoots(placed=True) for cid in core.clients}
         return core
 
     # ---- the ports the parts reach the core through ----------------------------------------------
@@ -272,7 +282,10 @@ class RelayCore:
                 client.params = msg.params
             elif isinstance(msg, Message) and msg.method == "notifications/initialized":
                 client.initialized = True
-        return [Note(f"client {cid} resumed its session")]
+        out: list[Action] = [Note(f"client {cid} resumed its session")]
+        if client.params is not None:
+            out.extend(self.roots.initialize(cid))  # its roots are asked when it next needs the server
+        return out
 
     def client_line(self, cid: ClientId, line: bytes, *, now: float, parsed: Message | Invalid | None = None) -> list[Action]:
         """`parsed`: `rpc.parse(line)` where the caller parsed it already (a hand-off session's
@@ -293,7 +306,8 @@ class RelayCore:
             return self.from_client.request(cid, msg)
         if msg.kind is Kind.NOTIFICATION:
             return self.from_client.notification(cid, msg)
-        return self.from_client.response(cid, msg)
+        # An answer to the server may be the last of its start's requests (startup.py: settle).
+        return [*self.from_client.response(cid, msg), *self.handshake.settle()]
 
     def detach(self, cid: ClientId, *, now: float) -> list[Action]:
         """A client left: cancel its requests upstream, answer the server's requests to it, and
@@ -320,8 +334,57 @@ class RelayCore:
         self.listings.drop_waiter(cid)
         self.bridge.forget_rounds(cid)
         del self.clients[cid]
+        out.extend(self.roots.left(cid))
         out.extend(self.handshake.sync_level())
+        out.extend(self.handshake.settle())
         return out
+
+    # ---- placing a session (session_roots.py) ----------------------------------------------------
+
+    def release(self, cid: ClientId, *, now: float) -> list[Action]:
+        """The daemon placed the session on this process (after a `SessionKey`): its held
+        requests go on."""
+        self.now = now
+        return [*self.roots.release(cid), *self.handshake.settle()]
+
+    def take(self, cid: ClientId, *, now: float) -> tuple[SessionRoots, list[bytes], list[Action]]:
+        """The daemon moves the session to another process before anything of it reached this one:
+        what that process's core adopts (its roots, its held requests as lines), and this core's
+        actions for its leaving (which the caller carries out, as for a detach)."""
+        known, held = self.roots.take(cid)
+        lines = [rpc.dumps(msg.obj) for msg in held]
+        return known, lines, self.detach(cid, now=now)
+
+    def adopt(self, cid: ClientId, params: JsonObj | None, known: SessionRoots, *, now: float) -> list[Action]:
+        """A session moved here from another process of its registration (`take`): its handshake
+        and roots are known, it is placed here. Its held requests follow as ordinary lines."""
+        self.now = now
+        client = self.clients[cid]
+        client.params = params
+        client.initialized = params is not None
+        self.roots.adopt(cid, known)
+        return [Note(f"client {cid} moved here: its roots fit this process"), *self.roots.roots_moved()]
+
+    def server_idle(self, *, now: float) -> list[Action]:
+        """The server's threads all sleep after a settling start (or the daemon stopped waiting):
+        the first request goes on."""
+        self.now = now
+        return self.handshake.idle()
+
+    def next_deadline(self) -> float | None:
+        """When the relay must be told the time (`tick`) even if nothing happens: a client's
+        answer to the relay's roots/list is overdue then (wall-clock seconds, as `now`)."""
+        return self.roots.next_deadline()
+
+    def tick(self, *, now: float) -> list[Action]:
+        self.now = now
+        return [*self.roots.overdue(now), *self.handshake.settle()]
+
+    def session_keys(self) -> set[str]:
+        """The keys of the sessions placed on this process (lazyd/core/sharing/roots.py); none for a
+        stateless-era process, which asks for roots within each request (the bridge: the session
+        that made the request answers), so roots keep no session from sharing it."""
+        return set() if self.lane == "stateless" else self.roots.keys()
 
     # ---- server events ---------------------------------------------------------------------------
 
@@ -363,6 +426,7 @@ class RelayCore:
         out.extend(self.queue.fail(message, self.clients))
         self.routes.process_gone()
         self.handshake.gone()
+        self.roots.gone()
         self.phase = Phase.DOWN
         out.extend(self.stateless.gone())
         # Rounds whose retry was in flight were just answered with the error above.

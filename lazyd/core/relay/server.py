@@ -10,8 +10,8 @@ it. The pages of a listing fetch go to the listing engine (listings.py), and a f
 to the era that made it: the live handshake (lazyd/core/relay/startup.py) or the stateless cache, whose drift
 is announced on the listen streams (lazyd/core/eras/listen_relay.py).
 
-Requests. `ping` is answered by the relay; `roots/list` goes to the most recently active client
-that declares roots; sampling and elicitation go where routing.py decides, and are refused when no
+Requests. `ping` is answered by the relay; so is `roots/list`, with the roots of the sessions this
+process serves (session_roots.py), never another client's; sampling and elicitation go where routing.py decides, and are refused when no
 client can take them or the chosen one did not declare the capability. Each routed request gets a
 fresh client-facing id, so that clients' answers can never collide.
 
@@ -33,6 +33,7 @@ from lazyd.core.relay.jsonrpc import Message
 from lazyd.core.relay.listings import PURPOSE_PREFIX
 from lazyd.core.relay.base import Action, Activity, Note, ToClient, ToServer
 from lazyd.core.relay.startup import Handshake
+from lazyd.core.relay.session_roots import RootsPart
 from lazyd.core.relay.shared import RelayShared
 from lazyd.core.relay.routing import (
     CALLBACK_CAPABILITY,
@@ -56,8 +57,9 @@ class ServerMessages:
     """Where each message from the server goes (see the module docstring)."""
 
     def __init__(self, shared: RelayShared, sampling_policy: SamplingPolicy, cache: StatelessCache, listen: ListenRelay,
-                 bridge: Bridge, handshake: Handshake, stateless: StatelessEra) -> None:
+                 bridge: Bridge, handshake: Handshake, stateless: StatelessEra, roots: RootsPart) -> None:
         self.shared = shared
+        self.roots = roots
         self.sampling_policy: SamplingPolicy = sampling_policy
         self.cache = cache
         self.listen = listen
@@ -127,6 +129,8 @@ class ServerMessages:
             return self.stateless.probe_answered(msg)
         if up.purpose == "probe-after":
             return self.stateless.probe_after_answered(msg)
+        if up.purpose == "settle":
+            return self.handshake.settled()
         if up.purpose == "listen":
             assert isinstance(msg.id, int)
             return self.listen.ended(msg.id, refused="error" in msg.obj)
@@ -153,37 +157,24 @@ class ServerMessages:
     def request(self, msg: Message) -> list[Action]:
         method = msg.method
         assert method is not None and msg.id is not None
+        self.handshake.server_asked()
         if method == "ping":
             return [ToServer(rpc.result_line(msg.id, {}))]
+        if method == "roots/list":
+            return self.roots.server_request(msg.id)  # the roots of the sessions this process serves
         needed = CALLBACK_CAPABILITY.get(method)
 
         def capable(cid: ClientId) -> bool:
             client = self.shared.clients.get(cid)
             return client is not None and (needed is None or client.declares(needed))
 
-        if method == "roots/list":
-            owners = [c for c in self.shared.clients.values() if c.declares("roots")]
-            if not owners:
-                return [ToServer(rpc.error_line(msg.id, rpc.METHOD_NOT_FOUND, "lazyd: no attached client provides roots")),
-                        Note("roots/list refused: no client declares roots")]
-            # Asked during a call: the caller's roots, as a direct connection gives; else (a server
-            # asking on its own, or several calls in flight) the most recently active client's.
-            busy = {cid for _, cid in self.shared.routes.callback_candidates() if capable(cid)}
-            if len(busy) == 1:
-                target: ClientId | None = busy.pop()
-                reason = "the only client declaring roots with a callback-capable request in flight"
-            else:
-                target = max(owners, key=lambda c: c.last_active).cid
-                reason = "most recently active client that declares roots"
-        else:
-            target, reason = choose_callback_target(self.shared.routes, msg.params, self.sampling_policy, capable)
-            if target is None:
-                line = rpc.error_line(msg.id, rpc.METHOD_NOT_FOUND, f"lazyd: cannot route {method}: {reason}")
-                return [ToServer(line), Note(f"{method} refused: {reason}")]
-            if needed is not None and not self.shared.clients[target].declares(needed):
-                line = rpc.error_line(msg.id, rpc.METHOD_NOT_FOUND, f"lazyd: the client of this request does not support {needed}")
-                return [ToServer(line), Note(f"{method} refused: client {target} did not declare {needed}")]
-        assert target is not None
+        target, reason = choose_callback_target(self.shared.routes, msg.params, self.sampling_policy, capable)
+        if target is None:
+            line = rpc.error_line(msg.id, rpc.METHOD_NOT_FOUND, f"lazyd: cannot route {method}: {reason}")
+            return [ToServer(line), Note(f"{method} refused: {reason}")]
+        if needed is not None and not self.shared.clients[target].declares(needed):
+            line = rpc.error_line(msg.id, rpc.METHOD_NOT_FOUND, f"lazyd: the client of this request does not support {needed}")
+            return [ToServer(line), Note(f"{method} refused: client {target} did not declare {needed}")]
         down_id = self.shared.routes.take_down_id()
         self.shared.routes.downstream[(target, down_id)] = Downstream(msg.id, method)
         elicitation_id = msg.params.get("elicitationId")

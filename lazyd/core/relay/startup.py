@@ -16,6 +16,15 @@ merged entry replaces the snapshot's if it differs, each listing that drifted fr
 were served sends its `list_changed` to every initialized client, the phase becomes READY, and the
 queue is handled again in arrival order.
 
+Settling. A server that asked its clients something while starting (filesystem's `roots/list`
+at `initialized`) gets its answers before the first request: when the listings are in, the queue
+waits until nothing the server asked is unanswered (a `roots/list` waiting for the roots of the
+session being placed: session_roots.py; a request routed to a client), then for a `ping` round
+trip (the server has read the answers), then for the daemon's word that the server's threads
+sleep (`WaitIdle`, then `idle`: what it does with them is done; the daemon bounds that wait).
+Only then is the phase READY and the queue handled. The start's `Ready` comes then too, so
+`start_timeout` bounds the settling as well.
+
 Change notifications. A `list_changed` during the refresh fetches again what this start already
 fetched (the fetches still pending will see the change); in READY it refreshes the listing and
 passes the notification on even when the content turns out unchanged: the server said it changed.
@@ -44,10 +53,12 @@ from lazyd.core.relay.base import (
     SnapshotChanged,
     ToClient,
     ToServer,
+    WaitIdle,
     forward,
     internal,
 )
 from lazyd.core.relay.shared import RelayShared
+from lazyd.core.relay.session_roots import RootsPart
 from lazyd.core.relay.routing import ClientId
 from lazyd.core.sharing.modes import declares_session_aware
 from lazyd.core.eras.stateless_cache import StatelessCache
@@ -69,19 +80,26 @@ class HandshakePort(Protocol):
 class Handshake:
     """The live handshake of one server instance and its start-up (see the module docstring)."""
 
-    def __init__(self, core: HandshakePort, shared: RelayShared, cache: StatelessCache) -> None:
+    def __init__(self, core: HandshakePort, shared: RelayShared, cache: StatelessCache, roots: RootsPart) -> None:
         self.core = core
         self.shared = shared
         self.cache = cache
+        self.roots = roots
         self.instance: HandshakeEntry | None = None  # the live process's handshake and listings
         self.initial_refresh = False  # the refresh under way is the start's (READY when it is in)
         self.upstream_level: str | None = None  # the log level the server was last set to
         self.upstream_subs: set[str] = set()  # the uris the server was subscribed to
+        # The settling of a start (module docstring): the server asked something of its clients
+        # while starting; the listings are in and the queue waits for those answers, then a ping.
+        self.asked_at_start = False
+        self.settling = False
+        self.settle_sent = False
 
     def to_state(self) -> JsonObj:
         instance = self.instance
         return {"instance": None if instance is None else instance.to_json(), "initial_refresh": self.initial_refresh,
-                "upstream_level": self.upstream_level, "upstream_subs": sorted(self.upstream_subs)}
+                "upstream_level": self.upstream_level, "upstream_subs": sorted(self.upstream_subs),
+                "settle": [self.asked_at_start, self.settling, self.settle_sent]}
 
     def restore(self, value: object) -> None:
         s = sc.obj(value, "handshake")
@@ -90,6 +108,10 @@ class Handshake:
         self.initial_refresh = sc.flag(s.get("initial_refresh"), "handshake.initial_refresh")
         self.upstream_level = sc.opt_text(s.get("upstream_level"), "handshake.upstream_level")
         self.upstream_subs = {sc.text(u, "subscribed uri") for u in sc.items(s.get("upstream_subs"), "handshake.upstream_subs")}
+        asked, settling, sent = sc.items(s.get("settle", [False, False, False]), "handshake.settle")
+        self.asked_at_start = sc.flag(asked, "handshake.settle")
+        self.settling = sc.flag(settling, "handshake.settle")
+        self.settle_sent = sc.flag(sent, "handshake.settle")
 
     # ---- replay ----------------------------------------------------------------------------------
 
@@ -200,12 +222,52 @@ class Handshake:
                        for cid, c in sorted(self.shared.clients.items()) if c.initialized)
         if self.initial_refresh:
             self.initial_refresh = False
-            self.core.phase = Phase.READY
-            out.extend(self.core.probe_unanswered())
-            out.append(Ready())
-            for cid, msg in self.shared.queue.take():
-                if cid in self.shared.clients:
-                    out.extend(self.core.dispatch(cid, msg) if msg.kind is Kind.REQUEST else [])
+            if self.asked_at_start:
+                self.settling = True
+                out.append(Note("the server asked its clients something while starting: the first request waits for the answers"))
+                out.extend(self.settle())
+            else:
+                out.extend(self._ready())
+        return out
+
+    # ---- settling: the server's own requests at start answered first ---------------------------
+
+    def server_asked(self) -> None:
+        """The server sent a request (roots/list, ping, sampling...); during the start it is one
+        of the start's own, which the first forwarded request waits for."""
+        if self.core.phase in (Phase.HANDSHAKE, Phase.REFRESH):
+            self.asked_at_start = True
+
+    def settle(self) -> list[Action]:
+        """While settling: once nothing the server asked waits for an answer (a roots/list waiting
+        for a session's roots, a request routed to a client), a `ping` round trip, so the server
+        has read those answers before the first request (its answer: `settled`)."""
+        if not self.settling or self.settle_sent or self.roots.deferred or self.shared.routes.downstream:
+            return []
+        self.settle_sent = True
+        return [internal(self.shared.routes, "ping", None, "settle"),
+                Note("the server's requests at start are answered: a ping, so it has read them before the first request")]
+
+    def settled(self) -> list[Action]:
+        """The server answered the settling ping (an error is an answer too): it has read every
+        answer; the daemon waits for it to be done with them (`idle`)."""
+        if not self.settling:
+            return []
+        return [WaitIdle()]
+
+    def idle(self) -> list[Action]:
+        """The server went idle after the settling ping, or the daemon's bound passed."""
+        if not self.settling or not self.settle_sent:
+            return []
+        return self._ready()
+
+    def _ready(self) -> list[Action]:
+        self.settling = self.settle_sent = self.asked_at_start = False
+        self.core.phase = Phase.READY
+        out: list[Action] = [*self.core.probe_unanswered(), Ready()]
+        for cid, msg in self.shared.queue.take():
+            if cid in self.shared.clients:
+                out.extend(self.core.dispatch(cid, msg) if msg.kind is Kind.REQUEST else [])
         return out
 
     def list_changed(self, notification: str) -> list[Action]:
@@ -276,6 +338,7 @@ class Handshake:
 
     def gone(self) -> None:
         """The process ended: its handshake, log level and subscriptions with it."""
+        self.settling = self.settle_sent = self.asked_at_start = False
         self.upstream_subs.clear()
         self.upstream_level = None
         self.instance = None

@@ -6,6 +6,9 @@ session has waited; the daemon (lazyd/daemon/sessions/sharing_gate.py) carries t
 - `shared` and `session-aware`: the registration's process (BASE).
 - `isolated`: a process of its own (OWN): the registration's process when no session holds it,
   else a free private instance, else a new one.
+- sessions whose compatibility keys differ (their roots: lazyd/core/sharing/roots.py) never share
+  a process, whatever the mode: a session whose key is not that of the sessions on the
+  registration's process gets one of its own (OWN).
 - undecided (never run, nothing declared, not a known server): the first session takes the
   registration's process, so its start can list the tools; a second session that arrives while
   the process is taken WAITs, up to `bound_s`, for that start to decide. Past the bound it gets
@@ -42,10 +45,14 @@ class JoinChoice:
 
 
 def join(decision: SharingDecision, *, base_taken: bool, waited_s: float, bound_s: float,
-         started: bool = False, starting: bool = True, grace_s: float = 0.0) -> JoinChoice:
-    """Where a session goes (see the module docstring)."""
+         started: bool = False, starting: bool = True, grace_s: float = 0.0, key_conflict: bool = False) -> JoinChoice:
+    """Where a session goes (see the module docstring). `key_conflict`: the sessions on the
+    registration's process have another compatibility key than this one (their roots differ:
+    lazyd/core/sharing/roots.py), which no sharing mode overrides."""
     if decision.mode == "isolated":
         return JoinChoice(Join.OWN, decision.rule)
+    if key_conflict:
+        return JoinChoice(Join.OWN, "its own process: its roots differ from those of the sessions sharing one")
     if decision.mode is not None:
         return JoinChoice(Join.BASE, decision.rule)
     if not base_taken:

@@ -21,7 +21,7 @@ from lazyd.core.cache import LISTINGS, HandshakeEntry, Snapshot
 from lazyd.durations import format_duration
 from lazyd.core.eras.policy import Era, Kind, facts_of
 from lazyd.core.eras.versions import CLIENT_CAPABILITIES_META, CLIENT_INFO_META, FIRST_STATELESS_VERSION
-from lazyd.core.relay.jsonrpc import METHOD_NOT_FOUND, notification_line, request_line
+from lazyd.core.relay.jsonrpc import METHOD_NOT_FOUND, error_line, notification_line, request_line
 from lazyd.daemon.control import progress
 from lazyd.daemon.process.child import ChildProcess, spawn
 from lazyd.daemon.sessions.registry import Registry
@@ -182,6 +182,17 @@ class IsolatedCheck:
                 self.answers[int(action.done)] = answer
                 if action.done == _INITIALIZE_ID and "result" in answer:
                     self._feed(self.core.client_line(CHECK_CID, notification_line("notifications/initialized"), now=time.time()))
+            elif isinstance(action, rl.ToClient) and b'"roots/list"' in action.line:
+                # The relay asks the check's session for its roots (session_roots.py): a check has
+                # none to give, and says so; the server is then given no roots.
+                asked = json.loads(action.line)
+                if asked.get("method") == "roots/list" and "id" in asked:
+                    refusal = error_line(asked["id"], METHOD_NOT_FOUND, "lazyctl check has no roots")
+                    self._feed(self.core.client_line(CHECK_CID, refusal, now=time.time()))
+            elif isinstance(action, rl.SessionKey):
+                self._feed(self.core.release(CHECK_CID, now=time.time()))  # one session: it stays
+            elif isinstance(action, rl.WaitIdle):
+                self._feed(self.core.server_idle(now=time.time()))  # a check reads listings only: no need to wait
             elif isinstance(action, rl.Ready):
                 self.ready = True
             elif isinstance(action, rl.Abort):

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 import os
+from collections.abc import Callable
 from typing import Protocol
 
 from lazyd.core.hub import tools as ht
@@ -51,9 +52,14 @@ class CallOwner(Protocol):
 class ProxiedCall:
     """One `call_tool`: an internal session on the server's runtime for the call's duration."""
 
-    def __init__(self, hub: CallOwner, runtime: ServerRuntime, rid: JsonId, lanes: EraLanes | None) -> None:
+    def __init__(self, hub: CallOwner, runtime: ServerRuntime, rid: JsonId, lanes: EraLanes | None,
+                 place: Callable[[ProxiedCall, str], None] | None = None) -> None:
         self.hub = hub
         self.runtime = runtime
+        # Where the internal session goes once its key (its roots) is known: the hub session's
+        # seats decide (seats.py); it may move the session to another process before its call
+        # reached this one. None: it stays.
+        self.place = place
         self.lanes = lanes  # the registration's processes by era, if it has a lane table
         self.rid = rid
         self.cid = next(_internal_cids)
@@ -73,6 +79,9 @@ class ProxiedCall:
         call_params: JsonObj = {"name": tool, "arguments": arguments}
         if rpc.valid_id(token):
             call_params["_meta"] = {"progressToken": token}
+        if self.place is not None:
+            place = self.place
+            runtime.placers[self.cid] = lambda cid, key: place(self, key)
         runtime.attach(self.inbox, [])
         self.hub.call_started(self)
         try:
@@ -86,7 +95,7 @@ class ProxiedCall:
             why = "the hub fell behind reading it" if self.overflowed else "it was removed or restarted by a config reload"
             return ht.error_result(f"lazyd hub: the call to {runtime.name} ended without an answer: {why}")
         finally:
-            runtime.detach(self.cid)
+            self.runtime.detach(self.cid)  # where it is now: a move may have taken it elsewhere
             self.hub.call_ended(self)
 
     def _line(self, line: bytes) -> bytes | None:

@@ -12,7 +12,10 @@ false` instances are private to their session and are not shown).
 - `get_tool_schema` answers from the cache too, and wakes a sleeping server in the background:
   a call is likely to follow.
 - `call_tool` is one `ProxiedCall` (lazyd/daemon/hub/call.py): an internal session attached to the
-  server's runtime exactly like a shim's. The relay core does the rest as for any client: answers
+  server's runtime exactly like a shim's: the registration's process for a shared server, else
+  the process this hub session holds of it, joined through the sharing gate like a shim's session
+  and kept until the hub session ends (lazyd/daemon/hub/seats.py), so that a hub session and
+  another session never see each other's state. The relay core does the rest as for any client: answers
   the handshake from cache, queues the call and starts the server, fails it after the start
   timeout, rewrites ids and progress tokens. Whatever the server sends that session during the
   call comes back to the hub's client: progress (already under the caller's token), log messages,
@@ -51,6 +54,9 @@ from lazyd.core.policy import ToolPolicy, Verdict
 from lazyd.core.relay.core import Phase
 from lazyd.daemon.runtime.era_lanes import EraLanes
 from lazyd.daemon.hub.call import ProxiedCall
+from lazyd.daemon.hub.seats import Seats
+from lazyd.core.sharing.modes import SharingDecision
+from lazyd.daemon.sessions.sharing_gate import SharingGate
 from lazyd.daemon.runtime.outbox import Outbox
 from lazyd.daemon.runtime.supervisor import ServerRuntime
 from lazyd.daemon.control.wake_sleep import sleep_and_wait, wake_and_wait
@@ -69,10 +75,15 @@ class ServerDirectory(Protocol):
     runtimes: dict[str, ServerRuntime]
     identities: dict[str, Identity]
     nursery: trio.Nursery
+    gate: SharingGate
 
     def is_second_lane(self, digest: str) -> bool: ...
 
     def lanes_for(self, runtime: ServerRuntime) -> EraLanes | None: ...
+
+    def sharing(self, runtime: ServerRuntime) -> SharingDecision: ...
+
+    def digest_of(self, runtime: ServerRuntime) -> str: ...
 
 HUB_NAME = "hub"  # the session name in the welcome frame and in logs
 
@@ -110,6 +121,8 @@ class HubSession:
         # `lazyd-hub-ask-N`, apart from the routes' integer ids): id -> (the answer, its arrival).
         self._asks: dict[str, tuple[list[JsonObj], trio.Event]] = {}
         self._next_ask = 0
+        # The processes this hub session holds of servers that must not be shared (seats.py).
+        self.seats = Seats(registry)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         with self._scope:
@@ -119,8 +132,10 @@ class HubSession:
                 await trio.sleep_forever()
 
     def detach(self, cid: int) -> None:
-        """The client left: every call is cancelled, which detaches its internal session."""
+        """The client left: every call is cancelled, which detaches its internal session, and its
+        seats are let go."""
         self._scope.cancel()
+        self.seats.release()
         self.session.close()
         log.info("hub session %d closed", cid)
 
@@ -388,8 +403,37 @@ class HubSession:
         if verdict.decision == "deny":
             log.info("policy: %s.%s: deny by %s (hub call)", runtime.name, call.tool, verdict.reason())
             return ht.error_result(gate.denied_text(runtime.name, call.tool, verdict))
-        log.info("hub: calling %s.%s", runtime.name, call.tool)
-        return await ProxiedCall(self, runtime, rid, self.registry.lanes_for(runtime)).run(call.tool, call.arguments, token)
+        # A server that must not be shared is called in this hub session's own process (seats.py).
+        target = await self.seats.runtime_for(runtime)
+        log.info("hub: calling %s.%s", target.name, call.tool)
+        proxied = ProxiedCall(self, target, rid, self.registry.lanes_for(target),
+                              place=lambda c, key: self._spawn_place(c, runtime, key))
+        return await proxied.run(call.tool, call.arguments, token)
+
+    def _spawn_place(self, call: ProxiedCall, base: ServerRuntime, key: str) -> None:
+        """A call's internal session has its key: place it (seats.py), moving it if it must."""
+        assert self._nursery is not None
+        self._nursery.start_soon(self._place, call, base, key)
+
+    async def _place(self, call: ProxiedCall, base: ServerRuntime, key: str) -> None:
+        on = call.runtime
+        target = await self.seats.place(base, on, key)
+        if target is on:
+            on.release(call.cid)
+            return
+        lanes = self.registry.lanes_for(target)
+        if lanes is not None:
+            target, _ = await lanes.get("handshake")
+        if call.runtime is not on or call.cid not in on.sessions:
+            return  # the call ended meanwhile (the hub session holds the process it got)
+        params = on.core.clients[call.cid].params if call.cid in on.core.clients else None
+        taken = on.take(call.cid)
+        if taken is None:
+            return
+        known, held = taken
+        call.runtime = target
+        target.placers[call.cid] = lambda cid, key: self._spawn_place(call, base, key)
+        target.adopt(call.inbox, params, known, held)
 
     async def _wake(self, call: ht.MetaCall) -> JsonObj:
         runtime = self._lookup(call.server)

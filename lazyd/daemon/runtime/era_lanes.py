@@ -60,10 +60,17 @@ class EraLanes:
         self.on_change: Callable[[], None] = lambda: None  # the registry's status signal (changes.py)
         # A session left one of these runtimes (the registry stops a process of a session's own).
         self.on_detach: Callable[[ServerRuntime], None] = lambda runtime: None
+        # Where a session of this registration goes once its compatibility key is known (its
+        # roots: lazyd/core/sharing/roots.py), given the primary runtime it is on: that runtime
+        # (it stays) or another (the registry's sharing gate decides; by default it stays).
+        self.place: Callable[[ServerRuntime, str], Awaitable[EraLanes]] = self._stay
         # A share = false instance being created for a session: taken from the moment it exists
         # (its start awaits) until that session's route counts in `pending`, so a second session
         # opened meanwhile never takes it for a free one.
         self.reserved = False
+
+    async def _stay(self, runtime: ServerRuntime, key: str) -> EraLanes:
+        return self
 
     @property
     def pending(self) -> int:
@@ -139,9 +146,15 @@ class EraRoute:
         self._held: list[bytes] = held if held is not None else []
         self._nursery = nursery
         self._choosing: trio.Event | None = None  # set once a lane being opened has been joined
+        self._moving: trio.Event | None = None  # set once a move to another process is over (`_move`)
+        self._era: Era = "handshake"  # the era of its first request, for a lane elsewhere after a move
         self._gone = False
         if attached is not None:
             attached.sessions[session.cid] = session  # its relay core knows the client already
+            attached.placers[session.cid] = self._placed
+            waiting = attached.core.roots.sessions.get(session.cid)
+            if waiting is not None and waiting.key is not None and not waiting.placed:
+                self._placed(session.cid, waiting.key)  # its predecessor was placing it: place it again
             return
         lanes.pending += 1
         lanes.reserved = False  # this route holds the instance now
@@ -162,7 +175,7 @@ class EraRoute:
         """What an upgrade carries of this route: the lane it is attached to (None: no request
         chose one yet) and, until one did, the resumed and held lines it keeps for it. None while
         it cannot be carried: a lane is being opened for it, or its session is gone."""
-        if self._choosing is not None or self._gone:
+        if self._choosing is not None or self._moving is not None or self._gone:
             return None
         if self.runtime is not None:
             return self.runtime, [], []
@@ -172,6 +185,9 @@ class EraRoute:
 
     def client_line(self, cid: int, line: bytes, parsed: Message | Invalid | None = None) -> None:
         """`parsed`: `rpc.parse(line)`, where the caller parsed it already."""
+        if self._moving is not None:
+            self._held.append(line)  # the connection waits for room before sending more
+            return
         if self.runtime is not None:
             self.runtime.client_line(cid, line, parsed)
             return
@@ -191,11 +207,15 @@ class EraRoute:
         self._choose(client_era(msg.method, msg.params), line)
 
     def has_room(self) -> bool:
+        if self._moving is not None:
+            return False
         if self.runtime is not None:
             return self.runtime.has_room()
         return self._choosing is None
 
     async def wait_for_room(self) -> None:
+        if self._moving is not None:
+            await self._moving.wait()
         if self._choosing is not None:
             await self._choosing.wait()
         if self.runtime is not None:
@@ -215,6 +235,7 @@ class EraRoute:
     # ---- choosing ------------------------------------------------------------------------------
 
     def _choose(self, era: Era, line: bytes | None) -> None:
+        self._era = era
         if line is not None:
             self._held.append(line)
         if self.lanes.primary.closing:
@@ -245,7 +266,58 @@ class EraRoute:
         self.runtime = runtime
         self.lanes.pending -= 1
         log.info("[%s] session %d: %s lane (%s)", runtime.name, self.session.cid, runtime.core.lane, reason)
+        runtime.placers[self.session.cid] = self._placed
         runtime.attach(self.session, self._resume)
         held, self._held = self._held, []
         for line in held:
-            runtime.client_line(self.session.cid, line)
+            runtime.client_line(self.session.cid, line)  # a request the session must not send yet waits in the relay
+
+    # ---- placing: the session's key is known (lazyd/core/relay/session_roots.py) ----------------
+
+    def _placed(self, cid: int, key: str) -> None:
+        """The relay knows the session's key: it stays where it is when every other session there
+        has that key (at once, the common case), else it moves (the gate finds its process)."""
+        runtime = self.runtime
+        assert runtime is not None
+        others = {k for r in self.lanes.runtimes for k in r.core.session_keys()}
+        # A stateless-era process asks for roots within each request, through the bridge: the
+        # session that made it answers, so roots keep no session from sharing it.
+        stateless = runtime.core.lane == "stateless"
+        if stateless or not others - {key} or self._moving is not None:
+            runtime.release(cid)
+            return
+        self._moving = trio.Event()  # its lines wait here meanwhile
+        self._nursery.start_soon(self._move, runtime, key)
+
+    async def _move(self, runtime: ServerRuntime, key: str) -> None:
+        assert self._moving is not None
+        cid = self.session.cid
+        try:
+            lanes = await self.lanes.place(self.lanes.primary, key)
+            if lanes is self.lanes:
+                runtime.release(cid)
+                return
+            target, _ = await lanes.get(self._era)
+            if self._gone or self.runtime is not runtime:
+                lanes.reserved = False  # the session left meanwhile: nobody holds the new instance
+                return
+            params = runtime.core.clients[cid].params if cid in runtime.core.clients else None
+            taken = runtime.take(cid)
+            if taken is None:
+                return
+            known, held = taken
+            self.lanes.on_detach(runtime)
+            self.lanes = lanes
+            lanes.reserved = False  # this route holds the instance now
+            self.runtime = target
+            target.placers[cid] = self._placed
+            log.info("[%s] session %d: moved to %s (its roots differ from those of the sessions on %s)",
+                     runtime.name, cid, target.name, runtime.name)
+            target.adopt(self.session, params, known, held)
+        finally:
+            moving, self._moving = self._moving, None
+            moving.set()
+        lines, self._held = self._held, []
+        for line in lines:
+            if self.runtime is not None:
+                self.runtime.client_line(cid, line)

@@ -46,13 +46,15 @@ from lazyd.core.lifecycle import machine as lc
 from lazyd.core.relay import core as rl
 from lazyd.core.cache import Snapshot
 from lazyd.core.relay.handshake_defaults import unattended_params
-from lazyd.core.relay.jsonrpc import Invalid, Message
+from lazyd.core.relay.jsonrpc import Invalid, JsonObj, Message
+from lazyd.core.relay.session_roots import SessionRoots
 from lazyd.core.hub.catalog import cached_tools
 from lazyd.core.memory import MemoryLimit, Park, Restart, Verdict
 from lazyd.core.policy import ToolPolicy
 from lazyd.daemon.runtime.cache_saver import CacheSaver
 from lazyd.daemon.runtime.cache_store import CacheStore
 from lazyd.daemon.runtime.outbox import Outbox
+from lazyd.daemon.process.idle import wait_idle
 from lazyd.daemon.process.predicate import run_predicate
 from lazyd.daemon.process.child import ChildProcess, spawn
 from lazyd.daemon.upgrade.adopted import HandedProcess, adopt_child
@@ -83,6 +85,7 @@ class ServerRuntime:
         self.store = store
         self.proc: ChildProcess | None = None
         self.sessions: dict[int, Outbox] = {}
+        self.placers: dict[int, Callable[[int, str], None]] = {}  # who places a session (era_lanes.py)
         self.on_children_changed = on_children_changed
         self.gate: LineGate | None = None  # installed by the registry
         self._nursery: trio.Nursery | None = None
@@ -158,11 +161,19 @@ class ServerRuntime:
             else:
                 self._life(self.life.boot(trio.current_time()))
             while True:
-                deadline = self._waiting_for = self.life.next_deadline()
+                deadline = self._waiting_for = self._next_deadline()
                 with trio.move_on_at(deadline if deadline is not None else math.inf):
                     await self._poke.wait()
                 self._poke = trio.Event()
                 self._life(self.life.tick(trio.current_time()))
+                self._relay(self.core.tick(now=time.time()))  # a client's overdue roots (session_roots.py)
+
+    def _next_deadline(self) -> float | None:
+        """The lifecycle's next deadline, or the relay's (wall-clock, session_roots.py) if sooner."""
+        due = [d for d in (self.life.next_deadline(),) if d is not None]
+        if (relay_due := self.core.next_deadline()) is not None:
+            due.append(trio.current_time() + max(0.0, relay_due - time.time()))
+        return min(due, default=None)
 
     async def shutdown(self) -> None:
         """Stop the process by the ladder (daemon exit). Bounded by the ladder's own deadlines.
@@ -204,7 +215,35 @@ class ServerRuntime:
             self._relay(self.core.client_line(cid, line, now=time.time(), parsed=parsed))
             self._load()
 
+    # ---- placing a session once its key is known (lazyd/core/relay/session_roots.py) -------------
+
+    def release(self, cid: int, key: str = "") -> None:
+        """The session stays here (whatever its key): its held requests go on."""
+        if cid in self.sessions:
+            self._relay(self.core.release(cid, now=time.time()))
+            self._load()
+
+    def take(self, cid: int) -> tuple[SessionRoots, list[bytes]] | None:
+        """The session moves away: what the other runtime's `adopt` takes (None: it is gone)."""
+        self.placers.pop(cid, None)
+        if self.sessions.pop(cid, None) is None:
+            return None
+        if self.gate is not None:
+            self.gate.detach(cid)
+        known, held, actions = self.core.take(cid, now=time.time())
+        self._relay(actions)
+        self._load()
+        return known, held
+
+    def adopt(self, session: Outbox, params: JsonObj | None, known: SessionRoots, held: list[bytes]) -> None:
+        """A session moved here from another runtime of its registration (`take`)."""
+        self.attach(session, [])
+        self._relay(self.core.adopt(session.cid, params, known, now=time.time()))
+        for line in held:
+            self.client_line(session.cid, line)
+
     def detach(self, cid: int) -> None:
+        self.placers.pop(cid, None)
         session = self.sessions.pop(cid, None)
         if session is None:
             return
@@ -290,6 +329,10 @@ class ServerRuntime:
                 self._saver.want()
             elif isinstance(action, rl.Abort):
                 self._kill(action.reason)
+            elif isinstance(action, rl.WaitIdle) and (proc := self.proc) is not None and self._nursery is not None:
+                self._nursery.start_soon(wait_idle, proc.pgid, proc.pid, lambda: proc is self.proc, self._idle)
+            elif isinstance(action, rl.SessionKey):  # its route places it; a session nobody places stays
+                self.placers.get(action.cid, self.release)(action.cid, action.key)
             elif isinstance(action, rl.Note):
                 log.info("[%s] %s", self.name, action.text)
 
@@ -328,7 +371,7 @@ class ServerRuntime:
         # waking it per message would cost a task switch on the relay's hot path. A deadline that
         # moved later (an idle timeout pushed back by each request) is found when the loop wakes at
         # the old one, whose tick then has nothing to do.
-        deadline = self.life.next_deadline()
+        deadline = self._next_deadline()
         if deadline is not None and (self._waiting_for is None or deadline < self._waiting_for):
             self._poke.set()
         changed = self._changed
@@ -336,6 +379,11 @@ class ServerRuntime:
             self._changed = None
             changed.set()
         self.on_change()
+
+    def _idle(self) -> None:
+        """The server is done with its answers after a settling start (idle.py)."""
+        self._relay(self.core.server_idle(now=time.time()))
+        self._load()
 
     async def wait_changed(self) -> None:
         """Until the next lifecycle input has been carried out: its state, process, failure

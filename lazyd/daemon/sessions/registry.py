@@ -239,6 +239,7 @@ class Registry:
         lanes.reserved = bool(identity.instance.startswith(PRIVATE_INSTANCE))
         lanes.on_change = self.changes.note
         lanes.on_detach = self.gate.detached
+        lanes.place = self.gate.place
         self.lane_of[digest] = digest
         await self.nursery.start(runtime.run)
         self.changes.note()  # a new row
@@ -480,6 +481,7 @@ class Registry:
                     lanes = self.lanes[key] = EraLanes(runtime, partial(self._open_lane, key))
                     lanes.reserved = reserved
                     lanes.on_detach = self.gate.detached
+                    lanes.place = self.gate.place
                     lanes.on_change = self.changes.note
                 else:
                     self.lanes[primary].runtimes.append(runtime)

@@ -75,6 +75,9 @@ class SharingGate:
         self._served: weakref.WeakSet[ServerRuntime] = weakref.WeakSet()  # a session used their process
         # What a runtime's latest session joined it under (status: the rule that put it there).
         self.joined: weakref.WeakKeyDictionary[ServerRuntime, JoinChoice] = weakref.WeakKeyDictionary()
+        # How a session that joined a runtime joins again once its key is known (`place`).
+        self._rejoin: weakref.WeakKeyDictionary[ServerRuntime, tuple[ServerRuntime, Identity, Mapping[str, str], Policy]] = (
+            weakref.WeakKeyDictionary())
 
     def fresh(self, runtime: ServerRuntime) -> bool:
         """Free, and holding no session's state: no process, or one no session has used."""
@@ -83,9 +86,27 @@ class SharingGate:
         down = runtime.proc is None and runtime.life.state not in PROCESS_STATES
         return down or runtime not in self._served
 
+    async def place(self, runtime: ServerRuntime, key: str) -> EraLanes:
+        """Where a session on `runtime` (the primary of its lanes) goes once its compatibility key
+        is known (lazyd/core/sharing/roots.py): the lanes of `runtime` itself when every other
+        session placed there has that key, else those of the process the join gives a session of
+        that key."""
+        lanes = self.registry.lanes_for(runtime)
+        assert lanes is not None
+        keys = {k for r in lanes.runtimes for k in r.core.session_keys()}
+        joined = self._rejoin.get(runtime)
+        if not keys - {key} or joined is None:
+            return lanes
+        base_runtime, base, env, policy = joined
+        log.info("[%s] a session's roots differ from those of the sessions on it: placing it elsewhere", runtime.name)
+        target = self.registry.lanes_for(await self.join(base_runtime, base, env, policy, key=key))
+        assert target is not None
+        return target
+
     async def join(self, base_runtime: ServerRuntime, base: Identity, env: Mapping[str, str],
-                   policy: Policy) -> ServerRuntime:
-        """The runtime a new session of this registration attaches to (see the module docstring)."""
+                   policy: Policy, key: str | None = None) -> ServerRuntime:
+        """The runtime a new session of this registration attaches to (see the module docstring);
+        `key`: the session's compatibility key, where it is known."""
         registry = self.registry
         started = trio.current_time()
         bound = min(UNDECIDED_WAIT_S, policy.start_timeout_s)
@@ -94,8 +115,10 @@ class SharingGate:
             decision = registry.decide(base_runtime.config.digest, policy.share, base.argv)
             elapsed = trio.current_time() - started
             states = self._states(base_runtime)
+            base_keys = {k for r in self._lanes_of(base_runtime) for k in r.core.session_keys()}
             choice = join(decision, base_taken=registry.in_use(base_runtime), waited_s=elapsed, bound_s=bound,
-                          started=State.RUNNING in states, starting=State.STARTING in states, grace_s=START_GRACE_S)
+                          started=State.RUNNING in states, starting=State.STARTING in states, grace_s=START_GRACE_S,
+                          key_conflict=key is not None and bool(base_keys - {key}))
             if choice.join is not Join.WAIT:
                 break
             waited = elapsed
@@ -115,8 +138,19 @@ class SharingGate:
             if lanes is not None:
                 lanes.reserved = True  # taken until the session's route counts (era_lanes.py)
         self.joined[runtime] = choice
+        self._rejoin[runtime] = (base_runtime, base, env, policy)
         self._served.add(runtime)
         return runtime
+
+    def join_args(self, runtime: ServerRuntime) -> tuple[ServerRuntime, Identity, Mapping[str, str], Policy] | None:
+        """How a session of `runtime`'s registration joined it (the base runtime, its identity,
+        environment and policy), for another session of the same registration that did not come
+        through a hello (a hub session: lazyd/daemon/hub/seats.py); None if none ever did."""
+        return self._rejoin.get(runtime)
+
+    def _lanes_of(self, runtime: ServerRuntime) -> list[ServerRuntime]:
+        lanes = self.registry.lanes_for(runtime)
+        return lanes.runtimes if lanes is not None else [runtime]
 
     def _states(self, runtime: ServerRuntime) -> set[State]:
         """The lifecycle states of the registration's processes (every era lane)."""
