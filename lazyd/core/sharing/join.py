@@ -1,26 +1,27 @@
 """Which process a new session of a registration joins, given the sharing decision (lazyd/core/sharing/modes.py).
 
-Pure: fed the decision, whether the registration's own process is taken, and how long this
-session has waited; the daemon (lazyd/daemon/sessions/sharing_gate.py) carries the answer out.
+Pure: fed the decision, whether the registration's own process is taken, the sessions' compatibility
+keys, and how long this session has waited; the daemon (lazyd/daemon/sessions/sharing_gate.py)
+carries the answer out.
 
-- `shared` and `session-aware`: the registration's process (BASE).
+- `shared` and `session-aware`: the registration's process (BASE), when the session's
+  compatibility key equals every key of the sessions already on it; else a process of its own.
+  A key is whatever else two sessions must have in common to share a process (their declared
+  roots, say): "" when nothing else matters.
 - `isolated`: a process of its own (OWN): the registration's process when no session holds it,
   else a free private instance, else a new one.
 - undecided (never run, nothing declared, not a known server): the first session takes the
-  registration's process, so its start can list the tools; a second session that arrives while
-  the process is taken WAITs, up to `bound_s`, for that start to decide. Past the bound it gets
-  a process of its own: one process too many costs memory, one shared by mistake leaks one
-  session's state into another. A wait is for a start: when none is under way `grace_s` after the
-  session came (the first session sent nothing that needs the server: some clients send nothing
-  until they call a tool), or when the start is complete (`started`: the process runs) and still
-  nothing decides (a stateless-era start lists nothing until a client asks), nothing is coming to
-  wait for, and the session shares, as with any server that declares nothing and whose tools say
-  nothing.
+  registration's process, so its start can tell what it is; a second session that arrives while
+  the process is taken WAITs, up to `bound_s`, for that start to decide. Past the bound, or when no
+  start is under way `grace_s` after the session came (the first session sent nothing that needs
+  the server), it gets a process of its own: not known to be shareable means not shared. One
+  process too many costs memory; one shared by mistake leaks one session's state into another.
 """
 
 from __future__ import annotations
 
 import enum
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from lazyd.core.sharing.modes import SharingDecision
@@ -32,7 +33,7 @@ __all__ = ["Join", "JoinChoice", "join"]
 class Join(enum.Enum):
     BASE = "base"  # the registration's own process
     OWN = "own"  # a process of the session's own
-    WAIT = "wait"  # not decided yet: wait for the first start's listing
+    WAIT = "wait"  # not decided yet: wait for the first start to tell
 
 
 @dataclass(frozen=True)
@@ -42,19 +43,22 @@ class JoinChoice:
 
 
 def join(decision: SharingDecision, *, base_taken: bool, waited_s: float, bound_s: float,
-         started: bool = False, starting: bool = True, grace_s: float = 0.0) -> JoinChoice:
-    """Where a session goes (see the module docstring)."""
+         starting: bool = True, grace_s: float = 0.0, key: str = "",
+         base_keys: Collection[str] = ()) -> JoinChoice:
+    """Where a session goes (see the module docstring). `key` is the session's compatibility key,
+    `base_keys` those of the sessions on the registration's process now."""
     if decision.mode == "isolated":
         return JoinChoice(Join.OWN, decision.rule)
+    if base_taken and any(other != key for other in base_keys):
+        return JoinChoice(Join.OWN, f"{decision.rule}; a process of its own: its sessions are not compatible "
+                                    "(their compatibility keys differ)")
     if decision.mode is not None:
         return JoinChoice(Join.BASE, decision.rule)
     if not base_taken:
         return JoinChoice(Join.BASE, "auto: undecided, so the first session's start decides")
-    if started:
-        return JoinChoice(Join.BASE, "auto: shared (its start declared nothing and listed no tools)")
     if not starting and waited_s >= grace_s:
-        return JoinChoice(Join.BASE, "auto: shared (undecided, and no start under way to decide it)")
+        return JoinChoice(Join.OWN, "auto: isolated (not known to be shareable: no start under way to tell)")
     if waited_s < bound_s:
         return JoinChoice(Join.WAIT, decision.rule)
-    return JoinChoice(Join.OWN, f"auto: isolated (still undecided after {format_duration(bound_s)}: "
-                                "a process of its own is the safe guess)")
+    return JoinChoice(Join.OWN, f"auto: isolated (not known to be shareable: its first start had not told "
+                                f"after {format_duration(bound_s)})")

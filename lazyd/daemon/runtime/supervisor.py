@@ -222,8 +222,9 @@ class ServerRuntime:
     def wake(self) -> None:
         self._life(self.life.operator_wake(trio.current_time()))
 
-    def sleep(self) -> None:
-        self._life(self.life.operator_sleep(trio.current_time()))
+    def sleep(self, reason: str = "lazyctl sleep") -> None:
+        """Stop the process and sleep: `lazyctl sleep`, or the daemon for `reason`."""
+        self._life(self.life.operator_sleep(trio.current_time(), reason))
 
     # ---- carrying out actions ------------------------------------------------------------------
 
