@@ -94,7 +94,7 @@ async def test_git_mcp_server_keeps_each_sessions_working_directory_its_own(
 
     async def b_looks(session: ClientSession) -> str:
         status = text_of(await session.call_tool("git_status", {}))
-        resource = await session.read_resource("git://working-directory")  # type: ignore[arg-type]
+        resource = await session.read_resource("git://working-directory")
         return status + json.dumps(resource.model_dump(mode="json"))
 
     await never_see_each_other(user_env, ["node", str(GIT_SERVER)], a_sets, b_looks, "secret-of-A")
