@@ -25,7 +25,8 @@ from mcp import ClientSession
 from mcp.types import TextContent
 
 from tests.conftest import FIXTURE_SERVER, SERVERS, UserEnv, shim_session, start_daemon
-from tests.e2e.supervision_support import status_rows
+from tests.e2e.lazyctl_support import lazyctl
+from tests.e2e.supervision_support import server_table, status_rows, write_config
 
 pytestmark = pytest.mark.e2e
 
@@ -180,9 +181,11 @@ async def test_playwright_behind_a_wrapper_keeps_each_sessions_tabs(
     await never_see_each_other(user_env, server, a_sets, b_looks, "tab-secret-of-A")
 
 
-async def pids_of_concurrent_sessions(user: UserEnv, server: list[str], env: dict[str, str]) -> list[int]:
+async def pids_of_concurrent_sessions(user: UserEnv, server: list[str], env: dict[str, str],
+                                      shim_args: tuple[str, ...] = ()) -> list[int]:
     async with AsyncExitStack() as stack:
-        sessions = [await stack.enter_async_context(shim_session(user, server, env=env)) for _ in range(2)]
+        sessions = [await stack.enter_async_context(shim_session(user, server, env=env, shim_args=shim_args))
+                    for _ in range(2)]
         return [int(text_of(await session.call_tool("pid", {}))) for session in sessions]
 
 
@@ -220,3 +223,48 @@ async def test_a_known_shareable_server_behind_a_wrapper_keeps_one_shared_proces
                     (2, "auto: shared (known server: everything)")], rows
                 assert all(not row.get("instance_of") for row in rows)
 
+
+
+async def test_lazyctl_share_opts_a_client_registration_in_and_out_with_one_config_entry(
+    user_env: UserEnv, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.chdir(user_env.root)
+    start_daemon(user_env)
+    unknown = {"FIXTURE_SHARING": ""}
+    server = [sys.executable, str(FIXTURE_SERVER)]
+    with trio.fail_after(STEP_S):
+        before = await pids_of_concurrent_sessions(user_env, server, unknown)
+    assert before[0] != before[1]
+    (name,) = status_rows(user_env)
+    done = lazyctl(user_env, "share", name)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith('[known_servers.fixture_server] sharing = "shared" written to ')
+    assert 'runs = ["fixture_server"]' in user_env.config_file.read_text()
+    with trio.fail_after(STEP_S):
+        after = await pids_of_concurrent_sessions(user_env, server, unknown)
+    assert after[0] == after[1]
+    assert status_rows(user_env)[name]["share_rule"] == "auto: shared (known server: fixture_server)"
+    assert lazyctl(user_env, "share", "--off", name).returncode == 0
+    with trio.fail_after(STEP_S):
+        off = await pids_of_concurrent_sessions(user_env, server, unknown)
+    assert off[0] != off[1]
+    missing = lazyctl(user_env, "share", "no-such-server")
+    assert (missing.returncode, missing.stderr.count("\n")) == (2, 1), missing.stderr
+
+
+async def test_lazyctl_share_writes_share_true_for_a_named_server(user_env: UserEnv) -> None:
+    write_config(user_env, "# mine\n" + server_table("fx", env={"FIXTURE_SHARING": ""}))
+    start_daemon(user_env)
+    with trio.fail_after(STEP_S):
+        before = await pids_of_concurrent_sessions(user_env, [], {}, ("--server", "fx"))
+    assert before[0] != before[1]
+    status = lazyctl(user_env, "status").stdout
+    assert ("  fx: isolated: not known to be shareable — `share = true` in [servers.fx] "
+            "if it keeps no session's state") in status.splitlines()
+    assert "fx (registered as fx)" in lazyctl(user_env, "explain", "fx").stdout
+    assert lazyctl(user_env, "share", "fx").returncode == 0
+    assert user_env.config_file.read_text().startswith("# mine\n[servers.fx]\n")
+    assert "share = true" in user_env.config_file.read_text()
+    with trio.fail_after(STEP_S):
+        after = await pids_of_concurrent_sessions(user_env, [], {}, ("--server", "fx"))
+    assert after[0] == after[1]

@@ -24,7 +24,7 @@ import enum
 from collections.abc import Collection
 from dataclasses import dataclass
 
-from lazyd.core.sharing.modes import SharingDecision
+from lazyd.core.sharing.modes import NOT_KNOWN_PREFIX, SharingDecision
 from lazyd.durations import format_duration
 
 __all__ = ["Join", "JoinChoice", "join"]
@@ -57,8 +57,7 @@ def join(decision: SharingDecision, *, base_taken: bool, waited_s: float, bound_
     if not base_taken:
         return JoinChoice(Join.BASE, "auto: undecided, so the first session's start decides")
     if not starting and waited_s >= grace_s:
-        return JoinChoice(Join.OWN, "auto: isolated (not known to be shareable: no start under way to tell)")
+        return JoinChoice(Join.OWN, f"{NOT_KNOWN_PREFIX}: no start under way to tell)")
     if waited_s < bound_s:
         return JoinChoice(Join.WAIT, decision.rule)
-    return JoinChoice(Join.OWN, f"auto: isolated (not known to be shareable: its first start had not told "
-                                f"after {format_duration(bound_s)})")
+    return JoinChoice(Join.OWN, f"{NOT_KNOWN_PREFIX}: its first start had not told after {format_duration(bound_s)})")

@@ -122,6 +122,10 @@ def what_runs(argv: Sequence[str], resolved: Sequence[str] = ()) -> list[str]:
         names += _py_package(args[len(_PY_RUNNERS[command]):])
     elif _PYTHON.fullmatch(command) and "-m" in args and args.index("-m") + 1 < len(args):
         names.append(args[args.index("-m") + 1].split(".")[0])
+    elif _PYTHON.fullmatch(command):
+        script = next((a for a in args if not a.startswith("-")), None)
+        if script is not None:
+            names.append(_bare(script))  # a console script or a server's own file
     elif command in _CONTAINER_RUNNERS and args[:1] == ["run"]:
         names += _container_image(args[1:])
     elif command in _NODE:

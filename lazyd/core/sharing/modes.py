@@ -54,7 +54,7 @@ from lazyd.core.hub.catalog import cached_tools, words
 from lazyd.core.relay.jsonrpc import JsonObj
 from lazyd.core.sharing.known_servers import KnownServer
 
-__all__ = ["Mode", "MODES", "NOT_KNOWN_RULE", "UNDECIDED_RULE", "ShareSetting", "SharingDecision", "STATEFUL_TOOL_WORDS", "decide_sharing",
+__all__ = ["Mode", "MODES", "NOT_KNOWN_PREFIX", "NOT_KNOWN_RULE", "UNDECIDED_RULE", "ShareSetting", "SharingDecision", "STATEFUL_TOOL_WORDS", "decide_sharing",
            "declared_sharing", "stateful_tools", "declares_session_aware"]
 
 Mode = Literal["shared", "isolated", "session-aware"]
@@ -67,7 +67,8 @@ STATEFUL_TOOL_WORDS: Final = frozenset({
     "sessions",
 })
 # The words of rule 4 (status and explain add how to opt in, with the registration's name).
-NOT_KNOWN_RULE: Final = "auto: isolated (not known to be shareable)"
+NOT_KNOWN_PREFIX: Final = "auto: isolated (not known to be shareable"
+NOT_KNOWN_RULE: Final = NOT_KNOWN_PREFIX + ")"
 UNDECIDED_RULE: Final = "auto: undecided (its first start tells what it is)"
 # How many stateful tool names a rule quotes: enough to recognise the server, short for a status line.
 MAX_QUOTED_TOOLS: Final = 3

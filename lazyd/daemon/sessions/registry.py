@@ -46,6 +46,7 @@ from lazyd.core.cache import Snapshot
 from lazyd.core.eras.policy import Era
 from lazyd.core.lifecycle.machine import State
 from lazyd.core.sharing.identity import Identity, identity_for
+from lazyd.core.sharing.known_servers import what_runs
 from lazyd.core.sharing.modes import SharingDecision, ShareSetting, decide_sharing
 from lazyd.daemon.sessions.sharing_gate import SharingGate, known_server
 from lazyd.daemon import orphans
@@ -389,6 +390,13 @@ class Registry:
             if answered:
                 return self.running.look(cache_digest, pid)
         return self.running.names(cache_digest)
+
+    def runs_name(self, runtime: ServerRuntime) -> str | None:
+        """The name of what `runtime`'s registration runs, as the known-servers table would list
+        it: from its process tree when one was looked at, else from its command line."""
+        tree = self.running.names(runtime.config.digest)
+        names = tree or what_runs(runtime.config.spec.argv)
+        return names[0] if names else None
 
     def sharing(self, runtime: ServerRuntime) -> SharingDecision:
         """The decision for the next session of `runtime`'s registration (status and explain)."""
