@@ -137,7 +137,7 @@ class Control:
         registration = owner.name if owner is not None else runtime.name
         return {"share": mode != "isolated", "sharing": mode or "undecided", "share_setting": runtime.config.share,
                 "share_rule": rule, "instance_of": owner.name if owner is not None and owner is not runtime else None,
-                "share_opt_in": _opt_in(registry, registration, rule), "runs": registry.runs_name(runtime)}
+                "share_opt_in": _opt_in(registry, registration, rule), "runs": registry.running.name_of(runtime)}
 
     async def op_ping(self, args: dict[str, Any]) -> Result:
         return True, {"pid": os.getpid()}, None

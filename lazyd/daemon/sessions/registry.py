@@ -44,9 +44,7 @@ from lazyd.config.load import Config, Policy, ServerConfig, policy_with_options
 from lazyd.core import state_codec as sc
 from lazyd.core.cache import Snapshot
 from lazyd.core.eras.policy import Era
-from lazyd.core.lifecycle.machine import State
 from lazyd.core.sharing.identity import Identity, identity_for
-from lazyd.core.sharing.known_servers import what_runs
 from lazyd.core.sharing.modes import SharingDecision, ShareSetting, decide_sharing
 from lazyd.daemon.sessions.sharing_gate import SharingGate, known_server
 from lazyd.daemon import orphans
@@ -373,30 +371,10 @@ class Registry:
         live = next((core.instance for core in mine if core.instance is not None), None)  # a start under way
         if setting != "auto":
             return decide_sharing(setting, snapshot)
-        runs = self._tree_of(cache_digest)
+        runs = self.running.current(cache_digest, self.runtimes.values())
         table = self.config.known_servers
         known = (table.lookup(runs) if runs else None) or known_server(table, argv)
         return decide_sharing(setting, snapshot, known, live, looked=runs is not None)
-
-    def _tree_of(self, cache_digest: str) -> list[str] | None:
-        """What the registration's process tree runs (running.py): looked at in a process of it
-        that has answered its initialize, else as recorded, else None (never looked at)."""
-        for runtime in self.runtimes.values():
-            pid = runtime.life.pid
-            if runtime.config.digest != cache_digest or pid is None:
-                continue
-            answered = runtime.life.state is State.RUNNING or (
-                runtime.core.instance is not None and bool(runtime.core.instance.result))
-            if answered:
-                return self.running.look(cache_digest, pid)
-        return self.running.names(cache_digest)
-
-    def runs_name(self, runtime: ServerRuntime) -> str | None:
-        """The name of what `runtime`'s registration runs, as the known-servers table would list
-        it: from its process tree when one was looked at, else from its command line."""
-        tree = self.running.names(runtime.config.digest)
-        names = tree or what_runs(runtime.config.spec.argv)
-        return names[0] if names else None
 
     def sharing(self, runtime: ServerRuntime) -> SharingDecision:
         """The decision for the next session of `runtime`'s registration (status and explain)."""

@@ -17,10 +17,13 @@ import json
 import logging
 import os
 import posixpath
+from collections.abc import Iterable
 from pathlib import Path
 
 from lazyd import procfs
-from lazyd.core.sharing.known_servers import tree_runs
+from lazyd.core.lifecycle.machine import State
+from lazyd.core.sharing.known_servers import tree_runs, what_runs
+from lazyd.daemon.runtime.supervisor import ServerRuntime
 from lazyd.privatefiles import read_json, write_private
 
 log = logging.getLogger("lazyd.registry")
@@ -117,6 +120,24 @@ class RunsRecord:
         self.path = state_dir / FILE_NAME
         self.table: dict[str, list[str]] = self._load()
         self.looked_at: dict[str, int] = {}  # cache digest -> the pid last looked at, this daemon
+
+    def current(self, digest: str, runtimes: Iterable[ServerRuntime]) -> list[str] | None:
+        """What the registration cached under `digest` runs: looked at in a process of it (among
+        `runtimes`) that has answered its initialize, else as recorded, else None (never looked at)."""
+        for runtime in runtimes:
+            pid = runtime.life.pid
+            if runtime.config.digest != digest or pid is None:
+                continue
+            instance = runtime.core.instance
+            if runtime.life.state is State.RUNNING or (instance is not None and bool(instance.result)):
+                return self.look(digest, pid)
+        return self.names(digest)
+
+    def name_of(self, runtime: ServerRuntime) -> str | None:
+        """The name of what `runtime`'s registration runs, as the known-servers table would list
+        it: from its process tree when one was looked at, else from its command line."""
+        names = self.names(runtime.config.digest) or what_runs(runtime.config.spec.argv)
+        return names[0] if names else None
 
     def names(self, digest: str) -> list[str] | None:
         """What the registration's tree ran, None when no process of it was looked at yet."""
