@@ -24,7 +24,7 @@ import trio
 from mcp import ClientSession
 from mcp.types import TextContent
 
-from tests.conftest import FIXTURE_SERVER, SERVERS, UserEnv, shim_session, start_daemon
+from tests.conftest import FIXTURE_SERVER, SERVERS, UserEnv, shim_session, start_daemon, wait_until
 from tests.e2e.lazyctl_support import lazyctl
 from tests.e2e.supervision_support import server_table, status_rows, write_config
 
@@ -204,6 +204,11 @@ async def test_a_server_nothing_is_known_about_gets_a_process_per_concurrent_ses
     assert {row["share_rule"] for row in rows} == {"auto: isolated (not known to be shareable)"}
     # The instance the second session had goes with it: no row for a process nobody has.
     assert len(rows) == 1 and rows[0]["name"].count(".") == 0
+    # Each process stopped with its session, and the log says so (nobody ran `lazyctl sleep`).
+    log = user_env.root / "daemon.stderr"
+    wait_until(lambda: log.read_text().count("stopping: its session left") >= 2, STEP_S, "the stop lines")
+    assert "lazyctl sleep" not in log.read_text()
+    assert log.read_text().count(": dropped (a process of a session's own") >= 2
 
 
 async def test_a_known_shareable_server_behind_a_wrapper_keeps_one_shared_process_cold_and_warm(

@@ -299,7 +299,7 @@ class Registry:
                 raise Refused("options", str(exc)) from None
             runtime = await self._named_runtime(server)
             runtime = await self.gate.join(runtime, self.identities[self.digest_of(runtime)],
-                                           runtime.config.spec.env, server.policy)
+                                           runtime.config.spec.env, server.policy, compat_key(hello))
         else:
             rules = {k: opts.pop(k) for k in IDENTITY_OPTS if k in opts}
             try:
@@ -323,7 +323,8 @@ class Registry:
             client, decided = per_run.learn(self, hello.pid, argv, cwd, env, force=force, ignore=ignore,
                                             undecodable=names)
             runtime = await self.unnamed_runtime(argv, cwd, env, policy, force=force, ignore=ignore, undecodable=names,
-                                                  client=client.process, join=True, decided=decided)
+                                                  client=client.process, join=True, decided=decided,
+                                                  key=compat_key(hello))
             self.learned.note_session(self._next_cid, client, (n for n in env if not n.startswith(SHIM_ENV_PREFIX)))
         cid = self._next_cid
         self._next_cid += 1
@@ -345,10 +346,10 @@ class Registry:
     async def unnamed_runtime(self, argv: list[str], cwd: str, env: dict[str, str], policy: Policy, *,
                                force: tuple[str, ...] = (), ignore: tuple[str, ...] = (),
                                undecodable: list[str] | None = None, client: str = "", join: bool = False,
-                               decided: tuple[Identity, str | None] | None = None) -> ServerRuntime:
-        """The registration's own runtime; with `join`, the one a new session of it attaches to.
-        `decided`: its identity and problem, where the caller has just decided them for the same
-        arguments and learned noise."""
+                               decided: tuple[Identity, str | None] | None = None, key: str = "") -> ServerRuntime:
+        """The registration's own runtime; with `join`, the one a new session of it attaches to
+        (`key`: the session's compatibility key, `compat_key`). `decided`: its identity and
+        problem, where the caller has just decided them for the same arguments and learned noise."""
         base, problem = decided or self.identity_of(argv, cwd, env, force=force, ignore=ignore,
                                                     undecodable=undecodable, client=client)
         per_run.retire_duplicates(self, base, self.learned.noise(client))
@@ -357,7 +358,7 @@ class Registry:
             log.warning("registration %s gets a private identity: %s", name, problem)
             policy = dataclasses.replace(policy, share=False)
         runtime = await self._runtime(base, name, env, policy)
-        return await self.gate.join(runtime, base, env, policy) if join else runtime
+        return await self.gate.join(runtime, base, env, policy, key) if join else runtime
 
     # ---- sharing -------------------------------------------------------------------------------
 
@@ -567,6 +568,13 @@ class Registry:
             self.children_changed()
             self.changes.note()
         return names
+
+
+def compat_key(hello: Hello) -> str:
+    """What else a session must have in common with the others on a process to share it
+    (lazyd/core/sharing/join.py): "" for every session today; sessions whose keys differ never
+    share a process (their declared roots, say)."""
+    return ""
 
 
 def _identity_state(identity: Identity) -> dict[str, Any]:
