@@ -266,7 +266,8 @@ async def test_lazyctl_share_writes_share_true_for_a_named_server(user_env: User
     status = lazyctl(user_env, "status").stdout
     assert ("  fx: isolated: not known to be shareable — `share = true` in [servers.fx] "
             "if it keeps no session's state") in status.splitlines()
-    assert "fx (registered as fx)" in lazyctl(user_env, "explain", "fx").stdout
+    assert ("  sharing  one process per session (isolated: not known to be shareable — `share = true` in "
+            "[servers.fx] if it keeps no session's state)") in lazyctl(user_env, "explain", "fx").stdout.splitlines()
     assert lazyctl(user_env, "share", "fx").returncode == 0
     assert user_env.config_file.read_text().startswith("# mine\n[servers.fx]\n")
     assert "share = true" in user_env.config_file.read_text()

@@ -122,14 +122,14 @@ class SharingGate:
             runtime = await registry.private_instance(base, base_runtime.name, env, policy)
         else:
             runtime = base_runtime
+        if not registry.in_use(runtime):
+            self.keys[runtime] = set()  # free: the keys of sessions it served before are no one's
         if choice.join is Join.OWN or decision.mode is None:
             lanes = registry.lanes_for(runtime)
             if lanes is not None:
                 lanes.reserved = True  # taken until the session's route counts (era_lanes.py)
         self.joined[runtime] = choice
         self._served.add(runtime)
-        if not registry.in_use(runtime):
-            self.keys[runtime] = set()
         self.keys.setdefault(runtime, set()).add(key)
         return runtime
 
