@@ -25,8 +25,9 @@ from mcp import ClientSession
 from mcp.types import TextContent
 
 from tests.conftest import FIXTURE_SERVER, SERVERS, UserEnv, shim_session, start_daemon, wait_until
-from tests.e2e.lazyctl_support import lazyctl
-from tests.e2e.supervision_support import server_table, status_rows, write_config
+from tests.e2e.eras_support import restart_daemon
+from tests.e2e.lazyctl_support import lazyctl, shim_env
+from tests.e2e.supervision_support import control, server_table, status_rows, write_config
 
 pytestmark = pytest.mark.e2e
 
@@ -227,6 +228,11 @@ async def test_a_known_shareable_server_behind_a_wrapper_keeps_one_shared_proces
                 assert [(row["clients"], row["share_rule"]) for row in rows] == [
                     (2, "auto: shared (known server: everything)")], rows
                 assert all(not row.get("instance_of") for row in rows)
+    # The next daemon knows what the wrapper runs before any start (the record of its tree).
+    restart_daemon(user_env, "server-everything")
+    explained = control(user_env, "identity", registrations=[
+        {"argv": server, "cwd": str(user_env.root), "env": shim_env(user_env)}])["registrations"][0]
+    assert explained["share_rule"] == "auto: shared (known server: everything)"
 
 
 
