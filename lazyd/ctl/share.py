@@ -26,7 +26,7 @@ from lazyd.ctl.client import EXIT_OK, connect
 from lazyd.ctl.commands import Output
 from lazyd.errors import ConfigError, CtlError, UsageError
 
-__all__ = ["cmd_share", "edited"]
+__all__ = ["cmd_share", "edited", "package_of"]
 
 WHY = "set by lazyctl share"
 
@@ -40,7 +40,7 @@ def cmd_share(args: argparse.Namespace, out: Output) -> int:
     if not _is_named(text, args.name, path):
         with connect(args.socket) as conn:
             rows = conn.call("status", {"names": []})["servers"]
-        runs = _package_of(rows, args.name)
+        runs = package_of(rows, args.name)
     new_text, what = edited(text, args.name, on=not args.off, runs=runs)
     _check(new_text, path)
     mode = stat.S_IMODE(path.stat().st_mode) if path.exists() else 0o600
@@ -104,7 +104,7 @@ def _is_named(text: str, name: str, path: Path) -> bool:
     return isinstance(servers, dict) and name in servers
 
 
-def _package_of(rows: list[dict[str, Any]], name: str) -> str:
+def package_of(rows: list[dict[str, Any]], name: str) -> str:
     """What the registration NAME runs (its package), from `status`; UsageError when there is
     no such server or nothing names what it runs."""
     row = next((r for r in rows if r.get("name") == name), None)

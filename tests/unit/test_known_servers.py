@@ -9,7 +9,8 @@ import pytest
 
 from lazyd.config.load import parse_config_text
 from lazyd.config.known import PACKAGED_FILE, packaged
-from lazyd.core.sharing.known_servers import KnownServer, KnownServers, normalize, tree_runs, what_runs
+from lazyd.core.sharing.known_servers import (KnownServer, KnownServers, names_a_server, normalize, tree_runs,
+                                              what_runs)
 from lazyd.errors import ConfigError
 
 NM = "/home/u/proj/node_modules"
@@ -81,6 +82,13 @@ def test_tree_runs_names_what_a_started_tree_runs_whatever_the_registered_comman
     # Each name once, in the order found.
     names = tree_runs([["node", thinking], ["node", thinking]])
     assert len(names) == len(set(names))
+
+
+def test_only_a_name_that_says_which_server_runs_can_name_an_entry_lazyctl_share_writes() -> None:
+    for name in ("@cyanheads/git-mcp-server", "task-master-ai", "mcp-server-time", "fixture_server", "mcp/fetch"):
+        assert names_a_server(name)
+    for name in ("index", "server", "main", "node", "python3.12", "python", "npx", "uvx", "sh", "docker", "", "Index"):
+        assert not names_a_server(name)
 
 
 TABLE = KnownServers((

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from lazyd.config.load import parse_config_text
-from lazyd.ctl.share import edited
-from lazyd.errors import CtlError
+from lazyd.ctl.share import edited, package_of
+from lazyd.errors import CtlError, UsageError
 
 CONFIG = '''# my servers
 [defaults]
@@ -57,3 +57,15 @@ def test_an_empty_config_file_gets_just_the_entry() -> None:
 def test_a_file_that_is_not_toml_is_refused_with_one_line() -> None:
     with pytest.raises(CtlError, match="cannot be read as TOML"):
         edited("[servers\n", "x", on=True, runs="p")
+
+
+def test_a_registration_is_opted_in_by_the_package_it_runs_and_never_by_a_name_that_covers_others() -> None:
+    rows = [{"name": "git-mcp-server-1a2b3c", "instance_of": None, "runs": "@cyanheads/git-mcp-server"},
+            {"name": "git-mcp-server-1a2b3c.1", "instance_of": "git-mcp-server-1a2b3c", "runs": None},
+            {"name": "index-9f8e7d", "instance_of": None, "runs": None}]
+    assert package_of(rows, "git-mcp-server-1a2b3c") == "@cyanheads/git-mcp-server"
+    assert package_of(rows, "git-mcp-server-1a2b3c.1") == "@cyanheads/git-mcp-server"  # its registration's
+    with pytest.raises(CtlError, match="does not know what index-9f8e7d runs"):
+        package_of(rows, "index-9f8e7d")
+    with pytest.raises(UsageError, match="no server named 'nope'"):
+        package_of(rows, "nope")

@@ -34,7 +34,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Final, Literal
 
-__all__ = ["KnownMode", "KnownServer", "KnownServers", "normalize", "what_runs", "tree_runs", "KNOWN_MODES"]
+__all__ = ["KnownMode", "KnownServer", "KnownServers", "normalize", "what_runs", "tree_runs", "names_a_server",
+           "KNOWN_MODES"]
 
 # "auto" in an entry means "not known": the tool-name rule decides (how a user unlists a server).
 KnownMode = Literal["shared", "isolated", "session-aware", "auto"]
@@ -98,6 +99,20 @@ class KnownServers:
             if runs:
                 kept.append(KnownServer(entry.name, entry.sharing, runs, entry.why))
         return KnownServers((*user.entries, *kept))
+
+
+# Names that say nothing of which server runs: a script's generic file name, an interpreter, a
+# launcher. A user's entry for one of them would opt in every server that happens to share it.
+_GENERIC_NAMES: Final = frozenset({"index", "main", "server", "cli", "app", "__main__", "mod", "start", "run", "serve",
+                                   "npm", "pnpm", "yarn", "uv", "pipx", "java", "ruby", "go",
+                                   *_NPM_LAUNCHERS, *_NODE, *_SHELLS, *_CONTAINER_RUNNERS, *_PY_RUNNERS})
+
+
+def names_a_server(name: str) -> bool:
+    """Whether `name` (of what_runs) names a particular server, not a generic script or a program
+    that runs any (`index`, `node`, `python3.12`, `npx`)."""
+    bare = name.strip().lower()
+    return bool(bare) and bare not in _GENERIC_NAMES and _PYTHON.fullmatch(bare) is None
 
 
 def normalize(name: str) -> str:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from lazyd import procfs
 from lazyd.core.lifecycle.machine import State
-from lazyd.core.sharing.known_servers import tree_runs, what_runs
+from lazyd.core.sharing.known_servers import names_a_server, tree_runs, what_runs
 from lazyd.daemon.runtime.supervisor import ServerRuntime
 from lazyd.privatefiles import read_json, write_private
 
@@ -135,9 +135,10 @@ class RunsRecord:
 
     def name_of(self, runtime: ServerRuntime) -> str | None:
         """The name of what `runtime`'s registration runs, as the known-servers table would list
-        it: from its process tree when one was looked at, else from its command line."""
+        it: from its process tree when one was looked at, else from its command line; None when
+        no name says which server it is (`index`, `node`: an entry for it would cover others)."""
         names = self.names(runtime.config.digest) or what_runs(runtime.config.spec.argv)
-        return names[0] if names else None
+        return next((name for name in names if names_a_server(name)), None)
 
     def names(self, digest: str) -> list[str] | None:
         """What the registration's tree ran, None when no process of it was looked at yet."""
