@@ -64,11 +64,12 @@ class MemoryLimit:
         self.limit = limit
         self.last_bytes: int | None = None  # the latest sample, for status
         self.over = 0  # samples in a row over the limit
+        self.pid: int | None = None  # the process the samples are of: another one starts the count again
         self._breaches: deque[float] = deque(maxlen=PARK_AFTER_BREACHES)
 
     def to_state(self, now: float) -> dict[str, object]:
         """The count and the breaches of the window (as seconds from `now`), for a successor daemon."""
-        return {"over": self.over, "breaches": [t - now for t in self._breaches]}
+        return {"over": self.over, "breaches": [t - now for t in self._breaches], "pid": self.pid}
 
     def restore(self, state: object, now: float) -> None:
         """Take up what `to_state` wrote at `now` (this clock's moment of the write); ValueError
@@ -78,14 +79,13 @@ class MemoryLimit:
         self._breaches.clear()
         for offset in sc.items(s.get("breaches"), "memory.breaches"):
             self._breaches.append(now + sc.number(offset, "memory.breaches"))
+        self.pid = sc.opt_integer(s.get("pid"), "memory.pid")
 
-    def new_process(self) -> None:
-        """The server's process changed (a start, a restart, none): the count starts again."""
-        self.over = 0
-        self.last_bytes = None
-
-    def sample(self, now: float, size: int) -> Verdict | None:
-        """The tree measured `size` bytes at monotonic `now`."""
+    def sample(self, now: float, size: int, pid: int) -> Verdict | None:
+        """The tree of process `pid` measured `size` bytes at monotonic `now`. A process other than
+        the last sample's (a start, a restart) starts the count again."""
+        if pid != self.pid:
+            self.pid, self.over = pid, 0
         self.last_bytes = size
         if size <= self.limit:
             self.over = 0

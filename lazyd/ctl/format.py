@@ -151,16 +151,25 @@ def distinctions(rows: Sequence[Mapping[str, Any]]) -> str:
         width = max(len(str(r["name"])) for r in group)
         for row in group:
             names = [n for n in row.get("differs_by") or [] if n != "cwd"]
-            share = str(row.get("share_rule") or ("shared" if row.get("share", True) else "one process per session"))
+            share = share_words(row)
             env = "env differs: " + ", ".join(names) if names else "env the same"
             lines.append(f"  {str(row['name']):<{width}}  cwd {row.get('cwd') or NONE}; {env}; {share}")
     return "\n".join(lines)
 
 
+def share_words(row: Mapping[str, Any]) -> str:
+    """Why a row shares or not, in words: the rule, or for a server isolated only because nothing
+    says it is shareable, that plainly and how to opt in (`share_opt_in`)."""
+    opt_in = row.get("share_opt_in")
+    if opt_in:
+        return f"isolated: not known to be shareable — {opt_in} if it keeps no session's state"
+    return str(row.get("share_rule") or ("shared" if row.get("share", True) else "one process per session"))
+
+
 def unshared_line(row: Mapping[str, Any]) -> str:
     """A row of "one process per session:": its name and the rule; sessions that attached before
     the rule was known (they keep their process) are said, so CLIENTS never contradicts it."""
-    line = f"  {row['name']}: {row['share_rule']}"
+    line = f"  {row['name']}: {share_words(row)}"
     clients = int(row.get("clients") or 0)
     if clients > 1:
         line += f" ({clients} sessions attached before this was known still share it)"

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import NoReturn
 
 from lazyd.core.sharing.client_profiles import PROFILES
-from lazyd.ctl import commands, registration, systemd
+from lazyd.ctl import commands, registration, share, systemd
 from lazyd.ctl.client import EXIT_USAGE
 from lazyd.ctl.commands import Output
 from lazyd.ctl.wrap import cli as wrap_cli
@@ -122,6 +122,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cwd", metavar="DIR", help="working directory of a `--` command (default: here)")
 
     add("reload", commands.cmd_reload, "re-read the config file and report what changed")
+    p = add("share", share.cmd_share, "let every session of a server share one process (or not: --off)",
+            "Write the one line of config that says a server keeps no session's state, so its "
+            "sessions share one process, and reload lazyd. For a server of the config file: "
+            "`share = true` in [servers.NAME]; for a registration a client made (see `lazyctl "
+            "status`): an entry of the known-servers table for the package it runs. --off writes "
+            "the opposite (share = false, or sharing = \"isolated\"). The rest of the file is kept "
+            "byte for byte.")
+    p.add_argument("name", metavar="NAME")
+    p.add_argument("--off", action="store_true", help="one process per session instead")
+    p.add_argument("--config", metavar="FILE", help="the config file lazyd reads (default: "
+                   "~/.config/lazyd/config.toml, as lazyd's own default)")
     add("stop", commands.cmd_stop, "stop the daemon cleanly and wait until it has exited")
     add("upgrade", commands.cmd_upgrade, "restart the daemon as the lazyd installed now, keeping servers and sessions",
         "Hand the running daemon over to the lazyd installed now, in place (same pid): running "

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from lazyd.durations import format_duration, parse_duration
+from lazyd.ctl import format as fmt
 from lazyd.ctl.client import EXIT_OK, connect, connect_starting, socket_path
 from lazyd.ctl.commands import Output
 from lazyd.ctl.progress import StatusLine
@@ -211,7 +212,7 @@ _SHARING_WORDS = {
     "shared": "one process for all its sessions",
     "isolated": "one process per session",
     "session-aware": "one process for all its sessions, each request carrying its session's id",
-    "undecided": "not decided yet: the first session's start decides, a second one waits for it",
+    "undecided": "not decided yet: the first session's start tells, a second one waits for it",
 }
 
 
@@ -236,7 +237,8 @@ def _registration_lines(reg: dict[str, Any]) -> list[str]:
     if "share_rule" in reg:
         how = _SHARING_WORDS.get(str(reg.get("sharing")), "one process for all its sessions" if reg["share"]
                                  else "one process per session")
-        lines.append(f"  sharing  {how} ({reg['share_rule']})")
+        why = fmt.share_words(reg) if reg.get("share_opt_in") else reg["share_rule"]
+        lines.append(f"  sharing  {how} ({why})")
     return lines
 
 

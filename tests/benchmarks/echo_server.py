@@ -2,6 +2,8 @@
 
 It answers `initialize`, `ping`, `tools/list` (one tool, `echo`) and `tools/call` of `echo` by
 returning the `text` argument, so a round trip measures the transport, not the server's work.
+It declares itself shareable (`experimental.lazyd.sharing`): it keeps no session's state, and the
+benchmarks measure lazyd's own cost of one shared process, not its guess about a server.
 """
 
 import json
@@ -19,7 +21,7 @@ def main() -> None:
             continue
         method = msg["method"]
         if method == "initialize":
-            result = {"protocolVersion": msg["params"]["protocolVersion"], "capabilities": {"tools": {}},
+            result = {"protocolVersion": msg["params"]["protocolVersion"], "capabilities": {"tools": {}, "experimental": {"lazyd": {"sharing": "shared"}}},
                       "serverInfo": {"name": "echo", "version": "1"}}
         elif method == "tools/list":
             result = {"tools": [TOOL]}

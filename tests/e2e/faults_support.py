@@ -17,12 +17,16 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
+import pytest
+
 from lazyd import procfs
 from lazyd.handoff.region import read_region
+from shim import slots
 from tests.conftest import FIXTURE_SERVER, UserEnv, cmdline, shim_command
 
 FIXTURE = [sys.executable, str(FIXTURE_SERVER)]
@@ -315,3 +319,21 @@ def write_named_config(user: UserEnv, servers: dict[str, dict[str, Any]]) -> Pat
     path.write_text("\n".join(lines) + "\n")
     os.chmod(path, 0o600)
     return path
+
+
+@contextmanager
+def every_slot_held(user: UserEnv) -> Iterator[None]:
+    """Hold every resume slot beside the daemon's socket: the waiters queue in flock(1)."""
+    if not slots.flock_path():
+        print("skipping: no flock(1) here")
+        pytest.skip("no flock(1)")
+    held = []
+    for n in range(slots.count()):
+        fd = os.open(user.socket.parent / f"resume.{n}", os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        held.append(fd)
+    try:
+        yield
+    finally:
+        for fd in held:
+            os.close(fd)

@@ -74,9 +74,17 @@ class Seen:
                 "logging_callback": logging, "client_info": types.Implementation(name=self.name, version="1")}
 
 
+# These tests are about eras, and count one process per era: the registration says it is shareable
+# (`--share true`, as LAZYD_SHARE). The server's own declaration is seen only once a start has told,
+# and a stateless-era client opens without a request, so a second session opened beside it would
+# get a process of its own (docs/configuration.md, "Sharing").
+SHARE = {"LAZYD_SHARE": "true"}
+
+
 def through_lazyd(user: UserEnv, mode: str, seen: Seen, shim_args: tuple[str, ...] = (),
                   env: dict[str, str] | None = None, argv: list[str] = DUAL) -> Client:
-    params = StdioServerParameters(command=shim_command(), args=[*shim_args, "--", *argv], env={**user.env, **(env or {})})
+    params = StdioServerParameters(command=shim_command(), args=[*shim_args, "--", *argv],
+                                   env={**user.env, **SHARE, **(env or {})})
     return Client(params, mode=mode, log_level="debug" if mode != "legacy" else None, **seen.kwargs())
 
 

@@ -37,9 +37,16 @@ DUAL_NEEDLE = "dual_era_server"
 MODES = ("auto", "2026-07-28", "legacy")
 
 
+# These tests are about eras, and count one process per era: the registration says it is shareable
+# (`--share true`, as LAZYD_SHARE). The server's own declaration is seen only once a start has told,
+# and a stateless-era client opens without a request, so a second session opened beside it would
+# get a process of its own (docs/configuration.md, "Sharing").
+SHARE = {"LAZYD_SHARE": "true"}
+
+
 def client(user: UserEnv, argv: list[str], mode: str, name: str = "era-test", env: dict[str, str] | None = None,
            **kwargs: Any) -> Client:
-    params = StdioServerParameters(command=shim_command(), args=["--", *argv], env={**user.env, **(env or {})})
+    params = StdioServerParameters(command=shim_command(), args=["--", *argv], env={**user.env, **SHARE, **(env or {})})
     return Client(params, mode=mode, client_info=types.Implementation(name=name, version="1"), **kwargs)
 
 

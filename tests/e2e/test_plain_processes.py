@@ -27,9 +27,8 @@ import pytest
 
 from lazyd import procfs
 from tests.conftest import MARKER_VAR, UserEnv, start_daemon
-from tests.e2e.faults_support import DEADLINE_S, FIXTURE, RawShim, call, lazyctl, region_settled, text_of, wait_for
+from tests.e2e.faults_support import DEADLINE_S, every_slot_held, FIXTURE, RawShim, call, lazyctl, region_settled, text_of, wait_for
 from tests.e2e.shim_paths import HANDOFF_PATHS, ShimPath, waits_handed_off
-from tests.e2e.test_waiter_recovery import every_slot_held
 
 pytestmark = pytest.mark.e2e
 

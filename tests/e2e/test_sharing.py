@@ -130,12 +130,13 @@ async def test_share_false_gives_each_session_its_own_process_and_the_next_sessi
     # A process of a session's own holds that session's state: it stops with its session (as a
     # direct server would) rather than lingering for the next session to find.
     wait_until(lambda: not user_env.server_pids("fixture_server"), STEP_TIMEOUT_S, "both private processes to stop")
-    assert [r["clients"] for r in status_rows(user_env)] == [0, 0]
+    # The private instance went with its session: no row stays for a process nobody has.
+    assert [r["clients"] for r in status_rows(user_env)] == [0]
     async with shim_session(user_env, FIXTURE, shim_args=("--share", "false")) as c:
-        # A fresh process in one of the two slots (no third row): the counter starts again.
+        # A fresh process in the registration's own slot: the counter starts again.
         assert _text(await c.call_tool("pid", {})) not in {pid_a, pid_b}
         assert _text(await c.call_tool("counter", {})) == "1"
-        assert len(status_rows(user_env)) == 2
+        assert len(status_rows(user_env)) == 1
 
 
 def _raw(user: UserEnv) -> subprocess.Popen[bytes]:

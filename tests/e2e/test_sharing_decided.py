@@ -5,7 +5,7 @@ Real daemon, real shims, the official SDK as the clients. The servers: published
 process) and `@playwright/mcp` (one browser per process; `tools/list` needs no browser, and none is
 installed, so processes are what is counted), both found by the known-servers table, and once
 with the table's entry unlisted, so the tool-name rule decides while the second session waits;
-the fixture server for a server nothing knows about (its listing slowed down, so the second
+the fixture server for a server nothing knows about (its start slowed down, so the second
 session really waits) and for a session-aware one (it echoes the `_meta` each call carried).
 """
 
@@ -89,10 +89,11 @@ async def test_two_sessions_of_sequential_thinking_never_see_each_others_thought
     assert rules == {"auto: isolated (known server: sequential-thinking)"}
 
 
-async def open_two_first_sessions(user: UserEnv, argv: list[str]) -> str:
+async def open_two_first_sessions(user: UserEnv, argv: list[str]) -> tuple[str, dict[str, dict[str, Any]]]:
     """Two sessions of a server nothing is cached for, the second opened while the first starts
     it (its initialize did), each making a real request (a browser tool: it fails, no browser is
-    installed, but the process that serves it runs); `lazyctl status` while both are open."""
+    installed, but the process that serves it runs); `lazyctl status` and the status rows while
+    both are open."""
     async with AsyncExitStack() as stack:
         sessions = [await stack.enter_async_context(shim_session(user, argv)) for _ in range(2)]
         for session in sessions:
@@ -100,7 +101,7 @@ async def open_two_first_sessions(user: UserEnv, argv: list[str]) -> str:
         wait_until(lambda: len(user.server_pids("playwright-mcp")) == 2, STEP_S, "two playwright processes")
         human: str = lazyctl(user, "status").stdout
         assert len(user.server_pids("playwright-mcp")) == 2, human
-        return human
+        return human, status_rows(user)
 
 
 async def test_two_concurrent_first_sessions_of_playwright_get_a_browser_process_each_and_true_labels(
@@ -108,8 +109,7 @@ async def test_two_concurrent_first_sessions_of_playwright_get_a_browser_process
 ) -> None:
     start_daemon(user_env)
     with trio.fail_after(STEP_S):
-        human = await open_two_first_sessions(user_env, PLAYWRIGHT)
-    rows = status_rows(user_env)
+        human, rows = await open_two_first_sessions(user_env, PLAYWRIGHT)
     (base,) = [name for name in rows if not rows[name]["instance_of"]]
     # Numbered from 1, the rule as it is, and not listed as another identity of the command.
     assert sorted(rows) == [base, f"{base}.1"]
@@ -124,6 +124,8 @@ async def test_two_concurrent_first_sessions_of_playwright_get_a_browser_process
                     f"  {base}.1: auto: isolated (known server: playwright)"]
     explained = lazyctl(user_env, "explain", base).stdout
     assert "  sharing  one process per session (auto: isolated (known server: playwright))" in explained
+    # Its private instance went with its session: no row for a process nobody has.
+    assert sorted(status_rows(user_env)) == [base]
 
 
 async def test_with_playwright_unlisted_its_tool_names_decide_and_two_first_sessions_still_get_a_process_each(
@@ -137,19 +139,42 @@ async def test_with_playwright_unlisted_its_tool_names_decide_and_two_first_sess
     assert len(rules) == 1 and rules.pop().startswith("auto: isolated (tool names: browser_")
 
 
-async def test_a_server_nothing_is_known_about_holds_the_second_session_until_its_tools_are_listed(
-    user_env: UserEnv,
+async def pids_of_two_sessions_opened_at_once(user: UserEnv, env: dict[str, str]) -> list[str]:
+    """Two sessions opened at the same moment (the second's hello arrives before the first start
+    has answered), each asking which process serves it while both are open."""
+    pids: list[str] = []
+    both = trio.Event()
+
+    async def one() -> None:
+        async with shim_session(user, FIXTURE, env=env) as session:
+            pids.append(text_of(await session.call_tool("pid", {})))
+            if len(pids) == 2:
+                both.set()
+            await both.wait()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(one)
+        nursery.start_soon(one)
+    return pids
+
+
+@pytest.mark.parametrize(("sharing", "shared", "rule"), [
+    ("", False, "auto: isolated (not known to be shareable)"),
+    ("shared", True, "auto: shared (declared: experimental.lazyd.sharing)"),
+])
+async def test_a_server_nothing_is_cached_for_holds_the_second_session_until_its_first_start_tells(
+    user_env: UserEnv, sharing: str, shared: bool, rule: str,
 ) -> None:
-    # Its listings take a while: the first session's initialize starts it (nothing is cached), and
-    # the second session's hello arrives while that start is still listing.
-    env = {"FIXTURE_TOOLS_EXTRA": "browser_navigate", "FIXTURE_LISTING_DELAY_S": "1"}
+    # Its start is slow: the second session's hello arrives while the first start is under way,
+    # and waits for it (what it declares, what its tree runs): then as on a warm cache.
+    env = {"FIXTURE_SHARING": sharing, "FIXTURE_START_DELAY_S": "1"}
     start_daemon(user_env)
     with trio.fail_after(STEP_S):
-        async with shim_session(user_env, FIXTURE, env=env) as a:
-            async with shim_session(user_env, FIXTURE, env=env) as b:
-                assert text_of(await b.call_tool("pid", {})) != text_of(await a.call_tool("pid", {}))
+        cold = await pids_of_two_sessions_opened_at_once(user_env, env)
+        warm = await pids_of_two_sessions_opened_at_once(user_env, env)
+    assert (cold[0] == cold[1], warm[0] == warm[1]) == (shared, shared)
     log = (user_env.root / "daemon.stderr").read_text()
-    assert "for the sharing decision: auto: isolated (tool names: browser_navigate)" in log
+    assert f"for the sharing decision: {rule}" in log
 
 
 async def test_a_session_aware_server_gets_one_process_and_every_call_carries_its_sessions_id(

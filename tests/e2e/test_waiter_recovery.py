@@ -11,20 +11,16 @@ recovery finds it up and none is taken back without a slot.
 
 from __future__ import annotations
 
-import fcntl
 import os
 import signal
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from shim import slots
 from tests.conftest import FIXTURE_SERVER, UserEnv, start_daemon
-from tests.e2e.faults_support import slot_free, DEADLINE_S, RawShim, daemon_log, region_settled, tool_call, wait_for
+from tests.e2e.faults_support import every_slot_held, slot_free, DEADLINE_S, RawShim, daemon_log, region_settled, tool_call, wait_for
 from tests.e2e.shim_paths import HANDOFF_PATHS, ShimPath
 
 FIXTURE_ARGV = [sys.executable, str(FIXTURE_SERVER)]
@@ -35,23 +31,6 @@ SESSIONS = 10  # per path: 20 sessions in all
 RECOVERED = "taking it back (holding resume slot fd 8)"  # what the shim's recovery logs (shim/recover.py)
 LOST = -32603
 
-
-@contextmanager
-def every_slot_held(user: UserEnv) -> Iterator[None]:
-    """Hold every resume slot beside the daemon's socket: the waiters queue in flock(1)."""
-    if not slots.flock_path():
-        print("skipping: no flock(1) here")
-        pytest.skip("no flock(1)")
-    held = []
-    for n in range(slots.count()):
-        fd = os.open(user.socket.parent / f"resume.{n}", os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        held.append(fd)
-    try:
-        yield
-    finally:
-        for fd in held:
-            os.close(fd)
 
 
 def _lines_until(shim: RawShim, request_id: int) -> list[dict[str, Any]]:

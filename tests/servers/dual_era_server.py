@@ -14,6 +14,10 @@ Environment (all optional):
                        stream loop (the one a dual-era connection switches to), so `initialize`
                        is refused with -32022 even as the first request
 
+It declares itself shareable (`experimental.lazyd.sharing`, in its initialize result and its
+discovery answer): it keeps no session's state the era tests guard, and they count on one process
+per era. DUAL_SHARING=MODE declares MODE instead ("" for nothing).
+
 Tools: echo(text); pid(); whoami() -> "<protocol version> <client name>"; add_tool(name) adds a
 tool and announces it on listen streams; touch(uri) announces a resource update.
 Call-backs written for the handshake era (the SDK's server-to-client requests, which work only on
@@ -182,6 +186,24 @@ def note() -> str:
 @server.prompt()
 def greet(name: str) -> str:
     return f"Hello, {name}!"
+
+
+def _declare_sharing() -> None:
+    """Every capabilities object the server builds (initialize, server/discover) carries the
+    sharing declaration: the SDK's way for a server to add capabilities of its own."""
+    low = server._lowlevel_server
+    build = low.get_capabilities
+    sharing = os.environ.get("DUAL_SHARING", "shared")
+
+    def declared(notification_options: Any = None, experimental_capabilities: Any = None, extensions: Any = None,
+                 *, protocol_version: str | None = None) -> types.ServerCapabilities:
+        experimental = {**(experimental_capabilities or {}), **({"lazyd": {"sharing": sharing}} if sharing else {})}
+        return build(notification_options, experimental or None, extensions, protocol_version=protocol_version)
+
+    low.get_capabilities = declared  # type: ignore[method-assign]
+
+
+_declare_sharing()
 
 
 async def stateless_only() -> None:

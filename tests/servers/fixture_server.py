@@ -23,7 +23,11 @@ Behaviour by environment variable (all optional):
   FIXTURE_DISCOVER=1            answer `server/discover` (else it is -32601 like real servers)
   FIXTURE_LOG=path              append the method of every received message, one per line
   FIXTURE_INSTRUCTIONS=text     the `instructions` of the initialize result
-  FIXTURE_CAPABILITIES=json     more capabilities in the initialize result, e.g. {"x-mux": {...}}
+  FIXTURE_SHARING=MODE          the sharing it declares (`experimental.lazyd.sharing`): "shared" when
+                                unset (it keeps no session's state worth guarding: the relay's tests
+                                share it), "" for no declaration (an unknown server)
+  FIXTURE_CAPABILITIES=json     more capabilities in the initialize result, e.g. {"x-mux": {...}};
+                                it replaces the FIXTURE_SHARING declaration
   FIXTURE_ECHO_META=1           list a tool `meta` that answers the `_meta` its call carried, as JSON
   FIXTURE_LEAK_MIB_S=R          grow by R MiB of resident memory every second (see grow below)
   FIXTURE_MARKER=...            not read: inherited, so tests can find our processes in /proc
@@ -61,6 +65,14 @@ CAPABILITIES: dict[str, Any] = {
 }
 
 Json = dict[str, Any]
+
+
+def capabilities() -> Json:
+    """CAPABILITIES with the sharing declaration (FIXTURE_SHARING) or FIXTURE_CAPABILITIES."""
+    if os.environ.get("FIXTURE_CAPABILITIES"):
+        return {**CAPABILITIES, **json.loads(os.environ["FIXTURE_CAPABILITIES"])}
+    sharing = os.environ.get("FIXTURE_SHARING", "shared")
+    return {**CAPABILITIES, "experimental": {"lazyd": {"sharing": sharing}}} if sharing else dict(CAPABILITIES)
 
 
 class RpcError(Exception):
@@ -264,19 +276,17 @@ class Server:
         version = asked if asked in SUPPORTED_VERSIONS else LATEST_VERSION
         result: Json = {
             "protocolVersion": version,
-            "capabilities": CAPABILITIES,
+            "capabilities": capabilities(),
             "serverInfo": {"name": "fixture", "version": "1.0"},
         }
         if os.environ.get("FIXTURE_INSTRUCTIONS"):
             result["instructions"] = os.environ["FIXTURE_INSTRUCTIONS"]
-        if os.environ.get("FIXTURE_CAPABILITIES"):
-            result["capabilities"] = {**CAPABILITIES, **json.loads(os.environ["FIXTURE_CAPABILITIES"])}
         return result
 
     def discover_result(self, params: Json, cancel: threading.Event) -> Json:
         return {
             "supportedVersions": ["2026-07-28", *reversed(SUPPORTED_VERSIONS)],
-            "capabilities": CAPABILITIES,
+            "capabilities": capabilities(),
             "cacheScope": "public",
             "resultType": "complete",
             "ttlMs": 60000,

@@ -344,3 +344,15 @@ def running(
     assert driver.core.phase is Phase.READY
     assert not driver.upstream, driver.upstream
     return driver
+
+
+def refreshing() -> Driver:
+    """Client 1 through its handshake (from the cache); its tools/call (id 1) started the server,
+    which answered the replayed initialize: the listing refresh comes next."""
+    d = Driver(warm_snapshot())
+    d.attach(1)
+    d.handshake(1)
+    d.ask(1, 1, "tools/call", {"name": "echo"})
+    d.spawned()
+    d.answer("initialize", INIT_RESULT)
+    return d

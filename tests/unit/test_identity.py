@@ -338,6 +338,11 @@ def test_the_digest_of_an_identity_is_stable_across_runs() -> None:
         (["python3.11", "-m", "mcp_server_time", "--local-timezone", "UTC"], "mcp_server_time"),
         (["python", "-c", "print(1)"], "python"),
         (["node", "/p/github-server/dist/index.js"], "github-server"),
+        # A script in node_modules is named after its package (its file name says nothing).
+        (["node", "/u/node_modules/task-master-ai/dist/mcp-server.js"], "task-master-ai"),
+        (["node", "/u/node_modules/@cyanheads/git-mcp-server/dist/index.js"], "git-mcp-server"),
+        (["/u/node_modules/task-master-ai/dist/mcp-server.js"], "task-master-ai"),
+        (["/u/node_modules/.bin/task-master-ai"], "task-master-ai"),
         (["node", "--require", "hook.js", "srv.mjs"], "srv"),
         (["bun", "run", "server.ts"], "server"),
         (["bunx", "@scope/thing@latest"], "thing"),

@@ -21,33 +21,32 @@ GiB = 1024 * MiB
 
 def test_one_sample_over_the_limit_is_forgiven_and_two_in_a_row_restart() -> None:
     limit = MemoryLimit(GiB)
-    assert limit.sample(0.0, 2 * GiB) is None
-    assert limit.sample(2.0, GiB) is None  # back at the limit: the count starts again
-    assert limit.sample(4.0, 2 * GiB) is None
-    assert limit.sample(6.0, int(1.3 * GiB)) == Restart("restarted: 1.3 GiB over memory_max 1 GiB", 1)
+    assert limit.sample(0.0, 2 * GiB, 7) is None
+    assert limit.sample(2.0, GiB, 7) is None  # back at the limit: the count starts again
+    assert limit.sample(4.0, 2 * GiB, 7) is None
+    assert limit.sample(6.0, int(1.3 * GiB), 7) == Restart("restarted: 1.3 GiB over memory_max 1 GiB", 1)
 
 
 def test_a_new_process_starts_the_count_again() -> None:
     limit = MemoryLimit(GiB)
-    assert limit.sample(0.0, 2 * GiB) is None
-    limit.new_process()
-    assert limit.sample(2.0, 2 * GiB) is None
+    assert limit.sample(0.0, 2 * GiB, 7) is None
+    assert limit.sample(2.0, 2 * GiB, 8) is None  # another pid: a new process, counted afresh
 
 
 def test_the_third_breach_within_the_window_parks_and_older_ones_are_forgotten() -> None:
     limit = MemoryLimit(100 * MiB)
     verdicts = []
     for t in (0.0, 2.0, 10.0, 12.0, 20.0, 22.0):
-        verdicts.append(limit.sample(t, 200 * MiB))
+        verdicts.append(limit.sample(t, 200 * MiB, 7))
     assert verdicts[1] == Restart("restarted: 200 MiB over memory_max 100 MiB", 1)
     assert verdicts[3] == Restart("restarted: 200 MiB over memory_max 100 MiB", 2)
     assert verdicts[5] == Park("parked: 3 times over memory_max 100 MiB within 10m (last 200 MiB)")
     spaced = MemoryLimit(100 * MiB)
     for t in (0.0, 2.0, PARK_WINDOW_S - 10, PARK_WINDOW_S - 8):
-        last = spaced.sample(t, 200 * MiB)
+        last = spaced.sample(t, 200 * MiB, 7)
     assert last == Restart("restarted: 200 MiB over memory_max 100 MiB", 2)
-    spaced.sample(2 * PARK_WINDOW_S + 10, 200 * MiB)
-    assert isinstance(spaced.sample(2 * PARK_WINDOW_S + 12, 200 * MiB), Restart)
+    spaced.sample(2 * PARK_WINDOW_S + 10, 200 * MiB, 7)
+    assert isinstance(spaced.sample(2 * PARK_WINDOW_S + 12, 200 * MiB, 7), Restart)
 
 
 @pytest.mark.parametrize(("text", "size"), [("1GiB", GiB), ("1G", GiB), ("1.5 GiB", 3 * GiB // 2), ("512MiB", 512 * MiB),
@@ -153,11 +152,11 @@ def test_pressure_settings_have_defaults_and_are_read_whole() -> None:
 def test_a_successor_daemon_takes_up_the_count_and_the_breaches_of_the_window() -> None:
     before = MemoryLimit(100 * MiB)
     for t in (0.0, 2.0, 10.0, 12.0, 14.0):  # two breaches, then one sample over
-        before.sample(t, 200 * MiB)
+        before.sample(t, 200 * MiB, 7)
     state = before.to_state(15.0)
     after = MemoryLimit(100 * MiB)
     after.restore(state, 1000.0)  # the successor's clock reads 1000 at the moment of the write
     assert after.over == 1
-    assert after.sample(1001.0, 200 * MiB) == Park("parked: 3 times over memory_max 100 MiB within 10m (last 200 MiB)")
+    assert after.sample(1001.0, 200 * MiB, 7) == Park("parked: 3 times over memory_max 100 MiB within 10m (last 200 MiB)")
     with pytest.raises(ValueError):
         MemoryLimit(MiB).restore({"over": 0, "breaches": ["x"]}, 0.0)

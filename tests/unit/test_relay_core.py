@@ -14,6 +14,7 @@ from lazyd.core.relay import jsonrpc as rpc
 from lazyd.core.cache import Snapshot, handshake_key
 from lazyd.core.relay.core import PROTOCOL_VERSION_META, Phase, ToClient
 from tests.unit.relay_driver import (
+    refreshing,
     BARE_PARAMS,
     CLIENT_PARAMS,
     INIT_RESULT,
@@ -278,17 +279,6 @@ def test_a_resumed_client_counts_as_initialized_and_its_handshake_is_the_one_rep
 
 # ---- listing drift -----------------------------------------------------------------------------------
 
-
-def refreshing() -> Driver:
-    """Client 1 through its handshake (from the cache); its tools/call (id 1) started the server,
-    which answered the replayed initialize: the listing refresh comes next."""
-    d = Driver(warm_snapshot())
-    d.attach(1)
-    d.handshake(1)
-    d.ask(1, 1, "tools/call", {"name": "echo"})
-    d.spawned()
-    d.answer("initialize", INIT_RESULT)
-    return d
 
 
 def test_listings_that_drifted_since_the_snapshot_send_list_changed_to_initialized_clients() -> None:

@@ -15,7 +15,7 @@ from lazyd.core.relay.session_roots import ROOTS_WAIT_S
 from lazyd.core.sharing.join import Join, join
 from lazyd.core.sharing.modes import SharingDecision
 from lazyd.core.sharing.roots import NO_ROOTS, UNANSWERED, common_roots, parse_roots, roots_key, roots_result
-from tests.unit.test_relay_core import refreshing
+from tests.unit.relay_driver import refreshing
 from tests.unit.relay_driver import (
     BARE_PARAMS,
     CLIENT_PARAMS,
@@ -268,7 +268,7 @@ def test_a_session_whose_key_differs_from_those_on_the_registrations_process_get
     for decision in (SharingDecision("shared", "auto: shared (known server: filesystem)", "known"),
                      SharingDecision("session-aware", "declared", "declared"),
                      SharingDecision(None, "auto: undecided", "undecided")):
-        choice = join(decision, base_taken=True, waited_s=0.0, bound_s=5.0, started=True, key_conflict=conflict)
+        choice = join(decision, base_taken=True, waited_s=0.0, bound_s=5.0, key_conflict=conflict)
         assert (choice.join is Join.OWN) == conflict
         if conflict:
             assert choice.rule == "its own process: its roots differ from those of the sessions sharing one"

@@ -9,7 +9,8 @@ import pytest
 
 from lazyd.core.cache import HandshakeEntry, Listing, Snapshot, handshake_key
 from lazyd.core.sharing.known_servers import KnownServer
-from lazyd.core.sharing.modes import declares_session_aware, decide_sharing, stateful_tools
+from lazyd.core.sharing.modes import (NOT_KNOWN_RULE, UNDECIDED_RULE, declares_session_aware, decide_sharing,
+                                      stateful_tools)
 
 PARAMS = {"protocolVersion": "2025-06-18", "capabilities": {}}
 PLAYWRIGHT = KnownServer("playwright", "isolated", ("@playwright/mcp",))
@@ -28,8 +29,8 @@ def snapshot(tools: list[str] | None, capabilities: dict[str, Any] | None = None
 
 
 def decided(setting: Any, snap: Snapshot, known: KnownServer | None = None,
-            live: HandshakeEntry | None = None) -> tuple[str | None, str, str]:
-    d = decide_sharing(setting, snap, known, live)
+            live: HandshakeEntry | None = None, looked: bool = True) -> tuple[str | None, str, str]:
+    d = decide_sharing(setting, snap, known, live, looked=looked)
     return d.mode, d.rule, d.source
 
 
@@ -64,7 +65,7 @@ def test_auto_follows_what_the_server_declares_before_the_table_and_the_tool_nam
 def test_a_declaration_in_a_discover_answer_counts_and_unknown_values_are_ignored() -> None:
     assert decided("auto", snapshot(["echo"], discover_capabilities={"x-mux": {"sharing": "isolated"}}))[0] == "isolated"
     odd = snapshot(["echo"], {"x-mux": {"sharing": "sometimes"}, "experimental": {"lazyd": "isolated"}})
-    assert decided("auto", odd) == ("shared", "auto: shared (no stateful tool names among 1 tools)", "tools")
+    assert decided("auto", odd) == ("isolated", NOT_KNOWN_RULE, "unknown")
 
 
 def test_a_known_server_is_decided_before_anything_is_cached_and_before_its_tool_names() -> None:
@@ -73,9 +74,10 @@ def test_a_known_server_is_decided_before_anything_is_cached_and_before_its_tool
     assert decided("auto", snapshot(["open_session"]), TIME) == ("shared", "auto: shared (known server: time)", "known")
 
 
-def test_an_entry_the_user_set_to_auto_leaves_the_decision_to_the_tool_names() -> None:
+def test_an_entry_the_user_set_to_auto_leaves_the_decision_to_the_other_rules() -> None:
     assert decided("auto", snapshot(["browser_navigate"]), UNLISTED) == (
         "isolated", "auto: isolated (tool names: browser_navigate)", "tools")
+    assert decided("auto", snapshot(["get_current_time"]), UNLISTED) == ("isolated", NOT_KNOWN_RULE, "unknown")
     assert decided("auto", Snapshot(), UNLISTED)[0] is None
 
 
@@ -84,16 +86,41 @@ def test_auto_gives_one_process_per_session_to_a_server_whose_tools_look_statefu
     assert decided("auto", snapshot(names)) == (
         "isolated", "auto: isolated (tool names: browser_navigate, take_screenshot, newTab, …)", "tools")
     assert decided("auto", snapshot(["echo", "shell.exec"]))[:2] == ("isolated", "auto: isolated (tool names: shell.exec)")
+    # Tool names isolate at once, before the process tree was looked at.
+    assert decided("auto", snapshot(["browser_navigate"]), looked=False)[0] == "isolated"
 
 
-def test_auto_shares_plain_tools_and_leaves_a_server_nothing_is_known_about_undecided() -> None:
-    plain = decide_sharing("auto", snapshot(["get_current_time", "convert_time", "get-tiny-image", "echo"]))
-    assert (plain.mode, plain.rule, plain.shared) == ("shared", "auto: shared (no stateful tool names among 4 tools)", True)
-    unknown = decide_sharing("auto", Snapshot())
-    assert (unknown.mode, unknown.rule, unknown.source) == (
-        None, "auto: undecided (nothing cached, declared or known yet)", "undecided")
-    # Undecided lets a first session have the registration's process (lazyd/core/sharing/join.py decides more).
-    assert unknown.shared is True and decide_sharing(False, Snapshot()).shared is False
+@pytest.mark.parametrize("tools", [
+    ["get_current_time", "convert_time", "get-tiny-image", "echo"],
+    ["git_status", "git_set_working_dir", "git_commit"],  # a session's working directory, in the process
+    ["get_tasks", "add_task", "parse_prd"],  # a project's .env keys, loaded into the process
+    ["sequentialthinking"],  # a session's thoughts
+    [],
+])
+def test_innocent_tool_names_never_share_a_server_nothing_else_says_is_shareable(tools: list[str]) -> None:
+    d = decide_sharing("auto", snapshot(tools), looked=True)
+    assert (d.mode, d.rule, d.source, d.shared) == ("isolated", NOT_KNOWN_RULE, "unknown", False)
+    assert NOT_KNOWN_RULE == "auto: isolated (not known to be shareable)"
+
+
+def test_a_server_nothing_is_known_about_yet_is_undecided_until_it_answered_and_its_tree_was_looked_at() -> None:
+    # Never run: nothing cached, nothing looked at.
+    for snap, looked in ((Snapshot(), False), (Snapshot(), True), (snapshot(["echo"]), False)):
+        unknown = decide_sharing("auto", snap, looked=looked)
+        assert (unknown.mode, unknown.rule, unknown.source) == (None, UNDECIDED_RULE, "undecided")
+        # Undecided lets a first session have the registration's process (join.py decides more).
+        assert unknown.shared is True
+    assert decide_sharing(False, Snapshot()).shared is False
+
+
+def test_the_same_registration_is_decided_alike_from_a_cold_start_and_from_a_warm_cache() -> None:
+    # Cold: the first start's answer, then its tree looked at. Warm: the cache and the record.
+    for capabilities, known, mode in (({}, None, "isolated"), ({}, TIME, "shared"),
+                                      ({"experimental": {"lazyd": {"sharing": "shared"}}}, None, "shared")):
+        live = HandshakeEntry(PARAMS, {"capabilities": {"tools": {}, **capabilities}})
+        cold = decide_sharing("auto", Snapshot(), known, live, looked=True)
+        warm = decide_sharing("auto", snapshot(["echo"], capabilities), known, looked=True)
+        assert cold.mode == warm.mode == mode
 
 
 def test_a_declared_initialize_without_tools_listed_yet_is_decided_by_its_declaration() -> None:
@@ -122,15 +149,17 @@ def test_the_stateful_name_rule_matches_whole_words_of_a_tool_name(name: str, st
     assert bool(stateful_tools([name])) is stateful
 
 
-def test_a_start_under_way_decides_as_soon_as_its_tools_or_its_declaration_are_in() -> None:
+def test_a_start_under_way_decides_as_soon_as_its_answer_is_in_and_its_tree_was_looked_at() -> None:
     live = HandshakeEntry(PARAMS, {})  # initialize sent, unanswered: nothing to decide from yet
     assert decided("auto", Snapshot(), live=live)[0] is None
     live.result = {"capabilities": {"tools": {}}}
-    assert decided("auto", Snapshot(), live=live)[0] is None  # answered, no declaration, no tools yet
+    assert decided("auto", Snapshot(), live=live, looked=False)[0] is None  # its tree not looked at yet
+    assert decided("auto", Snapshot(), live=live) == ("isolated", NOT_KNOWN_RULE, "unknown")
     live.listings["tools/list"] = Listing(items=[{"name": "browser_navigate"}])
     assert decided("auto", Snapshot(), live=live) == (
         "isolated", "auto: isolated (tool names: browser_navigate)", "tools")
     declared = HandshakeEntry(PARAMS, {"capabilities": {"x-mux": {"sharing": "session-aware"}}})
-    assert decided("auto", Snapshot(), live=declared)[:2] == ("session-aware", "auto: session-aware (declared: x-mux.sharing)")
+    assert decided("auto", Snapshot(), live=declared, looked=False)[:2] == (
+        "session-aware", "auto: session-aware (declared: x-mux.sharing)")
     # The live process's listing is fresher than the cache's.
     assert decided("auto", snapshot(["echo"]), live=live)[0] == "isolated"

@@ -228,9 +228,9 @@ class Lifecycle:
             self._operator_start = True  # also when it joined a start under way
         return actions
 
-    def operator_sleep(self, now: float) -> list[Action]:
-        """`lazyctl sleep` (rule 8)."""
-        return self._request("operator_sleep", now)
+    def operator_sleep(self, now: float, reason: str = "lazyctl sleep") -> list[Action]:
+        """`lazyctl sleep` (rule 8), or the daemon's own for `reason` (its log line says which)."""
+        return self._request("operator_sleep", now, reason)
 
     def memory_stop(self, now: float, reason: str, *, park: bool, breaches: int) -> list[Action]:
         """The server's tree stayed over its memory limit (rule 11)."""
@@ -391,7 +391,7 @@ class Lifecycle:
     def _ignored(self, name: str) -> list[Action]:
         return [Log(f"ignored {name}() while {self.state} (pid {self.pid})")]
 
-    def _request(self, name: str, now: float) -> list[Action]:
+    def _request(self, name: str, now: float, reason: str = "lazyctl sleep") -> list[Action]:
         self._enter(now)
         rule = REQUEST_RULES[name][self.state]
         if rule in (Rule.SPAWN, Rule.SPAWN_ONCE):
@@ -405,9 +405,9 @@ class Lifecycle:
         elif rule is Rule.TO_SLEEP:
             self._enter_sleeping(now)
         elif rule is Rule.STOP_FAILING_WAITING:
-            return [*self._stop("lazyctl sleep"), FailWaiting(OPERATOR_SLEEP_REASON)]
+            return [*self._stop(reason), FailWaiting(OPERATOR_SLEEP_REASON)]
         elif rule is Rule.STOP:
-            return self._stop("lazyctl sleep")
+            return self._stop(reason)
         elif rule is Rule.DROP_AFTER_STOP:
             if self._stop_outcome is State.BACKOFF:
                 self._stop_outcome = State.SLEEPING

@@ -83,6 +83,7 @@ from lazyd.core.relay.base import Used as Used
 from lazyd.core.relay.base import WantServer as WantServer
 from lazyd.core.relay.client import ClientMessages
 from lazyd.core.relay.server import ServerMessages
+from lazyd.core.relay.handshake_defaults import unattended_params
 from lazyd.core.relay.startup import Handshake
 from lazyd.core.relay.session_roots import RootsPart, SessionRoots
 from lazyd.core.relay.shared import RelayShared
@@ -387,6 +388,18 @@ class RelayCore:
         return set() if self.lane == "stateless" else self.roots.keys()
 
     # ---- server events ---------------------------------------------------------------------------
+
+    def ensure_replay_params(self) -> None:
+        """Give an unattended start a handshake to replay (eager, keep_alive, a wake predicate).
+
+        The relay replays a queued client's `initialize`, else the snapshot's last params. A start
+        nobody queued a request for, of a server no client ever initialized, would otherwise send
+        no handshake, never become ready, and be killed at its start timeout. An attached client's
+        params (a resumed session) are preferred over the defaults: they are a real client's."""
+        params = unattended_params(self.snapshot.last_params, bool(self.queue),
+                                   (c.params for c in self.clients.values()))
+        if params is not None:
+            self.snapshot.last_params = params
 
     def spawned(self, *, now: float) -> list[Action]:
         """The process exists. Follow the start plan of its lane (lazyd/core/eras/policy.py): the era probe

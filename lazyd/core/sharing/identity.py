@@ -342,6 +342,19 @@ def _target_of_launcher(args: Sequence[str]) -> str | None:
     return None
 
 
+def _package_dir(path: str) -> str | None:
+    """The package a script lies in, named as its package index names it without the scope:
+    `…/node_modules/task-master-ai/dist/mcp-server.js` -> "task-master-ai" (its file name says
+    nothing of the server); None outside `node_modules/` and for a `.bin/` link."""
+    parts = path.split("/")
+    if "node_modules" not in parts:
+        return None
+    rest = parts[len(parts) - parts[::-1].index("node_modules"):]
+    if rest[:1] and rest[0].startswith("@"):
+        rest = rest[1:]
+    return rest[0] if len(rest) > 1 and rest[0] not in ("", ".bin") else None
+
+
 def _strip_target(target: str) -> str:
     """ "@scope/pkg@1.2.3" -> "pkg", "ghcr.io/o/img:tag" -> "img", "pkg==1.0" -> "pkg"."""
     stem = target.rstrip("/")
@@ -370,9 +383,9 @@ def _base_name(argv: tuple[str, ...]) -> str:
     if _is_launcher(program.removesuffix(".exe")):
         target = _target_of_launcher(argv[1:])
         if target is not None:
-            name = _strip_target(target)
+            name = _package_dir(target) or _strip_target(target)
     else:
         # The whole path, so a generic "/opt/acme-mcp/bin/server" can be named after its directory.
-        name = _strip_target(argv[0])
+        name = _package_dir(argv[0]) or _strip_target(argv[0])
     safe = _UNSAFE_NAME_CHARS.sub("-", name).strip(".-")[:_MAX_BASE_NAME_CHARS].strip(".-")
     return safe or "server"

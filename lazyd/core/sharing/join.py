@@ -1,7 +1,8 @@
 """Which process a new session of a registration joins, given the sharing decision (lazyd/core/sharing/modes.py).
 
-Pure: fed the decision, whether the registration's own process is taken, and how long this
-session has waited; the daemon (lazyd/daemon/sessions/sharing_gate.py) carries the answer out.
+Pure: fed the decision, whether the registration's own process is taken, whether the sessions'
+compatibility keys conflict, and how long this session has waited; the daemon (lazyd/daemon/sessions/sharing_gate.py)
+carries the answer out.
 
 - `shared` and `session-aware`: the registration's process (BASE).
 - `isolated`: a process of its own (OWN): the registration's process when no session holds it,
@@ -10,15 +11,11 @@ session has waited; the daemon (lazyd/daemon/sessions/sharing_gate.py) carries t
   a process, whatever the mode: a session whose key is not that of the sessions on the
   registration's process gets one of its own (OWN).
 - undecided (never run, nothing declared, not a known server): the first session takes the
-  registration's process, so its start can list the tools; a second session that arrives while
-  the process is taken WAITs, up to `bound_s`, for that start to decide. Past the bound it gets
-  a process of its own: one process too many costs memory, one shared by mistake leaks one
-  session's state into another. A wait is for a start: when none is under way `grace_s` after the
-  session came (the first session sent nothing that needs the server: some clients send nothing
-  until they call a tool), or when the start is complete (`started`: the process runs) and still
-  nothing decides (a stateless-era start lists nothing until a client asks), nothing is coming to
-  wait for, and the session shares, as with any server that declares nothing and whose tools say
-  nothing.
+  registration's process, so its start can tell what it is; a second session that arrives while
+  the process is taken WAITs, up to `bound_s`, for that start to decide. Past the bound, or when no
+  start is under way `grace_s` after the session came (the first session sent nothing that needs
+  the server), it gets a process of its own: not known to be shareable means not shared. One
+  process too many costs memory; one shared by mistake leaks one session's state into another.
 """
 
 from __future__ import annotations
@@ -26,7 +23,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from lazyd.core.sharing.modes import SharingDecision
+from lazyd.core.sharing.modes import NOT_KNOWN_PREFIX, SharingDecision
 from lazyd.durations import format_duration
 
 __all__ = ["Join", "JoinChoice", "join"]
@@ -35,7 +32,7 @@ __all__ = ["Join", "JoinChoice", "join"]
 class Join(enum.Enum):
     BASE = "base"  # the registration's own process
     OWN = "own"  # a process of the session's own
-    WAIT = "wait"  # not decided yet: wait for the first start's listing
+    WAIT = "wait"  # not decided yet: wait for the first start to tell
 
 
 @dataclass(frozen=True)
@@ -45,7 +42,7 @@ class JoinChoice:
 
 
 def join(decision: SharingDecision, *, base_taken: bool, waited_s: float, bound_s: float,
-         started: bool = False, starting: bool = True, grace_s: float = 0.0, key_conflict: bool = False) -> JoinChoice:
+         starting: bool = True, grace_s: float = 0.0, key_conflict: bool = False) -> JoinChoice:
     """Where a session goes (see the module docstring). `key_conflict`: the sessions on the
     registration's process have another compatibility key than this one (their roots differ:
     lazyd/core/sharing/roots.py), which no sharing mode overrides."""
@@ -57,11 +54,8 @@ def join(decision: SharingDecision, *, base_taken: bool, waited_s: float, bound_
         return JoinChoice(Join.BASE, decision.rule)
     if not base_taken:
         return JoinChoice(Join.BASE, "auto: undecided, so the first session's start decides")
-    if started:
-        return JoinChoice(Join.BASE, "auto: shared (its start declared nothing and listed no tools)")
     if not starting and waited_s >= grace_s:
-        return JoinChoice(Join.BASE, "auto: shared (undecided, and no start under way to decide it)")
+        return JoinChoice(Join.OWN, f"{NOT_KNOWN_PREFIX}: no start under way to tell)")
     if waited_s < bound_s:
         return JoinChoice(Join.WAIT, decision.rule)
-    return JoinChoice(Join.OWN, f"auto: isolated (still undecided after {format_duration(bound_s)}: "
-                                "a process of its own is the safe guess)")
+    return JoinChoice(Join.OWN, f"{NOT_KNOWN_PREFIX}: its first start had not told after {format_duration(bound_s)})")

@@ -13,7 +13,13 @@ What runs is named the way its package index names it, so one entry covers every
   in `node_modules/` (`.bin/` links resolved by the caller: `resolved`);
 - the PyPI distribution of `uvx` / `uv tool run` / `pipx run` (`--from` first) and the module of
   `python -m` (`mcp_server_time` is `mcp-server-time`);
+- the image of `docker run` / `podman run` (`ghcr.io/github/github-mcp-server`, `mcp/fetch`),
+  without its tag or digest;
 - the executable's own name (`mcp-server-sequential-thinking`, `playwright-mcp`).
+
+`tree_runs` names what a started process tree ran, from every process's command line: a wrapper
+script that `exec`s, a launcher's children, a global bin link (the caller resolves the paths and
+reads the `package.json` a script lies in: `package_of`).
 
 Versions and extras are dropped (`@playwright/mcp@latest`, `mcp-server-git==1.2`,
 `pkg[extra]`), scoped npm names keep their scope, and names compare as PyPI normalizes them
@@ -28,7 +34,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Final, Literal
 
-__all__ = ["KnownMode", "KnownServer", "KnownServers", "normalize", "what_runs", "KNOWN_MODES"]
+__all__ = ["KnownMode", "KnownServer", "KnownServers", "normalize", "what_runs", "tree_runs", "names_a_server",
+           "KNOWN_MODES"]
 
 # "auto" in an entry means "not known": the tool-name rule decides (how a user unlists a server).
 KnownMode = Literal["shared", "isolated", "session-aware", "auto"]
@@ -45,6 +52,14 @@ _SCRIPT_EXTENSIONS: Final = (".js", ".cjs", ".mjs", ".ts", ".py", ".exe")
 _PYTHON: Final = re.compile(r"python(\d+(\.\d+)?)?")
 _NODE: Final = frozenset({"node", "nodejs", "bun", "deno"})
 _SEPARATORS: Final = re.compile(r"[-_.]+")
+_CONTAINER_RUNNERS: Final = frozenset({"docker", "podman", "nerdctl"})
+# Options of `docker run` that take no value (every other option without `=` takes the next word).
+_CONTAINER_FLAGS: Final = frozenset({"-i", "-t", "-d", "-it", "-ti", "-P", "--rm", "--init", "--interactive", "--tty",
+                                     "--detach", "--privileged", "--read-only", "--publish-all", "--no-healthcheck",
+                                     "--oom-kill-disable", "-q", "--quiet"})
+# Commands whose arguments name nothing a table can know (a shell running a wrapper is looked
+# through by its children, not its script's name).
+_SHELLS: Final = frozenset({"sh", "bash", "dash", "zsh", "env"})
 
 
 @dataclass(frozen=True)
@@ -86,6 +101,20 @@ class KnownServers:
         return KnownServers((*user.entries, *kept))
 
 
+# Names that say nothing of which server runs: a script's generic file name, an interpreter, a
+# launcher. A user's entry for one of them would opt in every server that happens to share it.
+_GENERIC_NAMES: Final = frozenset({"index", "main", "server", "cli", "app", "__main__", "mod", "start", "run", "serve",
+                                   "npm", "pnpm", "yarn", "uv", "pipx", "java", "ruby", "go",
+                                   *_NPM_LAUNCHERS, *_NODE, *_SHELLS, *_CONTAINER_RUNNERS, *_PY_RUNNERS})
+
+
+def names_a_server(name: str) -> bool:
+    """Whether `name` (of what_runs) names a particular server, not a generic script or a program
+    that runs any (`index`, `node`, `python3.12`, `npx`)."""
+    bare = name.strip().lower()
+    return bool(bare) and bare not in _GENERIC_NAMES and _PYTHON.fullmatch(bare) is None
+
+
 def normalize(name: str) -> str:
     """How names compare: PyPI's normalization (lower case, `-_.` runs as one `-`)."""
     return _SEPARATORS.sub("-", name.strip().lower())
@@ -108,6 +137,12 @@ def what_runs(argv: Sequence[str], resolved: Sequence[str] = ()) -> list[str]:
         names += _py_package(args[len(_PY_RUNNERS[command]):])
     elif _PYTHON.fullmatch(command) and "-m" in args and args.index("-m") + 1 < len(args):
         names.append(args[args.index("-m") + 1].split(".")[0])
+    elif _PYTHON.fullmatch(command):
+        script = next((a for a in args if not a.startswith("-")), None)
+        if script is not None:
+            names.append(_bare(script))  # a console script or a server's own file
+    elif command in _CONTAINER_RUNNERS and args[:1] == ["run"]:
+        names += _container_image(args[1:])
     elif command in _NODE:
         script = next((a for a in args if not a.startswith("-")), None)
         if script is not None:
@@ -121,6 +156,43 @@ def what_runs(argv: Sequence[str], resolved: Sequence[str] = ()) -> list[str]:
     if bare not in names:
         names.append(bare)
     return [n for n in names if n]
+
+
+def tree_runs(argvs: Sequence[Sequence[str]], resolved: Sequence[Sequence[str]] = (),
+              packages: Sequence[str | None] = ()) -> list[str]:
+    """The names of what a process tree runs, most specific first: for each process (root first),
+    the package its script lies in (`packages[i]`, read from the package.json by the caller), then
+    `what_runs` of its command line with its `resolved` paths. A shell, `env` and lazyd's own
+    processes name nothing."""
+    names: list[str] = []
+    for i, argv in enumerate(argvs):
+        if not argv or posixpath.basename(argv[0]) in _SHELLS:
+            continue
+        found = [packages[i]] if i < len(packages) and packages[i] else []
+        found += what_runs(argv, resolved[i] if i < len(resolved) else ())
+        names += [name for name in found if name and name not in names]
+    return names
+
+
+def _container_image(args: list[str]) -> list[str]:
+    skip = False
+    for arg in args:
+        if skip:
+            skip = False
+        elif arg.startswith("-"):
+            skip = "=" not in arg and arg not in _CONTAINER_FLAGS
+        else:
+            image = re.split(r"@", arg, maxsplit=1)[0]
+            last = image.rfind("/")
+            colon = image.rfind(":")
+            if colon > last:
+                image = image[:colon]  # the tag (a colon before the last slash is a registry's port)
+            for prefix in ("docker.io/library/", "docker.io/", "library/"):
+                if image.startswith(prefix):
+                    image = image[len(prefix):]
+                    break
+            return [image]
+    return []
 
 
 def _first_positional(args: list[str]) -> str | None:

@@ -21,16 +21,26 @@ takes the first rule that applies:
    spelling wins where both are present.
 2. **It is a known server** (known_servers.py: the package's table and the user's), matched by
    what the registration runs.
+   The table is matched against what the registration runs and, once a process has run, against
+   what its process tree ran (a wrapper script that execs, `npx` children, a `docker run` image):
+   the daemon looks (lazyd/daemon/sessions/running.py) and says so with `looked`.
 3. **Its tools look stateful.** A tool name with one of the words in `STATEFUL_TOOL_WORDS` (split
    as the hub splits names: at `_`, `-`, `.`, `/` and camelCase, any case) means `isolated`:
-   `browser_navigate`, `take_screenshot`, `newTab`, `run-in-terminal`. Others mean `shared`.
-4. **Nothing to decide from yet** (never run, nothing declared, not known): `undecided`, mode None.
+   `browser_navigate`, `take_screenshot`, `newTab`, `run-in-terminal`. Tool names may isolate a
+   server, never share it: a `git_status` or a `get_tasks` says nothing of the state behind it.
+4. **Not known to be shareable**: its handshake is known (cached, or a start's answer) and what
+   its process tree runs was looked at, and nothing above applies: `isolated`. A server that keeps
+   one session's files, keys or thoughts must never serve another session; a process too many
+   costs memory only. `share = true` opts a server in.
+5. **Nothing to decide from yet** (never run, or its tree not looked at): `undecided`, mode None.
    The daemon gives the first session the registration's process and holds a second one until
-   the first start has listed its tools (lazyd/core/sharing/join.py).
+   the first start has told (lazyd/core/sharing/join.py); past that it gets a process of its own.
+   So a registration gets the same decision on a cold cache as on a warm one.
 
 `rule` says which rule decided, in the words `lazyctl status` and `explain` show:
 `auto: isolated (tool names: browser_navigate, …)`, `auto: isolated (known server: playwright)`,
-`auto: session-aware (declared: x-mux.sharing)`, `share = false`.
+`auto: session-aware (declared: x-mux.sharing)`, `auto: isolated (not known to be shareable)`,
+`share = false`.
 """
 
 from __future__ import annotations
@@ -44,7 +54,7 @@ from lazyd.core.hub.catalog import cached_tools, words
 from lazyd.core.relay.jsonrpc import JsonObj
 from lazyd.core.sharing.known_servers import KnownServer
 
-__all__ = ["Mode", "MODES", "ShareSetting", "SharingDecision", "STATEFUL_TOOL_WORDS", "decide_sharing",
+__all__ = ["Mode", "MODES", "NOT_KNOWN_PREFIX", "NOT_KNOWN_RULE", "UNDECIDED_RULE", "ShareSetting", "SharingDecision", "STATEFUL_TOOL_WORDS", "decide_sharing",
            "declared_sharing", "stateful_tools", "declares_session_aware"]
 
 Mode = Literal["shared", "isolated", "session-aware"]
@@ -56,6 +66,10 @@ STATEFUL_TOOL_WORDS: Final = frozenset({
     "browser", "page", "pages", "tab", "tabs", "navigate", "screenshot", "terminal", "shell", "session",
     "sessions",
 })
+# The words of rule 4 (status and explain add how to opt in, with the registration's name).
+NOT_KNOWN_PREFIX: Final = "auto: isolated (not known to be shareable"
+NOT_KNOWN_RULE: Final = NOT_KNOWN_PREFIX + ")"
+UNDECIDED_RULE: Final = "auto: undecided (its first start tells what it is)"
 # How many stateful tool names a rule quotes: enough to recognise the server, short for a status line.
 MAX_QUOTED_TOOLS: Final = 3
 _LAZYD_KEY: Final = "lazyd"
@@ -64,8 +78,8 @@ _MUX_KEY: Final = "x-mux"
 
 @dataclass(frozen=True)
 class SharingDecision:
-    """`mode` (None: undecided, see rule 4), `rule`: why, and `source`: which rule ("setting",
-    "declared", "known", "tools", "undecided"), for `status` and `explain`."""
+    """`mode` (None: undecided, see rule 5), `rule`: why, and `source`: which rule ("setting",
+    "declared", "known", "tools", "unknown", "undecided"), for `status` and `explain`."""
 
     mode: Mode | None
     rule: str
@@ -78,11 +92,12 @@ class SharingDecision:
 
 
 def decide_sharing(setting: ShareSetting, snapshot: Snapshot, known: KnownServer | None = None,
-                   live: HandshakeEntry | None = None) -> SharingDecision:
+                   live: HandshakeEntry | None = None, *, looked: bool = False) -> SharingDecision:
     """Apply `setting` (for "auto": the rules of the module docstring) to what `snapshot` holds, to
-    the known-servers entry `known` that matches the registration (None: none does), and to `live`,
-    the handshake and listings of a process being started, as they arrive: a start under way
-    decides as soon as its `initialize` result or its `tools/list` is in, before its whole refresh."""
+    the known-servers entry `known` that matches the registration or what its process tree ran
+    (None: none does), and to `live`, the handshake and listings of a process being started, as
+    they arrive: a start under way decides as soon as its `initialize` result is in and its tree
+    was looked at (`looked`), or its `tools/list` names a stateful tool."""
     if setting is True:
         return SharingDecision("shared", "share = true", "setting")
     if setting is False:
@@ -96,13 +111,14 @@ def decide_sharing(setting: ShareSetting, snapshot: Snapshot, known: KnownServer
     if known is not None and known.sharing != "auto":
         return SharingDecision(known.sharing, f"auto: {known.sharing} (known server: {known.name})", "known")
     tools = cached_tools(snapshot, live, None)
-    if tools is None:
-        return SharingDecision(None, "auto: undecided (nothing cached, declared or known yet)", "undecided")
-    stateful = stateful_tools(str(t["name"]) for t in tools)
+    stateful = stateful_tools(str(t["name"]) for t in tools or [])
     if stateful:
         quoted = ", ".join(stateful[:MAX_QUOTED_TOOLS]) + (", …" if len(stateful) > MAX_QUOTED_TOOLS else "")
         return SharingDecision("isolated", f"auto: isolated (tool names: {quoted})", "tools")
-    return SharingDecision("shared", f"auto: shared (no stateful tool names among {len(tools)} tools)", "tools")
+    answered = (live is not None and bool(live.result)) or bool(_results(snapshot))  # {}: not answered yet
+    if answered and looked:
+        return SharingDecision("isolated", NOT_KNOWN_RULE, "unknown")
+    return SharingDecision(None, UNDECIDED_RULE, "undecided")
 
 
 def declared_sharing(results: Iterable[JsonObj]) -> tuple[str, Mode] | None:

@@ -24,6 +24,7 @@ from lazyd.core.eras.versions import CLIENT_CAPABILITIES_META, CLIENT_INFO_META,
 from lazyd.core.relay.jsonrpc import METHOD_NOT_FOUND, error_line, notification_line, request_line
 from lazyd.daemon.control import progress
 from lazyd.daemon.process.child import ChildProcess, spawn
+from lazyd.daemon.sessions import running
 from lazyd.daemon.sessions.registry import Registry
 from lazyd.daemon.runtime.supervisor import ServerRuntime
 from lazyd.errors import LineTooLong, SpawnError
@@ -57,6 +58,8 @@ async def check_runtime(registry: Registry, runtime: ServerRuntime, params: dict
             log.warning("[%s] check failed: %s", runtime.name, second)
             return None, f"check of {runtime.name} failed on a handshake-era connection: {second}"
         handshake = second
+    if outcome.runs is not None:
+        registry.running.record(runtime.config.digest, outcome.runs)  # what it runs decides sharing too
     report = _merge(registry, runtime, outcome, params, handshake)
     report["duration_s"] = round(trio.current_time() - started, 3)
     log.info("[%s] check done: cache written to %s", runtime.name, report["cache_path"])
@@ -129,6 +132,7 @@ class IsolatedCheck:
         self.ready = False
         self.failure: str | None = None
         self.pid: int | None = None
+        self.runs: list[str] | None = None  # what its process tree ran, looked at once it answered
         self.done = trio.Event()
         self._send, self._receive = trio.open_memory_channel[bytes](CHECK_BACKLOG_LINES)
 
@@ -156,6 +160,8 @@ class IsolatedCheck:
                     nursery.start_soon(self._write, proc)
                     nursery.start_soon(self._read, proc)
                     await self.done.wait()
+                    if self.failure is None:
+                        self.runs = running.look(proc.pid)
                 if scope.cancelled_caught:
                     self._finish(f"no complete handshake and listings within start_timeout ({format_duration(self.timeout_s)})")
             finally:

@@ -29,6 +29,7 @@ from lazyd.core.relay.handshake_defaults import check_params
 from lazyd.durations import parse_duration
 from lazyd.envnames import parse_names
 from lazyd.core.sharing.identity import Identity, differing_env_names, explain_difference, variable_class
+from lazyd.core.sharing.modes import NOT_KNOWN_PREFIX
 from lazyd.daemon.control.check import check_runtime
 from lazyd.daemon.control.client_env import client_environment, learned_profile
 from lazyd import procfs
@@ -157,8 +158,10 @@ class Control:
         private = registry.is_private(runtime)
         rule = joined.rule if private and joined is not None else decision.rule
         owner = registry.registration_of(runtime)
+        registration = owner.name if owner is not None else runtime.name
         return {"share": mode != "isolated", "sharing": mode or "undecided", "share_setting": runtime.config.share,
-                "share_rule": rule, "instance_of": owner.name if owner is not None and owner is not runtime else None}
+                "share_rule": rule, "instance_of": owner.name if owner is not None and owner is not runtime else None,
+                "share_opt_in": _opt_in(registry, registration, rule), "runs": registry.running.name_of(runtime)}
 
     async def op_ping(self, args: dict[str, Any]) -> Result:
         return True, {"pid": os.getpid()}, None
@@ -294,7 +297,8 @@ class Control:
         setting = self.registry.config.defaults.share
         decision = self.registry.decide(identity.digest(secret), setting, identity.argv)
         info.update({"share": decision.shared, "sharing": decision.mode or "undecided", "share_setting": setting,
-                     "share_rule": decision.rule})
+                     "share_rule": decision.rule,
+                     "share_opt_in": _opt_in(self.registry, attached[0] if attached else None, decision.rule)})
         return identity, info
 
     def _per_run(self, env: Mapping[str, str]) -> list[dict[str, Any]]:
@@ -418,3 +422,13 @@ def _describe(identity: Identity, name: str, ignored: list[str] | None, runtime:
             "env_names": [k for k, _ in identity.env], "ignored_env_names": ignored,
             "env_classes": {k: variable_class(identity, k) for k, _ in identity.env},
             "instance": identity.instance or None, "registered_as": runtime}
+
+
+def _opt_in(registry: Registry, name: str | None, rule: str) -> str | None:
+    """How a user opts a server in that is isolated only because it is not known to be shareable
+    (lazyd/core/sharing/modes.py, rule 4), in the words status and explain show; None otherwise."""
+    if not rule.startswith(NOT_KNOWN_PREFIX):
+        return None
+    if name is not None and name in registry.config.servers:
+        return f"`share = true` in [servers.{name}]"
+    return f"`lazyctl share {name}`" if name is not None else "`lazyctl share NAME` (once it has run)"

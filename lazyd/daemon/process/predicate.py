@@ -72,3 +72,14 @@ async def run_predicate(wake: WakePredicate, cwd: str, env: Mapping[str, str], n
                     name, format_duration(wake.timeout_s))
         return None
     return proc.returncode
+
+
+def kill_left_predicate(pid: int, ticks: int) -> None:
+    """Kill the group of a wake predicate a predecessor daemon left running (`pid`, started at
+    `ticks`: not a process that took its pid since) and reap it; it is our child, or gone."""
+    try:
+        if procfs.start_time_ticks(pid) == ticks:
+            os.killpg(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+    except (OSError, ChildProcessError):
+        pass

@@ -231,6 +231,7 @@ class EraRoute:
             return
         self.lanes.pending -= 1
         self.session.close()
+        self.lanes.on_detach(self.lanes.primary)  # a process reserved for it and never used goes
 
     # ---- choosing ------------------------------------------------------------------------------
 

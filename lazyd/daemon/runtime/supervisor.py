@@ -32,20 +32,16 @@ import logging
 import math
 import os
 import random
-import signal
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import trio
 
-from lazyd import procfs
 from lazyd.core import state_codec as sc
 from lazyd.core.lifecycle import machine as lc
 from lazyd.core.relay import core as rl
 from lazyd.core.cache import Snapshot
-from lazyd.core.relay.handshake_defaults import unattended_params
 from lazyd.core.relay.jsonrpc import Invalid, JsonObj, Message
 from lazyd.core.relay.session_roots import SessionRoots
 from lazyd.core.hub.catalog import cached_tools
@@ -55,9 +51,9 @@ from lazyd.daemon.runtime.cache_saver import CacheSaver
 from lazyd.daemon.runtime.cache_store import CacheStore
 from lazyd.daemon.runtime.outbox import Outbox
 from lazyd.daemon.process.idle import wait_idle
-from lazyd.daemon.process.predicate import run_predicate
+from lazyd.daemon.process.predicate import kill_left_predicate, run_predicate
 from lazyd.daemon.process.child import ChildProcess, spawn
-from lazyd.daemon.upgrade.adopted import HandedProcess, adopt_child
+from lazyd.daemon.upgrade.adopted import HandedRuntime, adopt_child
 from lazyd.daemon.upgrade.quiesce import GATE
 from lazyd.daemon.runtime.config import LineGate, RuntimeConfig
 from lazyd.daemon.process.stdin import ServerInput
@@ -104,7 +100,6 @@ class ServerRuntime:
         self._stop_reason: str | None = None
         # The memory limit (`memory_max`), fed samples of the tree by lazyd/daemon/runtime/memory_watch.py.
         self.memory = MemoryLimit(config.memory_max) if config.memory_max else None
-        self._memory_pid: int | None = None
         self.last_stop: tuple[float, str] | None = None  # (wall time, reason) of the last stop decided
         self.client_lines = 0  # lines its clients sent it (requests, notifications, answers): `lazyctl top`'s rate
         self._stop_requested = False
@@ -123,7 +118,7 @@ class ServerRuntime:
         self.predicate_child: tuple[int, int] | None = None
         # What a predecessor daemon handed over, taken over at start instead of `boot()`
         # (`from_state`); how many upgrades the current process lived through.
-        self._handed: _Handed | None = None
+        self._handed: HandedRuntime | None = None
         self.upgrades = 0
 
     # ---- task structure ------------------------------------------------------------------------
@@ -276,13 +271,9 @@ class ServerRuntime:
     def memory_sample(self, pid: int, size: int) -> None:
         """The tree of process `pid` measured `size` bytes now: its PSS, or any figure at least its
         PSS that is under the limit (the watch's RSS screen)."""
-        proc, limit = self.proc, self.memory
-        if proc is None or proc.pid != pid or limit is None:
+        if self.memory is None or self.proc is None or self.proc.pid != pid:
             return  # it ended or was replaced since the watch looked
-        if pid != self._memory_pid:
-            self._memory_pid = pid
-            limit.new_process()
-        verdict = limit.sample(trio.current_time(), size)
+        verdict = self.memory.sample(trio.current_time(), size, pid)
         if verdict is not None:
             self._memory_verdict(verdict)
 
@@ -301,8 +292,9 @@ class ServerRuntime:
         self._life(actions)
         return bool(actions)
 
-    def sleep(self) -> None:
-        self._life(self.life.operator_sleep(trio.current_time()))
+    def sleep(self, reason: str = "lazyctl sleep") -> None:
+        """Stop the process and sleep: `lazyctl sleep`, or the daemon for `reason`."""
+        self._life(self.life.operator_sleep(trio.current_time(), reason))
 
     # ---- carrying out actions ------------------------------------------------------------------
 
@@ -346,7 +338,7 @@ class ServerRuntime:
                 self._stop_requested = False
                 self._kill_reason = None
                 self._stop_reason = None
-                self._ensure_replay_params()
+                self.core.ensure_replay_params()
                 assert self._nursery is not None
                 self._nursery.start_soon(self._start_process)
             elif isinstance(action, lc.Stop):
@@ -392,19 +384,6 @@ class ServerRuntime:
         if self._changed is None:
             self._changed = trio.Event()
         await self._changed.wait()
-
-    def _ensure_replay_params(self) -> None:
-        """Give an unattended start a handshake to replay (eager, keep_alive, a wake predicate).
-
-        The relay replays a queued client's `initialize`, else the snapshot's last params. A start
-        nobody queued a request for, of a server no client ever initialized, would otherwise send
-        no handshake, never become ready, and be killed at its start timeout. An attached client's
-        params (a resumed session) are preferred over the defaults: they are a real client's."""
-        core = self.core
-        params = unattended_params(core.snapshot.last_params, bool(core.queue),
-                                   (c.params for c in core.clients.values()))
-        if params is not None:
-            core.snapshot.last_params = params
 
     def _load(self) -> None:
         self._life(self.life.load(trio.current_time(), self.core.client_count(), self.core.inflight_count()))
@@ -530,7 +509,6 @@ class ServerRuntime:
             "upgrades": self.upgrades,
             "stop_reason": self._stop_reason, "last_stop": list(self.last_stop) if self.last_stop is not None else None,
             "memory": self.memory.to_state(now) if self.memory is not None else None,
-            "memory_pid": self._memory_pid,
             "proc": self.proc.to_state() if self.proc is not None else None,
             **({"kill": kill} if kill is not None else {}),
         }
@@ -556,32 +534,15 @@ class ServerRuntime:
         # less what the hand-over took.
         moment = trio.current_time() - max(0.0, time.time() - written_at)
         runtime.life = lc.Lifecycle.from_state(state.get("life"), config.policy, random.Random(), moment)
-        runtime.last_exit = sc.opt_text(state.get("last_exit"), "runtime.last_exit")
-        runtime.started_wall = sc.opt_number(state.get("started_wall"), "runtime.started_wall")
-        runtime.spawned_wall = sc.opt_number(state.get("spawned_wall"), "runtime.spawned_wall")
-        runtime._kill_reason = sc.opt_text(state.get("kill_reason"), "runtime.kill_reason")
-        runtime._stop_requested = sc.flag(state.get("stop_requested"), "runtime.stop_requested")
-        runtime.upgrades = sc.integer(state.get("upgrades"), "runtime.upgrades")
-        # Absent in a predecessor without memory limits: nothing to take up.
-        runtime._stop_reason = sc.opt_text(state.get("stop_reason"), "runtime.stop_reason")
-        last_stop = state.get("last_stop")
-        if last_stop is not None:
-            at, reason = sc.items(last_stop, "runtime.last_stop")
-            runtime.last_stop = (sc.number(at, "runtime.last_stop"), sc.text(reason, "runtime.last_stop"))
+        handed = runtime._handed = HandedRuntime.read(state, child)
+        runtime.last_exit, runtime.started_wall, runtime.spawned_wall = handed.last_exit, handed.started_wall, handed.spawned_wall
+        runtime._kill_reason, runtime._stop_requested = handed.kill_reason, handed.stop_requested
+        runtime._stop_reason, runtime.last_stop, runtime.upgrades = handed.stop_reason, handed.last_stop, handed.upgrades
         if runtime.memory is not None and state.get("memory") is not None:
             runtime.memory.restore(state.get("memory"), moment)
-            runtime._memory_pid = sc.opt_integer(state.get("memory_pid"), "runtime.memory_pid")
-        proc, predicate = state.get("proc"), state.get("predicate_child")
-        predicate_child = None
-        if predicate is not None:
-            pred = sc.items(predicate, "runtime.predicate_child")
-            predicate_child = (sc.integer(pred[0], "predicate pid"), sc.integer(pred[1], "predicate ticks"))
-        kill = state.get("kill")
-        runtime._handed = _Handed(HandedProcess.from_state(proc) if proc is not None else None, child,
-                                  state.get("gate"), predicate_child, kill if isinstance(kill, str) else None)
         return runtime
 
-    def _take_over(self, handed: _Handed) -> None:
+    def _take_over(self, handed: HandedRuntime) -> None:
         assert self._nursery is not None
         if self.gate is not None and handed.gate is not None:
             self.gate.restore(handed.gate)
@@ -620,14 +581,9 @@ class ServerRuntime:
         self._load()
 
     def _kill_predicate(self, pid: int, ticks: int) -> None:
-        """A wake predicate the predecessor ran: its answer went with it. Kill its group (it is our
-        child, or gone), reap it, and tell the lifecycle it timed out so the schedule goes on."""
-        try:
-            if procfs.start_time_ticks(pid) == ticks:
-                os.killpg(pid, signal.SIGKILL)
-                os.waitpid(pid, 0)
-        except (OSError, ChildProcessError):
-            pass
+        """A wake predicate the predecessor ran: its answer went with it. It is killed, and the
+        lifecycle told it timed out so the schedule goes on."""
+        kill_left_predicate(pid, ticks)
         self._life(self.life.predicate_done(trio.current_time(), None))
 
     def forget_clients(self, keep: set[int]) -> int:
@@ -642,13 +598,3 @@ class ServerRuntime:
             self._load()
         return len(gone)
 
-
-@dataclass(frozen=True)
-class _Handed:
-    """What `from_state` read and the runtime takes over once it runs."""
-
-    process: HandedProcess | None  # None: it had no process (or none that could be handed over)
-    child: bool  # whether the process is our child (an upgrade) or not (a restart after a crash)
-    gate: object  # the tool-policy gate's state
-    predicate: tuple[int, int] | None  # a wake predicate left running: (pid, start time)
-    kill: str | None  # kill the process once taken over, for this reason

@@ -52,6 +52,7 @@ from lazyd.daemon.control import handshakes
 from lazyd.daemon.sessions import per_run
 from lazyd.daemon.sessions.command_cache import CommandCaches
 from lazyd.daemon.sessions.learned_env import LearnedEnv
+from lazyd.daemon.sessions.running import RunsRecord
 from lazyd.daemon.sessions.shebang import interpreter_of
 from lazyd.daemon.sessions.unnamed_identity import unnamed_identity, which as _which
 from lazyd.daemon.runtime.era_lanes import EraLanes, EraRoute
@@ -112,6 +113,7 @@ class Registry:
         self.handshakes = handshakes.LearnedHandshakes(paths.state_dir)
         self.learned = LearnedEnv(paths.state_dir)  # per-run variables, clients' environments
         self.commands = CommandCaches(paths.state_dir, store, secret)  # cache starts everywhere
+        self.running = RunsRecord(paths.state_dir)  # what each registration's process tree ran
         self.retiring: set[str] = set()  # duplicates being stopped (per_run.py)
         # Private instance digest -> the digest of the registration's own (base) identity.
         self._private_base: dict[str, str] = {}
@@ -369,7 +371,12 @@ class Registry:
         cached = [core.snapshot for core in mine if core.snapshot.entries or core.snapshot.discover or core.snapshot.stateless]
         snapshot = cached[0] if cached else mine[0].snapshot if mine else self.store.load(cache_digest)
         live = next((core.instance for core in mine if core.instance is not None), None)  # a start under way
-        return decide_sharing(setting, snapshot, known_server(self.config.known_servers, argv), live)
+        if setting != "auto":
+            return decide_sharing(setting, snapshot)
+        runs = self.running.current(cache_digest, self.runtimes.values())
+        table = self.config.known_servers
+        known = (table.lookup(runs) if runs else None) or known_server(table, argv)
+        return decide_sharing(setting, snapshot, known, live, looked=runs is not None)
 
     def sharing(self, runtime: ServerRuntime) -> SharingDecision:
         """The decision for the next session of `runtime`'s registration (status and explain)."""
@@ -428,6 +435,18 @@ class Registry:
         instance = dataclasses.replace(base, instance=f"{PRIVATE_INSTANCE}{self._share_counter}")
         self._private_base[instance.digest(self.secret)] = base_digest
         return await self._runtime(instance, f"{name}.{number}", env, policy, cache_identity=base)
+
+    def drop_private(self, runtime: ServerRuntime) -> None:
+        """Forget a private instance no session uses and stop its process, if any (its session
+        left, or never sent a thing): the next session that needs one gets a fresh instance."""
+        primary = self.lane_of.get(self.digest_of(runtime), "")
+        lanes = {digest for digest, of in self.lane_of.items() if of == primary}
+        stale = [self.runtimes[digest] for digest in lanes if digest in self.runtimes]
+        self.forget(lanes)
+        log.info("[%s] its session left: dropped (a process of a session's own is never handed to "
+                 "another session)", runtime.name)
+        self.nursery.start_soon(self.close_all, stale)
+        self.changes.note()  # its row went
 
     def children_changed(self) -> None:
         """Record the live children (servers and wake predicates, each the leader of its own

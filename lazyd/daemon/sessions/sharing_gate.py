@@ -5,14 +5,16 @@ lazyd/core/sharing/join.py: base, own or wait); this module carries them out for
 
 - what a registration runs is looked up in the known-servers table (its command's real path
   too, so a `node_modules/.bin` link names its package), once per command;
+- what a registration's process tree runs is looked up too, once a process has answered
+  (lazyd/daemon/sessions/running.py, through the registry's `decide`);
 - a session that must wait (undecided, and the registration's process taken by the session whose
   start will decide) waits for the registry's change signal, at most `UNDECIDED_WAIT_S` (and never
   longer than the server's start_timeout), and `START_GRACE_S` when no start is under way: the
   hello is answered after it, and a shim waits 10 s for that answer;
 - a process that serves one session (isolated) is never handed to another while it runs: when
   its session leaves, it stops at once instead of lingering (the next session gets a fresh one,
-  as with a direct connection), and only an instance with no process, or one no session has
-  used, is reused.
+  as with a direct connection); a private instance (`NAME.N`) is dropped when its session
+  leaves, so status never shows a row for a process nobody has.
 """
 
 from __future__ import annotations
@@ -38,7 +40,10 @@ from lazyd.daemon.runtime.supervisor import ServerRuntime
 
 log = logging.getLogger("lazyd.registry")
 
-__all__ = ["SharingGate", "UNDECIDED_WAIT_S", "known_server"]
+__all__ = ["SharingGate", "UNDECIDED_WAIT_S", "SESSION_LEFT", "known_server"]
+
+# The reason a process of a session's own stops (its log line: "stopping: its session left, ...").
+SESSION_LEFT = "its session left (a process of a session's own is never handed to another session)"
 
 # How long a second session waits for an undecided server's first start to list its tools. The
 # shim waits HELLO_WAIT_S (10 s) for the daemon's welcome, which comes after this wait.
@@ -60,6 +65,7 @@ class Registrations(Protocol):
     def is_private(self, runtime: ServerRuntime) -> bool: ...
     async def private_instance(self, base: Identity, name: str, env: Mapping[str, str],
                                policy: Policy) -> ServerRuntime: ...
+    def drop_private(self, runtime: ServerRuntime) -> None: ...
 
 
 @functools.lru_cache(maxsize=256)
@@ -114,16 +120,17 @@ class SharingGate:
         while True:
             decision = registry.decide(base_runtime.config.digest, policy.share, base.argv)
             elapsed = trio.current_time() - started
-            states = self._states(base_runtime)
             base_keys = {k for r in self._lanes_of(base_runtime) for k in r.core.session_keys()}
+            # A process that exists will tell (its answer, its tree) once it has answered.
+            starting = bool(self._states(base_runtime) & {State.STARTING, State.RUNNING})
             choice = join(decision, base_taken=registry.in_use(base_runtime), waited_s=elapsed, bound_s=bound,
-                          started=State.RUNNING in states, starting=State.STARTING in states, grace_s=START_GRACE_S,
+                          starting=starting, grace_s=START_GRACE_S,
                           key_conflict=key is not None and bool(base_keys - {key}))
             if choice.join is not Join.WAIT:
                 break
             waited = elapsed
             # Until something changes, the bound, or (no start under way) the end of the grace.
-            with trio.move_on_at(started + (bound if State.STARTING in states or elapsed >= START_GRACE_S
+            with trio.move_on_at(started + (bound if starting or elapsed >= START_GRACE_S
                                             else min(bound, START_GRACE_S))):
                 await registry.changes.wait()
         if waited is not None:
@@ -169,12 +176,16 @@ class SharingGate:
         return decision.mode
 
     def detached(self, runtime: ServerRuntime) -> None:
-        """A session left `runtime`: a process that served one session stops with it."""
+        """A session left `runtime`: a process that served one session stops with it, and a
+        private instance no session uses goes (no row lingers for a process nobody has)."""
+        if self.registry.in_use(runtime):
+            return
+        if self.registry.is_private(runtime):
+            self.registry.drop_private(runtime)
+            return
         state = runtime.life.state
-        if self.registry.in_use(runtime) or state not in PROCESS_STATES or state is State.STOPPING:
-            return  # still someone's, or no process (a start under way counts: it is stopped too)
+        if state not in PROCESS_STATES or state is State.STOPPING:
+            return  # no process (a start under way counts: it is stopped too)
         if self.mode_of(runtime) != "isolated":
             return
-        log.info("[%s] its session left: stopping its process (a process of a session's own is never "
-                 "handed to another session)", runtime.name)
-        runtime.sleep()
+        runtime.sleep(SESSION_LEFT)

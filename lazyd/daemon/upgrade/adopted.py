@@ -138,3 +138,45 @@ def _close(fds: tuple[int | None, ...]) -> None:
                 os.close(fd)
             except OSError:
                 pass
+
+
+@dataclass(frozen=True)
+class HandedRuntime:
+    """What a runtime rebuilt from a predecessor's state (lazyd/daemon/runtime/supervisor.py's
+    `from_state`) takes up: the small facts of its status row, and what it takes over once it runs."""
+
+    process: HandedProcess | None  # None: it had no process (or none that could be handed over)
+    child: bool  # whether the process is our child (an upgrade) or not (a restart after a crash)
+    gate: object  # the tool-policy gate's state
+    predicate: tuple[int, int] | None  # a wake predicate left running: (pid, start time)
+    kill: str | None  # kill the process once taken over, for this reason
+    last_exit: str | None
+    started_wall: float | None
+    spawned_wall: float | None
+    kill_reason: str | None
+    stop_requested: bool
+    stop_reason: str | None  # absent in a predecessor without memory limits
+    last_stop: tuple[float, str] | None
+    upgrades: int
+
+    @classmethod
+    def read(cls, state: Mapping[str, Any], child: bool) -> HandedRuntime:
+        """Read from a runtime's `to_state`; ValueError for a state this code did not write."""
+        proc, predicate, kill, last_stop = state.get("proc"), state.get("predicate_child"), state.get("kill"), state.get("last_stop")
+        predicate_child = None
+        if predicate is not None:
+            pred = sc.items(predicate, "runtime.predicate_child")
+            predicate_child = (sc.integer(pred[0], "predicate pid"), sc.integer(pred[1], "predicate ticks"))
+        stop = None
+        if last_stop is not None:
+            at, reason = sc.items(last_stop, "runtime.last_stop")
+            stop = (sc.number(at, "runtime.last_stop"), sc.text(reason, "runtime.last_stop"))
+        return cls(HandedProcess.from_state(proc) if proc is not None else None, child, state.get("gate"),
+                   predicate_child, kill if isinstance(kill, str) else None,
+                   sc.opt_text(state.get("last_exit"), "runtime.last_exit"),
+                   sc.opt_number(state.get("started_wall"), "runtime.started_wall"),
+                   sc.opt_number(state.get("spawned_wall"), "runtime.spawned_wall"),
+                   sc.opt_text(state.get("kill_reason"), "runtime.kill_reason"),
+                   sc.flag(state.get("stop_requested"), "runtime.stop_requested"),
+                   sc.opt_text(state.get("stop_reason"), "runtime.stop_reason"), stop,
+                   sc.integer(state.get("upgrades"), "runtime.upgrades"))
