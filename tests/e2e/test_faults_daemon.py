@@ -69,9 +69,13 @@ def test_a_daemon_killed_with_sigkill_costs_only_the_calls_in_flight(user_env: U
     marker = uuid.uuid4().hex
     methods = tmp_path / "methods.log"
     env = {SERVER_MARKER_VAR: marker, "FIXTURE_GRANDCHILDREN": "2", "FIXTURE_LOG": str(methods)}
-    shims = [shim_path.started(user_env, env=env) for _ in range(3)]
+    shims: list[RawShim] = []
     try:
-        for shim in shims:
+        # One after the other: a session that arrives while the first has sent nothing gets a
+        # process of its own on a cold cache (not known to be shareable until a start says so).
+        for _ in range(3):
+            shim = shim_path.started(user_env, env=env)
+            shims.append(shim)
             shim.initialize()
             shim_path.check(shim)
             shim.send(tool_call(1, "pid"))
