@@ -353,6 +353,28 @@ def test_a_check_that_hangs_fails_at_the_start_timeout(user_env: UserEnv) -> Non
     assert fixture_pids(user_env) == []
 
 
+UNREADABLE_SERVER = """\
+import json, sys
+for line in sys.stdin:
+    request = json.loads(line)
+    if "id" in request:  # an answer too large to be read in passing, cut short or nested too deep
+        answer = '{"jsonrpc":"2.0","id":%s,"result":{"text":"%s","more":' % (json.dumps(request["id"]), "x" * 70000)
+        print(answer + ('[' * 5000 + ']' * 5000 + '}}' if sys.argv[1] == "deep" else ''), flush=True)
+"""
+
+
+@pytest.mark.parametrize(("shape", "reason"), [("cut", "not JSON"), ("deep", "too deep")])
+def test_a_check_whose_server_answers_lines_lazyd_cannot_read_fails_saying_so(
+        user_env: UserEnv, tmp_path: Path, shape: str, reason: str) -> None:
+    script = tmp_path / "unreadable_server.py"
+    script.write_text(UNREADABLE_SERVER)
+    start_daemon(user_env)
+    done = lazyctl(user_env, "check", "--start-timeout", "2s", "--", sys.executable, str(script), shape)
+    # Rather than the timeout alone: the answers came, and could not be read.
+    failed_with(done, 1, f"within start_timeout (2s); the server wrote ")
+    assert f"lines lazyd could not read ({reason})" in done.stderr, done.stderr
+
+
 # ---- explain, reload, stop -------------------------------------------------------------------------
 
 

@@ -15,6 +15,7 @@ import pytest
 from lazyd.core.pressure import PressureSettings
 from lazyd.config.load import parse_config_text
 from lazyd.config.known import packaged
+from lazyd.core.sharing.client_profiles import PROFILES
 
 REPO = Path(__file__).resolve().parents[2]
 DOCS = sorted([*(REPO / "docs").glob("*.md"), REPO / "README.md"])
@@ -53,3 +54,23 @@ def test_the_docs_speak_of_the_product_not_of_issues_or_paths_outside_the_reposi
     text = path.read_text()
     assert not re.search(r"\bissues? #?\d", text, re.IGNORECASE), path
     assert "shared/" not in text, path
+
+
+def test_lazyctl_md_names_every_client_profile_with_the_handshake_built_in() -> None:
+    # `check --client`'s list and table in docs/lazyctl.md, against the table of profiles.
+    text = (REPO / "docs" / "lazyctl.md").read_text()
+    listed = re.search(r"^- `--client ([a-z|]+)` checks as", text, re.MULTILINE)
+    assert listed is not None and tuple(listed.group(1).split("|")) == tuple(PROFILES)
+    rows = {name: row for row in re.findall(r"^  \| (`.*?`.*) \|$", text, re.MULTILINE)
+            for name in re.findall(r"`([a-z]+)`", row.split(" | ")[0])}
+    assert set(rows) >= set(PROFILES), sorted(set(PROFILES) - set(rows))
+    for name, profile in PROFILES.items():
+        row = rows[name]
+        if profile.builtin is None:
+            assert "none yet" in row, row
+            continue
+        caps = profile.builtin["capabilities"]
+        assert profile.release in row and f"`{profile.builtin['clientInfo']['name']}`" in row, row
+        assert f"`{profile.builtin['protocolVersion']}`" in row, row
+        assert all(f"`{cap}`" in row for cap in [*caps, *caps.get("experimental", {})]), row
+        assert caps or "no capabilities" in row, row

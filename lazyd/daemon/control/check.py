@@ -9,13 +9,13 @@ registration's snapshot. A check that fails changes nothing. It never calls a to
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import time
 from typing import Any
 
 import trio
 
+from lazyd import jsonline
 from lazyd.core.relay import core as rl
 from lazyd.core.cache import LISTINGS, HandshakeEntry, Snapshot
 from lazyd.durations import format_duration
@@ -133,6 +133,10 @@ class IsolatedCheck:
         self.failure: str | None = None
         self.pid: int | None = None
         self.runs: list[str] | None = None  # what its process tree ran, looked at once it answered
+        # Lines of the server's the relay core dropped as unreadable, and why the last one was:
+        # said with a failure, since an answer the core cannot read is an answer the check waits for.
+        self.unreadable = 0
+        self.unreadable_reason: str | None = None
         self.done = trio.Event()
         self._send, self._receive = trio.open_memory_channel[bytes](CHECK_BACKLOG_LINES)
 
@@ -175,7 +179,10 @@ class IsolatedCheck:
     def _feed(self, actions: list[rl.Action]) -> None:
         for action in actions:
             if isinstance(action, rl.ToServer):
-                method = json.loads(action.line).get("method")
+                request = self._readable(action.line, "a line for the server")
+                if request is None:
+                    return
+                method = request.get("method")
                 if method in LISTINGS:
                     self.pages[method] = self.pages.get(method, 0) + 1
                     progress.report(f"listings: {method} page {self.pages[method]}")
@@ -184,7 +191,9 @@ class IsolatedCheck:
                 except trio.WouldBlock:
                     self._finish(f"more than {CHECK_BACKLOG_LINES} lines waiting for the server's stdin")
             elif isinstance(action, rl.ToClient) and action.done is not None:
-                answer = json.loads(action.line)
+                answer = self._readable(action.line, "the server's answer")
+                if answer is None:
+                    return
                 self.answers[int(action.done)] = answer
                 if action.done == _INITIALIZE_ID and "result" in answer:
                     self._feed(self.core.client_line(CHECK_CID, notification_line("notifications/initialized"), now=time.time()))
@@ -206,8 +215,21 @@ class IsolatedCheck:
         if self.ready and _INITIALIZE_ID in self.answers:
             self._finish(None)
 
+    def _readable(self, line: bytes, what: str) -> dict[str, Any] | None:
+        """`line` as every reader in lazyd reads one (lazyd/jsonline.py), or None with the check
+        failed. The core builds or has read each line it hands the check; should that ever change,
+        the check stops with one readable sentence rather than an exception."""
+        value, refused = jsonline.read(line)
+        if refused is not None or not isinstance(value, dict):
+            self._finish(f"{what} is not a JSON object ({refused or 'not an object'}, {len(line)} bytes)")
+            return None
+        return value
+
     def _finish(self, failure: str | None) -> None:
         if not self.done.is_set():
+            if failure is not None and self.unreadable:
+                lines = "a line" if self.unreadable == 1 else f"{self.unreadable} lines"
+                failure += f"; the server wrote {lines} lazyd could not read ({self.unreadable_reason})"
             self.failure = failure
             self.done.set()
 
@@ -221,7 +243,14 @@ class IsolatedCheck:
     async def _read(self, proc: ChildProcess) -> None:
         try:
             async for line in proc.lines():
-                self._feed(self.core.server_line(line, now=time.time()))
+                actions = self.core.server_line(line, now=time.time())
+                if all(isinstance(action, rl.Note) for action in actions):
+                    # Nothing came of it: say why, if the line could not be read at all.
+                    refused = jsonline.read(line)[1]
+                    if refused is not None:
+                        self.unreadable += 1
+                        self.unreadable_reason = refused
+                self._feed(actions)
         except LineTooLong:
             self._finish(f"the server wrote a stdout line over {proc.spec.max_line_bytes} bytes")
         info = await proc.wait_exit()
