@@ -200,8 +200,8 @@ class IsolatedCheck:
             elif isinstance(action, rl.ToClient) and b'"roots/list"' in action.line:
                 # The relay asks the check's session for its roots (session_roots.py): a check has
                 # none to give, and says so; the server is then given no roots.
-                asked = json.loads(action.line)
-                if asked.get("method") == "roots/list" and "id" in asked:
+                asked, _ = jsonline.read(action.line)  # a line the relay core wrote itself
+                if isinstance(asked, dict) and asked.get("method") == "roots/list" and "id" in asked:
                     refusal = error_line(asked["id"], METHOD_NOT_FOUND, "lazyctl check has no roots")
                     self._feed(self.core.client_line(CHECK_CID, refusal, now=time.time()))
             elif isinstance(action, rl.SessionKey):
