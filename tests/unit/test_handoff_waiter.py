@@ -132,6 +132,11 @@ def _waiter_argv(monkeypatch: pytest.MonkeyPatch, name: str, args: list[str]) ->
 
     monkeypatch.setattr(os, "execv", fake_exec)
     monkeypatch.setattr(handoff, "WAIT_FD", 250)  # clear of the test process's own descriptors
+    # The shim's own command line, as its installed script runs it (not this test runner's, which
+    # may itself be `python -c ...` under a parallel runner's worker).
+    shim = "/home/u/.local/share/lazyd/venv/bin/lazyd-shim"
+    monkeypatch.setattr(sys, "orig_argv", [sys.executable, shim, *args])
+    monkeypatch.setattr(sys, "argv", [shim, *args])
     ours, peer = socket.socketpair()
     peer.close()
     region = os.open("/dev/null", os.O_RDONLY)
