@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
     from typing import Any, ClassVar, TypeAlias
 
-__all__ = ["WIRE_VERSION", "MAX_LINE_BYTES", "MAX_FRAME_BYTES", "FRAME_TYPES", "Frame", "Hello", "Adopted",
+__all__ = ["WIRE_VERSION", "MAX_LINE_BYTES", "MAX_FRAME_BYTES", "FRAME_TYPES", "Frame", "Hello",
            "ForeignHello", "Welcome", "ForeignWelcome", "Refusal", "Line", "Ctl", "Reply", "Progress", "AnyFrame",
            "validate_frame"]
 
@@ -120,11 +120,9 @@ class Hello(Frame):
         # With `handoff`: the layout version of that region (lazyd/handoff/region.py), which the
         # shim's recovery reads it by; a daemon that writes another serves the session over frames.
         self.layout = layout
-        # Instead of `handoff`: the client's stdin, stdout and the region of a session whose daemon
-        # was lost travel with this frame, the region as that daemon left it (of this layout), for
-        # the daemon to take the session back itself and answer `adopted` (docs/protocol.md,
-        # "Adoption"). Without `handoff`, so that a daemon that does not know the field closes
-        # the descriptors and welcomes a frame session, which the sender takes as a no.
+        # Instead of `handoff`: the layout of the region a lost daemon left, in the adopting hello
+        # a shim keeps in a data memfd for a daemon systemd restarts, which takes the session back
+        # from its fd store (docs/protocol.md, "Adoption"). Offered on a connection, it is refused.
         self.adopt = adopt
 
     def to_map(self) -> dict[str, Any]:
@@ -132,17 +130,6 @@ class Hello(Frame):
         if self.env_raw:
             out["env_raw"] = [list(pair) for pair in self.env_raw]  # decoded as lists: compare equal
         return out
-
-
-class Adopted(Frame):
-    """The daemon took back a session offered with `adopt` (daemon -> the shim's quick resumer):
-    always the same bytes (`ADOPTED` in lazyd/wire.py's terms, `wire.encode(Adopted())`), so a
-    resumer that cannot decode msgpack compares them, and nothing else is mistaken for it."""
-
-    __slots__ = ()
-    t = "adopted"
-    _fields = ("v",)
-    v: ClassVar[int] = WIRE_VERSION
 
 
 class ForeignHello(Frame):
@@ -259,7 +246,7 @@ class Progress(Frame):
         self.step = step
 
 
-AnyFrame: TypeAlias = "Hello | Adopted | ForeignHello | Welcome | ForeignWelcome | Refusal | Line | Ctl | Reply | Progress"
+AnyFrame: TypeAlias = "Hello | ForeignHello | Welcome | ForeignWelcome | Refusal | Line | Ctl | Reply | Progress"
 
 
 # --- validation: a decoded map in, a typed frame out ---------------------------------------------
@@ -343,11 +330,6 @@ def _check_welcome(f: dict[str, Any]) -> AnyFrame:
     return Welcome(f["session"], f["name"], f["daemon_pid"], f.get("handoff"), _extra(f, Welcome._known))
 
 
-def _check_adopted(f: dict[str, Any]) -> AnyFrame:
-    _require(f, "v", _is_int(f.get("v")), "an int")
-    return Adopted(_extra(f, Adopted._known))
-
-
 def _check_refused(f: dict[str, Any]) -> AnyFrame:
     # Stable across versions: a refusal must stay readable by a peer of any version.
     _require(f, "v", _is_int(f.get("v")), "an int")
@@ -392,7 +374,6 @@ _CHECKS: dict[str, Callable[[dict[str, Any]], AnyFrame]] = {
     "hello": _check_hello,
     "welcome": _check_welcome,
     "refused": _check_refused,
-    "adopted": _check_adopted,
     "line": _check_line,
     "ctl": _check_ctl,
     "reply": _check_reply,

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from lazyd import smallpack, wire
 from lazyd.errors import WireError
-from lazyd.frames import MAX_FRAME_BYTES, Adopted, Hello, Line, Refusal, Welcome
+from lazyd.frames import MAX_FRAME_BYTES, Hello, Line, Refusal, Welcome
 from shim.connect import read_reply
 
 # Lengths at each msgpack size boundary (fix -> 8 -> 16 -> 32-bit length fields).
@@ -126,11 +126,10 @@ def test_nesting_deeper_than_the_wire_allows_is_left_to_it() -> None:
         wire.check_structure(packb(deep))
 
 
-def test_a_hello_and_the_adopted_reply_are_framed_exactly_as_the_wire_frames_them() -> None:
+def test_a_hello_is_framed_exactly_as_the_wire_frames_it() -> None:
     hello = Hello("shim", 4242, ["npx", "-y", "srv"], "/home/u", {"PATH": "/usr/bin", "X": "é" * 40}, {"linger": "5m"},
                   None, [b'{"id":1}'], [(b"RAW", b"\xff\xfe")], True, 3)
     assert smallpack.frame(hello.to_map(), MAX_FRAME_BYTES) == wire.encode(hello)
-    assert smallpack.frame(Adopted().to_map(), MAX_FRAME_BYTES) == wire.encode(Adopted())
 
 
 def test_a_frame_over_the_limit_is_refused_as_the_wire_refuses_it() -> None:
