@@ -32,6 +32,7 @@ import errno
 import json
 import os
 import stat
+from collections.abc import Callable
 from pathlib import Path
 
 from lazyd.errors import SetupError, StateFileError
@@ -286,6 +287,21 @@ def read_json(path: str | os.PathLike[str], max_bytes: int) -> object:
         return json.loads(text)
     except RecursionError as exc:
         raise ValueError("nested too deeply") from exc
+
+
+def read_string_lists(path: str | os.PathLike[str], max_bytes: int, max_keys: int, max_items: int,
+                      keep: Callable[[str], bool] = lambda _: True) -> dict[str, list[str]]:
+    """A table lazyd keeps as a JSON object of string keys to lists of strings (`read_json`),
+    bounded: the first `max_keys` keys, the first `max_items` strings of each that `keep`
+    accepts. Empty when the file is missing, unreadable or of another shape: its owner starts anew."""
+    try:
+        data = read_json(path, max_bytes)
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    return {k: [x for x in v if isinstance(x, str) and keep(x)][:max_items]
+            for k, v in list(data.items())[:max_keys] if isinstance(k, str) and isinstance(v, list)}
 
 
 def write_private(path: str | os.PathLike[str], data: bytes, *, mode: int = PRIVATE_FILE_MODE,

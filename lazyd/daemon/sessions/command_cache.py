@@ -30,7 +30,7 @@ from lazyd.core.cache import Snapshot
 from lazyd.core.sharing.identity import Identity
 from lazyd.daemon.runtime.cache_store import CacheStore
 from lazyd.daemon.runtime.supervisor import ServerRuntime
-from lazyd.privatefiles import read_json, write_private
+from lazyd.privatefiles import read_string_lists, write_private
 
 log = logging.getLogger("lazyd.registry")
 
@@ -109,14 +109,7 @@ class CommandCaches:
         return seeded
 
     def _load(self) -> dict[str, list[str]]:
-        try:
-            data = read_json(self.path, MAX_FILE_BYTES)
-        except (OSError, ValueError):
-            return {}
-        if not isinstance(data, dict):
-            return {}
-        return {k: [d for d in v if isinstance(d, str) and _is_digest(d)][:MAX_DIGESTS_PER_COMMAND]
-                for k, v in list(data.items())[:MAX_COMMANDS] if isinstance(k, str) and isinstance(v, list)}
+        return read_string_lists(self.path, MAX_FILE_BYTES, MAX_COMMANDS, MAX_DIGESTS_PER_COMMAND, _is_digest)
 
     def _save(self) -> None:
         try:

@@ -24,7 +24,7 @@ from lazyd import procfs
 from lazyd.core.lifecycle.machine import State
 from lazyd.core.sharing.known_servers import names_a_server, tree_runs, what_runs
 from lazyd.daemon.runtime.supervisor import ServerRuntime
-from lazyd.privatefiles import read_json, write_private
+from lazyd.privatefiles import read_string_lists, write_private
 
 log = logging.getLogger("lazyd.registry")
 
@@ -167,14 +167,7 @@ class RunsRecord:
             self._save()
 
     def _load(self) -> dict[str, list[str]]:
-        try:
-            data = read_json(self.path, MAX_FILE_BYTES)
-        except (OSError, ValueError):
-            return {}
-        if not isinstance(data, dict):
-            return {}
-        return {k: [n for n in v if isinstance(n, str)][:MAX_NAMES] for k, v in list(data.items())[:MAX_ENTRIES]
-                if isinstance(k, str) and isinstance(v, list)}
+        return read_string_lists(self.path, MAX_FILE_BYTES, MAX_ENTRIES, MAX_NAMES)
 
     def _save(self) -> None:
         try:
