@@ -1,6 +1,6 @@
 """lazyd: a per-user daemon that runs MCP servers lazily, shares them across clients and keeps them
 supervised. The modules here are its base floor, shared by the daemon, lazyctl and the shim (all
-but lazyd/paths.py, which needs platformdirs): the one exception tree, durations and names as users
+but lazyd/host/paths.py, which needs platformdirs): the one exception tree, durations and names as users
 type them, the wire and its typed frames, the socket's path, every file location, private files,
 /proc and the fallback journal.
 

@@ -14,7 +14,7 @@
     │                         home): the daemon exits 1 and a shim runs the server directly
     ├── AlreadyRunning        another live daemon holds the instance lock or the socket (exit 0)
     ├── ProtocolError         a peer broke the protocol: its connection is closed, nothing else
-    │   ├── WireError         bytes that are not a valid frame (lazyd/wire.py)
+    │   ├── WireError         bytes that are not a valid frame (lazyd/protocol/wire.py)
     │   ├── SlowPeer          a frame that started and did not finish within its deadline
     │   └── LineTooLong       a server wrote a stdout line over its limit
     ├── Refused               the daemon will not serve a hello; ``code`` and ``message`` go into
@@ -41,8 +41,8 @@
 Where low-level errors become these (each at one boundary, so nothing above it sees an OSError,
 a msgpack exception or a RuntimeError of a library):
 
-- lazyd/wire.py: anything msgpack raises on a peer's bytes becomes WireError;
-- lazyd/paths.py: platformdirs' RuntimeError for a missing home becomes SetupError;
+- lazyd/protocol/wire.py: anything msgpack raises on a peer's bytes becomes WireError;
+- lazyd/host/paths.py: platformdirs' RuntimeError for a missing home becomes SetupError;
 - lazyd/daemon/connections/listener.py: a broken or closed stream ends the connection quietly, a
   ProtocolError ends it with one warning, anything else is logged as a bug;
 - lazyd/daemon/process/child.py: exec failures (ENOENT, EACCES, ENOEXEC, a bad cwd) become SpawnError;
@@ -145,7 +145,7 @@ class Refused(LazydError):
 
 class NotAdopted(Refused):
     """An adopting hello whose session the daemon does not take back itself
-    (lazyd/daemon/handoff/adopt.py): refused with code ``adopt``; the shim's full recovery takes it."""
+    (lazyd/daemon/handoff/reclaim.py): refused with code ``adopt``; the shim's full recovery takes it."""
 
     def __init__(self, message: str) -> None:
         super().__init__("adopt", message)
@@ -165,7 +165,7 @@ class LifecycleError(LazydError):
 
 
 class AdoptionError(LazydError):
-    """What a predecessor daemon handed over cannot be taken over (lazyd/daemon/upgrade/adopt.py)."""
+    """What a predecessor daemon handed over cannot be taken over (lazyd/daemon/upgrade/inherit.py)."""
 
 
 # --- the shim -------------------------------------------------------------------------------------

@@ -6,7 +6,7 @@
   never chmod-ed): every session's hello carries its shim's whole environment, secrets included.
 - The daemon is `python -m lazyd.daemon` of the interpreter this shim runs in: the lazyd
   installed with it, nothing the environment names. Its environment is the allowlist of
-  lazyd/daemonenv.py, never this shim's: the variables a client gave one registration stay out
+  lazyd/host/daemonenv.py, never this shim's: the variables a client gave one registration stay out
   of the daemon every client shares (docs/configuration.md, "The daemon's environment").
 - The daemon is started detached (shim/detach.py): in no session, process group or ancestry of
   the shim's, since clients kill the shim's group or its whole process tree when they are done
@@ -106,10 +106,10 @@ def daemon_argv(path: str, explicit: bool) -> list[str]:
 
 
 def daemon_environ() -> dict[str, str]:
-    """The daemon's environment: the allowlisted part of this shim's (lazyd/daemonenv.py), with the
+    """The daemon's environment: the allowlisted part of this shim's (lazyd/host/daemonenv.py), with the
     runtime dir this shim found without ``XDG_RUNTIME_DIR`` (so the daemon listens where a
     terminal's lazyctl looks, and its servers see the session's runtime dir)."""
-    from lazyd import daemonenv, sockpath
+    from lazyd.host import daemonenv, sockpath
 
     return daemonenv.base(os.environ, sockpath.login_runtime_dir(os.environ))
 

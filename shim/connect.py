@@ -20,9 +20,10 @@ import os
 import struct
 import time
 
-from lazyd import smallpack, sockpath
+from lazyd.protocol import smallpack
+from lazyd.host import sockpath
 from lazyd.errors import Unavailable, WireError
-from lazyd.frames import MAX_FRAME_BYTES, WIRE_VERSION, ForeignWelcome, Hello, Refusal, Welcome, validate_walked
+from lazyd.protocol.frames import MAX_FRAME_BYTES, WIRE_VERSION, ForeignWelcome, Hello, Refusal, Welcome, validate_walked
 
 from .dial import BUSY_WAIT_S, NoDaemon, budget, check_peer, connect_once
 
@@ -32,8 +33,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any
 
-    from lazyd import wire
-    from lazyd.frames import AnyFrame
+    from lazyd.protocol import wire
+    from lazyd.protocol.frames import AnyFrame
 
     from .options import Log, Options
 
@@ -44,7 +45,7 @@ class Connection:
     """A welcomed session: the socket, the welcome, the hello it answered (an adopting hello is made
     from it, shim/handoff.py), and the frame reader for what follows (`reader`, made when first asked
     for unless the welcome needed one: a shim that hands off never reads another frame, and
-    lazyd/wire.py loads msgpack)."""
+    lazyd/protocol/wire.py loads msgpack)."""
 
     def __init__(self, sock: socket.socket, welcome: Welcome, hello: Hello | None = None,
                  reader: wire.BlockingFrameReader | None = None) -> None:
@@ -56,7 +57,7 @@ class Connection:
     @property
     def reader(self) -> wire.BlockingFrameReader:
         if self._reader is None:
-            from lazyd import wire
+            from lazyd.protocol import wire
 
             self._reader = wire.BlockingFrameReader(self.sock)
         return self._reader
@@ -156,9 +157,9 @@ def read_reply(sock: socket.socket) -> tuple[AnyFrame | None, wire.BlockingFrame
     was received after it, if one had to be made.
 
     A small frame of the plain types, as every welcome and refusal is, is read by
-    lazyd/smallpack.py, and not a byte past it: on the hand-off path what the daemon sends next is
+    lazyd/protocol/smallpack.py, and not a byte past it: on the hand-off path what the daemon sends next is
     the waiting program's (its exit cue, shim/handoff.py), and a read that took it too would leave
-    the waiter to take the session's end for a lost daemon. Any other frame goes to lazyd/wire.py's
+    the waiter to take the session's end for a lost daemon. Any other frame goes to lazyd/protocol/wire.py's
     reader, which decodes or refuses it as it does every frame. Raises WireError and OSError as
     that reader does."""
     head = _received_exactly(sock, smallpack.HEADER_BYTES, b"")
@@ -173,7 +174,7 @@ def read_reply(sock: socket.socket) -> tuple[AnyFrame | None, wire.BlockingFrame
                 return validate_walked(smallpack.unpack(data[len(head) :])), None
             except ValueError:
                 pass
-    from lazyd import wire
+    from lazyd.protocol import wire
 
     reader = wire.BlockingFrameReader(sock, data)
     return reader.read(), reader

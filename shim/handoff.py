@@ -16,7 +16,7 @@ take over when the daemon is lost. So it waits in something small:
   line means "the client left, exit 0"; EOF means the daemon is gone or let the session go, and it
   takes a resume slot (shim/slots.py) and execs this shim again with `--resume-handoff=FD` to take
   the session back (shim/recover.py). Under systemd the next daemon takes the session from the fd
-  store before the waiter notices anything (lazyd/daemon/handoff/kept.py), reading the adopting
+  store before the waiter notices anything (lazyd/daemon/handoff/stored_sessions.py), reading the adopting
   hello this module leaves in a data memfd (`hello_memfd`). Where no shell can be run, the shim
   waits itself.
 """
@@ -34,7 +34,7 @@ from .slots import SLOT_FD
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs start-up time
 if TYPE_CHECKING:
-    from lazyd.frames import Hello
+    from lazyd.protocol.frames import Hello
 
     from .options import Log
 
@@ -51,7 +51,7 @@ WAITING_PROGRAM = os.path.join(os.path.dirname(os.path.abspath(__file__)), "wait
 
 HELLO_MEMFD = "lazyd-hello"
 # The data memfd holding the adopting hello (`hello_memfd`), as /proc/PID/fd shows it:
-# "/memfd:lazyd-hello"; lazyd/daemon/handoff/kept.py looks for that name.
+# "/memfd:lazyd-hello"; lazyd/daemon/handoff/stored_sessions.py looks for that name.
 
 RESUME_FLAG = "--resume-handoff="  # as shim/main.py reads it
 MAX_NAME = 64  # of the server's name in the waiting program's argv[0]
@@ -147,10 +147,10 @@ def hello_memfd(hello: Hello) -> int | None:
     """A data memfd (close-on-exec) holding the adopting hello made from the session's `hello`: no
     `resume` (the daemon takes the handshake from the region), `adopt` instead of `handoff`. A
     daemon restarted by systemd reads it through the waiter's /proc/PID/fd to take the session
-    back from its fd store (lazyd/daemon/handoff/kept.py). None where none can be made."""
-    from lazyd.frames import MAX_FRAME_BYTES, Hello
+    back from its fd store (lazyd/daemon/handoff/stored_sessions.py). None where none can be made."""
+    from lazyd.protocol.frames import MAX_FRAME_BYTES, Hello
     from lazyd.handoff.region import LAYOUT, pwrite_all
-    from lazyd.smallpack import frame as encode  # as wire.encode would, without loading msgpack
+    from lazyd.protocol.smallpack import frame as encode  # as wire.encode would, without loading msgpack
 
     adopting = Hello(hello.role, hello.pid, hello.argv, hello.cwd, hello.env, hello.opts, hello.server, [],
                      hello.env_raw, None, None, LAYOUT)

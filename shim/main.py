@@ -99,11 +99,11 @@ def _main(argv: list[str] | None) -> int:
             what = "--hub" if opts.hub else f"--server {opts.server}"
             say(f"daemon unavailable ({exc}); {what} cannot run without the daemon")
             return 1
-        from lazyd import fallbacks
+        from lazyd.host import fallback_journal
 
         from .fallback import exec_directly
 
-        fallbacks.record(connect.socket_path(opts), str(exc), opts.command[0])  # for lazyctl status
+        fallback_journal.record(connect.socket_path(opts), str(exc), opts.command[0])  # for lazyctl status
         exec_directly(opts.command, str(exc))
 
     if offered is not None:

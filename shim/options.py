@@ -88,10 +88,10 @@ MAX_SUN_PATH_BYTES = 107
 
 # Options forwarded to the daemon in the hello's `opts`: flag -> (opts key, env var, checker).
 def _check_duration(value: str) -> None:
-    # The daemon's own rule (lazyd.durations, on the stdlib-only floor), so a value the config
+    # The daemon's own rule (lazyd.config.durations, on the stdlib-only floor), so a value the config
     # file accepts, such as "1m30s", is never refused by the shim. Imported only when an option
     # needs it: it compiles regular expressions, and most shim starts set no option at all.
-    from lazyd.durations import parse_duration
+    from lazyd.config.durations import parse_duration
 
     try:
         parse_duration(value)
@@ -101,7 +101,7 @@ def _check_duration(value: str) -> None:
 
 def parse_bool(value: str) -> bool:
     """Return the truth of a BOOL string (the daemon's rule); raise ValueError for anything else."""
-    from lazyd.durations import parse_bool as _core_parse_bool  # when an option is set (above)
+    from lazyd.config.durations import parse_bool as _core_parse_bool  # when an option is set (above)
 
     try:
         return _core_parse_bool(value)
@@ -118,7 +118,7 @@ def _check_share(value: str) -> None:
 
 
 def _check_era(value: str) -> None:
-    # The daemon's rule (config.py, lazyd/core/eras/policy.py), checked here so a typo exits 2 at once.
+    # The daemon's rule (config.py, lazyd/core/eras/choice.py), checked here so a typo exits 2 at once.
     if value not in ("auto", "handshake", "stateless"):
         raise ValueError(f"invalid era {value!r} (use auto, handshake or stateless)")
 
@@ -145,7 +145,7 @@ def _check_argv_json(value: str) -> None:
 
 
 def _check_names(value: str) -> None:
-    from lazyd.envnames import parse_names  # when the option is set: it compiles a regular expression
+    from lazyd.config.envnames import parse_names  # when the option is set: it compiles a regular expression
 
     parse_names(value)
 

@@ -3,7 +3,7 @@
 Threads and who owns what:
 
 - the **stdin thread** is the only reader of stdin. It splits lines (bounded by
-  ``wire.MAX_LINE_BYTES``), reads each line as the daemon will (lazyd/linepeek.py) to learn request ids and methods,
+  ``wire.MAX_LINE_BYTES``), reads each line as the daemon will (lazyd/protocol/linepeek.py) to learn request ids and methods,
   and hands each line to the current destination: the daemon socket, the hold queue while
   reconnecting, or a directly run server after a fallback;
 - the **main thread** is the only reader of the daemon socket (and, after a fallback, of the
@@ -39,14 +39,14 @@ import threading
 import time
 from collections import deque
 
-from lazyd import jsonline, wire
+from lazyd.protocol import jsonline, wire
 from lazyd.errors import ReplayFailed, Unavailable, WireError
-from lazyd.frames import Line
+from lazyd.protocol.frames import Line
 
 from . import connect
 from .dial import RECONNECT_POLL_S, RECONNECT_WAIT_S
-from lazyd.heapkeep import HeapSpell
-from lazyd.linepeek import EOF_WAIT_S, LineSplitter, error_line, id_key, inspect_line, too_long_answer
+from lazyd.host.heapkeep import HeapSpell
+from lazyd.protocol.linepeek import EOF_WAIT_S, LineSplitter, error_line, id_key, inspect_line, too_long_answer
 
 from .options import say
 from .stdout import Stdout
@@ -91,7 +91,7 @@ class Relay:
         self._opts = opts
         self._log = log
         self._out = Stdout(log)
-        # Large lines either way: the heap they free is kept until they are over (lazyd/heapkeep.py).
+        # Large lines either way: the heap they free is kept until they are over (lazyd/host/heapkeep.py).
         self._heap = HeapSpell()
         self._send_lock = threading.Lock()
         self._state_lock = threading.Lock()
@@ -288,7 +288,7 @@ class Relay:
             os._exit(70)
 
     def _read_stdin(self) -> None:
-        lines = LineSplitter(wire.MAX_LINE_BYTES, self._head, self._head_too_long)  # lazyd/linepeek.py
+        lines = LineSplitter(wire.MAX_LINE_BYTES, self._head, self._head_too_long)  # lazyd/protocol/linepeek.py
         self._head = b""
         while True:
             try:

@@ -28,7 +28,7 @@ import pytest
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
-from lazyd import procfs
+from lazyd.host import procfs
 
 REPO = Path(__file__).resolve().parent.parent
 SERVERS = REPO / "tests" / "servers"
@@ -71,7 +71,7 @@ def everything_command() -> list[str]:
 def processes_with_marker(marker: str) -> list[int]:
     """Pids of live (not zombie) processes whose environment carries this test's marker: in
     MARKER_VAR, or in the test's directories (its HOME and XDG dirs are named after it), which
-    is all a daemon keeps of a shim's environment (lazyd/daemonenv.py)."""
+    is all a daemon keeps of a shim's environment (lazyd/host/daemonenv.py)."""
     needle = marker.encode()
     found = []
     for pid in procfs.pids():

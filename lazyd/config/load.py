@@ -37,7 +37,7 @@ from lazyd.config import values as cv
 from lazyd.config.known import packaged, parse_table
 from lazyd.config.toml_text import parse_toml
 from lazyd.config.model import Config, ConfigError, Policy, ServerConfig, WakePredicate
-from lazyd.durations import parse_bool
+from lazyd.config.durations import parse_bool
 from lazyd.core.memory import parse_size
 from lazyd.core.policy import ToolPolicy, as_decision, compile_rule
 from lazyd.core.pressure import PressureSettings
@@ -63,7 +63,7 @@ MAX_DESCRIPTION_CHARS = 1000
 _WAKE_KEYS = ("command", "interval", "timeout")
 _OPTION_KEYS = ("linger", "check_linger", "idle_timeout", "start_timeout", "share", "wake_command",
                 "wake_interval", "wake_timeout", "era", "memory_max")
-# Which protocol era the server's processes run in (lazyd/core/eras/policy.py).
+# Which protocol era the server's processes run in (lazyd/core/eras/choice.py).
 _ERA_SETTINGS: tuple[Literal["auto", "handshake", "stateless"], ...] = ("auto", "handshake", "stateless")
 _SAMPLING_POLICIES = ("refuse", "most-recent")
 _SERVER_NAME = re.compile(r"[A-Za-z0-9_.-]+", re.ASCII)

@@ -13,7 +13,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from lazyd.durations import parse_duration
+from lazyd.config.durations import parse_duration
 from lazyd.errors import ConfigError
 
 __all__ = ["At", "expand", "directory", "check_keys", "table", "string", "strings", "boolean", "duration",

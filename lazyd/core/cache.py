@@ -203,7 +203,7 @@ class Snapshot:
     # Whether a connection that answered server/discover also accepted initialize (None: unknown).
     mixed_connection: bool | None = None
     # Whether `initialize` as a connection's first request was accepted (None: never tried; False:
-    # the server speaks only the stateless era). See lazyd/core/eras/policy.py.
+    # the server speaks only the stateless era). See lazyd/core/eras/choice.py.
     handshake_first: bool | None = None
 
     def era(self) -> str | None:

@@ -22,12 +22,13 @@ import stat
 import time
 from typing import Any
 
-from lazyd import sockpath, wire
+from lazyd.host import sockpath
+from lazyd.protocol import wire
 from lazyd.ctl.progress import TICK_S, StatusLine
-from lazyd.durations import format_duration
+from lazyd.config.durations import format_duration
 from lazyd.errors import CtlError, DaemonNotRunning, Unavailable, WireError
-from lazyd.frames import AnyFrame, Ctl, Frame, Hello, Progress, Refusal, Reply, Welcome
-from lazyd.paths import MAX_START_RECORD_BYTES, start_record_path
+from lazyd.protocol.frames import AnyFrame, Ctl, Frame, Hello, Progress, Refusal, Reply, Welcome
+from lazyd.host.paths import MAX_START_RECORD_BYTES, start_record_path
 
 EXIT_OK = 0
 EXIT_FAILED = 1

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from lazyd.durations import format_duration
+from lazyd.config.durations import format_duration
 from lazyd.ctl import format as fmt
 from lazyd.ctl import logs
 from lazyd.ctl.client import EXIT_OK, connect, other_daemons
@@ -168,7 +168,7 @@ STORE_NEARLY_FULL = 0.9  # of the fd store's budget: from here on status says so
 
 def _store_line(daemon: Any) -> str:
     """A line when systemd's fd store is nearly full ("" otherwise): past it, servers and sessions
-    are not kept across a crash (lazyd/daemon/handoff/kept.py)."""
+    are not kept across a crash (lazyd/daemon/handoff/stored_sessions.py)."""
     store = daemon.get("fdstore") if isinstance(daemon, dict) else None
     if not isinstance(store, dict) or not store.get("budget"):
         return ""

@@ -10,7 +10,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from lazyd.durations import format_duration
+from lazyd.config.durations import format_duration
 
 # Columns of `lazyctl status`, in order: header and how to spell one row's value.
 STATUS_COLUMNS = ("NAME", "STATE", "PID", "ERA", "UPTIME", "CLIENTS", "MEMORY", "RESTARTS", "CACHE", "TOOLS",

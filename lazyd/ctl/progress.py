@@ -15,7 +15,7 @@ import sys
 import time
 from typing import TextIO
 
-from lazyd.durations import format_duration
+from lazyd.config.durations import format_duration
 
 __all__ = ["StatusLine", "TICK_S"]
 

@@ -15,7 +15,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from lazyd.durations import format_duration, parse_duration
+from lazyd.config.durations import format_duration, parse_duration
 from lazyd.ctl import format as fmt
 from lazyd.ctl.client import EXIT_OK, connect, connect_starting, socket_path
 from lazyd.ctl.commands import Output

@@ -32,7 +32,7 @@ WHY = "set by lazyctl share"
 
 
 def cmd_share(args: argparse.Namespace, out: Output) -> int:
-    from lazyd.paths import resolve_paths  # platformdirs: only for the commands that need it
+    from lazyd.host.paths import resolve_paths  # platformdirs: only for the commands that need it
 
     path = Path(args.config) if args.config else resolve_paths().config_file
     text = path.read_text(encoding="utf-8") if path.exists() else ""
@@ -44,7 +44,7 @@ def cmd_share(args: argparse.Namespace, out: Output) -> int:
     new_text, what = edited(text, args.name, on=not args.off, runs=runs)
     _check(new_text, path)
     mode = stat.S_IMODE(path.stat().st_mode) if path.exists() else 0o600
-    from lazyd.privatefiles import write_private
+    from lazyd.host.privatefiles import write_private
 
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     write_private(path, new_text.encode("utf-8"), mode=mode)

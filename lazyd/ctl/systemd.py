@@ -20,13 +20,13 @@ import re
 import sys
 from pathlib import Path
 
-from lazyd import procfs
+from lazyd.host import procfs
 from lazyd.ctl.client import EXIT_OK
 from lazyd.ctl.commands import Output
 from lazyd.ctl.stop_post import stop_post
 from lazyd.errors import CtlError, SetupError
-from lazyd.paths import resolve_paths
-from lazyd.privatefiles import write_private
+from lazyd.host.paths import resolve_paths
+from lazyd.host.privatefiles import write_private
 
 MARKER = "# Written by `lazyctl systemd install`; change it with `systemctl --user edit`, not here."
 CONTRIB_EXEC_START = "%h/.local/bin/lazyd"  # where `pip install --user` and pipx put the script

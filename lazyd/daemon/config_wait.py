@@ -29,11 +29,11 @@ from typing import TypeVar
 
 import trio
 
-from lazyd import wire
+from lazyd.protocol import wire
 from lazyd.daemon.notify import Notifier
 from lazyd.daemon.runtime_dir import peer_credentials
 from lazyd.errors import ConfigError, StateFileError, WireError
-from lazyd.frames import Refusal
+from lazyd.protocol.frames import Refusal
 
 __all__ = ["REFUSAL_CODE", "wait_for_files", "CHECK_INTERVAL_S"]
 

@@ -1,7 +1,7 @@
 """A daemon that keeps failing to start lets go of the sessions systemd keeps for it.
 
 Under systemd the hand-off sessions wait in the fd store while lazyd restarts after a crash
-(lazyd/daemon/handoff/kept.py): their shims see nothing and run nothing. That is right while the
+(lazyd/daemon/handoff/stored_sessions.py): their shims see nothing and run nothing. That is right while the
 next daemon comes up, and wrong when none ever will: a daemon that cannot import its own modules
 (a dependency removed from its venv), or that dies before it serves, is restarted for ever
 (`Restart=on-failure`), and every session would wait for ever, where without the store each shim
@@ -25,7 +25,7 @@ COUNT_FILE = "kept-starts"
 MAX_STARTS = 3  # with RestartSec=2s: the sessions are let go after about 8 s of failed starts
 STEADY_S = 30.0  # a daemon up this long is not in a crash loop
 LISTEN_FDS_START = 3
-SESSION_PREFIX = "hs-"  # lazyd/daemon/handoff/kept.py's names
+SESSION_PREFIX = "hs-"  # lazyd/daemon/handoff/stored_sessions.py's names
 
 
 def count_path(listener_fd: int = LISTEN_FDS_START) -> str | None:

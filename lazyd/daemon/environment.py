@@ -1,6 +1,6 @@
 """The daemon's own environment, made at start: the allowlist, whoever started it.
 
-A shim starts the daemon with the allowlist of lazyd/daemonenv.py already; a daemon started from
+A shim starts the daemon with the allowlist of lazyd/host/daemonenv.py already; a daemon started from
 a terminal or by systemd gets whatever its starter had. Before it starts anything, the daemon
 reduces `os.environ` to the same kind of base (`keep_own`), so that its servers, wake predicates
 and an upgrade's successor inherit the same whoever started it. The variables its config expands
@@ -19,7 +19,7 @@ import logging
 import os
 from collections.abc import Iterator, Mapping
 
-from lazyd import daemonenv, sockpath
+from lazyd.host import daemonenv, sockpath
 
 __all__ = ["StartEnvironment", "keep_own"]
 
@@ -49,7 +49,7 @@ class StartEnvironment(Mapping[str, str]):
 
 def keep_own(expanded: set[str]) -> None:
     """Reduce `os.environ` to the allowlist, the daemon's own variables and `expanded`; without
-    ``XDG_RUNTIME_DIR``, the user's ``/run/user/<uid>`` (lazyd/sockpath.py) is set as it. The
+    ``XDG_RUNTIME_DIR``, the user's ``/run/user/<uid>`` (lazyd/host/sockpath.py) is set as it. The
     names dropped are logged (never a value): where a named server misses a variable, the log
     says it was there and why it went."""
     kept = daemonenv.own(os.environ, sockpath.login_runtime_dir(os.environ), sorted(expanded))

@@ -2,7 +2,7 @@
 
 It holds what servers wrote to stderr around their exits (the stderr tail in every exit line) and
 the daemon's decisions, so it gets the mode of every other file lazyd writes (0600,
-lazyd/privatefiles.py), whatever the umask: the file is created 0600 without following a symbolic
+lazyd/host/privatefiles.py), whatever the umask: the file is created 0600 without following a symbolic
 link, an existing one with wider bits is tightened through its own descriptor when it is opened,
 and every file a rotation opens is made the same way (the backup `lazyd.log.1` is the renamed log,
 and a backup left wider by an older daemon is tightened at start).
@@ -21,7 +21,7 @@ import os
 import stat
 from pathlib import Path
 
-from lazyd.privatefiles import PRIVATE_FILE_MODE
+from lazyd.host.privatefiles import PRIVATE_FILE_MODE
 
 __all__ = ["PrivateRotatingFileHandler"]
 

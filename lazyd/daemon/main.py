@@ -40,16 +40,16 @@ from typing import NoReturn
 
 import trio
 
-from lazyd import daemonenv, sockpath
+from lazyd.host import daemonenv, sockpath
 from lazyd.config.load import Config, load_config
 from lazyd.core.admission import Admission
 from lazyd.daemon import environment, fdlimit, orphans, startup
 from lazyd.daemon.config_wait import wait_for_files
-from lazyd.daemon.upgrade.adopt import adopt, adopt_stored, take_envelope
+from lazyd.daemon.upgrade.inherit import adopt, adopt_stored, take_envelope
 from lazyd.daemon import crash_loop
-from lazyd.daemon.handoff import kept
-from lazyd.daemon.upgrade.fdstore import FdStore, keep_standby, standby_path, stored_fds
-from lazyd.daemon.heap import TRIMMER
+from lazyd.daemon.handoff import stored_sessions
+from lazyd.daemon.upgrade.stored_servers import FdStore, keep_standby, standby_path, stored_fds
+from lazyd.daemon.heap_trim import TRIMMER
 from lazyd.daemon.connections.listener import ConnectionHandler
 from lazyd.daemon.control.ops import Control, status_summary
 from lazyd.daemon.log import PrivateRotatingFileHandler
@@ -62,8 +62,8 @@ from lazyd.daemon.systemd_env import ACTIVATION_VARS, NOTIFY_VARS
 from lazyd.daemon.upgrade.handover import Lineage, Upgrader
 from lazyd.daemon.upgrade.state import Envelope
 from lazyd.errors import AdoptionError, AlreadyRunning, ConfigError, SetupError, StateFileError
-from lazyd.paths import Paths, resolve_paths
-from lazyd.privatefiles import ensure_private_dir
+from lazyd.host.paths import Paths, resolve_paths
+from lazyd.host.privatefiles import ensure_private_dir
 
 log = logging.getLogger("lazyd")
 
@@ -147,7 +147,7 @@ def main(argv: list[str] | None = None) -> None:
         startup.fail(paths, str(exc), startup.EXIT_SETUP, record=False)
     try:
         activated = adopt_activated_socket(os.environ, os.getpid()) if envelope is None else None
-        # Descriptors systemd kept for us across a crash (lazyd/daemon/upgrade/fdstore.py), after the socket.
+        # Descriptors systemd kept for us across a crash (lazyd/daemon/upgrade/stored_servers.py), after the socket.
         stored = stored_fds(os.environ, int(os.environ.get("LISTEN_FDS") or 0)) if activated is not None else {}
         # The lock and the start-up record live in the runtime dir, so it is made and checked
         # whoever made the socket: systemd may have put an activated one anywhere. Only a socket
@@ -253,12 +253,12 @@ async def serve(sock: socket.socket, paths: Paths, config: Config, config_path: 
     notify_env = notify_env or {}
     fdstore = FdStore.from_environ(notify_env, os.environ)
     stored = stored or {}
-    # Hand-off sessions systemd kept across a crash (lazyd/daemon/handoff/kept.py): out of what the
+    # Hand-off sessions systemd kept across a crash (lazyd/daemon/handoff/stored_sessions.py): out of what the
     # servers' adoption reads, taken back once the registry is up.
     if fdstore is not None:
         fdstore.given(stored)
-    kept_sessions = kept.take_kept(stored)
-    kept.set_keeper(kept.Keeper(fdstore) if fdstore is not None else None)
+    kept_sessions = stored_sessions.take_kept(stored)
+    stored_sessions.set_keeper(stored_sessions.Keeper(fdstore) if fdstore is not None else None)
     store = CacheStore(paths.cache_dir)
     stop = trio.Event()
     bound_identity = None if activated else socket_identity(paths.socket)
@@ -268,7 +268,7 @@ async def serve(sock: socket.socket, paths: Paths, config: Config, config_path: 
             # Beside serving, not before it: after a kill -9 with a thousand waiting sessions,
             # reading /proc took 0.4 s that every session waited for; only starts wait for it now.
             nursery.start_soon(orphans.sweep_then_open, paths.state_dir, orphans.begin_sweep(paths.state_dir))
-        # Named servers and wake predicates: the allowlist under their own `env` (lazyd/daemonenv.py).
+        # Named servers and wake predicates: the allowlist under their own `env` (lazyd/host/daemonenv.py).
         registry = Registry(config, paths, secret, store, nursery, daemonenv.base(os.environ))
         control = Control(registry, stop, partial(reload_config, registry, config_path))
         handler = ConnectionHandler(registry, control, admission=None if nofile is None else Admission(nofile))
@@ -285,13 +285,13 @@ async def serve(sock: socket.socket, paths: Paths, config: Config, config_path: 
             await registry.drop_stale_named(adopted)
         else:
             await registry.boot()
-        if kept_sessions and kept.KEEPER is not None:
+        if kept_sessions and stored_sessions.KEEPER is not None:
             # What became of them, in the crash's line of `lazyctl status` (counted as they go).
             if lineage.last is None:
                 lineage.last = {"at": time.time(), "from_pid": None, "adopted": False, "crash": True,
                                 "servers": [], "lost": [], "reason": None}
-            kept.KEEPER.tally["kept"] = len(kept_sessions)
-            lineage.last["sessions"] = kept.KEEPER.tally
+            stored_sessions.KEEPER.tally["kept"] = len(kept_sessions)
+            lineage.last["sessions"] = stored_sessions.KEEPER.tally
         if fdstore is not None:
             # What the store gave back is in it still: names no process owns now are removed.
             nursery.start_soon(keep_standby, registry, fdstore, paths.lock, registry.changes.wait, dict(stored))
@@ -343,7 +343,7 @@ async def _steady(listener_fd: int) -> None:
 
 
 async def _serve_connections(handler: ConnectionHandler, listener: trio.SocketListener, scope: trio.CancelScope,
-                             kept_sessions: list[kept.Kept], *,
+                             kept_sessions: list[stored_sessions.Kept], *,
                              task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
     """The accept loop (EMFILE policy: lazyd/daemon/connections/listener.py) and every connection, with
     the sessions systemd kept, until ``scope`` is cancelled at shutdown; the listener is closed then."""

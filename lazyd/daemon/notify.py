@@ -36,7 +36,7 @@ WATCHDOG_FRACTION = 0.5
 # sd_watchdog_enabled(3): ping at half the timeout, so one late ping never trips it.
 
 STATUS_MIN_INTERVAL_S = 0.5
-# STATUS= is recomputed when something it shows changed (lazyd/daemon/changes.py), at most this
+# STATUS= is recomputed when something it shows changed (lazyd/daemon/status_signal.py), at most this
 # often: a burst of sessions starting makes one update, not hundreds. Sent only when the text changed.
 
 MAX_STATUS_CHARS = 200

@@ -12,7 +12,7 @@ A pid alone proves nothing, because pids are recycled. The rules (`classify`):
   session whose id is the leader's pid, and Linux never hands out a pid that is still in use as a
   session or group id, so any process still in session `pgid` is a leftover of ours.
 The sweep never signals the daemon running it, and it rescans a session after killing it, so a
-process forked while the first kills were landing is caught too. /proc is read by lazyd/procfs.py.
+process forked while the first kills were landing is caught too. /proc is read by lazyd/host/procfs.py.
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ from pathlib import Path
 import trio
 
 from lazyd.errors import StateFileError
-from lazyd.privatefiles import read_private, write_private
-from lazyd.procfs import Stat, read_stat, stats
+from lazyd.host.privatefiles import read_private, write_private
+from lazyd.host.procfs import Stat, read_stat, stats
 
 log = logging.getLogger("lazyd.orphans")
 
@@ -125,7 +125,7 @@ def write_state(state_dir: Path, children: Iterable[ChildRecord]) -> None:
 
 def read_state(state_dir: Path) -> list[ChildRecord]:
     """The records a previous daemon left; [] for a missing file, and [] with one warning for a
-    file that is not lazyd's own (lazyd.privatefiles), unreadable or not a record: kills
+    file that is not lazyd's own (lazyd.host.privatefiles), unreadable or not a record: kills
     are never decided from a file lazyd cannot trust."""
     path = state_dir / STATE_FILE
     try:
@@ -171,7 +171,7 @@ def sweep(state_dir: Path, spare: frozenset[int] = frozenset(), *,
           records: list[ChildRecord] | None = None) -> list[int]:
     """Kill the leftovers recorded by a previous daemon (`records`, read from the state dir where
     None); returns the pids signalled. Those in `spare` were taken over
-    (lazyd/daemon/upgrade/fdstore.py) and are left alone. Call it before starting any child:
+    (lazyd/daemon/upgrade/stored_servers.py) and are left alone. Call it before starting any child:
     afterwards the record is emptied."""
     swept: list[ChildRecord] = []
     for child in read_state(state_dir) if records is None else records:

@@ -1,7 +1,7 @@
 """The daemon's single-instance lock and listening socket, made safe.
 
 This module owns the socket side of "only this user reaches this daemon" (the runtime directory
-itself is made private by ``lazyd.privatefiles.ensure_private_dir``):
+itself is made private by ``lazyd.host.privatefiles.ensure_private_dir``):
 
 - ``acquire_instance_lock``: one daemon per socket, decided by ``flock`` on a 0600 file opened
   with ``O_NOFOLLOW``. The kernel drops the lock when the holder dies, even by SIGKILL.

@@ -33,8 +33,8 @@ import time
 from pathlib import Path
 from typing import NoReturn
 
-from lazyd.paths import MAX_START_RECORD_BYTES, Paths, start_record_path
-from lazyd.privatefiles import write_private
+from lazyd.host.paths import MAX_START_RECORD_BYTES, Paths, start_record_path
+from lazyd.host.privatefiles import write_private
 
 __all__ = ["EXIT_SETUP", "EXIT_BAD_FILE", "EXIT_INTERNAL", "LOG_FORMAT", "OneLineFormatter", "fail", "report",
            "clear_record", "detach_stderr", "socket_name"]

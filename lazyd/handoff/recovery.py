@@ -3,7 +3,7 @@
 A hand-off session whose daemon is lost (or let it go) is taken back from its region
 (lazyd/handoff/region.py) either by the shim itself (shim/recover.py, which then hands a fresh
 region to the next daemon) or by the next daemon, which adopts it in place
-(lazyd/daemon/handoff/adopt.py). Both start from the same decision, `plan`, so that both answer the
+(lazyd/daemon/handoff/reclaim.py). Both start from the same decision, `plan`, so that both answer the
 same requests and carry the same handshake and head:
 
 1. a line the daemon had begun to write to the client is finished: with its rest (the tail, when
@@ -18,7 +18,7 @@ Standard library only: the shim imports it.
 
 from __future__ import annotations
 
-from lazyd.frames import MAX_LINE_BYTES
+from lazyd.protocol.frames import MAX_LINE_BYTES
 from lazyd.handoff.region import State
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs start-up time
@@ -65,7 +65,7 @@ def plan(snap: Snapshot | None) -> Recovery:
     found: list[bytes] = []
     rest, discarding = snap.head, state.discarding
     if snap.landed:  # json and re are imported only then: most recoveries find nothing there
-        from lazyd.linepeek import request_ids_in
+        from lazyd.protocol.linepeek import request_ids_in
 
         found, rest, discarding = request_ids_in(snap.head, state.discarding, snap.landed, MAX_LINE_BYTES)
     carried = State()

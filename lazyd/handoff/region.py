@@ -29,7 +29,7 @@ Layout `LAYOUT` (offsets in bytes; `MAGIC` at offset 0 names it; the hello names
 Bookkeeping costs O(1) per message: a request enters by writing its entry (text first, then the
 length byte) and leaves by zeroing its length byte, and a write of an answer is
 bracketed by two stores of the torn byte (a write that may stop inside a line) or of the whole
-byte (one that goes whole or not at all: lazyd/daemon/handoff/room.py). Single-byte stores cannot be torn by a kill -9. The
+byte (one that goes whole or not at all: lazyd/daemon/handoff/whole_write.py). Single-byte stores cannot be torn by a kill -9. The
 state, which changes once per read (not per message), goes to the slot that does *not* hold the
 newest valid copy, so a process killed in the middle of one leaves the other intact; the reader
 takes the valid slot with the highest generation. Head and tail areas are written before the state

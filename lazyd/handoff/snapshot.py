@@ -39,7 +39,7 @@ def snapshot(fd: int) -> Snapshot | None:
 
 def of_region(region: Region) -> Snapshot | None:
     """What a region of this layout holds (read through the shim's preads, or the daemon's mapping
-    when it adopts the session, lazyd/daemon/handoff/adopt.py); None if it has no valid state."""
+    when it adopts the session, lazyd/daemon/handoff/reclaim.py); None if it has no valid state."""
     state = region.current
     if state is None:
         return None

@@ -41,7 +41,7 @@ import trio, trio.abc
 
 perf = time.perf_counter
 steps, rounds = {}, []
-OUT = os.environ["LAZYD_BENCH_STEPS_OUT"]  # read now: the daemon keeps only its own environment (lazyd/daemonenv.py)
+OUT = os.environ["LAZYD_BENCH_STEPS_OUT"]  # read now: the daemon keeps only its own environment (lazyd/host/daemonenv.py)
 profiler = None
 if os.environ.get("LAZYD_BENCH_PROFILE"):
     import cProfile

@@ -1,6 +1,6 @@
 """What reading a large line costs, a revision's readers beside this tree's, in one process.
 
-The shim's reading of a client line for its in-flight table (`lazyd.linepeek.inspect_line`) and
+The shim's reading of a client line for its in-flight table (`lazyd.protocol.linepeek.inspect_line`) and
 the relay core's reading and id rewrite of a server's answer (`large_result_id` and
 `splice_result_id`, else `parse` and `with_id`), timed with `timeit` (best of N, thread CPU not
 separated): 1 MiB requests (a plain string with the id first and last, text with escapes) and
@@ -23,7 +23,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Callable
 
-from lazyd import linepeek
+from lazyd.protocol import linepeek
 from lazyd.core.relay import jsonrpc
 
 REPO = Path(__file__).resolve().parents[2]
@@ -42,7 +42,7 @@ def _module(name: str, path: Path) -> ModuleType:
 def revision_readers(rev: str, into: Path) -> tuple[Any, Any]:
     """`rev`'s linepeek and jsonrpc, loaded beside this tree's (their own imports of the stdlib
     floor resolve to this tree's, except a largejson module of theirs, loaded first)."""
-    for path in ("lazyd/linepeek.py", "lazyd/core/relay/jsonrpc.py", "lazyd/core/relay/largejson.py"):
+    for path in ("lazyd/protocol/linepeek.py", "lazyd/core/relay/jsonrpc.py", "lazyd/core/relay/largejson.py"):
         shown = subprocess.run(["git", "show", f"{rev}:{path}"], cwd=REPO, capture_output=True)
         if shown.returncode == 0:
             (into / Path(path).name).write_bytes(shown.stdout)

@@ -248,7 +248,7 @@ def _opened(venv: Path, env: dict[str, str], count: int, sessions: int) -> list[
 
 def only_kill_systemd(venv: Path, sessions: int, count: int) -> None:
     """The kill -9 under a real `systemd --user` (tests/e2e/systemd_manager.py) running the units
-    `lazyctl systemd install` writes: the sessions wait in the fd store (lazyd/daemon/handoff/kept.py)."""
+    `lazyctl systemd install` writes: the sessions wait in the fd store (lazyd/daemon/handoff/stored_sessions.py)."""
     from tests.e2e.systemd_manager import UserManager
 
     print(f"the product's python {interpreter(venv)}, load average {os.getloadavg()[0]:.2f} at start; {sessions} sessions "

@@ -11,7 +11,7 @@ rounds, one sample of each per round so that the machine's load falls on all of 
    round trip on a Unix socket (connect, send one byte, receive one byte from a responder thread
    of this process), with the cycle collector off as the shim starts; and, for comparison, the
    same with `import msgpack` too (the wire's library, which a warm start no longer loads: its
-   hello and welcome go through lazyd/smallpack.py) and with `socket` instead of `_socket`;
+   hello and welcome go through lazyd/protocol/smallpack.py) and with `socket` instead of `_socket`;
 3. the shim's warm session start: `lazyd-shim -- <echo server>` spawned, `initialize` written,
    its answer read (from the daemon's cache: the server was started and its handshake cached
    before), with the CPU the shim's process used in all (its Python, then its waiting shell);
@@ -183,7 +183,7 @@ def main() -> None:
         print(f"  {name:54} {p50 * 1e3:6.1f} / {p90 * 1e3:6.1f} ms   {p50 / bare:4.2f}x   {spent}")
     # The floor is the `_socket` one with the cycle collector off: the shim dials with `_socket`
     # (shim/dial.py), starts with the collector off (shim/lazyd-shim) and writes its hello and reads
-    # its welcome without msgpack (lazyd/smallpack.py), so none of what `socket` costs beyond it,
+    # its welcome without msgpack (lazyd/protocol/smallpack.py), so none of what `socket` costs beyond it,
     # the collections during the imports or msgpack's import is part of what the shim must pay.
     warm, floor = median(samples[names[4]]), median(samples[names[3]])
     print("  (the shim's CPU counts its Python and then its waiting shell, and excludes the daemon's part)")

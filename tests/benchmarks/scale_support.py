@@ -25,8 +25,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from lazyd import wire
-from lazyd.frames import Hello
+from lazyd.protocol import wire
+from lazyd.protocol.frames import Hello
 from lazyd.handoff.region import LAYOUT, create_region
 from tests.benchmarks.common import REPO, LineClient
 

@@ -49,7 +49,7 @@ class Steps(trio.abc.Instrument):
     def before_io_wait(self, timeout):
         io["io_wait" if timeout > 0 else "io_poll"] += 1
 
-OUT = os.environ["LAZYD_TRACE_OUT"]  # read now: the daemon keeps only its own environment (lazyd/daemonenv.py)
+OUT = os.environ["LAZYD_TRACE_OUT"]  # read now: the daemon keeps only its own environment (lazyd/host/daemonenv.py)
 profiler = None
 if os.environ.get("LAZYD_TRACE_PROFILE"):
     import cProfile

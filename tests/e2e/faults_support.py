@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from lazyd import procfs
+from lazyd.host import procfs
 from lazyd.handoff.region import read_region
 from shim import slots
 from tests.conftest import FIXTURE_SERVER, UserEnv, cmdline, shim_command

@@ -11,9 +11,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from lazyd import wire
+from lazyd.protocol import wire
 from lazyd.errors import WireError
-from lazyd.frames import Ctl, Hello
+from lazyd.protocol.frames import Ctl, Hello
 from tests.conftest import REPO, UserEnv, wait_until
 
 

@@ -18,7 +18,7 @@ import uuid
 import pytest
 from mcp.types import Implementation
 
-from lazyd import procfs
+from lazyd.host import procfs
 from tests.conftest import FIXTURE_SERVER, UserEnv, shim_session, start_daemon
 
 pytestmark = pytest.mark.e2e

@@ -1,4 +1,4 @@
-"""The daemon's environment is its own: the allowlist of lazyd/daemonenv.py, whoever started it.
+"""The daemon's environment is its own: the allowlist of lazyd/host/daemonenv.py, whoever started it.
 
 A real shim autostarts the real daemon with a secret in its environment (what a client passes one
 registration); the secret must then be found in no process but that registration's own server:
@@ -27,7 +27,7 @@ import pytest
 import trio
 from mcp import ClientSession
 
-from lazyd import daemonenv
+from lazyd.host import daemonenv
 from tests.conftest import FIXTURE_SERVER, UserEnv, shim_command, shim_session, start_daemon, wait_until
 from tests.e2e.supervision_support import DEADLINE_S, daemon_log, named_session, server_table, tool_text, write_config
 
@@ -171,7 +171,7 @@ class LoginRuntimeDir:
 @pytest.fixture
 def login_runtime(user_env: UserEnv) -> Iterator[LoginRuntimeDir]:
     # A shim that finds no daemon at its own path looks for one recorded under HOME
-    # (lazyd/sockpath.py): a file in the records' place turns that off, so that only the runtime
+    # (lazyd/host/sockpath.py): a file in the records' place turns that off, so that only the runtime
     # dir can lead the shim to the terminal's daemon.
     state = Path(user_env.env["HOME"]) / ".local" / "state" / "lazyd"
     state.mkdir(parents=True)

@@ -22,7 +22,7 @@ from typing import IO, Any
 
 import pytest
 
-from lazyd import procfs
+from lazyd.host import procfs
 from shim.detach import Detached, launch  # the installed lazyd_shim is this package (mypy sees `shim`)
 from tests.conftest import FIXTURE_SERVER, UserEnv, shim_command, wait_until
 

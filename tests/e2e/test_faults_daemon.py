@@ -24,10 +24,10 @@ from pathlib import Path
 
 import pytest
 
-from lazyd import wire
+from lazyd.protocol import wire
 from lazyd.daemon import orphans
 from lazyd.daemon.runtime_dir import socket_identity
-from lazyd.frames import ForeignHello, Refusal
+from lazyd.protocol.frames import ForeignHello, Refusal
 from tests.conftest import Daemon, UserEnv, start_daemon
 from tests.e2e.shim_paths import HANDOFF_PATHS, ShimPath, shim_path, waits_handed_off  # noqa: F401 (shim_path is a fixture)
 from tests.e2e.faults_support import (
@@ -543,7 +543,7 @@ def test_a_hello_of_a_newer_wire_version_is_refused_with_a_restart_hint_and_the_
     assert reader.read() is None, "the daemon closes after refusing"
     raw.close()
     # A real shim of the next version: told why, it falls open and runs the server itself.
-    code = ("import sys, lazyd.frames as f; f.Hello.v += 1\n"  # the hello this shim sends is of the next version
+    code = ("import sys, lazyd.protocol.frames as f; f.Hello.v += 1\n"  # the hello this shim sends is of the next version
             "from lazyd_shim.main import main; sys.exit(main(sys.argv[1:]))\n")
     shim = subprocess.Popen([sys.executable, "-c", code, "--", *FIXTURE], env=user_env.env,
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)

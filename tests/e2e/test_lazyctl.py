@@ -23,7 +23,7 @@ import pytest
 import trio
 from mcp.types import TextContent
 
-from lazyd import procfs
+from lazyd.host import procfs
 from lazyd.ctl.main import main as ctl_main
 from tests.conftest import FIXTURE_SERVER, Daemon, UserEnv, shim_session, start_daemon, wait_until
 from tests.e2e.lazyctl_support import STEP_TIMEOUT_S, lazyctl, shim_env

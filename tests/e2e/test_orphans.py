@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from lazyd import procfs
+from lazyd.host import procfs
 from lazyd.daemon import orphans
 from tests.conftest import UserEnv, start_daemon
 from tests.e2e.supervision_support import (

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from lazyd import procfs
+from lazyd.host import procfs
 from tests.conftest import MARKER_VAR, UserEnv, start_daemon
 from tests.e2e.faults_support import DEADLINE_S, every_slot_held, FIXTURE, RawShim, call, lazyctl, region_settled, text_of, wait_for
 from tests.e2e.shim_paths import HANDOFF_PATHS, ShimPath, waits_handed_off

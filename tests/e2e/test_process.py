@@ -25,7 +25,7 @@ import pytest
 import trio
 import trio.testing
 
-from lazyd import procfs
+from lazyd.host import procfs
 from lazyd.daemon.process import stderr_log as logring
 from lazyd.daemon.process.stderr_log import LogRing
 from lazyd.daemon.process.command import ExitInfo, SpawnSpec

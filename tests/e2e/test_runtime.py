@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from lazyd import sockpath
+from lazyd.host import sockpath
 from lazyd.daemon.runtime_dir import (
     release_instance_lock,
     acquire_instance_lock,
@@ -30,8 +30,8 @@ from lazyd.daemon.runtime_dir import (
 )
 from lazyd.daemon.systemd_env import scrubbed_environ
 from lazyd.errors import AlreadyRunning, SetupError
-from lazyd.paths import Paths, resolve_paths
-from lazyd.privatefiles import ensure_private_dir
+from lazyd.host.paths import Paths, resolve_paths
+from lazyd.host.privatefiles import ensure_private_dir
 
 pytestmark = pytest.mark.e2e
 

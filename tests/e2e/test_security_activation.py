@@ -25,8 +25,8 @@ from pathlib import Path
 
 import pytest
 
-from lazyd import wire
-from lazyd.frames import Ctl
+from lazyd.protocol import wire
+from lazyd.protocol.frames import Ctl
 from tests.conftest import FIXTURE_SERVER, UserEnv, wait_until
 from tests.e2e.raw_daemon_support import STEP_S, Conn, daemon_log, hello, launch_daemon, ping, wait_for_log
 

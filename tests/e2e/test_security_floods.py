@@ -18,9 +18,9 @@ import sys
 
 import pytest
 
-from lazyd import wire
+from lazyd.protocol import wire
 from lazyd.core.admission import Admission
-from lazyd.frames import Line
+from lazyd.protocol.frames import Line
 from lazyd.ctl import format as fmt
 from tests.conftest import FIXTURE_SERVER, UserEnv, shim_command, wait_until
 from tests.e2e.raw_daemon_support import STEP_S, Conn, daemon_log, hello, launch_daemon, ping

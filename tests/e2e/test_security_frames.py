@@ -22,8 +22,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from lazyd import wire
-from lazyd.frames import Ctl
+from lazyd.protocol import wire
+from lazyd.protocol.frames import Ctl
 from tests.conftest import FIXTURE_SERVER, UserEnv
 from tests.unit.wire_bombs import BOMBS
 from tests.e2e.raw_daemon_support import Conn, STEP_S, daemon_log, hello, launch_daemon, ping, wait_for_log

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from lazyd import wire
+from lazyd.protocol import wire
 from tests.conftest import FIXTURE_SERVER, UserEnv, wait_until
 from tests.e2e.raw_daemon_support import STEP_S, Conn, daemon_log, hello
 

@@ -1,7 +1,7 @@
 """The shim as a real process, against no daemon, a fake daemon, and a killed daemon.
 
 Testing policy: every shim, daemon and server here is a real process talking over real pipes and
-Unix sockets. The fake daemon is a small script built on lazyd.wire (the real daemon is written
+Unix sockets. The fake daemon is a small script built on lazyd.protocol.wire (the real daemon is written
 elsewhere); the suite's seam LAZYD_TEST_DAEMON_ARGV (tests/e2e/seams/sitecustomize.py, on the
 shim's PYTHONPATH) puts it in the real daemon's place, so that autostart runs for real. What the fake daemon and the echo server saw is recorded in JSON-lines files that
 the tests poll with a bounded deadline; processes are counted and inspected through /proc. No
@@ -26,7 +26,7 @@ import pytest
 from tests.e2e.faults_support import seam_env
 
 # The installed `lazyd_shim` is this source package; importing `shim` lets mypy see its types.
-from lazyd.linepeek import error_line, id_key, inspect_line, top_level_fields
+from lazyd.protocol.linepeek import error_line, id_key, inspect_line, top_level_fields
 
 pytestmark = pytest.mark.e2e
 
@@ -34,8 +34,9 @@ DEADLINE_S = 15.0  # generous bound for any one awaited event; tests normally ta
 
 FAKE_DAEMON = r"""
 import fcntl, json, os, socket, sys, threading
-from lazyd import sockpath, wire
-from lazyd.frames import Line, Refusal, Welcome
+from lazyd.host import sockpath
+from lazyd.protocol import wire
+from lazyd.protocol.frames import Line, Refusal, Welcome
 
 args = sys.argv[1:]
 path = args[args.index("--socket") + 1] if "--socket" in args else sockpath.default_socket_path(os.environ)
@@ -512,7 +513,7 @@ def test_a_warm_start_imports_none_of_the_modules_that_cost_milliseconds(tmp_pat
     # linked into a directory of their own, msgpack from where it is installed. Each of these cost
     # the shim's start 0.2 ms or more when it crept in (docs/benchmarks.md, the warm start); the
     # paths that need one (the relay, the fallback) import it there. msgpack (with datetime and
-    # collections, ~2 ms) is among them: the hello and the welcome go through lazyd/smallpack.py.
+    # collections, ~2 ms) is among them: the hello and the welcome go through lazyd/protocol/smallpack.py.
     import msgpack
 
     repo = Path(__file__).resolve().parents[2]
@@ -520,10 +521,10 @@ def test_a_warm_start_imports_none_of_the_modules_that_cost_milliseconds(tmp_pat
     (tmp_path / "lazyd_shim").symlink_to(repo / "shim")
     code = (
         "import sys\n"
-        "import lazyd_shim.main, lazyd_shim.connect, lazyd_shim.handoff, lazyd.smallpack, lazyd.handoff.region\n"
+        "import lazyd_shim.main, lazyd_shim.connect, lazyd_shim.handoff, lazyd.protocol.smallpack, lazyd.handoff.region\n"
         "costly = ('typing', 'enum', 're', 'types', 'dataclasses', 'json', 'subprocess', 'signal', 'threading',\n"
         "          'inspect', 'functools', 'selectors', 'socket', 'logging', 'pathlib', 'msgpack', 'datetime',\n"
-        "          'collections', 'lazyd.wire')\n"
+        "          'collections', 'lazyd.protocol.wire')\n"
         "print(sorted(m for m in costly if m in sys.modules))\n"
     )
     path = os.pathsep.join([str(tmp_path), str(Path(msgpack.__file__).parents[1])])

@@ -23,9 +23,9 @@ from typing import Any
 import pytest
 import trio
 
-from lazyd import wire
-from lazyd.frames import Hello
-from lazyd.daemon.upgrade.fdstore import STORE_SOFT_NOFILE
+from lazyd.protocol import wire
+from lazyd.protocol.frames import Hello
+from lazyd.daemon.upgrade.stored_servers import STORE_SOFT_NOFILE
 from lazyd.ctl.systemd import CONTRIB_EXEC_START, MARKER, exec_start_argv, exec_start_line, lazyctl_argv, render_units
 from tests.conftest import FIXTURE_SERVER, UserEnv, shim_session, wait_until
 from tests.e2e.systemd_support import STEP_TIMEOUT_S, lazyctl, require_tool, tool_text

@@ -109,7 +109,7 @@ def test_installed_and_enabled_units_start_lazyd_on_the_first_shim_with_the_serv
 
 ONE_SESSION_STORED = 7
 # One server and one hand-off session in the store: the server's three pipes, lazyd's secrets, the
-# session's socket and its client's two pipes (lazyd/daemon/handoff/kept.py).
+# session's socket and its client's two pipes (lazyd/daemon/handoff/stored_sessions.py).
 
 
 def stored_fds(m: UserManager) -> int:
@@ -182,7 +182,7 @@ def test_kill_9_of_the_main_process_restarts_lazyd_which_takes_the_running_serve
     assert outcome["status"]["daemon"]["fdstore"]["held"] == ONE_SESSION_STORED, outcome["status"]["daemon"]
     row = next(r for r in outcome["status"]["servers"] if r["pid"] == server)
     assert row["state"] == "running"
-    # The session was kept in the store across the crash (lazyd/daemon/handoff/kept.py): its
+    # The session was kept in the store across the crash (lazyd/daemon/handoff/stored_sessions.py): its
     # waiting shell never saw its socket end, ran nothing, and the restarted daemon took the
     # session back in place.
     daemon_log = (user_env.state_dir / "lazyd.log").read_text()

@@ -422,7 +422,7 @@ class _Collector:
         source = self._from_source(node)
         for alias in node.names:
             submodule = f"{source}.{alias.name}"
-            # `from lazyd import wire` imports the module lazyd.wire; `from x import Name` imports x.
+            # `from lazyd.protocol import wire` imports the module lazyd.protocol.wire; `from x import Name` imports x.
             self._import(submodule if submodule in self.modules else source, node)
             if alias.name != "*":
                 self.module.uses.append(Use(submodule, node.lineno, self.type_checking > 0))

@@ -4,7 +4,7 @@ A citation is anything a reader would follow: a project path (`lazyd/daemon/runt
 `tests/unit/test_relay_*.py`, `lazyd/core/{relay,eras}/`), a test by name (a test file, `::`, the
 function), a module by its bare file name, a doc and one of its sections (`docs/protocol.md,
 "Frames"`, `relay.md#sharing-one-process`, a Markdown link), a member of one of lazyd's classes
-(`RelayCore.from_state`), a module by its dotted name (`lazyd.core.relay.base.forward`), a module's numbered rule ("rule 9 of" a module), and numbered sections
+(`RelayCore.from_state`), a module by its dotted name (`lazyd.core.relay.upstream.forward`), a module's numbered rule ("rule 9 of" a module), and numbered sections
 or cases (a section sign or the word "case" before a number).
 The team's shared documents (`PROTOCOL.md`, `HOUSE_STYLE.md`, `RELIABILITY.md`, `DESIGN.md`) are
 not part of the product, so the product's docs and docstrings may not cite them at all: what they
@@ -79,7 +79,7 @@ EXTERNAL = re.compile(r"\b(%s)(\.md)?\b" % "|".join(EXTERNAL_DOCS))
 NUMBERED = re.compile(r"(?:(" + MD[1:-1] + r")\s+)?(§\s?\d+(?:\s?-\s?§?\d+)?)")
 CASE = re.compile(r"\b(cases?\s+\d+(?:\s?[-–,]\s?\d+)*)\b", re.IGNORECASE)
 MEMBER = re.compile(r"`([A-Z]\w+)\.(\w+)")  # `RelayCore.from_state`: a class of lazyd's and one of its members
-# `lazyd.core.relay.base.forward`: a module by its dotted name, and maybe one name it defines
+# `lazyd.core.relay.upstream.forward`: a module by its dotted name, and maybe one name it defines
 DOTTED = re.compile(r"(?<![\w.])((?:lazyd|lazyd_shim)(?:\.\w+){2,})")
 # `rule 9 of lazyd/core/lifecycle/machine.py`, `rules 1 and 8 of the lifecycle (its module)`
 RULE = re.compile(r"\brules?\s+(\d+(?:\s*(?:,|and|-)\s*\d+)*)\s+of\s+(?:[\w ]+\(\s*)?((?:lazyd|shim)/[\w/]+\.py)")

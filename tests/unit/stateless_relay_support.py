@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from lazyd.core.cache import Snapshot
-from lazyd.core.eras.policy import Era
+from lazyd.core.eras.choice import Era
 from lazyd.core.eras.versions import (
     CLIENT_CAPABILITIES_META,
     CLIENT_INFO_META,
@@ -40,7 +40,7 @@ def page(items: list[Any], key: str = "tools", ttl: int = 60_000, scope: str = "
 
 def driver(snapshot: Snapshot | None = None, lane: Era | None = "stateless") -> tuple[Driver, Clock]:
     """A relay core whose process is the stateless lane's unless `lane` says otherwise
-    (lazyd/core/eras/policy.py: the lane decides the start plan)."""
+    (lazyd/core/eras/choice.py: the lane decides the start plan)."""
     d = Driver(snapshot if snapshot is not None else Snapshot())
     d.core.lane = lane
     return d, d.clock

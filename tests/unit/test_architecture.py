@@ -44,35 +44,37 @@ STDLIB_FLOOR = "the stdlib floor"
 ROWS: dict[str, tuple[str, frozenset[str]]] = {
     "lazyd/__init__.py": ("stdlib floor", frozenset()),
     "lazyd/errors.py": ("stdlib floor", frozenset()),
-    "lazyd/durations.py": ("stdlib floor", frozenset()),
-    "lazyd/envnames.py": ("stdlib floor", frozenset()),
-    "lazyd/daemonenv.py": ("stdlib floor", frozenset()),
-    "lazyd/frames.py": ("stdlib floor", frozenset({"lazyd/errors.py"})),
-    "lazyd/wire.py": ("stdlib floor", frozenset({"msgpack", "lazyd/errors.py", "lazyd/frames.py"})),
-    "lazyd/smallpack.py": ("stdlib floor", frozenset()),
-    "lazyd/sockpath.py": ("stdlib floor", frozenset({"lazyd/privatefiles.py"})),
-    "lazyd/fallbacks.py": ("stdlib floor", frozenset()),
-    "lazyd/privatefiles.py": ("stdlib floor", frozenset({"lazyd/errors.py"})),
-    "lazyd/procfs.py": ("stdlib floor", frozenset()),
-    "lazyd/jsonline.py": ("stdlib floor", frozenset()),
-    "lazyd/linepeek.py": ("stdlib floor", frozenset({"lazyd/jsonline.py"})),
-    "lazyd/heapkeep.py": ("stdlib floor", frozenset()),
+    "lazyd/protocol/__init__.py": ("stdlib floor", frozenset()),
+    "lazyd/host/__init__.py": ("stdlib floor", frozenset()),
+    "lazyd/config/durations.py": ("stdlib floor", frozenset()),
+    "lazyd/config/envnames.py": ("stdlib floor", frozenset()),
+    "lazyd/host/daemonenv.py": ("stdlib floor", frozenset()),
+    "lazyd/protocol/frames.py": ("stdlib floor", frozenset({"lazyd/errors.py"})),
+    "lazyd/protocol/wire.py": ("stdlib floor", frozenset({"msgpack", "lazyd/errors.py", "lazyd/protocol/frames.py"})),
+    "lazyd/protocol/smallpack.py": ("stdlib floor", frozenset()),
+    "lazyd/host/sockpath.py": ("stdlib floor", frozenset({"lazyd/host/privatefiles.py"})),
+    "lazyd/host/fallback_journal.py": ("stdlib floor", frozenset()),
+    "lazyd/host/privatefiles.py": ("stdlib floor", frozenset({"lazyd/errors.py"})),
+    "lazyd/host/procfs.py": ("stdlib floor", frozenset()),
+    "lazyd/protocol/jsonline.py": ("stdlib floor", frozenset()),
+    "lazyd/protocol/linepeek.py": ("stdlib floor", frozenset({"lazyd/protocol/jsonline.py"})),
+    "lazyd/host/heapkeep.py": ("stdlib floor", frozenset()),
     "lazyd/handoff/__init__.py": ("stdlib floor", frozenset()),
     "lazyd/handoff/region.py": ("stdlib floor", frozenset()),
     "lazyd/handoff/snapshot.py": ("stdlib floor", frozenset({"lazyd/handoff/region.py"})),
-    "lazyd/handoff/recovery.py": ("stdlib floor", frozenset({"lazyd/frames.py", "lazyd/linepeek.py", "lazyd/handoff/region.py",
+    "lazyd/handoff/recovery.py": ("stdlib floor", frozenset({"lazyd/protocol/frames.py", "lazyd/protocol/linepeek.py", "lazyd/handoff/region.py",
                                                             "lazyd/handoff/snapshot.py"})),
-    "lazyd/paths.py": ("daemon and lazyctl floor", frozenset({"platformdirs", "lazyd/errors.py", "lazyd/sockpath.py"})),
+    "lazyd/host/paths.py": ("daemon and lazyctl floor", frozenset({"platformdirs", "lazyd/errors.py", "lazyd/host/sockpath.py"})),
     "lazyd/config/__init__.py": ("config", frozenset()),
     "lazyd/config/load.py": ("config", frozenset({"lazyd/core/", STDLIB_FLOOR})),
     "lazyd/config/model.py": ("config", frozenset({"lazyd/core/", STDLIB_FLOOR})),
     "lazyd/config/values.py": ("config", frozenset({STDLIB_FLOOR})),
     "lazyd/config/known.py": ("config", frozenset({"lazyd/core/", STDLIB_FLOOR})),
     "lazyd/config/toml_text.py": ("config", frozenset({"tomlkit", STDLIB_FLOOR})),
-    "lazyd/core/": ("core", frozenset({"lazyd/errors.py", "lazyd/durations.py", "lazyd/envnames.py", "lazyd/jsonline.py"})),
-    "lazyd/daemon/": ("shell", frozenset({STDLIB_FLOOR, "lazyd/paths.py", "lazyd/config/", "lazyd/core/", "trio",
+    "lazyd/core/": ("core", frozenset({"lazyd/errors.py", "lazyd/config/durations.py", "lazyd/config/envnames.py", "lazyd/protocol/jsonline.py"})),
+    "lazyd/daemon/": ("shell", frozenset({STDLIB_FLOOR, "lazyd/host/paths.py", "lazyd/config/", "lazyd/core/", "trio",
                                           "sdnotify"})),
-    "lazyd/ctl/": ("lazyctl", frozenset({STDLIB_FLOOR, "lazyd/paths.py", "lazyd/config/", "lazyd/core/", "tomlkit",
+    "lazyd/ctl/": ("lazyctl", frozenset({STDLIB_FLOOR, "lazyd/host/paths.py", "lazyd/config/", "lazyd/core/", "tomlkit",
                                          "shim/"})),
     "shim/": ("shim", frozenset({"msgpack", STDLIB_FLOOR})),
 }
@@ -363,7 +365,7 @@ def test_the_source_keeps_every_rule(tree: dict[str, Module], rule: str) -> None
 
 def test_the_tree_is_read_whole(tree: dict[str, Module]) -> None:
     # A parser that silently found nothing would make every rule pass.
-    assert {"lazyd.wire", "lazyd.core.relay.core", "lazyd.daemon.main", "lazyd.ctl.main", "lazyd_shim.main"} <= set(tree)
+    assert {"lazyd.protocol.wire", "lazyd.core.relay.core", "lazyd.daemon.main", "lazyd.ctl.main", "lazyd_shim.main"} <= set(tree)
     assert any(i.target == "lazyd_shim.connect" for i in tree["lazyd.ctl.client"].imports)  # importlib, seen
     assert any(i.type_checking for i in tree["lazyd_shim.relay"].imports)
     assert any(u.what == "posixpath.normpath" for u in tree["lazyd.core.sharing.identity"].uses)
@@ -435,17 +437,17 @@ BROKEN: dict[str, tuple[str, dict[str, str], str | tuple[str, ...]]] = {
         "lazyd_shim.options imports lazyd.core.durations"),
     "the shim importing trio": ("floors", {"shim/relay.py": "import trio\n"}, "lazyd_shim.relay imports trio"),
     "the shim importing platformdirs through the floor": (
-        "floors", {"shim/connect.py": "from lazyd import paths\n", "lazyd/paths.py": ""},
-        "lazyd_shim.connect imports lazyd.paths"),
+        "floors", {"shim/connect.py": "from lazyd.host import paths\n", "lazyd/host/paths.py": ""},
+        "lazyd_shim.connect imports lazyd.host.paths"),
     "a stdlib floor module importing platformdirs": (
-        "floors", {"lazyd/wire.py": "import platformdirs\n"}, "lazyd.wire imports platformdirs"),
+        "floors", {"lazyd/protocol/wire.py": "import platformdirs\n"}, "lazyd.protocol.wire imports platformdirs"),
     "the exception tree importing msgpack": (
         "floors", {"lazyd/errors.py": ERRORS + "import msgpack\n"}, "lazyd.errors imports msgpack"),
     "the exception tree importing another module of its own floor": (
-        "floors", {"lazyd/errors.py": "from lazyd import durations\n", "lazyd/durations.py": ""},
-        "lazyd.errors imports lazyd.durations"),
+        "floors", {"lazyd/errors.py": "from lazyd.config import durations\n", "lazyd/config/durations.py": ""},
+        "lazyd.errors imports lazyd.config.durations"),
     "a stdlib floor module importing one its row does not name": (
-        "floors", {"lazyd/frames.py": "from lazyd import wire\n", "lazyd/wire.py": ""}, "lazyd.frames imports lazyd.wire"),
+        "floors", {"lazyd/protocol/frames.py": "from lazyd.protocol import wire\n", "lazyd/protocol/wire.py": ""}, "lazyd.protocol.frames imports lazyd.protocol.wire"),
     "a module in no floor": ("floors", {"lazyd/extra.py": ""}, "lazyd.extra belongs to no floor"),
     # a pure core
     "a core module that opens a file at import": (
@@ -593,8 +595,8 @@ def test_the_five_breaks_the_architecture_must_catch_are_each_caught(tmp_path: P
 def test_a_tree_that_keeps_every_rule_reports_nothing(tmp_path: Path) -> None:
     modules = write_tree(tmp_path, {
         "lazyd/errors.py": "class LazydError(Exception): pass\nclass WireError(LazydError): pass\n",
-        "lazyd/wire.py": "import socket\nimport msgpack\nfrom lazyd.errors import WireError\n",
-        "lazyd/frames.py": "from lazyd import errors\n",
+        "lazyd/protocol/wire.py": "import socket\nimport msgpack\nfrom lazyd.errors import WireError\n",
+        "lazyd/protocol/frames.py": "from lazyd import errors\n",
         "lazyd/core/decide.py": "import json\nimport posixpath\nfrom lazyd.errors import LazydError\n"
                                 "TYPE_CHECKING = False\nif TYPE_CHECKING:\n    import random\n"
                                 "def f(open, p):\n    return open(posixpath.basename(p))\n"
@@ -603,10 +605,10 @@ def test_a_tree_that_keeps_every_rule_reports_nothing(tmp_path: Path) -> None:
                                 "    def n(self):\n        return self._n\n",
         "lazyd/core/other.py": "from lazyd.core.decide import f\nimport json as _json\nopen = f\nx = open\n"
                                "def h(obj):\n    return obj._n_\n",
-        "lazyd/daemon/main.py": "import os\nimport trio\nfrom lazyd import wire\nfrom lazyd.core import decide\n"
+        "lazyd/daemon/main.py": "import os\nimport trio\nfrom lazyd.protocol import wire\nfrom lazyd.core import decide\n"
                                 "def bye():\n    os._exit(0)\n",
         "lazyd/ctl/main.py": "import importlib\nimportlib.import_module('lazyd_shim.connect')\n",
-        "shim/connect.py": "import socket\nfrom lazyd import wire\nfrom lazyd.errors import LazydError\n"
+        "shim/connect.py": "import socket\nfrom lazyd.protocol import wire\nfrom lazyd.errors import LazydError\n"
                            "class _NoDaemon(LazydError): pass\n",
     })
     assert {name: rule(modules) for name, rule in RULES.items()} == {name: [] for name in RULES}
@@ -634,7 +636,7 @@ def test_the_shim_loads_no_lazyd_module_beyond_the_stdlib_floor_and_no_trio() ->
 def test_a_shim_start_up_to_its_hello_loads_no_regular_expressions_enums_or_durations(tmp_path: Path) -> None:
     """A warm session start is one interpreter start plus what the shim imports before its hello:
     `socket` (which builds enums of every constant of `_socket`), `re` (with its pattern
-    compiles), `signal` and `lazyd.durations` were most of the shim's ~9 ms of imports, none of
+    compiles), `signal` and `lazyd.config.durations` were most of the shim's ~9 ms of imports, none of
     them needed: the C modules do, and options are parsed only when set. Run without site (`-S`), as a
     non-editable install has no finder that loads `re` first, so that what the shim adds shows."""
     (tmp_path / "lazyd_shim").symlink_to(REPO / "shim")
@@ -651,7 +653,7 @@ def test_a_shim_start_up_to_its_hello_loads_no_regular_expressions_enums_or_dura
     assert proc.returncode == 0, proc.stderr
     loaded = set(proc.stdout.split())
     assert "lazyd_shim.handoff" in loaded
-    costly = {"socket", "enum", "selectors", "re", "signal", "functools", "lazyd.durations", "lazyd.envnames", "typing"}
+    costly = {"socket", "enum", "selectors", "re", "signal", "functools", "lazyd.config.durations", "lazyd.config.envnames", "typing"}
     assert not loaded & costly, sorted(loaded & costly)
 
 

@@ -67,13 +67,13 @@ SCRATCH_REPO = {
     "docs/relay.md": "# The relay\n\n## Sharing one process\n",
     "docs/configuration.md": "# Config\n\n### Known servers\n",
     "lazyd/__init__.py": '"""The base."""\n',
-    "lazyd/paths.py": '"""Paths."""\n',
-    "lazyd/privatefiles.py": '"""Private files."""\n',
+    "lazyd/host/paths.py": '"""Paths."""\n',
+    "lazyd/host/privatefiles.py": '"""Private files."""\n',
     "lazyd/config/known.py": '"""Known servers."""\n',
     "lazyd/core/__init__.py": '"""The core."""\n',
     "lazyd/core/eras/__init__.py": '"""The eras."""\n',
     "lazyd/core/relay/__init__.py": '"""The relay."""\n',
-    "lazyd/core/relay/base.py": '"""Shared."""\n\ndef forward() -> None:\n    pass\n',
+    "lazyd/core/relay/upstream.py": '"""Upstream."""\n\ndef forward() -> None:\n    pass\n',
     "lazyd/core/relay/core.py": ('"""The core."""\n\nclass RelayCore:\n    def __init__(self) -> None:\n'
                                  '        self.routes = 1\n\n    @classmethod\n    def from_state(cls) -> None:\n'
                                  '        pass\n'),
@@ -195,9 +195,9 @@ def test_a_member_of_one_of_lazyds_classes_must_be_defined_by_that_class(kinds: 
 
 
 def test_a_module_named_by_its_dotted_name_must_exist_and_define_the_name_after_it(kinds: Kinds) -> None:
-    assert kinds("`lazyd.core.relay.base.forward`, lazyd.daemon.runtime, `lazyd_shim.main`, lazyd.log.1") == []
-    assert kinds("as lazyd.daemon.paths names it", source="lazyd/privatefiles.py") == ["name"]
-    assert kinds("`lazyd.core.relay.base.backward`") == ["name"]
+    assert kinds("`lazyd.core.relay.upstream.forward`, lazyd.daemon.runtime, `lazyd_shim.main`, lazyd.log.1") == []
+    assert kinds("as lazyd.daemon.paths names it", source="lazyd/host/privatefiles.py") == ["name"]
+    assert kinds("`lazyd.core.relay.upstream.backward`") == ["name"]
     assert kinds("`lazyd.core.relay_base.forward`") == ["name"]
     assert kinds("`lazyd.core.relay.core.RelayCore.from_state`") == []
     assert kinds("`lazyd.core.relay.core.RelayCore.from_snapshot`") == ["name"]

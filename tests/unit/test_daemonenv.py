@@ -1,4 +1,4 @@
-"""The daemon's environment (lazyd/daemonenv.py) and what a config expands (lazyd/daemon/environment.py)."""
+"""The daemon's environment (lazyd/host/daemonenv.py) and what a config expands (lazyd/daemon/environment.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lazyd import daemonenv
+from lazyd.host import daemonenv
 from lazyd.config.load import parse_config_text
 from lazyd.daemon.environment import StartEnvironment
 

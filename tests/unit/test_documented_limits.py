@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from lazyd import wire
+from lazyd.protocol import wire
 from lazyd.config.load import MAX_CONFIG_BYTES, MAX_DESCRIPTION_CHARS
 from lazyd.core.cache import MAX_STATELESS_ENTRIES
 from lazyd.core.hub.routes import MAX_CALLS_IN_FLIGHT

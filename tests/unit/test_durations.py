@@ -1,4 +1,4 @@
-"""Durations and booleans as users type them (lazyd/durations.py).
+"""Durations and booleans as users type them (lazyd/config/durations.py).
 
 Every spelling the docs promise is accepted with its exact value; every near miss is refused
 with a message that quotes the text; and whatever status output prints parses back.
@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lazyd.durations import format_duration, parse_bool, parse_duration
+from lazyd.config.durations import format_duration, parse_bool, parse_duration
 from lazyd.ctl.registration import check_text
 
 

@@ -20,7 +20,7 @@ from lazyd.core.sharing.client_profiles import (
     profile_for_client_info,
 )
 from lazyd.core.sharing.envrules import PER_SESSION_ENV, classify, counts
-from lazyd.envnames import parse_names
+from lazyd.config.envnames import parse_names
 from lazyd.core.sharing.identity import explain_difference, identity_for
 
 SHELL = {"HOME": "/home/u", "PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "USER": "u", "SHELL": "/bin/bash",

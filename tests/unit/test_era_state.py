@@ -11,9 +11,9 @@ import pytest
 
 from lazyd.core.eras import state as era_state
 from lazyd.core.cache import Snapshot
-from lazyd.core.eras.policy import Kind, facts_of
+from lazyd.core.eras.choice import Kind, facts_of
 from lazyd.core.eras.state import ANY, TRANSITIONS, EraState, Event, Stage
-from lazyd.core.relay.base import Phase, SnapshotChanged
+from lazyd.core.relay.actions import Phase, SnapshotChanged
 
 STATELESS_DISCOVERY = {"PV": {"result": {"supportedVersions": ["2026-07-28"]}, "stored_at": 0.0}}
 

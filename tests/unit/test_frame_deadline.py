@@ -14,10 +14,10 @@ import pytest
 import trio
 import trio.testing
 
-from lazyd import wire
+from lazyd.protocol import wire
 from lazyd.daemon.connections.listener import Frames
 from lazyd.errors import SlowPeer
-from lazyd.frames import Line
+from lazyd.protocol.frames import Line
 
 DEADLINE_S = 30.0
 

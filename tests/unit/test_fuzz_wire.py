@@ -24,10 +24,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lazyd import wire
+from lazyd.protocol import wire
 from lazyd.errors import WireError
-from lazyd.frames import FRAME_TYPES, AnyFrame, Line, validate_frame
-from lazyd.wire import FrameDecoder
+from lazyd.protocol.frames import FRAME_TYPES, AnyFrame, Line, validate_frame
+from lazyd.protocol.wire import FrameDecoder
 
 FRAMES_PER_STREAM = 25
 STREAMS = 400  # x 25 frames = the 10,000 frames of case 36
@@ -162,7 +162,7 @@ def packed(frames: list[AnyFrame]) -> list[bytes]:
     return [msgpack.packb(f.to_map(), use_bin_type=True) for f in frames]
 
 
-# ---- the frame table of docs/protocol.md, written out independently of lazyd/wire.py -------------
+# ---- the frame table of docs/protocol.md, written out independently of lazyd/protocol/wire.py -------------
 
 
 def _int(v: object) -> bool:

@@ -19,11 +19,11 @@ import pytest
 from lazyd.handoff import region as hs
 from lazyd.daemon.handoff import session as handoff
 from lazyd.daemon.handoff.ledger import Landing, Ledger, map_region
-from lazyd.frames import Hello
+from lazyd.protocol.frames import Hello
 from lazyd.handoff.snapshot import PREVIOUS_MAGIC, snapshot
 from lazyd.handoff.region import Region
-from lazyd.jsonline import LARGE_LINE_BYTES
-from lazyd.linepeek import ID_SCAN_BYTES, inspect_line, request_ids_in
+from lazyd.protocol.jsonline import LARGE_LINE_BYTES
+from lazyd.protocol.linepeek import ID_SCAN_BYTES, inspect_line, request_ids_in
 from shim import recover
 from shim.options import Log, parse
 from shim.stdout import Stdout
@@ -74,7 +74,7 @@ def test_a_big_request_s_id_is_read_with_its_long_string_checked_by_finds_in_eit
     python_sdk = json.dumps({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"t": text}}).encode()
     typescript_sdk = json.dumps({"method": "tools/call", "params": {"t": text}, "jsonrpc": "2.0", "id": "s-8"}).encode()
     with monkeypatch.context() as patched:
-        patched.setattr(json, "loads", small_only)  # the module lazyd/jsonline.py calls
+        patched.setattr(json, "loads", small_only)  # the module lazyd/protocol/jsonline.py calls
         assert [r for _, r in inspect_line(python_sdk).requests] == [7]
         assert [r for _, r in inspect_line(typescript_sdk).requests] == ["s-8"]
     # An id nested in the last member is not the request's.

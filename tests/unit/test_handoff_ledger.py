@@ -156,7 +156,7 @@ def test_a_large_consumed_head_is_given_back_to_the_kernel_once_the_large_lines_
     ledger.head(bytearray(), False)  # more lines before the quiet spell: asked once
     # Kept while large lines may follow: the next one writes into pages already there.
     assert len(releases) == 1 and os.fstat(fd).st_blocks * 512 >= RELEASE_HEAD_BYTES
-    releases.pop()()  # the heap trimmer's quiet spell (lazyd/daemon/heap.py)
+    releases.pop()()  # the heap trimmer's quiet spell (lazyd/daemon/heap_trim.py)
     assert os.fstat(fd).st_blocks * 512 < RELEASE_HEAD_BYTES // 2 and on_disk(fd).head_len == 0
     assert os.fstat(fd).st_size == hs.REGION_BYTES  # sealed: given back, never truncated
 

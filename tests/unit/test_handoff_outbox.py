@@ -35,7 +35,7 @@ from lazyd.daemon.handoff.ledger import Ledger
 from lazyd.daemon.handoff.outbox import DEFAULT_PIPE_BYTES, WIDE_PIPE_BYTES, ClientEnds, HandoffOutbox
 from lazyd.handoff.snapshot import snapshot
 from lazyd.handoff.region import Region
-from lazyd.linepeek import id_key
+from lazyd.protocol.linepeek import id_key
 from shim import recover
 from shim.options import Log, parse
 from shim.stdout import Stdout

@@ -17,12 +17,12 @@ import mmap
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lazyd.daemon.handoff.adopt import adoption
+from lazyd.daemon.handoff.reclaim import adoption
 from lazyd.daemon.handoff.ledger import Ledger
 from lazyd.handoff import region as hs
 from lazyd.handoff.recovery import Recovery
 from lazyd.handoff.region import Region
-from lazyd.linepeek import id_key
+from lazyd.protocol.linepeek import id_key
 
 JsonId = int | str
 LONG = "x" * hs.ENTRY_BYTES  # its JSON text is over an entry: counted, not recorded

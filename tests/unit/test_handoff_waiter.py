@@ -22,7 +22,7 @@ import pytest
 from lazyd.daemon.handoff.ledger import Ledger, map_region
 from lazyd.handoff import region as hs
 from lazyd.handoff.region import Region
-from lazyd.linepeek import error_line
+from lazyd.protocol.linepeek import error_line
 from shim import handoff, slots
 from shim.options import Log, parse
 from shim.relay import LOST_CODE, LOST_MESSAGE

@@ -1,4 +1,4 @@
-"""The C library's heap while large lines pass (lazyd/heapkeep.py): kept from a spell's first large
+"""The C library's heap while large lines pass (lazyd/host/heapkeep.py): kept from a spell's first large
 line, given back once none came for a quiet spell. The C library's side in a process of its own
 (its settings are per process); the shim's spell with real threads and a short quiet spell."""
 
@@ -12,14 +12,14 @@ import time
 
 import pytest
 
-from lazyd.heapkeep import LARGE_BYTES, HeapSpell
+from lazyd.host.heapkeep import LARGE_BYTES, HeapSpell
 
 
 # Run in a process of its own (the C library's settings are per process): three 8 MiB lines
 # allocated and freed, as a spell of large lines does, and the heap the C library holds after.
 _SPELL = r"""
 import ctypes, json, sys
-from lazyd.heapkeep import keep_freed, trim
+from lazyd.host.heapkeep import keep_freed, trim
 
 class Info(ctypes.Structure):
     _fields_ = [(name, ctypes.c_size_t) for name in

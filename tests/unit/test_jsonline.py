@@ -1,4 +1,4 @@
-"""A line as every reader reads it (lazyd/jsonline.py): `json.loads`, with a large line's long plain
+"""A line as every reader reads it (lazyd/protocol/jsonline.py): `json.loads`, with a large line's long plain
 strings checked by finds: the same object as `json.loads`, the same refusal, and every line it
 cannot be sure of left to `json.loads` itself; repeated keys (the last wins) and the nesting bound.
 
@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lazyd.core.relay import jsonrpc as rpc
-from lazyd.jsonline import LONG_STRING_BYTES, MAX_NESTING_DEPTH, NOT_JSON, TOO_DEEP, _with_long_strings, read
+from lazyd.protocol.jsonline import LONG_STRING_BYTES, MAX_NESTING_DEPTH, NOT_JSON, TOO_DEEP, _with_long_strings, read
 
 LONG = "y" * LONG_STRING_BYTES
 
@@ -185,8 +185,8 @@ def test_nesting_past_the_bound_is_too_deep_whether_or_not_the_parser_could_fini
 @settings(derandomize=True, max_examples=300, deadline=None)
 @given(st.one_of(st.integers(-(2**70), 2**70), st.sampled_from([2**64 - 1, 2**64, -(2**63), -(2**63) - 1])))
 def test_an_integer_is_taken_as_an_id_exactly_when_the_wire_carries_it_back_as_done(value: int) -> None:
-    from lazyd import wire
-    from lazyd.jsonline import valid_id
+    from lazyd.protocol import wire
+    from lazyd.protocol.jsonline import valid_id
 
     try:
         wire.encode_line(b"{}", value)

@@ -1,4 +1,4 @@
-"""The one line protocol every reader of a client's stdin uses (lazyd/linepeek.py, LineSplitter):
+"""The one line protocol every reader of a client's stdin uses (lazyd/protocol/linepeek.py, LineSplitter):
 the shim's relay on the frame path, the daemon on a hand-off session, and the shim recovering one
 from the region's head and landing zone.
 
@@ -16,7 +16,7 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lazyd.linepeek import ID_SCAN_BYTES, LineSplitter, request_ids_in, too_long_answer, too_long_request
+from lazyd.protocol.linepeek import ID_SCAN_BYTES, LineSplitter, request_ids_in, too_long_answer, too_long_request
 
 MAX = 60  # a small line limit, so that random inputs reach the over-long rule
 
@@ -151,7 +151,7 @@ def client_lines(draw: st.DrawFn) -> bytes:
 def test_the_ledger_reads_the_same_ids_from_the_relays_parse_as_the_shim_peeks(line: bytes) -> None:
     from lazyd.core.relay import jsonrpc as rpc
     from lazyd.daemon.handoff.ledger import line_info
-    from lazyd.linepeek import inspect_line
+    from lazyd.protocol.linepeek import inspect_line
 
     ours, peeked = line_info(rpc.parse(line)), inspect_line(line)
     assert (ours.requests, ours.cancelled, ours.kind) == (peeked.requests, peeked.cancelled, peeked.kind)
@@ -163,7 +163,7 @@ def test_a_batch_holds_no_request_in_flight_since_the_relay_refuses_it_whole() -
     batch = b'[{"jsonrpc":"2.0","id":1,"method":"tools/call"},{"jsonrpc":"2.0","id":"b","method":"ping"}]'
     refused = rpc.parse(batch)
     assert isinstance(refused, rpc.Invalid) and refused.id is None  # one error, under a null id
-    from lazyd.linepeek import inspect_line
+    from lazyd.protocol.linepeek import inspect_line
 
     assert inspect_line(batch).requests == []
 
@@ -171,7 +171,7 @@ def test_a_batch_holds_no_request_in_flight_since_the_relay_refuses_it_whole() -
 def test_a_request_refused_for_its_depth_holds_nothing_in_flight_for_any_reader() -> None:
     from lazyd.core.relay import jsonrpc as rpc
     from lazyd.daemon.handoff.ledger import line_info
-    from lazyd.linepeek import inspect_line
+    from lazyd.protocol.linepeek import inspect_line
 
     for depth in (rpc.MAX_NESTING_DEPTH + 1, 1000, 100_000):
         deep = b'{"jsonrpc":"2.0","id":9,"method":"tools/call","params":' + b"[" * depth + b"]" * depth + b"}"

@@ -17,7 +17,7 @@ from lazyd.core.eras.asker import Asker
 from lazyd.core.eras.versions import CLIENT_INFO_META, PROTOCOL_VERSION_META
 from lazyd.core.relay.jsonrpc import JsonObj, Kind, Message
 from lazyd.core.relay.listings import Fetched, ListingEngine, Waiter, drift
-from lazyd.core.relay.base import ToServer
+from lazyd.core.relay.actions import ToServer
 
 ASKER = Asker("2026-07-28", {"name": "modern", "version": "1"}, {})
 OTHER = Asker("2026-07-28", {"name": "other", "version": "1"}, {})

@@ -75,7 +75,7 @@ TREE = {
     "lazyd/errors.py": '"""Every error. More words.\n\nA second paragraph."""\n',
     "lazyd/core/__init__.py": '"""The core.\n\nRooms: relay/, eras/.\n"""\n',
     "lazyd/core/eras/__init__.py": '"""The eras."""\n',
-    "lazyd/core/eras/policy.py": '"""Which era (pure). Not this."""\n',
+    "lazyd/core/eras/choice.py": '"""Which era (pure). Not this."""\n',
     "lazyd/core/relay/__init__.py": '"""The relay."""\n',
     "lazyd/core/relay/core.py": '"""``RelayCore`` | one line."""\n',
     "lazyd/daemon/__init__.py": '"""The shell."""\n',
@@ -90,7 +90,7 @@ def test_the_writer_lists_every_room_in_floor_order_with_first_sentences(tmp_pat
     assert [room.package for room in found] == [
         "lazyd", "lazyd/core", "lazyd/core/relay", "lazyd/core/eras", "lazyd/daemon", "shim"]
     assert found[0].modules == (("lazyd/errors.py", "Every error."),)
-    assert found[3].modules == (("lazyd/core/eras/policy.py", "Which era (pure)."),)
+    assert found[3].modules == (("lazyd/core/eras/choice.py", "Which era (pure)."),)
     text = modulemap.render(found)
     assert "| `lazyd/core/relay/core.py` | `RelayCore` \\| one line. |" in text  # a table cell stays one cell
     assert "| `lazyd/core/` | The core. |" in text

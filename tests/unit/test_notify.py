@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from lazyd.daemon.changes import Changes
+from lazyd.daemon.status_signal import Changes
 from lazyd.daemon.notify import MAX_STATUS_CHARS, Notifier, clean_status
 
 DATAGRAM_BYTES = 4096

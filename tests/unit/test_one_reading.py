@@ -1,6 +1,6 @@
 """Every reader of a JSON-RPC line agrees with `json.loads` or refuses the line, in both directions.
 
-Client to server: the shim's reading for its in-flight table (lazyd/linepeek.py `inspect_line`), the
+Client to server: the shim's reading for its in-flight table (lazyd/protocol/linepeek.py `inspect_line`), the
 over-long rule's reading of a line's start (`too_long_request`), the relay core's parse and its id
 rewrite (lazyd/core/relay/jsonrpc.py `parse`, `with_id`). Server to client: the large-result
 splice (`large_result_id`, `splice_result_id`) and the parse and rewrite of any answer.
@@ -23,7 +23,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lazyd.core.relay import jsonrpc as rpc
-from lazyd.linepeek import ID_SCAN_BYTES, inspect_line, too_long_request
+from lazyd.protocol.linepeek import ID_SCAN_BYTES, inspect_line, too_long_request
 
 BOUND = 256
 BIG = 70 * 1024  # over the 64 KiB of the large-line readers

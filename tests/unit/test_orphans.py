@@ -2,7 +2,7 @@
 
 Testing policy: no process is started or signalled here (tests/e2e/test_orphans.py does that with
 a daemon killed by SIGKILL); state.json is real files in a temp dir. /proc is read by
-lazyd/procfs.py (tests/unit/test_procfs.py).
+lazyd/host/procfs.py (tests/unit/test_procfs.py).
 """
 
 from __future__ import annotations
@@ -22,11 +22,11 @@ from lazyd.daemon.orphans import (
     read_state,
     write_state,
 )
-from lazyd.procfs import Stat
+from lazyd.host.procfs import Stat
 
 
 def leader(state: str, session: int, start: int) -> Stat:
-    """What /proc says of a recorded leader's pid now (lazyd/procfs.py reads it)."""
+    """What /proc says of a recorded leader's pid now (lazyd/host/procfs.py reads it)."""
     return Stat(state=state, ppid=1, pgrp=session, session=session, start_ticks=start, rss_pages=0)
 
 

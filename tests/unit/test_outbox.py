@@ -9,7 +9,7 @@ import pytest
 import trio
 import trio.testing
 
-from lazyd import wire
+from lazyd.protocol import wire
 from lazyd.daemon.runtime.outbox import LineOutbox, ConnectionOutbox
 
 MIB = 1024 * 1024

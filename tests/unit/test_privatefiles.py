@@ -1,4 +1,4 @@
-"""Private files (lazyd/privatefiles.py): the judge of what lazyd reads of its own files and the one
+"""Private files (lazyd/host/privatefiles.py): the judge of what lazyd reads of its own files and the one
 line it gives otherwise, and the one atomic writer."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from lazyd.errors import StateFileError
-from lazyd.privatefiles import StagedFile, read_private, write_private
+from lazyd.host.privatefiles import StagedFile, read_private, write_private
 from lazyd.daemon.runtime.cache_store import SECRET_BYTES, load_or_create_secret
 
 

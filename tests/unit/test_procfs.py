@@ -1,4 +1,4 @@
-"""The /proc reader (lazyd/procfs.py): the stat parser on the exact text the kernel writes, and the
+"""The /proc reader (lazyd/host/procfs.py): the stat parser on the exact text the kernel writes, and the
 readers on this very process and on one that is gone.
 
 Testing policy: the parser is fed lines laid out as proc(5) says, including command names that
@@ -14,8 +14,8 @@ import sys
 
 import pytest
 
-from lazyd import procfs
-from lazyd.procfs import Stat, parse_stat
+from lazyd.host import procfs
+from lazyd.host.procfs import Stat, parse_stat
 
 
 def stat_line(comm: str, state: str = "S", ppid: int = 1, pgrp: int = 4242, session: int = 4242,

@@ -13,7 +13,7 @@ import trio
 from lazyd.ctl.progress import StatusLine
 from lazyd.daemon.control import progress
 from lazyd.errors import WireError
-from lazyd.frames import Progress, validate_frame
+from lazyd.protocol.frames import Progress, validate_frame
 
 
 async def test_the_pump_coalesces_fast_steps_and_always_sends_the_last_one(autojump_clock: trio.abc.Clock) -> None:

@@ -1,4 +1,4 @@
-"""The relay core following its lane's start plan (lazyd/core/eras/policy.py), without processes:
+"""The relay core following its lane's start plan (lazyd/core/eras/choice.py), without processes:
 a handshake lane replays `initialize` first and asks discovery only after it, a stateless lane
 bridges the handshake clients of a server that locks each connection to one era, what is learned
 on the way is recorded, and the `era` setting forces either era with clear refusals.
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from lazyd.core.relay import jsonrpc as rpc
 from lazyd.core.cache import HandshakeEntry, Snapshot, handshake_key
-from lazyd.core.eras.policy import EraPolicy, Kind, facts_of
+from lazyd.core.eras.choice import EraPolicy, Kind, facts_of
 from lazyd.core.eras.versions import LOG_LEVEL_META, PROTOCOL_VERSION_META
 from lazyd.core.relay.core import Phase
 from tests.unit.relay_driver import CLIENT_PARAMS, INIT_RESULT, PAGES, TOOLS, Driver, request, result

@@ -15,7 +15,10 @@ from lazyd.core.cache import Snapshot
 from lazyd.core.eras.state import EraState
 from lazyd.core.relay.jsonrpc import JsonObj, Message
 from lazyd.core.relay.listings import ListingEngine
-from lazyd.core.relay.base import ClientState, Note, Phase, ToClient, ToServer, Waiting, WantServer, forward, internal
+from lazyd.core.relay.client_state import ClientState
+from lazyd.core.relay.actions import Note, Phase, ToClient, ToServer, WantServer
+from lazyd.core.relay.waiting import Waiting
+from lazyd.core.relay.upstream import forward, internal
 from lazyd.core.relay.shared import RelayShared
 from lazyd.core.relay.routing import Routes
 from lazyd.core.eras.stateless_cache import StatelessCache

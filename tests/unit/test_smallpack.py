@@ -1,6 +1,6 @@
-"""Tests of lazyd/smallpack.py against msgpack itself, and of the shim's reply reader built on it
+"""Tests of lazyd/protocol/smallpack.py against msgpack itself, and of the shim's reply reader built on it
 (shim/connect.py's `read_reply`): the bytes a shim's start writes and reads without msgpack are
-the bytes msgpack would write and read, and whatever it cannot read goes to lazyd/wire.py."""
+the bytes msgpack would write and read, and whatever it cannot read goes to lazyd/protocol/wire.py."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from lazyd import smallpack, wire
+from lazyd.protocol import smallpack, wire
 from lazyd.errors import WireError
-from lazyd.frames import MAX_FRAME_BYTES, Hello, Line, Refusal, Welcome
+from lazyd.protocol.frames import MAX_FRAME_BYTES, Hello, Line, Refusal, Welcome
 from shim.connect import read_reply
 
 # Lengths at each msgpack size boundary (fix -> 8 -> 16 -> 32-bit length fields).
@@ -55,7 +55,7 @@ def packb(obj: Any) -> bytes:
 
 
 def unpackb(body: bytes) -> Any:
-    # lazyd/wire.py's decode options, as they bear on what a small body can hold
+    # lazyd/protocol/wire.py's decode options, as they bear on what a small body can hold
     return msgpack.unpackb(body, raw=False, strict_map_key=True, use_list=True, max_ext_len=0)
 
 

@@ -1,4 +1,4 @@
-"""Where the socket is (lazyd/sockpath.py): the same choice as platformdirs, without importing it.
+"""Where the socket is (lazyd/host/sockpath.py): the same choice as platformdirs, without importing it.
 
 Each case runs platformdirs and our rule in a fresh interpreter under the same environment and
 compares the two, with real directories of the modes and owners each rule looks at.
@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from lazyd import sockpath
+from lazyd.host import sockpath
 
 _PATHS_SCRIPT = """
 import json, os, warnings
 warnings.simplefilter("ignore")
 import platformdirs
-from lazyd import sockpath
+from lazyd.host import sockpath
 print(json.dumps([os.path.join(platformdirs.user_runtime_dir("lazyd"), "lazyd.sock"),
                   sockpath.default_socket_path(os.environ)]))
 """

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lazyd import wire
+from lazyd.protocol import wire
 from lazyd.config.load import WakePredicate
 from lazyd.core.lifecycle import machine as lc
 from lazyd.daemon.process.command import SpawnSpec
@@ -24,8 +24,8 @@ from lazyd.daemon.runtime.config import RuntimeConfig
 from lazyd.daemon.upgrade import state as us
 from lazyd.daemon.upgrade.connection_state import ConnectionState, SessionState, inbound_bytes
 from lazyd.errors import AdoptionError
-from lazyd.frames import Ctl, Line
-from lazyd.privatefiles import write_private
+from lazyd.protocol.frames import Ctl, Line
+from lazyd.host.privatefiles import write_private
 
 BODY = {"runtimes": {"ab12": {"name": "time", "proc": {"pid": 42}}}, "raw": "\udcff bytes", "n": [1, 2.5, None]}
 

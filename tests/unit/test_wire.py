@@ -1,4 +1,4 @@
-"""Tests of lazyd/wire.py: framing, limits, validation and bombs (the socket path: test_sockpath.py).
+"""Tests of lazyd/protocol/wire.py: framing, limits, validation and bombs (the socket path: test_sockpath.py).
 
 Policy: every refusal is checked through the public decoder (FrameDecoder.feed), the way a peer's
 bytes reach it. Memory claims are measured on a fresh interpreter through /proc/self/status, with
@@ -19,11 +19,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lazyd import wire
+from lazyd.protocol import wire
 from lazyd.errors import WireError
-from lazyd.frames import (FRAME_TYPES, Ctl, ForeignHello, ForeignWelcome, Frame, Hello, Line, Progress, Refusal,
-                          Reply, Welcome)
-from lazyd.wire import FrameDecoder
+from lazyd.protocol.frames import FRAME_TYPES, Ctl, ForeignHello, ForeignWelcome, Frame, Hello, Line, Progress, Refusal, Reply, Welcome
+from lazyd.protocol.wire import FrameDecoder
 from tests.unit.wire_bombs import BOMBS
 
 HELLO: dict[str, Any] = {
@@ -307,7 +306,7 @@ def test_blocking_reader_reports_an_eof_in_the_middle_of_a_frame() -> None:
 
 _BOMB_SCRIPT = r"""
 import json, struct, sys
-from lazyd import wire
+from lazyd.protocol import wire
 from lazyd.errors import WireError
 
 def vm_peak_kib():

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from lazyd import wire
-from lazyd.frames import Hello, Reply, Welcome
+from lazyd.protocol import wire
+from lazyd.protocol.frames import Hello, Reply, Welcome
 from lazyd.ctl.wrap import cli
 from tests.unit.fixtures_wrap.helpers import FIXTURES, SECRETS, SHIM
 

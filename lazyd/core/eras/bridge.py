@@ -4,7 +4,7 @@ A server that refuses `initialize` as a connection's first request speaks only t
 with `era = "stateless"` any server is run that way. Their handshake-era clients (Claude Code,
 Cursor, the SDK in `legacy` mode) are served through this bridge, in their own era, by the same
 process the stateless clients use. (A dual-era server that locks each connection gives its
-handshake-era clients a process of their own instead: lazyd/core/eras/policy.py.)
+handshake-era clients a process of their own instead: lazyd/core/eras/choice.py.)
 
 - `initialize` is answered from the cached `server/discover` result (version: the client's, when
   lazyd knows it; capabilities and serverInfo: the server's), `notifications/initialized` is
@@ -38,7 +38,9 @@ from lazyd.core.eras.asker import PROBE_VERSION, Asker, asker_from_params
 from lazyd.core.cache import LISTINGS, HandshakeEntry, Listing, handshake_key
 from lazyd.core.relay.jsonrpc import JsonId, JsonObj, Kind, Message
 from lazyd.core.relay.listings import Waiter
-from lazyd.core.relay.base import Action, Activity, ClientState, Note, Phase, ToClient, forward
+from lazyd.core.relay.actions import Action, Activity, Note, Phase, ToClient
+from lazyd.core.relay.client_state import ClientState
+from lazyd.core.relay.upstream import forward
 from lazyd.core.relay.shared import RelayShared
 from lazyd.core.relay.routing import CALLBACK_CAPABILITY, ClientId, Upstream
 from lazyd.core.eras.stateless_cache import StatelessCache, advertised

@@ -31,16 +31,7 @@ from lazyd.core.eras.listen import (
     uri_matches,
     uris_of,
 )
-from lazyd.core.relay.base import (
-    Action,
-    Activity,
-    Note,
-    Phase,
-    SnapshotChanged,
-    ToClient,
-    ToServer,
-    WantServer,
-)
+from lazyd.core.relay.actions import Action, Activity, Note, Phase, SnapshotChanged, ToClient, ToServer, WantServer
 from lazyd.core.relay.shared import RelayShared
 from lazyd.core.relay.routing import ClientId, Upstream, level_rank
 from lazyd.core.eras.stateless_cache import StatelessCache, advertised

@@ -1,6 +1,6 @@
 """Which protocol era the live process speaks, as the relay finds out at each start (pure state).
 
-lazyd/core/eras/policy.py decides, from what the snapshot recorded, which process a client gets and what the
+lazyd/core/eras/choice.py decides, from what the snapshot recorded, which process a client gets and what the
 relay sends a new process first (its start plan). This object holds what the relay learns about
 the *live* process on the way: its stage in the table below, the DiscoverResult that made it
 stateless, whose identity the relay's probe carried, and an `initialize` refusal held until the
@@ -56,9 +56,9 @@ from typing import cast, get_args
 from lazyd.core import state_codec as sc
 from lazyd.core.eras.asker import Asker
 from lazyd.core.cache import Snapshot
-from lazyd.core.eras.policy import Era, EraPolicy, EraSetting, InitializeWhen, StartPlan, facts_of
+from lazyd.core.eras.choice import Era, EraPolicy, EraSetting, InitializeWhen, StartPlan, facts_of
 from lazyd.core.relay.jsonrpc import JsonObj
-from lazyd.core.relay.base import Action, Phase, SnapshotChanged
+from lazyd.core.relay.actions import Action, Phase, SnapshotChanged
 
 
 class Stage(enum.Enum):

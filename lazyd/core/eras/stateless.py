@@ -3,7 +3,7 @@ stateless start, and where each stateless request goes. The stages the probe mov
 process through are lazyd/core/eras/state.py's table; the cache is stateless_cache.py, listen streams
 lazyd/core/eras/listen_relay.py, handshake-era clients on a stateless-only server bridge.py.
 
-Era probe. At a start whose plan says so (a stateless lane, or era = "stateless": lazyd/core/eras/policy.py)
+Era probe. At a start whose plan says so (a stateless lane, or era = "stateless": lazyd/core/eras/choice.py)
 the relay's first line is its own `server/discover`, with a real client's identity in the
 envelope. A handshake lane sends it only after its handshake (`probe_after_answered`): a
 DiscoverResult there means both eras on one connection, a -32601 on a server never probed means
@@ -43,19 +43,8 @@ from lazyd.core.eras.asker import PROBE_VERSION
 from lazyd.core.cache import LISTINGS, discover_key, is_stateless_discovery
 from lazyd.core.eras.state import Event, Stage
 from lazyd.core.relay.jsonrpc import JsonObj, Message
-from lazyd.core.relay.base import (
-    ANY_VERSION,
-    Abort,
-    Action,
-    Note,
-    Phase,
-    Ready,
-    SnapshotChanged,
-    ToClient,
-    foreign_task,
-    forward,
-    internal,
-)
+from lazyd.core.relay.upstream import ANY_VERSION, foreign_task, forward, internal
+from lazyd.core.relay.actions import Abort, Action, Note, Phase, Ready, SnapshotChanged, ToClient
 from lazyd.core.relay.startup import Handshake
 from lazyd.core.relay.shared import RelayShared
 from lazyd.core.relay.routing import ClientId
@@ -170,7 +159,7 @@ class StatelessEra:
         return None
 
     def probe_after_answered(self, msg: Message) -> list[Action]:
-        """The answer to the `server/discover` sent after the handshake (lazyd/core/eras/policy.py): what else
+        """The answer to the `server/discover` sent after the handshake (lazyd/core/eras/choice.py): what else
         this handshake connection carries."""
         asker = self.shared.era.probe_asker or self.cache.start_asker(PROBE_VERSION)
         result = msg.obj.get("result")

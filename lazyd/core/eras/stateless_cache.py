@@ -45,16 +45,8 @@ from lazyd.core.cache import (
 )
 from lazyd.core.relay.jsonrpc import JsonId, JsonObj, Message
 from lazyd.core.relay.listings import Fetched, Waiter, drift
-from lazyd.core.relay.base import (
-    ANY_VERSION,
-    Action,
-    Note,
-    Phase,
-    SnapshotChanged,
-    ToClient,
-    discover_version_key,
-    forward,
-)
+from lazyd.core.relay.upstream import ANY_VERSION, discover_version_key, forward
+from lazyd.core.relay.actions import Action, Note, Phase, SnapshotChanged, ToClient
 from lazyd.core.relay.shared import RelayShared
 from lazyd.core.relay.routing import ClientId
 

@@ -74,7 +74,7 @@ from lazyd.core.lifecycle.requests import OPERATOR_SLEEP_REASON, REQUEST_RULES, 
 from lazyd.core.lifecycle.states import (PROCESS_STATES, Action, FailWaiting, KillAndFail, LifecycleError, Log,
                                          PredicateState, RunPredicate, Spawn, State, Stop)
 from lazyd.core.lifecycle.usage import Usage
-from lazyd.durations import format_duration
+from lazyd.config.durations import format_duration
 
 if TYPE_CHECKING:
     import random  # the caller's generator, for its type only: the core never draws from `random`

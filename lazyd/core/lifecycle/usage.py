@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from lazyd.durations import format_duration
+from lazyd.config.durations import format_duration
 from lazyd.core.lifecycle.timing import LifecyclePolicy
 
 __all__ = ["Usage"]

@@ -33,19 +33,9 @@ from lazyd.core.relay import jsonrpc as rpc
 from lazyd.core.eras.bridge import Bridge
 from lazyd.core.cache import LISTINGS, HandshakeEntry, Listing, handshake_key
 from lazyd.core.relay.jsonrpc import Message
-from lazyd.core.relay.base import (
-    Action,
-    Activity,
-    ClientState,
-    Note,
-    Phase,
-    SnapshotChanged,
-    ToClient,
-    ToServer,
-    WantServer,
-    foreign_task,
-    forward,
-)
+from lazyd.core.relay.actions import Action, Activity, Note, Phase, SnapshotChanged, ToClient, ToServer, WantServer
+from lazyd.core.relay.client_state import ClientState
+from lazyd.core.relay.upstream import foreign_task, forward
 from lazyd.core.relay.startup import Handshake
 from lazyd.core.relay.session_roots import RootsPart
 from lazyd.core.relay.shared import RelayShared

@@ -28,7 +28,7 @@ A server exit answers every in-flight and queued request with an error under its
 never replays a request (it may not be idempotent).
 
 Both protocol eras go through the same object (docs/protocol-eras.md). Each start follows the
-plan of the instance's *lane* (`lane`: the era the daemon gave it; lazyd/core/eras/policy.py): a handshake
+plan of the instance's *lane* (`lane`: the era the daemon gave it; lazyd/core/eras/choice.py): a handshake
 lane replays `initialize` first and asks `server/discover` only after the handshake; a stateless
 lane begins with the relay's own `server/discover` probe (stateless.py). A process that speaks the
 stateless era goes PREINIT -> REFRESH (its listings fetched under a real client's envelope) ->
@@ -41,7 +41,7 @@ phase; it holds parts, each with its own state and a narrow port back to it (doc
 | part | module | its own state |
 |---|---|---|
 | routes | routing.py | relay ids, client-facing ids, tokens, tasks, subscriptions, log levels |
-| the queue | lazyd/core/relay/base.py (`Waiting`) | client requests waiting for the server |
+| the queue | lazyd/core/relay/actions.py (`Waiting`) | client requests waiting for the server |
 | era detection | lazyd/core/eras/state.py | the live process's era stage, its DiscoverResult, a held refusal |
 | the listing engine | listings.py | every fetch under way (both eras), who waits on it |
 | the stateless cache | stateless_cache.py | none (the snapshot is the cache) |
@@ -59,28 +59,29 @@ from lazyd.core.relay import jsonrpc as rpc
 from lazyd.core import state_codec as sc
 from lazyd.core.eras.bridge import Bridge
 from lazyd.core.cache import HandshakeEntry, Snapshot
-from lazyd.core.eras.policy import Era, EraSetting
+from lazyd.core.eras.choice import Era, EraSetting
 from lazyd.core.eras.state import EraState
 from lazyd.core.relay.jsonrpc import Invalid, JsonObj, Kind, Message
 from lazyd.core.relay.listings import MAX_LISTING_PAGES as MAX_LISTING_PAGES
 from lazyd.core.relay.listings import ListingEngine
-from lazyd.core.relay.base import ANY_VERSION as ANY_VERSION
-from lazyd.core.relay.base import PROTOCOL_VERSION_META as PROTOCOL_VERSION_META
-from lazyd.core.relay.base import Abort as Abort
-from lazyd.core.relay.base import Action as Action
-from lazyd.core.relay.base import Activity as Activity
-from lazyd.core.relay.base import ClientState as ClientState
-from lazyd.core.relay.base import Note as Note
-from lazyd.core.relay.base import Phase as Phase
-from lazyd.core.relay.base import Ready as Ready
-from lazyd.core.relay.base import SessionKey as SessionKey
-from lazyd.core.relay.base import WaitIdle as WaitIdle
-from lazyd.core.relay.base import SnapshotChanged as SnapshotChanged
-from lazyd.core.relay.base import ToClient as ToClient
-from lazyd.core.relay.base import ToServer as ToServer
-from lazyd.core.relay.base import Waiting, forward, internal
-from lazyd.core.relay.base import Used as Used
-from lazyd.core.relay.base import WantServer as WantServer
+from lazyd.core.relay.upstream import ANY_VERSION as ANY_VERSION
+from lazyd.core.relay.upstream import PROTOCOL_VERSION_META as PROTOCOL_VERSION_META
+from lazyd.core.relay.actions import Abort as Abort
+from lazyd.core.relay.actions import Action as Action
+from lazyd.core.relay.actions import Activity as Activity
+from lazyd.core.relay.client_state import ClientState as ClientState
+from lazyd.core.relay.actions import Note as Note
+from lazyd.core.relay.actions import Phase as Phase
+from lazyd.core.relay.actions import Ready as Ready
+from lazyd.core.relay.actions import SessionKey as SessionKey
+from lazyd.core.relay.actions import WaitIdle as WaitIdle
+from lazyd.core.relay.actions import SnapshotChanged as SnapshotChanged
+from lazyd.core.relay.actions import ToClient as ToClient
+from lazyd.core.relay.actions import ToServer as ToServer
+from lazyd.core.relay.waiting import Waiting
+from lazyd.core.relay.upstream import forward, internal
+from lazyd.core.relay.actions import Used as Used
+from lazyd.core.relay.actions import WantServer as WantServer
 from lazyd.core.relay.client import ClientMessages
 from lazyd.core.relay.server import ServerMessages
 from lazyd.core.relay.handshake_defaults import unattended_params
@@ -164,7 +165,7 @@ class RelayCore:
 
     @property
     def lane(self) -> Era | None:
-        """The era the daemon gave this instance's process (lazyd/core/eras/policy.py)."""
+        """The era the daemon gave this instance's process (lazyd/core/eras/choice.py)."""
         return self.era.lane
 
     @lane.setter
@@ -402,7 +403,7 @@ class RelayCore:
             self.snapshot.last_params = params
 
     def spawned(self, *, now: float) -> list[Action]:
-        """The process exists. Follow the start plan of its lane (lazyd/core/eras/policy.py): the era probe
+        """The process exists. Follow the start plan of its lane (lazyd/core/eras/choice.py): the era probe
         first (then discovery probes that were waiting), or the replayed handshake first; a
         handshake known and wanted is sent (behind the probe, or alone)."""
         self.now = now

@@ -8,7 +8,7 @@ through untouched.
 Rules from JSON-RPC 2.0 and the MCP stdio transport:
 - request = `method` + `id`; notification = `method` without `id`; response = `id` + `result` or
   `error` without `method`.
-- A line is read by lazyd/jsonline.py, as every reader in lazyd reads one: what `json.loads` makes
+- A line is read by lazyd/protocol/jsonline.py, as every reader in lazyd reads one: what `json.loads` makes
   of it (the last of repeated keys wins), nesting bounded.
 - Ids are strings or integers and are returned exactly as received: `1` and `"1"` are different ids.
   An id that is null, a boolean, a fraction or an integer beyond what msgpack carries (-2^63 to
@@ -19,7 +19,7 @@ Rules from JSON-RPC 2.0 and the MCP stdio transport:
   over stdio and answering a batch needs an array reply, which would couple every path to them.
 - Whatever `parse` accepts, `dumps` can write back: the relay re-serialises every message it
   rewrites, so a line it cannot write must be refused here rather than raise later. That is why
-  nesting is bounded (lazyd/jsonline.py), and why `NaN`/`Infinity` (which Python peers emit) and lone surrogate escapes
+  nesting is bounded (lazyd/protocol/jsonline.py), and why `NaN`/`Infinity` (which Python peers emit) and lone surrogate escapes
   (which JavaScript peers emit) are carried as received.
 """
 
@@ -31,10 +31,10 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from lazyd import jsonline
-from lazyd.jsonline import LARGE_LINE_BYTES as LARGE_LINE_BYTES
-from lazyd.jsonline import MAX_NESTING_DEPTH as MAX_NESTING_DEPTH
-from lazyd.jsonline import valid_id as valid_id
+from lazyd.protocol import jsonline
+from lazyd.protocol.jsonline import LARGE_LINE_BYTES as LARGE_LINE_BYTES
+from lazyd.protocol.jsonline import MAX_NESTING_DEPTH as MAX_NESTING_DEPTH
+from lazyd.protocol.jsonline import valid_id as valid_id
 
 JsonId = int | str
 JsonObj = dict[str, Any]

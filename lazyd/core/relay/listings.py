@@ -35,7 +35,7 @@ from lazyd.core import state_codec as sc
 from lazyd.core.eras.asker import Asker
 from lazyd.core.cache import LISTINGS
 from lazyd.core.relay.jsonrpc import JsonId, JsonObj, Message
-from lazyd.core.relay.base import ToServer
+from lazyd.core.relay.actions import ToServer
 from lazyd.core.relay.routing import ClientId
 
 # A server whose listing never stops paginating must not make the relay loop forever.

@@ -31,7 +31,7 @@ from lazyd.core.eras.bridge import Bridge
 from lazyd.core.cache import LIST_CHANGED
 from lazyd.core.relay.jsonrpc import Message
 from lazyd.core.relay.listings import PURPOSE_PREFIX
-from lazyd.core.relay.base import Action, Activity, Note, ToClient, ToServer
+from lazyd.core.relay.actions import Action, Activity, Note, ToClient, ToServer
 from lazyd.core.relay.startup import Handshake
 from lazyd.core.relay.session_roots import RootsPart
 from lazyd.core.relay.shared import RelayShared

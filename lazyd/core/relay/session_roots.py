@@ -28,7 +28,8 @@ from typing import Protocol
 
 from lazyd.core import state_codec as sc
 from lazyd.core.relay import jsonrpc as rpc
-from lazyd.core.relay.base import Action, ClientState, Note, Phase, SessionKey, ToClient, ToServer
+from lazyd.core.relay.actions import Action, Note, Phase, SessionKey, ToClient, ToServer
+from lazyd.core.relay.client_state import ClientState
 from lazyd.core.relay.jsonrpc import JsonId, JsonObj, Message
 from lazyd.core.relay.routing import ClientId
 from lazyd.core.relay.shared import RelayShared

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from lazyd.core.cache import Snapshot
 from lazyd.core.eras.state import EraState
 from lazyd.core.relay.listings import ListingEngine
-from lazyd.core.relay.base import ClientState, Waiting
+from lazyd.core.relay.client_state import ClientState
+from lazyd.core.relay.waiting import Waiting
 from lazyd.core.relay.routing import ClientId, Routes
 
 __all__ = ["RelayShared"]

@@ -44,19 +44,8 @@ from lazyd.core.cache import LIST_CHANGED, HandshakeEntry, Listing, handshake_ke
 from lazyd.core.eras.state import Stage
 from lazyd.core.relay.jsonrpc import JsonObj, Kind, Message
 from lazyd.core.relay.listings import Fetched, drift
-from lazyd.core.relay.base import (
-    Abort,
-    Action,
-    Note,
-    Phase,
-    Ready,
-    SnapshotChanged,
-    ToClient,
-    ToServer,
-    WaitIdle,
-    forward,
-    internal,
-)
+from lazyd.core.relay.actions import Abort, Action, Note, Phase, Ready, SnapshotChanged, ToClient, ToServer, WaitIdle
+from lazyd.core.relay.upstream import forward, internal
 from lazyd.core.relay.shared import RelayShared
 from lazyd.core.relay.session_roots import RootsPart
 from lazyd.core.relay.routing import ClientId
@@ -167,7 +156,7 @@ class Handshake:
         return out
 
     def _send_probe_after(self) -> list[Action]:
-        """A `server/discover` once the handshake is done (lazyd/core/eras/policy.py): what else this handshake
+        """A `server/discover` once the handshake is done (lazyd/core/eras/choice.py): what else this handshake
         connection carries."""
         asker = self.cache.start_asker(PROBE_VERSION)
         self.shared.era.probe_asker = asker

@@ -24,7 +24,7 @@ import enum
 from dataclasses import dataclass
 
 from lazyd.core.sharing.modes import NOT_KNOWN_PREFIX, SharingDecision
-from lazyd.durations import format_duration
+from lazyd.config.durations import format_duration
 
 __all__ = ["Join", "JoinChoice", "join"]
 

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from lazyd import sockpath
+from lazyd.host import sockpath
 from lazyd.core.sharing.client_profiles import PROFILES
 from lazyd.ctl.progress import StatusLine
 from lazyd.ctl.wrap import check, clients, engine, shimargs

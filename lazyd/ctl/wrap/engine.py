@@ -29,7 +29,7 @@ from lazyd.ctl.wrap.records import Record, RecordStore, RegKey
 from lazyd.ctl.wrap.tomledit import TomlConfig
 from lazyd.ctl.wrap.yamledit import YamlConfig
 from lazyd.errors import SetupError, UsageError, WrapError
-from lazyd.paths import resolve_paths
+from lazyd.host.paths import resolve_paths
 
 Op = Literal["wrap", "unwrap", "reapply", "status"]
 
@@ -121,7 +121,7 @@ def open_config(client: clients.Client, data: bytes, where: str) -> Config:
 def execute(request: Request, environ: Mapping[str, str], cwd: Path, hooks: Hooks | None = None,
             state_dir: Path | None = None) -> Report:
     """Run ``request`` on the client configs ``environ`` and ``cwd`` locate, keeping records and
-    backups in ``state_dir`` (default: lazyd's state dir for this process, lazyd/paths.py).
+    backups in ``state_dir`` (default: lazyd's state dir for this process, lazyd/host/paths.py).
     Raises UsageError for an impossible request, WrapError when the run failed as a whole
     (unreadable file or records, I/O, a conflicting write); per-registration refusals are in the
     report (``Report.refused``), with nothing written."""

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lazyd.errors import ConflictError, SetupError, WrapError
-from lazyd.privatefiles import PRIVATE_FILE_MODE, StagedFile, ensure_private_dir, write_private
+from lazyd.host.privatefiles import PRIVATE_FILE_MODE, StagedFile, ensure_private_dir, write_private
 
 LOCK_NAME = "wrap.lock"
 BACKUPS_DIR_NAME = "backups"

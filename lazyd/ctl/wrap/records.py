@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lazyd.errors import WrapError
-from lazyd.privatefiles import write_private
+from lazyd.host.privatefiles import write_private
 
 RECORD_VERSION = 1
 RECORDS_DIR_NAME = "registrations"

@@ -14,7 +14,7 @@ Copilot CLI's native binary names itself `MainThread`, and so may any program.
 
 from __future__ import annotations
 
-from lazyd import procfs
+from lazyd.host import procfs
 
 # Programs that run the shim on a client's behalf without being the client.
 _WRAPPERS = frozenset({"sh", "bash", "dash", "zsh", "fish", "ksh", "mksh", "busybox", "env", "timeout",

@@ -5,10 +5,10 @@ bounded outbox. What a connection may cost is bounded, and whatever goes wrong w
 connection closes that connection only:
 
 - a peer of another uid, or one that finds the daemon near its descriptor limit, is judged
-  before anything is read from it (lazyd/daemon/connections/door.py);
+  before anything is read from it (lazyd/daemon/connections/admit.py);
 - the hello must arrive within ``HELLO_TIMEOUT_S``, and once any frame has started it must be
   complete within ``FRAME_DEADLINE_S`` (slowloris); between frames a session may idle forever;
-- a bad frame poisons the decoder (lazyd/wire.py) and closes the connection;
+- a bad frame poisons the decoder (lazyd/protocol/wire.py) and closes the connection;
 - a control reply the peer does not take within ``CONTROL_SEND_DEADLINE_S`` closes it;
 - a bug raised while serving a connection is logged with its traceback and closes that
   connection; it never reaches the listener.
@@ -36,11 +36,11 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from lazyd import wire
+from lazyd.protocol import wire
 from lazyd.core.admission import Admission
-from lazyd.daemon.handoff import kept as kept_store
+from lazyd.daemon.handoff import stored_sessions
 from lazyd.daemon.handoff import session as handoff
-from lazyd.daemon.handoff.kept import Kept
+from lazyd.daemon.handoff.stored_sessions import Kept
 from lazyd.daemon.handoff.outbox import ClientEnds
 from lazyd.daemon.control import handshakes
 from lazyd.daemon.runtime.era_lanes import EraRoute
@@ -49,11 +49,11 @@ from lazyd.daemon.control import progress
 from lazyd.daemon.upgrade.connection_state import Live
 from lazyd.daemon.runtime.outbox import ConnectionOutbox
 from lazyd.daemon.upgrade.quiesce import GATE
-from lazyd.daemon.connections.door import Door
+from lazyd.daemon.connections.admit import Door
 from lazyd.daemon.sessions.registry import Registry
 from lazyd.daemon.runtime.supervisor import ServerRuntime
 from lazyd.errors import NotAdopted, Refused, SlowPeer, WireError
-from lazyd.frames import AnyFrame, Ctl, ForeignHello, Hello, Line, Progress, Refusal, Reply, Welcome
+from lazyd.protocol.frames import AnyFrame, Ctl, ForeignHello, Hello, Line, Progress, Refusal, Reply, Welcome
 
 if TYPE_CHECKING:  # only a type here: the hub is loaded by its first session, not kept by every daemon
     from lazyd.daemon.hub.server import HubSession
@@ -225,14 +225,14 @@ class ConnectionHandler:
         await self.guarded(stream, pid, partial(self.serve_from_hello, stream, pid) if busy is None else partial(self.door.refuse, stream, busy))
 
     async def serve_kept(self, kept: Kept) -> None:
-        """Take back in place a hand-off session systemd kept across a crash (lazyd/daemon/handoff/kept.py),
+        """Take back in place a hand-off session systemd kept across a crash (lazyd/daemon/handoff/stored_sessions.py),
         counted like an accepted connection; or let it go, its names out of the store, so that
         its waiter sees its socket end and resumes by itself."""
-        shim = kept.fds.pop(kept_store.socket_name(kept.pid), None)
+        shim = kept.fds.pop(stored_sessions.socket_name(kept.pid), None)
         if shim is None:
             log.info("shim pid %d: not taking back the session systemd kept (its socket did not come back); "
                      "it recovers it itself", kept.pid)
-            kept_store.let_go(kept)
+            stored_sessions.let_go(kept)
             return
         stream = trio.SocketStream(trio.socket.from_stdlib_socket(socket.socket(fileno=shim)))
         self.active += 1
@@ -240,11 +240,11 @@ class ConnectionHandler:
 
     async def _serve_kept(self, stream: trio.SocketStream, shim: int, kept: Kept) -> None:
         live = self.live[id(stream)] = Live(stream, wire.FrameDecoder(), deque())
-        found = kept_store.reopen(kept, shim)
+        found = stored_sessions.reopen(kept, shim)
         if isinstance(found, str):
             log.info("shim pid %d: not taking back the session systemd kept (%s; kept: %s); it recovers it itself",
                      kept.pid, found, ", ".join(kept.names))
-            kept_store.let_go(kept)
+            stored_sessions.let_go(kept)
             return
         hello, fds = found
         taken = handoff.take(hello, fds)
@@ -328,7 +328,7 @@ class ConnectionHandler:
     async def _adopt(self, stream: trio.SocketStream, live: Live, hello: Hello,
                      taken: tuple[ClientEnds, int] | None, kept: Kept) -> None:
         """Take back in place the session systemd `kept` across its daemon's crash
-        (lazyd/daemon/handoff/adopt.py), or let it go (its names out of the store, no word),
+        (lazyd/daemon/handoff/reclaim.py), or let it go (its names out of the store, no word),
         having closed what came, so that the shim's own recovery runs."""
         refusal = NotAdopted("its descriptors or region cannot be served by hand-off")
         if taken is not None:
@@ -340,7 +340,7 @@ class ConnectionHandler:
                 refusal = NotAdopted(f"its region cannot be mapped: {exc}")
         if live.handoff is None:
             log.info("shim pid %d: not adopting its session (%s); it recovers it itself", hello.pid, refusal.message)
-            kept_store.let_go(kept)
+            stored_sessions.let_go(kept)
             return
         live.kind = "handoff"
         await live.handoff.run(hello, kept)

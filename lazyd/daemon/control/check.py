@@ -15,11 +15,11 @@ from typing import Any
 
 import trio
 
-from lazyd import jsonline
+from lazyd.protocol import jsonline
 from lazyd.core.relay import core as rl
 from lazyd.core.cache import LISTINGS, HandshakeEntry, Snapshot
-from lazyd.durations import format_duration
-from lazyd.core.eras.policy import Era, Kind, facts_of
+from lazyd.config.durations import format_duration
+from lazyd.core.eras.choice import Era, Kind, facts_of
 from lazyd.core.eras.versions import CLIENT_CAPABILITIES_META, CLIENT_INFO_META, FIRST_STATELESS_VERSION
 from lazyd.core.relay.jsonrpc import METHOD_NOT_FOUND, error_line, notification_line, request_line
 from lazyd.daemon.control import progress
@@ -50,7 +50,7 @@ async def check_runtime(registry: Registry, runtime: ServerRuntime, params: dict
     handshake: IsolatedCheck | None = None
     if facts_of(outcome.core.snapshot).kind is Kind.PER_CONNECTION:
         # A server that locks each connection to the era of its first request serves handshake-era
-        # clients from a process of their own (lazyd/core/eras/policy.py): a second isolated start,
+        # clients from a process of their own (lazyd/core/eras/choice.py): a second isolated start,
         # initialize first, is what warms their cache.
         known = Snapshot.from_json(outcome.core.snapshot.to_json())  # what the first start learned
         second = await IsolatedCheck(runtime, params, timeout_s, lane="handshake", snapshot=known).run()
@@ -216,7 +216,7 @@ class IsolatedCheck:
             self._finish(None)
 
     def _readable(self, line: bytes, what: str) -> dict[str, Any] | None:
-        """`line` as every reader in lazyd reads one (lazyd/jsonline.py), or None with the check
+        """`line` as every reader in lazyd reads one (lazyd/protocol/jsonline.py), or None with the check
         failed. The core builds or has read each line it hands the check; should that ever change,
         the check stops with one readable sentence rather than an exception."""
         value, refused = jsonline.read(line)

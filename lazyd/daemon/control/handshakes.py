@@ -21,8 +21,8 @@ from typing import Any
 
 from lazyd.core.sharing.client_profiles import ClientProfile
 from lazyd.core.relay.handshake_defaults import profile_params
-from lazyd import jsonline
-from lazyd.privatefiles import read_json, write_private
+from lazyd.protocol import jsonline
+from lazyd.host.privatefiles import read_json, write_private
 
 log = logging.getLogger("lazyd.handshakes")
 

@@ -26,22 +26,22 @@ import trio
 
 from lazyd.core.sharing.client_profiles import PROFILES, ClientProfile, full_environment, profile_named
 from lazyd.core.relay.handshake_defaults import check_params
-from lazyd.durations import parse_duration
-from lazyd.envnames import parse_names
+from lazyd.config.durations import parse_duration
+from lazyd.config.envnames import parse_names
 from lazyd.core.sharing.identity import Identity, differing_env_names, explain_difference, variable_class
 from lazyd.core.sharing.modes import NOT_KNOWN_PREFIX
 from lazyd.daemon.control.check import check_runtime
 from lazyd.daemon.control.client_env import client_environment, learned_profile
-from lazyd import procfs
+from lazyd.host import procfs
 from lazyd.daemon.process.tree import ProcTable, proc_table, tree_cpu_ticks, tree_members, tree_pss
 from lazyd.daemon.runtime.memory_watch import MemoryWatch
 from lazyd.daemon.sessions.registry import Registry
-from lazyd import fallbacks
+from lazyd.host import fallback_journal
 from lazyd.daemon.connections.refusals import Refusals
 from lazyd.daemon.runtime.status import runtime_status
 from lazyd.daemon.runtime.supervisor import ServerRuntime
 from lazyd.daemon.control.wake_sleep import sleep_and_wait, wake_and_wait
-from lazyd.daemon.handoff import kept
+from lazyd.daemon.handoff import stored_sessions
 from lazyd.errors import ConfigError
 
 log = logging.getLogger("lazyd.control")
@@ -186,12 +186,12 @@ class Control:
         if self.refusals is not None:
             data["refused"] = self.refusals.status()
         started = self.lineage.started_at if self.lineage is not None else START_TIME
-        data["fallbacks"] = fallbacks.since(str(self.registry.paths.socket), started)
+        data["fallbacks"] = fallback_journal.since(str(self.registry.paths.socket), started)
         if self.lineage is not None:  # uptime across upgrades, and the last hand-over (lazyd/daemon/upgrade/handover.py)
             daemon: dict[str, Any] = {"started_at": self.lineage.started_at, "upgrades": self.lineage.upgrades,
                                       "last_upgrade": self.lineage.last}
-            store = kept.store_status()
-            if store is not None:  # systemd's fd store (lazyd/daemon/handoff/kept.py)
+            store = stored_sessions.store_status()
+            if store is not None:  # systemd's fd store (lazyd/daemon/handoff/stored_sessions.py)
                 daemon["fdstore"] = store
             data["daemon"] = daemon
         return True, data, None

@@ -2,7 +2,7 @@
 
 The shim answers every request in flight when the daemon is lost (docs/reliability.md); on a
 hand-off session it no longer reads the client's lines, so the daemon keeps that table for it, the
-way the shim keeps its own on the frame path (the same line reading, lazyd/linepeek.py): a request
+way the shim keeps its own on the frame path (the same line reading, lazyd/protocol/linepeek.py): a request
 enters when its line is read, before it reaches the relay, and leaves when the line that finally
 answers it (its `done`) is wholly in the client's stdout, or when the client cancels it.
 
@@ -29,7 +29,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from lazyd.daemon.heap import TRIMMER
+from lazyd.daemon.heap_trim import TRIMMER
 from lazyd.handoff.recovery import Recovery
 from lazyd.handoff.region import (
     ENTRY_BYTES,
@@ -43,7 +43,7 @@ from lazyd.handoff.region import (
 )
 from lazyd.core.relay import jsonrpc as rpc
 from lazyd.core.relay.jsonrpc import Invalid, Message
-from lazyd.linepeek import LineInfo, id_key, message_info
+from lazyd.protocol.linepeek import LineInfo, id_key, message_info
 
 IdKey = tuple[bool, int | str]
 JsonId = int | str
@@ -64,7 +64,7 @@ class Ledger:
                  recovery: Recovery | None = None) -> None:
         """The ledger of a new session, or of one continued from its region: from an earlier
         daemon's record (an upgrade, or a shim's fresh region after its recovery), or with
-        `recovery`, adopted in place from a lost daemon's (lazyd/daemon/handoff/adopt.py), whose
+        `recovery`, adopted in place from a lost daemon's (lazyd/daemon/handoff/reclaim.py), whose
         record this writes before anything else."""
         self.region = region
         self._later = later  # runs a release once the large lines are over (RELEASE_HEAD_BYTES)
@@ -93,7 +93,7 @@ class Ledger:
                 self._entries[key] = entry
                 used.add(entry)
             # An initialize unanswered when an adopted session's daemon was lost is answered by the
-            # lost-connection error (lazyd/daemon/handoff/adopt.py): that is no answer the client
+            # lost-connection error (lazyd/daemon/handoff/reclaim.py): that is no answer the client
             # can resume from.
             if previous.init and not previous.init_answered and recovery is None:
                 handshake = line_info(rpc.parse(previous.init))
@@ -117,7 +117,7 @@ class Ledger:
         self._head_new = False  # the recorded head was relayed: the next one goes to the other area
 
     def _adopt(self, recovery: Recovery, lost: State) -> None:
-        """Record an adoption's recovery of a lost daemon's region in the order adopt.py gives
+        """Record an adoption's recovery of a lost daemon's region in the order reclaim.py gives
         (its steps 1 to 3), so that a kill -9 after any store leaves the next recovery the same
         duty: the landed ids enter this table, the landed input's line goes to the other head
         area, and one state names both; then the landed zone is cleared."""
@@ -299,13 +299,13 @@ class Ledger:
 
 
 def line_info(msg: Message | Invalid) -> LineInfo:
-    """What `inspect_line` (lazyd/linepeek.py, the shim's and the recovery's reader) finds in a
+    """What `inspect_line` (lazyd/protocol/linepeek.py, the shim's and the recovery's reader) finds in a
     line, read from the relay core's parse of it (by the same rule, `message_info`)."""
     if isinstance(msg, Message):
         if msg.method is None:  # a response to a server request
             return LineInfo()
         return message_info(msg.method, msg.kind is rpc.Kind.REQUEST, msg.id, msg.obj.get("params"))
-    # A refused line is no request (lazyd/jsonline.py): its refusal answers nothing in flight.
+    # A refused line is no request (lazyd/protocol/jsonline.py): its refusal answers nothing in flight.
     return LineInfo()
 
 

@@ -16,7 +16,7 @@ else behind the queued ones through a writer task; an answer's id is retired fro
 ledger only once its whole line is in the pipe.
 
 Whole lines or none (docs/reliability.md): a line goes only once the client's stdout has room for
-all of it (`ClientEnds.room`, counted as lazyd/daemon/handoff/room.py says), in one write the kernel
+all of it (`ClientEnds.room`, counted as lazyd/daemon/handoff/whole_write.py says), in one write the kernel
 then makes whole, with the region's whole byte set around it; a daemon killed at any moment leaves
 no cut line for the shim to end. Only a line over what the client's stdout can ever take whole
 (`ClientEnds.bound`, after widening the pipe or raising the socket's buffer) goes in parts, with
@@ -28,7 +28,7 @@ reading costs what a shim that stops reading costs.
 
 While large lines pass, the client's pipes are widened to WIDE_PIPE_BYTES (`ClientEnds.widen`)
 and narrowed again once they are over (after the heap trimmer's quiet spell,
-lazyd/daemon/heap.py): in a pipe of the default 64 KiB a 1 MiB line is 16 trips through trio's
+lazyd/daemon/heap_trim.py): in a pipe of the default 64 KiB a 1 MiB line is 16 trips through trio's
 scheduler on the daemon's side, each waiting for the client to take the last 64 KiB, where a
 server run directly only blocks in the kernel. Narrowed again, because a user's pipes share a
 budget (pipe-user-pages-soft) and an idle session should not hold a megabyte of it.
@@ -54,8 +54,8 @@ import trio
 
 from lazyd.core.relay.jsonrpc import JsonId
 from lazyd.daemon.handoff.ledger import Ledger
-from lazyd.daemon.handoff.room import PipeRoom, socket_cost, socket_room
-from lazyd.daemon.heap import LARGE_BYTES, TRIMMER
+from lazyd.daemon.handoff.whole_write import PipeRoom, socket_cost, socket_room
+from lazyd.daemon.heap_trim import LARGE_BYTES, TRIMMER
 from lazyd.daemon.runtime.outbox import (
     CLIENT_PAUSE_BYTES,
     CLIENT_PAUSE_FRAMES,
@@ -208,7 +208,7 @@ class ClientEnds:
         return bool(poller.poll(0))
 
     def room(self) -> int:
-        """Bytes one write surely puts into the client's stdout whole now (lazyd/daemon/handoff/room.py).
+        """Bytes one write surely puts into the client's stdout whole now (lazyd/daemon/handoff/whole_write.py).
 
         Raises BrokenPipeError when the client's stdout can no longer be asked."""
         count = array.array("i", [0])
@@ -369,7 +369,7 @@ class HandoffOutbox:
     def end_cut_line(self) -> None:
         """The client's stdout ends inside a line a lost daemon was writing (the region's torn
         byte is set): a newline goes first, ahead of every other line, through the writer; the
-        torn byte is cleared only once it is written (lazyd/daemon/handoff/adopt.py)."""
+        torn byte is cleared only once it is written (lazyd/daemon/handoff/reclaim.py)."""
         self._cut = _Pending(b"", None, 0)
         self._queue.append(self._cut)
         self.backlog_bytes += 1
@@ -439,7 +439,7 @@ class HandoffOutbox:
 
     def _write_whole(self) -> bool:
         """Write the queued lines the client's stdout has room for, in one write that goes whole
-        or not at all (lazyd/daemon/handoff/room.py); False when it has none for the first."""
+        or not at all (lazyd/daemon/handoff/whole_write.py); False when it has none for the first."""
         room = self.ends.room()
         batch: list[_Pending] = []
         size = 0

@@ -40,12 +40,12 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from lazyd import wire
+from lazyd.protocol import wire
 from lazyd.daemon.control import handshakes
 from lazyd.daemon.runtime.era_lanes import EraRoute
-from lazyd.daemon.handoff.adopt import adoption
-from lazyd.daemon.handoff import kept as kept_store
-from lazyd.daemon.handoff.kept import Kept
+from lazyd.daemon.handoff.reclaim import adoption
+from lazyd.daemon.handoff import stored_sessions
+from lazyd.daemon.handoff.stored_sessions import Kept
 from lazyd.core.relay import jsonrpc as rpc
 from lazyd.daemon.handoff.ledger import Landing, Ledger, map_region, unmap
 from lazyd.daemon.handoff.outbox import ClientEnds, HandoffOutbox
@@ -53,11 +53,11 @@ from lazyd.daemon.upgrade.quiesce import GATE
 from lazyd.daemon.sessions.registry import Registry
 from lazyd.daemon.runtime.supervisor import ServerRuntime
 from lazyd.errors import NotAdopted, Refused
-from lazyd.frames import Hello, Refusal, Welcome
+from lazyd.protocol.frames import Hello, Refusal, Welcome
 from lazyd.handoff.recovery import Recovery
 from lazyd.handoff.recovery import error_line as lost_line
 from lazyd.handoff.region import LANDING_BYTES, LAYOUT, Region, region_problem, table_extent
-from lazyd.linepeek import EOF_WAIT_S, LineSplitter, too_long_answer
+from lazyd.protocol.linepeek import EOF_WAIT_S, LineSplitter, too_long_answer
 
 if TYPE_CHECKING:  # only a type here: the hub is loaded by its first session, not kept by every daemon
     from lazyd.daemon.hub.server import HubSession
@@ -112,7 +112,7 @@ def close_all(fds: list[int]) -> None:
 
 def take(hello: Hello, fds: list[int]) -> tuple[ClientEnds, int] | None:
     """The client's ends and the region from what came with `hello` (a hand-off, or an adoption:
-    lazyd/daemon/handoff/adopt.py), if the daemon can serve them; else None, with every descriptor
+    lazyd/daemon/handoff/reclaim.py), if the daemon can serve them; else None, with every descriptor
     closed (a hand-off then goes on with frames; an adoption is refused)."""
     offered = bool(hello.handoff) or hello.adopt is not None
     if not offered or len(fds) != PASSED_FDS:
@@ -150,7 +150,7 @@ class HandoffSession:
     def __init__(self, registry: Registry, stream: trio.SocketStream, pid: int, ends: ClientEnds,
                  region_fd: int, *, adopting: bool = False) -> None:
         """With `adopting`, the region is as a lost daemon left it: its recovery is written into
-        it first (adopt.py), or NotAdopted is raised with everything closed."""
+        it first (reclaim.py), or NotAdopted is raised with everything closed."""
         self.registry = registry
         self.stream = stream
         self.pid = pid  # the shim's
@@ -195,7 +195,7 @@ class HandoffSession:
         self.route: EraRoute | HubSession | None = None
         self.client_left = False
         self._peek = handshakes.PEEK_LINES
-        self.stored = False  # its names are in systemd's fd store (lazyd/daemon/handoff/kept.py)
+        self.stored = False  # its names are in systemd's fd store (lazyd/daemon/handoff/stored_sessions.py)
 
     def make_outbox(self, cid: int, pid: int, on_overflow: Callable[[], None]) -> HandoffOutbox:
         outbox = HandoffOutbox(cid, pid, on_overflow, self.ends, self.ledger)
@@ -206,14 +206,14 @@ class HandoffSession:
 
     async def run(self, hello: Hello, kept: Kept | None = None) -> None:
         """Open the session `hello` asks for, welcome it, and serve it until it ends. A session
-        `kept` in systemd's fd store across a crash (lazyd/daemon/handoff/kept.py) is adopted: it is
+        `kept` in systemd's fd store across a crash (lazyd/daemon/handoff/stored_sessions.py) is adopted: it is
         told nothing (its waiter takes any line for its cue to exit, and a refusal is its socket's
         close), and first gets what its recovery owes the client."""
         recovery = self.recovery
         if recovery is not None:
             hello.resume = recovery.carried.resume_lines()  # the handshake from the region
-        if kept is not None and kept_store.KEEPER is not None:
-            kept_store.KEEPER.given(kept)
+        if kept is not None and stored_sessions.KEEPER is not None:
+            stored_sessions.KEEPER.given(kept)
             self.stored = True
         try:
             try:
@@ -224,8 +224,8 @@ class HandoffSession:
                     self.close()  # before the socket's close: the shim's recovery reads the region next
                 if kept is None:
                     await self.stream.send_all(wire.encode(Refusal(exc.code, exc.message)))
-                elif kept_store.KEEPER is not None:
-                    kept_store.KEEPER.tally["let_go"] += 1
+                elif stored_sessions.KEEPER is not None:
+                    stored_sessions.KEEPER.tally["let_go"] += 1
                 return
             outbox = self.outbox
             assert outbox is not None
@@ -240,19 +240,19 @@ class HandoffSession:
                 log.info("session %d (%s): adopted from shim pid %d (kept by systemd across the crash); %d in-flight "
                          "request(s) answered with an error%s", outbox.cid, route.name, self.pid,
                          len(recovery.ids), ", a cut line ended" if recovery.finish is not None else "")
-            if kept is not None and kept_store.KEEPER is not None:
-                kept_store.KEEPER.tally["taken_back"] += 1
-            if not self.stored and kept_store.KEEPER is not None:
-                self.stored = kept_store.KEEPER.keep(self.pid, self.stream.socket.fileno(), self.ends)
+            if kept is not None and stored_sessions.KEEPER is not None:
+                stored_sessions.KEEPER.tally["taken_back"] += 1
+            if not self.stored and stored_sessions.KEEPER is not None:
+                self.stored = stored_sessions.KEEPER.keep(self.pid, self.stream.socket.fileno(), self.ends)
             await self._serve(route)
         finally:
             self.close()
 
     async def carry_on(self, route: EraRoute) -> None:
-        """Serve a session a predecessor daemon handed over at an upgrade (lazyd/daemon/upgrade/adopt.py):
+        """Serve a session a predecessor daemon handed over at an upgrade (lazyd/daemon/upgrade/inherit.py):
         no welcome, no handshake; the region holds what was in flight and the unrelayed input."""
         self._peek = 0
-        self.stored = kept_store.KEEPER is not None  # as the predecessor left it (it had the same store, or none)
+        self.stored = stored_sessions.KEEPER is not None  # as the predecessor left it (it had the same store, or none)
         try:
             await self._serve(route)
         finally:
@@ -279,10 +279,10 @@ class HandoffSession:
 
     def close(self) -> None:
         """Close the daemon's copies of the client's ends and its mapping of the region, with
-        the session's names out of the fd store first (lazyd/daemon/handoff/kept.py): the socket's
+        the session's names out of the fd store first (lazyd/daemon/handoff/stored_sessions.py): the socket's
         close that follows must reach the shim."""
-        if self.stored and kept_store.KEEPER is not None:
-            kept_store.KEEPER.drop(self.pid)
+        if self.stored and stored_sessions.KEEPER is not None:
+            stored_sessions.KEEPER.drop(self.pid)
         self.stored = False
         self.ends.close()
         if not self._map.closed:
@@ -414,7 +414,7 @@ class HandoffSession:
         self._relay(self.lines.feed(data))
 
     def _last_line(self) -> None:
-        """At EOF, a last line without its newline is still a line (lazyd/linepeek.py)."""
+        """At EOF, a last line without its newline is still a line (lazyd/protocol/linepeek.py)."""
         self.lines.cut = bool(self.lines.buffer) or self.lines.discarding
         self._relay(self.lines.finish())
 

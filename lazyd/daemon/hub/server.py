@@ -61,8 +61,8 @@ from lazyd.daemon.runtime.outbox import Outbox
 from lazyd.daemon.runtime.supervisor import ServerRuntime
 from lazyd.daemon.control.wake_sleep import sleep_and_wait, wake_and_wait
 from lazyd.daemon.process.tree import proc_table, tree_cpu_ticks, tree_members, tree_pss
-from lazyd.procfs import CLOCK_TICKS
-from lazyd.frames import Hello
+from lazyd.host.procfs import CLOCK_TICKS
+from lazyd.protocol.frames import Hello
 
 log = logging.getLogger("lazyd.hub")
 

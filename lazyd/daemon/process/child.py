@@ -42,7 +42,7 @@ from typing import Any, AsyncIterator
 
 import trio
 
-from lazyd import procfs
+from lazyd.host import procfs
 from lazyd.core import state_codec as sc
 from lazyd.daemon import fdlimit
 from lazyd.daemon.orphans import START_GATE
@@ -304,7 +304,7 @@ class ChildProcess:
     def take_over(cls, process: ProcessHandle, spec: SpawnSpec, ring: LogRing, pidfd: int, start_ticks: int,
                   nursery: trio.Nursery, *, stdout: bytes = b"") -> ChildProcess:
         """A process a predecessor daemon spawned, from the handle of it that
-        lazyd/daemon/upgrade/adopted.py checked: what the predecessor had read of its stdout and
+        lazyd/daemon/upgrade/inherited.py checked: what the predecessor had read of its stdout and
         not relayed (`stdout`, from `to_state`) is handed out first; its stderr pump and exit
         watcher run in `nursery`."""
         child = cls(process, spec, ring, pidfd, start_ticks)

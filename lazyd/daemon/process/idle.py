@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import trio
 
-from lazyd import procfs
+from lazyd.host import procfs
 
 __all__ = ["IDLE_BOUND_S", "IDLE_STEP_S", "wait_idle"]
 

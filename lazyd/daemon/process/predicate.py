@@ -14,10 +14,10 @@ from collections.abc import Callable, Mapping
 
 import trio
 
-from lazyd import procfs
+from lazyd.host import procfs
 from lazyd.config.load import WakePredicate
 from lazyd.daemon.orphans import START_GATE
-from lazyd.durations import format_duration
+from lazyd.config.durations import format_duration
 from lazyd.daemon import fdlimit
 from lazyd.daemon.systemd_env import scrubbed_environ
 

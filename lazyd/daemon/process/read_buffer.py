@@ -41,6 +41,6 @@ def read_into_shared(fd: int, size: int) -> tuple[mmap.mmap, int]:
 
 def release() -> None:
     """Give the buffer's pages back (they read as zeros until a read fills them again): what a
-    large line made resident is not kept once the large lines are over (lazyd/daemon/heap.py)."""
+    large line made resident is not kept once the large lines are over (lazyd/daemon/heap_trim.py)."""
     if _buffer is not None:
         _buffer.madvise(mmap.MADV_DONTNEED)

@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 import trio
 
-from lazyd.daemon.heap import TRIMMER
+from lazyd.daemon.heap_trim import TRIMMER
 from lazyd.daemon.process.child import ChildProcess
 
 __all__ = ["MAX_SERVER_BACKLOG_LINES", "MAX_SERVER_BACKLOG_BYTES", "MAX_WAITING_REQUESTS", "ServerInput"]

@@ -26,7 +26,7 @@ from collections.abc import Callable
 
 import trio
 
-from lazyd.daemon.heap import TRIMMER
+from lazyd.daemon.heap_trim import TRIMMER
 from lazyd.daemon.process.read_buffer import read_into_shared
 
 __all__ = ["StdoutReader"]

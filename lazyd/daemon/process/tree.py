@@ -1,6 +1,6 @@
 """A server's process tree as the kernel sees it: which processes belong to it, and their memory.
 
-Read from /proc in one pass (`proc_table`, lazyd/procfs.py), then gathered per server
+Read from /proc in one pass (`proc_table`, lazyd/host/procfs.py), then gathered per server
 (`tree_members`), so a status of many servers reads /proc once. A tree's memory is the sum of its
 processes' PSS (`tree_pss`): launchers (`npx`, `uvx`, `sh -c`) and the server they run share the
 pages of their binaries and libraries, which RSS would count once per process. PSS costs a walk of
@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from lazyd import procfs
-from lazyd.procfs import Stat
+from lazyd.host import procfs
+from lazyd.host.procfs import Stat
 
 ProcTable = dict[int, Stat]  # pid -> its /proc/<pid>/stat fields
 

@@ -3,7 +3,7 @@
 
 File names are an HMAC of the registration identity under a random per-user key kept in the state
 dir (mode 0600), so a file name reveals nothing about the environment (tokens) it was derived from
-and cannot be guessed by another user. Writes are atomic and durable (lazyd.privatefiles'
+and cannot be guessed by another user. Writes are atomic and durable (lazyd.host.privatefiles'
 writer); a file that cannot be read or parsed is ignored and rebuilt from the live server.
 """
 
@@ -17,7 +17,7 @@ from pathlib import Path
 from lazyd.core.relay import jsonrpc as rpc
 from lazyd.core.cache import Snapshot
 from lazyd.errors import StateFileError
-from lazyd.privatefiles import read_private, write_private
+from lazyd.host.privatefiles import read_private, write_private
 
 log = logging.getLogger("lazyd.store")
 
@@ -31,7 +31,7 @@ def load_or_create_secret(state_dir: Path) -> bytes:
     """The per-user identity key; created on first use.
 
     Raises StateFileError (one line naming the file and the fix) for a key that is not lazyd's
-    own (see lazyd.privatefiles) or not 32 bytes long: every cache file name is derived from
+    own (see lazyd.host.privatefiles) or not 32 bytes long: every cache file name is derived from
     it, so a daemon must not start with a key it cannot trust, nor silently replace one.
     """
     state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)

@@ -23,7 +23,7 @@ from typing import Any, Protocol
 from lazyd.config.load import Policy, WakePredicate
 from lazyd.core import state_codec as sc
 from lazyd.core.lifecycle import machine as lc
-from lazyd.core.eras.policy import EraSetting
+from lazyd.core.eras.choice import EraSetting
 from lazyd.core.relay.jsonrpc import JsonId
 from lazyd.core.relay.routing import SamplingPolicy
 from lazyd.core.sharing.modes import ShareSetting
@@ -53,7 +53,7 @@ class RuntimeConfig:
     wake: WakePredicate | None
     sampling_policy: SamplingPolicy
     share: ShareSetting
-    era: EraSetting = "auto"  # which protocol era its processes run in (lazyd/core/eras/policy.py)
+    era: EraSetting = "auto"  # which protocol era its processes run in (lazyd/core/eras/choice.py)
     memory_max: int | None = None  # bytes of PSS its tree may stay over (lazyd/core/memory.py)
 
     def to_state(self) -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """The processes of one registration, one per protocol era where the server needs it.
 
-The era policy (lazyd/core/eras/policy.py) decides, from a session's first request, which of a
+The era policy (lazyd/core/eras/choice.py) decides, from a session's first request, which of a
 registration's *lanes* (runtimes) serves it; this module carries that out:
 
 - `EraLanes` holds a registration's runtimes: the primary one (created with the registration)
@@ -26,7 +26,7 @@ from collections.abc import Awaitable, Callable
 import trio
 
 from lazyd.core.relay import jsonrpc as rpc
-from lazyd.core.eras.policy import Era, EraPolicy, Lane, LaneChoice, client_era, facts_of
+from lazyd.core.eras.choice import Era, EraPolicy, Lane, LaneChoice, client_era, facts_of
 from lazyd.core.relay.jsonrpc import Invalid, Kind, Message
 from lazyd.core.lifecycle.machine import PROCESS_STATES, State
 from lazyd.daemon.runtime.outbox import Outbox
@@ -57,7 +57,7 @@ class EraLanes:
         self._open_lane = open_lane
         self.opening: trio.Event | None = None  # set when the lane being opened is there
         self._pending = 0  # routes that have not chosen a lane yet (a share = false instance is not free)
-        self.on_change: Callable[[], None] = lambda: None  # the registry's status signal (changes.py)
+        self.on_change: Callable[[], None] = lambda: None  # the registry's status signal (status_signal.py)
         # A session left one of these runtimes (the registry stops a process of a session's own).
         self.on_detach: Callable[[ServerRuntime], None] = lambda runtime: None
         # Where a session of this registration goes once its compatibility key is known (its

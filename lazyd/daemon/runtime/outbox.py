@@ -4,7 +4,7 @@ The runtime, the hub and the era lanes deliver JSON-RPC lines (`deliver(line, do
 wire bytes: each kind of outbox turns them into what its reader takes, at its own boundary.
 
 - `ConnectionOutbox` is the outbox of one shim connection: it encodes each line as a `line` frame
-  (lazyd/wire.py) as it takes it, and the connection's writer task takes the frames out and
+  (lazyd/protocol/wire.py) as it takes it, and the connection's writer task takes the frames out and
   reports what it wrote (`sent`). When nothing is queued a frame is written straight into the
   socket, a task switch saved on the relay's hot path.
 - `LineOutbox` is the outbox of a session inside the daemon (a hub call's internal session): it
@@ -28,7 +28,7 @@ from typing import Protocol
 
 import trio
 
-from lazyd import wire
+from lazyd.protocol import wire
 from lazyd.core.relay.jsonrpc import JsonId
 
 log = logging.getLogger("lazyd.server")

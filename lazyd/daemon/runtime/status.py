@@ -11,7 +11,7 @@ import time
 
 import trio
 
-from lazyd.core.eras.policy import facts_of
+from lazyd.core.eras.choice import facts_of
 from lazyd.daemon.runtime.supervisor import ServerRuntime
 
 __all__ = ["runtime_status"]

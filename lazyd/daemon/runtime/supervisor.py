@@ -18,7 +18,7 @@ A runtime writes itself for a successor daemon (`to_state`, `secrets`) and is re
 (`from_state`): its configuration (lazyd/daemon/runtime/config.py), its relay core and lifecycle
 (their own state: lazyd/core/), the tool-policy gate's held calls, its process (its own state:
 lazyd/daemon/process/child.py) and small facts for status and the exit report. Rebuilt, it
-starts by taking its process over instead of `boot()` (lazyd/daemon/upgrade/adopted.py), and
+starts by taking its process over instead of `boot()` (lazyd/daemon/upgrade/inherited.py), and
 reads and writes it as if just spawned; a stop ladder that was under way begins again; a wake
 predicate that was running is killed and counted as timed out (its result would have come to the
 predecessor); a process that is gone by now is an exit like any other: whatever waited on it is
@@ -53,7 +53,7 @@ from lazyd.daemon.runtime.outbox import Outbox
 from lazyd.daemon.process.idle import wait_idle
 from lazyd.daemon.process.predicate import kill_left_predicate, run_predicate
 from lazyd.daemon.process.child import ChildProcess, spawn
-from lazyd.daemon.upgrade.adopted import HandedRuntime, adopt_child
+from lazyd.daemon.upgrade.inherited import HandedRuntime, adopt_child
 from lazyd.daemon.upgrade.quiesce import GATE
 from lazyd.daemon.runtime.config import LineGate, RuntimeConfig
 from lazyd.daemon.process.stdin import ServerInput
@@ -109,7 +109,7 @@ class ServerRuntime:
         # state, process or failure count happens; created only while someone waits (see
         # wait_changed), so the relay's hot path allocates nothing.
         self._changed: trio.Event | None = None
-        self.on_change: Callable[[], None] = lambda: None  # the registry's status signal (changes.py)
+        self.on_change: Callable[[], None] = lambda: None  # the registry's status signal (status_signal.py)
         self.last_exit: str | None = None
         self.started_wall: float | None = None  # when the current process became ready (wall)
         self.spawned_wall: float | None = None  # when the current process was started (wall)

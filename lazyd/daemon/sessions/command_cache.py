@@ -30,7 +30,7 @@ from lazyd.core.cache import Snapshot
 from lazyd.core.sharing.identity import Identity
 from lazyd.daemon.runtime.cache_store import CacheStore
 from lazyd.daemon.runtime.supervisor import ServerRuntime
-from lazyd.privatefiles import read_string_lists, write_private
+from lazyd.host.privatefiles import read_string_lists, write_private
 
 log = logging.getLogger("lazyd.registry")
 

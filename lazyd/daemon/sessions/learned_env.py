@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from lazyd.core.sharing.noise import Evidence, PerRunLearner
-from lazyd.privatefiles import read_json, write_private
+from lazyd.host.privatefiles import read_json, write_private
 
 log = logging.getLogger("lazyd.learned")
 

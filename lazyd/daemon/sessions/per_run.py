@@ -18,7 +18,7 @@ from typing import Protocol
 import trio
 
 from lazyd.core.sharing.identity import Identity, counted_for_learning, same_without
-from lazyd.daemon.changes import Changes
+from lazyd.daemon.status_signal import Changes
 from lazyd.daemon.connections.client_process import client_process, environment_names
 from lazyd.daemon.sessions.learned_env import LearnedEnv, SessionClient
 from lazyd.daemon.runtime.supervisor import ServerRuntime

@@ -43,7 +43,7 @@ import trio
 from lazyd.config.load import Config, Policy, ServerConfig, policy_with_options
 from lazyd.core import state_codec as sc
 from lazyd.core.cache import Snapshot
-from lazyd.core.eras.policy import Era
+from lazyd.core.eras.choice import Era
 from lazyd.core.sharing.identity import Identity, identity_for
 from lazyd.core.sharing.modes import SharingDecision, ShareSetting, decide_sharing
 from lazyd.daemon.sessions.sharing_gate import SharingGate, known_server
@@ -57,17 +57,17 @@ from lazyd.daemon.sessions.shebang import interpreter_of
 from lazyd.daemon.sessions.unnamed_identity import unnamed_identity, which as _which
 from lazyd.daemon.runtime.era_lanes import EraLanes, EraRoute
 from lazyd.daemon.runtime.cache_store import CacheStore
-from lazyd.daemon.changes import Changes
+from lazyd.daemon.status_signal import Changes
 from lazyd.daemon.process.command import SpawnSpec
 from lazyd.daemon.runtime.outbox import Outbox
 from lazyd.daemon.runtime.policy_gate import RuntimeGate
 from lazyd.daemon.runtime.config import RuntimeConfig, child_records, lifecycle_policy
 from lazyd.daemon.runtime.supervisor import ServerRuntime
-from lazyd.daemon.upgrade.adopted import state_fds
-from lazyd.envnames import parse_names
+from lazyd.daemon.upgrade.inherited import state_fds
+from lazyd.config.envnames import parse_names
 from lazyd.errors import AdoptionError, ConfigError, HubOptionError, Refused
-from lazyd.frames import Hello
-from lazyd.paths import Paths
+from lazyd.protocol.frames import Hello
+from lazyd.host.paths import Paths
 
 if TYPE_CHECKING:  # only a type here: the hub is loaded by its first session, not kept by every daemon
     from lazyd.daemon.hub.server import HubSession
@@ -117,7 +117,7 @@ class Registry:
         self.retiring: set[str] = set()  # duplicates being stopped (per_run.py)
         # Private instance digest -> the digest of the registration's own (base) identity.
         self._private_base: dict[str, str] = {}
-        self.changes = Changes()  # anything a status summary shows may have changed (changes.py)
+        self.changes = Changes()  # anything a status summary shows may have changed (status_signal.py)
         self.gate = SharingGate(self)  # which process a new session joins (sharing_gate.py)
 
     def note_client_line(self, line: bytes, peek: int, cid: int | None = None) -> int:

@@ -5,7 +5,7 @@ registered command line often does not (a wrapper script that `exec`s node, a gl
 an `npx` or `uvx` that starts the server as its child, `docker run IMAGE`). So when a process of a
 registration has answered its `initialize` (by then any wrapper has exec'd and any launcher has
 started the server), the daemon reads the command line of that process and its descendants
-(lazyd/procfs.py), resolves their paths, reads the `package.json` a node script lies in, and
+(lazyd/host/procfs.py), resolves their paths, reads the `package.json` a node script lies in, and
 names what ran (`tree_runs`). The names are kept by cache digest in `<state dir>/runs.json`, so
 the next daemon decides before any start, as the last one did after it; every new process of the
 registration is looked at again (a wrapper may have changed).
@@ -20,11 +20,11 @@ import posixpath
 from collections.abc import Iterable
 from pathlib import Path
 
-from lazyd import procfs
+from lazyd.host import procfs
 from lazyd.core.lifecycle.machine import State
 from lazyd.core.sharing.known_servers import names_a_server, tree_runs, what_runs
 from lazyd.daemon.runtime.supervisor import ServerRuntime
-from lazyd.privatefiles import read_string_lists, write_private
+from lazyd.host.privatefiles import read_string_lists, write_private
 
 log = logging.getLogger("lazyd.registry")
 

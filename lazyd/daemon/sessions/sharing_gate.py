@@ -34,7 +34,7 @@ from lazyd.core.sharing.known_servers import KnownServer, KnownServers, what_run
 from lazyd.core.lifecycle.machine import PROCESS_STATES, State
 from lazyd.core.sharing.join import Join, JoinChoice, join
 from lazyd.core.sharing.modes import SharingDecision, ShareSetting
-from lazyd.daemon.changes import Changes
+from lazyd.daemon.status_signal import Changes
 from lazyd.daemon.runtime.era_lanes import EraLanes
 from lazyd.daemon.runtime.supervisor import ServerRuntime
 

@@ -5,7 +5,7 @@ A connection is three things, and each is written as plain data (`ConnectionStat
 - **the descriptor**: the socket, inherited across the exec (same kernel object, same peer);
 - **the bytes in flight in each direction**: `inbound`, what was read from the peer and not yet
   handled (decoded frames waiting, re-encoded, then the start of an unfinished frame as the
-  decoder holds it, lazyd/wire.py `unconsumed`), which the successor decodes before it reads
+  decoder holds it, lazyd/protocol/wire.py `unconsumed`), which the successor decodes before it reads
   more; `outbound`, what was owed to the peer and not yet written, which it writes first. An
   upgrade drains the writers before it freezes (lazyd/daemon/upgrade/handover.py), so `outbound` is
   empty today; the field is what a connection whose writes cannot be drained would carry;
@@ -33,9 +33,9 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from lazyd import wire
+from lazyd.protocol import wire
 from lazyd.core import state_codec as sc
-from lazyd.frames import AnyFrame
+from lazyd.protocol.frames import AnyFrame
 
 if TYPE_CHECKING:
     from lazyd.daemon.runtime.era_lanes import EraRoute

@@ -15,7 +15,7 @@ from functools import partial
 
 import trio
 
-from lazyd import wire
+from lazyd.protocol import wire
 
 from lazyd.daemon.upgrade.connection_state import ConnectionState, Live
 from lazyd.daemon.connections.listener import ConnectionHandler, Frames
@@ -23,7 +23,7 @@ from lazyd.daemon.runtime.era_lanes import EraRoute
 from lazyd.daemon.handoff.session import HandoffSession
 from lazyd.daemon.runtime.outbox import ConnectionOutbox
 from lazyd.errors import WireError
-from lazyd.frames import Line
+from lazyd.protocol.frames import Line
 
 __all__ = ["serve_adopted", "serve_handed_off"]
 

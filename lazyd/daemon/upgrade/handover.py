@@ -40,7 +40,7 @@ from lazyd.config.load import load_config
 from lazyd.daemon.upgrade.connection_state import ConnectionState, Live, SessionState, inbound_bytes
 from lazyd.daemon.connections.listener import ConnectionHandler
 from lazyd.daemon.runtime.era_lanes import EraRoute
-from lazyd.daemon.handoff import kept
+from lazyd.daemon.handoff import stored_sessions
 from lazyd.daemon.handoff.outbox import HandoffOutbox
 from lazyd.daemon.runtime.outbox import ConnectionOutbox
 from lazyd.daemon.notify import Notifier
@@ -48,7 +48,7 @@ from lazyd.daemon.upgrade.quiesce import GATE
 from lazyd.daemon.sessions.registry import Registry
 from lazyd.daemon.upgrade.state import ENVELOPE_ENV, Envelope, state_path, write_secrets, write_state
 from lazyd.errors import ConfigError
-from lazyd.paths import Paths
+from lazyd.host.paths import Paths
 
 __all__ = ["Upgrader", "Lineage", "SETTLE_BOUND_S"]
 
@@ -166,7 +166,7 @@ class Upgrader:
                                                    b"", carried))
         state["connections"] = [c.to_json() for c in connections]
         state["lineage"] = {"started_at": self.lineage.started_at, "upgrades": self.lineage.upgrades}
-        state["fdstore"] = kept.stored_names()  # what the store holds stays there: the successor's budget counts it
+        state["fdstore"] = stored_sessions.stored_names()  # what the store holds stays there: the successor's budget counts it
         secrets_fd = write_secrets(secrets)
         inherit = [self.listener_fd, self.lock_fd, secrets_fd, *fds, *(c.fd for c in connections),
                    *(fd for c in connections for fd in c.fds)]

@@ -20,7 +20,7 @@ Three pieces, each with its own rule:
 - **The secrets** (`write_secrets`, `read_secrets`): what identifies and starts each server
   (command, arguments, working directory, environment, identity, wake predicate), in a sealed
   memfd the successor inherits: in memory only, never in a file. Under systemd the same memfd
-  goes to the file-descriptor store (lazyd/daemon/upgrade/fdstore.py), which is memory too.
+  goes to the file-descriptor store (lazyd/daemon/upgrade/stored_servers.py), which is memory too.
 """
 
 from __future__ import annotations
@@ -36,8 +36,8 @@ from typing import Any, Callable
 
 from lazyd.core import state_codec as sc
 from lazyd.errors import AdoptionError, StateFileError
-from lazyd.paths import Paths
-from lazyd.privatefiles import read_private, write_private
+from lazyd.host.paths import Paths
+from lazyd.host.privatefiles import read_private, write_private
 
 __all__ = ["ENVELOPE_ENV", "STATE_VERSION", "MIGRATIONS", "Envelope", "state_path",
            "write_state", "read_state", "write_secrets", "read_secrets", "encode_state"]

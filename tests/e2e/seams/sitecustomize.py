@@ -4,7 +4,7 @@ Not part of lazyd: lazyd and the shim read no test variable. A test that wants a
 process with this directory on PYTHONPATH (`SEAMS_PATH`, `seam_env()` in faults_support.py) and
 one of the variables below; Python imports this module at start-up, and it wraps the product's
 own functions before they run. Each variable is popped at once, so nothing the process starts
-inherits it (and a daemon never hands PYTHONPATH on: lazyd/daemonenv.py).
+inherits it (and a daemon never hands PYTHONPATH on: lazyd/host/daemonenv.py).
 
 In a daemon:
 
@@ -85,7 +85,7 @@ def _deadlines(seconds: float) -> None:
 def _upgrade_fault(kind: str) -> None:
     from lazyd.daemon.sessions import registry
     from lazyd.daemon.upgrade import handover, state
-    from lazyd.privatefiles import write_private
+    from lazyd.host.privatefiles import write_private
 
     if kind.startswith("version=") or kind == "corrupt":
         version = int(kind.partition("=")[2]) if kind != "corrupt" else state.STATE_VERSION

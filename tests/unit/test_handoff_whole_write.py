@@ -1,4 +1,4 @@
-"""How much the client's stdout surely takes whole (lazyd/daemon/handoff/room.py), held to the kernel.
+"""How much the client's stdout surely takes whole (lazyd/daemon/handoff/whole_write.py), held to the kernel.
 
 Testing policy: the bookkeeping is plain (sizes in, a bound out), and every bound it gives is
 tried on a real pipe or Unix socketpair: random walks of nonblocking writes and reads, in which each
@@ -16,7 +16,7 @@ import random
 import socket
 import termios
 
-from lazyd.daemon.handoff.room import MAX_TRACKED_WRITES, PAGE, PipeRoom, pages, socket_cost, socket_room
+from lazyd.daemon.handoff.whole_write import MAX_TRACKED_WRITES, PAGE, PipeRoom, pages, socket_cost, socket_room
 
 
 def unread(fd: int, request: int = termios.FIONREAD) -> int:

@@ -4,7 +4,7 @@ Whoever reads a client's stdin keeps a table of the requests in flight, so that 
 them if the daemon is lost: the shim itself on the frame path, the daemon on a hand-off session
 (lazyd/daemon/handoff/session.py, which records the table in the shared region). For that it needs each
 request's id (with its JSON type: 1 and "1" differ), which lines cancel what, and which are the
-handshake. A line is read as the relay core reads it (lazyd/jsonline.py: `json.loads`, nesting
+handshake. A line is read as the relay core reads it (lazyd/protocol/jsonline.py: `json.loads`, nesting
 bounded, the ids msgpack carries), so that a line the daemon refuses under a null id is never in
 flight here, and an id in flight is the one the daemon answers. Standard library only: the shim
 imports it at every client start.
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 
-from lazyd import jsonline
+from lazyd.protocol import jsonline
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs start-up time
 if TYPE_CHECKING:
@@ -31,7 +31,7 @@ EOF_WAIT_S = 60.0
 
 def id_key(value: object) -> IdKey | None:
     """A hashable key that keeps the JSON type of a request id; None for what is no id
-    (null, a boolean, a fraction, an integer beyond what msgpack carries: lazyd/jsonline.py)."""
+    (null, a boolean, a fraction, an integer beyond what msgpack carries: lazyd/protocol/jsonline.py)."""
     if not jsonline.valid_id(value):
         return None
     assert isinstance(value, (int, str))
@@ -235,7 +235,7 @@ class LineSplitter:
                 # past the C library's mmap threshold stays a mapping of its own, given back page
                 # by page as it shrinks and faulted in again as the next large line grows it,
                 # while a new one comes from the heap as the heap's rules are then
-                # (lazyd/heapkeep.py keeps it during a spell of large lines).
+                # (lazyd/host/heapkeep.py keeps it during a spell of large lines).
                 self.buffer = buffer = bytearray()
                 self._line(line, out)
             else:

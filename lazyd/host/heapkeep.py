@@ -9,7 +9,7 @@ first large line of a spell has the C library keep what it frees (`keep_freed(Tr
 threshold 128 MiB, and every buffer of a line up to the longest allowed, 16 MiB, from the heap),
 and the end of the spell, once no large line came for a quiet spell, sets glibc's defaults back
 and trims (`trim`): between spells the heap is as lean as before, and what a spell kept is given
-back. The daemon ends its spells from a trio task (lazyd/daemon/heap.py); the shim, with threads
+back. The daemon ends its spells from a trio task (lazyd/daemon/heap_trim.py); the shim, with threads
 and no event loop, from a thread of its own (`HeapSpell`). A no-op where the C library is not glibc.
 
 Standard library only (the shim imports it); ctypes is imported at the first large line, not at

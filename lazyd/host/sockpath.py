@@ -48,7 +48,7 @@ def login_runtime_dir(env: Mapping[str, str]) -> str | None:
     """``/run/user/<uid>`` when `env` has no usable ``XDG_RUNTIME_DIR`` and that directory is the
     user's as systemd-logind makes it (ours, 0700, under root-owned parents): the runtime dir a
     client that passes its servers no ``XDG_RUNTIME_DIR`` (Auggie, Codex) leaves a shim to find.
-    A daemon such a shim starts is given it as ``XDG_RUNTIME_DIR`` (lazyd/daemonenv.py), so that
+    A daemon such a shim starts is given it as ``XDG_RUNTIME_DIR`` (lazyd/host/daemonenv.py), so that
     it and its servers see the session's runtime dir as a terminal does. None otherwise."""
     xdg = env.get("XDG_RUNTIME_DIR", "")
     if xdg.startswith("/") and _private_dir_ok(xdg, missing_ok=True):
@@ -204,7 +204,7 @@ def record_daemon(env: Mapping[str, str], pid: int, socket: str) -> str | None:
     import json
 
     # Only the daemon writes records: the shim never pays for importing the writer.
-    from lazyd.privatefiles import write_private
+    from lazyd.host.privatefiles import write_private
 
     directory = discovery_dir(env)
     if directory is None:

@@ -13,7 +13,7 @@ library has no `malloc_trim` (not glibc). Other memory that large lines leave be
 at the same moment (`later`): a hand-off session's head pages (lazyd/daemon/handoff/ledger.py),
 which, given back after every large request, were faulted in again by the next one.
 
-While the large lines come, the C library keeps what they free (lazyd/heapkeep.py): the first
+While the large lines come, the C library keeps what they free (lazyd/host/heapkeep.py): the first
 large line of a spell tells it to, and the trim that ends the spell sets its defaults back first.
 """
 
@@ -24,7 +24,7 @@ from collections.abc import Callable
 import trio
 
 from lazyd.daemon.process import read_buffer
-from lazyd.heapkeep import LARGE_BYTES, QUIET_S, keep_freed, trim
+from lazyd.host.heapkeep import LARGE_BYTES, QUIET_S, keep_freed, trim
 
 __all__ = ["HeapTrimmer", "LARGE_BYTES", "QUIET_S", "TRIMMER"]
 

@@ -155,7 +155,7 @@ def test_a_daemon_killed_with_sigkill_and_restarted_with_its_fd_store_takes_its_
         assert "took over 1 servers from the fd store" in daemon_log
         assert "orphan sweep: killed" not in daemon_log
         # The connection itself died with the daemon: the shim reconnected, or the new daemon
-        # adopted its session from the store (lazyd/daemon/handoff/kept.py).
+        # adopted its session from the store (lazyd/daemon/handoff/stored_sessions.py).
         assert "reconnected" in shim_log(user_env) or "adopted from shim pid" in daemon_log
         # The new daemon still stops the server it took over, though it is not its child.
         second.send_signal(signal.SIGTERM)

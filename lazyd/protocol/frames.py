@@ -1,6 +1,6 @@
 """The frames of the lazyd wire protocol as typed objects (docs/protocol.md, "Frames").
 
-A frame is decoded once, at the wire boundary: lazyd/wire.py walks and unpacks the bytes, then
+A frame is decoded once, at the wire boundary: lazyd/protocol/wire.py walks and unpacks the bytes, then
 ``validate_frame`` checks the map field by field against the table below and builds one of these
 objects. Everything above the wire reads ``hello.opts``, never ``hello["opts"]``, and a frame of
 the wrong type is a type error (``isinstance``), not a misspelt string.
@@ -40,8 +40,8 @@ MAX_LINE_BYTES: int = 16 * 1024 * 1024
 # Above the TypeScript SDK's 10 MiB line limit, so any line a real peer sends fits.
 
 MAX_FRAME_BYTES: int = MAX_LINE_BYTES + 64 * 1024
-# A frame's body at most: one maximal line plus room for the frame's own fields (lazyd/wire.py
-# and lazyd/smallpack.py both hold frames to it).
+# A frame's body at most: one maximal line plus room for the frame's own fields (lazyd/protocol/wire.py
+# and lazyd/protocol/smallpack.py both hold frames to it).
 
 _NO_EXTRA: Mapping[str, Any] = type(type.__dict__)({})  # shared, and read-only so that it stays empty
 # type(type.__dict__) is types.MappingProxyType, as `types` itself defines it: importing `types`
@@ -396,7 +396,7 @@ def validate_frame(obj: object) -> AnyFrame:
 
 def validate_walked(obj: dict[str, Any]) -> AnyFrame:
     """``validate_frame`` for a map whose keys the msgpack header walk has already found to be str
-    at every depth (lazyd/wire.py's decode path): the frame table's checks, without that one again."""
+    at every depth (lazyd/protocol/wire.py's decode path): the frame table's checks, without that one again."""
     t = obj.get("t")
     if not isinstance(t, str):
         raise WireError("frame lacks a str field 't'")

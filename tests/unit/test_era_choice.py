@@ -1,4 +1,4 @@
-"""The era policy (lazyd/core/eras/policy.py) as properties over the facts, plus the spec's own rows.
+"""The era policy (lazyd/core/eras/choice.py) as properties over the facts, plus the spec's own rows.
 
 What the policy is fed: the `era` setting, what the snapshot recorded about the server (`Facts`),
 the era of the new client, and the registration's lanes (their era, whether busy). What must hold,
@@ -18,18 +18,7 @@ from hypothesis import strategies as st
 import pytest
 
 from lazyd.core.cache import Snapshot
-from lazyd.core.eras.policy import (
-    Era,
-    EraPolicy,
-    EraSetting,
-    Facts,
-    Kind,
-    Lane,
-    LaneChoice,
-    StartPlan,
-    client_era,
-    facts_of,
-)
+from lazyd.core.eras.choice import Era, EraPolicy, EraSetting, Facts, Kind, Lane, LaneChoice, StartPlan, client_era, facts_of
 from lazyd.core.eras.versions import CLIENT_INFO_META, PROTOCOL_VERSION_META
 
 # Hypothesis draws the facts and the lanes; each example is checked for every setting and client

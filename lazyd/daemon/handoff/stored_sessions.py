@@ -8,7 +8,7 @@ service manager a copy of the socket's daemon end and of the client's stdin and 
 holds them (`FDSTORE=1`, `FDNAME=hs-<shim pid>`, `-in`, `-out`; `-io` for one socket both ways).
 The manager holds them while the daemon is down, so the waiter's `read` never ends, and passes
 them to the restarted daemon (`LISTEN_FDS`), which takes each session back in place
-(lazyd/daemon/handoff/adopt.py), with the region the waiter's recovery command names
+(lazyd/daemon/handoff/reclaim.py), with the region the waiter's recovery command names
 (`--resume-handoff=FD`) and the adopting hello the shim left in a data memfd
 (shim/handoff.py's `hello_memfd`), both reopened through the waiter's /proc/PID/fd. Nothing runs
 in the waiter; the client only waits. (The client's ends are stored, not reopened the same way:
@@ -37,11 +37,11 @@ import stat
 import struct
 from dataclasses import dataclass, field
 
-from lazyd import wire
+from lazyd.protocol import wire
 from lazyd.daemon.handoff.outbox import ClientEnds
-from lazyd.daemon.upgrade.fdstore import FdStore
+from lazyd.daemon.upgrade.stored_servers import FdStore
 from lazyd.errors import ProtocolError
-from lazyd.frames import Hello
+from lazyd.protocol.frames import Hello
 
 __all__ = ["PREFIX", "Keeper", "Kept", "KEEPER", "take_kept", "reopen", "let_go", "set_keeper", "socket_name", "names",
            "store_status", "stored_names"]
@@ -103,7 +103,7 @@ class Keeper:
 
 
 KEEPER: Keeper | None = None
-# Set by the daemon at start when it has a store (lazyd/daemon/upgrade/fdstore.py: systemd, with
+# Set by the daemon at start when it has a store (lazyd/daemon/upgrade/stored_servers.py: systemd, with
 # LAZYD_FDSTORE=1); None otherwise, and every hand-off session then goes without.
 
 

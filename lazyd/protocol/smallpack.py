@@ -7,12 +7,12 @@ start about 2 ms, a fifth of `python -c pass`: its C extension is 1.6 MB to load
 (docs/benchmarks.md, "Warm start against the floor"). This module writes exactly the bytes
 `msgpack.packb(obj, use_bin_type=True)` writes for the types frames carry (nil, bools, ints, str,
 bin, arrays, maps), and reads a small body of those types back as `msgpack.unpackb` with
-lazyd/wire.py's options would. It decides nothing about a peer's bytes: what it cannot read
+lazyd/protocol/wire.py's options would. It decides nothing about a peer's bytes: what it cannot read
 (another type, a body over SMALL_BODY_BYTES, anything malformed) raises ValueError, and the caller
-hands the body to lazyd/wire.py, which decodes or refuses it as it does every other frame.
+hands the body to lazyd/protocol/wire.py, which decodes or refuses it as it does every other frame.
 
 Both directions are checked against msgpack itself (tests/unit/test_smallpack.py). Everything
-after the start (the frame relay, recovery, the daemon) speaks through lazyd/wire.py and msgpack.
+after the start (the frame relay, recovery, the daemon) speaks through lazyd/protocol/wire.py and msgpack.
 Standard library only, and nothing imported: this runs before anything else the shim loads.
 """
 
@@ -25,12 +25,12 @@ if TYPE_CHECKING:
 
 SMALL_BODY_BYTES = 4096
 # The largest body `unpack` reads. A welcome or a refusal is well under 1 KiB. With at most 4,096
-# bytes no container can pass lazyd/wire.py's count limits (each element takes a byte), so what
+# bytes no container can pass lazyd/protocol/wire.py's count limits (each element takes a byte), so what
 # this reads is what wire's bounded decoder would read; the depth is bounded below.
 
-MAX_DEPTH = 32  # as lazyd/wire.py's MAX_DEPTH: frames nest ~4 levels
+MAX_DEPTH = 32  # as lazyd/protocol/wire.py's MAX_DEPTH: frames nest ~4 levels
 
-HEADER_BYTES = 4  # a frame is a 4-byte big-endian body length, then the body (lazyd/wire.py)
+HEADER_BYTES = 4  # a frame is a 4-byte big-endian body length, then the body (lazyd/protocol/wire.py)
 
 
 # --- writing ---------------------------------------------------------------------------------------
@@ -48,7 +48,7 @@ def pack(obj: Any) -> bytes:
 
 def frame(fields: Mapping[str, Any], limit: int) -> bytes:
     """One length-prefixed frame of the map `fields`; ValueError for a body over `limit` bytes
-    (lazyd/frames.py's MAX_FRAME_BYTES), as lazyd/wire.py's `encode` refuses one."""
+    (lazyd/protocol/frames.py's MAX_FRAME_BYTES), as lazyd/protocol/wire.py's `encode` refuses one."""
     body = pack(fields)
     if len(body) > limit:
         raise ValueError(f"frame of {len(body)} bytes exceeds MAX_FRAME_BYTES ({limit})")
@@ -121,7 +121,7 @@ def _int(n: int) -> bytes:
 
 def unpack(body: bytes) -> dict[str, Any]:
     """The map that `body`, a whole frame body, holds; ValueError where this module cannot say
-    (see the module docstring): the caller then asks lazyd/wire.py."""
+    (see the module docstring): the caller then asks lazyd/protocol/wire.py."""
     if len(body) > SMALL_BODY_BYTES:
         raise ValueError("not a small body")
     reader = _Reader(body)

@@ -32,7 +32,8 @@ from typing import Any
 
 import trio
 
-from lazyd import procfs, wire
+from lazyd.host import procfs
+from lazyd.protocol import wire
 from lazyd.core import state_codec as sc
 from lazyd.daemon.handoff import session as handoff
 from lazyd.daemon.upgrade.connections import serve_adopted, serve_handed_off
@@ -42,7 +43,7 @@ from lazyd.daemon import orphans
 from lazyd.daemon.runtime.era_lanes import EraRoute
 from lazyd.daemon.handoff.session import HandoffSession
 from lazyd.daemon.handoff.outbox import ClientEnds
-from lazyd.daemon.upgrade.fdstore import SECRETS_NAME, FdStore, rewire, standby_path
+from lazyd.daemon.upgrade.stored_servers import SECRETS_NAME, FdStore, rewire, standby_path
 from lazyd.daemon.runtime.outbox import ConnectionOutbox, Outbox
 from lazyd.daemon.process.child import STDIN_EOF_GRACE_S, TERM_GRACE_S
 from lazyd.daemon.upgrade.quiesce import GATE
@@ -50,7 +51,7 @@ from lazyd.daemon.sessions.registry import Registry
 from lazyd.daemon.upgrade.handover import Lineage
 from lazyd.daemon.upgrade.state import ENVELOPE_ENV, Envelope, read_secrets, read_state
 from lazyd.errors import AdoptionError
-from lazyd.frames import Reply
+from lazyd.protocol.frames import Reply
 
 __all__ = ["take_envelope", "adopt", "adopt_stored", "REAP_WAIT_S"]
 
@@ -246,7 +247,7 @@ async def _ladder(pid: int, ticks: int) -> None:
 async def adopt_stored(stored: dict[str, int], registry: Registry, lock: Path, state_dir: Path,
                        lineage: Lineage) -> bool:
     """After a crash under systemd: take over the servers whose pipes the fd store gave back
-    (lazyd/daemon/upgrade/fdstore.py), then sweep the rest as after any crash. False when nothing could
+    (lazyd/daemon/upgrade/stored_servers.py), then sweep the rest as after any crash. False when nothing could
     be taken over (the caller boots as usual); never raises for what was stored."""
     secrets_fd = stored.pop(SECRETS_NAME, None)
     procs: list[list[int]] = []

@@ -2,7 +2,7 @@
 
 After an upgrade the new daemon is the same process (exec keeps the pid), so the servers are
 still its children: it reaps them and learns how they ended, as it would its own. After a crash
-under systemd (lazyd/daemon/upgrade/fdstore.py) the restarted daemon is a new process: the servers were
+under systemd (lazyd/daemon/upgrade/stored_servers.py) the restarted daemon is a new process: the servers were
 re-parented to the user manager, which reaps them; the daemon still watches each through a pidfd
 and stops it by its process group, but an exit status it cannot learn is reported as unknown.
 
@@ -27,7 +27,7 @@ from typing import Any
 
 import trio
 
-from lazyd import procfs
+from lazyd.host import procfs
 from lazyd.core import state_codec as sc
 from lazyd.daemon.process.command import SpawnSpec
 from lazyd.daemon.process.stderr_log import LogRing

@@ -1,4 +1,4 @@
-"""Hand-off sessions kept in systemd's fd store (lazyd/daemon/handoff/kept.py): what is stored and
+"""Hand-off sessions kept in systemd's fd store (lazyd/daemon/handoff/stored_sessions.py): what is stored and
 removed, how what comes back is grouped, and how a kept session is reopened from its waiter.
 
 Testing policy: the store is a real datagram socket read by the test (what systemd's notify socket
@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from lazyd.daemon.handoff import kept
+from lazyd.daemon.handoff import stored_sessions
 from lazyd.daemon.handoff.outbox import ClientEnds
-from lazyd.daemon.upgrade.fdstore import FdStore
-from lazyd.frames import Hello
+from lazyd.daemon.upgrade.stored_servers import FdStore
+from lazyd.protocol.frames import Hello
 from lazyd.handoff.region import LAYOUT
 
 STEP_S = 10.0
@@ -64,7 +64,7 @@ def same_file(a: int, b: int) -> bool:
 
 async def test_a_handed_off_session_stores_its_socket_and_both_client_pipes_unpolled_and_drops_exactly_those(
         store: Store) -> None:
-    keeper = kept.Keeper(FdStore(store.path))
+    keeper = stored_sessions.Keeper(FdStore(store.path))
     shim_a, shim_b = socket.socketpair()
     stdin_r, stdin_w = os.pipe2(os.O_NONBLOCK)  # as the shim passes them (shim/handoff.py)
     stdout_r, stdout_w = os.pipe2(os.O_NONBLOCK)
@@ -90,7 +90,7 @@ async def test_a_handed_off_session_stores_its_socket_and_both_client_pipes_unpo
 
 
 async def test_one_socket_both_ways_is_stored_once_since_the_store_keeps_a_description_once(store: Store) -> None:
-    keeper = kept.Keeper(FdStore(store.path))
+    keeper = stored_sessions.Keeper(FdStore(store.path))
     shim_a, shim_b = socket.socketpair()
     client, other = socket.socketpair()
     ends = ClientEnds(os.dup(client.fileno()), os.dup(client.fileno()))
@@ -107,15 +107,15 @@ async def test_one_socket_both_ways_is_stored_once_since_the_store_keeps_a_descr
 
 
 def test_a_session_carried_over_by_an_upgrade_drops_every_name_it_may_have(store: Store) -> None:
-    kept.Keeper(FdStore(store.path)).drop(99)
-    assert [m["FDNAME"] for m, _ in store.messages()] == kept.names(99)
+    stored_sessions.Keeper(FdStore(store.path)).drop(99)
+    assert [m["FDNAME"] for m, _ in store.messages()] == stored_sessions.names(99)
 
 
 def test_what_the_store_gives_back_is_grouped_by_session_and_the_servers_names_are_left() -> None:
     fds = [os.open(os.devnull, os.O_RDONLY) for _ in range(6)]
     given = {"srv-abc-12-in": fds[0], "lazyd-secrets": fds[1], "hs-12": fds[2], "hs-12-in": fds[3],
              "hs-13": fds[4], "hs-x-in": fds[5]}
-    sessions = kept.take_kept(given)
+    sessions = stored_sessions.take_kept(given)
     try:
         assert given == {"srv-abc-12-in": fds[0], "lazyd-secrets": fds[1]}
         assert sorted((s.pid, s.names) for s in sessions) == [(12, ["hs-12", "hs-12-in"]), (13, ["hs-13"])]
@@ -130,7 +130,7 @@ def test_what_the_store_gives_back_is_grouped_by_session_and_the_servers_names_a
 
 DOUBLED = """
 import os
-from lazyd.daemon.upgrade.fdstore import stored_fds
+from lazyd.daemon.upgrade.stored_servers import stored_fds
 for at in (4, 5, 6):  # what systemd passes after the socket at 3
     os.dup2(os.open(os.devnull, os.O_RDONLY), at)
 got = stored_fds({"LISTEN_FDNAMES": "lazyd.socket:hs-1:hs-1:hs-2"}, 4)
@@ -155,7 +155,7 @@ def test_a_name_the_store_gives_twice_is_left_out_with_both_copies_closed() -> N
 SHELL = """
 import os, socket, sys
 from lazyd.handoff.region import create_region
-from lazyd.frames import Hello
+from lazyd.protocol.frames import Hello
 from shim.handoff import hello_memfd
 s = socket.socket(socket.AF_UNIX)
 s.connect(sys.argv[1])
@@ -192,10 +192,10 @@ def shell(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], socket.sock
         listener.close()
 
 
-def pipes_for(pid: int) -> tuple[kept.Kept, list[int]]:
+def pipes_for(pid: int) -> tuple[stored_sessions.Kept, list[int]]:
     stdin_r, stdin_w = os.pipe()
     stdout_r, stdout_w = os.pipe()
-    return kept.Kept(pid, {f"hs-{pid}-in": stdin_r, f"hs-{pid}-out": stdout_w}), [stdin_w, stdout_r]
+    return stored_sessions.Kept(pid, {f"hs-{pid}-in": stdin_r, f"hs-{pid}-out": stdout_w}), [stdin_w, stdout_r]
 
 
 def test_a_kept_session_is_reopened_with_its_shells_hello_and_region_and_the_client_ends_that_came_back(
@@ -203,7 +203,7 @@ def test_a_kept_session_is_reopened_with_its_shells_hello_and_region_and_the_cli
     proc, conn, region = shell
     session, others = pipes_for(proc.pid)
     stdin_r, stdout_w = session.fds[f"hs-{proc.pid}-in"], session.fds[f"hs-{proc.pid}-out"]
-    found = kept.reopen(session, conn.fileno())
+    found = stored_sessions.reopen(session, conn.fileno())
     assert not isinstance(found, str), found
     hello, fds = found
     try:
@@ -219,12 +219,12 @@ def test_a_kept_session_whose_shell_is_gone_or_another_process_is_not_reopened(
         shell: tuple[subprocess.Popen[bytes], socket.socket, int]) -> None:
     proc, conn, _ = shell
     session, others = pipes_for(proc.pid + 1)  # the name says another pid than the socket's peer
-    assert "peer is pid" in str(kept.reopen(session, conn.fileno()))
+    assert "peer is pid" in str(stored_sessions.reopen(session, conn.fileno()))
     session.close()
     proc.kill()
     proc.wait()
     session, more = pipes_for(proc.pid)
-    assert kept.reopen(session, conn.fileno()) == "its waiter is gone"
+    assert stored_sessions.reopen(session, conn.fileno()) == "its waiter is gone"
     assert len(session.fds) == 2  # nothing taken: the caller closes them
     session.close()
     for fd in [*others, *more]:
@@ -236,7 +236,7 @@ def test_a_kept_session_missing_a_client_end_is_not_reopened(
     proc, conn, _ = shell
     session, others = pipes_for(proc.pid)
     os.close(session.fds.pop(f"hs-{proc.pid}-out"))
-    found = kept.reopen(session, conn.fileno())
+    found = stored_sessions.reopen(session, conn.fileno())
     assert isinstance(found, str) and "did not come back" in found, found
     for fd in others:
         os.close(fd)
@@ -244,8 +244,8 @@ def test_a_kept_session_missing_a_client_end_is_not_reopened(
 
 async def test_a_session_that_does_not_fit_the_store_s_budget_is_not_stored_at_all(store: Store,
                                                                                    caplog: pytest.LogCaptureFixture) -> None:
-    # The budget keeps the store under the soft limit systemd passes it below (fdstore.py).
-    keeper = kept.Keeper(FdStore(store.path, budget=4))
+    # The budget keeps the store under the soft limit systemd passes it below (stored_servers.py).
+    keeper = stored_sessions.Keeper(FdStore(store.path, budget=4))
     pairs = [socket.socketpair() for _ in range(2)]
     pipes = [os.pipe2(os.O_NONBLOCK) for _ in range(4)]
     ends = [ClientEnds(pipes[0][0], pipes[1][1]), ClientEnds(pipes[2][0], pipes[3][1])]

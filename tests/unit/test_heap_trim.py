@@ -1,12 +1,12 @@
 """The heap is trimmed once after each spell of large lines, never while they keep coming
-(lazyd/daemon/heap.py). trio's autojump clock: the quiet spell is checked exactly, without waiting."""
+(lazyd/daemon/heap_trim.py). trio's autojump clock: the quiet spell is checked exactly, without waiting."""
 
 from __future__ import annotations
 
 import trio
 import trio.testing
 
-from lazyd.daemon.heap import LARGE_BYTES, QUIET_S, HeapTrimmer
+from lazyd.daemon.heap_trim import LARGE_BYTES, QUIET_S, HeapTrimmer
 
 
 async def test_one_trim_follows_a_quiet_spell_after_large_lines_and_small_lines_never_cause_one(

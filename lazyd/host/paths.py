@@ -3,7 +3,7 @@
 Rules, so that the daemon, ``lazyctl`` and the shim agree on the socket without talking:
 
 - The socket is ``LAZYD_SOCKET`` if set, else ``<runtime base>/lazyd/lazyd.sock``, the runtime
-  base being ``lazyd.sockpath.runtime_dir``: ``platformdirs.user_runtime_dir()``'s rule, written
+  base being ``lazyd.host.sockpath.runtime_dir``: ``platformdirs.user_runtime_dir()``'s rule, written
   out without platformdirs because the shim, which must start fast, resolves it too. One
   implementation for all three, and a test holds it to platformdirs' own answer.
 - An explicit ``socket_override`` (the daemon's ``--socket``) beats ``LAZYD_SOCKET``.
@@ -17,7 +17,7 @@ Rules, so that the daemon, ``lazyctl`` and the shim agree on the socket without 
 
 The process environment is the one consulted, as platformdirs consults it: a daemon and a lazyctl
 resolve their own paths. The filesystem is only looked at (lstat, access), never changed.
-Whatever is chosen must still be validated before use, see ``lazyd.privatefiles.ensure_private_dir``
+Whatever is chosen must still be validated before use, see ``lazyd.host.privatefiles.ensure_private_dir``
 (the temp fallback is a predictable name others can squat).
 
 platformdirs is not the standard library: this module is for the daemon and lazyctl, never the
@@ -30,7 +30,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from lazyd import sockpath
+from lazyd.host import sockpath
 from lazyd.errors import SetupError
 
 __all__ = ["APP_NAME", "SOCKET_ENV", "MAX_START_RECORD_BYTES", "Paths", "resolve_paths", "start_record_path"]

@@ -1,7 +1,7 @@
 """Adoption: the daemon takes back, in place, a hand-off session whose previous daemon was lost.
 
 Under systemd a hand-off session's descriptors outlive a `kill -9` of the daemon in the fd store
-(lazyd/daemon/handoff/kept.py): the restarted daemon gets the client's stdin, stdout and the shim's
+(lazyd/daemon/handoff/stored_sessions.py): the restarted daemon gets the client's stdin, stdout and the shim's
 socket back, reopens the region *as the lost daemon left it* and reads the adopting hello (whose
 `adopt` names the region's layout, docs/protocol.md, "Adoption") through the waiter's /proc/PID/fd.
 The daemon then does what the shim's own recovery does (lazyd/handoff/recovery.py decides it for

@@ -66,7 +66,7 @@ def ensure_private_dir(
     umask may have taken owner bits away.
     """
     path = Path(os.path.abspath(path))
-    # Named with the effective uid, as lazyd.paths (and platformdirs) name it.
+    # Named with the effective uid, as lazyd.host.paths (and platformdirs) name it.
     if path.parent.name == f"runtime-{os.geteuid()}":
         _ensure_dir(path.parent, create_parents=create_parents, what=what)
     _ensure_dir(path, create_parents=create_parents, what=what)

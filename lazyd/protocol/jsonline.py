@@ -1,6 +1,6 @@
 """A JSON-RPC line as every reader in lazyd reads it: `json.loads`, a bound on nesting, the ids taken.
 
-The shim reading its client's stdin (lazyd/linepeek.py), the relay core (lazyd/core/relay/jsonrpc.py)
+The shim reading its client's stdin (lazyd/protocol/linepeek.py), the relay core (lazyd/core/relay/jsonrpc.py)
 and through it a hand-off session's ledger read a line with `read` here, so that no two of them can
 differ on what a line says: the object `json.loads` gives (the last of repeated keys wins), or a
 refusal. Standard library only: the shim imports it on the frame path.

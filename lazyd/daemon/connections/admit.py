@@ -21,11 +21,11 @@ import os
 
 import trio
 
-from lazyd import wire
+from lazyd.protocol import wire
 from lazyd.core.admission import Admission
 from lazyd.daemon.connections.refusals import Refusals
 from lazyd.daemon.runtime_dir import peer_credentials
-from lazyd.frames import Refusal
+from lazyd.protocol.frames import Refusal
 
 log = logging.getLogger("lazyd.conn")
 

@@ -1,10 +1,10 @@
 """The lazyd wire protocol: frames between the shim, lazyctl and the daemon (docs/protocol.md).
 
 This module owns the byte format and nothing else: encoding frames, decoding them from untrusted
-bytes with bounded memory into the typed frames of lazyd/frames.py (which checks each frame
+bytes with bounded memory into the typed frames of lazyd/protocol/frames.py (which checks each frame
 type's fields), and two blocking helpers for the clients that do not use trio (the shim and
 lazyctl). It imports only the standard library and msgpack, because the shim imports it on every
-client start. Where the socket is: lazyd/sockpath.py.
+client start. Where the socket is: lazyd/host/sockpath.py.
 
 Errors (lazyd/errors.py)::
 
@@ -35,11 +35,11 @@ from collections import deque
 import msgpack
 
 from lazyd.errors import WireError
-from lazyd.frames import MAX_FRAME_BYTES as MAX_FRAME_BYTES  # a frame's body at most, re-exported likewise
-from lazyd.frames import MAX_LINE_BYTES as MAX_LINE_BYTES  # the frames' limit, re-exported for byte-level callers
-from lazyd.frames import WIRE_VERSION as WIRE_VERSION  # ditto: every hello and welcome carries it
-from lazyd.frames import AnyFrame, Frame, Line
-from lazyd.frames import validate_walked as validate_walked  # found by this name at each call (the fuzz counts them)
+from lazyd.protocol.frames import MAX_FRAME_BYTES as MAX_FRAME_BYTES  # a frame's body at most, re-exported likewise
+from lazyd.protocol.frames import MAX_LINE_BYTES as MAX_LINE_BYTES  # the frames' limit, re-exported for byte-level callers
+from lazyd.protocol.frames import WIRE_VERSION as WIRE_VERSION  # ditto: every hello and welcome carries it
+from lazyd.protocol.frames import AnyFrame, Frame, Line
+from lazyd.protocol.frames import validate_walked as validate_walked  # found by this name at each call (the fuzz counts them)
 
 # Not `from typing import TYPE_CHECKING`: the shim imports this module on every client start and
 # typing costs milliseconds there; mypy treats any name TYPE_CHECKING as true.
@@ -347,7 +347,7 @@ class BlockingFrameReader:
     """Read frames from a blocking socket. Honours the socket's timeout (raises TimeoutError)."""
 
     def __init__(self, sock: socket.socket, received: bytes = b"") -> None:
-        """`received`: bytes already read from `sock` (after a frame lazyd/smallpack.py read),
+        """`received`: bytes already read from `sock` (after a frame lazyd/protocol/smallpack.py read),
         which come first."""
         self._sock = sock
         self._decoder = FrameDecoder()
