@@ -325,8 +325,13 @@ def test_text_without_a_file_is_named_config_toml_in_errors() -> None:
         parse_config_text('[defaults]\nlinger = "x"\n', {}, None)
 
 
-def test_a_config_error_is_always_one_line() -> None:
-    assert str(ConfigError("a\nb\r\nc")) == "a\\nb\\r\\nc"
+def test_a_config_error_is_one_line_even_when_the_files_path_holds_line_breaks() -> None:
+    odd = Path("/home/u/odd\ndir\r/config.toml")
+    for text in ('[defaults]\nlinger = "x"\n', "[defaults\n"):  # a bad value, then TOML the parser refuses
+        with pytest.raises(ConfigError) as caught:
+            parse_config_text(text, ENVIRON, odd)
+        assert str(caught.value).startswith("/home/u/odd\\ndir\\r/config.toml: ")
+        assert "\n" not in str(caught.value) and "\r" not in str(caught.value)
 
 
 # ---- the file: trust, kind, size -------------------------------------------------------------

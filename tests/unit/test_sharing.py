@@ -99,8 +99,8 @@ def test_auto_gives_one_process_per_session_to_a_server_whose_tools_look_statefu
 ])
 def test_innocent_tool_names_never_share_a_server_nothing_else_says_is_shareable(tools: list[str]) -> None:
     d = decide_sharing("auto", snapshot(tools), looked=True)
-    assert (d.mode, d.rule, d.source, d.shared) == ("isolated", NOT_KNOWN_RULE, "unknown", False)
-    assert NOT_KNOWN_RULE == "auto: isolated (not known to be shareable)"
+    assert (d.mode, d.rule, d.source, d.shared) == ("isolated", "auto: isolated (not known to be shareable)",
+                                                   "unknown", False)  # the words `lazyctl status` shows
 
 
 def test_a_server_nothing_is_known_about_yet_is_undecided_until_it_answered_and_its_tree_was_looked_at() -> None:
