@@ -117,8 +117,6 @@ def load(roots: Mapping[str, Path]) -> dict[str, Module]:
     found: dict[str, tuple[Path, str, ast.Module]] = {}
     for package, root in roots.items():
         for path in sorted(root.rglob("*.py")):
-            if "__pycache__" in path.parts:
-                continue
             source = path.read_text()
             found[module_name(package, root, path)] = (path, source, ast.parse(source, str(path)))
     modules: dict[str, Module] = {}
@@ -155,9 +153,8 @@ def follow(dotted: str, modules: Mapping[str, Module], hops: int = 0) -> str:
 
 def _definitions(tree: ast.Module) -> tuple[set[str], set[str]]:
     """The classes a module defines (at any depth), and the private names it defines: its defs and
-    classes, its module and class level names (dataclass fields included), the names in a
-    `__slots__`, and those set with setattr or object.__setattr__ and a literal name. The
-    attributes a method assigns on its own `self` or `cls` are added by the collector, which
+    classes, its module and class level names (dataclass fields included) and the names in a
+    `__slots__`. The attributes a method assigns on its own `self` or `cls` are added by the collector, which
     knows the scopes (`obj._x = ...` on another object defines nothing)."""
     classes: set[str] = set()
     out: set[str] = set()
@@ -189,21 +186,7 @@ def _definitions(tree: ast.Module) -> tuple[set[str], set[str]]:
                 out.add(node.name)
             if isinstance(node, ast.ClassDef):
                 classes.add(node.name)
-        elif isinstance(node, ast.Call) and (name := _setattr_name(node)) is not None:
-            out.add(name)
     return classes, out
-
-
-def _setattr_name(call: ast.Call) -> str | None:
-    """The literal private name of `setattr(obj, "_x", v)` / `object.__setattr__(obj, "_x", v)`."""
-    func = call.func
-    named = (isinstance(func, ast.Name) and func.id == "setattr") or (
-        isinstance(func, ast.Attribute) and func.attr == "__setattr__")
-    if named and len(call.args) >= 2 and isinstance(call.args[1], ast.Constant):
-        value = call.args[1].value
-        if isinstance(value, str) and is_private(value):
-            return value
-    return None
 
 
 # --- scopes -------------------------------------------------------------------------------------------

@@ -67,7 +67,7 @@ class Text:
 PATH = re.compile(
     r"(?<![\w./~$@-])((?:%s)/[\w.*{},/-]*)(::[\w\[\]-]+(?:::[\w\[\]-]+)?)?" % "|".join(ROOTS)
 )
-BARE_PY = re.compile(r"(?<![\w./{,*-])([A-Za-z_][\w*]*\.py)(::[\w\[\]-]+(?:::[\w\[\]-]+)?)?(?![\w/])")
+BARE_PY = re.compile(r"(?<![\w./{,*-])([A-Za-z_]\w*\.py)(::[\w\[\]-]+(?:::[\w\[\]-]+)?)?(?![\w/])")
 CONTINUED_TEST = re.compile(r"`::(\w+)")  # `::test_b` after a test file's `::test_a`: the same file
 QUOTE = r"[\"“]([^\"”\n]+)[\"”]"
 MD = r"((?:[\w.-]+/)*[\w.-]+\.md)"
@@ -293,7 +293,7 @@ def bare_names(text: Text, repo: Path, report: Report) -> list[tuple[int, str]]:
         name = match.group(1)
         if name in GENERIC_NAMES:
             continue
-        candidates = _glob_names(name, basenames(repo))
+        candidates = list(basenames(repo).get(name, ()))
         project = [p for p in candidates if p.startswith(("lazyd/", "shim/"))]
         tests = [p for p in candidates if p.startswith("tests/")]
         if not candidates:
@@ -413,13 +413,6 @@ def outside(text: Text, repo: Path, report: Report) -> None:
     for match in EXTERNAL.finditer(text.body):
         report(match.start(), "external", match.group(0),
                "a shared team document, not part of the product: cite the project doc that says it, or the fact")
-
-
-def _glob_names(name: str, names: dict[str, tuple[str, ...]]) -> list[str]:
-    if "*" not in name:
-        return list(names.get(name, ()))
-    pattern = re.compile(re.escape(name).replace(r"\*", r"[\w]*") + "$")
-    return sorted(p for n, paths in names.items() if pattern.match(n) for p in paths)
 
 
 # --- the texts of the repository -------------------------------------------------------------------

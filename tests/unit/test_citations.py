@@ -201,8 +201,6 @@ def test_a_module_named_by_its_dotted_name_must_exist_and_define_the_name_after_
     assert kinds("`lazyd.core.relay_base.forward`") == ["name"]
     assert kinds("`lazyd.core.relay.core.RelayCore.from_state`") == []
     assert kinds("`lazyd.core.relay.core.RelayCore.from_snapshot`") == ["name"]
-    assert kinds("`lazyd.core.relay.core.RelayCore.from_state`") == []
-    assert kinds("`lazyd.core.relay.core.RelayCore.from_snapshot`") == ["name"]
 
 
 # --- docs/reliability.md: each guarantee with the test that proves it ---------------------------

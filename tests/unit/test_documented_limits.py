@@ -1,10 +1,6 @@
 """Every limit the docs state a number for: the sentence is in the docs, and the code's constant is
-that number, written here as a literal.
-
-The flood, backlog and size tests elsewhere assert against the same literal numbers (not against
-the constants), so a constant changed without its docs fails here and there; this module is the
-one place that compares a constant with the documented number.
-"""
+that number. One table, so that a constant changed without its docs, or docs changed without the
+code, fails here."""
 
 from __future__ import annotations
 

@@ -44,23 +44,6 @@ def test_every_module_and_package_is_a_row_of_the_map_exactly_once_and_every_row
     assert [row for row, count in rows.items() if count > 1] == [], "listed more than once"
 
 
-def test_each_room_of_the_map_holds_only_its_own_package_and_modules() -> None:
-    text = modulemap.committed((REPO / modulemap.DOC).read_text())
-    for room, body in re.findall(r"^### `([^`]+)/`\n(.*?)(?=^### |\Z)", text, re.MULTILINE | re.DOTALL):
-        for row in ROW.findall(body):
-            assert row == f"{room}/" or row.rsplit("/", 1)[0] == room, (room, row)
-
-
-def test_the_rooms_come_bottom_up_config_above_the_core_and_the_shim_last() -> None:
-    order = [room.package for room in modulemap.rooms()]
-    floors = [package for package in order if package in modulemap.FLOORS]
-    assert floors == list(modulemap.FLOORS)
-    assert order.index("lazyd/core/relay") < order.index("lazyd/config") < order.index("lazyd/daemon")
-    # A room's rooms follow it, in the order its docstring lists them.
-    assert order[order.index("lazyd/core") + 1: order.index("lazyd/core") + 6] == [
-        "lazyd/core/relay", "lazyd/core/eras", "lazyd/core/lifecycle", "lazyd/core/hub", "lazyd/core/sharing"]
-
-
 # --- the writer, on a scratch tree -------------------------------------------------------------
 
 def scratch(tmp_path: Path, files: dict[str, str]) -> Path:
