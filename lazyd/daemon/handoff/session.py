@@ -241,8 +241,8 @@ class HandoffSession:
             self.close()
 
     async def carry_on(self, route: EraRoute) -> None:
-        """Serve a session a predecessor daemon handed over at an upgrade (lazyd/daemon/upgrade/inherit.py):
-        no welcome, no handshake; the region holds what was in flight and the unrelayed input."""
+        """Serve a session a predecessor daemon handed over at an upgrade: no welcome, no
+        handshake; the region holds what was in flight and the unrelayed input."""
         self._peek = 0
         self.stored = self.keeper is not None  # as the predecessor left it (it had the same store, or none)
         try:
@@ -282,8 +282,8 @@ class HandoffSession:
             unmap(self._map)
 
     def region_fd(self) -> int | None:
-        """A descriptor of the region again (for an upgrade to pass on): the shim's own copy,
-        opened through /proc and checked to be the same file; None if the shim holds it no more."""
+        """The region again, for an upgrade to pass on: the shim's own copy reopened through /proc
+        and checked to be the same file; None if the shim holds it no more."""
         try:
             pid = self.stream.socket.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
             shim = struct.unpack("3i", pid)[0]
@@ -350,14 +350,11 @@ class HandoffSession:
                     await answered.wait()
         ledger.on_empty = None
 
-    # ---- the client's stdin ----------------------------------------------------------------------
-
     async def _read_client(self) -> None:
         """Relay the client's lines until its stdin ends; returns at EOF."""
         route, outbox, ledger, landing = self.route, self.outbox, self.ledger, self.landing
         assert route is not None and outbox is not None
-        # What an earlier daemon read and did not account for comes first (it handed the session
-        # over at an upgrade between a read and its record).
+        # What an earlier daemon read and did not account for comes first (an upgrade between the two).
         size = landing.pending(ledger.state.landing)
         waited = True
         emptied = False  # the last read took less than it could: the pipe was empty after it
@@ -366,14 +363,11 @@ class HandoffSession:
             zone = ledger.state.landing
             if not size:
                 await GATE.passage()  # an upgrade stops reading here (lazyd/daemon/upgrade/quiesce.py)
-                if emptied:
-                    # No read that would only say EAGAIN: wait first (a system call and an
-                    # exception less per message when lines come one at a time).
+                if emptied:  # no read that would only say EAGAIN: wait first
                     await self.ends.wait_readable()
                     waited, emptied = True, False
-                # Into the region, never only ours; at most `limit`, so that what one read brings
-                # is relayed in one bounded step (one read, one record of it: the unit an upgrade
-                # or a kill -9 finds whole, in the zone or accounted for).
+                # Into the region, at most `limit`: one read, one record of it, the unit an upgrade
+                # or a kill -9 finds whole (in the zone or accounted for).
                 zone_view = landing.zones[zone]
                 got = self.ends.read_into(zone_view[:limit] if limit < LANDING_BYTES else zone_view)
                 if got is None:
