@@ -107,34 +107,29 @@ def take(hello: Hello, fds: list[int]) -> tuple[ClientEnds, int] | None:
     """The client's ends and the region from what came with `hello` (a hand-off, or a reclaim:
     lazyd/daemon/handoff/reclaim.py), if the daemon can serve them; else None, with every descriptor
     closed (a hand-off then goes on with frames; a reclaim is refused)."""
-    offered = bool(hello.handoff) or hello.adopt is not None
-    if not offered or len(fds) != PASSED_FDS:
-        if offered:
-            log.warning("shim pid %d offered a hand-off with %d descriptors instead of %d; using frames",
-                        hello.pid, len(fds), PASSED_FDS)
+    if not hello.handoff and hello.adopt is None:
         close_all(fds)
         return None
-    in_fd, out_fd, region_fd = fds
-    if (hello.adopt if hello.adopt is not None else hello.layout) != LAYOUT:
-        # A shim of another version: its recovery would read the region by another layout.
-        log.warning("shim pid %d offered a hand-off with region layout %s, this daemon writes %d; using frames",
-                    hello.pid, hello.layout, LAYOUT)
-        close_all(fds)
-        return None
-    problem = region_problem(region_fd)
+    layout = hello.adopt if hello.adopt is not None else hello.layout
+    problem: str | None = None
+    if len(fds) != PASSED_FDS:
+        problem = f"{len(fds)} descriptors instead of {PASSED_FDS}"
+    elif layout != LAYOUT:  # a shim of another version: its recovery would read the region otherwise
+        problem = f"region layout {layout}, this daemon writes {LAYOUT}"
+    elif (unsafe := region_problem(fds[2])) is not None:
+        problem = f"a region the daemon cannot map safely ({unsafe})"
+    else:
+        try:
+            ends = ClientEnds(fds[0], fds[1])
+        except ValueError as exc:
+            problem = f"ends it cannot use ({exc})"
     if problem is not None:
-        log.warning("shim pid %d offered a hand-off region the daemon cannot map safely (%s); using frames",
-                    hello.pid, problem)
+        log.warning("shim pid %d offered a hand-off with %s; using frames", hello.pid, problem)
         close_all(fds)
         return None
-    try:
-        ends = ClientEnds(in_fd, out_fd)
-    except ValueError as exc:
-        log.info("shim pid %d: no hand-off, %s; using frames", hello.pid, exc)
-        close_all(fds)
-        return None
+    region = fds[2]
     fds.clear()
-    return ends, region_fd
+    return ends, region
 
 
 class HandoffSession:
