@@ -5,7 +5,7 @@ killing every descendant of the process they started. An autostarted daemon must
 three, with its servers: it must be in none of the shim's session, process group or ancestry::
 
     shim ──fork──► C: setsid(), fork, _exit at once (the shim reaps it)
-                   └──► W, the watcher, adopted by init: nothing of the shim's left but two pipes
+                   └──► W, the watcher, reparented to init: nothing of the shim's left but two pipes
                         └──► D, the daemon: its own session, cwd /, stdin and stdout /dev/null,
                              stderr the shim's pipe, no other descriptor, the environment given
 
