@@ -1,26 +1,20 @@
 """Starting the daemon when none listens: under a spawn lock, in its own session, waited for.
 
-- Autostart happens under an exclusive ``flock`` on ``<socket dir>/spawn.lock``, and the connect is
-  retried under the lock first, so of many shims starting at once exactly one spawns the daemon.
-  The socket dir is created 0700 when missing and must be ours and private when present (it is
-  never chmod-ed): every session's hello carries its shim's whole environment, secrets included.
-- The daemon is `python -m lazyd.daemon` of the interpreter this shim runs in: the lazyd
-  installed with it, nothing the environment names. Its environment is the allowlist of
-  lazyd/host/daemonenv.py, never this shim's: the variables a client gave one registration stay out
-  of the daemon every client shares (docs/configuration.md, "The daemon's environment").
-- The daemon is started detached (shim/detach.py): in no session, process group or ancestry of
-  the shim's, since clients kill the shim's group or its whole process tree when they are done
-  and the daemon, its servers and its cache must outlive that; with cwd /, stdin and stdout on
-  /dev/null, a stderr pipe that carries its reason if it cannot start, and no inherited fds.
-- Every wait is bounded by a named budget, and by the caller's overall deadline when one is given.
+- Under an exclusive ``flock`` on ``<socket dir>/spawn.lock``, with the connect retried under the
+  lock first, so of many shims starting at once exactly one spawns the daemon. The socket dir
+  must be private: every hello carries its shim's whole environment, secrets included.
+- The daemon is `python -m lazyd.daemon` of this shim's interpreter, with the allowlisted
+  environment of lazyd/host/daemonenv.py, never this shim's (docs/configuration.md, "The daemon's
+  environment"), started detached (shim/detach.py) so that it outlives the client's kill of the
+  shim's group or tree.
 """
 
 from __future__ import annotations
 
 import os
-import stat
 import sys
 import time
+from pathlib import Path
 
 from lazyd.errors import Unavailable
 
@@ -32,54 +26,23 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any
 
-AUTOSTART_WAIT_S = 5.0
-# How long a freshly spawned daemon may take to accept connections (python + trio import ~0.5 s).
-
-
-SPAWN_LOCK_WAIT_S = AUTOSTART_WAIT_S + 2.0
-# The lock holder keeps it for at most one autostart wait plus the spawn itself.
-
-
+AUTOSTART_WAIT_S = 5.0  # a freshly spawned daemon may take this long to accept connections
+SPAWN_LOCK_WAIT_S = AUTOSTART_WAIT_S + 2.0  # the lock holder keeps it for one autostart wait and the spawn
 ALREADY_RUNNING_POLL_S = 0.5
 # How long to keep polling after the spawned daemon said "already running" before spawning again:
-# a stopping daemon holds the lock for seconds, and each spawn costs a Python start-up (~0.3 s CPU).
-
-
-DAEMON_BAD_FILE_STATUS = 2
-# The daemon's exit status for a file the user must fix (config, state file): see
-# lazyd/daemon/startup.py. Running the server directly would hide that mistake.
-
-MAX_DAEMON_STDERR_BYTES = 64 * 1024
-# What is read of a daemon's stderr when it failed to start: its reason is its last line.
+# a stopping daemon holds the lock for seconds, and each spawn costs a Python start-up.
+DAEMON_BAD_FILE_STATUS = 2  # the daemon's exit status for a file the user must fix (lazyd/daemon/startup.py)
+MAX_DAEMON_STDERR_BYTES = 64 * 1024  # what is read of a daemon's stderr when it failed to start
 
 
 def _ensure_private_dir(directory: str) -> None:
-    """Create ``directory`` (and missing parents) 0700, or check an existing one is ours and private."""
-    missing: list[str] = []
-    probe = directory
-    while probe and not os.path.lexists(probe):
-        missing.append(probe)
-        parent = os.path.dirname(probe)
-        if parent == probe:
-            break
-        probe = parent
-    for path in reversed(missing):
-        try:
-            os.mkdir(path, 0o700)
-        except FileExistsError:
-            pass  # another shim created it in between; checked below like any existing dir
-        except OSError as exc:
-            raise Unavailable(f"cannot create {path}: {exc.strerror}", final=True) from None
+    from lazyd.errors import SetupError
+    from lazyd.host.privatefiles import ensure_private_dir
+
     try:
-        st = os.lstat(directory)
-    except OSError as exc:
-        raise Unavailable(f"cannot check {directory}: {exc.strerror}", final=True) from None
-    if not stat.S_ISDIR(st.st_mode):
-        raise Unavailable(f"{directory} is not a directory (or is a symlink)", final=True)
-    if st.st_uid != os.geteuid():
-        raise Unavailable(f"{directory} is owned by uid {st.st_uid}, not by this user", final=True)
-    if st.st_mode & 0o077:
-        raise Unavailable(f"{directory} has mode {st.st_mode & 0o777:04o}; it must be private (0700)", final=True)
+        ensure_private_dir(Path(directory), what="socket dir")
+    except SetupError as exc:
+        raise Unavailable(str(exc), final=True) from None
 
 
 def _lock(fd: int, wait_s: float) -> None:
@@ -97,18 +60,17 @@ def _lock(fd: int, wait_s: float) -> None:
 
 
 def daemon_argv(path: str, explicit: bool) -> list[str]:
-    """The command that starts the daemon (``--socket`` only when the path was chosen explicitly)."""
-    # --stderr-until-ready: a start-up failure is written to the pipe read below, then the daemon
-    # stops writing to it, so the pipe can be closed once the daemon listens.
-    # The daemon runs in /, so a relative --socket is made absolute here, where it was meant.
+    """The command that starts the daemon (``--socket`` only when the path was chosen explicitly).
+
+    --stderr-until-ready: a start-up failure comes on the pipe, which is closed once the daemon
+    listens. The daemon runs in /, so a relative --socket is made absolute here."""
     return [sys.executable, "-m", "lazyd.daemon", "--stderr-until-ready"] + (
         ["--socket", os.path.abspath(path)] if explicit else [])
 
 
 def daemon_environ() -> dict[str, str]:
-    """The daemon's environment: the allowlisted part of this shim's (lazyd/host/daemonenv.py), with the
-    runtime dir this shim found without ``XDG_RUNTIME_DIR`` (so the daemon listens where a
-    terminal's lazyctl looks, and its servers see the session's runtime dir)."""
+    """The daemon's environment: the allowlisted part of this shim's, with the runtime dir found
+    without ``XDG_RUNTIME_DIR`` (so the daemon listens where a terminal's lazyctl looks)."""
     from lazyd.host import daemonenv, sockpath
 
     return daemonenv.base(os.environ, sockpath.login_runtime_dir(os.environ))
@@ -162,10 +124,8 @@ def _await_daemon(proc: Any, path: str, started: float, log: Callable[[str], Non
         except NoDaemon:
             pass
         if exited is not None:
-            # Any status but 0 is a daemon that cannot start. Exiting 0 means another daemon
-            # holds the instance lock ("already running") yet does not accept: it is stopping,
-            # and retrying will help once it is gone. Poll a while first, so that shims waiting
-            # for it spawn a few short-lived daemons per second, not one per poll.
+            # 0: another daemon holds the instance lock yet does not accept (it is stopping): poll
+            # a while, then let the caller retry. Anything else: this daemon cannot start.
             if exited != 0:
                 reason = _last_line(proc.stderr)
                 if exited == DAEMON_BAD_FILE_STATUS and reason:
@@ -182,10 +142,8 @@ def _await_daemon(proc: Any, path: str, started: float, log: Callable[[str], Non
 
 
 def _last_line(pipe: Any) -> str:
-    """The last line a dead daemon wrote to its stderr pipe, without its "lazyd: " prefix.
-
-    Read without blocking: the daemon has exited, so what it wrote is in the pipe already, and a
-    process that inherited the pipe must not make the shim wait."""
+    """The last line a dead daemon wrote to its stderr pipe, without its "lazyd: " prefix (read
+    without blocking: a process that inherited the pipe must not make the shim wait)."""
     if pipe is None:
         return ""
     fd = pipe.fileno()

@@ -1,16 +1,9 @@
-"""Getting a session with the daemon: socket path, connect, autostart under a spawn lock, hello.
+"""Getting a session with the daemon: socket path, connect, autostart, hello.
 
-``open_session`` is the one entry point; it either returns a connected, welcomed ``Connection`` or
-raises ``Unavailable`` with a short reason (shown to the user as ``daemon unavailable (<reason>)``).
-
-Rules, in the order they apply:
-
-- Dialling (shim/dial.py): only ECONNREFUSED and ENOENT mean "no daemon"; EAGAIN (a full
-  backlog) is waited out, never answered with a second daemon.
-- With no daemon where this environment points, one recorded under HOME is looked for; then,
-  when allowed, one is started under a spawn lock (shim/autostart.py).
-- Before the hello is sent, the peer's uid (SO_PEERCRED) must be ours.
-- Every wait is bounded by a named budget, and by the caller's overall deadline when one is given.
+``open_session`` returns a connected, welcomed ``Connection`` or raises ``Unavailable`` with a
+short reason (shown as ``daemon unavailable (<reason>)``). With no daemon where this environment
+points, one recorded under HOME is looked for; then, when allowed, one is started
+(shim/autostart.py). Every wait is bounded, and by the caller's deadline when one is given.
 """
 
 from __future__ import annotations
@@ -31,20 +24,18 @@ TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs start-
 if TYPE_CHECKING:
     import socket
     from collections.abc import Callable
-    from typing import Any
 
     from lazyd.protocol import wire
     from lazyd.protocol.frames import AnyFrame
 
     from .options import Log, Options
 
-HELLO_WAIT_S = 10.0
-# How long the daemon may take to answer a hello (it may be busy loading its cache from disk).
+HELLO_WAIT_S = 10.0  # the daemon may be busy loading its cache from disk
+
 
 class Connection:
-    """A welcomed session: the socket, the welcome, the hello it answered (an adopting hello is made
-    from it, shim/handoff.py), and the frame reader for what follows (`reader`, made when first asked
-    for unless the welcome needed one: a shim that hands off never reads another frame, and
+    """A welcomed session: the socket, the welcome, the hello it answered, and the frame reader for
+    what follows (made when first asked for: a shim that hands off never reads another frame, and
     lazyd/protocol/wire.py loads msgpack)."""
 
     def __init__(self, sock: socket.socket, welcome: Welcome, hello: Hello | None = None,
@@ -89,9 +80,9 @@ def open_session(opts: Options, resume: list[bytes], log: Log, deadline: float |
                  fds: list[int] | None = None) -> Connection:
     """Connect (autostarting the daemon if allowed), say hello, and return the welcomed connection.
 
-    ``deadline`` (time.monotonic()) caps every wait. With ``fds`` the hello carries the client's
-    descriptors and the region for a hand-off (shim/handoff.py); the welcome's ``handoff`` says
-    whether the daemon took them. Raises Unavailable; closes the socket on failure.
+    ``deadline`` (time.monotonic()) caps every wait. With ``fds`` the hello offers a hand-off
+    (shim/handoff.py); the welcome's ``handoff`` says whether the daemon took it. Raises
+    Unavailable, the socket closed.
     """
     hello = build_hello(opts, resume)
     if fds:
@@ -105,7 +96,7 @@ def open_session(opts: Options, resume: list[bytes], log: Log, deadline: float |
         raise Unavailable(f"cannot describe this command to the daemon: {exc}", final=True) from None
     path = socket_path(opts)
     started = time.monotonic()
-    sock = _connect_or_autostart(path, opts, log, deadline)
+    sock = connect_or_start(path, opts.socket is not None, opts.autostart, log, deadline)
     try:
         check_peer(sock, path)
         sock.settimeout(budget(HELLO_WAIT_S, deadline))
@@ -129,12 +120,9 @@ def open_session(opts: Options, resume: list[bytes], log: Log, deadline: float |
         raise Unavailable("the daemon closed the connection during the hello")
     if isinstance(reply, Refusal):
         sock.close()
-        if reply.code == "options":
-            # A bad shim option is the user's mistake, like every other bad option: exit 2.
+        if reply.code == "options":  # the user's mistake, like every other bad option: exit 2
             raise Unavailable(reply.message, user_error=True)
-        if reply.code == "config":
-            # A daemon socket-activated with a file it cannot load waits for the fix and says
-            # why to every shim: the same line and exit 2 as a daemon the shim started itself.
+        if reply.code == "config":  # a daemon waiting for its config to be fixed (config_wait.py)
             raise Unavailable(f"lazyd cannot start: {reply.message}", user_error=True)
         raise Unavailable(f"refused by the daemon: {reply.message} [{reply.code}]", final=True)
     if isinstance(reply, ForeignWelcome):
@@ -156,12 +144,9 @@ def read_reply(sock: socket.socket) -> tuple[AnyFrame | None, wire.BlockingFrame
     """The daemon's answer to the hello (None at a clean EOF), and the frame reader that holds what
     was received after it, if one had to be made.
 
-    A small frame of the plain types, as every welcome and refusal is, is read by
-    lazyd/protocol/smallpack.py, and not a byte past it: on the hand-off path what the daemon sends next is
-    the waiting program's (its exit cue, shim/handoff.py), and a read that took it too would leave
-    the waiter to take the session's end for a lost daemon. Any other frame goes to lazyd/protocol/wire.py's
-    reader, which decodes or refuses it as it does every frame. Raises WireError and OSError as
-    that reader does."""
+    A small frame is read by lazyd/protocol/smallpack.py and not a byte past it: on the hand-off
+    path what the daemon sends next is the waiting program's exit cue. Any other frame goes to
+    lazyd/protocol/wire.py's reader. Raises WireError and OSError as that reader does."""
     head = _received_exactly(sock, smallpack.HEADER_BYTES, b"")
     if not head:
         return None, None
@@ -192,9 +177,7 @@ def _received_exactly(sock: socket.socket, count: int, before: bytes) -> bytes:
 
 
 def _send_hello(sock: socket.socket, frame: bytes, fds: list[int] | None) -> None:
-    if fds:
-        # The descriptors ride on the hello's first bytes; a daemon that reads them without
-        # asking for descriptors (an older one) has them closed by the kernel.
+    if fds:  # on the hello's first bytes
         sent = sock.sendmsg([frame], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, struct.pack(f"{len(fds)}i", *fds))])
         if sent < len(frame):
             sock.sendall(memoryview(frame)[sent:])
@@ -202,29 +185,23 @@ def _send_hello(sock: socket.socket, frame: bytes, fds: list[int] | None) -> Non
         sock.sendall(frame)
 
 
-def _connect_or_autostart(path: str, opts: Options, log: Log, deadline: float | None) -> socket.socket:
-    return connect_or_start(path, opts.socket is not None, opts.autostart, log, deadline)
-
-
 def connect_or_start(path: str, explicit: bool, autostart: bool, log: Callable[[str], None],
                      deadline: float | None) -> socket.socket:
-    """A connected socket to the daemon at `path`, started first (as a shim starts it) when none
-    listens and `autostart` allows; `explicit`: the path was chosen (--socket, LAZYD_SOCKET), so the
-    daemon is told it. Raises Unavailable. Also what `lazyctl check` uses to start the daemon."""
+    """A connected socket to the daemon at `path`, started first when none listens and `autostart`
+    allows; `explicit`: the path was chosen (--socket, LAZYD_SOCKET), so the daemon is told it.
+    Raises Unavailable. Also what `lazyctl check` uses to start the daemon."""
     try:
         return connect_once(path, time.monotonic() + budget(BUSY_WAIT_S, deadline))
     except NoDaemon as exc:
         reason = str(exc)
-    if not explicit:
-        # No daemon where this environment points: the client may have dropped XDG_RUNTIME_DIR
-        # (Codex does). The user's daemon, wherever it listens, is recorded under HOME.
+    if not explicit:  # the client may have dropped XDG_RUNTIME_DIR (Codex does): records under HOME
         found = _discovered(path, log, deadline)
         if found is not None:
             return found
     if not autostart:
         raise Unavailable(f"no daemon at {path}: {reason}; autostart is off")
     log(f"no daemon at {path} ({reason}); autostarting")
-    from .autostart import autostart as start_daemon  # only here: a start with a daemon up never needs it
+    from .autostart import autostart as start_daemon
 
     return start_daemon(path, explicit, log, deadline)
 
@@ -240,5 +217,3 @@ def _discovered(path: str, log: Callable[[str], None], deadline: float | None) -
         log(f"found daemon pid {pid} at {other} through its record under HOME")
         return sock
     return None
-
-

@@ -1,29 +1,19 @@
 """Starting the daemon so that it belongs to nobody's process tree, and still hearing why it failed.
 
-Clients end the servers they started in different ways: some close stdin, some kill the server's
-process group (``kill(-pid)``), and opencode kills every process descended from the server it
-started, found by parent pid. A daemon that a shim autostarted must survive all three, with its
-servers and its cache: it must be in none of the shim's session, process group or ancestry.
-
-::
+Clients end their servers by closing stdin, by killing the shim's process group, or (opencode) by
+killing every descendant of the process they started. An autostarted daemon must survive all
+three, with its servers: it must be in none of the shim's session, process group or ancestry::
 
     shim ──fork──► C: setsid(), fork, _exit at once (the shim reaps it)
-                   └──► W, the watcher: its parent is gone, so init (or the nearest subreaper)
-                        adopts it; nothing of the shim's is left in it but two pipes
-                        └──► D, the daemon: a session and group of its own (its pid names
-                             both, as for a daemon started by hand), cwd /, stdin and stdout
-                             /dev/null, stderr the shim's pipe, no other descriptor (close_fds),
-                             the environment it is given (never the shim's own, see autostart);
-                             W's child while the shim waits, init's once W exits
+                   └──► W, the watcher, reparented to init: nothing of the shim's left but two pipes
+                        └──► D, the daemon: its own session, cwd /, stdin and stdout /dev/null,
+                             stderr the shim's pipe, no other descriptor, the environment given
 
-Only a parent can read an exit status, and the shim needs the daemon's (0: another daemon is
-running, 2: a file the user must fix, anything else: it cannot start). W is that parent, outside
-the shim's tree: it writes ``pid N`` on the status pipe once D exists, then ``exit N`` if D exits,
-and exits itself as soon as the shim closes its end (the shim is connected, or gave up) or after
-``WATCH_BOUND_S``. D is then an orphan adopted by init: nobody's descendant.
-
-Standard library only, and nothing but system calls between the forks and ``_exit``: the children
-never return into the shim's code.
+Only a parent reads an exit status, and the shim needs the daemon's (0: another daemon runs, 2: a
+file the user must fix, else it cannot start). W writes ``pid N`` on the status pipe once D
+exists, then ``exit N`` if D exits, and exits itself once the shim closes its end or after
+``WATCH_BOUND_S``; D is then nobody's descendant. Between the forks and ``_exit`` the children
+make system calls only: they never return into the shim's code.
 """
 
 from __future__ import annotations
@@ -36,34 +26,48 @@ TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs start-
 if TYPE_CHECKING:
     from typing import BinaryIO
 
-WATCH_BOUND_S = 30.0
-# The longest a watcher outlives a shim that never closed its end (one killed mid-wait): far past
-# any autostart wait, short enough that nothing is left behind for long.
-
-
-WATCH_POLL_MS = 20
-# How often a watcher without pidfd_open looks for the daemon's exit.
+WATCH_BOUND_S = 30.0  # the longest a watcher outlives a shim that never closed its end
+WATCH_POLL_MS = 20  # how often a watcher without pidfd_open looks for the daemon's exit
 
 
 class Detached:
     """A daemon started by `launch`: its pid, its exit status as the watcher reports it, and the
     read end of its stderr pipe (the parts of `subprocess.Popen` the autostart reads)."""
 
-    def __init__(self, pid: int, status_fd: int, stderr: BinaryIO) -> None:
-        self.pid = pid
+    def __init__(self, status_fd: int, stderr: BinaryIO) -> None:
+        self.pid = 0
         self.stderr: BinaryIO | None = stderr
-        self.returncode: int | None = None
+        self.returncode: int | None = None  # Popen's convention: -N for signal N
+        self.error: tuple[int, str] | None = None  # the spawn's errno and message
         self._status_fd = status_fd
         self._pending = b""
 
-    def poll(self) -> int | None:
-        """The daemon's exit status (Popen's convention: -N for signal N) once it exited while the
-        shim waited, else None."""
-        if self.returncode is None and self._status_fd >= 0:
-            for line in _read_lines(self._status_fd, self, block_s=0.0):
-                word, _, value = line.partition(" ")
-                if word == "exit":
+    def _read(self, block_s: float) -> None:
+        """Take the watcher's complete report lines; waits up to `block_s` for the first."""
+        ready, _, _ = select.select([self._status_fd], [], [], block_s)
+        while ready:
+            try:
+                chunk = os.read(self._status_fd, 512)
+            except BlockingIOError:
+                break
+            if not chunk:
+                break
+            *lines, self._pending = (self._pending + chunk).split(b"\n")
+            for line in lines:
+                word, _, value = line.decode("ascii", "replace").partition(" ")
+                if word == "pid":
+                    self.pid = int(value)
+                elif word == "exit":
                     self.returncode = int(value)
+                elif word == "error":
+                    errno_text, _, message = value.partition(" ")
+                    self.error = int(errno_text), message
+            ready, _, _ = select.select([self._status_fd], [], [], 0.0 if self.pid or self.error else block_s)
+
+    def poll(self) -> int | None:
+        """The daemon's exit status once it exited while the shim listened, else None."""
+        if self.returncode is None and self._status_fd >= 0:
+            self._read(0.0)
         return self.returncode
 
     def close(self) -> None:
@@ -75,8 +79,7 @@ class Detached:
 
 def launch(argv: list[str], ready_wait_s: float, env: dict[str, str]) -> Detached:
     """Start `argv` as the daemon, detached (see the module docstring), with exactly `env` for its
-    environment. Raises OSError when it cannot be started: the watcher's report of the spawn
-    error (ENOENT, EACCES...)."""
+    environment. Raises OSError when it cannot be started (the spawn's error: ENOENT, EACCES...)."""
     status_r, status_w = os.pipe()  # both non-inheritable: the daemon gets neither
     err_r, err_w = os.pipe()
     try:
@@ -91,22 +94,14 @@ def launch(argv: list[str], ready_wait_s: float, env: dict[str, str]) -> Detache
     os.close(err_w)
     _reap(child)
     stderr = os.fdopen(err_r, "rb", buffering=0)
-    detached = Detached(0, status_r, stderr)
-    lines = _read_lines(status_r, detached, block_s=ready_wait_s)
-    first = lines[0] if lines else ""
-    word, _, value = first.partition(" ")
-    if word != "pid":
+    detached = Detached(status_r, stderr)
+    detached._read(ready_wait_s)
+    if not detached.pid:
         detached.close()
         stderr.close()
-        if word == "error":
-            errno_text, _, message = value.partition(" ")
-            raise OSError(int(errno_text), message)
+        if detached.error is not None:
+            raise OSError(*detached.error)
         raise OSError(0, "the process that starts the daemon ended before it could")
-    detached.pid = int(value)
-    for later in lines[1:]:  # the daemon may have exited already
-        later_word, _, later_value = later.partition(" ")
-        if later_word == "exit":
-            detached.returncode = int(later_value)
     return detached
 
 
@@ -119,24 +114,6 @@ def _reap(pid: int) -> None:
             continue
         except ChildProcessError:
             return
-
-
-def _read_lines(fd: int, into: Detached, block_s: float) -> list[str]:
-    """Complete lines on the status pipe; waits up to `block_s` for the first one."""
-    ready, _, _ = select.select([fd], [], [], block_s)
-    lines: list[str] = []
-    while ready:
-        try:
-            chunk = os.read(fd, 512)
-        except BlockingIOError:
-            break
-        if not chunk:
-            break
-        into._pending += chunk
-        *done, into._pending = into._pending.split(b"\n")
-        lines.extend(line.decode("ascii", "replace") for line in done)
-        ready, _, _ = select.select([fd], [], [], 0.0 if lines else block_s)
-    return lines
 
 
 def _first_child(argv: list[str], env: dict[str, str], status_w: int, err_w: int) -> None:

@@ -1,9 +1,8 @@
 """Dialling the daemon's socket: one connect, retried while its backlog is full, and the peer check.
 
-Only ECONNREFUSED and ENOENT mean "no daemon" (`NoDaemon`): a socket file nobody listens on, or
-none at all. EAGAIN means a live daemon whose backlog is full: wait and retry, never start a
-second one. Before anything is sent, the peer's uid (SO_PEERCRED) must be ours: the daemon will
-receive this shim's whole environment, secrets included. Every wait is bounded (`budget`).
+Only ECONNREFUSED and ENOENT mean "no daemon" (`NoDaemon`); EAGAIN is a live daemon with a full
+backlog: waited out, never answered with a second daemon. Before anything is sent the peer's uid
+must be ours: the hello carries this shim's whole environment, secrets included.
 """
 
 from __future__ import annotations
@@ -20,27 +19,16 @@ TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs start-
 if TYPE_CHECKING:
     import socket
 
-# The daemon is dialled with the C socket type itself (_socket.socket, the base class of
-# socket.socket): importing `socket` builds its enums from every constant of _socket, the largest
-# single cost of a shim start, and the shim needs nothing socket.socket adds (every method it and
-# the relay call, connect, sendmsg, sendall, recv, settimeout, shutdown, close, is the C one's).
+# The C socket type itself (socket.socket's base): importing `socket` builds enums from every
+# constant, and every method the shim calls is the C one's.
 _AF_UNIX, _SOCK_STREAM, _SOCK_CLOEXEC = _socket.AF_UNIX, _socket.SOCK_STREAM, _socket.SOCK_CLOEXEC
 
-BUSY_WAIT_S = 5.0
-# How long to keep retrying a daemon whose listen backlog is full (EAGAIN) before giving up.
-
-
-POLL_S = 0.01
-# Between connect attempts while a daemon starts: short, since a connect attempt costs microseconds.
-
-
+BUSY_WAIT_S = 5.0  # retrying a daemon whose listen backlog is full (EAGAIN)
+POLL_S = 0.01  # between connect attempts while a daemon starts
 RECONNECT_WAIT_S = 20.0
-# How long a shim tries to get a daemon back (autostart included) before running the server itself:
-# a daemon that is stopping holds its instance lock, so no new one can start, for up to its 15 s
-# shutdown bound; a new daemon may then take 5 s to accept.
-
-RECONNECT_POLL_S = 0.05
-# Between reconnect attempts when no daemon answers and none could be started.
+# How long a shim tries to get a daemon back before running the server itself: a stopping daemon
+# holds its instance lock for up to its shutdown bound, and a new one then needs its start.
+RECONNECT_POLL_S = 0.05  # between reconnect attempts when no daemon answers
 
 _PEERCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
 
@@ -62,8 +50,7 @@ def connect_once(path: str, deadline: float) -> socket.socket:
     while True:
         sock: socket.socket = _socket.socket(_AF_UNIX, _SOCK_STREAM | _SOCK_CLOEXEC)  # type: ignore[assignment]
         try:
-            # A timeout makes connect non-blocking underneath, so a full backlog gives EAGAIN
-            # instead of sleeping in the kernel.
+            # A timeout makes connect non-blocking: a full backlog gives EAGAIN, not a kernel sleep.
             sock.settimeout(max(0.001, deadline - time.monotonic()))
             sock.connect(path)
             return sock

@@ -1,16 +1,10 @@
 """Running the real server without the daemon ("fail open").
 
-Two ways, depending on when the daemon is found missing:
-
-- at start, before anything was read from stdin: ``exec_directly`` replaces the shim with the
-  server, so the client talks to it exactly as if lazyd were not installed;
-- after the daemon was lost mid-session and could not be had back: ``DirectServer`` runs the
-  server as a child, replays the client's recorded ``initialize`` (its answer is dropped: the client
-  had its answer long ago) and ``notifications/initialized``, then copies bytes both ways.
-
-The child stays in the shim's process group (the client's kill of that group reaches it) and gets
-the shim's environment and stderr. This module is imported only when it is needed: subprocess is
-not free to import, and most shim starts never fall back.
+At start, before anything was read from stdin, ``exec_directly`` replaces the shim with the server,
+as if lazyd were not installed. After the daemon was lost mid-session and could not be had back,
+``DirectServer`` runs the server as a child, replays the client's ``initialize`` (dropping its
+answer: the client had one long ago) and ``notifications/initialized``, then copies bytes both
+ways. The child stays in the shim's process group, with its environment and stderr.
 """
 
 from __future__ import annotations
@@ -28,21 +22,10 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import NoReturn
 
-REPLAY_WAIT_S = 60.0
-# The daemon's default start_timeout: how long a directly run server may take to answer initialize.
-
-STOP_GRACE_S = 0.5
-# After the client closed stdin: how long the child may take to exit on EOF before SIGTERM. Short,
-# because the shim must be gone within a second of its client leaving.
+REPLAY_WAIT_S = 60.0  # the daemon's default start_timeout, for the replayed initialize
+STOP_GRACE_S = 0.5  # a failed server's time to exit on EOF before SIGTERM
 
 _READ_BYTES = 64 * 1024
-
-
-def reset_inherited_signals() -> None:
-    """Undo Python's SIG_IGN of SIGPIPE/SIGXFSZ, which exec would otherwise pass to the server."""
-    for name in ("SIGPIPE", "SIGXFSZ"):
-        if hasattr(signal, name):
-            signal.signal(getattr(signal, name), signal.SIG_DFL)
 
 
 def exec_directly(command: list[str], reason: str) -> NoReturn:
@@ -50,17 +33,13 @@ def exec_directly(command: list[str], reason: str) -> NoReturn:
     from .options import say
 
     say(f"daemon unavailable ({reason}); running the server directly")
-    reset_inherited_signals()
+    for signum in (signal.SIGPIPE, signal.SIGXFSZ):  # Python ignores them; exec would pass that on
+        signal.signal(signum, signal.SIG_DFL)
     try:
         os.execvp(command[0], command)
     except OSError as exc:
         say(f"cannot run {command[0]}: {exc.strerror or exc}")
         os._exit(127 if isinstance(exc, FileNotFoundError) else 126)
-
-
-def exit_status(returncode: int) -> int:
-    """A Popen returncode as a shell-style exit status (128 + n for death by signal n)."""
-    return 128 - returncode if returncode < 0 else returncode
 
 
 class DirectServer:
@@ -70,7 +49,6 @@ class DirectServer:
         """Start ``command``; raises OSError if it cannot be started."""
         self._proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, close_fds=True)
         stdin, stdout = self._proc.stdin, self._proc.stdout
-        # Default buffering gives buffered pipe files; read1 and write-all semantics rely on that.
         assert isinstance(stdin, io.BufferedWriter) and isinstance(stdout, io.BufferedReader)
         self._stdin = stdin
         self._stdout = stdout
@@ -84,18 +62,11 @@ class DirectServer:
         self._stdin.write(line + b"\n")
         self._stdin.flush()
 
-    def replay(
-        self,
-        lines: list[bytes],
-        is_answer_to_replay: Callable[[bytes], bool],
-        forward: Callable[[bytes], None],
-    ) -> None:
-        """Send ``lines`` (initialize, then initialized) and drop the server's answer to them.
-
-        Server lines that are not that answer (log notifications, say) are passed to ``forward``
-        with their newline. Raises ReplayFailed if the server exits, or stalls past REPLAY_WAIT_S
-        (it is then killed), before the answer arrives.
-        """
+    def replay(self, lines: list[bytes], is_answer_to_replay: Callable[[bytes], bool],
+               forward: Callable[[bytes], None]) -> None:
+        """Send ``lines`` (initialize, then initialized) and drop the server's answer to them; other
+        server lines go to ``forward``. Raises ReplayFailed if the server exits, or stalls past
+        REPLAY_WAIT_S (it is then killed), before the answer arrives."""
         if not lines:
             return
         watchdog = threading.Timer(REPLAY_WAIT_S, self._proc.kill)
@@ -124,7 +95,8 @@ class DirectServer:
             if not chunk:
                 break
             forward_raw(chunk)
-        return exit_status(self._proc.wait())
+        status = self._proc.wait()
+        return 128 - status if status < 0 else status  # 128 + n for death by signal n, as a shell says
 
     def finish(self, wait_s: float) -> None:
         """Close the server's stdin and give it `wait_s` to answer what it read and exit, as it
@@ -139,12 +111,4 @@ class DirectServer:
             self._proc.terminate()
 
     def stop(self) -> None:
-        """Close the server's stdin, give it STOP_GRACE_S to exit, then SIGTERM it. Never blocks longer."""
-        try:
-            self._stdin.close()
-        except OSError:
-            pass
-        try:
-            self._proc.wait(STOP_GRACE_S)
-        except subprocess.TimeoutExpired:
-            self._proc.terminate()
+        self.finish(STOP_GRACE_S)

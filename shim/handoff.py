@@ -1,24 +1,19 @@
 """Handing the client's stdin and stdout to the daemon, and waiting while it serves them.
 
-After the hello the daemon can read and write the client's pipes itself (docs/protocol.md,
-"Hand-off"): one hop instead of two. The shim then only has to be there: the client watches its
-process, it holds its own copies of the pipes (so they stay open if the daemon goes), and it must
-take over when the daemon is lost. So it waits in something small:
+After the hello the daemon reads and writes the client's pipes itself (docs/protocol.md,
+"Hand-off"): one hop instead of two. The shim must still be there: the client watches its process,
+it holds its own copies of the pipes, and it must take over when the daemon is lost.
 
-- `offer` prepares what goes with the hello: for a pipe, a description of its own opened through
-  /proc/self/fd with O_NONBLOCK (the daemon needs non-blocking reads, and setting O_NONBLOCK on the
-  shim's own description would change the shim's copy too); a socket (Node clients give socketpairs)
-  as it is, the daemon then using MSG_DONTWAIT; and the shared region (lazyd/handoff/region.py).
-  A terminal, a file or /dev/null is not offered: the frame path serves those.
-- `wait` replaces this process (same pid, same descriptors) with dash running the installed
-  waiting program, `waiting.sh` beside this module, whose command line reads
-  ``lazyd-shim: waiting (NAME) .../waiting.sh ...`` in `ps`. It blocks on the daemon's socket: a
-  line means "the client left, exit 0"; EOF means the daemon is gone or let the session go, and it
-  takes a resume slot (shim/slots.py) and execs this shim again with `--resume-handoff=FD` to take
-  the session back (shim/recover.py). Under systemd the next daemon takes the session from the fd
-  store before the waiter notices anything (lazyd/daemon/handoff/stored_sessions.py), reading the adopting
-  hello this module leaves in a data memfd (`hello_memfd`). Where no shell can be run, the shim
-  waits itself.
+- `offer` prepares what goes with the hello: a pipe as a description of its own, opened through
+  /proc/self/fd with O_NONBLOCK (setting it on the shim's own would change the shim's copy too); a
+  socket as it is; and the shared region (lazyd/handoff/region.py). A terminal, a file or
+  /dev/null is not offered: the frame path serves those.
+- `wait` execs dash on the installed waiting program, `waiting.sh` (same pid, same descriptors;
+  ``lazyd-shim: waiting (NAME)`` in `ps`). It blocks on the daemon's socket: a line means "the
+  client left, exit 0"; EOF means the daemon is gone or let go, and it runs this shim again with
+  `--resume-handoff=FD` to take the session back (shim/recover.py). Under systemd the next daemon
+  takes the session from the fd store first (lazyd/daemon/handoff/stored_sessions.py), reading the
+  reclaiming hello left in a data memfd (`hello_memfd`).
 """
 
 from __future__ import annotations
@@ -38,20 +33,11 @@ if TYPE_CHECKING:
 
     from .options import Log
 
-WAIT_FD = 9
-# The daemon socket's descriptor in the waiting program: dash's redirections take one digit only.
-
+WAIT_FD = 9  # the daemon socket in the waiting program: dash's redirections take one digit only
 SHELLS = ("/bin/dash", "/usr/bin/dash", "/bin/sh")
-# dash waits in ~0.2 MiB of PSS (its 1.7 MiB resident is mostly the C library's shared pages);
-# /bin/sh where there is no dash. Without any the session is not handed off: the frame path is
-# then the better deal than a Python shim waiting (10 MiB).
-
-WAITING_PROGRAM = os.path.join(os.path.dirname(os.path.abspath(__file__)), "waiting.sh")
-# Installed with the package (pyproject.toml's package data), read by the shell: never exec'd itself.
-
-HELLO_MEMFD = "lazyd-hello"
-# The data memfd holding the adopting hello (`hello_memfd`), as /proc/PID/fd shows it:
-# "/memfd:lazyd-hello"; lazyd/daemon/handoff/stored_sessions.py looks for that name.
+# Without any the session is not handed off: the frame path costs less than a Python shim waiting.
+WAITING_PROGRAM = os.path.join(os.path.dirname(os.path.abspath(__file__)), "waiting.sh")  # package data
+HELLO_MEMFD = "lazyd-hello"  # lazyd/daemon/handoff/stored_sessions.py looks for "/memfd:lazyd-hello"
 
 RESUME_FLAG = "--resume-handoff="  # as shim/main.py reads it
 MAX_NAME = 64  # of the server's name in the waiting program's argv[0]
@@ -130,8 +116,7 @@ def _close_own(ends: list[tuple[int, bool]]) -> None:
 
 def recovery_argv(region: int, args: list[str]) -> list[str]:
     """This shim's own command line, to run it again as the recovery of a hand-off session."""
-    # sys.orig_argv is [python, interpreter options, script | -m module, arguments...]; sys.argv[1:]
-    # are those arguments, so what comes before them runs this shim again.
+    # sys.orig_argv is [python, interpreter options, script | -m module, arguments...]
     orig = list(sys.orig_argv)
     prefix = orig[: len(orig) - (len(sys.argv) - 1)]
     return [sys.executable, *prefix[1:], f"{RESUME_FLAG}{region}", *args]
@@ -144,18 +129,17 @@ def waiting_argv(name: str, flock: str, lock_file: str, recovery: list[str]) -> 
 
 
 def hello_memfd(hello: Hello) -> int | None:
-    """A data memfd (close-on-exec) holding the adopting hello made from the session's `hello`: no
-    `resume` (the daemon takes the handshake from the region), `adopt` instead of `handoff`. A
-    daemon restarted by systemd reads it through the waiter's /proc/PID/fd to take the session
-    back from its fd store (lazyd/daemon/handoff/stored_sessions.py). None where none can be made."""
+    """A data memfd (close-on-exec) holding the reclaiming hello made from the session's `hello`
+    (no `resume`: the daemon takes the handshake from the region), for a daemon restarted by
+    systemd to read through the waiter's /proc/PID/fd. None where none can be made."""
     from lazyd.protocol.frames import MAX_FRAME_BYTES, Hello
     from lazyd.handoff.region import LAYOUT, pwrite_all
     from lazyd.protocol.smallpack import frame as encode  # as wire.encode would, without loading msgpack
 
-    adopting = Hello(hello.role, hello.pid, hello.argv, hello.cwd, hello.env, hello.opts, hello.server, [],
-                     hello.env_raw, None, None, LAYOUT)
+    reclaiming = Hello(hello.role, hello.pid, hello.argv, hello.cwd, hello.env, hello.opts, hello.server, [],
+                       hello.env_raw, None, None, LAYOUT)
     try:
-        data = encode(adopting.to_map(), MAX_FRAME_BYTES)
+        data = encode(reclaiming.to_map(), MAX_FRAME_BYTES)
         fd: int = os.memfd_create(HELLO_MEMFD, os.MFD_CLOEXEC)
     except (AttributeError, OSError, ValueError, TypeError):
         return None
@@ -178,11 +162,10 @@ def _above_fixed(fd: int) -> int:
 
 def wait(conn: connect.Connection, region: int, args: list[str], log: Log, socket_path: str | None = None,
          slot: int | None = None) -> None:
-    """Wait while the daemon serves the client (see the module docstring). Ends the process, or
-    execs the waiting program; returns (with `conn` closed) only where this process itself waited
-    and the daemon let go: the caller then takes the session back (shim/recover.py). The resume
-    slots (shim/slots.py) are those beside `socket_path`; with None the waiter resumes without one.
-    `slot`, the one this shim holds (close-on-exec), is freed by the exec or before waiting here."""
+    """Wait while the daemon serves the client: exec the waiting program, or where no shell runs
+    wait here and return (with `conn` closed) once the daemon let go, for the caller to take the
+    session back (shim/recover.py). The resume slots (shim/slots.py) are those beside
+    `socket_path`; `slot`, the one this shim holds (close-on-exec), is freed before waiting."""
     region = _above_fixed(region)
     os.set_inheritable(region, True)
     hello = hello_memfd(conn.hello) if conn.hello is not None and socket_path is not None else None

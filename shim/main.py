@@ -1,9 +1,6 @@
 """The ``lazyd-shim`` entry point: options, signals, session or fail-open, then the relay.
 
-Import cost matters here (this runs at every client start), so this module and the ones it loads
-eagerly use only the standard library, msgpack and lazyd's stdlib-only floor (errors, frames, wire,
-sockpath, durations, envnames; docs/architecture.md); subprocess, fcntl and the fallback are
-imported only on the paths that need them.
+This runs at every client start: what only one path needs is imported on that path.
 """
 
 from __future__ import annotations
@@ -22,13 +19,12 @@ from lazyd.errors import Unavailable, UsageError
 from . import __version__
 from .options import USAGE, Log, parse, say
 
-_QUIET_EXIT_STATUS: dict[int, int] = {signal.SIGTERM: 0, signal.SIGHUP: 0, signal.SIGINT: 128 + signal.SIGINT}
 # The client stopping us is the normal end of a session, not an error: exit quietly at once.
+_QUIET_EXIT_STATUS: dict[int, int] = {signal.SIGTERM: 0, signal.SIGHUP: 0, signal.SIGINT: 128 + signal.SIGINT}
 
 
 def _on_signal(signum: int, _frame: object) -> None:
-    # os._exit: no interpreter teardown that could wait on the stdin thread; nothing is buffered
-    # (stdout and the log are written with os.write), and the kernel closes the socket.
+    # os._exit: no teardown that could wait on the stdin thread; nothing is buffered (os.write).
     os._exit(_QUIET_EXIT_STATUS.get(signum, 128 + signum))
 
 
@@ -41,9 +37,7 @@ def main(argv: list[str] | None = None) -> int:
         return 70
 
 
-RESUME_FLAG = "--resume-handoff="
-# First argument of a shim run again by its waiting program to take a hand-off session back
-# (shim/handoff.py, shim/recover.py); the region's descriptor follows. Not for users.
+RESUME_FLAG = "--resume-handoff="  # the waiting program's run of the shim (shim/recover.py); not for users
 
 
 def _main(argv: list[str] | None) -> int:
@@ -90,9 +84,7 @@ def _main(argv: list[str] | None) -> int:
             offered.close_passed()
             os.close(offered.region)
         log(f"daemon unavailable: {exc}")
-        if exc.user_error:
-            # A refused option or a file the user must fix: running the server directly would
-            # hide the mistake. One line and exit 2, as for any other bad option.
+        if exc.user_error:  # a refused option or a file the user must fix: never hidden by a fallback
             say(str(exc))
             return 2
         if not opts.command:
@@ -117,9 +109,7 @@ def _main(argv: list[str] | None) -> int:
     from .relay import Relay
 
     status = Relay(opts, conn, log).run()
-    # Only a fallback's server exiting gets here. os._exit: the stdin thread is still blocked in a
-    # read, and interpreter teardown must not wait on (or race with) it; nothing is buffered.
-    os._exit(status)
+    os._exit(status)  # a fallback's server exited; the stdin thread is still blocked in a read
 
 
 if __name__ == "__main__":

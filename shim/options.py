@@ -1,17 +1,11 @@
 """The shim's command line and environment: parsing, validation, and the diagnostics sink.
 
-``lazyd-shim [OPTIONS] [--] COMMAND [ARGS...]``. Every option can also come from a ``LAZYD_*``
-environment variable; a flag beats its variable. The first argument that is not an option starts
-COMMAND, so ``lazyd-shim node server.js --port 3`` passes ``--port 3`` to the server (and clients
-that check that the first argument is an existing file can be given the server's path directly).
-
-Everything is validated here, before anything connects or starts: a bad input raises UsageError,
-which ``main`` prints as one ``lazyd-shim: <problem>`` line with exit status 2. Durations and
-booleans are checked but passed on to the daemon as the strings the user wrote, and only the
-options the user set are passed at all (the daemon owns the defaults).
-
-Hand-written rather than argparse: the shim runs at every client start and argparse (with gettext
-and re) costs several milliseconds to import.
+Every option can also come from a ``LAZYD_*`` variable (an empty one counts as unset); a flag beats
+its variable. The first argument that is not an option starts COMMAND, so ``lazyd-shim node
+server.js --port 3`` passes ``--port 3`` to the server. Everything is checked here, before anything
+connects: a bad input raises UsageError, which ``main`` prints as one line with exit status 2. The
+daemon's options are passed on as the strings the user wrote, and only those the user set (the
+daemon owns the defaults). Hand-written rather than argparse, which is slow to import.
 """
 
 from __future__ import annotations
@@ -23,7 +17,7 @@ from lazyd.errors import UsageError
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs start-up time
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping
 
 USAGE = """\
 usage: lazyd-shim [OPTIONS] [--] COMMAND [ARGS...]
@@ -81,59 +75,57 @@ options:
 D is a duration: 0, 500ms, 30s, 10m or 1h. BOOL is true/false, 1/0, yes/no or on/off.
 """
 
-
-MAX_SUN_PATH_BYTES = 107
-# sun_path holds 108 bytes including the terminating NUL on Linux; a longer path cannot be bound.
+MAX_SUN_PATH_BYTES = 107  # sun_path holds 108 bytes with the terminating NUL on Linux
 
 
-# Options forwarded to the daemon in the hello's `opts`: flag -> (opts key, env var, checker).
-def _check_duration(value: str) -> None:
-    # The daemon's own rule (lazyd.config.durations, on the stdlib-only floor), so a value the config
-    # file accepts, such as "1m30s", is never refused by the shim. Imported only when an option
-    # needs it: it compiles regular expressions, and most shim starts set no option at all.
+# The checks import the daemon's own rules (the stdlib-only lazyd.config modules) only when an
+# option is set: they compile regular expressions, and most shim starts set none.
+def _check_duration(value: str) -> str:
     from lazyd.config.durations import parse_duration
 
     try:
         parse_duration(value)
     except ValueError:
         raise ValueError(f"invalid duration {value!r} (use e.g. 0, 500ms, 30s, 10m, 1h or 1m30s)") from None
+    return value
 
 
 def parse_bool(value: str) -> bool:
     """Return the truth of a BOOL string (the daemon's rule); raise ValueError for anything else."""
-    from lazyd.config.durations import parse_bool as _core_parse_bool  # when an option is set (above)
+    from lazyd.config.durations import parse_bool as _parse_bool
 
     try:
-        return _core_parse_bool(value)
+        return _parse_bool(value)
     except ValueError:
         raise ValueError(f"invalid boolean {value!r} (use true/false, 1/0, yes/no or on/off)") from None
 
 
-def _check_share(value: str) -> None:
+def _check_share(value: str) -> str:
     if value.strip().lower() not in ("auto", "session-aware"):
         try:
             parse_bool(value)
         except ValueError:
             raise ValueError(f"invalid value {value!r} (use auto, true, false or session-aware)") from None
+    return value
 
 
-def _check_era(value: str) -> None:
-    # The daemon's rule (config.py, lazyd/core/eras/choice.py), checked here so a typo exits 2 at once.
+def _check_era(value: str) -> str:
     if value not in ("auto", "handshake", "stateless"):
         raise ValueError(f"invalid era {value!r} (use auto, handshake or stateless)")
+    return value
 
 
-def _check_size(value: str) -> None:
-    # The daemon's rule (lazyd/core/memory.py parse_size) in short, so a typo exits 2 at once;
-    # the daemon checks the value again.
+def _check_size(value: str) -> str:
+    # lazyd/core/memory.py's rule in short, so that a typo exits 2 at once; the daemon checks again.
     import re
 
     if value.strip().lower() not in ("off", "none", "0") and not re.fullmatch(
             r"\s*\d+(\.\d+)?\s*([KMGT](i?B)?|B)?\s*", value, re.IGNORECASE):
         raise ValueError(f"invalid size {value!r} (use e.g. 512MiB, 1GiB, 2G or off)")
+    return value
 
 
-def _check_argv_json(value: str) -> None:
+def _check_argv_json(value: str) -> str:
     import json
 
     try:
@@ -142,39 +134,45 @@ def _check_argv_json(value: str) -> None:
         raise ValueError(f"invalid JSON argv {value!r} (use e.g. '[\"pgrep\", \"-x\", \"code\"]')") from None
     if not (isinstance(argv, list) and argv and all(isinstance(a, str) for a in argv) and argv[0]):
         raise ValueError(f"invalid JSON argv {value!r}: it must be a non-empty list of strings")
+    return value
 
 
-def _check_names(value: str) -> None:
-    from lazyd.config.envnames import parse_names  # when the option is set: it compiles a regular expression
+def _check_names(value: str) -> str:
+    from lazyd.config.envnames import parse_names
 
     parse_names(value)
+    return value
 
 
-_DAEMON_OPTS = {
-    "--linger": ("linger", "LAZYD_LINGER", _check_duration),
-    "--check-linger": ("check_linger", "LAZYD_CHECK_LINGER", _check_duration),
-    "--idle-timeout": ("idle_timeout", "LAZYD_IDLE_TIMEOUT", _check_duration),
-    "--start-timeout": ("start_timeout", "LAZYD_START_TIMEOUT", _check_duration),
-    "--share": ("share", "LAZYD_SHARE", _check_share),
-    "--wake-command": ("wake_command", "LAZYD_WAKE_COMMAND", _check_argv_json),
-    "--wake-interval": ("wake_interval", "LAZYD_WAKE_INTERVAL", _check_duration),
-    "--wake-timeout": ("wake_timeout", "LAZYD_WAKE_TIMEOUT", _check_duration),
-    "--identity-env": ("identity_env", "LAZYD_IDENTITY_ENV", _check_names),
-    "--per-session-env": ("per_session_env", "LAZYD_PER_SESSION_ENV", _check_names),
-    "--era": ("era", "LAZYD_ERA", _check_era),
-    "--memory-max": ("memory_max", "LAZYD_MEMORY_MAX", _check_size),
+def _check_socket(value: str) -> str:
+    if len(os.fsencode(value)) > MAX_SUN_PATH_BYTES:
+        raise ValueError(f"socket path longer than {MAX_SUN_PATH_BYTES} bytes")
+    return value
+
+
+def _check_servers(value: str) -> str:
+    names = [n.strip() for n in value.split(",")]
+    if not all(names):
+        raise ValueError(f"{value!r} is not a comma-separated list of server names")
+    return ",".join(names)
+
+
+# Options forwarded to the daemon in the hello's `opts`, under the flag's name with `_`.
+_DAEMON_OPTS: dict[str, Callable[[str], str]] = {
+    "--linger": _check_duration, "--check-linger": _check_duration, "--idle-timeout": _check_duration,
+    "--start-timeout": _check_duration, "--share": _check_share, "--wake-command": _check_argv_json,
+    "--wake-interval": _check_duration, "--wake-timeout": _check_duration, "--identity-env": _check_names,
+    "--per-session-env": _check_names, "--era": _check_era, "--memory-max": _check_size,
 }
-# Options that the shim itself uses: flag -> env var.
-_SHIM_VALUES = {"--socket": "LAZYD_SOCKET", "--log-file": "LAZYD_LOG_FILE", "--server": "LAZYD_SERVER",
-                "--servers": "LAZYD_HUB_SERVERS"}
-_SHIM_FLAGS = {"--verbose": "LAZYD_VERBOSE", "--no-autostart": "LAZYD_NO_AUTOSTART", "--hub": "LAZYD_HUB",
-               "--handoff": "LAZYD_HANDOFF"}
+_SHIM_VALUES: dict[str, Callable[[str], str]] = {
+    "--socket": _check_socket, "--log-file": str, "--server": str, "--servers": _check_servers,
+}
+_SHIM_FLAGS = ("--verbose", "--no-autostart", "--hub", "--handoff")
 
 
-HANDOFF_DEFAULT = True
-# The hand-off (shim/handoff.py): one hop per message, and a shell waits instead of a Python
-# relay. The frame path serves what cannot be handed off (a terminal, a file) and
-# --handoff=0 / LAZYD_HANDOFF=0; every fault test runs on both (tests/e2e/shim_paths.py).
+def env_var(flag: str) -> str:
+    """The variable that sets `flag` when the flag is not given."""
+    return "LAZYD_HUB_SERVERS" if flag == "--servers" else "LAZYD_" + flag[2:].upper().replace("-", "_")
 
 
 class Options:
@@ -189,7 +187,7 @@ class Options:
         self.log_file: str | None = None
         self.verbose = False
         self.autostart = True
-        self.handoff = HANDOFF_DEFAULT  # pass stdin/stdout to the daemon after the hello (docs/protocol.md)
+        self.handoff = True  # pass stdin/stdout to the daemon after the hello (shim/handoff.py)
         self.show_help = False
         self.show_version = False
 
@@ -197,8 +195,7 @@ class Options:
 def parse(argv: list[str], env: Mapping[str, str]) -> Options:
     """Parse the shim's arguments (without the program name) and environment.
 
-    Raises UsageError for an unknown option, a missing or bad value, or a missing command. An
-    empty environment variable counts as unset.
+    Raises UsageError for an unknown option, a missing or bad value, or a missing command.
     """
     flags: dict[str, str] = {}
     command: list[str] = []
@@ -206,20 +203,14 @@ def parse(argv: list[str], env: Mapping[str, str]) -> Options:
     while i < len(argv):
         arg = argv[i]
         i += 1
-        if arg == "--":
-            command = argv[i:]
+        if arg == "--" or not arg.startswith("-") or arg == "-":
+            command = argv[i:] if arg == "--" else argv[i - 1 :]
             break
-        if not arg.startswith("-") or arg == "-":
-            command = argv[i - 1 :]
-            break
-        if arg in ("-h", "--help"):
-            flags["--help"] = "true"
-            continue
         name, has_value, value = arg.partition("=")
-        if name in ("--version", "--help"):
+        if arg == "-h" or name in ("--version", "--help"):
             if has_value:
                 raise UsageError(f"option {name} takes no value")
-            flags[name] = "true"
+            flags["--help" if arg == "-h" else name] = "true"
         elif name in _DAEMON_OPTS or name in _SHIM_VALUES:
             if not has_value:
                 if i >= len(argv):
@@ -237,65 +228,43 @@ def parse(argv: list[str], env: Mapping[str, str]) -> Options:
     opts.show_version = "--version" in flags
     if opts.show_help or opts.show_version:
         return opts
-
-    def pick(flag: str, var: str) -> tuple[str, str] | None:
-        # The source is named in errors so the user knows where to fix the value.
+    given: dict[str, str] = {}  # flag -> its checked value
+    switches: dict[str, bool] = {}
+    source: dict[str, str] = {}  # flag -> where it was set, named in errors so the user knows what to fix
+    for flag in (*_DAEMON_OPTS, *_SHIM_VALUES, *_SHIM_FLAGS):
         if flag in flags:
-            return flags[flag], flag
-        value = env.get(var, "")
-        return (value, var) if value else None
-
-    for flag, (key, var, check) in _DAEMON_OPTS.items():
-        chosen = pick(flag, var)
-        if chosen is not None:
-            try:
-                check(chosen[0])
-            except ValueError as exc:
-                raise UsageError(f"{chosen[1]}: {exc}") from None
-            opts.daemon_opts[key] = chosen[0]
-    for flag, var in _SHIM_FLAGS.items():
-        chosen = pick(flag, var)
-        if chosen is not None:
-            try:
-                on = parse_bool(chosen[0])
-            except ValueError as exc:
-                raise UsageError(f"{chosen[1]}: {exc}") from None
-            if flag == "--verbose":
-                opts.verbose = on
-            elif flag == "--hub":
-                opts.hub = on
-            elif flag == "--handoff":
-                opts.handoff = on
-            else:
-                opts.autostart = not on
-    for flag, var in _SHIM_VALUES.items():
-        chosen = pick(flag, var)
-        if chosen is None:
-            continue
-        if not chosen[0]:
-            raise UsageError(f"{chosen[1]}: empty value")
-        if flag == "--socket":
-            if len(os.fsencode(chosen[0])) > MAX_SUN_PATH_BYTES:
-                raise UsageError(f"{chosen[1]}: socket path longer than {MAX_SUN_PATH_BYTES} bytes")
-            opts.socket = chosen[0]
-        elif flag == "--log-file":
-            opts.log_file = chosen[0]
-        elif flag == "--servers":
-            if not opts.hub:
-                raise UsageError(f"{chosen[1]} needs --hub")
-            names = [n.strip() for n in chosen[0].split(",")]
-            if not all(names):
-                raise UsageError(f"{chosen[1]}: {chosen[0]!r} is not a comma-separated list of server names")
-            opts.daemon_opts["servers"] = ",".join(names)
+            source[flag], value = flag, flags[flag]
+        elif env.get(env_var(flag)):
+            source[flag], value = env_var(flag), env[env_var(flag)]
         else:
-            opts.server = chosen[0]
+            continue
+        try:
+            if flag in _SHIM_FLAGS:
+                switches[flag] = parse_bool(value)
+            elif flag in _SHIM_VALUES:
+                if not value:
+                    raise ValueError("empty value")
+                given[flag] = _SHIM_VALUES[flag](value)
+            else:
+                given[flag] = _DAEMON_OPTS[flag](value)
+        except ValueError as exc:
+            raise UsageError(f"{source[flag]}: {exc}") from None
+    opts.daemon_opts = {flag[2:].replace("-", "_"): given[flag] for flag in _DAEMON_OPTS if flag in given}
+    opts.verbose, opts.hub = switches.get("--verbose", False), switches.get("--hub", False)
+    opts.autostart = not switches.get("--no-autostart", False)
+    opts.handoff = switches.get("--handoff", True)
+    opts.socket, opts.log_file, opts.server = given.get("--socket"), given.get("--log-file"), given.get("--server")
+    if "--servers" in given:
+        if not opts.hub:
+            raise UsageError(f"{source['--servers']} needs --hub")
+        opts.daemon_opts["servers"] = given["--servers"]
     if opts.hub:
         # The hello of a hub session names no server: opts {"hub": "true"} (docs/protocol.md).
         if command or opts.server is not None:
             raise UsageError("--hub serves every server; it takes no COMMAND and no --server")
-        given = sorted(k for k in opts.daemon_opts if k != "servers")
-        if given:
-            raise UsageError(f"--{given[0].replace('_', '-')} configures one server; it does not apply to --hub")
+        configured = sorted(k for k in opts.daemon_opts if k != "servers")
+        if configured:
+            raise UsageError(f"--{configured[0].replace('_', '-')} configures one server; it does not apply to --hub")
         opts.daemon_opts["hub"] = "true"
         return opts
     if not command and opts.server is None:

@@ -1,32 +1,19 @@
-"""The shim's relay: client stdio <-> daemon frames, the in-flight table, and recovery.
+"""The shim's frame path: client stdio <-> daemon frames, the in-flight table, and recovery.
 
-Threads and who owns what:
+The **stdin thread** is the only reader of stdin: it splits lines (lazyd/protocol/linepeek.py),
+learns their request ids and hands each line to the current destination (the daemon socket, the
+hold queue while reconnecting, or a directly run server). The **main thread** is the only reader of
+the daemon socket (or the server's stdout) and runs recovery when the daemon is lost.
 
-- the **stdin thread** is the only reader of stdin. It splits lines (bounded by
-  ``wire.MAX_LINE_BYTES``), reads each line as the daemon will (lazyd/protocol/linepeek.py) to learn request ids and methods,
-  and hands each line to the current destination: the daemon socket, the hold queue while
-  reconnecting, or a directly run server after a fallback;
-- the **main thread** is the only reader of the daemon socket (and, after a fallback, of the
-  server's stdout). It writes the daemon's lines to stdout and runs recovery when the daemon is lost.
-
-Rules:
-
-- A request is entered in the in-flight table *before* it is sent, under the same send lock, so
-  that whatever happens to the socket afterwards it is either answered by the daemon (its ``done``
-  removes it) or answered here with an error. Ids keep their JSON type: 1 and "1" differ.
-- ``send_lock`` serialises everything written to the destination and every change of destination;
-  ``state_lock`` guards the tables and is never held across I/O, so the main thread can always
-  retire a ``done`` even while the stdin thread is blocked writing to a slow daemon.
-  Lock order: send_lock, then state_lock.
-- When the daemon is lost, every in-flight request is answered at once with a -32603 error under
-  its original id; then the shim reconnects for up to RECONNECT_WAIT_S, sending the client's
-  answered ``initialize`` and its ``notifications/initialized`` as ``resume``. Lines the client sends
-  meanwhile are held (bounded) and sent afterwards. If that fails, the server is run directly.
-- Client stdin EOF: every request the client wrote before it is still answered, as a server run
-  directly answers what it read before its EOF. The shim stays until the last one is answered,
-  the client closes its stdout, or EOF_WAIT_S pass, then exits 0 (which closes the socket: the
-  daemon cancels upstream whatever is still in flight). With nothing in flight it exits at once.
-  A daemon lost meanwhile costs the lost-connection error for each, and the exit.
+- A request enters the in-flight table *before* it is sent, under the send lock, so it is either
+  answered by the daemon (its ``done`` retires it) or here with an error. Ids keep their JSON type.
+- ``send_lock`` serialises writes to the destination and changes of destination; ``state_lock``
+  guards the tables and is never held across I/O (lock order: send_lock, then state_lock).
+- When the daemon is lost, every request in flight is answered with a -32603 error; the shim then
+  reconnects for up to RECONNECT_WAIT_S, resuming the client's answered handshake, holding (bounded)
+  what the client sends meanwhile. If that fails, the server is run directly.
+- At the client's EOF what it asked before is still answered (as a server run directly does) until
+  nothing is in flight, its stdout closes, or EOF_WAIT_S pass; then the shim exits 0.
 """
 
 from __future__ import annotations
@@ -60,9 +47,7 @@ if TYPE_CHECKING:
     IdKey = tuple[bool, int | str]
 
 MAX_HELD_LINES = 1000
-MAX_HELD_BYTES = 64 * 1024 * 1024
-# Lines the client sends while reconnecting wait in memory; a client rarely sends more than a
-# handful in 10 s, and these bounds keep a flooding client from growing the shim without limit.
+MAX_HELD_BYTES = 64 * 1024 * 1024  # what a client sends while the shim reconnects, held in memory
 
 LOST_CODE = -32603
 LOST_MESSAGE = "lazyd: connection to the daemon was lost; the request may not have completed"
@@ -78,9 +63,6 @@ def _shutdown(sock: socket.socket) -> None:
         sock.shutdown(socket.SHUT_RDWR)
     except OSError:
         pass
-
-
-# --- the relay ----------------------------------------------------------------------------------
 
 
 class Relay:
@@ -127,8 +109,6 @@ class Relay:
         self._state = _RECONNECTING  # lines read meanwhile are held for the server
         threading.Thread(target=self._stdin_loop, name="stdin", daemon=True).start()
         return self._run_direct(reason)
-
-    # -- main thread -----------------------------------------------------------------------------
 
     def run(self) -> int:
         """Relay until the client leaves (the process exits from the stdin thread) or, after a
@@ -206,18 +186,7 @@ class Relay:
                     return str(exc)
                 self._log(f"reconnect failed: {exc}")
             time.sleep(max(0.0, min(RECONNECT_POLL_S, deadline - time.monotonic())))
-        with self._send_lock:
-            try:
-                for line in self._held:
-                    new.sock.sendall(wire.encode_line(line))
-            except OSError:
-                _shutdown(new.sock)  # lost again: the read loop notices and recovers once more
-            with self._state_lock:
-                held = len(self._held)
-                self._held.clear()
-                self._held_bytes = 0
-                self._conn = new
-                self._state = _CONNECTED
+        held = self._release_held(_CONNECTED, new, None)
         self._log(f"reconnected; resumed {len(resume)} handshake line(s), sent {held} held line(s)")
         return None
 
@@ -257,19 +226,30 @@ class Relay:
             self._answer_held("lazyd: the daemon is unavailable and the server failed to start")
             child.stop()
             return 1
+        self._release_held(_DIRECT, None, child)
+        return child.pump(self._out.write)
+
+    def _release_held(self, state: str, conn: connect.Connection | None, child: DirectServer | None) -> int:
+        """Send the held lines to the new destination, then make it current; how many were held."""
         with self._send_lock:
             try:
                 for line in self._held:
-                    child.write_line(line)
+                    if conn is not None:
+                        conn.sock.sendall(wire.encode_line(line))
+                    elif child is not None:
+                        child.write_line(line)
             except OSError:
-                pass  # it exited; pump() below sees its stdout close
+                if conn is not None:
+                    _shutdown(conn.sock)  # lost again: the read loop notices and recovers once more
+                # a server that exited: pump() sees its stdout close
             with self._state_lock:
+                held = len(self._held)
                 self._held.clear()
                 self._held_bytes = 0
-                self._inflight.clear()
-                self._child = child
-                self._state = _DIRECT
-        return child.pump(self._out.write)
+                if child is not None:
+                    self._inflight.clear()  # the server answers what it is sent itself
+                self._conn, self._child, self._state = conn, child, state
+        return held
 
     def _answer_held(self, message: str) -> None:
         with self._state_lock:
@@ -277,8 +257,6 @@ class Relay:
             self._inflight.clear()
         for request_id in lost:
             self._out.write_line(error_line(request_id, LOST_CODE, message))
-
-    # -- stdin thread ----------------------------------------------------------------------------
 
     def _stdin_loop(self) -> None:
         try:
@@ -374,6 +352,5 @@ class Relay:
             self._log(f"client closed stdin; waiting for the answers to {owed} request(s)")
             self._out.wait_closed(self._drained_r, EOF_WAIT_S)
         self._log("client closed stdin; exiting")
-        # Exiting closes the socket (CLOEXEC: no child holds a copy): the daemon detaches the
-        # session, cancelling upstream what is still in flight.
+        # Exiting closes the socket: the daemon cancels upstream what is still in flight.
         self._out.exit_between_lines(0)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import _thread  # not threading (~1.5 ms to import): a recovering hand-off shim starts no thread
+import _thread  # not threading, slow to import: a recovering hand-off shim starts no thread
 import os
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs start-up time

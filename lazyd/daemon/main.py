@@ -258,7 +258,6 @@ async def serve(sock: socket.socket, paths: Paths, config: Config, config_path: 
     if fdstore is not None:
         fdstore.given(stored)
     kept_sessions = stored_sessions.take_kept(stored)
-    stored_sessions.set_keeper(stored_sessions.Keeper(fdstore) if fdstore is not None else None)
     store = CacheStore(paths.cache_dir)
     stop = trio.Event()
     bound_identity = None if activated else socket_identity(paths.socket)
@@ -272,6 +271,7 @@ async def serve(sock: socket.socket, paths: Paths, config: Config, config_path: 
         registry = Registry(config, paths, secret, store, nursery, daemonenv.base(os.environ))
         control = Control(registry, stop, partial(reload_config, registry, config_path))
         handler = ConnectionHandler(registry, control, admission=None if nofile is None else Admission(nofile))
+        handler.keeper = control.keeper = stored_sessions.Keeper(fdstore) if fdstore is not None else None
         control.refusals = handler.refusals
         lineage = control.lineage = Lineage()
         upgrader = Upgrader(registry, handler, paths, listener=sock.fileno(), lock=lock_fd, activated=activated,
@@ -285,13 +285,13 @@ async def serve(sock: socket.socket, paths: Paths, config: Config, config_path: 
             await registry.drop_stale_named(adopted)
         else:
             await registry.boot()
-        if kept_sessions and stored_sessions.KEEPER is not None:
+        if kept_sessions and handler.keeper is not None:
             # What became of them, in the crash's line of `lazyctl status` (counted as they go).
             if lineage.last is None:
                 lineage.last = {"at": time.time(), "from_pid": None, "adopted": False, "crash": True,
                                 "servers": [], "lost": [], "reason": None}
-            stored_sessions.KEEPER.tally["kept"] = len(kept_sessions)
-            lineage.last["sessions"] = stored_sessions.KEEPER.tally
+            handler.keeper.tally["kept"] = len(kept_sessions)
+            lineage.last["sessions"] = handler.keeper.tally
         if fdstore is not None:
             # What the store gave back is in it still: names no process owns now are removed.
             nursery.start_soon(keep_standby, registry, fdstore, paths.lock, registry.changes.wait, dict(stored))

@@ -156,7 +156,7 @@ def test_a_daemon_killed_with_sigkill_and_restarted_with_its_fd_store_takes_its_
         assert "orphan sweep: killed" not in daemon_log
         # The connection itself died with the daemon: the shim reconnected, or the new daemon
         # adopted its session from the store (lazyd/daemon/handoff/stored_sessions.py).
-        assert "reconnected" in shim_log(user_env) or "adopted from shim pid" in daemon_log
+        assert "reconnected" in shim_log(user_env) or "reclaimed from shim pid" in daemon_log
         # The new daemon still stops the server it took over, though it is not its child.
         second.send_signal(signal.SIGTERM)
         assert second.wait(timeout=STEP_S) == 0

@@ -203,7 +203,7 @@ def test_an_upgrade_to_a_daemon_that_cannot_adopt_stops_the_servers_and_the_shim
     daemon_log = (user_env.state_dir / "lazyd.log").read_text()
     # Each shim lost its daemon (a frame shim says "daemon lost", a hand-off one takes the session
     # back; under systemd the next daemon adopts it from the fd store).
-    adopted = daemon_log.count("adopted from shim pid")
+    adopted = daemon_log.count("reclaimed from shim pid")
     assert log.count("daemon lost") + log.count("taking it back") + adopted == 2, (log, daemon_log)
     assert log.count("reconnected") + adopted == 2, log
     assert ("answered 1 in-flight request(s) with an error" in log
@@ -364,7 +364,7 @@ def test_what_a_hand_off_session_had_in_flight_before_an_upgrade_is_still_answer
     # Taken back by the shim itself (no daemon up yet), or adopted by the next daemon.
     assert ("answered 1 in-flight request(s) with an error" in log
             or "1 in-flight request(s) answered with an error" in daemon_log), (log, daemon_log)
-    assert "reconnected; handed off again" in log or "adopted from shim pid" in daemon_log, log
+    assert "reconnected; handed off again" in log or "reclaimed from shim pid" in daemon_log, log
 
 
 @pytest.mark.parametrize("path", PATHS, ids=[p.name for p in PATHS])

@@ -77,7 +77,7 @@ def test_after_a_kill_9_every_waiter_takes_its_session_back_and_each_call_in_fli
         said = log.read_text()
         assert said.count(RECOVERED) == SESSIONS, said
         assert said.count("answered 1 in-flight request(s) with an error") == SESSIONS, said
-        assert "adopted from shim pid" not in daemon_log(user_env)
+        assert "reclaimed from shim pid" not in daemon_log(user_env)
         (daemon,) = user_env.daemon_pids()
         assert daemon == new.proc.pid
         made = sorted(user_env.socket.parent.glob("resume.*"))

@@ -3,7 +3,7 @@ removed, how what comes back is grouped, and how a kept session is reopened from
 
 Testing policy: the store is a real datagram socket read by the test (what systemd's notify socket
 receives); the waiter is a real process that connected to the test's socket and holds a real
-region and adopting hello. The whole path under a real user manager: tests/e2e/test_systemd_manager.py.
+region and reclaiming hello. The whole path under a real user manager: tests/e2e/test_systemd_manager.py.
 """
 
 from __future__ import annotations

@@ -31,6 +31,10 @@ DAEMON_OPTIONS = [
     ("--wake-interval", "LAZYD_WAKE_INTERVAL", "1h", "wake_interval"),
     ("--wake-timeout", "LAZYD_WAKE_TIMEOUT", "0", "wake_timeout"),
     ("--era", "LAZYD_ERA", "stateless", "era"),
+    ("--check-linger", "LAZYD_CHECK_LINGER", "1m30s", "check_linger"),
+    ("--identity-env", "LAZYD_IDENTITY_ENV", "API_KEY,REGION_*", "identity_env"),
+    ("--per-session-env", "LAZYD_PER_SESSION_ENV", "TERM_SESSION_ID", "per_session_env"),
+    ("--memory-max", "LAZYD_MEMORY_MAX", "512MiB", "memory_max"),
 ]
 
 

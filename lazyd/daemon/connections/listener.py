@@ -40,7 +40,7 @@ from lazyd.protocol import wire
 from lazyd.core.admission import Admission
 from lazyd.daemon.handoff import stored_sessions
 from lazyd.daemon.handoff import session as handoff
-from lazyd.daemon.handoff.stored_sessions import Kept
+from lazyd.daemon.handoff.stored_sessions import Keeper, Kept
 from lazyd.daemon.handoff.outbox import ClientEnds
 from lazyd.daemon.control import handshakes
 from lazyd.daemon.runtime.era_lanes import EraRoute
@@ -177,6 +177,7 @@ class ConnectionHandler:
         # the op that carries an upgrade out on the connection that asked (lazyd/daemon/upgrade/handover.py).
         self.live: dict[int, Live] = {}
         self.upgrade: Callable[[trio.SocketStream], Awaitable[tuple[bool, Any, str | None]]] | None = None
+        self.keeper: Keeper | None = None  # hand-off sessions in systemd's fd store, set by main
 
     async def serve(self, listener: trio.SocketListener, kept: Sequence[Kept] = (), *,
                     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -232,7 +233,7 @@ class ConnectionHandler:
         if shim is None:
             log.info("shim pid %d: not taking back the session systemd kept (its socket did not come back); "
                      "it recovers it itself", kept.pid)
-            stored_sessions.let_go(kept)
+            stored_sessions.let_go(kept, self.keeper)
             return
         stream = trio.SocketStream(trio.socket.from_stdlib_socket(socket.socket(fileno=shim)))
         self.active += 1
@@ -244,7 +245,7 @@ class ConnectionHandler:
         if isinstance(found, str):
             log.info("shim pid %d: not taking back the session systemd kept (%s; kept: %s); it recovers it itself",
                      kept.pid, found, ", ".join(kept.names))
-            stored_sessions.let_go(kept)
+            stored_sessions.let_go(kept, self.keeper)
             return
         hello, fds = found
         taken = handoff.take(hello, fds)
@@ -320,7 +321,7 @@ class ConnectionHandler:
         elif taken is not None:
             # The shim passed the client's pipes: the daemon serves them itself (handoff.py).
             live.kind = "handoff"
-            live.handoff = handoff.HandoffSession(self.registry, stream, hello.pid, *taken)
+            live.handoff = handoff.HandoffSession(self.registry, stream, hello.pid, *taken, self.keeper)
             await live.handoff.run(hello)
         else:
             await self._session(stream, frames, hello)
@@ -333,14 +334,14 @@ class ConnectionHandler:
         refusal = NotAdopted("its descriptors or region cannot be served by hand-off")
         if taken is not None:
             try:
-                live.handoff = handoff.HandoffSession(self.registry, stream, hello.pid, *taken, adopting=True)
+                live.handoff = handoff.HandoffSession(self.registry, stream, hello.pid, *taken, self.keeper, reclaiming=True)
             except NotAdopted as exc:
                 refusal = exc
             except (OSError, ValueError) as exc:
                 refusal = NotAdopted(f"its region cannot be mapped: {exc}")
         if live.handoff is None:
             log.info("shim pid %d: not adopting its session (%s); it recovers it itself", hello.pid, refusal.message)
-            stored_sessions.let_go(kept)
+            stored_sessions.let_go(kept, self.keeper)
             return
         live.kind = "handoff"
         await live.handoff.run(hello, kept)

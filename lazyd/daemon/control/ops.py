@@ -38,10 +38,10 @@ from lazyd.daemon.runtime.memory_watch import MemoryWatch
 from lazyd.daemon.sessions.registry import Registry
 from lazyd.host import fallback_journal
 from lazyd.daemon.connections.refusals import Refusals
+from lazyd.daemon.handoff.stored_sessions import Keeper
 from lazyd.daemon.runtime.status import runtime_status
 from lazyd.daemon.runtime.supervisor import ServerRuntime
 from lazyd.daemon.control.wake_sleep import sleep_and_wait, wake_and_wait
-from lazyd.daemon.handoff import stored_sessions
 from lazyd.errors import ConfigError
 
 log = logging.getLogger("lazyd.control")
@@ -70,6 +70,7 @@ class Control:
         self.lineage: Any = None  # the daemon's Lineage (lazyd/daemon/upgrade/handover.py), set by main
         self.refusals: Refusals | None = None  # the connections refused (lazyd/daemon/connections/refusals.py), set by main
         self.memory: MemoryWatch | None = None  # memory limits and pressure (lazyd/daemon/runtime/memory_watch.py), set by main
+        self.keeper: Keeper | None = None  # hand-off sessions in systemd's fd store, set by main
 
     async def __call__(self, op: str, args: dict[str, Any]) -> Result:
         handler = getattr(self, f"op_{op.replace('-', '_')}", None)
@@ -190,9 +191,8 @@ class Control:
         if self.lineage is not None:  # uptime across upgrades, and the last hand-over (lazyd/daemon/upgrade/handover.py)
             daemon: dict[str, Any] = {"started_at": self.lineage.started_at, "upgrades": self.lineage.upgrades,
                                       "last_upgrade": self.lineage.last}
-            store = stored_sessions.store_status()
-            if store is not None:  # systemd's fd store (lazyd/daemon/handoff/stored_sessions.py)
-                daemon["fdstore"] = store
+            if self.keeper is not None:  # systemd's fd store (lazyd/daemon/handoff/stored_sessions.py)
+                daemon["fdstore"] = self.keeper.status()
             data["daemon"] = daemon
         return True, data, None
 

@@ -1,37 +1,23 @@
 """A hand-off session's two ends of the client, and the outbox that writes the client's stdout.
 
-`ClientEnds` is the client's stdin and stdout as the shim passed them (lazyd/daemon/handoff/session.py):
+`ClientEnds` holds the client's stdin and stdout as the shim passed them: a pipe as a description
+of its own opened with O_NONBLOCK, a socket (Node clients give socketpairs) as the very description
+the shim has, used with MSG_DONTWAIT and never set non-blocking. Either way the shim's own
+descriptors stay as the client made them, for the shim to use again if the daemon is lost.
 
-- a **pipe** comes as a description of its own that the shim opened with O_NONBLOCK
-  (`/proc/self/fd/N`), so the daemon reads and writes it without blocking and without changing
-  the mode of the shim's copy;
-- a **socket** (Node clients give their servers socketpairs) cannot be reopened, so the daemon
-  holds the very description the shim has: it never sets O_NONBLOCK on it, and passes
-  MSG_DONTWAIT to each call instead. Either way the shim's own descriptors stay as the client
-  made them, for the shim to use again if the daemon is lost.
-
-`HandoffOutbox` is what a runtime delivers a client's lines to (the `Outbox` of
-lazyd/daemon/runtime/outbox.py): each line goes straight into the client's stdout when nothing is queued,
-else behind the queued ones through a writer task; an answer's id is retired from the session's
-ledger only once its whole line is in the pipe.
+`HandoffOutbox` is the `Outbox` (lazyd/daemon/runtime/outbox.py) a runtime delivers a client's lines
+to: straight into the client's stdout when nothing is queued, else through a writer task. An
+answer's id leaves the ledger only once its whole line is in the pipe.
 
 Whole lines or none (docs/reliability.md): a line goes only once the client's stdout has room for
-all of it (`ClientEnds.room`, counted as lazyd/daemon/handoff/whole_write.py says), in one write the kernel
-then makes whole, with the region's whole byte set around it; a daemon killed at any moment leaves
-no cut line for the shim to end. Only a line over what the client's stdout can ever take whole
+all of it (lazyd/daemon/handoff/whole_write.py), in one write the kernel makes whole, so that a
+kill -9 at any moment leaves no cut line. Only a line over what the stdout can ever take whole
 (`ClientEnds.bound`, after widening the pipe or raising the socket's buffer) goes in parts, with
-the torn byte set from before its first part until its last, which is cleared before its id is
-retired. A line that waits for room does not spin: the writer waits on the kernel while the
-stdout is full, else on a doubling timer (ROOM_WAIT_FIRST_S). The bounds are a connection's (`should_pause`
-past CLIENT_PAUSE_BYTES, disconnected past MAX_CLIENT_BACKLOG_BYTES), so a client that stops
-reading costs what a shim that stops reading costs.
+the region's torn byte set until its last part. The flow-control bounds are a connection's.
 
-While large lines pass, the client's pipes are widened to WIDE_PIPE_BYTES (`ClientEnds.widen`)
-and narrowed again once they are over (after the heap trimmer's quiet spell,
-lazyd/daemon/heap_trim.py): in a pipe of the default 64 KiB a 1 MiB line is 16 trips through trio's
-scheduler on the daemon's side, each waiting for the client to take the last 64 KiB, where a
-server run directly only blocks in the kernel. Narrowed again, because a user's pipes share a
-budget (pipe-user-pages-soft) and an idle session should not hold a megabyte of it.
+While large lines pass, the client's pipes are widened to WIDE_PIPE_BYTES (in a default pipe a
+large line is many trips through trio's scheduler) and narrowed again after the heap trimmer's
+quiet spell (lazyd/daemon/heap_trim.py): a user's pipes share a budget (pipe-user-pages-soft).
 """
 
 from __future__ import annotations
@@ -74,13 +60,12 @@ _F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
 _F_GETPIPE_SZ = getattr(fcntl, "F_GETPIPE_SZ", 1032)
 _SIOCOUTQ = termios.TIOCOUTQ  # the same request number: SIOCOUTQ on a socket
 WIDE_SNDBUF_BYTES = socket_cost(WIDE_PIPE_BYTES, 1 << 30) // 2 + 4096
-# SO_SNDBUF asked of a socket a large line needs whole: the kernel doubles it (capped at twice
-# net.core.wmem_max), so a line as long as a widened pipe holds fits it whole too where allowed.
+# SO_SNDBUF asked of a socket a large line needs whole (the kernel doubles it, capped at twice
+# net.core.wmem_max): a line as long as a widened pipe holds then fits whole too.
 ROOM_WAIT_FIRST_S = 0.0005
 ROOM_WAIT_MAX_S = 0.02
-# Waiting for room for a whole line while the client's stdout is not full: the kernel wakes a
-# writer at one free page (a pipe) or a quarter of the buffer (a socket), not at the room a line
-# needs, so the writer looks again after a timer that doubles from the first to the most.
+# The kernel wakes a writer at one free page (a pipe) or a quarter of the buffer (a socket), not at
+# the room a line needs: while the stdout is not full, the writer looks again on a doubling timer.
 
 
 def _usable(fd: int, *, readable: bool) -> str | None:
@@ -93,9 +78,7 @@ def _usable(fd: int, *, readable: bool) -> str | None:
     mode = flags & os.O_ACCMODE
     if mode != os.O_RDWR and mode != (os.O_RDONLY if readable else os.O_WRONLY):
         return "it is open in the wrong direction"
-    if stat.S_ISFIFO(st.st_mode):
-        # Shared with the shim unless it was opened afresh: setting O_NONBLOCK here would change
-        # the shim's own copy, which it reads blocking after a recovery.
+    if stat.S_ISFIFO(st.st_mode):  # O_NONBLOCK set here would change the shim's own copy
         return None if flags & os.O_NONBLOCK else "a pipe without O_NONBLOCK (not a description of its own)"
     if stat.S_ISSOCK(st.st_mode):
         kind = socket.socket(fileno=os.dup(fd))
@@ -166,9 +149,8 @@ class ClientEnds:
             raise
 
     def widen(self, fd: int) -> bool:
-        """Widen the client's pipe `fd` (one of its two ends) to WIDE_PIPE_BYTES while large
-        lines pass; `narrow` gives the width back after them. False if it is not widened now: a
-        socket, wide already, or refused (over the user's pipe budget: the pipe works as it is)."""
+        """Widen the client's pipe `fd` to WIDE_PIPE_BYTES while large lines pass (`narrow` gives
+        the width back); False if it is not widened now (a socket, wide already, or refused)."""
         if fd not in (self.in_fd, self.out_fd) or self.closed:
             return False
         if (self._in_sock if fd == self.in_fd else self._out_sock) is not None:
@@ -189,8 +171,8 @@ class ClientEnds:
         return True
 
     def narrow(self) -> None:
-        """The large lines are over: each widened pipe back to its size, unless it still holds
-        more than that (EBUSY; the next spell's end tries again)."""
+        """Each widened pipe back to its size, unless it holds more than that (EBUSY: the next
+        spell's end tries again)."""
         if self.closed:
             self._widened.clear()
             return
@@ -208,9 +190,8 @@ class ClientEnds:
         return bool(poller.poll(0))
 
     def room(self) -> int:
-        """Bytes one write surely puts into the client's stdout whole now (lazyd/daemon/handoff/whole_write.py).
-
-        Raises BrokenPipeError when the client's stdout can no longer be asked."""
+        """Bytes one write surely puts into the client's stdout whole now (whole_write.py); raises
+        BrokenPipeError when the client's stdout can no longer be asked."""
         count = array.array("i", [0])
         try:
             if self._out_sock is not None:
@@ -234,8 +215,7 @@ class ClientEnds:
 
     def whole_possible(self, size: int) -> bool:
         """Whether a write of `size` bytes can go whole into the client's stdout once it has
-        room: a pipe is widened and a socket's buffer raised first where that is needed and
-        allowed (a pipe past the user's budget or pipe-max-size, a socket past wmem_max stay)."""
+        room: a pipe is widened and a socket's buffer raised first where needed and allowed."""
         if self._out_sock is None and size <= PIPE_BUF:
             return True  # whole or nothing, whatever the room (POSIX)
         if size <= self.bound():
@@ -259,8 +239,7 @@ class ClientEnds:
         return self._sndbuf
 
     async def wait_for_room(self, delay: float) -> None:
-        """One step of waiting for room for a whole line: until the kernel says the client's
-        stdout has some (when it is full), else `delay` (see ROOM_WAIT_FIRST_S)."""
+        """One step of waiting for room for a whole line (see ROOM_WAIT_FIRST_S)."""
         poller = select.poll()
         poller.register(self.out_fd, select.POLLOUT)
         if not poller.poll(0):
@@ -269,9 +248,8 @@ class ClientEnds:
             await trio.sleep(delay)
 
     def may_cut(self, size: int) -> bool:
-        """Whether a write of `size` bytes into the client's stdout may stop inside a line: any
-        write into a socket, and one larger than PIPE_BUF into a pipe (smaller ones go whole or
-        not at all)."""
+        """Whether a write of `size` bytes may stop inside a line: any write into a socket, one
+        over PIPE_BUF into a pipe."""
         return self._out_sock is not None or size > PIPE_BUF
 
     async def wait_readable(self) -> None:
@@ -334,8 +312,6 @@ class HandoffOutbox:
         self._parts_logged = False  # a line over what the client's stdout takes whole was logged
         self._cut: _Pending | None = None  # the newline that ends a lost daemon's cut line
 
-    # ---- the Outbox protocol -------------------------------------------------------------------
-
     def deliver(self, line: bytes, done: JsonId | None = None) -> None:
         if self.dropped or self.closed:
             return
@@ -367,9 +343,8 @@ class HandoffOutbox:
             self._wake.set()
 
     def end_cut_line(self) -> None:
-        """The client's stdout ends inside a line a lost daemon was writing (the region's torn
-        byte is set): a newline goes first, ahead of every other line, through the writer; the
-        torn byte is cleared only once it is written (lazyd/daemon/handoff/reclaim.py)."""
+        """The client's stdout ends inside a line a lost daemon was writing: a newline goes first,
+        through the writer; the torn byte is cleared once it is written."""
         self._cut = _Pending(b"", None, 0)
         self._queue.append(self._cut)
         self.backlog_bytes += 1
@@ -379,8 +354,6 @@ class HandoffOutbox:
         if not self.closed:
             self.closed = True
             self.on_close()
-
-    # ---- flow control (as a connection's) ------------------------------------------------------
 
     @property
     def backlog_frames(self) -> int:
@@ -394,8 +367,6 @@ class HandoffOutbox:
         while self.should_pause():
             self._paused = True
             await self._drained.wait()
-
-    # ---- the writer task -----------------------------------------------------------------------
 
     async def run_writer(self) -> None:
         """Write queued lines as the client takes them, until the session ends."""
@@ -416,9 +387,8 @@ class HandoffOutbox:
                 delay = ROOM_WAIT_FIRST_S  # a line went: the next one's wait starts short again
 
     def write_ready(self) -> bool:
-        """Write what the client's stdout takes now: whole lines only, but for a line over what it
-        can ever take whole (ClientEnds.whole_possible), which goes in parts. False once the
-        client is gone."""
+        """Write what the client's stdout takes now: whole lines, but for one over what it can ever
+        take whole, which goes in parts. False once the client is gone."""
         self._need_room = 0
         try:
             while self._queue:
@@ -439,7 +409,7 @@ class HandoffOutbox:
 
     def _write_whole(self) -> bool:
         """Write the queued lines the client's stdout has room for, in one write that goes whole
-        or not at all (lazyd/daemon/handoff/whole_write.py); False when it has none for the first."""
+        or not at all; False when it has none for the first."""
         room = self.ends.room()
         batch: list[_Pending] = []
         size = 0
@@ -455,9 +425,7 @@ class HandoffOutbox:
                 return False
             batch, size = [self._queue[0]], first  # PIPE_BUF at most into a pipe: whole or nothing
         marked = self.ends.may_cut(size)
-        if marked:
-            # Whole lines or none: the shim ends nothing with a newline, and the ids still in the
-            # table get their errors after them (at worst an answer twice).
+        if marked:  # a kill -9 now leaves whole lines: the shim ends nothing, answers the ids after them
             self.ledger.whole(True)
         written = self.ends.write([part for pending in batch for part in pending.parts()])
         self.backlog_bytes -= written
@@ -470,8 +438,7 @@ class HandoffOutbox:
                 break
             self._retire()
         if written < size and self._queue and self._queue[0].offset:
-            # The kernel stopped short of the room it had (no page to allocate, a fault): the line
-            # is cut now, as one written in parts; the rest goes by `_write_part`.
+            # The kernel stopped short of its room (no page, a fault): the rest goes by `_write_part`.
             self.ledger.torn(True)
             log.warning("client %d (shim pid %d): a write of %d bytes into its stdout stopped at %d",
                         self.cid, self.pid, size, written)
@@ -480,8 +447,8 @@ class HandoffOutbox:
         return written == size
 
     def _write_part(self, head: _Pending) -> bool:
-        """Write what the client's stdout takes of a line it cannot take whole: the torn byte is
-        set from its first byte until its last; False when the stdout is full."""
+        """Write what the client's stdout takes of a line it cannot take whole, the torn byte set
+        from its first byte until its last; False when the stdout is full."""
         if not head.offset:
             self.ledger.torn(True)  # before the write, which may stop inside the line
             if not self._parts_logged:
@@ -494,15 +461,13 @@ class HandoffOutbox:
         self.backlog_bytes -= written
         if head.remaining():
             return False
-        # Cleared before the id is retired: a kill in between leaves a whole line and the id's error.
-        self.ledger.torn(False)
+        self.ledger.torn(False)  # before the id is retired: a kill between leaves a whole line and an error
         self._retire()
         return True
 
     def _retire(self) -> None:
-        """The first queued line is wholly in the client's stdout: its id leaves the ledger (and,
-        for the newline ending a lost daemon's cut line, the torn byte is cleared: the stream is
-        whole again)."""
+        """The first queued line is wholly in the client's stdout: its id leaves the ledger (after
+        the newline ending a lost daemon's cut line, the torn byte is cleared)."""
         pending = self._queue.popleft()
         if pending is self._cut:
             self._cut = None
@@ -511,11 +476,9 @@ class HandoffOutbox:
             self.ledger.answered(pending.done)
 
     def let_go(self) -> None:
-        """Hand the session back to the shim. The unwritten rest of a line of which the client
-        already has a part goes into the region's tail, for the shim to write first; only once the
-        state names that tail is the id it answers retired. Retired first, a kill -9 in between
-        would leave the line cut and its request in flight nowhere: never answered. In this order
-        the worst a kill can do is answer it twice (the rest, then the shim's error)."""
+        """Hand the session back to the shim: the unwritten rest of a line the client has a part
+        of goes into the region's tail, for the shim to write first, and only then is its id
+        retired (the other order could leave a request answered never, this one at worst twice)."""
         if not self._queue or self._queue[0].offset == 0:
             self.ledger.close(client_left=False)
             return

@@ -1,30 +1,25 @@
 """Hand-off sessions: the daemon reads and writes the client's pipes itself (docs/protocol.md).
 
 A shim that offers a hand-off sends its stdin, its stdout and a shared region (SCM_RIGHTS) with
-its hello. When the daemon can use them, it welcomes the session with `handoff = true` and from
-then on the session has no frames: the daemon reads the client's lines from its stdin, relays
-them, and writes the answers into its stdout (lazyd/daemon/handoff/outbox.py). One hop, no msgpack.
-The shim only waits on its socket, holding its own copies of the pipes; what it would need to take
-over again is in the region (lazyd/daemon/handoff/ledger.py, lazyd/handoff/region.py).
+its hello. When the daemon can use them it welcomes the session with `handoff = true`, and from
+then on the session has no frames: the daemon reads the client's lines from its stdin, relays them,
+and writes the answers into its stdout (lazyd/daemon/handoff/outbox.py). The shim only waits on its
+socket; what it would need to take over again is in the region (lazyd/daemon/handoff/ledger.py).
 
-How a hand-off session ends, and what the shim is told:
+How a session ends, and what the shim is told:
 
 - the client closes stdin: what it asked before is still answered (until nothing is in flight,
-  its stdout closes, or EOF_WAIT_S pass); then the shim is sent one newline, its cue to exit 0,
-  and the session is detached (what is still in flight is cancelled upstream). A client closing
-  its stdout ends the session at once;
+  its stdout closes, or EOF_WAIT_S pass); then the shim is sent one newline, its cue to exit 0.
+  A client closing its stdout ends the session at once;
 - the shim's socket closes (the client killed the shim's process group): the session is detached
-  and the daemon's copies of the pipes are closed, so the client sees its server's stdout end;
-- the daemon lets go itself (the client stopped reading and its outbox is full, a reload replaced
-  the server, the daemon stops): what the client's stdout takes at once is written, the rest of
-  a line cut in the middle goes to the region for the shim to write, and the socket is closed: the
-  shim answers what is in flight, as if the daemon were lost, and hands off to the daemon again.
+  and the daemon's copies of the pipes are closed;
+- the daemon lets go itself (the client stopped reading, a reload replaced the server, the daemon
+  stops): what the client's stdout takes at once is written, the rest of a line cut in the middle
+  goes to the region for the shim to write, and the socket is closed: the shim answers what is in
+  flight, as if the daemon were lost, and hands off to the daemon again.
 
-The state of one session, all in `HandoffSession`: the shim's socket, the client's two
-descriptors (`ClientEnds`), the region with its ledger (in flight, handshake, head of a partial
-line) and its landing zones (the read not yet accounted for), the partial line itself, and the
-outbox's queue. An upgrade carries the descriptors across the exec once the queue is empty; the
-rest is in the region, which the successor continues from (`carry_on`).
+An upgrade carries the descriptors across the exec once the outbox is empty; the rest is in the
+region, which the successor continues from (`carry_on`).
 """
 
 from __future__ import annotations
@@ -44,8 +39,7 @@ from lazyd.protocol import wire
 from lazyd.daemon.control import handshakes
 from lazyd.daemon.runtime.era_lanes import EraRoute
 from lazyd.daemon.handoff.reclaim import adoption
-from lazyd.daemon.handoff import stored_sessions
-from lazyd.daemon.handoff.stored_sessions import Kept
+from lazyd.daemon.handoff.stored_sessions import Keeper, Kept
 from lazyd.core.relay import jsonrpc as rpc
 from lazyd.daemon.handoff.ledger import Landing, Ledger, map_region, unmap
 from lazyd.daemon.handoff.outbox import ClientEnds, HandoffOutbox
@@ -68,18 +62,17 @@ PASSED_FDS = 3  # the client's stdin, its stdout, the region: in this order
 EXIT_CUE = b"\n"  # to the shim: the client left, exit 0
 STDOUT_CHECK_S = 0.25  # while answering after the client's EOF: how often to see if its stdout closed
 STEP_LINES = 64
-# About how many lines one read of the client's stdin may bring (see `read_limit`): relaying a
-# line costs tens of µs, and the daemon serves every other session between two reads, not during one.
+# About how many lines one read of the client's stdin may bring (see `read_limit`): the daemon
+# serves every other session between two reads, not during one.
 MIN_READ_BYTES = 4096  # however short the lines, a read takes at least this much (a page)
 FIRST_READ_BYTES = 16 * 1024  # before a read said how long the lines are: STEP_LINES of 256 bytes
 
 
 def read_limit(size: int, newlines: int) -> int:
     """How many bytes the next read of the client's stdin may take, after a read of `size` bytes
-    that held `newlines` line ends: about STEP_LINES lines of the size these were, so that a client
-    that pipelines thousands of small calls is read (and relayed, and recorded) in bounded steps,
-    with every other task run between two of them, while a big line still comes a whole zone at a
-    time (its cost is its bytes, copied, not its lines)."""
+    that held `newlines` line ends: about STEP_LINES lines of that size, so that thousands of
+    pipelined small calls are relayed in bounded steps, while a big line still comes a whole zone
+    at a time (its cost is its bytes, not its lines)."""
     if not newlines:
         return LANDING_BYTES
     return max(MIN_READ_BYTES, min(LANDING_BYTES, size * STEP_LINES // newlines))
@@ -111,57 +104,52 @@ def close_all(fds: list[int]) -> None:
 
 
 def take(hello: Hello, fds: list[int]) -> tuple[ClientEnds, int] | None:
-    """The client's ends and the region from what came with `hello` (a hand-off, or an adoption:
+    """The client's ends and the region from what came with `hello` (a hand-off, or a reclaim:
     lazyd/daemon/handoff/reclaim.py), if the daemon can serve them; else None, with every descriptor
-    closed (a hand-off then goes on with frames; an adoption is refused)."""
-    offered = bool(hello.handoff) or hello.adopt is not None
-    if not offered or len(fds) != PASSED_FDS:
-        if offered:
-            log.warning("shim pid %d offered a hand-off with %d descriptors instead of %d; using frames",
-                        hello.pid, len(fds), PASSED_FDS)
+    closed (a hand-off then goes on with frames; a reclaim is refused)."""
+    if not hello.handoff and hello.adopt is None:
         close_all(fds)
         return None
-    in_fd, out_fd, region_fd = fds
-    if (hello.adopt if hello.adopt is not None else hello.layout) != LAYOUT:
-        # A shim of another version: its recovery would read the region by another layout.
-        log.warning("shim pid %d offered a hand-off with region layout %s, this daemon writes %d; using frames",
-                    hello.pid, hello.layout, LAYOUT)
-        close_all(fds)
-        return None
-    problem = region_problem(region_fd)
+    layout = hello.adopt if hello.adopt is not None else hello.layout
+    problem: str | None = None
+    if len(fds) != PASSED_FDS:
+        problem = f"{len(fds)} descriptors instead of {PASSED_FDS}"
+    elif layout != LAYOUT:  # a shim of another version: its recovery would read the region otherwise
+        problem = f"region layout {layout}, this daemon writes {LAYOUT}"
+    elif (unsafe := region_problem(fds[2])) is not None:
+        problem = f"a region the daemon cannot map safely ({unsafe})"
+    else:
+        try:
+            ends = ClientEnds(fds[0], fds[1])
+        except ValueError as exc:
+            problem = f"ends it cannot use ({exc})"
     if problem is not None:
-        log.warning("shim pid %d offered a hand-off region the daemon cannot map safely (%s); using frames",
-                    hello.pid, problem)
+        log.warning("shim pid %d offered a hand-off with %s; using frames", hello.pid, problem)
         close_all(fds)
         return None
-    try:
-        ends = ClientEnds(in_fd, out_fd)
-    except ValueError as exc:
-        log.info("shim pid %d: no hand-off, %s; using frames", hello.pid, exc)
-        close_all(fds)
-        return None
+    region = fds[2]
     fds.clear()
-    return ends, region_fd
+    return ends, region
 
 
 class HandoffSession:
     """One client served through its own pipes (see the module docstring)."""
 
     def __init__(self, registry: Registry, stream: trio.SocketStream, pid: int, ends: ClientEnds,
-                 region_fd: int, *, adopting: bool = False) -> None:
-        """With `adopting`, the region is as a lost daemon left it: its recovery is written into
+                 region_fd: int, keeper: Keeper | None = None, *, reclaiming: bool = False) -> None:
+        """With `reclaiming`, the region is as a lost daemon left it: its recovery is written into
         it first (reclaim.py), or NotAdopted is raised with everything closed."""
         self.registry = registry
+        self.keeper = keeper  # systemd's fd store, where the daemon has one
         self.stream = stream
         self.pid = pid  # the shim's
         self.ends = ends
         try:
-            # Mapped whole, and the descriptor that came closed: the seals (checked by `take`, or
-            # by the predecessor's) keep the mapping valid. An upgrade reopens it (`region_fd`).
+            # Mapped whole, and the descriptor closed: the seals (checked by `take`) keep the mapping
+            # valid. An upgrade reopens it (`region_fd`).
             st = os.fstat(region_fd)
             self._region_id = (st.st_dev, st.st_ino)
-            # Only the table's allocated pages are read: reading the rest would allocate it,
-            # 1 MiB of shared memory for every session a daemon continues or adopts.
+            # Only the table's allocated pages are read: reading the rest would allocate it.
             table_bytes = table_extent(region_fd)
             self._map = map_region(region_fd)
         except (OSError, ValueError):
@@ -170,15 +158,15 @@ class HandoffSession:
         finally:
             os.close(region_fd)
         region = Region(self._map, table_bytes)
-        self.recovery: Recovery | None = None  # what an adopted session still owes its client
-        if adopting:
+        self.recovery: Recovery | None = None  # what a reclaimed session still owes its client
+        if reclaiming:
             try:
                 recovered = adoption(region)
                 if isinstance(recovered, Recovery):
-                    self.ledger = Ledger(region, recovery=recovered)  # records the adoption first
+                    self.ledger = Ledger(region, recovery=recovered)  # records the reclaim first
             except Exception:
                 recovered = "its region could not be written"
-                log.exception("shim pid %d: adopting its session failed", pid)
+                log.exception("shim pid %d: reclaiming its session failed", pid)
             if isinstance(recovered, str):
                 ends.close()
                 unmap(self._map)
@@ -195,7 +183,7 @@ class HandoffSession:
         self.route: EraRoute | HubSession | None = None
         self.client_left = False
         self._peek = handshakes.PEEK_LINES
-        self.stored = False  # its names are in systemd's fd store (lazyd/daemon/handoff/stored_sessions.py)
+        self.stored = False  # its names are in systemd's fd store (`keeper`)
 
     def make_outbox(self, cid: int, pid: int, on_overflow: Callable[[], None]) -> HandoffOutbox:
         outbox = HandoffOutbox(cid, pid, on_overflow, self.ends, self.ledger)
@@ -206,14 +194,13 @@ class HandoffSession:
 
     async def run(self, hello: Hello, kept: Kept | None = None) -> None:
         """Open the session `hello` asks for, welcome it, and serve it until it ends. A session
-        `kept` in systemd's fd store across a crash (lazyd/daemon/handoff/stored_sessions.py) is adopted: it is
-        told nothing (its waiter takes any line for its cue to exit, and a refusal is its socket's
-        close), and first gets what its recovery owes the client."""
-        recovery = self.recovery
+        `kept` in systemd's fd store across a crash is reclaimed: it is told nothing (its waiter
+        takes any line for its cue to exit), and first gets what its recovery owes the client."""
+        recovery, keeper = self.recovery, self.keeper
         if recovery is not None:
             hello.resume = recovery.carried.resume_lines()  # the handshake from the region
-        if kept is not None and stored_sessions.KEEPER is not None:
-            stored_sessions.KEEPER.given(kept)
+        if kept is not None and keeper is not None:
+            keeper.given(kept)
             self.stored = True
         try:
             try:
@@ -224,8 +211,8 @@ class HandoffSession:
                     self.close()  # before the socket's close: the shim's recovery reads the region next
                 if kept is None:
                     await self.stream.send_all(wire.encode(Refusal(exc.code, exc.message)))
-                elif stored_sessions.KEEPER is not None:
-                    stored_sessions.KEEPER.tally["let_go"] += 1
+                elif keeper is not None:
+                    keeper.tally["let_go"] += 1
                 return
             outbox = self.outbox
             assert outbox is not None
@@ -237,22 +224,22 @@ class HandoffSession:
                     outbox.end_cut_line()
                 for text in recovery.ids:
                     outbox.deliver(lost_line(text), json.loads(text))
-                log.info("session %d (%s): adopted from shim pid %d (kept by systemd across the crash); %d in-flight "
+                log.info("session %d (%s): reclaimed from shim pid %d (kept by systemd across the crash); %d in-flight "
                          "request(s) answered with an error%s", outbox.cid, route.name, self.pid,
                          len(recovery.ids), ", a cut line ended" if recovery.finish is not None else "")
-            if kept is not None and stored_sessions.KEEPER is not None:
-                stored_sessions.KEEPER.tally["taken_back"] += 1
-            if not self.stored and stored_sessions.KEEPER is not None:
-                self.stored = stored_sessions.KEEPER.keep(self.pid, self.stream.socket.fileno(), self.ends)
+            if kept is not None and keeper is not None:
+                keeper.tally["taken_back"] += 1
+            if not self.stored and keeper is not None:
+                self.stored = keeper.keep(self.pid, self.stream.socket.fileno(), self.ends)
             await self._serve(route)
         finally:
             self.close()
 
     async def carry_on(self, route: EraRoute) -> None:
-        """Serve a session a predecessor daemon handed over at an upgrade (lazyd/daemon/upgrade/inherit.py):
-        no welcome, no handshake; the region holds what was in flight and the unrelayed input."""
+        """Serve a session a predecessor daemon handed over at an upgrade: no welcome, no
+        handshake; the region holds what was in flight and the unrelayed input."""
         self._peek = 0
-        self.stored = stored_sessions.KEEPER is not None  # as the predecessor left it (it had the same store, or none)
+        self.stored = self.keeper is not None  # as the predecessor left it (it had the same store, or none)
         try:
             await self._serve(route)
         finally:
@@ -279,10 +266,10 @@ class HandoffSession:
 
     def close(self) -> None:
         """Close the daemon's copies of the client's ends and its mapping of the region, with
-        the session's names out of the fd store first (lazyd/daemon/handoff/stored_sessions.py): the socket's
-        close that follows must reach the shim."""
-        if self.stored and stored_sessions.KEEPER is not None:
-            stored_sessions.KEEPER.drop(self.pid)
+        the session's names out of the fd store first: the socket's close that follows must reach
+        the shim."""
+        if self.stored and self.keeper is not None:
+            self.keeper.drop(self.pid)
         self.stored = False
         self.ends.close()
         if not self._map.closed:
@@ -290,8 +277,8 @@ class HandoffSession:
             unmap(self._map)
 
     def region_fd(self) -> int | None:
-        """A descriptor of the region again (for an upgrade to pass on): the shim's own copy,
-        opened through /proc and checked to be the same file; None if the shim holds it no more."""
+        """The region again, for an upgrade to pass on: the shim's own copy reopened through /proc
+        and checked to be the same file; None if the shim holds it no more."""
         try:
             pid = self.stream.socket.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
             shim = struct.unpack("3i", pid)[0]
@@ -358,14 +345,11 @@ class HandoffSession:
                     await answered.wait()
         ledger.on_empty = None
 
-    # ---- the client's stdin ----------------------------------------------------------------------
-
     async def _read_client(self) -> None:
         """Relay the client's lines until its stdin ends; returns at EOF."""
         route, outbox, ledger, landing = self.route, self.outbox, self.ledger, self.landing
         assert route is not None and outbox is not None
-        # What an earlier daemon read and did not account for comes first (it handed the session
-        # over at an upgrade between a read and its record).
+        # What an earlier daemon read and did not account for comes first (an upgrade between the two).
         size = landing.pending(ledger.state.landing)
         waited = True
         emptied = False  # the last read took less than it could: the pipe was empty after it
@@ -374,14 +358,11 @@ class HandoffSession:
             zone = ledger.state.landing
             if not size:
                 await GATE.passage()  # an upgrade stops reading here (lazyd/daemon/upgrade/quiesce.py)
-                if emptied:
-                    # No read that would only say EAGAIN: wait first (a system call and an
-                    # exception less per message when lines come one at a time).
+                if emptied:  # no read that would only say EAGAIN: wait first
                     await self.ends.wait_readable()
                     waited, emptied = True, False
-                # Into the region, never only ours; at most `limit`, so that what one read brings
-                # is relayed in one bounded step (one read, one record of it: the unit an upgrade
-                # or a kill -9 finds whole, in the zone or accounted for).
+                # Into the region, at most `limit`: one read, one record of it, the unit an upgrade
+                # or a kill -9 finds whole (in the zone or accounted for).
                 zone_view = landing.zones[zone]
                 got = self.ends.read_into(zone_view[:limit] if limit < LANDING_BYTES else zone_view)
                 if got is None:

@@ -1,32 +1,19 @@
 """Hand-off sessions that outlive a crash under systemd: their descriptors in the fd store.
 
-After a `kill -9` every hand-off session's waiter (shim/waiting.sh) would see its socket end and
-run the Python shim to take its session back: with a thousand sessions, a thousand interpreters
-(queued two per CPU, shim/slots.py) on the CPUs the new daemon needs to start and answer them.
-Under systemd none of that has to happen. When a session is handed off, the daemon gives the
-service manager a copy of the socket's daemon end and of the client's stdin and stdout as it
-holds them (`FDSTORE=1`, `FDNAME=hs-<shim pid>`, `-in`, `-out`; `-io` for one socket both ways).
-The manager holds them while the daemon is down, so the waiter's `read` never ends, and passes
-them to the restarted daemon (`LISTEN_FDS`), which takes each session back in place
-(lazyd/daemon/handoff/reclaim.py), with the region the waiter's recovery command names
-(`--resume-handoff=FD`) and the adopting hello the shim left in a data memfd
-(shim/handoff.py's `hello_memfd`), both reopened through the waiter's /proc/PID/fd. Nothing runs
-in the waiter; the client only waits. (The client's ends are stored, not reopened the same way:
-a socket cannot be, and while dash waits in `read <&9` its stdin is not at 0, which holds the
-socket, but wherever dash saved it.)
+Without a store, a `kill -9` makes every waiter see its socket end and run the Python shim to take
+its session back: a thousand sessions, a thousand interpreters on the CPUs the new daemon needs.
+Under systemd the daemon stores a copy of each hand-off session's socket (its daemon end) and of
+the client's stdin and stdout (`FDNAME=hs-<shim pid>`, `-in`, `-out`; `-io` for one socket both
+ways). The manager holds them while the daemon is down, so the waiter's read never ends, and
+passes them to the restarted daemon, which takes the session back in place
+(lazyd/daemon/handoff/reclaim.py) with the region and the reclaiming hello reopened through the
+waiter's /proc/PID/fd (the client's ends are stored instead: a socket cannot be reopened).
 
-What keeps a waiter from waiting for ever on a socket nobody serves:
-
-- a session's names leave the store when the daemon closes it, before its socket: that close is
-  how a waiter learns that its session ended or was let go, and the store's copy would hide it;
-- a restarted daemon that cannot take a kept session back (a part missing, a name twice, the
-  waiter gone, no hello, another layout) removes its names and closes what it got: the waiter sees
-  EOF and resumes as it does without systemd;
-- a unit that stops, or fails for good, drops its whole store: every waiter sees EOF.
-
-The names are stored with `FDPOLL=0`: the manager would otherwise drop a client end that hangs up
-(a client that closed its stdin with its last request still in the pipe) and the session, left
-without it, could not be taken back.
+A waiter must never wait on a socket nobody serves, so: a session's names leave the store before
+the daemon closes its socket (that close is how the waiter learns its session ended); a restarted
+daemon that cannot take a kept session back removes its names and closes what it got; a unit that
+stops drops its whole store. Names are stored with `FDPOLL=0`: the manager would otherwise drop a
+client end that hangs up while its last request is still in the pipe.
 """
 
 from __future__ import annotations
@@ -43,16 +30,11 @@ from lazyd.daemon.upgrade.stored_servers import FdStore
 from lazyd.errors import ProtocolError
 from lazyd.protocol.frames import Hello
 
-__all__ = ["PREFIX", "Keeper", "Kept", "KEEPER", "take_kept", "reopen", "let_go", "set_keeper", "socket_name", "names",
-           "store_status", "stored_names"]
-
 PREFIX = "hs-"
-PARTS = ("", "-in", "-out", "-io")
-# After `hs-<pid>`: the waiter's socket; the client's stdin, stdout, or both (one socket for both
-# directions: the store keeps one copy of a file description, so it is stored once).
+PARTS = ("", "-in", "-out", "-io")  # after `hs-<pid>`: the waiter's socket; the client's stdin, stdout, or both
 HELLO_MEMFD = "/memfd:lazyd-hello"  # shim/handoff.py's hello_memfd, as /proc/PID/fd shows it
 RESUME_FLAG = b"--resume-handoff="  # the waiter's recovery command names its region (shim/handoff.py)
-MAX_HELLO_BYTES = 1 << 20  # a hello holds argv, cwd and the environment: far below this
+MAX_HELLO_BYTES = 1 << 20
 
 
 def names(pid: int) -> list[str]:
@@ -64,32 +46,29 @@ def socket_name(pid: int) -> str:
 
 
 class Keeper:
-    """Stores and removes each hand-off session's names (never raises: the store logs once)."""
+    """The daemon's part that stores and removes each hand-off session's names (made at start when
+    the daemon has a store, lazyd/daemon/upgrade/stored_servers.py; never raises)."""
 
     def __init__(self, store: FdStore) -> None:
-        self._store = store
+        self.store = store
         self._kept: dict[int, list[str]] = {}  # shim pid -> the names this daemon knows it stored
         # What became of the sessions the store gave back at start (`lazyctl status`, live).
         self.tally = {"kept": 0, "taken_back": 0, "let_go": 0}
 
     def keep(self, pid: int, shim: int, ends: ClientEnds) -> bool:
         """Store the session of shim `pid`: its socket's daemon end and the client's two ends.
-        False when the store has no room for them (nothing was sent)."""
+        False when the store has no room for them (then after a crash its shim takes it back)."""
         stored = [(socket_name(pid), shim)]
         if ends.in_fd != ends.out_fd and _same_socket(ends.in_fd, ends.out_fd):
             stored.append((f"{PREFIX}{pid}-io", ends.in_fd))
         else:
             stored += [(f"{PREFIX}{pid}-in", ends.in_fd), (f"{PREFIX}{pid}-out", ends.out_fd)]
-        if not self._store.room(len(stored)):
-            return False  # not kept: after a crash its shim takes it back itself
+        if not self.store.room(len(stored)):
+            return False
         for name, fd in stored:
-            self._store.store(name, fd, poll=False)
+            self.store.store(name, fd, poll=False)
         self._kept[pid] = [name for name, _ in stored]
         return True
-
-    @property
-    def store(self) -> FdStore:
-        return self._store
 
     def given(self, kept: Kept) -> None:
         """The session `kept` came back from the store: its names are in it still."""
@@ -99,35 +78,16 @@ class Keeper:
         """Remove the names of shim `pid`'s session: those this daemon stored or was given, or
         every possible one for a session a predecessor stored (an upgrade carried it here)."""
         for name in self._kept.pop(pid, None) or names(pid):
-            self._store.remove(name)
+            self.store.remove(name)
 
-
-KEEPER: Keeper | None = None
-# Set by the daemon at start when it has a store (lazyd/daemon/upgrade/stored_servers.py: systemd, with
-# LAZYD_FDSTORE=1); None otherwise, and every hand-off session then goes without.
-
-
-def set_keeper(keeper: Keeper | None) -> None:
-    global KEEPER
-    KEEPER = keeper
-
-
-def store_status() -> dict[str, int] | None:
-    """What the fd store holds of this daemon's and the most it may (`lazyctl status`); None
-    without a store."""
-    if KEEPER is None:
-        return None
-    return {"held": len(KEEPER.store.names), "budget": KEEPER.store.budget}
-
-
-def stored_names() -> list[str]:
-    """Every name this daemon has in the store: an upgrade's successor counts them too."""
-    return sorted(KEEPER.store.names) if KEEPER is not None else []
+    def status(self) -> dict[str, int]:
+        """What the store holds of this daemon's and the most it may (`lazyctl status`)."""
+        return {"held": len(self.store.names), "budget": self.store.budget}
 
 
 def _same_socket(a: int, b: int) -> bool:
-    # A socket cannot be opened twice: one inode is one file description, which the store keeps
-    # once. (A pipe's two ends share an inode too, but the shim reopened each: two descriptions.)
+    # One inode is one socket description, which the store keeps once. (A pipe's two ends share an
+    # inode too, but the shim reopened each: two descriptions.)
     sa, sb = os.fstat(a), os.fstat(b)
     return stat.S_ISSOCK(sa.st_mode) and (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
 
@@ -151,8 +111,7 @@ class Kept:
 
 def take_kept(stored: dict[str, int]) -> list[Kept]:
     """Take every session's descriptors out of `stored` (name -> fd, what the store gave back),
-    grouped by shim pid. (A name the store gave twice is in none: `stored_fds` closed both, and
-    the session, missing a part, is let go.)"""
+    grouped by shim pid."""
     sessions: dict[int, Kept] = {}
     for name in [n for n in stored if n.startswith(PREFIX)]:
         fd = stored.pop(name)
@@ -169,20 +128,19 @@ def take_kept(stored: dict[str, int]) -> list[Kept]:
     return list(sessions.values())
 
 
-def let_go(kept: Kept) -> None:
+def let_go(kept: Kept, keeper: Keeper | None) -> None:
     """A kept session this daemon does not take back: its names out of the store, then what is
-    left of its descriptors closed (its socket, taken before, is closed by its connection after
-    this: that tells the waiter)."""
-    if KEEPER is not None:
-        KEEPER.drop(kept.pid)
-        KEEPER.tally["let_go"] += 1
+    left of its descriptors closed (its socket's close, after this, tells the waiter)."""
+    if keeper is not None:
+        keeper.drop(kept.pid)
+        keeper.tally["let_go"] += 1
     kept.close()
 
 
 def reopen(kept: Kept, shim: int) -> tuple[Hello, list[int]] | str:
-    """The adopting hello and [stdin, stdout, region] of `kept`'s session, whose socket's daemon
-    end is `shim`: the client's ends that came back, the rest reopened through its waiting
-    waiter's /proc/PID/fd. Or why the session cannot be taken back (then nothing was opened)."""
+    """The reclaiming hello and [stdin, stdout, region] of `kept`'s session, whose socket's daemon
+    end is `shim`: the client's ends that came back, the rest reopened through its waiter's
+    /proc/PID/fd. Or why the session cannot be taken back (then nothing was opened)."""
     pid = kept.pid
     try:
         creds = socket.socket(fileno=os.dup(shim))
@@ -214,7 +172,7 @@ def reopen(kept: Kept, shim: int) -> tuple[Hello, list[int]] | str:
     except OSError as exc:
         return f"its waiter cannot be read ({exc.strerror or exc})"
     if not region.isdigit() or hello_path is None:
-        return "its waiter names no region or holds no adopting hello"
+        return "its waiter names no region or holds no reclaiming hello"
     opened: list[int] = []
     try:
         hello_fd = os.open(hello_path, os.O_RDONLY | os.O_CLOEXEC)
@@ -225,7 +183,7 @@ def reopen(kept: Kept, shim: int) -> tuple[Hello, list[int]] | str:
         frames = wire.FrameDecoder().feed(data)
         hello = frames[0] if len(frames) == 1 else None
         if not isinstance(hello, Hello) or hello.adopt is None:
-            return "its waiter's adopting hello is not one"
+            return "its waiter's reclaiming hello is not one"
         both = kept.fds.pop(f"{PREFIX}{pid}-io", None)
         ends = [both, None if both is None else os.dup(both)] if both is not None else \
             [kept.fds.pop(f"{PREFIX}{pid}-in", None), kept.fds.pop(f"{PREFIX}{pid}-out", None)]

@@ -1,38 +1,23 @@
 """How much the client's stdout surely takes in one write, whole: the room a line needs to go out
 uncut by a kill -9.
 
-A write into the client's stdout that stops inside a line leaves it cut if the daemon is killed
-before the next one (docs/reliability.md). The kernel writes a nonblocking write whole when it
-finds room for all of it, and this module says, conservatively, when that is:
+The kernel writes a nonblocking write whole when it finds room for all of it; this module says,
+conservatively, when that is (docs/reliability.md).
 
-- **A pipe** (Linux fs/pipe.c, `anon_pipe_write`, formerly `pipe_write`): the first
-  `total_len & (PAGE_SIZE-1)` bytes may be merged into the last page if they fit there; the rest
-  is copied page by page, each into a new slot of the ring, filled whole before the next
-  (`copy_page_from_iter(page, 0, PAGE_SIZE, from)`). Only when `pipe_full(head, tail,
-  max_usage)` does the loop stop: with O_NONBLOCK it returns what it copied (or -EAGAIN), and only
-  a blocking writer then checks `signal_pending` and sleeps. So a write of `s` bytes goes whole
-  when ceil(s / PAGE) slots are free; F_GETPIPE_SZ is `max_usage * PAGE_SIZE`. FIONREAD counts
-  bytes, not slots, and slots are not full: a 3,000-byte write that does not fit the last page's
-  rest takes a page of its own, so ten such writes hold ten slots with 30,000 bytes, and
-  "size minus FIONREAD" would promise 8 pages where 6 are free. `PipeRoom` therefore counts the
-  slots the daemon's own writes can hold: each write of `w` bytes takes at most ceil(w / PAGE)
-  new slots; the reader takes bytes in order (FIONREAD tells how many are left, hence which
-  writes are wholly read, whose slots are free), and at most one more slot, the oldest, can still
-  hold bytes merged into a page a wholly read write began. An empty pipe has all its slots free
-  and starts the count; before the first time it is seen empty, each unread byte may hold a slot.
-- **A Unix stream socket** (net/unix/af_unix.c, `unix_stream_sendmsg`): the data is cut into
-  skbs of at most `(sk_sndbuf >> 1) - 64` bytes (and `SKB_MAX_HEAD(0) + UNIX_SKB_FRAGS_SZ`, 32 KiB
-  and a page's head; `SKB_MAX_ALLOC`, 16 KiB, on older kernels), each allocated by
-  `sock_alloc_send_pskb`, which takes it while `sk_wmem_alloc < sk_sndbuf` and with MSG_DONTWAIT
-  fails with EAGAIN otherwise, sendmsg then returning the bytes sent so far. SIOCOUTQ is
-  `sk_wmem_alloc` (the truesize of the skbs the peer has not read: data, pages rounded up, the
-  sk_buff and its shared info), SO_SNDBUF is `sk_sndbuf`. So a send goes whole when the queue plus
-  what its skbs cost stays below the buffer; `socket_cost` counts each skb at SKB_MIN_DATA bytes
-  of data at most and SKB_OVERHEAD of the rest at most (measured on Linux 6.18: a 100-byte send
-  costs 768 bytes of SIOCOUTQ, a 400,000-byte one 408,320, about 760 per 36 KiB skb).
+- **A pipe** (fs/pipe.c, `anon_pipe_write`): the bytes are copied page by page, each into a new
+  slot of the ring, and the write stops only when every slot is used. So a write of `s` bytes goes
+  whole when ceil(s / PAGE) slots are free. FIONREAD counts bytes, not slots, and slots are not
+  full (a 3,000-byte write takes a page of its own), so `PipeRoom` counts the slots the daemon's
+  own writes may hold: the reader takes bytes in order, FIONREAD says which writes are wholly
+  read, and at most one more slot, the oldest, may still hold bytes of a later write. Before the
+  pipe is first seen empty, each unread byte may hold a slot.
+- **A Unix stream socket** (net/unix/af_unix.c, `unix_stream_sendmsg`): the data is cut into skbs
+  of at most `(sk_sndbuf >> 1) - 64` bytes, each taken while SIOCOUTQ (`sk_wmem_alloc`, the
+  truesize of the unread skbs) is below SO_SNDBUF, else the send stops there with MSG_DONTWAIT.
+  `socket_cost` counts each skb at SKB_MIN_DATA bytes of data at most and SKB_OVERHEAD beyond.
 
-Either way a write can still stop short where the kernel cannot allocate a page (ENOMEM) or the
-data faults; the outbox then treats the line as cut (lazyd/daemon/handoff/outbox.py).
+A write can still stop short where the kernel cannot allocate a page; the outbox then treats the
+line as cut (lazyd/daemon/handoff/outbox.py).
 """
 
 from __future__ import annotations
@@ -44,9 +29,8 @@ PAGE = mmap.PAGESIZE
 SKB_MIN_DATA = 16 * 1024  # the data of one skb of a large send, at least (older kernels' SKB_MAX_ALLOC)
 SKB_OVERHEAD = PAGE + 1024  # the truesize of one skb beyond its data, at most: a page rounded up, sk_buff, shinfo
 MAX_TRACKED_WRITES = 64
-# Writes counted one by one; past this, a write is counted with the one before it (its slots
-# freed only once both are read: more slots than they hold, never fewer), so a session of small
-# lines that never asks for room keeps a few entries, not one per line.
+# Past this, a write is counted with the one before it (freed once both are read: more slots,
+# never fewer), so a session of small lines keeps a few entries, not one per line.
 
 
 def pages(size: int) -> int:

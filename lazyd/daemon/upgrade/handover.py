@@ -40,7 +40,6 @@ from lazyd.config.load import load_config
 from lazyd.daemon.upgrade.connection_state import ConnectionState, Live, SessionState, inbound_bytes
 from lazyd.daemon.connections.listener import ConnectionHandler
 from lazyd.daemon.runtime.era_lanes import EraRoute
-from lazyd.daemon.handoff import stored_sessions
 from lazyd.daemon.handoff.outbox import HandoffOutbox
 from lazyd.daemon.runtime.outbox import ConnectionOutbox
 from lazyd.daemon.notify import Notifier
@@ -166,7 +165,8 @@ class Upgrader:
                                                    b"", carried))
         state["connections"] = [c.to_json() for c in connections]
         state["lineage"] = {"started_at": self.lineage.started_at, "upgrades": self.lineage.upgrades}
-        state["fdstore"] = stored_sessions.stored_names()  # what the store holds stays there: the successor's budget counts it
+        keeper = self.handler.keeper  # what the store holds stays there: the successor's budget counts it
+        state["fdstore"] = sorted(keeper.store.names) if keeper is not None else []
         secrets_fd = write_secrets(secrets)
         inherit = [self.listener_fd, self.lock_fd, secrets_fd, *fds, *(c.fd for c in connections),
                    *(fd for c in connections for fd in c.fds)]

@@ -42,6 +42,7 @@ from lazyd.daemon.connections.listener import ConnectionHandler
 from lazyd.daemon import orphans
 from lazyd.daemon.runtime.era_lanes import EraRoute
 from lazyd.daemon.handoff.session import HandoffSession
+from lazyd.daemon.handoff.stored_sessions import Keeper
 from lazyd.daemon.handoff.outbox import ClientEnds
 from lazyd.daemon.upgrade.stored_servers import SECRETS_NAME, FdStore, rewire, standby_path
 from lazyd.daemon.runtime.outbox import ConnectionOutbox, Outbox
@@ -145,7 +146,7 @@ async def _take_over(envelope: Envelope, registry: Registry, handler: Connection
             await stream.aclose()  # its server went with the config: the shim reconnects
             continue
         if state.kind == "handoff":
-            handed = _handed_off(registry, stream, state)
+            handed = _handed_off(registry, stream, state, handler.keeper)
             if handed is None:
                 await stream.aclose()  # the shim answers from its region and resumes
                 continue
@@ -166,7 +167,8 @@ async def _take_over(envelope: Envelope, registry: Registry, handler: Connection
     return {"servers": names, "sessions": sessions}
 
 
-def _handed_off(registry: Registry, stream: trio.SocketStream, state: ConnectionState) -> HandoffSession | None:
+def _handed_off(registry: Registry, stream: trio.SocketStream, state: ConnectionState,
+                keeper: Keeper | None) -> HandoffSession | None:
     """The hand-off session `state` describes, continued from its region; None (its descriptors
     closed) if they cannot be served any more."""
     in_fd, out_fd, region_fd = state.fds
@@ -178,7 +180,7 @@ def _handed_off(registry: Registry, stream: trio.SocketStream, state: Connection
         handoff.close_all([in_fd, out_fd, region_fd])
         return None
     try:
-        return HandoffSession(registry, stream, state.session.pid if state.session else -1, ends, region_fd)
+        return HandoffSession(registry, stream, state.session.pid if state.session else -1, ends, region_fd, keeper)
     except (OSError, ValueError) as exc:  # the session closed what it was given
         log.warning("upgrade: cannot go on with a hand-off session's region: %s", exc)
         return None
