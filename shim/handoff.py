@@ -145,7 +145,7 @@ def waiting_argv(name: str, flock: str, lock_file: str, recovery: list[str]) -> 
 
 def hello_memfd(hello: Hello) -> int | None:
     """A data memfd (close-on-exec) holding the adopting hello made from the session's `hello`: no
-    `resume` (the daemon takes the handshake from the region), `adopt` instead of `handoff`. A
+    `resume` (the daemon takes the handshake from the region), `reclaim` instead of `handoff`. A
     daemon restarted by systemd reads it through the waiter's /proc/PID/fd to take the session
     back from its fd store (lazyd/daemon/handoff/stored_sessions.py). None where none can be made."""
     from lazyd.protocol.frames import MAX_FRAME_BYTES, Hello
@@ -153,7 +153,7 @@ def hello_memfd(hello: Hello) -> int | None:
     from lazyd.protocol.smallpack import frame as encode  # as wire.encode would, without loading msgpack
 
     adopting = Hello(hello.role, hello.pid, hello.argv, hello.cwd, hello.env, hello.opts, hello.server, [],
-                     hello.env_raw, None, None, LAYOUT)
+                     hello.env_raw, None, LAYOUT, True)
     try:
         data = encode(adopting.to_map(), MAX_FRAME_BYTES)
         fd: int = os.memfd_create(HELLO_MEMFD, os.MFD_CLOEXEC)

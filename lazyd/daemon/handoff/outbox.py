@@ -17,7 +17,7 @@ ledger only once its whole line is in the pipe.
 
 Whole lines or none (docs/reliability.md): a line goes only once the client's stdout has room for
 all of it (`ClientEnds.room`, counted as lazyd/daemon/handoff/whole_write.py says), in one write the kernel
-then makes whole, with the region's whole byte set around it; a daemon killed at any moment leaves
+then makes whole; a daemon killed at any moment leaves
 no cut line for the shim to end. Only a line over what the client's stdout can ever take whole
 (`ClientEnds.bound`, after widening the pipe or raising the socket's buffer) goes in parts, with
 the torn byte set from before its first part until its last, which is cleared before its id is
@@ -454,11 +454,8 @@ class HandoffOutbox:
                 self._need_room = first  # the writer waits for that much room, not for a page
                 return False
             batch, size = [self._queue[0]], first  # PIPE_BUF at most into a pipe: whole or nothing
-        marked = self.ends.may_cut(size)
-        if marked:
-            # Whole lines or none: the shim ends nothing with a newline, and the ids still in the
-            # table get their errors after them (at worst an answer twice).
-            self.ledger.whole(True)
+        # Whole lines or none: a kill leaves nothing for the shim to end, and the ids still in the
+        # table get their errors after them (at worst an answer twice).
         written = self.ends.write([part for pending in batch for part in pending.parts()])
         self.backlog_bytes -= written
         left = written
@@ -475,8 +472,6 @@ class HandoffOutbox:
             self.ledger.torn(True)
             log.warning("client %d (shim pid %d): a write of %d bytes into its stdout stopped at %d",
                         self.cid, self.pid, size, written)
-        if marked:
-            self.ledger.whole(False)
         return written == size
 
     def _write_part(self, head: _Pending) -> bool:

@@ -43,20 +43,20 @@ import trio
 from lazyd.protocol import wire
 from lazyd.daemon.control import handshakes
 from lazyd.daemon.runtime.era_lanes import EraRoute
-from lazyd.daemon.handoff.reclaim import adoption
+from lazyd.daemon.handoff.reclaim import reclaim
 from lazyd.daemon.handoff import stored_sessions
 from lazyd.daemon.handoff.stored_sessions import Kept
 from lazyd.core.relay import jsonrpc as rpc
-from lazyd.daemon.handoff.ledger import Landing, Ledger, map_region, unmap
+from lazyd.daemon.handoff.ledger import Landing, Ledger
 from lazyd.daemon.handoff.outbox import ClientEnds, HandoffOutbox
 from lazyd.daemon.upgrade.quiesce import GATE
 from lazyd.daemon.sessions.registry import Registry
 from lazyd.daemon.runtime.supervisor import ServerRuntime
-from lazyd.errors import NotAdopted, Refused
+from lazyd.errors import NotReclaimed, Refused
 from lazyd.protocol.frames import Hello, Refusal, Welcome
 from lazyd.handoff.recovery import Recovery
 from lazyd.handoff.recovery import error_line as lost_line
-from lazyd.handoff.region import LANDING_BYTES, LAYOUT, Region, region_problem, table_extent
+from lazyd.handoff.region import LANDING_BYTES, LAYOUT, Region, map_region, region_problem, table_extent, unmap
 from lazyd.protocol.linepeek import EOF_WAIT_S, LineSplitter, too_long_answer
 
 if TYPE_CHECKING:  # only a type here: the hub is loaded by its first session, not kept by every daemon
@@ -114,7 +114,7 @@ def take(hello: Hello, fds: list[int]) -> tuple[ClientEnds, int] | None:
     """The client's ends and the region from what came with `hello` (a hand-off, or an adoption:
     lazyd/daemon/handoff/reclaim.py), if the daemon can serve them; else None, with every descriptor
     closed (a hand-off then goes on with frames; an adoption is refused)."""
-    offered = bool(hello.handoff) or hello.adopt is not None
+    offered = bool(hello.handoff or hello.reclaim)
     if not offered or len(fds) != PASSED_FDS:
         if offered:
             log.warning("shim pid %d offered a hand-off with %d descriptors instead of %d; using frames",
@@ -122,7 +122,7 @@ def take(hello: Hello, fds: list[int]) -> tuple[ClientEnds, int] | None:
         close_all(fds)
         return None
     in_fd, out_fd, region_fd = fds
-    if (hello.adopt if hello.adopt is not None else hello.layout) != LAYOUT:
+    if hello.layout != LAYOUT:
         # A shim of another version: its recovery would read the region by another layout.
         log.warning("shim pid %d offered a hand-off with region layout %s, this daemon writes %d; using frames",
                     hello.pid, hello.layout, LAYOUT)
@@ -150,7 +150,7 @@ class HandoffSession:
     def __init__(self, registry: Registry, stream: trio.SocketStream, pid: int, ends: ClientEnds,
                  region_fd: int, *, adopting: bool = False) -> None:
         """With `adopting`, the region is as a lost daemon left it: its recovery is written into
-        it first (reclaim.py), or NotAdopted is raised with everything closed."""
+        it first (reclaim.py), or NotReclaimed is raised with everything closed."""
         self.registry = registry
         self.stream = stream
         self.pid = pid  # the shim's
@@ -173,7 +173,7 @@ class HandoffSession:
         self.recovery: Recovery | None = None  # what an adopted session still owes its client
         if adopting:
             try:
-                recovered = adoption(region)
+                recovered = reclaim(region)
                 if isinstance(recovered, Recovery):
                     self.ledger = Ledger(region, recovery=recovered)  # records the adoption first
             except Exception:
@@ -182,7 +182,7 @@ class HandoffSession:
             if isinstance(recovered, str):
                 ends.close()
                 unmap(self._map)
-                raise NotAdopted(recovered)
+                raise NotReclaimed(recovered)
             self.recovery = recovered
         else:
             self.ledger = Ledger(region)
