@@ -40,9 +40,8 @@ if TYPE_CHECKING:
 
 
 def _exit_if_client_left(wait_s: float, log: Log) -> None:
-    """Wait up to `wait_s`; exit 0 if the client closes its end of our stdin meanwhile (a pipe's
-    writers all gone, a socket's peer shut down) and left nothing in it. Requests it wrote before
-    closing it are still to be answered: the next daemon (or the server run directly) reads them."""
+    """Wait up to `wait_s`; exit 0 if the client closes its end of our stdin meanwhile and left
+    nothing in it (requests it wrote before are still to be answered)."""
     poller = select.poll()
     poller.register(0, select.POLLRDHUP)
     for _, events in poller.poll(int(wait_s * 1000)):
@@ -98,8 +97,8 @@ def fresh_region(state: State, head: bytes, log: Log) -> int | None:
 
 
 def run(opts: Options, region_fd: int, args: list[str], log: Log, slot: int | None = None) -> NoReturn:
-    """Recover the session whose region is `region_fd` (see the module docstring), holding the
-    resume slot `slot` (shim/slots.py) until the first attempt to reconnect has ended."""
+    """Recover the session whose region is `region_fd`, holding the resume slot `slot`
+    (shim/slots.py) until the first attempt to reconnect has ended."""
     _close_inherited_hello()
     while True:
         # Returns when a daemon took the session and let go again, with its region.

@@ -1,37 +1,28 @@
 """The shared region of a hand-off session: what a recovering shim needs to answer for a lost daemon.
 
-On a hand-off session (docs/protocol.md, "Hand-off") the daemon reads and writes the client's stdio
-itself, so only it knows which requests are in flight. It keeps them, and what the next daemon
-continues from, in a memfd the shim creates and **seals** (it can neither shrink nor grow, so a
-mapping of it can never fault) and passes with the client's descriptors. The shim reads it only
-once the daemon is gone or has let the session go. Standard library only: the shim imports it.
-
-Layout `LAYOUT` (`MAGIC` at offset 0 names it; the hello names it too)::
+On a hand-off session (docs/protocol.md, "Hand-off") only the daemon knows which requests are in
+flight. It keeps them, and what the next daemon continues from, in a sparse memfd the shim creates
+and **seals** (it can neither shrink nor grow, so a mapping of it never faults). Standard library
+only: the shim imports it. Layout `LAYOUT`, named by `MAGIC` at offset 0 and in the hello::
 
     [0, 4096)              MAGIC; at TORN_OFFSET one byte, 1 while an answer may be cut on the
                            client's stdout (the shim ends it with a newline)
-    [SLOT_OFFSET, ...)     two copies of the state, each: magic, generation, payload length,
-                           crc32, payload (flags, head and tail lengths, the handshake lines)
-    [TABLE_OFFSET, ...)    the requests in flight: TABLE_ENTRIES entries of ENTRY_BYTES, each one
-                           length byte (0: free) and the JSON text of one id (1 and "1" differ)
-    [LANDING_OFFSET, ...)  two landing zones: the daemon reads the client's stdin into the zone
+    [SLOT_OFFSET, ...)     two copies of the state: magic, generation, payload length, crc32,
+                           payload (flags, head and tail lengths, the handshake lines)
+    [TABLE_OFFSET, ...)    the requests in flight: entries of one length byte (0: free) and the
+                           JSON text of one id (1 and "1" differ)
+    [LANDING_OFFSET, ...)  two landing zones: the daemon reads the client's stdin into the one
                            the state names
     [HEAD_OFFSET, ...)     two head areas: the start of a line read and not relayed yet
-    [TAIL_OFFSET, ...)     the unwritten rest of an answer, when the daemon let go of the session
+    [TAIL_OFFSET, ...)     the rest of an answer, when the daemon let go of the session mid-line
 
-Every write is ordered so that a kill -9 between two stores leaves a region the shim reads right:
-
-- a request enters by its entry's text, then its length byte, and leaves by a zeroed length byte;
-  the torn byte brackets a write that may stop inside a line (single-byte stores are not torn);
-- the state, written at most once per read, goes to the slot that does not hold the newest valid
-  copy; the reader takes the valid slot of the highest generation. Head and tail are written
-  before the state that counts them, and a new head goes to the area the state does not name;
-- nothing read from the client is only in the daemon's memory: reads land in the region. Once a
-  read's lines are relayed and their ids entered, one state write names the other zone (cleared
-  after its own last use). A lost daemon's zone holds, up to its first NUL (no JSON text has one),
-  input nobody accounted for: the recovery answers its requests and keeps its partial line.
-
-The file is sparse: only the pages written cost memory.
+Each write is ordered so that a kill -9 between two stores leaves a region read right. An id
+enters by its text, then its length byte; single bytes are not torn. The state goes to the slot
+not holding the newest valid copy (the reader takes the highest valid generation), after the head
+or tail it counts; a new head goes to the area the state does not name. Reads land in the region,
+so no input is only in the daemon's memory: once a read's lines are relayed and their ids
+entered, one state write names the other zone. A lost daemon's zone holds, up to its first NUL
+(no JSON text has one), input nobody accounted for.
 """
 
 from __future__ import annotations
@@ -67,25 +58,18 @@ TAIL_OFFSET = HEAD_OFFSET + 2 * HEAD_AREA_BYTES
 TAIL_BYTES = 17 * _MIB
 REGION_BYTES = TAIL_OFFSET + TAIL_BYTES
 
-MAX_HANDSHAKE_LINE_BYTES = 256 * 1024
-# An initialize line above this (no SDK writes one near it) is not recorded: a session whose daemon
-# was lost is then resumed without its handshake.
+MAX_HANDSHAKE_LINE_BYTES = 256 * 1024  # a longer initialize (no SDK writes one) is not resumed
 
 SEALS_NEEDED = ("F_SEAL_SHRINK", "F_SEAL_GROW", "F_SEAL_SEAL")
 F_SEAL_WRITE, F_SEAL_FUTURE_WRITE = 0x0008, 0x0010
 
 _HEADER = struct.Struct("<4sQII")  # magic, generation, payload length, crc32 of generation+length+payload
 _FIXED = struct.Struct("<BII4xII4x")  # flags, head_len, tail_len, (unused), len(init), len(initialized), (unused)
-
-FLAG_INIT_ANSWERED = 1  # the client saw its initialize answered: worth resuming
-FLAG_CLOSED = 4  # the daemon ended the session because the client left: nothing to answer
-FLAG_DISCARDING = 8  # the head is the start of an over-long line whose rest is being skipped
-FLAG_LANDING_1 = 16  # the next read lands in zone 1 (else 0)
-FLAG_HEAD_AREA_1 = 32  # the head is in area 1 (else 0)
+_FLAGS = (1, 4, 8, 16, 32)  # the bits of init_answered, closed, discarding, landing and head_area
 
 
 class State:
-    """One copy of a hand-off session's state; `inflight` and `out_torn` are read beside it."""
+    """One copy of a session's state; `inflight` and `out_torn` are read beside it, from the region."""
 
     __slots__ = ("generation", "init", "initialized", "init_answered", "inflight", "head_len", "discarding",
                  "out_torn", "tail_len", "closed", "landing", "head_area")
@@ -94,13 +78,13 @@ class State:
         self.generation = 0
         self.init = b""  # the client's initialize request line, as it sent it
         self.initialized = b""  # its notifications/initialized line
-        self.init_answered = False
+        self.init_answered = False  # the client saw its initialize answered: worth resuming
         self.inflight: list[bytes] = []  # JSON text of each request id in the table
         self.head_len = 0
-        self.discarding = False
+        self.discarding = False  # the head starts an over-long line whose rest is being skipped
         self.out_torn = False
         self.tail_len = 0
-        self.closed = False
+        self.closed = False  # the daemon ended the session because the client left: nothing to answer
         self.landing = 0  # the landing zone whose bytes are not accounted for yet
         self.head_area = 0
 
@@ -114,9 +98,8 @@ class State:
         """The payload of one slot."""
         init = self.init if len(self.init) <= MAX_HANDSHAKE_LINE_BYTES else b""
         initialized = self.initialized if len(self.initialized) <= MAX_HANDSHAKE_LINE_BYTES else b""
-        flags = ((FLAG_INIT_ANSWERED if self.init_answered else 0) | (FLAG_CLOSED if self.closed else 0)
-                 | (FLAG_DISCARDING if self.discarding else 0) | (FLAG_LANDING_1 if self.landing else 0)
-                 | (FLAG_HEAD_AREA_1 if self.head_area else 0))
+        values = (self.init_answered, self.closed, self.discarding, self.landing, self.head_area)
+        flags = sum(bit for bit, value in zip(_FLAGS, values) if value)
         return _FIXED.pack(flags, self.head_len, self.tail_len, len(init), len(initialized)) + init + initialized
 
     @classmethod
@@ -131,11 +114,9 @@ class State:
             raise ValueError("malformed hand-off state")
         state.init = payload[_FIXED.size : _FIXED.size + n_init]
         state.initialized = payload[_FIXED.size + n_init :]
-        state.init_answered = bool(flags & FLAG_INIT_ANSWERED)
-        state.closed = bool(flags & FLAG_CLOSED)
-        state.discarding = bool(flags & FLAG_DISCARDING)
-        state.landing = 1 if flags & FLAG_LANDING_1 else 0
-        state.head_area = 1 if flags & FLAG_HEAD_AREA_1 else 0
+        answered, closed, discarding, landing, head_area = (bool(flags & bit) for bit in _FLAGS)
+        state.init_answered, state.closed, state.discarding = answered, closed, discarding
+        state.landing, state.head_area = int(landing), int(head_area)
         return state
 
 
@@ -204,8 +185,6 @@ class Region:
         self.buf[at : at + len(data)] = data
         state.generation = self._generation
 
-    # ---- the table of requests in flight -------------------------------------------------------
-
     def set_id(self, entry: int, text: bytes) -> None:
         """Enter `text` (at most ENTRY_BYTES - 1 bytes) at `entry`: the text first, its length last."""
         at = TABLE_OFFSET + entry * ENTRY_BYTES
@@ -217,11 +196,11 @@ class Region:
         self.buf[TABLE_OFFSET + entry * ENTRY_BYTES] = 0
 
     def entries(self) -> list[tuple[int, bytes]]:
-        """The entries in use: (index, id text). The length bytes are found by `bytes.find`, not
-        one by one in Python: a daemon taking back a thousand sessions reads each table."""
+        """The entries in use: (index, id text). The length bytes in use are found by `bytes.find`
+        in a translated copy, not by a Python loop over every entry (a daemon may reclaim many)."""
         table = bytes(self.buf[TABLE_OFFSET : TABLE_OFFSET + self._table_end])
         sizes = table[::ENTRY_BYTES]
-        marks = sizes.translate(_USED)  # 1 where an entry is in use
+        marks = sizes.translate(_IN_USE)
         used = []
         index = marks.find(1)
         while index >= 0:
@@ -237,8 +216,6 @@ class Region:
     @torn.setter
     def torn(self, value: bool) -> None:
         self.buf[TORN_OFFSET] = 1 if value else 0
-
-    # ---- input and output not accounted for ----------------------------------------------------
 
     def write_head(self, data: bytes | memoryview, offset: int, area: int = 0) -> None:
         """Put `data` at `offset` of head area `area` (a line's start, before the state counts it)."""
@@ -274,7 +251,7 @@ class Region:
         self.buf.madvise(mmap.MADV_REMOVE, HEAD_OFFSET, REGION_BYTES - HEAD_OFFSET)
 
 
-_USED = bytes([0]) + bytes([1]) * 255  # a length byte's translation: in use or not
+_IN_USE = bytes([0]) + bytes([1]) * 255  # a length byte, translated: 1 where an entry is in use
 
 
 def landing_offset(zone: int) -> int:
@@ -283,9 +260,6 @@ def landing_offset(zone: int) -> int:
 
 def head_offset(area: int) -> int:
     return HEAD_OFFSET + area * HEAD_AREA_BYTES
-
-
-# ---- creating, checking, mapping -----------------------------------------------------------------
 
 
 def create_region() -> int:

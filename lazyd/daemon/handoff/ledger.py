@@ -1,18 +1,12 @@
 """A hand-off session's ledger: what its shim would need if the daemon were lost, kept in the region.
 
-On a hand-off session the shim no longer reads the client's lines, so the daemon keeps its table
-of requests in flight for it (read as the shim reads a frame session's, lazyd/protocol/linepeek.py):
-a request enters when its line is read, before it reaches the relay, and leaves when the line that
-answers it (its `done`) is wholly in the client's stdout, or when the client cancels it.
-
-This is the session's one in-flight table (the session waits on it at the client's EOF, the outbox
-retires from it); the region's table (lazyd/handoff/region.py) is its projection, which only this
-object writes: one entry per request, so a message costs the same whatever else is in flight.
-Beside it, in the region's state: the client's handshake lines, whether an answer is cut (the torn
-byte) and the start of a line read and not relayed, written at most once per read (`hold`).
-
-`Landing` is the other half of the region's promise: the client's bytes are read into the region
-itself, so none is ever only in the daemon's memory.
+The session's one table of requests in flight: a request enters when its line is read (as the shim
+reads a frame session's, lazyd/protocol/linepeek.py), before it is relayed, and leaves when its
+answer is wholly in the client's stdout or the client cancels it. The region's table
+(lazyd/handoff/region.py) is its projection, written only here, one entry per request, so a
+message costs the same whatever else is in flight. Beside it, in the region's state: the
+handshake and the start of a line read and not relayed, written at most once per read (`hold`).
+`Landing`: the client's bytes are read into the region itself, never only into the daemon's memory.
 """
 
 from __future__ import annotations
@@ -23,15 +17,8 @@ from collections.abc import Callable
 
 from lazyd.daemon.heap_trim import TRIMMER
 from lazyd.handoff.recovery import Recovery
-from lazyd.handoff.region import (
-    ENTRY_BYTES,
-    LANDING_BYTES,
-    LANDING_OFFSET,
-    TABLE_ENTRIES,
-    Region,
-    State,
-    landing_offset,
-)
+from lazyd.handoff.region import ENTRY_BYTES, LANDING_BYTES, LANDING_OFFSET, TABLE_ENTRIES, Region, State
+from lazyd.handoff.region import landing_offset
 from lazyd.core.relay import jsonrpc as rpc
 from lazyd.core.relay.jsonrpc import Invalid, Message
 from lazyd.protocol.linepeek import LineInfo, id_key, message_info
@@ -48,13 +35,13 @@ _UNRECORDED = -1  # the entry of a request in flight whose id the table cannot h
 
 
 class Ledger:
-    """The in-flight table and handshake of one hand-off session (see the module docstring)."""
+    """The in-flight table and handshake of one hand-off session."""
 
     def __init__(self, region: Region, later: Callable[[Callable[[], None]], None] = TRIMMER.later, *,
                  recovery: Recovery | None = None) -> None:
-        """The ledger of a new session, or of one continued from its region (an upgrade's, or a
-        shim's fresh region after its recovery), or with `recovery`, reclaimed from a lost daemon's
-        (lazyd/daemon/handoff/reclaim.py), whose record this writes before anything else."""
+        """The ledger of a new session, of one continued from its region (after an upgrade, or a
+        shim's recovery), or with `recovery`, of one reclaimed from a lost daemon's region
+        (lazyd/daemon/handoff/reclaim.py), whose record this writes first."""
         self.region = region
         self._later = later  # runs a release once the large lines are over (RELEASE_HEAD_BYTES)
         previous = region.current
@@ -84,11 +71,10 @@ class Ledger:
             if previous.init and not previous.init_answered and recovery is None:
                 handshake = line_info(rpc.parse(previous.init))
                 self._init_key = handshake.requests[0][0] if handshake.requests else None
-        # Entries given back, reused first, and the lowest never handed out: not a list of every
-        # free entry, which would cost each session more than its region's pages.
-        self._free: list[int] = []
-        self._taken_at_start = used
-        self._next = 0
+        # Entries given back (the lowest last, popped first), then those from `_next` on: not a
+        # list of every free entry, which would cost each session more than its region's pages.
+        self._next = max(used, default=-1) + 1
+        self._free = sorted(set(range(self._next)) - used, reverse=True)
         self._held = 0
         self._dirty = False
         self._release_asked = False  # `_release_heads` waits for its moment
@@ -121,8 +107,6 @@ class Ledger:
         self.release()  # the state write that accounts for the landed read
         if recovery.landed:
             _clear_landed(self.region, lost.landing)
-
-    # ---- changes -------------------------------------------------------------------------------
 
     def client_line(self, line: bytes, parsed: Message | Invalid | None = None) -> None:
         """A whole line read from the client, before it is relayed; `parsed`, the relay core's
@@ -212,8 +196,6 @@ class Ledger:
         self._changed()
         self.flush()
 
-    # ---- the table -------------------------------------------------------------------------------
-
     def _enter(self, key: IdKey, text: bytes) -> None:
         if key in self._entries:
             return  # the same id again: the client's mistake, answered once by the relay
@@ -223,11 +205,9 @@ class Ledger:
         self._entries[key] = _UNRECORDED if entry is None else entry
 
     def _free_entry(self) -> int | None:
-        """A free entry of the table, the lowest first; None when all TABLE_ENTRIES are in use."""
+        """A free entry of the table; None when all TABLE_ENTRIES are in use."""
         if self._free:
             return self._free.pop()
-        while self._next in self._taken_at_start:
-            self._next += 1
         if self._next >= TABLE_ENTRIES:
             return None
         self._next += 1
@@ -241,8 +221,6 @@ class Ledger:
             self.region.clear_id(entry)
             self._free.append(entry)
         return True
-
-    # ---- writing the state -----------------------------------------------------------------------
 
     def hold(self) -> None:
         """Defer state writes until `release` (a reader relaying one read's lines)."""

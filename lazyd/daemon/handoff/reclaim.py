@@ -1,16 +1,12 @@
 """Reclaiming: the daemon takes back, in place, a hand-off session whose previous daemon was lost.
 
-Under systemd a hand-off session's descriptors outlive a `kill -9` of the daemon in the fd store
-(lazyd/daemon/handoff/stored_sessions.py): the restarted daemon gets the client's stdin, stdout and
-the shim's socket back, reopens the region as the lost daemon left it, and does what the shim's own
-recovery would (lazyd/handoff/recovery.py decides it for both) on that same region, since the
-waiter, which never woke, cannot be given a new one.
-
-`reclaim` decides what the session owes (writing nothing); the session's ledger, the one writer of
-the region's table, records it (`Ledger`'s `recovery`), and the session's outbox writes the
-answers, retiring an id only once its error line is wholly written. In this order a `kill -9` of
-this daemon at any instant leaves a region the next recovery handles, at worst answering an id
-twice or ending a cut line twice (an empty line):
+Under systemd a session's descriptors outlive a `kill -9` of the daemon in the fd store
+(lazyd/daemon/handoff/stored_sessions.py). The restarted daemon reopens the region as the lost
+daemon left it and does on it what the shim's recovery would (lazyd/handoff/recovery.py decides
+both), since the waiter, which never woke, cannot be given a new region. `reclaim` decides (writing
+nothing); the session's ledger records it, and its outbox writes the answers, retiring an id only
+once its error line is written. In this order a `kill -9` of this daemon at any instant leaves a
+region the next recovery handles, at worst answering an id or ending a cut line twice:
 
 1. ids in lines found in the landing zone enter the table, beside the table's own;
 2. the next read's zone is cleared, and the head, extended by the landed input, goes to the head
