@@ -2,19 +2,12 @@
 
 The waiting program (shim/waiting.sh), holding a resume slot (shim/slots.py), execs this shim
 again, same pid and descriptors, with ``--resume-handoff=FD`` naming the region
-(lazyd/handoff/region.py). It does what a frame session's shim does at once when its daemon is
-lost (docs/reliability.md), as lazyd/handoff/recovery.py decides it:
-
-1. a line the daemon had begun to write to the client is finished, so the client reads whole lines;
-2. every request in flight is answered with -32603 under its original id;
-3. the shim reconnects (autostarting a daemon as at start) for up to RECONNECT_WAIT_S, passing its
-   descriptors with a fresh region that holds the handshake and a partly read line, and the
-   client's answered ``initialize`` as ``resume``. A client that closes its stdin meanwhile ends
-   the shim with 0;
-4. a daemon that will not take the descriptors gets the session over frames (shim/relay.py); with
-   no daemon at all, the server is run directly.
-
-A region that says the client left ends the shim with 0.
+(lazyd/handoff/region.py). The shim ends a cut line and answers what was in flight with -32603,
+as lazyd/handoff/recovery.py decides, then reconnects (autostarting a daemon as at start) for up
+to RECONNECT_WAIT_S, passing its descriptors with a fresh region that holds the handshake and a
+partly read line. A daemon that will not take them gets the session over frames (shim/relay.py);
+with no daemon at all the server runs directly. A client that closes its stdin meanwhile, or a
+region that says the client left, ends the shim with 0.
 """
 
 from __future__ import annotations
@@ -67,8 +60,8 @@ def _unread_input() -> int:
 
 
 def answer(region: Region | None, out: Stdout, log: Log) -> tuple[State, bytes]:
-    """Finish a torn line and answer what was in flight (steps 1 and 2 of the module docstring);
-    returns what the next daemon continues from: the handshake, and the head."""
+    """End a cut line and answer what was in flight; returns what the next daemon continues from:
+    the handshake, and the head."""
     done = plan(region)
     out.write(done.output())
     if done.finish is not None:
@@ -89,7 +82,10 @@ def fresh_region(state: State, head: bytes, log: Log) -> int | None:
         log(f"no hand-off: cannot create the shared region: {exc.strerror or exc}")
         return None
     region = read_region(fd)
-    assert region is not None
+    if region is None:
+        log("no hand-off: cannot map the shared region")
+        os.close(fd)
+        return None
     region.write_head(head, 0, 0)
     region.write(state)
     unmap(region.buf)

@@ -328,10 +328,14 @@ def unmap(mapped: mmap.mmap) -> None:
 
 def read_region(fd: int) -> Region | None:
     """The region `fd` as the shim reads it, mapped (`Region.buf`; `unmap` it when done); None when
-    `fd` is not a sealed region of this layout (a daemon of another layout wrote it)."""
+    `fd` is not a sealed region of this layout (a daemon of another layout wrote it) or cannot be
+    mapped."""
     if region_problem(fd) is not None:
         return None
-    return Region(map_region(fd), table_extent(fd))
+    try:
+        return Region(map_region(fd), table_extent(fd))
+    except OSError:
+        return None
 
 
 def pwrite_all(fd: int, data: bytes | memoryview, offset: int) -> None:
