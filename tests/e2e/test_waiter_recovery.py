@@ -92,7 +92,7 @@ def test_after_a_kill_9_every_waiter_takes_its_session_back_and_each_call_in_fli
 
 
 def test_a_reclaiming_hello_on_a_connection_is_refused_and_what_came_with_it_is_closed(user_env: UserEnv) -> None:
-    # Only a session systemd kept is adopted (lazyd/daemon/handoff/stored_sessions.py); a shim takes its own
+    # Only a session systemd kept is reclaimed (lazyd/daemon/handoff/stored_sessions.py); a shim takes its own
     # back. A peer offering one anyway gets a refusal, and the daemon keeps none of its descriptors.
     import socket
 

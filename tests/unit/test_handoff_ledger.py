@@ -308,7 +308,7 @@ def test_closing_records_why_and_the_rest_of_a_torn_line(fd: int, mapped: Region
 def test_a_daemon_continuing_a_region_reads_only_the_table_pages_it_has_and_still_finds_later_entries(
         fd: int) -> None:
     # Reading a page the memfd never had allocates it: a whole-table read cost every session a
-    # daemon continued or adopted 1 MiB of shared memory.
+    # daemon continued or reclaimed 1 MiB of shared memory.
     earlier = map_region(fd)
     first = Ledger(Region(earlier))
     first.client_line(call(3))
