@@ -118,7 +118,7 @@ class Hello(Frame):
         # for the daemon to serve the client's pipes itself (docs/protocol.md, "Hand-off").
         self.handoff = handoff
         # With `handoff` or `reclaim`: the layout version of the region (lazyd/handoff/region.py),
-        # which the shim's recovery reads it by; a daemon that writes another serves it over frames.
+        # which the shim's recovery reads it by; a daemon that writes another does not take it.
         self.layout = layout
         # True instead of `handoff`: the region comes as a lost daemon left it, in the hello a shim
         # keeps in a data memfd for a daemon systemd restarts, which takes the session back from

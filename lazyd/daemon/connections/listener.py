@@ -315,7 +315,7 @@ class ConnectionHandler:
             if taken is not None:
                 taken[0].close()
                 os.close(taken[1])
-            refused = NotReclaimed("only a session kept by systemd is adopted")
+            refused = NotReclaimed("only a session kept by systemd is reclaimed")
             await stream.send_all(wire.encode(Refusal(refused.code, refused.message)))
         elif taken is not None:
             # The shim passed the client's pipes: the daemon serves them itself (handoff.py).
