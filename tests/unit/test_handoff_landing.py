@@ -220,3 +220,18 @@ def test_the_daemon_serves_a_region_it_cannot_map_safely_or_of_another_layout_ov
     finally:
         for end in (read_end, write_end, unsealed):
             os.close(end)
+
+
+def test_a_region_the_shim_cannot_map_is_nothing_to_answer_and_a_fresh_one_leaves_the_session_on_frames(
+        fd: int, tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The shim maps its region to recover it: a mapping refused (no memory, the map count) must
+    # not end the shim, which then answers what it can and relays over frames.
+    def refused(fd: int) -> Any:
+        raise OSError(12, "Cannot allocate memory")
+
+    monkeypatch.setattr(hs, "map_region", refused)
+    assert hs.read_region(fd) is None
+    log_file = tmp_path / "shim.log"
+    log = Log(parse(["--log-file", str(log_file), "--", "true"], {}))
+    assert recover.fresh_region(hs.State(), b"", log) is None
+    assert "no hand-off: cannot map the shared region" in log_file.read_text()
