@@ -19,7 +19,7 @@
     │   └── LineTooLong       a server wrote a stdout line over its limit
     ├── Refused               the daemon will not serve a hello; ``code`` and ``message`` go into
     │   │                     the ``refused`` frame
-    │   └── NotAdopted        a lost daemon's session it leaves to the shim's own recovery
+    │   └── NotReclaimed      a lost daemon's session it leaves to the shim's own recovery
     ├── SpawnError            a server's command cannot be started (not found, not executable,
     │                         bad working directory); ``errno`` says which
     ├── LifecycleError        an event no lifecycle state can absorb: a bug of the caller
@@ -65,7 +65,7 @@ if TYPE_CHECKING:
 __all__ = [
     "LazydError", "UserError", "UsageError", "ConfigError", "StateFileError", "HubOptionError",
     "SetupError", "AlreadyRunning", "ProtocolError", "WireError", "SlowPeer", "LineTooLong",
-    "Refused", "NotAdopted", "SpawnError", "LifecycleError", "AdoptionError", "Unavailable", "NoDaemon", "ReplayFailed", "CtlError",
+    "Refused", "NotReclaimed", "SpawnError", "LifecycleError", "AdoptionError", "Unavailable", "NoDaemon", "ReplayFailed", "CtlError",
     "DaemonNotRunning", "WrapError", "ConflictError", "JsonSyntaxError",
 ]
 
@@ -143,12 +143,12 @@ class Refused(LazydError):
         self.message = message
 
 
-class NotAdopted(Refused):
-    """An adopting hello whose session the daemon does not take back itself
-    (lazyd/daemon/handoff/reclaim.py): refused with code ``adopt``; the shim's full recovery takes it."""
+class NotReclaimed(Refused):
+    """A reclaiming hello whose session the daemon does not take back itself
+    (lazyd/daemon/handoff/reclaim.py): refused with code ``reclaim``; the shim's recovery takes it."""
 
     def __init__(self, message: str) -> None:
-        super().__init__("adopt", message)
+        super().__init__("reclaim", message)
 
 
 class SpawnError(LazydError):

@@ -130,14 +130,15 @@ def waiting_argv(name: str, flock: str, lock_file: str, recovery: list[str]) -> 
 
 def hello_memfd(hello: Hello) -> int | None:
     """A data memfd (close-on-exec) holding the reclaiming hello made from the session's `hello`
-    (no `resume`: the daemon takes the handshake from the region), for a daemon restarted by
-    systemd to read through the waiter's /proc/PID/fd. None where none can be made."""
+    (no `resume`: the daemon takes the handshake from the region; `reclaim` instead of `handoff`),
+    for a daemon restarted by systemd to read through the waiter's /proc/PID/fd. None where none
+    can be made."""
     from lazyd.protocol.frames import MAX_FRAME_BYTES, Hello
     from lazyd.handoff.region import LAYOUT, pwrite_all
     from lazyd.protocol.smallpack import frame as encode  # as wire.encode would, without loading msgpack
 
     reclaiming = Hello(hello.role, hello.pid, hello.argv, hello.cwd, hello.env, hello.opts, hello.server, [],
-                       hello.env_raw, None, None, LAYOUT)
+                       hello.env_raw, None, LAYOUT, True)
     try:
         data = encode(reclaiming.to_map(), MAX_FRAME_BYTES)
         fd: int = os.memfd_create(HELLO_MEMFD, os.MFD_CLOEXEC)

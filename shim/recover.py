@@ -2,23 +2,12 @@
 
 The waiting program (shim/waiting.sh), holding a resume slot (shim/slots.py), execs this shim
 again, same pid and descriptors, with ``--resume-handoff=FD`` naming the region
-(lazyd/handoff/region.py; this layout or the previous one). From what the daemon left there it
-does what the shim of a frame session does at once when its daemon is lost (docs/reliability.md):
-
-1. a line the daemon had begun to write to the client is finished (the rest, if the daemon put it
-   in the region when it let go) or ended with a newline (a daemon killed while the torn byte was
-   set: a line over what the client's stdout takes whole, written in parts), so that the client
-   reads whole lines again; the whole byte (a write of whole lines or none) asks for nothing;
-2. every request in flight is answered with -32603 under its original id;
-3. the shim reconnects (autostarting a daemon as at start) for up to RECONNECT_WAIT_S, passing its
-   descriptors and a fresh region with the client's answered ``initialize`` as ``resume``; the
-   next daemon continues from that region, which holds the handshake and a partly read line. Meanwhile the client's
-   new lines wait in its pipe, and a client that closes its stdin ends the shim with 0 at once;
-4. if the daemon will not take the descriptors, the session goes on over frames (shim/relay.py);
-   if no daemon comes back, the server is run directly, as a frame session would.
-
-A region that says the client left ends the shim with 0; one with nothing in it (a daemon killed
-before it wrote any) has nothing in flight to answer.
+(lazyd/handoff/region.py). The shim ends a cut line and answers what was in flight with -32603,
+as lazyd/handoff/recovery.py decides, then reconnects (autostarting a daemon as at start) for up
+to RECONNECT_WAIT_S, passing its descriptors with a fresh region that holds the handshake and a
+partly read line. A daemon that will not take them gets the session over frames (shim/relay.py);
+with no daemon at all the server runs directly. A client that closes its stdin meanwhile, or a
+region that says the client left, ends the shim with 0.
 """
 
 from __future__ import annotations
@@ -28,9 +17,8 @@ import select
 import time
 
 from lazyd.errors import Unavailable
-from lazyd.handoff.snapshot import Snapshot, snapshot
 from lazyd.handoff.recovery import plan
-from lazyd.handoff.region import State, create_region, read_region
+from lazyd.handoff.region import Region, State, create_region, read_region, unmap
 
 from . import connect, handoff, slots
 from .dial import RECONNECT_POLL_S, RECONNECT_WAIT_S
@@ -44,11 +32,9 @@ if TYPE_CHECKING:
     from .relay import Relay
 
 
-
 def _exit_if_client_left(wait_s: float, log: Log) -> None:
-    """Wait up to `wait_s`; exit 0 if the client closes its end of our stdin meanwhile (a pipe's
-    writers all gone, a socket's peer shut down) and left nothing in it. Requests it wrote before
-    closing it are still to be answered: the next daemon (or the server run directly) reads them."""
+    """Wait up to `wait_s`; exit 0 if the client closes its end of our stdin meanwhile and left
+    nothing in it (requests it wrote before are still to be answered)."""
     poller = select.poll()
     poller.register(0, select.POLLRDHUP)
     for _, events in poller.poll(int(wait_s * 1000)):
@@ -73,23 +59,15 @@ def _unread_input() -> int:
     return count[0]
 
 
-def answer(snap: Snapshot | None, out: Stdout, log: Log) -> tuple[State, bytes]:
-    """Finish a torn line and answer what was in flight (steps 1 and 2 of the module docstring, as
-    lazyd/handoff/recovery.py decides them for the shim and the daemon alike); returns what the
-    next daemon continues from: the handshake, and the start of a line read and not relayed (the head)."""
-    done = plan(snap)
+def answer(region: Region | None, out: Stdout, log: Log) -> tuple[State, bytes]:
+    """End a cut line and answer what was in flight; returns what the next daemon continues from:
+    the handshake, and the head."""
+    done = plan(region)
     out.write(done.output())
     if done.finish is not None:
         log(f"finished a line the daemon had begun ({len(done.finish) - 1} bytes of it were left to write)")
-    elif snap is not None and snap.state.out_whole:
-        # A write that goes whole or not at all: the client's last line is whole either way, and
-        # a newline here would be an empty line. Its ids are still in the table: answered twice
-        # at worst.
-        log("the daemon was lost around a write of whole lines: nothing to finish")
     if done.ids:
         log(f"answered {len(done.ids)} in-flight request(s) with an error")
-    if done.unrecorded:
-        log(f"{done.unrecorded} in-flight request(s) could not be recorded by the daemon and stay unanswered")
     if done.landed:
         log(f"took {done.landed} byte(s) of input the daemon had read and not recorded")
     return done.carried, done.head
@@ -104,24 +82,28 @@ def fresh_region(state: State, head: bytes, log: Log) -> int | None:
         log(f"no hand-off: cannot create the shared region: {exc.strerror or exc}")
         return None
     region = read_region(fd)
-    assert region is not None
+    if region is None:
+        log("no hand-off: cannot map the shared region")
+        os.close(fd)
+        return None
     region.write_head(head, 0, 0)
     region.write(state)
+    unmap(region.buf)
     return fd
 
 
 def run(opts: Options, region_fd: int, args: list[str], log: Log, slot: int | None = None) -> NoReturn:
-    """Recover the session whose region is `region_fd` (see the module docstring), holding the
-    resume slot `slot` (shim/slots.py) until the first attempt to reconnect has ended."""
+    """Recover the session whose region is `region_fd`, holding the resume slot `slot`
+    (shim/slots.py) until the first attempt to reconnect has ended."""
     _close_inherited_hello()
     while True:
-        # Returns when a daemon took the session and let go again, with the region it has now.
+        # Returns when a daemon took the session and let go again, with its region.
         region_fd = _take_back(opts, region_fd, args, log, slot)
         slot = None
 
 
 def _close_inherited_hello() -> None:
-    """Close the adopting hello the waiter held for systemd's fd store (shim/handoff.py's
+    """Close the reclaiming hello the waiter held for systemd's fd store (shim/handoff.py's
     `hello_memfd`): the next hand-off leaves a new one."""
     try:
         names = os.listdir("/proc/self/fd")
@@ -136,15 +118,17 @@ def _close_inherited_hello() -> None:
 
 
 def _take_back(opts: Options, region_fd: int, args: list[str], log: Log, slot: int | None) -> int:
-    snap = snapshot(region_fd)
+    region = read_region(region_fd)
     os.close(region_fd)
-    if snap is not None and snap.state.closed:
+    if region is not None and region.current is not None and region.current.closed:
         log("the daemon ended the session because the client left; exiting")
         os._exit(0)
     out = Stdout(log)
     log("the daemon let go of the session (or was lost); taking it back"
         + (f" (holding resume slot fd {slot})" if slot is not None else ""))
-    state, head = answer(snap, out, log)
+    state, head = answer(region, out, log)
+    if region is not None:
+        unmap(region.buf)
     fd = fresh_region(state, head, log) if opts.handoff else None
     resume = state.resume_lines()
     deadline = time.monotonic() + RECONNECT_WAIT_S

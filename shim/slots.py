@@ -1,41 +1,31 @@
 """Resume slots: how many hand-off sessions are taken back at once after their daemon is lost.
 
-A daemon killed with hundreds of sessions wakes every waiting program (shim/waiting.sh) at the
-same instant, and each would exec a Python shim (~10 MiB and tens of ms of CPU) to take its
-session back: a herd that starves the new daemon of the CPU it needs to start and answer them. So
-a waiter first takes one of `count()` slots, an exclusive `flock(1)` on a lock file beside the
-daemon's socket (`resume.<n>`, n chosen by pid), and only then execs Python; the lock is on a
-descriptor (SLOT_FD) that the Python shim inherits, so the kernel frees the slot when that process
-ends or execs (the shim marks the descriptor close-on-exec), and the shim frees it at once after
-its first attempt to reconnect (shim/recover.py). The waiters queue in the kernel, blocked in
-flock(1) without CPU, for at most 120 s each (waiting.sh's `-w`): a holder keeps its slot for one
-reconnect attempt (~0.1 s when the next daemon is up, at most the autostart and hello budgets),
-so only a queue longer than that ends the bound, and a waiter whose wait ran out resumes without.
-
-Where flock(1) (util-linux) is missing, or the socket's directory is gone, a waiter resumes
-without a slot.
+A daemon killed with hundreds of sessions wakes every waiting program (shim/waiting.sh) at once,
+and each would start a Python shim to take its session back: a herd that starves the new daemon
+of the CPU it needs to answer them. So a waiter first takes one of `count()` slots, an exclusive
+`flock(1)` on a lock file beside the daemon's socket (`resume.<n>`, n from its pid), queued in the
+kernel without CPU for at most 120 s, and only then execs the shim. The lock is on a descriptor
+(SLOT_FD) the shim inherits and marks close-on-exec, so the slot is freed when the shim ends or
+execs, or at once after its first attempt to reconnect (shim/recover.py). Without flock(1), or
+without the socket's directory, a waiter resumes without a slot.
 """
 
 from __future__ import annotations
 
 import os
 
-SLOT_FD = 8
-# The slot's lock descriptor in the waiting program and the shim it execs (dash's redirections
-# take one digit only; WAIT_FD, 9, is the daemon socket's). Written into shim/waiting.sh.
+SLOT_FD = 8  # written into shim/waiting.sh (dash's redirections take one digit; 9 is the socket's)
 
 SLOT_ENV = "LAZYD_RESUME_SLOT"
-# Set by the waiting program (to SLOT_FD) when it holds a slot; the shim takes it out of its
-# environment before anything else reads it, so no server and no hello ever sees it.
+# Set by the waiting program when it holds a slot; the shim takes it out of its environment
+# before anything else reads it, so no server and no hello sees it.
 
-FLOCKS = ("/usr/bin/flock", "/bin/flock")
-# util-linux's flock(1): dash has no builtin that takes a lock.
+FLOCKS = ("/usr/bin/flock", "/bin/flock")  # util-linux's: dash has no builtin that takes a lock
 
 
 def count() -> int:
-    """Slots per daemon socket: two per CPU. A recovery is mostly a Python start, CPU bound, but
-    it also waits for the daemon's answer to its hello: two per CPU keep the CPUs busy while one
-    waits, and more would only share the same CPUs, the new daemon's part of them too."""
+    """Slots per daemon socket: two per CPU. A recovery is mostly a CPU-bound Python start, but it
+    also waits for the daemon's answer: two per CPU keep the CPUs busy while one waits."""
     return 2 * (os.cpu_count() or 1)
 
 

@@ -1,29 +1,23 @@
 """What a lost daemon leaves to answer, decided once for whoever takes its hand-off session back.
 
-A hand-off session whose daemon is lost (or let it go) is taken back from its region
-(lazyd/handoff/region.py) either by the shim itself (shim/recover.py, which then hands a fresh
-region to the next daemon) or by the next daemon, which adopts it in place
-(lazyd/daemon/handoff/reclaim.py). Both start from the same decision, `plan`, so that both answer the
-same requests and carry the same handshake and head:
+The shim (shim/recover.py, which then hands a fresh region to the next daemon) and the daemon that
+systemd restarts with the session (lazyd/daemon/handoff/reclaim.py) start from the same `plan` of
+the region (lazyd/handoff/region.py), so both answer the same requests and carry the same session:
 
 1. a line the daemon had begun to write to the client is finished: with its rest (the tail, when
    the daemon let go itself) or with a newline (a daemon killed mid-write);
 2. every request in flight is answered with -32603 under its original id: those in the table and
-   those in lines found in the landing zone (read by the daemon, not accounted for), each once;
-3. what the next daemon continues from: the client's handshake, and the start of a line read and
-   not relayed (the head, which input from the landing zone may extend).
+   those in lines found in the landing zone, each once;
+3. the next daemon continues from the client's handshake and the start of a line read and not
+   relayed (the head, which input from the landing zone may extend).
 
 Standard library only: the shim imports it.
 """
 
 from __future__ import annotations
 
+from lazyd.handoff.region import Region, State
 from lazyd.protocol.frames import MAX_LINE_BYTES
-from lazyd.handoff.region import State
-
-TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs start-up time
-if TYPE_CHECKING:
-    from lazyd.handoff.snapshot import Snapshot
 
 ERROR_TAIL = (b',"error":{"code":-32603,"message":"lazyd: connection to the daemon was lost; '
               b'the request may not have completed"}}')
@@ -33,16 +27,14 @@ ERROR_TAIL = (b',"error":{"code":-32603,"message":"lazyd: connection to the daem
 class Recovery:
     """What taking a session back owes the client, and what the next daemon continues from."""
 
-    __slots__ = ("finish", "ids", "carried", "head", "landed", "unrecorded")
+    __slots__ = ("finish", "ids", "carried", "head", "landed")
 
-    def __init__(self, finish: bytes | None, ids: list[bytes], carried: State, head: bytes, landed: int,
-                 unrecorded: int) -> None:
+    def __init__(self, finish: bytes | None, ids: list[bytes], carried: State, head: bytes, landed: int) -> None:
         self.finish = finish  # what ends a cut line (the tail, or a newline); None: no line is cut
         self.ids = ids  # the JSON text of each request id to answer with the error, each once, in order
         self.carried = carried  # the handshake, the head's length and whether it is being discarded
         self.head = head  # the start of a line read and not relayed
         self.landed = landed  # bytes of input found in the landing zone
-        self.unrecorded = unrecorded  # requests the lost daemon could not record: no one can answer them
 
     def output(self) -> bytes:
         """Every byte owed to the client's stdout, in order: the cut line's end, then the errors."""
@@ -54,22 +46,25 @@ def error_line(text: bytes) -> bytes:
     return b'{"jsonrpc":"2.0","id":' + text + ERROR_TAIL
 
 
-def plan(snap: Snapshot | None) -> Recovery:
-    """What the region's snapshot (None: a region with no state) leaves to do (the module docstring)."""
-    if snap is None:
-        return Recovery(None, [], State(), b"", 0, 0)
-    state = snap.state
+def plan(region: Region | None) -> Recovery:
+    """What `region` (None: not one of this layout) leaves to do (the module docstring)."""
+    state = region.current if region is not None else None
+    if region is None or state is None:
+        return Recovery(None, [], State(), b"", 0)  # a daemon killed before its first write
+    tail = region.read_tail(state.tail_len) if state.tail_len else b""
     finish: bytes | None = None
-    if state.out_torn or snap.tail:
-        finish = snap.tail if snap.tail.endswith(b"\n") else snap.tail + b"\n"
+    if state.out_torn or tail:
+        finish = tail if tail.endswith(b"\n") else tail + b"\n"
+    head = region.read_head(state.head_len, state.head_area) if state.head_len else b""
+    landed = region.read_landed(state.landing)
     found: list[bytes] = []
-    rest, discarding = snap.head, state.discarding
-    if snap.landed:  # json and re are imported only then: most recoveries find nothing there
+    discarding = state.discarding
+    if landed:  # json and re are imported only then: most recoveries find nothing there
         from lazyd.protocol.linepeek import request_ids_in
 
-        found, rest, discarding = request_ids_in(snap.head, state.discarding, snap.landed, MAX_LINE_BYTES)
+        found, head, discarding = request_ids_in(head, state.discarding, landed, MAX_LINE_BYTES)
     carried = State()
     carried.init, carried.initialized, carried.init_answered = state.init, state.initialized, state.init_answered
-    carried.head_len, carried.discarding = len(rest), discarding
+    carried.head_len, carried.discarding = len(head), discarding
     ids = list(dict.fromkeys([*state.inflight, *found]))
-    return Recovery(finish, ids, carried, rest, len(snap.landed), state.unrecorded)
+    return Recovery(finish, ids, carried, head, len(landed))

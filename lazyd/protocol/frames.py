@@ -93,16 +93,16 @@ class Hello(Frame):
     """A client's first frame, of this wire version: open a session (shim) or a control connection."""
 
     __slots__ = ("role", "pid", "argv", "cwd", "env", "opts", "server", "resume", "env_raw", "handoff", "layout",
-                 "adopt")
+                 "reclaim")
     t = "hello"
     _fields = ("v", "role", "pid", "argv", "cwd", "env", "opts", "server", "resume")
-    _optional = ("env_raw", "handoff", "layout", "adopt")
+    _optional = ("env_raw", "handoff", "layout", "reclaim")
     v: ClassVar[int] = WIRE_VERSION
 
     def __init__(self, role: str, pid: int, argv: list[str], cwd: str, env: dict[str, str],
                  opts: dict[str, str], server: str | None, resume: list[bytes],
                  env_raw: list[tuple[bytes, bytes]] | None = None, handoff: bool | None = None,
-                 layout: int | None = None, adopt: int | None = None, extra: Mapping[str, Any] | None = None) -> None:
+                 layout: int | None = None, reclaim: bool | None = None, extra: Mapping[str, Any] | None = None) -> None:
         super().__init__(extra)
         self.role = role  # "shim" or "ctl"
         self.pid = pid
@@ -117,13 +117,13 @@ class Hello(Frame):
         # True: the client's stdin, stdout and a shared region travel with this frame (SCM_RIGHTS),
         # for the daemon to serve the client's pipes itself (docs/protocol.md, "Hand-off").
         self.handoff = handoff
-        # With `handoff`: the layout version of that region (lazyd/handoff/region.py), which the
-        # shim's recovery reads it by; a daemon that writes another serves the session over frames.
+        # With `handoff` or `reclaim`: the layout version of the region (lazyd/handoff/region.py),
+        # which the shim's recovery reads it by; a daemon that writes another does not take it.
         self.layout = layout
-        # Instead of `handoff`: the layout of the region a lost daemon left, in the adopting hello
-        # a shim keeps in a data memfd for a daemon systemd restarts, which takes the session back
-        # from its fd store (docs/protocol.md, "Adoption"). Offered on a connection, it is refused.
-        self.adopt = adopt
+        # True instead of `handoff`: the region comes as a lost daemon left it, in the hello a shim
+        # keeps in a data memfd for a daemon systemd restarts, which takes the session back from
+        # its fd store (docs/protocol.md, "Reclaiming"). Offered on a connection, it is refused.
+        self.reclaim = reclaim
 
     def to_map(self) -> dict[str, Any]:
         out = super().to_map()
@@ -313,10 +313,9 @@ def _check_hello(f: dict[str, Any]) -> AnyFrame:
     _require(f, "handoff", f.get("handoff") is None or isinstance(f["handoff"], bool), "a bool")
     layout = f.get("layout")
     _require(f, "layout", layout is None or (isinstance(layout, int) and not isinstance(layout, bool)), "an int")
-    adopt = f.get("adopt")
-    _require(f, "adopt", adopt is None or (isinstance(adopt, int) and not isinstance(adopt, bool)), "an int")
+    _require(f, "reclaim", f.get("reclaim") is None or isinstance(f["reclaim"], bool), "a bool")
     return Hello(f["role"], f["pid"], f["argv"], f["cwd"], f["env"], f["opts"], f["server"], f["resume"],
-                 raw, f.get("handoff"), layout, adopt, _extra(f, Hello._known))
+                 raw, f.get("handoff"), layout, f.get("reclaim"), _extra(f, Hello._known))
 
 
 def _check_welcome(f: dict[str, Any]) -> AnyFrame:

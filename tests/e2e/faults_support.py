@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 import pytest
 
 from lazyd.host import procfs
-from lazyd.handoff.region import read_region
+from lazyd.handoff.region import read_region, unmap
 from shim import slots
 from tests.conftest import FIXTURE_SERVER, UserEnv, cmdline, shim_command
 
@@ -116,11 +116,13 @@ def region_in_flight(pid: int) -> tuple[bool, list[bytes]] | None:
     text of each id in flight); None where it holds no region."""
     for name in os.listdir(f"/proc/{pid}/fd"):
         if os.readlink(f"/proc/{pid}/fd/{name}").startswith("/memfd:lazyd-handoff"):
-            fd = os.open(f"/proc/{pid}/fd/{name}", os.O_RDONLY)
+            fd = os.open(f"/proc/{pid}/fd/{name}", os.O_RDWR)  # mapped shared, as the shim maps it
             try:
                 region = read_region(fd)
                 assert region is not None
-                return region.torn, [text for _, text in region.entries()]
+                seen = region.torn, [text for _, text in region.entries()]
+                unmap(region.buf)
+                return seen
             finally:
                 os.close(fd)
     return None

@@ -91,8 +91,8 @@ def test_after_a_kill_9_every_waiter_takes_its_session_back_and_each_call_in_fli
 
 
 
-def test_an_adopting_hello_on_a_connection_is_refused_and_what_came_with_it_is_closed(user_env: UserEnv) -> None:
-    # Only a session systemd kept is adopted (lazyd/daemon/handoff/stored_sessions.py); a shim takes its own
+def test_a_reclaiming_hello_on_a_connection_is_refused_and_what_came_with_it_is_closed(user_env: UserEnv) -> None:
+    # Only a session systemd kept is reclaimed (lazyd/daemon/handoff/stored_sessions.py); a shim takes its own
     # back. A peer offering one anyway gets a refusal, and the daemon keeps none of its descriptors.
     import socket
 
@@ -108,12 +108,12 @@ def test_an_adopting_hello_on_a_connection_is_refused_and_what_came_with_it_is_c
     region = create_region()
     conn = Conn(user_env.socket)
     try:
-        data = wire.encode(hello("shim", argv=FIXTURE_ARGV, adopt=LAYOUT))
+        data = wire.encode(hello("shim", argv=FIXTURE_ARGV, reclaim=True, layout=LAYOUT))
         conn.sock.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS,
                                     b"".join(fd.to_bytes(4, "little") for fd in (stdin_r, stdout_w, region)))])
         ours = {f"pipe:[{os.fstat(fd).st_ino}]" for fd in (stdin_r, stdout_r)}
         refused = conn.read()
-        assert refused["t"] == "refused" and refused["code"] == "adopt", refused
+        assert refused["t"] == "refused" and refused["code"] == "reclaim", refused
         assert "only a session kept by systemd" in refused["message"], refused
         os.close(stdin_r)
         os.close(stdout_w)

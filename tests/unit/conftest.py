@@ -9,8 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 from lazyd.handoff import region as hs
-from lazyd.daemon.handoff.ledger import map_region, unmap
-from lazyd.handoff.region import Region
+from lazyd.handoff.region import Region, map_region, unmap
 
 
 @pytest.fixture

@@ -46,7 +46,7 @@ _valid_frames = st.one_of(
                            "pid": st.integers(0, 2**31), "argv": st.lists(_text, max_size=4), "cwd": _text,
                            "env": _str_map, "opts": _str_map, "server": st.none() | _text,
                            "resume": st.lists(st.binary(max_size=32), max_size=2)},
-                           optional={"handoff": st.booleans(), "layout": st.integers(0, 9)}),
+                           optional={"handoff": st.booleans(), "layout": st.integers(0, 9), "reclaim": st.booleans()}),
     st.fixed_dictionaries({"t": st.just("hello"), "v": st.integers(-5, 5).filter(lambda v: v != wire.WIRE_VERSION)}),
     st.fixed_dictionaries({"t": st.just("welcome"), "v": st.just(wire.WIRE_VERSION), "session": st.integers(0, 2**31),
                            "name": _text, "daemon_pid": st.integers(0, 2**31)}, optional={"handoff": st.booleans()}),
@@ -62,7 +62,8 @@ _wild_values = st.recursive(_scalars, lambda inner: st.one_of(
     st.lists(inner, max_size=3), st.dictionaries(_text | st.integers(-3, 3) | st.binary(max_size=2), inner, max_size=3)),
     max_leaves=8)
 _FIELDS = ["t", "v", "role", "pid", "argv", "cwd", "env", "opts", "server", "resume", "session", "name",
-           "daemon_pid", "code", "message", "d", "done", "op", "args", "ok", "data", "error", "handoff", "layout"]
+           "daemon_pid", "code", "message", "d", "done", "op", "args", "ok", "data", "error", "handoff", "layout",
+           "reclaim"]
 # Maps that are not frames of the table: unknown `t`, missing fields, stray keys.
 _any_maps = st.dictionaries(st.sampled_from(_FIELDS) | _text, _wild_values | st.sampled_from(sorted(FRAME_TYPES)),
                             max_size=5)
@@ -186,7 +187,8 @@ def _in_table(f: dict[str, Any]) -> bool:
             and "server" in f and (f["server"] is None or isinstance(f["server"], str))
             and isinstance(f.get("resume"), list) and all(isinstance(r, bytes) for r in f["resume"])
             and (f.get("handoff") is None or isinstance(f["handoff"], bool))
-            and (f.get("layout") is None or _int(f["layout"]))))
+            and (f.get("layout") is None or _int(f["layout"]))
+            and (f.get("reclaim") is None or isinstance(f["reclaim"], bool))))
     if t == "welcome":
         return _int(v) and (v != wire.WIRE_VERSION or (
             _int(f.get("session")) and isinstance(f.get("name"), str) and _int(f.get("daemon_pid"))

@@ -10,18 +10,15 @@ from __future__ import annotations
 
 import json
 import os
-import struct
-import zlib
 from typing import Any
 
 import pytest
 
 from lazyd.handoff import region as hs
 from lazyd.daemon.handoff import session as handoff
-from lazyd.daemon.handoff.ledger import Landing, Ledger, map_region
+from lazyd.daemon.handoff.ledger import Landing, Ledger
 from lazyd.protocol.frames import Hello
-from lazyd.handoff.snapshot import PREVIOUS_MAGIC, snapshot
-from lazyd.handoff.region import Region
+from lazyd.handoff.region import Region, map_region, read_region
 from lazyd.protocol.jsonline import LARGE_LINE_BYTES
 from lazyd.protocol.linepeek import ID_SCAN_BYTES, inspect_line, request_ids_in
 from shim import recover
@@ -101,16 +98,18 @@ def test_a_read_lands_in_the_zone_the_state_names_and_is_accounted_for_by_one_st
         line = call(4) + b"\n"
         landing.zones[zone][: len(line)] = line  # what a read of the client's stdin does
         # Before it is accounted for, the shim finds the bytes in the zone the region names.
-        found = snapshot(fd)
-        assert found is not None and found.landed == line and landing.pending(zone) == len(line)
+        found = read_region(fd)
+        assert found is not None and found.current is not None
+        assert found.read_landed(found.current.landing) == line and landing.pending(zone) == len(line)
         ledger.hold()
         ledger.client_line(line[:-1])
         ledger.landed()
         ledger.release()
         landing.clear(zone, len(line))
-        found = snapshot(fd)
-        assert found is not None and found.state.landing == zone ^ 1 and found.state.inflight == [b"4"]
-        assert found.landed == b"" and landing.pending(zone) == 0
+        found = read_region(fd)
+        assert found is not None and found.current is not None
+        assert found.current.landing == zone ^ 1 and found.current.inflight == [b"4"]
+        assert found.read_landed(zone ^ 1) == b"" and landing.pending(zone) == 0
     finally:
         landing.close()
 
@@ -134,7 +133,7 @@ def _recovered(fd: int) -> tuple[list[bytes], hs.State, bytes]:
     read_end, write_end = os.pipe()
     try:
         log = Log(parse(["--", "true"], {}))  # logs nowhere
-        carried, head = recover.answer(snapshot(fd), Stdout(log, write_end), log)
+        carried, head = recover.answer(read_region(fd), Stdout(log, write_end), log)
         os.close(write_end)
         out = b""
         while chunk := os.read(read_end, 65536):
@@ -147,15 +146,6 @@ def _recovered(fd: int) -> tuple[list[bytes], hs.State, bytes]:
 def _answers(fd: int) -> tuple[list[dict[str, object]], hs.State, bytes]:
     lines, carried, head = _recovered(fd)
     return [json.loads(line) for line in lines], carried, head
-
-
-def _write_previous_layout(fd: int, state: hs.State, ids: list[bytes], generation: int) -> None:
-    """`state` as a region of the previous layout holds it (slot 0; the ids in the payload)."""
-    fixed = struct.pack("<BIIIIII", (2 if state.out_torn else 0), state.head_len, state.tail_len, 0, 0, 0, len(ids))
-    payload = fixed + b"".join(struct.pack("<H", len(i)) + i for i in ids)
-    header = struct.pack("<QI", generation, len(payload))
-    os.pwrite(fd, struct.pack("<4sQII", PREVIOUS_MAGIC, generation, len(payload),
-                              zlib.crc32(payload, zlib.crc32(header))) + payload, 0)
 
 
 def test_the_shim_answers_a_request_read_and_not_recorded_once_and_keeps_the_rest_for_the_next_daemon(
@@ -190,23 +180,16 @@ def test_the_shim_answers_a_request_read_and_not_recorded_once_and_keeps_the_res
         os.close(fresh)
 
 
-def test_a_region_of_the_previous_layout_is_recovered_by_this_shim() -> None:
-    # A shim that handed off under the previous layout recovers with this code (the waiting
-    # shell execs whatever shim is installed now): its ids are answered, the torn answer finished
-    # from its tail, its head kept for the next daemon, which gets a region of this layout.
-    fd = os.memfd_create("previous", os.MFD_CLOEXEC)  # unsealed, as that layout made them
+def test_a_region_of_another_layout_is_read_as_nothing_to_answer() -> None:
+    # A daemon of another layout serves the session over frames (below): a region the shim finds
+    # in another layout was never written by a daemon it handed off to.
+    fd = os.memfd_create("other", os.MFD_CLOEXEC)
     try:
-        state = hs.State()
-        state.out_torn = True
-        head, tail = call(4)[:30], b'rest of an answer"}}\n'
-        state.head_len, state.tail_len = len(head), len(tail)
-        _write_previous_layout(fd, state, [b"3", b'"x"'], 5)
-        os.pwrite(fd, head, 3 << 20)  # the previous layout's head area 0
-        os.pwrite(fd, tail, (3 << 20) + (64 << 20))  # and its tail
+        os.ftruncate(fd, hs.REGION_BYTES)
+        os.pwrite(fd, b"LZH2", 0)
+        assert read_region(fd) is None
         lines, carried, kept = _recovered(fd)
-        assert lines[0] == tail.rstrip(b"\n")  # the torn answer's rest, first
-        assert [json.loads(line)["id"] for line in lines[1:]] == [3, "x"]
-        assert kept == head and carried.head_len == len(head)
+        assert lines == [] and kept == b"" and carried.resume_lines() == []
     finally:
         os.close(fd)
 
@@ -237,3 +220,18 @@ def test_the_daemon_serves_a_region_it_cannot_map_safely_or_of_another_layout_ov
     finally:
         for end in (read_end, write_end, unsealed):
             os.close(end)
+
+
+def test_a_region_the_shim_cannot_map_is_nothing_to_answer_and_a_fresh_one_leaves_the_session_on_frames(
+        fd: int, tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The shim maps its region to recover it: a mapping refused (no memory, the map count) must
+    # not end the shim, which then answers what it can and relays over frames.
+    def refused(fd: int) -> Any:
+        raise OSError(12, "Cannot allocate memory")
+
+    monkeypatch.setattr(hs, "map_region", refused)
+    assert hs.read_region(fd) is None
+    log_file = tmp_path / "shim.log"
+    log = Log(parse(["--log-file", str(log_file), "--", "true"], {}))
+    assert recover.fresh_region(hs.State(), b"", log) is None
+    assert "no hand-off: cannot map the shared region" in log_file.read_text()

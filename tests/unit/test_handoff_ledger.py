@@ -13,8 +13,8 @@ import tracemalloc
 from collections.abc import Callable
 
 from lazyd.handoff import region as hs
-from lazyd.daemon.handoff.ledger import RELEASE_HEAD_BYTES, Ledger, map_region
-from lazyd.handoff.region import Region, State, read_region
+from lazyd.daemon.handoff.ledger import RELEASE_HEAD_BYTES, Ledger
+from lazyd.handoff.region import Region, State, map_region, read_region
 
 INIT = b'{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25"}}'
 INITIALIZED = b'{"jsonrpc":"2.0","method":"notifications/initialized"}'
@@ -215,29 +215,28 @@ def test_a_message_costs_one_table_entry_whatever_else_is_in_flight(fd: int, map
     assert writes == [] and on_disk(fd).inflight == []
 
 
-def test_ids_too_long_for_an_entry_or_past_a_full_table_are_counted_and_leave_the_count_when_answered(
+def test_an_id_too_long_for_an_entry_is_in_flight_in_the_ledger_alone_until_answered(
         fd: int, mapped: Region) -> None:
     ledger = Ledger(mapped)
     long_id = "x" * hs.ENTRY_BYTES
     ledger.client_line(call(long_id))
     ledger.client_line(call(1))
-    state = on_disk(fd)
-    assert state.inflight == [b"1"] and state.unrecorded == 1
+    assert on_disk(fd).inflight == [b"1"] and ledger.inflight == 2
     ledger.answered(long_id)
-    assert on_disk(fd).unrecorded == 0
+    assert ledger.inflight == 1
 
 
-def test_a_full_table_counts_the_next_id_and_an_answered_one_frees_its_entry_for_the_next(
+def test_past_a_full_table_an_id_is_in_the_ledger_alone_and_an_answered_one_frees_its_entry_for_the_next(
         fd: int, mapped: Region) -> None:
     ledger = Ledger(mapped)
     for n in range(hs.TABLE_ENTRIES + 1):
         ledger.client_line(call(n))
     state = on_disk(fd)
-    assert len(state.inflight) == hs.TABLE_ENTRIES and state.unrecorded == 1
+    assert len(state.inflight) == hs.TABLE_ENTRIES and ledger.inflight == hs.TABLE_ENTRIES + 1
     ledger.answered(7)
     ledger.client_line(call("next"))
     state = on_disk(fd)
-    assert b'"next"' in state.inflight and b"7" not in state.inflight and state.unrecorded == 1
+    assert b'"next"' in state.inflight and b"7" not in state.inflight
 
 
 def test_a_continued_session_never_hands_out_an_entry_its_predecessor_still_uses(fd: int, mapped: Region) -> None:
@@ -309,7 +308,7 @@ def test_closing_records_why_and_the_rest_of_a_torn_line(fd: int, mapped: Region
 def test_a_daemon_continuing_a_region_reads_only_the_table_pages_it_has_and_still_finds_later_entries(
         fd: int) -> None:
     # Reading a page the memfd never had allocates it: a whole-table read cost every session a
-    # daemon continued or adopted 1 MiB of shared memory.
+    # daemon continued or reclaimed 1 MiB of shared memory.
     earlier = map_region(fd)
     first = Ledger(Region(earlier))
     first.client_line(call(3))

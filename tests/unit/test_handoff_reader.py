@@ -5,7 +5,7 @@ moment it yields each byte it took from the client's stdin is either relayed and
 the region (a landing zone or the head), where a kill -9 or an upgrade finds it.
 
 Testing policy: a real pipe (opened afresh with O_NONBLOCK, as the shim passes it), a real sealed
-memfd region mapped as the daemon maps it and read back with the shim's own `snapshot`, the real
+memfd region mapped as the daemon maps it and read back as the shim reads it, the real
 reader under trio. The route the lines are relayed to records them (the relay core has tests of
 its own); no daemon, no processes.
 """
@@ -26,10 +26,19 @@ from lazyd.daemon.handoff import session as handoff
 from lazyd.daemon.handoff.outbox import ClientEnds
 from lazyd.daemon.handoff.session import HandoffSession
 from lazyd.daemon.upgrade.quiesce import GATE
-from lazyd.handoff.region import LANDING_BYTES
-from lazyd.handoff.snapshot import snapshot
+from lazyd.handoff.region import LANDING_BYTES, State, read_region, unmap
 
 CALLS = 3000  # about 260 KB of small calls, as a pipelining client writes them
+
+
+def as_the_shim_reads(fd: int) -> tuple[State, bytes, bytes]:
+    """The state, the input landed and not accounted for, and the head, as a recovering shim reads them."""
+    region = read_region(fd)
+    assert region is not None and region.current is not None
+    state = region.current
+    landed, head = region.read_landed(state.landing), region.read_head(state.head_len, state.head_area)
+    unmap(region.buf)
+    return state, landed, head
 
 
 def call(request_id: int) -> bytes:
@@ -108,10 +117,8 @@ async def test_a_client_pipelining_thousands_of_calls_is_read_in_bounded_steps_w
         # Another task of the daemon: it runs once per scheduler round, between the reader's steps.
         while True:
             flood.route.ticks += 1
-            found = snapshot(fd)
-            assert found is not None
-            moments.append((flood.taken(), flood.route.relayed_bytes(), len(found.landed) + len(found.head),
-                            len(found.state.inflight)))
+            state, landed, head = as_the_shim_reads(fd)
+            moments.append((flood.taken(), flood.route.relayed_bytes(), len(landed) + len(head), len(state.inflight)))
             await trio.lowlevel.checkpoint()
 
     async with trio.open_nursery() as nursery:
@@ -140,9 +147,9 @@ async def test_a_client_pipelining_thousands_of_calls_is_read_in_bounded_steps_w
     for taken, relayed, in_region, recorded in moments:
         assert taken == relayed + in_region
         assert recorded == lines_of[relayed]
-    found = snapshot(fd)
-    assert found is not None and found.landed == b"" and found.head == b""
-    assert sorted(int(i) for i in found.state.inflight) == list(range(CALLS))
+    state, landed, head = as_the_shim_reads(fd)
+    assert landed == b"" and head == b""
+    assert sorted(int(i) for i in state.inflight) == list(range(CALLS))
 
 
 def test_a_read_after_small_lines_takes_about_step_lines_of_them_and_one_inside_a_big_line_a_whole_zone() -> None:
@@ -176,10 +183,9 @@ async def test_a_reader_stopped_at_the_upgrade_gate_mid_flood_leaves_all_it_read
             # The exec: nothing of this daemon runs again; what it leaves is the region and the pipe.
             nursery.cancel_scope.cancel()
         before = len(flood.route.lines)
-        found = snapshot(fd)
-        assert found is not None
-        assert flood.taken() == flood.route.relayed_bytes() + len(found.landed) + len(found.head)
-        assert sorted(int(i) for i in found.state.inflight) == list(range(before))
+        state, landed, head = as_the_shim_reads(fd)
+        assert flood.taken() == flood.route.relayed_bytes() + len(landed) + len(head)
+        assert sorted(int(i) for i in state.inflight) == list(range(before))
     finally:
         GATE.open()
     successor = flood.open(ClientEnds(os.dup(flood.session.ends.in_fd), os.dup(flood.session.ends.out_fd)), fd)
@@ -187,7 +193,7 @@ async def test_a_reader_stopped_at_the_upgrade_gate_mid_flood_leaves_all_it_read
     try:
         await successor._read_client()
         assert [line for _, line in flood.route.lines] == expected_lines()
-        found = snapshot(fd)
-        assert found is not None and sorted(int(i) for i in found.state.inflight) == list(range(CALLS))
+        state, _, _ = as_the_shim_reads(fd)
+        assert sorted(int(i) for i in state.inflight) == list(range(CALLS))
     finally:
         successor.close()

@@ -1,5 +1,5 @@
 """Taking back a lost daemon's hand-off session: the one decision (lazyd/handoff/recovery.py) the
-shim's recovery and the adopting daemon share, and the daemon's in-place record of it
+shim's recovery and the reclaiming daemon share, and the daemon's in-place record of it
 (lazyd/daemon/handoff/reclaim.py decides it, the session's ledger writes it into the region), which a
 kill -9 may cut after any write.
 
@@ -17,12 +17,11 @@ from typing import Any
 
 import pytest
 
-from lazyd.daemon.handoff.reclaim import adoption
+from lazyd.daemon.handoff.reclaim import reclaim
 from lazyd.daemon.handoff.ledger import Ledger
 from lazyd.handoff import region as hs
 from lazyd.handoff.recovery import Recovery, error_line, plan
 from lazyd.handoff.region import Region, State
-from lazyd.handoff.snapshot import of_region
 from shim import recover
 from shim.options import Log, parse
 from shim.stdout import Stdout
@@ -60,21 +59,21 @@ def lost(*, torn: bool = True, landed: bool = True, closed: bool = False, tail: 
     return buf
 
 
-def adopt(region: Region) -> Recovery | str:
-    """What the adopting daemon does with `region`: decide, then its session's ledger records it."""
-    done = adoption(region)
+def reclaim_and_record(region: Region) -> Recovery | str:
+    """What the reclaiming daemon does with `region`: decide, then its session's ledger records it."""
+    done = reclaim(region)
     if isinstance(done, Recovery):
         Ledger(region, lambda release: None, recovery=done)
     return done
 
 
 def owed(done: Recovery, torn: bool) -> bytes:
-    """What the adopting daemon's outbox writes for `done`: a newline for a cut line, then the errors."""
+    """What the reclaiming daemon's outbox writes for `done`: a newline for a cut line, then the errors."""
     return (b"\n" if torn else b"") + b"".join(error_line(text) + b"\n" for text in done.ids)
 
 
 def test_one_plan_finishes_the_cut_line_and_answers_each_id_in_the_table_and_the_landing_zone_once() -> None:
-    done = plan(of_region(Region(lost())))
+    done = plan(Region(lost()))
     assert done.finish == b"\n"
     assert done.ids == [b"1", b'"a"', b"9", b"10"]  # 1 is in the table and in the zone: once
     assert done.head == call(11)[:15] and done.carried.head_len == 15 and not done.carried.discarding
@@ -83,25 +82,26 @@ def test_one_plan_finishes_the_cut_line_and_answers_each_id_in_the_table_and_the
     assert plan(None).output() == b"" and plan(None).carried.resume_lines() == []
 
 
-def test_the_shim_and_the_adopting_daemon_owe_the_client_the_same_bytes_and_carry_the_same_session() -> None:
+def test_the_shim_and_the_reclaiming_daemon_owe_the_client_the_same_bytes_and_carry_the_same_session() -> None:
     read_end, write_end = os.pipe()
     try:
         log = Log(parse(["--", "true"], {}))
-        carried, head = recover.answer(of_region(Region(lost())), Stdout(log, write_end), log)
+        carried, head = recover.answer(Region(lost()), Stdout(log, write_end), log)
         by_shim = os.read(read_end, 1 << 20)
     finally:
         os.close(read_end)
         os.close(write_end)
     buf = lost()
-    done = adopt(Region(buf))
+    done = reclaim_and_record(Region(buf))
     assert isinstance(done, Recovery)
     assert owed(done, torn=True) == by_shim
     # What the next reader of the region continues from: the same handshake and partial line.
     region = Region(buf)
-    after = of_region(region)
+    after = region.current
     assert after is not None
-    assert after.head == head and after.state.resume_lines() == carried.resume_lines()
-    assert after.state.discarding == carried.discarding and after.landed == b""
+    assert region.read_head(after.head_len, after.head_area) == head
+    assert after.resume_lines() == carried.resume_lines()
+    assert after.discarding == carried.discarding and region.read_landed(after.landing) == b""
 
 
 class Killed(Exception):
@@ -125,18 +125,18 @@ class KilledAfter:
 
 
 @pytest.mark.parametrize("torn", [True, False])
-def test_a_kill_after_any_write_of_the_adoption_leaves_the_next_recovery_the_same_duty(torn: bool) -> None:
-    expected = plan(of_region(Region(lost(torn=torn))))
+def test_a_kill_after_any_write_of_the_reclaiming_leaves_the_next_recovery_the_same_duty(torn: bool) -> None:
+    expected = plan(Region(lost(torn=torn)))
     writes = 0
     while True:
         buf = lost(torn=torn)
         try:
-            adopt(Region(KilledAfter(buf, writes)))
+            reclaim_and_record(Region(KilledAfter(buf, writes)))
             done = True
         except Killed:
             done = False
-        # The next recovery (an adoption or the shim's) of what this kill left.
-        again = plan(of_region(Region(buf)))
+        # The next recovery (a reclaiming or the shim's) of what this kill left.
+        again = plan(Region(buf))
         assert set(again.ids) == set(expected.ids), (writes, again.ids)  # none lost, none invented
         assert again.finish == expected.finish, writes  # a cut line still ended
         assert again.head == expected.head and again.carried.resume_lines() == expected.carried.resume_lines()
@@ -147,18 +147,18 @@ def test_a_kill_after_any_write_of_the_adoption_leaves_the_next_recovery_the_sam
 
 
 @pytest.mark.parametrize("kind", ["the client left", "a tail to write"])
-def test_a_region_whose_client_left_or_that_holds_a_tail_is_not_adopted_and_is_left_untouched(kind: str) -> None:
+def test_a_region_whose_client_left_or_that_holds_a_tail_is_not_reclaimed_and_is_left_untouched(kind: str) -> None:
     buf = lost(closed=kind == "the client left", tail=b'rest of a line"}}\n' if kind == "a tail to write" else b"")
     before = bytes(buf)
-    refused = adopt(Region(buf))
+    refused = reclaim_and_record(Region(buf))
     assert isinstance(refused, str)
     assert bytes(buf) == before
 
 
-def test_an_adopted_session_s_ledger_holds_every_id_its_recovery_answers_and_the_table_empties_as_each_is_written() -> None:
+def test_a_reclaimed_session_s_ledger_holds_every_id_its_recovery_answers_and_the_table_empties_as_each_is_written() -> None:
     buf = lost()
     region = Region(buf)
-    done = adoption(region)
+    done = reclaim(region)
     assert isinstance(done, Recovery)
     ledger = Ledger(region, lambda release: None, recovery=done)
     # One table: the ids the outbox will answer are the ledger's, and the region's table is
@@ -170,7 +170,7 @@ def test_an_adopted_session_s_ledger_holds_every_id_its_recovery_answers_and_the
     assert ledger.inflight == 0 and Region(buf).entries() == []
 
 
-def test_a_landed_request_the_table_cannot_hold_is_counted_unrecorded_only_until_its_error_is_written() -> None:
+def test_a_landed_request_the_table_cannot_hold_is_in_the_ledger_alone_until_its_error_is_written() -> None:
     long_id = "x" * hs.ENTRY_BYTES  # its JSON text is over an entry
     buf = lost()
     read = call(9)[20:] + b"\n" + call(long_id) + b"\n"
@@ -178,11 +178,9 @@ def test_a_landed_request_the_table_cannot_hold_is_counted_unrecorded_only_until
     buf[zone : zone + hs.LANDING_BYTES] = bytes(hs.LANDING_BYTES)
     buf[zone : zone + len(read)] = read
     region = Region(buf)
-    done = adoption(region)
+    done = reclaim(region)
     assert isinstance(done, Recovery) and json.dumps(long_id).encode() in done.ids
     ledger = Ledger(region, lambda release: None, recovery=done)
-    after = Region(buf).current
-    assert after is not None and after.unrecorded == 1
+    assert ledger.inflight == len(done.ids) and len(Region(buf).entries()) == len(done.ids) - 1
     ledger.answered(long_id)
-    after = Region(buf).current
-    assert after is not None and after.unrecorded == 0 and ledger.inflight == len(done.ids) - 1
+    assert ledger.inflight == len(done.ids) - 1

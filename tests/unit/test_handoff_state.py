@@ -3,7 +3,7 @@ its daemon is gone, whatever moment the daemon died at, and what no peer can do 
 mapping of it.
 
 Testing policy: real sealed memfds (the region is one), written through the daemon's mapping and
-read back with the shim's pread reader; a daemon killed in the middle of a write is played by
+read back through the shim's own; a daemon killed in the middle of a write is played by
 writing only a prefix of the bytes a whole write puts there, at every possible cut.
 """
 
@@ -19,8 +19,7 @@ from typing import Any
 import pytest
 
 from lazyd.handoff import region as hs
-from lazyd.daemon.handoff.ledger import map_region
-from lazyd.handoff.region import Region, State, read_region
+from lazyd.handoff.region import Region, State, map_region, read_region
 
 
 @pytest.fixture
@@ -45,12 +44,12 @@ def _state(**fields: object) -> State:
 
 
 def _fields(state: State) -> dict[str, object]:
-    return {name: getattr(state, name) for name in State.__slots__ if name not in ("generation", "inflight", "out_torn", "out_whole")}
+    return {name: getattr(state, name) for name in State.__slots__ if name not in ("generation", "inflight", "out_torn")}
 
 
 FULL = _state(init=b'{"jsonrpc":"2.0","id":0,"method":"initialize","params":{}}',
               initialized=b'{"jsonrpc":"2.0","method":"notifications/initialized"}', init_answered=True,
-              unrecorded=2, head_len=12, discarding=True, tail_len=5, closed=False, landing=1, head_area=1)
+              head_len=12, discarding=True, tail_len=5, closed=False, landing=1, head_area=1)
 
 
 def test_a_new_region_holds_no_state_and_its_first_write_goes_to_slot_0(fd: int, buf: Any) -> None:
@@ -144,18 +143,6 @@ def test_the_torn_byte_is_read_as_the_state_s_torn_flag(fd: int, buf: Any) -> No
     region.torn = False
     shim = read_region(fd)
     assert shim is not None and shim.current is not None and not shim.current.out_torn
-
-
-def test_the_whole_byte_is_read_as_the_state_s_whole_flag_apart_from_the_torn_byte(fd: int, buf: Any) -> None:
-    region = Region(buf)
-    region.write(State())
-    region.whole = True
-    shim = read_region(fd)
-    assert shim is not None and shim.current is not None and shim.current.out_whole and not shim.current.out_torn
-    assert os.pread(fd, 1, hs.TORN_OFFSET) == b"\0", "a reader of the torn byte alone ends no line"
-    region.whole = False
-    shim = read_region(fd)
-    assert shim is not None and shim.current is not None and not shim.current.out_whole
 
 
 def test_a_handshake_line_over_its_bound_is_not_recorded_and_nothing_is_resumed() -> None:

@@ -207,7 +207,7 @@ def test_a_kept_session_is_reopened_with_its_shells_hello_and_region_and_the_cli
     assert not isinstance(found, str), found
     hello, fds = found
     try:
-        assert isinstance(hello, Hello) and hello.adopt == LAYOUT and hello.pid == proc.pid
+        assert isinstance(hello, Hello) and hello.reclaim and hello.layout == LAYOUT and hello.pid == proc.pid
         assert fds[:2] == [stdin_r, stdout_w] and session.fds == {}
         assert same_file(fds[2], os.open(f"/proc/{proc.pid}/fd/{region}", os.O_RDONLY))
     finally:

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from lazyd.daemon.handoff.ledger import Ledger, map_region
+from lazyd.daemon.handoff.ledger import Ledger
 from lazyd.handoff import region as hs
-from lazyd.handoff.region import Region
+from lazyd.handoff.region import Region, map_region
 from lazyd.protocol.linepeek import error_line
 from shim import handoff, slots
 from shim.options import Log, parse
@@ -33,21 +33,20 @@ def test_the_error_a_recovery_writes_is_the_shim_s_lost_connection_error() -> No
 
 
 def _recovery_output(fd: int) -> bytes:
-    from lazyd.handoff.snapshot import snapshot
     from shim import recover
     from shim.stdout import Stdout
 
     read_end, write_end = os.pipe()
     try:
         log = Log(parse(["--", "true"], {}))
-        recover.answer(snapshot(fd), Stdout(log, write_end), log)
+        recover.answer(hs.read_region(fd), Stdout(log, write_end), log)
         os.close(write_end)
         return os.read(read_end, 1 << 20)
     finally:
         os.close(read_end)
 
 
-@pytest.mark.parametrize("mark", ["whole", "torn", "none"])
+@pytest.mark.parametrize("mark", ["torn", "none"])
 def test_the_shim_s_recovery_ends_a_line_only_for_the_torn_byte(mark: str) -> None:
     fd = hs.create_region()
     try:
@@ -55,9 +54,7 @@ def test_the_shim_s_recovery_ends_a_line_only_for_the_torn_byte(mark: str) -> No
         try:
             ledger = Ledger(Region(buf))
             ledger.client_line(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {}}).encode())
-            if mark == "whole":
-                ledger.whole(True)  # killed around a write of whole lines: the client's last line is whole
-            elif mark == "torn":
+            if mark == "torn":
                 ledger.torn(True)
         finally:
             buf.close()

@@ -52,7 +52,7 @@ from lazyd.daemon.upgrade.quiesce import GATE
 from lazyd.daemon.connections.admit import Door
 from lazyd.daemon.sessions.registry import Registry
 from lazyd.daemon.runtime.supervisor import ServerRuntime
-from lazyd.errors import NotAdopted, Refused, SlowPeer, WireError
+from lazyd.errors import NotReclaimed, Refused, SlowPeer, WireError
 from lazyd.protocol.frames import AnyFrame, Ctl, ForeignHello, Hello, Line, Progress, Refusal, Reply, Welcome
 
 if TYPE_CHECKING:  # only a type here: the hub is loaded by its first session, not kept by every daemon
@@ -311,12 +311,12 @@ class ConnectionHandler:
         handoff.close_all(passed)
         if hello.role == "ctl":
             await self._control(stream, frames)
-        elif hello.adopt is not None:
+        elif hello.reclaim:
             # Only a session systemd kept is adopted (`serve_kept`); a shim takes its own back.
             if taken is not None:
                 taken[0].close()
                 os.close(taken[1])
-            refused = NotAdopted("only a session kept by systemd is adopted")
+            refused = NotReclaimed("only a session kept by systemd is reclaimed")
             await stream.send_all(wire.encode(Refusal(refused.code, refused.message)))
         elif taken is not None:
             # The shim passed the client's pipes: the daemon serves them itself (handoff.py).
@@ -331,14 +331,14 @@ class ConnectionHandler:
         """Take back in place the session systemd `kept` across its daemon's crash
         (lazyd/daemon/handoff/reclaim.py), or let it go (its names out of the store, no word),
         having closed what came, so that the shim's own recovery runs."""
-        refusal = NotAdopted("its descriptors or region cannot be served by hand-off")
+        refusal = NotReclaimed("its descriptors or region cannot be served by hand-off")
         if taken is not None:
             try:
                 live.handoff = handoff.HandoffSession(self.registry, stream, hello.pid, *taken, self.keeper, reclaiming=True)
-            except NotAdopted as exc:
+            except NotReclaimed as exc:
                 refusal = exc
             except (OSError, ValueError) as exc:
-                refusal = NotAdopted(f"its region cannot be mapped: {exc}")
+                refusal = NotReclaimed(f"its region cannot be mapped: {exc}")
         if live.handoff is None:
             log.info("shim pid %d: not adopting its session (%s); it recovers it itself", hello.pid, refusal.message)
             stored_sessions.let_go(kept, self.keeper)

@@ -1,46 +1,24 @@
 """A hand-off session's ledger: what its shim would need if the daemon were lost, kept in the region.
 
-The shim answers every request in flight when the daemon is lost (docs/reliability.md); on a
-hand-off session it no longer reads the client's lines, so the daemon keeps that table for it, the
-way the shim keeps its own on the frame path (the same line reading, lazyd/protocol/linepeek.py): a request
-enters when its line is read, before it reaches the relay, and leaves when the line that finally
-answers it (its `done`) is wholly in the client's stdout, or when the client cancels it.
-
-This is the session's one in-flight table: the session waits on it at the client's EOF, the
-outbox retires from it, and the region's table (lazyd/handoff/region.py) is its projection, which
-only this object writes, an adopted session's recovered ids included (`_adopt`): one entry per
-request, written when it enters and zeroed when it leaves, so a message costs the same whatever
-else is in flight; this object remembers which entry holds which id, and which entries are free,
-and reads the region's table only when it starts from an earlier daemon's. Beside it: the
-client's handshake lines (for `resume`), whether an answer is cut in the middle (the torn byte),
-and how much of a line is read but not yet relayed, in the state, written at most once per read
-(`hold` lets a reader batch the changes of one read into one write).
-
-`Landing` is the other half of the region's promise: the client's bytes are read into the region
-itself, so none is ever only in the daemon's memory. `Mapping` is the region as the daemon holds
-it: mapped whole (`map_region`).
+The session's one table of requests in flight: a request enters when its line is read (as the shim
+reads a frame session's, lazyd/protocol/linepeek.py), before it is relayed, and leaves when its
+answer is wholly in the client's stdout or the client cancels it. The region's table
+(lazyd/handoff/region.py) is its projection, written only here, one entry per request, so a
+message costs the same whatever else is in flight. Beside it, in the region's state: the
+handshake and the start of a line read and not relayed, written at most once per read (`hold`).
+`Landing`: the client's bytes are read into the region itself, never only into the daemon's memory.
 """
 
 from __future__ import annotations
 
 import json
 import mmap
-import sys
 from collections.abc import Callable
-from typing import Any
 
 from lazyd.daemon.heap_trim import TRIMMER
 from lazyd.handoff.recovery import Recovery
-from lazyd.handoff.region import (
-    ENTRY_BYTES,
-    LANDING_BYTES,
-    LANDING_OFFSET,
-    REGION_BYTES,
-    TABLE_ENTRIES,
-    Region,
-    State,
-    landing_offset,
-)
+from lazyd.handoff.region import ENTRY_BYTES, LANDING_BYTES, LANDING_OFFSET, TABLE_ENTRIES, Region, State
+from lazyd.handoff.region import landing_offset
 from lazyd.core.relay import jsonrpc as rpc
 from lazyd.core.relay.jsonrpc import Invalid, Message
 from lazyd.protocol.linepeek import LineInfo, id_key, message_info
@@ -49,23 +27,21 @@ IdKey = tuple[bool, int | str]
 JsonId = int | str
 
 RELEASE_HEAD_BYTES = 1 << 20
-# A consumed head this large is given back to the kernel (the memfd's pages) once the large lines
-# are over (`HeapTrimmer.later`: after a quiet spell, when the heap is trimmed); smaller ones stay
-# for the next partial line, which costs nothing more. Given back at once, every 1 MiB request
-# paid a hole punched in the memfd and 256 pages faulted in and zeroed again for the next one.
+# A consumed head this large is given back to the kernel once the large lines are over (after a
+# quiet spell, with the heap's trim); smaller ones stay for the next partial line. Given back at
+# once, each large request would fault in and zero the same pages again for the next.
 
-_UNRECORDED = -1  # the entry of a request in flight whose id is not in the table
+_UNRECORDED = -1  # the entry of a request in flight whose id the table cannot hold
 
 
 class Ledger:
-    """The in-flight table and handshake of one hand-off session (see the module docstring)."""
+    """The in-flight table and handshake of one hand-off session."""
 
     def __init__(self, region: Region, later: Callable[[Callable[[], None]], None] = TRIMMER.later, *,
                  recovery: Recovery | None = None) -> None:
-        """The ledger of a new session, or of one continued from its region: from an earlier
-        daemon's record (an upgrade, or a shim's fresh region after its recovery), or with
-        `recovery`, adopted in place from a lost daemon's (lazyd/daemon/handoff/reclaim.py), whose
-        record this writes before anything else."""
+        """The ledger of a new session, of one continued from its region (after an upgrade, or a
+        shim's recovery), or with `recovery`, of one reclaimed from a lost daemon's region
+        (lazyd/daemon/handoff/reclaim.py), whose record this writes first."""
         self.region = region
         self._later = later  # runs a release once the large lines are over (RELEASE_HEAD_BYTES)
         previous = region.current
@@ -74,12 +50,10 @@ class Ledger:
         self.state = State()
         used: set[int] = set()
         if previous is not None:
-            # A session continued from an earlier daemon: resumed by its shim (which answered what
-            # was in flight and kept the handshake and the unrelayed input for us), handed over
-            # by an upgrade, or adopted (what is in flight is still in flight, in the table; the
-            # lost daemon's unrecorded requests are answered by nobody, so none is counted).
+            # What is in the table is still in flight (a reclaimed session's ids are answered by
+            # this daemon's outbox).
             source = previous if recovery is None else recovery.carried
-            for field in ("init", "initialized", "init_answered", "head_len", "discarding", "unrecorded"):
+            for field in ("init", "initialized", "init_answered", "head_len", "discarding"):
                 setattr(self.state, field, getattr(source, field))
             self.state.landing, self.state.head_area = previous.landing, previous.head_area
             for entry, text in region.entries():
@@ -92,35 +66,31 @@ class Ledger:
                     continue
                 self._entries[key] = entry
                 used.add(entry)
-            # An initialize unanswered when an adopted session's daemon was lost is answered by the
-            # lost-connection error (lazyd/daemon/handoff/reclaim.py): that is no answer the client
-            # can resume from.
+            # A reclaimed session's unanswered initialize gets the lost-connection error: no answer
+            # to resume from.
             if previous.init and not previous.init_answered and recovery is None:
                 handshake = line_info(rpc.parse(previous.init))
                 self._init_key = handshake.requests[0][0] if handshake.requests else None
-        # Entries given back, reused first (last in, first out), and the lowest never handed out:
-        # not a list of all TABLE_ENTRIES free ones, which cost every session ~0.6 MiB of ints.
-        self._free: list[int] = []
-        self._taken_at_start = used
-        self._next = 0
+        # Entries given back (the lowest last, popped first), then those from `_next` on: not a
+        # list of every free entry, which would cost each session more than its region's pages.
+        self._next = max(used, default=-1) + 1
+        self._free = sorted(set(range(self._next)) - used, reverse=True)
         self._held = 0
         self._dirty = False
         self._release_asked = False  # `_release_heads` waits for its moment
         self._ended = False  # `close` wrote the last state: the region is the shim's to read
         self.on_empty: Callable[[], None] | None = None  # called when the last request in flight leaves
         if recovery is not None and previous is not None:
-            self._adopt(recovery, previous)
+            self._record_reclaim(recovery, previous)
         else:
             self._changed()  # a state from the start: the shim reads the table only beside one
         self._head_peak = self.state.head_len
         self._head_written = self.state.head_len  # bytes of the current partial line in the region
         self._head_new = False  # the recorded head was relayed: the next one goes to the other area
 
-    def _adopt(self, recovery: Recovery, lost: State) -> None:
-        """Record an adoption's recovery of a lost daemon's region in the order reclaim.py gives
-        (its steps 1 to 3), so that a kill -9 after any store leaves the next recovery the same
-        duty: the landed ids enter this table, the landed input's line goes to the other head
-        area, and one state names both; then the landed zone is cleared."""
+    def _record_reclaim(self, recovery: Recovery, lost: State) -> None:
+        """Record the recovery of a lost daemon's region in the order reclaim.py gives (its steps
+        1 to 3), so that a kill -9 after any store leaves the next recovery the same duty."""
         self.hold()  # no state until both the ids and the head are in the region
         if recovery.landed:
             for text in recovery.ids:  # the table's own are in it already: entered once
@@ -135,11 +105,8 @@ class Ledger:
             self.state.landing = zone
         self._changed()
         self.release()  # the state write that accounts for the landed read
-        self.region.whole = False  # no write of the lost daemon's is under way any more
         if recovery.landed:
             _clear_landed(self.region, lost.landing)
-
-    # ---- changes -------------------------------------------------------------------------------
 
     def client_line(self, line: bytes, parsed: Message | Invalid | None = None) -> None:
         """A whole line read from the client, before it is relayed; `parsed`, the relay core's
@@ -173,12 +140,6 @@ class Ledger:
         """Whether the client's stdout may now end in the middle of a line: set before any write
         that can be partial, cleared once the line is whole (one byte of the region each)."""
         self.region.torn = torn
-
-    def whole(self, whole: bool) -> None:
-        """Whether whole lines may or may not have just been written to the client's stdout, none
-        of them cut: set around a write that goes whole or not at all (its ids still in the
-        table), so a recovering shim knows that nothing needs ending."""
-        self.region.whole = whole
 
     def head_relayed(self) -> None:
         """The partial line recorded so far was completed and relayed: a new one starts."""
@@ -235,26 +196,18 @@ class Ledger:
         self._changed()
         self.flush()
 
-    # ---- the table -------------------------------------------------------------------------------
-
     def _enter(self, key: IdKey, text: bytes) -> None:
         if key in self._entries:
             return  # the same id again: the client's mistake, answered once by the relay
         entry = self._free_entry() if len(text) < ENTRY_BYTES else None
         if entry is not None:
             self.region.set_id(entry, text)
-        else:
-            entry = _UNRECORDED
-            self.state.unrecorded += 1
-            self._changed()
-        self._entries[key] = entry
+        self._entries[key] = _UNRECORDED if entry is None else entry
 
     def _free_entry(self) -> int | None:
-        """A free entry of the table, the lowest first; None when all TABLE_ENTRIES are in use."""
+        """A free entry of the table; None when all TABLE_ENTRIES are in use."""
         if self._free:
             return self._free.pop()
-        while self._next in self._taken_at_start:
-            self._next += 1
         if self._next >= TABLE_ENTRIES:
             return None
         self._next += 1
@@ -264,15 +217,10 @@ class Ledger:
         entry = self._entries.pop(key, None)
         if entry is None:
             return False
-        if entry == _UNRECORDED:
-            self.state.unrecorded -= 1
-            self._changed()
-        else:
+        if entry != _UNRECORDED:
             self.region.clear_id(entry)
             self._free.append(entry)
         return True
-
-    # ---- writing the state -----------------------------------------------------------------------
 
     def hold(self) -> None:
         """Defer state writes until `release` (a reader relaying one read's lines)."""
@@ -339,9 +287,8 @@ class Landing:
 
 
 _ZEROS = memoryview(mmap.mmap(-1, LANDING_BYTES, prot=mmap.PROT_READ))
-# What `clear` copies from: an anonymous mapping never written, whose pages all read as the
-# kernel's one zero page, so it holds no memory. `bytes(LANDING_BYTES)` came from the heap, where
-# calloc zeroes a reused block and so makes its pages resident: 80 to 256 KiB of an idle daemon.
+# What `clear` copies from: an anonymous mapping never written reads as the kernel's zero page and
+# holds no memory, where zeroed bytes from the heap would be resident in an idle daemon.
 
 
 def _clear_landed(region: Region, zone: int) -> None:
@@ -350,21 +297,3 @@ def _clear_landed(region: Region, zone: int) -> None:
     if length:
         at = landing_offset(zone)
         region.buf[at : at + length] = _ZEROS[:length]
-
-
-def map_region(fd: int) -> mmap.mmap:
-    """The region `fd` (one whose `region_problem` is None: its seals keep the file's size, so the
-    mapping can never fault), mapped whole and shared with the stdlib's bounds-checked `mmap`.
-    Before Python 3.13 (`trackfd`) the mapping keeps a duplicate of the descriptor while it lives:
-    one descriptor per hand-off session beside its socket and the client's two ends. A view of
-    it (the landing zones, `Landing`) keeps it mapped: `close` refuses while one lives."""
-    untracked: dict[str, Any] = {"trackfd": False} if sys.version_info >= (3, 13) else {}
-    return mmap.mmap(fd, REGION_BYTES, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE, **untracked)
-
-
-def unmap(mapped: mmap.mmap) -> None:
-    """Unmap a region; one whose view something still holds is unmapped when the last view goes."""
-    try:
-        mapped.close()
-    except BufferError:
-        pass

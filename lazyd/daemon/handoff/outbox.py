@@ -424,9 +424,8 @@ class HandoffOutbox:
                 self._need_room = first  # the writer waits for that much room, not for a page
                 return False
             batch, size = [self._queue[0]], first  # PIPE_BUF at most into a pipe: whole or nothing
-        marked = self.ends.may_cut(size)
-        if marked:  # a kill -9 now leaves whole lines: the shim ends nothing, answers the ids after them
-            self.ledger.whole(True)
+        # Whole lines or none: a kill leaves nothing for the shim to end, and the ids still in the
+        # table get their errors after them (at worst an answer twice).
         written = self.ends.write([part for pending in batch for part in pending.parts()])
         self.backlog_bytes -= written
         left = written
@@ -442,8 +441,6 @@ class HandoffOutbox:
             self.ledger.torn(True)
             log.warning("client %d (shim pid %d): a write of %d bytes into its stdout stopped at %d",
                         self.cid, self.pid, size, written)
-        if marked:
-            self.ledger.whole(False)
         return written == size
 
     def _write_part(self, head: _Pending) -> bool:

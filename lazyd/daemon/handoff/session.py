@@ -38,19 +38,19 @@ import trio
 from lazyd.protocol import wire
 from lazyd.daemon.control import handshakes
 from lazyd.daemon.runtime.era_lanes import EraRoute
-from lazyd.daemon.handoff.reclaim import adoption
+from lazyd.daemon.handoff.reclaim import reclaim
 from lazyd.daemon.handoff.stored_sessions import Keeper, Kept
 from lazyd.core.relay import jsonrpc as rpc
-from lazyd.daemon.handoff.ledger import Landing, Ledger, map_region, unmap
+from lazyd.daemon.handoff.ledger import Landing, Ledger
 from lazyd.daemon.handoff.outbox import ClientEnds, HandoffOutbox
 from lazyd.daemon.upgrade.quiesce import GATE
 from lazyd.daemon.sessions.registry import Registry
 from lazyd.daemon.runtime.supervisor import ServerRuntime
-from lazyd.errors import NotAdopted, Refused
+from lazyd.errors import NotReclaimed, Refused
 from lazyd.protocol.frames import Hello, Refusal, Welcome
 from lazyd.handoff.recovery import Recovery
 from lazyd.handoff.recovery import error_line as lost_line
-from lazyd.handoff.region import LANDING_BYTES, LAYOUT, Region, region_problem, table_extent
+from lazyd.handoff.region import LANDING_BYTES, LAYOUT, Region, map_region, region_problem, table_extent, unmap
 from lazyd.protocol.linepeek import EOF_WAIT_S, LineSplitter, too_long_answer
 
 if TYPE_CHECKING:  # only a type here: the hub is loaded by its first session, not kept by every daemon
@@ -107,15 +107,14 @@ def take(hello: Hello, fds: list[int]) -> tuple[ClientEnds, int] | None:
     """The client's ends and the region from what came with `hello` (a hand-off, or a reclaim:
     lazyd/daemon/handoff/reclaim.py), if the daemon can serve them; else None, with every descriptor
     closed (a hand-off then goes on with frames; a reclaim is refused)."""
-    if not hello.handoff and hello.adopt is None:
+    if not hello.handoff and not hello.reclaim:
         close_all(fds)
         return None
-    layout = hello.adopt if hello.adopt is not None else hello.layout
     problem: str | None = None
     if len(fds) != PASSED_FDS:
         problem = f"{len(fds)} descriptors instead of {PASSED_FDS}"
-    elif layout != LAYOUT:  # a shim of another version: its recovery would read the region otherwise
-        problem = f"region layout {layout}, this daemon writes {LAYOUT}"
+    elif hello.layout != LAYOUT:  # a shim of another version: its recovery would read the region otherwise
+        problem = f"region layout {hello.layout}, this daemon writes {LAYOUT}"
     elif (unsafe := region_problem(fds[2])) is not None:
         problem = f"a region the daemon cannot map safely ({unsafe})"
     else:
@@ -138,7 +137,7 @@ class HandoffSession:
     def __init__(self, registry: Registry, stream: trio.SocketStream, pid: int, ends: ClientEnds,
                  region_fd: int, keeper: Keeper | None = None, *, reclaiming: bool = False) -> None:
         """With `reclaiming`, the region is as a lost daemon left it: its recovery is written into
-        it first (reclaim.py), or NotAdopted is raised with everything closed."""
+        it first (reclaim.py), or NotReclaimed is raised with everything closed."""
         self.registry = registry
         self.keeper = keeper  # systemd's fd store, where the daemon has one
         self.stream = stream
@@ -161,7 +160,7 @@ class HandoffSession:
         self.recovery: Recovery | None = None  # what a reclaimed session still owes its client
         if reclaiming:
             try:
-                recovered = adoption(region)
+                recovered = reclaim(region)
                 if isinstance(recovered, Recovery):
                     self.ledger = Ledger(region, recovery=recovered)  # records the reclaim first
             except Exception:
@@ -170,7 +169,7 @@ class HandoffSession:
             if isinstance(recovered, str):
                 ends.close()
                 unmap(self._map)
-                raise NotAdopted(recovered)
+                raise NotReclaimed(recovered)
             self.recovery = recovered
         else:
             self.ledger = Ledger(region)

@@ -182,7 +182,7 @@ def reopen(kept: Kept, shim: int) -> tuple[Hello, list[int]] | str:
             os.close(hello_fd)
         frames = wire.FrameDecoder().feed(data)
         hello = frames[0] if len(frames) == 1 else None
-        if not isinstance(hello, Hello) or hello.adopt is None:
+        if not isinstance(hello, Hello) or not hello.reclaim:
             return "its waiter's reclaiming hello is not one"
         both = kept.fds.pop(f"{PREFIX}{pid}-io", None)
         ends = [both, None if both is None else os.dup(both)] if both is not None else \
