@@ -92,95 +92,24 @@ def message_info(method: str, has_id: bool, request_id: object, params: object) 
     return info
 
 
-def _string_end(text: bytes, start: int) -> int:
-    # Index of the quote closing the JSON string that opens at `start`, or -1 if it is cut off.
-    i = start + 1
-    while True:
-        j = text.find(b'"', i)
-        if j < 0:
-            return -1
-        k = j - 1
-        while text[k] == 0x5C:  # backslash
-            k -= 1
-        if (j - 1 - k) % 2 == 0:
-            return j
-        i = j + 1
-
-
-def _scalar_at(text: bytes, i: int) -> object:
-    # The string or integer starting at `i`, or None if it is something else or cut off.
-    if text[i] == 0x22:
-        end = _string_end(text, i)
-        if end < 0:
-            return None
-        try:
-            return json.loads(text[i : end + 1])
-        except ValueError:  # a bad escape or invalid UTF-8 inside the string
-            return None
-    j = i
-    while j < len(text) and text[j] in b"-+0123456789.eE":
-        j += 1
-    if j == i or j == len(text):
-        return None
-    try:
-        value = json.loads(text[i:j])
-    except ValueError:
-        return None
-    return value if isinstance(value, int) else None
-
-
 def top_level_fields(prefix: bytes) -> dict[str, object]:
     """The ``id`` and ``method`` of a JSON object whose text may be cut off after ``prefix``.
 
-    Only keys of the outermost object count (an "id" inside params does not); of repeated keys the
-    last counts, as for `json.loads`, and one whose value is no string or integer, or is not
-    complete within the prefix, is None.
+    Only keys of the outermost object count (an "id" inside params does not), read by the JSON
+    scanner (`jsonline.members`) up to the first member the prefix does not hold whole; of repeated
+    keys the last counts, as for `json.loads`, and one whose value is no string or integer is None.
     """
+    try:
+        text = prefix.decode("utf-8", "surrogatepass")  # as json.loads decodes bytes
+    except UnicodeDecodeError as error:  # cut inside a character, or not UTF-8 from there on
+        text = prefix[: error.start].decode("utf-8", "surrogatepass")
+    start = len(text) - len(text.lstrip(" \t\r\n"))
     found: dict[str, object] = {}
-    n = len(prefix)
-    i = 0
-    while i < n and prefix[i] in b" \t\r\n":
-        i += 1
-    if i >= n or prefix[i] != 0x7B:  # {
+    if text[start : start + 1] != "{":
         return found
-    depth = 0
-    expect_key = False
-    while i < n:
-        c = prefix[i]
-        if c == 0x22:
-            end = _string_end(prefix, i)
-            if end < 0:
-                break
-            if depth == 1 and expect_key:
-                key = prefix[i + 1 : end]
-                if b"\\" in key:  # an escaped spelling: "\u0069d" is "id" too
-                    spelled = _scalar_at(prefix, i)
-                    key = spelled.encode("utf-8", "surrogatepass") if isinstance(spelled, str) else b""
-                j = end + 1
-                while j < n and prefix[j] in b" \t\r\n":
-                    j += 1
-                if j >= n or prefix[j] != 0x3A:  # :
-                    break
-                j += 1
-                while j < n and prefix[j] in b" \t\r\n":
-                    j += 1
-                expect_key = False
-                if key in (b"id", b"method"):
-                    # The last of repeated keys counts, as for a parser: a value that is no
-                    # string or integer, or is cut off, leaves the key unreadable (None).
-                    found[key.decode()] = _scalar_at(prefix, j) if j < n else None
-                i = j
-                continue
-            i = end + 1
-            continue
-        if c == 0x7B or c == 0x5B:
-            depth += 1
-            expect_key = c == 0x7B and depth == 1
-        elif c == 0x7D or c == 0x5D:
-            depth -= 1
-        elif c == 0x2C and depth == 1:
-            expect_key = True
-        i += 1
+    for key, value, _ in jsonline.members(text, start + 1):
+        if key in ("id", "method"):
+            found[key] = value if type(value) is int or isinstance(value, str) else None
     return found
 
 
@@ -233,9 +162,7 @@ class LineSplitter:
                 line = b"".join((buffer, memoryview(data)[start:stop]))
                 # A new buffer for the next line rather than this one emptied: a buffer that grew
                 # past the C library's mmap threshold stays a mapping of its own, given back page
-                # by page as it shrinks and faulted in again as the next large line grows it,
-                # while a new one comes from the heap as the heap's rules are then
-                # (lazyd/host/heapkeep.py keeps it during a spell of large lines).
+                # by page as it shrinks and faulted in again as the next large line grows it.
                 self.buffer = buffer = bytearray()
                 self._line(line, out)
             else:

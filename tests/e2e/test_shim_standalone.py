@@ -578,7 +578,7 @@ def test_the_id_of_a_cut_off_line_is_found_only_at_the_top_level() -> None:
         "id": 'a"b',
         "method": "x",
     }
-    assert top_level_fields(b'{"id":12') == {"id": None}  # the number may go on past the cut
+    assert top_level_fields(b'{"id":12').get("id") is None  # the number may go on past the cut
     assert top_level_fields(b'{"id":1.5,"method":"m"') == {"id": None, "method": "m"}
     # Of repeated keys the last counts, as for a parser, whatever its spelling or its value.
     assert top_level_fields(b'{"id":1,"method":"m","id":2,"params":{"id":3') == {"id": 2, "method": "m"}

@@ -32,7 +32,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from lazyd.protocol import jsonline
-from lazyd.protocol.jsonline import LARGE_LINE_BYTES as LARGE_LINE_BYTES
 from lazyd.protocol.jsonline import MAX_NESTING_DEPTH as MAX_NESTING_DEPTH
 from lazyd.protocol.jsonline import valid_id as valid_id
 
@@ -146,51 +145,44 @@ def parse(line: bytes) -> Message | Invalid:
 # The two places real serialisers put a top-level id: first (after an optional "jsonrpc" member,
 # as the python SDK writes) or last (as the TypeScript SDK writes). Matching only these shapes is
 # what makes a splice safe: a nested "id" can be neither right after the opening brace nor right
-# before the closing one.
+# before the closing one. One pattern for every id: a pattern built per id would be compiled anew
+# for each request.
 _ID_FIRST = re.compile(rb'\s*\{\s*(?:"jsonrpc"\s*:\s*"2\.0"\s*,\s*)?"id"\s*:\s*')
 _AFTER_VALUE = re.compile(rb"\s*[,}]")
-_ID_SPELLINGS = (b'"id"', b"\\u0069", b"\\u0064")
-_TAIL_BYTES = 256
-# The id as the last member: one pattern for every id (a pattern built per id missed re's cache
-# with each new id and cost a regex compile, ~100 us, per relayed request). The value is any JSON
-# number or string; with_id splices only when it is spelled exactly as we would spell the id.
 _ID_LAST = re.compile(rb',\s*"id"\s*:\s*(-?[0-9][0-9.eE+-]*|"(?:[^"\\]|\\.)*")\s*\}\s*\Z')
-
-
-def _no_id_key_after(line: bytes, at: int) -> bool:
-    """Whether no key spelled "id" can follow `at` in `line`. Parsers keep the last of repeated
-    keys, so a leading id is the id only when no other key spelled "id" follows ("i" and "d" may
-    also be written \\u0069 and \\u0064): splicing the first of two would let a client smuggle an
-    id of its choice past the relay, or show a client a relay id it never sent. A nested "id"
-    counts too (telling it apart takes a parse): such a line is rewritten from its parse."""
-    # Each key starts with a quotation mark: where few follow (a long plain string's), one-byte
-    # finds (memchr) visit each; where many do, one find of the spelling walks the rest (a
-    # multi-byte find runs at a fraction of memchr's speed).
-    quote = line.find(b'"', at)
-    for _ in range(_FEW_QUOTES):
-        if quote < 0:
-            break
-        if line.startswith(b'id"', quote + 1):
-            return False
-        quote = line.find(b'"', quote + 1)
-    else:
-        if line.find(b'"id"', quote) >= 0:
-            return False
-    # The escaped spellings need a backslash: one memchr finds whether there is any.
-    return line.find(b"\\", at) < 0 or all(line.find(spelling, at) < 0 for spelling in _ID_SPELLINGS[1:])
-
-
+_TAIL_BYTES = 256
 _FEW_QUOTES = 64
 
 
-def with_id(msg: Message, new_id: JsonId) -> bytes:
-    """The message's line with its top-level id replaced by `new_id`.
+def _no_id_key_after(line: bytes, at: int) -> bool:
+    """Whether no key spelled "id" follows `at` in the top-level object of `line`. Parsers keep
+    the last of repeated keys, so a leading id is the id only when no other follows: splicing the
+    first of two would let a client smuggle an id of its choice past the relay."""
+    # One-byte finds (memchr) from quotation mark to quotation mark while few follow (a long plain
+    # string's); a multi-byte find walks a megabyte many times slower. With no backslash, no key is
+    # escaped.
+    quote = line.find(b'"', at)
+    for _ in range(_FEW_QUOTES):
+        if quote < 0:
+            if line.find(b"\\", at) < 0:
+                return True
+            break
+        if line.startswith(b'id"', quote + 1):
+            break
+        quote = line.find(b'"', quote + 1)
+    # A possible "id" key (nested ones too, or escaped): the JSON scanner reads the top-level members.
+    text = line[at:].decode("utf-8", "surrogatepass")
+    last = 0
+    for key, _, last in jsonline.members(text, 0):
+        if key == "id":
+            return False
+    return text[last:].strip(" \t\r\n") == "}"
 
-    The id is spliced into the received bytes when it stands in one of the two shapes above and
-    is spelled as we would spell it; otherwise the object is re-serialised. A splice keeps a
-    large payload from being encoded again on the relay's hot path (it halves the relay's cost of
-    a 1 MiB result).
-    """
+
+def with_id(msg: Message, new_id: JsonId) -> bytes:
+    """The message's line with its top-level id replaced by `new_id`: spliced into the received
+    bytes when the id stands in one of the two shapes above, spelled as we would spell it (no
+    large payload encoded again); otherwise the object is re-serialised."""
     line, old = msg.raw, id_bytes(msg.id) if msg.id is not None else b"null"
     new = id_bytes(new_id)
     if line:
@@ -199,89 +191,17 @@ def with_id(msg: Message, new_id: JsonId) -> bytes:
         if (first is not None and line.startswith(old, first.end()) and _AFTER_VALUE.match(line, after)
                 and _no_id_key_after(line, after)):
             return _spliced(line, first.end(), new, after)
-        tail_start = max(0, len(line) - _TAIL_BYTES)
-        last = _ID_LAST.search(line, tail_start)
+        last = _ID_LAST.search(line, max(0, len(line) - _TAIL_BYTES))
         if last is not None and last.group(1) == old:
             return _spliced(line, last.start(1), new, last.end(1))
     msg.obj["id"] = new_id
     return dumps(msg.obj)
 
 
-# A result as the two SDKs write it: the id (an integer: relay ids always are) before "result"
-# at the start, or "result" first and the id last. Anything else is parsed in full.
-_RESULT_FIRST = re.compile(rb'\s*\{\s*"jsonrpc"\s*:\s*"2\.0"\s*,\s*"id"\s*:\s*([0-9]+)\s*,\s*"result"\s*:')
-_RESULT_OPENS = re.compile(rb'\s*\{\s*"result"\s*:')
-_ID_CLOSES = re.compile(rb',\s*"jsonrpc"\s*:\s*"2\.0"\s*,\s*"id"\s*:\s*([0-9]+)\s*\}\s*\Z')
-
-
-def large_result_id(line: bytes) -> int | None:
-    """The relay id of a large line that is plainly a successful response, without parsing it.
-
-    Decoding a megabyte of result only to find its id costs more than everything else the relay
-    does with it; the shapes matched here are exactly what the python and TypeScript SDKs write,
-    with the id at the top level by construction (right after the opening brace, or right before
-    the closing one). The leading id is taken only when no other key spelled "id" follows it
-    (`_no_id_key_after`: a parser keeps the last); the closing one is the last by construction. A
-    line that is not valid JSON past the matched parts is passed on as the server wrote it, as a
-    direct connection would have.
-    """
-    if len(line) < LARGE_LINE_BYTES:
-        return None
-    first = _RESULT_FIRST.match(line)
-    if first is not None:
-        if _no_id_key_after(line, first.end(1)) or _result_is_last(line, first.end()):
-            return int(first.group(1))
-        return None
-    if _RESULT_OPENS.match(line):
-        last = _ID_CLOSES.search(line, len(line) - _TAIL_BYTES)
-        if last is not None:
-            return int(last.group(1))
-    return None
-
-
-def _result_is_last(line: bytes, start: int) -> bool:
-    """Whether the result whose value starts at `start` ends the object: then its members are the
-    three `_RESULT_FIRST` matched, and the id before the result is the only one, whatever "id"
-    keys the result holds. Read by the JSON scanner from `start` (one parse of the result, no
-    object written anew), for a result a key spelled "id" follows (a listing of items with ids)."""
-    try:
-        # As json.loads reads bytes; the matched start is ASCII, so its offset is the text's too.
-        text = line.decode("utf-8", "surrogatepass")
-        spaces = _SPACES.match(text, start)
-        assert spaces is not None  # "*": it always matches
-        _, end = _DECODER.raw_decode(text, spaces.end())
-    except (ValueError, RecursionError):  # not JSON (UnicodeDecodeError is a ValueError), or too deep
-        return False
-    return text[end:].strip(" \t\r\n") == "}"
-
-
-_DECODER = json.JSONDecoder()
-_SPACES = re.compile(r"[ \t\r\n]*")
-
-
-def splice_result_id(line: bytes, relay_id: int, client_id: JsonId) -> bytes:
-    """`line` (matched by `large_result_id`) with the relay id replaced by the client's id."""
-    old, new = str(relay_id).encode(), id_bytes(client_id)
-    first = _RESULT_FIRST.match(line)
-    if first is not None:
-        assert first.group(1) == old
-        return _spliced(line, first.start(1), new, first.end(1))
-    last = _ID_CLOSES.search(line, len(line) - _TAIL_BYTES)
-    assert last is not None and last.group(1) == old
-    return _spliced(line, last.start(1), new, last.end(1))
-
-
 def _spliced(line: bytes, start: int, new: bytes, end: int) -> bytes:
-    """`line` with `line[start:end]` replaced by `new`. A large line is copied once: slicing the
-    two sides and adding them up made three fresh copies, each a megabyte of page faults for a
-    large result (~0.8 ms against ~25 us); a small one is quicker sliced."""
-    if len(line) < _JOIN_ABOVE_BYTES:
-        return line[:start] + new + line[end:]
+    """`line` with `line[start:end]` replaced by `new`, copied once (slices added up are three copies)."""
     view = memoryview(line)
     return b"".join((view[:start], new, view[end:]))
-
-
-_JOIN_ABOVE_BYTES = 4096
 
 
 def error_obj(msg_id: JsonId | None, code: int, message: str, data: Any = None) -> JsonObj:
