@@ -29,7 +29,6 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from lazyd.daemon.heap_trim import TRIMMER
 from lazyd.handoff.recovery import Recovery
 from lazyd.handoff.region import (
     ENTRY_BYTES,
@@ -54,13 +53,17 @@ RELEASE_HEAD_BYTES = 1 << 20
 # for the next partial line, which costs nothing more. Given back at once, every 1 MiB request
 # paid a hole punched in the memfd and 256 pages faulted in and zeroed again for the next one.
 
+def _at_once(release: Callable[[], None]) -> None:
+    release()
+
+
 _UNRECORDED = -1  # the entry of a request in flight whose id is not in the table
 
 
 class Ledger:
     """The in-flight table and handshake of one hand-off session (see the module docstring)."""
 
-    def __init__(self, region: Region, later: Callable[[Callable[[], None]], None] = TRIMMER.later, *,
+    def __init__(self, region: Region, later: Callable[[Callable[[], None]], None] = _at_once, *,
                  recovery: Recovery | None = None) -> None:
         """The ledger of a new session, or of one continued from its region: from an earlier
         daemon's record (an upgrade, or a shim's fresh region after its recovery), or with
