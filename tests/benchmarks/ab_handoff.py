@@ -47,6 +47,11 @@ def cpu_seconds(pid: int) -> float:
     return total / 1e9
 
 
+def minor_faults(pid: int) -> int:
+    """Minor page faults of a process so far (/proc/PID/stat, field 10)."""
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[7])
+
+
 def memory_mib(pid: int) -> str:
     """PSS and RSS of a process, in MiB."""
     fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines()[1:])
@@ -88,6 +93,7 @@ def main() -> None:
         cpu: dict[str, list[float]] = {s: [] for s in names}
         mib: dict[str, list[float]] = {s: [] for s in names}
         big_cpu: dict[str, list[float]] = {s: [] for s in names}
+        faults: dict[str, list[float]] = {s: [] for s in names}
         per_block = max(1, args.calls // (args.blocks * 2))
         per_big = max(1, args.big_calls // (args.blocks * 2))
         big = "y" * args.big_bytes
@@ -102,9 +108,10 @@ def main() -> None:
         for _ in range(args.blocks):
             for side in order:
                 pid = pids.get(side, clients[side].proc.pid)
-                before = cpu_seconds(pid)
+                before, faulted = cpu_seconds(pid), minor_faults(pid)
                 samples = time_calls(clients[side], per_big, big)
                 big_cpu[side].append((cpu_seconds(pid) - before) / per_big)
+                faults[side].append((minor_faults(pid) - faulted) / per_big)
                 mib[side].append(2 * len(samples) * args.big_bytes / (1 << 20) / sum(samples))
         after_big = {side: memory_mib(pids[side]) for side in sides}
         time.sleep(4)  # past the heap trimmer's quiet spell (2 s)
@@ -123,6 +130,7 @@ def main() -> None:
     label = f"{args.big_bytes / (1 << 20):g} MiB echo"
     print(f"{label + ', MiB/s both ways':44} " + " ".join(f"{spread(mib[s], 1, ''):>24}" for s in names))
     print(f"{label + ', CPU per round trip':44} " + " ".join(f"{spread(big_cpu[s], 1e3, 'ms'):>24}" for s in names))
+    print(f"{label + ', minor faults per round trip':44} " + " ".join(f"{spread(faults[s], 1, ''):>24}" for s in names))
     print(f"{'daemon PSS / RSS MiB, after the big calls':44} {'':>24} " + " ".join(f"{after_big[s]:>24}" for s in sides))
     print(f"{'the same, 4 s later':44} {'':>24} " + " ".join(f"{after_quiet[s]:>24}" for s in sides))
     big_ratio = {s: [a / d for a, d in zip(mib[s], mib["direct"])] for s in sides}
