@@ -2,12 +2,10 @@
 
 Whoever reads a client's stdin keeps a table of the requests in flight, so that the shim can answer
 them if the daemon is lost: the shim itself on the frame path, the daemon on a hand-off session
-(lazyd/daemon/handoff/session.py, which records the table in the shared region). For that it needs each
-request's id (with its JSON type: 1 and "1" differ), which lines cancel what, and which are the
-handshake. A line is read as the relay core reads it (lazyd/protocol/jsonline.py: `json.loads`, nesting
-bounded, the ids msgpack carries), so that a line the daemon refuses under a null id is never in
-flight here, and an id in flight is the one the daemon answers. Standard library only: the shim
-imports it at every client start.
+(lazyd/daemon/handoff/session.py). It needs each request's id (with its JSON type: 1 and "1"
+differ), which lines cancel what, and which are the handshake. A line is read as the relay core
+reads it (lazyd/protocol/jsonline.py), so that a line the daemon refuses under a null id is never
+in flight here, and an id in flight is the one the daemon answers. Standard library only.
 """
 
 from __future__ import annotations
@@ -23,10 +21,9 @@ if TYPE_CHECKING:
 
 
 EOF_WAIT_S = 60.0
-# How long whoever serves a client's stdin (the shim on the frame path, the daemon on a hand-off
-# session) goes on answering the requests the client wrote before closing it: the default request
-# timeout of the MCP SDKs, after which the client itself gives up on an answer. A client that does
-# not want to wait closes its stdout or signals the shim, and it ends at once.
+# How long whoever serves a client's stdin goes on answering the requests the client wrote before
+# closing it: the MCP SDKs' default request timeout, after which the client gives up on an answer.
+# A client that does not want to wait closes its stdout or signals the shim, and it ends at once.
 
 
 def id_key(value: object) -> IdKey | None:
@@ -92,30 +89,9 @@ def message_info(method: str, has_id: bool, request_id: object, params: object) 
     return info
 
 
-def top_level_fields(prefix: bytes) -> dict[str, object]:
-    """The ``id`` and ``method`` of a JSON object whose text may be cut off after ``prefix``.
-
-    Only keys of the outermost object count (an "id" inside params does not), read by the JSON
-    scanner (`jsonline.members`) up to the first member the prefix does not hold whole; of repeated
-    keys the last counts, as for `json.loads`, and one whose value is no string or integer is None.
-    """
-    try:
-        text = prefix.decode("utf-8", "surrogatepass")  # as json.loads decodes bytes
-    except UnicodeDecodeError as error:  # cut inside a character, or not UTF-8 from there on
-        text = prefix[: error.start].decode("utf-8", "surrogatepass")
-    start = len(text) - len(text.lstrip(" \t\r\n"))
-    found: dict[str, object] = {}
-    if text[start : start + 1] != "{":
-        return found
-    for key, value, _ in jsonline.members(text, start + 1):
-        if key in ("id", "method"):
-            found[key] = value if type(value) is int or isinstance(value, str) else None
-    return found
-
-
 ID_SCAN_BYTES = 64 * 1024
 # What is kept of an over-long line to find its id and method: both come first in the JSON that
-# real SDKs write, and scanning byte by byte in Python must stay cheap.
+# real SDKs write.
 
 
 class LineSplitter:
@@ -128,8 +104,7 @@ class LineSplitter:
     without its newline is still a line. `feed` returns, for the lines its bytes complete, each as
     (line, too_long); `buffer` and `discarding` are the start of the line not yet complete, and
     `newlines` how many line ends its bytes held (blank lines too), found as it cut them: what a
-    reader sizes its next read by, without a second pass over the bytes (`bytes.count` walks a
-    megabyte at 1-2 GB/s, where the cutter's finds are memchr)."""
+    reader sizes its next read by, without a second pass over the bytes."""
 
     __slots__ = ("max_line", "buffer", "discarding", "cut", "newlines")
 
@@ -216,8 +191,18 @@ def too_long_answer(prefix: bytes, max_line: int) -> bytes | None:
 
 def too_long_request(prefix: bytes) -> JsonId | None:
     """The id of the request an over-long line starts with (its first ID_SCAN_BYTES), or None
-    when it holds no readable request id: then it is dropped rather than answered."""
-    fields = top_level_fields(prefix[:ID_SCAN_BYTES])
+    when it holds no readable request id: then it is dropped rather than answered. Only the
+    outermost object's members count, read by the JSON scanner up to the first the prefix does not
+    hold whole (`jsonline.members`); of repeated keys the last counts, as for `json.loads`."""
+    prefix = prefix[:ID_SCAN_BYTES]
+    try:
+        text = prefix.decode("utf-8", "surrogatepass")  # as json.loads decodes bytes
+    except UnicodeDecodeError as error:  # cut inside a character, or not UTF-8 from there on
+        text = prefix[: error.start].decode("utf-8", "surrogatepass")
+    start = len(text) - len(text.lstrip(" \t\r\n"))
+    if text[start : start + 1] != "{":
+        return None
+    fields = {key: value for key, value, _ in jsonline.members(text, start + 1) if key in ("id", "method")}
     found = fields.get("id")
     if isinstance(fields.get("method"), str) and id_key(found) is not None:
         assert isinstance(found, (int, str))

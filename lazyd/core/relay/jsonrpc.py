@@ -1,15 +1,13 @@
 """Classify one JSON-RPC line and build the few lines the relay writes itself.
 
-The relay treats message payloads as opaque: it parses a line once (the stdlib's C parser is the
-cheapest way to find the top-level `id`, `method` and the handful of fields it rewrites), reads the
-envelope, and re-serialises only when it changes something. Everything else in the object is carried
-through untouched.
+The relay parses a line once (lazyd/protocol/jsonline.py), reads the envelope, and writes the
+line anew only when it changes something other than the id, which it splices into the received
+bytes (`with_id`). Everything else in the object is carried through untouched.
 
 Rules from JSON-RPC 2.0 and the MCP stdio transport:
 - request = `method` + `id`; notification = `method` without `id`; response = `id` + `result` or
   `error` without `method`.
-- A line is read by lazyd/protocol/jsonline.py, as every reader in lazyd reads one: what `json.loads` makes
-  of it (the last of repeated keys wins), nesting bounded.
+- A line is what `json.loads` makes of it (the last of repeated keys wins), nesting bounded.
 - Ids are strings or integers and are returned exactly as received: `1` and `"1"` are different ids.
   An id that is null, a boolean, a fraction or an integer beyond what msgpack carries (-2^63 to
   2^64-1) makes the message invalid (-32600, under a null id).
@@ -17,10 +15,9 @@ Rules from JSON-RPC 2.0 and the MCP stdio transport:
   that is not a message gets -32600.
 - Batches (a JSON array, 2025-03-26 only) are refused with -32600: no client we know of sends them
   over stdio and answering a batch needs an array reply, which would couple every path to them.
-- Whatever `parse` accepts, `dumps` can write back: the relay re-serialises every message it
-  rewrites, so a line it cannot write must be refused here rather than raise later. That is why
-  nesting is bounded (lazyd/protocol/jsonline.py), and why `NaN`/`Infinity` (which Python peers emit) and lone surrogate escapes
-  (which JavaScript peers emit) are carried as received.
+- Whatever `parse` accepts, `dumps` can write back, so a line it cannot write is refused here
+  rather than raise later: nesting is bounded, and `NaN`/`Infinity` (which Python peers emit) and
+  lone surrogate escapes (which JavaScript peers emit) are carried as received.
 """
 
 from __future__ import annotations
@@ -92,15 +89,6 @@ def dumps(obj: Any) -> bytes:
         return _ENCODER.encode(obj).encode("utf-8")
     except UnicodeEncodeError:
         return _ASCII_ENCODER.encode(obj).encode("ascii")
-
-
-def id_bytes(value: JsonId) -> bytes:
-    """An id as `dumps` spells it, without the encoder for an integer (the relay's own ids, and
-    most clients'): two of these per relayed message, where the encoder's call costs more than
-    the splice it serves."""
-    if type(value) is int:
-        return b"%d" % value
-    return dumps(value)
 
 
 def parse(line: bytes) -> Message | Invalid:
@@ -183,8 +171,7 @@ def with_id(msg: Message, new_id: JsonId) -> bytes:
     """The message's line with its top-level id replaced by `new_id`: spliced into the received
     bytes when the id stands in one of the two shapes above, spelled as we would spell it (no
     large payload encoded again); otherwise the object is re-serialised."""
-    line, old = msg.raw, id_bytes(msg.id) if msg.id is not None else b"null"
-    new = id_bytes(new_id)
+    line, old, new = msg.raw, dumps(msg.id), dumps(new_id)
     if line:
         first = _ID_FIRST.match(line)
         after = first.end() + len(old) if first is not None else 0
