@@ -1,17 +1,20 @@
-"""Giving the heap back to the system once large messages have passed.
+"""The C library's heap while large messages pass: kept during a spell of them, given back after.
 
-A megabyte line goes through a few buffers of its size on its way (the read, the line, the
-rewritten line). glibc then raises its mmap threshold to that size, so later buffers of that size
-come from the heap, and what they leave free there stays resident. That would count against every
-client session the daemon serves, for as long as it runs.
+By glibc's own rules a freed megabyte at the top of the heap goes back to the system at once (its
+trim threshold follows the largest block freed, and a line, its read and its rewrite are freed
+together), so each next large line's buffers are fresh pages, faulted in and zeroed one by one.
+So the first large line of a spell has the C library keep what it frees (`mallopt`: trim
+threshold 128 MiB, mmap threshold 32 MiB, so every buffer of a line up to the longest allowed
+comes from the heap), and once no large line has come for `QUIET_S` glibc's defaults are set back
+and the heap is trimmed (`malloc_trim(0)`), once: between spells the heap is as lean as glibc
+keeps it. docs/benchmarks.md, "One JSON reader and the heap kept for a spell", has the figures.
 
-So whoever passes a line on notes its size (`HeapTrimmer.note`, one comparison per line), and once
-no large line has come for `QUIET_S` the heap is trimmed (`malloc_trim(0)`), once: never on the
-hot path of a burst of large messages, where the buffers glibc keeps are what make the next one
-cheap; a no-op where the C library has no `malloc_trim` (not glibc). Other memory that large
-lines leave behind is given back at the same moment (`later`): a hand-off session's head pages
-(lazyd/daemon/handoff/ledger.py) and its client's widened pipes (lazyd/daemon/handoff/outbox.py).
-The daemon makes one trimmer at start (lazyd/daemon/main.py) and hands it to its registry.
+Whoever passes a line on notes its size (`HeapTrimmer.note`, one comparison per line). Other
+memory that large lines leave behind is given back at the same moment (`later`): a hand-off
+session's head pages (lazyd/daemon/handoff/ledger.py) and its client's widened pipes
+(lazyd/daemon/handoff/outbox.py). The daemon makes one trimmer at start (lazyd/daemon/main.py),
+runs it in its nursery (every call to the C library from that one task's thread) and hands it to
+its registry. Where the C library is not glibc, nothing is kept or trimmed.
 """
 
 from __future__ import annotations
@@ -22,28 +25,46 @@ import trio
 
 from lazyd.daemon.process import read_buffer
 
-__all__ = ["HeapTrimmer", "LARGE_BYTES", "QUIET_S", "malloc_trim"]
+__all__ = ["HeapTrimmer", "LARGE_BYTES", "QUIET_S", "keep_freed", "malloc_trim"]
 
 LARGE_BYTES = 256 * 1024  # a line this large leaves heap behind (glibc's threshold starts at 128 KiB)
 QUIET_S = 2.0  # no large line for this long: the spell is over
 
+# mallopt(3): M_TRIM_THRESHOLD and M_MMAP_THRESHOLD, as a spell sets them (32 MiB is the highest
+# mmap threshold glibc takes) and as glibc starts.
+_KEEP = {-1: 128 << 20, -3: 32 << 20}
+_DEFAULTS = {-1: 128 << 10, -3: 128 << 10}
+
+
+def _libc() -> object:
+    import ctypes  # at the first large line: a daemon that never sees one never loads it
+
+    return ctypes.CDLL(None)
+
+
+def keep_freed(keep: bool) -> None:
+    """Have the C library keep the heap it frees (`keep`), or give it back as it does by default."""
+    mallopt = getattr(_libc(), "mallopt", None)
+    if mallopt is not None:
+        for param, value in (_KEEP if keep else _DEFAULTS).items():
+            mallopt(param, value)
+
 
 def malloc_trim() -> None:
     """The heap's free pages back to the system, and the shared read buffer's."""
-    import ctypes  # at the first trim: a daemon that never sees a large line never loads it
-
     read_buffer.release()
-    try:
-        ctypes.CDLL(None).malloc_trim(0)
-    except (OSError, AttributeError):  # not glibc
-        pass
+    trim = getattr(_libc(), "malloc_trim", None)
+    if trim is not None:
+        trim(0)
 
 
 class HeapTrimmer:
-    """Trims the heap once after each spell of large lines (see the module docstring)."""
+    """Keeps the heap during each spell of large lines and trims it once after (see the module
+    docstring)."""
 
-    def __init__(self, trim: Callable[[], None] = malloc_trim) -> None:
+    def __init__(self, trim: Callable[[], None] = malloc_trim, keep: Callable[[bool], None] = keep_freed) -> None:
         self._trim = trim
+        self._keep = keep
         self._pending = False  # a large line came since the quiet spell began
         self._wake = trio.Event()
         self._later: dict[Callable[[], None], None] = {}  # run once at the next trim, in order
@@ -63,6 +84,7 @@ class HeapTrimmer:
     async def run(self) -> None:
         while True:
             await self._wake.wait()
+            self._keep(True)  # a spell began: what its lines' buffers free is kept
             while self._pending:  # until a whole quiet spell passed without a large line
                 self._pending = False
                 await trio.sleep(QUIET_S)
@@ -70,4 +92,5 @@ class HeapTrimmer:
             later, self._later = self._later, {}
             for release in later:
                 release()
+            self._keep(False)  # before the trim: what it gives back is not kept again
             self._trim()
