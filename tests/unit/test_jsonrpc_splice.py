@@ -77,6 +77,37 @@ def test_splicing_always_equals_a_plain_rewrite(old: rpc.JsonId, new: rpc.JsonId
     assert type(json.loads(out)["id"]) is type(new)
 
 
+def test_a_large_result_in_either_sdk_shape_is_found_and_spliced_without_decoding() -> None:
+    payload = "z" * (rpc.LARGE_RESULT_BYTES + 10)
+    python_shape = json.dumps({"jsonrpc": "2.0", "id": 41, "result": {"text": payload}}).encode()
+    ts_shape = ('{"result":{"text":"%s","id":41},"jsonrpc":"2.0","id":41}' % payload).encode()
+    for line in (python_shape, ts_shape):
+        assert rpc.large_result_id(line) == 41
+        spliced = rpc.spliced_id(line, b"41", b'"client-7"')
+        assert spliced is not None
+        out = json.loads(spliced)
+        assert out["id"] == "client-7" and out["result"]["text"] == payload
+
+
+def test_small_lines_errors_and_notifications_are_never_taken_by_the_large_result_path() -> None:
+    big = "z" * rpc.LARGE_RESULT_BYTES
+    assert rpc.large_result_id(b'{"jsonrpc":"2.0","id":1,"result":{}}') is None
+    assert rpc.large_result_id(json.dumps({"jsonrpc": "2.0", "id": 1, "error": {"code": 1, "message": big}}).encode()) is None
+    assert rpc.large_result_id(json.dumps({"jsonrpc": "2.0", "method": "x", "params": {"id": 1, "t": big}}).encode()) is None
+    nested_last = ('{"result":{"t":"%s","inner":{"jsonrpc":"2.0","id":9}}}' % big).encode()
+    assert rpc.large_result_id(nested_last) is None
+
+
+def test_a_large_result_holding_id_keys_is_spliced_when_no_top_level_id_follows_and_only_then() -> None:
+    items = [{"id": i, "title": "t" * 40} for i in range(2000)]
+    line = json.dumps({"jsonrpc": "2.0", "id": 41, "result": {"items": items}}, separators=(",", ":")).encode()
+    assert rpc.large_result_id(line) == 41
+    assert rpc.spliced_id(line, b"41", b'"c"') == line.replace(b'"id":41', b'"id":"c"', 1)
+    # A second top-level id after the result is the one a parser keeps: never the first spliced.
+    for tail in (b',"id":42}', b',"\\u0069d":42}', b',"x":1,"id":42}'):
+        assert rpc.spliced_id(line[:-1] + tail, b"41", b'"c"') is None, tail
+
+
 @pytest.mark.parametrize("size", [0, 4095, 4096, 70_000])
 def test_a_splice_gives_the_same_bytes_whatever_the_size_of_the_line(size: int) -> None:
     # The received bytes with only the id's changed, in either shape.

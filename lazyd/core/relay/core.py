@@ -457,6 +457,9 @@ class RelayCore:
 
     def server_line(self, line: bytes, *, now: float) -> list[Action]:
         self.now = now
+        fast = self.from_server.large_result(line)
+        if fast is not None:
+            return fast
         msg = rpc.parse(line)
         if not isinstance(msg, Message):
             out: list[Action] = [Note(f"dropped a line from the server that is not a JSON-RPC message ({msg.reason})")]

@@ -169,20 +169,48 @@ def _no_id_key_after(line: bytes, at: int) -> bool:
 
 def with_id(msg: Message, new_id: JsonId) -> bytes:
     """The message's line with its top-level id replaced by `new_id`: spliced into the received
-    bytes when the id stands in one of the two shapes above, spelled as we would spell it (no
-    large payload encoded again); otherwise the object is re-serialised."""
-    line, old, new = msg.raw, dumps(msg.id), dumps(new_id)
-    if line:
-        first = _ID_FIRST.match(line)
-        after = first.end() + len(old) if first is not None else 0
-        if (first is not None and line.startswith(old, first.end()) and _AFTER_VALUE.match(line, after)
-                and _no_id_key_after(line, after)):
-            return _spliced(line, first.end(), new, after)
-        last = _ID_LAST.search(line, max(0, len(line) - _TAIL_BYTES))
-        if last is not None and last.group(1) == old:
-            return _spliced(line, last.start(1), new, last.end(1))
+    bytes where `spliced_id` can (no large payload encoded again), else the object re-serialised."""
+    spliced = spliced_id(msg.raw, dumps(msg.id), dumps(new_id)) if msg.raw else None
+    if spliced is not None:
+        return spliced
     msg.obj["id"] = new_id
     return dumps(msg.obj)
+
+
+def spliced_id(line: bytes, old: bytes, new: bytes) -> bytes | None:
+    """`line` with its top-level id, spelled `old`, spelled `new` instead, when the id stands in
+    one of the two shapes above and is the only top-level one; else None."""
+    first = _ID_FIRST.match(line)
+    after = first.end() + len(old) if first is not None else 0
+    if (first is not None and line.startswith(old, first.end()) and _AFTER_VALUE.match(line, after)
+            and _no_id_key_after(line, after)):
+        return _spliced(line, first.end(), new, after)
+    last = _ID_LAST.search(line, max(0, len(line) - _TAIL_BYTES))
+    if last is not None and last.group(1) == old:
+        return _spliced(line, last.start(1), new, last.end(1))
+    return None
+
+
+LARGE_RESULT_BYTES = 64 * 1024
+# A result as the two SDKs write it: the id (an integer: relay ids always are) before "result" at
+# the start, or "result" first and the id last.
+_RESULT_FIRST = re.compile(rb'\s*\{\s*"jsonrpc"\s*:\s*"2\.0"\s*,\s*"id"\s*:\s*([0-9]+)\s*,\s*"result"\s*:')
+_RESULT_OPENS = re.compile(rb'\s*\{\s*"result"\s*:')
+_ID_CLOSES = re.compile(rb',\s*"jsonrpc"\s*:\s*"2\.0"\s*,\s*"id"\s*:\s*([0-9]+)\s*\}\s*\Z')
+
+
+def large_result_id(line: bytes) -> int | None:
+    """The relay id a large line shaped as the SDKs write a successful response carries, found
+    without parsing the line (a megabyte's parse costs more than all else the relay does with it);
+    None for any other line. Its answer is put back by `spliced_id`, which judges whether that id
+    is the only top-level one. A line that is not JSON past the matched parts goes on as the server
+    wrote it, as it would on a direct connection."""
+    if len(line) < LARGE_RESULT_BYTES:
+        return None
+    found = _RESULT_FIRST.match(line)
+    if found is None and _RESULT_OPENS.match(line):
+        found = _ID_CLOSES.search(line, len(line) - _TAIL_BYTES)
+    return int(found.group(1)) if found is not None else None
 
 
 def _spliced(line: bytes, start: int, new: bytes, end: int) -> bytes:

@@ -5,7 +5,8 @@ Responses. A relay id names the request it answers: the client's own id is put b
 progress token released, unless the result created a task (2025-11-25), which outlives the request
 and keeps its owner; `tasks/list` is filtered to the asker's own tasks; an answer to the relay's own
 request goes to whoever sent it (the start-up sequence, the era probe, a cache fetch, the listen
-stream). The pages of a listing fetch go to the listing engine (listings.py), and a fetch it completes
+stream). A large plain result is spliced through without being decoded, unless the relay must read
+it. The pages of a listing fetch go to the listing engine (listings.py), and a fetch it completes
 to the era that made it: the live handshake (lazyd/core/relay/startup.py) or the stateless cache, whose drift
 is announced on the listen streams (lazyd/core/eras/listen_relay.py).
 
@@ -47,6 +48,11 @@ from lazyd.core.eras.stateless import StatelessEra
 from lazyd.core.eras.stateless_cache import StatelessCache
 from lazyd.core.eras.listen_relay import ListenRelay
 
+# Results the relay itself reads (records or filters), so they are always decoded. A task-creating
+# tools/call result (which the relay also reads) is a few hundred bytes, never a large line.
+_RESULTS_READ_BY_RELAY = frozenset({"server/discover", "tasks/list"})
+
+
 class ServerMessages:
     """Where each message from the server goes (see the module docstring)."""
 
@@ -60,6 +66,22 @@ class ServerMessages:
         self.bridge = bridge
         self.handshake = handshake
         self.stateless = stateless
+
+    def large_result(self, line: bytes) -> list[Action] | None:
+        """A large plain result for a client's ordinary request, relayed without decoding it."""
+        rid = rpc.large_result_id(line)
+        up = self.shared.routes.upstream.get(rid) if rid is not None else None
+        if (rid is None or up is None or up.cid is None or up.client_id is None or up.inspect
+                or up.method in _RESULTS_READ_BY_RELAY):
+            return None
+        spliced = rpc.spliced_id(line, b"%d" % rid, rpc.dumps(up.client_id))
+        if spliced is None:
+            return None
+        self.shared.routes.pop(rid)
+        self.shared.routes.release_token(rid)
+        if up.cid not in self.shared.clients:
+            return [Note(f"response for departed client {up.cid} dropped")]
+        return [Activity(), ToClient(up.cid, spliced, up.client_id)]
 
     def response(self, msg: Message) -> list[Action]:
         rid = msg.id
