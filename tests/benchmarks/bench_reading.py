@@ -2,7 +2,7 @@
 
 The shim's reading of a client line for its in-flight table (`lazyd.protocol.linepeek.inspect_line`),
 the relay core's reading and id rewrite of a request (`parse`, `with_id`) and of a server's answer
-(`parse` and `with_id`, or a revision's large-result splice where it has one), timed with `timeit`
+(the large-result splice, else `parse` and `with_id`), timed with `timeit`
 (best of N, thread CPU not separated): 1 MiB requests (a plain string with the id first and last,
 text with escapes) and answers (a plain string, a listing whose items carry "id" keys).
 docs/benchmarks.md, "One reading of a line", has the figures.
@@ -61,10 +61,12 @@ def best_ms(call: Callable[[], object], repeat: int) -> float:
 
 
 def relay_answer(rpc: Any, line: bytes) -> bytes:
-    rid = rpc.large_result_id(line) if hasattr(rpc, "large_result_id") else None
+    rid = rpc.large_result_id(line)
     if rid is not None:
-        spliced: bytes = rpc.splice_result_id(line, rid, 7)
-        return spliced
+        spliced: bytes | None = (rpc.spliced_id(line, b"%d" % rid, b"7") if hasattr(rpc, "spliced_id")
+                                 else rpc.splice_result_id(line, rid, 7))
+        if spliced is not None:
+            return spliced
     rewritten: bytes = rpc.with_id(rpc.parse(line), 7)
     return rewritten
 
