@@ -1,20 +1,15 @@
 """The C library's heap while large messages pass: kept during a spell of them, given back after.
 
-By glibc's own rules a freed megabyte at the top of the heap goes back to the system at once (its
-trim threshold follows the largest block freed, and a line, its read and its rewrite are freed
-together), so each next large line's buffers are fresh pages, faulted in and zeroed one by one.
-So the first large line of a spell has the C library keep what it frees (`mallopt`: trim
-threshold 128 MiB, mmap threshold 32 MiB, so every buffer of a line up to the longest allowed
-comes from the heap), and once no large line has come for `QUIET_S` glibc's defaults are set back
-and the heap is trimmed (`malloc_trim(0)`), once: between spells the heap is as lean as glibc
-keeps it. docs/benchmarks.md, "One JSON reader and the heap kept for a spell", has the figures.
-
-Whoever passes a line on notes its size (`HeapTrimmer.note`, one comparison per line). Other
-memory that large lines leave behind is given back at the same moment (`later`): a hand-off
+By glibc's own rules a freed megabyte at the top of the heap goes back to the system at once, so
+each next large line's buffers would be fresh pages, faulted in and zeroed one by one. So while a
+spell of large lines lasts the C library keeps what it frees (`keep_freed`: every buffer of a line
+up to the longest allowed from the heap), and once none has come for `QUIET_S` glibc's defaults
+are set back and the heap trimmed, once (docs/benchmarks.md, "One JSON reader and the heap kept
+for a spell"). Other memory large lines leave behind is given back then too (`later`): a hand-off
 session's head pages (lazyd/daemon/handoff/ledger.py) and its client's widened pipes
-(lazyd/daemon/handoff/outbox.py). The daemon makes one trimmer at start (lazyd/daemon/main.py),
-runs it in its nursery (every call to the C library from that one task's thread) and hands it to
-its registry. Where the C library is not glibc, nothing is kept or trimmed.
+(lazyd/daemon/handoff/outbox.py). The daemon makes one trimmer (lazyd/daemon/main.py) and runs it
+in its nursery, so that every call to the C library comes from that one task. Where the C library
+is not glibc, nothing is kept or trimmed.
 """
 
 from __future__ import annotations

@@ -101,20 +101,16 @@ def parse(line: bytes) -> Message | Invalid:
     if refused is not None:
         return Invalid(error_line(None, PARSE_ERROR, "Parse error: the line is not JSON"), refused)
     if isinstance(obj, list):
-        return Invalid(
-            error_line(None, INVALID_REQUEST, "Invalid Request: JSON-RPC batches are not supported"),
-            "batch",
-        )
+        reply = error_line(None, INVALID_REQUEST, "Invalid Request: JSON-RPC batches are not supported")
+        return Invalid(reply, "batch")
     if not isinstance(obj, dict):
         return Invalid(error_line(None, INVALID_REQUEST, "Invalid Request: not an object"), "not an object")
     method = obj.get("method")
     has_id = "id" in obj
     msg_id = obj.get("id")
     if has_id and not valid_id(msg_id):
-        return Invalid(
-            error_line(None, INVALID_REQUEST, "Invalid Request: id must be a string or an integer"),
-            "bad id",
-        )
+        reply = error_line(None, INVALID_REQUEST, "Invalid Request: id must be a string or an integer")
+        return Invalid(reply, "bad id")
     reply_id = msg_id if has_id else None
     if method is not None and not isinstance(method, str):
         reply = error_line(reply_id, INVALID_REQUEST, "Invalid Request: method must be a string")
