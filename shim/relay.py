@@ -32,7 +32,6 @@ from lazyd.protocol.frames import Line
 
 from . import connect
 from .dial import RECONNECT_POLL_S, RECONNECT_WAIT_S
-from lazyd.host.heapkeep import HeapSpell
 from lazyd.protocol.linepeek import EOF_WAIT_S, LineSplitter, error_line, id_key, inspect_line, too_long_answer
 
 from .options import say
@@ -73,8 +72,6 @@ class Relay:
         self._opts = opts
         self._log = log
         self._out = Stdout(log)
-        # Large lines either way: the heap they free is kept until they are over (lazyd/host/heapkeep.py).
-        self._heap = HeapSpell()
         self._send_lock = threading.Lock()
         self._state_lock = threading.Lock()
         # Guarded by state_lock (and changed only with send_lock held too):
@@ -134,7 +131,6 @@ class Relay:
                 self._log(f"ignored an unexpected {frame.t!r} frame from the daemon")
                 continue
             self._out.write_line(frame.d)
-            self._heap.note(len(frame.d))
             done = frame.done
             if done is not None:
                 self._retire(done)
@@ -294,7 +290,6 @@ class Relay:
             self._log(f"dropped a line over {wire.MAX_LINE_BYTES} bytes that has no readable request id")
 
     def _client_line(self, line: bytes) -> None:
-        self._heap.note(len(line))
         info = inspect_line(line)
         overflow: list[JsonId] = []
         dropped = False

@@ -1,20 +1,15 @@
-"""Giving the heap back to the system once large messages have passed.
+"""The C library's heap while large messages pass: kept during a spell of them, given back after.
 
-A megabyte line goes through a few buffers of its size on its way (the read, the line, the
-rewritten line). glibc then raises its mmap threshold to that size, so later buffers of that size
-come from the heap, and what they leave free there stays resident: after forty 1 MiB echoes the
-daemon kept 3-4 MiB more than it needs (38.8 MiB where `malloc_trim(0)` brings it to 35.3 MiB).
-That counts against every client session the daemon serves, for as long as it runs.
-
-So a reader that sees a large line notes it (`TRIMMER.note`, one comparison per line), and once
-no large line has come for `QUIET_S` the heap is trimmed, once. Never on the hot path of a burst
-of large messages, where the kept buffers are what make the next one cheap; a no-op where the C
-library has no `malloc_trim` (not glibc). Other memory that large lines leave behind is given back
-at the same moment (`later`): a hand-off session's head pages (lazyd/daemon/handoff/ledger.py),
-which, given back after every large request, were faulted in again by the next one.
-
-While the large lines come, the C library keeps what they free (lazyd/host/heapkeep.py): the first
-large line of a spell tells it to, and the trim that ends the spell sets its defaults back first.
+By glibc's own rules a freed megabyte at the top of the heap goes back to the system at once, so
+each next large line's buffers would be fresh pages, faulted in and zeroed one by one. So while a
+spell of large lines lasts the C library keeps what it frees (`keep_freed`: every buffer of a line
+up to the longest allowed from the heap), and once none has come for `QUIET_S` glibc's defaults
+are set back and the heap trimmed, once (docs/benchmarks.md, "One JSON reader and the heap kept
+for a spell"). Other memory large lines leave behind is given back then too (`later`): a hand-off
+session's head pages (lazyd/daemon/handoff/ledger.py) and its client's widened pipes
+(lazyd/daemon/handoff/outbox.py). The daemon makes one trimmer (lazyd/daemon/main.py) and runs it
+in its nursery, so that every call to the C library comes from that one task. Where the C library
+is not glibc, nothing is kept or trimmed.
 """
 
 from __future__ import annotations
@@ -24,47 +19,67 @@ from collections.abc import Callable
 import trio
 
 from lazyd.daemon.process import read_buffer
-from lazyd.host.heapkeep import LARGE_BYTES, QUIET_S, keep_freed, trim
 
-__all__ = ["HeapTrimmer", "LARGE_BYTES", "QUIET_S", "TRIMMER"]
+__all__ = ["HeapTrimmer", "LARGE_BYTES", "QUIET_S", "keep_freed", "malloc_trim"]
+
+LARGE_BYTES = 256 * 1024  # a line this large leaves heap behind (glibc's threshold starts at 128 KiB)
+QUIET_S = 2.0  # no large line for this long: the spell is over
+
+# mallopt(3): M_TRIM_THRESHOLD and M_MMAP_THRESHOLD, as a spell sets them (32 MiB is the highest
+# mmap threshold glibc takes) and as glibc starts.
+_KEEP = {-1: 128 << 20, -3: 32 << 20}
+_DEFAULTS = {-1: 128 << 10, -3: 128 << 10}
+
+
+def _libc() -> object:
+    import ctypes  # at the first large line: a daemon that never sees one never loads it
+
+    return ctypes.CDLL(None)
+
+
+def keep_freed(keep: bool) -> None:
+    """Have the C library keep the heap it frees (`keep`), or give it back as it does by default."""
+    mallopt = getattr(_libc(), "mallopt", None)
+    if mallopt is not None:
+        for param, value in (_KEEP if keep else _DEFAULTS).items():
+            mallopt(param, value)
 
 
 def malloc_trim() -> None:
     """The heap's free pages back to the system, and the shared read buffer's."""
     read_buffer.release()
-    trim()
+    trim = getattr(_libc(), "malloc_trim", None)
+    if trim is not None:
+        trim(0)
 
 
 class HeapTrimmer:
-    """Trims the heap once after each spell of large lines (see the module docstring)."""
+    """Keeps the heap during each spell of large lines and trims it once after (see the module
+    docstring)."""
 
-    def __init__(self, trim: Callable[[], None] = malloc_trim, keep: Callable[[bool], object] = keep_freed) -> None:
+    def __init__(self, trim: Callable[[], None] = malloc_trim, keep: Callable[[bool], None] = keep_freed) -> None:
         self._trim = trim
         self._keep = keep
-        self._keeping = False  # the C library is told to keep what it frees (a spell is on)
         self._pending = False  # a large line came since the quiet spell began
         self._wake = trio.Event()
         self._later: dict[Callable[[], None], None] = {}  # run once at the next trim, in order
 
     def later(self, release: Callable[[], None]) -> None:
-        """Run `release` once, when the heap is next trimmed (after a quiet spell): memory that
-        a large line left behind and the next one would use again. The line itself was noted
-        (`note`): this puts the trim off no further."""
+        """Run `release` once, when the heap is next trimmed: memory that a large line left behind
+        and the next one would use again. It counts as a large line (the spell goes on)."""
         self._later[release] = None
-        self._wake.set()
+        self.note(LARGE_BYTES)
 
     def note(self, nbytes: int) -> None:
         """A line of `nbytes` passed."""
         if nbytes >= LARGE_BYTES:
             self._pending = True
             self._wake.set()
-            if not self._keeping:  # the first large line of a spell: its buffers are kept
-                self._keeping = True
-                self._keep(True)
 
     async def run(self) -> None:
         while True:
             await self._wake.wait()
+            self._keep(True)  # a spell began: what its lines' buffers free is kept
             while self._pending:  # until a whole quiet spell passed without a large line
                 self._pending = False
                 await trio.sleep(QUIET_S)
@@ -72,10 +87,5 @@ class HeapTrimmer:
             later, self._later = self._later, {}
             for release in later:
                 release()
-            if self._keeping:  # before the trim: what it gives back is not kept again
-                self._keeping = False
-                self._keep(False)
+            self._keep(False)  # before the trim: what it gives back is not kept again
             self._trim()
-
-
-TRIMMER = HeapTrimmer()

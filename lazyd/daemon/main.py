@@ -49,7 +49,7 @@ from lazyd.daemon.upgrade.inherit import adopt, adopt_stored, take_envelope
 from lazyd.daemon import crash_loop
 from lazyd.daemon.handoff import stored_sessions
 from lazyd.daemon.upgrade.stored_servers import FdStore, keep_standby, standby_path, stored_fds
-from lazyd.daemon.heap_trim import TRIMMER
+from lazyd.daemon.heap_trim import HeapTrimmer
 from lazyd.daemon.connections.listener import ConnectionHandler
 from lazyd.daemon.control.ops import Control, status_summary
 from lazyd.daemon.log import PrivateRotatingFileHandler
@@ -268,7 +268,8 @@ async def serve(sock: socket.socket, paths: Paths, config: Config, config_path: 
             # reading /proc took 0.4 s that every session waited for; only starts wait for it now.
             nursery.start_soon(orphans.sweep_then_open, paths.state_dir, orphans.begin_sweep(paths.state_dir))
         # Named servers and wake predicates: the allowlist under their own `env` (lazyd/host/daemonenv.py).
-        registry = Registry(config, paths, secret, store, nursery, daemonenv.base(os.environ))
+        heap = HeapTrimmer()  # gives the heap back after large messages
+        registry = Registry(config, paths, secret, store, nursery, daemonenv.base(os.environ), heap)
         control = Control(registry, stop, partial(reload_config, registry, config_path))
         handler = ConnectionHandler(registry, control, admission=None if nofile is None else Admission(nofile))
         handler.keeper = control.keeper = stored_sessions.Keeper(fdstore) if fdstore is not None else None
@@ -302,7 +303,7 @@ async def serve(sock: socket.socket, paths: Paths, config: Config, config_path: 
         await nursery.start(_signals, stop, partial(_reload, registry, config_path), partial(_upgrade, upgrader))
         notifier.ready(status_summary(registry))  # only now: the listener is accepting
         nursery.start_soon(notifier.run, partial(status_summary, registry), registry.changes.wait)
-        nursery.start_soon(TRIMMER.run)  # gives the heap back after large messages
+        nursery.start_soon(heap.run)
         control.memory = MemoryWatch(registry)  # memory_max and memory pressure (docs/supervision.md)
         nursery.start_soon(control.memory.run)
         if activated:

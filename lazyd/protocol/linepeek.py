@@ -2,12 +2,10 @@
 
 Whoever reads a client's stdin keeps a table of the requests in flight, so that the shim can answer
 them if the daemon is lost: the shim itself on the frame path, the daemon on a hand-off session
-(lazyd/daemon/handoff/session.py, which records the table in the shared region). For that it needs each
-request's id (with its JSON type: 1 and "1" differ), which lines cancel what, and which are the
-handshake. A line is read as the relay core reads it (lazyd/protocol/jsonline.py: `json.loads`, nesting
-bounded, the ids msgpack carries), so that a line the daemon refuses under a null id is never in
-flight here, and an id in flight is the one the daemon answers. Standard library only: the shim
-imports it at every client start.
+(lazyd/daemon/handoff/session.py). It needs each request's id (with its JSON type: 1 and "1"
+differ), which lines cancel what, and which are the handshake. A line is read as the relay core
+reads it (lazyd/protocol/jsonline.py), so that a line the daemon refuses under a null id is never
+in flight here, and an id in flight is the one the daemon answers. Standard library only.
 """
 
 from __future__ import annotations
@@ -23,10 +21,9 @@ if TYPE_CHECKING:
 
 
 EOF_WAIT_S = 60.0
-# How long whoever serves a client's stdin (the shim on the frame path, the daemon on a hand-off
-# session) goes on answering the requests the client wrote before closing it: the default request
-# timeout of the MCP SDKs, after which the client itself gives up on an answer. A client that does
-# not want to wait closes its stdout or signals the shim, and it ends at once.
+# How long whoever serves a client's stdin goes on answering the requests the client wrote before
+# closing it: the MCP SDKs' default request timeout, after which the client gives up on an answer.
+# A client that does not want to wait closes its stdout or signals the shim, and it ends at once.
 
 
 def id_key(value: object) -> IdKey | None:
@@ -92,101 +89,9 @@ def message_info(method: str, has_id: bool, request_id: object, params: object) 
     return info
 
 
-def _string_end(text: bytes, start: int) -> int:
-    # Index of the quote closing the JSON string that opens at `start`, or -1 if it is cut off.
-    i = start + 1
-    while True:
-        j = text.find(b'"', i)
-        if j < 0:
-            return -1
-        k = j - 1
-        while text[k] == 0x5C:  # backslash
-            k -= 1
-        if (j - 1 - k) % 2 == 0:
-            return j
-        i = j + 1
-
-
-def _scalar_at(text: bytes, i: int) -> object:
-    # The string or integer starting at `i`, or None if it is something else or cut off.
-    if text[i] == 0x22:
-        end = _string_end(text, i)
-        if end < 0:
-            return None
-        try:
-            return json.loads(text[i : end + 1])
-        except ValueError:  # a bad escape or invalid UTF-8 inside the string
-            return None
-    j = i
-    while j < len(text) and text[j] in b"-+0123456789.eE":
-        j += 1
-    if j == i or j == len(text):
-        return None
-    try:
-        value = json.loads(text[i:j])
-    except ValueError:
-        return None
-    return value if isinstance(value, int) else None
-
-
-def top_level_fields(prefix: bytes) -> dict[str, object]:
-    """The ``id`` and ``method`` of a JSON object whose text may be cut off after ``prefix``.
-
-    Only keys of the outermost object count (an "id" inside params does not); of repeated keys the
-    last counts, as for `json.loads`, and one whose value is no string or integer, or is not
-    complete within the prefix, is None.
-    """
-    found: dict[str, object] = {}
-    n = len(prefix)
-    i = 0
-    while i < n and prefix[i] in b" \t\r\n":
-        i += 1
-    if i >= n or prefix[i] != 0x7B:  # {
-        return found
-    depth = 0
-    expect_key = False
-    while i < n:
-        c = prefix[i]
-        if c == 0x22:
-            end = _string_end(prefix, i)
-            if end < 0:
-                break
-            if depth == 1 and expect_key:
-                key = prefix[i + 1 : end]
-                if b"\\" in key:  # an escaped spelling: "\u0069d" is "id" too
-                    spelled = _scalar_at(prefix, i)
-                    key = spelled.encode("utf-8", "surrogatepass") if isinstance(spelled, str) else b""
-                j = end + 1
-                while j < n and prefix[j] in b" \t\r\n":
-                    j += 1
-                if j >= n or prefix[j] != 0x3A:  # :
-                    break
-                j += 1
-                while j < n and prefix[j] in b" \t\r\n":
-                    j += 1
-                expect_key = False
-                if key in (b"id", b"method"):
-                    # The last of repeated keys counts, as for a parser: a value that is no
-                    # string or integer, or is cut off, leaves the key unreadable (None).
-                    found[key.decode()] = _scalar_at(prefix, j) if j < n else None
-                i = j
-                continue
-            i = end + 1
-            continue
-        if c == 0x7B or c == 0x5B:
-            depth += 1
-            expect_key = c == 0x7B and depth == 1
-        elif c == 0x7D or c == 0x5D:
-            depth -= 1
-        elif c == 0x2C and depth == 1:
-            expect_key = True
-        i += 1
-    return found
-
-
 ID_SCAN_BYTES = 64 * 1024
 # What is kept of an over-long line to find its id and method: both come first in the JSON that
-# real SDKs write, and scanning byte by byte in Python must stay cheap.
+# real SDKs write.
 
 
 class LineSplitter:
@@ -199,8 +104,7 @@ class LineSplitter:
     without its newline is still a line. `feed` returns, for the lines its bytes complete, each as
     (line, too_long); `buffer` and `discarding` are the start of the line not yet complete, and
     `newlines` how many line ends its bytes held (blank lines too), found as it cut them: what a
-    reader sizes its next read by, without a second pass over the bytes (`bytes.count` walks a
-    megabyte at 1-2 GB/s, where the cutter's finds are memchr)."""
+    reader sizes its next read by, without a second pass over the bytes."""
 
     __slots__ = ("max_line", "buffer", "discarding", "cut", "newlines")
 
@@ -233,9 +137,7 @@ class LineSplitter:
                 line = b"".join((buffer, memoryview(data)[start:stop]))
                 # A new buffer for the next line rather than this one emptied: a buffer that grew
                 # past the C library's mmap threshold stays a mapping of its own, given back page
-                # by page as it shrinks and faulted in again as the next large line grows it,
-                # while a new one comes from the heap as the heap's rules are then
-                # (lazyd/host/heapkeep.py keeps it during a spell of large lines).
+                # by page as it shrinks and faulted in again as the next large line grows it.
                 self.buffer = buffer = bytearray()
                 self._line(line, out)
             else:
@@ -289,8 +191,18 @@ def too_long_answer(prefix: bytes, max_line: int) -> bytes | None:
 
 def too_long_request(prefix: bytes) -> JsonId | None:
     """The id of the request an over-long line starts with (its first ID_SCAN_BYTES), or None
-    when it holds no readable request id: then it is dropped rather than answered."""
-    fields = top_level_fields(prefix[:ID_SCAN_BYTES])
+    when it holds no readable request id: then it is dropped rather than answered. Only the
+    outermost object's members count, read by the JSON scanner up to the first the prefix does not
+    hold whole (`jsonline.members`); of repeated keys the last counts, as for `json.loads`."""
+    prefix = prefix[:ID_SCAN_BYTES]
+    try:
+        text = prefix.decode("utf-8", "surrogatepass")  # as json.loads decodes bytes
+    except UnicodeDecodeError as error:  # cut inside a character, or not UTF-8 from there on
+        text = prefix[: error.start].decode("utf-8", "surrogatepass")
+    start = len(text) - len(text.lstrip(" \t\r\n"))
+    if text[start : start + 1] != "{":
+        return None
+    fields = {key: value for key, value, _ in jsonline.members(text, start + 1) if key in ("id", "method")}
     found = fields.get("id")
     if isinstance(fields.get("method"), str) and id_key(found) is not None:
         assert isinstance(found, (int, str))

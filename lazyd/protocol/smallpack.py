@@ -1,19 +1,15 @@
 """msgpack's bytes for the small frames of a shim's start, written and read without msgpack.
 
-A warm session start sends one hello and reads one welcome (the hand-off path then execs the
-waiting shell and never relays a frame). Importing msgpack for those two frames cost every client
-start about 2 ms, a fifth of `python -c pass`: its C extension is 1.6 MB to load, and it imports
-`datetime` (a pure-Python module of 2,600 lines in Python 3.11) and `collections`
-(docs/benchmarks.md, "Warm start against the floor"). This module writes exactly the bytes
-`msgpack.packb(obj, use_bin_type=True)` writes for the types frames carry (nil, bools, ints, str,
-bin, arrays, maps), and reads a small body of those types back as `msgpack.unpackb` with
-lazyd/protocol/wire.py's options would. It decides nothing about a peer's bytes: what it cannot read
-(another type, a body over SMALL_BODY_BYTES, anything malformed) raises ValueError, and the caller
-hands the body to lazyd/protocol/wire.py, which decodes or refuses it as it does every other frame.
-
-Both directions are checked against msgpack itself (tests/unit/test_smallpack.py). Everything
-after the start (the frame relay, recovery, the daemon) speaks through lazyd/protocol/wire.py and msgpack.
-Standard library only, and nothing imported: this runs before anything else the shim loads.
+A warm session start sends one hello and reads one welcome, then execs the waiting shell and never
+relays a frame; importing msgpack for those two frames would be a large part of every client
+start (docs/benchmarks.md, "The hello and the welcome without msgpack"). `pack` writes exactly the
+bytes `msgpack.packb(obj, use_bin_type=True)` writes for the types frames carry (nil, bools, ints,
+str, bin, arrays, maps), and `unpack` reads a small body of those types as `msgpack.unpackb` with
+lazyd/protocol/wire.py's options would (the last of repeated keys wins). It decides nothing about a
+peer's bytes: what it cannot read (another type, a body over SMALL_BODY_BYTES, anything malformed)
+raises ValueError, and the caller hands the body to lazyd/protocol/wire.py. Both directions are
+checked against msgpack on generated inputs (tests/unit/test_smallpack.py). Standard library only,
+and nothing imported.
 """
 
 from __future__ import annotations
@@ -24,16 +20,12 @@ if TYPE_CHECKING:
     from typing import Any
 
 SMALL_BODY_BYTES = 4096
-# The largest body `unpack` reads. A welcome or a refusal is well under 1 KiB. With at most 4,096
-# bytes no container can pass lazyd/protocol/wire.py's count limits (each element takes a byte), so what
-# this reads is what wire's bounded decoder would read; the depth is bounded below.
+# The largest body `unpack` reads: with each element taking a byte, no container in it can pass
+# lazyd/protocol/wire.py's count limits, so what this reads is what wire's bounded decoder reads.
 
 MAX_DEPTH = 32  # as lazyd/protocol/wire.py's MAX_DEPTH: frames nest ~4 levels
 
 HEADER_BYTES = 4  # a frame is a 4-byte big-endian body length, then the body (lazyd/protocol/wire.py)
-
-
-# --- writing ---------------------------------------------------------------------------------------
 
 
 def pack(obj: Any) -> bytes:
@@ -116,12 +108,8 @@ def _int(n: int) -> bytes:
     raise OverflowError("Integer value out of range")
 
 
-# --- reading ---------------------------------------------------------------------------------------
-
-
 def unpack(body: bytes) -> dict[str, Any]:
-    """The map that `body`, a whole frame body, holds; ValueError where this module cannot say
-    (see the module docstring): the caller then asks lazyd/protocol/wire.py."""
+    """The map that `body`, a whole frame body, holds; ValueError where this module cannot say."""
     if len(body) > SMALL_BODY_BYTES:
         raise ValueError("not a small body")
     reader = _Reader(body)

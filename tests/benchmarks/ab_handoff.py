@@ -8,7 +8,9 @@ connection. Blocks alternate direct, A, B, B, A, direct, so machine noise hits b
 (a change of a few per cent in a figure drowns in the noise between separate runs on a shared
 machine). Printed per side: small `tools/call` p50 and p99, the added p50, daemon CPU per round
 trip from /proc, and the 1 MiB echo throughput (`--big-bytes` echoes another size: 512 KiB, say,
-whose answer the client's widened pipe takes whole, where 1 MiB's answer is over it and goes in parts).
+whose answer the client's widened pipe takes whole, where 1 MiB's answer is over it and goes in parts),
+and each daemon's resident memory (PSS and RSS, /proc/PID/smaps_rollup) right after the big calls
+and once the heap trimmer's quiet spell has passed (lazyd/daemon/heap_trim.py).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import argparse
 import subprocess
 import tarfile
 import tempfile
+import time
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -42,6 +45,17 @@ def cpu_seconds(pid: int) -> float:
         except (OSError, ValueError, IndexError):
             pass
     return total / 1e9
+
+
+def minor_faults(pid: int) -> int:
+    """Minor page faults of a process so far (/proc/PID/stat, field 10)."""
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[7])
+
+
+def memory_mib(pid: int) -> str:
+    """PSS and RSS of a process, in MiB."""
+    fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines()[1:])
+    return f"{int(fields['Pss'].split()[0]) / 1024:.1f} / {int(fields['Rss'].split()[0]) / 1024:.1f}"
 
 
 def export(rev: str, into: Path) -> Path:
@@ -78,6 +92,8 @@ def main() -> None:
         p99: dict[str, list[float]] = {s: [] for s in names}
         cpu: dict[str, list[float]] = {s: [] for s in names}
         mib: dict[str, list[float]] = {s: [] for s in names}
+        big_cpu: dict[str, list[float]] = {s: [] for s in names}
+        faults: dict[str, list[float]] = {s: [] for s in names}
         per_block = max(1, args.calls // (args.blocks * 2))
         per_big = max(1, args.big_calls // (args.blocks * 2))
         big = "y" * args.big_bytes
@@ -91,8 +107,15 @@ def main() -> None:
                 p99[side].append(percentile(samples, 99))
         for _ in range(args.blocks):
             for side in order:
+                pid = pids.get(side, clients[side].proc.pid)
+                before, faulted = cpu_seconds(pid), minor_faults(pid)
                 samples = time_calls(clients[side], per_big, big)
+                big_cpu[side].append((cpu_seconds(pid) - before) / per_big)
+                faults[side].append((minor_faults(pid) - faulted) / per_big)
                 mib[side].append(2 * len(samples) * args.big_bytes / (1 << 20) / sum(samples))
+        after_big = {side: memory_mib(pids[side]) for side in sides}
+        time.sleep(4)  # past the heap trimmer's quiet spell (2 s)
+        after_quiet = {side: memory_mib(pids[side]) for side in sides}
         for client in clients.values():
             client.close()
     print(f"{'hand-off, median of blocks [min..max]':44} " + " ".join(f"{s[:24]:>24}" for s in names))
@@ -106,6 +129,10 @@ def main() -> None:
           + " ".join(f"{spread(cpu[s], 1e6, 'us'):>24}" for s in names))
     label = f"{args.big_bytes / (1 << 20):g} MiB echo"
     print(f"{label + ', MiB/s both ways':44} " + " ".join(f"{spread(mib[s], 1, ''):>24}" for s in names))
+    print(f"{label + ', CPU per round trip':44} " + " ".join(f"{spread(big_cpu[s], 1e3, 'ms'):>24}" for s in names))
+    print(f"{label + ', minor faults per round trip':44} " + " ".join(f"{spread(faults[s], 1, ''):>24}" for s in names))
+    print(f"{'daemon PSS / RSS MiB, after the big calls':44} {'':>24} " + " ".join(f"{after_big[s]:>24}" for s in sides))
+    print(f"{'the same, 4 s later':44} {'':>24} " + " ".join(f"{after_quiet[s]:>24}" for s in sides))
     big_ratio = {s: [a / d for a, d in zip(mib[s], mib["direct"])] for s in sides}
     print(f"{label + ', ratio to direct':44} {'':>24} " + " ".join(f"{spread(big_ratio[s], 1, 'x'):>24}" for s in sides))
 

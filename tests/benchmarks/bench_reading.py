@@ -1,11 +1,11 @@
 """What reading a large line costs, a revision's readers beside this tree's, in one process.
 
-The shim's reading of a client line for its in-flight table (`lazyd.protocol.linepeek.inspect_line`) and
-the relay core's reading and id rewrite of a server's answer (`large_result_id` and
-`splice_result_id`, else `parse` and `with_id`), timed with `timeit` (best of N, thread CPU not
-separated): 1 MiB requests (a plain string with the id first and last, text with escapes) and
-answers (a plain string, a listing whose items carry "id" keys). docs/benchmarks.md, "One reading
-of a line", has the figures.
+The shim's reading of a client line for its in-flight table (`lazyd.protocol.linepeek.inspect_line`),
+the relay core's reading and id rewrite of a request (`parse`, `with_id`) and of a server's answer
+(the large-result splice, else `parse` and `with_id`), timed with `timeit`
+(best of N, thread CPU not separated): 1 MiB requests (a plain string with the id first and last,
+text with escapes) and answers (a plain string, a listing whose items carry "id" keys).
+docs/benchmarks.md, "One reading of a line", has the figures.
 
     python -m tests.benchmarks.bench_reading --rev 65b5628
 """
@@ -40,18 +40,20 @@ def _module(name: str, path: Path) -> ModuleType:
 
 
 def revision_readers(rev: str, into: Path) -> tuple[Any, Any]:
-    """`rev`'s linepeek and jsonrpc, loaded beside this tree's (their own imports of the stdlib
-    floor resolve to this tree's, except a largejson module of theirs, loaded first)."""
-    for path in ("lazyd/protocol/linepeek.py", "lazyd/core/relay/jsonrpc.py", "lazyd/core/relay/largejson.py"):
-        shown = subprocess.run(["git", "show", f"{rev}:{path}"], cwd=REPO, capture_output=True)
-        if shown.returncode == 0:
-            (into / Path(path).name).write_bytes(shown.stdout)
-    if (into / "largejson.py").exists():
-        import lazyd.core.relay as relay_package
+    """`rev`'s linepeek and jsonrpc, loaded beside this tree's, each importing `rev`'s jsonline
+    (this tree's is put back after)."""
+    for path in ("lazyd/protocol/linepeek.py", "lazyd/core/relay/jsonrpc.py", "lazyd/protocol/jsonline.py"):
+        shown = subprocess.run(["git", "show", f"{rev}:{path}"], cwd=REPO, capture_output=True, check=True)
+        (into / Path(path).name).write_bytes(shown.stdout)
+    import lazyd.protocol as protocol_package
 
-        largejson = _module("lazyd.core.relay.largejson", into / "largejson.py")
-        relay_package.largejson = largejson  # type: ignore[attr-defined]
-    return _module("rev_linepeek", into / "linepeek.py"), _module("rev_jsonrpc", into / "jsonrpc.py")
+    ours = protocol_package.jsonline
+    theirs = _module("lazyd.protocol.jsonline", into / "jsonline.py")
+    protocol_package.jsonline = theirs
+    try:
+        return _module("rev_linepeek", into / "linepeek.py"), _module("rev_jsonrpc", into / "jsonrpc.py")
+    finally:
+        sys.modules["lazyd.protocol.jsonline"] = protocol_package.jsonline = ours
 
 
 def best_ms(call: Callable[[], object], repeat: int) -> float:
@@ -61,10 +63,18 @@ def best_ms(call: Callable[[], object], repeat: int) -> float:
 def relay_answer(rpc: Any, line: bytes) -> bytes:
     rid = rpc.large_result_id(line)
     if rid is not None:
-        spliced: bytes = rpc.splice_result_id(line, rid, 7)
-        return spliced
+        spliced: bytes | None = (rpc.spliced_id(line, b"%d" % rid, b"7") if hasattr(rpc, "spliced_id")
+                                 else rpc.splice_result_id(line, rid, 7))
+        if spliced is not None:
+            return spliced
     rewritten: bytes = rpc.with_id(rpc.parse(line), 7)
     return rewritten
+
+
+def relay_request(line: bytes) -> bytes:
+    msg = jsonrpc.parse(line)
+    assert isinstance(msg, jsonrpc.Message)
+    return jsonrpc.with_id(msg, 5)
 
 
 def main() -> None:
@@ -94,6 +104,11 @@ def main() -> None:
                        ("1 MiB text with escapes", request("line\n" * (MIB // 5), True))):
         print(f"  {name}: {best_ms(lambda: old_peek.inspect_line(line), args.repeat):.3f}"
               f" / {best_ms(lambda: linepeek.inspect_line(line), args.repeat):.3f}")
+    print("client line, the relay core's reading and id rewrite:")
+    for name, line in (("1 MiB plain string, id first", request("y" * MIB, True)),
+                       ("1 MiB plain string, id last", request("y" * MIB, False))):
+        print(f"  {name}: {best_ms(lambda: old_rpc.with_id(old_rpc.parse(line), 5), args.repeat):.3f}"
+              f" / {best_ms(lambda: relay_request(line), args.repeat):.3f}")
     print("server answer, the relay core's reading and id rewrite:")
     for name, result in answers.items():
         line = b'{"jsonrpc":"2.0","id":41,"result":' + json.dumps(result).encode() + b"}"

@@ -78,16 +78,3 @@ def test_a_spell_of_megabyte_echoes_costs_the_daemon_no_fresh_pages_after_its_fi
         assert per_round_trip < PAGES_PER_MIB / 2, per_round_trip
     finally:
         client.close()
-
-
-def test_a_spell_of_megabyte_echoes_over_frames_costs_the_shim_no_fresh_pages_after_its_first_ones(
-        user_env: UserEnv, daemon: Daemon) -> None:
-    client = LineClient(user_env, {"LAZYD_HANDOFF": "0"})  # the shim relays every line
-    try:
-        # The request's line buffer, grown a read at a time, was a mapping of its own: shrunk
-        # after each line and faulted in again by the next, 250-450 fresh pages per round trip
-        # (kept, 0-75).
-        per_round_trip = faults_per_echo(client, client.proc.pid)
-        assert per_round_trip < PAGES_PER_MIB / 2, per_round_trip
-    finally:
-        client.close()

@@ -26,7 +26,7 @@ import pytest
 from tests.e2e.faults_support import seam_env
 
 # The installed `lazyd_shim` is this source package; importing `shim` lets mypy see its types.
-from lazyd.protocol.linepeek import error_line, id_key, inspect_line, top_level_fields
+from lazyd.protocol.linepeek import error_line, id_key, inspect_line, too_long_request
 
 pytestmark = pytest.mark.e2e
 
@@ -573,18 +573,16 @@ def test_the_handshake_lines_and_cancellations_are_recognised_and_a_batch_holds_
 
 
 def test_the_id_of_a_cut_off_line_is_found_only_at_the_top_level() -> None:
-    assert top_level_fields(b'{"params":{"id":5,"method":"no"},"method":"m","id":7,"x":"...') == {"method": "m", "id": 7}
-    assert top_level_fields(b'{"jsonrpc":"2.0","id":"a\\"b","method":"x","params":{"blob":"') == {
-        "id": 'a"b',
-        "method": "x",
-    }
-    assert top_level_fields(b'{"id":12') == {"id": None}  # the number may go on past the cut
-    assert top_level_fields(b'{"id":1.5,"method":"m"') == {"id": None, "method": "m"}
+    assert too_long_request(b'{"params":{"id":5,"method":"no"},"method":"m","id":7,"x":"...') == 7
+    assert too_long_request(b'{"jsonrpc":"2.0","id":"a\\"b","method":"x","params":{"blob":"') == 'a"b'
+    assert too_long_request(b'{"method":"m","id":12') is None  # the number may go on past the cut
+    assert too_long_request(b'{"id":1.5,"method":"m"') is None
     # Of repeated keys the last counts, as for a parser, whatever its spelling or its value.
-    assert top_level_fields(b'{"id":1,"method":"m","id":2,"params":{"id":3') == {"id": 2, "method": "m"}
-    assert top_level_fields(b'{"id":1,"method":"m","\\u0069d":2,"x":"') == {"id": 2, "method": "m"}
-    assert top_level_fields(b'{"id":1,"method":"m","id":null,"x":"') == {"id": None, "method": "m"}
-    assert top_level_fields(b'[{"id":1,"method":"m"}]') == {}
+    assert too_long_request(b'{"id":1,"method":"m","id":2,"params":{"id":3') == 2
+    assert too_long_request(b'{"id":1,"method":"m","\\u0069d":2,"x":"') == 2
+    assert too_long_request(b'{"id":1,"method":"m","id":null,"x":"') is None
+    assert too_long_request(b'[{"id":1,"method":"m"}]') is None
+    assert too_long_request(b'{"id":1,"method":"m","x":"\xc3') == 1  # cut inside a character
 
 
 def test_error_lines_echo_the_original_id_with_its_type() -> None:

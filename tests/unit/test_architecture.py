@@ -58,7 +58,6 @@ ROWS: dict[str, tuple[str, frozenset[str]]] = {
     "lazyd/host/procfs.py": ("stdlib floor", frozenset()),
     "lazyd/protocol/jsonline.py": ("stdlib floor", frozenset()),
     "lazyd/protocol/linepeek.py": ("stdlib floor", frozenset({"lazyd/protocol/jsonline.py"})),
-    "lazyd/host/heapkeep.py": ("stdlib floor", frozenset()),
     "lazyd/handoff/__init__.py": ("stdlib floor", frozenset()),
     "lazyd/handoff/region.py": ("stdlib floor", frozenset()),
     "lazyd/handoff/recovery.py": ("stdlib floor", frozenset({"lazyd/protocol/frames.py", "lazyd/protocol/linepeek.py",

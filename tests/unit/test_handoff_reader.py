@@ -18,6 +18,7 @@ import os
 import struct
 import termios
 from collections.abc import AsyncIterator
+from types import SimpleNamespace
 
 import pytest
 import trio
@@ -25,6 +26,7 @@ import trio
 from lazyd.daemon.handoff import session as handoff
 from lazyd.daemon.handoff.outbox import ClientEnds
 from lazyd.daemon.handoff.session import HandoffSession
+from lazyd.daemon.heap_trim import HeapTrimmer
 from lazyd.daemon.upgrade.quiesce import GATE
 from lazyd.handoff.region import LANDING_BYTES, State, read_region, unmap
 
@@ -81,7 +83,8 @@ class Flood:
         self.session = self.open(ClientEnds(in_fd, out_fd), region_fd)
 
     def open(self, ends: ClientEnds, region_fd: int) -> HandoffSession:
-        session = HandoffSession(None, None, 0, ends, os.dup(region_fd))  # type: ignore[arg-type]
+        registry = SimpleNamespace(heap=HeapTrimmer())  # what the session takes of the registry
+        session = HandoffSession(registry, None, 0, ends, os.dup(region_fd))  # type: ignore[arg-type]
         session.make_outbox(1, 0, lambda: None)
         session.route = self.route  # type: ignore[assignment]
         session._peek = 0  # no handshake among these lines: nothing to show the registry

@@ -1,5 +1,5 @@
-"""The heap is trimmed once after each spell of large lines, never while they keep coming
-(lazyd/daemon/heap_trim.py). trio's autojump clock: the quiet spell is checked exactly, without waiting."""
+"""The heap is kept while large lines come and trimmed once after each spell of them, never while they
+keep coming (lazyd/daemon/heap_trim.py). trio's autojump clock: the quiet spell is checked exactly, without waiting."""
 
 from __future__ import annotations
 
@@ -66,18 +66,33 @@ async def test_what_large_lines_left_behind_is_given_back_once_at_the_trim_and_n
         nursery.cancel_scope.cancel()
 
 
-async def test_a_spell_of_large_lines_has_the_heap_kept_from_its_first_line_until_its_trim(
+async def test_a_release_asked_for_alone_waits_a_quiet_spell_as_a_large_line_would(
+        autojump_clock: trio.testing.MockClock) -> None:
+    events: list[tuple[str, float]] = []
+    trimmer = HeapTrimmer(lambda: events.append(("trim", trio.current_time())))
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(trimmer.run)
+        start = trio.current_time()
+        trimmer.later(lambda: events.append(("narrow", trio.current_time())))  # a pipe widened
+        await trio.sleep(10 * QUIET_S)  # virtual time (autojump clock)
+        assert events == [("narrow", start + QUIET_S), ("trim", start + QUIET_S)]
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_spell_of_large_lines_has_the_heap_kept_from_its_start_until_its_trim(
         autojump_clock: trio.testing.MockClock) -> None:
     events: list[str] = []
     trimmer = HeapTrimmer(lambda: events.append("trim"), lambda keep: events.append(f"keep {keep}"))
     async with trio.open_nursery() as nursery:
         nursery.start_soon(trimmer.run)
         trimmer.note(LARGE_BYTES - 1)
+        await trio.sleep(10 * QUIET_S)  # virtual time (autojump clock)
         assert events == []  # small lines leave the C library as it is
         trimmer.note(LARGE_BYTES)
+        await trio.sleep(QUIET_S / 2)  # virtual time (autojump clock), as above
         trimmer.note(LARGE_BYTES)
-        assert events == ["keep True"]  # once per spell, at its first large line
-        await trio.sleep(10 * QUIET_S)  # virtual time (autojump clock)
+        assert events == ["keep True"]  # once per spell
+        await trio.sleep(10 * QUIET_S)  # virtual time (autojump clock), as above
         assert events == ["keep True", "keep False", "trim"]
         trimmer.note(LARGE_BYTES)  # the next spell keeps again
         await trio.sleep(10 * QUIET_S)  # virtual time (autojump clock), as above

@@ -1,12 +1,10 @@
-"""A line as every reader reads it (lazyd/protocol/jsonline.py): `json.loads`, with a large line's long plain
-strings checked by finds: the same object as `json.loads`, the same refusal, and every line it
-cannot be sure of left to `json.loads` itself; repeated keys (the last wins) and the nesting bound.
+"""A line as every reader reads it (lazyd/protocol/jsonline.py): `json.loads`'s object or refusal,
+repeated keys (the last wins), the nesting bound, the ids taken; and the top-level members of an
+object as the JSON scanner reads them (`members`), for a line cut off or an id to splice.
 
-Testing policy: hypothesis (derandomized, bounded) over objects holding long strings (ASCII,
-non-ASCII, lone surrogates) at any depth, as values, list items, ids and keys, written compactly
-or with spaces, and over those lines broken one byte at a time; each verdict is checked against
-`json.loads` of the same bytes. The fast path's own decision (`_with_long_strings`: taken or left)
-is checked by name for each case where it must be left."""
+Testing policy: hypothesis (derandomized, bounded) over objects with repeated keys, escaped and
+non-ASCII text, written compactly or with spaces, and over lines broken one byte at a time; each
+verdict is checked against `json.loads` of the same bytes."""
 
 from __future__ import annotations
 
@@ -18,9 +16,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lazyd.core.relay import jsonrpc as rpc
-from lazyd.protocol.jsonline import LONG_STRING_BYTES, MAX_NESTING_DEPTH, NOT_JSON, TOO_DEEP, _with_long_strings, read
+from lazyd.protocol.jsonline import MAX_NESTING_DEPTH, NOT_JSON, TOO_DEEP, members, read
 
-LONG = "y" * LONG_STRING_BYTES
+LONG = "y" * 4096
 
 
 def request(text: str, **extra: Any) -> bytes:
@@ -50,20 +48,6 @@ def same_verdict(line: bytes) -> None:
     assert value == expected and refused in (None, TOO_DEEP)
 
 
-def test_a_request_of_one_long_plain_string_takes_the_fast_path_and_gives_what_json_loads_gives() -> None:
-    line = request("y" * (1 << 20))
-    taken = _with_long_strings(line)
-    assert taken is not None and taken[0] == json.loads(line)
-    assert rpc.parse(line).id == 7
-
-
-def test_non_ascii_and_a_lone_surrogate_in_a_long_string_come_out_as_json_loads_reads_them() -> None:
-    for text in ("é€😀" * 2000, LONG + "\ud800" + LONG):
-        line = request(text)
-        assert _with_long_strings(line) is not None
-        assert loads(line) == json.loads(line)
-
-
 @pytest.mark.parametrize("line", [
     request(LONG + "\x01" + LONG).replace(b"\\u0001", b"\x01"),  # a raw control character
     request(LONG + "\t").replace(b"\\t", b"\t"),
@@ -73,27 +57,12 @@ def test_non_ascii_and_a_lone_surrogate_in_a_long_string_come_out_as_json_loads_
     request(LONG)[:-1],  # the object never closes
 ])
 def test_a_line_json_loads_refuses_is_refused_with_its_error_and_parse_answers_it_with_a_parse_error(line: bytes) -> None:
-    assert _with_long_strings(line) is None  # left to json.loads, whose error stands
     with pytest.raises(ValueError):
         json.loads(line)
     with pytest.raises(ValueError):
         loads(line)
     found = rpc.parse(line)
     assert isinstance(found, rpc.Invalid) and found.reason == "not JSON"
-
-
-@pytest.mark.parametrize("line", [
-    request(LONG + "\n" + LONG),  # an escape: a backslash anywhere leaves the line to json.loads
-    request(LONG + '"'),
-    json.dumps([LONG]).encode(),  # not an object
-    json.dumps({LONG: 1, "id": 1, "method": "x"}).encode(),  # a long key
-    request(LONG, params=1),  # the long string's member overwritten by a later key of the same name
-    request("short"),  # no long string at all
-    b"{\x00" + request(LONG)[2:],  # read as UTF-16 by json.loads
-])
-def test_lines_the_fast_path_cannot_be_sure_of_are_parsed_whole_with_the_same_verdict(line: bytes) -> None:
-    assert _with_long_strings(line) is None
-    same_verdict(line)
 
 
 @pytest.mark.parametrize("request_id", [LONG, 1.5, None, True, -1, "7"])
@@ -117,17 +86,11 @@ def test_a_large_line_nested_too_deep_is_refused_as_before() -> None:
     for _ in range(rpc.MAX_NESTING_DEPTH + 5):
         deep = [deep]
     line = request(LONG * 20, params={"deep": deep})
-    assert _with_long_strings(line) is not None
     found = rpc.parse(line)
     assert isinstance(found, rpc.Invalid) and found.reason == "too deep"
 
 
-_text = st.one_of(
-    st.just(LONG),
-    st.text(alphabet=st.characters(min_codepoint=0x20, exclude_characters='"\\'), min_size=LONG_STRING_BYTES,
-            max_size=LONG_STRING_BYTES + 8),
-    st.text(max_size=8),
-)
+_text = st.one_of(st.just(LONG), st.text(max_size=8))
 _values = st.recursive(st.one_of(_text, st.integers(), st.booleans(), st.none(), st.floats(allow_nan=False)),
                        lambda inner: st.one_of(st.lists(inner, max_size=3),
                                                st.dictionaries(st.text(max_size=4), inner, max_size=3)),
@@ -137,7 +100,7 @@ _values = st.recursive(st.one_of(_text, st.integers(), st.booleans(), st.none(),
 @settings(derandomize=True, max_examples=150, deadline=None)
 @given(st.dictionaries(st.one_of(st.text(max_size=4), st.just(LONG)), _values, min_size=1, max_size=4),
        st.booleans())
-def test_any_object_with_long_strings_parses_as_json_loads_parses_it(obj: dict[str, Any], spaced: bool) -> None:
+def test_any_object_parses_as_json_loads_parses_it(obj: dict[str, Any], spaced: bool) -> None:
     line = json.dumps(obj, ensure_ascii=False, separators=(", ", ": ") if spaced else (",", ":")).encode()
     same_verdict(line)
 
@@ -156,17 +119,12 @@ _keys = st.sampled_from(["id", "a", "\u0069d", "result"])
 
 @settings(derandomize=True, max_examples=200, deadline=None)
 @given(st.lists(st.tuples(_keys, _values), min_size=1, max_size=6), st.booleans())
-def test_repeated_keys_with_long_strings_read_as_json_loads_reads_them_the_last_winning(
+def test_repeated_keys_read_as_json_loads_reads_them_the_last_winning(
         members: list[tuple[str, Any]], spaced: bool) -> None:
     colon, comma = (": ", ", ") if spaced else (":", ",")
     line = ("{" + comma.join(f'"{k}"{colon}{json.dumps(v, ensure_ascii=False)}' for k, v in members) + "}").encode(
         "utf-8", "surrogatepass")
     same_verdict(line)
-
-
-def test_a_long_string_a_repeated_key_drops_is_not_put_back() -> None:
-    line = ('{"a":"%s","a":"%s"}' % ("1" * LONG_STRING_BYTES, "2" * LONG_STRING_BYTES)).encode()
-    assert loads(line) == json.loads(line) == {"a": "2" * LONG_STRING_BYTES}
 
 
 @pytest.mark.parametrize("depth", [MAX_NESTING_DEPTH - 1, MAX_NESTING_DEPTH, 1000, 100_000])
@@ -194,3 +152,51 @@ def test_an_integer_is_taken_as_an_id_exactly_when_the_wire_carries_it_back_as_d
     except ValueError:
         carried = False
     assert valid_id(value) is carried
+
+
+def _object_text(pairs: list[tuple[str, Any]], spaced: bool) -> str:
+    colon, comma = (": ", ", ") if spaced else (":", ",")
+    return "{" + comma.join(f"{json.dumps(k)}{colon}{json.dumps(v)}" for k, v in pairs) + "}"
+
+
+@settings(derandomize=True, max_examples=200, deadline=None)
+@given(st.lists(st.tuples(_keys, _values), max_size=6), st.booleans())
+def test_the_members_of_an_object_are_what_json_loads_reads_in_order_the_last_of_a_key_winning(
+        pairs: list[tuple[str, Any]], spaced: bool) -> None:
+    text = _object_text(pairs, spaced)
+    found = list(members(text, 1))
+    assert [(k, v) for k, v, _ in found] == [(k, json.loads(json.dumps(v))) for k, v in pairs]
+    assert dict((k, v) for k, v, _ in found) == json.loads(text)
+    assert text[found[-1][2] if found else 1:].strip() == "}"
+
+
+@settings(derandomize=True, max_examples=200, deadline=None)
+@given(st.lists(st.tuples(_keys, _values), min_size=1, max_size=6), st.integers(0, 400))
+def test_a_cut_object_gives_only_members_it_holds_whole(pairs: list[tuple[str, Any]], cut: int) -> None:
+    text = _object_text(pairs, False)
+    whole = [(k, v) for k, v, _ in members(text, 1)]
+    cut_off = [(k, v) for k, v, _ in members(text[: cut % len(text)], 1)]
+    assert cut_off == whole[: len(cut_off)]
+
+
+@pytest.mark.parametrize("line, request_id", [
+    (b'{"jsonrpc":"2.0","id":18446744073709551615,"method":"m"}', 2**64 - 1),
+    (b'{"jsonrpc":"2.0","id":-9223372036854775808,"method":"m"}', -(2**63)),
+    (b'{"jsonrpc":"2.0","id":-0,"method":"m"}', 0),
+    (b'{"jsonrpc":"2.0","id":1,"method":"m"}', 1),
+    (b'{"jsonrpc":"2.0","id":"1","method":"m"}', "1"),
+])
+def test_an_id_comes_back_exactly_as_the_client_wrote_it_after_the_relay_s_own(line: bytes, request_id: object) -> None:
+    msg = rpc.parse(line)
+    assert isinstance(msg, rpc.Message) and msg.id == request_id and type(msg.id) is type(request_id)
+    relayed = rpc.parse(rpc.with_id(msg, 5))
+    assert isinstance(relayed, rpc.Message) and relayed.id == 5
+    back = rpc.with_id(relayed, request_id)  # type: ignore[arg-type]
+    assert json.loads(back) == json.loads(line) and type(json.loads(back)["id"]) is type(request_id)
+
+
+@pytest.mark.parametrize("line", [b'{"jsonrpc":"2.0","id":18446744073709551616,"method":"m"}',
+                                  b'{"jsonrpc":"2.0","id":1.0,"method":"m"}', b'{"jsonrpc":"2.0","id":1e0,"method":"m"}'])
+def test_an_id_beyond_the_wire_or_a_fraction_is_refused_rather_than_rounded(line: bytes) -> None:
+    found = rpc.parse(line)
+    assert isinstance(found, rpc.Invalid) and found.reason == "bad id"

@@ -218,17 +218,6 @@ def test_parse_never_raises_and_whatever_it_accepts_can_be_written_back(data: by
     assert isinstance(again, Message) and again.id == msg.id and type(again.id) is type(msg.id)
 
 
-@given(st.one_of(st.integers(), st.text()))
-def test_an_id_is_spelled_by_id_bytes_exactly_as_dumps_spells_it(value: int | str) -> None:
-    assert rpc.id_bytes(value) == rpc.dumps(value)
-
-
-def test_id_bytes_spells_a_huge_integer_and_a_bool_like_dumps() -> None:
-    for value in (10**40, -(10**40), 0, -1):
-        assert rpc.id_bytes(value) == rpc.dumps(value)
-    assert rpc.id_bytes(True) == b"true"  # a bool is not an id, but is still not spelled "1"
-
-
 def test_a_large_line_nested_too_deep_is_refused_as_a_small_one_is() -> None:
     # Lines past a few KiB count their brackets with finds that stop past the limit, not with
     # bytes.count: the same lines must be refused, the padding placed before and after.

@@ -77,18 +77,20 @@ def test_splicing_always_equals_a_plain_rewrite(old: rpc.JsonId, new: rpc.JsonId
     assert type(json.loads(out)["id"]) is type(new)
 
 
-def test_a_large_result_in_either_sdk_shape_is_recognised_and_spliced_without_decoding() -> None:
-    payload = "z" * (rpc.LARGE_LINE_BYTES + 10)
+def test_a_large_result_in_either_sdk_shape_is_found_and_spliced_without_decoding() -> None:
+    payload = "z" * (rpc.LARGE_RESULT_BYTES + 10)
     python_shape = json.dumps({"jsonrpc": "2.0", "id": 41, "result": {"text": payload}}).encode()
     ts_shape = ('{"result":{"text":"%s","id":41},"jsonrpc":"2.0","id":41}' % payload).encode()
     for line in (python_shape, ts_shape):
         assert rpc.large_result_id(line) == 41
-        out = json.loads(rpc.splice_result_id(line, 41, "client-7"))
+        spliced = rpc.spliced_id(line, b"41", b'"client-7"')
+        assert spliced is not None
+        out = json.loads(spliced)
         assert out["id"] == "client-7" and out["result"]["text"] == payload
 
 
 def test_small_lines_errors_and_notifications_are_never_taken_by_the_large_result_path() -> None:
-    big = "z" * rpc.LARGE_LINE_BYTES
+    big = "z" * rpc.LARGE_RESULT_BYTES
     assert rpc.large_result_id(b'{"jsonrpc":"2.0","id":1,"result":{}}') is None
     assert rpc.large_result_id(json.dumps({"jsonrpc": "2.0", "id": 1, "error": {"code": 1, "message": big}}).encode()) is None
     assert rpc.large_result_id(json.dumps({"jsonrpc": "2.0", "method": "x", "params": {"id": 1, "t": big}}).encode()) is None
@@ -96,17 +98,26 @@ def test_small_lines_errors_and_notifications_are_never_taken_by_the_large_resul
     assert rpc.large_result_id(nested_last) is None
 
 
+def test_a_large_result_holding_id_keys_is_spliced_when_no_top_level_id_follows_and_only_then() -> None:
+    items = [{"id": i, "title": "t" * 40} for i in range(2000)]
+    line = json.dumps({"jsonrpc": "2.0", "id": 41, "result": {"items": items}}, separators=(",", ":")).encode()
+    assert rpc.large_result_id(line) == 41
+    assert rpc.spliced_id(line, b"41", b'"c"') == line.replace(b'"id":41', b'"id":"c"', 1)
+    # A second top-level id after the result is the one a parser keeps: never the first spliced.
+    for tail in (b',"id":42}', b',"\\u0069d":42}', b',"x":1,"id":42}'):
+        assert rpc.spliced_id(line[:-1] + tail, b"41", b'"c"') is None, tail
+
+
 @pytest.mark.parametrize("size", [0, 4095, 4096, 70_000])
 def test_a_splice_gives_the_same_bytes_whatever_the_size_of_the_line(size: int) -> None:
-    # Small lines are sliced, large ones joined from views: both must be the received bytes with
-    # only the id's changed, in either shape and for the large-result path too.
+    # The received bytes with only the id's changed, in either shape.
     pad = "p" * size
     for line in (b'{"jsonrpc":"2.0","id":7,"method":"m","params":{"t":"%s"}}' % pad.encode(),
                  b'{"method":"m","params":{"t":"%s"},"jsonrpc":"2.0","id":7}' % pad.encode()):
         out = _rewrite(line, 123456)
         assert out == line.replace(b'"id":7', b'"id":123456')
     result = b'{"jsonrpc":"2.0","id":41,"result":{"t":"%s"}}' % pad.encode()
-    assert rpc.splice_result_id(result, 41, "c") == result.replace(b'"id":41', b'"id":"c"')
+    assert _rewrite(result, "c") == result.replace(b'"id":41', b'"id":"c"')
 
 
 @pytest.mark.parametrize("later_id", [b'"id"', b'"\\u0069d"', b'"i\\u0064"'])
@@ -121,24 +132,20 @@ def test_a_large_line_with_a_second_id_key_is_never_spliced_at_its_first(later_i
     assert _rewrite(escaped, 99) == escaped.replace(b'"id":7', b'"id":99', 1)
 
 
-def test_a_large_result_holding_id_keys_is_spliced_when_it_ends_the_object_and_only_then() -> None:
+def test_a_result_holding_id_keys_is_spliced_when_no_top_level_id_follows_and_only_then() -> None:
     items = [{"id": i, "title": "t" * 40} for i in range(2000)]
-    line = json.dumps({"jsonrpc": "2.0", "id": 41, "result": {"items": items}}, separators=(",", ":")).encode()
-    assert len(line) >= rpc.LARGE_LINE_BYTES
-    assert rpc.large_result_id(line) == 41
-    assert json.loads(rpc.splice_result_id(line, 41, "c")) == {"jsonrpc": "2.0", "id": "c", "result": {"items": items}}
+    line = json.dumps({"jsonrpc": "2.0", "id": 41, "result": {"items": items}}).encode()  # spaced: not as dumps
+    assert _rewrite(line, "c") == line.replace(b'"id": 41', b'"id": "c"', 1)
     # A second top-level id after the result is the one a parser keeps: no splice of the first.
-    for tail in (b',"id":42}', b',"\\u0069d":42}', b',"x":1,"id":42}'):
-        assert rpc.large_result_id(line[:-1] + tail) is None, tail
-    # Nor of a line that is no JSON past its result.
-    assert rpc.large_result_id(line[:-1] + b',}') is None
+    for tail in (b',"id":42}', b',"\\u0069d":42}', b',"x":1,"id":42}', b', "x" : {"id":1} , "id" :42 }'):
+        out = _rewrite(line[:-1] + tail, "c")
+        assert json.loads(out)["id"] == "c" and out.count(b'"c"') == 1, tail
 
 
 def test_a_second_id_is_found_behind_few_strings_or_many() -> None:
     for strings in (3, 63, 64, 65, 500):
-        result = {"s": ["v" * 10] * strings, "t": "y" * rpc.LARGE_LINE_BYTES}
-        line = json.dumps({"jsonrpc": "2.0", "id": 41, "result": result}, separators=(",", ":")).encode()
-        assert rpc.large_result_id(line) == 41, strings
-        assert rpc.large_result_id(line[:-1] + b',"id":42}') is None, strings
-        msg = rpc.parse(line[:-1] + b',"id":42}')
-        assert isinstance(msg, rpc.Message) and json.loads(rpc.with_id(msg, "c"))["id"] == "c"
+        result = {"s": ["v" * 10] * strings, "t": "y" * 70_000}
+        line = json.dumps({"jsonrpc": "2.0", "id": 41, "result": result}).encode()
+        assert _rewrite(line, "c") == line.replace(b'"id": 41', b'"id": "c"', 1), strings
+        out = _rewrite(line[:-1] + b',"id":42}', "c")
+        assert json.loads(out)["id"] == "c" and out.count(b'"c"') == 1, strings

@@ -3,13 +3,13 @@
 Client to server: the shim's reading for its in-flight table (lazyd/protocol/linepeek.py `inspect_line`), the
 over-long rule's reading of a line's start (`too_long_request`), the relay core's parse and its id
 rewrite (lazyd/core/relay/jsonrpc.py `parse`, `with_id`). Server to client: the large-result
-splice (`large_result_id`, `splice_result_id`) and the parse and rewrite of any answer.
+splice (`large_result_id`, `spliced_id`) and the parse and rewrite of any answer.
 
 Testing policy: hypothesis (derandomized, bounded) over lines written member by member, so that
 keys repeat ("id" twice, "method" twice, "id" spelled with escapes), ids take every JSON type (big
 integers, fractions, exponents, null, booleans, strings with escapes), members come in any order,
 and bulk (a long string, a nested "id", nesting past the bound) sits anywhere, small lines and
-lines over the 64 KiB where the large-line readers take over. The expected reading is written here
+lines over the 64 KiB where the large-result splice takes over. The expected reading is written here
 from `json.loads` and the rules (docs/relay.md, "Bad input"): the last of repeated keys wins, an
 id is a string or an integer from -2^63 to 2^64-1, nesting past 256 levels is refused.
 """
@@ -26,7 +26,7 @@ from lazyd.core.relay import jsonrpc as rpc
 from lazyd.protocol.linepeek import ID_SCAN_BYTES, inspect_line, too_long_request
 
 BOUND = 256
-BIG = 70 * 1024  # over the 64 KiB of the large-line readers
+BIG = 70 * 1024  # over the 64 KiB of the large-result splice and the over-long rule's scan
 REFUSED = "refused"  # not JSON, too deep, or an id that is no id: -32600/-32700 under a null id
 
 
@@ -156,8 +156,9 @@ def server_lines(draw: st.DrawFn) -> bytes:
 def test_a_server_answer_reaches_its_client_under_the_id_json_reads_and_only_its_client_s_id(line: bytes) -> None:
     obj = expected(line)
     rid = rpc.large_result_id(line)
-    if rid is not None:
-        # The splice is taken only where json.loads reads the same id, and the client then reads
+    spliced = rpc.spliced_id(line, b"%d" % rid, b'"client-1"') if rid is not None else None
+    if spliced is not None:
+        # The splice is made only where json.loads reads the same id, and the client then reads
         # its own id and nothing else changed. (A large result is not judged further: one a
         # parser refuses, or nested past the bound, goes on as the server wrote it, as it would
         # reach the client directly.)
@@ -167,7 +168,7 @@ def test_a_server_answer_reaches_its_client_under_the_id_json_reads_and_only_its
             loaded = None
         if loaded is not None:
             assert rid == loaded["id"], line[:300]
-            assert json.loads(rpc.splice_result_id(line, rid, "client-1")) == {**loaded, "id": "client-1"}
+            assert json.loads(spliced) == {**loaded, "id": "client-1"}
     msg = rpc.parse(line)
     if obj == REFUSED:
         assert isinstance(msg, rpc.Invalid)

@@ -77,6 +77,18 @@ def test_a_small_map_reads_back_as_msgpack_reads_it(fields: dict[str, Any]) -> N
         assert smallpack.unpack(body) == unpackb(body)
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["t", "v", "d", "é"]), small_values), max_size=20))
+def test_a_map_with_repeated_keys_reads_as_msgpack_reads_it_the_last_winning(pairs: list[tuple[str, Any]]) -> None:
+    header = bytes((0x80 | len(pairs),)) if len(pairs) < 16 else b"\xde" + len(pairs).to_bytes(2, "big")
+    body = header + b"".join(packb(key) + packb(value) for key, value in pairs)
+    if len(body) > smallpack.SMALL_BODY_BYTES:
+        with pytest.raises(ValueError):
+            smallpack.unpack(body)
+    else:
+        assert smallpack.unpack(body) == unpackb(body) == dict(pairs)
+
+
 @settings(max_examples=400, deadline=None)
 @given(st.one_of(st.binary(max_size=64),
                  st.tuples(st.dictionaries(st.text(max_size=4), small_values, max_size=4), st.integers(0, 63),

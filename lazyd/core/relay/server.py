@@ -74,11 +74,14 @@ class ServerMessages:
         if (rid is None or up is None or up.cid is None or up.client_id is None or up.inspect
                 or up.method in _RESULTS_READ_BY_RELAY):
             return None
+        spliced = rpc.spliced_id(line, b"%d" % rid, rpc.dumps(up.client_id))
+        if spliced is None:
+            return None
         self.shared.routes.pop(rid)
         self.shared.routes.release_token(rid)
         if up.cid not in self.shared.clients:
             return [Note(f"response for departed client {up.cid} dropped")]
-        return [Activity(), ToClient(up.cid, rpc.splice_result_id(line, rid, up.client_id), up.client_id)]
+        return [Activity(), ToClient(up.cid, spliced, up.client_id)]
 
     def response(self, msg: Message) -> list[Action]:
         rid = msg.id

@@ -15,7 +15,6 @@ import json
 import mmap
 from collections.abc import Callable
 
-from lazyd.daemon.heap_trim import TRIMMER
 from lazyd.handoff.recovery import Recovery
 from lazyd.handoff.region import ENTRY_BYTES, LANDING_BYTES, LANDING_OFFSET, TABLE_ENTRIES, Region, State
 from lazyd.handoff.region import landing_offset
@@ -34,10 +33,16 @@ RELEASE_HEAD_BYTES = 1 << 20
 _UNRECORDED = -1  # the entry of a request in flight whose id the table cannot hold
 
 
+def _at_once(release: Callable[[], None]) -> None:
+    release()
+
+
+
+
 class Ledger:
     """The in-flight table and handshake of one hand-off session."""
 
-    def __init__(self, region: Region, later: Callable[[Callable[[], None]], None] = TRIMMER.later, *,
+    def __init__(self, region: Region, later: Callable[[Callable[[], None]], None] = _at_once, *,
                  recovery: Recovery | None = None) -> None:
         """The ledger of a new session, of one continued from its region (after an upgrade, or a
         shim's recovery), or with `recovery`, of one reclaimed from a lost daemon's region

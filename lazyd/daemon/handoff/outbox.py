@@ -41,7 +41,6 @@ import trio
 from lazyd.core.relay.jsonrpc import JsonId
 from lazyd.daemon.handoff.ledger import Ledger
 from lazyd.daemon.handoff.whole_write import PipeRoom, socket_cost, socket_room
-from lazyd.daemon.heap_trim import LARGE_BYTES, TRIMMER
 from lazyd.daemon.runtime.outbox import (
     CLIENT_PAUSE_BYTES,
     CLIENT_PAUSE_FRAMES,
@@ -105,6 +104,9 @@ class ClientEnds:
         self._out_sock = socket.socket(fileno=out_fd) if stat.S_ISSOCK(os.fstat(out_fd).st_mode) else None
         self.closed = False
         self._widened: dict[int, int] = {}  # a pipe widened while large lines pass: its size before
+        # Runs `narrow` once the large lines are over: the daemon's HeapTrimmer.later, given by the
+        # session (lazyd/daemon/handoff/session.py); until then a widened pipe stays wide.
+        self.later: Callable[[Callable[[], None]], None] | None = None
         self._pipe_room = PipeRoom()  # the slots the daemon's writes may hold in the stdout pipe
         if self._out_sock is None:
             try:
@@ -155,9 +157,9 @@ class ClientEnds:
             return False
         if (self._in_sock if fd == self.in_fd else self._out_sock) is not None:
             return False
-        TRIMMER.note(LARGE_BYTES)  # a spell of large lines: narrowed once it is over
         if fd in self._widened:
-            TRIMMER.later(self.narrow)  # an earlier narrowing found it too full
+            if self.later is not None:
+                self.later(self.narrow)  # an earlier narrowing found it too full
             return False
         try:
             size = fcntl.fcntl(fd, _F_GETPIPE_SZ)
@@ -167,7 +169,8 @@ class ClientEnds:
         except OSError:
             return False
         self._widened[fd] = size
-        TRIMMER.later(self.narrow)
+        if self.later is not None:
+            self.later(self.narrow)
         return True
 
     def narrow(self) -> None:

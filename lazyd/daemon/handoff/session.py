@@ -157,12 +157,13 @@ class HandoffSession:
         finally:
             os.close(region_fd)
         region = Region(self._map, table_bytes)
+        later = ends.later = registry.heap.later  # what large lines left, given back after them
         self.recovery: Recovery | None = None  # what a reclaimed session still owes its client
         if reclaiming:
             try:
                 recovered = reclaim(region)
                 if isinstance(recovered, Recovery):
-                    self.ledger = Ledger(region, recovery=recovered)  # records the reclaim first
+                    self.ledger = Ledger(region, later, recovery=recovered)  # records the reclaim first
             except Exception:
                 recovered = "its region could not be written"
                 log.exception("shim pid %d: reclaiming its session failed", pid)
@@ -172,7 +173,7 @@ class HandoffSession:
                 raise NotReclaimed(recovered)
             self.recovery = recovered
         else:
-            self.ledger = Ledger(region)
+            self.ledger = Ledger(region, later)
         self.landing = Landing(region)
         state = self.ledger.state  # what it continues from: the head of a partly read line
         head = region.read_head(state.head_len, state.head_area) if state.head_len else b""

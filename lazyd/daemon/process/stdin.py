@@ -16,7 +16,6 @@ from collections.abc import Callable
 
 import trio
 
-from lazyd.daemon.heap_trim import TRIMMER
 from lazyd.daemon.process.child import ChildProcess
 
 __all__ = ["MAX_SERVER_BACKLOG_LINES", "MAX_SERVER_BACKLOG_BYTES", "MAX_WAITING_REQUESTS", "ServerInput"]
@@ -44,8 +43,10 @@ class _Backlog:
 class ServerInput:
     """The stdin of the current process of one runtime (none between processes)."""
 
-    def __init__(self, name: str, on_stuck: Callable[[str], None], waiting_requests: Callable[[], int]) -> None:
+    def __init__(self, name: str, on_stuck: Callable[[str], None], waiting_requests: Callable[[], int],
+                 note: Callable[[int], None]) -> None:
         self._name = name
+        self._note = note  # each line's size, for the heap trimmer (lazyd/daemon/heap_trim.py)
         self._on_stuck = on_stuck
         self._waiting_requests = waiting_requests  # requests the relay holds until a start completes
         self._proc: ChildProcess | None = None
@@ -72,7 +73,7 @@ class ServerInput:
         if queue is None or proc is None:
             log.info("[%s] line for a server that is not running dropped", self._name)
             return
-        TRIMMER.note(len(line))
+        self._note(len(line))
         data: bytes | memoryview = line
         if not self._busy:
             # Nothing queued: write straight into the pipe and skip a task switch; the line and

@@ -26,7 +26,6 @@ from collections.abc import Callable
 
 import trio
 
-from lazyd.daemon.heap_trim import TRIMMER
 from lazyd.daemon.process.read_buffer import read_into_shared
 
 __all__ = ["StdoutReader"]
@@ -74,6 +73,5 @@ class StdoutReader:
             if not count:
                 return False
             self._drained = count < self._chunk
-            TRIMMER.note(count)  # a read this large is part of a large line
             sink(buffer, count)
             return True

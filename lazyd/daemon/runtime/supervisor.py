@@ -39,6 +39,7 @@ from typing import Any
 import trio
 
 from lazyd.core import state_codec as sc
+from lazyd.daemon.heap_trim import HeapTrimmer
 from lazyd.core.lifecycle import machine as lc
 from lazyd.core.relay import core as rl
 from lazyd.core.cache import Snapshot
@@ -68,7 +69,7 @@ FATAL_SPAWN_ERRNOS = frozenset({errno.ENOENT, errno.EACCES, errno.ENOEXEC, errno
 
 
 class ServerRuntime:
-    def __init__(self, config: RuntimeConfig, snapshot: Snapshot, store: CacheStore,
+    def __init__(self, config: RuntimeConfig, snapshot: Snapshot, store: CacheStore, heap: HeapTrimmer,
                  on_children_changed: Callable[[], None] = lambda: None, *, label: str | None = None,
                  save_lock: trio.Lock | None = None) -> None:
         self.config = config
@@ -79,6 +80,7 @@ class ServerRuntime:
                                  session_aware=config.share == "session-aware")
         self.life = lc.Lifecycle(config.policy, random.Random())
         self.store = store
+        self.heap = heap
         self.proc: ChildProcess | None = None
         self.sessions: dict[int, Outbox] = {}
         self.placers: dict[int, Callable[[int, str], None]] = {}  # who places a session (era_lanes.py)
@@ -93,7 +95,7 @@ class ServerRuntime:
         # taking its copy inside the lock, so an older copy never lands after a newer one.
         self._save_lock = save_lock if save_lock is not None else trio.Lock()
         self._saver = CacheSaver(store, config.digest, lambda: self.core.snapshot, self._save_lock)
-        self._input = ServerInput(self.name, self._kill, lambda: len(self.core.queue))  # the process's stdin
+        self._input = ServerInput(self.name, self._kill, lambda: len(self.core.queue), heap.note)  # its stdin
         self._kill_reason: str | None = None
         # Why a stop of ours ended the process, when it is a failure the clients must hear of
         # (a memory limit): what in-flight requests are answered with and the exit is logged as.
@@ -105,9 +107,8 @@ class ServerRuntime:
         self._stop_requested = False
         self._closing = False  # set by shutdown(): no process or predicate is started after it
         self._finished = trio.Event()  # run() has returned: no task of this runtime is left
-        # Set (and dropped) at the end of every lifecycle input, which is where every change of
-        # state, process or failure count happens; created only while someone waits (see
-        # wait_changed), so the relay's hot path allocates nothing.
+        # Set (and dropped) at the end of every lifecycle input, where every change happens; created
+        # only while someone waits (wait_changed), so the relay's hot path allocates nothing.
         self._changed: trio.Event | None = None
         self.on_change: Callable[[], None] = lambda: None  # the registry's status signal (status_signal.py)
         self.last_exit: str | None = None
@@ -359,10 +360,8 @@ class ServerRuntime:
                 self._nursery.start_soon(self._run_predicate)
             elif isinstance(action, lc.Log):
                 log.info("[%s] %s", self.name, action.message)
-        # Wake the timer loop only when its deadline moved earlier: most inputs leave it alone, and
-        # waking it per message would cost a task switch on the relay's hot path. A deadline that
-        # moved later (an idle timeout pushed back by each request) is found when the loop wakes at
-        # the old one, whose tick then has nothing to do.
+        # Wake the timer loop only when its deadline moved earlier (no task switch per message): a
+        # deadline moved later is found when the loop wakes at the old one, with nothing to do.
         deadline = self._next_deadline()
         if deadline is not None and (self._waiting_for is None or deadline < self._waiting_for):
             self._poke.set()
@@ -438,6 +437,7 @@ class ServerRuntime:
         try:
             await GATE.passage()  # an adopted process is read once its sessions are back
             async for line in proc.lines():
+                self.heap.note(len(line))
                 self._relay(self.core.server_line(line, now=time.time()))
                 self._load()
                 await GATE.passage()  # an upgrade stops reading here (lazyd/daemon/upgrade/quiesce.py)
@@ -519,14 +519,14 @@ class ServerRuntime:
 
     @classmethod
     def from_state(cls, state: Mapping[str, Any], secrets: Mapping[str, Any], snapshot: Snapshot, store: CacheStore,
-                   *, written_at: float, child: bool, save_lock: trio.Lock | None = None,
+                   heap: HeapTrimmer, *, written_at: float, child: bool, save_lock: trio.Lock | None = None,
                    on_children_changed: Callable[[], None] = lambda: None) -> ServerRuntime:
         """The runtime that wrote `state`, not started yet: `run` it and it takes its process over.
         `written_at` is the wall-clock time of the write; `child` whether its process is our child.
         Raises ValueError for a state this code did not write."""
         config = RuntimeConfig.from_state(state.get("config"), secrets)
         name = sc.text(state.get("name"), "runtime.name")
-        runtime = cls(config, snapshot, store, on_children_changed, label=name if name != config.name else None,
+        runtime = cls(config, snapshot, store, heap, on_children_changed, label=name if name != config.name else None,
                       save_lock=save_lock)
         runtime.core = rl.RelayCore.from_state(state.get("core"), config.name, snapshot, config.sampling_policy,
                                                era=config.era)

@@ -58,6 +58,7 @@ from lazyd.daemon.sessions.unnamed_identity import unnamed_identity, which as _w
 from lazyd.daemon.runtime.era_lanes import EraLanes, EraRoute
 from lazyd.daemon.runtime.cache_store import CacheStore
 from lazyd.daemon.status_signal import Changes
+from lazyd.daemon.heap_trim import HeapTrimmer
 from lazyd.daemon.process.command import SpawnSpec
 from lazyd.daemon.runtime.outbox import Outbox
 from lazyd.daemon.runtime.policy_gate import RuntimeGate
@@ -89,8 +90,9 @@ IDENTITY_OPTS = ("identity_env", "per_session_env")
 
 class Registry:
     def __init__(self, config: Config, paths: Paths, secret: bytes, store: CacheStore,
-                 nursery: trio.Nursery, daemon_env: Mapping[str, str]) -> None:
+                 nursery: trio.Nursery, daemon_env: Mapping[str, str], heap: HeapTrimmer) -> None:
         self.config = config
+        self.heap = heap  # noted by every line a server or a hand-off session passes on
         self.paths = paths
         self.secret = secret
         self.store = store
@@ -232,7 +234,7 @@ class Registry:
             memory_max=policy.memory_max,
         )
         snapshot = self.commands.start_snapshot(self.runtimes, self.identities, identity, cache_digest)  # own, else the command's
-        runtime = ServerRuntime(config, snapshot, self.store, self.children_changed)
+        runtime = ServerRuntime(config, snapshot, self.store, self.heap, self.children_changed)
         runtime.gate = RuntimeGate(runtime, lambda: self.config.tool_policy)  # read at each call: reloads apply
         runtime.on_change = self.changes.note
         self.runtimes[digest] = runtime
@@ -257,7 +259,7 @@ class Registry:
         label = f"{primary.name}@{era}"
         spec = dataclasses.replace(primary.config.spec, log_path=self.paths.logs_dir / f"{label}.log")
         runtime = ServerRuntime(dataclasses.replace(primary.config, spec=spec), primary.core.snapshot, self.store,
-                                self.children_changed, label=label, save_lock=primary.save_lock)
+                                self.heap, self.children_changed, label=label, save_lock=primary.save_lock)
         runtime.gate = RuntimeGate(runtime, lambda: self.config.tool_policy)
         runtime.on_change = self.changes.note
         identity = self.identities[digest]
@@ -537,7 +539,7 @@ class Registry:
             snapshot = Snapshot.from_json(group.get("snapshot"))
             lock = trio.Lock()  # the lanes of one registration save their one snapshot in turn
             lanes_of = [(key, ServerRuntime.from_state(runtimes[key], secret_runtimes[key], snapshot, self.store,
-                                                       written_at=written_at, child=child, save_lock=lock,
+                                                       self.heap, written_at=written_at, child=child, save_lock=lock,
                                                        on_children_changed=self.children_changed),
                          _identity_from(identities[key])) for key in keys]
             plan.append((primary, sc.flag(group.get("reserved"), "group.reserved"), lanes_of))
