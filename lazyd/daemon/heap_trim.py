@@ -23,15 +23,13 @@ from collections.abc import Callable
 
 import trio
 
-from lazyd.daemon.process import read_buffer
 from lazyd.host.heapkeep import LARGE_BYTES, QUIET_S, keep_freed, trim
 
 __all__ = ["HeapTrimmer", "LARGE_BYTES", "QUIET_S", "TRIMMER"]
 
 
 def malloc_trim() -> None:
-    """The heap's free pages back to the system, and the shared read buffer's."""
-    read_buffer.release()
+    """The heap's free pages back to the system."""
     trim()
 
 

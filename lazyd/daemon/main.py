@@ -4,7 +4,7 @@ Start-up order matters: make and validate the private runtime dir (activated or 
 the start-up record live there), read the config and the identity key (exit 1 for an unsafe
 environment, 2 for a file the user must fix, each with one line on stderr, in the daemon log and
 in the start-up record `lazyctl status` shows; see lazyd.daemon.startup; `${VAR}` expands from
-the environment the daemon was started with), take the single-instance lock, then adopt the
+the environment the daemon was started with), take the single-instance lock, then take the
 systemd socket or bind our own (a live socket is never replaced), and only then reduce the
 environment to the daemon's own (lazyd/daemon/environment.py) and enter trio. A
 socket-activated daemon with a file the user must fix does not exit (the waiting connection
@@ -45,7 +45,7 @@ from lazyd.config.load import Config, load_config
 from lazyd.core.admission import Admission
 from lazyd.daemon import environment, fdlimit, orphans, startup
 from lazyd.daemon.config_wait import wait_for_files
-from lazyd.daemon.upgrade.inherit import adopt, adopt_stored, take_envelope
+from lazyd.daemon.upgrade.inherit import inherit, inherit_stored, take_envelope
 from lazyd.daemon import crash_loop
 from lazyd.daemon.handoff import stored_sessions
 from lazyd.daemon.upgrade.stored_servers import FdStore, keep_standby, standby_path, stored_fds
@@ -57,11 +57,11 @@ from lazyd.daemon.notify import Notifier
 from lazyd.daemon.sessions.registry import Registry
 from lazyd.daemon.runtime.memory_watch import MemoryWatch
 from lazyd.daemon.runtime.cache_store import CacheStore, load_or_create_secret
-from lazyd.daemon.runtime_dir import acquire_instance_lock, adopt_activated_socket, release_instance_lock, bind_unix_socket, socket_identity
+from lazyd.daemon.runtime_dir import acquire_instance_lock, take_activated_socket, release_instance_lock, bind_unix_socket, socket_identity
 from lazyd.daemon.systemd_env import ACTIVATION_VARS, NOTIFY_VARS
 from lazyd.daemon.upgrade.handover import Lineage, Upgrader
 from lazyd.daemon.upgrade.state import Envelope
-from lazyd.errors import AdoptionError, AlreadyRunning, ConfigError, SetupError, StateFileError
+from lazyd.errors import InheritError, AlreadyRunning, ConfigError, SetupError, StateFileError
 from lazyd.host.paths import Paths, resolve_paths
 from lazyd.host.privatefiles import ensure_private_dir
 
@@ -143,10 +143,10 @@ def main(argv: list[str] | None = None) -> None:
     try:
         # A predecessor's hand-over (lazyd/daemon/upgrade/handover.py): its listener and lock are ours.
         envelope = take_envelope(os.environ)
-    except AdoptionError as exc:
+    except InheritError as exc:
         startup.fail(paths, str(exc), startup.EXIT_SETUP, record=False)
     try:
-        activated = adopt_activated_socket(os.environ, os.getpid()) if envelope is None else None
+        activated = take_activated_socket(os.environ, os.getpid()) if envelope is None else None
         # Descriptors systemd kept for us across a crash (lazyd/daemon/upgrade/stored_servers.py), after the socket.
         stored = stored_fds(os.environ, int(os.environ.get("LISTEN_FDS") or 0)) if activated is not None else {}
         # The lock and the start-up record live in the runtime dir, so it is made and checked
@@ -254,7 +254,7 @@ async def serve(sock: socket.socket, paths: Paths, config: Config, config_path: 
     fdstore = FdStore.from_environ(notify_env, os.environ)
     stored = stored or {}
     # Hand-off sessions systemd kept across a crash (lazyd/daemon/handoff/stored_sessions.py): out of what the
-    # servers' adoption reads, taken back once the registry is up.
+    # servers' inheritance reads, taken back once the registry is up.
     if fdstore is not None:
         fdstore.given(stored)
     kept_sessions = stored_sessions.take_kept(stored)
@@ -278,17 +278,17 @@ async def serve(sock: socket.socket, paths: Paths, config: Config, config_path: 
                             notifier=notifier, notify_env=notify_env, lineage=lineage, config_path=config_path)
         handler.upgrade = upgrader
         if envelope is not None:
-            await adopt(envelope, registry, handler, lineage, fdstore)
-        elif stored and await adopt_stored(dict(stored), registry, paths.lock, paths.state_dir, lineage):
-            adopted = set(registry.runtimes)
+            await inherit(envelope, registry, handler, lineage, fdstore)
+        elif stored and await inherit_stored(dict(stored), registry, paths.lock, paths.state_dir, lineage):
+            inherited = set(registry.runtimes)
             await registry.boot()  # named servers new to the config; changed ones are replaced
-            await registry.drop_stale_named(adopted)
+            await registry.drop_stale_named(inherited)
         else:
             await registry.boot()
         if kept_sessions and stored_sessions.KEEPER is not None:
             # What became of them, in the crash's line of `lazyctl status` (counted as they go).
             if lineage.last is None:
-                lineage.last = {"at": time.time(), "from_pid": None, "adopted": False, "crash": True,
+                lineage.last = {"at": time.time(), "from_pid": None, "inherited": False, "crash": True,
                                 "servers": [], "lost": [], "reason": None}
             stored_sessions.KEEPER.tally["kept"] = len(kept_sessions)
             lineage.last["sessions"] = stored_sessions.KEEPER.tally

@@ -8,7 +8,7 @@ itself is made private by ``lazyd.host.privatefiles.ensure_private_dir``):
 - ``bind_unix_socket``: stale-socket replacement where only ECONNREFUSED proves staleness
   (EAGAIN is a live daemon with a full backlog), and a socket that is 0600 from birth. Call it
   only while holding the instance lock, or two starting daemons could unlink each other's socket.
-- ``adopt_activated_socket``: systemd socket activation (fd 3), never bound, never unlinked.
+- ``take_activated_socket``: systemd socket activation (fd 3), never bound, never unlinked.
 - ``peer_credentials``, ``socket_identity``: small facts the listener and the ownership watch
   need.
 
@@ -193,7 +193,7 @@ def _clear_stale_socket(path: Path) -> None:
         pass
 
 
-def adopt_activated_socket(env: Mapping[str, str], pid: int) -> socket.socket | None:
+def take_activated_socket(env: Mapping[str, str], pid: int) -> socket.socket | None:
     """Return the listening socket systemd passed as fd 3, or None when not socket-activated.
 
     ``LISTEN_PID`` must equal ``pid`` (ours): a mismatch means the variables were inherited from

@@ -18,6 +18,7 @@ import os
 import struct
 import termios
 from collections.abc import AsyncIterator
+from types import SimpleNamespace
 
 import pytest
 import trio
@@ -25,7 +26,7 @@ import trio
 from lazyd.daemon.handoff import session as handoff
 from lazyd.daemon.handoff.outbox import ClientEnds
 from lazyd.daemon.handoff.session import HandoffSession
-from lazyd.daemon.upgrade.quiesce import GATE
+from lazyd.daemon.upgrade.quiesce import Gate
 from lazyd.handoff.region import LANDING_BYTES
 from lazyd.handoff.snapshot import snapshot
 
@@ -69,10 +70,11 @@ class Flood:
         os.close(out_w)
         self.stdout = out_r
         self.route = Route()
+        self.registry = SimpleNamespace(reading=Gate())  # the one part of the daemon its reader reads
         self.session = self.open(ClientEnds(in_fd, out_fd), region_fd)
 
     def open(self, ends: ClientEnds, region_fd: int) -> HandoffSession:
-        session = HandoffSession(None, None, 0, ends, os.dup(region_fd))  # type: ignore[arg-type]
+        session = HandoffSession(self.registry, None, 0, ends, os.dup(region_fd))  # type: ignore[arg-type]
         session.make_outbox(1, 0, lambda: None)
         session.route = self.route  # type: ignore[assignment]
         session._peek = 0  # no handshake among these lines: nothing to show the registry
@@ -163,7 +165,7 @@ async def test_a_reader_stopped_at_the_upgrade_gate_mid_flood_leaves_all_it_read
     async def upgrade() -> None:
         while len(flood.route.lines) < CALLS // 3:
             await trio.lowlevel.checkpoint()
-        GATE.close()
+        flood.registry.reading.close()
         for _ in range(5):
             await trio.sleep(0)  # as the hand-over's settle does: readers with data run to their gate
         parked.set()
@@ -181,7 +183,7 @@ async def test_a_reader_stopped_at_the_upgrade_gate_mid_flood_leaves_all_it_read
         assert flood.taken() == flood.route.relayed_bytes() + len(found.landed) + len(found.head)
         assert sorted(int(i) for i in found.state.inflight) == list(range(before))
     finally:
-        GATE.open()
+        flood.registry.reading.open()
     successor = flood.open(ClientEnds(os.dup(flood.session.ends.in_fd), os.dup(flood.session.ends.out_fd)), fd)
     successor._peek = 0
     try:

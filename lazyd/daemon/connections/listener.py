@@ -48,7 +48,7 @@ from lazyd.daemon.fdlimit import Spare
 from lazyd.daemon.control import progress
 from lazyd.daemon.upgrade.connection_state import Live
 from lazyd.daemon.runtime.outbox import ConnectionOutbox
-from lazyd.daemon.upgrade.quiesce import GATE
+from lazyd.daemon.upgrade.quiesce import Gate
 from lazyd.daemon.connections.admit import Door
 from lazyd.daemon.sessions.registry import Registry
 from lazyd.daemon.runtime.supervisor import ServerRuntime
@@ -112,8 +112,9 @@ class Frames:
     well-behaved client in the middle of a 1 MiB frame (test_frame_deadline.py).
     """
 
-    def __init__(self, stream: trio.SocketStream, frame_deadline_s: float) -> None:
+    def __init__(self, stream: trio.SocketStream, frame_deadline_s: float, reading: Gate) -> None:
         self.stream = stream
+        self.reading = reading
         self.decoder = wire.FrameDecoder()
         # A deque: one read can hold thousands of tiny frames, and popping a list's head is O(n).
         self.pending: deque[AnyFrame] = deque()
@@ -130,7 +131,7 @@ class Frames:
                 self.feed(b"")  # complete frames left over from the last batch come first
                 if self.pending:
                     break
-            await GATE.passage()  # an upgrade stops reading here (lazyd/daemon/upgrade/quiesce.py)
+            await self.reading.passage()  # an upgrade stops reading here (lazyd/daemon/upgrade/quiesce.py)
             budget = self.frame_deadline_s - self._waited_s if self._in_frame else math.inf
             data: bytes | None = None
             began = trio.current_time()
@@ -191,7 +192,7 @@ class ConnectionHandler:
             first_failure = 0.0
             backoff_s = ACCEPT_BACKOFF_FIRST_S
             while True:
-                await GATE.passage()  # an upgrade leaves new connections in the backlog for its successor
+                await self.registry.reading.passage()  # an upgrade leaves new connections in the backlog for its successor
                 try:
                     stream = await listener.accept()
                 except OSError as exc:
@@ -249,7 +250,7 @@ class ConnectionHandler:
         hello, fds = found
         taken = handoff.take(hello, fds)
         handoff.close_all(fds)
-        await self._adopt(stream, live, hello, taken, kept)
+        await self._reclaim(stream, live, hello, taken, kept)
 
     async def guarded(self, stream: trio.SocketStream, pid: int, serve: Callable[[], Awaitable[None]] | None) -> None:
         """Run `serve` for one connection counted in `active` (a connection accepted here, or one a
@@ -281,7 +282,7 @@ class ConnectionHandler:
         """Serve an admitted connection from its hello on (`frames`: with what was read of it
         already, by a predecessor daemon before an upgrade)."""
         if frames is None:
-            frames = Frames(stream, self.limits.frame_deadline_s)
+            frames = Frames(stream, self.limits.frame_deadline_s, self.registry.reading)
         try:
             await self._serve_hello(stream, frames, pid)
         finally:
@@ -325,7 +326,7 @@ class ConnectionHandler:
         else:
             await self._session(stream, frames, hello)
 
-    async def _adopt(self, stream: trio.SocketStream, live: Live, hello: Hello,
+    async def _reclaim(self, stream: trio.SocketStream, live: Live, hello: Hello,
                      taken: tuple[ClientEnds, int] | None, kept: Kept) -> None:
         """Take back in place the session systemd `kept` across its daemon's crash
         (lazyd/daemon/handoff/reclaim.py), or let it go (its names out of the store, no word),

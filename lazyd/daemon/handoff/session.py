@@ -49,7 +49,6 @@ from lazyd.daemon.handoff.stored_sessions import Kept
 from lazyd.core.relay import jsonrpc as rpc
 from lazyd.daemon.handoff.ledger import Landing, Ledger, map_region, unmap
 from lazyd.daemon.handoff.outbox import ClientEnds, HandoffOutbox
-from lazyd.daemon.upgrade.quiesce import GATE
 from lazyd.daemon.sessions.registry import Registry
 from lazyd.daemon.runtime.supervisor import ServerRuntime
 from lazyd.errors import NotAdopted, Refused
@@ -373,7 +372,7 @@ class HandoffSession:
         while True:
             zone = ledger.state.landing
             if not size:
-                await GATE.passage()  # an upgrade stops reading here (lazyd/daemon/upgrade/quiesce.py)
+                await self.registry.reading.passage()  # an upgrade stops reading here (lazyd/daemon/upgrade/quiesce.py)
                 if emptied:
                     # No read that would only say EAGAIN: wait first (a system call and an
                     # exception less per message when lines come one at a time).

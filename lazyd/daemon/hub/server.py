@@ -433,7 +433,7 @@ class HubSession:
         known, held = taken
         call.runtime = target
         target.placers[call.cid] = lambda cid, key: self._spawn_place(call, base, key)
-        target.adopt(call.inbox, params, known, held)
+        target.move_in(call.inbox, params, known, held)
 
     async def _wake(self, call: ht.MetaCall) -> JsonObj:
         runtime = self._lookup(call.server)

@@ -50,6 +50,7 @@ from lazyd.daemon.process.command import ExitInfo, SpawnSpec, executable_for
 from lazyd.daemon.process.stderr_log import LogRing
 from lazyd.daemon.process.handle import ProcessHandle
 from lazyd.daemon.process.stdout_lines import StdoutLines
+from lazyd.daemon.process.read_buffer import ReadBuffer
 from lazyd.daemon.process.stdout_reader import StdoutReader
 from lazyd.daemon.systemd_env import scrubbed_environ
 from lazyd.errors import LineTooLong as LineTooLong  # what receive_line raises
@@ -78,7 +79,8 @@ class ChildProcess:
     """A running server process; made by `spawn` or `open_child`, never directly."""
 
     def __init__(
-        self, process: ProcessHandle, spec: SpawnSpec, ring: LogRing, pidfd: int, start_ticks: int
+        self, process: ProcessHandle, spec: SpawnSpec, ring: LogRing, pidfd: int, start_ticks: int,
+        read_buffer: ReadBuffer | None = None,
     ) -> None:
         self.pid: int = process.pid
         self.pgid: int = process.pid  # setsid() made the leader's pid the group (and session) id
@@ -100,7 +102,7 @@ class ChildProcess:
         self._reaped = False
         self._exit_info: ExitInfo | None = None
         self._lines = StdoutLines(spec.max_line_bytes)
-        self._reader = StdoutReader(process.stdout, READ_CHUNK_BYTES)
+        self._reader = StdoutReader(process.stdout, READ_CHUNK_BYTES, read_buffer)
 
     # -- talking -----------------------------------------------------------------------------
 
@@ -302,12 +304,12 @@ class ChildProcess:
 
     @classmethod
     def take_over(cls, process: ProcessHandle, spec: SpawnSpec, ring: LogRing, pidfd: int, start_ticks: int,
-                  nursery: trio.Nursery, *, stdout: bytes = b"") -> ChildProcess:
+                  nursery: trio.Nursery, read_buffer: ReadBuffer | None, *, stdout: bytes = b"") -> ChildProcess:
         """A process a predecessor daemon spawned, from the handle of it that
         lazyd/daemon/upgrade/inherited.py checked: what the predecessor had read of its stdout and
         not relayed (`stdout`, from `to_state`) is handed out first; its stderr pump and exit
         watcher run in `nursery`."""
-        child = cls(process, spec, ring, pidfd, start_ticks)
+        child = cls(process, spec, ring, pidfd, start_ticks, read_buffer)
         if stdout:
             child._lines.feed(stdout)
         child._start_tasks(nursery)
@@ -342,14 +344,14 @@ class ChildProcess:
         await self.wait_exit()
 
 
-async def spawn(spec: SpawnSpec, nursery: trio.Nursery) -> ChildProcess:
+async def spawn(spec: SpawnSpec, nursery: trio.Nursery, read_buffer: ReadBuffer | None = None) -> ChildProcess:
     """Start `spec` in its own session; its stderr pump and exit watcher run in `nursery`.
 
     Raises SpawnError if the command cannot be executed (nothing is left running then). The
     caller must eventually `stop()` (or `aclose()`) the child; the nursery's tasks end once the
     child has exited.
     """
-    child = await _launch(spec)
+    child = await _launch(spec, read_buffer)
     child._start_tasks(nursery)
     return child
 
@@ -378,7 +380,7 @@ async def open_child(
         raise only from only.__cause__
 
 
-async def _launch(spec: SpawnSpec) -> ChildProcess:
+async def _launch(spec: SpawnSpec, read_buffer: ReadBuffer | None = None) -> ChildProcess:
     await START_GATE.passage()  # no start while a predecessor's leftovers are swept
     executable = executable_for(spec)
     ring = LogRing(spec.log_path)
@@ -411,7 +413,7 @@ async def _launch(spec: SpawnSpec) -> ChildProcess:
         raise SpawnError(exc.errno or errno.EIO, f"cannot watch '{spec.argv[0]}': {exc.strerror}") from None
     ring.note(f"started pid {process.pid}: {executable}")
     _widen_pipes(process)
-    return ChildProcess(process, spec, ring, pidfd, start_ticks)
+    return ChildProcess(process, spec, ring, pidfd, start_ticks, read_buffer)
 
 
 def _fd(stream: object) -> int | None:

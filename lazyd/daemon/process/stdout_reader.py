@@ -10,7 +10,7 @@ matters of that and drops the rest:
 - a checkpoint is taken only before a read that follows a full one (no wait in between), so a
   server that floods its stdout still lets every other task run, and cancellation is still seen
   at every read;
-- the bytes go into the daemon's shared read buffer (lazyd/daemon/process/read_buffer.py) and from there
+- the bytes go into the daemon's read buffer (lazyd/daemon/process/read_buffer.py) and from there
   straight to the line cutter, without a `bytes` object per read;
 - a closed stream raises `trio.ClosedResourceError`, any other error reads as the end of the
   stream (trio's `BrokenResourceError`), as with `receive_some`.
@@ -27,7 +27,8 @@ from collections.abc import Callable
 import trio
 
 from lazyd.daemon.heap_trim import TRIMMER
-from lazyd.daemon.process.read_buffer import read_into_shared
+from lazyd.daemon.process.read_buffer import ReadBuffer
+from lazyd.host.heapkeep import LARGE_BYTES
 
 __all__ = ["StdoutReader"]
 
@@ -37,9 +38,10 @@ Sink = Callable[[bytes | mmap.mmap, int], None]  # (buffer, how many of its firs
 class StdoutReader:
     """Reads of one stream, for its only reader."""
 
-    def __init__(self, stream: trio.abc.ReceiveStream, chunk: int) -> None:
+    def __init__(self, stream: trio.abc.ReceiveStream, chunk: int, buffer: ReadBuffer | None = None) -> None:
         self._stream = stream
         self._chunk = chunk
+        self._buffer = buffer if buffer is not None else ReadBuffer()  # the daemon's, else its own
         self._drained = False  # the last read came up short: wait before the next one
 
     async def read_into(self, sink: Sink) -> bool:
@@ -63,7 +65,7 @@ class StdoutReader:
             if fd < 0:
                 raise trio.ClosedResourceError("stdout was already closed")
             try:
-                buffer, count = read_into_shared(fd, self._chunk)
+                buffer, count = self._buffer.read_into(fd, self._chunk)
             except BlockingIOError:
                 await trio.lowlevel.wait_readable(fd)
                 continue
@@ -75,5 +77,7 @@ class StdoutReader:
                 return False
             self._drained = count < self._chunk
             TRIMMER.note(count)  # a read this large is part of a large line
+            if count >= LARGE_BYTES:
+                TRIMMER.later(self._buffer.release)  # its pages go back once large lines are over
             sink(buffer, count)
             return True

@@ -136,7 +136,7 @@ class EraRoute:
     def __init__(self, lanes: EraLanes, session: Outbox, resume: list[bytes], nursery: trio.Nursery, *,
                  attached: ServerRuntime | None = None, held: list[bytes] | None = None) -> None:
         """A session's route. With `attached`, the session is attached to that lane already (a
-        route a predecessor daemon handed over: see `adopted`); else its resumed lines' first
+        route a predecessor daemon handed over: see `inherited`); else its resumed lines' first
         request, if any, chooses its lane at once."""
         self.lanes = lanes
         self.session = session
@@ -164,7 +164,7 @@ class EraRoute:
             self._choose(client_era(first.method, first.params), None)
 
     @classmethod
-    def adopted(cls, lanes: EraLanes, session: Outbox, runtime: ServerRuntime | None, resume: list[bytes],
+    def inherited(cls, lanes: EraLanes, session: Outbox, runtime: ServerRuntime | None, resume: list[bytes],
                 held: list[bytes], nursery: trio.Nursery) -> EraRoute:
         """A route a predecessor daemon handed over (lazyd/daemon/upgrade/connections.py), as
         `handover` described it: attached to `runtime` already (its relay core knows the client),
@@ -314,7 +314,7 @@ class EraRoute:
             target.placers[cid] = self._placed
             log.info("[%s] session %d: moved to %s (its roots differ from those of the sessions on %s)",
                      runtime.name, cid, target.name, runtime.name)
-            target.adopt(self.session, params, known, held)
+            target.move_in(self.session, params, known, held)
         finally:
             moving, self._moving = self._moving, None
             moving.set()

@@ -1,28 +1,17 @@
 """One supervised server: where trio meets the relay core and the lifecycle.
 
-A `ServerRuntime` owns, for one registration identity, the `RelayCore` (what to answer, forward,
-queue), the `Lifecycle` (when to start, stop, back off, park), the live `ChildProcess` if any, and
-the sessions attached to it (its status row: lazyd/daemon/runtime/status.py). It feeds both pure objects the
-events it sees and carries out their actions; it makes no decision of its own beyond "how".
+A `ServerRuntime` owns, for one registration identity, the `RelayCore`, the `Lifecycle`, the live
+`ChildProcess` if any and the attached sessions; it feeds both pure objects the events it sees and
+carries out their actions, deciding nothing beyond "how". Its tasks: the timer loop (sleeps until
+the lifecycle's next deadline or a poke), per process a stdin writer (lazyd/daemon/process/stdin.py)
+and a stdout reader that also handles the exit (every line written before dying is relayed before
+in-flight requests fail), the cache saver and the wake predicate. Calls from other tasks are
+synchronous: events are applied atomically and in order.
 
-Tasks (all in the runtime's own nursery):
-- the timer loop: sleeps until the lifecycle's next deadline (or a poke) and calls `tick`;
-- per process: a stdin writer (lazyd/daemon/process/stdin.py, with the backpressure bounds), and a
-  stdout reader that also handles the exit, so every line the server wrote before dying is
-  relayed before in-flight requests fail;
-- the cache saver (lazyd/daemon/runtime/cache_saver.py), the wake predicate (lazyd/daemon/process/predicate.py).
-Calls from other tasks (session readers, lazyd/daemon/upgrade/) are synchronous: they feed an event and carry
-out the resulting actions without awaiting, so events are applied atomically and in order.
-
-A runtime writes itself for a successor daemon (`to_state`, `secrets`) and is rebuilt by it
-(`from_state`): its configuration (lazyd/daemon/runtime/config.py), its relay core and lifecycle
-(their own state: lazyd/core/), the tool-policy gate's held calls, its process (its own state:
-lazyd/daemon/process/child.py) and small facts for status and the exit report. Rebuilt, it
-starts by taking its process over instead of `boot()` (lazyd/daemon/upgrade/inherited.py), and
-reads and writes it as if just spawned; a stop ladder that was under way begins again; a wake
-predicate that was running is killed and counted as timed out (its result would have come to the
-predecessor); a process that is gone by now is an exit like any other: whatever waited on it is
-answered, and the lifecycle decides what follows.
+For a successor daemon it writes itself (`to_state`, `secrets`) and is rebuilt (`from_state`); it
+then takes its process over instead of `boot()` (lazyd/daemon/upgrade/inherited.py). A stop ladder
+under way begins again, a running wake predicate is killed and counted as timed out, and a process
+gone by now is an exit like any other.
 """
 
 from __future__ import annotations
@@ -53,11 +42,12 @@ from lazyd.daemon.runtime.outbox import Outbox
 from lazyd.daemon.process.idle import wait_idle
 from lazyd.daemon.process.predicate import kill_left_predicate, run_predicate
 from lazyd.daemon.process.child import ChildProcess, spawn
-from lazyd.daemon.upgrade.inherited import HandedRuntime, adopt_child
-from lazyd.daemon.upgrade.quiesce import GATE
+from lazyd.daemon.upgrade.inherited import HandedRuntime, inherit_child
+from lazyd.daemon.upgrade.quiesce import Gate
+from lazyd.daemon.process.read_buffer import ReadBuffer
 from lazyd.daemon.runtime.config import LineGate, RuntimeConfig
 from lazyd.daemon.process.stdin import ServerInput
-from lazyd.errors import AdoptionError, LineTooLong, SpawnError
+from lazyd.errors import InheritError, LineTooLong, SpawnError
 
 log = logging.getLogger("lazyd.server")
 
@@ -69,9 +59,11 @@ FATAL_SPAWN_ERRNOS = frozenset({errno.ENOENT, errno.EACCES, errno.ENOEXEC, errno
 
 class ServerRuntime:
     def __init__(self, config: RuntimeConfig, snapshot: Snapshot, store: CacheStore,
-                 on_children_changed: Callable[[], None] = lambda: None, *, label: str | None = None,
-                 save_lock: trio.Lock | None = None) -> None:
+                 on_children_changed: Callable[[], None] = lambda: None, *, reading: Gate,
+                 read_buffer: ReadBuffer, label: str | None = None, save_lock: trio.Lock | None = None) -> None:
         self.config = config
+        self._reading = reading  # the daemon's reading gate (lazyd/daemon/upgrade/quiesce.py)
+        self._read_buffer = read_buffer
         # What logs and `lazyctl status` call it: the server's name, or `NAME@ERA` for a second process of
         # the registration in the other protocol era (era_lanes.py); tool policy and hub use `config.name`.
         self.name = label or config.name
@@ -219,7 +211,7 @@ class ServerRuntime:
             self._load()
 
     def take(self, cid: int) -> tuple[SessionRoots, list[bytes]] | None:
-        """The session moves away: what the other runtime's `adopt` takes (None: it is gone)."""
+        """The session moves away: what the other runtime's `move_in` takes (None: it is gone)."""
         self.placers.pop(cid, None)
         if self.sessions.pop(cid, None) is None:
             return None
@@ -230,7 +222,7 @@ class ServerRuntime:
         self._load()
         return known, held
 
-    def adopt(self, session: Outbox, params: JsonObj | None, known: SessionRoots, held: list[bytes]) -> None:
+    def move_in(self, session: Outbox, params: JsonObj | None, known: SessionRoots, held: list[bytes]) -> None:
         """A session moved here from another runtime of its registration (`take`)."""
         self.attach(session, [])
         self._relay(self.core.adopt(session.cid, params, known, now=time.time()))
@@ -410,7 +402,7 @@ class ServerRuntime:
         now = trio.current_time()
         assert self._nursery is not None
         try:
-            proc = await GATE.hold(spawn(self.config.spec, self._nursery))  # an upgrade waits for its pid
+            proc = await self._reading.hold(spawn(self.config.spec, self._nursery, self._read_buffer))  # an upgrade waits for its pid
         except SpawnError as exc:
             fatal = exc.errno in FATAL_SPAWN_ERRNOS
             log.error("[%s] cannot start%s: %s", self.name, "" if fatal else " (will retry)", exc.message)
@@ -436,11 +428,11 @@ class ServerRuntime:
 
     async def _read_server(self, proc: ChildProcess) -> None:
         try:
-            await GATE.passage()  # an adopted process is read once its sessions are back
+            await self._reading.passage()  # an inherited process is read once its sessions are back
             async for line in proc.lines():
                 self._relay(self.core.server_line(line, now=time.time()))
                 self._load()
-                await GATE.passage()  # an upgrade stops reading here (lazyd/daemon/upgrade/quiesce.py)
+                await self._reading.passage()  # an upgrade stops reading here (lazyd/daemon/upgrade/quiesce.py)
         except LineTooLong:
             self._kill(f"wrote a stdout line over {proc.spec.max_line_bytes} bytes")
         info = await proc.wait_exit()
@@ -520,6 +512,7 @@ class ServerRuntime:
     @classmethod
     def from_state(cls, state: Mapping[str, Any], secrets: Mapping[str, Any], snapshot: Snapshot, store: CacheStore,
                    *, written_at: float, child: bool, save_lock: trio.Lock | None = None,
+                   reading: Gate, read_buffer: ReadBuffer,
                    on_children_changed: Callable[[], None] = lambda: None) -> ServerRuntime:
         """The runtime that wrote `state`, not started yet: `run` it and it takes its process over.
         `written_at` is the wall-clock time of the write; `child` whether its process is our child.
@@ -527,7 +520,7 @@ class ServerRuntime:
         config = RuntimeConfig.from_state(state.get("config"), secrets)
         name = sc.text(state.get("name"), "runtime.name")
         runtime = cls(config, snapshot, store, on_children_changed, label=name if name != config.name else None,
-                      save_lock=save_lock)
+                      save_lock=save_lock, reading=reading, read_buffer=read_buffer)
         runtime.core = rl.RelayCore.from_state(state.get("core"), config.name, snapshot, config.sampling_policy,
                                                era=config.era)
         # The write's moment on this daemon's clock: a linger with a minute left keeps its minute,
@@ -551,8 +544,8 @@ class ServerRuntime:
             how = "upgrade" if handed.child else "restart after a crash"
             note = f"pid {process.pid} taken over by lazyd {os.getpid()} ({how})"
             try:
-                proc = adopt_child(process, self.config.spec, self._nursery, child=handed.child, note=note)
-            except AdoptionError as exc:
+                proc = inherit_child(process, self.config.spec, self._nursery, self._read_buffer, child=handed.child, note=note)
+            except InheritError as exc:
                 log.warning("[%s] cannot take its process over: %s", self.name, exc)
                 self.gone(f"its process was lost in the hand-over ({exc})")
             else:

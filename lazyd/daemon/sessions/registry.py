@@ -17,7 +17,7 @@ per registration from 1) that holds no session's state; a session of an undecide
 may wait for the first start. Private instances use their registration's cache and are stopped
 and dropped with it on reload.
 
-The registry writes itself for a successor daemon (`to_state`) and is rebuilt by it (`adopt`). Its
+The registry writes itself for a successor daemon (`to_state`) and is rebuilt by it (`inherit`). Its
 tables are plain: runtimes by digest, their identities, each registration's era lanes (with the
 one snapshot object they share), which runtime is which registration's lane, which private
 instance belongs to which base, and its counters. They are written as they are, the snapshot once
@@ -25,7 +25,7 @@ per registration, every runtime by itself (lazyd/daemon/runtime/supervisor.py); 
 the secrets (their argv and environment are what the digest hides). Rebuilding checks that each
 identity still gives its digest (the key file and the secrets belong to this state), starts every
 runtime (each takes its process over), then meets the config the new daemon read: named servers
-new to it are created as at boot, and an adopted named server whose definition changed or went is
+new to it are created as at boot, and an inherited named server whose definition changed or went is
 stopped by the ladder and its cache dropped (`drop_stale_named`), exactly as `lazyctl reload` would.
 """
 
@@ -64,8 +64,10 @@ from lazyd.daemon.runtime.policy_gate import RuntimeGate
 from lazyd.daemon.runtime.config import RuntimeConfig, child_records, lifecycle_policy
 from lazyd.daemon.runtime.supervisor import ServerRuntime
 from lazyd.daemon.upgrade.inherited import state_fds
+from lazyd.daemon.upgrade.quiesce import Gate
+from lazyd.daemon.process.read_buffer import ReadBuffer
 from lazyd.config.envnames import parse_names
-from lazyd.errors import AdoptionError, ConfigError, HubOptionError, Refused
+from lazyd.errors import InheritError, ConfigError, HubOptionError, Refused
 from lazyd.protocol.frames import Hello
 from lazyd.host.paths import Paths
 
@@ -118,6 +120,8 @@ class Registry:
         # Private instance digest -> the digest of the registration's own (base) identity.
         self._private_base: dict[str, str] = {}
         self.changes = Changes()  # anything a status summary shows may have changed (status_signal.py)
+        self.reading = Gate()  # closed while the daemon hands itself over (lazyd/daemon/upgrade/quiesce.py)
+        self.read_buffer = ReadBuffer()  # every server's stdout is read into it (read_buffer.py)
         self.gate = SharingGate(self)  # which process a new session joins (sharing_gate.py)
 
     def note_client_line(self, line: bytes, peek: int, cid: int | None = None) -> int:
@@ -156,7 +160,7 @@ class Registry:
             await self._named_runtime(server)
 
     async def reload(self, config: Config) -> dict[str, list[str]]:
-        """Adopt a new config: only named servers whose definition changed are restarted (and their
+        """Take a new config: only named servers whose definition changed are restarted (and their
         cache dropped); new ones are created, removed ones stopped. Defaults apply to registrations
         that connect from now on; running unnamed servers keep the policy they started with.
 
@@ -232,7 +236,8 @@ class Registry:
             memory_max=policy.memory_max,
         )
         snapshot = self.commands.start_snapshot(self.runtimes, self.identities, identity, cache_digest)  # own, else the command's
-        runtime = ServerRuntime(config, snapshot, self.store, self.children_changed)
+        runtime = ServerRuntime(config, snapshot, self.store, self.children_changed, reading=self.reading,
+                                read_buffer=self.read_buffer)
         runtime.gate = RuntimeGate(runtime, lambda: self.config.tool_policy)  # read at each call: reloads apply
         runtime.on_change = self.changes.note
         self.runtimes[digest] = runtime
@@ -257,7 +262,8 @@ class Registry:
         label = f"{primary.name}@{era}"
         spec = dataclasses.replace(primary.config.spec, log_path=self.paths.logs_dir / f"{label}.log")
         runtime = ServerRuntime(dataclasses.replace(primary.config, spec=spec), primary.core.snapshot, self.store,
-                                self.children_changed, label=label, save_lock=primary.save_lock)
+                                self.children_changed, label=label, save_lock=primary.save_lock,
+                                reading=self.reading, read_buffer=self.read_buffer)
         runtime.gate = RuntimeGate(runtime, lambda: self.config.tool_policy)
         runtime.on_change = self.changes.note
         identity = self.identities[digest]
@@ -476,14 +482,14 @@ class Registry:
                    "identities": {key: _identity_state(i) for key, i in self.identities.items()}}
         return state, secrets, fds
 
-    async def adopt(self, state: Mapping[str, Any], secrets: Mapping[str, Any], *, written_at: float,
+    async def inherit(self, state: Mapping[str, Any], secrets: Mapping[str, Any], *, written_at: float,
                     child: bool) -> list[str]:
-        """Rebuild and start every runtime `to_state` wrote; returns the names adopted. Raises
-        AdoptionError before anything starts when the state or the secrets do not fit."""
+        """Rebuild and start every runtime `to_state` wrote; returns the names inherited. Raises
+        InheritError before anything starts when the state or the secrets do not fit."""
         try:
             plan = self._plan(state, secrets, written_at=written_at, child=child)
         except (ValueError, KeyError, IndexError, TypeError) as exc:
-            raise AdoptionError(f"the state does not describe servers this lazyd can take over ({str(exc)[:160]})") from None
+            raise InheritError(f"the state does not describe servers this lazyd can take over ({str(exc)[:160]})") from None
         self._next_cid = sc.integer(state.get("next_cid"), "next_cid")
         self._share_counter = sc.integer(state.get("share_counter"), "share_counter")
         self._private_base.update({str(k): sc.text(v, "private_base") for k, v in
@@ -532,27 +538,28 @@ class Registry:
                 seen.add(key)
             identity = _identity_from(identities[primary])
             if identity.digest(self.secret) != primary:
-                raise AdoptionError("the identities handed over do not match their digests: the identity key "
+                raise InheritError("the identities handed over do not match their digests: the identity key "
                                     "changed since the servers were started")
             snapshot = Snapshot.from_json(group.get("snapshot"))
             lock = trio.Lock()  # the lanes of one registration save their one snapshot in turn
             lanes_of = [(key, ServerRuntime.from_state(runtimes[key], secret_runtimes[key], snapshot, self.store,
                                                        written_at=written_at, child=child, save_lock=lock,
-                                                       on_children_changed=self.children_changed),
+                                                       on_children_changed=self.children_changed,
+                                                       reading=self.reading, read_buffer=self.read_buffer),
                          _identity_from(identities[key])) for key in keys]
             plan.append((primary, sc.flag(group.get("reserved"), "group.reserved"), lanes_of))
         if seen != set(runtimes):
             raise ValueError("a runtime belongs to no registration")
         return plan
 
-    async def drop_stale_named(self, adopted: set[str]) -> list[str]:
-        """After `boot()` met the new config: stop and forget the adopted named servers whose
+    async def drop_stale_named(self, inherited: set[str]) -> list[str]:
+        """After `boot()` met the new config: stop and forget the inherited named servers whose
         definition changed or went (and their lanes and private instances); returns their names."""
         def named_primary(key: str) -> bool:
             return self.lane_of.get(key) == key and self.identities[key].instance.startswith(NAMED_INSTANCE)
 
-        current = {r.config.name for k, r in self.runtimes.items() if k not in adopted and named_primary(k)}
-        bases = {k for k in adopted if named_primary(k) and (self.runtimes[k].config.name in current
+        current = {r.config.name for k, r in self.runtimes.items() if k not in inherited and named_primary(k)}
+        bases = {k for k in inherited if named_primary(k) and (self.runtimes[k].config.name in current
                                                              or self.runtimes[k].config.name not in self.config.servers)}
         stale = [(k, r) for k, r in self.runtimes.items()
                  if self.lane_of.get(k, k) in bases or self._private_base.get(self.lane_of.get(k, k)) in bases]
@@ -566,7 +573,7 @@ class Registry:
         for _, runtime in stale:
             self.store.remove(runtime.config.digest)
         if names:
-            log.info("adopted servers %s: their definition changed or went from the config; stopped", ", ".join(names))
+            log.info("inherited servers %s: their definition changed or went from the config; stopped", ", ".join(names))
             self.children_changed()
             self.changes.note()
         return names

@@ -25,15 +25,15 @@ from lazyd.daemon.runtime.outbox import ConnectionOutbox
 from lazyd.errors import WireError
 from lazyd.protocol.frames import Line
 
-__all__ = ["serve_adopted", "serve_handed_off"]
+__all__ = ["serve_inherited", "serve_handed_off"]
 
 
-async def serve_adopted(handler: ConnectionHandler, stream: trio.SocketStream, state: ConnectionState,
+async def serve_inherited(handler: ConnectionHandler, stream: trio.SocketStream, state: ConnectionState,
                         session: ConnectionOutbox | None, route: EraRoute | None, cancel: trio.CancelScope) -> None:
     """Serve one handed-over connection until it ends (errors as ConnectionHandler.__call__)."""
     handler.active += 1
     pid = state.session.pid if state.session is not None else -1
-    frames = Frames(stream, handler.limits.frame_deadline_s)
+    frames = Frames(stream, handler.limits.frame_deadline_s, handler.registry.reading)
 
     async def serve() -> None:
         if state.inbound:

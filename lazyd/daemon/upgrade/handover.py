@@ -44,7 +44,6 @@ from lazyd.daemon.handoff import stored_sessions
 from lazyd.daemon.handoff.outbox import HandoffOutbox
 from lazyd.daemon.runtime.outbox import ConnectionOutbox
 from lazyd.daemon.notify import Notifier
-from lazyd.daemon.upgrade.quiesce import GATE
 from lazyd.daemon.sessions.registry import Registry
 from lazyd.daemon.upgrade.state import ENVELOPE_ENV, Envelope, state_path, write_secrets, write_state
 from lazyd.errors import ConfigError
@@ -65,7 +64,7 @@ class Lineage:
 
     started_at: float = field(default_factory=time.time)  # when the first daemon of the chain started
     upgrades: int = 0
-    last: dict[str, Any] | None = None  # the last hand-over: when, adopted or not, and why not
+    last: dict[str, Any] | None = None  # the last hand-over: when, inherited or not, and why not
 
 
 class Upgrader:
@@ -98,13 +97,14 @@ class Upgrader:
                  len(self.handler.live))
         self.notifier.notify("RELOADING=1", f"MONOTONIC_USEC={time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000}",
                              "STATUS=upgrading")
-        GATE.close()
+        gate = self.registry.reading
+        gate.close()
         try:
             await self._settle()
             # A process being spawned has no pid to hand over yet: it would be left behind.
-            error = self._exec(reply, began) if not GATE.holds else "a server was still being started; try again"
+            error = self._exec(reply, began) if not gate.holds else "a server was still being started; try again"
         finally:
-            GATE.open()
+            gate.open()
             self._busy = False
         log.error("upgrade failed, going on as before: %s", error)
         self.notifier.ready("upgrade failed")
@@ -116,7 +116,8 @@ class Upgrader:
         with trio.move_on_after(SETTLE_BOUND_S):
             while True:
                 await trio.sleep(0)  # readers that have data run to their gate first
-                if not GATE.holds and not any(r.writing for r in self.registry.runtimes.values()) and all(
+                registry = self.registry
+                if not registry.reading.holds and not any(r.writing for r in registry.runtimes.values()) and all(
                         _drained(live) for live in self.handler.live.values()):
                     return
                 await trio.sleep(SETTLE_POLL_S)

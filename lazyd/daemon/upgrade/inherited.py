@@ -11,7 +11,7 @@ The rules that make taking over a pid safe:
 - The pid is checked before anything is signalled: a pidfd is opened on it, then its start time
   (/proc) must be the one recorded. A pidfd keeps naming the process it was opened on, so once
   the start time matched, no recycled pid can be hit through it. A mismatch or a missing process
-  is an `AdoptionError`, and that server is not adopted.
+  is an `InheritError`, and that server is not inherited.
 - A child's leader is reaped only after SIGKILL went to what is left of its group, as for a
   spawned one (lazyd/daemon/process/child.py): while it is an unreaped zombie its group id cannot be
   recycled. For a process that is not our child, the group is killed the moment its leader's
@@ -32,12 +32,13 @@ from lazyd.core import state_codec as sc
 from lazyd.daemon.process.command import SpawnSpec
 from lazyd.daemon.process.stderr_log import LogRing
 from lazyd.daemon.process.child import ChildProcess
-from lazyd.errors import AdoptionError
+from lazyd.daemon.process.read_buffer import ReadBuffer
+from lazyd.errors import InheritError
 
-__all__ = ["AdoptedProcess", "HandedProcess", "adopt_child", "state_fds"]
+__all__ = ["InheritedProcess", "HandedProcess", "inherit_child", "state_fds"]
 
 
-class AdoptedProcess:
+class InheritedProcess:
     """The `ProcessHandle` (lazyd/daemon/process/handle.py) of a process taken over."""
 
     def __init__(self, pid: int, stdin_fd: int | None, stdout_fd: int, stderr_fd: int, child: bool) -> None:
@@ -106,17 +107,17 @@ class HandedProcess:
                    sc.raw_bytes(s.get("pending"), "proc.pending"))
 
 
-def adopt_child(handed: HandedProcess, spec: SpawnSpec, nursery: trio.Nursery, *, child: bool,
-                note: str = "") -> ChildProcess:
+def inherit_child(handed: HandedProcess, spec: SpawnSpec, nursery: trio.Nursery, read_buffer: ReadBuffer, *,
+                child: bool, note: str = "") -> ChildProcess:
     """The `ChildProcess` of the running server `handed` describes; its stderr pump and exit
-    watcher run in `nursery`. Raises AdoptionError when the pid is not that process any more; the
+    watcher run in `nursery`. Raises InheritError when the pid is not that process any more; the
     descriptors are then closed."""
     pid, start_ticks, fds = handed.pid, handed.start_ticks, handed.fds
     try:
         pidfd = os.pidfd_open(pid)
     except OSError as exc:
         _close(fds)
-        raise AdoptionError(f"pid {pid} is gone ({exc.strerror})") from None
+        raise InheritError(f"pid {pid} is gone ({exc.strerror})") from None
     try:
         ticks = procfs.start_time_ticks(pid)
     except OSError:
@@ -124,11 +125,11 @@ def adopt_child(handed: HandedProcess, spec: SpawnSpec, nursery: trio.Nursery, *
     if ticks != start_ticks:
         os.close(pidfd)
         _close(fds)
-        raise AdoptionError(f"pid {pid} is another process now (start time {ticks}, recorded {start_ticks})")
+        raise InheritError(f"pid {pid} is another process now (start time {ticks}, recorded {start_ticks})")
     ring = LogRing(spec.log_path)
-    ring.note(note or f"pid {pid} adopted by lazyd {os.getpid()}")
-    process = AdoptedProcess(pid, fds[0], fds[1], fds[2], child)
-    return ChildProcess.take_over(process, spec, ring, pidfd, start_ticks, nursery, stdout=handed.pending)
+    ring.note(note or f"pid {pid} taken over by lazyd {os.getpid()}")
+    process = InheritedProcess(pid, fds[0], fds[1], fds[2], child)
+    return ChildProcess.take_over(process, spec, ring, pidfd, start_ticks, nursery, read_buffer, stdout=handed.pending)
 
 
 def _close(fds: tuple[int | None, ...]) -> None:

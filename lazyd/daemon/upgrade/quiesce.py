@@ -7,8 +7,9 @@ reads are what produce writes, so the upgrade first closes this gate: every read
 loop, each connection, each server's stdout) stops at its next read, what was already read is
 handled, and the writers drain what it produced. The freeze happens once they are idle.
 
-One gate for the whole daemon: a hand-over concerns every connection and every server at once.
-`passage()` costs an attribute test while the gate is open, so it may sit on the hot path.
+The daemon has one gate (`Registry.reading`): a hand-over concerns every connection and every
+server at once. `passage()` costs an attribute test while the gate is open, so it may sit on the
+hot path.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import TypeVar
 
 import trio
 
-__all__ = ["Gate", "GATE"]
+__all__ = ["Gate"]
 
 T = TypeVar("T")
 
@@ -54,6 +55,3 @@ class Gate:
         """Return at once while open; wait while closed (an exec may end the wait for good)."""
         if self.closed:
             await self._opened.wait()
-
-
-GATE = Gate()

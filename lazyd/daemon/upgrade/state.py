@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from lazyd.core import state_codec as sc
-from lazyd.errors import AdoptionError, StateFileError
+from lazyd.errors import InheritError, StateFileError
 from lazyd.host.paths import Paths
 from lazyd.host.privatefiles import read_private, write_private
 
@@ -81,7 +81,7 @@ class Envelope:
 
     @classmethod
     def decode(cls, text: str) -> Envelope:
-        """Raises AdoptionError for an envelope this lazyd cannot read."""
+        """Raises InheritError for an envelope this lazyd cannot read."""
         try:
             raw = json.loads(text)
             s = sc.obj(raw, "envelope")
@@ -96,7 +96,7 @@ class Envelope:
                         for row in sc.items(s.get("servers", []), "envelope.servers")],
                        sc.number(s.get("began", 0.0), "envelope.began"))
         except (ValueError, RecursionError) as exc:
-            raise AdoptionError(f"{ENVELOPE_ENV} is not an envelope this lazyd reads ({str(exc)[:120]})") from None
+            raise InheritError(f"{ENVELOPE_ENV} is not an envelope this lazyd reads ({str(exc)[:120]})") from None
 
 
 def state_path(paths: Paths) -> Path:
@@ -122,19 +122,19 @@ def write_state(path: Path, body: dict[str, Any]) -> None:
 def read_state(path: Path) -> tuple[dict[str, Any], float]:
     """The state body and when it was written (wall clock); the file is removed either way.
 
-    Raises AdoptionError with one line: no file, not lazyd's, corrupt, or of a version this lazyd
+    Raises InheritError with one line: no file, not lazyd's, corrupt, or of a version this lazyd
     neither reads nor migrates."""
     try:
         data = read_private(path, MAX_STATE_BYTES, secret=True)
     except StateFileError as exc:
-        raise AdoptionError(f"the state file {exc}") from None
+        raise InheritError(f"the state file {exc}") from None
     finally:
         try:
             os.unlink(path)
         except OSError:
             pass
     if data is None:
-        raise AdoptionError(f"the state file {path} is missing")
+        raise InheritError(f"the state file {path} is missing")
     head_line, _, text = data.partition(b"\n")
     try:
         head = sc.obj(json.loads(head_line), "header")
@@ -144,20 +144,20 @@ def read_state(path: Path) -> tuple[dict[str, Any], float]:
         written_at = sc.number(head.get("written_at"), "written_at")
         digest = sc.text(head.get("sha256"), "sha256")
     except (ValueError, RecursionError) as exc:
-        raise AdoptionError(f"the state file {path} is not one lazyd wrote ({exc})") from None
+        raise InheritError(f"the state file {path} is not one lazyd wrote ({exc})") from None
     if version > STATE_VERSION:
-        raise AdoptionError(f"the state was written by a newer lazyd (state version {version}; this lazyd reads "
-                            f"version {STATE_VERSION}): a downgrade cannot adopt its servers")
+        raise InheritError(f"the state was written by a newer lazyd (state version {version}; this lazyd reads "
+                            f"version {STATE_VERSION}): a downgrade cannot take its servers over")
     if hashlib.sha256(text).hexdigest() != digest:
-        raise AdoptionError(f"the state file {path} is corrupt: its checksum does not match its contents")
+        raise InheritError(f"the state file {path} is corrupt: its checksum does not match its contents")
     try:
         body = sc.obj(json.loads(text), "state")
     except (ValueError, RecursionError) as exc:
-        raise AdoptionError(f"the state file {path} is corrupt ({exc})") from None
+        raise InheritError(f"the state file {path} is corrupt ({exc})") from None
     while version < STATE_VERSION:
         step = MIGRATIONS.get(version)
         if step is None:
-            raise AdoptionError(f"the state was written by an older lazyd (state version {version}), which this "
+            raise InheritError(f"the state was written by an older lazyd (state version {version}), which this "
                                 f"lazyd (version {STATE_VERSION}) does not migrate")
         body, version = step(body), version + 1
     return body, written_at
@@ -180,7 +180,7 @@ def write_secrets(secrets: dict[str, Any]) -> int:
 
 
 def read_secrets(fd: int) -> dict[str, Any]:
-    """The secrets in memfd `fd` (which is closed); AdoptionError if it is not what we wrote."""
+    """The secrets in memfd `fd` (which is closed); InheritError if it is not what we wrote."""
     try:
         chunks = []
         total = 0
@@ -188,10 +188,10 @@ def read_secrets(fd: int) -> dict[str, Any]:
             chunks.append(chunk)
             total += len(chunk)
             if total > MAX_SECRETS_BYTES:
-                raise AdoptionError("the inherited secrets are larger than any lazyd writes")
+                raise InheritError("the inherited secrets are larger than any lazyd writes")
         return sc.obj(json.loads(b"".join(chunks)), "secrets")
     except (OSError, ValueError, RecursionError) as exc:
-        raise AdoptionError(f"the inherited secrets cannot be read ({str(exc)[:120]})") from None
+        raise InheritError(f"the inherited secrets cannot be read ({str(exc)[:120]})") from None
     finally:
         try:
             os.close(fd)

@@ -9,7 +9,7 @@ as things change (a spawn, an exit, a client coming or going: the status signal,
 same state an upgrade writes (lazyd/daemon/upgrade/state.py) in `lazyd.standby` beside it.
 
 On a start with stored descriptors and a standby state, the daemon takes the servers over with
-the descriptors the store gave back (lazyd/daemon/upgrade/inherit.py `adopt_stored`); they are no longer
+the descriptors the store gave back (lazyd/daemon/upgrade/inherit.py `inherit_stored`); they are no longer
 its children (the manager reaped nothing: they were re-parented to it), so their ends are
 learnt through pidfds and their exit status is unknown. Hand-off sessions are kept in the same
 store and taken back in place (lazyd/daemon/handoff/stored_sessions.py); frame connections died with the old
