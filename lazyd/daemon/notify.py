@@ -1,21 +1,16 @@
 """sd_notify for the daemon: READY, STATUS, STOPPING and the watchdog, when systemd asks for them.
 
-This module owns the daemon's side of systemd's notification protocol (sd_notify(3)) and the rule
-that the variables describing it never leak to anything we start:
-
 - `Notifier.from_environ()` reads `NOTIFY_SOCKET`, `WATCHDOG_USEC` and `WATCHDOG_PID` once and
-  removes them from `os.environ` right away, so no child (server, wake predicate) can notify or
-  feed the watchdog on our behalf. Without `NOTIFY_SOCKET` every method is a no-op.
-- It wraps `sdnotify` 0.3.2, which swallows every error unless `debug=True` and never unsets the
-  variable: we construct it with `debug=True`, make its socket non-blocking (a notification must
-  never stall the event loop; systemd reads its socket promptly, so a full queue means it is
-  gone or wedged) and turn every failure into a log line: the first one as a warning, later ones
-  at debug level, because a watchdog ping fails every few seconds once the socket is gone.
-- The watchdog is honoured only when `WATCHDOG_PID` is unset or ours (systemd sets it for the
-  main process; an inherited one is someone else's), and pinged every `WATCHDOG_USEC / 2`, as
-  sd_watchdog_enabled(3) recommends.
+  removes them from `os.environ`, so no child can notify on our behalf. Without a socket every
+  method is a no-op.
+- It wraps `sdnotify`, which swallows errors unless `debug=True`: built so, with its socket
+  non-blocking (a notification never stalls the event loop; a full queue means systemd is gone or
+  wedged), each failure is a log line, the first a warning and the rest debug (a gone socket fails
+  every watchdog ping).
+- The watchdog is honoured only when `WATCHDOG_PID` is unset or ours, and pinged every
+  `WATCHDOG_USEC / 2` (sd_watchdog_enabled(3)).
 
-Nothing here knows about servers: the caller passes a function that spells the current STATUS.
+The caller passes a function that spells the current STATUS.
 """
 
 from __future__ import annotations

@@ -1,18 +1,12 @@
 """The orphan sweep: what a daemon killed with -9 left behind is found and stopped by its successor.
 
-The daemon records every live child in `state.json` (state dir, mode 0600): the server processes
-and the wake predicates that are running, each with its name, pid, process start time (field 22 of
-/proc/<pid>/stat) and process group. Most servers exit by themselves when the daemon dies (their
-stdin reaches EOF); the sweep is for those that do not, and for their grandchildren.
-
-A pid alone proves nothing, because pids are recycled. The rules (`classify`):
-- leader alive with the recorded start time: it is ours; SIGKILL everything in its session.
-- leader alive with another start time: the pid was recycled; touch nothing.
-- leader gone: members of its session may remain (grandchildren). Every child runs in its own
-  session whose id is the leader's pid, and Linux never hands out a pid that is still in use as a
-  session or group id, so any process still in session `pgid` is a leftover of ours.
-The sweep never signals the daemon running it, and it rescans a session after killing it, so a
-process forked while the first kills were landing is caught too. /proc is read by lazyd/host/procfs.py.
+The daemon records every live child in `state.json` (0600): servers and running wake predicates,
+each with its pid, start time and process group. Most servers exit on their stdin's EOF; the sweep
+is for those that do not, and their grandchildren. Pids are recycled, so (`classify`): a leader
+alive with the recorded start time is ours, and its session is killed; one with another start
+time is a stranger's; with the leader gone, any process still in session `pgid` is ours (Linux
+never hands out a pid in use as a session id). The sweep never signals the daemon running it and
+rescans a session after killing it, to catch a fork that raced the kills.
 """
 
 from __future__ import annotations

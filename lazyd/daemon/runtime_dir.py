@@ -1,23 +1,17 @@
 """The daemon's single-instance lock and listening socket, made safe.
 
-This module owns the socket side of "only this user reaches this daemon" (the runtime directory
-itself is made private by ``lazyd.host.privatefiles.ensure_private_dir``):
+The socket side of "only this user reaches this daemon" (the runtime directory itself is made
+private by ``lazyd.host.privatefiles.ensure_private_dir``):
 
-- ``acquire_instance_lock``: one daemon per socket, decided by ``flock`` on a 0600 file opened
-  with ``O_NOFOLLOW``. The kernel drops the lock when the holder dies, even by SIGKILL.
-- ``bind_unix_socket``: stale-socket replacement where only ECONNREFUSED proves staleness
-  (EAGAIN is a live daemon with a full backlog), and a socket that is 0600 from birth. Call it
-  only while holding the instance lock, or two starting daemons could unlink each other's socket.
+- ``acquire_instance_lock``: one daemon per socket, by ``flock`` on a 0600 file opened with
+  ``O_NOFOLLOW``; the kernel drops it when the holder dies, even by SIGKILL.
+- ``bind_unix_socket``: a stale socket is replaced only on ECONNREFUSED (EAGAIN is a live daemon
+  with a full backlog), and the socket is 0600 from birth. Only under the instance lock, or two
+  starting daemons could unlink each other's socket.
 - ``take_activated_socket``: systemd socket activation (fd 3), never bound, never unlinked.
-- ``peer_credentials``, ``socket_identity``: small facts the listener and the ownership watch
-  need.
 
-Errors (lazyd/errors.py)::
-
-    SetupError      the operator must fix something (mode, owner, path length); one readable line
-    AlreadyRunning  another live daemon owns the lock or the socket; exiting 0 is the right answer
-
-Abstract-namespace sockets are never used: they carry no permissions at all.
+Errors: ``SetupError`` (mode, owner, path length: one readable line) and ``AlreadyRunning`` (exit
+0). Abstract-namespace sockets are never used: they carry no permissions at all.
 """
 
 from __future__ import annotations

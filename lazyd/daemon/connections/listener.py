@@ -1,23 +1,16 @@
 """The daemon's listener and each accepted connection: peer check, hello, then a session or control.
 
-Per connection a reader (the handler task) and, for sessions, a writer task draining the session's
-bounded outbox. What a connection may cost is bounded, and whatever goes wrong with one
-connection closes that connection only:
+Per connection a reader (the handler task) and, for sessions, a writer draining the bounded
+outbox. Whatever goes wrong with one connection closes that connection only: a peer of another uid,
+or one that finds the daemon near its descriptor limit, is judged before anything is read
+(lazyd/daemon/connections/admit.py); the hello must come within ``HELLO_TIMEOUT_S`` and a started
+frame finish within ``FRAME_DEADLINE_S`` (slowloris), while between frames a session may idle
+forever; a bad frame, a control reply not taken within ``CONTROL_SEND_DEADLINE_S``, or a bug (logged
+with its traceback) closes it.
 
-- a peer of another uid, or one that finds the daemon near its descriptor limit, is judged
-  before anything is read from it (lazyd/daemon/connections/admit.py);
-- the hello must arrive within ``HELLO_TIMEOUT_S``, and once any frame has started it must be
-  complete within ``FRAME_DEADLINE_S`` (slowloris); between frames a session may idle forever;
-- a bad frame poisons the decoder (lazyd/protocol/wire.py) and closes the connection;
-- a control reply the peer does not take within ``CONTROL_SEND_DEADLINE_S`` closes it;
-- a bug raised while serving a connection is logged with its traceback and closes that
-  connection; it never reaches the listener.
-
-The accept loop
-(``ConnectionHandler.serve``) outlives running out of file descriptors: on EMFILE/ENFILE it gives
-up its spare descriptor to accept and refuse the waiting connection with the reason (fdlimit.py);
-when even that fails it logs one warning, retries with a doubling delay (clients wait in the
-backlog), and logs once more when accepting works again.
+The accept loop (``ConnectionHandler.serve``) outlives running out of descriptors: on EMFILE/ENFILE
+it gives up its spare one to accept and refuse the waiting connection with the reason (fdlimit.py);
+when even that fails it warns once and retries with a doubling delay (clients wait in the backlog).
 """
 
 from __future__ import annotations

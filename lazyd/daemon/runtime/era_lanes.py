@@ -1,21 +1,13 @@
 """The processes of one registration, one per protocol era where the server needs it.
 
-The era policy (lazyd/core/eras/choice.py) decides, from a session's first request, which of a
-registration's *lanes* (runtimes) serves it; this module carries that out:
-
-- `EraLanes` holds a registration's runtimes: the primary one (created with the registration)
-  and, only when a client of the other era needs a process of its own, a sibling created on
-  demand. Every lane has the same relay snapshot object and cache file, the same tool-policy name
-  and the same spawn spec; each has its own process, lifecycle, log file and status row. At most
-  one lane is being opened at a time, so two clients arriving together never open two.
-- `EraRoute` stands for a session until its first request: that request's era (`client_era`)
-  chooses the lane, the session is attached there, and every line goes straight to that lane from
-  then on. Before it, an invalid line is answered by the route itself (as the relay would) and a
-  few notifications are held and handed over first; nothing reaches a server, and nothing is
-  started: a session answered from the cache stays a session answered from the cache.
-
-A session resumed from a previous daemon brings its earlier lines; their first request chooses
-the lane at once, so the resumed session lands in the era it was in.
+The era policy (lazyd/core/eras/choice.py) decides from a session's first request which of a
+registration's lanes serves it; this module carries that out. `EraLanes` holds the primary runtime
+and, only when a client of the other era needs a process of its own, a sibling opened on demand
+(one at a time), sharing the snapshot object, cache file, policy name and spawn spec, with its own
+process, lifecycle, log and status row. `EraRoute` stands for a session until its first request
+chooses the lane (`client_era`); before it, an invalid line is answered by the route itself, a few
+notifications are held, and nothing is started: a session answered from the cache stays so. A
+session resumed from a previous daemon lands in its era at once, by its earlier lines.
 """
 
 from __future__ import annotations

@@ -1,22 +1,15 @@
 """Where a server runtime sends a client's lines: a bounded outbox, with flow control.
 
-The runtime, the hub and the era lanes deliver JSON-RPC lines (`deliver(line, done)`), never
-wire bytes: each kind of outbox turns them into what its reader takes, at its own boundary.
+Runtimes deliver JSON-RPC lines (`deliver(line, done)`), never wire bytes. `ConnectionOutbox`
+(one shim connection) encodes each as a `line` frame as it takes it; the connection's writer task
+takes the frames out, and while nothing is queued a frame goes straight into the socket (a task
+switch saved). `LineOutbox` (a hub call's internal session) queues the lines themselves, so the
+daemon never encodes msgpack to talk to itself.
 
-- `ConnectionOutbox` is the outbox of one shim connection: it encodes each line as a `line` frame
-  (lazyd/protocol/wire.py) as it takes it, and the connection's writer task takes the frames out and
-  reports what it wrote (`sent`). When nothing is queued a frame is written straight into the
-  socket, a task switch saved on the relay's hot path.
-- `LineOutbox` is the outbox of a session inside the daemon (a hub call's internal session): it
-  queues the lines themselves, so the daemon never encodes and decodes msgpack to talk to itself.
-
-Bounds of a connection's outbox, by the bytes queued *now*:
-
-- past CLIENT_PAUSE_BYTES (or CLIENT_PAUSE_FRAMES) the connection stops reading the client's
-  requests (`should_pause`, `wait_drained`): a client that reads its answers slower than its
-  server writes them is slowed down, not cut off;
-- past MAX_CLIENT_BACKLOG_BYTES (or MAX_CLIENT_BACKLOG_FRAMES) the client is disconnected, so one
-  that stops reading never blocks the server or the other clients, nor holds unbounded memory.
+A connection's bounds, by the bytes queued now: past CLIENT_PAUSE_BYTES (or _FRAMES) the
+connection stops reading the client's requests, so a slow reader is slowed down, not cut off;
+past MAX_CLIENT_BACKLOG_BYTES (or _FRAMES) it is disconnected, so one that stops reading never
+blocks the server or other clients, nor holds unbounded memory.
 """
 
 from __future__ import annotations

@@ -1,25 +1,17 @@
 """`lazyctl upgrade` and SIGUSR2: the daemon hands itself over to a (possibly new) lazyd by exec.
 
-The steps, in order:
+1. **Quiesce.** The reading gate closes (lazyd/daemon/upgrade/quiesce.py): readers stop at their
+   next read, what was read is handled and the writers drain (bounded by ``SETTLE_BOUND_S``). A
+   session whose outbox did not drain, or whose lane is being opened, is not handed over; a server
+   whose stdin did not drain is, and the successor kills it (nobody can finish a half line).
+2. **Write.** The state file and the secrets memfd (lazyd/daemon/upgrade/state.py): every
+   runtime (lazyd/daemon/runtime/supervisor.py), the registry's tables and each connection
+   (lazyd/daemon/upgrade/connection_state.py, with `EraRoute.handover`).
+3. **Exec.** FD_CLOEXEC is cleared on exactly the descriptors the successor needs, named in the
+   envelope (``LAZYD_UPGRADE``). Under systemd ``RELOADING=1`` goes first; the pid, and so
+   MAINPID, stays.
 
-1. **Quiesce.** The reading gate closes (lazyd/daemon/upgrade/quiesce.py): the accept loop, every
-   connection and every server's stdout stop at their next read; what was read is handled, and
-   the writers drain what that produced (bounded by ``SETTLE_BOUND_S``). A session whose outbox
-   did not drain, or one whose lane is being opened, is not handed over (its shim reconnects and
-   answers what it had in flight); a server whose stdin did not drain is handed over and then
-   killed by the successor (a line half written cannot be finished by anyone).
-2. **Write.** The state file (0600, versioned, checked, no secrets) and the secrets memfd
-   (lazyd/daemon/upgrade/state.py), with every server's pid, group, start time and pipes, its
-   relay core and lifecycle (each runtime writes itself: lazyd/daemon/runtime/supervisor.py), the
-   registry's tables (lazyd/daemon/sessions/registry.py) and each client connection
-   (lazyd/daemon/upgrade/connection_state.py), with what its route holds (`EraRoute.handover`).
-3. **Exec.** FD_CLOEXEC is cleared on exactly the descriptors the successor needs (the listener,
-   the instance lock, the secrets, each server's pipes, each connection handed over, the
-   `lazyctl upgrade` connection); their numbers go in the envelope (``LAZYD_UPGRADE``). Under
-   systemd, ``RELOADING=1`` is sent first; the pid stays the same, so MAINPID does too.
-
-If the exec itself fails (the interpreter is gone), the gate opens again and this daemon goes on
-as if nothing happened; the caller hears why.
+If the exec fails, the gate opens again and this daemon goes on; the caller hears why.
 """
 
 from __future__ import annotations

@@ -1,22 +1,17 @@
 """The successor's side of an upgrade: take over what the predecessor handed over, or fall back.
 
-`take_envelope` runs first thing in `main` (the envelope says which descriptors are the listener
-and the instance lock: the successor neither binds nor locks). `inherit` runs once the registry
-exists and before the accept loop starts:
+`take_envelope` runs first in `main` (the envelope names the listener and the lock: the successor
+neither binds nor locks). `inherit` runs once the registry exists, before the accept loop:
 
-- **Inherited**: every runtime is rebuilt and takes its process over (same pids: exec kept the
-  daemon's pid, so they are still its children), the config is met as a reload would, each
-  handed-over connection is served again (lazyd/daemon/upgrade/connections.py), clients whose connection
-  did not come along are detached from the relay cores (their requests are cancelled upstream),
-  and the `lazyctl upgrade` connection is answered. Servers' stdout is not read until the
-  sessions are attached again (the reading gate, lazyd/daemon/upgrade/quiesce.py), so no answer is
-  relayed to a client that is not there yet.
-- **Fallback** (a state of another version, corrupt or missing; a descriptor gone; secrets
-  that do not fit): today's behaviour. Every inherited descriptor but the listener, the lock and
-  the reply is closed (the servers see their stdin end, the shims their connection: they answer
-  what they had in flight and reconnect), and each server process the envelope names is stopped
-  by the ladder (stdin EOF, SIGTERM to its group, SIGKILL) and reaped. The reason is logged, sent
-  to `lazyctl upgrade` and kept for `lazyctl status`.
+- **Inherited**: every runtime is rebuilt and takes its process over (exec kept the pid, so they
+  are still its children), the config is met as a reload would, each handed-over connection is
+  served again (lazyd/daemon/upgrade/connections.py), clients whose connection did not come are
+  detached, and `lazyctl upgrade` is answered. Servers' stdout is read only once the sessions are
+  back (the reading gate), so no answer goes to a client not there yet.
+- **Fallback** (a state of another version, corrupt or missing; a descriptor gone; secrets that do
+  not fit): every inherited descriptor but the listener, the lock and the reply is closed (shims
+  reconnect), each server the envelope names is stopped by the ladder, and the reason is logged,
+  sent to `lazyctl upgrade` and kept for `lazyctl status`.
 """
 
 from __future__ import annotations

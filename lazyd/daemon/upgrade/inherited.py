@@ -1,21 +1,13 @@
 """A server process a predecessor daemon spawned, taken over with its pid and its pipes.
 
-After an upgrade the new daemon is the same process (exec keeps the pid), so the servers are
-still its children: it reaps them and learns how they ended, as it would its own. After a crash
-under systemd (lazyd/daemon/upgrade/stored_servers.py) the restarted daemon is a new process: the servers were
-re-parented to the user manager, which reaps them; the daemon still watches each through a pidfd
-and stops it by its process group, but an exit status it cannot learn is reported as unknown.
-
-The rules that make taking over a pid safe:
-
-- The pid is checked before anything is signalled: a pidfd is opened on it, then its start time
-  (/proc) must be the one recorded. A pidfd keeps naming the process it was opened on, so once
-  the start time matched, no recycled pid can be hit through it. A mismatch or a missing process
-  is an `InheritError`, and that server is not inherited.
-- A child's leader is reaped only after SIGKILL went to what is left of its group, as for a
-  spawned one (lazyd/daemon/process/child.py): while it is an unreaped zombie its group id cannot be
-  recycled. For a process that is not our child, the group is killed the moment its leader's
-  exit is seen; only a group emptied and a pid recycled in that moment could be missed.
+After an upgrade (exec keeps the pid) the servers are still the daemon's children: it reaps them
+and learns how they ended. After a crash under systemd (lazyd/daemon/upgrade/stored_servers.py)
+they were re-parented to the user manager: the daemon watches each through a pidfd and stops it by
+its group, but reports its exit status as unknown. Taking a pid over is safe because a pidfd is
+opened first and then the start time must be the one recorded (a pidfd keeps naming its process,
+so no recycled pid can be hit through it; a mismatch is an `InheritError` and that server is not
+inherited), and because a child's leader is reaped only after SIGKILL went to its group, as for a
+spawned one (lazyd/daemon/process/child.py).
 """
 
 from __future__ import annotations

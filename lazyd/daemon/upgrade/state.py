@@ -1,26 +1,18 @@
 """What a daemon hands its successor: the state file, the envelope, and the secrets in memory.
 
-Three pieces, each with its own rule:
-
-- **The envelope** (`Envelope`), in the successor's environment as `LAZYD_UPGRADE` (JSON; the
-  successor removes it at once, so no server ever sees it): the descriptor numbers of the
-  listening socket, the instance lock, the `lazyctl upgrade` connection waiting for its answer
-  and the secrets, every descriptor inherited, the state file's path and whether the socket
-  was systemd's. Its meaning never changes with the state's version: a successor that cannot
-  read the state still knows from it what to keep (the listener, the lock), what to close, and
-  whom to tell why.
-- **The state file** (`write_state`, `read_state`): everything else, as JSON, 0600 in the
-  private runtime dir beside the instance lock, written atomically, read once and removed. It
-  holds no secrets: runtimes are named by their identity digests (HMAC under the identity key,
-  which stays in its own file), and no environment, argument or working directory is in it.
-  It is versioned (`STATE_VERSION`) and checked: a SHA-256 of its body, and every field's type
-  as it is read back. A state of a newer version is refused; an older one is migrated by the
-  steps in `MIGRATIONS` (none yet: version 1 is the first) or refused, each with one line that
-  says which versions were involved.
-- **The secrets** (`write_secrets`, `read_secrets`): what identifies and starts each server
-  (command, arguments, working directory, environment, identity, wake predicate), in a sealed
-  memfd the successor inherits: in memory only, never in a file. Under systemd the same memfd
-  goes to the file-descriptor store (lazyd/daemon/upgrade/stored_servers.py), which is memory too.
+- **The envelope** (`Envelope`, `LAZYD_UPGRADE` in the successor's environment, removed at once):
+  the inherited descriptors (listener, lock, the `lazyctl upgrade` connection, the secrets), the
+  state file's path and whether the socket was systemd's. Its meaning never changes with the
+  state's version, so a successor that cannot read the state still knows what to keep and whom
+  to tell why.
+- **The state file** (`write_state`, `read_state`): the rest, as JSON, 0600 beside the instance
+  lock, written atomically, read once and removed. No secrets: runtimes are named by identity
+  digests. Versioned (`STATE_VERSION`; a newer one is refused, an older one migrated by
+  `MIGRATIONS` or refused, with one line naming both) and checked (a SHA-256 of its body, every
+  field's type as it is read).
+- **The secrets** (`write_secrets`, `read_secrets`): each server's command, arguments, cwd,
+  environment, identity and wake predicate, in a sealed memfd the successor inherits, never a
+  file (under systemd the same memfd goes to the fd store, lazyd/daemon/upgrade/stored_servers.py).
 """
 
 from __future__ import annotations
