@@ -1,26 +1,18 @@
 """`lazyd`: the per-user daemon's entry point.
 
-Start-up order matters: make and validate the private runtime dir (activated or not: the lock and
-the start-up record live there), read the config and the identity key (exit 1 for an unsafe
-environment, 2 for a file the user must fix, each with one line on stderr, in the daemon log and
-in the start-up record `lazyctl status` shows; see lazyd.daemon.startup; `${VAR}` expands from
-the environment the daemon was started with), take the single-instance lock, then take the
-systemd socket or bind our own (a live socket is never replaced), and only then reduce the
-environment to the daemon's own (lazyd/daemon/environment.py) and enter trio. A
-socket-activated daemon with a file the user must fix does not exit (the waiting connection
-would start it again at once): it stays up, tells every client why and starts once the file
-loads (lazyd.daemon.config_wait). A daemon that fails after binding removes its socket again.
-On SIGTERM/SIGINT or `lazyctl stop` the
-daemon first closes its listener and drops every connection (shims reconnect to the next daemon),
-then stops every server by the ladder, in parallel, removes its socket (unless systemd owns it)
-and exits 0.
+Start-up order matters: make and check the private runtime dir (the lock and the start-up record
+live there), read the config and the identity key (exit 1 for an unsafe environment, 2 for a file
+the user must fix: lazyd.daemon.startup), take the single-instance lock, then take the systemd
+socket or bind our own (a live socket is never replaced), and only then reduce the environment to
+the daemon's own (lazyd/daemon/environment.py) and enter trio. A socket-activated daemon with a
+bad file stays up and tells clients why (lazyd.daemon.config_wait). A daemon that fails after
+binding removes its socket again.
 
-The ownership watch: a daemon that bound its own socket checks every
-``OWNERSHIP_CHECK_INTERVAL_S`` that the name still leads to that socket. If the socket was
-unlinked or replaced (another daemon took the name, say after a logout removed the runtime dir and
-a login made a new one), nobody can reach this daemon any more: it stops its servers and exits 0
-like on SIGTERM, and leaves the name to whoever holds it now. A socket-activated daemon is not
-watched: systemd owns that name and stops the service itself.
+On SIGTERM/SIGINT or `lazyctl stop` it closes its listener and drops every connection first
+(shims reconnect to the next daemon), stops every server by the ladder in parallel, removes its
+socket (unless systemd owns it) and exits 0. So does a daemon that bound its own socket once the
+name no longer leads to it (checked every ``OWNERSHIP_CHECK_INTERVAL_S``: a logout removed the
+runtime dir, another daemon took the name): nobody can reach it any more.
 """
 
 from __future__ import annotations
@@ -243,16 +235,9 @@ def main(argv: list[str] | None = None) -> None:
 
 
 async def serve(sock: socket.socket, paths: Paths, config: Config, config_path: Path, activated: bool,
-                ownership_check_interval_s: float, secret: bytes, *, lock_fd: int = -1,
-                envelope: Envelope | None = None, stored: dict[str, int] | None = None,
-                notifier: Notifier | None = None, notify_env: dict[str, str] | None = None,
-                nofile: int | None = None) -> None:
-    if notifier is None:
-        notify_env = {k: os.environ[k] for k in NOTIFY_VARS if k in os.environ}  # a successor needs them
-        notifier = Notifier.from_environ()  # first: takes NOTIFY_SOCKET/WATCHDOG_* out of os.environ
-    notify_env = notify_env or {}
+                ownership_check_interval_s: float, secret: bytes, *, lock_fd: int, envelope: Envelope | None,
+                stored: dict[str, int], notifier: Notifier, notify_env: dict[str, str], nofile: int) -> None:
     fdstore = FdStore.from_environ(notify_env, os.environ)
-    stored = stored or {}
     # Hand-off sessions systemd kept across a crash (lazyd/daemon/handoff/stored_sessions.py): out of what the
     # servers' inheritance reads, taken back once the registry is up.
     if fdstore is not None:
@@ -271,7 +256,7 @@ async def serve(sock: socket.socket, paths: Paths, config: Config, config_path: 
         # Named servers and wake predicates: the allowlist under their own `env` (lazyd/host/daemonenv.py).
         registry = Registry(config, paths, secret, store, nursery, daemonenv.base(os.environ))
         control = Control(registry, stop, partial(reload_config, registry, config_path))
-        handler = ConnectionHandler(registry, control, admission=None if nofile is None else Admission(nofile))
+        handler = ConnectionHandler(registry, control, admission=Admission(nofile))
         control.refusals = handler.refusals
         lineage = control.lineage = Lineage()
         upgrader = Upgrader(registry, handler, paths, listener=sock.fileno(), lock=lock_fd, activated=activated,
@@ -295,11 +280,11 @@ async def serve(sock: socket.socket, paths: Paths, config: Config, config_path: 
         if fdstore is not None:
             # What the store gave back is in it still: names no process owns now are removed.
             nursery.start_soon(keep_standby, registry, fdstore, paths.lock, registry.changes.wait, dict(stored))
-        connections = trio.CancelScope()
-        await nursery.start(_serve_connections, handler, listener, connections, kept_sessions)
+        connections = trio.CancelScope()  # the accept loop and every connection, until shutdown
+        await nursery.start(_in_scope, connections, partial(handler.serve, listener, kept_sessions))
         # The signal receiver before READY=1: systemd may send SIGTERM the moment it hears READY
         # (`systemctl --user stop` right after a start), and it must find our handler, not the default.
-        await nursery.start(_signals, stop, partial(_reload, registry, config_path), partial(_upgrade, upgrader))
+        await nursery.start(_signals, stop, partial(_reload, registry, config_path), partial(upgrader, None))
         notifier.ready(status_summary(registry))  # only now: the listener is accepting
         nursery.start_soon(notifier.run, partial(status_summary, registry), registry.changes.wait)
         nursery.start_soon(TRIMMER.run)  # gives the heap back after large messages
@@ -342,13 +327,10 @@ async def _steady(listener_fd: int) -> None:
     crash_loop.forget(listener_fd)
 
 
-async def _serve_connections(handler: ConnectionHandler, listener: trio.SocketListener, scope: trio.CancelScope,
-                             kept_sessions: list[stored_sessions.Kept], *,
-                             task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-    """The accept loop (EMFILE policy: lazyd/daemon/connections/listener.py) and every connection, with
-    the sessions systemd kept, until ``scope`` is cancelled at shutdown; the listener is closed then."""
+async def _in_scope(scope: trio.CancelScope, run: Callable[..., Awaitable[None]], *,
+                   task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
     with scope:
-        await handler.serve(listener, kept_sessions, task_status=task_status)
+        await run(task_status=task_status)
 
 
 def ownership_lost(paths: Paths, bound_identity: tuple[int, int]) -> str | None:
@@ -389,12 +371,7 @@ async def _reload(registry: Registry, config_path: Path) -> None:
         log.error("reload refused, keeping the old config: %s", exc)
 
 
-async def _upgrade(upgrader: Upgrader) -> None:
-    await upgrader(None)  # returns only when the exec failed; it logged why
-
-
-async def _signals(stop: trio.Event, reload: Callable[[], Awaitable[None]],
-                   upgrade: Callable[[], Awaitable[None]] | None = None, *,
+async def _signals(stop: trio.Event, reload: Callable[[], Awaitable[None]], upgrade: Callable[[], Awaitable[object]], *,
                    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
     """SIGTERM/SIGINT stop, SIGHUP reloads, SIGUSR2 upgrades; started (``nursery.start``) once the
     receiver is installed, so that a signal sent from then on is never the default action."""
@@ -405,8 +382,7 @@ async def _signals(stop: trio.Event, reload: Callable[[], Awaitable[None]],
                 await reload()
                 continue
             if signum == signal.SIGUSR2:
-                if upgrade is not None:
-                    await upgrade()
+                await upgrade()  # returns only when the exec failed; it logged why
                 continue
             log.info("%s received", signal.Signals(signum).name)
             stop.set()

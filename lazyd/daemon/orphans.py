@@ -11,6 +11,7 @@ rescans a session after killing it, to catch a fork that raced the kills.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import json
 import logging
@@ -152,10 +153,8 @@ def _kill_sessions(sids: set[int]) -> dict[int, list[int]]:
         if not targets:
             break
         for sid, pid in sorted(targets):
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
             if pid not in killed.setdefault(sid, []):
                 killed[sid].append(pid)
     return killed

@@ -16,6 +16,7 @@ Errors: ``SetupError`` (mode, owner, path length: one readable line) and ``Alrea
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import logging
@@ -181,10 +182,8 @@ def _clear_stale_socket(path: Path) -> None:
         raise AlreadyRunning(f"lazyd is already running: {path} accepts connections")
     finally:
         probe.close()
-    try:
+    with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
-    except FileNotFoundError:
-        pass
 
 
 def take_activated_socket(env: Mapping[str, str], pid: int) -> socket.socket | None:
@@ -213,10 +212,8 @@ def take_activated_socket(env: Mapping[str, str], pid: int) -> socket.socket | N
         log.warning("ignoring socket activation variables (%s): binding our own socket instead", why)
         return None
     for extra in range(SD_LISTEN_FDS_START + 1, SD_LISTEN_FDS_START + count):
-        try:
+        with contextlib.suppress(OSError):  # already closed: nothing a child could inherit
             os.set_inheritable(extra, False)
-        except OSError:
-            pass  # already closed: nothing a child could inherit
     try:
         sock = socket.socket(fileno=SD_LISTEN_FDS_START)
     except OSError as error:

@@ -21,6 +21,7 @@ runs the ladder on exit).
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import os
@@ -210,10 +211,8 @@ class ChildProcess:
         # After the reap the group id may belong to someone else: never signal then.
         if self._reaped:
             return
-        try:
+        with contextlib.suppress(ProcessLookupError):  # the whole group is gone already
             os.killpg(self.pgid, sig)
-        except ProcessLookupError:
-            pass  # the whole group is gone already
 
     def kill_group(self) -> None:
         """SIGKILL the whole group now (a start timeout); the exit watcher then reaps it."""
@@ -403,7 +402,5 @@ _F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
 def _widen_pipes(process: trio.Process) -> None:
     for stream in (process.stdin, process.stdout):
         if isinstance(stream, trio.lowlevel.FdStream):
-            try:
+            with contextlib.suppress(OSError):  # over the system's pipe-max-size: the default size still works
                 fcntl.fcntl(stream.fileno(), _F_SETPIPE_SZ, PIPE_BYTES)
-            except OSError:
-                pass  # over the system's pipe-max-size: the default size still works

@@ -1,13 +1,10 @@
 """What a server process is to run, with which environment, and how it ended.
 
-- `SpawnSpec`: argv, cwd, environment, log file and stdout line limit of one server.
-- `resolve_command`: the file execvp would run, found before anything is forked, so "not found"
-  and "not executable" are a `SpawnError` with a readable message.
-- `child_env`: the spec's environment without systemd's per-service variables (`NOTIFY_SOCKET`,
-  `WATCHDOG_*`, `LISTEN_*`): a server that speaks sd_notify must not talk to the daemon's
-  supervisor.
-- `ExitInfo`: how the process ended, in one line for status output and JSON-RPC errors.
-The process itself (spawning, pipes, the stop ladder) is lazyd/daemon/process/child.py.
+`SpawnSpec` (argv, cwd, environment, log file, stdout line limit); `resolve_command`, the file
+execvp would run, found before any fork so "not found" is a readable `SpawnError`; `child_env`, the
+environment without systemd's per-service variables (a server that speaks sd_notify must not talk
+to our supervisor); `ExitInfo`, how it ended in one line. The process itself is
+lazyd/daemon/process/child.py.
 """
 
 from __future__ import annotations

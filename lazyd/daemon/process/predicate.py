@@ -6,6 +6,7 @@ and reports the exit code back (lazyd/daemon/runtime/supervisor.py).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -58,10 +59,8 @@ async def run_predicate(wake: WakePredicate, cwd: str, env: Mapping[str, str], n
         timed_out = scope.cancelled_caught
     finally:
         with trio.CancelScope(shield=True):
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)  # the leader is unreaped: the group is ours
-            except ProcessLookupError:
-                pass
             if pidfd is not None:
                 trio.lowlevel.notify_closing(pidfd)
                 os.close(pidfd)

@@ -11,6 +11,7 @@ one `write` per chunk.
 
 from __future__ import annotations
 
+import contextlib
 import collections
 import os
 from datetime import datetime, timezone
@@ -170,10 +171,8 @@ class LogRing:
 
     def _rotate(self) -> None:
         self.close()
-        try:
+        with contextlib.suppress(FileNotFoundError):  # someone removed the log by hand: start a fresh one
             os.replace(self.path, self.path.with_name(self.path.name + ".1"))
-        except FileNotFoundError:
-            pass  # someone removed the log by hand: start a fresh one
         self._open()
         if self._fd is None and self.error is not None:
             raise self.error

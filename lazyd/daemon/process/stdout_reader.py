@@ -1,21 +1,13 @@
 """A server's stdout as its reader takes it: one task step per read when lines come one by one.
 
 trio's `FdStream.receive_some` checkpoints before every read and reads until EAGAIN before it
-waits: for a server answering one request at a time that is two task steps, a zero-timeout
-epoll and an empty `read` per line, on the relay's hot path. `StdoutReader.read_into` keeps what
-matters of that and drops the rest:
-
-- a read that came up short means the pipe was empty a moment ago, so the next read waits for
-  readiness first instead of trying (and failing) first;
-- a checkpoint is taken only before a read that follows a full one (no wait in between), so a
-  server that floods its stdout still lets every other task run, and cancellation is still seen
-  at every read;
-- the bytes go into the daemon's read buffer (lazyd/daemon/process/read_buffer.py) and from there
-  straight to the line cutter, without a `bytes` object per read;
-- a closed stream raises `trio.ClosedResourceError`, any other error reads as the end of the
-  stream (trio's `BrokenResourceError`), as with `receive_some`.
-
-Any other kind of stream (not a pipe) is read with `receive_some`.
+waits: two task steps, a zero-timeout epoll and an empty `read` per line on the relay's hot path.
+`StdoutReader.read_into` waits for readiness first only after a short read (the pipe was empty),
+checkpoints only before a read that follows a full one (a flooding server still lets every task
+run, and cancellation is seen), and reads into the daemon's read buffer
+(lazyd/daemon/process/read_buffer.py) for the line cutter, without a `bytes` per read. Errors are
+`receive_some`'s: `trio.ClosedResourceError` for a closed stream, any other the end. Other
+streams than pipes are read with `receive_some`.
 """
 
 from __future__ import annotations

@@ -1,14 +1,14 @@
 """The cache files under the user cache dir (each holds one registration's cache model, a
 `Snapshot`: lazyd/core/cache.py), and the per-user key that names them.
 
-File names are an HMAC of the registration identity under a random per-user key kept in the state
-dir (mode 0600), so a file name reveals nothing about the environment (tokens) it was derived from
-and cannot be guessed by another user. Writes are atomic and durable (lazyd.host.privatefiles'
-writer); a file that cannot be read or parsed is ignored and rebuilt from the live server.
+A file's name is an HMAC of the registration identity under a random per-user key (0600, in the
+state dir): it reveals nothing of the environment it came from and cannot be guessed by another
+user. Writes are atomic and durable; a file that cannot be read is ignored and rebuilt.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import secrets
@@ -85,7 +85,5 @@ class CacheStore:
             log.error("cannot write cache %s: %s", digest[:12], exc)
 
     def remove(self, digest: str) -> None:
-        try:
+        with contextlib.suppress(FileNotFoundError):
             self.path_for(digest).unlink()
-        except FileNotFoundError:
-            pass

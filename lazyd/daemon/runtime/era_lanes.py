@@ -92,9 +92,8 @@ class EraLanes:
         assert self.opening is None
         self.opening = trio.Event()
         try:
-            runtime = await self._open_lane(choice.era)
+            runtime = await self._open_lane(choice.era)  # the registry adds it to `runtimes`
             runtime.core.lane = choice.era
-            self.runtimes.append(runtime)
             return runtime
         finally:
             self.opening.set()

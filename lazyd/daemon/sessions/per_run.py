@@ -1,11 +1,10 @@
 """Per-run variables in the registry: feeding the learner, and stopping the duplicates it exposes.
 
-The learning itself is lazyd/core/sharing/noise.py (pure); what is learned is kept by
-lazyd/daemon/sessions/learned_env.py. Here: each unnamed session's counted variables are fed to the learner
-before its identity is decided (so what this session proves applies to it already), and a runtime
-left behind by a variable just learned (the process of opencode's first run, whose identity still
-counted its `OPENCODE_PID`) is stopped at once, or when its last session leaves, instead of
-lingering for a session that can never come.
+The learning is lazyd/core/sharing/noise.py's, its record lazyd/daemon/sessions/learned_env.py's.
+Here each unnamed session's counted variables are fed to the learner before its identity is
+decided (so what it proves applies to it already), and a runtime left behind by a variable just
+learned (opencode's first run, whose identity counted its `OPENCODE_PID`) is stopped at once or
+when its last session leaves, instead of lingering for a session that can never come.
 """
 
 from __future__ import annotations

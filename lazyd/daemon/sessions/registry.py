@@ -1,32 +1,21 @@
 """Which server a session belongs to: identities, named servers, and private instances.
 
-A shim's hello names a registration (command, args, cwd, environment, options) or a named server
-from the config file. The registry turns it into an identity (lazyd/core/sharing/identity.py), finds or
-creates the one `ServerRuntime` for that identity, and attaches the session to it. Named servers
-get their runtimes at boot, which is what lets eager starts and wake predicates run before any
-client connects. A reload replaces exactly the named servers whose definition changed (their
-processes stopped, their caches dropped) and leaves the others running; sessions asking for a named
-server while a reload is under way wait for it, so none attaches to a definition being replaced.
-It also records every live child (servers and running wake predicates) for the orphan sweep.
+The registry turns a shim's hello (a registration, or a named server of the config) into an
+identity (lazyd/core/sharing/identity.py), finds or creates the one `ServerRuntime` for it and
+attaches the session. Named servers get their runtimes at boot, so eager starts and wake
+predicates run before any client. A reload replaces exactly the named servers whose definition
+changed (processes stopped, caches dropped); sessions asking for a named server meanwhile wait
+for it. It records every live child for the orphan sweep.
 
-Sharing (lazyd/core/sharing/modes.py) is decided when a session attaches, from the registration's
-`share` setting, its snapshot (the freshest in memory, else the cache file) and the known-servers
-table; lazyd/daemon/sessions/sharing_gate.py carries it out: a session that must not share gets the
-registration's runtime while no session holds it, else a private instance, `NAME.N` (numbered
-per registration from 1) that holds no session's state; a session of an undecided registration
-may wait for the first start. Private instances use their registration's cache and are stopped
-and dropped with it on reload.
+Sharing (lazyd/core/sharing/modes.py) is decided when a session attaches and carried out by
+lazyd/daemon/sessions/sharing_gate.py: a session that must not share gets the registration's
+runtime while no session holds it, else a private instance `NAME.N` (numbered from 1) that holds
+no session's state and uses its registration's cache.
 
-The registry writes itself for a successor daemon (`to_state`) and is rebuilt by it (`inherit`). Its
-tables are plain: runtimes by digest, their identities, each registration's era lanes (with the
-one snapshot object they share), which runtime is which registration's lane, which private
-instance belongs to which base, and its counters. They are written as they are, the snapshot once
-per registration, every runtime by itself (lazyd/daemon/runtime/supervisor.py); identities go to
-the secrets (their argv and environment are what the digest hides). Rebuilding checks that each
-identity still gives its digest (the key file and the secrets belong to this state), starts every
-runtime (each takes its process over), then meets the config the new daemon read: named servers
-new to it are created as at boot, and an inherited named server whose definition changed or went is
-stopped by the ladder and its cache dropped (`drop_stale_named`), exactly as `lazyctl reload` would.
+For a successor daemon it writes its plain tables (`to_state`: runtimes by digest, each
+registration's era lanes with their one snapshot, private bases, counters; identities go to the
+secrets) and is rebuilt (`inherit`): each identity must still give its digest, every runtime takes
+its process over, then the new config is met as `lazyctl reload` would (`drop_stale_named`).
 """
 
 from __future__ import annotations
@@ -238,20 +227,29 @@ class Registry:
         snapshot = self.commands.start_snapshot(self.runtimes, self.identities, identity, cache_digest)  # own, else the command's
         runtime = ServerRuntime(config, snapshot, self.store, self.children_changed, reading=self.reading,
                                 read_buffer=self.read_buffer)
-        runtime.gate = RuntimeGate(runtime, lambda: self.config.tool_policy)  # read at each call: reloads apply
-        runtime.on_change = self.changes.note
-        self.runtimes[digest] = runtime
-        self.identities[digest] = identity
-        lanes = self.lanes[digest] = EraLanes(runtime, lambda era: self._open_lane(digest, era))
-        lanes.reserved = bool(identity.instance.startswith(PRIVATE_INSTANCE))
-        lanes.on_change = self.changes.note
-        lanes.on_detach = self.gate.detached
-        lanes.place = self.gate.place
-        self.lane_of[digest] = digest
-        await self.nursery.start(runtime.run)
+        await self._install(digest, runtime, identity, digest, identity.instance.startswith(PRIVATE_INSTANCE))
         self.changes.note()  # a new row
         log.info("server %s registered (share = %s)", name, str(policy.share).lower())
         return runtime
+
+    async def _install(self, key: str, runtime: ServerRuntime, identity: Identity, primary: str,
+                       reserved: bool = False) -> None:
+        """Register `runtime` under `key` as a lane of the registration `primary` (its first when
+        `key == primary`), and run it."""
+        runtime.gate = RuntimeGate(runtime, lambda: self.config.tool_policy)  # read at each call: reloads apply
+        runtime.on_change = self.changes.note
+        self.runtimes[key] = runtime
+        self.identities[key] = identity
+        self.lane_of[key] = primary
+        if key == primary:
+            lanes = self.lanes[key] = EraLanes(runtime, partial(self._open_lane, key))
+            lanes.reserved = reserved
+            lanes.on_detach = self.gate.detached
+            lanes.place = self.gate.place
+            lanes.on_change = self.changes.note
+        else:
+            self.lanes[primary].runtimes.append(runtime)
+        await self.nursery.start(runtime.run)
 
     async def _open_lane(self, digest: str, era: Era) -> ServerRuntime:
         """A second process slot of a registration, for clients of the other protocol era: the
@@ -264,14 +262,9 @@ class Registry:
         runtime = ServerRuntime(dataclasses.replace(primary.config, spec=spec), primary.core.snapshot, self.store,
                                 self.children_changed, label=label, save_lock=primary.save_lock,
                                 reading=self.reading, read_buffer=self.read_buffer)
-        runtime.gate = RuntimeGate(runtime, lambda: self.config.tool_policy)
-        runtime.on_change = self.changes.note
         identity = self.identities[digest]
         lane_digest = dataclasses.replace(identity, instance=f"{identity.instance}#{len(lanes.runtimes)}").digest(self.secret)
-        self.runtimes[lane_digest] = runtime
-        self.identities[lane_digest] = identity
-        self.lane_of[lane_digest] = digest
-        await self.nursery.start(runtime.run)
+        await self._install(lane_digest, runtime, identity, digest)
         self.changes.note()
         log.info("server %s: a second process slot for %s-era clients (%s)", primary.name, era, label)
         return runtime
@@ -497,20 +490,7 @@ class Registry:
         names: list[str] = []
         for primary, reserved, lanes_of in plan:
             for key, runtime, identity in lanes_of:
-                runtime.gate = RuntimeGate(runtime, lambda: self.config.tool_policy)
-                runtime.on_change = self.changes.note
-                self.runtimes[key] = runtime
-                self.identities[key] = identity
-                self.lane_of[key] = primary
-                if key == primary:
-                    lanes = self.lanes[key] = EraLanes(runtime, partial(self._open_lane, key))
-                    lanes.reserved = reserved
-                    lanes.on_detach = self.gate.detached
-                    lanes.place = self.gate.place
-                    lanes.on_change = self.changes.note
-                else:
-                    self.lanes[primary].runtimes.append(runtime)
-                await self.nursery.start(runtime.run)
+                await self._install(key, runtime, identity, primary, reserved)
                 names.append(runtime.name)
         self.children_changed()
         self.changes.note()

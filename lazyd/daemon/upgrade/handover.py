@@ -16,6 +16,7 @@ If the exec fails, the gate opens again and this daemon goes on; the caller hear
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
@@ -183,15 +184,11 @@ class Upgrader:
         except OSError as exc:
             for fd in inherit:
                 if fd not in (self.listener_fd, self.lock_fd):
-                    try:
+                    with contextlib.suppress(OSError):
                         os.set_inheritable(fd, False)
-                    except OSError:
-                        pass
             os.close(secrets_fd)
-            try:
+            with contextlib.suppress(OSError):
                 os.unlink(state_path(self.paths))
-            except OSError:
-                pass
             return f"cannot run {argv[0]}: {exc.strerror or exc}"
         raise AssertionError("execve returned")  # pragma: no cover
 

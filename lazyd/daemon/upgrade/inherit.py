@@ -16,6 +16,7 @@ neither binds nor locks). `inherit` runs once the registry exists, before the ac
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -43,6 +44,7 @@ from lazyd.daemon.runtime.outbox import ConnectionOutbox, Outbox
 from lazyd.daemon.process.child import STDIN_EOF_GRACE_S, TERM_GRACE_S
 from lazyd.daemon.sessions.registry import Registry
 from lazyd.daemon.upgrade.handover import Lineage
+from lazyd.daemon.upgrade.inherited import close_fds
 from lazyd.daemon.upgrade.state import ENVELOPE_ENV, Envelope, read_secrets, read_state
 from lazyd.errors import InheritError
 from lazyd.protocol.frames import Reply
@@ -62,10 +64,8 @@ def take_envelope(environ: MutableMapping[str, str]) -> Envelope | None:
         return None
     envelope = Envelope.decode(text)
     for fd in envelope.fds:
-        try:
+        with contextlib.suppress(OSError):  # missing: inherit() finds out and says so
             os.set_inheritable(fd, False)
-        except OSError:
-            pass  # missing: inherit() finds out and says so
     return envelope
 
 
@@ -187,20 +187,13 @@ async def _answer(fd: int | None, ok: bool, data: Any, error: str | None) -> Non
     except OSError:
         return
     with trio.move_on_after(5.0):
-        try:
+        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             await stream.send_all(wire.encode(Reply(ok, data, error)))
-        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-            pass
     await stream.aclose()
 
 
 async def _fall_back(envelope: Envelope) -> None:
-    for fd in envelope.fds:
-        if fd not in (envelope.listener, envelope.lock, envelope.reply):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+    close_fds(fd for fd in envelope.fds if fd not in (envelope.listener, envelope.lock, envelope.reply))
     async with trio.open_nursery() as nursery:
         for pid, ticks in envelope.servers:
             nursery.start_soon(_ladder, pid, ticks)
@@ -217,21 +210,15 @@ async def _ladder(pid: int, ticks: int) -> None:
             return  # not that process any more: nothing of ours to stop
         for sig, wait_s in ((None, STDIN_EOF_GRACE_S), (signal.SIGTERM, TERM_GRACE_S), (signal.SIGKILL, REAP_WAIT_S)):
             if sig is not None:
-                try:
+                with contextlib.suppress(OSError):
                     os.killpg(pid, sig)
-                except OSError:
-                    pass
             with trio.move_on_after(wait_s):
                 await trio.lowlevel.wait_readable(pidfd)
                 break
-        try:
+        with contextlib.suppress(OSError):
             os.killpg(pid, signal.SIGKILL)  # what is left of its group; the leader is a zombie: no reuse
-        except OSError:
-            pass
-        try:
+        with contextlib.suppress(ChildProcessError):
             os.waitpid(pid, os.WNOHANG)
-        except ChildProcessError:
-            pass
     except OSError:
         pass
     finally:
@@ -268,11 +255,7 @@ async def inherit_stored(stored: dict[str, int], registry: Registry, lock: Path,
         reason = str(exc)
         log.error("restart after a crash: cannot take the stored servers over: %s; stopping them", reason)
         lineage.last = {"at": time.time(), "from_pid": None, "inherited": False, "reason": reason, "crash": True}
-        for fd in [*stored.values(), *([secrets_fd] if secrets_fd is not None else [])]:
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+        close_fds([*stored.values(), secrets_fd])
         await trio.to_thread.run_sync(orphans.sweep, state_dir)
         async with trio.open_nursery() as nursery:
             for pid, ticks in procs:
@@ -280,9 +263,7 @@ async def inherit_stored(stored: dict[str, int], registry: Registry, lock: Path,
         return False
     used = {fd for r in body["runtimes"].values() if isinstance(r.get("proc"), dict)
             for fd in (r["proc"]["stdin"], r["proc"]["stdout"], r["proc"]["stderr"])}
-    for fd in stored.values():
-        if fd not in used:
-            os.close(fd)
+    close_fds(fd for fd in stored.values() if fd not in used)
     registry.children_changed()
     # What was really taken over: a process whose pipes did not come back (systemd drops a pipe
     # whose other end closed: the server died with the daemon) is not, whatever the state said.

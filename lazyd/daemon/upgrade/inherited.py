@@ -12,8 +12,9 @@ spawned one (lazyd/daemon/process/child.py).
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,7 +28,7 @@ from lazyd.daemon.process.child import ChildProcess
 from lazyd.daemon.process.read_buffer import ReadBuffer
 from lazyd.errors import InheritError
 
-__all__ = ["InheritedProcess", "HandedProcess", "inherit_child", "state_fds"]
+__all__ = ["InheritedProcess", "HandedProcess", "close_fds", "inherit_child", "state_fds"]
 
 
 class InheritedProcess:
@@ -108,7 +109,7 @@ def inherit_child(handed: HandedProcess, spec: SpawnSpec, nursery: trio.Nursery,
     try:
         pidfd = os.pidfd_open(pid)
     except OSError as exc:
-        _close(fds)
+        close_fds(fds)
         raise InheritError(f"pid {pid} is gone ({exc.strerror})") from None
     try:
         ticks = procfs.start_time_ticks(pid)
@@ -116,7 +117,7 @@ def inherit_child(handed: HandedProcess, spec: SpawnSpec, nursery: trio.Nursery,
         ticks = None
     if ticks != start_ticks:
         os.close(pidfd)
-        _close(fds)
+        close_fds(fds)
         raise InheritError(f"pid {pid} is another process now (start time {ticks}, recorded {start_ticks})")
     ring = LogRing(spec.log_path)
     ring.note(note or f"pid {pid} taken over by lazyd {os.getpid()}")
@@ -124,13 +125,12 @@ def inherit_child(handed: HandedProcess, spec: SpawnSpec, nursery: trio.Nursery,
     return ChildProcess.take_over(process, spec, ring, pidfd, start_ticks, nursery, read_buffer, stdout=handed.pending)
 
 
-def _close(fds: tuple[int | None, ...]) -> None:
+def close_fds(fds: Iterable[int | None]) -> None:
+    """Close what a predecessor handed over and nobody takes: a descriptor already gone is no harm."""
     for fd in fds:
         if fd is not None:
-            try:
+            with contextlib.suppress(OSError):
                 os.close(fd)
-            except OSError:
-                pass
 
 
 @dataclass(frozen=True)

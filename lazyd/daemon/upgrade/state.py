@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import json
@@ -121,10 +122,8 @@ def read_state(path: Path) -> tuple[dict[str, Any], float]:
     except StateFileError as exc:
         raise InheritError(f"the state file {exc}") from None
     finally:
-        try:
+        with contextlib.suppress(OSError):
             os.unlink(path)
-        except OSError:
-            pass
     if data is None:
         raise InheritError(f"the state file {path} is missing")
     head_line, _, text = data.partition(b"\n")
@@ -185,7 +184,5 @@ def read_secrets(fd: int) -> dict[str, Any]:
     except (OSError, ValueError, RecursionError) as exc:
         raise InheritError(f"the inherited secrets cannot be read ({str(exc)[:120]})") from None
     finally:
-        try:
+        with contextlib.suppress(OSError):
             os.close(fd)
-        except OSError:
-            pass
