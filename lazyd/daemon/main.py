@@ -141,11 +141,9 @@ def main(argv: list[str] | None = None) -> None:
         activated = take_activated_socket(os.environ, os.getpid()) if envelope is None else None
         # Descriptors systemd kept for us across a crash (lazyd/daemon/upgrade/stored_servers.py), after the socket.
         stored = stored_fds(os.environ, int(os.environ.get("LISTEN_FDS") or 0)) if activated is not None else {}
-        # The lock and the start-up record live in the runtime dir, so it is made and checked
-        # whoever made the socket: systemd may have put an activated one anywhere. Only a socket
-        # named for the daemon too (LAZYD_SOCKET, --socket) and handed over by systemd keeps its
-        # directory as the unit made it: the unit decides who may reach it, and the peer-uid
-        # check stands behind that.
+        # The lock and the start-up record live in the runtime dir, so it is made private whoever
+        # made the socket; only a socket systemd handed over at a path named for the daemon
+        # (LAZYD_SOCKET, --socket) keeps its directory as the unit made it (the peer-uid check stands).
         is_activated = activated is not None or (envelope is not None and envelope.activated)
         private_runtime = not is_activated or not paths.socket_overridden
         if private_runtime:
@@ -158,8 +156,7 @@ def main(argv: list[str] | None = None) -> None:
     def load_files() -> tuple[Config, bytes]:
         loaded = load_config(config_path, started_with)
         if args.config and loaded.source is None:
-            # The default file may be missing (no config is a fine config); a file named on the
-            # command line is one the user expects to be used.
+            # The default file may be missing; a file named on the command line must exist.
             raise ConfigError(f"{config_path}: no such file (--config names a file that must exist)")
         return loaded, load_or_create_secret(paths.state_dir)
 
@@ -250,8 +247,7 @@ async def serve(sock: socket.socket, paths: Paths, config: Config, config_path: 
     listener = trio.SocketListener(trio.socket.from_stdlib_socket(sock))
     async with trio.open_nursery() as nursery:
         if envelope is None and not stored:  # after an upgrade the servers state.json names are ours to take over
-            # Beside serving, not before it: after a kill -9 with a thousand waiting sessions,
-            # reading /proc took 0.4 s that every session waited for; only starts wait for it now.
+            # Beside serving, not before it: only starts wait for it (docs/benchmarks.md).
             nursery.start_soon(orphans.sweep_then_open, paths.state_dir, orphans.begin_sweep(paths.state_dir))
         # Named servers and wake predicates: the allowlist under their own `env` (lazyd/host/daemonenv.py).
         registry = Registry(config, paths, secret, store, nursery, daemonenv.base(os.environ))
@@ -298,10 +294,8 @@ async def serve(sock: socket.socket, paths: Paths, config: Config, config_path: 
         notifier.stopping()
         if activated:
             crash_loop.forget(sock.fileno())  # a clean stop ends any count of failed starts
-        # Stop taking work before stopping the servers: no connection lands on a daemon that is
-        # going away, and every session is dropped now, so that its shim answers what was in
-        # flight, holds what its client sends next and hands it to the next daemon, instead of
-        # this one failing it once the ladders are over.
+        # Drop every session before the ladders: its shim answers what was in flight and hands
+        # what comes next to the next daemon, rather than this one failing it later.
         connections.cancel()
         log.info("stopping: %d servers", len(registry.runtimes))
         with trio.move_on_after(SHUTDOWN_BOUND_S) as bound:
@@ -314,8 +308,7 @@ async def serve(sock: socket.socket, paths: Paths, config: Config, config_path: 
         if bound_identity is not None and socket_identity(paths.socket) == bound_identity:
             os.unlink(paths.socket)
         nursery.cancel_scope.cancel()
-    # The standby state describes servers that are gone now: a clean stop leaves nothing behind
-    # (a crash never gets here, and the restarted daemon needs it).
+    # The standby state describes servers gone now (a crash never gets here: its successor needs it).
     with contextlib.suppress(FileNotFoundError):
         os.unlink(standby_path(paths.lock))
     log.info("stopped")

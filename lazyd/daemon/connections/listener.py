@@ -60,8 +60,7 @@ FRAME_DEADLINE_S = 30.0
 # lazyctl reads its reply at once; a peer that leaves one unread this long holds a slot for nothing.
 CONTROL_SEND_DEADLINE_S = 30.0
 READ_BYTES = 256 * 1024  # one receive: up to ~16k tiny frames
-# Frames decoded at a time. A decoded frame costs ~20 times its wire size, so decoding a whole
-# read of tiny frames at once would cost ~5 MiB per connection; the rest waits as bytes.
+# Frames decoded at a time: a decoded frame costs many times its wire size (docs/benchmarks.md).
 FRAMES_PER_BATCH = 64
 # Frames written in one send: batching cuts syscalls when a server streams many small lines.
 WRITE_BATCH_FRAMES = 64

@@ -51,9 +51,7 @@ from lazyd.errors import InheritError, LineTooLong, SpawnError
 
 log = logging.getLogger("lazyd.server")
 
-# Spawn errors that running the same command again cannot cure: the command or its working
-# directory is missing, not executable, or in no format the kernel runs. They park the server at
-# once (lifecycle rule 3). Anything else (EAGAIN, ENOMEM, EMFILE, E2BIG...) may pass, and backs off.
+# Spawn errors a retry cannot cure park the server at once (lifecycle rule 3); any other backs off.
 FATAL_SPAWN_ERRNOS = frozenset({errno.ENOENT, errno.EACCES, errno.ENOEXEC, errno.ENOTDIR})
 
 
@@ -64,8 +62,7 @@ class ServerRuntime:
         self.config = config
         self._reading = reading  # the daemon's reading gate (lazyd/daemon/upgrade/quiesce.py)
         self._read_buffer = read_buffer
-        # What logs and `lazyctl status` call it: the server's name, or `NAME@ERA` for a second process of
-        # the registration in the other protocol era (era_lanes.py); tool policy and hub use `config.name`.
+        # Logs and status: `NAME@ERA` for another era's process (era_lanes.py); policy and hub use config.name.
         self.name = label or config.name
         self.core = rl.RelayCore(config.name, snapshot, config.sampling_policy, era=config.era,
                                  session_aware=config.share == "session-aware")
@@ -81,37 +78,30 @@ class ServerRuntime:
         self._scope = trio.CancelScope()
         self._poke = trio.Event()
         self._waiting_for: float | None = None
-        # Lanes of one registration share the snapshot and its file: one save at a time, each
-        # taking its copy inside the lock, so an older copy never lands after a newer one.
+        # Lanes share the snapshot and its file: one save at a time, so no older copy lands last.
         self._save_lock = save_lock if save_lock is not None else trio.Lock()
         self._saver = CacheSaver(store, config.digest, lambda: self.core.snapshot, self._save_lock)
         self._input = ServerInput(self.name, self._kill, lambda: len(self.core.queue))  # the process's stdin
         self._kill_reason: str | None = None
-        # Why a stop of ours ended the process, when it is a failure the clients must hear of
-        # (a memory limit): what in-flight requests are answered with and the exit is logged as.
+        # A stop of ours that clients must hear of as a failure (a memory limit).
         self._stop_reason: str | None = None
-        # The memory limit (`memory_max`), fed samples of the tree by lazyd/daemon/runtime/memory_watch.py.
-        self.memory = MemoryLimit(config.memory_max) if config.memory_max else None
+        self.memory = MemoryLimit(config.memory_max) if config.memory_max else None  # fed by memory_watch.py
         self.last_stop: tuple[float, str] | None = None  # (wall time, reason) of the last stop decided
         self.client_lines = 0  # lines its clients sent it (requests, notifications, answers): `lazyctl top`'s rate
         self._stop_requested = False
         self._closing = False  # set by shutdown(): no process or predicate is started after it
         self._finished = trio.Event()  # run() has returned: no task of this runtime is left
-        # Set (and dropped) at the end of every lifecycle input, which is where every change of
-        # state, process or failure count happens; created only while someone waits (see
-        # wait_changed), so the relay's hot path allocates nothing.
+        # Set at the end of every lifecycle input, only while someone waits (`wait_changed`).
         self._changed: trio.Event | None = None
         self.on_change: Callable[[], None] = lambda: None  # the registry's status signal (status_signal.py)
         self.last_exit: str | None = None
         self.started_wall: float | None = None  # when the current process became ready (wall)
         self.spawned_wall: float | None = None  # when the current process was started (wall)
-        # The wake predicate's process while it runs, as (pid, start time in ticks): recorded in
-        # state.json with the server, so a successor daemon can sweep a predicate left hanging.
+        # The running wake predicate's (pid, start ticks), for a successor's orphan sweep.
         self.predicate_child: tuple[int, int] | None = None
-        # What a predecessor daemon handed over, taken over at start instead of `boot()`
-        # (`from_state`); how many upgrades the current process lived through.
+        # What a predecessor handed over (`from_state`), taken over instead of `boot()`.
         self._handed: HandedRuntime | None = None
-        self.upgrades = 0
+        self.upgrades = 0  # how many upgrades the current process lived through
 
     # ---- task structure ------------------------------------------------------------------------
 
@@ -123,12 +113,9 @@ class ServerRuntime:
             self._finished.set()
 
     async def close(self) -> None:
-        """Stop the process and end the runtime's tasks (a server removed or changed by a reload).
-
-        Returns once every task of the runtime has ended, so nothing (a snapshot save in a
-        thread, a predicate) can touch the server's files afterwards. Attached sessions are
-        dropped first: their shims reconnect and find the server's new definition.
-        """
+        """Stop the process and end the runtime's tasks (a reload removed or changed the server),
+        sessions dropped first (their shims find the new definition); returns once every task ended,
+        so nothing touches the server's files afterwards."""
         self._closing = True
         for cid in list(self.sessions):
             self.detach(cid)
@@ -163,10 +150,8 @@ class ServerRuntime:
         return min(due, default=None)
 
     async def shutdown(self) -> None:
-        """Stop the process by the ladder (daemon exit). Bounded by the ladder's own deadlines.
-
-        From here on no process is started: a request arriving during the ladder must not leave
-        a fresh server behind a daemon that is going away."""
+        """Stop the process by the ladder (daemon exit); no process is started from here on, so none
+        is left behind a daemon going away."""
         self._closing = True
         proc = self.proc
         if proc is not None:
@@ -351,10 +336,8 @@ class ServerRuntime:
                 self._nursery.start_soon(self._run_predicate)
             elif isinstance(action, lc.Log):
                 log.info("[%s] %s", self.name, action.message)
-        # Wake the timer loop only when its deadline moved earlier: most inputs leave it alone, and
-        # waking it per message would cost a task switch on the relay's hot path. A deadline that
-        # moved later (an idle timeout pushed back by each request) is found when the loop wakes at
-        # the old one, whose tick then has nothing to do.
+        # Wake the timer loop only for an earlier deadline (no task switch per message); a later
+        # one is found when the loop wakes at the old one.
         deadline = self._next_deadline()
         if deadline is not None and (self._waiting_for is None or deadline < self._waiting_for):
             self._poke.set()
@@ -412,7 +395,7 @@ class ServerRuntime:
             return
         self.proc = proc
         self.spawned_wall = time.time()
-        self.upgrades = 0
+        self.upgrades = 0  # how many upgrades the current process lived through
         self.on_children_changed()
         # A stop or kill decided while the spawn was in progress found no process to act on.
         if self._kill_reason is not None:
@@ -457,8 +440,7 @@ class ServerRuntime:
             log.info("[%s] failure %d in a row; restarting in %.0fms", self.name, self.life.burst, delay_ms)
 
     async def _run_predicate(self) -> None:
-        # predicate_done is reported whatever happens: the lifecycle runs one predicate at a time
-        # and would never schedule another. Only cancellation (the runtime ending) skips it.
+        # Reported whatever happens (but cancellation): the lifecycle waits for it to schedule another.
         wake = self.config.wake
         code: int | None = None
         try:
