@@ -56,11 +56,8 @@ class Notifier:
 
     @classmethod
     def from_environ(cls) -> Notifier:
-        """Read and remove the notify and watchdog variables of `os.environ`.
-
-        Never raises: a socket that cannot be reached disables notifications with a warning
-        (systemd will then time the start out, which is the honest outcome).
-        """
+        """Read and remove the notify and watchdog variables of `os.environ`. Never raises: an
+        unreachable socket disables notifications with a warning (systemd then times the start out)."""
         address = os.environ.get("NOTIFY_SOCKET") or None
         usec = os.environ.get("WATCHDOG_USEC")
         watchdog_pid = os.environ.get("WATCHDOG_PID")
@@ -124,11 +121,8 @@ class Notifier:
         return self.notify("WATCHDOG=1")
 
     async def watchdog_loop(self) -> None:
-        """Ping the watchdog every `watchdog_interval_s` from now on; returns at once if unset.
-
-        A ping comes from the event loop itself, so a loop blocked for longer than the
-        timeout is exactly what makes systemd restart us.
-        """
+        """Ping the watchdog every `watchdog_interval_s` (returns at once if unset), from the event
+        loop itself: a loop blocked past the timeout is exactly what should make systemd restart us."""
         if self._notifier is None or self.watchdog_interval_s is None:
             return
         while True:

@@ -64,10 +64,8 @@ def classify(record: ChildRecord, leader: Stat | None) -> Verdict:
 
 
 class StartGate:
-    """No child starts while the sweep runs: it kills by session id, so a child of ours started
-    before it ended could share nothing with a leftover, but its record would be wiped by the
-    sweep's empty state.json. The daemon serves meanwhile (session starts from cache, a killed
-    daemon's sessions taken back): only a start waits. Open outside a sweep."""
+    """No child starts while the sweep runs: its record would be wiped by the sweep's empty
+    state.json. The daemon serves meanwhile; only a start waits. Open outside a sweep."""
 
     def __init__(self) -> None:
         self._done: trio.Event | None = None

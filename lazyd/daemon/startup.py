@@ -48,11 +48,9 @@ class OneLineFormatter(logging.Formatter):
 
 
 def fail(paths: Paths | None, message: str, status: int, *, record: bool = True) -> NoReturn:
-    """Report a start-up failure (see the module docstring) and exit with `status`.
-
-    `record` is False when the runtime dir itself is the problem: nothing is written into a
-    directory lazyd just refused. Writing the log and the record is best effort; the stderr line
-    and the exit status always happen."""
+    """Report a start-up failure (the module docstring) and exit with `status`. `record` is False
+    when the runtime dir itself is the problem; the log and the record are best effort, the stderr
+    line and the exit status always happen."""
     print(f"lazyd: {message}", file=sys.stderr, flush=True)
     if paths is not None:
         _append_to_log(paths, message)

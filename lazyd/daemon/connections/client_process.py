@@ -34,11 +34,6 @@ def client_process(shim_pid: int) -> tuple[str, int | None]:
     return "", None
 
 
-def client_process_name(shim_pid: int) -> str:
-    """The name of the program that started shim `shim_pid`, "" when it cannot be told."""
-    return client_process(shim_pid)[0]
-
-
 def environment_names(pid: int | None) -> frozenset[str] | None:
     """The names of the variables `pid` was started with (never their values), None if unreadable."""
     items = procfs.read_environ(pid) if pid is not None else None

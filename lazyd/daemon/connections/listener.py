@@ -97,12 +97,9 @@ def _sole(group: BaseExceptionGroup[BaseException]) -> BaseException:
 class Frames:
     """Frames from a stream through one decoder; a WireError poisons the connection.
 
-    A frame that has started (its first byte was read) must be complete within the frame
-    deadline; between frames there is no deadline. Only time spent waiting on the peer counts:
-    while the consumer is away (backpressure toward a stalled server can keep it away for
-    minutes), the half-read frame's clock stops. Charging that time to the peer would cut off a
-    well-behaved client in the middle of a 1 MiB frame (test_frame_deadline.py).
-    """
+    A started frame must be complete within the frame deadline, counting only time spent waiting on
+    the peer: while the consumer is away (backpressure toward a stalled server), the clock stops, or a
+    well-behaved client would be cut off in the middle of a large frame (test_frame_deadline.py)."""
 
     def __init__(self, stream: trio.SocketStream, frame_deadline_s: float, reading: Gate) -> None:
         self.stream = stream

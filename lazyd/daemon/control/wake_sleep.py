@@ -28,11 +28,9 @@ def state_of(runtime: ServerRuntime) -> str:
 
 
 async def wake_and_wait(runtime: ServerRuntime, client: JsonObj | None = None) -> str | None:
-    """Wake `runtime` and wait until it settles: None once running, else why it did not start.
-
-    A server never initialized is woken with `client`'s params, else lazyd's own
-    (lazyd/core/relay/handshake_defaults.py): without params to replay the start could never complete.
-    """
+    """Wake `runtime` and wait until it settles: None once running, else why it did not start. A
+    server never initialized is woken with `client`'s params, else lazyd's own: without params to
+    replay the start could never complete."""
     params = wake_params(runtime.core.snapshot.last_params, client)
     if params is not None:
         runtime.core.snapshot.last_params = params

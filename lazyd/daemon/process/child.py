@@ -312,12 +312,8 @@ class ChildProcess:
 
 
 async def spawn(spec: SpawnSpec, nursery: trio.Nursery, read_buffer: ReadBuffer | None = None) -> ChildProcess:
-    """Start `spec` in its own session; its stderr pump and exit watcher run in `nursery`.
-
-    Raises SpawnError if the command cannot be executed (nothing is left running then). The
-    caller must eventually `stop()` (or `aclose()`) the child; the nursery's tasks end once the
-    child has exited.
-    """
+    """Start `spec` in its own session, its stderr pump and exit watcher in `nursery` (they end once
+    it exited; `stop()` it). Raises SpawnError, with nothing left running, if it cannot be executed."""
     child = await _launch(spec, read_buffer)
     child._start_tasks(nursery)
     return child
@@ -328,10 +324,7 @@ async def open_child(
     spec: SpawnSpec, eof_grace_s: float = STDIN_EOF_GRACE_S, term_grace_s: float = TERM_GRACE_S
 ) -> AsyncIterator[ChildProcess]:
     """Spawn `spec` for the duration of the block; on exit run the ladder and close the pipes.
-
-    Raises SpawnError (not wrapped in a group) if the command cannot be executed, and lets an
-    exception of the block through unwrapped too: the nursery inside is an implementation detail.
-    """
+    SpawnError and the block's own exception come out unwrapped by the nursery inside."""
     child = await _launch(spec)
     try:
         async with trio.open_nursery() as nursery:

@@ -82,12 +82,8 @@ def _is_executable_file(path: str) -> bool:
 
 
 def resolve_command(name: str, cwd: str, path_var: str | None) -> str:
-    """Find the file execvp would run for `name`, as an absolute path, or raise SpawnError.
-
-    Like execvp: a name with a slash is taken as is (relative to cwd); otherwise each PATH entry
-    is tried (an empty entry means cwd), and a match that is not executable makes the error
-    EACCES rather than ENOENT.
-    """
+    """Find the file execvp would run for `name`, as an absolute path, or raise SpawnError: a name
+    with a slash as is, else each PATH entry (empty: cwd); a match not executable is EACCES."""
     if not name:
         raise SpawnError(errno.ENOENT, "cannot execute an empty command name")
     if "/" in name:

@@ -29,15 +29,10 @@ log = logging.getLogger("lazyd.server")
 
 async def run_predicate(wake: WakePredicate, cwd: str, env: Mapping[str, str], name: str,
                         on_child: Callable[[tuple[int, int] | None], None] = lambda _: None) -> int | None:
-    """Run a wake predicate: argv without a shell, closed stdin, output discarded, in its own
-    process group (and session), bounded by its timeout. Returns its exit code, or None on a
-    timeout or a launch error.
-
-    Whatever happens (exit, timeout, cancellation at shutdown) the whole group is SIGKILLed
-    *before* the leader is reaped: until the reap the group id cannot be handed to another
-    process, so the kill never hits a stranger, and a predicate's background children never
-    outlive it. `on_child` hears (pid, start ticks) once the process exists, and None at the end.
-    """
+    """Run a wake predicate: argv without a shell, stdin closed, output discarded, in its own
+    session, bounded by its timeout; its exit code, or None on a timeout or launch error. Whatever
+    happens the group is SIGKILLed before the leader is reaped (its group id cannot be reused until
+    then), so no background child outlives it. `on_child` hears (pid, start ticks), then None."""
     await START_GATE.passage()  # no start while a predecessor's leftovers are swept
     try:
         proc = await trio.lowlevel.open_process(

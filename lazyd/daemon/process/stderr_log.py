@@ -47,11 +47,8 @@ def _stamp(now: datetime) -> bytes:
 
 
 class LogRing:
-    """Append stderr bytes of one server to `path`, rotating, and remember the last lines.
-
-    Call `feed` with whatever the pipe returned, `note` for the daemon's own lines, `finish` at
-    EOF (writes a trailing partial line), and `close` to release the file.
-    """
+    """Append stderr bytes of one server to `path`, rotating, and remember the last lines: `feed`
+    what the pipe returned, `note` the daemon's own lines, `finish` at EOF, `close` the file."""
 
     def __init__(
         self,

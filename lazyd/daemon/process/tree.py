@@ -22,14 +22,9 @@ def proc_table() -> ProcTable:
 
 
 def tree_members(root: int, table: Mapping[int, Stat], *, group_and_session: bool = True) -> set[int]:
-    """`root`, its descendants and (unless told otherwise) every process of its process group and
-    session; empty when `root` is not in `table`.
-
-    Descendants catch children that made their own group; group and session catch grandchildren
-    whose parent died (they are reparented, but still killed with the group). A process that is not
-    the leader of its session (a client's shim) is measured without them: its session is the
-    client's.
-    """
+    """`root`, its descendants and (unless told otherwise) every process of its group and session;
+    empty when `root` is not in `table`. Group and session catch grandchildren whose parent died; a
+    process that does not lead its session (a client's shim) is measured without them."""
     if root not in table:
         return set()
     children: dict[int, list[int]] = {}

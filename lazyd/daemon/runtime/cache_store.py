@@ -28,12 +28,9 @@ MAX_SNAPSHOT_BYTES = 64 * 1024 * 1024
 
 
 def load_or_create_secret(state_dir: Path) -> bytes:
-    """The per-user identity key; created on first use.
-
-    Raises StateFileError (one line naming the file and the fix) for a key that is not lazyd's
-    own (see lazyd.host.privatefiles) or not 32 bytes long: every cache file name is derived from
-    it, so a daemon must not start with a key it cannot trust, nor silently replace one.
-    """
+    """The per-user identity key; created on first use. Raises StateFileError for a key that is not
+    lazyd's own (lazyd.host.privatefiles) or not 32 bytes: every cache file name derives from it, so
+    a daemon must not start with a key it cannot trust, nor silently replace one."""
     state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     path = state_dir / "identity.key"
     key = read_private(path, MAX_KEY_FILE_BYTES, secret=True)

@@ -72,13 +72,10 @@ class CommandCaches:
 
     def seed(self, identity: Identity, cache_digest: str, own: Snapshot,
              live: Iterable[tuple[Identity, Snapshot]]) -> Snapshot:
-        """`own` if it holds anything, else a copy of the freshest snapshot of the same command
-        (`live`: the registry's runtimes, by identity; then the cache files of the index), with
-        the handshakes and stateless results only older ones recorded added, else `own`.
-
-        Listings answer only the handshake they were recorded for (docs/relay.md), so a copy of
-        one identity's snapshot would serve only the clients that identity happened to see last:
-        each handshake any identity of the command recorded is kept, the freshest winning."""
+        """`own` if it holds anything, else a copy of the freshest snapshot of the same command (`live`
+        runtimes first, then the index's cache files), with every handshake and stateless result that
+        only older ones recorded added: listings answer only the handshake they were recorded for
+        (docs/relay.md), so each handshake any identity of the command recorded is kept."""
         if has_content(own):
             return own
         candidates = [snap for other, snap in live if other.argv == identity.argv and has_content(snap)]

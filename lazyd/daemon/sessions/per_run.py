@@ -52,12 +52,11 @@ POLL_S = 1.0  # a session still choosing its process changes no lifecycle input:
 def learn(registry: Registry, shim_pid: int, argv: list[str], cwd: str, env: Mapping[str, str], *,
           force: tuple[str, ...], ignore: tuple[str, ...],
           undecodable: list[str] | None = None) -> tuple[SessionClient, tuple[Identity, str | None] | None]:
-    """Feed one session's counted variables to the learner of its client (the clientInfo name its
-    process name, the shim's parent's, was last seen as; a client not seen yet is learned from at
-    its initialize), and say which client that is (its process name is "" when it cannot be told), with the session's
-    identity and why it must stay private where what it fed taught nothing new (None: what it
-    taught changes the identity, which is then decided again). Deciding it twice per session start
-    (a PATH lookup, a `#!` read, a digest) was a fifth of a session's cost in the daemon."""
+    """Feed one session's counted variables to the learner of its client (guessed from its process
+    name; one not seen yet is learned from at its initialize), and say which client it is, with the
+    session's identity and why it must stay private when what it fed taught nothing new (None: the
+    identity is decided again). Deciding it once, not twice, saves a session start a PATH lookup, a
+    `#!` read and a digest."""
     name, pid = client_process(shim_pid)
     client = registry.learned.guess(name)  # the clientInfo name this process name was last seen as
     seen = SessionClient(name, environment_names(pid), client)

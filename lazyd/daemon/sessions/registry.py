@@ -149,12 +149,10 @@ class Registry:
             await self._named_runtime(server)
 
     async def reload(self, config: Config) -> dict[str, list[str]]:
-        """Take a new config: only named servers whose definition changed are restarted (and their
-        cache dropped); new ones are created, removed ones stopped. Defaults apply to registrations
-        that connect from now on; running unnamed servers keep the policy they started with.
-
-        The replaced runtimes are stopped in parallel (each by the ladder) and forgotten before
-        their successors exist, so a successor never loads the cache being dropped."""
+        """Take a new config: named servers whose definition changed are restarted (caches dropped),
+        new ones created, removed ones stopped; defaults apply to registrations that connect from now on.
+        The replaced runtimes are stopped in parallel and forgotten before their successors exist, so a
+        successor never loads the cache being dropped."""
         async with self._reload_lock:
             self._reloading = trio.Event()
             try:
@@ -167,19 +165,16 @@ class Registry:
         old = self.config
         self.config = config
         report: dict[str, list[str]] = {"added": [], "changed": [], "removed": [], "unchanged": []}
-        stale: list[ServerRuntime] = []
+        bases: set[str] = set()
         for name, server in old.servers.items():
             new = config.servers.get(name)
             if new == server:
                 report["unchanged"].append(name)
                 continue
             report["removed" if new is None else "changed"].append(name)
-            # The server's runtimes (every era lane of it) and its private instances (with theirs).
-            bases = {digest for digest, runtime in self.runtimes.items() if runtime.config.name == name}
-            stale.extend(self.forget(bases))
-        await self.close_all(stale)
-        for runtime in stale:
-            self.store.remove(runtime.config.digest)  # lanes share one file: removing it twice is harmless
+            # The server's runtimes (every era lane of it): its private instances go with them.
+            bases |= {digest for digest, runtime in self.runtimes.items() if runtime.config.name == name}
+        for runtime in await self._drop(bases):
             log.info("server %s stopped and its cache dropped (definition changed or removed)", runtime.name)
         for name, server in config.servers.items():
             if old.servers.get(name) != server:
@@ -406,6 +401,14 @@ class Registry:
             del self._private_base[digest]
         return stale
 
+    async def _drop(self, bases: set[str]) -> list[ServerRuntime]:
+        """Forget the runtimes of `bases` (`forget`), stop them by the ladder and drop their cache."""
+        stale = self.forget(bases)
+        await self.close_all(stale)
+        for runtime in stale:
+            self.store.remove(runtime.config.digest)  # lanes share one file: removing it twice is harmless
+        return stale
+
     async def close_all(self, stale: list[ServerRuntime]) -> None:
         self._closing.extend(stale)  # no longer findable, but their children still count
         try:
@@ -539,19 +542,10 @@ class Registry:
             return self.lane_of.get(key) == key and self.identities[key].instance.startswith(NAMED_INSTANCE)
 
         current = {r.config.name for k, r in self.runtimes.items() if k not in inherited and named_primary(k)}
-        bases = {k for k in inherited if named_primary(k) and (self.runtimes[k].config.name in current
-                                                             or self.runtimes[k].config.name not in self.config.servers)}
-        stale = [(k, r) for k, r in self.runtimes.items()
-                 if self.lane_of.get(k, k) in bases or self._private_base.get(self.lane_of.get(k, k)) in bases]
-        for key, _ in stale:
-            for table in (self.runtimes, self.identities, self.lanes, self.lane_of, self._private_base):
-                table.pop(key, None)
-        async with trio.open_nursery() as stopping:
-            for _, runtime in stale:
-                stopping.start_soon(runtime.close)
-        names = sorted({r.name for _, r in stale})
-        for _, runtime in stale:
-            self.store.remove(runtime.config.digest)
+        primaries = {k for k in inherited if named_primary(k) and (self.runtimes[k].config.name in current
+                                                                 or self.runtimes[k].config.name not in self.config.servers)}
+        stale = await self._drop({k for k in self.runtimes if self.lane_of.get(k, k) in primaries})
+        names = sorted({r.name for r in stale})
         if names:
             log.info("inherited servers %s: their definition changed or went from the config; stopped", ", ".join(names))
             self.children_changed()
