@@ -88,24 +88,19 @@ class EraLanes:
         runtime.core.lane = choice.era
         return runtime, choice
 
-    async def open(self, choice: LaneChoice) -> ServerRuntime:
-        assert self.opening is None
-        self.opening = trio.Event()
-        try:
-            runtime = await self._open_lane(choice.era)  # the registry adds it to `runtimes`
-            runtime.core.lane = choice.era
-            return runtime
-        finally:
-            self.opening.set()
-            self.opening = None
-
     async def get(self, era: Era) -> tuple[ServerRuntime, str]:
         """The lane for a client of `era`, opening one if needed (after any opening under way)."""
         while self.opening is not None:
             await self.opening.wait()
         runtime, choice = self.choose(era)
         if runtime is None:
-            runtime = await self.open(choice)
+            self.opening = trio.Event()
+            try:
+                runtime = await self._open_lane(choice.era)  # the registry adds it to `runtimes`
+                runtime.core.lane = choice.era
+            finally:
+                self.opening.set()
+                self.opening = None
         return runtime, choice.reason
 
     def describe(self) -> list[dict[str, object]]:
@@ -127,8 +122,8 @@ class EraRoute:
     def __init__(self, lanes: EraLanes, session: Outbox, resume: list[bytes], nursery: trio.Nursery, *,
                  attached: ServerRuntime | None = None, held: list[bytes] | None = None) -> None:
         """A session's route. With `attached`, the session is attached to that lane already (a
-        route a predecessor daemon handed over: see `inherited`); else its resumed lines' first
-        request, if any, chooses its lane at once."""
+        route a predecessor daemon handed over, as `handover` described it, with the lines it
+        `held`); else its resumed lines' first request, if any, chooses its lane at once."""
         self.lanes = lanes
         self.session = session
         self.name = lanes.primary.name
@@ -153,14 +148,6 @@ class EraRoute:
         if first is not None:
             assert first.method is not None
             self._choose(client_era(first.method, first.params), None)
-
-    @classmethod
-    def inherited(cls, lanes: EraLanes, session: Outbox, runtime: ServerRuntime | None, resume: list[bytes],
-                held: list[bytes], nursery: trio.Nursery) -> EraRoute:
-        """A route a predecessor daemon handed over (lazyd/daemon/upgrade/connections.py), as
-        `handover` described it: attached to `runtime` already (its relay core knows the client),
-        or still waiting for its first request with the lines it kept for it."""
-        return cls(lanes, session, resume, nursery, attached=runtime, held=held)
 
     def handover(self) -> tuple[ServerRuntime | None, list[bytes], list[bytes]] | None:
         """What an upgrade carries of this route: the lane it is attached to (None: no request

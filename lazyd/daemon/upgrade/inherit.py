@@ -146,7 +146,7 @@ async def _take_over(envelope: Envelope, registry: Registry, handler: Connection
             outbox: Outbox = handed.make_outbox(s.cid, s.pid, handed.cancel.cancel)
         else:
             handed, outbox = None, ConnectionOutbox(s.cid, s.pid, cancel.cancel)
-        route = EraRoute.inherited(lanes, outbox, runtime, s.resume, s.held, registry.nursery)
+        route = EraRoute(lanes, outbox, s.resume, registry.nursery, attached=runtime, held=s.held)
         if runtime is not None:
             keep.setdefault(id(runtime), set()).add(s.cid)
         sessions += 1
