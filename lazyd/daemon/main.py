@@ -49,7 +49,8 @@ from lazyd.daemon.notify import Notifier
 from lazyd.daemon.sessions.registry import Registry
 from lazyd.daemon.runtime.memory_watch import MemoryWatch
 from lazyd.daemon.runtime.cache_store import CacheStore, load_or_create_secret
-from lazyd.daemon.runtime_dir import acquire_instance_lock, take_activated_socket, release_instance_lock, bind_unix_socket, socket_identity
+from lazyd.daemon.runtime_dir import (acquire_instance_lock, bind_unix_socket, release_instance_lock, socket_identity,
+                                      take_activated_socket)
 from lazyd.daemon.systemd_env import ACTIVATION_VARS, NOTIFY_VARS
 from lazyd.daemon.upgrade.handover import Lineage, Upgrader
 from lazyd.daemon.upgrade.state import Envelope

@@ -141,7 +141,8 @@ def test_an_upgrade_meets_the_new_config_stopping_the_named_servers_it_changed_o
     write_config(user_env, server_table("alpha", env={"FLAVOUR": "1"}) + server_table("beta", env={"FLAVOUR": "2"}))
     done = lazyctl(user_env, "upgrade")
     assert done.returncode == 0, (done.stdout, done.stderr)
-    assert "inherited servers beta, gamma: their definition changed or went from the config; stopped" in daemon_log(user_env)
+    stopped = "inherited servers beta, gamma: their definition changed or went from the config; stopped"
+    assert stopped in daemon_log(user_env)
     assert not alive(pids["beta"]) and not alive(pids["gamma"])
     rows = status_rows(user_env)
     assert sorted(rows) == ["alpha", "beta"] and daemon.proc.poll() is None

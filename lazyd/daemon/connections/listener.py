@@ -181,7 +181,8 @@ class ConnectionHandler:
             first_failure = 0.0
             backoff_s = ACCEPT_BACKOFF_FIRST_S
             while True:
-                await self.registry.reading.passage()  # an upgrade leaves new connections in the backlog for its successor
+                # An upgrade leaves new connections in the backlog for its successor.
+                await self.registry.reading.passage()
                 try:
                     stream = await listener.accept()
                 except OSError as exc:

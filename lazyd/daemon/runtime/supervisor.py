@@ -385,7 +385,8 @@ class ServerRuntime:
         now = trio.current_time()
         assert self._nursery is not None
         try:
-            proc = await self._reading.hold(spawn(self.config.spec, self._nursery, self._read_buffer))  # an upgrade waits for its pid
+            # An upgrade waits for its pid.
+            proc = await self._reading.hold(spawn(self.config.spec, self._nursery, self._read_buffer))
         except SpawnError as exc:
             fatal = exc.errno in FATAL_SPAWN_ERRNOS
             log.error("[%s] cannot start%s: %s", self.name, "" if fatal else " (will retry)", exc.message)
@@ -395,7 +396,7 @@ class ServerRuntime:
             return
         self.proc = proc
         self.spawned_wall = time.time()
-        self.upgrades = 0  # how many upgrades the current process lived through
+        self.upgrades = 0
         self.on_children_changed()
         # A stop or kill decided while the spawn was in progress found no process to act on.
         if self._kill_reason is not None:
@@ -526,7 +527,8 @@ class ServerRuntime:
             how = "upgrade" if handed.child else "restart after a crash"
             note = f"pid {process.pid} taken over by lazyd {os.getpid()} ({how})"
             try:
-                proc = inherit_child(process, self.config.spec, self._nursery, self._read_buffer, child=handed.child, note=note)
+                proc = inherit_child(process, self.config.spec, self._nursery, self._read_buffer, child=handed.child,
+                                     note=note)
             except InheritError as exc:
                 log.warning("[%s] cannot take its process over: %s", self.name, exc)
                 self.gone(f"its process was lost in the hand-over ({exc})")

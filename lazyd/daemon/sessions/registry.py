@@ -10,7 +10,7 @@ for it. It records every live child for the orphan sweep.
 Sharing (lazyd/core/sharing/modes.py) is decided when a session attaches and carried out by
 lazyd/daemon/sessions/sharing_gate.py: a session that must not share gets the registration's
 runtime while no session holds it, else a private instance `NAME.N` (numbered from 1) that holds
-no session's state and uses its registration's cache.
+no session's state, uses its registration's cache and goes with it on reload.
 
 For a successor daemon it writes its plain tables (`to_state`: runtimes by digest, each
 registration's era lanes with their one snapshot, private bases, counters; identities go to the
@@ -150,9 +150,9 @@ class Registry:
 
     async def reload(self, config: Config) -> dict[str, list[str]]:
         """Take a new config: named servers whose definition changed are restarted (caches dropped),
-        new ones created, removed ones stopped; defaults apply to registrations that connect from now on.
-        The replaced runtimes are stopped in parallel and forgotten before their successors exist, so a
-        successor never loads the cache being dropped."""
+        new ones created, removed ones stopped; defaults apply to registrations that connect from now on
+        (running unnamed servers keep the policy they started with). The replaced runtimes are stopped
+        in parallel and forgotten before their successors exist: none loads the cache being dropped."""
         async with self._reload_lock:
             self._reloading = trio.Event()
             try:
@@ -542,12 +542,13 @@ class Registry:
             return self.lane_of.get(key) == key and self.identities[key].instance.startswith(NAMED_INSTANCE)
 
         current = {r.config.name for k, r in self.runtimes.items() if k not in inherited and named_primary(k)}
-        primaries = {k for k in inherited if named_primary(k) and (self.runtimes[k].config.name in current
-                                                                 or self.runtimes[k].config.name not in self.config.servers)}
+        named = {k: self.runtimes[k].config.name for k in inherited if named_primary(k)}
+        primaries = {k for k, name in named.items() if name in current or name not in self.config.servers}
         stale = await self._drop({k for k in self.runtimes if self.lane_of.get(k, k) in primaries})
         names = sorted({r.name for r in stale})
         if names:
-            log.info("inherited servers %s: their definition changed or went from the config; stopped", ", ".join(names))
+            log.info("inherited servers %s: their definition changed or went from the config; stopped",
+                     ", ".join(names))
             self.children_changed()
             self.changes.note()
         return names
