@@ -1,7 +1,6 @@
 """A wake predicate's run: argv without a shell, in its own process group, bounded by its timeout.
 
-The lifecycle decides when it runs (lazyd/core/lifecycle/predicate.py); the runtime runs it here
-and reports the exit code back (lazyd/daemon/runtime/supervisor.py).
+The lifecycle decides when it runs (lazyd/core/lifecycle/predicate.py); the runtime runs it here.
 """
 
 from __future__ import annotations
