@@ -23,7 +23,7 @@
     ├── SpawnError            a server's command cannot be started (not found, not executable,
     │                         bad working directory); ``errno`` says which
     ├── LifecycleError        an event no lifecycle state can absorb: a bug of the caller
-    ├── AdoptionError         a daemon cannot take over what its predecessor handed over (a state
+    ├── InheritError          a daemon cannot take over what its predecessor handed over (a state
     │                         file of another version, corrupt or missing; a server gone): it
     │                         falls back to stopping and restarting, and says why
     ├── Unavailable           the shim cannot have the daemon; ``final``: retrying is pointless,
@@ -65,7 +65,7 @@ if TYPE_CHECKING:
 __all__ = [
     "LazydError", "UserError", "UsageError", "ConfigError", "StateFileError", "HubOptionError",
     "SetupError", "AlreadyRunning", "ProtocolError", "WireError", "SlowPeer", "LineTooLong",
-    "Refused", "NotReclaimed", "SpawnError", "LifecycleError", "AdoptionError", "Unavailable", "NoDaemon", "ReplayFailed", "CtlError",
+    "Refused", "NotReclaimed", "SpawnError", "LifecycleError", "InheritError", "Unavailable", "NoDaemon", "ReplayFailed", "CtlError",
     "DaemonNotRunning", "WrapError", "ConflictError", "JsonSyntaxError",
 ]
 
@@ -164,7 +164,7 @@ class LifecycleError(LazydError):
     """A caller bug no state can absorb (time going backwards, a negative count, a bad policy)."""
 
 
-class AdoptionError(LazydError):
+class InheritError(LazydError):
     """What a predecessor daemon handed over cannot be taken over (lazyd/daemon/upgrade/inherit.py)."""
 
 

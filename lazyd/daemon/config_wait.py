@@ -1,20 +1,12 @@
 """A socket-activated daemon whose config cannot be loaded: it stays up and tells every client why.
 
-Started by a shim, a daemon with a bad config exits 2 and the shim shows its one-line reason.
-Started by systemd's socket, exiting would leave the waiting connection in the socket, which
-starts the daemon again at once: a start loop, and a client that only hears a timeout. So a
-socket-activated daemon (and only one: it owns no servers yet) that cannot load its files
-
-- tells systemd it is ready (`READY=1`, `STATUS=waiting for a valid config: <reason>`, so
-  `systemctl --user status lazyd` shows the reason) and keeps the watchdog fed;
-- answers every hello with a `refused` frame of code `config` and the one-line reason naming the
-  file: the shim prints it and exits 2, as it does when the daemon it started exits 2;
-  `lazyctl` prints it and exits 1; the start-up record (`<socket>.error`) holds it too;
-- reads the files again before it accepts each connection, and whenever the config file changes
-  (checked every ``CHECK_INTERVAL_S``) or on SIGHUP; once they load, it returns them and the
-  daemon starts for real, on the same socket and pid: the connection that found the fix waits in
-  the backlog and is served normally;
-- stops on SIGTERM/SIGINT (nothing to stop: no server was started).
+Started by a shim, a daemon with a bad config exits 2 and the shim shows why. Started by systemd's
+socket, an exit would leave the waiting connection to start it again at once (a loop, and a client
+that only hears a timeout). So a socket-activated daemon that cannot load its files tells systemd
+it is ready with the reason as STATUS (and feeds the watchdog), answers every hello with a `refused`
+frame of code `config` (the shim exits 2 with it, `lazyctl` exits 1), reads the files again before
+each connection, when the config file changes (every ``CHECK_INTERVAL_S``) or on SIGHUP, and once
+they load returns them: the daemon starts for real on the same socket and pid. SIGTERM stops it.
 """
 
 from __future__ import annotations

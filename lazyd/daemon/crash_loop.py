@@ -1,21 +1,19 @@
 """A daemon that keeps failing to start lets go of the sessions systemd keeps for it.
 
 Under systemd the hand-off sessions wait in the fd store while lazyd restarts after a crash
-(lazyd/daemon/handoff/stored_sessions.py): their shims see nothing and run nothing. That is right while the
-next daemon comes up, and wrong when none ever will: a daemon that cannot import its own modules
-(a dependency removed from its venv), or that dies before it serves, is restarted for ever
-(`Restart=on-failure`), and every session would wait for ever, where without the store each shim
-would have found no daemon and run its server itself. So each daemon started with kept sessions
-counts itself in `kept-starts` beside its socket, first thing, with nothing but the standard
-library (what fails to import must not be needed here); the one that has stayed up for
-STEADY_S removes the count. A daemon that finds MAX_STARTS starts counted before its own removes
-the sessions' names from the store (its own notify socket: `NotifyAccess=main` lets it), closes
-their descriptors and takes them out of `LISTEN_FDNAMES`, then starts as usual: each shim sees its
-socket end and takes its session back itself, through this daemon if it comes up after all.
+(lazyd/daemon/handoff/stored_sessions.py). That is wrong when no daemon will ever come up (it
+cannot import its modules, or dies before it serves): `Restart=on-failure` loops and every session
+would wait for ever. So each daemon started with kept sessions counts itself in `kept-starts`
+beside its socket, first thing and with the standard library only (what fails to import must not
+be needed here); one up for STEADY_S removes the count. A daemon that finds MAX_STARTS counted
+removes the sessions' names from the store, closes their descriptors and takes them out of
+`LISTEN_FDNAMES` before starting as usual: each shim sees its socket end and takes its session
+back itself.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import sys
@@ -84,10 +82,8 @@ def _let_go(environ: MutableMapping[str, str], names: list[str], kept: list[int]
             if notify is not None:
                 notify.sendto(f"FDSTOREREMOVE=1\nFDNAME={name}".encode(), address)
         for i in kept:
-            try:
+            with contextlib.suppress(OSError):
                 os.close(LISTEN_FDS_START + i)
-            except OSError:
-                pass
             names[i] = ""  # the daemon skips a descriptor without a name (fdstore.stored_fds)
     finally:
         if notify is not None:
@@ -99,7 +95,5 @@ def forget(listener_fd: int) -> None:
     """This daemon stayed up: the starts counted before it were no crash loop."""
     path = count_path(listener_fd)
     if path is not None:
-        try:
+        with contextlib.suppress(OSError):
             os.unlink(path)
-        except OSError:
-            pass

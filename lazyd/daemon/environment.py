@@ -1,16 +1,12 @@
 """The daemon's own environment, made at start: the allowlist, whoever started it.
 
-A shim starts the daemon with the allowlist of lazyd/host/daemonenv.py already; a daemon started from
-a terminal or by systemd gets whatever its starter had. Before it starts anything, the daemon
-reduces `os.environ` to the same kind of base (`keep_own`), so that its servers, wake predicates
-and an upgrade's successor inherit the same whoever started it. The variables its config expands
-(``${VAR}``) are the config author's choice: they are read from the environment the daemon was
-started with (`StartEnvironment` records which) and kept, so that a reload and an upgrade's
-successor find them again. They reach only the servers whose ``env`` names them.
-
-What the kernel shows in ``/proc/<pid>/environ`` is the environment at exec and does not change:
-for a daemon started by hand it still lists the terminal's variables; a daemon a shim started
-never had more than the allowlist.
+A shim starts the daemon with the allowlist of lazyd/host/daemonenv.py; a terminal or systemd
+gives it whatever they had. So before it starts anything the daemon reduces `os.environ` to the
+same base (`keep_own`), and its servers, predicates and successor inherit the same whoever started
+it. The variables its config expands (``${VAR}``) are read from the start environment
+(`StartEnvironment` records which) and kept, so a reload or a successor finds them again; they
+reach only the servers whose ``env`` names them. (``/proc/<pid>/environ`` still shows the
+environment at exec.)
 """
 
 from __future__ import annotations

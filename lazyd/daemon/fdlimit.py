@@ -1,17 +1,11 @@
 """The daemon's descriptor limit: the soft RLIMIT_NOFILE raised to the hard one at start, and the
 original soft limit given back to every child.
 
-A daemon that serves hundreds of sessions needs thousands of descriptors, and the soft limit it
-inherits is usually 1024 (what a systemd user service gets: `DefaultLimitNOFILE=1024:524288`; a
-login shell's `ulimit -n`), while the hard limit allows far more. So the daemon raises its soft
-limit to the hard one before anything else, as systemd itself recommends for programs that need
-many descriptors and use no select(2) (trio uses epoll). The unit sets `LimitNOFILE=` too
-(contrib/systemd/lazyd.service), so that the hard limit is there to raise to.
-
-The children keep the limit they would have had without lazyd: servers and wake predicates are
-started with the original soft limit (`restore_for_child`, called between fork and exec), since
-some programs still use select(2) or loop over every possible descriptor, as systemd does for
-the services it starts.
+Hundreds of sessions need thousands of descriptors, and the inherited soft limit is usually 1024
+while the hard one allows far more; trio uses epoll, not select(2), so the daemon raises it first
+thing, as systemd recommends (the unit sets `LimitNOFILE=` so the hard limit is there). Servers and
+wake predicates get the original soft limit back between fork and exec (`restore_for_child`):
+some programs still use select(2) or loop over every possible descriptor.
 """
 
 from __future__ import annotations

@@ -18,7 +18,6 @@ from collections.abc import Callable
 
 import trio
 
-from lazyd.daemon.process import read_buffer
 
 __all__ = ["HeapTrimmer", "LARGE_BYTES", "QUIET_S", "keep_freed", "malloc_trim"]
 
@@ -46,8 +45,7 @@ def keep_freed(keep: bool) -> None:
 
 
 def malloc_trim() -> None:
-    """The heap's free pages back to the system, and the shared read buffer's."""
-    read_buffer.release()
+    """The heap's free pages back to the system."""
     trim = getattr(_libc(), "malloc_trim", None)
     if trim is not None:
         trim(0)

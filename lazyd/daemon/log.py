@@ -1,16 +1,10 @@
 """The daemon's own log, `$XDG_STATE_HOME/lazyd/lazyd.log`: rotating, and readable by its owner only.
 
-It holds what servers wrote to stderr around their exits (the stderr tail in every exit line) and
-the daemon's decisions, so it gets the mode of every other file lazyd writes (0600,
-lazyd/host/privatefiles.py), whatever the umask: the file is created 0600 without following a symbolic
-link, an existing one with wider bits is tightened through its own descriptor when it is opened,
-and every file a rotation opens is made the same way (the backup `lazyd.log.1` is the renamed log,
-and a backup left wider by an older daemon is tightened at start).
-
-The rotation is the standard library's RotatingFileHandler's, written out on a FileHandler: its
-module, `logging.handlers`, also brings in pickle and the socket, queue and syslog handlers, about
-0.45 MiB of resident memory that a daemon keeps for its whole life and uses nowhere
-(docs/benchmarks.md).
+It holds servers' stderr tails and the daemon's decisions, so it is 0600 whatever the umask
+(lazyd/host/privatefiles.py): created without following a link, tightened through its own
+descriptor if wider, and every file a rotation opens made the same way. The rotation is
+RotatingFileHandler's written out on a FileHandler: `logging.handlers` would bring in pickle and
+the socket, queue and syslog handlers, resident for the daemon's life (docs/benchmarks.md).
 """
 
 from __future__ import annotations

@@ -1,26 +1,18 @@
 """`lazyd`: the per-user daemon's entry point.
 
-Start-up order matters: make and validate the private runtime dir (activated or not: the lock and
-the start-up record live there), read the config and the identity key (exit 1 for an unsafe
-environment, 2 for a file the user must fix, each with one line on stderr, in the daemon log and
-in the start-up record `lazyctl status` shows; see lazyd.daemon.startup; `${VAR}` expands from
-the environment the daemon was started with), take the single-instance lock, then adopt the
-systemd socket or bind our own (a live socket is never replaced), and only then reduce the
-environment to the daemon's own (lazyd/daemon/environment.py) and enter trio. A
-socket-activated daemon with a file the user must fix does not exit (the waiting connection
-would start it again at once): it stays up, tells every client why and starts once the file
-loads (lazyd.daemon.config_wait). A daemon that fails after binding removes its socket again.
-On SIGTERM/SIGINT or `lazyctl stop` the
-daemon first closes its listener and drops every connection (shims reconnect to the next daemon),
-then stops every server by the ladder, in parallel, removes its socket (unless systemd owns it)
-and exits 0.
+Start-up order matters: make and check the private runtime dir (the lock and the start-up record
+live there), read the config and the identity key (exit 1 for an unsafe environment, 2 for a file
+the user must fix: lazyd.daemon.startup), take the single-instance lock, then take the systemd
+socket or bind our own (a live socket is never replaced), and only then reduce the environment to
+the daemon's own (lazyd/daemon/environment.py) and enter trio. A socket-activated daemon with a
+bad file stays up and tells clients why (lazyd.daemon.config_wait). A daemon that fails after
+binding removes its socket again.
 
-The ownership watch: a daemon that bound its own socket checks every
-``OWNERSHIP_CHECK_INTERVAL_S`` that the name still leads to that socket. If the socket was
-unlinked or replaced (another daemon took the name, say after a logout removed the runtime dir and
-a login made a new one), nobody can reach this daemon any more: it stops its servers and exits 0
-like on SIGTERM, and leaves the name to whoever holds it now. A socket-activated daemon is not
-watched: systemd owns that name and stops the service itself.
+On SIGTERM/SIGINT or `lazyctl stop` it closes its listener and drops every connection first
+(shims reconnect to the next daemon), stops every server by the ladder in parallel, removes its
+socket (unless systemd owns it) and exits 0. So does a daemon that bound its own socket once the
+name no longer leads to it (checked every ``OWNERSHIP_CHECK_INTERVAL_S``: a logout removed the
+runtime dir, another daemon took the name): nobody can reach it any more.
 """
 
 from __future__ import annotations
@@ -45,7 +37,7 @@ from lazyd.config.load import Config, load_config
 from lazyd.core.admission import Admission
 from lazyd.daemon import environment, fdlimit, orphans, startup
 from lazyd.daemon.config_wait import wait_for_files
-from lazyd.daemon.upgrade.inherit import adopt, adopt_stored, take_envelope
+from lazyd.daemon.upgrade.inherit import inherit, inherit_stored, take_envelope
 from lazyd.daemon import crash_loop
 from lazyd.daemon.handoff import stored_sessions
 from lazyd.daemon.upgrade.stored_servers import FdStore, keep_standby, standby_path, stored_fds
@@ -57,11 +49,12 @@ from lazyd.daemon.notify import Notifier
 from lazyd.daemon.sessions.registry import Registry
 from lazyd.daemon.runtime.memory_watch import MemoryWatch
 from lazyd.daemon.runtime.cache_store import CacheStore, load_or_create_secret
-from lazyd.daemon.runtime_dir import acquire_instance_lock, adopt_activated_socket, release_instance_lock, bind_unix_socket, socket_identity
+from lazyd.daemon.runtime_dir import (acquire_instance_lock, bind_unix_socket, release_instance_lock, socket_identity,
+                                      take_activated_socket)
 from lazyd.daemon.systemd_env import ACTIVATION_VARS, NOTIFY_VARS
 from lazyd.daemon.upgrade.handover import Lineage, Upgrader
 from lazyd.daemon.upgrade.state import Envelope
-from lazyd.errors import AdoptionError, AlreadyRunning, ConfigError, SetupError, StateFileError
+from lazyd.errors import InheritError, AlreadyRunning, ConfigError, SetupError, StateFileError
 from lazyd.host.paths import Paths, resolve_paths
 from lazyd.host.privatefiles import ensure_private_dir
 
@@ -143,17 +136,15 @@ def main(argv: list[str] | None = None) -> None:
     try:
         # A predecessor's hand-over (lazyd/daemon/upgrade/handover.py): its listener and lock are ours.
         envelope = take_envelope(os.environ)
-    except AdoptionError as exc:
+    except InheritError as exc:
         startup.fail(paths, str(exc), startup.EXIT_SETUP, record=False)
     try:
-        activated = adopt_activated_socket(os.environ, os.getpid()) if envelope is None else None
+        activated = take_activated_socket(os.environ, os.getpid()) if envelope is None else None
         # Descriptors systemd kept for us across a crash (lazyd/daemon/upgrade/stored_servers.py), after the socket.
         stored = stored_fds(os.environ, int(os.environ.get("LISTEN_FDS") or 0)) if activated is not None else {}
-        # The lock and the start-up record live in the runtime dir, so it is made and checked
-        # whoever made the socket: systemd may have put an activated one anywhere. Only a socket
-        # named for the daemon too (LAZYD_SOCKET, --socket) and handed over by systemd keeps its
-        # directory as the unit made it: the unit decides who may reach it, and the peer-uid
-        # check stands behind that.
+        # The lock and the start-up record live in the runtime dir, so it is made private whoever
+        # made the socket; only a socket systemd handed over at a path named for the daemon
+        # (LAZYD_SOCKET, --socket) keeps its directory as the unit made it (the peer-uid check stands).
         is_activated = activated is not None or (envelope is not None and envelope.activated)
         private_runtime = not is_activated or not paths.socket_overridden
         if private_runtime:
@@ -166,8 +157,7 @@ def main(argv: list[str] | None = None) -> None:
     def load_files() -> tuple[Config, bytes]:
         loaded = load_config(config_path, started_with)
         if args.config and loaded.source is None:
-            # The default file may be missing (no config is a fine config); a file named on the
-            # command line is one the user expects to be used.
+            # The default file may be missing; a file named on the command line must exist.
             raise ConfigError(f"{config_path}: no such file (--config names a file that must exist)")
         return loaded, load_or_create_secret(paths.state_dir)
 
@@ -243,18 +233,11 @@ def main(argv: list[str] | None = None) -> None:
 
 
 async def serve(sock: socket.socket, paths: Paths, config: Config, config_path: Path, activated: bool,
-                ownership_check_interval_s: float, secret: bytes, *, lock_fd: int = -1,
-                envelope: Envelope | None = None, stored: dict[str, int] | None = None,
-                notifier: Notifier | None = None, notify_env: dict[str, str] | None = None,
-                nofile: int | None = None) -> None:
-    if notifier is None:
-        notify_env = {k: os.environ[k] for k in NOTIFY_VARS if k in os.environ}  # a successor needs them
-        notifier = Notifier.from_environ()  # first: takes NOTIFY_SOCKET/WATCHDOG_* out of os.environ
-    notify_env = notify_env or {}
+                ownership_check_interval_s: float, secret: bytes, *, lock_fd: int, envelope: Envelope | None,
+                stored: dict[str, int], notifier: Notifier, notify_env: dict[str, str], nofile: int) -> None:
     fdstore = FdStore.from_environ(notify_env, os.environ)
-    stored = stored or {}
     # Hand-off sessions systemd kept across a crash (lazyd/daemon/handoff/stored_sessions.py): out of what the
-    # servers' adoption reads, taken back once the registry is up.
+    # servers' inheritance reads, taken back once the registry is up.
     if fdstore is not None:
         fdstore.given(stored)
     kept_sessions = stored_sessions.take_kept(stored)
@@ -264,14 +247,13 @@ async def serve(sock: socket.socket, paths: Paths, config: Config, config_path: 
     listener = trio.SocketListener(trio.socket.from_stdlib_socket(sock))
     async with trio.open_nursery() as nursery:
         if envelope is None and not stored:  # after an upgrade the servers state.json names are ours to take over
-            # Beside serving, not before it: after a kill -9 with a thousand waiting sessions,
-            # reading /proc took 0.4 s that every session waited for; only starts wait for it now.
+            # Beside serving, not before it: only starts wait for it (docs/benchmarks.md).
             nursery.start_soon(orphans.sweep_then_open, paths.state_dir, orphans.begin_sweep(paths.state_dir))
         # Named servers and wake predicates: the allowlist under their own `env` (lazyd/host/daemonenv.py).
         heap = HeapTrimmer()  # gives the heap back after large messages
         registry = Registry(config, paths, secret, store, nursery, daemonenv.base(os.environ), heap)
         control = Control(registry, stop, partial(reload_config, registry, config_path))
-        handler = ConnectionHandler(registry, control, admission=None if nofile is None else Admission(nofile))
+        handler = ConnectionHandler(registry, control, admission=Admission(nofile))
         handler.keeper = control.keeper = stored_sessions.Keeper(fdstore) if fdstore is not None else None
         control.refusals = handler.refusals
         lineage = control.lineage = Lineage()
@@ -279,28 +261,28 @@ async def serve(sock: socket.socket, paths: Paths, config: Config, config_path: 
                             notifier=notifier, notify_env=notify_env, lineage=lineage, config_path=config_path)
         handler.upgrade = upgrader
         if envelope is not None:
-            await adopt(envelope, registry, handler, lineage, fdstore)
-        elif stored and await adopt_stored(dict(stored), registry, paths.lock, paths.state_dir, lineage):
-            adopted = set(registry.runtimes)
+            await inherit(envelope, registry, handler, lineage, fdstore)
+        elif stored and await inherit_stored(dict(stored), registry, paths.lock, paths.state_dir, lineage):
+            inherited = set(registry.runtimes)
             await registry.boot()  # named servers new to the config; changed ones are replaced
-            await registry.drop_stale_named(adopted)
+            await registry.drop_stale_named(inherited)
         else:
             await registry.boot()
         if kept_sessions and handler.keeper is not None:
             # What became of them, in the crash's line of `lazyctl status` (counted as they go).
             if lineage.last is None:
-                lineage.last = {"at": time.time(), "from_pid": None, "adopted": False, "crash": True,
+                lineage.last = {"at": time.time(), "from_pid": None, "inherited": False, "crash": True,
                                 "servers": [], "lost": [], "reason": None}
             handler.keeper.tally["kept"] = len(kept_sessions)
             lineage.last["sessions"] = handler.keeper.tally
         if fdstore is not None:
             # What the store gave back is in it still: names no process owns now are removed.
             nursery.start_soon(keep_standby, registry, fdstore, paths.lock, registry.changes.wait, dict(stored))
-        connections = trio.CancelScope()
-        await nursery.start(_serve_connections, handler, listener, connections, kept_sessions)
+        connections = trio.CancelScope()  # the accept loop and every connection, until shutdown
+        await nursery.start(_in_scope, connections, partial(handler.serve, listener, kept_sessions))
         # The signal receiver before READY=1: systemd may send SIGTERM the moment it hears READY
         # (`systemctl --user stop` right after a start), and it must find our handler, not the default.
-        await nursery.start(_signals, stop, partial(_reload, registry, config_path), partial(_upgrade, upgrader))
+        await nursery.start(_signals, stop, partial(_reload, registry, config_path), partial(upgrader, None))
         notifier.ready(status_summary(registry))  # only now: the listener is accepting
         nursery.start_soon(notifier.run, partial(status_summary, registry), registry.changes.wait)
         nursery.start_soon(heap.run)
@@ -314,10 +296,8 @@ async def serve(sock: socket.socket, paths: Paths, config: Config, config_path: 
         notifier.stopping()
         if activated:
             crash_loop.forget(sock.fileno())  # a clean stop ends any count of failed starts
-        # Stop taking work before stopping the servers: no connection lands on a daemon that is
-        # going away, and every session is dropped now, so that its shim answers what was in
-        # flight, holds what its client sends next and hands it to the next daemon, instead of
-        # this one failing it once the ladders are over.
+        # Drop every session before the ladders: its shim answers what was in flight and hands
+        # what comes next to the next daemon, rather than this one failing it later.
         connections.cancel()
         log.info("stopping: %d servers", len(registry.runtimes))
         with trio.move_on_after(SHUTDOWN_BOUND_S) as bound:
@@ -330,8 +310,7 @@ async def serve(sock: socket.socket, paths: Paths, config: Config, config_path: 
         if bound_identity is not None and socket_identity(paths.socket) == bound_identity:
             os.unlink(paths.socket)
         nursery.cancel_scope.cancel()
-    # The standby state describes servers that are gone now: a clean stop leaves nothing behind
-    # (a crash never gets here, and the restarted daemon needs it).
+    # The standby state describes servers gone now (a crash never gets here: its successor needs it).
     with contextlib.suppress(FileNotFoundError):
         os.unlink(standby_path(paths.lock))
     log.info("stopped")
@@ -343,13 +322,10 @@ async def _steady(listener_fd: int) -> None:
     crash_loop.forget(listener_fd)
 
 
-async def _serve_connections(handler: ConnectionHandler, listener: trio.SocketListener, scope: trio.CancelScope,
-                             kept_sessions: list[stored_sessions.Kept], *,
-                             task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-    """The accept loop (EMFILE policy: lazyd/daemon/connections/listener.py) and every connection, with
-    the sessions systemd kept, until ``scope`` is cancelled at shutdown; the listener is closed then."""
+async def _in_scope(scope: trio.CancelScope, run: Callable[..., Awaitable[None]], *,
+                   task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
     with scope:
-        await handler.serve(listener, kept_sessions, task_status=task_status)
+        await run(task_status=task_status)
 
 
 def ownership_lost(paths: Paths, bound_identity: tuple[int, int]) -> str | None:
@@ -390,12 +366,7 @@ async def _reload(registry: Registry, config_path: Path) -> None:
         log.error("reload refused, keeping the old config: %s", exc)
 
 
-async def _upgrade(upgrader: Upgrader) -> None:
-    await upgrader(None)  # returns only when the exec failed; it logged why
-
-
-async def _signals(stop: trio.Event, reload: Callable[[], Awaitable[None]],
-                   upgrade: Callable[[], Awaitable[None]] | None = None, *,
+async def _signals(stop: trio.Event, reload: Callable[[], Awaitable[None]], upgrade: Callable[[], Awaitable[object]], *,
                    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
     """SIGTERM/SIGINT stop, SIGHUP reloads, SIGUSR2 upgrades; started (``nursery.start``) once the
     receiver is installed, so that a signal sent from then on is never the default action."""
@@ -406,8 +377,7 @@ async def _signals(stop: trio.Event, reload: Callable[[], Awaitable[None]],
                 await reload()
                 continue
             if signum == signal.SIGUSR2:
-                if upgrade is not None:
-                    await upgrade()
+                await upgrade()  # returns only when the exec failed; it logged why
                 continue
             log.info("%s received", signal.Signals(signum).name)
             stop.set()

@@ -1,21 +1,16 @@
 """sd_notify for the daemon: READY, STATUS, STOPPING and the watchdog, when systemd asks for them.
 
-This module owns the daemon's side of systemd's notification protocol (sd_notify(3)) and the rule
-that the variables describing it never leak to anything we start:
-
 - `Notifier.from_environ()` reads `NOTIFY_SOCKET`, `WATCHDOG_USEC` and `WATCHDOG_PID` once and
-  removes them from `os.environ` right away, so no child (server, wake predicate) can notify or
-  feed the watchdog on our behalf. Without `NOTIFY_SOCKET` every method is a no-op.
-- It wraps `sdnotify` 0.3.2, which swallows every error unless `debug=True` and never unsets the
-  variable: we construct it with `debug=True`, make its socket non-blocking (a notification must
-  never stall the event loop; systemd reads its socket promptly, so a full queue means it is
-  gone or wedged) and turn every failure into a log line: the first one as a warning, later ones
-  at debug level, because a watchdog ping fails every few seconds once the socket is gone.
-- The watchdog is honoured only when `WATCHDOG_PID` is unset or ours (systemd sets it for the
-  main process; an inherited one is someone else's), and pinged every `WATCHDOG_USEC / 2`, as
-  sd_watchdog_enabled(3) recommends.
+  removes them from `os.environ`, so no child can notify on our behalf. Without a socket every
+  method is a no-op.
+- It wraps `sdnotify`, which swallows errors unless `debug=True`: built so, with its socket
+  non-blocking (a notification never stalls the event loop; a full queue means systemd is gone or
+  wedged), each failure is a log line, the first a warning and the rest debug (a gone socket fails
+  every watchdog ping).
+- The watchdog is honoured only when `WATCHDOG_PID` is unset or ours, and pinged every
+  `WATCHDOG_USEC / 2` (sd_watchdog_enabled(3)).
 
-Nothing here knows about servers: the caller passes a function that spells the current STATUS.
+The caller passes a function that spells the current STATUS.
 """
 
 from __future__ import annotations
@@ -61,11 +56,8 @@ class Notifier:
 
     @classmethod
     def from_environ(cls) -> Notifier:
-        """Read and remove the notify and watchdog variables of `os.environ`.
-
-        Never raises: a socket that cannot be reached disables notifications with a warning
-        (systemd will then time the start out, which is the honest outcome).
-        """
+        """Read and remove the notify and watchdog variables of `os.environ`. Never raises: an
+        unreachable socket disables notifications with a warning (systemd then times the start out)."""
         address = os.environ.get("NOTIFY_SOCKET") or None
         usec = os.environ.get("WATCHDOG_USEC")
         watchdog_pid = os.environ.get("WATCHDOG_PID")
@@ -129,11 +121,8 @@ class Notifier:
         return self.notify("WATCHDOG=1")
 
     async def watchdog_loop(self) -> None:
-        """Ping the watchdog every `watchdog_interval_s` from now on; returns at once if unset.
-
-        A ping comes from the event loop itself, so a loop blocked for longer than the
-        timeout is exactly what makes systemd restart us.
-        """
+        """Ping the watchdog every `watchdog_interval_s` (returns at once if unset), from the event
+        loop itself: a loop blocked past the timeout is exactly what should make systemd restart us."""
         if self._notifier is None or self.watchdog_interval_s is None:
             return
         while True:

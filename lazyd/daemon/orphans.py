@@ -1,22 +1,17 @@
 """The orphan sweep: what a daemon killed with -9 left behind is found and stopped by its successor.
 
-The daemon records every live child in `state.json` (state dir, mode 0600): the server processes
-and the wake predicates that are running, each with its name, pid, process start time (field 22 of
-/proc/<pid>/stat) and process group. Most servers exit by themselves when the daemon dies (their
-stdin reaches EOF); the sweep is for those that do not, and for their grandchildren.
-
-A pid alone proves nothing, because pids are recycled. The rules (`classify`):
-- leader alive with the recorded start time: it is ours; SIGKILL everything in its session.
-- leader alive with another start time: the pid was recycled; touch nothing.
-- leader gone: members of its session may remain (grandchildren). Every child runs in its own
-  session whose id is the leader's pid, and Linux never hands out a pid that is still in use as a
-  session or group id, so any process still in session `pgid` is a leftover of ours.
-The sweep never signals the daemon running it, and it rescans a session after killing it, so a
-process forked while the first kills were landing is caught too. /proc is read by lazyd/host/procfs.py.
+The daemon records every live child in `state.json` (0600): servers and running wake predicates,
+each with its pid, start time and process group. Most servers exit on their stdin's EOF; the sweep
+is for those that do not, and their grandchildren. Pids are recycled, so (`classify`): a leader
+alive with the recorded start time is ours, and its session is killed; one with another start
+time is a stranger's; with the leader gone, any process still in session `pgid` is ours (Linux
+never hands out a pid in use as a session id). The sweep never signals the daemon running it and
+rescans a session after killing it, to catch a fork that raced the kills.
 """
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import json
 import logging
@@ -69,10 +64,8 @@ def classify(record: ChildRecord, leader: Stat | None) -> Verdict:
 
 
 class StartGate:
-    """No child starts while the sweep runs: it kills by session id, so a child of ours started
-    before it ended could share nothing with a leftover, but its record would be wiped by the
-    sweep's empty state.json. The daemon serves meanwhile (session starts from cache, a killed
-    daemon's sessions taken back): only a start waits. Open outside a sweep."""
+    """No child starts while the sweep runs: its record would be wiped by the sweep's empty
+    state.json. The daemon serves meanwhile; only a start waits. Open outside a sweep."""
 
     def __init__(self) -> None:
         self._done: trio.Event | None = None
@@ -148,8 +141,7 @@ def read_state(state_dir: Path) -> list[ChildRecord]:
 
 def _kill_sessions(sids: set[int]) -> dict[int, list[int]]:
     """SIGKILL every process in the sessions `sids`; the pids signalled, by session. Each round
-    reads /proc once for all of them: a scan per record cost the successor of a daemon with 30
-    servers and a thousand waiting sessions 1.4 s before it served anyone."""
+    reads /proc once for all of them, not once per record (docs/benchmarks.md)."""
     me = os.getpid()
     killed: dict[int, list[int]] = {}
     for _ in range(SWEEP_ROUNDS):
@@ -158,10 +150,8 @@ def _kill_sessions(sids: set[int]) -> dict[int, list[int]]:
         if not targets:
             break
         for sid, pid in sorted(targets):
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
             if pid not in killed.setdefault(sid, []):
                 killed[sid].append(pid)
     return killed

@@ -1,27 +1,22 @@
 """The daemon's single-instance lock and listening socket, made safe.
 
-This module owns the socket side of "only this user reaches this daemon" (the runtime directory
-itself is made private by ``lazyd.host.privatefiles.ensure_private_dir``):
+The socket side of "only this user reaches this daemon" (the runtime directory itself is made
+private by ``lazyd.host.privatefiles.ensure_private_dir``):
 
-- ``acquire_instance_lock``: one daemon per socket, decided by ``flock`` on a 0600 file opened
-  with ``O_NOFOLLOW``. The kernel drops the lock when the holder dies, even by SIGKILL.
-- ``bind_unix_socket``: stale-socket replacement where only ECONNREFUSED proves staleness
-  (EAGAIN is a live daemon with a full backlog), and a socket that is 0600 from birth. Call it
-  only while holding the instance lock, or two starting daemons could unlink each other's socket.
-- ``adopt_activated_socket``: systemd socket activation (fd 3), never bound, never unlinked.
-- ``peer_credentials``, ``socket_identity``: small facts the listener and the ownership watch
-  need.
+- ``acquire_instance_lock``: one daemon per socket, by ``flock`` on a 0600 file opened with
+  ``O_NOFOLLOW``; the kernel drops it when the holder dies, even by SIGKILL.
+- ``bind_unix_socket``: a stale socket is replaced only on ECONNREFUSED (EAGAIN is a live daemon
+  with a full backlog), and the socket is 0600 from birth. Only under the instance lock, or two
+  starting daemons could unlink each other's socket.
+- ``take_activated_socket``: systemd socket activation (fd 3), never bound, never unlinked.
 
-Errors (lazyd/errors.py)::
-
-    SetupError      the operator must fix something (mode, owner, path length); one readable line
-    AlreadyRunning  another live daemon owns the lock or the socket; exiting 0 is the right answer
-
-Abstract-namespace sockets are never used: they carry no permissions at all.
+Errors: ``SetupError`` (mode, owner, path length: one readable line) and ``AlreadyRunning`` (exit
+0). Abstract-namespace sockets are never used: they carry no permissions at all.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import logging
@@ -52,15 +47,10 @@ _UCRED = struct.Struct("3i")
 
 
 def acquire_instance_lock(path: Path) -> int:
-    """Take the single-instance lock; return its fd, to keep open for the daemon's whole life.
-
-    The file is created 0600, never through a symlink, and holds the owner's pid for diagnostics.
-    Raises AlreadyRunning when another process holds it, SetupError when the file is unusable.
-
-    The daemon removes the file when it exits (`release_instance_lock`), so a lock taken on a
-    file that was removed meanwhile (its holder exited between our open and our flock) is no
-    lock at all: the path is checked to still name the locked file, and opened again if not.
-    """
+    """Take the single-instance lock; its fd stays open for the daemon's life. The file is 0600,
+    never through a symlink, and holds the owner's pid. Raises AlreadyRunning or SetupError. The
+    daemon removes the file at exit, so a lock on a file removed between our open and our flock is no
+    lock: the path is checked to still name the locked file, and opened again if not."""
     for _ in range(LOCK_ATTEMPTS):
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, LOCK_MODE)
@@ -121,16 +111,10 @@ def _check_lock_file(path: Path, fd: int) -> None:
 
 
 def bind_unix_socket(path: Path, backlog: int = 128) -> socket.socket:
-    """Bind and listen on ``path``: mode 0600 from birth, non-blocking, close-on-exec.
-
-    An existing socket file is probed with connect(): ECONNREFUSED proves it stale and it is
-    replaced; success or EAGAIN (backlog full) means a live daemon, and it is left alone.
-    Raises AlreadyRunning for a live socket, SetupError for a path that is too long, relative,
-    or occupied by something that is not a socket.
-
-    The umask is process-wide: call this before starting threads that create files. A live
-    daemon sees the probe as a connection that closes without sending a frame.
-    """
+    """Bind and listen on ``path``: mode 0600 from birth, non-blocking, close-on-exec. An existing
+    socket is probed with connect(): ECONNREFUSED proves it stale (replaced); success or EAGAIN is a
+    live daemon (AlreadyRunning). SetupError for a path too long, relative, or not a socket. The
+    umask is process-wide: call this before starting threads that create files."""
     raw = os.fsencode(path)
     if not raw or b"\0" in raw or not os.path.isabs(raw):
         raise SetupError(f"refusing socket path {str(path)!r}: it must be an absolute filesystem path")
@@ -187,22 +171,15 @@ def _clear_stale_socket(path: Path) -> None:
         raise AlreadyRunning(f"lazyd is already running: {path} accepts connections")
     finally:
         probe.close()
-    try:
+    with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
-    except FileNotFoundError:
-        pass
 
 
-def adopt_activated_socket(env: Mapping[str, str], pid: int) -> socket.socket | None:
-    """Return the listening socket systemd passed as fd 3, or None when not socket-activated.
-
-    ``LISTEN_PID`` must equal ``pid`` (ours): a mismatch means the variables were inherited from
-    a parent that was the activated one, and they are ignored (None, with a warning: logging may
-    not be set up yet, and Python's last-resort handler then still prints it on stderr). The fd
-    is checked to be a listening AF_UNIX stream socket, else SetupError. The socket is made
-    non-blocking and close-on-exec (systemd passes it inheritable), and is never unlinked.
-    Extra fds beyond the first are marked close-on-exec so children never hold them.
-    """
+def take_activated_socket(env: Mapping[str, str], pid: int) -> socket.socket | None:
+    """The listening socket systemd passed as fd 3, or None when not socket-activated. A
+    ``LISTEN_PID`` not ours means inherited variables: ignored, with a warning (to stderr even before
+    logging is set up). The fd must be a listening AF_UNIX stream socket, else SetupError; it is made
+    non-blocking and close-on-exec, never unlinked, and extra fds are marked close-on-exec too."""
     listen_pid = env.get("LISTEN_PID")
     listen_fds = env.get("LISTEN_FDS")
     if not listen_pid or not listen_fds:
@@ -219,10 +196,8 @@ def adopt_activated_socket(env: Mapping[str, str], pid: int) -> socket.socket | 
         log.warning("ignoring socket activation variables (%s): binding our own socket instead", why)
         return None
     for extra in range(SD_LISTEN_FDS_START + 1, SD_LISTEN_FDS_START + count):
-        try:
+        with contextlib.suppress(OSError):  # already closed: nothing a child could inherit
             os.set_inheritable(extra, False)
-        except OSError:
-            pass  # already closed: nothing a child could inherit
     try:
         sock = socket.socket(fileno=SD_LISTEN_FDS_START)
     except OSError as error:
@@ -252,11 +227,8 @@ def peer_credentials(sock: socket.socket) -> tuple[int, int, int]:
 
 
 def socket_identity(path: Path) -> tuple[int, int] | None:
-    """(st_dev, st_ino) of the socket file at ``path``; None if it is gone or not a socket.
-
-    The ownership watch compares this with the identity taken right after bind: a different
-    value means someone unlinked or replaced our socket, and we no longer own the name.
-    """
+    """(st_dev, st_ino) of the socket file at ``path``; None if it is gone or not a socket: the
+    ownership watch compares it with the one taken right after bind."""
     try:
         info = os.lstat(path)
     except (FileNotFoundError, NotADirectoryError):

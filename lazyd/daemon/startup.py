@@ -1,25 +1,18 @@
 """How a daemon that cannot start says why: one line, in three places, and an exit status.
 
-A daemon is often started by someone who is not looking: a shim a client spawned, systemd, or
-`lazyctl check`. So a start-up failure is written
-
-- to stderr, as one line `lazyd: <file or thing>: <problem>` (no traceback): a shim that started
-  the daemon with ``--stderr-until-ready`` reads it from a pipe and shows it on its own stderr,
-  which clients keep in their MCP logs; systemd keeps it in the journal;
-- to the daemon log (`$XDG_STATE_HOME/lazyd/lazyd.log`), in the log's own format;
-- to the start-up record beside the socket (`<socket>.error`, JSON, mode 0600), which `lazyctl`
-  shows when it finds no daemon running. The next daemon that starts removes the record.
-
-Exit statuses, which the shim acts on:
+A daemon is often started by someone not looking (a shim, systemd, `lazyctl check`), so a
+start-up failure goes to stderr as one line `lazyd: <thing>: <problem>` (a shim started with
+``--stderr-until-ready`` shows it on its own stderr, which clients keep in their MCP logs), to the
+daemon log, and to the start-up record beside the socket (`<socket>.error`, 0600), which
+`lazyctl` shows when it finds no daemon; the next daemon removes it. Exit statuses, which the shim
+acts on:
 
     EXIT_SETUP     1   the environment is unsafe or unusable (runtime dir, socket path): fail open
-    EXIT_BAD_FILE  2   a file the user must fix (config, state file, a flag naming a file): the
-                       shim refuses too, since running the server directly would hide the mistake
+    EXIT_BAD_FILE  2   a file the user must fix: the shim refuses too, so the mistake is not hidden
     EXIT_INTERNAL  70  a bug (EX_SOFTWARE); the traceback is in the log file only
 
-``--stderr-until-ready`` also means: once the daemon listens, stderr is pointed at /dev/null, so
-the pipe a shim reads can be closed without the daemon's later log lines meeting a broken pipe.
-Everything still goes to the log file.
+Once the daemon listens, ``--stderr-until-ready`` points stderr at /dev/null, so the shim may
+close its pipe without a later log line meeting a broken pipe.
 """
 
 from __future__ import annotations
@@ -55,11 +48,9 @@ class OneLineFormatter(logging.Formatter):
 
 
 def fail(paths: Paths | None, message: str, status: int, *, record: bool = True) -> NoReturn:
-    """Report a start-up failure (see the module docstring) and exit with `status`.
-
-    `record` is False when the runtime dir itself is the problem: nothing is written into a
-    directory lazyd just refused. Writing the log and the record is best effort; the stderr line
-    and the exit status always happen."""
+    """Report a start-up failure (the module docstring) and exit with `status`. `record` is False
+    when the runtime dir itself is the problem; the log and the record are best effort, the stderr
+    line and the exit status always happen."""
     print(f"lazyd: {message}", file=sys.stderr, flush=True)
     if paths is not None:
         _append_to_log(paths, message)

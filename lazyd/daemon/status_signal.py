@@ -1,10 +1,9 @@
 """A daemon-wide signal that something `lazyctl status` and systemd's STATUS= show may have changed.
 
-The runtimes raise it at the end of every lifecycle input (state, process, failures, attached
-clients: lazyd/daemon/runtime/supervisor.py), the era lanes when a session starts or stops waiting for
-its lane, the registry when a server row appears or goes; the STATUS= loop waits on it instead of
-recomputing the summary on a timer. An event exists only while someone waits, so raising it on
-the relay's hot path costs one comparison.
+Raised by the runtimes at the end of every lifecycle input, by the era lanes when a session starts
+or stops waiting for its lane, and by the registry when a row comes or goes; the STATUS= loop waits
+on it rather than a timer. An event exists only while someone waits, so raising it on the relay's
+hot path costs one comparison.
 """
 
 from __future__ import annotations

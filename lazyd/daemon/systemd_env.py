@@ -1,10 +1,8 @@
 """systemd's per-service environment variables: the one list of them, and an environment without them.
 
-These variables describe *our* relationship with the service manager: where to send sd_notify
-messages and how often to ping the watchdog (sd_notify(3), sd_watchdog_enabled(3)), and which
-fds are our activated sockets (sd_listen_fds(3)). A child that inherited them could notify or
-claim fds on our behalf, so the daemon takes them out of its own environment once read
-(lazyd/daemon/notify.py, lazyd/daemon/main.py) and no server process ever gets them.
+They describe our relationship with the service manager (sd_notify(3), sd_watchdog_enabled(3),
+sd_listen_fds(3)); a child that inherited them could notify or claim fds on our behalf, so the
+daemon drops them once read (lazyd/daemon/notify.py, lazyd/daemon/main.py) and no server gets them.
 """
 
 from __future__ import annotations

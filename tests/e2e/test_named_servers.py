@@ -22,6 +22,7 @@ import pytest
 import trio
 
 from tests.conftest import UserEnv, shim_command, start_daemon
+from tests.e2e.upgrade_support import lazyctl
 from tests.e2e.supervision_support import (
     DEADLINE_S,
     alive,
@@ -125,6 +126,30 @@ async def test_sighup_restarts_only_the_server_whose_definition_changed_drops_it
             assert tool_text(await session.call_tool("env", {"name": "FLAVOUR"})) == "2"
             assert int(tool_text(await session.call_tool("pid", {}))) != beta
     assert alive(alpha)
+
+
+def test_an_upgrade_meets_the_new_config_stopping_the_named_servers_it_changed_or_removed_and_keeping_the_rest(
+    user_env: UserEnv,
+) -> None:
+    """The successor takes every server over, then meets the config it read as a reload would."""
+    write_config(user_env, server_table("alpha", env={"FLAVOUR": "1"}) + server_table("beta", env={"FLAVOUR": "1"})
+                 + server_table("gamma"))
+    daemon = start_daemon(user_env)
+    pids = {name: _wake(user_env, name) for name in ("alpha", "beta", "gamma")}
+    caches = {name: Path(row["cache_path"]) for name, row in status_rows(user_env).items()}
+    wait_for(lambda: all(cache.exists() for cache in caches.values()), "the three caches to be written")
+    write_config(user_env, server_table("alpha", env={"FLAVOUR": "1"}) + server_table("beta", env={"FLAVOUR": "2"}))
+    done = lazyctl(user_env, "upgrade")
+    assert done.returncode == 0, (done.stdout, done.stderr)
+    stopped = "inherited servers beta, gamma: their definition changed or went from the config; stopped"
+    assert stopped in daemon_log(user_env)
+    assert not alive(pids["beta"]) and not alive(pids["gamma"])
+    rows = status_rows(user_env)
+    assert sorted(rows) == ["alpha", "beta"] and daemon.proc.poll() is None
+    assert (rows["alpha"]["pid"], rows["alpha"]["upgrades"]) == (pids["alpha"], 1)
+    assert rows["beta"]["pid"] != pids["beta"]
+    assert caches["alpha"].exists() and not caches["beta"].exists() and not caches["gamma"].exists()
+    daemon.stop()
 
 
 def test_lazyctl_reload_restarts_an_eager_server_whose_policy_alone_changed_and_reports_it(

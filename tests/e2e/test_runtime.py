@@ -23,7 +23,7 @@ from lazyd.host import sockpath
 from lazyd.daemon.runtime_dir import (
     release_instance_lock,
     acquire_instance_lock,
-    adopt_activated_socket,
+    take_activated_socket,
     bind_unix_socket,
     peer_credentials,
     socket_identity,
@@ -726,13 +726,13 @@ def _proc_net_unix() -> dict[str, str]:
 
 ACTIVATED = """
 import os, socket, sys
-from lazyd.daemon.runtime_dir import adopt_activated_socket
+from lazyd.daemon.runtime_dir import take_activated_socket
 from lazyd.errors import SetupError
 os.dup2(int(sys.argv[1]), 3)
 os.close(int(sys.argv[1]))
 env = {"LISTEN_FDS": "1", "LISTEN_PID": str(os.getpid()), "LISTEN_FDNAMES": "lazyd.socket"}
 try:
-    sock = adopt_activated_socket(env, os.getpid())
+    sock = take_activated_socket(env, os.getpid())
 except SetupError as error:
     print("SetupError", error, flush=True)
     sys.exit(4)
@@ -792,17 +792,17 @@ def test_an_activated_fd_that_is_not_a_listening_unix_socket_is_refused(tmp_path
 
 def test_a_listen_pid_that_is_not_ours_is_ignored() -> None:
     env = {"LISTEN_FDS": "1", "LISTEN_PID": str(os.getpid() + 1)}
-    assert adopt_activated_socket(env, os.getpid()) is None
+    assert take_activated_socket(env, os.getpid()) is None
 
 
 def test_without_activation_variables_there_is_nothing_to_adopt() -> None:
-    assert adopt_activated_socket({}, os.getpid()) is None
-    assert adopt_activated_socket({"LISTEN_FDS": "0", "LISTEN_PID": str(os.getpid())}, os.getpid()) is None
+    assert take_activated_socket({}, os.getpid()) is None
+    assert take_activated_socket({"LISTEN_FDS": "0", "LISTEN_PID": str(os.getpid())}, os.getpid()) is None
 
 
 def test_garbled_activation_variables_are_a_setup_error() -> None:
     with pytest.raises(SetupError, match="LISTEN_PID"):
-        adopt_activated_socket({"LISTEN_FDS": "one", "LISTEN_PID": str(os.getpid())}, os.getpid())
+        take_activated_socket({"LISTEN_FDS": "one", "LISTEN_PID": str(os.getpid())}, os.getpid())
 
 
 # ---------------------------------------------------------------- peers, identity, environment

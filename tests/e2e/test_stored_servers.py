@@ -150,7 +150,7 @@ def test_a_daemon_killed_with_sigkill_and_restarted_with_its_fd_store_takes_its_
         row = next(r for r in outcome["status"]["servers"] if r["pid"] == outcome["pid"])
         assert row["state"] == "running"
         assert outcome["status"]["daemon"]["last_upgrade"]["crash"] is True
-        assert outcome["status"]["daemon"]["last_upgrade"]["adopted"] is True
+        assert outcome["status"]["daemon"]["last_upgrade"]["inherited"] is True
         daemon_log = (user_env.state_dir / "lazyd.log").read_text()
         assert "took over 1 servers from the fd store" in daemon_log
         assert "orphan sweep: killed" not in daemon_log

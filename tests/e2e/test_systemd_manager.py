@@ -176,7 +176,7 @@ def test_kill_9_of_the_main_process_restarts_lazyd_which_takes_the_running_serve
     assert f"Killing process {server}" not in manager.log()
     assert server in manager.cgroup_pids("lazyd.service")
     last = outcome["status"]["daemon"]["last_upgrade"]
-    assert (last["crash"], last["adopted"], last["lost"]) == (True, True, []), last
+    assert (last["crash"], last["inherited"], last["lost"]) == (True, True, []), last
     assert len(last["servers"]) == 1
     assert last["sessions"] == {"kept": 1, "taken_back": 1, "let_go": 0}, last
     assert outcome["status"]["daemon"]["fdstore"]["held"] == ONE_SESSION_STORED, outcome["status"]["daemon"]
@@ -330,7 +330,7 @@ def test_after_a_crash_that_took_the_servers_with_it_status_says_none_was_taken_
     anyio.run(scenario)
     assert not alive(outcome["server"])
     last = outcome["status"]["daemon"]["last_upgrade"]
-    assert (last["crash"], last["adopted"], last["servers"], len(last["lost"])) == (True, False, [], 1), last
+    assert (last["crash"], last["inherited"], last["servers"], len(last["lost"])) == (True, False, [], 1), last
     assert "took over 0 servers" in outcome["human"].stdout and "did not come back" in outcome["human"].stdout
 
 
@@ -396,7 +396,7 @@ def test_reload_with_a_call_in_flight_keeps_the_main_pid_and_the_server_and_the_
     assert outcome["again"] == outcome["server"]
     assert outcome["slow"], outcome  # answered (a call lost to the reload would have raised)
     last = outcome["status"]["daemon"]["last_upgrade"]
-    assert last["adopted"] is True and last["from_pid"] == outcome["main"]
+    assert last["inherited"] is True and last["from_pid"] == outcome["main"]
     assert manager.prop("lazyd.service", "ActiveState") == "active"
     # The successor counts what its predecessor stored (the session's socket and ends included)
     # against the store's budget.

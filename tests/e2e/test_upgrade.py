@@ -153,7 +153,7 @@ def test_an_upgrade_keeps_servers_sessions_and_a_call_in_flight_with_its_progres
     row = next(r for r in outcome["status"]["servers"] if r["pid"] == before_servers[0])
     assert row["upgrades"] == 1 and row["state"] == "running"
     assert outcome["status"]["daemon"]["upgrades"] == 1
-    assert outcome["status"]["daemon"]["last_upgrade"]["adopted"] is True
+    assert outcome["status"]["daemon"]["last_upgrade"]["inherited"] is True
     assert outcome["human"].splitlines()[0].endswith("across 1 upgrade(s)")
     assert f" {before_servers[0]} " in outcome["human"] and " (1 upgrade) " in outcome["human"]
     # The next stop still stops the adopted server by the ladder: it is the daemon's child.
@@ -209,7 +209,7 @@ def test_an_upgrade_to_a_daemon_that_cannot_adopt_stops_the_servers_and_the_shim
     assert ("answered 1 in-flight request(s) with an error" in log
             or "1 in-flight request(s) answered with an error" in daemon_log), (log, daemon_log)
     last = outcome["status"]["daemon"]["last_upgrade"]
-    assert last["adopted"] is False and reason in last["reason"]
+    assert last["inherited"] is False and reason in last["reason"]
     assert "cannot take its servers over" in daemon_log
 
 

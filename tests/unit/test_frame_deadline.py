@@ -16,6 +16,7 @@ import trio.testing
 
 from lazyd.protocol import wire
 from lazyd.daemon.connections.listener import Frames
+from lazyd.daemon.upgrade.quiesce import Gate
 from lazyd.errors import SlowPeer
 from lazyd.protocol.frames import Line
 
@@ -32,7 +33,7 @@ async def pair() -> AsyncIterator[tuple[socket.socket, Frames]]:
     theirs.setblocking(False)
     stream = trio.SocketStream(trio.socket.from_stdlib_socket(ours))
     try:
-        yield theirs, Frames(stream, DEADLINE_S)
+        yield theirs, Frames(stream, DEADLINE_S, Gate())
     finally:
         theirs.close()
         await stream.aclose()

@@ -27,7 +27,7 @@ from lazyd.daemon.handoff import session as handoff
 from lazyd.daemon.handoff.outbox import ClientEnds
 from lazyd.daemon.handoff.session import HandoffSession
 from lazyd.daemon.heap_trim import HeapTrimmer
-from lazyd.daemon.upgrade.quiesce import GATE
+from lazyd.daemon.upgrade.quiesce import Gate
 from lazyd.handoff.region import LANDING_BYTES, State, read_region, unmap
 
 CALLS = 3000  # about 260 KB of small calls, as a pipelining client writes them
@@ -80,11 +80,11 @@ class Flood:
         os.close(out_w)
         self.stdout = out_r
         self.route = Route()
+        self.registry = SimpleNamespace(reading=Gate(), heap=HeapTrimmer())  # the parts of the daemon its session uses
         self.session = self.open(ClientEnds(in_fd, out_fd), region_fd)
 
     def open(self, ends: ClientEnds, region_fd: int) -> HandoffSession:
-        registry = SimpleNamespace(heap=HeapTrimmer())  # what the session takes of the registry
-        session = HandoffSession(registry, None, 0, ends, os.dup(region_fd))  # type: ignore[arg-type]
+        session = HandoffSession(self.registry, None, 0, ends, os.dup(region_fd))  # type: ignore[arg-type]
         session.make_outbox(1, 0, lambda: None)
         session.route = self.route  # type: ignore[assignment]
         session._peek = 0  # no handshake among these lines: nothing to show the registry
@@ -173,7 +173,7 @@ async def test_a_reader_stopped_at_the_upgrade_gate_mid_flood_leaves_all_it_read
     async def upgrade() -> None:
         while len(flood.route.lines) < CALLS // 3:
             await trio.lowlevel.checkpoint()
-        GATE.close()
+        flood.registry.reading.close()
         for _ in range(5):
             await trio.sleep(0)  # as the hand-over's settle does: readers with data run to their gate
         parked.set()
@@ -190,7 +190,7 @@ async def test_a_reader_stopped_at_the_upgrade_gate_mid_flood_leaves_all_it_read
         assert flood.taken() == flood.route.relayed_bytes() + len(landed) + len(head)
         assert sorted(int(i) for i in state.inflight) == list(range(before))
     finally:
-        GATE.open()
+        flood.registry.reading.open()
     successor = flood.open(ClientEnds(os.dup(flood.session.ends.in_fd), os.dup(flood.session.ends.out_fd)), fd)
     successor._peek = 0
     try:

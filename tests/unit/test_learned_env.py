@@ -16,7 +16,7 @@ from pathlib import Path
 from lazyd.core.cache import HandshakeEntry, Snapshot
 from lazyd.core.sharing.identity import identity_for
 from lazyd.daemon.runtime.cache_store import CacheStore
-from lazyd.daemon.connections.client_process import client_process_name
+from lazyd.daemon.connections.client_process import client_process
 from lazyd.daemon.sessions.command_cache import CommandCaches
 from lazyd.core.sharing.client_profiles import PROFILES
 from lazyd.daemon.control.client_env import client_environment, learned_profile
@@ -182,7 +182,7 @@ def test_the_client_is_the_shims_parent_with_shells_and_wrappers_skipped(tmp_pat
             os.sched_yield()
         (shim,) = children
         started.append(int(shim))
-        assert client_process_name(int(shim)) == Path(f"/proc/{proc.pid}/comm").read_text().strip()
+        assert client_process(int(shim))[0] == Path(f"/proc/{proc.pid}/comm").read_text().strip()
     finally:
         for pid in started:
             os.kill(pid, signal.SIGKILL)
@@ -191,7 +191,7 @@ def test_the_client_is_the_shims_parent_with_shells_and_wrappers_skipped(tmp_pat
 
 
 def test_a_shim_that_is_gone_has_no_client_name() -> None:
-    assert client_process_name(2 ** 22 + 12345) == ""  # above pid_max: no such process
+    assert client_process(2 ** 22 + 12345) == ("", None)  # above pid_max: no such process
 
 
 # ---- a script's interpreter ------------------------------------------------------------------------

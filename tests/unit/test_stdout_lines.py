@@ -83,13 +83,14 @@ def test_lines_fed_as_the_first_bytes_of_a_larger_buffer_are_the_lines_fed_as_by
 def test_reads_into_the_shared_buffer_come_out_whole_after_its_pages_were_given_back() -> None:
     import os
 
-    from lazyd.daemon.process import read_buffer
+    from lazyd.daemon.process.read_buffer import ReadBuffer
 
+    read_buffer = ReadBuffer()
     read_end, write_end = os.pipe()
     try:
         for payload in (b"first line\n", b"x" * 5000 + b"\n", b"last\n"):
             os.write(write_end, payload)
-            buffer, count = read_buffer.read_into_shared(read_end, 64 * 1024)
+            buffer, count = read_buffer.read_into(read_end, 64 * 1024)
             lines = StdoutLines(limit=10_000)
             lines.feed(buffer, count)
             assert drain(lines) == [payload[:-1]]

@@ -23,7 +23,7 @@ from lazyd.daemon.process.command import SpawnSpec
 from lazyd.daemon.runtime.config import RuntimeConfig
 from lazyd.daemon.upgrade import state as us
 from lazyd.daemon.upgrade.connection_state import ConnectionState, SessionState, inbound_bytes
-from lazyd.errors import AdoptionError
+from lazyd.errors import InheritError
 from lazyd.protocol.frames import Ctl, Line
 from lazyd.host.privatefiles import write_private
 
@@ -49,7 +49,7 @@ def write_version(path: Path, body: dict[str, Any], version: int) -> None:
 def test_a_state_of_a_newer_version_is_refused_with_one_line_naming_both_versions(tmp_path: Path) -> None:
     path = tmp_path / "lazyd.upgrade"
     write_version(path, BODY, us.STATE_VERSION + 1)
-    with pytest.raises(AdoptionError) as caught:
+    with pytest.raises(InheritError) as caught:
         us.read_state(path)
     message = str(caught.value)
     assert "\n" not in message
@@ -67,7 +67,7 @@ def test_an_older_version_is_migrated_step_by_step_or_refused_when_no_step_exist
     assert body == {"old": True, "one": True, "two": True}
     write_version(path, {"old": True}, 1)
     monkeypatch.setattr(us, "MIGRATIONS", {2: lambda b: b})
-    with pytest.raises(AdoptionError, match=r"older lazyd \(state version 1\), which this lazyd \(version 3\) does not"):
+    with pytest.raises(InheritError, match=r"older lazyd \(state version 1\), which this lazyd \(version 3\) does not"):
         us.read_state(path)
 
 
@@ -78,13 +78,13 @@ def test_a_corrupt_a_foreign_and_a_missing_state_file_each_say_which(tmp_path: P
     data[-3] ^= 0x01  # one bit of the body
     path.write_bytes(bytes(data))
     os.chmod(path, 0o600)
-    with pytest.raises(AdoptionError, match="corrupt: its checksum does not match"):
+    with pytest.raises(InheritError, match="corrupt: its checksum does not match"):
         us.read_state(path)
     path.write_bytes(b'{"format": "something else"}\n{}')
     os.chmod(path, 0o600)
-    with pytest.raises(AdoptionError, match="not one lazyd wrote"):
+    with pytest.raises(InheritError, match="not one lazyd wrote"):
         us.read_state(path)
-    with pytest.raises(AdoptionError, match="is missing"):
+    with pytest.raises(InheritError, match="is missing"):
         us.read_state(path)
 
 
@@ -92,7 +92,7 @@ def test_a_state_file_others_can_read_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "lazyd.upgrade"
     us.write_state(path, BODY)
     os.chmod(path, 0o644)
-    with pytest.raises(AdoptionError):
+    with pytest.raises(InheritError):
         us.read_state(path)
 
 
@@ -115,9 +115,9 @@ def test_the_envelope_round_trips_and_a_foreign_one_is_an_adoption_error() -> No
     envelope = us.Envelope("/run/lazyd.upgrade", 3, 4, True, [3, 4, 9, 10], 9, 10, 1234, 2, 1700000000.5,
                            servers=[[55, 123456]], began=1700000100.25)
     assert us.Envelope.decode(envelope.encode()) == envelope
-    with pytest.raises(AdoptionError, match="LAZYD_UPGRADE"):
+    with pytest.raises(InheritError, match="LAZYD_UPGRADE"):
         us.Envelope.decode('{"state": 1}')
-    with pytest.raises(AdoptionError):
+    with pytest.raises(InheritError):
         us.Envelope.decode("not json")
 
 

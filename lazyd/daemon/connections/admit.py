@@ -1,21 +1,16 @@
 """Who gets in: each accepted connection judged before anything is read from it, and told why
 when it is refused.
 
-- a peer whose credentials cannot be read, or of another uid, is closed without a word (it may
-  be anyone; the log has its pid);
-- near the descriptor limit, or beyond the connection cap derived from it (lazyd/core/admission.py),
-  the peer is sent a ``refused`` frame with code ``busy`` that says why, and closed: a shim shows
-  the reason on its stderr and in its log and runs its server directly (fail open);
-- a connection accepted into the spare descriptor because accept(2) ran out (lazyd/daemon/fdlimit.py)
-  is refused the same way, with one non-blocking send.
-
-Every refusal is counted by reason since the daemon started (lazyd/daemon/connections/refusals.py, shown by
-`lazyctl status`), and logged once per episode: the first of a run, then one line with the count
-when connections are admitted again, so a flood of refused shims does not flood the log.
+A peer whose credentials cannot be read, or of another uid, is closed without a word (the log has
+its pid). Near the descriptor limit or past the connection cap (lazyd/core/admission.py), or
+accepted into the spare descriptor (lazyd/daemon/fdlimit.py), it gets a ``refused`` frame of code
+``busy`` saying why, with one non-blocking send: its shim shows the reason and runs its server
+directly. Refusals are counted (lazyd/daemon/connections/refusals.py) and logged once per episode.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 
@@ -73,7 +68,5 @@ class Door:
                   f"{self.admission.limit}); raise LimitNOFILE= or the hard `ulimit -n` of the daemon")
         if self.refusals.note("busy", reason):
             log.warning("refusing connections: %s", reason)
-        try:
+        with contextlib.suppress(OSError):
             os.write(sock.fileno(), wire.encode(Refusal("busy", reason)))  # the socket is non-blocking
-        except OSError:
-            pass

@@ -1,15 +1,10 @@
 """Which client a shim session comes from, as far as the daemon can tell at its hello.
 
-The identity of a session's server is decided at the hello, before the client's `initialize` names
-it (clientInfo.name arrives with the first line, after the process is chosen). What the daemon can
-see then is the shim's parent: the client that spawned it (`opencode`, `codex`, `claude`: each of
-them runs its servers directly). A shell or a wrapper in between (`sh -c`, `env`, `timeout`,
-`npx lazyd-shim`) is skipped, so the name is the program that decided to run the server.
-
-The name is only a first guess at the client: the client is its `clientInfo.name`, which arrives
-with its `initialize` (lazyd/daemon/sessions/learned_env.py files everything under that name, and
-guesses it at a hello from the process name it was last seen with). A process name may say nothing:
-Copilot CLI's native binary names itself `MainThread`, and so may any program.
+The identity of a session's server is decided at the hello, before `initialize` names the client.
+What the daemon sees then is the shim's parent, the client that spawned it, skipping a shell or
+wrapper in between (`sh -c`, `env`, `timeout`, `npx lazyd-shim`). It is only a first guess
+(lazyd/daemon/sessions/learned_env.py files everything under `clientInfo.name`): a process name may
+say nothing (`MainThread`).
 """
 
 from __future__ import annotations
@@ -37,11 +32,6 @@ def client_process(shim_pid: int) -> tuple[str, int | None]:
         if name not in _WRAPPERS:
             return name, pid
     return "", None
-
-
-def client_process_name(shim_pid: int) -> str:
-    """The name of the program that started shim `shim_pid`, "" when it cannot be told."""
-    return client_process(shim_pid)[0]
 
 
 def environment_names(pid: int | None) -> frozenset[str] | None:

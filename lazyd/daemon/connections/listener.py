@@ -1,23 +1,16 @@
 """The daemon's listener and each accepted connection: peer check, hello, then a session or control.
 
-Per connection a reader (the handler task) and, for sessions, a writer task draining the session's
-bounded outbox. What a connection may cost is bounded, and whatever goes wrong with one
-connection closes that connection only:
+Per connection a reader (the handler task) and, for sessions, a writer draining the bounded
+outbox. Whatever goes wrong with one connection closes that connection only: a peer of another uid,
+or one that finds the daemon near its descriptor limit, is judged before anything is read
+(lazyd/daemon/connections/admit.py); the hello must come within ``HELLO_TIMEOUT_S`` and a started
+frame finish within ``FRAME_DEADLINE_S`` (slowloris), while between frames a session may idle
+forever; a bad frame, a control reply not taken within ``CONTROL_SEND_DEADLINE_S``, or a bug (logged
+with its traceback) closes it.
 
-- a peer of another uid, or one that finds the daemon near its descriptor limit, is judged
-  before anything is read from it (lazyd/daemon/connections/admit.py);
-- the hello must arrive within ``HELLO_TIMEOUT_S``, and once any frame has started it must be
-  complete within ``FRAME_DEADLINE_S`` (slowloris); between frames a session may idle forever;
-- a bad frame poisons the decoder (lazyd/protocol/wire.py) and closes the connection;
-- a control reply the peer does not take within ``CONTROL_SEND_DEADLINE_S`` closes it;
-- a bug raised while serving a connection is logged with its traceback and closes that
-  connection; it never reaches the listener.
-
-The accept loop
-(``ConnectionHandler.serve``) outlives running out of file descriptors: on EMFILE/ENFILE it gives
-up its spare descriptor to accept and refuse the waiting connection with the reason (fdlimit.py);
-when even that fails it logs one warning, retries with a doubling delay (clients wait in the
-backlog), and logs once more when accepting works again.
+The accept loop (``ConnectionHandler.serve``) outlives running out of descriptors: on EMFILE/ENFILE
+it gives up its spare one to accept and refuse the waiting connection with the reason (fdlimit.py);
+when even that fails it warns once and retries with a doubling delay (clients wait in the backlog).
 """
 
 from __future__ import annotations
@@ -48,7 +41,7 @@ from lazyd.daemon.fdlimit import Spare
 from lazyd.daemon.control import progress
 from lazyd.daemon.upgrade.connection_state import Live
 from lazyd.daemon.runtime.outbox import ConnectionOutbox
-from lazyd.daemon.upgrade.quiesce import GATE
+from lazyd.daemon.upgrade.quiesce import Gate
 from lazyd.daemon.connections.admit import Door
 from lazyd.daemon.sessions.registry import Registry
 from lazyd.daemon.runtime.supervisor import ServerRuntime
@@ -67,8 +60,7 @@ FRAME_DEADLINE_S = 30.0
 # lazyctl reads its reply at once; a peer that leaves one unread this long holds a slot for nothing.
 CONTROL_SEND_DEADLINE_S = 30.0
 READ_BYTES = 256 * 1024  # one receive: up to ~16k tiny frames
-# Frames decoded at a time. A decoded frame costs ~20 times its wire size, so decoding a whole
-# read of tiny frames at once would cost ~5 MiB per connection; the rest waits as bytes.
+# Frames decoded at a time: a decoded frame costs many times its wire size (docs/benchmarks.md).
 FRAMES_PER_BATCH = 64
 # Frames written in one send: batching cuts syscalls when a server streams many small lines.
 WRITE_BATCH_FRAMES = 64
@@ -105,15 +97,13 @@ def _sole(group: BaseExceptionGroup[BaseException]) -> BaseException:
 class Frames:
     """Frames from a stream through one decoder; a WireError poisons the connection.
 
-    A frame that has started (its first byte was read) must be complete within the frame
-    deadline; between frames there is no deadline. Only time spent waiting on the peer counts:
-    while the consumer is away (backpressure toward a stalled server can keep it away for
-    minutes), the half-read frame's clock stops. Charging that time to the peer would cut off a
-    well-behaved client in the middle of a 1 MiB frame (test_frame_deadline.py).
-    """
+    A started frame must be complete within the frame deadline, counting only time spent waiting on
+    the peer: while the consumer is away (backpressure toward a stalled server), the clock stops, or a
+    well-behaved client would be cut off in the middle of a large frame (test_frame_deadline.py)."""
 
-    def __init__(self, stream: trio.SocketStream, frame_deadline_s: float) -> None:
+    def __init__(self, stream: trio.SocketStream, frame_deadline_s: float, reading: Gate) -> None:
         self.stream = stream
+        self.reading = reading
         self.decoder = wire.FrameDecoder()
         # A deque: one read can hold thousands of tiny frames, and popping a list's head is O(n).
         self.pending: deque[AnyFrame] = deque()
@@ -130,7 +120,7 @@ class Frames:
                 self.feed(b"")  # complete frames left over from the last batch come first
                 if self.pending:
                     break
-            await GATE.passage()  # an upgrade stops reading here (lazyd/daemon/upgrade/quiesce.py)
+            await self.reading.passage()  # an upgrade stops reading here (lazyd/daemon/upgrade/quiesce.py)
             budget = self.frame_deadline_s - self._waited_s if self._in_frame else math.inf
             data: bytes | None = None
             began = trio.current_time()
@@ -192,7 +182,8 @@ class ConnectionHandler:
             first_failure = 0.0
             backoff_s = ACCEPT_BACKOFF_FIRST_S
             while True:
-                await GATE.passage()  # an upgrade leaves new connections in the backlog for its successor
+                # An upgrade leaves new connections in the backlog for its successor.
+                await self.registry.reading.passage()
                 try:
                     stream = await listener.accept()
                 except OSError as exc:
@@ -250,7 +241,7 @@ class ConnectionHandler:
         hello, fds = found
         taken = handoff.take(hello, fds)
         handoff.close_all(fds)
-        await self._adopt(stream, live, hello, taken, kept)
+        await self._reclaim(stream, live, hello, taken, kept)
 
     async def guarded(self, stream: trio.SocketStream, pid: int, serve: Callable[[], Awaitable[None]] | None) -> None:
         """Run `serve` for one connection counted in `active` (a connection accepted here, or one a
@@ -282,7 +273,7 @@ class ConnectionHandler:
         """Serve an admitted connection from its hello on (`frames`: with what was read of it
         already, by a predecessor daemon before an upgrade)."""
         if frames is None:
-            frames = Frames(stream, self.limits.frame_deadline_s)
+            frames = Frames(stream, self.limits.frame_deadline_s, self.registry.reading)
         try:
             await self._serve_hello(stream, frames, pid)
         finally:
@@ -326,7 +317,7 @@ class ConnectionHandler:
         else:
             await self._session(stream, frames, hello)
 
-    async def _adopt(self, stream: trio.SocketStream, live: Live, hello: Hello,
+    async def _reclaim(self, stream: trio.SocketStream, live: Live, hello: Hello,
                      taken: tuple[ClientEnds, int] | None, kept: Kept) -> None:
         """Take back in place the session systemd `kept` across its daemon's crash
         (lazyd/daemon/handoff/reclaim.py), or let it go (its names out of the store, no word),

@@ -1,14 +1,9 @@
 """Connections the daemon refused since it started, by reason, for `lazyctl status`.
 
-A refused shim runs its server directly (fail open): the session works, and the product's benefit
-is gone for it. An operator must be able to see that wall, so every refusal is counted here by
-its code (``busy``: near the descriptor limit or over the connection cap; ``uid``: a peer of
-another user; ``version``: a shim of another wire version; ``unidentified``: no peer
-credentials), with the last reason given and when.
-
-Episodes keep the log readable: `note` says whether a refusal is the first of a run of the same
-code (log it), and `admitted` ends the run when a connection is served again, returning how many
-were refused in it (log that once).
+A refused shim runs its server directly: the session works without the product, and an operator
+must see that wall. Each refusal is counted by code (``busy``, ``uid``, ``version``,
+``unidentified``) with the last reason and when. `note` says whether a refusal begins a run of its
+code (log it) and `admitted` ends the run, returning its count (logged once).
 """
 
 from __future__ import annotations

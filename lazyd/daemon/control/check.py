@@ -24,6 +24,7 @@ from lazyd.core.eras.versions import CLIENT_CAPABILITIES_META, CLIENT_INFO_META,
 from lazyd.core.relay.jsonrpc import METHOD_NOT_FOUND, error_line, notification_line, request_line
 from lazyd.daemon.control import progress
 from lazyd.daemon.process.child import ChildProcess, spawn
+from lazyd.daemon.process.read_buffer import ReadBuffer
 from lazyd.daemon.sessions import running
 from lazyd.daemon.sessions.registry import Registry
 from lazyd.daemon.runtime.supervisor import ServerRuntime
@@ -43,7 +44,7 @@ async def check_runtime(registry: Registry, runtime: ServerRuntime, params: dict
     """Check `runtime` with initialize `params`: (the report, None), or (None, one readable line).
     `timeout_s` bounds the check instead of the server's start_timeout."""
     started = trio.current_time()
-    outcome = await IsolatedCheck(runtime, params, timeout_s).run()
+    outcome = await IsolatedCheck(runtime, params, registry.read_buffer, timeout_s).run()
     if isinstance(outcome, str):
         log.warning("[%s] check failed: %s", runtime.name, outcome)
         return None, f"check of {runtime.name} failed: {outcome}"
@@ -53,7 +54,8 @@ async def check_runtime(registry: Registry, runtime: ServerRuntime, params: dict
         # clients from a process of their own (lazyd/core/eras/choice.py): a second isolated start,
         # initialize first, is what warms their cache.
         known = Snapshot.from_json(outcome.core.snapshot.to_json())  # what the first start learned
-        second = await IsolatedCheck(runtime, params, timeout_s, lane="handshake", snapshot=known).run()
+        second = await IsolatedCheck(runtime, params, registry.read_buffer, timeout_s, lane="handshake",
+                                    snapshot=known).run()
         if isinstance(second, str):
             log.warning("[%s] check failed: %s", runtime.name, second)
             return None, f"check of {runtime.name} failed on a handshake-era connection: {second}"
@@ -113,8 +115,8 @@ def _merge(registry: Registry, runtime: ServerRuntime, check: IsolatedCheck, par
 class IsolatedCheck:
     """One isolated start of `runtime`'s command, driven through a fresh relay core."""
 
-    def __init__(self, runtime: ServerRuntime, params: dict[str, Any], timeout_s: float | None = None,
-                 lane: Era = "stateless", snapshot: Snapshot | None = None) -> None:
+    def __init__(self, runtime: ServerRuntime, params: dict[str, Any], read_buffer: ReadBuffer,
+                 timeout_s: float | None = None, lane: Era = "stateless", snapshot: Snapshot | None = None) -> None:
         spec = runtime.config.spec
         # Its own log: two LogRings rotating one file would lose lines.
         self.spec = dataclasses.replace(spec, log_path=spec.log_path.with_name(f"{runtime.name}.check.log"))
@@ -127,6 +129,7 @@ class IsolatedCheck:
         self.core.lane = lane
         self.lane = lane
         self.params = params
+        self.read_buffer = read_buffer
         self.answers: dict[int, dict[str, Any]] = {}
         self.pages: dict[str, int] = {}
         self.ready = False
@@ -145,7 +148,7 @@ class IsolatedCheck:
         async with trio.open_nursery() as nursery:
             progress.report("starting the server")
             try:
-                proc = await spawn(self.spec, nursery)
+                proc = await spawn(self.spec, nursery, self.read_buffer)
             except SpawnError as exc:
                 return exc.message
             self.pid = proc.pid

@@ -1,12 +1,9 @@
 """The environment a client gives a server, for a check that should land on that client's identity.
 
-What a client's sessions really carried (lazyd/daemon/sessions/learned_env.py, names only) wins over the
-built-in profile (lazyd/core/sharing/client_profiles.py): the profile is a guess from a client release,
-the record is what this client on this machine does: the variables its sessions carried, and which
-of its own it withheld (a client that withheld nothing passes everything on, so a variable added to
-your shell since is passed too; a filtering one passes only what it was seen to pass, and for a
-variable it never met, what its release's rule says). A client lazyd has no profile for is named by
-the `clientInfo.name` its sessions send, or by the name of its process.
+What a client's sessions really carried (lazyd/daemon/sessions/learned_env.py) wins over the
+built-in profile (lazyd/core/sharing/client_profiles.py), a guess from a release: the variables
+its sessions carried and which of its own it withheld (one that withheld nothing passes everything;
+a filtering one only what it was seen to pass, and for a variable it never met, its release's rule).
 """
 
 from __future__ import annotations

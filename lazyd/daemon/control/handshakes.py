@@ -1,14 +1,10 @@
 """The latest `initialize` params of each client, learned from real sessions, for `check --client`.
 
-Every session's first `initialize` is noted under its `clientInfo.name` (Claude Code sends
-`claude-code`, Gemini CLI `gemini-cli-mcp-client`, ...), the latest one per name kept in
-`<state dir>/clients.json` (0600, written atomically), so a check after a daemon restart still
-looks like the client. A check for client X uses X's latest learned handshake, else the one
-captured from X's release (lazyd/core/sharing/client_profiles.py), else lazyd's own
-(lazyd/core/relay/handshake_defaults.py decides the order).
-
-Initialize params hold no secrets (client name, version, capabilities); they are bounded anyway,
-like the number of clients kept, since any local program can claim to be any client.
+Each session's first `initialize` is kept under its `clientInfo.name`, the latest per name, in
+`<state dir>/clients.json` (0600), so a check after a restart still looks like the client. The
+order (lazyd/core/relay/handshake_defaults.py): X's learned handshake, else the one captured from
+X's release, else lazyd's own. The params hold no secrets, but are bounded, as the number of
+clients is, since any local program can claim to be any client.
 """
 
 from __future__ import annotations

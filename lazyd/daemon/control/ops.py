@@ -1,16 +1,9 @@
 """Control operations on the daemon socket (lazyctl): the daemon side (docs/protocol.md).
 
-Each op takes a map of arguments and returns `(ok, data, error)`; `error` is one readable line.
-Ops that name a server accept its readable name (a named server's name, or the command basename +
-short hash an unnamed registration gets). Ops:
-
-    ping, status, wake, sleep, restart, logs, stop, reload   the operator's view and control
-    identity                                        a registration's identity, and why two share
-    check                                           an isolated start that warms the cache
-
-This module owns the dispatch and the arguments; the check driver is lazyd.daemon.control.check, the
-waits of wake and sleep lazyd.daemon.control.wake_sleep, the /proc process-tree figures of `status`
-lazyd.daemon.process.tree.
+Each op takes a map of arguments and returns `(ok, data, error)`, `error` one readable line; a
+server is named by its readable name. Ops: ping, status, wake, sleep, restart, logs, stop, reload,
+identity (why two registrations share) and check (an isolated start that warms the cache:
+lazyd.daemon.control.check). The waits of wake and sleep are lazyd.daemon.control.wake_sleep's.
 """
 
 from __future__ import annotations

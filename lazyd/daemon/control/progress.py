@@ -1,11 +1,9 @@
 """What a long control op (`check`, `wake`) is doing now, for lazyctl's live status line.
 
-An op reports steps with `report("handshake (pid 123)")` wherever it is, in any task it started:
-the callback travels in a context variable, which trio copies into the tasks an op spawns, so no
-signature changes hands. The connection that runs the op (`Pump`) sends the latest step as a
-`progress` frame whenever it changed, coalescing steps that come faster than frames go out, and
-always sends the last one before the reply, so what lazyctl shows last is what happened last.
-With no pump (the ctl did not ask, or a caller outside a connection) `report` does nothing.
+An op calls `report("handshake (pid 123)")` in any task it started: the callback travels in a
+context variable, which trio copies into spawned tasks, so no signature carries it. The
+connection's `Pump` sends the latest step as a `progress` frame, coalescing fast steps, and always
+the last one before the reply. Without a pump `report` does nothing.
 """
 
 from __future__ import annotations

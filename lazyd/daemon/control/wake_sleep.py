@@ -1,15 +1,10 @@
 """An operator's wake and sleep of one server, waited on until its state settles.
 
-`lazyctl wake`/`sleep` (lazyd/daemon/control/ops.py) and the hub's `wake_server`/`sleep_server`
-(lazyd/daemon/hub/server.py) both come here, so neither needs the other. The waits are events, not
-polls: the runtime signals the end of every lifecycle input (`ServerRuntime.wait_changed`), and
-each wait looks again at the state then.
-
-- A wake returns once the server is no longer starting or stopping (a wake during a stop starts
-  only after it), bounded by its start_timeout plus WAKE_MARGIN_S, so the lifecycle's own start
-  timeout answers first. Each step goes to the op's progress line (lazyd/daemon/control/progress.py).
-- A sleep returns once the process has exited and the runtime has recorded the exit, bounded by
-  SLEEP_WAIT_S.
+`lazyctl wake`/`sleep` and the hub's `wake_server`/`sleep_server` both come here. The waits are
+events (`ServerRuntime.wait_changed`), not polls. A wake returns once the server is no longer
+starting or stopping, bounded by its start_timeout plus WAKE_MARGIN_S so the lifecycle's own
+timeout answers first, its steps on the op's progress line; a sleep returns once the exit is
+recorded, bounded by SLEEP_WAIT_S.
 """
 
 from __future__ import annotations
@@ -33,11 +28,9 @@ def state_of(runtime: ServerRuntime) -> str:
 
 
 async def wake_and_wait(runtime: ServerRuntime, client: JsonObj | None = None) -> str | None:
-    """Wake `runtime` and wait until it settles: None once running, else why it did not start.
-
-    A server never initialized is woken with `client`'s params, else lazyd's own
-    (lazyd/core/relay/handshake_defaults.py): without params to replay the start could never complete.
-    """
+    """Wake `runtime` and wait until it settles: None once running, else why it did not start. A
+    server never initialized is woken with `client`'s params, else lazyd's own: without params to
+    replay the start could never complete."""
     params = wake_params(runtime.core.snapshot.last_params, client)
     if params is not None:
         runtime.core.snapshot.last_params = params

@@ -43,7 +43,6 @@ from lazyd.daemon.handoff.stored_sessions import Keeper, Kept
 from lazyd.core.relay import jsonrpc as rpc
 from lazyd.daemon.handoff.ledger import Landing, Ledger
 from lazyd.daemon.handoff.outbox import ClientEnds, HandoffOutbox
-from lazyd.daemon.upgrade.quiesce import GATE
 from lazyd.daemon.sessions.registry import Registry
 from lazyd.daemon.runtime.supervisor import ServerRuntime
 from lazyd.errors import NotReclaimed, Refused
@@ -357,8 +356,10 @@ class HandoffSession:
         while True:
             zone = ledger.state.landing
             if not size:
-                await GATE.passage()  # an upgrade stops reading here (lazyd/daemon/upgrade/quiesce.py)
-                if emptied:  # no read that would only say EAGAIN: wait first
+                await self.registry.reading.passage()  # an upgrade stops reading here (lazyd/daemon/upgrade/quiesce.py)
+                if emptied:
+                    # No read that would only say EAGAIN: wait first (a system call and an
+                    # exception less per message when lines come one at a time).
                     await self.ends.wait_readable()
                     waited, emptied = True, False
                 # Into the region, at most `limit`: one read, one record of it, the unit an upgrade

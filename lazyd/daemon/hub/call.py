@@ -1,12 +1,10 @@
 """One hub `call_tool`: an internal session attached to a server's runtime for the call's duration.
 
-It attaches exactly like a shim's session (its client id negative, so it never meets a shim's)
-and sends `initialize` (the hub client's own params: lazyd/core/relay/handshake_defaults.py),
-`notifications/initialized` and the `tools/call`; the relay core does the rest as for any client.
-What the server sends this session during the call goes back to the hub's client through the
-hub's routes (lazyd/core/hub/routes.py): progress and log messages as they are, requests under
-ids of the hub's own. The result line is returned with only its id changed. Its outbox holds lines,
-not frames (lazyd/daemon/runtime/outbox.py: LineOutbox): nothing here encodes or decodes msgpack.
+It attaches like a shim's session (a negative client id, never a shim's) and sends `initialize`
+(lazyd/core/relay/handshake_defaults.py), `notifications/initialized` and the `tools/call`. What
+the server sends it meanwhile goes to the hub's client through the hub's routes
+(lazyd/core/hub/routes.py); the result comes back with only its id changed. Its outbox holds lines
+(LineOutbox): no msgpack.
 """
 
 from __future__ import annotations

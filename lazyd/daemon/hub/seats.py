@@ -1,16 +1,10 @@
 """A hub session's own processes: where its calls to a server that must not be shared go.
 
-A hub session is one session of every server it calls, as a direct client's is. For a server
-whose registration is shared (`share = true`, a shared known server, a session-aware one), its
-calls go to the registration's process with everyone else's, call by call. For any other (an
-isolated server, an undecided one, one whose sessions' roots differ), the hub session *joins*
-the server the first time it calls it, through the same sharing gate a shim's session goes
-through (lazyd/daemon/sessions/sharing_gate.py): it gets the registration's process when no
-session holds it, else a process of its own (`NAME.N`); and it keeps that process, its *seat*,
-for its whole life: its later calls see their own state (a thought history, a working
-directory) and no other session's, and no other session is given that process meanwhile (the
-gate counts it as taken). When the hub session ends, its seats are let go: a process of a
-session's own stops, as with any session that leaves.
+A hub session is one session of every server it calls. A shared registration's calls go to its
+process with everyone's. For any other, the hub session joins the server at its first call through
+the sharing gate a shim's session goes through (lazyd/daemon/sessions/sharing_gate.py) and keeps
+that process, its seat, for life: its calls see their own state and no other session is given the
+process. When the hub session ends its seats are let go, as any session that leaves.
 """
 
 from __future__ import annotations

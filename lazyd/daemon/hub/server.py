@@ -1,34 +1,22 @@
 """The hub: an MCP server the daemon serves itself, over every server it knows (docs/hub.md).
 
-`lazyd-shim --hub [--servers a,b]` sends a hello with `opts = {"hub": "true"[, "servers": "a,b"]}`,
-no command and no server name (docs/protocol.md); the registry hands that session to `open_hub`
-instead of a server runtime. The hub speaks the handshake era (2024-11-05 … 2025-11-25) and
-answers `server/discover` with -32601, as a server of that era does. Its tools are the
-meta-tools of lazyd/core/hub/tools.py over the servers the registry holds: the named servers of
-config.toml, and every unnamed registration a shim brought since the daemon started (`share =
-false` instances are private to their session and are not shown).
+`lazyd-shim --hub [--servers a,b]` opens a session with `opts = {"hub": "true"}` and no command
+(docs/protocol.md); the registry hands it to `open_hub`. The hub speaks the handshake era
+(answering `server/discover` with -32601) and offers the meta-tools of lazyd/core/hub/tools.py
+over the named servers and every unnamed registration seen since start (private instances are
+not shown).
 
-- Listing and searching read the servers' caches (lazyd/core/hub/catalog.py) and start nothing.
-- `get_tool_schema` answers from the cache too, and wakes a sleeping server in the background:
-  a call is likely to follow.
-- `call_tool` is one `ProxiedCall` (lazyd/daemon/hub/call.py): an internal session attached to the
-  server's runtime exactly like a shim's: the registration's process for a shared server, else
-  the process this hub session holds of it, joined through the sharing gate like a shim's session
-  and kept until the hub session ends (lazyd/daemon/hub/seats.py), so that a hub session and
-  another session never see each other's state. The relay core does the rest as for any client: answers
-  the handshake from cache, queues the call and starts the server, fails it after the start
-  timeout, rewrites ids and progress tokens. Whatever the server sends that session during the
-  call comes back to the hub's client: progress (already under the caller's token), log messages,
-  and requests (sampling, elicitation, roots, the policy gate's confirmations) under ids of the
-  hub's own, whose answers go back the same way; which id goes where is decided by the pure
-  routes (lazyd/core/hub/routes.py). A cancel from the client detaches the internal session,
-  which cancels the request upstream (the relay's rule for a departing client).
-- The tool policy applies to hub calls as to per-server shims: `deny` is refused here before
-  anything is attached; `ask` is left to the runtime's gate, which asks through the same path.
-  Denied tools are hidden from every listing.
+- Listing, searching and `get_tool_schema` read the servers' caches (lazyd/core/hub/catalog.py)
+  and start nothing; a schema asked for wakes its sleeping server, since a call is likely.
+- `call_tool` is one `ProxiedCall` (lazyd/daemon/hub/call.py): an internal session attached like
+  a shim's, to the shared process or to the one this hub session holds through the sharing gate
+  (lazyd/daemon/hub/seats.py), so that it never sees another session's state. What the server
+  sends that session during the call (progress, logs, requests) comes back to the hub's client
+  under ids of the hub's own (lazyd/core/hub/routes.py); a cancel detaches the internal session.
+- The tool policy applies as for per-server shims: `deny` is refused before anything is attached
+  and hidden from listings, `ask` is left to the runtime's gate.
 
-The hub reads the registry through `ServerDirectory`, the few things it needs of it, so it does not
-import the registry (which imports the hub to open hub sessions).
+It reads the registry through `ServerDirectory`, so it does not import the registry.
 """
 
 from __future__ import annotations
@@ -433,7 +421,7 @@ class HubSession:
         known, held = taken
         call.runtime = target
         target.placers[call.cid] = lambda cid, key: self._spawn_place(call, base, key)
-        target.adopt(call.inbox, params, known, held)
+        target.move_in(call.inbox, params, known, held)
 
     async def _wake(self, call: ht.MetaCall) -> JsonObj:
         runtime = self._lookup(call.server)

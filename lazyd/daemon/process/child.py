@@ -1,36 +1,27 @@
 """One real server process: spawning it, talking to it by lines, and the stop ladder.
 
-A `ChildProcess` owns a server process, its process group, its three pipes and its stderr log.
-The rules it keeps:
+A `ChildProcess` owns a server process, its group, its three pipes and its stderr log:
 
-- The child runs in its own session and process group (`setsid`), so signals to the group reach
-  every grandchild a launcher like `npx` or `uvx` leaves behind, and never the daemon.
-- The child inherits no descriptors beyond 0-2, and none of systemd's per-service variables
-  (`NOTIFY_SOCKET`, `WATCHDOG_*`, `LISTEN_*`): a server that speaks sd_notify must not talk to
-  the daemon's supervisor. The spec's environment is otherwise passed as is.
-- The command is resolved against the *spec's* PATH and cwd before anything is forked, so
-  "not found" and "not executable" are a `SpawnError` with a readable message, never a
-  traceback and never a half-started process (lazyd/daemon/process/command.py: what to run, the
-  child's environment, how it ended).
-- The leader's exit is detected through a pidfd, *without* reaping it: while the leader is an
-  unreaped zombie its pid, and so the group id, cannot be recycled. Only after SIGKILL went to
-  what is left of the group is the leader reaped. (trio's `Process.wait()`, `poll()` and
-  `returncode` all reap, so none of them is touched before that point.)
-- Stopping is a ladder: close stdin, wait `STDIN_EOF_GRACE_S`, SIGTERM the group, wait
-  `TERM_GRACE_S`, SIGKILL the group, reap. A child that exits on EOF is never signalled. The whole
-  ladder is shielded from cancellation and bounded by the two graces.
-- stdout is read (lazyd/daemon/process/stdout_reader.py), cut into lines (lazyd/daemon/process/stdout_lines.py);
-  a line over the limit raises `LineTooLong` once the buffer passes it: no peer makes us hold more.
-- stderr is read continuously by a task, whatever the consumer does, into a `LogRing`: a server
-  flooding stderr is never blocked on a full pipe, and memory and disk stay bounded.
+- It runs in its own session (`setsid`): signals to the group reach every grandchild a launcher
+  like `npx` leaves, never the daemon. It inherits no descriptor beyond 0-2 and none of systemd's
+  per-service variables (a server that speaks sd_notify must not talk to our supervisor).
+- The command is resolved against the spec's PATH and cwd before the fork, so "not found" is a
+  readable `SpawnError`, never a half-started process (lazyd/daemon/process/command.py).
+- The leader's exit is seen through a pidfd without reaping it: an unreaped zombie's pid, and so
+  the group id, cannot be recycled until SIGKILL went to what is left of the group. (trio's
+  `wait()`, `poll()` and `returncode` all reap, so none is touched before that.)
+- Stopping is a ladder: close stdin, `STDIN_EOF_GRACE_S`, SIGTERM the group, `TERM_GRACE_S`,
+  SIGKILL, reap; shielded from cancellation and bounded by the graces.
+- stdout is cut into lines (stdout_reader.py, stdout_lines.py); a line over the limit raises
+  `LineTooLong`. stderr is pumped whatever the consumer does into a bounded `LogRing`.
 
-Background tasks (the stderr pump and the exit watcher) run in a nursery the caller owns: either
-`spawn(spec, nursery)`, or `open_child(spec)`, an async context manager that owns the nursery and
-runs the ladder on exit.
+Its background tasks run in the caller's nursery (`spawn`) or one of its own (`open_child`, which
+runs the ladder on exit).
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import os
@@ -50,6 +41,7 @@ from lazyd.daemon.process.command import ExitInfo, SpawnSpec, executable_for
 from lazyd.daemon.process.stderr_log import LogRing
 from lazyd.daemon.process.handle import ProcessHandle
 from lazyd.daemon.process.stdout_lines import StdoutLines
+from lazyd.daemon.process.read_buffer import ReadBuffer
 from lazyd.daemon.process.stdout_reader import StdoutReader
 from lazyd.daemon.systemd_env import scrubbed_environ
 from lazyd.errors import LineTooLong as LineTooLong  # what receive_line raises
@@ -68,9 +60,8 @@ STDERR_DRAIN_S = 1.0
 """After the group is killed stderr ends at once; only an escaped process can hold it longer."""
 
 READ_CHUNK_BYTES = 1024 * 1024
-"""One widened pipe buffer (PIPE_BYTES) per read: a 1 MiB line in one read rather than 16, into
-the shared read buffer (so asking for this much costs nothing for a short line); bounds how far a
-read can overshoot the line limit."""
+"""One widened pipe buffer (PIPE_BYTES) per read, into the read buffer (asking this much costs a
+short line nothing); bounds how far a read can overshoot the line limit."""
 STDERR_READ_BYTES = 64 * 1024  # below glibc's mmap threshold: receive_some allocates what it asks
 
 
@@ -78,7 +69,8 @@ class ChildProcess:
     """A running server process; made by `spawn` or `open_child`, never directly."""
 
     def __init__(
-        self, process: ProcessHandle, spec: SpawnSpec, ring: LogRing, pidfd: int, start_ticks: int
+        self, process: ProcessHandle, spec: SpawnSpec, ring: LogRing, pidfd: int, start_ticks: int,
+        read_buffer: ReadBuffer | None = None,
     ) -> None:
         self.pid: int = process.pid
         self.pgid: int = process.pid  # setsid() made the leader's pid the group (and session) id
@@ -100,38 +92,29 @@ class ChildProcess:
         self._reaped = False
         self._exit_info: ExitInfo | None = None
         self._lines = StdoutLines(spec.max_line_bytes)
-        self._reader = StdoutReader(process.stdout, READ_CHUNK_BYTES)
+        self._reader = StdoutReader(process.stdout, READ_CHUNK_BYTES, read_buffer)
 
     # -- talking -----------------------------------------------------------------------------
 
     async def send_line(self, line: bytes) -> None:
-        """Write one message and a newline to the child's stdin, one writer at a time.
-
-        Raises ValueError if `line` contains a newline (it would break framing),
-        trio.BrokenResourceError if the child closed its stdin or died, and
-        trio.ClosedResourceError once stdin was closed by `stop`.
-        """
+        """Write one message and a newline to the child's stdin, one writer at a time. Raises
+        ValueError for a newline in `line`, trio.BrokenResourceError once the child closed its
+        stdin or died, trio.ClosedResourceError once `stop` closed it."""
         if b"\n" in line:
             raise ValueError("a line sent to a server must not contain a newline")
         async with self._send_lock:
             await self._stdin.send_all(line + b"\n")
 
     def write_nowait(self, *parts: bytes | memoryview) -> int:
-        """Write what the stdin pipe takes of `parts` (one writev) right now, without blocking;
-        returns the bytes written.
-
-        Returns 0 while a `send_line`/`send_raw` is in progress (writes must never interleave)
-        or when the pipe is full or closed; the caller then queues the rest for `send_raw`. This
-        lets the relay skip a task switch per message on its hot path.
-        """
+        """Write what the stdin pipe takes of `parts` (one writev) now, without blocking: the
+        relay's hot path skips a task switch. 0 while a `send_line`/`send_raw` is in progress
+        (writes never interleave) or the pipe is full or closed: the caller queues the rest."""
         if self._send_lock.locked():
             return 0
         try:
             fd = self._stdin.fileno() if isinstance(self._stdin, trio.lowlevel.FdStream) else -1
             return os.writev(fd, parts) if fd >= 0 else 0
-        except (BlockingIOError, BrokenPipeError, trio.ClosedResourceError):
-            return 0
-        except OSError:
+        except (OSError, trio.ClosedResourceError):
             return 0
 
     async def send_raw(self, *parts: bytes | memoryview) -> None:
@@ -141,12 +124,9 @@ class ChildProcess:
                 await self._stdin.send_all(data)
 
     async def receive_line(self) -> bytes | None:
-        """The next non-blank stdout line without its newline, or None at EOF.
-
-        Raises LineTooLong (then and on every later call) once a line passes the limit, having
-        buffered at most the limit plus one read. A trailing line without newline is returned
-        at EOF. Only one task may read at a time.
-        """
+        """The next non-blank stdout line without its newline (a last one without newline at
+        EOF), or None at EOF; one reader at a time. Raises LineTooLong, then and on every later
+        call, once a line passes the limit (at most the limit plus one read buffered)."""
         lines = self._lines
         while True:
             # Lines that came before an overlong one are still delivered, in order.
@@ -182,11 +162,9 @@ class ChildProcess:
         return self._ring.tail()
 
     async def wait_exit(self) -> ExitInfo:
-        """Wait for the leader to exit, SIGKILL what is left of its group, reap it.
-
-        Idempotent, and any number of tasks may wait; cancelling one waiter doesn't disturb the
-        others. The result carries the stderr tail, read until EOF (bounded by STDERR_DRAIN_S).
-        """
+        """Wait for the leader to exit, SIGKILL what is left of its group, reap it. Any number of
+        tasks may wait, and cancelling one disturbs no other. The result carries the stderr tail,
+        read until EOF (bounded by STDERR_DRAIN_S)."""
         if self._exit_info is not None:
             return self._exit_info
         async with self._exit_lock:
@@ -233,10 +211,8 @@ class ChildProcess:
         # After the reap the group id may belong to someone else: never signal then.
         if self._reaped:
             return
-        try:
+        with contextlib.suppress(ProcessLookupError):  # the whole group is gone already
             os.killpg(self.pgid, sig)
-        except ProcessLookupError:
-            pass  # the whole group is gone already
 
     def kill_group(self) -> None:
         """SIGKILL the whole group now (a start timeout); the exit watcher then reaps it."""
@@ -245,13 +221,9 @@ class ChildProcess:
     async def stop(
         self, eof_grace_s: float = STDIN_EOF_GRACE_S, term_grace_s: float = TERM_GRACE_S
     ) -> ExitInfo:
-        """Stop the process by the ladder; returns how it ended. Shielded and bounded.
-
-        Close stdin, wait eof_grace_s; SIGTERM the group, wait term_grace_s; SIGKILL the group,
-        wait at most KILL_WAIT_S (past that, the report says "exit status unknown"). A signal is
-        sent only while the leader still runs; after the leader's exit the rest of its group
-        always gets SIGKILL (grandchildren that ignore SIGTERM).
-        """
+        """Stop the process by the ladder; returns how it ended. Shielded and bounded (past
+        KILL_WAIT_S after SIGKILL the report says "exit status unknown"). A signal goes only
+        while the leader runs; once it exited, the rest of its group always gets SIGKILL."""
         with trio.CancelScope(shield=True):
             info = await self._ladder(eof_grace_s, term_grace_s)
         return info
@@ -290,9 +262,8 @@ class ChildProcess:
 
     def to_state(self) -> dict[str, Any] | None:
         """What a successor daemon needs to take this process over: pid, group, start time, the
-        three pipe descriptors (stdin None once the ladder closed it) and what was read of stdout
-        and not handed out yet. None once stdout or stderr is closed: the process is ending, and
-        the successor sees it as lost, an exit like any other."""
+        pipes (stdin None once closed) and stdout read but not handed out. None once stdout or
+        stderr is closed: the process is ending, and the successor sees it as lost."""
         stdout, stderr = _fd(self._stdout), _fd(self._stderr)
         if stdout is None or stderr is None:
             return None
@@ -302,12 +273,10 @@ class ChildProcess:
 
     @classmethod
     def take_over(cls, process: ProcessHandle, spec: SpawnSpec, ring: LogRing, pidfd: int, start_ticks: int,
-                  nursery: trio.Nursery, *, stdout: bytes = b"") -> ChildProcess:
-        """A process a predecessor daemon spawned, from the handle of it that
-        lazyd/daemon/upgrade/inherited.py checked: what the predecessor had read of its stdout and
-        not relayed (`stdout`, from `to_state`) is handed out first; its stderr pump and exit
-        watcher run in `nursery`."""
-        child = cls(process, spec, ring, pidfd, start_ticks)
+                  nursery: trio.Nursery, read_buffer: ReadBuffer | None, *, stdout: bytes = b"") -> ChildProcess:
+        """A process a predecessor daemon spawned (lazyd/daemon/upgrade/inherited.py checked it):
+        the stdout it had read and not relayed (`stdout`) is handed out first."""
+        child = cls(process, spec, ring, pidfd, start_ticks, read_buffer)
         if stdout:
             child._lines.feed(stdout)
         child._start_tasks(nursery)
@@ -342,14 +311,10 @@ class ChildProcess:
         await self.wait_exit()
 
 
-async def spawn(spec: SpawnSpec, nursery: trio.Nursery) -> ChildProcess:
-    """Start `spec` in its own session; its stderr pump and exit watcher run in `nursery`.
-
-    Raises SpawnError if the command cannot be executed (nothing is left running then). The
-    caller must eventually `stop()` (or `aclose()`) the child; the nursery's tasks end once the
-    child has exited.
-    """
-    child = await _launch(spec)
+async def spawn(spec: SpawnSpec, nursery: trio.Nursery, read_buffer: ReadBuffer | None = None) -> ChildProcess:
+    """Start `spec` in its own session, its stderr pump and exit watcher in `nursery` (they end once
+    it exited; `stop()` it). Raises SpawnError, with nothing left running, if it cannot be executed."""
+    child = await _launch(spec, read_buffer)
     child._start_tasks(nursery)
     return child
 
@@ -359,10 +324,7 @@ async def open_child(
     spec: SpawnSpec, eof_grace_s: float = STDIN_EOF_GRACE_S, term_grace_s: float = TERM_GRACE_S
 ) -> AsyncIterator[ChildProcess]:
     """Spawn `spec` for the duration of the block; on exit run the ladder and close the pipes.
-
-    Raises SpawnError (not wrapped in a group) if the command cannot be executed, and lets an
-    exception of the block through unwrapped too: the nursery inside is an implementation detail.
-    """
+    SpawnError and the block's own exception come out unwrapped by the nursery inside."""
     child = await _launch(spec)
     try:
         async with trio.open_nursery() as nursery:
@@ -378,7 +340,7 @@ async def open_child(
         raise only from only.__cause__
 
 
-async def _launch(spec: SpawnSpec) -> ChildProcess:
+async def _launch(spec: SpawnSpec, read_buffer: ReadBuffer | None = None) -> ChildProcess:
     await START_GATE.passage()  # no start while a predecessor's leftovers are swept
     executable = executable_for(spec)
     ring = LogRing(spec.log_path)
@@ -411,7 +373,7 @@ async def _launch(spec: SpawnSpec) -> ChildProcess:
         raise SpawnError(exc.errno or errno.EIO, f"cannot watch '{spec.argv[0]}': {exc.strerror}") from None
     ring.note(f"started pid {process.pid}: {executable}")
     _widen_pipes(process)
-    return ChildProcess(process, spec, ring, pidfd, start_ticks)
+    return ChildProcess(process, spec, ring, pidfd, start_ticks, read_buffer)
 
 
 def _fd(stream: object) -> int | None:
@@ -424,8 +386,8 @@ def _fd(stream: object) -> int | None:
 
 
 PIPE_BYTES = 1024 * 1024
-"""Pipe capacity asked for on the child's stdin and stdout: the default 64 KiB turns one 1 MiB
-message into 16 wake-ups of each side; 1 MiB is Linux's default pipe-max-size for users."""
+"""Pipe capacity asked for on the child's stdin and stdout: a large message in few wake-ups of
+each side; Linux's default pipe-max-size for users."""
 
 _F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
 
@@ -433,7 +395,5 @@ _F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
 def _widen_pipes(process: trio.Process) -> None:
     for stream in (process.stdin, process.stdout):
         if isinstance(stream, trio.lowlevel.FdStream):
-            try:
+            with contextlib.suppress(OSError):  # over the system's pipe-max-size: the default size still works
                 fcntl.fcntl(stream.fileno(), _F_SETPIPE_SZ, PIPE_BYTES)
-            except OSError:
-                pass  # over the system's pipe-max-size: the default size still works

@@ -1,13 +1,10 @@
 """What a server process is to run, with which environment, and how it ended.
 
-- `SpawnSpec`: argv, cwd, environment, log file and stdout line limit of one server.
-- `resolve_command`: the file execvp would run, found before anything is forked, so "not found"
-  and "not executable" are a `SpawnError` with a readable message.
-- `child_env`: the spec's environment without systemd's per-service variables (`NOTIFY_SOCKET`,
-  `WATCHDOG_*`, `LISTEN_*`): a server that speaks sd_notify must not talk to the daemon's
-  supervisor.
-- `ExitInfo`: how the process ended, in one line for status output and JSON-RPC errors.
-The process itself (spawning, pipes, the stop ladder) is lazyd/daemon/process/child.py.
+`SpawnSpec` (argv, cwd, environment, log file, stdout line limit); `resolve_command`, the file
+execvp would run, found before any fork so "not found" is a readable `SpawnError`; `child_env`, the
+environment without systemd's per-service variables (a server that speaks sd_notify must not talk
+to our supervisor); `ExitInfo`, how it ended in one line. The process itself is
+lazyd/daemon/process/child.py.
 """
 
 from __future__ import annotations
@@ -85,12 +82,8 @@ def _is_executable_file(path: str) -> bool:
 
 
 def resolve_command(name: str, cwd: str, path_var: str | None) -> str:
-    """Find the file execvp would run for `name`, as an absolute path, or raise SpawnError.
-
-    Like execvp: a name with a slash is taken as is (relative to cwd); otherwise each PATH entry
-    is tried (an empty entry means cwd), and a match that is not executable makes the error
-    EACCES rather than ENOENT.
-    """
+    """Find the file execvp would run for `name`, as an absolute path, or raise SpawnError: a name
+    with a slash as is, else each PATH entry (empty: cwd); a match not executable is EACCES."""
     if not name:
         raise SpawnError(errno.ENOENT, "cannot execute an empty command name")
     if "/" in name:

@@ -1,8 +1,8 @@
 """What a `ChildProcess` (lazyd/daemon/process/child.py) needs of the process it owns.
 
-A process this daemon spawned is a `trio.Process`. A process a predecessor daemon spawned and
-handed over (lazyd/daemon/upgrade/inherited.py) is rebuilt from its pid and its pipe descriptors; both give
-the same four things, so the ladder, the pipes and the exit report work alike for either.
+A process this daemon spawned is a `trio.Process`; one a predecessor handed over
+(lazyd/daemon/upgrade/inherited.py) is rebuilt from its pid and pipes. Both give the same four
+things, so the ladder, the pipes and the exit report work alike.
 """
 
 from __future__ import annotations

@@ -1,10 +1,9 @@
 """Whether a server is done with what it was given: every thread of its process group asleep.
 
-A server that acts on an answer asynchronously (filesystem checks the roots it is given on the
-file system before it serves them) says nothing when it is done. What the kernel says is
-enough: while it works, one of its threads is running or waiting for the disk; once done, every
-thread sleeps (waits for input, a timer, a lock). A start waits for that before its first request
-(docs/relay.md, "Starting: replay, refresh, then forward").
+A server that acts on an answer asynchronously (filesystem checks the roots it is given) says
+nothing when done; the kernel does: while it works a thread is running or waiting for the disk,
+once done every thread sleeps. A start waits for that before its first request (docs/relay.md,
+"Starting: replay, refresh, then forward").
 """
 
 from __future__ import annotations

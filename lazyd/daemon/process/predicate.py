@@ -1,11 +1,11 @@
 """A wake predicate's run: argv without a shell, in its own process group, bounded by its timeout.
 
-The lifecycle decides when it runs (lazyd/core/lifecycle/predicate.py); the runtime runs it here
-and reports the exit code back (lazyd/daemon/runtime/supervisor.py).
+The lifecycle decides when it runs (lazyd/core/lifecycle/predicate.py); the runtime runs it here.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -28,15 +28,10 @@ log = logging.getLogger("lazyd.server")
 
 async def run_predicate(wake: WakePredicate, cwd: str, env: Mapping[str, str], name: str,
                         on_child: Callable[[tuple[int, int] | None], None] = lambda _: None) -> int | None:
-    """Run a wake predicate: argv without a shell, closed stdin, output discarded, in its own
-    process group (and session), bounded by its timeout. Returns its exit code, or None on a
-    timeout or a launch error.
-
-    Whatever happens (exit, timeout, cancellation at shutdown) the whole group is SIGKILLed
-    *before* the leader is reaped: until the reap the group id cannot be handed to another
-    process, so the kill never hits a stranger, and a predicate's background children never
-    outlive it. `on_child` hears (pid, start ticks) once the process exists, and None at the end.
-    """
+    """Run a wake predicate: argv without a shell, stdin closed, output discarded, in its own
+    session, bounded by its timeout; its exit code, or None on a timeout or launch error. Whatever
+    happens the group is SIGKILLed before the leader is reaped (its group id cannot be reused until
+    then), so no background child outlives it. `on_child` hears (pid, start ticks), then None."""
     await START_GATE.passage()  # no start while a predecessor's leftovers are swept
     try:
         proc = await trio.lowlevel.open_process(
@@ -58,10 +53,8 @@ async def run_predicate(wake: WakePredicate, cwd: str, env: Mapping[str, str], n
         timed_out = scope.cancelled_caught
     finally:
         with trio.CancelScope(shield=True):
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)  # the leader is unreaped: the group is ours
-            except ProcessLookupError:
-                pass
             if pidfd is not None:
                 trio.lowlevel.notify_closing(pidfd)
                 os.close(pidfd)

@@ -1,24 +1,17 @@
 """The bounded stderr log of one server: a rotating file on disk and a tail in memory.
 
-A server's stderr is its logging channel, and a misbehaving server may write anything there: a
-200 MB flood, megabytes with no newline, bytes that are not UTF-8. This module owns the rules that
-keep that harmless:
-
-- Disk use is bounded: the file is rotated to `<name>.1` (replacing the previous one) before a
-  write would take it past `max_bytes`, so a server never uses more than twice that.
-- Memory is bounded: a line with no newline is cut into pieces of at most `MAX_LINE_BYTES`, and the
-  in-memory tail keeps the last `TAIL_LINES` lines of at most `TAIL_LINE_CHARS` characters.
-- Each line is written prefixed with a UTC timestamp, so restarts and floods can be correlated
-  with the daemon's own log.
-- A log that cannot be written (disk full, a directory we cannot create) never stops the server:
-  the error is kept in `error`, writing to disk stops, and the in-memory tail keeps working.
-
-Nothing here does I/O on pipes or knows about trio: `lazyd/daemon/process/child.py` reads the pipe and feeds bytes in.
-Writes go to the page cache in one `write` per fed chunk, cheap enough for the event loop.
+A server may write anything to stderr (floods, megabytes without a newline, bytes that are not
+UTF-8); this keeps it harmless. The file is rotated to `<name>.1` before a write would pass
+`max_bytes` (at most twice that on disk); a line without newline is cut at `MAX_LINE_BYTES`, and
+the tail keeps `TAIL_LINES` lines of `TAIL_LINE_CHARS`; each line is stamped in UTC, to match the
+daemon's log. A log that cannot be written never stops the server: `error` keeps why, disk writes
+stop, the tail goes on. No pipes and no trio here: lazyd/daemon/process/child.py feeds the bytes,
+one `write` per chunk.
 """
 
 from __future__ import annotations
 
+import contextlib
 import collections
 import os
 from datetime import datetime, timezone
@@ -54,11 +47,8 @@ def _stamp(now: datetime) -> bytes:
 
 
 class LogRing:
-    """Append stderr bytes of one server to `path`, rotating, and remember the last lines.
-
-    Call `feed` with whatever the pipe returned, `note` for the daemon's own lines, `finish` at
-    EOF (writes a trailing partial line), and `close` to release the file.
-    """
+    """Append stderr bytes of one server to `path`, rotating, and remember the last lines: `feed`
+    what the pipe returned, `note` the daemon's own lines, `finish` at EOF, `close` the file."""
 
     def __init__(
         self,
@@ -178,10 +168,8 @@ class LogRing:
 
     def _rotate(self) -> None:
         self.close()
-        try:
+        with contextlib.suppress(FileNotFoundError):  # someone removed the log by hand: start a fresh one
             os.replace(self.path, self.path.with_name(self.path.name + ".1"))
-        except FileNotFoundError:
-            pass  # someone removed the log by hand: start a fresh one
         self._open()
         if self._fd is None and self.error is not None:
             raise self.error

@@ -1,12 +1,10 @@
 """A server process's stdin as its runtime writes it: at once when it can, else a bounded queue.
 
-A line goes straight into the pipe when nothing is queued (no task switch on the relay's hot
-path); what does not fit goes to a writer task through a queue of at most MAX_SERVER_BACKLOG_LINES.
-A server that leaves that many unread is stuck: `on_stuck` is told (the runtime kills it, and the
-next request restarts it). Backpressure: while MAX_SERVER_BACKLOG_BYTES are queued, or
-MAX_WAITING_REQUESTS requests wait for a start, the sessions feeding the server are not read
-further (`has_room`, `wait_for_room`), down to the clients' own pipes, instead of the daemon
-buffering whatever clients send faster than the server takes it.
+A line goes straight into the pipe when nothing is queued (no task switch on the hot path); the
+rest goes to a writer task, at most MAX_SERVER_BACKLOG_LINES: a server that leaves that many unread
+is stuck, and `on_stuck` is told (the runtime kills it). While MAX_SERVER_BACKLOG_BYTES are queued or
+MAX_WAITING_REQUESTS wait for a start, the sessions feeding the server are not read further
+(`has_room`, `wait_for_room`), so backpressure reaches the clients' pipes instead of our memory.
 """
 
 from __future__ import annotations

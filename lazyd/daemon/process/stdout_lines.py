@@ -1,10 +1,8 @@
 """A server's stdout cut into lines: a bounded line buffer, pure (bytes in, lines out).
 
-The rules: lines end with "\n" and are returned without it; blank lines (only whitespace) are
-dropped; a line longer than the limit fails the stream for good (`LineTooLong`, from the moment
-the buffer passes the limit, so at most the limit plus one read is ever held), after the lines
-that came before it; at the end of the stream a last line without its newline is returned too.
-The process (lazyd/daemon/process/child.py) reads the pipe and feeds what it read in.
+Lines are returned without their newline and blank ones dropped. A line over the limit fails the
+stream for good (`LineTooLong`, once the buffer passes the limit: at most the limit plus one read
+is held), after the lines before it. A last line without newline is returned at the end.
 """
 
 from __future__ import annotations

@@ -1,21 +1,13 @@
 """A server's stdout as its reader takes it: one task step per read when lines come one by one.
 
 trio's `FdStream.receive_some` checkpoints before every read and reads until EAGAIN before it
-waits: for a server answering one request at a time that is two task steps, a zero-timeout
-epoll and an empty `read` per line, on the relay's hot path. `StdoutReader.read_into` keeps what
-matters of that and drops the rest:
-
-- a read that came up short means the pipe was empty a moment ago, so the next read waits for
-  readiness first instead of trying (and failing) first;
-- a checkpoint is taken only before a read that follows a full one (no wait in between), so a
-  server that floods its stdout still lets every other task run, and cancellation is still seen
-  at every read;
-- the bytes go into the daemon's shared read buffer (lazyd/daemon/process/read_buffer.py) and from there
-  straight to the line cutter, without a `bytes` object per read;
-- a closed stream raises `trio.ClosedResourceError`, any other error reads as the end of the
-  stream (trio's `BrokenResourceError`), as with `receive_some`.
-
-Any other kind of stream (not a pipe) is read with `receive_some`.
+waits: two task steps, a zero-timeout epoll and an empty `read` per line on the relay's hot path.
+`StdoutReader.read_into` waits for readiness first only after a short read (the pipe was empty),
+checkpoints only before a read that follows a full one (a flooding server still lets every task
+run, and cancellation is seen), and reads into the daemon's read buffer
+(lazyd/daemon/process/read_buffer.py) for the line cutter, without a `bytes` per read. Errors are
+`receive_some`'s: `trio.ClosedResourceError` for a closed stream, any other the end. Other
+streams than pipes are read with `receive_some`.
 """
 
 from __future__ import annotations
@@ -26,7 +18,7 @@ from collections.abc import Callable
 
 import trio
 
-from lazyd.daemon.process.read_buffer import read_into_shared
+from lazyd.daemon.process.read_buffer import ReadBuffer
 
 __all__ = ["StdoutReader"]
 
@@ -36,9 +28,10 @@ Sink = Callable[[bytes | mmap.mmap, int], None]  # (buffer, how many of its firs
 class StdoutReader:
     """Reads of one stream, for its only reader."""
 
-    def __init__(self, stream: trio.abc.ReceiveStream, chunk: int) -> None:
+    def __init__(self, stream: trio.abc.ReceiveStream, chunk: int, buffer: ReadBuffer | None = None) -> None:
         self._stream = stream
         self._chunk = chunk
+        self._buffer = buffer if buffer is not None else ReadBuffer()  # the daemon's, else its own
         self._drained = False  # the last read came up short: wait before the next one
 
     async def read_into(self, sink: Sink) -> bool:
@@ -62,7 +55,7 @@ class StdoutReader:
             if fd < 0:
                 raise trio.ClosedResourceError("stdout was already closed")
             try:
-                buffer, count = read_into_shared(fd, self._chunk)
+                buffer, count = self._buffer.read_into(fd, self._chunk)
             except BlockingIOError:
                 await trio.lowlevel.wait_readable(fd)
                 continue

@@ -1,11 +1,9 @@
 """A server's process tree as the kernel sees it: which processes belong to it, and their memory.
 
-Read from /proc in one pass (`proc_table`, lazyd/host/procfs.py), then gathered per server
-(`tree_members`), so a status of many servers reads /proc once. A tree's memory is the sum of its
-processes' PSS (`tree_pss`): launchers (`npx`, `uvx`, `sh -c`) and the server they run share the
-pages of their binaries and libraries, which RSS would count once per process. PSS costs a walk of
-each process's mappings, so the memory watch screens with the tree's RSS first (`tree_rss`): PSS
-is never above RSS, so a tree whose RSS is under a limit is under it in PSS too.
+/proc is read once per status (`proc_table`), then gathered per server (`tree_members`). A tree's
+memory is its processes' PSS (`tree_pss`): launchers and the server they run share their binaries'
+pages, which RSS would count once per process. PSS walks each process's mappings, so the memory
+watch screens with RSS first (`tree_rss`): PSS is never above it.
 """
 
 from __future__ import annotations
@@ -24,14 +22,9 @@ def proc_table() -> ProcTable:
 
 
 def tree_members(root: int, table: Mapping[int, Stat], *, group_and_session: bool = True) -> set[int]:
-    """`root`, its descendants and (unless told otherwise) every process of its process group and
-    session; empty when `root` is not in `table`.
-
-    Descendants catch children that made their own group; group and session catch grandchildren
-    whose parent died (they are reparented, but still killed with the group). A process that is not
-    the leader of its session (a client's shim) is measured without them: its session is the
-    client's.
-    """
+    """`root`, its descendants and (unless told otherwise) every process of its group and session;
+    empty when `root` is not in `table`. Group and session catch grandchildren whose parent died; a
+    process that does not lead its session (a client's shim) is measured without them."""
     if root not in table:
         return set()
     children: dict[int, list[int]] = {}

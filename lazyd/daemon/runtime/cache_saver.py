@@ -1,10 +1,9 @@
 """Persisting one runtime's cache model (the relay core's snapshot) without blocking the loop.
 
-The relay core says when its snapshot changed (`SnapshotChanged`); the runtime calls `want()`, and
-the saver task writes a copy in a worker thread (the store fsyncs), coalescing changes that come
-while a write is under way. The era lanes of one registration share one snapshot and one file,
-so they share one lock: each copy is taken inside it, and an older copy never lands after a newer
-one. At shutdown `save_now` writes what is still wanted, synchronously.
+On `want()` (the core's `SnapshotChanged`) the saver task writes a copy in a worker thread,
+coalescing changes that come meanwhile. The era lanes of a registration share one snapshot, file
+and lock, each copy taken inside it, so an older copy never lands after a newer one. `save_now`
+writes what is still wanted at shutdown, synchronously.
 """
 
 from __future__ import annotations

@@ -1,14 +1,14 @@
 """The cache files under the user cache dir (each holds one registration's cache model, a
 `Snapshot`: lazyd/core/cache.py), and the per-user key that names them.
 
-File names are an HMAC of the registration identity under a random per-user key kept in the state
-dir (mode 0600), so a file name reveals nothing about the environment (tokens) it was derived from
-and cannot be guessed by another user. Writes are atomic and durable (lazyd.host.privatefiles'
-writer); a file that cannot be read or parsed is ignored and rebuilt from the live server.
+A file's name is an HMAC of the registration identity under a random per-user key (0600, in the
+state dir): it reveals nothing of the environment it came from and cannot be guessed by another
+user. Writes are atomic and durable; a file that cannot be read is ignored and rebuilt.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import secrets
@@ -28,12 +28,9 @@ MAX_SNAPSHOT_BYTES = 64 * 1024 * 1024
 
 
 def load_or_create_secret(state_dir: Path) -> bytes:
-    """The per-user identity key; created on first use.
-
-    Raises StateFileError (one line naming the file and the fix) for a key that is not lazyd's
-    own (see lazyd.host.privatefiles) or not 32 bytes long: every cache file name is derived from
-    it, so a daemon must not start with a key it cannot trust, nor silently replace one.
-    """
+    """The per-user identity key; created on first use. Raises StateFileError for a key that is not
+    lazyd's own (lazyd.host.privatefiles) or not 32 bytes: every cache file name derives from it, so
+    a daemon must not start with a key it cannot trust, nor silently replace one."""
     state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     path = state_dir / "identity.key"
     key = read_private(path, MAX_KEY_FILE_BYTES, secret=True)
@@ -85,7 +82,5 @@ class CacheStore:
             log.error("cannot write cache %s: %s", digest[:12], exc)
 
     def remove(self, digest: str) -> None:
-        try:
+        with contextlib.suppress(FileNotFoundError):
             self.path_for(digest).unlink()
-        except FileNotFoundError:
-            pass

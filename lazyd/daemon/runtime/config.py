@@ -1,16 +1,10 @@
 """What a server runtime is configured with, the gate every client line passes first, and the
 children it records.
 
-`RuntimeConfig` is built by the registry from the config file or a shim's hello
-(lazyd/daemon/sessions/registry.py), its lifecycle policy by `lifecycle_policy`; `LineGate` is what the
-runtime asks before its relay core sees a client line (the tool policy:
-lazyd/daemon/runtime/policy_gate.py); `child_records` are a runtime's live children as the orphan sweep
-records them (lazyd/daemon/orphans.py).
-
-A configuration written for a successor daemon is split by the rule of
-lazyd/daemon/upgrade/state.py: what could be a secret (command, arguments, working directory,
-environment, the wake predicate's command) goes to the secrets (`secrets`), the rest to the state
-(`to_state`); `from_state` puts the two together again.
+`RuntimeConfig` (with `lifecycle_policy`) is built by the registry; `LineGate` is asked before the
+relay core sees a client line (lazyd/daemon/runtime/policy_gate.py); `child_records` are what the
+orphan sweep records (lazyd/daemon/orphans.py). Written for a successor, what could be a secret
+(command, arguments, cwd, environment, wake command) goes to `secrets`, the rest to `to_state`.
 """
 
 from __future__ import annotations

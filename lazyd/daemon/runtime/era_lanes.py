@@ -1,21 +1,13 @@
 """The processes of one registration, one per protocol era where the server needs it.
 
-The era policy (lazyd/core/eras/choice.py) decides, from a session's first request, which of a
-registration's *lanes* (runtimes) serves it; this module carries that out:
-
-- `EraLanes` holds a registration's runtimes: the primary one (created with the registration)
-  and, only when a client of the other era needs a process of its own, a sibling created on
-  demand. Every lane has the same relay snapshot object and cache file, the same tool-policy name
-  and the same spawn spec; each has its own process, lifecycle, log file and status row. At most
-  one lane is being opened at a time, so two clients arriving together never open two.
-- `EraRoute` stands for a session until its first request: that request's era (`client_era`)
-  chooses the lane, the session is attached there, and every line goes straight to that lane from
-  then on. Before it, an invalid line is answered by the route itself (as the relay would) and a
-  few notifications are held and handed over first; nothing reaches a server, and nothing is
-  started: a session answered from the cache stays a session answered from the cache.
-
-A session resumed from a previous daemon brings its earlier lines; their first request chooses
-the lane at once, so the resumed session lands in the era it was in.
+The era policy (lazyd/core/eras/choice.py) decides from a session's first request which of a
+registration's lanes serves it; this module carries that out. `EraLanes` holds the primary runtime
+and, only when a client of the other era needs a process of its own, a sibling opened on demand
+(one at a time), sharing the snapshot object, cache file, policy name and spawn spec, with its own
+process, lifecycle, log and status row. `EraRoute` stands for a session until its first request
+chooses the lane (`client_era`); before it, an invalid line is answered by the route itself, a few
+notifications are held, and nothing is started: a session answered from the cache stays so. A
+session resumed from a previous daemon lands in its era at once, by its earlier lines.
 """
 
 from __future__ import annotations
@@ -96,25 +88,19 @@ class EraLanes:
         runtime.core.lane = choice.era
         return runtime, choice
 
-    async def open(self, choice: LaneChoice) -> ServerRuntime:
-        assert self.opening is None
-        self.opening = trio.Event()
-        try:
-            runtime = await self._open_lane(choice.era)
-            runtime.core.lane = choice.era
-            self.runtimes.append(runtime)
-            return runtime
-        finally:
-            self.opening.set()
-            self.opening = None
-
     async def get(self, era: Era) -> tuple[ServerRuntime, str]:
         """The lane for a client of `era`, opening one if needed (after any opening under way)."""
         while self.opening is not None:
             await self.opening.wait()
         runtime, choice = self.choose(era)
         if runtime is None:
-            runtime = await self.open(choice)
+            self.opening = trio.Event()
+            try:
+                runtime = await self._open_lane(choice.era)  # the registry adds it to `runtimes`
+                runtime.core.lane = choice.era
+            finally:
+                self.opening.set()
+                self.opening = None
         return runtime, choice.reason
 
     def describe(self) -> list[dict[str, object]]:
@@ -136,8 +122,8 @@ class EraRoute:
     def __init__(self, lanes: EraLanes, session: Outbox, resume: list[bytes], nursery: trio.Nursery, *,
                  attached: ServerRuntime | None = None, held: list[bytes] | None = None) -> None:
         """A session's route. With `attached`, the session is attached to that lane already (a
-        route a predecessor daemon handed over: see `adopted`); else its resumed lines' first
-        request, if any, chooses its lane at once."""
+        route a predecessor daemon handed over, as `handover` described it, with the lines it
+        `held`); else its resumed lines' first request, if any, chooses its lane at once."""
         self.lanes = lanes
         self.session = session
         self.name = lanes.primary.name
@@ -162,14 +148,6 @@ class EraRoute:
         if first is not None:
             assert first.method is not None
             self._choose(client_era(first.method, first.params), None)
-
-    @classmethod
-    def adopted(cls, lanes: EraLanes, session: Outbox, runtime: ServerRuntime | None, resume: list[bytes],
-                held: list[bytes], nursery: trio.Nursery) -> EraRoute:
-        """A route a predecessor daemon handed over (lazyd/daemon/upgrade/connections.py), as
-        `handover` described it: attached to `runtime` already (its relay core knows the client),
-        or still waiting for its first request with the lines it kept for it."""
-        return cls(lanes, session, resume, nursery, attached=runtime, held=held)
 
     def handover(self) -> tuple[ServerRuntime | None, list[bytes], list[bytes]] | None:
         """What an upgrade carries of this route: the lane it is attached to (None: no request
@@ -314,7 +292,7 @@ class EraRoute:
             target.placers[cid] = self._placed
             log.info("[%s] session %d: moved to %s (its roots differ from those of the sessions on %s)",
                      runtime.name, cid, target.name, runtime.name)
-            target.adopt(self.session, params, known, held)
+            target.move_in(self.session, params, known, held)
         finally:
             moving, self._moving = self._moving, None
             moving.set()

@@ -1,13 +1,10 @@
 """The memory watch: samples the trees of servers with a `memory_max`, and the machine's memory
 pressure, every `SAMPLE_INTERVAL_S`; the decisions are the core's (lazyd/core/memory.py,
-lazyd/core/pressure.py), carried out by the runtimes (lazyd/daemon/runtime/supervisor.py).
+lazyd/core/pressure.py), carried out by the runtimes.
 
-What a sample costs is what an idle daemon spends, so it does as little as it can:
-- servers without a `memory_max`, or without a process, are not looked at;
-- with some, /proc is read once (every process's stat line) and each limited tree's resident size
-  summed from it; only a tree whose RSS is over its limit has its PSS read (smaps_rollup walks
-  the process's mappings: hundreds of microseconds), since PSS is never above RSS;
-- the pressure is one small file or two (PSI), read and parsed.
+A sample is what an idle daemon spends, so: servers without a limit or a process are not looked
+at; /proc is read once for the limited trees' RSS, and only a tree over its limit has its PSS read
+(smaps_rollup walks the mappings), PSS being never above RSS; the pressure is one PSI file or two.
 """
 
 from __future__ import annotations

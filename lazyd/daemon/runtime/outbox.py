@@ -1,22 +1,15 @@
 """Where a server runtime sends a client's lines: a bounded outbox, with flow control.
 
-The runtime, the hub and the era lanes deliver JSON-RPC lines (`deliver(line, done)`), never
-wire bytes: each kind of outbox turns them into what its reader takes, at its own boundary.
+Runtimes deliver JSON-RPC lines (`deliver(line, done)`), never wire bytes. `ConnectionOutbox`
+(one shim connection) encodes each as a `line` frame as it takes it; the connection's writer task
+takes the frames out, and while nothing is queued a frame goes straight into the socket (a task
+switch saved). `LineOutbox` (a hub call's internal session) queues the lines themselves, so the
+daemon never encodes msgpack to talk to itself.
 
-- `ConnectionOutbox` is the outbox of one shim connection: it encodes each line as a `line` frame
-  (lazyd/protocol/wire.py) as it takes it, and the connection's writer task takes the frames out and
-  reports what it wrote (`sent`). When nothing is queued a frame is written straight into the
-  socket, a task switch saved on the relay's hot path.
-- `LineOutbox` is the outbox of a session inside the daemon (a hub call's internal session): it
-  queues the lines themselves, so the daemon never encodes and decodes msgpack to talk to itself.
-
-Bounds of a connection's outbox, by the bytes queued *now*:
-
-- past CLIENT_PAUSE_BYTES (or CLIENT_PAUSE_FRAMES) the connection stops reading the client's
-  requests (`should_pause`, `wait_drained`): a client that reads its answers slower than its
-  server writes them is slowed down, not cut off;
-- past MAX_CLIENT_BACKLOG_BYTES (or MAX_CLIENT_BACKLOG_FRAMES) the client is disconnected, so one
-  that stops reading never blocks the server or the other clients, nor holds unbounded memory.
+A connection's bounds, by the bytes queued now: past CLIENT_PAUSE_BYTES (or _FRAMES) the
+connection stops reading the client's requests, so a slow reader is slowed down, not cut off;
+past MAX_CLIENT_BACKLOG_BYTES (or _FRAMES) it is disconnected, so one that stops reading never
+blocks the server or other clients, nor holds unbounded memory.
 """
 
 from __future__ import annotations
@@ -33,24 +26,15 @@ from lazyd.core.relay.jsonrpc import JsonId
 
 log = logging.getLogger("lazyd.server")
 
-# Frames queued for one client. A shim that stops reading is disconnected when this fills, so one
-# slow consumer never blocks the server or the other clients (docs/reliability.md). Room for
-# what a paused client can still be owed in tiny frames: the pause below, plus answers to the
-# requests already on their way (up to 10,000 queued for the server and a pipe's worth); a few
-# MiB of memory at most, the byte bound still applying.
+# Frames queued for one client (docs/reliability.md): room for what a paused client can still be
+# owed in tiny frames (the pause below, plus answers to the requests already on their way).
 MAX_CLIENT_BACKLOG_FRAMES = 32_768
-# Bytes queued for one client and not yet written to its socket. Frames can be 16 MiB each, so the
-# frame count alone would let a client that stops reading hold gigabytes; four maximal lines leave
-# a slow but live client room for a burst. (This once counted every byte since the writer last
-# emptied the outbox, which cut off a live client that kept reading through a long busy stream.)
+# Bytes queued for one client and not yet in its socket: frames may be 16 MiB, so the count alone
+# would let a client that stops reading hold gigabytes; four maximal lines leave room for a burst.
 MAX_CLIENT_BACKLOG_BYTES = 64 * 1024 * 1024
-# Bytes queued for one client above which that client's own requests are not read further until
-# it has taken its answers (flow control: a client that reads slower than its server answers is
-# slowed down, not cut off). With the server backlog bound, what a paused client can still be owed
-# (this, plus answers to the requests already on their way: at most MAX_SERVER_BACKLOG_BYTES of
-# them, and two pipes) stays under MAX_CLIENT_BACKLOG_BYTES unless answers are larger than their
-# requests, so only a client that stops reading, or asks for answers far larger than its requests
-# and does not read them, is disconnected.
+# Bytes queued above which the client's own requests wait until it took its answers. With the
+# server backlog bound, what a paused client can still be owed stays under the bound above unless
+# answers are far larger than their requests: only a client that does not read is disconnected.
 CLIENT_PAUSE_BYTES = 16 * 1024 * 1024
 CLIENT_PAUSE_FRAMES = 1_024  # the same, counted in frames (a flood of tiny answers)
 
@@ -74,22 +58,17 @@ class ConnectionOutbox:
     def __init__(self, cid: int, pid: int, on_overflow: Callable[[], None]) -> None:
         self.cid = cid
         self.pid = pid
-        # The connection's socket fd once the welcome was sent, and whether its writer task is in
-        # the middle of a send: with both clear, a frame is written directly (see deliver).
-        self.fd: int | None = None
-        # True from the moment a frame is queued until the writer has drained the queue; while
-        # set, frames must be queued too, or they could overtake the queued ones.
+        self.fd: int | None = None  # the socket once the welcome was sent: frames may go straight in
+        # From a frame queued until the writer drained the queue: frames queue too, never overtake.
         self.busy = False
         # Frames, or the unwritten rest of one as a view (a large frame is not copied to cut it).
         self.send_channel, self.receive_channel = trio.open_memory_channel[bytes | memoryview](MAX_CLIENT_BACKLOG_FRAMES)
-        # Bytes and frames in the outbox and in the writer's current send: added by deliver,
-        # taken off by the writer (sent) once they are in the socket.
+        # In the outbox and the writer's current send: added by deliver, taken off by `sent`.
         self.backlog_bytes = 0
         self.backlog_frames = 0
         self._on_overflow = on_overflow
         self.dropped = False
-        # Set (and replaced) when a paused reader may go on; only while one waits (`_paused`), so
-        # the hot path allocates no event per write.
+        # Set (and replaced) when a paused reader may go on, only while one waits: no event per write.
         self._drained = trio.Event()
         self._paused = False
 
@@ -98,8 +77,7 @@ class ConnectionOutbox:
             return
         frame: bytes | memoryview = wire.encode_line(line, done)  # the connection's boundary: wire bytes from here on
         if self.fd is not None and not self.busy:
-            # Nothing queued and no send in progress: write straight into the socket, skipping a
-            # task switch on the relay's hot path; what does not fit goes through the writer.
+            # Nothing queued: straight into the socket (a task switch saved); the rest via the writer.
             try:
                 written = os.write(self.fd, frame)
             except BlockingIOError:
@@ -151,12 +129,8 @@ class ConnectionOutbox:
 
 
 class LineOutbox:
-    """The outbox of a session inside the daemon: lines as they are, bounded like a connection's.
-
-    Its reader (`lines`) takes them in order. A reader that falls behind by MAX_CLIENT_BACKLOG_FRAMES
-    lines or MAX_CLIENT_BACKLOG_BYTES bytes is dropped (`on_overflow`), as a shim that stops reading
-    would be; nothing is delivered after that.
-    """
+    """The outbox of a session inside the daemon: lines as they are, bounded like a connection's
+    (a reader that falls behind by the backlog bounds is dropped, `on_overflow`)."""
 
     def __init__(self, cid: int, pid: int, on_overflow: Callable[[], None]) -> None:
         self.cid = cid

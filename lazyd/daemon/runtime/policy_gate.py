@@ -1,9 +1,9 @@
 """The daemon side of the per-server tool policy gate (lazyd/core/policy_gate.py).
 
-The registry installs a `RuntimeGate` on every runtime (`ServerRuntime.gate`), and the runtime
-passes each client line through it before the relay core, and each final answer on its way back:
-`deny` is answered here, `ask` is held while the client is asked (elicitation), denied tools are
-taken out of `tools/list` answers. The policy is read at each call, so a reload applies at once.
+Every runtime passes each client line through its `RuntimeGate` before the relay core, and each
+final answer on its way back: `deny` is answered here, `ask` held while the client is asked
+(elicitation), denied tools taken out of `tools/list`. The policy is read at each call, so a reload
+applies at once.
 """
 
 from __future__ import annotations

@@ -1,28 +1,17 @@
 """One supervised server: where trio meets the relay core and the lifecycle.
 
-A `ServerRuntime` owns, for one registration identity, the `RelayCore` (what to answer, forward,
-queue), the `Lifecycle` (when to start, stop, back off, park), the live `ChildProcess` if any, and
-the sessions attached to it (its status row: lazyd/daemon/runtime/status.py). It feeds both pure objects the
-events it sees and carries out their actions; it makes no decision of its own beyond "how".
+A `ServerRuntime` owns, for one registration identity, the `RelayCore`, the `Lifecycle`, the live
+`ChildProcess` if any and the attached sessions; it feeds both pure objects the events it sees and
+carries out their actions, deciding nothing beyond "how". Its tasks: the timer loop (sleeps until
+the lifecycle's next deadline or a poke), per process a stdin writer (lazyd/daemon/process/stdin.py)
+and a stdout reader that also handles the exit (every line written before dying is relayed before
+in-flight requests fail), the cache saver and the wake predicate. Calls from other tasks are
+synchronous: events are applied atomically and in order.
 
-Tasks (all in the runtime's own nursery):
-- the timer loop: sleeps until the lifecycle's next deadline (or a poke) and calls `tick`;
-- per process: a stdin writer (lazyd/daemon/process/stdin.py, with the backpressure bounds), and a
-  stdout reader that also handles the exit, so every line the server wrote before dying is
-  relayed before in-flight requests fail;
-- the cache saver (lazyd/daemon/runtime/cache_saver.py), the wake predicate (lazyd/daemon/process/predicate.py).
-Calls from other tasks (session readers, lazyd/daemon/upgrade/) are synchronous: they feed an event and carry
-out the resulting actions without awaiting, so events are applied atomically and in order.
-
-A runtime writes itself for a successor daemon (`to_state`, `secrets`) and is rebuilt by it
-(`from_state`): its configuration (lazyd/daemon/runtime/config.py), its relay core and lifecycle
-(their own state: lazyd/core/), the tool-policy gate's held calls, its process (its own state:
-lazyd/daemon/process/child.py) and small facts for status and the exit report. Rebuilt, it
-starts by taking its process over instead of `boot()` (lazyd/daemon/upgrade/inherited.py), and
-reads and writes it as if just spawned; a stop ladder that was under way begins again; a wake
-predicate that was running is killed and counted as timed out (its result would have come to the
-predecessor); a process that is gone by now is an exit like any other: whatever waited on it is
-answered, and the lifecycle decides what follows.
+For a successor daemon it writes itself (`to_state`, `secrets`) and is rebuilt (`from_state`); it
+then takes its process over instead of `boot()` (lazyd/daemon/upgrade/inherited.py). A stop ladder
+under way begins again, a running wake predicate is killed and counted as timed out, and a process
+gone by now is an exit like any other.
 """
 
 from __future__ import annotations
@@ -39,7 +28,7 @@ from typing import Any
 import trio
 
 from lazyd.core import state_codec as sc
-from lazyd.daemon.heap_trim import HeapTrimmer
+from lazyd.daemon.heap_trim import LARGE_BYTES, HeapTrimmer
 from lazyd.core.lifecycle import machine as lc
 from lazyd.core.relay import core as rl
 from lazyd.core.cache import Snapshot
@@ -54,27 +43,27 @@ from lazyd.daemon.runtime.outbox import Outbox
 from lazyd.daemon.process.idle import wait_idle
 from lazyd.daemon.process.predicate import kill_left_predicate, run_predicate
 from lazyd.daemon.process.child import ChildProcess, spawn
-from lazyd.daemon.upgrade.inherited import HandedRuntime, adopt_child
-from lazyd.daemon.upgrade.quiesce import GATE
+from lazyd.daemon.upgrade.inherited import HandedRuntime, inherit_child
+from lazyd.daemon.upgrade.quiesce import Gate
+from lazyd.daemon.process.read_buffer import ReadBuffer
 from lazyd.daemon.runtime.config import LineGate, RuntimeConfig
 from lazyd.daemon.process.stdin import ServerInput
-from lazyd.errors import AdoptionError, LineTooLong, SpawnError
+from lazyd.errors import InheritError, LineTooLong, SpawnError
 
 log = logging.getLogger("lazyd.server")
 
-# Spawn errors that running the same command again cannot cure: the command or its working
-# directory is missing, not executable, or in no format the kernel runs. They park the server at
-# once (lifecycle rule 3). Anything else (EAGAIN, ENOMEM, EMFILE, E2BIG...) may pass, and backs off.
+# Spawn errors a retry cannot cure park the server at once (lifecycle rule 3); any other backs off.
 FATAL_SPAWN_ERRNOS = frozenset({errno.ENOENT, errno.EACCES, errno.ENOEXEC, errno.ENOTDIR})
 
 
 class ServerRuntime:
     def __init__(self, config: RuntimeConfig, snapshot: Snapshot, store: CacheStore, heap: HeapTrimmer,
-                 on_children_changed: Callable[[], None] = lambda: None, *, label: str | None = None,
-                 save_lock: trio.Lock | None = None) -> None:
+                 on_children_changed: Callable[[], None] = lambda: None, *, reading: Gate,
+                 read_buffer: ReadBuffer, label: str | None = None, save_lock: trio.Lock | None = None) -> None:
         self.config = config
-        # What logs and `lazyctl status` call it: the server's name, or `NAME@ERA` for a second process of
-        # the registration in the other protocol era (era_lanes.py); tool policy and hub use `config.name`.
+        self._reading = reading  # the daemon's reading gate (lazyd/daemon/upgrade/quiesce.py)
+        self._read_buffer = read_buffer
+        # Logs and status: `NAME@ERA` for another era's process (era_lanes.py); policy and hub use config.name.
         self.name = label or config.name
         self.core = rl.RelayCore(config.name, snapshot, config.sampling_policy, era=config.era,
                                  session_aware=config.share == "session-aware")
@@ -91,36 +80,30 @@ class ServerRuntime:
         self._scope = trio.CancelScope()
         self._poke = trio.Event()
         self._waiting_for: float | None = None
-        # Lanes of one registration share the snapshot and its file: one save at a time, each
-        # taking its copy inside the lock, so an older copy never lands after a newer one.
+        # Lanes share the snapshot and its file: one save at a time, so no older copy lands last.
         self._save_lock = save_lock if save_lock is not None else trio.Lock()
         self._saver = CacheSaver(store, config.digest, lambda: self.core.snapshot, self._save_lock)
         self._input = ServerInput(self.name, self._kill, lambda: len(self.core.queue), heap.note)  # its stdin
         self._kill_reason: str | None = None
-        # Why a stop of ours ended the process, when it is a failure the clients must hear of
-        # (a memory limit): what in-flight requests are answered with and the exit is logged as.
+        # A stop of ours that clients must hear of as a failure (a memory limit).
         self._stop_reason: str | None = None
-        # The memory limit (`memory_max`), fed samples of the tree by lazyd/daemon/runtime/memory_watch.py.
-        self.memory = MemoryLimit(config.memory_max) if config.memory_max else None
+        self.memory = MemoryLimit(config.memory_max) if config.memory_max else None  # fed by memory_watch.py
         self.last_stop: tuple[float, str] | None = None  # (wall time, reason) of the last stop decided
         self.client_lines = 0  # lines its clients sent it (requests, notifications, answers): `lazyctl top`'s rate
         self._stop_requested = False
         self._closing = False  # set by shutdown(): no process or predicate is started after it
         self._finished = trio.Event()  # run() has returned: no task of this runtime is left
-        # Set (and dropped) at the end of every lifecycle input, where every change happens; created
-        # only while someone waits (wait_changed), so the relay's hot path allocates nothing.
+        # Set at the end of every lifecycle input, only while someone waits (`wait_changed`).
         self._changed: trio.Event | None = None
         self.on_change: Callable[[], None] = lambda: None  # the registry's status signal (status_signal.py)
         self.last_exit: str | None = None
         self.started_wall: float | None = None  # when the current process became ready (wall)
         self.spawned_wall: float | None = None  # when the current process was started (wall)
-        # The wake predicate's process while it runs, as (pid, start time in ticks): recorded in
-        # state.json with the server, so a successor daemon can sweep a predicate left hanging.
+        # The running wake predicate's (pid, start ticks), for a successor's orphan sweep.
         self.predicate_child: tuple[int, int] | None = None
-        # What a predecessor daemon handed over, taken over at start instead of `boot()`
-        # (`from_state`); how many upgrades the current process lived through.
+        # What a predecessor handed over (`from_state`), taken over instead of `boot()`.
         self._handed: HandedRuntime | None = None
-        self.upgrades = 0
+        self.upgrades = 0  # how many upgrades the current process lived through
 
     # ---- task structure ------------------------------------------------------------------------
 
@@ -132,12 +115,9 @@ class ServerRuntime:
             self._finished.set()
 
     async def close(self) -> None:
-        """Stop the process and end the runtime's tasks (a server removed or changed by a reload).
-
-        Returns once every task of the runtime has ended, so nothing (a snapshot save in a
-        thread, a predicate) can touch the server's files afterwards. Attached sessions are
-        dropped first: their shims reconnect and find the server's new definition.
-        """
+        """Stop the process and end the runtime's tasks (a reload removed or changed the server),
+        sessions dropped first (their shims find the new definition); returns once every task ended,
+        so nothing touches the server's files afterwards."""
         self._closing = True
         for cid in list(self.sessions):
             self.detach(cid)
@@ -172,10 +152,8 @@ class ServerRuntime:
         return min(due, default=None)
 
     async def shutdown(self) -> None:
-        """Stop the process by the ladder (daemon exit). Bounded by the ladder's own deadlines.
-
-        From here on no process is started: a request arriving during the ladder must not leave
-        a fresh server behind a daemon that is going away."""
+        """Stop the process by the ladder (daemon exit); no process is started from here on, so none
+        is left behind a daemon going away."""
         self._closing = True
         proc = self.proc
         if proc is not None:
@@ -220,7 +198,7 @@ class ServerRuntime:
             self._load()
 
     def take(self, cid: int) -> tuple[SessionRoots, list[bytes]] | None:
-        """The session moves away: what the other runtime's `adopt` takes (None: it is gone)."""
+        """The session moves away: what the other runtime's `move_in` takes (None: it is gone)."""
         self.placers.pop(cid, None)
         if self.sessions.pop(cid, None) is None:
             return None
@@ -231,7 +209,7 @@ class ServerRuntime:
         self._load()
         return known, held
 
-    def adopt(self, session: Outbox, params: JsonObj | None, known: SessionRoots, held: list[bytes]) -> None:
+    def move_in(self, session: Outbox, params: JsonObj | None, known: SessionRoots, held: list[bytes]) -> None:
         """A session moved here from another runtime of its registration (`take`)."""
         self.attach(session, [])
         self._relay(self.core.adopt(session.cid, params, known, now=time.time()))
@@ -360,8 +338,8 @@ class ServerRuntime:
                 self._nursery.start_soon(self._run_predicate)
             elif isinstance(action, lc.Log):
                 log.info("[%s] %s", self.name, action.message)
-        # Wake the timer loop only when its deadline moved earlier (no task switch per message): a
-        # deadline moved later is found when the loop wakes at the old one, with nothing to do.
+        # Wake the timer loop only for an earlier deadline (no task switch per message); a later
+        # one is found when the loop wakes at the old one.
         deadline = self._next_deadline()
         if deadline is not None and (self._waiting_for is None or deadline < self._waiting_for):
             self._poke.set()
@@ -409,7 +387,8 @@ class ServerRuntime:
         now = trio.current_time()
         assert self._nursery is not None
         try:
-            proc = await GATE.hold(spawn(self.config.spec, self._nursery))  # an upgrade waits for its pid
+            # An upgrade waits for its pid.
+            proc = await self._reading.hold(spawn(self.config.spec, self._nursery, self._read_buffer))
         except SpawnError as exc:
             fatal = exc.errno in FATAL_SPAWN_ERRNOS
             log.error("[%s] cannot start%s: %s", self.name, "" if fatal else " (will retry)", exc.message)
@@ -435,12 +414,13 @@ class ServerRuntime:
 
     async def _read_server(self, proc: ChildProcess) -> None:
         try:
-            await GATE.passage()  # an adopted process is read once its sessions are back
+            await self._reading.passage()  # an inherited process is read once its sessions are back
             async for line in proc.lines():
-                self.heap.note(len(line))
+                if len(line) >= LARGE_BYTES:  # the read buffer's pages go back once large lines are over
+                    self.heap.later(self._read_buffer.release)
                 self._relay(self.core.server_line(line, now=time.time()))
                 self._load()
-                await GATE.passage()  # an upgrade stops reading here (lazyd/daemon/upgrade/quiesce.py)
+                await self._reading.passage()  # an upgrade stops reading here (lazyd/daemon/upgrade/quiesce.py)
         except LineTooLong:
             self._kill(f"wrote a stdout line over {proc.spec.max_line_bytes} bytes")
         info = await proc.wait_exit()
@@ -465,8 +445,7 @@ class ServerRuntime:
             log.info("[%s] failure %d in a row; restarting in %.0fms", self.name, self.life.burst, delay_ms)
 
     async def _run_predicate(self) -> None:
-        # predicate_done is reported whatever happens: the lifecycle runs one predicate at a time
-        # and would never schedule another. Only cancellation (the runtime ending) skips it.
+        # Reported whatever happens (but cancellation): the lifecycle waits for it to schedule another.
         wake = self.config.wake
         code: int | None = None
         try:
@@ -520,6 +499,7 @@ class ServerRuntime:
     @classmethod
     def from_state(cls, state: Mapping[str, Any], secrets: Mapping[str, Any], snapshot: Snapshot, store: CacheStore,
                    heap: HeapTrimmer, *, written_at: float, child: bool, save_lock: trio.Lock | None = None,
+                   reading: Gate, read_buffer: ReadBuffer,
                    on_children_changed: Callable[[], None] = lambda: None) -> ServerRuntime:
         """The runtime that wrote `state`, not started yet: `run` it and it takes its process over.
         `written_at` is the wall-clock time of the write; `child` whether its process is our child.
@@ -527,7 +507,7 @@ class ServerRuntime:
         config = RuntimeConfig.from_state(state.get("config"), secrets)
         name = sc.text(state.get("name"), "runtime.name")
         runtime = cls(config, snapshot, store, heap, on_children_changed, label=name if name != config.name else None,
-                      save_lock=save_lock)
+                      save_lock=save_lock, reading=reading, read_buffer=read_buffer)
         runtime.core = rl.RelayCore.from_state(state.get("core"), config.name, snapshot, config.sampling_policy,
                                                era=config.era)
         # The write's moment on this daemon's clock: a linger with a minute left keeps its minute,
@@ -551,8 +531,9 @@ class ServerRuntime:
             how = "upgrade" if handed.child else "restart after a crash"
             note = f"pid {process.pid} taken over by lazyd {os.getpid()} ({how})"
             try:
-                proc = adopt_child(process, self.config.spec, self._nursery, child=handed.child, note=note)
-            except AdoptionError as exc:
+                proc = inherit_child(process, self.config.spec, self._nursery, self._read_buffer, child=handed.child,
+                                     note=note)
+            except InheritError as exc:
                 log.warning("[%s] cannot take its process over: %s", self.name, exc)
                 self.gone(f"its process was lost in the hand-over ({exc})")
             else:

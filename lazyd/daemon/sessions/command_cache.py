@@ -1,20 +1,13 @@
 """Cache starts everywhere: a registration with nothing cached starts from the listings of the same
 command run under another identity.
 
-A process is per identity (lazyd/core/sharing/identity.py: the cwd and the counted variables are part of
-it), and so is its cache file. Yet most servers list the same tools in every directory and to
-every client: a user-scope Claude Code registration is a new identity in each project, a client
-lazyd has never seen is a new identity because of a variable of its own. Without this, each of
-them would start the server just to answer `initialize` and `tools/list`.
-
-So a new runtime whose own cache is empty starts from a copy of the freshest snapshot recorded for
-the same command (resolved command and arguments), among the live runtimes' and the cache files
-named in `<state dir>/commands.json` (which maps a keyed hash of each command to the cache digests
-recorded for it: hashes only, no command line, path or value reaches the file), with every
-handshake only older ones recorded added to it. The copy's
-listings are served by the capability rule (docs/relay.md): only to a client of a handshake they
-were recorded for; any other client's listing starts the server, whose first real start gives the
-new identity a cache of its own.
+A process and its cache file are per identity (lazyd/core/sharing/identity.py), yet most servers
+list the same tools in every directory and to every client. So a new runtime whose cache is empty
+starts from a copy of the freshest snapshot recorded for the same resolved command, among the live
+runtimes and the cache files `<state dir>/commands.json` names (keyed hashes only, no command
+line), with the handshakes only older ones recorded. Its listings are served by the capability
+rule (docs/relay.md): only to a client of a handshake they were recorded for; any other starts the
+server, whose first start gives the identity a cache of its own.
 """
 
 from __future__ import annotations
@@ -79,13 +72,10 @@ class CommandCaches:
 
     def seed(self, identity: Identity, cache_digest: str, own: Snapshot,
              live: Iterable[tuple[Identity, Snapshot]]) -> Snapshot:
-        """`own` if it holds anything, else a copy of the freshest snapshot of the same command
-        (`live`: the registry's runtimes, by identity; then the cache files of the index), with
-        the handshakes and stateless results only older ones recorded added, else `own`.
-
-        Listings answer only the handshake they were recorded for (docs/relay.md), so a copy of
-        one identity's snapshot would serve only the clients that identity happened to see last:
-        each handshake any identity of the command recorded is kept, the freshest winning."""
+        """`own` if it holds anything, else a copy of the freshest snapshot of the same command (`live`
+        runtimes first, then the index's cache files), with every handshake and stateless result that
+        only older ones recorded added: listings answer only the handshake they were recorded for
+        (docs/relay.md), so each handshake any identity of the command recorded is kept."""
         if has_content(own):
             return own
         candidates = [snap for other, snap in live if other.argv == identity.argv and has_content(snap)]

@@ -1,23 +1,17 @@
 """What the daemon learns about clients' environments from their sessions, kept across restarts.
 
-Two things, both names only (never a value), in `<state dir>/learned_env.json` (0600, written
-atomically when something new was learned):
+Names only, never values, in `<state dir>/learned_env.json` (0600, written when something is new):
 
-- **per-run variables** (lazyd/core/sharing/noise.py), per client, named by its `clientInfo.name`:
-  applied to that client's sessions. A session's hello comes before its `initialize`, so there the
-  client is guessed from its process name (the shim's parent,
-  lazyd/daemon/connections/client_process.py): the `clientInfo.name` last seen from a process of
-  that name. A process name is never the name anything is filed under (Copilot CLI's native binary
-  names itself `MainThread`, as any program may): a session whose process name guesses no client
-  is learned from at its `initialize`, under the name it gives;
-- **each client's environment**, per `clientInfo.name`: the names of the variables its sessions
-  carry, the process name it runs as, and (read from /proc at the hello) which variables of its
-  own environment it withheld from the server and which it added. `lazyctl check --client X` and `wrap --check` rebuild from
-  it the environment X really gives a server (its own allow-list, CA bundles, PATH), so a check
-  warms the identity X's sessions get; the built-in profiles (lazyd/core/sharing/client_profiles.py) are
-  only the guess used until a session of X has been seen.
-
-A session's variables are noted at its hello and tied to its client name at its `initialize`.
+- **per-run variables** (lazyd/core/sharing/noise.py) per client (`clientInfo.name`), applied to
+  its sessions. The hello comes before `initialize`, so there the client is guessed from its
+  process name (lazyd/daemon/connections/client_process.py), never filed under it (any program may
+  call itself `MainThread`): a session whose process name guesses nothing is learned at its
+  `initialize`.
+- **each client's environment**: the variable names its sessions carry, its process name, and
+  which of its own variables it withheld from the server or added. `lazyctl check --client X`
+  rebuilds from it the environment X really gives a server, so a check warms the identity X's
+  sessions get; the built-in profiles (lazyd/core/sharing/client_profiles.py) are the guess until
+  then.
 """
 
 from __future__ import annotations

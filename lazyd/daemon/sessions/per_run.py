@@ -1,11 +1,10 @@
 """Per-run variables in the registry: feeding the learner, and stopping the duplicates it exposes.
 
-The learning itself is lazyd/core/sharing/noise.py (pure); what is learned is kept by
-lazyd/daemon/sessions/learned_env.py. Here: each unnamed session's counted variables are fed to the learner
-before its identity is decided (so what this session proves applies to it already), and a runtime
-left behind by a variable just learned (the process of opencode's first run, whose identity still
-counted its `OPENCODE_PID`) is stopped at once, or when its last session leaves, instead of
-lingering for a session that can never come.
+The learning is lazyd/core/sharing/noise.py's, its record lazyd/daemon/sessions/learned_env.py's.
+Here each unnamed session's counted variables are fed to the learner before its identity is
+decided (so what it proves applies to it already), and a runtime left behind by a variable just
+learned (opencode's first run, whose identity counted its `OPENCODE_PID`) is stopped at once or
+when its last session leaves, instead of lingering for a session that can never come.
 """
 
 from __future__ import annotations
@@ -53,12 +52,11 @@ POLL_S = 1.0  # a session still choosing its process changes no lifecycle input:
 def learn(registry: Registry, shim_pid: int, argv: list[str], cwd: str, env: Mapping[str, str], *,
           force: tuple[str, ...], ignore: tuple[str, ...],
           undecodable: list[str] | None = None) -> tuple[SessionClient, tuple[Identity, str | None] | None]:
-    """Feed one session's counted variables to the learner of its client (the clientInfo name its
-    process name, the shim's parent's, was last seen as; a client not seen yet is learned from at
-    its initialize), and say which client that is (its process name is "" when it cannot be told), with the session's
-    identity and why it must stay private where what it fed taught nothing new (None: what it
-    taught changes the identity, which is then decided again). Deciding it twice per session start
-    (a PATH lookup, a `#!` read, a digest) was a fifth of a session's cost in the daemon."""
+    """Feed one session's counted variables to the learner of its client (guessed from its process
+    name; one not seen yet is learned from at its initialize), and say which client it is, with the
+    session's identity and why it must stay private when what it fed taught nothing new (None: the
+    identity is decided again). Deciding it once, not twice, saves a session start a PATH lookup, a
+    `#!` read and a digest."""
     name, pid = client_process(shim_pid)
     client = registry.learned.guess(name)  # the clientInfo name this process name was last seen as
     seen = SessionClient(name, environment_names(pid), client)

@@ -1,32 +1,21 @@
 """Which server a session belongs to: identities, named servers, and private instances.
 
-A shim's hello names a registration (command, args, cwd, environment, options) or a named server
-from the config file. The registry turns it into an identity (lazyd/core/sharing/identity.py), finds or
-creates the one `ServerRuntime` for that identity, and attaches the session to it. Named servers
-get their runtimes at boot, which is what lets eager starts and wake predicates run before any
-client connects. A reload replaces exactly the named servers whose definition changed (their
-processes stopped, their caches dropped) and leaves the others running; sessions asking for a named
-server while a reload is under way wait for it, so none attaches to a definition being replaced.
-It also records every live child (servers and running wake predicates) for the orphan sweep.
+The registry turns a shim's hello (a registration, or a named server of the config) into an
+identity (lazyd/core/sharing/identity.py), finds or creates the one `ServerRuntime` for it and
+attaches the session. Named servers get their runtimes at boot, so eager starts and wake
+predicates run before any client. A reload replaces exactly the named servers whose definition
+changed (processes stopped, caches dropped); sessions asking for a named server meanwhile wait
+for it. It records every live child for the orphan sweep.
 
-Sharing (lazyd/core/sharing/modes.py) is decided when a session attaches, from the registration's
-`share` setting, its snapshot (the freshest in memory, else the cache file) and the known-servers
-table; lazyd/daemon/sessions/sharing_gate.py carries it out: a session that must not share gets the
-registration's runtime while no session holds it, else a private instance, `NAME.N` (numbered
-per registration from 1) that holds no session's state; a session of an undecided registration
-may wait for the first start. Private instances use their registration's cache and are stopped
-and dropped with it on reload.
+Sharing (lazyd/core/sharing/modes.py) is decided when a session attaches and carried out by
+lazyd/daemon/sessions/sharing_gate.py: a session that must not share gets the registration's
+runtime while no session holds it, else a private instance `NAME.N` (numbered from 1) that holds
+no session's state, uses its registration's cache and goes with it on reload.
 
-The registry writes itself for a successor daemon (`to_state`) and is rebuilt by it (`adopt`). Its
-tables are plain: runtimes by digest, their identities, each registration's era lanes (with the
-one snapshot object they share), which runtime is which registration's lane, which private
-instance belongs to which base, and its counters. They are written as they are, the snapshot once
-per registration, every runtime by itself (lazyd/daemon/runtime/supervisor.py); identities go to
-the secrets (their argv and environment are what the digest hides). Rebuilding checks that each
-identity still gives its digest (the key file and the secrets belong to this state), starts every
-runtime (each takes its process over), then meets the config the new daemon read: named servers
-new to it are created as at boot, and an adopted named server whose definition changed or went is
-stopped by the ladder and its cache dropped (`drop_stale_named`), exactly as `lazyctl reload` would.
+For a successor daemon it writes its plain tables (`to_state`: runtimes by digest, each
+registration's era lanes with their one snapshot, private bases, counters; identities go to the
+secrets) and is rebuilt (`inherit`): each identity must still give its digest, every runtime takes
+its process over, then the new config is met as `lazyctl reload` would (`drop_stale_named`).
 """
 
 from __future__ import annotations
@@ -65,8 +54,10 @@ from lazyd.daemon.runtime.policy_gate import RuntimeGate
 from lazyd.daemon.runtime.config import RuntimeConfig, child_records, lifecycle_policy
 from lazyd.daemon.runtime.supervisor import ServerRuntime
 from lazyd.daemon.upgrade.inherited import state_fds
+from lazyd.daemon.upgrade.quiesce import Gate
+from lazyd.daemon.process.read_buffer import ReadBuffer
 from lazyd.config.envnames import parse_names
-from lazyd.errors import AdoptionError, ConfigError, HubOptionError, Refused
+from lazyd.errors import InheritError, ConfigError, HubOptionError, Refused
 from lazyd.protocol.frames import Hello
 from lazyd.host.paths import Paths
 
@@ -120,6 +111,8 @@ class Registry:
         # Private instance digest -> the digest of the registration's own (base) identity.
         self._private_base: dict[str, str] = {}
         self.changes = Changes()  # anything a status summary shows may have changed (status_signal.py)
+        self.reading = Gate()  # closed while the daemon hands itself over (lazyd/daemon/upgrade/quiesce.py)
+        self.read_buffer = ReadBuffer()  # every server's stdout is read into it (read_buffer.py)
         self.gate = SharingGate(self)  # which process a new session joins (sharing_gate.py)
 
     def note_client_line(self, line: bytes, peek: int, cid: int | None = None) -> int:
@@ -158,12 +151,10 @@ class Registry:
             await self._named_runtime(server)
 
     async def reload(self, config: Config) -> dict[str, list[str]]:
-        """Adopt a new config: only named servers whose definition changed are restarted (and their
-        cache dropped); new ones are created, removed ones stopped. Defaults apply to registrations
-        that connect from now on; running unnamed servers keep the policy they started with.
-
-        The replaced runtimes are stopped in parallel (each by the ladder) and forgotten before
-        their successors exist, so a successor never loads the cache being dropped."""
+        """Take a new config: named servers whose definition changed are restarted (caches dropped),
+        new ones created, removed ones stopped; defaults apply to registrations that connect from now on
+        (running unnamed servers keep the policy they started with). The replaced runtimes are stopped
+        in parallel and forgotten before their successors exist: none loads the cache being dropped."""
         async with self._reload_lock:
             self._reloading = trio.Event()
             try:
@@ -176,19 +167,16 @@ class Registry:
         old = self.config
         self.config = config
         report: dict[str, list[str]] = {"added": [], "changed": [], "removed": [], "unchanged": []}
-        stale: list[ServerRuntime] = []
+        bases: set[str] = set()
         for name, server in old.servers.items():
             new = config.servers.get(name)
             if new == server:
                 report["unchanged"].append(name)
                 continue
             report["removed" if new is None else "changed"].append(name)
-            # The server's runtimes (every era lane of it) and its private instances (with theirs).
-            bases = {digest for digest, runtime in self.runtimes.items() if runtime.config.name == name}
-            stale.extend(self.forget(bases))
-        await self.close_all(stale)
-        for runtime in stale:
-            self.store.remove(runtime.config.digest)  # lanes share one file: removing it twice is harmless
+            # The server's runtimes (every era lane of it): its private instances go with them.
+            bases |= {digest for digest, runtime in self.runtimes.items() if runtime.config.name == name}
+        for runtime in await self._drop(bases):
             log.info("server %s stopped and its cache dropped (definition changed or removed)", runtime.name)
         for name, server in config.servers.items():
             if old.servers.get(name) != server:
@@ -234,21 +222,31 @@ class Registry:
             memory_max=policy.memory_max,
         )
         snapshot = self.commands.start_snapshot(self.runtimes, self.identities, identity, cache_digest)  # own, else the command's
-        runtime = ServerRuntime(config, snapshot, self.store, self.heap, self.children_changed)
-        runtime.gate = RuntimeGate(runtime, lambda: self.config.tool_policy)  # read at each call: reloads apply
-        runtime.on_change = self.changes.note
-        self.runtimes[digest] = runtime
-        self.identities[digest] = identity
-        lanes = self.lanes[digest] = EraLanes(runtime, lambda era: self._open_lane(digest, era))
-        lanes.reserved = bool(identity.instance.startswith(PRIVATE_INSTANCE))
-        lanes.on_change = self.changes.note
-        lanes.on_detach = self.gate.detached
-        lanes.place = self.gate.place
-        self.lane_of[digest] = digest
-        await self.nursery.start(runtime.run)
+        runtime = ServerRuntime(config, snapshot, self.store, self.heap, self.children_changed, reading=self.reading,
+                                read_buffer=self.read_buffer)
+        await self._install(digest, runtime, identity, digest, identity.instance.startswith(PRIVATE_INSTANCE))
         self.changes.note()  # a new row
         log.info("server %s registered (share = %s)", name, str(policy.share).lower())
         return runtime
+
+    async def _install(self, key: str, runtime: ServerRuntime, identity: Identity, primary: str,
+                       reserved: bool = False) -> None:
+        """Register `runtime` under `key` as a lane of the registration `primary` (its first when
+        `key == primary`), and run it."""
+        runtime.gate = RuntimeGate(runtime, lambda: self.config.tool_policy)  # read at each call: reloads apply
+        runtime.on_change = self.changes.note
+        self.runtimes[key] = runtime
+        self.identities[key] = identity
+        self.lane_of[key] = primary
+        if key == primary:
+            lanes = self.lanes[key] = EraLanes(runtime, partial(self._open_lane, key))
+            lanes.reserved = reserved
+            lanes.on_detach = self.gate.detached
+            lanes.place = self.gate.place
+            lanes.on_change = self.changes.note
+        else:
+            self.lanes[primary].runtimes.append(runtime)
+        await self.nursery.start(runtime.run)
 
     async def _open_lane(self, digest: str, era: Era) -> ServerRuntime:
         """A second process slot of a registration, for clients of the other protocol era: the
@@ -259,15 +257,11 @@ class Registry:
         label = f"{primary.name}@{era}"
         spec = dataclasses.replace(primary.config.spec, log_path=self.paths.logs_dir / f"{label}.log")
         runtime = ServerRuntime(dataclasses.replace(primary.config, spec=spec), primary.core.snapshot, self.store,
-                                self.heap, self.children_changed, label=label, save_lock=primary.save_lock)
-        runtime.gate = RuntimeGate(runtime, lambda: self.config.tool_policy)
-        runtime.on_change = self.changes.note
+                                self.heap, self.children_changed, label=label, save_lock=primary.save_lock,
+                                reading=self.reading, read_buffer=self.read_buffer)
         identity = self.identities[digest]
         lane_digest = dataclasses.replace(identity, instance=f"{identity.instance}#{len(lanes.runtimes)}").digest(self.secret)
-        self.runtimes[lane_digest] = runtime
-        self.identities[lane_digest] = identity
-        self.lane_of[lane_digest] = digest
-        await self.nursery.start(runtime.run)
+        await self._install(lane_digest, runtime, identity, digest)
         self.changes.note()
         log.info("server %s: a second process slot for %s-era clients (%s)", primary.name, era, label)
         return runtime
@@ -409,6 +403,14 @@ class Registry:
             del self._private_base[digest]
         return stale
 
+    async def _drop(self, bases: set[str]) -> list[ServerRuntime]:
+        """Forget the runtimes of `bases` (`forget`), stop them by the ladder and drop their cache."""
+        stale = self.forget(bases)
+        await self.close_all(stale)
+        for runtime in stale:
+            self.store.remove(runtime.config.digest)  # lanes share one file: removing it twice is harmless
+        return stale
+
     async def close_all(self, stale: list[ServerRuntime]) -> None:
         self._closing.extend(stale)  # no longer findable, but their children still count
         try:
@@ -478,14 +480,14 @@ class Registry:
                    "identities": {key: _identity_state(i) for key, i in self.identities.items()}}
         return state, secrets, fds
 
-    async def adopt(self, state: Mapping[str, Any], secrets: Mapping[str, Any], *, written_at: float,
+    async def inherit(self, state: Mapping[str, Any], secrets: Mapping[str, Any], *, written_at: float,
                     child: bool) -> list[str]:
-        """Rebuild and start every runtime `to_state` wrote; returns the names adopted. Raises
-        AdoptionError before anything starts when the state or the secrets do not fit."""
+        """Rebuild and start every runtime `to_state` wrote; returns the names inherited. Raises
+        InheritError before anything starts when the state or the secrets do not fit."""
         try:
             plan = self._plan(state, secrets, written_at=written_at, child=child)
         except (ValueError, KeyError, IndexError, TypeError) as exc:
-            raise AdoptionError(f"the state does not describe servers this lazyd can take over ({str(exc)[:160]})") from None
+            raise InheritError(f"the state does not describe servers this lazyd can take over ({str(exc)[:160]})") from None
         self._next_cid = sc.integer(state.get("next_cid"), "next_cid")
         self._share_counter = sc.integer(state.get("share_counter"), "share_counter")
         self._private_base.update({str(k): sc.text(v, "private_base") for k, v in
@@ -493,20 +495,7 @@ class Registry:
         names: list[str] = []
         for primary, reserved, lanes_of in plan:
             for key, runtime, identity in lanes_of:
-                runtime.gate = RuntimeGate(runtime, lambda: self.config.tool_policy)
-                runtime.on_change = self.changes.note
-                self.runtimes[key] = runtime
-                self.identities[key] = identity
-                self.lane_of[key] = primary
-                if key == primary:
-                    lanes = self.lanes[key] = EraLanes(runtime, partial(self._open_lane, key))
-                    lanes.reserved = reserved
-                    lanes.on_detach = self.gate.detached
-                    lanes.place = self.gate.place
-                    lanes.on_change = self.changes.note
-                else:
-                    self.lanes[primary].runtimes.append(runtime)
-                await self.nursery.start(runtime.run)
+                await self._install(key, runtime, identity, primary, reserved)
                 names.append(runtime.name)
         self.children_changed()
         self.changes.note()
@@ -534,41 +523,34 @@ class Registry:
                 seen.add(key)
             identity = _identity_from(identities[primary])
             if identity.digest(self.secret) != primary:
-                raise AdoptionError("the identities handed over do not match their digests: the identity key "
+                raise InheritError("the identities handed over do not match their digests: the identity key "
                                     "changed since the servers were started")
             snapshot = Snapshot.from_json(group.get("snapshot"))
             lock = trio.Lock()  # the lanes of one registration save their one snapshot in turn
             lanes_of = [(key, ServerRuntime.from_state(runtimes[key], secret_runtimes[key], snapshot, self.store,
                                                        self.heap, written_at=written_at, child=child, save_lock=lock,
-                                                       on_children_changed=self.children_changed),
+                                                       on_children_changed=self.children_changed,
+                                                       reading=self.reading, read_buffer=self.read_buffer),
                          _identity_from(identities[key])) for key in keys]
             plan.append((primary, sc.flag(group.get("reserved"), "group.reserved"), lanes_of))
         if seen != set(runtimes):
             raise ValueError("a runtime belongs to no registration")
         return plan
 
-    async def drop_stale_named(self, adopted: set[str]) -> list[str]:
-        """After `boot()` met the new config: stop and forget the adopted named servers whose
+    async def drop_stale_named(self, inherited: set[str]) -> list[str]:
+        """After `boot()` met the new config: stop and forget the inherited named servers whose
         definition changed or went (and their lanes and private instances); returns their names."""
         def named_primary(key: str) -> bool:
             return self.lane_of.get(key) == key and self.identities[key].instance.startswith(NAMED_INSTANCE)
 
-        current = {r.config.name for k, r in self.runtimes.items() if k not in adopted and named_primary(k)}
-        bases = {k for k in adopted if named_primary(k) and (self.runtimes[k].config.name in current
-                                                             or self.runtimes[k].config.name not in self.config.servers)}
-        stale = [(k, r) for k, r in self.runtimes.items()
-                 if self.lane_of.get(k, k) in bases or self._private_base.get(self.lane_of.get(k, k)) in bases]
-        for key, _ in stale:
-            for table in (self.runtimes, self.identities, self.lanes, self.lane_of, self._private_base):
-                table.pop(key, None)
-        async with trio.open_nursery() as stopping:
-            for _, runtime in stale:
-                stopping.start_soon(runtime.close)
-        names = sorted({r.name for _, r in stale})
-        for _, runtime in stale:
-            self.store.remove(runtime.config.digest)
+        current = {r.config.name for k, r in self.runtimes.items() if k not in inherited and named_primary(k)}
+        named = {k: self.runtimes[k].config.name for k in inherited if named_primary(k)}
+        primaries = {k for k, name in named.items() if name in current or name not in self.config.servers}
+        stale = await self._drop({k for k in self.runtimes if self.lane_of.get(k, k) in primaries})
+        names = sorted({r.name for r in stale})
         if names:
-            log.info("adopted servers %s: their definition changed or went from the config; stopped", ", ".join(names))
+            log.info("inherited servers %s: their definition changed or went from the config; stopped",
+                     ", ".join(names))
             self.children_changed()
             self.changes.note()
         return names

@@ -1,14 +1,12 @@
 """What a server's process tree runs, looked up in /proc once it has answered, and remembered.
 
-The known-servers table (lazyd/core/sharing/known_servers.py) names servers by their package; a
-registered command line often does not (a wrapper script that `exec`s node, a global bin link,
-an `npx` or `uvx` that starts the server as its child, `docker run IMAGE`). So when a process of a
-registration has answered its `initialize` (by then any wrapper has exec'd and any launcher has
-started the server), the daemon reads the command line of that process and its descendants
-(lazyd/host/procfs.py), resolves their paths, reads the `package.json` a node script lies in, and
-names what ran (`tree_runs`). The names are kept by cache digest in `<state dir>/runs.json`, so
-the next daemon decides before any start, as the last one did after it; every new process of the
-registration is looked at again (a wrapper may have changed).
+The known-servers table (lazyd/core/sharing/known_servers.py) names servers by package, and a
+command line often does not (a wrapper that execs node, a bin link, `npx`, `uvx`, `docker run`). So
+once a registration's process answered `initialize` (any wrapper has exec'd by then), the daemon
+reads the command lines of that process and its descendants (lazyd/host/procfs.py), resolves
+paths and reads the `package.json` a node script lies in (`tree_runs`). The names are kept by
+cache digest in `<state dir>/runs.json`, so the next daemon decides before any start; every new
+process is looked at again.
 """
 
 from __future__ import annotations

@@ -1,20 +1,13 @@
 """The daemon side of sharing: which process a new session joins, waiting while it is undecided.
 
-The decisions are pure (lazyd/core/sharing/modes.py: the mode and the rule that chose it;
-lazyd/core/sharing/join.py: base, own or wait); this module carries them out for the registry:
-
-- what a registration runs is looked up in the known-servers table (its command's real path
-  too, so a `node_modules/.bin` link names its package), once per command;
-- what a registration's process tree runs is looked up too, once a process has answered
-  (lazyd/daemon/sessions/running.py, through the registry's `decide`);
-- a session that must wait (undecided, and the registration's process taken by the session whose
-  start will decide) waits for the registry's change signal, at most `UNDECIDED_WAIT_S` (and never
-  longer than the server's start_timeout), and `START_GRACE_S` when no start is under way: the
-  hello is answered after it, and a shim waits 10 s for that answer;
-- a process that serves one session (isolated) is never handed to another while it runs: when
-  its session leaves, it stops at once instead of lingering (the next session gets a fresh one,
-  as with a direct connection); a private instance (`NAME.N`) is dropped when its session
-  leaves, so status never shows a row for a process nobody has.
+The decisions are pure (lazyd/core/sharing/modes.py, lazyd/core/sharing/join.py); this module
+carries them out for the registry. What a registration runs is looked up in the known-servers
+table (its command's real path too, so a `node_modules/.bin` link names its package), and so is
+its process tree once it answered (lazyd/daemon/sessions/running.py). A session that must wait
+(undecided, the process taken by the session whose start will decide) waits for the change signal,
+at most `UNDECIDED_WAIT_S` (never past the start timeout; `START_GRACE_S` with no start under way),
+well within the shim's 10 s for its welcome. A process serving one session is never handed to
+another: when its session leaves it stops at once, and a private instance (`NAME.N`) is dropped.
 """
 
 from __future__ import annotations

@@ -1,27 +1,16 @@
 """Client connections as a successor daemon takes them over: a descriptor, its bytes, its session.
 
-A connection is three things, and each is written as plain data (`ConnectionState`):
+A `ConnectionState` is plain data: the socket (inherited across the exec); `inbound`, what was
+read and not yet handled (pending frames re-encoded, then the decoder's unfinished frame,
+lazyd/protocol/wire.py `unconsumed`), decoded before the successor reads more; `outbound`, what
+was owed and not written (empty while an upgrade drains the writers first); and the session: its
+client id, the shim's pid, and its route (the runtime its first request chose, or the lines it
+resumed with and the notifications held for its lane).
 
-- **the descriptor**: the socket, inherited across the exec (same kernel object, same peer);
-- **the bytes in flight in each direction**: `inbound`, what was read from the peer and not yet
-  handled (decoded frames waiting, re-encoded, then the start of an unfinished frame as the
-  decoder holds it, lazyd/protocol/wire.py `unconsumed`), which the successor decodes before it reads
-  more; `outbound`, what was owed to the peer and not yet written, which it writes first. An
-  upgrade drains the writers before it freezes (lazyd/daemon/upgrade/handover.py), so `outbound` is
-  empty today; the field is what a connection whose writes cannot be drained would carry;
-- **the session**: the client id the relay cores know it by, the shim's pid, and its route:
-  the runtime (by registry key) its first request chose, or, before that, the lines it resumed
-  with and the notifications held for its lane.
-
-Kinds: `session` (a shim's session, handed over whole), `handoff` (a session whose client's pipes
-the daemon serves itself, lazyd/daemon/handoff/session.py: handed over whole as well, with the client's two
-descriptors and the shared region, `fds`; what it had in flight, its handshake and a partly read
-line are in the region, which the successor continues from), `fresh` (accepted, its hello not read
-yet: the successor serves it from the start, its bytes included), `reply` (the `lazyctl upgrade`
-connection: the successor answers it). Control connections and hub sessions are not handed over:
-they are closed, and lazyctl or the hub's shim (which reconnects and resumes) see the end. A
-session whose outbox could not be drained, or one being opened, is not either: its shim answers
-what it had in flight and reconnects, as when a daemon goes away.
+Kinds: `session` (a shim's session), `handoff` (its client's pipes and region come too, `fds`:
+lazyd/daemon/handoff/session.py), `fresh` (its hello not read yet), `reply` (the `lazyctl
+upgrade` connection, which the successor answers). Control connections, hub sessions, sessions
+whose outbox did not drain and ones being opened are closed: their peers reconnect or see the end.
 
 `Live` is the daemon's own view of an open connection while it runs (what the freeze reads).
 """

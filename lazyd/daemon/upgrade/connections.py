@@ -1,11 +1,9 @@
 """Serving a connection a predecessor daemon handed over (lazyd/daemon/upgrade/connection_state.py says what one is).
 
-The successor picks each connection up where the predecessor left it: what was owed to the peer
-is written first, what was read and not handled is decoded before anything more is read, and then
-the connection is served as any other (lazyd/daemon/connections/listener.py), by the same rules, deadlines
-and backpressure. A session goes on with its session: same client id, same route, no welcome
-(the shim had it), no handshake (its relay core knows the client). A connection accepted whose
-hello had not been read is served from its hello on.
+What was owed to the peer is written first, what was read and not handled is decoded before
+anything more is read, and then it is served as any other connection. A session goes on as it
+was: same client id and route, no welcome, no handshake. One whose hello was not read yet is served
+from its hello on.
 """
 
 from __future__ import annotations
@@ -25,15 +23,15 @@ from lazyd.daemon.runtime.outbox import ConnectionOutbox
 from lazyd.errors import WireError
 from lazyd.protocol.frames import Line
 
-__all__ = ["serve_adopted", "serve_handed_off"]
+__all__ = ["serve_inherited", "serve_handed_off"]
 
 
-async def serve_adopted(handler: ConnectionHandler, stream: trio.SocketStream, state: ConnectionState,
+async def serve_inherited(handler: ConnectionHandler, stream: trio.SocketStream, state: ConnectionState,
                         session: ConnectionOutbox | None, route: EraRoute | None, cancel: trio.CancelScope) -> None:
     """Serve one handed-over connection until it ends (errors as ConnectionHandler.__call__)."""
     handler.active += 1
     pid = state.session.pid if state.session is not None else -1
-    frames = Frames(stream, handler.limits.frame_deadline_s)
+    frames = Frames(stream, handler.limits.frame_deadline_s, handler.registry.reading)
 
     async def serve() -> None:
         if state.inbound:

@@ -1,29 +1,22 @@
 """`lazyctl upgrade` and SIGUSR2: the daemon hands itself over to a (possibly new) lazyd by exec.
 
-The steps, in order:
+1. **Quiesce.** The reading gate closes (lazyd/daemon/upgrade/quiesce.py): readers stop at their
+   next read, what was read is handled and the writers drain (bounded by ``SETTLE_BOUND_S``). A
+   session whose outbox did not drain, or whose lane is being opened, is not handed over; a server
+   whose stdin did not drain is, and the successor kills it (nobody can finish a half line).
+2. **Write.** The state file and the secrets memfd (lazyd/daemon/upgrade/state.py): every
+   runtime (lazyd/daemon/runtime/supervisor.py), the registry's tables and each connection
+   (lazyd/daemon/upgrade/connection_state.py, with `EraRoute.handover`).
+3. **Exec.** FD_CLOEXEC is cleared on exactly the descriptors the successor needs, named in the
+   envelope (``LAZYD_UPGRADE``). Under systemd ``RELOADING=1`` goes first; the pid, and so
+   MAINPID, stays.
 
-1. **Quiesce.** The reading gate closes (lazyd/daemon/upgrade/quiesce.py): the accept loop, every
-   connection and every server's stdout stop at their next read; what was read is handled, and
-   the writers drain what that produced (bounded by ``SETTLE_BOUND_S``). A session whose outbox
-   did not drain, or one whose lane is being opened, is not handed over (its shim reconnects and
-   answers what it had in flight); a server whose stdin did not drain is handed over and then
-   killed by the successor (a line half written cannot be finished by anyone).
-2. **Write.** The state file (0600, versioned, checked, no secrets) and the secrets memfd
-   (lazyd/daemon/upgrade/state.py), with every server's pid, group, start time and pipes, its
-   relay core and lifecycle (each runtime writes itself: lazyd/daemon/runtime/supervisor.py), the
-   registry's tables (lazyd/daemon/sessions/registry.py) and each client connection
-   (lazyd/daemon/upgrade/connection_state.py), with what its route holds (`EraRoute.handover`).
-3. **Exec.** FD_CLOEXEC is cleared on exactly the descriptors the successor needs (the listener,
-   the instance lock, the secrets, each server's pipes, each connection handed over, the
-   `lazyctl upgrade` connection); their numbers go in the envelope (``LAZYD_UPGRADE``). Under
-   systemd, ``RELOADING=1`` is sent first; the pid stays the same, so MAINPID does too.
-
-If the exec itself fails (the interpreter is gone), the gate opens again and this daemon goes on
-as if nothing happened; the caller hears why.
+If the exec fails, the gate opens again and this daemon goes on; the caller hears why.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
@@ -43,7 +36,6 @@ from lazyd.daemon.runtime.era_lanes import EraRoute
 from lazyd.daemon.handoff.outbox import HandoffOutbox
 from lazyd.daemon.runtime.outbox import ConnectionOutbox
 from lazyd.daemon.notify import Notifier
-from lazyd.daemon.upgrade.quiesce import GATE
 from lazyd.daemon.sessions.registry import Registry
 from lazyd.daemon.upgrade.state import ENVELOPE_ENV, Envelope, state_path, write_secrets, write_state
 from lazyd.errors import ConfigError
@@ -64,7 +56,7 @@ class Lineage:
 
     started_at: float = field(default_factory=time.time)  # when the first daemon of the chain started
     upgrades: int = 0
-    last: dict[str, Any] | None = None  # the last hand-over: when, adopted or not, and why not
+    last: dict[str, Any] | None = None  # the last hand-over: when, inherited or not, and why not
 
 
 class Upgrader:
@@ -97,13 +89,14 @@ class Upgrader:
                  len(self.handler.live))
         self.notifier.notify("RELOADING=1", f"MONOTONIC_USEC={time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000}",
                              "STATUS=upgrading")
-        GATE.close()
+        gate = self.registry.reading
+        gate.close()
         try:
             await self._settle()
             # A process being spawned has no pid to hand over yet: it would be left behind.
-            error = self._exec(reply, began) if not GATE.holds else "a server was still being started; try again"
+            error = self._exec(reply, began) if not gate.holds else "a server was still being started; try again"
         finally:
-            GATE.open()
+            gate.open()
             self._busy = False
         log.error("upgrade failed, going on as before: %s", error)
         self.notifier.ready("upgrade failed")
@@ -115,7 +108,8 @@ class Upgrader:
         with trio.move_on_after(SETTLE_BOUND_S):
             while True:
                 await trio.sleep(0)  # readers that have data run to their gate first
-                if not GATE.holds and not any(r.writing for r in self.registry.runtimes.values()) and all(
+                registry = self.registry
+                if not registry.reading.holds and not any(r.writing for r in registry.runtimes.values()) and all(
                         _drained(live) for live in self.handler.live.values()):
                     return
                 await trio.sleep(SETTLE_POLL_S)
@@ -190,15 +184,11 @@ class Upgrader:
         except OSError as exc:
             for fd in inherit:
                 if fd not in (self.listener_fd, self.lock_fd):
-                    try:
+                    with contextlib.suppress(OSError):
                         os.set_inheritable(fd, False)
-                    except OSError:
-                        pass
             os.close(secrets_fd)
-            try:
+            with contextlib.suppress(OSError):
                 os.unlink(state_path(self.paths))
-            except OSError:
-                pass
             return f"cannot run {argv[0]}: {exc.strerror or exc}"
         raise AssertionError("execve returned")  # pragma: no cover
 

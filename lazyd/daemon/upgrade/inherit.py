@@ -1,26 +1,22 @@
 """The successor's side of an upgrade: take over what the predecessor handed over, or fall back.
 
-`take_envelope` runs first thing in `main` (the envelope says which descriptors are the listener
-and the instance lock: the successor neither binds nor locks). `adopt` runs once the registry
-exists and before the accept loop starts:
+`take_envelope` runs first in `main` (the envelope names the listener and the lock: the successor
+neither binds nor locks). `inherit` runs once the registry exists, before the accept loop:
 
-- **Adopted**: every runtime is rebuilt and takes its process over (same pids: exec kept the
-  daemon's pid, so they are still its children), the config is met as a reload would, each
-  handed-over connection is served again (lazyd/daemon/upgrade/connections.py), clients whose connection
-  did not come along are detached from the relay cores (their requests are cancelled upstream),
-  and the `lazyctl upgrade` connection is answered. Servers' stdout is not read until the
-  sessions are attached again (the reading gate, lazyd/daemon/upgrade/quiesce.py), so no answer is
-  relayed to a client that is not there yet.
-- **Fallback** (a state of another version, corrupt or missing; a descriptor gone; secrets
-  that do not fit): today's behaviour. Every inherited descriptor but the listener, the lock and
-  the reply is closed (the servers see their stdin end, the shims their connection: they answer
-  what they had in flight and reconnect), and each server process the envelope names is stopped
-  by the ladder (stdin EOF, SIGTERM to its group, SIGKILL) and reaped. The reason is logged, sent
-  to `lazyctl upgrade` and kept for `lazyctl status`.
+- **Inherited**: every runtime is rebuilt and takes its process over (exec kept the pid, so they
+  are still its children), the config is met as a reload would, each handed-over connection is
+  served again (lazyd/daemon/upgrade/connections.py), clients whose connection did not come are
+  detached, and `lazyctl upgrade` is answered. Servers' stdout is read only once the sessions are
+  back (the reading gate), so no answer goes to a client not there yet.
+- **Fallback** (a state of another version, corrupt or missing; a descriptor gone; secrets that do
+  not fit): every inherited descriptor but the listener, the lock and the reply is closed (shims
+  reconnect), each server the envelope names is stopped by the ladder, and the reason is logged,
+  sent to `lazyctl upgrade` and kept for `lazyctl status`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -36,7 +32,7 @@ from lazyd.host import procfs
 from lazyd.protocol import wire
 from lazyd.core import state_codec as sc
 from lazyd.daemon.handoff import session as handoff
-from lazyd.daemon.upgrade.connections import serve_adopted, serve_handed_off
+from lazyd.daemon.upgrade.connections import serve_inherited, serve_handed_off
 from lazyd.daemon.upgrade.connection_state import ConnectionState
 from lazyd.daemon.connections.listener import ConnectionHandler
 from lazyd.daemon import orphans
@@ -47,16 +43,16 @@ from lazyd.daemon.handoff.outbox import ClientEnds
 from lazyd.daemon.upgrade.stored_servers import SECRETS_NAME, FdStore, rewire, standby_path
 from lazyd.daemon.runtime.outbox import ConnectionOutbox, Outbox
 from lazyd.daemon.process.child import STDIN_EOF_GRACE_S, TERM_GRACE_S
-from lazyd.daemon.upgrade.quiesce import GATE
 from lazyd.daemon.sessions.registry import Registry
 from lazyd.daemon.upgrade.handover import Lineage
+from lazyd.daemon.upgrade.inherited import close_fds
 from lazyd.daemon.upgrade.state import ENVELOPE_ENV, Envelope, read_secrets, read_state
-from lazyd.errors import AdoptionError
+from lazyd.errors import InheritError
 from lazyd.protocol.frames import Reply
 
-__all__ = ["take_envelope", "adopt", "adopt_stored", "REAP_WAIT_S"]
+__all__ = ["take_envelope", "inherit", "inherit_stored", "REAP_WAIT_S"]
 
-log = logging.getLogger("lazyd.adopt")
+log = logging.getLogger("lazyd.inherit")
 
 REAP_WAIT_S = 5.0  # after SIGKILL, as the ladder of lazyd/daemon/process/child.py
 
@@ -69,36 +65,34 @@ def take_envelope(environ: MutableMapping[str, str]) -> Envelope | None:
         return None
     envelope = Envelope.decode(text)
     for fd in envelope.fds:
-        try:
+        with contextlib.suppress(OSError):  # missing: inherit() finds out and says so
             os.set_inheritable(fd, False)
-        except OSError:
-            pass  # missing: adopt() finds out and says so
     return envelope
 
 
-async def adopt(envelope: Envelope, registry: Registry, handler: ConnectionHandler, lineage: Lineage,
+async def inherit(envelope: Envelope, registry: Registry, handler: ConnectionHandler, lineage: Lineage,
                 fdstore: FdStore | None = None) -> None:
     """Take over, or fall back (module docstring); never raises for what was handed over. What the
     predecessor had in systemd's fd store is counted in `fdstore`'s budget."""
     lineage.started_at = envelope.started_at or lineage.started_at
     lineage.upgrades = envelope.upgrades + 1
-    GATE.close()
+    registry.reading.close()
     try:
         try:
             summary = await _take_over(envelope, registry, handler, fdstore)
-        except AdoptionError as exc:
+        except InheritError as exc:
             reason = str(exc)
             log.error("upgrade from lazyd %d: cannot take its servers over: %s; stopping them, and sessions "
                       "reconnect", envelope.from_pid, reason)
-            lineage.last = {"at": time.time(), "from_pid": envelope.from_pid, "adopted": False, "reason": reason}
+            lineage.last = {"at": time.time(), "from_pid": envelope.from_pid, "inherited": False, "reason": reason}
             await _fall_back(envelope)
             await _answer(envelope.reply, False, None, f"the new lazyd could not take the servers over: {reason}; "
                           "they were stopped, and sessions reconnect")
             return
     finally:
-        GATE.open()
+        registry.reading.open()
     took = max(0.0, time.time() - envelope.began) if envelope.began else None
-    lineage.last = {"at": time.time(), "from_pid": envelope.from_pid, "adopted": True, "reason": None, "took_s": took}
+    lineage.last = {"at": time.time(), "from_pid": envelope.from_pid, "inherited": True, "reason": None, "took_s": took}
     log.info("upgrade from lazyd %d: took over %d servers and %d sessions%s", envelope.from_pid,
              len(summary["servers"]), summary["sessions"], f" in {took * 1000:.0f} ms" if took is not None else "")
     await _answer(envelope.reply, True, {**summary, "pid": os.getpid(), "took_s": took, "upgrades": lineage.upgrades},
@@ -112,21 +106,21 @@ async def _take_over(envelope: Envelope, registry: Registry, handler: Connection
             try:
                 os.fstat(fd)
             except OSError:
-                raise AdoptionError(f"descriptor {fd} was not inherited") from None
+                raise InheritError(f"descriptor {fd} was not inherited") from None
     body, written_at = read_state(Path(envelope.state))
     if fdstore is not None:
         fdstore.given(name for name in body.get("fdstore") or [] if isinstance(name, str))
     if envelope.secrets is None:
-        raise AdoptionError("no secrets were handed over")
+        raise InheritError("no secrets were handed over")
     secrets = read_secrets(envelope.secrets)
     try:
         connections = [ConnectionState.from_json(c) for c in sc.items(body.get("connections"), "connections")]
     except ValueError as exc:
-        raise AdoptionError(f"the state's connections cannot be read ({exc})") from None
-    names = await registry.adopt(body, secrets, written_at=written_at, child=True)
-    adopted_keys = set(registry.runtimes)
+        raise InheritError(f"the state's connections cannot be read ({exc})") from None
+    names = await registry.inherit(body, secrets, written_at=written_at, child=True)
+    inherited_keys = set(registry.runtimes)
     await registry.boot()  # named servers new to the config
-    await registry.drop_stale_named(adopted_keys)
+    await registry.drop_stale_named(inherited_keys)
     keep: dict[int, set[int]] = {}
     sessions = 0
     for state in connections:
@@ -137,7 +131,7 @@ async def _take_over(envelope: Envelope, registry: Registry, handler: Connection
         stream = trio.SocketStream(trio.socket.from_stdlib_socket(sock))
         cancel = trio.CancelScope()
         if state.kind == "fresh":
-            registry.nursery.start_soon(serve_adopted, handler, stream, state, None, None, cancel)
+            registry.nursery.start_soon(serve_inherited, handler, stream, state, None, None, cancel)
             continue
         s = state.session
         lanes = registry.lanes.get(s.primary) if s is not None else None
@@ -153,7 +147,7 @@ async def _take_over(envelope: Envelope, registry: Registry, handler: Connection
             outbox: Outbox = handed.make_outbox(s.cid, s.pid, handed.cancel.cancel)
         else:
             handed, outbox = None, ConnectionOutbox(s.cid, s.pid, cancel.cancel)
-        route = EraRoute.adopted(lanes, outbox, runtime, s.resume, s.held, registry.nursery)
+        route = EraRoute(lanes, outbox, s.resume, registry.nursery, attached=runtime, held=s.held)
         if runtime is not None:
             keep.setdefault(id(runtime), set()).add(s.cid)
         sessions += 1
@@ -161,7 +155,7 @@ async def _take_over(envelope: Envelope, registry: Registry, handler: Connection
             registry.nursery.start_soon(serve_handed_off, handler, stream, handed, route)
         else:
             assert isinstance(outbox, ConnectionOutbox)
-            registry.nursery.start_soon(serve_adopted, handler, stream, state, outbox, route, cancel)
+            registry.nursery.start_soon(serve_inherited, handler, stream, state, outbox, route, cancel)
     for runtime in list(registry.runtimes.values()):
         runtime.forget_clients(keep.get(id(runtime), set()))
     return {"servers": names, "sessions": sessions}
@@ -195,20 +189,13 @@ async def _answer(fd: int | None, ok: bool, data: Any, error: str | None) -> Non
     except OSError:
         return
     with trio.move_on_after(5.0):
-        try:
+        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             await stream.send_all(wire.encode(Reply(ok, data, error)))
-        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-            pass
     await stream.aclose()
 
 
 async def _fall_back(envelope: Envelope) -> None:
-    for fd in envelope.fds:
-        if fd not in (envelope.listener, envelope.lock, envelope.reply):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+    close_fds(fd for fd in envelope.fds if fd not in (envelope.listener, envelope.lock, envelope.reply))
     async with trio.open_nursery() as nursery:
         for pid, ticks in envelope.servers:
             nursery.start_soon(_ladder, pid, ticks)
@@ -225,28 +212,22 @@ async def _ladder(pid: int, ticks: int) -> None:
             return  # not that process any more: nothing of ours to stop
         for sig, wait_s in ((None, STDIN_EOF_GRACE_S), (signal.SIGTERM, TERM_GRACE_S), (signal.SIGKILL, REAP_WAIT_S)):
             if sig is not None:
-                try:
+                with contextlib.suppress(OSError):
                     os.killpg(pid, sig)
-                except OSError:
-                    pass
             with trio.move_on_after(wait_s):
                 await trio.lowlevel.wait_readable(pidfd)
                 break
-        try:
+        with contextlib.suppress(OSError):
             os.killpg(pid, signal.SIGKILL)  # what is left of its group; the leader is a zombie: no reuse
-        except OSError:
-            pass
-        try:
+        with contextlib.suppress(ChildProcessError):
             os.waitpid(pid, os.WNOHANG)
-        except ChildProcessError:
-            pass
     except OSError:
         pass
     finally:
         os.close(pidfd)
 
 
-async def adopt_stored(stored: dict[str, int], registry: Registry, lock: Path, state_dir: Path,
+async def inherit_stored(stored: dict[str, int], registry: Registry, lock: Path, state_dir: Path,
                        lineage: Lineage) -> bool:
     """After a crash under systemd: take over the servers whose pipes the fd store gave back
     (lazyd/daemon/upgrade/stored_servers.py), then sweep the rest as after any crash. False when nothing could
@@ -255,7 +236,7 @@ async def adopt_stored(stored: dict[str, int], registry: Registry, lock: Path, s
     procs: list[list[int]] = []
     try:
         if secrets_fd is None:
-            raise AdoptionError("the fd store holds no secrets")
+            raise InheritError("the fd store holds no secrets")
         body, written_at = read_state(standby_path(lock))
         lost_keys = rewire(body, stored)
         for runtime in body.get("runtimes", {}).values():
@@ -265,22 +246,18 @@ async def adopt_stored(stored: dict[str, int], registry: Registry, lock: Path, s
         await trio.to_thread.run_sync(orphans.sweep, state_dir, frozenset(p for p, _ in procs))
         secrets = read_secrets(secrets_fd)
         secrets_fd = None
-        GATE.close()
+        registry.reading.close()
         try:
-            names = await registry.adopt(body, secrets, written_at=written_at, child=False)
+            names = await registry.inherit(body, secrets, written_at=written_at, child=False)
             for runtime in list(registry.runtimes.values()):
                 runtime.forget_clients(set())  # their connections died with the old daemon
         finally:
-            GATE.open()
-    except (AdoptionError, ValueError, KeyError, TypeError) as exc:
+            registry.reading.open()
+    except (InheritError, ValueError, KeyError, TypeError) as exc:
         reason = str(exc)
         log.error("restart after a crash: cannot take the stored servers over: %s; stopping them", reason)
-        lineage.last = {"at": time.time(), "from_pid": None, "adopted": False, "reason": reason, "crash": True}
-        for fd in [*stored.values(), *([secrets_fd] if secrets_fd is not None else [])]:
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+        lineage.last = {"at": time.time(), "from_pid": None, "inherited": False, "reason": reason, "crash": True}
+        close_fds([*stored.values(), secrets_fd])
         await trio.to_thread.run_sync(orphans.sweep, state_dir)
         async with trio.open_nursery() as nursery:
             for pid, ticks in procs:
@@ -288,9 +265,7 @@ async def adopt_stored(stored: dict[str, int], registry: Registry, lock: Path, s
         return False
     used = {fd for r in body["runtimes"].values() if isinstance(r.get("proc"), dict)
             for fd in (r["proc"]["stdin"], r["proc"]["stdout"], r["proc"]["stderr"])}
-    for fd in stored.values():
-        if fd not in used:
-            os.close(fd)
+    close_fds(fd for fd in stored.values() if fd not in used)
     registry.children_changed()
     # What was really taken over: a process whose pipes did not come back (systemd drops a pipe
     # whose other end closed: the server died with the daemon) is not, whatever the state said.
@@ -298,7 +273,7 @@ async def adopt_stored(stored: dict[str, int], registry: Registry, lock: Path, s
     lost = [registry.runtimes[k].name if k in registry.runtimes else k[:12] for k in lost_keys]
     missing = (f"{len(lost)} servers' pipes did not come back from the fd store (their processes ended with "
               f"the daemon): {', '.join(lost)}") if lost else None
-    lineage.last = {"at": time.time(), "from_pid": None, "adopted": bool(took), "crash": True,
+    lineage.last = {"at": time.time(), "from_pid": None, "inherited": bool(took), "crash": True,
                     "servers": took, "lost": lost, "reason": missing}
     log.info("restart after a crash: took over %d servers from the fd store%s%s", len(took),
              f": {', '.join(took)}" if took else "", f"; {missing}" if missing else "")

@@ -1,27 +1,20 @@
 """A server process a predecessor daemon spawned, taken over with its pid and its pipes.
 
-After an upgrade the new daemon is the same process (exec keeps the pid), so the servers are
-still its children: it reaps them and learns how they ended, as it would its own. After a crash
-under systemd (lazyd/daemon/upgrade/stored_servers.py) the restarted daemon is a new process: the servers were
-re-parented to the user manager, which reaps them; the daemon still watches each through a pidfd
-and stops it by its process group, but an exit status it cannot learn is reported as unknown.
-
-The rules that make taking over a pid safe:
-
-- The pid is checked before anything is signalled: a pidfd is opened on it, then its start time
-  (/proc) must be the one recorded. A pidfd keeps naming the process it was opened on, so once
-  the start time matched, no recycled pid can be hit through it. A mismatch or a missing process
-  is an `AdoptionError`, and that server is not adopted.
-- A child's leader is reaped only after SIGKILL went to what is left of its group, as for a
-  spawned one (lazyd/daemon/process/child.py): while it is an unreaped zombie its group id cannot be
-  recycled. For a process that is not our child, the group is killed the moment its leader's
-  exit is seen; only a group emptied and a pid recycled in that moment could be missed.
+After an upgrade (exec keeps the pid) the servers are still the daemon's children: it reaps them
+and learns how they ended. After a crash under systemd (lazyd/daemon/upgrade/stored_servers.py)
+they were re-parented to the user manager: the daemon watches each through a pidfd and stops it by
+its group, but reports its exit status as unknown. Taking a pid over is safe because a pidfd is
+opened first and then the start time must be the one recorded (a pidfd keeps naming its process,
+so no recycled pid can be hit through it; a mismatch is an `InheritError` and that server is not
+inherited), and because a child's leader is reaped only after SIGKILL went to its group, as for a
+spawned one (lazyd/daemon/process/child.py).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,12 +25,13 @@ from lazyd.core import state_codec as sc
 from lazyd.daemon.process.command import SpawnSpec
 from lazyd.daemon.process.stderr_log import LogRing
 from lazyd.daemon.process.child import ChildProcess
-from lazyd.errors import AdoptionError
+from lazyd.daemon.process.read_buffer import ReadBuffer
+from lazyd.errors import InheritError
 
-__all__ = ["AdoptedProcess", "HandedProcess", "adopt_child", "state_fds"]
+__all__ = ["InheritedProcess", "HandedProcess", "close_fds", "inherit_child", "state_fds"]
 
 
-class AdoptedProcess:
+class InheritedProcess:
     """The `ProcessHandle` (lazyd/daemon/process/handle.py) of a process taken over."""
 
     def __init__(self, pid: int, stdin_fd: int | None, stdout_fd: int, stderr_fd: int, child: bool) -> None:
@@ -106,38 +100,37 @@ class HandedProcess:
                    sc.raw_bytes(s.get("pending"), "proc.pending"))
 
 
-def adopt_child(handed: HandedProcess, spec: SpawnSpec, nursery: trio.Nursery, *, child: bool,
-                note: str = "") -> ChildProcess:
+def inherit_child(handed: HandedProcess, spec: SpawnSpec, nursery: trio.Nursery, read_buffer: ReadBuffer, *,
+                child: bool, note: str = "") -> ChildProcess:
     """The `ChildProcess` of the running server `handed` describes; its stderr pump and exit
-    watcher run in `nursery`. Raises AdoptionError when the pid is not that process any more; the
+    watcher run in `nursery`. Raises InheritError when the pid is not that process any more; the
     descriptors are then closed."""
     pid, start_ticks, fds = handed.pid, handed.start_ticks, handed.fds
     try:
         pidfd = os.pidfd_open(pid)
     except OSError as exc:
-        _close(fds)
-        raise AdoptionError(f"pid {pid} is gone ({exc.strerror})") from None
+        close_fds(fds)
+        raise InheritError(f"pid {pid} is gone ({exc.strerror})") from None
     try:
         ticks = procfs.start_time_ticks(pid)
     except OSError:
         ticks = None
     if ticks != start_ticks:
         os.close(pidfd)
-        _close(fds)
-        raise AdoptionError(f"pid {pid} is another process now (start time {ticks}, recorded {start_ticks})")
+        close_fds(fds)
+        raise InheritError(f"pid {pid} is another process now (start time {ticks}, recorded {start_ticks})")
     ring = LogRing(spec.log_path)
-    ring.note(note or f"pid {pid} adopted by lazyd {os.getpid()}")
-    process = AdoptedProcess(pid, fds[0], fds[1], fds[2], child)
-    return ChildProcess.take_over(process, spec, ring, pidfd, start_ticks, nursery, stdout=handed.pending)
+    ring.note(note or f"pid {pid} taken over by lazyd {os.getpid()}")
+    process = InheritedProcess(pid, fds[0], fds[1], fds[2], child)
+    return ChildProcess.take_over(process, spec, ring, pidfd, start_ticks, nursery, read_buffer, stdout=handed.pending)
 
 
-def _close(fds: tuple[int | None, ...]) -> None:
+def close_fds(fds: Iterable[int | None]) -> None:
+    """Close what a predecessor handed over and nobody takes: a descriptor already gone is no harm."""
     for fd in fds:
         if fd is not None:
-            try:
+            with contextlib.suppress(OSError):
                 os.close(fd)
-            except OSError:
-                pass
 
 
 @dataclass(frozen=True)

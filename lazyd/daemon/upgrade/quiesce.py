@@ -1,14 +1,10 @@
 """The daemon's reading gate: closed while it hands itself over to its successor (lazyd/daemon/upgrade/handover.py).
 
-An upgrade writes the daemon's state and execs the new lazyd in one synchronous step, so nothing
-may be half done at that moment: no frame half read (a frame is read whole or not at all: the
-decoder keeps what came of an unfinished one, and that is written too), no write half done. The
-reads are what produce writes, so the upgrade first closes this gate: every reader (the accept
-loop, each connection, each server's stdout) stops at its next read, what was already read is
-handled, and the writers drain what it produced. The freeze happens once they are idle.
-
-One gate for the whole daemon: a hand-over concerns every connection and every server at once.
-`passage()` costs an attribute test while the gate is open, so it may sit on the hot path.
+The upgrade writes the state and execs in one synchronous step, so nothing may be half done then:
+frames are read whole or kept by the decoder (and written too), and since reads produce writes,
+closing the gate stops every reader at its next read; what was read is handled, the writers drain,
+and the freeze comes once they are idle. The registry holds the daemon's one gate
+(`Registry.reading`); `passage()` costs an attribute test while open, so it may sit on the hot path.
 """
 
 from __future__ import annotations
@@ -18,7 +14,7 @@ from typing import TypeVar
 
 import trio
 
-__all__ = ["Gate", "GATE"]
+__all__ = ["Gate"]
 
 T = TypeVar("T")
 
@@ -54,6 +50,3 @@ class Gate:
         """Return at once while open; wait while closed (an exec may end the wait for good)."""
         if self.closed:
             await self._opened.wait()
-
-
-GATE = Gate()

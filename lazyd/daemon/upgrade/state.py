@@ -1,30 +1,23 @@
 """What a daemon hands its successor: the state file, the envelope, and the secrets in memory.
 
-Three pieces, each with its own rule:
-
-- **The envelope** (`Envelope`), in the successor's environment as `LAZYD_UPGRADE` (JSON; the
-  successor removes it at once, so no server ever sees it): the descriptor numbers of the
-  listening socket, the instance lock, the `lazyctl upgrade` connection waiting for its answer
-  and the secrets, every descriptor inherited, the state file's path and whether the socket
-  was systemd's. Its meaning never changes with the state's version: a successor that cannot
-  read the state still knows from it what to keep (the listener, the lock), what to close, and
-  whom to tell why.
-- **The state file** (`write_state`, `read_state`): everything else, as JSON, 0600 in the
-  private runtime dir beside the instance lock, written atomically, read once and removed. It
-  holds no secrets: runtimes are named by their identity digests (HMAC under the identity key,
-  which stays in its own file), and no environment, argument or working directory is in it.
-  It is versioned (`STATE_VERSION`) and checked: a SHA-256 of its body, and every field's type
-  as it is read back. A state of a newer version is refused; an older one is migrated by the
-  steps in `MIGRATIONS` (none yet: version 1 is the first) or refused, each with one line that
-  says which versions were involved.
-- **The secrets** (`write_secrets`, `read_secrets`): what identifies and starts each server
-  (command, arguments, working directory, environment, identity, wake predicate), in a sealed
-  memfd the successor inherits: in memory only, never in a file. Under systemd the same memfd
-  goes to the file-descriptor store (lazyd/daemon/upgrade/stored_servers.py), which is memory too.
+- **The envelope** (`Envelope`, `LAZYD_UPGRADE` in the successor's environment, removed at once):
+  the inherited descriptors (listener, lock, the `lazyctl upgrade` connection, the secrets), the
+  state file's path and whether the socket was systemd's. Its meaning never changes with the
+  state's version, so a successor that cannot read the state still knows what to keep and whom
+  to tell why.
+- **The state file** (`write_state`, `read_state`): the rest, as JSON, 0600 beside the instance
+  lock, written atomically, read once and removed. No secrets: runtimes are named by identity
+  digests. Versioned (`STATE_VERSION`; a newer one is refused, an older one migrated by
+  `MIGRATIONS` or refused, with one line naming both) and checked (a SHA-256 of its body, every
+  field's type as it is read).
+- **The secrets** (`write_secrets`, `read_secrets`): each server's command, arguments, cwd,
+  environment, identity and wake predicate, in a sealed memfd the successor inherits, never a
+  file (under systemd the same memfd goes to the fd store, lazyd/daemon/upgrade/stored_servers.py).
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import json
@@ -35,7 +28,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from lazyd.core import state_codec as sc
-from lazyd.errors import AdoptionError, StateFileError
+from lazyd.errors import InheritError, StateFileError
 from lazyd.host.paths import Paths
 from lazyd.host.privatefiles import read_private, write_private
 
@@ -81,7 +74,7 @@ class Envelope:
 
     @classmethod
     def decode(cls, text: str) -> Envelope:
-        """Raises AdoptionError for an envelope this lazyd cannot read."""
+        """Raises InheritError for an envelope this lazyd cannot read."""
         try:
             raw = json.loads(text)
             s = sc.obj(raw, "envelope")
@@ -96,7 +89,7 @@ class Envelope:
                         for row in sc.items(s.get("servers", []), "envelope.servers")],
                        sc.number(s.get("began", 0.0), "envelope.began"))
         except (ValueError, RecursionError) as exc:
-            raise AdoptionError(f"{ENVELOPE_ENV} is not an envelope this lazyd reads ({str(exc)[:120]})") from None
+            raise InheritError(f"{ENVELOPE_ENV} is not an envelope this lazyd reads ({str(exc)[:120]})") from None
 
 
 def state_path(paths: Paths) -> Path:
@@ -122,19 +115,17 @@ def write_state(path: Path, body: dict[str, Any]) -> None:
 def read_state(path: Path) -> tuple[dict[str, Any], float]:
     """The state body and when it was written (wall clock); the file is removed either way.
 
-    Raises AdoptionError with one line: no file, not lazyd's, corrupt, or of a version this lazyd
+    Raises InheritError with one line: no file, not lazyd's, corrupt, or of a version this lazyd
     neither reads nor migrates."""
     try:
         data = read_private(path, MAX_STATE_BYTES, secret=True)
     except StateFileError as exc:
-        raise AdoptionError(f"the state file {exc}") from None
+        raise InheritError(f"the state file {exc}") from None
     finally:
-        try:
+        with contextlib.suppress(OSError):
             os.unlink(path)
-        except OSError:
-            pass
     if data is None:
-        raise AdoptionError(f"the state file {path} is missing")
+        raise InheritError(f"the state file {path} is missing")
     head_line, _, text = data.partition(b"\n")
     try:
         head = sc.obj(json.loads(head_line), "header")
@@ -144,20 +135,20 @@ def read_state(path: Path) -> tuple[dict[str, Any], float]:
         written_at = sc.number(head.get("written_at"), "written_at")
         digest = sc.text(head.get("sha256"), "sha256")
     except (ValueError, RecursionError) as exc:
-        raise AdoptionError(f"the state file {path} is not one lazyd wrote ({exc})") from None
+        raise InheritError(f"the state file {path} is not one lazyd wrote ({exc})") from None
     if version > STATE_VERSION:
-        raise AdoptionError(f"the state was written by a newer lazyd (state version {version}; this lazyd reads "
-                            f"version {STATE_VERSION}): a downgrade cannot adopt its servers")
+        raise InheritError(f"the state was written by a newer lazyd (state version {version}; this lazyd reads "
+                            f"version {STATE_VERSION}): a downgrade cannot take its servers over")
     if hashlib.sha256(text).hexdigest() != digest:
-        raise AdoptionError(f"the state file {path} is corrupt: its checksum does not match its contents")
+        raise InheritError(f"the state file {path} is corrupt: its checksum does not match its contents")
     try:
         body = sc.obj(json.loads(text), "state")
     except (ValueError, RecursionError) as exc:
-        raise AdoptionError(f"the state file {path} is corrupt ({exc})") from None
+        raise InheritError(f"the state file {path} is corrupt ({exc})") from None
     while version < STATE_VERSION:
         step = MIGRATIONS.get(version)
         if step is None:
-            raise AdoptionError(f"the state was written by an older lazyd (state version {version}), which this "
+            raise InheritError(f"the state was written by an older lazyd (state version {version}), which this "
                                 f"lazyd (version {STATE_VERSION}) does not migrate")
         body, version = step(body), version + 1
     return body, written_at
@@ -180,7 +171,7 @@ def write_secrets(secrets: dict[str, Any]) -> int:
 
 
 def read_secrets(fd: int) -> dict[str, Any]:
-    """The secrets in memfd `fd` (which is closed); AdoptionError if it is not what we wrote."""
+    """The secrets in memfd `fd` (which is closed); InheritError if it is not what we wrote."""
     try:
         chunks = []
         total = 0
@@ -188,12 +179,10 @@ def read_secrets(fd: int) -> dict[str, Any]:
             chunks.append(chunk)
             total += len(chunk)
             if total > MAX_SECRETS_BYTES:
-                raise AdoptionError("the inherited secrets are larger than any lazyd writes")
+                raise InheritError("the inherited secrets are larger than any lazyd writes")
         return sc.obj(json.loads(b"".join(chunks)), "secrets")
     except (OSError, ValueError, RecursionError) as exc:
-        raise AdoptionError(f"the inherited secrets cannot be read ({str(exc)[:120]})") from None
+        raise InheritError(f"the inherited secrets cannot be read ({str(exc)[:120]})") from None
     finally:
-        try:
+        with contextlib.suppress(OSError):
             os.close(fd)
-        except OSError:
-            pass

@@ -1,31 +1,21 @@
 """Servers that outlive a crash under systemd: their pipes in the service's file-descriptor store.
 
-A daemon that crashes takes its descriptors with it, and a server whose stdin and stdout are
-gone is lost. Under systemd the daemon hands a copy of each server's three pipes to the service
-manager (`FDSTORE=1` with `FDNAME=`, over the notify socket, the descriptors as SCM_RIGHTS), and
-the secrets memfd with them; the manager keeps them while the daemon dies and passes them to the
-restarted daemon (`LISTEN_FDS`, named in `LISTEN_FDNAMES` after the socket). The daemon keeps,
-as things change (a spawn, an exit, a client coming or going: the status signal, coalesced), the
-same state an upgrade writes (lazyd/daemon/upgrade/state.py) in `lazyd.standby` beside it.
+A daemon that crashes takes its descriptors with it, and a server whose pipes are gone is lost.
+Under systemd the daemon hands a copy of each server's three pipes, and the secrets memfd, to the
+service manager (`FDSTORE=1`, `FDNAME=`), which passes them to the restarted daemon
+(`LISTEN_FDNAMES`). Beside them it keeps the state an upgrade writes (lazyd/daemon/upgrade/state.py)
+in `lazyd.standby`, rewritten as things change (the status signal, coalesced). Restarted, the
+daemon takes the servers over (lazyd/daemon/upgrade/inherit.py `inherit_stored`); they are no
+longer its children, so their ends are learnt through pidfds and their exit status is unknown.
+Hand-off sessions are kept in the same store (lazyd/daemon/handoff/stored_sessions.py); frame
+connections died with the daemon and their shims reconnect.
 
-On a start with stored descriptors and a standby state, the daemon takes the servers over with
-the descriptors the store gave back (lazyd/daemon/upgrade/inherit.py `adopt_stored`); they are no longer
-its children (the manager reaped nothing: they were re-parented to it), so their ends are
-learnt through pidfds and their exit status is unknown. Hand-off sessions are kept in the same
-store and taken back in place (lazyd/daemon/handoff/stored_sessions.py); frame connections died with the old
-daemon: those shims reconnect as after any crash, and answer what they had in flight with an error. Without the store (no systemd, `LAZYD_FDSTORE` unset) a crash stops the servers as
-before: stdin EOF, and the next daemon's orphan sweep.
-
-Enabled when the daemon has a notify socket and `LAZYD_FDSTORE=1` (the unit sets it beside
-`FileDescriptorStoreMax=`: without that setting systemd would drop what it is sent).
-
-What the store holds must fit under the soft descriptor limit the restarted daemon is exec'd
-with: systemd moves the stored descriptors to 3, 4, ... after setting the unit's limits, and one
-at or past the soft limit fails the start itself (status 202/FDS), at every restart, with the
-sessions' shims waiting on sockets the store holds. So the unit sets that soft limit
-(`STORE_SOFT_NOFILE`; its children still get 1024, `LAZYD_INHERITED_NOFILE`), and the daemon
-stores no more than fits under it (`FdStore.budget`): past it a server or a session is simply not
-kept, and is lost or resumed after a crash as without a store.
+Enabled with a notify socket and `LAZYD_FDSTORE=1` (the unit sets it beside
+`FileDescriptorStoreMax=`, without which systemd drops what it is sent). The stored descriptors
+must fit under the soft limit the restarted daemon gets: systemd moves them to 3, 4, ... and one
+past the limit fails every start (status 202/FDS). So the unit sets that limit
+(`STORE_SOFT_NOFILE`; children still get 1024) and the daemon stores no more than fits
+(`FdStore.budget`): past it a server or a session is lost after a crash as without a store.
 """
 
 from __future__ import annotations

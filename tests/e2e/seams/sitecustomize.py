@@ -17,7 +17,7 @@ In a daemon:
 - ``LAZYD_TEST_DEADLINE_S=SECONDS``: the hello timeout, the frame deadline and the control send
   deadline (lazyd/daemon/connections/listener.py) are all SECONDS, so that tests need not wait
   for the real ones;
-- ``LAZYD_TEST_UPGRADE_FAULT=KIND``: an upgrade hands its successor a state it cannot adopt:
+- ``LAZYD_TEST_UPGRADE_FAULT=KIND``: an upgrade hands its successor a state it cannot inherit:
   ``version=N`` (the state says version N), ``corrupt`` (a byte of the body changed after its
   checksum), ``fd`` (a server's descriptor named but not inherited).
 
