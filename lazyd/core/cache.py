@@ -1,29 +1,13 @@
 """The snapshot model: what lazyd remembers about one server identity between runs.
 
-A snapshot holds, per *handshake key* (the protocol version a client asked for plus a hash of the
-capabilities it declared), the `initialize` params of the real client that produced it, the server's
-`initialize` result, and every listing the server advertised, all pages merged into one list. It also
-holds the `server/discover` answers keyed by the protocol version in the probe's `_meta` (an error
-such as -32601 is an answer too: it is what makes a handshake-era server's discovery probe cheap).
-
-Why the capability hash is in the key: listings may depend on what the client declared
-(server-everything lists 16 tools to a client declaring `sampling` and `elicitation` and 13 to one
-declaring nothing). A server can read any part of the capabilities and lazyd cannot see which
-parts it reads, so a listing is served only to a client that declared exactly the capabilities it
-was recorded with, at the same protocol version (`entry_for_client`), as stateless-era results
-are; a miss starts the server, which lists for that client's own handshake. The `initialize`
-result is served for any handshake of the version (`entry_same_version`): it holds the server's
-own capabilities and instructions, which no server seen varies by client, and the listings that
-follow it are then the client's own or the live server's.
-
-Stateless-era servers (2026-07-28) have no handshake: their listings are cached per *stateless key*
-(method, protocol version, capabilities digest, and the client identity when the server marked the
-result `cacheScope: "private"`), each with the wall-clock time it was stored, so that its `ttlMs`
-can be honoured after a daemon restart. The snapshot also records what was learned about the
-server's eras: whether it answers `server/discover` (and which versions), and whether one connection
-may carry both eras (`mixed_connection`).
-
-This module is pure data: the daemon's store turns it into JSON files and back.
+Per *handshake key* (the protocol version asked plus a digest of the declared capabilities): the
+real client's `initialize` params, the server's result and every advertised listing, pages merged.
+Listings may depend on any part of the capabilities (docs/relay.md), so they are served only for
+the exact key (`entry_for`); the `initialize` result, which no server seen varies by client, for
+any handshake of the version (`entry_same_version`). Also the `server/discover` answers by probe
+version (-32601 included), stateless-era results per *stateless key* (method, version, digest, and
+the client identity for `cacheScope: "private"`) with their wall-clock store time for `ttlMs`, and
+what was learned of the server's eras. Pure data: the daemon's store writes it as JSON.
 """
 
 from __future__ import annotations
@@ -69,11 +53,8 @@ def canonical(obj: Any) -> str:
 
 
 def handshake_key(params: JsonObj) -> str:
-    """The cache key of a client's `initialize` params: requested version + capabilities digest.
-
-    clientInfo is deliberately left out: a client upgrade must not make every cache miss.
-    surrogatepass: a lone surrogate from a JSON escape must hash, not raise (valid text hashes as before).
-    """
+    """Requested version + capabilities digest; not clientInfo (a client upgrade must not miss).
+    surrogatepass: a lone surrogate from a JSON escape must hash, not raise."""
     version = params.get("protocolVersion")
     caps = params.get("capabilities")
     text = canonical(caps if isinstance(caps, dict) else {})
@@ -152,11 +133,8 @@ def discover_key(version: str, identity: str = PUBLIC) -> str:
 
 
 def remaining_ttl_ms(result: object, stored_at: float, now: float) -> int | None:
-    """How long a stored stateless result stays fresh (ms, 0 = stale); None when it has no ttlMs.
-
-    A result without `ttlMs` gave no freshness hint: like a handshake-era listing, it is kept
-    until a change notification or the next start replaces it.
-    """
+    """How long a stored stateless result stays fresh (ms, 0 = stale); None: no ttlMs, kept until
+    a change notification or the next start replaces it."""
     ttl = result.get("ttlMs") if isinstance(result, dict) else None
     if not isinstance(ttl, int) or isinstance(ttl, bool):
         return None
@@ -207,8 +185,7 @@ class Snapshot:
     handshake_first: bool | None = None
 
     def era(self) -> str | None:
-        """"stateless" if the server's discovery listed a stateless version, "handshake" if it
-        answered discovery otherwise (-32601 or another refusal), None if it was never probed."""
+        """"stateless" (discovery listed one), "handshake" (another answer), None (never probed)."""
         if not self.discover:
             return None
         for answer in self.discover.values():
@@ -264,10 +241,8 @@ class Snapshot:
         return self.entries.get(handshake_key(params))
 
     def entry_same_version(self, params: JsonObj) -> HandshakeEntry | None:
-        """An entry of a compatible version, whatever the capabilities (what `initialize` may be
-        answered from): the exact key, else the latest entry a client asked for at this version,
-        else the latest in which the server answered with this version (it would negotiate the
-        same with this client)."""
+        """What `initialize` may be answered from: the exact key, else the latest entry asked at
+        this version, else the latest the server answered with it."""
         exact = self.entry_for(params)
         if exact is not None:
             return exact
@@ -280,14 +255,6 @@ class Snapshot:
             if entry.result.get("protocolVersion") == version:
                 return entry
         return None
-
-    def entry_for_client(self, params: JsonObj) -> HandshakeEntry | None:
-        """The entry whose listings a client with these `initialize` params may be served: the one
-        recorded for its exact handshake key (protocol version and capabilities), else None, and
-        the server is started. Never another handshake's: its listings may lack what this client's
-        capabilities would add (or hold what they would not allow), and clients that ignore
-        `list_changed` (Claude Code) or list once (`copilot -p`) would keep the wrong ones."""
-        return self.entry_for(params)
 
     def to_json(self) -> JsonObj:
         return {
@@ -304,8 +271,7 @@ class Snapshot:
 
     @classmethod
     def from_json(cls, obj: Any) -> Snapshot:
-        """Rebuild from stored JSON; raises ValueError on anything unexpected (the store then
-        ignores the file and the snapshot is rebuilt from the live server)."""
+        """Rebuild from stored JSON; ValueError for anything unexpected (the file is ignored)."""
         if not isinstance(obj, dict) or obj.get("format") != SNAPSHOT_FORMAT:
             raise ValueError("unknown snapshot format")
         entries, discover = obj.get("entries", {}), obj.get("discover", {})
@@ -319,7 +285,6 @@ class Snapshot:
         for answer in discover.values():
             if not isinstance(answer, dict) or not ("result" in answer or "error" in answer):
                 raise ValueError("discover answer is malformed")
-        # Fields added with the stateless era: absent in older files, which stay readable.
         stateless, last_meta, mixed = obj.get("stateless", {}), obj.get("last_meta"), obj.get("mixed_connection")
         if not isinstance(stateless, dict):
             raise ValueError("stateless entries are not an object")

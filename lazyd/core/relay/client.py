@@ -153,7 +153,7 @@ class ClientMessages:
         if self.core.phase is Phase.READY and self.handshake.instance is not None:
             entry: HandshakeEntry | None = self.handshake.instance
         else:
-            entry = self.shared.snapshot.entry_for_client(client.params) if client.params is not None else None
+            entry = self.shared.snapshot.entry_for(client.params) if client.params is not None else None
         if entry is not None:
             listing = entry.listings.get(msg.method)
             if listing is not None:

@@ -195,7 +195,7 @@ class Handshake:
         # What a client of this handshake was served from the cache (its own entry, recorded by an
         # earlier start or a check): drift is measured against that, so a start announces what
         # changed since.
-        old = self.shared.snapshot.entry_for_client(self.instance.params)
+        old = self.shared.snapshot.entry_for(self.instance.params)
         served = {m: listing.to_json() for m, listing in old.listings.items()} if old is not None else None
         changed = drift(served, {m: listing.to_json() for m, listing in self.instance.listings.items()})
         if not self.initial_refresh:
