@@ -12,12 +12,10 @@ what was learned of the server's eras. Pure data: the daemon's store writes it a
 
 from __future__ import annotations
 
-import hashlib
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from lazyd.core.eras.versions import is_stateless_version
+from lazyd.core.eras.versions import capabilities_digest, is_stateless_version
 from lazyd.core.relay.jsonrpc import JsonObj
 
 SNAPSHOT_FORMAT = 1
@@ -48,18 +46,10 @@ LIST_CHANGED: dict[str, str] = {
 }
 
 
-def canonical(obj: Any) -> str:
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-
-
 def handshake_key(params: JsonObj) -> str:
-    """Requested version + capabilities digest; not clientInfo (a client upgrade must not miss).
-    surrogatepass: a lone surrogate from a JSON escape must hash, not raise."""
-    version = params.get("protocolVersion")
+    """Requested version + capabilities digest; not clientInfo (a client upgrade must not miss)."""
     caps = params.get("capabilities")
-    text = canonical(caps if isinstance(caps, dict) else {})
-    digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
-    return f"{version}|{digest}"
+    return f"{params.get('protocolVersion')}|{capabilities_digest(caps if isinstance(caps, dict) else {})}"
 
 
 @dataclass
