@@ -1,28 +1,17 @@
 """The stateless-era cache of the relay core: `server/discover` and the four listings.
 
-A stored result is served while it is fresh: `ttlMs` has not run out since it was stored (it is
-served with the ttlMs it has left), and a result without `ttlMs` gave no hint and is kept until a
-change notification or the next start replaces it. An expired result (`ttlMs: 0` included) is
-fetched again while the server runs, which costs nothing; while it sleeps, a session start is
-answered with it, marked `ttlMs: 0` (stale: the client may ask again), rather than starting the
-server. `ttlMs` is a hint the client MAY cache by (the schema likens it to HTTP's max-age), and a
-sleeping server is an origin that is not there: a cache may serve stale then (HTTP's
-stale-if-error), and the first real start refreshes every listing and announces drift. Without
-this, every session of a stateless client (Claude Code 2.1 among them) would start every server
-built on the python SDK, whose default hints are `ttlMs: 0` and `private`.
-`cacheScope: "private"` results are stored under the client identity (eras.identity_digest) and
-never served to another; a result with no cacheScope counts as private. A miss or an expired
-entry is fetched again from the live server by the listing engine (listings.py: all pages merged
-into one, concurrent misses for one key share one fetch), and a start when the server sleeps.
-Requests carrying `inputResponses` or `requestState` never touch the cache. Whoever waits on a
-fetch is answered in the shape of its era.
+A result is served while its `ttlMs` has not run out (with what is left; no `ttlMs`: until a
+change notification or the next start). An expired one is fetched again while the server runs;
+while it sleeps, a session start is answered with it marked `ttlMs: 0` rather than starting the
+server: `ttlMs` is a hint like HTTP's max-age, and a cache may serve stale when the origin is not
+there (stale-if-error). Otherwise every session of a stateless client would start every python
+SDK server (its default hints: `ttlMs: 0`, `private`). Private results (and those without a
+cacheScope) stay with their client identity (eras.identity_digest); misses go to the listing
+engine (listings.py); continuations (`inputResponses`, `requestState`) never touch the cache.
 
-Discovery answers are stored by version (and identity when private); a -32601 answers every
-version (ANY_VERSION), a -32022 its own; other errors concern the request, not the server, and are
-not stored. The relay's own requests borrow a real client's identity (`start_asker`).
-
-Time is the `now` the event being handled brought (wall-clock seconds: stored results outlive the
-daemon); this part never reads a clock.
+Discovery answers are stored by version (and identity when private); -32601 answers every version
+(ANY_VERSION), -32022 its own, other errors are not stored. The relay's own requests borrow a real
+client's identity (`start_asker`). Time is the event's wall-clock `now`, never read here.
 """
 
 from __future__ import annotations
@@ -52,7 +41,7 @@ from lazyd.core.relay.routing import ClientId
 
 
 class CachePort(Protocol):
-    """What the cache reads of the core: who it is, its phase, and the time of the event."""
+    """Who the core is, its phase, and the time of the event."""
 
     @property
     def name(self) -> str: ...
