@@ -1,25 +1,17 @@
 """The policy gate: the tool policy applied to one server's clients, before the relay core.
 
-Pure (lines in, actions out). The daemon installs one gate per server runtime; every line a
-client sends passes through it first. It acts on three kinds of line only:
+Pure. Every line a client sends passes through the gate of its server runtime first:
 
-- a `tools/call` request: the policy decides (lazyd/core/policy.py). `allow` passes the line on;
-  `deny` answers it with a tool error naming the rule, and the server never sees it; `ask`
-  holds the line and sends the client an `elicitation/create` request of the daemon's own (id
-  `lazyd-policy-N`, a string, so it can never collide with the relay's integer ids), or refuses
-  like `deny` when the client did not declare the elicitation capability;
-- the client's response to one of those elicitations: `accept` passes the held line on (from
-  then on it is an ordinary request), anything else answers it with a tool error;
-- a `notifications/cancelled` for a held request: the hold ends without an answer (the client
-  gave up on it) and the client is told its elicitation is cancelled too.
-- a `tools/list` request while some tool could be denied: it passes on, and the gate notes its
-  id, so that `to_client` can take the denied tools out of the answer (whether the server or
-  the cache gave it). A model is then never offered a tool it would be refused.
-Everything else passes unchanged. A held line is in no relay table, so a client that leaves
-while asked leaves nothing behind but the hold, which `detach` drops.
+- a `tools/call`: `allow` passes it on; `deny` answers it with a tool error naming the rule; `ask`
+  holds it and sends the client the daemon's own `elicitation/create` (id `lazyd-policy-N`, a
+  string, never a relay id), or refuses as `deny` when the client cannot elicit;
+- the answer to such an elicitation: `accept` passes the held line on, anything else refuses it;
+- a `notifications/cancelled` for a held request ends the hold, and the elicitation is cancelled;
+- a `tools/list` while some tool could be denied is noted, so `to_client` takes the denied tools
+  out of its answer: a model is never offered a tool it would be refused.
 
-Every decision is one `Log` action naming the server, the tool and the rule; arguments are never
-logged (they may hold secrets), though the question shown to the user summarises them.
+A held line is in no relay table, so a client leaving while asked leaves only the hold (`detach`).
+Each decision is one `Log` naming the server, tool and rule, never the arguments (secrets).
 """
 
 from __future__ import annotations

@@ -1,27 +1,13 @@
 """Handshake-era clients on a process that speaks only the stateless era on its connection.
 
-A server that refuses `initialize` as a connection's first request speaks only the stateless era;
-with `era = "stateless"` any server is run that way. Their handshake-era clients (Claude Code,
-Cursor, the SDK in `legacy` mode) are served through this bridge, in their own era, by the same
-process the stateless clients use. (A dual-era server that locks each connection gives its
-handshake-era clients a process of their own instead: lazyd/core/eras/choice.py.)
-
-- `initialize` is answered from the cached `server/discover` result (version: the client's, when
-  lazyd knows it; capabilities and serverInfo: the server's), `notifications/initialized` is
-  swallowed, `ping` answered, `logging/setLevel` recorded.
-- Each request goes upstream with an envelope made of the client's own `initialize` params (its
-  clientInfo, its capabilities, its log level): the server sees who asks, request by request.
-- Results lose the stateless-only fields (`resultType`, `ttlMs`, `cacheScope`, the serverInfo stamp).
-- An `input_required` result becomes real server-to-client requests (`sampling/createMessage`,
-  `elicitation/create`, `roots/list`) to the very client whose request it answers (no routing
-  guess), then the request is retried with their answers as `inputResponses` and the echoed
-  `requestState`, for at most MAX_INPUT_ROUNDS rounds. A callback the client did not declare is an
-  error, except elicitation, which is declined as such a client would.
-- Listings come from the stateless cache for the client's capabilities and identity. They are the
-  handshake era's contract for these clients: served whatever their age (there is no ttl in that
-  era), refreshed at every start and on every change notification; `cacheScope: "private"` holds.
-- `resources/subscribe` becomes part of the relay's listen stream; change notifications from it
-  reach these clients as plain handshake-era notifications (lazyd/core/eras/listen_relay.py).
+For a server that speaks only the stateless era, or any with `era = "stateless"`, handshake-era
+clients are served in their own era by the process the stateless clients use (docs/protocol-eras.md,
+"The bridge: a handshake-era client on a stateless server"): `initialize` from the cached
+discovery, each request upstream in an envelope made of the client's own `initialize` params,
+results without the stateless-only fields, an `input_required` result turned into real requests to
+the very client it answers and retried with their answers (at most MAX_INPUT_ROUNDS rounds),
+listings from the stateless cache whatever their age, subscriptions through the relay's listen
+stream (lazyd/core/eras/listen_relay.py).
 """
 
 from __future__ import annotations
