@@ -1,20 +1,11 @@
 """Plain data in and out: the checked readers and the writers the parts' `to_state` use.
 
-The relay core and its parts write their state as JSON-ready values (dicts with string keys,
-lists, strings, numbers, booleans, None) so that a daemon can hand it to its successor
-(lazyd/daemon/upgrade/state.py) and the successor can carry on exactly where it stopped. The
-rules this module keeps, so that every part writes and reads the same way:
-
-- JSON-RPC ids stay as they are: `1` and `"1"` are different ids, and JSON keeps that apart
-  (an integer is written as a number, a string as a string).
-- Maps whose keys are not strings (a client and a request id, a relay id) are written as lists
-  of `[key..., value]` rows, in the map's order: the order of a dict is behaviour here (a
-  queue, a listen stream's order of delivery), so it is kept.
-- A parsed message keeps its received bytes as well as its object: the relay splices ids into
-  the bytes when it can (jsonrpc.with_id), and a successor must write the same bytes. Bytes are
-  written as text with `surrogateescape`, which a JSON writer with `ensure_ascii` carries exactly.
-- Reading checks every type and raises `ValueError` naming the field: a state that is not
-  what this code wrote is refused whole, never half adopted.
+The relay core's parts write their state as JSON-ready values for a successor daemon
+(lazyd/daemon/upgrade/state.py) to carry on exactly where it stopped. JSON-RPC ids keep their type
+(`1` is not `"1"`); maps with keys that are not strings are lists of `[key..., value]` rows in the
+map's order (a queue's order is behaviour); a message keeps its received bytes (the relay splices
+ids into them), written as `surrogateescape` text. Reading checks every type and raises
+`ValueError` naming the field: a state this code did not write is refused whole.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """The hub's side of the protocol that needs no daemon: its hello options and its handshake.
 
-Pure. A hub session's hello (docs/protocol.md) carries no command, no server name and
-`opts = {"hub": "true"[, "servers": "a,b"]}`; `hub_servers` checks it. The hub is a server of
-the handshake era: `initialize_result` is its answer to `initialize` (the client's version when
-the hub speaks it, else the newest). The handshake a proxied call replays on the client's
-behalf is decided with lazyd's other defaults (lazyd/core/relay/handshake_defaults.py).
+Pure. A hub hello (docs/protocol.md) carries no command or server name and
+`opts = {"hub": "true"[, "servers": "a,b"]}` (`hub_servers` checks it); `initialize_result` is the
+hub's answer to `initialize`, at the client's version when it speaks it.
 """
 
 from __future__ import annotations
