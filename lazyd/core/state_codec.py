@@ -17,7 +17,7 @@ from lazyd.core.eras.asker import Asker
 from lazyd.core.relay.jsonrpc import JsonId, JsonObj, Kind, Message, valid_id
 
 __all__ = ["obj", "items", "text", "opt_text", "integer", "opt_integer", "number", "opt_number", "flag",
-           "opt_flag", "json_obj", "opt_json_obj", "json_id", "opt_json_id", "raw_text", "raw_bytes",
+           "opt_json_obj", "json_id", "opt_json_id", "raw_text", "raw_bytes",
            "message_state", "message_from", "asker_state", "asker_from", "enum_value"]
 
 T = TypeVar("T")
@@ -71,14 +71,6 @@ def flag(value: object, what: str) -> bool:
     return value
 
 
-def opt_flag(value: object, what: str) -> bool | None:
-    return None if value is None else flag(value, what)
-
-
-def json_obj(value: object, what: str) -> JsonObj:
-    return obj(value, what)
-
-
 def opt_json_obj(value: object, what: str) -> JsonObj | None:
     return None if value is None else obj(value, what)
 
@@ -116,7 +108,7 @@ def message_state(msg: Message) -> JsonObj:
 
 def message_from(value: object, what: str) -> Message:
     state = obj(value, what)
-    return Message(enum_value(Kind, state.get("kind"), f"{what}.kind"), json_obj(state.get("obj"), f"{what}.obj"),
+    return Message(enum_value(Kind, state.get("kind"), f"{what}.kind"), obj(state.get("obj"), f"{what}.obj"),
                    opt_json_id(state.get("id"), f"{what}.id"), opt_text(state.get("method"), f"{what}.method"),
                    raw_bytes(state.get("raw"), f"{what}.raw"))
 
@@ -132,6 +124,6 @@ def asker_from(value: object, what: str) -> Asker | None:
     if value is None:
         return None
     state = obj(value, what)
-    return Asker(text(state.get("version"), f"{what}.version"), json_obj(state.get("client_info"), f"{what}.client_info"),
-                 json_obj(state.get("capabilities"), f"{what}.capabilities"),
+    return Asker(text(state.get("version"), f"{what}.version"), obj(state.get("client_info"), f"{what}.client_info"),
+                 obj(state.get("capabilities"), f"{what}.capabilities"),
                  text(state.get("principal"), f"{what}.principal"), opt_text(state.get("log_level"), f"{what}.log_level"))

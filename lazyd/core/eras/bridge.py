@@ -94,7 +94,7 @@ class Bridge:
             pending = {sc.text(k, "round input key"): sc.integer(v, "round input id")
                        for k, v in sc.obj(r.get("pending"), "round.pending").items()}
             self.rounds[(cid, client_id)] = InputRound(
-                cid, client_id, sc.text(r.get("method"), "round.method"), sc.json_obj(r.get("params"), "round.params"),
+                cid, client_id, sc.text(r.get("method"), "round.method"), sc.obj(r.get("params"), "round.params"),
                 sc.integer(r.get("rounds"), "round.rounds"), pending, dict(sc.obj(r.get("answers"), "round.answers")),
                 sc.opt_text(r.get("request_state"), "round.request_state"))
         self.input_waits = {}

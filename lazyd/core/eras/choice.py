@@ -85,10 +85,6 @@ class Kind(enum.StrEnum):
     STATELESS_ONLY = "stateless only"
 
 
-# Kinds whose every client can be served by one process.
-_SINGLE = frozenset({Kind.HANDSHAKE_ONLY, Kind.ONE_CONNECTION, Kind.STATELESS_ONLY})
-
-
 @dataclass(frozen=True, slots=True)
 class Facts:
     discovery: Discovery = "unknown"

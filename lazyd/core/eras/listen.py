@@ -137,7 +137,7 @@ class ListenHub:
         self.streams = {}
         for row in sc.items(s.get("streams"), "listen.streams"):
             cid, listen_id, filter_ = sc.items(row, "listen stream")
-            self.add(sc.integer(cid, "listen.cid"), sc.json_id(listen_id, "listen.id"), sc.json_obj(filter_, "listen.filter"))
+            self.add(sc.integer(cid, "listen.cid"), sc.json_id(listen_id, "listen.id"), sc.obj(filter_, "listen.filter"))
         self.current = sc.opt_integer(s.get("current"), "listen.current")
         self.pending = sc.opt_integer(s.get("pending"), "listen.pending")
         self.requested = sc.opt_json_obj(s.get("requested"), "listen.requested")
