@@ -16,17 +16,8 @@ from lazyd.core.relay import jsonrpc as rpc
 from lazyd.core.eras.asker import PROBE_VERSION
 from lazyd.core.cache import LIST_CHANGED, HandshakeEntry
 from lazyd.core.relay.jsonrpc import JsonObj, Message
-from lazyd.core.eras.listen import (
-    ACKNOWLEDGED,
-    LIST_FLAGS,
-    RESOURCE_UPDATED,
-    ListenHub,
-    covers,
-    honored,
-    serves_listen,
-    uri_matches,
-    uris_of,
-)
+from lazyd.core.eras.listen import (ACKNOWLEDGED, LIST_FLAGS, RESOURCE_UPDATED, ListenHub, covers, honored,
+                                    serves_listen, uri_matches, uris_of)
 from lazyd.core.relay.actions import Action, Activity, Note, Phase, SnapshotChanged, ToClient, ToServer, WantServer
 from lazyd.core.relay.shared import RelayShared
 from lazyd.core.relay.routing import ClientId, Upstream, level_rank

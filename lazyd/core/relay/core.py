@@ -50,24 +50,9 @@ from lazyd.core.eras.state import EraState
 from lazyd.core.relay.jsonrpc import Invalid, JsonObj, Kind, Message
 from lazyd.core.relay.listings import MAX_LISTING_PAGES as MAX_LISTING_PAGES
 from lazyd.core.relay.listings import ListingEngine
-from lazyd.core.relay.upstream import ANY_VERSION as ANY_VERSION
-from lazyd.core.relay.upstream import PROTOCOL_VERSION_META as PROTOCOL_VERSION_META
-from lazyd.core.relay.actions import Abort as Abort
-from lazyd.core.relay.actions import Action as Action
-from lazyd.core.relay.actions import Activity as Activity
-from lazyd.core.relay.client_state import ClientState as ClientState
-from lazyd.core.relay.actions import Note as Note
-from lazyd.core.relay.actions import Phase as Phase
-from lazyd.core.relay.actions import Ready as Ready
-from lazyd.core.relay.actions import SessionKey as SessionKey
-from lazyd.core.relay.actions import WaitIdle as WaitIdle
-from lazyd.core.relay.actions import SnapshotChanged as SnapshotChanged
-from lazyd.core.relay.actions import ToClient as ToClient
-from lazyd.core.relay.actions import ToServer as ToServer
 from lazyd.core.relay.waiting import Waiting
+from lazyd.core.relay.upstream import PROTOCOL_VERSION_META as PROTOCOL_VERSION_META
 from lazyd.core.relay.upstream import forward, internal
-from lazyd.core.relay.actions import Used as Used
-from lazyd.core.relay.actions import WantServer as WantServer
 from lazyd.core.relay.client import ClientMessages
 from lazyd.core.relay.server import ServerMessages
 from lazyd.core.relay.handshake_defaults import unattended_params
@@ -81,13 +66,16 @@ from lazyd.core.eras.stateless import StatelessEra
 from lazyd.core.lifecycle.use import counts_as_use
 from lazyd.core.eras.stateless_cache import StatelessCache
 from lazyd.core.eras.listen_relay import ListenRelay
+from lazyd.core.relay.actions import (Abort as Abort, Action as Action, Activity as Activity, Note as Note,
+                                      Phase as Phase, Ready as Ready, SessionKey as SessionKey,
+                                      SnapshotChanged as SnapshotChanged, ToClient as ToClient, ToServer as ToServer,
+                                      Used as Used, WaitIdle as WaitIdle, WantServer as WantServer)
+from lazyd.core.relay.client_state import ClientState
 
 
 class RelayCore:
-    """All relay decisions for one server instance shared by any number of clients.
-
-    Every event brings `now` (wall-clock seconds), read only for stateless results' `ttlMs`.
-    """
+    """All relay decisions for one server instance shared by any number of clients. Every event
+    brings `now` (wall-clock seconds), read only for stateless results' `ttlMs`."""
 
     def __init__(self, name: str, snapshot: Snapshot, sampling_policy: SamplingPolicy = "refuse",
                  era: EraSetting = "auto", session_aware: bool = False) -> None:

@@ -26,15 +26,8 @@ from lazyd.core.relay.actions import Action, Activity, Note, ToClient, ToServer
 from lazyd.core.relay.startup import Handshake
 from lazyd.core.relay.session_roots import RootsPart
 from lazyd.core.relay.shared import RelayShared
-from lazyd.core.relay.routing import (
-    CALLBACK_CAPABILITY,
-    ClientId,
-    Downstream,
-    SamplingPolicy,
-    Upstream,
-    choose_callback_target,
-    level_rank,
-)
+from lazyd.core.relay.routing import (CALLBACK_CAPABILITY, ClientId, Downstream, SamplingPolicy, Upstream,
+                                      choose_callback_target, level_rank)
 from lazyd.core.eras.stateless import StatelessEra
 from lazyd.core.eras.stateless_cache import StatelessCache
 from lazyd.core.eras.listen_relay import ListenRelay

@@ -23,17 +23,8 @@ from dataclasses import dataclass, field
 
 from lazyd.core.sharing.envrules import PER_SESSION_ENV, classify, counts
 
-__all__ = [
-    "PER_SESSION_ENV",
-    "Identity",
-    "identity_for",
-    "explain_difference",
-    "differing_env_names",
-    "variable_class",
-    "counted_for_learning",
-    "same_without",
-    "MIN_SECRET_BYTES",
-]
+__all__ = ["PER_SESSION_ENV", "Identity", "identity_for", "explain_difference", "differing_env_names",
+           "variable_class", "counted_for_learning", "same_without", "MIN_SECRET_BYTES"]
 
 # A shorter key would let someone who knows a cache file name brute-force the token behind it.
 MIN_SECRET_BYTES = 16
@@ -94,23 +85,14 @@ class Identity:
     def key_material(self) -> bytes:
         """Every field, canonically: JSON arrays keep argument boundaries, ASCII escapes make
         surrogate-carried names defined bytes."""
-        document = {
-            "v": _KEY_FORMAT_VERSION,
-            "argv": list(self.argv),
-            "cwd": self.cwd,
-            "env": [list(pair) for pair in self.env],
-            "instance": self.instance,
-        }
-        return json.dumps(document, ensure_ascii=True, separators=(",", ":"),
-                          sort_keys=True).encode("ascii")
+        document = {"v": _KEY_FORMAT_VERSION, "argv": list(self.argv), "cwd": self.cwd,
+                    "env": [list(pair) for pair in self.env], "instance": self.instance}
+        return json.dumps(document, ensure_ascii=True, separators=(",", ":"), sort_keys=True).encode("ascii")
 
     def digest(self, secret: bytes) -> str:
         """HMAC-SHA256 (hex) of `key_material`; ValueError for a secret too short to hide tokens."""
         if len(secret) < MIN_SECRET_BYTES:
-            raise ValueError(
-                f"the identity secret must be at least {MIN_SECRET_BYTES} bytes, "
-                f"got {len(secret)}"
-            )
+            raise ValueError(f"the identity secret must be at least {MIN_SECRET_BYTES} bytes, got {len(secret)}")
         return hmac.new(secret, self.key_material(), hashlib.sha256).hexdigest()
 
     def readable_name(self, secret: bytes) -> str:
@@ -119,18 +101,10 @@ class Identity:
         return f"{_base_name(self.argv)}-{self.digest(secret)[:_READABLE_DIGEST_HEX]}"
 
 
-def identity_for(
-    argv: Sequence[str],
-    cwd: str,
-    env: Mapping[str, str],
-    *,
-    ignore: Iterable[str] = PER_SESSION_ENV,
-    which: Callable[[str, str | None], str | None],
-    instance: str = "",
-    force: Iterable[str] = (),
-    declared: Iterable[str] = (),
-    interpreter: Callable[[str], str | None] = lambda path: None,
-) -> Identity:
+def identity_for(argv: Sequence[str], cwd: str, env: Mapping[str, str], *, ignore: Iterable[str] = PER_SESSION_ENV,
+                 which: Callable[[str, str | None], str | None], instance: str = "", force: Iterable[str] = (),
+                 declared: Iterable[str] = (),
+                 interpreter: Callable[[str], str | None] = lambda path: None) -> Identity:
     """The identity of a registration; ValueError for an empty command or a relative cwd.
 
     `argv[0]` is resolved with `which(name, PATH)` (the registration's PATH) or against `cwd`; an
@@ -228,9 +202,7 @@ def _first(argv: tuple[str, ...]) -> str:
     return argv[0] if argv else "(none)"
 
 
-def _resolve(
-    command: str, cwd: str, env: Mapping[str, str], which: Callable[[str, str | None], str | None]
-) -> str:
+def _resolve(command: str, cwd: str, env: Mapping[str, str], which: Callable[[str, str | None], str | None]) -> str:
     if "/" in command:
         return posixpath.normpath(posixpath.join(cwd, command))
     found = which(command, env.get("PATH"))
