@@ -22,7 +22,7 @@ _UNIT_RANK: dict[str, int] = {unit: rank for rank, unit in enumerate(_UNIT_SECON
 _PART = re.compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)", re.ASCII)
 _BARE_NUMBER = re.compile(r"\d+(?:\.\d+)?", re.ASCII)
 
-# Below this, status output shows milliseconds; a server that starts in 0.8 s reads better as 800ms.
+# Below this, status output shows milliseconds ("800ms" reads better than "0.8s").
 _MS_BELOW_S = 1.0
 # Below this, status output keeps one decimal ("1.5s"); above it whole seconds are precise enough.
 _DECIMAL_BELOW_S = 10.0

@@ -86,11 +86,8 @@ def summarize_arguments(arguments: object) -> str:
 
 
 def ask_params(server: str, tool: str, arguments: object, verdict: Verdict) -> JsonObj:
-    """The `elicitation/create` params that ask the user whether a call may run (form mode).
-
-    The form has no fields: accepting it is the answer. The question names the tool, the server,
-    the arguments (summarised) and the rule that asks.
-    """
+    """The `elicitation/create` params that ask whether a call may run: a form with no fields,
+    whose question names the tool, server, arguments (summarised) and rule."""
     message = (f'Allow the tool "{tool}" of the MCP server "{server}" to run?\n'
                f"Arguments: {summarize_arguments(arguments)}\n"
                f"(lazyd asks because of {verdict.reason()} in its config.)")

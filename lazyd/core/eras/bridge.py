@@ -68,8 +68,7 @@ class BridgePort(Protocol):
 
 
 class Bridge:
-    """Handshake-era clients served by a stateless process, and their input rounds (see the module
-    docstring). Its own state is the rounds in progress, as plain data."""
+    """Handshake-era clients served by a stateless process, and their input rounds in progress."""
 
     def __init__(self, core: BridgePort, shared: RelayShared, cache: StatelessCache, listen: ListenRelay) -> None:
         self.core = core
@@ -291,8 +290,7 @@ class Bridge:
     # ---- what a handshake-era client sees (lazyctl check) ----------------------------------------
 
     def handshake_view(self, params: JsonObj) -> HandshakeEntry | None:
-        """What a handshake-era client with these `initialize` params is served from the snapshot:
-        the recorded handshake, or, for a stateless-only server, the bridged one."""
+        """The handshake a client with these params is served from the snapshot (maybe bridged)."""
         entry = self.shared.snapshot.entries.get(handshake_key(params))
         if entry is not None:
             return entry

@@ -61,7 +61,7 @@ class StatelessCache:
 
     def start_asker(self, version: str) -> Asker:
         """The identity of the relay's own requests: the client that caused the start, else the
-        most recent one recorded, else lazyd itself (never an invented one when a real one is known)."""
+        most recent one recorded, else lazyd itself."""
         for cid, msg in self.shared.queue:
             if msg.method is not None and eras.is_stateless_request(msg.method, msg.params):
                 info, caps = eras.envelope_identity(msg.params)
@@ -144,9 +144,7 @@ class StatelessCache:
         return rpc.result_line(msg_id, {**result, "ttlMs": left})
 
     def record_discover(self, purpose: str, response: JsonObj) -> list[Action]:
-        """Store a discovery answer (a JSON-RPC response): a result by version (and identity unless
-        public), -32601 for every version, -32022 for its version. Other errors concern the
-        request, not the server."""
+        """Store a discovery answer as the module docstring says."""
         version, _, identity = purpose.partition("|")
         result = response.get("result")
         error = response.get("error")
@@ -204,8 +202,7 @@ class StatelessCache:
         return [] if request is None else [request, Note(f"fetching {method} ({why})")]
 
     def fetched(self, done: Fetched) -> tuple[list[Action], str | None]:
-        """A stateless fetch completed: store it, answer its waiters. Returns the actions and the
-        `list_changed` to announce when a start found a listing other than the one served."""
+        """Store a completed fetch and answer its waiters; also the `list_changed` to announce."""
         fetch = done.fetch
         assert fetch.asker is not None
         asker = fetch.asker

@@ -23,8 +23,7 @@ from lazyd.core.relay.jsonrpc import JsonId, Message
 __all__ = ["MAX_CALLS_IN_FLIGHT", "CALL_ENDED_REASON", "ToClient", "ToCall", "CancelTask", "HubAction",
            "HubRoutes"]
 
-# Tool calls one hub session may have running at once: far above what a model issues in
-# parallel, low enough that a runaway client cannot attach thousands of internal sessions.
+# Far above what a model issues in parallel, too low for a runaway client to attach thousands.
 MAX_CALLS_IN_FLIGHT = 64
 CALL_ENDED_REASON = "the tool call ended"
 
