@@ -11,8 +11,6 @@ from __future__ import annotations
 import math
 import re
 
-__all__ = ["parse_duration", "format_duration", "parse_bool"]
-
 # Seconds per unit, largest first: the order a compound duration must follow.
 _UNIT_SECONDS: dict[str, float] = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
 _UNIT_RANK: dict[str, int] = {unit: rank for rank, unit in enumerate(_UNIT_SECONDS)}

@@ -15,8 +15,6 @@ from lazyd.config.toml_text import parse_toml
 from lazyd.core.sharing.known_servers import KNOWN_MODES, KnownMode, KnownServer, KnownServers
 from lazyd.errors import ConfigError
 
-__all__ = ["PACKAGED_FILE", "packaged", "parse_table"]
-
 PACKAGED_FILE = "known_servers.toml"
 _ENTRY_KEYS = ("sharing", "runs", "why")
 

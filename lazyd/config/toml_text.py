@@ -14,8 +14,6 @@ from typing import Any
 
 from lazyd.errors import ConfigError
 
-__all__ = ["parse_toml"]
-
 
 def parse_toml(text: str, label: str) -> dict[str, Any]:
     """`text` as plain data; for a text that is not TOML, a one-line ConfigError with its line."""

@@ -19,9 +19,6 @@ from typing import Final
 
 from lazyd.core import state_codec as sc
 
-__all__ = ["SAMPLE_INTERVAL_S", "PARK_AFTER_BREACHES", "PARK_WINDOW_S", "Restart", "Park", "Verdict",
-           "MemoryLimit", "format_bytes", "parse_size"]
-
 SAMPLE_INTERVAL_S: Final = 2.0  # how often the watch samples trees and pressure (docs/supervision.md)
 OVER_SAMPLES: Final = 2  # rule 1: over at this many samples in a row
 PARK_AFTER_BREACHES: Final = 3  # rule 3

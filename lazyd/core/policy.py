@@ -17,8 +17,6 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
-__all__ = ["DECISIONS", "Decision", "Rule", "Verdict", "ToolPolicy", "as_decision", "compile_rule"]
-
 Decision = Literal["allow", "ask", "deny"]
 DECISIONS: tuple[Decision, ...] = ("allow", "ask", "deny")
 _STRICTNESS: dict[Decision, int] = {"allow": 0, "ask": 1, "deny": 2}

@@ -26,10 +26,6 @@ from lazyd.core import state_codec as sc
 from lazyd.core.relay.jsonrpc import JsonId, JsonObj, Kind, Message
 from lazyd.core.policy import Decision, ToolPolicy, Verdict
 
-__all__ = ["Pass", "Reply", "Log", "GateAction", "PolicyGate", "ask_params", "tool_error",
-           "denied_text", "no_elicitation_text", "answer_outcome", "refusal_text",
-           "summarize_arguments", "ASK_ID_PREFIX"]
-
 ASK_ID_PREFIX = "lazyd-policy-"
 # The arguments shown in a confirmation: enough to recognise the call, short enough to read.
 SUMMARY_CHARS = 400

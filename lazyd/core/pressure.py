@@ -14,9 +14,6 @@ import math
 from dataclasses import dataclass, field
 from typing import Final
 
-__all__ = ["PressureSettings", "Candidate", "Began", "Ended", "Sleep", "Action", "PressureRelief", "parse_psi",
-           "DEFAULT_START_PCT", "DEFAULT_STOP_PCT", "DEFAULT_PAUSE_S"]
-
 # `some avg10` in %: reclaim starts to be felt at 10 % (sleeping an idle server is far milder than
 # systemd-oomd's kill at 60 % `full`, so it comes much earlier); below 5 % the machine copes.
 DEFAULT_START_PCT: Final = 10.0

@@ -16,10 +16,6 @@ from typing import Any, TypeVar
 from lazyd.core.eras.asker import Asker
 from lazyd.core.relay.jsonrpc import JsonId, JsonObj, Kind, Message, valid_id
 
-__all__ = ["obj", "items", "text", "opt_text", "integer", "opt_integer", "number", "opt_number", "flag",
-           "opt_json_obj", "json_id", "opt_json_id", "raw_text", "raw_bytes",
-           "message_state", "message_from", "asker_state", "asker_from", "enum_value"]
-
 T = TypeVar("T")
 
 

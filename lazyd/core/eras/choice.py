@@ -67,9 +67,6 @@ from lazyd.core.eras import versions as eras
 from lazyd.core.cache import Snapshot
 from lazyd.core.relay.jsonrpc import JsonObj
 
-__all__ = ["Era", "EraSetting", "ERA_SETTINGS", "Kind", "Facts", "Lane", "LaneChoice", "StartPlan",
-           "EraPolicy", "client_era", "other_era", "facts_of"]
-
 Era = Literal["handshake", "stateless"]
 EraSetting = Literal["auto", "handshake", "stateless"]
 ERA_SETTINGS: tuple[EraSetting, ...] = ("auto", "handshake", "stateless")

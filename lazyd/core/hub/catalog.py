@@ -22,9 +22,6 @@ from typing import Any
 from lazyd.core.cache import PUBLIC, HandshakeEntry, Snapshot
 from lazyd.core.relay.jsonrpc import JsonObj
 
-__all__ = ["ToolInfo", "cached_tools", "server_description", "first_line", "words", "query_words", "search",
-           "tool_infos"]
-
 DESCRIPTION_LINE_CHARS = 160  # one line of a listing: enough for a sentence, not a manual
 _MIN_PREFIX = 3
 _SPLIT = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|[0-9]+")

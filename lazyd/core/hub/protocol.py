@@ -14,9 +14,6 @@ from lazyd.core.hub.tools import HUB_INSTRUCTIONS
 from lazyd.core.relay.jsonrpc import JsonObj
 from lazyd.errors import HubOptionError
 
-__all__ = ["HUB_VERSION", "SUPPORTED_VERSIONS", "LATEST_VERSION", "HUB_OPTS",
-           "hub_servers", "initialize_result"]
-
 HUB_VERSION = "0.1.0"
 SUPPORTED_VERSIONS = HANDSHAKE_VERSIONS  # the hub is a server of the handshake era (lazyd/core/eras/versions.py)
 LATEST_VERSION = LATEST_HANDSHAKE_VERSION

@@ -20,9 +20,6 @@ from dataclasses import dataclass
 from lazyd.core.relay import jsonrpc as rpc
 from lazyd.core.relay.jsonrpc import JsonId, Message
 
-__all__ = ["MAX_CALLS_IN_FLIGHT", "CALL_ENDED_REASON", "ToClient", "ToCall", "CancelTask", "HubAction",
-           "HubRoutes"]
-
 # Far above what a model issues in parallel, too low for a runaway client to attach thousands.
 MAX_CALLS_IN_FLIGHT = 64
 CALL_ENDED_REASON = "the tool call ended"

@@ -17,12 +17,6 @@ from lazyd.core.memory import format_bytes
 from lazyd.core.relay.jsonrpc import JsonObj
 from lazyd.core.policy import Decision, ToolPolicy, Verdict
 
-__all__ = ["LIST_SERVERS", "SEARCH_TOOLS", "GET_TOOL_SCHEMA", "CALL_TOOL", "WAKE_SERVER",
-           "SLEEP_SERVER", "RESTART_SERVER", "SERVER_STATUS", "META_TOOLS", "CONTROL_TOOLS", "CONTROL_SERVER",
-           "MetaCall", "ServerView", "StatusView", "parse_meta_call", "control_verdict", "visible_tools",
-           "control_ask_params", "render_servers", "render_status", "render_search", "render_schema",
-           "text_result", "error_result", "HUB_INSTRUCTIONS"]
-
 LIST_SERVERS = "list_servers"
 SEARCH_TOOLS = "search_tools"
 GET_TOOL_SCHEMA = "get_tool_schema"

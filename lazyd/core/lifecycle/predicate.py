@@ -10,8 +10,6 @@ from __future__ import annotations
 
 from lazyd.core.lifecycle.states import Action, Log, PredicateState, RunPredicate
 
-__all__ = ["PredicateSchedule"]
-
 
 class PredicateSchedule:
     """The next run of the wake predicate, and whether one runs now."""

@@ -15,8 +15,6 @@ from typing import Final
 
 from lazyd.core.lifecycle.states import State
 
-__all__ = ["Rule", "REQUEST_RULES", "OPERATOR_SLEEP_REASON"]
-
 
 class Rule(enum.StrEnum):
     """What one request does in one state (the machine carries it out)."""

@@ -18,9 +18,6 @@ from lazyd.errors import LifecycleError
 if TYPE_CHECKING:
     import random  # only the type of the caller's generator: the core draws from it, never from `random`
 
-__all__ = ["STABLE_AFTER_S", "BACKOFF_BASE_S", "BACKOFF_CAP_S", "BACKOFF_JITTER", "PARK_AFTER_FAILURES",
-           "PARK_WINDOW_S", "LifecyclePolicy", "backoff_delay_s", "CrashLoop"]
-
 STABLE_AFTER_S: Final = 10.0  # supervisord's startsecs: a crash later than this is not a crash loop
 BACKOFF_BASE_S: Final = 0.5  # a one-off crash is barely noticed, and a loop still cannot spin
 BACKOFF_CAP_S: Final = 30.0  # a keep_alive server that never comes up costs one spawn per ~30 s

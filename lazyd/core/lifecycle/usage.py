@@ -16,8 +16,6 @@ from functools import lru_cache
 from lazyd.config.durations import format_duration
 from lazyd.core.lifecycle.timing import LifecyclePolicy
 
-__all__ = ["Usage"]
-
 
 class Usage:
     """Attached clients, requests in flight, and the moments that start the linger and idle clocks."""

@@ -10,8 +10,6 @@ from typing import Final
 
 from lazyd.core.cache import LISTINGS
 
-__all__ = ["NOT_USE", "counts_as_use"]
-
 # `logging/setLevel` and `subscriptions/listen` say how a client wants to hear, not what it asks.
 NOT_USE: Final = frozenset({"initialize", "ping", "server/discover", "logging/setLevel", "subscriptions/listen",
                             *LISTINGS})

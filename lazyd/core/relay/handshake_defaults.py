@@ -22,10 +22,6 @@ from typing import Any
 from lazyd.core.eras.versions import LATEST_HANDSHAKE_VERSION
 from lazyd.core.relay.jsonrpc import JsonObj
 
-__all__ = ["LAZYD_VERSION", "LAZYD_CLIENT_INFO", "LAZYD_PROTOCOL_VERSION", "lazyd_initialize_params",
-           "unattended_params", "wake_params", "hub_call_params", "profile_params", "check_params",
-           "GIVEN_SOURCE", "OWN_SOURCE"]
-
 LAZYD_VERSION = "0.1.0"  # the package's version (pyproject.toml; a unit test keeps them equal)
 LAZYD_CLIENT_INFO: JsonObj = {"name": "lazyd", "version": LAZYD_VERSION}
 # The newest handshake-era version every SDK speaks: a server of any SDK accepts it.

@@ -12,8 +12,6 @@ from typing import Final
 
 from lazyd.core.relay.jsonrpc import Message
 
-__all__ = ["MUX_SESSION_KEY", "LAZYD_SESSION_KEY", "default_session_id", "add_session_meta"]
-
 MUX_SESSION_KEY: Final = "muxSessionId"
 LAZYD_SESSION_KEY: Final = "lazyd/sessionId"
 

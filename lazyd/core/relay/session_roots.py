@@ -29,8 +29,6 @@ from lazyd.core.relay.routing import ClientId
 from lazyd.core.relay.shared import RelayShared
 from lazyd.core.sharing.roots import NO_ROOTS, UNANSWERED, Root, common_roots, parse_roots, roots_key, roots_result
 
-__all__ = ["ROOTS_WAIT_S", "RootsPart", "SessionRoots"]
-
 # A client that declares roots and never answers must not hold its requests for ever.
 ROOTS_WAIT_S = 10.0
 

@@ -16,8 +16,6 @@ from lazyd.core.relay.client_state import ClientState
 from lazyd.core.relay.waiting import Waiting
 from lazyd.core.relay.routing import ClientId, Routes
 
-__all__ = ["RelayShared"]
-
 
 @dataclass
 class RelayShared:

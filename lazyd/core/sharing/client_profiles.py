@@ -17,10 +17,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["ClientProfile", "PROFILES", "profile_named", "profile_for_client_info",
-           "gemini_environment", "codex_environment", "opencode_environment", "full_environment",
-           "copilot_environment", "kilo_environment", "continue_environment", "amp_environment"]
-
 # (inherited, declared, passed): passed are the names a registration asks to pass through (Codex's
 # `env_vars`); clients that pass everything on ignore them.
 Environment = Callable[[Mapping[str, str], Mapping[str, str], tuple[str, ...]], dict[str, str]]

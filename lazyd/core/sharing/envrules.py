@@ -28,9 +28,6 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-__all__ = ["PER_SESSION_ENV", "LAUNCHER_CONTEXT_ENV", "counts", "classify", "is_credential_name",
-           "is_setting_name"]
-
 # Exact names or fnmatch patterns (case-sensitive) that vary per terminal, login or client session
 # and carry no server setting: a shared server runs with the environment of the session that
 # started it, so only a variable the server cannot care about may be left out.

@@ -17,8 +17,6 @@ from dataclasses import dataclass
 from lazyd.core.sharing.modes import NOT_KNOWN_PREFIX, SharingDecision
 from lazyd.config.durations import format_duration
 
-__all__ = ["Join", "JoinChoice", "join"]
-
 
 class Join(enum.Enum):
     BASE = "base"  # the registration's own process

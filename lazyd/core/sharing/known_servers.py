@@ -20,9 +20,6 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Final, Literal
 
-__all__ = ["KnownMode", "KnownServer", "KnownServers", "normalize", "what_runs", "tree_runs", "names_a_server",
-           "KNOWN_MODES"]
-
 # "auto" in an entry means "not known": the tool-name rule decides (how a user unlists a server).
 KnownMode = Literal["shared", "isolated", "session-aware", "auto"]
 KNOWN_MODES: Final[tuple[KnownMode, ...]] = ("shared", "isolated", "session-aware", "auto")

@@ -31,9 +31,6 @@ from lazyd.core.hub.catalog import cached_tools, words
 from lazyd.core.relay.jsonrpc import JsonObj
 from lazyd.core.sharing.known_servers import KnownServer
 
-__all__ = ["Mode", "MODES", "NOT_KNOWN_PREFIX", "NOT_KNOWN_RULE", "UNDECIDED_RULE", "ShareSetting", "SharingDecision", "STATEFUL_TOOL_WORDS", "decide_sharing",
-           "declared_sharing", "stateful_tools", "declares_session_aware"]
-
 Mode = Literal["shared", "isolated", "session-aware"]
 MODES: Final[tuple[Mode, ...]] = ("shared", "isolated", "session-aware")
 ShareSetting = bool | Literal["auto", "session-aware"]

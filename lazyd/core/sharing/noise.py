@@ -23,9 +23,6 @@ from typing import Any
 
 from lazyd.core.sharing.envrules import is_credential_name, is_setting_name
 
-__all__ = ["Evidence", "PerRunLearner", "is_shaped_name", "is_shaped_value", "SHAPED_VALUES_NEEDED",
-           "UNSHAPED_VALUES_NEEDED"]
-
 SHAPED_VALUES_NEEDED = 2
 UNSHAPED_VALUES_NEEDED = 3
 FORMAT_VERSION = 1

@@ -13,8 +13,6 @@ import json
 
 from lazyd.core.relay.jsonrpc import JsonObj
 
-__all__ = ["NO_ROOTS", "UNANSWERED", "Root", "common_roots", "parse_roots", "roots_key", "roots_result"]
-
 # A root as a client gave it: its uri and its optional name (names are shown by some servers).
 Root = tuple[str, str | None]
 
