@@ -93,11 +93,8 @@ class HandshakeEntry:
         return all(method in self.listings for method in self.advertised_listings())
 
     def to_json(self) -> JsonObj:
-        return {
-            "params": self.params,
-            "result": self.result,
-            "listings": {m: listing.to_json() for m, listing in self.listings.items()},
-        }
+        return {"params": self.params, "result": self.result,
+                "listings": {m: listing.to_json() for m, listing in self.listings.items()}}
 
     @classmethod
     def from_json(cls, obj: Any) -> HandshakeEntry:
@@ -106,11 +103,7 @@ class HandshakeEntry:
         params, result, listings = obj.get("params"), obj.get("result"), obj.get("listings", {})
         if not isinstance(params, dict) or not isinstance(result, dict) or not isinstance(listings, dict):
             raise ValueError("entry fields have the wrong types")
-        return cls(
-            params=params,
-            result=result,
-            listings={str(m): Listing.from_json(v) for m, v in listings.items() if m in LISTINGS},
-        )
+        return cls(params, result, {str(m): Listing.from_json(v) for m, v in listings.items() if m in LISTINGS})
 
 
 def stateless_key(method: str, version: str, caps_digest: str, identity: str = PUBLIC) -> str:
@@ -166,7 +159,7 @@ class Snapshot:
     # Stateless-era results by stateless_key.
     stateless: dict[str, CachedResult] = field(default_factory=dict)
     # The identity the relay's own stateless requests borrow when no client is waiting: the most
-    # recent real client's {"clientInfo", "clientCapabilities", "principal"}.
+    # recent real client's {"clientInfo", "clientCapabilities"}.
     last_meta: JsonObj | None = None
     # Whether a connection that answered server/discover also accepted initialize (None: unknown).
     mixed_connection: bool | None = None
@@ -247,17 +240,10 @@ class Snapshot:
         return None
 
     def to_json(self) -> JsonObj:
-        return {
-            "format": SNAPSHOT_FORMAT,
-            "entries": {k: e.to_json() for k, e in self.entries.items()},
-            "discover": self.discover,
-            "last_params": self.last_params,
-            "updated_at": self.updated_at,
-            "stateless": {k: c.to_json() for k, c in self.stateless.items()},
-            "last_meta": self.last_meta,
-            "mixed_connection": self.mixed_connection,
-            "handshake_first": self.handshake_first,
-        }
+        return {"format": SNAPSHOT_FORMAT, "entries": {k: e.to_json() for k, e in self.entries.items()},
+                "discover": self.discover, "last_params": self.last_params, "updated_at": self.updated_at,
+                "stateless": {k: c.to_json() for k, c in self.stateless.items()}, "last_meta": self.last_meta,
+                "mixed_connection": self.mixed_connection, "handshake_first": self.handshake_first}
 
     @classmethod
     def from_json(cls, obj: Any) -> Snapshot:
@@ -285,16 +271,11 @@ class Snapshot:
         handshake_first = obj.get("handshake_first")
         if handshake_first is not None and not isinstance(handshake_first, bool):
             raise ValueError("handshake_first is not a boolean")
-        return cls(
-            entries={str(k): HandshakeEntry.from_json(v) for k, v in entries.items()},
-            discover={str(k): v for k, v in discover.items()},
-            last_params=last_params,
-            updated_at=float(updated_at),
-            stateless={str(k): CachedResult.from_json(v) for k, v in stateless.items()},
-            last_meta=last_meta,
-            mixed_connection=mixed,
-            handshake_first=handshake_first,
-        )
+        return cls(entries={str(k): HandshakeEntry.from_json(v) for k, v in entries.items()},
+                   discover={str(k): v for k, v in discover.items()}, last_params=last_params,
+                   updated_at=float(updated_at),
+                   stateless={str(k): CachedResult.from_json(v) for k, v in stateless.items()},
+                   last_meta=last_meta, mixed_connection=mixed, handshake_first=handshake_first)
 
     def listing_counts(self) -> dict[str, int]:
         """Item counts of the most recently used entry's listings, for status output."""

@@ -113,7 +113,7 @@ def asker_state(asker: Asker | None) -> JsonObj | None:
     if asker is None:
         return None
     return {"version": asker.version, "client_info": asker.client_info, "capabilities": asker.capabilities,
-            "principal": asker.principal, "log_level": asker.log_level}
+            "log_level": asker.log_level}
 
 
 def asker_from(value: object, what: str) -> Asker | None:
@@ -122,4 +122,4 @@ def asker_from(value: object, what: str) -> Asker | None:
     state = obj(value, what)
     return Asker(text(state.get("version"), f"{what}.version"), obj(state.get("client_info"), f"{what}.client_info"),
                  obj(state.get("capabilities"), f"{what}.capabilities"),
-                 text(state.get("principal"), f"{what}.principal"), opt_text(state.get("log_level"), f"{what}.log_level"))
+                 opt_text(state.get("log_level"), f"{what}.log_level"))

@@ -24,12 +24,11 @@ class Asker:
     version: str
     client_info: JsonObj
     capabilities: JsonObj
-    principal: str = ""
     log_level: str | None = None
 
     @property
     def identity(self) -> str:
-        return eras.identity_digest(self.client_info, self.principal)
+        return eras.identity_digest(self.client_info)
 
     @property
     def caps(self) -> str:
@@ -46,7 +45,7 @@ class Asker:
         return stateless_key(method, self.version, self.caps, self.identity)
 
 
-def asker_from_params(params: JsonObj, version: str, principal: str = "") -> Asker:
+def asker_from_params(params: JsonObj, version: str) -> Asker:
     """The Asker of a handshake-era client, from its `initialize` params."""
     info, caps = params.get("clientInfo"), params.get("capabilities")
-    return Asker(version, info if isinstance(info, dict) else {}, caps if isinstance(caps, dict) else {}, principal)
+    return Asker(version, info if isinstance(info, dict) else {}, caps if isinstance(caps, dict) else {})

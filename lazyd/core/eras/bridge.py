@@ -110,11 +110,11 @@ class Bridge:
         return eras.upstream_version(self.cache.known_discovery()) or PROBE_VERSION
 
     def client_asker(self, client: ClientState) -> Asker:
-        asker = asker_from_params(client.params or {}, self.upstream_version(), client.principal)
+        asker = asker_from_params(client.params or {}, self.upstream_version())
         # A handshake-era server logs to a client that set no level (the python SDK sends every
         # message); a stateless one logs only to requests that opt in: opt in for it, as direct.
         level = self.shared.routes.levels.get(client.cid, BRIDGED_DEFAULT_LOG_LEVEL)
-        return Asker(asker.version, asker.client_info, asker.capabilities, asker.principal, level)
+        return Asker(asker.version, asker.client_info, asker.capabilities, level)
 
     def initialize(self, client: ClientState, msg: Message) -> list[Action]:
         assert msg.id is not None

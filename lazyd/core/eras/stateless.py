@@ -264,7 +264,7 @@ class StatelessEra:
 
     def _remember_asker(self, cid: ClientId, params: JsonObj) -> list[Action]:
         info, caps = eras.envelope_identity(params)
-        meta = {"clientInfo": info, "clientCapabilities": caps, "principal": self.cache.principal(cid)}
+        meta = {"clientInfo": info, "clientCapabilities": caps}
         if not info or self.shared.snapshot.last_meta == meta:
             return []
         first = self.shared.snapshot.last_meta is None

@@ -66,29 +66,23 @@ class StatelessCache:
             if msg.method is not None and eras.is_stateless_request(msg.method, msg.params):
                 info, caps = eras.envelope_identity(msg.params)
                 if isinstance(info.get("name"), str):  # an envelope without clientInfo names no one
-                    return Asker(version, info, caps, self.principal(cid))
+                    return Asker(version, info, caps)
         for cid, msg in self.shared.queue:
             client = self.shared.clients.get(cid)
             params: JsonObj | None = msg.params if msg.method == "initialize" else (client.params if client else None)
             if params:
-                return asker_from_params(params, version, self.principal(cid))
+                return asker_from_params(params, version)
         meta = self.shared.snapshot.last_meta
         if meta is not None and isinstance(meta.get("clientInfo"), dict):
             recorded = meta.get("clientCapabilities")
-            principal = meta.get("principal")
-            return Asker(version, meta["clientInfo"], recorded if isinstance(recorded, dict) else {},
-                         principal if isinstance(principal, str) else "")
+            return Asker(version, meta["clientInfo"], recorded if isinstance(recorded, dict) else {})
         if self.shared.snapshot.last_params is not None:
             return asker_from_params(self.shared.snapshot.last_params, version)
         return Asker(version, dict(LAZYD_CLIENT_INFO), {})
 
-    def principal(self, cid: ClientId) -> str:
-        client = self.shared.clients.get(cid)
-        return client.principal if client is not None else ""
-
     def request_asker(self, cid: ClientId, params: JsonObj) -> Asker:
         info, caps = eras.envelope_identity(params)
-        return Asker(eras.request_version(params) or PROBE_VERSION, info, caps, self.principal(cid))
+        return Asker(eras.request_version(params) or PROBE_VERSION, info, caps)
 
     def discover_purpose(self, cid: ClientId, msg: Message) -> str:
         """What a client's `server/discover` is recorded under: its version and identity."""

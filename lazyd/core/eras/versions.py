@@ -107,10 +107,11 @@ def capabilities_digest(capabilities: JsonObj) -> str:
     return _digest(capabilities)
 
 
-def identity_digest(client_info: JsonObj, principal: str = "") -> str:
+def identity_digest(client_info: JsonObj) -> str:
     """The client identity a `cacheScope: "private"` result is confined to: sessions of one
-    process share its tokens already, so clientInfo and the daemon's principal tell them apart."""
-    return _digest({"name": client_info.get("name"), "version": client_info.get("version"), "principal": principal})
+    process share its tokens already, so clientInfo tells them apart. (The empty "principal" keeps
+    the digests of results stored on disk.)"""
+    return _digest({"name": client_info.get("name"), "version": client_info.get("version"), "principal": ""})
 
 
 def supported_versions(discover_result: object) -> list[str]:

@@ -231,10 +231,6 @@ class RelayCore:
         self.routes.sessions[cid] = session_id or default_session_id(cid)
         return [Note(f"client {cid} attached")]
 
-    def set_principal(self, cid: ClientId, principal: str) -> None:
-        """Who is behind a client (a digest): `cacheScope: "private"` results stay with it."""
-        self.clients[cid].principal = principal
-
     def resume(self, cid: ClientId, lines: list[bytes], *, now: float) -> list[Action]:
         """Record lines a client already had answered by a previous daemon (no replies)."""
         self.now = now
