@@ -145,7 +145,7 @@ class RelayCore:
         return len(self.clients)
 
     def inflight_count(self) -> int:
-        return self.routes.client_inflight_count() + self.queue.requests() + self.listings.waiting_count()
+        return self.routes.client_inflight + self.queue.requests() + self.listings.waiting_count()
 
     def listen_count(self) -> int:
         """Open `subscriptions/listen` streams of attached clients (they do not keep a server up)."""

@@ -142,9 +142,6 @@ class Routes:
     def inflight_of(self, cid: ClientId) -> list[int]:
         return [rid for rid, up in self.upstream.items() if up.cid == cid]
 
-    def client_inflight_count(self) -> int:
-        return self.client_inflight
-
     def callback_candidates(self) -> list[tuple[int, ClientId]]:
         """(seq, client) of every in-flight callback-capable client request."""
         return [(up.seq, up.cid) for up in self.upstream.values() if up.cid is not None and up.method in CALLBACK_CAPABLE]
