@@ -23,6 +23,8 @@ SNAPSHOT_FORMAT = 1
 MAX_STATELESS_ENTRIES = 256
 # Key part of a result every client identity may be served (`cacheScope: "public"`).
 PUBLIC = "*"
+# The discovery key of a -32601: it answers every version.
+ANY_VERSION = "*"
 
 # The four listings of the handshake era and the key of their items in a result.
 LISTINGS: dict[str, str] = {
@@ -207,9 +209,9 @@ class Snapshot:
         self.discover.update(other.discover)
         if any(is_stateless_discovery(a.get("result")) for a in other.discover.values()):
             # The server answers discovery now: an older -32601 would contradict it.
-            self.discover.pop(ANY_DISCOVER_KEY, None)
-        elif ANY_DISCOVER_KEY in other.discover:
-            for key in [k for k in self.discover if k != ANY_DISCOVER_KEY]:
+            self.discover.pop(ANY_VERSION, None)
+        elif ANY_VERSION in other.discover:
+            for key in [k for k in self.discover if k != ANY_VERSION]:
                 del self.discover[key]
         for key, cached in other.stateless.items():
             self.store_stateless(key, cached.result, cached.stored_at)
@@ -296,9 +298,6 @@ class Snapshot:
                 if method not in counts or counts[method][0] <= cached.stored_at:
                     counts[method] = (cached.stored_at, len(items))
         return {LISTINGS[m]: n for m, (_, n) in counts.items()}
-
-
-ANY_DISCOVER_KEY = "*"  # a -32601 answers discovery at every version (relay.ANY_VERSION)
 
 
 def is_stateless_discovery(result: object) -> bool:

@@ -25,10 +25,10 @@ from typing import Protocol
 from lazyd.core.eras import versions as eras
 from lazyd.core.relay import jsonrpc as rpc
 from lazyd.core.eras.asker import PROBE_VERSION
-from lazyd.core.cache import LISTINGS, discover_key, is_stateless_discovery
+from lazyd.core.cache import ANY_VERSION, LISTINGS, discover_key, is_stateless_discovery
 from lazyd.core.eras.state import Event, Stage
 from lazyd.core.relay.jsonrpc import JsonObj, Message
-from lazyd.core.relay.upstream import ANY_VERSION, foreign_task, forward, internal
+from lazyd.core.relay.upstream import foreign_task, forward, internal
 from lazyd.core.relay.actions import Abort, Action, Note, Phase, Ready, SnapshotChanged, ToClient
 from lazyd.core.relay.startup import Handshake, refusal_reason
 from lazyd.core.relay.shared import RelayShared

@@ -22,11 +22,11 @@ from lazyd.core.eras import versions as eras
 from lazyd.core.relay.handshake_defaults import LAZYD_CLIENT_INFO
 from lazyd.core.relay import jsonrpc as rpc
 from lazyd.core.eras.asker import PROBE_VERSION, Asker, asker_from_params
-from lazyd.core.cache import (LIST_CHANGED, LISTING_CAPABILITY, LISTINGS, PUBLIC, CachedResult, discover_key,
-                              is_stateless_discovery, remaining_ttl_ms)
+from lazyd.core.cache import (ANY_VERSION, LIST_CHANGED, LISTING_CAPABILITY, LISTINGS, PUBLIC, CachedResult,
+                              discover_key, is_stateless_discovery, remaining_ttl_ms)
 from lazyd.core.relay.jsonrpc import JsonId, JsonObj, Message
 from lazyd.core.relay.listings import Fetched, Waiter, drift
-from lazyd.core.relay.upstream import ANY_VERSION, discover_version_key, forward
+from lazyd.core.relay.upstream import discover_version_key, forward
 from lazyd.core.relay.actions import Action, Note, Phase, SnapshotChanged, ToClient
 from lazyd.core.relay.shared import RelayShared
 from lazyd.core.relay.routing import ClientId

@@ -51,7 +51,7 @@ from lazyd.core.relay.jsonrpc import Invalid, JsonObj, Kind, Message
 from lazyd.core.relay.listings import MAX_LISTING_PAGES as MAX_LISTING_PAGES
 from lazyd.core.relay.listings import ListingEngine
 from lazyd.core.relay.waiting import Waiting
-from lazyd.core.relay.upstream import PROTOCOL_VERSION_META as PROTOCOL_VERSION_META
+from lazyd.core.eras.versions import PROTOCOL_VERSION_META as PROTOCOL_VERSION_META
 from lazyd.core.relay.upstream import forward, internal
 from lazyd.core.relay.client import ClientMessages
 from lazyd.core.relay.server import ServerMessages
