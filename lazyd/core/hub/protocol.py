@@ -15,8 +15,6 @@ from lazyd.core.relay.jsonrpc import JsonObj
 from lazyd.errors import HubOptionError
 
 HUB_VERSION = "0.1.0"
-SUPPORTED_VERSIONS = HANDSHAKE_VERSIONS  # the hub is a server of the handshake era (lazyd/core/eras/versions.py)
-LATEST_VERSION = LATEST_HANDSHAKE_VERSION
 HUB_OPTS = ("hub", "servers")
 
 
@@ -41,7 +39,7 @@ def hub_servers(argv: Sequence[str], server: str | None, opts: Mapping[str, str]
 def initialize_result(params: JsonObj) -> JsonObj:
     asked = params.get("protocolVersion")
     return {
-        "protocolVersion": asked if asked in SUPPORTED_VERSIONS else LATEST_VERSION,
+        "protocolVersion": asked if asked in HANDSHAKE_VERSIONS else LATEST_HANDSHAKE_VERSION,  # a handshake-era server
         "capabilities": {"tools": {}},
         "serverInfo": {"name": "lazyd-hub", "title": "lazyd hub", "version": HUB_VERSION},
         "instructions": HUB_INSTRUCTIONS,

@@ -24,16 +24,13 @@ from lazyd.core.relay.jsonrpc import JsonObj
 
 LAZYD_VERSION = "0.1.0"  # the package's version (pyproject.toml; a unit test keeps them equal)
 LAZYD_CLIENT_INFO: JsonObj = {"name": "lazyd", "version": LAZYD_VERSION}
-# The newest handshake-era version every SDK speaks: a server of any SDK accepts it.
-LAZYD_PROTOCOL_VERSION = LATEST_HANDSHAKE_VERSION
-
 GIVEN_SOURCE = "given with --initialize-json"
 OWN_SOURCE = "lazyctl's own"
 
 
 def lazyd_initialize_params() -> JsonObj:
     """lazyd's own `initialize` params (rule 2): a fresh object, the caller may keep it."""
-    return {"protocolVersion": LAZYD_PROTOCOL_VERSION, "capabilities": {}, "clientInfo": dict(LAZYD_CLIENT_INFO)}
+    return {"protocolVersion": LATEST_HANDSHAKE_VERSION, "capabilities": {}, "clientInfo": dict(LAZYD_CLIENT_INFO)}
 
 
 def unattended_params(last_params: JsonObj | None, queued: bool,
