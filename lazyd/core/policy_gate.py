@@ -19,12 +19,12 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 from lazyd.core.relay import jsonrpc as rpc
 from lazyd.core import state_codec as sc
 from lazyd.core.relay.jsonrpc import JsonId, JsonObj, Kind, Message
-from lazyd.core.policy import Decision, ToolPolicy, Verdict
+from lazyd.core.policy import ToolPolicy, Verdict, as_decision
 
 ASK_ID_PREFIX = "lazyd-policy-"
 # The arguments shown in a confirmation: enough to recognise the call, short enough to read.
@@ -152,11 +152,9 @@ class PolicyGate:
         self._held = {}
         for row in sc.items(s.get("held"), "gate.held"):
             cid, ask, line, request_id, tool, decision, rule = sc.items(row, "gate.held row")
-            if decision not in ("allow", "ask", "deny"):
-                raise ValueError(f"gate.held: unknown decision {decision!r}")
             self._held[(sc.integer(cid, "gate.cid"), sc.text(ask, "gate.ask"))] = _Held(
                 sc.raw_bytes(line, "gate.line"), sc.json_id(request_id, "gate.request_id"), sc.text(tool, "gate.tool"),
-                Verdict(cast(Decision, decision), sc.opt_text(rule, "gate.rule")))
+                Verdict(as_decision(decision), sc.opt_text(rule, "gate.rule")))
         self._next_ask = sc.integer(s.get("next_ask"), "gate.next_ask")
         self._listings = set()
         for row in sc.items(s.get("listings"), "gate.listings"):
