@@ -28,4 +28,5 @@ class ClientState:
     def from_state(cls, value: object) -> ClientState:
         s = sc.obj(value, "client")
         return cls(sc.integer(s.get("cid"), "client.cid"), sc.opt_json_obj(s.get("params"), "client.params"),
-                   sc.flag(s.get("initialized"), "client.initialized"), sc.integer(s.get("last_active"), "client.last_active"))
+                   sc.flag(s.get("initialized"), "client.initialized"),
+                   sc.integer(s.get("last_active"), "client.last_active"))
