@@ -3,57 +3,41 @@
 ::
 
     LazydError                the root: str() is one line fit for a user, never a traceback
-    ├── UserError             the user must fix something; lazyd never works around it (no
-    │   │                     fail-open), and a command exits with status 2
-    │   ├── UsageError        a bad flag, option value or command line (lazyd-shim, lazyctl,
-    │   │                     lazyctl wrap)
+    ├── UserError             the user must fix it; never worked around (no fail-open), exit 2
+    │   ├── UsageError        a bad flag, option value or command line
     │   ├── ConfigError       config.toml, or a registration option, that lazyd refuses
     │   ├── StateFileError    a file in lazyd's state or cache dir that is not lazyd's own
     │   └── HubOptionError    a hub hello with a command, a server name or a server's option
-    ├── SetupError            the environment is unsafe or unusable (runtime dir, socket path,
-    │                         home): the daemon exits 1 and a shim runs the server directly
+    ├── SetupError            an unsafe or unusable environment: the daemon exits 1, a shim runs
+    │                         the server directly
     ├── AlreadyRunning        another live daemon holds the instance lock or the socket (exit 0)
     ├── ProtocolError         a peer broke the protocol: its connection is closed, nothing else
     │   ├── WireError         bytes that are not a valid frame (lazyd/protocol/wire.py)
-    │   ├── SlowPeer          a frame that started and did not finish within its deadline
+    │   ├── SlowPeer          a frame that did not finish within its deadline
     │   └── LineTooLong       a server wrote a stdout line over its limit
-    ├── Refused               the daemon will not serve a hello; ``code`` and ``message`` go into
-    │   │                     the ``refused`` frame
+    ├── Refused               a hello the daemon will not serve (``code`` for the ``refused`` frame)
     │   └── NotReclaimed      a lost daemon's session it leaves to the shim's own recovery
-    ├── SpawnError            a server's command cannot be started (not found, not executable,
-    │                         bad working directory); ``errno`` says which
+    ├── SpawnError            a server's command cannot be started; ``errno`` says why
     ├── LifecycleError        an event no lifecycle state can absorb: a bug of the caller
-    ├── InheritError          a daemon cannot take over what its predecessor handed over (a state
-    │                         file of another version, corrupt or missing; a server gone): it
-    │                         falls back to stopping and restarting, and says why
-    ├── Unavailable           the shim cannot have the daemon; ``final``: retrying is pointless,
-    │                         ``user_error``: exit 2 instead of running the server directly
-    ├── NoDaemon              nobody listens on the socket path (ECONNREFUSED, ENOENT): the shim
-    │                         may start one
-    ├── ReplayFailed          a server the shim runs directly failed its replayed initialize
-    ├── CtlError              a lazyctl operation failed (exit status ``exit_code``, 1)
-    │   └── DaemonNotRunning  nothing listens on the socket (exit status 3, as systemctl's)
-    ├── WrapError             lazyctl wrap could not edit a config; nothing was written (exit 1)
+    ├── InheritError          a successor cannot take over what was handed over: it restarts
+    ├── Unavailable           the shim cannot have the daemon (``final``, ``user_error``)
+    ├── NoDaemon              nobody listens on the socket path: the shim may start one
+    ├── ReplayFailed          a directly run server failed its replayed initialize
+    ├── CtlError              a lazyctl operation failed (``exit_code`` 1)
+    │   └── DaemonNotRunning  nothing listens on the socket (exit 3, as systemctl's)
+    ├── WrapError             lazyctl wrap could not edit a config; nothing was written
     │   └── ConflictError     the file changed between lazyctl's read and its replace
-    └── JsonSyntaxError       a client config that is not JSON of its dialect (also a ValueError);
-                              lazyctl wrap turns it into a WrapError naming the file
+    └── JsonSyntaxError       a client config that is not JSON of its dialect (also a ValueError)
 
-Where low-level errors become these (each at one boundary, so nothing above it sees an OSError,
-a msgpack exception or a RuntimeError of a library):
-
-- lazyd/protocol/wire.py: anything msgpack raises on a peer's bytes becomes WireError;
-- lazyd/host/paths.py: platformdirs' RuntimeError for a missing home becomes SetupError;
-- lazyd/daemon/connections/listener.py: a broken or closed stream ends the connection quietly, a
-  ProtocolError ends it with one warning, anything else is logged as a bug;
-- lazyd/daemon/process/child.py: exec failures (ENOENT, EACCES, ENOEXEC, a bad cwd) become SpawnError;
-- shim/connect.py: OSError and WireError during connect and hello become Unavailable;
-- lazyd/ctl/client.py: OSError, timeouts and WireError on the control socket become CtlError.
-
-Rules: the message is one line (callers print it after a prefix, and log records must not split);
-it names the file, flag or server and the fix, never a value that could be a secret. Errors that
-are a local bug (encoding a frame over the limits) stay ValueError/TypeError: they are not the
-user's or the peer's, and must not be caught as if they were. This module imports nothing: every
-floor of lazyd, the shim and the pure core included, may import it.
+Low-level errors become these at one boundary each, so nothing above it sees an OSError, a msgpack
+exception or a library's RuntimeError: lazyd/protocol/wire.py (msgpack's errors on a peer's bytes),
+lazyd/host/paths.py (platformdirs' missing home), lazyd/daemon/connections/listener.py (a broken
+stream ends the connection quietly, a ProtocolError with one warning), lazyd/daemon/process/child.py
+(exec failures), shim/connect.py (connect and hello failures become Unavailable), lazyd/ctl/client.py
+(the control socket's failures become CtlError).
+The message is one line naming the file, flag or server and the fix, never a possible secret. A
+local bug stays ValueError/TypeError, so it is never caught as the user's or the peer's. This
+module imports nothing: every floor, the shim and the core included, may import it.
 """
 
 from __future__ import annotations
@@ -72,9 +56,6 @@ __all__ = [
 
 class LazydError(Exception):
     """The root of every error lazyd raises on purpose; ``str()`` is one line for a user."""
-
-
-# --- the user must fix something ------------------------------------------------------------------
 
 
 class UserError(LazydError):
@@ -101,18 +82,12 @@ class HubOptionError(UserError):
     """A hub hello the daemon refuses; ``str()`` is one line for the ``refused`` frame."""
 
 
-# --- the daemon's environment ---------------------------------------------------------------------
-
-
 class SetupError(LazydError):
     """The environment is unsafe or unusable; the message is one line for the operator."""
 
 
 class AlreadyRunning(LazydError):
     """Another live daemon holds the instance lock or answers on the socket."""
-
-
-# --- peers that break the protocol ----------------------------------------------------------------
 
 
 class ProtocolError(LazydError):
@@ -131,9 +106,6 @@ class LineTooLong(ProtocolError):
     """The child wrote a stdout line longer than the spec's max_line_bytes."""
 
 
-# --- the daemon's answers and its servers ---------------------------------------------------------
-
-
 class Refused(LazydError):
     """A hello the daemon will not serve; ``code`` goes into the ``refused`` frame."""
 
@@ -144,8 +116,7 @@ class Refused(LazydError):
 
 
 class NotReclaimed(Refused):
-    """A reclaiming hello whose session the daemon does not take back itself
-    (lazyd/daemon/handoff/reclaim.py): refused with code ``reclaim``; the shim's recovery takes it."""
+    """A reclaiming hello the daemon does not take back itself (lazyd/daemon/handoff/reclaim.py)."""
 
     def __init__(self, message: str) -> None:
         super().__init__("reclaim", message)
@@ -168,13 +139,9 @@ class InheritError(LazydError):
     """What a predecessor daemon handed over cannot be taken over (lazyd/daemon/upgrade/inherit.py)."""
 
 
-# --- the shim -------------------------------------------------------------------------------------
-
-
 class Unavailable(LazydError):
-    """The daemon cannot be had; ``str()`` is the reason. ``final`` means retrying is pointless;
-    ``user_error`` that the user must fix something (a refused option, a bad config file): the
-    shim then exits 2 instead of running the server directly."""
+    """The daemon cannot be had; ``final``: retrying is pointless; ``user_error``: the user must
+    fix something, and the shim exits 2 instead of running the server directly."""
 
     def __init__(self, reason: str, *, final: bool = False, user_error: bool = False) -> None:
         super().__init__(reason)
@@ -188,9 +155,6 @@ class NoDaemon(LazydError):
 
 class ReplayFailed(LazydError):
     """The directly run server exited or stalled before answering the replayed initialize."""
-
-
-# --- lazyctl --------------------------------------------------------------------------------------
 
 
 class CtlError(LazydError):

@@ -1,25 +1,15 @@
 """Durations and booleans as users type them: in the config file, in shim flags and in status output.
 
-This module owns the one spelling of a duration that every surface of lazyd accepts:
-
-- a number with a unit, `500ms`, `30s`, `10m`, `1h`, `1.5s`;
-- several of those in decreasing unit order, `1h30m`, `2m30s`, `1s500ms` (what `format_duration`
-  prints, so every status figure can be pasted back into a config);
-- a bare number, which counts seconds (`0`, `90`, `2.5`).
-
-Durations are never negative and always finite. Exponents (`1e3`) are refused: nobody means them,
-and they would make a typo such as `1e` look almost valid.
-
-Standard library only, and pure (no clock, no I/O): the shim, lazyctl, the daemon and the core all
-import it, the shim at every client start.
+One spelling everywhere: a number with a unit (`500ms`, `30s`, `10m`, `1h`, `1.5s`), several in
+decreasing order (`1h30m`: what `format_duration` prints, so a status figure pastes back into a
+config), or a bare number of seconds. Never negative, always finite, no exponents (a typo such as
+`1e` must not look almost valid). Stdlib only and pure: the shim imports it at every client start.
 """
 
 from __future__ import annotations
 
 import math
 import re
-
-__all__ = ["parse_duration", "format_duration", "parse_bool"]
 
 # Seconds per unit, largest first: the order a compound duration must follow.
 _UNIT_SECONDS: dict[str, float] = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
@@ -30,7 +20,7 @@ _UNIT_RANK: dict[str, int] = {unit: rank for rank, unit in enumerate(_UNIT_SECON
 _PART = re.compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)", re.ASCII)
 _BARE_NUMBER = re.compile(r"\d+(?:\.\d+)?", re.ASCII)
 
-# Below this, status output shows milliseconds; a server that starts in 0.8 s reads better as 800ms.
+# Below this, status output shows milliseconds ("800ms" reads better than "0.8s").
 _MS_BELOW_S = 1.0
 # Below this, status output keeps one decimal ("1.5s"); above it whole seconds are precise enough.
 _DECIMAL_BELOW_S = 10.0
@@ -52,12 +42,7 @@ def _not_a_duration(text: str) -> ValueError:
 
 
 def parse_duration(text: str) -> float:
-    """Return the duration `text` spells, in seconds.
-
-    Raises ValueError with a message fit for a user (it quotes `text` and shows valid spellings)
-    for anything else: an unknown unit, a negative sign, units out of order or repeated, an empty
-    string, or a value too large to be finite.
-    """
+    """The seconds `text` spells; ValueError quoting it and showing valid spellings otherwise."""
     stripped = text.strip()
     if stripped.startswith("-"):
         raise ValueError(f"{_quoted(text)} is negative; a duration cannot be")
@@ -90,12 +75,8 @@ def parse_duration(text: str) -> float:
 
 
 def format_duration(seconds: float) -> str:
-    """Spell `seconds` for status output: "800ms", "1.5s", "45s", "2m30s", "1h", "26h5m".
-
-    The result is always accepted by `parse_duration` (for non-negative input) and means the same
-    duration to the precision shown. A negative duration (a deadline already passed) gets a
-    leading "-". Raises ValueError for NaN and infinities, which no status figure should be.
-    """
+    """Spell `seconds` for status output ("800ms", "1.5s", "2m30s", "26h5m"), as `parse_duration`
+    reads it back; a passed deadline gets a "-"; ValueError for NaN and infinities."""
     if not math.isfinite(seconds):
         raise ValueError(f"{seconds!r} seconds cannot be shown as a duration")
     if seconds < 0:
@@ -125,11 +106,8 @@ def format_duration(seconds: float) -> str:
 
 
 def parse_bool(text: str) -> bool:
-    """Read a yes/no option: true/false, 1/0, yes/no, on/off in any case, surrounding spaces ignored.
-
-    Raises ValueError naming the text and the accepted words for anything else; in particular an
-    empty string is not "false", because an option set to nothing is more likely a mistake.
-    """
+    """true/false, 1/0, yes/no, on/off in any case; ValueError otherwise (an empty option is more
+    likely a mistake than "false")."""
     word = text.strip().lower()
     if word in _TRUE_WORDS:
         return True

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["parse_names"]
-
 # A plain variable name, or an fnmatch pattern over the characters names use (`B_*`, `npm_config_?`).
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*|[A-Za-z0-9_*?\[\]!.-]+", re.ASCII)
 

@@ -1,10 +1,8 @@
 """The known-servers table: the one shipped in the package, and the user's `[known_servers]`.
 
-`packaged()` reads lazyd/config/known_servers.toml, installed with the package as data (pyproject.toml's
-package-data), through its package's loader (`pkgutil.get_data`), so an installed lazyd finds it
-wherever it lives; `parse_table` checks either table, entry by entry, with the config file's
-one-line errors. The model and the matching are pure (lazyd/core/sharing/known_servers.py);
-config.py overlays the user's entries on the packaged ones.
+`packaged()` reads lazyd/config/known_servers.toml, package data, through its package's loader;
+`parse_table` checks either table with the config file's one-line errors. The model and the
+matching are pure (lazyd/core/sharing/known_servers.py).
 """
 
 from __future__ import annotations
@@ -17,8 +15,6 @@ from lazyd.config.toml_text import parse_toml
 from lazyd.core.sharing.known_servers import KNOWN_MODES, KnownMode, KnownServer, KnownServers
 from lazyd.errors import ConfigError
 
-__all__ = ["PACKAGED_FILE", "packaged", "parse_table"]
-
 PACKAGED_FILE = "known_servers.toml"
 _ENTRY_KEYS = ("sharing", "runs", "why")
 
@@ -26,8 +22,8 @@ _ENTRY_KEYS = ("sharing", "runs", "why")
 @functools.cache
 def packaged() -> KnownServers:
     """The table shipped with lazyd. A missing or broken file is lazyd's own defect: it raises."""
-    # pkgutil, not importlib.resources: its readers import zipfile (0.36 MiB of the daemon's RSS
-    # for as long as it runs, to read one file once); the loader reads a zipped package too.
+    # pkgutil, not importlib.resources, whose readers import zipfile for the daemon's whole life
+    # (docs/benchmarks.md, "The fixed cost beside mcp-mux"); the loader reads a zipped package too.
     data = pkgutil.get_data("lazyd.config", PACKAGED_FILE)
     if data is None:
         raise RuntimeError(f"lazyd's {PACKAGED_FILE}: the package's loader cannot read data")

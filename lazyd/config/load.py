@@ -1,24 +1,11 @@
 """The user's config file, `~/.config/lazyd/config.toml`, as frozen, validated dataclasses.
 
-This module owns the file's layout (documented in docs/configuration.md), its validation and
-its trust rule, and the translation of shim options (`--linger 30m`) into the same policies. The
-dataclasses it builds are lazyd/config/model.py (re-exported here), the readers of single values
-lazyd/config/values.py.
-
-Every problem is a `ConfigError` whose text is exactly one line, "<file>: <key path>: <problem>",
-for example `~/.config/lazyd/config.toml: servers.github.linger: '10x' is not a duration (...)`;
-shim options say "option --linger: <problem>" instead. Nothing is silently ignored: an unknown
-key is an error listing the keys allowed where it stood, because a misspelled `lingr` that
-quietly did nothing would be worse than a refusal.
-
-Policies layer from general to specific: built-in defaults, then `[defaults]`, then the
-server's own table, then shim options. The more specific layer wins, which also settles
-`keep_alive` against `idle_timeout`: setting both in one table is an error, but a server's
-`keep_alive = true` simply turns off an `idle_timeout` inherited from `[defaults]` (and the
-other way round).
-
-The file runs commands, so it must be trustworthy: a symlink, a file owned by another uid, or a
-file writable by group or others is refused rather than read.
+The layout is docs/configuration.md's; shim options (`--linger 30m`) become the same policies.
+Every problem is a one-line `ConfigError` (lazyd/config/values.py); an unknown key is an error
+listing the allowed ones, since a misspelled `lingr` that did nothing would be worse. Policies
+layer built-in defaults, `[defaults]`, the server's table, shim options: the more specific wins,
+which also settles `keep_alive` against an inherited `idle_timeout`. The file runs commands, so a
+symlink, another uid's file or one writable by group or others is refused rather than read.
 """
 
 from __future__ import annotations
@@ -36,8 +23,9 @@ from typing import Literal
 from lazyd.config import values as cv
 from lazyd.config.known import packaged, parse_table
 from lazyd.config.toml_text import parse_toml
-from lazyd.config.model import Config, ConfigError, Policy, ServerConfig, WakePredicate
+from lazyd.config.model import Config, Policy, ServerConfig, WakePredicate
 from lazyd.config.durations import parse_bool
+from lazyd.core.eras.choice import ERA_SETTINGS
 from lazyd.core.memory import parse_size
 from lazyd.core.policy import ToolPolicy, as_decision, compile_rule
 from lazyd.core.pressure import PressureSettings
@@ -63,8 +51,6 @@ MAX_DESCRIPTION_CHARS = 1000
 _WAKE_KEYS = ("command", "interval", "timeout")
 _OPTION_KEYS = ("linger", "check_linger", "idle_timeout", "start_timeout", "share", "wake_command",
                 "wake_interval", "wake_timeout", "era", "memory_max")
-# Which protocol era the server's processes run in (lazyd/core/eras/choice.py).
-_ERA_SETTINGS: tuple[Literal["auto", "handshake", "stateless"], ...] = ("auto", "handshake", "stateless")
 _SAMPLING_POLICIES = ("refuse", "most-recent")
 _SERVER_NAME = re.compile(r"[A-Za-z0-9_.-]+", re.ASCII)
 # Used in messages when the text did not come from a file.
@@ -72,13 +58,8 @@ _NO_FILE_LABEL = "config.toml"
 
 
 def load_config(path: Path, environ: Mapping[str, str]) -> Config:
-    """Read and validate the config file at `path`; `environ` feeds `${VAR}` and `~`.
-
-    A missing file gives `Config()` (defaults, source None). Raises ConfigError for a file that
-    is a symlink, not a regular file, owned by another uid, writable by group or others, larger
-    than MAX_CONFIG_BYTES, not UTF-8, not TOML, or not a valid lazyd config. The ownership and
-    mode checks look at the opened descriptor, so the file checked is the file read.
-    """
+    """Read and validate the config file at `path` (missing: `Config()`); `environ` feeds
+    `${VAR}` and `~`. The checks look at the opened descriptor: the file checked is the file read."""
     label = str(path)
     flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NOCTTY | os.O_NONBLOCK
     try:
@@ -210,14 +191,8 @@ def _tool_policy(at: cv.At, value: object) -> ToolPolicy:
 
 
 def policy_with_options(base: Policy, opts: Mapping[str, str]) -> Policy:
-    """`base` with a shim's options applied; `opts` maps option names to their text.
-
-    Keys: linger, check_linger, idle_timeout, start_timeout, share, wake_command (a JSON array: the argv),
-    wake_interval, wake_timeout, era. The options are the most specific layer, validated exactly like
-    the same keys in config.toml. Raises ConfigError("option --linger: <problem>") for an
-    unknown key or a bad value; wake_interval and wake_timeout need a wake command, given here
-    or in `base`.
-    """
+    """`base` with a shim's options (name -> text, wake_command a JSON argv) applied, validated as
+    the same keys of config.toml; wake_interval and wake_timeout need a wake command."""
     at = cv.At("option", option=True)
     table: dict[str, object] = {}
     wake: dict[str, object] = {}
@@ -331,23 +306,16 @@ def _merge_policy(at: cv.At, base: Policy, table: Mapping[str, object]) -> Polic
     wake = base.wake
     if "wake" in table:
         wake = _wake(at / "wake", table["wake"])
-    era = base.era
-    if "era" in table:
-        value = table["era"]
-        for setting in _ERA_SETTINGS:
-            if value == setting:
-                era = setting
-                break
-        else:
-            raise (at / "era").error(cv.not_one_of(value, _ERA_SETTINGS))
+    era = next((setting for setting in ERA_SETTINGS if setting == table["era"]), None) if "era" in table else base.era
+    if era is None:
+        raise (at / "era").error(cv.not_one_of(table["era"], ERA_SETTINGS))
     memory_max = _memory_max(at / "memory_max", table["memory_max"]) if "memory_max" in table else base.memory_max
     return Policy(start_timeout_s=start_timeout, linger_s=linger, check_linger_s=check_linger, idle_timeout_s=idle,
                   keep_alive=keep_alive, start=start, share=share, wake=wake, era=era, memory_max=memory_max)
 
 
 def _memory_max(at: cv.At, value: object) -> int | None:
-    """A size ("1GiB", "512MiB", a number of bytes), or false / "off" / 0 for no limit (a server
-    turning off a limit set in [defaults])."""
+    """A size ("1GiB", a number of bytes), or false / "off" / 0 for no limit."""
     if value is False or value == 0 or (isinstance(value, str) and value.strip().lower() in ("off", "none", "0")):
         return None
     if isinstance(value, int) and not isinstance(value, bool) and value > 0:

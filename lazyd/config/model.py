@@ -82,9 +82,8 @@ class ServerConfig:
     env: Mapping[str, str]
     cwd: str | None
     policy: Policy
-    # What the server is for and when to use it, in the user's words: what the hub shows for it,
-    # ahead of the server's own `instructions`. None when not written. Not compared: editing it
-    # is no reason for a reload to restart the server (the hub reads it from the current config).
+    # What the hub shows for the server, in the user's words. Not compared: editing it is no
+    # reason for a reload to restart the server.
     description: str | None = field(default=None, compare=False)
 
 

@@ -2,9 +2,8 @@
 
 The standard library's parser reads a text it accepts; tomlkit is imported only for a text it
 refuses, to say what is wrong in the words and line numbers lazyd has always given (and to accept
-whatever tomlkit accepted before, should the two parsers ever disagree). Every daemon start
-parses the packaged known-servers table, and tomlkit's modules cost the daemon ~1 MiB of
-resident memory for as long as it runs (docs/benchmarks.md); tomllib is imported anyway.
+whatever tomlkit accepts, should the two disagree): kept by every daemon, its modules would cost
+resident memory for its whole life (docs/benchmarks.md, "The fixed cost beside mcp-mux").
 """
 
 from __future__ import annotations
@@ -15,12 +14,9 @@ from typing import Any
 
 from lazyd.errors import ConfigError
 
-__all__ = ["parse_toml"]
-
 
 def parse_toml(text: str, label: str) -> dict[str, Any]:
-    """`text` as dicts, lists and scalars; for a text that is not TOML, a ConfigError of one line,
-    "<label>: line N: <problem>" ("<label>: <problem>" where no line is known)."""
+    """`text` as plain data; for a text that is not TOML, a one-line ConfigError with its line."""
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError:
@@ -35,8 +31,7 @@ def parse_toml(text: str, label: str) -> dict[str, Any]:
         message = re.sub(r" at line \d+ col \d+$", "", str(error))
         raise ConfigError(f"{label}: line {error.line}: {message}") from None
     except tomlkit.exceptions.TOMLKitError as error:
-        # Some errors (a key defined twice) carry no position in tomlkit; the standard library's
-        # parser of the same text does, so ask it where the problem is.
+        # Some tomlkit errors (a key defined twice) carry no position; tomllib's do.
         raise ConfigError(f"{label}: {_located(text) or error}") from None
     return document
 

@@ -16,9 +16,6 @@ from dataclasses import dataclass
 from lazyd.config.durations import parse_duration
 from lazyd.errors import ConfigError
 
-__all__ = ["At", "expand", "directory", "check_keys", "table", "string", "strings", "boolean", "duration",
-           "not_one_of", "type_name"]
-
 _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+", re.ASCII)
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*", re.ASCII)
 # "$$", or "${" up to the next "}" (group 3 empty when there is none); a lone "$" is left alone.

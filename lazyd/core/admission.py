@@ -1,30 +1,13 @@
 """Whether the daemon takes one more connection, judged by its descriptor budget.
 
-The daemon's scarce resource at scale is file descriptors, not memory: every connection holds
-at least one (a hand-off session a few more: docs/benchmarks.md), every running server a few
-(its three pipes, a pidfd, its log). Running out is ugly: `accept(2)` fails with EMFILE, a server
-cannot be started, a cache file cannot be written. So the daemon keeps a reserve for its servers
-and its own files, and refuses connections *before* reaching the wall, with a reason the shim can
-show, instead of leaving clients in the backlog until their own deadlines run out.
-
-What is known cheaply, with no scan of anything:
-
-- the soft `RLIMIT_NOFILE` the daemon runs under (raised to the hard one at start:
-  lazyd/daemon/fdlimit.py);
-- the number of the descriptor `accept(2)` just returned. The kernel always hands out the
-  lowest free number, so descriptor N means 0 .. N-1 are all in use: N is a lower bound of the
-  descriptors open, and a new descriptor's number near the limit means the table is nearly full;
-- how many connections are open and how many servers are registered.
-
-The rules, in order (the first that applies gives the reason):
-
-1. the reserve is ``RESERVE_BASE_FDS`` plus ``FDS_PER_SERVER`` for each registered server (each
-   may start while the sessions are open), at most a quarter of the limit (so a tiny limit still
-   admits someone);
-2. a connection whose descriptor number reaches ``limit - reserve`` is refused: the daemon is
-   near its descriptor limit;
-3. more than ``limit - reserve`` connections open is refused too: the cap, derived from the limit
-   (each connection needs one descriptor at the least), never a fixed number.
+At scale descriptors run out before memory, and running out is ugly (EMFILE on `accept`, a server
+that cannot start), so the daemon keeps a reserve for its servers and files and refuses a
+connection *before* the wall, with a reason the shim shows. Known without a scan: the soft
+`RLIMIT_NOFILE` (raised at start: lazyd/daemon/fdlimit.py), the number `accept(2)` returned (the
+kernel hands out the lowest free one, so N means 0 .. N-1 are in use), the connections open and
+the servers registered. The reserve is ``RESERVE_BASE_FDS`` plus ``FDS_PER_SERVER`` a server, at
+most a quarter of the limit; a descriptor number reaching ``limit - reserve``, or more connections
+than that, is refused.
 """
 
 from __future__ import annotations

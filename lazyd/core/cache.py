@@ -1,39 +1,21 @@
 """The snapshot model: what lazyd remembers about one server identity between runs.
 
-A snapshot holds, per *handshake key* (the protocol version a client asked for plus a hash of the
-capabilities it declared), the `initialize` params of the real client that produced it, the server's
-`initialize` result, and every listing the server advertised, all pages merged into one list. It also
-holds the `server/discover` answers keyed by the protocol version in the probe's `_meta` (an error
-such as -32601 is an answer too: it is what makes a handshake-era server's discovery probe cheap).
-
-Why the capability hash is in the key: listings may depend on what the client declared
-(server-everything lists 16 tools to a client declaring `sampling` and `elicitation` and 13 to one
-declaring nothing). A server can read any part of the capabilities and lazyd cannot see which
-parts it reads, so a listing is served only to a client that declared exactly the capabilities it
-was recorded with, at the same protocol version (`entry_for_client`), as stateless-era results
-are; a miss starts the server, which lists for that client's own handshake. The `initialize`
-result is served for any handshake of the version (`entry_same_version`): it holds the server's
-own capabilities and instructions, which no server seen varies by client, and the listings that
-follow it are then the client's own or the live server's.
-
-Stateless-era servers (2026-07-28) have no handshake: their listings are cached per *stateless key*
-(method, protocol version, capabilities digest, and the client identity when the server marked the
-result `cacheScope: "private"`), each with the wall-clock time it was stored, so that its `ttlMs`
-can be honoured after a daemon restart. The snapshot also records what was learned about the
-server's eras: whether it answers `server/discover` (and which versions), and whether one connection
-may carry both eras (`mixed_connection`).
-
-This module is pure data: the daemon's store turns it into JSON files and back.
+Per *handshake key* (the protocol version asked plus a digest of the declared capabilities): the
+real client's `initialize` params, the server's result and every advertised listing, pages merged.
+Listings may depend on any part of the capabilities (docs/relay.md), so they are served only for
+the exact key (`entry_for`); the `initialize` result, which no server seen varies by client, for
+any handshake of the version (`entry_same_version`). Also the `server/discover` answers by probe
+version (-32601 included), stateless-era results per *stateless key* (method, version, digest, and
+the client identity for `cacheScope: "private"`) with their wall-clock store time for `ttlMs`, and
+what was learned of the server's eras. Pure data: the daemon's store writes it as JSON.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from lazyd.core.eras.versions import is_stateless_version
+from lazyd.core.eras.versions import capabilities_digest, is_stateless_version
 from lazyd.core.relay.jsonrpc import JsonObj
 
 SNAPSHOT_FORMAT = 1
@@ -41,6 +23,8 @@ SNAPSHOT_FORMAT = 1
 MAX_STATELESS_ENTRIES = 256
 # Key part of a result every client identity may be served (`cacheScope: "public"`).
 PUBLIC = "*"
+# The discovery key of a -32601: it answers every version.
+ANY_VERSION = "*"
 
 # The four listings of the handshake era and the key of their items in a result.
 LISTINGS: dict[str, str] = {
@@ -64,21 +48,10 @@ LIST_CHANGED: dict[str, str] = {
 }
 
 
-def canonical(obj: Any) -> str:
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-
-
 def handshake_key(params: JsonObj) -> str:
-    """The cache key of a client's `initialize` params: requested version + capabilities digest.
-
-    clientInfo is deliberately left out: a client upgrade must not make every cache miss.
-    surrogatepass: a lone surrogate from a JSON escape must hash, not raise (valid text hashes as before).
-    """
-    version = params.get("protocolVersion")
+    """Requested version + capabilities digest; not clientInfo (a client upgrade must not miss)."""
     caps = params.get("capabilities")
-    text = canonical(caps if isinstance(caps, dict) else {})
-    digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
-    return f"{version}|{digest}"
+    return f"{params.get('protocolVersion')}|{capabilities_digest(caps if isinstance(caps, dict) else {})}"
 
 
 @dataclass
@@ -122,11 +95,8 @@ class HandshakeEntry:
         return all(method in self.listings for method in self.advertised_listings())
 
     def to_json(self) -> JsonObj:
-        return {
-            "params": self.params,
-            "result": self.result,
-            "listings": {m: listing.to_json() for m, listing in self.listings.items()},
-        }
+        return {"params": self.params, "result": self.result,
+                "listings": {m: listing.to_json() for m, listing in self.listings.items()}}
 
     @classmethod
     def from_json(cls, obj: Any) -> HandshakeEntry:
@@ -135,11 +105,7 @@ class HandshakeEntry:
         params, result, listings = obj.get("params"), obj.get("result"), obj.get("listings", {})
         if not isinstance(params, dict) or not isinstance(result, dict) or not isinstance(listings, dict):
             raise ValueError("entry fields have the wrong types")
-        return cls(
-            params=params,
-            result=result,
-            listings={str(m): Listing.from_json(v) for m, v in listings.items() if m in LISTINGS},
-        )
+        return cls(params, result, {str(m): Listing.from_json(v) for m, v in listings.items() if m in LISTINGS})
 
 
 def stateless_key(method: str, version: str, caps_digest: str, identity: str = PUBLIC) -> str:
@@ -152,11 +118,8 @@ def discover_key(version: str, identity: str = PUBLIC) -> str:
 
 
 def remaining_ttl_ms(result: object, stored_at: float, now: float) -> int | None:
-    """How long a stored stateless result stays fresh (ms, 0 = stale); None when it has no ttlMs.
-
-    A result without `ttlMs` gave no freshness hint: like a handshake-era listing, it is kept
-    until a change notification or the next start replaces it.
-    """
+    """How long a stored stateless result stays fresh (ms, 0 = stale); None: no ttlMs, kept until
+    a change notification or the next start replaces it."""
     ttl = result.get("ttlMs") if isinstance(result, dict) else None
     if not isinstance(ttl, int) or isinstance(ttl, bool):
         return None
@@ -198,7 +161,7 @@ class Snapshot:
     # Stateless-era results by stateless_key.
     stateless: dict[str, CachedResult] = field(default_factory=dict)
     # The identity the relay's own stateless requests borrow when no client is waiting: the most
-    # recent real client's {"clientInfo", "clientCapabilities", "principal"}.
+    # recent real client's {"clientInfo", "clientCapabilities"}.
     last_meta: JsonObj | None = None
     # Whether a connection that answered server/discover also accepted initialize (None: unknown).
     mixed_connection: bool | None = None
@@ -207,8 +170,7 @@ class Snapshot:
     handshake_first: bool | None = None
 
     def era(self) -> str | None:
-        """"stateless" if the server's discovery listed a stateless version, "handshake" if it
-        answered discovery otherwise (-32601 or another refusal), None if it was never probed."""
+        """"stateless" (discovery listed one), "handshake" (another answer), None (never probed)."""
         if not self.discover:
             return None
         for answer in self.discover.values():
@@ -247,9 +209,9 @@ class Snapshot:
         self.discover.update(other.discover)
         if any(is_stateless_discovery(a.get("result")) for a in other.discover.values()):
             # The server answers discovery now: an older -32601 would contradict it.
-            self.discover.pop(ANY_DISCOVER_KEY, None)
-        elif ANY_DISCOVER_KEY in other.discover:
-            for key in [k for k in self.discover if k != ANY_DISCOVER_KEY]:
+            self.discover.pop(ANY_VERSION, None)
+        elif ANY_VERSION in other.discover:
+            for key in [k for k in self.discover if k != ANY_VERSION]:
                 del self.discover[key]
         for key, cached in other.stateless.items():
             self.store_stateless(key, cached.result, cached.stored_at)
@@ -264,10 +226,8 @@ class Snapshot:
         return self.entries.get(handshake_key(params))
 
     def entry_same_version(self, params: JsonObj) -> HandshakeEntry | None:
-        """An entry of a compatible version, whatever the capabilities (what `initialize` may be
-        answered from): the exact key, else the latest entry a client asked for at this version,
-        else the latest in which the server answered with this version (it would negotiate the
-        same with this client)."""
+        """What `initialize` may be answered from: the exact key, else the latest entry asked at
+        this version, else the latest the server answered with it."""
         exact = self.entry_for(params)
         if exact is not None:
             return exact
@@ -281,31 +241,15 @@ class Snapshot:
                 return entry
         return None
 
-    def entry_for_client(self, params: JsonObj) -> HandshakeEntry | None:
-        """The entry whose listings a client with these `initialize` params may be served: the one
-        recorded for its exact handshake key (protocol version and capabilities), else None, and
-        the server is started. Never another handshake's: its listings may lack what this client's
-        capabilities would add (or hold what they would not allow), and clients that ignore
-        `list_changed` (Claude Code) or list once (`copilot -p`) would keep the wrong ones."""
-        return self.entry_for(params)
-
     def to_json(self) -> JsonObj:
-        return {
-            "format": SNAPSHOT_FORMAT,
-            "entries": {k: e.to_json() for k, e in self.entries.items()},
-            "discover": self.discover,
-            "last_params": self.last_params,
-            "updated_at": self.updated_at,
-            "stateless": {k: c.to_json() for k, c in self.stateless.items()},
-            "last_meta": self.last_meta,
-            "mixed_connection": self.mixed_connection,
-            "handshake_first": self.handshake_first,
-        }
+        return {"format": SNAPSHOT_FORMAT, "entries": {k: e.to_json() for k, e in self.entries.items()},
+                "discover": self.discover, "last_params": self.last_params, "updated_at": self.updated_at,
+                "stateless": {k: c.to_json() for k, c in self.stateless.items()}, "last_meta": self.last_meta,
+                "mixed_connection": self.mixed_connection, "handshake_first": self.handshake_first}
 
     @classmethod
     def from_json(cls, obj: Any) -> Snapshot:
-        """Rebuild from stored JSON; raises ValueError on anything unexpected (the store then
-        ignores the file and the snapshot is rebuilt from the live server)."""
+        """Rebuild from stored JSON; ValueError for anything unexpected (the file is ignored)."""
         if not isinstance(obj, dict) or obj.get("format") != SNAPSHOT_FORMAT:
             raise ValueError("unknown snapshot format")
         entries, discover = obj.get("entries", {}), obj.get("discover", {})
@@ -319,7 +263,6 @@ class Snapshot:
         for answer in discover.values():
             if not isinstance(answer, dict) or not ("result" in answer or "error" in answer):
                 raise ValueError("discover answer is malformed")
-        # Fields added with the stateless era: absent in older files, which stay readable.
         stateless, last_meta, mixed = obj.get("stateless", {}), obj.get("last_meta"), obj.get("mixed_connection")
         if not isinstance(stateless, dict):
             raise ValueError("stateless entries are not an object")
@@ -330,16 +273,11 @@ class Snapshot:
         handshake_first = obj.get("handshake_first")
         if handshake_first is not None and not isinstance(handshake_first, bool):
             raise ValueError("handshake_first is not a boolean")
-        return cls(
-            entries={str(k): HandshakeEntry.from_json(v) for k, v in entries.items()},
-            discover={str(k): v for k, v in discover.items()},
-            last_params=last_params,
-            updated_at=float(updated_at),
-            stateless={str(k): CachedResult.from_json(v) for k, v in stateless.items()},
-            last_meta=last_meta,
-            mixed_connection=mixed,
-            handshake_first=handshake_first,
-        )
+        return cls(entries={str(k): HandshakeEntry.from_json(v) for k, v in entries.items()},
+                   discover={str(k): v for k, v in discover.items()}, last_params=last_params,
+                   updated_at=float(updated_at),
+                   stateless={str(k): CachedResult.from_json(v) for k, v in stateless.items()},
+                   last_meta=last_meta, mixed_connection=mixed, handshake_first=handshake_first)
 
     def listing_counts(self) -> dict[str, int]:
         """Item counts of the most recently used entry's listings, for status output."""
@@ -360,9 +298,6 @@ class Snapshot:
                 if method not in counts or counts[method][0] <= cached.stored_at:
                     counts[method] = (cached.stored_at, len(items))
         return {LISTINGS[m]: n for m, (_, n) in counts.items()}
-
-
-ANY_DISCOVER_KEY = "*"  # a -32601 answers discovery at every version (relay.ANY_VERSION)
 
 
 def is_stateless_discovery(result: object) -> bool:

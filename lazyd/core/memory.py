@@ -1,21 +1,12 @@
 """A server's memory limit (`memory_max`): when a tree that stays over it is restarted, and when parked.
 
-Pure: fed the samples of the server's process tree (PSS bytes, lazyd/daemon/process/tree.py) and
-the monotonic time by the memory watch (lazyd/daemon/runtime/memory_watch.py), it answers what to
-do. The rules (docs/supervision.md, "Memory"):
-
-1. A tree *stays over* its limit when two samples in a row find it over (the watch samples every
-   `SAMPLE_INTERVAL_S`): a burst that is given back before the next sample is no breach. A tree
-   under the limit at a sample starts the count again; so does a new process (`new_process`).
-2. A breach restarts the server (`Restart`), by the stop ladder: its in-flight requests are answered
-   with an error naming the limit, and its sessions go on with the next process.
-3. The `PARK_AFTER_BREACHES`-th breach within `PARK_WINDOW_S` parks it instead (`Park`): a server
-   that outgrows its limit every time it runs would otherwise be restarted forever. The restarts
-   before it back off like crashes (the lifecycle's backoff, lazyd/core/lifecycle/timing.py), one
-   step per breach of the window.
-
-Sizes are bytes; `format_bytes` writes them as `lazyctl` does ("1.3 GiB"), `parse_size` reads them
-as the config file and the shim option take them ("1GiB", "512M", "800000000").
+Pure: fed PSS samples of the server's tree and the monotonic time by the memory watch
+(lazyd/daemon/runtime/memory_watch.py). The rules (docs/supervision.md, "Memory"): a tree *stays
+over* when two samples in a row find it over (a burst given back is no breach; a sample under, or
+a new process, starts the count again); a breach restarts the server (`Restart`), its in-flight
+requests answered with an error naming the limit; the `PARK_AFTER_BREACHES`-th breach within
+`PARK_WINDOW_S` parks it (`Park`), the restarts before it backing off like crashes. Sizes are
+bytes, written as `lazyctl` writes them (`format_bytes`), read as the config takes them (`parse_size`).
 """
 
 from __future__ import annotations
@@ -27,9 +18,6 @@ from dataclasses import dataclass
 from typing import Final
 
 from lazyd.core import state_codec as sc
-
-__all__ = ["SAMPLE_INTERVAL_S", "PARK_AFTER_BREACHES", "PARK_WINDOW_S", "Restart", "Park", "Verdict",
-           "MemoryLimit", "format_bytes", "parse_size"]
 
 SAMPLE_INTERVAL_S: Final = 2.0  # how often the watch samples trees and pressure (docs/supervision.md)
 OVER_SAMPLES: Final = 2  # rule 1: over at this many samples in a row
@@ -82,8 +70,7 @@ class MemoryLimit:
         self.pid = sc.opt_integer(s.get("pid"), "memory.pid")
 
     def sample(self, now: float, size: int, pid: int) -> Verdict | None:
-        """The tree of process `pid` measured `size` bytes at monotonic `now`. A process other than
-        the last sample's (a start, a restart) starts the count again."""
+        """The tree of process `pid` measured `size` bytes at `now` (another pid: count anew)."""
         if pid != self.pid:
             self.pid, self.over = pid, 0
         self.last_bytes = size

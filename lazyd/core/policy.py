@@ -1,36 +1,14 @@
 """Tool policy: which tools may run, which need the user's confirmation, which are refused.
 
-This module owns the rules and the one function that applies them, `ToolPolicy.decide`. It is
-pure: no I/O, no clock. The config file (`[policy]` in config.toml, see docs/hub.md) builds a
-`ToolPolicy`; the hub and the per-server policy gate ask it about every `tools/call`.
+Pure. `[policy]` in config.toml (docs/hub.md, "The tool policy") builds a `ToolPolicy`; the hub and
+the per-server policy gate ask `ToolPolicy.decide` about every `tools/call`. A pattern is
+`SERVER.TOOL` (`*` any run, `?` one character, no escape); it matches when it splits at one of
+its dots into globs matching the whole server name and the whole tool name, so `git.*` never
+matches the server `git.hub`. A dotless pattern with text on both sides is an error.
 
-Patterns
---------
-A rule's pattern names tools as `SERVER.TOOL`, where `SERVER` is the name lazyd shows for the
-server (a named server's name, or the readable name `lazyctl status` shows for an unnamed
-registration) and `TOOL` is the tool's name as the server lists it.
-
-- `*` matches any run of characters (none included), `?` exactly one character; every other
-  character matches itself, case-sensitively. There is no escape and no `[...]` class: tool
-  names do not contain `*` or `?`.
-- A pattern matches a tool when it can be read as `SERVER_GLOB.TOOL_GLOB` (split at one of its
-  dots) such that `SERVER_GLOB` matches the whole server name and `TOOL_GLOB` the whole tool
-  name. Splitting at the dot, rather than matching `server.tool` as one string, is what keeps
-  `git.*` from matching the server `git.hub`: the server part must match on its own.
-- So `github.create_issue` is one tool, `github.*` every tool of `github`, `*.delete_*` every tool
-  whose name starts with `delete_` on any server, `*.*` everything.
-- A pattern without a dot that has text on both sides is an error (`github` alone would be
-  ambiguous: a server or a tool?).
-
-Precedence
-----------
-1. A rule without wildcards that names the tool exactly decides: it is the user's explicit word
-   about this one tool, so it can carve an exception out of a glob (`"scratch.delete_note" =
-   "allow"` next to `"*.delete_*" = "ask"`).
-2. Otherwise, of the glob rules that match, the strictest decides: deny over ask over allow.
-   Two globs that both match are two reasons to be careful, and no ordering in a TOML table
-   should be able to turn a deny into an allow.
-3. Otherwise the policy's `default` (allow, unless the config says otherwise).
+Precedence: an exact rule (no wildcards) decides, so it can carve an exception out of a glob;
+else the strictest matching glob (deny over ask over allow: no order in a TOML table may turn a
+deny into an allow); else `default`.
 """
 
 from __future__ import annotations
@@ -38,8 +16,6 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from typing import Literal
-
-__all__ = ["DECISIONS", "Decision", "Rule", "Verdict", "ToolPolicy", "as_decision", "compile_rule"]
 
 Decision = Literal["allow", "ask", "deny"]
 DECISIONS: tuple[Decision, ...] = ("allow", "ask", "deny")

@@ -1,25 +1,17 @@
 """The policy gate: the tool policy applied to one server's clients, before the relay core.
 
-Pure (lines in, actions out). The daemon installs one gate per server runtime; every line a
-client sends passes through it first. It acts on three kinds of line only:
+Pure. Every line a client sends passes through the gate of its server runtime first:
 
-- a `tools/call` request: the policy decides (lazyd/core/policy.py). `allow` passes the line on;
-  `deny` answers it with a tool error naming the rule, and the server never sees it; `ask`
-  holds the line and sends the client an `elicitation/create` request of the daemon's own (id
-  `lazyd-policy-N`, a string, so it can never collide with the relay's integer ids), or refuses
-  like `deny` when the client did not declare the elicitation capability;
-- the client's response to one of those elicitations: `accept` passes the held line on (from
-  then on it is an ordinary request), anything else answers it with a tool error;
-- a `notifications/cancelled` for a held request: the hold ends without an answer (the client
-  gave up on it) and the client is told its elicitation is cancelled too.
-- a `tools/list` request while some tool could be denied: it passes on, and the gate notes its
-  id, so that `to_client` can take the denied tools out of the answer (whether the server or
-  the cache gave it). A model is then never offered a tool it would be refused.
-Everything else passes unchanged. A held line is in no relay table, so a client that leaves
-while asked leaves nothing behind but the hold, which `detach` drops.
+- a `tools/call`: `allow` passes it on; `deny` answers it with a tool error naming the rule; `ask`
+  holds it and sends the client the daemon's own `elicitation/create` (id `lazyd-policy-N`, a
+  string, never a relay id), or refuses as `deny` when the client cannot elicit;
+- the answer to such an elicitation: `accept` passes the held line on, anything else refuses it;
+- a `notifications/cancelled` for a held request ends the hold, and the elicitation is cancelled;
+- a `tools/list` while some tool could be denied is noted, so `to_client` takes the denied tools
+  out of its answer: a model is never offered a tool it would be refused.
 
-Every decision is one `Log` action naming the server, the tool and the rule; arguments are never
-logged (they may hold secrets), though the question shown to the user summarises them.
+A held line is in no relay table, so a client leaving while asked leaves only the hold (`detach`).
+Each decision is one `Log` naming the server, tool and rule, never the arguments (secrets).
 """
 
 from __future__ import annotations
@@ -27,16 +19,12 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 from lazyd.core.relay import jsonrpc as rpc
 from lazyd.core import state_codec as sc
 from lazyd.core.relay.jsonrpc import JsonId, JsonObj, Kind, Message
-from lazyd.core.policy import Decision, ToolPolicy, Verdict
-
-__all__ = ["Pass", "Reply", "Log", "GateAction", "PolicyGate", "ask_params", "tool_error",
-           "denied_text", "no_elicitation_text", "answer_outcome", "refusal_text",
-           "summarize_arguments", "ASK_ID_PREFIX"]
+from lazyd.core.policy import ToolPolicy, Verdict, as_decision
 
 ASK_ID_PREFIX = "lazyd-policy-"
 # The arguments shown in a confirmation: enough to recognise the call, short enough to read.
@@ -94,11 +82,8 @@ def summarize_arguments(arguments: object) -> str:
 
 
 def ask_params(server: str, tool: str, arguments: object, verdict: Verdict) -> JsonObj:
-    """The `elicitation/create` params that ask the user whether a call may run (form mode).
-
-    The form has no fields: accepting it is the answer. The question names the tool, the server,
-    the arguments (summarised) and the rule that asks.
-    """
+    """The `elicitation/create` params that ask whether a call may run: a form with no fields,
+    whose question names the tool, server, arguments (summarised) and rule."""
     message = (f'Allow the tool "{tool}" of the MCP server "{server}" to run?\n'
                f"Arguments: {summarize_arguments(arguments)}\n"
                f"(lazyd asks because of {verdict.reason()} in its config.)")
@@ -167,11 +152,9 @@ class PolicyGate:
         self._held = {}
         for row in sc.items(s.get("held"), "gate.held"):
             cid, ask, line, request_id, tool, decision, rule = sc.items(row, "gate.held row")
-            if decision not in ("allow", "ask", "deny"):
-                raise ValueError(f"gate.held: unknown decision {decision!r}")
             self._held[(sc.integer(cid, "gate.cid"), sc.text(ask, "gate.ask"))] = _Held(
                 sc.raw_bytes(line, "gate.line"), sc.json_id(request_id, "gate.request_id"), sc.text(tool, "gate.tool"),
-                Verdict(cast(Decision, decision), sc.opt_text(rule, "gate.rule")))
+                Verdict(as_decision(decision), sc.opt_text(rule, "gate.rule")))
         self._next_ask = sc.integer(s.get("next_ask"), "gate.next_ask")
         self._listings = set()
         for row in sc.items(s.get("listings"), "gate.listings"):

@@ -1,20 +1,11 @@
 """Memory pressure: which idle server to put to sleep, and when, while the machine runs short.
 
-Pure: fed the pressure the memory watch read (PSI's `some avg10`, the share of the last ten
-seconds in which some task waited for memory: /proc/pressure/memory and the user's cgroup's
-memory.pressure, the highest of them) with the servers as they are and the monotonic time, it
-answers what to do (lazyd/daemon/runtime/memory_watch.py carries it out). The rules
-(docs/supervision.md, "Memory pressure"):
-
-1. Pressure *begins* when the figure reaches `start_pct` and *ends* when it falls below
-   `stop_pct` (hysteresis: between the two, it stays as it was). Both are logged.
-2. While it lasts, one server is put to sleep, then nothing for `pause_s` (PSI's ten-second
-   average needs that long to show what the sleep gave back), then the next, one at a time, until
-   it ends.
-3. Only a server with a process, ready (`running`), with no request in flight and not
-   `keep_alive` may be put to sleep; of those, the least recently used first (a server never used
-   since it started before any that was), then by name. With none left, nothing happens.
-4. No figure (no source readable) is no pressure.
+Pure: fed PSI's `some avg10` (the highest of /proc/pressure/memory and the user's cgroup), the
+servers and the monotonic time; lazyd/daemon/runtime/memory_watch.py carries out the answer. The
+rules (docs/supervision.md, "Memory pressure"): pressure begins at `start_pct` and ends below
+`stop_pct`; while it lasts one server sleeps, then nothing for `pause_s` (the ten-second average
+needs that long to show what was given back), then the next; only a running, idle, not keep_alive
+server may sleep, the least recently used first, then by name; no readable figure is no pressure.
 """
 
 from __future__ import annotations
@@ -23,12 +14,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Final
 
-__all__ = ["PressureSettings", "Candidate", "Began", "Ended", "Sleep", "Action", "PressureRelief", "parse_psi",
-           "DEFAULT_START_PCT", "DEFAULT_STOP_PCT", "DEFAULT_PAUSE_S"]
-
-# `some avg10` in %. 10 % of the time with a task stalled on memory is when reclaim starts to be
-# felt (systemd-oomd kills at 60 % `full` over 20 s; sleeping an idle server is far milder, so it
-# comes much earlier); below 5 % the machine is coping.
+# `some avg10` in %: reclaim starts to be felt at 10 % (sleeping an idle server is far milder than
+# systemd-oomd's kill at 60 % `full`, so it comes much earlier); below 5 % the machine copes.
 DEFAULT_START_PCT: Final = 10.0
 DEFAULT_STOP_PCT: Final = 5.0
 DEFAULT_PAUSE_S: Final = 10.0  # avg10 is a ten-second average

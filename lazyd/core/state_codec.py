@@ -1,20 +1,11 @@
 """Plain data in and out: the checked readers and the writers the parts' `to_state` use.
 
-The relay core and its parts write their state as JSON-ready values (dicts with string keys,
-lists, strings, numbers, booleans, None) so that a daemon can hand it to its successor
-(lazyd/daemon/upgrade/state.py) and the successor can carry on exactly where it stopped. The
-rules this module keeps, so that every part writes and reads the same way:
-
-- JSON-RPC ids stay as they are: `1` and `"1"` are different ids, and JSON keeps that apart
-  (an integer is written as a number, a string as a string).
-- Maps whose keys are not strings (a client and a request id, a relay id) are written as lists
-  of `[key..., value]` rows, in the map's order: the order of a dict is behaviour here (a
-  queue, a listen stream's order of delivery), so it is kept.
-- A parsed message keeps its received bytes as well as its object: the relay splices ids into
-  the bytes when it can (jsonrpc.with_id), and a successor must write the same bytes. Bytes are
-  written as text with `surrogateescape`, which a JSON writer with `ensure_ascii` carries exactly.
-- Reading checks every type and raises `ValueError` naming the field: a state that is not
-  what this code wrote is refused whole, never half adopted.
+The relay core's parts write their state as JSON-ready values for a successor daemon
+(lazyd/daemon/upgrade/state.py) to carry on exactly where it stopped. JSON-RPC ids keep their type
+(`1` is not `"1"`); maps with keys that are not strings are lists of `[key..., value]` rows in the
+map's order (a queue's order is behaviour); a message keeps its received bytes (the relay splices
+ids into them), written as `surrogateescape` text. Reading checks every type and raises
+`ValueError` naming the field: a state this code did not write is refused whole.
 """
 
 from __future__ import annotations
@@ -24,10 +15,6 @@ from typing import Any, TypeVar
 
 from lazyd.core.eras.asker import Asker
 from lazyd.core.relay.jsonrpc import JsonId, JsonObj, Kind, Message, valid_id
-
-__all__ = ["obj", "items", "text", "opt_text", "integer", "opt_integer", "number", "opt_number", "flag",
-           "opt_flag", "json_obj", "opt_json_obj", "json_id", "opt_json_id", "raw_text", "raw_bytes",
-           "message_state", "message_from", "asker_state", "asker_from", "enum_value"]
 
 T = TypeVar("T")
 
@@ -80,14 +67,6 @@ def flag(value: object, what: str) -> bool:
     return value
 
 
-def opt_flag(value: object, what: str) -> bool | None:
-    return None if value is None else flag(value, what)
-
-
-def json_obj(value: object, what: str) -> JsonObj:
-    return obj(value, what)
-
-
 def opt_json_obj(value: object, what: str) -> JsonObj | None:
     return None if value is None else obj(value, what)
 
@@ -125,7 +104,7 @@ def message_state(msg: Message) -> JsonObj:
 
 def message_from(value: object, what: str) -> Message:
     state = obj(value, what)
-    return Message(enum_value(Kind, state.get("kind"), f"{what}.kind"), json_obj(state.get("obj"), f"{what}.obj"),
+    return Message(enum_value(Kind, state.get("kind"), f"{what}.kind"), obj(state.get("obj"), f"{what}.obj"),
                    opt_json_id(state.get("id"), f"{what}.id"), opt_text(state.get("method"), f"{what}.method"),
                    raw_bytes(state.get("raw"), f"{what}.raw"))
 
@@ -134,13 +113,13 @@ def asker_state(asker: Asker | None) -> JsonObj | None:
     if asker is None:
         return None
     return {"version": asker.version, "client_info": asker.client_info, "capabilities": asker.capabilities,
-            "principal": asker.principal, "log_level": asker.log_level}
+            "log_level": asker.log_level}
 
 
 def asker_from(value: object, what: str) -> Asker | None:
     if value is None:
         return None
     state = obj(value, what)
-    return Asker(text(state.get("version"), f"{what}.version"), json_obj(state.get("client_info"), f"{what}.client_info"),
-                 json_obj(state.get("capabilities"), f"{what}.capabilities"),
-                 text(state.get("principal"), f"{what}.principal"), opt_text(state.get("log_level"), f"{what}.log_level"))
+    return Asker(text(state.get("version"), f"{what}.version"), obj(state.get("client_info"), f"{what}.client_info"),
+                 obj(state.get("capabilities"), f"{what}.capabilities"),
+                 opt_text(state.get("log_level"), f"{what}.log_level"))

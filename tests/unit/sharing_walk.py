@@ -93,7 +93,7 @@ class Walk:
                 self.wanted = True
         assert self.d.core.inflight_count() == sum(len(self.outstanding[c]) for c in self.clients)
         routes = self.d.core.routes  # the count the routes keep is the count of their map
-        assert routes.client_inflight_count() == sum(1 for up in routes.upstream.values() if up.cid is not None)
+        assert routes.client_inflight == sum(1 for up in routes.upstream.values() if up.cid is not None)
         assert self.d.core.client_count() == len(self.clients)
 
     def check_to_client(self, action: ToClient) -> None:

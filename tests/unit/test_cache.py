@@ -136,9 +136,9 @@ def test_listings_are_found_only_for_the_exact_capabilities_they_were_recorded_w
     other = {**CLIENT_PARAMS, "capabilities": caps}
     # Any capability may change what a server lists: another handshake's listings are never a
     # client's, though its initialize result is (the server's own capabilities and instructions).
-    assert snapshot.entry_for_client(other) is None
+    assert snapshot.entry_for(other) is None
     assert snapshot.entry_same_version(other) is snapshot.entry_for(CLIENT_PARAMS)
-    assert snapshot.entry_for_client({**CLIENT_PARAMS, "clientInfo": {"name": "another", "version": "9"}}) \
+    assert snapshot.entry_for({**CLIENT_PARAMS, "clientInfo": {"name": "another", "version": "9"}}) \
         is snapshot.entry_for(CLIENT_PARAMS)
 
 

@@ -251,9 +251,6 @@ def test_a_private_listing_is_never_served_to_another_client_identity() -> None:
     assert answer_of(d.ask(1, 2, "tools/list", alice), 1, 2)["result"]["tools"] == TOOLS
     out = d.ask(2, 3, "tools/list", bob)
     assert out.visible() == [("WantServer",)]
-    # A daemon principal tells apart two clients that say they are the same.
-    d.core.set_principal(2, "another-user")
-    assert d.ask(2, 4, "tools/list", alice).want
 
 
 def test_a_result_that_turned_private_stops_being_served_to_others() -> None:

@@ -130,7 +130,7 @@ def test_a_session_moved_away_takes_its_held_requests_and_leaves_nothing_at_this
     assert 1 not in d.core.clients and not d.core.queue and not any(isinstance(a, SessionKey) for a in actions)
     # Another process's core adopts it, placed, with its handshake and roots: nothing is asked again.
     other = attached(7)
-    out = other.record(other.core.adopt(7, CLIENT_PARAMS, known, now=other.clock()))
+    out = other.record(other.core.move_in(7, CLIENT_PARAMS, known, now=other.clock()))
     assert out.client(7) == []
     assert other.send(7, lines[0]).want
 

@@ -1,10 +1,8 @@
 """Who a stateless-era request is made for: the envelope it carries and the cache keys that follow.
 
-A stateless request names its client in `params._meta` (protocol version, clientInfo, client
-capabilities): the *envelope*. The relay writes one for its own requests (the era probe, listing
-fetches, its listen stream) and for a handshake-era client bridged onto a stateless server; the
-stateless cache keys results by version, capabilities digest and, for `cacheScope: "private"`
-results, the client identity (eras.identity_digest). An `Asker` is that value, immutable.
+The envelope names the client in `params._meta` (version, clientInfo, capabilities); the relay
+writes one for its own requests and for bridged clients, and the stateless cache keys results by
+version, capabilities digest and, when private, client identity. An `Asker` is that value.
 """
 
 from __future__ import annotations
@@ -26,12 +24,11 @@ class Asker:
     version: str
     client_info: JsonObj
     capabilities: JsonObj
-    principal: str = ""
     log_level: str | None = None
 
     @property
     def identity(self) -> str:
-        return eras.identity_digest(self.client_info, self.principal)
+        return eras.identity_digest(self.client_info)
 
     @property
     def caps(self) -> str:
@@ -48,7 +45,7 @@ class Asker:
         return stateless_key(method, self.version, self.caps, self.identity)
 
 
-def asker_from_params(params: JsonObj, version: str, principal: str = "") -> Asker:
+def asker_from_params(params: JsonObj, version: str) -> Asker:
     """The Asker of a handshake-era client, from its `initialize` params."""
     info, caps = params.get("clientInfo"), params.get("capabilities")
-    return Asker(version, info if isinstance(info, dict) else {}, caps if isinstance(caps, dict) else {}, principal)
+    return Asker(version, info if isinstance(info, dict) else {}, caps if isinstance(caps, dict) else {})

@@ -1,27 +1,13 @@
 """Handshake-era clients on a process that speaks only the stateless era on its connection.
 
-A server that refuses `initialize` as a connection's first request speaks only the stateless era;
-with `era = "stateless"` any server is run that way. Their handshake-era clients (Claude Code,
-Cursor, the SDK in `legacy` mode) are served through this bridge, in their own era, by the same
-process the stateless clients use. (A dual-era server that locks each connection gives its
-handshake-era clients a process of their own instead: lazyd/core/eras/choice.py.)
-
-- `initialize` is answered from the cached `server/discover` result (version: the client's, when
-  lazyd knows it; capabilities and serverInfo: the server's), `notifications/initialized` is
-  swallowed, `ping` answered, `logging/setLevel` recorded.
-- Each request goes upstream with an envelope made of the client's own `initialize` params (its
-  clientInfo, its capabilities, its log level): the server sees who asks, request by request.
-- Results lose the stateless-only fields (`resultType`, `ttlMs`, `cacheScope`, the serverInfo stamp).
-- An `input_required` result becomes real server-to-client requests (`sampling/createMessage`,
-  `elicitation/create`, `roots/list`) to the very client whose request it answers (no routing
-  guess), then the request is retried with their answers as `inputResponses` and the echoed
-  `requestState`, for at most MAX_INPUT_ROUNDS rounds. A callback the client did not declare is an
-  error, except elicitation, which is declined as such a client would.
-- Listings come from the stateless cache for the client's capabilities and identity. They are the
-  handshake era's contract for these clients: served whatever their age (there is no ttl in that
-  era), refreshed at every start and on every change notification; `cacheScope: "private"` holds.
-- `resources/subscribe` becomes part of the relay's listen stream; change notifications from it
-  reach these clients as plain handshake-era notifications (lazyd/core/eras/listen_relay.py).
+For a server that speaks only the stateless era, or any with `era = "stateless"`, handshake-era
+clients are served in their own era by the process the stateless clients use (docs/protocol-eras.md,
+"The bridge: a handshake-era client on a stateless server"): `initialize` from the cached
+discovery, each request upstream in an envelope made of the client's own `initialize` params,
+results without the stateless-only fields, an `input_required` result turned into real requests to
+the very client it answers and retried with their answers (at most MAX_INPUT_ROUNDS rounds),
+listings from the stateless cache whatever their age, subscriptions through the relay's listen
+stream (lazyd/core/eras/listen_relay.py).
 """
 
 from __future__ import annotations
@@ -82,8 +68,7 @@ class BridgePort(Protocol):
 
 
 class Bridge:
-    """Handshake-era clients served by a stateless process, and their input rounds (see the module
-    docstring). Its own state is the rounds in progress, as plain data."""
+    """Handshake-era clients served by a stateless process, and their input rounds in progress."""
 
     def __init__(self, core: BridgePort, shared: RelayShared, cache: StatelessCache, listen: ListenRelay) -> None:
         self.core = core
@@ -108,7 +93,7 @@ class Bridge:
             pending = {sc.text(k, "round input key"): sc.integer(v, "round input id")
                        for k, v in sc.obj(r.get("pending"), "round.pending").items()}
             self.rounds[(cid, client_id)] = InputRound(
-                cid, client_id, sc.text(r.get("method"), "round.method"), sc.json_obj(r.get("params"), "round.params"),
+                cid, client_id, sc.text(r.get("method"), "round.method"), sc.obj(r.get("params"), "round.params"),
                 sc.integer(r.get("rounds"), "round.rounds"), pending, dict(sc.obj(r.get("answers"), "round.answers")),
                 sc.opt_text(r.get("request_state"), "round.request_state"))
         self.input_waits = {}
@@ -125,11 +110,11 @@ class Bridge:
         return eras.upstream_version(self.cache.known_discovery()) or PROBE_VERSION
 
     def client_asker(self, client: ClientState) -> Asker:
-        asker = asker_from_params(client.params or {}, self.upstream_version(), client.principal)
+        asker = asker_from_params(client.params or {}, self.upstream_version())
         # A handshake-era server logs to a client that set no level (the python SDK sends every
         # message); a stateless one logs only to requests that opt in: opt in for it, as direct.
         level = self.shared.routes.levels.get(client.cid, BRIDGED_DEFAULT_LOG_LEVEL)
-        return Asker(asker.version, asker.client_info, asker.capabilities, asker.principal, level)
+        return Asker(asker.version, asker.client_info, asker.capabilities, level)
 
     def initialize(self, client: ClientState, msg: Message) -> list[Action]:
         assert msg.id is not None
@@ -305,8 +290,7 @@ class Bridge:
     # ---- what a handshake-era client sees (lazyctl check) ----------------------------------------
 
     def handshake_view(self, params: JsonObj) -> HandshakeEntry | None:
-        """What a handshake-era client with these `initialize` params is served from the snapshot:
-        the recorded handshake, or, for a stateless-only server, the bridged one."""
+        """The handshake a client with these params is served from the snapshot (maybe bridged)."""
         entry = self.shared.snapshot.entries.get(handshake_key(params))
         if entry is not None:
             return entry

@@ -1,27 +1,13 @@
 """Which protocol era a server process runs in, and which process a client is given (pure).
 
-MCP has two eras on the wire (lazyd/core/eras/versions.py). Many servers speak both, but the python SDK's servers
-(every `MCPServer`/`Server.run` server, `mcp-server-time` among them) lock each connection to the
-era of its first request, and a handshake-era tool's call-backs (sampling, elicitation, roots)
-work only on a handshake connection. So the era a process runs in is decided by the clients: a
-process runs in the era of the client that caused its start, clients of one era share it, and a
-client of the other era gets a process of its own, of the same registration, unless the server is
-known to serve both eras on one connection or only one era at all.
+The python SDK's servers lock each connection to the era of its first request, and handshake-era
+call-backs work only on a handshake connection, so the era follows the clients
+(docs/protocol-eras.md): a client of the other era gets a process of its own unless the server
+serves both eras on one connection or only one era.
 
-The facts
----------
-What the snapshot recorded about the server (cache.Snapshot), never guessed:
-
-- `discovery`: "unknown" (never asked), "none" (it answered `server/discover` with -32601 or
-  another refusal, or not before its handshake: handshake only), "stateless" (a DiscoverResult
-  listing a stateless version);
-- `mixed`: whether one connection carried both eras (True: a connection that answered discovery
-  also accepted `initialize`, or one that accepted `initialize` also answered discovery; False:
-  one of them was refused on a connection that had accepted the other; None: never tried);
-- `handshake_first`: whether `initialize` as a connection's first request was accepted (False: a
-  server that speaks only the stateless era refused it).
-
-They make five kinds of server:
+The facts the snapshot recorded (cache.Snapshot), never guessed: `discovery` ("unknown", "none":
+handshake only, "stateless": a DiscoverResult), `mixed` (one connection carried both eras; None:
+never tried), `handshake_first` (False: a first `initialize` was refused). Five kinds of server:
 
 | kind | facts |
 |---|---|
@@ -66,11 +52,8 @@ The start plan (what the relay sends a new process first)
 | auto | unknown, or both on one connection | stateless | the era probe | pipelined behind it, unless `mixed` is False | - |
 | auto | both eras, one per connection | stateless | the era probe | never: bridged | - |
 
-The probe after the handshake tells a handshake lane what its connection carries: a
-DiscoverResult means both eras on one connection (the process then serves stateless clients too);
--32601 on a server never probed means handshake only (recorded for every version, so stateless
-clients fall back from cache); any other error means this connection carries one era (`mixed`
-False; the python SDK answers -32600, "this connection serves the handshake protocol era").
+The probe after the handshake tells what the connection carries: a DiscoverResult, both eras;
+-32601 on a server never probed, handshake only; any other error, one era per connection.
 """
 
 from __future__ import annotations
@@ -83,9 +66,6 @@ from typing import Literal
 from lazyd.core.eras import versions as eras
 from lazyd.core.cache import Snapshot
 from lazyd.core.relay.jsonrpc import JsonObj
-
-__all__ = ["Era", "EraSetting", "ERA_SETTINGS", "Kind", "Facts", "Lane", "LaneChoice", "StartPlan",
-           "EraPolicy", "client_era", "other_era", "facts_of"]
 
 Era = Literal["handshake", "stateless"]
 EraSetting = Literal["auto", "handshake", "stateless"]
@@ -100,10 +80,6 @@ class Kind(enum.StrEnum):
     ONE_CONNECTION = "both eras on one connection"
     PER_CONNECTION = "both eras, one per connection"
     STATELESS_ONLY = "stateless only"
-
-
-# Kinds whose every client can be served by one process.
-_SINGLE = frozenset({Kind.HANDSHAKE_ONLY, Kind.ONE_CONNECTION, Kind.STATELESS_ONLY})
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,9 +135,8 @@ def other_era(era: Era) -> Era:
 
 
 def client_era(method: str, params: JsonObj) -> Era:
-    """The era of a client, from its first request: `initialize` and plain requests are the
-    handshake era's; an enveloped request, and a discovery probe (the SDK's `auto` clients begin
-    with one, and fall back to `initialize` only if it fails), the stateless era's."""
+    """The era of a client's first request: an enveloped request or a discovery probe is the
+    stateless era's, `initialize` and plain requests the handshake era's."""
     if method == "initialize":
         return "handshake"
     if method == "server/discover" or eras.is_stateless_request(method, params):

@@ -1,24 +1,13 @@
-"""`subscriptions/listen` streams (2026-07-28) when several clients share one server.
+"""`subscriptions/listen` streams when several clients share one server: the bookkeeping.
 
-A listen request is a stream: it stays open, the server acknowledges it with
-`notifications/subscriptions/acknowledged`, then sends change notifications stamped with
-`_meta["io.modelcontextprotocol/subscriptionId"]` = the listen request's JSON-RPC id. Clients pick
-their own ids (the python SDK uses `listen-1`, `listen-2`… in every process), so two clients'
-streams collide on the wire if forwarded as they are.
-
-The relay therefore never forwards a client's listen request. It keeps, per server process, ONE
-stream of its own upstream whose filter is the union of what every client asked for plus the list
-changes the relay needs to keep its cache fresh, and fans each notification out to the client
-streams that asked for it, each stamped with that client's own listen id. A client stream:
-- is acknowledged by the relay with the subset of its filter the server supports (the discovery
-  capabilities say which), so opening one does not need a running server;
-- outlives server restarts: the relay re-issues its own stream at every start;
-- ends when the client cancels it (`notifications/cancelled` naming its id) or leaves.
-When a client asks for a resource the upstream stream does not cover, the relay opens a wider
-stream and, once that one is acknowledged, cancels the older one; events count only from the
-newest acknowledged stream, so nothing is delivered twice.
-
-This module is the bookkeeping; the relay core writes the lines.
+A server stamps its change notifications with the listen request's id, and clients pick their own
+ids (the python SDK's `listen-1` in every process), so forwarded streams would collide. The relay
+keeps ONE stream of its own upstream (the union of every client's filter and the list changes its
+cache needs) and fans each notification out to the client streams that asked, each under its own
+id. A client stream is acknowledged by the relay from the discovery capabilities (no running
+server needed), outlives restarts, and ends when cancelled or its client leaves. A wider filter
+opens a new upstream stream and cancels the old one once the new one is acknowledged; events count
+only from the newest, so nothing is delivered twice. The relay core writes the lines.
 """
 
 from __future__ import annotations
@@ -148,7 +137,7 @@ class ListenHub:
         self.streams = {}
         for row in sc.items(s.get("streams"), "listen.streams"):
             cid, listen_id, filter_ = sc.items(row, "listen stream")
-            self.add(sc.integer(cid, "listen.cid"), sc.json_id(listen_id, "listen.id"), sc.json_obj(filter_, "listen.filter"))
+            self.add(sc.integer(cid, "listen.cid"), sc.json_id(listen_id, "listen.id"), sc.obj(filter_, "listen.filter"))
         self.current = sc.opt_integer(s.get("current"), "listen.current")
         self.pending = sc.opt_integer(s.get("pending"), "listen.pending")
         self.requested = sc.opt_json_obj(s.get("requested"), "listen.requested")

@@ -1,13 +1,9 @@
 """The relay core's side of `subscriptions/listen` (the bookkeeping is lazyd/core/eras/listen.py).
 
-A client's listen request is acknowledged by the relay from the server's discovery capabilities and
-never forwarded; the relay's own upstream stream carries the union of every client's filter and the
-list changes its cache needs, is re-opened at every start (and when the server ends it, a bounded
-number of times), and is widened by opening a new stream and cancelling the old one once the new
-one is acknowledged. Its notifications invalidate the cache and fan out to each client stream
-stamped with that client's own listen id, and to the handshake-era clients of the bridge (as
-plain handshake-era notifications: a `list_changed` to every initialized one, a resource update to
-the clients that subscribed to that uri).
+Client listen requests are acknowledged, never forwarded; the relay's own upstream stream is
+re-opened at every start (and, a bounded number of times, when the server ends it) and widened as
+listen.py says. Its notifications invalidate the cache and fan out to the client streams and, as
+plain handshake-era notifications, to the bridge's clients.
 """
 
 from __future__ import annotations
@@ -20,17 +16,8 @@ from lazyd.core.relay import jsonrpc as rpc
 from lazyd.core.eras.asker import PROBE_VERSION
 from lazyd.core.cache import LIST_CHANGED, HandshakeEntry
 from lazyd.core.relay.jsonrpc import JsonObj, Message
-from lazyd.core.eras.listen import (
-    ACKNOWLEDGED,
-    LIST_FLAGS,
-    RESOURCE_UPDATED,
-    ListenHub,
-    covers,
-    honored,
-    serves_listen,
-    uri_matches,
-    uris_of,
-)
+from lazyd.core.eras.listen import (ACKNOWLEDGED, LIST_FLAGS, RESOURCE_UPDATED, ListenHub, covers, honored,
+                                    serves_listen, uri_matches, uris_of)
 from lazyd.core.relay.actions import Action, Activity, Note, Phase, SnapshotChanged, ToClient, ToServer, WantServer
 from lazyd.core.relay.shared import RelayShared
 from lazyd.core.relay.routing import ClientId, Upstream, level_rank
@@ -41,8 +28,7 @@ MAX_LISTEN_REISSUES = 3
 
 
 class ListenPort(Protocol):
-    """What the listen part needs of the core: the phase, the live handshake, and the stateless
-    start's barrier (an acknowledged or ended stream may complete a start)."""
+    """The phase, the live handshake, and the stateless start's barrier."""
 
     @property
     def phase(self) -> Phase: ...
@@ -135,8 +121,7 @@ class ListenRelay:
                 and isinstance(params.get("requestId"), int):
             return self.ended(params["requestId"])
         if sid is None:
-            # A stateless-only server sends change notifications on listen streams only; one
-            # without a stamp is still one (the handshake connection of a mixed one has its own path).
+            # A stateless-only server notifies on listen streams only: an unstamped one counts too.
             if not (stateless_only and method in (*LIST_FLAGS, RESOURCE_UPDATED)):
                 return None
         elif not (isinstance(sid, int) and not isinstance(sid, bool) and sid == self.hub.current):
@@ -162,8 +147,7 @@ class ListenRelay:
         return []
 
     def announce(self, method: str, params: JsonObj) -> list[Action]:
-        """Deliver a change notification to every client stream that asked for it, each under its
-        own listen id, and to the handshake-era clients of the bridge."""
+        """Deliver a change notification to the client streams that asked and the bridge's clients."""
         out: list[Action] = []
         meta = params.get("_meta")
         for stream in self.hub.targets(method, params):

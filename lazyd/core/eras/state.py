@@ -1,25 +1,15 @@
 """Which protocol era the live process speaks, as the relay finds out at each start (pure state).
 
-lazyd/core/eras/choice.py decides, from what the snapshot recorded, which process a client gets and what the
-relay sends a new process first (its start plan). This object holds what the relay learns about
-the *live* process on the way: its stage in the table below, the DiscoverResult that made it
-stateless, whose identity the relay's probe carried, and an `initialize` refusal held until the
-probe that explains it is answered. What is learned for good is written into the snapshot
-(`mixed_connection`, `handshake_first`), so that the next start's plan follows from it.
+lazyd/core/eras/choice.py decides from the snapshot; this object holds what the relay learns of
+the *live* process: its stage, the DiscoverResult that made it stateless, whose identity the probe
+carried, and an `initialize` refusal held until the probe explains it. What is learned for good
+goes into the snapshot (`mixed_connection`, `handshake_first`) for the next start's plan.
 
-The stages
-----------
-- NONE: no process.
-- PROBING: the connection began with the relay's era probe (`server/discover`), not answered yet.
-- HANDSHAKE: the connection began with the replayed `initialize`; no probe was its first request.
-  A `server/discover` asked after the handshake (the plan's `probe_after_handshake`) may be on
-  its way.
-- REPROBING: that first `initialize` was refused by a server with a stateless era (-32022 naming
-  stateless versions, or a discovery on record), and the relay probed after it.
-- NOT_STATELESS: the probe's answer was not a stateless DiscoverResult, or the handshake completed
-  while it was still unanswered (the issue's "an error or timeout"): the process speaks the
-  handshake era only.
-- STATELESS: the process answered discovery with a stateless DiscoverResult (`discovery`).
+Stages: NONE (no process); PROBING (the connection began with the relay's era probe, unanswered);
+HANDSHAKE (it began with the replayed `initialize`; a probe after the handshake may be on its
+way); REPROBING (that `initialize` was refused by a server with a stateless era, and the relay
+probed); NOT_STATELESS (the probe's answer was no stateless DiscoverResult, or the handshake
+completed first: handshake era only); STATELESS (a stateless DiscoverResult, `discovery`).
 
 What a stage means to the rest of the core (`stateless_up`): STATELESS is True; NONE and PROBING
 are None (not known yet); HANDSHAKE, REPROBING and NOT_STATELESS are False (not known to carry the
@@ -38,13 +28,9 @@ The transitions
 | the handshake completed with the probe unanswered | PROBING | NOT_STATELESS |
 | the process ended | any | NONE |
 
-"Any" for the probe's answer: it may come first, after a refused `initialize` (REPROBING), or
-late, once the handshake completed without it (NOT_STATELESS): a late DiscoverResult still means
-the connection carries both eras. The discovery asked after the handshake is sent on a connection
-not known to be stateless (HANDSHAKE, or REPROBING / NOT_STATELESS when a client's `initialize`
-was replayed there), and its DiscoverResult means the same whenever it comes. An `initialize` refused while the probe is unanswered changes no
-stage: the refusal is held (`held`) and the probe's answer decides what it meant (a stateless
-DiscoverResult: the server speaks only the stateless era; anything else: the start failed).
+"Any" for the probe's answers: a late DiscoverResult still means the connection carries both eras.
+An `initialize` refused while the probe is unanswered changes no stage: it is `held`, and the
+probe's answer decides what it meant (stateless only, or a failed start).
 `tests/unit/test_era_state.py` checks that this table and TRANSITIONS agree.
 """
 
@@ -105,9 +91,7 @@ class EraState:
     def __init__(self, setting: EraSetting, snapshot: Snapshot) -> None:
         self.policy = EraPolicy(setting)
         self.snapshot = snapshot
-        # Which era this instance's process runs in: the daemon gives the instance a lane when it
-        # attaches the first client of an era to it; None until then (a start no client asked for
-        # replays a handshake, and takes the lane its plan gives it).
+        # The era of this instance's process, given with its first client (None until then).
         self.lane: Era | None = None
         self.plan: StartPlan | None = None  # the live process's start plan
         self.stage = Stage.NONE
@@ -139,8 +123,7 @@ class EraState:
         return self.policy.start_plan(self.lane, facts_of(self.snapshot))
 
     def spawned(self) -> StartPlan:
-        """A process exists: it follows the plan of its lane (and takes the lane its plan gives
-        it when no client asked for the start, so that the next client of that era joins it)."""
+        """A process follows the plan of its lane, and takes the plan's lane when it had none."""
         plan = self.plan = self.policy.start_plan(self.lane, facts_of(self.snapshot))
         if self.lane is None:
             self.lane = "stateless" if plan.initialize == "never" else "handshake"
@@ -198,8 +181,7 @@ class EraState:
         return self.stateless_up is True and phase in (Phase.REFRESH, Phase.READY)
 
     def process_era(self, phase: Phase, handshake_live: bool) -> str | None:
-        """The era the live process serves its clients in: "handshake", "stateless" (handshake-era
-        clients bridged), "both" (one connection carries both), or None when there is none."""
+        """"handshake", "stateless" (handshake-era clients bridged), "both", or None."""
         if phase is Phase.DOWN:
             return None
         if self.stateless_up is True:
@@ -211,9 +193,8 @@ class EraState:
     # ---- what is learned for good ----------------------------------------------------------------
 
     def learn_first_initialize(self, accepted: bool) -> list[Action]:
-        """Whether `initialize` as a connection's first request was accepted, recorded in the
-        snapshot. An acceptance is saved with the next change that is saved anyway: only a refusal
-        (the server speaks only the stateless era) changes which process a client gets."""
+        """Record whether a first `initialize` was accepted; only a refusal (stateless only)
+        changes which process a client gets, so only it is saved at once."""
         if accepted:
             self.snapshot.handshake_first = True
             return []

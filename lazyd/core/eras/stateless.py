@@ -1,36 +1,21 @@
-"""The stateless era (2026-07-28) in the relay core: the era probe and what its answers teach, the
-stateless start, and where each stateless request goes. The stages the probe moves the live
-process through are lazyd/core/eras/state.py's table; the cache is stateless_cache.py, listen streams
-lazyd/core/eras/listen_relay.py, handshake-era clients on a stateless-only server bridge.py.
+"""The stateless era in the relay core: the era probe and what its answers teach, the stateless
+start, and where each stateless request goes (stages: lazyd/core/eras/state.py).
 
-Era probe. At a start whose plan says so (a stateless lane, or era = "stateless": lazyd/core/eras/choice.py)
-the relay's first line is its own `server/discover`, with a real client's identity in the
-envelope. A handshake lane sends it only after its handshake (`probe_after_answered`): a
-DiscoverResult there means both eras on one connection, a -32601 on a server never probed means
-handshake only, any other error one era per connection. A DiscoverResult listing a
-stateless version means the process speaks that era; anything else means handshake only, and so
-does a handshake that completes while the probe is still unanswered (the issue's "timeout"). When
-a handshake is known (a client's or the recorded `initialize` params) and the era is not known yet,
-the replayed `initialize` is pipelined behind the probe, and the pair of answers tells all: a
-DiscoverResult and an `initialize` result mean one connection carries both eras
-(`mixed_connection`: handshake-era clients are then served natively); a DiscoverResult and a
-refused `initialize` (the python SDK's dual-era servers lock a connection to the era of its first
-request) mean one era per connection: the handshake-era clients get a process of their own (the
-daemon's choice), and any that are here are bridged. An `initialize` refused as a connection's
-first request, with -32022 naming stateless versions or by a server known to have a stateless era,
-means the server speaks only the stateless era (`Snapshot.handshake_first = False`): the relay
-probes then, and bridges.
+Era probe: the relay's own `server/discover`, with a real client's identity in the envelope, first
+on a stateless lane's connection, after the handshake on a handshake lane's. A stateless
+DiscoverResult means the process speaks that era; anything else, or a handshake completed before
+the answer, handshake only. A replayed `initialize` pipelined behind the probe tells the rest: both
+answered, one connection carries both eras (`mixed_connection`); `initialize` refused, one era per
+connection, and handshake-era clients here are bridged. A first `initialize` refused with -32022
+naming stateless versions (or by a server known to have a stateless era) means stateless only
+(`Snapshot.handshake_first = False`): the relay probes, and bridges.
 
-Stateless start. No handshake: the relay opens its listen stream and fetches every advertised
-listing under the identity of whoever caused the start; READY once those are in and the stream is
-acknowledged, then what waited is handled again.
+Stateless start: no handshake; the listen stream opens and every advertised listing is fetched
+under the identity of whoever caused the start; READY once both are in.
 
-Requests. Discovery and listings go through the cache; `subscriptions/listen` is the relay's own
-(listen.py); ping, logging/setLevel and resources/(un)subscribe do not exist in the era (-32601);
-a request for a version the server does not list, or any stateless request to a handshake-only
-server, gets -32022 naming the versions it does speak, decided from the cache without a start;
-everything else is forwarded under a relay id (progress token rewritten too), and its result,
-`input_required` included, passes through untouched.
+Requests: discovery and listings through the cache, `subscriptions/listen` the relay's own,
+methods the era removed -32601, a version the server does not list (or a handshake-only server)
+-32022 from the cache without a start; the rest forwarded under a relay id, results untouched.
 """
 
 from __future__ import annotations
@@ -40,12 +25,12 @@ from typing import Protocol
 from lazyd.core.eras import versions as eras
 from lazyd.core.relay import jsonrpc as rpc
 from lazyd.core.eras.asker import PROBE_VERSION
-from lazyd.core.cache import LISTINGS, discover_key, is_stateless_discovery
+from lazyd.core.cache import ANY_VERSION, LISTINGS, discover_key, is_stateless_discovery
 from lazyd.core.eras.state import Event, Stage
 from lazyd.core.relay.jsonrpc import JsonObj, Message
-from lazyd.core.relay.upstream import ANY_VERSION, foreign_task, forward, internal
+from lazyd.core.relay.upstream import foreign_task, forward, internal
 from lazyd.core.relay.actions import Abort, Action, Note, Phase, Ready, SnapshotChanged, ToClient
-from lazyd.core.relay.startup import Handshake
+from lazyd.core.relay.startup import Handshake, refusal_reason
 from lazyd.core.relay.shared import RelayShared
 from lazyd.core.relay.routing import ClientId
 from lazyd.core.eras.stateless_cache import StatelessCache, advertised
@@ -53,8 +38,7 @@ from lazyd.core.eras.listen_relay import ListenRelay
 
 
 class StatelessPort(Protocol):
-    """What the stateless era needs of the core: who it is, the phase it moves, and a queued
-    request handled again once the process is ready."""
+    """Who the core is, the phase it moves, a queued request handled again once ready."""
 
     phase: Phase
 
@@ -65,8 +49,7 @@ class StatelessPort(Protocol):
 
 
 class StatelessEra:
-    """The era probe's verdicts, the stateless start and stateless requests (see the module
-    docstring). Its own state: whether a stateless start is under way."""
+    """The era probe's verdicts, the stateless start and stateless requests (module docstring)."""
 
     def __init__(self, core: StatelessPort, shared: RelayShared, cache: StatelessCache, listen: ListenRelay,
                  handshake: Handshake) -> None:
@@ -108,17 +91,14 @@ class StatelessEra:
             return out
         out.append(Note("the server does not speak the stateless era: handshake only"))
         if self.shared.era.setting == "stateless":
-            # The configuration asks for an era the server does not have: a user's mistake, said
-            # as such to every waiting request, and from the cache from now on (era_refusal).
+            # The user's setting asks for an era the server lacks: said as such (era_refusal).
             self.shared.era.held = None
             reason = self._no_stateless_era_text()
             return [*out, *self.shared.queue.fail(reason, self.shared.clients), Abort(reason)]
         refused = self.shared.era.held
         if refused is not None:
             self.shared.era.held = None
-            reason = "the server refused the replayed initialize"
-            if isinstance(refused.get("message"), str):
-                reason += f": {refused['message'][:200]}"
+            reason = refusal_reason(refused)
             return [*out, *self.shared.queue.fail(f"lazyd: {reason}", self.shared.clients), Abort(reason)]
         out.extend(self.refuse_queued_stateless())
         if self.handshake.instance is None and self.core.phase is Phase.PREINIT:
@@ -128,8 +108,7 @@ class StatelessEra:
         return out
 
     def initialize_refused(self, error: JsonObj) -> list[Action] | None:
-        """The replayed initialize was refused: the stateless era's reading of that, or None when
-        it is just a failed start."""
+        """The stateless era's reading of a refused replayed initialize (None: a failed start)."""
         if self.shared.era.stateless_up is True:
             self.handshake.instance = None
             out = [Note("the server refused initialize after discovery: handshake-era clients are bridged"),
@@ -146,9 +125,8 @@ class StatelessEra:
         names_stateless = error.get("code") == eras.UNSUPPORTED_PROTOCOL_VERSION and bool(eras.stateless_versions(
             {"supportedVersions": data.get("supported") if isinstance(data, dict) else None}))
         if self.shared.era.stage is Stage.HANDSHAKE and (names_stateless or self.shared.snapshot.era() == "stateless"):
-            # A first `initialize` refused by a server with a stateless era (-32022 naming
-            # stateless versions is itself that evidence, the SDK's own rule): it speaks only the
-            # stateless era. Probe it, and bridge the handshake-era clients.
+            # Refused by a server with a stateless era (-32022 naming one is that evidence, the
+            # SDK's own rule): stateless only. Probe it, and bridge the handshake-era clients.
             self.shared.era.held = error
             self.shared.era.move(Event.FIRST_INITIALIZE_REFUSED)
             self.handshake.instance = None
@@ -159,8 +137,7 @@ class StatelessEra:
         return None
 
     def probe_after_answered(self, msg: Message) -> list[Action]:
-        """The answer to the `server/discover` sent after the handshake (lazyd/core/eras/choice.py): what else
-        this handshake connection carries."""
+        """The answer to the `server/discover` after the handshake: what else the connection carries."""
         asker = self.shared.era.probe_asker or self.cache.start_asker(PROBE_VERSION)
         result = msg.obj.get("result")
         if is_stateless_discovery(result) and eras.upstream_version(result) is not None:
@@ -180,8 +157,8 @@ class StatelessEra:
                 *self.shared.era.learn_mixed(False)]
 
     def probe_unanswered(self) -> list[Action]:
-        """The handshake completed before the era probe was answered: handshake era only (the
-        issue's "an error or timeout"), recorded as a -32601 so clients' probes fall back at once."""
+        """The handshake completed before the era probe's answer: handshake only, recorded as a
+        -32601 so clients' probes fall back at once."""
         if self.shared.era.stage is not Stage.PROBING:
             return []
         self.shared.era.move(Event.HANDSHAKE_BEFORE_PROBE)
@@ -191,8 +168,7 @@ class StatelessEra:
                 *self.refuse_queued_stateless()]
 
     def era_refusal(self, msg: Message) -> bytes | None:
-        """A handshake-era request for a server set to era = "stateless" that is known to have no
-        stateless era: refused from what the cache knows, without a start."""
+        """Refuse, from the cache, a request to a server set to era = "stateless" that has none."""
         if self.shared.era.setting != "stateless" or self.shared.snapshot.era() != "handshake" or self.shared.era.stateless_up is True:
             return None
         assert msg.id is not None
@@ -218,8 +194,7 @@ class StatelessEra:
     # ---- the stateless start ---------------------------------------------------------------------
 
     def start(self) -> list[Action]:
-        """The process speaks the stateless era only: open the listen stream, refresh the listings
-        under the identity of whoever caused the start, then handle what waited."""
+        """The stateless start (module docstring)."""
         self.handshake.instance = None
         self.core.phase = Phase.REFRESH
         self.starting = True
@@ -237,8 +212,7 @@ class StatelessEra:
         return out + self.maybe_ready()
 
     def maybe_ready(self) -> list[Action]:
-        """A stateless start is complete once its listings are fetched and its listen stream is
-        acknowledged: a change made by a request forwarded after that cannot go unnoticed."""
+        """Complete once listings and listen stream are in: no later change can go unnoticed."""
         if not self.starting or self.listen.hub.pending is not None:
             return []
         if self.shared.listings.pending(stateless=True, why="start"):
@@ -290,13 +264,12 @@ class StatelessEra:
 
     def _remember_asker(self, cid: ClientId, params: JsonObj) -> list[Action]:
         info, caps = eras.envelope_identity(params)
-        meta = {"clientInfo": info, "clientCapabilities": caps, "principal": self.cache.principal(cid)}
+        meta = {"clientInfo": info, "clientCapabilities": caps}
         if not info or self.shared.snapshot.last_meta == meta:
             return []
         first = self.shared.snapshot.last_meta is None
         self.shared.snapshot.last_meta = meta
-        # Saved with the next change that is saved anyway: clients taking turns must not cost a
-        # write each (only the very first identity is worth one).
+        # Saved with the next change saved anyway: clients taking turns must not cost a write each.
         return [SnapshotChanged()] if first else []
 
     def _handshake_versions(self) -> list[str]:

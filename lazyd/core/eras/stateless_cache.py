@@ -1,28 +1,17 @@
 """The stateless-era cache of the relay core: `server/discover` and the four listings.
 
-A stored result is served while it is fresh: `ttlMs` has not run out since it was stored (it is
-served with the ttlMs it has left), and a result without `ttlMs` gave no hint and is kept until a
-change notification or the next start replaces it. An expired result (`ttlMs: 0` included) is
-fetched again while the server runs, which costs nothing; while it sleeps, a session start is
-answered with it, marked `ttlMs: 0` (stale: the client may ask again), rather than starting the
-server. `ttlMs` is a hint the client MAY cache by (the schema likens it to HTTP's max-age), and a
-sleeping server is an origin that is not there: a cache may serve stale then (HTTP's
-stale-if-error), and the first real start refreshes every listing and announces drift. Without
-this, every session of a stateless client (Claude Code 2.1 among them) would start every server
-built on the python SDK, whose default hints are `ttlMs: 0` and `private`.
-`cacheScope: "private"` results are stored under the client identity (eras.identity_digest) and
-never served to another; a result with no cacheScope counts as private. A miss or an expired
-entry is fetched again from the live server by the listing engine (listings.py: all pages merged
-into one, concurrent misses for one key share one fetch), and a start when the server sleeps.
-Requests carrying `inputResponses` or `requestState` never touch the cache. Whoever waits on a
-fetch is answered in the shape of its era.
+A result is served while its `ttlMs` has not run out (with what is left; no `ttlMs`: until a
+change notification or the next start). An expired one is fetched again while the server runs;
+while it sleeps, a session start is answered with it marked `ttlMs: 0` rather than starting the
+server: `ttlMs` is a hint like HTTP's max-age, and a cache may serve stale when the origin is not
+there (stale-if-error). Otherwise every session of a stateless client would start every python
+SDK server (its default hints: `ttlMs: 0`, `private`). Private results (and those without a
+cacheScope) stay with their client identity (eras.identity_digest); misses go to the listing
+engine (listings.py); continuations (`inputResponses`, `requestState`) never touch the cache.
 
-Discovery answers are stored by version (and identity when private); a -32601 answers every
-version (ANY_VERSION), a -32022 its own; other errors concern the request, not the server, and are
-not stored. The relay's own requests borrow a real client's identity (`start_asker`).
-
-Time is the `now` the event being handled brought (wall-clock seconds: stored results outlive the
-daemon); this part never reads a clock.
+Discovery answers are stored by version (and identity when private); -32601 answers every version
+(ANY_VERSION), -32022 its own, other errors are not stored. The relay's own requests borrow a real
+client's identity (`start_asker`). Time is the event's wall-clock `now`, never read here.
 """
 
 from __future__ import annotations
@@ -33,26 +22,18 @@ from lazyd.core.eras import versions as eras
 from lazyd.core.relay.handshake_defaults import LAZYD_CLIENT_INFO
 from lazyd.core.relay import jsonrpc as rpc
 from lazyd.core.eras.asker import PROBE_VERSION, Asker, asker_from_params
-from lazyd.core.cache import (
-    LIST_CHANGED,
-    LISTING_CAPABILITY,
-    LISTINGS,
-    PUBLIC,
-    CachedResult,
-    discover_key,
-    is_stateless_discovery,
-    remaining_ttl_ms,
-)
+from lazyd.core.cache import (ANY_VERSION, LIST_CHANGED, LISTING_CAPABILITY, LISTINGS, PUBLIC, CachedResult,
+                              discover_key, is_stateless_discovery, remaining_ttl_ms)
 from lazyd.core.relay.jsonrpc import JsonId, JsonObj, Message
 from lazyd.core.relay.listings import Fetched, Waiter, drift
-from lazyd.core.relay.upstream import ANY_VERSION, discover_version_key, forward
+from lazyd.core.relay.upstream import discover_version_key, forward
 from lazyd.core.relay.actions import Action, Note, Phase, SnapshotChanged, ToClient
 from lazyd.core.relay.shared import RelayShared
 from lazyd.core.relay.routing import ClientId
 
 
 class CachePort(Protocol):
-    """What the cache reads of the core: who it is, its phase, and the time of the event."""
+    """Who the core is, its phase, and the time of the event."""
 
     @property
     def name(self) -> str: ...
@@ -80,34 +61,28 @@ class StatelessCache:
 
     def start_asker(self, version: str) -> Asker:
         """The identity of the relay's own requests: the client that caused the start, else the
-        most recent one recorded, else lazyd itself (never an invented one when a real one is known)."""
+        most recent one recorded, else lazyd itself."""
         for cid, msg in self.shared.queue:
             if msg.method is not None and eras.is_stateless_request(msg.method, msg.params):
                 info, caps = eras.envelope_identity(msg.params)
                 if isinstance(info.get("name"), str):  # an envelope without clientInfo names no one
-                    return Asker(version, info, caps, self.principal(cid))
+                    return Asker(version, info, caps)
         for cid, msg in self.shared.queue:
             client = self.shared.clients.get(cid)
             params: JsonObj | None = msg.params if msg.method == "initialize" else (client.params if client else None)
             if params:
-                return asker_from_params(params, version, self.principal(cid))
+                return asker_from_params(params, version)
         meta = self.shared.snapshot.last_meta
         if meta is not None and isinstance(meta.get("clientInfo"), dict):
             recorded = meta.get("clientCapabilities")
-            principal = meta.get("principal")
-            return Asker(version, meta["clientInfo"], recorded if isinstance(recorded, dict) else {},
-                         principal if isinstance(principal, str) else "")
+            return Asker(version, meta["clientInfo"], recorded if isinstance(recorded, dict) else {})
         if self.shared.snapshot.last_params is not None:
             return asker_from_params(self.shared.snapshot.last_params, version)
         return Asker(version, dict(LAZYD_CLIENT_INFO), {})
 
-    def principal(self, cid: ClientId) -> str:
-        client = self.shared.clients.get(cid)
-        return client.principal if client is not None else ""
-
     def request_asker(self, cid: ClientId, params: JsonObj) -> Asker:
         info, caps = eras.envelope_identity(params)
-        return Asker(eras.request_version(params) or PROBE_VERSION, info, caps, self.principal(cid))
+        return Asker(eras.request_version(params) or PROBE_VERSION, info, caps)
 
     def discover_purpose(self, cid: ClientId, msg: Message) -> str:
         """What a client's `server/discover` is recorded under: its version and identity."""
@@ -163,9 +138,7 @@ class StatelessCache:
         return rpc.result_line(msg_id, {**result, "ttlMs": left})
 
     def record_discover(self, purpose: str, response: JsonObj) -> list[Action]:
-        """Store a discovery answer (a JSON-RPC response): a result by version (and identity unless
-        public), -32601 for every version, -32022 for its version. Other errors concern the
-        request, not the server."""
+        """Store a discovery answer as the module docstring says."""
         version, _, identity = purpose.partition("|")
         result = response.get("result")
         error = response.get("error")
@@ -223,8 +196,7 @@ class StatelessCache:
         return [] if request is None else [request, Note(f"fetching {method} ({why})")]
 
     def fetched(self, done: Fetched) -> tuple[list[Action], str | None]:
-        """A stateless fetch completed: store it, answer its waiters. Returns the actions and the
-        `list_changed` to announce when a start found a listing other than the one served."""
+        """Store a completed fetch and answer its waiters; also the `list_changed` to announce."""
         fetch = done.fetch
         assert fetch.asker is not None
         asker = fetch.asker

@@ -1,16 +1,10 @@
 """The two protocol eras as the relay sees them on the wire (docs/protocol-eras.md, schema 2026-07-28).
 
-Handshake era (2024-11-05 … 2025-11-25): `initialize` once per connection, then plain requests.
-Stateless era (2026-07-28 and later): no `initialize`; every request carries its protocol version,
-client info and capabilities in `params._meta` (the *envelope*), `server/discover` describes the
-server, listings carry `ttlMs`/`cacheScope`, and `input_required` results replace server-to-client
-requests.
-
-This module holds the era facts and the conversions between the eras, as pure functions: which era
-a request belongs to, the envelope the relay writes for a handshake-era client bridged onto a
-stateless server, the `initialize` result such a client gets from a `server/discover` result, the
-fields a handshake-era client must not see, the spec-shaped -32022 error, and the digests that key
-the stateless cache (client capabilities, client identity).
+Handshake era: `initialize` once per connection, then plain requests. Stateless era: every request
+carries its version, client info and capabilities in `params._meta` (the *envelope*),
+`server/discover` describes the server, and `input_required` results replace server-to-client
+requests. Here, as pure functions: which era a request belongs to, the envelope, the conversions
+for a bridged handshake-era client, the -32022 error and the digests that key the cache.
 """
 
 from __future__ import annotations
@@ -62,11 +56,8 @@ def request_version(params: JsonObj) -> str | None:
 
 
 def is_stateless_request(method: str, params: JsonObj) -> bool:
-    """Whether a client request belongs to the stateless era.
-
-    `initialize` is the handshake whatever its `_meta` says (the SDK's dual-era servers decide the
-    same way), and an envelope naming a handshake version is not a stateless request.
-    """
+    """Whether a client request belongs to the stateless era (`initialize` never does, whatever
+    its `_meta` says, as the SDK's dual-era servers decide)."""
     return method != "initialize" and is_stateless_version(request_version(params))
 
 
@@ -105,9 +96,6 @@ def with_envelope(params: JsonObj, envelope: JsonObj) -> JsonObj:
     return out
 
 
-# ---- digests that key the stateless cache ----------------------------------------------------------
-
-
 def _digest(obj: Any) -> str:
     # surrogatepass: a lone surrogate from a JSON escape must hash, not raise.
     text = json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
@@ -119,18 +107,11 @@ def capabilities_digest(capabilities: JsonObj) -> str:
     return _digest(capabilities)
 
 
-def identity_digest(client_info: JsonObj, principal: str = "") -> str:
-    """The client identity a `cacheScope: "private"` result is confined to.
-
-    Every session sharing a server process already shares its authorization context (the
-    registration identity includes the environment, where tokens live), so what tells clients
-    apart is what they say they are: clientInfo's name and version, plus whatever principal the
-    daemon attached to the session (empty unless it has a finer notion of who is asking).
-    """
-    return _digest({"name": client_info.get("name"), "version": client_info.get("version"), "principal": principal})
-
-
-# ---- discover results ------------------------------------------------------------------------------
+def identity_digest(client_info: JsonObj) -> str:
+    """The client identity a `cacheScope: "private"` result is confined to: sessions of one
+    process share its tokens already, so clientInfo tells them apart. (The empty "principal" keeps
+    the digests of results stored on disk.)"""
+    return _digest({"name": client_info.get("name"), "version": client_info.get("version"), "principal": ""})
 
 
 def supported_versions(discover_result: object) -> list[str]:
@@ -157,13 +138,9 @@ def discover_capabilities(discover_result: object) -> JsonObj:
 
 
 def initialize_result_from_discover(discover_result: JsonObj, requested: object, fallback_name: str) -> JsonObj:
-    """The `initialize` result a handshake-era client gets from a stateless server's discovery.
-
-    The version is the client's when lazyd knows it (the relay, not the server, speaks the
-    handshake to this client), else the newest handshake version. `extensions` is stateless-era
-    vocabulary and is left out; `listChanged` and `subscribe` stay, because the relay delivers
-    those notifications itself from its own `subscriptions/listen` stream.
-    """
+    """The `initialize` result a handshake-era client gets from a stateless server's discovery:
+    at the client's version when known (the relay speaks the handshake), without `extensions`;
+    `listChanged` and `subscribe` stay, delivered from the relay's own listen stream."""
     version = requested if isinstance(requested, str) and requested in HANDSHAKE_VERSIONS else LATEST_HANDSHAKE_VERSION
     caps = {k: copy.deepcopy(v) for k, v in discover_capabilities(discover_result).items() if k != "extensions"}
     meta = discover_result.get("_meta")
@@ -180,8 +157,7 @@ def initialize_result_from_discover(discover_result: JsonObj, requested: object,
 
 
 def for_handshake_client(result: object) -> object:
-    """A stateless server's result as a handshake-era client expects it: the 2026-only fields and
-    the serverInfo stamp removed. Anything else is carried as the server wrote it."""
+    """A stateless result without the stateless-only fields and the serverInfo stamp."""
     if not isinstance(result, dict):
         return result
     out = {k: v for k, v in result.items() if k not in _STATELESS_RESULT_FIELDS}
@@ -205,9 +181,6 @@ def input_requests(result: JsonObj) -> dict[str, JsonObj]:
     if not isinstance(raw, dict):
         return {}
     return {str(k): v for k, v in raw.items() if isinstance(v, dict) and isinstance(v.get("method"), str)}
-
-
-# ---- errors ----------------------------------------------------------------------------------------
 
 
 def unsupported_version_line(msg_id: JsonId, requested: str | None, supported: list[str], why: str) -> bytes:

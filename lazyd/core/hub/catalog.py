@@ -1,29 +1,15 @@
 """What the hub knows about its servers' tools, from their snapshots alone, and how it searches them.
 
-Pure. The hub never starts a server to list or search: it reads the tools a server listed the
-last time it ran, from the relay core's live handshake when the server is running (freshest),
-else from the snapshot entry of the hub client's own handshake key, else the entry of the most
-recent client, else any entry with a tools listing, else the newest stateless-era `tools/list`
-result (public before private: the snapshot's `stateless` results, for servers the relay speaks
-to in the 2026-07-28 era). A server that never ran has no tools here (`None`: unknown, which is
-not the same as an empty list). Its one-line description comes from the same places, and from
-its `server/discover` answers.
+Pure: the hub never starts a server to list or search. A server's tools come from its live
+handshake, else the snapshot entry of the hub client's handshake key, else the most recent
+client's, else any with tools, else the newest stateless `tools/list` result (public first); a
+server that never ran has `None` (unknown, not empty). Its description comes from the same
+places and its `server/discover` answers.
 
-Search ranks tools by the words of a query against each tool's name (split at `_`, `-`, `.`,
-`/` and camelCase), its description, its server's name and the description the user wrote for
-that server in config.toml (if any):
-
-    per query word, the best of:   name word equal 10, name word prefix 6, inside the name 4
-                         plus:     description word equal 3, description word prefix 1.5
-                         plus:     server name word equal 2
-                         plus:     server description word equal 1
-    a "prefix" is either word starting with the other, both at least 3 characters long
-    (so "timezone" finds "timezones" and "calc" finds "calculate").
-
-Tools are ordered by how many query words they match (all words first), then by score, then by
-server and name; tools matching no word are left out. Common English filler words ("the",
-"a", "to", ...) are dropped from the query, so "get the time" does not match every tool whose
-description says "the".
+Search scores each query word against a tool's name words, its description, its server's name and
+the user's description of that server (docs/hub.md gives the weights; a "prefix" match needs 3
+characters on both sides); tools are ordered by words matched, then score, then server and name.
+Filler words are dropped from the query, so "get the time" does not match every "the".
 """
 
 from __future__ import annotations
@@ -35,9 +21,6 @@ from typing import Any
 
 from lazyd.core.cache import PUBLIC, HandshakeEntry, Snapshot
 from lazyd.core.relay.jsonrpc import JsonObj
-
-__all__ = ["ToolInfo", "cached_tools", "server_description", "first_line", "words", "query_words", "search",
-           "tool_infos"]
 
 DESCRIPTION_LINE_CHARS = 160  # one line of a listing: enough for a sentence, not a manual
 _MIN_PREFIX = 3
@@ -163,10 +146,8 @@ def query_words(query: str) -> list[str]:
 
 def search(tools: Iterable[ToolInfo], query: str, limit: int,
            about: Mapping[str, str] | None = None) -> list[ToolInfo]:
-    """The best `limit` tools for `query`, by the ranking in the module docstring; `about` maps
-    a server name to the description its user wrote.
-
-    An empty query (no words at all) lists every tool, ordered by server and name."""
+    """The best `limit` tools for `query` (module docstring; no words: every tool); `about`: the
+    user's description of each server."""
     about_words = {server: set(words(text)) for server, text in (about or {}).items()}
     wanted = query_words(query)
     ordered = sorted(tools, key=lambda t: (t.server, t.name))

@@ -1,10 +1,8 @@
 """The hub's side of the protocol that needs no daemon: its hello options and its handshake.
 
-Pure. A hub session's hello (docs/protocol.md) carries no command, no server name and
-`opts = {"hub": "true"[, "servers": "a,b"]}`; `hub_servers` checks it. The hub is a server of
-the handshake era: `initialize_result` is its answer to `initialize` (the client's version when
-the hub speaks it, else the newest). The handshake a proxied call replays on the client's
-behalf is decided with lazyd's other defaults (lazyd/core/relay/handshake_defaults.py).
+Pure. A hub hello (docs/protocol.md) carries no command or server name and
+`opts = {"hub": "true"[, "servers": "a,b"]}` (`hub_servers` checks it); `initialize_result` is the
+hub's answer to `initialize`, at the client's version when it speaks it.
 """
 
 from __future__ import annotations
@@ -16,12 +14,7 @@ from lazyd.core.hub.tools import HUB_INSTRUCTIONS
 from lazyd.core.relay.jsonrpc import JsonObj
 from lazyd.errors import HubOptionError
 
-__all__ = ["HUB_VERSION", "SUPPORTED_VERSIONS", "LATEST_VERSION", "HUB_OPTS",
-           "hub_servers", "initialize_result"]
-
 HUB_VERSION = "0.1.0"
-SUPPORTED_VERSIONS = HANDSHAKE_VERSIONS  # the hub is a server of the handshake era (lazyd/core/eras/versions.py)
-LATEST_VERSION = LATEST_HANDSHAKE_VERSION
 HUB_OPTS = ("hub", "servers")
 
 
@@ -46,7 +39,7 @@ def hub_servers(argv: Sequence[str], server: str | None, opts: Mapping[str, str]
 def initialize_result(params: JsonObj) -> JsonObj:
     asked = params.get("protocolVersion")
     return {
-        "protocolVersion": asked if asked in SUPPORTED_VERSIONS else LATEST_VERSION,
+        "protocolVersion": asked if asked in HANDSHAKE_VERSIONS else LATEST_HANDSHAKE_VERSION,  # a handshake-era server
         "capabilities": {"tools": {}},
         "serverInfo": {"name": "lazyd-hub", "title": "lazyd hub", "version": HUB_VERSION},
         "instructions": HUB_INSTRUCTIONS,

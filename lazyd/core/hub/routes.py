@@ -1,24 +1,16 @@
 """The hub's routing of ids and cancels between its client and the calls it proxies. Pure.
 
-One hub session (lazyd/daemon/hub/server.py) has one client and any number of calls in flight: meta-tool
-calls the client can cancel, and `call_tool` calls, each an internal session on a server's
-runtime (named here by its client id, `call`). Whatever a server asks during a call (sampling,
-elicitation, roots, the policy gate's confirmations) goes to the client under an id of the hub's
-own, and the client's answer comes back to the call under the server's id. The rules:
+One hub session (lazyd/daemon/hub/server.py) has one client and any number of calls in flight:
+meta-tool tasks and `call_tool` calls (each an internal session on a server's runtime, `call`).
 
-1. A meta-tool call that runs as a task is admitted while fewer than MAX_CALLS_IN_FLIGHT run and
-   its request id is not already in flight; otherwise it is refused (`admit` says why).
-2. The client's `notifications/cancelled` for a request in flight cancels that task
-   (`CancelTask`); for any other id it does nothing.
-3. A server's request during a call goes to the client under the next hub id, an integer from 1,
-   unique for the session's life (`ToClient`). The client's response to a hub id goes back to
-   that call under the server's original id, exactly once (`ToCall`); a response to an id the
-   hub does not know (a request whose call ended, or never sent) is dropped.
-4. A server's `notifications/cancelled` for one of its requests still waiting on the client goes
-   to the client under that request's hub id, and the request is forgotten (the client's late
-   answer is then dropped). The ids match by value and type: 1 and "1" are different ids.
-5. When a call ends, each of its requests still waiting on the client is moot: the client is told
-   so with a `notifications/cancelled` of the hub id, reason "the tool call ended".
+1. A task is admitted while fewer than MAX_CALLS_IN_FLIGHT run and its id is not in flight (`admit`).
+2. The client's `notifications/cancelled` for a request in flight cancels its task (`CancelTask`).
+3. A server's request during a call goes to the client under the next hub id (integers from 1,
+   never reused: `ToClient`); the answer goes back to that call under the server's id, once
+   (`ToCall`); an answer to an unknown id is dropped.
+4. A server's cancellation of a request waiting on the client goes to the client under its hub id,
+   and the request is forgotten. Ids match by value and type: 1 and "1" differ.
+5. A call that ends cancels its requests still waiting on the client ("the tool call ended").
 """
 
 from __future__ import annotations
@@ -28,11 +20,7 @@ from dataclasses import dataclass
 from lazyd.core.relay import jsonrpc as rpc
 from lazyd.core.relay.jsonrpc import JsonId, Message
 
-__all__ = ["MAX_CALLS_IN_FLIGHT", "CALL_ENDED_REASON", "ToClient", "ToCall", "CancelTask", "HubAction",
-           "HubRoutes"]
-
-# Tool calls one hub session may have running at once: far above what a model issues in
-# parallel, low enough that a runaway client cannot attach thousands of internal sessions.
+# Far above what a model issues in parallel, too low for a runaway client to attach thousands.
 MAX_CALLS_IN_FLIGHT = 64
 CALL_ENDED_REASON = "the tool call ended"
 

@@ -1,10 +1,8 @@
 """The hub's meta-tools: their definitions (what the model reads), their arguments, their answers.
 
-Pure. The definitions are the whole cost a hub registration adds to a model's context, so each
-description is short and says when to use the tool; tests/benchmarks/bench_hub_tokens.py
-measures it. Answers are compact text (a model reads them; JSON only where a schema must be
-given whole), and a bad argument is a tool error the model can correct, not a protocol error
-(MCP 2025-11-25 asks servers to report input validation failures that way).
+Pure. The definitions are all a hub registration adds to a model's context
+(tests/benchmarks/bench_hub_tokens.py), so each is short and says when to use the tool. Answers
+are compact text; a bad argument is a tool error the model can correct, as MCP asks.
 """
 
 from __future__ import annotations
@@ -19,12 +17,6 @@ from lazyd.core.memory import format_bytes
 from lazyd.core.relay.jsonrpc import JsonObj
 from lazyd.core.policy import Decision, ToolPolicy, Verdict
 
-__all__ = ["LIST_SERVERS", "SEARCH_TOOLS", "GET_TOOL_SCHEMA", "CALL_TOOL", "WAKE_SERVER",
-           "SLEEP_SERVER", "RESTART_SERVER", "SERVER_STATUS", "META_TOOLS", "CONTROL_TOOLS", "CONTROL_SERVER",
-           "MetaCall", "ServerView", "StatusView", "parse_meta_call", "control_verdict", "visible_tools",
-           "control_ask_params", "render_servers", "render_status", "render_search", "render_schema",
-           "text_result", "error_result", "HUB_INSTRUCTIONS"]
-
 LIST_SERVERS = "list_servers"
 SEARCH_TOOLS = "search_tools"
 GET_TOOL_SCHEMA = "get_tool_schema"
@@ -34,10 +26,8 @@ SLEEP_SERVER = "sleep_server"
 RESTART_SERVER = "restart_server"
 SERVER_STATUS = "server_status"
 
-# The hub's control tools are under the tool policy as tools of the server `lazyd`
-# (`"lazyd.restart_server" = "allow"` in [policy]): a rule decides; with none, a tool that starts
-# or stops a server asks the user first (a model restarting a server interrupts every client of
-# it), and one that only reads follows the policy's default.
+# The control tools are under the tool policy as tools of the server `lazyd`; with no rule, one
+# that starts or stops a server asks first (it interrupts every client of it).
 CONTROL_SERVER = "lazyd"
 CONTROL_TOOLS = (LIST_SERVERS, SERVER_STATUS, WAKE_SERVER, SLEEP_SERVER, RESTART_SERVER)
 _ASK_BY_DEFAULT = frozenset({WAKE_SERVER, SLEEP_SERVER, RESTART_SERVER})
@@ -281,9 +271,8 @@ def render_servers(views: Sequence[ServerView], unknown: Sequence[str]) -> str:
 
 def render_search(query: str, found: Sequence[tuple[ToolInfo, Decision]], total_tools: int,
                   unknown_servers: Sequence[str], about: Mapping[str, str] | None = None) -> str:
-    """The search answer; `about` maps a server to the description its user wrote in config.toml,
-    shown once for each server that has tools in the results (a server's own instructions are
-    left to list_servers: every search would otherwise pay for them again)."""
+    """The search answer; `about`: the user's description of each server, shown once a server
+    (its own instructions are left to list_servers, or every search would pay for them)."""
     subject = f"for {query!r}" if query.strip() else "(all tools)"
     if not found:
         lines = [f"No tool matches {subject} among {total_tools} tools."]
@@ -307,10 +296,8 @@ def render_search(query: str, found: Sequence[tuple[ToolInfo, Decision]], total_
 
 
 def render_schema(server: str, tool: JsonObj, decision: Decision, state: str) -> str:
-    """The tool's listing object (name, title, description, input schema, annotations), as JSON.
-
-    `outputSchema` is left out: the model needs the arguments to make the call, and the result
-    comes back as the server sends it; it is often as long as the rest put together."""
+    """The tool's listing object as JSON, without `outputSchema` (often as long as the rest, and
+    the model needs only the arguments to make the call)."""
     answer: JsonObj = {"server": server, "server_state": state,
                        **{k: v for k, v in tool.items() if k != "outputSchema"}}
     if decision == "ask":

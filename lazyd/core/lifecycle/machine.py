@@ -1,62 +1,39 @@
 """The lifecycle of one supervised server: when it starts, stops, backs off and parks.
 
-This module owns the supervision *decisions* for one server identity and nothing else. It is pure:
-no trio, no processes, no clock, no global random state. The caller (the daemon's supervisor task)
-feeds inputs with the current monotonic time `now`, carries out the returned actions, and calls
-`tick(now)` whenever `next_deadline()` comes due. Vocabulary and semantics follow supervisord
-(STARTING/RUNNING/BACKOFF/STOPPING/FATAL, `startsecs`, `startretries`); the shape follows h11.
-
-States: sleeping, starting, running, stopping, backoff, failed (lazyd/core/lifecycle/states.py says
-what each means). A process exists exactly in starting, running and stopping, and only there is
-`pid` set.
+Pure: the daemon's supervisor feeds inputs with the monotonic `now`, carries out the returned
+actions and calls `tick(now)` when `next_deadline()` comes due. Vocabulary follows supervisord,
+the shape h11. States: lazyd/core/lifecycle/states.py; a process (and `pid`) exists exactly in
+starting, running and stopping.
 
 Rules
 -----
-1. Starts. `demand()` (a request needs a live server) and `operator_wake()` start the server
-   from sleeping, backoff and failed (from failed a demand is *one fresh try*), join a start under
-   way, and are remembered while stopping: lazyd/core/lifecycle/requests.py has the rule in full
-   with its table. Starts made by them are *requested*; backoff restarts, predicate starts and boot
-   starts are *unrequested*.
-2. Good starts. A start is good once the server has stayed up `STABLE_AFTER_S` after `ready()`
-   (supervisord's startsecs); only then are `burst` and the parking window cleared. Any
-   unexpected exit, failed spawn or start timeout before that is a failed start.
-3. Failures. Every unexpected exit and failed spawn records `last_error` and adds one to `burst`.
-   Then, in this order: (a) park as failed if the last `PARK_AFTER_FAILURES` unrequested failed
-   starts all fell within `PARK_WINDOW_S` (never for keep_alive); (b) back to failed if it was the
-   single try of rule 1; (c) backoff if someone needs the server (clients attached, requests in
-   flight, or keep_alive); (d) failed if it was a failed start made by `operator_wake()`: the
-   operator asked for this server to run, and status must say why it does not, not `sleeping`;
-   (e) backoff if the server is eager: `start = "eager"` means "keep it running", for nobody in
-   particular, so its unrequested restarts go on until (a) parks it; (f) else sleeping: nobody
-   needs it, and the next request starts it.
-   A failed start also emits `FailWaiting` so requests queued for that start are answered.
-   A fatal spawn error (the caller decides which: ENOENT, EACCES, ENOEXEC, a missing working
-   directory) parks as failed at once, even for keep_alive: running the same unexecutable command
-   again cannot help, and the error belongs in `lazyctl status`. Other spawn errors (EAGAIN,
-   ENOMEM...) are failed starts like a crash, and back off.
-4. Backoff: 0.5, 1, 2, 4, 8 ... 30 s with jitter, never faster than 0.5 s (lazyd/core/lifecycle/timing.py).
-   A crash after a good start is the first failure of a new burst, so it waits the base delay.
-5. Start timeout. Still starting `start_timeout_s` after the spawn: `KillAndFail` (the caller kills
-   the group and fails queued and in-flight requests), the state becomes stopping, and the timeout
-   counts as a failed start. When the process is gone the server is parked as failed, because
-   nothing is retried on its own after a hung start; keep_alive servers back off instead.
-6. Stops for lack of use (linger, check linger, idle): lazyd/core/lifecycle/usage.py, where the
-   rule is written with the code that keeps it. `load()` and `tick()` emit a due stop.
-7. Exits. In stopping any `exited()` completes the stop, whatever `requested` says: the process
-   was going anyway. Then a remembered demand spawns (requested); a start timeout's outcome
-   applies (rule 5); else sleeping. Outside stopping, `exited(requested=True)` means the daemon
-   ended the process on purpose without asking: no failure is counted and the server sleeps.
-8. `operator_sleep()` stops a starting or running server, cancels a backoff and drops a demand
-   remembered while stopping (lazyd/core/lifecycle/requests.py).
-9. Wake predicate (when `wake_interval_s` is set; the rule in full: lazyd/core/lifecycle/predicate.py):
-   it runs only in sleeping; exit 0 spawns (unrequested).
-10. `boot()`, once, when the daemon adopts the server: eager and keep_alive servers spawn
-   (unrequested) and the first predicate run is scheduled.
-11. Memory (lazyd/core/memory.py decides when). `memory_stop()` stops a starting or running server
-   for its reason, which becomes `last_error`, and counts as a failure: afterwards it is parked
-   as failed (`park`), or backs off (`breaches` steps of rule 4) when someone needs it as rule 3c
-   and 3e say, or sleeps. `pressure_sleep()` stops a running server with no request in flight
-   that is not keep_alive, like `operator_sleep()`, for its reason; any other is left alone.
+1. Starts. `demand()` and `operator_wake()` start from sleeping, backoff and failed (from failed
+   a demand is one fresh try), join a start under way, and are remembered while stopping
+   (lazyd/core/lifecycle/requests.py). Their starts are *requested*; backoff, predicate and boot
+   starts are not.
+2. A start is good once up `STABLE_AFTER_S` after `ready()` (supervisord's startsecs); only then
+   are `burst` and the parking window cleared. Anything failing before is a failed start.
+3. Failures record `last_error` and add one to `burst`; then, in order: (a) park as failed if the
+   last `PARK_AFTER_FAILURES` unrequested failed starts fell within `PARK_WINDOW_S` (never for
+   keep_alive); (b) failed after rule 1's single try; (c) backoff if someone needs it (clients,
+   requests in flight, keep_alive); (d) failed after a failed `operator_wake()` start, so status
+   says why; (e) backoff if eager ("keep it running", until (a) parks it); (f) else sleeping.
+   A failed start emits `FailWaiting`. A fatal spawn error (ENOENT, EACCES, ENOEXEC, a missing
+   directory: the caller decides) parks at once, even keep_alive: retrying cannot help.
+4. Backoff with jitter (lazyd/core/lifecycle/timing.py); a crash after a good start waits the
+   base delay.
+5. Start timeout: `KillAndFail`, stopping, a failed start; once gone, parked as failed (nothing
+   retries a hung start on its own), or backoff for keep_alive.
+6. Stops for lack of use: lazyd/core/lifecycle/usage.py; `load()` and `tick()` emit them.
+7. In stopping any `exited()` completes the stop; then a remembered demand spawns, a timeout's
+   outcome applies, else sleeping. Elsewhere `exited(requested=True)` counts no failure.
+8. `operator_sleep()` stops a starting or running server, cancels a backoff, drops a remembered
+   demand.
+9. The wake predicate (lazyd/core/lifecycle/predicate.py) runs only in sleeping; exit 0 spawns.
+10. `boot()`, once, when the daemon takes the server on: eager and keep_alive servers spawn.
+11. `memory_stop()` (lazyd/core/memory.py decides when) stops for its reason and counts as a
+   failure: parked (`park`), backoff by `breaches` steps when 3c/3e apply, or sleeping.
+   `pressure_sleep()` stops a running, idle, not keep_alive server like `operator_sleep()`.
 Errors: a misfit input returns one `Log`; caller bugs raise (lazyd/core/lifecycle/states.py).
 """
 
@@ -83,11 +60,8 @@ __all__ = ["State", "PredicateState", "PROCESS_STATES", "LifecyclePolicy", "Life
 
 
 class Lifecycle:
-    """The state machine of one server (rules in the module docstring).
-
-    Every input takes the monotonic `now` and returns the actions to carry out, in order; every
-    input raises `LifecycleError`, changing nothing, if `now` is earlier than a previous call's.
-    """
+    """The state machine of one server (rules in the module docstring). Every input takes the
+    monotonic `now` and raises `LifecycleError`, changing nothing, if time went backwards."""
 
     def __init__(self, policy: LifecyclePolicy, rng: random.Random) -> None:
         self._policy = policy
@@ -127,14 +101,9 @@ class Lifecycle:
                 **self._usage.linger_status(self._policy, self.state in PROCESS_STATES)}
 
     # -- its state, for a successor daemon ----------------------------------------------------------
-    # A successor adopts a server in the middle of its life (starting, running with its linger and
-    # idle clocks, backing off, parked with its failure count), so the state is everything kept,
-    # the private bookkeeping included. The lifecycle's clock is the daemon's monotonic one, which
-    # starts afresh in every process (trio's clock has a random origin): times are written as
-    # seconds from the writer's `now` and read back from the reader's, which is the moment of the
-    # write on its own clock (its now minus the wall-clock seconds in between), so a linger that had
-    # a minute left still has one, less the hand-over. The policy and the generator are not state:
-    # the reader's config decides the policy, and jitter needs no continuity.
+    # Everything kept, bookkeeping included. Monotonic clocks differ between processes, so times
+    # are written as seconds from the writer's `now` and read from the reader's moment of the
+    # write. The policy (the reader's config) and the generator are not state.
 
     def to_state(self, now: float) -> JsonObj:
         """Everything this lifecycle keeps, its times as seconds from `now`."""
@@ -159,8 +128,7 @@ class Lifecycle:
 
     @classmethod
     def from_state(cls, state: object, policy: LifecyclePolicy, rng: random.Random, now: float) -> Lifecycle:
-        """The lifecycle that wrote `state`, its times moved to `now` (the write's moment on this
-        clock); raises ValueError naming a field that is not what `to_state` wrote."""
+        """The lifecycle that wrote `state`, its times moved to `now`; ValueError names a bad field."""
         s = sc.obj(state, "lifecycle")
 
         def at(value: object, what: str) -> float | None:
@@ -202,7 +170,7 @@ class Lifecycle:
     # -- inputs ----------------------------------------------------------------------------------
 
     def boot(self, now: float) -> list[Action]:
-        """The daemon adopted this server (rule 10); call once."""
+        """The daemon took this server on (rule 10); call once."""
         self._enter(now)
         if self._booted:
             return [Log("boot() called twice; ignored")]
@@ -320,8 +288,7 @@ class Lifecycle:
         return self._failed(now, description, failed_start=failed_start)
 
     def load(self, now: float, clients: int, inflight: int) -> list[Action]:
-        """Attached clients or in-flight requests changed (count requests queued for a start as
-        in flight); raises `LifecycleError` for a negative count (rule 6)."""
+        """Attached clients or in-flight requests (queued ones included) changed (rule 6)."""
         if clients < 0 or inflight < 0:
             raise LifecycleError(f"load counts must not be negative: {clients=} {inflight=}")
         self._enter(now)

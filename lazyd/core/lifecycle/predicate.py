@@ -1,21 +1,14 @@
 """When the wake predicate runs (rule 9 of lazyd/core/lifecycle/machine.py). Pure.
 
-9. Wake predicate (when `wake_interval_s` is set): runs only in sleeping, one at a time, first at
-   `boot()` and then `wake_interval_s` after the last one finished or after the server fell asleep.
-   Not in failed (parked means "until a person or a request"), not in backoff (a restart is coming).
-   Exit 0 spawns (unrequested), 1 keeps sleeping, anything else or None (timeout, launch error)
-   keeps sleeping and logs. It never gates a demand; a result arriving after the server left
-   sleeping is ignored. The caller enforces `wake_timeout_s` and must always report the result.
-
-The lifecycle decides the state part (only in sleeping; exit 0 spawns); this schedule keeps the
-times and the one-at-a-time rule.
+Only in sleeping (not failed: parked waits for a person or a request; not backoff: a restart is
+coming), one at a time, first at `boot()`, then `wake_interval_s` after the last finished or the
+server fell asleep. Exit 0 spawns; anything else keeps sleeping (logged unless 1). It never gates
+a demand; a late result is ignored. The caller enforces `wake_timeout_s` and always reports.
 """
 
 from __future__ import annotations
 
 from lazyd.core.lifecycle.states import Action, Log, PredicateState, RunPredicate
-
-__all__ = ["PredicateSchedule"]
 
 
 class PredicateSchedule:

@@ -1,16 +1,11 @@
 """What a demand, an operator's wake and an operator's sleep do in each state: rules 1 and 8 of the
-lifecycle (lazyd/core/lifecycle/machine.py), written out and as the table the machine reads. Pure.
+lifecycle (lazyd/core/lifecycle/machine.py), as the table the machine reads. Pure.
 
-1. Starts. `demand()` (a request needs a live server) spawns at once from sleeping, backoff and
-   failed; backoff's wait is skipped. From failed it is *one fresh try*: if that start fails the
-   server goes straight back to failed, and waiting requests get the error. In starting or running
-   it does nothing; in stopping the spawn is remembered and issued when the stop completes.
-   `operator_wake()` resets the failure counters and starts like a demand, but is not a single try.
-   Starts made by `demand()` and `operator_wake()` are *requested*; backoff restarts, predicate
-   starts and boot starts are *unrequested*. A demand that joins an unrequested start makes it
-   requested.
-8. `operator_sleep()` stops a starting or running server (queued requests are failed), cancels a
-   backoff (to sleeping) and drops a demand remembered while stopping. It leaves failed alone.
+`demand()` spawns from sleeping, backoff (its wait skipped) and failed (one fresh try: failing, it
+goes straight back), does nothing in starting or running, and is remembered in stopping.
+`operator_wake()` also resets the failure counters and is no single try. A demand joining an
+unrequested start makes it requested. `operator_sleep()` stops a starting or running server
+(queued requests fail), cancels a backoff, drops a remembered demand, leaves failed alone.
 """
 
 from __future__ import annotations
@@ -19,8 +14,6 @@ import enum
 from typing import Final
 
 from lazyd.core.lifecycle.states import State
-
-__all__ = ["Rule", "REQUEST_RULES", "OPERATOR_SLEEP_REASON"]
 
 
 class Rule(enum.StrEnum):

@@ -1,23 +1,13 @@
 """The vocabulary of the lifecycle (lazyd/core/lifecycle/machine.py): its states and the actions it returns.
 
-Pure. Each action says what the caller must carry out and what it must report back.
+States, as `lazyctl status` shows them: sleeping (no process; the cache answers, the wake
+predicate runs), starting (`Spawn` issued, not ready), running (`ready()` came), stopping (`Stop`
+or `KillAndFail` issued), backoff (a restart at `next_restart_at`), failed (parked with
+`last_error` until a request or `lazyctl wake`).
 
-States (the strings are what `lazyctl status` shows)
-----------------------------------------------------
-- sleeping: no process; answers come from cache. The wake predicate runs only here.
-- starting: `Spawn` was issued; the process, handshake replay or listing refresh is not done.
-- running:  `ready()` arrived.
-- stopping: `Stop` or `KillAndFail` was issued; waiting for `exited()`.
-- backoff:  no process; a restart is scheduled at `next_restart_at`.
-- failed:   no process; parked with `last_error` until a request or `lazyctl wake`.
-A process exists exactly in starting, running and stopping, and only there is `pid` set.
-
-Errors
-------
-An input that does not fit the state (`ready()` while sleeping, `exited()` with no process, a second
-`boot()`) changes nothing and returns a single `Log` action: the caller's view lagged, which is not
-worth crashing a supervisor for. `LifecycleError` is raised only for caller bugs that no state can
-absorb, before anything changes: time going backwards, negative counts or pids, a bad policy.
+An input that does not fit the state changes nothing and returns one `Log`: the caller's view
+lagged, not worth crashing a supervisor for. `LifecycleError` is raised, before anything changes,
+only for caller bugs: time going backwards, negative counts or pids, a bad policy.
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
-"""The timing policy of the lifecycle (lazyd/core/lifecycle/machine.py): its settings, the backoff delay, and
-the crash-loop window that parks a server. Pure; the rules are written in lazyd/core/lifecycle/machine.py (2 to 4).
+"""The timing policy of the lifecycle (lazyd/core/lifecycle/machine.py, rules 2 to 4). Pure.
 
-- `LifecyclePolicy`: the per-server settings in seconds, validated on construction.
-- `backoff_delay_s`: rule 4, the delay after the n-th consecutive failure:
-  `BACKOFF_BASE_S * 2**(n-1)`, times a jitter factor from the caller's `random.Random` in
-  [1-J, 1+J], clamped to [`BACKOFF_BASE_S`, `BACKOFF_CAP_S`].
-- `CrashLoop`: rule 3a, the times of the latest unrequested failed starts; it parks a server once
-  `PARK_AFTER_FAILURES` of them fall within `PARK_WINDOW_S` (never a keep_alive one).
+`LifecyclePolicy`: the per-server settings, validated. `backoff_delay_s`: `BACKOFF_BASE_S *
+2**(n-1)` after the n-th failure, jittered by the caller's `random.Random`, clamped to
+[`BACKOFF_BASE_S`, `BACKOFF_CAP_S`]. `CrashLoop`: parks a server once `PARK_AFTER_FAILURES`
+unrequested failed starts fall within `PARK_WINDOW_S` (never a keep_alive one).
 """
 
 from __future__ import annotations
@@ -20,9 +17,6 @@ from lazyd.errors import LifecycleError
 
 if TYPE_CHECKING:
     import random  # only the type of the caller's generator: the core draws from it, never from `random`
-
-__all__ = ["STABLE_AFTER_S", "BACKOFF_BASE_S", "BACKOFF_CAP_S", "BACKOFF_JITTER", "PARK_AFTER_FAILURES",
-           "PARK_WINDOW_S", "LifecyclePolicy", "backoff_delay_s", "CrashLoop"]
 
 STABLE_AFTER_S: Final = 10.0  # supervisord's startsecs: a crash later than this is not a crash loop
 BACKOFF_BASE_S: Final = 0.5  # a one-off crash is barely noticed, and a loop still cannot spin

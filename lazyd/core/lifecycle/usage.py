@@ -1,22 +1,12 @@
 """Who uses a running server, and when it is stopped for lack of use (rule 6 of lazyd/core/lifecycle/machine.py).
 
-Pure; the lifecycle holds one `Usage` and asks it for the stop deadlines that apply. The rule:
-
-6. Stops. Only a running server with no request in flight is stopped for lack of use, and never a
-   keep_alive one. Linger: no client attached for `linger_s` since the last one left (or since
-   `ready()`, for a start no client was attached to); 0 stops as soon as that is true. Idle: with
-   `idle_timeout_s` set, that long since the last `activity()` (or `ready()`, or the last in-flight
-   request finishing), even with clients attached. `load()` and `tick()` emit a due stop; the other
-   inputs leave it to the next `tick()`, which `next_deadline()` announces.
-   Check linger: a start that a client's demand made and that no real request has reached since
-   (`activity(used=True)`: anything but the handshake, listings, discovery, ping; lazyd/core/lifecycle/use.py) was
-   only for listings, as a health check (`claude mcp list`) or a client filling its tool list
-   makes it. Its linger is `check_linger_s` instead (never longer than `linger_s`): directly, such
-   a server would have exited with the listing, and nobody is coming back for it soon. A real
-   request makes it a used server at once, for the rest of its run. Starts nobody's demand made
-   (eager, keep_alive, a wake predicate, `lazyctl wake`) keep `linger_s`: someone asked for the
-   server to run. A backoff restart keeps the rule of the start it repeats; the mark of use is
-   cleared when the server goes to sleep.
+Only a running, not keep_alive server with no request in flight stops. Linger: `linger_s` with no
+client attached (0: at once). Idle: with `idle_timeout_s`, that long since the last `activity()`,
+even with clients attached. Check linger: a start a client's demand made that no real request
+reached (lazyd/core/lifecycle/use.py) was for listings only, as a health check makes it, and gets
+`check_linger_s` (at most `linger_s`): run directly it would have exited already. A real request
+makes it used for the rest of its run; starts no demand made keep `linger_s`; a backoff restart
+keeps the rule of the start it repeats.
 """
 
 from __future__ import annotations
@@ -25,8 +15,6 @@ from functools import lru_cache
 
 from lazyd.config.durations import format_duration
 from lazyd.core.lifecycle.timing import LifecyclePolicy
-
-__all__ = ["Usage"]
 
 
 class Usage:
@@ -100,8 +88,7 @@ class Usage:
         return min(due)[1] if due else None
 
 
-# The reasons depend on the policy alone, and the deadlines are asked for several times per
-# relayed message (each load change and each next_deadline): format each duration once.
+# Asked for several times per relayed message: each reason is formatted once per policy.
 @lru_cache(maxsize=64)
 def _linger_reason(linger_s: float, for_listings: bool) -> str:
     reason = f"no client for {format_duration(linger_s)}" if linger_s else "last client left"

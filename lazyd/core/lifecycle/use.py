@@ -1,10 +1,7 @@
 """Which client requests are real use of a server, as the check linger counts it (lazyd/core/lifecycle/usage.py).
 
-A health check or a client filling its tool list sends the handshake, the listings, maybe
-discovery and ping, and nothing else; a session that works calls a tool, reads a resource, gets
-a prompt, completes an argument, subscribes. So real use is told by what it is not: every request
-but these few counts, which also covers methods no list here knows yet (a new MCP method is
-something a client wants from the server, not a listing).
+A health check sends the handshake, listings, maybe discovery and ping; a working session calls a
+tool, reads a resource... So every request but those few counts, new MCP methods included.
 """
 
 from __future__ import annotations
@@ -13,11 +10,7 @@ from typing import Final
 
 from lazyd.core.cache import LISTINGS
 
-__all__ = ["NOT_USE", "counts_as_use"]
-
-# Requests a client sends before it uses a server, or to see that it is there. `logging/setLevel`
-# and `subscriptions/listen` say how the client wants to hear from the server, not that it asks
-# anything of it.
+# `logging/setLevel` and `subscriptions/listen` say how a client wants to hear, not what it asks.
 NOT_USE: Final = frozenset({"initialize", "ping", "server/discover", "logging/setLevel", "subscriptions/listen",
                             *LISTINGS})
 

@@ -58,22 +58,19 @@ class Activity:
 
 @dataclass(frozen=True, slots=True)
 class Used:
-    """A client request that is real use of the server came (lazyd/core/lifecycle/use.py): for the check
-    linger, which the lifecycle applies to starts only listings came for."""
+    """A request that is real use of the server came (lazyd/core/lifecycle/use.py): no check linger."""
 
 
 @dataclass(frozen=True, slots=True)
 class WaitIdle:
-    """The server has read the answers to what it asked while starting (startup.py, settling):
-    the daemon tells the relay (`server_idle`) once the server's threads all sleep, so that what
-    it does with those answers is done before the first request; or after a bound."""
+    """The server read the answers to what it asked while starting: the daemon calls
+    `server_idle` once its threads all sleep, or after a bound."""
 
 
 @dataclass(frozen=True, slots=True)
 class SessionKey:
-    """A session's key is known (lazyd/core/sharing/roots.py, lazyd/core/relay/session_roots.py):
-    the daemon places it, then calls `RelayCore.release` (it stays on this process) or
-    `RelayCore.take` (it moves to a process whose sessions have its key)."""
+    """A session's key is known: the daemon places it with `RelayCore.release` (here) or
+    `RelayCore.take` (to a process whose sessions have its key)."""
 
     cid: ClientId
     key: str

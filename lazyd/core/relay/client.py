@@ -1,27 +1,17 @@
-"""Messages from a client in the handshake era: what the relay answers itself or from the cache,
-what waits for the server, and what is forwarded.
+"""Messages from a client in the handshake era: answered by the relay or the cache, queued, or
+forwarded (no state of its own: it chooses the part).
 
-- `ping` is answered by the relay. `logging/setLevel` is recorded per client; the server runs at
-  the most verbose level any client asked for. A stateless-era request goes to stateless.py, and on
-  a server that speaks only the stateless era everything else goes through the bridge (bridge.py).
-- `initialize` is answered by the running instance once its handshake is done (a client asking for
-  another version is told openly which one the process speaks: docs/relay.md), else from a cached
-  handshake of the same version, else it waits for a start.
-- A listing comes from the live instance in READY, else from the snapshot entry of the client's
-  handshake; one that a complete entry does not advertise is -32601, as the server would answer.
-  The relay serves every listing as one page, so a cursor is the server's: forwarded in READY, and
-  answered with nothing when there is no server to continue it.
-- `server/discover` goes through the discovery cache (stateless_cache.py).
-- Anything else waits in the queue until READY, then goes upstream under a relay id; a task request
-  naming another client's task is refused as unknown.
-- Subscriptions are shared: the server gets one `resources/subscribe` per uri, and the
-  `resources/unsubscribe` of its last subscriber only (lazyd/core/relay/startup.py).
-- `notifications/initialized` is swallowed (the relay sent its own when it replayed the handshake).
-  A cancellation ends the request wherever it is: a listen stream, a fetch it waits on, the queue,
-  or the server, which gets it under the relay id. Other notifications reach a ready server only.
-- A client's answer to a server-to-client request goes back under the server's id.
-
-This part holds no state of its own: it decides which part a message goes to.
+- `ping` answered; `logging/setLevel` recorded per client (the server runs at the most verbose).
+  Stateless-era requests go to stateless.py; on a stateless-only server the rest to bridge.py.
+- `initialize`: from the live instance once its handshake is done (another version is told which
+  one the process speaks: docs/relay.md), else from a cached handshake of the version, else queued.
+- A listing: live in READY, else the snapshot entry of the client's handshake; one a complete entry
+  does not advertise is -32601. A cursor is the server's: forwarded in READY, else an empty page.
+- Anything else is queued until READY, then forwarded under a relay id; a task request naming
+  another client's task is refused as unknown.
+- `notifications/initialized` is swallowed (the relay sent its own). A cancellation ends the
+  request wherever it is; other notifications reach a ready server only. Answers to server
+  requests go back under the server's id.
 """
 
 from __future__ import annotations
@@ -117,8 +107,7 @@ class ClientMessages:
             out.append(SnapshotChanged())
         if self.bridge.bridging():
             return out + self.bridge.initialize(client, msg)
-        # Until the replayed handshake is answered the instance has no result to give: a client
-        # arriving then is served from the cache or waits in the queue with the first one.
+        # Until the replayed handshake is answered: the cache, or the queue with the first client.
         instance = self.handshake.instance
         if instance is not None and self.core.phase in (Phase.REFRESH, Phase.READY):
             requested = msg.params.get("protocolVersion")
@@ -147,13 +136,12 @@ class ClientMessages:
         if self.core.phase is Phase.READY and isinstance(msg.params.get("cursor"), str):
             if self.roots.needs_placing(client.cid):
                 return self.roots.hold(client.cid, msg)
-            # The relay never writes a cursor, but it forwards listings while a refresh runs: a
-            # cursor is the server's, and only the server can give the pages after it.
+            # A cursor is the server's (the relay never writes one): only it can continue.
             return forward(self.shared.routes, client.cid, msg)
         if self.core.phase is Phase.READY and self.handshake.instance is not None:
             entry: HandshakeEntry | None = self.handshake.instance
         else:
-            entry = self.shared.snapshot.entry_for_client(client.params) if client.params is not None else None
+            entry = self.shared.snapshot.entry_for(client.params) if client.params is not None else None
         if entry is not None:
             listing = entry.listings.get(msg.method)
             if listing is not None:
@@ -224,8 +212,7 @@ def _listing_reply(msg: Message, listing: Listing) -> bytes:
     if listing.error is not None:
         return rpc.dumps({"jsonrpc": "2.0", "id": msg.id, "error": listing.error})
     if isinstance(msg.params.get("cursor"), str):
-        # Everything was served as one page; with no server to continue it, the rest of "all
-        # pages" is nothing.
+        # Everything was served as one page: with no server to continue, the rest is nothing.
         return rpc.result_line(msg.id, {LISTINGS[msg.method]: []})
     return rpc.result_line(msg.id, listing.as_result(LISTINGS[msg.method]))
 

@@ -15,7 +15,6 @@ class ClientState:
     params: JsonObj | None = None  # the client's initialize params (None: it never sent one)
     initialized: bool = False
     last_active: int = 0  # sequence number of its latest request, for the roots owner
-    principal: str = ""  # what the daemon knows of who is asking, beyond clientInfo (eras.identity_digest)
 
     def declares(self, capability: str) -> bool:
         caps = (self.params or {}).get("capabilities")
@@ -23,11 +22,11 @@ class ClientState:
 
     def to_state(self) -> JsonObj:
         return {"cid": self.cid, "params": self.params, "initialized": self.initialized,
-                "last_active": self.last_active, "principal": self.principal}
+                "last_active": self.last_active}
 
     @classmethod
     def from_state(cls, value: object) -> ClientState:
         s = sc.obj(value, "client")
         return cls(sc.integer(s.get("cid"), "client.cid"), sc.opt_json_obj(s.get("params"), "client.params"),
-                   sc.flag(s.get("initialized"), "client.initialized"), sc.integer(s.get("last_active"), "client.last_active"),
-                   sc.text(s.get("principal"), "client.principal"))
+                   sc.flag(s.get("initialized"), "client.initialized"),
+                   sc.integer(s.get("last_active"), "client.last_active"))

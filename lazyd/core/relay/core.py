@@ -1,42 +1,28 @@
 """The relay core of one server instance: events in, actions out, no I/O.
 
-The daemon feeds it what happened (a client attached, sent a line, left; the server process was
-spawned, wrote a line, exited) and carries out the actions it returns (write a line to a client or
-to the server, start the server, persist the snapshot). Everything here is decided from the events
-alone, so a test drives it with a list of events and asserts the exact actions.
-
-Phases of the server as the relay sees it:
+The daemon feeds it what happened (clients attach, send lines, leave; the process is spawned,
+writes lines, exits) and carries out the actions it returns. Phases of the server:
 
     DOWN ──spawned──► PREINIT ──initialize sent──► HANDSHAKE ──result──► REFRESH ──listings──► READY
       ▲                                                                                      │
       └────────────────────────────── exited (from any phase) ───────────────────────────────┘
 
-- DOWN: no process. Handshakes, `ping`, listings and `server/discover` are answered from the
-  snapshot when it has them (docs/relay.md); anything else is queued and `WantServer` asks the
-  daemon for a start. A cache miss is queued too: the answer must come from the real server.
-- PREINIT: the process exists but no client `initialize` params are known yet (a first-ever
-  client probing `server/discover` before its `initialize`): discovery probes go straight through.
-- HANDSHAKE: the relay replayed a real client's `initialize` params (the client that caused the
-  start, else the most recent one recorded) and waits for the result.
-- REFRESH: `notifications/initialized` was sent; every advertised listing is fetched page by page.
-  These requests double as a barrier (docs/relay.md): the server has processed
-  `initialized` before anything queued is forwarded.
-- READY: queued requests are forwarded in arrival order; listings are served from the fresh,
-  merged copy; drift from the snapshot sends `list_changed` to every attached client.
+- DOWN: handshakes, `ping`, listings and `server/discover` are answered from the snapshot when it
+  has them (docs/relay.md); anything else, a cache miss included, is queued and `WantServer` asks
+  for a start.
+- PREINIT: no client `initialize` params known yet: discovery probes go straight through.
+- HANDSHAKE: a real client's `initialize` params were replayed; the result is awaited.
+- REFRESH: `initialized` was sent and every advertised listing is fetched; these requests are
+  the barrier that orders `initialized` before anything queued.
+- READY: queued requests go on in arrival order; drift from the snapshot sends `list_changed`.
 
-A server exit answers every in-flight and queued request with an error under its original id, and
-never replays a request (it may not be idempotent).
+A server exit answers every in-flight and queued request with an error under its own id and never
+replays one (it may not be idempotent). Both eras go through this object (docs/protocol-eras.md):
+each start follows the plan of the instance's *lane* (lazyd/core/eras/choice.py); a stateless
+process skips the handshake and serves handshake-era clients through the bridge.
 
-Both protocol eras go through the same object (docs/protocol-eras.md). Each start follows the
-plan of the instance's *lane* (`lane`: the era the daemon gave it; lazyd/core/eras/choice.py): a handshake
-lane replays `initialize` first and asks `server/discover` only after the handshake; a stateless
-lane begins with the relay's own `server/discover` probe (stateless.py). A process that speaks the
-stateless era goes PREINIT -> REFRESH (its listings fetched under a real client's envelope) ->
-READY without any handshake, serves stateless clients from a ttl-aware cache, and serves
-handshake-era clients through the bridge (bridge.py) when its plan gives it no handshake.
-
-`RelayCore` keeps the public API (the events, the observations, the action types) and owns the
-phase; it holds parts, each with its own state and a narrow port back to it (docs/architecture.md):
+`RelayCore` owns the phase and the public API; its parts each keep their own state behind a
+narrow port back to it:
 
 | part | module | its own state |
 |---|---|---|
@@ -64,24 +50,9 @@ from lazyd.core.eras.state import EraState
 from lazyd.core.relay.jsonrpc import Invalid, JsonObj, Kind, Message
 from lazyd.core.relay.listings import MAX_LISTING_PAGES as MAX_LISTING_PAGES
 from lazyd.core.relay.listings import ListingEngine
-from lazyd.core.relay.upstream import ANY_VERSION as ANY_VERSION
-from lazyd.core.relay.upstream import PROTOCOL_VERSION_META as PROTOCOL_VERSION_META
-from lazyd.core.relay.actions import Abort as Abort
-from lazyd.core.relay.actions import Action as Action
-from lazyd.core.relay.actions import Activity as Activity
-from lazyd.core.relay.client_state import ClientState as ClientState
-from lazyd.core.relay.actions import Note as Note
-from lazyd.core.relay.actions import Phase as Phase
-from lazyd.core.relay.actions import Ready as Ready
-from lazyd.core.relay.actions import SessionKey as SessionKey
-from lazyd.core.relay.actions import WaitIdle as WaitIdle
-from lazyd.core.relay.actions import SnapshotChanged as SnapshotChanged
-from lazyd.core.relay.actions import ToClient as ToClient
-from lazyd.core.relay.actions import ToServer as ToServer
 from lazyd.core.relay.waiting import Waiting
+from lazyd.core.eras.versions import PROTOCOL_VERSION_META as PROTOCOL_VERSION_META
 from lazyd.core.relay.upstream import forward, internal
-from lazyd.core.relay.actions import Used as Used
-from lazyd.core.relay.actions import WantServer as WantServer
 from lazyd.core.relay.client import ClientMessages
 from lazyd.core.relay.server import ServerMessages
 from lazyd.core.relay.handshake_defaults import unattended_params
@@ -95,15 +66,16 @@ from lazyd.core.eras.stateless import StatelessEra
 from lazyd.core.lifecycle.use import counts_as_use
 from lazyd.core.eras.stateless_cache import StatelessCache
 from lazyd.core.eras.listen_relay import ListenRelay
+from lazyd.core.relay.actions import (Abort as Abort, Action as Action, Activity as Activity, Note as Note,
+                                      Phase as Phase, Ready as Ready, SessionKey as SessionKey,
+                                      SnapshotChanged as SnapshotChanged, ToClient as ToClient, ToServer as ToServer,
+                                      Used as Used, WaitIdle as WaitIdle, WantServer as WantServer)
+from lazyd.core.relay.client_state import ClientState
 
 
 class RelayCore:
-    """All relay decisions for one server instance shared by any number of clients.
-
-    Every event brings `now`, the wall-clock time in seconds (`time.time()`), as the lifecycle's
-    events bring theirs: it is read only to honour stateless results' `ttlMs`, and the core never
-    reads a clock itself.
-    """
+    """All relay decisions for one server instance shared by any number of clients. Every event
+    brings `now` (wall-clock seconds), read only for stateless results' `ttlMs`."""
 
     def __init__(self, name: str, snapshot: Snapshot, sampling_policy: SamplingPolicy = "refuse",
                  era: EraSetting = "auto", session_aware: bool = False) -> None:
@@ -112,8 +84,7 @@ class RelayCore:
         self.phase = Phase.DOWN
         self.now = 0.0  # the time the event being handled brought
         routes = Routes()
-        # Session ids in every request (session_meta.py): forced by the setting, or declared by
-        # the server (in what is cached now; its live handshake decides again, lazyd/core/relay/startup.py).
+        # Session ids in every request (session_meta.py): forced, or declared by the cached server.
         routes.session_forced = session_aware
         routes.session_meta = session_aware or declares_session_aware(e.result for e in snapshot.entries.values())
         era_state = EraState(era, snapshot)
@@ -129,8 +100,6 @@ class RelayCore:
                                           self.stateless, self.roots)
         self.from_server = ServerMessages(shared, sampling_policy, self.cache, self.listen, self.bridge,
                                           self.handshake, self.stateless, self.roots)
-
-    # The shared data, read under the names the core's callers and tests know.
 
     @property
     def snapshot(self) -> Snapshot:
@@ -176,27 +145,24 @@ class RelayCore:
         return len(self.clients)
 
     def inflight_count(self) -> int:
-        return self.routes.client_inflight_count() + self.queue.requests() + self.listings.waiting_count()
+        return self.routes.client_inflight + self.queue.requests() + self.listings.waiting_count()
 
     def listen_count(self) -> int:
         """Open `subscriptions/listen` streams of attached clients (they do not keep a server up)."""
         return len(self.listen.hub.streams)
 
     def process_era(self) -> str | None:
-        """The era the live process serves its clients in: "handshake", "stateless" (handshake-era
-        clients bridged), "both" (one connection carries both), or None when there is none."""
+        """"handshake", "stateless" (handshake-era clients bridged), "both", or None: no process."""
         return self.era.process_era(self.phase, self.instance is not None)
 
     def handshake_view(self, params: JsonObj) -> HandshakeEntry | None:
-        """What a handshake-era client with these `initialize` params is served from the snapshot:
-        the recorded handshake, or, for a stateless-only server, the bridged one."""
+        """The handshake a client with these params is served from the snapshot (maybe bridged)."""
         return self.bridge.handshake_view(params)
 
     # ---- state: plain data a successor daemon carries on from (lazyd/daemon/upgrade/state.py) ------
 
     def to_state(self) -> JsonObj:
-        """Everything this core keeps, as JSON-ready plain data; the snapshot is not in it (the
-        lanes of one registration share one snapshot object, so it is written once, beside)."""
+        """Everything this core keeps, as plain data; not the snapshot, which lanes share."""
         return {"phase": self.phase.value, "now": self.now,
                 "clients": [c.to_state() for c in self.clients.values()], "queue": self.queue.to_state(),
                 "routes": self.routes.to_state(), "era": self.era.to_state(), "listings": self.listings.to_state(),
@@ -207,8 +173,7 @@ class RelayCore:
     @classmethod
     def from_state(cls, state: object, name: str, snapshot: Snapshot, sampling_policy: SamplingPolicy = "refuse",
                    era: EraSetting = "auto") -> RelayCore:
-        """A core that behaves exactly as the one that wrote `state` (with `snapshot`, its own);
-        raises ValueError, naming the field, for anything `to_state` did not write."""
+        """The core that wrote `state`; ValueError naming the field for anything else."""
         s = sc.obj(state, "relay core")
         core = cls(name, snapshot, sampling_policy, era)
         core.phase = sc.enum_value(Phase, s.get("phase"), "phase")
@@ -248,10 +213,8 @@ class RelayCore:
     # ---- the daemon's own events -----------------------------------------------------------------
 
     def announce_list_changed(self, notification: str, *, now: float) -> list[Action]:
-        """Tell every client that a listing may now read differently, for a reason of the daemon's
-        own (the tool policy changed): stateless-era clients on their listen streams, handshake-era
-        clients directly, or through the bridge when no handshake connection to the server is up
-        (it then sends them the notification itself). Each client gets it once."""
+        """Tell every client, once, that a listing changed for the daemon's own reason (the tool
+        policy): on listen streams, directly, or through the bridge when no handshake is up."""
         self.now = now
         out = [Note(f"{notification}: sent to clients (a daemon-side change)"), *self.listen.announce(notification, {})]
         if self.instance is not None:
@@ -262,17 +225,11 @@ class RelayCore:
     # ---- client events ---------------------------------------------------------------------------
 
     def attach(self, cid: ClientId, *, now: float, session_id: str | None = None) -> list[Action]:
-        """A client attached; `session_id` is what a session-aware server will know it by
-        (session_meta.py; None: one made from `cid`)."""
+        """`session_id`: what a session-aware server knows it by (None: made from `cid`)."""
         self.now = now
         self.clients[cid] = ClientState(cid)
         self.routes.sessions[cid] = session_id or default_session_id(cid)
         return [Note(f"client {cid} attached")]
-
-    def set_principal(self, cid: ClientId, principal: str) -> None:
-        """Tell the relay who is behind a client beyond its self-reported clientInfo (a digest the
-        daemon chose): `cacheScope: "private"` results are then never shared across principals."""
-        self.clients[cid].principal = principal
 
     def resume(self, cid: ClientId, lines: list[bytes], *, now: float) -> list[Action]:
         """Record lines a client already had answered by a previous daemon (no replies)."""
@@ -290,8 +247,7 @@ class RelayCore:
         return out
 
     def client_line(self, cid: ClientId, line: bytes, *, now: float, parsed: Message | Invalid | None = None) -> list[Action]:
-        """`parsed`: `rpc.parse(line)` where the caller parsed it already (a hand-off session's
-        ledger reads the ids from the same parse)."""
+        """`parsed`: `rpc.parse(line)` when the caller has it already."""
         self.now = now
         msg = parsed if parsed is not None else rpc.parse(line)
         if not isinstance(msg, Message):
@@ -312,8 +268,7 @@ class RelayCore:
         return [*self.from_client.response(cid, msg), *self.handshake.settle()]
 
     def detach(self, cid: ClientId, *, now: float) -> list[Action]:
-        """A client left: cancel its requests upstream, answer the server's requests to it, and
-        drop its subscriptions, log level, tokens and task ownership. Other clients see nothing."""
+        """Cancel its requests upstream, answer the server's requests to it, drop what it owned."""
         self.now = now
         out: list[Action] = [Note(f"client {cid} detached")]
         alive = self.phase is not Phase.DOWN
@@ -344,38 +299,34 @@ class RelayCore:
     # ---- placing a session (session_roots.py) ----------------------------------------------------
 
     def release(self, cid: ClientId, *, now: float) -> list[Action]:
-        """The daemon placed the session on this process (after a `SessionKey`): its held
-        requests go on."""
+        """The daemon placed the session here (after a `SessionKey`): its held requests go on."""
         self.now = now
         return [*self.roots.release(cid), *self.handshake.settle()]
 
     def take(self, cid: ClientId, *, now: float) -> tuple[SessionRoots, list[bytes], list[Action]]:
-        """The daemon moves the session to another process before anything of it reached this one:
-        what that process's core adopts (its roots, its held requests as lines), and this core's
-        actions for its leaving (which the caller carries out, as for a detach)."""
+        """The session moves to another process before anything of it reached this one: its roots
+        and held requests (as lines) for that core's `move_in`, and this core's detach actions."""
         known, held = self.roots.take(cid)
         lines = [rpc.dumps(msg.obj) for msg in held]
         return known, lines, self.detach(cid, now=now)
 
-    def adopt(self, cid: ClientId, params: JsonObj | None, known: SessionRoots, *, now: float) -> list[Action]:
-        """A session moved here from another process of its registration (`take`): its handshake
-        and roots are known, it is placed here. Its held requests follow as ordinary lines."""
+    def move_in(self, cid: ClientId, params: JsonObj | None, known: SessionRoots, *, now: float) -> list[Action]:
+        """A session `take`n from another process of its registration, placed here with its
+        handshake and roots; its held requests follow as ordinary lines."""
         self.now = now
         client = self.clients[cid]
         client.params = params
         client.initialized = params is not None
-        self.roots.adopt(cid, known)
+        self.roots.move_in(cid, known)
         return [Note(f"client {cid} moved here: its roots fit this process"), *self.roots.roots_moved()]
 
     def server_idle(self, *, now: float) -> list[Action]:
-        """The server's threads all sleep after a settling start (or the daemon stopped waiting):
-        the first request goes on."""
+        """The server settled after its start (or the daemon stopped waiting): requests go on."""
         self.now = now
         return self.handshake.idle()
 
     def next_deadline(self) -> float | None:
-        """When the relay must be told the time (`tick`) even if nothing happens: a client's
-        answer to the relay's roots/list is overdue then (wall-clock seconds, as `now`)."""
+        """When to `tick` even if nothing happens: a client's roots/list answer is overdue."""
         return self.roots.next_deadline()
 
     def tick(self, *, now: float) -> list[Action]:
@@ -383,29 +334,22 @@ class RelayCore:
         return [*self.roots.overdue(now), *self.handshake.settle()]
 
     def session_keys(self) -> set[str]:
-        """The keys of the sessions placed on this process (lazyd/core/sharing/roots.py); none for a
-        stateless-era process, which asks for roots within each request (the bridge: the session
-        that made the request answers), so roots keep no session from sharing it."""
+        """The keys of the sessions placed here (lazyd/core/sharing/roots.py); none for a stateless
+        process, which asks for roots within each request."""
         return set() if self.lane == "stateless" else self.roots.keys()
 
     # ---- server events ---------------------------------------------------------------------------
 
     def ensure_replay_params(self) -> None:
-        """Give an unattended start a handshake to replay (eager, keep_alive, a wake predicate).
-
-        The relay replays a queued client's `initialize`, else the snapshot's last params. A start
-        nobody queued a request for, of a server no client ever initialized, would otherwise send
-        no handshake, never become ready, and be killed at its start timeout. An attached client's
-        params (a resumed session) are preferred over the defaults: they are a real client's."""
+        """Give an unattended start (eager, keep_alive, a wake predicate) a handshake to replay:
+        without one, a server no client ever initialized would never become ready."""
         params = unattended_params(self.snapshot.last_params, bool(self.queue),
                                    (c.params for c in self.clients.values()))
         if params is not None:
             self.snapshot.last_params = params
 
     def spawned(self, *, now: float) -> list[Action]:
-        """The process exists. Follow the start plan of its lane (lazyd/core/eras/choice.py): the era probe
-        first (then discovery probes that were waiting), or the replayed handshake first; a
-        handshake known and wanted is sent (behind the probe, or alone)."""
+        """Follow the start plan of the lane: the era probe first, or the replayed handshake."""
         self.now = now
         self.phase = Phase.PREINIT
         plan = self.era.spawned()
@@ -417,8 +361,8 @@ class RelayCore:
         params = self.handshake.replay_params()
         handshake = params is not None and plan.initialize != "never"
         if plan.probe_first or not handshake:
-            # Discovery probes that woke the server go straight through, unless a handshake must
-            # be this connection's first request (a dual-era server locks to the first one's era).
+            # Discovery probes go through, unless a handshake must be first (a dual-era server
+            # locks to the first request's era).
             for cid, msg in self.queue.take():
                 if msg.method == "server/discover":
                     out.extend(forward(self.routes, cid, msg, inspect=True, purpose=self.cache.discover_purpose(cid, msg)))
@@ -465,8 +409,7 @@ class RelayCore:
             out: list[Action] = [Note(f"dropped a line from the server that is not a JSON-RPC message ({msg.reason})")]
             rid = msg.deep_response_id
             if rid is not None:
-                # An answer the relay cannot carry still ends its request: whoever waits on it gets
-                # an error now rather than nothing until the server exits.
+                # An answer the relay cannot carry still ends its request, with an error.
                 text = f"lazyd: the server's response could not be relayed ({msg.reason})"
                 out.extend(self.from_server.response(Message(Kind.RESPONSE, rpc.error_obj(rid, rpc.INTERNAL_ERROR, text), rid, None)))
             return out

@@ -1,29 +1,18 @@
 """Fetching listings (and discovery) from the live server: one engine for both eras.
 
-Both eras ask a running server for its listings: the handshake era at every start (the refresh
-that doubles as the barrier before anything queued is forwarded) and on `list_changed`; the stateless era for
-each asker (version, capabilities, identity) whose cache entry is missing or expired, at every
-start, and on a change notification. This engine does that asking, the same way for both:
+The handshake era fetches at every start (the refresh that is the barrier) and on `list_changed`;
+the stateless era for each asker whose cache entry is missing or expired. Both the same way:
 
-- **Pagination.** A fetch asks page after page while the server gives a `nextCursor`, at most
-  MAX_LISTING_PAGES pages (a server that never stops paginating must not make the relay loop
-  forever). A handshake-era page is a plain request (no params on the first page, `{"cursor"}`
-  after); a stateless one carries its asker's envelope.
-- **Merge.** The pages become one result: the first page's fields without `nextCursor`, every
-  page's items, `ttlMs` the smallest any page gave, and `cacheScope` "private" if any page was
-  (or said nothing), else "public". Discovery and other single answers are taken as they come.
-- **Who waits.** A fetch is known by its key (a handshake listing by its method; a stateless one
-  by method, version, capabilities and identity). A second ask for a key joins the running fetch:
-  its waiter is answered with the same result. `again` replaces the running fetch instead (it may
-  predate a change the server announced): the new one takes over the waiters, and the old one's
-  late pages are dropped (each fetch has a serial of its own, carried in its requests' purpose).
-  A fetch made for a start (`why == "start"`) is waited on by that start: it is complete when no
-  start fetch is left (and, in the stateless era, the listen stream is acknowledged).
-- **Drift.** What a client was served from the cache and what the server now lists are compared
-  (`drift`); a listing that differs is announced with its `list_changed` by the era's owner.
+- **Pagination**: page after page while the server gives a `nextCursor`, at most
+  MAX_LISTING_PAGES (a server that never stops must not make the relay loop for ever).
+- **Merge**: the first page's fields without `nextCursor`, every page's items, the smallest
+  `ttlMs`, `cacheScope` "private" if any page was (or said nothing).
+- **Who waits**: a second ask for a key joins the running fetch; `again` replaces it (it may
+  predate an announced change), taking over its waiters and dropping its late pages (each fetch
+  has its own serial, in its requests' purpose). A start waits for its `why == "start"` fetches.
+- **Drift**: what clients were served against what the server lists now (`drift`).
 
-What the merged result is for is the owner's business: the handshake era files it in the live
-handshake (lazyd/core/relay/startup.py), the stateless era in the ttl-aware cache (stateless_cache.py).
+The owner files the result: the live handshake (lazyd/core/relay/startup.py) or the stateless cache.
 """
 
 from __future__ import annotations

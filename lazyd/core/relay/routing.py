@@ -1,19 +1,13 @@
 """Who owns what, when several clients share one server (docs/relay.md, "Sharing one process").
 
-The relay forwards every client request under a fresh *relay id* from a counter that is never
-reused, and every server-to-client request under a fresh *client-facing id*; these tables map both
-back. They also hold the other per-client state the server must not see mixed up: progress tokens,
-2025-11-25 task and URL-elicitation ownership, resource subscriptions and log levels.
-
-Routing of server-to-client requests is a policy, because nothing on the stdio wire ties a
-`sampling/createMessage` to the client request that caused it:
-1. the owner of `_meta["io.modelcontextprotocol/related-task"].taskId`;
-2. else the only client with a callback-capable request in flight, counting only clients that
-   declared the capability the request needs (one that did not could never be its target);
-3. else, with several, the `sampling_policy`: "refuse" (default: answer the server with an error,
-   never guess, because guessing wrong leaks one client's data to another, GHSA-345p-7cg4-v4c7) or
-   "most-recent" (the client whose callback-capable request started last);
-and the chosen client must have declared the capability.
+Client requests go upstream under fresh *relay ids* from a counter never reused, server requests
+go to clients under fresh *client-facing ids*; these tables map both back, and hold what the
+server must not see mixed up: progress tokens, task and URL-elicitation ownership, subscriptions,
+log levels. Nothing on the stdio wire ties a server-to-client request to the client request that
+caused it, so routing is a policy: the owner of its related task; else the only client with a
+callback-capable request in flight that declared the capability; else the `sampling_policy`:
+"refuse" (never guess: a wrong guess leaks one client's data to another, GHSA-345p-7cg4-v4c7) or
+"most-recent".
 """
 
 from __future__ import annotations
@@ -59,11 +53,9 @@ class Upstream:
     purpose: str = ""  # for the relay's own requests
     token: JsonId | None = None  # the client's original progress token, if rewritten
     seq: int = 0  # start order, for the "most-recent" policy
-    # The relay reads the result (to cache it, convert it or answer input it asks for), so it is
-    # always decoded, however large.
+    # The relay reads the result (to cache, convert or answer it): always decoded, however large.
     inspect: bool = False
-    # A handshake-era client's request sent to a stateless server under an envelope: the result
-    # is converted back, and an `input_required` result is answered by the relay (bridge.py).
+    # A bridged handshake-era client's request (bridge.py): its result is converted back.
     bridged: bool = False
     log_level: str | None = None  # a stateless request's `_meta` log-level opt-in
 
@@ -94,9 +86,8 @@ class Routes:
     next_id: int = 1  # the next relay id (requests to the server)
     next_down_id: int = 1  # the next client-facing id (server-to-client requests)
     seq: int = 0  # order of client requests: the roots owner, the "most-recent" policy
-    # Entries of `upstream` that a client waits on, kept with every change of `upstream` (add,
-    # pop, process_gone, from_state): the lifecycle is told the count after every relayed
-    # message, and counting the map each time made a message cost O(requests in flight).
+    # Entries of `upstream` a client waits on, kept with every change of `upstream`: the count is
+    # read after every relayed message, and counting the map would cost O(requests in flight).
     client_inflight: int = 0
     # Each client's session id, and whether requests carry it in `_meta` (session_meta.py: a
     # session-aware server); `session_forced`: the setting says so, whatever the server declares.
@@ -119,9 +110,8 @@ class Routes:
         return self.seq
 
     def process_gone(self) -> None:
-        """The server process ended: no request is in flight either way, and nothing it created
-        (tasks, URL elicitations, progress tokens) outlives it. Subscriptions and log levels are the
-        clients' and stay for the next process."""
+        """Nothing in flight or created by the process outlives it; subscriptions and log levels
+        are the clients' and stay."""
         self.upstream.clear()
         self.client_inflight = 0
         self.by_client.clear()
@@ -151,9 +141,6 @@ class Routes:
 
     def inflight_of(self, cid: ClientId) -> list[int]:
         return [rid for rid, up in self.upstream.items() if up.cid == cid]
-
-    def client_inflight_count(self) -> int:
-        return self.client_inflight
 
     def callback_candidates(self) -> list[tuple[int, ClientId]]:
         """(seq, client) of every in-flight callback-capable client request."""

@@ -1,27 +1,18 @@
-"""Messages from the server to the clients it serves in the handshake era, each routed to the
-client it belongs to.
+"""Messages from the server in the handshake era, each routed to the client it belongs to (no
+state of its own: it chooses the part).
 
-Responses. A relay id names the request it answers: the client's own id is put back and its
-progress token released, unless the result created a task (2025-11-25), which outlives the request
-and keeps its owner; `tasks/list` is filtered to the asker's own tasks; an answer to the relay's own
-request goes to whoever sent it (the start-up sequence, the era probe, a cache fetch, the listen
-stream). A large plain result is spliced through without being decoded, unless the relay must read
-it. The pages of a listing fetch go to the listing engine (listings.py), and a fetch it completes
-to the era that made it: the live handshake (lazyd/core/relay/startup.py) or the stateless cache, whose drift
-is announced on the listen streams (lazyd/core/eras/listen_relay.py).
+Responses: a relay id names its request; the client's id is put back and its progress token
+released, unless the result created a task (it keeps its owner); `tasks/list` is filtered to the
+asker's tasks; answers to the relay's own requests go to the part that sent them. A large plain
+result is spliced through undecoded unless the relay must read it.
 
-Requests. `ping` is answered by the relay; so is `roots/list`, with the roots of the sessions this
-process serves (session_roots.py), never another client's; sampling and elicitation go where routing.py decides, and are refused when no
-client can take them or the chosen one did not declare the capability. Each routed request gets a
-fresh client-facing id, so that clients' answers can never collide.
+Requests: `ping` and `roots/list` (session_roots.py) are answered by the relay; sampling and
+elicitation go where routing.py decides, under fresh client-facing ids, or are refused.
 
-Notifications. Stateless-era ones are handled first (lazyd/core/eras/listen_relay.py). Progress goes to the
-owner of the relay token, under the client's own token; `list_changed` refreshes the listing
-(lazyd/core/relay/startup.py); a resource update reaches its subscribers, a log message each client whose level
-admits it; a server cancellation, a task status and an elicitation completion reach the one client
-concerned; anything else reaches every initialized client.
-
-This part holds no state of its own: it decides which part a message goes to.
+Notifications: stateless-era ones first (lazyd/core/eras/listen_relay.py); progress to the token's
+owner; `list_changed` refreshes the listing (lazyd/core/relay/startup.py); resource updates to
+subscribers, log messages by level, cancellations, task statuses and elicitation completions to
+the one client concerned; anything else to every initialized client.
 """
 
 from __future__ import annotations
@@ -35,15 +26,8 @@ from lazyd.core.relay.actions import Action, Activity, Note, ToClient, ToServer
 from lazyd.core.relay.startup import Handshake
 from lazyd.core.relay.session_roots import RootsPart
 from lazyd.core.relay.shared import RelayShared
-from lazyd.core.relay.routing import (
-    CALLBACK_CAPABILITY,
-    ClientId,
-    Downstream,
-    SamplingPolicy,
-    Upstream,
-    choose_callback_target,
-    level_rank,
-)
+from lazyd.core.relay.routing import (CALLBACK_CAPABILITY, ClientId, Downstream, SamplingPolicy, Upstream,
+                                      choose_callback_target, level_rank)
 from lazyd.core.eras.stateless import StatelessEra
 from lazyd.core.eras.stateless_cache import StatelessCache
 from lazyd.core.eras.listen_relay import ListenRelay

@@ -1,24 +1,18 @@
 """Each session's roots, learned by the relay, and the roots a server is answered with.
 
-A session's *key* (lazyd/core/sharing/roots.py) is what two sessions must have in common to share
-a process: `NO_ROOTS` for a client that does not declare the `roots` capability (known from its
-`initialize`), else a digest of the roots it answers the relay's own `roots/list` with, asked
-once the client sent `notifications/initialized` (the spec lets a server ask from then on), and
-again at every `notifications/roots/list_changed` it sends. A client that does not answer within
-`ROOTS_WAIT_S` gets the key `UNANSWERED` and, for its server, no roots.
+A session's *key* (lazyd/core/sharing/roots.py) is what sessions sharing a process must have in
+common: `NO_ROOTS` for a client without the `roots` capability, else a digest of its answer to the
+relay's own `roots/list` (asked after `notifications/initialized` and at each `list_changed`);
+`UNANSWERED` for no answer within `ROOTS_WAIT_S`.
 
-Placement. Once its key is known the relay says so (`SessionKey`) and holds the session's
-requests that need the server until the daemon *places* it: keeps it here (`release`) or moves it
-to a process whose sessions have its key (`take`, then the other core's `adopt`). Until then
-nothing of the session has reached this process, so a move loses nothing. Requests the relay
-answers itself (`ping`, the handshake and listings from the cache) are never held.
+Once the key is known (`SessionKey`) the session's requests that need the server are held until
+the daemon *places* it: here (`release`) or on a process whose sessions share its key (`take`,
+then that core's `move_in`). Nothing of it has reached this process before, so a move loses
+nothing.
 
-The server's `roots/list` is answered by the relay, never routed to another client: with the
-roots of the placed sessions of this process (equal by placement; where a session's roots
-changed since, only the roots they all have). While a session's roots are still being asked
-the answer waits for them; with no session that declares roots, the server gets -32601, as a
-client without the capability answers. When the roots this process has been given change (a
-session placed, gone, or its roots changed) the server gets `notifications/roots/list_changed`.
+The server's `roots/list` is answered by the relay, never routed to a client: the roots the placed
+sessions have in common, a wait while one is being asked, or -32601 when none declares roots; a
+change sends the server `notifications/roots/list_changed`.
 """
 
 from __future__ import annotations
@@ -35,12 +29,13 @@ from lazyd.core.relay.routing import ClientId
 from lazyd.core.relay.shared import RelayShared
 from lazyd.core.sharing.roots import NO_ROOTS, UNANSWERED, Root, common_roots, parse_roots, roots_key, roots_result
 
-__all__ = ["ROOTS_WAIT_S", "RootsPart", "SessionRoots"]
-
-# How long the relay waits for a client's answer to its `roots/list`: the SDKs answer from a
-# callback at once; a client that declares roots and never answers must not hold its requests
-# for ever. Its requests then go on, and the server is given no roots of it.
+# A client that declares roots and never answers must not hold its requests for ever.
 ROOTS_WAIT_S = 10.0
+
+
+def _roots_from(value: object, label: str) -> tuple[Root, ...]:
+    return tuple((sc.text(u, "root uri"), sc.opt_text(n, "root name"))
+                 for u, n in (sc.items(r, "root") for r in sc.items(value, label)))
 
 
 @dataclass
@@ -63,17 +58,14 @@ class SessionRoots:
     def from_state(cls, value: object) -> SessionRoots:
         s = sc.obj(value, "session roots")
         roots = s.get("roots")
-        return cls(sc.opt_text(s.get("key"), "roots.key"),
-                   None if roots is None else tuple((sc.text(u, "root uri"), sc.opt_text(n, "root name"))
-                                                    for u, n in (sc.items(r, "root") for r in sc.items(roots, "roots"))),
+        return cls(sc.opt_text(s.get("key"), "roots.key"), None if roots is None else _roots_from(roots, "roots"),
                    sc.opt_integer(s.get("asking"), "roots.asking"), sc.number(s.get("asked_at"), "roots.asked_at"),
                    sc.flag(s.get("placed"), "roots.placed"),
                    [sc.message_from(m, "held message") for m in sc.items(s.get("held"), "roots.held")])
 
 
 class RootsPort(Protocol):
-    """What this part needs of the core: its phase, the time of the event, a held request handled
-    again once its session is placed."""
+    """The core's phase, the time, and a held request handled again once placed."""
 
     phase: Phase
     now: float
@@ -108,8 +100,7 @@ class RootsPart:
             self.sessions[sc.integer(cid, "client")] = SessionRoots.from_state(state)
         self.deferred = [sc.json_id(d, "deferred id") for d in sc.items(s.get("deferred"), "roots.deferred")]
         told = s.get("told")
-        self.told = None if told is None else tuple((sc.text(u, "root uri"), sc.opt_text(n, "root name"))
-                                                     for u, n in (sc.items(r, "root") for r in sc.items(told, "told")))
+        self.told = None if told is None else _roots_from(told, "told")
         self.answered = sc.flag(s.get("answered"), "roots.answered")
 
     # ---- what a session says -----------------------------------------------------------------
@@ -154,8 +145,7 @@ class RootsPart:
         return not self.session(cid).placed
 
     def hold(self, cid: ClientId, msg: Message) -> list[Action]:
-        """Keep a request until the session is placed (asking for its roots if nobody did yet:
-        a client calling a tool has finished its handshake, whether it said so or not)."""
+        """Keep a request until the session is placed, asking its roots if nobody did yet."""
         mine = self.session(cid)
         mine.held.append(msg)
         out: list[Action] = [Note(f"client {cid} {msg.method} id={msg.id!r} held until its roots are known")]
@@ -226,12 +216,10 @@ class RootsPart:
     # ---- the server asks -----------------------------------------------------------------------
 
     def _given(self) -> tuple[Root, ...] | None | str:
-        """What the server is answered now: roots, None (no session declares roots: -32601), or
-        "wait" (a session's roots are being asked and none is placed yet)."""
+        """Roots, None (-32601), or "wait" (a session is being placed, none is yet)."""
         placed = [(cid, mine) for cid, mine in self.sessions.items() if mine.placed and cid in self.clients]
         if not placed:
-            # A session being placed (its roots asked, or its key known and the daemon deciding)
-            # is the one this process will serve: its roots are worth the wait.
+            # A session being placed is the one this process will serve: its roots are worth a wait.
             waiting = any(not mine.placed and self.clients[cid].declares("roots")
                           for cid, mine in self.sessions.items() if cid in self.clients)
             return "wait" if waiting else None
@@ -256,8 +244,7 @@ class RootsPart:
                 Note(f"roots/list answered with the {len(given)} root(s) of the session(s) this process serves")]
 
     def roots_moved(self) -> list[Action]:
-        """The sessions of this process changed: answer what waits, and tell the server when the
-        roots it was given are not the ones it would be given now."""
+        """Answer what waits, and tell the server when its roots are no longer the ones given."""
         given = self._given()
         if given == "wait":
             return []
@@ -280,12 +267,11 @@ class RootsPart:
     # ---- moving a session ----------------------------------------------------------------------
 
     def take(self, cid: ClientId) -> tuple[SessionRoots, list[Message]]:
-        """A session leaving for another process: what the relay knows of its roots, and its held
-        requests (the caller hands them to that process's core)."""
+        """A session leaving for another process: its roots and its held requests."""
         mine = self.sessions.get(cid) or SessionRoots()
         held, mine.held = mine.held, []
         return SessionRoots(mine.key, mine.roots, None, mine.asked_at, False, []), held
 
-    def adopt(self, cid: ClientId, known: SessionRoots) -> None:
-        """A session arriving from another process with its roots known (it is placed here)."""
+    def move_in(self, cid: ClientId, known: SessionRoots) -> None:
+        """A session arriving from another process with its roots known, placed here."""
         self.sessions[cid] = SessionRoots(known.key, known.roots, None, known.asked_at, True, [])

@@ -2,35 +2,23 @@
 doubles as a barrier, the refreshes a change notification asks for, and what the handshake
 connection holds for its clients (the most verbose log level, the resource subscriptions).
 
-Replay. The relay sends `initialize` with a real client's params: those of the client that caused
-the start (a queued `initialize`, else a queued client's recorded params), else the most recent ones
-the snapshot holds. Its result answers every queued `initialize`; a refusal fails the queue and
-stops the server, unless the stateless era explains it (stateless.py, through the port).
+Replay: `initialize` with the params of the client that caused the start, else the snapshot's
+latest; its result answers every queued `initialize`, a refusal fails the queue and stops the
+server unless the stateless era explains it (stateless.py).
 
-Refresh. After its own `notifications/initialized` the relay restores what clients asked of the
-process (the most verbose log level any of them set, every resource subscription) and fetches each
-advertised listing through the listing engine (listings.py: page by page, at most
-MAX_LISTING_PAGES pages). These requests are a barrier (docs/relay.md): the server has
-processed `initialized` before anything queued is forwarded. When the last listing is in, the
-merged entry replaces the snapshot's if it differs, each listing that drifted from what clients
-were served sends its `list_changed` to every initialized client, the phase becomes READY, and the
-queue is handled again in arrival order.
+Refresh: after `notifications/initialized` the relay restores the clients' log level and
+subscriptions and fetches each advertised listing (listings.py); these requests are the barrier
+of docs/relay.md. When all are in, a changed entry replaces the snapshot's, drifted listings send
+`list_changed`, and the queue goes on in arrival order (READY).
 
-Settling. A server that asked its clients something while starting (filesystem's `roots/list`
-at `initialized`) gets its answers before the first request: when the listings are in, the queue
-waits until nothing the server asked is unanswered (a `roots/list` waiting for the roots of the
-session being placed: session_roots.py; a request routed to a client), then for a `ping` round
-trip (the server has read the answers), then for the daemon's word that the server's threads
-sleep (`WaitIdle`, then `idle`: what it does with them is done; the daemon bounds that wait).
-Only then is the phase READY and the queue handled. The start's `Ready` comes then too, so
-`start_timeout` bounds the settling as well.
+Settling: a server that asked its clients something while starting (filesystem's `roots/list`)
+gets its answers first: the queue waits until nothing it asked is unanswered, then for a `ping`
+round trip, then for the daemon's word that its threads sleep (`WaitIdle`, `idle`). `Ready` comes
+only then, so `start_timeout` bounds the settling too.
 
-Change notifications. A `list_changed` during the refresh fetches again what this start already
-fetched (the fetches still pending will see the change); in READY it refreshes the listing and
-passes the notification on even when the content turns out unchanged: the server said it changed.
-
-Subscriptions are shared: the server gets one `resources/subscribe` per uri, and the
-`resources/unsubscribe` of its last subscriber only.
+A `list_changed` during the refresh fetches again what was already fetched; in READY it refreshes
+and is passed on even when nothing changed. Subscriptions are shared: one `resources/subscribe`
+per uri upstream, and the `resources/unsubscribe` of its last subscriber only.
 """
 
 from __future__ import annotations
@@ -53,9 +41,15 @@ from lazyd.core.sharing.modes import declares_session_aware
 from lazyd.core.eras.stateless_cache import StatelessCache
 
 
+def refusal_reason(error: object) -> str:
+    reason = "the server refused the replayed initialize"
+    if isinstance(error, dict) and isinstance(error.get("message"), str):
+        reason += f": {error['message'][:200]}"
+    return reason
+
+
 class HandshakePort(Protocol):
-    """What the handshake start-up needs of the core: the phase it moves, a queued request handled
-    again once READY, and the stateless era's reading of what this start ran into."""
+    """The phase it moves, a queued request handled again, the stateless era's reading."""
 
     phase: Phase
 
@@ -78,9 +72,7 @@ class Handshake:
         self.initial_refresh = False  # the refresh under way is the start's (READY when it is in)
         self.upstream_level: str | None = None  # the log level the server was last set to
         self.upstream_subs: set[str] = set()  # the uris the server was subscribed to
-        # The settling of a start (module docstring): the server asked something of its clients
-        # while starting; the listings are in and the queue waits for those answers, then a ping.
-        self.asked_at_start = False
+        self.asked_at_start = False  # the settling of a start (module docstring)
         self.settling = False
         self.settle_sent = False
 
@@ -128,9 +120,7 @@ class Handshake:
                 handled = self.core.initialize_refused(error)
                 if handled is not None:
                     return handled
-            reason = "the server refused the replayed initialize"
-            if isinstance(error, dict) and isinstance(error.get("message"), str):
-                reason += f": {error['message'][:200]}"
+            reason = refusal_reason(error)
             return [*self.shared.queue.fail(f"lazyd: {reason}", self.shared.clients), Abort(reason)]
         out: list[Action] = self.shared.era.learn_mixed(True) if self.shared.era.stateless_up is True else []
         if self.shared.era.stage is Stage.HANDSHAKE:
@@ -156,8 +146,7 @@ class Handshake:
         return out
 
     def _send_probe_after(self) -> list[Action]:
-        """A `server/discover` once the handshake is done (lazyd/core/eras/choice.py): what else this handshake
-        connection carries."""
+        """A `server/discover` after the handshake: does this connection carry the other era?"""
         asker = self.cache.start_asker(PROBE_VERSION)
         self.shared.era.probe_asker = asker
         return [internal(self.shared.routes, "server/discover", {"_meta": asker.envelope()}, "probe-after"),
@@ -192,10 +181,8 @@ class Handshake:
     def _refresh_done(self, last: set[str]) -> list[Action]:
         assert self.instance is not None
         key = handshake_key(self.instance.params)
-        # What a client of this handshake was served from the cache (its own entry, recorded by an
-        # earlier start or a check): drift is measured against that, so a start announces what
-        # changed since.
-        old = self.shared.snapshot.entry_for_client(self.instance.params)
+        # Drift is measured against what this handshake's clients were served from the cache.
+        old = self.shared.snapshot.entry_for(self.instance.params)
         served = {m: listing.to_json() for m, listing in old.listings.items()} if old is not None else None
         changed = drift(served, {m: listing.to_json() for m, listing in self.instance.listings.items()})
         if not self.initial_refresh:
@@ -222,15 +209,13 @@ class Handshake:
     # ---- settling: the server's own requests at start answered first ---------------------------
 
     def server_asked(self) -> None:
-        """The server sent a request (roots/list, ping, sampling...); during the start it is one
-        of the start's own, which the first forwarded request waits for."""
+        """The server sent a request; during the start the first forwarded request waits for it."""
         if self.core.phase in (Phase.HANDSHAKE, Phase.REFRESH):
             self.asked_at_start = True
 
     def settle(self) -> list[Action]:
-        """While settling: once nothing the server asked waits for an answer (a roots/list waiting
-        for a session's roots, a request routed to a client), a `ping` round trip, so the server
-        has read those answers before the first request (its answer: `settled`)."""
+        """While settling, once nothing the server asked waits for an answer: a `ping` round trip,
+        so the server has read those answers (its answer: `settled`)."""
         if not self.settling or self.settle_sent or self.roots.deferred or self.shared.routes.downstream:
             return []
         self.settle_sent = True
@@ -238,8 +223,7 @@ class Handshake:
                 Note("the server's requests at start are answered: a ping, so it has read them before the first request")]
 
     def settled(self) -> list[Action]:
-        """The server answered the settling ping (an error is an answer too): it has read every
-        answer; the daemon waits for it to be done with them (`idle`)."""
+        """The settling ping answered (an error too): the daemon waits for the server's `idle`."""
         if not self.settling:
             return []
         return [WaitIdle()]
@@ -263,8 +247,7 @@ class Handshake:
         """A handshake-era `list_changed` from the server."""
         methods = [m for m, n in LIST_CHANGED.items() if n == notification]
         if self.core.phase is Phase.REFRESH and self.instance is not None:
-            # A listing this start already fetched may predate the change: fetch it again. The
-            # ones still pending will see it.
+            # A listing already fetched may predate the change; the pending ones will see it.
             stale = [m for m in methods if m in self.instance.listings]
             for method in stale:
                 del self.instance.listings[method]
@@ -278,8 +261,7 @@ class Handshake:
     # ---- what the handshake connection holds for its clients -------------------------------------
 
     def sync_level(self) -> list[Action]:
-        """Keep the server's log level at the most verbose level any client asked for (handshake
-        era; a stateless server gets each bridged client's level in its requests' envelope)."""
+        """Keep the server's log level at the most verbose any client asked for (handshake era)."""
         wanted = self.shared.routes.most_verbose_level()
         if (wanted is None or wanted == self.upstream_level or self.core.phase not in (Phase.REFRESH, Phase.READY)
                 or self.instance is None):

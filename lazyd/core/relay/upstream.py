@@ -7,10 +7,8 @@ from lazyd.core.relay.actions import Action, Activity, ToClient, ToServer
 from lazyd.core.relay.jsonrpc import JsonObj, Message
 from lazyd.core.relay.routing import ClientId, Routes, Upstream
 from lazyd.core.relay.session_meta import add_session_meta, default_session_id
+from lazyd.core.eras.versions import PROTOCOL_VERSION_META
 
-PROTOCOL_VERSION_META = "io.modelcontextprotocol/protocolVersion"
-# Discovery-cache key of a -32601 answer, which holds whatever version the probe named.
-ANY_VERSION = "*"
 
 
 def internal(routes: Routes, method: str, params: JsonObj | None, purpose: str) -> ToServer:

@@ -1,55 +1,13 @@
 """What each AI client sends a server and which environment it gives it: for `check --client X`.
 
-A check warms the cache a client's sessions will use only if it looks like that client to the
-server and to lazyd: the same `initialize` params (the cache and the server's answers may depend
-on them) and the same environment as far as the identity goes (or the check warms another
-identity's cache). Each profile therefore holds:
-
-- `client_names`: the `clientInfo.name` values the client's sessions send, by which the daemon
-  learns the latest handshake of each client from real sessions (lazyd/daemon/control/handshakes.py);
-- `builtin`: the handshake captured from the client's current release, used until one is learned;
-- `environment`: the client's rule for a stdio server's environment, from its own source.
-
-Captured here (a tee between the client and server-everything, and /proc/PID/environ):
-
-- Claude Code 2.1.332: `initialize` at 2025-11-25 with capabilities `roots` and `elicitation`
-  (form and url), after a `server/discover` probe at 2026-07-28; the whole environment, plus its
-  own variables (envrules.PER_SESSION_ENV), plus the registration's env.
-- Gemini CLI 0.61.0: sessions send `gemini-cli-mcp-client` at 2025-06-18 with `roots`; `gemini mcp
-  list` sends `mcp-test-client` with no capabilities, same version. The environment is
-  sanitized (`gemini_environment`, its environmentSanitization rule), plus GEMINI_CLI=1, plus the
-  registration's env (less variables that change how programs load: NODE_OPTIONS, LD_PRELOAD...).
-- Codex CLI 0.171.0 (`codex exec`, which starts every server before it needs a model):
-  `codex-mcp-client` at 2025-06-18 with `elicitation` and `experimental.codex/auth-change`
-  (captured with a tee); only a handful of variables pass
-  (`CODEX_DEFAULT_ENV`: its allow-list and six CA bundle variables), plus the registration's
-  `env_vars` names and its env; its vendor directory first on PATH.
-- opencode 1.18.33 (`opencode mcp list`, learned by the daemon): `opencode` at 2025-11-25 with
-  `roots`; the whole environment plus AGENT=1 and OPENCODE=1 (and OPENCODE_PID, its own pid,
-  which changes every run and so is no part of a check), plus the registration's `environment`.
-- GitHub Copilot CLI 1.0.102 (`copilot -p` offline, a tee in front of server-everything): probes
-  `server/discover` at 2026-07-28 (its clientInfo and capabilities in the probe's `_meta`), then
-  `copilot-cli` at 2025-11-25 with `sampling` and `elicitation` (form and url). The whole
-  environment less its model provider settings and sign-in tokens (COPILOT_WITHHELD), plus
-  PYTHONUNBUFFERED=1 unless set, one more git setting appended to GIT_CONFIG_COUNT/KEY_N/VALUE_N
-  (`safe.bareRepository=explicit`), and its own bookkeeping: COPILOT_AGENT_SESSION_ID (new every
-  run), COPILOT_CLI_BINARY_VERSION and COPILOT_CLI_RESOLVED_DIST_DIR (its unpacked release under
-  the cache dir), per-session variables all three (lazyd/core/sharing/envrules.py).
-- Kilo CLI 7.7.7 (`kilo mcp list`, opencode's code under another name): `kilo` at 2025-11-25 with
-  `roots`, no probe; the whole environment plus opencode's AGENT=1 and OPENCODE=1 and its own
-  KILO=1, KILOCODE_FEATURE=cli, KILOCODE_VERSION, KILO_PROCESS_ROLE=main, and KILO_PID and
-  KILO_RUN_ID (new every run).
-- Continue `cn` 1.5.47 (`cn -p` against a loopback endpoint that refuses): `continue-cli-client`
-  1.0.0 at 2025-11-25 with no capabilities, no probe; every inherited variable with a non-empty
-  value (an empty one is dropped), the registration's `env` on top.
-- Amp (`amp mcp doctor`, 0.0.1790142911): `amp-mcp-client` 0.0.0-dev at 2025-11-25 with no
-  capabilities, no probe; the whole environment less AMP_API_KEY (its own key), the
-  registration's `env`, and AWS_VAULT_PROMPT=stdout over both.
-
-These are first guesses: once the daemon has seen a session of a client, `check --client X`
-rebuilds X's environment from the names its sessions really carried (lazyd/daemon/sessions/learned_env.py).
-
-Pure: callers pass the environments.
+A check warms the cache a client's sessions will use only if it looks like that client: the same
+`initialize` params and the same environment as far as the identity goes. Each profile holds the
+`clientInfo.name` values its sessions send (the daemon learns their latest handshake,
+lazyd/daemon/control/handshakes.py), the handshake captured from its current release (a tee in
+front of server-everything), and its rule for a stdio server's environment (from its source and
+/proc/PID/environ; docs/configuration.md, "What each client gives a server"). Once the daemon saw
+a session of a client, a check rebuilds its environment from the names its sessions carried
+(lazyd/daemon/sessions/learned_env.py). Pure: callers pass the environments.
 """
 
 from __future__ import annotations
@@ -58,10 +16,6 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
-
-__all__ = ["ClientProfile", "PROFILES", "profile_named", "profile_for_client_info",
-           "gemini_environment", "codex_environment", "opencode_environment", "full_environment",
-           "copilot_environment", "kilo_environment", "continue_environment", "amp_environment"]
 
 # (inherited, declared, passed): passed are the names a registration asks to pass through (Codex's
 # `env_vars`); clients that pass everything on ignore them.
@@ -127,8 +81,7 @@ def _gemini_redacts(name: str, value: str, strict: bool) -> bool:
 
 def gemini_environment(inherited: Mapping[str, str], declared: Mapping[str, str],
                        passed: tuple[str, ...] = ()) -> dict[str, str]:
-    """The environment Gemini CLI 0.61.0 gives a stdio server (redaction always on for servers;
-    in a GitHub Actions run, GITHUB_SHA set, only the always-allowed variables pass)."""
+    """Redacted as Gemini always does for servers (in GitHub Actions only the allowed pass)."""
     strict = bool(inherited.get("GITHUB_SHA")) or inherited.get("SURFACE") == "Github"
     env = {"GEMINI_CLI": "1"}
     env.update({k: v for k, v in inherited.items() if not _gemini_redacts(k, v, strict)})
@@ -138,9 +91,8 @@ def gemini_environment(inherited: Mapping[str, str], declared: Mapping[str, str]
 
 # ---- Codex CLI (codex-rs/rmcp-client/src/utils.rs, DEFAULT_ENV_VARS on unix) ----------------------
 
-# 0.171 passes the CA bundle variables too (seen in /proc/PID/environ of its servers), and puts its
-# own vendor directory (`.../vendor/<target>/codex-path`, holding `rg`) first on PATH: PATH counts
-# by what it resolves (lazyd/core/sharing/identity.py), so that prefix splits nothing.
+# Its allow-list and the CA bundle variables; the vendor directory it puts first on PATH splits
+# nothing (PATH counts by what it resolves).
 CODEX_DEFAULT_ENV = ("HOME", "LOGNAME", "PATH", "SHELL", "USER", "__CF_USER_TEXT_ENCODING", "LANG",
                      "LC_ALL", "TERM", "TMPDIR", "TZ", "CURL_CA_BUNDLE", "GIT_SSL_CAINFO",
                      "NODE_EXTRA_CA_CERTS", "PIP_CERT", "REQUESTS_CA_BUNDLE", "SSL_CERT_FILE")
@@ -148,8 +100,7 @@ CODEX_DEFAULT_ENV = ("HOME", "LOGNAME", "PATH", "SHELL", "USER", "__CF_USER_TEXT
 
 def codex_environment(inherited: Mapping[str, str], declared: Mapping[str, str],
                       passed: tuple[str, ...] = ()) -> dict[str, str]:
-    """The environment Codex gives a stdio server: its allow-list and the registration's
-    `env_vars` names from the inherited environment, then the registration's `env`."""
+    """Its allow-list and the registration's `env_vars` names, then the registration's `env`."""
     env = {k: inherited[k] for k in (*CODEX_DEFAULT_ENV, *passed) if k in inherited}
     env.update(declared)
     return env
@@ -157,17 +108,14 @@ def codex_environment(inherited: Mapping[str, str], declared: Mapping[str, str],
 
 def opencode_environment(inherited: Mapping[str, str], declared: Mapping[str, str],
                          passed: tuple[str, ...] = ()) -> dict[str, str]:
-    """The environment opencode gives a local server: everything, its two markers, the
-    registration's `environment` on top (OPENCODE_PID left out: it is a new value every run)."""
+    """Everything, its two markers, the registration's `environment` (not OPENCODE_PID: per run)."""
     return {**inherited, "AGENT": "1", "OPENCODE": "1", **declared}
 
 
 # ---- GitHub Copilot CLI 1.0.102 ---------------------------------------------------------------------
 
 COPILOT_VERSION = "1.0.102"
-# What Copilot keeps from its servers (seen: set in its environment, absent from theirs): its own
-# model provider settings and the GitHub tokens it signs in with. GH_TOKEN, COPILOT_MODEL and its
-# other settings pass.
+# What Copilot keeps from its servers: its model provider settings and sign-in tokens.
 COPILOT_WITHHELD = frozenset({
     "COPILOT_OFFLINE", "COPILOT_API_URL", "COPILOT_AGENT_MODEL", "COPILOT_GITHUB_TOKEN", "GITHUB_TOKEN",
     "GITHUB_PERSONAL_ACCESS_TOKEN", "COPILOT_PROVIDER_BASE_URL", "COPILOT_PROVIDER_API_KEY",
@@ -182,10 +130,8 @@ COPILOT_GIT_SETTING = ("safe.bareRepository", "explicit")
 
 def copilot_environment(inherited: Mapping[str, str], declared: Mapping[str, str],
                         passed: tuple[str, ...] = ()) -> dict[str, str]:
-    """The environment Copilot CLI 1.0.102 gives a local server: everything but its provider
-    settings and sign-in tokens, the registration's `env`, PYTHONUNBUFFERED, and one more git
-    setting. Its own bookkeeping (COPILOT_AGENT_SESSION_ID, new every run, and its release's
-    version and directory) is left out: none of it counts (envrules.PER_SESSION_ENV)."""
+    """Everything but its provider settings and sign-in tokens, the registration's `env`,
+    PYTHONUNBUFFERED, one more git setting; its per-session bookkeeping left out."""
     env = {**{k: v for k, v in inherited.items() if k not in COPILOT_WITHHELD}, **declared}
     env.setdefault("PYTHONUNBUFFERED", "1")
     count = env.get("GIT_CONFIG_COUNT", "0")
@@ -202,23 +148,20 @@ KILO_VERSION = "7.7.7"
 
 def kilo_environment(inherited: Mapping[str, str], declared: Mapping[str, str],
                      passed: tuple[str, ...] = ()) -> dict[str, str]:
-    """The environment Kilo gives a local server: opencode's (everything, AGENT=1, OPENCODE=1) and
-    its own markers (KILO_PID and KILO_RUN_ID left out: new values every run)."""
+    """opencode's environment and Kilo's own markers (not KILO_PID and KILO_RUN_ID: per run)."""
     return {**inherited, "AGENT": "1", "OPENCODE": "1", "KILO": "1", "KILOCODE_FEATURE": "cli",
             "KILOCODE_VERSION": KILO_VERSION, "KILO_PROCESS_ROLE": "main", **declared}
 
 
 def continue_environment(inherited: Mapping[str, str], declared: Mapping[str, str],
                          passed: tuple[str, ...] = ()) -> dict[str, str]:
-    """The environment `cn` gives a server: every inherited variable with a value, the
-    registration's `env` on top (its own test is `!(name in env) && value`)."""
+    """Every inherited variable with a value, the registration's `env` on top."""
     return {**{k: v for k, v in inherited.items() if v}, **declared}
 
 
 def amp_environment(inherited: Mapping[str, str], declared: Mapping[str, str],
                     passed: tuple[str, ...] = ()) -> dict[str, str]:
-    """The environment Amp gives a server: everything but its own API key, the registration's
-    `env`, and AWS_VAULT_PROMPT=stdout over both."""
+    """Everything but its API key, the registration's `env`, AWS_VAULT_PROMPT=stdout over both."""
     env = {k: v for k, v in inherited.items() if k != "AMP_API_KEY"}
     return {**env, **declared, "AWS_VAULT_PROMPT": "stdout"}
 

@@ -1,23 +1,13 @@
 """Registration identity: when two client sessions may share one server process.
 
-A registration is what a client asked the shim to run: a command, its arguments, a working
-directory and an environment. The rule this module owns:
+A registration (command, arguments, working directory, environment) is the same server as another
+when they differ only in variables that do not count (lazyd/core/sharing/envrules.py); the resolved
+command, an argument, the cwd or a counted value (typically a token) keeps them apart, and
+`share = false` adds a per-session `instance`. `PATH` counts by what it resolves, not its value.
 
-- Two registrations that differ only in variables that do not count (which terminal, window,
-  multiplexer pane, ssh login or client session they came from: lazyd/core/sharing/envrules.py has the
-  rule, and the variables a registration declares always count) have the same identity, so two
-  sessions of the same client, or of two clients, share one server process.
-- Any other difference (the resolved command, an argument, the cwd, the value of a counted
-  variable, typically a token) gives a different identity, so they never share. `PATH` counts by
-  what it resolves (the command, a launcher's or script's interpreter), not by its value.
-- `share = false` adds a per-session `instance` token, so such a registration never shares.
-
-The identity's digest is an HMAC keyed with a per-user secret: cache and log file names derived
-from it reveal nothing about environment values and cannot be precomputed by someone who guesses
-a token. Explanations of a difference name variables but never print their values.
-
-Pure: no file system, no process environment; the caller passes the environment and a
-PATH-lookup function.
+The digest is an HMAC under a per-user secret, so file names derived from it reveal no value and
+cannot be precomputed from a guessed token; explanations name variables, never values. Pure: the
+caller passes the environment and a PATH lookup.
 """
 
 from __future__ import annotations
@@ -33,25 +23,14 @@ from dataclasses import dataclass, field
 
 from lazyd.core.sharing.envrules import PER_SESSION_ENV, classify, counts
 
-__all__ = [
-    "PER_SESSION_ENV",
-    "Identity",
-    "identity_for",
-    "explain_difference",
-    "differing_env_names",
-    "variable_class",
-    "counted_for_learning",
-    "same_without",
-    "MIN_SECRET_BYTES",
-]
+__all__ = ["PER_SESSION_ENV", "Identity", "identity_for", "explain_difference", "differing_env_names",
+           "variable_class", "counted_for_learning", "same_without", "MIN_SECRET_BYTES"]
 
 # A shorter key would let someone who knows a cache file name brute-force the token behind it.
 MIN_SECRET_BYTES = 16
 
-# Hex digits of the digest in a readable name: enough to tell apart the few registrations of one
-# command a user has, short enough for a status column. Not a security boundary; `digest` is.
+# Enough to tell one user's registrations of a command apart; not a security boundary.
 _READABLE_DIGEST_HEX = 6
-# Keeps status columns and file names short; package names longer than this are rare.
 _MAX_BASE_NAME_CHARS = 40
 # Bumped if the encoding of key_material ever changes, so old and new digests never collide.
 _KEY_FORMAT_VERSION = 1
@@ -66,8 +45,7 @@ _VERSIONED_LAUNCHER = re.compile(r"(python3?|node)[.\d]*", re.ASCII)
 # Search paths: they count by what they resolve for the registration, not by their value.
 SEARCH_PATHS = frozenset({"PATH"})
 RESOLVED_PREFIX = "resolves:"
-# Launchers whose interpreter is found on PATH ("#!/usr/bin/env node" scripts, or uv's python).
-# (`node` and `python` themselves are the resolved command; the script they run is an argument.)
+# Launchers whose interpreter is found on PATH (`node` and `python` are the command themselves).
 _NODE_LAUNCHERS = frozenset({"npx", "npm", "pnpm", "yarn", "corepack"})
 _PYTHON_LAUNCHERS = frozenset({"uvx", "uv", "pipx"})
 # Launcher subcommands that precede the real target ("uv tool run x", "pnpm dlx x", "docker run").
@@ -98,82 +76,45 @@ class Identity:
     cwd: str
     env: tuple[tuple[str, str], ...]
     instance: str = ""
-    # Why each variable counts, for explanations only: not part of the key (two registrations
-    # that keep the same variables with the same values are the same server however they got
-    # there) and not compared.
+    # Why each variable counts, for explanations only: neither keyed nor compared.
     declared: frozenset[str] = field(default=frozenset(), compare=False)
     forced: tuple[str, ...] = field(default=(), compare=False)
     # Search paths kept as what they resolve (see `identity_for`), not as their value.
     resolved: frozenset[str] = field(default=frozenset(), compare=False)
 
     def key_material(self) -> bytes:
-        """A canonical, unambiguous encoding of every field.
-
-        JSON arrays keep argument boundaries (`["a b"]` is not `["a", "b"]`) and types; escaping
-        to ASCII makes the bytes defined even for undecodable names carried as surrogates.
-        """
-        document = {
-            "v": _KEY_FORMAT_VERSION,
-            "argv": list(self.argv),
-            "cwd": self.cwd,
-            "env": [list(pair) for pair in self.env],
-            "instance": self.instance,
-        }
-        return json.dumps(document, ensure_ascii=True, separators=(",", ":"),
-                          sort_keys=True).encode("ascii")
+        """Every field, canonically: JSON arrays keep argument boundaries, ASCII escapes make
+        surrogate-carried names defined bytes."""
+        document = {"v": _KEY_FORMAT_VERSION, "argv": list(self.argv), "cwd": self.cwd,
+                    "env": [list(pair) for pair in self.env], "instance": self.instance}
+        return json.dumps(document, ensure_ascii=True, separators=(",", ":"), sort_keys=True).encode("ascii")
 
     def digest(self, secret: bytes) -> str:
-        """HMAC-SHA256 (hex) of `key_material` under the per-user `secret`.
-
-        Raises ValueError for a secret shorter than MIN_SECRET_BYTES: with a weak key the digest
-        would no longer hide the tokens in the environment.
-        """
+        """HMAC-SHA256 (hex) of `key_material`; ValueError for a secret too short to hide tokens."""
         if len(secret) < MIN_SECRET_BYTES:
-            raise ValueError(
-                f"the identity secret must be at least {MIN_SECRET_BYTES} bytes, "
-                f"got {len(secret)}"
-            )
+            raise ValueError(f"the identity secret must be at least {MIN_SECRET_BYTES} bytes, got {len(secret)}")
         return hmac.new(secret, self.key_material(), hashlib.sha256).hexdigest()
 
     def readable_name(self, secret: bytes) -> str:
-        """A stable name for status output and file names: "server-everything-1a2b3c".
-
-        Only the base name (from the command, see `_base_name`) is readable; the suffix is the
-        start of the keyed digest, so it varies with tokens without revealing them.
-        """
+        """A stable name for status and file names: "server-everything-1a2b3c" (the suffix from the
+        keyed digest varies with tokens without revealing them)."""
         return f"{_base_name(self.argv)}-{self.digest(secret)[:_READABLE_DIGEST_HEX]}"
 
 
-def identity_for(
-    argv: Sequence[str],
-    cwd: str,
-    env: Mapping[str, str],
-    *,
-    ignore: Iterable[str] = PER_SESSION_ENV,
-    which: Callable[[str, str | None], str | None],
-    instance: str = "",
-    force: Iterable[str] = (),
-    declared: Iterable[str] = (),
-    interpreter: Callable[[str], str | None] = lambda path: None,
-) -> Identity:
-    """The identity of a registration.
+def identity_for(argv: Sequence[str], cwd: str, env: Mapping[str, str], *, ignore: Iterable[str] = PER_SESSION_ENV,
+                 which: Callable[[str, str | None], str | None], instance: str = "", force: Iterable[str] = (),
+                 declared: Iterable[str] = (),
+                 interpreter: Callable[[str], str | None] = lambda path: None) -> Identity:
+    """The identity of a registration; ValueError for an empty command or a relative cwd.
 
-    `argv[0]` is resolved to an absolute path: a bare name through `which(name, PATH)` with the
-    registration's own PATH (None when it has none), a relative path against `cwd`. A command
-    that cannot be resolved keeps its given name (starting it will fail later, with a clear error
-    there). `ignore` lists per-session variable names or fnmatch patterns to leave out, `force`
-    names or patterns that count all the same (identity_env), `declared` the names of the
-    variables the registration itself sets (they always count); see lazyd/core/sharing/envrules.py.
-    `instance` is a per-session token for `share = false`, "" when shared.
+    `argv[0]` is resolved with `which(name, PATH)` (the registration's PATH) or against `cwd`; an
+    unresolvable command keeps its name (its start fails later, clearly). `ignore`, `force`,
+    `declared`: lazyd/core/sharing/envrules.py; `instance`: the token of `share = false`.
 
-    `PATH` counts by what it resolves, not by its value: clients prepend directories of their own
-    (Codex its vendor directory, and a new random one at every run), which change nothing about
-    the server unless they change what runs. So PATH is kept as the resolved command and, for a
-    launcher (`npx`, `uvx`, `node`, `python`) or a script whose `#!/usr/bin/env NAME` line names
-    its interpreter (`interpreter(path)` reads that NAME; the caller does the file system), the
-    interpreter found on it. A PATH the registration declares or the user forces counts by value.
-
-    Raises ValueError for an empty argv or command, or a cwd that is not absolute.
+    Clients prepend directories of their own to PATH (a new random one per run for Codex), so PATH
+    is kept as what it resolves: the command and the interpreter of a launcher or of a
+    `#!/usr/bin/env NAME` script (`interpreter(path)` reads NAME). Declared or forced, it counts
+    by value.
     """
     if not argv or not argv[0]:
         raise ValueError("a registration needs a command, but argv is empty")
@@ -197,11 +138,8 @@ def identity_for(
 
 
 def explain_difference(a: Identity, b: Identity) -> list[str]:
-    """Why `a` and `b` are not the same server, one short reason per difference; [] if equal.
-
-    Environment values and arguments are never shown (either may be a token); the command and
-    cwd are paths and are shown.
-    """
+    """Why `a` and `b` are not the same server, one reason per difference; values and arguments
+    are never shown (either may be a token)."""
     reasons: list[str] = []
     if a.argv[:1] != b.argv[:1]:
         reasons.append(f"command differs: {_first(a.argv)} vs {_first(b.argv)}")
@@ -225,7 +163,7 @@ def explain_difference(a: Identity, b: Identity) -> list[str]:
             detail = _resolution_difference(env_a[name], env_b[name])
             if detail:  # else only the command differs, said above
                 reasons.append(f"env {name} resolves differently: {detail}")
-        elif env_a[name] != env_b[name]:
+        else:
             reasons.append(f"env {name} differs ({kind}, values hidden)")
     if a.instance != b.instance:
         reasons.append("share = false")
@@ -233,17 +171,15 @@ def explain_difference(a: Identity, b: Identity) -> list[str]:
 
 
 def counted_for_learning(identity: Identity, env: Mapping[str, str]) -> dict[str, str]:
-    """The variables of `env` that count in `identity` only because nothing says otherwise: what
-    the per-run learner (lazyd/core/sharing/noise.py) may look at. Declared and forced ones always count,
-    and a search path counts by what it resolves: none of those is offered."""
+    """The variables that count only because nothing says otherwise (not declared, forced or
+    resolved): what the per-run learner (lazyd/core/sharing/noise.py) may look at."""
     return {name: env[name] for name, _ in identity.env
             if name in env and name not in identity.declared and name not in identity.resolved
             and not _matches_any(name, identity.forced)}
 
 
 def same_without(a: Identity, b: Identity, names: Iterable[str]) -> bool:
-    """Whether `a` and `b` are one identity once the variables `names` are left out of both, and
-    only then: `a` counts one of them (so `a` is not `b` itself)."""
+    """Whether `a` and `b` are one identity once `names` are left out, `a` counting one of them."""
     drop = frozenset(names)
     if not any(name in drop for name, _ in a.env):
         return False
@@ -266,9 +202,7 @@ def _first(argv: tuple[str, ...]) -> str:
     return argv[0] if argv else "(none)"
 
 
-def _resolve(
-    command: str, cwd: str, env: Mapping[str, str], which: Callable[[str, str | None], str | None]
-) -> str:
+def _resolve(command: str, cwd: str, env: Mapping[str, str], which: Callable[[str, str | None], str | None]) -> str:
     if "/" in command:
         return posixpath.normpath(posixpath.join(cwd, command))
     found = which(command, env.get("PATH"))
@@ -310,8 +244,7 @@ def _resolution(command: str, args: Sequence[str], cwd: str, env: Mapping[str, s
 
 
 def _resolution_difference(a: str, b: str) -> str:
-    """Which interpreters (of those both commands use) resolve differently, "" if none does (the
-    command is argv[0], compared on its own). Paths only: they are no secret."""
+    """Which interpreters both use resolve differently ("" if none); paths are no secret."""
     try:
         one, two = (json.loads(v.removeprefix(RESOLVED_PREFIX)) for v in (a, b))
     except ValueError:
@@ -343,9 +276,8 @@ def _target_of_launcher(args: Sequence[str]) -> str | None:
 
 
 def _package_dir(path: str) -> str | None:
-    """The package a script lies in, named as its package index names it without the scope:
-    `…/node_modules/task-master-ai/dist/mcp-server.js` -> "task-master-ai" (its file name says
-    nothing of the server); None outside `node_modules/` and for a `.bin/` link."""
+    """`…/node_modules/task-master-ai/dist/mcp-server.js` -> "task-master-ai" (no scope); None
+    outside `node_modules/` and for a `.bin/` link."""
     parts = path.split("/")
     if "node_modules" not in parts:
         return None
@@ -357,23 +289,20 @@ def _package_dir(path: str) -> str | None:
 
 def _strip_target(target: str) -> str:
     """ "@scope/pkg@1.2.3" -> "pkg", "ghcr.io/o/img:tag" -> "img", "pkg==1.0" -> "pkg"."""
-    stem = target.rstrip("/")
-    for extension in _EXTENSIONS:
-        if stem.endswith(extension) and len(stem) > len(extension):
-            stem = stem[: -len(extension)]
-            break
-    parts = stem.split("/")
-    stem = parts[-1].lstrip("@")
+    parts = _without_extension(target.rstrip("/")).split("/")
     # Version or tag suffixes: npm "@1.2.3", docker ":tag" / "@sha256:…", PEP 508 specifiers.
-    stem = re.split(r"[@:=<>~!;\[ ]", stem, maxsplit=1)[0]
-    for extension in _EXTENSIONS:
-        if stem.endswith(extension) and len(stem) > len(extension):
-            stem = stem[: -len(extension)]
-            break
+    stem = _without_extension(re.split(r"[@:=<>~!;\[ ]", parts[-1].lstrip("@"), maxsplit=1)[0])
     if stem in _GENERIC_STEMS:
         for directory in reversed(parts[:-1]):
             if directory and directory not in _GENERIC_DIRS and directory != "..":
                 return directory
+    return stem
+
+
+def _without_extension(stem: str) -> str:
+    for extension in _EXTENSIONS:
+        if stem.endswith(extension) and len(stem) > len(extension):
+            return stem[: -len(extension)]
     return stem
 
 

@@ -1,21 +1,12 @@
 """Which process a new session of a registration joins, given the sharing decision (lazyd/core/sharing/modes.py).
 
-Pure: fed the decision, whether the registration's own process is taken, whether the sessions'
-compatibility keys conflict, and how long this session has waited; the daemon (lazyd/daemon/sessions/sharing_gate.py)
-carries the answer out.
-
-- `shared` and `session-aware`: the registration's process (BASE).
-- `isolated`: a process of its own (OWN): the registration's process when no session holds it,
-  else a free private instance, else a new one.
-- sessions whose compatibility keys differ (their roots: lazyd/core/sharing/roots.py) never share
-  a process, whatever the mode: a session whose key is not that of the sessions on the
-  registration's process gets one of its own (OWN).
-- undecided (never run, nothing declared, not a known server): the first session takes the
-  registration's process, so its start can tell what it is; a second session that arrives while
-  the process is taken WAITs, up to `bound_s`, for that start to decide. Past the bound, or when no
-  start is under way `grace_s` after the session came (the first session sent nothing that needs
-  the server), it gets a process of its own: not known to be shareable means not shared. One
-  process too many costs memory; one shared by mistake leaks one session's state into another.
+Pure; lazyd/daemon/sessions/sharing_gate.py carries the answer out. `shared` and `session-aware`
+join the registration's process (BASE); `isolated` gets one of its own (OWN); so does a session
+whose compatibility key (its roots: lazyd/core/sharing/roots.py) differs from that of the sessions
+on the registration's process, whatever the mode. Undecided: the first session takes the
+registration's process so its start can tell; a second WAITs for that, up to `bound_s`, and gets
+its own past it, or when no start is under way `grace_s` after it came. One process too many costs
+memory; one shared by mistake leaks a session's state into another.
 """
 
 from __future__ import annotations
@@ -25,8 +16,6 @@ from dataclasses import dataclass
 
 from lazyd.core.sharing.modes import NOT_KNOWN_PREFIX, SharingDecision
 from lazyd.config.durations import format_duration
-
-__all__ = ["Join", "JoinChoice", "join"]
 
 
 class Join(enum.Enum):
@@ -43,9 +32,8 @@ class JoinChoice:
 
 def join(decision: SharingDecision, *, base_taken: bool, waited_s: float, bound_s: float,
          starting: bool = True, grace_s: float = 0.0, key_conflict: bool = False) -> JoinChoice:
-    """Where a session goes (see the module docstring). `key_conflict`: the sessions on the
-    registration's process have another compatibility key than this one (their roots differ:
-    lazyd/core/sharing/roots.py), which no sharing mode overrides."""
+    """Where a session goes (module docstring); `key_conflict`: the sessions on the registration's
+    process have another compatibility key, which no mode overrides."""
     if decision.mode == "isolated":
         return JoinChoice(Join.OWN, decision.rule)
     if key_conflict:

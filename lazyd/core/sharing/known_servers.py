@@ -1,29 +1,15 @@
 """Known servers: how popular MCP servers must be shared, by what a registration runs.
 
-Pure: a table (`KnownServers`, built from lazyd/config/known_servers.toml and the user's
-`[known_servers]` by lazyd/config/known.py) and the names a command line runs (`what_runs`).
-The sharing decision (lazyd/core/sharing/modes.py) consults it after the server's own declaration and before the
-tool-name rule, so a server lazyd never ran is decided before its first session: a browser server
-gets a process per session from the start, a clock is shared from the start.
+Pure: a table (`KnownServers`, from lazyd/config/known_servers.toml and the user's
+`[known_servers]`, lazyd/config/known.py) and the names a command line runs (`what_runs`), so a
+server lazyd never ran is decided before its first session (lazyd/core/sharing/modes.py).
 
-What runs is named the way its package index names it, so one entry covers every way to start it:
-
-- the npm package of `npx`, `npm exec`, `pnpm dlx`, `bunx`, `yarn dlx` (`-p`/`--package` first,
-  else the first argument that is no option), and of a `node` script or an executable that lies
-  in `node_modules/` (`.bin/` links resolved by the caller: `resolved`);
-- the PyPI distribution of `uvx` / `uv tool run` / `pipx run` (`--from` first) and the module of
-  `python -m` (`mcp_server_time` is `mcp-server-time`);
-- the image of `docker run` / `podman run` (`ghcr.io/github/github-mcp-server`, `mcp/fetch`),
-  without its tag or digest;
-- the executable's own name (`mcp-server-sequential-thinking`, `playwright-mcp`).
-
-`tree_runs` names what a started process tree ran, from every process's command line: a wrapper
-script that `exec`s, a launcher's children, a global bin link (the caller resolves the paths and
-reads the `package.json` a script lies in: `package_of`).
-
-Versions and extras are dropped (`@playwright/mcp@latest`, `mcp-server-git==1.2`,
-`pkg[extra]`), scoped npm names keep their scope, and names compare as PyPI normalizes them
-(lower case, runs of `-`, `_`, `.` as one `-`).
+What runs is named as its package index names it, so one entry covers every way to start it: the
+npm package of `npx`, `npm exec`, `pnpm dlx`... or of a script in `node_modules/`; the PyPI
+distribution of `uvx`, `uv tool run`, `pipx run` or the module of `python -m`; the image of
+`docker run` without tag or digest; else the executable's name. `tree_runs` does the same for every
+process a started tree ran (a wrapper that `exec`s, a launcher's children). Versions and extras
+are dropped, scoped npm names keep their scope, names compare as PyPI normalizes them.
 """
 
 from __future__ import annotations
@@ -33,9 +19,6 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Final, Literal
-
-__all__ = ["KnownMode", "KnownServer", "KnownServers", "normalize", "what_runs", "tree_runs", "names_a_server",
-           "KNOWN_MODES"]
 
 # "auto" in an entry means "not known": the tool-name rule decides (how a user unlists a server).
 KnownMode = Literal["shared", "isolated", "session-aware", "auto"]
@@ -64,8 +47,7 @@ _SHELLS: Final = frozenset({"sh", "bash", "dash", "zsh", "env"})
 
 @dataclass(frozen=True)
 class KnownServer:
-    """One entry: `name` (the table's key, shown in `status`), how it is shared, the package or
-    executable names that run it, and why (for `explain` and the next maintainer)."""
+    """One entry: its name, how it is shared, the names that run it, and why (for `explain`)."""
 
     name: str
     sharing: KnownMode
@@ -121,9 +103,8 @@ def normalize(name: str) -> str:
 
 
 def what_runs(argv: Sequence[str], resolved: Sequence[str] = ()) -> list[str]:
-    """The names of what `argv` runs, most specific first (see the module docstring). `resolved`
-    are real paths the caller found for the command and its script (symbolic links followed):
-    a package found in `node_modules/` on them counts too."""
+    """The names of what `argv` runs, most specific first; `resolved`: the real paths of the
+    command and its script (a package in `node_modules/` on them counts too)."""
     if not argv:
         return []
     names: list[str] = []
@@ -160,10 +141,8 @@ def what_runs(argv: Sequence[str], resolved: Sequence[str] = ()) -> list[str]:
 
 def tree_runs(argvs: Sequence[Sequence[str]], resolved: Sequence[Sequence[str]] = (),
               packages: Sequence[str | None] = ()) -> list[str]:
-    """The names of what a process tree runs, most specific first: for each process (root first),
-    the package its script lies in (`packages[i]`, read from the package.json by the caller), then
-    `what_runs` of its command line with its `resolved` paths. A shell, `env` and lazyd's own
-    processes name nothing."""
+    """What a process tree runs, root first: each process's package (`packages[i]`, from its
+    package.json), then `what_runs` of its command line; a shell or `env` names nothing."""
     names: list[str] = []
     for i, argv in enumerate(argvs):
         if not argv or posixpath.basename(argv[0]) in _SHELLS:

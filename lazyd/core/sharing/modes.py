@@ -1,46 +1,23 @@
 """How the sessions of one registration share server processes (`share`).
 
-Pure: decided from the registration's setting, its cached snapshot and the known-servers entry
-that matches what it runs, so deciding costs no start.
+Pure: from the setting, the cached snapshot and the matching known-servers entry, so deciding
+costs no start. One process is right for a server whose state is the world's (an API, the time)
+and wrong for one whose state is a session's (a browser's tabs, a shell). `shared`: one process;
+`isolated`: one per session; `session-aware`: one, every request carrying its session's id
+(session_meta.py). `share = "auto"` takes the first rule that applies:
 
-Sharing one process is right for a server whose state is the world's (an API, a database, the
-time) and wrong for one whose state is a session's: a browser and its open tabs, a chain of
-thoughts, a shell. Three modes:
+1. **Declared** in `capabilities`: `"experimental": {"lazyd": {"sharing": MODE}}`, else mcp-mux's
+   `"x-mux": {"sharing": MODE}` (top level or under `experimental`).
+2. **A known server** (known_servers.py), matched by what the registration runs or, once it ran,
+   what its process tree ran (lazyd/daemon/sessions/running.py: `looked`).
+3. **Stateful tool names** (a word of `STATEFUL_TOOL_WORDS`, split as the hub splits names):
+   `isolated`. Names may isolate a server, never share it.
+4. **Not known to be shareable** (handshake known, tree looked at): `isolated`; one session's
+   files or keys must never serve another, and a process too many costs memory only.
+5. **Nothing to decide from yet**: `undecided`, mode None; the daemon holds a second session until
+   the first start has told (lazyd/core/sharing/join.py), so a cold cache decides as a warm one.
 
-- `shared`: one process for every session of the registration;
-- `isolated`: one process per session;
-- `session-aware`: one process, and every request it gets carries its session's id in `_meta`
-  (session_meta.py), for a server that keeps each session's state apart by that id.
-
-`share = true`, `false` and `"session-aware"` settle it by hand. `share = "auto"` (the default)
-takes the first rule that applies:
-
-1. **The server declares it.** In its `initialize` result (or a `server/discover` answer), under
-   `capabilities`: lazyd's spelling `"experimental": {"lazyd": {"sharing": MODE}}`, or mcp-mux's
-   `"x-mux": {"sharing": MODE}` at the top of `capabilities` or under `experimental`. lazyd's
-   spelling wins where both are present.
-2. **It is a known server** (known_servers.py: the package's table and the user's), matched by
-   what the registration runs.
-   The table is matched against what the registration runs and, once a process has run, against
-   what its process tree ran (a wrapper script that execs, `npx` children, a `docker run` image):
-   the daemon looks (lazyd/daemon/sessions/running.py) and says so with `looked`.
-3. **Its tools look stateful.** A tool name with one of the words in `STATEFUL_TOOL_WORDS` (split
-   as the hub splits names: at `_`, `-`, `.`, `/` and camelCase, any case) means `isolated`:
-   `browser_navigate`, `take_screenshot`, `newTab`, `run-in-terminal`. Tool names may isolate a
-   server, never share it: a `git_status` or a `get_tasks` says nothing of the state behind it.
-4. **Not known to be shareable**: its handshake is known (cached, or a start's answer) and what
-   its process tree runs was looked at, and nothing above applies: `isolated`. A server that keeps
-   one session's files, keys or thoughts must never serve another session; a process too many
-   costs memory only. `share = true` opts a server in.
-5. **Nothing to decide from yet** (never run, or its tree not looked at): `undecided`, mode None.
-   The daemon gives the first session the registration's process and holds a second one until
-   the first start has told (lazyd/core/sharing/join.py); past that it gets a process of its own.
-   So a registration gets the same decision on a cold cache as on a warm one.
-
-`rule` says which rule decided, in the words `lazyctl status` and `explain` show:
-`auto: isolated (tool names: browser_navigate, …)`, `auto: isolated (known server: playwright)`,
-`auto: session-aware (declared: x-mux.sharing)`, `auto: isolated (not known to be shareable)`,
-`share = false`.
+`rule` says which, in the words `lazyctl status` and `explain` show.
 """
 
 from __future__ import annotations
@@ -53,9 +30,6 @@ from lazyd.core.cache import HandshakeEntry, Snapshot
 from lazyd.core.hub.catalog import cached_tools, words
 from lazyd.core.relay.jsonrpc import JsonObj
 from lazyd.core.sharing.known_servers import KnownServer
-
-__all__ = ["Mode", "MODES", "NOT_KNOWN_PREFIX", "NOT_KNOWN_RULE", "UNDECIDED_RULE", "ShareSetting", "SharingDecision", "STATEFUL_TOOL_WORDS", "decide_sharing",
-           "declared_sharing", "stateful_tools", "declares_session_aware"]
 
 Mode = Literal["shared", "isolated", "session-aware"]
 MODES: Final[tuple[Mode, ...]] = ("shared", "isolated", "session-aware")
@@ -93,11 +67,8 @@ class SharingDecision:
 
 def decide_sharing(setting: ShareSetting, snapshot: Snapshot, known: KnownServer | None = None,
                    live: HandshakeEntry | None = None, *, looked: bool = False) -> SharingDecision:
-    """Apply `setting` (for "auto": the rules of the module docstring) to what `snapshot` holds, to
-    the known-servers entry `known` that matches the registration or what its process tree ran
-    (None: none does), and to `live`, the handshake and listings of a process being started, as
-    they arrive: a start under way decides as soon as its `initialize` result is in and its tree
-    was looked at (`looked`), or its `tools/list` names a stateful tool."""
+    """Apply `setting` (module docstring) to `snapshot`, the matching `known` entry, and `live`,
+    the handshake and listings of a process being started, as they arrive."""
     if setting is True:
         return SharingDecision("shared", "share = true", "setting")
     if setting is False:

@@ -1,31 +1,16 @@
 """Per-run variables, learned from the sessions lazyd sees rather than listed.
 
-A client may give every server a variable of its own bookkeeping whose value is new at every run:
-opencode 1.18 gives each one `OPENCODE_PID` (its own pid), others a session id, a run counter or
-a start time. If such a variable counted in the identity (lazyd/core/sharing/identity.py), no two runs of
-that client would ever share a server process or its cache. The built-in list of per-session
-variables (lazyd/core/sharing/envrules.py) names the ones seen so far; this module learns the next one.
+A client may give every server a variable whose value is new at every run (opencode's
+`OPENCODE_PID`); counted in the identity, no two runs would share a process. envrules.py lists
+those seen so far; this module learns the next one. A variable is **per-run noise for a client**
+when its value changed between that client's sessions of one registration often enough and its
+name marks no credential or setting (a rotated token must never share with the old one): 2
+different values for a bookkeeping name (`*_PID`, `*_SESSION_ID`...) or identifier-shaped values,
+else 3 values in 3 sessions, new each time (a value seen again is a choice, a toggle).
 
-The rule: a variable is **per-run noise for a client** when its value changed between sessions of
-the same registration from that client, enough times, and its name marks no credential and no
-setting (a credential is never noise, however often it changes: a rotated token must not share a
-process with the old one). How many values are enough depends on how the variable looks; name and
-value shapes are only guesses that let lazyd decide sooner:
-
-- a name shaped like bookkeeping (`*_PID`, `*_SESSION_ID`, `*_RUN_ID`, `*_NONCE`, ...) or values
-  shaped like identifiers (uuids, ULIDs, long hex strings, timestamps): 2 different values;
-- anything else (plain numbers included: `WORKERS=4` then `8` is a setting changed by hand): 3
-  different values in 3 sessions, a new value at every session. A value seen again means the
-  variable takes a few values by choice (a toggle), so it keeps counting.
-
-What is learned is applied to that client's sessions from then on, and kept with its evidence
-("3 values in 3 sessions of opencode") for `lazyctl explain`. Values never leave this object: it
-keeps short digests of the values it saw, in memory only, and its persisted form holds names and
-counts. Variables the registration declares or the user forces still count (envrules.counts puts
-them first); the caller passes only the variables that would count otherwise.
-
-Pure: no clock (the caller passes `now`), no I/O. Bounded: a local program can claim any client
-and any registration, so clients, registrations and names kept are capped.
+What is learned applies to that client's sessions from then on, with its evidence for `lazyctl
+explain`. Values never leave this object (short digests, in memory only; the persisted form holds
+names and counts). Pure, and bounded: a local program can claim any client and registration.
 """
 
 from __future__ import annotations
@@ -37,9 +22,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lazyd.core.sharing.envrules import is_credential_name, is_setting_name
-
-__all__ = ["Evidence", "PerRunLearner", "is_shaped_name", "is_shaped_value", "SHAPED_VALUES_NEEDED",
-           "UNSHAPED_VALUES_NEEDED"]
 
 SHAPED_VALUES_NEEDED = 2
 UNSHAPED_VALUES_NEEDED = 3

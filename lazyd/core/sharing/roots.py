@@ -1,14 +1,9 @@
 """A session's roots: what it declared, as a key that sessions must share to share a process.
 
-A client that declares the `roots` capability is asked `roots/list` by the relay itself
-(docs/relay.md, "Roots are a session's"); its answer is the session's roots. A server asking
-`roots/list` is answered by the relay with the roots of the sessions its process serves, never
-routed to some other client: a process serves only sessions whose roots are equal (the key below
-is part of the join, lazyd/core/sharing/join.py), and where they still differ (a session's roots
-changed while it shared a process) the server is given only the roots they all have, so no
-session ever reaches a root it did not declare.
-
-Pure: plain JSON in, plain values out.
+The relay asks a client that declares `roots` itself (docs/relay.md, "Roots are a session's"), and
+answers a server's `roots/list` with the roots of the sessions its process serves: equal by the
+join (lazyd/core/sharing/join.py), or, where one changed since, only those they all have, so no
+session reaches a root it did not declare. Pure.
 """
 
 from __future__ import annotations
@@ -17,8 +12,6 @@ import hashlib
 import json
 
 from lazyd.core.relay.jsonrpc import JsonObj
-
-__all__ = ["NO_ROOTS", "UNANSWERED", "Root", "common_roots", "parse_roots", "roots_key", "roots_result"]
 
 # A root as a client gave it: its uri and its optional name (names are shown by some servers).
 Root = tuple[str, str | None]
@@ -31,8 +24,7 @@ UNANSWERED = "roots: not answered"
 
 
 def parse_roots(result: object) -> tuple[Root, ...] | None:
-    """The roots of a `ListRootsResult` (None: not one). Order and duplicates are the client's
-    business: the key below ignores them."""
+    """The roots of a `ListRootsResult` (None: not one); the key ignores order and duplicates."""
     if not isinstance(result, dict) or not isinstance(result.get("roots"), list):
         return None
     roots: list[Root] = []
@@ -45,8 +37,7 @@ def parse_roots(result: object) -> tuple[Root, ...] | None:
 
 
 def roots_key(roots: tuple[Root, ...]) -> str:
-    """The key of a session that declared these roots: equal sets of (uri, name), equal keys. A
-    digest, so that no path is spelled out where keys are shown or logged."""
+    """Equal sets of (uri, name), equal keys; a digest, so no path is spelled out in logs."""
     canonical = json.dumps(sorted(set(roots), key=lambda r: (r[0], r[1] or "")), separators=(",", ":"))
     return "roots: " + hashlib.sha256(canonical.encode()).hexdigest()[:16]
 

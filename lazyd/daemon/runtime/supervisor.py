@@ -212,7 +212,7 @@ class ServerRuntime:
     def move_in(self, session: Outbox, params: JsonObj | None, known: SessionRoots, held: list[bytes]) -> None:
         """A session moved here from another runtime of its registration (`take`)."""
         self.attach(session, [])
-        self._relay(self.core.adopt(session.cid, params, known, now=time.time()))
+        self._relay(self.core.move_in(session.cid, params, known, now=time.time()))
         for line in held:
             self.client_line(session.cid, line)
 
