@@ -1,22 +1,11 @@
 """The AI clients whose MCP registrations lazyctl can wrap: file format, layout and default file.
 
-One table, so adding a client is one entry. Default files are where each client keeps its user (or,
-for VS Code, workspace) registrations on Linux; ``--file`` selects any other file of the same
-layout (Claude Code's project ``.mcp.json``, Cursor's ``.cursor/mcp.json``, VS Code's user profile
-``~/.config/Code/User/mcp.json``, opencode's project ``opencode.json``, Copilot CLI's project
-``.mcp.json`` or ``.github/mcp.json``, Amp's workspace ``.amp/settings.json``, Crush's project
-``crush.json``).
-
-Three registration layouts: most clients split ``command`` (a string) from ``args`` (an array) and
-call the environment ``env``, under a key that maps names to registrations (Amp's key is the flat
-``"amp.mcpServers"``); opencode and Kilo keep the whole argv in ``command`` (an array) and call it
-``environment`` (``argv=True``, ``env_key``), under ``mcp`` (1.x) or ``mcp.servers`` (2.x's
-layout, which 1.18 reads too: ``nested``); Continue keeps a YAML list of registrations that carry
-their own ``name`` (format ``yaml``).
-
-JSON dialects follow what each client itself accepts, so that we preserve what it allows and refuse
-what it would refuse: VS Code, opencode, Kilo, Copilot CLI and Amp read comments and trailing
-commas, Gemini CLI strips comments from settings.json before parsing it, the others use strict JSON.
+One table: adding a client is one entry. Default files are each client's user (VS Code: workspace)
+registrations on Linux; ``--file`` selects any other file of the same layout. Layouts: most split
+``command`` from ``args`` with an ``env``; opencode and Kilo keep the whole argv in ``command`` with
+an ``environment`` (under ``mcp``, or 2.x's ``mcp.servers``); Continue keeps a YAML list of
+registrations with their own ``name``. Each JSON dialect is what that client itself accepts, so we
+preserve what it allows and refuse what it would refuse.
 """
 
 from __future__ import annotations

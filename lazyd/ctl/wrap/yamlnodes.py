@@ -6,6 +6,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from lazyd.ctl.wrap.jsonspan import first_duplicate, line_start
+
 @dataclass(eq=False, slots=True)
 class Node:
     """``text[start:end]`` is the node's exact source (properties such as ``&a`` not included)."""
@@ -52,12 +54,7 @@ class Map(Node):
         return [m for m in self.members if m.key == key]
 
     def duplicate_key(self) -> str | None:
-        seen: set[str] = set()
-        for member in self.members:
-            if member.key in seen:
-                return member.key
-            seen.add(member.key)
-        return None
+        return first_duplicate(m.key for m in self.members)
 
 
 def to_python(node: Node, anchors: dict[str, object] | None = None) -> object:
@@ -116,15 +113,6 @@ def resolve_plain(text: str) -> object:
             return float("-inf") if lowered.startswith("-") else float("inf")
         return float("nan") if lowered.endswith("nan") else float(text)
     return text
-
-
-def position(text: str, index: int) -> str:
-    line = text.count("\n", 0, index) + 1
-    return f"line {line}, column {index - (text.rfind(chr(10), 0, index) + 1) + 1}"
-
-
-def line_start(text: str, index: int) -> int:
-    return text.rfind("\n", 0, index) + 1
 
 
 def line_end(text: str, index: int) -> int:

@@ -1,35 +1,22 @@
 """A YAML reader that remembers where every node is, for editing a config without moving a byte.
 
-Continue keeps its MCP servers in YAML. To splice values in and out of such a file the way the JSON
-editor does (jsonspan.py), we need the span of every node, which YAML libraries do not keep well
-enough (round-trip loaders re-emit the text; only the spans we replace may change). This module
-owns that, and nothing about MCP.
-
-What it reads: one document (an optional ``---`` first), block mappings and block sequences
-(including the compact ``key:`` / ``- item`` at the key's indentation and ``- key: value`` items),
-flow sequences and mappings over one or several lines, plain, single- and double-quoted scalars
-(also over several lines), literal and folded block scalars, comments, anchors, aliases and tags.
-Plain scalars resolve by YAML 1.2's core schema (``null``, ``true``, ``8080``, ``1.5`` are not
-strings), which is what Continue's YAML library does.
-
-What it refuses, with a WrapError naming line and column: directives, several documents,
-tabs in indentation, complex (``?``) keys, keys that are collections or span lines, and anything
-it cannot place. It errs toward refusing: a file we cannot read exactly is a file we must not edit.
-
-Each node carries ``anchor``/``tag`` as written and ``multiline`` for a scalar that spans lines;
-editors decide what they will touch. A mapping keeps duplicate keys, in order.
+YAML libraries do not keep spans well enough (round-trip loaders re-emit the text), so this reads
+the subset configs use: one document, block and flow collections, plain, quoted and block scalars,
+comments, anchors, aliases and tags; plain scalars resolve by YAML 1.2's core schema, as Continue's
+library does. Directives, several documents, tabs in indentation, complex or multi-line keys are
+refused with a WrapError naming line and column: a file we cannot read exactly is one we must not
+edit. A mapping keeps duplicate keys, in order.
 """
 
 from __future__ import annotations
 
 import re
 
-from lazyd.ctl.wrap.yamlnodes import (Alias, Map, Member, Node, Scalar, Seq, column, line_end, line_start,
-                                      position, resolve_plain)  # fmt: skip
+from lazyd.ctl.wrap.jsonspan import line_start, position
+from lazyd.ctl.wrap.yamlnodes import Alias, Map, Member, Node, Scalar, Seq, column, line_end, resolve_plain
 from lazyd.errors import WrapError
 
-MAX_NESTING_DEPTH = 100
-# Client configs nest a handful of levels; this keeps the recursive reader far from Python's limit.
+MAX_NESTING_DEPTH = 100  # configs nest a handful of levels; the recursive reader stays far from Python's limit
 
 
 _ESCAPES = {"0": "\0", "a": "\a", "b": "\b", "t": "\t", "\t": "\t", "n": "\n", "v": "\v", "f": "\f",
