@@ -1,8 +1,7 @@
 """lazyctl's operator commands: status, wake, sleep, logs, stop, reload, upgrade.
 
-Each command takes the parsed arguments and an `Output`, talks to the daemon through
-`lazyd.ctl.client`, and returns the exit status. Failures are raised as `CtlError` (exit 1) or
-`DaemonNotRunning` (exit 3) and reported once, by `lazyd.ctl.main`.
+Each takes the parsed arguments and an `Output` and returns the exit status; failures are raised
+(`CtlError`, `DaemonNotRunning`) and reported once, by `lazyd.ctl.main`.
 """
 
 from __future__ import annotations

@@ -1,7 +1,6 @@
 """How lazyctl shows things to people: tables, sizes, ages, and the status summary line.
 
-Pure functions from the daemon's status rows (see `lazyd.daemon.control.ops`) to text. Machine
-output is the rows themselves as JSON; nothing here is used for `--json`.
+Pure functions from the daemon's status rows to text; `--json` prints the rows themselves.
 """
 
 from __future__ import annotations

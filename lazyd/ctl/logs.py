@@ -1,8 +1,7 @@
 """`lazyctl logs`: the last lines of a server's stderr log, and following it like `tail -f`.
 
-The daemon only says where the log is (op `logs`); lazyctl reads the file itself, as the same
-user. The daemon's LogRing rotates `<name>.log` to `<name>.log.1` at its size bound, so the tail
-may span both files and the follower must notice when the file it reads is replaced.
+The daemon only says where the log is; lazyctl reads it as the same user. The log rotates to
+`<name>.log.1`, so a tail may span both files and a follower must notice a replaced file.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """lazyctl's commands about registrations: `check` (warm the cache) and `explain` (identity).
 
-A registration is named on the command line either by a server name (a named server's name, or
-the readable name `lazyctl status` shows for an unnamed one) or by a command after `--`, which is
-registered exactly as `lazyd-shim -- COMMAND` run here would be: this working directory (or
-`--cwd`) and this environment. The daemon does the work (ops `check` and `identity`), because it
-holds the per-user secret, the config's per-session variables and the caches.
+A registration is named by a server name (as `lazyctl status` shows it) or by a command after `--`,
+registered exactly as `lazyd-shim -- COMMAND` run here would be. The daemon does the work (ops
+`check` and `identity`): it holds the per-user secret, the per-session variables and the caches.
 """
 
 from __future__ import annotations

@@ -1,15 +1,10 @@
 """`lazyctl systemd install|uninstall`: lazyd's systemd user units, written for this installation.
 
-This module owns the text of `lazyd.socket` and `lazyd.service` (contrib/systemd/ holds the same
-text with a conventional ExecStart; a test keeps them identical) and the rules for installing them:
-
-- ExecStart runs *this* installation's daemon: the `lazyd` script next to the running Python if
-  there is one, else `<python> -m lazyd.daemon`. Never a PATH lookup: the user manager's PATH is
-  not the shell's, and a version-manager shim (pyenv, asdf) would pick a version by cwd.
-- Files we wrote carry a marker line; a unit file without it is the user's and is neither
-  overwritten nor removed without `--force` (customisations belong in drop-ins:
-  `systemctl --user edit lazyd.service`).
-- We never run systemctl: we print the commands, so nothing changes behind the user's back.
+The unit texts live here (contrib/systemd/ holds the same with a conventional ExecStart; a test
+keeps them identical). ExecStart runs *this* installation's daemon, never a PATH lookup (the user
+manager's PATH is not the shell's, and pyenv or asdf pick a version by cwd). A unit file without
+our marker line is the user's: neither replaced nor removed without `--force`. We never run
+systemctl: the commands are printed, so nothing changes behind the user's back.
 """
 
 from __future__ import annotations

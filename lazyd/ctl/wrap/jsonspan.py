@@ -121,7 +121,7 @@ def parse(text: str, dialect: Dialect = STRICT, *, start: int = 0) -> Node:
     """Parse the document in ``text[start:]``; raise JsonSyntaxError unless it is exactly one value."""
     scanner = _Scanner(text, dialect)
     # The tree is acyclic, but building many nodes triggers the cycle collector again and again
-    # (docs/benchmarks.md, "lazyctl"): it is paused while we build.
+    # (docs/benchmarks.md, "lazyctl and the floors"): it is paused while we build.
     collecting = gc.isenabled()
     gc.disable()
     try:
