@@ -166,8 +166,7 @@ STORE_NEARLY_FULL = 0.9  # of the fd store's budget: from here on status says so
 
 
 def _store_line(daemon: Any) -> str:
-    """A line when systemd's fd store is nearly full ("" otherwise): past it, servers and sessions
-    are not kept across a crash (lazyd/daemon/handoff/stored_sessions.py)."""
+    """A line when systemd's fd store is nearly full: past it, nothing more is kept across a crash."""
     store = daemon.get("fdstore") if isinstance(daemon, dict) else None
     if not isinstance(store, dict) or not store.get("budget"):
         return ""
@@ -179,8 +178,8 @@ def _store_line(daemon: Any) -> str:
 
 
 def _lineage(daemon: Any, now: float) -> str:
-    """Uptime across upgrades and the last one, for the status head line ("" before any upgrade),
-    or what a restart after a crash took over."""
+    """For the status head: uptime across upgrades and the last one, or what a restart after a
+    crash took over ("" before either)."""
     if not isinstance(daemon, dict):
         return ""
     last = daemon.get("last_upgrade")
@@ -205,7 +204,6 @@ UPGRADE_WAIT_S = 60.0  # quiesce (2 s at most) + exec + start-up + taking over e
 
 
 def cmd_upgrade(args: argparse.Namespace, out: Output) -> int:
-    """Hand the daemon over to the lazyd installed now; the new one answers (lazyd/daemon/upgrade/handover.py)."""
     with connect(args.socket) as conn:
         old = conn.daemon_pid
         report = conn.call("upgrade", timeout_s=UPGRADE_WAIT_S)

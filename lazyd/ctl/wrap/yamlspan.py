@@ -34,13 +34,22 @@ class _Reader:
     def fail(self, index: int, message: str) -> WrapError:
         return WrapError(f"{message} at {position(self.text, index)}")
 
-    # --- whitespace -----------------------------------------------------------------------------
+    def spaces(self, i: int) -> int:
+        """Past spaces and tabs."""
+        t = self.text
+        while i < len(t) and t[i] in " \t":
+            i += 1
+        return i
+
+    def indicator(self, i: int, chars: str) -> bool:
+        """Whether one of ``chars`` is at ``i``, followed by a blank or the end (``- ``, ``: ``)."""
+        t = self.text
+        return i < len(t) and t[i] in chars and (i + 1 >= len(t) or t[i + 1] in " \t\r\n")
 
     def skip_inline(self, i: int) -> int:
         """Past spaces (and a comment) on this line; stops at the newline or the next token."""
         t = self.text
-        while i < len(t) and t[i] in " \t":
-            i += 1
+        i = self.spaces(i)
         if i < len(t) and t[i] == "#" and (i == 0 or t[i - 1] in " \t\n"):
             i = line_end(t, i)
         return i
@@ -63,8 +72,6 @@ class _Reader:
     def at_line_end(self, i: int) -> bool:
         t = self.text
         return i >= len(t) or t[i] == "\n" or (t[i] == "\r" and t[i + 1 : i + 2] == "\n")
-
-    # --- document ---------------------------------------------------------------------------------
 
     def document(self) -> Node | None:
         t = self.text
@@ -93,8 +100,6 @@ class _Reader:
         return column(t, i) == 0 and (t.startswith("---", i) or t.startswith("...", i)) and (
             i + 3 >= len(t) or t[i + 3] in " \t\r\n")
 
-    # --- block context ----------------------------------------------------------------------------
-
     def properties(self, i: int) -> tuple[str | None, str | None, int]:
         t = self.text
         anchor = tag = None
@@ -110,9 +115,7 @@ class _Reader:
                 if tag is not None:
                     raise self.fail(i, "two tags")
                 tag = t[i:j]
-            i = j
-            while i < len(t) and t[i] in " \t":
-                i += 1
+            i = self.spaces(j)
         return anchor, tag, i
 
     def block_node(self, parent: int, i: int, depth: int) -> tuple[Node, int]:
@@ -133,13 +136,13 @@ class _Reader:
             return Scalar(j, j, anchor, tag, None, "empty"), j
         i = j
         c = column(t, i)
-        if t[i] == "-" and (i + 1 >= len(t) or t[i + 1] in " \t\r\n"):
+        if self.indicator(i, "-"):
             if anchor or tag:
                 node, end = self.block_seq(c, i, depth)
                 node.anchor, node.tag = anchor, tag
                 return node, end
             return self.block_seq(c, i, depth)
-        if t[i] == "?" and (i + 1 >= len(t) or t[i + 1] in " \t\r\n"):
+        if self.indicator(i, "?"):
             raise self.fail(i, "a complex mapping key (not supported)")
         if t[i] in "|>":
             node, end = self.block_scalar(parent, i)
@@ -151,11 +154,7 @@ class _Reader:
             node, end = self.quoted(i)
         else:
             node, end = self.plain(i, parent, flow=False)
-        after = end
-        while after < len(t) and t[after] in " \t":  # `key : value` is a key too
-            after += 1
-        is_key = after < len(t) and t[after] == ":" and (after + 1 >= len(t) or t[after + 1] in " \t\r\n")
-        if is_key:
+        if self.indicator(self.spaces(end), ":"):  # `key : value` is a key too
             if anchor or tag:
                 # Properties before the first key belong to the mapping only when on a line of their own.
                 raise self.fail(i, "an anchor or tag on a mapping key (not supported)")
@@ -170,19 +169,14 @@ class _Reader:
             node, end = self.quoted(i)
             if node.multiline:
                 raise self.fail(i, "a key over several lines")
-            after = end
-            while after < len(t) and t[after] in " \t":
-                after += 1
         elif t[i] in "[{":
             raise self.fail(i, "a collection as a mapping key (not supported)")
         elif t[i] in "&!*":
             raise self.fail(i, "an anchor, tag or alias on a mapping key (not supported)")
         else:
             node, end = self.plain(i, -1, flow=False, key=True)
-            after = end
-            while after < len(t) and t[after] in " \t":
-                after += 1
-        if after >= len(t) or t[after] != ":" or not (after + 1 >= len(t) or t[after + 1] in " \t\r\n"):
+        after = self.spaces(end)
+        if not self.indicator(after, ":"):
             raise self.fail(i, "expected a 'key:' here")
         # A key is compared as written (`1:` is the key "1"); a quoted one as decoded.
         return (t[i:end] if node.style == "plain" else str(node.value)), end, after + 1
@@ -212,7 +206,7 @@ class _Reader:
             if n < len(t) and not self._marker(n):
                 if column(t, n) > c:
                     return self.block_node(c, n, depth + 1)
-                if allow_compact_seq and column(t, n) == c and t[n] == "-" and (n + 1 >= len(t) or t[n + 1] in " \t\r\n"):
+                if allow_compact_seq and column(t, n) == c and self.indicator(n, "-"):
                     return self.block_seq(c, n, depth + 1)
             return Scalar(j, j, None, None, None, "empty"), j
         node, end = self.block_node(c, k, depth + 1)
@@ -232,13 +226,11 @@ class _Reader:
             k = self.next_token(result.end)
             if k >= len(t) or column(t, k) < c or self._marker(k):
                 return result, result.end
-            if column(t, k) > c or t[k] != "-" or not (k + 1 >= len(t) or t[k + 1] in " \t\r\n"):
+            if column(t, k) > c or not self.indicator(k, "-"):
                 if column(t, k) == c:
                     return result, result.end  # a compact sequence ends at its mapping's next key
                 raise self.fail(k, "bad indentation")
             i = k
-
-    # --- scalars ----------------------------------------------------------------------------------
 
     def alias(self, i: int) -> tuple[Alias, int]:
         t = self.text
@@ -397,8 +389,6 @@ class _Reader:
         if body and chomp != "strip":
             body += "\n" + ("\n" * trailing if chomp == "keep" else "")
         return Scalar(i, end, None, None, body, style, True), end
-
-    # --- flow context -----------------------------------------------------------------------------
 
     def flow_node(self, i: int, depth: int) -> tuple[Node, int]:
         if depth > MAX_NESTING_DEPTH:
