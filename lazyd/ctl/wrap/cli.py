@@ -18,6 +18,7 @@ from typing import Any
 from lazyd.host import sockpath
 from lazyd.core.sharing.client_profiles import PROFILES
 from lazyd.ctl.client import EXIT_FAILED, EXIT_OK, EXIT_USAGE
+from lazyd.ctl.format import table
 from lazyd.ctl.progress import StatusLine
 from lazyd.ctl.registration import initialize_params
 from lazyd.ctl.wrap import check, clients, engine, shimargs
@@ -200,16 +201,13 @@ def _print(report: engine.Report, checks: list[check.CheckOutcome], as_json: boo
 
 
 def _print_status(report: engine.Report) -> None:
-    rows = [("SERVER", "TRANSPORT", "WRAPPED", "MANAGED", "RECOVERABLE", "NOTE")]
-    for s in report.statuses:
-        rows.append((_label(s.server, s.project), s.transport, _yes(s.wrapped), _yes(s.managed),
-                     _yes(s.recoverable), s.note))  # fmt: skip
-    if len(rows) == 1:
+    rows = [[_label(s.server, s.project), s.transport, _yes(s.wrapped), _yes(s.managed), _yes(s.recoverable), s.note]
+            for s in report.statuses]  # fmt: skip
+    if not rows:
         print("  no registrations")
         return
-    widths = [max(len(row[i]) for row in rows) for i in range(5)]
-    for row in rows:
-        print("  " + "  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row[:5])) + "  " + row[5])
+    header = ("SERVER", "TRANSPORT", "WRAPPED", "MANAGED", "RECOVERABLE", "NOTE")
+    print("\n".join("  " + line for line in table(header, rows).splitlines()))
 
 
 def _yes(flag: bool) -> str:

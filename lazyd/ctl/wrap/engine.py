@@ -20,7 +20,6 @@ from lazyd.ctl.wrap.jsonedit import JsonConfig
 from lazyd.ctl.wrap.model import Entry, RegState
 from lazyd.ctl.wrap.records import Record, RecordStore, RegKey
 from lazyd.ctl.wrap.tomledit import TomlConfig
-from lazyd.ctl.wrap.yamledit import YamlConfig
 from lazyd.errors import SetupError, UsageError, WrapError
 from lazyd.host.paths import resolve_paths
 
@@ -105,6 +104,8 @@ def open_config(client: clients.Client, data: bytes, where: str) -> Config:
     if client.format == "toml":
         return TomlConfig(data, container=client.container, where=where)
     if client.format == "yaml":
+        from lazyd.ctl.wrap.yamledit import YamlConfig  # PyYAML only for the file of the one client that needs it
+
         return YamlConfig(data, container=client.container, where=where)
     return JsonConfig(data, container=client.container, projects=client.projects, dialect=client.dialect,
                       where=where, argv=client.argv, env_key=client.env_key, nested=client.nested)  # fmt: skip

@@ -265,7 +265,8 @@ class JsonConfig:
         changed += [f"{self._env_key}.{obj.members[i].key}" for i in sorted(removed)]
         changed += [f"{self._env_key}.{k}" for k in added]
         if added and not obj.members:
-            body = self._object_body(reg, {k: new[k] for k in added}, "\n" not in self.text[obj.start + 1 : obj.end - 1])
+            inline = "\n" not in self.text[obj.start + 1 : obj.end - 1]
+            body = self._object_body(reg, {k: new[k] for k in added}, inline)
             self._edits.append(Splice(obj.start + 1, obj.start + 1, body))
         elif added:
             self._edit_members(obj, set(), [(len(obj.members) - 1, k, self._json(new[k])) for k in added])
