@@ -121,12 +121,13 @@ _PLAIN_ARG = re.compile(r"[A-Za-z0-9_./:=+,@-]+")
 _REFUSED_IN_EXECUTABLE = "\"'\\"  # "Executable name contains special characters" (systemd 252)
 
 
-def exec_start_argv() -> list[str]:
-    """The command that runs this installation's daemon."""
-    script = Path(sys.executable).parent / "lazyd"
-    if script.is_file() and os.access(script, os.X_OK):
-        return [str(script)]
-    return [sys.executable, "-m", "lazyd.daemon"]
+def exec_start_argv(script: str = "lazyd", module: str = "lazyd.daemon") -> list[str]:
+    """The command that runs this installation's daemon (or another of its scripts): the script
+    beside the running Python if there is one, else that Python with ``-m``."""
+    path = Path(sys.executable).parent / script
+    if path.is_file() and os.access(path, os.X_OK):
+        return [str(path)]
+    return [sys.executable, "-m", module]
 
 
 def quote_exec_arg(arg: str, *, executable: bool = False) -> str:
@@ -156,11 +157,7 @@ def render_units(exec_start: str, *, marker: bool, lazyctl: str = CONTRIB_LAZYCT
 
 
 def lazyctl_argv() -> list[str]:
-    """This installation's lazyctl (found as `exec_start_argv` finds the daemon)."""
-    script = Path(sys.executable).parent / "lazyctl"
-    if script.is_file() and os.access(script, os.X_OK):
-        return [str(script)]
-    return [sys.executable, "-m", "lazyd.ctl.main"]
+    return exec_start_argv("lazyctl", "lazyd.ctl.main")
 
 
 def default_unit_dir() -> Path:

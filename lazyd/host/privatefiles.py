@@ -60,7 +60,7 @@ def _ensure_dir(path: Path, *, create_parents: bool, what: str) -> None:
         if not path.parent.exists():
             if not create_parents:
                 raise SetupError(f"refusing {what} {path}: parent {path.parent} does not exist") from None
-            _make_missing_parents(path.parent, what=what)
+            _make_missing(path.parent, what=what)
         _create_private(path, what=what)
         return
     except OSError as error:
@@ -68,16 +68,10 @@ def _ensure_dir(path: Path, *, create_parents: bool, what: str) -> None:
     _check_private(path, info, what=what)
 
 
-def _make_missing_parents(path: Path, *, what: str) -> None:
-    missing: list[Path] = []
-    cursor = path
-    while not os.path.lexists(cursor):
-        missing.append(cursor)
-        if cursor.parent == cursor:
-            break
-        cursor = cursor.parent
-    for directory in reversed(missing):
-        _create_private(directory, what=what)
+def _make_missing(path: Path, *, what: str) -> None:
+    if path.parent != path and not os.path.lexists(path.parent):
+        _make_missing(path.parent, what=what)
+    _create_private(path, what=what)
 
 
 def _create_private(path: Path, *, what: str) -> None:

@@ -17,7 +17,7 @@ from typing import Literal, Protocol
 
 from lazyd.ctl.wrap import clients, filesafe, plan, shimargs
 from lazyd.ctl.wrap.jsonedit import JsonConfig
-from lazyd.ctl.wrap.model import Entry, RegState
+from lazyd.ctl.wrap.model import Entry, RegState, changed_fields
 from lazyd.ctl.wrap.records import Record, RecordStore, RegKey
 from lazyd.ctl.wrap.tomledit import TomlConfig
 from lazyd.errors import SetupError, UsageError, WrapError
@@ -95,7 +95,7 @@ class Report:
 
 class Config(Protocol):
     def entries(self) -> list[Entry]: ...
-    def apply(self, entry: Entry, new: RegState) -> list[str]: ...
+    def apply(self, entry: Entry, new: RegState) -> None: ...
     def render(self) -> bytes: ...
 
 
@@ -277,8 +277,9 @@ def _change(request: Request, client: clients.Client, path: Path, store: RecordS
         return
     expected: dict[int, RegState] = {}
     for result, entry, decision in decided:
-        if decision.state is not None and entry is not None:
-            result.changed = config.apply(entry, decision.state)
+        if decision.state is not None and entry is not None and entry.state is not None:
+            config.apply(entry, decision.state)
+            result.changed = changed_fields(entry.state, decision.state, argv=client.argv, env_key=client.env_key)
             result.state = decision.state
             expected[id(entry)] = decision.state
     new_data = config.render()

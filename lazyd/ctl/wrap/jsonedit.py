@@ -25,7 +25,6 @@ from lazyd.errors import JsonSyntaxError, WrapError
 
 BOM = "\ufeff"
 DEFAULT_INDENT_UNIT = "  "  # when a file gives no example of nesting to copy (an inline registration)
-_ABSENT = object()
 
 
 @dataclass(eq=False)
@@ -109,14 +108,13 @@ class JsonConfig:
                         if obj.duplicate_key() is not None), None)  # fmt: skip
         return _Found(entry_of(name, project, members, problem, argv=self._argv, env_key=self._env_key), node)
 
-    def apply(self, entry: Entry, new: RegState) -> list[str]:
-        """Queue the splices that turn ``entry``'s registration into ``new``; return changed field names."""
+    def apply(self, entry: Entry, new: RegState) -> None:
+        """Queue the splices that turn ``entry``'s registration into ``new``."""
         found = next(f for f in self._found if f.entry is entry)
         old = entry.state
         assert found.node is not None and old is not None, "only editable entries are applied"
         reg = found.node
         raw = self._raw_strings(reg)
-        changed: list[str] = []
         removals: set[int] = set()
         inserts: list[tuple[int, str, str]] = []  # (anchor member index, key, value text)
         command_index = _index(reg, "command")
@@ -127,13 +125,10 @@ class JsonConfig:
                 array = reg.members[command_index].value
                 assert isinstance(array, Array)
                 self._edit_array(array, old_argv, new_argv, raw)
-                changed.append("command")
         elif new.command != old.command:
             value = reg.members[command_index].value
             self._edits.append(Splice(value.start, value.end, self._string(new.command, raw)))
-            changed.append("command")
         if new.args != old.args and not self._argv:
-            changed.append("args")
             if new.args is None:
                 removals.add(_index(reg, "args"))
             elif old.args is None:
@@ -146,16 +141,13 @@ class JsonConfig:
         if new.env != old.env:
             if new.env is None:
                 removals.add(_index(reg, env_key))
-                changed.append(env_key)
             elif old.env is None:
                 inserts.append((len(reg.members) - 1, env_key, "{" + self._object_body(reg, new.env, True) + "}"))
-                changed += [env_key] + [f"{env_key}.{k}" for k in new.env]
             else:
                 member = reg.members[_index(reg, env_key)]
                 assert isinstance(member.value, Object)
-                changed += self._edit_object(member.value, old.env, new.env, reg)
+                self._edit_object(member.value, old.env, new.env, reg)
         self._edit_members(reg, removals, inserts)
-        return changed
 
     def render(self) -> bytes:
         return splice(self.text, self._edits).encode("utf-8")
@@ -250,20 +242,16 @@ class JsonConfig:
             return self._newline + indent
         return " "
 
-    def _edit_object(self, obj: Object, old: Mapping[str, object], new: Mapping[str, object], reg: Object) -> list[str]:
-        changed: list[str] = []
+    def _edit_object(self, obj: Object, old: Mapping[str, object], new: Mapping[str, object], reg: Object) -> None:
         removed = {i for i, m in enumerate(obj.members) if m.key not in new}
         added = [k for k in new if k not in old]
         if removed and added:
             # Never produced by the planner; rewriting the object keeps even this case correct.
             self._edits.append(Splice(obj.start, obj.end, "{" + self._object_body(reg, new, True) + "}"))
-            return [f"{self._env_key}.{k}" for k in sorted(set(old) | set(new)) if old.get(k, _ABSENT) != new.get(k, _ABSENT)]
+            return
         for member in obj.members:
             if member.key in new and member.key in old and new[member.key] != old[member.key]:
                 self._edits.append(Splice(member.value.start, member.value.end, self._json(new[member.key])))
-                changed.append(f"{self._env_key}.{member.key}")
-        changed += [f"{self._env_key}.{obj.members[i].key}" for i in sorted(removed)]
-        changed += [f"{self._env_key}.{k}" for k in added]
         if added and not obj.members:
             inline = "\n" not in self.text[obj.start + 1 : obj.end - 1]
             body = self._object_body(reg, {k: new[k] for k in added}, inline)
@@ -272,7 +260,6 @@ class JsonConfig:
             self._edit_members(obj, set(), [(len(obj.members) - 1, k, self._json(new[k])) for k in added])
         else:
             self._edit_members(obj, removed, [])
-        return changed
 
     def _nesting(self, reg: Object) -> tuple[str, str] | None:
         """(indent of the registration's members, one indent unit), or None for an inline layout."""

@@ -50,6 +50,27 @@ class Entry:
         return self.name if self.project is None else f"{self.name} (project {self.project})"
 
 
+def changed_fields(old: RegState, new: RegState, *, argv: bool = False, env_key: str = "env") -> list[str]:
+    """The names of the fields ``new`` changes, for the report (never their values); ``argv``: the
+    command and args are one field, `command`."""
+    changed = []
+    if argv and (old.command, old.args) != (new.command, new.args):
+        changed.append("command")
+    if not argv and new.command != old.command:
+        changed.append("command")
+    if not argv and new.args != old.args:
+        changed.append("args")
+    if new.env != old.env and (new.env is None or old.env is None):
+        changed.append(env_key)
+    if new.env != old.env and new.env is not None:
+        before = old.env or {}
+        changed += [f"{env_key}.{k}" for k in sorted({*before, *new.env}) if before.get(k, _ABSENT) != new.env.get(k, _ABSENT)]
+    return changed
+
+
+_ABSENT = object()
+
+
 def decode(data: bytes, where: str) -> str:
     """A config file's text; WrapError when it is not UTF-8."""
     try:

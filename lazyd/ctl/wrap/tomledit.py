@@ -64,8 +64,8 @@ class TomlConfig:
             found.append(entry_of(name, None, _plain(item), problem, env_vars=True))
         return found
 
-    def apply(self, entry: Entry, new: RegState) -> list[str]:
-        """Edit ``entry``'s table into ``new``; return the changed field names."""
+    def apply(self, entry: Entry, new: RegState) -> None:
+        """Edit ``entry``'s table into ``new``."""
         old = entry.state
         assert old is not None, "only editable entries are applied"
         servers = self._servers()
@@ -73,12 +73,9 @@ class TomlConfig:
         table = servers[entry.name]
         assert isinstance(table, (Table, Mapping))
         items = _items(table)
-        changed: list[str] = []
         if new.command != old.command:
             table["command"] = items.get(new.command, new.command)  # type: ignore[index]
-            changed.append("command")
         if new.args != old.args:
-            changed.append("args")
             if new.args is None:
                 del table["args"]  # type: ignore[attr-defined]
             else:
@@ -89,12 +86,10 @@ class TomlConfig:
         if new.env != old.env:
             if new.env is None:
                 del table["env"]  # type: ignore[attr-defined]
-                changed.append("env")
             elif old.env is None:
                 inline = tomlkit.inline_table()
                 inline.update(new.env)
                 table["env"] = inline  # type: ignore[index]
-                changed += ["env"] + [f"env.{k}" for k in new.env]
             else:
                 env = table["env"]
                 by_text = isinstance(env, InlineTable)
@@ -106,17 +101,13 @@ class TomlConfig:
                             dropped.add(name)
                         else:
                             del env[name]
-                        changed.append(f"env.{name}")
                     elif name not in old.env and by_text:
                         added[name] = new.env[name]
-                        changed.append(f"env.{name}")
                     elif name not in old.env or old.env[name] != new.env[name]:
                         env[name] = new.env[name]
-                        changed.append(f"env.{name}")
                 if dropped or added:
                     assert isinstance(env, InlineTable)
                     table["env"] = _inline_edited(env, dropped, added)  # type: ignore[index]
-        return changed
 
     def _array(self, array: Array | None, old: Sequence[str], new: Sequence[str], items: dict[str, Item]) -> Array | None:
         """The new args array, or None when ``array`` was edited in place."""

@@ -120,8 +120,8 @@ class YamlConfig:
                     return f"its {member.key} list shares a line with another item"
         return None
 
-    def apply(self, entry: Entry, new: RegState) -> list[str]:
-        """Queue the splices that turn ``entry``'s registration into ``new``; return changed field names."""
+    def apply(self, entry: Entry, new: RegState) -> None:
+        """Queue the splices that turn ``entry``'s registration into ``new``."""
         found = next(f for f in self._found if f.entry is entry)
         old = entry.state
         assert found.node is not None and old is not None, "only editable entries are applied"
@@ -129,15 +129,12 @@ class YamlConfig:
         # Source spellings by value: the arguments' first where the command is edited (unwrap
         # moves the first one back), the command's first where args are (wrap moves it there).
         command_raw, args_raw = self._raw_strings(reg, ("args", "command")), self._raw_strings(reg, ("command", "args"))
-        changed: list[str] = []
         removals: list[int] = []
         command = _member(reg, "command")
         if new.command != old.command:
             self._edits.append(Splice(command.value.start, command.value.end,
                                       self._scalar(new.command, command_raw, flow=reg.flow)))  # fmt: skip
-            changed.append("command")
         if new.args != old.args:
-            changed.append("args")
             if new.args is None:
                 removals.append(reg.members.index(_member(reg, "args")))
             elif old.args is None:
@@ -149,16 +146,13 @@ class YamlConfig:
         if new.env != old.env:
             if new.env is None:
                 removals.append(reg.members.index(_member(reg, "env")))
-                changed.append("env")
             elif old.env is None:
                 self._insert_member(reg, reg.members[-1], "env", self._new_map(reg, new.env))
-                changed += ["env"] + [f"env.{k}" for k in new.env]
             else:
                 env = _member(reg, "env").value
                 assert isinstance(env, Map)
-                changed += self._edit_env(env, old.env, new.env)
+                self._edit_env(env, old.env, new.env)
         self._remove_members(reg, removals)  # together: neighbours are one splice
-        return changed
 
     def render(self) -> bytes:
         return splice(self.text, self._edits).encode("utf-8")
@@ -309,20 +303,13 @@ class YamlConfig:
                 return gap
         return ", "
 
-    def _edit_env(self, env: Map, old: Mapping[str, object], new: Mapping[str, object]) -> list[str]:
-        changed: list[str] = []
-        removed = [i for i, member in enumerate(env.members) if member.key not in new]
-        self._remove_members(env, removed)
+    def _edit_env(self, env: Map, old: Mapping[str, object], new: Mapping[str, object]) -> None:
+        self._remove_members(env, [i for i, member in enumerate(env.members) if member.key not in new])
         for member in env.members:
-            if member.key not in new:
-                changed.append(f"env.{member.key}")
-            elif old.get(member.key) != new[member.key]:
-                node = member.value
-                self._edits.append(Splice(node.start, node.end, self._value(new[member.key])))
-                changed.append(f"env.{member.key}")
+            if member.key in new and old.get(member.key) != new[member.key]:
+                self._edits.append(Splice(member.value.start, member.value.end, self._value(new[member.key])))
         added = {k: v for k, v in new.items() if k not in old}
         if added:
-            changed += [f"env.{k}" for k in added]
             if not env.members:
                 body = ", ".join(f"{self._scalar(k, {}, flow=True)}: {self._value(v)}" for k, v in added.items())
                 self._edits.append(Splice(env.start + 1, env.start + 1, body))
@@ -330,7 +317,6 @@ class YamlConfig:
                 last = env.members[-1]
                 for key, setting in added.items():
                     self._insert_member(env, last, self._scalar(key, {}, flow=True), self._value(setting))
-        return changed
 
 
 def _member(reg: Map, key: str) -> Member:
