@@ -79,12 +79,7 @@ def cmd_status(args: argparse.Namespace, out: Output) -> int:
 
 
 def cmd_wake(args: argparse.Namespace, out: Output) -> int:
-    with connect(args.socket) as conn:
-        # No reply timeout: the daemon answers within the server's start_timeout.
-        row = conn.call("wake", {"name": args.name}, timeout_s=None,
-                        progress=StatusLine(f"waking {args.name}", json_mode=out.json))
-    out.result(row, lambda: f"{row['name']} running (pid {row['pid']})")
-    return EXIT_OK
+    return _start(args, out, "wake", "waking")
 
 
 def cmd_sleep(args: argparse.Namespace, out: Output) -> int:
@@ -95,10 +90,14 @@ def cmd_sleep(args: argparse.Namespace, out: Output) -> int:
 
 
 def cmd_restart(args: argparse.Namespace, out: Output) -> int:
+    return _start(args, out, "restart", "restarting")
+
+
+def _start(args: argparse.Namespace, out: Output, op: str, doing: str) -> int:
     with connect(args.socket) as conn:
-        # No reply timeout: the daemon answers within the ladder and the server's start_timeout.
-        row = conn.call("restart", {"name": args.name}, timeout_s=None,
-                        progress=StatusLine(f"restarting {args.name}", json_mode=out.json))
+        # No reply timeout: the daemon answers within the stop ladder and the server's start_timeout.
+        row = conn.call(op, {"name": args.name}, timeout_s=None,
+                        progress=StatusLine(f"{doing} {args.name}", json_mode=out.json))
     out.result(row, lambda: f"{row['name']} running (pid {row['pid']})")
     return EXIT_OK
 

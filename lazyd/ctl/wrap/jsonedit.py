@@ -92,7 +92,7 @@ class JsonConfig:
                     found.append(self._entry(member, project, container_path, prefix + self._container))
         return found
 
-    def _entry(self, member: Member, project: str | None, path: list[tuple[str, Object]], within: str) -> _Found:
+    def _entry(self, member: Member[Node], project: str | None, path: list[tuple[str, Object]], within: str) -> _Found:
         name = member.key
         node = member.value
         if not isinstance(node, Object):

@@ -19,9 +19,11 @@ import json.decoder
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Generic, TypeVar
 
 from lazyd.errors import JsonSyntaxError
 
+V = TypeVar("V")
 MAX_NESTING_DEPTH = 200  # configs nest a handful of levels; the recursive scanner stays far from Python's limit
 
 _NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?", re.ASCII)
@@ -65,37 +67,41 @@ class Array(Node):
 
 
 @dataclass(eq=False, slots=True)
-class Member:
-    """One ``"key": value`` pair of an object; the key's quotes are inside ``[key_start, key_end)``."""
+class Member(Generic[V]):
+    """One ``key: value`` pair of a JSON object or a YAML mapping; the key (with its quotes) is
+    ``[key_start, key_end)``."""
 
     key: str
     key_start: int
     key_end: int
-    value: Node
+    value: V
 
 
-@dataclass(eq=False, slots=True)
-class Object(Node):
-    """``{`` is at ``start`` and ``}`` at ``end - 1``; members keep their order and duplicates."""
+class Keyed(Generic[V]):
+    """Members in document order, duplicates kept: a JSON object, a YAML mapping."""
 
-    members: list[Member] = field(default_factory=list)
+    __slots__ = ()
+    members: list[Member[V]]
 
-    def find(self, key: str) -> list[Member]:
-        """Every member named ``key``, in document order (more than one means a duplicate key)."""
+    def find(self, key: str) -> list[Member[V]]:
+        """Every member named ``key`` (more than one means a duplicate key)."""
         return [m for m in self.members if m.key == key]
 
     def duplicate_key(self) -> str | None:
-        return first_duplicate(m.key for m in self.members)
+        """The first key that occurs twice, or None."""
+        seen: set[str] = set()
+        for member in self.members:
+            if member.key in seen:
+                return member.key
+            seen.add(member.key)
+        return None
 
 
-def first_duplicate(keys: Iterable[str]) -> str | None:
-    """The first key that occurs twice, or None."""
-    seen: set[str] = set()
-    for key in keys:
-        if key in seen:
-            return key
-        seen.add(key)
-    return None
+@dataclass(eq=False, slots=True)
+class Object(Node, Keyed[Node]):
+    """``{`` is at ``start`` and ``}`` at ``end - 1``."""
+
+    members: list[Member[Node]] = field(default_factory=list)
 
 
 def to_python(node: Node) -> object:

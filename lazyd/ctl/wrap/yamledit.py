@@ -19,9 +19,9 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from lazyd.ctl.wrap.jsonspan import Splice, line_start, runs, splice
+from lazyd.ctl.wrap.jsonspan import Member, Splice, line_start, runs, splice
 from lazyd.ctl.wrap.model import Entry, RegState, decode, entry_of, newline_of
-from lazyd.ctl.wrap.yamlnodes import (Alias, Map, Member, Node, Scalar, Seq, column, line_end, resolve_plain,
+from lazyd.ctl.wrap.yamlnodes import (Alias, Map, Node, Scalar, Seq, column, line_end, resolve_plain,
                                       to_python, walk)  # fmt: skip
 from lazyd.ctl.wrap.yamlspan import parse
 from lazyd.errors import WrapError
@@ -215,7 +215,7 @@ class YamlConfig:
         # A block collection value starts on the next line ("args:" + lines); a scalar after ": ".
         return f"{key}:{value}" if value.startswith(self._newline) else f"{key}: {value}"
 
-    def _insert_member(self, reg: Map, after: Member, key: str, value: str) -> None:
+    def _insert_member(self, reg: Map, after: Member[Node], key: str, value: str) -> None:
         text = self._member_text(key, value)
         if reg.flow:
             self._edits.append(Splice(after.value.end, after.value.end, ", " + text))
@@ -319,6 +319,6 @@ class YamlConfig:
                     self._insert_member(env, last, self._scalar(key, {}, flow=True), self._value(setting))
 
 
-def _member(reg: Map, key: str) -> Member:
+def _member(reg: Map, key: str) -> Member[Node]:
     return next(m for m in reg.members if m.key == key)
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from lazyd.ctl.wrap.jsonspan import first_duplicate, line_start
+from lazyd.ctl.wrap.jsonspan import Keyed, Member, line_start
+
 
 @dataclass(eq=False, slots=True)
 class Node:
@@ -38,23 +39,9 @@ class Seq(Node):
 
 
 @dataclass(eq=False, slots=True)
-class Member:
-    key: str
-    key_start: int
-    key_end: int
-    value: Node
-
-
-@dataclass(eq=False, slots=True)
-class Map(Node):
-    members: list[Member] = field(default_factory=list)
+class Map(Node, Keyed[Node]):
+    members: list[Member[Node]] = field(default_factory=list)
     flow: bool = False
-
-    def find(self, key: str) -> list[Member]:
-        return [m for m in self.members if m.key == key]
-
-    def duplicate_key(self) -> str | None:
-        return first_duplicate(m.key for m in self.members)
 
 
 def to_python(node: Node, anchors: dict[str, object] | None = None) -> object:

@@ -15,8 +15,8 @@ from collections.abc import Iterator
 import yaml
 import yaml.events as ev
 
-from lazyd.ctl.wrap.jsonspan import position
-from lazyd.ctl.wrap.yamlnodes import Alias, Map, Member, Node, Scalar, Seq, resolve_plain
+from lazyd.ctl.wrap.jsonspan import Member, position
+from lazyd.ctl.wrap.yamlnodes import Alias, Map, Node, Scalar, Seq, resolve_plain
 from lazyd.errors import WrapError
 
 MAX_NESTING_DEPTH = 100  # configs nest a handful of levels; the recursive builder stays far from Python's limit
