@@ -79,7 +79,7 @@ def _create_private(path: Path, *, what: str) -> None:
         os.mkdir(path, PRIVATE_DIR_MODE)
     except FileExistsError:
         # Someone (a racing daemon, or a squatter) made it first: judge it like any existing dir.
-        _check_private(path, _lstat(path, what=what), what=what)
+        _ensure_dir(path, create_parents=False, what=what)
         return
     except OSError as error:
         raise SetupError(f"cannot create {what} {path}: {error.strerror}") from None
@@ -97,13 +97,6 @@ def _create_private(path: Path, *, what: str) -> None:
             os.fchmod(fd, PRIVATE_DIR_MODE)
     finally:
         os.close(fd)
-
-
-def _lstat(path: Path, *, what: str) -> os.stat_result:
-    try:
-        return os.lstat(path)
-    except OSError as error:
-        raise SetupError(f"refusing {what} {path}: {error.strerror}") from None
 
 
 def _check_private(path: Path, info: os.stat_result, *, what: str) -> None:
