@@ -21,9 +21,6 @@ from lazyd.errors import WrapError
 
 MAX_NESTING_DEPTH = 100  # configs nest a handful of levels; the recursive builder stays far from Python's limit
 
-__all__ = ["parse"]
-
-
 def parse(text: str, start: int = 0) -> Node | None:
     """Read the document in ``text`` (from ``start``, past a byte-order mark); None if empty."""
     try:
@@ -69,7 +66,7 @@ class _Builder:
         if isinstance(event, ev.AliasEvent):
             return Alias(start, end, name=str(event.anchor))
         assert isinstance(event, ev.NodeEvent)
-        if event.anchor is not None or getattr(event, "tag", None) is not None:
+        if event.anchor is not None or event.tag is not None:
             start = self.past_properties(start)
         node: Node
         if isinstance(event, ev.ScalarEvent):
@@ -79,7 +76,7 @@ class _Builder:
         else:
             assert isinstance(event, ev.MappingStartEvent)
             node = self.map(event, stream, start, depth)
-        node.anchor, node.tag = event.anchor, getattr(event, "tag", None)
+        node.anchor, node.tag = event.anchor, event.tag
         return node
 
     def past_properties(self, i: int) -> int:
