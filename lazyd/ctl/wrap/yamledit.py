@@ -21,9 +21,8 @@ from dataclasses import dataclass
 
 from lazyd.ctl.wrap.jsonspan import Member, Splice, line_start, runs, splice
 from lazyd.ctl.wrap.model import Entry, RegState, decode, entry_of, newline_of
-from lazyd.ctl.wrap.yamlnodes import (Alias, Map, Node, Scalar, Seq, column, line_end, resolve_plain,
-                                      to_python, walk)  # fmt: skip
-from lazyd.ctl.wrap.yamlspan import parse
+from lazyd.ctl.wrap.yamlspan import (Alias, Map, Node, Scalar, Seq, column, line_end, parse, resolve_plain,
+                                     to_python, walk)  # fmt: skip
 from lazyd.errors import WrapError
 
 BOM = "\ufeff"
