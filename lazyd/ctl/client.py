@@ -1,15 +1,8 @@
 """lazyctl's control connection: a blocking socket, one `ctl` frame out, one `reply` back.
 
-This module owns talking to the daemon (docs/protocol.md: a `hello` with role "ctl", a
-`welcome`, then request/reply) and turning every way that can fail into a `CtlError`
-(lazyd/errors.py) carrying the exit status lazyctl promises:
-
-    CtlError               exit 1: a failed operation (the daemon's one-line error, or a broken
-                           connection)
-      DaemonNotRunning     exit 3: nothing listens on the socket (like `systemctl status`)
-
-No trio and nothing of the daemon here: lazyctl starts in tens of milliseconds because it imports
-only the standard library, msgpack and lazyd's stdlib-only floor (wire, frames, sockpath, paths).
+Every way talking to the daemon can fail becomes a `CtlError` (exit 1) or `DaemonNotRunning`
+(exit 3, nothing listens: like `systemctl status`). No trio and nothing of the daemon: lazyctl
+imports only the standard library, msgpack and lazyd's stdlib floor, to start quickly.
 """
 
 from __future__ import annotations
@@ -18,7 +11,6 @@ import importlib
 import json
 import os
 import socket
-import stat
 import time
 from typing import Any
 
@@ -26,9 +18,10 @@ from lazyd.host import sockpath
 from lazyd.protocol import wire
 from lazyd.ctl.progress import TICK_S, StatusLine
 from lazyd.config.durations import format_duration
-from lazyd.errors import CtlError, DaemonNotRunning, Unavailable, WireError
+from lazyd.errors import CtlError, DaemonNotRunning, StateFileError, Unavailable, WireError
 from lazyd.protocol.frames import AnyFrame, Ctl, Frame, Hello, Progress, Refusal, Reply, Welcome
 from lazyd.host.paths import MAX_START_RECORD_BYTES, start_record_path
+from lazyd.host.privatefiles import read_private
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -86,12 +79,10 @@ class Connection:
 
     def call(self, op: str, args: dict[str, Any] | None = None,
              timeout_s: float | None = REPLY_TIMEOUT_S, progress: StatusLine | None = None) -> Any:
-        """Run one control op; return its data, or raise CtlError with the daemon's error.
-
-        With an active `progress` line, the daemon is asked for its steps (`progress` frames),
-        shown on that line, which is also redrawn every TICK_S for the elapsed time."""
+        """Run one control op; its data, or CtlError with the daemon's error. With an active
+        `progress` line, the daemon's steps (`progress` frames) are shown on it."""
         if progress is not None and progress.active:
-            frame = self._exchange_with_progress(Ctl(op, {**(args or {}), "progress": True}), timeout_s, progress)
+            frame = self._exchange(Ctl(op, {**(args or {}), "progress": True}), timeout_s, progress)
         else:
             frame = self._exchange(Ctl(op, args or {}), timeout_s)
         if not isinstance(frame, Reply):
@@ -100,49 +91,40 @@ class Connection:
             raise CtlError(frame.error or f"{op} failed", frame.data)
         return frame.data
 
-    def _exchange_with_progress(self, frame: Frame, timeout_s: float | None,
-                                progress: StatusLine) -> AnyFrame:
+    def _exchange(self, frame: Frame, timeout_s: float | None, progress: StatusLine | None = None) -> AnyFrame:
         give_up = None if timeout_s is None else time.monotonic() + timeout_s
-        progress.draw()
+        if progress is not None:
+            progress.draw()
         try:
+            self._sock.settimeout(timeout_s)
             wire.send_frame(self._sock, frame)
+            if progress is not None:
+                # A short timeout only to redraw the elapsed time: the reader keeps a half-read frame.
+                self._sock.settimeout(TICK_S)
             while True:
                 if give_up is not None and time.monotonic() >= give_up:
-                    raise CtlError(f"lazyd did not answer within {format_duration(timeout_s or 0.0)}")
-                # A short timeout only to redraw the elapsed time: the reader keeps a frame it
-                # has half read across a timeout, so nothing is lost.
-                self._sock.settimeout(TICK_S)
+                    raise TimeoutError
                 try:
                     reply = self._reader.read()
                 except TimeoutError:
+                    if progress is None:
+                        raise
                     progress.draw()
                     continue
                 if reply is None:
                     raise CtlError("lazyd closed the connection without answering")
-                if not isinstance(reply, Progress):
+                if progress is None or not isinstance(reply, Progress):
                     return reply
                 progress.update(reply.step)
-        except WireError as exc:
-            raise CtlError(f"lazyd sent a bad frame: {exc}") from None
-        except OSError as exc:
-            raise CtlError(f"lost the connection to lazyd: {exc.strerror or exc}") from None
-        finally:
-            progress.clear()
-
-    def _exchange(self, frame: Frame, timeout_s: float | None) -> AnyFrame:
-        self._sock.settimeout(timeout_s)
-        try:
-            wire.send_frame(self._sock, frame)
-            reply = self._reader.read()
         except TimeoutError:
             raise CtlError(f"lazyd did not answer within {format_duration(timeout_s or 0.0)}") from None
         except WireError as exc:
             raise CtlError(f"lazyd sent a bad frame: {exc}") from None
         except OSError as exc:
             raise CtlError(f"lost the connection to lazyd: {exc.strerror or exc}") from None
-        if reply is None:
-            raise CtlError("lazyd closed the connection without answering")
-        return reply
+        finally:
+            if progress is not None:
+                progress.clear()
 
 
 def other_daemons(path: str) -> list[tuple[int, str]]:
@@ -159,8 +141,7 @@ def other_daemons_hint(path: str) -> str:
 
 
 def not_running(path: str) -> DaemonNotRunning:
-    """The error for "nothing listens on `path`", with the last daemon's start-up failure if one
-    is on record (the daemon writes it beside the socket, and removes it when it starts)."""
+    """The error for "nothing listens on `path`", with the last daemon's start-up failure on record."""
     message = f"lazyd is not running (no daemon listens on {path}){other_daemons_hint(path)}"
     record = last_start_failure(path)
     if record is None:
@@ -171,22 +152,10 @@ def not_running(path: str) -> DaemonNotRunning:
 def last_start_failure(path: str) -> dict[str, Any] | None:
     """The start-up record beside the socket `path`, if it is ours and well formed."""
     try:
-        fd = os.open(start_record_path(path), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
-    except OSError:
-        return None
-    try:
-        info = os.fstat(fd)
-        if info.st_uid != os.geteuid() or not stat.S_ISREG(info.st_mode):
-            return None  # not written by our daemon: say nothing rather than something false
-        data = os.read(fd, MAX_START_RECORD_BYTES)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-    try:
-        record = json.loads(data)
-    except ValueError:
-        return None
+        data = read_private(start_record_path(path), MAX_START_RECORD_BYTES)
+        record = json.loads(data) if data is not None else None
+    except (StateFileError, ValueError):
+        return None  # not written by our daemon: say nothing rather than something false
     if not isinstance(record, dict) or not isinstance(record.get("error"), str):
         return None
     return record
@@ -197,13 +166,9 @@ _AUTOSTART_OFF = frozenset({"1", "true", "yes", "on"})
 
 
 def connect_starting(path: str, explicit_socket: str | None = None, progress: StatusLine | None = None) -> Connection:
-    """A control connection to the daemon at `path`, starting the daemon first if none answers,
-    exactly as a shim would (same spawn lock, same command, same start-up checks), unless
-    LAZYD_NO_AUTOSTART is set. Raises DaemonNotRunning carrying the daemon's own one-line reason
-    when it cannot start, CtlError otherwise.
-
-    The shim's code is used, not imitated: it is loaded as lazyctl's wrap loads the shim's option
-    parser (the shim is its own top-level package, which the type checker cannot see)."""
+    """A control connection to the daemon at `path`, started first if none answers exactly as a
+    shim starts it (its own code, loaded dynamically), unless LAZYD_NO_AUTOSTART is set.
+    DaemonNotRunning with the daemon's own reason when it cannot start, CtlError otherwise."""
     try:
         return Connection(path)
     except DaemonNotRunning as exc:

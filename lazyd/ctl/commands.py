@@ -1,8 +1,7 @@
 """lazyctl's operator commands: status, wake, sleep, logs, stop, reload, upgrade.
 
-Each command takes the parsed arguments and an `Output`, talks to the daemon through
-`lazyd.ctl.client`, and returns the exit status. Failures are raised as `CtlError` (exit 1) or
-`DaemonNotRunning` (exit 3) and reported once, by `lazyd.ctl.main`.
+Each takes the parsed arguments and an `Output` and returns the exit status; failures are raised
+(`CtlError`, `DaemonNotRunning`) and reported once, by `lazyd.ctl.main`.
 """
 
 from __future__ import annotations
@@ -80,12 +79,7 @@ def cmd_status(args: argparse.Namespace, out: Output) -> int:
 
 
 def cmd_wake(args: argparse.Namespace, out: Output) -> int:
-    with connect(args.socket) as conn:
-        # No reply timeout: the daemon answers within the server's start_timeout.
-        row = conn.call("wake", {"name": args.name}, timeout_s=None,
-                        progress=StatusLine(f"waking {args.name}", json_mode=out.json))
-    out.result(row, lambda: f"{row['name']} running (pid {row['pid']})")
-    return EXIT_OK
+    return _start(args, out, "wake", "waking")
 
 
 def cmd_sleep(args: argparse.Namespace, out: Output) -> int:
@@ -96,10 +90,14 @@ def cmd_sleep(args: argparse.Namespace, out: Output) -> int:
 
 
 def cmd_restart(args: argparse.Namespace, out: Output) -> int:
+    return _start(args, out, "restart", "restarting")
+
+
+def _start(args: argparse.Namespace, out: Output, op: str, doing: str) -> int:
     with connect(args.socket) as conn:
-        # No reply timeout: the daemon answers within the ladder and the server's start_timeout.
-        row = conn.call("restart", {"name": args.name}, timeout_s=None,
-                        progress=StatusLine(f"restarting {args.name}", json_mode=out.json))
+        # No reply timeout: the daemon answers within the stop ladder and the server's start_timeout.
+        row = conn.call(op, {"name": args.name}, timeout_s=None,
+                        progress=StatusLine(f"{doing} {args.name}", json_mode=out.json))
     out.result(row, lambda: f"{row['name']} running (pid {row['pid']})")
     return EXIT_OK
 
@@ -167,8 +165,7 @@ STORE_NEARLY_FULL = 0.9  # of the fd store's budget: from here on status says so
 
 
 def _store_line(daemon: Any) -> str:
-    """A line when systemd's fd store is nearly full ("" otherwise): past it, servers and sessions
-    are not kept across a crash (lazyd/daemon/handoff/stored_sessions.py)."""
+    """A line when systemd's fd store is nearly full: past it, nothing more is kept across a crash."""
     store = daemon.get("fdstore") if isinstance(daemon, dict) else None
     if not isinstance(store, dict) or not store.get("budget"):
         return ""
@@ -180,8 +177,8 @@ def _store_line(daemon: Any) -> str:
 
 
 def _lineage(daemon: Any, now: float) -> str:
-    """Uptime across upgrades and the last one, for the status head line ("" before any upgrade),
-    or what a restart after a crash took over."""
+    """For the status head: uptime across upgrades and the last one, or what a restart after a
+    crash took over ("" before either)."""
     if not isinstance(daemon, dict):
         return ""
     last = daemon.get("last_upgrade")
@@ -207,7 +204,6 @@ UPGRADE_WAIT_S = 60.0  # quiesce (2 s at most) + exec + start-up + taking over e
 
 
 def cmd_upgrade(args: argparse.Namespace, out: Output) -> int:
-    """Hand the daemon over to the lazyd installed now; the new one answers (lazyd/daemon/upgrade/handover.py)."""
     with connect(args.socket) as conn:
         old = conn.daemon_pid
         report = conn.call("upgrade", timeout_s=UPGRADE_WAIT_S)

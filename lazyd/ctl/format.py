@@ -1,7 +1,6 @@
 """How lazyctl shows things to people: tables, sizes, ages, and the status summary line.
 
-Pure functions from the daemon's status rows (see `lazyd.daemon.control.ops`) to text. Machine
-output is the rows themselves as JSON; nothing here is used for `--json`.
+Pure functions from the daemon's status rows to text; `--json` prints the rows themselves.
 """
 
 from __future__ import annotations
@@ -25,11 +24,11 @@ def human_bytes(count: int | None) -> str:
     if count is None:
         return NONE
     value = float(count)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if value < 1024 or unit == "GiB":
+    for unit in ("B", "KiB", "MiB"):
+        if value < 1024:
             return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
         value /= 1024
-    return f"{value:.1f} GiB"  # unreachable: the loop returns at GiB
+    return f"{value:.1f} GiB"
 
 
 def age(seconds: float | None) -> str:
@@ -103,8 +102,7 @@ def status_table(rows: Sequence[Mapping[str, Any]], now: float) -> str:
 
 
 def summary_line(rows: Sequence[Mapping[str, Any]], lazyd: Mapping[str, Any] | None = None) -> str:
-    """"3 servers: 1 running, 1 sleeping, 1 failed; memory 41.0 MiB; lazyd 12.0 MiB (daemon 10.0 MiB,
-    4 sessions 2.0 MiB)" (other states when present; the servers' trees and lazyd's own cost, PSS)."""
+    """"3 servers: 1 running, 1 sleeping, 1 failed; memory 41.0 MiB" and lazyd's own cost (PSS)."""
     states = [str(r["state"]) for r in rows]
     parts = [f"{states.count(s)} {s}" for s in SUMMARY_STATES]
     parts += [f"{states.count(s)} {s}" for s in sorted(set(states) - set(SUMMARY_STATES))]
@@ -134,10 +132,9 @@ def pressure_line(pressure: object) -> str:
 
 
 def distinctions(rows: Sequence[Mapping[str, Any]]) -> str:
-    """For servers that run the same command under different identities, what sets each apart:
-    its cwd, the names of the variables whose values differ (never the values), how it shares.
-    Processes of one registration (`instance_of`: a private instance, another era's process) are
-    not another identity: they are not listed. "" when every command runs once."""
+    """For servers that run the same command under different identities, what sets each apart: its
+    cwd, the names (never the values) of the variables that differ, how it shares. Processes of one
+    registration (`instance_of`) are not another identity. "" when every command runs once."""
     groups: dict[str, list[Mapping[str, Any]]] = {}
     for row in rows:
         if not row.get("instance_of"):
@@ -158,8 +155,7 @@ def distinctions(rows: Sequence[Mapping[str, Any]]) -> str:
 
 
 def share_words(row: Mapping[str, Any]) -> str:
-    """Why a row shares or not, in words: the rule, or for a server isolated only because nothing
-    says it is shareable, that plainly and how to opt in (`share_opt_in`)."""
+    """Why a row shares or not: the rule, or how to opt in when nothing says it is shareable."""
     opt_in = row.get("share_opt_in")
     if opt_in:
         return f"isolated: not known to be shareable — {opt_in} if it keeps no session's state"
@@ -167,8 +163,8 @@ def share_words(row: Mapping[str, Any]) -> str:
 
 
 def unshared_line(row: Mapping[str, Any]) -> str:
-    """A row of "one process per session:": its name and the rule; sessions that attached before
-    the rule was known (they keep their process) are said, so CLIENTS never contradicts it."""
+    """A row of "one process per session:"; sessions that attached before the rule was known (they
+    keep their process) are said, so CLIENTS never contradicts it."""
     line = f"  {row['name']}: {share_words(row)}"
     clients = int(row.get("clients") or 0)
     if clients > 1:
@@ -177,8 +173,8 @@ def unshared_line(row: Mapping[str, Any]) -> str:
 
 
 def walls(refused: object, fallbacks: object) -> str:
-    """Lines for the status head: connections the daemon refused and shims that ran their server
-    directly, since the daemon started ("" when there were none): the wall an operator must see."""
+    """Status head lines: connections refused and shims that ran their server directly since the
+    daemon started ("" when none): the wall an operator must see."""
     lines = []
     for title, rows in (("refused since start", refused), ("servers run directly by their shim since start", fallbacks)):
         if not isinstance(rows, dict) or not rows:

@@ -1,15 +1,14 @@
 """`lazyctl logs`: the last lines of a server's stderr log, and following it like `tail -f`.
 
-The daemon only says where the log is (op `logs`); lazyctl reads the file itself, as the same
-user. The daemon's LogRing rotates `<name>.log` to `<name>.log.1` at its size bound, so the tail
-may span both files and the follower must notice when the file it reads is replaced.
+The daemon only says where the log is; lazyctl reads it as the same user. The log rotates to
+`<name>.log.1`, so a tail may span both files and a follower must notice a replaced file.
 """
 
 from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import BinaryIO
 
 READ_BLOCK_BYTES = 64 * 1024  # the tail is read backwards in blocks of this size
@@ -50,12 +49,9 @@ def follow(path: str, emit: Callable[[str], None], *, poll_s: float = FOLLOW_POL
            keep_going: Callable[[], bool] = lambda: True) -> None:
     """Emit every line appended to `path` from its current end on, until `keep_going()` is false
     (lazyctl: until Ctrl-C). A rotated or truncated file is reopened from its start."""
-    for line in _follow_lines(path, poll_s, keep_going):
-        emit(line)
-
-
-def _follow_lines(path: str, poll_s: float, keep_going: Callable[[], bool]) -> Iterator[str]:
-    f = _open_at_end(path)
+    f = _open_at_start(path)
+    if f is not None:
+        f.seek(0, os.SEEK_END)
     pending = b""
     try:
         while keep_going():
@@ -64,7 +60,7 @@ def _follow_lines(path: str, poll_s: float, keep_going: Callable[[], bool]) -> I
                 pending += chunk
                 *complete, pending = pending.split(b"\n")
                 for raw in complete:
-                    yield raw.decode("utf-8", "replace")
+                    emit(raw.decode("utf-8", "replace"))
                 continue
             if f is None or _replaced(f, path):
                 # Everything the old file held was read above; the new one is read from its start.
@@ -77,13 +73,6 @@ def _follow_lines(path: str, poll_s: float, keep_going: Callable[[], bool]) -> I
     finally:
         if f is not None:
             f.close()
-
-
-def _open_at_end(path: str) -> BinaryIO | None:
-    f = _open_at_start(path)
-    if f is not None:
-        f.seek(0, os.SEEK_END)
-    return f
 
 
 def _open_at_start(path: str) -> BinaryIO | None:

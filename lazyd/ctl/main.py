@@ -1,15 +1,9 @@
 """`lazyctl`: the operator's command line for lazyd (docs/lazyctl.md).
 
-This module owns the command line: subcommands and options, the `--` that introduces a server
-command, and the exit statuses every subcommand shares:
-
-    0  success
-    1  the operation failed (one line on stderr saying why)
-    2  bad usage (one line on stderr)
-    3  the daemon is not running (like `systemctl status`)
-
-With `--json`, stdout carries exactly one JSON document: the result, or `{"error", "data"}`.
-Imports stay light (no trio): lazyctl is run from scripts and shell prompts.
+Subcommands and options, the `--` that introduces a server command, and the exit statuses every
+subcommand shares: 0 success, 1 the operation failed, 2 bad usage, 3 the daemon is not running
+(like `systemctl status`); a failure is one line on stderr. With `--json`, stdout carries exactly
+one JSON document: the result, or `{"error", "data"}`.
 """
 
 from __future__ import annotations

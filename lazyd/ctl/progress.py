@@ -1,11 +1,9 @@
 """lazyctl's live status line: what a long operation is doing, on a terminal only.
 
-`check`, `wrap --check`, `reapply --check` and `wake` can take up to a server's start timeout.
-On a terminal (stderr is a TTY) they show one line, rewritten in place: what is being started,
-the daemon's latest step (spawn, handshake, listings page N, stop) and the time elapsed, in the
-config's own duration syntax. The line is erased before any real output, so what remains on the
-screen is exactly what a pipe would get. With `--json`, or when stderr is not a terminal, nothing
-at all is written: scripts and logs see no control characters.
+`check`, `wrap --check` and `wake` can take up to a server's start timeout: on a terminal they show
+one line, rewritten in place (the subject, the daemon's latest step, the time elapsed), erased
+before any real output, so the screen ends as a pipe would. With `--json` or off a terminal,
+nothing is written.
 """
 
 from __future__ import annotations

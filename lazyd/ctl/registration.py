@@ -1,10 +1,8 @@
 """lazyctl's commands about registrations: `check` (warm the cache) and `explain` (identity).
 
-A registration is named on the command line either by a server name (a named server's name, or
-the readable name `lazyctl status` shows for an unnamed one) or by a command after `--`, which is
-registered exactly as `lazyd-shim -- COMMAND` run here would be: this working directory (or
-`--cwd`) and this environment. The daemon does the work (ops `check` and `identity`), because it
-holds the per-user secret, the config's per-session variables and the caches.
+A registration is named by a server name (as `lazyctl status` shows it) or by a command after `--`,
+registered exactly as `lazyd-shim -- COMMAND` run here would be. The daemon does the work (ops
+`check` and `identity`): it holds the per-user secret, the per-session variables and the caches.
 """
 
 from __future__ import annotations
@@ -32,9 +30,7 @@ def command_registration(argv: list[str], cwd: str | None,
     return {"argv": argv, "cwd": directory, "env": dict(os.environ if environ is None else environ)}
 
 
-# ---- check -------------------------------------------------------------------------------------
-# The one check client: `lazyctl check` and `lazyctl wrap --check` (lazyd.ctl.wrap.check) both
-# parse --initialize-json and ask the daemon here.
+# The one check client: `lazyctl check` and `lazyctl wrap --check` (lazyd.ctl.wrap.check).
 
 
 def cmd_check(args: argparse.Namespace, out: Output) -> int:
@@ -49,8 +45,8 @@ def cmd_check(args: argparse.Namespace, out: Output) -> int:
     start_timeout = start_timeout_option(args.start_timeout, os.environ)
     if start_timeout is not None:
         request["start_timeout"] = start_timeout
-    # No reply timeout: the daemon bounds a check by the server's start_timeout. The daemon is
-    # started if none runs, as a shim would: a check is often the first thing a new user runs.
+    # No reply timeout: the daemon bounds a check. The daemon is started if none runs, as a shim
+    # would: a check is often the first thing a new user runs.
     what = f"checking {names[0] if names else os.path.basename(args.command[0])}"
     line = StatusLine(what, json_mode=out.json)
     report = request_check(socket_path(args.socket), request, timeout_s=None, explicit_socket=args.socket,
@@ -60,8 +56,8 @@ def cmd_check(args: argparse.Namespace, out: Output) -> int:
 
 
 def start_timeout_option(flag: str | None, environ: Mapping[str, str]) -> str | None:
-    """`--start-timeout`, else LAZYD_START_TIMEOUT (as the shim reads them), validated; None if
-    neither is set. Raises UsageError for a value that is not a duration longer than 0."""
+    """`--start-timeout`, else LAZYD_START_TIMEOUT, as the shim reads them; None if neither is set,
+    UsageError for a value that is not a duration longer than 0."""
     value, name = (flag, "--start-timeout") if flag is not None else (environ.get("LAZYD_START_TIMEOUT"), "LAZYD_START_TIMEOUT")
     if value is None or (flag is None and not value.strip()):
         return None
@@ -76,8 +72,7 @@ def start_timeout_option(flag: str | None, environ: Mapping[str, str]) -> str | 
 
 def request_check(path: str, request: Mapping[str, Any], timeout_s: float | None,
                   explicit_socket: str | None = None, progress: StatusLine | None = None) -> Any:
-    """Run the daemon's `check` op, starting the daemon if none runs; its report, or CtlError
-    (DaemonNotRunning if none listens and none could be started). `progress` shows its steps."""
+    """The daemon's `check` report (the daemon started if none runs), or CtlError."""
     try:
         with connect_starting(path, explicit_socket, progress) as conn:
             try:
@@ -92,12 +87,9 @@ def request_check(path: str, request: Mapping[str, Any], timeout_s: float | None
 
 
 def initialize_params(value: str) -> dict[str, Any]:
-    """`--initialize-json`: inline JSON, or `@file` holding the params, an initialize request, or
-    a captured session (JSON lines) whose first initialize request is used. Raises UsageError.
-
-    The daemon caches per protocol version and client capabilities, so a check only warms the
-    cache a client will use when it sends that client's own initialize params.
-    """
+    """`--initialize-json`: inline JSON, or `@file` holding the params, an initialize request or a
+    captured session (its first initialize). UsageError otherwise. The cache is kept per protocol
+    version and capabilities: a check warms a client's cache only with that client's params."""
     if value.startswith("@"):
         path = value[1:]
         try:
@@ -153,9 +145,6 @@ def check_text(report: dict[str, Any]) -> str:
             lines.append(f"  {key:<18} {listing['count']} in {pages} page{'s' if pages != 1 else ''}")
     lines.append(f"  cache              {report.get('cache_path')}")
     return "\n".join(lines)
-
-
-# ---- explain -----------------------------------------------------------------------------------
 
 
 def cmd_explain(args: argparse.Namespace, out: Output) -> int:
@@ -243,8 +232,7 @@ def _registration_lines(reg: dict[str, Any]) -> list[str]:
 
 
 def _reason(reason: str, regs: list[dict[str, Any]]) -> str:
-    # The identity module says "share = false" for any instance difference; two named servers
-    # are separate registrations by definition, which deserves its own words.
+    # Two named servers are separate registrations by definition, not by a share = false.
     if reason == "share = false" and all(str(r.get("instance") or "").startswith("named:") for r in regs):
         return "they are different named servers"
     return reason

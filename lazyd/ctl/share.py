@@ -1,16 +1,10 @@
 """`lazyctl share NAME [--off]`: opt a server in to one shared process (or out), in the config file.
 
 A server nothing says is shareable gets a process per session (docs/relay.md, "Sharing one
-process"); a user who knows it keeps no session's state says so with one line of config. This
-command writes that line and reloads the daemon:
-
-- a named server (`[servers.NAME]` in the config file): `share = true` there (`--off`: false);
-- a registration a client made (a row of `lazyctl status`): an entry of the user's known-servers
-  table for the package it runs, `[known_servers."PKG"]` with `sharing = "shared"` (`--off`:
-  "isolated"), which covers every registration that runs that package.
-
-The file is edited with tomlkit, so every other byte of it stays as it was, and the result is
-checked as the daemon will read it before it replaces the file (atomically, same mode).
+process"). This writes the one line that says otherwise and reloads the daemon: `share = true`
+in `[servers.NAME]` for a named server, else an entry `[known_servers."PKG"]` with `sharing =
+"shared"` for the package the registration runs (`--off`: the opposite). tomlkit keeps every other
+byte, and the result is checked as the daemon will read it before it replaces the file.
 """
 
 from __future__ import annotations

@@ -1,23 +1,18 @@
 """`lazyctl systemd stop-post`: what lazyd.service's ExecStopPost= runs once the daemon is gone.
 
-The unit kills the main process alone (`KillMode=process`), so that a crash keeps the servers:
-their pipes wait in the fd store and the restarted daemon takes them over. The price is that
-systemd itself never kills the rest of the cgroup, so this command does it when nobody else will:
+The unit kills the main process alone (`KillMode=process`) so that a crash keeps the servers for
+the restarted daemon (their pipes wait in the fd store); so systemd never kills the rest of the
+cgroup, and this command does when nobody else will:
 
-- **the service stopped** (`SERVICE_RESULT=success`: lazyd exited on its own terms, after
-  stopping its servers itself; or `timeout`: a hung lazyd was SIGKILLed after TimeoutStopSec):
-  every process still in the service's cgroup is SIGKILLed: what escaped the ladder (a
-  grandchild in another process group) or what a hung daemon never stopped. Nothing is left.
-- **a crash** (`signal`, `core-dump`, `exit-code`, `watchdog`): nothing is killed.
-  `Restart=on-failure` starts lazyd again, which takes over every server whose pipes came back
-  from the fd store; its orphan sweep kills what it cannot take over. If no restart follows
-  (a stop requested at the same moment), systemd empties the fd store as the service goes
-  inactive: the servers see their stdin end and exit, and the next daemon's sweep kills what
-  is left.
+- **the service stopped** (`SERVICE_RESULT=success`, or `timeout`: a hung lazyd was SIGKILLed):
+  every process left in the service's cgroup is SIGKILLed (a grandchild that escaped the ladder,
+  or what a hung daemon never stopped).
+- **a crash** (`signal`, `core-dump`, `exit-code`, `watchdog`): nothing is killed. The restarted
+  lazyd takes the servers over and its orphan sweep kills the rest; if no restart follows,
+  systemd empties the fd store, the servers see EOF, and the next daemon sweeps what is left.
 
-It runs inside the service's cgroup (systemd starts ExecStopPost= there), so it finds the cgroup
-in /proc/self/cgroup (the name=systemd hierarchy systemd tracks processes in, and the unified
-one) and spares itself. Stdlib only; it never fails the unit (the unit line starts with `-`).
+It runs inside the service's cgroup, finds it in /proc/self/cgroup and spares itself. It never
+fails the unit (the unit line starts with `-`).
 """
 
 from __future__ import annotations

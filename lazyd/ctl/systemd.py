@@ -1,15 +1,10 @@
 """`lazyctl systemd install|uninstall`: lazyd's systemd user units, written for this installation.
 
-This module owns the text of `lazyd.socket` and `lazyd.service` (contrib/systemd/ holds the same
-text with a conventional ExecStart; a test keeps them identical) and the rules for installing them:
-
-- ExecStart runs *this* installation's daemon: the `lazyd` script next to the running Python if
-  there is one, else `<python> -m lazyd.daemon`. Never a PATH lookup: the user manager's PATH is
-  not the shell's, and a version-manager shim (pyenv, asdf) would pick a version by cwd.
-- Files we wrote carry a marker line; a unit file without it is the user's and is neither
-  overwritten nor removed without `--force` (customisations belong in drop-ins:
-  `systemctl --user edit lazyd.service`).
-- We never run systemctl: we print the commands, so nothing changes behind the user's back.
+The unit texts live here (contrib/systemd/ holds the same with a conventional ExecStart; a test
+keeps them identical). ExecStart runs *this* installation's daemon, never a PATH lookup (the user
+manager's PATH is not the shell's, and pyenv or asdf pick a version by cwd). A unit file without
+our marker line is the user's: neither replaced nor removed without `--force`. We never run
+systemctl: the commands are printed, so nothing changes behind the user's back.
 """
 
 from __future__ import annotations
@@ -126,12 +121,13 @@ _PLAIN_ARG = re.compile(r"[A-Za-z0-9_./:=+,@-]+")
 _REFUSED_IN_EXECUTABLE = "\"'\\"  # "Executable name contains special characters" (systemd 252)
 
 
-def exec_start_argv() -> list[str]:
-    """The command that runs this installation's daemon."""
-    script = Path(sys.executable).parent / "lazyd"
-    if script.is_file() and os.access(script, os.X_OK):
-        return [str(script)]
-    return [sys.executable, "-m", "lazyd.daemon"]
+def exec_start_argv(script: str = "lazyd", module: str = "lazyd.daemon") -> list[str]:
+    """The command that runs this installation's daemon (or another of its scripts): the script
+    beside the running Python if there is one, else that Python with ``-m``."""
+    path = Path(sys.executable).parent / script
+    if path.is_file() and os.access(path, os.X_OK):
+        return [str(path)]
+    return [sys.executable, "-m", module]
 
 
 def quote_exec_arg(arg: str, *, executable: bool = False) -> str:
@@ -161,11 +157,7 @@ def render_units(exec_start: str, *, marker: bool, lazyctl: str = CONTRIB_LAZYCT
 
 
 def lazyctl_argv() -> list[str]:
-    """This installation's lazyctl (found as `exec_start_argv` finds the daemon)."""
-    script = Path(sys.executable).parent / "lazyctl"
-    if script.is_file() and os.access(script, os.X_OK):
-        return [str(script)]
-    return [sys.executable, "-m", "lazyd.ctl.main"]
+    return exec_start_argv("lazyctl", "lazyd.ctl.main")
 
 
 def default_unit_dir() -> Path:

@@ -1,13 +1,9 @@
 """`lazyctl top`: a live view of the daemon's servers, redrawn every second, in 80 columns.
 
-One `status` call a second (the daemon reads /proc for it); what changes between two frames
-(CPU time, lines the clients sent) becomes CPU % and requests per minute here. Keys act on the
-selected server: `w` wake, `s` sleep, `r` restart (a control op in a thread, so the view goes on
-while a start takes its time), `↑`/`↓` (or `k`/`j`) select, `q` (or Esc, Ctrl-C) quits.
-
-Drawn with the standard library's curses; `curses.wrapper` puts the terminal back as it found it
-on every way out, an exception included. `frame_lines` is the pure part: status data in, the text
-of one frame out, so the layout is tested without a terminal.
+One `status` call a second; what changes between two frames becomes CPU % and requests per minute.
+Keys act on the selected server (`w` wake, `s` sleep, `r` restart, in a thread so the view goes
+on). `curses.wrapper` restores the terminal on every way out; `frame_lines` is the pure part
+(status data in, one frame's text out), tested without a terminal.
 """
 
 from __future__ import annotations

@@ -1,23 +1,13 @@
 """The daemon's environment: a fixed allowlist, the same whoever started it.
 
-A daemon a client's shim autostarts would otherwise inherit that shim's whole environment: the
-variables the client gave that one registration (API tokens among them) would sit in the daemon,
-reach every named server and wake predicate, and change how the daemon behaves depending on which
-client happened to start it. So the daemon keeps only what a login session gives every program of
-the user (docs/configuration.md, "The daemon's environment", says why each is there):
-
-- who and where: ``HOME``, ``USER``, ``LOGNAME``, ``SHELL``, ``PATH``, ``TMPDIR``;
-- language and time: ``LANG``, ``LANGUAGE``, ``LC_*``, ``TZ``;
-- the XDG base directories, ``XDG_RUNTIME_DIR`` among them (the daemon's socket is there);
-- the session's bus and display, for servers that open a keyring, a notification or a browser:
-  ``DBUS_SESSION_BUS_ADDRESS``, ``DISPLAY``, ``WAYLAND_DISPLAY``, ``XAUTHORITY``.
-
-Nothing that changes where a server's traffic goes or whom it trusts (proxies, CA bundles), no
-interpreter setting (``PYTHONPATH``, ``NODE_OPTIONS``: code a repository's config could aim at
-the daemon), no credential. `base` is that list; `own` adds the variables the daemon itself
-reads (its socket, its fd store, systemd's per-service variables until they are consumed) and
-the names its config expands (``${VAR}``), which are the config author's choice, never a
-client's. Standard library only: the shim uses it when it starts the daemon.
+A daemon a client's shim autostarts would otherwise inherit what the client gave that one
+registration (API tokens among them): it would reach every named server and change how the daemon
+behaves depending on who started it. So the daemon keeps what a login session gives every program
+(docs/configuration.md, "The daemon's environment", says why each is there): who and where,
+language and time, the XDG directories, the session's bus and display. No proxy or CA bundle, no
+interpreter setting (``PYTHONPATH``, ``NODE_OPTIONS``), no credential. `base` is that list; `own`
+adds the daemon's own variables and the names its config expands (the config author's choice,
+never a client's). Standard library only: the shim uses it when it starts the daemon.
 """
 
 from __future__ import annotations

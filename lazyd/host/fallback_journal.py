@@ -1,21 +1,12 @@
 """The fallback journal: every shim that ran its server directly says so in a file beside the socket.
 
-A shim that cannot have the daemon runs the server itself (fail open): the client works, and the
-sharing, the cache and the lazy start are gone for that session. That is exactly what an operator
-must see when the daemon hits a wall, and the daemon may not know of it at all (it was not
-reachable, or too busy to accept). So the shim, just before it execs the server, appends one line
-to ``<socket>.fallbacks`` in the daemon's private runtime dir, and `lazyctl status` counts the
-lines written since the daemon started, by kind, with the last reason:
-
-- ``refused``: the daemon answered the hello with a refusal (near its descriptor limit, another
-  wire version);
-- ``unreachable``: no daemon could be had (none running and autostart off or failed, a full
-  backlog, a broken connection).
-
-Writing is best effort and cheap: one ``O_APPEND`` write of one JSON line (atomic for lines this
-short), never an error for the shim. The file is bounded: past ``MAX_JOURNAL_BYTES`` it is moved
-to ``<socket>.fallbacks.1`` (one generation kept, so a count since start survives one turn) and
-a new one begun. Reading is bounded the same way and skips lines it cannot parse.
+A shim that cannot have the daemon runs the server itself (fail open): the client works, without
+sharing, cache or lazy start. An operator must see that, and the daemon may not know of it, so the
+shim appends one JSON line to ``<socket>.fallbacks`` just before it execs the server, and `lazyctl
+status` counts the lines since the daemon started by kind: ``refused`` (the daemon refused the
+hello) or ``unreachable`` (no daemon could be had). Best effort and cheap for the shim (one
+``O_APPEND`` write, never an error); bounded (past ``MAX_JOURNAL_BYTES`` it moves to
+``.fallbacks.1``, one generation kept); reading skips lines it cannot parse.
 """
 
 from __future__ import annotations
@@ -24,7 +15,7 @@ import json
 import os
 import time
 
-MAX_JOURNAL_BYTES = 256 * 1024  # ~1,500 lines: far more than a day of walls, and cheap to read
+MAX_JOURNAL_BYTES = 256 * 1024  # far more than a day of walls, and cheap to read
 MAX_REASON_CHARS = 300
 KINDS = ("refused", "unreachable")
 

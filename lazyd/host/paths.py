@@ -1,25 +1,12 @@
 """Where lazyd keeps its files: the one place that turns the process environment into paths.
 
-Rules, so that the daemon, ``lazyctl`` and the shim agree on the socket without talking:
+- The socket is ``--socket``, else ``LAZYD_SOCKET``, else ``<runtime dir>/lazyd/lazyd.sock``, the
+  runtime dir by ``lazyd.host.sockpath.runtime_dir`` (platformdirs' rule without platformdirs,
+  for the shim). An overridden socket's runtime dir is its own directory and its lock
+  ``<socket>.lock``: two daemons on two sockets must not fight over one lock.
+- Config, cache and state are platformdirs' user dirs for "lazyd"; no home at all is a SetupError.
 
-- The socket is ``LAZYD_SOCKET`` if set, else ``<runtime base>/lazyd/lazyd.sock``, the runtime
-  base being ``lazyd.host.sockpath.runtime_dir``: ``platformdirs.user_runtime_dir()``'s rule, written
-  out without platformdirs because the shim, which must start fast, resolves it too. One
-  implementation for all three, and a test holds it to platformdirs' own answer.
-- An explicit ``socket_override`` (the daemon's ``--socket``) beats ``LAZYD_SOCKET``.
-- When the socket is overridden, the runtime dir is the socket's own directory and the lock is
-  ``<socket>.lock``: single-instance means one daemon per socket, and two daemons on two sockets
-  (tests, a second profile) must not fight over one lock.
-- Config, cache and state are platformdirs' ``user_config_dir``, ``user_cache_dir`` and
-  ``user_state_dir`` for "lazyd": the XDG base-dir variables when they are absolute paths, else
-  ``$HOME/.config`` and friends, with a relative or missing ``HOME`` replaced by the password
-  database entry. No home at all is a SetupError (platformdirs' RuntimeError, mapped here).
-
-The process environment is the one consulted, as platformdirs consults it: a daemon and a lazyctl
-resolve their own paths. The filesystem is only looked at (lstat, access), never changed.
-Whatever is chosen must still be validated before use, see ``lazyd.host.privatefiles.ensure_private_dir``
-(the temp fallback is a predictable name others can squat).
-
+Nothing here is created or validated: see ``lazyd.host.privatefiles.ensure_private_dir``.
 platformdirs is not the standard library: this module is for the daemon and lazyctl, never the
 shim (docs/architecture.md, "The floors").
 """

@@ -2,28 +2,19 @@
 the files lazyd keeps in them (the identity key, state and start-up records, cached listings,
 learned handshakes, wrap records and backups).
 
-This module owns three things, each in one place:
+- ``ensure_private_dir``: a directory that is real, ours, with no group or other bits. One someone
+  else prepared (the predictable ``$TMPDIR/runtime-<uid>`` can be squatted) is refused, never
+  repaired: we only chmod what we created.
+- ``read_private``: a file lazyd wrote itself. A symlink, a non-regular file, another uid's, one
+  writable by others (for a secret, readable by them), unreadable or too large is refused with a
+  one-line StateFileError (path, problem, fix); the checks look at the opened descriptor, so the
+  file checked is the file read. What follows is the caller's rule.
+- ``write_private``, the one atomic writer: a temporary file beside the target (``O_EXCL``, a name
+  no other writer picks), synced when ``durable``, renamed over the target (or with ``exclusive``
+  linked only if there is none); readers see the old file or the new one. ``StagedFile`` is the
+  same in two steps, for a caller that checks something before the rename (lazyctl wrap).
 
-- ``ensure_private_dir``: a directory that is real (not a symlink), ours, with no group or other
-  bits. One someone else prepared (the predictable ``$TMPDIR/runtime-<uid>`` fallback can be
-  squatted) is refused, never repaired: we only ever chmod what we created. SetupError.
-- ``read_private``: a file lazyd wrote itself. Anything else found at its name was put there by
-  someone or something else and is judged before a byte of it is used: a symbolic link (opened
-  with ``O_NOFOLLOW``), something that is not a regular file, a file owned by another uid, one
-  writable by group or others (for a secret, also one readable by them), one that cannot be read
-  or is larger than its bound. The checks look at the opened descriptor, so the file checked is
-  the file read. Each problem is a StateFileError whose text is one line: the path, what is
-  wrong, and the fix; what a caller does with it is the caller's rule (the identity key refuses to
-  start the daemon, a cache file is ignored and rebuilt).
-- ``write_private``, the one atomic writer: the data goes to a temporary file beside the target
-  (``O_EXCL | O_NOFOLLOW``, a name no other writer can pick), is synced when ``durable``, then is
-  renamed over the target (or, with ``exclusive``, linked to it only if there is none yet) and
-  the directory is synced. Readers see the old file or the new one, never a part; a failure
-  leaves no temporary file behind. ``StagedFile`` is the same write in two steps, for a caller
-  that must check something between the staging and the rename (lazyctl wrap's replace of a
-  client's config).
-
-Standard library only (no platformdirs): sockpath.py's daemon records use the writer too.
+Standard library only: sockpath.py's daemon records use the writer too.
 """
 
 from __future__ import annotations
@@ -51,20 +42,10 @@ PRIVATE_FILE_MODE = 0o600  # owner read/write: these files may hold credentials 
 # --- directories ----------------------------------------------------------------------------------
 
 
-def ensure_private_dir(
-    path: Path, *, create_parents: bool = True, what: str = "runtime dir"
-) -> None:
-    """Make sure ``path`` is a directory only we can enter, creating it (mode 0700) if missing.
-
-    Checked: ``path`` itself, and its parent when that parent is the platformdirs fallback
-    ``runtime-<uid>`` (a predictable name in a world-writable directory). Parents that are
-    missing are created 0700 when ``create_parents`` is true. A check means: not a symlink
-    (lstat), a directory, owned by ``os.getuid()``, no group/other permission bits.
-
-    Raises SetupError naming the path and the problem. Never changes the mode of an existing
-    directory; a directory created here is set to exactly 0700 through its own fd, because the
-    umask may have taken owner bits away.
-    """
+def ensure_private_dir(path: Path, *, create_parents: bool = True, what: str = "runtime dir") -> None:
+    """Make sure ``path`` is a directory only we can enter, creating it (and, with ``create_parents``,
+    missing parents) 0700. Its parent is checked too when it is the predictable fallback
+    ``runtime-<uid>``. SetupError naming the path and the problem; an existing mode is never changed."""
     path = Path(os.path.abspath(path))
     # Named with the effective uid, as lazyd.host.paths (and platformdirs) name it.
     if path.parent.name == f"runtime-{os.geteuid()}":
@@ -79,7 +60,7 @@ def _ensure_dir(path: Path, *, create_parents: bool, what: str) -> None:
         if not path.parent.exists():
             if not create_parents:
                 raise SetupError(f"refusing {what} {path}: parent {path.parent} does not exist") from None
-            _make_missing_parents(path.parent, what=what)
+            _make_missing(path.parent, what=what)
         _create_private(path, what=what)
         return
     except OSError as error:
@@ -87,16 +68,10 @@ def _ensure_dir(path: Path, *, create_parents: bool, what: str) -> None:
     _check_private(path, info, what=what)
 
 
-def _make_missing_parents(path: Path, *, what: str) -> None:
-    missing: list[Path] = []
-    cursor = path
-    while not os.path.lexists(cursor):
-        missing.append(cursor)
-        if cursor.parent == cursor:
-            break
-        cursor = cursor.parent
-    for directory in reversed(missing):
-        _create_private(directory, what=what)
+def _make_missing(path: Path, *, what: str) -> None:
+    if path.parent != path and not os.path.lexists(path.parent):
+        _make_missing(path.parent, what=what)
+    _create_private(path, what=what)
 
 
 def _create_private(path: Path, *, what: str) -> None:
@@ -104,12 +79,12 @@ def _create_private(path: Path, *, what: str) -> None:
         os.mkdir(path, PRIVATE_DIR_MODE)
     except FileExistsError:
         # Someone (a racing daemon, or a squatter) made it first: judge it like any existing dir.
-        _check_private(path, _lstat(path, what=what), what=what)
+        _ensure_dir(path, create_parents=False, what=what)
         return
     except OSError as error:
         raise SetupError(f"cannot create {what} {path}: {error.strerror}") from None
-    # O_NOFOLLOW + fstat/fchmod: the checks and the chmod apply to the inode we just made, even
-    # if the name were swapped in between.
+    # Through its own fd: the checks and the chmod (the umask may have taken bits) apply to the
+    # inode we just made, even if the name were swapped in between.
     try:
         fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as error:
@@ -124,13 +99,6 @@ def _create_private(path: Path, *, what: str) -> None:
         os.close(fd)
 
 
-def _lstat(path: Path, *, what: str) -> os.stat_result:
-    try:
-        return os.lstat(path)
-    except OSError as error:
-        raise SetupError(f"refusing {what} {path}: {error.strerror}") from None
-
-
 def _check_private(path: Path, info: os.stat_result, *, what: str) -> None:
     if stat.S_ISLNK(info.st_mode):
         raise SetupError(f"refusing {what} {path}: it is a symlink")
@@ -140,22 +108,16 @@ def _check_private(path: Path, info: os.stat_result, *, what: str) -> None:
         raise SetupError(f"refusing {what} {path}: owned by uid {info.st_uid}, not {os.getuid()}")
     mode = stat.S_IMODE(info.st_mode)
     if mode & 0o077:
-        raise SetupError(
-            f"refusing {what} {path}: mode {mode:04o} gives access to group/other"
-            f" (fix with: chmod 700 {path})"
-        )
+        raise SetupError(f"refusing {what} {path}: mode {mode:04o} gives access to group/other"
+                         f" (fix with: chmod 700 {path})")
 
 
 # --- reading ----------------------------------------------------------------------------------------
 
 
 def read_private(path: Path, max_bytes: int, *, secret: bool = False) -> bytes | None:
-    """The contents of the state file at `path`, or None when there is none.
-
-    Raises StateFileError (see the module docstring) for a file that is not lazyd's own, cannot be
-    read, or holds more than `max_bytes`. With `secret`, group or other read access is refused
-    too. The descriptor is always closed.
-    """
+    """The contents of the state file at `path`, or None when there is none; StateFileError (see the
+    module docstring) for one that is not lazyd's own, unreadable or over `max_bytes`."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NOCTTY | os.O_NONBLOCK)
     except FileNotFoundError:
@@ -195,16 +157,12 @@ def _fix_access(path: Path) -> str:
 
 
 class StagedFile:
-    """A new version of ``path``, written beside it and not yet in place; a context manager.
-
-    ``commit`` puts it in place; leaving the ``with`` block without a commit (an exception, a check
-    that failed) removes the temporary file, so nothing is left behind. Raises OSError.
-    """
+    """A new version of ``path``, written beside it; ``commit`` puts it in place, and leaving the
+    ``with`` block without one removes it. Raises OSError."""
 
     def __init__(self, path: str | os.PathLike[str], mode: int = PRIVATE_FILE_MODE) -> None:
         self.path = Path(path)
-        # pid and random bytes: unique among concurrent writers (a daemon's saver thread and a
-        # lazyctl check may write the same cache file at once), and never a name we follow.
+        # Unique among concurrent writers (a daemon and a lazyctl check may write one cache file).
         self.tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
         self.fd: int | None = os.open(self.tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
                                       mode)
@@ -237,18 +195,14 @@ class StagedFile:
             view = view[os.write(self.fd, view):]
 
     def sync(self) -> None:
-        """fsync the staged data now (a caller that checks something right before the rename
-        syncs first, so that the check and the rename stay close together)."""
+        """fsync now, so that a check right before the rename stays close to it."""
         assert self.fd is not None
         os.fsync(self.fd)
         self._synced = True
 
     def commit(self, *, durable: bool = True, exclusive: bool = False) -> bool:
-        """Put the new file in place; with ``durable``, synced before and after (file, directory).
-
-        ``exclusive``: only if ``path`` does not exist yet (link, not rename); returns False, and
-        leaves the existing file alone, when it does. Otherwise always True.
-        """
+        """Put the new file in place (with ``durable``, file and directory synced); with
+        ``exclusive`` only if ``path`` does not exist yet, else False and the existing file kept."""
         assert self.fd is not None
         if durable and not self._synced:
             os.fsync(self.fd)
@@ -273,10 +227,9 @@ class StagedFile:
 
 
 def read_json(path: str | os.PathLike[str], max_bytes: int) -> object:
-    """The JSON value of a file lazyd wrote itself (a learned table, an index), or None when there
-    is none: read without following a symlink, and at most `max_bytes` + 1 bytes, so a longer file
-    fails to parse instead of being read whole. Raises OSError when it cannot be read and
-    ValueError when it is not JSON (too deep a nesting included): its reader starts anew."""
+    """The JSON value of a file lazyd wrote itself, or None when there is none; at most
+    `max_bytes` + 1 bytes are read, so a longer file fails to parse. OSError when it cannot be
+    read, ValueError when it is not JSON (too deep included): its reader starts anew."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except FileNotFoundError:
@@ -291,9 +244,8 @@ def read_json(path: str | os.PathLike[str], max_bytes: int) -> object:
 
 def read_string_lists(path: str | os.PathLike[str], max_bytes: int, max_keys: int, max_items: int,
                       keep: Callable[[str], bool] = lambda _: True) -> dict[str, list[str]]:
-    """A table lazyd keeps as a JSON object of string keys to lists of strings (`read_json`),
-    bounded: the first `max_keys` keys, the first `max_items` strings of each that `keep`
-    accepts. Empty when the file is missing, unreadable or of another shape: its owner starts anew."""
+    """A JSON table of string keys to lists of strings, bounded (the first `max_keys` keys, the first
+    `max_items` strings `keep` accepts); empty when missing, unreadable or of another shape."""
     try:
         data = read_json(path, max_bytes)
     except (OSError, ValueError):
@@ -306,12 +258,8 @@ def read_string_lists(path: str | os.PathLike[str], max_bytes: int, max_keys: in
 
 def write_private(path: str | os.PathLike[str], data: bytes, *, mode: int = PRIVATE_FILE_MODE,
                   durable: bool = True, exclusive: bool = False) -> bool:
-    """Atomically make ``path`` hold ``data`` with ``mode`` (0600 unless told); raises OSError.
-
-    ``durable``: fsync the file and its directory (a cache or key that must survive a crash);
-    without it, a crash may leave the old file, never a torn one. ``exclusive``: write only if
-    ``path`` does not exist yet; returns False when it did (the existing file is kept).
-    """
+    """Atomically make ``path`` hold ``data`` with ``mode``; raises OSError. Without ``durable`` a
+    crash may leave the old file, never a torn one; ``exclusive``: see ``StagedFile.commit``."""
     with StagedFile(path, mode) as staged:
         staged.write(data)
         return staged.commit(durable=durable, exclusive=exclusive)

@@ -1,12 +1,9 @@
 """The one reader of /proc: process status fields, environments, command lines, cgroups.
 
-Stdlib only, so the daemon, lazyctl and the tests share it (proc(5) is the reference). Every
-read is of a process that may exit while it is read: a process that is gone, or whose file
-cannot be read, is None (or left out of a listing), never an exception. The one exception is
-`start_time_ticks`, for a child the caller knows is alive and unreaped.
-
-/proc/<pid>/stat is one line whose second field, the command name, may hold spaces and
-parentheses: fields are counted from after its last ")", so no name can shift them.
+Every read is of a process that may exit meanwhile: one that is gone or unreadable is None (or
+left out of a listing), never an exception, except `start_time_ticks`, for a child the caller
+knows is alive. /proc/<pid>/stat's command name may hold spaces and parentheses: fields are counted
+from after its last ")", so no name can shift them.
 """
 
 from __future__ import annotations
@@ -37,8 +34,7 @@ class Stat:
     session: int
     start_ticks: int  # start time in clock ticks since boot: with the pid, it names one process
     rss_pages: int
-    # User and system time used so far, in clock ticks (CLOCK_TICKS a second); it moves between
-    # two reads of a running process, so it is no part of what makes two reads equal.
+    # User and system time in clock ticks: it moves between two reads, so it is not compared.
     cpu_ticks: int = field(default=0, compare=False)
 
 
@@ -65,10 +61,8 @@ _READ_BYTES = 65536  # per read; an environment can be longer, so a read goes on
 
 
 def _read(pid: int, name: str) -> bytes | None:
-    # os.open and os.read rather than open(): no buffered file object to build for a read that is
-    # one syscall for most of these files. A third less time per read (11 against 16 us for a stat,
-    # 8 against 13 for a comm); a session start reads two to four of them
-    # (lazyd/daemon/connections/client_process.py), the orphan sweep one per process.
+    # os.open and os.read rather than open(): no buffered file object for a read that is one
+    # syscall, on paths that read many (a session start, the orphan sweep; docs/benchmarks.md).
     try:
         fd = os.open(f"{PROC}/{pid}/{name}", os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
@@ -170,13 +164,9 @@ def read_comm(pid: int) -> str | None:
 
 
 def read_pss(pid: int) -> int | None:
-    """The proportional set size of `pid` in bytes (/proc/<pid>/smaps_rollup's `Pss:`), or None.
-
-    PSS charges each resident page to the processes that map it in equal parts, so the PSS of
-    several processes adds up to what they really cost together; RSS counts a shared page (a
-    node binary, libc) once per process. Reading it walks the process's mappings in the kernel:
-    hundreds of microseconds for a large process, so callers read it only when they need it.
-    """
+    """The proportional set size of `pid` in bytes (smaps_rollup's `Pss:`), or None: shared pages
+    split among their processes, so PSS adds up where RSS counts a shared page once per process.
+    The kernel walks the mappings to answer: callers read it only when they need it."""
     data = _read(pid, "smaps_rollup")
     if data is None:
         return None

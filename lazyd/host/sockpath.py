@@ -1,8 +1,7 @@
 """Where the daemon's socket is: ``LAZYD_SOCKET``, else a private per-user runtime directory.
 
-The shim, lazyctl and the daemon all resolve it here, so they can never disagree. Standard
-library only, and no platformdirs (whose rule ``runtime_dir`` follows, see test_sockpath.py): the
-shim imports this on every client start.
+The shim, lazyctl and the daemon all resolve it here, so they never disagree. No platformdirs
+(whose rule ``runtime_dir`` follows, see test_sockpath.py): the shim imports this at every start.
 """
 
 from __future__ import annotations
@@ -20,15 +19,8 @@ _SOCKET_TAIL = ("lazyd", "lazyd.sock")
 
 
 def default_socket_path(env: Mapping[str, str]) -> str:
-    """Return the socket path for ``env``: ``LAZYD_SOCKET``, else ``<runtime dir>/lazyd/lazyd.sock``.
-
-    The runtime dir is chosen exactly as ``platformdirs.user_runtime_dir()`` (>= 4.14) chooses it on
-    Linux, without importing platformdirs (the shim must start fast): ``$XDG_RUNTIME_DIR`` when it
-    is absolute and private (missing, or a real directory of ours with mode 0700 under a trusted
-    chain of parents), else ``/run/user/<uid>`` when that passes the same check and exists, else
-    ``<tmp>/runtime-<uid>``. The result is not validated for use: whoever creates or connects must
-    still check ownership and modes (the tmp fallback is a predictable name others can squat).
-    """
+    """The socket path for ``env``: ``LAZYD_SOCKET``, else ``<runtime dir>/lazyd/lazyd.sock``. Not
+    validated for use: whoever creates or connects still checks ownership and modes."""
     explicit = env.get("LAZYD_SOCKET", "")
     if explicit:
         return explicit
@@ -36,8 +28,10 @@ def default_socket_path(env: Mapping[str, str]) -> str:
 
 
 def runtime_dir(env: Mapping[str, str]) -> str:
-    """The per-user runtime directory (see `default_socket_path`); the daemon's paths use it too,
-    so the shim and the daemon can never disagree on where the socket is."""
+    """The per-user runtime directory, as ``platformdirs.user_runtime_dir()`` (>= 4.14) chooses it on
+    Linux: ``$XDG_RUNTIME_DIR`` when absolute and private (missing, or ours, 0700, under trusted
+    parents), else ``/run/user/<uid>`` when it exists and passes that check, else
+    ``<tmp>/runtime-<uid>`` (a predictable name others can squat)."""
     xdg = env.get("XDG_RUNTIME_DIR", "")
     if xdg.startswith("/") and _private_dir_ok(xdg, missing_ok=True):
         return xdg
@@ -45,11 +39,9 @@ def runtime_dir(env: Mapping[str, str]) -> str:
 
 
 def login_runtime_dir(env: Mapping[str, str]) -> str | None:
-    """``/run/user/<uid>`` when `env` has no usable ``XDG_RUNTIME_DIR`` and that directory is the
-    user's as systemd-logind makes it (ours, 0700, under root-owned parents): the runtime dir a
-    client that passes its servers no ``XDG_RUNTIME_DIR`` (Auggie, Codex) leaves a shim to find.
-    A daemon such a shim starts is given it as ``XDG_RUNTIME_DIR`` (lazyd/host/daemonenv.py), so that
-    it and its servers see the session's runtime dir as a terminal does. None otherwise."""
+    """``/run/user/<uid>`` when `env` has no usable ``XDG_RUNTIME_DIR`` (Auggie and Codex pass their
+    servers none) and logind made that directory; a daemon such a shim starts gets it as
+    ``XDG_RUNTIME_DIR`` (lazyd/host/daemonenv.py), as a terminal would. None otherwise."""
     xdg = env.get("XDG_RUNTIME_DIR", "")
     if xdg.startswith("/") and _private_dir_ok(xdg, missing_ok=True):
         return None
@@ -122,31 +114,25 @@ def _temp_dir(env: Mapping[str, str]) -> str:
     return "/tmp"
 
 
-# ---- discovery: the daemons of this user, whatever environment a client passes --------------------
-# A client may start its shims without XDG_RUNTIME_DIR (Codex CLI passes a handful of variables),
-# so a shim can compute another socket path than the user's shell. Every daemon therefore records
-# where it listens in one place derived from HOME alone, which every client passes:
-# ~/.local/state/lazyd/daemons/<pid>.json. A shim that finds no daemon at its own path looks there
-# before starting one, and lazyctl reports the daemons it did not connect to.
+# Discovery: a client may start its shims without XDG_RUNTIME_DIR, so a shim can compute another
+# socket path than the user's shell. Every daemon records where it listens under HOME alone, which
+# every client passes; a shim that finds no daemon at its own path looks there before starting
+# one, and lazyctl reports the daemons it did not connect to.
 
 DISCOVERY_TAIL = (".local", "state", "lazyd", "daemons")
 _MAX_RECORD_BYTES = 4096
 
 
 def discovery_dir(env: Mapping[str, str]) -> str | None:
-    """Where daemons record their sockets: ``$HOME/.local/state/lazyd/daemons`` (HOME only, on
-    purpose: XDG_STATE_HOME is one of the variables clients drop). None without an absolute HOME."""
+    """``$HOME/.local/state/lazyd/daemons`` (not XDG_STATE_HOME: clients drop it); None without HOME."""
     home = env.get("HOME", "")
     return os.path.join(home, *DISCOVERY_TAIL) if home.startswith("/") else None
 
 
 def discovered_daemons(env: Mapping[str, str]) -> list[tuple[int, str]]:
-    """(pid, socket path) of every live daemon recorded for this user, oldest pid first.
-
-    Only a private directory of ours is read, and only regular files of ours in it (no symlink is
-    followed): a record is a hint, the connection's peer uid is checked before any hello all the
-    same. A record whose pid is gone is skipped (its daemon was killed before it could remove it).
-    """
+    """(pid, socket path) of every live daemon recorded for this user, oldest pid first. Only our
+    own files in our private directory are read; a record is a hint (the peer uid is checked at
+    connect all the same), and one whose pid is gone is skipped."""
     directory = discovery_dir(env)
     if directory is None or not _private_dir_ok(directory, missing_ok=False):
         return []

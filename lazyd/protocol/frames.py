@@ -1,29 +1,22 @@
 """The frames of the lazyd wire protocol as typed objects (docs/protocol.md, "Frames").
 
-A frame is decoded once, at the wire boundary: lazyd/protocol/wire.py walks and unpacks the bytes, then
-``validate_frame`` checks the map field by field against the table below and builds one of these
-objects. Everything above the wire reads ``hello.opts``, never ``hello["opts"]``, and a frame of
-the wrong type is a type error (``isinstance``), not a misspelt string.
+A frame is decoded once, at the wire boundary: lazyd/protocol/wire.py unpacks the bytes and
+``validate_frame`` checks the map field by field and builds one of these, so everything above
+reads ``hello.opts`` and a frame of the wrong type is a type error. A hello or welcome of another
+wire version becomes ``ForeignHello``/``ForeignWelcome`` (only ``v`` read), so the skew can be named.
+Fields a frame does not know are kept in ``extra`` and sent on again; an absent optional field
+reads as its default and is left out when encoded.
 
-The classes, by ``t``: ``Hello`` and ``ForeignHello`` (a hello of another wire version: only its
-``v`` is read, so that the daemon can answer ``refused``/"version"), ``Welcome`` and
-``ForeignWelcome`` (the shim reports the skew), ``Refusal`` (``t`` = "refused", readable across
-versions), ``Line``, ``Ctl``, ``Reply`` and ``Progress``; their fields are docs/protocol.md's.
-
-Every frame keeps the fields it does not know in ``extra`` (a newer peer may add optional ones),
-and sends them on again when encoded. An optional field that is absent reads as its default
-(None, or an empty list for ``env_raw``) and is left out when encoded.
-
-Plain classes with ``__slots__``, not dataclasses: the shim imports this module at every client
-start, and dataclasses (with inspect) cost milliseconds there. Standard library only.
+Plain classes with ``__slots__``, not dataclasses: the shim imports this module at every start,
+where dataclasses (with inspect) cost start-up time. Standard library only.
 """
 
 from __future__ import annotations
 
 from lazyd.errors import WireError
 
-# Not `from typing import TYPE_CHECKING`: the shim imports this module on every client start and
-# typing costs milliseconds there; mypy treats any name TYPE_CHECKING as true.
+# Not `from typing import TYPE_CHECKING`: the shim imports this at every start; mypy treats any
+# name TYPE_CHECKING as true.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -33,19 +26,13 @@ __all__ = ["WIRE_VERSION", "MAX_LINE_BYTES", "MAX_FRAME_BYTES", "FRAME_TYPES", "
            "ForeignHello", "Welcome", "ForeignWelcome", "Refusal", "Line", "Ctl", "Reply", "Progress", "AnyFrame",
            "validate_frame"]
 
-WIRE_VERSION: int = 1
-# Bumped on any incompatible change; a daemon answers another version with `refused`/"version".
+WIRE_VERSION: int = 1  # bumped on any incompatible change; another version is `refused`/"version"
+MAX_LINE_BYTES: int = 16 * 1024 * 1024  # above the TypeScript SDK's 10 MiB line limit: a real peer's line fits
+MAX_FRAME_BYTES: int = MAX_LINE_BYTES + 64 * 1024  # a body: one maximal line and the frame's own fields
 
-MAX_LINE_BYTES: int = 16 * 1024 * 1024
-# Above the TypeScript SDK's 10 MiB line limit, so any line a real peer sends fits.
-
-MAX_FRAME_BYTES: int = MAX_LINE_BYTES + 64 * 1024
-# A frame's body at most: one maximal line plus room for the frame's own fields (lazyd/protocol/wire.py
-# and lazyd/protocol/smallpack.py both hold frames to it).
-
-_NO_EXTRA: Mapping[str, Any] = type(type.__dict__)({})  # shared, and read-only so that it stays empty
-# type(type.__dict__) is types.MappingProxyType, as `types` itself defines it: importing `types`
-# cost the shim 0.2 ms of every start.
+# Shared and read-only, so that it stays empty. types.MappingProxyType, as `types` itself defines
+# it: importing `types` costs the shim start-up time (docs/benchmarks.md, "Earlier passes").
+_NO_EXTRA: Mapping[str, Any] = type(type.__dict__)({})
 
 
 class Frame:
@@ -382,10 +369,8 @@ FRAME_TYPES: frozenset[str] = frozenset(_CHECKS)
 
 
 def validate_frame(obj: object) -> AnyFrame:
-    """Return ``obj`` as a typed frame if it is a map with str keys, a known ``t`` and well-typed fields.
-
-    Unknown extra fields are kept in ``extra``. Raises WireError otherwise.
-    """
+    """``obj`` as a typed frame if it is a map with str keys, a known ``t`` and well-typed fields
+    (unknown ones kept in ``extra``); WireError otherwise."""
     if not isinstance(obj, dict):
         raise WireError(f"frame is a {type(obj).__name__}, not a map")
     if not all(isinstance(k, str) for k in obj):
@@ -394,8 +379,7 @@ def validate_frame(obj: object) -> AnyFrame:
 
 
 def validate_walked(obj: dict[str, Any]) -> AnyFrame:
-    """``validate_frame`` for a map whose keys the msgpack header walk has already found to be str
-    at every depth (lazyd/protocol/wire.py's decode path): the frame table's checks, without that one again."""
+    """``validate_frame`` for a map whose keys wire.py's header walk already found to be str."""
     t = obj.get("t")
     if not isinstance(t, str):
         raise WireError("frame lacks a str field 't'")

@@ -1,30 +1,17 @@
 """The lazyd wire protocol: frames between the shim, lazyctl and the daemon (docs/protocol.md).
 
-This module owns the byte format and nothing else: encoding frames, decoding them from untrusted
-bytes with bounded memory into the typed frames of lazyd/protocol/frames.py (which checks each frame
-type's fields), and two blocking helpers for the clients that do not use trio (the shim and
-lazyctl). It imports only the standard library and msgpack, because the shim imports it on every
-client start. Where the socket is: lazyd/host/sockpath.py.
+The byte format and nothing else: encoding frames, decoding untrusted bytes with bounded memory
+into the typed frames of lazyd/protocol/frames.py, and blocking helpers for the shim and lazyctl.
+Standard library and msgpack only: the shim imports it at every start.
 
-Errors (lazyd/errors.py)::
+Errors: ``WireError`` when the peer sent something that is not a valid frame (close the
+connection; whatever msgpack raises on a peer's bytes becomes one here and nowhere else);
+``ValueError`` when our own caller tried to encode what the protocol cannot carry.
 
-    WireError        the peer sent something that is not a valid frame ("remote protocol error");
-                     the connection must be closed and its decoder dropped. Whatever msgpack
-                     raises on a peer's bytes becomes a WireError here, and nowhere else.
-    ValueError       our own caller tried to encode something the protocol cannot carry
-                     (a line or frame over the limits); a local bug, never the peer's fault.
-
-Decoding is defensive in three steps, each bounding what the next may cost:
-
-1. the 4-byte length header is checked before any of the body is kept (0 or more than
-   ``MAX_FRAME_BYTES`` is refused);
-2. the body's msgpack headers are walked without building any object: nesting depth, element
-   counts (each element needs at least one byte, so a header may not promise more elements than
-   bytes remain), string-only map keys and the absence of ext types are all checked here, so a
-   21-byte nest of ``array32`` headers or a megabyte of empty maps is refused before msgpack
-   allocates anything;
-3. only then ``msgpack.unpackb`` builds the objects, itself configured with the same limits, and
-   the result is checked field by field against the frame table and made a typed frame.
+Decoding bounds each step's cost before the next: the 4-byte length is judged before any body is
+kept; the body's msgpack headers are walked without building an object (depth, counts that no more
+bytes could hold, str-only keys, no ext types), so a tiny nest of ``array32`` headers is refused
+before msgpack allocates; only then ``msgpack.unpackb`` runs, with the same limits.
 """
 
 from __future__ import annotations
@@ -35,14 +22,16 @@ from collections import deque
 import msgpack
 
 from lazyd.errors import WireError
-from lazyd.protocol.frames import MAX_FRAME_BYTES as MAX_FRAME_BYTES  # a frame's body at most, re-exported likewise
-from lazyd.protocol.frames import MAX_LINE_BYTES as MAX_LINE_BYTES  # the frames' limit, re-exported for byte-level callers
-from lazyd.protocol.frames import WIRE_VERSION as WIRE_VERSION  # ditto: every hello and welcome carries it
+# The frames' limits and version, re-exported for byte-level callers; validate_walked is found by
+# this name at each call (the fuzz counts the calls).
+from lazyd.protocol.frames import MAX_FRAME_BYTES as MAX_FRAME_BYTES
+from lazyd.protocol.frames import MAX_LINE_BYTES as MAX_LINE_BYTES
+from lazyd.protocol.frames import WIRE_VERSION as WIRE_VERSION
 from lazyd.protocol.frames import AnyFrame, Frame, Line
-from lazyd.protocol.frames import validate_walked as validate_walked  # found by this name at each call (the fuzz counts them)
+from lazyd.protocol.frames import validate_walked as validate_walked
 
-# Not `from typing import TYPE_CHECKING`: the shim imports this module on every client start and
-# typing costs milliseconds there; mypy treats any name TYPE_CHECKING as true.
+# Not `from typing import TYPE_CHECKING`: the shim imports this at every start; mypy treats any
+# name TYPE_CHECKING as true.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import socket  # annotations only: the shim dials with _socket (shim/dial.py)
@@ -50,42 +39,29 @@ if TYPE_CHECKING:
     from typing import Any
 
 
-MAX_CONTAINER_LEN: int = 10_000
-# Per array or map. The largest legitimate containers are a hello's env (~200 variables) and argv
-# (a few hundred words); 10,000 leaves 50x headroom while one container stays well under 1 MiB.
-
-MAX_ITEMS_PER_FRAME: int = 100_000
-# Elements (map keys and values counted separately) in all containers of one frame together. Every
-# element becomes a Python object of ~50-100 bytes, so one frame can build at most ~10 MiB of them.
-
-MAX_DEPTH: int = 32
-# Frames nest at most ~4 levels (hello -> env -> value; reply -> data -> ...); 32 leaves room for
-# structured `reply.data` while keeping the header walk and msgpack's own stack shallow.
+MAX_CONTAINER_LEN: int = 10_000  # per array or map: far above a hello's env or argv, far below a MiB
+MAX_ITEMS_PER_FRAME: int = 100_000  # elements of all containers of a frame: bounds the objects one frame builds
+MAX_DEPTH: int = 32  # frames nest a few levels; room for a structured `reply.data`, a shallow walk
 
 _HEADER = struct.Struct(">I")
 HEADER_BYTES: int = _HEADER.size
 
-_RECV_BYTES = 256 * 1024
-# One recv() of a blocking reader: a maximal frame takes ~64 calls, small frames take one.
+_RECV_BYTES = 256 * 1024  # one recv() of a blocking reader
 
 
 # --- encoding -----------------------------------------------------------------------------------
 
 
 def encode(frame: Frame) -> bytes:
-    """Return ``frame`` as one length-prefixed msgpack frame.
-
-    Raises ValueError if the body would exceed MAX_FRAME_BYTES and TypeError if it holds a value
-    msgpack cannot carry: both are bugs of the caller, not protocol errors of a peer.
-    """
+    """``frame`` as one length-prefixed msgpack frame; ValueError over MAX_FRAME_BYTES, TypeError for
+    a value msgpack cannot carry: bugs of the caller, not a peer's protocol errors."""
     if type(frame) is Line and not frame.extra:
         return encode_line(frame.d, frame.done)
     return encode_raw(frame.to_map())
 
 
 def encode_raw(frame: Mapping[str, Any]) -> bytes:
-    """Return the map ``frame`` as one frame, as it stands: no field is checked. For what no typed
-    frame carries (a test's malformed frame); raises ValueError and TypeError as ``encode``."""
+    """The map ``frame`` as one frame, no field checked (a test's malformed frame); errors as ``encode``."""
     body: bytes = msgpack.packb(frame, use_bin_type=True)
     if len(body) > MAX_FRAME_BYTES:
         raise ValueError(f"frame of {len(body)} bytes exceeds MAX_FRAME_BYTES ({MAX_FRAME_BYTES})")
@@ -100,11 +76,8 @@ _DONE_KEY = msgpack.packb("done")
 
 
 def encode_line(data: bytes, done: int | str | None = None) -> bytes:
-    """Return a ``line`` frame carrying ``data`` (one JSON-RPC line without its newline).
-
-    ``done`` is the client's original request id this line finally answers (daemon → shim only);
-    None leaves the field out. Raises ValueError for a line over MAX_LINE_BYTES or a bool id.
-    """
+    """A ``line`` frame carrying ``data`` (one JSON-RPC line without its newline) and ``done`` (see
+    frames.Line); ValueError for a line over MAX_LINE_BYTES or a bool id."""
     size = len(data)
     if size > MAX_LINE_BYTES:
         raise ValueError(f"line of {size} bytes exceeds MAX_LINE_BYTES ({MAX_LINE_BYTES})")
@@ -147,14 +120,10 @@ def _is_str_header(b: int) -> bool:
 
 
 def check_structure(body: bytes) -> None:
-    """Walk the msgpack headers of ``body`` without building objects; raise WireError if unsafe.
-
-    Refuses: a top level that is not a map, nesting deeper than MAX_DEPTH, a container longer than
-    MAX_CONTAINER_LEN or promising more elements than bytes remain, more than MAX_ITEMS_PER_FRAME
-    elements in all, a map key that is not a str, ext types, the reserved byte 0xc1, truncation and
-    trailing bytes. The walk visits each header once and skips str/bin payloads by length, so its
-    cost is bounded by MAX_ITEMS_PER_FRAME whatever the body size.
-    """
+    """Walk the msgpack headers of ``body`` without building objects; WireError for a top level that
+    is not a map, a limit passed, a count more than the bytes left could hold, a key that is not a
+    str, ext types, 0xc1, truncation or trailing bytes. Payloads are skipped by length, so the cost
+    is bounded by MAX_ITEMS_PER_FRAME whatever the body size."""
     end = len(body)
     if end == 0:
         raise WireError("empty frame body")
@@ -242,18 +211,9 @@ def decode_body(body: bytes) -> AnyFrame:
     """Decode and validate one frame body (the bytes after the length header); raises WireError."""
     check_structure(body)
     try:
-        obj = msgpack.unpackb(
-            body,
-            raw=False,
-            strict_map_key=True,
-            use_list=True,
-            ext_hook=_refuse_ext,
-            max_str_len=MAX_FRAME_BYTES,
-            max_bin_len=MAX_LINE_BYTES,
-            max_array_len=MAX_CONTAINER_LEN,
-            max_map_len=MAX_CONTAINER_LEN,
-            max_ext_len=0,
-        )
+        obj = msgpack.unpackb(body, raw=False, strict_map_key=True, use_list=True, ext_hook=_refuse_ext,
+                              max_str_len=MAX_FRAME_BYTES, max_bin_len=MAX_LINE_BYTES, max_ext_len=0,
+                              max_array_len=MAX_CONTAINER_LEN, max_map_len=MAX_CONTAINER_LEN)
     except WireError:
         raise
     except Exception as exc:  # msgpack raises ValueError, FormatError, StackError, UnicodeError...
@@ -264,11 +224,8 @@ def decode_body(body: bytes) -> AnyFrame:
 
 
 class FrameDecoder:
-    """Bytes in, validated frames out, with at most one frame's body buffered.
-
-    After the first WireError the decoder is poisoned: every later ``feed`` raises WireError too,
-    so a connection can never resynchronise on attacker-chosen bytes.
-    """
+    """Bytes in, validated frames out, with at most one frame's body buffered. After the first
+    WireError every ``feed`` raises too: a connection never resynchronises on a peer's bytes."""
 
     def __init__(self) -> None:
         self._buf = bytearray()
@@ -276,12 +233,8 @@ class FrameDecoder:
         self._error: WireError | None = None
 
     def feed(self, data: bytes, limit: int | None = None) -> list[AnyFrame]:
-        """Add received bytes; return the frames they complete (possibly none).
-
-        With ``limit``, at most that many frames are decoded and returned; complete frames beyond
-        it stay buffered as bytes (a decoded frame costs ~20 times its wire size) until a later
-        call, which may pass ``b""`` to drain them.
-        """
+        """Add received bytes; return the frames they complete. With ``limit``, frames beyond it stay
+        buffered as bytes (smaller than decoded) until a later call, which may pass ``b""``."""
         if self._error is not None:
             raise WireError(f"decoder already failed: {self._error}")
         try:
@@ -329,8 +282,8 @@ class FrameDecoder:
         return len(self._buf) + (HEADER_BYTES if self._need is not None else 0)
 
     def unconsumed(self) -> bytes:
-        """The bytes received and not yet returned as frames, exactly as they came: fed to a new
-        decoder (a successor daemon's, lazyd/daemon/upgrade/connection_state.py), they give the same frames."""
+        """The bytes not yet returned as frames, as they came: a new decoder fed them (a successor
+        daemon's, lazyd/daemon/upgrade/connection_state.py) gives the same frames."""
         head = _HEADER.pack(self._need) if self._need is not None else b""
         return head + bytes(self._buf)
 
@@ -344,20 +297,17 @@ def send_frame(sock: socket.socket, frame: Frame) -> None:
 
 
 class BlockingFrameReader:
-    """Read frames from a blocking socket. Honours the socket's timeout (raises TimeoutError)."""
+    """Read frames from a blocking socket, after `received` (bytes read already, lazyd/protocol/smallpack.py);
+    honours the socket's timeout (TimeoutError)."""
 
     def __init__(self, sock: socket.socket, received: bytes = b"") -> None:
-        """`received`: bytes already read from `sock` (after a frame lazyd/protocol/smallpack.py read),
-        which come first."""
         self._sock = sock
         self._decoder = FrameDecoder()
         self._ready: deque[AnyFrame] = deque(self._decoder.feed(received) if received else ())
 
     def read(self) -> AnyFrame | None:
-        """Return the next frame, or None at a clean EOF between frames.
-
-        Raises WireError for a bad frame or an EOF in the middle of one, OSError from the socket.
-        """
+        """The next frame, or None at a clean EOF between frames; WireError for a bad frame or an EOF
+        inside one, OSError from the socket."""
         while not self._ready:
             data = self._sock.recv(_RECV_BYTES)
             if not data:

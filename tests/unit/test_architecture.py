@@ -73,7 +73,7 @@ ROWS: dict[str, tuple[str, frozenset[str]]] = {
     "lazyd/daemon/": ("shell", frozenset({STDLIB_FLOOR, "lazyd/host/paths.py", "lazyd/config/", "lazyd/core/", "trio",
                                           "sdnotify"})),
     "lazyd/ctl/": ("lazyctl", frozenset({STDLIB_FLOOR, "lazyd/host/paths.py", "lazyd/config/", "lazyd/core/", "tomlkit",
-                                         "shim/"})),
+                                         "yaml", "shim/"})),
     "shim/": ("shim", frozenset({"msgpack", STDLIB_FLOOR})),
 }
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from lazyd.ctl.wrap import yamlnodes, yamlspan
+from lazyd.ctl.wrap import yamlspan
 from lazyd.errors import WrapError
 from tests.unit.fixtures_wrap.helpers import SECRETS, SHIM, Lazyctl
 from tests.unit.fixtures_wrap.yaml_oracle import continues_reading
@@ -32,7 +32,7 @@ def lazyctl(tmp_path: Path) -> Lazyctl:
 
 def test_our_reader_reads_the_fixture_as_continue_does() -> None:
     text = (Path(__file__).parent / "fixtures_wrap" / FIXTURE).read_text()
-    ours = yamlnodes.to_python(yamlspan.parse(text))  # type: ignore[arg-type]
+    ours = yamlspan.to_python(yamlspan.parse(text))  # type: ignore[arg-type]
     theirs = continues_reading(text)
     assert isinstance(ours, dict)
     # The merge key is Continue's to apply (and ours never to edit): compare everything else.
@@ -57,7 +57,7 @@ DOCUMENTS = [
 
 @pytest.mark.parametrize("text", DOCUMENTS)
 def test_our_reader_agrees_with_continues_yaml_library(text: str) -> None:
-    assert yamlnodes.to_python(yamlspan.parse(text)) == continues_reading(text)  # type: ignore[arg-type]
+    assert yamlspan.to_python(yamlspan.parse(text)) == continues_reading(text)  # type: ignore[arg-type]
 
 
 def servers(doc: Any) -> dict[str, dict[str, Any]]:
@@ -129,6 +129,20 @@ def test_a_plain_argument_that_flow_style_would_split_is_quoted_when_it_moves(la
     assert continues_reading(path.read_text())["mcpServers"][0]["args"] == ["run,now", "x"]
 
 
+def test_env_goes_right_after_a_block_scalar_that_ends_a_server_not_after_the_blank_lines_and_comment_below_it(
+        lazyctl: Lazyctl) -> None:  # fmt: skip
+    """A block scalar's span ends with its last line: the blank line and the comment that follow
+    belong to no server, so the new env is written above them, and unwrap gives the bytes back."""
+    data = (b"mcpServers:\n  - name: s\n    command: x\n    notes: |\n      keep me\n\n# the next server\n"
+            b"  - name: t\n    command: y\n")
+    path = lazyctl.put("config.yaml", data)
+    lazyctl.run("wrap", "continue", path, env=MANAGED)
+    text = path.read_text()
+    assert text.index("LAZYD_LINGER") < text.index("\n\n# the next server")
+    assert continues_reading(text)["mcpServers"][0]["notes"] == "keep me\n"
+    assert lazyctl.run("unwrap", "continue", path).written and path.read_bytes() == data
+
+
 REFUSED = [
     ("an anchor in the server", "  - &s\n    name: s\n    command: x\n", "anchor, alias, tag or merge key"),
     ("an alias as its command", "  - name: s\n    command: *c\n", "anchor, alias, tag or merge key"),
@@ -161,8 +175,8 @@ MALFORMED = [
     ("two documents", b"a: 1\n---\nmcpServers: []\n", "several YAML documents"),
     ("a directive", b"%YAML 1.2\n---\nmcpServers: []\n", "directive"),
     ("bad indentation", b"mcpServers:\n  - name: s\n   command: x\n", "line 3"),
-    ("an unterminated string", b"mcpServers:\n  - name: 's\n", "unterminated"),
-    ("a tab in indentation", b"mcpServers:\n\t- name: s\n", "tab"),
+    ("an unterminated string", b"mcpServers:\n  - name: 's\n", "unexpected end of stream at line 3"),
+    ("a tab in indentation", b"mcpServers:\n\t- name: s\n", "cannot start any token at line 2, column 1"),
     ("a list at the top", b"- a\n", "top level is not a mapping"),
     ("servers not a list", b"mcpServers: {s: {command: x}}\n", "not a list"),
     ("servers twice", b"mcpServers: []\nmcpServers: []\n", "appears twice"),

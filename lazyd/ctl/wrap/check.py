@@ -1,16 +1,11 @@
 """``--check``: warm the daemon's cache for each registration just wrapped.
 
-For every wrapped registration, lazyctl asks the daemon (control op ``check``, docs/protocol.md)
-to start the server once, record its handshake and listings, and stop it, so the first client
-session is answered from cache. The registration is described the way its shim will describe it:
-the server's argv (the wrapped args after the shim's own options), its working directory (its
-``cwd`` setting, else the Claude project it belongs to, else ours) and lazyctl's environment with
-the registration's ``env`` on top (the daemon drops per-session and ``LAZYD_*`` variables from the
-identity, so a check from a terminal finds the same server as a client's session).
-
-The client itself (parsing ``--initialize-json``, the control connection) is `lazyctl check`'s,
-lazyd.ctl.registration; its UsageError is wrap's too, and this module turns a failed check into an
-outcome line rather than an exception, since the wrap itself is already written.
+Each registration is described as its shim will describe it: the server's argv (the wrapped args
+after the shim's options), its working directory (its ``cwd``, else its Claude project, else ours)
+and lazyctl's environment with the registration's ``env`` on top, so a check from a terminal lands
+on the identity of a client's session. The check client is `lazyctl check`'s
+(lazyd.ctl.registration); a failed check is an outcome line, not an exception, since the wrap
+itself is already written.
 """
 
 from __future__ import annotations
@@ -25,9 +20,7 @@ from lazyd.ctl.wrap import shimargs
 from lazyd.ctl.wrap.model import RegState
 from lazyd.errors import CtlError, DaemonNotRunning
 
-CHECK_REPLY_TIMEOUT_S = 600.0
-# The daemon bounds each check by the server's start_timeout (60 s by default, configurable);
-# this is only a backstop against a daemon that never answers.
+CHECK_REPLY_TIMEOUT_S = 600.0  # the daemon bounds a check by the server's start_timeout: a backstop only
 
 CHECKED_ACTIONS = frozenset({"wrapped", "reapplied", "updated", "unchanged"})
 
@@ -43,20 +36,12 @@ class CheckOutcome:
         return {"server": self.server, "project": self.project, "ok": self.ok, "message": self.message}
 
 
-def initialize_params(value: str) -> dict[str, Any]:
-    """``--initialize-json``, parsed as `lazyctl check` parses it. Raises UsageError."""
-    return registration.initialize_params(value)
-
-
 def check_args(state: RegState, cwd: str, environ: Mapping[str, str],
                initialize: Mapping[str, Any] | None = None, client: str | None = None,
                passed_env: tuple[str, ...] = ()) -> dict[str, Any]:  # fmt: skip
-    """The ``check`` op's args for a wrapped registration. Raises ValueError if its args name no command.
-
-    lazyctl's environment and the registration's ``env`` go separately: the daemon rebuilds from
-    them the environment ``client`` gives a server (Gemini CLI drops inherited tokens and CA
-    bundles, not declared ones; Codex passes only its allow-list and the registration's
-    ``env_vars``, ``passed_env`` here), so the check lands on the identity the client's sessions get."""
+    """The ``check`` op's args for a wrapped registration; ValueError if its args name no command.
+    lazyctl's environment and the registration's ``env`` (and Codex's ``env_vars``, ``passed_env``)
+    go separately: the daemon rebuilds from them the environment ``client`` gives a server."""
     args = state.args or ()
     argv = list(args[shimargs.command_index(args):])
     request = registration.command_registration(argv, cwd, environ)
@@ -77,8 +62,7 @@ def check_args(state: RegState, cwd: str, environ: Mapping[str, str],
 
 def run_check(socket_path: str, args: Mapping[str, Any], explicit_socket: str | None = None,
               progress: StatusLine | None = None) -> tuple[bool, str]:
-    """Send one ``check`` to the daemon at ``socket_path`` (started first, as a shim would start
-    it, if none runs); return (ok, one-line message). `progress` shows its steps on a terminal."""
+    """One ``check`` (the daemon started first if none runs, as a shim would); (ok, one-line message)."""
     try:
         data = registration.request_check(socket_path, args, timeout_s=CHECK_REPLY_TIMEOUT_S,
                                           explicit_socket=explicit_socket, progress=progress)
@@ -91,7 +75,6 @@ def run_check(socket_path: str, args: Mapping[str, Any], explicit_socket: str | 
 
 
 def _summary(data: object) -> str:
-    # Counts and versions only: listings can be long and names of tools are not needed here.
     if not isinstance(data, dict):
         return "cached"
     listings = data.get("listings")

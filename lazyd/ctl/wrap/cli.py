@@ -1,12 +1,8 @@
 """The ``lazyctl wrap | unwrap | reapply | wrap-status`` subcommands: options, help, output.
 
-``add_subcommands`` adds the four subparsers to lazyctl's; ``run`` executes a parsed one and returns
-the exit status (0 ok, 1 failed operation, 2 bad usage). Registration status is ``wrap-status``
-because ``lazyctl status`` is the daemon's server status; there is deliberately no ``wrap --status``,
-so that a command that writes files never shares its option set with one that only reads.
-
-Output never contains a value from a config (command, args, env values may hold secrets): only
-server names, field names, actions and reasons. ``--json`` prints exactly one JSON document.
+Status is a subcommand of its own (not ``wrap --status``), so a command that writes files never
+shares its options with one that only reads. Output never holds a value from a config (command,
+args and env may hold secrets): only server names, field names, actions and reasons.
 """
 
 from __future__ import annotations
@@ -21,13 +17,12 @@ from typing import Any
 
 from lazyd.host import sockpath
 from lazyd.core.sharing.client_profiles import PROFILES
+from lazyd.ctl.client import EXIT_FAILED, EXIT_OK, EXIT_USAGE
+from lazyd.ctl.format import table
 from lazyd.ctl.progress import StatusLine
+from lazyd.ctl.registration import initialize_params
 from lazyd.ctl.wrap import check, clients, engine, shimargs
 from lazyd.errors import UsageError, WrapError
-
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_USAGE = 2
 
 SUBCOMMANDS = ("wrap", "unwrap", "reapply", "wrap-status")
 _OPS: dict[str, engine.Op] = {"wrap": "wrap", "unwrap": "unwrap", "reapply": "reapply", "wrap-status": "status"}
@@ -59,17 +54,13 @@ _DESCRIPTIONS = {
 
 
 def add_subcommands(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    """Add wrap, unwrap, reapply and wrap-status to lazyctl's subparsers.
-
-    Each sets ``wrap_op`` and a ``run(args, out)`` default, so a main that dispatches through
-    ``args.run(args, out)`` needs nothing else; ``run(args)`` below is the same entry point.
-    """
+    """Add wrap, unwrap, reapply and wrap-status to lazyctl's subparsers (each runs ``run``)."""
     for name in SUBCOMMANDS:
         op = _OPS[name]
         p = subparsers.add_parser(name, help=_SHORT_HELP[name], description=_DESCRIPTIONS[name],
                                   epilog=f"Clients and their default files: {_CLIENT_HELP}. "
                                   "Exit status: 0 ok, 1 failed or refused (nothing written), 2 bad usage.")  # fmt: skip
-        p.set_defaults(wrap_op=op, run=_run_from_main)
+        p.set_defaults(wrap_op=op, run=lambda args, out: run(args))
         p.add_argument("--client", required=True, choices=tuple(clients.CLIENTS), help="whose config file")
         p.add_argument("--file", metavar="F", help="the config file (default: the client's, see below)")
         which = p.add_mutually_exclusive_group(required=False)
@@ -106,10 +97,6 @@ def add_subcommands(subparsers: argparse._SubParsersAction) -> None:  # type: ig
         p.add_argument("--socket", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
 
 
-def _run_from_main(args: argparse.Namespace, out: object) -> int:
-    return run(args)
-
-
 def run(args: argparse.Namespace) -> int:
     """Execute a parsed wrap/unwrap/reapply/wrap-status; print the outcome; return the exit status."""
     op: engine.Op = args.wrap_op
@@ -125,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
         initialize_json = getattr(args, "initialize_json", None)
         if initialize_json is not None and not getattr(args, "check", False):
             raise UsageError("--initialize-json applies to --check")
-        initialize = None if initialize_json is None else check.initialize_params(initialize_json)
+        initialize = None if initialize_json is None else initialize_params(initialize_json)
         report = engine.execute(request, os.environ, Path(os.getcwd()))
     except UsageError as exc:
         return _fail(prog, str(exc), as_json, EXIT_USAGE)
@@ -133,8 +120,7 @@ def run(args: argparse.Namespace) -> int:
         return _fail(prog, str(exc), as_json, EXIT_FAILED)
     checks: list[check.CheckOutcome] = []
     if getattr(args, "check", False) and not report.dry_run and not report.refused:
-        # A client lazyd has no profile for (Crush) is checked with the daemon's default handshake
-        # and the environment lazyctl runs in, rather than refused as an unknown client.
+        # A client lazyd has no profile for (Crush) is checked with the daemon's default handshake.
         client = args.client if args.client in PROFILES else None
         checks = _run_checks(report, getattr(args, "socket", None), os.environ, initialize, client, as_json)
     _print(report, checks, as_json)
@@ -215,16 +201,13 @@ def _print(report: engine.Report, checks: list[check.CheckOutcome], as_json: boo
 
 
 def _print_status(report: engine.Report) -> None:
-    rows = [("SERVER", "TRANSPORT", "WRAPPED", "MANAGED", "RECOVERABLE", "NOTE")]
-    for s in report.statuses:
-        rows.append((_label(s.server, s.project), s.transport, _yes(s.wrapped), _yes(s.managed),
-                     _yes(s.recoverable), s.note))  # fmt: skip
-    if len(rows) == 1:
+    rows = [[_label(s.server, s.project), s.transport, _yes(s.wrapped), _yes(s.managed), _yes(s.recoverable), s.note]
+            for s in report.statuses]  # fmt: skip
+    if not rows:
         print("  no registrations")
         return
-    widths = [max(len(row[i]) for row in rows) for i in range(5)]
-    for row in rows:
-        print("  " + "  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row[:5])) + "  " + row[5])
+    header = ("SERVER", "TRANSPORT", "WRAPPED", "MANAGED", "RECOVERABLE", "NOTE")
+    print("\n".join("  " + line for line in table(header, rows).splitlines()))
 
 
 def _yes(flag: bool) -> str:

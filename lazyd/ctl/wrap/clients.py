@@ -1,22 +1,11 @@
 """The AI clients whose MCP registrations lazyctl can wrap: file format, layout and default file.
 
-One table, so adding a client is one entry. Default files are where each client keeps its user (or,
-for VS Code, workspace) registrations on Linux; ``--file`` selects any other file of the same
-layout (Claude Code's project ``.mcp.json``, Cursor's ``.cursor/mcp.json``, VS Code's user profile
-``~/.config/Code/User/mcp.json``, opencode's project ``opencode.json``, Copilot CLI's project
-``.mcp.json`` or ``.github/mcp.json``, Amp's workspace ``.amp/settings.json``, Crush's project
-``crush.json``).
-
-Three registration layouts: most clients split ``command`` (a string) from ``args`` (an array) and
-call the environment ``env``, under a key that maps names to registrations (Amp's key is the flat
-``"amp.mcpServers"``); opencode and Kilo keep the whole argv in ``command`` (an array) and call it
-``environment`` (``argv=True``, ``env_key``), under ``mcp`` (1.x) or ``mcp.servers`` (2.x's
-layout, which 1.18 reads too: ``nested``); Continue keeps a YAML list of registrations that carry
-their own ``name`` (format ``yaml``).
-
-JSON dialects follow what each client itself accepts, so that we preserve what it allows and refuse
-what it would refuse: VS Code, opencode, Kilo, Copilot CLI and Amp read comments and trailing
-commas, Gemini CLI strips comments from settings.json before parsing it, the others use strict JSON.
+One table: adding a client is one entry. Default files are each client's user (VS Code: workspace)
+registrations on Linux; ``--file`` selects any other file of the same layout. Layouts: most split
+``command`` from ``args`` with an ``env``; opencode and Kilo keep the whole argv in ``command`` with
+an ``environment`` (under ``mcp``, or 2.x's ``mcp.servers``); Continue keeps a YAML list of
+registrations with their own ``name``. Each JSON dialect is what that client itself accepts, so we
+preserve what it allows and refuse what it would refuse.
 """
 
 from __future__ import annotations
@@ -53,20 +42,14 @@ def _home(env: Mapping[str, str]) -> Path:
     return Path(home)
 
 
-def _claude(env: Mapping[str, str], cwd: Path) -> Path:
-    # Claude Code keeps .claude.json inside CLAUDE_CONFIG_DIR when that is set.
-    config_dir = env.get("CLAUDE_CONFIG_DIR", "")
-    return Path(config_dir) / ".claude.json" if config_dir.startswith("/") else _home(env) / ".claude.json"
-
-
-def _codex(env: Mapping[str, str], cwd: Path) -> Path:
-    codex_home = env.get("CODEX_HOME", "")
-    return Path(codex_home) / "config.toml" if codex_home.startswith("/") else _home(env) / ".codex" / "config.toml"
+def _absolute(env: Mapping[str, str], name: str) -> Path | None:
+    """The directory the variable ``name`` names, when it is an absolute path (else it is not used)."""
+    value = env.get(name, "")
+    return Path(value) if value.startswith("/") else None
 
 
 def _config_home(env: Mapping[str, str]) -> Path:
-    config_home = env.get("XDG_CONFIG_HOME", "")
-    return Path(config_home) if config_home.startswith("/") else _home(env) / ".config"
+    return _absolute(env, "XDG_CONFIG_HOME") or _home(env) / ".config"
 
 
 def _first_existing(directory: Path, names: tuple[str, ...]) -> Path:
@@ -88,12 +71,6 @@ def _kilo(env: Mapping[str, str], cwd: Path) -> Path:
                            ("kilo.jsonc", "kilo.json", "opencode.jsonc", "opencode.json", "config.json"))
 
 
-def _copilot(env: Mapping[str, str], cwd: Path) -> Path:
-    # `copilot help environment`: COPILOT_HOME replaces ~/.copilot for configuration and state.
-    copilot_home = env.get("COPILOT_HOME", "")
-    return (Path(copilot_home) if copilot_home.startswith("/") else _home(env) / ".copilot") / "mcp-config.json"
-
-
 def _continue(env: Mapping[str, str], cwd: Path) -> Path:
     # cn's continueHome: CONTINUE_GLOBAL_DIR (a relative one against the current directory), else ~/.continue.
     global_dir = env.get("CONTINUE_GLOBAL_DIR", "")
@@ -101,20 +78,17 @@ def _continue(env: Mapping[str, str], cwd: Path) -> Path:
     return base / "config.yaml"
 
 
-def _crush(env: Mapping[str, str], cwd: Path) -> Path:
-    # Crush's global config: $CRUSH_GLOBAL_CONFIG/crush.json, else $XDG_CONFIG_HOME/crush/crush.json.
-    global_dir = env.get("CRUSH_GLOBAL_CONFIG", "")
-    return (Path(global_dir) if global_dir.startswith("/") else _config_home(env) / "crush") / "crush.json"
-
-
 CLIENTS: dict[str, Client] = {
     c.name: c
     for c in (
-        Client("claude", "Claude Code", "json", "mcpServers", _claude,
+        Client("claude", "Claude Code", "json", "mcpServers",
+               lambda env, cwd: (_absolute(env, "CLAUDE_CONFIG_DIR") or _home(env)) / ".claude.json",
                "~/.claude.json ($CLAUDE_CONFIG_DIR/.claude.json)", projects=True),
         Client("cursor", "Cursor", "json", "mcpServers", lambda env, cwd: _home(env) / ".cursor" / "mcp.json",
                "~/.cursor/mcp.json"),
-        Client("codex", "Codex CLI", "toml", "mcp_servers", _codex, "~/.codex/config.toml ($CODEX_HOME/config.toml)"),
+        Client("codex", "Codex CLI", "toml", "mcp_servers",
+               lambda env, cwd: (_absolute(env, "CODEX_HOME") or _home(env) / ".codex") / "config.toml",
+               "~/.codex/config.toml ($CODEX_HOME/config.toml)"),
         Client("gemini", "Gemini CLI", "json", "mcpServers",
                lambda env, cwd: _home(env) / ".gemini" / "settings.json", "~/.gemini/settings.json",
                dialect=Dialect(comments=True)),
@@ -128,7 +102,9 @@ CLIENTS: dict[str, Client] = {
                "~/.config/opencode/opencode.jsonc, opencode.json or config.json (the first that exists)",
                dialect=Dialect(comments=True, trailing_commas=True), argv=True, env_key="environment",
                nested="servers"),
-        Client("copilot", "GitHub Copilot CLI", "json", "mcpServers", _copilot,
+        # `copilot help environment`: COPILOT_HOME replaces ~/.copilot for configuration and state.
+        Client("copilot", "GitHub Copilot CLI", "json", "mcpServers",
+               lambda env, cwd: (_absolute(env, "COPILOT_HOME") or _home(env) / ".copilot") / "mcp-config.json",
                "~/.copilot/mcp-config.json ($COPILOT_HOME/mcp-config.json)",
                dialect=Dialect(comments=True, trailing_commas=True)),
         # Kilo CLI is an opencode fork: opencode's layout and dialect at its own path.
@@ -146,7 +122,8 @@ CLIENTS: dict[str, Client] = {
         Client("amp", "Amp", "json", "amp.mcpServers",
                lambda env, cwd: _config_home(env) / "amp" / "settings.json", "~/.config/amp/settings.json",
                dialect=Dialect(comments=True, trailing_commas=True)),
-        Client("crush", "Crush", "json", "mcp", _crush,
+        Client("crush", "Crush", "json", "mcp",
+               lambda env, cwd: (_absolute(env, "CRUSH_GLOBAL_CONFIG") or _config_home(env) / "crush") / "crush.json",
                "~/.config/crush/crush.json ($CRUSH_GLOBAL_CONFIG/crush.json)"),
     )
 }  # fmt: skip

@@ -1,17 +1,10 @@
 """One wrap, unwrap, reapply or status run over one client config file, as a transaction.
 
-Order of a changing run (all under the wrap lock):
-
-1. read the file once (a ``Snapshot``) and the records of the selected registrations;
-2. decide every selected registration (``plan``); if any is refused, stop: nothing is written;
-3. apply the edits in memory, render, and read the result back: every registration must now read
-   as decided and every other one as before, or nothing is written (a bug must not reach a file);
-4. ``--dry-run`` stops here and reports changed field *names* only;
-5. back up the original bytes, write the new records (keeping the old ones in memory), then replace
-   the file with the pre-replace check. If the replace fails or the file changed under us, the
-   records are put back as they were and the backup is kept.
-
-Status reads the file and records without the lock and changes nothing.
+Under the wrap lock: read the file once and the records; decide every selected registration (any
+refusal: nothing is written); apply the edits in memory and read the result back (every
+registration must read as decided, every other as before); ``--dry-run`` stops there; back up the
+original, write the records, replace the file with the pre-replace check, and on failure put the
+records back and keep the backup. Status reads without the lock and changes nothing.
 """
 
 from __future__ import annotations
@@ -24,10 +17,9 @@ from typing import Literal, Protocol
 
 from lazyd.ctl.wrap import clients, filesafe, plan, shimargs
 from lazyd.ctl.wrap.jsonedit import JsonConfig
-from lazyd.ctl.wrap.model import Entry, RegState
+from lazyd.ctl.wrap.model import Entry, RegState, changed_fields
 from lazyd.ctl.wrap.records import Record, RecordStore, RegKey
 from lazyd.ctl.wrap.tomledit import TomlConfig
-from lazyd.ctl.wrap.yamledit import YamlConfig
 from lazyd.errors import SetupError, UsageError, WrapError
 from lazyd.host.paths import resolve_paths
 
@@ -60,8 +52,7 @@ class Hooks:
 
 @dataclass
 class Result:
-    """The outcome for one registration. ``state`` is its fields after the run (for --check);
-    never printed, because command, args and env may hold secrets."""
+    """The outcome for one registration; ``state`` (for --check) is never printed: it may hold secrets."""
 
     key: RegKey
     action: plan.Action
@@ -104,7 +95,7 @@ class Report:
 
 class Config(Protocol):
     def entries(self) -> list[Entry]: ...
-    def apply(self, entry: Entry, new: RegState) -> list[str]: ...
+    def apply(self, entry: Entry, new: RegState) -> None: ...
     def render(self) -> bytes: ...
 
 
@@ -113,6 +104,8 @@ def open_config(client: clients.Client, data: bytes, where: str) -> Config:
     if client.format == "toml":
         return TomlConfig(data, container=client.container, where=where)
     if client.format == "yaml":
+        from lazyd.ctl.wrap.yamledit import YamlConfig  # PyYAML only for the file of the one client that needs it
+
         return YamlConfig(data, container=client.container, where=where)
     return JsonConfig(data, container=client.container, projects=client.projects, dialect=client.dialect,
                       where=where, argv=client.argv, env_key=client.env_key, nested=client.nested)  # fmt: skip
@@ -120,11 +113,9 @@ def open_config(client: clients.Client, data: bytes, where: str) -> Config:
 
 def execute(request: Request, environ: Mapping[str, str], cwd: Path, hooks: Hooks | None = None,
             state_dir: Path | None = None) -> Report:
-    """Run ``request`` on the client configs ``environ`` and ``cwd`` locate, keeping records and
-    backups in ``state_dir`` (default: lazyd's state dir for this process, lazyd/host/paths.py).
-    Raises UsageError for an impossible request, WrapError when the run failed as a whole
-    (unreadable file or records, I/O, a conflicting write); per-registration refusals are in the
-    report (``Report.refused``), with nothing written."""
+    """Run ``request`` on the config ``environ`` and ``cwd`` locate (records and backups in
+    ``state_dir``, default lazyd's). UsageError for an impossible request, WrapError when the run
+    failed as a whole; per-registration refusals are in ``Report.refused``, with nothing written."""
     client = clients.client_named(request.client)
     if (request.project is not None or request.user_scope) and not client.projects:
         raise UsageError(f"--project and --user-scope apply to Claude Code's ~/.claude.json, not to {client.title}")
@@ -232,8 +223,8 @@ def _status(request: Request, client: clients.Client, path: Path, store: RecordS
 
 
 def _wrapped_servers(records: list[Record], shim: str) -> list[tuple[RegKey, tuple[str, ...]]]:
-    """The server argv of each registration lazyd wrapped that still runs through the shim, read
-    from its file. Best effort: a file that is gone or unreadable now only hides its servers."""
+    """The server argv of each registration lazyd wrapped that still runs through the shim (best
+    effort: an unreadable file only hides its servers)."""
     found: list[tuple[RegKey, tuple[str, ...]]] = []
     entries: dict[tuple[str, str], list[Entry]] = {}
     for record in records:
@@ -286,8 +277,9 @@ def _change(request: Request, client: clients.Client, path: Path, store: RecordS
         return
     expected: dict[int, RegState] = {}
     for result, entry, decision in decided:
-        if decision.state is not None and entry is not None:
-            result.changed = config.apply(entry, decision.state)
+        if decision.state is not None and entry is not None and entry.state is not None:
+            config.apply(entry, decision.state)
+            result.changed = changed_fields(entry.state, decision.state, argv=client.argv, env_key=client.env_key)
             result.state = decision.state
             expected[id(entry)] = decision.state
     new_data = config.render()

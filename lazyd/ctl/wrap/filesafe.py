@@ -1,19 +1,14 @@
 """Safe file handling for config edits: private state dirs, the wrap lock, backups, checked replace.
 
-Rules:
-
-- The state directories (``<state dir>``, ``registrations/``, ``backups/``) must be ours and 0700;
-  backups and records may hold credentials from the configs they copy.
-- Every lazyctl that edits configs or records holds ``<state dir>/wrap.lock`` (flock, exclusive)
-  for the whole read-edit-replace, so two lazyctl runs never interleave. Client programs do not take
-  this lock; that is what the pre-replace check is for.
-- A config is read once into a ``Snapshot`` (bytes plus the identity and mode of the file). A
-  symlinked config is followed and its target edited, so dotfile managers keep their link.
-- ``replace_checked`` writes the new bytes to a temporary file beside the target with the target's
-  mode, then, immediately before the rename, checks that the target still has the snapshot's
-  bytes, inode, owner and mode. Any difference aborts with ConflictError and the target untouched.
-  This is optimistic, not a compare-and-swap: a write landing between the check and the rename
-  can still be lost, so users should not edit configs while a client is writing them.
+- The state directories are ours and 0700: backups and records may hold credentials.
+- Every lazyctl that edits holds ``<state dir>/wrap.lock`` (flock) for the whole read-edit-replace,
+  so two runs never interleave; clients do not take it, which is what the pre-replace check is for.
+- A config is read once into a ``Snapshot``; a symlinked config's target is edited, so dotfile
+  managers keep their link.
+- ``replace_checked`` stages the new bytes beside the target with its mode and, right before the
+  rename, checks that the target still has the snapshot's bytes, inode, owner and mode (else
+  ConflictError, target untouched). Optimistic, not a compare-and-swap: a write between the check
+  and the rename can still be lost.
 """
 
 from __future__ import annotations
@@ -33,9 +28,7 @@ from lazyd.host.privatefiles import PRIVATE_FILE_MODE, StagedFile, ensure_privat
 
 LOCK_NAME = "wrap.lock"
 BACKUPS_DIR_NAME = "backups"
-MAX_CONFIG_BYTES = 64 * 1024 * 1024
-# ~/.claude.json grows with per-project history (tens of MiB seen in the wild); 64 MiB bounds the
-# memory one read can take while leaving room for the largest real files.
+MAX_CONFIG_BYTES = 64 * 1024 * 1024  # ~/.claude.json grows with per-project history: room for the largest
 
 
 def ensure_state_dirs(state_dir: Path) -> None:
@@ -146,12 +139,9 @@ def still_unchanged(snapshot: Snapshot) -> str | None:
 
 
 def replace_checked(snapshot: Snapshot, data: bytes, before_replace: Callable[[], None] | None = None) -> None:
-    """Replace the snapshot's file with ``data``, keeping its mode (and group where allowed).
-
-    ``before_replace`` runs after the new file is staged and before the final check (a test seam
-    for concurrent writers). Raises ConflictError if the file changed since the snapshot, WrapError
-    for I/O failures; in both cases the original file is untouched and no temporary file remains.
-    """
+    """Replace the snapshot's file with ``data``, keeping its mode (and group where allowed);
+    ``before_replace`` runs between staging and the final check (a test seam). ConflictError if the
+    file changed since the snapshot, WrapError for I/O: either way the original is untouched."""
     path = snapshot.path
     try:
         staged = StagedFile(path, snapshot.mode)  # the target's mode, not 0600: it is the user's file

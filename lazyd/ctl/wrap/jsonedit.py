@@ -1,21 +1,15 @@
 """Registrations in a JSON client config, found and edited in place by splicing spans.
 
-Owns the JSON side of wrapping: locating registrations (``<container>.<name>``, and for Claude Code
-also ``projects.<path>.<container>.<name>``), reading their command/args/env into an ``Entry``, and
-turning a new ``RegState`` into the fewest splices. In the argv layout (opencode: ``command`` is
-one array holding the executable and its arguments, the environment is ``environment``) the
-entry's command is the array's first string and its args the rest, and the array is edited as one. Edits are made by difference, so that wrap and
-unwrap are inverse at the byte level whenever the user changed nothing in between:
+Registrations are ``<container>.<name>`` (Claude Code's also ``projects.<path>.<container>.<name>``).
+In the argv layout (opencode) ``command`` is one array holding the executable and its arguments and
+is edited as one. Edits are made by difference, so wrap and unwrap are inverse at the byte level
+whenever the user changed nothing in between: wrap *inserts* the command at the front of ``args``
+and unwrap removes it again; a string moved between ``command`` and ``args`` keeps its spelling;
+members are inserted with the separator, colon spacing and indentation of their neighbours and
+removed with exactly what insertion added; CRLF stays CRLF; new strings are ASCII when the file is.
 
-- wrap *inserts* the command (and ``--`` if needed) at the front of ``args`` rather than rewriting
-  the array, and unwrap removes that prefix again; a string moved between ``command`` and ``args``
-  keeps its exact spelling (escapes included), because its source text is copied;
-- members are inserted after an anchor with the separator, colon spacing and indentation of their
-  neighbours, and removed together with exactly the comma and gap that insertion added;
-- line endings follow the file (CRLF stays CRLF); new strings are written ASCII-only when the file is.
-
-Refused, with ``Entry.problem``: a duplicate key in any object on the path to a registration
-(including the registration and its env), and command/args/env of the wrong type.
+Refused (``Entry.problem``): a duplicate key in any object on the path to a registration, and
+command/args/env of the wrong type.
 """
 
 from __future__ import annotations
@@ -24,15 +18,13 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from lazyd.ctl.wrap.jsonspan import (Array, Dialect, Member, Node, Object, Scalar, Splice,
+from lazyd.ctl.wrap.jsonspan import (Array, Dialect, Member, Node, Object, Scalar, Splice, line_start,
                                      parse, runs, splice, to_python)  # fmt: skip
-from lazyd.ctl.wrap.model import Entry, RegState, check_state_fields, transport_of
+from lazyd.ctl.wrap.model import Entry, RegState, decode, entry_of, newline_of
 from lazyd.errors import JsonSyntaxError, WrapError
 
 BOM = "\ufeff"
-DEFAULT_INDENT_UNIT = "  "
-# Used only when a file gives no example of nesting to copy (an inline registration).
-_ABSENT = object()
+DEFAULT_INDENT_UNIT = "  "  # when a file gives no example of nesting to copy (an inline registration)
 
 
 @dataclass(eq=False)
@@ -46,10 +38,7 @@ class JsonConfig:
 
     def __init__(self, data: bytes, *, container: str, projects: bool, dialect: Dialect, where: str,
                  argv: bool = False, env_key: str = "env", nested: str | None = None) -> None:
-        try:
-            text = data.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise WrapError(f"{where} is not UTF-8 (byte {exc.start}); refusing to edit it") from None
+        text = decode(data, where)
         self._bom = BOM if text.startswith(BOM) else ""
         self.text = text
         self._where = where
@@ -65,11 +54,9 @@ class JsonConfig:
         self._env_key = env_key
         self._nested = nested  # a member of the container that may hold the registrations one level down
         self._ascii = text.isascii()
-        self._newline = "\r\n" if "\r\n" in text and text.find("\n") > 0 and text[text.find("\n") - 1] == "\r" else "\n"
+        self._newline = newline_of(text)
         self._found = self._locate(projects)
         self._edits: list[Splice] = []
-
-    # --- finding ------------------------------------------------------------------------------
 
     def entries(self) -> list[Entry]:
         return [found.entry for found in self._found]
@@ -77,7 +64,7 @@ class JsonConfig:
     def _locate(self, projects: bool) -> list[_Found]:
         found = self._scope(self.root, None, [("the top-level object", self.root)])
         if projects:
-            for project_member in _only(self.root, "projects"):
+            for project_member in self.root.find("projects"):
                 if not isinstance(project_member.value, Object):
                     continue
                 for member in project_member.value.members:
@@ -89,7 +76,7 @@ class JsonConfig:
 
     def _scope(self, parent: Object, project: str | None, path: list[tuple[str, Object]]) -> list[_Found]:
         found: list[_Found] = []
-        for container_member in _only(parent, self._container):
+        for container_member in parent.find(self._container):
             container = container_member.value
             if not isinstance(container, Object):
                 raise WrapError(f"{self._where}: {self._container} is not an object")
@@ -105,48 +92,29 @@ class JsonConfig:
                     found.append(self._entry(member, project, container_path, prefix + self._container))
         return found
 
-    def _entry(self, member: Member, project: str | None, path: list[tuple[str, Object]], within: str) -> _Found:
+    def _entry(self, member: Member[Node], project: str | None, path: list[tuple[str, Object]], within: str) -> _Found:
         name = member.key
         node = member.value
         if not isinstance(node, Object):
             return _Found(Entry(name, project, "unknown", None, "the registration is not an object"), None)
         own = f"{within}.{name}"
         full = [*path, (own, node)]
-        env = _only(node, self._env_key)
+        env = node.find(self._env_key)
         if env and isinstance(env[-1].value, Object):
             full.append((f"{own}.{self._env_key}", env[-1].value))
         members = to_python(node)
         assert isinstance(members, dict)
-        transport = transport_of(members)
         problem = next((f"duplicate key {obj.duplicate_key()!r} in {label}" for label, obj in full
                         if obj.duplicate_key() is not None), None)  # fmt: skip
-        cwd = members.get("cwd")
-        cwd = cwd if isinstance(cwd, str) else None
-        if transport != "stdio":
-            return _Found(Entry(name, project, transport, None, problem, cwd), node)
-        problem = problem or check_state_fields(members, argv=self._argv, env_key=self._env_key)
-        if problem is not None:
-            return _Found(Entry(name, project, transport, None, problem, cwd), node)
-        env_value = members.get(self._env_key)
-        env_state = dict(env_value) if isinstance(env_value, dict) else None
-        if self._argv:
-            command, *rest = members["command"]
-            state = RegState(command, tuple(rest), env_state)
-        else:
-            args = members.get("args")
-            state = RegState(members["command"], tuple(args) if isinstance(args, list) else None, env_state)
-        return _Found(Entry(name, project, transport, state, None, cwd), node)
+        return _Found(entry_of(name, project, members, problem, argv=self._argv, env_key=self._env_key), node)
 
-    # --- editing ------------------------------------------------------------------------------
-
-    def apply(self, entry: Entry, new: RegState) -> list[str]:
-        """Queue the splices that turn ``entry``'s registration into ``new``; return changed field names."""
+    def apply(self, entry: Entry, new: RegState) -> None:
+        """Queue the splices that turn ``entry``'s registration into ``new``."""
         found = next(f for f in self._found if f.entry is entry)
         old = entry.state
         assert found.node is not None and old is not None, "only editable entries are applied"
         reg = found.node
         raw = self._raw_strings(reg)
-        changed: list[str] = []
         removals: set[int] = set()
         inserts: list[tuple[int, str, str]] = []  # (anchor member index, key, value text)
         command_index = _index(reg, "command")
@@ -157,13 +125,10 @@ class JsonConfig:
                 array = reg.members[command_index].value
                 assert isinstance(array, Array)
                 self._edit_array(array, old_argv, new_argv, raw)
-                changed.append("command")
         elif new.command != old.command:
             value = reg.members[command_index].value
             self._edits.append(Splice(value.start, value.end, self._string(new.command, raw)))
-            changed.append("command")
         if new.args != old.args and not self._argv:
-            changed.append("args")
             if new.args is None:
                 removals.add(_index(reg, "args"))
             elif old.args is None:
@@ -176,16 +141,13 @@ class JsonConfig:
         if new.env != old.env:
             if new.env is None:
                 removals.add(_index(reg, env_key))
-                changed.append(env_key)
             elif old.env is None:
-                inserts.append((len(reg.members) - 1, env_key, self._new_object(reg, new.env)))
-                changed += [env_key] + [f"{env_key}.{k}" for k in new.env]
+                inserts.append((len(reg.members) - 1, env_key, "{" + self._object_body(reg, new.env, True) + "}"))
             else:
                 member = reg.members[_index(reg, env_key)]
                 assert isinstance(member.value, Object)
-                changed += self._edit_object(member.value, old.env, new.env, reg)
+                self._edit_object(member.value, old.env, new.env, reg)
         self._edit_members(reg, removals, inserts)
-        return changed
 
     def render(self) -> bytes:
         return splice(self.text, self._edits).encode("utf-8")
@@ -224,7 +186,7 @@ class JsonConfig:
             if gap.strip(" \t\r\n") == "" and "\n" in gap:
                 return gap
             indent = _line_indent(self.text, first.key_start)
-            if indent is not None and _line_start(self.text, first.key_start) > obj.start:
+            if indent is not None and line_start(self.text, first.key_start) > obj.start:
                 return self._newline + indent
         return " "
 
@@ -276,31 +238,28 @@ class JsonConfig:
             if gap.strip(" \t\r\n") == "":
                 return gap
         indent = _line_indent(self.text, items[0].start)
-        if indent is not None and _line_start(self.text, items[0].start) > array.start:
+        if indent is not None and line_start(self.text, items[0].start) > array.start:
             return self._newline + indent
         return " "
 
-    def _edit_object(self, obj: Object, old: Mapping[str, object], new: Mapping[str, object], reg: Object) -> list[str]:
-        changed: list[str] = []
+    def _edit_object(self, obj: Object, old: Mapping[str, object], new: Mapping[str, object], reg: Object) -> None:
         removed = {i for i, m in enumerate(obj.members) if m.key not in new}
         added = [k for k in new if k not in old]
         if removed and added:
             # Never produced by the planner; rewriting the object keeps even this case correct.
-            self._edits.append(Splice(obj.start, obj.end, self._new_object(reg, new)))
-            return [f"{self._env_key}.{k}" for k in sorted(set(old) | set(new)) if old.get(k, _ABSENT) != new.get(k, _ABSENT)]
+            self._edits.append(Splice(obj.start, obj.end, "{" + self._object_body(reg, new, True) + "}"))
+            return
         for member in obj.members:
             if member.key in new and member.key in old and new[member.key] != old[member.key]:
                 self._edits.append(Splice(member.value.start, member.value.end, self._json(new[member.key])))
-                changed.append(f"{self._env_key}.{member.key}")
-        changed += [f"{self._env_key}.{obj.members[i].key}" for i in sorted(removed)]
-        changed += [f"{self._env_key}.{k}" for k in added]
         if added and not obj.members:
-            self._edits.append(Splice(obj.start + 1, obj.start + 1, self._fill_empty(obj, reg, {k: new[k] for k in added})))
+            inline = "\n" not in self.text[obj.start + 1 : obj.end - 1]
+            body = self._object_body(reg, {k: new[k] for k in added}, inline)
+            self._edits.append(Splice(obj.start + 1, obj.start + 1, body))
         elif added:
             self._edit_members(obj, set(), [(len(obj.members) - 1, k, self._json(new[k])) for k in added])
         else:
             self._edit_members(obj, removed, [])
-        return changed
 
     def _nesting(self, reg: Object) -> tuple[str, str] | None:
         """(indent of the registration's members, one indent unit), or None for an inline layout."""
@@ -308,29 +267,21 @@ class JsonConfig:
         if "\n" not in sep:
             return None
         member_indent = sep.rsplit("\n", 1)[1]
-        own = self.text[_line_start(self.text, reg.start) : reg.start]
+        own = self.text[line_start(self.text, reg.start) : reg.start]
         outer = own[: len(own) - len(own.lstrip(" \t"))]
         unit = member_indent[len(outer) :] if member_indent.startswith(outer) and len(member_indent) > len(outer) else ""
         return member_indent, unit or DEFAULT_INDENT_UNIT
 
-    def _new_object(self, reg: Object, values: Mapping[str, object]) -> str:
-        pairs = [self._json(k) + self._colon(reg) + self._json(v) for k, v in values.items()]
-        nesting = self._nesting(reg)
-        if nesting is None:
-            return "{" + ", ".join(pairs) + "}"
-        indent, unit = nesting
-        inner = self._newline + indent + unit
-        return "{" + inner + ("," + inner).join(pairs) + self._newline + indent + "}"
-
-    def _fill_empty(self, obj: Object, reg: Object, values: dict[str, object]) -> str:
+    def _object_body(self, reg: Object, values: Mapping[str, object], close: bool) -> str:
+        """Members for an object inside ``reg``, in its layout; ``close``: then the line end and
+        indentation of the ``}``."""
         pairs = [self._json(k) + self._colon(reg) + self._json(v) for k, v in values.items()]
         nesting = self._nesting(reg)
         if nesting is None:
             return ", ".join(pairs)
         indent, unit = nesting
         inner = self._newline + indent + unit
-        closing = "" if "\n" in self.text[obj.start + 1 : obj.end - 1] else self._newline + indent
-        return inner + ("," + inner).join(pairs) + closing
+        return inner + ("," + inner).join(pairs) + (self._newline + indent if close else "")
 
 
 def _is_map(node: Node) -> bool:
@@ -340,20 +291,11 @@ def _is_map(node: Node) -> bool:
             and not any(m.key in ("type", "command", "url", "enabled") for m in node.members))
 
 
-def _only(obj: Object, key: str) -> list[Member]:
-    return obj.find(key)
-
-
 def _index(obj: Object, key: str) -> int:
     return next(i for i, m in enumerate(obj.members) if m.key == key)
 
 
-
-def _line_start(text: str, index: int) -> int:
-    return text.rfind("\n", 0, index) + 1
-
-
 def _line_indent(text: str, index: int) -> str | None:
     """The whitespace between the start of ``index``'s line and ``index``, or None if anything else is there."""
-    prefix = text[_line_start(text, index) : index]
+    prefix = text[line_start(text, index) : index]
     return prefix if prefix.strip(" \t") == "" else None

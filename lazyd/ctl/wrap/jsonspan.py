@@ -1,22 +1,14 @@
 """A JSON scanner that remembers where every value is, and a splicer that edits by position.
 
-The standard library parses JSON into plain objects and forgets the text; to edit a client's config
-file without disturbing a single unedited byte (key order, indentation, CRLF, `1e3`, `\\u00e9`, the
-trailing newline or its absence) we need the span of every value and member, then replace exactly
-those spans. This module owns that, and nothing about MCP.
+To edit a client's config without moving an unedited byte (key order, indentation, CRLF, ``1e3``,
+``\\u00e9``, the trailing newline) we need the span of every value, then replace exactly those spans.
+Nothing about MCP here.
 
-Rules:
-
-- ``parse`` reads a whole document into a tree of nodes carrying ``[start, end)`` offsets into the
-  text it was given (str indices; the caller encodes the result back to UTF-8, which reproduces
-  the original bytes exactly for every unedited character).
-- Strict JSON by default. A dialect may allow ``//`` and ``/* */`` comments (the JSONC that VS Code
-  and Gemini CLI read) and trailing commas (VS Code); comments count as whitespace.
-- Duplicate keys are kept, in order: refusing is the caller's decision, and only along the path it
-  edits (a duplicate elsewhere in a file is not ours to judge).
-- Errors are ``JsonSyntaxError`` with a 1-based line and column, never a traceback.
-- ``splice`` applies non-overlapping ``Splice``s; zero-width inserts at one position keep their
-  given order.
+- ``parse`` gives nodes with ``[start, end)`` str offsets. Strict JSON unless a ``Dialect`` allows
+  comments (JSONC, which VS Code and Gemini CLI read) or trailing commas (VS Code).
+- Duplicate keys are kept, in order: refusing is the editor's decision, and only along the path it
+  edits. Errors are ``JsonSyntaxError`` with a 1-based line and column.
+- ``splice`` applies non-overlapping ``Splice``s; inserts at one position keep their given order.
 """
 
 from __future__ import annotations
@@ -27,18 +19,18 @@ import json.decoder
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Generic, TypeVar
 
 from lazyd.errors import JsonSyntaxError
 
-MAX_NESTING_DEPTH = 200
-# Client config files nest about 6 levels; 200 leaves headroom while the recursive scanner stays far
-# below Python's default recursion limit of 1000 frames.
+V = TypeVar("V")
+MAX_NESTING_DEPTH = 200  # configs nest a handful of levels; the recursive scanner stays far from Python's limit
 
 _NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?", re.ASCII)
 _WHITESPACE_RUN = re.compile(r"[ \t\n\r]*")  # always matches (possibly empty): one C call per gap
 _LITERALS = {"true": True, "false": False, "null": None}
+# The stdlib's own (C) string scanner: exact JSON string rules, and it says where a string ends.
 _scanstring: Callable[[str, int, bool], tuple[str, int]] = getattr(json.decoder, "scanstring")
-# The stdlib's own (C) string scanner: exact JSON string rules, and it reports where a string ends.
 
 
 @dataclass(frozen=True)
@@ -75,23 +67,24 @@ class Array(Node):
 
 
 @dataclass(eq=False, slots=True)
-class Member:
-    """One ``"key": value`` pair of an object; the key's quotes are inside ``[key_start, key_end)``."""
+class Member(Generic[V]):
+    """One ``key: value`` pair of a JSON object or a YAML mapping; the key (with its quotes) is
+    ``[key_start, key_end)``."""
 
     key: str
     key_start: int
     key_end: int
-    value: Node
+    value: V
 
 
-@dataclass(eq=False, slots=True)
-class Object(Node):
-    """``{`` is at ``start`` and ``}`` at ``end - 1``; members keep their order and duplicates."""
+class Keyed(Generic[V]):
+    """Members in document order, duplicates kept: a JSON object, a YAML mapping."""
 
-    members: list[Member] = field(default_factory=list)
+    __slots__ = ()
+    members: list[Member[V]]
 
-    def find(self, key: str) -> list[Member]:
-        """Every member named ``key``, in document order (more than one means a duplicate key)."""
+    def find(self, key: str) -> list[Member[V]]:
+        """Every member named ``key`` (more than one means a duplicate key)."""
         return [m for m in self.members if m.key == key]
 
     def duplicate_key(self) -> str | None:
@@ -102,6 +95,13 @@ class Object(Node):
                 return member.key
             seen.add(member.key)
         return None
+
+
+@dataclass(eq=False, slots=True)
+class Object(Node, Keyed[Node]):
+    """``{`` is at ``start`` and ``}`` at ``end - 1``."""
+
+    members: list[Member[Node]] = field(default_factory=list)
 
 
 def to_python(node: Node) -> object:
@@ -116,16 +116,18 @@ def to_python(node: Node) -> object:
 
 def position(text: str, index: int) -> str:
     """``line L, column C`` (1-based) of ``index`` in ``text``, for error messages."""
-    line = text.count("\n", 0, index) + 1
-    column = index - (text.rfind("\n", 0, index) + 1) + 1
-    return f"line {line}, column {column}"
+    return f"line {text.count(chr(10), 0, index) + 1}, column {index - line_start(text, index) + 1}"
+
+
+def line_start(text: str, index: int) -> int:
+    return text.rfind("\n", 0, index) + 1
 
 
 def parse(text: str, dialect: Dialect = STRICT, *, start: int = 0) -> Node:
     """Parse the document in ``text[start:]``; raise JsonSyntaxError unless it is exactly one value."""
     scanner = _Scanner(text, dialect)
-    # The tree is acyclic, but building a million nodes triggers the cyclic collector again and
-    # again (half the time of parsing a 20 MB ~/.claude.json); it is paused while we build.
+    # The tree is acyclic, but building many nodes triggers the cycle collector again and again
+    # (docs/benchmarks.md, "lazyctl and the floors"): it is paused while we build.
     collecting = gc.isenabled()
     gc.disable()
     try:
@@ -263,11 +265,8 @@ class Splice:
 
 
 def splice(text: str, edits: list[Splice]) -> str:
-    """Apply ``edits`` to ``text``. Raises ValueError if two edits overlap (a bug of the caller).
-
-    Edits are ordered by position; inserts at the same position keep the order they were given in,
-    and an insert at the start of a replaced span goes before the replacement.
-    """
+    """Apply ``edits`` to ``text`` (an insert at the start of a replaced span goes before the
+    replacement). Raises ValueError if two edits overlap (a bug of the caller)."""
     ordered = sorted(enumerate(edits), key=lambda pair: (pair[1].start, pair[1].end, pair[0]))
     out: list[str] = []
     cursor = 0

@@ -1,9 +1,8 @@
 """The client-neutral view of one MCP registration that the planner reads and the editors write.
 
-A config backend (JSON or TOML) turns each registration it finds into an ``Entry``; the planner
-decides a new ``RegState``; the backend then changes only what differs between the two. Only the
-three fields lazyd ever edits are modelled: everything else in a registration (type, cwd, timeouts,
-permissions, headers) is invisible here and therefore untouched.
+An editor (JSON, YAML or TOML) turns each registration it finds into an ``Entry``; the planner
+decides a new ``RegState``; the editor then changes only what differs. Only the three fields lazyd
+edits are modelled: everything else in a registration is invisible here and therefore untouched.
 """
 
 from __future__ import annotations
@@ -11,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
+
+from lazyd.errors import WrapError
 
 Transport = Literal["stdio", "http", "unknown"]
 
@@ -32,13 +33,8 @@ class RegState:
 
 @dataclass(frozen=True)
 class Entry:
-    """One registration as found in a file.
-
-    ``state`` is None when the registration is remote or unusable; ``problem`` then says why it
-    cannot be edited (a duplicate key on its path, a non-string command...). ``cwd`` is the
-    registration's own working directory setting, if it has one (used by ``--check``), like
-    ``passed_env``.
-    """
+    """One registration as found in a file; ``state`` None with ``problem`` saying why it cannot be
+    edited (remote ones have neither). ``cwd`` and ``passed_env`` are for ``--check``."""
 
     name: str
     project: str | None
@@ -54,6 +50,41 @@ class Entry:
         return self.name if self.project is None else f"{self.name} (project {self.project})"
 
 
+def changed_fields(old: RegState, new: RegState, *, argv: bool = False, env_key: str = "env") -> list[str]:
+    """The names of the fields ``new`` changes, for the report (never their values); ``argv``: the
+    command and args are one field, `command`."""
+    changed = []
+    if argv and (old.command, old.args) != (new.command, new.args):
+        changed.append("command")
+    if not argv and new.command != old.command:
+        changed.append("command")
+    if not argv and new.args != old.args:
+        changed.append("args")
+    if new.env != old.env and (new.env is None or old.env is None):
+        changed.append(env_key)
+    if new.env != old.env and new.env is not None:
+        before = old.env or {}
+        changed += [f"{env_key}.{k}" for k in sorted({*before, *new.env}) if before.get(k, _ABSENT) != new.env.get(k, _ABSENT)]
+    return changed
+
+
+_ABSENT = object()
+
+
+def decode(data: bytes, where: str) -> str:
+    """A config file's text; WrapError when it is not UTF-8."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise WrapError(f"{where} is not UTF-8 (byte {exc.start}); refusing to edit it") from None
+
+
+def newline_of(text: str) -> str:
+    """The line end a file uses, judged by its first line."""
+    first = text.find("\n")
+    return "\r\n" if first > 0 and text[first - 1] == "\r" else "\n"
+
+
 def transport_of(members: Mapping[str, object]) -> Transport:
     """Classify a registration by its members (values only looked at for ``type``)."""
     kind = members.get("type")
@@ -64,9 +95,36 @@ def transport_of(members: Mapping[str, object]) -> Transport:
     return "unknown"
 
 
-def check_state_fields(members: Mapping[str, object], *, argv: bool = False, env_key: str = "env") -> str | None:
-    """Why a stdio registration's command/args/env cannot be edited, or None if they can.
-    `argv`: `command` is the whole argv as an array (opencode's layout), and there is no `args`."""
+def entry_of(name: str, project: str | None, members: Mapping[str, object], problem: str | None = None, *,
+             argv: bool = False, env_key: str = "env", env_vars: bool = False) -> Entry:
+    """The ``Entry`` of a registration with these (plain) members; ``problem`` refuses it.
+    ``argv``: `command` is the whole argv as an array (opencode's layout), and there is no `args`;
+    ``env_vars``: the names in its `env_vars` are passed from the client's environment (Codex)."""
+    transport = transport_of(members)
+    cwd = members.get("cwd")
+    cwd = cwd if isinstance(cwd, str) else None
+    if transport == "stdio" and problem is None:
+        problem = _field_problem(members, argv, env_key)
+    if transport != "stdio" or problem is not None:
+        return Entry(name, project, transport, None, problem, cwd)
+    env = members.get(env_key)
+    command = members["command"]
+    args: tuple[str, ...] | None
+    if argv:
+        assert isinstance(command, list)
+        command, args = command[0], tuple(command[1:])
+    else:
+        listed = members.get("args")
+        args = tuple(listed) if isinstance(listed, list) else None
+    assert isinstance(command, str)
+    passed = members.get("env_vars") if env_vars else None
+    passed_env = tuple(n for n in passed if isinstance(n, str)) if isinstance(passed, list) else ()
+    state = RegState(command, args, dict(env) if isinstance(env, dict) else None)
+    return Entry(name, project, transport, state, None, cwd, passed_env)
+
+
+def _field_problem(members: Mapping[str, object], argv: bool, env_key: str) -> str | None:
+    """Why a stdio registration's command/args/env cannot be edited, or None if they can."""
     command = members.get("command")
     if argv:
         if not (isinstance(command, list) and command and all(isinstance(a, str) for a in command) and command[0]):

@@ -1,25 +1,18 @@
 """What wrap, unwrap, reapply and status decide for one registration. Pure: no files, no I/O.
 
-Given the registration as found (``Entry``), lazyd's record of it (or None) and the user's
-settings, each function returns a ``Decision``: the new fields, the new record, and a one-line
-reason. The rules, in the issue's words and ours:
-
 - **Wrap** a direct stdio registration: ``command`` becomes the shim, the original command goes
-  first in ``args`` (see shimargs for when ``--`` precedes it), each ``--env`` setting becomes a
-  managed ``env`` entry, remembering the value it replaced. A registration already running through
-  the shim is never nested: with a record, wrap updates its managed settings (``--env``, ``--shim``)
-  or reports it unchanged; without one, it is skipped. A registration running through another lazy
-  relay is refused. A registration with an ``env`` also gets the managed setting
-  ``LAZYD_IDENTITY_ENV`` naming its variables, so they always count in its identity.
-- **Reapply** is wrap for registrations lazyd manages: when the client's own setup rewrote one back
-  to a direct command, the new command and args are adopted and wrapped again; managed variables
-  that setup kept at our value are not mistaken for the user's originals.
-- **Unwrap** restores command and args from the wrapped args (so the user's later edits to them
-  survive), drops ``args`` if wrap created it and it is empty again, and restores only the managed
-  variables that still hold the value lazyd set: a value the user changed since is theirs. An env
-  object lazyd created is removed once empty. Without a record, only ``--recover`` unwraps, and
-  it leaves env alone (the originals are unknown).
-- Managed variables whose value the user changed are left alone by wrap and reapply too.
+  first in ``args``, each ``--env`` setting becomes a managed ``env`` entry remembering the value it
+  replaced, and a registration with an ``env`` gets ``LAZYD_IDENTITY_ENV`` naming its variables (so
+  they always count in its identity). One already running through the shim is never nested: with a
+  record its managed settings are updated, without one it is skipped; one running through another
+  lazy relay is refused.
+- **Reapply** is wrap for the registrations lazyd manages: one the client's setup rewrote to run
+  directly is adopted and wrapped again; managed variables that setup kept at our value are not
+  mistaken for the user's originals.
+- **Unwrap** restores command and args from the wrapped args (the user's later edits survive), drops
+  what wrap created once empty again, and restores only the managed variables that still hold
+  lazyd's value. Without a record only ``--recover`` unwraps, leaving env alone.
+- A managed variable whose value the user changed is theirs: wrap and reapply leave it too.
 """
 
 from __future__ import annotations

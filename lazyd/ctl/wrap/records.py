@@ -1,15 +1,11 @@
 """Registration records: what lazyd must remember about a registration it wrapped.
 
-A record holds only what the config file itself cannot tell us later: whether the original had an
-``args`` member and an ``env`` object (so unwrap can remove what wrap created and nothing else),
-the shim settings we manage, and the value each managed variable had before we set it. The
-server's command and args are *not* stored: unwrap takes them from the wrapped args, so a user's
-later edit to them survives, and secrets in args stay out of one more file.
-
-Records live in ``<state dir>/registrations/<hash>.json``, mode 0600 in a 0700 directory, one per
-(client, file, server, project) key; the file name is a hash of the key and the record repeats the
-key, which is checked on load. A record that cannot be read is an error, never silently ignored:
-acting without it could strip a user's own settings.
+Only what the file cannot tell later: whether the original had ``args`` and an ``env`` object (so
+unwrap removes what wrap created and nothing else), the managed shim settings, and each managed
+variable's value before lazyd set it. Command and args are not stored: unwrap takes them from the
+wrapped args, so later edits survive and secrets in args stay out of one more file. One record per
+(client, file, server, project), 0600 under ``<state dir>/registrations/``; an unreadable record is
+an error, never ignored: acting without it could strip a user's own settings.
 """
 
 from __future__ import annotations
@@ -26,8 +22,7 @@ from lazyd.host.privatefiles import write_private
 
 RECORD_VERSION = 1
 RECORDS_DIR_NAME = "registrations"
-_HASH_HEX_CHARS = 32
-# 128 bits of sha256: collision-free for any number of registrations one user will ever have.
+_HASH_HEX_CHARS = 32  # 128 bits of sha256: no collision among one user's registrations
 
 
 @dataclass(frozen=True)

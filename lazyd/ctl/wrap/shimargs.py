@@ -1,21 +1,15 @@
 """How a registration runs through ``lazyd-shim``: which executable, which arguments, which settings.
 
-Rules (each tested against the shim's own parser, which is imported rather than imitated so the two
-can never disagree):
+The shim's own parser is imported, not imitated, so the two never disagree.
 
-- The shim is found next to ``sys.executable`` first (the interpreter's own ``bin/``, where pip put
-  it), then on PATH. A path found next to the interpreter is preferred because PATH entries such as
-  pyenv's ``shims/`` are bash trampolines that add ~50 ms per start and depend on the client's PATH.
-- A wrapped registration's args are ``[COMMAND, ARGS...]``: no ``--``, because some clients check that
-  the first argument is an existing file, and the shim starts COMMAND at its first non-option
-  argument. Only a COMMAND that itself begins with ``-`` (the shim would read it as an option) gets
-  ``--`` in front.
-- A command is "a shim" when it is a known shim path (the one we would write, or one a record
-  remembers) or its basename starts with ``lazyd-shim``, ignoring case: a recognition convention that
-  keeps us from ever nesting one shim inside another.
-- ``--env`` settings are the shim's own ``LAZYD_*`` variables, validated by the shim's parser exactly
-  as the shim will validate them at every client start. ``LAZYD_SERVER`` is refused: it would make
-  the shim ignore the registration's command.
+- The shim is found next to ``sys.executable`` first, then on PATH: PATH entries such as pyenv's
+  ``shims/`` are bash trampolines that slow every start and depend on the client's PATH.
+- Wrapped args are ``[COMMAND, ARGS...]`` without ``--`` (some clients check that the first argument
+  is an existing file); only a COMMAND beginning with ``-`` gets ``--`` in front.
+- A command is "a shim" when it is a known shim path or its basename starts with ``lazyd-shim``
+  (any case): so one shim is never nested inside another.
+- ``--env`` settings are the shim's ``LAZYD_*`` variables, validated by its parser; ``LAZYD_SERVER``
+  is refused (the shim would ignore the registration's command).
 """
 
 from __future__ import annotations
@@ -29,8 +23,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from lazyd.errors import UsageError, WrapError
 
 SHIM_NAME = "lazyd-shim"
-FOREIGN_RELAYS = ("mcp-lazy",)
-# Basename prefixes of other lazy relays: wrapping one of them would chain two relays.
+FOREIGN_RELAYS = ("mcp-lazy",)  # basename prefixes of other lazy relays: wrapping one would chain two
 
 SETTINGS: tuple[str, ...] = (
     "LAZYD_LINGER",
@@ -60,8 +53,7 @@ _REFUSED_SETTINGS = {
 
 
 def _shim_options() -> object:
-    # Imported lazily and dynamically: the shim is its own top-level package (lazyd_shim) that the
-    # type checker cannot see through the editable install, and only wrap needs it.
+    # Dynamically: the shim is its own top-level package, which the type checker cannot see.
     try:
         return importlib.import_module("lazyd_shim.options")
     except ImportError as exc:
@@ -82,9 +74,8 @@ def _shim_parse(argv: Sequence[str], env: Mapping[str, str]) -> tuple[list[str],
 
 
 def daemon_option(args: Sequence[str], env: Mapping[str, str], key: str) -> str | None:
-    """The value the shim would send the daemon for option `key` (``start_timeout``...) when run
-    with `args` and `env`: its flag, else its ``LAZYD_*`` variable; None if neither is set or
-    the shim would refuse them (the wrap reports that elsewhere)."""
+    """The value the shim run with `args` and `env` would send for option `key` (``start_timeout``...);
+    None if it is not set or the shim would refuse it."""
     options = _shim_options()
     try:
         opts = getattr(options, "parse")(list(args), dict(env))
@@ -120,11 +111,8 @@ def check_shim_path(path: str) -> str:
 
 
 def parse_env_pairs(pairs: Iterable[str]) -> dict[str, str]:
-    """Turn ``--env NAME=VALUE`` words into settings, validated as the shim will. Raises UsageError.
-
-    Messages name the setting, never its value: values may be paths or commands users consider
-    private, and the shim's own messages quote them, so those are cut at the setting name.
-    """
+    """``--env NAME=VALUE`` words as settings, validated as the shim will; UsageError naming the
+    setting, never its value (values may be private; the shim's own messages quote them)."""
     settings: dict[str, str] = {}
     for pair in pairs:
         name, has_value, value = pair.partition("=")
@@ -164,11 +152,8 @@ def wrapped_args(command: str, args: Sequence[str]) -> tuple[str, ...]:
 
 
 def command_index(args: Sequence[str]) -> int:
-    """Where the server's command starts in a wrapped registration's args.
-
-    Everything before it is the shim's own options (or ``--``). Raises ValueError, with a message
-    fit for a user, if the shim would not run a command from these args.
-    """
+    """Where the server's command starts in a wrapped registration's args (after the shim's options);
+    ValueError, fit for a user, if the shim would not run a command from them."""
     command, server, meta = _shim_parse(args, {})
     if meta:
         raise ValueError("the shim's args ask for --help or --version, not a server")

@@ -1,17 +1,11 @@
 """Registrations in a TOML client config (Codex CLI's ``[mcp_servers.NAME]``), edited with tomlkit.
 
-tomlkit keeps comments, key order and unedited tables as written; this module adds what it lacks
-for our edits:
-
-- a registration must be a table (``[mcp_servers.x]`` or dotted keys); an inline-table registration,
-  or an inline ``mcp_servers = { ... }``, is refused: rewriting one line that holds a whole
-  registration could not keep its layout. An inline ``env = { ... }`` is fine and stays inline;
-- a string moved between ``command`` and ``args`` is moved as the parsed item, so a literal
-  ``'C:\\x'`` stays literal;
-- wrap inserts the command at the front of ``args`` (single-line arrays by text, so the separator
-  matches the array's own ``", "``; multi-line ones with tomlkit, which copies their indentation);
-  a new env is written as an inline table right in the registration;
-- tomlkit writes ``\\n`` for lines it adds; a file that used CRLF throughout gets CRLF back.
+tomlkit keeps comments, key order and unedited tables as written; this module adds what our edits
+need beyond it: an inline-table registration (or inline ``mcp_servers``) is refused, since one line
+holding a whole registration cannot keep its layout (an inline ``env`` is fine and stays inline); a
+string moved between ``command`` and ``args`` is moved as the parsed item (``'C:\\x'`` stays
+literal); a single-line ``args`` is edited by text so its separator stays the array's own; CRLF
+files get CRLF back (tomlkit writes ``\\n``).
 """
 
 from __future__ import annotations
@@ -23,7 +17,7 @@ import tomlkit.exceptions
 from tomlkit.items import Array, InlineTable, Item, String, Table
 
 from lazyd.errors import WrapError
-from lazyd.ctl.wrap.model import Entry, RegState, check_state_fields, transport_of
+from lazyd.ctl.wrap.model import Entry, RegState, decode, entry_of
 
 _INLINE_REFUSAL = ("an inline-table registration cannot be edited safely; "
                    "rewrite it as a [{container}.{name}] table")  # fmt: skip
@@ -33,10 +27,7 @@ class TomlConfig:
     """One TOML config file: parse once, apply edits to several registrations, render once."""
 
     def __init__(self, data: bytes, *, container: str, where: str) -> None:
-        try:
-            text = data.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise WrapError(f"{where} is not UTF-8 (byte {exc.start}); refusing to edit it") from None
+        text = decode(data, where)
         try:
             self.doc = tomlkit.parse(text)
         except tomlkit.exceptions.TOMLKitError as exc:
@@ -67,31 +58,14 @@ class TomlConfig:
             if not isinstance(item, Mapping):
                 found.append(Entry(name, None, "unknown", None, "the registration is not a table"))
                 continue
-            members = _plain(item)
-            transport = transport_of(members)
-            cwd = members.get("cwd")
-            cwd = cwd if isinstance(cwd, str) else None
             problem = None
             if inline_container or isinstance(item, InlineTable):
                 problem = _INLINE_REFUSAL.format(container=self._container, name=name)
-            if transport != "stdio":
-                found.append(Entry(name, None, transport, None, problem, cwd))
-                continue
-            problem = problem or check_state_fields(members)
-            if problem is not None:
-                found.append(Entry(name, None, transport, None, problem, cwd))
-                continue
-            args = members.get("args")
-            env = members.get("env")
-            state = RegState(str(members["command"]), tuple(args) if isinstance(args, list) else None,
-                             dict(env) if isinstance(env, dict) else None)  # fmt: skip
-            passed = members.get("env_vars")
-            passed_env = tuple(n for n in passed if isinstance(n, str)) if isinstance(passed, list) else ()
-            found.append(Entry(name, None, transport, state, None, cwd, passed_env))
+            found.append(entry_of(name, None, _plain(item), problem, env_vars=True))
         return found
 
-    def apply(self, entry: Entry, new: RegState) -> list[str]:
-        """Edit ``entry``'s table into ``new``; return the changed field names."""
+    def apply(self, entry: Entry, new: RegState) -> None:
+        """Edit ``entry``'s table into ``new``."""
         old = entry.state
         assert old is not None, "only editable entries are applied"
         servers = self._servers()
@@ -99,12 +73,9 @@ class TomlConfig:
         table = servers[entry.name]
         assert isinstance(table, (Table, Mapping))
         items = _items(table)
-        changed: list[str] = []
         if new.command != old.command:
             table["command"] = items.get(new.command, new.command)  # type: ignore[index]
-            changed.append("command")
         if new.args != old.args:
-            changed.append("args")
             if new.args is None:
                 del table["args"]  # type: ignore[attr-defined]
             else:
@@ -115,12 +86,10 @@ class TomlConfig:
         if new.env != old.env:
             if new.env is None:
                 del table["env"]  # type: ignore[attr-defined]
-                changed.append("env")
             elif old.env is None:
                 inline = tomlkit.inline_table()
                 inline.update(new.env)
                 table["env"] = inline  # type: ignore[index]
-                changed += ["env"] + [f"env.{k}" for k in new.env]
             else:
                 env = table["env"]
                 by_text = isinstance(env, InlineTable)
@@ -132,17 +101,13 @@ class TomlConfig:
                             dropped.add(name)
                         else:
                             del env[name]
-                        changed.append(f"env.{name}")
                     elif name not in old.env and by_text:
                         added[name] = new.env[name]
-                        changed.append(f"env.{name}")
                     elif name not in old.env or old.env[name] != new.env[name]:
                         env[name] = new.env[name]
-                        changed.append(f"env.{name}")
                 if dropped or added:
                     assert isinstance(env, InlineTable)
                     table["env"] = _inline_edited(env, dropped, added)  # type: ignore[index]
-        return changed
 
     def _array(self, array: Array | None, old: Sequence[str], new: Sequence[str], items: dict[str, Item]) -> Array | None:
         """The new args array, or None when ``array`` was edited in place."""
@@ -184,15 +149,10 @@ class TomlConfig:
 
 
 def _inline_edited(table: InlineTable, dropped: set[str], added: Mapping[str, object]) -> InlineTable:
-    """``table`` without the members ``dropped`` and with ``added`` appended, by text.
-
-    tomlkit guesses the separator of a new member from the members already there (with one or none
-    it writes ``"a",b = …`` and drops the space before ``}``), and deleting a member leaves the space
-    after its comma behind. Here a table is its head (text after ``{``), its members, the gaps
-    between them (comma and spaces) and its tail (text before ``}``): a new member takes a copy of
-    the table's own last gap, and a member is removed with the gap that joined it, so appending
-    then removing the same members gives back the table's bytes.
-    """
+    """``table`` without the members ``dropped`` and with ``added`` appended, by text: tomlkit
+    guesses a new member's separator badly and leaves a deleted one's space behind. A new member
+    takes a copy of the table's last gap and a removed one goes with the gap that joined it, so
+    appending then removing the same members gives back the table's bytes."""
     head, tail = "", ""
     names: list[str] = []
     members: list[str] = []

@@ -1,22 +1,15 @@
 """Registrations in a YAML client config (Continue's ``mcpServers:`` list), edited in place by splicing.
 
-Continue (``cn``, and the IDE extensions) reads ``config.yaml`` with a list of servers, each named
-by its own ``name`` member: ``mcpServers: [{name, command, args, env, cwd, type, url, ...}]``, in
-block style (``- name: x`` items) or flow style (``- {name: x, command: y}``). The spans come from
-yamlspan.py, and, as with JSON (jsonedit.py), only edited values change, by difference, so that
-wrap and unwrap are inverse at the byte level whenever the user changed nothing in between:
+Continue lists its servers, each named by its own ``name``, in block (``- name: x``) or flow
+(``- {name: x}``) style. As with JSON (jsonedit.py), only edited values change, by difference, so
+wrap and unwrap are inverse at the byte level: a block member or item goes in and out as whole
+lines with its neighbours' indentation, a flow one with its ``, ``; a moved string keeps its source
+spelling where that means the same thing; a new string is plain when YAML reads it back as that
+string (``30m``), else double-quoted (``"true"``).
 
-- a block member or item is inserted or removed as whole lines (its indentation copied from its
-  neighbours, the file's line ends kept); a flow one with the ``, `` that joins it;
-- a string moved between ``command`` and ``args`` keeps its source spelling when that spelling
-  means the same thing where it lands (a plain scalar with a ``,`` cannot go into a flow list);
-- a new string is written plain when YAML would read it back as that same string (``30m``,
-  ``/usr/bin/lazyd-shim``), else double-quoted (``"1"``, ``"true"``, ``"a: b"``).
-
-Refused, with ``Entry.problem``: a server that uses an anchor, alias, tag or merge key (editing it
-would change what the alias means elsewhere, or the other way round), a command, argument or env
-entry written as a block or multi-line scalar, a duplicate key in the server or its env, two
-servers with one name, and command/args/env of the wrong type.
+Refused (``Entry.problem``): anchors, aliases, tags or merge keys in a server (an edit would change
+what an alias means elsewhere), block or multi-line scalars in command, args or env, duplicate
+keys, two servers with one name, and command/args/env of the wrong type.
 """
 
 from __future__ import annotations
@@ -26,18 +19,18 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from lazyd.ctl.wrap.jsonspan import Splice, runs, splice
-from lazyd.ctl.wrap.model import Entry, RegState, check_state_fields, transport_of
-from lazyd.ctl.wrap.yamlnodes import (Alias, Map, Member, Node, Scalar, Seq, column, line_end, line_start,
-                                      resolve_plain, to_python, walk)  # fmt: skip
-from lazyd.ctl.wrap.yamlspan import parse
+from lazyd.ctl.wrap.jsonspan import Member, Splice, line_start, runs, splice
+from lazyd.ctl.wrap.model import Entry, RegState, decode, entry_of, newline_of
+from lazyd.ctl.wrap.yamlspan import (Alias, Map, Node, Scalar, Seq, column, line_end, parse, resolve_plain,
+                                     to_python, walk)  # fmt: skip
 from lazyd.errors import WrapError
 
 BOM = "\ufeff"
 DEFAULT_STEP = 2  # indentation added per level when a file gives no example to copy
-_PLAIN_SAFE = re.compile(r"[A-Za-z0-9_/.~+@=$%^]([A-Za-z0-9_/.~+@=$%^:-]*[A-Za-z0-9_/.~+@=$%^-])?|-[A-Za-z0-9_/.~+@=-][A-Za-z0-9_/.~+@=$%^:-]*")
-# Plain scalars we write ourselves: no spaces, no flow indicators, no ': ' or ' #', not starting
-# with an indicator other than a '-' that begins an option (`-y`, `--port`).
+# Plain scalars we write ourselves: no spaces, flow indicators, ': ' or ' #', no leading indicator
+# but the '-' of an option (`-y`, `--port`).
+_PLAIN_SAFE = re.compile(r"[A-Za-z0-9_/.~+@=$%^]([A-Za-z0-9_/.~+@=$%^:-]*[A-Za-z0-9_/.~+@=$%^-])?"
+                         r"|-[A-Za-z0-9_/.~+@=-][A-Za-z0-9_/.~+@=$%^:-]*")
 
 
 @dataclass(eq=False)
@@ -50,10 +43,7 @@ class YamlConfig:
     """One YAML config file: parse once, apply edits to several registrations, render once."""
 
     def __init__(self, data: bytes, *, container: str, where: str) -> None:
-        try:
-            text = data.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise WrapError(f"{where} is not UTF-8 (byte {exc.start}); refusing to edit it") from None
+        text = decode(data, where)
         self.text = text
         self._where = where
         self._container = container
@@ -62,12 +52,9 @@ class YamlConfig:
         except WrapError as exc:
             raise WrapError(f"{where} cannot be read as YAML: {exc}") from None
         self._ascii = text.isascii()
-        first = text.find("\n")
-        self._newline = "\r\n" if first > 0 and text[first - 1] == "\r" else "\n"
+        self._newline = newline_of(text)
         self._found = self._locate(root)
         self._edits: list[Splice] = []
-
-    # --- finding ------------------------------------------------------------------------------
 
     def entries(self) -> list[Entry]:
         return [found.entry for found in self._found]
@@ -107,21 +94,12 @@ class YamlConfig:
         name = members.get("name")
         if not isinstance(name, str) or not name:
             return _Found(Entry(label, None, "unknown", None, "the registration has no name"), node)
-        transport = transport_of(members)
-        cwd = members.get("cwd")
-        cwd = cwd if isinstance(cwd, str) else None
         problem = self._problem(node)
-        if problem is not None and transport == "unknown":
-            transport = "stdio"  # a merge key or alias may bring its command: refused, never skipped
-        if transport != "stdio" or problem is not None:
-            return _Found(Entry(name, None, transport, None, problem, cwd), node)
-        problem = check_state_fields(members)
-        if problem is not None:
-            return _Found(Entry(name, None, transport, None, problem, cwd), node)
-        args, env = members.get("args"), members.get("env")
-        state = RegState(members["command"], tuple(args) if isinstance(args, list) else None,
-                         dict(env) if isinstance(env, dict) else None)  # fmt: skip
-        return _Found(Entry(name, None, transport, state, None, cwd), node)
+        entry = entry_of(name, None, members, problem)
+        if problem is not None and entry.transport == "unknown":
+            # A merge key or alias may bring its command: refused, never skipped.
+            entry = Entry(name, None, "stdio", None, problem, entry.cwd)
+        return _Found(entry, node)
 
     def _problem(self, reg: Map) -> str | None:
         if any(n.anchor is not None or n.tag is not None or isinstance(n, Alias) for n in walk(reg)) or reg.find("<<"):
@@ -141,10 +119,8 @@ class YamlConfig:
                     return f"its {member.key} list shares a line with another item"
         return None
 
-    # --- editing ------------------------------------------------------------------------------
-
-    def apply(self, entry: Entry, new: RegState) -> list[str]:
-        """Queue the splices that turn ``entry``'s registration into ``new``; return changed field names."""
+    def apply(self, entry: Entry, new: RegState) -> None:
+        """Queue the splices that turn ``entry``'s registration into ``new``."""
         found = next(f for f in self._found if f.entry is entry)
         old = entry.state
         assert found.node is not None and old is not None, "only editable entries are applied"
@@ -152,15 +128,12 @@ class YamlConfig:
         # Source spellings by value: the arguments' first where the command is edited (unwrap
         # moves the first one back), the command's first where args are (wrap moves it there).
         command_raw, args_raw = self._raw_strings(reg, ("args", "command")), self._raw_strings(reg, ("command", "args"))
-        changed: list[str] = []
         removals: list[int] = []
         command = _member(reg, "command")
         if new.command != old.command:
             self._edits.append(Splice(command.value.start, command.value.end,
                                       self._scalar(new.command, command_raw, flow=reg.flow)))  # fmt: skip
-            changed.append("command")
         if new.args != old.args:
-            changed.append("args")
             if new.args is None:
                 removals.append(reg.members.index(_member(reg, "args")))
             elif old.args is None:
@@ -172,21 +145,16 @@ class YamlConfig:
         if new.env != old.env:
             if new.env is None:
                 removals.append(reg.members.index(_member(reg, "env")))
-                changed.append("env")
             elif old.env is None:
                 self._insert_member(reg, reg.members[-1], "env", self._new_map(reg, new.env))
-                changed += ["env"] + [f"env.{k}" for k in new.env]
             else:
                 env = _member(reg, "env").value
                 assert isinstance(env, Map)
-                changed += self._edit_env(env, old.env, new.env)
+                self._edit_env(env, old.env, new.env)
         self._remove_members(reg, removals)  # together: neighbours are one splice
-        return changed
 
     def render(self) -> bytes:
         return splice(self.text, self._edits).encode("utf-8")
-
-    # --- scalars ------------------------------------------------------------------------------
 
     def _raw_strings(self, reg: Map, order: tuple[str, str]) -> dict[str, Scalar]:
         """Command and args strings by value, so a moved string keeps its quoting: of a value
@@ -209,8 +177,6 @@ class YamlConfig:
         if _PLAIN_SAFE.fullmatch(value) and resolve_plain(value) == value:
             return value
         return json.dumps(value, ensure_ascii=self._ascii)
-
-    # --- members ------------------------------------------------------------------------------
 
     def _indent(self, reg: Map) -> str:
         return " " * column(self.text, reg.members[0].key_start)
@@ -248,7 +214,7 @@ class YamlConfig:
         # A block collection value starts on the next line ("args:" + lines); a scalar after ": ".
         return f"{key}:{value}" if value.startswith(self._newline) else f"{key}: {value}"
 
-    def _insert_member(self, reg: Map, after: Member, key: str, value: str) -> None:
+    def _insert_member(self, reg: Map, after: Member[Node], key: str, value: str) -> None:
         text = self._member_text(key, value)
         if reg.flow:
             self._edits.append(Splice(after.value.end, after.value.end, ", " + text))
@@ -258,9 +224,6 @@ class YamlConfig:
             self._edits.append(Splice(end + 1, end + 1, self._indent(reg) + text + self._newline))
         else:
             self._edits.append(Splice(end, end, self._newline + self._indent(reg) + text))
-
-    def _remove_member(self, reg: Map, member: Member) -> None:
-        self._remove_members(reg, [reg.members.index(member)])
 
     def _remove_members(self, reg: Map, indices: Sequence[int]) -> None:
         """Remove members, each run of neighbours as one splice (so that no two edits overlap)."""
@@ -295,8 +258,6 @@ class YamlConfig:
             if cut > 0 and t[cut - 1] == "\r":
                 cut -= 1
             self._edits.append(Splice(cut, end, ""))
-
-    # --- sequences and env ----------------------------------------------------------------------
 
     def _edit_seq(self, seq: Seq, old: Sequence[str], new: Sequence[str], raw: Mapping[str, Scalar]) -> None:
         grow = len(new) - len(old)
@@ -341,20 +302,13 @@ class YamlConfig:
                 return gap
         return ", "
 
-    def _edit_env(self, env: Map, old: Mapping[str, object], new: Mapping[str, object]) -> list[str]:
-        changed: list[str] = []
-        removed = [i for i, member in enumerate(env.members) if member.key not in new]
-        self._remove_members(env, removed)
+    def _edit_env(self, env: Map, old: Mapping[str, object], new: Mapping[str, object]) -> None:
+        self._remove_members(env, [i for i, member in enumerate(env.members) if member.key not in new])
         for member in env.members:
-            if member.key not in new:
-                changed.append(f"env.{member.key}")
-            elif old.get(member.key) != new[member.key]:
-                node = member.value
-                self._edits.append(Splice(node.start, node.end, self._value(new[member.key])))
-                changed.append(f"env.{member.key}")
+            if member.key in new and old.get(member.key) != new[member.key]:
+                self._edits.append(Splice(member.value.start, member.value.end, self._value(new[member.key])))
         added = {k: v for k, v in new.items() if k not in old}
         if added:
-            changed += [f"env.{k}" for k in added]
             if not env.members:
                 body = ", ".join(f"{self._scalar(k, {}, flow=True)}: {self._value(v)}" for k, v in added.items())
                 self._edits.append(Splice(env.start + 1, env.start + 1, body))
@@ -362,9 +316,8 @@ class YamlConfig:
                 last = env.members[-1]
                 for key, setting in added.items():
                     self._insert_member(env, last, self._scalar(key, {}, flow=True), self._value(setting))
-        return changed
 
 
-def _member(reg: Map, key: str) -> Member:
+def _member(reg: Map, key: str) -> Member[Node]:
     return next(m for m in reg.members if m.key == key)
 

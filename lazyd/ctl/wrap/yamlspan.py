@@ -1,502 +1,259 @@
 """A YAML reader that remembers where every node is, for editing a config without moving a byte.
 
-Continue keeps its MCP servers in YAML. To splice values in and out of such a file the way the JSON
-editor does (jsonspan.py), we need the span of every node, which YAML libraries do not keep well
-enough (round-trip loaders re-emit the text; only the spans we replace may change). This module
-owns that, and nothing about MCP.
-
-What it reads: one document (an optional ``---`` first), block mappings and block sequences
-(including the compact ``key:`` / ``- item`` at the key's indentation and ``- key: value`` items),
-flow sequences and mappings over one or several lines, plain, single- and double-quoted scalars
-(also over several lines), literal and folded block scalars, comments, anchors, aliases and tags.
-Plain scalars resolve by YAML 1.2's core schema (``null``, ``true``, ``8080``, ``1.5`` are not
-strings), which is what Continue's YAML library does.
-
-What it refuses, with a WrapError naming line and column: directives, several documents,
-tabs in indentation, complex (``?``) keys, keys that are collections or span lines, and anything
-it cannot place. It errs toward refusing: a file we cannot read exactly is a file we must not edit.
-
-Each node carries ``anchor``/``tag`` as written and ``multiline`` for a scalar that spans lines;
-editors decide what they will touch. A mapping keeps duplicate keys, in order.
+PyYAML's event stream carries where each scalar and flow collection starts and ends; this builds
+from it nodes with their spans (a block collection spans from its first indicator to the end of
+its last node), and the value of a plain scalar by YAML 1.2's core schema, as Continue's own
+library reads it (PyYAML alone would read ``yes`` as true). Several documents, directives, and
+keys that are collections, carry properties or span lines are refused with a WrapError naming
+line and column: a file we cannot read exactly is one we must not edit.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 
-from lazyd.ctl.wrap.yamlnodes import (Alias, Map, Member, Node, Scalar, Seq, column, line_end, line_start,
-                                      position, resolve_plain)  # fmt: skip
+import yaml
+import yaml.events as ev
+
+from lazyd.ctl.wrap.jsonspan import Keyed, Member, line_start, position
 from lazyd.errors import WrapError
 
-MAX_NESTING_DEPTH = 100
-# Client configs nest a handful of levels; this keeps the recursive reader far from Python's limit.
+MAX_NESTING_DEPTH = 100  # configs nest a handful of levels; the recursive builder stays far from Python's limit
 
 
-_ESCAPES = {"0": "\0", "a": "\a", "b": "\b", "t": "\t", "\t": "\t", "n": "\n", "v": "\v", "f": "\f",
-            "r": "\r", "e": "\x1b", " ": " ", '"': '"', "/": "/", "\\": "\\", "N": "\x85", "_": "\xa0",
-            "L": "\u2028", "P": "\u2029"}  # fmt: skip
-_HEX_ESCAPES = {"x": 2, "u": 4, "U": 8}
-_FLOW_INDICATORS = ",[]{}"
+@dataclass(eq=False, slots=True)
+class Node:
+    """``text[start:end]`` is the node's exact source (properties such as ``&a`` not included)."""
+
+    start: int
+    end: int
+    anchor: str | None = None
+    tag: str | None = None
 
 
-class _Reader:
-    def __init__(self, text: str, start: int) -> None:
-        self.text = text
-        self.start = start
+@dataclass(eq=False, slots=True)
+class Scalar(Node):
+    value: object = None
+    style: str = "plain"  # plain, ', ", | or >; "empty" for an absent value (``key:`` alone)
+    multiline: bool = False
 
-    def fail(self, index: int, message: str) -> WrapError:
-        return WrapError(f"{message} at {position(self.text, index)}")
 
-    # --- whitespace -----------------------------------------------------------------------------
+@dataclass(eq=False, slots=True)
+class Alias(Node):
+    name: str = ""
 
-    def skip_inline(self, i: int) -> int:
-        """Past spaces (and a comment) on this line; stops at the newline or the next token."""
-        t = self.text
-        while i < len(t) and t[i] in " \t":
-            i += 1
-        if i < len(t) and t[i] == "#" and (i == 0 or t[i - 1] in " \t\n"):
-            i = line_end(t, i)
-        return i
 
-    def next_token(self, i: int) -> int:
-        """The next content position past spaces, comments and line breaks (``len`` at the end)."""
-        t = self.text
-        while True:
-            i = self.skip_inline(i)
-            if i < len(t) and t[i] == "\r" and t[i + 1 : i + 2] == "\n":
-                i += 1
-            if i >= len(t) or t[i] != "\n":
-                return i
-            i += 1
-            while i < len(t) and t[i] == " ":
-                i += 1
-            if i < len(t) and t[i] == "\t" and not self.at_line_end(self.skip_inline(i)):
-                raise self.fail(i, "a tab in indentation")
+@dataclass(eq=False, slots=True)
+class Seq(Node):
+    items: list[Node] = field(default_factory=list)
+    flow: bool = False
+    marks: list[int] = field(default_factory=list)  # where each block item's '-' is
 
-    def at_line_end(self, i: int) -> bool:
-        t = self.text
-        return i >= len(t) or t[i] == "\n" or (t[i] == "\r" and t[i + 1 : i + 2] == "\n")
 
-    # --- document ---------------------------------------------------------------------------------
+@dataclass(eq=False, slots=True)
+class Map(Node, Keyed[Node]):
+    members: list[Member[Node]] = field(default_factory=list)
+    flow: bool = False
 
-    def document(self) -> Node | None:
-        t = self.text
-        i = self.next_token(self.start)
-        if i < len(t) and t[i] == "%" and column(t, i) == 0:
-            raise self.fail(i, "a YAML directive (not supported)")
-        if t.startswith("---", i) and column(t, i) == 0 and (i + 3 >= len(t) or t[i + 3] in " \t\r\n"):
-            after = self.skip_inline(i + 3)
-            if not self.at_line_end(after):
-                raise self.fail(after, "content after ---")
-            i = self.next_token(after)
-        if i >= len(t):
-            return None
-        if self._marker(i):
-            raise self.fail(i, "several YAML documents (not supported)")
-        node, end = self.block_node(-1, i, 0)
-        rest = self.next_token(end)
-        if rest < len(t):
-            if self._marker(rest):
-                raise self.fail(rest, "several YAML documents (not supported)")
-            raise self.fail(rest, "unexpected content")
-        return node
 
-    def _marker(self, i: int) -> bool:
-        t = self.text
-        return column(t, i) == 0 and (t.startswith("---", i) or t.startswith("...", i)) and (
-            i + 3 >= len(t) or t[i + 3] in " \t\r\n")
+def to_python(node: Node, anchors: dict[str, object] | None = None) -> object:
+    """The plain value (the last of duplicate keys wins); an alias is its anchor's value (None if
+    undefined). Merge keys (``<<``) are left as members: editors refuse servers that use them."""
+    anchors = {} if anchors is None else anchors
+    value: object
+    if isinstance(node, Scalar):
+        value = node.value
+    elif isinstance(node, Alias):
+        value = anchors.get(node.name)
+    elif isinstance(node, Seq):
+        value = [to_python(item, anchors) for item in node.items]
+    else:
+        assert isinstance(node, Map)
+        value = {m.key: to_python(m.value, anchors) for m in node.members}
+    if node.anchor is not None:
+        anchors[node.anchor] = value
+    return value
 
-    # --- block context ----------------------------------------------------------------------------
 
-    def properties(self, i: int) -> tuple[str | None, str | None, int]:
-        t = self.text
-        anchor = tag = None
-        while i < len(t) and t[i] in "&!":
-            j = i + 1
-            while j < len(t) and t[j] not in " \t\r\n" + _FLOW_INDICATORS:
-                j += 1
-            if t[i] == "&":
-                if anchor is not None or j == i + 1:
-                    raise self.fail(i, "a bad anchor")
-                anchor = t[i + 1 : j]
-            else:
-                if tag is not None:
-                    raise self.fail(i, "two tags")
-                tag = t[i:j]
-            i = j
-            while i < len(t) and t[i] in " \t":
-                i += 1
-        return anchor, tag, i
+def walk(node: Node) -> list[Node]:
+    """``node`` and every node inside it."""
+    found = [node]
+    if isinstance(node, Seq):
+        for item in node.items:
+            found += walk(item)
+    elif isinstance(node, Map):
+        for member in node.members:
+            found += walk(member.value)
+    return found
 
-    def block_node(self, parent: int, i: int, depth: int) -> tuple[Node, int]:
-        """The node starting at ``i`` in a block collection indented ``parent``; (node, end)."""
-        if depth > MAX_NESTING_DEPTH:
-            raise self.fail(i, "nesting too deep")
-        t = self.text
-        anchor, tag, j = self.properties(i)
-        if j != i and (self.at_line_end(self.skip_inline(j))):
-            # Properties alone on their line: the node follows on the next lines.
-            k = self.next_token(j)
-            if k < len(t) and column(t, k) > parent:
-                node, end = self.block_node(parent, k, depth + 1)
-                if node.anchor or node.tag:
-                    raise self.fail(k, "two sets of properties")
-                node.anchor, node.tag = anchor, tag
-                return node, end
-            return Scalar(j, j, anchor, tag, None, "empty"), j
-        i = j
-        c = column(t, i)
-        if t[i] == "-" and (i + 1 >= len(t) or t[i + 1] in " \t\r\n"):
-            if anchor or tag:
-                node, end = self.block_seq(c, i, depth)
-                node.anchor, node.tag = anchor, tag
-                return node, end
-            return self.block_seq(c, i, depth)
-        if t[i] == "?" and (i + 1 >= len(t) or t[i + 1] in " \t\r\n"):
-            raise self.fail(i, "a complex mapping key (not supported)")
-        if t[i] in "|>":
-            node, end = self.block_scalar(parent, i)
-        elif t[i] == "*":
-            node, end = self.alias(i)
-        elif t[i] in "[{":
-            node, end = self.flow_node(i, depth + 1)
-        elif t[i] in "'\"":
-            node, end = self.quoted(i)
-        else:
-            node, end = self.plain(i, parent, flow=False)
-        after = end
-        while after < len(t) and t[after] in " \t":  # `key : value` is a key too
-            after += 1
-        is_key = after < len(t) and t[after] == ":" and (after + 1 >= len(t) or t[after + 1] in " \t\r\n")
-        if is_key:
-            if anchor or tag:
-                # Properties before the first key belong to the mapping only when on a line of their own.
-                raise self.fail(i, "an anchor or tag on a mapping key (not supported)")
-            return self.block_map(c, i, depth)
-        node.anchor, node.tag = anchor, tag
-        return node, end
 
-    def key(self, i: int) -> tuple[str, int, int]:
-        """A block mapping key at ``i``: (text, key end, index past the ':')."""
-        t = self.text
-        if t[i] in "'\"":
-            node, end = self.quoted(i)
-            if node.multiline:
-                raise self.fail(i, "a key over several lines")
-            after = end
-            while after < len(t) and t[after] in " \t":
-                after += 1
-        elif t[i] in "[{":
-            raise self.fail(i, "a collection as a mapping key (not supported)")
-        elif t[i] in "&!*":
-            raise self.fail(i, "an anchor, tag or alias on a mapping key (not supported)")
-        else:
-            node, end = self.plain(i, -1, flow=False, key=True)
-            after = end
-            while after < len(t) and t[after] in " \t":
-                after += 1
-        if after >= len(t) or t[after] != ":" or not (after + 1 >= len(t) or t[after + 1] in " \t\r\n"):
-            raise self.fail(i, "expected a 'key:' here")
-        # A key is compared as written (`1:` is the key "1"); a quoted one as decoded.
-        return (t[i:end] if node.style == "plain" else str(node.value)), end, after + 1
+_NULLS = {"", "~", "null", "Null", "NULL"}
+_TRUE = {"true", "True", "TRUE"}
+_FALSE = {"false", "False", "FALSE"}
+_INT = re.compile(r"[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+")
+_FLOAT = re.compile(r"[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?|[-+]?\.(inf|Inf|INF)|\.(nan|NaN|NAN)")
 
-    def block_map(self, c: int, i: int, depth: int) -> tuple[Map, int]:
-        t = self.text
-        result = Map(i, i)
-        end = i
-        while True:
-            key, key_end, j = self.key(i)
-            value, end = self.block_value(c, j, depth, allow_compact_seq=True)
-            result.members.append(Member(key, i, key_end, value))
-            result.end = end
-            k = self.next_token(end)
-            if k >= len(t) or column(t, k) < c or self._marker(k):
-                return result, end
-            if column(t, k) > c:
-                raise self.fail(k, "bad indentation")
-            i = k
 
-    def block_value(self, c: int, j: int, depth: int, allow_compact_seq: bool) -> tuple[Node, int]:
-        """The value after a ':' (or '-') at column ``c``; ``j`` is just past the indicator."""
-        t = self.text
-        k = self.skip_inline(j)
-        if self.at_line_end(k):
-            n = self.next_token(k)
-            if n < len(t) and not self._marker(n):
-                if column(t, n) > c:
-                    return self.block_node(c, n, depth + 1)
-                if allow_compact_seq and column(t, n) == c and t[n] == "-" and (n + 1 >= len(t) or t[n + 1] in " \t\r\n"):
-                    return self.block_seq(c, n, depth + 1)
-            return Scalar(j, j, None, None, None, "empty"), j
-        node, end = self.block_node(c, k, depth + 1)
-        if allow_compact_seq and isinstance(node, Map | Seq) and not node.flow:
-            # `key: a: b` or `key: - a`: only a sequence item may open a block collection on its line.
-            raise self.fail(k, "a block collection on its key's line")
-        return node, end
+def resolve_plain(text: str) -> object:
+    """A plain scalar's value by the YAML 1.2 core schema."""
+    if text in _NULLS:
+        return None
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    if _INT.fullmatch(text):
+        if text.startswith("0o"):
+            return int(text[2:], 8)
+        return int(text, 16) if text.startswith("0x") else int(text)
+    if _FLOAT.fullmatch(text):
+        lowered = text.lower()
+        if lowered.endswith("inf"):
+            return float("-inf") if lowered.startswith("-") else float("inf")
+        return float("nan") if lowered.endswith("nan") else float(text)
+    return text
 
-    def block_seq(self, c: int, i: int, depth: int) -> tuple[Seq, int]:
-        t = self.text
-        result = Seq(i, i)
-        while True:
-            item, end = self.block_value(c, i + 1, depth, allow_compact_seq=False)
-            result.items.append(item)
-            result.marks.append(i)
-            result.end = max(end, i + 1)
-            k = self.next_token(result.end)
-            if k >= len(t) or column(t, k) < c or self._marker(k):
-                return result, result.end
-            if column(t, k) > c or t[k] != "-" or not (k + 1 >= len(t) or t[k + 1] in " \t\r\n"):
-                if column(t, k) == c:
-                    return result, result.end  # a compact sequence ends at its mapping's next key
-                raise self.fail(k, "bad indentation")
-            i = k
 
-    # --- scalars ----------------------------------------------------------------------------------
+def line_end(text: str, index: int) -> int:
+    """The index of the newline ending ``index``'s line (``len(text)`` on the last line)."""
+    end = text.find("\n", index)
+    return len(text) if end < 0 else end
 
-    def alias(self, i: int) -> tuple[Alias, int]:
-        t = self.text
-        j = i + 1
-        while j < len(t) and t[j] not in " \t\r\n" + _FLOW_INDICATORS:
-            j += 1
-        if j == i + 1:
-            raise self.fail(i, "a bad alias")
-        return Alias(i, j, name=t[i + 1 : j]), j
 
-    def plain(self, i: int, parent: int, *, flow: bool, key: bool = False) -> tuple[Scalar, int]:
-        """A plain scalar from ``i``. In block context, lines indented past ``parent`` continue it
-        (folded into one space, or a newline per blank line); a comment ends it."""
-        t = self.text
-        stops = " \t\r\n" + (_FLOW_INDICATORS if flow else "")
-        if t[i] in "#,[]{}&*!|>'\"%@`" or (t[i] in "-?:" and (i + 1 >= len(t) or t[i + 1] in stops)):
-            raise self.fail(i, "a scalar cannot start here")
-        pieces: list[str] = []
-        piece_start = end = j = i
-        while True:
-            while j < len(t) and t[j] not in "\r\n":
-                ch = t[j]
-                if (ch == ":" and (j + 1 >= len(t) or t[j + 1] in stops)) or (ch == "#" and t[j - 1] in " \t"):
-                    break
-                if flow and ch in _FLOW_INDICATORS:
-                    break
-                j += 1
-            piece_end = j
-            while piece_end > piece_start and t[piece_end - 1] in " \t":
-                piece_end -= 1
-            pieces.append(t[piece_start:piece_end])
-            end = piece_end
-            if key or (j < len(t) and t[j] not in "\r\n"):
-                break  # stopped at ':', a comment or a flow indicator
-            n = self.next_token(j)
-            if n >= len(t) or self._marker(n) or "#" in t[j:n] or (not flow and column(t, n) <= parent):
-                break
-            if flow and t[n] in _FLOW_INDICATORS + ":":
-                break
-            blank_lines = t.count("\n", j, n) - 1
-            pieces.append("\n" * blank_lines if blank_lines else " ")
-            piece_start = j = n
-        if len(pieces) == 1:
-            return Scalar(i, end, None, None, resolve_plain(pieces[0]), "plain", False), end
-        return Scalar(i, end, None, None, "".join(pieces), "plain", True), end
-
-    def quoted(self, i: int) -> tuple[Scalar, int]:
-        t = self.text
-        quote = t[i]
-        j = i + 1
-        out: list[str] = []
-        multiline = False
-        while True:
-            if j >= len(t):
-                raise self.fail(i, "an unterminated quoted scalar")
-            ch = t[j]
-            if ch == quote:
-                if quote == "'" and t[j + 1 : j + 2] == "'":
-                    out.append("'")
-                    j += 2
-                    continue
-                return Scalar(i, j + 1, None, None, "".join(out), quote, multiline), j + 1
-            if ch == "\\" and quote == '"':
-                esc = t[j + 1 : j + 2]
-                if esc in _ESCAPES:
-                    out.append(_ESCAPES[esc])
-                    j += 2
-                elif esc in _HEX_ESCAPES:
-                    digits = t[j + 2 : j + 2 + _HEX_ESCAPES[esc]]
-                    if len(digits) != _HEX_ESCAPES[esc] or not all(d in "0123456789abcdefABCDEF" for d in digits):
-                        raise self.fail(j, "a bad escape")
-                    out.append(chr(int(digits, 16)))
-                    j += 2 + len(digits)
-                elif esc in ("\n", "\r"):
-                    multiline = True
-                    j = self._fold_break(j + 1, out, escaped=True)
-                else:
-                    raise self.fail(j, "a bad escape")
-                continue
-            if ch in "\r\n":
-                multiline = True
-                while out and out[-1] in (" ", "\t"):
-                    out.pop()
-                j = self._fold_break(j, out, escaped=False)
-                continue
-            out.append(ch)
-            j += 1
-
-    def _fold_break(self, j: int, out: list[str], *, escaped: bool) -> int:
-        """Past a line break inside a quoted scalar and the next line's indentation; folds it."""
-        t = self.text
-        breaks = 0
-        while j < len(t) and t[j] in " \t\r\n":
-            if t[j] == "\n":
-                breaks += 1
-            j += 1
-        if self._marker(line_start(t, j)) and column(t, j) == 0:
-            raise self.fail(j, "a document marker inside a quoted scalar")
-        if not escaped:
-            out.append("\n" * (breaks - 1) if breaks > 1 else " ")
-        elif breaks > 1:
-            out.append("\n" * (breaks - 1))
-        return j
-
-    def block_scalar(self, parent: int, i: int) -> tuple[Scalar, int]:
-        t = self.text
-        style = t[i]
-        j = i + 1
-        indent_indicator = 0
-        chomp = "clip"
-        while j < len(t) and t[j] in "+-123456789":
-            if t[j] in "+-":
-                chomp = "keep" if t[j] == "+" else "strip"
-            else:
-                indent_indicator = int(t[j])
-            j += 1
-        k = self.skip_inline(j)
-        if not self.at_line_end(k):
-            raise self.fail(k, "content after a block scalar indicator")
-        lines: list[str] = []
-        end = k
-        pos = line_end(t, k) + 1
-        content_indent = max(parent, 0) + indent_indicator if indent_indicator else None
-        while pos <= len(t):
-            e = line_end(t, pos)
-            line = t[pos:e].rstrip("\r")
-            stripped = line.lstrip(" ")
-            spaces = len(line) - len(stripped)
-            if not stripped:
-                lines.append("")
-                if e >= len(t):
-                    break
-                pos = e + 1
-                continue
-            if content_indent is None:
-                if spaces <= parent:
-                    break
-                content_indent = spaces
-            if spaces < content_indent:
-                break
-            lines.append(line[content_indent:])
-            end = e if not t[pos:e].endswith("\r") else e - 1
-            if e >= len(t):
-                break
-            pos = e + 1
-        trailing = 0
-        while lines and lines[-1] == "" and len(lines) > 0:
-            lines.pop()
-            trailing += 1
-        if style == "|":
-            body = "\n".join(lines)
-        else:
-            # Folding: a lone line break is a space, each further one a newline (more-indented
-            # lines, which keep theirs, are not told apart: folded values are never edited).
-            body = re.sub(r"\n(\n*)", lambda m: m.group(1) or " ", "\n".join(lines))
-        if body and chomp != "strip":
-            body += "\n" + ("\n" * trailing if chomp == "keep" else "")
-        return Scalar(i, end, None, None, body, style, True), end
-
-    # --- flow context -----------------------------------------------------------------------------
-
-    def flow_node(self, i: int, depth: int) -> tuple[Node, int]:
-        if depth > MAX_NESTING_DEPTH:
-            raise self.fail(i, "nesting too deep")
-        t = self.text
-        anchor, tag, j = self.properties(i)
-        i = j
-        if i >= len(t):
-            raise self.fail(i, "unexpected end in a flow collection")
-        ch = t[i]
-        node: Node
-        if ch == "[":
-            node, end = self.flow_seq(i, depth)
-        elif ch == "{":
-            node, end = self.flow_map(i, depth)
-        elif ch == "*":
-            node, end = self.alias(i)
-        elif ch in "'\"":
-            node, end = self.quoted(i)
-        else:
-            node, end = self.plain(i, -1, flow=True)
-        node.anchor, node.tag = anchor, tag
-        return node, end
-
-    def flow_seq(self, i: int, depth: int) -> tuple[Seq, int]:
-        t = self.text
-        result = Seq(i, i, flow=True)
-        j = self.next_token(i + 1)
-        while True:
-            if j >= len(t):
-                raise self.fail(i, "an unterminated flow sequence")
-            if t[j] == "]":
-                result.end = j + 1
-                return result, j + 1
-            item, end = self.flow_node(j, depth + 1)
-            k = self.next_token(end)
-            if k < len(t) and t[k] == ":":
-                raise self.fail(j, "a key: value pair inside a flow sequence (not supported)")
-            result.items.append(item)
-            if k < len(t) and t[k] == ",":
-                j = self.next_token(k + 1)
-            elif k < len(t) and t[k] == "]":
-                j = k
-            else:
-                raise self.fail(k, "expected ',' or ']'")
-
-    def flow_map(self, i: int, depth: int) -> tuple[Map, int]:
-        t = self.text
-        result = Map(i, i, flow=True)
-        j = self.next_token(i + 1)
-        while True:
-            if j >= len(t):
-                raise self.fail(i, "an unterminated flow mapping")
-            if t[j] == "}":
-                result.end = j + 1
-                return result, j + 1
-            if t[j] in "[{&!*?":
-                raise self.fail(j, "a key that is not a scalar (not supported)")
-            if t[j] in "'\"":
-                key_node, key_end = self.quoted(j)
-            else:
-                key_node, key_end = self.plain(j, -1, flow=True)
-            if key_node.multiline:
-                raise self.fail(j, "a key over several lines")
-            key = t[j:key_end] if key_node.style == "plain" else str(key_node.value)
-            k = self.next_token(key_end)
-            if k < len(t) and t[k] == ":":
-                v = self.next_token(k + 1)
-                if v < len(t) and t[v] in ",}":
-                    value: Node = Scalar(k + 1, k + 1, None, None, None, "empty")
-                    end = k + 1
-                else:
-                    value, end = self.flow_node(v, depth + 1)
-            else:
-                value, end = Scalar(key_end, key_end, None, None, None, "empty"), key_end
-            result.members.append(Member(key, j, key_end, value))
-            n = self.next_token(end)
-            if n < len(t) and t[n] == ",":
-                j = self.next_token(n + 1)
-            elif n < len(t) and t[n] == "}":
-                j = n
-            else:
-                raise self.fail(n, "expected ',' or '}'")
+def column(text: str, index: int) -> int:
+    return index - line_start(text, index)
 
 
 def parse(text: str, start: int = 0) -> Node | None:
     """Read the document in ``text`` (from ``start``, past a byte-order mark); None if empty."""
-    return _Reader(text, start).document()
+    try:
+        events = list(yaml.parse(text[start:], Loader=yaml.SafeLoader))
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        raise WrapError(f"{exc.context + ': ' if exc.context else ''}{exc.problem}{where}") from None
+    except yaml.YAMLError as exc:
+        raise WrapError(" ".join(str(exc).split())) from None
+    return _Builder(text, start).document(events)
+
+
+class _Builder:
+    def __init__(self, text: str, offset: int) -> None:
+        self.text = text
+        self.offset = offset
+
+    def fail(self, index: int, message: str) -> WrapError:
+        return WrapError(f"{message} at {position(self.text, index)}")
+
+    def at(self, mark: yaml.Mark) -> int:
+        return self.offset + int(mark.index)
+
+    def document(self, events: list[ev.Event]) -> Node | None:
+        starts = [e for e in events if isinstance(e, ev.DocumentStartEvent)]
+        if len(starts) > 1:
+            raise self.fail(self.at(starts[1].start_mark), "several YAML documents (not supported)")
+        if not starts:
+            return None
+        if starts[0].version is not None or starts[0].tags:
+            raise self.fail(self.at(starts[0].start_mark), "a YAML directive (not supported)")
+        stream = iter(events[events.index(starts[0]) + 1 :])
+        node = self.node(next(stream), stream, 0)
+        if isinstance(node, Scalar) and node.style == "empty" and node.anchor is None and node.tag is None:
+            return None
+        return node
+
+    def node(self, event: ev.Event, stream: Iterator[ev.Event], depth: int) -> Node:
+        start, end = self.at(event.start_mark), self.at(event.end_mark)
+        if depth > MAX_NESTING_DEPTH:
+            raise self.fail(start, "nesting too deep")
+        if isinstance(event, ev.AliasEvent):
+            return Alias(start, end, name=str(event.anchor))
+        assert isinstance(event, ev.NodeEvent)
+        if event.anchor is not None or event.tag is not None:
+            start = self.past_properties(start)
+        node: Node
+        if isinstance(event, ev.ScalarEvent):
+            node = self.scalar(event, start, end)
+        elif isinstance(event, ev.SequenceStartEvent):
+            node = self.seq(event, stream, start, depth)
+        else:
+            assert isinstance(event, ev.MappingStartEvent)
+            node = self.map(event, stream, start, depth)
+        node.anchor, node.tag = event.anchor, event.tag
+        return node
+
+    def past_properties(self, i: int) -> int:
+        """Past ``&anchor`` and ``!tag`` (and the spaces after them): where the node itself starts."""
+        t = self.text
+        while i < len(t) and t[i] in "&!":
+            while i < len(t) and t[i] not in " \t\r\n,[]{}":
+                i += 1
+            while i < len(t) and t[i] in " \t\r\n":
+                i += 1
+        return i
+
+    def scalar(self, event: ev.ScalarEvent, start: int, end: int) -> Scalar:
+        if event.style in ("|", ">"):
+            end = start + len(self.text[start:end].rstrip())  # not the blank lines that follow
+        multiline = "\n" in self.text[start:end]
+        if event.style is not None:
+            return Scalar(start, end, value=event.value, style=event.style, multiline=multiline)
+        if start == end:
+            return Scalar(start, end, value=None, style="empty")
+        value = resolve_plain(event.value) if event.tag is None else event.value
+        return Scalar(start, end, value=value, style="plain", multiline=multiline)
+
+    def seq(self, event: ev.SequenceStartEvent, stream: Iterator[ev.Event], start: int, depth: int) -> Seq:
+        result = Seq(start, start, flow=bool(event.flow_style))
+        after = start  # where the next block item's '-' is searched from
+        for item in stream:
+            if isinstance(item, ev.SequenceEndEvent):
+                result.end = self.at(item.end_mark) if result.flow else max(result.end, after)
+                return result
+            if not result.flow:
+                mark = self.indicator(after)
+                result.marks.append(mark)
+                after = mark + 1
+            node = self.node(item, stream, depth + 1)
+            result.items.append(node)
+            after = max(after, node.end)
+            result.end = after
+        raise AssertionError("PyYAML ends every sequence it starts")
+
+    def indicator(self, i: int) -> int:
+        """The next block sequence item's ``-`` from ``i``: past spaces, line breaks and comments."""
+        t = self.text
+        while i < len(t):
+            if t[i] == "#":
+                i = t.find("\n", i)
+                i = len(t) if i < 0 else i
+            elif t[i] in " \t\r\n":
+                i += 1
+            else:
+                assert t[i] == "-", "PyYAML found a block sequence item here"
+                return i
+        raise AssertionError("PyYAML found a block sequence item here")
+
+    def map(self, event: ev.MappingStartEvent, stream: Iterator[ev.Event], start: int, depth: int) -> Map:
+        flow = bool(event.flow_style)
+        result = Map(start, start, flow=flow)
+        for key in stream:
+            if isinstance(key, ev.MappingEndEvent):
+                result.end = self.at(key.end_mark) if flow else result.end
+                return result
+            key_start = self.at(key.start_mark)
+            if not isinstance(key, ev.ScalarEvent):
+                raise self.fail(key_start, "a key that is not a scalar (not supported)")
+            if key.anchor is not None or key.tag is not None:
+                raise self.fail(key_start, "an anchor or tag on a mapping key (not supported)")
+            key_end = self.at(key.end_mark)
+            if "\n" in self.text[key_start:key_end]:
+                raise self.fail(key_start, "a key over several lines")
+            if not result.members and not flow:
+                result.start = key_start
+            value = self.node(next(stream), stream, depth + 1)
+            result.members.append(Member(key.value, key_start, key_end, value))
+            result.end = max(value.end, key_end)
+        raise AssertionError("PyYAML ends every mapping it starts")
