@@ -40,7 +40,7 @@ import trio
 
 from lazyd.core.relay.jsonrpc import JsonId
 from lazyd.daemon.handoff.ledger import Ledger
-from lazyd.daemon.handoff.whole_write import PipeRoom, socket_cost, socket_room
+from lazyd.daemon.handoff.whole_write import pipe_room, socket_cost, socket_room
 from lazyd.daemon.heap_trim import LARGE_BYTES, TRIMMER
 from lazyd.daemon.runtime.outbox import (
     CLIENT_PAUSE_BYTES,
@@ -105,12 +105,6 @@ class ClientEnds:
         self._out_sock = socket.socket(fileno=out_fd) if stat.S_ISSOCK(os.fstat(out_fd).st_mode) else None
         self.closed = False
         self._widened: dict[int, int] = {}  # a pipe widened while large lines pass: its size before
-        self._pipe_room = PipeRoom()  # the slots the daemon's writes may hold in the stdout pipe
-        if self._out_sock is None:
-            try:
-                self.room()  # an empty pipe starts the count now, before the first small line
-            except BrokenPipeError:
-                pass  # the first write will say so; the count starts when it is seen empty
         self._sndbuf = 0  # the stdout socket's SO_SNDBUF, once read (only the daemon raises it)
         self._sndbuf_raised = False
 
@@ -138,9 +132,7 @@ class ClientEnds:
         try:
             if self._out_sock is not None:
                 return self._out_sock.sendmsg(parts, [], _SEND_FLAGS)
-            written = os.writev(self.out_fd, parts)
-            self._pipe_room.wrote(written)
-            return written
+            return os.writev(self.out_fd, parts)
         except BlockingIOError:
             return 0
         except OSError as exc:
@@ -198,7 +190,7 @@ class ClientEnds:
                 fcntl.ioctl(self.out_fd, _SIOCOUTQ, count)
                 return socket_room(count[0], self._send_buffer())
             fcntl.ioctl(self.out_fd, termios.FIONREAD, count)
-            return self._pipe_room.room(fcntl.fcntl(self.out_fd, _F_GETPIPE_SZ), count[0])
+            return pipe_room(fcntl.fcntl(self.out_fd, _F_GETPIPE_SZ), count[0])
         except OSError as exc:
             raise BrokenPipeError(exc.errno, exc.strerror) from None
 
