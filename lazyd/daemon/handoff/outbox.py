@@ -244,12 +244,6 @@ class ClientEnds:
         over PIPE_BUF into a pipe."""
         return self._out_sock is not None or size > PIPE_BUF
 
-    async def wait_readable(self) -> None:
-        await trio.lowlevel.wait_readable(self.in_fd)
-
-    async def wait_writable(self) -> None:
-        await trio.lowlevel.wait_writable(self.out_fd)
-
     def close(self) -> None:
         """Close the daemon's copies (the shim keeps its own); wakes any task waiting on them."""
         if self.closed:
@@ -371,7 +365,7 @@ class HandoffOutbox:
                 await self.ends.wait_for_room(delay)
                 delay = min(2 * delay, ROOM_WAIT_MAX_S)
             else:
-                await self.ends.wait_writable()
+                await trio.lowlevel.wait_writable(self.ends.out_fd)
             backlog = self.backlog_bytes
             if not self.write_ready():
                 return
