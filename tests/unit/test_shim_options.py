@@ -135,20 +135,6 @@ def test_a_wake_command_must_be_a_json_list_of_strings(value: str) -> None:
     assert "invalid JSON argv" in parse_error(["--wake-command", value, "node"])
 
 
-@pytest.mark.parametrize("value", ["512MiB", "1GiB", "2G", "1.5 GiB", "800000000", "off", "0", "lots", "0.5", "5iB", "1 XB"])
-def test_a_memory_max_is_taken_by_the_shim_exactly_when_the_daemon_takes_it(value: str) -> None:
-    from lazyd.core.memory import parse_size
-
-    try:
-        daemon_takes = value in ("off", "0") or parse_size(value) > 0
-    except ValueError:
-        daemon_takes = False
-    if daemon_takes:
-        assert parse(["--memory-max", value, "node"], {}).daemon_opts == {"memory_max": value}
-    else:
-        assert parse_error(["--memory-max", value, "node"]).startswith(f"--memory-max: {value!r} is not a size")
-
-
 def test_the_first_non_option_starts_the_command_and_keeps_the_rest_verbatim() -> None:
     opts = parse(["--linger", "1m", "node", "server.js", "--port", "3", "--linger", "x", "--"], {})
     assert opts.command == ["node", "server.js", "--port", "3", "--linger", "x", "--"]
