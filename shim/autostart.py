@@ -24,7 +24,8 @@ TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs start-
 if TYPE_CHECKING:
     import socket
     from collections.abc import Callable
-    from typing import Any
+
+    from .detach import Detached
 
 AUTOSTART_WAIT_S = 5.0  # a freshly spawned daemon may take this long to accept connections
 SPAWN_LOCK_WAIT_S = AUTOSTART_WAIT_S + 2.0  # the lock holder keeps it for one autostart wait and the spawn
@@ -32,7 +33,6 @@ ALREADY_RUNNING_POLL_S = 0.5
 # How long to keep polling after the spawned daemon said "already running" before spawning again:
 # a stopping daemon holds the lock for seconds, and each spawn costs a Python start-up.
 DAEMON_BAD_FILE_STATUS = 2  # the daemon's exit status for a file the user must fix (lazyd/daemon/startup.py)
-MAX_DAEMON_STDERR_BYTES = 64 * 1024  # what is read of a daemon's stderr when it failed to start
 
 
 def _ensure_private_dir(directory: str) -> None:
@@ -96,21 +96,19 @@ def autostart(path: str, explicit: bool, log: Callable[[str], None], deadline: f
 
         started = time.monotonic()
         try:
-            proc = launch(argv, budget(AUTOSTART_WAIT_S, deadline), daemon_environ())
+            proc = launch(argv, daemon_environ())
         except OSError as exc:
             raise Unavailable(f"cannot start the daemon ({argv[0]}): {exc.strerror or exc}", final=True) from None
         log(f"spawned daemon pid {proc.pid}: {argv}")
         try:
             return _await_daemon(proc, path, started, log, deadline)
         finally:
-            proc.close()  # the watcher exits: from here on the daemon is nobody's child
-            if proc.stderr is not None:
-                proc.stderr.close()  # a live daemon no longer writes to it (--stderr-until-ready)
+            proc.close()
     finally:
         os.close(fd)  # releases the flock
 
 
-def _await_daemon(proc: Any, path: str, started: float, log: Callable[[str], None],
+def _await_daemon(proc: Detached, path: str, started: float, log: Callable[[str], None],
                   deadline: float | None) -> socket.socket:
     """Poll until the spawned daemon accepts a connection; Unavailable (with its reason) if it exits."""
     give_up = time.monotonic() + budget(AUTOSTART_WAIT_S, deadline)
@@ -127,11 +125,12 @@ def _await_daemon(proc: Any, path: str, started: float, log: Callable[[str], Non
             # 0: another daemon holds the instance lock yet does not accept (it is stopping): poll
             # a while, then let the caller retry. Anything else: this daemon cannot start.
             if exited != 0:
-                reason = _last_line(proc.stderr)
+                reason = proc.reason()
                 if exited == DAEMON_BAD_FILE_STATUS and reason:
                     raise Unavailable(f"lazyd cannot start: {reason}", user_error=True)
                 detail = f": {reason}" if reason else ""
-                raise Unavailable(f"the daemon exited with status {exited}{detail}", final=True)
+                status = f" with status {exited}" if exited > 0 else ""
+                raise Unavailable(f"the daemon exited{status}{detail}", final=True)
             if already_running_since is None:
                 already_running_since = time.monotonic()
             elif time.monotonic() - already_running_since >= ALREADY_RUNNING_POLL_S:
@@ -140,23 +139,3 @@ def _await_daemon(proc: Any, path: str, started: float, log: Callable[[str], Non
             raise Unavailable(f"the daemon did not accept connections within {AUTOSTART_WAIT_S:g}s")
         time.sleep(POLL_S)
 
-
-def _last_line(pipe: Any) -> str:
-    """The last line a dead daemon wrote to its stderr pipe, without its "lazyd: " prefix (read
-    without blocking: a process that inherited the pipe must not make the shim wait)."""
-    if pipe is None:
-        return ""
-    fd = pipe.fileno()
-    os.set_blocking(fd, False)
-    data = b""
-    try:
-        while len(data) < MAX_DAEMON_STDERR_BYTES:
-            chunk = os.read(fd, MAX_DAEMON_STDERR_BYTES - len(data))
-            if not chunk:
-                break
-            data += chunk
-    except OSError:
-        pass
-    lines = [line.strip() for line in data.decode("utf-8", "replace").splitlines() if line.strip()]
-    last = lines[-1] if lines else ""
-    return last.removeprefix("lazyd: ")[:1000]

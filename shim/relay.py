@@ -1,17 +1,18 @@
 """The shim's frame path: client stdio <-> daemon frames, the in-flight table, and recovery.
 
 The **stdin thread** is the only reader of stdin: it splits lines (lazyd/protocol/linepeek.py),
-learns their request ids and hands each line to the current destination (the daemon socket, the
-hold queue while reconnecting, or a directly run server). The **main thread** is the only reader of
-the daemon socket (or the server's stdout) and runs recovery when the daemon is lost.
+learns their request ids and hands each line to the current destination (the daemon socket or a
+directly run server). The **main thread** is the only reader of the daemon socket (or the server's
+stdout) and runs recovery when the daemon is lost.
 
 - A request enters the in-flight table *before* it is sent, under the send lock, so it is either
   answered by the daemon (its ``done`` retires it) or here with an error. Ids keep their JSON type.
 - ``send_lock`` serialises writes to the destination and changes of destination; ``state_lock``
   guards the tables and is never held across I/O (lock order: send_lock, then state_lock).
 - When the daemon is lost, every request in flight is answered with a -32603 error; the shim then
-  reconnects for up to RECONNECT_WAIT_S, resuming the client's answered handshake, holding (bounded)
-  what the client sends meanwhile. If that fails, the server is run directly.
+  reconnects for up to RECONNECT_WAIT_S, resuming the client's answered handshake. Recovery holds
+  ``send_lock`` until there is a destination again, so what the client sends meanwhile waits in
+  its stdin pipe. If that fails, the server is run directly.
 - At the client's EOF what it asked before is still answered (as a server run directly does) until
   nothing is in flight, its stdout closes, or EOF_WAIT_S pass; then the shim exits 0.
 """
@@ -24,7 +25,6 @@ import select
 import socket
 import threading
 import time
-from collections import deque
 
 from lazyd.protocol import jsonline, wire
 from lazyd.errors import ReplayFailed, Unavailable, WireError
@@ -45,15 +45,11 @@ if TYPE_CHECKING:
     JsonId = int | str
     IdKey = tuple[bool, int | str]
 
-MAX_HELD_LINES = 1000
-MAX_HELD_BYTES = 64 * 1024 * 1024  # what a client sends while the shim reconnects, held in memory
-
 LOST_CODE = -32603
 LOST_MESSAGE = "lazyd: connection to the daemon was lost; the request may not have completed"
-HELD_OVERFLOW_MESSAGE = "lazyd: the daemon is unavailable and too many messages are waiting"
 READ_BYTES = 64 * 1024  # one read of the client's stdin (a pipe holds 64 KiB by default)
 
-_CONNECTED, _RECONNECTING, _DIRECT = "connected", "reconnecting", "direct"
+_CONNECTED, _DIRECT = "connected", "direct"
 
 
 def _shutdown(sock: socket.socket) -> None:
@@ -78,8 +74,6 @@ class Relay:
         self._state = _CONNECTED
         self._conn: connect.Connection | None = conn
         self._child: DirectServer | None = None
-        self._held: deque[bytes] = deque()
-        self._held_bytes = 0
         # Guarded by state_lock:
         self._inflight: dict[IdKey, JsonId] = {}
         self._init_line: bytes | None = None
@@ -103,7 +97,7 @@ class Relay:
 
     def run_direct(self, reason: str) -> int:
         """Run the server directly from the start (no daemon came back after a hand-off session)."""
-        self._state = _RECONNECTING  # lines read meanwhile are held for the server
+        self._send_lock.acquire()  # lines read meanwhile wait for the server
         threading.Thread(target=self._stdin_loop, name="stdin", daemon=True).start()
         return self._run_direct(reason)
 
@@ -156,16 +150,16 @@ class Relay:
         return lines
 
     def _recover(self, conn: connect.Connection, reason: str) -> str | None:
-        """Answer what was in flight, then reconnect. Returns None on success, else why it failed."""
+        """Answer what was in flight, then reconnect. Returns None on success, else why it failed,
+        with ``send_lock`` still held for `_run_direct`."""
         self._log(f"daemon lost: {reason}")
         _shutdown(conn.sock)
-        with self._send_lock:
-            with self._state_lock:
-                self._state = _RECONNECTING
-                lost = list(self._inflight.values())
-                self._inflight.clear()
-                resume = self._resume_lines()
-            conn.sock.close()
+        self._send_lock.acquire()
+        with self._state_lock:
+            lost = list(self._inflight.values())
+            self._inflight.clear()
+            resume = self._resume_lines()
+        conn.sock.close()
         for request_id in lost:
             self._out.write_line(error_line(request_id, LOST_CODE, LOST_MESSAGE))
         if lost:
@@ -182,12 +176,15 @@ class Relay:
                     return str(exc)
                 self._log(f"reconnect failed: {exc}")
             time.sleep(max(0.0, min(RECONNECT_POLL_S, deadline - time.monotonic())))
-        held = self._release_held(_CONNECTED, new, None)
-        self._log(f"reconnected; resumed {len(resume)} handshake line(s), sent {held} held line(s)")
+        with self._state_lock:
+            self._conn = new
+        self._send_lock.release()
+        self._log(f"reconnected; resumed {len(resume)} handshake line(s)")
         return None
 
     def _run_direct(self, reason: str) -> int:
-        """Run the server as a child for the rest of the session; returns its exit status."""
+        """Run the server as a child for the rest of the session; returns its exit status. Called
+        with ``send_lock`` held: the stdin thread's lines wait for the server."""
         from . import fallback
 
         with self._state_lock:
@@ -195,14 +192,14 @@ class Relay:
         command = self._opts.command
         if not command:
             say(f"daemon unavailable ({reason}); --server {self._opts.server} cannot run without it")
-            self._answer_held("lazyd: the daemon is unavailable")
+            self._answer_lost("lazyd: the daemon is unavailable")
             return 1
         say(f"daemon unavailable ({reason}); running the server directly")
         try:
             child = fallback.DirectServer(command)
         except OSError as exc:
             say(f"cannot run {command[0]}: {exc.strerror or exc}")
-            self._answer_held("lazyd: the daemon is unavailable and the server cannot be run")
+            self._answer_lost("lazyd: the daemon is unavailable and the server cannot be run")
             return 127 if isinstance(exc, FileNotFoundError) else 126
         self._log(f"running {command[0]} directly as pid {child.pid}")
         with self._state_lock:
@@ -219,35 +216,16 @@ class Relay:
             child.replay(replay, is_answer_to_replay, self._out.write)
         except ReplayFailed as exc:
             say(f"the directly run server failed: {exc}")
-            self._answer_held("lazyd: the daemon is unavailable and the server failed to start")
+            self._answer_lost("lazyd: the daemon is unavailable and the server failed to start")
             child.stop()
             return 1
-        self._release_held(_DIRECT, None, child)
+        with self._state_lock:
+            self._inflight.clear()  # the server answers what it is sent itself
+            self._child, self._state = child, _DIRECT
+        self._send_lock.release()
         return child.pump(self._out.write)
 
-    def _release_held(self, state: str, conn: connect.Connection | None, child: DirectServer | None) -> int:
-        """Send the held lines to the new destination, then make it current; how many were held."""
-        with self._send_lock:
-            try:
-                for line in self._held:
-                    if conn is not None:
-                        conn.sock.sendall(wire.encode_line(line))
-                    elif child is not None:
-                        child.write_line(line)
-            except OSError:
-                if conn is not None:
-                    _shutdown(conn.sock)  # lost again: the read loop notices and recovers once more
-                # a server that exited: pump() sees its stdout close
-            with self._state_lock:
-                held = len(self._held)
-                self._held.clear()
-                self._held_bytes = 0
-                if child is not None:
-                    self._inflight.clear()  # the server answers what it is sent itself
-                self._conn, self._child, self._state = conn, child, state
-        return held
-
-    def _answer_held(self, message: str) -> None:
+    def _answer_lost(self, message: str) -> None:
         with self._state_lock:
             lost = list(self._inflight.values())
             self._inflight.clear()
@@ -291,8 +269,6 @@ class Relay:
 
     def _client_line(self, line: bytes) -> None:
         info = inspect_line(line)
-        overflow: list[JsonId] = []
-        dropped = False
         with self._send_lock:
             with self._state_lock:
                 state = self._state
@@ -301,18 +277,9 @@ class Relay:
                     self._init_answered = False
                 elif info.kind == "initialized":
                     self._initialized_line = line
-                if state == _RECONNECTING and (
-                    len(self._held) >= MAX_HELD_LINES or self._held_bytes + len(line) > MAX_HELD_BYTES
-                ):
-                    overflow = [request_id for _, request_id in info.requests]
-                    dropped = True
-                else:
-                    if state != _DIRECT:
-                        for key, request_id in info.requests:
-                            self._inflight[key] = request_id
-                    if state == _RECONNECTING:
-                        self._held.append(line)
-                        self._held_bytes += len(line)
+                if state != _DIRECT:
+                    for key, request_id in info.requests:
+                        self._inflight[key] = request_id
                 for key in info.cancelled:
                     self._inflight.pop(key, None)
                 conn, child = self._conn, self._child
@@ -326,10 +293,6 @@ class Relay:
                     child.write_line(line)
                 except OSError:
                     pass  # the server exited; the main thread's pump sees it and ends the shim
-        if dropped:
-            self._log(f"hold queue full while reconnecting; dropped a client line ({len(overflow)} request(s))")
-        for request_id in overflow:
-            self._out.write_line(error_line(request_id, LOST_CODE, HELD_OVERFLOW_MESSAGE))
 
     def _client_eof(self) -> None:
         with self._send_lock:  # no line of the client's is half sent

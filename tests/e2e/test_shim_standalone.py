@@ -53,6 +53,7 @@ try:
     fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
 except BlockingIOError:
     print("already running", file=sys.stderr)
+    print("exit 0", file=sys.stderr)  # its status, as the real daemon tells the shim that started it
     sys.exit(0)
 record("starts", {"pid": os.getpid(), "sid": os.getsid(0)})
 try:
@@ -468,7 +469,7 @@ def test_a_daemon_killed_mid_request_yields_errors_under_the_original_ids_and_a_
 def test_when_no_daemon_comes_back_the_shim_runs_the_server_and_replays_the_handshake(world: World) -> None:
     daemon = world.start_daemon_by_hand()
     # Autostart is allowed but the daemon command fails at once: recovery must give up quickly.
-    failing = json.dumps([sys.executable, "-c", "raise SystemExit(3)"])
+    failing = json.dumps([sys.executable, "-c", "import sys; print('exit 3', file=sys.stderr); raise SystemExit(3)"])
     shim = world.shim(env={"LAZYD_TEST_DAEMON_ARGV": failing})
     shim.send(INITIALIZE)
     assert shim.read_json()["id"] == 0

@@ -40,7 +40,7 @@ import trio
 
 from lazyd.core.relay.jsonrpc import JsonId
 from lazyd.daemon.handoff.ledger import Ledger
-from lazyd.daemon.handoff.whole_write import PipeRoom, socket_cost, socket_room
+from lazyd.daemon.handoff.whole_write import pipe_room, socket_cost, socket_room
 from lazyd.daemon.runtime.outbox import (
     CLIENT_PAUSE_BYTES,
     CLIENT_PAUSE_FRAMES,
@@ -107,12 +107,6 @@ class ClientEnds:
         # Runs `narrow` once the large lines are over: the daemon's HeapTrimmer.later, given by the
         # session (lazyd/daemon/handoff/session.py); until then a widened pipe stays wide.
         self.later: Callable[[Callable[[], None]], None] | None = None
-        self._pipe_room = PipeRoom()  # the slots the daemon's writes may hold in the stdout pipe
-        if self._out_sock is None:
-            try:
-                self.room()  # an empty pipe starts the count now, before the first small line
-            except BrokenPipeError:
-                pass  # the first write will say so; the count starts when it is seen empty
         self._sndbuf = 0  # the stdout socket's SO_SNDBUF, once read (only the daemon raises it)
         self._sndbuf_raised = False
 
@@ -140,9 +134,7 @@ class ClientEnds:
         try:
             if self._out_sock is not None:
                 return self._out_sock.sendmsg(parts, [], _SEND_FLAGS)
-            written = os.writev(self.out_fd, parts)
-            self._pipe_room.wrote(written)
-            return written
+            return os.writev(self.out_fd, parts)
         except BlockingIOError:
             return 0
         except OSError as exc:
@@ -201,7 +193,7 @@ class ClientEnds:
                 fcntl.ioctl(self.out_fd, _SIOCOUTQ, count)
                 return socket_room(count[0], self._send_buffer())
             fcntl.ioctl(self.out_fd, termios.FIONREAD, count)
-            return self._pipe_room.room(fcntl.fcntl(self.out_fd, _F_GETPIPE_SZ), count[0])
+            return pipe_room(fcntl.fcntl(self.out_fd, _F_GETPIPE_SZ), count[0])
         except OSError as exc:
             raise BrokenPipeError(exc.errno, exc.strerror) from None
 
@@ -254,12 +246,6 @@ class ClientEnds:
         """Whether a write of `size` bytes may stop inside a line: any write into a socket, one
         over PIPE_BUF into a pipe."""
         return self._out_sock is not None or size > PIPE_BUF
-
-    async def wait_readable(self) -> None:
-        await trio.lowlevel.wait_readable(self.in_fd)
-
-    async def wait_writable(self) -> None:
-        await trio.lowlevel.wait_writable(self.out_fd)
 
     def close(self) -> None:
         """Close the daemon's copies (the shim keeps its own); wakes any task waiting on them."""
@@ -382,7 +368,7 @@ class HandoffOutbox:
                 await self.ends.wait_for_room(delay)
                 delay = min(2 * delay, ROOM_WAIT_MAX_S)
             else:
-                await self.ends.wait_writable()
+                await trio.lowlevel.wait_writable(self.ends.out_fd)
             backlog = self.backlog_bytes
             if not self.write_ready():
                 return

@@ -357,17 +357,15 @@ class HandoffSession:
             zone = ledger.state.landing
             if not size:
                 await self.registry.reading.passage()  # an upgrade stops reading here (lazyd/daemon/upgrade/quiesce.py)
-                if emptied:
-                    # No read that would only say EAGAIN: wait first (a system call and an
-                    # exception less per message when lines come one at a time).
-                    await self.ends.wait_readable()
+                if emptied:  # no read that would only say EAGAIN: wait first
+                    await trio.lowlevel.wait_readable(self.ends.in_fd)
                     waited, emptied = True, False
                 # Into the region, at most `limit`: one read, one record of it, the unit an upgrade
                 # or a kill -9 finds whole (in the zone or accounted for).
                 zone_view = landing.zones[zone]
                 got = self.ends.read_into(zone_view[:limit] if limit < LANDING_BYTES else zone_view)
                 if got is None:
-                    await self.ends.wait_readable()
+                    await trio.lowlevel.wait_readable(self.ends.in_fd)
                     waited = True
                     continue
                 if not got:
@@ -393,6 +391,7 @@ class HandoffSession:
                 await outbox.wait_drained()
 
     def _take(self, data: bytes) -> None:
+        """Relay the lines of one read (a seam the kill tests hold: tests/e2e/seams/sitecustomize.py)."""
         self._relay(self.lines.feed(data))
 
     def _last_line(self) -> None:
