@@ -336,11 +336,3 @@ def read_region(fd: int) -> Region | None:
         return Region(map_region(fd), table_extent(fd))
     except OSError:
         return None
-
-
-def pwrite_all(fd: int, data: bytes | memoryview, offset: int) -> None:
-    view = memoryview(data)
-    while view:
-        written = os.pwrite(fd, view, offset)
-        view = view[written:]
-        offset += written
