@@ -196,18 +196,10 @@ class Region:
         self.buf[TABLE_OFFSET + entry * ENTRY_BYTES] = 0
 
     def entries(self) -> list[tuple[int, bytes]]:
-        """The entries in use: (index, id text). The length bytes in use are found by `bytes.find`
-        in a translated copy, not by a Python loop over every entry (a daemon may reclaim many)."""
+        """The entries in use: (index, id text)."""
         table = bytes(self.buf[TABLE_OFFSET : TABLE_OFFSET + self._table_end])
-        sizes = table[::ENTRY_BYTES]
-        marks = sizes.translate(_IN_USE)
-        used = []
-        index = marks.find(1)
-        while index >= 0:
-            at = index * ENTRY_BYTES + 1
-            used.append((index, table[at : at + sizes[index]]))
-            index = marks.find(1, index + 1)
-        return used
+        return [(at // ENTRY_BYTES, table[at + 1 : at + 1 + table[at]])
+                for at in range(0, len(table), ENTRY_BYTES) if table[at]]
 
     @property
     def torn(self) -> bool:
@@ -249,9 +241,6 @@ class Region:
         import mmap
 
         self.buf.madvise(mmap.MADV_REMOVE, HEAD_OFFSET, REGION_BYTES - HEAD_OFFSET)
-
-
-_IN_USE = bytes([0]) + bytes([1]) * 255  # a length byte, translated: 1 where an entry is in use
 
 
 def landing_offset(zone: int) -> int:
