@@ -1,17 +1,9 @@
 """What a lost daemon leaves to answer, decided once for whoever takes its hand-off session back.
 
-The shim (shim/recover.py, which then hands a fresh region to the next daemon) and the daemon that
-systemd restarts with the session (lazyd/daemon/handoff/reclaim.py) start from the same `plan` of
-the region (lazyd/handoff/region.py), so both answer the same requests and carry the same session:
-
-1. a line the daemon had begun to write to the client is finished: with its rest (the tail, when
-   the daemon let go itself) or with a newline (a daemon killed mid-write);
-2. every request in flight is answered with -32603 under its original id: those in the table and
-   those in lines found in the landing zone, each once;
-3. the next daemon continues from the client's handshake and the start of a line read and not
-   relayed (the head, which input from the landing zone may extend).
-
-Standard library only: the shim imports it.
+The shim (shim/recover.py) and the daemon systemd restarts with the session
+(lazyd/daemon/handoff/reclaim.py) start from the same `plan` of the region, so
+both answer the same requests, each once, and carry the same session (docs/protocol.md,
+"Reclaiming"). Standard library only: the shim imports it.
 """
 
 from __future__ import annotations

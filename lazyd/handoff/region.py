@@ -1,28 +1,15 @@
 """The shared region of a hand-off session: what a recovering shim needs to answer for a lost daemon.
 
-On a hand-off session (docs/protocol.md, "Hand-off") only the daemon knows which requests are in
-flight. It keeps them, and what the next daemon continues from, in a sparse memfd the shim creates
-and **seals** (it can neither shrink nor grow, so a mapping of it never faults). Standard library
-only: the shim imports it. Layout `LAYOUT`, named by `MAGIC` at offset 0 and in the hello::
-
-    [0, 4096)              MAGIC; at TORN_OFFSET one byte, 1 while an answer may be cut on the
-                           client's stdout (the shim ends it with a newline)
-    [SLOT_OFFSET, ...)     two copies of the state: magic, generation, payload length, crc32,
-                           payload (flags, head and tail lengths, the handshake lines)
-    [TABLE_OFFSET, ...)    the requests in flight: entries of one length byte (0: free) and the
-                           JSON text of one id (1 and "1" differ)
-    [LANDING_OFFSET, ...)  two landing zones: the daemon reads the client's stdin into the one
-                           the state names
-    [HEAD_OFFSET, ...)     two head areas: the start of a line read and not relayed yet
-    [TAIL_OFFSET, ...)     the rest of an answer, when the daemon let go of the session mid-line
+What it holds and why is in docs/protocol.md ("Hand-off"); the areas, from offset 0: MAGIC and the
+torn byte, two slots of the state, the table of ids in flight, two landing zones, two head areas,
+the tail. Standard library only: the shim imports it.
 
 Each write is ordered so that a kill -9 between two stores leaves a region read right. An id
-enters by its text, then its length byte; single bytes are not torn. The state goes to the slot
-not holding the newest valid copy (the reader takes the highest valid generation), after the head
-or tail it counts; a new head goes to the area the state does not name. Reads land in the region,
-so no input is only in the daemon's memory: once a read's lines are relayed and their ids
-entered, one state write names the other zone. A lost daemon's zone holds, up to its first NUL
-(no JSON text has one), input nobody accounted for.
+enters by its text, then its length byte (a single byte is not torn). The state goes to the slot
+not holding the newest valid copy (a reader takes the highest valid generation), after the head
+or tail it counts; a new head goes to the area the state does not name, and a read lands in the
+zone it names, which one state write, once the read is accounted for, turns to the other. A lost
+daemon's zone holds, up to its first NUL (no JSON text has one), input nobody accounted for.
 """
 
 from __future__ import annotations
