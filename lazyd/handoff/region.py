@@ -1,15 +1,16 @@
 """The shared region of a hand-off session: what a recovering shim needs to answer for a lost daemon.
 
-What it holds and why is in docs/protocol.md ("Hand-off"); the areas, from offset 0: MAGIC and the
-torn byte, two slots of the state, the table of ids in flight, two landing zones, two head areas,
-the tail. Standard library only: the shim imports it.
+What it holds and why is in docs/protocol.md ("Hand-off"); the areas, from offset 0: MAGIC, the
+torn byte and the state byte, two slots of the state, the table of ids in flight, two landing
+zones, two head areas, the tail. Standard library only: the shim imports it.
 
-Each write is ordered so that a kill -9 between two stores leaves a region read right. An id
-enters by its text, then its length byte (a single byte is not torn). The state goes to the slot
-not holding the newest valid copy (a reader takes the highest valid generation), after the head
-or tail it counts; a new head goes to the area the state does not name, and a read lands in the
-zone it names, which one state write, once the read is accounted for, turns to the other. A lost
-daemon's zone holds, up to its first NUL (no JSON text has one), input nobody accounted for.
+Each write is ordered so that a kill -9 between two stores leaves a region read right: what a
+single byte makes valid is written before that byte (a single byte is not torn). An id enters by
+its text, then its length byte. The state goes to the slot the state byte does not name, then
+the byte names it, after the head or tail it counts; a new head goes to the area the state does
+not name, and a read lands in the zone it names, which one state write, once the read is
+accounted for, turns to the other. A lost daemon's zone holds, up to its first NUL (no JSON text
+has one), input nobody accounted for.
 """
 
 from __future__ import annotations
@@ -18,18 +19,18 @@ import errno
 import os
 import struct
 import sys
-import zlib
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs start-up time
 if TYPE_CHECKING:
     import mmap
     from typing import Any
 
-LAYOUT = 3
-MAGIC = b"LZH3"
+LAYOUT = 4
+MAGIC = b"LZH4"
 
 _MIB = 1 << 20
 TORN_OFFSET = 64
+STATE_OFFSET = 65  # the slot holding the state, plus one (0: no state yet)
 SLOT_OFFSET = _MIB
 SLOT_BYTES = _MIB
 TABLE_OFFSET = SLOT_OFFSET + 2 * SLOT_BYTES
@@ -50,7 +51,7 @@ MAX_HANDSHAKE_LINE_BYTES = 256 * 1024  # a longer initialize (no SDK writes one)
 SEALS_NEEDED = ("F_SEAL_SHRINK", "F_SEAL_GROW", "F_SEAL_SEAL")
 F_SEAL_WRITE, F_SEAL_FUTURE_WRITE = 0x0008, 0x0010
 
-_HEADER = struct.Struct("<4sQII")  # magic, generation, payload length, crc32 of generation+length+payload
+_LENGTH = struct.Struct("<I")  # a slot: the payload's length, then the payload
 _FIXED = struct.Struct("<BII4xII4x")  # flags, head_len, tail_len, (unused), len(init), len(initialized), (unused)
 _FLAGS = (1, 4, 8, 16, 32)  # the bits of init_answered, closed, discarding, landing and head_area
 
@@ -58,11 +59,10 @@ _FLAGS = (1, 4, 8, 16, 32)  # the bits of init_answered, closed, discarding, lan
 class State:
     """One copy of a session's state; `inflight` and `out_torn` are read beside it, from the region."""
 
-    __slots__ = ("generation", "init", "initialized", "init_answered", "inflight", "head_len", "discarding",
+    __slots__ = ("init", "initialized", "init_answered", "inflight", "head_len", "discarding",
                  "out_torn", "tail_len", "closed", "landing", "head_area")
 
     def __init__(self) -> None:
-        self.generation = 0
         self.init = b""  # the client's initialize request line, as it sent it
         self.initialized = b""  # its notifications/initialized line
         self.init_answered = False  # the client saw its initialize answered: worth resuming
@@ -133,44 +133,29 @@ class Region:
     def __init__(self, buf: Any, table_bytes: int = TABLE_ENTRIES * ENTRY_BYTES) -> None:
         self.buf = buf
         self._table_end = min(TABLE_ENTRIES, -(-table_bytes // ENTRY_BYTES)) * ENTRY_BYTES
-        self._slot = 1
-        current: State | None = None  # what the previous writer (daemon or shim) left, if anything
-        for index in (0, 1):
-            state = self._read_slot(index)
-            if state is not None and (current is None or state.generation > current.generation):
-                current, self._slot = state, index
-        self._generation = current.generation if current is not None else 0
-        if current is not None:
-            current.inflight = [text for _, text in self.entries()]
-            current.out_torn = self.torn
-        self.current = current
+        named = buf[STATE_OFFSET]
+        self._slot = named - 1 if named in (1, 2) else 1  # where the state is; the next write goes to the other
+        self.current = self._read_slot(self._slot) if named in (1, 2) else None  # what the last writer left
+        if self.current is not None:
+            self.current.inflight = [text for _, text in self.entries()]
+            self.current.out_torn = self.torn
 
     def _read_slot(self, index: int) -> State | None:
         at = SLOT_OFFSET + index * SLOT_BYTES
-        magic, generation, length, crc = _HEADER.unpack(self.buf[at : at + _HEADER.size])
-        if magic != MAGIC or length > SLOT_BYTES - _HEADER.size:
-            return None
-        at += _HEADER.size
-        payload = bytes(self.buf[at : at + length])
-        if zlib.crc32(payload, zlib.crc32(struct.pack("<QI", generation, length))) != crc:
-            return None
+        (length,) = _LENGTH.unpack(self.buf[at : at + _LENGTH.size])
+        at += _LENGTH.size
         try:
-            state = State.decode(payload)
+            return State.decode(bytes(self.buf[at : at + min(length, SLOT_BYTES - _LENGTH.size)]))
         except ValueError:
             return None
-        state.generation = generation
-        return state
 
     def write(self, state: State) -> None:
-        """Write `state` as the newest copy, in the slot that does not hold the current one."""
+        """Write `state` into the slot not holding the current one, then name that slot."""
         payload = state.encode()
-        self._generation += 1
         self._slot ^= 1
-        crc = zlib.crc32(payload, zlib.crc32(struct.pack("<QI", self._generation, len(payload))))
         at = SLOT_OFFSET + self._slot * SLOT_BYTES
-        data = _HEADER.pack(MAGIC, self._generation, len(payload), crc) + payload
-        self.buf[at : at + len(data)] = data
-        state.generation = self._generation
+        self.buf[at : at + _LENGTH.size + len(payload)] = _LENGTH.pack(len(payload)) + payload
+        self.buf[STATE_OFFSET] = self._slot + 1
 
     def set_id(self, entry: int, text: bytes) -> None:
         """Enter `text` (at most ENTRY_BYTES - 1 bytes) at `entry`: the text first, its length last."""
