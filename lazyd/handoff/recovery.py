@@ -43,7 +43,7 @@ def plan(region: Region | None) -> Recovery:
     state = region.current if region is not None else None
     if region is None or state is None:
         return Recovery(None, [], State(), b"", 0)  # a daemon killed before its first write
-    tail = region.read_tail(state.tail_len) if state.tail_len else b""
+    tail = region.read_head(state.tail_len, state.head_area ^ 1) if state.tail_len else b""
     finish: bytes | None = None
     if state.out_torn or tail:
         finish = tail if tail.endswith(b"\n") else tail + b"\n"

@@ -2,7 +2,8 @@
 
 What it holds and why is in docs/protocol.md ("Hand-off"); the areas, from offset 0: MAGIC, the
 torn byte and the state byte, two slots of the state, the table of ids in flight, two landing
-zones, two head areas, the tail. Standard library only: the shim imports it.
+zones, two head areas (the one the state does not name holds the tail, once the daemon let go of
+the session in the middle of a line). Standard library only: the shim imports it.
 
 Each write is ordered so that a kill -9 between two stores leaves a region read right: what a
 single byte makes valid is written before that byte (a single byte is not torn). An id enters by
@@ -42,9 +43,7 @@ LANDING_OFFSET = TABLE_OFFSET + _MIB
 LANDING_BYTES = 256 * 1024  # one read of the client's stdin (a pipe gives at most what it holds)
 HEAD_OFFSET = LANDING_OFFSET + _MIB
 HEAD_AREA_BYTES = 17 * _MIB  # one line at most (16 MiB and its line end)
-TAIL_OFFSET = HEAD_OFFSET + 2 * HEAD_AREA_BYTES
-TAIL_BYTES = 17 * _MIB
-REGION_BYTES = TAIL_OFFSET + TAIL_BYTES
+REGION_BYTES = HEAD_OFFSET + 2 * HEAD_AREA_BYTES
 
 MAX_HANDSHAKE_LINE_BYTES = 256 * 1024  # a longer initialize (no SDK writes one) is not resumed
 
@@ -190,15 +189,6 @@ class Region:
         at = head_offset(area)
         return bytes(self.buf[at : at + min(length, HEAD_AREA_BYTES)])
 
-    def write_tail(self, data: bytes) -> int:
-        """Put the rest of a torn answer in the tail area (what fits); returns its length."""
-        data = data[:TAIL_BYTES]
-        self.buf[TAIL_OFFSET : TAIL_OFFSET + len(data)] = data
-        return len(data)
-
-    def read_tail(self, length: int) -> bytes:
-        return bytes(self.buf[TAIL_OFFSET : TAIL_OFFSET + min(length, TAIL_BYTES)])
-
     def read_landed(self, zone: int) -> bytes:
         """What a read put in landing zone `zone` and no state accounts for (up to the first NUL)."""
         at = landing_offset(zone)
@@ -209,7 +199,7 @@ class Region:
         return data if end < 0 else data[:end]
 
     def release_heads(self) -> None:
-        """Give the pages of both head areas and the tail back (the state counts no head)."""
+        """Give the pages of both head areas back (the state counts no head, and no tail)."""
         import mmap
 
         self.buf.madvise(mmap.MADV_REMOVE, HEAD_OFFSET, REGION_BYTES - HEAD_OFFSET)

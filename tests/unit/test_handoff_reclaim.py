@@ -48,7 +48,8 @@ def lost(*, torn: bool = True, landed: bool = True, closed: bool = False, tail: 
     region.write_head(call(9)[:20], 0, 1)
     state.head_len, state.head_area, state.landing, state.closed = 20, 1, 1, closed
     if tail:
-        state.tail_len = region.write_tail(tail)
+        region.write_head(tail, 0, 0)  # the head area the state does not name
+        state.tail_len = len(tail)
     if landed:
         read = call(9)[20:] + b"\n" + call(10) + b"\n" + call(1) + b"\n" + call(11)[:15]
         buf[hs.landing_offset(1) : hs.landing_offset(1) + len(read)] = read

@@ -15,8 +15,8 @@ from collections.abc import Callable
 
 from lazyd.daemon.heap_trim import TRIMMER
 from lazyd.handoff.recovery import Recovery
-from lazyd.handoff.region import ENTRY_BYTES, LANDING_BYTES, LANDING_OFFSET, TABLE_ENTRIES, Region, State
-from lazyd.handoff.region import landing_offset
+from lazyd.handoff.region import ENTRY_BYTES, HEAD_AREA_BYTES, LANDING_BYTES, LANDING_OFFSET, TABLE_ENTRIES, Region
+from lazyd.handoff.region import State, landing_offset
 from lazyd.core.relay import jsonrpc as rpc
 from lazyd.core.relay.jsonrpc import Invalid, Message
 from lazyd.protocol.linepeek import LineInfo, id_key, message_info
@@ -187,8 +187,9 @@ class Ledger:
         with the unwritten rest of a cut line (`tail`) for it to write first."""
         self._ended = True
         self.state.closed = client_left
-        if tail is not None:
-            self.state.tail_len = self.region.write_tail(tail)
+        if tail is not None:  # into the head area the state does not name (all is flushed: not held)
+            self.state.tail_len = len(tail[:HEAD_AREA_BYTES])
+            self.region.write_head(tail[:HEAD_AREA_BYTES], 0, self.state.head_area ^ 1)
         self._changed()
         self.flush()
 
