@@ -47,7 +47,6 @@ REGION_BYTES = HEAD_OFFSET + 2 * HEAD_AREA_BYTES
 
 MAX_HANDSHAKE_LINE_BYTES = 256 * 1024  # a longer initialize (no SDK writes one) is not resumed
 
-SEALS_NEEDED = ("F_SEAL_SHRINK", "F_SEAL_GROW", "F_SEAL_SEAL")
 F_SEAL_WRITE, F_SEAL_FUTURE_WRITE = 0x0008, 0x0010
 
 _LENGTH = struct.Struct("<I")  # a slot: the payload's length, then the payload
@@ -218,14 +217,15 @@ def create_region() -> int:
     shrinking and growing. Raises OSError where that cannot be made (no memfd, no sealing)."""
     import fcntl
 
-    if not (hasattr(os, "memfd_create") and hasattr(os, "MFD_ALLOW_SEALING")
-            and all(hasattr(fcntl, name) for name in (*SEALS_NEEDED, "F_ADD_SEALS"))):
-        raise OSError(0, "this system has no sealed memfd")
-    fd: int = os.memfd_create("lazyd-handoff", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    try:
+        add_seals, seals = fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL
+        fd: int = os.memfd_create("lazyd-handoff", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    except AttributeError:
+        raise OSError(0, "this system has no sealed memfd") from None
     try:
         os.ftruncate(fd, REGION_BYTES)
         os.pwrite(fd, MAGIC, 0)
-        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL)
+        fcntl.fcntl(fd, add_seals, seals)
     except OSError:
         os.close(fd)
         raise
@@ -260,9 +260,8 @@ def region_problem(fd: int) -> str | None:
 
 def map_region(fd: int) -> mmap.mmap:
     """The region `fd` (one whose `region_problem` is None: its seals keep its size, so the mapping
-    never faults), mapped whole and shared. Before Python 3.13 (`trackfd`) the mapping keeps a
-    duplicate of the descriptor while it lives. A view of it keeps it mapped (`unmap`). `mmap` is
-    imported here: a shim's start creates a region and never maps one."""
+    never faults), mapped whole and shared; before Python 3.13 the mapping keeps a duplicate of the
+    descriptor. `mmap` is imported here: a shim's start creates a region and never maps one."""
     import mmap
 
     untracked: dict[str, Any] = {"trackfd": False} if sys.version_info >= (3, 13) else {}

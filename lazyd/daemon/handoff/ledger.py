@@ -15,8 +15,8 @@ from collections.abc import Callable
 
 from lazyd.daemon.heap_trim import TRIMMER
 from lazyd.handoff.recovery import Recovery
-from lazyd.handoff.region import ENTRY_BYTES, HEAD_AREA_BYTES, LANDING_BYTES, LANDING_OFFSET, TABLE_ENTRIES, Region
-from lazyd.handoff.region import State, landing_offset
+from lazyd.handoff.region import ENTRY_BYTES, HEAD_AREA_BYTES, LANDING_BYTES, TABLE_ENTRIES, Region, State
+from lazyd.handoff.region import landing_offset
 from lazyd.core.relay import jsonrpc as rpc
 from lazyd.core.relay.jsonrpc import Invalid, Message
 from lazyd.protocol.linepeek import LineInfo, id_key, message_info
@@ -257,9 +257,7 @@ class Landing:
     def __init__(self, region: Region) -> None:
         self._region = region
         self._base = memoryview(region.buf)
-        whole = self._base[LANDING_OFFSET : LANDING_OFFSET + 2 * LANDING_BYTES]
-        self.zones = (whole[:LANDING_BYTES], whole[LANDING_BYTES:])
-        self._whole = whole
+        self.zones = tuple(self._base[landing_offset(zone) : landing_offset(zone) + LANDING_BYTES] for zone in (0, 1))
 
     def pending(self, zone: int) -> int:
         """How many bytes a read left in `zone` unaccounted for (`Region.read_landed`)."""
@@ -274,7 +272,7 @@ class Landing:
         self.zones[zone][:length] = _ZEROS[:length]
 
     def close(self) -> None:
-        for view in (*self.zones, self._whole, self._base):
+        for view in (*self.zones, self._base):
             view.release()
 
 
