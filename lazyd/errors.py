@@ -145,7 +145,7 @@ class Refused(LazydError):
 
 class NotReclaimed(Refused):
     """A reclaiming hello whose session the daemon does not take back itself
-    (lazyd/daemon/handoff/reclaim.py): refused with code ``reclaim``; the shim's recovery takes it."""
+    (lazyd/handoff/recovery.py): refused with code ``reclaim``; the shim's recovery takes it."""
 
     def __init__(self, message: str) -> None:
         super().__init__("reclaim", message)

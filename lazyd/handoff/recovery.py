@@ -1,9 +1,10 @@
 """What a lost daemon leaves to answer, decided once for whoever takes its hand-off session back.
 
-The shim (shim/recover.py) and the daemon systemd restarts with the session
-(lazyd/daemon/handoff/reclaim.py) start from the same `plan` of the region, so
-both answer the same requests, each once, and carry the same session (docs/protocol.md,
-"Reclaiming"). Standard library only: the shim imports it.
+The shim (shim/recover.py) and the daemon systemd restarts with the session (`reclaim`: under
+systemd the waiter never woke and cannot be given a new region) start from the same `plan` of the
+region, so both answer the same requests, each once, and carry the same session (docs/protocol.md,
+"Reclaiming"; lazyd/daemon/handoff/ledger.py records a reclaim). Standard library only: the shim
+imports it.
 """
 
 from __future__ import annotations
@@ -60,3 +61,15 @@ def plan(region: Region | None) -> Recovery:
     carried.head_len, carried.discarding = len(head), discarding
     ids = list(dict.fromkeys([*state.inflight, *found]))
     return Recovery(finish, ids, carried, head, len(landed))
+
+
+def reclaim(region: Region) -> Recovery | str:
+    """What a reclaiming daemon owes the client for `region` and carries on, or why the shim
+    recovers it instead: a region that says the client left, or holds the rest of a line its daemon
+    let go of, is the shim's."""
+    state = region.current
+    if state is not None and state.closed:
+        return "its daemon ended it because the client left"
+    if state is not None and state.tail_len:
+        return "its daemon let it go in the middle of a line"
+    return plan(region)

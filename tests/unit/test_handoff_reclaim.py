@@ -1,6 +1,6 @@
 """Taking back a lost daemon's hand-off session: the one decision (lazyd/handoff/recovery.py) the
 shim's recovery and the reclaiming daemon share, and the daemon's in-place record of it
-(lazyd/daemon/handoff/reclaim.py decides it, the session's ledger writes it into the region), which a
+(`reclaim` decides it, the session's ledger writes it into the region), which a
 kill -9 may cut after any write.
 
 Testing policy: literal regions (a lost daemon's state, table, head, landing zones and torn byte,
@@ -17,10 +17,9 @@ from typing import Any
 
 import pytest
 
-from lazyd.daemon.handoff.reclaim import reclaim
 from lazyd.daemon.handoff.ledger import Ledger
 from lazyd.handoff import region as hs
-from lazyd.handoff.recovery import Recovery, error_line, plan
+from lazyd.handoff.recovery import Recovery, error_line, plan, reclaim
 from lazyd.handoff.region import Region, State
 from shim import recover
 from shim.options import Log, parse
