@@ -187,7 +187,9 @@ class Ledger:
         with the unwritten rest of a cut line (`tail`) for it to write first."""
         self._ended = True
         self.state.closed = client_left
-        if tail is not None:  # into the head area the state does not name (all is flushed: not held)
+        # The tail goes to the head area the written state does not name: a close is never inside a
+        # hold (a reader's hold spans no checkpoint), so the state is written as the ledger has it.
+        if tail is not None:
             self.state.tail_len = len(tail[:HEAD_AREA_BYTES])
             self.region.write_head(tail[:HEAD_AREA_BYTES], 0, self.state.head_area ^ 1)
         self._changed()
