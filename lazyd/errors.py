@@ -116,7 +116,7 @@ class Refused(LazydError):
 
 
 class NotReclaimed(Refused):
-    """A reclaiming hello the daemon does not take back itself (lazyd/daemon/handoff/reclaim.py)."""
+    """A reclaiming hello the daemon does not take back itself (lazyd/handoff/recovery.py)."""
 
     def __init__(self, message: str) -> None:
         super().__init__("reclaim", message)

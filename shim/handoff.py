@@ -134,7 +134,7 @@ def hello_memfd(hello: Hello) -> int | None:
     for a daemon restarted by systemd to read through the waiter's /proc/PID/fd. None where none
     can be made."""
     from lazyd.protocol.frames import MAX_FRAME_BYTES, Hello
-    from lazyd.handoff.region import LAYOUT, pwrite_all
+    from lazyd.handoff.region import LAYOUT
     from lazyd.protocol.smallpack import frame as encode  # as wire.encode would, without loading msgpack
 
     reclaiming = Hello(hello.role, hello.pid, hello.argv, hello.cwd, hello.env, hello.opts, hello.server, [],
@@ -145,7 +145,9 @@ def hello_memfd(hello: Hello) -> int | None:
     except (AttributeError, OSError, ValueError, TypeError):
         return None
     try:
-        pwrite_all(fd, data, 0)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
     except OSError:
         os.close(fd)
         return None

@@ -1,13 +1,10 @@
-"""Taking a hand-off session back when the daemon is lost or lets it go (shim/handoff.py).
+"""Taking a hand-off session back when the daemon is lost or lets it go (docs/protocol.md, "Hand-off").
 
-The waiting program (shim/waiting.sh), holding a resume slot (shim/slots.py), execs this shim
-again, same pid and descriptors, with ``--resume-handoff=FD`` naming the region
-(lazyd/handoff/region.py). The shim ends a cut line and answers what was in flight with -32603,
-as lazyd/handoff/recovery.py decides, then reconnects (autostarting a daemon as at start) for up
-to RECONNECT_WAIT_S, passing its descriptors with a fresh region that holds the handshake and a
-partly read line. A daemon that will not take them gets the session over frames (shim/relay.py);
-with no daemon at all the server runs directly. A client that closes its stdin meanwhile, or a
-region that says the client left, ends the shim with 0.
+The waiter (shim/waiting.sh) execs this shim, same pid and descriptors, with ``--resume-handoff=FD``
+naming the region. It answers what lazyd/handoff/recovery.py decides, then reconnects for up to
+RECONNECT_WAIT_S with a fresh region holding the handshake and a partly read line; failing a
+hand-off it relays over frames (shim/relay.py), failing a daemon it runs the server directly. A
+client that closes its stdin meanwhile, or a region that says the client left, ends it with 0.
 """
 
 from __future__ import annotations
@@ -33,8 +30,7 @@ if TYPE_CHECKING:
 
 
 def _exit_if_client_left(wait_s: float, log: Log) -> None:
-    """Wait up to `wait_s`; exit 0 if the client closes its end of our stdin meanwhile and left
-    nothing in it (requests it wrote before are still to be answered)."""
+    """Wait up to `wait_s`; exit 0 if the client closes our stdin meanwhile with nothing left in it."""
     poller = select.poll()
     poller.register(0, select.POLLRDHUP)
     for _, events in poller.poll(int(wait_s * 1000)):

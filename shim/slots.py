@@ -1,13 +1,10 @@
 """Resume slots: how many hand-off sessions are taken back at once after their daemon is lost.
 
-A daemon killed with hundreds of sessions wakes every waiting program (shim/waiting.sh) at once,
-and each would start a Python shim to take its session back: a herd that starves the new daemon
-of the CPU it needs to answer them. So a waiter first takes one of `count()` slots, an exclusive
-`flock(1)` on a lock file beside the daemon's socket (`resume.<n>`, n from its pid), queued in the
-kernel without CPU for at most 120 s, and only then execs the shim. The lock is on a descriptor
-(SLOT_FD) the shim inherits and marks close-on-exec, so the slot is freed when the shim ends or
-execs, or at once after its first attempt to reconnect (shim/recover.py). Without flock(1), or
-without the socket's directory, a waiter resumes without a slot.
+A lost daemon wakes every waiter (shim/waiting.sh) at once; a herd of Python shims would starve
+the new daemon (docs/reliability.md, "Two paths, one set of promises"). A waiter first takes one
+of `count()` slots, an exclusive `flock(1)` on `resume.<n>` beside the daemon's socket, on a
+descriptor (SLOT_FD) the shim inherits and marks close-on-exec: the slot is freed when the shim
+ends or execs, or after its first attempt to reconnect (shim/recover.py).
 """
 
 from __future__ import annotations
@@ -16,16 +13,13 @@ import os
 
 SLOT_FD = 8  # written into shim/waiting.sh (dash's redirections take one digit; 9 is the socket's)
 
-SLOT_ENV = "LAZYD_RESUME_SLOT"
-# Set by the waiting program when it holds a slot; the shim takes it out of its environment
-# before anything else reads it, so no server and no hello sees it.
+SLOT_ENV = "LAZYD_RESUME_SLOT"  # set by the waiter holding a slot; taken out before a server or hello sees it
 
 FLOCKS = ("/usr/bin/flock", "/bin/flock")  # util-linux's: dash has no builtin that takes a lock
 
 
 def count() -> int:
-    """Slots per daemon socket: two per CPU. A recovery is mostly a CPU-bound Python start, but it
-    also waits for the daemon's answer: two per CPU keep the CPUs busy while one waits."""
+    """Slots per daemon socket: two per CPU, to keep the CPUs busy while a recovery waits for the daemon."""
     return 2 * (os.cpu_count() or 1)
 
 

@@ -1,14 +1,7 @@
-# lazyd-shim's waiting program: what a handed-off shim becomes while the daemon serves its client.
-#
-# Run by shim/handoff.py with dash (else /bin/sh), same pid and descriptors as the shim. The
-# daemon's socket is descriptor 9. Arguments: flock(1)'s path and the resume slot's lock file (""
-# for none), then the command that takes the session back (the installed shim with
-# --resume-handoff=FD, shim/recover.py).
-#
-# A line on the socket: the client left; exit 0. EOF: the daemon is gone or let the session go:
-# take a resume slot (descriptor 8, named in LAZYD_RESUME_SLOT: shim/slots.py), waiting at most
-# 120 s, then exec the recovery. SIGTERM and SIGHUP end it with 0, SIGINT with 130, also while it
-# queues: a trapped signal ends `wait`, and the trap ends what it waited for.
+# lazyd-shim's waiting program: what a handed-off shim becomes while the daemon serves its client
+# (docs/protocol.md, "Waiting"). Descriptor 9 is the daemon's socket. Arguments: flock(1)'s path
+# and the resume slot's lock file ("" for none: shim/slots.py), then the command that takes the
+# session back (shim/recover.py). A trapped signal ends `wait`, and the trap ends what it waited for.
 
 trap 'kill $! 2>/dev/null; exit 0' TERM HUP
 trap 'kill $! 2>/dev/null; exit 130' INT

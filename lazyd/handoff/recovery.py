@@ -1,17 +1,10 @@
 """What a lost daemon leaves to answer, decided once for whoever takes its hand-off session back.
 
-The shim (shim/recover.py, which then hands a fresh region to the next daemon) and the daemon that
-systemd restarts with the session (lazyd/daemon/handoff/reclaim.py) start from the same `plan` of
-the region (lazyd/handoff/region.py), so both answer the same requests and carry the same session:
-
-1. a line the daemon had begun to write to the client is finished: with its rest (the tail, when
-   the daemon let go itself) or with a newline (a daemon killed mid-write);
-2. every request in flight is answered with -32603 under its original id: those in the table and
-   those in lines found in the landing zone, each once;
-3. the next daemon continues from the client's handshake and the start of a line read and not
-   relayed (the head, which input from the landing zone may extend).
-
-Standard library only: the shim imports it.
+The shim (shim/recover.py) and the daemon systemd restarts with the session (`reclaim`: under
+systemd the waiter never woke and cannot be given a new region) start from the same `plan` of the
+region, so both answer the same requests, each once, and carry the same session (docs/protocol.md,
+"Reclaiming"; lazyd/daemon/handoff/ledger.py records a reclaim). Standard library only: the shim
+imports it.
 """
 
 from __future__ import annotations
@@ -51,7 +44,7 @@ def plan(region: Region | None) -> Recovery:
     state = region.current if region is not None else None
     if region is None or state is None:
         return Recovery(None, [], State(), b"", 0)  # a daemon killed before its first write
-    tail = region.read_tail(state.tail_len) if state.tail_len else b""
+    tail = region.read_head(state.tail_len, state.head_area ^ 1) if state.tail_len else b""
     finish: bytes | None = None
     if state.out_torn or tail:
         finish = tail if tail.endswith(b"\n") else tail + b"\n"
@@ -68,3 +61,15 @@ def plan(region: Region | None) -> Recovery:
     carried.head_len, carried.discarding = len(head), discarding
     ids = list(dict.fromkeys([*state.inflight, *found]))
     return Recovery(finish, ids, carried, head, len(landed))
+
+
+def reclaim(region: Region) -> Recovery | str:
+    """What a reclaiming daemon owes the client for `region` and carries on, or why the shim
+    recovers it instead: a region that says the client left, or holds the rest of a line its daemon
+    let go of, is the shim's."""
+    state = region.current
+    if state is not None and state.closed:
+        return "its daemon ended it because the client left"
+    if state is not None and state.tail_len:
+        return "its daemon let it go in the middle of a line"
+    return plan(region)

@@ -1,28 +1,17 @@
 """The shared region of a hand-off session: what a recovering shim needs to answer for a lost daemon.
 
-On a hand-off session (docs/protocol.md, "Hand-off") only the daemon knows which requests are in
-flight. It keeps them, and what the next daemon continues from, in a sparse memfd the shim creates
-and **seals** (it can neither shrink nor grow, so a mapping of it never faults). Standard library
-only: the shim imports it. Layout `LAYOUT`, named by `MAGIC` at offset 0 and in the hello::
+What it holds and why is in docs/protocol.md ("Hand-off"); the areas, from offset 0: MAGIC, the
+torn byte and the state byte, two slots of the state, the table of ids in flight, two landing
+zones, two head areas (the one the state does not name holds the tail, once the daemon let go of
+the session in the middle of a line). Standard library only: the shim imports it.
 
-    [0, 4096)              MAGIC; at TORN_OFFSET one byte, 1 while an answer may be cut on the
-                           client's stdout (the shim ends it with a newline)
-    [SLOT_OFFSET, ...)     two copies of the state: magic, generation, payload length, crc32,
-                           payload (flags, head and tail lengths, the handshake lines)
-    [TABLE_OFFSET, ...)    the requests in flight: entries of one length byte (0: free) and the
-                           JSON text of one id (1 and "1" differ)
-    [LANDING_OFFSET, ...)  two landing zones: the daemon reads the client's stdin into the one
-                           the state names
-    [HEAD_OFFSET, ...)     two head areas: the start of a line read and not relayed yet
-    [TAIL_OFFSET, ...)     the rest of an answer, when the daemon let go of the session mid-line
-
-Each write is ordered so that a kill -9 between two stores leaves a region read right. An id
-enters by its text, then its length byte; single bytes are not torn. The state goes to the slot
-not holding the newest valid copy (the reader takes the highest valid generation), after the head
-or tail it counts; a new head goes to the area the state does not name. Reads land in the region,
-so no input is only in the daemon's memory: once a read's lines are relayed and their ids
-entered, one state write names the other zone. A lost daemon's zone holds, up to its first NUL
-(no JSON text has one), input nobody accounted for.
+Each write is ordered so that a kill -9 between two stores leaves a region read right: what a
+single byte makes valid is written before that byte (a single byte is not torn). An id enters by
+its text, then its length byte. The state goes to the slot the state byte does not name, then
+the byte names it, after the head or tail it counts; a new head goes to the area the state does
+not name, and a read lands in the zone it names, which one state write, once the read is
+accounted for, turns to the other. A lost daemon's zone holds, up to its first NUL (no JSON text
+has one), input nobody accounted for.
 """
 
 from __future__ import annotations
@@ -31,18 +20,18 @@ import errno
 import os
 import struct
 import sys
-import zlib
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs start-up time
 if TYPE_CHECKING:
     import mmap
     from typing import Any
 
-LAYOUT = 3
-MAGIC = b"LZH3"
+LAYOUT = 4
+MAGIC = b"LZH4"
 
 _MIB = 1 << 20
 TORN_OFFSET = 64
+STATE_OFFSET = 65  # the slot holding the state, plus one (0: no state yet)
 SLOT_OFFSET = _MIB
 SLOT_BYTES = _MIB
 TABLE_OFFSET = SLOT_OFFSET + 2 * SLOT_BYTES
@@ -54,16 +43,13 @@ LANDING_OFFSET = TABLE_OFFSET + _MIB
 LANDING_BYTES = 256 * 1024  # one read of the client's stdin (a pipe gives at most what it holds)
 HEAD_OFFSET = LANDING_OFFSET + _MIB
 HEAD_AREA_BYTES = 17 * _MIB  # one line at most (16 MiB and its line end)
-TAIL_OFFSET = HEAD_OFFSET + 2 * HEAD_AREA_BYTES
-TAIL_BYTES = 17 * _MIB
-REGION_BYTES = TAIL_OFFSET + TAIL_BYTES
+REGION_BYTES = HEAD_OFFSET + 2 * HEAD_AREA_BYTES
 
 MAX_HANDSHAKE_LINE_BYTES = 256 * 1024  # a longer initialize (no SDK writes one) is not resumed
 
-SEALS_NEEDED = ("F_SEAL_SHRINK", "F_SEAL_GROW", "F_SEAL_SEAL")
 F_SEAL_WRITE, F_SEAL_FUTURE_WRITE = 0x0008, 0x0010
 
-_HEADER = struct.Struct("<4sQII")  # magic, generation, payload length, crc32 of generation+length+payload
+_LENGTH = struct.Struct("<I")  # a slot: the payload's length, then the payload
 _FIXED = struct.Struct("<BII4xII4x")  # flags, head_len, tail_len, (unused), len(init), len(initialized), (unused)
 _FLAGS = (1, 4, 8, 16, 32)  # the bits of init_answered, closed, discarding, landing and head_area
 
@@ -71,11 +57,10 @@ _FLAGS = (1, 4, 8, 16, 32)  # the bits of init_answered, closed, discarding, lan
 class State:
     """One copy of a session's state; `inflight` and `out_torn` are read beside it, from the region."""
 
-    __slots__ = ("generation", "init", "initialized", "init_answered", "inflight", "head_len", "discarding",
+    __slots__ = ("init", "initialized", "init_answered", "inflight", "head_len", "discarding",
                  "out_torn", "tail_len", "closed", "landing", "head_area")
 
     def __init__(self) -> None:
-        self.generation = 0
         self.init = b""  # the client's initialize request line, as it sent it
         self.initialized = b""  # its notifications/initialized line
         self.init_answered = False  # the client saw its initialize answered: worth resuming
@@ -146,44 +131,29 @@ class Region:
     def __init__(self, buf: Any, table_bytes: int = TABLE_ENTRIES * ENTRY_BYTES) -> None:
         self.buf = buf
         self._table_end = min(TABLE_ENTRIES, -(-table_bytes // ENTRY_BYTES)) * ENTRY_BYTES
-        self._slot = 1
-        current: State | None = None  # what the previous writer (daemon or shim) left, if anything
-        for index in (0, 1):
-            state = self._read_slot(index)
-            if state is not None and (current is None or state.generation > current.generation):
-                current, self._slot = state, index
-        self._generation = current.generation if current is not None else 0
-        if current is not None:
-            current.inflight = [text for _, text in self.entries()]
-            current.out_torn = self.torn
-        self.current = current
+        named = buf[STATE_OFFSET]
+        self._slot = named - 1 if named in (1, 2) else 1  # where the state is; the next write goes to the other
+        self.current = self._read_slot(self._slot) if named in (1, 2) else None  # what the last writer left
+        if self.current is not None:
+            self.current.inflight = [text for _, text in self.entries()]
+            self.current.out_torn = self.torn
 
     def _read_slot(self, index: int) -> State | None:
         at = SLOT_OFFSET + index * SLOT_BYTES
-        magic, generation, length, crc = _HEADER.unpack(self.buf[at : at + _HEADER.size])
-        if magic != MAGIC or length > SLOT_BYTES - _HEADER.size:
-            return None
-        at += _HEADER.size
-        payload = bytes(self.buf[at : at + length])
-        if zlib.crc32(payload, zlib.crc32(struct.pack("<QI", generation, length))) != crc:
-            return None
+        (length,) = _LENGTH.unpack(self.buf[at : at + _LENGTH.size])
+        at += _LENGTH.size
         try:
-            state = State.decode(payload)
+            return State.decode(bytes(self.buf[at : at + min(length, SLOT_BYTES - _LENGTH.size)]))
         except ValueError:
             return None
-        state.generation = generation
-        return state
 
     def write(self, state: State) -> None:
-        """Write `state` as the newest copy, in the slot that does not hold the current one."""
+        """Write `state` into the slot not holding the current one, then name that slot."""
         payload = state.encode()
-        self._generation += 1
         self._slot ^= 1
-        crc = zlib.crc32(payload, zlib.crc32(struct.pack("<QI", self._generation, len(payload))))
         at = SLOT_OFFSET + self._slot * SLOT_BYTES
-        data = _HEADER.pack(MAGIC, self._generation, len(payload), crc) + payload
-        self.buf[at : at + len(data)] = data
-        state.generation = self._generation
+        self.buf[at : at + _LENGTH.size + len(payload)] = _LENGTH.pack(len(payload)) + payload
+        self.buf[STATE_OFFSET] = self._slot + 1
 
     def set_id(self, entry: int, text: bytes) -> None:
         """Enter `text` (at most ENTRY_BYTES - 1 bytes) at `entry`: the text first, its length last."""
@@ -196,18 +166,10 @@ class Region:
         self.buf[TABLE_OFFSET + entry * ENTRY_BYTES] = 0
 
     def entries(self) -> list[tuple[int, bytes]]:
-        """The entries in use: (index, id text). The length bytes in use are found by `bytes.find`
-        in a translated copy, not by a Python loop over every entry (a daemon may reclaim many)."""
+        """The entries in use: (index, id text)."""
         table = bytes(self.buf[TABLE_OFFSET : TABLE_OFFSET + self._table_end])
-        sizes = table[::ENTRY_BYTES]
-        marks = sizes.translate(_IN_USE)
-        used = []
-        index = marks.find(1)
-        while index >= 0:
-            at = index * ENTRY_BYTES + 1
-            used.append((index, table[at : at + sizes[index]]))
-            index = marks.find(1, index + 1)
-        return used
+        return [(at // ENTRY_BYTES, table[at + 1 : at + 1 + table[at]])
+                for at in range(0, len(table), ENTRY_BYTES) if table[at]]
 
     @property
     def torn(self) -> bool:
@@ -226,15 +188,6 @@ class Region:
         at = head_offset(area)
         return bytes(self.buf[at : at + min(length, HEAD_AREA_BYTES)])
 
-    def write_tail(self, data: bytes) -> int:
-        """Put the rest of a torn answer in the tail area (what fits); returns its length."""
-        data = data[:TAIL_BYTES]
-        self.buf[TAIL_OFFSET : TAIL_OFFSET + len(data)] = data
-        return len(data)
-
-    def read_tail(self, length: int) -> bytes:
-        return bytes(self.buf[TAIL_OFFSET : TAIL_OFFSET + min(length, TAIL_BYTES)])
-
     def read_landed(self, zone: int) -> bytes:
         """What a read put in landing zone `zone` and no state accounts for (up to the first NUL)."""
         at = landing_offset(zone)
@@ -245,13 +198,10 @@ class Region:
         return data if end < 0 else data[:end]
 
     def release_heads(self) -> None:
-        """Give the pages of both head areas and the tail back (the state counts no head)."""
+        """Give the pages of both head areas back (the state counts no head, and no tail)."""
         import mmap
 
         self.buf.madvise(mmap.MADV_REMOVE, HEAD_OFFSET, REGION_BYTES - HEAD_OFFSET)
-
-
-_IN_USE = bytes([0]) + bytes([1]) * 255  # a length byte, translated: 1 where an entry is in use
 
 
 def landing_offset(zone: int) -> int:
@@ -267,14 +217,15 @@ def create_region() -> int:
     shrinking and growing. Raises OSError where that cannot be made (no memfd, no sealing)."""
     import fcntl
 
-    if not (hasattr(os, "memfd_create") and hasattr(os, "MFD_ALLOW_SEALING")
-            and all(hasattr(fcntl, name) for name in (*SEALS_NEEDED, "F_ADD_SEALS"))):
-        raise OSError(0, "this system has no sealed memfd")
-    fd: int = os.memfd_create("lazyd-handoff", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    try:
+        add_seals, seals = fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL
+        fd: int = os.memfd_create("lazyd-handoff", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    except AttributeError:
+        raise OSError(0, "this system has no sealed memfd") from None
     try:
         os.ftruncate(fd, REGION_BYTES)
         os.pwrite(fd, MAGIC, 0)
-        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL)
+        fcntl.fcntl(fd, add_seals, seals)
     except OSError:
         os.close(fd)
         raise
@@ -309,9 +260,8 @@ def region_problem(fd: int) -> str | None:
 
 def map_region(fd: int) -> mmap.mmap:
     """The region `fd` (one whose `region_problem` is None: its seals keep its size, so the mapping
-    never faults), mapped whole and shared. Before Python 3.13 (`trackfd`) the mapping keeps a
-    duplicate of the descriptor while it lives. A view of it keeps it mapped (`unmap`). `mmap` is
-    imported here: a shim's start creates a region and never maps one."""
+    never faults), mapped whole and shared; before Python 3.13 the mapping keeps a duplicate of the
+    descriptor. `mmap` is imported here: a shim's start creates a region and never maps one."""
     import mmap
 
     untracked: dict[str, Any] = {"trackfd": False} if sys.version_info >= (3, 13) else {}
@@ -336,11 +286,3 @@ def read_region(fd: int) -> Region | None:
         return Region(map_region(fd), table_extent(fd))
     except OSError:
         return None
-
-
-def pwrite_all(fd: int, data: bytes | memoryview, offset: int) -> None:
-    view = memoryview(data)
-    while view:
-        written = os.pwrite(fd, view, offset)
-        view = view[written:]
-        offset += written

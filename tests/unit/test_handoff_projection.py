@@ -17,10 +17,9 @@ import mmap
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lazyd.daemon.handoff.reclaim import reclaim
 from lazyd.daemon.handoff.ledger import Ledger
 from lazyd.handoff import region as hs
-from lazyd.handoff.recovery import Recovery
+from lazyd.handoff.recovery import Recovery, reclaim
 from lazyd.handoff.region import Region
 from lazyd.protocol.linepeek import id_key
 

@@ -1,6 +1,6 @@
 """Taking back a lost daemon's hand-off session: the one decision (lazyd/handoff/recovery.py) the
 shim's recovery and the reclaiming daemon share, and the daemon's in-place record of it
-(lazyd/daemon/handoff/reclaim.py decides it, the session's ledger writes it into the region), which a
+(`reclaim` decides it, the session's ledger writes it into the region), which a
 kill -9 may cut after any write.
 
 Testing policy: literal regions (a lost daemon's state, table, head, landing zones and torn byte,
@@ -17,10 +17,9 @@ from typing import Any
 
 import pytest
 
-from lazyd.daemon.handoff.reclaim import reclaim
 from lazyd.daemon.handoff.ledger import Ledger
 from lazyd.handoff import region as hs
-from lazyd.handoff.recovery import Recovery, error_line, plan
+from lazyd.handoff.recovery import Recovery, error_line, plan, reclaim
 from lazyd.handoff.region import Region, State
 from shim import recover
 from shim.options import Log, parse
@@ -48,7 +47,8 @@ def lost(*, torn: bool = True, landed: bool = True, closed: bool = False, tail: 
     region.write_head(call(9)[:20], 0, 1)
     state.head_len, state.head_area, state.landing, state.closed = 20, 1, 1, closed
     if tail:
-        state.tail_len = region.write_tail(tail)
+        region.write_head(tail, 0, 0)  # the head area the state does not name
+        state.tail_len = len(tail)
     if landed:
         read = call(9)[20:] + b"\n" + call(10) + b"\n" + call(1) + b"\n" + call(11)[:15]
         buf[hs.landing_offset(1) : hs.landing_offset(1) + len(read)] = read

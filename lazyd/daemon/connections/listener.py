@@ -320,7 +320,7 @@ class ConnectionHandler:
     async def _reclaim(self, stream: trio.SocketStream, live: Live, hello: Hello,
                      taken: tuple[ClientEnds, int] | None, kept: Kept) -> None:
         """Take back in place the session systemd `kept` across its daemon's crash
-        (lazyd/daemon/handoff/reclaim.py), or let it go (its names out of the store, no word),
+        (lazyd/handoff/recovery.py), or let it go (its names out of the store, no word),
         having closed what came, so that the shim's own recovery runs."""
         refusal = NotReclaimed("its descriptors or region cannot be served by hand-off")
         if taken is not None:

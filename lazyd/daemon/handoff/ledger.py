@@ -1,12 +1,10 @@
 """A hand-off session's ledger: what its shim would need if the daemon were lost, kept in the region.
 
-The session's one table of requests in flight: a request enters when its line is read (as the shim
-reads a frame session's, lazyd/protocol/linepeek.py), before it is relayed, and leaves when its
-answer is wholly in the client's stdout or the client cancels it. The region's table
-(lazyd/handoff/region.py) is its projection, written only here, one entry per request, so a
-message costs the same whatever else is in flight. Beside it, in the region's state: the
-handshake and the start of a line read and not relayed, written at most once per read (`hold`).
-`Landing`: the client's bytes are read into the region itself, never only into the daemon's memory.
+The session's one table of requests in flight: a request enters when its line is read, before it
+is relayed, and leaves when its answer is wholly in the client's stdout or the client cancels it.
+The region's table (lazyd/handoff/region.py) is written only from it, one entry per request. The
+state (handshake, head, landing zone) is written at most once per read (`hold`). `Landing`: the
+client's bytes are read into the region itself, never only into the daemon's memory.
 """
 
 from __future__ import annotations
@@ -16,7 +14,7 @@ import mmap
 from collections.abc import Callable
 
 from lazyd.handoff.recovery import Recovery
-from lazyd.handoff.region import ENTRY_BYTES, LANDING_BYTES, LANDING_OFFSET, TABLE_ENTRIES, Region, State
+from lazyd.handoff.region import ENTRY_BYTES, HEAD_AREA_BYTES, LANDING_BYTES, TABLE_ENTRIES, Region, State
 from lazyd.handoff.region import landing_offset
 from lazyd.core.relay import jsonrpc as rpc
 from lazyd.core.relay.jsonrpc import Invalid, Message
@@ -26,9 +24,8 @@ IdKey = tuple[bool, int | str]
 JsonId = int | str
 
 RELEASE_HEAD_BYTES = 1 << 20
-# A consumed head this large is given back to the kernel once the large lines are over (after a
-# quiet spell, with the heap's trim); smaller ones stay for the next partial line. Given back at
-# once, each large request would fault in and zero the same pages again for the next.
+# A consumed head this large is given back to the kernel after a quiet spell, with the heap's trim;
+# given back at once, each large request would fault in and zero the same pages again.
 
 _UNRECORDED = -1  # the entry of a request in flight whose id the table cannot hold
 
@@ -44,9 +41,8 @@ class Ledger:
 
     def __init__(self, region: Region, later: Callable[[Callable[[], None]], None] = _at_once, *,
                  recovery: Recovery | None = None) -> None:
-        """The ledger of a new session, of one continued from its region (after an upgrade, or a
-        shim's recovery), or with `recovery`, of one reclaimed from a lost daemon's region
-        (lazyd/daemon/handoff/reclaim.py), whose record this writes first."""
+        """The ledger of a new session, of one continued from its region (an upgrade, a shim's
+        recovery), or with `recovery`, of one reclaimed from a lost daemon's region."""
         self.region = region
         self._later = later  # runs a release once the large lines are over (RELEASE_HEAD_BYTES)
         previous = region.current
@@ -55,8 +51,7 @@ class Ledger:
         self.state = State()
         used: set[int] = set()
         if previous is not None:
-            # What is in the table is still in flight (a reclaimed session's ids are answered by
-            # this daemon's outbox).
+            # What is in the table is still in flight (a reclaimed session's: until its error is written).
             source = previous if recovery is None else recovery.carried
             for field in ("init", "initialized", "init_answered", "head_len", "discarding"):
                 setattr(self.state, field, getattr(source, field))
@@ -71,13 +66,12 @@ class Ledger:
                     continue
                 self._entries[key] = entry
                 used.add(entry)
-            # A reclaimed session's unanswered initialize gets the lost-connection error: no answer
-            # to resume from.
+            # A reclaimed session's unanswered initialize gets the error, not an answer later.
             if previous.init and not previous.init_answered and recovery is None:
                 handshake = line_info(rpc.parse(previous.init))
                 self._init_key = handshake.requests[0][0] if handshake.requests else None
-        # Entries given back (the lowest last, popped first), then those from `_next` on: not a
-        # list of every free entry, which would cost each session more than its region's pages.
+        # Entries given back, then those from `_next` on: a list of every free entry would cost
+        # each session more than its region's pages.
         self._next = max(used, default=-1) + 1
         self._free = sorted(set(range(self._next)) - used, reverse=True)
         self._held = 0
@@ -94,8 +88,12 @@ class Ledger:
         self._head_new = False  # the recorded head was relayed: the next one goes to the other area
 
     def _record_reclaim(self, recovery: Recovery, lost: State) -> None:
-        """Record the recovery of a lost daemon's region in the order reclaim.py gives (its steps
-        1 to 3), so that a kill -9 after any store leaves the next recovery the same duty."""
+        """Record the recovery of a lost daemon's region, in an order that leaves the next recovery
+        the same duty after a kill -9 at any store: (1) the ids of lines found in the landing zone
+        enter the table beside its own; (2) the next read's zone is cleared and the head, extended
+        by the landed input, goes to the area the state does not name; (3) one state write names
+        both, then the landed zone is cleared. The outbox then writes the newline ending a cut
+        line and one error per id, each id leaving the table once its line is written."""
         self.hold()  # no state until both the ids and the head are in the region
         if recovery.landed:
             for text in recovery.ids:  # the table's own are in it already: entered once
@@ -114,8 +112,7 @@ class Ledger:
             _clear_landed(self.region, lost.landing)
 
     def client_line(self, line: bytes, parsed: Message | Invalid | None = None) -> None:
-        """A whole line read from the client, before it is relayed; `parsed`, the relay core's
-        parse of it (`rpc.parse`), which the session makes once for the relay and the ledger."""
+        """A whole line read from the client, before it is relayed (`parsed`: `rpc.parse` of it)."""
         info = line_info(parsed if parsed is not None else rpc.parse(line))
         if info.kind == "initialize":
             self.state.init, self._init_key = line, info.requests[0][0]
@@ -143,7 +140,7 @@ class Ledger:
 
     def torn(self, torn: bool) -> None:
         """Whether the client's stdout may now end in the middle of a line: set before any write
-        that can be partial, cleared once the line is whole (one byte of the region each)."""
+        that can be partial, cleared once the line is whole."""
         self.region.torn = torn
 
     def head_relayed(self) -> None:
@@ -175,9 +172,8 @@ class Ledger:
             self._later(self._release_heads)
 
     def _release_heads(self) -> None:
-        """The large lines are over: give a consumed head's pages back, unless a line's start is
-        held again (the next empty head asks again), the session ended (the tail shares those
-        pages, and the shim may be reading it) or the region is unmapped."""
+        """Give a consumed head's pages back, unless a line's start is held again (the next empty
+        head asks again), the session ended (the shim may be reading the tail) or is unmapped."""
         self._release_asked = False
         if self._ended or self._held or self.state.head_len or getattr(self.region.buf, "closed", False):
             return
@@ -196,8 +192,11 @@ class Ledger:
         with the unwritten rest of a cut line (`tail`) for it to write first."""
         self._ended = True
         self.state.closed = client_left
+        # The tail goes to the head area the written state does not name: a close is never inside a
+        # hold (a reader's hold spans no checkpoint), so the state is written as the ledger has it.
         if tail is not None:
-            self.state.tail_len = self.region.write_tail(tail)
+            self.state.tail_len = len(tail[:HEAD_AREA_BYTES])
+            self.region.write_head(tail[:HEAD_AREA_BYTES], 0, self.state.head_area ^ 1)
         self._changed()
         self.flush()
 
@@ -252,13 +251,10 @@ class Ledger:
 
 
 def line_info(msg: Message | Invalid) -> LineInfo:
-    """What `inspect_line` (lazyd/protocol/linepeek.py, the shim's and the recovery's reader) finds in a
-    line, read from the relay core's parse of it (by the same rule, `message_info`)."""
-    if isinstance(msg, Message):
-        if msg.method is None:  # a response to a server request
-            return LineInfo()
+    """What `inspect_line` (lazyd/protocol/linepeek.py, the shim's reader) finds in a line, read from
+    the relay core's parse of it by the same rule. A response, or a refused line, is no request."""
+    if isinstance(msg, Message) and msg.method is not None:
         return message_info(msg.method, msg.kind is rpc.Kind.REQUEST, msg.id, msg.obj.get("params"))
-    # A refused line is no request (lazyd/protocol/jsonline.py): its refusal answers nothing in flight.
     return LineInfo()
 
 
@@ -268,14 +264,10 @@ class Landing:
     def __init__(self, region: Region) -> None:
         self._region = region
         self._base = memoryview(region.buf)
-        whole = self._base[LANDING_OFFSET : LANDING_OFFSET + 2 * LANDING_BYTES]
-        self.zones = (whole[:LANDING_BYTES], whole[LANDING_BYTES:])
-        self._whole = whole
+        self.zones = tuple(self._base[landing_offset(zone) : landing_offset(zone) + LANDING_BYTES] for zone in (0, 1))
 
     def pending(self, zone: int) -> int:
-        """How many bytes a read left in `zone` unaccounted for (Region.read_landed's rule: up to
-        the first NUL, an empty zone known by its first byte, so a new session's zone is not read
-        whole, which would allocate every page of it)."""
+        """How many bytes a read left in `zone` unaccounted for (`Region.read_landed`)."""
         return len(self._region.read_landed(zone))
 
     def take(self, zone: int, length: int) -> bytes:
@@ -283,17 +275,17 @@ class Landing:
 
     def clear(self, zone: int, length: int) -> None:
         """Zero what a read put in `zone` (its pages stay: freed, they would fault in again at the
-        next read; at most 2 * LANDING_BYTES per session, and only after reads that large)."""
+        next read)."""
         self.zones[zone][:length] = _ZEROS[:length]
 
     def close(self) -> None:
-        for view in (*self.zones, self._whole, self._base):
+        for view in (*self.zones, self._base):
             view.release()
 
 
 _ZEROS = memoryview(mmap.mmap(-1, LANDING_BYTES, prot=mmap.PROT_READ))
-# What `clear` copies from: an anonymous mapping never written reads as the kernel's zero page and
-# holds no memory, where zeroed bytes from the heap would be resident in an idle daemon.
+# What `clear` copies from: a mapping never written reads as the kernel's zero page and holds no
+# memory, where zeroed bytes from the heap would be resident in an idle daemon.
 
 
 def _clear_landed(region: Region, zone: int) -> None:

@@ -38,7 +38,6 @@ import trio
 from lazyd.protocol import wire
 from lazyd.daemon.control import handshakes
 from lazyd.daemon.runtime.era_lanes import EraRoute
-from lazyd.daemon.handoff.reclaim import reclaim
 from lazyd.daemon.handoff.stored_sessions import Keeper, Kept
 from lazyd.core.relay import jsonrpc as rpc
 from lazyd.daemon.handoff.ledger import Landing, Ledger
@@ -47,7 +46,7 @@ from lazyd.daemon.sessions.registry import Registry
 from lazyd.daemon.runtime.supervisor import ServerRuntime
 from lazyd.errors import NotReclaimed, Refused
 from lazyd.protocol.frames import Hello, Refusal, Welcome
-from lazyd.handoff.recovery import Recovery
+from lazyd.handoff.recovery import Recovery, reclaim
 from lazyd.handoff.recovery import error_line as lost_line
 from lazyd.handoff.region import LANDING_BYTES, LAYOUT, Region, map_region, region_problem, table_extent, unmap
 from lazyd.protocol.linepeek import EOF_WAIT_S, LineSplitter, too_long_answer
@@ -104,7 +103,7 @@ def close_all(fds: list[int]) -> None:
 
 def take(hello: Hello, fds: list[int]) -> tuple[ClientEnds, int] | None:
     """The client's ends and the region from what came with `hello` (a hand-off, or a reclaim:
-    lazyd/daemon/handoff/reclaim.py), if the daemon can serve them; else None, with every descriptor
+    lazyd/handoff/recovery.py), if the daemon can serve them; else None, with every descriptor
     closed (a hand-off then goes on with frames; a reclaim is refused)."""
     if not hello.handoff and not hello.reclaim:
         close_all(fds)
@@ -136,7 +135,7 @@ class HandoffSession:
     def __init__(self, registry: Registry, stream: trio.SocketStream, pid: int, ends: ClientEnds,
                  region_fd: int, keeper: Keeper | None = None, *, reclaiming: bool = False) -> None:
         """With `reclaiming`, the region is as a lost daemon left it: its recovery is written into
-        it first (reclaim.py), or NotReclaimed is raised with everything closed."""
+        it first (`reclaim`), or NotReclaimed is raised with everything closed."""
         self.registry = registry
         self.keeper = keeper  # systemd's fd store, where the daemon has one
         self.stream = stream

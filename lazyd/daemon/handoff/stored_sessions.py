@@ -6,7 +6,7 @@ Under systemd the daemon stores a copy of each hand-off session's socket (its da
 the client's stdin and stdout (`FDNAME=hs-<shim pid>`, `-in`, `-out`; `-io` for one socket both
 ways). The manager holds them while the daemon is down, so the waiter's read never ends, and
 passes them to the restarted daemon, which takes the session back in place
-(lazyd/daemon/handoff/reclaim.py) with the region and the reclaiming hello reopened through the
+(lazyd/handoff/recovery.py) with the region and the reclaiming hello reopened through the
 waiter's /proc/PID/fd (the client's ends are stored instead: a socket cannot be reopened).
 
 A waiter must never wait on a socket nobody serves, so: a session's names leave the store before
