@@ -1,21 +1,12 @@
 """One real server process: spawning it, talking to it by lines, and the stop ladder.
 
-A `ChildProcess` owns a server process, its group, its three pipes and its stderr log:
-
 - It runs in its own session (`setsid`): signals to the group reach every grandchild a launcher
   like `npx` leaves, never the daemon. It inherits no descriptor beyond 0-2 and none of systemd's
   per-service variables (a server that speaks sd_notify must not talk to our supervisor).
-- The command is resolved against the spec's PATH and cwd before the fork, so "not found" is a
-  readable `SpawnError`, never a half-started process (lazyd/daemon/process/command.py).
 - The leader's exit is seen through a pidfd without reaping it: an unreaped zombie's pid, and so
   the group id, cannot be recycled until SIGKILL went to what is left of the group. (trio's
   `wait()`, `poll()` and `returncode` all reap, so none is touched before that.)
-- Stopping is a ladder: close stdin, `STDIN_EOF_GRACE_S`, SIGTERM the group, `TERM_GRACE_S`,
-  SIGKILL, reap; shielded from cancellation and bounded by the graces.
-- stdout is cut into lines (stdout_reader.py, stdout_lines.py); a line over the limit raises
-  `LineTooLong`. stderr is pumped whatever the consumer does into a bounded `LogRing`.
-
-Its background tasks run in the caller's nursery (`spawn`).
+- Stopping is the ladder of docs/supervision.md, shielded from cancellation and bounded.
 """
 
 from __future__ import annotations
