@@ -18,7 +18,7 @@ from typing import Any
 from lazyd.core.sharing.client_profiles import ClientProfile
 from lazyd.core.relay.handshake_defaults import profile_params
 from lazyd.protocol import jsonline
-from lazyd.daemon import learned_files
+from lazyd.daemon import state_files
 
 log = logging.getLogger("lazyd.handshakes")
 
@@ -34,7 +34,7 @@ class LearnedHandshakes:
         self.clients: dict[str, dict[str, Any]] = self._load()
 
     def _load(self) -> dict[str, dict[str, Any]]:
-        data = learned_files.load(self.path, MAX_CLIENTS * MAX_PARAMS_BYTES, "client handshakes")
+        data = state_files.load(self.path, MAX_CLIENTS * MAX_PARAMS_BYTES, "client handshakes")
         if not isinstance(data, dict):
             return {}
         return {str(k): v for k, v in data.items()
@@ -56,7 +56,7 @@ class LearnedHandshakes:
             del self.clients[min(self.clients, key=lambda k: float(self.clients[k]["seen_at"]))]
         if known is not None and known.get("params") == params:
             return False  # same handshake again: keep the file as it is (seen_at is for ordering)
-        learned_files.save(self.path, self.clients, sort_keys=True)
+        state_files.save(self.path, self.clients, sort_keys=True)
         log.info("learned the handshake of client %r (protocol %s)", name, params["protocolVersion"])
         return True
 

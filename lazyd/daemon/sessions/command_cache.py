@@ -23,7 +23,7 @@ from lazyd.core.cache import Snapshot
 from lazyd.core.sharing.identity import Identity
 from lazyd.daemon.runtime.cache_store import CacheStore
 from lazyd.daemon.runtime.supervisor import ServerRuntime
-from lazyd.daemon import learned_files
+from lazyd.daemon import state_files
 from lazyd.host.privatefiles import read_string_lists
 
 log = logging.getLogger("lazyd.registry")
@@ -103,7 +103,7 @@ class CommandCaches:
         return read_string_lists(self.path, MAX_FILE_BYTES, MAX_COMMANDS, MAX_DIGESTS_PER_COMMAND, _is_digest)
 
     def _save(self) -> None:
-        learned_files.save(self.path, self.index)
+        state_files.save(self.path, self.index)
 
 
 def _is_digest(text: str) -> bool:

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from lazyd.core.sharing.noise import Evidence, PerRunLearner
-from lazyd.daemon import learned_files
+from lazyd.daemon import state_files
 
 log = logging.getLogger("lazyd.learned")
 
@@ -143,11 +143,11 @@ class LearnedEnv:
     # ---- file ----------------------------------------------------------------------------------
 
     def _load(self) -> dict[str, Any]:
-        data = learned_files.load(self.path, MAX_FILE_BYTES, "clients' environments")
+        data = state_files.load(self.path, MAX_FILE_BYTES, "clients' environments")
         return data if isinstance(data, dict) and data.get("v") == FORMAT_VERSION else {}
 
     def _save(self) -> None:
-        learned_files.save(self.path, {"v": FORMAT_VERSION, "per_run": self.per_run.to_json(), "clients": self.clients},
+        state_files.save(self.path, {"v": FORMAT_VERSION, "per_run": self.per_run.to_json(), "clients": self.clients},
                            sort_keys=True)
 
 

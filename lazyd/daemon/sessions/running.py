@@ -22,7 +22,7 @@ from lazyd.host import procfs
 from lazyd.core.lifecycle.machine import State
 from lazyd.core.sharing.known_servers import names_a_server, tree_runs, what_runs
 from lazyd.daemon.runtime.supervisor import ServerRuntime
-from lazyd.daemon import learned_files
+from lazyd.daemon import state_files
 from lazyd.host.privatefiles import read_string_lists
 
 log = logging.getLogger("lazyd.registry")
@@ -169,4 +169,4 @@ class RunsRecord:
         return read_string_lists(self.path, MAX_FILE_BYTES, MAX_ENTRIES, MAX_NAMES)
 
     def _save(self) -> None:
-        learned_files.save(self.path, self.table, durable=False)
+        state_files.save(self.path, self.table, durable=False)

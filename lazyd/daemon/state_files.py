@@ -1,7 +1,8 @@
-"""The small tables the daemon learns and keeps in its state dir: read as JSON or learned anew.
+"""The small JSON tables the daemon keeps in its state dir: read, or started anew; written privately.
 
-A table that cannot be read is started again from nothing (it is learned, never configured), and
-one that cannot be written costs only what the next daemon would have known: both are log lines.
+A table that cannot be read is started again from nothing (what is in it is learned or recorded,
+never configured), and one that cannot be written costs only what the next daemon would have
+known: both are log lines, never a failure.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from pathlib import Path
 
 from lazyd.host.privatefiles import read_json, write_private
 
-log = logging.getLogger("lazyd.learned")
+log = logging.getLogger("lazyd.state")
 
 
 def load(path: Path, max_bytes: int, what: str) -> object:
