@@ -39,13 +39,12 @@ class FdLimit:
 _inherited: int | None = None  # the soft limit to give children, once raised
 
 
-def raise_soft_limit(env: dict[str, str] | None = None) -> FdLimit:
+def raise_soft_limit() -> FdLimit:
     """Raise the soft RLIMIT_NOFILE as far as the hard limit allows; return what is in force.
     Never raises: a limit that cannot be changed is logged and kept."""
     global _inherited
-    env = dict(os.environ) if env is None else env
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    given = env.get(INHERITED_ENV, "")
+    given = os.environ.get(INHERITED_ENV, "")
     inherited = min(int(given), soft) if given.isdigit() else soft
     target = hard if hard != resource.RLIM_INFINITY else _nr_open()
     if target > soft:

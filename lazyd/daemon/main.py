@@ -1,18 +1,12 @@
 """`lazyd`: the per-user daemon's entry point.
 
-Start-up order matters: make and check the private runtime dir (the lock and the start-up record
-live there), read the config and the identity key (exit 1 for an unsafe environment, 2 for a file
-the user must fix: lazyd.daemon.startup), take the single-instance lock, then take the systemd
-socket or bind our own (a live socket is never replaced), and only then reduce the environment to
-the daemon's own (lazyd/daemon/environment.py) and enter trio. A socket-activated daemon with a
-bad file stays up and tells clients why (lazyd.daemon.config_wait). A daemon that fails after
-binding removes its socket again.
-
-On SIGTERM/SIGINT or `lazyctl stop` it closes its listener and drops every connection first
-(shims reconnect to the next daemon), stops every server by the ladder in parallel, removes its
-socket (unless systemd owns it) and exits 0. So does a daemon that bound its own socket once the
-name no longer leads to it (checked every ``OWNERSHIP_CHECK_INTERVAL_S``: a logout removed the
-runtime dir, another daemon took the name): nobody can reach it any more.
+Start-up order matters: make and check the private runtime dir, read the config and the identity
+key (lazyd.daemon.startup), take the single-instance lock, then take the systemd socket or bind our
+own (a live socket is never replaced), and only then reduce the environment to the daemon's own
+(lazyd/daemon/environment.py) and enter trio. A socket-activated daemon with a bad file stays up
+and tells clients why (lazyd.daemon.config_wait). On a stop it drops every connection first (shims
+reconnect to the next daemon), then stops the servers by the ladder in parallel. A daemon that
+bound its own socket also stops once the name no longer leads to it (docs/reliability.md).
 """
 
 from __future__ import annotations
@@ -341,7 +335,8 @@ def ownership_lost(paths: Paths, bound_identity: tuple[int, int]) -> str | None:
 
 
 async def watch_ownership(paths: Paths, bound_identity: tuple[int, int], stop: trio.Event, interval_s: float) -> None:
-    """Set ``stop`` once the socket is no longer ours (see the module docstring)."""
+    """Set ``stop`` once the socket is no longer ours (a logout removed the runtime dir, another
+    daemon took the name): nobody can reach this daemon any more."""
     while not stop.is_set():
         await trio.sleep(interval_s)
         reason = ownership_lost(paths, bound_identity)

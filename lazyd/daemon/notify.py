@@ -94,10 +94,8 @@ class Notifier:
             return False
         return True
 
-    def ready(self, status: str | None = None) -> bool:
+    def ready(self, status: str) -> bool:
         """READY=1 (call only once the listener accepts connections), with a first STATUS=."""
-        if status is None:
-            return self.notify("READY=1")
         self._last_status = clean_status(status)
         return self.notify("READY=1", f"STATUS={self._last_status}")
 

@@ -25,7 +25,8 @@ from pathlib import Path
 import trio
 
 from lazyd.errors import StateFileError
-from lazyd.host.privatefiles import read_private, write_private
+from lazyd.daemon import state_files
+from lazyd.host.privatefiles import read_private
 from lazyd.host.procfs import Stat, read_stat, stats
 
 log = logging.getLogger("lazyd.orphans")
@@ -106,14 +107,9 @@ async def sweep_then_open(state_dir: Path, records: list[ChildRecord]) -> None:
 
 def write_state(state_dir: Path, children: Iterable[ChildRecord]) -> None:
     """Atomically record the live children. Errors are logged, never raised."""
-    try:
-        state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        data = json.dumps({"daemon_pid": os.getpid(),
-                           "children": [asdict(c) for c in children]}).encode()
-        # Not durable: after a crash of the machine, the processes it names are gone anyway.
-        write_private(state_dir / STATE_FILE, data, durable=False)
-    except OSError as exc:
-        log.error("cannot record children in %s: %s", state_dir, exc)
+    # Not durable: after a crash of the machine, the processes it names are gone anyway.
+    state_files.save(state_dir / STATE_FILE, {"daemon_pid": os.getpid(), "children": [asdict(c) for c in children]},
+                     durable=False)
 
 
 def read_state(state_dir: Path) -> list[ChildRecord]:

@@ -1,18 +1,10 @@
 """How a daemon that cannot start says why: one line, in three places, and an exit status.
 
-A daemon is often started by someone not looking (a shim, systemd, `lazyctl check`), so a
-start-up failure goes to stderr as one line `lazyd: <thing>: <problem>` (a shim started with
-``--stderr-until-ready`` shows it on its own stderr, which clients keep in their MCP logs), to the
-daemon log, and to the start-up record beside the socket (`<socket>.error`, 0600), which
-`lazyctl` shows when it finds no daemon; the next daemon removes it. Exit statuses, which the shim
-acts on:
-
-    EXIT_SETUP     1   the environment is unsafe or unusable (runtime dir, socket path): fail open
-    EXIT_BAD_FILE  2   a file the user must fix: the shim refuses too, so the mistake is not hidden
-    EXIT_INTERNAL  70  a bug (EX_SOFTWARE); the traceback is in the log file only
-
-Once the daemon listens, ``--stderr-until-ready`` points stderr at /dev/null, so the shim may
-close its pipe without a later log line meeting a broken pipe.
+A daemon is often started by someone not looking (a shim, systemd, `lazyctl check`), so the line
+goes to stderr, to the daemon log and to the start-up record beside the socket (`<socket>.error`),
+as docs/configuration.md "When the daemon is started for you" shows. The shim acts on the exit
+status: 1 an unsafe environment (it fails open), 2 a file the user must fix (it refuses too, so the
+mistake is not hidden), 70 a bug (the traceback is in the log file only).
 """
 
 from __future__ import annotations
@@ -79,7 +71,8 @@ def clear_record(paths: Paths) -> None:
 
 
 def detach_stderr() -> None:
-    """Point fd 2 at /dev/null (see ``--stderr-until-ready``)."""
+    """Point fd 2 at /dev/null once listening (``--stderr-until-ready``): the shim may then close its
+    pipe without a later log line meeting a broken pipe."""
     devnull = os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
     try:
         os.dup2(devnull, 2)

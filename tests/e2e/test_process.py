@@ -19,6 +19,7 @@ import sys
 import uuid
 from datetime import datetime, timezone
 from pathlib import Path
+from contextlib import asynccontextmanager
 from typing import AsyncIterator, Callable
 
 import pytest
@@ -29,7 +30,7 @@ from lazyd.host import procfs
 from lazyd.daemon.process import stderr_log as logring
 from lazyd.daemon.process.stderr_log import LogRing
 from lazyd.daemon.process.command import ExitInfo, SpawnSpec
-from lazyd.daemon.process.child import ChildProcess, open_child, spawn
+from lazyd.daemon.process.child import STDIN_EOF_GRACE_S, TERM_GRACE_S, ChildProcess, spawn
 from lazyd.daemon.process.stdout_reader import StdoutReader
 from lazyd.errors import LineTooLong, SpawnError
 
@@ -47,6 +48,19 @@ LONG_GRACE_S = 30.0
 
 
 # -- helpers ---------------------------------------------------------------------------------
+
+
+@asynccontextmanager
+async def open_child(
+    spec: SpawnSpec, eof_grace_s: float = STDIN_EOF_GRACE_S, term_grace_s: float = TERM_GRACE_S
+) -> AsyncIterator[ChildProcess]:
+    """`spawn` for the duration of the block; on exit, the stop ladder."""
+    async with trio.open_nursery() as nursery:
+        child = await spawn(spec, nursery)
+        try:
+            yield child
+        finally:
+            await child.stop(eof_grace_s, term_grace_s)
 
 
 def marker_pids(marker: str) -> set[int]:
@@ -218,24 +232,6 @@ async def test_a_missing_working_directory_is_a_spawn_error(
         await spawn(spec, nursery)
     assert caught.value.errno == errno.ENOENT
     assert "working directory" in caught.value.message
-
-
-async def test_open_child_raises_a_spawn_error_itself_not_wrapped_in_a_group(tmp_path: Path) -> None:
-    spec = SpawnSpec(argv=("lazyd-missing",), cwd=str(tmp_path), env={"PATH": ""}, log_path=tmp_path / "m.log")
-    with pytest.raises(SpawnError):
-        async with open_child(spec):
-            raise AssertionError("the block must not run")
-
-
-async def test_an_error_inside_open_child_comes_out_unwrapped_after_the_child_is_stopped(
-    tmp_path: Path, marker: str
-) -> None:
-    with pytest.raises(KeyError):
-        async with open_child(fixture_spec(tmp_path, marker)) as child:
-            assert (await request(child, 1, "ping"))["result"] == {}
-            raise KeyError("boom")
-    assert child.exit_info is not None and child.exit_info.returncode == 0
-    assert marker_pids(marker) == set()
 
 
 async def test_the_command_is_found_on_the_spec_path_not_the_daemon_path(
@@ -672,6 +668,6 @@ async def test_no_child_starts_while_a_predecessors_leftovers_are_swept(tmp_path
                 while not started:
                     await trio.sleep(0.01)
             assert procfs.read_stat(started[0].pid) is not None
-            await started[0].aclose(1.0, 1.0)
+            await started[0].stop(1.0, 1.0)
     finally:
         START_GATE.open()

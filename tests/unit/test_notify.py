@@ -112,8 +112,8 @@ def test_an_abstract_namespace_notify_socket_is_reached(monkeypatch: pytest.Monk
         sock.bind("\0" + name)
         sock.setblocking(False)
         monkeypatch.setenv("NOTIFY_SOCKET", "@" + name)
-        assert Notifier.from_environ().ready()
-        assert received(sock) == ["READY=1"]
+        assert Notifier.from_environ().ready("up")
+        assert received(sock) == ["READY=1\nSTATUS=up"]
 
 
 def test_a_notify_socket_that_does_not_exist_disables_notifications_with_a_warning(

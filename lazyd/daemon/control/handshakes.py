@@ -18,7 +18,7 @@ from typing import Any
 from lazyd.core.sharing.client_profiles import ClientProfile
 from lazyd.core.relay.handshake_defaults import profile_params
 from lazyd.protocol import jsonline
-from lazyd.host.privatefiles import read_json, write_private
+from lazyd.daemon import state_files
 
 log = logging.getLogger("lazyd.handshakes")
 
@@ -34,14 +34,7 @@ class LearnedHandshakes:
         self.clients: dict[str, dict[str, Any]] = self._load()
 
     def _load(self) -> dict[str, dict[str, Any]]:
-        try:
-            data = read_json(self.path, MAX_CLIENTS * MAX_PARAMS_BYTES)
-        except OSError as exc:
-            log.warning("%s unreadable (%s); learning client handshakes anew", self.path, exc.strerror)
-            return {}
-        except ValueError as exc:
-            log.warning("%s is corrupt (%s); learning client handshakes anew", self.path, exc)
-            return {}
+        data = state_files.load(self.path, MAX_CLIENTS * MAX_PARAMS_BYTES, "client handshakes")
         if not isinstance(data, dict):
             return {}
         return {str(k): v for k, v in data.items()
@@ -63,7 +56,7 @@ class LearnedHandshakes:
             del self.clients[min(self.clients, key=lambda k: float(self.clients[k]["seen_at"]))]
         if known is not None and known.get("params") == params:
             return False  # same handshake again: keep the file as it is (seen_at is for ordering)
-        self._save()
+        state_files.save(self.path, self.clients, sort_keys=True)
         log.info("learned the handshake of client %r (protocol %s)", name, params["protocolVersion"])
         return True
 
@@ -72,12 +65,6 @@ class LearnedHandshakes:
         learned = {name: known["params"] for name, known in self.clients.items()}
         return profile_params(learned, profile.client_names, profile.builtin, profile.title, profile.release)
 
-    def _save(self) -> None:
-        try:
-            self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            write_private(self.path, json.dumps(self.clients, sort_keys=True).encode())
-        except OSError as exc:
-            log.error("cannot write %s: %s", self.path, exc)
 
 
 # A session's initialize is its first request; a client that sends something else first (a

@@ -17,7 +17,7 @@ from typing import Any
 
 import trio
 
-from lazyd.core.sharing.client_profiles import PROFILES, ClientProfile, full_environment, profile_named
+from lazyd.core.sharing.client_profiles import PROFILES, ClientProfile, profile_named
 from lazyd.core.relay.handshake_defaults import check_params
 from lazyd.config.durations import parse_duration
 from lazyd.config.envnames import parse_names
@@ -190,26 +190,22 @@ class Control:
         return True, data, None
 
     async def op_wake(self, args: dict[str, Any]) -> Result:
-        runtime = self._runtime(args)
-        if isinstance(runtime, str):
-            return False, None, runtime
-        error = await wake_and_wait(runtime)
-        return error is None, self._status(runtime), error
+        return await self._cycle(args, sleep=False, wake=True)
 
     async def op_sleep(self, args: dict[str, Any]) -> Result:
-        runtime = self._runtime(args)
-        if isinstance(runtime, str):
-            return False, None, runtime
-        await sleep_and_wait(runtime)
-        return True, self._status(runtime), None
+        return await self._cycle(args, sleep=True, wake=False)
 
     async def op_restart(self, args: dict[str, Any]) -> Result:
         """Stop the server by the ladder and start it again at once, waiting for both."""
+        return await self._cycle(args, sleep=True, wake=True)
+
+    async def _cycle(self, args: dict[str, Any], *, sleep: bool, wake: bool) -> Result:
         runtime = self._runtime(args)
         if isinstance(runtime, str):
             return False, None, runtime
-        await sleep_and_wait(runtime)
-        error = await wake_and_wait(runtime)
+        if sleep:
+            await sleep_and_wait(runtime)
+        error = await wake_and_wait(runtime) if wake else None
         return error is None, self._status(runtime), error
 
     async def op_logs(self, args: dict[str, Any]) -> Result:

@@ -1,22 +1,10 @@
 """The hub: an MCP server the daemon serves itself, over every server it knows (docs/hub.md).
 
-`lazyd-shim --hub [--servers a,b]` opens a session with `opts = {"hub": "true"}` and no command
-(docs/protocol.md); the registry hands it to `open_hub`. The hub speaks the handshake era
-(answering `server/discover` with -32601) and offers the meta-tools of lazyd/core/hub/tools.py
-over the named servers and every unnamed registration seen since start (private instances are
-not shown).
-
-- Listing, searching and `get_tool_schema` read the servers' caches (lazyd/core/hub/catalog.py)
-  and start nothing; a schema asked for wakes its sleeping server, since a call is likely.
-- `call_tool` is one `ProxiedCall` (lazyd/daemon/hub/call.py): an internal session attached like
-  a shim's, to the shared process or to the one this hub session holds through the sharing gate
-  (lazyd/daemon/hub/seats.py), so that it never sees another session's state. What the server
-  sends that session during the call (progress, logs, requests) comes back to the hub's client
-  under ids of the hub's own (lazyd/core/hub/routes.py); a cancel detaches the internal session.
-- The tool policy applies as for per-server shims: `deny` is refused before anything is attached
-  and hidden from listings, `ask` is left to the runtime's gate.
-
-It reads the registry through `ServerDirectory`, so it does not import the registry.
+A session opened with `opts = {"hub": "true"}` and no command is handed to `open_hub`; it offers
+the meta-tools of lazyd/core/hub/tools.py. Listings read the caches and start nothing; `call_tool`
+is one `ProxiedCall` (lazyd/daemon/hub/call.py), an internal session seated by the sharing gate
+(lazyd/daemon/hub/seats.py) so that it never sees another session's state. It reads the registry
+through `ServerDirectory`, so it does not import the registry.
 """
 
 from __future__ import annotations
@@ -224,12 +212,8 @@ class HubSession:
             meta = msg.params.get("_meta")
             token = meta.get("progressToken") if isinstance(meta, dict) else None
             self._spawn(rid, self._call, call, rid, token)
-        elif call.name == ht.WAKE_SERVER:
-            self._spawn(rid, self._wake, call)
-        elif call.name == ht.RESTART_SERVER:
-            self._spawn(rid, self._restart, call)
         else:
-            self._spawn(rid, self._sleep, call)
+            self._spawn(rid, self._control, call, None)
 
     def _spawn(self, rid: JsonId, work: Callable[..., Awaitable[JsonObj | bytes]], *args: Any) -> None:
         """Run `work(*args)` as a task the client can cancel; its result answers request `rid`."""
@@ -423,36 +407,30 @@ class HubSession:
         target.placers[call.cid] = lambda cid, key: self._spawn_place(call, base, key)
         target.move_in(call.inbox, params, known, held)
 
-    async def _wake(self, call: ht.MetaCall) -> JsonObj:
-        runtime = self._lookup(call.server)
+    async def _control(self, call: ht.MetaCall, verdict: Verdict | None) -> JsonObj:
+        """A control tool; when the policy asks (`verdict`), the user's answer first."""
+        runtime = self._lookup(call.server) if call.server else None
         if isinstance(runtime, str):
             return ht.error_result(runtime)
+        if verdict is not None:
+            refusal = await self._confirm(call.name, runtime.name if runtime is not None else "every server", verdict)
+            if refusal is not None:
+                return ht.error_result(refusal)
+        if runtime is None:
+            return self._list_servers()
+        if call.name == ht.SERVER_STATUS:
+            return self._status(call)
+        if call.name != ht.WAKE_SERVER:  # sleep_server, restart_server
+            await sleep_and_wait(runtime)
+            if call.name == ht.SLEEP_SERVER:
+                return ht.text_result(f"{runtime.name} is {self._state(runtime)}; the next call starts it again")
         error = await wake_and_wait(runtime, self.params)
         if error is not None:
             return ht.error_result(error)
         pid = runtime.proc.pid if runtime.proc is not None else None
-        return ht.text_result(f"{runtime.name} is running (pid {pid}); its tools: {len(self._tools(runtime) or [])}")
-
-    async def _control(self, call: ht.MetaCall, verdict: Verdict) -> JsonObj:
-        """A control tool the policy asks about: the user's answer first, then the tool."""
-        subject = "every server"
-        if call.server:
-            runtime = self._lookup(call.server)
-            if isinstance(runtime, str):
-                return ht.error_result(runtime)
-            subject = runtime.name
-        refusal = await self._confirm(call.name, subject, verdict)
-        if refusal is not None:
-            return ht.error_result(refusal)
-        if call.name == ht.LIST_SERVERS:
-            return self._list_servers()
-        if call.name == ht.SERVER_STATUS:
-            return self._status(call)
-        if call.name == ht.WAKE_SERVER:
-            return await self._wake(call)
         if call.name == ht.RESTART_SERVER:
-            return await self._restart(call)
-        return await self._sleep(call)
+            return ht.text_result(f"{runtime.name} was restarted: running, pid {pid}")
+        return ht.text_result(f"{runtime.name} is running (pid {pid}); its tools: {len(self._tools(runtime) or [])}")
 
     async def _confirm(self, tool: str, server: str, verdict: Verdict) -> str | None:
         """Ask the hub's client's user whether the model may run control tool `tool` on `server`:
@@ -501,21 +479,3 @@ class HubSession:
             clients=runtime.core.client_count(), inflight=runtime.core.inflight_count(),
             restarts=int(str(snap["restarts"])), last_error=str(snap["last_error"]) if snap["last_error"] else None,
             last_stop=stop[1] if stop is not None else None)))
-
-    async def _restart(self, call: ht.MetaCall) -> JsonObj:
-        runtime = self._lookup(call.server)
-        if isinstance(runtime, str):
-            return ht.error_result(runtime)
-        await sleep_and_wait(runtime)
-        error = await wake_and_wait(runtime, self.params)
-        if error is not None:
-            return ht.error_result(error)
-        pid = runtime.proc.pid if runtime.proc is not None else None
-        return ht.text_result(f"{runtime.name} was restarted: running, pid {pid}")
-
-    async def _sleep(self, call: ht.MetaCall) -> JsonObj:
-        runtime = self._lookup(call.server)
-        if isinstance(runtime, str):
-            return ht.error_result(runtime)
-        await sleep_and_wait(runtime)
-        return ht.text_result(f"{runtime.name} is {self._state(runtime)}; the next call starts it again")

@@ -1,22 +1,12 @@
 """One real server process: spawning it, talking to it by lines, and the stop ladder.
 
-A `ChildProcess` owns a server process, its group, its three pipes and its stderr log:
-
 - It runs in its own session (`setsid`): signals to the group reach every grandchild a launcher
   like `npx` leaves, never the daemon. It inherits no descriptor beyond 0-2 and none of systemd's
   per-service variables (a server that speaks sd_notify must not talk to our supervisor).
-- The command is resolved against the spec's PATH and cwd before the fork, so "not found" is a
-  readable `SpawnError`, never a half-started process (lazyd/daemon/process/command.py).
 - The leader's exit is seen through a pidfd without reaping it: an unreaped zombie's pid, and so
   the group id, cannot be recycled until SIGKILL went to what is left of the group. (trio's
   `wait()`, `poll()` and `returncode` all reap, so none is touched before that.)
-- Stopping is a ladder: close stdin, `STDIN_EOF_GRACE_S`, SIGTERM the group, `TERM_GRACE_S`,
-  SIGKILL, reap; shielded from cancellation and bounded by the graces.
-- stdout is cut into lines (stdout_reader.py, stdout_lines.py); a line over the limit raises
-  `LineTooLong`. stderr is pumped whatever the consumer does into a bounded `LogRing`.
-
-Its background tasks run in the caller's nursery (`spawn`) or one of its own (`open_child`, which
-runs the ladder on exit).
+- Stopping is the ladder of docs/supervision.md, shielded from cancellation and bounded.
 """
 
 from __future__ import annotations
@@ -28,7 +18,6 @@ import os
 import select
 import signal
 import subprocess
-from contextlib import asynccontextmanager
 from typing import Any, AsyncIterator
 
 import trio
@@ -66,7 +55,7 @@ STDERR_READ_BYTES = 64 * 1024  # below glibc's mmap threshold: receive_some allo
 
 
 class ChildProcess:
-    """A running server process; made by `spawn` or `open_child`, never directly."""
+    """A running server process; made by `spawn` or `take_over`, never directly."""
 
     def __init__(
         self, process: ProcessHandle, spec: SpawnSpec, ring: LogRing, pidfd: int, start_ticks: int,
@@ -174,7 +163,15 @@ class ChildProcess:
                 assert self._pidfd is not None
                 await trio.lowlevel.wait_readable(self._pidfd)
                 with trio.CancelScope(shield=True):
-                    await self._kill_and_reap()
+                    # The leader is a zombie: the group id is still ours, so killpg can't hit a stranger.
+                    self._signal_group(signal.SIGKILL)
+                    self._reaped_rc = await self._process.wait()
+                    self._reaped = True
+                    trio.lowlevel.notify_closing(self._pidfd)
+                    os.close(self._pidfd)
+                    self._pidfd = None
+                    # Nothing can read stdin any more; send_line now fails with ClosedResourceError.
+                    await self._stdin.aclose()
             with trio.move_on_after(STDERR_DRAIN_S):
                 await self._stderr_done.wait()
             # Whatever still holds stderr escaped the group: stop reading so the nursery can end.
@@ -184,22 +181,6 @@ class ChildProcess:
             self._ring.close()
             self._exit_info = info
             return info
-
-    async def _kill_and_reap(self) -> None:
-        # The leader is a zombie here: the group id is still ours, so killpg can't hit a stranger.
-        self._signal_group(signal.SIGKILL)
-        rc = await self._process.wait()
-        self._reaped_rc = rc
-        self._reaped = True
-        self._close_pidfd()
-        # Nothing can read stdin any more; send_line now fails with ClosedResourceError.
-        await self._stdin.aclose()
-
-    def _close_pidfd(self) -> None:
-        if self._pidfd is not None:
-            trio.lowlevel.notify_closing(self._pidfd)
-            os.close(self._pidfd)
-            self._pidfd = None
 
     def _leader_exited(self) -> bool:
         if self._reaped or self._pidfd is None:
@@ -224,39 +205,20 @@ class ChildProcess:
         """Stop the process by the ladder; returns how it ended. Shielded and bounded (past
         KILL_WAIT_S after SIGKILL the report says "exit status unknown"). A signal goes only
         while the leader runs; once it exited, the rest of its group always gets SIGKILL."""
+        steps = ((eof_grace_s, "stdin EOF", signal.SIGTERM), (term_grace_s, "SIGTERM", signal.SIGKILL),
+                 (KILL_WAIT_S, "SIGKILL", None))
         with trio.CancelScope(shield=True):
-            info = await self._ladder(eof_grace_s, term_grace_s)
-        return info
-
-    async def _ladder(self, eof_grace_s: float, term_grace_s: float) -> ExitInfo:
-        if self._exit_info is not None:
-            return self._exit_info
-        await self._stdin.aclose()
-        with trio.move_on_after(eof_grace_s):
-            return await self.wait_exit()
-        if not self._leader_exited():
-            self._ring.note(f"pid {self.pid} still running {eof_grace_s}s after stdin EOF: SIGTERM")
-            self._signal_group(signal.SIGTERM)
-        with trio.move_on_after(term_grace_s):
-            return await self.wait_exit()
-        if not self._leader_exited():
-            self._ring.note(f"pid {self.pid} still running {term_grace_s}s after SIGTERM: SIGKILL")
-            self._signal_group(signal.SIGKILL)
-        with trio.move_on_after(KILL_WAIT_S):
-            return await self.wait_exit()
+            await self._stdin.aclose()
+            for grace, after, sig in steps:
+                with trio.move_on_after(grace):
+                    return await self.wait_exit()
+                if sig is not None and not self._leader_exited():
+                    self._ring.note(f"pid {self.pid} still running {grace}s after {after}: {sig.name}")
+                    self._signal_group(sig)
         # Unkillable for now (uninterruptible sleep): say so, and let the exit watcher reap it
         # whenever the kernel lets go; a later wait_exit() gets the real status.
         self._ring.note(f"pid {self.pid} still running {KILL_WAIT_S}s after SIGKILL")
         return ExitInfo(returncode=None, signal=None, stderr_tail=self._ring.tail())
-
-    async def aclose(
-        self, eof_grace_s: float = STDIN_EOF_GRACE_S, term_grace_s: float = TERM_GRACE_S
-    ) -> None:
-        """Stop the process by the ladder and close every pipe. Shielded and bounded."""
-        with trio.CancelScope(shield=True):
-            await self.stop(eof_grace_s, term_grace_s)
-            await self._stdout.aclose()
-            await self._stderr.aclose()
 
     # -- handing over to a successor daemon (lazyd/daemon/upgrade/) ----------------------------
 
@@ -304,11 +266,8 @@ class ChildProcess:
 
     def _start_tasks(self, nursery: trio.Nursery) -> None:
         nursery.start_soon(self._pump_stderr)
-        nursery.start_soon(self._watch_exit)
-
-    async def _watch_exit(self) -> None:
         # Reap promptly and kill orphaned grandchildren even if nobody awaits the exit.
-        await self.wait_exit()
+        nursery.start_soon(self.wait_exit)
 
 
 async def spawn(spec: SpawnSpec, nursery: trio.Nursery, read_buffer: ReadBuffer | None = None) -> ChildProcess:
@@ -317,27 +276,6 @@ async def spawn(spec: SpawnSpec, nursery: trio.Nursery, read_buffer: ReadBuffer 
     child = await _launch(spec, read_buffer)
     child._start_tasks(nursery)
     return child
-
-
-@asynccontextmanager
-async def open_child(
-    spec: SpawnSpec, eof_grace_s: float = STDIN_EOF_GRACE_S, term_grace_s: float = TERM_GRACE_S
-) -> AsyncIterator[ChildProcess]:
-    """Spawn `spec` for the duration of the block; on exit run the ladder and close the pipes.
-    SpawnError and the block's own exception come out unwrapped by the nursery inside."""
-    child = await _launch(spec)
-    try:
-        async with trio.open_nursery() as nursery:
-            child._start_tasks(nursery)
-            try:
-                yield child
-            finally:
-                await child.aclose(eof_grace_s, term_grace_s)
-    except BaseExceptionGroup as group:
-        if len(group.exceptions) != 1:
-            raise
-        only = group.exceptions[0]
-        raise only from only.__cause__
 
 
 async def _launch(spec: SpawnSpec, read_buffer: ReadBuffer | None = None) -> ChildProcess:

@@ -35,7 +35,7 @@ from lazyd.core.cache import Snapshot
 from lazyd.core.relay.jsonrpc import Invalid, JsonObj, Message
 from lazyd.core.relay.session_roots import SessionRoots
 from lazyd.core.hub.catalog import cached_tools
-from lazyd.core.memory import MemoryLimit, Park, Restart, Verdict
+from lazyd.core.memory import MemoryLimit, Park, Restart
 from lazyd.core.policy import ToolPolicy
 from lazyd.daemon.runtime.cache_saver import CacheSaver
 from lazyd.daemon.runtime.cache_store import CacheStore
@@ -253,10 +253,8 @@ class ServerRuntime:
         if self.memory is None or self.proc is None or self.proc.pid != pid:
             return  # it ended or was replaced since the watch looked
         verdict = self.memory.sample(trio.current_time(), size, pid)
-        if verdict is not None:
-            self._memory_verdict(verdict)
-
-    def _memory_verdict(self, verdict: Verdict) -> None:
+        if verdict is None:
+            return
         log.warning("[%s] %s", self.name, verdict.reason)
         park = isinstance(verdict, Park)
         breaches = verdict.breaches if isinstance(verdict, Restart) else 0
@@ -547,7 +545,10 @@ class ServerRuntime:
         elif self.life.state in lc.PROCESS_STATES:
             self.gone("its process did not come back after the daemon's restart")
         if handed.predicate is not None:
-            self._kill_predicate(*handed.predicate)
+            # A wake predicate the predecessor ran: its answer went with it. It is killed, and the
+            # lifecycle told it timed out so the schedule goes on.
+            kill_left_predicate(*handed.predicate)
+            self._life(self.life.predicate_done(trio.current_time(), None))
         self.on_children_changed()
         if handed.kill is not None and self.proc is not None:
             self._kill(handed.kill)
@@ -560,12 +561,6 @@ class ServerRuntime:
         if self.life.state in lc.PROCESS_STATES:
             self._life(self.life.exited(trio.current_time(), description, requested=False))
         self._load()
-
-    def _kill_predicate(self, pid: int, ticks: int) -> None:
-        """A wake predicate the predecessor ran: its answer went with it. It is killed, and the
-        lifecycle told it timed out so the schedule goes on."""
-        kill_left_predicate(pid, ticks)
-        self._life(self.life.predicate_done(trio.current_time(), None))
 
     def forget_clients(self, keep: set[int]) -> int:
         """Detach from the relay core every client not in `keep` (their connections were not

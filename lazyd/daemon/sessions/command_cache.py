@@ -23,7 +23,8 @@ from lazyd.core.cache import Snapshot
 from lazyd.core.sharing.identity import Identity
 from lazyd.daemon.runtime.cache_store import CacheStore
 from lazyd.daemon.runtime.supervisor import ServerRuntime
-from lazyd.host.privatefiles import read_string_lists, write_private
+from lazyd.daemon import state_files
+from lazyd.host.privatefiles import read_string_lists
 
 log = logging.getLogger("lazyd.registry")
 
@@ -102,11 +103,7 @@ class CommandCaches:
         return read_string_lists(self.path, MAX_FILE_BYTES, MAX_COMMANDS, MAX_DIGESTS_PER_COMMAND, _is_digest)
 
     def _save(self) -> None:
-        try:
-            self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            write_private(self.path, json.dumps(self.index).encode())
-        except OSError as exc:
-            log.error("cannot write %s: %s", self.path, exc)
+        state_files.save(self.path, self.index)
 
 
 def _is_digest(text: str) -> bool:

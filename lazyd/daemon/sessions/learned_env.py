@@ -16,7 +16,6 @@ Names only, never values, in `<state dir>/learned_env.json` (0600, written when 
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from dataclasses import dataclass, field
@@ -25,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from lazyd.core.sharing.noise import Evidence, PerRunLearner
-from lazyd.host.privatefiles import read_json, write_private
+from lazyd.daemon import state_files
 
 log = logging.getLogger("lazyd.learned")
 
@@ -144,23 +143,12 @@ class LearnedEnv:
     # ---- file ----------------------------------------------------------------------------------
 
     def _load(self) -> dict[str, Any]:
-        try:
-            data = read_json(self.path, MAX_FILE_BYTES)
-        except OSError as exc:
-            log.warning("%s unreadable (%s); learning clients' environments anew", self.path, exc.strerror)
-            return {}
-        except ValueError as exc:
-            log.warning("%s is corrupt (%s); learning clients' environments anew", self.path, exc)
-            return {}
+        data = state_files.load(self.path, MAX_FILE_BYTES, "clients' environments")
         return data if isinstance(data, dict) and data.get("v") == FORMAT_VERSION else {}
 
     def _save(self) -> None:
-        data = {"v": FORMAT_VERSION, "per_run": self.per_run.to_json(), "clients": self.clients}
-        try:
-            self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            write_private(self.path, json.dumps(data, sort_keys=True).encode())
-        except OSError as exc:
-            log.error("cannot write %s: %s", self.path, exc)
+        state_files.save(self.path, {"v": FORMAT_VERSION, "per_run": self.per_run.to_json(), "clients": self.clients},
+                           sort_keys=True)
 
 
 def _clients(data: object) -> dict[str, dict[str, Any]]:

@@ -22,7 +22,8 @@ from lazyd.host import procfs
 from lazyd.core.lifecycle.machine import State
 from lazyd.core.sharing.known_servers import names_a_server, tree_runs, what_runs
 from lazyd.daemon.runtime.supervisor import ServerRuntime
-from lazyd.host.privatefiles import read_string_lists, write_private
+from lazyd.daemon import state_files
+from lazyd.host.privatefiles import read_string_lists
 
 log = logging.getLogger("lazyd.registry")
 
@@ -168,8 +169,4 @@ class RunsRecord:
         return read_string_lists(self.path, MAX_FILE_BYTES, MAX_ENTRIES, MAX_NAMES)
 
     def _save(self) -> None:
-        try:
-            self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            write_private(self.path, json.dumps(self.table).encode(), durable=False)
-        except OSError as exc:
-            log.error("cannot write %s: %s", self.path, exc)
+        state_files.save(self.path, self.table, durable=False)

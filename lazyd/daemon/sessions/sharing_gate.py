@@ -113,9 +113,11 @@ class SharingGate:
         while True:
             decision = registry.decide(base_runtime.config.digest, policy.share, base.argv)
             elapsed = trio.current_time() - started
-            base_keys = {k for r in self._lanes_of(base_runtime) for k in r.core.session_keys()}
+            lanes = registry.lanes_for(base_runtime)
+            processes = lanes.runtimes if lanes is not None else [base_runtime]  # every era lane
+            base_keys = {k for r in processes for k in r.core.session_keys()}
             # A process that exists will tell (its answer, its tree) once it has answered.
-            starting = bool(self._states(base_runtime) & {State.STARTING, State.RUNNING})
+            starting = any(r.life.state in (State.STARTING, State.RUNNING) for r in processes)
             choice = join(decision, base_taken=registry.in_use(base_runtime), waited_s=elapsed, bound_s=bound,
                           starting=starting, grace_s=START_GRACE_S,
                           key_conflict=key is not None and bool(base_keys - {key}))
@@ -147,15 +149,6 @@ class SharingGate:
         environment and policy), for another session of the same registration that did not come
         through a hello (a hub session: lazyd/daemon/hub/seats.py); None if none ever did."""
         return self._rejoin.get(runtime)
-
-    def _lanes_of(self, runtime: ServerRuntime) -> list[ServerRuntime]:
-        lanes = self.registry.lanes_for(runtime)
-        return lanes.runtimes if lanes is not None else [runtime]
-
-    def _states(self, runtime: ServerRuntime) -> set[State]:
-        """The lifecycle states of the registration's processes (every era lane)."""
-        lanes = self.registry.lanes_for(runtime)
-        return {r.life.state for r in (lanes.runtimes if lanes is not None else [runtime])}
 
     def mode_of(self, runtime: ServerRuntime) -> str | None:
         """How `runtime` serves its sessions now: "isolated" (one session each), "shared",

@@ -1,17 +1,10 @@
 """Client connections as a successor daemon takes them over: a descriptor, its bytes, its session.
 
-A `ConnectionState` is plain data: the socket (inherited across the exec); `inbound`, what was
-read and not yet handled (pending frames re-encoded, then the decoder's unfinished frame,
-lazyd/protocol/wire.py `unconsumed`), decoded before the successor reads more; `outbound`, what
-was owed and not written (empty while an upgrade drains the writers first); and the session: its
-client id, the shim's pid, and its route (the runtime its first request chose, or the lines it
-resumed with and the notifications held for its lane).
-
-Kinds: `session` (a shim's session), `handoff` (its client's pipes and region come too, `fds`:
-lazyd/daemon/handoff/session.py), `fresh` (its hello not read yet), `reply` (the `lazyctl
-upgrade` connection, which the successor answers). Control connections, hub sessions, sessions
-whose outbox did not drain and ones being opened are closed: their peers reconnect or see the end.
-
+A `ConnectionState` is plain data: the socket; `inbound`, what was read and not yet handled
+(decoded before the successor reads more); `outbound`, what was owed and not written; and the
+session with its route. Kinds: `session`, `handoff` (its client's pipes and region come too:
+lazyd/daemon/handoff/session.py), `fresh` (its hello not read yet), `reply` (the `lazyctl upgrade`
+connection). Other connections are closed: their peers reconnect or see the end.
 `Live` is the daemon's own view of an open connection while it runs (what the freeze reads).
 """
 

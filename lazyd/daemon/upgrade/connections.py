@@ -20,8 +20,6 @@ from lazyd.daemon.connections.listener import ConnectionHandler, Frames
 from lazyd.daemon.runtime.era_lanes import EraRoute
 from lazyd.daemon.handoff.session import HandoffSession
 from lazyd.daemon.runtime.outbox import ConnectionOutbox
-from lazyd.errors import WireError
-from lazyd.protocol.frames import Line
 
 __all__ = ["serve_inherited", "serve_handed_off"]
 

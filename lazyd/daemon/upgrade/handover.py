@@ -1,17 +1,9 @@
 """`lazyctl upgrade` and SIGUSR2: the daemon hands itself over to a (possibly new) lazyd by exec.
 
-1. **Quiesce.** The reading gate closes (lazyd/daemon/upgrade/quiesce.py): readers stop at their
-   next read, what was read is handled and the writers drain (bounded by ``SETTLE_BOUND_S``). A
-   session whose outbox did not drain, or whose lane is being opened, is not handed over; a server
-   whose stdin did not drain is, and the successor kills it (nobody can finish a half line).
-2. **Write.** The state file and the secrets memfd (lazyd/daemon/upgrade/state.py): every
-   runtime (lazyd/daemon/runtime/supervisor.py), the registry's tables and each connection
-   (lazyd/daemon/upgrade/connection_state.py, with `EraRoute.handover`).
-3. **Exec.** FD_CLOEXEC is cleared on exactly the descriptors the successor needs, named in the
-   envelope (``LAZYD_UPGRADE``). Under systemd ``RELOADING=1`` goes first; the pid, and so
-   MAINPID, stays.
-
-If the exec fails, the gate opens again and this daemon goes on; the caller hears why.
+The steps (quiesce, write the state, exec) are docs/upgrade.md "How it works". A session whose
+outbox did not drain, or whose lane is being opened, is not handed over; a server whose stdin did
+not drain is, and the successor kills it (nobody can finish a half line). If the exec fails, the
+gate opens again and this daemon goes on; the caller hears why.
 """
 
 from __future__ import annotations

@@ -1,17 +1,10 @@
 """The successor's side of an upgrade: take over what the predecessor handed over, or fall back.
 
 `take_envelope` runs first in `main` (the envelope names the listener and the lock: the successor
-neither binds nor locks). `inherit` runs once the registry exists, before the accept loop:
-
-- **Inherited**: every runtime is rebuilt and takes its process over (exec kept the pid, so they
-  are still its children), the config is met as a reload would, each handed-over connection is
-  served again (lazyd/daemon/upgrade/connections.py), clients whose connection did not come are
-  detached, and `lazyctl upgrade` is answered. Servers' stdout is read only once the sessions are
-  back (the reading gate), so no answer goes to a client not there yet.
-- **Fallback** (a state of another version, corrupt or missing; a descriptor gone; secrets that do
-  not fit): every inherited descriptor but the listener, the lock and the reply is closed (shims
-  reconnect), each server the envelope names is stopped by the ladder, and the reason is logged,
-  sent to `lazyctl upgrade` and kept for `lazyctl status`.
+neither binds nor locks); `inherit` once the registry exists, before the accept loop. Inheriting
+and falling back are docs/upgrade.md "How it works" and "When the new daemon cannot inherit".
+Servers' stdout is read only once the sessions are back (the reading gate), so no answer goes to
+a client not there yet.
 """
 
 from __future__ import annotations

@@ -35,36 +35,20 @@ class InheritedProcess:
     """The `ProcessHandle` (lazyd/daemon/process/handle.py) of a process taken over."""
 
     def __init__(self, pid: int, stdin_fd: int | None, stdout_fd: int, stderr_fd: int, child: bool) -> None:
-        self._pid = pid
+        self.pid = pid
         self._child = child
-        self._stdin = trio.lowlevel.FdStream(stdin_fd if stdin_fd is not None else _closed_writer())
+        self.stdin = trio.lowlevel.FdStream(stdin_fd if stdin_fd is not None else _closed_writer())
         if stdin_fd is None:
-            self._stdin.close()  # the ladder had closed it: sends fail, as they did before
-        self._stdout = trio.lowlevel.FdStream(stdout_fd)
-        self._stderr = trio.lowlevel.FdStream(stderr_fd)
-
-    @property
-    def pid(self) -> int:
-        return self._pid
-
-    @property
-    def stdin(self) -> trio.abc.SendStream:
-        return self._stdin
-
-    @property
-    def stdout(self) -> trio.abc.ReceiveStream:
-        return self._stdout
-
-    @property
-    def stderr(self) -> trio.abc.ReceiveStream:
-        return self._stderr
+            self.stdin.close()  # the ladder had closed it: sends fail, as they did before
+        self.stdout = trio.lowlevel.FdStream(stdout_fd)
+        self.stderr = trio.lowlevel.FdStream(stderr_fd)
 
     async def wait(self) -> int | None:
         # Called once the pidfd said the leader exited, so waitpid returns at once.
         if not self._child:
             return None
         try:
-            _, status = os.waitpid(self._pid, 0)
+            _, status = os.waitpid(self.pid, 0)
         except ChildProcessError:
             return None
         return os.waitstatus_to_exitcode(status)

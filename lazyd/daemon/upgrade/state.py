@@ -1,18 +1,10 @@
-"""What a daemon hands its successor: the state file, the envelope, and the secrets in memory.
+"""What a daemon hands its successor: the envelope, the state file, and the secrets in memory.
 
-- **The envelope** (`Envelope`, `LAZYD_UPGRADE` in the successor's environment, removed at once):
-  the inherited descriptors (listener, lock, the `lazyctl upgrade` connection, the secrets), the
-  state file's path and whether the socket was systemd's. Its meaning never changes with the
-  state's version, so a successor that cannot read the state still knows what to keep and whom
-  to tell why.
-- **The state file** (`write_state`, `read_state`): the rest, as JSON, 0600 beside the instance
-  lock, written atomically, read once and removed. No secrets: runtimes are named by identity
-  digests. Versioned (`STATE_VERSION`; a newer one is refused, an older one migrated by
-  `MIGRATIONS` or refused, with one line naming both) and checked (a SHA-256 of its body, every
-  field's type as it is read).
-- **The secrets** (`write_secrets`, `read_secrets`): each server's command, arguments, cwd,
-  environment, identity and wake predicate, in a sealed memfd the successor inherits, never a
-  file (under systemd the same memfd goes to the fd store, lazyd/daemon/upgrade/stored_servers.py).
+The envelope (`LAZYD_UPGRADE`) names the inherited descriptors; its meaning never changes with the
+state's version, so a successor that cannot read the state still knows what to keep and whom to
+tell why. The state file (docs/upgrade.md "How it works") holds no secrets; the secrets (commands,
+environments, identities) go in a sealed memfd, never a file (under systemd the same memfd goes to
+the fd store, lazyd/daemon/upgrade/stored_servers.py).
 """
 
 from __future__ import annotations
