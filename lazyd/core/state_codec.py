@@ -11,10 +11,12 @@ ids into them), written as `surrogateescape` text. Reading checks every type and
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, TypeVar
+from dataclasses import fields, is_dataclass
+from enum import Enum
+from types import UnionType
+from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
 
-from lazyd.core.eras.asker import Asker
-from lazyd.core.relay.jsonrpc import JsonId, JsonObj, Kind, Message, valid_id
+from lazyd.core.relay.jsonrpc import JsonId, JsonObj, valid_id
 
 T = TypeVar("T")
 
@@ -98,28 +100,60 @@ def raw_bytes(value: object, what: str) -> bytes:
     return text(value, what).encode("utf-8", "surrogateescape")
 
 
-def message_state(msg: Message) -> JsonObj:
-    return {"kind": msg.kind.value, "obj": msg.obj, "id": msg.id, "method": msg.method, "raw": raw_text(msg.raw)}
+def dump(value: Any) -> Any:
+    """A dataclass as an object of its fields, recursively; an enum as its value, bytes as `raw_text`."""
+    if is_dataclass(value) and not isinstance(value, type):
+        return {f.name: dump(getattr(value, f.name)) for f in fields(value)}
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, bytes):
+        return raw_text(value)
+    if isinstance(value, (list, tuple)):
+        return [dump(v) for v in value]
+    return value
 
 
-def message_from(value: object, what: str) -> Message:
-    state = obj(value, what)
-    return Message(enum_value(Kind, state.get("kind"), f"{what}.kind"), obj(state.get("obj"), f"{what}.obj"),
-                   opt_json_id(state.get("id"), f"{what}.id"), opt_text(state.get("method"), f"{what}.method"),
-                   raw_bytes(state.get("raw"), f"{what}.raw"))
+def load(kind: Any, value: object, what: str) -> Any:
+    """What `dump` wrote, checked against `kind` (a field's type) all the way down."""
+    args = get_args(kind)
+    origin = get_origin(kind)
+    if origin in (Union, UnionType):
+        if value is None and type(None) in args:
+            return None
+        kinds = [a for a in args if a is not type(None)]
+        if set(kinds) == {int, str}:
+            return json_id(value, what)
+        (kind,) = kinds
+        return load(kind, value, what)
+    if isinstance(kind, type) and is_dataclass(kind):
+        state = obj(value, what)
+        hints = get_type_hints(kind)
+        return kind(**{f.name: load(hints[f.name], state.get(f.name), f"{what}.{f.name}") for f in fields(kind)})
+    if isinstance(kind, type) and issubclass(kind, Enum):
+        return enum_value(kind, value, what)
+    if origin is list:
+        return [load(args[0], v, what) for v in items(value, what)]
+    if origin is tuple and args[-1] is Ellipsis:
+        return tuple(load(args[0], v, what) for v in items(value, what))
+    if origin is tuple:
+        row = items(value, what)
+        if len(row) != len(args):
+            raise ValueError(f"{what}: expected {len(args)} items")
+        return tuple(load(a, v, what) for a, v in zip(args, row))
+    if origin is Literal:
+        if value not in args:
+            raise ValueError(f"{what}: unknown value {value!r}")
+        return value
+    if origin is dict and args[1] in (Any, object):
+        return obj(value, what)
+    if origin is dict:
+        return {text(k, what): load(args[1], v, what) for k, v in obj(value, what).items()}
+    return _SCALARS[kind](value, what)
 
 
-def asker_state(asker: Asker | None) -> JsonObj | None:
-    if asker is None:
-        return None
-    return {"version": asker.version, "client_info": asker.client_info, "capabilities": asker.capabilities,
-            "log_level": asker.log_level}
+def _as_is(value: object, what: str) -> object:
+    return value
 
 
-def asker_from(value: object, what: str) -> Asker | None:
-    if value is None:
-        return None
-    state = obj(value, what)
-    return Asker(text(state.get("version"), f"{what}.version"), obj(state.get("client_info"), f"{what}.client_info"),
-                 obj(state.get("capabilities"), f"{what}.capabilities"),
-                 opt_text(state.get("log_level"), f"{what}.log_level"))
+_SCALARS: dict[Any, Callable[[object, str], Any]] = {
+    str: text, int: integer, float: number, bool: flag, bytes: raw_bytes, Any: _as_is, object: _as_is}

@@ -164,7 +164,7 @@ class RelayCore:
     def to_state(self) -> JsonObj:
         """Everything this core keeps, as plain data; not the snapshot, which lanes share."""
         return {"phase": self.phase.value, "now": self.now,
-                "clients": [c.to_state() for c in self.clients.values()], "queue": self.queue.to_state(),
+                "clients": [sc.dump(c) for c in self.clients.values()], "queue": self.queue.to_state(),
                 "routes": self.routes.to_state(), "era": self.era.to_state(), "listings": self.listings.to_state(),
                 "listen": self.listen.hub.to_state(), "bridge": self.bridge.to_state(),
                 "handshake": self.handshake.to_state(), "stateless_starting": self.stateless.starting,
@@ -179,7 +179,7 @@ class RelayCore:
         core.phase = sc.enum_value(Phase, s.get("phase"), "phase")
         core.now = sc.number(s.get("now"), "now")
         for row in sc.items(s.get("clients"), "clients"):
-            client = ClientState.from_state(row)
+            client = sc.load(ClientState, row, "client")
             core.clients[client.cid] = client
         core.queue.restore(s.get("queue"))
         core.shared.routes = Routes.from_state(s.get("routes"))  # the parts read it through `shared`

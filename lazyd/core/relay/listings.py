@@ -191,7 +191,7 @@ class ListingEngine:
 
 
 def _fetch_state(f: Fetch) -> JsonObj:
-    return {"method": f.method, "key": f.key, "why": f.why, "asker": sc.asker_state(f.asker), "serial": f.serial,
+    return {"method": f.method, "key": f.key, "why": f.why, "asker": sc.dump(f.asker), "serial": f.serial,
             "waiters": [[w.cid, w.client_id, w.shape, w.requested] for w in f.waiters], "items": f.items,
             "pages": f.pages, "first": f.first, "ttl": f.ttl, "private": f.private}
 
@@ -204,7 +204,7 @@ def _fetch_from(value: object) -> Fetch:
         waiters.append(Waiter(sc.integer(cid, "waiter.cid"), sc.json_id(client_id, "waiter.client_id"),
                               sc.text(shape, "waiter.shape"), requested))
     return Fetch(sc.text(s.get("method"), "fetch.method"), sc.text(s.get("key"), "fetch.key"),
-                 sc.text(s.get("why"), "fetch.why"), sc.asker_from(s.get("asker"), "fetch.asker"),
+                 sc.text(s.get("why"), "fetch.why"), sc.load(Asker | None, s.get("asker"), "fetch.asker"),
                  sc.integer(s.get("serial"), "fetch.serial"), waiters, sc.items(s.get("items"), "fetch.items"),
                  sc.integer(s.get("pages"), "fetch.pages"), sc.opt_json_obj(s.get("first"), "fetch.first"),
                  sc.opt_integer(s.get("ttl"), "fetch.ttl"), sc.flag(s.get("private"), "fetch.private"))
