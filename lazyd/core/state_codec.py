@@ -80,10 +80,6 @@ def json_id(value: object, what: str) -> JsonId:
     return value
 
 
-def opt_json_id(value: object, what: str) -> JsonId | None:
-    return None if value is None else json_id(value, what)
-
-
 def enum_value(kind: Callable[[Any], T], value: object, what: str) -> T:
     try:
         return kind(value)
@@ -113,8 +109,13 @@ def dump(value: Any) -> Any:
     return value
 
 
+def row(value: Any) -> list[Any]:
+    """A dataclass as the list of its fields in order (a compact form `load` also reads)."""
+    return [dump(getattr(value, f.name)) for f in fields(value)]
+
+
 def load(kind: Any, value: object, what: str) -> Any:
-    """What `dump` wrote, checked against `kind` (a field's type) all the way down."""
+    """What `dump` or `row` wrote, checked against `kind` (a field's type) all the way down."""
     args = get_args(kind)
     origin = get_origin(kind)
     if origin in (Union, UnionType):
@@ -125,6 +126,11 @@ def load(kind: Any, value: object, what: str) -> Any:
             return json_id(value, what)
         (kind,) = kinds
         return load(kind, value, what)
+    if isinstance(kind, type) and is_dataclass(kind) and isinstance(value, list):
+        names = [f.name for f in fields(kind)]
+        if len(value) != len(names):
+            raise ValueError(f"{what}: expected {len(names)} items")
+        return load(kind, dict(zip(names, value)), what)
     if isinstance(kind, type) and is_dataclass(kind):
         state = obj(value, what)
         hints = get_type_hints(kind)
