@@ -5,7 +5,8 @@ The relay core's parts write their state as JSON-ready values for a successor da
 (`1` is not `"1"`); maps with keys that are not strings are lists of `[key..., value]` rows in the
 map's order (a queue's order is behaviour); a message keeps its received bytes (the relay splices
 ids into them), written as `surrogateescape` text. Reading checks every type and raises
-`ValueError` naming the field: a state this code did not write is refused whole.
+`ValueError` naming the field: a state this code did not write is refused whole. A dataclass is
+written by `dump` (or `row`) and read by `load`, each field by its declared type.
 """
 
 from __future__ import annotations
