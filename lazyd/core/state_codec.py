@@ -99,20 +99,26 @@ def raw_bytes(value: object, what: str) -> bytes:
 
 def dump(value: Any) -> Any:
     """A dataclass as an object of its fields, recursively; an enum as its value, bytes as `raw_text`."""
-    if is_dataclass(value) and not isinstance(value, type):
-        return {f.name: dump(getattr(value, f.name)) for f in fields(value)}
     if isinstance(value, Enum):
         return value.value
+    if isinstance(value, _PLAIN):
+        return value
     if isinstance(value, bytes):
         return raw_text(value)
     if isinstance(value, (list, tuple)):
         return [dump(v) for v in value]
+    if is_dataclass(value):
+        return {name: dump(getattr(value, name)) for name, _ in _fields_of(type(value))}
     return value
+
+
+# Written as they are (the standby state is rewritten as things change: these go first).
+_PLAIN = (str, int, float, type(None), dict)
 
 
 def row(value: Any) -> list[Any]:
     """A dataclass as the list of its fields in order (a compact form `load` also reads)."""
-    return [dump(getattr(value, f.name)) for f in fields(value)]
+    return [dump(getattr(value, name)) for name, _ in _fields_of(type(value))]
 
 
 def load(kind: Any, value: object, what: str) -> Any:
@@ -134,8 +140,7 @@ def load(kind: Any, value: object, what: str) -> Any:
         return load(kind, dict(zip(names, value)), what)
     if isinstance(kind, type) and is_dataclass(kind):
         state = obj(value, what)
-        hints = get_type_hints(kind)
-        return kind(**{f.name: load(hints[f.name], state.get(f.name), f"{what}.{f.name}") for f in fields(kind)})
+        return kind(**{name: load(hint, state.get(name), f"{what}.{name}") for name, hint in _fields_of(kind)})
     if isinstance(kind, type) and issubclass(kind, Enum):
         return enum_value(kind, value, what)
     if origin is list:
@@ -156,6 +161,18 @@ def load(kind: Any, value: object, what: str) -> Any:
     if origin is dict:
         return {text(k, what): load(args[1], v, what) for k, v in obj(value, what).items()}
     return _SCALARS[kind](value, what)
+
+
+def _fields_of(kind: Any) -> tuple[tuple[str, Any], ...]:
+    """A dataclass's fields and their types, resolved once (a state holds many records of a kind)."""
+    known = _FIELDS.get(kind)
+    if known is None:
+        hints = get_type_hints(kind)
+        known = _FIELDS[kind] = tuple((f.name, hints[f.name]) for f in fields(kind))
+    return known
+
+
+_FIELDS: dict[type, tuple[tuple[str, Any], ...]] = {}
 
 
 def _as_is(value: object, what: str) -> object:
