@@ -15,10 +15,10 @@ import json
 import os
 import re
 import stat
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import MappingProxyType
-from typing import Literal
+from typing import Literal, TypeVar
 
 from lazyd.config import values as cv
 from lazyd.config.known import packaged, parse_table
@@ -35,6 +35,8 @@ __all__ = [
     "WakePredicate", "Policy", "ServerConfig", "Config", "load_config",
     "parse_config_text", "policy_with_options", "MAX_CONFIG_BYTES",
 ]
+
+T = TypeVar("T")
 
 # A real config is a few KiB; the bound keeps a mistaken path (a log, a device) from costing memory.
 MAX_CONFIG_BYTES = 1024 * 1024
@@ -269,22 +271,18 @@ def _server(at: cv.At, name: str, value: object, defaults: Policy,
 
 
 def _merge_policy(at: cv.At, base: Policy, table: Mapping[str, object]) -> Policy:
-    start_timeout, linger = base.start_timeout_s, base.linger_s
-    if "start_timeout" in table:
-        start_timeout = cv.duration(at / "start_timeout", table["start_timeout"])
-        if start_timeout <= 0:
-            raise (at / "start_timeout").error(
-                "must be longer than 0 (it bounds how long a start may take)")
-    if "linger" in table:
-        linger = cv.duration(at / "linger", table["linger"])
-    check_linger = base.check_linger_s
-    if "check_linger" in table:
-        check_linger = cv.duration(at / "check_linger", table["check_linger"])
-    keep_alive, idle = base.keep_alive, base.idle_timeout_s
+    def read(key: str, reader: Callable[[cv.At, object], T], default: T) -> T:
+        return reader(at / key, table[key]) if key in table else default
+
+    start_timeout = read("start_timeout", cv.duration, base.start_timeout_s)
+    if start_timeout <= 0:
+        raise (at / "start_timeout").error("must be longer than 0 (it bounds how long a start may take)")
+    linger = read("linger", cv.duration, base.linger_s)
+    check_linger = read("check_linger", cv.duration, base.check_linger_s)
+    idle = base.idle_timeout_s
     if "idle_timeout" in table:
         idle = cv.duration(at / "idle_timeout", table["idle_timeout"]) or None
-    if "keep_alive" in table:
-        keep_alive = cv.boolean(at / "keep_alive", table["keep_alive"])
+    keep_alive = read("keep_alive", cv.boolean, base.keep_alive)
     if keep_alive and idle is not None:
         if "keep_alive" in table and "idle_timeout" in table:
             raise (at / "keep_alive").error(
@@ -302,14 +300,12 @@ def _merge_policy(at: cv.At, base: Policy, table: Mapping[str, object]) -> Polic
             start = value
         else:
             raise (at / "start").error(cv.not_one_of(value, ("lazy", "eager")))
-    share = _share(at / "share", table["share"]) if "share" in table else base.share
-    wake = base.wake
-    if "wake" in table:
-        wake = _wake(at / "wake", table["wake"])
+    share = read("share", _share, base.share)
+    wake = read("wake", _wake, base.wake)
     era = next((setting for setting in ERA_SETTINGS if setting == table["era"]), None) if "era" in table else base.era
     if era is None:
         raise (at / "era").error(cv.not_one_of(table["era"], ERA_SETTINGS))
-    memory_max = _memory_max(at / "memory_max", table["memory_max"]) if "memory_max" in table else base.memory_max
+    memory_max = read("memory_max", _memory_max, base.memory_max)
     return Policy(start_timeout_s=start_timeout, linger_s=linger, check_linger_s=check_linger, idle_timeout_s=idle,
                   keep_alive=keep_alive, start=start, share=share, wake=wake, era=era, memory_max=memory_max)
 

@@ -5,16 +5,19 @@ The relay core's parts write their state as JSON-ready values for a successor da
 (`1` is not `"1"`); maps with keys that are not strings are lists of `[key..., value]` rows in the
 map's order (a queue's order is behaviour); a message keeps its received bytes (the relay splices
 ids into them), written as `surrogateescape` text. Reading checks every type and raises
-`ValueError` naming the field: a state this code did not write is refused whole.
+`ValueError` naming the field: a state this code did not write is refused whole. A dataclass is
+written by `dump` (or `row`) and read by `load`, each field by its declared type.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, TypeVar
+from dataclasses import fields, is_dataclass
+from enum import Enum
+from types import UnionType
+from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
 
-from lazyd.core.eras.asker import Asker
-from lazyd.core.relay.jsonrpc import JsonId, JsonObj, Kind, Message, valid_id
+from lazyd.core.relay.jsonrpc import JsonId, JsonObj, valid_id
 
 T = TypeVar("T")
 
@@ -78,10 +81,6 @@ def json_id(value: object, what: str) -> JsonId:
     return value
 
 
-def opt_json_id(value: object, what: str) -> JsonId | None:
-    return None if value is None else json_id(value, what)
-
-
 def enum_value(kind: Callable[[Any], T], value: object, what: str) -> T:
     try:
         return kind(value)
@@ -98,28 +97,87 @@ def raw_bytes(value: object, what: str) -> bytes:
     return text(value, what).encode("utf-8", "surrogateescape")
 
 
-def message_state(msg: Message) -> JsonObj:
-    return {"kind": msg.kind.value, "obj": msg.obj, "id": msg.id, "method": msg.method, "raw": raw_text(msg.raw)}
+def dump(value: Any) -> Any:
+    """A dataclass as an object of its fields, recursively; an enum as its value, bytes as `raw_text`."""
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, _PLAIN):
+        return value
+    if isinstance(value, bytes):
+        return raw_text(value)
+    if isinstance(value, (list, tuple)):
+        return [dump(v) for v in value]
+    if is_dataclass(value):
+        return {name: dump(getattr(value, name)) for name, _ in _fields_of(type(value))}
+    return value
 
 
-def message_from(value: object, what: str) -> Message:
-    state = obj(value, what)
-    return Message(enum_value(Kind, state.get("kind"), f"{what}.kind"), obj(state.get("obj"), f"{what}.obj"),
-                   opt_json_id(state.get("id"), f"{what}.id"), opt_text(state.get("method"), f"{what}.method"),
-                   raw_bytes(state.get("raw"), f"{what}.raw"))
+# Written as they are (the standby state is rewritten as things change: these go first).
+_PLAIN = (str, int, float, type(None), dict)
 
 
-def asker_state(asker: Asker | None) -> JsonObj | None:
-    if asker is None:
-        return None
-    return {"version": asker.version, "client_info": asker.client_info, "capabilities": asker.capabilities,
-            "log_level": asker.log_level}
+def row(value: Any) -> list[Any]:
+    """A dataclass as the list of its fields in order (a compact form `load` also reads)."""
+    return [dump(getattr(value, name)) for name, _ in _fields_of(type(value))]
 
 
-def asker_from(value: object, what: str) -> Asker | None:
-    if value is None:
-        return None
-    state = obj(value, what)
-    return Asker(text(state.get("version"), f"{what}.version"), obj(state.get("client_info"), f"{what}.client_info"),
-                 obj(state.get("capabilities"), f"{what}.capabilities"),
-                 opt_text(state.get("log_level"), f"{what}.log_level"))
+def load(kind: Any, value: object, what: str) -> Any:
+    """What `dump` or `row` wrote, checked against `kind` (a field's type) all the way down."""
+    args = get_args(kind)
+    origin = get_origin(kind)
+    if origin in (Union, UnionType):
+        if value is None and type(None) in args:
+            return None
+        kinds = [a for a in args if a is not type(None)]
+        if set(kinds) == {int, str}:
+            return json_id(value, what)
+        (kind,) = kinds
+        return load(kind, value, what)
+    if isinstance(kind, type) and is_dataclass(kind) and isinstance(value, list):
+        names = [f.name for f in fields(kind)]
+        if len(value) != len(names):
+            raise ValueError(f"{what}: expected {len(names)} items")
+        return load(kind, dict(zip(names, value)), what)
+    if isinstance(kind, type) and is_dataclass(kind):
+        state = obj(value, what)
+        return kind(**{name: load(hint, state.get(name), f"{what}.{name}") for name, hint in _fields_of(kind)})
+    if isinstance(kind, type) and issubclass(kind, Enum):
+        return enum_value(kind, value, what)
+    if origin is list:
+        return [load(args[0], v, what) for v in items(value, what)]
+    if origin is tuple and args[-1] is Ellipsis:
+        return tuple(load(args[0], v, what) for v in items(value, what))
+    if origin is tuple:
+        row = items(value, what)
+        if len(row) != len(args):
+            raise ValueError(f"{what}: expected {len(args)} items")
+        return tuple(load(a, v, what) for a, v in zip(args, row))
+    if origin is Literal:
+        if value not in args:
+            raise ValueError(f"{what}: unknown value {value!r}")
+        return value
+    if origin is dict and args[1] in (Any, object):
+        return obj(value, what)
+    if origin is dict:
+        return {text(k, what): load(args[1], v, what) for k, v in obj(value, what).items()}
+    return _SCALARS[kind](value, what)
+
+
+def _fields_of(kind: Any) -> tuple[tuple[str, Any], ...]:
+    """A dataclass's fields and their types, resolved once (a state holds many records of a kind)."""
+    known = _FIELDS.get(kind)
+    if known is None:
+        hints = get_type_hints(kind)
+        known = _FIELDS[kind] = tuple((f.name, hints[f.name]) for f in fields(kind))
+    return known
+
+
+_FIELDS: dict[type, tuple[tuple[str, Any], ...]] = {}
+
+
+def _as_is(value: object, what: str) -> object:
+    return value
+
+
+_SCALARS: dict[Any, Callable[[object, str], Any]] = {
+    str: text, int: integer, float: number, bool: flag, bytes: raw_bytes, Any: _as_is, object: _as_is}

@@ -17,9 +17,11 @@ from __future__ import annotations
 import copy
 import json
 import random
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -345,3 +347,23 @@ def test_a_state_with_a_field_of_the_wrong_type_is_refused_naming_the_field() ->
         assert "routes.next_id" in str(exc)
     else:
         raise AssertionError("a string relay id counter was accepted")
+
+
+@pytest.mark.parametrize(("path", "bad", "named"), [
+    (("clients", 0, "cid"), "1", "client.cid"),
+    (("clients", 0, "params"), [], "client.params"),
+    (("queue", 0, 1, "id"), True, "queued message.id"),
+    (("queue", 0, 1, "kind"), "shout", "queued message.kind"),
+])
+def test_a_record_in_the_state_with_a_field_of_the_wrong_type_is_refused_naming_the_field(
+        path: tuple[str | int, ...], bad: object, named: str) -> None:
+    core = RelayCore("test", warm_snapshot())
+    core.attach(1, now=1.0)
+    core.client_line(1, rpc.request_line(7, "tools/call", {"name": "echo"}), now=1.0)
+    state = json.loads(json.dumps(core.to_state()))
+    record = state
+    for step in path[:-1]:
+        record = record[step]
+    record[path[-1]] = bad
+    with pytest.raises(ValueError, match=re.escape(named)):
+        RelayCore.from_state(state, "test", Snapshot())

@@ -79,9 +79,7 @@ class Bridge:
         self.input_waits: dict[tuple[ClientId, JsonId], tuple[JsonId, str]] = {}
 
     def to_state(self) -> JsonObj:
-        return {"rounds": [[cid, client_id, {"method": r.method, "params": r.params, "rounds": r.rounds,
-                                             "pending": r.pending, "answers": r.answers, "request_state": r.request_state}]
-                           for (cid, client_id), r in self.rounds.items()],
+        return {"rounds": [[cid, client_id, sc.dump(r)] for (cid, client_id), r in self.rounds.items()],
                 "input_waits": [[cid, down_id, client_id, key] for (cid, down_id), (client_id, key) in self.input_waits.items()]}
 
     def restore(self, value: object) -> None:
@@ -89,13 +87,9 @@ class Bridge:
         self.rounds = {}
         for row in sc.items(s.get("rounds"), "bridge.rounds"):
             cid, client_id, r = sc.items(row, "input round")
-            cid, client_id, r = sc.integer(cid, "round.cid"), sc.json_id(client_id, "round.client_id"), sc.obj(r, "round")
-            pending = {sc.text(k, "round input key"): sc.integer(v, "round input id")
-                       for k, v in sc.obj(r.get("pending"), "round.pending").items()}
-            self.rounds[(cid, client_id)] = InputRound(
-                cid, client_id, sc.text(r.get("method"), "round.method"), sc.obj(r.get("params"), "round.params"),
-                sc.integer(r.get("rounds"), "round.rounds"), pending, dict(sc.obj(r.get("answers"), "round.answers")),
-                sc.opt_text(r.get("request_state"), "round.request_state"))
+            # The round's own cid and client_id are the row's (a round written without them reads the same).
+            r = sc.load(InputRound, {**sc.obj(r, "round"), "cid": cid, "client_id": client_id}, "round")
+            self.rounds[(r.cid, r.client_id)] = r
         self.input_waits = {}
         for row in sc.items(s.get("input_waits"), "bridge.input_waits"):
             cid, down_id, client_id, key = sc.items(row, "input wait")

@@ -37,12 +37,11 @@ probe's answer decides what it meant (stateless only, or a failed start).
 from __future__ import annotations
 
 import enum
-from typing import cast, get_args
 
 from lazyd.core import state_codec as sc
 from lazyd.core.eras.asker import Asker
 from lazyd.core.cache import Snapshot
-from lazyd.core.eras.choice import Era, EraPolicy, EraSetting, InitializeWhen, StartPlan, facts_of
+from lazyd.core.eras.choice import Era, EraPolicy, EraSetting, StartPlan, facts_of
 from lazyd.core.relay.jsonrpc import JsonObj
 from lazyd.core.relay.actions import Action, Phase, SnapshotChanged
 
@@ -139,32 +138,17 @@ class EraState:
     # ---- state (plain data, lazyd/core/state_codec.py) --------------------------------------------
 
     def to_state(self) -> JsonObj:
-        plan = self.plan
         return {"lane": self.lane, "stage": self.stage.value, "discovery": self.discovery,
-                "probe_asker": sc.asker_state(self.probe_asker), "held": self.held,
-                "plan": None if plan is None else {"probe_first": plan.probe_first, "initialize": plan.initialize,
-                                                   "probe_after_handshake": plan.probe_after_handshake}}
+                "probe_asker": sc.dump(self.probe_asker), "held": self.held, "plan": sc.dump(self.plan)}
 
     def restore(self, value: object) -> None:
         s = sc.obj(value, "era")
-        lane = s.get("lane")
-        if lane not in (None, "handshake", "stateless"):
-            raise ValueError(f"era.lane: unknown value {lane!r}")
-        self.lane = lane
+        self.lane = sc.load(Era | None, s.get("lane"), "era.lane")
         self.stage = sc.enum_value(Stage, s.get("stage"), "era.stage")
         self.discovery = sc.opt_json_obj(s.get("discovery"), "era.discovery")
-        self.probe_asker = sc.asker_from(s.get("probe_asker"), "era.probe_asker")
+        self.probe_asker = sc.load(Asker | None, s.get("probe_asker"), "era.probe_asker")
         self.held = sc.opt_json_obj(s.get("held"), "era.held")
-        plan = s.get("plan")
-        if plan is None:
-            self.plan = None
-            return
-        p = sc.obj(plan, "era.plan")
-        initialize = p.get("initialize")
-        if initialize not in get_args(InitializeWhen):
-            raise ValueError(f"era.plan.initialize: unknown value {initialize!r}")
-        self.plan = StartPlan(sc.flag(p.get("probe_first"), "era.plan.probe_first"), cast(InitializeWhen, initialize),
-                              sc.flag(p.get("probe_after_handshake"), "era.plan.probe_after_handshake"))
+        self.plan = sc.load(StartPlan | None, s.get("plan"), "era.plan")
 
     # ---- what the rest of the core reads ---------------------------------------------------------
 

@@ -21,22 +21,8 @@ replays one (it may not be idempotent). Both eras go through this object (docs/p
 each start follows the plan of the instance's *lane* (lazyd/core/eras/choice.py); a stateless
 process skips the handshake and serves handshake-era clients through the bridge.
 
-`RelayCore` owns the phase and the public API; its parts each keep their own state behind a
-narrow port back to it:
-
-| part | module | its own state |
-|---|---|---|
-| routes | routing.py | relay ids, client-facing ids, tokens, tasks, subscriptions, log levels |
-| the queue | lazyd/core/relay/actions.py (`Waiting`) | client requests waiting for the server |
-| era detection | lazyd/core/eras/state.py | the live process's era stage, its DiscoverResult, a held refusal |
-| the listing engine | listings.py | every fetch under way (both eras), who waits on it |
-| the stateless cache | stateless_cache.py | none (the snapshot is the cache) |
-| the listen hub | lazyd/core/eras/listen_relay.py, listen.py | client listen streams, the relay's own stream |
-| the bridge | bridge.py | input rounds of bridged handshake-era clients |
-| handshake start-up | lazyd/core/relay/startup.py | the live handshake, the server's log level and subscriptions, the settling of a start |
-| sessions' roots | lazyd/core/relay/session_roots.py | each session's roots and key, its requests held until it is placed, the server's roots/list waiting for them |
-| the stateless era | stateless.py | whether a stateless start is under way |
-| client / server messages | lazyd/core/relay/client.py, lazyd/core/relay/server.py | none: they choose the part |
+`RelayCore` owns the phase and the public API; its parts (docs/architecture.md, "The relay core: parts, ports")
+each keep their own state behind a narrow port back to it.
 """
 
 from __future__ import annotations
@@ -164,7 +150,7 @@ class RelayCore:
     def to_state(self) -> JsonObj:
         """Everything this core keeps, as plain data; not the snapshot, which lanes share."""
         return {"phase": self.phase.value, "now": self.now,
-                "clients": [c.to_state() for c in self.clients.values()], "queue": self.queue.to_state(),
+                "clients": [sc.dump(c) for c in self.clients.values()], "queue": self.queue.to_state(),
                 "routes": self.routes.to_state(), "era": self.era.to_state(), "listings": self.listings.to_state(),
                 "listen": self.listen.hub.to_state(), "bridge": self.bridge.to_state(),
                 "handshake": self.handshake.to_state(), "stateless_starting": self.stateless.starting,
@@ -179,7 +165,7 @@ class RelayCore:
         core.phase = sc.enum_value(Phase, s.get("phase"), "phase")
         core.now = sc.number(s.get("now"), "now")
         for row in sc.items(s.get("clients"), "clients"):
-            client = ClientState.from_state(row)
+            client = sc.load(ClientState, row, "client")
             core.clients[client.cid] = client
         core.queue.restore(s.get("queue"))
         core.shared.routes = Routes.from_state(s.get("routes"))  # the parts read it through `shared`

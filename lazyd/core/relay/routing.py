@@ -155,7 +155,7 @@ class Routes:
 
     def to_state(self) -> JsonObj:
         return {
-            "upstream": [[rid, _upstream_state(up)] for rid, up in self.upstream.items()],
+            "upstream": [[rid, sc.dump(up)] for rid, up in self.upstream.items()],
             "by_client": [[cid, client_id, rid] for (cid, client_id), rid in self.by_client.items()],
             "tokens": [[rid, cid, token] for rid, (cid, token) in self.tokens.items()],
             "downstream": [[cid, down_id, down.server_id, down.method] for (cid, down_id), down in self.downstream.items()],
@@ -173,7 +173,7 @@ class Routes:
         routes = cls()
         for row in sc.items(state.get("upstream"), "routes.upstream"):
             rid, up = sc.items(row, "routes.upstream row")
-            routes.upstream[sc.integer(rid, "relay id")] = _upstream_from(up)
+            routes.upstream[sc.integer(rid, "relay id")] = sc.load(Upstream, up, "upstream request")
         routes.client_inflight = sum(1 for up in routes.upstream.values() if up.cid is not None)
         for row in sc.items(state.get("by_client"), "routes.by_client"):
             cid, client_id, rid = sc.items(row, "routes.by_client row")
@@ -217,20 +217,6 @@ class Routes:
             del self.elicitations[eid]
         self.levels.pop(cid, None)
         self.sessions.pop(cid, None)
-
-
-def _upstream_state(up: Upstream) -> JsonObj:
-    return {"method": up.method, "cid": up.cid, "client_id": up.client_id, "purpose": up.purpose, "token": up.token,
-            "seq": up.seq, "inspect": up.inspect, "bridged": up.bridged, "log_level": up.log_level}
-
-
-def _upstream_from(value: object) -> Upstream:
-    s = sc.obj(value, "upstream request")
-    return Upstream(sc.text(s.get("method"), "method"), sc.opt_integer(s.get("cid"), "cid"),
-                    sc.opt_json_id(s.get("client_id"), "client_id"), sc.text(s.get("purpose"), "purpose"),
-                    sc.opt_json_id(s.get("token"), "token"), sc.integer(s.get("seq"), "seq"),
-                    sc.flag(s.get("inspect"), "inspect"), sc.flag(s.get("bridged"), "bridged"),
-                    sc.opt_text(s.get("log_level"), "log_level"))
 
 
 def choose_callback_target(

@@ -33,11 +33,6 @@ from lazyd.core.sharing.roots import NO_ROOTS, UNANSWERED, Root, common_roots, p
 ROOTS_WAIT_S = 10.0
 
 
-def _roots_from(value: object, label: str) -> tuple[Root, ...]:
-    return tuple((sc.text(u, "root uri"), sc.opt_text(n, "root name"))
-                 for u, n in (sc.items(r, "root") for r in sc.items(value, label)))
-
-
 @dataclass
 class SessionRoots:
     """What the relay knows of one session's roots."""
@@ -48,20 +43,6 @@ class SessionRoots:
     asked_at: float = 0.0
     placed: bool = False
     held: list[Message] = field(default_factory=list)  # requests waiting for its placement
-
-    def to_state(self) -> JsonObj:
-        return {"key": self.key, "roots": None if self.roots is None else [list(r) for r in self.roots],
-                "asking": self.asking, "asked_at": self.asked_at, "placed": self.placed,
-                "held": [sc.message_state(m) for m in self.held]}
-
-    @classmethod
-    def from_state(cls, value: object) -> SessionRoots:
-        s = sc.obj(value, "session roots")
-        roots = s.get("roots")
-        return cls(sc.opt_text(s.get("key"), "roots.key"), None if roots is None else _roots_from(roots, "roots"),
-                   sc.opt_integer(s.get("asking"), "roots.asking"), sc.number(s.get("asked_at"), "roots.asked_at"),
-                   sc.flag(s.get("placed"), "roots.placed"),
-                   [sc.message_from(m, "held message") for m in sc.items(s.get("held"), "roots.held")])
 
 
 class RootsPort(Protocol):
@@ -89,18 +70,17 @@ class RootsPart:
         return self.shared.clients
 
     def to_state(self) -> JsonObj:
-        return {"sessions": [[cid, s.to_state()] for cid, s in self.sessions.items()], "deferred": list(self.deferred),
-                "told": None if self.told is None else [list(r) for r in self.told], "answered": self.answered}
+        return {"sessions": [[cid, sc.dump(s)] for cid, s in self.sessions.items()], "deferred": list(self.deferred),
+                "told": sc.dump(self.told), "answered": self.answered}
 
     def restore(self, value: object) -> None:
         s = sc.obj(value, "roots")
         self.sessions = {}
         for row in sc.items(s.get("sessions"), "roots.sessions"):
             cid, state = sc.items(row, "roots.sessions row")
-            self.sessions[sc.integer(cid, "client")] = SessionRoots.from_state(state)
+            self.sessions[sc.integer(cid, "client")] = sc.load(SessionRoots, state, "session roots")
         self.deferred = [sc.json_id(d, "deferred id") for d in sc.items(s.get("deferred"), "roots.deferred")]
-        told = s.get("told")
-        self.told = None if told is None else _roots_from(told, "told")
+        self.told = sc.load(tuple[Root, ...] | None, s.get("told"), "roots.told")
         self.answered = sc.flag(s.get("answered"), "roots.answered")
 
     # ---- what a session says -----------------------------------------------------------------

@@ -50,13 +50,13 @@ class Waiting:
         self.items = [(c, m) for c, m in self.items if c != cid]
 
     def to_state(self) -> list[object]:
-        return [[cid, sc.message_state(msg)] for cid, msg in self.items]
+        return [[cid, sc.dump(msg)] for cid, msg in self.items]
 
     def restore(self, value: object) -> None:
         self.items = []
         for row in sc.items(value, "queue"):
             cid, msg = sc.items(row, "queue row")
-            self.items.append((sc.integer(cid, "queued client"), sc.message_from(msg, "queued message")))
+            self.items.append((sc.integer(cid, "queued client"), sc.load(Message, msg, "queued message")))
 
     def fail(self, message: str, clients: Collection[ClientId]) -> list[Action]:
         """Answer every queued request of an attached client with `message`, and empty the queue."""
