@@ -1,15 +1,8 @@
 """Registrations in a JSON client config, found and edited in place by splicing spans.
 
-Registrations are ``<container>.<name>`` (Claude Code's also ``projects.<path>.<container>.<name>``).
-In the argv layout (opencode) ``command`` is one array holding the executable and its arguments and
-is edited as one. Edits are made by difference, so wrap and unwrap are inverse at the byte level
-whenever the user changed nothing in between: wrap *inserts* the command at the front of ``args``
-and unwrap removes it again; a string moved between ``command`` and ``args`` keeps its spelling;
-members are inserted with the separator, colon spacing and indentation of their neighbours and
-removed with exactly what insertion added; CRLF stays CRLF; new strings are ASCII when the file is.
-
-Refused (``Entry.problem``): a duplicate key in any object on the path to a registration, and
-command/args/env of the wrong type.
+Registrations are ``<container>.<name>`` (Claude Code's also ``projects.<path>.<container>.<name>``);
+in the argv layout (opencode) ``command`` is one array. Edits are made by difference, so that wrap
+and unwrap are inverse at the byte level (docs/wrapping.md, "What is kept, byte for byte").
 """
 
 from __future__ import annotations

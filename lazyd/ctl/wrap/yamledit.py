@@ -1,15 +1,6 @@
-"""Registrations in a YAML client config (Continue's ``mcpServers:`` list), edited in place by splicing.
-
-Continue lists its servers, each named by its own ``name``, in block (``- name: x``) or flow
-(``- {name: x}``) style. As with JSON (jsonedit.py), only edited values change, by difference, so
-wrap and unwrap are inverse at the byte level: a block member or item goes in and out as whole
-lines with its neighbours' indentation, a flow one with its ``, ``; a moved string keeps its source
-spelling where that means the same thing; a new string is plain when YAML reads it back as that
-string (``30m``), else double-quoted (``"true"``).
-
-Refused (``Entry.problem``): anchors, aliases, tags or merge keys in a server (an edit would change
-what an alias means elsewhere), block or multi-line scalars in command, args or env, duplicate
-keys, two servers with one name, and command/args/env of the wrong type.
+"""Registrations in a YAML client config (Continue's ``mcpServers:`` list), edited in place by
+splicing, by difference as with JSON (jsonedit.py), so that wrap and unwrap are inverse at the byte
+level. What is kept and what is refused: docs/wrapping.md, "What is kept, byte for byte".
 """
 
 from __future__ import annotations
