@@ -1,6 +1,7 @@
-"""One wrap, unwrap, reapply or status run over one client config file, as a transaction
-(docs/wrapping.md, "Safety"): any refusal writes nothing, the edited file must read back as decided
-before it replaces the original, and a failed replace puts the records back. Status changes nothing.
+"""One wrap, unwrap, reapply or status run over one client config file, as a transaction.
+
+Any refusal writes nothing; the edited file must read back as decided before it replaces the
+original; a failed replace puts the records back (docs/wrapping.md, "Safety"). Status changes nothing.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
-"""Safe file handling for config edits: private state dirs, the wrap lock, backups, checked replace
-(docs/wrapping.md, "Safety"). Clients do not take the wrap lock: the pre-replace check is what
-guards against their writes, optimistically.
+"""Safe file handling for config edits: private state dirs, the wrap lock, backups, checked replace.
+
+docs/wrapping.md, "Safety". Clients do not take the wrap lock: the pre-replace check is what guards
+against their writes, optimistically.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""What wrap, unwrap, reapply and status decide for one registration (docs/wrapping.md, "What each
-command does"). Pure: no files, no I/O. A managed variable whose value the user changed is theirs:
-no command touches it.
+"""What wrap, unwrap, reapply and status decide for one registration.
+
+Pure: no files, no I/O. The rules: docs/wrapping.md, "What each command does".
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
-"""Registration records: what lazyd must remember about a registration it wrapped, only what the
-file cannot tell later (docs/wrapping.md, "Safety"). Command and args are not stored: unwrap takes
-them from the wrapped args, so later edits survive and secrets in args stay out of one more file.
+"""Registration records: what lazyd must remember about a registration it wrapped.
+
+Only what the file cannot tell later (docs/wrapping.md, "Safety"). Command and args are not stored:
+unwrap takes them from the wrapped args, so later edits survive and secrets stay out of one more file.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
-"""How a registration runs through ``lazyd-shim``: which executable, which arguments, which settings
-(docs/wrapping.md, "What each command does"). The shim's own parser is imported, not imitated, so
-the two never disagree. The shim is found next to ``sys.executable`` before PATH: PATH entries such
-as pyenv's ``shims/`` are bash trampolines that slow every start and depend on the client's PATH.
+"""How a registration runs through ``lazyd-shim``: which executable, which arguments, which settings.
+
+The rules: docs/wrapping.md, "What each command does". The shim's own parser is imported, not
+imitated, so the two never disagree. The shim is found next to ``sys.executable`` before PATH: PATH
+entries such as pyenv's ``shims/`` are bash trampolines that slow every start.
 """
 
 from __future__ import annotations

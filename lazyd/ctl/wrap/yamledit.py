@@ -1,6 +1,7 @@
-"""Registrations in a YAML client config (Continue's ``mcpServers:`` list), edited in place by
-splicing, by difference as with JSON (jsonedit.py), so that wrap and unwrap are inverse at the byte
-level. What is kept and what is refused: docs/wrapping.md, "What is kept, byte for byte".
+"""Registrations in a YAML client config (Continue's ``mcpServers:`` list), edited in place by splicing.
+
+By difference, as with JSON (lazyd/ctl/wrap/jsonedit.py), so that wrap and unwrap are inverse at the
+byte level; what is kept and what is refused: docs/wrapping.md, "What is kept, byte for byte".
 """
 
 from __future__ import annotations
