@@ -188,15 +188,12 @@ class JsonConfig:
         assert comma >= 0, "members are separated by commas"
         return comma
 
-    def _member_text(self, obj: Object, key: str, value: str) -> str:
-        return self._json(key) + self._colon(obj) + value
-
     def _edit_members(self, obj: Object, removals: set[int], inserts: Sequence[tuple[int, str, str]]) -> None:
         assert not (removals and inserts), "an edit never both adds and removes members of one object"
         sep = self._separator(obj)
         for anchor, key, value in inserts:
             at = obj.members[anchor].value.end
-            self._edits.append(Splice(at, at, "," + sep + self._member_text(obj, key, value)))
+            self._edits.append(Splice(at, at, "," + sep + self._json(key) + self._colon(obj) + value))
         for first, last in runs(removals):
             if first == 0 and last == len(obj.members) - 1:
                 self._edits.append(Splice(obj.start + 1, obj.end - 1, ""))
