@@ -202,12 +202,9 @@ class YamlConfig:
             return self._scalar(value, {}, flow=True)
         return json.dumps(value, ensure_ascii=self._ascii)
 
-    def _member_text(self, key: str, value: str) -> str:
-        # A block collection value starts on the next line ("args:" + lines); a scalar after ": ".
-        return f"{key}:{value}" if value.startswith(self._newline) else f"{key}: {value}"
-
     def _insert_member(self, reg: Map, after: Member[Node], key: str, value: str) -> None:
-        text = self._member_text(key, value)
+        # A block collection value starts on the next line ("args:" + lines); a scalar after ": ".
+        text = f"{key}:{value}" if value.startswith(self._newline) else f"{key}: {value}"
         if reg.flow:
             self._edits.append(Splice(after.value.end, after.value.end, ", " + text))
             return
