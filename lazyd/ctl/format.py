@@ -84,12 +84,8 @@ def state_text(row: Mapping[str, Any]) -> str:
     reason = row.get("last_stop_reason")
     if state == "sleeping" and isinstance(reason, str) and reason.startswith("memory pressure"):
         state += " (memory pressure)"
-    return state + _check_linger(row.get("linger_rule"))
-
-
-def _check_linger(rule: object) -> str:
-    """A process only listings came for lingers check_linger, not linger (docs/supervision.md)."""
-    return " (listings only)" if rule == "check_linger" else ""
+    # A process only listings came for lingers check_linger, not linger (docs/supervision.md).
+    return state + (" (listings only)" if row.get("linger_rule") == "check_linger" else "")
 
 
 def _upgrades(count: object) -> str:

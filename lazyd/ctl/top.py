@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import curses
 import locale
+import os
 import threading
 import time
 from collections import deque
@@ -131,17 +132,6 @@ def frame_lines(data: Mapping[str, Any], rates: Rates, now: float, *, selected: 
     return [line[:WIDTH] for line in lines]
 
 
-def _machine_bytes() -> int:
-    try:
-        with open("/proc/meminfo", encoding="ascii") as file:
-            for line in file:
-                if line.startswith("MemTotal:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return 0
-
-
 class _Action:
     """One key's control op, run in a thread so the view keeps drawing; its outcome for the footer."""
 
@@ -174,7 +164,7 @@ def _loop(screen: curses.window, path: str, glyphs: Glyphs) -> None:
     curses.curs_set(0)
     screen.timeout(int(REFRESH_S * 1000))
     rates, action = Rates(), _Action()
-    machine = _machine_bytes()
+    machine = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")  # MemTotal, as sysinfo(2) gives it
     selected = 0
     next_status = 0.0
     data: Mapping[str, Any] = {}

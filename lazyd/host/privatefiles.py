@@ -1,19 +1,10 @@
 """Directories and files that only this user may reach: the runtime, state and cache dirs, and
-the files lazyd keeps in them (the identity key, state and start-up records, cached listings,
-learned handshakes, wrap records and backups).
+the files lazyd keeps in them (identity key, state records, caches, wrap records and backups).
 
-- ``ensure_private_dir``: a directory that is real, ours, with no group or other bits. One someone
-  else prepared (the predictable ``$TMPDIR/runtime-<uid>`` can be squatted) is refused, never
-  repaired: we only chmod what we created.
-- ``read_private``: a file lazyd wrote itself. A symlink, a non-regular file, another uid's, one
-  writable by others (for a secret, readable by them), unreadable or too large is refused with a
-  one-line StateFileError (path, problem, fix); the checks look at the opened descriptor, so the
-  file checked is the file read. What follows is the caller's rule.
-- ``write_private``, the one atomic writer: a temporary file beside the target (``O_EXCL``, a name
-  no other writer picks), synced when ``durable``, renamed over the target (or with ``exclusive``
-  linked only if there is none); readers see the old file or the new one. ``StagedFile`` is the
-  same in two steps, for a caller that checks something before the rename (lazyctl wrap).
-
+A directory someone else prepared (the predictable ``$TMPDIR/runtime-<uid>`` can be squatted) is
+refused, never repaired: we only chmod what we created. A state file is checked on the opened
+descriptor, so the file checked is the file read; a refusal is one StateFileError line (path,
+problem, fix). ``write_private`` is the one atomic writer: readers see the old file or the new one.
 Standard library only: sockpath.py's daemon records use the writer too.
 """
 

@@ -61,11 +61,7 @@ def _private_dir_ok(path: str, *, missing_ok: bool) -> bool:
         return missing_ok
     except OSError:
         return False
-    return (
-        stat.S_ISDIR(st.st_mode)
-        and st.st_uid == os.geteuid()
-        and st.st_mode & 0o777 == 0o700
-    )
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and st.st_mode & 0o777 == 0o700
 
 
 _MAX_SYMLINKS = 40
@@ -177,10 +173,8 @@ def _read_record(path: str) -> tuple[int, str] | None:
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
-    except ProcessLookupError:
+    except (ProcessLookupError, PermissionError):  # gone, or another user's process reusing the pid
         return False
-    except PermissionError:
-        return False  # another user's process reusing the pid: not our daemon
     return True
 
 

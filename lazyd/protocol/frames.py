@@ -100,7 +100,7 @@ class Hello(Frame):
         self.server = server  # a named server, or None
         self.resume = resume  # client lines already answered, recorded again after a reconnect
         # The variables that are not UTF-8, (name, value) as bytes: the server still gets them exactly.
-        self.env_raw = env_raw if env_raw is not None else []
+        self.env_raw = [(name, value) for name, value in env_raw] if env_raw else []
         # True: the client's stdin, stdout and a shared region travel with this frame (SCM_RIGHTS),
         # for the daemon to serve the client's pipes itself (docs/protocol.md, "Hand-off").
         self.handoff = handoff
@@ -243,25 +243,52 @@ def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _is_str_list(value: object) -> bool:
-    return isinstance(value, list) and all(isinstance(v, str) for v in value)
+def _is_str(value: object) -> bool:
+    return isinstance(value, str)
 
 
 def _is_str_map(value: object) -> bool:
-    return isinstance(value, dict) and all(
-        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
-    )
+    return isinstance(value, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in value.items())
+
+
+def _optional(test: Callable[[object], bool]) -> Callable[[object], bool]:
+    return lambda value: value is None or value is _ABSENT or test(value)
+
+
+_ABSENT = object()  # a required field's test fails on it: the error then says the field is missing
+_INT = (_is_int, "an int")
+_STR = (_is_str, "a str")
+_STR_MAP = (_is_str_map, "a map of str to str")
+_OPT_BOOL = (_optional(lambda v: isinstance(v, bool)), "a bool")
+
+# Per frame type: its class and, in the order of its constructor's arguments, each field's test and
+# what an error says it must be. `line` is checked by hand (_check_line): it is the hot path.
+_TABLE: dict[str, tuple[type[Any], dict[str, tuple[Callable[[object], bool], str]]]] = {
+    "hello": (Hello, {
+        "role": (lambda v: v in ("shim", "ctl"), '"shim" or "ctl"'), "pid": _INT,
+        "argv": (lambda v: isinstance(v, list) and all(isinstance(a, str) for a in v), "a list of str"),
+        "cwd": _STR, "env": _STR_MAP, "opts": _STR_MAP,
+        "server": (lambda v: v is None or isinstance(v, str), "a str or nil"),
+        "resume": (lambda v: isinstance(v, list) and all(isinstance(r, bytes) for r in v), "a list of bin"),
+        "env_raw": (_optional(lambda v: isinstance(v, list) and all(
+            isinstance(p, list) and len(p) == 2 and all(isinstance(b, bytes) for b in p) for p in v)),
+            "a list of [bin, bin] pairs"),
+        "handoff": _OPT_BOOL, "layout": (_optional(_is_int), "an int"), "reclaim": _OPT_BOOL}),
+    "welcome": (Welcome, {"session": _INT, "name": _STR, "daemon_pid": _INT, "handoff": _OPT_BOOL}),
+    # Stable across versions: a refusal must stay readable by a peer of any version.
+    "refused": (Refusal, {"code": _STR, "message": _STR, "v": _INT}),
+    "ctl": (Ctl, {"op": _STR, "args": (lambda v: isinstance(v, dict), "a map")}),
+    "reply": (Reply, {"ok": (lambda v: isinstance(v, bool), "a bool"), "data": (lambda v: True, ""),
+                      "error": (_optional(_is_str), "a str")}),
+    "progress": (Progress, {"step": _STR}),  # daemon -> lazyctl, before a reply, when the ctl asked for it
+}
+FRAME_TYPES: frozenset[str] = frozenset({*_TABLE, "line"})
 
 
 def _bad(frame: dict[str, Any], name: str, expected: str) -> WireError:
     if name not in frame:
         return WireError(f"{frame['t']!r} frame lacks field {name!r}")
     return WireError(f"{frame['t']!r} frame field {name!r} must be {expected}, not {type(frame[name]).__name__}")
-
-
-def _require(frame: dict[str, Any], name: str, ok: bool, expected: str) -> None:
-    if not ok:
-        raise _bad(frame, name, expected)
 
 
 def _extra(f: dict[str, Any], known: frozenset[str]) -> Mapping[str, Any] | None:
@@ -271,61 +298,8 @@ def _extra(f: dict[str, Any], known: frozenset[str]) -> Mapping[str, Any] | None
     return {k: v for k, v in f.items() if k not in known}
 
 
-
-def _check_hello(f: dict[str, Any]) -> AnyFrame:
-    _require(f, "v", _is_int(f.get("v")), "an int")
-    if f["v"] != WIRE_VERSION:
-        # Another version's hello may carry other fields: let the daemon read `v` and answer
-        # `refused`/"version" instead of failing with a misleading field error.
-        return ForeignHello(f["v"], _extra(f, ForeignHello._known))
-    _require(f, "role", f.get("role") in ("shim", "ctl"), '"shim" or "ctl"')
-    _require(f, "pid", _is_int(f.get("pid")), "an int")
-    _require(f, "argv", _is_str_list(f.get("argv")), "a list of str")
-    _require(f, "cwd", isinstance(f.get("cwd"), str), "a str")
-    _require(f, "env", _is_str_map(f.get("env")), "a map of str to str")
-    _require(f, "opts", _is_str_map(f.get("opts")), "a map of str to str")
-    _require(f, "server", "server" in f and (f["server"] is None or isinstance(f["server"], str)),
-             "a str or nil")  # fmt: skip
-    resume = f.get("resume")
-    _require(f, "resume", isinstance(resume, list) and all(isinstance(r, bytes) for r in resume),
-             "a list of bin")  # fmt: skip
-    raw: list[tuple[bytes, bytes]] = []
-    if "env_raw" in f:
-        # Optional: the variables that are not UTF-8, as [name, value] pairs of bytes.
-        pairs = f["env_raw"]
-        _require(f, "env_raw", isinstance(pairs, list) and all(
-            isinstance(p, list) and len(p) == 2 and all(isinstance(b, bytes) for b in p) for p in pairs),
-            "a list of [bin, bin] pairs")  # fmt: skip
-        raw = [(name, value) for name, value in pairs]
-    _require(f, "handoff", f.get("handoff") is None or isinstance(f["handoff"], bool), "a bool")
-    layout = f.get("layout")
-    _require(f, "layout", layout is None or (isinstance(layout, int) and not isinstance(layout, bool)), "an int")
-    _require(f, "reclaim", f.get("reclaim") is None or isinstance(f["reclaim"], bool), "a bool")
-    return Hello(f["role"], f["pid"], f["argv"], f["cwd"], f["env"], f["opts"], f["server"], f["resume"],
-                 raw, f.get("handoff"), layout, f.get("reclaim"), _extra(f, Hello._known))
-
-
-def _check_welcome(f: dict[str, Any]) -> AnyFrame:
-    _require(f, "v", _is_int(f.get("v")), "an int")
-    if f["v"] != WIRE_VERSION:
-        return ForeignWelcome(f["v"], _extra(f, ForeignWelcome._known))  # the shim reports the skew itself
-    _require(f, "session", _is_int(f.get("session")), "an int")
-    _require(f, "name", isinstance(f.get("name"), str), "a str")
-    _require(f, "daemon_pid", _is_int(f.get("daemon_pid")), "an int")
-    _require(f, "handoff", f.get("handoff") is None or isinstance(f["handoff"], bool), "a bool")
-    return Welcome(f["session"], f["name"], f["daemon_pid"], f.get("handoff"), _extra(f, Welcome._known))
-
-
-def _check_refused(f: dict[str, Any]) -> AnyFrame:
-    # Stable across versions: a refusal must stay readable by a peer of any version.
-    _require(f, "v", _is_int(f.get("v")), "an int")
-    _require(f, "code", isinstance(f.get("code"), str), "a str")
-    _require(f, "message", isinstance(f.get("message"), str), "a str")
-    return Refusal(f["code"], f["message"], f["v"], _extra(f, Refusal._known))
-
-
 def _check_line(f: dict[str, Any]) -> AnyFrame:
-    # The hot path (every JSON-RPC message is one): the same checks as the others, fewer calls.
+    # The hot path (every JSON-RPC message is one): the same checks as the table's, fewer calls.
     d = f.get("d")
     if not isinstance(d, bytes):
         raise _bad(f, "d", "a bin")
@@ -333,39 +307,8 @@ def _check_line(f: dict[str, Any]) -> AnyFrame:
         raise WireError(f"line of {len(d)} bytes exceeds MAX_LINE_BYTES ({MAX_LINE_BYTES})")
     done = f.get("done")
     if done is not None and not (_is_int(done) or isinstance(done, str)):
-        raise WireError(f"'line' frame field 'done' must be an int or str, not {type(done).__name__}")
+        raise _bad(f, "done", "an int or str")
     return Line(d, done, None if f.keys() <= Line._known else _extra(f, Line._known))
-
-
-def _check_ctl(f: dict[str, Any]) -> AnyFrame:
-    _require(f, "op", isinstance(f.get("op"), str), "a str")
-    _require(f, "args", isinstance(f.get("args"), dict), "a map")
-    return Ctl(f["op"], f["args"], _extra(f, Ctl._known))
-
-
-def _check_reply(f: dict[str, Any]) -> AnyFrame:
-    _require(f, "ok", isinstance(f.get("ok"), bool), "a bool")
-    error = f.get("error")
-    if error is not None and not isinstance(error, str):
-        raise WireError(f"'reply' frame field 'error' must be a str, not {type(error).__name__}")
-    return Reply(f["ok"], f.get("data"), error, _extra(f, Reply._known))
-
-
-def _check_progress(f: dict[str, Any]) -> AnyFrame:
-    _require(f, "step", isinstance(f.get("step"), str), "a str")
-    return Progress(f["step"], _extra(f, Progress._known))
-
-
-_CHECKS: dict[str, Callable[[dict[str, Any]], AnyFrame]] = {
-    "hello": _check_hello,
-    "welcome": _check_welcome,
-    "refused": _check_refused,
-    "line": _check_line,
-    "ctl": _check_ctl,
-    "reply": _check_reply,
-    "progress": _check_progress,  # daemon -> lazyctl, before a reply, when the ctl asked for it
-}
-FRAME_TYPES: frozenset[str] = frozenset(_CHECKS)
 
 
 def validate_frame(obj: object) -> AnyFrame:
@@ -383,7 +326,21 @@ def validate_walked(obj: dict[str, Any]) -> AnyFrame:
     t = obj.get("t")
     if not isinstance(t, str):
         raise WireError("frame lacks a str field 't'")
-    check = _CHECKS.get(t)
-    if check is None:
+    if t == "line":
+        return _check_line(obj)
+    if t not in _TABLE:
         raise WireError(f"unknown frame type {t[:40]!r}")
-    return check(obj)
+    if t in ("hello", "welcome"):
+        if not _is_int(obj.get("v")):
+            raise _bad(obj, "v", "an int")
+        if obj["v"] != WIRE_VERSION:
+            # Another version's frame may carry other fields: read only `v`, so that the daemon can
+            # answer `refused`/"version" and the shim report the skew, not a misleading field error.
+            foreign = ForeignHello if t == "hello" else ForeignWelcome
+            return foreign(obj["v"], _extra(obj, foreign._known))
+    cls, checks = _TABLE[t]
+    for name, (ok, expected) in checks.items():
+        if not ok(obj.get(name, _ABSENT)):
+            raise _bad(obj, name, expected)
+    frame: AnyFrame = cls(*(obj.get(name) for name in checks), extra=_extra(obj, cls._known))
+    return frame

@@ -1,10 +1,7 @@
 """One wrap, unwrap, reapply or status run over one client config file, as a transaction.
 
-Under the wrap lock: read the file once and the records; decide every selected registration (any
-refusal: nothing is written); apply the edits in memory and read the result back (every
-registration must read as decided, every other as before); ``--dry-run`` stops there; back up the
-original, write the records, replace the file with the pre-replace check, and on failure put the
-records back and keep the backup. Status reads without the lock and changes nothing.
+Any refusal writes nothing; the edited file must read back as decided before it replaces the
+original; a failed replace puts the records back (docs/wrapping.md, "Safety"). Status changes nothing.
 """
 
 from __future__ import annotations

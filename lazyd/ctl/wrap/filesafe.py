@@ -1,14 +1,7 @@
 """Safe file handling for config edits: private state dirs, the wrap lock, backups, checked replace.
 
-- The state directories are ours and 0700: backups and records may hold credentials.
-- Every lazyctl that edits holds ``<state dir>/wrap.lock`` (flock) for the whole read-edit-replace,
-  so two runs never interleave; clients do not take it, which is what the pre-replace check is for.
-- A config is read once into a ``Snapshot``; a symlinked config's target is edited, so dotfile
-  managers keep their link.
-- ``replace_checked`` stages the new bytes beside the target with its mode and, right before the
-  rename, checks that the target still has the snapshot's bytes, inode, owner and mode (else
-  ConflictError, target untouched). Optimistic, not a compare-and-swap: a write between the check
-  and the rename can still be lost.
+docs/wrapping.md, "Safety". Clients do not take the wrap lock: the pre-replace check is what guards
+against their writes, optimistically.
 """
 
 from __future__ import annotations

@@ -1,15 +1,8 @@
 """Registrations in a JSON client config, found and edited in place by splicing spans.
 
-Registrations are ``<container>.<name>`` (Claude Code's also ``projects.<path>.<container>.<name>``).
-In the argv layout (opencode) ``command`` is one array holding the executable and its arguments and
-is edited as one. Edits are made by difference, so wrap and unwrap are inverse at the byte level
-whenever the user changed nothing in between: wrap *inserts* the command at the front of ``args``
-and unwrap removes it again; a string moved between ``command`` and ``args`` keeps its spelling;
-members are inserted with the separator, colon spacing and indentation of their neighbours and
-removed with exactly what insertion added; CRLF stays CRLF; new strings are ASCII when the file is.
-
-Refused (``Entry.problem``): a duplicate key in any object on the path to a registration, and
-command/args/env of the wrong type.
+Registrations are ``<container>.<name>`` (Claude Code's also ``projects.<path>.<container>.<name>``);
+in the argv layout (opencode) ``command`` is one array. Edits are made by difference, so that wrap
+and unwrap are inverse at the byte level (docs/wrapping.md, "What is kept, byte for byte").
 """
 
 from __future__ import annotations
@@ -195,15 +188,12 @@ class JsonConfig:
         assert comma >= 0, "members are separated by commas"
         return comma
 
-    def _member_text(self, obj: Object, key: str, value: str) -> str:
-        return self._json(key) + self._colon(obj) + value
-
     def _edit_members(self, obj: Object, removals: set[int], inserts: Sequence[tuple[int, str, str]]) -> None:
         assert not (removals and inserts), "an edit never both adds and removes members of one object"
         sep = self._separator(obj)
         for anchor, key, value in inserts:
             at = obj.members[anchor].value.end
-            self._edits.append(Splice(at, at, "," + sep + self._member_text(obj, key, value)))
+            self._edits.append(Splice(at, at, "," + sep + self._json(key) + self._colon(obj) + value))
         for first, last in runs(removals):
             if first == 0 and last == len(obj.members) - 1:
                 self._edits.append(Splice(obj.start + 1, obj.end - 1, ""))

@@ -1,18 +1,6 @@
-"""What wrap, unwrap, reapply and status decide for one registration. Pure: no files, no I/O.
+"""What wrap, unwrap, reapply and status decide for one registration.
 
-- **Wrap** a direct stdio registration: ``command`` becomes the shim, the original command goes
-  first in ``args``, each ``--env`` setting becomes a managed ``env`` entry remembering the value it
-  replaced, and a registration with an ``env`` gets ``LAZYD_IDENTITY_ENV`` naming its variables (so
-  they always count in its identity). One already running through the shim is never nested: with a
-  record its managed settings are updated, without one it is skipped; one running through another
-  lazy relay is refused.
-- **Reapply** is wrap for the registrations lazyd manages: one the client's setup rewrote to run
-  directly is adopted and wrapped again; managed variables that setup kept at our value are not
-  mistaken for the user's originals.
-- **Unwrap** restores command and args from the wrapped args (the user's later edits survive), drops
-  what wrap created once empty again, and restores only the managed variables that still hold
-  lazyd's value. Without a record only ``--recover`` unwraps, leaving env alone.
-- A managed variable whose value the user changed is theirs: wrap and reapply leave it too.
+Pure: no files, no I/O. The rules: docs/wrapping.md, "What each command does".
 """
 
 from __future__ import annotations

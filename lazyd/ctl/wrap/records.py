@@ -1,11 +1,7 @@
 """Registration records: what lazyd must remember about a registration it wrapped.
 
-Only what the file cannot tell later: whether the original had ``args`` and an ``env`` object (so
-unwrap removes what wrap created and nothing else), the managed shim settings, and each managed
-variable's value before lazyd set it. Command and args are not stored: unwrap takes them from the
-wrapped args, so later edits survive and secrets in args stay out of one more file. One record per
-(client, file, server, project), 0600 under ``<state dir>/registrations/``; an unreadable record is
-an error, never ignored: acting without it could strip a user's own settings.
+Only what the file cannot tell later (docs/wrapping.md, "Safety"). Command and args are not stored:
+unwrap takes them from the wrapped args, so later edits survive and secrets stay out of one more file.
 """
 
 from __future__ import annotations

@@ -1,15 +1,8 @@
 """How a registration runs through ``lazyd-shim``: which executable, which arguments, which settings.
 
-The shim's own parser is imported, not imitated, so the two never disagree.
-
-- The shim is found next to ``sys.executable`` first, then on PATH: PATH entries such as pyenv's
-  ``shims/`` are bash trampolines that slow every start and depend on the client's PATH.
-- Wrapped args are ``[COMMAND, ARGS...]`` without ``--`` (some clients check that the first argument
-  is an existing file); only a COMMAND beginning with ``-`` gets ``--`` in front.
-- A command is "a shim" when it is a known shim path or its basename starts with ``lazyd-shim``
-  (any case): so one shim is never nested inside another.
-- ``--env`` settings are the shim's ``LAZYD_*`` variables, validated by its parser; ``LAZYD_SERVER``
-  is refused (the shim would ignore the registration's command).
+The rules: docs/wrapping.md, "What each command does". The shim's own parser is imported, not
+imitated, so the two never disagree. The shim is found next to ``sys.executable`` before PATH: PATH
+entries such as pyenv's ``shims/`` are bash trampolines that slow every start.
 """
 
 from __future__ import annotations

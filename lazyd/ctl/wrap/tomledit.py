@@ -1,10 +1,8 @@
 """Registrations in a TOML client config (Codex CLI's ``[mcp_servers.NAME]``), edited with tomlkit.
 
 tomlkit keeps comments, key order and unedited tables as written; this module adds what our edits
-need beyond it: an inline-table registration (or inline ``mcp_servers``) is refused, since one line
-holding a whole registration cannot keep its layout (an inline ``env`` is fine and stays inline); a
-string moved between ``command`` and ``args`` is moved as the parsed item (``'C:\\x'`` stays
-literal); a single-line ``args`` is edited by text so its separator stays the array's own; CRLF
+need beyond it (docs/wrapping.md, "What is kept, byte for byte"): inline-table registrations are
+refused, moved strings keep their quoting, a single-line ``args`` keeps its own separator, CRLF
 files get CRLF back (tomlkit writes ``\\n``).
 """
 

@@ -1,15 +1,7 @@
 """Registrations in a YAML client config (Continue's ``mcpServers:`` list), edited in place by splicing.
 
-Continue lists its servers, each named by its own ``name``, in block (``- name: x``) or flow
-(``- {name: x}``) style. As with JSON (jsonedit.py), only edited values change, by difference, so
-wrap and unwrap are inverse at the byte level: a block member or item goes in and out as whole
-lines with its neighbours' indentation, a flow one with its ``, ``; a moved string keeps its source
-spelling where that means the same thing; a new string is plain when YAML reads it back as that
-string (``30m``), else double-quoted (``"true"``).
-
-Refused (``Entry.problem``): anchors, aliases, tags or merge keys in a server (an edit would change
-what an alias means elsewhere), block or multi-line scalars in command, args or env, duplicate
-keys, two servers with one name, and command/args/env of the wrong type.
+By difference, as with JSON (lazyd/ctl/wrap/jsonedit.py), so that wrap and unwrap are inverse at the
+byte level; what is kept and what is refused: docs/wrapping.md, "What is kept, byte for byte".
 """
 
 from __future__ import annotations
@@ -210,12 +202,9 @@ class YamlConfig:
             return self._scalar(value, {}, flow=True)
         return json.dumps(value, ensure_ascii=self._ascii)
 
-    def _member_text(self, key: str, value: str) -> str:
-        # A block collection value starts on the next line ("args:" + lines); a scalar after ": ".
-        return f"{key}:{value}" if value.startswith(self._newline) else f"{key}: {value}"
-
     def _insert_member(self, reg: Map, after: Member[Node], key: str, value: str) -> None:
-        text = self._member_text(key, value)
+        # A block collection value starts on the next line ("args:" + lines); a scalar after ": ".
+        text = f"{key}:{value}" if value.startswith(self._newline) else f"{key}: {value}"
         if reg.flow:
             self._edits.append(Splice(after.value.end, after.value.end, ", " + text))
             return
