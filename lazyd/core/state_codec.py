@@ -112,7 +112,8 @@ def dump(value: Any) -> Any:
     return value
 
 
-# Written as they are (the standby state is rewritten as things change: these go first).
+# Written as they are (the standby state is rewritten as things change: these go first). A dict
+# field holds JSON (a message, a client's params) and is not walked.
 _PLAIN = (str, int, float, type(None), dict)
 
 
