@@ -28,7 +28,6 @@ SUBCOMMANDS = ("wrap", "unwrap", "reapply", "wrap-status")
 _OPS: dict[str, engine.Op] = {"wrap": "wrap", "unwrap": "unwrap", "reapply": "reapply", "wrap-status": "status"}
 
 _CLIENT_HELP = "; ".join(f"{c.name}: {c.title}, {c.default_file_text}" for c in clients.CLIENTS.values())
-_SETTINGS_HELP = ", ".join(shimargs.SETTINGS)
 
 _SHORT_HELP = {
     "wrap": "run a client's MCP registrations through lazyd-shim, edited in place",
@@ -80,7 +79,8 @@ def add_subcommands(subparsers: argparse._SubParsersAction) -> None:  # type: ig
                            help="validate and show which fields would change (names only, never values)")
         if op in ("wrap", "reapply"):
             p.add_argument("--env", action="append", default=[], metavar="LAZYD_X=VALUE",
-                           help=f"a managed shim setting in the registration's env (repeatable): {_SETTINGS_HELP}")
+                           help="a managed shim setting in the registration's env (repeatable): "
+                           + ", ".join(shimargs.known_settings()))
             p.add_argument("--check", action="store_true",
                            help="then warm lazyd's cache for each wrapped server (starts each once, calls no "
                            "tool) as the client would start it: with its handshake (learned from its "
