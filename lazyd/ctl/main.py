@@ -15,10 +15,10 @@ from typing import NoReturn
 
 from lazyd.core.sharing.client_profiles import PROFILES
 from lazyd.ctl import commands, registration, share, systemd
-from lazyd.ctl.client import EXIT_USAGE
+from lazyd.ctl.client import EXIT_FAILED, EXIT_USAGE
 from lazyd.ctl.commands import Output
 from lazyd.ctl.wrap import cli as wrap_cli
-from lazyd.errors import CtlError, UsageError
+from lazyd.errors import CtlError, UsageError, WrapError
 
 EXIT_INTERRUPTED = 130  # the shell's convention for a command ended by Ctrl-C
 
@@ -144,7 +144,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--unit-dir", metavar="DIR", help="where to write (default: $XDG_CONFIG_HOME/systemd/user)")
     p.add_argument("--force", action="store_true", help="replace or remove unit files lazyctl did not write")
     # wrap, unwrap, reapply, wrap-status: client config editing (lazyd/ctl/wrap/cli.py).
-    wrap_cli.add_subcommands(sub)
+    wrap_cli.add_subcommands(add)
     return parser
 
 
@@ -174,6 +174,9 @@ def main(argv: list[str] | None = None) -> int:
     except CtlError as exc:
         out.failure(exc.message, exc.data)
         return exc.exit_code
+    except WrapError as exc:
+        out.failure(str(exc))
+        return EXIT_FAILED
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
     except BrokenPipeError:

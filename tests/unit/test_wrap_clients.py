@@ -10,13 +10,13 @@ path, tried here with opencode's fixture. Amp keeps its servers under one flat d
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
 import pytest
 
-from lazyd.ctl.wrap import cli, clients, engine
+from lazyd.ctl.main import main
+from lazyd.ctl.wrap import clients, engine
 from lazyd.ctl.wrap.plan import WITHOUT_SHIM
 from tests.unit.fixtures_wrap.helpers import FIXTURES, SHIM, Lazyctl, loads
 
@@ -27,10 +27,7 @@ def lazyctl(tmp_path: Path) -> Lazyctl:
 
 
 def run_lazyctl(*words: str) -> int:
-    parser = argparse.ArgumentParser(prog="lazyctl")
-    parser.add_argument("--socket", default=None)
-    cli.add_subcommands(parser.add_subparsers(dest="subcommand"))
-    return cli.run(parser.parse_args(list(words)))
+    return main(list(words))
 
 
 def default_file(client: str, env: dict[str, str], cwd: Path) -> Path:
