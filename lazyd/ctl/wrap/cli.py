@@ -11,6 +11,7 @@ import argparse
 import os
 import sys
 from collections.abc import Callable, Mapping
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -113,7 +114,7 @@ def run(args: argparse.Namespace, out: Output) -> int:
         checks = _run_checks(report, args.socket, os.environ, initialize, client, out.json)
     data: dict[str, Any] = report.to_json()
     if checks:
-        data["checks"] = [c.to_json() for c in checks]
+        data["checks"] = [asdict(c) for c in checks]
     out.result(data, lambda: _text(report, checks))
     if report.refused:
         if not out.json:

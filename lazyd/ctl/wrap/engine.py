@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Literal, Protocol
 
@@ -83,7 +83,7 @@ class Report:
     def to_json(self) -> dict[str, object]:
         data: dict[str, object] = {"op": self.op, "client": self.client, "file": self.file}
         if self.op == "status":
-            data["servers"] = [s.to_json() for s in self.statuses]
+            data["servers"] = [asdict(s) for s in self.statuses]
         else:
             data.update(dry_run=self.dry_run, written=self.written, backup=self.backup,
                         results=[r.to_json() for r in self.results])  # fmt: skip
