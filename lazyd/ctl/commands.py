@@ -1,4 +1,4 @@
-"""lazyctl's operator commands: status, wake, sleep, logs, stop, reload, upgrade.
+"""lazyctl's operator commands: status, wake, sleep, restart, top, logs, stop, reload, upgrade.
 
 Each takes the parsed arguments and an `Output` and returns the exit status; failures are raised
 (`CtlError`, `DaemonNotRunning`) and reported once, by `lazyd.ctl.main`.
@@ -78,10 +78,6 @@ def cmd_status(args: argparse.Namespace, out: Output) -> int:
     return EXIT_OK
 
 
-def cmd_wake(args: argparse.Namespace, out: Output) -> int:
-    return _start(args, out, "wake", "waking")
-
-
 def cmd_sleep(args: argparse.Namespace, out: Output) -> int:
     with connect(args.socket) as conn:
         row = conn.call("sleep", {"name": args.name}, timeout_s=SLEEP_REPLY_S)
@@ -89,11 +85,8 @@ def cmd_sleep(args: argparse.Namespace, out: Output) -> int:
     return EXIT_OK
 
 
-def cmd_restart(args: argparse.Namespace, out: Output) -> int:
-    return _start(args, out, "restart", "restarting")
-
-
-def _start(args: argparse.Namespace, out: Output, op: str, doing: str) -> int:
+def cmd_start(args: argparse.Namespace, out: Output, *, op: str, doing: str) -> int:
+    """`wake` and `restart`: the op, then its server's row once it runs."""
     with connect(args.socket) as conn:
         # No reply timeout: the daemon answers within the stop ladder and the server's start_timeout.
         row = conn.call(op, {"name": args.name}, timeout_s=None,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
+from functools import partial
 from typing import NoReturn
 
 from lazyd.core.sharing.client_profiles import PROFILES
@@ -59,7 +60,8 @@ def build_parser() -> argparse.ArgumentParser:
             "Exits 3 when lazyd is not running.")
     p.add_argument("names", nargs="*", metavar="NAME", help="only these servers")
 
-    p = add("wake", commands.cmd_wake, "start a server now and wait until it runs or fails",
+    p = add("wake", partial(commands.cmd_start, op="wake", doing="waking"),
+            "start a server now and wait until it runs or fails",
             "Start NAME (resetting its failure count) and wait until it is running, or failed "
             "within its start_timeout; a failure prints why and exits 1.")
     p.add_argument("name", metavar="NAME")
@@ -67,7 +69,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("sleep", commands.cmd_sleep, "stop a server now; the next request wakes it")
     p.add_argument("name", metavar="NAME")
 
-    p = add("restart", commands.cmd_restart, "stop a server by the stop ladder and start it again",
+    p = add("restart", partial(commands.cmd_start, op="restart", doing="restarting"),
+            "stop a server by the stop ladder and start it again",
             "Stop NAME as `sleep` does and start it at once, waiting until it runs or fails; its "
             "in-flight requests are answered with an error, its sessions go on with the new process.")
     p.add_argument("name", metavar="NAME")

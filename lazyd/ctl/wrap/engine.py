@@ -134,7 +134,7 @@ def execute(request: Request, environ: Mapping[str, str], cwd: Path, hooks: Hook
         _status(request, client, path, store, settings, report)
         return report
     filesafe.ensure_state_dirs(state_dir)
-    with filesafe.WrapLock(state_dir):
+    with filesafe.wrap_lock(state_dir):
         _change(request, client, path, store, state_dir, settings, report, hooks or Hooks())
     return report
 
@@ -201,8 +201,7 @@ def _status(request: Request, client: clients.Client, path: Path, store: RecordS
     file = os.path.realpath(path)
     config = open_config(client, data, str(path))
     every = store.every()
-    records = [r for r in every if r.key.client == client.name and r.key.file == file]
-    by_key = {r.key: r for r in records}
+    records, by_key = _records_of(every, client.name, file)
     twins: list[tuple[RegKey, tuple[str, ...]]] | None = None
     for key, entry, refusal in _select(request, config.entries(), records, file, client.name):
         if refusal is not None:
@@ -245,6 +244,12 @@ def _twin_label(key: RegKey) -> str:
     return f"{title}'s {key.label()} ({key.file})"
 
 
+def _records_of(every: list[Record], client: str, file: str) -> tuple[list[Record], dict[RegKey, Record]]:
+    """The records of ``client``'s ``file`` (servers gone from it included), and by key."""
+    records = [r for r in every if r.key.client == client and r.key.file == file]
+    return records, {r.key: r for r in records}
+
+
 def _decide(request: Request, key: RegKey, entry: Entry | None, record: Record | None,
             settings: plan.Settings, where: str) -> plan.Decision:  # fmt: skip
     if request.op == "unwrap":
@@ -260,10 +265,10 @@ def _change(request: Request, client: clients.Client, path: Path, store: RecordS
     file = str(snapshot.path)
     config = open_config(client, snapshot.data, str(path))
     entries = config.entries()
-    records = store.for_file(client.name, file)
+    records, by_key = _records_of(store.every(), client.name, file)
     decided: list[tuple[Result, Entry | None, plan.Decision]] = []
     for key, entry, refusal in _select(request, entries, records, file, client.name):
-        record = store.load(key)
+        record = by_key.get(key)
         decision = plan.Decision("refused", refusal) if refusal else _decide(request, key, entry, record, settings, str(path))
         result = Result(key, decision.action, decision.reason, state=entry.state if entry else None,
                         cwd=(entry.cwd if entry else None) or key.project,

@@ -88,7 +88,7 @@ def record_from_json(data: object, where: str) -> Record:
 
 
 class RecordStore:
-    """The records directory. Callers hold the wrap lock (see filesafe.WrapLock) around any change."""
+    """The records directory. Callers hold the wrap lock (filesafe.wrap_lock) around any change."""
 
     def __init__(self, state_dir: Path) -> None:
         self.directory = state_dir / RECORDS_DIR_NAME
@@ -105,19 +105,6 @@ class RecordStore:
             return None
         except OSError as exc:
             raise WrapError(f"cannot read registration record {self.path_for(key)}: {exc.strerror}") from None
-
-    def load(self, key: RegKey) -> Record | None:
-        raw = self.read_raw(key)
-        if raw is None:
-            return None
-        record = self._decode(raw, self.path_for(key))
-        if record.key != key:
-            raise WrapError(f"registration record {self.path_for(key)} belongs to another registration")
-        return record
-
-    def for_file(self, client: str, file: str) -> list[Record]:
-        """Every record of ``client``'s ``file`` (including servers no longer in the file)."""
-        return [r for r in self.every() if r.key.client == client and r.key.file == file]
 
     def every(self) -> list[Record]:
         """Every record, of every client and file, in file-name order."""
