@@ -74,7 +74,6 @@ class Report:
     backup: str | None = None
     results: list[Result] = field(default_factory=list)
     statuses: list[plan.Status] = field(default_factory=list)
-    shim: str = shimargs.SHIM_NAME
 
     @property
     def refused(self) -> list[Result]:
@@ -129,7 +128,7 @@ def execute(request: Request, environ: Mapping[str, str], cwd: Path, hooks: Hook
     except SetupError as exc:
         raise WrapError(str(exc)) from None
     store = RecordStore(state_dir)
-    report = Report(request.op, client.name, str(path), dry_run=request.dry_run, shim=settings.shim)
+    report = Report(request.op, client.name, str(path), dry_run=request.dry_run)
     if request.op == "status":
         _status(request, client, path, store, settings, report)
         return report
