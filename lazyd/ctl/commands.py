@@ -116,13 +116,9 @@ def cmd_logs(args: argparse.Namespace, out: Output) -> int:
             print(f"lazyctl: {where['name']} has no log yet ({path})", file=sys.stderr)
         out.result({"name": where["name"], "path": path, "lines": lines}, lambda: "\n".join(lines))
         return EXIT_OK
-    emit: Callable[[str], None]
-    if out.json:
-        def emit(line: str) -> None:
-            print(json.dumps({"line": line}), flush=True)
-    else:
-        def emit(line: str) -> None:
-            print(line, flush=True)
+    def emit(line: str) -> None:
+        print(json.dumps({"line": line}) if out.json else line, flush=True)
+
     for line in lines:
         emit(line)
     try:

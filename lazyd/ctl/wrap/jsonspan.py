@@ -1,10 +1,10 @@
-"""A JSON scanner that remembers where every value is: the span tree (lazyd/ctl/wrap/spans.py) of
-a client's config, so that an edit moves no other byte (key order, indentation, CRLF, ``1e3``,
-``\\u00e9``, the trailing newline).
+"""A JSON scanner that remembers where every value is, for editing a config without moving a byte.
 
-Strict JSON unless a ``Dialect`` allows comments (JSONC, which VS Code and Gemini CLI read) or
-trailing commas (VS Code). Duplicate keys are kept, in order: refusing is the editor's decision,
-and only along the path it edits. Errors are ``JsonSyntaxError`` with a 1-based line and column.
+It builds the span tree (lazyd/ctl/wrap/spans.py), so that an edit keeps key order, indentation,
+CRLF, ``1e3``, ``\\u00e9`` and the trailing newline. Strict JSON unless a ``Dialect`` allows
+comments (JSONC, which VS Code and Gemini CLI read) or trailing commas (VS Code). Duplicate keys
+are kept, in order: refusing is the editor's decision, and only along the path it edits. Errors
+are ``JsonSyntaxError`` with a 1-based line and column.
 """
 
 from __future__ import annotations

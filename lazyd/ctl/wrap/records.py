@@ -10,7 +10,7 @@ import hashlib
 import json
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from lazyd.errors import WrapError
@@ -46,18 +46,9 @@ class Record:
     original_env: Mapping[str, str | None] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, object]:
-        return {
-            "version": RECORD_VERSION,
-            "client": self.key.client,
-            "file": self.key.file,
-            "server": self.key.server,
-            "project": self.key.project,
-            "shim": self.shim,
-            "args_present": self.args_present,
-            "env_present": self.env_present,
-            "managed_env": dict(self.managed_env),
-            "original_env": dict(self.original_env),
-        }
+        """The record file's object: the key's fields beside the others, and the version."""
+        fields = asdict(self)
+        return {"version": RECORD_VERSION, **fields.pop("key"), **fields}
 
 
 def record_from_json(data: object, where: str) -> Record:

@@ -13,6 +13,7 @@ import re
 import shutil
 import sys
 from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from lazyd.errors import UsageError, WrapError
 
@@ -38,17 +39,14 @@ def _shim_options() -> object:
         raise WrapError(f"cannot load lazyd-shim's option parser ({exc}); reinstall lazyd") from None
 
 
-def _shim_parse(argv: Sequence[str], env: Mapping[str, str]) -> tuple[list[str], str | None, bool]:
-    """Run the shim's parser; return (command, server, asked for help/version) or raise ValueError."""
+def _shim_parse(argv: Sequence[str], env: Mapping[str, str]) -> Any:
+    """The shim's options for `argv` and `env`; ValueError with the shim's message if it refuses them."""
     options = _shim_options()
     usage_error: type[Exception] = getattr(options, "UsageError")
     try:
-        opts = getattr(options, "parse")(list(argv), dict(env))
+        return getattr(options, "parse")(list(argv), dict(env))
     except usage_error as exc:
         raise ValueError(str(exc)) from None
-    command = [str(word) for word in opts.command]
-    server = None if opts.server is None else str(opts.server)
-    return command, server, bool(opts.show_help or opts.show_version)
 
 
 def known_settings() -> list[str]:
@@ -60,12 +58,10 @@ def known_settings() -> list[str]:
 def daemon_option(args: Sequence[str], env: Mapping[str, str], key: str) -> str | None:
     """The value the shim run with `args` and `env` would send for option `key` (``start_timeout``...);
     None if it is not set or the shim would refuse it."""
-    options = _shim_options()
     try:
-        opts = getattr(options, "parse")(list(args), dict(env))
-    except getattr(options, "UsageError"):
+        value = _shim_parse(args, env).daemon_opts.get(key)
+    except ValueError:
         return None
-    value = opts.daemon_opts.get(key)
     return None if value is None else str(value)
 
 
@@ -139,9 +135,9 @@ def wrapped_args(command: str, args: Sequence[str]) -> tuple[str, ...]:
 def command_index(args: Sequence[str]) -> int:
     """Where the server's command starts in a wrapped registration's args (after the shim's options);
     ValueError, fit for a user, if the shim would not run a command from them."""
-    command, server, meta = _shim_parse(args, {})
-    if meta:
+    opts = _shim_parse(args, {})
+    if opts.show_help or opts.show_version:
         raise ValueError("the shim's args ask for --help or --version, not a server")
-    if not command:
-        raise ValueError(f"the shim runs the named server {server!r}, not a command")
-    return len(args) - len(command)
+    if not opts.command:
+        raise ValueError(f"the shim runs the named server {opts.server!r}, not a command")
+    return len(args) - len(opts.command)
