@@ -55,8 +55,9 @@ def cmd_status(args: argparse.Namespace, out: Output) -> int:
     data["other_daemons"] = [{"pid": pid, "socket": sock} for pid, sock in others]
 
     def human() -> str:
+        now = time.time()
         head = f"lazyd running (pid {data['daemon_pid']}, {path})"
-        head += _lineage(data.get("daemon"), time.time()) + _store_line(data.get("daemon"))
+        head += _lineage(data.get("daemon"), now) + _store_line(data.get("daemon"))
         for pid, sock in others:
             head += f"\nanother lazyd of yours runs (pid {pid}) on {sock}: lazyctl --socket {sock} status"
         head += fmt.walls(data.get("refused"), data.get("fallbacks"))
@@ -64,7 +65,7 @@ def cmd_status(args: argparse.Namespace, out: Output) -> int:
         summary = fmt.summary_line(rows, data.get("lazyd"))
         if not rows:
             return f"{head}\nno servers registered yet\n{summary}"
-        lines = [head, fmt.status_table(rows, time.time())]
+        lines = [head, fmt.table(fmt.STATUS_COLUMNS, [fmt.status_row(r, now) for r in rows])]
         apart = fmt.distinctions(rows)
         if apart:
             lines.append(apart)

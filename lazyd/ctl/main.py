@@ -32,8 +32,7 @@ class _Parser(argparse.ArgumentParser):
     """argparse with a one-line usage error and exit status 2."""
 
     def error(self, message: str) -> NoReturn:
-        print(f"{self.prog}: {message} (see {self.prog} --help)", file=sys.stderr)
-        raise SystemExit(EXIT_USAGE)
+        raise SystemExit(_usage(self.prog, message))
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -23,8 +23,6 @@ from lazyd.errors import ConfigError, CtlError, UsageError
 if TYPE_CHECKING:
     import tomlkit
 
-__all__ = ["cmd_share", "edited", "package_of"]
-
 WHY = "set by lazyctl share"
 
 

@@ -24,37 +24,34 @@ from lazyd.ctl.registration import initialize_params
 from lazyd.ctl.wrap import check, clients, engine, shimargs
 from lazyd.errors import UsageError
 
-_OPS: dict[str, engine.Op] = {"wrap": "wrap", "unwrap": "unwrap", "reapply": "reapply", "wrap-status": "status"}
-
 _CLIENT_HELP = "; ".join(f"{c.name}: {c.title}, {c.default_file_text}" for c in clients.CLIENTS.values())
 
-_SHORT_HELP = {
-    "wrap": "run a client's MCP registrations through lazyd-shim, edited in place",
-    "unwrap": "restore registrations that wrap changed",
-    "reapply": "wrap again registrations a client's setup rewrote",
-    "wrap-status": "show which registrations are wrapped, managed, recoverable",
-}
-_DESCRIPTIONS = {
-    "wrap": "Make stdio MCP registrations of a client run through lazyd-shim, in place: `command` "
-    "becomes the shim and the original command goes first in `args`; the name, env, cwd and every "
-    "other setting stay, so tool names and permission rules are unchanged. HTTP/SSE registrations "
-    "and ones already wrapped are skipped and reported, never nested. The file is backed up "
-    "(0600, in lazyd's state dir) and replaced atomically; only edited values change.",
-    "unwrap": "Restore wrapped registrations: command and args come back from the wrapped args (so "
-    "later edits to them are kept); managed env values are restored only where they still hold "
-    "the value lazyd set. Registrations recorded but gone from the file are forgotten.",
-    "reapply": "Wrap again the registrations lazyd manages after a client's own setup rewrote them "
-    "to run directly, adopting their new command and args. Idempotent: wrapped ones stay as they "
-    "are (apart from --env and --shim changes).",
-    "wrap-status": "Per registration: wrapped (runs through lazyd-shim), managed (lazyd has a "
-    "record of wrapping it), recoverable (unwrap --recover could restore it without a record).",
+# Subcommand: (op, help, description).
+_SUBCOMMANDS: dict[str, tuple[engine.Op, str, str]] = {
+    "wrap": ("wrap", "run a client's MCP registrations through lazyd-shim, edited in place",
+             "Make stdio MCP registrations of a client run through lazyd-shim, in place: `command` "
+             "becomes the shim and the original command goes first in `args`; the name, env, cwd and every "
+             "other setting stay, so tool names and permission rules are unchanged. HTTP/SSE registrations "
+             "and ones already wrapped are skipped and reported, never nested. The file is backed up "
+             "(0600, in lazyd's state dir) and replaced atomically; only edited values change."),
+    "unwrap": ("unwrap", "restore registrations that wrap changed",
+               "Restore wrapped registrations: command and args come back from the wrapped args (so "
+               "later edits to them are kept); managed env values are restored only where they still hold "
+               "the value lazyd set. Registrations recorded but gone from the file are forgotten."),
+    "reapply": ("reapply", "wrap again registrations a client's setup rewrote",
+                "Wrap again the registrations lazyd manages after a client's own setup rewrote them "
+                "to run directly, adopting their new command and args. Idempotent: wrapped ones stay as they "
+                "are (apart from --env and --shim changes)."),
+    "wrap-status": ("status", "show which registrations are wrapped, managed, recoverable",
+                    "Per registration: wrapped (runs through lazyd-shim), managed (lazyd has a "
+                    "record of wrapping it), recoverable (unwrap --recover could restore it without a record)."),
 }
 
 
 def add_subcommands(add: Callable[..., argparse.ArgumentParser]) -> None:
     """Add wrap, unwrap, reapply and wrap-status with lazyctl's `add` (each runs ``run``)."""
-    for name, op in _OPS.items():
-        p = add(name, run, _SHORT_HELP[name], _DESCRIPTIONS[name])
+    for name, (op, short, description) in _SUBCOMMANDS.items():
+        p = add(name, run, short, description)
         p.epilog = (f"Clients and their default files: {_CLIENT_HELP}. "
                     "Exit status: 0 ok, 1 failed or refused (nothing written), 2 bad usage.")
         p.set_defaults(wrap_op=op)
