@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 
 from lazyd.ctl.wrap.jsonspan import Dialect, parse
 from lazyd.ctl.wrap.model import Entry, decode, entry_of
-from lazyd.ctl.wrap.spans import (Array, Found, Member, Node, Object, Scalar, SpanEditor, Splice, line_start,
+from lazyd.ctl.wrap.spans import (Found, Member, Node, Object, Scalar, SpanEditor, Splice, line_indent, line_start,
                                   runs, to_python)  # fmt: skip
 from lazyd.errors import JsonSyntaxError, WrapError
 
@@ -113,15 +113,10 @@ class JsonConfig(SpanEditor):
             gap = self.text[obj.start + 1 : first.key_start]
             if gap.strip(" \t\r\n") == "" and "\n" in gap:
                 return gap
-            indent = _line_indent(self.text, first.key_start)
+            indent = line_indent(self.text, first.key_start)
             if indent is not None and line_start(self.text, first.key_start) > obj.start:
                 return self.newline + indent
         return " "
-
-    def _comma_after(self, index: int) -> int:
-        comma = self.text.find(",", index)
-        assert comma >= 0, "members are separated by commas"
-        return comma
 
     def _insert_member(self, obj: Object, after: Member, key: str, value: str) -> None:
         at = after.value.end
@@ -136,41 +131,8 @@ class JsonConfig(SpanEditor):
             else:
                 self.edits.append(Splice(obj.members[0].key_start, obj.members[last + 1].key_start, ""))
 
-    def _new_list(self, reg: Object, items: Sequence[str], raw: Mapping[str, Scalar]) -> str:
-        return "[" + ", ".join(self._scalar(v, raw) for v in items) + "]"
-
     def _new_map(self, reg: Object, values: Mapping[str, object]) -> str:
         return "{" + self._object_body(reg, values, True) + "}"
-
-    def _edit_list(self, array: Array, old: Sequence[str], new: Sequence[str], raw: Mapping[str, Scalar]) -> None:
-        items = array.items
-        grow = len(new) - len(old)
-        if grow > 0 and tuple(new[grow:]) == tuple(old):
-            prefix = [self._scalar(v, raw) for v in new[:grow]]
-            if not items:
-                self.edits.append(Splice(array.start + 1, array.start + 1, ", ".join(prefix)))
-                return
-            sep = self._item_separator(array)
-            text = ("," + sep).join(prefix) + "," + sep
-            self.edits.append(Splice(items[0].start, items[0].start, text))
-        elif grow < 0 and tuple(old[-grow:]) == tuple(new):
-            if new:
-                self.edits.append(Splice(items[0].start, items[-grow].start, ""))
-            else:
-                self.edits.append(Splice(array.start + 1, array.end - 1, ""))
-        else:
-            self.edits.append(Splice(array.start, array.end, "[" + ", ".join(self._scalar(v, raw) for v in new) + "]"))
-
-    def _item_separator(self, array: Array) -> str:
-        items = array.items
-        if len(items) >= 2:
-            gap = self.text[self._comma_after(items[0].end) + 1 : items[1].start]
-            if gap.strip(" \t\r\n") == "":
-                return gap
-        indent = _line_indent(self.text, items[0].start)
-        if indent is not None and line_start(self.text, items[0].start) > array.start:
-            return self.newline + indent
-        return " "
 
     def _edit_map(self, obj: Object, old: Mapping[str, object], new: Mapping[str, object], reg: Object) -> None:
         removed = {i for i, m in enumerate(obj.members) if m.key not in new}
@@ -220,9 +182,3 @@ def _is_map(node: Node) -> bool:
     of its own (opencode 2's `mcp.servers`, beside a 1.x server that may be named `servers`)."""
     return (isinstance(node, Object) and all(isinstance(m.value, Object) for m in node.members)
             and not any(m.key in ("type", "command", "url", "enabled") for m in node.members))
-
-
-def _line_indent(text: str, index: int) -> str | None:
-    """The whitespace between the start of ``index``'s line and ``index``, or None if anything else is there."""
-    prefix = text[line_start(text, index) : index]
-    return prefix if prefix.strip(" \t") == "" else None

@@ -131,6 +131,12 @@ def column(text: str, index: int) -> int:
     return index - line_start(text, index)
 
 
+def line_indent(text: str, index: int) -> str | None:
+    """The whitespace between the start of ``index``'s line and ``index``, or None if anything else is there."""
+    prefix = text[line_start(text, index) : index]
+    return prefix if prefix.strip(" \t") == "" else None
+
+
 def position(text: str, index: int) -> str:
     """``line L, column C`` (1-based) of ``index`` in ``text``, for error messages."""
     return f"line {text.count(chr(10), 0, index) + 1}, column {column(text, index) + 1}"
@@ -252,6 +258,49 @@ class SpanEditor:
                         found.setdefault(node.value, node)
         return found
 
+    def _new_list(self, reg: Object, items: Sequence[str], raw: Mapping[str, Scalar]) -> str:
+        return "[" + ", ".join(self._scalar(v, raw, flow=True) for v in items) + "]"
+
+    def _edit_list(self, array: Array, old: Sequence[str], new: Sequence[str], raw: Mapping[str, Scalar]) -> None:
+        """A flow list edited: arguments put in front or taken from the front keep the rest as it is."""
+        items = array.items
+        grow = len(new) - len(old)
+        if grow > 0 and tuple(new[grow:]) == tuple(old):
+            prefix = [self._scalar(v, raw, flow=True) for v in new[:grow]]
+            if not items:
+                self.edits.append(Splice(array.start + 1, array.start + 1, ", ".join(prefix)))
+                return
+            sep = self._item_separator(array)
+            text = ("," + sep).join(prefix) + "," + sep
+            self.edits.append(Splice(items[0].start, items[0].start, text))
+        elif grow < 0 and tuple(old[-grow:]) == tuple(new):
+            if new:
+                self.edits.append(Splice(items[0].start, items[-grow].start, ""))
+            else:
+                end = items[-1].end
+                if self.text[end : array.end - 1].strip(" \t\r\n") == ",":
+                    end = self.text.index(",", end) + 1  # a trailing comma goes with the items
+                self.edits.append(Splice(items[0].start, end, ""))
+        else:
+            whole = ", ".join(self._scalar(v, raw, flow=True) for v in new)
+            self.edits.append(Splice(array.start, array.end, "[" + whole + "]"))
+
+    def _item_separator(self, array: Array) -> str:
+        items = array.items
+        if len(items) >= 2:
+            gap = self.text[self._comma_after(items[0].end) + 1 : items[1].start]
+            if gap.strip(" \t\r\n") == "":
+                return gap
+        indent = line_indent(self.text, items[0].start)
+        if indent is not None and line_start(self.text, items[0].start) > array.start:
+            return self.newline + indent
+        return " "
+
+    def _comma_after(self, index: int) -> int:
+        comma = self.text.find(",", index)
+        assert comma >= 0, "members are separated by commas"
+        return comma
+
     def value_text(self, value: object) -> str:
         if isinstance(value, str):
             return self._scalar(value, {}, flow=True)
@@ -268,12 +317,6 @@ class SpanEditor:
         raise NotImplementedError
 
     def _remove_members(self, obj: Object, indices: Sequence[int]) -> None:
-        raise NotImplementedError
-
-    def _new_list(self, reg: Object, items: Sequence[str], raw: Mapping[str, Scalar]) -> str:
-        raise NotImplementedError
-
-    def _edit_list(self, array: Array, old: Sequence[str], new: Sequence[str], raw: Mapping[str, Scalar]) -> None:
         raise NotImplementedError
 
     def _new_map(self, reg: Object, values: Mapping[str, object]) -> str:

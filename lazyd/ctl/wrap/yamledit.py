@@ -125,7 +125,7 @@ class YamlConfig(SpanEditor):
 
     def _new_list(self, reg: Object, items: Sequence[str], raw: Mapping[str, Scalar]) -> str:
         if reg.flow or not items:
-            return "[" + ", ".join(self._scalar(v, raw, flow=True) for v in items) + "]"
+            return super()._new_list(reg, items, raw)
         pad = self._indent(reg) + " " * self._step(reg)
         return "".join(self.newline + pad + "- " + self._scalar(v, raw, flow=False) for v in items)
 
@@ -184,47 +184,26 @@ class YamlConfig(SpanEditor):
             self.edits.append(Splice(cut, end, ""))
 
     def _edit_list(self, seq: Array, old: Sequence[str], new: Sequence[str], raw: Mapping[str, Scalar]) -> None:
+        if seq.flow:
+            super()._edit_list(seq, old, new, raw)
+            return
         grow = len(new) - len(old)
         t = self.text
         if grow > 0 and tuple(new[grow:]) == tuple(old):
-            prefix = new[:grow]
-            if seq.flow:
-                words = [self._scalar(v, raw, flow=True) for v in prefix]
-                if not seq.items:
-                    self.edits.append(Splice(seq.start + 1, seq.start + 1, ", ".join(words)))
-                    return
-                sep = self._flow_separator(seq.items)
-                self.edits.append(Splice(seq.items[0].start, seq.items[0].start, sep.join(words) + sep))
-                return
             mark = seq.marks[0]
             lead = t[line_start(t, mark) : mark] + "-" + t[mark + 1 : seq.items[0].start]
-            lines = "".join(lead + self._scalar(v, raw, flow=False) + self.newline for v in prefix)
+            lines = "".join(lead + self._scalar(v, raw, flow=False) + self.newline for v in new[:grow])
             self.edits.append(Splice(line_start(t, mark), line_start(t, mark), lines))
-        elif grow < 0 and tuple(old[-grow:]) == tuple(new):
-            if seq.flow:
-                if new:
-                    self.edits.append(Splice(seq.items[0].start, seq.items[-grow].start, ""))
-                else:
-                    self.edits.append(Splice(seq.items[0].start, seq.items[-1].end, ""))
-            elif new:
-                self.edits.append(Splice(line_start(t, seq.marks[0]), line_start(t, seq.marks[-grow]), ""))
-            else:
-                self.edits.append(Splice(seq.start, seq.end, "[]"))
-        elif seq.flow or not new:
-            self.edits.append(Splice(seq.start, seq.end, "[" + ", ".join(self._scalar(v, raw, flow=True) for v in new) + "]"))
+        elif grow < 0 and new and tuple(old[-grow:]) == tuple(new):
+            self.edits.append(Splice(line_start(t, seq.marks[0]), line_start(t, seq.marks[-grow]), ""))
+        elif not new:
+            self.edits.append(Splice(seq.start, seq.end, "[]"))
         else:
             mark = seq.marks[0]
             lead = t[line_start(t, mark) : mark] + "- "
             body = self.newline.join(lead + self._scalar(v, raw, flow=False) for v in new)
             end = line_end(t, seq.end)
             self.edits.append(Splice(line_start(t, mark), end - 1 if t[end - 1] == "\r" else end, body))
-
-    def _flow_separator(self, items: Sequence[Node]) -> str:
-        if len(items) >= 2:
-            gap = self.text[items[0].end : items[1].start]
-            if gap.strip(" \t\r\n") == ",":
-                return gap
-        return ", "
 
     def _edit_map(self, env: Object, old: Mapping[str, object], new: Mapping[str, object], reg: Object) -> None:
         self._remove_members(env, [i for i, member in enumerate(env.members) if member.key not in new])
