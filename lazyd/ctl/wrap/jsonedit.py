@@ -105,7 +105,7 @@ class JsonConfig(SpanEditor):
         """Whitespace to put after the comma before a new member, copied from the object's layout."""
         if len(obj.members) >= 2:
             last = obj.members[-1]
-            gap = self.text[self._comma_after(obj.members[-2].value.end) + 1 : last.key_start]
+            gap = self.text[self.comma_after(obj.members[-2].value.end) + 1 : last.key_start]
             if gap.strip(" \t\r\n") == "":
                 return gap
         if obj.members:

@@ -288,7 +288,7 @@ class SpanEditor:
     def _item_separator(self, array: Array) -> str:
         items = array.items
         if len(items) >= 2:
-            gap = self.text[self._comma_after(items[0].end) + 1 : items[1].start]
+            gap = self.text[self.comma_after(items[0].end) + 1 : items[1].start]
             if gap.strip(" \t\r\n") == "":
                 return gap
         indent = line_indent(self.text, items[0].start)
@@ -296,7 +296,7 @@ class SpanEditor:
             return self.newline + indent
         return " "
 
-    def _comma_after(self, index: int) -> int:
+    def comma_after(self, index: int) -> int:
         comma = self.text.find(",", index)
         assert comma >= 0, "members are separated by commas"
         return comma
