@@ -132,17 +132,14 @@ def other_daemons(path: str) -> list[tuple[int, str]]:
     return [(pid, sock) for pid, sock in sockpath.discovered_daemons(os.environ) if sock != path]
 
 
-def other_daemons_hint(path: str) -> str:
-    found = other_daemons(path)
-    if not found:
-        return ""
-    where = "; ".join(f"lazyd pid {pid} listens on {sock}" for pid, sock in found)
-    return f"; but {where} (lazyctl --socket PATH talks to it)"
-
-
 def not_running(path: str) -> DaemonNotRunning:
-    """The error for "nothing listens on `path`", with the last daemon's start-up failure on record."""
-    message = f"lazyd is not running (no daemon listens on {path}){other_daemons_hint(path)}"
+    """The error for "nothing listens on `path`", with where the user's other daemons listen and
+    the last daemon's start-up failure on record."""
+    message = f"lazyd is not running (no daemon listens on {path})"
+    found = other_daemons(path)
+    if found:
+        where = "; ".join(f"lazyd pid {pid} listens on {sock}" for pid, sock in found)
+        message += f"; but {where} (lazyctl --socket PATH talks to it)"
     record = last_start_failure(path)
     if record is None:
         return DaemonNotRunning(message)

@@ -1,4 +1,4 @@
-"""lazyctl's operator commands: status, wake, sleep, logs, stop, reload, upgrade.
+"""lazyctl's operator commands: status, wake, sleep, restart, top, logs, stop, reload, upgrade.
 
 Each takes the parsed arguments and an `Output` and returns the exit status; failures are raised
 (`CtlError`, `DaemonNotRunning`) and reported once, by `lazyd.ctl.main`.
@@ -55,8 +55,9 @@ def cmd_status(args: argparse.Namespace, out: Output) -> int:
     data["other_daemons"] = [{"pid": pid, "socket": sock} for pid, sock in others]
 
     def human() -> str:
+        now = time.time()
         head = f"lazyd running (pid {data['daemon_pid']}, {path})"
-        head += _lineage(data.get("daemon"), time.time()) + _store_line(data.get("daemon"))
+        head += _lineage(data.get("daemon"), now) + _store_line(data.get("daemon"))
         for pid, sock in others:
             head += f"\nanother lazyd of yours runs (pid {pid}) on {sock}: lazyctl --socket {sock} status"
         head += fmt.walls(data.get("refused"), data.get("fallbacks"))
@@ -64,7 +65,7 @@ def cmd_status(args: argparse.Namespace, out: Output) -> int:
         summary = fmt.summary_line(rows, data.get("lazyd"))
         if not rows:
             return f"{head}\nno servers registered yet\n{summary}"
-        lines = [head, fmt.status_table(rows, time.time())]
+        lines = [head, fmt.table(fmt.STATUS_COLUMNS, [fmt.status_row(r, now) for r in rows])]
         apart = fmt.distinctions(rows)
         if apart:
             lines.append(apart)
@@ -78,10 +79,6 @@ def cmd_status(args: argparse.Namespace, out: Output) -> int:
     return EXIT_OK
 
 
-def cmd_wake(args: argparse.Namespace, out: Output) -> int:
-    return _start(args, out, "wake", "waking")
-
-
 def cmd_sleep(args: argparse.Namespace, out: Output) -> int:
     with connect(args.socket) as conn:
         row = conn.call("sleep", {"name": args.name}, timeout_s=SLEEP_REPLY_S)
@@ -89,11 +86,8 @@ def cmd_sleep(args: argparse.Namespace, out: Output) -> int:
     return EXIT_OK
 
 
-def cmd_restart(args: argparse.Namespace, out: Output) -> int:
-    return _start(args, out, "restart", "restarting")
-
-
-def _start(args: argparse.Namespace, out: Output, op: str, doing: str) -> int:
+def cmd_start(args: argparse.Namespace, out: Output, *, op: str, doing: str) -> int:
+    """`wake` and `restart`: the op, then its server's row once it runs."""
     with connect(args.socket) as conn:
         # No reply timeout: the daemon answers within the stop ladder and the server's start_timeout.
         row = conn.call(op, {"name": args.name}, timeout_s=None,
@@ -123,13 +117,9 @@ def cmd_logs(args: argparse.Namespace, out: Output) -> int:
             print(f"lazyctl: {where['name']} has no log yet ({path})", file=sys.stderr)
         out.result({"name": where["name"], "path": path, "lines": lines}, lambda: "\n".join(lines))
         return EXIT_OK
-    emit: Callable[[str], None]
-    if out.json:
-        def emit(line: str) -> None:
-            print(json.dumps({"line": line}), flush=True)
-    else:
-        def emit(line: str) -> None:
-            print(line, flush=True)
+    def emit(line: str) -> None:
+        print(json.dumps({"line": line}) if out.json else line, flush=True)
+
     for line in lines:
         emit(line)
     try:

@@ -93,10 +93,6 @@ def _upgrades(count: object) -> str:
     return f" ({count} upgrade{'s' if count != 1 else ''})" if isinstance(count, int) and count > 0 else ""
 
 
-def status_table(rows: Sequence[Mapping[str, Any]], now: float) -> str:
-    return table(STATUS_COLUMNS, [status_row(r, now) for r in rows])
-
-
 def summary_line(rows: Sequence[Mapping[str, Any]], lazyd: Mapping[str, Any] | None = None) -> str:
     """"3 servers: 1 running, 1 sleeping, 1 failed; memory 41.0 MiB" and lazyd's own cost (PSS)."""
     states = [str(r["state"]) for r in rows]

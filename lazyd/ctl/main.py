@@ -11,14 +11,15 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
+from functools import partial
 from typing import NoReturn
 
 from lazyd.core.sharing.client_profiles import PROFILES
 from lazyd.ctl import commands, registration, share, systemd
-from lazyd.ctl.client import EXIT_USAGE
+from lazyd.ctl.client import EXIT_FAILED, EXIT_USAGE
 from lazyd.ctl.commands import Output
 from lazyd.ctl.wrap import cli as wrap_cli
-from lazyd.errors import CtlError, UsageError
+from lazyd.errors import CtlError, UsageError, WrapError
 
 EXIT_INTERRUPTED = 130  # the shell's convention for a command ended by Ctrl-C
 
@@ -31,8 +32,7 @@ class _Parser(argparse.ArgumentParser):
     """argparse with a one-line usage error and exit status 2."""
 
     def error(self, message: str) -> NoReturn:
-        print(f"{self.prog}: {message} (see {self.prog} --help)", file=sys.stderr)
-        raise SystemExit(EXIT_USAGE)
+        raise SystemExit(_usage(self.prog, message))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -59,7 +59,8 @@ def build_parser() -> argparse.ArgumentParser:
             "Exits 3 when lazyd is not running.")
     p.add_argument("names", nargs="*", metavar="NAME", help="only these servers")
 
-    p = add("wake", commands.cmd_wake, "start a server now and wait until it runs or fails",
+    p = add("wake", partial(commands.cmd_start, op="wake", doing="waking"),
+            "start a server now and wait until it runs or fails",
             "Start NAME (resetting its failure count) and wait until it is running, or failed "
             "within its start_timeout; a failure prints why and exits 1.")
     p.add_argument("name", metavar="NAME")
@@ -67,7 +68,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("sleep", commands.cmd_sleep, "stop a server now; the next request wakes it")
     p.add_argument("name", metavar="NAME")
 
-    p = add("restart", commands.cmd_restart, "stop a server by the stop ladder and start it again",
+    p = add("restart", partial(commands.cmd_start, op="restart", doing="restarting"),
+            "stop a server by the stop ladder and start it again",
             "Stop NAME as `sleep` does and start it at once, waiting until it runs or fails; its "
             "in-flight requests are answered with an error, its sessions go on with the new process.")
     p.add_argument("name", metavar="NAME")
@@ -144,7 +146,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--unit-dir", metavar="DIR", help="where to write (default: $XDG_CONFIG_HOME/systemd/user)")
     p.add_argument("--force", action="store_true", help="replace or remove unit files lazyctl did not write")
     # wrap, unwrap, reapply, wrap-status: client config editing (lazyd/ctl/wrap/cli.py).
-    wrap_cli.add_subcommands(sub)
+    wrap_cli.add_subcommands(add)
     return parser
 
 
@@ -174,6 +176,9 @@ def main(argv: list[str] | None = None) -> int:
     except CtlError as exc:
         out.failure(exc.message, exc.data)
         return exc.exit_code
+    except WrapError as exc:
+        out.failure(str(exc))
+        return EXIT_FAILED
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
     except BrokenPipeError:

@@ -15,8 +15,6 @@ from typing import TextIO
 
 from lazyd.config.durations import format_duration
 
-__all__ = ["StatusLine", "TICK_S"]
-
 TICK_S = 0.25  # how often the elapsed time is redrawn while the daemon reports nothing new
 _ERASE = "\r\x1b[K"  # carriage return, erase to the end of the line
 MAX_LINE_CHARS = 120  # kept to one terminal line, or the next redraw would not erase it all

@@ -14,13 +14,14 @@ import os
 import stat
 from pathlib import Path
 from collections.abc import Mapping, MutableMapping
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from lazyd.ctl.client import EXIT_OK, connect
 from lazyd.ctl.commands import Output
 from lazyd.errors import ConfigError, CtlError, UsageError
 
-__all__ = ["cmd_share", "edited", "package_of"]
+if TYPE_CHECKING:
+    import tomlkit
 
 WHY = "set by lazyctl share"
 
@@ -31,7 +32,8 @@ def cmd_share(args: argparse.Namespace, out: Output) -> int:
     path = Path(args.config) if args.config else resolve_paths().config_file
     text = path.read_text(encoding="utf-8") if path.exists() else ""
     runs = None
-    if not _is_named(text, args.name, path):
+    servers = _document(text).get("servers")
+    if not (isinstance(servers, Mapping) and args.name in servers):
         with connect(args.socket) as conn:
             rows = conn.call("status", {"names": []})["servers"]
         runs = package_of(rows, args.name)
@@ -63,12 +65,8 @@ def edited(text: str, name: str, *, on: bool, runs: str | None) -> tuple[str, st
     """`text` with the opt-in (or out) written, and what was written, in words: `share` in
     `[servers.NAME]` when `runs` is None, else an entry `[known_servers."RUNS"]`."""
     import tomlkit
-    import tomlkit.exceptions
 
-    try:
-        document = tomlkit.parse(text)
-    except tomlkit.exceptions.ParseError as exc:
-        raise CtlError(f"the config file cannot be read as TOML ({exc}): fix it first") from None
+    document = _document(text)
     if runs is None:
         server = cast(MutableMapping[str, Any], cast(Mapping[str, Any], document["servers"])[name])
         server["share"] = on
@@ -86,16 +84,14 @@ def edited(text: str, name: str, *, on: bool, runs: str | None) -> tuple[str, st
     return tomlkit.dumps(document), f'[known_servers.{key}] sharing = "{entry["sharing"]}"'
 
 
-def _is_named(text: str, name: str, path: Path) -> bool:
-    """Whether the config file defines `[servers.NAME]`."""
-    from lazyd.config.toml_text import parse_toml
+def _document(text: str) -> tomlkit.TOMLDocument:
+    import tomlkit
+    import tomlkit.exceptions
 
     try:
-        document = parse_toml(text, str(path)) if text else {}
-    except ConfigError as exc:
-        raise CtlError(f"{exc}: fix it first") from None
-    servers = document.get("servers")
-    return isinstance(servers, dict) and name in servers
+        return tomlkit.parse(text)
+    except tomlkit.exceptions.ParseError as exc:
+        raise CtlError(f"the config file cannot be read as TOML ({exc}): fix it first") from None
 
 
 def package_of(rows: list[dict[str, Any]], name: str) -> str:

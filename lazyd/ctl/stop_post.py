@@ -24,9 +24,6 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-
-__all__ = ["CRASH_RESULTS", "stop_post", "own_cgroup_dirs", "members"]
-
 CRASH_RESULTS = frozenset({"signal", "core-dump", "exit-code", "watchdog"})
 # SERVICE_RESULT values after which Restart=on-failure restarts lazyd and the fd store is kept.
 KILL_BOUND_S = 5.0  # a SIGKILLed process is gone within milliseconds; this bounds one in D state

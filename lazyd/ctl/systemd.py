@@ -1,9 +1,9 @@
 """`lazyctl systemd install|uninstall`: lazyd's systemd user units, written for this installation.
 
-The unit texts live here (contrib/systemd/ holds the same with a conventional ExecStart; a test
-keeps them identical). ExecStart runs *this* installation's daemon, never a PATH lookup (the user
-manager's PATH is not the shell's, and pyenv or asdf pick a version by cwd). A unit file without
-our marker line is the user's: neither replaced nor removed without `--force`. We never run
+The units are contrib/systemd/'s, shipped as package data (`units`, a link to that directory),
+their Exec lines pointed at *this* installation's scripts, never a PATH lookup (the user manager's
+PATH is not the shell's, and pyenv or asdf pick a version by cwd). A unit file without our marker
+line is the user's: neither replaced nor removed without `--force`. We never run
 systemctl: the commands are printed, so nothing changes behind the user's back.
 """
 
@@ -24,96 +24,10 @@ from lazyd.host.paths import resolve_paths
 from lazyd.host.privatefiles import write_private
 
 MARKER = "# Written by `lazyctl systemd install`; change it with `systemctl --user edit`, not here."
-CONTRIB_EXEC_START = "%h/.local/bin/lazyd"  # where `pip install --user` and pipx put the script
-CONTRIB_LAZYCTL = "%h/.local/bin/lazyctl"  # ExecReload= and ExecStopPost= run lazyctl from there
 UNIT_FILE_MODE = 0o644  # systemd reads user units as the user; 0644 is what systemctl edit writes
-
-SOCKET_UNIT = """\
-# lazyd.socket: the socket clients connect to; systemd starts lazyd.service on the first
-# connection and holds connections made while it starts (docs/systemd.md).
-[Unit]
-Description=lazyd socket: lazy, shared MCP servers for AI clients
-
-[Socket]
-# The path lazyd-shim and lazyctl use by default: $XDG_RUNTIME_DIR/lazyd/lazyd.sock.
-ListenStream=%t/lazyd/lazyd.sock
-# Only this user may connect, and the directory is private too: lazyd refuses anything wider.
-SocketMode=0600
-DirectoryMode=0700
-RemoveOnStop=yes
-# A brake for a daemon that keeps failing before it takes the waiting connection (each such exit
-# re-triggers the socket at once): more than 5 starts in 10 s and the socket unit fails
-# ("trigger-limit-hit") instead of looping; shims then start a daemon themselves and show its
-# error. A daemon with a bad config does not fail: it stays up and tells every client why.
-TriggerLimitIntervalSec=10s
-TriggerLimitBurst=5
-
-[Install]
-WantedBy=sockets.target
-"""
-
-SERVICE_UNIT = """\
-# lazyd.service: the daemon, started by lazyd.socket (docs/systemd.md).
-[Unit]
-Description=lazyd: lazy, shared MCP servers for AI clients
-Requires=lazyd.socket
-After=lazyd.socket
-# No start-rate limit: after a burst of crashes systemd would otherwise refuse to start lazyd
-# until the user intervenes, and every client would fall back to running its servers directly.
-# RestartSec alone paces restarts.
-StartLimitIntervalSec=0
-
-[Service]
-# READY=1 comes only once lazyd accepts connections; STATUS= shows the server counts.
-Type=notify
-NotifyAccess=main
-ExecStart={exec_start}
-# A reload is an upgrade: lazyd execs the lazyd installed now in place (same MAINPID), keeps
-# its servers and sessions, and says RELOADING=1 ... READY=1; lazyctl waits for the new daemon's
-# answer, so `systemctl --user reload lazyd` returns once it is done (and fails if the new
-# daemon could not take the servers over). The new daemon reads the config too.
-ExecReload={lazyctl} upgrade
-# A crash must keep the servers (their pipes wait in the fd store for the restarted daemon), so
-# systemd kills the main process alone, never the servers in the cgroup. On stop, lazyd stops its
-# servers itself (stdin EOF, SIGTERM, SIGKILL per process group) on SIGTERM; after a stop that
-# ended (or timed out: a hung lazyd is SIGKILLed after TimeoutStopSec), `lazyctl systemd
-# stop-post` SIGKILLs whatever is still in the cgroup. After a crash or a watchdog abort it
-# leaves the servers to the restarted daemon.
-KillMode=process
-ExecStopPost=-{lazyctl} systemd stop-post
-# lazyd bounds its own shutdown at 15 s; this is the backstop.
-TimeoutStopSec=20s
-Restart=on-failure
-RestartSec=2s
-# Exit status 2 is a file only the user can fix: restarting cannot fix it. (A bad config does not
-# exit: the daemon stays up, answers every client with the error and loads the file once fixed.)
-# 202 (the stored descriptors could not be passed) and 203 (lazyd is no longer installed) are
-# systemd's own failures to start it, which no restart fixes either; each would otherwise restart
-# for ever, the sessions' shims waiting on sockets the fd store holds, instead of the unit failing,
-# which empties the store, so that each shim takes its session back itself.
-RestartPreventExitStatus=2 202 203
-# lazyd pings every WatchdogSec/2 from its event loop; a loop stuck this long is aborted
-# (SIGABRT; SIGKILL after TimeoutAbortSec if it is stopped or in the kernel) and restarted, and
-# the new daemon takes the servers over from the fd store.
-WatchdogSec=60s
-TimeoutAbortSec=5s
-# Each server's pipes are kept here (FDSTORE=1), so that after a crash the restarted lazyd
-# takes the servers over instead of losing them, and each hand-off session's socket and client
-# ends, so that its shim goes on waiting while lazyd restarts: 3 per server process, 1 to 3 per
-# session, and 1 for lazyd. lazyd stores no more than fits under the soft limit below; past it a
-# server or session is lost or taken back by its shim after a crash, as without a store.
-FileDescriptorStoreMax=16384
-Environment=LAZYD_FDSTORE=1
-# Descriptors: systemd passes the store's descriptors to a restarted lazyd below its soft limit,
-# so the soft limit is raised to hold them (systemd keeps it at most the hard one). lazyd raises
-# its soft limit to the hard one at start (a session holds 1 to 5, a server about 5), and starts
-# its servers with 1024 (LAZYD_INHERITED_NOFILE), as systemd starts services by default.
-LimitNOFILE=16384:524288
-Environment=LAZYD_INHERITED_NOFILE=1024
-
-[Install]
-Also=lazyd.socket
-"""
+UNITS = Path(__file__).with_name("units")
+# contrib/systemd/'s Exec lines run the scripts where `pip install --user` and pipx put them.
+_CONVENTIONAL_EXEC = re.compile(r"^(Exec\w+=-?)%h/\.local/bin/(lazyd|lazyctl)(?=[ \n])", re.MULTILINE)
 
 UNIT_NAMES = ("lazyd.socket", "lazyd.service")
 WANTS_LINKS = ("sockets.target.wants/lazyd.socket", "default.target.wants/lazyd.service")
@@ -149,11 +63,18 @@ def exec_start_line(argv: list[str]) -> str:
     return " ".join([quote_exec_arg(argv[0], executable=True), *(quote_exec_arg(a) for a in argv[1:])])
 
 
-def render_units(exec_start: str, *, marker: bool, lazyctl: str = CONTRIB_LAZYCTL) -> dict[str, str]:
-    """Unit name -> text; `exec_start` and `lazyctl` are already quoted command lines."""
-    head = MARKER + "\n" if marker else ""
-    return {"lazyd.socket": head + SOCKET_UNIT,
-            "lazyd.service": head + SERVICE_UNIT.replace("{exec_start}", exec_start).replace("{lazyctl}", lazyctl)}
+def render_units(lazyd: str, lazyctl: str) -> dict[str, str]:
+    """Unit name -> text: the shipped units with our marker, their Exec lines running the already
+    quoted command lines `lazyd` and `lazyctl`."""
+    commands = {"lazyd": lazyd, "lazyctl": lazyctl}
+    units = {}
+    for name in UNIT_NAMES:
+        try:
+            text = (UNITS / name).read_text()
+        except OSError as exc:
+            raise CtlError(f"cannot read {UNITS / name}: {exc.strerror}; reinstall lazyd") from None
+        units[name] = MARKER + "\n" + _CONVENTIONAL_EXEC.sub(lambda m: m[1] + commands[m[2]], text)
+    return units
 
 
 def lazyctl_argv() -> list[str]:
@@ -179,7 +100,7 @@ def cmd_systemd(args: argparse.Namespace, out: Output) -> int:
 def _install(unit_dir: Path, force: bool, out: Output) -> int:
     argv = exec_start_argv()
     try:
-        units = render_units(exec_start_line(argv), marker=True, lazyctl=exec_start_line(lazyctl_argv()))
+        units = render_units(exec_start_line(argv), exec_start_line(lazyctl_argv()))
     except ValueError as exc:
         raise CtlError(f"{exc}; install lazyd under another path") from None
     for name in UNIT_NAMES:

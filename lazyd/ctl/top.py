@@ -22,8 +22,6 @@ from lazyd.ctl.client import Connection, socket_path
 from lazyd.ctl.format import NONE, age, human_bytes, shorten, state_text
 from lazyd.errors import CtlError
 
-__all__ = ["WIDTH", "REFRESH_S", "Rates", "frame_lines", "run_top"]
-
 WIDTH = 80
 REFRESH_S = 1.0
 BAR_CELLS = 8

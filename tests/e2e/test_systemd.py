@@ -26,7 +26,7 @@ import trio
 from lazyd.protocol import wire
 from lazyd.protocol.frames import Hello
 from lazyd.daemon.upgrade.stored_servers import STORE_SOFT_NOFILE
-from lazyd.ctl.systemd import CONTRIB_EXEC_START, MARKER, exec_start_argv, exec_start_line, lazyctl_argv, render_units
+from lazyd.ctl.systemd import MARKER, exec_start_argv, exec_start_line, lazyctl_argv, render_units
 from tests.conftest import FIXTURE_SERVER, UserEnv, shim_session, wait_until
 from tests.e2e.systemd_support import STEP_TIMEOUT_S, lazyctl, require_tool, tool_text
 
@@ -84,13 +84,16 @@ class RawClient:
 # ---- the units ---------------------------------------------------------------------------------
 
 
-def test_the_contrib_units_are_the_ones_lazyctl_installs_with_the_conventional_exec_start() -> None:
-    units = render_units(CONTRIB_EXEC_START, marker=False)
+def test_the_units_lazyctl_installs_are_the_contrib_units_with_this_installations_commands() -> None:
+    units = render_units("/opt/x/lazyd", "/opt/x/lazyctl")
     for name, text in units.items():
-        assert (CONTRIB / name).read_text() == text, f"contrib/systemd/{name} is out of date"
+        contrib = (CONTRIB / name).read_text()
+        conventional = text.replace("/opt/x/", "%h/.local/bin/")
+        assert conventional == MARKER + "\n" + contrib, f"{name} differs from contrib/systemd/{name}"
     service = units["lazyd.service"]
+    assert "\nExecStart=/opt/x/lazyd\n" in service and "\nExecReload=/opt/x/lazyctl upgrade\n" in service
+    assert "\nExecStopPost=-/opt/x/lazyctl systemd stop-post\n" in service and "%h/.local/bin" not in service
     for setting in ("Type=notify", "NotifyAccess=main", "KillMode=process", "Restart=on-failure",
-                    "ExecReload=%h/.local/bin/lazyctl upgrade", "ExecStopPost=-%h/.local/bin/lazyctl systemd stop-post",
                     "FileDescriptorStoreMax=16384", "TimeoutAbortSec=5s",
                     "Environment=LAZYD_FDSTORE=1",
                     "StartLimitIntervalSec=0", "TimeoutStopSec=20s", "RestartPreventExitStatus=2 202 203",
@@ -197,8 +200,8 @@ def test_systemd_reads_a_quoted_exec_start_back_as_the_same_awkward_path(user_en
     ctl = awkward / "lazyctl"  # ExecReload= is checked the same way
     ctl.write_text("#!/bin/sh\n")
     ctl.chmod(0o755)
-    for name, text in render_units(exec_start_line([str(program), "--config", "/c/100% $x"]), marker=True,
-                                   lazyctl=exec_start_line([str(ctl)])).items():
+    for name, text in render_units(exec_start_line([str(program), "--config", "/c/100% $x"]),
+                                   exec_start_line([str(ctl)])).items():
         (tmp_path / name).write_text(text)
     env = {**os.environ, "XDG_RUNTIME_DIR": user_env.env["XDG_RUNTIME_DIR"]}
     verify = subprocess.run([analyze, "--user", "verify", str(tmp_path / "lazyd.socket"), str(tmp_path / "lazyd.service")],

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -17,7 +16,7 @@ import pytest
 
 from lazyd.protocol import wire
 from lazyd.protocol.frames import Hello, Reply, Welcome
-from lazyd.ctl.wrap import cli
+from lazyd.ctl.main import build_parser, main
 from tests.unit.fixtures_wrap.helpers import FIXTURES, SECRETS, SHIM
 
 WAIT_S = 20.0  # bound on the fake daemon thread; never a timing assertion
@@ -33,26 +32,18 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path / "home"
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="lazyctl")
-    parser.add_argument("--socket", default=None)
-    sub = parser.add_subparsers(dest="subcommand")
-    cli.add_subcommands(sub)
-    return parser
-
-
 def lazyctl(*words: str) -> int:
-    return cli.run(_parser().parse_args(list(words)))
+    return main(list(words))
 
 
 def test_every_subcommand_has_help_naming_the_clients_and_their_files(capsys: pytest.CaptureFixture[str]) -> None:
-    for name in cli.SUBCOMMANDS:
+    for name in ("wrap", "unwrap", "reapply", "wrap-status"):
         with pytest.raises(SystemExit) as exited:
-            _parser().parse_args([name, "--help"])
+            build_parser().parse_args([name, "--help"])
         assert exited.value.code == 0
         text = capsys.readouterr().out
         assert "--client" in text and "~/.codex/config.toml" in text and ".vscode/mcp.json" in text
-    assert "wrap-status" in _parser().format_help()
+    assert "wrap-status" in build_parser().format_help()
 
 
 def test_dry_run_prints_field_names_and_never_a_value(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -111,7 +102,7 @@ def test_bad_usage_exits_2_with_one_line(home: Path, capsys: pytest.CaptureFixtu
 def test_argparse_refuses_an_unknown_client_and_server_with_all(home: Path) -> None:
     for words in (["wrap", "--client", "emacs", "--all"], ["wrap", "--client", "claude", "--all", "--server", "x"]):
         with pytest.raises(SystemExit) as exited:
-            _parser().parse_args(words)
+            lazyctl(*words)
         assert exited.value.code == 2
 
 
@@ -125,7 +116,7 @@ def test_a_refusal_exits_1_and_says_nothing_was_written(home: Path, capsys: pyte
 def test_a_failed_operation_exits_1_with_one_line(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert lazyctl("unwrap", "--client", "gemini", "--all") == 1
     err = capsys.readouterr().err
-    assert err == f"lazyctl unwrap: {home}/.gemini/settings.json does not exist\n"
+    assert err == f"lazyctl: {home}/.gemini/settings.json does not exist\n"
     assert lazyctl("unwrap", "--client", "gemini", "--all", "--json") == 1
     assert json.loads(capsys.readouterr().out)["error"].endswith("does not exist")
 

@@ -10,13 +10,14 @@ path, tried here with opencode's fixture. Amp keeps its servers under one flat d
 
 from __future__ import annotations
 
-import argparse
 import json
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
 
-from lazyd.ctl.wrap import cli, clients, engine
+from lazyd.ctl.main import main
+from lazyd.ctl.wrap import clients, engine
 from lazyd.ctl.wrap.plan import WITHOUT_SHIM
 from tests.unit.fixtures_wrap.helpers import FIXTURES, SHIM, Lazyctl, loads
 
@@ -27,10 +28,7 @@ def lazyctl(tmp_path: Path) -> Lazyctl:
 
 
 def run_lazyctl(*words: str) -> int:
-    parser = argparse.ArgumentParser(prog="lazyctl")
-    parser.add_argument("--socket", default=None)
-    cli.add_subcommands(parser.add_subparsers(dest="subcommand"))
-    return cli.run(parser.parse_args(list(words)))
+    return main(list(words))
 
 
 def default_file(client: str, env: dict[str, str], cwd: Path) -> Path:
@@ -112,7 +110,7 @@ def test_a_direct_registration_of_a_server_lazyd_wraps_for_another_client_is_rep
     assert rows["clock"].without_shim and rows["clock"].note.startswith(WITHOUT_SHIM)
     assert "Claude Code's time" in rows["clock"].note and str(claude) in rows["clock"].note
     assert not rows["other"].without_shim and rows["other"].note == ""
-    assert rows["clock"].to_json()["without_shim"] is True
+    assert asdict(rows["clock"])["without_shim"] is True
     # Once wrapped, it runs through the shim and the note is gone.
     lazyctl.run("wrap", "amp", amp, servers=("clock",))
     assert not {s.server: s for s in lazyctl.run("status", "amp", amp).statuses}["clock"].without_shim

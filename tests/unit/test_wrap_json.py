@@ -146,6 +146,19 @@ def test_a_managed_variable_that_existed_before_wrap_gets_its_old_value_back(laz
     assert path.read_bytes() == before
 
 
+def test_an_empty_args_list_comes_back_with_its_spacing_and_a_trailing_comma_goes_with_the_items(
+        lazyctl: Lazyctl) -> None:
+    path = lazyctl.put("mcp-config.json", b'{"mcpServers": {"s": {"command": "x", "args": [ ]}}}\n')
+    before = path.read_bytes()
+    lazyctl.run("wrap", "copilot", path)
+    lazyctl.run("unwrap", "copilot", path)
+    assert path.read_bytes() == before
+    lazyctl.run("wrap", "copilot", path)
+    path.write_bytes(path.read_bytes().replace(b'"x" ]', b'"x", ]'))  # the user's trailing comma (JSONC)
+    lazyctl.run("unwrap", "copilot", path)
+    assert loads(path.read_text(), "copilot") == {"mcpServers": {"s": {"command": "x", "args": []}}}
+
+
 def test_an_env_object_that_was_empty_before_wrap_stays_and_one_lazyd_created_goes(lazyctl: Lazyctl) -> None:
     path = lazyctl.put("c.json", b'{"mcpServers": {"a": {"command": "x", "env": {}}, "b": {"command": "y"}}}')
     lazyctl.run("wrap", "cursor", path, env=MANAGED)

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lazyd.ctl.wrap.jsonspan import (MAX_NESTING_DEPTH, STRICT, Array, Dialect, Node, Object,
-                                     Scalar, Splice, parse, splice, to_python)  # fmt: skip
+from lazyd.ctl.wrap.jsonspan import MAX_NESTING_DEPTH, STRICT, Dialect, parse
+from lazyd.ctl.wrap.spans import Array, Node, Object, Scalar, Splice, splice, to_python
 from lazyd.errors import JsonSyntaxError
 
 JSONC = Dialect(comments=True, trailing_commas=True)

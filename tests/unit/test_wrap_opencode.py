@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from lazyd.ctl.wrap import engine, jsonspan
+from lazyd.ctl.wrap import engine, jsonspan, spans
 from lazyd.ctl.wrap.clients import CLIENTS
 from lazyd.ctl.wrap.shimargs import command_index
 from lazyd.errors import WrapError
@@ -42,12 +42,12 @@ def servers(text: str) -> dict[str, dict[str, object]]:
     return found
 
 
-def registration_spans(text: str) -> dict[str, jsonspan.Object]:
+def registration_spans(text: str) -> dict[str, spans.Object]:
     root = jsonspan.parse(text, CLIENTS["opencode"].dialect)
-    assert isinstance(root, jsonspan.Object)
+    assert isinstance(root, spans.Object)
     (mcp,) = root.find("mcp")
-    assert isinstance(mcp.value, jsonspan.Object)
-    return {m.key: m.value for m in mcp.value.members if isinstance(m.value, jsonspan.Object)}
+    assert isinstance(mcp.value, spans.Object)
+    return {m.key: m.value for m in mcp.value.members if isinstance(m.value, spans.Object)}
 
 
 @pytest.mark.parametrize("kind", VARIANTS)
@@ -85,7 +85,7 @@ def test_wrap_puts_the_shim_in_front_of_each_local_argv_and_keeps_every_other_by
             assert [before[m.key_start : m.value.end] for m in o.find(key)] == \
                    [after[m.key_start : m.value.end] for m in n.find(key)]
         (old_argv,), (new_argv,) = o.find("command"), n.find("command")
-        assert isinstance(old_argv.value, jsonspan.Array) and isinstance(new_argv.value, jsonspan.Array)
+        assert isinstance(old_argv.value, spans.Array) and isinstance(new_argv.value, spans.Array)
         old_items = [before[i.start : i.end] for i in old_argv.value.items]
         new_items = [after[i.start : i.end] for i in new_argv.value.items]
         assert new_items[-len(old_items) :] == old_items

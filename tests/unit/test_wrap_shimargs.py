@@ -35,9 +35,15 @@ def test_a_plain_command_is_first_in_args_with_no_double_dash() -> None:
     assert shimargs.wrapped_args("/usr/bin/node", ["server.js"]) == ("/usr/bin/node", "server.js")
 
 
-def test_every_setting_lazyctl_accepts_is_documented_by_the_shim() -> None:
-    for name in shimargs.SETTINGS:
-        assert name in shim_options.USAGE
+def test_wrap_accepts_every_setting_the_shim_documents_but_those_that_would_drop_the_command() -> None:
+    settings = shimargs.known_settings()
+    assert {"LAZYD_LINGER", "LAZYD_ERA", "LAZYD_MEMORY_MAX", "LAZYD_HANDOFF", "LAZYD_VERBOSE"} <= set(settings)
+    assert shimargs.parse_env_pairs(["LAZYD_ERA=stateless", "LAZYD_MEMORY_MAX=1GiB"]) == {
+        "LAZYD_ERA": "stateless", "LAZYD_MEMORY_MAX": "1GiB"}
+    for refused in ("LAZYD_SERVER", "LAZYD_HUB", "LAZYD_HUB_SERVERS"):
+        assert refused in shim_options.USAGE and refused not in settings
+        with pytest.raises(UsageError, match=refused):
+            shimargs.parse_env_pairs([f"{refused}=x"])
 
 
 @pytest.mark.parametrize(

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from lazyd.ctl.wrap import yamlspan
+from lazyd.ctl.wrap import spans, yamlspan
 from lazyd.errors import WrapError
 from tests.unit.fixtures_wrap.helpers import SECRETS, SHIM, Lazyctl
 from tests.unit.fixtures_wrap.yaml_oracle import continues_reading
@@ -32,7 +32,7 @@ def lazyctl(tmp_path: Path) -> Lazyctl:
 
 def test_our_reader_reads_the_fixture_as_continue_does() -> None:
     text = (Path(__file__).parent / "fixtures_wrap" / FIXTURE).read_text()
-    ours = yamlspan.to_python(yamlspan.parse(text))  # type: ignore[arg-type]
+    ours = spans.to_python(yamlspan.parse(text))  # type: ignore[arg-type]
     theirs = continues_reading(text)
     assert isinstance(ours, dict)
     # The merge key is Continue's to apply (and ours never to edit): compare everything else.
@@ -57,7 +57,7 @@ DOCUMENTS = [
 
 @pytest.mark.parametrize("text", DOCUMENTS)
 def test_our_reader_agrees_with_continues_yaml_library(text: str) -> None:
-    assert yamlspan.to_python(yamlspan.parse(text)) == continues_reading(text)  # type: ignore[arg-type]
+    assert spans.to_python(yamlspan.parse(text)) == continues_reading(text)  # type: ignore[arg-type]
 
 
 def servers(doc: Any) -> dict[str, dict[str, Any]]:

@@ -18,7 +18,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lazyd.ctl.wrap import yamlspan
+from lazyd.ctl.wrap import spans, yamlspan
 from tests.unit.fixtures_wrap.helpers import SHIM, Lazyctl
 from tests.unit.fixtures_wrap.yaml_oracle import continues_readings
 
@@ -130,7 +130,7 @@ def test_a_generated_config_is_read_as_continue_reads_it_wrapped_exactly_and_unw
     assert not report.refused, [(r.key.server, r.reason) for r in report.refused]
     after = path.read_bytes().decode()
     before_read, after_read = continues_readings([text, after])
-    assert yamlspan.to_python(yamlspan.parse(text)) == before_read  # type: ignore[arg-type]
+    assert spans.to_python(yamlspan.parse(text)) == before_read  # type: ignore[arg-type]
     assert before_read["mcpServers"] == servers
     assert after_read == {**before_read, "mcpServers": [wrapped(s) for s in servers]}
     assert after.endswith("\n") == text.endswith("\n") and after.count("\r\n") == (after.count("\n") if "\r\n" in text else 0)
@@ -141,5 +141,5 @@ def test_a_generated_config_is_read_as_continue_reads_it_wrapped_exactly_and_unw
 def test_the_generator_makes_what_it_says(tmp_path: Path) -> None:
     # A fixed example of each shape, so that a generator bug cannot hide behind luck.
     text = "mcpServers:\n- name: s\n  command: 'a b'\n  args:\n  - -y\n  env:\n    K: v\n- {name: t, command: \"run,now\"}\n"
-    assert yamlspan.to_python(yamlspan.parse(text)) == {"mcpServers": [  # type: ignore[arg-type]
+    assert spans.to_python(yamlspan.parse(text)) == {"mcpServers": [  # type: ignore[arg-type]
         {"name": "s", "command": "a b", "args": ["-y"], "env": {"K": "v"}}, {"name": "t", "command": "run,now"}]}

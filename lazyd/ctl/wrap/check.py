@@ -32,9 +32,6 @@ class CheckOutcome:
     ok: bool
     message: str  # the daemon's one-line error, or a short summary of what was cached
 
-    def to_json(self) -> dict[str, object]:
-        return {"server": self.server, "project": self.project, "ok": self.ok, "message": self.message}
-
 
 def check_args(state: RegState, cwd: str, environ: Mapping[str, str],
                initialize: Mapping[str, Any] | None = None, client: str | None = None,

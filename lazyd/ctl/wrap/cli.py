@@ -8,59 +8,53 @@ args and env may hold secrets): only server names, field names, actions and reas
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from lazyd.host import sockpath
 from lazyd.core.sharing.client_profiles import PROFILES
-from lazyd.ctl.client import EXIT_FAILED, EXIT_OK, EXIT_USAGE
+from lazyd.ctl.client import EXIT_FAILED, EXIT_OK, socket_path
+from lazyd.ctl.commands import Output
 from lazyd.ctl.format import table
 from lazyd.ctl.progress import StatusLine
 from lazyd.ctl.registration import initialize_params
 from lazyd.ctl.wrap import check, clients, engine, shimargs
-from lazyd.errors import UsageError, WrapError
-
-SUBCOMMANDS = ("wrap", "unwrap", "reapply", "wrap-status")
-_OPS: dict[str, engine.Op] = {"wrap": "wrap", "unwrap": "unwrap", "reapply": "reapply", "wrap-status": "status"}
+from lazyd.errors import UsageError
 
 _CLIENT_HELP = "; ".join(f"{c.name}: {c.title}, {c.default_file_text}" for c in clients.CLIENTS.values())
-_SETTINGS_HELP = ", ".join(shimargs.SETTINGS)
 
-_SHORT_HELP = {
-    "wrap": "run a client's MCP registrations through lazyd-shim, edited in place",
-    "unwrap": "restore registrations that wrap changed",
-    "reapply": "wrap again registrations a client's setup rewrote",
-    "wrap-status": "show which registrations are wrapped, managed, recoverable",
-}
-_DESCRIPTIONS = {
-    "wrap": "Make stdio MCP registrations of a client run through lazyd-shim, in place: `command` "
-    "becomes the shim and the original command goes first in `args`; the name, env, cwd and every "
-    "other setting stay, so tool names and permission rules are unchanged. HTTP/SSE registrations "
-    "and ones already wrapped are skipped and reported, never nested. The file is backed up "
-    "(0600, in lazyd's state dir) and replaced atomically; only edited values change.",
-    "unwrap": "Restore wrapped registrations: command and args come back from the wrapped args (so "
-    "later edits to them are kept); managed env values are restored only where they still hold "
-    "the value lazyd set. Registrations recorded but gone from the file are forgotten.",
-    "reapply": "Wrap again the registrations lazyd manages after a client's own setup rewrote them "
-    "to run directly, adopting their new command and args. Idempotent: wrapped ones stay as they "
-    "are (apart from --env and --shim changes).",
-    "wrap-status": "Per registration: wrapped (runs through lazyd-shim), managed (lazyd has a "
-    "record of wrapping it), recoverable (unwrap --recover could restore it without a record).",
+# Subcommand: (op, help, description).
+_SUBCOMMANDS: dict[str, tuple[engine.Op, str, str]] = {
+    "wrap": ("wrap", "run a client's MCP registrations through lazyd-shim, edited in place",
+             "Make stdio MCP registrations of a client run through lazyd-shim, in place: `command` "
+             "becomes the shim and the original command goes first in `args`; the name, env, cwd and every "
+             "other setting stay, so tool names and permission rules are unchanged. HTTP/SSE registrations "
+             "and ones already wrapped are skipped and reported, never nested. The file is backed up "
+             "(0600, in lazyd's state dir) and replaced atomically; only edited values change."),
+    "unwrap": ("unwrap", "restore registrations that wrap changed",
+               "Restore wrapped registrations: command and args come back from the wrapped args (so "
+               "later edits to them are kept); managed env values are restored only where they still hold "
+               "the value lazyd set. Registrations recorded but gone from the file are forgotten."),
+    "reapply": ("reapply", "wrap again registrations a client's setup rewrote",
+                "Wrap again the registrations lazyd manages after a client's own setup rewrote them "
+                "to run directly, adopting their new command and args. Idempotent: wrapped ones stay as they "
+                "are (apart from --env and --shim changes)."),
+    "wrap-status": ("status", "show which registrations are wrapped, managed, recoverable",
+                    "Per registration: wrapped (runs through lazyd-shim), managed (lazyd has a "
+                    "record of wrapping it), recoverable (unwrap --recover could restore it without a record)."),
 }
 
 
-def add_subcommands(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    """Add wrap, unwrap, reapply and wrap-status to lazyctl's subparsers (each runs ``run``)."""
-    for name in SUBCOMMANDS:
-        op = _OPS[name]
-        p = subparsers.add_parser(name, help=_SHORT_HELP[name], description=_DESCRIPTIONS[name],
-                                  epilog=f"Clients and their default files: {_CLIENT_HELP}. "
-                                  "Exit status: 0 ok, 1 failed or refused (nothing written), 2 bad usage.")  # fmt: skip
-        p.set_defaults(wrap_op=op, run=lambda args, out: run(args))
+def add_subcommands(add: Callable[..., argparse.ArgumentParser]) -> None:
+    """Add wrap, unwrap, reapply and wrap-status with lazyctl's `add` (each runs ``run``)."""
+    for name, (op, short, description) in _SUBCOMMANDS.items():
+        p = add(name, run, short, description)
+        p.epilog = (f"Clients and their default files: {_CLIENT_HELP}. "
+                    "Exit status: 0 ok, 1 failed or refused (nothing written), 2 bad usage.")
+        p.set_defaults(wrap_op=op)
         p.add_argument("--client", required=True, choices=tuple(clients.CLIENTS), help="whose config file")
         p.add_argument("--file", metavar="F", help="the config file (default: the client's, see below)")
         which = p.add_mutually_exclusive_group(required=False)
@@ -80,7 +74,8 @@ def add_subcommands(subparsers: argparse._SubParsersAction) -> None:  # type: ig
                            help="validate and show which fields would change (names only, never values)")
         if op in ("wrap", "reapply"):
             p.add_argument("--env", action="append", default=[], metavar="LAZYD_X=VALUE",
-                           help=f"a managed shim setting in the registration's env (repeatable): {_SETTINGS_HELP}")
+                           help="a managed shim setting in the registration's env (repeatable): "
+                           + ", ".join(shimargs.known_settings()))
             p.add_argument("--check", action="store_true",
                            help="then warm lazyd's cache for each wrapped server (starts each once, calls no "
                            "tool) as the client would start it: with its handshake (learned from its "
@@ -92,59 +87,44 @@ def add_subcommands(subparsers: argparse._SubParsersAction) -> None:  # type: ig
         if op == "unwrap":
             p.add_argument("--recover", action="store_true",
                            help="restore wrapped registrations lazyd has no record of (env is left as is)")
-        p.add_argument("--json", action="store_true", help="print one JSON document instead of text")
-        # Accepted after the subcommand too, like lazyctl's other subcommands (used by --check).
-        p.add_argument("--socket", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
 
 
-def run(args: argparse.Namespace) -> int:
-    """Execute a parsed wrap/unwrap/reapply/wrap-status; print the outcome; return the exit status."""
+def run(args: argparse.Namespace, out: Output) -> int:
+    """Execute a parsed wrap/unwrap/reapply/wrap-status and print the outcome; UsageError and
+    WrapError are lazyctl's to report."""
     op: engine.Op = args.wrap_op
-    prog = f"lazyctl {args.subcommand if isinstance(getattr(args, 'subcommand', None), str) else op}"
-    as_json = bool(getattr(args, "json", False))
-    try:
-        request = engine.Request(
-            op=op, client=args.client, file=args.file, servers=tuple(args.server), all=bool(args.all),
-            project=args.project, user_scope=bool(args.user_scope), dry_run=bool(getattr(args, "dry_run", False)),
-            env=shimargs.parse_env_pairs(getattr(args, "env", None) or []), shim=args.shim,
-            recover=bool(getattr(args, "recover", False)),
-        )  # fmt: skip
-        initialize_json = getattr(args, "initialize_json", None)
-        if initialize_json is not None and not getattr(args, "check", False):
-            raise UsageError("--initialize-json applies to --check")
-        initialize = None if initialize_json is None else initialize_params(initialize_json)
-        report = engine.execute(request, os.environ, Path(os.getcwd()))
-    except UsageError as exc:
-        return _fail(prog, str(exc), as_json, EXIT_USAGE)
-    except WrapError as exc:
-        return _fail(prog, str(exc), as_json, EXIT_FAILED)
+    request = engine.Request(
+        op=op, client=args.client, file=args.file, servers=tuple(args.server), all=bool(args.all),
+        project=args.project, user_scope=bool(args.user_scope), dry_run=bool(getattr(args, "dry_run", False)),
+        env=shimargs.parse_env_pairs(getattr(args, "env", None) or []), shim=args.shim,
+        recover=bool(getattr(args, "recover", False)),
+    )  # fmt: skip
+    initialize_json = getattr(args, "initialize_json", None)
+    if initialize_json is not None and not getattr(args, "check", False):
+        raise UsageError("--initialize-json applies to --check")
+    initialize = None if initialize_json is None else initialize_params(initialize_json)
+    report = engine.execute(request, os.environ, Path(os.getcwd()))
     checks: list[check.CheckOutcome] = []
     if getattr(args, "check", False) and not report.dry_run and not report.refused:
         # A client lazyd has no profile for (Crush) is checked with the daemon's default handshake.
         client = args.client if args.client in PROFILES else None
-        checks = _run_checks(report, getattr(args, "socket", None), os.environ, initialize, client, as_json)
-    _print(report, checks, as_json)
+        checks = _run_checks(report, args.socket, os.environ, initialize, client, out.json)
+    data: dict[str, Any] = report.to_json()
+    if checks:
+        data["checks"] = [asdict(c) for c in checks]
+    out.result(data, lambda: _text(report, checks))
     if report.refused:
-        if not as_json:
-            print(f"{prog}: refused ({len(report.refused)} registration(s)); nothing was written", file=sys.stderr)
+        if not out.json:
+            print(f"lazyctl {args.subcommand}: refused ({len(report.refused)} registration(s)); nothing was written",
+                  file=sys.stderr)
         return EXIT_FAILED
     return EXIT_FAILED if any(not c.ok for c in checks) else EXIT_OK
-
-
-def _fail(prog: str, message: str, as_json: bool, status: int) -> int:
-    if as_json:
-        print(json.dumps({"error": message, "data": None}))
-    elif status == EXIT_USAGE:
-        print(f"{prog}: {message} (see {prog} --help)", file=sys.stderr)
-    else:
-        print(f"{prog}: {message}", file=sys.stderr)
-    return status
 
 
 def _run_checks(report: engine.Report, socket_override: str | None, environ: Mapping[str, str],
                 initialize: Mapping[str, Any] | None, client: str | None = None,
                 as_json: bool = False) -> list[check.CheckOutcome]:  # fmt: skip
-    socket_path = socket_override or sockpath.default_socket_path(environ)
+    path = socket_path(socket_override)
     outcomes = []
     todo = [r for r in report.results if r.action in check.CHECKED_ACTIONS and r.state is not None]
     line = StatusLine("checking", json_mode=as_json)
@@ -159,7 +139,7 @@ def _run_checks(report: engine.Report, socket_override: str | None, environ: Map
         except ValueError as exc:
             outcomes.append(check.CheckOutcome(key.server, key.project, False, str(exc)))
             continue
-        ok, message = check.run_check(socket_path, args, socket_override, line)
+        ok, message = check.run_check(path, args, socket_override, line)
         outcomes.append(check.CheckOutcome(key.server, key.project, ok, message))
     line.clear()
     return outcomes
@@ -169,45 +149,36 @@ def _label(server: str, project: str | None) -> str:
     return server if project is None else f"{server} [{project}]"
 
 
-def _print(report: engine.Report, checks: list[check.CheckOutcome], as_json: bool) -> None:
-    if as_json:
-        data: dict[str, Any] = report.to_json()
-        if checks:
-            data["checks"] = [c.to_json() for c in checks]
-        print(json.dumps(data, indent=2))
-        return
-    client = clients.CLIENTS[report.client].title
-    print(f"{report.file} ({client})")
+def _text(report: engine.Report, checks: list[check.CheckOutcome]) -> str:
+    lines = [f"{report.file} ({clients.CLIENTS[report.client].title})"]
     if report.op == "status":
-        _print_status(report)
-        return
+        return "\n".join([*lines, _status_text(report)])
     width = max([len(_label(r.key.server, r.key.project)) for r in report.results] + [6])
     for r in report.results:
         detail = ", ".join(r.changed) if r.changed else r.reason
         if r.changed and r.reason:
             detail += f" ({r.reason})"
         verb = f"would be {r.action}" if report.dry_run and r.changed else r.action
-        print(f"  {verb:<20} {_label(r.key.server, r.key.project):<{width}}  {detail}".rstrip())
+        lines.append(f"  {verb:<20} {_label(r.key.server, r.key.project):<{width}}  {detail}".rstrip())
     if not report.results:
-        print("  no registrations")
+        lines.append("  no registrations")
     if report.dry_run:
-        print("dry run: nothing was written")
+        lines.append("dry run: nothing was written")
     elif report.written:
-        print(f"written; the original is backed up at {report.backup}")
+        lines.append(f"written; the original is backed up at {report.backup}")
     elif not report.refused:
-        print("nothing to change")
-    for c in checks:
-        print(f"  check {_label(c.server, c.project)}: {'ok, ' if c.ok else 'FAILED: '}{c.message}")
+        lines.append("nothing to change")
+    lines += [f"  check {_label(c.server, c.project)}: {'ok, ' if c.ok else 'FAILED: '}{c.message}" for c in checks]
+    return "\n".join(lines)
 
 
-def _print_status(report: engine.Report) -> None:
+def _status_text(report: engine.Report) -> str:
     rows = [[_label(s.server, s.project), s.transport, _yes(s.wrapped), _yes(s.managed), _yes(s.recoverable), s.note]
             for s in report.statuses]  # fmt: skip
     if not rows:
-        print("  no registrations")
-        return
+        return "  no registrations"
     header = ("SERVER", "TRANSPORT", "WRAPPED", "MANAGED", "RECOVERABLE", "NOTE")
-    print("\n".join("  " + line for line in table(header, rows).splitlines()))
+    return "\n".join("  " + line for line in table(header, rows).splitlines())
 
 
 def _yes(flag: bool) -> str:

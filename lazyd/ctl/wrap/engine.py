@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Literal, Protocol
 
@@ -74,7 +74,6 @@ class Report:
     backup: str | None = None
     results: list[Result] = field(default_factory=list)
     statuses: list[plan.Status] = field(default_factory=list)
-    shim: str = shimargs.SHIM_NAME
 
     @property
     def refused(self) -> list[Result]:
@@ -83,7 +82,7 @@ class Report:
     def to_json(self) -> dict[str, object]:
         data: dict[str, object] = {"op": self.op, "client": self.client, "file": self.file}
         if self.op == "status":
-            data["servers"] = [s.to_json() for s in self.statuses]
+            data["servers"] = [asdict(s) for s in self.statuses]
         else:
             data.update(dry_run=self.dry_run, written=self.written, backup=self.backup,
                         results=[r.to_json() for r in self.results])  # fmt: skip
@@ -129,12 +128,12 @@ def execute(request: Request, environ: Mapping[str, str], cwd: Path, hooks: Hook
     except SetupError as exc:
         raise WrapError(str(exc)) from None
     store = RecordStore(state_dir)
-    report = Report(request.op, client.name, str(path), dry_run=request.dry_run, shim=settings.shim)
+    report = Report(request.op, client.name, str(path), dry_run=request.dry_run)
     if request.op == "status":
         _status(request, client, path, store, settings, report)
         return report
     filesafe.ensure_state_dirs(state_dir)
-    with filesafe.WrapLock(state_dir):
+    with filesafe.wrap_lock(state_dir):
         _change(request, client, path, store, state_dir, settings, report, hooks or Hooks())
     return report
 
@@ -201,8 +200,7 @@ def _status(request: Request, client: clients.Client, path: Path, store: RecordS
     file = os.path.realpath(path)
     config = open_config(client, data, str(path))
     every = store.every()
-    records = [r for r in every if r.key.client == client.name and r.key.file == file]
-    by_key = {r.key: r for r in records}
+    records, by_key = _records_of(every, client.name, file)
     twins: list[tuple[RegKey, tuple[str, ...]]] | None = None
     for key, entry, refusal in _select(request, config.entries(), records, file, client.name):
         if refusal is not None:
@@ -245,6 +243,12 @@ def _twin_label(key: RegKey) -> str:
     return f"{title}'s {key.label()} ({key.file})"
 
 
+def _records_of(every: list[Record], client: str, file: str) -> tuple[list[Record], dict[RegKey, Record]]:
+    """The records of ``client``'s ``file`` (servers gone from it included), and by key."""
+    records = [r for r in every if r.key.client == client and r.key.file == file]
+    return records, {r.key: r for r in records}
+
+
 def _decide(request: Request, key: RegKey, entry: Entry | None, record: Record | None,
             settings: plan.Settings, where: str) -> plan.Decision:  # fmt: skip
     if request.op == "unwrap":
@@ -260,10 +264,10 @@ def _change(request: Request, client: clients.Client, path: Path, store: RecordS
     file = str(snapshot.path)
     config = open_config(client, snapshot.data, str(path))
     entries = config.entries()
-    records = store.for_file(client.name, file)
+    records, by_key = _records_of(store.every(), client.name, file)
     decided: list[tuple[Result, Entry | None, plan.Decision]] = []
     for key, entry, refusal in _select(request, entries, records, file, client.name):
-        record = store.load(key)
+        record = by_key.get(key)
         decision = plan.Decision("refused", refusal) if refusal else _decide(request, key, entry, record, settings, str(path))
         result = Result(key, decision.action, decision.reason, state=entry.state if entry else None,
                         cwd=(entry.cwd if entry else None) or key.project,

@@ -12,7 +12,8 @@ import os
 import stat
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,30 +34,23 @@ def ensure_state_dirs(state_dir: Path) -> None:
         raise WrapError(str(exc)) from None
 
 
-class WrapLock:
-    """The exclusive lock among lazyctl processes; use as a context manager."""
-
-    def __init__(self, state_dir: Path) -> None:
-        self.path = state_dir / LOCK_NAME
-        self._fd: int | None = None
-
-    def __enter__(self) -> WrapLock:
-        try:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, PRIVATE_FILE_MODE)
-        except OSError as exc:
-            raise WrapError(f"cannot open the wrap lock {self.path}: {exc.strerror}") from None
+@contextmanager
+def wrap_lock(state_dir: Path) -> Iterator[None]:
+    """The exclusive lock among lazyctl processes, held for the block."""
+    path = state_dir / LOCK_NAME
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, PRIVATE_FILE_MODE)
+    except OSError as exc:
+        raise WrapError(f"cannot open the wrap lock {path}: {exc.strerror}") from None
+    try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            print(f"lazyctl: waiting for another lazyctl that holds {self.path}", file=sys.stderr)
+            print(f"lazyctl: waiting for another lazyctl that holds {path}", file=sys.stderr)
             fcntl.flock(fd, fcntl.LOCK_EX)
-        self._fd = fd
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._fd is not None:
-            os.close(self._fd)  # closing the only descriptor releases the flock
-            self._fd = None
+        yield
+    finally:
+        os.close(fd)  # closing the only descriptor releases the flock
 
 
 @dataclass(frozen=True)

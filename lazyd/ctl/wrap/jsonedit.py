@@ -1,60 +1,46 @@
 """Registrations in a JSON client config, found and edited in place by splicing spans.
 
 Registrations are ``<container>.<name>`` (Claude Code's also ``projects.<path>.<container>.<name>``);
-in the argv layout (opencode) ``command`` is one array. Edits are made by difference, so that wrap
-and unwrap are inverse at the byte level (docs/wrapping.md, "What is kept, byte for byte").
+in the argv layout (opencode) ``command`` is one array. New members copy the layout around them.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
-from lazyd.ctl.wrap.jsonspan import (Array, Dialect, Member, Node, Object, Scalar, Splice, line_start,
-                                     parse, runs, splice, to_python)  # fmt: skip
-from lazyd.ctl.wrap.model import Entry, RegState, decode, entry_of, newline_of
+from lazyd.ctl.wrap.jsonspan import Dialect, parse
+from lazyd.ctl.wrap.model import Entry, decode, entry_of
+from lazyd.ctl.wrap.spans import (Found, Member, Node, Object, Scalar, SpanEditor, Splice, line_indent, line_start,
+                                  runs, to_python)  # fmt: skip
 from lazyd.errors import JsonSyntaxError, WrapError
 
 BOM = "\ufeff"
 DEFAULT_INDENT_UNIT = "  "  # when a file gives no example of nesting to copy (an inline registration)
 
 
-@dataclass(eq=False)
-class _Found:
-    entry: Entry
-    node: Object | None
-
-
-class JsonConfig:
-    """One JSON config file: parse once, apply edits to several registrations, render once."""
+class JsonConfig(SpanEditor):
+    """One JSON config file."""
 
     def __init__(self, data: bytes, *, container: str, projects: bool, dialect: Dialect, where: str,
                  argv: bool = False, env_key: str = "env", nested: str | None = None) -> None:
         text = decode(data, where)
-        self._bom = BOM if text.startswith(BOM) else ""
-        self.text = text
+        super().__init__(text)
         self._where = where
         try:
-            root = parse(text, dialect, start=len(self._bom))
+            root = parse(text, dialect, start=1 if text.startswith(BOM) else 0)
         except JsonSyntaxError as exc:
             raise WrapError(f"{where} is not valid JSON: {exc}") from None
         if not isinstance(root, Object):
             raise WrapError(f"{where}: the top level is not an object")
         self.root = root
         self._container = container
-        self._argv = argv
-        self._env_key = env_key
+        self.argv = argv
+        self.env_key = env_key
         self._nested = nested  # a member of the container that may hold the registrations one level down
-        self._ascii = text.isascii()
-        self._newline = newline_of(text)
         self._found = self._locate(projects)
-        self._edits: list[Splice] = []
 
-    def entries(self) -> list[Entry]:
-        return [found.entry for found in self._found]
-
-    def _locate(self, projects: bool) -> list[_Found]:
+    def _locate(self, projects: bool) -> list[Found]:
         found = self._scope(self.root, None, [("the top-level object", self.root)])
         if projects:
             for project_member in self.root.find("projects"):
@@ -67,8 +53,8 @@ class JsonConfig:
                         found += self._scope(member.value, member.key, path)
         return found
 
-    def _scope(self, parent: Object, project: str | None, path: list[tuple[str, Object]]) -> list[_Found]:
-        found: list[_Found] = []
+    def _scope(self, parent: Object, project: str | None, path: list[tuple[str, Object]]) -> list[Found]:
+        found: list[Found] = []
         for container_member in parent.find(self._container):
             container = container_member.value
             if not isinstance(container, Object):
@@ -85,79 +71,28 @@ class JsonConfig:
                     found.append(self._entry(member, project, container_path, prefix + self._container))
         return found
 
-    def _entry(self, member: Member[Node], project: str | None, path: list[tuple[str, Object]], within: str) -> _Found:
+    def _entry(self, member: Member, project: str | None, path: list[tuple[str, Object]], within: str) -> Found:
         name = member.key
         node = member.value
         if not isinstance(node, Object):
-            return _Found(Entry(name, project, "unknown", None, "the registration is not an object"), None)
+            return Found(Entry(name, project, "unknown", None, "the registration is not an object"), None)
         own = f"{within}.{name}"
         full = [*path, (own, node)]
-        env = node.find(self._env_key)
+        env = node.find(self.env_key)
         if env and isinstance(env[-1].value, Object):
-            full.append((f"{own}.{self._env_key}", env[-1].value))
+            full.append((f"{own}.{self.env_key}", env[-1].value))
         members = to_python(node)
         assert isinstance(members, dict)
         problem = next((f"duplicate key {obj.duplicate_key()!r} in {label}" for label, obj in full
                         if obj.duplicate_key() is not None), None)  # fmt: skip
-        return _Found(entry_of(name, project, members, problem, argv=self._argv, env_key=self._env_key), node)
+        return Found(entry_of(name, project, members, problem, argv=self.argv, env_key=self.env_key), node)
 
-    def apply(self, entry: Entry, new: RegState) -> None:
-        """Queue the splices that turn ``entry``'s registration into ``new``."""
-        found = next(f for f in self._found if f.entry is entry)
-        old = entry.state
-        assert found.node is not None and old is not None, "only editable entries are applied"
-        reg = found.node
-        raw = self._raw_strings(reg)
-        removals: set[int] = set()
-        inserts: list[tuple[int, str, str]] = []  # (anchor member index, key, value text)
-        command_index = _index(reg, "command")
-        if self._argv:
-            # One array: the shim (and its `--`) go in front of the argv, and come off it again.
-            old_argv, new_argv = (old.command, *(old.args or ())), (new.command, *(new.args or ()))
-            if new_argv != old_argv:
-                array = reg.members[command_index].value
-                assert isinstance(array, Array)
-                self._edit_array(array, old_argv, new_argv, raw)
-        elif new.command != old.command:
-            value = reg.members[command_index].value
-            self._edits.append(Splice(value.start, value.end, self._string(new.command, raw)))
-        if new.args != old.args and not self._argv:
-            if new.args is None:
-                removals.add(_index(reg, "args"))
-            elif old.args is None:
-                inserts.append((command_index, "args", "[" + ", ".join(self._string(a, raw) for a in new.args) + "]"))
-            else:
-                member = reg.members[_index(reg, "args")]
-                assert isinstance(member.value, Array)
-                self._edit_array(member.value, old.args, new.args, raw)
-        env_key = self._env_key
-        if new.env != old.env:
-            if new.env is None:
-                removals.add(_index(reg, env_key))
-            elif old.env is None:
-                inserts.append((len(reg.members) - 1, env_key, "{" + self._object_body(reg, new.env, True) + "}"))
-            else:
-                member = reg.members[_index(reg, env_key)]
-                assert isinstance(member.value, Object)
-                self._edit_object(member.value, old.env, new.env, reg)
-        self._edit_members(reg, removals, inserts)
-
-    def render(self) -> bytes:
-        return splice(self.text, self._edits).encode("utf-8")
-
-    def _raw_strings(self, reg: Object) -> dict[str, str]:
-        # Source spellings of the strings in command and args, so a moved string keeps its escapes.
-        nodes: list[Node] = [m.value for m in reg.members if m.key == "command"]
-        for member in reg.members:
-            if member.key in ("args", "command") and isinstance(member.value, Array):
-                nodes += member.value.items
-        return {str(n.value): self.text[n.start : n.end] for n in nodes if isinstance(n, Scalar) and isinstance(n.value, str)}
-
-    def _string(self, value: str, raw: dict[str, str]) -> str:
-        return raw.get(value) or self._json(value)
+    def _scalar(self, value: str, raw: Mapping[str, Scalar], *, flow: bool = True) -> str:
+        source = raw.get(value)
+        return self.text[source.start : source.end] if source is not None else self._json(value)
 
     def _json(self, value: object) -> str:
-        return json.dumps(value, ensure_ascii=self._ascii)
+        return json.dumps(value, ensure_ascii=self.ascii_only)
 
     def _colon(self, obj: Object) -> str:
         for member in obj.members:
@@ -170,7 +105,7 @@ class JsonConfig:
         """Whitespace to put after the comma before a new member, copied from the object's layout."""
         if len(obj.members) >= 2:
             last = obj.members[-1]
-            gap = self.text[self._comma_after(obj.members[-2].value.end) + 1 : last.key_start]
+            gap = self.text[self.comma_after(obj.members[-2].value.end) + 1 : last.key_start]
             if gap.strip(" \t\r\n") == "":
                 return gap
         if obj.members:
@@ -178,78 +113,46 @@ class JsonConfig:
             gap = self.text[obj.start + 1 : first.key_start]
             if gap.strip(" \t\r\n") == "" and "\n" in gap:
                 return gap
-            indent = _line_indent(self.text, first.key_start)
+            indent = line_indent(self.text, first.key_start)
             if indent is not None and line_start(self.text, first.key_start) > obj.start:
-                return self._newline + indent
+                return self.newline + indent
         return " "
 
-    def _comma_after(self, index: int) -> int:
-        comma = self.text.find(",", index)
-        assert comma >= 0, "members are separated by commas"
-        return comma
+    def _insert_member(self, obj: Object, after: Member, key: str, value: str) -> None:
+        at = after.value.end
+        self.edits.append(Splice(at, at, "," + self._separator(obj) + self._json(key) + self._colon(obj) + value))
 
-    def _edit_members(self, obj: Object, removals: set[int], inserts: Sequence[tuple[int, str, str]]) -> None:
-        assert not (removals and inserts), "an edit never both adds and removes members of one object"
-        sep = self._separator(obj)
-        for anchor, key, value in inserts:
-            at = obj.members[anchor].value.end
-            self._edits.append(Splice(at, at, "," + sep + self._json(key) + self._colon(obj) + value))
-        for first, last in runs(removals):
+    def _remove_members(self, obj: Object, indices: Sequence[int]) -> None:
+        for first, last in runs(indices):
             if first == 0 and last == len(obj.members) - 1:
-                self._edits.append(Splice(obj.start + 1, obj.end - 1, ""))
+                self.edits.append(Splice(obj.start + 1, obj.end - 1, ""))
             elif first > 0:
-                self._edits.append(Splice(obj.members[first - 1].value.end, obj.members[last].value.end, ""))
+                self.edits.append(Splice(obj.members[first - 1].value.end, obj.members[last].value.end, ""))
             else:
-                self._edits.append(Splice(obj.members[0].key_start, obj.members[last + 1].key_start, ""))
+                self.edits.append(Splice(obj.members[0].key_start, obj.members[last + 1].key_start, ""))
 
-    def _edit_array(self, array: Array, old: Sequence[str], new: Sequence[str], raw: dict[str, str]) -> None:
-        items = array.items
-        grow = len(new) - len(old)
-        if grow > 0 and tuple(new[grow:]) == tuple(old):
-            prefix = [self._string(v, raw) for v in new[:grow]]
-            if not items:
-                self._edits.append(Splice(array.start + 1, array.start + 1, ", ".join(prefix)))
-                return
-            sep = self._item_separator(array)
-            text = ("," + sep).join(prefix) + "," + sep
-            self._edits.append(Splice(items[0].start, items[0].start, text))
-        elif grow < 0 and tuple(old[-grow:]) == tuple(new):
-            if new:
-                self._edits.append(Splice(items[0].start, items[-grow].start, ""))
-            else:
-                self._edits.append(Splice(array.start + 1, array.end - 1, ""))
-        else:
-            self._edits.append(Splice(array.start, array.end, "[" + ", ".join(self._string(v, raw) for v in new) + "]"))
+    def _new_map(self, reg: Object, values: Mapping[str, object]) -> str:
+        return "{" + self._object_body(reg, values, True) + "}"
 
-    def _item_separator(self, array: Array) -> str:
-        items = array.items
-        if len(items) >= 2:
-            gap = self.text[self._comma_after(items[0].end) + 1 : items[1].start]
-            if gap.strip(" \t\r\n") == "":
-                return gap
-        indent = _line_indent(self.text, items[0].start)
-        if indent is not None and line_start(self.text, items[0].start) > array.start:
-            return self._newline + indent
-        return " "
-
-    def _edit_object(self, obj: Object, old: Mapping[str, object], new: Mapping[str, object], reg: Object) -> None:
+    def _edit_map(self, obj: Object, old: Mapping[str, object], new: Mapping[str, object], reg: Object) -> None:
         removed = {i for i, m in enumerate(obj.members) if m.key not in new}
         added = [k for k in new if k not in old]
         if removed and added:
             # Never produced by the planner; rewriting the object keeps even this case correct.
-            self._edits.append(Splice(obj.start, obj.end, "{" + self._object_body(reg, new, True) + "}"))
+            self.edits.append(Splice(obj.start, obj.end, "{" + self._object_body(reg, new, True) + "}"))
             return
         for member in obj.members:
             if member.key in new and member.key in old and new[member.key] != old[member.key]:
-                self._edits.append(Splice(member.value.start, member.value.end, self._json(new[member.key])))
+                self.edits.append(Splice(member.value.start, member.value.end, self._json(new[member.key])))
         if added and not obj.members:
             inline = "\n" not in self.text[obj.start + 1 : obj.end - 1]
             body = self._object_body(reg, {k: new[k] for k in added}, inline)
-            self._edits.append(Splice(obj.start + 1, obj.start + 1, body))
+            self.edits.append(Splice(obj.start + 1, obj.start + 1, body))
         elif added:
-            self._edit_members(obj, set(), [(len(obj.members) - 1, k, self._json(new[k])) for k in added])
+            for key in added:
+                self._insert_member(obj, obj.members[-1], key, self._json(new[key]))
         else:
-            self._edit_members(obj, removed, [])
+            self._remove_members(obj, sorted(removed))
 
     def _nesting(self, reg: Object) -> tuple[str, str] | None:
         """(indent of the registration's members, one indent unit), or None for an inline layout."""
@@ -270,8 +173,8 @@ class JsonConfig:
         if nesting is None:
             return ", ".join(pairs)
         indent, unit = nesting
-        inner = self._newline + indent + unit
-        return inner + ("," + inner).join(pairs) + (self._newline + indent if close else "")
+        inner = self.newline + indent + unit
+        return inner + ("," + inner).join(pairs) + (self.newline + indent if close else "")
 
 
 def _is_map(node: Node) -> bool:
@@ -279,13 +182,3 @@ def _is_map(node: Node) -> bool:
     of its own (opencode 2's `mcp.servers`, beside a 1.x server that may be named `servers`)."""
     return (isinstance(node, Object) and all(isinstance(m.value, Object) for m in node.members)
             and not any(m.key in ("type", "command", "url", "enabled") for m in node.members))
-
-
-def _index(obj: Object, key: str) -> int:
-    return next(i for i, m in enumerate(obj.members) if m.key == key)
-
-
-def _line_indent(text: str, index: int) -> str | None:
-    """The whitespace between the start of ``index``'s line and ``index``, or None if anything else is there."""
-    prefix = text[line_start(text, index) : index]
-    return prefix if prefix.strip(" \t") == "" else None

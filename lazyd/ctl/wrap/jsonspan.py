@@ -1,14 +1,10 @@
-"""A JSON scanner that remembers where every value is, and a splicer that edits by position.
+"""A JSON scanner that remembers where every value is, for editing a config without moving a byte.
 
-To edit a client's config without moving an unedited byte (key order, indentation, CRLF, ``1e3``,
-``\\u00e9``, the trailing newline) we need the span of every value, then replace exactly those spans.
-Nothing about MCP here.
-
-- ``parse`` gives nodes with ``[start, end)`` str offsets. Strict JSON unless a ``Dialect`` allows
-  comments (JSONC, which VS Code and Gemini CLI read) or trailing commas (VS Code).
-- Duplicate keys are kept, in order: refusing is the editor's decision, and only along the path it
-  edits. Errors are ``JsonSyntaxError`` with a 1-based line and column.
-- ``splice`` applies non-overlapping ``Splice``s; inserts at one position keep their given order.
+It builds the span tree (lazyd/ctl/wrap/spans.py), so that an edit keeps key order, indentation,
+CRLF, ``1e3``, ``\\u00e9`` and the trailing newline. Strict JSON unless a ``Dialect`` allows
+comments (JSONC, which VS Code and Gemini CLI read) or trailing commas (VS Code). Duplicate keys
+are kept, in order: refusing is the editor's decision, and only along the path it edits. Errors
+are ``JsonSyntaxError`` with a 1-based line and column.
 """
 
 from __future__ import annotations
@@ -17,13 +13,12 @@ import gc
 import json
 import json.decoder
 import re
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from collections.abc import Callable
+from dataclasses import dataclass
 
+from lazyd.ctl.wrap.spans import Array, Member, Node, Object, Scalar, position
 from lazyd.errors import JsonSyntaxError
 
-V = TypeVar("V")
 MAX_NESTING_DEPTH = 200  # configs nest a handful of levels; the recursive scanner stays far from Python's limit
 
 _NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?", re.ASCII)
@@ -42,85 +37,6 @@ class Dialect:
 
 
 STRICT = Dialect()
-
-
-@dataclass(eq=False, slots=True)
-class Node:
-    """A value; ``text[start:end]`` is its exact source."""
-
-    start: int
-    end: int
-
-
-@dataclass(eq=False, slots=True)
-class Scalar(Node):
-    """A string, number, true, false or null; ``value`` is what json.loads would give."""
-
-    value: object
-
-
-@dataclass(eq=False, slots=True)
-class Array(Node):
-    """``[`` is at ``start`` and ``]`` at ``end - 1``."""
-
-    items: list[Node] = field(default_factory=list)
-
-
-@dataclass(eq=False, slots=True)
-class Member(Generic[V]):
-    """One ``key: value`` pair of a JSON object or a YAML mapping; the key (with its quotes) is
-    ``[key_start, key_end)``."""
-
-    key: str
-    key_start: int
-    key_end: int
-    value: V
-
-
-class Keyed(Generic[V]):
-    """Members in document order, duplicates kept: a JSON object, a YAML mapping."""
-
-    __slots__ = ()
-    members: list[Member[V]]
-
-    def find(self, key: str) -> list[Member[V]]:
-        """Every member named ``key`` (more than one means a duplicate key)."""
-        return [m for m in self.members if m.key == key]
-
-    def duplicate_key(self) -> str | None:
-        """The first key that occurs twice, or None."""
-        seen: set[str] = set()
-        for member in self.members:
-            if member.key in seen:
-                return member.key
-            seen.add(member.key)
-        return None
-
-
-@dataclass(eq=False, slots=True)
-class Object(Node, Keyed[Node]):
-    """``{`` is at ``start`` and ``}`` at ``end - 1``."""
-
-    members: list[Member[Node]] = field(default_factory=list)
-
-
-def to_python(node: Node) -> object:
-    """The plain value of ``node`` (the last of duplicate keys wins, as in json.loads)."""
-    if isinstance(node, Scalar):
-        return node.value
-    if isinstance(node, Array):
-        return [to_python(item) for item in node.items]
-    assert isinstance(node, Object)
-    return {m.key: to_python(m.value) for m in node.members}
-
-
-def position(text: str, index: int) -> str:
-    """``line L, column C`` (1-based) of ``index`` in ``text``, for error messages."""
-    return f"line {text.count(chr(10), 0, index) + 1}, column {index - line_start(text, index) + 1}"
-
-
-def line_start(text: str, index: int) -> int:
-    return text.rfind("\n", 0, index) + 1
 
 
 def parse(text: str, dialect: Dialect = STRICT, *, start: int = 0) -> Node:
@@ -179,14 +95,14 @@ class _Scanner:
             return self.array(pos, depth + 1)
         if char == '"':
             value, end = self.string(pos)
-            return Scalar(pos, end, value)
+            return Scalar(pos, end, value=value)
         number = _NUMBER.match(text, pos)
         if number is not None:
             spelled = number.group()
-            return Scalar(pos, number.end(), json.loads(spelled))
+            return Scalar(pos, number.end(), value=json.loads(spelled))
         for word, literal in _LITERALS.items():
             if text.startswith(word, pos):
-                return Scalar(pos, pos + len(word), literal)
+                return Scalar(pos, pos + len(word), value=literal)
         self.fail(pos, f"expected a value, found {text[pos]!r}")
         raise AssertionError("unreachable")
 
@@ -253,40 +169,3 @@ class _Scanner:
                 node.end = pos + 1
                 return node
             self.fail(pos, "expected ',' or ']' after an array element")
-
-
-@dataclass(frozen=True)
-class Splice:
-    """Replace ``text[start:end]`` with ``replacement``; ``start == end`` inserts."""
-
-    start: int
-    end: int
-    replacement: str
-
-
-def splice(text: str, edits: list[Splice]) -> str:
-    """Apply ``edits`` to ``text`` (an insert at the start of a replaced span goes before the
-    replacement). Raises ValueError if two edits overlap (a bug of the caller)."""
-    ordered = sorted(enumerate(edits), key=lambda pair: (pair[1].start, pair[1].end, pair[0]))
-    out: list[str] = []
-    cursor = 0
-    for _, edit in ordered:
-        if edit.start < cursor or edit.end < edit.start or edit.end > len(text):
-            raise ValueError(f"overlapping or out-of-range edit at {edit.start}..{edit.end}")
-        out.append(text[cursor : edit.start])
-        out.append(edit.replacement)
-        cursor = edit.end
-    out.append(text[cursor:])
-    return "".join(out)
-
-
-def runs(indices: Iterable[int]) -> list[tuple[int, int]]:
-    """Runs of consecutive indices as (first, last) pairs, in order: neighbours removed together
-    are one splice (two that touch would overlap)."""
-    found: list[tuple[int, int]] = []
-    for index in sorted(indices):
-        if found and found[-1][1] == index - 1:
-            found[-1] = (found[-1][0], index)
-        else:
-            found.append((index, index))
-    return found

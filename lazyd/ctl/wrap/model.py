@@ -46,9 +46,6 @@ class Entry:
     # `env_vars`): what a check must pass too to land on the client's identity.
     passed_env: tuple[str, ...] = ()
 
-    def label(self) -> str:
-        return self.name if self.project is None else f"{self.name} (project {self.project})"
-
 
 def changed_fields(old: RegState, new: RegState, *, argv: bool = False, env_key: str = "env") -> list[str]:
     """The names of the fields ``new`` changes, for the report (never their values); ``argv``: the

@@ -210,11 +210,6 @@ class Status:
     note: str
     without_shim: bool = False
 
-    def to_json(self) -> dict[str, object]:
-        return {"server": self.server, "project": self.project, "transport": self.transport,
-                "wrapped": self.wrapped, "managed": self.managed, "recoverable": self.recoverable,
-                "without_shim": self.without_shim, "note": self.note}  # fmt: skip
-
 
 WITHOUT_SHIM = "registered without lazyd-shim"
 

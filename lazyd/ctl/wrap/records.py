@@ -10,7 +10,7 @@ import hashlib
 import json
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from lazyd.errors import WrapError
@@ -46,18 +46,9 @@ class Record:
     original_env: Mapping[str, str | None] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, object]:
-        return {
-            "version": RECORD_VERSION,
-            "client": self.key.client,
-            "file": self.key.file,
-            "server": self.key.server,
-            "project": self.key.project,
-            "shim": self.shim,
-            "args_present": self.args_present,
-            "env_present": self.env_present,
-            "managed_env": dict(self.managed_env),
-            "original_env": dict(self.original_env),
-        }
+        """The record file's object: the key's fields beside the others, and the version."""
+        fields = asdict(self)
+        return {"version": RECORD_VERSION, **fields.pop("key"), **fields}
 
 
 def record_from_json(data: object, where: str) -> Record:
@@ -88,7 +79,7 @@ def record_from_json(data: object, where: str) -> Record:
 
 
 class RecordStore:
-    """The records directory. Callers hold the wrap lock (see filesafe.WrapLock) around any change."""
+    """The records directory. Callers hold the wrap lock (filesafe.wrap_lock) around any change."""
 
     def __init__(self, state_dir: Path) -> None:
         self.directory = state_dir / RECORDS_DIR_NAME
@@ -105,19 +96,6 @@ class RecordStore:
             return None
         except OSError as exc:
             raise WrapError(f"cannot read registration record {self.path_for(key)}: {exc.strerror}") from None
-
-    def load(self, key: RegKey) -> Record | None:
-        raw = self.read_raw(key)
-        if raw is None:
-            return None
-        record = self._decode(raw, self.path_for(key))
-        if record.key != key:
-            raise WrapError(f"registration record {self.path_for(key)} belongs to another registration")
-        return record
-
-    def for_file(self, client: str, file: str) -> list[Record]:
-        """Every record of ``client``'s ``file`` (including servers no longer in the file)."""
-        return [r for r in self.every() if r.key.client == client and r.key.file == file]
 
     def every(self) -> list[Record]:
         """Every record, of every client and file, in file-name order."""

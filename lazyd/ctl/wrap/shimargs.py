@@ -9,39 +9,25 @@ from __future__ import annotations
 
 import importlib
 import os
+import re
 import shutil
 import sys
 from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from lazyd.errors import UsageError, WrapError
 
 SHIM_NAME = "lazyd-shim"
 FOREIGN_RELAYS = ("mcp-lazy",)  # basename prefixes of other lazy relays: wrapping one would chain two
 
-SETTINGS: tuple[str, ...] = (
-    "LAZYD_LINGER",
-    "LAZYD_CHECK_LINGER",
-    "LAZYD_IDLE_TIMEOUT",
-    "LAZYD_START_TIMEOUT",
-    "LAZYD_SHARE",
-    "LAZYD_WAKE_COMMAND",
-    "LAZYD_WAKE_INTERVAL",
-    "LAZYD_WAKE_TIMEOUT",
-    "LAZYD_SOCKET",
-    "LAZYD_NO_AUTOSTART",
-    "LAZYD_HANDOFF",
-    "LAZYD_LOG_FILE",
-    "LAZYD_VERBOSE",
-    "LAZYD_IDENTITY_ENV",
-    "LAZYD_PER_SESSION_ENV",
-)
 SETTING_PREFIX = "LAZYD_"
 IDENTITY_ENV = "LAZYD_IDENTITY_ENV"  # wrap sets it to the names of the registration's own env
-# The shim's environment settings (see `lazyd-shim --help`); a test checks each appears there.
-
+# Settings that would make the shim ignore the registration's command.
 _REFUSED_SETTINGS = {
     "LAZYD_SERVER": "LAZYD_SERVER would make the shim ignore the registration's command; "
     "name servers in lazyd's config.toml instead",
+    "LAZYD_HUB": "LAZYD_HUB would make the shim serve the hub instead of the registration's command",
+    "LAZYD_HUB_SERVERS": "LAZYD_HUB_SERVERS applies to a hub registration (lazyd-shim --hub)",
 }
 
 
@@ -53,28 +39,29 @@ def _shim_options() -> object:
         raise WrapError(f"cannot load lazyd-shim's option parser ({exc}); reinstall lazyd") from None
 
 
-def _shim_parse(argv: Sequence[str], env: Mapping[str, str]) -> tuple[list[str], str | None, bool]:
-    """Run the shim's parser; return (command, server, asked for help/version) or raise ValueError."""
+def _shim_parse(argv: Sequence[str], env: Mapping[str, str]) -> Any:
+    """The shim's options for `argv` and `env`; ValueError with the shim's message if it refuses them."""
     options = _shim_options()
     usage_error: type[Exception] = getattr(options, "UsageError")
     try:
-        opts = getattr(options, "parse")(list(argv), dict(env))
+        return getattr(options, "parse")(list(argv), dict(env))
     except usage_error as exc:
         raise ValueError(str(exc)) from None
-    command = [str(word) for word in opts.command]
-    server = None if opts.server is None else str(opts.server)
-    return command, server, bool(opts.show_help or opts.show_version)
+
+
+def known_settings() -> list[str]:
+    """The shim's environment settings a registration may carry: the variables its help names."""
+    usage = str(getattr(_shim_options(), "USAGE"))
+    return [name for name in dict.fromkeys(re.findall(r"\bLAZYD_[A-Z_]+", usage)) if name not in _REFUSED_SETTINGS]
 
 
 def daemon_option(args: Sequence[str], env: Mapping[str, str], key: str) -> str | None:
     """The value the shim run with `args` and `env` would send for option `key` (``start_timeout``...);
     None if it is not set or the shim would refuse it."""
-    options = _shim_options()
     try:
-        opts = getattr(options, "parse")(list(args), dict(env))
-    except getattr(options, "UsageError"):
+        value = _shim_parse(args, env).daemon_opts.get(key)
+    except ValueError:
         return None
-    value = opts.daemon_opts.get(key)
     return None if value is None else str(value)
 
 
@@ -113,8 +100,9 @@ def parse_env_pairs(pairs: Iterable[str]) -> dict[str, str]:
             raise UsageError(f"--env {name or pair[:20]!r}: expected NAME=VALUE")
         if name in _REFUSED_SETTINGS:
             raise UsageError(f"--env {name}: {_REFUSED_SETTINGS[name]}")
-        if name not in SETTINGS:
-            raise UsageError(f"--env {name}: not a lazyd-shim setting (known: {', '.join(SETTINGS)})")
+        known = known_settings()
+        if name not in known:
+            raise UsageError(f"--env {name}: not a lazyd-shim setting (known: {', '.join(known)})")
         if not value:
             raise UsageError(f"--env {name}: empty value (the shim treats an empty variable as unset)")
         try:
@@ -147,9 +135,9 @@ def wrapped_args(command: str, args: Sequence[str]) -> tuple[str, ...]:
 def command_index(args: Sequence[str]) -> int:
     """Where the server's command starts in a wrapped registration's args (after the shim's options);
     ValueError, fit for a user, if the shim would not run a command from them."""
-    command, server, meta = _shim_parse(args, {})
-    if meta:
+    opts = _shim_parse(args, {})
+    if opts.show_help or opts.show_version:
         raise ValueError("the shim's args ask for --help or --version, not a server")
-    if not command:
-        raise ValueError(f"the shim runs the named server {server!r}, not a command")
-    return len(args) - len(command)
+    if not opts.command:
+        raise ValueError(f"the shim runs the named server {opts.server!r}, not a command")
+    return len(args) - len(opts.command)

@@ -1,7 +1,8 @@
 """Registrations in a YAML client config (Continue's ``mcpServers:`` list), edited in place by splicing.
 
-By difference, as with JSON (lazyd/ctl/wrap/jsonedit.py), so that wrap and unwrap are inverse at the
-byte level; what is kept and what is refused: docs/wrapping.md, "What is kept, byte for byte".
+A block member or item is inserted and removed as whole lines, with its neighbours' indentation; a
+flow one with its ``, ``. What is kept and what is refused: docs/wrapping.md, "What is kept, byte
+for byte".
 """
 
 from __future__ import annotations
@@ -9,12 +10,11 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
-from lazyd.ctl.wrap.jsonspan import Member, Splice, line_start, runs, splice
-from lazyd.ctl.wrap.model import Entry, RegState, decode, entry_of, newline_of
-from lazyd.ctl.wrap.yamlspan import (Alias, Map, Node, Scalar, Seq, column, line_end, parse, resolve_plain,
-                                     to_python, walk)  # fmt: skip
+from lazyd.ctl.wrap.model import Entry, decode, entry_of
+from lazyd.ctl.wrap.spans import (Alias, Array, Found, Member, Node, Object, Scalar, SpanEditor, Splice, column,
+                                  line_end, line_start, runs, to_python, walk)  # fmt: skip
+from lazyd.ctl.wrap.yamlspan import parse, resolve_plain
 from lazyd.errors import WrapError
 
 BOM = "\ufeff"
@@ -25,36 +25,24 @@ _PLAIN_SAFE = re.compile(r"[A-Za-z0-9_/.~+@=$%^]([A-Za-z0-9_/.~+@=$%^:-]*[A-Za-z
                          r"|-[A-Za-z0-9_/.~+@=-][A-Za-z0-9_/.~+@=$%^:-]*")
 
 
-@dataclass(eq=False)
-class _Found:
-    entry: Entry
-    node: Map | None
-
-
-class YamlConfig:
-    """One YAML config file: parse once, apply edits to several registrations, render once."""
+class YamlConfig(SpanEditor):
+    """One YAML config file."""
 
     def __init__(self, data: bytes, *, container: str, where: str) -> None:
         text = decode(data, where)
-        self.text = text
+        super().__init__(text)
         self._where = where
         self._container = container
         try:
             root = parse(text, 1 if text.startswith(BOM) else 0)
         except WrapError as exc:
             raise WrapError(f"{where} cannot be read as YAML: {exc}") from None
-        self._ascii = text.isascii()
-        self._newline = newline_of(text)
         self._found = self._locate(root)
-        self._edits: list[Splice] = []
 
-    def entries(self) -> list[Entry]:
-        return [found.entry for found in self._found]
-
-    def _locate(self, root: Node | None) -> list[_Found]:
+    def _locate(self, root: Node | None) -> list[Found]:
         if root is None:
             return []
-        if not isinstance(root, Map):
+        if not isinstance(root, Object):
             raise WrapError(f"{self._where}: the top level is not a mapping")
         members = root.find(self._container)
         if not members:
@@ -67,7 +55,7 @@ class YamlConfig:
         if isinstance(servers, Alias) or servers.anchor is not None:
             raise WrapError(f"{self._where}: {self._container} is an alias or has an anchor; "
                             "lazyctl cannot edit it safely")  # fmt: skip
-        if not isinstance(servers, Seq):
+        if not isinstance(servers, Array):
             raise WrapError(f"{self._where}: {self._container} is not a list")
         found = [self._entry(index, item) for index, item in enumerate(servers.items)]
         names = [f.entry.name for f in found]
@@ -77,23 +65,23 @@ class YamlConfig:
                                 f"two servers are named {f.entry.name!r} in {self._container}", f.entry.cwd)  # fmt: skip
         return found
 
-    def _entry(self, index: int, node: Node) -> _Found:
+    def _entry(self, index: int, node: Node) -> Found:
         label = f"{self._container}[{index}]"
-        if not isinstance(node, Map):
-            return _Found(Entry(label, None, "unknown", None, "the registration is not a mapping"), None)
+        if not isinstance(node, Object):
+            return Found(Entry(label, None, "unknown", None, "the registration is not a mapping"), None)
         members = to_python(node)
         assert isinstance(members, dict)
         name = members.get("name")
         if not isinstance(name, str) or not name:
-            return _Found(Entry(label, None, "unknown", None, "the registration has no name"), node)
+            return Found(Entry(label, None, "unknown", None, "the registration has no name"), node)
         problem = self._problem(node)
         entry = entry_of(name, None, members, problem)
         if problem is not None and entry.transport == "unknown":
             # A merge key or alias may bring its command: refused, never skipped.
             entry = Entry(name, None, "stdio", None, problem, entry.cwd)
-        return _Found(entry, node)
+        return Found(entry, node)
 
-    def _problem(self, reg: Map) -> str | None:
+    def _problem(self, reg: Object) -> str | None:
         if any(n.anchor is not None or n.tag is not None or isinstance(n, Alias) for n in walk(reg)) or reg.find("<<"):
             return "it uses a YAML anchor, alias, tag or merge key, which lazyctl cannot edit safely"
         duplicate = reg.duplicate_key()
@@ -101,64 +89,15 @@ class YamlConfig:
             return f"duplicate key {duplicate!r} in the registration"
         for member in reg.members:
             if member.key in ("command", "args", "env"):
-                if isinstance(member.value, Map) and member.value.duplicate_key() is not None:
+                if isinstance(member.value, Object) and member.value.duplicate_key() is not None:
                     return f"duplicate key {member.value.duplicate_key()!r} in its env"
                 if any(isinstance(n, Scalar) and (n.multiline or n.style in "|>") and n.style != "empty"
                        for n in walk(member.value)):
                     return f"its {member.key} uses a multi-line or block scalar, which lazyctl cannot edit safely"
-                if isinstance(member.value, Seq) and not member.value.flow and any(
+                if isinstance(member.value, Array) and not member.value.flow and any(
                         self.text[line_start(self.text, m) : m].strip(" ") for m in member.value.marks):
                     return f"its {member.key} list shares a line with another item"
         return None
-
-    def apply(self, entry: Entry, new: RegState) -> None:
-        """Queue the splices that turn ``entry``'s registration into ``new``."""
-        found = next(f for f in self._found if f.entry is entry)
-        old = entry.state
-        assert found.node is not None and old is not None, "only editable entries are applied"
-        reg = found.node
-        # Source spellings by value: the arguments' first where the command is edited (unwrap
-        # moves the first one back), the command's first where args are (wrap moves it there).
-        command_raw, args_raw = self._raw_strings(reg, ("args", "command")), self._raw_strings(reg, ("command", "args"))
-        removals: list[int] = []
-        command = _member(reg, "command")
-        if new.command != old.command:
-            self._edits.append(Splice(command.value.start, command.value.end,
-                                      self._scalar(new.command, command_raw, flow=reg.flow)))  # fmt: skip
-        if new.args != old.args:
-            if new.args is None:
-                removals.append(reg.members.index(_member(reg, "args")))
-            elif old.args is None:
-                self._insert_member(reg, command, "args", self._new_seq(reg, new.args, args_raw))
-            else:
-                seq = _member(reg, "args").value
-                assert isinstance(seq, Seq)
-                self._edit_seq(seq, old.args, new.args, args_raw)
-        if new.env != old.env:
-            if new.env is None:
-                removals.append(reg.members.index(_member(reg, "env")))
-            elif old.env is None:
-                self._insert_member(reg, reg.members[-1], "env", self._new_map(reg, new.env))
-            else:
-                env = _member(reg, "env").value
-                assert isinstance(env, Map)
-                self._edit_env(env, old.env, new.env)
-        self._remove_members(reg, removals)  # together: neighbours are one splice
-
-    def render(self) -> bytes:
-        return splice(self.text, self._edits).encode("utf-8")
-
-    def _raw_strings(self, reg: Map, order: tuple[str, str]) -> dict[str, Scalar]:
-        """Command and args strings by value, so a moved string keeps its quoting: of a value
-        found more than once, its first spelling in the member named first in ``order``."""
-        found: dict[str, Scalar] = {}
-        for key in order:
-            for member in reg.members:
-                if member.key == key:
-                    for node in walk(member.value):
-                        if isinstance(node, Scalar) and isinstance(node.value, str):
-                            found.setdefault(node.value, node)
-        return found
 
     def _scalar(self, value: str, raw: Mapping[str, Scalar], *, flow: bool) -> str:
         source = raw.get(value)
@@ -168,63 +107,59 @@ class YamlConfig:
                 return text
         if _PLAIN_SAFE.fullmatch(value) and resolve_plain(value) == value:
             return value
-        return json.dumps(value, ensure_ascii=self._ascii)
+        return json.dumps(value, ensure_ascii=self.ascii_only)
 
-    def _indent(self, reg: Map) -> str:
+    def _indent(self, reg: Object) -> str:
         return " " * column(self.text, reg.members[0].key_start)
 
-    def _step(self, reg: Map) -> int:
+    def _step(self, reg: Object) -> int:
         for member in reg.members:
             value = member.value
-            if isinstance(value, Map) and not value.flow and value.members:
+            if isinstance(value, Object) and not value.flow and value.members:
                 return max(1, column(self.text, value.members[0].key_start) - column(self.text, member.key_start))
-            if isinstance(value, Seq) and not value.flow and value.marks:
+            if isinstance(value, Array) and not value.flow and value.marks:
                 step = column(self.text, value.marks[0]) - column(self.text, member.key_start)
                 if step > 0:
                     return step
         return DEFAULT_STEP
 
-    def _new_seq(self, reg: Map, items: Sequence[str], raw: Mapping[str, Scalar]) -> str:
+    def _new_list(self, reg: Object, items: Sequence[str], raw: Mapping[str, Scalar]) -> str:
         if reg.flow or not items:
-            return "[" + ", ".join(self._scalar(v, raw, flow=True) for v in items) + "]"
+            return super()._new_list(reg, items, raw)
         pad = self._indent(reg) + " " * self._step(reg)
-        return "".join(self._newline + pad + "- " + self._scalar(v, raw, flow=False) for v in items)
+        return "".join(self.newline + pad + "- " + self._scalar(v, raw, flow=False) for v in items)
 
-    def _new_map(self, reg: Map, values: Mapping[str, object]) -> str:
-        pairs = [(self._scalar(k, {}, flow=True), self._value(v)) for k, v in values.items()]
+    def _new_map(self, reg: Object, values: Mapping[str, object]) -> str:
+        pairs = [(self._scalar(k, {}, flow=True), self.value_text(v)) for k, v in values.items()]
         if reg.flow or not pairs:
             return "{" + ", ".join(f"{k}: {v}" for k, v in pairs) + "}"
         pad = self._indent(reg) + " " * self._step(reg)
-        return "".join(f"{self._newline}{pad}{k}: {v}" for k, v in pairs)
+        return "".join(f"{self.newline}{pad}{k}: {v}" for k, v in pairs)
 
-    def _value(self, value: object) -> str:
-        if isinstance(value, str):
-            return self._scalar(value, {}, flow=True)
-        return json.dumps(value, ensure_ascii=self._ascii)
-
-    def _insert_member(self, reg: Map, after: Member[Node], key: str, value: str) -> None:
+    def _insert_member(self, reg: Object, after: Member, key: str, value: str) -> None:
         # A block collection value starts on the next line ("args:" + lines); a scalar after ": ".
-        text = f"{key}:{value}" if value.startswith(self._newline) else f"{key}: {value}"
+        key = self._scalar(key, {}, flow=True)
+        text = f"{key}:{value}" if value.startswith(self.newline) else f"{key}: {value}"
         if reg.flow:
-            self._edits.append(Splice(after.value.end, after.value.end, ", " + text))
+            self.edits.append(Splice(after.value.end, after.value.end, ", " + text))
             return
         end = line_end(self.text, max(after.value.end, after.key_end))
         if end < len(self.text):
-            self._edits.append(Splice(end + 1, end + 1, self._indent(reg) + text + self._newline))
+            self.edits.append(Splice(end + 1, end + 1, self._indent(reg) + text + self.newline))
         else:
-            self._edits.append(Splice(end, end, self._newline + self._indent(reg) + text))
+            self.edits.append(Splice(end, end, self.newline + self._indent(reg) + text))
 
-    def _remove_members(self, reg: Map, indices: Sequence[int]) -> None:
+    def _remove_members(self, reg: Object, indices: Sequence[int]) -> None:
         """Remove members, each run of neighbours as one splice (so that no two edits overlap)."""
         members = reg.members
         for first, last in runs(indices):
             if reg.flow:
                 if first > 0:
-                    self._edits.append(Splice(members[first - 1].value.end, members[last].value.end, ""))
+                    self.edits.append(Splice(members[first - 1].value.end, members[last].value.end, ""))
                 elif last + 1 < len(members):
-                    self._edits.append(Splice(members[first].key_start, members[last + 1].key_start, ""))
+                    self.edits.append(Splice(members[first].key_start, members[last + 1].key_start, ""))
                 else:
-                    self._edits.append(Splice(members[first].key_start, members[last].value.end, ""))
+                    self.edits.append(Splice(members[first].key_start, members[last].value.end, ""))
                 continue
             following = members[last + 1].key_start if last + 1 < len(members) else None
             self._remove_lines(members[first].key_start, max(members[last].value.end, members[last].key_end), following)
@@ -237,76 +172,50 @@ class YamlConfig:
         first = line_start(t, start)
         if t[first:start].strip(" "):
             assert following is not None, "the only member of an item is never removed"
-            self._edits.append(Splice(start, following, ""))
+            self.edits.append(Splice(start, following, ""))
             return
         end = line_end(t, last)
         if end < len(t):
-            self._edits.append(Splice(first, end + 1, ""))
+            self.edits.append(Splice(first, end + 1, ""))
         else:
             cut = first - 1 if first > 0 else first
             if cut > 0 and t[cut - 1] == "\r":
                 cut -= 1
-            self._edits.append(Splice(cut, end, ""))
+            self.edits.append(Splice(cut, end, ""))
 
-    def _edit_seq(self, seq: Seq, old: Sequence[str], new: Sequence[str], raw: Mapping[str, Scalar]) -> None:
+    def _edit_list(self, seq: Array, old: Sequence[str], new: Sequence[str], raw: Mapping[str, Scalar]) -> None:
+        if seq.flow:
+            super()._edit_list(seq, old, new, raw)
+            return
         grow = len(new) - len(old)
         t = self.text
         if grow > 0 and tuple(new[grow:]) == tuple(old):
-            prefix = new[:grow]
-            if seq.flow:
-                words = [self._scalar(v, raw, flow=True) for v in prefix]
-                if not seq.items:
-                    self._edits.append(Splice(seq.start + 1, seq.start + 1, ", ".join(words)))
-                    return
-                sep = self._flow_separator(seq.items)
-                self._edits.append(Splice(seq.items[0].start, seq.items[0].start, sep.join(words) + sep))
-                return
             mark = seq.marks[0]
             lead = t[line_start(t, mark) : mark] + "-" + t[mark + 1 : seq.items[0].start]
-            lines = "".join(lead + self._scalar(v, raw, flow=False) + self._newline for v in prefix)
-            self._edits.append(Splice(line_start(t, mark), line_start(t, mark), lines))
-        elif grow < 0 and tuple(old[-grow:]) == tuple(new):
-            if seq.flow:
-                if new:
-                    self._edits.append(Splice(seq.items[0].start, seq.items[-grow].start, ""))
-                else:
-                    self._edits.append(Splice(seq.items[0].start, seq.items[-1].end, ""))
-            elif new:
-                self._edits.append(Splice(line_start(t, seq.marks[0]), line_start(t, seq.marks[-grow]), ""))
-            else:
-                self._edits.append(Splice(seq.start, seq.end, "[]"))
-        elif seq.flow or not new:
-            self._edits.append(Splice(seq.start, seq.end, "[" + ", ".join(self._scalar(v, raw, flow=True) for v in new) + "]"))
+            lines = "".join(lead + self._scalar(v, raw, flow=False) + self.newline for v in new[:grow])
+            self.edits.append(Splice(line_start(t, mark), line_start(t, mark), lines))
+        elif grow < 0 and new and tuple(old[-grow:]) == tuple(new):
+            self.edits.append(Splice(line_start(t, seq.marks[0]), line_start(t, seq.marks[-grow]), ""))
+        elif not new:
+            self.edits.append(Splice(seq.start, seq.end, "[]"))
         else:
             mark = seq.marks[0]
             lead = t[line_start(t, mark) : mark] + "- "
-            body = self._newline.join(lead + self._scalar(v, raw, flow=False) for v in new)
+            body = self.newline.join(lead + self._scalar(v, raw, flow=False) for v in new)
             end = line_end(t, seq.end)
-            self._edits.append(Splice(line_start(t, mark), end - 1 if t[end - 1] == "\r" else end, body))
+            self.edits.append(Splice(line_start(t, mark), end - 1 if t[end - 1] == "\r" else end, body))
 
-    def _flow_separator(self, items: Sequence[Node]) -> str:
-        if len(items) >= 2:
-            gap = self.text[items[0].end : items[1].start]
-            if gap.strip(" \t\r\n") == ",":
-                return gap
-        return ", "
-
-    def _edit_env(self, env: Map, old: Mapping[str, object], new: Mapping[str, object]) -> None:
+    def _edit_map(self, env: Object, old: Mapping[str, object], new: Mapping[str, object], reg: Object) -> None:
         self._remove_members(env, [i for i, member in enumerate(env.members) if member.key not in new])
         for member in env.members:
             if member.key in new and old.get(member.key) != new[member.key]:
-                self._edits.append(Splice(member.value.start, member.value.end, self._value(new[member.key])))
+                self.edits.append(Splice(member.value.start, member.value.end, self.value_text(new[member.key])))
         added = {k: v for k, v in new.items() if k not in old}
         if added:
             if not env.members:
-                body = ", ".join(f"{self._scalar(k, {}, flow=True)}: {self._value(v)}" for k, v in added.items())
-                self._edits.append(Splice(env.start + 1, env.start + 1, body))
+                body = ", ".join(f"{self._scalar(k, {}, flow=True)}: {self.value_text(v)}" for k, v in added.items())
+                self.edits.append(Splice(env.start + 1, env.start + 1, body))
             else:
                 last = env.members[-1]
                 for key, setting in added.items():
-                    self._insert_member(env, last, self._scalar(key, {}, flow=True), self._value(setting))
-
-
-def _member(reg: Map, key: str) -> Member[Node]:
-    return next(m for m in reg.members if m.key == key)
-
+                    self._insert_member(env, last, key, self.value_text(setting))

@@ -12,81 +12,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 
 import yaml
 import yaml.events as ev
 
-from lazyd.ctl.wrap.jsonspan import Keyed, Member, line_start, position
+from lazyd.ctl.wrap.spans import Alias, Array, Member, Node, Object, Scalar, position
 from lazyd.errors import WrapError
 
 MAX_NESTING_DEPTH = 100  # configs nest a handful of levels; the recursive builder stays far from Python's limit
-
-
-@dataclass(eq=False, slots=True)
-class Node:
-    """``text[start:end]`` is the node's exact source (properties such as ``&a`` not included)."""
-
-    start: int
-    end: int
-    anchor: str | None = None
-    tag: str | None = None
-
-
-@dataclass(eq=False, slots=True)
-class Scalar(Node):
-    value: object = None
-    style: str = "plain"  # plain, ', ", | or >; "empty" for an absent value (``key:`` alone)
-    multiline: bool = False
-
-
-@dataclass(eq=False, slots=True)
-class Alias(Node):
-    name: str = ""
-
-
-@dataclass(eq=False, slots=True)
-class Seq(Node):
-    items: list[Node] = field(default_factory=list)
-    flow: bool = False
-    marks: list[int] = field(default_factory=list)  # where each block item's '-' is
-
-
-@dataclass(eq=False, slots=True)
-class Map(Node, Keyed[Node]):
-    members: list[Member[Node]] = field(default_factory=list)
-    flow: bool = False
-
-
-def to_python(node: Node, anchors: dict[str, object] | None = None) -> object:
-    """The plain value (the last of duplicate keys wins); an alias is its anchor's value (None if
-    undefined). Merge keys (``<<``) are left as members: editors refuse servers that use them."""
-    anchors = {} if anchors is None else anchors
-    value: object
-    if isinstance(node, Scalar):
-        value = node.value
-    elif isinstance(node, Alias):
-        value = anchors.get(node.name)
-    elif isinstance(node, Seq):
-        value = [to_python(item, anchors) for item in node.items]
-    else:
-        assert isinstance(node, Map)
-        value = {m.key: to_python(m.value, anchors) for m in node.members}
-    if node.anchor is not None:
-        anchors[node.anchor] = value
-    return value
-
-
-def walk(node: Node) -> list[Node]:
-    """``node`` and every node inside it."""
-    found = [node]
-    if isinstance(node, Seq):
-        for item in node.items:
-            found += walk(item)
-    elif isinstance(node, Map):
-        for member in node.members:
-            found += walk(member.value)
-    return found
 
 
 _NULLS = {"", "~", "null", "Null", "NULL"}
@@ -114,16 +47,6 @@ def resolve_plain(text: str) -> object:
             return float("-inf") if lowered.startswith("-") else float("inf")
         return float("nan") if lowered.endswith("nan") else float(text)
     return text
-
-
-def line_end(text: str, index: int) -> int:
-    """The index of the newline ending ``index``'s line (``len(text)`` on the last line)."""
-    end = text.find("\n", index)
-    return len(text) if end < 0 else end
-
-
-def column(text: str, index: int) -> int:
-    return index - line_start(text, index)
 
 
 def parse(text: str, start: int = 0) -> Node | None:
@@ -205,8 +128,8 @@ class _Builder:
         value = resolve_plain(event.value) if event.tag is None else event.value
         return Scalar(start, end, value=value, style="plain", multiline=multiline)
 
-    def seq(self, event: ev.SequenceStartEvent, stream: Iterator[ev.Event], start: int, depth: int) -> Seq:
-        result = Seq(start, start, flow=bool(event.flow_style))
+    def seq(self, event: ev.SequenceStartEvent, stream: Iterator[ev.Event], start: int, depth: int) -> Array:
+        result = Array(start, start, flow=bool(event.flow_style))
         after = start  # where the next block item's '-' is searched from
         for item in stream:
             if isinstance(item, ev.SequenceEndEvent):
@@ -236,9 +159,9 @@ class _Builder:
                 return i
         raise AssertionError("PyYAML found a block sequence item here")
 
-    def map(self, event: ev.MappingStartEvent, stream: Iterator[ev.Event], start: int, depth: int) -> Map:
+    def map(self, event: ev.MappingStartEvent, stream: Iterator[ev.Event], start: int, depth: int) -> Object:
         flow = bool(event.flow_style)
-        result = Map(start, start, flow=flow)
+        result = Object(start, start, flow=flow)
         for key in stream:
             if isinstance(key, ev.MappingEndEvent):
                 result.end = self.at(key.end_mark) if flow else result.end

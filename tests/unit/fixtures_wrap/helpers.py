@@ -8,7 +8,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from lazyd.ctl.wrap import engine, jsonspan
+from lazyd.ctl.wrap import engine, jsonspan, spans
 from lazyd.ctl.wrap.clients import CLIENTS
 from lazyd.ctl.wrap.shimargs import find_shim
 
@@ -75,22 +75,22 @@ class Lazyctl:
         return engine.execute(request, self.env, self.root, hooks, state_dir=self.state_dir)
 
 
-def registrations(text: str, client: str) -> dict[tuple[str | None, str], jsonspan.Object]:
+def registrations(text: str, client: str) -> dict[tuple[str | None, str], spans.Object]:
     """Every registration object of a JSON config by (project, name), from the span scanner."""
     spec = CLIENTS[client]
     root = jsonspan.parse(text, spec.dialect)
-    assert isinstance(root, jsonspan.Object)
-    found: dict[tuple[str | None, str], jsonspan.Object] = {}
-    scopes: list[tuple[str | None, jsonspan.Object]] = [(None, root)]
+    assert isinstance(root, spans.Object)
+    found: dict[tuple[str | None, str], spans.Object] = {}
+    scopes: list[tuple[str | None, spans.Object]] = [(None, root)]
     if spec.projects:
         for projects in root.find("projects"):
-            assert isinstance(projects.value, jsonspan.Object)
-            scopes += [(m.key, m.value) for m in projects.value.members if isinstance(m.value, jsonspan.Object)]
+            assert isinstance(projects.value, spans.Object)
+            scopes += [(m.key, m.value) for m in projects.value.members if isinstance(m.value, spans.Object)]
     for project, scope in scopes:
         for container in scope.find(spec.container):
-            assert isinstance(container.value, jsonspan.Object)
+            assert isinstance(container.value, spans.Object)
             for member in container.value.members:
-                if isinstance(member.value, jsonspan.Object):
+                if isinstance(member.value, spans.Object):
                     found[(project, member.key)] = member.value
     return found
 
@@ -115,13 +115,13 @@ def assert_only_registrations_changed(before: str, after: str, client: str, edit
             if old_member is None:
                 continue
             assert new_member is not None
-            if isinstance(old_member.value, jsonspan.Array):
-                assert isinstance(new_member.value, jsonspan.Array)
+            if isinstance(old_member.value, spans.Array):
+                assert isinstance(new_member.value, spans.Array)
                 old_items = [before[i.start : i.end] for i in old_member.value.items]
                 new_items = [after[i.start : i.end] for i in new_member.value.items]
                 assert new_items[len(new_items) - len(old_items) :] == old_items
-            if isinstance(old_member.value, jsonspan.Object):
-                assert isinstance(new_member.value, jsonspan.Object)
+            if isinstance(old_member.value, spans.Object):
+                assert isinstance(new_member.value, spans.Object)
                 old_env = [before[m.key_start : m.value.end] for m in old_member.value.members]
                 new_env = [after[m.key_start : m.value.end] for m in new_member.value.members]
                 assert new_env[: len(old_env)] == old_env
@@ -130,7 +130,7 @@ def assert_only_registrations_changed(before: str, after: str, client: str, edit
 
 def loads(text: str, client: str) -> object:
     """The plain value of a config (comments and trailing commas allowed where the client allows them)."""
-    return jsonspan.to_python(jsonspan.parse(text, CLIENTS[client].dialect))
+    return spans.to_python(jsonspan.parse(text, CLIENTS[client].dialect))
 
 
 def strict_loads(text: str) -> object:
