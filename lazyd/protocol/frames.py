@@ -15,9 +15,7 @@ from __future__ import annotations
 
 from lazyd.errors import WireError
 
-# Not `from typing import TYPE_CHECKING`: the shim imports this at every start; mypy treats any
-# name TYPE_CHECKING as true.
-TYPE_CHECKING = False
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the shim start-up time
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
     from typing import Any, ClassVar, TypeAlias

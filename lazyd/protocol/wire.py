@@ -30,9 +30,7 @@ from lazyd.protocol.frames import WIRE_VERSION as WIRE_VERSION
 from lazyd.protocol.frames import AnyFrame, Frame, Line
 from lazyd.protocol.frames import validate_walked as validate_walked
 
-# Not `from typing import TYPE_CHECKING`: the shim imports this at every start; mypy treats any
-# name TYPE_CHECKING as true.
-TYPE_CHECKING = False
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the shim start-up time
 if TYPE_CHECKING:
     import socket  # annotations only: the shim dials with _socket (shim/dial.py)
     from collections.abc import Mapping
@@ -276,7 +274,6 @@ class FrameDecoder:
 
     @property
     def buffered(self) -> int:
-        """Bytes received but not yet returned as frames (0 between frames)."""
         return len(self._buf) + (HEADER_BYTES if self._need is not None else 0)
 
     def unconsumed(self) -> bytes:
@@ -290,7 +287,6 @@ class FrameDecoder:
 
 
 def send_frame(sock: socket.socket, frame: Frame) -> None:
-    """Encode and send one frame on a blocking socket. OSError means the connection is gone."""
     sock.sendall(encode(frame))
 
 
