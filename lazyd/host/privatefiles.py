@@ -2,9 +2,9 @@
 the files lazyd keeps in them (identity key, state records, caches, wrap records and backups).
 
 A directory someone else prepared (the predictable ``$TMPDIR/runtime-<uid>`` can be squatted) is
-refused, never repaired: we only chmod what we created. A state file is checked on the opened
-descriptor, so the file checked is the file read; a refusal is one StateFileError line (path,
-problem, fix). ``write_private`` is the one atomic writer: readers see the old file or the new one.
+refused, never repaired: we only chmod what we created. A file read is checked on the opened
+descriptor, so the file checked is the file read; a refusal is one line (path, problem, fix), a
+StateFileError or the caller's own (the config's). ``write_private`` is the one atomic writer: readers see the old file or the new one.
 Standard library only: sockpath.py's daemon records use the writer too.
 """
 
@@ -51,18 +51,12 @@ def _ensure_dir(path: Path, *, create_parents: bool, what: str) -> None:
         if not path.parent.exists():
             if not create_parents:
                 raise SetupError(f"refusing {what} {path}: parent {path.parent} does not exist") from None
-            _make_missing(path.parent, what=what)
+            _ensure_dir(path.parent, create_parents=True, what=what)
         _create_private(path, what=what)
         return
     except OSError as error:
         raise SetupError(f"refusing {what} {path}: {error.strerror}") from None
     _check_private(path, info, what=what)
-
-
-def _make_missing(path: Path, *, what: str) -> None:
-    if path.parent != path and not os.path.lexists(path.parent):
-        _make_missing(path.parent, what=what)
-    _create_private(path, what=what)
 
 
 def _create_private(path: Path, *, what: str) -> None:
