@@ -60,12 +60,14 @@ class Frame:
     # absent or nil, and are encoded only when set (not None, not empty).
     _fields: ClassVar[dict[str, Check]] = {}
     _optional: ClassVar[dict[str, Check]] = {}
-    _names: ClassVar[tuple[str, ...]] = ()  # the fields, as the constructor's keywords
+    _names: ClassVar[tuple[str, ...]] = ()  # the fields a frame stores: the constructor's keywords
     _known: ClassVar[frozenset[str]] = frozenset({"t"})  # every key this version reads
 
     def __init_subclass__(cls) -> None:
-        cls._names = (*cls._fields, *cls._optional)
-        cls._known = frozenset({"t", *cls._names})
+        fields = (*cls._fields, *cls._optional)
+        # The `v` of a hello or welcome is its class's: a frame of another version is a Foreign one.
+        cls._names = tuple(name for name in fields if name in cls.__slots__)
+        cls._known = frozenset({"t", *fields})
 
     def __init__(self, extra: Mapping[str, Any] | None = None) -> None:
         self.extra: Mapping[str, Any] = extra or _NO_EXTRA
@@ -98,9 +100,10 @@ class Frame:
 class Hello(Frame):
     """A client's first frame, of this wire version: open a session (shim) or a control connection."""
 
-    __slots__ = ("v", "role", "pid", "argv", "cwd", "env", "opts", "server", "resume", "env_raw", "handoff", "layout",
+    __slots__ = ("role", "pid", "argv", "cwd", "env", "opts", "server", "resume", "env_raw", "handoff", "layout",
                  "reclaim")
     t = "hello"
+    v: ClassVar[int] = WIRE_VERSION
     _fields = {
         "v": _INT, "role": (lambda v: v in ("shim", "ctl"), '"shim" or "ctl"'), "pid": _INT,
         "argv": (lambda v: isinstance(v, list) and all(isinstance(a, str) for a in v), "a list of str"),
@@ -116,10 +119,9 @@ class Hello(Frame):
     def __init__(self, role: str, pid: int, argv: list[str], cwd: str, env: dict[str, str],
                  opts: dict[str, str], server: str | None, resume: list[bytes],
                  env_raw: Sequence[Sequence[bytes]] | None = None, handoff: bool | None = None,
-                 layout: int | None = None, reclaim: bool | None = None, v: int = WIRE_VERSION,
+                 layout: int | None = None, reclaim: bool | None = None,
                  extra: Mapping[str, Any] | None = None) -> None:
         super().__init__(extra)
-        self.v = v
         self.role = role  # "shim" or "ctl"
         self.pid = pid
         self.argv = argv  # the server command; empty for a named server, a hub or lazyctl
@@ -158,15 +160,15 @@ class ForeignHello(Frame):
 class Welcome(Frame):
     """The daemon accepted a hello of this wire version."""
 
-    __slots__ = ("v", "session", "name", "daemon_pid", "handoff")
+    __slots__ = ("session", "name", "daemon_pid", "handoff")
     t = "welcome"
+    v: ClassVar[int] = WIRE_VERSION
     _fields = {"v": _INT, "session": _INT, "name": _STR, "daemon_pid": _INT}
     _optional = {"handoff": _BOOL}
 
     def __init__(self, session: int, name: str, daemon_pid: int, handoff: bool | None = None,
-                 v: int = WIRE_VERSION, extra: Mapping[str, Any] | None = None) -> None:
+                 extra: Mapping[str, Any] | None = None) -> None:
         super().__init__(extra)
-        self.v = v
         self.session = session  # 0 on a control connection
         self.name = name  # the server's readable name, "hub" or "control"
         self.daemon_pid = daemon_pid
