@@ -201,19 +201,13 @@ def check_structure(body: bytes) -> None:
 # --- decoding -----------------------------------------------------------------------------------
 
 
-def _refuse_ext(code: int, data: bytes) -> object:
-    raise WireError(f"msgpack ext type {code} is not allowed")
-
-
 def decode_body(body: bytes) -> AnyFrame:
     """Decode and validate one frame body (the bytes after the length header); raises WireError."""
     check_structure(body)
     try:
-        obj = msgpack.unpackb(body, raw=False, strict_map_key=True, use_list=True, ext_hook=_refuse_ext,
+        obj = msgpack.unpackb(body, raw=False, strict_map_key=True, use_list=True,
                               max_str_len=MAX_FRAME_BYTES, max_bin_len=MAX_LINE_BYTES, max_ext_len=0,
                               max_array_len=MAX_CONTAINER_LEN, max_map_len=MAX_CONTAINER_LEN)
-    except WireError:
-        raise
     except Exception as exc:  # msgpack raises ValueError, FormatError, StackError, UnicodeError...
         raise WireError(f"undecodable frame body: {exc}") from None
     return validate_walked(obj)  # a map: the walk refused anything else
