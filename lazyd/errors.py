@@ -42,12 +42,6 @@ TYPE_CHECKING = False  # not typing.TYPE_CHECKING: the shim imports this module 
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = [
-    "LazydError", "UsageError", "ConfigError", "StateFileError", "SetupError", "AlreadyRunning", "WireError",
-    "SlowPeer", "LineTooLong", "Refused", "NotReclaimed", "SpawnError", "LifecycleError", "InheritError",
-    "Unavailable", "NoDaemon", "ReplayFailed", "CtlError", "DaemonNotRunning", "WrapError", "JsonSyntaxError",
-]
-
 
 class LazydError(Exception):
     """The root of every error lazyd raises on purpose; ``str()`` is one line for a user."""

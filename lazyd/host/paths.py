@@ -20,8 +20,6 @@ from pathlib import Path
 from lazyd.host import sockpath
 from lazyd.errors import SetupError
 
-__all__ = ["MAX_START_RECORD_BYTES", "Paths", "resolve_paths", "start_record_path"]
-
 MAX_START_RECORD_BYTES = 16 * 1024  # one line and a few fields; lazyctl reads no more than this
 
 

@@ -23,9 +23,6 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from types import TracebackType
 
-__all__ = ["PRIVATE_DIR_MODE", "PRIVATE_FILE_MODE", "ensure_private_dir", "read_private", "write_private",
-           "StagedFile", "fsync_dir"]
-
 PRIVATE_DIR_MODE = 0o700
 PRIVATE_FILE_MODE = 0o600  # owner read/write: these files may hold credentials copied from configs
 

@@ -23,10 +23,6 @@ if TYPE_CHECKING:
     # A field's test of a decoded value, and what an error says the value must be.
     Check: TypeAlias = tuple[Callable[[object], bool], str]
 
-__all__ = ["WIRE_VERSION", "MAX_LINE_BYTES", "MAX_FRAME_BYTES", "FRAME_TYPES", "Frame", "Hello",
-           "ForeignHello", "Welcome", "ForeignWelcome", "Refusal", "Line", "Ctl", "Reply", "Progress", "AnyFrame",
-           "validate_walked"]
-
 WIRE_VERSION: int = 1  # bumped on any incompatible change; another version is `refused`/"version"
 MAX_LINE_BYTES: int = 16 * 1024 * 1024  # above the TypeScript SDK's 10 MiB line limit: a real peer's line fits
 MAX_FRAME_BYTES: int = MAX_LINE_BYTES + 64 * 1024  # a body: one maximal line and the frame's own fields
