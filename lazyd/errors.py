@@ -13,7 +13,6 @@
     ├── SlowPeer              a frame that did not finish within its deadline: likewise
     ├── LineTooLong           a server wrote a stdout line over its limit
     ├── Refused               a hello the daemon will not serve (``code`` for the ``refused`` frame)
-    │   └── NotReclaimed      a lost daemon's session it leaves to the shim's own recovery
     ├── SpawnError            a server's command cannot be started; ``errno`` says why
     ├── LifecycleError        an event no lifecycle state can absorb: a bug of the caller
     ├── InheritError          a successor cannot take over what was handed over: it restarts
@@ -90,13 +89,6 @@ class Refused(LazydError):
         super().__init__(message)
         self.code = code
         self.message = message
-
-
-class NotReclaimed(Refused):
-    """A reclaiming hello the daemon does not take back itself (lazyd/handoff/recovery.py)."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__("reclaim", message)
 
 
 class SpawnError(LazydError):
