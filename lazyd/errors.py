@@ -3,20 +3,16 @@
 ::
 
     LazydError                the root: str() is one line fit for a user, never a traceback
-    ├── UserError             the user must fix it; never worked around (no fail-open), exit 2
-    │   ├── UsageError        a bad flag, option value or command line
-    │   ├── ConfigError       config.toml, or a registration option, that lazyd refuses
-    │   ├── StateFileError    a file in lazyd's state or cache dir that is not lazyd's own
-    │   └── HubOptionError    a hub hello with a command, a server name or a server's option
+    ├── UsageError            a bad flag, option value or command line (exit 2, never worked around)
+    ├── ConfigError           config.toml, or a registration option, that lazyd refuses (exit 2)
+    ├── StateFileError        a file in lazyd's state or cache dir that is not lazyd's own
     ├── SetupError            an unsafe or unusable environment: the daemon exits 1, a shim runs
     │                         the server directly
     ├── AlreadyRunning        another live daemon holds the instance lock or the socket (exit 0)
-    ├── ProtocolError         a peer broke the protocol: its connection is closed, nothing else
-    │   ├── WireError         bytes that are not a valid frame (lazyd/protocol/wire.py)
-    │   ├── SlowPeer          a frame that did not finish within its deadline
-    │   └── LineTooLong       a server wrote a stdout line over its limit
+    ├── WireError             bytes that are not a valid frame: that connection is closed
+    ├── SlowPeer              a frame that did not finish within its deadline: likewise
+    ├── LineTooLong           a server wrote a stdout line over its limit
     ├── Refused               a hello the daemon will not serve (``code`` for the ``refused`` frame)
-    │   └── NotReclaimed      a lost daemon's session it leaves to the shim's own recovery
     ├── SpawnError            a server's command cannot be started; ``errno`` says why
     ├── LifecycleError        an event no lifecycle state can absorb: a bug of the caller
     ├── InheritError          a successor cannot take over what was handed over: it restarts
@@ -26,13 +22,12 @@
     ├── CtlError              a lazyctl operation failed (``exit_code`` 1)
     │   └── DaemonNotRunning  nothing listens on the socket (exit 3, as systemctl's)
     ├── WrapError             lazyctl wrap could not edit a config; nothing was written
-    │   └── ConflictError     the file changed between lazyctl's read and its replace
     └── JsonSyntaxError       a client config that is not JSON of its dialect (also a ValueError)
 
 Low-level errors become these at one boundary each, so nothing above it sees an OSError, a msgpack
 exception or a library's RuntimeError: lazyd/protocol/wire.py (msgpack's errors on a peer's bytes),
 lazyd/host/paths.py (platformdirs' missing home), lazyd/daemon/connections/listener.py (a broken
-stream ends the connection quietly, a ProtocolError with one warning), lazyd/daemon/process/child.py
+stream ends the connection quietly, a bad or slow frame with one warning), lazyd/daemon/process/child.py
 (exec failures), shim/connect.py (connect and hello failures become Unavailable), lazyd/ctl/client.py
 (the control socket's failures become CtlError).
 The message is one line naming the file, flag or server and the fix, never a possible secret. A
@@ -46,27 +41,16 @@ TYPE_CHECKING = False  # not typing.TYPE_CHECKING: the shim imports this module 
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = [
-    "LazydError", "UserError", "UsageError", "ConfigError", "StateFileError", "HubOptionError",
-    "SetupError", "AlreadyRunning", "ProtocolError", "WireError", "SlowPeer", "LineTooLong",
-    "Refused", "NotReclaimed", "SpawnError", "LifecycleError", "InheritError", "Unavailable", "NoDaemon", "ReplayFailed", "CtlError",
-    "DaemonNotRunning", "WrapError", "ConflictError", "JsonSyntaxError",
-]
-
 
 class LazydError(Exception):
     """The root of every error lazyd raises on purpose; ``str()`` is one line for a user."""
 
 
-class UserError(LazydError):
-    """Something only the user can fix; never worked around by running a server directly."""
-
-
-class UsageError(UserError):
+class UsageError(LazydError):
     """A bad flag, option value or missing command; the message is one line without a prefix."""
 
 
-class ConfigError(UserError):
+class ConfigError(LazydError):
     """A config file or shim option that lazyd refuses; ``str()`` is one line fit for a user."""
 
     def __init__(self, message: str) -> None:
@@ -74,12 +58,8 @@ class ConfigError(UserError):
         super().__init__(message.replace("\r", "\\r").replace("\n", "\\n"))
 
 
-class StateFileError(UserError):
+class StateFileError(LazydError):
     """A state file lazyd will not use; ``str()`` is one line naming the file, the problem and the fix."""
-
-
-class HubOptionError(UserError):
-    """A hub hello the daemon refuses; ``str()`` is one line for the ``refused`` frame."""
 
 
 class SetupError(LazydError):
@@ -90,19 +70,15 @@ class AlreadyRunning(LazydError):
     """Another live daemon holds the instance lock or answers on the socket."""
 
 
-class ProtocolError(LazydError):
-    """A peer (a shim, lazyctl, a server) broke the protocol; only its connection pays for it."""
-
-
-class WireError(ProtocolError):
+class WireError(LazydError):
     """The peer sent bytes that are not a valid frame. Close the connection; never reuse the decoder."""
 
 
-class SlowPeer(ProtocolError):
+class SlowPeer(LazydError):
     """The peer started a frame and did not finish it within the frame deadline."""
 
 
-class LineTooLong(ProtocolError):
+class LineTooLong(LazydError):
     """The child wrote a stdout line longer than the spec's max_line_bytes."""
 
 
@@ -113,13 +89,6 @@ class Refused(LazydError):
         super().__init__(message)
         self.code = code
         self.message = message
-
-
-class NotReclaimed(Refused):
-    """A reclaiming hello the daemon does not take back itself (lazyd/handoff/recovery.py)."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__("reclaim", message)
 
 
 class SpawnError(LazydError):
@@ -176,10 +145,6 @@ class DaemonNotRunning(CtlError):
 
 class WrapError(LazydError):
     """An operation failed and nothing was written; the message is one readable line."""
-
-
-class ConflictError(WrapError):
-    """The file changed under us between read and replace; the edit was abandoned."""
 
 
 class JsonSyntaxError(LazydError, ValueError):

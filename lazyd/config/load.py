@@ -10,11 +10,8 @@ symlink, another uid's file or one writable by group or others is refused rather
 
 from __future__ import annotations
 
-import errno
 import json
-import os
 import re
-import stat
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import MappingProxyType
@@ -30,6 +27,7 @@ from lazyd.core.memory import parse_size
 from lazyd.core.policy import ToolPolicy, as_decision, compile_rule
 from lazyd.core.pressure import PressureSettings
 from lazyd.errors import ConfigError
+from lazyd.host.privatefiles import read_private
 
 __all__ = [
     "WakePredicate", "Policy", "ServerConfig", "Config", "load_config",
@@ -59,50 +57,27 @@ _SERVER_NAME = re.compile(r"[A-Za-z0-9_.-]+", re.ASCII)
 _NO_FILE_LABEL = "config.toml"
 
 
+# What a refused config file's error says after the problem (lazyd/host/privatefiles.py reads it).
+_CONFIG_FIXES = {
+    "link": "; lazyd only reads a regular file you own (replace the link with a copy of the file)",
+    "kind": "",
+    "owner": "; lazyd runs the commands it names, so it must be yours",
+    "mode": "; lazyd runs the commands it names, so fix it with: chmod go-w {path}",
+    "size": "; is it the right file?",
+    "read": "",
+}
+
+
 def load_config(path: Path, environ: Mapping[str, str]) -> Config:
     """Read and validate the config file at `path` (missing: `Config()`); `environ` feeds
     `${VAR}` and `~`. The checks look at the opened descriptor: the file checked is the file read."""
-    label = str(path)
-    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NOCTTY | os.O_NONBLOCK
-    try:
-        # O_NONBLOCK: opening a FIFO planted at this path must not hang the daemon's boot.
-        fd = os.open(path, flags)
-    except FileNotFoundError:
+    data = read_private(path, MAX_CONFIG_BYTES, error=ConfigError, fixes=_CONFIG_FIXES)
+    if data is None:
         return Config()
-    except OSError as error:
-        # O_NOFOLLOW turns a symlink at the final component into ELOOP.
-        if error.errno == errno.ELOOP:
-            raise ConfigError(
-                f"{label}: is a symbolic link; lazyd only reads a regular file you own "
-                "(replace the link with a copy of the file)"
-            ) from None
-        raise ConfigError(f"{label}: cannot be read: {error.strerror}") from None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise ConfigError(f"{label}: is not a regular file")
-        if info.st_uid != os.geteuid():
-            raise ConfigError(
-                f"{label}: is owned by uid {info.st_uid}, not by you (uid {os.geteuid()}); "
-                "lazyd runs the commands it names, so it must be yours"
-            )
-        if info.st_mode & 0o022:
-            raise ConfigError(
-                f"{label}: is writable by group or others (mode {stat.S_IMODE(info.st_mode):04o}); "
-                f"lazyd runs the commands it names, so fix it with: chmod go-w {label}"
-            )
-        with os.fdopen(fd, "rb", closefd=False) as file:
-            data = file.read(MAX_CONFIG_BYTES + 1)
-    except OSError as error:
-        raise ConfigError(f"{label}: cannot be read: {error.strerror}") from None
-    finally:
-        os.close(fd)
-    if len(data) > MAX_CONFIG_BYTES:
-        raise ConfigError(f"{label}: is larger than {MAX_CONFIG_BYTES} bytes; is it the right file?")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as error:
-        raise ConfigError(f"{label}: is not UTF-8 text (bad byte at offset {error.start})") from None
+        raise ConfigError(f"{path}: is not UTF-8 text (bad byte at offset {error.start})") from None
     return parse_config_text(text, environ, path)
 
 

@@ -16,8 +16,6 @@ TYPE_CHECKING = False  # not typing.TYPE_CHECKING: the shim imports this when it
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
 
-__all__ = ["BASE_NAMES", "BASE_PREFIXES", "DAEMON_NAMES", "base", "own", "is_base"]
-
 BASE_NAMES = frozenset({
     "HOME", "USER", "LOGNAME", "SHELL", "PATH", "TMPDIR",
     "LANG", "LANGUAGE", "TZ",

@@ -1,9 +1,9 @@
 """Where lazyd keeps its files: the one place that turns the process environment into paths.
 
-- The socket is ``--socket``, else ``LAZYD_SOCKET``, else ``<runtime dir>/lazyd/lazyd.sock``, the
-  runtime dir by ``lazyd.host.sockpath.runtime_dir`` (platformdirs' rule without platformdirs,
-  for the shim). An overridden socket's runtime dir is its own directory and its lock
-  ``<socket>.lock``: two daemons on two sockets must not fight over one lock.
+- The socket is ``--socket``, else where ``lazyd.host.sockpath`` finds it (the shim's rule). Its
+  directory is the runtime dir; the lock beside it is ``lazyd.lock``, or ``<socket>.lock`` for a
+  socket named by ``--socket`` or ``LAZYD_SOCKET``: two daemons on two sockets must not fight
+  over one lock.
 - Config, cache and state are platformdirs' user dirs for "lazyd"; no home at all is a SetupError.
 
 Nothing here is created or validated: see ``lazyd.host.privatefiles.ensure_private_dir``.
@@ -20,15 +20,6 @@ from pathlib import Path
 from lazyd.host import sockpath
 from lazyd.errors import SetupError
 
-__all__ = ["APP_NAME", "SOCKET_ENV", "MAX_START_RECORD_BYTES", "Paths", "resolve_paths", "start_record_path"]
-
-APP_NAME = "lazyd"
-SOCKET_NAME = "lazyd.sock"
-LOCK_NAME = "lazyd.lock"
-CONFIG_NAME = "config.toml"
-LOGS_NAME = "logs"
-SOCKET_ENV = "LAZYD_SOCKET"
-START_RECORD_SUFFIX = ".error"  # the start-up record a daemon that could not start leaves beside its socket
 MAX_START_RECORD_BYTES = 16 * 1024  # one line and a few fields; lazyctl reads no more than this
 
 
@@ -51,27 +42,13 @@ def resolve_paths(socket_override: str | None = None) -> Paths:
 
     Raises SetupError when no absolute home directory can be found for the XDG defaults.
     """
-    env = os.environ
-    override = socket_override or env.get(SOCKET_ENV) or None
-    if override is not None:
-        socket_path = Path(override)
-        runtime_dir = socket_path.parent
-        lock = socket_path.with_name(socket_path.name + ".lock")
-    else:
-        runtime_dir = Path(sockpath.runtime_dir(env)) / APP_NAME
-        socket_path = runtime_dir / SOCKET_NAME
-        lock = runtime_dir / LOCK_NAME
+    overridden = bool(socket_override or os.environ.get("LAZYD_SOCKET"))
+    socket_path = Path(socket_override or sockpath.default_socket_path(os.environ))
+    lock_name = f"{socket_path.name}.lock" if overridden else "lazyd.lock"
     config_dir, cache_dir, state_dir = _user_dirs()
-    return Paths(
-        runtime_dir=runtime_dir,
-        socket=socket_path,
-        lock=lock,
-        config_file=config_dir / CONFIG_NAME,
-        cache_dir=cache_dir,
-        state_dir=state_dir,
-        logs_dir=state_dir / LOGS_NAME,
-        socket_overridden=override is not None,
-    )
+    return Paths(runtime_dir=socket_path.parent, socket=socket_path, lock=socket_path.with_name(lock_name),
+                 config_file=config_dir / "config.toml", cache_dir=cache_dir, state_dir=state_dir,
+                 logs_dir=state_dir / "logs", socket_overridden=overridden)
 
 
 def _user_dirs() -> tuple[Path, Path, Path]:
@@ -80,8 +57,8 @@ def _user_dirs() -> tuple[Path, Path, Path]:
     import platformdirs
 
     try:
-        return (Path(platformdirs.user_config_dir(APP_NAME)), Path(platformdirs.user_cache_dir(APP_NAME)),
-                Path(platformdirs.user_state_dir(APP_NAME)))
+        return (Path(platformdirs.user_config_dir("lazyd")), Path(platformdirs.user_cache_dir("lazyd")),
+                Path(platformdirs.user_state_dir("lazyd")))
     except RuntimeError:  # platformdirs: "could not determine the home directory"
         raise SetupError(
             f"cannot find a home directory for uid {os.getuid()}: set HOME or the XDG_*_HOME variables"
@@ -92,4 +69,4 @@ def start_record_path(socket_path: str | os.PathLike[str]) -> Path:
     """Where the start-up record of the daemon of `socket_path` is kept: written by a daemon that
     could not start, removed by the next that does, shown by lazyctl when no daemon answers."""
     path = Path(socket_path)
-    return path.with_name(path.name + START_RECORD_SUFFIX)
+    return path.with_name(path.name + ".error")

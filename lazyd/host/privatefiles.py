@@ -2,9 +2,9 @@
 the files lazyd keeps in them (identity key, state records, caches, wrap records and backups).
 
 A directory someone else prepared (the predictable ``$TMPDIR/runtime-<uid>`` can be squatted) is
-refused, never repaired: we only chmod what we created. A state file is checked on the opened
-descriptor, so the file checked is the file read; a refusal is one StateFileError line (path,
-problem, fix). ``write_private`` is the one atomic writer: readers see the old file or the new one.
+refused, never repaired: we only chmod what we created. A file read is checked on the opened
+descriptor, so the file checked is the file read; a refusal is one line (path, problem, fix), a
+StateFileError or the caller's own (the config's). ``write_private`` is the one atomic writer: readers see the old file or the new one.
 Standard library only: sockpath.py's daemon records use the writer too.
 """
 
@@ -14,17 +14,14 @@ import errno
 import json
 import os
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from lazyd.errors import SetupError, StateFileError
+from lazyd.errors import LazydError, SetupError, StateFileError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from types import TracebackType
-
-__all__ = ["PRIVATE_DIR_MODE", "PRIVATE_FILE_MODE", "ensure_private_dir", "read_private", "write_private",
-           "StagedFile", "fsync_dir"]
 
 PRIVATE_DIR_MODE = 0o700
 PRIVATE_FILE_MODE = 0o600  # owner read/write: these files may hold credentials copied from configs
@@ -51,18 +48,12 @@ def _ensure_dir(path: Path, *, create_parents: bool, what: str) -> None:
         if not path.parent.exists():
             if not create_parents:
                 raise SetupError(f"refusing {what} {path}: parent {path.parent} does not exist") from None
-            _make_missing(path.parent, what=what)
+            _ensure_dir(path.parent, create_parents=True, what=what)
         _create_private(path, what=what)
         return
     except OSError as error:
         raise SetupError(f"refusing {what} {path}: {error.strerror}") from None
     _check_private(path, info, what=what)
-
-
-def _make_missing(path: Path, *, what: str) -> None:
-    if path.parent != path and not os.path.lexists(path.parent):
-        _make_missing(path.parent, what=what)
-    _create_private(path, what=what)
 
 
 def _create_private(path: Path, *, what: str) -> None:
@@ -106,42 +97,56 @@ def _check_private(path: Path, info: os.stat_result, *, what: str) -> None:
 # --- reading ----------------------------------------------------------------------------------------
 
 
-def read_private(path: Path, max_bytes: int, *, secret: bool = False) -> bytes | None:
-    """The contents of the state file at `path`, or None when there is none; StateFileError (see the
-    module docstring) for one that is not lazyd's own, unreadable or over `max_bytes`."""
+# What a refusal tells the user, after the problem, per problem ({path} is the file's path). lazyd
+# wrote a state file itself, so the fix is mostly to remove it; the config passes its own.
+STATE_FILE_FIXES = {
+    "link": ", not a file lazyd wrote; remove it",
+    "kind": "; remove it",
+    "owner": "; lazyd only trusts files it wrote itself: remove it",
+    "mode": "; fix it with: chmod 600 {path}",
+    "size": ", which no file lazyd writes is; remove it",
+    "read": "; fix it with: chmod 600 {path} (or remove it)",
+}
+
+
+def read_private(path: Path, max_bytes: int, *, secret: bool = False,
+                 error: Callable[[str], LazydError] = StateFileError,
+                 fixes: Mapping[str, str] = STATE_FILE_FIXES) -> bytes | None:
+    """The contents of the file at `path`, or None when there is none; `error` (one line: the path,
+    the problem and its fix from `fixes`) for a symlink, a file that is not regular, not ours,
+    writable by others (with `secret`, readable too), unreadable or over `max_bytes`."""
+
+    def refused(problem: str, what: str) -> LazydError:
+        return error(f"{path}: {what}{fixes[problem].format(path=path)}")
+
     try:
+        # O_NONBLOCK: opening a FIFO planted at this path must not hang the reader.
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NOCTTY | os.O_NONBLOCK)
     except FileNotFoundError:
         return None
-    except OSError as error:
-        if error.errno == errno.ELOOP:
-            raise StateFileError(f"{path}: is a symbolic link, not a file lazyd wrote; remove it") from None
-        raise StateFileError(f"{path}: cannot be read: {error.strerror}; {_fix_access(path)}") from None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:  # O_NOFOLLOW's answer for a symlink
+            raise refused("link", "is a symbolic link") from None
+        raise refused("read", f"cannot be read: {exc.strerror}") from None
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
-            raise StateFileError(f"{path}: is not a regular file; remove it")
+            raise refused("kind", "is not a regular file")
         if info.st_uid != os.geteuid():
-            raise StateFileError(f"{path}: is owned by uid {info.st_uid}, not by you (uid {os.geteuid()}); "
-                                 "lazyd only trusts files it wrote itself: remove it")
+            raise refused("owner", f"is owned by uid {info.st_uid}, not by you (uid {os.geteuid()})")
         mode = stat.S_IMODE(info.st_mode)
         if mode & 0o022 or (secret and mode & 0o044):
             what = "readable or writable" if secret else "writable"
-            raise StateFileError(f"{path}: is {what} by group or others (mode {mode:04o}); "
-                                 f"fix it with: chmod 600 {path}")
+            raise refused("mode", f"is {what} by group or others (mode {mode:04o})")
         with os.fdopen(fd, "rb", closefd=False) as file:
             data = file.read(max_bytes + 1)
-    except OSError as error:
-        raise StateFileError(f"{path}: cannot be read: {error.strerror}; {_fix_access(path)}") from None
+    except OSError as exc:
+        raise refused("read", f"cannot be read: {exc.strerror}") from None
     finally:
         os.close(fd)
     if len(data) > max_bytes:
-        raise StateFileError(f"{path}: is larger than {max_bytes} bytes, which no file lazyd writes is; remove it")
+        raise refused("size", f"is larger than {max_bytes} bytes")
     return data
-
-
-def _fix_access(path: Path) -> str:
-    return f"fix it with: chmod 600 {path} (or remove it)"
 
 
 # --- writing ----------------------------------------------------------------------------------------

@@ -12,10 +12,6 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-__all__ = ["PAGE_BYTES", "CLOCK_TICKS", "Stat", "parse_stat", "read_stat", "start_time_ticks", "pids", "stats",
-           "session_members", "group_members", "read_environ", "read_cmdline", "read_cgroup", "read_comm",
-           "read_pss"]
-
 PROC = "/proc"
 PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")  # /proc/<pid>/stat counts resident memory in pages
 # proc(5) field numbers (1-based, as the manual counts them) of /proc/<pid>/stat.

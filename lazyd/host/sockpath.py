@@ -9,9 +9,7 @@ from __future__ import annotations
 import os
 import stat
 
-# Not `from typing import TYPE_CHECKING`: the shim imports this module on every client start and
-# typing costs milliseconds there; mypy treats any name TYPE_CHECKING as true.
-TYPE_CHECKING = False
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the shim start-up time
 if TYPE_CHECKING:
     from collections.abc import Mapping
 

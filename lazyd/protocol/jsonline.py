@@ -26,8 +26,6 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
     from typing import Any
 
-__all__ = ["ID_MAX", "ID_MIN", "MAX_NESTING_DEPTH", "NOT_JSON", "TOO_DEEP", "members", "read", "valid_id"]
-
 MAX_NESTING_DEPTH = 256
 # Containers nested deeper than this are refused: far beyond any real schema, and shallow enough
 # that re-encoding (the C encoder recurses once per level) never meets the interpreter's recursion

@@ -147,7 +147,7 @@ class LineSplitter:
             newlines += 1
             self.cut = True
             if self.discarding:
-                out.append((bytes(buffer[:-1] if buffer.endswith(b"\r") else buffer), True))
+                self._line(bytes(buffer), out, too_long=True)
                 buffer.clear()
                 self.discarding = False
             start = newline + 1
@@ -157,19 +157,15 @@ class LineSplitter:
     def finish(self) -> list[tuple[bytes, bool]]:
         """At EOF: the last line, if it had no newline."""
         out: list[tuple[bytes, bool]] = []
-        line, discarding = bytes(self.buffer), self.discarding
+        self._line(bytes(self.buffer), out, too_long=self.discarding)
         self.buffer.clear()
         self.discarding = False
-        if discarding:
-            out.append((line[:-1] if line.endswith(b"\r") else line, True))
-        elif line:
-            self._line(line, out)
         return out
 
-    def _line(self, line: bytes, out: list[tuple[bytes, bool]]) -> None:
+    def _line(self, line: bytes, out: list[tuple[bytes, bool]], too_long: bool = False) -> None:
         if line.endswith(b"\r"):
             line = line[:-1]
-        if len(line) > self.max_line:
+        if too_long or len(line) > self.max_line:
             out.append((line[:ID_SCAN_BYTES], True))
         elif line and not line.isspace():
             out.append((line, False))

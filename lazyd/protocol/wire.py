@@ -30,9 +30,7 @@ from lazyd.protocol.frames import WIRE_VERSION as WIRE_VERSION
 from lazyd.protocol.frames import AnyFrame, Frame, Line
 from lazyd.protocol.frames import validate_walked as validate_walked
 
-# Not `from typing import TYPE_CHECKING`: the shim imports this at every start; mypy treats any
-# name TYPE_CHECKING as true.
-TYPE_CHECKING = False
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the shim start-up time
 if TYPE_CHECKING:
     import socket  # annotations only: the shim dials with _socket (shim/dial.py)
     from collections.abc import Mapping
@@ -203,19 +201,13 @@ def check_structure(body: bytes) -> None:
 # --- decoding -----------------------------------------------------------------------------------
 
 
-def _refuse_ext(code: int, data: bytes) -> object:
-    raise WireError(f"msgpack ext type {code} is not allowed")
-
-
 def decode_body(body: bytes) -> AnyFrame:
     """Decode and validate one frame body (the bytes after the length header); raises WireError."""
     check_structure(body)
     try:
-        obj = msgpack.unpackb(body, raw=False, strict_map_key=True, use_list=True, ext_hook=_refuse_ext,
+        obj = msgpack.unpackb(body, raw=False, strict_map_key=True, use_list=True,
                               max_str_len=MAX_FRAME_BYTES, max_bin_len=MAX_LINE_BYTES, max_ext_len=0,
                               max_array_len=MAX_CONTAINER_LEN, max_map_len=MAX_CONTAINER_LEN)
-    except WireError:
-        raise
     except Exception as exc:  # msgpack raises ValueError, FormatError, StackError, UnicodeError...
         raise WireError(f"undecodable frame body: {exc}") from None
     return validate_walked(obj)  # a map: the walk refused anything else
@@ -276,7 +268,6 @@ class FrameDecoder:
 
     @property
     def buffered(self) -> int:
-        """Bytes received but not yet returned as frames (0 between frames)."""
         return len(self._buf) + (HEADER_BYTES if self._need is not None else 0)
 
     def unconsumed(self) -> bytes:
@@ -290,7 +281,6 @@ class FrameDecoder:
 
 
 def send_frame(sock: socket.socket, frame: Frame) -> None:
-    """Encode and send one frame on a blocking socket. OSError means the connection is gone."""
     sock.sendall(encode(frame))
 
 

@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 
 from lazyd.protocol import wire
 from lazyd.errors import WireError
-from lazyd.protocol.frames import FRAME_TYPES, AnyFrame, Line, validate_frame
+from lazyd.protocol.frames import FRAME_TYPES, AnyFrame, Line, validate_walked
 from lazyd.protocol.wire import FrameDecoder
 
 FRAMES_PER_STREAM = 25
@@ -234,7 +234,7 @@ def _no_ext(code: int, data: bytes) -> object:
 
 def assert_well_formed(frame: AnyFrame) -> None:
     assert frame.t in FRAME_TYPES
-    assert packed([validate_frame(frame.to_map())]) == packed([frame])  # its map is a valid frame
+    assert packed([validate_walked(frame.to_map())]) == packed([frame])  # its map is a valid frame
     again = wire.decode_body(wire.encode(frame)[wire.HEADER_BYTES:])  # it can be sent on as it is
     assert packed([again]) == packed([frame])
 

@@ -11,7 +11,7 @@ import pytest
 from lazyd.core.hub import tools as ht
 from lazyd.core.hub.catalog import ToolInfo
 from lazyd.core.hub.protocol import hub_servers
-from lazyd.errors import HubOptionError
+from lazyd.errors import Refused
 from lazyd.errors import UsageError
 from shim.options import parse
 
@@ -103,8 +103,9 @@ def test_a_hub_hello_takes_only_the_hub_options_and_no_command() -> None:
         (hello, {"hub": "true", "servers": "a,,b"}, "is not a comma-separated list"),
     ]
     for bad_hello, opts, problem in cases:
-        with pytest.raises(HubOptionError, match=problem):
+        with pytest.raises(Refused, match=problem) as refused:
             hub_servers(bad_hello["argv"], bad_hello["server"], opts)
+        assert refused.value.code == "options"  # the shim exits 2 on it: the user's mistake
 
 
 def test_the_shim_hub_flag_sends_no_command_and_the_hub_options() -> None:

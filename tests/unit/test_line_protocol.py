@@ -110,6 +110,18 @@ def test_a_line_one_byte_over_the_limit_is_too_long_with_or_without_its_carriage
     assert LineSplitter(MAX).feed(at + b"\r\n") == [(at, False)]
 
 
+def test_an_over_long_line_stays_too_long_when_the_start_kept_of_it_is_shorter_than_the_limit() -> None:
+    # The real limit (16 MiB) is far above the ID_SCAN_BYTES kept of an over-long line: only the
+    # splitter's own state says that start belongs to a line too long, at its newline or at EOF.
+    limit = ID_SCAN_BYTES + 10
+    over = b"y" * (limit + 2)  # past the room kept for a "\r"
+    for ending, at_eof in ((b"\n", False), (b"\r\n", False), (b"", True)):
+        splitter = LineSplitter(limit)
+        got = splitter.feed(over[:100]) + splitter.feed(over[100:] + ending)
+        got += splitter.finish() if at_eof else []
+        assert got == [(over[:ID_SCAN_BYTES], True)], ending
+
+
 # ---- the ids of a line: the relay core's parse and the stdlib floor's peek agree ------------------
 
 _ids = st.one_of(st.integers(-3, 3), st.sampled_from(["1", "a", "", None, True, 1.5, [1], {"x": 1}]))

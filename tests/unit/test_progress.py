@@ -13,7 +13,7 @@ import trio
 from lazyd.ctl.progress import StatusLine
 from lazyd.daemon.control import progress
 from lazyd.errors import WireError
-from lazyd.protocol.frames import Progress, validate_frame
+from lazyd.protocol.frames import Progress, validate_walked
 
 
 async def test_the_pump_coalesces_fast_steps_and_always_sends_the_last_one(autojump_clock: trio.abc.Clock) -> None:
@@ -57,9 +57,9 @@ async def test_report_outside_a_pump_does_nothing_and_a_pump_reaches_the_tasks_a
 
 
 def test_a_progress_frame_must_carry_a_step_text() -> None:
-    assert validate_frame({"t": "progress", "step": "handshake"}) == Progress("handshake")
+    assert validate_walked({"t": "progress", "step": "handshake"}) == Progress("handshake")
     with pytest.raises(WireError, match="'progress' frame field 'step' must be a str"):
-        validate_frame({"t": "progress", "step": 3})
+        validate_walked({"t": "progress", "step": 3})
 
 
 def _read_pty(controller: int, until: str, count: int, timeout_s: float = 10.0) -> str:

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from lazyd.ctl.wrap import engine
-from lazyd.errors import ConflictError, WrapError
+from lazyd.errors import WrapError
 from tests.unit.fixtures_wrap.helpers import SHIM, Lazyctl
 
 WAIT_S = 20.0  # bound on waiting for another process to reach a state; never a timing assertion
@@ -65,7 +65,7 @@ def test_a_write_by_someone_else_between_read_and_replace_aborts_the_edit(lazyct
     def external_write() -> None:
         path.write_bytes(theirs)
 
-    with pytest.raises(ConflictError, match="contents changed") as caught:
+    with pytest.raises(WrapError, match="contents changed") as caught:
         lazyctl.run("wrap", "cursor", path, hooks=engine.Hooks(before_replace=external_write))
     assert path.read_bytes() == theirs  # their write survives
     assert "backed up at" in str(caught.value)
@@ -83,7 +83,7 @@ def test_a_conflict_restores_the_previous_record_not_just_removes_the_new_one(la
     def external_chmod() -> None:
         path.chmod(0o600)
 
-    with pytest.raises(ConflictError, match="permissions"):
+    with pytest.raises(WrapError, match="permissions"):
         lazyctl.run("wrap", "cursor", path, env={"LAZYD_LINGER": "1h"}, hooks=engine.Hooks(before_replace=external_chmod))
     assert _records(lazyctl) == before
     assert b'"10m"' in path.read_bytes()
@@ -97,7 +97,7 @@ def test_a_replaced_file_is_detected_too(lazyctl: Lazyctl) -> None:
         other.write_bytes(DATA)
         os.replace(other, path)
 
-    with pytest.raises(ConflictError, match="replaced by another file"):
+    with pytest.raises(WrapError, match="replaced by another file"):
         lazyctl.run("wrap", "cursor", path, hooks=engine.Hooks(before_replace=replace_same_bytes))
 
 

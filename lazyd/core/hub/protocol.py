@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from lazyd.core.eras.versions import HANDSHAKE_VERSIONS, LATEST_HANDSHAKE_VERSION
 from lazyd.core.hub.tools import HUB_INSTRUCTIONS
 from lazyd.core.relay.jsonrpc import JsonObj
-from lazyd.errors import HubOptionError
+from lazyd.errors import Refused
 
 HUB_VERSION = "0.1.0"
 HUB_OPTS = ("hub", "servers")
@@ -20,19 +20,20 @@ HUB_OPTS = ("hub", "servers")
 
 def hub_servers(argv: Sequence[str], server: str | None, opts: Mapping[str, str]) -> tuple[str, ...] | None:
     """The `--servers` filter of a hub hello with these `argv`, `server` and `opts` (None: every
-    server); raises HubOptionError."""
+    server); raises Refused ("options")."""
     if argv or server:
-        raise HubOptionError("--hub takes no server command and no --server: it serves them all")
+        raise Refused("options", "--hub takes no server command and no --server: it serves them all")
     for key in opts:
         if key not in HUB_OPTS:
-            raise HubOptionError(f"option --{key.replace('_', '-')} does not apply to --hub (it configures one server)")
+            option = key.replace("_", "-")
+            raise Refused("options", f"option --{option} does not apply to --hub (it configures one server)")
     if opts.get("hub") != "true":
-        raise HubOptionError(f"option hub must be \"true\", got {opts.get('hub')!r}")
+        raise Refused("options", f"option hub must be \"true\", got {opts.get('hub')!r}")
     if "servers" not in opts:
         return None
     names = tuple(n.strip() for n in opts["servers"].split(","))
     if any(not n for n in names):
-        raise HubOptionError(f"option --servers: {opts['servers']!r} is not a comma-separated list of server names")
+        raise Refused("options", f"option --servers: {opts['servers']!r} is not a comma-separated list of server names")
     return names
 
 

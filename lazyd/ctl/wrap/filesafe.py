@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from lazyd.errors import ConflictError, SetupError, WrapError
+from lazyd.errors import SetupError, WrapError
 from lazyd.host.privatefiles import PRIVATE_FILE_MODE, StagedFile, ensure_private_dir, write_private
 
 LOCK_NAME = "wrap.lock"
@@ -127,8 +127,8 @@ def still_unchanged(snapshot: Snapshot) -> str | None:
 
 def replace_checked(snapshot: Snapshot, data: bytes, before_replace: Callable[[], None] | None = None) -> None:
     """Replace the snapshot's file with ``data``, keeping its mode (and group where allowed);
-    ``before_replace`` runs between staging and the final check (a test seam). ConflictError if the
-    file changed since the snapshot, WrapError for I/O: either way the original is untouched."""
+    ``before_replace`` runs between staging and the final check (a test seam). WrapError if the
+    file changed since the snapshot or for I/O: either way the original is untouched."""
     path = snapshot.path
     try:
         staged = StagedFile(path, snapshot.mode)  # the target's mode, not 0600: it is the user's file
@@ -148,7 +148,7 @@ def replace_checked(snapshot: Snapshot, data: bytes, before_replace: Callable[[]
                 before_replace()
             changed = still_unchanged(snapshot)
             if changed is not None:
-                raise ConflictError(f"{path} changed while lazyctl was editing it ({changed}); nothing was written")
+                raise WrapError(f"{path} changed while lazyctl was editing it ({changed}); nothing was written")
             if os.fstat(staged.fd).st_gid != snapshot.gid:
                 raise WrapError(f"cannot keep the group of {path}; nothing was written")
             staged.commit()

@@ -45,7 +45,7 @@ from lazyd.daemon.upgrade.quiesce import Gate
 from lazyd.daemon.connections.admit import Door
 from lazyd.daemon.sessions.registry import Registry
 from lazyd.daemon.runtime.supervisor import ServerRuntime
-from lazyd.errors import NotReclaimed, Refused, SlowPeer, WireError
+from lazyd.errors import Refused, SlowPeer, WireError
 from lazyd.protocol.frames import AnyFrame, Ctl, ForeignHello, Hello, Line, Progress, Refusal, Reply, Welcome
 
 if TYPE_CHECKING:  # only a type here: the hub is loaded by its first session, not kept by every daemon
@@ -307,8 +307,7 @@ class ConnectionHandler:
             if taken is not None:
                 taken[0].close()
                 os.close(taken[1])
-            refused = NotReclaimed("only a session kept by systemd is reclaimed")
-            await stream.send_all(wire.encode(Refusal(refused.code, refused.message)))
+            await stream.send_all(wire.encode(Refusal("reclaim", "only a session kept by systemd is reclaimed")))
         elif taken is not None:
             # The shim passed the client's pipes: the daemon serves them itself (handoff.py).
             live.kind = "handoff"
@@ -322,14 +321,14 @@ class ConnectionHandler:
         """Take back in place the session systemd `kept` across its daemon's crash
         (lazyd/handoff/recovery.py), or let it go (its names out of the store, no word),
         having closed what came, so that the shim's own recovery runs."""
-        refusal = NotReclaimed("its descriptors or region cannot be served by hand-off")
+        refusal = Refused("reclaim", "its descriptors or region cannot be served by hand-off")
         if taken is not None:
             try:
                 live.handoff = handoff.HandoffSession(self.registry, stream, hello.pid, *taken, self.keeper, reclaiming=True)
-            except NotReclaimed as exc:
+            except Refused as exc:
                 refusal = exc
             except (OSError, ValueError) as exc:
-                refusal = NotReclaimed(f"its region cannot be mapped: {exc}")
+                refusal = Refused("reclaim", f"its region cannot be mapped: {exc}")
         if live.handoff is None:
             log.info("shim pid %d: not adopting its session (%s); it recovers it itself", hello.pid, refusal.message)
             stored_sessions.let_go(kept, self.keeper)

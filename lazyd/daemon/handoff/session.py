@@ -44,7 +44,7 @@ from lazyd.daemon.handoff.ledger import Landing, Ledger
 from lazyd.daemon.handoff.outbox import ClientEnds, HandoffOutbox
 from lazyd.daemon.sessions.registry import Registry
 from lazyd.daemon.runtime.supervisor import ServerRuntime
-from lazyd.errors import NotReclaimed, Refused
+from lazyd.errors import Refused
 from lazyd.protocol.frames import Hello, Refusal, Welcome
 from lazyd.handoff.recovery import Recovery, reclaim
 from lazyd.handoff.recovery import error_line as lost_line
@@ -135,7 +135,7 @@ class HandoffSession:
     def __init__(self, registry: Registry, stream: trio.SocketStream, pid: int, ends: ClientEnds,
                  region_fd: int, keeper: Keeper | None = None, *, reclaiming: bool = False) -> None:
         """With `reclaiming`, the region is as a lost daemon left it: its recovery is written into
-        it first (`reclaim`), or NotReclaimed is raised with everything closed."""
+        it first (`reclaim`), or Refused ("reclaim") is raised with everything closed."""
         self.registry = registry
         self.keeper = keeper  # systemd's fd store, where the daemon has one
         self.stream = stream
@@ -168,7 +168,7 @@ class HandoffSession:
             if isinstance(recovered, str):
                 ends.close()
                 unmap(self._map)
-                raise NotReclaimed(recovered)
+                raise Refused("reclaim", recovered)
             self.recovery = recovered
         else:
             self.ledger = Ledger(region, later)

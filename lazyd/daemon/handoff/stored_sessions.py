@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from lazyd.protocol import wire
 from lazyd.daemon.handoff.outbox import ClientEnds
 from lazyd.daemon.upgrade.stored_servers import FdStore
-from lazyd.errors import ProtocolError
+from lazyd.errors import WireError
 from lazyd.protocol.frames import Hello
 
 PREFIX = "hs-"
@@ -191,7 +191,7 @@ def reopen(kept: Kept, shim: int) -> tuple[Hello, list[int]] | str:
         if None in ends:
             raise ValueError("the client's ends did not come back from the store")
         opened.append(os.open(f"{proc}/fd/{int(region)}", os.O_RDWR | os.O_CLOEXEC))
-    except (OSError, ValueError, ProtocolError) as exc:
+    except (OSError, ValueError, WireError) as exc:
         for fd in opened:
             os.close(fd)
         where = f" {exc.filename}" if isinstance(exc, OSError) and exc.filename else ""

@@ -57,7 +57,7 @@ from lazyd.daemon.upgrade.inherited import state_fds
 from lazyd.daemon.upgrade.quiesce import Gate
 from lazyd.daemon.process.read_buffer import ReadBuffer
 from lazyd.config.envnames import parse_names
-from lazyd.errors import InheritError, ConfigError, HubOptionError, Refused
+from lazyd.errors import InheritError, ConfigError, Refused
 from lazyd.protocol.frames import Hello
 from lazyd.host.paths import Paths
 
@@ -277,10 +277,7 @@ class Registry:
             self._next_cid += 1
             from lazyd.daemon.hub.server import open_hub  # the hub's modules: loaded by its first session
 
-            try:
-                return await open_hub(self, hello, opts, session), session
-            except HubOptionError as exc:
-                raise Refused("options", str(exc)) from None
+            return await open_hub(self, hello, opts, session), session
         named = hello.server
         if named:
             while self._reloading is not None:
