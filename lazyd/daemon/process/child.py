@@ -18,12 +18,12 @@ import os
 import select
 import signal
 import subprocess
-from typing import Any, AsyncIterator
+from dataclasses import dataclass
+from typing import AsyncIterator
 
 import trio
 
 from lazyd.host import procfs
-from lazyd.core import state_codec as sc
 from lazyd.daemon import fdlimit
 from lazyd.daemon.orphans import START_GATE
 from lazyd.daemon.process.command import ExitInfo, SpawnSpec, executable_for
@@ -52,6 +52,19 @@ READ_CHUNK_BYTES = 1024 * 1024
 """One widened pipe buffer (PIPE_BYTES) per read, into the read buffer (asking this much costs a
 short line nothing); bounds how far a read can overshoot the line limit."""
 STDERR_READ_BYTES = 64 * 1024  # below glibc's mmap threshold: receive_some allocates what it asks
+
+
+@dataclass(frozen=True)
+class ProcessState:
+    """A process as a successor daemon takes it over (lazyd/daemon/upgrade/inherited.py)."""
+
+    pid: int
+    pgid: int
+    start_ticks: int
+    stdin: int | None  # None: the ladder had closed it
+    stdout: int
+    stderr: int
+    pending: bytes  # what was read of its stdout and not relayed
 
 
 class ChildProcess:
@@ -222,16 +235,14 @@ class ChildProcess:
 
     # -- handing over to a successor daemon (lazyd/daemon/upgrade/) ----------------------------
 
-    def to_state(self) -> dict[str, Any] | None:
-        """What a successor daemon needs to take this process over: pid, group, start time, the
-        pipes (stdin None once closed) and stdout read but not handed out. None once stdout or
-        stderr is closed: the process is ending, and the successor sees it as lost."""
+    def to_state(self) -> ProcessState | None:
+        """What a successor daemon needs to take this process over. None once stdout or stderr is
+        closed: the process is ending, and the successor sees it as lost."""
         stdout, stderr = _fd(self._stdout), _fd(self._stderr)
         if stdout is None or stderr is None:
             return None
-        return {"pid": self.pid, "pgid": self.pgid, "start_ticks": self.start_time_ticks,
-                "stdin": _fd(self._stdin), "stdout": stdout, "stderr": stderr,
-                "pending": sc.raw_text(self._lines.leftover())}
+        return ProcessState(self.pid, self.pgid, self.start_time_ticks, _fd(self._stdin), stdout, stderr,
+                            self._lines.leftover())
 
     @classmethod
     def take_over(cls, process: ProcessHandle, spec: SpawnSpec, ring: LogRing, pidfd: int, start_ticks: int,

@@ -102,7 +102,7 @@ class ServerRuntime:
         # The running wake predicate's (pid, start ticks), for a successor's orphan sweep.
         self.predicate_child: tuple[int, int] | None = None
         # What a predecessor handed over (`from_state`), taken over instead of `boot()`.
-        self._handed: HandedRuntime | None = None
+        self._handed: tuple[HandedRuntime, bool] | None = None  # and whether its process is our child
         self.upgrades = 0  # how many upgrades the current process lived through
 
     # ---- task structure ------------------------------------------------------------------------
@@ -132,7 +132,7 @@ class ServerRuntime:
             nursery.start_soon(self._saver.run)
             task_status.started()
             if self._handed is not None:
-                self._take_over(self._handed)
+                self._take_over(*self._handed)
                 self._handed = None
             else:
                 self._life(self.life.boot(trio.current_time()))
@@ -475,20 +475,13 @@ class ServerRuntime:
         """Everything but its secrets, at monotonic `now`. With `kill`, the successor takes its
         process over and then kills it for that reason (its stdin could not be brought to a line
         boundary)."""
-        return {
-            "name": self.name, "config": self.config.to_state(), "core": self.core.to_state(),
-            "life": self.life.to_state(now),
-            "gate": self.gate.to_state() if self.gate is not None else None,
-            "sessions": sorted(self.sessions),
-            "last_exit": self.last_exit, "started_wall": self.started_wall, "spawned_wall": self.spawned_wall,
-            "kill_reason": self._kill_reason, "stop_requested": self._stop_requested,
-            "predicate_child": list(self.predicate_child) if self.predicate_child is not None else None,
-            "upgrades": self.upgrades,
-            "stop_reason": self._stop_reason, "last_stop": list(self.last_stop) if self.last_stop is not None else None,
-            "memory": self.memory.to_state(now) if self.memory is not None else None,
-            "proc": self.proc.to_state() if self.proc is not None else None,
-            **({"kill": kill} if kill is not None else {}),
-        }
+        facts = HandedRuntime(self.proc.to_state() if self.proc is not None else None,
+                              self.gate.to_state() if self.gate is not None else None, self.predicate_child, kill,
+                              self.last_exit, self.started_wall, self.spawned_wall, self._kill_reason,
+                              self._stop_requested, self._stop_reason, self.last_stop, self.upgrades)
+        return {"name": self.name, "config": self.config.to_state(), "core": self.core.to_state(),
+                "life": self.life.to_state(now),
+                "memory": self.memory.to_state(now) if self.memory is not None else None, **sc.dump(facts)}
 
     def secrets(self) -> dict[str, Any]:
         """What of it could be a secret (lazyd/daemon/runtime/config.py)."""
@@ -512,7 +505,8 @@ class ServerRuntime:
         # less what the hand-over took.
         moment = trio.current_time() - max(0.0, time.time() - written_at)
         runtime.life = lc.Lifecycle.from_state(state.get("life"), config.policy, random.Random(), moment)
-        handed = runtime._handed = HandedRuntime.read(state, child)
+        handed: HandedRuntime = sc.load(HandedRuntime, state, "runtime")
+        runtime._handed = handed, child
         runtime.last_exit, runtime.started_wall, runtime.spawned_wall = handed.last_exit, handed.started_wall, handed.spawned_wall
         runtime._kill_reason, runtime._stop_requested = handed.kill_reason, handed.stop_requested
         runtime._stop_reason, runtime.last_stop, runtime.upgrades = handed.stop_reason, handed.last_stop, handed.upgrades
@@ -520,16 +514,16 @@ class ServerRuntime:
             runtime.memory.restore(state.get("memory"), moment)
         return runtime
 
-    def _take_over(self, handed: HandedRuntime) -> None:
+    def _take_over(self, handed: HandedRuntime, child: bool) -> None:
         assert self._nursery is not None
         if self.gate is not None and handed.gate is not None:
             self.gate.restore(handed.gate)
-        process = handed.process
+        process = handed.proc
         if process is not None:
-            how = "upgrade" if handed.child else "restart after a crash"
+            how = "upgrade" if child else "restart after a crash"
             note = f"pid {process.pid} taken over by lazyd {os.getpid()} ({how})"
             try:
-                proc = inherit_child(process, self.config.spec, self._nursery, self._read_buffer, child=handed.child,
+                proc = inherit_child(process, self.config.spec, self._nursery, self._read_buffer, child=child,
                                      note=note)
             except InheritError as exc:
                 log.warning("[%s] cannot take its process over: %s", self.name, exc)
@@ -544,10 +538,10 @@ class ServerRuntime:
                 log.info("[%s] took over pid %d (%s)", self.name, process.pid, self.life.state)
         elif self.life.state in lc.PROCESS_STATES:
             self.gone("its process did not come back after the daemon's restart")
-        if handed.predicate is not None:
+        if handed.predicate_child is not None:
             # A wake predicate the predecessor ran: its answer went with it. It is killed, and the
             # lifecycle told it timed out so the schedule goes on.
-            kill_left_predicate(*handed.predicate)
+            kill_left_predicate(*handed.predicate_child)
             self._life(self.life.predicate_done(trio.current_time(), None))
         self.on_children_changed()
         if handed.kill is not None and self.proc is not None:

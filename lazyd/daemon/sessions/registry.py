@@ -563,9 +563,8 @@ def _identity_state(identity: Identity) -> dict[str, Any]:
 
 def _identity_from(value: object) -> Identity:
     s = sc.obj(value, "identity")
-    env = tuple((sc.text(p[0], "identity.env"), sc.text(p[1], "identity.env"))
-                for p in (sc.items(row, "identity.env") for row in sc.items(s.get("env"), "identity.env")))
-    return Identity(tuple(sc.text(a, "identity.argv") for a in sc.items(s.get("argv"), "identity.argv")),
-                    sc.text(s.get("cwd"), "identity.cwd"), env, sc.text(s.get("instance"), "identity.instance"),
-                    frozenset(sc.text(n, "identity.declared") for n in sc.items(s.get("declared"), "identity.declared")),
-                    tuple(sc.text(n, "identity.forced") for n in sc.items(s.get("forced"), "identity.forced")))
+    return Identity(sc.load(tuple[str, ...], s.get("argv"), "identity.argv"), sc.text(s.get("cwd"), "identity.cwd"),
+                    sc.load(tuple[tuple[str, str], ...], s.get("env"), "identity.env"),
+                    sc.text(s.get("instance"), "identity.instance"),
+                    frozenset(sc.load(list[str], s.get("declared"), "identity.declared")),
+                    sc.load(tuple[str, ...], s.get("forced"), "identity.forced"))

@@ -107,7 +107,7 @@ async def _take_over(envelope: Envelope, registry: Registry, handler: Connection
         raise InheritError("no secrets were handed over")
     secrets = read_secrets(envelope.secrets)
     try:
-        connections = [ConnectionState.from_json(c) for c in sc.items(body.get("connections"), "connections")]
+        connections: list[ConnectionState] = sc.load(list[ConnectionState], body.get("connections"), "connections")
     except ValueError as exc:
         raise InheritError(f"the state's connections cannot be read ({exc})") from None
     names = await registry.inherit(body, secrets, written_at=written_at, child=True)
