@@ -41,7 +41,7 @@ from lazyd.daemon.fdlimit import Spare
 from lazyd.daemon.control import progress
 from lazyd.daemon.upgrade.connection_state import Live
 from lazyd.daemon.runtime.outbox import ConnectionOutbox
-from lazyd.daemon.upgrade.quiesce import Gate
+from lazyd.daemon.gate import Gate
 from lazyd.daemon.connections.admit import Door
 from lazyd.daemon.sessions.registry import Registry
 from lazyd.daemon.runtime.supervisor import ServerRuntime
@@ -120,7 +120,7 @@ class Frames:
                 self.feed(b"")  # complete frames left over from the last batch come first
                 if self.pending:
                     break
-            await self.reading.passage()  # an upgrade stops reading here (lazyd/daemon/upgrade/quiesce.py)
+            await self.reading.passage()  # an upgrade stops reading here (lazyd/daemon/gate.py)
             budget = self.frame_deadline_s - self._waited_s if self._in_frame else math.inf
             data: bytes | None = None
             began = trio.current_time()

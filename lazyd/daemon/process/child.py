@@ -25,7 +25,6 @@ import trio
 
 from lazyd.host import procfs
 from lazyd.daemon import fdlimit
-from lazyd.daemon.orphans import START_GATE
 from lazyd.daemon.process.command import ExitInfo, SpawnSpec, executable_for
 from lazyd.daemon.process.stderr_log import LogRing
 from lazyd.daemon.process.handle import ProcessHandle
@@ -290,7 +289,6 @@ async def spawn(spec: SpawnSpec, nursery: trio.Nursery, read_buffer: ReadBuffer 
 
 
 async def _launch(spec: SpawnSpec, read_buffer: ReadBuffer | None = None) -> ChildProcess:
-    await START_GATE.passage()  # no start while a predecessor's leftovers are swept
     executable = executable_for(spec)
     ring = LogRing(spec.log_path)
     try:

@@ -9,7 +9,7 @@ orphan sweep records (lazyd/daemon/orphans.py). Written for a successor, what co
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -22,10 +22,14 @@ from lazyd.core.relay.jsonrpc import JsonId
 from lazyd.core.relay.routing import SamplingPolicy
 from lazyd.core.sharing.modes import ShareSetting
 from lazyd.daemon import orphans
+from lazyd.daemon.gate import Gate
+from lazyd.daemon.heap_trim import HeapTrimmer
 from lazyd.daemon.process.command import SpawnSpec
+from lazyd.daemon.process.read_buffer import ReadBuffer
+from lazyd.daemon.runtime.cache_store import CacheStore
 from lazyd.errors import LifecycleError
 
-__all__ = ["LineGate", "RuntimeConfig", "lifecycle_policy", "child_records", "ChildSource"]
+__all__ = ["DaemonParts", "LineGate", "RuntimeConfig", "lifecycle_policy", "child_records", "ChildSource"]
 
 
 class LineGate(Protocol):
@@ -36,6 +40,18 @@ class LineGate(Protocol):
     def detach(self, cid: int) -> None: ...
     def to_state(self) -> object: ...  # what it holds, for a successor daemon
     def restore(self, state: object) -> None: ...
+
+
+@dataclass(frozen=True)
+class DaemonParts:
+    """The daemon's own parts every runtime uses; the registry makes them once."""
+
+    store: CacheStore
+    heap: HeapTrimmer
+    reading: Gate  # closed while the daemon hands itself over (lazyd/daemon/gate.py)
+    starting: Gate  # closed while the orphan sweep runs
+    read_buffer: ReadBuffer
+    children_changed: Callable[[], None]  # records the live children for the orphan sweep
 
 
 @dataclass(frozen=True)
