@@ -248,7 +248,7 @@ async def serve(sock: socket.socket, paths: Paths, config: Config, config_path: 
             records = orphans.begin_sweep(paths.state_dir, registry.starting)
             nursery.start_soon(orphans.sweep_then_open, paths.state_dir, records, registry.starting)
         control = Control(registry, stop, partial(reload_config, registry, config_path))
-        handler = ConnectionHandler(registry, control, admission=Admission(nofile))
+        handler = ConnectionHandler(registry, control, Admission(nofile))
         handler.keeper = control.keeper = stored_sessions.Keeper(fdstore) if fdstore is not None else None
         control.refusals = handler.refusals
         lineage = control.lineage = Lineage()

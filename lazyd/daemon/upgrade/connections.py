@@ -16,7 +16,7 @@ import trio
 from lazyd.protocol import wire
 
 from lazyd.daemon.upgrade.connection_state import ConnectionState, Live
-from lazyd.daemon.connections.listener import ConnectionHandler, Frames
+from lazyd.daemon.connections.listener import FRAME_DEADLINE_S, ConnectionHandler, Frames
 from lazyd.daemon.runtime.era_lanes import EraRoute
 from lazyd.daemon.handoff.session import HandoffSession
 from lazyd.daemon.runtime.outbox import ConnectionOutbox
@@ -29,7 +29,7 @@ async def serve_inherited(handler: ConnectionHandler, stream: trio.SocketStream,
     """Serve one handed-over connection until it ends (errors as ConnectionHandler.__call__)."""
     handler.active += 1
     pid = state.session.pid if state.session is not None else -1
-    frames = Frames(stream, handler.limits.frame_deadline_s, handler.registry.reading)
+    frames = Frames(stream, FRAME_DEADLINE_S, handler.registry.reading)
 
     async def serve() -> None:
         if state.inbound:
