@@ -77,11 +77,12 @@ class ChildProcess:
         self.pgid: int = process.pid  # setsid() made the leader's pid the group (and session) id
         self.start_time_ticks = start_ticks
         self.spec = spec
-        assert process.stdin is not None and process.stdout is not None
+        # Pipes, both for a spawned process and one handed over: the reader waits on their fds.
+        assert process.stdin is not None and isinstance(process.stdout, trio.lowlevel.FdStream)
         assert process.stderr is not None
         self._process = process
         self._stdin: trio.abc.SendStream = process.stdin
-        self._stdout: trio.abc.ReceiveStream = process.stdout
+        self._stdout = process.stdout
         self._stderr: trio.abc.ReceiveStream = process.stderr
         self._ring = ring
         self._pidfd: int | None = pidfd
