@@ -19,7 +19,6 @@ from __future__ import annotations
 import errno
 import logging
 import math
-import os
 import random
 import time
 from collections.abc import Callable, Mapping
@@ -514,11 +513,8 @@ class ServerRuntime:
             self.gate.restore(handed.gate)
         process = handed.proc
         if process is not None:
-            how = "upgrade" if child else "restart after a crash"
-            note = f"pid {process.pid} taken over by lazyd {os.getpid()} ({how})"
             try:
-                proc = inherit_child(process, self.config.spec, self._nursery, self._read_buffer, child=child,
-                                     note=note)
+                proc = inherit_child(process, self.config.spec, self._nursery, self._read_buffer, child=child)
             except InheritError as exc:
                 log.warning("[%s] cannot take its process over: %s", self.name, exc)
                 self.gone(f"its process was lost in the hand-over ({exc})")

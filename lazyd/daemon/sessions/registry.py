@@ -117,9 +117,9 @@ class Registry:
         self.parts = DaemonParts(store, heap, self.reading, self.starting, self.read_buffer, self.children_changed)
         self.gate = SharingGate(self)  # which process a new session joins (sharing_gate.py)
 
-    def note_client_line(self, line: bytes, peek: int, cid: int | None = None) -> int:
-        """Learn the handshake of a session (and, given its `cid`, its client's variable names)
-        from its first lines; how many more to look at."""
+    def note_client_line(self, line: bytes, peek: int, cid: int) -> int:
+        """Learn the handshake of session `cid` (and its client's variable names) from its first
+        lines; how many more to look at."""
         params = handshakes.initialize_params(line)
         self.learned.note_line(cid, params, last=peek <= 1)
         if params is not None:

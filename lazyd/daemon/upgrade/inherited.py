@@ -65,7 +65,7 @@ def state_fds(state: Mapping[str, Any] | None) -> list[int]:
 
 
 def inherit_child(handed: ProcessState, spec: SpawnSpec, nursery: trio.Nursery, read_buffer: ReadBuffer, *,
-                child: bool, note: str = "") -> ChildProcess:
+                child: bool) -> ChildProcess:
     """The `ChildProcess` of the running server `handed` describes; its stderr pump and exit
     watcher run in `nursery`. Raises InheritError when the pid is not that process any more; the
     descriptors are then closed."""
@@ -84,7 +84,7 @@ def inherit_child(handed: ProcessState, spec: SpawnSpec, nursery: trio.Nursery, 
         close_fds(fds)
         raise InheritError(f"pid {pid} is another process now (start time {ticks}, recorded {start_ticks})")
     ring = LogRing(spec.log_path)
-    ring.note(note or f"pid {pid} taken over by lazyd {os.getpid()}")
+    ring.note(f"pid {pid} taken over by lazyd {os.getpid()} ({'upgrade' if child else 'restart after a crash'})")
     process = InheritedProcess(pid, fds[0], fds[1], fds[2], child)
     return ChildProcess.take_over(process, spec, ring, pidfd, start_ticks, nursery, read_buffer, stdout=handed.pending)
 
