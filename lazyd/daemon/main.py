@@ -240,14 +240,15 @@ async def serve(sock: socket.socket, paths: Paths, config: Config, config_path: 
     bound_identity = None if activated else socket_identity(paths.socket)
     listener = trio.SocketListener(trio.socket.from_stdlib_socket(sock))
     async with trio.open_nursery() as nursery:
-        if envelope is None and not stored:  # after an upgrade the servers state.json names are ours to take over
-            # Beside serving, not before it: only starts wait for it (docs/benchmarks.md).
-            nursery.start_soon(orphans.sweep_then_open, paths.state_dir, orphans.begin_sweep(paths.state_dir))
         # Named servers and wake predicates: the allowlist under their own `env` (lazyd/host/daemonenv.py).
         heap = HeapTrimmer()  # gives the heap back after large messages
         registry = Registry(config, paths, secret, store, nursery, daemonenv.base(os.environ), heap)
+        if envelope is None and not stored:  # after an upgrade the servers state.json names are ours to take over
+            # Beside serving, not before it: only starts wait for it (docs/benchmarks.md).
+            records = orphans.begin_sweep(paths.state_dir, registry.starting)
+            nursery.start_soon(orphans.sweep_then_open, paths.state_dir, records, registry.starting)
         control = Control(registry, stop, partial(reload_config, registry, config_path))
-        handler = ConnectionHandler(registry, control, admission=Admission(nofile))
+        handler = ConnectionHandler(registry, control, Admission(nofile))
         handler.keeper = control.keeper = stored_sessions.Keeper(fdstore) if fdstore is not None else None
         control.refusals = handler.refusals
         lineage = control.lineage = Lineage()

@@ -51,10 +51,6 @@ class Notifier:
         self.unsent = False  # the last STATUS= computed could not be sent
 
     @classmethod
-    def disabled(cls) -> Notifier:
-        return cls(None, None, None)
-
-    @classmethod
     def from_environ(cls) -> Notifier:
         """Read and remove the notify and watchdog variables of `os.environ`. Never raises: an
         unreachable socket disables notifications with a warning (systemd then times the start out)."""

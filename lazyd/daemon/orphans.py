@@ -26,6 +26,7 @@ import trio
 
 from lazyd.errors import StateFileError
 from lazyd.daemon import state_files
+from lazyd.daemon.gate import Gate
 from lazyd.host.privatefiles import read_private
 from lazyd.host.procfs import Stat, read_stat, stats
 
@@ -64,45 +65,22 @@ def classify(record: ChildRecord, leader: Stat | None) -> Verdict:
     return Verdict.GONE if leader.state == "Z" else Verdict.OURS
 
 
-class StartGate:
-    """No child starts while the sweep runs: its record would be wiped by the sweep's empty
-    state.json. The daemon serves meanwhile; only a start waits. Open outside a sweep."""
-
-    def __init__(self) -> None:
-        self._done: trio.Event | None = None
-
-    def close(self) -> None:
-        self._done = trio.Event()
-
-    def open(self) -> None:
-        if self._done is not None:
-            self._done.set()
-            self._done = None
-
-    async def passage(self) -> None:
-        """Return once no sweep is running (at once where none is)."""
-        if self._done is not None:
-            await self._done.wait()
-
-
-START_GATE = StartGate()
-
-
-def begin_sweep(state_dir: Path) -> list[ChildRecord]:
-    """Close START_GATE and read what the predecessor left, at once: before the daemon's first
-    `await`, so that no start slips past the gate, and before the registry records its own
-    (still no) children over the file. `sweep_then_open` finishes the sweep."""
-    START_GATE.close()
+def begin_sweep(state_dir: Path, starting: Gate) -> list[ChildRecord]:
+    """Close the daemon's `starting` gate (lazyd/daemon/gate.py) and read what the predecessor
+    left, at once: before the daemon's first `await`, so that no start slips past the gate, and
+    before the registry records its own (still no) children over the file. `sweep_then_open`
+    finishes the sweep."""
+    starting.close()
     return read_state(state_dir)
 
 
-async def sweep_then_open(state_dir: Path, records: list[ChildRecord]) -> None:
-    """The sweep of `records` (`begin_sweep`'s), off the event loop, then START_GATE open
+async def sweep_then_open(state_dir: Path, records: list[ChildRecord], starting: Gate) -> None:
+    """The sweep of `records` (`begin_sweep`'s), off the event loop, then `starting` open
     (however the sweep ends)."""
     try:
         await trio.to_thread.run_sync(partial(sweep, state_dir, records=records))
     finally:
-        START_GATE.open()
+        starting.open()
 
 
 def write_state(state_dir: Path, children: Iterable[ChildRecord]) -> None:

@@ -9,6 +9,7 @@ mistake is not hidden), 70 a bug (the traceback is in the log file only).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -43,11 +44,11 @@ def fail(paths: Paths | None, message: str, status: int, *, record: bool = True)
     """Report a start-up failure (the module docstring) and exit with `status`. `record` is False
     when the runtime dir itself is the problem; the log and the record are best effort, the stderr
     line and the exit status always happen."""
-    print(f"lazyd: {message}", file=sys.stderr, flush=True)
-    if paths is not None:
+    if paths is None:
+        print(f"lazyd: {message}", file=sys.stderr, flush=True)
+    else:
+        report(paths, message, status, record=record)
         _append_to_log(paths, message)
-        if record:
-            _write_record(paths, message, status)
     raise SystemExit(status)
 
 
@@ -62,12 +63,9 @@ def report(paths: Paths, message: str, status: int, *, record: bool = True, stde
 
 def clear_record(paths: Paths) -> None:
     """This daemon started: an older failure no longer describes anything."""
-    try:
+    # lazyctl shows a stale record only while no daemon answers, so one left behind is harmless.
+    with contextlib.suppress(OSError):
         os.unlink(start_record_path(paths.socket))
-    except FileNotFoundError:
-        pass
-    except OSError:
-        pass  # lazyctl shows a stale record only while no daemon answers, so this is harmless
 
 
 def detach_stderr() -> None:

@@ -650,24 +650,28 @@ def test_a_symlink_planted_at_the_log_path_is_not_followed(tmp_path: Path) -> No
     assert victim.read_text() == "precious"
 
 
-async def test_no_child_starts_while_a_predecessors_leftovers_are_swept(tmp_path: Path) -> None:
-    from lazyd.daemon.orphans import START_GATE
+async def test_no_server_starts_while_a_predecessors_leftovers_are_swept(tmp_path: Path) -> None:
+    from lazyd.core.cache import Snapshot
+    from lazyd.core.lifecycle import machine as lc
+    from lazyd.daemon.gate import Gate
+    from lazyd.daemon.heap_trim import HeapTrimmer
+    from lazyd.daemon.process.read_buffer import ReadBuffer
+    from lazyd.daemon.runtime.cache_store import CacheStore
+    from lazyd.daemon.runtime.config import DaemonParts, RuntimeConfig
+    from lazyd.daemon.runtime.supervisor import ServerRuntime
 
-    started: list[ChildProcess] = []
-    START_GATE.close()
-    try:
-        async with trio.open_nursery() as nursery:
-            async def start() -> None:
-                started.append(await spawn(python_spec(tmp_path, "import sys; sys.stdin.read()"), nursery))
-
-            nursery.start_soon(start)
-            await trio.sleep(0.3)
-            assert started == []  # still waiting at the gate: no process was made
-            START_GATE.open()
-            with trio.fail_after(10):
-                while not started:
-                    await trio.sleep(0.01)
-            assert procfs.read_stat(started[0].pid) is not None
-            await started[0].stop(1.0, 1.0)
-    finally:
-        START_GATE.open()
+    parts = DaemonParts(CacheStore(tmp_path / "cache"), HeapTrimmer(), Gate(), Gate(), ReadBuffer(), lambda: None)
+    config = RuntimeConfig("eager", "ab12", python_spec(tmp_path, "import sys; sys.stdin.read()"),
+                           lc.LifecyclePolicy(eager=True), None, "refuse", False)
+    parts.starting.close()  # the orphan sweep runs (lazyd/daemon/orphans.py)
+    runtime = ServerRuntime(config, Snapshot(), parts)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(runtime.run)
+        await trio.sleep(0.3)
+        assert runtime.proc is None  # an eager start, still waiting at the gate: no process was made
+        parts.starting.open()
+        with trio.fail_after(10):
+            while runtime.proc is None:
+                await trio.sleep(0.01)
+        assert procfs.read_stat(runtime.proc.pid) is not None
+        await runtime.close()

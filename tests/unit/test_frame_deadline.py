@@ -16,7 +16,7 @@ import trio.testing
 
 from lazyd.protocol import wire
 from lazyd.daemon.connections.listener import Frames
-from lazyd.daemon.upgrade.quiesce import Gate
+from lazyd.daemon.gate import Gate
 from lazyd.errors import SlowPeer
 from lazyd.protocol.frames import Line
 

@@ -27,7 +27,7 @@ from lazyd.daemon.handoff import session as handoff
 from lazyd.daemon.handoff.outbox import ClientEnds
 from lazyd.daemon.handoff.session import HandoffSession
 from lazyd.daemon.heap_trim import HeapTrimmer
-from lazyd.daemon.upgrade.quiesce import Gate
+from lazyd.daemon.gate import Gate
 from lazyd.handoff.region import LANDING_BYTES, State, read_region, unmap
 
 CALLS = 3000  # about 260 KB of small calls, as a pipelining client writes them

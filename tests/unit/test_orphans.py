@@ -22,6 +22,7 @@ from lazyd.daemon.orphans import (
     read_state,
     write_state,
 )
+from lazyd.daemon.gate import Gate
 from lazyd.host.procfs import Stat
 
 
@@ -117,29 +118,6 @@ def test_the_sweep_reads_proc_once_per_round_however_many_records_it_has(
     assert read_state(tmp_path) == []
 
 
-async def test_a_start_waits_for_the_sweep_and_nothing_else_does() -> None:
-    import trio
-
-    from lazyd.daemon.orphans import StartGate
-
-    gate = StartGate()
-    await gate.passage()  # no sweep: at once
-    gate.close()
-    passed: list[str] = []
-
-    async def start() -> None:
-        await gate.passage()
-        passed.append("start")
-
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(start)
-        await trio.testing.wait_all_tasks_blocked()
-        assert passed == []  # held while the sweep runs
-        gate.open()
-    assert passed == ["start"]
-    await gate.passage()  # open again: at once
-
-
 async def test_the_gate_is_closed_and_the_record_read_before_the_daemon_first_yields(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A start scheduled before the sweep's task ran, or the registry writing its (empty) record
@@ -151,15 +129,13 @@ async def test_the_gate_is_closed_and_the_record_read_before_the_daemon_first_yi
     monkeypatch.setattr(orphans, "read_stat", lambda pid: None)  # /proc as the sweep sees it: nothing left
     monkeypatch.setattr(orphans, "stats", dict)
     write_state(tmp_path, [ChildRecord("gone", 999_999, 7, 999_999)])
-    records = orphans.begin_sweep(tmp_path)
-    try:
-        assert [r.name for r in records] == ["gone"]
-        write_state(tmp_path, [])  # the registry, before the sweep ran: the records are read already
-        with trio.move_on_after(0.05) as waited:
-            await orphans.START_GATE.passage()
-        assert waited.cancelled_caught  # closed, with no await in between
-        await orphans.sweep_then_open(tmp_path, records)
-        with trio.fail_after(1):
-            await orphans.START_GATE.passage()
-    finally:
-        orphans.START_GATE.open()
+    starting = Gate()
+    records = orphans.begin_sweep(tmp_path, starting)
+    assert [r.name for r in records] == ["gone"]
+    write_state(tmp_path, [])  # the registry, before the sweep ran: the records are read already
+    with trio.move_on_after(0.05) as waited:
+        await starting.passage()
+    assert waited.cancelled_caught  # closed, with no await in between
+    await orphans.sweep_then_open(tmp_path, records, starting)
+    with trio.fail_after(1):
+        await starting.passage()

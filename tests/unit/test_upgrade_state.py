@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from lazyd.protocol import wire
 from lazyd.config.load import WakePredicate
+from lazyd.core import state_codec as sc
 from lazyd.core.lifecycle import machine as lc
 from lazyd.daemon.process.command import SpawnSpec
 from lazyd.daemon.runtime.config import RuntimeConfig
@@ -148,9 +149,12 @@ def test_what_a_decoder_read_and_did_not_hand_out_gives_a_new_decoder_the_same_f
 def test_a_connection_state_round_trips_through_json_with_any_bytes(inbound: bytes, outbound: bytes,
                                                                     lines: list[bytes]) -> None:
     state = ConnectionState("session", 17, inbound, outbound, SessionState(3, 999, "ab" * 32, None, lines, lines[::-1]))
-    assert ConnectionState.from_json(json.loads(json.dumps(state.to_json()))) == state
+    written = json.loads(json.dumps(sc.dump(state)))
+    assert sc.load(ConnectionState, written, "connection") == state
     with pytest.raises(ValueError, match="unknown value"):
-        ConnectionState.from_json({**state.to_json(), "kind": "hub"})
+        sc.load(ConnectionState, {**written, "kind": "hub"}, "connection")
+    with pytest.raises(ValueError, match="three descriptors"):
+        sc.load(ConnectionState, {**written, "kind": "handoff"}, "connection")
 
 
 # Every value config.toml and the shim accept (docs/configuration.md), written out literally: a

@@ -19,11 +19,9 @@ import errno
 import logging
 import math
 import os
-import resource
 import socket
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -41,7 +39,7 @@ from lazyd.daemon.fdlimit import Spare
 from lazyd.daemon.control import progress
 from lazyd.daemon.upgrade.connection_state import Live
 from lazyd.daemon.runtime.outbox import ConnectionOutbox
-from lazyd.daemon.upgrade.quiesce import Gate
+from lazyd.daemon.gate import Gate
 from lazyd.daemon.connections.admit import Door
 from lazyd.daemon.sessions.registry import Registry
 from lazyd.daemon.runtime.supervisor import ServerRuntime
@@ -70,15 +68,6 @@ ACCEPT_BACKOFF_FIRST_S = 0.1  # a descriptor often frees within one turn of the 
 ACCEPT_BACKOFF_MAX_S = 2.0  # clients wait in the backlog meanwhile; their own deadlines are 5-10 s
 
 ControlHandler = Callable[[str, dict[str, Any]], Awaitable[tuple[bool, Any, str | None]]]
-
-
-@dataclass(frozen=True)
-class Limits:
-    """The deadlines a connection lives under (seconds)."""
-
-    hello_timeout_s: float = HELLO_TIMEOUT_S
-    frame_deadline_s: float = FRAME_DEADLINE_S
-    control_send_deadline_s: float = CONTROL_SEND_DEADLINE_S
 
 
 def _sole(group: BaseExceptionGroup[BaseException]) -> BaseException:
@@ -120,7 +109,7 @@ class Frames:
                 self.feed(b"")  # complete frames left over from the last batch come first
                 if self.pending:
                     break
-            await self.reading.passage()  # an upgrade stops reading here (lazyd/daemon/upgrade/quiesce.py)
+            await self.reading.passage()  # an upgrade stops reading here (lazyd/daemon/gate.py)
             budget = self.frame_deadline_s - self._waited_s if self._in_frame else math.inf
             data: bytes | None = None
             began = trio.current_time()
@@ -154,13 +143,10 @@ class Frames:
 
 
 class ConnectionHandler:
-    def __init__(self, registry: Registry, control: ControlHandler, limits: Limits | None = None,
-                 admission: Admission | None = None) -> None:
+    def __init__(self, registry: Registry, control: ControlHandler, admission: Admission) -> None:
         self.registry = registry
         self.control = control
-        self.limits = limits if limits is not None else Limits()
-        self.door = Door(admission if admission is not None else Admission(resource.getrlimit(resource.RLIMIT_NOFILE)[0]),
-                         self.limits.control_send_deadline_s)
+        self.door = Door(admission, CONTROL_SEND_DEADLINE_S)
         self.refusals = self.door.refusals
         self.active = 0
         # Open connections as an upgrade's freeze reads them (lazyd/daemon/upgrade/connection_state.py), and
@@ -273,7 +259,7 @@ class ConnectionHandler:
         """Serve an admitted connection from its hello on (`frames`: with what was read of it
         already, by a predecessor daemon before an upgrade)."""
         if frames is None:
-            frames = Frames(stream, self.limits.frame_deadline_s, self.registry.reading)
+            frames = Frames(stream, FRAME_DEADLINE_S, self.registry.reading)
         try:
             await self._serve_hello(stream, frames, pid)
         finally:
@@ -281,10 +267,10 @@ class ConnectionHandler:
 
     async def _serve_hello(self, stream: trio.SocketStream, frames: Frames, pid: int) -> None:
         live = self.live[id(stream)] = Live(stream, frames.decoder, frames.pending)
-        with trio.move_on_after(self.limits.hello_timeout_s) as scope:
+        with trio.move_on_after(HELLO_TIMEOUT_S) as scope:
             hello = await frames.next()
         if scope.cancelled_caught:
-            log.warning("closing a connection from pid %d: no hello within %g s", pid, self.limits.hello_timeout_s)
+            log.warning("closing a connection from pid %d: no hello within %g s", pid, HELLO_TIMEOUT_S)
             return
         if hello is None:
             return
@@ -397,7 +383,7 @@ class ConnectionHandler:
     async def _with_progress(self, stream: trio.SocketStream, frame: Ctl) -> Any:
         """Run a ctl op while its steps go out as `progress` frames (lazyd/daemon/control/progress.py)."""
         async def send(step: str) -> None:
-            with trio.move_on_after(self.limits.control_send_deadline_s):
+            with trio.move_on_after(CONTROL_SEND_DEADLINE_S):
                 await stream.send_all(wire.encode(Progress(step)))
 
         pump = progress.Pump(send)
@@ -422,10 +408,10 @@ class ConnectionHandler:
                 ok, data, error = await self._with_progress(stream, frame)
             else:
                 ok, data, error = await self.control(frame.op, frame.args)
-            with trio.move_on_after(self.limits.control_send_deadline_s) as sending:
+            with trio.move_on_after(CONTROL_SEND_DEADLINE_S) as sending:
                 await stream.send_all(wire.encode(Reply(ok, data, error)))
             if sending.cancelled_caught:
                 log.warning("closing a control connection that left its reply unread for %g s",
-                            self.limits.control_send_deadline_s)
+                            CONTROL_SEND_DEADLINE_S)
                 return
 

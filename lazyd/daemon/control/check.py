@@ -44,6 +44,7 @@ async def check_runtime(registry: Registry, runtime: ServerRuntime, params: dict
     """Check `runtime` with initialize `params`: (the report, None), or (None, one readable line).
     `timeout_s` bounds the check instead of the server's start_timeout."""
     started = trio.current_time()
+    await registry.starting.passage()  # no start while a predecessor's leftovers are swept
     outcome = await IsolatedCheck(runtime, params, registry.read_buffer, timeout_s).run()
     if isinstance(outcome, str):
         log.warning("[%s] check failed: %s", runtime.name, outcome)

@@ -1,7 +1,8 @@
 """Control operations on the daemon socket (lazyctl): the daemon side (docs/protocol.md).
 
-Each op takes a map of arguments and returns `(ok, data, error)`, `error` one readable line; a
-server is named by its readable name. Ops: ping, status, wake, sleep, restart, logs, stop, reload,
+Each op takes a map of arguments and returns `(ok, data, error)`, `error` one readable line (an
+op refuses its arguments by raising UsageError with that line); a server is named by its readable
+name. Ops: ping, status, wake, sleep, restart, logs, stop, reload,
 identity (why two registrations share) and check (an isolated start that warms the cache:
 lazyd.daemon.control.check). The waits of wake and sleep are lazyd.daemon.control.wake_sleep's.
 """
@@ -35,7 +36,7 @@ from lazyd.daemon.handoff.stored_sessions import Keeper
 from lazyd.daemon.runtime.status import runtime_status
 from lazyd.daemon.runtime.supervisor import ServerRuntime
 from lazyd.daemon.control.wake_sleep import sleep_and_wait, wake_and_wait
-from lazyd.errors import ConfigError
+from lazyd.errors import ConfigError, UsageError
 
 log = logging.getLogger("lazyd.control")
 
@@ -56,7 +57,7 @@ def status_summary(registry: Registry) -> str:
 
 
 class Control:
-    def __init__(self, registry: Registry, stop_daemon: trio.Event, reload: Reload | None = None) -> None:
+    def __init__(self, registry: Registry, stop_daemon: trio.Event, reload: Reload) -> None:
         self.registry = registry
         self.stop_daemon = stop_daemon
         self.reload = reload
@@ -71,19 +72,21 @@ class Control:
             return False, None, f"unknown control operation {op!r}"
         try:
             result: Result = await handler(args)
+        except UsageError as exc:
+            return False, None, str(exc)
         except Exception as exc:  # a bug in one op must not take the daemon's listener down
             log.exception("control operation %r failed", op)
             return False, None, f"internal error in {op}: {type(exc).__name__}: {exc}"
         return result
 
-    def _runtime(self, args: dict[str, Any]) -> ServerRuntime | str:
+    def _runtime(self, args: dict[str, Any]) -> ServerRuntime:
         name = args.get("name")
         if not isinstance(name, str) or not name:
-            return "a server name is required"
+            raise UsageError("a server name is required")
         runtime = self.registry.find(name)
         if runtime is None:
             known = ", ".join(sorted(r.name for r in self.registry.runtimes.values())) or "none"
-            return f"no server named {name!r} (known: {known})"
+            raise UsageError(f"no server named {name!r} (known: {known})")
         return runtime
 
     def _status(self, runtime: ServerRuntime, table: ProcTable | None = None) -> dict[str, Any]:
@@ -163,12 +166,12 @@ class Control:
     async def op_status(self, args: dict[str, Any]) -> Result:
         names = args.get("names") or []
         if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
-            return False, None, "names must be a list of server names"
+            raise UsageError("names must be a list of server names")
         runtimes = list(self.registry.runtimes.values())
         known = {r.name for r in runtimes} | {r.config.name for r in runtimes}
         unknown = [n for n in names if n not in known]
         if unknown:
-            return False, None, f"no server named {unknown[0]!r} (known: {', '.join(sorted(known)) or 'none'})"
+            raise UsageError(f"no server named {unknown[0]!r} (known: {', '.join(sorted(known)) or 'none'})")
         table = proc_table()
         # A server's name shows every process of it (its other-era lane, NAME@ERA, too).
         rows = [self._status(r, table) for r in runtimes if not names or r.name in names or r.config.name in names]
@@ -201,8 +204,6 @@ class Control:
 
     async def _cycle(self, args: dict[str, Any], *, sleep: bool, wake: bool) -> Result:
         runtime = self._runtime(args)
-        if isinstance(runtime, str):
-            return False, None, runtime
         if sleep:
             await sleep_and_wait(runtime)
         error = await wake_and_wait(runtime) if wake else None
@@ -210,8 +211,6 @@ class Control:
 
     async def op_logs(self, args: dict[str, Any]) -> Result:
         runtime = self._runtime(args)
-        if isinstance(runtime, str):
-            return False, None, runtime
         path = runtime.config.spec.log_path
         return True, {"name": runtime.name, "path": str(path), "rotated": str(path) + ".1"}, None
 
@@ -221,8 +220,6 @@ class Control:
         return True, {"pid": os.getpid()}, None
 
     async def op_reload(self, args: dict[str, Any]) -> Result:
-        if self.reload is None:
-            return False, None, "reload is not supported by this daemon yet: restart it (lazyctl stop) to apply config changes"
         try:
             report = await self.reload()
         except ConfigError as exc:
@@ -235,13 +232,8 @@ class Control:
         """args: {"registrations": [one or two of {"name": N} or {"argv", "cwd", "env"}]}."""
         regs = args.get("registrations")
         if not isinstance(regs, list) or not 1 <= len(regs) <= 2 or not all(isinstance(r, dict) for r in regs):
-            return False, None, "registrations must be a list of one or two registrations"
-        described: list[tuple[Identity, dict[str, Any]]] = []
-        for reg in regs:
-            one = self._identity(reg)
-            if isinstance(one, str):
-                return False, None, one
-            described.append(one)
+            raise UsageError("registrations must be a list of one or two registrations")
+        described = [self._identity(reg) for reg in regs]
         data: dict[str, Any] = {"registrations": [info for _, info in described]}
         if len(described) == 1 and "eras" in described[0][1]:
             data["eras"] = described[0][1]["eras"]
@@ -256,12 +248,10 @@ class Control:
             data["candidates"] = self._candidates(described[0][0])
         return True, data, None
 
-    def _identity(self, reg: dict[str, Any]) -> tuple[Identity, dict[str, Any]] | str:
+    def _identity(self, reg: dict[str, Any]) -> tuple[Identity, dict[str, Any]]:
         secret = self.registry.secret
         if "name" in reg:
             runtime = self._runtime(reg)
-            if isinstance(runtime, str):
-                return runtime
             digest = next(d for d, r in self.registry.runtimes.items() if r is runtime)
             identity = self.registry.identities[digest]
             info = _describe(identity, runtime.name, None, runtime.name)
@@ -271,10 +261,7 @@ class Control:
                 info["eras"] = lanes.describe()  # every process of this registration, by era
             info.update(self._sharing(runtime))
             return identity, info
-        parsed = _command_registration(reg, "a registration needs a command (argv)")
-        if isinstance(parsed, str):
-            return parsed
-        argv, cwd, env = parsed
+        argv, cwd, env = _command_registration(reg, "a registration needs a command (argv)")
         force, ignore = _identity_opts(env)
         identity, _problem = self.registry.identity_of(argv, cwd, env, force=force, ignore=ignore)
         counted = {n for n, _ in identity.env}
@@ -320,43 +307,35 @@ class Control:
             if profile is None:
                 seen = sorted(self.registry.learned.clients)
                 extra = f"; seen: {', '.join(seen)}" if seen else ""
-                return False, None, f"unknown client {client!r} (known: {', '.join(PROFILES)}{extra})"
+                raise UsageError(f"unknown client {client!r} (known: {', '.join(PROFILES)}{extra})")
         given = args.get("initialize")
         learned = self.registry.handshakes.for_profile(profile) if profile is not None and given is None else None
         params, source = check_params(given, learned)
         if not isinstance(params, dict) or not isinstance(params.get("protocolVersion"), str):
-            return False, None, "initialize params must be an object with a string protocolVersion"
+            raise UsageError("initialize params must be an object with a string protocolVersion")
         timeout_s: float | None = None
         if args.get("start_timeout") is not None:
             try:
                 timeout_s = parse_duration(str(args["start_timeout"]))
             except ValueError as exc:
-                return False, None, f"start_timeout: {exc}"
+                raise UsageError(f"start_timeout: {exc}") from None
             if timeout_s <= 0:
-                return False, None, "start_timeout: must be longer than 0"
-        if "name" in args:
-            runtime = self._runtime(args)
-        else:
-            runtime = await self._registration(args, profile)
-        if isinstance(runtime, str):
-            return False, None, runtime
+                raise UsageError("start_timeout: must be longer than 0")
+        runtime = self._runtime(args) if "name" in args else await self._registration(args, profile)
         report, error = await check_runtime(self.registry, runtime, params, timeout_s)
         if report is not None:
             report["handshake"] = source
             report["client"] = profile.name if profile is not None else None
         return report is not None, report, error
 
-    async def _registration(self, args: dict[str, Any], profile: ClientProfile | None) -> ServerRuntime | str:
-        parsed = _command_registration(args, "no server command given")
-        if isinstance(parsed, str):
-            return parsed
-        argv, cwd, inherited = parsed
+    async def _registration(self, args: dict[str, Any], profile: ClientProfile | None) -> ServerRuntime:
+        argv, cwd, inherited = _command_registration(args, "no server command given")
         declared = args.get("declared_env") or {}
         if not (isinstance(declared, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in declared.items())):
-            return "declared_env must be a map of str to str"
+            raise UsageError("declared_env must be a map of str to str")
         passed_env = args.get("passed_env") or []
         if not (isinstance(passed_env, list) and all(isinstance(n, str) for n in passed_env)):
-            return "passed_env must be a list of variable names"
+            raise UsageError("passed_env must be a list of variable names")
         # The environment the client would give the server: what decides the identity, so the
         # client's next session finds the cache this check writes. What its sessions carried, if
         # the daemon has seen one (names only), else the profile's rule.
@@ -381,15 +360,15 @@ def _era_lanes_apart(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any] | N
     return {"eras": [first["era"], second["era"]], "reason": later["reason"], "server": later["server"]}
 
 
-def _command_registration(reg: Mapping[str, Any], no_command: str) -> tuple[list[str], str, dict[str, str]] | str:
-    """A registration by command, (argv, cwd, env), from op args; or why they are not one."""
+def _command_registration(reg: Mapping[str, Any], no_command: str) -> tuple[list[str], str, dict[str, str]]:
+    """A registration by command, (argv, cwd, env), from op args; UsageError saying why they are not one."""
     argv, cwd, env = reg.get("argv"), reg.get("cwd"), reg.get("env")
     if not (isinstance(argv, list) and argv and argv[0] and all(isinstance(a, str) for a in argv)):
-        return no_command
+        raise UsageError(no_command)
     if not (isinstance(cwd, str) and os.path.isabs(cwd)):
-        return f"the working directory must be absolute, got {cwd!r}"
+        raise UsageError(f"the working directory must be absolute, got {cwd!r}")
     if not (isinstance(env, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in env.items())):
-        return "env must be a map of str to str"
+        raise UsageError("env must be a map of str to str")
     return list(argv), cwd, dict(env)
 
 

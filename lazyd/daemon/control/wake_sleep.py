@@ -16,7 +16,7 @@ from lazyd.core.relay.jsonrpc import JsonObj
 from lazyd.daemon.control import progress
 from lazyd.daemon.runtime.supervisor import ServerRuntime
 
-__all__ = ["WAKE_MARGIN_S", "SLEEP_WAIT_S", "wake_and_wait", "sleep_and_wait"]
+__all__ = ["WAKE_MARGIN_S", "SLEEP_WAIT_S", "state_of", "wake", "wake_and_wait", "sleep_and_wait"]
 
 WAKE_MARGIN_S = 5.0  # beyond start_timeout: the lifecycle's own timeout must answer first
 SLEEP_WAIT_S = 10.0  # the stop ladder is 2 s + 2 s plus a 1 s stderr drain; this bounds the rest
@@ -27,14 +27,18 @@ def state_of(runtime: ServerRuntime) -> str:
     return str(runtime.life.status_fields()["state"])
 
 
-async def wake_and_wait(runtime: ServerRuntime, client: JsonObj | None = None) -> str | None:
-    """Wake `runtime` and wait until it settles: None once running, else why it did not start. A
-    server never initialized is woken with `client`'s params, else lazyd's own: without params to
-    replay the start could never complete."""
+def wake(runtime: ServerRuntime, client: JsonObj | None = None) -> None:
+    """Wake `runtime`. A server never initialized is woken with `client`'s params, else lazyd's
+    own: without params to replay the start could never complete."""
     params = wake_params(runtime.core.snapshot.last_params, client)
     if params is not None:
         runtime.core.snapshot.last_params = params
     runtime.wake()
+
+
+async def wake_and_wait(runtime: ServerRuntime, client: JsonObj | None = None) -> str | None:
+    """`wake` and wait until it settles: None once running, else why it did not start."""
+    wake(runtime, client)
     with trio.move_on_after(runtime.config.policy.start_timeout_s + WAKE_MARGIN_S):
         while (state := state_of(runtime)) in _CHANGING:
             proc = runtime.proc

@@ -355,7 +355,7 @@ class HandoffSession:
         while True:
             zone = ledger.state.landing
             if not size:
-                await self.registry.reading.passage()  # an upgrade stops reading here (lazyd/daemon/upgrade/quiesce.py)
+                await self.registry.reading.passage()  # an upgrade stops reading here (lazyd/daemon/gate.py)
                 if emptied:  # no read that would only say EAGAIN: wait first
                     await trio.lowlevel.wait_readable(self.ends.in_fd)
                     waited, emptied = True, False

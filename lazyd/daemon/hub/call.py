@@ -51,12 +51,12 @@ class ProxiedCall:
     """One `call_tool`: an internal session on the server's runtime for the call's duration."""
 
     def __init__(self, hub: CallOwner, runtime: ServerRuntime, rid: JsonId, lanes: EraLanes | None,
-                 place: Callable[[ProxiedCall, str], None] | None = None) -> None:
+                 place: Callable[[ProxiedCall, str], None]) -> None:
         self.hub = hub
         self.runtime = runtime
         # Where the internal session goes once its key (its roots) is known: the hub session's
         # seats decide (seats.py); it may move the session to another process before its call
-        # reached this one. None: it stays.
+        # reached this one.
         self.place = place
         self.lanes = lanes  # the registration's processes by era, if it has a lane table
         self.rid = rid
@@ -77,9 +77,7 @@ class ProxiedCall:
         call_params: JsonObj = {"name": tool, "arguments": arguments}
         if rpc.valid_id(token):
             call_params["_meta"] = {"progressToken": token}
-        if self.place is not None:
-            place = self.place
-            runtime.placers[self.cid] = lambda cid, key: place(self, key)
+        runtime.placers[self.cid] = lambda cid, key: self.place(self, key)
         runtime.attach(self.inbox, [])
         self.hub.call_started(self)
         try:

@@ -21,7 +21,6 @@ from lazyd.core import policy_gate as gate
 from lazyd.core.hub import tools as ht
 from lazyd.core.relay import jsonrpc as rpc
 from lazyd.core.hub.catalog import ToolInfo, cached_tools, search, server_description, tool_infos
-from lazyd.core.relay.handshake_defaults import wake_params
 from lazyd.core.hub.protocol import hub_servers, initialize_result
 from lazyd.core.hub.routes import CancelTask, HubAction, HubRoutes, ToCall, ToClient
 from lazyd.core.sharing.identity import Identity
@@ -35,7 +34,7 @@ from lazyd.core.sharing.modes import SharingDecision
 from lazyd.daemon.sessions.sharing_gate import SharingGate
 from lazyd.daemon.runtime.outbox import Outbox
 from lazyd.daemon.runtime.supervisor import ServerRuntime
-from lazyd.daemon.control.wake_sleep import sleep_and_wait, wake_and_wait
+from lazyd.daemon.control.wake_sleep import sleep_and_wait, state_of, wake, wake_and_wait
 from lazyd.daemon.process.tree import proc_table, tree_cpu_ticks, tree_members, tree_pss
 from lazyd.host.procfs import CLOCK_TICKS
 from lazyd.protocol.frames import Hello
@@ -286,10 +285,6 @@ class HubSession:
         return {name: server.description for name, server in self.registry.config.servers.items()
                 if server.description}
 
-    @staticmethod
-    def _state(runtime: ServerRuntime) -> str:
-        return str(runtime.life.status_fields()["state"])
-
     # ---- meta-tools ----------------------------------------------------------------------------
 
     def _list_servers(self) -> JsonObj:
@@ -356,16 +351,12 @@ class HubSession:
             hint = f"; did you mean {', '.join(near)}?" if near else "; search_tools lists its tools"
             return ht.error_result(f"{runtime.name!r} has no tool named {call.tool!r}{hint}")
         self._prewarm(runtime)
-        return ht.text_result(ht.render_schema(runtime.name, tool, verdict.decision, self._state(runtime)))
+        return ht.text_result(ht.render_schema(runtime.name, tool, verdict.decision, state_of(runtime)))
 
     def _prewarm(self, runtime: ServerRuntime) -> None:
-        if self._state(runtime) != "sleeping":
-            return
-        params = wake_params(runtime.core.snapshot.last_params, self.params)
-        if params is not None:
-            runtime.core.snapshot.last_params = params
-        log.info("hub: starting %s in the background (a tool schema was asked for)", runtime.name)
-        runtime.wake()
+        if state_of(runtime) == "sleeping":
+            log.info("hub: starting %s in the background (a tool schema was asked for)", runtime.name)
+            wake(runtime, self.params)
 
     async def _call(self, call: ht.MetaCall, rid: JsonId, token: object) -> JsonObj | bytes:
         runtime = self._lookup(call.server)
@@ -423,7 +414,7 @@ class HubSession:
         if call.name != ht.WAKE_SERVER:  # sleep_server, restart_server
             await sleep_and_wait(runtime)
             if call.name == ht.SLEEP_SERVER:
-                return ht.text_result(f"{runtime.name} is {self._state(runtime)}; the next call starts it again")
+                return ht.text_result(f"{runtime.name} is {state_of(runtime)}; the next call starts it again")
         error = await wake_and_wait(runtime, self.params)
         if error is not None:
             return ht.error_result(error)

@@ -18,14 +18,13 @@ import os
 import select
 import signal
 import subprocess
-from typing import Any, AsyncIterator
+from dataclasses import dataclass
+from typing import AsyncIterator
 
 import trio
 
 from lazyd.host import procfs
-from lazyd.core import state_codec as sc
 from lazyd.daemon import fdlimit
-from lazyd.daemon.orphans import START_GATE
 from lazyd.daemon.process.command import ExitInfo, SpawnSpec, executable_for
 from lazyd.daemon.process.stderr_log import LogRing
 from lazyd.daemon.process.handle import ProcessHandle
@@ -54,6 +53,19 @@ short line nothing); bounds how far a read can overshoot the line limit."""
 STDERR_READ_BYTES = 64 * 1024  # below glibc's mmap threshold: receive_some allocates what it asks
 
 
+@dataclass(frozen=True)
+class ProcessState:
+    """A process as a successor daemon takes it over (lazyd/daemon/upgrade/inherited.py)."""
+
+    pid: int
+    pgid: int
+    start_ticks: int
+    stdin: int | None  # None: the ladder had closed it
+    stdout: int
+    stderr: int
+    pending: bytes  # what was read of its stdout and not relayed
+
+
 class ChildProcess:
     """A running server process; made by `spawn` or `take_over`, never directly."""
 
@@ -65,11 +77,12 @@ class ChildProcess:
         self.pgid: int = process.pid  # setsid() made the leader's pid the group (and session) id
         self.start_time_ticks = start_ticks
         self.spec = spec
-        assert process.stdin is not None and process.stdout is not None
+        # Pipes, both for a spawned process and one handed over: the reader waits on their fds.
+        assert process.stdin is not None and isinstance(process.stdout, trio.lowlevel.FdStream)
         assert process.stderr is not None
         self._process = process
         self._stdin: trio.abc.SendStream = process.stdin
-        self._stdout: trio.abc.ReceiveStream = process.stdout
+        self._stdout = process.stdout
         self._stderr: trio.abc.ReceiveStream = process.stderr
         self._ring = ring
         self._pidfd: int | None = pidfd
@@ -222,16 +235,14 @@ class ChildProcess:
 
     # -- handing over to a successor daemon (lazyd/daemon/upgrade/) ----------------------------
 
-    def to_state(self) -> dict[str, Any] | None:
-        """What a successor daemon needs to take this process over: pid, group, start time, the
-        pipes (stdin None once closed) and stdout read but not handed out. None once stdout or
-        stderr is closed: the process is ending, and the successor sees it as lost."""
+    def to_state(self) -> ProcessState | None:
+        """What a successor daemon needs to take this process over. None once stdout or stderr is
+        closed: the process is ending, and the successor sees it as lost."""
         stdout, stderr = _fd(self._stdout), _fd(self._stderr)
         if stdout is None or stderr is None:
             return None
-        return {"pid": self.pid, "pgid": self.pgid, "start_ticks": self.start_time_ticks,
-                "stdin": _fd(self._stdin), "stdout": stdout, "stderr": stderr,
-                "pending": sc.raw_text(self._lines.leftover())}
+        return ProcessState(self.pid, self.pgid, self.start_time_ticks, _fd(self._stdin), stdout, stderr,
+                            self._lines.leftover())
 
     @classmethod
     def take_over(cls, process: ProcessHandle, spec: SpawnSpec, ring: LogRing, pidfd: int, start_ticks: int,
@@ -279,7 +290,6 @@ async def spawn(spec: SpawnSpec, nursery: trio.Nursery, read_buffer: ReadBuffer 
 
 
 async def _launch(spec: SpawnSpec, read_buffer: ReadBuffer | None = None) -> ChildProcess:
-    await START_GATE.passage()  # no start while a predecessor's leftovers are swept
     executable = executable_for(spec)
     ring = LogRing(spec.log_path)
     try:

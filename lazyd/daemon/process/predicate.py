@@ -16,7 +16,6 @@ import trio
 
 from lazyd.host import procfs
 from lazyd.config.load import WakePredicate
-from lazyd.daemon.orphans import START_GATE
 from lazyd.config.durations import format_duration
 from lazyd.daemon import fdlimit
 from lazyd.daemon.systemd_env import scrubbed_environ
@@ -32,7 +31,6 @@ async def run_predicate(wake: WakePredicate, cwd: str, env: Mapping[str, str], n
     session, bounded by its timeout; its exit code, or None on a timeout or launch error. Whatever
     happens the group is SIGKILLed before the leader is reaped (its group id cannot be reused until
     then), so no background child outlives it. `on_child` hears (pid, start ticks), then None."""
-    await START_GATE.passage()  # no start while a predecessor's leftovers are swept
     try:
         proc = await trio.lowlevel.open_process(
             list(wake.argv), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,

@@ -6,8 +6,7 @@ waits: two task steps, a zero-timeout epoll and an empty `read` per line on the 
 checkpoints only before a read that follows a full one (a flooding server still lets every task
 run, and cancellation is seen), and reads into the daemon's read buffer
 (lazyd/daemon/process/read_buffer.py) for the line cutter, without a `bytes` per read. Errors are
-`receive_some`'s: `trio.ClosedResourceError` for a closed stream, any other the end. Other
-streams than pipes are read with `receive_some`.
+`receive_some`'s: `trio.ClosedResourceError` for a closed stream, any other the end.
 """
 
 from __future__ import annotations
@@ -22,13 +21,13 @@ from lazyd.daemon.process.read_buffer import ReadBuffer
 
 __all__ = ["StdoutReader"]
 
-Sink = Callable[[bytes | mmap.mmap, int], None]  # (buffer, how many of its first bytes came)
+Sink = Callable[[mmap.mmap, int], None]  # (the read buffer, how many of its first bytes came)
 
 
 class StdoutReader:
     """Reads of one stream, for its only reader."""
 
-    def __init__(self, stream: trio.abc.ReceiveStream, chunk: int, buffer: ReadBuffer | None = None) -> None:
+    def __init__(self, stream: trio.lowlevel.FdStream, chunk: int, buffer: ReadBuffer | None = None) -> None:
         self._stream = stream
         self._chunk = chunk
         self._buffer = buffer if buffer is not None else ReadBuffer()  # the daemon's, else its own
@@ -38,14 +37,6 @@ class StdoutReader:
         """Read once and give what came to `sink` (before anything else runs); False at the end
         of the stream (`sink` not called)."""
         stream = self._stream
-        if not isinstance(stream, trio.lowlevel.FdStream):
-            try:
-                data = await stream.receive_some(self._chunk)
-            except trio.BrokenResourceError:
-                return False
-            if data:
-                sink(bytes(data), len(data))
-            return bool(data)
         if self._drained:
             await trio.lowlevel.wait_readable(stream.fileno())
         else:

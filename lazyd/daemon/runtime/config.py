@@ -9,7 +9,7 @@ orphan sweep records (lazyd/daemon/orphans.py). Written for a successor, what co
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -22,10 +22,14 @@ from lazyd.core.relay.jsonrpc import JsonId
 from lazyd.core.relay.routing import SamplingPolicy
 from lazyd.core.sharing.modes import ShareSetting
 from lazyd.daemon import orphans
+from lazyd.daemon.gate import Gate
+from lazyd.daemon.heap_trim import HeapTrimmer
 from lazyd.daemon.process.command import SpawnSpec
+from lazyd.daemon.process.read_buffer import ReadBuffer
+from lazyd.daemon.runtime.cache_store import CacheStore
 from lazyd.errors import LifecycleError
 
-__all__ = ["LineGate", "RuntimeConfig", "lifecycle_policy", "child_records", "ChildSource"]
+__all__ = ["DaemonParts", "LineGate", "RuntimeConfig", "lifecycle_policy", "child_records", "ChildSource"]
 
 
 class LineGate(Protocol):
@@ -36,6 +40,18 @@ class LineGate(Protocol):
     def detach(self, cid: int) -> None: ...
     def to_state(self) -> object: ...  # what it holds, for a successor daemon
     def restore(self, state: object) -> None: ...
+
+
+@dataclass(frozen=True)
+class DaemonParts:
+    """The daemon's own parts every runtime uses; the registry makes them once."""
+
+    store: CacheStore
+    heap: HeapTrimmer
+    reading: Gate  # closed while the daemon hands itself over (lazyd/daemon/gate.py)
+    starting: Gate  # closed while the orphan sweep runs
+    read_buffer: ReadBuffer
+    children_changed: Callable[[], None]  # records the live children for the orphan sweep
 
 
 @dataclass(frozen=True)
@@ -55,59 +71,34 @@ class RuntimeConfig:
         return {"name": self.name, "digest": self.digest, "sampling_policy": self.sampling_policy,
                 "share": self.share, "era": self.era, "log_path": str(self.spec.log_path),
                 "max_line_bytes": self.spec.max_line_bytes, "memory_max": self.memory_max,
-                "policy": {name: getattr(self.policy, name) for name in _POLICY_FIELDS}}
+                "policy": sc.dump(self.policy)}
 
     def secrets(self) -> dict[str, Any]:
         """What could be a secret: the command, its working directory and environment, the wake predicate."""
-        spec, wake = self.spec, self.wake
-        return {"argv": list(spec.argv), "cwd": spec.cwd, "env": dict(spec.env),
-                "wake": None if wake is None else {"argv": list(wake.argv), "interval_s": wake.interval_s,
-                                                   "timeout_s": wake.timeout_s}}
+        spec = self.spec
+        return {"argv": list(spec.argv), "cwd": spec.cwd, "env": dict(spec.env), "wake": sc.dump(self.wake)}
 
     @classmethod
     def from_state(cls, state: object, secrets: Mapping[str, Any]) -> RuntimeConfig:
         """The configuration `to_state` and `secrets` wrote; ValueError for one this code did not write."""
         c = sc.obj(state, "runtime.config")
-        p = sc.obj(c.get("policy"), "runtime.config.policy")
         try:
-            policy = lc.LifecyclePolicy(
-                start_timeout_s=sc.number(p.get("start_timeout_s"), "policy.start_timeout_s"),
-                linger_s=sc.number(p.get("linger_s"), "policy.linger_s"),
-                # A predecessor without a check linger wrote none: the default's.
-                check_linger_s=sc.number(p.get("check_linger_s", lc.LifecyclePolicy.check_linger_s),
-                                         "policy.check_linger_s"),
-                idle_timeout_s=sc.opt_number(p.get("idle_timeout_s"), "policy.idle_timeout_s"),
-                keep_alive=sc.flag(p.get("keep_alive"), "policy.keep_alive"),
-                eager=sc.flag(p.get("eager"), "policy.eager"),
-                wake_interval_s=sc.opt_number(p.get("wake_interval_s"), "policy.wake_interval_s"),
-                wake_timeout_s=sc.number(p.get("wake_timeout_s"), "policy.wake_timeout_s"))
+            policy = sc.load(lc.LifecyclePolicy, c.get("policy"), "runtime.config.policy")
         except LifecycleError as exc:
             raise ValueError(f"runtime.config.policy: {exc}") from None
-        env = sc.obj(secrets.get("env"), "secrets.env")
-        spec = SpawnSpec(tuple(sc.text(a, "secrets.argv") for a in sc.items(secrets.get("argv"), "secrets.argv")),
+        spec = SpawnSpec(sc.load(tuple[str, ...], secrets.get("argv"), "secrets.argv"),
                          sc.text(secrets.get("cwd"), "secrets.cwd"),
-                         {str(k): sc.text(v, "secrets.env") for k, v in env.items()},
+                         sc.load(dict[str, str], secrets.get("env"), "secrets.env"),
                          Path(sc.text(c.get("log_path"), "runtime.config.log_path")),
                          sc.integer(c.get("max_line_bytes"), "runtime.config.max_line_bytes"))
-        wake = None
-        if secrets.get("wake") is not None:
-            w = sc.obj(secrets.get("wake"), "secrets.wake")
-            wake = WakePredicate(tuple(sc.text(a, "wake.argv") for a in sc.items(w.get("argv"), "wake.argv")),
-                                 sc.number(w.get("interval_s"), "wake.interval_s"),
-                                 sc.number(w.get("timeout_s"), "wake.timeout_s"))
-        sampling, share, era = c.get("sampling_policy"), c.get("share"), c.get("era")
-        if sampling not in ("refuse", "most-recent") or share not in (True, False, "auto", "session-aware") or era not in (
-                "auto", "handshake", "stateless"):
-            raise ValueError("runtime.config: an unknown sampling policy, share or era setting")
-        # Absent in a predecessor without memory limits: none.
-        memory_max = sc.opt_integer(c.get("memory_max"), "runtime.config.memory_max")
+        share = c.get("share")
+        if share not in (True, False, "auto", "session-aware"):
+            raise ValueError(f"runtime.config.share: unknown value {share!r}")
         return cls(sc.text(c.get("name"), "runtime.config.name"), sc.text(c.get("digest"), "runtime.config.digest"),
-                   spec, policy, wake, sampling, share, era, memory_max if memory_max and memory_max > 0 else None)
-
-
-# The lifecycle policy's fields, as a configuration's state writes them.
-_POLICY_FIELDS = ("start_timeout_s", "linger_s", "check_linger_s", "idle_timeout_s", "keep_alive", "eager",
-                  "wake_interval_s", "wake_timeout_s")
+                   spec, policy, sc.load(WakePredicate | None, secrets.get("wake"), "secrets.wake"),
+                   sc.load(SamplingPolicy, c.get("sampling_policy"), "runtime.config.sampling_policy"), share,
+                   sc.load(EraSetting, c.get("era"), "runtime.config.era"),
+                   sc.opt_integer(c.get("memory_max"), "runtime.config.memory_max"))
 
 
 def lifecycle_policy(policy: Policy) -> lc.LifecyclePolicy:

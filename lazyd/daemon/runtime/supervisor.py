@@ -19,7 +19,6 @@ from __future__ import annotations
 import errno
 import logging
 import math
-import os
 import random
 import time
 from collections.abc import Callable, Mapping
@@ -28,7 +27,7 @@ from typing import Any
 import trio
 
 from lazyd.core import state_codec as sc
-from lazyd.daemon.heap_trim import LARGE_BYTES, HeapTrimmer
+from lazyd.daemon.heap_trim import LARGE_BYTES
 from lazyd.core.lifecycle import machine as lc
 from lazyd.core.relay import core as rl
 from lazyd.core.cache import Snapshot
@@ -38,15 +37,12 @@ from lazyd.core.hub.catalog import cached_tools
 from lazyd.core.memory import MemoryLimit, Park, Restart
 from lazyd.core.policy import ToolPolicy
 from lazyd.daemon.runtime.cache_saver import CacheSaver
-from lazyd.daemon.runtime.cache_store import CacheStore
 from lazyd.daemon.runtime.outbox import Outbox
 from lazyd.daemon.process.idle import wait_idle
 from lazyd.daemon.process.predicate import kill_left_predicate, run_predicate
 from lazyd.daemon.process.child import ChildProcess, spawn
 from lazyd.daemon.upgrade.inherited import HandedRuntime, inherit_child
-from lazyd.daemon.upgrade.quiesce import Gate
-from lazyd.daemon.process.read_buffer import ReadBuffer
-from lazyd.daemon.runtime.config import LineGate, RuntimeConfig
+from lazyd.daemon.runtime.config import DaemonParts, LineGate, RuntimeConfig
 from lazyd.daemon.process.stdin import ServerInput
 from lazyd.errors import InheritError, LineTooLong, SpawnError
 
@@ -57,23 +53,21 @@ FATAL_SPAWN_ERRNOS = frozenset({errno.ENOENT, errno.EACCES, errno.ENOEXEC, errno
 
 
 class ServerRuntime:
-    def __init__(self, config: RuntimeConfig, snapshot: Snapshot, store: CacheStore, heap: HeapTrimmer,
-                 on_children_changed: Callable[[], None] = lambda: None, *, reading: Gate,
-                 read_buffer: ReadBuffer, label: str | None = None, save_lock: trio.Lock | None = None) -> None:
+    def __init__(self, config: RuntimeConfig, snapshot: Snapshot, parts: DaemonParts, *, label: str | None = None,
+                 save_lock: trio.Lock | None = None) -> None:
         self.config = config
-        self._reading = reading  # the daemon's reading gate (lazyd/daemon/upgrade/quiesce.py)
-        self._read_buffer = read_buffer
+        self._reading, self._starting = parts.reading, parts.starting  # the daemon's gates (lazyd/daemon/gate.py)
+        self._read_buffer = parts.read_buffer
         # Logs and status: `NAME@ERA` for another era's process (era_lanes.py); policy and hub use config.name.
         self.name = label or config.name
         self.core = rl.RelayCore(config.name, snapshot, config.sampling_policy, era=config.era,
                                  session_aware=config.share == "session-aware")
         self.life = lc.Lifecycle(config.policy, random.Random())
-        self.store = store
-        self.heap = heap
+        self.store, self.heap = parts.store, parts.heap
         self.proc: ChildProcess | None = None
         self.sessions: dict[int, Outbox] = {}
         self.placers: dict[int, Callable[[int, str], None]] = {}  # who places a session (era_lanes.py)
-        self.on_children_changed = on_children_changed
+        self.on_children_changed = parts.children_changed
         self.gate: LineGate | None = None  # installed by the registry
         self._nursery: trio.Nursery | None = None
         self.started = trio.Event()  # set once `run` has its nursery: a line may reach it from then on
@@ -82,8 +76,8 @@ class ServerRuntime:
         self._waiting_for: float | None = None
         # Lanes share the snapshot and its file: one save at a time, so no older copy lands last.
         self._save_lock = save_lock if save_lock is not None else trio.Lock()
-        self._saver = CacheSaver(store, config.digest, lambda: self.core.snapshot, self._save_lock)
-        self._input = ServerInput(self.name, self._kill, lambda: len(self.core.queue), heap.note)  # its stdin
+        self._saver = CacheSaver(parts.store, config.digest, lambda: self.core.snapshot, self._save_lock)
+        self._input = ServerInput(self.name, self._kill, lambda: len(self.core.queue), parts.heap.note)  # its stdin
         self._kill_reason: str | None = None
         # A stop of ours that clients must hear of as a failure (a memory limit).
         self._stop_reason: str | None = None
@@ -102,7 +96,7 @@ class ServerRuntime:
         # The running wake predicate's (pid, start ticks), for a successor's orphan sweep.
         self.predicate_child: tuple[int, int] | None = None
         # What a predecessor handed over (`from_state`), taken over instead of `boot()`.
-        self._handed: HandedRuntime | None = None
+        self._handed: tuple[HandedRuntime, bool] | None = None  # and whether its process is our child
         self.upgrades = 0  # how many upgrades the current process lived through
 
     # ---- task structure ------------------------------------------------------------------------
@@ -132,7 +126,7 @@ class ServerRuntime:
             nursery.start_soon(self._saver.run)
             task_status.started()
             if self._handed is not None:
-                self._take_over(self._handed)
+                self._take_over(*self._handed)
                 self._handed = None
             else:
                 self._life(self.life.boot(trio.current_time()))
@@ -385,6 +379,7 @@ class ServerRuntime:
         now = trio.current_time()
         assert self._nursery is not None
         try:
+            await self._starting.passage()  # no start while a predecessor's leftovers are swept
             # An upgrade waits for its pid.
             proc = await self._reading.hold(spawn(self.config.spec, self._nursery, self._read_buffer))
         except SpawnError as exc:
@@ -418,7 +413,7 @@ class ServerRuntime:
                     self.heap.later(self._read_buffer.release)
                 self._relay(self.core.server_line(line, now=time.time()))
                 self._load()
-                await self._reading.passage()  # an upgrade stops reading here (lazyd/daemon/upgrade/quiesce.py)
+                await self._reading.passage()  # an upgrade stops reading here (lazyd/daemon/gate.py)
         except LineTooLong:
             self._kill(f"wrote a stdout line over {proc.spec.max_line_bytes} bytes")
         info = await proc.wait_exit()
@@ -448,6 +443,7 @@ class ServerRuntime:
         code: int | None = None
         try:
             if wake is not None:
+                await self._starting.passage()
                 code = await run_predicate(wake, self.config.spec.cwd, self.config.spec.env, self.name,
                                            on_child=self._predicate_child_changed)
         except Exception:
@@ -475,44 +471,35 @@ class ServerRuntime:
         """Everything but its secrets, at monotonic `now`. With `kill`, the successor takes its
         process over and then kills it for that reason (its stdin could not be brought to a line
         boundary)."""
-        return {
-            "name": self.name, "config": self.config.to_state(), "core": self.core.to_state(),
-            "life": self.life.to_state(now),
-            "gate": self.gate.to_state() if self.gate is not None else None,
-            "sessions": sorted(self.sessions),
-            "last_exit": self.last_exit, "started_wall": self.started_wall, "spawned_wall": self.spawned_wall,
-            "kill_reason": self._kill_reason, "stop_requested": self._stop_requested,
-            "predicate_child": list(self.predicate_child) if self.predicate_child is not None else None,
-            "upgrades": self.upgrades,
-            "stop_reason": self._stop_reason, "last_stop": list(self.last_stop) if self.last_stop is not None else None,
-            "memory": self.memory.to_state(now) if self.memory is not None else None,
-            "proc": self.proc.to_state() if self.proc is not None else None,
-            **({"kill": kill} if kill is not None else {}),
-        }
+        facts = HandedRuntime(self.proc.to_state() if self.proc is not None else None,
+                              self.gate.to_state() if self.gate is not None else None, self.predicate_child, kill,
+                              self.last_exit, self.started_wall, self.spawned_wall, self._kill_reason,
+                              self._stop_requested, self._stop_reason, self.last_stop, self.upgrades)
+        return {"name": self.name, "config": self.config.to_state(), "core": self.core.to_state(),
+                "life": self.life.to_state(now),
+                "memory": self.memory.to_state(now) if self.memory is not None else None, **sc.dump(facts)}
 
     def secrets(self) -> dict[str, Any]:
         """What of it could be a secret (lazyd/daemon/runtime/config.py)."""
         return self.config.secrets()
 
     @classmethod
-    def from_state(cls, state: Mapping[str, Any], secrets: Mapping[str, Any], snapshot: Snapshot, store: CacheStore,
-                   heap: HeapTrimmer, *, written_at: float, child: bool, save_lock: trio.Lock | None = None,
-                   reading: Gate, read_buffer: ReadBuffer,
-                   on_children_changed: Callable[[], None] = lambda: None) -> ServerRuntime:
+    def from_state(cls, state: Mapping[str, Any], secrets: Mapping[str, Any], snapshot: Snapshot, parts: DaemonParts,
+                   *, written_at: float, child: bool, save_lock: trio.Lock | None = None) -> ServerRuntime:
         """The runtime that wrote `state`, not started yet: `run` it and it takes its process over.
         `written_at` is the wall-clock time of the write; `child` whether its process is our child.
         Raises ValueError for a state this code did not write."""
         config = RuntimeConfig.from_state(state.get("config"), secrets)
         name = sc.text(state.get("name"), "runtime.name")
-        runtime = cls(config, snapshot, store, heap, on_children_changed, label=name if name != config.name else None,
-                      save_lock=save_lock, reading=reading, read_buffer=read_buffer)
+        runtime = cls(config, snapshot, parts, label=name if name != config.name else None, save_lock=save_lock)
         runtime.core = rl.RelayCore.from_state(state.get("core"), config.name, snapshot, config.sampling_policy,
                                                era=config.era)
         # The write's moment on this daemon's clock: a linger with a minute left keeps its minute,
         # less what the hand-over took.
         moment = trio.current_time() - max(0.0, time.time() - written_at)
         runtime.life = lc.Lifecycle.from_state(state.get("life"), config.policy, random.Random(), moment)
-        handed = runtime._handed = HandedRuntime.read(state, child)
+        handed: HandedRuntime = sc.load(HandedRuntime, state, "runtime")
+        runtime._handed = handed, child
         runtime.last_exit, runtime.started_wall, runtime.spawned_wall = handed.last_exit, handed.started_wall, handed.spawned_wall
         runtime._kill_reason, runtime._stop_requested = handed.kill_reason, handed.stop_requested
         runtime._stop_reason, runtime.last_stop, runtime.upgrades = handed.stop_reason, handed.last_stop, handed.upgrades
@@ -520,17 +507,14 @@ class ServerRuntime:
             runtime.memory.restore(state.get("memory"), moment)
         return runtime
 
-    def _take_over(self, handed: HandedRuntime) -> None:
+    def _take_over(self, handed: HandedRuntime, child: bool) -> None:
         assert self._nursery is not None
         if self.gate is not None and handed.gate is not None:
             self.gate.restore(handed.gate)
-        process = handed.process
+        process = handed.proc
         if process is not None:
-            how = "upgrade" if handed.child else "restart after a crash"
-            note = f"pid {process.pid} taken over by lazyd {os.getpid()} ({how})"
             try:
-                proc = inherit_child(process, self.config.spec, self._nursery, self._read_buffer, child=handed.child,
-                                     note=note)
+                proc = inherit_child(process, self.config.spec, self._nursery, self._read_buffer, child=child)
             except InheritError as exc:
                 log.warning("[%s] cannot take its process over: %s", self.name, exc)
                 self.gone(f"its process was lost in the hand-over ({exc})")
@@ -544,10 +528,10 @@ class ServerRuntime:
                 log.info("[%s] took over pid %d (%s)", self.name, process.pid, self.life.state)
         elif self.life.state in lc.PROCESS_STATES:
             self.gone("its process did not come back after the daemon's restart")
-        if handed.predicate is not None:
+        if handed.predicate_child is not None:
             # A wake predicate the predecessor ran: its answer went with it. It is killed, and the
             # lifecycle told it timed out so the schedule goes on.
-            kill_left_predicate(*handed.predicate)
+            kill_left_predicate(*handed.predicate_child)
             self._life(self.life.predicate_done(trio.current_time(), None))
         self.on_children_changed()
         if handed.kill is not None and self.proc is not None:

@@ -124,11 +124,9 @@ class LearnedEnv:
                      len(names), process or "?")
             self._save()
 
-    def note_line(self, cid: int | None, initialize: Mapping[str, Any] | None, last: bool) -> None:
+    def note_line(self, cid: int, initialize: Mapping[str, Any] | None, last: bool) -> None:
         """One of session `cid`'s first lines: its initialize params if it was one; `last` when
         no more of its lines will be looked at (no initialize came: nothing to record)."""
-        if cid is None:
-            return
         info = initialize.get("clientInfo") if initialize is not None else None
         if isinstance(info, dict) and isinstance(info.get("name"), str):
             self.note_client(cid, info["name"])

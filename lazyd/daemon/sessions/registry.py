@@ -51,10 +51,10 @@ from lazyd.daemon.heap_trim import HeapTrimmer
 from lazyd.daemon.process.command import SpawnSpec
 from lazyd.daemon.runtime.outbox import Outbox
 from lazyd.daemon.runtime.policy_gate import RuntimeGate
-from lazyd.daemon.runtime.config import RuntimeConfig, child_records, lifecycle_policy
+from lazyd.daemon.runtime.config import DaemonParts, RuntimeConfig, child_records, lifecycle_policy
 from lazyd.daemon.runtime.supervisor import ServerRuntime
 from lazyd.daemon.upgrade.inherited import state_fds
-from lazyd.daemon.upgrade.quiesce import Gate
+from lazyd.daemon.gate import Gate
 from lazyd.daemon.process.read_buffer import ReadBuffer
 from lazyd.config.envnames import parse_names
 from lazyd.errors import InheritError, ConfigError, Refused
@@ -111,13 +111,15 @@ class Registry:
         # Private instance digest -> the digest of the registration's own (base) identity.
         self._private_base: dict[str, str] = {}
         self.changes = Changes()  # anything a status summary shows may have changed (status_signal.py)
-        self.reading = Gate()  # closed while the daemon hands itself over (lazyd/daemon/upgrade/quiesce.py)
+        self.reading = Gate()  # closed while the daemon hands itself over (lazyd/daemon/gate.py)
+        self.starting = Gate()  # closed while the orphan sweep runs (the same)
         self.read_buffer = ReadBuffer()  # every server's stdout is read into it (read_buffer.py)
+        self.parts = DaemonParts(store, heap, self.reading, self.starting, self.read_buffer, self.children_changed)
         self.gate = SharingGate(self)  # which process a new session joins (sharing_gate.py)
 
-    def note_client_line(self, line: bytes, peek: int, cid: int | None = None) -> int:
-        """Learn the handshake of a session (and, given its `cid`, its client's variable names)
-        from its first lines; how many more to look at."""
+    def note_client_line(self, line: bytes, peek: int, cid: int) -> int:
+        """Learn the handshake of session `cid` (and its client's variable names) from its first
+        lines; how many more to look at."""
         params = handshakes.initialize_params(line)
         self.learned.note_line(cid, params, last=peek <= 1)
         if params is not None:
@@ -222,8 +224,7 @@ class Registry:
             memory_max=policy.memory_max,
         )
         snapshot = self.commands.start_snapshot(self.runtimes, self.identities, identity, cache_digest)  # own, else the command's
-        runtime = ServerRuntime(config, snapshot, self.store, self.heap, self.children_changed, reading=self.reading,
-                                read_buffer=self.read_buffer)
+        runtime = ServerRuntime(config, snapshot, self.parts)
         await self._install(digest, runtime, identity, digest, identity.instance.startswith(PRIVATE_INSTANCE))
         self.changes.note()  # a new row
         log.info("server %s registered (share = %s)", name, str(policy.share).lower())
@@ -256,9 +257,8 @@ class Registry:
         lanes = self.lanes[digest]
         label = f"{primary.name}@{era}"
         spec = dataclasses.replace(primary.config.spec, log_path=self.paths.logs_dir / f"{label}.log")
-        runtime = ServerRuntime(dataclasses.replace(primary.config, spec=spec), primary.core.snapshot, self.store,
-                                self.heap, self.children_changed, label=label, save_lock=primary.save_lock,
-                                reading=self.reading, read_buffer=self.read_buffer)
+        runtime = ServerRuntime(dataclasses.replace(primary.config, spec=spec), primary.core.snapshot, self.parts,
+                                label=label, save_lock=primary.save_lock)
         identity = self.identities[digest]
         lane_digest = dataclasses.replace(identity, instance=f"{identity.instance}#{len(lanes.runtimes)}").digest(self.secret)
         await self._install(lane_digest, runtime, identity, digest)
@@ -524,10 +524,8 @@ class Registry:
                                     "changed since the servers were started")
             snapshot = Snapshot.from_json(group.get("snapshot"))
             lock = trio.Lock()  # the lanes of one registration save their one snapshot in turn
-            lanes_of = [(key, ServerRuntime.from_state(runtimes[key], secret_runtimes[key], snapshot, self.store,
-                                                       self.heap, written_at=written_at, child=child, save_lock=lock,
-                                                       on_children_changed=self.children_changed,
-                                                       reading=self.reading, read_buffer=self.read_buffer),
+            lanes_of = [(key, ServerRuntime.from_state(runtimes[key], secret_runtimes[key], snapshot, self.parts,
+                                                       written_at=written_at, child=child, save_lock=lock),
                          _identity_from(identities[key])) for key in keys]
             plan.append((primary, sc.flag(group.get("reserved"), "group.reserved"), lanes_of))
         if seen != set(runtimes):
@@ -560,9 +558,8 @@ def _identity_state(identity: Identity) -> dict[str, Any]:
 
 def _identity_from(value: object) -> Identity:
     s = sc.obj(value, "identity")
-    env = tuple((sc.text(p[0], "identity.env"), sc.text(p[1], "identity.env"))
-                for p in (sc.items(row, "identity.env") for row in sc.items(s.get("env"), "identity.env")))
-    return Identity(tuple(sc.text(a, "identity.argv") for a in sc.items(s.get("argv"), "identity.argv")),
-                    sc.text(s.get("cwd"), "identity.cwd"), env, sc.text(s.get("instance"), "identity.instance"),
-                    frozenset(sc.text(n, "identity.declared") for n in sc.items(s.get("declared"), "identity.declared")),
-                    tuple(sc.text(n, "identity.forced") for n in sc.items(s.get("forced"), "identity.forced")))
+    return Identity(sc.load(tuple[str, ...], s.get("argv"), "identity.argv"), sc.text(s.get("cwd"), "identity.cwd"),
+                    sc.load(tuple[tuple[str, str], ...], s.get("env"), "identity.env"),
+                    sc.text(s.get("instance"), "identity.instance"),
+                    frozenset(sc.load(list[str], s.get("declared"), "identity.declared")),
+                    sc.load(tuple[str, ...], s.get("forced"), "identity.forced"))

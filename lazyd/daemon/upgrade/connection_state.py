@@ -2,21 +2,21 @@
 
 A `ConnectionState` is plain data: the socket; `inbound`, what was read and not yet handled
 (decoded before the successor reads more); `outbound`, what was owed and not written; and the
-session with its route. Kinds: `session`, `handoff` (its client's pipes and region come too:
-lazyd/daemon/handoff/session.py), `fresh` (its hello not read yet), `reply` (the `lazyctl upgrade`
-connection). Other connections are closed: their peers reconnect or see the end.
+session with its route; written and read by lazyd/core/state_codec.py. Kinds: `session`, `handoff`
+(its client's pipes and region come too: lazyd/daemon/handoff/session.py), `fresh` (its hello not
+read yet). Other connections are closed: their peers reconnect or see the end (the `lazyctl
+upgrade` connection is the envelope's `reply`).
 `Live` is the daemon's own view of an open connection while it runs (what the freeze reads).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import trio
 
 from lazyd.protocol import wire
-from lazyd.core import state_codec as sc
 from lazyd.protocol.frames import AnyFrame
 
 if TYPE_CHECKING:
@@ -55,43 +55,16 @@ class SessionState:
     resume: list[bytes] = field(default_factory=list)
     held: list[bytes] = field(default_factory=list)
 
-    def to_json(self) -> dict[str, Any]:
-        return {"cid": self.cid, "pid": self.pid, "primary": self.primary, "runtime": self.runtime,
-                "resume": [sc.raw_text(x) for x in self.resume], "held": [sc.raw_text(x) for x in self.held]}
-
-    @classmethod
-    def from_json(cls, value: object) -> SessionState:
-        s = sc.obj(value, "session")
-        return cls(sc.integer(s.get("cid"), "session.cid"), sc.integer(s.get("pid"), "session.pid"),
-                   sc.text(s.get("primary"), "session.primary"), sc.opt_text(s.get("runtime"), "session.runtime"),
-                   [sc.raw_bytes(x, "session.resume") for x in sc.items(s.get("resume"), "session.resume")],
-                   [sc.raw_bytes(x, "session.held") for x in sc.items(s.get("held"), "session.held")])
-
 
 @dataclass
 class ConnectionState:
-    kind: str  # session | handoff | fresh | reply
+    kind: Literal["session", "handoff", "fresh"]
     fd: int
     inbound: bytes = b""
     outbound: bytes = b""
     session: SessionState | None = None
     fds: list[int] = field(default_factory=list)  # handoff: the client's stdin, its stdout, the region
 
-    def to_json(self) -> dict[str, Any]:
-        return {"kind": self.kind, "fd": self.fd, "inbound": sc.raw_text(self.inbound),
-                "outbound": sc.raw_text(self.outbound),
-                "session": self.session.to_json() if self.session is not None else None, "fds": list(self.fds)}
-
-    @classmethod
-    def from_json(cls, value: object) -> ConnectionState:
-        s = sc.obj(value, "connection")
-        kind = sc.text(s.get("kind"), "connection.kind")
-        if kind not in ("session", "handoff", "fresh", "reply"):
-            raise ValueError(f"connection.kind: unknown value {kind!r}")
-        session = s.get("session")
-        fds = [sc.integer(x, "connection.fds") for x in sc.items(s.get("fds", []), "connection.fds")]
-        if kind == "handoff" and (len(fds) != 3 or session is None):
+    def __post_init__(self) -> None:
+        if self.kind == "handoff" and (len(self.fds) != 3 or self.session is None):
             raise ValueError("connection: a hand-off session needs its session and three descriptors")
-        return cls(kind, sc.integer(s.get("fd"), "connection.fd"), sc.raw_bytes(s.get("inbound"), "connection.inbound"),
-                   sc.raw_bytes(s.get("outbound"), "connection.outbound"),
-                   SessionState.from_json(session) if session is not None else None, fds)

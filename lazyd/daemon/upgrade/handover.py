@@ -21,6 +21,7 @@ from typing import Any
 import trio
 
 from lazyd.config.load import load_config
+from lazyd.core import state_codec as sc
 
 from lazyd.daemon.upgrade.connection_state import ConnectionState, Live, SessionState, inbound_bytes
 from lazyd.daemon.connections.listener import ConnectionHandler
@@ -149,7 +150,7 @@ class Upgrader:
             else:
                 connections.append(ConnectionState("session", fd, inbound_bytes(live.decoder, list(live.pending)),
                                                    b"", carried))
-        state["connections"] = [c.to_json() for c in connections]
+        state["connections"] = sc.dump(connections)
         state["lineage"] = {"started_at": self.lineage.started_at, "upgrades": self.lineage.upgrades}
         keeper = self.handler.keeper  # what the store holds stays there: the successor's budget counts it
         state["fdstore"] = sorted(keeper.store.names) if keeper is not None else []

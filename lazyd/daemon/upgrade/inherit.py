@@ -15,7 +15,9 @@ import os
 import signal
 import socket
 import time
+from collections import deque
 from collections.abc import MutableMapping
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -25,9 +27,8 @@ from lazyd.host import procfs
 from lazyd.protocol import wire
 from lazyd.core import state_codec as sc
 from lazyd.daemon.handoff import session as handoff
-from lazyd.daemon.upgrade.connections import serve_inherited, serve_handed_off
-from lazyd.daemon.upgrade.connection_state import ConnectionState
-from lazyd.daemon.connections.listener import ConnectionHandler
+from lazyd.daemon.upgrade.connection_state import ConnectionState, Live
+from lazyd.daemon.connections.listener import FRAME_DEADLINE_S, ConnectionHandler, Frames
 from lazyd.daemon import orphans
 from lazyd.daemon.runtime.era_lanes import EraRoute
 from lazyd.daemon.handoff.session import HandoffSession
@@ -107,7 +108,7 @@ async def _take_over(envelope: Envelope, registry: Registry, handler: Connection
         raise InheritError("no secrets were handed over")
     secrets = read_secrets(envelope.secrets)
     try:
-        connections = [ConnectionState.from_json(c) for c in sc.items(body.get("connections"), "connections")]
+        connections: list[ConnectionState] = sc.load(list[ConnectionState], body.get("connections"), "connections")
     except ValueError as exc:
         raise InheritError(f"the state's connections cannot be read ({exc})") from None
     names = await registry.inherit(body, secrets, written_at=written_at, child=True)
@@ -124,7 +125,7 @@ async def _take_over(envelope: Envelope, registry: Registry, handler: Connection
         stream = trio.SocketStream(trio.socket.from_stdlib_socket(sock))
         cancel = trio.CancelScope()
         if state.kind == "fresh":
-            registry.nursery.start_soon(serve_inherited, handler, stream, state, None, None, cancel)
+            registry.nursery.start_soon(_serve_inherited, handler, stream, state, None, None, cancel)
             continue
         s = state.session
         lanes = registry.lanes.get(s.primary) if s is not None else None
@@ -145,10 +146,10 @@ async def _take_over(envelope: Envelope, registry: Registry, handler: Connection
             keep.setdefault(id(runtime), set()).add(s.cid)
         sessions += 1
         if handed is not None:
-            registry.nursery.start_soon(serve_handed_off, handler, stream, handed, route)
+            registry.nursery.start_soon(_serve_handed_off, handler, stream, handed, route)
         else:
             assert isinstance(outbox, ConnectionOutbox)
-            registry.nursery.start_soon(serve_inherited, handler, stream, state, outbox, route, cancel)
+            registry.nursery.start_soon(_serve_inherited, handler, stream, state, outbox, route, cancel)
     for runtime in list(registry.runtimes.values()):
         runtime.forget_clients(keep.get(id(runtime), set()))
     return {"servers": names, "sessions": sessions}
@@ -171,6 +172,43 @@ def _handed_off(registry: Registry, stream: trio.SocketStream, state: Connection
     except (OSError, ValueError) as exc:  # the session closed what it was given
         log.warning("upgrade: cannot go on with a hand-off session's region: %s", exc)
         return None
+
+
+async def _serve_inherited(handler: ConnectionHandler, stream: trio.SocketStream, state: ConnectionState,
+                          session: ConnectionOutbox | None, route: EraRoute | None, cancel: trio.CancelScope) -> None:
+    """Serve one handed-over connection until it ends (errors as ConnectionHandler.__call__): what
+    was owed to the peer is written first, what was read and not handled is decoded before anything
+    more is read; a session goes on with its client id and route, no welcome, no handshake."""
+    handler.active += 1
+    pid = state.session.pid if state.session is not None else -1
+    frames = Frames(stream, FRAME_DEADLINE_S, handler.registry.reading)
+
+    async def serve() -> None:
+        if state.inbound:
+            frames.feed(state.inbound)  # what the predecessor read comes first, batch by batch
+        if state.outbound:
+            await stream.send_all(state.outbound)
+        if state.kind == "fresh":
+            await handler.serve_from_hello(stream, pid, frames)
+        elif session is not None and route is not None:
+            # As a session after its welcome: the same read loop, the same steps in the same order.
+            handler.live[id(stream)] = Live(stream, frames.decoder, frames.pending, "session", route, session)
+            try:
+                await handler.relay_session(stream, frames, session, route, cancel)
+            finally:
+                route.detach(session.cid)
+
+    # Judged, counted out and closed as every connection is; a bad frame among the bytes carried
+    # over costs this connection only.
+    await handler.guarded(stream, pid, serve)
+
+
+async def _serve_handed_off(handler: ConnectionHandler, stream: trio.SocketStream, session: HandoffSession,
+                            route: EraRoute) -> None:
+    """Serve a hand-off session handed over (the client's pipes and its region came along)."""
+    handler.active += 1
+    handler.live[id(stream)] = Live(stream, wire.FrameDecoder(), deque(), "handoff", route, None, session)
+    await handler.guarded(stream, session.pid, partial(session.carry_on, route))
 
 
 async def _answer(fd: int | None, ok: bool, data: Any, error: str | None) -> None:

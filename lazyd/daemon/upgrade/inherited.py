@@ -21,14 +21,13 @@ from typing import Any
 import trio
 
 from lazyd.host import procfs
-from lazyd.core import state_codec as sc
 from lazyd.daemon.process.command import SpawnSpec
 from lazyd.daemon.process.stderr_log import LogRing
-from lazyd.daemon.process.child import ChildProcess
+from lazyd.daemon.process.child import ChildProcess, ProcessState
 from lazyd.daemon.process.read_buffer import ReadBuffer
 from lazyd.errors import InheritError
 
-__all__ = ["InheritedProcess", "HandedProcess", "close_fds", "inherit_child", "state_fds"]
+__all__ = ["InheritedProcess", "HandedRuntime", "close_fds", "inherit_child", "state_fds"]
 
 
 class InheritedProcess:
@@ -65,31 +64,12 @@ def state_fds(state: Mapping[str, Any] | None) -> list[int]:
     return [fd for fd in (state.get("stdin"), state.get("stdout"), state.get("stderr")) if isinstance(fd, int)]
 
 
-@dataclass(frozen=True)
-class HandedProcess:
-    """A process as `ChildProcess.to_state` wrote it (lazyd/daemon/process/child.py), read back."""
-
-    pid: int
-    start_ticks: int
-    fds: tuple[int | None, int, int]  # stdin (None: the ladder had closed it), stdout, stderr
-    pending: bytes  # what the predecessor read of its stdout and did not relay
-
-    @classmethod
-    def from_state(cls, value: object) -> HandedProcess:
-        """Raises ValueError for a state this code did not write."""
-        s = sc.obj(value, "proc")
-        return cls(sc.integer(s.get("pid"), "proc.pid"), sc.integer(s.get("start_ticks"), "proc.start_ticks"),
-                   (sc.opt_integer(s.get("stdin"), "proc.stdin"), sc.integer(s.get("stdout"), "proc.stdout"),
-                    sc.integer(s.get("stderr"), "proc.stderr")),
-                   sc.raw_bytes(s.get("pending"), "proc.pending"))
-
-
-def inherit_child(handed: HandedProcess, spec: SpawnSpec, nursery: trio.Nursery, read_buffer: ReadBuffer, *,
-                child: bool, note: str = "") -> ChildProcess:
+def inherit_child(handed: ProcessState, spec: SpawnSpec, nursery: trio.Nursery, read_buffer: ReadBuffer, *,
+                child: bool) -> ChildProcess:
     """The `ChildProcess` of the running server `handed` describes; its stderr pump and exit
     watcher run in `nursery`. Raises InheritError when the pid is not that process any more; the
     descriptors are then closed."""
-    pid, start_ticks, fds = handed.pid, handed.start_ticks, handed.fds
+    pid, start_ticks, fds = handed.pid, handed.start_ticks, (handed.stdin, handed.stdout, handed.stderr)
     try:
         pidfd = os.pidfd_open(pid)
     except OSError as exc:
@@ -104,7 +84,7 @@ def inherit_child(handed: HandedProcess, spec: SpawnSpec, nursery: trio.Nursery,
         close_fds(fds)
         raise InheritError(f"pid {pid} is another process now (start time {ticks}, recorded {start_ticks})")
     ring = LogRing(spec.log_path)
-    ring.note(note or f"pid {pid} taken over by lazyd {os.getpid()}")
+    ring.note(f"pid {pid} taken over by lazyd {os.getpid()} ({'upgrade' if child else 'restart after a crash'})")
     process = InheritedProcess(pid, fds[0], fds[1], fds[2], child)
     return ChildProcess.take_over(process, spec, ring, pidfd, start_ticks, nursery, read_buffer, stdout=handed.pending)
 
@@ -120,40 +100,18 @@ def close_fds(fds: Iterable[int | None]) -> None:
 @dataclass(frozen=True)
 class HandedRuntime:
     """What a runtime rebuilt from a predecessor's state (lazyd/daemon/runtime/supervisor.py's
-    `from_state`) takes up: the small facts of its status row, and what it takes over once it runs."""
+    `from_state`) takes up: the small facts of its status row, and what it takes over once it runs.
+    The runtime's `to_state` writes one, with its config, relay core and lifecycle beside it."""
 
-    process: HandedProcess | None  # None: it had no process (or none that could be handed over)
-    child: bool  # whether the process is our child (an upgrade) or not (a restart after a crash)
+    proc: ProcessState | None  # None: it had no process (or none that could be handed over)
     gate: object  # the tool-policy gate's state
-    predicate: tuple[int, int] | None  # a wake predicate left running: (pid, start time)
+    predicate_child: tuple[int, int] | None  # a wake predicate left running: (pid, start time)
     kill: str | None  # kill the process once taken over, for this reason
     last_exit: str | None
     started_wall: float | None
     spawned_wall: float | None
     kill_reason: str | None
     stop_requested: bool
-    stop_reason: str | None  # absent in a predecessor without memory limits
+    stop_reason: str | None
     last_stop: tuple[float, str] | None
     upgrades: int
-
-    @classmethod
-    def read(cls, state: Mapping[str, Any], child: bool) -> HandedRuntime:
-        """Read from a runtime's `to_state`; ValueError for a state this code did not write."""
-        proc, predicate, kill, last_stop = state.get("proc"), state.get("predicate_child"), state.get("kill"), state.get("last_stop")
-        predicate_child = None
-        if predicate is not None:
-            pred = sc.items(predicate, "runtime.predicate_child")
-            predicate_child = (sc.integer(pred[0], "predicate pid"), sc.integer(pred[1], "predicate ticks"))
-        stop = None
-        if last_stop is not None:
-            at, reason = sc.items(last_stop, "runtime.last_stop")
-            stop = (sc.number(at, "runtime.last_stop"), sc.text(reason, "runtime.last_stop"))
-        return cls(HandedProcess.from_state(proc) if proc is not None else None, child, state.get("gate"),
-                   predicate_child, kill if isinstance(kill, str) else None,
-                   sc.opt_text(state.get("last_exit"), "runtime.last_exit"),
-                   sc.opt_number(state.get("started_wall"), "runtime.started_wall"),
-                   sc.opt_number(state.get("spawned_wall"), "runtime.spawned_wall"),
-                   sc.opt_text(state.get("kill_reason"), "runtime.kill_reason"),
-                   sc.flag(state.get("stop_requested"), "runtime.stop_requested"),
-                   sc.opt_text(state.get("stop_reason"), "runtime.stop_reason"), stop,
-                   sc.integer(state.get("upgrades"), "runtime.upgrades"))

@@ -68,20 +68,10 @@ class Envelope:
     def decode(cls, text: str) -> Envelope:
         """Raises InheritError for an envelope this lazyd cannot read."""
         try:
-            raw = json.loads(text)
-            s = sc.obj(raw, "envelope")
-            fds = [sc.integer(fd, "envelope.fds") for fd in sc.items(s.get("fds"), "envelope.fds")]
-            return cls(sc.text(s.get("state"), "envelope.state"), sc.integer(s.get("listener"), "envelope.listener"),
-                       sc.integer(s.get("lock"), "envelope.lock"), sc.flag(s.get("activated"), "envelope.activated"),
-                       fds, sc.opt_integer(s.get("secrets"), "envelope.secrets"),
-                       sc.opt_integer(s.get("reply"), "envelope.reply"), sc.integer(s.get("from_pid"), "envelope.from_pid"),
-                       sc.integer(s.get("upgrades"), "envelope.upgrades"),
-                       sc.number(s.get("started_at"), "envelope.started_at"), sc.integer(s.get("v"), "envelope.v"),
-                       [[sc.integer(x, "envelope.servers") for x in sc.items(row, "envelope.servers")]
-                        for row in sc.items(s.get("servers", []), "envelope.servers")],
-                       sc.number(s.get("began", 0.0), "envelope.began"))
+            envelope: Envelope = sc.load(cls, json.loads(text), "envelope")
         except (ValueError, RecursionError) as exc:
             raise InheritError(f"{ENVELOPE_ENV} is not an envelope this lazyd reads ({str(exc)[:120]})") from None
+        return envelope
 
 
 def state_path(paths: Paths) -> Path:

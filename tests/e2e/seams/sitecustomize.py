@@ -73,13 +73,7 @@ def _handoff_kill(point: str, text: bytes) -> None:
 def _deadlines(seconds: float) -> None:
     from lazyd.daemon.connections import listener
 
-    short = listener.Limits(hello_timeout_s=seconds, frame_deadline_s=seconds, control_send_deadline_s=seconds)
-    init = listener.ConnectionHandler.__init__
-
-    def __init__(self: Any, registry: Any, control: Any, limits: Any = None, admission: Any = None) -> None:
-        init(self, registry, control, short if limits is None else limits, admission)
-
-    listener.ConnectionHandler.__init__ = __init__  # type: ignore[method-assign]
+    listener.HELLO_TIMEOUT_S = listener.FRAME_DEADLINE_S = listener.CONTROL_SEND_DEADLINE_S = seconds
 
 
 def _upgrade_fault(kind: str) -> None:

@@ -1,10 +1,13 @@
-"""The daemon's reading gate: closed while it hands itself over to its successor (lazyd/daemon/upgrade/handover.py).
+"""The daemon's gates, each holding its tasks at one point while closed: reading and starting.
 
+`Registry.reading` is closed while the daemon hands itself over (lazyd/daemon/upgrade/handover.py).
 The upgrade writes the state and execs in one synchronous step, so nothing may be half done then:
 frames are read whole or kept by the decoder (and written too), and since reads produce writes,
-closing the gate stops every reader at its next read; what was read is handled, the writers drain,
-and the freeze comes once they are idle. The registry holds the daemon's one gate
-(`Registry.reading`); `passage()` costs an attribute test while open, so it may sit on the hot path.
+closing it stops every reader at its next read; what was read is handled, the writers drain, and
+the freeze comes once they are idle. `Registry.starting` is closed while the orphan sweep runs
+(lazyd/daemon/orphans.py): a child started meanwhile could take the pid of a recorded leader that
+is gone, and be killed as its leftover. `passage()` costs an attribute test while open, so it may
+sit on the hot path.
 """
 
 from __future__ import annotations
@@ -34,7 +37,6 @@ class Gate:
             self._opened = trio.Event()
 
     def open(self) -> None:
-        """The hand-over did not happen (exec failed): everyone reads on."""
         self.closed = False
         self._opened.set()
 
