@@ -116,12 +116,10 @@ def _check_era(value: str) -> str:
 
 
 def _check_size(value: str) -> str:
-    # lazyd/core/memory.py's rule in short, so that a typo exits 2 at once; the daemon checks again.
-    import re
+    from lazyd.config.durations import parse_size
 
-    if value.strip().lower() not in ("off", "none", "0") and not re.fullmatch(
-            r"\s*\d+(\.\d+)?\s*([KMGT](i?B)?|B)?\s*", value, re.IGNORECASE):
-        raise ValueError(f"invalid size {value!r} (use e.g. 512MiB, 1GiB, 2G or off)")
+    if value.strip().lower() not in ("off", "none", "0"):
+        parse_size(value)
     return value
 
 

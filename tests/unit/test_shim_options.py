@@ -18,7 +18,9 @@ import pytest
 # name lets mypy check this file (the install-time alias is invisible to it). The subprocess tests
 # below run the installed entry point.
 from shim import options
-from lazyd.errors import UsageError
+from lazyd.config.load import policy_with_options
+from lazyd.config.model import Policy
+from lazyd.errors import ConfigError, UsageError
 from shim.options import parse
 
 # flag, env var, a valid value, the key it is sent under in the hello's opts
@@ -133,6 +135,21 @@ def test_share_also_takes_auto(value: str) -> None:
 @pytest.mark.parametrize("value", ["pgrep", "[]", '[""]', '["a", 1]', '{"argv": ["a"]}', "[unquoted]"])
 def test_a_wake_command_must_be_a_json_list_of_strings(value: str) -> None:
     assert "invalid JSON argv" in parse_error(["--wake-command", value, "node"])
+
+
+@pytest.mark.parametrize("value", ["512MiB", "1.5 GiB", "2G", "800000000", "off", "0", "0.5", "0.1B", "1iB", "GiB", "-1G"])
+def test_the_shim_takes_a_memory_max_exactly_when_the_daemon_does(value: str) -> None:
+    try:
+        policy_with_options(Policy(), {"memory_max": value})
+        daemon_takes_it = True
+    except ConfigError:
+        daemon_takes_it = False
+    try:
+        parse(["--memory-max", value, "node"], {})
+        shim_takes_it = True
+    except UsageError:
+        shim_takes_it = False
+    assert shim_takes_it == daemon_takes_it
 
 
 def test_the_first_non_option_starts_the_command_and_keeps_the_rest_verbatim() -> None:
