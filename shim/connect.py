@@ -217,3 +217,4 @@ def _discovered(path: str, log: Callable[[str], None], deadline: float | None) -
         log(f"found daemon pid {pid} at {other} through its record under HOME")
         return sock
     return None
+

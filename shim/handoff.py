@@ -14,6 +14,8 @@ it holds its own copies of the pipes, and it must take over when the daemon is l
   `--resume-handoff=FD` to take the session back (shim/recover.py). Under systemd the next daemon
   takes the session from the fd store first (lazyd/daemon/handoff/stored_sessions.py), reading the
   reclaiming hello left in a data memfd (`hello_memfd`).
+- `reconnect` is the one way back to a daemon after one was lost, for a hand-off session (offering
+  a region again) and for the frame relay (offering none).
 """
 
 from __future__ import annotations
@@ -21,25 +23,32 @@ from __future__ import annotations
 import os
 import stat
 import sys
+import time
+
+from lazyd.errors import Unavailable
 
 from lazyd.handoff.recovery import ERROR_TAIL as ERROR_TAIL  # the lost-connection error after an id
 
 from . import connect, slots
-from .slots import SLOT_FD
+from .dial import RECONNECT_POLL_S, RECONNECT_WAIT_S
+from .options import say
+from .slots import RESUME_FLAG, SLOT_FD
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs start-up time
 if TYPE_CHECKING:
-    from lazyd.protocol.frames import Hello
+    from collections.abc import Callable
+    from typing import NoReturn
 
-    from .options import Log
+    from lazyd.protocol.frames import Hello
+    from .options import Log, Options
 
 WAIT_FD = 9  # the daemon socket in the waiting program: dash's redirections take one digit only
+HELLO_FD = 7  # the reclaiming hello (`hello_memfd`) in the waiting program, closed by the recovery
 SHELLS = ("/bin/dash", "/usr/bin/dash", "/bin/sh")
 # Without any the session is not handed off: the frame path costs less than a Python shim waiting.
 WAITING_PROGRAM = os.path.join(os.path.dirname(os.path.abspath(__file__)), "waiting.sh")  # package data
 HELLO_MEMFD = "lazyd-hello"  # lazyd/daemon/handoff/stored_sessions.py looks for "/memfd:lazyd-hello"
 
-RESUME_FLAG = "--resume-handoff="  # as shim/main.py reads it
 MAX_NAME = 64  # of the server's name in the waiting program's argv[0]
 
 
@@ -114,6 +123,29 @@ def _close_own(ends: list[tuple[int, bool]]) -> None:
             os.close(opened)
 
 
+def reconnect(opts: Options, resume: list[bytes], log: Log, region: int | None, pause: Callable[[float], None],
+              slot: int | None = None) -> connect.Connection | str:
+    """Connect as at start (autostart included) with `resume`, offering `region` for a hand-off when
+    given, until one succeeds or RECONNECT_WAIT_S pass, with `pause` between tries; returns the
+    welcomed connection or why there is none. The resume slot `slot` is freed after the first try:
+    the CPU-heavy part of a recovery is over, polling for a daemon is not."""
+    deadline = time.monotonic() + RECONNECT_WAIT_S
+    while True:
+        offered = offer(region, log) if region is not None else None
+        try:
+            return connect.open_session(opts, resume, log, deadline, offered.fds if offered else None)
+        except Unavailable as exc:
+            if exc.final or exc.user_error or time.monotonic() >= deadline:
+                return str(exc)
+            log(f"reconnect failed: {exc}")
+        finally:
+            slots.release(slot)
+            slot = None
+            if offered is not None:
+                offered.close_passed()
+        pause(max(0.0, min(RECONNECT_POLL_S, deadline - time.monotonic())))
+
+
 def recovery_argv(region: int, args: list[str]) -> list[str]:
     """This shim's own command line, to run it again as the recovery of a hand-off session."""
     # sys.orig_argv is [python, interpreter options, script | -m module, arguments...]
@@ -129,7 +161,7 @@ def waiting_argv(name: str, flock: str, lock_file: str, recovery: list[str]) -> 
 
 
 def hello_memfd(hello: Hello) -> int | None:
-    """A data memfd (close-on-exec) holding the reclaiming hello made from the session's `hello`
+    """A data memfd (inheritable) holding the reclaiming hello made from the session's `hello`
     (no `resume`: the daemon takes the handshake from the region; `reclaim` instead of `handoff`),
     for a daemon restarted by systemd to read through the waiter's /proc/PID/fd. None where none
     can be made."""
@@ -141,7 +173,7 @@ def hello_memfd(hello: Hello) -> int | None:
                        hello.env_raw, None, LAYOUT, True)
     try:
         data = encode(reclaiming.to_map(), MAX_FRAME_BYTES)
-        fd: int = os.memfd_create(HELLO_MEMFD, os.MFD_CLOEXEC)
+        fd: int = os.memfd_create(HELLO_MEMFD, 0)
     except (AttributeError, OSError, ValueError, TypeError):
         return None
     try:
@@ -154,37 +186,35 @@ def hello_memfd(hello: Hello) -> int | None:
     return fd
 
 
-def _above_fixed(fd: int) -> int:
-    """`fd`, or a copy (close-on-exec) clear of the socket's and the slot's places in the shell."""
-    if fd not in (WAIT_FD, SLOT_FD):
-        return fd
-    import fcntl
-
-    return fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 10)
+def _at(fd: int, place: int) -> None:
+    """Move `fd` (inheritable) to `place`, where the waiting program and the recovery expect it."""
+    if fd != place:
+        os.dup2(fd, place)
+        os.close(fd)
 
 
-def wait(conn: connect.Connection, region: int, args: list[str], log: Log, socket_path: str | None = None,
-         slot: int | None = None) -> None:
-    """Wait while the daemon serves the client: exec the waiting program, or where no shell runs
-    wait here and return (with `conn` closed) once the daemon let go, for the caller to take the
-    session back (shim/recover.py). The resume slots (shim/slots.py) are those beside
-    `socket_path`; `slot`, the one this shim holds (close-on-exec), is freed before waiting."""
-    region = _above_fixed(region)
+def wait(conn: connect.Connection, region: int, args: list[str], log: Log, socket_path: str) -> NoReturn:
+    """Wait while the daemon serves the client in the waiting program; where no shell can be exec'd
+    wait here, then run the recovery as the waiting program would (without a resume slot). The
+    resume slots (shim/slots.py) are those beside `socket_path`."""
+    if region in (HELLO_FD, SLOT_FD, WAIT_FD):
+        import fcntl
+
+        region = fcntl.fcntl(region, fcntl.F_DUPFD_CLOEXEC, 10)
     os.set_inheritable(region, True)
-    hello = hello_memfd(conn.hello) if conn.hello is not None and socket_path is not None else None
-    if hello is not None:
-        hello = _above_fixed(hello)
-        os.set_inheritable(hello, True)
     sock = conn.sock.fileno()
-    if sock != WAIT_FD:
-        os.dup2(sock, WAIT_FD)  # inheritable
-    else:
+    if sock == WAIT_FD:
         os.set_inheritable(sock, True)
-    flock = slots.flock_path() if socket_path is not None else ""
-    lock_file = slots.slot_path(socket_path, os.getpid()) if socket_path is not None else ""
-    if lock_file and not flock:
+    else:
+        os.dup2(sock, WAIT_FD)  # inheritable
+    hello = hello_memfd(conn.hello) if conn.hello is not None else None
+    if hello is not None:
+        _at(hello, HELLO_FD)
+    flock = slots.flock_path()
+    if not flock:
         log(f"no flock(1) ({' or '.join(slots.FLOCKS)}): after a daemon crash this session resumes without a slot")
-    argv = waiting_argv(conn.welcome.name, flock, lock_file, recovery_argv(region, args))
+    recovery = recovery_argv(region, args)
+    argv = waiting_argv(conn.welcome.name, flock, slots.slot_path(socket_path, os.getpid()), recovery)
     for path in SHELLS:
         if os.access(path, os.X_OK):
             log(f"handed off; waiting in {path} {WAITING_PROGRAM}")
@@ -192,17 +222,16 @@ def wait(conn: connect.Connection, region: int, args: list[str], log: Log, socke
                 os.execv(path, argv)
             except OSError as exc:
                 log(f"cannot run {path}: {exc.strerror or exc}")
-    if sock != WAIT_FD:
-        os.close(WAIT_FD)
-    if hello is not None:
-        os.close(hello)
     log("handed off; no shell to wait in, waiting in this process")
-    slots.release(slot)
     try:
-        data = conn.sock.recv(1)
+        if os.read(WAIT_FD, 1):
+            log("the client left; exiting")
+            os._exit(0)
     except OSError:
-        data = b""
-    if data:
-        log("the client left; exiting")
-        os._exit(0)
-    conn.sock.close()
+        pass
+    os.close(WAIT_FD)
+    try:
+        os.execv(recovery[0], recovery)
+    except OSError as exc:
+        say(f"cannot run {recovery[0]} to take the session back: {exc.strerror or exc}; the session ends")
+        os._exit(1)

@@ -27,11 +27,10 @@ import threading
 import time
 
 from lazyd.protocol import jsonline, wire
-from lazyd.errors import ReplayFailed, Unavailable, WireError
+from lazyd.errors import ReplayFailed, WireError
 from lazyd.protocol.frames import Line
 
 from . import connect
-from .dial import RECONNECT_POLL_S, RECONNECT_WAIT_S
 from lazyd.protocol.linepeek import EOF_WAIT_S, LineSplitter, error_line, id_key, inspect_line, too_long_answer
 
 from .options import say
@@ -48,9 +47,6 @@ if TYPE_CHECKING:
 LOST_CODE = -32603
 LOST_MESSAGE = "lazyd: connection to the daemon was lost; the request may not have completed"
 READ_BYTES = 64 * 1024  # one read of the client's stdin (a pipe holds 64 KiB by default)
-
-_CONNECTED, _DIRECT = "connected", "direct"
-
 
 def _shutdown(sock: socket.socket) -> None:
     # Wakes a thread blocked on the socket; the fd itself is closed by its owner.
@@ -70,8 +66,8 @@ class Relay:
         self._out = Stdout(log)
         self._send_lock = threading.Lock()
         self._state_lock = threading.Lock()
-        # Guarded by state_lock (and changed only with send_lock held too):
-        self._state = _CONNECTED
+        # The destination (a directly run server once there is one). Guarded by state_lock, and
+        # changed only with send_lock held too:
         self._conn: connect.Connection | None = conn
         self._child: DirectServer | None = None
         # Guarded by state_lock:
@@ -150,32 +146,22 @@ class Relay:
         return lines
 
     def _recover(self, conn: connect.Connection, reason: str) -> str | None:
-        """Answer what was in flight, then reconnect. Returns None on success, else why it failed,
-        with ``send_lock`` still held for `_run_direct`."""
+        """Answer what was in flight, then reconnect. Returns None on success,
+        else why it failed, with ``send_lock`` still held for `_run_direct`."""
+        from .handoff import reconnect
+
         self._log(f"daemon lost: {reason}")
         _shutdown(conn.sock)
         self._send_lock.acquire()
         with self._state_lock:
-            lost = list(self._inflight.values())
-            self._inflight.clear()
             resume = self._resume_lines()
         conn.sock.close()
-        for request_id in lost:
-            self._out.write_line(error_line(request_id, LOST_CODE, LOST_MESSAGE))
-        if lost:
-            self._log(f"answered {len(lost)} in-flight request(s) with an error")
+        self._answer_lost(LOST_MESSAGE)
         if self._leaving:
             self._out.exit_between_lines(0)  # the client closed stdin: nothing more can be owed
-        deadline = time.monotonic() + RECONNECT_WAIT_S
-        while True:
-            try:
-                new = connect.open_session(self._opts, resume, self._log, deadline)
-                break
-            except Unavailable as exc:
-                if exc.final or time.monotonic() >= deadline:
-                    return str(exc)
-                self._log(f"reconnect failed: {exc}")
-            time.sleep(max(0.0, min(RECONNECT_POLL_S, deadline - time.monotonic())))
+        new = reconnect(self._opts, resume, self._log, None, time.sleep)
+        if isinstance(new, str):
+            return new
         with self._state_lock:
             self._conn = new
         self._send_lock.release()
@@ -217,11 +203,11 @@ class Relay:
         except ReplayFailed as exc:
             say(f"the directly run server failed: {exc}")
             self._answer_lost("lazyd: the daemon is unavailable and the server failed to start")
-            child.stop()
+            child.finish(fallback.STOP_GRACE_S)
             return 1
         with self._state_lock:
             self._inflight.clear()  # the server answers what it is sent itself
-            self._child, self._state = child, _DIRECT
+            self._child = child
         self._send_lock.release()
         return child.pump(self._out.write)
 
@@ -231,6 +217,8 @@ class Relay:
             self._inflight.clear()
         for request_id in lost:
             self._out.write_line(error_line(request_id, LOST_CODE, message))
+        if lost:
+            self._log(f"answered {len(lost)} in-flight request(s) with an error")
 
     def _stdin_loop(self) -> None:
         try:
@@ -271,28 +259,27 @@ class Relay:
         info = inspect_line(line)
         with self._send_lock:
             with self._state_lock:
-                state = self._state
                 if info.kind == "initialize":
                     self._init_line, self._init_key = line, info.requests[0][0]
                     self._init_answered = False
                 elif info.kind == "initialized":
                     self._initialized_line = line
-                if state != _DIRECT:
+                if self._child is None:
                     for key, request_id in info.requests:
                         self._inflight[key] = request_id
                 for key in info.cancelled:
                     self._inflight.pop(key, None)
                 conn, child = self._conn, self._child
-            if state == _CONNECTED and conn is not None:
-                try:
-                    conn.sock.sendall(wire.encode_line(line))
-                except OSError:
-                    _shutdown(conn.sock)  # the main thread's read fails and runs recovery
-            elif state == _DIRECT and child is not None:
+            if child is not None:
                 try:
                     child.write_line(line)
                 except OSError:
                     pass  # the server exited; the main thread's pump sees it and ends the shim
+            elif conn is not None:
+                try:
+                    conn.sock.sendall(wire.encode_line(line))
+                except OSError:
+                    _shutdown(conn.sock)  # the main thread's read fails and runs recovery
 
     def _client_eof(self) -> None:
         with self._send_lock:  # no line of the client's is half sent
