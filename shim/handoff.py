@@ -4,17 +4,12 @@ After the hello the daemon reads and writes the client's pipes itself (docs/prot
 "Hand-off"): one hop instead of two. The shim must still be there: the client watches its process,
 it holds its own copies of the pipes, and it must take over when the daemon is lost.
 
-- `offer` prepares what goes with the hello: a pipe as a description of its own, opened through
-  /proc/self/fd with O_NONBLOCK (setting it on the shim's own would change the shim's copy too); a
-  socket as it is; and the shared region (lazyd/handoff/region.py). A terminal, a file or
-  /dev/null is not offered: the frame path serves those.
-- `wait` execs dash on the installed waiting program, `waiting.sh` (same pid, same descriptors;
-  ``lazyd-shim: waiting (NAME)`` in `ps`). It blocks on the daemon's socket: a line means "the
-  client left, exit 0"; EOF means the daemon is gone or let go, and it runs this shim again with
-  `--resume-handoff=FD` to take the session back (shim/recover.py). Under systemd the next daemon
-  takes the session from the fd store first (lazyd/daemon/handoff/stored_sessions.py), reading the
-  reclaiming hello left in a data memfd (`hello_memfd`).
-- `reconnect` is the one way back to a daemon after one was lost, for a hand-off session (offering
+- `offer`: what goes with the hello. A pipe is reopened through /proc/self/fd with O_NONBLOCK (set
+  on the shim's own description it would change the shim's copy too), a socket goes as it is; a
+  terminal, a file or /dev/null is not offered: the frame path serves those.
+- `wait`: the shim becomes the installed waiting program, `waiting.sh` run by dash (docs/protocol.md,
+  "Waiting"), holding the reclaiming hello (`hello_memfd`) a daemon restarted by systemd reads.
+- `reconnect`: the one way back to a daemon after one was lost, for a hand-off session (offering
   a region again) and for the frame relay (offering none).
 """
 
@@ -52,33 +47,18 @@ HELLO_MEMFD = "lazyd-hello"  # lazyd/daemon/handoff/stored_sessions.py looks for
 MAX_NAME = 64  # of the server's name in the waiting program's argv[0]
 
 
-class Offer:
-    """The descriptors a hello carries: the client's stdin and stdout as the daemon will use them,
-    and the region. `close_passed` drops this process's extra copies once they are sent."""
-
-    def __init__(self, fds: list[int], own: list[int], region: int) -> None:
-        self.fds = fds
-        self._own = own  # descriptors opened only to be passed
-        self.region = region
-
-    def close_passed(self) -> None:
-        for fd in self._own:
-            os.close(fd)
-        self._own = []
-
-
-def _passable(fd: int, flags: int) -> tuple[int, bool] | None:
-    """The descriptor to pass for `fd` and whether it was opened for that; None if it cannot be."""
+def _passable(fd: int, flags: int) -> int | None:
+    """The descriptor to pass for `fd` (itself, or one opened for that); None if it cannot be."""
     try:
         mode = os.fstat(fd).st_mode
     except OSError:
         return None
     if stat.S_ISSOCK(mode):
-        return fd, False
+        return fd
     if not stat.S_ISFIFO(mode):
         return None  # a terminal, a file, /dev/null: nothing a daemon should hold
     try:
-        return os.open(f"/proc/self/fd/{fd}", flags | os.O_NONBLOCK | os.O_CLOEXEC), True
+        return os.open(f"/proc/self/fd/{fd}", flags | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return None  # no /proc to reopen it through, or the reader of our stdout is gone
 
@@ -88,19 +68,20 @@ def shell() -> str | None:
     return next((path for path in SHELLS if os.access(path, os.X_OK)), None)
 
 
-def offer(region: int | None, log: Log) -> Offer | None:
-    """What to pass with the hello, or None when the client's stdio cannot be handed off."""
+def offer(region: int | None, log: Log) -> list[int] | None:
+    """What to pass with the hello: the client's stdin and stdout as the daemon will use them, and
+    the region (a new one for None); None when the client's stdio cannot be handed off."""
     if shell() is None:
         log(f"no hand-off: no shell to wait in ({' or '.join(SHELLS)}); relaying")
         return None
     if not os.access(WAITING_PROGRAM, os.R_OK):
         log(f"no hand-off: the waiting program {WAITING_PROGRAM} is not installed; relaying")
         return None
-    ends: list[tuple[int, bool]] = []
+    ends: list[int] = []
     for fd, flags in ((0, os.O_RDONLY), (1, os.O_WRONLY)):
         found = _passable(fd, flags)
         if found is None:
-            _close_own(ends)
+            close_passed(ends)
             log(f"no hand-off: fd {fd} is neither a socket nor a pipe it can reopen through /proc/self/fd")
             return None
         ends.append(found)
@@ -110,17 +91,17 @@ def offer(region: int | None, log: Log) -> Offer | None:
         try:
             region = create_region()
         except OSError as exc:  # no memfd, no sealing (not Linux, an old kernel): frames
-            _close_own(ends)
+            close_passed(ends)
             log(f"no hand-off: cannot create the shared region: {exc.strerror or exc}")
             return None
-    return Offer([ends[0][0], ends[1][0], region], [opened for opened, own in ends if own], region)
+    return [*ends, region]
 
 
-def _close_own(ends: list[tuple[int, bool]]) -> None:
-    """Close the descriptors this shim opened for an offer it gives up (not the client's own)."""
-    for opened, own in ends:
-        if own:
-            os.close(opened)
+def close_passed(fds: list[int]) -> None:
+    """Close the copies of the client's stdin and stdout this shim opened only to pass them."""
+    for place, fd in enumerate(fds[:2]):
+        if fd != place:  # a socket is passed as it is, at 0 or 1
+            os.close(fd)
 
 
 def reconnect(opts: Options, resume: list[bytes], log: Log, region: int | None, pause: Callable[[float], None],
@@ -133,7 +114,7 @@ def reconnect(opts: Options, resume: list[bytes], log: Log, region: int | None, 
     while True:
         offered = offer(region, log) if region is not None else None
         try:
-            return connect.open_session(opts, resume, log, deadline, offered.fds if offered else None)
+            return connect.open_session(opts, resume, log, deadline, offered)
         except Unavailable as exc:
             if exc.final or exc.user_error or time.monotonic() >= deadline:
                 return str(exc)
@@ -141,8 +122,7 @@ def reconnect(opts: Options, resume: list[bytes], log: Log, region: int | None, 
         finally:
             slots.release(slot)
             slot = None
-            if offered is not None:
-                offered.close_passed()
+            close_passed(offered or [])
         pause(max(0.0, min(RECONNECT_POLL_S, deadline - time.monotonic())))
 
 

@@ -74,11 +74,11 @@ def _main(argv: list[str] | None) -> int:
 
     offered = handoff.offer(None, log) if opts.handoff else None
     try:
-        conn = connect.open_session(opts, [], log, fds=offered.fds if offered is not None else None)
+        conn = connect.open_session(opts, [], log, fds=offered)
     except Unavailable as exc:
         if offered is not None:
-            offered.close_passed()
-            os.close(offered.region)
+            handoff.close_passed(offered)
+            os.close(offered[2])
         log(f"daemon unavailable: {exc}")
         if exc.user_error:  # a refused option or a file the user must fix: never hidden by a fallback
             say(str(exc))
@@ -95,10 +95,10 @@ def _main(argv: list[str] | None) -> int:
         exec_directly(opts.command, str(exc))
 
     if offered is not None:
-        offered.close_passed()
+        handoff.close_passed(offered)
         if conn.welcome.handoff:
-            handoff.wait(conn, offered.region, args, log, connect.socket_path(opts))  # the daemon serves the client now
-        os.close(offered.region)
+            handoff.wait(conn, offered[2], args, log, connect.socket_path(opts))  # the daemon serves the client now
+        os.close(offered[2])
     from .relay import Relay
 
     status = Relay(opts, conn, log).run()
