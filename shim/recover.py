@@ -114,8 +114,7 @@ def run(opts: Options, region_fd: int, args: list[str], log: Log, slot: int | No
         os.close(fd)
     from .relay import Relay  # only here: it imports socket, threading and json
 
-    relay = Relay(opts, None if isinstance(conn, str) else conn, log)
-    relay.seed(state.init, state.initialized, state.init_answered, head, state.discarding)
+    relay = Relay(opts, None if isinstance(conn, str) else conn, log, state, head)
     if isinstance(conn, str):
         os._exit(relay.run_direct(conn))
     log(f"reconnected without a hand-off; relaying, resuming {len(resume)} handshake line(s)")

@@ -28,6 +28,7 @@ import time
 
 from lazyd.protocol import jsonline, wire
 from lazyd.errors import ReplayFailed, WireError
+from lazyd.handoff.region import State
 from lazyd.protocol.frames import Line
 
 from . import connect
@@ -59,7 +60,10 @@ def _shutdown(sock: socket.socket) -> None:
 class Relay:
     """One client session: owns the stdin thread, the socket, the tables and recovery."""
 
-    def __init__(self, opts: Options, conn: connect.Connection | None, log: Log) -> None:
+    def __init__(self, opts: Options, conn: connect.Connection | None, log: Log, handshake: State | None = None,
+                 head: bytes = b"") -> None:
+        """`handshake` and `head`: what a session taken back from a hand-off (shim/recover.py)
+        carries on, the client's handshake and the start of a line the daemon read and did not relay."""
         gc.enable()  # off while the shim started (the lazyd-shim script); this process now lives long
         self._opts = opts
         self._log = log
@@ -72,24 +76,12 @@ class Relay:
         self._child: DirectServer | None = None
         # Guarded by state_lock:
         self._inflight: dict[IdKey, JsonId] = {}
-        self._init_line: bytes | None = None
-        self._init_key: IdKey | None = None
-        self._init_answered = False
-        self._initialized_line: bytes | None = None
+        self._handshake = handshake or State()  # the client's initialize and initialized lines
+        requests = inspect_line(self._handshake.init).requests if self._handshake.init else []
+        self._init_key: IdKey | None = requests[0][0] if requests else None
         self._leaving = False  # the client closed stdin; the shim exits once what it asked is answered
         self._drained_r, self._drained_w = os.pipe2(os.O_CLOEXEC)  # written once nothing is in flight
-        self._head = b""  # client input read before this relay ran (the daemon of a hand-off read it)
-        self._head_too_long = False  # ...which is the start of an over-long line to skip
-
-    def seed(self, init: bytes, initialized: bytes, answered: bool, head: bytes, too_long: bool) -> None:
-        """Carry on a session a daemon served by hand-off (shim/recover.py): its handshake lines, and
-        the start of a line it had read but not relayed."""
-        self._init_line = init or None
-        requests = inspect_line(init).requests if init else []
-        self._init_key = requests[0][0] if requests else None
-        self._init_answered = answered
-        self._initialized_line = initialized or None
-        self._head, self._head_too_long = head, too_long
+        self._head = head
 
     def run_direct(self, reason: str) -> int:
         """Run the server directly from the start (no daemon came back after a hand-off session)."""
@@ -132,18 +124,9 @@ class Relay:
         with self._state_lock:
             self._inflight.pop(key, None)
             if key == self._init_key:
-                self._init_answered = True
+                self._handshake.init_answered = True
             if self._leaving and not self._inflight:
                 os.write(self._drained_w, b"x")  # the stdin thread ends the process
-
-    def _resume_lines(self) -> list[bytes]:
-        # Caller holds state_lock. Only a handshake the client saw answered is worth resuming.
-        if self._init_line is None or not self._init_answered:
-            return []
-        lines = [self._init_line]
-        if self._initialized_line is not None:
-            lines.append(self._initialized_line)
-        return lines
 
     def _recover(self, conn: connect.Connection, reason: str) -> str | None:
         """Answer what was in flight, then reconnect. Returns None on success,
@@ -154,7 +137,7 @@ class Relay:
         _shutdown(conn.sock)
         self._send_lock.acquire()
         with self._state_lock:
-            resume = self._resume_lines()
+            resume = self._handshake.resume_lines()
         conn.sock.close()
         self._answer_lost(LOST_MESSAGE)
         if self._leaving:
@@ -189,7 +172,7 @@ class Relay:
             return 127 if isinstance(exc, FileNotFoundError) else 126
         self._log(f"running {command[0]} directly as pid {child.pid}")
         with self._state_lock:
-            replay = self._resume_lines()
+            replay = self._handshake.resume_lines()
             init_key = self._init_key
 
         def is_answer_to_replay(line: bytes) -> bool:
@@ -228,7 +211,7 @@ class Relay:
             os._exit(70)
 
     def _read_stdin(self) -> None:
-        lines = LineSplitter(wire.MAX_LINE_BYTES, self._head, self._head_too_long)  # lazyd/protocol/linepeek.py
+        lines = LineSplitter(wire.MAX_LINE_BYTES, self._head, self._handshake.discarding)  # lazyd/protocol/linepeek.py
         self._head = b""
         while True:
             try:
@@ -260,10 +243,10 @@ class Relay:
         with self._send_lock:
             with self._state_lock:
                 if info.kind == "initialize":
-                    self._init_line, self._init_key = line, info.requests[0][0]
-                    self._init_answered = False
+                    self._handshake.init, self._init_key = line, info.requests[0][0]
+                    self._handshake.init_answered = False
                 elif info.kind == "initialized":
-                    self._initialized_line = line
+                    self._handshake.initialized = line
                 if self._child is None:
                     for key, request_id in info.requests:
                         self._inflight[key] = request_id
