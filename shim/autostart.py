@@ -98,8 +98,8 @@ def autostart(path: str, explicit: bool, log: Callable[[str], None], deadline: f
         try:
             proc = launch(argv, daemon_environ())
         except OSError as exc:
-            raise Unavailable(f"cannot start the daemon ({argv[0]}): {exc.strerror or exc}", final=True) from None
-        log(f"spawned daemon pid {proc.pid}: {argv}")
+            raise Unavailable(f"cannot start the daemon (setsid(1)): {exc.strerror or exc}", final=True) from None
+        log(f"spawned the daemon: {argv}")
         try:
             return _await_daemon(proc, path, started, log, deadline)
         finally:

@@ -106,6 +106,7 @@ def open_session(opts: Options, resume: list[bytes], log: Log, deadline: float |
             pass  # a daemon that refused at once has closed by now: its refusal says why, below
         reply, reader = read_reply(sock)
         sock.settimeout(None)
+        welcome = _welcome(reply)
     except Unavailable:
         sock.close()
         raise
@@ -115,29 +116,27 @@ def open_session(opts: Options, resume: list[bytes], log: Log, deadline: float |
     except (OSError, WireError) as exc:
         sock.close()
         raise Unavailable(f"the daemon broke the connection during the hello: {exc}") from None
+    log(f"session {welcome.session} ({welcome.name}) with daemon pid {welcome.daemon_pid} "
+        f"in {(time.monotonic() - started) * 1000:.1f}ms")  # fmt: skip
+    return Connection(sock, welcome, hello, reader)
+
+
+def _welcome(reply: AnyFrame | None) -> Welcome:
+    """The daemon's answer to the hello as a welcome; Unavailable saying why it is not one."""
     if reply is None:
-        sock.close()
         raise Unavailable("the daemon closed the connection during the hello")
     if isinstance(reply, Refusal):
-        sock.close()
         if reply.code == "options":  # the user's mistake, like every other bad option: exit 2
             raise Unavailable(reply.message, user_error=True)
         if reply.code == "config":  # a daemon waiting for its config to be fixed (config_wait.py)
             raise Unavailable(f"lazyd cannot start: {reply.message}", user_error=True)
         raise Unavailable(f"refused by the daemon: {reply.message} [{reply.code}]", final=True)
     if isinstance(reply, ForeignWelcome):
-        sock.close()
-        raise Unavailable(
-            f"the daemon speaks wire version {reply.v}, this shim {WIRE_VERSION}; "
-            "restart the daemon (lazyctl stop)",
-            final=True,
-        )
+        raise Unavailable(f"the daemon speaks wire version {reply.v}, this shim {WIRE_VERSION}; "
+                          "restart the daemon (lazyctl stop)", final=True)
     if not isinstance(reply, Welcome):
-        sock.close()
         raise Unavailable(f"the daemon answered the hello with a {reply.t!r} frame", final=True)
-    log(f"session {reply.session} ({reply.name}) with daemon pid {reply.daemon_pid} "
-        f"in {(time.monotonic() - started) * 1000:.1f}ms")  # fmt: skip
-    return Connection(sock, reply, hello, reader)
+    return reply
 
 
 def read_reply(sock: socket.socket) -> tuple[AnyFrame | None, wire.BlockingFrameReader | None]:
@@ -217,3 +216,4 @@ def _discovered(path: str, log: Callable[[str], None], deadline: float | None) -
         log(f"found daemon pid {pid} at {other} through its record under HOME")
         return sock
     return None
+

@@ -52,10 +52,7 @@ class DirectServer:
         assert isinstance(stdin, io.BufferedWriter) and isinstance(stdout, io.BufferedReader)
         self._stdin = stdin
         self._stdout = stdout
-
-    @property
-    def pid(self) -> int:
-        return self._proc.pid
+        self.pid = self._proc.pid
 
     def write_line(self, line: bytes) -> None:
         """Send one line to the server; raises OSError (BrokenPipeError) once it is gone."""
@@ -109,6 +106,3 @@ class DirectServer:
             self._proc.wait(wait_s)
         except subprocess.TimeoutExpired:
             self._proc.terminate()
-
-    def stop(self) -> None:
-        self.finish(STOP_GRACE_S)

@@ -4,16 +4,13 @@ After the hello the daemon reads and writes the client's pipes itself (docs/prot
 "Hand-off"): one hop instead of two. The shim must still be there: the client watches its process,
 it holds its own copies of the pipes, and it must take over when the daemon is lost.
 
-- `offer` prepares what goes with the hello: a pipe as a description of its own, opened through
-  /proc/self/fd with O_NONBLOCK (setting it on the shim's own would change the shim's copy too); a
-  socket as it is; and the shared region (lazyd/handoff/region.py). A terminal, a file or
-  /dev/null is not offered: the frame path serves those.
-- `wait` execs dash on the installed waiting program, `waiting.sh` (same pid, same descriptors;
-  ``lazyd-shim: waiting (NAME)`` in `ps`). It blocks on the daemon's socket: a line means "the
-  client left, exit 0"; EOF means the daemon is gone or let go, and it runs this shim again with
-  `--resume-handoff=FD` to take the session back (shim/recover.py). Under systemd the next daemon
-  takes the session from the fd store first (lazyd/daemon/handoff/stored_sessions.py), reading the
-  reclaiming hello left in a data memfd (`hello_memfd`).
+- `offer`: what goes with the hello. A pipe is reopened through /proc/self/fd with O_NONBLOCK (set
+  on the shim's own description it would change the shim's copy too), a socket goes as it is; a
+  terminal, a file or /dev/null is not offered: the frame path serves those.
+- `wait`: the shim becomes the installed waiting program, `waiting.sh` run by dash (docs/protocol.md,
+  "Waiting"), holding the reclaiming hello (`hello_memfd`) a daemon restarted by systemd reads.
+- `reconnect`: the one way back to a daemon after one was lost, for a hand-off session (offering
+  a region again) and for the frame relay (offering none).
 """
 
 from __future__ import annotations
@@ -21,55 +18,47 @@ from __future__ import annotations
 import os
 import stat
 import sys
+import time
+
+from lazyd.errors import Unavailable
 
 from lazyd.handoff.recovery import ERROR_TAIL as ERROR_TAIL  # the lost-connection error after an id
 
 from . import connect, slots
-from .slots import SLOT_FD
+from .dial import RECONNECT_POLL_S, RECONNECT_WAIT_S
+from .options import say
+from .slots import RESUME_FLAG, SLOT_FD
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs start-up time
 if TYPE_CHECKING:
-    from lazyd.protocol.frames import Hello
+    from collections.abc import Callable
+    from typing import NoReturn
 
-    from .options import Log
+    from lazyd.protocol.frames import Hello
+    from .options import Log, Options
 
 WAIT_FD = 9  # the daemon socket in the waiting program: dash's redirections take one digit only
+HELLO_FD = 7  # the reclaiming hello (`hello_memfd`) in the waiting program, closed by the recovery
 SHELLS = ("/bin/dash", "/usr/bin/dash", "/bin/sh")
 # Without any the session is not handed off: the frame path costs less than a Python shim waiting.
 WAITING_PROGRAM = os.path.join(os.path.dirname(os.path.abspath(__file__)), "waiting.sh")  # package data
 HELLO_MEMFD = "lazyd-hello"  # lazyd/daemon/handoff/stored_sessions.py looks for "/memfd:lazyd-hello"
 
-RESUME_FLAG = "--resume-handoff="  # as shim/main.py reads it
 MAX_NAME = 64  # of the server's name in the waiting program's argv[0]
 
 
-class Offer:
-    """The descriptors a hello carries: the client's stdin and stdout as the daemon will use them,
-    and the region. `close_passed` drops this process's extra copies once they are sent."""
-
-    def __init__(self, fds: list[int], own: list[int], region: int) -> None:
-        self.fds = fds
-        self._own = own  # descriptors opened only to be passed
-        self.region = region
-
-    def close_passed(self) -> None:
-        for fd in self._own:
-            os.close(fd)
-        self._own = []
-
-
-def _passable(fd: int, flags: int) -> tuple[int, bool] | None:
-    """The descriptor to pass for `fd` and whether it was opened for that; None if it cannot be."""
+def _passable(fd: int, flags: int) -> int | None:
+    """The descriptor to pass for `fd` (itself, or one opened for that); None if it cannot be."""
     try:
         mode = os.fstat(fd).st_mode
     except OSError:
         return None
     if stat.S_ISSOCK(mode):
-        return fd, False
+        return fd
     if not stat.S_ISFIFO(mode):
         return None  # a terminal, a file, /dev/null: nothing a daemon should hold
     try:
-        return os.open(f"/proc/self/fd/{fd}", flags | os.O_NONBLOCK | os.O_CLOEXEC), True
+        return os.open(f"/proc/self/fd/{fd}", flags | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return None  # no /proc to reopen it through, or the reader of our stdout is gone
 
@@ -79,19 +68,20 @@ def shell() -> str | None:
     return next((path for path in SHELLS if os.access(path, os.X_OK)), None)
 
 
-def offer(region: int | None, log: Log) -> Offer | None:
-    """What to pass with the hello, or None when the client's stdio cannot be handed off."""
+def offer(region: int | None, log: Log) -> list[int] | None:
+    """What to pass with the hello: the client's stdin and stdout as the daemon will use them, and
+    the region (a new one for None); None when the client's stdio cannot be handed off."""
     if shell() is None:
         log(f"no hand-off: no shell to wait in ({' or '.join(SHELLS)}); relaying")
         return None
     if not os.access(WAITING_PROGRAM, os.R_OK):
         log(f"no hand-off: the waiting program {WAITING_PROGRAM} is not installed; relaying")
         return None
-    ends: list[tuple[int, bool]] = []
+    ends: list[int] = []
     for fd, flags in ((0, os.O_RDONLY), (1, os.O_WRONLY)):
         found = _passable(fd, flags)
         if found is None:
-            _close_own(ends)
+            close_passed(ends)
             log(f"no hand-off: fd {fd} is neither a socket nor a pipe it can reopen through /proc/self/fd")
             return None
         ends.append(found)
@@ -101,17 +91,39 @@ def offer(region: int | None, log: Log) -> Offer | None:
         try:
             region = create_region()
         except OSError as exc:  # no memfd, no sealing (not Linux, an old kernel): frames
-            _close_own(ends)
+            close_passed(ends)
             log(f"no hand-off: cannot create the shared region: {exc.strerror or exc}")
             return None
-    return Offer([ends[0][0], ends[1][0], region], [opened for opened, own in ends if own], region)
+    return [*ends, region]
 
 
-def _close_own(ends: list[tuple[int, bool]]) -> None:
-    """Close the descriptors this shim opened for an offer it gives up (not the client's own)."""
-    for opened, own in ends:
-        if own:
-            os.close(opened)
+def close_passed(fds: list[int]) -> None:
+    """Close the copies of the client's stdin and stdout this shim opened only to pass them."""
+    for place, fd in enumerate(fds[:2]):
+        if fd != place:  # a socket is passed as it is, at 0 or 1
+            os.close(fd)
+
+
+def reconnect(opts: Options, resume: list[bytes], log: Log, region: int | None, pause: Callable[[float], None],
+              slot: int | None = None) -> connect.Connection | str:
+    """Connect as at start (autostart included) with `resume`, offering `region` for a hand-off when
+    given, until one succeeds or RECONNECT_WAIT_S pass, with `pause` between tries; returns the
+    welcomed connection or why there is none. The resume slot `slot` is freed after the first try:
+    the CPU-heavy part of a recovery is over, polling for a daemon is not."""
+    deadline = time.monotonic() + RECONNECT_WAIT_S
+    while True:
+        offered = offer(region, log) if region is not None else None
+        try:
+            return connect.open_session(opts, resume, log, deadline, offered)
+        except Unavailable as exc:
+            if exc.final or exc.user_error or time.monotonic() >= deadline:
+                return str(exc)
+            log(f"reconnect failed: {exc}")
+        finally:
+            slots.release(slot)
+            slot = None
+            close_passed(offered or [])
+        pause(max(0.0, min(RECONNECT_POLL_S, deadline - time.monotonic())))
 
 
 def recovery_argv(region: int, args: list[str]) -> list[str]:
@@ -129,7 +141,7 @@ def waiting_argv(name: str, flock: str, lock_file: str, recovery: list[str]) -> 
 
 
 def hello_memfd(hello: Hello) -> int | None:
-    """A data memfd (close-on-exec) holding the reclaiming hello made from the session's `hello`
+    """A data memfd (inheritable) holding the reclaiming hello made from the session's `hello`
     (no `resume`: the daemon takes the handshake from the region; `reclaim` instead of `handoff`),
     for a daemon restarted by systemd to read through the waiter's /proc/PID/fd. None where none
     can be made."""
@@ -141,7 +153,7 @@ def hello_memfd(hello: Hello) -> int | None:
                        hello.env_raw, None, LAYOUT, True)
     try:
         data = encode(reclaiming.to_map(), MAX_FRAME_BYTES)
-        fd: int = os.memfd_create(HELLO_MEMFD, os.MFD_CLOEXEC)
+        fd: int = os.memfd_create(HELLO_MEMFD, 0)
     except (AttributeError, OSError, ValueError, TypeError):
         return None
     try:
@@ -154,37 +166,35 @@ def hello_memfd(hello: Hello) -> int | None:
     return fd
 
 
-def _above_fixed(fd: int) -> int:
-    """`fd`, or a copy (close-on-exec) clear of the socket's and the slot's places in the shell."""
-    if fd not in (WAIT_FD, SLOT_FD):
-        return fd
-    import fcntl
-
-    return fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 10)
+def _at(fd: int, place: int) -> None:
+    """Move `fd` (inheritable) to `place`, where the waiting program and the recovery expect it."""
+    if fd != place:
+        os.dup2(fd, place)
+        os.close(fd)
 
 
-def wait(conn: connect.Connection, region: int, args: list[str], log: Log, socket_path: str | None = None,
-         slot: int | None = None) -> None:
-    """Wait while the daemon serves the client: exec the waiting program, or where no shell runs
-    wait here and return (with `conn` closed) once the daemon let go, for the caller to take the
-    session back (shim/recover.py). The resume slots (shim/slots.py) are those beside
-    `socket_path`; `slot`, the one this shim holds (close-on-exec), is freed before waiting."""
-    region = _above_fixed(region)
+def wait(conn: connect.Connection, region: int, args: list[str], log: Log, socket_path: str) -> NoReturn:
+    """Wait while the daemon serves the client in the waiting program; where no shell can be exec'd
+    wait here, then run the recovery as the waiting program would (without a resume slot). The
+    resume slots (shim/slots.py) are those beside `socket_path`."""
+    if region in (HELLO_FD, SLOT_FD, WAIT_FD):
+        import fcntl
+
+        region = fcntl.fcntl(region, fcntl.F_DUPFD_CLOEXEC, 10)
     os.set_inheritable(region, True)
-    hello = hello_memfd(conn.hello) if conn.hello is not None and socket_path is not None else None
-    if hello is not None:
-        hello = _above_fixed(hello)
-        os.set_inheritable(hello, True)
     sock = conn.sock.fileno()
-    if sock != WAIT_FD:
-        os.dup2(sock, WAIT_FD)  # inheritable
-    else:
+    if sock == WAIT_FD:
         os.set_inheritable(sock, True)
-    flock = slots.flock_path() if socket_path is not None else ""
-    lock_file = slots.slot_path(socket_path, os.getpid()) if socket_path is not None else ""
-    if lock_file and not flock:
+    else:
+        os.dup2(sock, WAIT_FD)  # inheritable
+    hello = hello_memfd(conn.hello) if conn.hello is not None else None
+    if hello is not None:
+        _at(hello, HELLO_FD)
+    flock = slots.flock_path()
+    if not flock:
         log(f"no flock(1) ({' or '.join(slots.FLOCKS)}): after a daemon crash this session resumes without a slot")
-    argv = waiting_argv(conn.welcome.name, flock, lock_file, recovery_argv(region, args))
+    recovery = recovery_argv(region, args)
+    argv = waiting_argv(conn.welcome.name, flock, slots.slot_path(socket_path, os.getpid()), recovery)
     for path in SHELLS:
         if os.access(path, os.X_OK):
             log(f"handed off; waiting in {path} {WAITING_PROGRAM}")
@@ -192,17 +202,16 @@ def wait(conn: connect.Connection, region: int, args: list[str], log: Log, socke
                 os.execv(path, argv)
             except OSError as exc:
                 log(f"cannot run {path}: {exc.strerror or exc}")
-    if sock != WAIT_FD:
-        os.close(WAIT_FD)
-    if hello is not None:
-        os.close(hello)
     log("handed off; no shell to wait in, waiting in this process")
-    slots.release(slot)
     try:
-        data = conn.sock.recv(1)
+        if os.read(WAIT_FD, 1):
+            log("the client left; exiting")
+            os._exit(0)
     except OSError:
-        data = b""
-    if data:
-        log("the client left; exiting")
-        os._exit(0)
-    conn.sock.close()
+        pass
+    os.close(WAIT_FD)
+    try:
+        os.execv(recovery[0], recovery)
+    except OSError as exc:
+        say(f"cannot run {recovery[0]} to take the session back: {exc.strerror or exc}; the session ends")
+        os._exit(1)

@@ -18,6 +18,7 @@ from lazyd.errors import Unavailable, UsageError
 
 from . import __version__
 from .options import USAGE, Log, parse, say
+from .slots import RESUME_FLAG, taken
 
 # The client stopping us is the normal end of a session, not an error: exit quietly at once.
 _QUIET_EXIT_STATUS: dict[int, int] = {signal.SIGTERM: 0, signal.SIGHUP: 0, signal.SIGINT: 128 + signal.SIGINT}
@@ -37,16 +38,11 @@ def main(argv: list[str] | None = None) -> int:
         return 70
 
 
-RESUME_FLAG = "--resume-handoff="  # the waiting program's run of the shim (shim/recover.py); not for users
-
-
 def _main(argv: list[str] | None) -> int:
     args = sys.argv[1:] if argv is None else argv
     region: int | None = None
     slot: int | None = None
     if args and args[0].startswith(RESUME_FLAG):
-        from .slots import taken
-
         slot = taken()  # before anything reads the environment (shim/slots.py)
         try:
             region = int(args[0][len(RESUME_FLAG) :])
@@ -78,11 +74,11 @@ def _main(argv: list[str] | None) -> int:
 
     offered = handoff.offer(None, log) if opts.handoff else None
     try:
-        conn = connect.open_session(opts, [], log, fds=offered.fds if offered is not None else None)
+        conn = connect.open_session(opts, [], log, fds=offered)
     except Unavailable as exc:
         if offered is not None:
-            offered.close_passed()
-            os.close(offered.region)
+            handoff.close_passed(offered)
+            os.close(offered[2])
         log(f"daemon unavailable: {exc}")
         if exc.user_error:  # a refused option or a file the user must fix: never hidden by a fallback
             say(str(exc))
@@ -99,13 +95,10 @@ def _main(argv: list[str] | None) -> int:
         exec_directly(opts.command, str(exc))
 
     if offered is not None:
-        offered.close_passed()
+        handoff.close_passed(offered)
         if conn.welcome.handoff:
-            handoff.wait(conn, offered.region, args, log, connect.socket_path(opts))  # the daemon serves the client now
-            from . import recover
-
-            recover.run(opts, offered.region, args, log)  # it let go, and this process waited
-        os.close(offered.region)
+            handoff.wait(conn, offered[2], args, log, connect.socket_path(opts))  # the daemon serves the client now
+        os.close(offered[2])
     from .relay import Relay
 
     status = Relay(opts, conn, log).run()

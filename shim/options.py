@@ -78,32 +78,25 @@ D is a duration: 0, 500ms, 30s, 10m or 1h. BOOL is true/false, 1/0, yes/no or on
 MAX_SUN_PATH_BYTES = 107  # sun_path holds 108 bytes with the terminating NUL on Linux
 
 
-# The checks import the daemon's own rules (the stdlib-only lazyd.config modules) only when an
-# option is set: they compile regular expressions, and most shim starts set none.
+# The checks are the daemon's own rules (the stdlib-only lazyd.config modules), with its messages,
+# imported only when an option is set: they compile regular expressions, and most starts set none.
 def _check_duration(value: str) -> str:
     from lazyd.config.durations import parse_duration
 
-    try:
-        parse_duration(value)
-    except ValueError:
-        raise ValueError(f"invalid duration {value!r} (use e.g. 0, 500ms, 30s, 10m, 1h or 1m30s)") from None
+    parse_duration(value)
     return value
 
 
-def parse_bool(value: str) -> bool:
-    """Return the truth of a BOOL string (the daemon's rule); raise ValueError for anything else."""
-    from lazyd.config.durations import parse_bool as _parse_bool
+def _parse_bool(value: str) -> bool:
+    from lazyd.config.durations import parse_bool
 
-    try:
-        return _parse_bool(value)
-    except ValueError:
-        raise ValueError(f"invalid boolean {value!r} (use true/false, 1/0, yes/no or on/off)") from None
+    return parse_bool(value)
 
 
 def _check_share(value: str) -> str:
     if value.strip().lower() not in ("auto", "session-aware"):
         try:
-            parse_bool(value)
+            _parse_bool(value)
         except ValueError:
             raise ValueError(f"invalid value {value!r} (use auto, true, false or session-aware)") from None
     return value
@@ -116,12 +109,10 @@ def _check_era(value: str) -> str:
 
 
 def _check_size(value: str) -> str:
-    # lazyd/core/memory.py's rule in short, so that a typo exits 2 at once; the daemon checks again.
-    import re
+    from lazyd.config.durations import parse_size
 
-    if value.strip().lower() not in ("off", "none", "0") and not re.fullmatch(
-            r"\s*\d+(\.\d+)?\s*([KMGT](i?B)?|B)?\s*", value, re.IGNORECASE):
-        raise ValueError(f"invalid size {value!r} (use e.g. 512MiB, 1GiB, 2G or off)")
+    if value.strip().lower() not in ("off", "none", "0"):
+        parse_size(value)
     return value
 
 
@@ -240,7 +231,7 @@ def parse(argv: list[str], env: Mapping[str, str]) -> Options:
             continue
         try:
             if flag in _SHIM_FLAGS:
-                switches[flag] = parse_bool(value)
+                switches[flag] = _parse_bool(value)
             elif flag in _SHIM_VALUES:
                 if not value:
                     raise ValueError("empty value")

@@ -27,11 +27,11 @@ import threading
 import time
 
 from lazyd.protocol import jsonline, wire
-from lazyd.errors import ReplayFailed, Unavailable, WireError
+from lazyd.errors import ReplayFailed, WireError
+from lazyd.handoff.region import State
 from lazyd.protocol.frames import Line
 
 from . import connect
-from .dial import RECONNECT_POLL_S, RECONNECT_WAIT_S
 from lazyd.protocol.linepeek import EOF_WAIT_S, LineSplitter, error_line, id_key, inspect_line, too_long_answer
 
 from .options import say
@@ -49,9 +49,6 @@ LOST_CODE = -32603
 LOST_MESSAGE = "lazyd: connection to the daemon was lost; the request may not have completed"
 READ_BYTES = 64 * 1024  # one read of the client's stdin (a pipe holds 64 KiB by default)
 
-_CONNECTED, _DIRECT = "connected", "direct"
-
-
 def _shutdown(sock: socket.socket) -> None:
     # Wakes a thread blocked on the socket; the fd itself is closed by its owner.
     try:
@@ -63,37 +60,28 @@ def _shutdown(sock: socket.socket) -> None:
 class Relay:
     """One client session: owns the stdin thread, the socket, the tables and recovery."""
 
-    def __init__(self, opts: Options, conn: connect.Connection | None, log: Log) -> None:
+    def __init__(self, opts: Options, conn: connect.Connection | None, log: Log, handshake: State | None = None,
+                 head: bytes = b"") -> None:
+        """`handshake` and `head`: what a session taken back from a hand-off (shim/recover.py)
+        carries on, the client's handshake and the start of a line the daemon read and did not relay."""
         gc.enable()  # off while the shim started (the lazyd-shim script); this process now lives long
         self._opts = opts
         self._log = log
         self._out = Stdout(log)
         self._send_lock = threading.Lock()
         self._state_lock = threading.Lock()
-        # Guarded by state_lock (and changed only with send_lock held too):
-        self._state = _CONNECTED
+        # The destination (a directly run server once there is one). Guarded by state_lock, and
+        # changed only with send_lock held too:
         self._conn: connect.Connection | None = conn
         self._child: DirectServer | None = None
         # Guarded by state_lock:
         self._inflight: dict[IdKey, JsonId] = {}
-        self._init_line: bytes | None = None
-        self._init_key: IdKey | None = None
-        self._init_answered = False
-        self._initialized_line: bytes | None = None
+        self._handshake = handshake or State()  # the client's initialize and initialized lines
+        requests = inspect_line(self._handshake.init).requests if self._handshake.init else []
+        self._init_key: IdKey | None = requests[0][0] if requests else None
         self._leaving = False  # the client closed stdin; the shim exits once what it asked is answered
         self._drained_r, self._drained_w = os.pipe2(os.O_CLOEXEC)  # written once nothing is in flight
-        self._head = b""  # client input read before this relay ran (the daemon of a hand-off read it)
-        self._head_too_long = False  # ...which is the start of an over-long line to skip
-
-    def seed(self, init: bytes, initialized: bytes, answered: bool, head: bytes, too_long: bool) -> None:
-        """Carry on a session a daemon served by hand-off (shim/recover.py): its handshake lines, and
-        the start of a line it had read but not relayed."""
-        self._init_line = init or None
-        requests = inspect_line(init).requests if init else []
-        self._init_key = requests[0][0] if requests else None
-        self._init_answered = answered
-        self._initialized_line = initialized or None
-        self._head, self._head_too_long = head, too_long
+        self._head = head
 
     def run_direct(self, reason: str) -> int:
         """Run the server directly from the start (no daemon came back after a hand-off session)."""
@@ -136,46 +124,27 @@ class Relay:
         with self._state_lock:
             self._inflight.pop(key, None)
             if key == self._init_key:
-                self._init_answered = True
+                self._handshake.init_answered = True
             if self._leaving and not self._inflight:
                 os.write(self._drained_w, b"x")  # the stdin thread ends the process
 
-    def _resume_lines(self) -> list[bytes]:
-        # Caller holds state_lock. Only a handshake the client saw answered is worth resuming.
-        if self._init_line is None or not self._init_answered:
-            return []
-        lines = [self._init_line]
-        if self._initialized_line is not None:
-            lines.append(self._initialized_line)
-        return lines
-
     def _recover(self, conn: connect.Connection, reason: str) -> str | None:
-        """Answer what was in flight, then reconnect. Returns None on success, else why it failed,
-        with ``send_lock`` still held for `_run_direct`."""
+        """Answer what was in flight, then reconnect. Returns None on success,
+        else why it failed, with ``send_lock`` still held for `_run_direct`."""
+        from .handoff import reconnect
+
         self._log(f"daemon lost: {reason}")
         _shutdown(conn.sock)
         self._send_lock.acquire()
         with self._state_lock:
-            lost = list(self._inflight.values())
-            self._inflight.clear()
-            resume = self._resume_lines()
+            resume = self._handshake.resume_lines()
         conn.sock.close()
-        for request_id in lost:
-            self._out.write_line(error_line(request_id, LOST_CODE, LOST_MESSAGE))
-        if lost:
-            self._log(f"answered {len(lost)} in-flight request(s) with an error")
+        self._answer_lost(LOST_MESSAGE)
         if self._leaving:
             self._out.exit_between_lines(0)  # the client closed stdin: nothing more can be owed
-        deadline = time.monotonic() + RECONNECT_WAIT_S
-        while True:
-            try:
-                new = connect.open_session(self._opts, resume, self._log, deadline)
-                break
-            except Unavailable as exc:
-                if exc.final or time.monotonic() >= deadline:
-                    return str(exc)
-                self._log(f"reconnect failed: {exc}")
-            time.sleep(max(0.0, min(RECONNECT_POLL_S, deadline - time.monotonic())))
+        new = reconnect(self._opts, resume, self._log, None, time.sleep)
+        if isinstance(new, str):
+            return new
         with self._state_lock:
             self._conn = new
         self._send_lock.release()
@@ -203,7 +172,7 @@ class Relay:
             return 127 if isinstance(exc, FileNotFoundError) else 126
         self._log(f"running {command[0]} directly as pid {child.pid}")
         with self._state_lock:
-            replay = self._resume_lines()
+            replay = self._handshake.resume_lines()
             init_key = self._init_key
 
         def is_answer_to_replay(line: bytes) -> bool:
@@ -217,11 +186,11 @@ class Relay:
         except ReplayFailed as exc:
             say(f"the directly run server failed: {exc}")
             self._answer_lost("lazyd: the daemon is unavailable and the server failed to start")
-            child.stop()
+            child.finish(fallback.STOP_GRACE_S)
             return 1
         with self._state_lock:
             self._inflight.clear()  # the server answers what it is sent itself
-            self._child, self._state = child, _DIRECT
+            self._child = child
         self._send_lock.release()
         return child.pump(self._out.write)
 
@@ -231,6 +200,8 @@ class Relay:
             self._inflight.clear()
         for request_id in lost:
             self._out.write_line(error_line(request_id, LOST_CODE, message))
+        if lost:
+            self._log(f"answered {len(lost)} in-flight request(s) with an error")
 
     def _stdin_loop(self) -> None:
         try:
@@ -240,7 +211,7 @@ class Relay:
             os._exit(70)
 
     def _read_stdin(self) -> None:
-        lines = LineSplitter(wire.MAX_LINE_BYTES, self._head, self._head_too_long)  # lazyd/protocol/linepeek.py
+        lines = LineSplitter(wire.MAX_LINE_BYTES, self._head, self._handshake.discarding)  # lazyd/protocol/linepeek.py
         self._head = b""
         while True:
             try:
@@ -271,28 +242,27 @@ class Relay:
         info = inspect_line(line)
         with self._send_lock:
             with self._state_lock:
-                state = self._state
                 if info.kind == "initialize":
-                    self._init_line, self._init_key = line, info.requests[0][0]
-                    self._init_answered = False
+                    self._handshake.init, self._init_key = line, info.requests[0][0]
+                    self._handshake.init_answered = False
                 elif info.kind == "initialized":
-                    self._initialized_line = line
-                if state != _DIRECT:
+                    self._handshake.initialized = line
+                if self._child is None:
                     for key, request_id in info.requests:
                         self._inflight[key] = request_id
                 for key in info.cancelled:
                     self._inflight.pop(key, None)
                 conn, child = self._conn, self._child
-            if state == _CONNECTED and conn is not None:
-                try:
-                    conn.sock.sendall(wire.encode_line(line))
-                except OSError:
-                    _shutdown(conn.sock)  # the main thread's read fails and runs recovery
-            elif state == _DIRECT and child is not None:
+            if child is not None:
                 try:
                     child.write_line(line)
                 except OSError:
                     pass  # the server exited; the main thread's pump sees it and ends the shim
+            elif conn is not None:
+                try:
+                    conn.sock.sendall(wire.encode_line(line))
+                except OSError:
+                    _shutdown(conn.sock)  # the main thread's read fails and runs recovery
 
     def _client_eof(self) -> None:
         with self._send_lock:  # no line of the client's is half sent

@@ -13,6 +13,7 @@ import os
 
 SLOT_FD = 8  # written into shim/waiting.sh (dash's redirections take one digit; 9 is the socket's)
 
+RESUME_FLAG = "--resume-handoff="  # the waiter's run of the shim, naming the region (shim/recover.py); not for users
 SLOT_ENV = "LAZYD_RESUME_SLOT"  # set by the waiter holding a slot; taken out before a server or hello sees it
 
 FLOCKS = ("/usr/bin/flock", "/bin/flock")  # util-linux's: dash has no builtin that takes a lock

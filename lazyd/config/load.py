@@ -21,9 +21,8 @@ from lazyd.config import values as cv
 from lazyd.config.known import packaged, parse_table
 from lazyd.config.toml_text import parse_toml
 from lazyd.config.model import Config, Policy, ServerConfig, WakePredicate
-from lazyd.config.durations import parse_bool
+from lazyd.config.durations import parse_bool, parse_size
 from lazyd.core.eras.choice import ERA_SETTINGS
-from lazyd.core.memory import parse_size
 from lazyd.core.policy import ToolPolicy, as_decision, compile_rule
 from lazyd.core.pressure import PressureSettings
 from lazyd.errors import ConfigError

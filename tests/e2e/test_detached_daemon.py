@@ -11,7 +11,6 @@ there afterwards, and the next session must reach both.
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 import signal
@@ -191,14 +190,25 @@ def exit_status(proc: Detached) -> int:
     return int(status)
 
 
+def first_line(proc: Detached) -> list[str]:
+    def written() -> bool:
+        proc.poll()
+        return b"\n" in proc.stderr
+
+    wait_until(written, STEP_TIMEOUT_S, "its first line")
+    return proc.stderr.decode().split("\n", 1)[0].split(" ", 3)
+
+
 def test_a_launched_process_is_not_our_child_yet_its_exit_status_and_stderr_reach_us() -> None:
-    script = "import sys; print('lazyd: bad config', file=sys.stderr); print('exit 2', file=sys.stderr); sys.exit(2)"
+    script = ("import os, sys; print(os.getpid(), file=sys.stderr, flush=True);"
+              "print('lazyd: bad config', file=sys.stderr); print('exit 2', file=sys.stderr); sys.exit(2)")
     proc = launch([sys.executable, "-c", script], dict(os.environ))
     try:
+        (pid,) = first_line(proc)
+        with pytest.raises(ChildProcessError):
+            os.waitpid(int(pid), os.WNOHANG)  # reparented to init at once: never this process's child
         assert exit_status(proc) == 2
         assert proc.reason() == "bad config"
-        with pytest.raises(ChildProcessError):
-            os.waitpid(proc.pid, os.WNOHANG)  # reparented to init at once: never this process's child
     finally:
         proc.close()
 
@@ -206,24 +216,30 @@ def test_a_launched_process_is_not_our_child_yet_its_exit_status_and_stderr_reac
 def test_a_launched_process_runs_in_its_own_session_in_slash_with_no_descriptor_of_ours() -> None:
     leak_r, leak_w = os.pipe()
     os.set_inheritable(leak_r, True)
-    script = "import os, sys, time; print(os.getcwd(), os.getsid(0), sorted(os.listdir('/proc/self/fd')), file=sys.stderr); time.sleep(30)"
+    script = ("import os, sys, time; print(os.getpid(), os.getcwd(), os.getsid(0), sorted(os.listdir('/proc/self/fd')),"
+              " file=sys.stderr, flush=True); time.sleep(30)")
     proc = launch([sys.executable, "-c", script], dict(os.environ))
+    pid = 0
     try:
-        wait_until(lambda: proc.poll() is None and b"\n" in proc.stderr, STEP_TIMEOUT_S, "its first line")
-        cwd, sid, fds = proc.stderr.decode().split(" ", 2)
-        assert (cwd, int(sid)) == ("/", proc.pid)
+        pid_text, cwd, sid, fds = first_line(proc)
+        pid = int(pid_text)
+        assert (cwd, int(sid)) == ("/", pid)
         assert fds.strip() == "['0', '1', '2', '3']"  # stdio, and listdir's own descriptor
-        assert proc.pid not in descendants(os.getpid())
+        assert pid not in descendants(os.getpid())
         assert proc.poll() is None
     finally:
-        os.kill(proc.pid, signal.SIGKILL)
+        if pid:
+            os.kill(pid, signal.SIGKILL)
         assert exit_status(proc) == -1, "a daemon that dies without saying is dead all the same"
         proc.close()
         os.close(leak_r)
         os.close(leak_w)
 
 
-def test_a_command_that_cannot_be_executed_is_refused_with_its_os_error() -> None:
-    with pytest.raises(OSError) as caught:
-        launch(["/nonexistent/lazyd-daemon"], dict(os.environ))
-    assert caught.value.errno == errno.ENOENT and caught.value.strerror == "No such file or directory"
+def test_a_command_that_cannot_be_executed_is_reported_with_its_os_error() -> None:
+    proc = launch(["/nonexistent/lazyd-daemon"], dict(os.environ))
+    try:
+        assert exit_status(proc) == -1
+        assert proc.reason().endswith("/nonexistent/lazyd-daemon: No such file or directory"), proc.stderr
+    finally:
+        proc.close()

@@ -118,17 +118,38 @@ class _Conn:
         self.welcome.name = name  # type: ignore[attr-defined]
 
 
-def _waiter_argv(monkeypatch: pytest.MonkeyPatch, name: str, args: list[str]) -> list[str]:
-    """The command line `wait` execs the waiting program with (the exec refused, so that it goes
-    on to wait itself, which the closed peer ends at once)."""
+class _Recovering(Exception):
+    """The exec of the recovery command, caught."""
+
+
+def _exec_refused(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
+    """Every exec `wait` tries: a shell's refused, the recovery's caught as _Recovering."""
     execs: list[list[str]] = []
 
     def fake_exec(path: str, argv: list[str]) -> None:
         execs.append([path, *argv])
-        raise OSError("not here")
+        raise _Recovering() if path == sys.executable else OSError("not here")
 
     monkeypatch.setattr(os, "execv", fake_exec)
     monkeypatch.setattr(handoff, "WAIT_FD", 250)  # clear of the test process's own descriptors
+    return execs
+
+
+def _wait(conn: _Conn, args: list[str]) -> None:
+    """`wait` with a stand-in region; the daemon (`conn`'s peer) is gone, so it goes on to recover."""
+    region = os.open("/dev/null", os.O_RDONLY)
+    try:
+        with pytest.raises(_Recovering):
+            handoff.wait(conn, region, args, Log(parse(["--", "true"], {})),  # type: ignore[arg-type]
+                         "/run/user/1/lazyd/lazyd.sock")
+    finally:
+        os.close(region)
+
+
+def _waiter_argv(monkeypatch: pytest.MonkeyPatch, name: str, args: list[str]) -> list[str]:
+    """The command line `wait` execs the waiting program with (the exec refused, so that it goes
+    on to wait itself, which the closed peer ends at once)."""
+    execs = _exec_refused(monkeypatch)
     # The shim's own command line, as its installed script runs it (not this test runner's, which
     # may itself be `python -c ...` under a parallel runner's worker).
     shim = "/home/u/.local/share/lazyd/venv/bin/lazyd-shim"
@@ -136,13 +157,8 @@ def _waiter_argv(monkeypatch: pytest.MonkeyPatch, name: str, args: list[str]) ->
     monkeypatch.setattr(sys, "argv", [shim, *args])
     ours, peer = socket.socketpair()
     peer.close()
-    region = os.open("/dev/null", os.O_RDONLY)
-    try:
-        handoff.wait(_Conn(ours, name), region, args, Log(parse(["--", "true"], {})),  # type: ignore[arg-type]
-                     "/run/user/1/lazyd/lazyd.sock")
-    finally:
-        os.close(region)
-    assert execs, "no shell was tried"
+    _wait(_Conn(ours, name), args)
+    assert len(execs) > 1, "no shell was tried"
     return execs[0]
 
 
@@ -158,7 +174,7 @@ def test_the_waiter_s_command_line_says_what_it_is_and_names_its_installed_progr
     ours = argv[: -len(server)]
     assert len("\0".join(ours).encode()) <= 512, ours
     assert "-c" not in ours and not any("\n" in arg or "import " in arg for arg in ours), ours
-    assert any(arg.startswith(handoff.RESUME_FLAG) for arg in ours)
+    assert any(arg.startswith(slots.RESUME_FLAG) for arg in ours)
 
 
 def test_a_long_server_name_is_cut_in_the_waiter_s_command_line(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -378,19 +394,48 @@ def test_sessions_are_spread_over_two_slots_per_cpu_beside_the_daemon_socket() -
     assert slots.count() == 2 * (os.cpu_count() or 1)
 
 
-def test_a_shim_with_no_shell_to_exec_waits_itself_and_frees_its_slot_before_it_waits(
-        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_a_shim_with_no_shell_to_exec_waits_itself_then_runs_the_recovery_the_waiting_program_would(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    execs = _exec_refused(monkeypatch)
     monkeypatch.setattr(handoff, "SHELLS", ())
-    monkeypatch.setattr(handoff, "WAIT_FD", 250)  # clear of the test process's own descriptors
-    slot = os.open(tmp_path / "resume.0", os.O_WRONLY | os.O_CREAT, 0o600)
     ours, peer = socket.socketpair()
     peer.close()  # the daemon lets go at once
-    region = os.open("/dev/null", os.O_RDONLY)
-    try:
-        handoff.wait(_Conn(ours, "x"), region, ["--", "true"], Log(parse(["--", "true"], {})),  # type: ignore[arg-type]
-                     "/x/lazyd.sock", slot)
-    finally:
-        os.close(region)
+    _wait(_Conn(ours, "x"), ["--", "true"])
+    (recovery,) = execs
+    assert recovery[:2] == [sys.executable, sys.executable] and recovery[-2:] == ["--", "true"]
+    assert recovery[-3].startswith(slots.RESUME_FLAG)
+    with pytest.raises(OSError):
+        os.fstat(250)  # the daemon's socket is not the recovery's
+
+
+def test_a_shim_waiting_itself_exits_0_when_the_daemon_says_the_client_left(monkeypatch: pytest.MonkeyPatch) -> None:
+    execs = _exec_refused(monkeypatch)
+    monkeypatch.setattr(handoff, "SHELLS", ())
+    exits: list[int] = []
+
+    def fake_exit(status: int) -> None:
+        exits.append(status)
+        raise _Recovering()
+
+    monkeypatch.setattr(os, "_exit", fake_exit)
+    ours, peer = socket.socketpair()
+    peer.sendall(b"\n")
+    _wait(_Conn(ours, "x"), ["--", "true"])
+    assert exits == [0] and execs == []
+    os.close(250)
+    peer.close()
+
+
+def test_a_recovery_frees_its_resume_slot_after_its_first_try_to_reconnect(tmp_path: Path) -> None:
+    class Paused(Exception):
+        pass
+
+    def pause(wait_s: float) -> None:
+        raise Paused()
+
+    slot = os.open(tmp_path / "resume.0", os.O_WRONLY | os.O_CREAT, 0o600)
+    opts = parse(["--socket", str(tmp_path / "no-daemon.sock"), "--no-autostart", "--", "true"], {})
+    with pytest.raises(Paused):
+        handoff.reconnect(opts, [], Log(opts), None, pause, slot)
     with pytest.raises(OSError):
         os.fstat(slot)
-    assert ours.fileno() == -1, "the socket is closed: the caller takes the session back"

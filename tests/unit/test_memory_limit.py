@@ -9,10 +9,11 @@ import random
 
 import pytest
 
+from lazyd.config.durations import parse_size
 from lazyd.config.load import parse_config_text, policy_with_options
 from lazyd.config.model import Policy
 from lazyd.core.lifecycle.machine import Lifecycle, LifecyclePolicy, Log, Spawn, State, Stop
-from lazyd.core.memory import PARK_WINDOW_S, MemoryLimit, Park, Restart, format_bytes, parse_size
+from lazyd.core.memory import PARK_WINDOW_S, MemoryLimit, Park, Restart, format_bytes
 from lazyd.errors import ConfigError
 
 MiB = 1024 * 1024
