@@ -40,7 +40,7 @@ from lazyd.daemon.control import handshakes
 from lazyd.daemon.runtime.era_lanes import EraRoute
 from lazyd.daemon.handoff.stored_sessions import Keeper, Kept
 from lazyd.core.relay import jsonrpc as rpc
-from lazyd.daemon.handoff.ledger import Landing, Ledger
+from lazyd.daemon.handoff.ledger import Ledger
 from lazyd.daemon.handoff.outbox import ClientEnds, HandoffOutbox
 from lazyd.daemon.sessions.registry import Registry
 from lazyd.daemon.runtime.supervisor import ServerRuntime
@@ -48,7 +48,7 @@ from lazyd.errors import NotReclaimed, Refused
 from lazyd.protocol.frames import Hello, Refusal, Welcome
 from lazyd.handoff.recovery import Recovery, reclaim
 from lazyd.handoff.recovery import error_line as lost_line
-from lazyd.handoff.region import LANDING_BYTES, LAYOUT, Region, map_region, region_problem, table_extent, unmap
+from lazyd.handoff.region import LAYOUT, READ_BYTES, Region, map_region, region_problem, table_extent, unmap
 from lazyd.protocol.linepeek import EOF_WAIT_S, LineSplitter, too_long_answer
 
 if TYPE_CHECKING:  # only a type here: the hub is loaded by its first session, not kept by every daemon
@@ -59,23 +59,6 @@ log = logging.getLogger("lazyd.conn")
 PASSED_FDS = 3  # the client's stdin, its stdout, the region: in this order
 EXIT_CUE = b"\n"  # to the shim: the client left, exit 0
 STDOUT_CHECK_S = 0.25  # while answering after the client's EOF: how often to see if its stdout closed
-STEP_LINES = 64
-# About how many lines one read of the client's stdin may bring (see `read_limit`): the daemon
-# serves every other session between two reads, not during one.
-MIN_READ_BYTES = 4096  # however short the lines, a read takes at least this much (a page)
-FIRST_READ_BYTES = 16 * 1024  # before a read said how long the lines are: STEP_LINES of 256 bytes
-
-
-def read_limit(size: int, newlines: int) -> int:
-    """How many bytes the next read of the client's stdin may take, after a read of `size` bytes
-    that held `newlines` line ends: about STEP_LINES lines of that size, so that thousands of
-    pipelined small calls are relayed in bounded steps, while a big line still comes a whole zone
-    at a time (its cost is its bytes, not its lines)."""
-    if not newlines:
-        return LANDING_BYTES
-    return max(MIN_READ_BYTES, min(LANDING_BYTES, size * STEP_LINES // newlines))
-
-
 async def receive_with_fds(sock: Any, size: int, fds: list[int]) -> bytes:
     """One receive that also takes descriptors passed with the bytes (at most PASSED_FDS in all:
     any beyond are closed at once, so a peer cannot make the daemon hold more)."""
@@ -172,7 +155,6 @@ class HandoffSession:
             self.recovery = recovered
         else:
             self.ledger = Ledger(region, later)
-        self.landing = Landing(region)
         state = self.ledger.state  # what it continues from: the head of a partly read line
         head = region.read_head(state.head_len, state.head_area) if state.head_len else b""
         self.lines = LineSplitter(wire.MAX_LINE_BYTES, head, state.discarding)
@@ -271,7 +253,6 @@ class HandoffSession:
         self.stored = False
         self.ends.close()
         if not self._map.closed:
-            self.landing.close()
             unmap(self._map)
 
     def region_fd(self) -> int | None:
@@ -344,46 +325,29 @@ class HandoffSession:
         ledger.on_empty = None
 
     async def _read_client(self) -> None:
-        """Relay the client's lines until its stdin ends; returns at EOF."""
-        route, outbox, ledger, landing = self.route, self.outbox, self.ledger, self.landing
+        """Relay the client's lines until its stdin ends; returns at EOF. A read goes into the region
+        (`Ledger.input`) and is relayed and accounted for before the next await: an upgrade finds
+        every read accounted for, a kill -9 at most one read in the region and not accounted for."""
+        route, outbox, ledger = self.route, self.outbox, self.ledger
         assert route is not None and outbox is not None
-        # What an earlier daemon read and did not account for comes first (an upgrade between the two).
-        size = landing.pending(ledger.state.landing)
-        waited = True
-        emptied = False  # the last read took less than it could: the pipe was empty after it
-        limit = FIRST_READ_BYTES  # what the next read may take (`read_limit`)
+        emptied = False  # the last read found the pipe empty or took less than it could
         while True:
-            zone = ledger.state.landing
-            if not size:
-                await self.registry.reading.passage()  # an upgrade stops reading here (lazyd/daemon/upgrade/quiesce.py)
-                if emptied:  # no read that would only say EAGAIN: wait first
-                    await trio.lowlevel.wait_readable(self.ends.in_fd)
-                    waited, emptied = True, False
-                # Into the region, at most `limit`: one read, one record of it, the unit an upgrade
-                # or a kill -9 finds whole (in the zone or accounted for).
-                zone_view = landing.zones[zone]
-                got = self.ends.read_into(zone_view[:limit] if limit < LANDING_BYTES else zone_view)
-                if got is None:
-                    await trio.lowlevel.wait_readable(self.ends.in_fd)
-                    waited = True
-                    continue
-                if not got:
-                    self._last_line()
-                    return
-                size, emptied = got, got < limit
-                if not waited:
-                    await trio.lowlevel.checkpoint()  # a client that floods must not starve the others
-            waited = False
-            data = landing.take(zone, size)
-            ledger.hold()  # one region write for all the lines of this read, and the zone it came in
-            try:
-                self._take(data)
-                ledger.landed()
-            finally:
-                ledger.release()
-            landing.clear(zone, size)
-            limit = read_limit(size, self.lines.newlines)
-            size = 0
+            await self.registry.reading.passage()  # an upgrade stops reading here (lazyd/daemon/upgrade/quiesce.py)
+            if emptied:
+                await trio.lowlevel.wait_readable(self.ends.in_fd)  # rather than a read that says EAGAIN
+            else:
+                await trio.lowlevel.checkpoint()  # a client that floods must not starve the others
+            got = self.ends.read_into(ledger.input())
+            emptied = got is None or got < READ_BYTES
+            if got is None:
+                continue
+            if got:
+                self._take(ledger.read_back(got))
+            else:  # at EOF, a last line without its newline is still a line (lazyd/protocol/linepeek.py)
+                self._relay(self.lines.finish())
+            ledger.accounted(got, self.lines.buffer, self.lines.discarding)
+            if not got:
+                return
             if isinstance(route, (ServerRuntime, EraRoute)) and not route.has_room():
                 await route.wait_for_room()
             if outbox.should_pause():
@@ -393,14 +357,7 @@ class HandoffSession:
         """Relay the lines of one read (a seam the kill tests hold: tests/e2e/seams/sitecustomize.py)."""
         self._relay(self.lines.feed(data))
 
-    def _last_line(self) -> None:
-        """At EOF, a last line without its newline is still a line (lazyd/protocol/linepeek.py)."""
-        self.lines.cut = bool(self.lines.buffer) or self.lines.discarding
-        self._relay(self.lines.finish())
-
     def _relay(self, lines: list[tuple[bytes, bool]]) -> None:
-        if self.lines.cut:
-            self.ledger.head_relayed()  # the recorded partial line is complete: a new one starts
         route, outbox = self.route, self.outbox
         assert route is not None and outbox is not None
         for line, too_long in lines:
@@ -412,7 +369,6 @@ class HandoffSession:
             if self._peek:
                 self._peek = self.registry.note_client_line(line, self._peek, outbox.cid)
             route.client_line(outbox.cid, line, parsed)
-        self.ledger.head(self.lines.buffer, self.lines.discarding)
 
     def _too_long(self, prefix: bytes) -> None:
         assert self.outbox is not None
