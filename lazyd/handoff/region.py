@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 
 LAYOUT = 5
 MAGIC = b"LZH5"
+MEMFD_NAME = "lazyd-handoff"  # as /proc/PID/fd shows it: "/memfd:lazyd-handoff (deleted)"
 
 _MIB = 1 << 20
 TORN_OFFSET = 64
@@ -212,7 +213,7 @@ def create_region() -> int:
 
     try:
         add_seals, seals = fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL
-        fd: int = os.memfd_create("lazyd-handoff", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+        fd: int = os.memfd_create(MEMFD_NAME, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
     except AttributeError:
         raise OSError(0, "this system has no sealed memfd") from None
     try:

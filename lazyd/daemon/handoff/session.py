@@ -38,7 +38,7 @@ import trio
 from lazyd.protocol import wire
 from lazyd.daemon.control import handshakes
 from lazyd.daemon.runtime.era_lanes import EraRoute
-from lazyd.daemon.handoff.stored_sessions import Keeper, Kept
+from lazyd.daemon.handoff.stored_sessions import Keeper, Kept, memfds
 from lazyd.core.relay import jsonrpc as rpc
 from lazyd.daemon.handoff.ledger import Ledger
 from lazyd.daemon.handoff.outbox import ClientEnds, HandoffOutbox
@@ -48,7 +48,7 @@ from lazyd.errors import NotReclaimed, Refused
 from lazyd.protocol.frames import Hello, Refusal, Welcome
 from lazyd.handoff.recovery import Recovery, reclaim
 from lazyd.handoff.recovery import error_line as lost_line
-from lazyd.handoff.region import LAYOUT, READ_BYTES, Region, map_region, region_problem, table_extent, unmap
+from lazyd.handoff.region import LAYOUT, MEMFD_NAME, READ_BYTES, Region, map_region, region_problem, table_extent, unmap
 from lazyd.protocol.linepeek import EOF_WAIT_S, LineSplitter, too_long_answer
 
 if TYPE_CHECKING:  # only a type here: the hub is loaded by its first session, not kept by every daemon
@@ -179,9 +179,7 @@ class HandoffSession:
         recovery, keeper = self.recovery, self.keeper
         if recovery is not None:
             hello.resume = recovery.carried.resume_lines()  # the handshake from the region
-        if kept is not None and keeper is not None:
-            keeper.given(kept)
-            self.stored = True
+        self.stored = kept is not None and keeper is not None
         try:
             try:
                 route, _ = await self.registry.open_session(hello, self.cancel.cancel, self.make_outbox)
@@ -259,17 +257,11 @@ class HandoffSession:
         """The region again, for an upgrade to pass on: the shim's own copy reopened through /proc
         and checked to be the same file; None if the shim holds it no more."""
         try:
-            pid = self.stream.socket.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-            shim = struct.unpack("3i", pid)[0]
-            names = os.listdir(f"/proc/{shim}/fd")
+            creds = self.stream.socket.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
         except OSError:
             return None
-        for name in names:
-            path = f"/proc/{shim}/fd/{name}"
+        for path in memfds(struct.unpack("3i", creds)[0], MEMFD_NAME):
             try:
-                st = os.stat(path)
-                if (st.st_dev, st.st_ino) != self._region_id:
-                    continue
                 fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
             except OSError:
                 continue
