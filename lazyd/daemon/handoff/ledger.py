@@ -46,9 +46,9 @@ class Ledger:
         self.state = State()
         used: set[int] = set()
         if previous is not None:
-            # What is in the table is still in flight (a reclaimed session's: until its error is written).
             for field in ("init", "initialized", "init_answered", "head_len", "discarding", "head_area"):
                 setattr(self.state, field, getattr(previous, field))
+            # What is in the table is still in flight (a reclaimed session's: until its error is written).
             for entry, text in region.entries():
                 try:
                     key = id_key(json.loads(text))
@@ -74,11 +74,10 @@ class Ledger:
             self._write()  # a state from the start: the shim reads the table only beside one
 
     def _record_reclaim(self, recovery: Recovery) -> None:
-        """Record the recovery of a lost daemon's region, in an order that leaves the next recovery
-        the same duty after a kill -9 at any store: the other head area, scratch, is emptied; the ids
-        of the lines found after the head enter the table beside its own; then the read they came in
-        is accounted for as the lost daemon would have. The outbox then writes the newline ending a
-        cut line and one error per id, each id leaving the table once its line is written."""
+        """Record the recovery of a lost daemon's region so that a kill -9 at any store leaves the
+        next recovery the same duty: the scratch area emptied, the ids of the lines read after the
+        head entered, then that read accounted for as the lost daemon would have. The outbox then
+        writes the cut line's end and one error per id, each leaving the table once written."""
         self.region.release(self.state.head_area ^ 1)  # what a kill left there is nobody's
         if not recovery.read:
             self._write()
@@ -117,8 +116,7 @@ class Ledger:
             self.on_empty()
 
     def torn(self, torn: bool) -> None:
-        """Whether the client's stdout may now end in the middle of a line: set before any write
-        that can be partial, cleared once the line is whole."""
+        """Whether the client's stdout may now end in the middle of a line."""
         self.region.torn = torn
 
     def input(self) -> memoryview:
@@ -127,7 +125,7 @@ class Ledger:
         return memoryview(self.region.buf)[at : at + READ_BYTES]
 
     def read_back(self, got: int) -> bytes:
-        """The `got` bytes the last read put in `input()`."""
+        """The `got` bytes a read put in `input()`."""
         at = head_offset(self.state.head_area) + self.state.head_len
         return bytes(self.region.buf[at : at + got])
 

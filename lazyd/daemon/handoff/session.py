@@ -5,21 +5,9 @@ its hello. When the daemon can use them it welcomes the session with `handoff = 
 then on the session has no frames: the daemon reads the client's lines from its stdin, relays them,
 and writes the answers into its stdout (lazyd/daemon/handoff/outbox.py). The shim only waits on its
 socket; what it would need to take over again is in the region (lazyd/daemon/handoff/ledger.py).
-
-How a session ends, and what the shim is told:
-
-- the client closes stdin: what it asked before is still answered (until nothing is in flight,
-  its stdout closes, or EOF_WAIT_S pass); then the shim is sent one newline, its cue to exit 0.
-  A client closing its stdout ends the session at once;
-- the shim's socket closes (the client killed the shim's process group): the session is detached
-  and the daemon's copies of the pipes are closed;
-- the daemon lets go itself (the client stopped reading, a reload replaced the server, the daemon
-  stops): what the client's stdout takes at once is written, the rest of a line cut in the middle
-  goes to the region for the shim to write, and the socket is closed: the shim answers what is in
-  flight, as if the daemon were lost, and hands off to the daemon again.
-
-An upgrade carries the descriptors across the exec once the outbox is empty; the rest is in the
-region, which the successor continues from (`carry_on`).
+How a session ends, and what the shim is told then, is in docs/protocol.md ("Hand-off"). An
+upgrade carries the descriptors across the exec once the outbox is empty; the successor continues
+from the region (`carry_on`).
 """
 
 from __future__ import annotations
@@ -59,6 +47,8 @@ log = logging.getLogger("lazyd.conn")
 PASSED_FDS = 3  # the client's stdin, its stdout, the region: in this order
 EXIT_CUE = b"\n"  # to the shim: the client left, exit 0
 STDOUT_CHECK_S = 0.25  # while answering after the client's EOF: how often to see if its stdout closed
+
+
 async def receive_with_fds(sock: Any, size: int, fds: list[int]) -> bytes:
     """One receive that also takes descriptors passed with the bytes (at most PASSED_FDS in all:
     any beyond are closed at once, so a peer cannot make the daemon hold more)."""
@@ -129,15 +119,13 @@ class HandoffSession:
             # valid. An upgrade reopens it (`region_fd`).
             st = os.fstat(region_fd)
             self._region_id = (st.st_dev, st.st_ino)
-            # Only the table's allocated pages are read: reading the rest would allocate it.
-            table_bytes = table_extent(region_fd)
-            self._map = map_region(region_fd)
+            region = Region(map_region(region_fd), table_extent(region_fd))
         except (OSError, ValueError):
             ends.close()
             raise
         finally:
             os.close(region_fd)
-        region = Region(self._map, table_bytes)
+        self._map = region.buf
         later = ends.later = registry.heap.later  # what large lines left, given back after them
         self.recovery: Recovery | None = None  # what a reclaimed session still owes its client
         if reclaiming:
@@ -278,7 +266,7 @@ class HandoffSession:
         self.cancel.cancel()
 
     def _finish(self, route: EraRoute | HubSession, outbox: HandoffOutbox) -> None:
-        """Detach, and leave the region as the shim will find it (see the module docstring)."""
+        """Detach, and leave the region as the shim will find it (docs/protocol.md, "Hand-off")."""
         if self.client_left:
             self.ledger.close(client_left=True)
             try:
