@@ -40,7 +40,7 @@ ENTRY_BYTES = 64
 TABLE_ENTRIES = _MIB // ENTRY_BYTES
 # An id whose JSON text is over ENTRY_BYTES - 1 bytes, or one past a full table, is not recorded:
 # no client's ids are that long, nor that many at once.
-READ_BYTES = 64 * 1024  # the most one read of the client's stdin takes (a pipe's default size)
+READ_BYTES = 256 * 1024  # the most one read of the client's stdin takes
 HEAD_OFFSET = TABLE_OFFSET + _MIB
 HEAD_AREA_BYTES = 17 * _MIB  # one line at most (16 MiB and its line end), and a read after it
 REGION_BYTES = HEAD_OFFSET + 2 * HEAD_AREA_BYTES

@@ -1,6 +1,6 @@
 """The reader of a hand-off session's client stdin (`HandoffSession._read_client`,
 lazyd/daemon/handoff/session.py): a client that pipelines thousands of calls is read, relayed and
-recorded in bounded steps (one read each), with the daemon's other tasks run between two of them,
+recorded in bounded steps (one short read each), with the daemon's other tasks run between two of them,
 and at every moment it yields each byte it took from the client's stdin is either relayed and
 recorded or in the region's head, where a kill -9 or an upgrade finds it.
 
@@ -23,11 +23,12 @@ from types import SimpleNamespace
 import pytest
 import trio
 
+from lazyd.daemon.handoff import session as handoff
 from lazyd.daemon.handoff.outbox import ClientEnds
 from lazyd.daemon.handoff.session import HandoffSession
 from lazyd.daemon.heap_trim import HeapTrimmer
 from lazyd.daemon.upgrade.quiesce import Gate
-from lazyd.handoff.region import READ_BYTES, State, read_region, unmap
+from lazyd.handoff.region import State, read_region, unmap
 
 CALLS = 3000  # about 260 KB of small calls, as a pipelining client writes them
 
@@ -134,9 +135,9 @@ async def test_a_client_pipelining_thousands_of_calls_is_read_in_bounded_steps_w
     for tick, _ in flood.route.lines:
         steps[tick] = steps.get(tick, 0) + 1
     # trio runs a round's tasks in either order, so two of the reader's steps can fall between two
-    # of the other task's; one step is one read, of at most READ_BYTES.
+    # of the other task's; one step is one read, of at most STEP_BYTES after a read of several lines.
     shortest = min(len(line) + 1 for line in lines)
-    bound = 2 * (READ_BYTES // shortest + 1)
+    bound = 2 * (handoff.STEP_BYTES // shortest + 1)
     assert max(steps.values()) <= bound, f"{max(steps.values())} lines relayed without a yield"
     assert len(steps) >= CALLS // bound
     # At every moment the reader yielded, each byte it had taken was relayed and recorded (its

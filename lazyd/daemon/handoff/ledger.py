@@ -119,10 +119,11 @@ class Ledger:
         """Whether the client's stdout may now end in the middle of a line."""
         self.region.torn = torn
 
-    def input(self) -> memoryview:
-        """Where the next read of the client's stdin goes: the head area the state names, after the head."""
+    def input(self, limit: int = READ_BYTES) -> memoryview:
+        """Where the next read of the client's stdin goes (at most `limit` bytes): the head area the
+        state names, after the head."""
         at = head_offset(self.state.head_area) + self.state.head_len
-        return memoryview(self.region.buf)[at : at + READ_BYTES]
+        return memoryview(self.region.buf)[at : at + min(limit, READ_BYTES)]
 
     def read_back(self, got: int) -> bytes:
         """The `got` bytes a read put in `input()`."""

@@ -47,6 +47,10 @@ log = logging.getLogger("lazyd.conn")
 PASSED_FDS = 3  # the client's stdin, its stdout, the region: in this order
 EXIT_CUE = b"\n"  # to the shim: the client left, exit 0
 STDOUT_CHECK_S = 0.25  # while answering after the client's EOF: how often to see if its stdout closed
+STEP_BYTES = 16 * 1024
+# What a read after one that held several lines may take (about 64 small calls): the daemon serves
+# every other session between two reads, so a client pipelining thousands of calls delays them by
+# a short step each; inside a large line a read takes READ_BYTES (its cost is its bytes, not lines).
 
 
 async def receive_with_fds(sock: Any, size: int, fds: list[int]) -> bytes:
@@ -311,14 +315,15 @@ class HandoffSession:
         route, outbox, ledger = self.route, self.outbox, self.ledger
         assert route is not None and outbox is not None
         emptied = False  # the last read found the pipe empty or took less than it could
+        limit = STEP_BYTES
         while True:
             await self.registry.reading.passage()  # an upgrade stops reading here (lazyd/daemon/upgrade/quiesce.py)
             if emptied:
                 await trio.lowlevel.wait_readable(self.ends.in_fd)  # rather than a read that says EAGAIN
             else:
                 await trio.lowlevel.checkpoint()  # a client that floods must not starve the others
-            got = self.ends.read_into(ledger.input())
-            emptied = got is None or got < READ_BYTES
+            got = self.ends.read_into(ledger.input(limit))
+            emptied = got is None or got < limit
             if got is None:
                 continue
             if got:
@@ -328,6 +333,7 @@ class HandoffSession:
             ledger.accounted(got, self.lines.buffer, self.lines.discarding)
             if not got:
                 return
+            limit = STEP_BYTES if self.lines.newlines > 1 else READ_BYTES
             if isinstance(route, (ServerRuntime, EraRoute)) and not route.has_room():
                 await route.wait_for_room()
             if outbox.should_pause():
