@@ -184,8 +184,10 @@ def reopen(kept: Kept, shim: int) -> tuple[Hello, list[int]] | str:
         if not isinstance(hello, Hello) or not hello.reclaim:
             return "its waiter's reclaiming hello is not one"
         both = kept.fds.pop(f"{PREFIX}{pid}-io", None)
-        ends = [both, None if both is None else os.dup(both)] if both is not None else \
-            [kept.fds.pop(f"{PREFIX}{pid}-in", None), kept.fds.pop(f"{PREFIX}{pid}-out", None)]
+        if both is not None:
+            ends: list[int | None] = [both, os.dup(both)]
+        else:
+            ends = [kept.fds.pop(f"{PREFIX}{pid}{part}", None) for part in ("-in", "-out")]
         opened += [fd for fd in ends if fd is not None]
         if None in ends:
             raise ValueError("the client's ends did not come back from the store")
