@@ -62,8 +62,8 @@ def answer(region: Region | None, out: Stdout, log: Log) -> tuple[State, bytes]:
         log(f"finished a line the daemon had begun ({len(done.finish) - 1} bytes of it were left to write)")
     if done.ids:
         log(f"answered {len(done.ids)} in-flight request(s) with an error")
-    if done.landed:
-        log(f"took {done.landed} byte(s) of input the daemon had read and not recorded")
+    if done.read:
+        log(f"took {len(done.read)} byte(s) of input the daemon had read and not recorded")
     return done.carried, done.head
 
 

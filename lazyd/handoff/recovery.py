@@ -20,14 +20,14 @@ ERROR_TAIL = (b',"error":{"code":-32603,"message":"lazyd: connection to the daem
 class Recovery:
     """What taking a session back owes the client, and what the next daemon continues from."""
 
-    __slots__ = ("finish", "ids", "carried", "head", "landed")
+    __slots__ = ("finish", "ids", "carried", "head", "read")
 
-    def __init__(self, finish: bytes | None, ids: list[bytes], carried: State, head: bytes, landed: int) -> None:
+    def __init__(self, finish: bytes | None, ids: list[bytes], carried: State, head: bytes, read: bytes) -> None:
         self.finish = finish  # what ends a cut line (the tail, or a newline); None: no line is cut
         self.ids = ids  # the JSON text of each request id to answer with the error, each once, in order
         self.carried = carried  # the handshake, the head's length and whether it is being discarded
         self.head = head  # the start of a line read and not relayed
-        self.landed = landed  # bytes of input found in the landing zone
+        self.read = read  # input the lost daemon read after its head and did not account for
 
     def output(self) -> bytes:
         """Every byte owed to the client's stdout, in order: the cut line's end, then the errors."""
@@ -43,24 +43,24 @@ def plan(region: Region | None) -> Recovery:
     """What `region` (None: not one of this layout) leaves to do (the module docstring)."""
     state = region.current if region is not None else None
     if region is None or state is None:
-        return Recovery(None, [], State(), b"", 0)  # a daemon killed before its first write
+        return Recovery(None, [], State(), b"", b"")  # a daemon killed before its first write
     tail = region.read_head(state.tail_len, state.head_area ^ 1) if state.tail_len else b""
     finish: bytes | None = None
     if state.out_torn or tail:
         finish = tail if tail.endswith(b"\n") else tail + b"\n"
     head = region.read_head(state.head_len, state.head_area) if state.head_len else b""
-    landed = region.read_landed(state.landing)
+    read = region.unaccounted(state)
     found: list[bytes] = []
     discarding = state.discarding
-    if landed:  # json and re are imported only then: most recoveries find nothing there
+    if read:  # json and re are imported only then: most recoveries find nothing there
         from lazyd.protocol.linepeek import request_ids_in
 
-        found, head, discarding = request_ids_in(head, state.discarding, landed, MAX_LINE_BYTES)
+        found, head, discarding = request_ids_in(head, state.discarding, read, MAX_LINE_BYTES)
     carried = State()
     carried.init, carried.initialized, carried.init_answered = state.init, state.initialized, state.init_answered
     carried.head_len, carried.discarding = len(head), discarding
     ids = list(dict.fromkeys([*state.inflight, *found]))
-    return Recovery(finish, ids, carried, head, len(landed))
+    return Recovery(finish, ids, carried, head, read)
 
 
 def reclaim(region: Region) -> Recovery | str:

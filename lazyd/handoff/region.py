@@ -1,17 +1,17 @@
 """The shared region of a hand-off session: what a recovering shim needs to answer for a lost daemon.
 
 What it holds and why is in docs/protocol.md ("Hand-off"); the areas, from offset 0: MAGIC, the
-torn byte and the state byte, two slots of the state, the table of ids in flight, two landing
-zones, two head areas (the one the state does not name holds the tail, once the daemon let go of
-the session in the middle of a line). Standard library only: the shim imports it.
+torn byte and the state byte, two slots of the state, the table of ids in flight, two head areas.
+Standard library only: the shim imports it.
 
 Each write is ordered so that a kill -9 between two stores leaves a region read right: what a
 single byte makes valid is written before that byte (a single byte is not torn). An id enters by
 its text, then its length byte. The state goes to the slot the state byte does not name, then
-the byte names it, after the head or tail it counts; a new head goes to the area the state does
-not name, and a read lands in the zone it names, which one state write, once the read is
-accounted for, turns to the other. A lost daemon's zone holds, up to its first NUL (no JSON text
-has one), input nobody accounted for.
+the byte names it, after the head or tail it counts. The client's stdin is read into the head
+area the state names, right after the head; beyond the head that area is zero but for such a
+read, so a lost daemon's area holds, up to the first NUL after the head (no JSON text has one),
+input nobody accounted for. Any other head (a new line's start, the kept start of an over-long
+line) and the tail go to the other area, which is scratch until the state names it.
 """
 
 from __future__ import annotations
@@ -26,8 +26,9 @@ if TYPE_CHECKING:
     import mmap
     from typing import Any
 
-LAYOUT = 4
-MAGIC = b"LZH4"
+LAYOUT = 5
+MAGIC = b"LZH5"
+MEMFD_NAME = "lazyd-handoff"  # as /proc/PID/fd shows it: "/memfd:lazyd-handoff (deleted)"
 
 _MIB = 1 << 20
 TORN_OFFSET = 64
@@ -39,10 +40,9 @@ ENTRY_BYTES = 64
 TABLE_ENTRIES = _MIB // ENTRY_BYTES
 # An id whose JSON text is over ENTRY_BYTES - 1 bytes, or one past a full table, is not recorded:
 # no client's ids are that long, nor that many at once.
-LANDING_OFFSET = TABLE_OFFSET + _MIB
-LANDING_BYTES = 256 * 1024  # one read of the client's stdin (a pipe gives at most what it holds)
-HEAD_OFFSET = LANDING_OFFSET + _MIB
-HEAD_AREA_BYTES = 17 * _MIB  # one line at most (16 MiB and its line end)
+READ_BYTES = 256 * 1024  # the most one read of the client's stdin takes
+HEAD_OFFSET = TABLE_OFFSET + _MIB
+HEAD_AREA_BYTES = 17 * _MIB  # one line at most (16 MiB and its line end), and a read after it
 REGION_BYTES = HEAD_OFFSET + 2 * HEAD_AREA_BYTES
 
 MAX_HANDSHAKE_LINE_BYTES = 256 * 1024  # a longer initialize (no SDK writes one) is not resumed
@@ -50,15 +50,15 @@ MAX_HANDSHAKE_LINE_BYTES = 256 * 1024  # a longer initialize (no SDK writes one)
 F_SEAL_WRITE, F_SEAL_FUTURE_WRITE = 0x0008, 0x0010
 
 _LENGTH = struct.Struct("<I")  # a slot: the payload's length, then the payload
-_FIXED = struct.Struct("<BII4xII4x")  # flags, head_len, tail_len, (unused), len(init), len(initialized), (unused)
-_FLAGS = (1, 4, 8, 16, 32)  # the bits of init_answered, closed, discarding, landing and head_area
+_FIXED = struct.Struct("<BIIII")  # flags, head_len, tail_len, len(init), len(initialized)
+_FLAGS = (1, 2, 4, 8)  # the bits of init_answered, closed, discarding and head_area
 
 
 class State:
     """One copy of a session's state; `inflight` and `out_torn` are read beside it, from the region."""
 
     __slots__ = ("init", "initialized", "init_answered", "inflight", "head_len", "discarding",
-                 "out_torn", "tail_len", "closed", "landing", "head_area")
+                 "out_torn", "tail_len", "closed", "head_area")
 
     def __init__(self) -> None:
         self.init = b""  # the client's initialize request line, as it sent it
@@ -70,8 +70,7 @@ class State:
         self.out_torn = False
         self.tail_len = 0
         self.closed = False  # the daemon ended the session because the client left: nothing to answer
-        self.landing = 0  # the landing zone whose bytes are not accounted for yet
-        self.head_area = 0
+        self.head_area = 0  # the area holding the head, and the next read after it
 
     def resume_lines(self) -> list[bytes]:
         """The handshake lines to resume a session with: only one the client saw answered."""
@@ -83,7 +82,7 @@ class State:
         """The payload of one slot."""
         init = self.init if len(self.init) <= MAX_HANDSHAKE_LINE_BYTES else b""
         initialized = self.initialized if len(self.initialized) <= MAX_HANDSHAKE_LINE_BYTES else b""
-        values = (self.init_answered, self.closed, self.discarding, self.landing, self.head_area)
+        values = (self.init_answered, self.closed, self.discarding, self.head_area)
         flags = sum(bit for bit, value in zip(_FLAGS, values) if value)
         return _FIXED.pack(flags, self.head_len, self.tail_len, len(init), len(initialized)) + init + initialized
 
@@ -99,9 +98,8 @@ class State:
             raise ValueError("malformed hand-off state")
         state.init = payload[_FIXED.size : _FIXED.size + n_init]
         state.initialized = payload[_FIXED.size + n_init :]
-        answered, closed, discarding, landing, head_area = (bool(flags & bit) for bit in _FLAGS)
-        state.init_answered, state.closed, state.discarding = answered, closed, discarding
-        state.landing, state.head_area = int(landing), int(head_area)
+        state.init_answered, state.closed, state.discarding, head_area = (bool(flags & bit) for bit in _FLAGS)
+        state.head_area = int(head_area)
         return state
 
 
@@ -179,7 +177,7 @@ class Region:
     def torn(self, value: bool) -> None:
         self.buf[TORN_OFFSET] = 1 if value else 0
 
-    def write_head(self, data: bytes | memoryview, offset: int, area: int = 0) -> None:
+    def write_head(self, data: bytes | bytearray | memoryview, offset: int, area: int = 0) -> None:
         """Put `data` at `offset` of head area `area` (a line's start, before the state counts it)."""
         at = head_offset(area) + offset
         self.buf[at : at + len(data)] = data
@@ -188,24 +186,20 @@ class Region:
         at = head_offset(area)
         return bytes(self.buf[at : at + min(length, HEAD_AREA_BYTES)])
 
-    def read_landed(self, zone: int) -> bytes:
-        """What a read put in landing zone `zone` and no state accounts for (up to the first NUL)."""
-        at = landing_offset(zone)
+    def unaccounted(self, state: State) -> bytes:
+        """What a read put after the head `state` counts and no state accounts for (up to the first NUL)."""
+        at = head_offset(state.head_area) + state.head_len
         if not self.buf[at]:
-            return b""  # the usual case, without copying the zone
-        data = bytes(self.buf[at : at + LANDING_BYTES])
+            return b""  # the usual case, without copying the area
+        data = bytes(self.buf[at : at + READ_BYTES])
         end = data.find(b"\0")
         return data if end < 0 else data[:end]
 
-    def release_heads(self) -> None:
-        """Give the pages of both head areas back (the state counts no head, and no tail)."""
+    def release(self, area: int) -> None:
+        """Give the pages of head area `area` back: it reads as zeros again."""
         import mmap
 
-        self.buf.madvise(mmap.MADV_REMOVE, HEAD_OFFSET, REGION_BYTES - HEAD_OFFSET)
-
-
-def landing_offset(zone: int) -> int:
-    return LANDING_OFFSET + zone * LANDING_BYTES
+        self.buf.madvise(mmap.MADV_REMOVE, head_offset(area), HEAD_AREA_BYTES)
 
 
 def head_offset(area: int) -> int:
@@ -219,7 +213,7 @@ def create_region() -> int:
 
     try:
         add_seals, seals = fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL
-        fd: int = os.memfd_create("lazyd-handoff", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+        fd: int = os.memfd_create(MEMFD_NAME, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
     except AttributeError:
         raise OSError(0, "this system has no sealed memfd") from None
     try:

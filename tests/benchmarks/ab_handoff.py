@@ -3,7 +3,8 @@
     python -m tests.benchmarks.ab_handoff --rev REV [--calls N] [--big-calls N] [--big-bytes N] [--blocks N]
 
 The daemon of `--rev` (a revision of this repository, exported with `git archive`) and the daemon
-of this tree run at once, each with one hand-off session to the echo server, beside a direct
+of this tree run at once, each with one hand-off session to the echo server from its own tree's
+shim (so that a change of the region's layout is compared hand-off to hand-off), beside a direct
 connection. Blocks alternate direct, A, B, B, A, direct, so machine noise hits both daemons alike
 (a change of a few per cent in a figure drowns in the noise between separate runs on a shared
 machine). Printed per side: small `tools/call` p50 and p99, the added p50, daemon CPU per round
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import subprocess
+import sys
 import tarfile
 import tempfile
 import time
@@ -67,6 +69,17 @@ def export(rev: str, into: Path) -> Path:
     return into / "tree"
 
 
+def tree_shim(tree: Path) -> tuple[list[str], dict[str, str]]:
+    """The command and environment of `tree`'s own shim: a daemon of another region layout than
+    this tree's shim would serve it over frames, not by hand-off."""
+    site = tree.parent / "site"
+    site.mkdir()
+    (site / "lazyd").symlink_to(tree / "lazyd")
+    (site / "lazyd_shim").symlink_to(tree / "shim")
+    (site / "lazyd-shim").write_bytes((tree / "shim" / "lazyd-shim").read_bytes())
+    return [sys.executable, str(site / "lazyd-shim")], {"PYTHONPATH": str(site)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rev", required=True, help="the revision to compare this tree with (A)")
@@ -82,8 +95,9 @@ def main() -> None:
         envs = [stack.enter_context(isolated_daemon(old)), stack.enter_context(isolated_daemon())]
         pids = {side: int(env["LAZYD_BENCH_DAEMON_PID"]) for side, env in zip(sides, envs)}
         clients = {"direct": LineClient(ECHO, envs[1])}
-        for side, env in zip(sides, envs):
-            clients[side] = LineClient([shim_path(), "--", *ECHO], {**env, "LAZYD_HANDOFF": "1"})
+        old_shim, old_env = tree_shim(old)
+        clients[sides[0]] = LineClient([*old_shim, "--", *ECHO], {**envs[0], **old_env, "LAZYD_HANDOFF": "1"})
+        clients[sides[1]] = LineClient([shim_path(), "--", *ECHO], {**envs[1], "LAZYD_HANDOFF": "1"})
         for client in clients.values():
             client.handshake()
             time_calls(client, 200, "warm")

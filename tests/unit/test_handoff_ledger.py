@@ -13,8 +13,10 @@ import tracemalloc
 from collections.abc import Callable
 
 from lazyd.handoff import region as hs
-from lazyd.daemon.handoff.ledger import RELEASE_HEAD_BYTES, Ledger
+from lazyd.daemon.handoff.ledger import Ledger
 from lazyd.handoff.region import Region, State, map_region, read_region
+from lazyd.protocol.frames import MAX_LINE_BYTES
+from lazyd.protocol.linepeek import LineSplitter
 
 INIT = b'{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25"}}'
 INITIALIZED = b'{"jsonrpc":"2.0","method":"notifications/initialized"}'
@@ -33,6 +35,21 @@ def on_disk(fd: int) -> State:
     region = read_region(fd)
     assert region is not None and region.current is not None
     return region.current
+
+
+def head_on_disk(fd: int) -> bytes:
+    region = read_region(fd)
+    assert region is not None and region.current is not None
+    return region.read_head(region.current.head_len, region.current.head_area)
+
+
+def read(ledger: Ledger, lines: LineSplitter, data: bytes) -> None:
+    """What the session's reader does with one read of the client's stdin: into the region, each
+    whole line entered (and relayed), then the read accounted for."""
+    ledger.input()[: len(data)] = data
+    for line, _ in lines.feed(ledger.read_back(len(data))):
+        ledger.client_line(line)
+    ledger.accounted(len(data), lines.buffer, lines.discarding)
 
 
 def test_a_request_is_in_flight_from_its_line_until_its_answer_is_written(fd: int, mapped: Region) -> None:
@@ -71,7 +88,7 @@ def test_a_daemon_continuing_a_session_keeps_its_handshake_and_unrelayed_head(fd
     first.client_line(INIT)
     first.answered(0)
     first.client_line(INITIALIZED)
-    first.head(bytearray(b'{"jsonrpc":"2.0","id":9,'), False)
+    read(first, LineSplitter(MAX_LINE_BYTES), b'{"jsonrpc":"2.0","id":9,')
     second = Ledger(Region(mapped.buf))
     assert second.state.resume_lines() == [INIT, INITIALIZED]
     assert second.region.read_head(second.state.head_len) == b'{"jsonrpc":"2.0","id":9,'
@@ -79,19 +96,19 @@ def test_a_daemon_continuing_a_session_keeps_its_handshake_and_unrelayed_head(fd
     assert on_disk(fd).resume_lines() == [INIT, INITIALIZED] and on_disk(fd).inflight == [b"3"]
 
 
-def test_held_state_changes_reach_the_region_together_at_release_and_ids_at_once(fd: int, mapped: Region) -> None:
+def test_a_read_s_ids_enter_the_table_before_the_one_state_write_that_accounts_for_it(fd: int, mapped: Region) -> None:
     ledger = Ledger(mapped)
-    ledger.hold()
-    ledger.client_line(INIT)
-    ledger.head(bytearray(b"partial"), False)
-    for n in range(2, 12):
-        ledger.client_line(call(n))
-    state = on_disk(fd)
-    assert state.init == b"" and state.head_len == 0
-    assert len(state.inflight) == 11, "the ids are in the table before the read is accounted for"
-    ledger.release()
-    state = on_disk(fd)
-    assert state.init == INIT and state.head_len == 7
+    writes: list[tuple[int, list[bytes]]] = []
+    real_write = mapped.write
+
+    def counted(state: State) -> None:
+        writes.append((state.head_len, sorted(on_disk(fd).inflight)))
+        real_write(state)
+
+    mapped.write = counted  # type: ignore[method-assign]
+    read(ledger, LineSplitter(MAX_LINE_BYTES), b"".join(call(n) + b"\n" for n in range(2, 12)) + b"partial")
+    assert writes == [(7, sorted(str(n).encode() for n in range(2, 12)))]
+    assert head_on_disk(fd) == b"partial" and hs.Region(mapped.buf).unaccounted(on_disk(fd)) == b""
 
 
 def test_a_torn_answer_is_flagged_until_its_line_is_whole(fd: int, mapped: Region) -> None:
@@ -102,91 +119,61 @@ def test_a_torn_answer_is_flagged_until_its_line_is_whole(fd: int, mapped: Regio
     assert not on_disk(fd).out_torn
 
 
-def test_a_partial_line_is_in_the_head_as_it_grows_and_leaves_it_when_relayed(fd: int, mapped: Region) -> None:
-    ledger = Ledger(mapped)
-    buffer = bytearray(b"abc")
-    ledger.head(buffer, False)
-    buffer += b"def"
-    ledger.head(buffer, False)
+def test_a_partial_line_grows_in_place_and_a_new_line_s_start_goes_to_the_other_area(fd: int, mapped: Region) -> None:
+    ledger, lines = Ledger(mapped), LineSplitter(MAX_LINE_BYTES)
+    read(ledger, lines, b"abc")
+    read(ledger, lines, b"def")
     state = on_disk(fd)
-    assert state.head_len == 6 and ledger.region.read_head(6) == b"abcdef"
-    # The line completes and is relayed; a new partial line starts in the same read.
-    ledger.head_relayed()
-    ledger.head(bytearray(b"XY"), False)
+    assert (state.head_len, state.head_area) == (6, 0) and head_on_disk(fd) == b"abcdef"
+    read(ledger, lines, b"\nXY")  # the line completes and is relayed; a new one starts
     state = on_disk(fd)
-    assert state.head_len == 2 and ledger.region.read_head(2, state.head_area) == b"XY"
+    assert (state.head_len, state.head_area) == (2, 1) and head_on_disk(fd) == b"XY"
+    assert mapped.read_head(9, 0) == bytes(9)  # the area left is zero again, for a later read
 
 
-def test_a_new_partial_line_never_overwrites_the_head_the_state_still_names(fd: int, mapped: Region) -> None:
+def test_a_new_line_s_start_never_overwrites_the_head_the_state_still_names(fd: int, mapped: Region) -> None:
     # Were the new bytes written over the recorded head, a daemon killed before the state write
     # would leave a head that is the new line's start followed by the old line's rest.
-    region = mapped
-    ledger = Ledger(region)
-    ledger.head(bytearray(b"old line start"), False)
-    ledger.head_relayed()
-    seen: list[tuple[bytes, int, bytes]] = []
-    real_write_head = region.write_head
+    ledger, lines = Ledger(mapped), LineSplitter(MAX_LINE_BYTES)
+    read(ledger, lines, b"old line start")
+    seen: list[tuple[bytes, bool, bytes]] = []  # (the head the state names, written into its area, what)
+    real_write_head = mapped.write_head
 
-    def spy(data: bytes | memoryview, offset: int, area: int = 0) -> None:
-        named = on_disk(fd)
-        seen.append((region.read_head(named.head_len, named.head_area), area == named.head_area, bytes(data)))
+    def spy(data: bytes | bytearray | memoryview, offset: int, area: int = 0) -> None:
+        seen.append((head_on_disk(fd), area == on_disk(fd).head_area, bytes(data)))
         real_write_head(data, offset, area)
 
-    region.write_head = spy  # type: ignore[method-assign]
-    ledger.head(bytearray(b"new"), False)
-    assert seen == [(b"old line start", False, b"new")]
-    state = on_disk(fd)
-    assert region.read_head(state.head_len, state.head_area) == b"new"
-    # The next line's start goes back to the first area, now free.
-    ledger.head_relayed()
-    ledger.head(bytearray(b"third"), False)
-    state = on_disk(fd)
-    assert state.head_area == 0 and region.read_head(state.head_len, 0) == b"third"
+    mapped.write_head = spy  # type: ignore[method-assign]
+    read(ledger, lines, b"\nnew")
+    # The new start into the other area; the old area zeroed only once the state names the new one.
+    assert seen == [(b"old line start", False, b"new"), (b"new", False, bytes(len(b"old line start\nnew")))]
+    assert head_on_disk(fd) == b"new"
 
 
-def test_a_large_consumed_head_is_given_back_to_the_kernel_once_the_large_lines_are_over(
-        fd: int, mapped: Region) -> None:
+def test_a_large_consumed_line_s_pages_are_given_back_once_the_large_lines_are_over(fd: int, mapped: Region) -> None:
     releases: list[Callable[[], None]] = []
-    ledger = Ledger(mapped, releases.append)
-    ledger.head(bytearray(b"x" * RELEASE_HEAD_BYTES), False)
-    assert os.fstat(fd).st_blocks * 512 >= RELEASE_HEAD_BYTES
-    ledger.head_relayed()
-    ledger.head(bytearray(), False)
-    ledger.head(bytearray(), False)  # more lines before the quiet spell: asked once
+    ledger, lines = Ledger(mapped, releases.append), LineSplitter(MAX_LINE_BYTES)
+    for _ in range(32):
+        read(ledger, lines, b"x" * hs.READ_BYTES)
+    read(ledger, lines, b"\n")
+    read(ledger, lines, call(1) + b"\n")  # more lines before the quiet spell: asked once
     # Kept while large lines may follow: the next one writes into pages already there.
-    assert len(releases) == 1 and os.fstat(fd).st_blocks * 512 >= RELEASE_HEAD_BYTES
+    assert len(releases) == 1 and os.fstat(fd).st_blocks * 512 >= 2 << 20
     releases.pop()()  # the heap trimmer's quiet spell (lazyd/daemon/heap_trim.py)
-    assert os.fstat(fd).st_blocks * 512 < RELEASE_HEAD_BYTES // 2 and on_disk(fd).head_len == 0
+    assert os.fstat(fd).st_blocks * 512 < 1 << 20 and on_disk(fd).head_len == 0
     assert os.fstat(fd).st_size == hs.REGION_BYTES  # sealed: given back, never truncated
 
 
-def test_a_late_release_leaves_a_line_start_held_again_and_asks_again_when_it_is_consumed(
-        fd: int, mapped: Region) -> None:
+def test_a_late_release_keeps_a_line_start_held_again_and_a_tail_for_the_shim(fd: int, mapped: Region) -> None:
     releases: list[Callable[[], None]] = []
-    ledger = Ledger(mapped, releases.append)
-    ledger.head(bytearray(b"x" * RELEASE_HEAD_BYTES), False)
-    ledger.head_relayed()
-    ledger.head(bytearray(), False)
-    ledger.head(bytearray(b"next line's start"), False)
-    releases.pop()()
-    assert os.fstat(fd).st_blocks * 512 >= RELEASE_HEAD_BYTES
-    state = on_disk(fd)
-    assert mapped.read_head(state.head_len, state.head_area) == b"next line's start"
-    ledger.head_relayed()
-    ledger.head(bytearray(), False)
-    releases.pop()()
-    assert os.fstat(fd).st_blocks * 512 < RELEASE_HEAD_BYTES // 2
-
-
-def test_a_late_release_after_the_session_let_go_keeps_the_tail_for_the_shim(fd: int, mapped: Region) -> None:
-    releases: list[Callable[[], None]] = []
-    ledger = Ledger(mapped, releases.append)
-    ledger.head(bytearray(b"x" * RELEASE_HEAD_BYTES), False)
-    ledger.head_relayed()
-    ledger.head(bytearray(), False)
+    ledger, lines = Ledger(mapped, releases.append), LineSplitter(MAX_LINE_BYTES)
+    for _ in range(32):
+        read(ledger, lines, b"x" * hs.READ_BYTES)
+    read(ledger, lines, b"\nnext line's start")
     ledger.close(client_left=False, tail=b"the rest of an answer\n")
     releases.pop()()
     state = on_disk(fd)
+    assert head_on_disk(fd) == b"next line's start"
     assert mapped.read_head(state.tail_len, state.head_area ^ 1) == b"the rest of an answer\n"
 
 

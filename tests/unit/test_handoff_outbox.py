@@ -534,15 +534,15 @@ async def test_a_full_read_of_the_clients_stdin_widens_it_for_the_rest_and_narro
         default = pipe_size(client.in_fd)
         assert default == DEFAULT_PIPE_BYTES
         os.write(client.stdin, b"x" * 1000)
-        zone = memoryview(bytearray(hs.LANDING_BYTES))
+        zone = memoryview(bytearray(hs.READ_BYTES))
         assert ends.read_into(zone) == 1000 and pipe_size(client.in_fd) == default  # not full: as it is
         os.set_blocking(client.stdin, False)
-        written = os.write(client.stdin, b"y" * hs.LANDING_BYTES)
+        written = os.write(client.stdin, b"y" * hs.READ_BYTES)
         assert written == default  # the client's write stopped at a full pipe
         assert ends.read_into(zone) == default
         assert pipe_size(client.in_fd) == WIDE_PIPE_BYTES  # the client's next write goes in whole
-        assert os.write(client.stdin, b"z" * hs.LANDING_BYTES) == hs.LANDING_BYTES
-        assert ends.read_into(zone) == hs.LANDING_BYTES
+        assert os.write(client.stdin, b"z" * hs.READ_BYTES) == hs.READ_BYTES
+        assert ends.read_into(zone) == hs.READ_BYTES
         ends.narrow()
         assert pipe_size(client.in_fd) == default
         ends.close()

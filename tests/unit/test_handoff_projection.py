@@ -46,10 +46,6 @@ def line(kind: str, request_id: JsonId) -> bytes:
                        "params": {"requestId": request_id}}).encode()
 
 
-def nothing_later(release: object) -> None:
-    pass
-
-
 @settings(derandomize=True, max_examples=200, deadline=None)
 @given(steps)
 def test_the_region_s_table_is_the_ledger_s_in_flight_set_after_every_step_whoever_holds_it(
@@ -59,7 +55,7 @@ def test_the_region_s_table_is_the_ledger_s_in_flight_set_after_every_step_whoev
 
 
 def run(script: list[tuple[str, JsonId | None]], buf: mmap.mmap) -> None:
-    ledger = Ledger(Region(buf), nothing_later)
+    ledger = Ledger(Region(buf))
     model: dict[object, JsonId] = {}  # what the client waits for, by id_key (1 and "1" differ)
     for step in script:
         kind, request_id = step
@@ -76,24 +72,22 @@ def run(script: list[tuple[str, JsonId | None]], buf: mmap.mmap) -> None:
             model.pop(id_key(request_id), None)
         elif kind == "continue":
             # An upgrade's successor: it finds the table's ids; those too long for it are lost.
-            ledger = Ledger(Region(buf), nothing_later)
+            ledger = Ledger(Region(buf))
             model = {key: value for key, value in model.items() if recorded(value)}
         else:
             # A kill -9 and a reclaiming: what the table holds is answered through the new ledger,
             # whose table it is now; an id no table held is answered by nobody. With "landed",
             # the daemon was killed after reading a request and before recording it: it is in
-            # the landing zone, and the reclaiming ledger holds it like any other.
+            # the region after the head, and the reclaiming ledger holds it like any other.
             landed = request_id
             region = Region(buf)
             if landed is not None:
                 assert region.current is not None
-                at = hs.landing_offset(region.current.landing)
-                read = line("request", landed) + b"\n"
-                buf[at : at + len(read)] = read
+                region.write_head(line("request", landed) + b"\n", region.current.head_len, region.current.head_area)
                 region = Region(buf)
             done = reclaim(region)
             assert isinstance(done, Recovery)
-            ledger = Ledger(region, nothing_later, recovery=done)
+            ledger = Ledger(region, recovery=done)
             model = {key: value for key, value in model.items() if recorded(value)}
             if landed is not None:
                 model.setdefault(id_key(landed), landed)

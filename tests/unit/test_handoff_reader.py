@@ -1,8 +1,8 @@
 """The reader of a hand-off session's client stdin (`HandoffSession._read_client`,
 lazyd/daemon/handoff/session.py): a client that pipelines thousands of calls is read, relayed and
-recorded in bounded steps, with the daemon's other tasks run between two of them, and at every
-moment it yields each byte it took from the client's stdin is either relayed and recorded or in
-the region (a landing zone or the head), where a kill -9 or an upgrade finds it.
+recorded in bounded steps (one short read each), with the daemon's other tasks run between two of them,
+and at every moment it yields each byte it took from the client's stdin is either relayed and
+recorded or in the region's head, where a kill -9 or an upgrade finds it.
 
 Testing policy: a real pipe (opened afresh with O_NONBLOCK, as the shim passes it), a real sealed
 memfd region mapped as the daemon maps it and read back as the shim reads it, the real
@@ -28,17 +28,17 @@ from lazyd.daemon.handoff.outbox import ClientEnds
 from lazyd.daemon.handoff.session import HandoffSession
 from lazyd.daemon.heap_trim import HeapTrimmer
 from lazyd.daemon.gate import Gate
-from lazyd.handoff.region import LANDING_BYTES, State, read_region, unmap
+from lazyd.handoff.region import State, read_region, unmap
 
 CALLS = 3000  # about 260 KB of small calls, as a pipelining client writes them
 
 
 def as_the_shim_reads(fd: int) -> tuple[State, bytes, bytes]:
-    """The state, the input landed and not accounted for, and the head, as a recovering shim reads them."""
+    """The state, the input read and not accounted for, and the head, as a recovering shim reads them."""
     region = read_region(fd)
     assert region is not None and region.current is not None
     state = region.current
-    landed, head = region.read_landed(state.landing), region.read_head(state.head_len, state.head_area)
+    landed, head = region.unaccounted(state), region.read_head(state.head_len, state.head_area)
     unmap(region.buf)
     return state, landed, head
 
@@ -135,10 +135,9 @@ async def test_a_client_pipelining_thousands_of_calls_is_read_in_bounded_steps_w
     for tick, _ in flood.route.lines:
         steps[tick] = steps.get(tick, 0) + 1
     # trio runs a round's tasks in either order, so two of the reader's steps can fall between two
-    # of the other task's; one step is a read of at most FIRST_READ_BYTES, then of about
-    # STEP_LINES lines of the size the last read's were.
+    # of the other task's; one step is one read, of at most STEP_BYTES after a read of several lines.
     shortest = min(len(line) + 1 for line in lines)
-    bound = 2 * (max(handoff.FIRST_READ_BYTES // shortest, handoff.STEP_LINES) + 1)
+    bound = 2 * (handoff.STEP_BYTES // shortest + 1)
     assert max(steps.values()) <= bound, f"{max(steps.values())} lines relayed without a yield"
     assert len(steps) >= CALLS // bound
     # At every moment the reader yielded, each byte it had taken was relayed and recorded (its
@@ -155,18 +154,10 @@ async def test_a_client_pipelining_thousands_of_calls_is_read_in_bounded_steps_w
     assert sorted(int(i) for i in state.inflight) == list(range(CALLS))
 
 
-def test_a_read_after_small_lines_takes_about_step_lines_of_them_and_one_inside_a_big_line_a_whole_zone() -> None:
-    assert handoff.read_limit(64_000, 640) == 100 * handoff.STEP_LINES
-    assert handoff.read_limit(64 * 1024, 64 * 1024 // 10) == handoff.MIN_READ_BYTES  # tiny lines
-    assert handoff.read_limit(64 * 1024, 0) == LANDING_BYTES  # the middle of a line of megabytes
-    assert handoff.read_limit(64 * 1024, 2) == LANDING_BYTES  # the ends of two big lines
-
-
 async def test_a_reader_stopped_at_the_upgrade_gate_mid_flood_leaves_all_it_read_accounted_for_and_its_successor_relays_the_rest_once(
         fd: int, flood: Flood) -> None:
     """An upgrade closes the gate and execs once the readers stop (lazyd/daemon/upgrade/handover.py):
-    the reader stops at its gate with every read it made relayed and recorded (or, stopped right
-    after a read, that read in the zone the state names), and the successor, mapping the same
+    the reader stops at its gate with every read it made relayed and recorded, and the successor, mapping the same
     region and reading the same pipe, relays what is left: every line once, in order."""
     parked = trio.Event()
 
@@ -187,7 +178,7 @@ async def test_a_reader_stopped_at_the_upgrade_gate_mid_flood_leaves_all_it_read
             nursery.cancel_scope.cancel()
         before = len(flood.route.lines)
         state, landed, head = as_the_shim_reads(fd)
-        assert flood.taken() == flood.route.relayed_bytes() + len(landed) + len(head)
+        assert flood.taken() == flood.route.relayed_bytes() + len(head) and landed == b""
         assert sorted(int(i) for i in state.inflight) == list(range(before))
     finally:
         flood.registry.reading.open()

@@ -3,15 +3,16 @@ shim's recovery and the reclaiming daemon share, and the daemon's in-place recor
 (`reclaim` decides it, the session's ledger writes it into the region), which a
 kill -9 may cut after any write.
 
-Testing policy: literal regions (a lost daemon's state, table, head, landing zones and torn byte,
-written through the region's own writers) in memory; the shim's side writes into a real pipe. A
-kill is played by a buffer that refuses every write after the k-th: each write of the region is a
-store a kill -9 cannot tear (single bytes, and states guarded by their CRC).
+Testing policy: literal regions (a lost daemon's state, table, head areas and torn byte, written
+through the region's own writers) in shared anonymous memory; the shim's side writes into a real
+pipe. A kill is played by a buffer that refuses every store after the k-th (a write, or pages
+given back): each is a store a kill -9 cannot tear (single bytes, and states behind the state byte).
 """
 
 from __future__ import annotations
 
 import json
+import mmap
 import os
 from typing import Any
 
@@ -21,6 +22,8 @@ from lazyd.daemon.handoff.ledger import Ledger
 from lazyd.handoff import region as hs
 from lazyd.handoff.recovery import Recovery, error_line, plan, reclaim
 from lazyd.handoff.region import Region, State
+from lazyd.protocol.frames import MAX_LINE_BYTES
+from lazyd.protocol.linepeek import LineSplitter
 from shim import recover
 from shim.options import Log, parse
 from shim.stdout import Stdout
@@ -33,27 +36,27 @@ def call(request_id: int | str) -> bytes:
     return json.dumps({"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": {}}).encode()
 
 
-def lost(*, torn: bool = True, landed: bool = True, closed: bool = False, tail: bytes = b"") -> bytearray:
+def lost(*, torn: bool = True, landed: bool = True, closed: bool = False, tail: bytes = b"",
+         stale: bool = True) -> mmap.mmap:
     """A region as a daemon killed mid-session leaves it: ids 1 and "a" in the table, the start of
-    call 9 in head area 1, and (with `landed`) a read in landing zone 1 that finishes call 9, holds
-    call 10 and call 1 again and starts call 11; zone 0 still holds a read the daemon had
-    accounted for and not yet cleared (killed between its state write and the clear)."""
-    buf = bytearray(hs.REGION_BYTES)
+    call 9 as the head in area 1, and (with `landed`) a read after it that finishes call 9, holds
+    call 10 and call 1 again and starts call 11; with `stale`, area 0 still holds a read the
+    daemon had accounted for and not yet zeroed (killed between its state write and the zeroing)."""
+    buf = mmap.mmap(-1, hs.REGION_BYTES)
     region = Region(buf)
     state = State()
     state.init, state.initialized, state.init_answered = INIT, INITIALIZED, True
     region.set_id(0, b"1")
     region.set_id(3, b'"a"')
     region.write_head(call(9)[:20], 0, 1)
-    state.head_len, state.head_area, state.landing, state.closed = 20, 1, 1, closed
+    state.head_len, state.head_area, state.closed = 20, 1, closed
     if tail:
         region.write_head(tail, 0, 0)  # the head area the state does not name
         state.tail_len = len(tail)
+    elif stale:
+        region.write_head(call(99) + b"\n", 0, 0)
     if landed:
-        read = call(9)[20:] + b"\n" + call(10) + b"\n" + call(1) + b"\n" + call(11)[:15]
-        buf[hs.landing_offset(1) : hs.landing_offset(1) + len(read)] = read
-    stale = call(99) + b"\n"
-    buf[hs.landing_offset(0) : hs.landing_offset(0) + len(stale)] = stale
+        region.write_head(call(9)[20:] + b"\n" + call(10) + b"\n" + call(1) + b"\n" + call(11)[:15], 20, 1)
     region.write(state)
     region.torn = torn
     return buf
@@ -63,7 +66,7 @@ def reclaim_and_record(region: Region) -> Recovery | str:
     """What the reclaiming daemon does with `region`: decide, then its session's ledger records it."""
     done = reclaim(region)
     if isinstance(done, Recovery):
-        Ledger(region, lambda release: None, recovery=done)
+        Ledger(region, recovery=done)
     return done
 
 
@@ -72,10 +75,10 @@ def owed(done: Recovery, torn: bool) -> bytes:
     return (b"\n" if torn else b"") + b"".join(error_line(text) + b"\n" for text in done.ids)
 
 
-def test_one_plan_finishes_the_cut_line_and_answers_each_id_in_the_table_and_the_landing_zone_once() -> None:
+def test_one_plan_finishes_the_cut_line_and_answers_each_id_in_the_table_and_after_the_head_once() -> None:
     done = plan(Region(lost()))
     assert done.finish == b"\n"
-    assert done.ids == [b"1", b'"a"', b"9", b"10"]  # 1 is in the table and in the zone: once
+    assert done.ids == [b"1", b'"a"', b"9", b"10"]  # 1 is in the table and in the read: once
     assert done.head == call(11)[:15] and done.carried.head_len == 15 and not done.carried.discarding
     assert done.carried.resume_lines() == [INIT, INITIALIZED]
     assert done.output() == b"\n" + b"".join(error_line(t) + b"\n" for t in done.ids)
@@ -101,7 +104,7 @@ def test_the_shim_and_the_reclaiming_daemon_owe_the_client_the_same_bytes_and_ca
     assert after is not None
     assert region.read_head(after.head_len, after.head_area) == head
     assert after.resume_lines() == carried.resume_lines()
-    assert after.discarding == carried.discarding and region.read_landed(after.landing) == b""
+    assert after.discarding == carried.discarding and region.unaccounted(after) == b""
 
 
 class Killed(Exception):
@@ -109,19 +112,26 @@ class Killed(Exception):
 
 
 class KilledAfter:
-    """A region buffer whose writes stop after the `writes`-th: a kill -9 between two stores."""
+    """A region buffer whose stores stop after the `stores`-th: a kill -9 between two stores."""
 
-    def __init__(self, buf: bytearray, writes: int) -> None:
-        self.buf, self.left = buf, writes
+    def __init__(self, buf: mmap.mmap, stores: int) -> None:
+        self.buf, self.left = buf, stores
 
     def __getitem__(self, key: Any) -> Any:
         return self.buf[key]
 
-    def __setitem__(self, key: Any, value: Any) -> None:
+    def _store(self) -> None:
         if self.left == 0:
             raise Killed
         self.left -= 1
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        self._store()
         self.buf[key] = value
+
+    def madvise(self, *args: int) -> None:
+        self._store()
+        self.buf.madvise(*args)
 
 
 @pytest.mark.parametrize("torn", [True, False])
@@ -141,9 +151,36 @@ def test_a_kill_after_any_write_of_the_reclaiming_leaves_the_next_recovery_the_s
         assert again.finish == expected.finish, writes  # a cut line still ended
         assert again.head == expected.head and again.carried.resume_lines() == expected.carried.resume_lines()
         if done:
-            assert again.landed == 0 and writes > 3  # all of the read accounted for, in table and head
+            assert again.read == b"" and writes > 3  # all of the read accounted for, in table and head
             break
         writes += 1
+
+
+@pytest.mark.parametrize("rest", [b"", call(11)[:15]], ids=["a read ending a line", "a read starting one"])
+def test_a_kill_after_any_store_of_a_read_s_accounting_leaves_the_recovery_its_requests_and_its_head(
+        rest: bytes) -> None:
+    read = call(9)[20:] + b"\n" + call(10) + b"\n" + rest
+    stores = 0
+    while True:
+        buf = lost(torn=False, landed=False, stale=False)
+        ledger = Ledger(Region(buf))  # the session's, as a daemon continuing it holds it
+        Region(buf).write_head(read, 20, 1)  # the read of the client's stdin, after the head
+        ledger.region.buf = KilledAfter(buf, stores)
+        lines = LineSplitter(MAX_LINE_BYTES, call(9)[:20])
+        try:
+            for line, _ in lines.feed(read):
+                ledger.client_line(line)
+            ledger.accounted(len(read), lines.buffer, lines.discarding)
+            done = True
+        except Killed:
+            done = False
+        again = plan(Region(buf))
+        assert set(again.ids) == {b"1", b'"a"', b"9", b"10"}, (stores, again.ids)
+        assert again.head == rest and again.carried.head_len == len(rest), stores
+        if done:
+            assert again.read == b"" and stores > 3
+            break
+        stores += 1
 
 
 @pytest.mark.parametrize("kind", ["the client left", "a tail to write"])
@@ -160,7 +197,7 @@ def test_a_reclaimed_session_s_ledger_holds_every_id_its_recovery_answers_and_th
     region = Region(buf)
     done = reclaim(region)
     assert isinstance(done, Recovery)
-    ledger = Ledger(region, lambda release: None, recovery=done)
+    ledger = Ledger(region, recovery=done)
     # One table: the ids the outbox will answer are the ledger's, and the region's table is
     # written from it (the landed 9 and 10 beside the lost daemon's 1 and "a").
     assert ledger.inflight == len(done.ids) == 4
@@ -172,15 +209,12 @@ def test_a_reclaimed_session_s_ledger_holds_every_id_its_recovery_answers_and_th
 
 def test_a_landed_request_the_table_cannot_hold_is_in_the_ledger_alone_until_its_error_is_written() -> None:
     long_id = "x" * hs.ENTRY_BYTES  # its JSON text is over an entry
-    buf = lost()
-    read = call(9)[20:] + b"\n" + call(long_id) + b"\n"
-    zone = hs.landing_offset(1)
-    buf[zone : zone + hs.LANDING_BYTES] = bytes(hs.LANDING_BYTES)
-    buf[zone : zone + len(read)] = read
+    buf = lost(landed=False)
     region = Region(buf)
+    region.write_head(call(9)[20:] + b"\n" + call(long_id) + b"\n", 20, 1)
     done = reclaim(region)
     assert isinstance(done, Recovery) and json.dumps(long_id).encode() in done.ids
-    ledger = Ledger(region, lambda release: None, recovery=done)
+    ledger = Ledger(region, recovery=done)
     assert ledger.inflight == len(done.ids) and len(Region(buf).entries()) == len(done.ids) - 1
     ledger.answered(long_id)
     assert ledger.inflight == len(done.ids) - 1

@@ -49,7 +49,7 @@ def _fields(state: State) -> dict[str, object]:
 
 FULL = _state(init=b'{"jsonrpc":"2.0","id":0,"method":"initialize","params":{}}',
               initialized=b'{"jsonrpc":"2.0","method":"notifications/initialized"}', init_answered=True,
-              head_len=12, discarding=True, tail_len=5, closed=False, landing=1, head_area=1)
+              head_len=12, discarding=True, tail_len=5, closed=False, head_area=1)
 
 
 def test_a_new_region_holds_no_state_and_its_first_write_goes_to_slot_0(fd: int, buf: Any) -> None:
@@ -155,16 +155,26 @@ def test_malformed_payloads_are_refused() -> None:
             State.decode(bad)
 
 
-def test_heads_read_back_and_release_gives_their_pages_back(fd: int, buf: Any) -> None:
+def test_heads_read_back_and_a_released_area_gives_its_pages_back_and_only_its_own(fd: int, buf: Any) -> None:
     region = Region(buf)
     region.write_head(b"abc", 0)
     region.write_head(memoryview(b"defg"), 3)
     assert region.read_head(7) == b"abcdefg"
     region.write_head(b"y" * (2 << 20), 0, 1)
     before = os.fstat(fd).st_blocks
-    region.release_heads()
+    region.release(1)
     assert os.fstat(fd).st_blocks <= before - (2 << 20) // 512  # the 2 MiB head's pages are gone
-    assert region.read_head(7) == bytes(7) and os.fstat(fd).st_size == hs.REGION_BYTES
+    assert region.read_head(7, 1) == bytes(7) and os.fstat(fd).st_size == hs.REGION_BYTES
+    assert region.read_head(7) == b"abcdefg"
+
+
+def test_input_after_the_head_is_read_up_to_its_first_nul_and_none_is_read_without_copying(fd: int, buf: Any) -> None:
+    region = Region(buf)
+    state = _state(head_len=3, head_area=1)
+    region.write_head(b"abc" + b"de\nf", 0, 1)
+    assert region.unaccounted(state) == b"de\nf"
+    assert region.unaccounted(_state(head_len=7, head_area=1)) == b""
+    assert region.unaccounted(_state(head_len=3)) == b""
 
 
 def test_a_region_can_neither_shrink_nor_grow_so_a_peer_cannot_make_the_daemon_s_mapping_fault(fd: int) -> None:

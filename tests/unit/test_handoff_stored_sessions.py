@@ -106,9 +106,13 @@ async def test_one_socket_both_ways_is_stored_once_since_the_store_keeps_a_descr
             s.close()
 
 
-def test_a_session_carried_over_by_an_upgrade_drops_every_name_it_may_have(store: Store) -> None:
-    stored_sessions.Keeper(FdStore(store.path)).drop(99)
-    assert [m["FDNAME"] for m, _ in store.messages()] == stored_sessions.names(99)
+def test_a_session_carried_over_by_an_upgrade_drops_the_names_its_predecessor_stored_and_only_those(
+        store: Store) -> None:
+    fdstore = FdStore(store.path)
+    fdstore.given(["hs-99", "hs-99-in", "hs-99-out", "hs-7"])  # the names an upgrade's state carries
+    stored_sessions.Keeper(fdstore).drop(99)
+    assert [m["FDNAME"] for m, _ in store.messages()] == ["hs-99", "hs-99-in", "hs-99-out"]
+    assert fdstore.names == {"hs-7"}
 
 
 def test_what_the_store_gives_back_is_grouped_by_session_and_the_servers_names_are_left() -> None:

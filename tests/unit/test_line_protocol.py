@@ -1,6 +1,6 @@
 """The one line protocol every reader of a client's stdin uses (lazyd/protocol/linepeek.py, LineSplitter):
 the shim's relay on the frame path, the daemon on a hand-off session, and the shim recovering one
-from the region's head and landing zone.
+from the region's head and the read after it.
 
 Testing policy: hypothesis (derandomized, bounded) over inputs of JSON lines, blank lines, "\\r\\n"
 ends, lines just under, at and over a small limit and garbage, cut into random chunks; the
@@ -76,7 +76,7 @@ def test_the_splitter_cuts_lines_by_the_rules_and_counts_their_ends_whatever_the
 def test_the_recovery_finds_the_requests_of_the_lines_a_read_completes_as_the_daemon_cut_them(
         case: tuple[bytes, list[bytes]], at: int) -> None:
     # The daemon had fed the input up to `at` (its head is what was left unfinished) and read the
-    # rest into the landing zone when it died: the shim finds exactly the requests of the lines
+    # rest into the region after its head when it died: the shim finds exactly the requests of the lines
     # that rest completes, and keeps the same unfinished start.
     text, _ = case
     at = min(at, len(text))

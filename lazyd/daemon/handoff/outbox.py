@@ -111,7 +111,7 @@ class ClientEnds:
         self._sndbuf_raised = False
 
     def read_into(self, view: memoryview) -> int | None:
-        """Read the client's stdin into `view` (the region's landing zone); how many bytes came,
+        """Read the client's stdin into `view` (the region, after the head); how many bytes came,
         0 at EOF, None if nothing is there yet."""
         try:
             if self._in_sock is not None:

@@ -5,21 +5,9 @@ its hello. When the daemon can use them it welcomes the session with `handoff = 
 then on the session has no frames: the daemon reads the client's lines from its stdin, relays them,
 and writes the answers into its stdout (lazyd/daemon/handoff/outbox.py). The shim only waits on its
 socket; what it would need to take over again is in the region (lazyd/daemon/handoff/ledger.py).
-
-How a session ends, and what the shim is told:
-
-- the client closes stdin: what it asked before is still answered (until nothing is in flight,
-  its stdout closes, or EOF_WAIT_S pass); then the shim is sent one newline, its cue to exit 0.
-  A client closing its stdout ends the session at once;
-- the shim's socket closes (the client killed the shim's process group): the session is detached
-  and the daemon's copies of the pipes are closed;
-- the daemon lets go itself (the client stopped reading, a reload replaced the server, the daemon
-  stops): what the client's stdout takes at once is written, the rest of a line cut in the middle
-  goes to the region for the shim to write, and the socket is closed: the shim answers what is in
-  flight, as if the daemon were lost, and hands off to the daemon again.
-
-An upgrade carries the descriptors across the exec once the outbox is empty; the rest is in the
-region, which the successor continues from (`carry_on`).
+How a session ends, and what the shim is told then, is in docs/protocol.md ("Hand-off"). An
+upgrade carries the descriptors across the exec once the outbox is empty; the successor continues
+from the region (`carry_on`).
 """
 
 from __future__ import annotations
@@ -38,9 +26,9 @@ import trio
 from lazyd.protocol import wire
 from lazyd.daemon.control import handshakes
 from lazyd.daemon.runtime.era_lanes import EraRoute
-from lazyd.daemon.handoff.stored_sessions import Keeper, Kept
+from lazyd.daemon.handoff.stored_sessions import Keeper, Kept, memfds
 from lazyd.core.relay import jsonrpc as rpc
-from lazyd.daemon.handoff.ledger import Landing, Ledger
+from lazyd.daemon.handoff.ledger import Ledger
 from lazyd.daemon.handoff.outbox import ClientEnds, HandoffOutbox
 from lazyd.daemon.sessions.registry import Registry
 from lazyd.daemon.runtime.supervisor import ServerRuntime
@@ -48,7 +36,7 @@ from lazyd.errors import Refused
 from lazyd.protocol.frames import Hello, Refusal, Welcome
 from lazyd.handoff.recovery import Recovery, reclaim
 from lazyd.handoff.recovery import error_line as lost_line
-from lazyd.handoff.region import LANDING_BYTES, LAYOUT, Region, map_region, region_problem, table_extent, unmap
+from lazyd.handoff.region import LAYOUT, MEMFD_NAME, READ_BYTES, Region, map_region, region_problem, table_extent, unmap
 from lazyd.protocol.linepeek import EOF_WAIT_S, LineSplitter, too_long_answer
 
 if TYPE_CHECKING:  # only a type here: the hub is loaded by its first session, not kept by every daemon
@@ -59,21 +47,10 @@ log = logging.getLogger("lazyd.conn")
 PASSED_FDS = 3  # the client's stdin, its stdout, the region: in this order
 EXIT_CUE = b"\n"  # to the shim: the client left, exit 0
 STDOUT_CHECK_S = 0.25  # while answering after the client's EOF: how often to see if its stdout closed
-STEP_LINES = 64
-# About how many lines one read of the client's stdin may bring (see `read_limit`): the daemon
-# serves every other session between two reads, not during one.
-MIN_READ_BYTES = 4096  # however short the lines, a read takes at least this much (a page)
-FIRST_READ_BYTES = 16 * 1024  # before a read said how long the lines are: STEP_LINES of 256 bytes
-
-
-def read_limit(size: int, newlines: int) -> int:
-    """How many bytes the next read of the client's stdin may take, after a read of `size` bytes
-    that held `newlines` line ends: about STEP_LINES lines of that size, so that thousands of
-    pipelined small calls are relayed in bounded steps, while a big line still comes a whole zone
-    at a time (its cost is its bytes, not its lines)."""
-    if not newlines:
-        return LANDING_BYTES
-    return max(MIN_READ_BYTES, min(LANDING_BYTES, size * STEP_LINES // newlines))
+STEP_BYTES = 16 * 1024
+# What a read after one that held several lines may take (about 64 small calls): the daemon serves
+# every other session between two reads, so a client pipelining thousands of calls delays them by
+# a short step each; inside a large line a read takes READ_BYTES (its cost is its bytes, not lines).
 
 
 async def receive_with_fds(sock: Any, size: int, fds: list[int]) -> bytes:
@@ -146,15 +123,13 @@ class HandoffSession:
             # valid. An upgrade reopens it (`region_fd`).
             st = os.fstat(region_fd)
             self._region_id = (st.st_dev, st.st_ino)
-            # Only the table's allocated pages are read: reading the rest would allocate it.
-            table_bytes = table_extent(region_fd)
-            self._map = map_region(region_fd)
+            region = Region(map_region(region_fd), table_extent(region_fd))
         except (OSError, ValueError):
             ends.close()
             raise
         finally:
             os.close(region_fd)
-        region = Region(self._map, table_bytes)
+        self._map = region.buf
         later = ends.later = registry.heap.later  # what large lines left, given back after them
         self.recovery: Recovery | None = None  # what a reclaimed session still owes its client
         if reclaiming:
@@ -172,7 +147,6 @@ class HandoffSession:
             self.recovery = recovered
         else:
             self.ledger = Ledger(region, later)
-        self.landing = Landing(region)
         state = self.ledger.state  # what it continues from: the head of a partly read line
         head = region.read_head(state.head_len, state.head_area) if state.head_len else b""
         self.lines = LineSplitter(wire.MAX_LINE_BYTES, head, state.discarding)
@@ -197,9 +171,7 @@ class HandoffSession:
         recovery, keeper = self.recovery, self.keeper
         if recovery is not None:
             hello.resume = recovery.carried.resume_lines()  # the handshake from the region
-        if kept is not None and keeper is not None:
-            keeper.given(kept)
-            self.stored = True
+        self.stored = kept is not None and keeper is not None
         try:
             try:
                 route, _ = await self.registry.open_session(hello, self.cancel.cancel, self.make_outbox)
@@ -271,24 +243,17 @@ class HandoffSession:
         self.stored = False
         self.ends.close()
         if not self._map.closed:
-            self.landing.close()
             unmap(self._map)
 
     def region_fd(self) -> int | None:
         """The region again, for an upgrade to pass on: the shim's own copy reopened through /proc
         and checked to be the same file; None if the shim holds it no more."""
         try:
-            pid = self.stream.socket.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-            shim = struct.unpack("3i", pid)[0]
-            names = os.listdir(f"/proc/{shim}/fd")
+            creds = self.stream.socket.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
         except OSError:
             return None
-        for name in names:
-            path = f"/proc/{shim}/fd/{name}"
+        for path in memfds(struct.unpack("3i", creds)[0], MEMFD_NAME):
             try:
-                st = os.stat(path)
-                if (st.st_dev, st.st_ino) != self._region_id:
-                    continue
                 fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
             except OSError:
                 continue
@@ -305,7 +270,7 @@ class HandoffSession:
         self.cancel.cancel()
 
     def _finish(self, route: EraRoute | HubSession, outbox: HandoffOutbox) -> None:
-        """Detach, and leave the region as the shim will find it (see the module docstring)."""
+        """Detach, and leave the region as the shim will find it (docs/protocol.md, "Hand-off")."""
         if self.client_left:
             self.ledger.close(client_left=True)
             try:
@@ -344,46 +309,31 @@ class HandoffSession:
         ledger.on_empty = None
 
     async def _read_client(self) -> None:
-        """Relay the client's lines until its stdin ends; returns at EOF."""
-        route, outbox, ledger, landing = self.route, self.outbox, self.ledger, self.landing
+        """Relay the client's lines until its stdin ends; returns at EOF. A read goes into the region
+        (`Ledger.input`) and is relayed and accounted for before the next await: an upgrade finds
+        every read accounted for, a kill -9 at most one read in the region and not accounted for."""
+        route, outbox, ledger = self.route, self.outbox, self.ledger
         assert route is not None and outbox is not None
-        # What an earlier daemon read and did not account for comes first (an upgrade between the two).
-        size = landing.pending(ledger.state.landing)
-        waited = True
-        emptied = False  # the last read took less than it could: the pipe was empty after it
-        limit = FIRST_READ_BYTES  # what the next read may take (`read_limit`)
+        emptied = False  # the last read found the pipe empty or took less than it could
+        limit = STEP_BYTES
         while True:
-            zone = ledger.state.landing
-            if not size:
-                await self.registry.reading.passage()  # an upgrade stops reading here (lazyd/daemon/gate.py)
-                if emptied:  # no read that would only say EAGAIN: wait first
-                    await trio.lowlevel.wait_readable(self.ends.in_fd)
-                    waited, emptied = True, False
-                # Into the region, at most `limit`: one read, one record of it, the unit an upgrade
-                # or a kill -9 finds whole (in the zone or accounted for).
-                zone_view = landing.zones[zone]
-                got = self.ends.read_into(zone_view[:limit] if limit < LANDING_BYTES else zone_view)
-                if got is None:
-                    await trio.lowlevel.wait_readable(self.ends.in_fd)
-                    waited = True
-                    continue
-                if not got:
-                    self._last_line()
-                    return
-                size, emptied = got, got < limit
-                if not waited:
-                    await trio.lowlevel.checkpoint()  # a client that floods must not starve the others
-            waited = False
-            data = landing.take(zone, size)
-            ledger.hold()  # one region write for all the lines of this read, and the zone it came in
-            try:
-                self._take(data)
-                ledger.landed()
-            finally:
-                ledger.release()
-            landing.clear(zone, size)
-            limit = read_limit(size, self.lines.newlines)
-            size = 0
+            await self.registry.reading.passage()  # an upgrade stops reading here (lazyd/daemon/gate.py)
+            if emptied:
+                await trio.lowlevel.wait_readable(self.ends.in_fd)  # rather than a read that says EAGAIN
+            else:
+                await trio.lowlevel.checkpoint()  # a client that floods must not starve the others
+            got = self.ends.read_into(ledger.input(limit))
+            emptied = got is None or got < limit
+            if got is None:
+                continue
+            if got:
+                self._take(ledger.read_back(got))
+            else:  # at EOF, a last line without its newline is still a line (lazyd/protocol/linepeek.py)
+                self._relay(self.lines.finish())
+            ledger.accounted(got, self.lines.buffer, self.lines.discarding)
+            if not got:
+                return
+            limit = STEP_BYTES if self.lines.newlines > 1 else READ_BYTES
             if isinstance(route, (ServerRuntime, EraRoute)) and not route.has_room():
                 await route.wait_for_room()
             if outbox.should_pause():
@@ -393,14 +343,7 @@ class HandoffSession:
         """Relay the lines of one read (a seam the kill tests hold: tests/e2e/seams/sitecustomize.py)."""
         self._relay(self.lines.feed(data))
 
-    def _last_line(self) -> None:
-        """At EOF, a last line without its newline is still a line (lazyd/protocol/linepeek.py)."""
-        self.lines.cut = bool(self.lines.buffer) or self.lines.discarding
-        self._relay(self.lines.finish())
-
     def _relay(self, lines: list[tuple[bytes, bool]]) -> None:
-        if self.lines.cut:
-            self.ledger.head_relayed()  # the recorded partial line is complete: a new one starts
         route, outbox = self.route, self.outbox
         assert route is not None and outbox is not None
         for line, too_long in lines:
@@ -412,7 +355,6 @@ class HandoffSession:
             if self._peek:
                 self._peek = self.registry.note_client_line(line, self._peek, outbox.cid)
             route.client_line(outbox.cid, line, parsed)
-        self.ledger.head(self.lines.buffer, self.lines.discarding)
 
     def _too_long(self, prefix: bytes) -> None:
         assert self.outbox is not None

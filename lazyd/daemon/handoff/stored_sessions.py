@@ -7,7 +7,8 @@ the client's stdin and stdout (`FDNAME=hs-<shim pid>`, `-in`, `-out`; `-io` for 
 ways). The manager holds them while the daemon is down, so the waiter's read never ends, and
 passes them to the restarted daemon, which takes the session back in place
 (lazyd/handoff/recovery.py) with the region and the reclaiming hello reopened through the
-waiter's /proc/PID/fd (the client's ends are stored instead: a socket cannot be reopened).
+waiter's /proc/PID/fd, found by their memfd names (the client's ends are stored instead: a socket
+cannot be reopened).
 
 A waiter must never wait on a socket nobody serves, so: a session's names leave the store before
 the daemon closes its socket (that close is how the waiter learns its session ended); a restarted
@@ -28,12 +29,12 @@ from lazyd.protocol import wire
 from lazyd.daemon.handoff.outbox import ClientEnds
 from lazyd.daemon.upgrade.stored_servers import FdStore
 from lazyd.errors import WireError
+from lazyd.handoff.region import MEMFD_NAME
 from lazyd.protocol.frames import Hello
 
 PREFIX = "hs-"
 PARTS = ("", "-in", "-out", "-io")  # after `hs-<pid>`: the waiter's socket; the client's stdin, stdout, or both
-HELLO_MEMFD = "/memfd:lazyd-hello"  # shim/handoff.py's hello_memfd, as /proc/PID/fd shows it
-RESUME_FLAG = b"--resume-handoff="  # the waiter's recovery command names its region (shim/handoff.py)
+HELLO_MEMFD = "lazyd-hello"  # shim/handoff.py's hello_memfd
 MAX_HELLO_BYTES = 1 << 20
 
 
@@ -51,7 +52,6 @@ class Keeper:
 
     def __init__(self, store: FdStore) -> None:
         self.store = store
-        self._kept: dict[int, list[str]] = {}  # shim pid -> the names this daemon knows it stored
         # What became of the sessions the store gave back at start (`lazyctl status`, live).
         self.tally = {"kept": 0, "taken_back": 0, "let_go": 0}
 
@@ -67,18 +67,14 @@ class Keeper:
             return False
         for name, fd in stored:
             self.store.store(name, fd, poll=False)
-        self._kept[pid] = [name for name, _ in stored]
         return True
 
-    def given(self, kept: Kept) -> None:
-        """The session `kept` came back from the store: its names are in it still."""
-        self._kept[kept.pid] = list(kept.names)
-
     def drop(self, pid: int) -> None:
-        """Remove the names of shim `pid`'s session: those this daemon stored or was given, or
-        every possible one for a session a predecessor stored (an upgrade carried it here)."""
-        for name in self._kept.pop(pid, None) or names(pid):
-            self.store.remove(name)
+        """Remove the names of shim `pid`'s session that the store holds (stored by this daemon or
+        a predecessor, or given back at start)."""
+        for name in names(pid):
+            if name in self.store.names:
+                self.store.remove(name)
 
     def status(self) -> dict[str, int]:
         """What the store holds of this daemon's and the most it may (`lazyctl status`)."""
@@ -137,6 +133,22 @@ def let_go(kept: Kept, keeper: Keeper | None) -> None:
     kept.close()
 
 
+def memfds(pid: int, name: str) -> list[str]:
+    """The /proc paths of process `pid`'s descriptors that are memfds named `name`."""
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return []
+    found = []
+    for fd in fds:
+        try:
+            if os.readlink(f"/proc/{pid}/fd/{fd}").startswith(f"/memfd:{name} "):
+                found.append(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+    return found
+
+
 def reopen(kept: Kept, shim: int) -> tuple[Hello, list[int]] | str:
     """The reclaiming hello and [stdin, stdout, region] of `kept`'s session, whose socket's daemon
     end is `shim`: the client's ends that came back, the rest reopened through its waiter's
@@ -157,25 +169,12 @@ def reopen(kept: Kept, shim: int) -> tuple[Hello, list[int]] | str:
         return f"its socket's peer is pid {peer} of uid {uid}"
     if waiting is not None:
         return "its waiter is gone" if not waiting else "its waiter sent bytes"
-    proc = f"/proc/{pid}"
-    hello_path = None
-    try:
-        with open(f"{proc}/cmdline", "rb") as f:
-            argv = f.read().split(b"\0")
-        region = next((arg[len(RESUME_FLAG):] for arg in argv if arg.startswith(RESUME_FLAG)), b"")
-        for name in os.listdir(f"{proc}/fd"):
-            try:
-                if os.readlink(f"{proc}/fd/{name}").startswith(HELLO_MEMFD):
-                    hello_path = f"{proc}/fd/{name}"
-            except OSError:
-                continue
-    except OSError as exc:
-        return f"its waiter cannot be read ({exc.strerror or exc})"
-    if not region.isdigit() or hello_path is None:
-        return "its waiter names no region or holds no reclaiming hello"
+    hellos, regions = memfds(pid, HELLO_MEMFD), memfds(pid, MEMFD_NAME)
+    if len(hellos) != 1 or len(regions) != 1:
+        return "its waiter holds no single region and reclaiming hello"
     opened: list[int] = []
     try:
-        hello_fd = os.open(hello_path, os.O_RDONLY | os.O_CLOEXEC)
+        hello_fd = os.open(hellos[0], os.O_RDONLY | os.O_CLOEXEC)
         try:
             data = os.pread(hello_fd, MAX_HELLO_BYTES, 0)
         finally:
@@ -185,12 +184,14 @@ def reopen(kept: Kept, shim: int) -> tuple[Hello, list[int]] | str:
         if not isinstance(hello, Hello) or not hello.reclaim:
             return "its waiter's reclaiming hello is not one"
         both = kept.fds.pop(f"{PREFIX}{pid}-io", None)
-        ends = [both, None if both is None else os.dup(both)] if both is not None else \
-            [kept.fds.pop(f"{PREFIX}{pid}-in", None), kept.fds.pop(f"{PREFIX}{pid}-out", None)]
+        if both is not None:
+            ends: list[int | None] = [both, os.dup(both)]
+        else:
+            ends = [kept.fds.pop(f"{PREFIX}{pid}{part}", None) for part in ("-in", "-out")]
         opened += [fd for fd in ends if fd is not None]
         if None in ends:
             raise ValueError("the client's ends did not come back from the store")
-        opened.append(os.open(f"{proc}/fd/{int(region)}", os.O_RDWR | os.O_CLOEXEC))
+        opened.append(os.open(regions[0], os.O_RDWR | os.O_CLOEXEC))
     except (OSError, ValueError, WireError) as exc:
         for fd in opened:
             os.close(fd)

@@ -1,6 +1,6 @@
 """What a hand-off session's shim makes of client input the daemon read and had not accounted for
-(lazyd/handoff/region.py, "Nothing read from the client is ever only in the daemon's memory"): the
-daemon's side (`Landing`, `Ledger.landed`) and the shim's (`request_ids_in`, `recover.answer`).
+(lazyd/handoff/region.py: a read goes into the region, after the head): the daemon's side
+(`Ledger.input`, `Ledger.accounted`) and the shim's (`request_ids_in`, `recover.answer`).
 
 Testing policy: a real sealed memfd region, the daemon's mapping of it and the shim's reader; the
 client's stdout is a real pipe. No processes, no trio.
@@ -16,7 +16,7 @@ import pytest
 
 from lazyd.handoff import region as hs
 from lazyd.daemon.handoff import session as handoff
-from lazyd.daemon.handoff.ledger import Landing, Ledger
+from lazyd.daemon.handoff.ledger import Ledger
 from lazyd.protocol.frames import Hello
 from lazyd.handoff.region import Region, map_region, read_region
 from lazyd.protocol.linepeek import ID_SCAN_BYTES, inspect_line, request_ids_in
@@ -80,38 +80,23 @@ def test_garbage_and_blank_lines_hold_no_request() -> None:
 # ---- the daemon's side ------------------------------------------------------------------------
 
 
-def test_a_read_lands_in_the_zone_the_state_names_and_is_accounted_for_by_one_state_write(
+def test_a_read_after_the_head_is_found_by_the_shim_until_one_state_write_accounts_for_it(
         fd: int, mapped: Region) -> None:
-    ledger, landing = Ledger(mapped), Landing(mapped)
-    try:
-        zone = ledger.state.landing
-        line = call(4) + b"\n"
-        landing.zones[zone][: len(line)] = line  # what a read of the client's stdin does
-        # Before it is accounted for, the shim finds the bytes in the zone the region names.
-        found = read_region(fd)
-        assert found is not None and found.current is not None
-        assert found.read_landed(found.current.landing) == line and landing.pending(zone) == len(line)
-        ledger.hold()
-        ledger.client_line(line[:-1])
-        ledger.landed()
-        ledger.release()
-        landing.clear(zone, len(line))
-        found = read_region(fd)
-        assert found is not None and found.current is not None
-        assert found.current.landing == zone ^ 1 and found.current.inflight == [b"4"]
-        assert found.read_landed(zone ^ 1) == b"" and landing.pending(zone) == 0
-    finally:
-        landing.close()
-
-
-def test_a_full_read_leaves_the_zone_zeroed_once_cleared(mapped: Region) -> None:
-    landing = Landing(mapped)
-    try:
-        landing.zones[1][:] = b"y" * hs.LANDING_BYTES
-        landing.clear(1, hs.LANDING_BYTES)
-        assert landing.pending(1) == 0 and mapped.read_landed(1) == b""
-    finally:
-        landing.close()
+    ledger = Ledger(mapped)
+    ledger.input()[:5] = call(4)[:5]  # what a read of the client's stdin does
+    ledger.accounted(5, bytearray(call(4)[:5]), False)
+    read = call(4)[5:] + b"\n" + call(5)[:3]
+    ledger.input()[: len(read)] = read
+    # Before it is accounted for, the shim finds the bytes after the head the region names.
+    found = read_region(fd)
+    assert found is not None and found.current is not None
+    assert found.unaccounted(found.current) == read
+    ledger.client_line(call(4))
+    ledger.accounted(len(read), bytearray(call(5)[:3]), False)
+    found = read_region(fd)
+    assert found is not None and found.current is not None
+    assert found.current.inflight == [b"4"] and found.unaccounted(found.current) == b""
+    assert found.read_head(found.current.head_len, found.current.head_area) == call(5)[:3]
 
 
 # ---- the shim's side --------------------------------------------------------------------------
@@ -140,15 +125,15 @@ def _answers(fd: int) -> tuple[list[dict[str, object]], hs.State, bytes]:
 
 def test_the_shim_answers_a_request_read_and_not_recorded_once_and_keeps_the_rest_for_the_next_daemon(
         fd: int, mapped: Region) -> None:
-    ledger, landing = Ledger(mapped), Landing(mapped)
+    ledger = Ledger(mapped)
     ledger.client_line(call(1))  # recorded: in flight
-    ledger.head(bytearray(call(2)[:8]), False)  # the start of the next line, recorded as the head
+    ledger.input()[:8] = call(2)[:8]
+    ledger.accounted(8, bytearray(call(2)[:8]), False)  # the start of the next line, recorded as the head
     # The daemon read the rest of line 2, line 3 and the start of line 4, recorded line 2 (its
-    # entry is in the table) and was killed before the state named the other zone.
+    # entry is in the table) and was killed before the read was accounted for.
     read = call(2)[8:] + b"\n" + call(3) + b"\n" + call(4)[:20]
-    landing.zones[ledger.state.landing][: len(read)] = read
+    ledger.input()[: len(read)] = read
     ledger.client_line(call(2))
-    landing.close()
     answers, carried, head = _answers(fd)
     assert [a["id"] for a in answers] == [1, 2, 3]
     assert all(a["error"]["code"] == -32603 for a in answers)  # type: ignore[index]
@@ -163,7 +148,7 @@ def test_the_shim_answers_a_request_read_and_not_recorded_once_and_keeps_the_res
         try:
             next_daemon = Ledger(Region(buf))
             assert next_daemon.region.read_head(next_daemon.state.head_len) == call(4)[:20]
-            assert next_daemon.inflight == 0 and Landing(next_daemon.region).pending(next_daemon.state.landing) == 0
+            assert next_daemon.inflight == 0 and next_daemon.region.unaccounted(next_daemon.state) == b""
         finally:
             buf.close()
     finally:
