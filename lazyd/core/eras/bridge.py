@@ -19,7 +19,6 @@ from typing import Protocol
 
 from lazyd.core.eras import versions as eras
 from lazyd.core.relay import jsonrpc as rpc
-from lazyd.core import state_codec as sc
 from lazyd.core.eras.asker import PROBE_VERSION, Asker, asker_from_params
 from lazyd.core.cache import LISTINGS, HandshakeEntry, Listing, handshake_key
 from lazyd.core.relay.jsonrpc import JsonId, JsonObj, Kind, Message
@@ -54,6 +53,12 @@ class InputRound:
     request_state: str | None = None
 
 
+# What the bridge keeps (lazyd/core/state_codec.py): the input rounds, and the requests for input
+# a client was sent under a client-facing id -> (the client's request id, the server's input key).
+KEPT = {"rounds": dict[tuple[ClientId, JsonId], InputRound],
+        "input_waits": dict[tuple[ClientId, JsonId], tuple[JsonId, str]]}
+
+
 class BridgePort(Protocol):
     """What the bridge reads of the core: who it is, its phase, and the live handshake."""
 
@@ -77,24 +82,6 @@ class Bridge:
         self.listen = listen
         self.rounds: dict[tuple[ClientId, JsonId], InputRound] = {}
         self.input_waits: dict[tuple[ClientId, JsonId], tuple[JsonId, str]] = {}
-
-    def to_state(self) -> JsonObj:
-        return {"rounds": [[cid, client_id, sc.dump(r)] for (cid, client_id), r in self.rounds.items()],
-                "input_waits": [[cid, down_id, client_id, key] for (cid, down_id), (client_id, key) in self.input_waits.items()]}
-
-    def restore(self, value: object) -> None:
-        s = sc.obj(value, "bridge")
-        self.rounds = {}
-        for row in sc.items(s.get("rounds"), "bridge.rounds"):
-            cid, client_id, r = sc.items(row, "input round")
-            # The round's own cid and client_id are the row's (a round written without them reads the same).
-            r = sc.load(InputRound, {**sc.obj(r, "round"), "cid": cid, "client_id": client_id}, "round")
-            self.rounds[(r.cid, r.client_id)] = r
-        self.input_waits = {}
-        for row in sc.items(s.get("input_waits"), "bridge.input_waits"):
-            cid, down_id, client_id, key = sc.items(row, "input wait")
-            self.input_waits[(sc.integer(cid, "wait.cid"), sc.json_id(down_id, "wait.id"))] = (
-                sc.json_id(client_id, "wait.client_id"), sc.text(key, "wait.key"))
 
     def bridging(self) -> bool:
         """Whether handshake-era clients are served through the bridge right now."""

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from lazyd.core import state_codec as sc
 from lazyd.core.relay.jsonrpc import JsonId, JsonObj
 from lazyd.core.relay.routing import ClientId
 
@@ -71,31 +70,17 @@ def uri_matches(subscribed: str, uri: str) -> bool:
 
 
 @dataclass
-class ClientStream:
-    cid: ClientId
-    listen_id: JsonId  # the client's own request id: what its notifications are stamped with
-    filter: JsonObj  # the honored filter it was acknowledged with
-
-
-@dataclass
 class ListenHub:
-    streams: dict[tuple[ClientId, JsonId], ClientStream] = field(default_factory=dict)
+    # (client, its listen request's id: what its notifications are stamped with) -> the honored
+    # filter it was acknowledged with.
+    streams: dict[tuple[ClientId, JsonId], JsonObj] = field(default_factory=dict)
     current: int | None = None  # relay id of the acknowledged upstream stream whose events count
     pending: int | None = None  # relay id of a newer upstream stream waiting for its acknowledgment
     requested: JsonObj | None = None  # filter of the newest upstream stream (pending or current)
     reissues: int = 0  # upstream streams the server ended this run (bounds re-issuing)
 
-    def add(self, cid: ClientId, listen_id: JsonId, filter_: JsonObj) -> None:
-        self.streams[(cid, listen_id)] = ClientStream(cid, listen_id, filter_)
-
     def remove(self, cid: ClientId, listen_id: JsonId) -> bool:
-        key = (cid, listen_id)
-        # `1` and `"1"` are different ids: the type must match too.
-        stream = self.streams.get(key)
-        if stream is None or type(stream.listen_id) is not type(listen_id):
-            return False
-        del self.streams[key]
-        return True
+        return self.streams.pop((cid, listen_id), None) is not None
 
     def drop_client(self, cid: ClientId) -> None:
         for key in [k for k in self.streams if k[0] == cid]:
@@ -109,39 +94,22 @@ class ListenHub:
             if _cap(caps, cap).get("listChanged") is True:
                 out[flag] = True
         uris = set(extra_uris)
-        for stream in self.streams.values():
-            uris.update(uris_of(stream.filter))
+        for filter_ in self.streams.values():
+            uris.update(uris_of(filter_))
         if uris and _cap(caps, "resources").get("subscribe") is True:
             out["resourceSubscriptions"] = sorted(uris)
         return out
 
-    def targets(self, method: str, params: JsonObj) -> list[ClientStream]:
+    def targets(self, method: str, params: JsonObj) -> list[tuple[ClientId, JsonId]]:
         """The client streams a notification from the upstream stream goes to."""
+        uri = params.get("uri")
         if method in LIST_FLAGS:
             flag = LIST_FLAGS[method][0]
-            return [s for _, s in sorted(self.streams.items(), key=_order) if s.filter.get(flag) is True]
-        if method == RESOURCE_UPDATED:
-            uri = params.get("uri")
-            if not isinstance(uri, str):
-                return []
-            return [s for _, s in sorted(self.streams.items(), key=_order)
-                    if any(uri_matches(sub, uri) for sub in uris_of(s.filter))]
+            return [key for key, f in sorted(self.streams.items(), key=_order) if f.get(flag) is True]
+        if method == RESOURCE_UPDATED and isinstance(uri, str):
+            return [key for key, f in sorted(self.streams.items(), key=_order)
+                    if any(uri_matches(sub, uri) for sub in uris_of(f))]
         return []
-
-    def to_state(self) -> JsonObj:
-        return {"streams": [[s.cid, s.listen_id, s.filter] for s in self.streams.values()], "current": self.current,
-                "pending": self.pending, "requested": self.requested, "reissues": self.reissues}
-
-    def restore(self, value: object) -> None:
-        s = sc.obj(value, "listen")
-        self.streams = {}
-        for row in sc.items(s.get("streams"), "listen.streams"):
-            cid, listen_id, filter_ = sc.items(row, "listen stream")
-            self.add(sc.integer(cid, "listen.cid"), sc.json_id(listen_id, "listen.id"), sc.obj(filter_, "listen.filter"))
-        self.current = sc.opt_integer(s.get("current"), "listen.current")
-        self.pending = sc.opt_integer(s.get("pending"), "listen.pending")
-        self.requested = sc.opt_json_obj(s.get("requested"), "listen.requested")
-        self.reissues = sc.integer(s.get("reissues"), "listen.reissues")
 
     def process_gone(self) -> None:
         """The server exited: its streams are gone; the client streams stay for the next start."""
@@ -150,5 +118,5 @@ class ListenHub:
         self.reissues = 0
 
 
-def _order(item: tuple[tuple[ClientId, JsonId], ClientStream]) -> tuple[int, str]:
+def _order(item: tuple[tuple[ClientId, JsonId], JsonObj]) -> tuple[int, str]:
     return item[0][0], repr(item[0][1])

@@ -57,7 +57,7 @@ class ListenRelay:
         if not serves_listen(caps):
             return [ToClient(cid, rpc.error_line(msg.id, rpc.METHOD_NOT_FOUND, "Method not found", "subscriptions/listen"), msg.id)]
         granted = honored(msg.params.get("notifications"), caps)
-        self.hub.add(cid, msg.id, granted)
+        self.hub.streams[(cid, msg.id)] = granted
         ack = rpc.notification_line(ACKNOWLEDGED, {"_meta": {eras.SUBSCRIPTION_ID_META: msg.id}, "notifications": granted})
         out: list[Action] = [ToClient(cid, ack), Activity(), Note(f"client {cid} listen id={msg.id!r} acknowledged")]
         if self.cache.can_fetch():
@@ -150,10 +150,10 @@ class ListenRelay:
         """Deliver a change notification to the client streams that asked and the bridge's clients."""
         out: list[Action] = []
         meta = params.get("_meta")
-        for stream in self.hub.targets(method, params):
+        for cid, listen_id in self.hub.targets(method, params):
             stamped = copy.copy(params)
-            stamped["_meta"] = {**(meta if isinstance(meta, dict) else {}), eras.SUBSCRIPTION_ID_META: stream.listen_id}
-            out.append(ToClient(stream.cid, rpc.notification_line(method, stamped)))
+            stamped["_meta"] = {**(meta if isinstance(meta, dict) else {}), eras.SUBSCRIPTION_ID_META: listen_id}
+            out.append(ToClient(cid, rpc.notification_line(method, stamped)))
         return out + self._to_bridged(method, params)
 
     def _to_bridged(self, method: str, params: JsonObj) -> list[Action]:

@@ -29,10 +29,10 @@ from __future__ import annotations
 
 from lazyd.core.relay import jsonrpc as rpc
 from lazyd.core import state_codec as sc
-from lazyd.core.eras.bridge import Bridge
+from lazyd.core.eras.bridge import KEPT as BRIDGE_KEPT, Bridge
 from lazyd.core.cache import HandshakeEntry, Snapshot
 from lazyd.core.eras.choice import Era, EraSetting
-from lazyd.core.eras.state import EraState
+from lazyd.core.eras.state import KEPT as ERA_KEPT, EraState
 from lazyd.core.relay.jsonrpc import Invalid, JsonObj, Kind, Message
 from lazyd.core.relay.listings import MAX_LISTING_PAGES as MAX_LISTING_PAGES
 from lazyd.core.relay.listings import ListingEngine
@@ -43,7 +43,7 @@ from lazyd.core.relay.client import ClientMessages
 from lazyd.core.relay.server import ServerMessages
 from lazyd.core.relay.handshake_defaults import unattended_params
 from lazyd.core.relay.startup import Handshake
-from lazyd.core.relay.session_roots import RootsPart, SessionRoots
+from lazyd.core.relay.session_roots import KEPT as ROOTS_KEPT, RootsPart, SessionRoots
 from lazyd.core.relay.shared import RelayShared
 from lazyd.core.relay.routing import ClientId, Routes, SamplingPolicy
 from lazyd.core.relay.session_meta import default_session_id
@@ -51,12 +51,17 @@ from lazyd.core.sharing.modes import declares_session_aware
 from lazyd.core.eras.stateless import StatelessEra
 from lazyd.core.lifecycle.use import counts_as_use
 from lazyd.core.eras.stateless_cache import StatelessCache
+from lazyd.core.eras.listen import ListenHub
 from lazyd.core.eras.listen_relay import ListenRelay
 from lazyd.core.relay.actions import (Abort as Abort, Action as Action, Activity as Activity, Note as Note,
                                       Phase as Phase, Ready as Ready, SessionKey as SessionKey,
                                       SnapshotChanged as SnapshotChanged, ToClient as ToClient, ToServer as ToServer,
                                       Used as Used, WaitIdle as WaitIdle, WantServer as WantServer)
 from lazyd.core.relay.client_state import ClientState
+
+
+# The queue's records: each waiting message with its client, in arrival order.
+_QUEUE = list[tuple[ClientId, Message]]
 
 
 class RelayCore:
@@ -149,12 +154,12 @@ class RelayCore:
 
     def to_state(self) -> JsonObj:
         """Everything this core keeps, as plain data; not the snapshot, which lanes share."""
-        return {"phase": self.phase.value, "now": self.now,
-                "clients": [sc.dump(c) for c in self.clients.values()], "queue": self.queue.to_state(),
-                "routes": self.routes.to_state(), "era": self.era.to_state(), "listings": self.listings.to_state(),
-                "listen": self.listen.hub.to_state(), "bridge": self.bridge.to_state(),
+        return {"phase": self.phase.value, "now": self.now, "clients": sc.dump(list(self.clients.values())),
+                "queue": sc.dump(self.queue.items, _QUEUE), "routes": sc.dump(self.routes),
+                "era": sc.dump_attrs(self.era, ERA_KEPT), "listings": self.listings.to_state(),
+                "listen": sc.dump(self.listen.hub), "bridge": sc.dump_attrs(self.bridge, BRIDGE_KEPT),
                 "handshake": self.handshake.to_state(), "stateless_starting": self.stateless.starting,
-                "roots": self.roots.to_state()}
+                "roots": sc.dump_attrs(self.roots, ROOTS_KEPT)}
 
     @classmethod
     def from_state(cls, state: object, name: str, snapshot: Snapshot, sampling_policy: SamplingPolicy = "refuse",
@@ -164,19 +169,17 @@ class RelayCore:
         core = cls(name, snapshot, sampling_policy, era)
         core.phase = sc.enum_value(Phase, s.get("phase"), "phase")
         core.now = sc.number(s.get("now"), "now")
-        for row in sc.items(s.get("clients"), "clients"):
-            client = sc.load(ClientState, row, "client")
-            core.clients[client.cid] = client
-        core.queue.restore(s.get("queue"))
-        core.shared.routes = Routes.from_state(s.get("routes"))  # the parts read it through `shared`
-        core.era.restore(s.get("era"))
+        core.clients.update((c.cid, c) for c in sc.load(list[ClientState], s.get("clients"), "client"))
+        core.queue.items = sc.load(_QUEUE, s.get("queue"), "queued message")
+        core.shared.routes = sc.load(Routes, s.get("routes"), "routes")  # the parts read it through `shared`
+        sc.load_attrs(core.era, ERA_KEPT, s.get("era"), "era")
         core.listings.restore(s.get("listings"))
-        core.listen.hub.restore(s.get("listen"))
-        core.bridge.restore(s.get("bridge"))
+        core.listen.hub = sc.load(ListenHub, s.get("listen"), "listen")
+        sc.load_attrs(core.bridge, BRIDGE_KEPT, s.get("bridge"), "bridge")
         core.handshake.restore(s.get("handshake"))
         core.stateless.starting = sc.flag(s.get("stateless_starting"), "stateless_starting")
         if "roots" in s:
-            core.roots.restore(s["roots"])
+            sc.load_attrs(core.roots, ROOTS_KEPT, s["roots"], "roots")
         else:  # a predecessor that knew no roots: its sessions were placed where they are
             core.roots.sessions = {cid: SessionRoots(placed=True) for cid in core.clients}
         return core

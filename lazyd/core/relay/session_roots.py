@@ -20,7 +20,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from lazyd.core import state_codec as sc
 from lazyd.core.relay import jsonrpc as rpc
 from lazyd.core.relay.actions import Action, Note, Phase, SessionKey, ToClient, ToServer
 from lazyd.core.relay.client_state import ClientState
@@ -43,6 +42,11 @@ class SessionRoots:
     asked_at: float = 0.0
     placed: bool = False
     held: list[Message] = field(default_factory=list)  # requests waiting for its placement
+
+
+# What the part keeps (lazyd/core/state_codec.py).
+KEPT = {"sessions": dict[ClientId, SessionRoots], "deferred": list[JsonId], "told": tuple[Root, ...] | None,
+        "answered": bool}
 
 
 class RootsPort(Protocol):
@@ -68,20 +72,6 @@ class RootsPart:
     @property
     def clients(self) -> dict[ClientId, ClientState]:
         return self.shared.clients
-
-    def to_state(self) -> JsonObj:
-        return {"sessions": [[cid, sc.dump(s)] for cid, s in self.sessions.items()], "deferred": list(self.deferred),
-                "told": sc.dump(self.told), "answered": self.answered}
-
-    def restore(self, value: object) -> None:
-        s = sc.obj(value, "roots")
-        self.sessions = {}
-        for row in sc.items(s.get("sessions"), "roots.sessions"):
-            cid, state = sc.items(row, "roots.sessions row")
-            self.sessions[sc.integer(cid, "client")] = sc.load(SessionRoots, state, "session roots")
-        self.deferred = [sc.json_id(d, "deferred id") for d in sc.items(s.get("deferred"), "roots.deferred")]
-        self.told = sc.load(tuple[Root, ...] | None, s.get("told"), "roots.told")
-        self.answered = sc.flag(s.get("answered"), "roots.answered")
 
     # ---- what a session says -----------------------------------------------------------------
 
