@@ -48,6 +48,11 @@ def refusal_reason(error: object) -> str:
     return reason
 
 
+# What the start-up keeps besides the settling (lazyd/core/state_codec.py).
+_KEPT = {"instance": HandshakeEntry | None, "initial_refresh": bool, "upstream_level": str | None,
+         "upstream_subs": set[str]}
+
+
 class HandshakePort(Protocol):
     """The phase it moves, a queued request handled again, the stateless era's reading."""
 
@@ -77,22 +82,12 @@ class Handshake:
         self.settle_sent = False
 
     def to_state(self) -> JsonObj:
-        instance = self.instance
-        return {"instance": None if instance is None else instance.to_json(), "initial_refresh": self.initial_refresh,
-                "upstream_level": self.upstream_level, "upstream_subs": sorted(self.upstream_subs),
-                "settle": [self.asked_at_start, self.settling, self.settle_sent]}
+        return {**sc.dump_attrs(self, _KEPT), "settle": [self.asked_at_start, self.settling, self.settle_sent]}
 
     def restore(self, value: object) -> None:
-        s = sc.obj(value, "handshake")
-        instance = s.get("instance")
-        self.instance = None if instance is None else HandshakeEntry.from_json(instance)
-        self.initial_refresh = sc.flag(s.get("initial_refresh"), "handshake.initial_refresh")
-        self.upstream_level = sc.opt_text(s.get("upstream_level"), "handshake.upstream_level")
-        self.upstream_subs = {sc.text(u, "subscribed uri") for u in sc.items(s.get("upstream_subs"), "handshake.upstream_subs")}
-        asked, settling, sent = sc.items(s.get("settle", [False, False, False]), "handshake.settle")
-        self.asked_at_start = sc.flag(asked, "handshake.settle")
-        self.settling = sc.flag(settling, "handshake.settle")
-        self.settle_sent = sc.flag(sent, "handshake.settle")
+        sc.load_attrs(self, _KEPT, value, "handshake")
+        settle = sc.obj(value, "handshake").get("settle", [False, False, False])
+        self.asked_at_start, self.settling, self.settle_sent = sc.load(tuple[bool, bool, bool], settle, "handshake.settle")
 
     # ---- replay ----------------------------------------------------------------------------------
 
@@ -183,13 +178,12 @@ class Handshake:
         key = handshake_key(self.instance.params)
         # Drift is measured against what this handshake's clients were served from the cache.
         old = self.shared.snapshot.entry_for(self.instance.params)
-        served = {m: listing.to_json() for m, listing in old.listings.items()} if old is not None else None
-        changed = drift(served, {m: listing.to_json() for m, listing in self.instance.listings.items()})
+        changed = drift(old.listings if old is not None else None, self.instance.listings)
         if not self.initial_refresh:
             changed |= last  # the server announced a change: pass it on even if we had it already
         entry = HandshakeEntry(self.instance.params, self.instance.result, dict(self.instance.listings))
         out: list[Action] = []
-        if old is None or old.to_json() != entry.to_json():
+        if old != entry:
             self.shared.snapshot.entries[key] = entry
             out.append(SnapshotChanged())
         for notification in sorted({LIST_CHANGED[m] for m in changed}):
