@@ -86,8 +86,8 @@ class Handshake:
 
     def restore(self, value: object) -> None:
         sc.load_attrs(self, _KEPT, value, "handshake")
-        settle = sc.obj(value, "handshake").get("settle", [False, False, False])
-        self.asked_at_start, self.settling, self.settle_sent = sc.load(tuple[bool, bool, bool], settle, "handshake.settle")
+        settle = sc.load(tuple[bool, bool, bool], sc.obj(value, "handshake").get("settle"), "handshake.settle")
+        self.asked_at_start, self.settling, self.settle_sent = settle
 
     # ---- replay ----------------------------------------------------------------------------------
 
