@@ -25,8 +25,8 @@ from lazyd.config.known import packaged, parse_table
 from lazyd.config.toml_text import parse_toml
 from lazyd.config.model import Config, Policy, ServerConfig, WakePredicate
 from lazyd.config.durations import parse_bool
+from lazyd.config.sizes import parse_limit
 from lazyd.core.eras.choice import ERA_SETTINGS
-from lazyd.core.memory import parse_size
 from lazyd.core.policy import ToolPolicy, as_decision, compile_rule
 from lazyd.core.pressure import PressureSettings
 from lazyd.errors import ConfigError
@@ -312,14 +312,14 @@ def _merge_policy(at: cv.At, base: Policy, table: Mapping[str, object]) -> Polic
 
 def _memory_max(at: cv.At, value: object) -> int | None:
     """A size ("1GiB", a number of bytes), or false / "off" / 0 for no limit."""
-    if value is False or value == 0 or (isinstance(value, str) and value.strip().lower() in ("off", "none", "0")):
+    if value is False or value == 0:
         return None
     if isinstance(value, int) and not isinstance(value, bool) and value > 0:
         return value
     if not isinstance(value, str):
         raise at.error(f'expected a size such as "1GiB" or false, got {cv.type_name(value)}')
     try:
-        return parse_size(value)
+        return parse_limit(value)
     except ValueError as error:
         raise at.error(str(error)) from None
 

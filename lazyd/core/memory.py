@@ -6,17 +6,16 @@ over* when two samples in a row find it over (a burst given back is no breach; a
 a new process, starts the count again); a breach restarts the server (`Restart`), its in-flight
 requests answered with an error naming the limit; the `PARK_AFTER_BREACHES`-th breach within
 `PARK_WINDOW_S` parks it (`Park`), the restarts before it backing off like crashes. Sizes are
-bytes, written as `lazyctl` writes them (`format_bytes`), read as the config takes them (`parse_size`).
+bytes, written and read as users type them (lazyd/config/sizes.py).
 """
 
 from __future__ import annotations
 
-import math
-import re
 from collections import deque
 from dataclasses import dataclass
 from typing import Final
 
+from lazyd.config.sizes import format_bytes
 from lazyd.core import state_codec as sc
 
 SAMPLE_INTERVAL_S: Final = 2.0  # how often the watch samples trees and pressure (docs/supervision.md)
@@ -93,36 +92,3 @@ class MemoryLimit:
 
 def _minutes(seconds: float) -> str:
     return f"{seconds / 60:.0f}m"
-
-
-_UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
-
-
-def format_bytes(count: int) -> str:
-    """1536 -> "1.5 KiB"; whole multiples drop the decimal: 1 GiB, not 1.0 GiB."""
-    value = float(count)
-    for unit in _UNITS:
-        if value < 1024 or unit == _UNITS[-1]:
-            if unit == "B":
-                return f"{count} B"
-            text = f"{value:.1f}"
-            return f"{text.removesuffix('.0')} {unit}"
-        value /= 1024
-    raise AssertionError("unreachable")
-
-
-_SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(i?B?)\s*", re.IGNORECASE)
-_POWERS = {"": 0, "K": 1, "M": 2, "G": 3, "T": 4}
-
-
-def parse_size(text: str) -> int:
-    """"1GiB", "1G", "1.5 GiB", "512MiB", "800000000" -> bytes (binary units: K, M, G, T are
-    powers of 1024, with or without "iB"/"B"); raises ValueError with a readable message."""
-    match = _SIZE.fullmatch(text)
-    if match is None or (match.group(3) and not match.group(2) and match.group(3).lower() != "b"):
-        raise ValueError(f"{text!r} is not a size (use a number of bytes or a unit: 512MiB, 1GiB, 2G)")
-    number = float(match.group(1))
-    size = number * 1024 ** _POWERS[match.group(2).upper()]
-    if not math.isfinite(size) or size < 1:
-        raise ValueError(f"{text!r} is not a size of at least one byte")
-    return int(size)
