@@ -142,10 +142,7 @@ class Bridge:
             if msg.method == "resources/subscribe":
                 self.shared.routes.subscriptions.setdefault(uri, set()).add(client.cid)
             else:
-                subscribers = self.shared.routes.subscriptions.get(uri, set())
-                subscribers.discard(client.cid)
-                if not subscribers:
-                    self.shared.routes.subscriptions.pop(uri, None)
+                self.shared.routes.unsubscribe(uri, client.cid)
             return [ToClient(client.cid, rpc.result_line(msg.id, {}), msg.id), Activity(), *self.listen.sync()]
         if msg.method in INPUT_METHODS:
             self.rounds.setdefault((client.cid, msg.id), InputRound(client.cid, msg.id, msg.method, copy.deepcopy(msg.params)))

@@ -25,10 +25,10 @@ from typing import Protocol
 from lazyd.core.eras import versions as eras
 from lazyd.core.relay import jsonrpc as rpc
 from lazyd.core.eras.asker import PROBE_VERSION
-from lazyd.core.cache import ANY_VERSION, LISTINGS, discover_key, is_stateless_discovery
+from lazyd.core.cache import ANY_VERSION, LISTINGS, is_stateless_discovery
 from lazyd.core.eras.state import Event, Stage
 from lazyd.core.relay.jsonrpc import JsonObj, Message
-from lazyd.core.relay.upstream import foreign_task, forward, internal
+from lazyd.core.relay.upstream import foreign_task, forward
 from lazyd.core.relay.actions import Abort, Action, Note, Phase, Ready, SnapshotChanged, ToClient
 from lazyd.core.relay.startup import Handshake, refusal_reason
 from lazyd.core.relay.shared import RelayShared
@@ -63,14 +63,10 @@ class StatelessEra:
     # ---- the era probe and its verdicts ----------------------------------------------------------
 
     def send_probe(self) -> list[Action]:
-        asker = self.cache.start_asker(PROBE_VERSION)
-        self.shared.era.probe_asker = asker
-        return [internal(self.shared.routes, "server/discover", {"_meta": asker.envelope()}, "probe"),
-                Note(f"probing the protocol era with server/discover {PROBE_VERSION}")]
+        return self.cache.probe("probe", f"probing the protocol era with server/discover {PROBE_VERSION}")
 
     def probe_answered(self, msg: Message) -> list[Action]:
-        asker = self.shared.era.probe_asker or self.cache.start_asker(PROBE_VERSION)
-        out = self.cache.record_discover(discover_key(PROBE_VERSION, asker.identity), msg.obj)
+        out = self.cache.record_probe(msg.obj)
         result = msg.obj.get("result")
         stateless = is_stateless_discovery(result) and eras.upstream_version(result) is not None
         self.shared.era.move(Event.PROBE_STATELESS if stateless else Event.PROBE_OTHER)
@@ -138,11 +134,10 @@ class StatelessEra:
 
     def probe_after_answered(self, msg: Message) -> list[Action]:
         """The answer to the `server/discover` after the handshake: what else the connection carries."""
-        asker = self.shared.era.probe_asker or self.cache.start_asker(PROBE_VERSION)
         result = msg.obj.get("result")
         if is_stateless_discovery(result) and eras.upstream_version(result) is not None:
             assert isinstance(result, dict)
-            out = self.cache.record_discover(discover_key(PROBE_VERSION, asker.identity), msg.obj)
+            out = self.cache.record_probe(msg.obj)
             self.shared.era.move(Event.PROBE_AFTER_STATELESS)
             self.shared.era.discovery = result
             out.append(Note("the handshake connection answers discovery too: both eras on one connection"))
@@ -150,7 +145,7 @@ class StatelessEra:
         error = msg.obj.get("error")
         code = error.get("code") if isinstance(error, dict) else None
         if code == rpc.METHOD_NOT_FOUND and self.shared.snapshot.era() is None:
-            out = self.cache.record_discover(discover_key(PROBE_VERSION, asker.identity), msg.obj)
+            out = self.cache.record_probe(msg.obj)
             return [*out, Note("server/discover: -32601 after the handshake: the server speaks only the handshake era"),
                     *self.refuse_queued_stateless()]
         return [Note(f"server/discover after the handshake: error {code!r}: this connection carries the handshake era only"),

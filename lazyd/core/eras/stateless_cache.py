@@ -26,7 +26,7 @@ from lazyd.core.cache import (ANY_VERSION, LIST_CHANGED, LISTING_CAPABILITY, LIS
                               discover_key, is_stateless_discovery, remaining_ttl_ms)
 from lazyd.core.relay.jsonrpc import JsonId, JsonObj, Message
 from lazyd.core.relay.listings import Fetched, Waiter, drift
-from lazyd.core.relay.upstream import discover_version_key, forward
+from lazyd.core.relay.upstream import discover_version_key, forward, internal
 from lazyd.core.relay.actions import Action, Note, Phase, SnapshotChanged, ToClient
 from lazyd.core.relay.shared import RelayShared
 from lazyd.core.relay.routing import ClientId
@@ -79,6 +79,16 @@ class StatelessCache:
         if self.shared.snapshot.last_params is not None:
             return asker_from_params(self.shared.snapshot.last_params, version)
         return Asker(version, dict(LAZYD_CLIENT_INFO), {})
+
+    def probe(self, purpose: str, why: str) -> list[Action]:
+        """The relay's own `server/discover` (the era probe), under a real client's identity."""
+        asker = self.shared.era.probe_asker = self.start_asker(PROBE_VERSION)
+        return [internal(self.shared.routes, "server/discover", {"_meta": asker.envelope()}, purpose), Note(why)]
+
+    def record_probe(self, response: JsonObj) -> list[Action]:
+        """Store the answer to the era probe under the identity it carried."""
+        asker = self.shared.era.probe_asker or self.start_asker(PROBE_VERSION)
+        return self.record_discover(discover_key(PROBE_VERSION, asker.identity), response)
 
     def request_asker(self, cid: ClientId, params: JsonObj) -> Asker:
         info, caps = eras.envelope_identity(params)

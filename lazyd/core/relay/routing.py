@@ -137,6 +137,14 @@ class Routes:
             self.by_client.pop((up.cid, up.client_id), None)
         return up
 
+    def unsubscribe(self, uri: str, cid: ClientId) -> bool:
+        """Drop `cid`'s subscription to `uri`; whether any client is still subscribed to it."""
+        subscribers = self.subscriptions.get(uri, set())
+        subscribers.discard(cid)
+        if not subscribers:
+            self.subscriptions.pop(uri, None)
+        return bool(subscribers)
+
     def release_token(self, relay_id: int) -> None:
         self.tokens.pop(relay_id, None)
 

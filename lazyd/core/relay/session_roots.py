@@ -23,7 +23,7 @@ from typing import Protocol
 from lazyd.core.relay import jsonrpc as rpc
 from lazyd.core.relay.actions import Action, Note, Phase, SessionKey, ToClient, ToServer
 from lazyd.core.relay.client_state import ClientState
-from lazyd.core.relay.jsonrpc import JsonId, JsonObj, Message
+from lazyd.core.relay.jsonrpc import JsonId, Message
 from lazyd.core.relay.routing import ClientId
 from lazyd.core.relay.shared import RelayShared
 from lazyd.core.sharing.roots import NO_ROOTS, UNANSWERED, Root, common_roots, parse_roots, roots_key, roots_result

@@ -27,7 +27,6 @@ from typing import Protocol
 
 from lazyd.core.relay import jsonrpc as rpc
 from lazyd.core import state_codec as sc
-from lazyd.core.eras.asker import PROBE_VERSION
 from lazyd.core.cache import LIST_CHANGED, HandshakeEntry, Listing, handshake_key
 from lazyd.core.eras.state import Stage
 from lazyd.core.relay.jsonrpc import JsonObj, Kind, Message
@@ -125,7 +124,8 @@ class Handshake:
         routes.session_meta = routes.session_forced or declares_session_aware([result])
         out.append(ToServer(rpc.notification_line("notifications/initialized")))
         if self.shared.era.start_plan(self.core.phase).probe_after_handshake and self.shared.era.stateless_up is False:
-            out.extend(self._send_probe_after())
+            out.extend(self.cache.probe("probe-after", "asking server/discover after the handshake: "
+                                                       "does this connection carry the stateless era too?"))
         for cid, queued in self.shared.queue.take():
             if queued.method == "initialize" and queued.id is not None:
                 out.append(ToClient(cid, rpc.result_line(queued.id, result), queued.id))
@@ -139,13 +139,6 @@ class Handshake:
             out.append(internal(self.shared.routes, "resources/subscribe", {"uri": uri}, "resubscribe"))
         out.extend(self._start_refresh(self.instance.advertised_listings()))
         return out
-
-    def _send_probe_after(self) -> list[Action]:
-        """A `server/discover` after the handshake: does this connection carry the other era?"""
-        asker = self.cache.start_asker(PROBE_VERSION)
-        self.shared.era.probe_asker = asker
-        return [internal(self.shared.routes, "server/discover", {"_meta": asker.envelope()}, "probe-after"),
-                Note("asking server/discover after the handshake: does this connection carry the stateless era too?")]
 
     # ---- refresh ---------------------------------------------------------------------------------
 
@@ -279,23 +272,16 @@ class Handshake:
         uri = msg.params.get("uri")
         if not isinstance(uri, str):
             return forward(self.shared.routes, cid, msg)
-        subscribers = self.shared.routes.subscriptions.get(uri, set())
-        subscribers.discard(cid)
-        if subscribers or uri not in self.upstream_subs:
-            if not subscribers:
-                self.shared.routes.subscriptions.pop(uri, None)
+        if self.shared.routes.unsubscribe(uri, cid) or uri not in self.upstream_subs:
             return [ToClient(cid, rpc.result_line(msg.id, {}), msg.id)]
-        self.shared.routes.subscriptions.pop(uri, None)
         self.upstream_subs.discard(uri)
         return forward(self.shared.routes, cid, msg)
 
     def client_left(self, cid: ClientId) -> list[Action]:
         """A client left: its subscriptions end; a uri nobody else wants is unsubscribed upstream."""
         out: list[Action] = []
-        for uri, subscribers in list(self.shared.routes.subscriptions.items()):
-            subscribers.discard(cid)
-            if not subscribers:
-                del self.shared.routes.subscriptions[uri]
+        for uri in list(self.shared.routes.subscriptions):
+            if not self.shared.routes.unsubscribe(uri, cid):
                 if uri in self.upstream_subs and self.core.phase is Phase.READY:
                     self.upstream_subs.discard(uri)
                     out.append(internal(self.shared.routes, "resources/unsubscribe", {"uri": uri}, "unsubscribe"))
