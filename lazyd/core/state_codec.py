@@ -141,11 +141,6 @@ def _tuple_kinds(kind: Any) -> list[Any] | None:
     return list(args) if get_origin(kind) is tuple and args and args[-1] is not Ellipsis else None
 
 
-def row(value: Any) -> list[Any]:
-    """A dataclass as the list of its fields in order (a compact form `load` also reads)."""
-    return [dump(getattr(value, name), hint) for name, hint in _fields_of(type(value))]
-
-
 def dump_attrs(owner: object, kinds: Mapping[str, Any]) -> JsonObj:
     """The attributes of `owner` that `kinds` names, each by its type: a part's state."""
     return {name: dump(getattr(owner, name), kind) for name, kind in kinds.items()}
@@ -159,7 +154,7 @@ def load_attrs(owner: object, kinds: Mapping[str, Any], value: object, what: str
 
 
 def load(kind: Any, value: object, what: str) -> Any:
-    """What `dump` or `row` wrote, checked against `kind` (a field's type) all the way down. A
+    """What `dump` wrote, checked against `kind` (a field's type) all the way down. A
     dataclass field absent from the object takes its default: a field added later reads as that
     from a state written before it."""
     args = get_args(kind)
@@ -172,11 +167,6 @@ def load(kind: Any, value: object, what: str) -> Any:
             return json_id(value, what)
         (kind,) = kinds
         return load(kind, value, what)
-    if isinstance(kind, type) and is_dataclass(kind) and isinstance(value, list):
-        names = [name for name, _ in _fields_of(kind)]
-        if len(value) != len(names):
-            raise ValueError(f"{what}: expected {len(names)} items")
-        return load(kind, dict(zip(names, value)), what)
     if isinstance(kind, type) and is_dataclass(kind):
         state = obj(value, what)
         return kind(**{name: load(hint, state.get(name), f"{what}.{name}") for name, hint in _fields_of(kind)

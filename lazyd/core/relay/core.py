@@ -112,10 +112,6 @@ class RelayCore:
     def era(self) -> EraState:
         return self.shared.era
 
-    @property
-    def listings(self) -> ListingEngine:
-        return self.shared.listings
-
     # ---- observations ----------------------------------------------------------------------------
 
     @property
@@ -136,7 +132,7 @@ class RelayCore:
         return len(self.clients)
 
     def inflight_count(self) -> int:
-        return self.routes.client_inflight + self.queue.requests() + self.listings.waiting_count()
+        return self.routes.client_inflight + self.queue.requests() + self.shared.listings.waiting_count()
 
     def listen_count(self) -> int:
         """Open `subscriptions/listen` streams of attached clients (they do not keep a server up)."""
@@ -156,7 +152,7 @@ class RelayCore:
         """Everything this core keeps, as plain data; not the snapshot, which lanes share."""
         return {"phase": self.phase.value, "now": self.now, "clients": sc.dump(list(self.clients.values())),
                 "queue": sc.dump(self.queue.items, _QUEUE), "routes": sc.dump(self.routes),
-                "era": sc.dump_attrs(self.era, ERA_KEPT), "listings": self.listings.to_state(),
+                "era": sc.dump_attrs(self.era, ERA_KEPT), "listings": self.shared.listings.to_state(),
                 "listen": sc.dump(self.listen.hub), "bridge": sc.dump_attrs(self.bridge, BRIDGE_KEPT),
                 "handshake": self.handshake.to_state(), "stateless_starting": self.stateless.starting,
                 "roots": sc.dump_attrs(self.roots, ROOTS_KEPT)}
@@ -173,7 +169,7 @@ class RelayCore:
         core.queue.items = sc.load(_QUEUE, s.get("queue"), "queued message")
         core.shared.routes = sc.load(Routes, s.get("routes"), "routes")  # the parts read it through `shared`
         sc.load_attrs(core.era, ERA_KEPT, s.get("era"), "era")
-        core.listings.restore(s.get("listings"))
+        core.shared.listings.restore(s.get("listings"))
         core.listen.hub = sc.load(ListenHub, s.get("listen"), "listen")
         sc.load_attrs(core.bridge, BRIDGE_KEPT, s.get("bridge"), "bridge")
         core.handshake.restore(s.get("handshake"))
@@ -277,7 +273,7 @@ class RelayCore:
         self.queue.drop_client(cid)
         self.routes.forget_client(cid)
         self.listen.hub.drop_client(cid)
-        self.listings.drop_waiter(cid)
+        self.shared.listings.drop_waiter(cid)
         self.bridge.forget_rounds(cid)
         del self.clients[cid]
         out.extend(self.roots.left(cid))
