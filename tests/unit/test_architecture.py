@@ -69,7 +69,7 @@ ROWS: dict[str, tuple[str, frozenset[str]]] = {
     "lazyd/config/model.py": ("config", frozenset({"lazyd/core/", STDLIB_FLOOR})),
     "lazyd/config/values.py": ("config", frozenset({STDLIB_FLOOR})),
     "lazyd/config/known.py": ("config", frozenset({"lazyd/core/", STDLIB_FLOOR})),
-    "lazyd/config/toml_text.py": ("config", frozenset({"tomlkit", STDLIB_FLOOR})),
+    "lazyd/config/toml_text.py": ("config", frozenset({STDLIB_FLOOR})),
     "lazyd/core/": ("core", frozenset({"lazyd/errors.py", "lazyd/config/durations.py", "lazyd/config/envnames.py",
                                        "lazyd/config/sizes.py", "lazyd/protocol/jsonline.py"})),
     "lazyd/daemon/": ("shell", frozenset({STDLIB_FLOOR, "lazyd/host/paths.py", "lazyd/config/", "lazyd/core/", "trio",

@@ -118,15 +118,7 @@ class Bridge:
                 return self._forward(client, msg)
             # Everything was served as one page: the rest of "all pages" is nothing.
             return [ToClient(client.cid, rpc.result_line(msg.id, {LISTINGS[msg.method]: []}), msg.id)]
-        if self.cache.not_advertised(msg.method):
-            return [ToClient(client.cid, rpc.error_line(msg.id, rpc.METHOD_NOT_FOUND, f"Method not found: {msg.method}"), msg.id)]
-        asker = self.client_asker(client)
-        cached = self.cache.lookup(msg.method, asker)
-        if cached is not None:
-            return [ToClient(client.cid, rpc.result_line(msg.id, eras.for_handshake_client(cached.result)), msg.id)]
-        if self.cache.can_fetch():
-            return self.cache.fetch(msg.method, asker, "client", Waiter(client.cid, msg.id, "handshake"))
-        return self.shared.queue.add(client.cid, msg, f"{msg.method}: not cached for this client (bridged)")
+        return self.cache.listing(client.cid, msg, self.client_asker(client))
 
     def request(self, client: ClientState, msg: Message) -> list[Action]:
         """Any other handshake-era request, with the server READY and bridged."""

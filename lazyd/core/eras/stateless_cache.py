@@ -184,19 +184,24 @@ class StatelessCache:
     def can_fetch(self) -> bool:
         return self.shared.era.can_fetch(self.core.phase)
 
-    def listing(self, cid: ClientId, msg: Message) -> list[Action]:
-        """A stateless client's listing (no cursor, no continuation)."""
+    def listing(self, cid: ClientId, msg: Message, asker: Asker | None = None) -> list[Action]:
+        """A listing without cursor or continuation: a stateless client's (`asker` None: its
+        envelope's, served while fresh), or a bridged handshake-era client's (whatever its age,
+        without the stateless-only fields)."""
         assert msg.id is not None and msg.method is not None
         if self.not_advertised(msg.method):
             return [ToClient(cid, rpc.error_line(msg.id, rpc.METHOD_NOT_FOUND, f"Method not found: {msg.method}"), msg.id)]
-        asker = self.request_asker(cid, msg.params)
+        shape = "stateless" if asker is None else "handshake"
+        asker = asker or self.request_asker(cid, msg.params)
         cached = self.lookup(msg.method, asker)
+        if cached is not None and shape == "handshake":
+            return [ToClient(cid, rpc.result_line(msg.id, eras.for_handshake_client(cached.result)), msg.id)]
         if cached is not None:
             line = self.cached_answer(msg.id, {"result": cached.result, "stored_at": cached.stored_at})
             if line is not None:
                 return [ToClient(cid, line, msg.id)]
         if self.can_fetch():
-            return self.fetch(msg.method, asker, "client", Waiter(cid, msg.id, "stateless"))
+            return self.fetch(msg.method, asker, "client", Waiter(cid, msg.id, shape))
         return self.shared.queue.add(cid, msg, f"{msg.method}: not cached for this client, or expired")
 
     def fetch(self, method: str, asker: Asker, why: str, waiter: Waiter | None = None, *, again: bool = False) -> list[Action]:
