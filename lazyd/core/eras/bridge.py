@@ -7,7 +7,7 @@ discovery, each request upstream in an envelope made of the client's own `initia
 results without the stateless-only fields, an `input_required` result turned into real requests to
 the very client it answers and retried with their answers (at most MAX_INPUT_ROUNDS rounds),
 listings from the stateless cache whatever their age, subscriptions through the relay's listen
-stream (lazyd/core/eras/listen_relay.py).
+stream (lazyd/core/eras/listen.py).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from lazyd.core.relay.upstream import forward
 from lazyd.core.relay.shared import RelayShared
 from lazyd.core.relay.routing import CALLBACK_CAPABILITY, ClientId, Upstream
 from lazyd.core.eras.stateless_cache import StatelessCache, advertised
-from lazyd.core.eras.listen_relay import ListenRelay
+from lazyd.core.eras.listen import ListenRelay
 
 # The python SDK's own cap on input_required rounds: a server that keeps asking is given up on.
 MAX_INPUT_ROUNDS = 10

@@ -34,7 +34,7 @@ from lazyd.core.relay.startup import Handshake, refusal_reason
 from lazyd.core.relay.shared import RelayShared
 from lazyd.core.relay.routing import ClientId
 from lazyd.core.eras.stateless_cache import StatelessCache, advertised
-from lazyd.core.eras.listen_relay import ListenRelay
+from lazyd.core.eras.listen import ListenRelay
 
 
 class StatelessPort(Protocol):
@@ -208,7 +208,7 @@ class StatelessEra:
 
     def maybe_ready(self) -> list[Action]:
         """Complete once listings and listen stream are in: no later change can go unnoticed."""
-        if not self.starting or self.listen.hub.pending is not None:
+        if not self.starting or self.listen.pending is not None:
             return []
         if self.shared.listings.pending(stateless=True, why="start"):
             return []
@@ -228,7 +228,7 @@ class StatelessEra:
                 if w.cid in self.shared.clients:
                     line = rpc.error_line(w.client_id, rpc.SERVER_UNAVAILABLE, f"lazyd: server {self.core.name} stopped before answering")
                     out.append(ToClient(w.cid, line, w.client_id))
-        self.listen.hub.process_gone()
+        self.listen.process_gone()
         self.shared.era.gone()
         self.starting = False
         return out

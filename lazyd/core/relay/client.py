@@ -32,7 +32,7 @@ from lazyd.core.relay.shared import RelayShared
 from lazyd.core.relay.routing import ClientId, level_rank
 from lazyd.core.eras.stateless import StatelessEra
 from lazyd.core.eras.stateless_cache import StatelessCache
-from lazyd.core.eras.listen_relay import ListenRelay
+from lazyd.core.eras.listen import ListenRelay
 
 
 class ClientPort(Protocol):
@@ -171,7 +171,7 @@ class ClientMessages:
             if not rpc.valid_id(request_id):
                 return [Note(f"client {cid}: cancel without a valid requestId dropped")]
             assert isinstance(request_id, (int, str))
-            if self.listen.hub.remove(cid, request_id):
+            if self.listen.remove(cid, request_id):
                 return [Note(f"client {cid} closed its listen stream id={request_id!r}")]
             if self.shared.listings.drop_waiter(cid, request_id):
                 return [Note(f"client {cid} cancelled id={request_id!r} while its answer was being fetched")]

@@ -51,8 +51,7 @@ from lazyd.core.sharing.modes import declares_session_aware
 from lazyd.core.eras.stateless import StatelessEra
 from lazyd.core.lifecycle.use import counts_as_use
 from lazyd.core.eras.stateless_cache import StatelessCache
-from lazyd.core.eras.listen import ListenHub
-from lazyd.core.eras.listen_relay import ListenRelay
+from lazyd.core.eras.listen import KEPT as LISTEN_KEPT, ListenRelay
 from lazyd.core.relay.actions import (Abort as Abort, Action as Action, Activity as Activity, Note as Note,
                                       Phase as Phase, Ready as Ready, SessionKey as SessionKey,
                                       SnapshotChanged as SnapshotChanged, ToClient as ToClient, ToServer as ToServer,
@@ -136,7 +135,7 @@ class RelayCore:
 
     def listen_count(self) -> int:
         """Open `subscriptions/listen` streams of attached clients (they do not keep a server up)."""
-        return len(self.listen.hub.streams)
+        return len(self.listen.streams)
 
     def process_era(self) -> str | None:
         """"handshake", "stateless" (handshake-era clients bridged), "both", or None: no process."""
@@ -153,7 +152,7 @@ class RelayCore:
         return {"phase": self.phase.value, "now": self.now, "clients": sc.dump(list(self.clients.values())),
                 "queue": sc.dump(self.queue.items, _QUEUE), "routes": sc.dump(self.routes),
                 "era": sc.dump_attrs(self.era, ERA_KEPT), "listings": self.shared.listings.to_state(),
-                "listen": sc.dump(self.listen.hub), "bridge": sc.dump_attrs(self.bridge, BRIDGE_KEPT),
+                "listen": sc.dump_attrs(self.listen, LISTEN_KEPT), "bridge": sc.dump_attrs(self.bridge, BRIDGE_KEPT),
                 "handshake": self.handshake.to_state(), "stateless_starting": self.stateless.starting,
                 "roots": sc.dump_attrs(self.roots, ROOTS_KEPT)}
 
@@ -170,7 +169,7 @@ class RelayCore:
         core.shared.routes = sc.load(Routes, s.get("routes"), "routes")  # the parts read it through `shared`
         sc.load_attrs(core.era, ERA_KEPT, s.get("era"), "era")
         core.shared.listings.restore(s.get("listings"))
-        core.listen.hub = sc.load(ListenHub, s.get("listen"), "listen")
+        sc.load_attrs(core.listen, LISTEN_KEPT, s.get("listen"), "listen")
         sc.load_attrs(core.bridge, BRIDGE_KEPT, s.get("bridge"), "bridge")
         core.handshake.restore(s.get("handshake"))
         core.stateless.starting = sc.flag(s.get("stateless_starting"), "stateless_starting")
@@ -272,7 +271,7 @@ class RelayCore:
         out.extend(self.handshake.client_left(cid))
         self.queue.drop_client(cid)
         self.routes.forget_client(cid)
-        self.listen.hub.drop_client(cid)
+        self.listen.drop_client(cid)
         self.shared.listings.drop_waiter(cid)
         self.bridge.forget_rounds(cid)
         del self.clients[cid]
