@@ -58,7 +58,7 @@ class Activity:
 
 @dataclass(frozen=True, slots=True)
 class Used:
-    """A request that is real use of the server came (lazyd/core/lifecycle/use.py): no check linger."""
+    """A request that is real use of the server came (lazyd/core/lifecycle/usage.py): no check linger."""
 
 
 @dataclass(frozen=True, slots=True)

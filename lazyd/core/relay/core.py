@@ -49,7 +49,7 @@ from lazyd.core.relay.routing import ClientId, Routes, SamplingPolicy
 from lazyd.core.relay.session_meta import default_session_id
 from lazyd.core.sharing.modes import declares_session_aware
 from lazyd.core.eras.stateless import StatelessEra
-from lazyd.core.lifecycle.use import counts_as_use
+from lazyd.core.lifecycle.usage import counts_as_use
 from lazyd.core.eras.stateless_cache import StatelessCache
 from lazyd.core.eras.listen import KEPT as LISTEN_KEPT, ListenRelay
 from lazyd.core.relay.actions import (Abort as Abort, Action as Action, Activity as Activity, Note as Note,
