@@ -25,6 +25,7 @@ from lazyd.config.known import packaged, parse_table
 from lazyd.config.toml_text import parse_toml
 from lazyd.config.model import Config, Policy, ServerConfig, WakePredicate
 from lazyd.config.durations import parse_bool
+from lazyd.config.envnames import checked_name
 from lazyd.config.sizes import parse_limit
 from lazyd.core.eras.choice import ERA_SETTINGS
 from lazyd.core.policy import DECISIONS, ToolPolicy, compile_rule
@@ -160,11 +161,10 @@ def _pressure(at: cv.At, value: object) -> PressureSettings:
 
 def _patterns(at: cv.At, value: object) -> frozenset[str]:
     """An array of variable names or fnmatch patterns (per_session_env, identity_env)."""
-    patterns = frozenset(cv.strings(at, value, allow_empty=True))
-    for pattern in sorted(patterns):
-        if not pattern or "=" in pattern:
-            raise at.error(f"{pattern!r} is not a variable name or pattern")
-    return patterns
+    try:
+        return frozenset(checked_name(pattern) for pattern in cv.strings(at, value, allow_empty=True))
+    except ValueError as error:
+        raise at.error(str(error)) from None
 
 
 def _tool_policy(at: cv.At, value: object) -> ToolPolicy:

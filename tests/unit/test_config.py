@@ -234,6 +234,8 @@ def test_the_parsed_config_cannot_be_modified() -> None:
          "'random' is not one of: refuse, most-recent"),
         ("[defaults]\nper_session_env = \"X\"\n", "defaults.per_session_env", "expected an array of strings"),
         ("[defaults]\nper_session_env = [1]\n", "defaults.per_session_env", "expected a string, got an integer"),
+        ("[defaults]\nidentity_env = [\"MY TOKEN\"]\n", "defaults.identity_env",
+         "'MY TOKEN' is not a variable name or pattern"),
         ("[defaults]\nper_session_env = [\"A=B\"]\n", "defaults.per_session_env", "is not a variable name"),
         ("[defaults]\nper_session_env = [\"\"]\n", "defaults.per_session_env", "is not a variable name"),
         ("[servers.s]\ncommand = 5\n", "servers.s.command", "expected a string, got an integer"),
