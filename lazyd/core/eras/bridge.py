@@ -60,13 +60,7 @@ KEPT = {"rounds": dict[tuple[ClientId, JsonId], InputRound],
 
 
 class BridgePort(Protocol):
-    """What the bridge reads of the core: who it is, its phase, and the live handshake."""
-
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def phase(self) -> Phase: ...
+    """What the bridge reads of the core: the live handshake."""
 
     @property
     def instance(self) -> HandshakeEntry | None: ...
@@ -85,7 +79,7 @@ class Bridge:
 
     def bridging(self) -> bool:
         """Whether handshake-era clients are served through the bridge right now."""
-        return self.shared.era.bridging(self.core.phase, self.core.instance is not None)
+        return self.shared.era.bridging(self.shared.phase, self.core.instance is not None)
 
     def upstream_version(self) -> str:
         return eras.upstream_version(self.cache.known_discovery()) or PROBE_VERSION
@@ -103,7 +97,7 @@ class Bridge:
         # The handshake era has no ttl: a session must be able to begin from what is known.
         found = self.shared.snapshot.discovery_result(asker.version, asker.identity)
         if found is not None:
-            result = eras.initialize_result_from_discover(found[0], msg.params.get("protocolVersion"), self.core.name)
+            result = eras.initialize_result_from_discover(found[0], msg.params.get("protocolVersion"), self.shared.name)
             return [ToClient(client.cid, rpc.result_line(msg.id, result), msg.id),
                     Note(f"client {client.cid} initialize answered from the server's discovery (bridged)")]
         if self.cache.can_fetch():
@@ -114,7 +108,7 @@ class Bridge:
     def listing(self, client: ClientState, msg: Message) -> list[Action]:
         assert msg.id is not None and msg.method is not None
         if isinstance(msg.params.get("cursor"), str):
-            if self.core.phase is Phase.READY and self.shared.era.stateless_up:
+            if self.shared.phase is Phase.READY and self.shared.era.stateless_up:
                 return self._forward(client, msg)
             # Everything was served as one page: the rest of "all pages" is nothing.
             return [ToClient(client.cid, rpc.result_line(msg.id, {LISTINGS[msg.method]: []}), msg.id)]
@@ -167,7 +161,7 @@ class Bridge:
         why = ('era = "stateless" is set for it; with era = "auto" a handshake-era client gets a process in its own era'
                if self.shared.era.setting == "stateless" else "it speaks only the stateless era")
         return (f"{error.get('message', '')} (lazyd: this handshake-era client is served through the stateless era "
-                f"of {self.core.name}, where a server cannot send requests to its client: {why})")
+                f"of {self.shared.name}, where a server cannot send requests to its client: {why})")
 
     # ---- input_required, answered by the client it concerns -------------------------------------
 
@@ -234,7 +228,7 @@ class Bridge:
             params["requestState"] = state.request_state
         obj: JsonObj = {"jsonrpc": "2.0", "id": state.client_id, "method": state.method, "params": params}
         msg = Message(Kind.REQUEST, obj, state.client_id, state.method)
-        if self.core.phase is Phase.READY and self.bridging():
+        if self.shared.phase is Phase.READY and self.bridging():
             return self.request(self.shared.clients[state.cid], msg)
         return self.shared.queue.add(state.cid, msg, "retry with the client's input")
 
@@ -268,7 +262,7 @@ class Bridge:
         found = self.shared.snapshot.discovery_result(asker.version, asker.identity)
         if found is None:
             return None
-        result = eras.initialize_result_from_discover(found[0], params.get("protocolVersion"), self.core.name)
+        result = eras.initialize_result_from_discover(found[0], params.get("protocolVersion"), self.shared.name)
         listings: dict[str, Listing] = {}
         for method in advertised(found[0]):
             cached = self.cache.lookup(method, asker)

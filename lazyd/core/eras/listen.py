@@ -85,10 +85,7 @@ MAX_LISTEN_REISSUES = 3
 
 
 class ListenPort(Protocol):
-    """The phase, the live handshake, and the stateless start's barrier."""
-
-    @property
-    def phase(self) -> Phase: ...
+    """The live handshake, and the stateless start's barrier."""
 
     @property
     def instance(self) -> HandshakeEntry | None: ...
@@ -168,7 +165,7 @@ class ListenRelay:
         out: list[Action] = [ToClient(cid, ack), Activity(), Note(f"client {cid} listen id={msg.id!r} acknowledged")]
         if self.cache.can_fetch():
             out.extend(self.sync())
-        elif uris_of(granted) and self.core.phase is Phase.DOWN:
+        elif uris_of(granted) and self.shared.phase is Phase.DOWN:
             out.append(WantServer())  # resource updates need a live server (docs/relay.md)
         return out
 

@@ -38,12 +38,7 @@ from lazyd.core.eras.listen import ListenRelay
 
 
 class StatelessPort(Protocol):
-    """Who the core is, the phase it moves, a queued request handled again once ready."""
-
-    phase: Phase
-
-    @property
-    def name(self) -> str: ...
+    """A queued request handled again once ready."""
 
     def dispatch(self, cid: ClientId, msg: Message) -> list[Action]: ...
 
@@ -77,7 +72,7 @@ class StatelessEra:
                 self.shared.era.held = None
                 out.extend(self.shared.era.learn_mixed(False))
                 out.extend(self.start())
-            elif self.core.phase is Phase.HANDSHAKE:
+            elif self.shared.phase is Phase.HANDSHAKE:
                 pass  # the replayed initialize's answer decides whether one connection does both
             elif self.handshake.instance is not None:
                 out.extend(self.shared.era.learn_mixed(True))
@@ -97,7 +92,7 @@ class StatelessEra:
             reason = refusal_reason(refused)
             return [*out, *self.shared.queue.fail(f"lazyd: {reason}", self.shared.clients), Abort(reason)]
         out.extend(self.refuse_queued_stateless())
-        if self.handshake.instance is None and self.core.phase is Phase.PREINIT:
+        if self.handshake.instance is None and self.shared.phase is Phase.PREINIT:
             params = self.handshake.replay_params()
             if params is not None:
                 out.extend(self.handshake.send_initialize(params))
@@ -109,13 +104,13 @@ class StatelessEra:
             self.handshake.instance = None
             out = [Note("the server refused initialize after discovery: handshake-era clients are bridged"),
                    *self.shared.era.learn_mixed(False)]
-            if not self.starting and self.core.phase is not Phase.READY:
+            if not self.starting and self.shared.phase is not Phase.READY:
                 out.extend(self.start())
             return out
         if self.shared.era.stage is Stage.PROBING:
             self.shared.era.held = error
             self.handshake.instance = None
-            self.core.phase = Phase.PREINIT
+            self.shared.phase = Phase.PREINIT
             return [Note("initialize refused while the era probe is pending: its answer decides")]
         data = error.get("data")
         names_stateless = error.get("code") == eras.UNSUPPORTED_PROTOCOL_VERSION and bool(eras.stateless_versions(
@@ -126,7 +121,7 @@ class StatelessEra:
             self.shared.era.held = error
             self.shared.era.move(Event.FIRST_INITIALIZE_REFUSED)
             self.handshake.instance = None
-            self.core.phase = Phase.PREINIT
+            self.shared.phase = Phase.PREINIT
             learned: list[Action] = [Note("the first initialize was refused: the server speaks only the stateless era"),
                                      *self.shared.era.learn_first_initialize(False)]
             return learned + self.send_probe()
@@ -173,7 +168,7 @@ class StatelessEra:
         answer = next(iter(self.shared.snapshot.discover.values()), {})
         error = answer.get("error") if isinstance(answer, dict) else None
         said = f"{error.get('code')} {str(error.get('message', ''))[:120]}" if isinstance(error, dict) else "no DiscoverResult"
-        return (f'lazyd: server {self.core.name} is set to era = "stateless", but it does not speak the stateless era '
+        return (f'lazyd: server {self.shared.name} is set to era = "stateless", but it does not speak the stateless era '
                 f'(server/discover: {said}); set era = "auto" or "handshake" for it')
 
     def refuse_queued_stateless(self) -> list[Action]:
@@ -191,7 +186,7 @@ class StatelessEra:
     def start(self) -> list[Action]:
         """The stateless start (module docstring)."""
         self.handshake.instance = None
-        self.core.phase = Phase.REFRESH
+        self.shared.phase = Phase.REFRESH
         self.starting = True
         version = eras.upstream_version(self.shared.era.discovery) or PROBE_VERSION
         asker = self.cache.start_asker(version)
@@ -213,7 +208,7 @@ class StatelessEra:
         if self.shared.listings.pending(stateless=True, why="start"):
             return []
         self.starting = False
-        self.core.phase = Phase.READY
+        self.shared.phase = Phase.READY
         out: list[Action] = [Ready()]
         for cid, msg in self.shared.queue.take():
             if cid in self.shared.clients and msg.id is not None:
@@ -226,7 +221,7 @@ class StatelessEra:
         for fetch in self.shared.listings.gone():
             for w in fetch.waiters:
                 if w.cid in self.shared.clients:
-                    line = rpc.error_line(w.client_id, rpc.SERVER_UNAVAILABLE, f"lazyd: server {self.core.name} stopped before answering")
+                    line = rpc.error_line(w.client_id, rpc.SERVER_UNAVAILABLE, f"lazyd: server {self.shared.name} stopped before answering")
                     out.append(ToClient(w.cid, line, w.client_id))
         self.listen.process_gone()
         self.shared.era.gone()
@@ -250,7 +245,7 @@ class StatelessEra:
             return out + self.cache.listing(cid, msg)
         if method == "subscriptions/listen":
             return out + self.listen.listen(cid, msg)
-        if self.core.phase is not Phase.READY or self.shared.era.stateless_up is not True:
+        if self.shared.phase is not Phase.READY or self.shared.era.stateless_up is not True:
             return out + self.shared.queue.add(cid, msg, "needs the server")
         hidden = foreign_task(self.shared.routes, cid, msg)
         if hidden is not None:
@@ -281,13 +276,13 @@ class StatelessEra:
         if self.shared.era.setting == "handshake":
             return eras.unsupported_version_line(
                 msg.id, version, self._handshake_versions(),
-                f'lazyd: server {self.core.name} is set to era = "handshake" (initialize), not protocol {version}')
-        if self.shared.era.stateless_up is False or (self.core.phase is Phase.DOWN and self.shared.snapshot.era() == "handshake"):
+                f'lazyd: server {self.shared.name} is set to era = "handshake" (initialize), not protocol {version}')
+        if self.shared.era.stateless_up is False or (self.shared.phase is Phase.DOWN and self.shared.snapshot.era() == "handshake"):
             return eras.unsupported_version_line(
                 msg.id, version, self._handshake_versions(),
-                f"lazyd: server {self.core.name} speaks only the handshake era (initialize), not protocol {version}")
+                f"lazyd: server {self.shared.name} speaks only the handshake era (initialize), not protocol {version}")
         listed = eras.stateless_versions(self.cache.known_discovery())
         if listed and version not in listed:
             return eras.unsupported_version_line(msg.id, version, listed,
-                                                 f"lazyd: server {self.core.name} does not support protocol {version}")
+                                                 f"lazyd: server {self.shared.name} does not support protocol {version}")
         return None

@@ -16,8 +16,6 @@ client's identity (`start_asker`). Time is the event's wall-clock `now`, never r
 
 from __future__ import annotations
 
-from typing import Protocol
-
 from lazyd.core.eras import versions as eras
 from lazyd.core.relay.handshake_defaults import LAZYD_CLIENT_INFO
 from lazyd.core.relay import jsonrpc as rpc
@@ -32,19 +30,6 @@ from lazyd.core.relay.shared import RelayShared
 from lazyd.core.relay.routing import ClientId
 
 
-class CachePort(Protocol):
-    """Who the core is, its phase, and the time of the event."""
-
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def phase(self) -> Phase: ...
-
-    @property
-    def now(self) -> float: ...
-
-
 def advertised(discovery: JsonObj | None) -> list[str]:
     caps = eras.discover_capabilities(discovery)
     return [method for method, cap in LISTING_CAPABILITY.items() if cap in caps]
@@ -53,8 +38,7 @@ def advertised(discovery: JsonObj | None) -> list[str]:
 class StatelessCache:
     """The stateless cache's answers and records (see the module docstring)."""
 
-    def __init__(self, core: CachePort, shared: RelayShared) -> None:
-        self.core = core
+    def __init__(self, shared: RelayShared) -> None:
         self.shared = shared
 
     # ---- whose identity --------------------------------------------------------------------------
@@ -115,7 +99,7 @@ class StatelessCache:
         assert msg.id is not None
         if self.shared.era.setting == "handshake":
             # As a server without discovery answers: clients in `auto` mode fall back to initialize.
-            text = f'Method not found: lazyd serves {self.core.name} in the handshake era only (era = "handshake")'
+            text = f'Method not found: lazyd serves {self.shared.name} in the handshake era only (era = "handshake")'
             return [ToClient(cid, rpc.error_line(msg.id, rpc.METHOD_NOT_FOUND, text), msg.id)]
         version = discover_version_key(msg.params)
         identity = self.request_asker(cid, msg.params).identity
@@ -127,7 +111,7 @@ class StatelessCache:
             line = self.cached_answer(msg.id, answer)
             if line is not None:
                 return [ToClient(cid, line, msg.id)]
-        if self.core.phase is Phase.DOWN:
+        if self.shared.phase is Phase.DOWN:
             return self.shared.queue.add(cid, msg, "server/discover: not cached (or expired)")
         return forward(self.shared.routes, cid, msg, inspect=True, purpose=discover_key(version, identity))
 
@@ -140,10 +124,10 @@ class StatelessCache:
         if not isinstance(result, dict):
             return None
         stored = answer.get("stored_at", 0.0)
-        left = remaining_ttl_ms(result, float(stored) if isinstance(stored, (int, float)) else 0.0, self.core.now)
+        left = remaining_ttl_ms(result, float(stored) if isinstance(stored, (int, float)) else 0.0, self.shared.now)
         if left is None:
             return rpc.result_line(msg_id, result)
-        if left <= 0 and self.core.phase is not Phase.DOWN:
+        if left <= 0 and self.shared.phase is not Phase.DOWN:
             return None
         return rpc.result_line(msg_id, {**result, "ttlMs": left})
 
@@ -157,7 +141,7 @@ class StatelessCache:
             if not public and not identity:
                 return [Note("a private discovery answer for an unknown identity is not cached")]
             self.shared.snapshot.discover[discover_key(version, PUBLIC if public else identity)] = {
-                "result": result, "stored_at": self.core.now}
+                "result": result, "stored_at": self.shared.now}
             if is_stateless_discovery(result):
                 self.shared.snapshot.discover.pop(ANY_VERSION, None)
             return [SnapshotChanged()]
@@ -182,7 +166,7 @@ class StatelessCache:
         return discovery is not None and method not in advertised(discovery)
 
     def can_fetch(self) -> bool:
-        return self.shared.era.can_fetch(self.core.phase)
+        return self.shared.era.can_fetch(self.shared.phase)
 
     def listing(self, cid: ClientId, msg: Message, asker: Asker | None = None) -> list[Action]:
         """A listing without cursor or continuation: a stateless client's (`asker` None: its
@@ -229,7 +213,7 @@ class StatelessCache:
         old = self.lookup(fetch.method, asker)
         # One of the two keys at most: a result that changed scope must not leave its other self.
         self.shared.snapshot.stateless.pop(asker.key(fetch.method, fetch.private), None)
-        self.shared.snapshot.store_stateless(asker.key(fetch.method, not fetch.private), done.result, self.core.now)
+        self.shared.snapshot.store_stateless(asker.key(fetch.method, not fetch.private), done.result, self.shared.now)
         out = [SnapshotChanged(), *self.answer_waiters(done)]
         served = {fetch.method: old.result.get(item_key)} if old is not None else None
         drifted = fetch.why == "start" and bool(drift(served, {fetch.method: fetch.items}))
@@ -243,7 +227,7 @@ class StatelessCache:
                 continue
             value: object = done.result
             if w.shape == "initialize":
-                value = eras.initialize_result_from_discover(done.result, w.requested, self.core.name)
+                value = eras.initialize_result_from_discover(done.result, w.requested, self.shared.name)
             elif w.shape == "handshake":
                 value = eras.for_handshake_client(done.result)
             out.append(ToClient(w.cid, rpc.result_line(w.client_id, value), w.client_id))

@@ -21,8 +21,9 @@ replays one (it may not be idempotent). Both eras go through this object (docs/p
 each start follows the plan of the instance's *lane* (lazyd/core/eras/choice.py); a stateless
 process skips the handshake and serves handshake-era clients through the bridge.
 
-`RelayCore` owns the phase and the public API; its parts (docs/architecture.md, "The relay core: parts, ports")
-each keep their own state behind a narrow port back to it.
+`RelayCore` is the public API; its parts (docs/architecture.md, "The relay core: parts, ports")
+each keep their own state, share the phase and the rest of `RelayShared`, and reach the core
+through a narrow port.
 """
 
 from __future__ import annotations
@@ -71,25 +72,40 @@ class RelayCore:
                  era: EraSetting = "auto", session_aware: bool = False) -> None:
         self.name = name
         self.sampling_policy: SamplingPolicy = sampling_policy
-        self.phase = Phase.DOWN
-        self.now = 0.0  # the time the event being handled brought
         routes = Routes()
         # Session ids in every request (session_meta.py): forced, or declared by the cached server.
         routes.session_forced = session_aware
         routes.session_meta = session_aware or declares_session_aware(e.result for e in snapshot.entries.values())
         era_state = EraState(era, snapshot)
         listings = ListingEngine(lambda method, params, purpose: internal(self.shared.routes, method, params, purpose))
-        self.shared = shared = RelayShared(snapshot, era_state, listings, routes)
-        self.cache = StatelessCache(self, shared)
+        self.shared = shared = RelayShared(name, snapshot, era_state, listings, routes)
+        self.cache = StatelessCache(shared)
         self.listen = ListenRelay(self, shared, self.cache)
         self.bridge = Bridge(self, shared, self.cache, self.listen)
         self.roots = RootsPart(self, shared)
         self.handshake = Handshake(self, shared, self.cache, self.roots)
         self.stateless = StatelessEra(self, shared, self.cache, self.listen, self.handshake)
-        self.from_client = ClientMessages(self, shared, self.cache, self.listen, self.bridge, self.handshake,
+        self.from_client = ClientMessages(shared, self.cache, self.listen, self.bridge, self.handshake,
                                           self.stateless, self.roots)
         self.from_server = ServerMessages(shared, sampling_policy, self.cache, self.listen, self.bridge,
                                           self.handshake, self.stateless, self.roots)
+
+    @property
+    def phase(self) -> Phase:
+        return self.shared.phase
+
+    @phase.setter
+    def phase(self, value: Phase) -> None:
+        self.shared.phase = value
+
+    @property
+    def now(self) -> float:
+        """The wall-clock time the event being handled brought."""
+        return self.shared.now
+
+    @now.setter
+    def now(self, value: float) -> None:
+        self.shared.now = value
 
     @property
     def snapshot(self) -> Snapshot:

@@ -50,10 +50,7 @@ KEPT = {"sessions": dict[ClientId, SessionRoots], "deferred": list[JsonId], "tol
 
 
 class RootsPort(Protocol):
-    """The core's phase, the time, and a held request handled again once placed."""
-
-    phase: Phase
-    now: float
+    """A held request handled again once placed."""
 
     def dispatch(self, cid: ClientId, msg: Message) -> list[Action]: ...
 
@@ -104,7 +101,7 @@ class RootsPart:
     def _ask(self, cid: ClientId) -> list[Action]:
         mine = self.session(cid)
         mine.asking = self.shared.routes.take_down_id()
-        mine.asked_at = self.core.now
+        mine.asked_at = self.shared.now
         return [ToClient(cid, rpc.request_line(mine.asking, "roots/list")), Note(f"asking client {cid} for its roots")]
 
     def needs_placing(self, cid: ClientId) -> bool:
@@ -223,7 +220,7 @@ class RootsPart:
         deferred, self.deferred = self.deferred, []
         for request_id in deferred:
             out.extend(self._answer(request_id, roots))
-        if self.answered and roots != self.told and self.core.phase in (Phase.REFRESH, Phase.READY):
+        if self.answered and roots != self.told and self.shared.phase in (Phase.REFRESH, Phase.READY):
             self.answered = False  # until it asks again
             out.append(ToServer(rpc.notification_line("notifications/roots/list_changed")))
             out.append(Note("the roots of this process changed: sent roots/list_changed to the server"))

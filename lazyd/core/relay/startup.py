@@ -53,9 +53,7 @@ _KEPT = {"instance": HandshakeEntry | None, "initial_refresh": bool, "upstream_l
 
 
 class HandshakePort(Protocol):
-    """The phase it moves, a queued request handled again, the stateless era's reading."""
-
-    phase: Phase
+    """A queued request handled again, the stateless era's reading."""
 
     def dispatch(self, cid: ClientId, msg: Message) -> list[Action]: ...
 
@@ -101,7 +99,7 @@ class Handshake:
         return self.shared.snapshot.last_params
 
     def send_initialize(self, params: JsonObj) -> list[Action]:
-        self.core.phase = Phase.HANDSHAKE
+        self.shared.phase = Phase.HANDSHAKE
         self.instance = HandshakeEntry(params=params, result={})
         return [internal(self.shared.routes, "initialize", params, "replay"), Note(f"replaying initialize ({handshake_key(params)})")]
 
@@ -123,7 +121,7 @@ class Handshake:
         routes = self.shared.routes  # this process's own declaration decides (session_meta.py)
         routes.session_meta = routes.session_forced or declares_session_aware([result])
         out.append(ToServer(rpc.notification_line("notifications/initialized")))
-        if self.shared.era.start_plan(self.core.phase).probe_after_handshake and self.shared.era.stateless_up is False:
+        if self.shared.era.start_plan(self.shared.phase).probe_after_handshake and self.shared.era.stateless_up is False:
             out.extend(self.cache.probe("probe-after", "asking server/discover after the handshake: "
                                                        "does this connection carry the stateless era too?"))
         for cid, queued in self.shared.queue.take():
@@ -131,7 +129,7 @@ class Handshake:
                 out.append(ToClient(cid, rpc.result_line(queued.id, result), queued.id))
             else:
                 self.shared.queue.hold(cid, queued)
-        self.core.phase = Phase.REFRESH
+        self.shared.phase = Phase.REFRESH
         self.initial_refresh = True
         out.extend(self.sync_level())
         for uri in sorted(self.shared.routes.subscriptions):
@@ -197,7 +195,7 @@ class Handshake:
 
     def server_asked(self) -> None:
         """The server sent a request; during the start the first forwarded request waits for it."""
-        if self.core.phase in (Phase.HANDSHAKE, Phase.REFRESH):
+        if self.shared.phase in (Phase.HANDSHAKE, Phase.REFRESH):
             self.asked_at_start = True
 
     def settle(self) -> list[Action]:
@@ -223,7 +221,7 @@ class Handshake:
 
     def _ready(self) -> list[Action]:
         self.settling = self.settle_sent = self.asked_at_start = False
-        self.core.phase = Phase.READY
+        self.shared.phase = Phase.READY
         out: list[Action] = [*self.core.probe_unanswered(), Ready()]
         for cid, msg in self.shared.queue.take():
             if cid in self.shared.clients:
@@ -233,13 +231,13 @@ class Handshake:
     def list_changed(self, notification: str) -> list[Action]:
         """A handshake-era `list_changed` from the server."""
         methods = [m for m, n in LIST_CHANGED.items() if n == notification]
-        if self.core.phase is Phase.REFRESH and self.instance is not None:
+        if self.shared.phase is Phase.REFRESH and self.instance is not None:
             # A listing already fetched may predate the change; the pending ones will see it.
             stale = [m for m in methods if m in self.instance.listings]
             for method in stale:
                 del self.instance.listings[method]
             return [Note(f"{notification} during start-up: fetching {stale or 'nothing'} again"), *self._start_refresh(stale)]
-        if self.core.phase is not Phase.READY or self.instance is None:
+        if self.shared.phase is not Phase.READY or self.instance is None:
             return [Note(f"{notification} before the handshake finished: the coming refresh covers it")]
         for method in methods:
             self.instance.listings.pop(method, None)
@@ -250,7 +248,7 @@ class Handshake:
     def sync_level(self) -> list[Action]:
         """Keep the server's log level at the most verbose any client asked for (handshake era)."""
         wanted = self.shared.routes.most_verbose_level()
-        if (wanted is None or wanted == self.upstream_level or self.core.phase not in (Phase.REFRESH, Phase.READY)
+        if (wanted is None or wanted == self.upstream_level or self.shared.phase not in (Phase.REFRESH, Phase.READY)
                 or self.instance is None):
             return []
         self.upstream_level = wanted
@@ -282,7 +280,7 @@ class Handshake:
         out: list[Action] = []
         for uri in list(self.shared.routes.subscriptions):
             if not self.shared.routes.unsubscribe(uri, cid):
-                if uri in self.upstream_subs and self.core.phase is Phase.READY:
+                if uri in self.upstream_subs and self.shared.phase is Phase.READY:
                     self.upstream_subs.discard(uri)
                     out.append(internal(self.shared.routes, "resources/unsubscribe", {"uri": uri}, "unsubscribe"))
         return out
