@@ -141,16 +141,32 @@ def _tuple_kinds(kind: Any) -> list[Any] | None:
     return list(args) if get_origin(kind) is tuple and args and args[-1] is not Ellipsis else None
 
 
-def dump_attrs(owner: object, kinds: Mapping[str, Any]) -> JsonObj:
-    """The attributes of `owner` that `kinds` names, each by its type: a part's state."""
-    return {name: dump(getattr(owner, name), kind) for name, kind in kinds.items()}
+def dump_attrs(owner: object, kinds: Mapping[str, Any], now: float = 0.0) -> JsonObj:
+    """The attributes of `owner` that `kinds` names, each by its type, written under its name
+    without a leading underscore: a part's state. `AT` marks a monotonic time, written as seconds
+    from `now` (the clocks of two processes differ)."""
+    out: JsonObj = {}
+    for name, kind in kinds.items():
+        value = getattr(owner, name)
+        out[name.lstrip("_")] = (None if value is None else value - now) if kind is AT else dump(value, kind)
+    return out
 
 
-def load_attrs(owner: object, kinds: Mapping[str, Any], value: object, what: str) -> None:
-    """Set the attributes of `owner` that `kinds` names from what `dump_attrs` wrote."""
+def load_attrs(owner: object, kinds: Mapping[str, Any], value: object, what: str, now: float = 0.0) -> None:
+    """Set the attributes of `owner` from what `dump_attrs` wrote, a time moved to this clock's
+    `now`; a key absent (a predecessor did not write it) leaves its attribute as it is."""
     state = obj(value, what)
     for name, kind in kinds.items():
-        setattr(owner, name, load(kind, state.get(name), f"{what}.{name}"))
+        key = name.lstrip("_")
+        if key in state and kind is AT:
+            offset = opt_number(state[key], f"{what}.{key}")
+            setattr(owner, name, None if offset is None else now + offset)
+        elif key in state:
+            setattr(owner, name, load(kind, state[key], f"{what}.{key}"))
+
+
+# A monotonic time (float | None) in the kinds of `dump_attrs` and `load_attrs`.
+AT = object()
 
 
 def load(kind: Any, value: object, what: str) -> Any:

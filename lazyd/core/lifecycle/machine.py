@@ -43,6 +43,7 @@ import math
 from typing import TYPE_CHECKING
 
 from lazyd.core import state_codec as sc
+from lazyd.core.state_codec import AT
 from lazyd.core.relay.jsonrpc import JsonObj
 from lazyd.core.lifecycle.timing import (PARK_AFTER_FAILURES, PARK_WINDOW_S, STABLE_AFTER_S, CrashLoop,
                                          LifecyclePolicy, backoff_delay_s)
@@ -107,22 +108,21 @@ class Lifecycle:
 
     def to_state(self, now: float) -> JsonObj:
         """Everything this lifecycle keeps, its times as seconds from `now`."""
-        return {**_write(self, _KEPT, now), "unrequested": self._unrequested.to_state(now),
-                "pending_client": self._usage.pending_client, "usage": _write(self._usage, _USAGE, now),
-                "predicate": _write(self._predicate, _PREDICATE, now)}
+        return {**sc.dump_attrs(self, _KEPT, now), "unrequested": self._unrequested.to_state(now),
+                "pending_client": self._usage.pending_client, "usage": sc.dump_attrs(self._usage, _USAGE, now),
+                "predicate": sc.dump_attrs(self._predicate, _PREDICATE, now)}
 
     @classmethod
     def from_state(cls, state: object, policy: LifecyclePolicy, rng: random.Random, now: float) -> Lifecycle:
         """The lifecycle that wrote `state`, its times moved to `now`; ValueError names a bad field."""
         s = sc.obj(state, "lifecycle")
         life = cls(policy, rng)
-        _read(life, _KEPT, s, now, "lifecycle")
+        sc.load_attrs(life, _KEPT, s, "lifecycle", now)
         offsets = sc.load(list[float], s.get("unrequested"), "lifecycle.unrequested")
         life._unrequested = CrashLoop.from_state(offsets, now)
-        _read(life._usage, {"pending_client": bool}, s, now, "lifecycle")
-        _read(life._usage, _USAGE, sc.obj(s.get("usage"), "lifecycle.usage"), now, "lifecycle.usage")
-        predicate = sc.obj(s.get("predicate"), "lifecycle.predicate")
-        _read(life._predicate, _PREDICATE, predicate, now, "lifecycle.predicate")
+        sc.load_attrs(life._usage, {"pending_client": bool}, s, "lifecycle")
+        sc.load_attrs(life._usage, _USAGE, s.get("usage"), "lifecycle.usage", now)
+        sc.load_attrs(life._predicate, _PREDICATE, s.get("predicate"), "lifecycle.predicate", now)
         return life
 
     # -- inputs ----------------------------------------------------------------------------------
@@ -433,33 +433,10 @@ class Lifecycle:
         return self._stop(reason) if reason is not None else []
 
 
-# What a lifecycle keeps (its attributes, written without their leading underscore) and their
-# types; AT marks a monotonic time (Lifecycle.to_state). A key a predecessor did not write leaves
-# the attribute as a new lifecycle has it.
-AT = object()
+# What a lifecycle keeps (lazyd/core/state_codec.py; AT: a monotonic time).
 _KEPT = {"state": State, "pid": int | None, "started_at": AT, "restarts": int, "last_error": str | None, "burst": int,
          "next_restart_at": AT, "_now": AT, "_spawn_at": AT, "_start_requested": bool, "_single_try": bool,
          "_operator_start": bool, "_pending_demand": bool, "_stop_outcome": State, "_booted": bool}
 _USAGE = {"clients": int, "inflight": int, "linger_from": AT, "last_activity": AT, "client_start": bool,
           "real_use": bool}
 _PREDICATE = {"running": bool, "next_at": AT}
-
-
-def _write(owner: object, kinds: dict[str, object], now: float) -> JsonObj:
-    out: JsonObj = {}
-    for name, kind in kinds.items():
-        value = getattr(owner, name)
-        out[name.lstrip("_")] = (None if value is None else value - now) if kind is AT else sc.dump(value, kind)
-    return out
-
-
-def _read(owner: object, kinds: dict[str, object], state: JsonObj, now: float, what: str) -> None:
-    for name, kind in kinds.items():
-        key = name.lstrip("_")
-        if key not in state:
-            continue
-        if kind is AT:
-            offset = sc.opt_number(state[key], f"{what}.{key}")
-            setattr(owner, name, None if offset is None else now + offset)
-        else:
-            setattr(owner, name, sc.load(kind, state[key], f"{what}.{key}"))
