@@ -168,8 +168,8 @@ class StatelessEra:
         answer = next(iter(self.shared.snapshot.discover.values()), {})
         error = answer.get("error") if isinstance(answer, dict) else None
         said = f"{error.get('code')} {str(error.get('message', ''))[:120]}" if isinstance(error, dict) else "no DiscoverResult"
-        return (f'lazyd: server {self.shared.name} is set to era = "stateless", but it does not speak the stateless era '
-                f'(server/discover: {said}); set era = "auto" or "handshake" for it')
+        return (f'lazyd: server {self.shared.name} is set to era = "stateless", but it does not speak the stateless '
+                f'era (server/discover: {said}); set era = "auto" or "handshake" for it')
 
     def refuse_queued_stateless(self) -> list[Action]:
         out: list[Action] = []
@@ -218,10 +218,11 @@ class StatelessEra:
     def gone(self) -> list[Action]:
         """The process ended: whoever waited on a fetch gets an error; client streams stay."""
         out: list[Action] = []
+        why = f"lazyd: server {self.shared.name} stopped before answering"
         for fetch in self.shared.listings.gone():
             for w in fetch.waiters:
                 if w.cid in self.shared.clients:
-                    line = rpc.error_line(w.client_id, rpc.SERVER_UNAVAILABLE, f"lazyd: server {self.shared.name} stopped before answering")
+                    line = rpc.error_line(w.client_id, rpc.SERVER_UNAVAILABLE, why)
                     out.append(ToClient(w.cid, line, w.client_id))
         self.listen.process_gone()
         self.shared.era.gone()
@@ -277,12 +278,13 @@ class StatelessEra:
             return eras.unsupported_version_line(
                 msg.id, version, self._handshake_versions(),
                 f'lazyd: server {self.shared.name} is set to era = "handshake" (initialize), not protocol {version}')
-        if self.shared.era.stateless_up is False or (self.shared.phase is Phase.DOWN and self.shared.snapshot.era() == "handshake"):
+        down_handshake_only = self.shared.phase is Phase.DOWN and self.shared.snapshot.era() == "handshake"
+        if self.shared.era.stateless_up is False or down_handshake_only:
             return eras.unsupported_version_line(
                 msg.id, version, self._handshake_versions(),
                 f"lazyd: server {self.shared.name} speaks only the handshake era (initialize), not protocol {version}")
         listed = eras.stateless_versions(self.cache.known_discovery())
         if listed and version not in listed:
-            return eras.unsupported_version_line(msg.id, version, listed,
-                                                 f"lazyd: server {self.shared.name} does not support protocol {version}")
+            why = f"lazyd: server {self.shared.name} does not support protocol {version}"
+            return eras.unsupported_version_line(msg.id, version, listed, why)
         return None

@@ -56,7 +56,8 @@ class ClientMessages:
             return [ToClient(cid, rpc.result_line(msg.id, {}), msg.id)]
         refused = self.stateless.era_refusal(msg)
         if refused is not None:
-            return [ToClient(cid, refused, msg.id), Note(f"client {cid} {method}: refused, {self.shared.name} cannot run in its set era")]
+            why = f"client {cid} {method}: refused, {self.shared.name} cannot run in its set era"
+            return [ToClient(cid, refused, msg.id), Note(why)]
         if method == "initialize":
             return self._initialize(client, msg)
         if method == "server/discover":

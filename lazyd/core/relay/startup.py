@@ -121,7 +121,8 @@ class Handshake:
         routes = self.shared.routes  # this process's own declaration decides (session_meta.py)
         routes.session_meta = routes.session_forced or declares_session_aware([result])
         out.append(ToServer(rpc.notification_line("notifications/initialized")))
-        if self.shared.era.start_plan(self.shared.phase).probe_after_handshake and self.shared.era.stateless_up is False:
+        era = self.shared.era
+        if era.start_plan(self.shared.phase).probe_after_handshake and era.stateless_up is False:
             out.extend(self.cache.probe("probe-after", "asking server/discover after the handshake: "
                                                        "does this connection carry the stateless era too?"))
         for cid, queued in self.shared.queue.take():
