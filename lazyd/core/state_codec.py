@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import MISSING, fields, is_dataclass
 from enum import Enum
+from functools import cache
 from types import UnionType
 from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
 
@@ -100,8 +101,10 @@ def dump(value: Any, kind: Any = None) -> Any:
     an enum as its value, bytes as `raw_text`."""
     if isinstance(value, _PLAIN):
         return value
-    if is_dataclass(value):
-        return {name: dump(getattr(value, name), hint) for name, hint in _fields_of(type(value))}
+    known = _FIELDS.get(type(value))
+    if known is not None or is_dataclass(value):
+        return {name: field if isinstance(field := getattr(value, name), _PLAIN) else dump(field, hint)
+                for name, hint in known or _fields_of(type(value))}
     if isinstance(value, Enum):
         return value.value
     if isinstance(value, bytes):
@@ -114,7 +117,8 @@ def dump(value: Any, kind: Any = None) -> Any:
             return value  # JSON (a message, a client's params): written as it is
         if args[0] is str:
             return {k: dump(v, args[1]) for k, v in value.items()}
-        return [[*_items(k, args[0]), *_items(v, args[1])] for k, v in value.items()]
+        key_kinds, value_kinds = _tuple_kinds(args[0]), _tuple_kinds(args[1])
+        return [[*_items(k, args[0], key_kinds), *_items(v, args[1], value_kinds)] for k, v in value.items()]
     if isinstance(value, (set, frozenset)):
         return sorted(dump(v, args[0] if args else None) for v in value)
     if isinstance(value, (list, tuple)):
@@ -127,18 +131,25 @@ def dump(value: Any, kind: Any = None) -> Any:
 _PLAIN = (str, int, float, type(None))
 
 
-def _items(value: Any, kind: Any) -> list[Any]:
-    """A row's part for one key or value: a tuple's items, else the value alone."""
-    kinds = _tuple_kinds(kind)
-    return [dump(v, k) for v, k in zip(value, kinds)] if kinds else [dump(value, kind)]
+def _items(value: Any, kind: Any, kinds: list[Any] | None) -> list[Any]:
+    """A row's part for one key or value: a tuple's items (`kinds`: their types), else the value."""
+    if kinds:
+        return [v if isinstance(v, _PLAIN) else dump(v, k) for v, k in zip(value, kinds)]
+    return [value if isinstance(value, _PLAIN) else dump(value, kind)]
 
 
 def _tuple_kinds(kind: Any) -> list[Any] | None:
     """The item types of a fixed-length tuple type (a NamedTuple's fields too), else None."""
     if isinstance(kind, type) and issubclass(kind, tuple):
-        return list(get_type_hints(kind).values())
+        return _named_kinds(kind)
     args = get_args(kind)
     return list(args) if get_origin(kind) is tuple and args and args[-1] is not Ellipsis else None
+
+
+@cache
+def _named_kinds(kind: type) -> list[Any]:
+    """A NamedTuple's field types, resolved once (a state holds many rows of one)."""
+    return list(get_type_hints(kind).values())
 
 
 def dump_attrs(owner: object, kinds: Mapping[str, Any], now: float = 0.0) -> JsonObj:
