@@ -122,6 +122,8 @@ def dump(value: Any, kind: Any = None) -> Any:
     if isinstance(value, (set, frozenset)):
         return sorted(dump(v, args[0] if args else None) for v in value)
     if isinstance(value, (list, tuple)):
+        if args == (Any,):
+            return value  # JSON items (a listing's): written as they are
         kinds = _tuple_kinds(kind) or [args[0] if args else None] * len(value)
         return [dump(v, k) for v, k in zip(value, kinds)]
     return value
