@@ -15,8 +15,6 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass, field
 
-from typing import Protocol
-
 from lazyd.core.eras import versions as eras
 from lazyd.core.relay import jsonrpc as rpc
 from lazyd.core.eras.asker import PROBE_VERSION, Asker, asker_from_params
@@ -59,18 +57,10 @@ KEPT = {"rounds": dict[tuple[ClientId, JsonId], InputRound],
         "input_waits": dict[tuple[ClientId, JsonId], tuple[JsonId, str]]}
 
 
-class BridgePort(Protocol):
-    """What the bridge reads of the core: the live handshake."""
-
-    @property
-    def instance(self) -> HandshakeEntry | None: ...
-
-
 class Bridge:
     """Handshake-era clients served by a stateless process, and their input rounds in progress."""
 
-    def __init__(self, core: BridgePort, shared: RelayShared, cache: StatelessCache, listen: ListenRelay) -> None:
-        self.core = core
+    def __init__(self, shared: RelayShared, cache: StatelessCache, listen: ListenRelay) -> None:
         self.shared = shared
         self.cache = cache
         self.listen = listen
@@ -79,7 +69,7 @@ class Bridge:
 
     def bridging(self) -> bool:
         """Whether handshake-era clients are served through the bridge right now."""
-        return self.shared.era.bridging(self.shared.phase, self.core.instance is not None)
+        return self.shared.era.bridging(self.shared.phase, self.shared.instance is not None)
 
     def upstream_version(self) -> str:
         return eras.upstream_version(self.cache.known_discovery()) or PROBE_VERSION

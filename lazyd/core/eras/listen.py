@@ -21,7 +21,7 @@ from typing import Protocol
 from lazyd.core.eras import versions as eras
 from lazyd.core.relay import jsonrpc as rpc
 from lazyd.core.eras.asker import PROBE_VERSION
-from lazyd.core.cache import LIST_CHANGED, HandshakeEntry
+from lazyd.core.cache import LIST_CHANGED
 from lazyd.core.relay.jsonrpc import JsonId, JsonObj, Message
 from lazyd.core.relay.actions import Action, Activity, Note, Phase, SnapshotChanged, ToClient, ToServer, WantServer
 from lazyd.core.relay.shared import RelayShared
@@ -85,10 +85,7 @@ MAX_LISTEN_REISSUES = 3
 
 
 class ListenPort(Protocol):
-    """The live handshake, and the stateless start's barrier."""
-
-    @property
-    def instance(self) -> HandshakeEntry | None: ...
+    """The stateless start's barrier."""
 
     def maybe_ready(self) -> list[Action]: ...
 
@@ -171,7 +168,7 @@ class ListenRelay:
 
     def _bridged_uris(self) -> set[str]:
         """Resources handshake-era clients subscribed to through the bridge."""
-        return set(self.shared.routes.subscriptions) if self.core.instance is None else set()
+        return set(self.shared.routes.subscriptions) if self.shared.instance is None else set()
 
     def sync(self) -> list[Action]:
         """Make the relay's upstream listen stream cover what the clients and the cache need."""
@@ -215,7 +212,7 @@ class ListenRelay:
         assert method is not None
         meta = params.get("_meta")
         sid = meta.get(eras.SUBSCRIPTION_ID_META) if isinstance(meta, dict) else None
-        stateless_only = self.core.instance is None and self.shared.era.stateless_up
+        stateless_only = self.shared.instance is None and self.shared.era.stateless_up
         if method == ACKNOWLEDGED:
             return self._acked(sid)
         if method == "notifications/message" and stateless_only:
@@ -261,7 +258,7 @@ class ListenRelay:
 
     def _to_bridged(self, method: str, params: JsonObj) -> list[Action]:
         """The same notification to the handshake-era clients of the bridge, in their era's shape."""
-        if self.core.instance is not None:
+        if self.shared.instance is not None:
             return []  # a mixed connection notifies them natively
         if method in LIST_FLAGS:
             line = rpc.notification_line(method)

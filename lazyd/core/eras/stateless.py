@@ -74,7 +74,7 @@ class StatelessEra:
                 out.extend(self.start())
             elif self.shared.phase is Phase.HANDSHAKE:
                 pass  # the replayed initialize's answer decides whether one connection does both
-            elif self.handshake.instance is not None:
+            elif self.shared.instance is not None:
                 out.extend(self.shared.era.learn_mixed(True))
                 out.extend(self.listen.sync())
             else:
@@ -92,7 +92,7 @@ class StatelessEra:
             reason = refusal_reason(refused)
             return [*out, *self.shared.queue.fail(f"lazyd: {reason}", self.shared.clients), Abort(reason)]
         out.extend(self.refuse_queued_stateless())
-        if self.handshake.instance is None and self.shared.phase is Phase.PREINIT:
+        if self.shared.instance is None and self.shared.phase is Phase.PREINIT:
             params = self.handshake.replay_params()
             if params is not None:
                 out.extend(self.handshake.send_initialize(params))
@@ -101,7 +101,7 @@ class StatelessEra:
     def initialize_refused(self, error: JsonObj) -> list[Action] | None:
         """The stateless era's reading of a refused replayed initialize (None: a failed start)."""
         if self.shared.era.stateless_up is True:
-            self.handshake.instance = None
+            self.shared.instance = None
             out = [Note("the server refused initialize after discovery: handshake-era clients are bridged"),
                    *self.shared.era.learn_mixed(False)]
             if not self.starting and self.shared.phase is not Phase.READY:
@@ -109,7 +109,7 @@ class StatelessEra:
             return out
         if self.shared.era.stage is Stage.PROBING:
             self.shared.era.held = error
-            self.handshake.instance = None
+            self.shared.instance = None
             self.shared.phase = Phase.PREINIT
             return [Note("initialize refused while the era probe is pending: its answer decides")]
         data = error.get("data")
@@ -120,7 +120,7 @@ class StatelessEra:
             # SDK's own rule): stateless only. Probe it, and bridge the handshake-era clients.
             self.shared.era.held = error
             self.shared.era.move(Event.FIRST_INITIALIZE_REFUSED)
-            self.handshake.instance = None
+            self.shared.instance = None
             self.shared.phase = Phase.PREINIT
             learned: list[Action] = [Note("the first initialize was refused: the server speaks only the stateless era"),
                                      *self.shared.era.learn_first_initialize(False)]
@@ -185,7 +185,7 @@ class StatelessEra:
 
     def start(self) -> list[Action]:
         """The stateless start (module docstring)."""
-        self.handshake.instance = None
+        self.shared.instance = None
         self.shared.phase = Phase.REFRESH
         self.starting = True
         version = eras.upstream_version(self.shared.era.discovery) or PROBE_VERSION
@@ -265,8 +265,8 @@ class StatelessEra:
 
     def _handshake_versions(self) -> list[str]:
         versions = {e.result.get("protocolVersion") for e in self.shared.snapshot.entries.values()}
-        if self.handshake.instance is not None:
-            versions.add(self.handshake.instance.result.get("protocolVersion"))
+        if self.shared.instance is not None:
+            versions.add(self.shared.instance.result.get("protocolVersion"))
         known = sorted(v for v in versions if isinstance(v, str))
         return known or list(eras.HANDSHAKE_VERSIONS)
 

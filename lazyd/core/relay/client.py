@@ -96,7 +96,7 @@ class ClientMessages:
         if self.bridge.bridging():
             return out + self.bridge.initialize(client, msg)
         # Until the replayed handshake is answered: the cache, or the queue with the first client.
-        instance = self.handshake.instance
+        instance = self.shared.instance
         if instance is not None and self.shared.phase in (Phase.REFRESH, Phase.READY):
             requested = msg.params.get("protocolVersion")
             negotiated = instance.result.get("protocolVersion")
@@ -126,8 +126,8 @@ class ClientMessages:
                 return self.roots.hold(client.cid, msg)
             # A cursor is the server's (the relay never writes one): only it can continue.
             return forward(self.shared.routes, client.cid, msg)
-        if self.shared.phase is Phase.READY and self.handshake.instance is not None:
-            entry: HandshakeEntry | None = self.handshake.instance
+        if self.shared.phase is Phase.READY and self.shared.instance is not None:
+            entry: HandshakeEntry | None = self.shared.instance
         else:
             entry = self.shared.snapshot.entry_for(client.params) if client.params is not None else None
         if entry is not None:
@@ -174,7 +174,7 @@ class ClientMessages:
             self.shared.routes.release_token(rid)
             msg.params["requestId"] = rid
             return [ToServer(rpc.dumps(msg.obj)), Activity()]
-        if self.shared.phase is Phase.READY and self.handshake.instance is not None:
+        if self.shared.phase is Phase.READY and self.shared.instance is not None:
             return [ToServer(rpc.dumps(msg.obj))]
         if self.shared.phase is Phase.READY and self.shared.era.stateless_up:
             # The stateless era has no client notifications but cancellation.

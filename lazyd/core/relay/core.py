@@ -81,7 +81,7 @@ class RelayCore:
         self.shared = shared = RelayShared(name, snapshot, era_state, listings, routes)
         self.cache = StatelessCache(shared)
         self.listen = ListenRelay(self, shared, self.cache)
-        self.bridge = Bridge(self, shared, self.cache, self.listen)
+        self.bridge = Bridge(shared, self.cache, self.listen)
         self.roots = RootsPart(self, shared)
         self.handshake = Handshake(self, shared, self.cache, self.roots)
         self.stateless = StatelessEra(self, shared, self.cache, self.listen, self.handshake)
@@ -132,7 +132,7 @@ class RelayCore:
     @property
     def instance(self) -> HandshakeEntry | None:
         """The live process's handshake and listings (None: no handshake connection)."""
-        return self.handshake.instance
+        return self.shared.instance
 
     @property
     def lane(self) -> Era | None:

@@ -48,8 +48,7 @@ def refusal_reason(error: object) -> str:
 
 
 # What the start-up keeps besides the settling (lazyd/core/state_codec.py).
-_KEPT = {"instance": HandshakeEntry | None, "initial_refresh": bool, "upstream_level": str | None,
-         "upstream_subs": set[str]}
+_KEPT = {"initial_refresh": bool, "upstream_level": str | None, "upstream_subs": set[str]}
 
 
 class HandshakePort(Protocol):
@@ -70,7 +69,6 @@ class Handshake:
         self.shared = shared
         self.cache = cache
         self.roots = roots
-        self.instance: HandshakeEntry | None = None  # the live process's handshake and listings
         self.initial_refresh = False  # the refresh under way is the start's (READY when it is in)
         self.upstream_level: str | None = None  # the log level the server was last set to
         self.upstream_subs: set[str] = set()  # the uris the server was subscribed to
@@ -79,10 +77,13 @@ class Handshake:
         self.settle_sent = False
 
     def to_state(self) -> JsonObj:
-        return {**sc.dump_attrs(self, _KEPT), "settle": [self.asked_at_start, self.settling, self.settle_sent]}
+        return {"instance": sc.dump(self.shared.instance), **sc.dump_attrs(self, _KEPT),
+                "settle": [self.asked_at_start, self.settling, self.settle_sent]}
 
     def restore(self, value: object) -> None:
         sc.load_attrs(self, _KEPT, value, "handshake")
+        instance = sc.obj(value, "handshake").get("instance")
+        self.shared.instance = sc.load(HandshakeEntry | None, instance, "handshake.instance")
         settle = sc.load(tuple[bool, bool, bool], sc.obj(value, "handshake").get("settle"), "handshake.settle")
         self.asked_at_start, self.settling, self.settle_sent = settle
 
@@ -100,15 +101,15 @@ class Handshake:
 
     def send_initialize(self, params: JsonObj) -> list[Action]:
         self.shared.phase = Phase.HANDSHAKE
-        self.instance = HandshakeEntry(params=params, result={})
+        self.shared.instance = HandshakeEntry(params=params, result={})
         return [internal(self.shared.routes, "initialize", params, "replay"), Note(f"replaying initialize ({handshake_key(params)})")]
 
     def answered(self, msg: Message) -> list[Action]:
         """The server answered the replayed initialize."""
         result = msg.obj.get("result")
-        if not isinstance(result, dict) or self.instance is None:
+        if not isinstance(result, dict) or self.shared.instance is None:
             error = msg.obj.get("error")
-            if self.instance is not None and isinstance(error, dict):
+            if self.shared.instance is not None and isinstance(error, dict):
                 handled = self.core.initialize_refused(error)
                 if handled is not None:
                     return handled
@@ -117,7 +118,7 @@ class Handshake:
         out: list[Action] = self.shared.era.learn_mixed(True) if self.shared.era.stateless_up is True else []
         if self.shared.era.stage is Stage.HANDSHAKE:
             out.extend(self.shared.era.learn_first_initialize(True))  # it was the connection's first request
-        self.instance.result = result
+        self.shared.instance.result = result
         routes = self.shared.routes  # this process's own declaration decides (session_meta.py)
         routes.session_meta = routes.session_forced or declares_session_aware([result])
         out.append(ToServer(rpc.notification_line("notifications/initialized")))
@@ -136,7 +137,7 @@ class Handshake:
         for uri in sorted(self.shared.routes.subscriptions):
             self.upstream_subs.add(uri)
             out.append(internal(self.shared.routes, "resources/subscribe", {"uri": uri}, "resubscribe"))
-        out.extend(self._start_refresh(self.instance.advertised_listings()))
+        out.extend(self._start_refresh(self.shared.instance.advertised_listings()))
         return out
 
     # ---- refresh ---------------------------------------------------------------------------------
@@ -154,26 +155,26 @@ class Handshake:
     def fetched(self, done: Fetched) -> list[Action]:
         """A listing of the refresh is in (or the server refused it)."""
         method = done.fetch.method
-        if self.instance is None:
+        if self.shared.instance is None:
             return []
         if done.result is None:
             error = done.error
-            self.instance.listings[method] = Listing(error=error if isinstance(error, dict) else {"code": rpc.INTERNAL_ERROR, "message": "bad listing"})
+            self.shared.instance.listings[method] = Listing(error=error if isinstance(error, dict) else {"code": rpc.INTERNAL_ERROR, "message": "bad listing"})
         else:
-            self.instance.listings[method] = Listing(items=done.fetch.items)
+            self.shared.instance.listings[method] = Listing(items=done.fetch.items)
         if self.shared.listings.pending(stateless=False):
             return []
         return self._refresh_done({method})
 
     def _refresh_done(self, last: set[str]) -> list[Action]:
-        assert self.instance is not None
-        key = handshake_key(self.instance.params)
+        assert self.shared.instance is not None
+        key = handshake_key(self.shared.instance.params)
         # Drift is measured against what this handshake's clients were served from the cache.
-        old = self.shared.snapshot.entry_for(self.instance.params)
-        changed = drift(old.listings if old is not None else None, self.instance.listings)
+        old = self.shared.snapshot.entry_for(self.shared.instance.params)
+        changed = drift(old.listings if old is not None else None, self.shared.instance.listings)
         if not self.initial_refresh:
             changed |= last  # the server announced a change: pass it on even if we had it already
-        entry = HandshakeEntry(self.instance.params, self.instance.result, dict(self.instance.listings))
+        entry = HandshakeEntry(self.shared.instance.params, self.shared.instance.result, dict(self.shared.instance.listings))
         out: list[Action] = []
         if old != entry:
             self.shared.snapshot.entries[key] = entry
@@ -232,16 +233,16 @@ class Handshake:
     def list_changed(self, notification: str) -> list[Action]:
         """A handshake-era `list_changed` from the server."""
         methods = [m for m, n in LIST_CHANGED.items() if n == notification]
-        if self.shared.phase is Phase.REFRESH and self.instance is not None:
+        if self.shared.phase is Phase.REFRESH and self.shared.instance is not None:
             # A listing already fetched may predate the change; the pending ones will see it.
-            stale = [m for m in methods if m in self.instance.listings]
+            stale = [m for m in methods if m in self.shared.instance.listings]
             for method in stale:
-                del self.instance.listings[method]
+                del self.shared.instance.listings[method]
             return [Note(f"{notification} during start-up: fetching {stale or 'nothing'} again"), *self._start_refresh(stale)]
-        if self.shared.phase is not Phase.READY or self.instance is None:
+        if self.shared.phase is not Phase.READY or self.shared.instance is None:
             return [Note(f"{notification} before the handshake finished: the coming refresh covers it")]
         for method in methods:
-            self.instance.listings.pop(method, None)
+            self.shared.instance.listings.pop(method, None)
         return [Note(f"{notification}: refreshing"), *self._start_refresh(methods)]
 
     # ---- what the handshake connection holds for its clients -------------------------------------
@@ -250,7 +251,7 @@ class Handshake:
         """Keep the server's log level at the most verbose any client asked for (handshake era)."""
         wanted = self.shared.routes.most_verbose_level()
         if (wanted is None or wanted == self.upstream_level or self.shared.phase not in (Phase.REFRESH, Phase.READY)
-                or self.instance is None):
+                or self.shared.instance is None):
             return []
         self.upstream_level = wanted
         return [internal(self.shared.routes, "logging/setLevel", {"level": wanted}, "setlevel")]
@@ -291,4 +292,4 @@ class Handshake:
         self.settling = self.settle_sent = self.asked_at_start = False
         self.upstream_subs.clear()
         self.upstream_level = None
-        self.instance = None
+        self.shared.instance = None
