@@ -16,7 +16,7 @@ to the bridge's clients.
 from __future__ import annotations
 
 import copy
-from typing import Protocol
+from collections.abc import Callable
 
 from lazyd.core.eras import versions as eras
 from lazyd.core.relay import jsonrpc as rpc
@@ -84,12 +84,6 @@ def uri_matches(subscribed: str, uri: str) -> bool:
 MAX_LISTEN_REISSUES = 3
 
 
-class ListenPort(Protocol):
-    """The stateless start's barrier."""
-
-    def maybe_ready(self) -> list[Action]: ...
-
-
 # What the listen hub keeps (lazyd/core/state_codec.py).
 KEPT = {"streams": dict[tuple[ClientId, JsonId], JsonObj], "current": int | None, "pending": int | None,
         "requested": JsonObj | None, "reissues": int}
@@ -98,9 +92,9 @@ KEPT = {"streams": dict[tuple[ClientId, JsonId], JsonObj], "current": int | None
 class ListenRelay:
     """Client listen streams and the relay's own upstream stream (see the module docstring)."""
 
-    def __init__(self, core: ListenPort, shared: RelayShared, cache: StatelessCache) -> None:
-        self.core = core
+    def __init__(self, shared: RelayShared, cache: StatelessCache, maybe_ready: Callable[[], list[Action]]) -> None:
         self.shared = shared
+        self.maybe_ready = maybe_ready  # the stateless start's barrier, passed when a stream is in
         self.cache = cache
         # (client, its listen request's id: what its notifications are stamped with) -> the honored
         # filter it was acknowledged with.
@@ -203,8 +197,8 @@ class ListenRelay:
         self.reissues += 1
         if self.reissues > MAX_LISTEN_REISSUES:
             return [Note("the server keeps ending the relay's listen stream: not re-opened until the next start"),
-                    *self.core.maybe_ready()]
-        return [Note(f"the server ended listen stream {rid}: re-opening"), *self.sync(), *self.core.maybe_ready()]
+                    *self.maybe_ready()]
+        return [Note(f"the server ended listen stream {rid}: re-opening"), *self.sync(), *self.maybe_ready()]
 
     def notification(self, msg: Message) -> list[Action] | None:
         """A notification of the stateless era (listen stream, log opt-in), or None for the rest."""
@@ -240,7 +234,7 @@ class ListenRelay:
             out: list[Action] = [Note(f"listen stream {sid} acknowledged")]
             if old is not None and self.shared.routes.pop(old) is not None:
                 out.append(ToServer(rpc.notification_line("notifications/cancelled", {"requestId": old, "reason": "superseded"})))
-            return out + self.core.maybe_ready()
+            return out + self.maybe_ready()
         if sid != self.current:
             self.shared.routes.pop(sid)
             return [ToServer(rpc.notification_line("notifications/cancelled", {"requestId": sid, "reason": "superseded"}))]

@@ -20,7 +20,6 @@ methods the era removed -32601, a version the server does not list (or a handsha
 
 from __future__ import annotations
 
-from typing import Protocol
 
 from lazyd.core.eras import versions as eras
 from lazyd.core.relay import jsonrpc as rpc
@@ -29,7 +28,7 @@ from lazyd.core.cache import ANY_VERSION, LISTINGS, is_stateless_discovery
 from lazyd.core.eras.state import Event, Stage
 from lazyd.core.relay.jsonrpc import JsonObj, Message
 from lazyd.core.relay.upstream import foreign_task, forward
-from lazyd.core.relay.actions import Abort, Action, Note, Phase, Ready, SnapshotChanged, ToClient
+from lazyd.core.relay.actions import Abort, Action, Dispatch, Note, Phase, Ready, SnapshotChanged, ToClient
 from lazyd.core.relay.startup import Handshake, refusal_reason
 from lazyd.core.relay.shared import RelayShared
 from lazyd.core.relay.routing import ClientId
@@ -37,19 +36,13 @@ from lazyd.core.eras.stateless_cache import StatelessCache, advertised
 from lazyd.core.eras.listen import ListenRelay
 
 
-class StatelessPort(Protocol):
-    """A queued request handled again once ready."""
-
-    def dispatch(self, cid: ClientId, msg: Message) -> list[Action]: ...
-
-
 class StatelessEra:
     """The era probe's verdicts, the stateless start and stateless requests (module docstring)."""
 
-    def __init__(self, core: StatelessPort, shared: RelayShared, cache: StatelessCache, listen: ListenRelay,
-                 handshake: Handshake) -> None:
-        self.core = core
+    def __init__(self, shared: RelayShared, cache: StatelessCache, listen: ListenRelay, handshake: Handshake,
+                 dispatch: Dispatch) -> None:
         self.shared = shared
+        self.dispatch = dispatch  # a queued request handled again once ready
         self.cache = cache
         self.listen = listen
         self.handshake = handshake
@@ -196,7 +189,7 @@ class StatelessEra:
         # Listings that woke the server join those fetches now rather than fetch again at READY.
         for cid, msg in self.shared.queue.take():
             if cid in self.shared.clients and msg.method in LISTINGS and not isinstance(msg.params.get("cursor"), str):
-                out.extend(self.core.dispatch(cid, msg))
+                out.extend(self.dispatch(cid, msg))
             else:
                 self.shared.queue.hold(cid, msg)
         return out + self.maybe_ready()
@@ -212,7 +205,7 @@ class StatelessEra:
         out: list[Action] = [Ready()]
         for cid, msg in self.shared.queue.take():
             if cid in self.shared.clients and msg.id is not None:
-                out.extend(self.core.dispatch(cid, msg))
+                out.extend(self.dispatch(cid, msg))
         return out
 
     def gone(self) -> list[Action]:

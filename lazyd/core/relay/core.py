@@ -80,11 +80,11 @@ class RelayCore:
         listings = ListingEngine(lambda method, params, purpose: internal(self.shared.routes, method, params, purpose))
         self.shared = shared = RelayShared(name, snapshot, era_state, listings, routes)
         self.cache = StatelessCache(shared)
-        self.listen = ListenRelay(self, shared, self.cache)
+        self.listen = ListenRelay(shared, self.cache, self.maybe_ready)
         self.bridge = Bridge(shared, self.cache, self.listen)
-        self.roots = RootsPart(self, shared)
+        self.roots = RootsPart(shared, self.dispatch)
         self.handshake = Handshake(self, shared, self.cache, self.roots)
-        self.stateless = StatelessEra(self, shared, self.cache, self.listen, self.handshake)
+        self.stateless = StatelessEra(shared, self.cache, self.listen, self.handshake, self.dispatch)
         self.from_client = ClientMessages(shared, self.cache, self.listen, self.bridge, self.handshake,
                                           self.stateless, self.roots)
         self.from_server = ServerMessages(shared, sampling_policy, self.cache, self.listen, self.bridge,

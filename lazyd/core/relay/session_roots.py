@@ -18,10 +18,9 @@ change sends the server `notifications/roots/list_changed`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol
 
 from lazyd.core.relay import jsonrpc as rpc
-from lazyd.core.relay.actions import Action, Note, Phase, SessionKey, ToClient, ToServer
+from lazyd.core.relay.actions import Action, Dispatch, Note, Phase, SessionKey, ToClient, ToServer
 from lazyd.core.relay.client_state import ClientState
 from lazyd.core.relay.jsonrpc import JsonId, Message
 from lazyd.core.relay.routing import ClientId
@@ -49,18 +48,12 @@ KEPT = {"sessions": dict[ClientId, SessionRoots], "deferred": list[JsonId], "tol
         "answered": bool}
 
 
-class RootsPort(Protocol):
-    """A held request handled again once placed."""
-
-    def dispatch(self, cid: ClientId, msg: Message) -> list[Action]: ...
-
-
 class RootsPart:
     """The sessions' roots of one server instance (see the module docstring)."""
 
-    def __init__(self, core: RootsPort, shared: RelayShared) -> None:
-        self.core = core
+    def __init__(self, shared: RelayShared, dispatch: Dispatch) -> None:
         self.shared = shared
+        self.dispatch = dispatch  # a held request handled again once placed
         self.sessions: dict[ClientId, SessionRoots] = {}
         self.deferred: list[JsonId] = []  # the server's roots/list requests waiting for roots
         self.told: tuple[Root, ...] | None = None  # the roots the server was last given (None: an error)
@@ -169,7 +162,7 @@ class RootsPart:
         out: list[Action] = [Note(f"client {cid} placed on this process")]
         out.extend(self.roots_moved())
         for msg in held:
-            out.extend(self.core.dispatch(cid, msg))
+            out.extend(self.dispatch(cid, msg))
         return out
 
     def keys(self) -> set[str]:
