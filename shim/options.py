@@ -109,10 +109,9 @@ def _check_era(value: str) -> str:
 
 
 def _check_size(value: str) -> str:
-    from lazyd.config.durations import parse_size
+    from lazyd.config.sizes import parse_limit
 
-    if value.strip().lower() not in ("off", "none", "0"):
-        parse_size(value)
+    parse_limit(value)
     return value
 
 

@@ -1,4 +1,4 @@
-"""Durations, sizes and booleans as users type them: in the config file, in shim flags and in status output.
+"""Durations and booleans as users type them: in the config file, in shim flags and in status output.
 
 One spelling everywhere: a number with a unit (`500ms`, `30s`, `10m`, `1h`, `1.5s`), several in
 decreasing order (`1h30m`: what `format_duration` prints, so a status figure pastes back into a
@@ -114,20 +114,3 @@ def parse_bool(text: str) -> bool:
     if word in _FALSE_WORDS:
         return False
     raise ValueError(f"{_quoted(text)} is not a boolean (use true or false; also yes/no, on/off, 1/0)")
-
-
-_SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(i?B?)\s*", re.IGNORECASE)
-_POWERS = {"": 0, "K": 1, "M": 2, "G": 3, "T": 4}
-
-
-def parse_size(text: str) -> int:
-    """"1GiB", "1G", "1.5 GiB", "512MiB", "800000000" -> bytes (binary units: K, M, G, T are
-    powers of 1024, with or without "iB"/"B"); raises ValueError with a readable message."""
-    match = _SIZE.fullmatch(text)
-    if match is None or (match.group(3) and not match.group(2) and match.group(3).lower() != "b"):
-        raise ValueError(f"{text!r} is not a size (use a number of bytes or a unit: 512MiB, 1GiB, 2G)")
-    number = float(match.group(1))
-    size = number * 1024 ** _POWERS[match.group(2).upper()]
-    if not math.isfinite(size) or size < 1:
-        raise ValueError(f"{text!r} is not a size of at least one byte")
-    return int(size)

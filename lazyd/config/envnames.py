@@ -1,8 +1,9 @@
 """Lists of environment variable names as users type them: ``--identity-env A,B_*``.
 
-The shim checks ``--identity-env`` and ``--per-session-env`` at every client start, and the daemon
-reads the same options from the hello: one rule here, so the two can never disagree. Standard
-library only and pure; what the names mean for sharing is lazyd/core/sharing/envrules.py's business.
+The shim checks ``--identity-env`` and ``--per-session-env`` at every client start, the daemon
+reads the same options from the hello, and the config file's `identity_env` and `per_session_env`
+hold the same names: one rule here, so they can never disagree. Standard library only and pure;
+what the names mean for sharing is lazyd/core/sharing/envrules.py's business.
 """
 
 from __future__ import annotations
@@ -18,10 +19,11 @@ def parse_names(text: str) -> tuple[str, ...]:
 
     Raises ValueError naming the first bad entry: an empty entry, or one with `=` or spaces.
     """
-    names: list[str] = []
-    for part in text.split(","):
-        entry = part.strip()
-        if not entry or _NAME.fullmatch(entry) is None:
-            raise ValueError(f"{entry!r} is not a variable name or pattern (use NAME,OTHER_*)")
-        names.append(entry)
-    return tuple(dict.fromkeys(names))
+    return tuple(dict.fromkeys(checked_name(part.strip()) for part in text.split(",")))
+
+
+def checked_name(entry: str) -> str:
+    """One variable name or pattern, as the list of `parse_names` or the config's arrays hold it."""
+    if not entry or _NAME.fullmatch(entry) is None:
+        raise ValueError(f"{entry!r} is not a variable name or pattern (use NAME,OTHER_*)")
+    return entry

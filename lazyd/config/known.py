@@ -12,7 +12,7 @@ import pkgutil
 
 from lazyd.config import values as cv
 from lazyd.config.toml_text import parse_toml
-from lazyd.core.sharing.known_servers import KNOWN_MODES, KnownMode, KnownServer, KnownServers
+from lazyd.core.sharing.known_servers import KNOWN_MODES, KnownServer, KnownServers
 from lazyd.errors import ConfigError
 
 PACKAGED_FILE = "known_servers.toml"
@@ -41,10 +41,7 @@ def parse_table(at: cv.At, value: object) -> KnownServers:
         cv.check_keys(where, fields, _ENTRY_KEYS)
         if "sharing" not in fields:
             raise (where / "sharing").error(f"is required: one of {', '.join(KNOWN_MODES)}")
-        sharing = fields["sharing"]
-        if sharing not in KNOWN_MODES:
-            raise (where / "sharing").error(cv.not_one_of(sharing, KNOWN_MODES))
-        mode: KnownMode = next(m for m in KNOWN_MODES if m == sharing)
+        mode = cv.one_of(where / "sharing", fields["sharing"], KNOWN_MODES)
         runs = tuple(cv.strings(where / "runs", fields.get("runs", []), allow_empty=mode == "auto"))
         if any(not run.strip() for run in runs):
             raise (where / "runs").error("holds an empty name")

@@ -21,9 +21,11 @@ from lazyd.config import values as cv
 from lazyd.config.known import packaged, parse_table
 from lazyd.config.toml_text import parse_toml
 from lazyd.config.model import Config, Policy, ServerConfig, WakePredicate
-from lazyd.config.durations import parse_bool, parse_size
+from lazyd.config.durations import parse_bool
+from lazyd.config.envnames import checked_name
+from lazyd.config.sizes import parse_limit
 from lazyd.core.eras.choice import ERA_SETTINGS
-from lazyd.core.policy import ToolPolicy, as_decision, compile_rule
+from lazyd.core.policy import DECISIONS, ToolPolicy, compile_rule
 from lazyd.core.pressure import PressureSettings
 from lazyd.errors import ConfigError
 from lazyd.host.privatefiles import read_private
@@ -50,7 +52,8 @@ MAX_DESCRIPTION_CHARS = 1000
 _WAKE_KEYS = ("command", "interval", "timeout")
 _OPTION_KEYS = ("linger", "check_linger", "idle_timeout", "start_timeout", "share", "wake_command",
                 "wake_interval", "wake_timeout", "era", "memory_max")
-_SAMPLING_POLICIES = ("refuse", "most-recent")
+_SAMPLING_POLICIES: tuple[Literal["refuse", "most-recent"], ...] = ("refuse", "most-recent")
+_STARTS: tuple[Literal["lazy", "eager"], ...] = ("lazy", "eager")
 _SERVER_NAME = re.compile(r"[A-Za-z0-9_.-]+", re.ASCII)
 # Used in messages when the text did not come from a file.
 _NO_FILE_LABEL = "config.toml"
@@ -91,11 +94,8 @@ def parse_config_text(text: str, environ: Mapping[str, str], source: Path | None
     defaults = _merge_policy(defaults_at, Policy(), defaults_table)
     extra = _patterns(defaults_at / "per_session_env", defaults_table.get("per_session_env", []))
     forced = _patterns(defaults_at / "identity_env", defaults_table.get("identity_env", []))
-    sampling = defaults_table.get("sampling_policy", "refuse")
-    if sampling == "refuse" or sampling == "most-recent":
-        sampling_policy: Literal["refuse", "most-recent"] = sampling
-    else:
-        raise (defaults_at / "sampling_policy").error(cv.not_one_of(sampling, _SAMPLING_POLICIES))
+    sampling_policy = cv.one_of(defaults_at / "sampling_policy", defaults_table.get("sampling_policy", "refuse"),
+                                _SAMPLING_POLICIES)
     servers_at = at / "servers"
     servers: dict[str, ServerConfig] = {}
     for name, value in cv.table(servers_at, document.get("servers", {})).items():
@@ -136,21 +136,17 @@ def _pressure(at: cv.At, value: object) -> PressureSettings:
 
 def _patterns(at: cv.At, value: object) -> frozenset[str]:
     """An array of variable names or fnmatch patterns (per_session_env, identity_env)."""
-    patterns = frozenset(cv.strings(at, value, allow_empty=True))
-    for pattern in sorted(patterns):
-        if not pattern or "=" in pattern:
-            raise at.error(f"{pattern!r} is not a variable name or pattern")
-    return patterns
+    try:
+        return frozenset(checked_name(pattern) for pattern in cv.strings(at, value, allow_empty=True))
+    except ValueError as error:
+        raise at.error(str(error)) from None
 
 
 def _tool_policy(at: cv.At, value: object) -> ToolPolicy:
     """`[policy]`: `default` and `rules = { "SERVER.TOOL" = "allow" | "ask" | "deny" }`."""
     table = cv.table(at, value)
     cv.check_keys(at, table, _TOOL_POLICY_KEYS)
-    try:
-        default = as_decision(table.get("default", "allow"))
-    except ValueError as error:
-        raise (at / "default").error(str(error)) from None
+    default = cv.one_of(at / "default", table.get("default", "allow"), DECISIONS)
     rules = []
     for pattern, decision in cv.table(at / "rules", table.get("rules", {})).items():
         if isinstance(decision, dict):
@@ -267,18 +263,10 @@ def _merge_policy(at: cv.At, base: Policy, table: Mapping[str, object]) -> Polic
             idle = None
         else:
             keep_alive = False
-    start = base.start
-    if "start" in table:
-        value = table["start"]
-        if value == "lazy" or value == "eager":
-            start = value
-        else:
-            raise (at / "start").error(cv.not_one_of(value, ("lazy", "eager")))
+    start = read("start", lambda where, value: cv.one_of(where, value, _STARTS), base.start)
     share = read("share", _share, base.share)
     wake = read("wake", _wake, base.wake)
-    era = next((setting for setting in ERA_SETTINGS if setting == table["era"]), None) if "era" in table else base.era
-    if era is None:
-        raise (at / "era").error(cv.not_one_of(table["era"], ERA_SETTINGS))
+    era = read("era", lambda where, value: cv.one_of(where, value, ERA_SETTINGS), base.era)
     memory_max = read("memory_max", _memory_max, base.memory_max)
     return Policy(start_timeout_s=start_timeout, linger_s=linger, check_linger_s=check_linger, idle_timeout_s=idle,
                   keep_alive=keep_alive, start=start, share=share, wake=wake, era=era, memory_max=memory_max)
@@ -286,14 +274,14 @@ def _merge_policy(at: cv.At, base: Policy, table: Mapping[str, object]) -> Polic
 
 def _memory_max(at: cv.At, value: object) -> int | None:
     """A size ("1GiB", a number of bytes), or false / "off" / 0 for no limit."""
-    if value is False or value == 0 or (isinstance(value, str) and value.strip().lower() in ("off", "none", "0")):
+    if value is False or value == 0:
         return None
     if isinstance(value, int) and not isinstance(value, bool) and value > 0:
         return value
     if not isinstance(value, str):
         raise at.error(f'expected a size such as "1GiB" or false, got {cv.type_name(value)}')
     try:
-        return parse_size(value)
+        return parse_limit(value)
     except ValueError as error:
         raise at.error(str(error)) from None
 

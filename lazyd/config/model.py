@@ -1,8 +1,8 @@
-"""The config as lazyd holds it: frozen, validated dataclasses, and the error for a refused one.
+"""The config as lazyd holds it: frozen dataclasses, and the error for a refused one.
 
 `Config` is the whole file (`Config()` is what a missing file means); `ServerConfig` a named
 server; `Policy` how one server is started and stopped; `WakePredicate` a wake predicate. The
-file's parser is lazyd/config/load.py, which re-exports these names.
+file's parser, lazyd/config/load.py, is what checks their values and re-exports these names.
 """
 
 from __future__ import annotations
@@ -31,12 +31,6 @@ class WakePredicate:
     interval_s: float = 5.0
     timeout_s: float = 1.0
 
-    def __post_init__(self) -> None:
-        if not self.argv or not self.argv[0]:
-            raise ValueError("a wake predicate needs a command")
-        if not (self.interval_s > 0 and self.timeout_s > 0):
-            raise ValueError("a wake predicate's interval and timeout must be longer than 0")
-
 
 @dataclass(frozen=True)
 class Policy:
@@ -56,20 +50,6 @@ class Policy:
     era: Literal["auto", "handshake", "stateless"] = "auto"
     # Bytes of PSS the server's process tree may stay over before it is restarted (lazyd/core/memory.py).
     memory_max: int | None = None
-
-    def __post_init__(self) -> None:
-        if self.memory_max is not None and self.memory_max <= 0:
-            raise ValueError("memory_max must be positive")
-        if not self.start_timeout_s > 0:
-            raise ValueError("start_timeout must be longer than 0")
-        if not self.linger_s >= 0:
-            raise ValueError("linger must not be negative")
-        if not self.check_linger_s >= 0:
-            raise ValueError("check_linger must not be negative")
-        if self.idle_timeout_s is not None and self.idle_timeout_s < 0:
-            raise ValueError("idle_timeout must not be negative")
-        if self.keep_alive and self.idle_timeout_s:
-            raise ValueError("keep_alive cannot be combined with idle_timeout")
 
 
 @dataclass(frozen=True)

@@ -12,9 +12,12 @@ import posixpath
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TypeVar
 
 from lazyd.config.durations import parse_duration
 from lazyd.errors import ConfigError
+
+T = TypeVar("T")
 
 _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+", re.ASCII)
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*", re.ASCII)
@@ -128,9 +131,13 @@ def duration(at: At, value: object) -> float:
     raise at.error(f"expected a duration such as \"30s\", got {type_name(value)}")
 
 
-def not_one_of(value: object, allowed: tuple[str, ...]) -> str:
+def one_of(at: At, value: object, allowed: tuple[T, ...]) -> T:
+    """`value` as the one of `allowed` it equals (a setting's word: `era = "auto"`)."""
+    for word in allowed:
+        if isinstance(value, str) and value == word:
+            return word
     shown = repr(value) if isinstance(value, str) else type_name(value)
-    return f"{shown} is not one of: {', '.join(allowed)}"
+    raise at.error(f"{shown} is not one of: {', '.join(map(str, allowed))}")
 
 
 def type_name(value: object) -> str:

@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from lazyd.core import state_codec as sc
 from lazyd.core.eras.versions import capabilities_digest, is_stateless_version
 from lazyd.core.relay.jsonrpc import JsonObj
 
@@ -64,19 +65,9 @@ class Listing:
     def as_result(self, item_key: str) -> JsonObj:
         return {item_key: list(self.items or [])}
 
-    def to_json(self) -> JsonObj:
-        return {"items": self.items} if self.error is None else {"error": self.error}
-
-    @classmethod
-    def from_json(cls, obj: Any) -> Listing:
-        if not isinstance(obj, dict):
-            raise ValueError("listing is not an object")
-        if isinstance(obj.get("error"), dict):
-            return cls(error=obj["error"])
-        items = obj.get("items")
-        if not isinstance(items, list):
-            raise ValueError("listing items are not a list")
-        return cls(items=items)
+    def __post_init__(self) -> None:
+        if (self.items is None) == (self.error is None):
+            raise ValueError("a listing holds either items or an error")
 
 
 @dataclass
@@ -94,18 +85,9 @@ class HandshakeEntry:
     def complete(self) -> bool:
         return all(method in self.listings for method in self.advertised_listings())
 
-    def to_json(self) -> JsonObj:
-        return {"params": self.params, "result": self.result,
-                "listings": {m: listing.to_json() for m, listing in self.listings.items()}}
-
-    @classmethod
-    def from_json(cls, obj: Any) -> HandshakeEntry:
-        if not isinstance(obj, dict):
-            raise ValueError("entry is not an object")
-        params, result, listings = obj.get("params"), obj.get("result"), obj.get("listings", {})
-        if not isinstance(params, dict) or not isinstance(result, dict) or not isinstance(listings, dict):
-            raise ValueError("entry fields have the wrong types")
-        return cls(params, result, {str(m): Listing.from_json(v) for m, v in listings.items() if m in LISTINGS})
+    def __post_init__(self) -> None:
+        # A listing of a method lazyd does not know is nothing it could serve (a file of a later version).
+        self.listings = {m: listing for m, listing in self.listings.items() if m in LISTINGS}
 
 
 def stateless_key(method: str, version: str, caps_digest: str, identity: str = PUBLIC) -> str:
@@ -134,18 +116,6 @@ class CachedResult:
     result: JsonObj
     stored_at: float  # wall-clock seconds: ttlMs must hold across daemon restarts
 
-    def to_json(self) -> JsonObj:
-        return {"result": self.result, "stored_at": self.stored_at}
-
-    @classmethod
-    def from_json(cls, obj: Any) -> CachedResult:
-        if not isinstance(obj, dict) or not isinstance(obj.get("result"), dict):
-            raise ValueError("stateless entry is not an object with a result")
-        stored_at = obj.get("stored_at", 0.0)
-        if not isinstance(stored_at, (int, float)) or isinstance(stored_at, bool):
-            raise ValueError("stateless entry stored_at is not a number")
-        return cls(result=obj["result"], stored_at=float(stored_at))
-
 
 @dataclass
 class Snapshot:
@@ -168,6 +138,10 @@ class Snapshot:
     # Whether `initialize` as a connection's first request was accepted (None: never tried; False:
     # the server speaks only the stateless era). See lazyd/core/eras/choice.py.
     handshake_first: bool | None = None
+
+    def __post_init__(self) -> None:
+        if not all("result" in answer or "error" in answer for answer in self.discover.values()):
+            raise ValueError("a discover answer holds neither a result nor an error")
 
     def era(self) -> str | None:
         """"stateless" (discovery listed one), "handshake" (another answer), None (never probed)."""
@@ -242,42 +216,15 @@ class Snapshot:
         return None
 
     def to_json(self) -> JsonObj:
-        return {"format": SNAPSHOT_FORMAT, "entries": {k: e.to_json() for k, e in self.entries.items()},
-                "discover": self.discover, "last_params": self.last_params, "updated_at": self.updated_at,
-                "stateless": {k: c.to_json() for k, c in self.stateless.items()}, "last_meta": self.last_meta,
-                "mixed_connection": self.mixed_connection, "handshake_first": self.handshake_first}
+        return {"format": SNAPSHOT_FORMAT, **sc.dump(self)}
 
     @classmethod
     def from_json(cls, obj: Any) -> Snapshot:
         """Rebuild from stored JSON; ValueError for anything unexpected (the file is ignored)."""
         if not isinstance(obj, dict) or obj.get("format") != SNAPSHOT_FORMAT:
             raise ValueError("unknown snapshot format")
-        entries, discover = obj.get("entries", {}), obj.get("discover", {})
-        last_params, updated_at = obj.get("last_params"), obj.get("updated_at", 0.0)
-        if not isinstance(entries, dict) or not isinstance(discover, dict):
-            raise ValueError("snapshot fields have the wrong types")
-        if last_params is not None and not isinstance(last_params, dict):
-            raise ValueError("last_params is not an object")
-        if not isinstance(updated_at, (int, float)):
-            raise ValueError("updated_at is not a number")
-        for answer in discover.values():
-            if not isinstance(answer, dict) or not ("result" in answer or "error" in answer):
-                raise ValueError("discover answer is malformed")
-        stateless, last_meta, mixed = obj.get("stateless", {}), obj.get("last_meta"), obj.get("mixed_connection")
-        if not isinstance(stateless, dict):
-            raise ValueError("stateless entries are not an object")
-        if last_meta is not None and not isinstance(last_meta, dict):
-            raise ValueError("last_meta is not an object")
-        if mixed is not None and not isinstance(mixed, bool):
-            raise ValueError("mixed_connection is not a boolean")
-        handshake_first = obj.get("handshake_first")
-        if handshake_first is not None and not isinstance(handshake_first, bool):
-            raise ValueError("handshake_first is not a boolean")
-        return cls(entries={str(k): HandshakeEntry.from_json(v) for k, v in entries.items()},
-                   discover={str(k): v for k, v in discover.items()}, last_params=last_params,
-                   updated_at=float(updated_at),
-                   stateless={str(k): CachedResult.from_json(v) for k, v in stateless.items()},
-                   last_meta=last_meta, mixed_connection=mixed, handshake_first=handshake_first)
+        snapshot: Snapshot = sc.load(Snapshot, {k: v for k, v in obj.items() if k != "format"}, "snapshot")
+        return snapshot
 
     def listing_counts(self) -> dict[str, int]:
         """Item counts of the most recently used entry's listings, for status output."""

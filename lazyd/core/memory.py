@@ -6,8 +6,7 @@ over* when two samples in a row find it over (a burst given back is no breach; a
 a new process, starts the count again); a breach restarts the server (`Restart`), its in-flight
 requests answered with an error naming the limit; the `PARK_AFTER_BREACHES`-th breach within
 `PARK_WINDOW_S` parks it (`Park`), the restarts before it backing off like crashes. Sizes are
-bytes, written as `lazyctl` writes them (`format_bytes`), read as the config takes them
-(lazyd/config/durations.py's `parse_size`).
+bytes, written and read as users type them (lazyd/config/sizes.py).
 """
 
 from __future__ import annotations
@@ -16,6 +15,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Final
 
+from lazyd.config.sizes import format_bytes
 from lazyd.core import state_codec as sc
 
 SAMPLE_INTERVAL_S: Final = 2.0  # how often the watch samples trees and pressure (docs/supervision.md)
@@ -92,19 +92,3 @@ class MemoryLimit:
 
 def _minutes(seconds: float) -> str:
     return f"{seconds / 60:.0f}m"
-
-
-_UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
-
-
-def format_bytes(count: int) -> str:
-    """1536 -> "1.5 KiB"; whole multiples drop the decimal: 1 GiB, not 1.0 GiB."""
-    value = float(count)
-    for unit in _UNITS:
-        if value < 1024 or unit == _UNITS[-1]:
-            if unit == "B":
-                return f"{count} B"
-            text = f"{value:.1f}"
-            return f"{text.removesuffix('.0')} {unit}"
-        value /= 1024
-    raise AssertionError("unreachable")

@@ -19,12 +19,12 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from lazyd.core.relay import jsonrpc as rpc
 from lazyd.core import state_codec as sc
 from lazyd.core.relay.jsonrpc import JsonId, JsonObj, Kind, Message
-from lazyd.core.policy import ToolPolicy, Verdict, as_decision
+from lazyd.core.policy import Decision, ToolPolicy, Verdict
 
 ASK_ID_PREFIX = "lazyd-policy-"
 # The arguments shown in a confirmation: enough to recognise the call, short enough to read.
@@ -55,12 +55,18 @@ class Log:
 GateAction = Pass | Reply | Log
 
 
-@dataclass(frozen=True, slots=True)
-class _Held:
+class Held(NamedTuple):
+    """A call held for the user's answer."""
+
     line: bytes
     request_id: JsonId
     tool: str
-    verdict: Verdict
+    decision: Decision
+    rule: str | None
+
+    @property
+    def verdict(self) -> Verdict:
+        return Verdict(self.decision, self.rule)
 
 
 def summarize_arguments(arguments: object) -> str:
@@ -128,54 +134,45 @@ def refusal_text(server: str, tool: str, outcome: str, answer: JsonObj) -> str:
     return f"lazyd policy: the confirmation for {subject} got an answer lazyd does not understand; it did not run."
 
 
+# What a gate keeps for a successor daemon (lazyd/core/state_codec.py).
+_KEPT = {"held": dict[tuple[int, str], Held], "next_ask": int, "listings": set[tuple[int, bool, JsonId]]}
+
+
 class PolicyGate:
     """The policy in front of one server's relay core; see the module docstring."""
 
     def __init__(self, server: str) -> None:
         self.server = server
-        self._held: dict[tuple[int, str], _Held] = {}
-        self._next_ask = 1
+        self.held: dict[tuple[int, str], Held] = {}
+        self.next_ask = 1
         # tools/list requests whose answers are to be filtered: (client, id type is str, id).
-        self._listings: set[tuple[int, bool, JsonId]] = set()
+        self.listings: set[tuple[int, bool, JsonId]] = set()
 
     def held_count(self) -> int:
-        return len(self._held)
+        return len(self.held)
 
     def to_state(self) -> JsonObj:
         """The calls held for the user's answer, the ask counter and the listings to filter."""
-        return {"held": [[cid, ask, sc.raw_text(h.line), h.request_id, h.tool, h.verdict.decision, h.verdict.rule]
-                         for (cid, ask), h in self._held.items()],
-                "next_ask": self._next_ask, "listings": [list(k) for k in self._listings]}
+        return sc.dump_attrs(self, _KEPT)
 
     def restore(self, value: object) -> None:
-        s = sc.obj(value, "gate")
-        self._held = {}
-        for row in sc.items(s.get("held"), "gate.held"):
-            cid, ask, line, request_id, tool, decision, rule = sc.items(row, "gate.held row")
-            self._held[(sc.integer(cid, "gate.cid"), sc.text(ask, "gate.ask"))] = _Held(
-                sc.raw_bytes(line, "gate.line"), sc.json_id(request_id, "gate.request_id"), sc.text(tool, "gate.tool"),
-                Verdict(as_decision(decision), sc.opt_text(rule, "gate.rule")))
-        self._next_ask = sc.integer(s.get("next_ask"), "gate.next_ask")
-        self._listings = set()
-        for row in sc.items(s.get("listings"), "gate.listings"):
-            cid, is_str, request_id = sc.items(row, "gate.listings row")
-            self._listings.add((sc.integer(cid, "gate.cid"), sc.flag(is_str, "gate.is_str"), sc.json_id(request_id, "gate.id")))
+        sc.load_attrs(self, _KEPT, value, "gate")
 
     def client_line(self, cid: int, line: bytes, policy: ToolPolicy,
                     can_elicit: Callable[[], bool]) -> list[GateAction]:
         """Decide about one client line; `can_elicit` says whether this client declared elicitation."""
-        if not policy.active and not self._held:
+        if not policy.active and not self.held:
             return [Pass(line)]
         msg = rpc.parse(line)
         if not isinstance(msg, Message):
             return [Pass(line)]  # the core words the error
-        if msg.kind is Kind.RESPONSE and isinstance(msg.id, str) and (cid, msg.id) in self._held:
+        if msg.kind is Kind.RESPONSE and isinstance(msg.id, str) and (cid, msg.id) in self.held:
             return self._answered(cid, msg)
-        if msg.kind is Kind.NOTIFICATION and msg.method == "notifications/cancelled" and self._held:
+        if msg.kind is Kind.NOTIFICATION and msg.method == "notifications/cancelled" and self.held:
             return self._cancelled(cid, msg, line)
         if msg.kind is Kind.REQUEST and msg.method == "tools/list" and policy.can_deny:
             assert msg.id is not None
-            self._listings.add((cid, isinstance(msg.id, str), msg.id))
+            self.listings.add((cid, isinstance(msg.id, str), msg.id))
             return [Pass(line)]
         if msg.kind is not Kind.REQUEST or msg.method != "tools/call" or not policy.active:
             return [Pass(line)]
@@ -192,23 +189,23 @@ class PolicyGate:
         if not can_elicit():
             return [Log(f"{where}; refused: the client does not support elicitation"),
                     Reply(tool_error(msg.id, no_elicitation_text(self.server, tool, verdict)), msg.id)]
-        ask_id = f"{ASK_ID_PREFIX}{self._next_ask}"
-        self._next_ask += 1
-        self._held[(cid, ask_id)] = _Held(line, msg.id, tool, verdict)
+        ask_id = f"{ASK_ID_PREFIX}{self.next_ask}"
+        self.next_ask += 1
+        self.held[(cid, ask_id)] = Held(line, msg.id, tool, verdict.decision, verdict.rule)
         params = ask_params(self.server, tool, msg.params.get("arguments"), verdict)
         return [Log(f"{where}; asking the user"), Reply(rpc.request_line(ask_id, "elicitation/create", params))]
 
     def listing_count(self) -> int:
         """tools/list answers still to be filtered: while 0, `to_client` need not be called."""
-        return len(self._listings)
+        return len(self.listings)
 
     def to_client(self, cid: int, line: bytes, done: JsonId, policy: ToolPolicy) -> tuple[bytes, int]:
         """A final answer to client `cid`'s request `done`, with denied tools taken out when it
         answers a noted `tools/list`; and how many were taken out."""
         key = (cid, isinstance(done, str), done)
-        if key not in self._listings:
+        if key not in self.listings:
             return line, 0
-        self._listings.discard(key)
+        self.listings.discard(key)
         msg = rpc.parse(line)
         if not isinstance(msg, Message) or msg.kind is not Kind.RESPONSE:
             return line, 0
@@ -227,13 +224,13 @@ class PolicyGate:
 
     def detach(self, cid: int) -> None:
         """The client left: its held calls are dropped unanswered (nobody is there to answer)."""
-        for key in [k for k in self._held if k[0] == cid]:
-            del self._held[key]
-        self._listings = {k for k in self._listings if k[0] != cid}
+        for key in [k for k in self.held if k[0] == cid]:
+            del self.held[key]
+        self.listings = {k for k in self.listings if k[0] != cid}
 
     def _answered(self, cid: int, msg: Message) -> list[GateAction]:
         assert isinstance(msg.id, str)
-        held = self._held.pop((cid, msg.id))
+        held = self.held.pop((cid, msg.id))
         outcome = answer_outcome(msg.obj)
         where = f"policy: {self.server}.{held.tool}: asked by {held.verdict.reason()}, answer {outcome}"
         if outcome == "accept":
@@ -243,9 +240,9 @@ class PolicyGate:
 
     def _cancelled(self, cid: int, msg: Message, line: bytes) -> list[GateAction]:
         request_id = msg.params.get("requestId")
-        for (owner, ask_id), held in list(self._held.items()):
+        for (owner, ask_id), held in list(self.held.items()):
             if owner == cid and held.request_id == request_id and type(held.request_id) is type(request_id):
-                del self._held[(owner, ask_id)]
+                del self.held[(owner, ask_id)]
                 notice = rpc.notification_line("notifications/cancelled",
                                                {"requestId": ask_id, "reason": "the tool call was cancelled"})
                 return [Log(f"policy: {self.server}.{held.tool}: cancelled while the user was asked"), Reply(notice)]

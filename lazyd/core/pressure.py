@@ -23,7 +23,7 @@ DEFAULT_PAUSE_S: Final = 10.0  # avg10 is a ten-second average
 
 @dataclass(frozen=True)
 class PressureSettings:
-    """`[pressure]` in config.toml."""
+    """`[pressure]` in config.toml, checked by its reader (lazyd/config/load.py)."""
 
     enabled: bool = True
     start_pct: float = DEFAULT_START_PCT
@@ -31,15 +31,6 @@ class PressureSettings:
     pause_s: float = DEFAULT_PAUSE_S
     # PSI files to read; empty: /proc/pressure/memory and the daemon's own cgroup's memory.pressure.
     files: tuple[str, ...] = field(default=())
-
-    def __post_init__(self) -> None:
-        for name, pct in (("start", self.start_pct), ("stop", self.stop_pct)):
-            if not (math.isfinite(pct) and 0 < pct <= 100):
-                raise ValueError(f"{name} must be a percentage above 0 and at most 100, not {pct!r}")
-        if self.stop_pct > self.start_pct:
-            raise ValueError(f"stop ({self.stop_pct:g}) must not be above start ({self.start_pct:g})")
-        if not (math.isfinite(self.pause_s) and self.pause_s > 0):
-            raise ValueError(f"pause must be longer than 0, not {self.pause_s!r}")
 
 
 @dataclass(frozen=True)

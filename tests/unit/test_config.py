@@ -234,6 +234,8 @@ def test_the_parsed_config_cannot_be_modified() -> None:
          "'random' is not one of: refuse, most-recent"),
         ("[defaults]\nper_session_env = \"X\"\n", "defaults.per_session_env", "expected an array of strings"),
         ("[defaults]\nper_session_env = [1]\n", "defaults.per_session_env", "expected a string, got an integer"),
+        ("[defaults]\nidentity_env = [\"MY TOKEN\"]\n", "defaults.identity_env",
+         "'MY TOKEN' is not a variable name or pattern"),
         ("[defaults]\nper_session_env = [\"A=B\"]\n", "defaults.per_session_env", "is not a variable name"),
         ("[defaults]\nper_session_env = [\"\"]\n", "defaults.per_session_env", "is not a variable name"),
         ("[servers.s]\ncommand = 5\n", "servers.s.command", "expected a string, got an integer"),
@@ -507,28 +509,6 @@ def test_a_bad_option_is_refused_with_one_line_naming_the_option(opts: dict[str,
     with pytest.raises(ConfigError) as caught:
         policy_with_options(Policy(), opts)
     assert str(caught.value) == message
-
-
-# ---- direct construction ---------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    "kwargs",
-    [{"start_timeout_s": 0.0}, {"linger_s": -1.0}, {"idle_timeout_s": -1.0},
-     {"keep_alive": True, "idle_timeout_s": 60.0}, {"linger_s": float("nan")}],
-)
-def test_a_policy_that_contradicts_itself_cannot_be_built(kwargs: dict[str, float]) -> None:
-    with pytest.raises(ValueError):
-        Policy(**kwargs)  # type: ignore[arg-type]
-
-
-@pytest.mark.parametrize("kwargs", [{"argv": ()}, {"argv": ("",)}, {"argv": ("w",), "interval_s": 0.0},
-                                    {"argv": ("w",), "timeout_s": -1.0}])
-def test_a_wake_predicate_without_a_command_or_with_zero_timing_cannot_be_built(
-    kwargs: dict[str, object]
-) -> None:
-    with pytest.raises(ValueError):
-        WakePredicate(**kwargs)  # type: ignore[arg-type]
 
 
 def test_a_named_servers_description_is_one_line_of_words_and_not_part_of_its_definition() -> None:

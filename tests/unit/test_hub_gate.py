@@ -221,3 +221,19 @@ def test_malformed_tool_entries_in_a_listing_are_kept_as_the_server_wrote_them()
     line = json.dumps({"jsonrpc": "2.0", "id": 4, "result": {"tools": odd}}).encode()
     filtered, hidden = gate.to_client(1, line, 4, POLICY)
     assert hidden == 1 and json.loads(filtered)["result"]["tools"] == [odd[0], odd[1], odd[3]]
+
+
+def test_a_gate_rebuilt_from_its_state_answers_the_held_call_and_filters_the_noted_listing() -> None:
+    gate = PolicyGate(SERVER)
+    ask_id = ask(gate, 1, 7, {"path": "/tmp/x"})
+    listing_request = json.dumps({"jsonrpc": "2.0", "id": "7", "method": "tools/list"}).encode()
+    gate.client_line(2, listing_request, POLICY, lambda: True)
+    twin = PolicyGate(SERVER)
+    twin.restore(json.loads(json.dumps(gate.to_state())))
+    accepted = twin.client_line(1, answer(ask_id, {"action": "accept", "content": {}}), POLICY, lambda: True)
+    assert [a for a in accepted if not isinstance(a, Log)] == [Pass(call(7, "delete_file", {"path": "/tmp/x"}))]
+    assert replies(twin.client_line(1, call(8, "delete_file"), POLICY, lambda: True))[0]["id"] == "lazyd-policy-2"
+    listing = json.dumps({"jsonrpc": "2.0", "id": "7", "result": {"tools": [{"name": "rm_rf"}, {"name": "ls"}]}})
+    assert twin.to_client(2, listing.encode(), 7, POLICY) == (listing.encode(), 0)  # id 7, not "7"
+    filtered, hidden = twin.to_client(2, listing.encode(), "7", POLICY)
+    assert hidden == 1 and json.loads(filtered)["result"]["tools"] == [{"name": "ls"}]

@@ -9,11 +9,11 @@ import random
 
 import pytest
 
-from lazyd.config.durations import parse_size
 from lazyd.config.load import parse_config_text, policy_with_options
 from lazyd.config.model import Policy
 from lazyd.core.lifecycle.machine import Lifecycle, LifecyclePolicy, Log, Spawn, State, Stop
-from lazyd.core.memory import PARK_WINDOW_S, MemoryLimit, Park, Restart, format_bytes
+from lazyd.config.sizes import format_bytes, parse_limit, parse_size
+from lazyd.core.memory import PARK_WINDOW_S, MemoryLimit, Park, Restart
 from lazyd.errors import ConfigError
 
 MiB = 1024 * 1024
@@ -56,10 +56,16 @@ def test_sizes_are_read_in_binary_units(text: str, size: int) -> None:
     assert parse_size(text) == size
 
 
-@pytest.mark.parametrize("text", ["", "GiB", "1 XB", "-1G", "1iB", "0", "0.1B"])
+@pytest.mark.parametrize("text", ["", "GiB", "1 XB", "-1G", "1iB", "0", "0.1B", "\uff11GiB"])
 def test_a_bad_size_is_refused(text: str) -> None:
     with pytest.raises(ValueError):
         parse_size(text)
+
+
+def test_a_limit_is_a_size_or_off_as_the_shim_and_the_config_read_it() -> None:
+    assert [parse_limit(t) for t in ("off", " None ", "0", "2G")] == [None, None, None, 2 * GiB]
+    with pytest.raises(ValueError, match="'lots' is not a size"):
+        parse_limit("lots")
 
 
 @pytest.mark.parametrize(("size", "text"), [(512, "512 B"), (1536, "1.5 KiB"), (GiB, "1 GiB"), (int(1.34 * GiB), "1.3 GiB")])

@@ -8,12 +8,15 @@ hysteresis against a model of it).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from lazyd.config.load import parse_config_text
+from lazyd.errors import ConfigError
 from lazyd.core.pressure import Began, Candidate, Ended, PressureRelief, PressureSettings, Sleep, parse_psi
 
 S = PressureSettings()  # start 10 %, stop 5 %, pause 10 s
@@ -91,11 +94,16 @@ def test_disabled_relief_does_nothing_at_any_pressure() -> None:
     assert relief.sample(0.0, 100.0, [idle("a")]) == []
 
 
-@pytest.mark.parametrize("kwargs", [dict(start_pct=0.0), dict(start_pct=101.0), dict(stop_pct=20.0),
-                                    dict(pause_s=0.0), dict(stop_pct=float("nan"))])
-def test_settings_out_of_range_are_refused(kwargs: dict[str, float]) -> None:
-    with pytest.raises(ValueError):
-        PressureSettings(**kwargs)  # type: ignore[arg-type]
+@pytest.mark.parametrize(("text", "message"), [
+    ("start = 0", "pressure.start: 0 is not a percentage above 0 and at most 100"),
+    ("start = 101", "pressure.start: 101 is not a percentage above 0 and at most 100"),
+    ("stop = 20", "pressure.stop: 20 is above start (10); it must be at most start"),
+    ('pause = "0"', "pressure.pause: must be longer than 0"),
+    ("stop = nan", "pressure.stop: nan is not a percentage above 0 and at most 100"),
+])
+def test_settings_out_of_range_are_refused_naming_the_key(text: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(f"config.toml: {message}")):
+        parse_config_text(f"[pressure]\n{text}\n", {}, None)
 
 
 @pytest.mark.parametrize(("text", "pct"), [

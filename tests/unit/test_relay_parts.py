@@ -7,7 +7,6 @@ of their own: test_era_state.py, test_listings.py.)
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 
 from lazyd.core.relay import jsonrpc as rpc
 from lazyd.core.eras.asker import Asker
@@ -107,19 +106,12 @@ def test_the_process_ending_keeps_what_belongs_to_the_clients() -> None:
 # ---- the stateless cache, by the time of the event ---------------------------------------------
 
 
-@dataclass
-class CorePort:
-    name: str = "test"
-    phase: Phase = Phase.DOWN
-    now: float = 1_000.0
-
-
-def cache_part(port: CorePort) -> StatelessCache:
+def cache_part(now: float = 1_000.0) -> StatelessCache:
     snapshot = Snapshot()
     routes = Routes()
     era = EraState("auto", snapshot)
     listings = ListingEngine(lambda method, params, purpose: internal(routes, method, params, purpose))
-    return StatelessCache(port, RelayShared(snapshot, era, listings, routes, {1: ClientState(1)}))
+    return StatelessCache(RelayShared("test", snapshot, era, listings, routes, {1: ClientState(1)}, now=now))
 
 
 def answer(ttl_ms: int, stored_at: float) -> JsonObj:
@@ -127,33 +119,30 @@ def answer(ttl_ms: int, stored_at: float) -> JsonObj:
 
 
 def test_a_stored_result_is_served_with_the_ttl_it_has_left_at_the_events_time() -> None:
-    port = CorePort(now=1_010.0)
-    cache = cache_part(port)
+    cache = cache_part(now=1_010.0)
     line = cache.cached_answer(4, answer(60_000, 1_000.0))
     assert line is not None and json.loads(line)["result"]["ttlMs"] == 50_000
-    port.now = 1_059.5
+    cache.shared.now = 1_059.5
     line = cache.cached_answer(4, answer(60_000, 1_000.0))
     assert line is not None and json.loads(line)["result"]["ttlMs"] == 500
 
 
 def test_an_expired_result_is_served_stale_while_the_server_sleeps_and_asked_again_while_it_runs() -> None:
-    port = CorePort(now=2_000.0)
-    cache = cache_part(port)
+    cache = cache_part(now=2_000.0)
     line = cache.cached_answer(4, answer(1_000, 1_000.0))
     assert line is not None and json.loads(line)["result"]["ttlMs"] == 0
-    port.phase = Phase.READY
+    cache.shared.phase = Phase.READY
     assert cache.cached_answer(4, answer(1_000, 1_000.0)) is None
 
 
 def test_discovery_is_stored_with_the_time_the_event_brought() -> None:
-    port = CorePort(now=1_234.5)
-    cache = cache_part(port)
+    cache = cache_part(now=1_234.5)
     cache.record_discover("2026-07-28|someone", {"result": {"supportedVersions": ["2026-07-28"], "cacheScope": "public"}})
     assert cache.shared.snapshot.discover["2026-07-28"]["stored_at"] == 1_234.5
 
 
 def test_the_relays_own_requests_borrow_the_queued_clients_identity() -> None:
-    cache = cache_part(CorePort())
+    cache = cache_part()
     cache.shared.queue.hold(1, message(rpc.request_line(1, "initialize", {"clientInfo": {"name": "cc", "version": "2"},
                                                                    "capabilities": {"roots": {}}})))
     assert cache.start_asker("2026-07-28") == Asker("2026-07-28", {"name": "cc", "version": "2"}, {"roots": {}})

@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from lazyd.core import state_codec as sc
 from lazyd.core.relay.core import RelayCore, ToServer
 from lazyd.core.relay.routing import Routes
 from lazyd.core.relay.session_meta import LAZYD_SESSION_KEY, MUX_SESSION_KEY
@@ -133,7 +134,7 @@ def test_ids_survive_a_hand_over_and_a_state_written_before_ids_existed_turns_th
     old = copy.deepcopy(state["routes"])
     for key in ("sessions", "session_meta", "session_forced"):
         del old[key]
-    legacy = Routes.from_state(old)
+    legacy = sc.load(Routes, old, "routes")
     assert (legacy.sessions, legacy.session_meta, legacy.session_forced) == ({}, False, False)
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from lazyd.core.relay.core import Used, WantServer
-from lazyd.core.lifecycle.use import counts_as_use
+from lazyd.core.lifecycle.usage import counts_as_use
 from tests.unit.relay_driver import CLIENT_PARAMS, Driver, result, warm_snapshot
 
 

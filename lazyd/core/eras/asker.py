@@ -35,7 +35,11 @@ class Asker:
         return eras.capabilities_digest(self.capabilities)
 
     def envelope(self) -> JsonObj:
-        return eras.make_envelope(self.version, self.client_info, self.capabilities, self.log_level)
+        meta: JsonObj = {eras.PROTOCOL_VERSION_META: self.version, eras.CLIENT_INFO_META: self.client_info,
+                         eras.CLIENT_CAPABILITIES_META: self.capabilities}
+        if self.log_level is not None:
+            meta[eras.LOG_LEVEL_META] = self.log_level
+        return meta
 
     def key(self, method: str, public: bool) -> str:
         return stateless_key(method, self.version, self.caps, PUBLIC if public else self.identity)

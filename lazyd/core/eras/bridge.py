@@ -7,7 +7,7 @@ discovery, each request upstream in an envelope made of the client's own `initia
 results without the stateless-only fields, an `input_required` result turned into real requests to
 the very client it answers and retried with their answers (at most MAX_INPUT_ROUNDS rounds),
 listings from the stateless cache whatever their age, subscriptions through the relay's listen
-stream (lazyd/core/eras/listen_relay.py).
+stream (lazyd/core/eras/listen.py).
 """
 
 from __future__ import annotations
@@ -15,11 +15,8 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass, field
 
-from typing import Protocol
-
 from lazyd.core.eras import versions as eras
 from lazyd.core.relay import jsonrpc as rpc
-from lazyd.core import state_codec as sc
 from lazyd.core.eras.asker import PROBE_VERSION, Asker, asker_from_params
 from lazyd.core.cache import LISTINGS, HandshakeEntry, Listing, handshake_key
 from lazyd.core.relay.jsonrpc import JsonId, JsonObj, Kind, Message
@@ -30,7 +27,7 @@ from lazyd.core.relay.upstream import forward
 from lazyd.core.relay.shared import RelayShared
 from lazyd.core.relay.routing import CALLBACK_CAPABILITY, ClientId, Upstream
 from lazyd.core.eras.stateless_cache import StatelessCache, advertised
-from lazyd.core.eras.listen_relay import ListenRelay
+from lazyd.core.eras.listen import ListenRelay
 
 # The python SDK's own cap on input_required rounds: a server that keeps asking is given up on.
 MAX_INPUT_ROUNDS = 10
@@ -54,51 +51,25 @@ class InputRound:
     request_state: str | None = None
 
 
-class BridgePort(Protocol):
-    """What the bridge reads of the core: who it is, its phase, and the live handshake."""
-
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def phase(self) -> Phase: ...
-
-    @property
-    def instance(self) -> HandshakeEntry | None: ...
+# What the bridge keeps (lazyd/core/state_codec.py): the input rounds, and the requests for input
+# a client was sent under a client-facing id -> (the client's request id, the server's input key).
+KEPT = {"rounds": dict[tuple[ClientId, JsonId], InputRound],
+        "input_waits": dict[tuple[ClientId, JsonId], tuple[JsonId, str]]}
 
 
 class Bridge:
     """Handshake-era clients served by a stateless process, and their input rounds in progress."""
 
-    def __init__(self, core: BridgePort, shared: RelayShared, cache: StatelessCache, listen: ListenRelay) -> None:
-        self.core = core
+    def __init__(self, shared: RelayShared, cache: StatelessCache, listen: ListenRelay) -> None:
         self.shared = shared
         self.cache = cache
         self.listen = listen
         self.rounds: dict[tuple[ClientId, JsonId], InputRound] = {}
         self.input_waits: dict[tuple[ClientId, JsonId], tuple[JsonId, str]] = {}
 
-    def to_state(self) -> JsonObj:
-        return {"rounds": [[cid, client_id, sc.dump(r)] for (cid, client_id), r in self.rounds.items()],
-                "input_waits": [[cid, down_id, client_id, key] for (cid, down_id), (client_id, key) in self.input_waits.items()]}
-
-    def restore(self, value: object) -> None:
-        s = sc.obj(value, "bridge")
-        self.rounds = {}
-        for row in sc.items(s.get("rounds"), "bridge.rounds"):
-            cid, client_id, r = sc.items(row, "input round")
-            # The round's own cid and client_id are the row's (a round written without them reads the same).
-            r = sc.load(InputRound, {**sc.obj(r, "round"), "cid": cid, "client_id": client_id}, "round")
-            self.rounds[(r.cid, r.client_id)] = r
-        self.input_waits = {}
-        for row in sc.items(s.get("input_waits"), "bridge.input_waits"):
-            cid, down_id, client_id, key = sc.items(row, "input wait")
-            self.input_waits[(sc.integer(cid, "wait.cid"), sc.json_id(down_id, "wait.id"))] = (
-                sc.json_id(client_id, "wait.client_id"), sc.text(key, "wait.key"))
-
     def bridging(self) -> bool:
         """Whether handshake-era clients are served through the bridge right now."""
-        return self.shared.era.bridging(self.core.phase, self.core.instance is not None)
+        return self.shared.era.bridging(self.shared.phase, self.shared.instance is not None)
 
     def upstream_version(self) -> str:
         return eras.upstream_version(self.cache.known_discovery()) or PROBE_VERSION
@@ -116,7 +87,7 @@ class Bridge:
         # The handshake era has no ttl: a session must be able to begin from what is known.
         found = self.shared.snapshot.discovery_result(asker.version, asker.identity)
         if found is not None:
-            result = eras.initialize_result_from_discover(found[0], msg.params.get("protocolVersion"), self.core.name)
+            result = eras.initialize_result_from_discover(found[0], msg.params.get("protocolVersion"), self.shared.name)
             return [ToClient(client.cid, rpc.result_line(msg.id, result), msg.id),
                     Note(f"client {client.cid} initialize answered from the server's discovery (bridged)")]
         if self.cache.can_fetch():
@@ -127,19 +98,11 @@ class Bridge:
     def listing(self, client: ClientState, msg: Message) -> list[Action]:
         assert msg.id is not None and msg.method is not None
         if isinstance(msg.params.get("cursor"), str):
-            if self.core.phase is Phase.READY and self.shared.era.stateless_up:
+            if self.shared.phase is Phase.READY and self.shared.era.stateless_up:
                 return self._forward(client, msg)
             # Everything was served as one page: the rest of "all pages" is nothing.
             return [ToClient(client.cid, rpc.result_line(msg.id, {LISTINGS[msg.method]: []}), msg.id)]
-        if self.cache.not_advertised(msg.method):
-            return [ToClient(client.cid, rpc.error_line(msg.id, rpc.METHOD_NOT_FOUND, f"Method not found: {msg.method}"), msg.id)]
-        asker = self.client_asker(client)
-        cached = self.cache.lookup(msg.method, asker)
-        if cached is not None:
-            return [ToClient(client.cid, rpc.result_line(msg.id, eras.for_handshake_client(cached.result)), msg.id)]
-        if self.cache.can_fetch():
-            return self.cache.fetch(msg.method, asker, "client", Waiter(client.cid, msg.id, "handshake"))
-        return self.shared.queue.add(client.cid, msg, f"{msg.method}: not cached for this client (bridged)")
+        return self.cache.listing(client.cid, msg, self.client_asker(client))
 
     def request(self, client: ClientState, msg: Message) -> list[Action]:
         """Any other handshake-era request, with the server READY and bridged."""
@@ -155,10 +118,7 @@ class Bridge:
             if msg.method == "resources/subscribe":
                 self.shared.routes.subscriptions.setdefault(uri, set()).add(client.cid)
             else:
-                subscribers = self.shared.routes.subscriptions.get(uri, set())
-                subscribers.discard(client.cid)
-                if not subscribers:
-                    self.shared.routes.subscriptions.pop(uri, None)
+                self.shared.routes.unsubscribe(uri, client.cid)
             return [ToClient(client.cid, rpc.result_line(msg.id, {}), msg.id), Activity(), *self.listen.sync()]
         if msg.method in INPUT_METHODS:
             self.rounds.setdefault((client.cid, msg.id), InputRound(client.cid, msg.id, msg.method, copy.deepcopy(msg.params)))
@@ -191,7 +151,7 @@ class Bridge:
         why = ('era = "stateless" is set for it; with era = "auto" a handshake-era client gets a process in its own era'
                if self.shared.era.setting == "stateless" else "it speaks only the stateless era")
         return (f"{error.get('message', '')} (lazyd: this handshake-era client is served through the stateless era "
-                f"of {self.core.name}, where a server cannot send requests to its client: {why})")
+                f"of {self.shared.name}, where a server cannot send requests to its client: {why})")
 
     # ---- input_required, answered by the client it concerns -------------------------------------
 
@@ -258,7 +218,7 @@ class Bridge:
             params["requestState"] = state.request_state
         obj: JsonObj = {"jsonrpc": "2.0", "id": state.client_id, "method": state.method, "params": params}
         msg = Message(Kind.REQUEST, obj, state.client_id, state.method)
-        if self.core.phase is Phase.READY and self.bridging():
+        if self.shared.phase is Phase.READY and self.bridging():
             return self.request(self.shared.clients[state.cid], msg)
         return self.shared.queue.add(state.cid, msg, "retry with the client's input")
 
@@ -292,7 +252,7 @@ class Bridge:
         found = self.shared.snapshot.discovery_result(asker.version, asker.identity)
         if found is None:
             return None
-        result = eras.initialize_result_from_discover(found[0], params.get("protocolVersion"), self.core.name)
+        result = eras.initialize_result_from_discover(found[0], params.get("protocolVersion"), self.shared.name)
         listings: dict[str, Listing] = {}
         for method in advertised(found[0]):
             cached = self.cache.lookup(method, asker)

@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import enum
 
-from lazyd.core import state_codec as sc
 from lazyd.core.eras.asker import Asker
 from lazyd.core.cache import Snapshot
 from lazyd.core.eras.choice import Era, EraPolicy, EraSetting, StartPlan, facts_of
@@ -82,6 +81,11 @@ _UP: dict[Stage, bool | None] = {
     Stage.NONE: None, Stage.PROBING: None, Stage.HANDSHAKE: False, Stage.REPROBING: False,
     Stage.NOT_STATELESS: False, Stage.STATELESS: True,
 }
+
+
+# What era detection keeps of the live process (lazyd/core/state_codec.py).
+KEPT = {"lane": Era | None, "stage": Stage, "discovery": JsonObj | None, "probe_asker": Asker | None,
+        "held": JsonObj | None, "plan": StartPlan | None}
 
 
 class EraState:
@@ -134,21 +138,6 @@ class EraState:
         self.discovery = None
         self.probe_asker = None
         self.held = None
-
-    # ---- state (plain data, lazyd/core/state_codec.py) --------------------------------------------
-
-    def to_state(self) -> JsonObj:
-        return {"lane": self.lane, "stage": self.stage.value, "discovery": self.discovery,
-                "probe_asker": sc.dump(self.probe_asker), "held": self.held, "plan": sc.dump(self.plan)}
-
-    def restore(self, value: object) -> None:
-        s = sc.obj(value, "era")
-        self.lane = sc.load(Era | None, s.get("lane"), "era.lane")
-        self.stage = sc.enum_value(Stage, s.get("stage"), "era.stage")
-        self.discovery = sc.opt_json_obj(s.get("discovery"), "era.discovery")
-        self.probe_asker = sc.load(Asker | None, s.get("probe_asker"), "era.probe_asker")
-        self.held = sc.opt_json_obj(s.get("held"), "era.held")
-        self.plan = sc.load(StartPlan | None, s.get("plan"), "era.plan")
 
     # ---- what the rest of the core reads ---------------------------------------------------------
 

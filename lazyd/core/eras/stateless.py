@@ -20,41 +20,29 @@ methods the era removed -32601, a version the server does not list (or a handsha
 
 from __future__ import annotations
 
-from typing import Protocol
 
 from lazyd.core.eras import versions as eras
 from lazyd.core.relay import jsonrpc as rpc
 from lazyd.core.eras.asker import PROBE_VERSION
-from lazyd.core.cache import ANY_VERSION, LISTINGS, discover_key, is_stateless_discovery
+from lazyd.core.cache import ANY_VERSION, LISTINGS, is_stateless_discovery
 from lazyd.core.eras.state import Event, Stage
 from lazyd.core.relay.jsonrpc import JsonObj, Message
-from lazyd.core.relay.upstream import foreign_task, forward, internal
-from lazyd.core.relay.actions import Abort, Action, Note, Phase, Ready, SnapshotChanged, ToClient
+from lazyd.core.relay.upstream import foreign_task, forward
+from lazyd.core.relay.actions import Abort, Action, Dispatch, Note, Phase, Ready, SnapshotChanged, ToClient
 from lazyd.core.relay.startup import Handshake, refusal_reason
 from lazyd.core.relay.shared import RelayShared
 from lazyd.core.relay.routing import ClientId
 from lazyd.core.eras.stateless_cache import StatelessCache, advertised
-from lazyd.core.eras.listen_relay import ListenRelay
-
-
-class StatelessPort(Protocol):
-    """Who the core is, the phase it moves, a queued request handled again once ready."""
-
-    phase: Phase
-
-    @property
-    def name(self) -> str: ...
-
-    def dispatch(self, cid: ClientId, msg: Message) -> list[Action]: ...
+from lazyd.core.eras.listen import ListenRelay
 
 
 class StatelessEra:
     """The era probe's verdicts, the stateless start and stateless requests (module docstring)."""
 
-    def __init__(self, core: StatelessPort, shared: RelayShared, cache: StatelessCache, listen: ListenRelay,
-                 handshake: Handshake) -> None:
-        self.core = core
+    def __init__(self, shared: RelayShared, cache: StatelessCache, listen: ListenRelay, handshake: Handshake,
+                 dispatch: Dispatch) -> None:
         self.shared = shared
+        self.dispatch = dispatch  # a queued request handled again once ready
         self.cache = cache
         self.listen = listen
         self.handshake = handshake
@@ -63,14 +51,10 @@ class StatelessEra:
     # ---- the era probe and its verdicts ----------------------------------------------------------
 
     def send_probe(self) -> list[Action]:
-        asker = self.cache.start_asker(PROBE_VERSION)
-        self.shared.era.probe_asker = asker
-        return [internal(self.shared.routes, "server/discover", {"_meta": asker.envelope()}, "probe"),
-                Note(f"probing the protocol era with server/discover {PROBE_VERSION}")]
+        return self.cache.probe("probe", f"probing the protocol era with server/discover {PROBE_VERSION}")
 
     def probe_answered(self, msg: Message) -> list[Action]:
-        asker = self.shared.era.probe_asker or self.cache.start_asker(PROBE_VERSION)
-        out = self.cache.record_discover(discover_key(PROBE_VERSION, asker.identity), msg.obj)
+        out = self.cache.record_probe(msg.obj)
         result = msg.obj.get("result")
         stateless = is_stateless_discovery(result) and eras.upstream_version(result) is not None
         self.shared.era.move(Event.PROBE_STATELESS if stateless else Event.PROBE_OTHER)
@@ -81,9 +65,9 @@ class StatelessEra:
                 self.shared.era.held = None
                 out.extend(self.shared.era.learn_mixed(False))
                 out.extend(self.start())
-            elif self.core.phase is Phase.HANDSHAKE:
+            elif self.shared.phase is Phase.HANDSHAKE:
                 pass  # the replayed initialize's answer decides whether one connection does both
-            elif self.handshake.instance is not None:
+            elif self.shared.instance is not None:
                 out.extend(self.shared.era.learn_mixed(True))
                 out.extend(self.listen.sync())
             else:
@@ -101,7 +85,7 @@ class StatelessEra:
             reason = refusal_reason(refused)
             return [*out, *self.shared.queue.fail(f"lazyd: {reason}", self.shared.clients), Abort(reason)]
         out.extend(self.refuse_queued_stateless())
-        if self.handshake.instance is None and self.core.phase is Phase.PREINIT:
+        if self.shared.instance is None and self.shared.phase is Phase.PREINIT:
             params = self.handshake.replay_params()
             if params is not None:
                 out.extend(self.handshake.send_initialize(params))
@@ -110,16 +94,16 @@ class StatelessEra:
     def initialize_refused(self, error: JsonObj) -> list[Action] | None:
         """The stateless era's reading of a refused replayed initialize (None: a failed start)."""
         if self.shared.era.stateless_up is True:
-            self.handshake.instance = None
+            self.shared.instance = None
             out = [Note("the server refused initialize after discovery: handshake-era clients are bridged"),
                    *self.shared.era.learn_mixed(False)]
-            if not self.starting and self.core.phase is not Phase.READY:
+            if not self.starting and self.shared.phase is not Phase.READY:
                 out.extend(self.start())
             return out
         if self.shared.era.stage is Stage.PROBING:
             self.shared.era.held = error
-            self.handshake.instance = None
-            self.core.phase = Phase.PREINIT
+            self.shared.instance = None
+            self.shared.phase = Phase.PREINIT
             return [Note("initialize refused while the era probe is pending: its answer decides")]
         data = error.get("data")
         names_stateless = error.get("code") == eras.UNSUPPORTED_PROTOCOL_VERSION and bool(eras.stateless_versions(
@@ -129,8 +113,8 @@ class StatelessEra:
             # SDK's own rule): stateless only. Probe it, and bridge the handshake-era clients.
             self.shared.era.held = error
             self.shared.era.move(Event.FIRST_INITIALIZE_REFUSED)
-            self.handshake.instance = None
-            self.core.phase = Phase.PREINIT
+            self.shared.instance = None
+            self.shared.phase = Phase.PREINIT
             learned: list[Action] = [Note("the first initialize was refused: the server speaks only the stateless era"),
                                      *self.shared.era.learn_first_initialize(False)]
             return learned + self.send_probe()
@@ -138,11 +122,10 @@ class StatelessEra:
 
     def probe_after_answered(self, msg: Message) -> list[Action]:
         """The answer to the `server/discover` after the handshake: what else the connection carries."""
-        asker = self.shared.era.probe_asker or self.cache.start_asker(PROBE_VERSION)
         result = msg.obj.get("result")
         if is_stateless_discovery(result) and eras.upstream_version(result) is not None:
             assert isinstance(result, dict)
-            out = self.cache.record_discover(discover_key(PROBE_VERSION, asker.identity), msg.obj)
+            out = self.cache.record_probe(msg.obj)
             self.shared.era.move(Event.PROBE_AFTER_STATELESS)
             self.shared.era.discovery = result
             out.append(Note("the handshake connection answers discovery too: both eras on one connection"))
@@ -150,7 +133,7 @@ class StatelessEra:
         error = msg.obj.get("error")
         code = error.get("code") if isinstance(error, dict) else None
         if code == rpc.METHOD_NOT_FOUND and self.shared.snapshot.era() is None:
-            out = self.cache.record_discover(discover_key(PROBE_VERSION, asker.identity), msg.obj)
+            out = self.cache.record_probe(msg.obj)
             return [*out, Note("server/discover: -32601 after the handshake: the server speaks only the handshake era"),
                     *self.refuse_queued_stateless()]
         return [Note(f"server/discover after the handshake: error {code!r}: this connection carries the handshake era only"),
@@ -178,8 +161,8 @@ class StatelessEra:
         answer = next(iter(self.shared.snapshot.discover.values()), {})
         error = answer.get("error") if isinstance(answer, dict) else None
         said = f"{error.get('code')} {str(error.get('message', ''))[:120]}" if isinstance(error, dict) else "no DiscoverResult"
-        return (f'lazyd: server {self.core.name} is set to era = "stateless", but it does not speak the stateless era '
-                f'(server/discover: {said}); set era = "auto" or "handshake" for it')
+        return (f'lazyd: server {self.shared.name} is set to era = "stateless", but it does not speak the stateless '
+                f'era (server/discover: {said}); set era = "auto" or "handshake" for it')
 
     def refuse_queued_stateless(self) -> list[Action]:
         out: list[Action] = []
@@ -195,8 +178,8 @@ class StatelessEra:
 
     def start(self) -> list[Action]:
         """The stateless start (module docstring)."""
-        self.handshake.instance = None
-        self.core.phase = Phase.REFRESH
+        self.shared.instance = None
+        self.shared.phase = Phase.REFRESH
         self.starting = True
         version = eras.upstream_version(self.shared.era.discovery) or PROBE_VERSION
         asker = self.cache.start_asker(version)
@@ -206,34 +189,35 @@ class StatelessEra:
         # Listings that woke the server join those fetches now rather than fetch again at READY.
         for cid, msg in self.shared.queue.take():
             if cid in self.shared.clients and msg.method in LISTINGS and not isinstance(msg.params.get("cursor"), str):
-                out.extend(self.core.dispatch(cid, msg))
+                out.extend(self.dispatch(cid, msg))
             else:
                 self.shared.queue.hold(cid, msg)
         return out + self.maybe_ready()
 
     def maybe_ready(self) -> list[Action]:
         """Complete once listings and listen stream are in: no later change can go unnoticed."""
-        if not self.starting or self.listen.hub.pending is not None:
+        if not self.starting or self.listen.pending is not None:
             return []
         if self.shared.listings.pending(stateless=True, why="start"):
             return []
         self.starting = False
-        self.core.phase = Phase.READY
+        self.shared.phase = Phase.READY
         out: list[Action] = [Ready()]
         for cid, msg in self.shared.queue.take():
             if cid in self.shared.clients and msg.id is not None:
-                out.extend(self.core.dispatch(cid, msg))
+                out.extend(self.dispatch(cid, msg))
         return out
 
     def gone(self) -> list[Action]:
         """The process ended: whoever waited on a fetch gets an error; client streams stay."""
         out: list[Action] = []
+        why = f"lazyd: server {self.shared.name} stopped before answering"
         for fetch in self.shared.listings.gone():
             for w in fetch.waiters:
                 if w.cid in self.shared.clients:
-                    line = rpc.error_line(w.client_id, rpc.SERVER_UNAVAILABLE, f"lazyd: server {self.core.name} stopped before answering")
+                    line = rpc.error_line(w.client_id, rpc.SERVER_UNAVAILABLE, why)
                     out.append(ToClient(w.cid, line, w.client_id))
-        self.listen.hub.process_gone()
+        self.listen.process_gone()
         self.shared.era.gone()
         self.starting = False
         return out
@@ -255,7 +239,7 @@ class StatelessEra:
             return out + self.cache.listing(cid, msg)
         if method == "subscriptions/listen":
             return out + self.listen.listen(cid, msg)
-        if self.core.phase is not Phase.READY or self.shared.era.stateless_up is not True:
+        if self.shared.phase is not Phase.READY or self.shared.era.stateless_up is not True:
             return out + self.shared.queue.add(cid, msg, "needs the server")
         hidden = foreign_task(self.shared.routes, cid, msg)
         if hidden is not None:
@@ -274,8 +258,8 @@ class StatelessEra:
 
     def _handshake_versions(self) -> list[str]:
         versions = {e.result.get("protocolVersion") for e in self.shared.snapshot.entries.values()}
-        if self.handshake.instance is not None:
-            versions.add(self.handshake.instance.result.get("protocolVersion"))
+        if self.shared.instance is not None:
+            versions.add(self.shared.instance.result.get("protocolVersion"))
         known = sorted(v for v in versions if isinstance(v, str))
         return known or list(eras.HANDSHAKE_VERSIONS)
 
@@ -286,13 +270,14 @@ class StatelessEra:
         if self.shared.era.setting == "handshake":
             return eras.unsupported_version_line(
                 msg.id, version, self._handshake_versions(),
-                f'lazyd: server {self.core.name} is set to era = "handshake" (initialize), not protocol {version}')
-        if self.shared.era.stateless_up is False or (self.core.phase is Phase.DOWN and self.shared.snapshot.era() == "handshake"):
+                f'lazyd: server {self.shared.name} is set to era = "handshake" (initialize), not protocol {version}')
+        down_handshake_only = self.shared.phase is Phase.DOWN and self.shared.snapshot.era() == "handshake"
+        if self.shared.era.stateless_up is False or down_handshake_only:
             return eras.unsupported_version_line(
                 msg.id, version, self._handshake_versions(),
-                f"lazyd: server {self.core.name} speaks only the handshake era (initialize), not protocol {version}")
+                f"lazyd: server {self.shared.name} speaks only the handshake era (initialize), not protocol {version}")
         listed = eras.stateless_versions(self.cache.known_discovery())
         if listed and version not in listed:
-            return eras.unsupported_version_line(msg.id, version, listed,
-                                                 f"lazyd: server {self.core.name} does not support protocol {version}")
+            why = f"lazyd: server {self.shared.name} does not support protocol {version}"
+            return eras.unsupported_version_line(msg.id, version, listed, why)
         return None

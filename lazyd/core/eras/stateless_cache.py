@@ -16,8 +16,6 @@ client's identity (`start_asker`). Time is the event's wall-clock `now`, never r
 
 from __future__ import annotations
 
-from typing import Protocol
-
 from lazyd.core.eras import versions as eras
 from lazyd.core.relay.handshake_defaults import LAZYD_CLIENT_INFO
 from lazyd.core.relay import jsonrpc as rpc
@@ -26,23 +24,10 @@ from lazyd.core.cache import (ANY_VERSION, LIST_CHANGED, LISTING_CAPABILITY, LIS
                               discover_key, is_stateless_discovery, remaining_ttl_ms)
 from lazyd.core.relay.jsonrpc import JsonId, JsonObj, Message
 from lazyd.core.relay.listings import Fetched, Waiter, drift
-from lazyd.core.relay.upstream import discover_version_key, forward
+from lazyd.core.relay.upstream import discover_version_key, forward, internal
 from lazyd.core.relay.actions import Action, Note, Phase, SnapshotChanged, ToClient
 from lazyd.core.relay.shared import RelayShared
 from lazyd.core.relay.routing import ClientId
-
-
-class CachePort(Protocol):
-    """Who the core is, its phase, and the time of the event."""
-
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def phase(self) -> Phase: ...
-
-    @property
-    def now(self) -> float: ...
 
 
 def advertised(discovery: JsonObj | None) -> list[str]:
@@ -53,8 +38,7 @@ def advertised(discovery: JsonObj | None) -> list[str]:
 class StatelessCache:
     """The stateless cache's answers and records (see the module docstring)."""
 
-    def __init__(self, core: CachePort, shared: RelayShared) -> None:
-        self.core = core
+    def __init__(self, shared: RelayShared) -> None:
         self.shared = shared
 
     # ---- whose identity --------------------------------------------------------------------------
@@ -79,6 +63,16 @@ class StatelessCache:
         if self.shared.snapshot.last_params is not None:
             return asker_from_params(self.shared.snapshot.last_params, version)
         return Asker(version, dict(LAZYD_CLIENT_INFO), {})
+
+    def probe(self, purpose: str, why: str) -> list[Action]:
+        """The relay's own `server/discover` (the era probe), under a real client's identity."""
+        asker = self.shared.era.probe_asker = self.start_asker(PROBE_VERSION)
+        return [internal(self.shared.routes, "server/discover", {"_meta": asker.envelope()}, purpose), Note(why)]
+
+    def record_probe(self, response: JsonObj) -> list[Action]:
+        """Store the answer to the era probe under the identity it carried."""
+        asker = self.shared.era.probe_asker or self.start_asker(PROBE_VERSION)
+        return self.record_discover(discover_key(PROBE_VERSION, asker.identity), response)
 
     def request_asker(self, cid: ClientId, params: JsonObj) -> Asker:
         info, caps = eras.envelope_identity(params)
@@ -105,7 +99,7 @@ class StatelessCache:
         assert msg.id is not None
         if self.shared.era.setting == "handshake":
             # As a server without discovery answers: clients in `auto` mode fall back to initialize.
-            text = f'Method not found: lazyd serves {self.core.name} in the handshake era only (era = "handshake")'
+            text = f'Method not found: lazyd serves {self.shared.name} in the handshake era only (era = "handshake")'
             return [ToClient(cid, rpc.error_line(msg.id, rpc.METHOD_NOT_FOUND, text), msg.id)]
         version = discover_version_key(msg.params)
         identity = self.request_asker(cid, msg.params).identity
@@ -117,7 +111,7 @@ class StatelessCache:
             line = self.cached_answer(msg.id, answer)
             if line is not None:
                 return [ToClient(cid, line, msg.id)]
-        if self.core.phase is Phase.DOWN:
+        if self.shared.phase is Phase.DOWN:
             return self.shared.queue.add(cid, msg, "server/discover: not cached (or expired)")
         return forward(self.shared.routes, cid, msg, inspect=True, purpose=discover_key(version, identity))
 
@@ -130,10 +124,10 @@ class StatelessCache:
         if not isinstance(result, dict):
             return None
         stored = answer.get("stored_at", 0.0)
-        left = remaining_ttl_ms(result, float(stored) if isinstance(stored, (int, float)) else 0.0, self.core.now)
+        left = remaining_ttl_ms(result, float(stored) if isinstance(stored, (int, float)) else 0.0, self.shared.now)
         if left is None:
             return rpc.result_line(msg_id, result)
-        if left <= 0 and self.core.phase is not Phase.DOWN:
+        if left <= 0 and self.shared.phase is not Phase.DOWN:
             return None
         return rpc.result_line(msg_id, {**result, "ttlMs": left})
 
@@ -147,7 +141,7 @@ class StatelessCache:
             if not public and not identity:
                 return [Note("a private discovery answer for an unknown identity is not cached")]
             self.shared.snapshot.discover[discover_key(version, PUBLIC if public else identity)] = {
-                "result": result, "stored_at": self.core.now}
+                "result": result, "stored_at": self.shared.now}
             if is_stateless_discovery(result):
                 self.shared.snapshot.discover.pop(ANY_VERSION, None)
             return [SnapshotChanged()]
@@ -172,21 +166,26 @@ class StatelessCache:
         return discovery is not None and method not in advertised(discovery)
 
     def can_fetch(self) -> bool:
-        return self.shared.era.can_fetch(self.core.phase)
+        return self.shared.era.can_fetch(self.shared.phase)
 
-    def listing(self, cid: ClientId, msg: Message) -> list[Action]:
-        """A stateless client's listing (no cursor, no continuation)."""
+    def listing(self, cid: ClientId, msg: Message, asker: Asker | None = None) -> list[Action]:
+        """A listing without cursor or continuation: a stateless client's (`asker` None: its
+        envelope's, served while fresh), or a bridged handshake-era client's (whatever its age,
+        without the stateless-only fields)."""
         assert msg.id is not None and msg.method is not None
         if self.not_advertised(msg.method):
             return [ToClient(cid, rpc.error_line(msg.id, rpc.METHOD_NOT_FOUND, f"Method not found: {msg.method}"), msg.id)]
-        asker = self.request_asker(cid, msg.params)
+        shape = "stateless" if asker is None else "handshake"
+        asker = asker or self.request_asker(cid, msg.params)
         cached = self.lookup(msg.method, asker)
+        if cached is not None and shape == "handshake":
+            return [ToClient(cid, rpc.result_line(msg.id, eras.for_handshake_client(cached.result)), msg.id)]
         if cached is not None:
             line = self.cached_answer(msg.id, {"result": cached.result, "stored_at": cached.stored_at})
             if line is not None:
                 return [ToClient(cid, line, msg.id)]
         if self.can_fetch():
-            return self.fetch(msg.method, asker, "client", Waiter(cid, msg.id, "stateless"))
+            return self.fetch(msg.method, asker, "client", Waiter(cid, msg.id, shape))
         return self.shared.queue.add(cid, msg, f"{msg.method}: not cached for this client, or expired")
 
     def fetch(self, method: str, asker: Asker, why: str, waiter: Waiter | None = None, *, again: bool = False) -> list[Action]:
@@ -214,7 +213,7 @@ class StatelessCache:
         old = self.lookup(fetch.method, asker)
         # One of the two keys at most: a result that changed scope must not leave its other self.
         self.shared.snapshot.stateless.pop(asker.key(fetch.method, fetch.private), None)
-        self.shared.snapshot.store_stateless(asker.key(fetch.method, not fetch.private), done.result, self.core.now)
+        self.shared.snapshot.store_stateless(asker.key(fetch.method, not fetch.private), done.result, self.shared.now)
         out = [SnapshotChanged(), *self.answer_waiters(done)]
         served = {fetch.method: old.result.get(item_key)} if old is not None else None
         drifted = fetch.why == "start" and bool(drift(served, {fetch.method: fetch.items}))
@@ -228,7 +227,7 @@ class StatelessCache:
                 continue
             value: object = done.result
             if w.shape == "initialize":
-                value = eras.initialize_result_from_discover(done.result, w.requested, self.core.name)
+                value = eras.initialize_result_from_discover(done.result, w.requested, self.shared.name)
             elif w.shape == "handshake":
                 value = eras.for_handshake_client(done.result)
             out.append(ToClient(w.cid, rpc.result_line(w.client_id, value), w.client_id))

@@ -78,17 +78,6 @@ def is_continuation(params: JsonObj) -> bool:
     return "inputResponses" in params or "requestState" in params
 
 
-def make_envelope(version: str, client_info: JsonObj, capabilities: JsonObj, log_level: str | None = None) -> JsonObj:
-    meta: JsonObj = {
-        PROTOCOL_VERSION_META: version,
-        CLIENT_INFO_META: client_info,
-        CLIENT_CAPABILITIES_META: capabilities,
-    }
-    if log_level is not None:
-        meta[LOG_LEVEL_META] = log_level
-    return meta
-
-
 def with_envelope(params: JsonObj, envelope: JsonObj) -> JsonObj:
     """`params` with the envelope added to its `_meta` (a progress token and other keys stay)."""
     out = dict(params)
@@ -114,15 +103,9 @@ def identity_digest(client_info: JsonObj) -> str:
     return _digest({"name": client_info.get("name"), "version": client_info.get("version"), "principal": ""})
 
 
-def supported_versions(discover_result: object) -> list[str]:
-    if not isinstance(discover_result, dict):
-        return []
-    versions = discover_result.get("supportedVersions")
-    return [v for v in versions if isinstance(v, str)] if isinstance(versions, list) else []
-
-
 def stateless_versions(discover_result: object) -> list[str]:
-    return [v for v in supported_versions(discover_result) if is_stateless_version(v)]
+    versions = discover_result.get("supportedVersions") if isinstance(discover_result, dict) else None
+    return [v for v in versions if is_stateless_version(v)] if isinstance(versions, list) else []
 
 
 def upstream_version(discover_result: object) -> str | None:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lazyd.core.hub.catalog import ToolInfo, first_line
-from lazyd.core.memory import format_bytes
+from lazyd.config.sizes import format_bytes
 from lazyd.core.relay.jsonrpc import JsonObj
 from lazyd.core.policy import Decision, ToolPolicy, Verdict
 

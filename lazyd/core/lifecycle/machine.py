@@ -43,6 +43,7 @@ import math
 from typing import TYPE_CHECKING
 
 from lazyd.core import state_codec as sc
+from lazyd.core.state_codec import AT
 from lazyd.core.relay.jsonrpc import JsonObj
 from lazyd.core.lifecycle.timing import (PARK_AFTER_FAILURES, PARK_WINDOW_S, STABLE_AFTER_S, CrashLoop,
                                          LifecyclePolicy, backoff_delay_s)
@@ -101,70 +102,27 @@ class Lifecycle:
                 **self._usage.linger_status(self._policy, self.state in PROCESS_STATES)}
 
     # -- its state, for a successor daemon ----------------------------------------------------------
-    # Everything kept, bookkeeping included. Monotonic clocks differ between processes, so times
-    # are written as seconds from the writer's `now` and read from the reader's moment of the
-    # write. The policy (the reader's config) and the generator are not state.
+    # Everything kept, bookkeeping included (the tables below). Monotonic clocks differ between
+    # processes, so times are written as seconds from the writer's `now` and read from the reader's
+    # moment of the write. The policy (the reader's config) and the generator are not state.
 
     def to_state(self, now: float) -> JsonObj:
         """Everything this lifecycle keeps, its times as seconds from `now`."""
-        def rel(t: float | None) -> float | None:
-            return None if t is None else t - now
-
-        usage, predicate = self._usage, self._predicate
-        return {
-            "state": str(self.state), "pid": self.pid, "started_at": rel(self.started_at), "restarts": self.restarts,
-            "last_error": self.last_error, "burst": self.burst, "next_restart_at": rel(self.next_restart_at),
-            "now": rel(self._now), "spawn_at": rel(self._spawn_at),
-            "unrequested": self._unrequested.to_state(now),
-            "start_requested": self._start_requested, "single_try": self._single_try,
-            "operator_start": self._operator_start, "pending_demand": self._pending_demand,
-            "pending_client": usage.pending_client,
-            "stop_outcome": str(self._stop_outcome), "booted": self._booted,
-            "usage": {"clients": usage.clients, "inflight": usage.inflight, "linger_from": rel(usage.linger_from),
-                      "last_activity": rel(usage.last_activity), "client_start": usage.client_start,
-                      "real_use": usage.real_use},
-            "predicate": {"running": predicate.running, "next_at": rel(predicate.next_at)},
-        }
+        return {**sc.dump_attrs(self, _KEPT, now), "unrequested": self._unrequested.to_state(now),
+                "pending_client": self._usage.pending_client, "usage": sc.dump_attrs(self._usage, _USAGE, now),
+                "predicate": sc.dump_attrs(self._predicate, _PREDICATE, now)}
 
     @classmethod
     def from_state(cls, state: object, policy: LifecyclePolicy, rng: random.Random, now: float) -> Lifecycle:
         """The lifecycle that wrote `state`, its times moved to `now`; ValueError names a bad field."""
         s = sc.obj(state, "lifecycle")
-
-        def at(value: object, what: str) -> float | None:
-            offset = sc.opt_number(value, f"lifecycle.{what}")
-            return None if offset is None else now + offset
-
         life = cls(policy, rng)
-        life.state = sc.enum_value(State, s.get("state"), "lifecycle.state")
-        life.pid = sc.opt_integer(s.get("pid"), "lifecycle.pid")
-        life.started_at = at(s.get("started_at"), "started_at")
-        life.restarts = sc.integer(s.get("restarts"), "lifecycle.restarts")
-        life.last_error = sc.opt_text(s.get("last_error"), "lifecycle.last_error")
-        life.burst = sc.integer(s.get("burst"), "lifecycle.burst")
-        life.next_restart_at = at(s.get("next_restart_at"), "next_restart_at")
-        life._now = at(s.get("now"), "now")
-        life._spawn_at = at(s.get("spawn_at"), "spawn_at")
-        offsets = [sc.number(o, "lifecycle.unrequested") for o in sc.items(s.get("unrequested"), "lifecycle.unrequested")]
+        sc.load_attrs(life, _KEPT, s, "lifecycle", now)
+        offsets = sc.load(list[float], s.get("unrequested"), "lifecycle.unrequested")
         life._unrequested = CrashLoop.from_state(offsets, now)
-        life._start_requested = sc.flag(s.get("start_requested"), "lifecycle.start_requested")
-        life._single_try = sc.flag(s.get("single_try"), "lifecycle.single_try")
-        life._operator_start = sc.flag(s.get("operator_start"), "lifecycle.operator_start")
-        life._pending_demand = sc.flag(s.get("pending_demand"), "lifecycle.pending_demand")
-        life._stop_outcome = sc.enum_value(State, s.get("stop_outcome"), "lifecycle.stop_outcome")
-        life._booted = sc.flag(s.get("booted"), "lifecycle.booted")
-        usage, u = life._usage, sc.obj(s.get("usage"), "lifecycle.usage")
-        # Absent in a predecessor that had no check linger: its starts all keep `linger_s`.
-        usage.pending_client = sc.flag(s.get("pending_client", False), "lifecycle.pending_client")
-        usage.clients = sc.integer(u.get("clients"), "lifecycle.usage.clients")
-        usage.inflight = sc.integer(u.get("inflight"), "lifecycle.usage.inflight")
-        usage.linger_from = at(u.get("linger_from"), "usage.linger_from")
-        usage.last_activity = at(u.get("last_activity"), "usage.last_activity")
-        usage.client_start = sc.flag(u.get("client_start", False), "lifecycle.usage.client_start")
-        usage.real_use = sc.flag(u.get("real_use", False), "lifecycle.usage.real_use")
-        predicate = sc.obj(s.get("predicate"), "lifecycle.predicate")
-        life._predicate.running = sc.flag(predicate.get("running"), "lifecycle.predicate.running")
-        life._predicate.next_at = at(predicate.get("next_at"), "predicate.next_at")
+        sc.load_attrs(life._usage, {"pending_client": bool}, s, "lifecycle")
+        sc.load_attrs(life._usage, _USAGE, s.get("usage"), "lifecycle.usage", now)
+        sc.load_attrs(life._predicate, _PREDICATE, s.get("predicate"), "lifecycle.predicate", now)
         return life
 
     # -- inputs ----------------------------------------------------------------------------------
@@ -473,3 +431,12 @@ class Lifecycle:
     def _due_stop(self, now: float) -> list[Action]:
         reason = self._usage.due_stop(now, self._policy) if self.state is State.RUNNING else None
         return self._stop(reason) if reason is not None else []
+
+
+# What a lifecycle keeps (lazyd/core/state_codec.py; AT: a monotonic time).
+_KEPT = {"state": State, "pid": int | None, "started_at": AT, "restarts": int, "last_error": str | None, "burst": int,
+         "next_restart_at": AT, "_now": AT, "_spawn_at": AT, "_start_requested": bool, "_single_try": bool,
+         "_operator_start": bool, "_pending_demand": bool, "_stop_outcome": State, "_booted": bool}
+_USAGE = {"clients": int, "inflight": int, "linger_from": AT, "last_activity": AT, "client_start": bool,
+          "real_use": bool}
+_PREDICATE = {"running": bool, "next_at": AT}

@@ -3,7 +3,7 @@
 Only a running, not keep_alive server with no request in flight stops. Linger: `linger_s` with no
 client attached (0: at once). Idle: with `idle_timeout_s`, that long since the last `activity()`,
 even with clients attached. Check linger: a start a client's demand made that no real request
-reached (lazyd/core/lifecycle/use.py) was for listings only, as a health check makes it, and gets
+reached (`counts_as_use`) was for listings only, as a health check makes it, and gets
 `check_linger_s` (at most `linger_s`): run directly it would have exited already. A real request
 makes it used for the rest of its run; starts no demand made keep `linger_s`; a backoff restart
 keeps the rule of the start it repeats.
@@ -12,9 +12,22 @@ keeps the rule of the start it repeats.
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import Final
 
 from lazyd.config.durations import format_duration
+from lazyd.core.cache import LISTINGS
 from lazyd.core.lifecycle.timing import LifecyclePolicy
+
+# A health check sends the handshake, listings, maybe discovery and ping; a working session calls a
+# tool, reads a resource...: every other request is real use, new MCP methods included.
+# `logging/setLevel` and `subscriptions/listen` say how a client wants to hear, not what it asks.
+NOT_USE: Final = frozenset({"initialize", "ping", "server/discover", "logging/setLevel", "subscriptions/listen",
+                            *LISTINGS})
+
+
+def counts_as_use(method: str) -> bool:
+    """Whether a client request with this method is real use of the server."""
+    return method not in NOT_USE
 
 
 class Usage:

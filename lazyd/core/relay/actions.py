@@ -5,7 +5,9 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from lazyd.core.relay.jsonrpc import JsonId
+from collections.abc import Callable
+
+from lazyd.core.relay.jsonrpc import JsonId, Message
 from lazyd.core.relay.routing import ClientId
 
 
@@ -58,7 +60,7 @@ class Activity:
 
 @dataclass(frozen=True, slots=True)
 class Used:
-    """A request that is real use of the server came (lazyd/core/lifecycle/use.py): no check linger."""
+    """A request that is real use of the server came (lazyd/core/lifecycle/usage.py): no check linger."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,5 +84,8 @@ class Note:
 
     text: str
 
+
+# A part's call back into the core for a request that waited: handled as if it had just arrived.
+Dispatch = Callable[[ClientId, Message], list["Action"]]
 
 Action = ToClient | ToServer | WantServer | Ready | Abort | SnapshotChanged | Activity | Used | SessionKey | WaitIdle | Note

@@ -16,8 +16,6 @@ forwarded (no state of its own: it chooses the part).
 
 from __future__ import annotations
 
-from typing import Protocol
-
 from lazyd.core.eras import versions as eras
 from lazyd.core.relay import jsonrpc as rpc
 from lazyd.core.eras.bridge import Bridge
@@ -32,25 +30,14 @@ from lazyd.core.relay.shared import RelayShared
 from lazyd.core.relay.routing import ClientId, level_rank
 from lazyd.core.eras.stateless import StatelessEra
 from lazyd.core.eras.stateless_cache import StatelessCache
-from lazyd.core.eras.listen_relay import ListenRelay
-
-
-class ClientPort(Protocol):
-    """What the client side reads of the core: who it is and its phase."""
-
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def phase(self) -> Phase: ...
+from lazyd.core.eras.listen import ListenRelay
 
 
 class ClientMessages:
     """Where each message from a client goes (see the module docstring)."""
 
-    def __init__(self, core: ClientPort, shared: RelayShared, cache: StatelessCache, listen: ListenRelay, bridge: Bridge,
+    def __init__(self, shared: RelayShared, cache: StatelessCache, listen: ListenRelay, bridge: Bridge,
                  handshake: Handshake, stateless: StatelessEra, roots: RootsPart) -> None:
-        self.core = core
         self.roots = roots
         self.shared = shared
         self.cache = cache
@@ -69,7 +56,8 @@ class ClientMessages:
             return [ToClient(cid, rpc.result_line(msg.id, {}), msg.id)]
         refused = self.stateless.era_refusal(msg)
         if refused is not None:
-            return [ToClient(cid, refused, msg.id), Note(f"client {cid} {method}: refused, {self.core.name} cannot run in its set era")]
+            why = f"client {cid} {method}: refused, {self.shared.name} cannot run in its set era"
+            return [ToClient(cid, refused, msg.id), Note(why)]
         if method == "initialize":
             return self._initialize(client, msg)
         if method == "server/discover":
@@ -84,7 +72,7 @@ class ClientMessages:
             return [ToClient(cid, rpc.result_line(msg.id, {}), msg.id), *self.handshake.sync_level()]
         if self.roots.needs_placing(cid):
             return self.roots.hold(cid, msg)  # nothing of a session reaches a process before it is placed
-        if self.core.phase is not Phase.READY:
+        if self.shared.phase is not Phase.READY:
             self.shared.queue.hold(cid, msg)
             return [WantServer(), Note(f"client {cid} {method} id={msg.id!r} queued until the server is ready")]
         refusal = foreign_task(self.shared.routes, cid, msg)
@@ -108,8 +96,8 @@ class ClientMessages:
         if self.bridge.bridging():
             return out + self.bridge.initialize(client, msg)
         # Until the replayed handshake is answered: the cache, or the queue with the first client.
-        instance = self.handshake.instance
-        if instance is not None and self.core.phase in (Phase.REFRESH, Phase.READY):
+        instance = self.shared.instance
+        if instance is not None and self.shared.phase in (Phase.REFRESH, Phase.READY):
             requested = msg.params.get("protocolVersion")
             negotiated = instance.result.get("protocolVersion")
             if requested != negotiated:
@@ -125,7 +113,7 @@ class ClientMessages:
         self.shared.queue.hold(client.cid, msg)
         out.append(WantServer())
         out.append(Note(f"client {client.cid} initialize: no cached handshake for {handshake_key(msg.params)}"))
-        if self.core.phase is Phase.PREINIT and self.shared.era.start_plan(self.core.phase).initialize != "never":
+        if self.shared.phase is Phase.PREINIT and self.shared.era.start_plan(self.shared.phase).initialize != "never":
             out.extend(self.handshake.send_initialize(msg.params))
         return out
 
@@ -133,13 +121,13 @@ class ClientMessages:
         assert msg.id is not None and msg.method is not None
         if self.bridge.bridging():
             return self.bridge.listing(client, msg)
-        if self.core.phase is Phase.READY and isinstance(msg.params.get("cursor"), str):
+        if self.shared.phase is Phase.READY and isinstance(msg.params.get("cursor"), str):
             if self.roots.needs_placing(client.cid):
                 return self.roots.hold(client.cid, msg)
             # A cursor is the server's (the relay never writes one): only it can continue.
             return forward(self.shared.routes, client.cid, msg)
-        if self.core.phase is Phase.READY and self.handshake.instance is not None:
-            entry: HandshakeEntry | None = self.handshake.instance
+        if self.shared.phase is Phase.READY and self.shared.instance is not None:
+            entry: HandshakeEntry | None = self.shared.instance
         else:
             entry = self.shared.snapshot.entry_for(client.params) if client.params is not None else None
         if entry is not None:
@@ -152,7 +140,7 @@ class ClientMessages:
                 return [ToClient(client.cid, line, msg.id)]
         if self.roots.needs_placing(client.cid):
             return self.roots.hold(client.cid, msg)  # only the server can answer it
-        if self.core.phase is Phase.READY:
+        if self.shared.phase is Phase.READY:
             return forward(self.shared.routes, client.cid, msg)
         self.shared.queue.hold(client.cid, msg)
         return [WantServer(), Note(f"client {client.cid} {msg.method}: not cached for its handshake")]
@@ -171,7 +159,7 @@ class ClientMessages:
             if not rpc.valid_id(request_id):
                 return [Note(f"client {cid}: cancel without a valid requestId dropped")]
             assert isinstance(request_id, (int, str))
-            if self.listen.hub.remove(cid, request_id):
+            if self.listen.remove(cid, request_id):
                 return [Note(f"client {cid} closed its listen stream id={request_id!r}")]
             if self.shared.listings.drop_waiter(cid, request_id):
                 return [Note(f"client {cid} cancelled id={request_id!r} while its answer was being fetched")]
@@ -186,9 +174,9 @@ class ClientMessages:
             self.shared.routes.release_token(rid)
             msg.params["requestId"] = rid
             return [ToServer(rpc.dumps(msg.obj)), Activity()]
-        if self.core.phase is Phase.READY and self.handshake.instance is not None:
+        if self.shared.phase is Phase.READY and self.shared.instance is not None:
             return [ToServer(rpc.dumps(msg.obj))]
-        if self.core.phase is Phase.READY and self.shared.era.stateless_up:
+        if self.shared.phase is Phase.READY and self.shared.era.stateless_up:
             # The stateless era has no client notifications but cancellation.
             return [Note(f"client {cid} {method} dropped: not a notification of the stateless era")]
         return [Note(f"client {cid} {method} dropped while the server is not running")]
@@ -202,7 +190,7 @@ class ClientMessages:
         if answered is not None:
             return answered
         down = self.shared.routes.downstream.pop((cid, msg.id), None)
-        if down is None or self.core.phase is Phase.DOWN:
+        if down is None or self.shared.phase is Phase.DOWN:
             return [Note(f"client {cid} response to unknown id={msg.id!r} dropped")]
         return [ToServer(rpc.with_id(msg, down.server_id)), Activity()]
 

@@ -21,18 +21,19 @@ replays one (it may not be idempotent). Both eras go through this object (docs/p
 each start follows the plan of the instance's *lane* (lazyd/core/eras/choice.py); a stateless
 process skips the handshake and serves handshake-era clients through the bridge.
 
-`RelayCore` owns the phase and the public API; its parts (docs/architecture.md, "The relay core: parts, ports")
-each keep their own state behind a narrow port back to it.
+`RelayCore` is the public API; its parts (docs/architecture.md, "The relay core: parts, ports")
+each keep their own state, share the phase and the rest of `RelayShared`, and reach the core
+through a narrow port.
 """
 
 from __future__ import annotations
 
 from lazyd.core.relay import jsonrpc as rpc
 from lazyd.core import state_codec as sc
-from lazyd.core.eras.bridge import Bridge
+from lazyd.core.eras.bridge import KEPT as BRIDGE_KEPT, Bridge
 from lazyd.core.cache import HandshakeEntry, Snapshot
 from lazyd.core.eras.choice import Era, EraSetting
-from lazyd.core.eras.state import EraState
+from lazyd.core.eras.state import KEPT as ERA_KEPT, EraState
 from lazyd.core.relay.jsonrpc import Invalid, JsonObj, Kind, Message
 from lazyd.core.relay.listings import MAX_LISTING_PAGES as MAX_LISTING_PAGES
 from lazyd.core.relay.listings import ListingEngine
@@ -43,20 +44,24 @@ from lazyd.core.relay.client import ClientMessages
 from lazyd.core.relay.server import ServerMessages
 from lazyd.core.relay.handshake_defaults import unattended_params
 from lazyd.core.relay.startup import Handshake
-from lazyd.core.relay.session_roots import RootsPart, SessionRoots
+from lazyd.core.relay.session_roots import KEPT as ROOTS_KEPT, RootsPart, SessionRoots
 from lazyd.core.relay.shared import RelayShared
 from lazyd.core.relay.routing import ClientId, Routes, SamplingPolicy
 from lazyd.core.relay.session_meta import default_session_id
 from lazyd.core.sharing.modes import declares_session_aware
 from lazyd.core.eras.stateless import StatelessEra
-from lazyd.core.lifecycle.use import counts_as_use
+from lazyd.core.lifecycle.usage import counts_as_use
 from lazyd.core.eras.stateless_cache import StatelessCache
-from lazyd.core.eras.listen_relay import ListenRelay
+from lazyd.core.eras.listen import KEPT as LISTEN_KEPT, ListenRelay
 from lazyd.core.relay.actions import (Abort as Abort, Action as Action, Activity as Activity, Note as Note,
                                       Phase as Phase, Ready as Ready, SessionKey as SessionKey,
                                       SnapshotChanged as SnapshotChanged, ToClient as ToClient, ToServer as ToServer,
                                       Used as Used, WaitIdle as WaitIdle, WantServer as WantServer)
 from lazyd.core.relay.client_state import ClientState
+
+
+# The queue's records: each waiting message with its client, in arrival order.
+_QUEUE = list[tuple[ClientId, Message]]
 
 
 class RelayCore:
@@ -67,25 +72,40 @@ class RelayCore:
                  era: EraSetting = "auto", session_aware: bool = False) -> None:
         self.name = name
         self.sampling_policy: SamplingPolicy = sampling_policy
-        self.phase = Phase.DOWN
-        self.now = 0.0  # the time the event being handled brought
         routes = Routes()
         # Session ids in every request (session_meta.py): forced, or declared by the cached server.
         routes.session_forced = session_aware
         routes.session_meta = session_aware or declares_session_aware(e.result for e in snapshot.entries.values())
         era_state = EraState(era, snapshot)
         listings = ListingEngine(lambda method, params, purpose: internal(self.shared.routes, method, params, purpose))
-        self.shared = shared = RelayShared(snapshot, era_state, listings, routes)
-        self.cache = StatelessCache(self, shared)
-        self.listen = ListenRelay(self, shared, self.cache)
-        self.bridge = Bridge(self, shared, self.cache, self.listen)
-        self.roots = RootsPart(self, shared)
+        self.shared = shared = RelayShared(name, snapshot, era_state, listings, routes)
+        self.cache = StatelessCache(shared)
+        self.listen = ListenRelay(shared, self.cache, self.maybe_ready)
+        self.bridge = Bridge(shared, self.cache, self.listen)
+        self.roots = RootsPart(shared, self.dispatch)
         self.handshake = Handshake(self, shared, self.cache, self.roots)
-        self.stateless = StatelessEra(self, shared, self.cache, self.listen, self.handshake)
-        self.from_client = ClientMessages(self, shared, self.cache, self.listen, self.bridge, self.handshake,
+        self.stateless = StatelessEra(shared, self.cache, self.listen, self.handshake, self.dispatch)
+        self.from_client = ClientMessages(shared, self.cache, self.listen, self.bridge, self.handshake,
                                           self.stateless, self.roots)
         self.from_server = ServerMessages(shared, sampling_policy, self.cache, self.listen, self.bridge,
                                           self.handshake, self.stateless, self.roots)
+
+    @property
+    def phase(self) -> Phase:
+        return self.shared.phase
+
+    @phase.setter
+    def phase(self, value: Phase) -> None:
+        self.shared.phase = value
+
+    @property
+    def now(self) -> float:
+        """The wall-clock time the event being handled brought."""
+        return self.shared.now
+
+    @now.setter
+    def now(self, value: float) -> None:
+        self.shared.now = value
 
     @property
     def snapshot(self) -> Snapshot:
@@ -107,16 +127,12 @@ class RelayCore:
     def era(self) -> EraState:
         return self.shared.era
 
-    @property
-    def listings(self) -> ListingEngine:
-        return self.shared.listings
-
     # ---- observations ----------------------------------------------------------------------------
 
     @property
     def instance(self) -> HandshakeEntry | None:
         """The live process's handshake and listings (None: no handshake connection)."""
-        return self.handshake.instance
+        return self.shared.instance
 
     @property
     def lane(self) -> Era | None:
@@ -131,11 +147,11 @@ class RelayCore:
         return len(self.clients)
 
     def inflight_count(self) -> int:
-        return self.routes.client_inflight + self.queue.requests() + self.listings.waiting_count()
+        return self.routes.client_inflight + self.queue.requests() + self.shared.listings.waiting_count()
 
     def listen_count(self) -> int:
         """Open `subscriptions/listen` streams of attached clients (they do not keep a server up)."""
-        return len(self.listen.hub.streams)
+        return len(self.listen.streams)
 
     def process_era(self) -> str | None:
         """"handshake", "stateless" (handshake-era clients bridged), "both", or None: no process."""
@@ -149,12 +165,12 @@ class RelayCore:
 
     def to_state(self) -> JsonObj:
         """Everything this core keeps, as plain data; not the snapshot, which lanes share."""
-        return {"phase": self.phase.value, "now": self.now,
-                "clients": [sc.dump(c) for c in self.clients.values()], "queue": self.queue.to_state(),
-                "routes": self.routes.to_state(), "era": self.era.to_state(), "listings": self.listings.to_state(),
-                "listen": self.listen.hub.to_state(), "bridge": self.bridge.to_state(),
+        return {"phase": self.phase.value, "now": self.now, "clients": sc.dump(list(self.clients.values())),
+                "queue": sc.dump(self.queue.items, _QUEUE), "routes": sc.dump(self.routes),
+                "era": sc.dump_attrs(self.era, ERA_KEPT), "listings": self.shared.listings.to_state(),
+                "listen": sc.dump_attrs(self.listen, LISTEN_KEPT), "bridge": sc.dump_attrs(self.bridge, BRIDGE_KEPT),
                 "handshake": self.handshake.to_state(), "stateless_starting": self.stateless.starting,
-                "roots": self.roots.to_state()}
+                "roots": sc.dump_attrs(self.roots, ROOTS_KEPT)}
 
     @classmethod
     def from_state(cls, state: object, name: str, snapshot: Snapshot, sampling_policy: SamplingPolicy = "refuse",
@@ -164,19 +180,17 @@ class RelayCore:
         core = cls(name, snapshot, sampling_policy, era)
         core.phase = sc.enum_value(Phase, s.get("phase"), "phase")
         core.now = sc.number(s.get("now"), "now")
-        for row in sc.items(s.get("clients"), "clients"):
-            client = sc.load(ClientState, row, "client")
-            core.clients[client.cid] = client
-        core.queue.restore(s.get("queue"))
-        core.shared.routes = Routes.from_state(s.get("routes"))  # the parts read it through `shared`
-        core.era.restore(s.get("era"))
-        core.listings.restore(s.get("listings"))
-        core.listen.hub.restore(s.get("listen"))
-        core.bridge.restore(s.get("bridge"))
+        core.clients.update((c.cid, c) for c in sc.load(list[ClientState], s.get("clients"), "client"))
+        core.queue.items = sc.load(_QUEUE, s.get("queue"), "queued message")
+        core.shared.routes = sc.load(Routes, s.get("routes"), "routes")  # the parts read it through `shared`
+        sc.load_attrs(core.era, ERA_KEPT, s.get("era"), "era")
+        core.shared.listings.restore(s.get("listings"))
+        sc.load_attrs(core.listen, LISTEN_KEPT, s.get("listen"), "listen")
+        sc.load_attrs(core.bridge, BRIDGE_KEPT, s.get("bridge"), "bridge")
         core.handshake.restore(s.get("handshake"))
         core.stateless.starting = sc.flag(s.get("stateless_starting"), "stateless_starting")
         if "roots" in s:
-            core.roots.restore(s["roots"])
+            sc.load_attrs(core.roots, ROOTS_KEPT, s["roots"], "roots")
         else:  # a predecessor that knew no roots: its sessions were placed where they are
             core.roots.sessions = {cid: SessionRoots(placed=True) for cid in core.clients}
         return core
@@ -273,8 +287,8 @@ class RelayCore:
         out.extend(self.handshake.client_left(cid))
         self.queue.drop_client(cid)
         self.routes.forget_client(cid)
-        self.listen.hub.drop_client(cid)
-        self.listings.drop_waiter(cid)
+        self.listen.drop_client(cid)
+        self.shared.listings.drop_waiter(cid)
         self.bridge.forget_rounds(cid)
         del self.clients[cid]
         out.extend(self.roots.left(cid))

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from lazyd.core import state_codec as sc
 from lazyd.core.eras.asker import Asker
@@ -35,8 +36,7 @@ PURPOSE_PREFIX = "fetch:"
 Send = Callable[[str, JsonObj | None, str], ToServer]
 
 
-@dataclass
-class Waiter:
+class Waiter(NamedTuple):
     """A client request answered when a fetch completes, in the shape its era expects."""
 
     cid: ClientId
@@ -173,25 +173,18 @@ class ListingEngine:
     # ---- state (plain data, lazyd/core/state_codec.py) --------------------------------------------
 
     def to_state(self) -> JsonObj:
-        return {"next_serial": self.next_serial, "fetches": [_fetch_state(f) for f in self.fetches.values()]}
+        return {"next_serial": self.next_serial, "fetches": sc.dump(list(self.fetches.values()))}
 
     def restore(self, value: object) -> None:
         s = sc.obj(value, "listings")
         self.next_serial = sc.integer(s.get("next_serial"), "listings.next_serial")
-        self.fetches = {}
-        for row in sc.items(s.get("fetches"), "listings.fetches"):
-            fetch = sc.load(Fetch, row, "fetch")
-            self.fetches[fetch.key] = fetch
+        self.fetches = {fetch.key: fetch for fetch in sc.load(list[Fetch], s.get("fetches"), "fetch")}
 
     def gone(self) -> list[Fetch]:
         """The process ended: every fetch is over; whoever waited on one is the caller's to answer."""
         fetches = list(self.fetches.values())
         self.fetches.clear()
         return fetches
-
-
-def _fetch_state(f: Fetch) -> JsonObj:
-    return {**sc.dump(f), "waiters": [sc.row(w) for w in f.waiters]}
 
 
 def drift(served: Mapping[str, object] | None, fresh: Mapping[str, object]) -> set[str]:

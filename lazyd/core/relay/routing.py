@@ -14,9 +14,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, NamedTuple
 
-from lazyd.core import state_codec as sc
 from lazyd.core.relay.jsonrpc import JsonId, JsonObj
 
 ClientId = int
@@ -60,8 +59,7 @@ class Upstream:
     log_level: str | None = None  # a stateless request's `_meta` log-level opt-in
 
 
-@dataclass(slots=True)
-class Downstream:
+class Downstream(NamedTuple):
     """A server-to-client request sent to one client under a client-facing id."""
 
     server_id: JsonId
@@ -88,12 +86,15 @@ class Routes:
     seq: int = 0  # order of client requests: the roots owner, the "most-recent" policy
     # Entries of `upstream` a client waits on, kept with every change of `upstream`: the count is
     # read after every relayed message, and counting the map would cost O(requests in flight).
-    client_inflight: int = 0
+    client_inflight: int = field(default=0, init=False)
     # Each client's session id, and whether requests carry it in `_meta` (session_meta.py: a
     # session-aware server); `session_forced`: the setting says so, whatever the server declares.
     sessions: dict[ClientId, str] = field(default_factory=dict)
     session_meta: bool = False
     session_forced: bool = False
+
+    def __post_init__(self) -> None:
+        self.client_inflight = sum(1 for up in self.upstream.values() if up.cid is not None)
 
     def take_id(self) -> int:
         rid = self.next_id
@@ -136,6 +137,14 @@ class Routes:
             self.by_client.pop((up.cid, up.client_id), None)
         return up
 
+    def unsubscribe(self, uri: str, cid: ClientId) -> bool:
+        """Drop `cid`'s subscription to `uri`; whether any client is still subscribed to it."""
+        subscribers = self.subscriptions.get(uri, set())
+        subscribers.discard(cid)
+        if not subscribers:
+            self.subscriptions.pop(uri, None)
+        return bool(subscribers)
+
     def release_token(self, relay_id: int) -> None:
         self.tokens.pop(relay_id, None)
 
@@ -150,60 +159,6 @@ class Routes:
         if not self.levels:
             return None
         return min(self.levels.values(), key=level_rank)
-
-    # ---- state (plain data, lazyd/core/state_codec.py) ------------------------------------------
-
-    def to_state(self) -> JsonObj:
-        return {
-            "upstream": [[rid, sc.dump(up)] for rid, up in self.upstream.items()],
-            "by_client": [[cid, client_id, rid] for (cid, client_id), rid in self.by_client.items()],
-            "tokens": [[rid, cid, token] for rid, (cid, token) in self.tokens.items()],
-            "downstream": [[cid, down_id, down.server_id, down.method] for (cid, down_id), down in self.downstream.items()],
-            "tasks": dict(self.tasks), "elicitations": dict(self.elicitations),
-            "subscriptions": {uri: sorted(cids) for uri, cids in self.subscriptions.items()},
-            "levels": [[cid, level] for cid, level in self.levels.items()],
-            "next_id": self.next_id, "next_down_id": self.next_down_id, "seq": self.seq,
-            "sessions": [[cid, sid] for cid, sid in self.sessions.items()],
-            "session_meta": self.session_meta, "session_forced": self.session_forced,
-        }
-
-    @classmethod
-    def from_state(cls, value: object) -> Routes:
-        state = sc.obj(value, "routes")
-        routes = cls()
-        for row in sc.items(state.get("upstream"), "routes.upstream"):
-            rid, up = sc.items(row, "routes.upstream row")
-            routes.upstream[sc.integer(rid, "relay id")] = sc.load(Upstream, up, "upstream request")
-        routes.client_inflight = sum(1 for up in routes.upstream.values() if up.cid is not None)
-        for row in sc.items(state.get("by_client"), "routes.by_client"):
-            cid, client_id, rid = sc.items(row, "routes.by_client row")
-            routes.by_client[(sc.integer(cid, "client"), sc.json_id(client_id, "client id"))] = sc.integer(rid, "relay id")
-        for row in sc.items(state.get("tokens"), "routes.tokens"):
-            rid, cid, token = sc.items(row, "routes.tokens row")
-            routes.tokens[sc.integer(rid, "relay token")] = (sc.integer(cid, "client"), sc.json_id(token, "token"))
-        for row in sc.items(state.get("downstream"), "routes.downstream"):
-            cid, down_id, server_id, method = sc.items(row, "routes.downstream row")
-            routes.downstream[(sc.integer(cid, "client"), sc.json_id(down_id, "client-facing id"))] = Downstream(
-                sc.json_id(server_id, "server id"), sc.text(method, "method"))
-        for name in ("tasks", "elicitations"):
-            table: dict[str, ClientId] = getattr(routes, name)
-            for key, cid in sc.obj(state.get(name), f"routes.{name}").items():
-                table[key] = sc.integer(cid, f"routes.{name} owner")
-        for uri, cids in sc.obj(state.get("subscriptions"), "routes.subscriptions").items():
-            routes.subscriptions[uri] = {sc.integer(c, "subscriber") for c in sc.items(cids, "subscribers")}
-        for row in sc.items(state.get("levels"), "routes.levels"):
-            cid, level = sc.items(row, "routes.levels row")
-            routes.levels[sc.integer(cid, "client")] = sc.text(level, "level")
-        # Absent from the state of a daemon that had no session ids: none then, and off.
-        for row in sc.items(state.get("sessions", []), "routes.sessions"):
-            cid, sid = sc.items(row, "routes.sessions row")
-            routes.sessions[sc.integer(cid, "client")] = sc.text(sid, "session id")
-        routes.session_meta = sc.flag(state.get("session_meta", False), "routes.session_meta")
-        routes.session_forced = sc.flag(state.get("session_forced", False), "routes.session_forced")
-        routes.next_id = sc.integer(state.get("next_id"), "routes.next_id")
-        routes.next_down_id = sc.integer(state.get("next_down_id"), "routes.next_down_id")
-        routes.seq = sc.integer(state.get("seq"), "routes.seq")
-        return routes
 
     def forget_client(self, cid: ClientId) -> None:
         """Drop everything but in-flight upstream requests (the relay cancels those itself)."""

@@ -9,7 +9,7 @@ result is spliced through undecoded unless the relay must read it.
 Requests: `ping` and `roots/list` (session_roots.py) are answered by the relay; sampling and
 elicitation go where routing.py decides, under fresh client-facing ids, or are refused.
 
-Notifications: stateless-era ones first (lazyd/core/eras/listen_relay.py); progress to the token's
+Notifications: stateless-era ones first (lazyd/core/eras/listen.py); progress to the token's
 owner; `list_changed` refreshes the listing (lazyd/core/relay/startup.py); resource updates to
 subscribers, log messages by level, cancellations, task statuses and elicitation completions to
 the one client concerned; anything else to every initialized client.
@@ -30,7 +30,7 @@ from lazyd.core.relay.routing import (CALLBACK_CAPABILITY, ClientId, Downstream,
                                       choose_callback_target, level_rank)
 from lazyd.core.eras.stateless import StatelessEra
 from lazyd.core.eras.stateless_cache import StatelessCache
-from lazyd.core.eras.listen_relay import ListenRelay
+from lazyd.core.eras.listen import ListenRelay
 
 # Results the relay itself reads (records or filters), so they are always decoded. A task-creating
 # tools/call result (which the relay also reads) is a few hundred bytes, never a large line.

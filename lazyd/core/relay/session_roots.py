@@ -18,13 +18,11 @@ change sends the server `notifications/roots/list_changed`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol
 
-from lazyd.core import state_codec as sc
 from lazyd.core.relay import jsonrpc as rpc
-from lazyd.core.relay.actions import Action, Note, Phase, SessionKey, ToClient, ToServer
+from lazyd.core.relay.actions import Action, Dispatch, Note, Phase, SessionKey, ToClient, ToServer
 from lazyd.core.relay.client_state import ClientState
-from lazyd.core.relay.jsonrpc import JsonId, JsonObj, Message
+from lazyd.core.relay.jsonrpc import JsonId, Message
 from lazyd.core.relay.routing import ClientId
 from lazyd.core.relay.shared import RelayShared
 from lazyd.core.sharing.roots import NO_ROOTS, UNANSWERED, Root, common_roots, parse_roots, roots_key, roots_result
@@ -45,21 +43,17 @@ class SessionRoots:
     held: list[Message] = field(default_factory=list)  # requests waiting for its placement
 
 
-class RootsPort(Protocol):
-    """The core's phase, the time, and a held request handled again once placed."""
-
-    phase: Phase
-    now: float
-
-    def dispatch(self, cid: ClientId, msg: Message) -> list[Action]: ...
+# What the part keeps (lazyd/core/state_codec.py).
+KEPT = {"sessions": dict[ClientId, SessionRoots], "deferred": list[JsonId], "told": tuple[Root, ...] | None,
+        "answered": bool}
 
 
 class RootsPart:
     """The sessions' roots of one server instance (see the module docstring)."""
 
-    def __init__(self, core: RootsPort, shared: RelayShared) -> None:
-        self.core = core
+    def __init__(self, shared: RelayShared, dispatch: Dispatch) -> None:
         self.shared = shared
+        self.dispatch = dispatch  # a held request handled again once placed
         self.sessions: dict[ClientId, SessionRoots] = {}
         self.deferred: list[JsonId] = []  # the server's roots/list requests waiting for roots
         self.told: tuple[Root, ...] | None = None  # the roots the server was last given (None: an error)
@@ -68,20 +62,6 @@ class RootsPart:
     @property
     def clients(self) -> dict[ClientId, ClientState]:
         return self.shared.clients
-
-    def to_state(self) -> JsonObj:
-        return {"sessions": [[cid, sc.dump(s)] for cid, s in self.sessions.items()], "deferred": list(self.deferred),
-                "told": sc.dump(self.told), "answered": self.answered}
-
-    def restore(self, value: object) -> None:
-        s = sc.obj(value, "roots")
-        self.sessions = {}
-        for row in sc.items(s.get("sessions"), "roots.sessions"):
-            cid, state = sc.items(row, "roots.sessions row")
-            self.sessions[sc.integer(cid, "client")] = sc.load(SessionRoots, state, "session roots")
-        self.deferred = [sc.json_id(d, "deferred id") for d in sc.items(s.get("deferred"), "roots.deferred")]
-        self.told = sc.load(tuple[Root, ...] | None, s.get("told"), "roots.told")
-        self.answered = sc.flag(s.get("answered"), "roots.answered")
 
     # ---- what a session says -----------------------------------------------------------------
 
@@ -114,7 +94,7 @@ class RootsPart:
     def _ask(self, cid: ClientId) -> list[Action]:
         mine = self.session(cid)
         mine.asking = self.shared.routes.take_down_id()
-        mine.asked_at = self.core.now
+        mine.asked_at = self.shared.now
         return [ToClient(cid, rpc.request_line(mine.asking, "roots/list")), Note(f"asking client {cid} for its roots")]
 
     def needs_placing(self, cid: ClientId) -> bool:
@@ -182,7 +162,7 @@ class RootsPart:
         out: list[Action] = [Note(f"client {cid} placed on this process")]
         out.extend(self.roots_moved())
         for msg in held:
-            out.extend(self.core.dispatch(cid, msg))
+            out.extend(self.dispatch(cid, msg))
         return out
 
     def keys(self) -> set[str]:
@@ -233,7 +213,7 @@ class RootsPart:
         deferred, self.deferred = self.deferred, []
         for request_id in deferred:
             out.extend(self._answer(request_id, roots))
-        if self.answered and roots != self.told and self.core.phase in (Phase.REFRESH, Phase.READY):
+        if self.answered and roots != self.told and self.shared.phase in (Phase.REFRESH, Phase.READY):
             self.answered = False  # until it asks again
             out.append(ToServer(rpc.notification_line("notifications/roots/list_changed")))
             out.append(Note("the roots of this process changed: sent roots/list_changed to the server"))

@@ -27,7 +27,6 @@ from typing import Protocol
 
 from lazyd.core.relay import jsonrpc as rpc
 from lazyd.core import state_codec as sc
-from lazyd.core.eras.asker import PROBE_VERSION
 from lazyd.core.cache import LIST_CHANGED, HandshakeEntry, Listing, handshake_key
 from lazyd.core.eras.state import Stage
 from lazyd.core.relay.jsonrpc import JsonObj, Kind, Message
@@ -48,10 +47,12 @@ def refusal_reason(error: object) -> str:
     return reason
 
 
-class HandshakePort(Protocol):
-    """The phase it moves, a queued request handled again, the stateless era's reading."""
+# What the start-up keeps besides the settling (lazyd/core/state_codec.py).
+_KEPT = {"initial_refresh": bool, "upstream_level": str | None, "upstream_subs": set[str]}
 
-    phase: Phase
+
+class HandshakePort(Protocol):
+    """A queued request handled again, the stateless era's reading."""
 
     def dispatch(self, cid: ClientId, msg: Message) -> list[Action]: ...
 
@@ -68,7 +69,6 @@ class Handshake:
         self.shared = shared
         self.cache = cache
         self.roots = roots
-        self.instance: HandshakeEntry | None = None  # the live process's handshake and listings
         self.initial_refresh = False  # the refresh under way is the start's (READY when it is in)
         self.upstream_level: str | None = None  # the log level the server was last set to
         self.upstream_subs: set[str] = set()  # the uris the server was subscribed to
@@ -77,22 +77,15 @@ class Handshake:
         self.settle_sent = False
 
     def to_state(self) -> JsonObj:
-        instance = self.instance
-        return {"instance": None if instance is None else instance.to_json(), "initial_refresh": self.initial_refresh,
-                "upstream_level": self.upstream_level, "upstream_subs": sorted(self.upstream_subs),
+        return {"instance": sc.dump(self.shared.instance), **sc.dump_attrs(self, _KEPT),
                 "settle": [self.asked_at_start, self.settling, self.settle_sent]}
 
     def restore(self, value: object) -> None:
-        s = sc.obj(value, "handshake")
-        instance = s.get("instance")
-        self.instance = None if instance is None else HandshakeEntry.from_json(instance)
-        self.initial_refresh = sc.flag(s.get("initial_refresh"), "handshake.initial_refresh")
-        self.upstream_level = sc.opt_text(s.get("upstream_level"), "handshake.upstream_level")
-        self.upstream_subs = {sc.text(u, "subscribed uri") for u in sc.items(s.get("upstream_subs"), "handshake.upstream_subs")}
-        asked, settling, sent = sc.items(s.get("settle", [False, False, False]), "handshake.settle")
-        self.asked_at_start = sc.flag(asked, "handshake.settle")
-        self.settling = sc.flag(settling, "handshake.settle")
-        self.settle_sent = sc.flag(sent, "handshake.settle")
+        sc.load_attrs(self, _KEPT, value, "handshake")
+        instance = sc.obj(value, "handshake").get("instance")
+        self.shared.instance = sc.load(HandshakeEntry | None, instance, "handshake.instance")
+        settle = sc.load(tuple[bool, bool, bool], sc.obj(value, "handshake").get("settle"), "handshake.settle")
+        self.asked_at_start, self.settling, self.settle_sent = settle
 
     # ---- replay ----------------------------------------------------------------------------------
 
@@ -107,16 +100,16 @@ class Handshake:
         return self.shared.snapshot.last_params
 
     def send_initialize(self, params: JsonObj) -> list[Action]:
-        self.core.phase = Phase.HANDSHAKE
-        self.instance = HandshakeEntry(params=params, result={})
+        self.shared.phase = Phase.HANDSHAKE
+        self.shared.instance = HandshakeEntry(params=params, result={})
         return [internal(self.shared.routes, "initialize", params, "replay"), Note(f"replaying initialize ({handshake_key(params)})")]
 
     def answered(self, msg: Message) -> list[Action]:
         """The server answered the replayed initialize."""
         result = msg.obj.get("result")
-        if not isinstance(result, dict) or self.instance is None:
+        if not isinstance(result, dict) or self.shared.instance is None:
             error = msg.obj.get("error")
-            if self.instance is not None and isinstance(error, dict):
+            if self.shared.instance is not None and isinstance(error, dict):
                 handled = self.core.initialize_refused(error)
                 if handled is not None:
                     return handled
@@ -125,32 +118,27 @@ class Handshake:
         out: list[Action] = self.shared.era.learn_mixed(True) if self.shared.era.stateless_up is True else []
         if self.shared.era.stage is Stage.HANDSHAKE:
             out.extend(self.shared.era.learn_first_initialize(True))  # it was the connection's first request
-        self.instance.result = result
+        self.shared.instance.result = result
         routes = self.shared.routes  # this process's own declaration decides (session_meta.py)
         routes.session_meta = routes.session_forced or declares_session_aware([result])
         out.append(ToServer(rpc.notification_line("notifications/initialized")))
-        if self.shared.era.start_plan(self.core.phase).probe_after_handshake and self.shared.era.stateless_up is False:
-            out.extend(self._send_probe_after())
+        era = self.shared.era
+        if era.start_plan(self.shared.phase).probe_after_handshake and era.stateless_up is False:
+            out.extend(self.cache.probe("probe-after", "asking server/discover after the handshake: "
+                                                       "does this connection carry the stateless era too?"))
         for cid, queued in self.shared.queue.take():
             if queued.method == "initialize" and queued.id is not None:
                 out.append(ToClient(cid, rpc.result_line(queued.id, result), queued.id))
             else:
                 self.shared.queue.hold(cid, queued)
-        self.core.phase = Phase.REFRESH
+        self.shared.phase = Phase.REFRESH
         self.initial_refresh = True
         out.extend(self.sync_level())
         for uri in sorted(self.shared.routes.subscriptions):
             self.upstream_subs.add(uri)
             out.append(internal(self.shared.routes, "resources/subscribe", {"uri": uri}, "resubscribe"))
-        out.extend(self._start_refresh(self.instance.advertised_listings()))
+        out.extend(self._start_refresh(self.shared.instance.advertised_listings()))
         return out
-
-    def _send_probe_after(self) -> list[Action]:
-        """A `server/discover` after the handshake: does this connection carry the other era?"""
-        asker = self.cache.start_asker(PROBE_VERSION)
-        self.shared.era.probe_asker = asker
-        return [internal(self.shared.routes, "server/discover", {"_meta": asker.envelope()}, "probe-after"),
-                Note("asking server/discover after the handshake: does this connection carry the stateless era too?")]
 
     # ---- refresh ---------------------------------------------------------------------------------
 
@@ -167,29 +155,28 @@ class Handshake:
     def fetched(self, done: Fetched) -> list[Action]:
         """A listing of the refresh is in (or the server refused it)."""
         method = done.fetch.method
-        if self.instance is None:
+        if self.shared.instance is None:
             return []
         if done.result is None:
             error = done.error
-            self.instance.listings[method] = Listing(error=error if isinstance(error, dict) else {"code": rpc.INTERNAL_ERROR, "message": "bad listing"})
+            self.shared.instance.listings[method] = Listing(error=error if isinstance(error, dict) else {"code": rpc.INTERNAL_ERROR, "message": "bad listing"})
         else:
-            self.instance.listings[method] = Listing(items=done.fetch.items)
+            self.shared.instance.listings[method] = Listing(items=done.fetch.items)
         if self.shared.listings.pending(stateless=False):
             return []
         return self._refresh_done({method})
 
     def _refresh_done(self, last: set[str]) -> list[Action]:
-        assert self.instance is not None
-        key = handshake_key(self.instance.params)
+        assert self.shared.instance is not None
+        key = handshake_key(self.shared.instance.params)
         # Drift is measured against what this handshake's clients were served from the cache.
-        old = self.shared.snapshot.entry_for(self.instance.params)
-        served = {m: listing.to_json() for m, listing in old.listings.items()} if old is not None else None
-        changed = drift(served, {m: listing.to_json() for m, listing in self.instance.listings.items()})
+        old = self.shared.snapshot.entry_for(self.shared.instance.params)
+        changed = drift(old.listings if old is not None else None, self.shared.instance.listings)
         if not self.initial_refresh:
             changed |= last  # the server announced a change: pass it on even if we had it already
-        entry = HandshakeEntry(self.instance.params, self.instance.result, dict(self.instance.listings))
+        entry = HandshakeEntry(self.shared.instance.params, self.shared.instance.result, dict(self.shared.instance.listings))
         out: list[Action] = []
-        if old is None or old.to_json() != entry.to_json():
+        if old != entry:
             self.shared.snapshot.entries[key] = entry
             out.append(SnapshotChanged())
         for notification in sorted({LIST_CHANGED[m] for m in changed}):
@@ -210,7 +197,7 @@ class Handshake:
 
     def server_asked(self) -> None:
         """The server sent a request; during the start the first forwarded request waits for it."""
-        if self.core.phase in (Phase.HANDSHAKE, Phase.REFRESH):
+        if self.shared.phase in (Phase.HANDSHAKE, Phase.REFRESH):
             self.asked_at_start = True
 
     def settle(self) -> list[Action]:
@@ -236,7 +223,7 @@ class Handshake:
 
     def _ready(self) -> list[Action]:
         self.settling = self.settle_sent = self.asked_at_start = False
-        self.core.phase = Phase.READY
+        self.shared.phase = Phase.READY
         out: list[Action] = [*self.core.probe_unanswered(), Ready()]
         for cid, msg in self.shared.queue.take():
             if cid in self.shared.clients:
@@ -246,16 +233,16 @@ class Handshake:
     def list_changed(self, notification: str) -> list[Action]:
         """A handshake-era `list_changed` from the server."""
         methods = [m for m, n in LIST_CHANGED.items() if n == notification]
-        if self.core.phase is Phase.REFRESH and self.instance is not None:
+        if self.shared.phase is Phase.REFRESH and self.shared.instance is not None:
             # A listing already fetched may predate the change; the pending ones will see it.
-            stale = [m for m in methods if m in self.instance.listings]
+            stale = [m for m in methods if m in self.shared.instance.listings]
             for method in stale:
-                del self.instance.listings[method]
+                del self.shared.instance.listings[method]
             return [Note(f"{notification} during start-up: fetching {stale or 'nothing'} again"), *self._start_refresh(stale)]
-        if self.core.phase is not Phase.READY or self.instance is None:
+        if self.shared.phase is not Phase.READY or self.shared.instance is None:
             return [Note(f"{notification} before the handshake finished: the coming refresh covers it")]
         for method in methods:
-            self.instance.listings.pop(method, None)
+            self.shared.instance.listings.pop(method, None)
         return [Note(f"{notification}: refreshing"), *self._start_refresh(methods)]
 
     # ---- what the handshake connection holds for its clients -------------------------------------
@@ -263,8 +250,8 @@ class Handshake:
     def sync_level(self) -> list[Action]:
         """Keep the server's log level at the most verbose any client asked for (handshake era)."""
         wanted = self.shared.routes.most_verbose_level()
-        if (wanted is None or wanted == self.upstream_level or self.core.phase not in (Phase.REFRESH, Phase.READY)
-                or self.instance is None):
+        if (wanted is None or wanted == self.upstream_level or self.shared.phase not in (Phase.REFRESH, Phase.READY)
+                or self.shared.instance is None):
             return []
         self.upstream_level = wanted
         return [internal(self.shared.routes, "logging/setLevel", {"level": wanted}, "setlevel")]
@@ -285,24 +272,17 @@ class Handshake:
         uri = msg.params.get("uri")
         if not isinstance(uri, str):
             return forward(self.shared.routes, cid, msg)
-        subscribers = self.shared.routes.subscriptions.get(uri, set())
-        subscribers.discard(cid)
-        if subscribers or uri not in self.upstream_subs:
-            if not subscribers:
-                self.shared.routes.subscriptions.pop(uri, None)
+        if self.shared.routes.unsubscribe(uri, cid) or uri not in self.upstream_subs:
             return [ToClient(cid, rpc.result_line(msg.id, {}), msg.id)]
-        self.shared.routes.subscriptions.pop(uri, None)
         self.upstream_subs.discard(uri)
         return forward(self.shared.routes, cid, msg)
 
     def client_left(self, cid: ClientId) -> list[Action]:
         """A client left: its subscriptions end; a uri nobody else wants is unsubscribed upstream."""
         out: list[Action] = []
-        for uri, subscribers in list(self.shared.routes.subscriptions.items()):
-            subscribers.discard(cid)
-            if not subscribers:
-                del self.shared.routes.subscriptions[uri]
-                if uri in self.upstream_subs and self.core.phase is Phase.READY:
+        for uri in list(self.shared.routes.subscriptions):
+            if not self.shared.routes.unsubscribe(uri, cid):
+                if uri in self.upstream_subs and self.shared.phase is Phase.READY:
                     self.upstream_subs.discard(uri)
                     out.append(internal(self.shared.routes, "resources/unsubscribe", {"uri": uri}, "unsubscribe"))
         return out
@@ -312,4 +292,4 @@ class Handshake:
         self.settling = self.settle_sent = self.asked_at_start = False
         self.upstream_subs.clear()
         self.upstream_level = None
-        self.instance = None
+        self.shared.instance = None

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterator
 
-from lazyd.core import state_codec as sc
 from lazyd.core.relay import jsonrpc as rpc
 from lazyd.core.relay.actions import Action, Note, ToClient, WantServer
 from lazyd.core.relay.jsonrpc import JsonId, Kind, Message
@@ -48,15 +47,6 @@ class Waiting:
 
     def drop_client(self, cid: ClientId) -> None:
         self.items = [(c, m) for c, m in self.items if c != cid]
-
-    def to_state(self) -> list[object]:
-        return [[cid, sc.dump(msg)] for cid, msg in self.items]
-
-    def restore(self, value: object) -> None:
-        self.items = []
-        for row in sc.items(value, "queue"):
-            cid, msg = sc.items(row, "queue row")
-            self.items.append((sc.integer(cid, "queued client"), sc.load(Message, msg, "queued message")))
 
     def fail(self, message: str, clients: Collection[ClientId]) -> list[Action]:
         """Answer every queued request of an attached client with `message`, and empty the queue."""
