@@ -97,7 +97,7 @@ class Connection:
             progress.draw()
         try:
             self._sock.settimeout(timeout_s)
-            wire.send_frame(self._sock, frame)
+            self._sock.sendall(wire.encode(frame))
             if progress is not None:
                 # A short timeout only to redraw the elapsed time: the reader keeps a half-read frame.
                 self._sock.settimeout(TICK_S)

@@ -37,12 +37,9 @@ def runtime_dir(env: Mapping[str, str]) -> str:
 
 
 def login_runtime_dir(env: Mapping[str, str]) -> str | None:
-    """``/run/user/<uid>`` when `env` has no usable ``XDG_RUNTIME_DIR`` (Auggie and Codex pass their
-    servers none) and logind made that directory; a daemon such a shim starts gets it as
-    ``XDG_RUNTIME_DIR`` (lazyd/host/daemonenv.py), as a terminal would. None otherwise."""
-    xdg = env.get("XDG_RUNTIME_DIR", "")
-    if xdg.startswith("/") and _private_dir_ok(xdg, missing_ok=True):
-        return None
+    """``/run/user/<uid>`` when logind made it private for us, else None. A shim whose client passes
+    no ``XDG_RUNTIME_DIR`` (Auggie, Codex) gives it to the daemon it starts as that variable
+    (lazyd/host/daemonenv.py), as a terminal would."""
     run_user = f"/run/user/{os.geteuid()}"
     return run_user if _private_dir_ok(run_user, missing_ok=False) else None
 

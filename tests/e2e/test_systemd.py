@@ -59,7 +59,7 @@ class RawClient:
         self.reader = wire.BlockingFrameReader(self.sock)
 
     def hello(self, role: str, env: dict[str, str], argv: list[str] | None = None) -> dict[str, Any]:
-        wire.send_frame(self.sock, Hello(role, os.getpid(), argv or [], str(REPO), env, {}, None, []))
+        self.sock.sendall(wire.encode(Hello(role, os.getpid(), argv or [], str(REPO), env, {}, None, [])))
         return self.read()
 
     def read(self) -> dict[str, Any]:

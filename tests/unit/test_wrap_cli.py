@@ -149,11 +149,11 @@ class FakeDaemon:
                 reader = wire.BlockingFrameReader(conn)
                 hello = reader.read()
                 assert isinstance(hello, Hello) and hello.role == "ctl"
-                wire.send_frame(conn, Welcome(0, "control", os.getpid()))
+                conn.sendall(wire.encode(Welcome(0, "control", os.getpid())))
                 frame = reader.read()
                 assert frame is not None
                 self.requests.append(frame.to_map())
-                wire.send_frame(conn, Reply(**self.reply))
+                conn.sendall(wire.encode(Reply(**self.reply)))
 
     def close(self) -> None:
         self.server.shutdown(socket.SHUT_RDWR)  # wakes the blocked accept(); close() alone would not
