@@ -18,7 +18,7 @@ from lazyd.ctl import format as fmt
 from lazyd.ctl.client import EXIT_OK, connect, connect_starting, socket_path
 from lazyd.ctl.commands import Output
 from lazyd.ctl.progress import StatusLine
-from lazyd.errors import CtlError, UsageError
+from lazyd.errors import UsageError
 
 MAX_INITIALIZE_FILE_BYTES = 1024 * 1024  # a captured initialize is a few KiB; a session log may be more
 
@@ -75,12 +75,7 @@ def request_check(path: str, request: Mapping[str, Any], timeout_s: float | None
     """The daemon's `check` report (the daemon started if none runs), or CtlError."""
     try:
         with connect_starting(path, explicit_socket, progress) as conn:
-            try:
-                return conn.call("check", dict(request), timeout_s=timeout_s, progress=progress)
-            except CtlError as exc:
-                if exc.message.startswith("unknown control operation"):
-                    raise CtlError("this lazyd has no check operation yet; upgrade and restart it (lazyctl stop)") from None
-                raise
+            return conn.call("check", dict(request), timeout_s=timeout_s, progress=progress)
     finally:
         if progress is not None:
             progress.clear()  # before anyone prints the outcome
