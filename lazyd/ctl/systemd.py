@@ -77,19 +77,11 @@ def render_units(lazyd: str, lazyctl: str) -> dict[str, str]:
     return units
 
 
-def lazyctl_argv() -> list[str]:
-    return exec_start_argv("lazyctl", "lazyd.ctl.main")
-
-
-def default_unit_dir() -> Path:
-    """Where systemd looks for the user's own units: $XDG_CONFIG_HOME/systemd/user."""
-    config = os.environ.get("XDG_CONFIG_HOME", "")
-    base = Path(config) if config.startswith("/") else Path.home() / ".config"
-    return base / "systemd" / "user"
-
-
 def cmd_systemd(args: argparse.Namespace, out: Output) -> int:
-    unit_dir = Path(args.unit_dir) if args.unit_dir else default_unit_dir()
+    import platformdirs
+
+    # Where systemd looks for the user's own units: $XDG_CONFIG_HOME/systemd/user.
+    unit_dir = Path(args.unit_dir or platformdirs.user_config_path("systemd") / "user")
     if args.action == "stop-post":
         return stop_post(os.environ)
     if args.action == "install":
@@ -100,7 +92,7 @@ def cmd_systemd(args: argparse.Namespace, out: Output) -> int:
 def _install(unit_dir: Path, force: bool, out: Output) -> int:
     argv = exec_start_argv()
     try:
-        units = render_units(exec_start_line(argv), exec_start_line(lazyctl_argv()))
+        units = render_units(exec_start_line(argv), exec_start_line(exec_start_argv("lazyctl", "lazyd.ctl.main")))
     except ValueError as exc:
         raise CtlError(f"{exc}; install lazyd under another path") from None
     for name in UNIT_NAMES:
