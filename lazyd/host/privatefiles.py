@@ -107,7 +107,7 @@ STATE_FILE_FIXES = {
 }
 
 
-def read_private(path: Path, max_bytes: int, *, secret: bool = False,
+def read_private(path: str | os.PathLike[str], max_bytes: int, *, secret: bool = False,
                  error: Callable[[str], LazydError] = StateFileError,
                  fixes: Mapping[str, str] = STATE_FILE_FIXES) -> bytes | None:
     """The contents of the file at `path`, or None when there is none; `error` (one line: the path,
