@@ -77,11 +77,15 @@ def render_units(lazyd: str, lazyctl: str) -> dict[str, str]:
     return units
 
 
-def cmd_systemd(args: argparse.Namespace, out: Output) -> int:
-    import platformdirs
+def default_unit_dir() -> Path:
+    """Where systemd looks for the user's own units: $XDG_CONFIG_HOME/systemd/user."""
+    config = os.environ.get("XDG_CONFIG_HOME", "")
+    base = Path(config) if config.startswith("/") else Path.home() / ".config"
+    return base / "systemd" / "user"
 
-    # Where systemd looks for the user's own units: $XDG_CONFIG_HOME/systemd/user.
-    unit_dir = Path(args.unit_dir or platformdirs.user_config_path("systemd") / "user")
+
+def cmd_systemd(args: argparse.Namespace, out: Output) -> int:
+    unit_dir = Path(args.unit_dir) if args.unit_dir else default_unit_dir()
     if args.action == "stop-post":
         return stop_post(os.environ)
     if args.action == "install":
