@@ -140,7 +140,7 @@ class CtlError(LazydError):
 class DaemonNotRunning(CtlError):
     """Nothing listens on the socket (and, unless autostart was asked for, nothing was started)."""
 
-    exit_code = 3  # lazyctl's EXIT_NOT_RUNNING: the LSB status code systemctl uses for "not running"
+    exit_code = 3  # the LSB status code systemctl uses for "not running"
 
 
 class WrapError(LazydError):

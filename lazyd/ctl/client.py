@@ -26,7 +26,6 @@ from lazyd.host.privatefiles import read_private
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
-EXIT_NOT_RUNNING = 3
 
 CONNECT_TIMEOUT_S = 5.0  # a live daemon accepts at once; a full backlog for this long is a hung one
 REPLY_TIMEOUT_S = 30.0  # quick ops (status, sleep, logs); wake and check pass None: the daemon bounds them
@@ -97,7 +96,7 @@ class Connection:
             progress.draw()
         try:
             self._sock.settimeout(timeout_s)
-            wire.send_frame(self._sock, frame)
+            self._sock.sendall(wire.encode(frame))
             if progress is not None:
                 # A short timeout only to redraw the elapsed time: the reader keeps a half-read frame.
                 self._sock.settimeout(TICK_S)

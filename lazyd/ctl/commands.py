@@ -184,8 +184,7 @@ def _lineage(daemon: Any, now: float) -> str:
     if not daemon.get("upgrades"):
         return ""
     text = f"; up {format_duration(max(0.0, now - float(daemon['started_at'])))} across {daemon['upgrades']} upgrade(s)"
-    # "adopted": what a daemon of an earlier version calls it (lazyctl may be newer than the daemon).
-    if isinstance(last, dict) and not last.get("inherited", last.get("adopted")):
+    if isinstance(last, dict) and not last.get("inherited"):
         text += f"\nthe last upgrade could not take the servers over: {last.get('reason')}"
     return text
 

@@ -16,37 +16,28 @@ FOLLOW_POLL_S = 0.25  # tail -f's own default is 1 s; a quarter second feels liv
 MAX_TAIL_LINES = 100_000  # -n beyond this is a mistake; two rotated files never hold more anyway
 
 
-def tail_lines(path: str, count: int) -> list[str]:
-    """The last `count` lines of `path` (without newlines); [] if it does not exist. Read whole:
-    the daemon rotates a log at 1 MiB."""
-    if count <= 0:
-        return []
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except FileNotFoundError:
-        return []
-    return data.decode("utf-8", "replace").splitlines()[-count:]
-
-
 def tail_with_rotation(path: str, count: int) -> list[str]:
-    """Like `tail_lines`, topped up from `<path>.1` when the current file holds fewer lines."""
-    lines = tail_lines(path, count)
-    if len(lines) < count:
-        lines = tail_lines(path + ".1", count - len(lines)) + lines
-    return lines
+    """The last `count` lines of `path` (without newlines), topped up from `<path>.1` when it holds
+    fewer; [] if neither exists. Read whole: the daemon rotates a log at 1 MiB."""
+    lines: list[str] = []
+    for name in (path + ".1", path):
+        try:
+            with open(name, "rb") as f:
+                lines += f.read().decode("utf-8", "replace").splitlines()
+        except FileNotFoundError:
+            continue
+    return lines[-count:] if count > 0 else []
 
 
-def follow(path: str, emit: Callable[[str], None], *, poll_s: float = FOLLOW_POLL_S,
-           keep_going: Callable[[], bool] = lambda: True) -> None:
-    """Emit every line appended to `path` from its current end on, until `keep_going()` is false
-    (lazyctl: until Ctrl-C). A rotated or truncated file is reopened from its start."""
+def follow(path: str, emit: Callable[[str], None]) -> None:
+    """Emit every line appended to `path` from its current end on, until interrupted (lazyctl:
+    Ctrl-C). A rotated or truncated file is reopened from its start."""
     f = _open_at_start(path)
     if f is not None:
         f.seek(0, os.SEEK_END)
     pending = b""
     try:
-        while keep_going():
+        while True:
             chunk = f.read(READ_BLOCK_BYTES) if f is not None else b""
             if chunk:
                 pending += chunk
@@ -61,7 +52,7 @@ def follow(path: str, emit: Callable[[str], None], *, poll_s: float = FOLLOW_POL
                 f = _open_at_start(path)
                 if f is not None:
                     continue
-            time.sleep(poll_s)
+            time.sleep(FOLLOW_POLL_S)
     finally:
         if f is not None:
             f.close()

@@ -8,7 +8,6 @@ nothing is written.
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from typing import TextIO
@@ -25,7 +24,7 @@ class StatusLine:
 
     def __init__(self, what: str, *, json_mode: bool, stream: TextIO | None = None) -> None:
         self.stream = stream if stream is not None else sys.stderr
-        self.active = not json_mode and _is_tty(self.stream)
+        self.active = not json_mode and self.stream.isatty()
         self.what = what
         self.step = ""
         self._started = time.monotonic()
@@ -57,10 +56,3 @@ class StatusLine:
             self.stream.write(_ERASE)
             self.stream.flush()
             self._shown = False
-
-
-def _is_tty(stream: TextIO) -> bool:
-    try:
-        return os.isatty(stream.fileno())
-    except (AttributeError, OSError, ValueError):
-        return False

@@ -18,7 +18,7 @@ from lazyd.ctl import format as fmt
 from lazyd.ctl.client import EXIT_OK, connect, connect_starting, socket_path
 from lazyd.ctl.commands import Output
 from lazyd.ctl.progress import StatusLine
-from lazyd.errors import CtlError, UsageError
+from lazyd.errors import UsageError
 
 MAX_INITIALIZE_FILE_BYTES = 1024 * 1024  # a captured initialize is a few KiB; a session log may be more
 
@@ -45,12 +45,10 @@ def cmd_check(args: argparse.Namespace, out: Output) -> int:
     start_timeout = start_timeout_option(args.start_timeout, os.environ)
     if start_timeout is not None:
         request["start_timeout"] = start_timeout
-    # No reply timeout: the daemon bounds a check. The daemon is started if none runs, as a shim
-    # would: a check is often the first thing a new user runs.
+    # The daemon is started if none runs, as a shim would: a check is often a new user's first command.
     what = f"checking {names[0] if names else os.path.basename(args.command[0])}"
     line = StatusLine(what, json_mode=out.json)
-    report = request_check(socket_path(args.socket), request, timeout_s=None, explicit_socket=args.socket,
-                           progress=line)
+    report = request_check(socket_path(args.socket), request, explicit_socket=args.socket, progress=line)
     out.result(report, lambda: check_text(report))
     return EXIT_OK
 
@@ -70,17 +68,13 @@ def start_timeout_option(flag: str | None, environ: Mapping[str, str]) -> str | 
     return value.strip()
 
 
-def request_check(path: str, request: Mapping[str, Any], timeout_s: float | None,
-                  explicit_socket: str | None = None, progress: StatusLine | None = None) -> Any:
-    """The daemon's `check` report (the daemon started if none runs), or CtlError."""
+def request_check(path: str, request: Mapping[str, Any], explicit_socket: str | None = None,
+                  progress: StatusLine | None = None) -> Any:
+    """The daemon's `check` report (the daemon started if none runs), or CtlError. No reply
+    timeout: the daemon bounds a check by the server's start_timeout."""
     try:
         with connect_starting(path, explicit_socket, progress) as conn:
-            try:
-                return conn.call("check", dict(request), timeout_s=timeout_s, progress=progress)
-            except CtlError as exc:
-                if exc.message.startswith("unknown control operation"):
-                    raise CtlError("this lazyd has no check operation yet; upgrade and restart it (lazyctl stop)") from None
-                raise
+            return conn.call("check", dict(request), timeout_s=None, progress=progress)
     finally:
         if progress is not None:
             progress.clear()  # before anyone prints the outcome

@@ -77,10 +77,6 @@ def render_units(lazyd: str, lazyctl: str) -> dict[str, str]:
     return units
 
 
-def lazyctl_argv() -> list[str]:
-    return exec_start_argv("lazyctl", "lazyd.ctl.main")
-
-
 def default_unit_dir() -> Path:
     """Where systemd looks for the user's own units: $XDG_CONFIG_HOME/systemd/user."""
     config = os.environ.get("XDG_CONFIG_HOME", "")
@@ -100,7 +96,7 @@ def cmd_systemd(args: argparse.Namespace, out: Output) -> int:
 def _install(unit_dir: Path, force: bool, out: Output) -> int:
     argv = exec_start_argv()
     try:
-        units = render_units(exec_start_line(argv), exec_start_line(lazyctl_argv()))
+        units = render_units(exec_start_line(argv), exec_start_line(exec_start_argv("lazyctl", "lazyd.ctl.main")))
     except ValueError as exc:
         raise CtlError(f"{exc}; install lazyd under another path") from None
     for name in UNIT_NAMES:

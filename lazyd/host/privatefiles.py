@@ -30,25 +30,23 @@ PRIVATE_FILE_MODE = 0o600  # owner read/write: these files may hold credentials 
 # --- directories ----------------------------------------------------------------------------------
 
 
-def ensure_private_dir(path: Path, *, create_parents: bool = True, what: str = "runtime dir") -> None:
-    """Make sure ``path`` is a directory only we can enter, creating it (and, with ``create_parents``,
-    missing parents) 0700. Its parent is checked too when it is the predictable fallback
-    ``runtime-<uid>``. SetupError naming the path and the problem; an existing mode is never changed."""
+def ensure_private_dir(path: Path, *, what: str = "runtime dir") -> None:
+    """Make sure ``path`` is a directory only we can enter, creating it and missing parents 0700.
+    Its parent is checked too when it is the predictable fallback ``runtime-<uid>``. SetupError
+    naming the path and the problem; an existing mode is never changed."""
     path = Path(os.path.abspath(path))
     # Named with the effective uid, as lazyd.host.paths (and platformdirs) name it.
     if path.parent.name == f"runtime-{os.geteuid()}":
-        _ensure_dir(path.parent, create_parents=create_parents, what=what)
-    _ensure_dir(path, create_parents=create_parents, what=what)
+        _ensure_dir(path.parent, what=what)
+    _ensure_dir(path, what=what)
 
 
-def _ensure_dir(path: Path, *, create_parents: bool, what: str) -> None:
+def _ensure_dir(path: Path, *, what: str) -> None:
     try:
         info = os.lstat(path)
     except FileNotFoundError:
         if not path.parent.exists():
-            if not create_parents:
-                raise SetupError(f"refusing {what} {path}: parent {path.parent} does not exist") from None
-            _ensure_dir(path.parent, create_parents=True, what=what)
+            _ensure_dir(path.parent, what=what)
         _create_private(path, what=what)
         return
     except OSError as error:
@@ -61,7 +59,7 @@ def _create_private(path: Path, *, what: str) -> None:
         os.mkdir(path, PRIVATE_DIR_MODE)
     except FileExistsError:
         # Someone (a racing daemon, or a squatter) made it first: judge it like any existing dir.
-        _ensure_dir(path, create_parents=False, what=what)
+        _ensure_dir(path, what=what)
         return
     except OSError as error:
         raise SetupError(f"cannot create {what} {path}: {error.strerror}") from None
@@ -109,7 +107,7 @@ STATE_FILE_FIXES = {
 }
 
 
-def read_private(path: Path, max_bytes: int, *, secret: bool = False,
+def read_private(path: str | os.PathLike[str], max_bytes: int, *, secret: bool = False,
                  error: Callable[[str], LazydError] = StateFileError,
                  fixes: Mapping[str, str] = STATE_FILE_FIXES) -> bytes | None:
     """The contents of the file at `path`, or None when there is none; `error` (one line: the path,

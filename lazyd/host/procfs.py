@@ -121,11 +121,6 @@ def stats() -> dict[int, Stat]:
     return table
 
 
-def session_members(sid: int) -> list[int]:
-    """Live (not zombie) processes in session `sid`, in pid order."""
-    return sorted(pid for pid, stat in stats().items() if stat.session == sid and stat.state != "Z")
-
-
 def group_members(pgid: int) -> list[int]:
     """Live (not zombie) processes in process group `pgid`, in pid order."""
     return sorted(pid for pid, stat in stats().items() if stat.pgrp == pgid and stat.state != "Z")

@@ -37,12 +37,9 @@ def runtime_dir(env: Mapping[str, str]) -> str:
 
 
 def login_runtime_dir(env: Mapping[str, str]) -> str | None:
-    """``/run/user/<uid>`` when `env` has no usable ``XDG_RUNTIME_DIR`` (Auggie and Codex pass their
-    servers none) and logind made that directory; a daemon such a shim starts gets it as
-    ``XDG_RUNTIME_DIR`` (lazyd/host/daemonenv.py), as a terminal would. None otherwise."""
-    xdg = env.get("XDG_RUNTIME_DIR", "")
-    if xdg.startswith("/") and _private_dir_ok(xdg, missing_ok=True):
-        return None
+    """``/run/user/<uid>`` when logind made it private for us, else None. A shim whose client passes
+    no ``XDG_RUNTIME_DIR`` (Auggie, Codex) gives it to the daemon it starts as that variable
+    (lazyd/host/daemonenv.py), as a terminal would."""
     run_user = f"/run/user/{os.geteuid()}"
     return run_user if _private_dir_ok(run_user, missing_ok=False) else None
 
@@ -149,19 +146,14 @@ def discovered_daemons(env: Mapping[str, str]) -> list[tuple[int, str]]:
 def _read_record(path: str) -> tuple[int, str] | None:
     import json
 
+    # Only on the way to a daemon elsewhere: a warm start never imports the trusted reader.
+    from lazyd.errors import StateFileError
+    from lazyd.host.privatefiles import read_private
+
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
-    except OSError:
+        data = json.loads(read_private(path, _MAX_RECORD_BYTES) or b"null")
+    except (StateFileError, ValueError):
         return None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
-            return None
-        data = json.loads(os.read(fd, _MAX_RECORD_BYTES))
-    except (OSError, ValueError):
-        return None
-    finally:
-        os.close(fd)
     pid, sock = (data.get("pid"), data.get("socket")) if isinstance(data, dict) else (None, None)
     if isinstance(pid, int) and not isinstance(pid, bool) and isinstance(sock, str) and sock.startswith("/"):
         return pid, sock

@@ -253,7 +253,6 @@ class Progress(Frame):
 AnyFrame: TypeAlias = "Hello | ForeignHello | Welcome | ForeignWelcome | Refusal | Line | Ctl | Reply | Progress"
 
 _CLASSES: dict[str, type[Any]] = {cls.t: cls for cls in (Hello, Welcome, Refusal, Line, Ctl, Reply, Progress)}
-FRAME_TYPES: frozenset[str] = frozenset(_CLASSES)
 _ABSENT = object()  # a required field's check fails on it: the error then says the field is missing
 
 

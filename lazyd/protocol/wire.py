@@ -280,10 +280,6 @@ class FrameDecoder:
 # --- blocking helpers (shim, lazyctl) -----------------------------------------------------------
 
 
-def send_frame(sock: socket.socket, frame: Frame) -> None:
-    sock.sendall(encode(frame))
-
-
 class BlockingFrameReader:
     """Read frames from a blocking socket, after `received` (bytes read already, lazyd/protocol/smallpack.py);
     honours the socket's timeout (TimeoutError)."""

@@ -80,7 +80,7 @@ def server_side_processes(marker: str) -> list[int]:
 
 def session_members(sid: int) -> list[int]:
     """Live processes whose session id is ``sid`` (a server's session is its leader's pid)."""
-    return procfs.session_members(sid)
+    return sorted(pid for pid, stat in procfs.stats().items() if stat.session == sid and stat.state != "Z")
 
 
 def peak_rss_kib(pid: int) -> int:

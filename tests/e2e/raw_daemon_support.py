@@ -43,13 +43,13 @@ class Conn:
         return frame.to_map()
 
     def open_ctl(self) -> dict[str, Any]:
-        wire.send_frame(self.sock, hello("ctl"))
+        self.sock.sendall(wire.encode(hello("ctl")))
         welcome = self.read()
         assert welcome["t"] == "welcome", welcome
         return welcome
 
     def ctl(self, op: str, **args: Any) -> dict[str, Any]:
-        wire.send_frame(self.sock, Ctl(op, args))
+        self.sock.sendall(wire.encode(Ctl(op, args)))
         reply = self.read()
         assert reply["t"] == "reply", reply
         return reply

@@ -37,7 +37,7 @@ pytestmark = pytest.mark.e2e
 
 def _session_of(pid: int) -> list[int]:
     """Live processes in the session that `pid` leads."""
-    return procfs.session_members(pid)
+    return sorted(p for p, stat in procfs.stats().items() if stat.session == pid and stat.state != "Z")
 
 
 def _kill_daemon_hard(user: UserEnv) -> None:

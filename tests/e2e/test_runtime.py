@@ -310,12 +310,6 @@ def test_a_runtime_path_that_is_a_regular_file_is_refused(tmp_path: Path) -> Non
         ensure_private_dir(target)
 
 
-def test_a_missing_parent_is_an_error_when_parents_may_not_be_created(tmp_path: Path) -> None:
-    with pytest.raises(SetupError, match="does not exist"):
-        ensure_private_dir(tmp_path / "missing" / "lazyd", create_parents=False)
-    assert not (tmp_path / "missing").exists()
-
-
 def fallback_runtime_dir(tmp_path: Path) -> Path:
     # What resolve_paths gives with XDG_RUNTIME_DIR unset, /run/user/<uid> missing, TMPDIR=tmp_path.
     return tmp_path / f"runtime-{UID}" / "lazyd"

@@ -223,8 +223,8 @@ def test_a_client_that_connects_while_the_activated_daemon_is_down_is_served_by_
     # No daemon now. The socket unit still listens, so this client connects and its request
     # waits in the backlog.
     client = Conn(path)
-    wire.send_frame(client.sock, hello("ctl"))
-    wire.send_frame(client.sock, Ctl("ping", {}))
+    client.sock.sendall(wire.encode(hello("ctl")))
+    client.sock.sendall(wire.encode(Ctl("ping", {})))
     second = launch_daemon(user_env, env=env, prefix=launcher(listener.fileno()), pass_fds=(listener.fileno(),),
                            socket_path=path)
     try:

@@ -43,7 +43,7 @@ def _prlimit(limit: int) -> tuple[str, ...]:
 def _refusal(conn: Conn) -> dict[str, object] | None:
     """The daemon's first frame on a connection opened as a ctl: None if it was welcomed."""
     try:
-        wire.send_frame(conn.sock, hello("ctl"))
+        conn.sock.sendall(wire.encode(hello("ctl")))
     except (BrokenPipeError, ConnectionResetError):
         pass  # refused and closed before the hello went out: the refusal is still there to read
     frame = conn.read()
@@ -178,12 +178,12 @@ def test_the_daemon_raises_its_soft_descriptor_limit_to_the_hard_one_and_its_ser
     try:
         assert _soft_nofile(proc.pid) == 4096
         conn = Conn(user_env.socket)
-        wire.send_frame(conn.sock, hello("shim", argv=[sys.executable, str(FIXTURE_SERVER)], env=user_env.env))
+        conn.sock.sendall(wire.encode(hello("shim", argv=[sys.executable, str(FIXTURE_SERVER)], env=user_env.env)))
         assert conn.read()["t"] == "welcome"
         for message in ({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": INIT_PARAMS},
                         {"jsonrpc": "2.0", "method": "notifications/initialized"},
                         {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "pid", "arguments": {}}}):
-            wire.send_frame(conn.sock, Line(json.dumps(message).encode()))
+            conn.sock.sendall(wire.encode(Line(json.dumps(message).encode())))
         while (answer := json.loads(conn.read()["d"])).get("id") != 1:
             pass
         server_pid = int(answer["result"]["content"][0]["text"])

@@ -106,7 +106,7 @@ def test_a_frame_header_above_the_limit_closes_that_connection_before_the_body_i
     if where == "on a control connection":
         attacker.open_ctl()
     elif where == "in a session":
-        wire.send_frame(attacker.sock, hello("shim", argv=[sys.executable, str(FIXTURE_SERVER)], env=user_env.env))
+        attacker.sock.sendall(wire.encode(hello("shim", argv=[sys.executable, str(FIXTURE_SERVER)], env=user_env.env)))
         assert attacker.read()["t"] == "welcome"
     # The header promises one byte more than the limit; then 8 MiB of body follow, as fast as the
     # daemon takes them. A daemon that buffered the body would hold those 8 MiB.
@@ -190,7 +190,7 @@ def test_a_frame_trickled_after_the_hello_is_cut_at_the_frame_deadline(
         slow.open_ctl()
         frame = wire.encode(Ctl("ping", {"pad": "x" * 300}))
     else:
-        wire.send_frame(slow.sock, hello("shim", argv=[sys.executable, str(FIXTURE_SERVER)], env=user_env.env))
+        slow.sock.sendall(wire.encode(hello("shim", argv=[sys.executable, str(FIXTURE_SERVER)], env=user_env.env)))
         assert slow.read()["t"] == "welcome"
         frame = wire.encode_line(b'{"jsonrpc":"2.0","id":1,"method":"ping","params":{"pad":"' + b"x" * 300 + b'"}}')
     cut_at = trickle(slow.sock, frame)

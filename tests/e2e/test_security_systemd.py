@@ -68,7 +68,7 @@ def test_status_counts_a_failed_server_and_the_attached_clients(
         conn.close()
         status_until(notify, "2 servers: 0 running, 1 sleeping, 1 failed; 0 clients")
         session = Conn(user_env.socket)
-        wire.send_frame(session.sock, hello("shim", server="fixture"))
+        session.sock.sendall(wire.encode(hello("shim", server="fixture")))
         assert session.read()["t"] == "welcome"
         status_until(notify, "2 servers: 0 running, 1 sleeping, 1 failed; 1 clients")
         session.close()

@@ -73,10 +73,10 @@ def serve(conn, session):
                       "resume": [r.decode() for r in hello.resume],
                       "marker": hello.env.get("FAKE_MARKER")})
     if os.environ.get("FAKE_DAEMON_REFUSE"):
-        wire.send_frame(conn, Refusal("options", "bad linger", 1))
+        conn.sendall(wire.encode(Refusal("options", "bad linger", 1)))
         conn.close()
         return
-    wire.send_frame(conn, Welcome(session, "fake", os.getpid()))
+    conn.sendall(wire.encode(Welcome(session, "fake", os.getpid())))
     while True:
         try:
             frame = reader.read()
@@ -91,7 +91,7 @@ def serve(conn, session):
         if "id" in message and "method" in message and message["method"] != "hang":
             result = {"method": message["method"], "daemon_pid": os.getpid()}
             response = {"jsonrpc": "2.0", "id": message["id"], "result": result}
-            wire.send_frame(conn, Line(json.dumps(response).encode(), message["id"]))
+            conn.sendall(wire.encode(Line(json.dumps(response).encode(), message["id"])))
 
 while True:
     conn, _ = server.accept()

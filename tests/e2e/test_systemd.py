@@ -26,7 +26,7 @@ import trio
 from lazyd.protocol import wire
 from lazyd.protocol.frames import Hello
 from lazyd.daemon.upgrade.stored_servers import STORE_SOFT_NOFILE
-from lazyd.ctl.systemd import MARKER, exec_start_argv, exec_start_line, lazyctl_argv, render_units
+from lazyd.ctl.systemd import MARKER, exec_start_argv, exec_start_line, render_units
 from tests.conftest import FIXTURE_SERVER, UserEnv, shim_session, wait_until
 from tests.e2e.systemd_support import STEP_TIMEOUT_S, lazyctl, require_tool, tool_text
 
@@ -59,7 +59,7 @@ class RawClient:
         self.reader = wire.BlockingFrameReader(self.sock)
 
     def hello(self, role: str, env: dict[str, str], argv: list[str] | None = None) -> dict[str, Any]:
-        wire.send_frame(self.sock, Hello(role, os.getpid(), argv or [], str(REPO), env, {}, None, []))
+        self.sock.sendall(wire.encode(Hello(role, os.getpid(), argv or [], str(REPO), env, {}, None, [])))
         return self.read()
 
     def read(self) -> dict[str, Any]:
@@ -134,8 +134,9 @@ def test_install_writes_both_units_for_this_installation_and_prints_the_systemct
     service = (unit_dir / "lazyd.service").read_text()
     assert service.startswith(MARKER + "\n")
     assert "\nExecStart=" + exec_start_line(exec_start_argv()) + "\n" in service
-    assert "\nExecReload=" + exec_start_line(lazyctl_argv()) + " upgrade\n" in service  # this installation's lazyctl
-    assert "\nExecStopPost=-" + exec_start_line(lazyctl_argv()) + " systemd stop-post\n" in service
+    this_lazyctl = exec_start_line(exec_start_argv("lazyctl", "lazyd.ctl.main"))
+    assert "\nExecReload=" + this_lazyctl + " upgrade\n" in service
+    assert "\nExecStopPost=-" + this_lazyctl + " systemd stop-post\n" in service
     assert os.stat(unit_dir / "lazyd.service").st_mode & 0o777 == 0o644
     again = lazyctl(user_env.env, "systemd", "install")
     assert again.returncode == 0

@@ -53,7 +53,7 @@ ROWS: dict[str, tuple[str, frozenset[str]]] = {
     "lazyd/protocol/frames.py": ("stdlib floor", frozenset({"lazyd/errors.py"})),
     "lazyd/protocol/wire.py": ("stdlib floor", frozenset({"msgpack", "lazyd/errors.py", "lazyd/protocol/frames.py"})),
     "lazyd/protocol/smallpack.py": ("stdlib floor", frozenset()),
-    "lazyd/host/sockpath.py": ("stdlib floor", frozenset({"lazyd/host/privatefiles.py"})),
+    "lazyd/host/sockpath.py": ("stdlib floor", frozenset({"lazyd/errors.py", "lazyd/host/privatefiles.py"})),
     "lazyd/host/fallback_journal.py": ("stdlib floor", frozenset()),
     "lazyd/host/privatefiles.py": ("stdlib floor", frozenset({"lazyd/errors.py"})),
     "lazyd/host/procfs.py": ("stdlib floor", frozenset()),

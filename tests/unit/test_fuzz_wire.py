@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 
 from lazyd.protocol import wire
 from lazyd.errors import WireError
-from lazyd.protocol.frames import FRAME_TYPES, AnyFrame, Line, validate_walked
+from lazyd.protocol.frames import _CLASSES, AnyFrame, Line, validate_walked
 from lazyd.protocol.wire import FrameDecoder
 
 FRAMES_PER_STREAM = 25
@@ -65,7 +65,7 @@ _FIELDS = ["t", "v", "role", "pid", "argv", "cwd", "env", "opts", "server", "res
            "daemon_pid", "code", "message", "d", "done", "op", "args", "ok", "data", "error", "handoff", "layout",
            "reclaim"]
 # Maps that are not frames of the table: unknown `t`, missing fields, stray keys.
-_any_maps = st.dictionaries(st.sampled_from(_FIELDS) | _text, _wild_values | st.sampled_from(sorted(FRAME_TYPES)),
+_any_maps = st.dictionaries(st.sampled_from(_FIELDS) | _text, _wild_values | st.sampled_from(sorted(_CLASSES)),
                             max_size=5)
 
 
@@ -233,7 +233,7 @@ def _no_ext(code: int, data: bytes) -> object:
 
 
 def assert_well_formed(frame: AnyFrame) -> None:
-    assert frame.t in FRAME_TYPES
+    assert frame.t in _CLASSES
     assert packed([validate_walked(frame.to_map())]) == packed([frame])  # its map is a valid frame
     again = wire.decode_body(wire.encode(frame)[wire.HEADER_BYTES:])  # it can be sent on as it is
     assert packed([again]) == packed([frame])

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from lazyd.protocol import wire
 from lazyd.errors import WireError
-from lazyd.protocol.frames import FRAME_TYPES, Ctl, ForeignHello, ForeignWelcome, Frame, Hello, Line, Progress, Refusal, Reply, Welcome
+from lazyd.protocol.frames import _CLASSES, Ctl, ForeignHello, ForeignWelcome, Frame, Hello, Line, Progress, Refusal, Reply, Welcome
 from lazyd.protocol.wire import FrameDecoder
 from tests.unit.wire_bombs import BOMBS
 
@@ -285,7 +285,7 @@ def test_blocking_reader_returns_frames_then_none_at_a_clean_eof() -> None:
     left, right = socket.socketpair()
     with left, right:
         for frame in VALID_FRAMES:
-            wire.send_frame(left, frame)
+            left.sendall(wire.encode(frame))
         left.shutdown(socket.SHUT_WR)
         reader = wire.BlockingFrameReader(right)
         assert [reader.read() for _ in VALID_FRAMES] == VALID_FRAMES
@@ -376,7 +376,7 @@ def feed_only_wire_errors(data: bytes) -> None:
     decoder = FrameDecoder()
     try:
         for frame in decoder.feed(data):
-            assert isinstance(frame, Frame) and frame.t in FRAME_TYPES
+            assert isinstance(frame, Frame) and frame.t in _CLASSES
     except WireError:
         pass
 

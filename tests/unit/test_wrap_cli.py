@@ -149,11 +149,11 @@ class FakeDaemon:
                 reader = wire.BlockingFrameReader(conn)
                 hello = reader.read()
                 assert isinstance(hello, Hello) and hello.role == "ctl"
-                wire.send_frame(conn, Welcome(0, "control", os.getpid()))
+                conn.sendall(wire.encode(Welcome(0, "control", os.getpid())))
                 frame = reader.read()
                 assert frame is not None
                 self.requests.append(frame.to_map())
-                wire.send_frame(conn, Reply(**self.reply))
+                conn.sendall(wire.encode(Reply(**self.reply)))
 
     def close(self) -> None:
         self.server.shutdown(socket.SHUT_RDWR)  # wakes the blocked accept(); close() alone would not
@@ -249,12 +249,12 @@ def test_bad_initialize_params_are_bad_usage_before_anything_is_written(cursor_f
 
 @pytest.mark.parametrize("fake_daemon", [{"ok": False, "data": None, "error": "unknown control operation 'check'"}],
                          indirect=True)  # fmt: skip
-def test_check_against_a_daemon_without_the_operation_says_so_and_keeps_the_wrap(
+def test_a_check_the_daemon_refuses_prints_its_error_and_keeps_the_wrap(
     cursor_file: Path, fake_daemon: FakeDaemon, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert lazyctl("wrap", "--client", "cursor", "--all", "--check") == 1
     out = capsys.readouterr().out
-    assert "check s: FAILED: this lazyd has no check operation yet" in out
+    assert "check s: FAILED: unknown control operation 'check'" in out
     assert SHIM in cursor_file.read_text()
 
 

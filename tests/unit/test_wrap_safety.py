@@ -66,7 +66,7 @@ def test_a_write_by_someone_else_between_read_and_replace_aborts_the_edit(lazyct
         path.write_bytes(theirs)
 
     with pytest.raises(WrapError, match="contents changed") as caught:
-        lazyctl.run("wrap", "cursor", path, hooks=engine.Hooks(before_replace=external_write))
+        lazyctl.run("wrap", "cursor", path, before_replace=external_write)
     assert path.read_bytes() == theirs  # their write survives
     assert "backed up at" in str(caught.value)
     (backup,) = (lazyctl.state_dir / "backups").iterdir()
@@ -84,7 +84,7 @@ def test_a_conflict_restores_the_previous_record_not_just_removes_the_new_one(la
         path.chmod(0o600)
 
     with pytest.raises(WrapError, match="permissions"):
-        lazyctl.run("wrap", "cursor", path, env={"LAZYD_LINGER": "1h"}, hooks=engine.Hooks(before_replace=external_chmod))
+        lazyctl.run("wrap", "cursor", path, env={"LAZYD_LINGER": "1h"}, before_replace=external_chmod)
     assert _records(lazyctl) == before
     assert b'"10m"' in path.read_bytes()
 
@@ -98,7 +98,7 @@ def test_a_replaced_file_is_detected_too(lazyctl: Lazyctl) -> None:
         os.replace(other, path)
 
     with pytest.raises(WrapError, match="replaced by another file"):
-        lazyctl.run("wrap", "cursor", path, hooks=engine.Hooks(before_replace=replace_same_bytes))
+        lazyctl.run("wrap", "cursor", path, before_replace=replace_same_bytes)
 
 
 def test_dry_run_writes_nothing_at_all(lazyctl: Lazyctl) -> None:

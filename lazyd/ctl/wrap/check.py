@@ -20,8 +20,6 @@ from lazyd.ctl.wrap import shimargs
 from lazyd.ctl.wrap.model import RegState
 from lazyd.errors import CtlError, DaemonNotRunning
 
-CHECK_REPLY_TIMEOUT_S = 600.0  # the daemon bounds a check by the server's start_timeout: a backstop only
-
 CHECKED_ACTIONS = frozenset({"wrapped", "reapplied", "updated", "unchanged"})
 
 
@@ -61,8 +59,7 @@ def run_check(socket_path: str, args: Mapping[str, Any], explicit_socket: str | 
               progress: StatusLine | None = None) -> tuple[bool, str]:
     """One ``check`` (the daemon started first if none runs, as a shim would); (ok, one-line message)."""
     try:
-        data = registration.request_check(socket_path, args, timeout_s=CHECK_REPLY_TIMEOUT_S,
-                                          explicit_socket=explicit_socket, progress=progress)
+        data = registration.request_check(socket_path, args, explicit_socket=explicit_socket, progress=progress)
     except DaemonNotRunning as exc:
         return False, (f"{exc.message}; start it (systemctl --user start lazyd.socket, or run lazyd) "
                        "and retry with reapply --check")  # fmt: skip

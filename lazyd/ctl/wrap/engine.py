@@ -40,13 +40,6 @@ class Request:
     recover: bool = False
 
 
-@dataclass(frozen=True)
-class Hooks:
-    """Test seams. ``before_replace`` runs between staging the new file and the final check."""
-
-    before_replace: Callable[[], None] | None = None
-
-
 @dataclass
 class Result:
     """The outcome for one registration; ``state`` (for --check) is never printed: it may hold secrets."""
@@ -107,11 +100,12 @@ def open_config(client: clients.Client, data: bytes, where: str) -> Config:
                       where=where, argv=client.argv, env_key=client.env_key, nested=client.nested)  # fmt: skip
 
 
-def execute(request: Request, environ: Mapping[str, str], cwd: Path, hooks: Hooks | None = None,
-            state_dir: Path | None = None) -> Report:
+def execute(request: Request, environ: Mapping[str, str], cwd: Path,
+            before_replace: Callable[[], None] | None = None, state_dir: Path | None = None) -> Report:
     """Run ``request`` on the config ``environ`` and ``cwd`` locate (records and backups in
-    ``state_dir``, default lazyd's). UsageError for an impossible request, WrapError when the run
-    failed as a whole; per-registration refusals are in ``Report.refused``, with nothing written."""
+    ``state_dir``, default lazyd's; ``before_replace``: filesafe.replace_checked's test seam).
+    UsageError for an impossible request, WrapError when the run failed as a whole;
+    per-registration refusals are in ``Report.refused``, with nothing written."""
     client = clients.client_named(request.client)
     if (request.project is not None or request.user_scope) and not client.projects:
         raise UsageError(f"--project and --user-scope apply to Claude Code's ~/.claude.json, not to {client.title}")
@@ -134,7 +128,7 @@ def execute(request: Request, environ: Mapping[str, str], cwd: Path, hooks: Hook
         return report
     filesafe.ensure_state_dirs(state_dir)
     with filesafe.wrap_lock(state_dir):
-        _change(request, client, path, store, state_dir, settings, report, hooks or Hooks())
+        _change(request, client, path, store, state_dir, settings, report, before_replace)
     return report
 
 
@@ -259,7 +253,7 @@ def _decide(request: Request, key: RegKey, entry: Entry | None, record: Record |
 
 
 def _change(request: Request, client: clients.Client, path: Path, store: RecordStore, state_dir: Path,
-            settings: plan.Settings, report: Report, hooks: Hooks) -> None:  # fmt: skip
+            settings: plan.Settings, report: Report, before_replace: Callable[[], None] | None) -> None:  # fmt: skip
     snapshot = filesafe.read_snapshot(path)
     file = str(snapshot.path)
     config = open_config(client, snapshot.data, str(path))
@@ -298,7 +292,7 @@ def _change(request: Request, client: clients.Client, path: Path, store: RecordS
             else:
                 store.save(record)
         if new_data != snapshot.data:
-            filesafe.replace_checked(snapshot, new_data, hooks.before_replace)
+            filesafe.replace_checked(snapshot, new_data, before_replace)
     except WrapError as exc:
         _roll_back(store, previous)
         kept = f"; the original is backed up at {report.backup}" if report.backup else ""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -66,13 +67,13 @@ class Lazyctl:
     def fixture(self, name: str, kind: str = "lf") -> Path:
         return self.put(name, variant((FIXTURES / name).read_bytes(), kind))
 
-    def run(self, op: engine.Op, client: str, path: Path, hooks: engine.Hooks | None = None,
+    def run(self, op: engine.Op, client: str, path: Path, before_replace: Callable[[], None] | None = None,
             **kwargs: object) -> engine.Report:  # fmt: skip
         kwargs.setdefault("shim", SHIM)
         if "servers" not in kwargs and op != "status":
             kwargs.setdefault("all", True)
         request = engine.Request(op, client, str(path), **kwargs)  # type: ignore[arg-type]
-        return engine.execute(request, self.env, self.root, hooks, state_dir=self.state_dir)
+        return engine.execute(request, self.env, self.root, before_replace, state_dir=self.state_dir)
 
 
 def registrations(text: str, client: str) -> dict[tuple[str | None, str], spans.Object]:
