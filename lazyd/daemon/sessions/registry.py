@@ -15,7 +15,7 @@ no session's state, uses its registration's cache and goes with it on reload.
 For a successor daemon it writes its plain tables (`to_state`: runtimes by digest, each
 registration's era lanes with their one snapshot, private bases, counters; identities go to the
 secrets) and is rebuilt (`inherit`): each identity must still give its digest, every runtime takes
-its process over, then the new config is met as `lazyctl reload` would (`drop_stale_named`).
+its process over, then `boot` meets the new config as `lazyctl reload` would.
 """
 
 from __future__ import annotations
@@ -148,9 +148,25 @@ class Registry:
     # ---- creation ------------------------------------------------------------------------------
 
     async def boot(self) -> None:
-        """Create the runtimes of every named server (eager starts and predicates begin now)."""
+        """Create the runtimes of every named server (eager starts and predicates begin now). After
+        `inherit`, the config is met as `lazyctl reload` would: the inherited named servers whose
+        definition changed or went stop, with their lanes and private instances."""
+        inherited = set(self.runtimes)
         for server in self.config.servers.values():
             await self._named_runtime(server)
+
+        def named_primary(key: str) -> bool:
+            return self.lane_of.get(key) == key and self.identities[key].instance.startswith(NAMED_INSTANCE)
+
+        current = {r.config.name for k, r in self.runtimes.items() if k not in inherited and named_primary(k)}
+        named = {k: self.runtimes[k].config.name for k in inherited if named_primary(k)}
+        primaries = {k for k, name in named.items() if name in current or name not in self.config.servers}
+        stale = await self._drop({k for k in self.runtimes if self.lane_of.get(k, k) in primaries})
+        if stale:
+            log.info("inherited servers %s: their definition changed or went from the config; stopped",
+                     ", ".join(sorted({r.name for r in stale})))
+            self.children_changed()
+            self.changes.note()
 
     async def reload(self, config: Config) -> dict[str, list[str]]:
         """Take a new config: named servers whose definition changed are restarted (caches dropped),
@@ -531,24 +547,6 @@ class Registry:
         if seen != set(runtimes):
             raise ValueError("a runtime belongs to no registration")
         return plan
-
-    async def drop_stale_named(self, inherited: set[str]) -> list[str]:
-        """After `boot()` met the new config: stop and forget the inherited named servers whose
-        definition changed or went (and their lanes and private instances); returns their names."""
-        def named_primary(key: str) -> bool:
-            return self.lane_of.get(key) == key and self.identities[key].instance.startswith(NAMED_INSTANCE)
-
-        current = {r.config.name for k, r in self.runtimes.items() if k not in inherited and named_primary(k)}
-        named = {k: self.runtimes[k].config.name for k in inherited if named_primary(k)}
-        primaries = {k for k, name in named.items() if name in current or name not in self.config.servers}
-        stale = await self._drop({k for k in self.runtimes if self.lane_of.get(k, k) in primaries})
-        names = sorted({r.name for r in stale})
-        if names:
-            log.info("inherited servers %s: their definition changed or went from the config; stopped",
-                     ", ".join(names))
-            self.children_changed()
-            self.changes.note()
-        return names
 
 
 def _identity_state(identity: Identity) -> dict[str, Any]:
