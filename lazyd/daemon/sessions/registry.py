@@ -51,7 +51,7 @@ from lazyd.daemon.heap_trim import HeapTrimmer
 from lazyd.daemon.process.command import SpawnSpec
 from lazyd.daemon.runtime.outbox import Outbox
 from lazyd.daemon.runtime.policy_gate import RuntimeGate
-from lazyd.daemon.runtime.config import DaemonParts, RuntimeConfig, child_records, lifecycle_policy
+from lazyd.daemon.runtime.config import DaemonParts, RuntimeConfig, lifecycle_policy
 from lazyd.daemon.runtime.supervisor import ServerRuntime
 from lazyd.daemon.upgrade.inherited import state_fds
 from lazyd.daemon.gate import Gate
@@ -468,8 +468,14 @@ class Registry:
     def children_changed(self) -> None:
         """Record the live children (servers and wake predicates, each the leader of its own
         session) for the orphan sweep of a successor daemon."""
-        orphans.write_state(self.paths.state_dir, [record for runtime in [*self.runtimes.values(), *self._closing]
-                                                   for record in child_records(runtime)])
+        records = []
+        for runtime in [*self.runtimes.values(), *self._closing]:
+            if (proc := runtime.proc) is not None:
+                records.append(orphans.ChildRecord(runtime.name, proc.pid, proc.start_time_ticks, proc.pgid))
+            if runtime.predicate_child is not None:
+                pid, ticks = runtime.predicate_child
+                records.append(orphans.ChildRecord(f"{runtime.name} (wake predicate)", pid, ticks, pid))
+        orphans.write_state(self.paths.state_dir, records)
 
     # ---- handing over to a successor daemon (the module docstring) -------------------------------
 
