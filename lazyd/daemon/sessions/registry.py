@@ -457,9 +457,7 @@ class Registry:
         """Forget a private instance no session uses and stop its process, if any (its session
         left, or never sent a thing): the next session that needs one gets a fresh instance."""
         primary = self.lane_of.get(self.digest_of(runtime), "")
-        lanes = {digest for digest, of in self.lane_of.items() if of == primary}
-        stale = [self.runtimes[digest] for digest in lanes if digest in self.runtimes]
-        self.forget(lanes)
+        stale = self.forget({digest for digest, of in self.lane_of.items() if of == primary})
         log.info("[%s] its session left: dropped (a process of a session's own is never handed to "
                  "another session)", runtime.name)
         self.nursery.start_soon(self.close_all, stale)
