@@ -257,11 +257,9 @@ async def serve(sock: socket.socket, paths: Paths, config: Config, config_path: 
         handler.upgrade = upgrader
         if envelope is not None:
             await inherit(envelope, registry, handler, lineage, fdstore)
-        elif stored and await inherit_stored(dict(stored), registry, paths.lock, paths.state_dir, lineage):
-            inherited = set(registry.runtimes)
-            await registry.boot()  # named servers new to the config; changed ones are replaced
-            await registry.drop_stale_named(inherited)
         else:
+            if stored:
+                await inherit_stored(dict(stored), registry, paths.lock, paths.state_dir, lineage)
             await registry.boot()
         if kept_sessions and handler.keeper is not None:
             # What became of them, in the crash's line of `lazyctl status` (counted as they go).

@@ -32,7 +32,6 @@ from lazyd.core.admission import Admission
 from lazyd.daemon.handoff import stored_sessions
 from lazyd.daemon.handoff import session as handoff
 from lazyd.daemon.handoff.stored_sessions import Keeper, Kept
-from lazyd.daemon.handoff.outbox import ClientEnds
 from lazyd.daemon.control import handshakes
 from lazyd.daemon.runtime.era_lanes import EraRoute
 from lazyd.daemon.fdlimit import Spare
@@ -227,7 +226,20 @@ class ConnectionHandler:
         hello, fds = found
         taken = handoff.take(hello, fds)
         handoff.close_all(fds)
-        await self._reclaim(stream, live, hello, taken, kept)
+        refusal = Refused("reclaim", "its descriptors or region cannot be served by hand-off")
+        if taken is not None:
+            try:
+                live.handoff = handoff.HandoffSession(self.registry, stream, hello.pid, *taken, self.keeper, reclaiming=True)
+            except Refused as exc:
+                refusal = exc
+            except (OSError, ValueError) as exc:
+                refusal = Refused("reclaim", f"its region cannot be mapped: {exc}")
+        if live.handoff is None:
+            log.info("shim pid %d: not adopting its session (%s); it recovers it itself", hello.pid, refusal.message)
+            stored_sessions.let_go(kept, self.keeper)
+            return
+        live.kind = "handoff"
+        await live.handoff.run(hello, kept)
 
     async def guarded(self, stream: trio.SocketStream, pid: int, serve: Callable[[], Awaitable[None]] | None) -> None:
         """Run `serve` for one connection counted in `active` (a connection accepted here, or one a
@@ -301,26 +313,6 @@ class ConnectionHandler:
             await live.handoff.run(hello)
         else:
             await self._session(stream, frames, hello)
-
-    async def _reclaim(self, stream: trio.SocketStream, live: Live, hello: Hello,
-                     taken: tuple[ClientEnds, int] | None, kept: Kept) -> None:
-        """Take back in place the session systemd `kept` across its daemon's crash
-        (lazyd/handoff/recovery.py), or let it go (its names out of the store, no word),
-        having closed what came, so that the shim's own recovery runs."""
-        refusal = Refused("reclaim", "its descriptors or region cannot be served by hand-off")
-        if taken is not None:
-            try:
-                live.handoff = handoff.HandoffSession(self.registry, stream, hello.pid, *taken, self.keeper, reclaiming=True)
-            except Refused as exc:
-                refusal = exc
-            except (OSError, ValueError) as exc:
-                refusal = Refused("reclaim", f"its region cannot be mapped: {exc}")
-        if live.handoff is None:
-            log.info("shim pid %d: not adopting its session (%s); it recovers it itself", hello.pid, refusal.message)
-            stored_sessions.let_go(kept, self.keeper)
-            return
-        live.kind = "handoff"
-        await live.handoff.run(hello, kept)
 
     async def _session(self, stream: trio.SocketStream, frames: Frames, hello: Hello) -> None:
         cancel = trio.CancelScope()

@@ -154,11 +154,6 @@ class ChildProcess:
 
     # -- exit --------------------------------------------------------------------------------
 
-    @property
-    def exit_info(self) -> ExitInfo | None:
-        """How the process ended, or None while it runs (or its exit is still being collected)."""
-        return self._exit_info
-
     def stderr_tail(self) -> tuple[str, ...]:
         """The last lines of stderr so far (the exit report has them too)."""
         return self._ring.tail()

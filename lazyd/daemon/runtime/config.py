@@ -1,9 +1,7 @@
-"""What a server runtime is configured with, the gate every client line passes first, and the
-children it records.
+"""What a server runtime is configured with, and the gate every client line passes first.
 
 `RuntimeConfig` (with `lifecycle_policy`) is built by the registry; `LineGate` is asked before the
-relay core sees a client line (lazyd/daemon/runtime/policy_gate.py); `child_records` are what the
-orphan sweep records (lazyd/daemon/orphans.py). Written for a successor, what could be a secret
+relay core sees a client line (lazyd/daemon/runtime/policy_gate.py). Written for a successor, what could be a secret
 (command, arguments, cwd, environment, wake command) goes to `secrets`, the rest to `to_state`.
 """
 
@@ -21,7 +19,6 @@ from lazyd.core.eras.choice import EraSetting
 from lazyd.core.relay.jsonrpc import JsonId
 from lazyd.core.relay.routing import SamplingPolicy
 from lazyd.core.sharing.modes import ShareSetting
-from lazyd.daemon import orphans
 from lazyd.daemon.gate import Gate
 from lazyd.daemon.heap_trim import HeapTrimmer
 from lazyd.daemon.process.command import SpawnSpec
@@ -29,7 +26,7 @@ from lazyd.daemon.process.read_buffer import ReadBuffer
 from lazyd.daemon.runtime.cache_store import CacheStore
 from lazyd.errors import LifecycleError
 
-__all__ = ["DaemonParts", "LineGate", "RuntimeConfig", "lifecycle_policy", "child_records", "ChildSource"]
+__all__ = ["DaemonParts", "LineGate", "RuntimeConfig", "lifecycle_policy"]
 
 
 class LineGate(Protocol):
@@ -112,32 +109,3 @@ def lifecycle_policy(policy: Policy) -> lc.LifecyclePolicy:
         wake_interval_s=policy.wake.interval_s if policy.wake else None,
         wake_timeout_s=policy.wake.timeout_s if policy.wake else 1.0,
     )
-
-
-class _Proc(Protocol):
-    pid: int
-    start_time_ticks: int
-    pgid: int
-
-
-class ChildSource(Protocol):
-    """What `child_records` reads of a runtime (lazyd/daemon/runtime/supervisor.py)."""
-
-    name: str
-    predicate_child: tuple[int, int] | None
-
-    @property
-    def proc(self) -> _Proc | None: ...
-
-
-def child_records(runtime: ChildSource) -> list[orphans.ChildRecord]:
-    """The live children of one runtime (its server and a running wake predicate, each the
-    leader of its own session) for the orphan sweep of a successor daemon."""
-    records: list[orphans.ChildRecord] = []
-    proc = runtime.proc
-    if proc is not None:
-        records.append(orphans.ChildRecord(runtime.name, proc.pid, proc.start_time_ticks, proc.pgid))
-    if runtime.predicate_child is not None:
-        pid, ticks = runtime.predicate_child
-        records.append(orphans.ChildRecord(f"{runtime.name} (wake predicate)", pid, ticks, pid))
-    return records

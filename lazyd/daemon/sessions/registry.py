@@ -15,7 +15,7 @@ no session's state, uses its registration's cache and goes with it on reload.
 For a successor daemon it writes its plain tables (`to_state`: runtimes by digest, each
 registration's era lanes with their one snapshot, private bases, counters; identities go to the
 secrets) and is rebuilt (`inherit`): each identity must still give its digest, every runtime takes
-its process over, then the new config is met as `lazyctl reload` would (`drop_stale_named`).
+its process over, then `boot` meets the new config as `lazyctl reload` would.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ from lazyd.daemon.heap_trim import HeapTrimmer
 from lazyd.daemon.process.command import SpawnSpec
 from lazyd.daemon.runtime.outbox import Outbox
 from lazyd.daemon.runtime.policy_gate import RuntimeGate
-from lazyd.daemon.runtime.config import DaemonParts, RuntimeConfig, child_records, lifecycle_policy
+from lazyd.daemon.runtime.config import DaemonParts, RuntimeConfig, lifecycle_policy
 from lazyd.daemon.runtime.supervisor import ServerRuntime
 from lazyd.daemon.upgrade.inherited import state_fds
 from lazyd.daemon.gate import Gate
@@ -148,9 +148,25 @@ class Registry:
     # ---- creation ------------------------------------------------------------------------------
 
     async def boot(self) -> None:
-        """Create the runtimes of every named server (eager starts and predicates begin now)."""
+        """Create the runtimes of every named server (eager starts and predicates begin now). After
+        `inherit`, the config is met as `lazyctl reload` would: the inherited named servers whose
+        definition changed or went stop, with their lanes and private instances."""
+        inherited = set(self.runtimes)
         for server in self.config.servers.values():
             await self._named_runtime(server)
+
+        def named_primary(key: str) -> bool:
+            return self.lane_of.get(key) == key and self.identities[key].instance.startswith(NAMED_INSTANCE)
+
+        current = {r.config.name for k, r in self.runtimes.items() if k not in inherited and named_primary(k)}
+        named = {k: self.runtimes[k].config.name for k in inherited if named_primary(k)}
+        primaries = {k for k, name in named.items() if name in current or name not in self.config.servers}
+        stale = await self._drop({k for k in self.runtimes if self.lane_of.get(k, k) in primaries})
+        if stale:
+            log.info("inherited servers %s: their definition changed or went from the config; stopped",
+                     ", ".join(sorted({r.name for r in stale})))
+            self.children_changed()
+            self.changes.note()
 
     async def reload(self, config: Config) -> dict[str, list[str]]:
         """Take a new config: named servers whose definition changed are restarted (caches dropped),
@@ -441,9 +457,7 @@ class Registry:
         """Forget a private instance no session uses and stop its process, if any (its session
         left, or never sent a thing): the next session that needs one gets a fresh instance."""
         primary = self.lane_of.get(self.digest_of(runtime), "")
-        lanes = {digest for digest, of in self.lane_of.items() if of == primary}
-        stale = [self.runtimes[digest] for digest in lanes if digest in self.runtimes]
-        self.forget(lanes)
+        stale = self.forget({digest for digest, of in self.lane_of.items() if of == primary})
         log.info("[%s] its session left: dropped (a process of a session's own is never handed to "
                  "another session)", runtime.name)
         self.nursery.start_soon(self.close_all, stale)
@@ -452,8 +466,14 @@ class Registry:
     def children_changed(self) -> None:
         """Record the live children (servers and wake predicates, each the leader of its own
         session) for the orphan sweep of a successor daemon."""
-        orphans.write_state(self.paths.state_dir, [record for runtime in [*self.runtimes.values(), *self._closing]
-                                                   for record in child_records(runtime)])
+        records = []
+        for runtime in [*self.runtimes.values(), *self._closing]:
+            if (proc := runtime.proc) is not None:
+                records.append(orphans.ChildRecord(runtime.name, proc.pid, proc.start_time_ticks, proc.pgid))
+            if runtime.predicate_child is not None:
+                pid, ticks = runtime.predicate_child
+                records.append(orphans.ChildRecord(f"{runtime.name} (wake predicate)", pid, ticks, pid))
+        orphans.write_state(self.paths.state_dir, records)
 
     # ---- handing over to a successor daemon (the module docstring) -------------------------------
 
@@ -531,24 +551,6 @@ class Registry:
         if seen != set(runtimes):
             raise ValueError("a runtime belongs to no registration")
         return plan
-
-    async def drop_stale_named(self, inherited: set[str]) -> list[str]:
-        """After `boot()` met the new config: stop and forget the inherited named servers whose
-        definition changed or went (and their lanes and private instances); returns their names."""
-        def named_primary(key: str) -> bool:
-            return self.lane_of.get(key) == key and self.identities[key].instance.startswith(NAMED_INSTANCE)
-
-        current = {r.config.name for k, r in self.runtimes.items() if k not in inherited and named_primary(k)}
-        named = {k: self.runtimes[k].config.name for k in inherited if named_primary(k)}
-        primaries = {k for k, name in named.items() if name in current or name not in self.config.servers}
-        stale = await self._drop({k for k in self.runtimes if self.lane_of.get(k, k) in primaries})
-        names = sorted({r.name for r in stale})
-        if names:
-            log.info("inherited servers %s: their definition changed or went from the config; stopped",
-                     ", ".join(names))
-            self.children_changed()
-            self.changes.note()
-        return names
 
 
 def _identity_state(identity: Identity) -> dict[str, Any]:

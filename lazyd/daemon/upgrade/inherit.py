@@ -112,9 +112,7 @@ async def _take_over(envelope: Envelope, registry: Registry, handler: Connection
     except ValueError as exc:
         raise InheritError(f"the state's connections cannot be read ({exc})") from None
     names = await registry.inherit(body, secrets, written_at=written_at, child=True)
-    inherited_keys = set(registry.runtimes)
-    await registry.boot()  # named servers new to the config
-    await registry.drop_stale_named(inherited_keys)
+    await registry.boot()
     keep: dict[int, set[int]] = {}
     sessions = 0
     for state in connections:
@@ -259,10 +257,10 @@ async def _ladder(pid: int, ticks: int) -> None:
 
 
 async def inherit_stored(stored: dict[str, int], registry: Registry, lock: Path, state_dir: Path,
-                       lineage: Lineage) -> bool:
+                       lineage: Lineage) -> None:
     """After a crash under systemd: take over the servers whose pipes the fd store gave back
-    (lazyd/daemon/upgrade/stored_servers.py), then sweep the rest as after any crash. False when nothing could
-    be taken over (the caller boots as usual); never raises for what was stored."""
+    (lazyd/daemon/upgrade/stored_servers.py), then sweep the rest as after any crash; never raises
+    for what was stored."""
     secrets_fd = stored.pop(SECRETS_NAME, None)
     procs: list[list[int]] = []
     try:
@@ -293,7 +291,7 @@ async def inherit_stored(stored: dict[str, int], registry: Registry, lock: Path,
         async with trio.open_nursery() as nursery:
             for pid, ticks in procs:
                 nursery.start_soon(_ladder, pid, ticks)
-        return False
+        return
     used = {fd for r in body["runtimes"].values() if isinstance(r.get("proc"), dict)
             for fd in (r["proc"]["stdin"], r["proc"]["stdout"], r["proc"]["stderr"])}
     close_fds(fd for fd in stored.values() if fd not in used)
@@ -308,4 +306,3 @@ async def inherit_stored(stored: dict[str, int], registry: Registry, lock: Path,
                     "servers": took, "lost": lost, "reason": missing}
     log.info("restart after a crash: took over %d servers from the fd store%s%s", len(took),
              f": {', '.join(took)}" if took else "", f"; {missing}" if missing else "")
-    return True
