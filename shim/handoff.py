@@ -8,7 +8,7 @@ it holds its own copies of the pipes, and it must take over when the daemon is l
   on the shim's own description it would change the shim's copy too), a socket goes as it is; a
   terminal, a file or /dev/null is not offered: the frame path serves those.
 - `wait`: the shim becomes the installed waiting program, `waiting.sh` run by dash (docs/protocol.md,
-  "Waiting"), holding the reclaiming hello (`hello_memfd`) a daemon restarted by systemd reads.
+  "Waiting"), holding its hello (`hello_memfd`) for a daemon restarted by systemd to reclaim it with.
 - `reconnect`: the one way back to a daemon after one was lost, for a hand-off session (offering
   a region again) and for the frame relay (offering none).
 """
@@ -34,11 +34,10 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import NoReturn
 
-    from lazyd.protocol.frames import Hello
     from .options import Log, Options
 
 WAIT_FD = 9  # the daemon socket in the waiting program: dash's redirections take one digit only
-HELLO_FD = 7  # the reclaiming hello (`hello_memfd`) in the waiting program, closed by the recovery
+HELLO_FD = 7  # the session's hello (`hello_memfd`) in the waiting program, closed by the recovery
 SHELLS = ("/bin/dash", "/usr/bin/dash", "/bin/sh")
 # Without any the session is not handed off: the frame path costs less than a Python shim waiting.
 WAITING_PROGRAM = os.path.join(os.path.dirname(os.path.abspath(__file__)), "waiting.sh")  # package data
@@ -140,37 +139,22 @@ def waiting_argv(name: str, flock: str, lock_file: str, recovery: list[str]) -> 
     return [f"lazyd-shim: waiting ({shown})", WAITING_PROGRAM, flock, lock_file, *recovery]
 
 
-def hello_memfd(hello: Hello) -> int | None:
-    """A data memfd (inheritable) holding the reclaiming hello made from the session's `hello`
-    (no `resume`: the daemon takes the handshake from the region; `reclaim` instead of `handoff`),
-    for a daemon restarted by systemd to read through the waiter's /proc/PID/fd. None where none
-    can be made."""
-    from lazyd.protocol.frames import MAX_FRAME_BYTES, Hello
-    from lazyd.handoff.region import LAYOUT
-    from lazyd.protocol.smallpack import frame as encode  # as wire.encode would, without loading msgpack
-
-    reclaiming = Hello(hello.role, hello.pid, hello.argv, hello.cwd, hello.env, hello.opts, hello.server, [],
-                       hello.env_raw, None, LAYOUT, True)
+def hello_memfd(frame: bytes) -> int | None:
+    """A data memfd (inheritable) holding the session's hello `frame` as it was sent, for a daemon
+    restarted by systemd to read through the waiter's /proc/PID/fd and reclaim the session with.
+    None where none can be made."""
     try:
-        data = encode(reclaiming.to_map(), MAX_FRAME_BYTES)
         fd: int = os.memfd_create(HELLO_MEMFD, 0)
-    except (AttributeError, OSError, ValueError, TypeError):
+    except (AttributeError, OSError):
         return None
     try:
-        view = memoryview(data)
+        view = memoryview(frame)
         while view:
             view = view[os.write(fd, view) :]
     except OSError:
         os.close(fd)
         return None
     return fd
-
-
-def _at(fd: int, place: int) -> None:
-    """Move `fd` (inheritable) to `place`, where the waiting program and the recovery expect it."""
-    if fd != place:
-        os.dup2(fd, place)
-        os.close(fd)
 
 
 def wait(conn: connect.Connection, region: int, args: list[str], log: Log, socket_path: str) -> NoReturn:
@@ -187,9 +171,10 @@ def wait(conn: connect.Connection, region: int, args: list[str], log: Log, socke
         os.set_inheritable(sock, True)
     else:
         os.dup2(sock, WAIT_FD)  # inheritable
-    hello = hello_memfd(conn.hello) if conn.hello is not None else None
+    hello = hello_memfd(conn.hello_frame)
     if hello is not None:
-        _at(hello, HELLO_FD)
+        os.dup2(hello, HELLO_FD)  # inheritable
+        os.close(hello)
     flock = slots.flock_path()
     if not flock:
         log(f"no flock(1) ({' or '.join(slots.FLOCKS)}): after a daemon crash this session resumes without a slot")

@@ -109,7 +109,7 @@ class _Conn:
 
     def __init__(self, sock: socket.socket, name: str) -> None:
         self.sock = sock
-        self.hello = None
+        self.hello_frame = b""
 
         class Welcome:
             pass

@@ -6,7 +6,7 @@ Under systemd the daemon stores a copy of each hand-off session's socket (its da
 the client's stdin and stdout (`FDNAME=hs-<shim pid>`, `-in`, `-out`; `-io` for one socket both
 ways). The manager holds them while the daemon is down, so the waiter's read never ends, and
 passes them to the restarted daemon, which takes the session back in place
-(lazyd/handoff/recovery.py) with the region and the reclaiming hello reopened through the
+(lazyd/handoff/recovery.py) with the region and the session's hello reopened through the
 waiter's /proc/PID/fd, found by their memfd names (the client's ends are stored instead: a socket
 cannot be reopened).
 
@@ -150,7 +150,7 @@ def memfds(pid: int, name: str) -> list[str]:
 
 
 def reopen(kept: Kept, shim: int) -> tuple[Hello, list[int]] | str:
-    """The reclaiming hello and [stdin, stdout, region] of `kept`'s session, whose socket's daemon
+    """The hello, made a reclaiming one, and [stdin, stdout, region] of `kept`'s session, whose socket's daemon
     end is `shim`: the client's ends that came back, the rest reopened through its waiter's
     /proc/PID/fd. Or why the session cannot be taken back (then nothing was opened)."""
     pid = kept.pid
@@ -171,7 +171,7 @@ def reopen(kept: Kept, shim: int) -> tuple[Hello, list[int]] | str:
         return "its waiter is gone" if not waiting else "its waiter sent bytes"
     hellos, regions = memfds(pid, HELLO_MEMFD), memfds(pid, MEMFD_NAME)
     if len(hellos) != 1 or len(regions) != 1:
-        return "its waiter holds no single region and reclaiming hello"
+        return "its waiter holds no single region and hello"
     opened: list[int] = []
     try:
         hello_fd = os.open(hellos[0], os.O_RDONLY | os.O_CLOEXEC)
@@ -181,8 +181,9 @@ def reopen(kept: Kept, shim: int) -> tuple[Hello, list[int]] | str:
             os.close(hello_fd)
         frames = wire.FrameDecoder().feed(data)
         hello = frames[0] if len(frames) == 1 else None
-        if not isinstance(hello, Hello) or not hello.reclaim:
-            return "its waiter's reclaiming hello is not one"
+        if not isinstance(hello, Hello) or not hello.handoff:
+            return "its waiter's hello is not a hand-off's"
+        hello.reclaim = True  # the region comes as the lost daemon left it
         both = kept.fds.pop(f"{PREFIX}{pid}-io", None)
         if both is not None:
             ends: list[int | None] = [both, os.dup(both)]
