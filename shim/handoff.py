@@ -22,8 +22,6 @@ import time
 
 from lazyd.errors import Unavailable
 
-from lazyd.handoff.recovery import ERROR_TAIL as ERROR_TAIL  # the lost-connection error after an id
-
 from . import connect, slots
 from .dial import RECONNECT_POLL_S, RECONNECT_WAIT_S
 from .options import say
@@ -41,7 +39,6 @@ HELLO_FD = 7  # the session's hello (`hello_memfd`) in the waiting program, clos
 SHELLS = ("/bin/dash", "/usr/bin/dash", "/bin/sh")
 # Without any the session is not handed off: the frame path costs less than a Python shim waiting.
 WAITING_PROGRAM = os.path.join(os.path.dirname(os.path.abspath(__file__)), "waiting.sh")  # package data
-HELLO_MEMFD = "lazyd-hello"  # lazyd/daemon/handoff/stored_sessions.py looks for "/memfd:lazyd-hello"
 
 MAX_NAME = 64  # of the server's name in the waiting program's argv[0]
 
@@ -143,6 +140,8 @@ def hello_memfd(frame: bytes) -> int | None:
     """A data memfd (inheritable) holding the session's hello `frame` as it was sent, for a daemon
     restarted by systemd to read through the waiter's /proc/PID/fd and reclaim the session with.
     None where none can be made."""
+    from lazyd.handoff.region import HELLO_MEMFD
+
     try:
         fd: int = os.memfd_create(HELLO_MEMFD, 0)
     except (AttributeError, OSError):

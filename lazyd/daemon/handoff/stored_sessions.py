@@ -27,14 +27,14 @@ from dataclasses import dataclass, field
 
 from lazyd.protocol import wire
 from lazyd.daemon.handoff.outbox import ClientEnds
+from lazyd.daemon.upgrade.inherited import close_fds
 from lazyd.daemon.upgrade.stored_servers import FdStore
 from lazyd.errors import WireError
-from lazyd.handoff.region import MEMFD_NAME
+from lazyd.handoff.region import HELLO_MEMFD, MEMFD_NAME
 from lazyd.protocol.frames import Hello
 
 PREFIX = "hs-"
 PARTS = ("", "-in", "-out", "-io")  # after `hs-<pid>`: the waiter's socket; the client's stdin, stdout, or both
-HELLO_MEMFD = "lazyd-hello"  # shim/handoff.py's hello_memfd
 MAX_HELLO_BYTES = 1 << 20
 
 
@@ -97,11 +97,7 @@ class Kept:
     names: list[str] = field(default_factory=list)  # every name it came under: in the store still
 
     def close(self) -> None:
-        for fd in self.fds.values():
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+        close_fds(self.fds.values())
         self.fds.clear()
 
 
@@ -113,10 +109,7 @@ def take_kept(stored: dict[str, int]) -> list[Kept]:
         fd = stored.pop(name)
         base, _, part = name[len(PREFIX):].partition("-")
         if not base.isdigit() or (part and f"-{part}" not in PARTS):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+            close_fds([fd])
             continue
         kept = sessions.setdefault(int(base), Kept(int(base)))
         kept.fds[name] = fd
@@ -194,8 +187,7 @@ def reopen(kept: Kept, shim: int) -> tuple[Hello, list[int]] | str:
             raise ValueError("the client's ends did not come back from the store")
         opened.append(os.open(regions[0], os.O_RDWR | os.O_CLOEXEC))
     except (OSError, ValueError, WireError) as exc:
-        for fd in opened:
-            os.close(fd)
+        close_fds(opened)
         where = f" {exc.filename}" if isinstance(exc, OSError) and exc.filename else ""
         return f"its waiter's descriptors cannot be reopened ({getattr(exc, 'strerror', None) or exc}{where})"
     return hello, opened
