@@ -2,15 +2,8 @@
 
 After the hello the daemon reads and writes the client's pipes itself (docs/protocol.md,
 "Hand-off"): one hop instead of two. The shim must still be there: the client watches its process,
-it holds its own copies of the pipes, and it must take over when the daemon is lost.
-
-- `offer`: what goes with the hello. A pipe is reopened through /proc/self/fd with O_NONBLOCK (set
-  on the shim's own description it would change the shim's copy too), a socket goes as it is; a
-  terminal, a file or /dev/null is not offered: the frame path serves those.
-- `wait`: the shim becomes the installed waiting program, `waiting.sh` run by dash (docs/protocol.md,
-  "Waiting"), holding its hello (`hello_memfd`) for a daemon restarted by systemd to reclaim it with.
-- `reconnect`: the one way back to a daemon after one was lost, for a hand-off session (offering
-  a region again) and for the frame relay (offering none).
+it holds its own copies of the pipes, and it must take over when the daemon is lost. It waits as
+the installed waiting program, `waiting.sh` run by dash (docs/protocol.md, "Waiting").
 """
 
 from __future__ import annotations
@@ -53,7 +46,7 @@ def _passable(fd: int, flags: int) -> int | None:
         return fd
     if not stat.S_ISFIFO(mode):
         return None  # a terminal, a file, /dev/null: nothing a daemon should hold
-    try:
+    try:  # a description of its own: O_NONBLOCK set on the shim's would change the shim's copy too
         return os.open(f"/proc/self/fd/{fd}", flags | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return None  # no /proc to reopen it through, or the reader of our stdout is gone
@@ -179,13 +172,13 @@ def wait(conn: connect.Connection, region: int, args: list[str], log: Log, socke
         log(f"no flock(1) ({' or '.join(slots.FLOCKS)}): after a daemon crash this session resumes without a slot")
     recovery = recovery_argv(region, args)
     argv = waiting_argv(conn.welcome.name, flock, slots.slot_path(socket_path, os.getpid()), recovery)
-    for path in SHELLS:
-        if os.access(path, os.X_OK):
-            log(f"handed off; waiting in {path} {WAITING_PROGRAM}")
-            try:
-                os.execv(path, argv)
-            except OSError as exc:
-                log(f"cannot run {path}: {exc.strerror or exc}")
+    path = shell()
+    if path is not None:
+        log(f"handed off; waiting in {path} {WAITING_PROGRAM}")
+        try:
+            os.execv(path, argv)
+        except OSError as exc:
+            log(f"cannot run {path}: {exc.strerror or exc}")
     log("handed off; no shell to wait in, waiting in this process")
     try:
         if os.read(WAIT_FD, 1):
