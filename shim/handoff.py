@@ -115,14 +115,6 @@ def reconnect(opts: Options, resume: list[bytes], log: Log, region: int | None, 
         pause(max(0.0, min(RECONNECT_POLL_S, deadline - time.monotonic())))
 
 
-def recovery_argv(region: int, args: list[str]) -> list[str]:
-    """This shim's own command line, to run it again as the recovery of a hand-off session."""
-    # sys.orig_argv is [python, interpreter options, script | -m module, arguments...]
-    orig = list(sys.orig_argv)
-    prefix = orig[: len(orig) - (len(sys.argv) - 1)]
-    return [sys.executable, *prefix[1:], f"{RESUME_FLAG}{region}", *args]
-
-
 def waiting_argv(name: str, flock: str, lock_file: str, recovery: list[str]) -> list[str]:
     """The waiting program's command line: a readable argv[0], the program, its arguments."""
     shown = "".join(c if c.isprintable() else "?" for c in name)[:MAX_NAME] or "?"
@@ -170,7 +162,10 @@ def wait(conn: connect.Connection, region: int, args: list[str], log: Log, socke
     flock = slots.flock_path()
     if not flock:
         log(f"no flock(1) ({' or '.join(slots.FLOCKS)}): after a daemon crash this session resumes without a slot")
-    recovery = recovery_argv(region, args)
+    # The recovery is this shim's own command line with the region named: sys.orig_argv is
+    # [python, interpreter options, script | -m module, arguments...].
+    prefix = sys.orig_argv[1 : len(sys.orig_argv) - (len(sys.argv) - 1)]
+    recovery = [sys.executable, *prefix, f"{RESUME_FLAG}{region}", *args]
     argv = waiting_argv(conn.welcome.name, flock, slots.slot_path(socket_path, os.getpid()), recovery)
     path = shell()
     if path is not None:
