@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from lazyd.errors import Unavailable
+from lazyd.errors import SetupError, Unavailable
 
 from .dial import BUSY_WAIT_S, POLL_S, NoDaemon, budget, connect_once
 
@@ -33,16 +33,6 @@ ALREADY_RUNNING_POLL_S = 0.5
 # How long to keep polling after the spawned daemon said "already running" before spawning again:
 # a stopping daemon holds the lock for seconds, and each spawn costs a Python start-up.
 DAEMON_BAD_FILE_STATUS = 2  # the daemon's exit status for a file the user must fix (lazyd/daemon/startup.py)
-
-
-def _ensure_private_dir(directory: str) -> None:
-    from lazyd.errors import SetupError
-    from lazyd.host.privatefiles import ensure_private_dir
-
-    try:
-        ensure_private_dir(Path(directory), what="socket dir")
-    except SetupError as exc:
-        raise Unavailable(str(exc), final=True) from None
 
 
 def _lock(fd: int, wait_s: float) -> None:
@@ -68,17 +58,14 @@ def daemon_argv(path: str, explicit: bool) -> list[str]:
         ["--socket", os.path.abspath(path)] if explicit else [])
 
 
-def daemon_environ() -> dict[str, str]:
-    """The daemon's environment: the allowlisted part of this shim's, with the runtime dir found
-    without ``XDG_RUNTIME_DIR`` (so the daemon listens where a terminal's lazyctl looks)."""
-    from lazyd.host import daemonenv, sockpath
-
-    return daemonenv.base(os.environ, sockpath.login_runtime_dir(os.environ))
-
-
 def autostart(path: str, explicit: bool, log: Callable[[str], None], deadline: float | None) -> socket.socket:
+    from lazyd.host.privatefiles import ensure_private_dir
+
     directory = os.path.dirname(path) or "."
-    _ensure_private_dir(directory)
+    try:
+        ensure_private_dir(Path(directory), what="socket dir")
+    except SetupError as exc:
+        raise Unavailable(str(exc), final=True) from None
     lock_path = os.path.join(directory, "spawn.lock")
     try:
         fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
@@ -92,11 +79,16 @@ def autostart(path: str, explicit: bool, log: Callable[[str], None], deadline: f
         except NoDaemon:
             pass
         argv = daemon_argv(path, explicit)
+        from lazyd.host import daemonenv, sockpath
+
         from .detach import launch
 
         started = time.monotonic()
+        # The allowlisted part of this shim's environment, with the runtime dir found without
+        # XDG_RUNTIME_DIR: the daemon listens where a terminal's lazyctl looks.
+        environ = daemonenv.base(os.environ, sockpath.login_runtime_dir(os.environ))
         try:
-            proc = launch(argv, daemon_environ())
+            proc = launch(argv, environ)
         except OSError as exc:
             raise Unavailable(f"cannot start the daemon (setsid(1)): {exc.strerror or exc}", final=True) from None
         log(f"spawned the daemon: {argv}")

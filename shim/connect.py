@@ -34,15 +34,15 @@ HELLO_WAIT_S = 10.0  # the daemon may be busy loading its cache from disk
 
 
 class Connection:
-    """A welcomed session: the socket, the welcome, the hello it answered, and the frame reader for
-    what follows (made when first asked for: a shim that hands off never reads another frame, and
-    lazyd/protocol/wire.py loads msgpack)."""
+    """A welcomed session: the socket, the welcome, the hello frame it answered, and the frame reader
+    for what follows (made when first asked for: a shim that hands off never reads another frame,
+    and lazyd/protocol/wire.py loads msgpack)."""
 
-    def __init__(self, sock: socket.socket, welcome: Welcome, hello: Hello | None = None,
-                 reader: wire.BlockingFrameReader | None = None) -> None:
+    def __init__(self, sock: socket.socket, welcome: Welcome, hello_frame: bytes,
+                 reader: wire.BlockingFrameReader | None) -> None:
         self.sock = sock
         self.welcome = welcome
-        self.hello = hello
+        self.hello_frame = hello_frame
         self._reader = reader
 
     @property
@@ -118,7 +118,7 @@ def open_session(opts: Options, resume: list[bytes], log: Log, deadline: float |
         raise Unavailable(f"the daemon broke the connection during the hello: {exc}") from None
     log(f"session {welcome.session} ({welcome.name}) with daemon pid {welcome.daemon_pid} "
         f"in {(time.monotonic() - started) * 1000:.1f}ms")  # fmt: skip
-    return Connection(sock, welcome, hello, reader)
+    return Connection(sock, welcome, frame, reader)
 
 
 def _welcome(reply: AnyFrame | None) -> Welcome:

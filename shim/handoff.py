@@ -2,15 +2,8 @@
 
 After the hello the daemon reads and writes the client's pipes itself (docs/protocol.md,
 "Hand-off"): one hop instead of two. The shim must still be there: the client watches its process,
-it holds its own copies of the pipes, and it must take over when the daemon is lost.
-
-- `offer`: what goes with the hello. A pipe is reopened through /proc/self/fd with O_NONBLOCK (set
-  on the shim's own description it would change the shim's copy too), a socket goes as it is; a
-  terminal, a file or /dev/null is not offered: the frame path serves those.
-- `wait`: the shim becomes the installed waiting program, `waiting.sh` run by dash (docs/protocol.md,
-  "Waiting"), holding the reclaiming hello (`hello_memfd`) a daemon restarted by systemd reads.
-- `reconnect`: the one way back to a daemon after one was lost, for a hand-off session (offering
-  a region again) and for the frame relay (offering none).
+it holds its own copies of the pipes, and it must take over when the daemon is lost. It waits as
+the installed waiting program, `waiting.sh` run by dash (docs/protocol.md, "Waiting").
 """
 
 from __future__ import annotations
@@ -22,8 +15,6 @@ import time
 
 from lazyd.errors import Unavailable
 
-from lazyd.handoff.recovery import ERROR_TAIL as ERROR_TAIL  # the lost-connection error after an id
-
 from . import connect, slots
 from .dial import RECONNECT_POLL_S, RECONNECT_WAIT_S
 from .options import say
@@ -34,15 +25,13 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import NoReturn
 
-    from lazyd.protocol.frames import Hello
     from .options import Log, Options
 
 WAIT_FD = 9  # the daemon socket in the waiting program: dash's redirections take one digit only
-HELLO_FD = 7  # the reclaiming hello (`hello_memfd`) in the waiting program, closed by the recovery
+HELLO_FD = 7  # the session's hello (`hello_memfd`) in the waiting program, closed by the recovery
 SHELLS = ("/bin/dash", "/usr/bin/dash", "/bin/sh")
 # Without any the session is not handed off: the frame path costs less than a Python shim waiting.
 WAITING_PROGRAM = os.path.join(os.path.dirname(os.path.abspath(__file__)), "waiting.sh")  # package data
-HELLO_MEMFD = "lazyd-hello"  # lazyd/daemon/handoff/stored_sessions.py looks for "/memfd:lazyd-hello"
 
 MAX_NAME = 64  # of the server's name in the waiting program's argv[0]
 
@@ -57,7 +46,7 @@ def _passable(fd: int, flags: int) -> int | None:
         return fd
     if not stat.S_ISFIFO(mode):
         return None  # a terminal, a file, /dev/null: nothing a daemon should hold
-    try:
+    try:  # a description of its own: O_NONBLOCK set on the shim's would change the shim's copy too
         return os.open(f"/proc/self/fd/{fd}", flags | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return None  # no /proc to reopen it through, or the reader of our stdout is gone
@@ -126,51 +115,30 @@ def reconnect(opts: Options, resume: list[bytes], log: Log, region: int | None, 
         pause(max(0.0, min(RECONNECT_POLL_S, deadline - time.monotonic())))
 
 
-def recovery_argv(region: int, args: list[str]) -> list[str]:
-    """This shim's own command line, to run it again as the recovery of a hand-off session."""
-    # sys.orig_argv is [python, interpreter options, script | -m module, arguments...]
-    orig = list(sys.orig_argv)
-    prefix = orig[: len(orig) - (len(sys.argv) - 1)]
-    return [sys.executable, *prefix[1:], f"{RESUME_FLAG}{region}", *args]
-
-
 def waiting_argv(name: str, flock: str, lock_file: str, recovery: list[str]) -> list[str]:
     """The waiting program's command line: a readable argv[0], the program, its arguments."""
     shown = "".join(c if c.isprintable() else "?" for c in name)[:MAX_NAME] or "?"
     return [f"lazyd-shim: waiting ({shown})", WAITING_PROGRAM, flock, lock_file, *recovery]
 
 
-def hello_memfd(hello: Hello) -> int | None:
-    """A data memfd (inheritable) holding the reclaiming hello made from the session's `hello`
-    (no `resume`: the daemon takes the handshake from the region; `reclaim` instead of `handoff`),
-    for a daemon restarted by systemd to read through the waiter's /proc/PID/fd. None where none
-    can be made."""
-    from lazyd.protocol.frames import MAX_FRAME_BYTES, Hello
-    from lazyd.handoff.region import LAYOUT
-    from lazyd.protocol.smallpack import frame as encode  # as wire.encode would, without loading msgpack
+def hello_memfd(frame: bytes) -> int | None:
+    """A data memfd (inheritable) holding the session's hello `frame` as it was sent, for a daemon
+    restarted by systemd to read through the waiter's /proc/PID/fd and reclaim the session with.
+    None where none can be made."""
+    from lazyd.handoff.region import HELLO_MEMFD
 
-    reclaiming = Hello(hello.role, hello.pid, hello.argv, hello.cwd, hello.env, hello.opts, hello.server, [],
-                       hello.env_raw, None, LAYOUT, True)
     try:
-        data = encode(reclaiming.to_map(), MAX_FRAME_BYTES)
         fd: int = os.memfd_create(HELLO_MEMFD, 0)
-    except (AttributeError, OSError, ValueError, TypeError):
+    except (AttributeError, OSError):
         return None
     try:
-        view = memoryview(data)
+        view = memoryview(frame)
         while view:
             view = view[os.write(fd, view) :]
     except OSError:
         os.close(fd)
         return None
     return fd
-
-
-def _at(fd: int, place: int) -> None:
-    """Move `fd` (inheritable) to `place`, where the waiting program and the recovery expect it."""
-    if fd != place:
-        os.dup2(fd, place)
-        os.close(fd)
 
 
 def wait(conn: connect.Connection, region: int, args: list[str], log: Log, socket_path: str) -> NoReturn:
@@ -187,21 +155,25 @@ def wait(conn: connect.Connection, region: int, args: list[str], log: Log, socke
         os.set_inheritable(sock, True)
     else:
         os.dup2(sock, WAIT_FD)  # inheritable
-    hello = hello_memfd(conn.hello) if conn.hello is not None else None
+    hello = hello_memfd(conn.hello_frame)
     if hello is not None:
-        _at(hello, HELLO_FD)
+        os.dup2(hello, HELLO_FD)  # inheritable
+        os.close(hello)
     flock = slots.flock_path()
     if not flock:
         log(f"no flock(1) ({' or '.join(slots.FLOCKS)}): after a daemon crash this session resumes without a slot")
-    recovery = recovery_argv(region, args)
+    # The recovery is this shim's own command line with the region named: sys.orig_argv is
+    # [python, interpreter options, script | -m module, arguments...].
+    prefix = sys.orig_argv[1 : len(sys.orig_argv) - (len(sys.argv) - 1)]
+    recovery = [sys.executable, *prefix, f"{RESUME_FLAG}{region}", *args]
     argv = waiting_argv(conn.welcome.name, flock, slots.slot_path(socket_path, os.getpid()), recovery)
-    for path in SHELLS:
-        if os.access(path, os.X_OK):
-            log(f"handed off; waiting in {path} {WAITING_PROGRAM}")
-            try:
-                os.execv(path, argv)
-            except OSError as exc:
-                log(f"cannot run {path}: {exc.strerror or exc}")
+    path = shell()
+    if path is not None:
+        log(f"handed off; waiting in {path} {WAITING_PROGRAM}")
+        try:
+            os.execv(path, argv)
+        except OSError as exc:
+            log(f"cannot run {path}: {exc.strerror or exc}")
     log("handed off; no shell to wait in, waiting in this process")
     try:
         if os.read(WAIT_FD, 1):

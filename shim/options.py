@@ -283,7 +283,6 @@ class Log:
                 self._fd = 2
         elif opts.verbose:
             self._fd = 2
-        self.enabled = self._fd is not None
 
     def __call__(self, message: str) -> None:
         if self._fd is None:

@@ -28,6 +28,7 @@ import time
 
 from lazyd.protocol import jsonline, wire
 from lazyd.errors import ReplayFailed, WireError
+from lazyd.handoff.recovery import LOST_CODE, LOST_MESSAGE
 from lazyd.handoff.region import State
 from lazyd.protocol.frames import Line
 
@@ -39,15 +40,12 @@ from .stdout import Stdout
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs start-up time
 if TYPE_CHECKING:
+    from lazyd.protocol.linepeek import IdKey, JsonId
     from .fallback import DirectServer
     from .options import Log, Options
 
-    JsonId = int | str
-    IdKey = tuple[bool, int | str]
-
-LOST_CODE = -32603
-LOST_MESSAGE = "lazyd: connection to the daemon was lost; the request may not have completed"
 READ_BYTES = 64 * 1024  # one read of the client's stdin (a pipe holds 64 KiB by default)
+
 
 def _shutdown(sock: socket.socket) -> None:
     # Wakes a thread blocked on the socket; the fd itself is closed by its owner.

@@ -12,9 +12,9 @@ from __future__ import annotations
 from lazyd.handoff.region import Region, State
 from lazyd.protocol.frames import MAX_LINE_BYTES
 
-ERROR_TAIL = (b',"error":{"code":-32603,"message":"lazyd: connection to the daemon was lost; '
-              b'the request may not have completed"}}')
-# The lost-connection error after an id (shim/relay.py's LOST_CODE and LOST_MESSAGE).
+LOST_CODE = -32603
+LOST_MESSAGE = "lazyd: connection to the daemon was lost; the request may not have completed"
+ERROR_TAIL = b',"error":{"code":%d,"message":"%s"}}' % (LOST_CODE, LOST_MESSAGE.encode())  # after an id
 
 
 class Recovery:

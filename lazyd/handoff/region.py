@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 LAYOUT = 5
 MAGIC = b"LZH5"
 MEMFD_NAME = "lazyd-handoff"  # as /proc/PID/fd shows it: "/memfd:lazyd-handoff (deleted)"
+HELLO_MEMFD = "lazyd-hello"  # the memfd a waiter keeps its hello in (shim/handoff.py's hello_memfd)
 
 _MIB = 1 << 20
 TORN_OFFSET = 64

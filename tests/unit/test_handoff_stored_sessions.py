@@ -3,7 +3,7 @@ removed, how what comes back is grouped, and how a kept session is reopened from
 
 Testing policy: the store is a real datagram socket read by the test (what systemd's notify socket
 receives); the waiter is a real process that connected to the test's socket and holds a real
-region and reclaiming hello. The whole path under a real user manager: tests/e2e/test_systemd_manager.py.
+region and hello. The whole path under a real user manager: tests/e2e/test_systemd_manager.py.
 """
 
 from __future__ import annotations
@@ -159,12 +159,13 @@ def test_a_name_the_store_gives_twice_is_left_out_with_both_copies_closed() -> N
 SHELL = """
 import os, socket, sys
 from lazyd.handoff.region import create_region
+from lazyd.protocol import wire
 from lazyd.protocol.frames import Hello
 from shim.handoff import hello_memfd
 s = socket.socket(socket.AF_UNIX)
 s.connect(sys.argv[1])
 region = create_region()
-hello = hello_memfd(Hello("shim", os.getpid(), ["srv"], "/", {}, {}, None, [], None, True, LAYOUT))
+hello = hello_memfd(wire.encode(Hello("shim", os.getpid(), ["srv"], "/", {}, {}, None, [], None, True, LAYOUT)))
 for fd in (s.fileno(), region, hello):
     os.set_inheritable(fd, True)
 # Exec'd again with the region named in its command line, as a waiter is (shim/handoff.py).

@@ -25,11 +25,11 @@ from lazyd.handoff.region import Region, map_region
 from lazyd.protocol.linepeek import error_line
 from shim import handoff, slots
 from shim.options import Log, parse
-from shim.relay import LOST_CODE, LOST_MESSAGE
+from lazyd.handoff.recovery import ERROR_TAIL, LOST_CODE, LOST_MESSAGE
 
 
 def test_the_error_a_recovery_writes_is_the_shim_s_lost_connection_error() -> None:
-    assert b'{"jsonrpc":"2.0","id":7' + handoff.ERROR_TAIL == error_line(7, LOST_CODE, LOST_MESSAGE)
+    assert b'{"jsonrpc":"2.0","id":7' + ERROR_TAIL == error_line(7, LOST_CODE, LOST_MESSAGE)
 
 
 def _recovery_output(fd: int) -> bytes:
@@ -61,7 +61,7 @@ def test_the_shim_s_recovery_ends_a_line_only_for_the_torn_byte(mark: str) -> No
         recovered = _recovery_output(fd)
     finally:
         os.close(fd)
-    error = b'{"jsonrpc":"2.0","id":1' + handoff.ERROR_TAIL + b"\n"
+    error = b'{"jsonrpc":"2.0","id":1' + ERROR_TAIL + b"\n"
     assert recovered == (b"\n" + error if mark == "torn" else error)
 
 
@@ -109,7 +109,7 @@ class _Conn:
 
     def __init__(self, sock: socket.socket, name: str) -> None:
         self.sock = sock
-        self.hello = None
+        self.hello_frame = b""
 
         class Welcome:
             pass

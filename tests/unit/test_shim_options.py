@@ -251,7 +251,8 @@ def test_the_real_entry_point_prints_help_and_version_on_stdout() -> None:
     assert version_run.returncode == 0 and version_run.stdout.startswith("lazyd-shim 0.")
 
 
-def test_the_log_goes_to_the_log_file_and_never_to_stderr_without_verbose(tmp_path: Path) -> None:
+def test_the_log_goes_to_the_log_file_and_never_to_stderr_without_verbose(
+        tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     log_path = tmp_path / "shim.log"
     opts = parse(["--log-file", str(log_path), "node"], {})
     log = options.Log(opts)
@@ -259,4 +260,5 @@ def test_the_log_goes_to_the_log_file_and_never_to_stderr_without_verbose(tmp_pa
     assert "connect attempt" in log_path.read_text()
     assert log_path.stat().st_mode & 0o777 == 0o600
     quiet = options.Log(parse(["node"], {}))
-    assert not quiet.enabled
+    quiet("not shown")
+    assert capfd.readouterr().err == ""

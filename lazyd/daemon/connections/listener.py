@@ -37,6 +37,7 @@ from lazyd.daemon.runtime.era_lanes import EraRoute
 from lazyd.daemon.fdlimit import Spare
 from lazyd.daemon.control import progress
 from lazyd.daemon.upgrade.connection_state import Live
+from lazyd.daemon.upgrade.inherited import close_fds
 from lazyd.daemon.runtime.outbox import ConnectionOutbox
 from lazyd.daemon.gate import Gate
 from lazyd.daemon.connections.admit import Door
@@ -225,7 +226,7 @@ class ConnectionHandler:
             return
         hello, fds = found
         taken = handoff.take(hello, fds)
-        handoff.close_all(fds)
+        close_fds(fds)
         refusal = Refused("reclaim", "its descriptors or region cannot be served by hand-off")
         if taken is not None:
             try:
@@ -275,7 +276,7 @@ class ConnectionHandler:
         try:
             await self._serve_hello(stream, frames, pid)
         finally:
-            handoff.close_all(frames.fds or [])  # descriptors passed with a hello and not taken
+            close_fds(frames.fds or [])  # descriptors passed with a hello and not taken
 
     async def _serve_hello(self, stream: trio.SocketStream, frames: Frames, pid: int) -> None:
         live = self.live[id(stream)] = Live(stream, frames.decoder, frames.pending)
@@ -297,7 +298,7 @@ class ConnectionHandler:
         live.kind = "control" if hello.role == "ctl" else "opening"
         passed, frames.fds = frames.fds or [], None  # nothing more is received with descriptors
         taken = handoff.take(hello, passed) if hello.role == "shim" else None
-        handoff.close_all(passed)
+        close_fds(passed)
         if hello.role == "ctl":
             await self._control(stream, frames)
         elif hello.reclaim:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import mmap
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from lazyd.handoff.recovery import Recovery
 from lazyd.handoff.region import ENTRY_BYTES, HEAD_AREA_BYTES, READ_BYTES, TABLE_ENTRIES, Region, State
@@ -20,8 +21,8 @@ from lazyd.core.relay import jsonrpc as rpc
 from lazyd.core.relay.jsonrpc import Invalid, Message
 from lazyd.protocol.linepeek import LineInfo, id_key, message_info
 
-IdKey = tuple[bool, int | str]
-JsonId = int | str
+if TYPE_CHECKING:
+    from lazyd.protocol.linepeek import IdKey, JsonId
 
 _UNRECORDED = -1  # the entry of a request in flight whose id the table cannot hold
 

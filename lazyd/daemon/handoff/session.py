@@ -69,21 +69,11 @@ async def receive_with_fds(sock: Any, size: int, fds: list[int]) -> bytes:
     return bytes(data)
 
 
-def close_all(fds: list[int]) -> None:
-    for fd in fds:
-        try:
-            os.close(fd)
-        except OSError:
-            pass
-    fds.clear()
-
-
 def take(hello: Hello, fds: list[int]) -> tuple[ClientEnds, int] | None:
     """The client's ends and the region from what came with `hello` (a hand-off, or a reclaim:
-    lazyd/handoff/recovery.py), if the daemon can serve them; else None, with every descriptor
-    closed (a hand-off then goes on with frames; a reclaim is refused)."""
+    lazyd/handoff/recovery.py), taken out of `fds`, if the daemon can serve them; else None, `fds`
+    left for the caller to close (a hand-off then goes on with frames; a reclaim is refused)."""
     if not hello.handoff and not hello.reclaim:
-        close_all(fds)
         return None
     problem: str | None = None
     if len(fds) != PASSED_FDS:
@@ -99,7 +89,6 @@ def take(hello: Hello, fds: list[int]) -> tuple[ClientEnds, int] | None:
             problem = f"ends it cannot use ({exc})"
     if problem is not None:
         log.warning("shim pid %d offered a hand-off with %s; using frames", hello.pid, problem)
-        close_all(fds)
         return None
     region = fds[2]
     fds.clear()

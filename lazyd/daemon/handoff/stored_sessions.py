@@ -6,7 +6,7 @@ Under systemd the daemon stores a copy of each hand-off session's socket (its da
 the client's stdin and stdout (`FDNAME=hs-<shim pid>`, `-in`, `-out`; `-io` for one socket both
 ways). The manager holds them while the daemon is down, so the waiter's read never ends, and
 passes them to the restarted daemon, which takes the session back in place
-(lazyd/handoff/recovery.py) with the region and the reclaiming hello reopened through the
+(lazyd/handoff/recovery.py) with the region and the session's hello reopened through the
 waiter's /proc/PID/fd, found by their memfd names (the client's ends are stored instead: a socket
 cannot be reopened).
 
@@ -27,14 +27,14 @@ from dataclasses import dataclass, field
 
 from lazyd.protocol import wire
 from lazyd.daemon.handoff.outbox import ClientEnds
+from lazyd.daemon.upgrade.inherited import close_fds
 from lazyd.daemon.upgrade.stored_servers import FdStore
 from lazyd.errors import WireError
-from lazyd.handoff.region import MEMFD_NAME
+from lazyd.handoff.region import HELLO_MEMFD, MEMFD_NAME
 from lazyd.protocol.frames import Hello
 
 PREFIX = "hs-"
 PARTS = ("", "-in", "-out", "-io")  # after `hs-<pid>`: the waiter's socket; the client's stdin, stdout, or both
-HELLO_MEMFD = "lazyd-hello"  # shim/handoff.py's hello_memfd
 MAX_HELLO_BYTES = 1 << 20
 
 
@@ -97,11 +97,7 @@ class Kept:
     names: list[str] = field(default_factory=list)  # every name it came under: in the store still
 
     def close(self) -> None:
-        for fd in self.fds.values():
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+        close_fds(self.fds.values())
         self.fds.clear()
 
 
@@ -113,10 +109,7 @@ def take_kept(stored: dict[str, int]) -> list[Kept]:
         fd = stored.pop(name)
         base, _, part = name[len(PREFIX):].partition("-")
         if not base.isdigit() or (part and f"-{part}" not in PARTS):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+            close_fds([fd])
             continue
         kept = sessions.setdefault(int(base), Kept(int(base)))
         kept.fds[name] = fd
@@ -150,7 +143,7 @@ def memfds(pid: int, name: str) -> list[str]:
 
 
 def reopen(kept: Kept, shim: int) -> tuple[Hello, list[int]] | str:
-    """The reclaiming hello and [stdin, stdout, region] of `kept`'s session, whose socket's daemon
+    """The hello, made a reclaiming one, and [stdin, stdout, region] of `kept`'s session, whose socket's daemon
     end is `shim`: the client's ends that came back, the rest reopened through its waiter's
     /proc/PID/fd. Or why the session cannot be taken back (then nothing was opened)."""
     pid = kept.pid
@@ -171,7 +164,7 @@ def reopen(kept: Kept, shim: int) -> tuple[Hello, list[int]] | str:
         return "its waiter is gone" if not waiting else "its waiter sent bytes"
     hellos, regions = memfds(pid, HELLO_MEMFD), memfds(pid, MEMFD_NAME)
     if len(hellos) != 1 or len(regions) != 1:
-        return "its waiter holds no single region and reclaiming hello"
+        return "its waiter holds no single region and hello"
     opened: list[int] = []
     try:
         hello_fd = os.open(hellos[0], os.O_RDONLY | os.O_CLOEXEC)
@@ -181,8 +174,9 @@ def reopen(kept: Kept, shim: int) -> tuple[Hello, list[int]] | str:
             os.close(hello_fd)
         frames = wire.FrameDecoder().feed(data)
         hello = frames[0] if len(frames) == 1 else None
-        if not isinstance(hello, Hello) or not hello.reclaim:
-            return "its waiter's reclaiming hello is not one"
+        if not isinstance(hello, Hello) or not hello.handoff:
+            return "its waiter's hello is not a hand-off's"
+        hello.reclaim = True  # the region comes as the lost daemon left it
         both = kept.fds.pop(f"{PREFIX}{pid}-io", None)
         if both is not None:
             ends: list[int | None] = [both, os.dup(both)]
@@ -193,8 +187,7 @@ def reopen(kept: Kept, shim: int) -> tuple[Hello, list[int]] | str:
             raise ValueError("the client's ends did not come back from the store")
         opened.append(os.open(regions[0], os.O_RDWR | os.O_CLOEXEC))
     except (OSError, ValueError, WireError) as exc:
-        for fd in opened:
-            os.close(fd)
+        close_fds(opened)
         where = f" {exc.filename}" if isinstance(exc, OSError) and exc.filename else ""
         return f"its waiter's descriptors cannot be reopened ({getattr(exc, 'strerror', None) or exc}{where})"
     return hello, opened

@@ -26,7 +26,6 @@ import trio
 from lazyd.host import procfs
 from lazyd.protocol import wire
 from lazyd.core import state_codec as sc
-from lazyd.daemon.handoff import session as handoff
 from lazyd.daemon.upgrade.connection_state import ConnectionState, Live
 from lazyd.daemon.connections.listener import FRAME_DEADLINE_S, ConnectionHandler, Frames
 from lazyd.daemon import orphans
@@ -163,7 +162,7 @@ def _handed_off(registry: Registry, stream: trio.SocketStream, state: Connection
     except ValueError as exc:
         log.warning("upgrade: cannot go on serving the pipes of shim pid %d: %s", state.session.pid if state.session
                     else -1, exc)
-        handoff.close_all([in_fd, out_fd, region_fd])
+        close_fds([in_fd, out_fd, region_fd])
         return None
     try:
         return HandoffSession(registry, stream, state.session.pid if state.session else -1, ends, region_fd, keeper)
