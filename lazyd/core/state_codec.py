@@ -42,10 +42,6 @@ def text(value: object, what: str) -> str:
     return value
 
 
-def opt_text(value: object, what: str) -> str | None:
-    return None if value is None else text(value, what)
-
-
 def integer(value: object, what: str) -> int:
     if not isinstance(value, int) or isinstance(value, bool):
         raise ValueError(f"{what}: expected an integer")

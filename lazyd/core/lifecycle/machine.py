@@ -49,20 +49,20 @@ from lazyd.core.lifecycle.timing import (PARK_AFTER_FAILURES, PARK_WINDOW_S, STA
                                          LifecyclePolicy, backoff_delay_s)
 from lazyd.core.lifecycle.predicate import PredicateSchedule
 from lazyd.core.lifecycle.requests import OPERATOR_SLEEP_REASON, REQUEST_RULES, Rule
-from lazyd.core.lifecycle.states import (PROCESS_STATES, Action, FailWaiting, KillAndFail, LifecycleError, Log,
+from lazyd.core.lifecycle.states import (PROCESS_STATES, Action, FailWaiting, KillAndFail, Log,
                                          PredicateState, RunPredicate, Spawn, State, Stop)
 from lazyd.core.lifecycle.usage import Usage
 from lazyd.config.durations import format_duration
 
 if TYPE_CHECKING:
     import random  # the caller's generator, for its type only: the core never draws from `random`
-__all__ = ["State", "PredicateState", "PROCESS_STATES", "LifecyclePolicy", "LifecycleError", "Spawn", "Stop",
+__all__ = ["State", "PredicateState", "PROCESS_STATES", "LifecyclePolicy", "Spawn", "Stop",
            "KillAndFail", "FailWaiting", "RunPredicate", "Log", "Action", "Lifecycle"]
 
 
 class Lifecycle:
     """The state machine of one server (rules in the module docstring). Every input takes the
-    monotonic `now` and raises `LifecycleError`, changing nothing, if time went backwards."""
+    monotonic `now` and raises `ValueError`, changing nothing, if time went backwards."""
 
     def __init__(self, policy: LifecyclePolicy, rng: random.Random) -> None:
         self._policy = policy
@@ -191,9 +191,9 @@ class Lifecycle:
         return self._usage.last_activity
 
     def spawned(self, now: float, pid: int) -> list[Action]:
-        """The process asked for by `Spawn` exists; raises `LifecycleError` for a pid <= 0."""
+        """The process asked for by `Spawn` exists; raises `ValueError` for a pid <= 0."""
         if pid <= 0:
-            raise LifecycleError(f"pid must be positive, not {pid}")
+            raise ValueError(f"pid must be positive, not {pid}")
         self._enter(now)
         if self.state not in PROCESS_STATES or self.pid is not None:
             return self._ignored("spawned")
@@ -248,7 +248,7 @@ class Lifecycle:
     def load(self, now: float, clients: int, inflight: int) -> list[Action]:
         """Attached clients or in-flight requests (queued ones included) changed (rule 6)."""
         if clients < 0 or inflight < 0:
-            raise LifecycleError(f"load counts must not be negative: {clients=} {inflight=}")
+            raise ValueError(f"load counts must not be negative: {clients=} {inflight=}")
         self._enter(now)
         self._usage.load(now, clients, inflight)
         return self._due_stop(now)
@@ -307,7 +307,7 @@ class Lifecycle:
 
     def _enter(self, now: float) -> None:
         if math.isnan(now) or (self._now is not None and now < self._now):
-            raise LifecycleError(f"time went backwards: {now} after {self._now}")
+            raise ValueError(f"time went backwards: {now} after {self._now}")
         self._now = now
         if self.started_at is not None and now >= self.started_at + STABLE_AFTER_S:
             self.burst = 0  # rule 2: this start was good

@@ -13,8 +13,6 @@ from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
-from lazyd.errors import LifecycleError
-
 if TYPE_CHECKING:
     import random  # only the type of the caller's generator: the core draws from it, never from `random`
 
@@ -46,10 +44,10 @@ class LifecyclePolicy:
                     "idle_timeout_s": self.idle_timeout_s, "wake_interval_s": self.wake_interval_s}
         for name, value in positive.items():
             if value is not None and not (math.isfinite(value) and value > 0):
-                raise LifecycleError(f"{name} must be a positive number of seconds, not {value!r}")
+                raise ValueError(f"{name} must be a positive number of seconds, not {value!r}")
         for name, value in (("linger_s", self.linger_s), ("check_linger_s", self.check_linger_s)):
             if not (math.isfinite(value) and value >= 0):
-                raise LifecycleError(f"{name} must be 0 or more seconds, not {value!r}")
+                raise ValueError(f"{name} must be 0 or more seconds, not {value!r}")
 
 
 def backoff_delay_s(burst: int, rng: random.Random) -> float:
