@@ -83,7 +83,8 @@ class RelayCore:
         self.listen = ListenRelay(shared, self.cache, self.maybe_ready)
         self.bridge = Bridge(shared, self.cache, self.listen)
         self.roots = RootsPart(shared, self.dispatch)
-        self.handshake = Handshake(self, shared, self.cache, self.roots)
+        self.handshake = Handshake(shared, self.cache, self.roots, self.dispatch, self.initialize_refused,
+                                   self.probe_unanswered)
         self.stateless = StatelessEra(shared, self.cache, self.listen, self.handshake, self.dispatch)
         self.from_client = ClientMessages(shared, self.cache, self.listen, self.bridge, self.handshake,
                                           self.stateless, self.roots)
