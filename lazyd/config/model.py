@@ -67,16 +67,12 @@ class ServerConfig:
     description: str | None = field(default=None, compare=False)
 
 
-def _no_servers() -> Mapping[str, ServerConfig]:
-    return MappingProxyType({})
-
-
 @dataclass(frozen=True)
 class Config:
     """The whole file; `Config()` is what a missing file means."""
 
     defaults: Policy = field(default_factory=Policy)
-    servers: Mapping[str, ServerConfig] = field(default_factory=_no_servers)
+    servers: Mapping[str, ServerConfig] = field(default_factory=lambda: MappingProxyType({}))
     extra_per_session_env: frozenset[str] = frozenset()
     # `identity_env`: variables (names or patterns) that count in every identity, even where the
     # built-in rule would ignore them (lazyd/core/sharing/envrules.py).

@@ -15,6 +15,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Final
 
+from lazyd.config.durations import format_duration
 from lazyd.config.sizes import format_bytes
 from lazyd.core import state_codec as sc
 
@@ -86,9 +87,5 @@ class MemoryLimit:
         if len(recent) >= PARK_AFTER_BREACHES:
             self._breaches.clear()
             return Park(f"parked: {len(recent)} times over memory_max {format_bytes(self.limit)} within "
-                        f"{_minutes(PARK_WINDOW_S)} (last {format_bytes(size)})")
+                        f"{format_duration(PARK_WINDOW_S)} (last {format_bytes(size)})")
         return Restart(f"restarted: {over}", len(recent))
-
-
-def _minutes(seconds: float) -> str:
-    return f"{seconds / 60:.0f}m"
