@@ -14,13 +14,10 @@ from types import MappingProxyType
 from typing import Literal
 
 from lazyd.config.known import packaged
-from lazyd.core.sharing.identity import PER_SESSION_ENV
+from lazyd.core.sharing.envrules import PER_SESSION_ENV
 from lazyd.core.sharing.known_servers import KnownServers
 from lazyd.core.policy import ToolPolicy
 from lazyd.core.pressure import PressureSettings
-from lazyd.errors import ConfigError
-
-__all__ = ["WakePredicate", "Policy", "ServerConfig", "Config", "ConfigError"]
 
 
 @dataclass(frozen=True)

@@ -16,9 +16,6 @@ import enum
 from dataclasses import dataclass
 from typing import Final
 
-__all__ = ["State", "PredicateState", "PROCESS_STATES", "Spawn", "Stop", "KillAndFail",
-           "FailWaiting", "RunPredicate", "Log", "Action"]
-
 
 class State(enum.StrEnum):
     SLEEPING = "sleeping"
