@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING
 from lazyd.core import state_codec as sc
 from lazyd.core.state_codec import AT
 from lazyd.core.relay.jsonrpc import JsonObj
-from lazyd.core.lifecycle.timing import (PARK_AFTER_FAILURES, PARK_WINDOW_S, STABLE_AFTER_S, CrashLoop,
+from lazyd.core.lifecycle.timing import (PARK_AFTER_FAILURES, PARK_WINDOW_S, STABLE_AFTER_S, RecentTimes,
                                          LifecyclePolicy, backoff_delay_s)
 from lazyd.core.lifecycle.predicate import PredicateSchedule
 from lazyd.core.lifecycle.requests import OPERATOR_SLEEP_REASON, REQUEST_RULES, Rule
@@ -78,7 +78,7 @@ class Lifecycle:
         # Private bookkeeping.
         self._now: float | None = None
         self._spawn_at: float | None = None
-        self._unrequested = CrashLoop()  # the latest unrequested failed starts (rule 3a)
+        self._unrequested = RecentTimes(PARK_AFTER_FAILURES)  # the latest unrequested failed starts (rule 3a)
         self._start_requested = False
         self._single_try = False
         self._operator_start = False  # the current start was operator_wake()'s (rule 3d)
@@ -119,7 +119,7 @@ class Lifecycle:
         life = cls(policy, rng)
         sc.load_attrs(life, _KEPT, s, "lifecycle", now)
         offsets = sc.load(list[float], s.get("unrequested"), "lifecycle.unrequested")
-        life._unrequested = CrashLoop.from_state(offsets, now)
+        life._unrequested = RecentTimes.from_state(PARK_AFTER_FAILURES, offsets, now)
         sc.load_attrs(life._usage, {"pending_client": bool}, s, "lifecycle")
         sc.load_attrs(life._usage, _USAGE, s.get("usage"), "lifecycle.usage", now)
         sc.load_attrs(life._predicate, _PREDICATE, s.get("predicate"), "lifecycle.predicate", now)
@@ -393,7 +393,7 @@ class Lifecycle:
         actions: list[Action] = [FailWaiting(error)] if waiting else []
         single_try, self._single_try = self._single_try, False
         operator_start, self._operator_start = self._operator_start, False
-        if self._unrequested.parks(now, self._policy.keep_alive):
+        if not self._policy.keep_alive and self._unrequested.within(now, PARK_WINDOW_S) == PARK_AFTER_FAILURES:
             self.state = State.FAILED
             actions.append(Log(f"parked as failed after {PARK_AFTER_FAILURES} failed restarts "
                                f"within {format_duration(PARK_WINDOW_S)}; last error: {error}"))
