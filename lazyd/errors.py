@@ -14,7 +14,6 @@
     ├── LineTooLong           a server wrote a stdout line over its limit
     ├── Refused               a hello the daemon will not serve (``code`` for the ``refused`` frame)
     ├── SpawnError            a server's command cannot be started; ``errno`` says why
-    ├── LifecycleError        an event no lifecycle state can absorb: a bug of the caller
     ├── InheritError          a successor cannot take over what was handed over: it restarts
     ├── Unavailable           the shim cannot have the daemon (``final``, ``user_error``)
     ├── NoDaemon              nobody listens on the socket path: the shim may start one
@@ -98,10 +97,6 @@ class SpawnError(LazydError):
         super().__init__(message)
         self.errno = err
         self.message = message
-
-
-class LifecycleError(LazydError):
-    """A caller bug no state can absorb (time going backwards, a negative count, a bad policy)."""
 
 
 class InheritError(LazydError):

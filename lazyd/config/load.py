@@ -153,10 +153,9 @@ def _tool_policy(at: cv.At, value: object) -> ToolPolicy:
             # An unquoted `github.create_issue = "ask"` is a TOML dotted key: a nested table.
             raise (at / "rules" / pattern).error(
                 'is a table: quote patterns, as in "github.create_issue" = "ask"')
-        if not isinstance(decision, str):
-            raise (at / "rules" / pattern).error(f'expected "allow", "ask" or "deny", got {cv.type_name(decision)}')
+        checked = cv.one_of(at / "rules" / pattern, decision, DECISIONS)
         try:
-            rules.append(compile_rule(pattern, decision))
+            rules.append(compile_rule(pattern, checked))
         except ValueError as error:
             raise (at / "rules" / pattern).error(str(error)) from None
     return ToolPolicy(tuple(rules), default)

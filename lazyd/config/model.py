@@ -14,13 +14,10 @@ from types import MappingProxyType
 from typing import Literal
 
 from lazyd.config.known import packaged
-from lazyd.core.sharing.identity import PER_SESSION_ENV
+from lazyd.core.sharing.envrules import PER_SESSION_ENV
 from lazyd.core.sharing.known_servers import KnownServers
 from lazyd.core.policy import ToolPolicy
 from lazyd.core.pressure import PressureSettings
-from lazyd.errors import ConfigError
-
-__all__ = ["WakePredicate", "Policy", "ServerConfig", "Config", "ConfigError"]
 
 
 @dataclass(frozen=True)
@@ -67,16 +64,12 @@ class ServerConfig:
     description: str | None = field(default=None, compare=False)
 
 
-def _no_servers() -> Mapping[str, ServerConfig]:
-    return MappingProxyType({})
-
-
 @dataclass(frozen=True)
 class Config:
     """The whole file; `Config()` is what a missing file means."""
 
     defaults: Policy = field(default_factory=Policy)
-    servers: Mapping[str, ServerConfig] = field(default_factory=_no_servers)
+    servers: Mapping[str, ServerConfig] = field(default_factory=lambda: MappingProxyType({}))
     extra_per_session_env: frozenset[str] = frozenset()
     # `identity_env`: variables (names or patterns) that count in every identity, even where the
     # built-in rule would ignore them (lazyd/core/sharing/envrules.py).

@@ -11,12 +11,13 @@ bytes, written and read as users type them (lazyd/config/sizes.py).
 
 from __future__ import annotations
 
-from collections import deque
 from dataclasses import dataclass
 from typing import Final
 
+from lazyd.config.durations import format_duration
 from lazyd.config.sizes import format_bytes
 from lazyd.core import state_codec as sc
+from lazyd.core.lifecycle.timing import RecentTimes
 
 SAMPLE_INTERVAL_S: Final = 2.0  # how often the watch samples trees and pressure (docs/supervision.md)
 OVER_SAMPLES: Final = 2  # rule 1: over at this many samples in a row
@@ -52,20 +53,19 @@ class MemoryLimit:
         self.last_bytes: int | None = None  # the latest sample, for status
         self.over = 0  # samples in a row over the limit
         self.pid: int | None = None  # the process the samples are of: another one starts the count again
-        self._breaches: deque[float] = deque(maxlen=PARK_AFTER_BREACHES)
+        self._breaches = RecentTimes(PARK_AFTER_BREACHES)
 
     def to_state(self, now: float) -> dict[str, object]:
         """The count and the breaches of the window (as seconds from `now`), for a successor daemon."""
-        return {"over": self.over, "breaches": [t - now for t in self._breaches], "pid": self.pid}
+        return {"over": self.over, "breaches": self._breaches.to_state(now), "pid": self.pid}
 
     def restore(self, state: object, now: float) -> None:
         """Take up what `to_state` wrote at `now` (this clock's moment of the write); ValueError
         for a state it did not write."""
         s = sc.obj(state, "memory")
         self.over = sc.integer(s.get("over"), "memory.over")
-        self._breaches.clear()
-        for offset in sc.items(s.get("breaches"), "memory.breaches"):
-            self._breaches.append(now + sc.number(offset, "memory.breaches"))
+        offsets = sc.load(list[float], s.get("breaches"), "memory.breaches")
+        self._breaches = RecentTimes.from_state(PARK_AFTER_BREACHES, offsets, now)
         self.pid = sc.opt_integer(s.get("pid"), "memory.pid")
 
     def sample(self, now: float, size: int, pid: int) -> Verdict | None:
@@ -80,15 +80,11 @@ class MemoryLimit:
         if self.over < OVER_SAMPLES:
             return None
         self.over = 0
-        self._breaches.append(now)
+        self._breaches.record(now)
         over = f"{format_bytes(size)} over memory_max {format_bytes(self.limit)}"
-        recent = [t for t in self._breaches if now - t < PARK_WINDOW_S]
-        if len(recent) >= PARK_AFTER_BREACHES:
+        recent = self._breaches.within(now, PARK_WINDOW_S)
+        if recent >= PARK_AFTER_BREACHES:
             self._breaches.clear()
-            return Park(f"parked: {len(recent)} times over memory_max {format_bytes(self.limit)} within "
-                        f"{_minutes(PARK_WINDOW_S)} (last {format_bytes(size)})")
-        return Restart(f"restarted: {over}", len(recent))
-
-
-def _minutes(seconds: float) -> str:
-    return f"{seconds / 60:.0f}m"
+            return Park(f"parked: {recent} times over memory_max {format_bytes(self.limit)} within "
+                        f"{format_duration(PARK_WINDOW_S)} (last {format_bytes(size)})")
+        return Restart(f"restarted: {over}", recent)

@@ -45,18 +45,8 @@ class Rule:
         return any(s.fullmatch(server) is not None and t.fullmatch(tool) is not None for s, t in self.splits)
 
 
-def as_decision(value: object) -> Decision:
-    """`value` as a decision; raises ValueError naming the allowed ones."""
-    for decision in DECISIONS:
-        if value == decision:
-            return decision
-    shown = repr(value) if isinstance(value, str) else type(value).__name__
-    raise ValueError(f"{shown} is not one of: {', '.join(DECISIONS)}")
-
-
-def compile_rule(pattern: str, decision: object) -> Rule:
+def compile_rule(pattern: str, decision: Decision) -> Rule:
     """Compile one rule; raises ValueError with a one-line problem (the caller adds where)."""
-    checked = as_decision(decision)
     if not pattern:
         raise ValueError("the pattern is empty")
     if len(pattern) > MAX_PATTERN_CHARS:
@@ -72,7 +62,7 @@ def compile_rule(pattern: str, decision: object) -> Rule:
         raise ValueError(
             f"{pattern!r} is not SERVER.TOOL (for example github.create_issue, github.* or *.delete_*)")
     exact = not any(c in _WILDCARDS for c in pattern)
-    return Rule(pattern, checked, exact, splits)
+    return Rule(pattern, decision, exact, splits)
 
 
 @dataclass(frozen=True)

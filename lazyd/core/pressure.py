@@ -12,13 +12,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Final
-
-# `some avg10` in %: reclaim starts to be felt at 10 % (sleeping an idle server is far milder than
-# systemd-oomd's kill at 60 % `full`, so it comes much earlier); below 5 % the machine copes.
-DEFAULT_START_PCT: Final = 10.0
-DEFAULT_STOP_PCT: Final = 5.0
-DEFAULT_PAUSE_S: Final = 10.0  # avg10 is a ten-second average
 
 
 @dataclass(frozen=True)
@@ -26,9 +19,11 @@ class PressureSettings:
     """`[pressure]` in config.toml, checked by its reader (lazyd/config/load.py)."""
 
     enabled: bool = True
-    start_pct: float = DEFAULT_START_PCT
-    stop_pct: float = DEFAULT_STOP_PCT
-    pause_s: float = DEFAULT_PAUSE_S
+    # `some avg10` in %: reclaim starts to be felt at 10 % (sleeping an idle server is far milder than
+    # systemd-oomd's kill at 60 % `full`, so it comes much earlier); below 5 % the machine copes.
+    start_pct: float = 10.0
+    stop_pct: float = 5.0
+    pause_s: float = 10.0  # avg10 is a ten-second average
     # PSI files to read; empty: /proc/pressure/memory and the daemon's own cgroup's memory.pressure.
     files: tuple[str, ...] = field(default=())
 

@@ -42,10 +42,6 @@ def text(value: object, what: str) -> str:
     return value
 
 
-def opt_text(value: object, what: str) -> str | None:
-    return None if value is None else text(value, what)
-
-
 def integer(value: object, what: str) -> int:
     if not isinstance(value, int) or isinstance(value, bool):
         raise ValueError(f"{what}: expected an integer")
@@ -86,11 +82,6 @@ def enum_value(kind: Callable[[Any], T], value: object, what: str) -> T:
         raise ValueError(f"{what}: unknown value {value!r}") from None
 
 
-def raw_text(data: bytes) -> str:
-    """Bytes as text that round-trips exactly (see the module docstring)."""
-    return data.decode("utf-8", "surrogateescape")
-
-
 def raw_bytes(value: object, what: str) -> bytes:
     return text(value, what).encode("utf-8", "surrogateescape")
 
@@ -98,7 +89,7 @@ def raw_bytes(value: object, what: str) -> bytes:
 def dump(value: Any, kind: Any = None) -> Any:
     """`value` as plain data, by `kind` (its declared type) where one is given: a dataclass as an
     object of its fields, each by its type; a map whose keys are not strings as rows; a set sorted;
-    an enum as its value, bytes as `raw_text`."""
+    an enum as its value, bytes as `surrogateescape` text."""
     if isinstance(value, _PLAIN):
         return value
     known = _FIELDS.get(type(value))
@@ -108,7 +99,7 @@ def dump(value: Any, kind: Any = None) -> Any:
     if isinstance(value, Enum):
         return value.value
     if isinstance(value, bytes):
-        return raw_text(value)
+        return value.decode("utf-8", "surrogateescape")
     if get_origin(kind) in (Union, UnionType):
         kind = next(a for a in get_args(kind) if a is not type(None))  # `value` is not None
     args = get_args(kind)

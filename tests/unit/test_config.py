@@ -23,7 +23,7 @@ from lazyd.config.load import (
     policy_with_options,
 )
 from lazyd.errors import ConfigError
-from lazyd.core.sharing.identity import PER_SESSION_ENV
+from lazyd.core.sharing.envrules import PER_SESSION_ENV
 
 SOURCE = Path("/home/u/.config/lazyd/config.toml")
 ENVIRON = {"HOME": "/home/u", "GITHUB_TOKEN": "ghp_abc", "EMPTY": ""}

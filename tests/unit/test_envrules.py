@@ -17,7 +17,6 @@ from lazyd.core.sharing.client_profiles import (
     copilot_environment,
     gemini_environment,
     kilo_environment,
-    profile_for_client_info,
 )
 from lazyd.core.sharing.envrules import PER_SESSION_ENV, classify, counts
 from lazyd.config.envnames import parse_names
@@ -170,12 +169,6 @@ def test_a_gemini_session_and_a_gemini_check_from_the_shell_have_one_identity() 
     assert ident(session) != ident(SHELL)  # the shell has the token and CA bundles Gemini drops
 
 
-def test_sessions_are_attributed_to_their_client_by_the_name_they_give() -> None:
-    assert profile_for_client_info("claude-code") is PROFILES["claude"]
-    assert profile_for_client_info("gemini-cli-mcp-client") is PROFILES["gemini"]
-    assert profile_for_client_info("mcp") is None
-
-
 # What Copilot CLI 1.0.102, Kilo 7.7.7, cn 1.5.47 and Amp gave a stdio server (a tee's record of
 # its environment, the shell's being SHELL plus the names below).
 COPILOT_RUN = {"COPILOT_AGENT_SESSION_ID": "d8beecc6-24cc-4447-aa81-a0fa796e1111",
@@ -241,7 +234,7 @@ def test_amp_withholds_its_own_key_and_sets_aws_vault_prompt_over_the_registrati
 ])
 def test_the_new_clients_handshakes_are_built_in_as_captured(client_name: str, profile: str, version: str,
                                                              caps: dict[str, object]) -> None:
-    found = profile_for_client_info(client_name)
-    assert found is PROFILES[profile] and found.builtin is not None
+    found = PROFILES[profile]
+    assert client_name in found.client_names and found.builtin is not None
     assert found.builtin["protocolVersion"] == version and found.builtin["capabilities"] == caps
     assert found.builtin["clientInfo"]["name"] == client_name

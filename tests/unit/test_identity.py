@@ -20,9 +20,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from lazyd.core.sharing.envrules import PER_SESSION_ENV
 from lazyd.core.sharing.identity import (
     MIN_SECRET_BYTES,
-    PER_SESSION_ENV,
     Identity,
     counted_for_learning,
     explain_difference,

@@ -12,7 +12,6 @@ from __future__ import annotations
 import pytest
 
 from lazyd.core.lifecycle.machine import Lifecycle, LifecyclePolicy, Spawn, State, Stop
-from lazyd.errors import LifecycleError
 from tests.unit.lifecycle_support import CRASH, make
 
 LISTINGS_STOP = "no client for 30s (started for listings only)"
@@ -195,7 +194,7 @@ def test_status_names_the_linger_that_applies() -> None:
 
 def test_a_negative_or_infinite_check_linger_is_refused() -> None:
     for bad in (-1.0, float("inf"), float("nan")):
-        with pytest.raises(LifecycleError, match="check_linger_s"):
+        with pytest.raises(ValueError, match="check_linger_s"):
             LifecyclePolicy(check_linger_s=bad)
 
 

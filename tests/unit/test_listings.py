@@ -73,7 +73,7 @@ def test_a_handshake_era_listing_is_asked_without_params_then_by_cursor_and_merg
 
 def test_a_stateless_listing_carries_its_askers_envelope_on_every_page() -> None:
     e, server = engine()
-    first = e.start("tools/list", ASKER.own_key("tools/list"), "client", ASKER)
+    first = e.start("tools/list", ASKER.key("tools/list", False), "client", ASKER)
     assert first is not None
     meta = json.loads(first.line)["params"]["_meta"]
     assert meta[PROTOCOL_VERSION_META] == "2026-07-28" and meta[CLIENT_INFO_META] == {"name": "modern", "version": "1"}
@@ -155,7 +155,7 @@ def test_a_replaced_fetch_drops_its_late_pages_and_its_waiters_move_to_the_new_o
 def test_a_start_waits_only_for_its_own_eras_start_fetches() -> None:
     e, server = engine()
     handshake = e.start("tools/list", "tools/list", "start", None)
-    client = e.start("tools/list", ASKER.own_key("tools/list"), "client", ASKER)
+    client = e.start("tools/list", ASKER.key("tools/list", False), "client", ASKER)
     assert e.pending(stateless=False) and e.pending(stateless=True) and not e.pending(stateless=True, why="start")
     server.answer(e, handshake, {"tools": []})
     assert not e.pending(stateless=False) and e.pending(stateless=True)
@@ -166,9 +166,9 @@ def test_a_start_waits_only_for_its_own_eras_start_fetches() -> None:
 def test_running_names_the_stateless_fetches_of_a_listing_whatever_their_asker() -> None:
     e, _ = engine()
     e.start("tools/list", "tools/list", "start", None)
-    e.start("tools/list", ASKER.own_key("tools/list"), "client", ASKER)
-    e.start("tools/list", OTHER.own_key("tools/list"), "client", OTHER)
-    e.start("prompts/list", ASKER.own_key("prompts/list"), "client", ASKER)
+    e.start("tools/list", ASKER.key("tools/list", False), "client", ASKER)
+    e.start("tools/list", OTHER.key("tools/list", False), "client", OTHER)
+    e.start("prompts/list", ASKER.key("prompts/list", False), "client", ASKER)
     assert sorted(f.asker.client_info["name"] for f in e.running(["tools/list"]) if f.asker) == ["modern", "other"]
 
 

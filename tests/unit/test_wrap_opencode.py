@@ -207,9 +207,9 @@ def test_a_projects_opencode_json_is_wrapped_with_file(lazyctl: Lazyctl) -> None
 
 
 def test_a_check_for_opencode_uses_its_handshake_and_the_environment_it_gives_a_server() -> None:
-    from lazyd.core.sharing.client_profiles import PROFILES, opencode_environment, profile_for_client_info
+    from lazyd.core.sharing.client_profiles import PROFILES, opencode_environment
 
-    assert profile_for_client_info("opencode") is PROFILES["opencode"]
+    assert PROFILES["opencode"].client_names == ("opencode",)
     assert PROFILES["opencode"].builtin == {"protocolVersion": "2025-11-25", "capabilities": {"roots": {}},
                                             "clientInfo": {"name": "opencode", "version": "1.18.33"}}
     # Seen in /proc of a server opencode 1.18.33 started: all of its own environment, AGENT=1,

@@ -42,11 +42,8 @@ class Asker:
         return meta
 
     def key(self, method: str, public: bool) -> str:
+        """The cache key of a result; a fetch made for this asker is keyed as private (its identity)."""
         return stateless_key(method, self.version, self.caps, PUBLIC if public else self.identity)
-
-    def own_key(self, method: str) -> str:
-        """The key of a fetch made for this asker (its identity whatever the result's scope)."""
-        return stateless_key(method, self.version, self.caps, self.identity)
 
 
 def asker_from_params(params: JsonObj, version: str) -> Asker:

@@ -191,7 +191,7 @@ class StatelessCache:
     def fetch(self, method: str, asker: Asker, why: str, waiter: Waiter | None = None, *, again: bool = False) -> list[Action]:
         """Fetch a result for `asker`, or join the fetch already running for it; `again`: the
         running one may predate a change, so a new one replaces it (and takes over its waiters)."""
-        request = self.shared.listings.start(method, asker.own_key(method), why, asker, waiter, again=again)
+        request = self.shared.listings.start(method, asker.key(method, False), why, asker, waiter, again=again)
         return [] if request is None else [request, Note(f"fetching {method} ({why})")]
 
     def fetched(self, done: Fetched) -> tuple[list[Action], str | None]:

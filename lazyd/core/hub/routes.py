@@ -79,9 +79,6 @@ class HubRoutes:
     def task_ended(self, rid: JsonId) -> None:
         self._tasks = [running for running in self._tasks if not _same_id(running, rid)]
 
-    def tasks_in_flight(self) -> int:
-        return len(self._tasks)
-
     def client_cancel(self, request_id: object) -> list[HubAction]:
         if any(_same_id(request_id, running) for running in self._tasks):
             assert isinstance(request_id, (int, str))
@@ -125,7 +122,3 @@ class HubRoutes:
             actions.append(ToClient(rpc.notification_line(
                 "notifications/cancelled", {"requestId": out_id, "reason": CALL_ENDED_REASON})))
         return actions
-
-    def waiting_on_client(self) -> int:
-        """Server requests sent to the client and not yet answered (for tests and logs)."""
-        return len(self._outgoing)

@@ -45,24 +45,24 @@ from typing import TYPE_CHECKING
 from lazyd.core import state_codec as sc
 from lazyd.core.state_codec import AT
 from lazyd.core.relay.jsonrpc import JsonObj
-from lazyd.core.lifecycle.timing import (PARK_AFTER_FAILURES, PARK_WINDOW_S, STABLE_AFTER_S, CrashLoop,
+from lazyd.core.lifecycle.timing import (PARK_AFTER_FAILURES, PARK_WINDOW_S, STABLE_AFTER_S, RecentTimes,
                                          LifecyclePolicy, backoff_delay_s)
 from lazyd.core.lifecycle.predicate import PredicateSchedule
 from lazyd.core.lifecycle.requests import OPERATOR_SLEEP_REASON, REQUEST_RULES, Rule
-from lazyd.core.lifecycle.states import (PROCESS_STATES, Action, FailWaiting, KillAndFail, LifecycleError, Log,
+from lazyd.core.lifecycle.states import (PROCESS_STATES, Action, FailWaiting, KillAndFail, Log,
                                          PredicateState, RunPredicate, Spawn, State, Stop)
 from lazyd.core.lifecycle.usage import Usage
 from lazyd.config.durations import format_duration
 
 if TYPE_CHECKING:
     import random  # the caller's generator, for its type only: the core never draws from `random`
-__all__ = ["State", "PredicateState", "PROCESS_STATES", "LifecyclePolicy", "LifecycleError", "Spawn", "Stop",
+__all__ = ["State", "PredicateState", "PROCESS_STATES", "LifecyclePolicy", "Spawn", "Stop",
            "KillAndFail", "FailWaiting", "RunPredicate", "Log", "Action", "Lifecycle"]
 
 
 class Lifecycle:
     """The state machine of one server (rules in the module docstring). Every input takes the
-    monotonic `now` and raises `LifecycleError`, changing nothing, if time went backwards."""
+    monotonic `now` and raises `ValueError`, changing nothing, if time went backwards."""
 
     def __init__(self, policy: LifecyclePolicy, rng: random.Random) -> None:
         self._policy = policy
@@ -78,7 +78,7 @@ class Lifecycle:
         # Private bookkeeping.
         self._now: float | None = None
         self._spawn_at: float | None = None
-        self._unrequested = CrashLoop()  # the latest unrequested failed starts (rule 3a)
+        self._unrequested = RecentTimes(PARK_AFTER_FAILURES)  # the latest unrequested failed starts (rule 3a)
         self._start_requested = False
         self._single_try = False
         self._operator_start = False  # the current start was operator_wake()'s (rule 3d)
@@ -119,7 +119,7 @@ class Lifecycle:
         life = cls(policy, rng)
         sc.load_attrs(life, _KEPT, s, "lifecycle", now)
         offsets = sc.load(list[float], s.get("unrequested"), "lifecycle.unrequested")
-        life._unrequested = CrashLoop.from_state(offsets, now)
+        life._unrequested = RecentTimes.from_state(PARK_AFTER_FAILURES, offsets, now)
         sc.load_attrs(life._usage, {"pending_client": bool}, s, "lifecycle")
         sc.load_attrs(life._usage, _USAGE, s.get("usage"), "lifecycle.usage", now)
         sc.load_attrs(life._predicate, _PREDICATE, s.get("predicate"), "lifecycle.predicate", now)
@@ -191,9 +191,9 @@ class Lifecycle:
         return self._usage.last_activity
 
     def spawned(self, now: float, pid: int) -> list[Action]:
-        """The process asked for by `Spawn` exists; raises `LifecycleError` for a pid <= 0."""
+        """The process asked for by `Spawn` exists; raises `ValueError` for a pid <= 0."""
         if pid <= 0:
-            raise LifecycleError(f"pid must be positive, not {pid}")
+            raise ValueError(f"pid must be positive, not {pid}")
         self._enter(now)
         if self.state not in PROCESS_STATES or self.pid is not None:
             return self._ignored("spawned")
@@ -248,7 +248,7 @@ class Lifecycle:
     def load(self, now: float, clients: int, inflight: int) -> list[Action]:
         """Attached clients or in-flight requests (queued ones included) changed (rule 6)."""
         if clients < 0 or inflight < 0:
-            raise LifecycleError(f"load counts must not be negative: {clients=} {inflight=}")
+            raise ValueError(f"load counts must not be negative: {clients=} {inflight=}")
         self._enter(now)
         self._usage.load(now, clients, inflight)
         return self._due_stop(now)
@@ -307,7 +307,7 @@ class Lifecycle:
 
     def _enter(self, now: float) -> None:
         if math.isnan(now) or (self._now is not None and now < self._now):
-            raise LifecycleError(f"time went backwards: {now} after {self._now}")
+            raise ValueError(f"time went backwards: {now} after {self._now}")
         self._now = now
         if self.started_at is not None and now >= self.started_at + STABLE_AFTER_S:
             self.burst = 0  # rule 2: this start was good
@@ -393,7 +393,7 @@ class Lifecycle:
         actions: list[Action] = [FailWaiting(error)] if waiting else []
         single_try, self._single_try = self._single_try, False
         operator_start, self._operator_start = self._operator_start, False
-        if self._unrequested.parks(now, self._policy.keep_alive):
+        if not self._policy.keep_alive and self._unrequested.within(now, PARK_WINDOW_S) == PARK_AFTER_FAILURES:
             self.state = State.FAILED
             actions.append(Log(f"parked as failed after {PARK_AFTER_FAILURES} failed restarts "
                                f"within {format_duration(PARK_WINDOW_S)}; last error: {error}"))

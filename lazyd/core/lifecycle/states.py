@@ -6,7 +6,7 @@ or `KillAndFail` issued), backoff (a restart at `next_restart_at`), failed (park
 `last_error` until a request or `lazyctl wake`).
 
 An input that does not fit the state changes nothing and returns one `Log`: the caller's view
-lagged, not worth crashing a supervisor for. `LifecycleError` is raised, before anything changes,
+lagged, not worth crashing a supervisor for. `ValueError` is raised, before anything changes,
 only for caller bugs: time going backwards, negative counts or pids, a bad policy.
 """
 
@@ -15,11 +15,6 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 from typing import Final
-
-from lazyd.errors import LifecycleError
-
-__all__ = ["State", "PredicateState", "PROCESS_STATES", "LifecycleError", "Spawn", "Stop", "KillAndFail",
-           "FailWaiting", "RunPredicate", "Log", "Action"]
 
 
 class State(enum.StrEnum):

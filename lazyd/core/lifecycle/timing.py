@@ -2,7 +2,7 @@
 
 `LifecyclePolicy`: the per-server settings, validated. `backoff_delay_s`: `BACKOFF_BASE_S *
 2**(n-1)` after the n-th failure, jittered by the caller's `random.Random`, clamped to
-[`BACKOFF_BASE_S`, `BACKOFF_CAP_S`]. `CrashLoop`: parks a server once `PARK_AFTER_FAILURES`
+[`BACKOFF_BASE_S`, `BACKOFF_CAP_S`]. The machine parks a server once `PARK_AFTER_FAILURES`
 unrequested failed starts fall within `PARK_WINDOW_S` (never a keep_alive one).
 """
 
@@ -12,8 +12,6 @@ import math
 from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
-
-from lazyd.errors import LifecycleError
 
 if TYPE_CHECKING:
     import random  # only the type of the caller's generator: the core draws from it, never from `random`
@@ -46,10 +44,10 @@ class LifecyclePolicy:
                     "idle_timeout_s": self.idle_timeout_s, "wake_interval_s": self.wake_interval_s}
         for name, value in positive.items():
             if value is not None and not (math.isfinite(value) and value > 0):
-                raise LifecycleError(f"{name} must be a positive number of seconds, not {value!r}")
+                raise ValueError(f"{name} must be a positive number of seconds, not {value!r}")
         for name, value in (("linger_s", self.linger_s), ("check_linger_s", self.check_linger_s)):
             if not (math.isfinite(value) and value >= 0):
-                raise LifecycleError(f"{name} must be 0 or more seconds, not {value!r}")
+                raise ValueError(f"{name} must be 0 or more seconds, not {value!r}")
 
 
 def backoff_delay_s(burst: int, rng: random.Random) -> float:
@@ -59,33 +57,34 @@ def backoff_delay_s(burst: int, rng: random.Random) -> float:
     return min(max(BACKOFF_BASE_S * 2.0**doublings * jitter, BACKOFF_BASE_S), BACKOFF_CAP_S)
 
 
-class CrashLoop:
-    """Rule 3a: the latest unrequested failed starts; full and young enough means park."""
+class RecentTimes:
+    """The latest `keep` moments of an event: the unrequested failed starts of rule 3a, a server's
+    memory breaches (lazyd/core/memory.py). Enough of them within a window means park."""
 
-    def __init__(self) -> None:
-        self._failures: deque[float] = deque(maxlen=PARK_AFTER_FAILURES)
+    def __init__(self, keep: int) -> None:
+        self._times: deque[float] = deque(maxlen=keep)
 
     def __bool__(self) -> bool:
-        return bool(self._failures)
+        return bool(self._times)
 
     def record(self, now: float) -> None:
-        self._failures.append(now)
+        self._times.append(now)
 
     def clear(self) -> None:
-        self._failures.clear()
+        self._times.clear()
 
-    def parks(self, now: float, keep_alive: bool) -> bool:
-        full = len(self._failures) == PARK_AFTER_FAILURES
-        return not keep_alive and full and now - self._failures[0] <= PARK_WINDOW_S
+    def within(self, now: float, window_s: float) -> int:
+        """How many of the moments kept are at most `window_s` before `now`."""
+        return sum(1 for t in self._times if now - t <= window_s)
 
     def to_state(self, now: float) -> list[float]:
-        """The failures kept, oldest first, as seconds from `now` (Lifecycle.to_state)."""
-        return [t - now for t in self._failures]
+        """The moments kept, oldest first, as seconds from `now` (the clocks of two processes differ)."""
+        return [t - now for t in self._times]
 
     @classmethod
-    def from_state(cls, offsets: list[float], now: float) -> CrashLoop:
-        """The crash loop `to_state` wrote, its times moved to `now` on the reader's clock."""
-        loop = cls()
+    def from_state(cls, keep: int, offsets: list[float], now: float) -> RecentTimes:
+        """What `to_state` wrote, its times moved to `now` on the reader's clock."""
+        times = cls(keep)
         for offset in offsets:
-            loop.record(now + offset)
-        return loop
+            times.record(now + offset)
+        return times

@@ -83,7 +83,8 @@ class RelayCore:
         self.listen = ListenRelay(shared, self.cache, self.maybe_ready)
         self.bridge = Bridge(shared, self.cache, self.listen)
         self.roots = RootsPart(shared, self.dispatch)
-        self.handshake = Handshake(self, shared, self.cache, self.roots)
+        self.handshake = Handshake(shared, self.cache, self.roots, self.dispatch, self.initialize_refused,
+                                   self.probe_unanswered)
         self.stateless = StatelessEra(shared, self.cache, self.listen, self.handshake, self.dispatch)
         self.from_client = ClientMessages(shared, self.cache, self.listen, self.bridge, self.handshake,
                                           self.stateless, self.roots)
@@ -93,19 +94,6 @@ class RelayCore:
     @property
     def phase(self) -> Phase:
         return self.shared.phase
-
-    @phase.setter
-    def phase(self, value: Phase) -> None:
-        self.shared.phase = value
-
-    @property
-    def now(self) -> float:
-        """The wall-clock time the event being handled brought."""
-        return self.shared.now
-
-    @now.setter
-    def now(self, value: float) -> None:
-        self.shared.now = value
 
     @property
     def snapshot(self) -> Snapshot:
@@ -165,7 +153,7 @@ class RelayCore:
 
     def to_state(self) -> JsonObj:
         """Everything this core keeps, as plain data; not the snapshot, which lanes share."""
-        return {"phase": self.phase.value, "now": self.now, "clients": sc.dump(list(self.clients.values())),
+        return {"phase": self.phase.value, "now": self.shared.now, "clients": sc.dump(list(self.clients.values())),
                 "queue": sc.dump(self.queue.items, _QUEUE), "routes": sc.dump(self.routes),
                 "era": sc.dump_attrs(self.era, ERA_KEPT), "listings": self.shared.listings.to_state(),
                 "listen": sc.dump_attrs(self.listen, LISTEN_KEPT), "bridge": sc.dump_attrs(self.bridge, BRIDGE_KEPT),
@@ -178,8 +166,8 @@ class RelayCore:
         """The core that wrote `state`; ValueError naming the field for anything else."""
         s = sc.obj(state, "relay core")
         core = cls(name, snapshot, sampling_policy, era)
-        core.phase = sc.enum_value(Phase, s.get("phase"), "phase")
-        core.now = sc.number(s.get("now"), "now")
+        core.shared.phase = sc.enum_value(Phase, s.get("phase"), "phase")
+        core.shared.now = sc.number(s.get("now"), "now")
         core.clients.update((c.cid, c) for c in sc.load(list[ClientState], s.get("clients"), "client"))
         core.queue.items = sc.load(_QUEUE, s.get("queue"), "queued message")
         core.shared.routes = sc.load(Routes, s.get("routes"), "routes")  # the parts read it through `shared`
@@ -215,7 +203,7 @@ class RelayCore:
     def announce_list_changed(self, notification: str, *, now: float) -> list[Action]:
         """Tell every client, once, that a listing changed for the daemon's own reason (the tool
         policy): on listen streams, directly, or through the bridge when no handshake is up."""
-        self.now = now
+        self.shared.now = now
         out = [Note(f"{notification}: sent to clients (a daemon-side change)"), *self.listen.announce(notification, {})]
         if self.instance is not None:
             line = rpc.notification_line(notification)
@@ -226,14 +214,14 @@ class RelayCore:
 
     def attach(self, cid: ClientId, *, now: float, session_id: str | None = None) -> list[Action]:
         """`session_id`: what a session-aware server knows it by (None: made from `cid`)."""
-        self.now = now
+        self.shared.now = now
         self.clients[cid] = ClientState(cid)
         self.routes.sessions[cid] = session_id or default_session_id(cid)
         return [Note(f"client {cid} attached")]
 
     def resume(self, cid: ClientId, lines: list[bytes], *, now: float) -> list[Action]:
         """Record lines a client already had answered by a previous daemon (no replies)."""
-        self.now = now
+        self.shared.now = now
         client = self.clients[cid]
         for line in lines:
             msg = rpc.parse(line)
@@ -248,7 +236,7 @@ class RelayCore:
 
     def client_line(self, cid: ClientId, line: bytes, *, now: float, parsed: Message | Invalid | None = None) -> list[Action]:
         """`parsed`: `rpc.parse(line)` when the caller has it already."""
-        self.now = now
+        self.shared.now = now
         msg = parsed if parsed is not None else rpc.parse(line)
         if not isinstance(msg, Message):
             out: list[Action] = [Note(f"client {cid}: invalid line ({msg.reason})")]
@@ -269,7 +257,7 @@ class RelayCore:
 
     def detach(self, cid: ClientId, *, now: float) -> list[Action]:
         """Cancel its requests upstream, answer the server's requests to it, drop what it owned."""
-        self.now = now
+        self.shared.now = now
         out: list[Action] = [Note(f"client {cid} detached")]
         alive = self.phase is not Phase.DOWN
         for rid in self.routes.inflight_of(cid):
@@ -300,7 +288,7 @@ class RelayCore:
 
     def release(self, cid: ClientId, *, now: float) -> list[Action]:
         """The daemon placed the session here (after a `SessionKey`): its held requests go on."""
-        self.now = now
+        self.shared.now = now
         return [*self.roots.release(cid), *self.handshake.settle()]
 
     def take(self, cid: ClientId, *, now: float) -> tuple[SessionRoots, list[bytes], list[Action]]:
@@ -313,7 +301,7 @@ class RelayCore:
     def move_in(self, cid: ClientId, params: JsonObj | None, known: SessionRoots, *, now: float) -> list[Action]:
         """A session `take`n from another process of its registration, placed here with its
         handshake and roots; its held requests follow as ordinary lines."""
-        self.now = now
+        self.shared.now = now
         client = self.clients[cid]
         client.params = params
         client.initialized = params is not None
@@ -322,7 +310,7 @@ class RelayCore:
 
     def server_idle(self, *, now: float) -> list[Action]:
         """The server settled after its start (or the daemon stopped waiting): requests go on."""
-        self.now = now
+        self.shared.now = now
         return self.handshake.idle()
 
     def next_deadline(self) -> float | None:
@@ -330,7 +318,7 @@ class RelayCore:
         return self.roots.next_deadline()
 
     def tick(self, *, now: float) -> list[Action]:
-        self.now = now
+        self.shared.now = now
         return [*self.roots.overdue(now), *self.handshake.settle()]
 
     def session_keys(self) -> set[str]:
@@ -350,8 +338,8 @@ class RelayCore:
 
     def spawned(self, *, now: float) -> list[Action]:
         """Follow the start plan of the lane: the era probe first, or the replayed handshake."""
-        self.now = now
-        self.phase = Phase.PREINIT
+        self.shared.now = now
+        self.shared.phase = Phase.PREINIT
         plan = self.era.spawned()
         out: list[Action] = [Note(f"server spawned ({self.lane or 'no'} lane: "
                                   f"{'era probe first' if plan.probe_first else 'initialize first'}, "
@@ -375,7 +363,7 @@ class RelayCore:
 
     def exited(self, description: str, *, now: float) -> list[Action]:
         """The process ended (crash, stop or start timeout): answer everything that waits on it."""
-        self.now = now
+        self.shared.now = now
         out: list[Action] = [Note(f"server exited: {description}")]
         message = f"lazyd: server {self.name} stopped before answering: {description}"
         for up in self.routes.upstream.values():
@@ -385,7 +373,7 @@ class RelayCore:
         self.routes.process_gone()
         self.handshake.gone()
         self.roots.gone()
-        self.phase = Phase.DOWN
+        self.shared.phase = Phase.DOWN
         out.extend(self.stateless.gone())
         # Rounds whose retry was in flight were just answered with the error above.
         self.bridge.end_answered_rounds()
@@ -393,14 +381,14 @@ class RelayCore:
 
     def start_failed(self, reason: str, *, now: float) -> list[Action]:
         """No process could be started: every queued request gets `reason`."""
-        self.now = now
-        self.phase = Phase.DOWN
+        self.shared.now = now
+        self.shared.phase = Phase.DOWN
         out = [Note(f"start failed: {reason}"), *self.queue.fail(f"lazyd: cannot start server {self.name}: {reason}", self.clients)]
         self.bridge.end_answered_rounds()  # a queued retry was just answered with the error
         return out
 
     def server_line(self, line: bytes, *, now: float) -> list[Action]:
-        self.now = now
+        self.shared.now = now
         fast = self.from_server.large_result(line)
         if fast is not None:
             return fast

@@ -23,7 +23,7 @@ per uri upstream, and the `resources/unsubscribe` of its last subscriber only.
 
 from __future__ import annotations
 
-from typing import Protocol
+from collections.abc import Callable
 
 from lazyd.core.relay import jsonrpc as rpc
 from lazyd.core import state_codec as sc
@@ -51,21 +51,17 @@ def refusal_reason(error: object) -> str:
 _KEPT = {"initial_refresh": bool, "upstream_level": str | None, "upstream_subs": set[str]}
 
 
-class HandshakePort(Protocol):
-    """A queued request handled again, the stateless era's reading."""
-
-    def dispatch(self, cid: ClientId, msg: Message) -> list[Action]: ...
-
-    def initialize_refused(self, error: JsonObj) -> list[Action] | None: ...
-
-    def probe_unanswered(self) -> list[Action]: ...
-
-
 class Handshake:
     """The live handshake of one server instance and its start-up (see the module docstring)."""
 
-    def __init__(self, core: HandshakePort, shared: RelayShared, cache: StatelessCache, roots: RootsPart) -> None:
-        self.core = core
+    def __init__(self, shared: RelayShared, cache: StatelessCache, roots: RootsPart,
+                 dispatch: Callable[[ClientId, Message], list[Action]],
+                 initialize_refused: Callable[[JsonObj], list[Action] | None],
+                 probe_unanswered: Callable[[], list[Action]]) -> None:
+        # A queued request handled again; the stateless era's reading of a refusal and of its probe.
+        self.dispatch = dispatch
+        self.initialize_refused = initialize_refused
+        self.probe_unanswered = probe_unanswered
         self.shared = shared
         self.cache = cache
         self.roots = roots
@@ -110,7 +106,7 @@ class Handshake:
         if not isinstance(result, dict) or self.shared.instance is None:
             error = msg.obj.get("error")
             if self.shared.instance is not None and isinstance(error, dict):
-                handled = self.core.initialize_refused(error)
+                handled = self.initialize_refused(error)
                 if handled is not None:
                     return handled
             reason = refusal_reason(error)
@@ -224,10 +220,10 @@ class Handshake:
     def _ready(self) -> list[Action]:
         self.settling = self.settle_sent = self.asked_at_start = False
         self.shared.phase = Phase.READY
-        out: list[Action] = [*self.core.probe_unanswered(), Ready()]
+        out: list[Action] = [*self.probe_unanswered(), Ready()]
         for cid, msg in self.shared.queue.take():
             if cid in self.shared.clients:
-                out.extend(self.core.dispatch(cid, msg) if msg.kind is Kind.REQUEST else [])
+                out.extend(self.dispatch(cid, msg) if msg.kind is Kind.REQUEST else [])
         return out
 
     def list_changed(self, notification: str) -> list[Action]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 # (inherited, declared, passed): passed are the names a registration asks to pass through (Codex's
@@ -22,10 +22,23 @@ from typing import Any
 Environment = Callable[[Mapping[str, str], Mapping[str, str], tuple[str, ...]], dict[str, str]]
 
 
-def full_environment(inherited: Mapping[str, str], declared: Mapping[str, str],
-                     passed: tuple[str, ...] = ()) -> dict[str, str]:
-    """A client that passes everything on: the inherited environment, the registration's on top."""
-    return {**inherited, **declared}
+@dataclass(frozen=True)
+class PassesOn:
+    """A client that passes its environment on, less `withheld` (and the names without a value if
+    `drop_empty`), its `markers` under the registration's variables and its `overrides` over them."""
+
+    withheld: frozenset[str] = frozenset()
+    markers: Mapping[str, str] = field(default_factory=dict)
+    overrides: Mapping[str, str] = field(default_factory=dict)
+    drop_empty: bool = False
+
+    def __call__(self, inherited: Mapping[str, str], declared: Mapping[str, str],
+                 passed: tuple[str, ...] = ()) -> dict[str, str]:
+        kept = {k: v for k, v in inherited.items() if k not in self.withheld and (v or not self.drop_empty)}
+        return {**kept, **self.markers, **declared, **self.overrides}
+
+
+full_environment = PassesOn()
 
 
 # ---- Gemini CLI 0.61.0 (packages/core/src/services/environmentSanitization.ts) --------------------
@@ -106,10 +119,8 @@ def codex_environment(inherited: Mapping[str, str], declared: Mapping[str, str],
     return env
 
 
-def opencode_environment(inherited: Mapping[str, str], declared: Mapping[str, str],
-                         passed: tuple[str, ...] = ()) -> dict[str, str]:
-    """Everything, its two markers, the registration's `environment` (not OPENCODE_PID: per run)."""
-    return {**inherited, "AGENT": "1", "OPENCODE": "1", **declared}
+# Everything, its two markers, the registration's `environment` (not OPENCODE_PID: per run).
+opencode_environment = PassesOn(markers={"AGENT": "1", "OPENCODE": "1"})
 
 
 # ---- GitHub Copilot CLI 1.0.102 ---------------------------------------------------------------------
@@ -132,7 +143,7 @@ def copilot_environment(inherited: Mapping[str, str], declared: Mapping[str, str
                         passed: tuple[str, ...] = ()) -> dict[str, str]:
     """Everything but its provider settings and sign-in tokens, the registration's `env`,
     PYTHONUNBUFFERED, one more git setting; its per-session bookkeeping left out."""
-    env = {**{k: v for k, v in inherited.items() if k not in COPILOT_WITHHELD}, **declared}
+    env = PassesOn(COPILOT_WITHHELD)(inherited, declared)
     env.setdefault("PYTHONUNBUFFERED", "1")
     count = env.get("GIT_CONFIG_COUNT", "0")
     index = int(count) if count.isdigit() else 0
@@ -144,26 +155,14 @@ def copilot_environment(inherited: Mapping[str, str], declared: Mapping[str, str
 # ---- Kilo CLI 7.7.7, Continue cn 1.5.47, Amp ---------------------------------------------------------
 
 KILO_VERSION = "7.7.7"
-
-
-def kilo_environment(inherited: Mapping[str, str], declared: Mapping[str, str],
-                     passed: tuple[str, ...] = ()) -> dict[str, str]:
-    """opencode's environment and Kilo's own markers (not KILO_PID and KILO_RUN_ID: per run)."""
-    return {**inherited, "AGENT": "1", "OPENCODE": "1", "KILO": "1", "KILOCODE_FEATURE": "cli",
-            "KILOCODE_VERSION": KILO_VERSION, "KILO_PROCESS_ROLE": "main", **declared}
-
-
-def continue_environment(inherited: Mapping[str, str], declared: Mapping[str, str],
-                         passed: tuple[str, ...] = ()) -> dict[str, str]:
-    """Every inherited variable with a value, the registration's `env` on top."""
-    return {**{k: v for k, v in inherited.items() if v}, **declared}
-
-
-def amp_environment(inherited: Mapping[str, str], declared: Mapping[str, str],
-                    passed: tuple[str, ...] = ()) -> dict[str, str]:
-    """Everything but its API key, the registration's `env`, AWS_VAULT_PROMPT=stdout over both."""
-    env = {k: v for k, v in inherited.items() if k != "AMP_API_KEY"}
-    return {**env, **declared, "AWS_VAULT_PROMPT": "stdout"}
+# opencode's environment and Kilo's own markers (not KILO_PID and KILO_RUN_ID: per run).
+kilo_environment = PassesOn(markers={
+    "AGENT": "1", "OPENCODE": "1", "KILO": "1", "KILOCODE_FEATURE": "cli", "KILOCODE_VERSION": KILO_VERSION,
+    "KILO_PROCESS_ROLE": "main"})
+# Every inherited variable with a value, the registration's `env` on top.
+continue_environment = PassesOn(drop_empty=True)
+# Everything but its API key, the registration's `env`, AWS_VAULT_PROMPT=stdout over both.
+amp_environment = PassesOn(withheld=frozenset({"AMP_API_KEY"}), overrides={"AWS_VAULT_PROMPT": "stdout"})
 
 
 @dataclass(frozen=True)
@@ -222,12 +221,3 @@ PROFILES: dict[str, ClientProfile] = {p.name: p for p in (
         _params("2025-11-25", {}, {"name": "amp-mcp-client", "version": "0.0.0-dev"}),
         "Amp 0.0.1790142911", amp_environment),
 )}
-
-
-def profile_named(name: str) -> ClientProfile | None:
-    return PROFILES.get(name)
-
-
-def profile_for_client_info(client_name: str) -> ClientProfile | None:
-    """The profile whose sessions send `clientInfo.name == client_name`, if any."""
-    return next((p for p in PROFILES.values() if client_name in p.client_names), None)

@@ -23,9 +23,6 @@ from dataclasses import dataclass, field
 
 from lazyd.core.sharing.envrules import PER_SESSION_ENV, classify, counts
 
-__all__ = ["PER_SESSION_ENV", "Identity", "identity_for", "explain_difference", "differing_env_names",
-           "variable_class", "counted_for_learning", "same_without", "MIN_SECRET_BYTES"]
-
 # A shorter key would let someone who knows a cache file name brute-force the token behind it.
 MIN_SECRET_BYTES = 16
 

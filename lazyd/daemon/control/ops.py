@@ -18,7 +18,7 @@ from typing import Any
 
 import trio
 
-from lazyd.core.sharing.client_profiles import PROFILES, ClientProfile, profile_named
+from lazyd.core.sharing.client_profiles import PROFILES, ClientProfile
 from lazyd.core.relay.handshake_defaults import check_params
 from lazyd.config.durations import parse_duration
 from lazyd.config.envnames import parse_names
@@ -301,7 +301,7 @@ class Control:
         profile = None
         client = args.get("client")
         if client is not None:
-            profile = profile_named(client) if isinstance(client, str) else None
+            profile = PROFILES.get(client) if isinstance(client, str) else None
             if profile is None and isinstance(client, str):
                 profile = learned_profile(self.registry.learned, client)  # a client lazyd has no profile for
             if profile is None:

@@ -24,7 +24,6 @@ from lazyd.daemon.heap_trim import HeapTrimmer
 from lazyd.daemon.process.command import SpawnSpec
 from lazyd.daemon.process.read_buffer import ReadBuffer
 from lazyd.daemon.runtime.cache_store import CacheStore
-from lazyd.errors import LifecycleError
 
 __all__ = ["DaemonParts", "LineGate", "RuntimeConfig", "lifecycle_policy"]
 
@@ -79,10 +78,7 @@ class RuntimeConfig:
     def from_state(cls, state: object, secrets: Mapping[str, Any]) -> RuntimeConfig:
         """The configuration `to_state` and `secrets` wrote; ValueError for one this code did not write."""
         c = sc.obj(state, "runtime.config")
-        try:
-            policy = sc.load(lc.LifecyclePolicy, c.get("policy"), "runtime.config.policy")
-        except LifecycleError as exc:
-            raise ValueError(f"runtime.config.policy: {exc}") from None
+        policy = sc.load(lc.LifecyclePolicy, c.get("policy"), "runtime.config.policy")
         spec = SpawnSpec(sc.load(tuple[str, ...], secrets.get("argv"), "secrets.argv"),
                          sc.text(secrets.get("cwd"), "secrets.cwd"),
                          sc.load(dict[str, str], secrets.get("env"), "secrets.env"),
