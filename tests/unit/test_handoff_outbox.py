@@ -529,3 +529,33 @@ async def test_a_full_read_of_the_clients_stdin_widens_it_for_the_rest_and_narro
         ends.close()
     finally:
         client.close()
+
+
+async def test_a_large_answer_raises_a_socket_s_send_buffer_once_and_never_lowers_a_larger_one(
+        fd: int, mapped: Region) -> None:
+    for made in (SMALL_SNDBUF, 4 * WIDE_PIPE_BYTES):
+        client = Client("socketpair")
+        try:
+            peer = socket.socket(fileno=client.out_fd)
+            peer.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, made)
+            before = peer.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF)
+            peer.detach()
+            outbox, witness = session(fd, mapped, client)
+            witness.watching = False
+            give(outbox, witness, answer(1, 10))
+            assert sndbuf(client.out_fd) == before, "a small line leaves the buffer as the client made it"
+            give(outbox, witness, answer(2, 200_000))
+            raised = sndbuf(client.out_fd)
+            wmem_max = int(open("/proc/sys/net/core/wmem_max").read())  # what the kernel caps it at, doubled
+            assert raised == (2 * min(WIDE_PIPE_BYTES // 2, wmem_max) if made == SMALL_SNDBUF else before), raised
+            outbox.ends.close()
+        finally:
+            client.close()
+
+
+def sndbuf(fd: int) -> int:
+    peer = socket.socket(fileno=fd)
+    try:
+        return peer.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF)
+    finally:
+        peer.detach()

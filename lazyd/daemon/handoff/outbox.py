@@ -18,11 +18,13 @@ id still in flight, so a request is answered at least once and at most twice.
 
 While large lines pass, the client's pipes are widened to WIDE_PIPE_BYTES (in a default pipe a
 large line is many trips through trio's scheduler) and narrowed again after the heap trimmer's
-quiet spell (lazyd/daemon/heap_trim.py): a user's pipes share a budget (pipe-user-pages-soft).
+quiet spell (lazyd/daemon/heap_trim.py): a user's pipes share a budget (pipe-user-pages-soft). A
+stdout socket's send buffer is raised once to as much and kept: it bounds memory, holding none.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import logging
@@ -53,8 +55,6 @@ _SEND_FLAGS = socket.MSG_DONTWAIT | socket.MSG_NOSIGNAL
 MAX_IOV = 64  # queued lines written in one writev (each line and its newline are two entries)
 WIDE_PIPE_BYTES = 1024 * 1024  # Linux's default pipe-max-size for users, as the servers' pipes
 DEFAULT_PIPE_BYTES = 64 * 1024  # a read this large took a default pipe's whole content
-_F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
-_F_GETPIPE_SZ = getattr(fcntl, "F_GETPIPE_SZ", 1032)
 
 
 def _usable(fd: int, *, readable: bool) -> str | None:
@@ -70,11 +70,8 @@ def _usable(fd: int, *, readable: bool) -> str | None:
     if stat.S_ISFIFO(st.st_mode):  # O_NONBLOCK set here would change the shim's own copy
         return None if flags & os.O_NONBLOCK else "a pipe without O_NONBLOCK (not a description of its own)"
     if stat.S_ISSOCK(st.st_mode):
-        kind = socket.socket(fileno=os.dup(fd))
-        try:
+        with socket.socket(fileno=os.dup(fd)) as kind:
             ok = kind.family == socket.AF_UNIX and kind.type == socket.SOCK_STREAM
-        finally:
-            kind.close()
         return None if ok else "a socket that is not a Unix stream socket"
     return "neither a pipe nor a socket"
 
@@ -97,6 +94,7 @@ class ClientEnds:
         # Runs `narrow` once the large lines are over: the daemon's HeapTrimmer.later, given by the
         # session (lazyd/daemon/handoff/session.py); until then a widened pipe stays wide.
         self.later: Callable[[Callable[[], None]], None] | None = None
+        self._sndbuf_raised = False
 
     def read_into(self, view: memoryview) -> int | None:
         """Read the client's stdin into `view` (the region's landing zone); how many bytes came,
@@ -117,7 +115,6 @@ class ClientEnds:
 
     def write(self, parts: list[bytes | memoryview]) -> int:
         """Write what fits of `parts` into the client's stdout at once; how many bytes went.
-
         Raises BrokenPipeError when the client closed its end."""
         try:
             if self._out_sock is not None:
@@ -135,17 +132,23 @@ class ClientEnds:
         the width back); False if it is not widened now (a socket, wide already, or refused)."""
         if fd not in (self.in_fd, self.out_fd) or self.closed:
             return False
-        if (self._in_sock if fd == self.in_fd else self._out_sock) is not None:
+        sock = self._in_sock if fd == self.in_fd else self._out_sock
+        if sock is not None:
+            if sock is self._out_sock and not self._sndbuf_raised:
+                self._sndbuf_raised = True
+                with contextlib.suppress(OSError):
+                    if sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF) < WIDE_PIPE_BYTES:
+                        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, WIDE_PIPE_BYTES // 2)
             return False
         if fd in self._widened:
             if self.later is not None:
                 self.later(self.narrow)  # an earlier narrowing found it too full
             return False
         try:
-            size = fcntl.fcntl(fd, _F_GETPIPE_SZ)
+            size = fcntl.fcntl(fd, fcntl.F_GETPIPE_SZ)
             if size >= WIDE_PIPE_BYTES:
                 return False
-            fcntl.fcntl(fd, _F_SETPIPE_SZ, WIDE_PIPE_BYTES)
+            fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, WIDE_PIPE_BYTES)
         except OSError:
             return False
         self._widened[fd] = size
@@ -161,7 +164,7 @@ class ClientEnds:
             return
         for fd, size in list(self._widened.items()):
             try:
-                fcntl.fcntl(fd, _F_SETPIPE_SZ, size)
+                fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, size)
             except OSError:
                 continue
             del self._widened[fd]
@@ -304,14 +307,11 @@ class HandoffOutbox:
             self._set_torn(True)  # before the write, which may stop inside a line
         written = self.ends.write([part for pending in batch for part in pending.parts()])
         self.backlog_bytes -= written
-        whole = 0
         for pending in batch:
             take = min(written, pending.remaining())
             pending.offset += take
             written -= take
-            if pending.remaining():
-                break
-            whole += 1
+        whole = sum(not pending.remaining() for pending in batch)
         if self._torn and (whole == len(self._queue) or not self._queue[whole].offset):
             self._set_torn(False)  # before the ids leave: a kill between leaves whole lines and errors
         for _ in range(whole):
