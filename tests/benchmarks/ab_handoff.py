@@ -1,6 +1,7 @@
 """Two daemons' hand-off path side by side in one run: another source tree's against this one's.
 
     python -m tests.benchmarks.ab_handoff --rev REV [--calls N] [--big-calls N] [--big-bytes N] [--blocks N]
+        [--socketpairs]
 
 The daemon of `--rev` (a revision of this repository, exported with `git archive`) and the daemon
 of this tree run at once, each with one hand-off session to the echo server from its own tree's
@@ -87,6 +88,8 @@ def main() -> None:
     parser.add_argument("--big-calls", type=int, default=40, help="1 MiB echo round trips per side")
     parser.add_argument("--big-bytes", type=int, default=1024 * 1024, help="bytes of text echoed by the big calls")
     parser.add_argument("--blocks", type=int, default=5)
+    parser.add_argument("--socketpairs", action="store_true",
+                        help="every client's stdin and stdout are Unix socketpairs (as Node gives), not pipes")
     args = parser.parse_args()
     sides = (args.rev, "this tree")
     order = ("direct", sides[0], sides[1], sides[1], sides[0], "direct")
@@ -94,10 +97,12 @@ def main() -> None:
         old = export(args.rev, Path(tmp))
         envs = [stack.enter_context(isolated_daemon(old)), stack.enter_context(isolated_daemon())]
         pids = {side: int(env["LAZYD_BENCH_DAEMON_PID"]) for side, env in zip(sides, envs)}
-        clients = {"direct": LineClient(ECHO, envs[1])}
+        clients = {"direct": LineClient(ECHO, envs[1], socketpairs=args.socketpairs)}
         old_shim, old_env = tree_shim(old)
-        clients[sides[0]] = LineClient([*old_shim, "--", *ECHO], {**envs[0], **old_env, "LAZYD_HANDOFF": "1"})
-        clients[sides[1]] = LineClient([shim_path(), "--", *ECHO], {**envs[1], "LAZYD_HANDOFF": "1"})
+        clients[sides[0]] = LineClient([*old_shim, "--", *ECHO], {**envs[0], **old_env, "LAZYD_HANDOFF": "1"},
+                                       socketpairs=args.socketpairs)
+        clients[sides[1]] = LineClient([shim_path(), "--", *ECHO], {**envs[1], "LAZYD_HANDOFF": "1"},
+                                       socketpairs=args.socketpairs)
         for client in clients.values():
             client.handshake()
             time_calls(client, 200, "warm")

@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -16,7 +17,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 REPO = Path(__file__).resolve().parents[2]
 EVERYTHING = ["node", str(REPO / "tests" / "servers" / "node_modules" / "@modelcontextprotocol" / "server-everything" / "dist" / "index.js"), "stdio"]
@@ -77,14 +78,26 @@ def isolated_daemon(tree: Path | None = None, python_args: list[str] | None = No
 
 
 class LineClient:
-    """A blocking JSON-RPC client over a child process's stdin/stdout."""
+    """A blocking JSON-RPC client over a child process's stdin/stdout: pipes, or with
+    `socketpairs` a Unix socketpair each, as Node clients give."""
 
-    def __init__(self, argv: list[str], env: dict[str, str]) -> None:
-        self.proc = subprocess.Popen(argv, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.DEVNULL)
-        assert self.proc.stdin is not None and self.proc.stdout is not None
-        self.stdin = self.proc.stdin
-        self.stdout = self.proc.stdout
+    def __init__(self, argv: list[str], env: dict[str, str], *, socketpairs: bool = False) -> None:
+        self.stdin: IO[bytes]
+        self.stdout: IO[bytes]
+        if socketpairs:
+            (ours_in, theirs_in), (ours_out, theirs_out) = socket.socketpair(), socket.socketpair()
+            self.proc = subprocess.Popen(argv, env=env, stdin=theirs_in.fileno(), stdout=theirs_out.fileno(),
+                                         stderr=subprocess.DEVNULL)
+            theirs_in.close()
+            theirs_out.close()
+            self.stdin, self.stdout = ours_in.makefile("wb"), ours_out.makefile("rb")
+            self._sockets = [ours_in, ours_out]
+        else:
+            self.proc = subprocess.Popen(argv, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                         stderr=subprocess.DEVNULL)
+            assert self.proc.stdin is not None and self.proc.stdout is not None
+            self.stdin, self.stdout = self.proc.stdin, self.proc.stdout
+            self._sockets = []
         self._next = 1
 
     def send(self, method: str, params: dict[str, Any] | None = None, *, notify: bool = False) -> int:
@@ -112,6 +125,8 @@ class LineClient:
 
     def close(self) -> None:
         self.stdin.close()
+        for end in self._sockets:
+            end.close()  # the file objects hold it open until then: the child sees EOF now
         try:
             self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:

@@ -173,14 +173,14 @@ def test_a_daemon_killed_in_the_middle_of_writing_an_answer_leaves_it_cut_on_a_l
 
 
 @pytest.mark.parametrize("path", HANDOFF_PATHS, ids=[p.name for p in HANDOFF_PATHS])
-def test_a_daemon_killed_writing_a_large_answer_to_a_slow_client_leaves_no_line_that_does_not_parse(
+def test_a_daemon_killed_writing_a_large_answer_to_a_slow_client_leaves_at_most_that_line_cut_and_answers_it(
         user_env: UserEnv, path: ShimPath) -> None:
-    # Issue 26: an answer within what the client's stdout takes whole (512 KiB into a pipe, which
-    # the daemon widens to 1 MiB; 200 KiB into a socket, within its buffer wherever wmem_max is
-    # Linux's default) waits behind an earlier one the client reads slowly until there is room for
-    # all of it, and goes in one write. A kill -9 right after that write leaves the client a whole
-    # line and the lost-connection error after it: every line parses (the answer twice at worst).
-    size = 200 * 1024 if path.socketpairs else 512 * 1024
+    # An answer behind an earlier one the client reads slowly goes in as the client's stdout takes
+    # it. A kill -9 right after the first write that carried it leaves the client that answer cut
+    # (or whole, followed by an empty line: the torn byte was not yet cleared) on a line of its
+    # own, and the lost-connection error after it: every other line parses, the request is
+    # answered, twice at worst.
+    size = 600 * 1024  # with the first, more than a widened pipe or a raised send buffer holds
     daemon = start_daemon(user_env, env=kill_seam("written:kill-after-me"))
     shim = path.started(user_env)
     try:
@@ -198,12 +198,13 @@ def test_a_daemon_killed_writing_a_large_answer_to_a_slow_client_leaves_no_line_
         assert daemon.proc.wait(DEADLINE_S) == -signal.SIGKILL
         lines = received.split(b"\n")
         assert lines[-1] == b"", "the client reads up to the end of a line"
-        messages = []
+        messages, cut = [], []
         for line in lines[:-1]:
             try:
                 messages.append(json.loads(line))
             except ValueError:
-                raise AssertionError(f"the client reads a line that does not parse: {line[:80]!r}... ({len(line)} bytes)")
+                cut.append(line)
+        assert len(cut) <= 1 and all(not line or b"kill-after-me" in line for line in cut), [c[:80] for c in cut]
         assert [m["id"] for m in messages if "result" in m] in ([4, 5], [4]), [str(m)[:80] for m in messages]
         errors = [m for m in messages if "error" in m]
         assert [(m["id"], m["error"]["code"]) for m in errors] == [(5, -32603)], errors

@@ -1,9 +1,9 @@
 """The client's ends and the outbox of a hand-off session (lazyd/daemon/handoff/outbox.py): lines
 reach the client whole and in order however slowly it reads, and a daemon killed at any moment
-leaves a region from which the shim makes a clean stream (docs/reliability.md: a line the client's
-stdout can take whole goes in one write that the kernel makes whole, marked by the whole byte; only
-a line over that bound goes in parts, with the torn byte set from before its first write; an
-answer's id retired only once its line is whole).
+leaves a region from which the shim makes a stream the client can split into lines
+(docs/reliability.md: each write takes what the client's stdout takes now; the torn byte is set
+before any write that may stop inside a line and cleared once the stdout ends on a line's end; an
+answer's id retired only once its whole line is written).
 
 Testing policy: real pipes (shrunk to 4096 bytes with F_SETPIPE_SZ, opened afresh with O_NONBLOCK
 as the shim passes them) and Unix socketpairs (a small SO_SNDBUF), a real sealed memfd region
@@ -12,15 +12,15 @@ daemon, no processes. A kill -9 cannot be placed inside a system call from here,
 the daemon where it can be seen: right after each write into the client's stdout returns (the
 region as it was during that write, the client's stdout as after it) and right after each change
 of the region; at each of those moments the client's stream plus what the shim would add to it
-must parse line by line (no cut line at all but for a line over the whole-write bound, and then
-at most one, on a line of its own) and answer every request.
+must parse line by line but for at most one cut line, on a line of its own, and answer every
+request.
 """
 
 from __future__ import annotations
 
 import fcntl
+import itertools
 import json
-import logging
 import os
 import socket
 import threading
@@ -42,6 +42,7 @@ from shim.stdout import Stdout
 SMALL_PIPE = 4096  # the smallest pipe Linux makes: a 10 KiB line takes three writes
 SMALL_SNDBUF = 4096  # Linux doubles it and keeps a floor; either way far below a 20 KiB line
 BIG = 20_000  # bytes of an answer over PIPE_BUF: its writes can stop inside it
+HUGE = 5 * WIDE_PIPE_BYTES // 2  # bytes of an answer over what a widened pipe holds
 
 
 def call(request_id: int) -> bytes:
@@ -123,10 +124,7 @@ class Witness:
         self.cut_writes = 0  # writes that could stop inside a line
         self.partial_writes = 0  # writes that took some of what they were given, not all
         self.torn_during_cut_writes: list[bool] = []
-        self.bound = 1 << 62  # the longest line (with its newline) the client's stdout takes whole
-
-    def over_bound(self, line: bytes) -> bool:
-        return len(line) + 1 > self.bound
+        self.cuts = 0  # moments at which a kill would have left a cut line
 
     def shim_would_write(self) -> bytes:
         read_end, write_end = os.pipe()
@@ -160,16 +158,15 @@ class Witness:
             try:
                 message = json.loads(line)
             except ValueError:
-                # The one line a kill can cut: an answer over the whole-write bound begun, on a line
-                # of its own (or, right after its last part went, an empty line).
+                # The one line a kill can cut, ended by the shim's newline (or, right after a line's
+                # last byte went and before the torn byte was cleared, an empty line).
                 assert any(whole.startswith(line) for whole in self.lines), \
                     f"killed {where}: the client reads a line that is no line the daemon wrote"
-                assert any(whole.startswith(line) for whole in self.lines if self.over_bound(whole)), \
-                    f"killed {where}: a line of at most {self.bound} bytes is cut ({len(line)} bytes of it)"
                 cut += 1
                 continue
             answered.add(id_key(message.get("id")))
         assert cut <= 1, f"killed {where}: {cut} cut lines"
+        self.cuts += cut
         missing = [i for i in self.asked if id_key(i) not in answered]
         assert not missing, f"killed {where}: requests {missing} are never answered"
 
@@ -207,10 +204,8 @@ class WatchedLedger(Ledger):
         self.witness.killed_now(f"after {done!r} was retired")
 
 
-def session(fd: int, mapped: Region, client: Client, *, wide: bool = True) -> tuple[HandoffOutbox, Witness]:
-    """An outbox over `client`'s ends, watched. With `wide`, the client's stdout is widened (a
-    pipe) or its buffer raised (a socket) first, as for a large line, and the witness told the
-    whole-write bound that gives."""
+def session(fd: int, mapped: Region, client: Client) -> tuple[HandoffOutbox, Witness]:
+    """An outbox over `client`'s ends, watched."""
     witness = Witness(fd)
     ledger = WatchedLedger(mapped)
     ledger.witness = witness
@@ -218,9 +213,6 @@ def session(fd: int, mapped: Region, client: Client, *, wide: bool = True) -> tu
     ends.witness = witness
     overflowed: list[bool] = []
     outbox = HandoffOutbox(1, os.getpid(), lambda: overflowed.append(True), ends, ledger)
-    if wide:
-        assert not ends.whole_possible(1 << 40)
-        witness.bound = ends.bound()
     return outbox, witness
 
 
@@ -253,71 +245,61 @@ async def serve(outbox: HandoffOutbox, client: Client, witness: Witness, deliver
 # ---- the outbox -----------------------------------------------------------------------------
 
 
-def at_bound(witness: Witness, request_id: int) -> bytes:
-    """An answer line that, with its newline, is exactly the longest the client's stdout takes whole."""
-    line = answer(request_id, witness.bound - 1 - len(answer(request_id, 0)))
-    assert len(line) + 1 == witness.bound
-    return line
-
-
-def over_bound(witness: Witness, request_id: int) -> bytes:
-    """An answer line longer than the client's stdout can ever take whole: it goes in parts (twice
-    the bound: a socket takes more than `bound` at once, which is what it surely takes whole)."""
-    return answer(request_id, 2 * witness.bound)
-
-
-async def test_lines_below_at_and_above_the_whole_write_bound_reach_a_slow_client_in_order_and_a_kill_at_any_moment_cuts_none_within_it(
+async def test_lines_of_every_size_reach_a_slow_client_in_order_and_a_kill_at_any_moment_leaves_at_most_one_cut_line_and_every_request_answered(
         fd: int, mapped: Region, client: Client) -> None:
     outbox, witness = session(fd, mapped, client)
     ask(outbox, witness, *range(1, 9))
 
     def deliver() -> None:
-        give(outbox, witness, answer(1, BIG), 1)  # straight in, whole
+        give(outbox, witness, answer(1, BIG), 1)  # straight in, as much as the stdout takes
         give(outbox, witness, notification(100))
         give(outbox, witness, answer(2, 10), 2)
-        give(outbox, witness, answer(3, witness.bound // 3), 3)  # waits for room for all of it
+        give(outbox, witness, answer(3, 5000), 3)
         give(outbox, witness, answer(4, 50), 4)
-        give(outbox, witness, at_bound(witness, 5), 5)  # waits for an empty pipe (socket buffer)
-        give(outbox, witness, over_bound(witness, 6), 6)  # in parts, behind the others
+        give(outbox, witness, answer(5, 200_000), 5)  # a pipe is widened for it
+        give(outbox, witness, answer(6, HUGE), 6)
         give(outbox, witness, answer(7, BIG), 7)
         give(outbox, witness, answer(8, 10), 8)
 
     await serve(outbox, client, witness, deliver, chunk=16 * 1024)
     assert client.received == expected(witness) == witness.sent
     assert outbox.ledger.inflight == 0 and not mapped.torn and not mapped.entries()
-    marks = witness.torn_during_cut_writes
-    assert sum(marks) >= 2, "the line over the bound did not go in parts: the test proves nothing"
-    assert len(marks) - sum(marks) >= 4 and witness.moments > 15, (marks, witness.moments)
+    assert witness.partial_writes >= 2 and witness.cuts >= 2, "no write stopped inside a line: the test proves nothing"
+    assert all(witness.torn_during_cut_writes) and witness.moments > 15, witness.moments
 
 
-async def test_a_line_over_the_bound_queued_behind_whole_lines_has_the_torn_byte_set_from_its_first_part_to_its_last(
-        fd: int, mapped: Region, client: Client, caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO, logger="lazyd.server")
+async def test_after_each_write_the_torn_byte_says_whether_the_stdout_ends_inside_a_line_and_only_unfinished_lines_stay_in_flight(
+        fd: int, mapped: Region, client: Client) -> None:
     outbox, witness = session(fd, mapped, client)
-    ask(outbox, witness, 1, 2, 3)
+    sizes = [10, BIG, 10, 3000, 10, BIG, 200, 10]
+    ask(outbox, witness, *range(len(sizes)))
+    for request_id, size in enumerate(sizes):
+        give(outbox, witness, answer(request_id, size), request_id)  # the first ones fill the stdout
+    assert outbox.backlog_frames > 1
+    ends = list(itertools.accumulate(len(line) + 1 for line in witness.lines))
+    while len(client.received) < ends[-1]:
+        try:
+            client.received += os.read(client.stdout, 1500)
+        except BlockingIOError:
+            pass
+        outbox.write_ready()  # what the stdout takes now
+        whole = sum(end <= len(witness.sent) for end in ends)
+        assert mapped.torn == (len(witness.sent) not in (0, *ends)), (len(witness.sent), ends)
+        assert sorted(int(text) for _, text in mapped.entries()) == list(range(whole, len(sizes)))
+    assert client.received == expected(witness) and outbox.ledger.inflight == 0
+    assert witness.partial_writes >= 2, "no write stopped inside a line: the test proves nothing"
+    outbox.ends.close()
 
-    def deliver() -> None:
-        give(outbox, witness, answer(1, witness.bound // 2), 1)
-        give(outbox, witness, over_bound(witness, 2), 2)  # by the writer only, once the first is read
-        give(outbox, witness, over_bound(witness, 3), 3)
 
-    await serve(outbox, client, witness, deliver, chunk=64 * 1024)
-    marks = witness.torn_during_cut_writes
-    assert marks[0] is False and len(marks) >= 5 and all(marks[1:]), marks
-    assert not mapped.torn, "cleared once the last line is whole"
-    said = [r.getMessage() for r in caplog.records if "written in parts" in r.getMessage()]
-    assert len(said) == 1 and f"over the {witness.bound} its stdout takes whole" in said[0], said
-
-
-async def test_a_small_line_into_a_socket_goes_whole_and_is_never_marked_torn(fd: int, mapped: Region) -> None:
-    # Any write into a socket could stop inside a line, whatever its size: one with room for all
-    # of it goes whole, and the torn byte stays clear (the shim then ends nothing).
+async def test_a_small_line_into_a_socket_is_written_with_the_torn_byte_set_and_leaves_it_clear(
+        fd: int, mapped: Region) -> None:
+    # Any write into a socket could stop inside a line, whatever its size.
     client = Client("socketpair")
     try:
-        outbox, witness = session(fd, mapped, client, wide=False)
+        outbox, witness = session(fd, mapped, client)
         ask(outbox, witness, 7)
         give(outbox, witness, answer(7, 10), 7)
-        assert witness.torn_during_cut_writes == [False]
+        assert witness.torn_during_cut_writes == [True] and not mapped.torn
         assert outbox.ledger.inflight == 0 and witness.sent == expected(witness)
         outbox.ends.close()
     finally:
@@ -328,7 +310,7 @@ async def test_a_line_of_at_most_pipe_buf_goes_into_a_pipe_whole_without_touchin
         fd: int, mapped: Region) -> None:
     client = Client("pipe")
     try:
-        outbox, witness = session(fd, mapped, client, wide=False)
+        outbox, witness = session(fd, mapped, client)
         ask(outbox, witness, 1)
         line = answer(1, PIPE_BUF - 60)
         assert len(line) < PIPE_BUF
@@ -339,28 +321,27 @@ async def test_a_line_of_at_most_pipe_buf_goes_into_a_pipe_whole_without_touchin
         client.close()
 
 
-async def test_a_line_that_does_not_fit_the_pipe_s_free_slots_waits_for_room_instead_of_going_in_part(
+async def test_a_line_larger_than_the_pipe_s_free_room_goes_in_part_at_once_and_the_rest_as_the_client_reads(
         fd: int, mapped: Region) -> None:
-    # Ten lines of 3,000 bytes take ten pages of a 4 KiB-page pipe (none merges into the page
-    # before it), holding 30,000 bytes: "size minus FIONREAD" would say a 26 KiB line fits a
-    # pipe of 16 pages, where only 6 pages are free, and a write of it would stop after 6 pages
-    # (its first 2,098 bytes do not fit the last page's rest, so it is not merged there).
+    # Ten lines of 3,000 bytes take ten pages of a 16-page pipe: a 26 KiB line does not fit the
+    # six free pages; what fits goes at once, with the torn byte set, instead of waiting for room.
     client = Client("pipe")
     try:
-        outbox, witness = session(fd, mapped, client, wide=False)
+        outbox, witness = session(fd, mapped, client)
         fcntl.fcntl(client.out_fd, fcntl.F_SETPIPE_SZ, DEFAULT_PIPE_BYTES)
         ask(outbox, witness, *range(1, 12))
         for request_id in range(1, 11):
             give(outbox, witness, answer(request_id, 3000 - 1 - len(answer(request_id, 0))), request_id)
         assert len(witness.sent) == 10 * 3000 and not outbox.backlog_frames
         give(outbox, witness, answer(11, 26 * 1024), 11)
-        assert len(witness.sent) == 10 * 3000 and outbox.backlog_bytes == len(witness.lines[-1]) + 1, "it went at once"
+        assert 10 * 3000 < len(witness.sent) < len(expected(witness)), "it waited for room for all of it"
+        assert mapped.torn and [text for _, text in mapped.entries()] == [b"11"]
         assert pipe_size(client.out_fd) == DEFAULT_PIPE_BYTES
         async with trio.open_nursery() as nursery:
             nursery.start_soon(outbox.run_writer)
             await client.read_slowly(len(expected(witness)), chunk=3000)
             nursery.cancel_scope.cancel()
-        assert client.received == expected(witness) and witness.partial_writes == 0
+        assert client.received == expected(witness) and not mapped.torn and outbox.ledger.inflight == 0
         outbox.ends.close()
     finally:
         client.close()
@@ -369,17 +350,18 @@ async def test_a_line_that_does_not_fit_the_pipe_s_free_slots_waits_for_room_ins
 async def test_an_answer_stays_in_flight_in_the_region_until_the_last_byte_of_its_line_is_written(
         fd: int, mapped: Region, client: Client) -> None:
     outbox, witness = session(fd, mapped, client)
+    witness.watching = False  # the region is looked at here; a kill at each write is the first test's
     ask(outbox, witness, 9)
     emptied: list[bool] = []
     outbox.ledger.on_empty = lambda: emptied.append(True)
-    line = over_bound(witness, 9)
+    line = answer(9, HUGE)
     give(outbox, witness, line, 9)
     assert 0 < len(witness.sent) < len(line) + 1, "the first write should have been partial"
     async with trio.open_nursery() as nursery:
         nursery.start_soon(outbox.run_writer)
         while len(witness.sent) < len(line):
             assert [text for _, text in mapped.entries()] == [b"9"] and mapped.torn and not emptied
-            await client.read_slowly(len(client.received) + 64 * 1024, chunk=64 * 1024)
+            await client.read_slowly(min(len(client.received) + 64 * 1024, len(line)), chunk=64 * 1024)
         await client.read_slowly(len(line) + 1, chunk=64 * 1024)
         nursery.cancel_scope.cancel()
     assert client.received == line + b"\n"
@@ -389,11 +371,10 @@ async def test_an_answer_stays_in_flight_in_the_region_until_the_last_byte_of_it
 
 def let_go_mid_line(fd: int, mapped: Region, client: Client, *, watching: bool) -> tuple[HandoffOutbox, Witness]:
     """A session let go as HandoffSession._finish does it: what the client's stdout takes now,
-    then the rest of the cut line (one over the bound) into the region's tail, for the shim to
-    write first."""
+    then the rest of the cut line into the region's tail, for the shim to write first."""
     outbox, witness = session(fd, mapped, client)
     ask(outbox, witness, 1, 2)
-    give(outbox, witness, over_bound(witness, 1), 1)
+    give(outbox, witness, answer(1, HUGE), 1)
     give(outbox, witness, answer(2, 10), 2)
     outbox.closed = True
     outbox.write_ready()
@@ -548,3 +529,33 @@ async def test_a_full_read_of_the_clients_stdin_widens_it_for_the_rest_and_narro
         ends.close()
     finally:
         client.close()
+
+
+async def test_a_large_answer_raises_a_socket_s_send_buffer_once_and_never_lowers_a_larger_one(
+        fd: int, mapped: Region) -> None:
+    for made in (SMALL_SNDBUF, 4 * WIDE_PIPE_BYTES):
+        client = Client("socketpair")
+        try:
+            peer = socket.socket(fileno=client.out_fd)
+            peer.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, made)
+            before = peer.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF)
+            peer.detach()
+            outbox, witness = session(fd, mapped, client)
+            witness.watching = False
+            give(outbox, witness, answer(1, 10))
+            assert sndbuf(client.out_fd) == before, "a small line leaves the buffer as the client made it"
+            give(outbox, witness, answer(2, 200_000))
+            raised = sndbuf(client.out_fd)
+            wmem_max = int(open("/proc/sys/net/core/wmem_max").read())  # what the kernel caps it at, doubled
+            assert raised == (2 * min(WIDE_PIPE_BYTES // 2, wmem_max) if made == SMALL_SNDBUF else before), raised
+            outbox.ends.close()
+        finally:
+            client.close()
+
+
+def sndbuf(fd: int) -> int:
+    peer = socket.socket(fileno=fd)
+    try:
+        return peer.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF)
+    finally:
+        peer.detach()

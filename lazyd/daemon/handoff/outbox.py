@@ -6,23 +6,25 @@ the shim has, used with MSG_DONTWAIT and never set non-blocking. Either way the 
 descriptors stay as the client made them, for the shim to use again if the daemon is lost.
 
 `HandoffOutbox` is the `Outbox` (lazyd/daemon/runtime/outbox.py) a runtime delivers a client's lines
-to: straight into the client's stdout when nothing is queued, else through a writer task. An
-answer's id leaves the ledger only once its whole line is in the pipe.
+to: straight into the client's stdout when nothing is queued, else through a writer task, each
+time as much of the queued lines as the stdout takes in one write. The flow-control bounds are a
+connection's.
 
-Whole lines or none (docs/reliability.md): a line goes only once the client's stdout has room for
-all of it (lazyd/daemon/handoff/whole_write.py), in one write the kernel makes whole, so that a
-kill -9 at any moment leaves no cut line. Only a line over what the stdout can ever take whole
-(`ClientEnds.bound`, after widening the pipe or raising the socket's buffer) goes in parts, with
-the region's torn byte set until its last part. The flow-control bounds are a connection's.
+A kill -9 leaves the client's stdout as the region says (docs/reliability.md): the torn byte is set
+before any write that may stop inside a line (any write into a socket, one over PIPE_BUF into a
+pipe) and cleared once the stdout ends on a line's end again, and an answer's id leaves the ledger
+only after that, once its whole line is written: a recovery then ends a cut line and answers each
+id still in flight, so a request is answered at least once and at most twice.
 
 While large lines pass, the client's pipes are widened to WIDE_PIPE_BYTES (in a default pipe a
 large line is many trips through trio's scheduler) and narrowed again after the heap trimmer's
-quiet spell (lazyd/daemon/heap_trim.py): a user's pipes share a budget (pipe-user-pages-soft).
+quiet spell (lazyd/daemon/heap_trim.py): a user's pipes share a budget (pipe-user-pages-soft). A
+stdout socket's send buffer is raised once to as much and kept: it bounds memory, holding none.
 """
 
 from __future__ import annotations
 
-import array
+import contextlib
 import errno
 import fcntl
 import logging
@@ -30,7 +32,6 @@ import os
 import select
 import socket
 import stat
-import termios
 from collections import deque
 from collections.abc import Callable
 from itertools import islice
@@ -40,7 +41,6 @@ import trio
 
 from lazyd.core.relay.jsonrpc import JsonId
 from lazyd.daemon.handoff.ledger import Ledger
-from lazyd.daemon.handoff.whole_write import pipe_room, socket_cost, socket_room
 from lazyd.daemon.runtime.outbox import (
     CLIENT_PAUSE_BYTES,
     CLIENT_PAUSE_FRAMES,
@@ -55,16 +55,6 @@ _SEND_FLAGS = socket.MSG_DONTWAIT | socket.MSG_NOSIGNAL
 MAX_IOV = 64  # queued lines written in one writev (each line and its newline are two entries)
 WIDE_PIPE_BYTES = 1024 * 1024  # Linux's default pipe-max-size for users, as the servers' pipes
 DEFAULT_PIPE_BYTES = 64 * 1024  # a read this large took a default pipe's whole content
-_F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
-_F_GETPIPE_SZ = getattr(fcntl, "F_GETPIPE_SZ", 1032)
-_SIOCOUTQ = termios.TIOCOUTQ  # the same request number: SIOCOUTQ on a socket
-WIDE_SNDBUF_BYTES = socket_cost(WIDE_PIPE_BYTES, 1 << 30) // 2 + 4096
-# SO_SNDBUF asked of a socket a large line needs whole (the kernel doubles it, capped at twice
-# net.core.wmem_max): a line as long as a widened pipe holds then fits whole too.
-ROOM_WAIT_FIRST_S = 0.0005
-ROOM_WAIT_MAX_S = 0.02
-# The kernel wakes a writer at one free page (a pipe) or a quarter of the buffer (a socket), not at
-# the room a line needs: while the stdout is not full, the writer looks again on a doubling timer.
 
 
 def _usable(fd: int, *, readable: bool) -> str | None:
@@ -80,11 +70,8 @@ def _usable(fd: int, *, readable: bool) -> str | None:
     if stat.S_ISFIFO(st.st_mode):  # O_NONBLOCK set here would change the shim's own copy
         return None if flags & os.O_NONBLOCK else "a pipe without O_NONBLOCK (not a description of its own)"
     if stat.S_ISSOCK(st.st_mode):
-        kind = socket.socket(fileno=os.dup(fd))
-        try:
+        with socket.socket(fileno=os.dup(fd)) as kind:
             ok = kind.family == socket.AF_UNIX and kind.type == socket.SOCK_STREAM
-        finally:
-            kind.close()
         return None if ok else "a socket that is not a Unix stream socket"
     return "neither a pipe nor a socket"
 
@@ -107,7 +94,6 @@ class ClientEnds:
         # Runs `narrow` once the large lines are over: the daemon's HeapTrimmer.later, given by the
         # session (lazyd/daemon/handoff/session.py); until then a widened pipe stays wide.
         self.later: Callable[[Callable[[], None]], None] | None = None
-        self._sndbuf = 0  # the stdout socket's SO_SNDBUF, once read (only the daemon raises it)
         self._sndbuf_raised = False
 
     def read_into(self, view: memoryview) -> int | None:
@@ -129,7 +115,6 @@ class ClientEnds:
 
     def write(self, parts: list[bytes | memoryview]) -> int:
         """Write what fits of `parts` into the client's stdout at once; how many bytes went.
-
         Raises BrokenPipeError when the client closed its end."""
         try:
             if self._out_sock is not None:
@@ -147,17 +132,23 @@ class ClientEnds:
         the width back); False if it is not widened now (a socket, wide already, or refused)."""
         if fd not in (self.in_fd, self.out_fd) or self.closed:
             return False
-        if (self._in_sock if fd == self.in_fd else self._out_sock) is not None:
+        sock = self._in_sock if fd == self.in_fd else self._out_sock
+        if sock is not None:
+            if sock is self._out_sock and not self._sndbuf_raised:
+                self._sndbuf_raised = True
+                with contextlib.suppress(OSError):
+                    if sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF) < WIDE_PIPE_BYTES:
+                        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, WIDE_PIPE_BYTES // 2)
             return False
         if fd in self._widened:
             if self.later is not None:
                 self.later(self.narrow)  # an earlier narrowing found it too full
             return False
         try:
-            size = fcntl.fcntl(fd, _F_GETPIPE_SZ)
+            size = fcntl.fcntl(fd, fcntl.F_GETPIPE_SZ)
             if size >= WIDE_PIPE_BYTES:
                 return False
-            fcntl.fcntl(fd, _F_SETPIPE_SZ, WIDE_PIPE_BYTES)
+            fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, WIDE_PIPE_BYTES)
         except OSError:
             return False
         self._widened[fd] = size
@@ -173,7 +164,7 @@ class ClientEnds:
             return
         for fd, size in list(self._widened.items()):
             try:
-                fcntl.fcntl(fd, _F_SETPIPE_SZ, size)
+                fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, size)
             except OSError:
                 continue
             del self._widened[fd]
@@ -183,64 +174,6 @@ class ClientEnds:
         poller = select.poll()
         poller.register(self.out_fd, 0)  # POLLERR and POLLHUP are always reported
         return bool(poller.poll(0))
-
-    def room(self) -> int:
-        """Bytes one write surely puts into the client's stdout whole now (whole_write.py); raises
-        BrokenPipeError when the client's stdout can no longer be asked."""
-        count = array.array("i", [0])
-        try:
-            if self._out_sock is not None:
-                fcntl.ioctl(self.out_fd, _SIOCOUTQ, count)
-                return socket_room(count[0], self._send_buffer())
-            fcntl.ioctl(self.out_fd, termios.FIONREAD, count)
-            return pipe_room(fcntl.fcntl(self.out_fd, _F_GETPIPE_SZ), count[0])
-        except OSError as exc:
-            raise BrokenPipeError(exc.errno, exc.strerror) from None
-
-    def bound(self) -> int:
-        """The longest write (a line and its newline) the client's stdout can ever take whole as
-        it is now: all of an empty pipe, or what an empty socket buffer holds."""
-        try:
-            if self._out_sock is not None:
-                return socket_room(0, self._send_buffer())
-            size: int = fcntl.fcntl(self.out_fd, _F_GETPIPE_SZ)
-            return size
-        except OSError as exc:
-            raise BrokenPipeError(exc.errno, exc.strerror) from None
-
-    def whole_possible(self, size: int) -> bool:
-        """Whether a write of `size` bytes can go whole into the client's stdout once it has
-        room: a pipe is widened and a socket's buffer raised first where needed and allowed."""
-        if self._out_sock is None and size <= PIPE_BUF:
-            return True  # whole or nothing, whatever the room (POSIX)
-        if size <= self.bound():
-            return True
-        if self._out_sock is None:
-            self.widen(self.out_fd)
-        elif not self._sndbuf_raised:
-            self._sndbuf_raised = True  # once: the kernel caps it at twice wmem_max, and that stays
-            if self._send_buffer() < 2 * WIDE_SNDBUF_BYTES:  # never lower a buffer the client made larger
-                try:
-                    self._out_sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, WIDE_SNDBUF_BYTES)
-                except OSError:
-                    pass
-                self._send_buffer(fresh=True)
-        return size <= self.bound()
-
-    def _send_buffer(self, *, fresh: bool = False) -> int:
-        assert self._out_sock is not None
-        if fresh or not self._sndbuf:
-            self._sndbuf = self._out_sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF)
-        return self._sndbuf
-
-    async def wait_for_room(self, delay: float) -> None:
-        """One step of waiting for room for a whole line (see ROOM_WAIT_FIRST_S)."""
-        poller = select.poll()
-        poller.register(self.out_fd, select.POLLOUT)
-        if not poller.poll(0):
-            await trio.lowlevel.wait_writable(self.out_fd)
-        else:
-            await trio.sleep(delay)
 
     def may_cut(self, size: int) -> bool:
         """Whether a write of `size` bytes may stop inside a line: any write into a socket, one
@@ -265,10 +198,10 @@ class _Pending:
 
     __slots__ = ("line", "done", "offset")
 
-    def __init__(self, line: bytes, done: JsonId | None, offset: int) -> None:
+    def __init__(self, line: bytes, done: JsonId | None) -> None:
         self.line = line
         self.done = done
-        self.offset = offset  # bytes of line + b"\n" already written
+        self.offset = 0  # bytes of line + b"\n" already written
 
     def parts(self) -> list[bytes | memoryview]:
         if self.offset < len(self.line):
@@ -297,45 +230,28 @@ class HandoffOutbox:
         self._wake = trio.Event()  # set when the queue got a line, for the writer
         self._drained = trio.Event()  # set (and replaced) when a paused reader may go on
         self._paused = False
-        self._need_room = 0  # bytes the first queued line waits for in the client's stdout
-        self._parts_logged = False  # a line over what the client's stdout takes whole was logged
-        self._cut: _Pending | None = None  # the newline that ends a lost daemon's cut line
+        self._torn = False  # the region's torn byte, as this outbox last wrote it
 
     def deliver(self, line: bytes, done: JsonId | None = None) -> None:
         if self.dropped or self.closed:
             return
-        size = len(line) + 1
-        if not self._queue and not self.ends.may_cut(size):
-            # At most PIPE_BUF into a pipe: whole or not at all, no mark needed, no task switch.
-            try:
-                if self.ends.write([line, b"\n"]):
-                    if done is not None:
-                        self.ledger.answered(done)
-                    return
-            except BrokenPipeError:
-                self._gone()
-                return
-            first = False  # the pipe is full: the writer waits for it
-        else:
-            first = not self._queue
-        self._queue.append(_Pending(line, done, 0))
-        self.backlog_bytes += size
-        if first and not self.write_ready():
-            return  # the client is gone
+        self._queue.append(_Pending(line, done))
+        self.backlog_bytes += len(line) + 1
+        if len(self._queue) == 1:
+            self.write_ready()  # nothing was queued: straight in, without a task switch
         if self.backlog_bytes > MAX_CLIENT_BACKLOG_BYTES or len(self._queue) > MAX_CLIENT_BACKLOG_FRAMES:
             self.dropped = True
             log.warning("client %d (shim pid %d) stopped reading: disconnecting it (%d lines, %d bytes queued)",
                         self.cid, self.pid, len(self._queue), self.backlog_bytes)
             self._on_overflow()
-            return
-        if self._queue:
+        elif self._queue:
             self._wake.set()
 
     def end_cut_line(self) -> None:
-        """The client's stdout ends inside a line a lost daemon was writing: a newline goes first,
-        through the writer; the torn byte is cleared once it is written."""
-        self._cut = _Pending(b"", None, 0)
-        self._queue.append(self._cut)
+        """The client's stdout ends inside a line a lost daemon was writing (the region's torn byte
+        is set): a newline goes first, through the writer, and clears it."""
+        self._torn = True
+        self._queue.append(_Pending(b"", None))
         self.backlog_bytes += 1
         self._wake.set()
 
@@ -359,34 +275,19 @@ class HandoffOutbox:
 
     async def run_writer(self) -> None:
         """Write queued lines as the client takes them, until the session ends."""
-        delay = ROOM_WAIT_FIRST_S
         while True:
             while not self._queue:
                 await self._wake.wait()
                 self._wake = trio.Event()
-            if self._need_room:
-                await self.ends.wait_for_room(delay)
-                delay = min(2 * delay, ROOM_WAIT_MAX_S)
-            else:
-                await trio.lowlevel.wait_writable(self.ends.out_fd)
-            backlog = self.backlog_bytes
+            await trio.lowlevel.wait_writable(self.ends.out_fd)
             if not self.write_ready():
                 return
-            if self.backlog_bytes != backlog:
-                delay = ROOM_WAIT_FIRST_S  # a line went: the next one's wait starts short again
 
     def write_ready(self) -> bool:
-        """Write what the client's stdout takes now: whole lines, but for one over what it can ever
-        take whole, which goes in parts. False once the client is gone."""
-        self._need_room = 0
+        """Write what the client's stdout takes now; False once the client is gone."""
         try:
-            while self._queue:
-                head = self._queue[0]
-                if head.offset or not self.ends.whole_possible(head.remaining()):
-                    if not self._write_part(head):
-                        break
-                elif not self._write_whole():
-                    break
+            while self._queue and self._write_batch():
+                pass
         except BrokenPipeError:
             self._gone()
             return False
@@ -396,70 +297,32 @@ class HandoffOutbox:
             self._drained = trio.Event()
         return True
 
-    def _write_whole(self) -> bool:
-        """Write the queued lines the client's stdout has room for, in one write that goes whole
-        or not at all; False when it has none for the first."""
-        room = self.ends.room()
-        batch: list[_Pending] = []
-        size = 0
-        for pending in islice(self._queue, MAX_IOV // 2):
-            if pending.offset or size + pending.remaining() > room:
-                break
-            batch.append(pending)
-            size += pending.remaining()
-        if not batch:
-            first = self._queue[0].remaining()
-            if self.ends.may_cut(first):
-                self._need_room = first  # the writer waits for that much room, not for a page
-                return False
-            batch, size = [self._queue[0]], first  # PIPE_BUF at most into a pipe: whole or nothing
-        # Whole lines or none: a kill leaves nothing for the shim to end, and the ids still in the
-        # table get their errors after them (at worst an answer twice).
+    def _write_batch(self) -> bool:
+        """One write of the first queued lines (at most MAX_IOV parts); whether all of them went."""
+        batch = list(islice(self._queue, MAX_IOV // 2))
+        size = sum(pending.remaining() for pending in batch)
+        if batch[0].remaining() > DEFAULT_PIPE_BYTES:
+            self.ends.widen(self.ends.out_fd)
+        if not self._torn and self.ends.may_cut(size):
+            self._set_torn(True)  # before the write, which may stop inside a line
         written = self.ends.write([part for pending in batch for part in pending.parts()])
         self.backlog_bytes -= written
-        left = written
         for pending in batch:
-            take = min(left, pending.remaining())
+            take = min(written, pending.remaining())
             pending.offset += take
-            left -= take
-            if pending.remaining():
-                break
-            self._retire()
-        if written < size and self._queue and self._queue[0].offset:
-            # The kernel stopped short of its room (no page, a fault): the rest goes by `_write_part`.
-            self.ledger.torn(True)
-            log.warning("client %d (shim pid %d): a write of %d bytes into its stdout stopped at %d",
-                        self.cid, self.pid, size, written)
-        return written == size
+            written -= take
+        whole = sum(not pending.remaining() for pending in batch)
+        if self._torn and (whole == len(self._queue) or not self._queue[whole].offset):
+            self._set_torn(False)  # before the ids leave: a kill between leaves whole lines and errors
+        for _ in range(whole):
+            pending = self._queue.popleft()
+            if pending.done is not None:
+                self.ledger.answered(pending.done)
+        return whole == len(batch)
 
-    def _write_part(self, head: _Pending) -> bool:
-        """Write what the client's stdout takes of a line it cannot take whole, the torn byte set
-        from its first byte until its last; False when the stdout is full."""
-        if not head.offset:
-            self.ledger.torn(True)  # before the write, which may stop inside the line
-            if not self._parts_logged:
-                self._parts_logged = True
-                log.info("client %d (shim pid %d): a line of %d bytes is over the %d its stdout takes whole; "
-                         "written in parts (a kill -9 meanwhile leaves it cut; logged once per session)",
-                         self.cid, self.pid, head.remaining(), self.ends.bound())
-        written = self.ends.write(head.parts())
-        head.offset += written
-        self.backlog_bytes -= written
-        if head.remaining():
-            return False
-        self.ledger.torn(False)  # before the id is retired: a kill between leaves a whole line and an error
-        self._retire()
-        return True
-
-    def _retire(self) -> None:
-        """The first queued line is wholly in the client's stdout: its id leaves the ledger (after
-        the newline ending a lost daemon's cut line, the torn byte is cleared)."""
-        pending = self._queue.popleft()
-        if pending is self._cut:
-            self._cut = None
-            self.ledger.torn(False)
-        if pending.done is not None:
-            self.ledger.answered(pending.done)
+    def _set_torn(self, torn: bool) -> None:
+        self._torn = torn
+        self.ledger.torn(torn)
 
     def let_go(self) -> None:
         """Hand the session back to the shim: the unwritten rest of a line the client has a part
