@@ -228,13 +228,30 @@ def test_eof_from_the_daemon_runs_the_recovery_command_in_the_waiter_s_place(tmp
     assert record.read_text() == str(waiter.pid), "the recovery runs in the waiter's process"
 
 
+def _traps(pid: int, signum: int) -> bool:
+    """Whether process `pid` is the shell running the waiting program, with a handler for `signum`."""
+    try:
+        if not os.readlink(f"/proc/{pid}/exe").endswith(("dash", "sh")):
+            return False
+        with open(f"/proc/{pid}/status") as status:
+            caught = next(line for line in status if line.startswith("SigCgt:"))
+    except (OSError, StopIteration):
+        return False
+    return bool(int(caught.split()[1], 16) >> (signum - 1) & 1)
+
+
 @pytest.mark.parametrize(("signum", "status"), [(signal.SIGTERM, 0), (signal.SIGHUP, 0), (signal.SIGINT, 130)])
 def test_a_signal_ends_a_waiting_waiter_as_it_ends_the_shim(signum: int, status: int) -> None:
     ours, theirs = socket.socketpair()
     waiter = _waiter(theirs.fileno(), "", "", ["/bin/false"])
     theirs.close()
     try:
-        time.sleep(0.3)  # into its read
+        # Not before the shell has its trap: sent earlier (a loaded machine may take a while to
+        # exec dash) it would reach the forked test process or dash's default, not the program.
+        deadline = time.monotonic() + 10
+        while not _traps(waiter.pid, signum) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.2)  # into its read
         waiter.send_signal(signum)
         assert waiter.wait(timeout=10) == status
     finally:
