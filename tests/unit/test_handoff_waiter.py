@@ -198,6 +198,12 @@ def _waiter(socket_end: int | None, flock: str, slot: str, command: list[str],
 
     def socket_at_9() -> None:
         os.dup2(os.open(os.devnull, os.O_RDONLY) if socket_end is None else socket_end, handoff.WAIT_FD)
+        # As a client starts its servers (libuv's spawn does this): default dispositions, nothing
+        # blocked. A test process may have these signals ignored or blocked, and exec keeps both.
+        signals = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
+        for signum in signals:
+            signal.signal(signum, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, signals)
 
     return subprocess.Popen([dash, handoff.WAITING_PROGRAM, flock, slot, *command], stdin=subprocess.DEVNULL,
                             stderr=stderr, preexec_fn=socket_at_9, close_fds=False)
@@ -247,7 +253,7 @@ def test_a_signal_ends_a_waiting_waiter_as_it_ends_the_shim(signum: int, status:
     theirs.close()
     try:
         # Not before the shell has its trap: sent earlier (a loaded machine may take a while to
-        # exec dash) it would reach the forked test process or dash's default, not the program.
+        # exec dash) it would reach the forked test process or dash's default action.
         deadline = time.monotonic() + 10
         while not _traps(waiter.pid, signum) and time.monotonic() < deadline:
             time.sleep(0.01)
