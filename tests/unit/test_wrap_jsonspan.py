@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lazyd.ctl.wrap.jsonspan import MAX_NESTING_DEPTH, STRICT, Dialect, parse
-from lazyd.ctl.wrap.spans import Array, Node, Object, Scalar, Splice, splice, to_python
+from lazyd.ctl.wrap.spans import Array, Node, Object, Scalar, Splice, splice, to_python, walk
 from lazyd.errors import JsonSyntaxError
 
 JSONC = Dialect(comments=True, trailing_commas=True)
@@ -62,17 +62,6 @@ def _document(draw: st.DrawFn, comments: bool = False) -> tuple[str, object]:
     return ws() + render(value) + ws(), value
 
 
-def _nodes(node: Node) -> list[Node]:
-    found = [node]
-    if isinstance(node, Array):
-        for item in node.items:
-            found += _nodes(item)
-    if isinstance(node, Object):
-        for member in node.members:
-            found += _nodes(member.value)
-    return found
-
-
 def _same(a: object, b: object) -> bool:
     # Floats are compared by value; json.loads and the scanner must give the same floats anyway.
     if isinstance(a, float) and isinstance(b, float):
@@ -87,7 +76,7 @@ def test_every_generated_document_parses_to_its_value_and_splices_back_to_itself
     root = parse(text)
     assert to_python(root) == json.loads(text)
     assert splice(text, []) == text
-    for node in _nodes(root):
+    for node in walk(root):
         source = text[node.start : node.end]
         assert _same(json.loads(source), to_python(node))
         # Replacing any value by its own source text is the identity too.
@@ -103,7 +92,7 @@ def test_every_generated_document_with_comments_parses_in_the_comment_dialect(do
     text, value = doc
     root = parse(text, JSONC)
     assert to_python(root) == value
-    for node in _nodes(root):
+    for node in walk(root):
         source = text[node.start : node.end]
         assert _same(to_python(parse(source, JSONC)), to_python(node))
         assert splice(text, [Splice(node.start, node.end, source)]) == text
