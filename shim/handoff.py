@@ -145,6 +145,7 @@ def wait(conn: connect.Connection, region: int, args: list[str], log: Log, socke
     """Wait while the daemon serves the client in the waiting program; where no shell can be exec'd
     wait here, then run the recovery as the waiting program would (without a resume slot). The
     resume slots (shim/slots.py) are those beside `socket_path`."""
+    log.clear_of((HELLO_FD, WAIT_FD))  # the log file goes on being written until the exec
     if region in (HELLO_FD, SLOT_FD, WAIT_FD):
         import fcntl
 

@@ -284,6 +284,13 @@ class Log:
         elif opts.verbose:
             self._fd = 2
 
+    def clear_of(self, places: tuple[int, ...]) -> None:
+        """Move the log file's descriptor off `places`, which the caller is about to fill."""
+        if self._fd is not None and self._fd > 2 and self._fd in places:
+            import fcntl
+
+            self._fd = fcntl.fcntl(self._fd, fcntl.F_DUPFD_CLOEXEC, max(places) + 1)
+
     def __call__(self, message: str) -> None:
         if self._fd is None:
             return

@@ -131,7 +131,9 @@ def _exec_refused(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
         raise _Recovering() if path == sys.executable else OSError("not here")
 
     monkeypatch.setattr(os, "execv", fake_exec)
-    monkeypatch.setattr(handoff, "WAIT_FD", 250)  # clear of the test process's own descriptors
+    # Clear of the test process's own descriptors, which `wait` would otherwise replace.
+    monkeypatch.setattr(handoff, "WAIT_FD", 250)
+    monkeypatch.setattr(handoff, "HELLO_FD", 251)
     return execs
 
 
@@ -429,6 +431,27 @@ def test_a_shim_with_no_shell_to_exec_waits_itself_then_runs_the_recovery_the_wa
     assert recovery[-3].startswith(slots.RESUME_FLAG)
     with pytest.raises(OSError):
         os.fstat(250)  # the daemon's socket is not the recovery's
+
+
+def test_a_log_file_where_the_waiter_s_hello_goes_is_moved_and_still_written(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    _exec_refused(monkeypatch)
+    monkeypatch.setattr(handoff, "SHELLS", ())
+    path = tmp_path / "shim.log"
+    log = Log(parse(["--log-file", str(path), "--", "true"], {}))
+    (place,) = [int(fd) for fd in os.listdir("/proc/self/fd") if os.path.realpath(f"/proc/self/fd/{fd}") == str(path)]
+    monkeypatch.setattr(handoff, "HELLO_FD", place)  # the log file sits where the hello goes
+    ours, peer = socket.socketpair()
+    peer.close()
+    region = os.open("/dev/null", os.O_RDONLY)
+    try:
+        with pytest.raises(_Recovering):
+            handoff.wait(_Conn(ours, "x"), region, ["--", "true"], log,  # type: ignore[arg-type]
+                         "/run/user/1/lazyd/lazyd.sock")
+    finally:
+        os.close(region)
+        os.close(place)
+    assert "no shell to wait in, waiting in this process" in path.read_text()
 
 
 def test_a_shim_waiting_itself_exits_0_when_the_daemon_says_the_client_left(monkeypatch: pytest.MonkeyPatch) -> None:
