@@ -3,7 +3,7 @@
 ``open_session`` returns a connected, welcomed ``Connection`` or raises ``Unavailable`` with a
 short reason (shown as ``daemon unavailable (<reason>)``). With no daemon where this environment
 points, one recorded under HOME is looked for; then, when allowed, one is started
-(shim/autostart.py). Every wait is bounded, and by the caller's deadline when one is given.
+(shim/dial.py). Every wait is bounded, and by the caller's deadline when one is given.
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ import time
 
 from lazyd.protocol import smallpack
 from lazyd.host import sockpath
-from lazyd.errors import Unavailable, WireError
+from lazyd.errors import NoDaemon, Unavailable, WireError
 from lazyd.protocol.frames import MAX_FRAME_BYTES, WIRE_VERSION, ForeignWelcome, Hello, Refusal, Welcome, validate_walked
 
-from .dial import BUSY_WAIT_S, NoDaemon, budget, check_peer, connect_once
+from .dial import BUSY_WAIT_S, budget, connect_once, start_daemon
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs start-up time
 if TYPE_CHECKING:
@@ -98,7 +98,6 @@ def open_session(opts: Options, resume: list[bytes], log: Log, deadline: float |
     started = time.monotonic()
     sock = connect_or_start(path, opts.socket is not None, opts.autostart, log, deadline)
     try:
-        check_peer(sock, path)
         sock.settimeout(budget(HELLO_WAIT_S, deadline))
         try:
             _send_hello(sock, frame, fds)
@@ -200,8 +199,6 @@ def connect_or_start(path: str, explicit: bool, autostart: bool, log: Callable[[
     if not autostart:
         raise Unavailable(f"no daemon at {path}: {reason}; autostart is off")
     log(f"no daemon at {path} ({reason}); autostarting")
-    from .autostart import autostart as start_daemon
-
     return start_daemon(path, explicit, log, deadline)
 
 

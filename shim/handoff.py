@@ -16,7 +16,6 @@ import time
 from lazyd.errors import Unavailable
 
 from . import connect, slots
-from .dial import RECONNECT_POLL_S, RECONNECT_WAIT_S
 from .options import say
 from .slots import RESUME_FLAG, SLOT_FD
 
@@ -34,6 +33,10 @@ SHELLS = ("/bin/dash", "/usr/bin/dash", "/bin/sh")
 WAITING_PROGRAM = os.path.join(os.path.dirname(os.path.abspath(__file__)), "waiting.sh")  # package data
 
 MAX_NAME = 64  # of the server's name in the waiting program's argv[0]
+# How long a shim tries to get a daemon back before running the server itself: a stopping daemon
+# holds its instance lock for up to its shutdown bound, and a new one then needs its start.
+RECONNECT_WAIT_S = 20.0
+RECONNECT_POLL_S = 0.05  # between reconnect attempts when no daemon answers
 
 
 def _passable(fd: int, flags: int) -> int | None:
@@ -115,12 +118,6 @@ def reconnect(opts: Options, resume: list[bytes], log: Log, region: int | None, 
         pause(max(0.0, min(RECONNECT_POLL_S, deadline - time.monotonic())))
 
 
-def waiting_argv(name: str, flock: str, lock_file: str, recovery: list[str]) -> list[str]:
-    """The waiting program's command line: a readable argv[0], the program, its arguments."""
-    shown = "".join(c if c.isprintable() else "?" for c in name)[:MAX_NAME] or "?"
-    return [f"lazyd-shim: waiting ({shown})", WAITING_PROGRAM, flock, lock_file, *recovery]
-
-
 def hello_memfd(frame: bytes) -> int | None:
     """A data memfd (inheritable) holding the session's hello `frame` as it was sent, for a daemon
     restarted by systemd to read through the waiter's /proc/PID/fd and reclaim the session with.
@@ -167,7 +164,9 @@ def wait(conn: connect.Connection, region: int, args: list[str], log: Log, socke
     # [python, interpreter options, script | -m module, arguments...].
     prefix = sys.orig_argv[1 : len(sys.orig_argv) - (len(sys.argv) - 1)]
     recovery = [sys.executable, *prefix, f"{RESUME_FLAG}{region}", *args]
-    argv = waiting_argv(conn.welcome.name, flock, slots.slot_path(socket_path, os.getpid()), recovery)
+    shown = "".join(c if c.isprintable() else "?" for c in conn.welcome.name)[:MAX_NAME] or "?"
+    argv = [f"lazyd-shim: waiting ({shown})", WAITING_PROGRAM, flock, slots.slot_path(socket_path, os.getpid()),
+            *recovery]
     path = shell()
     if path is not None:
         log(f"handed off; waiting in {path} {WAITING_PROGRAM}")

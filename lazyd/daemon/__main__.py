@@ -3,7 +3,7 @@
 `run` counts a start that systemd handed kept sessions before anything else is imported
 (lazyd/daemon/crash_loop.py): a daemon that cannot import its own modules must still let them go.
 With ``--stderr-until-ready`` its last line on stderr is ``exit N``: the shim that started it is
-not its parent (shim/detach.py). Once the daemon listens, stderr is /dev/null and the line goes
+not its parent (shim/dial.py). Once the daemon listens, stderr is /dev/null and the line goes
 nowhere.
 """
 

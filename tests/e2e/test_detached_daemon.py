@@ -22,7 +22,7 @@ from typing import IO, Any
 import pytest
 
 from lazyd.host import procfs
-from shim.detach import Detached, launch  # the installed lazyd_shim is this package (mypy sees `shim`)
+from shim.dial import launch, outcome, stderr_until_ready  # the installed lazyd_shim is this package
 from tests.conftest import FIXTURE_SERVER, UserEnv, shim_command, wait_until
 
 pytestmark = pytest.mark.e2e
@@ -177,40 +177,34 @@ def test_killing_the_shims_group_and_process_tree_leaves_the_daemon_and_its_serv
         second.close()
 
 
-# ---- the launcher itself (shim/detach.py), with small commands in the daemon's place -------------
+# ---- the launcher itself (shim/dial.py), with small commands in the daemon's place ----------------
 
 
-def exit_status(proc: Detached) -> int:
-    deadline = time.monotonic() + STEP_TIMEOUT_S
-    status = proc.poll()
-    while status is None:
-        assert time.monotonic() < deadline, "no exit status reported"
-        time.sleep(0.01)
-        status = proc.poll()
-    return int(status)
+def said(stderr: int) -> tuple[int | None, str, list[str]]:
+    """The exit status and reason the launched command's stderr ends with, and its lines before them."""
+    try:
+        lines = stderr_until_ready(stderr, time.monotonic() + STEP_TIMEOUT_S)
+    finally:
+        os.close(stderr)
+    return (*outcome(lines), lines)
 
 
-def first_line(proc: Detached) -> list[str]:
-    def written() -> bool:
-        proc.poll()
-        return b"\n" in proc.stderr
-
-    wait_until(written, STEP_TIMEOUT_S, "its first line")
-    return proc.stderr.decode().split("\n", 1)[0].split(" ", 3)
+def first_line(stderr: int) -> list[str]:
+    line = b""
+    while not line.endswith(b"\n"):
+        chunk = os.read(stderr, 1)
+        assert chunk, "no first line"
+        line += chunk
+    return line.decode().split(" ", 3)
 
 
 def test_a_launched_process_is_not_our_child_yet_its_exit_status_and_stderr_reach_us() -> None:
     script = ("import os, sys; print(os.getpid(), file=sys.stderr, flush=True);"
               "print('lazyd: bad config', file=sys.stderr); print('exit 2', file=sys.stderr); sys.exit(2)")
-    proc = launch([sys.executable, "-c", script], dict(os.environ))
-    try:
-        (pid,) = first_line(proc)
-        with pytest.raises(ChildProcessError):
-            os.waitpid(int(pid), os.WNOHANG)  # reparented to init at once: never this process's child
-        assert exit_status(proc) == 2
-        assert proc.reason() == "bad config"
-    finally:
-        proc.close()
+    status, reason, lines = said(launch([sys.executable, "-c", script], dict(os.environ)))
+    assert (status, reason) == (2, "bad config")
+    with pytest.raises(ChildProcessError):
+        os.waitpid(int(lines[0]), os.WNOHANG)  # reparented to init at once: never this process's child
 
 
 def test_a_launched_process_runs_in_its_own_session_in_slash_with_no_descriptor_of_ours() -> None:
@@ -218,28 +212,23 @@ def test_a_launched_process_runs_in_its_own_session_in_slash_with_no_descriptor_
     os.set_inheritable(leak_r, True)
     script = ("import os, sys, time; print(os.getpid(), os.getcwd(), os.getsid(0), sorted(os.listdir('/proc/self/fd')),"
               " file=sys.stderr, flush=True); time.sleep(30)")
-    proc = launch([sys.executable, "-c", script], dict(os.environ))
+    stderr = launch([sys.executable, "-c", script], dict(os.environ))
     pid = 0
     try:
-        pid_text, cwd, sid, fds = first_line(proc)
+        pid_text, cwd, sid, fds = first_line(stderr)
         pid = int(pid_text)
         assert (cwd, int(sid)) == ("/", pid)
         assert fds.strip() == "['0', '1', '2', '3']"  # stdio, and listdir's own descriptor
         assert pid not in descendants(os.getpid())
-        assert proc.poll() is None
     finally:
         if pid:
             os.kill(pid, signal.SIGKILL)
-        assert exit_status(proc) == -1, "a daemon that dies without saying is dead all the same"
-        proc.close()
+        assert said(stderr) == (None, "", []), "a daemon that dies without saying is dead all the same"
         os.close(leak_r)
         os.close(leak_w)
 
 
 def test_a_command_that_cannot_be_executed_is_reported_with_its_os_error() -> None:
-    proc = launch(["/nonexistent/lazyd-daemon"], dict(os.environ))
-    try:
-        assert exit_status(proc) == -1
-        assert proc.reason().endswith("/nonexistent/lazyd-daemon: No such file or directory"), proc.stderr
-    finally:
-        proc.close()
+    status, reason, lines = said(launch(["/nonexistent/lazyd-daemon"], dict(os.environ)))
+    assert status is None
+    assert reason.endswith("/nonexistent/lazyd-daemon: No such file or directory"), lines

@@ -63,6 +63,7 @@ except FileNotFoundError:
 server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
 server.bind(path)
 server.listen(128)
+os.dup2(os.open(os.devnull, os.O_WRONLY), 2)  # as the real daemon once it listens: the shim reads stderr to its end
 sessions = iter(range(1, 1 << 30))
 
 def serve(conn, session):

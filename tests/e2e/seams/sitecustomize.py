@@ -114,15 +114,15 @@ def _upgrade_fault(kind: str) -> None:
 def _daemon_argv(argv: list[str]) -> None:
     import importlib
 
-    autostart = importlib.import_module("lazyd_shim.autostart")  # the installed name of shim/
-    product = autostart.daemon_argv
+    dial = importlib.import_module("lazyd_shim.dial")  # the installed name of shim/
+    product = dial.daemon_argv
 
     def daemon_argv(path: str, explicit: bool) -> list[str]:
         # The product's command is `python -m lazyd.daemon` and the shim's flags: keep the flags.
         flags: list[str] = product(path, explicit)[3:]
         return argv + flags
 
-    setattr(autostart, "daemon_argv", daemon_argv)
+    setattr(dial, "daemon_argv", daemon_argv)
 
 
 _kill = os.environ.pop("LAZYD_TEST_HANDOFF_KILL", "")
