@@ -100,7 +100,11 @@ def open_session(opts: Options, resume: list[bytes], log: Log, deadline: float |
     try:
         sock.settimeout(budget(HELLO_WAIT_S, deadline))
         try:
-            _send_hello(sock, frame, fds)
+            sent = 0
+            if fds:  # on the hello's first bytes
+                rights = struct.pack(f"{len(fds)}i", *fds)
+                sent = sock.sendmsg([frame], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, rights)])
+            sock.sendall(memoryview(frame)[sent:])
         except (BrokenPipeError, ConnectionResetError):
             pass  # a daemon that refused at once has closed by now: its refusal says why, below
         reply, reader = read_reply(sock)
@@ -172,15 +176,6 @@ def _received_exactly(sock: socket.socket, count: int, before: bytes) -> bytes:
             break
         data += chunk
     return data
-
-
-def _send_hello(sock: socket.socket, frame: bytes, fds: list[int] | None) -> None:
-    if fds:  # on the hello's first bytes
-        sent = sock.sendmsg([frame], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, struct.pack(f"{len(fds)}i", *fds))])
-        if sent < len(frame):
-            sock.sendall(memoryview(frame)[sent:])
-    else:
-        sock.sendall(frame)
 
 
 def connect_or_start(path: str, explicit: bool, autostart: bool, log: Callable[[str], None],

@@ -17,7 +17,7 @@ from lazyd.errors import UsageError
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs start-up time
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import Mapping
 
 USAGE = """\
 usage: lazyd-shim [OPTIONS] [--] COMMAND [ARGS...]
@@ -78,13 +78,11 @@ D is a duration: 0, 500ms, 30s, 10m or 1h. BOOL is true/false, 1/0, yes/no or on
 MAX_SUN_PATH_BYTES = 107  # sun_path holds 108 bytes with the terminating NUL on Linux
 
 
-# The checks are the daemon's own rules (the stdlib-only lazyd.config modules), with its messages,
-# imported only when an option is set: they compile regular expressions, and most starts set none.
-def _check_duration(value: str) -> str:
-    from lazyd.config.durations import parse_duration
-
-    parse_duration(value)
-    return value
+# Options forwarded to the daemon in the hello's `opts`, under the flag's name with `_`.
+_DURATIONS = ("--linger", "--check-linger", "--idle-timeout", "--start-timeout", "--wake-interval", "--wake-timeout")
+_DAEMON_OPTS = (*_DURATIONS, "--share", "--wake-command", "--identity-env", "--per-session-env", "--era", "--memory-max")
+_SHIM_VALUES = ("--socket", "--log-file", "--server", "--servers")
+_SHIM_FLAGS = ("--verbose", "--no-autostart", "--hub", "--handoff")
 
 
 def _parse_bool(value: str) -> bool:
@@ -93,71 +91,48 @@ def _parse_bool(value: str) -> bool:
     return parse_bool(value)
 
 
-def _check_share(value: str) -> str:
-    if value.strip().lower() not in ("auto", "session-aware"):
+def _checked(flag: str, value: str) -> str:
+    """`value` as it is kept for `flag`; ValueError saying what is wrong with it. A daemon option's
+    rule is the daemon's own where it lives in the stdlib-only lazyd.config modules, with its
+    message; they are imported only when an option is set: they compile regular expressions."""
+    if flag in _SHIM_VALUES and not value:
+        raise ValueError("empty value")
+    if flag in _DURATIONS:
+        from lazyd.config.durations import parse_duration
+
+        parse_duration(value)
+    elif flag == "--memory-max":
+        from lazyd.config.sizes import parse_limit
+
+        parse_limit(value)
+    elif flag in ("--identity-env", "--per-session-env"):
+        from lazyd.config.envnames import parse_names
+
+        parse_names(value)
+    elif flag == "--share" and value.strip().lower() not in ("auto", "session-aware"):
         try:
             _parse_bool(value)
         except ValueError:
             raise ValueError(f"invalid value {value!r} (use auto, true, false or session-aware)") from None
-    return value
-
-
-def _check_era(value: str) -> str:
-    if value not in ("auto", "handshake", "stateless"):
+    elif flag == "--era" and value not in ("auto", "handshake", "stateless"):
         raise ValueError(f"invalid era {value!r} (use auto, handshake or stateless)")
-    return value
+    elif flag == "--wake-command":
+        import json
 
-
-def _check_size(value: str) -> str:
-    from lazyd.config.sizes import parse_limit
-
-    parse_limit(value)
-    return value
-
-
-def _check_argv_json(value: str) -> str:
-    import json
-
-    try:
-        argv = json.loads(value)
-    except ValueError:
-        raise ValueError(f"invalid JSON argv {value!r} (use e.g. '[\"pgrep\", \"-x\", \"code\"]')") from None
-    if not (isinstance(argv, list) and argv and all(isinstance(a, str) for a in argv) and argv[0]):
-        raise ValueError(f"invalid JSON argv {value!r}: it must be a non-empty list of strings")
-    return value
-
-
-def _check_names(value: str) -> str:
-    from lazyd.config.envnames import parse_names
-
-    parse_names(value)
-    return value
-
-
-def _check_socket(value: str) -> str:
-    if len(os.fsencode(value)) > MAX_SUN_PATH_BYTES:
+        try:
+            argv = json.loads(value)
+        except ValueError:
+            raise ValueError(f"invalid JSON argv {value!r} (use e.g. '[\"pgrep\", \"-x\", \"code\"]')") from None
+        if not (isinstance(argv, list) and argv and all(isinstance(a, str) for a in argv) and argv[0]):
+            raise ValueError(f"invalid JSON argv {value!r}: it must be a non-empty list of strings")
+    elif flag == "--socket" and len(os.fsencode(value)) > MAX_SUN_PATH_BYTES:
         raise ValueError(f"socket path longer than {MAX_SUN_PATH_BYTES} bytes")
+    elif flag == "--servers":
+        names = [n.strip() for n in value.split(",")]
+        if not all(names):
+            raise ValueError(f"{value!r} is not a comma-separated list of server names")
+        return ",".join(names)
     return value
-
-
-def _check_servers(value: str) -> str:
-    names = [n.strip() for n in value.split(",")]
-    if not all(names):
-        raise ValueError(f"{value!r} is not a comma-separated list of server names")
-    return ",".join(names)
-
-
-# Options forwarded to the daemon in the hello's `opts`, under the flag's name with `_`.
-_DAEMON_OPTS: dict[str, Callable[[str], str]] = {
-    "--linger": _check_duration, "--check-linger": _check_duration, "--idle-timeout": _check_duration,
-    "--start-timeout": _check_duration, "--share": _check_share, "--wake-command": _check_argv_json,
-    "--wake-interval": _check_duration, "--wake-timeout": _check_duration, "--identity-env": _check_names,
-    "--per-session-env": _check_names, "--era": _check_era, "--memory-max": _check_size,
-}
-_SHIM_VALUES: dict[str, Callable[[str], str]] = {
-    "--socket": _check_socket, "--log-file": str, "--server": str, "--servers": _check_servers,
-}
-_SHIM_FLAGS = ("--verbose", "--no-autostart", "--hub", "--handoff")
 
 
 def env_var(flag: str) -> str:
@@ -231,12 +206,8 @@ def parse(argv: list[str], env: Mapping[str, str]) -> Options:
         try:
             if flag in _SHIM_FLAGS:
                 switches[flag] = _parse_bool(value)
-            elif flag in _SHIM_VALUES:
-                if not value:
-                    raise ValueError("empty value")
-                given[flag] = _SHIM_VALUES[flag](value)
             else:
-                given[flag] = _DAEMON_OPTS[flag](value)
+                given[flag] = _checked(flag, value)
         except ValueError as exc:
             raise UsageError(f"{source[flag]}: {exc}") from None
     opts.daemon_opts = {flag[2:].replace("-", "_"): given[flag] for flag in _DAEMON_OPTS if flag in given}
