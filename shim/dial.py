@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 _AF_UNIX, _SOCK_STREAM, _SOCK_CLOEXEC = _socket.AF_UNIX, _socket.SOCK_STREAM, _socket.SOCK_CLOEXEC
 
 BUSY_WAIT_S = 5.0  # retrying a daemon whose listen backlog is full (EAGAIN)
-POLL_S = 0.01  # between connect attempts while a daemon starts
+POLL_S = 0.01  # between tries of a connect or of the spawn lock
 AUTOSTART_WAIT_S = 5.0  # a freshly spawned daemon may take this long to accept connections
 SPAWN_LOCK_WAIT_S = AUTOSTART_WAIT_S + 2.0  # the lock holder keeps it for one autostart wait and the spawn
 # How long to keep polling after the spawned daemon said "already running" before spawning again:

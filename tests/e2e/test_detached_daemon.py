@@ -21,6 +21,7 @@ from typing import IO, Any
 
 import pytest
 
+from lazyd.errors import Unavailable
 from lazyd.host import procfs
 from shim.dial import launch, outcome, stderr_until_ready  # the installed lazyd_shim is this package
 from tests.conftest import FIXTURE_SERVER, UserEnv, shim_command, wait_until
@@ -232,3 +233,15 @@ def test_a_command_that_cannot_be_executed_is_reported_with_its_os_error() -> No
     status, reason, lines = said(launch(["/nonexistent/lazyd-daemon"], dict(os.environ)))
     assert status is None
     assert reason.endswith("/nonexistent/lazyd-daemon: No such file or directory"), lines
+
+
+def test_a_launched_process_that_holds_its_stderr_past_the_bound_is_reported_as_not_accepting() -> None:
+    script = "import os, sys, time; print(os.getpid(), file=sys.stderr, flush=True); time.sleep(30)"
+    stderr = launch([sys.executable, "-c", script], dict(os.environ))
+    try:
+        (pid,) = first_line(stderr)
+        with pytest.raises(Unavailable, match="did not accept connections within"):
+            stderr_until_ready(stderr, time.monotonic() + 0.2)
+        os.kill(int(pid), signal.SIGKILL)
+    finally:
+        os.close(stderr)
