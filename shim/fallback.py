@@ -101,10 +101,7 @@ class DirectServer:
 
     def pump(self, forward_raw: Callable[[bytes], None]) -> int:
         """Copy the server's stdout to ``forward_raw`` until it closes; return its exit status."""
-        while True:
-            chunk = self._stdout.read1(_READ_BYTES)
-            if not chunk:
-                break
+        while chunk := self._stdout.read1(_READ_BYTES):
             forward_raw(chunk)
         status = self._proc.wait()
         return 128 - status if status < 0 else status  # 128 + n for death by signal n, as a shell says
