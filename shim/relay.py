@@ -21,21 +21,21 @@ stdout) and runs recovery when the daemon is lost.
 from __future__ import annotations
 
 import gc
+import json
 import os
 import select
 import socket
 import threading
 import time
 
-from lazyd.protocol import wire
 from lazyd.errors import WireError
-from lazyd.handoff.recovery import LOST_CODE, LOST_MESSAGE
+from lazyd.handoff.recovery import error_line
 from lazyd.handoff.region import State
+from lazyd.protocol import wire
 from lazyd.protocol.frames import Line
+from lazyd.protocol.linepeek import EOF_WAIT_S, LineSplitter, id_key, inspect_line, too_long_answer
 
 from . import connect
-from lazyd.protocol.linepeek import EOF_WAIT_S, LineSplitter, error_line, id_key, inspect_line, too_long_answer
-
 from .options import say
 from .stdout import Stdout
 
@@ -132,7 +132,7 @@ class Relay:
         lost = list(self._inflight.values())
         self._inflight.clear()
         if lost:
-            self._out.write(b"".join(error_line(request_id, LOST_CODE, LOST_MESSAGE) + b"\n" for request_id in lost))
+            self._out.write(b"".join(error_line(json.dumps(request_id).encode()) + b"\n" for request_id in lost))
             self._log(f"answered {len(lost)} in-flight request(s) with an error")
         if self._leaving:
             self._out.exit_between_lines(0)  # the client closed stdin: nothing more can be owed
