@@ -151,7 +151,8 @@ class Relay:
 
         command = self._opts.command
         if not command:
-            say(f"daemon unavailable ({reason}); --server {self._opts.server} cannot run without it")
+            what = "--hub" if self._opts.hub else f"--server {self._opts.server}"  # no command to run
+            say(f"daemon unavailable ({reason}); {what} cannot run without it")
             return 1
         child = fallback.start(command, reason, self._handshake.resume_lines(), self._init_key, self._out.write)
         if isinstance(child, int):
