@@ -17,7 +17,6 @@
     ├── InheritError          a successor cannot take over what was handed over: it restarts
     ├── Unavailable           the shim cannot have the daemon (``final``, ``user_error``)
     ├── NoDaemon              nobody listens on the socket path: the shim may start one
-    ├── ReplayFailed          a directly run server failed its replayed initialize
     ├── CtlError              a lazyctl operation failed (``exit_code`` 1)
     │   └── DaemonNotRunning  nothing listens on the socket (exit 3, as systemctl's)
     ├── WrapError             lazyctl wrap could not edit a config; nothing was written
@@ -115,10 +114,6 @@ class Unavailable(LazydError):
 
 class NoDaemon(LazydError):
     """ECONNREFUSED or ENOENT: nobody listens on the socket path."""
-
-
-class ReplayFailed(LazydError):
-    """The directly run server exited or stalled before answering the replayed initialize."""
 
 
 class CtlError(LazydError):

@@ -2,7 +2,7 @@
 
 At start, before anything was read from stdin, ``exec_directly`` replaces the shim with the server,
 as if lazyd were not installed. After the daemon was lost mid-session and could not be had back,
-``DirectServer`` runs the server as a child, replays the client's ``initialize`` (dropping its
+``start`` runs the server as a child, replays the client's ``initialize`` (dropping its
 answer: the client had one long ago) and ``notifications/initialized``, then copies bytes both
 ways. The child stays in the shim's process group, with its environment and stderr.
 """
@@ -13,33 +13,53 @@ import io
 import os
 import signal
 import subprocess
-import threading
 
-from lazyd.errors import ReplayFailed
+from .options import say
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs start-up time
 if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import NoReturn
 
-REPLAY_WAIT_S = 60.0  # the daemon's default start_timeout, for the replayed initialize
+    from lazyd.protocol.linepeek import IdKey
+
 STOP_GRACE_S = 0.5  # a failed server's time to exit on EOF before SIGTERM
 
 _READ_BYTES = 64 * 1024
 
 
+def _cannot_run(command: list[str], exc: OSError) -> int:
+    say(f"cannot run {command[0]}: {exc.strerror or exc}")
+    return 127 if isinstance(exc, FileNotFoundError) else 126
+
+
 def exec_directly(command: list[str], reason: str) -> NoReturn:
     """Say why on stderr, then become ``command``. Exits 127/126 if it cannot be run."""
-    from .options import say
-
     say(f"daemon unavailable ({reason}); running the server directly")
     for signum in (signal.SIGPIPE, signal.SIGXFSZ):  # Python ignores them; exec would pass that on
         signal.signal(signum, signal.SIG_DFL)
     try:
         os.execvp(command[0], command)
     except OSError as exc:
-        say(f"cannot run {command[0]}: {exc.strerror or exc}")
-        os._exit(127 if isinstance(exc, FileNotFoundError) else 126)
+        os._exit(_cannot_run(command, exc))
+
+
+def start(command: list[str], reason: str, replay: list[bytes], init_key: IdKey | None,
+          forward: Callable[[bytes], None]) -> DirectServer | int:
+    """Say why on stderr, then run ``command`` as a child with the client's handshake `replay`ed
+    (initialize, then initialized), dropping the answer to the first, the request `init_key`;
+    other server lines go to ``forward``. Returns the child, or the exit status to end with."""
+    say(f"daemon unavailable ({reason}); running the server directly")
+    try:
+        child = DirectServer(command)
+    except OSError as exc:
+        return _cannot_run(command, exc)
+    problem = child.replay(replay, init_key, forward) if replay else None
+    if problem is not None:
+        say(f"the directly run server failed: {problem}")
+        child.finish(STOP_GRACE_S)
+        return 1
+    return child
 
 
 class DirectServer:
@@ -59,38 +79,29 @@ class DirectServer:
         self._stdin.write(line + b"\n")
         self._stdin.flush()
 
-    def replay(self, lines: list[bytes], is_answer_to_replay: Callable[[bytes], bool],
-               forward: Callable[[bytes], None]) -> None:
-        """Send ``lines`` (initialize, then initialized) and drop the server's answer to them; other
-        server lines go to ``forward``. Raises ReplayFailed if the server exits, or stalls past
-        REPLAY_WAIT_S (it is then killed), before the answer arrives."""
-        if not lines:
-            return
-        watchdog = threading.Timer(REPLAY_WAIT_S, self._proc.kill)
-        watchdog.daemon = True
-        watchdog.start()
+    def replay(self, lines: list[bytes], init_key: IdKey | None, forward: Callable[[bytes], None]) -> str | None:
+        """See `start`; returns why the server did not take the handshake, None once it did. A
+        server that never answers holds the session as it would hold its client run directly."""
+        from lazyd.protocol.jsonline import read
+        from lazyd.protocol.linepeek import id_key
+
         try:
             self.write_line(lines[0])
-            while True:
-                line = self._stdout.readline()
-                if not line:
-                    raise ReplayFailed("the server exited before answering the replayed initialize")
-                if is_answer_to_replay(line.rstrip(b"\r\n")):
-                    break
+            while line := self._stdout.readline():
+                message, refused = read(line.rstrip(b"\r\n"))
+                answer = refused is None and isinstance(message, dict) and "method" not in message
+                if answer and id_key(message.get("id")) == init_key:
+                    for rest in lines[1:]:
+                        self.write_line(rest)
+                    return None
                 forward(line)
-            for rest in lines[1:]:
-                self.write_line(rest)
         except OSError as exc:
-            raise ReplayFailed(f"the server stopped reading: {exc.strerror or exc}") from None
-        finally:
-            watchdog.cancel()
+            return f"the server stopped reading: {exc.strerror or exc}"
+        return "the server exited before answering the replayed initialize"
 
     def pump(self, forward_raw: Callable[[bytes], None]) -> int:
         """Copy the server's stdout to ``forward_raw`` until it closes; return its exit status."""
-        while True:
-            chunk = self._stdout.read1(_READ_BYTES)
-            if not chunk:
-                break
+        while chunk := self._stdout.read1(_READ_BYTES):
             forward_raw(chunk)
         status = self._proc.wait()
         return 128 - status if status < 0 else status  # 128 + n for death by signal n, as a shell says

@@ -4,17 +4,15 @@ The waiter (shim/waiting.sh) execs this shim, same pid and descriptors, with ``-
 naming the region. It answers what lazyd/handoff/recovery.py decides, then reconnects
 (shim/handoff.py's `reconnect`) offering a fresh region holding the handshake and a partly read
 line; failing a hand-off it relays over frames (shim/relay.py), failing a daemon it runs the
-server directly. A client that closes its stdin meanwhile, or a region that says the client left,
-ends it with 0.
+server directly, as the frame relay does. A region that says the client left ends it with 0.
 """
 
 from __future__ import annotations
 
 import os
-import select
 import time
 
-from lazyd.handoff.recovery import plan
+from lazyd.handoff.recovery import error_line, plan
 from lazyd.handoff.region import Region, State, create_region, read_region, unmap
 
 from . import connect, handoff
@@ -27,43 +25,14 @@ if TYPE_CHECKING:
     from .options import Log, Options
 
 
-def _exit_if_client_left(wait_s: float, log: Log) -> None:
-    """Wait up to `wait_s`; exit 0 if the client closes our stdin meanwhile with nothing left in it."""
-    poller = select.poll()
-    poller.register(0, select.POLLRDHUP)
-    for _, events in poller.poll(int(wait_s * 1000)):
-        if events & (select.POLLHUP | select.POLLRDHUP | select.POLLERR):
-            if not _unread_input():
-                log("client closed stdin; exiting")
-                os._exit(0)
-            time.sleep(wait_s)  # closed with lines in it: no poll would wait any more
-
-
-def _unread_input() -> int:
-    """How many bytes wait in our stdin (a pipe or a socket)."""
-    import array
-    import fcntl
-    import termios
-
-    count = array.array("i", [0])
-    try:
-        fcntl.ioctl(0, termios.FIONREAD, count)
-    except OSError:
-        return 0
-    return count[0]
-
-
 def answer(region: Region | None, out: Stdout, log: Log) -> tuple[State, bytes]:
     """End a cut line and answer what was in flight; returns what the next daemon continues from:
     the handshake, and the head."""
     done = plan(region)
-    out.write(done.output())
-    if done.finish is not None:
-        log(f"finished a line the daemon had begun ({len(done.finish) - 1} bytes of it were left to write)")
-    if done.ids:
-        log(f"answered {len(done.ids)} in-flight request(s) with an error")
-    if done.read:
-        log(f"took {len(done.read)} byte(s) of input the daemon had read and not recorded")
+    out.write((done.finish or b"") + b"".join(error_line(text) + b"\n" for text in done.ids))
+    log(f"answered {len(done.ids)} in-flight request(s) with an error"
+        + (", ended a line the daemon had begun" if done.finish is not None else "")
+        + (f", took {len(done.read)} byte(s) it had read and not recorded" if done.read else ""))
     return done.carried, done.head
 
 
@@ -105,8 +74,7 @@ def run(opts: Options, region_fd: int, args: list[str], log: Log, slot: int | No
         unmap(region.buf)
     fd = fresh_region(state, head, log) if opts.handoff else None
     resume = state.resume_lines()
-    _exit_if_client_left(0, log)
-    conn = handoff.reconnect(opts, resume, log, fd, lambda wait_s: _exit_if_client_left(wait_s, log), slot)
+    conn = handoff.reconnect(opts, resume, log, fd, time.sleep, slot)
     if not isinstance(conn, str) and conn.welcome.handoff and fd is not None:
         log(f"reconnected; handed off again, resuming {len(resume)} handshake line(s)")
         handoff.wait(conn, fd, args, log, connect.socket_path(opts))
@@ -114,9 +82,8 @@ def run(opts: Options, region_fd: int, args: list[str], log: Log, slot: int | No
         os.close(fd)
     from .relay import Relay  # only here: it imports socket, threading and json
 
-    relay = Relay(opts, None if isinstance(conn, str) else conn, log, state, head)
     if isinstance(conn, str):
-        os._exit(relay.run_direct(conn))
+        os._exit(Relay(opts, None, log, state, head).run(conn))
     log(f"reconnected without a hand-off; relaying, resuming {len(resume)} handshake line(s)")
-    os._exit(relay.run())
+    os._exit(Relay(opts, conn, log, state, head).run())
 

@@ -8,7 +8,8 @@ stdout) and runs recovery when the daemon is lost.
 - A request enters the in-flight table *before* it is sent, under the send lock, so it is either
   answered by the daemon (its ``done`` retires it) or here with an error. Ids keep their JSON type.
 - ``send_lock`` serialises writes to the destination and changes of destination; ``state_lock``
-  guards the tables and is never held across I/O (lock order: send_lock, then state_lock).
+  guards the tables and is never held across I/O (lock order: send_lock, then state_lock). The
+  stdin thread touches them only holding both: the main thread holding ``send_lock`` has them alone.
 - When the daemon is lost, every request in flight is answered with a -32603 error; the shim then
   reconnects for up to RECONNECT_WAIT_S, resuming the client's answered handshake. Recovery holds
   ``send_lock`` until there is a destination again, so what the client sends meanwhile waits in
@@ -20,21 +21,21 @@ stdout) and runs recovery when the daemon is lost.
 from __future__ import annotations
 
 import gc
+import json
 import os
 import select
 import socket
 import threading
 import time
 
-from lazyd.protocol import jsonline, wire
-from lazyd.errors import ReplayFailed, WireError
-from lazyd.handoff.recovery import LOST_CODE, LOST_MESSAGE
+from lazyd.errors import WireError
+from lazyd.handoff.recovery import error_line
 from lazyd.handoff.region import State
+from lazyd.protocol import wire
 from lazyd.protocol.frames import Line
+from lazyd.protocol.linepeek import EOF_WAIT_S, LineSplitter, id_key, inspect_line, too_long_answer
 
 from . import connect
-from lazyd.protocol.linepeek import EOF_WAIT_S, LineSplitter, error_line, id_key, inspect_line, too_long_answer
-
 from .options import say
 from .stdout import Stdout
 
@@ -68,8 +69,7 @@ class Relay:
         self._out = Stdout(log)
         self._send_lock = threading.Lock()
         self._state_lock = threading.Lock()
-        # The destination (a directly run server once there is one). Guarded by state_lock, and
-        # changed only with send_lock held too:
+        # The destination (a directly run server once there is one), changed holding send_lock:
         self._conn: connect.Connection | None = conn
         self._child: DirectServer | None = None
         # Guarded by state_lock:
@@ -81,18 +81,14 @@ class Relay:
         self._drained_r, self._drained_w = os.pipe2(os.O_CLOEXEC)  # written once nothing is in flight
         self._head = head
 
-    def run_direct(self, reason: str) -> int:
-        """Run the server directly from the start (no daemon came back after a hand-off session)."""
-        self._send_lock.acquire()  # lines read meanwhile wait for the server
-        threading.Thread(target=self._stdin_loop, name="stdin", daemon=True).start()
-        return self._run_direct(reason)
-
-    def run(self) -> int:
+    def run(self, failure: str | None = None) -> int:
         """Relay until the client leaves (the process exits from the stdin thread) or, after a
-        fallback, until the directly run server exits; return the exit status in that case."""
-        thread = threading.Thread(target=self._stdin_loop, name="stdin", daemon=True)
-        thread.start()
-        while True:
+        fallback, until the directly run server exits; return the exit status in that case. With
+        `failure` (why no daemon came back for a hand-off session), run the server directly at once."""
+        if failure is not None:
+            self._send_lock.acquire()  # lines read meanwhile wait for the server
+        threading.Thread(target=self._stdin_loop, name="stdin", daemon=True).start()
+        while failure is None:
             conn = self._conn
             assert conn is not None
             try:
@@ -104,16 +100,13 @@ class Relay:
                 frame, reason = None, f"connection error: {exc.strerror or exc}"
             if frame is None:
                 failure = self._recover(conn, reason)
-                if failure is not None:
-                    return self._run_direct(failure)
-                continue
-            if not isinstance(frame, Line):
+            elif not isinstance(frame, Line):
                 self._log(f"ignored an unexpected {frame.t!r} frame from the daemon")
-                continue
-            self._out.write_line(frame.d)
-            done = frame.done
-            if done is not None:
-                self._retire(done)
+            else:
+                self._out.write_line(frame.d)
+                if frame.done is not None:
+                    self._retire(frame.done)
+        return self._run_direct(failure)
 
     def _retire(self, done: JsonId) -> None:
         key = id_key(done)
@@ -134,72 +127,40 @@ class Relay:
         self._log(f"daemon lost: {reason}")
         _shutdown(conn.sock)
         self._send_lock.acquire()
-        with self._state_lock:
-            resume = self._handshake.resume_lines()
         conn.sock.close()
-        self._answer_lost(LOST_MESSAGE)
+        resume = self._handshake.resume_lines()
+        lost = list(self._inflight.values())
+        self._inflight.clear()
+        if lost:
+            self._out.write(b"".join(error_line(json.dumps(request_id).encode()) + b"\n" for request_id in lost))
+            self._log(f"answered {len(lost)} in-flight request(s) with an error")
         if self._leaving:
             self._out.exit_between_lines(0)  # the client closed stdin: nothing more can be owed
         new = reconnect(self._opts, resume, self._log, None, time.sleep)
         if isinstance(new, str):
             return new
-        with self._state_lock:
-            self._conn = new
+        self._conn = new
         self._send_lock.release()
         self._log(f"reconnected; resumed {len(resume)} handshake line(s)")
         return None
 
     def _run_direct(self, reason: str) -> int:
         """Run the server as a child for the rest of the session; returns its exit status. Called
-        with ``send_lock`` held: the stdin thread's lines wait for the server."""
+        with ``send_lock`` held and nothing in flight: the stdin thread's lines wait for the server."""
         from . import fallback
 
-        with self._state_lock:
-            self._conn = None
         command = self._opts.command
         if not command:
-            say(f"daemon unavailable ({reason}); --server {self._opts.server} cannot run without it")
-            self._answer_lost("lazyd: the daemon is unavailable")
+            what = "--hub" if self._opts.hub else f"--server {self._opts.server}"  # no command to run
+            say(f"daemon unavailable ({reason}); {what} cannot run without it")
             return 1
-        say(f"daemon unavailable ({reason}); running the server directly")
-        try:
-            child = fallback.DirectServer(command)
-        except OSError as exc:
-            say(f"cannot run {command[0]}: {exc.strerror or exc}")
-            self._answer_lost("lazyd: the daemon is unavailable and the server cannot be run")
-            return 127 if isinstance(exc, FileNotFoundError) else 126
+        child = fallback.start(command, reason, self._handshake.resume_lines(), self._init_key, self._out.write)
+        if isinstance(child, int):
+            return child
         self._log(f"running {command[0]} directly as pid {child.pid}")
-        with self._state_lock:
-            replay = self._handshake.resume_lines()
-            init_key = self._init_key
-
-        def is_answer_to_replay(line: bytes) -> bool:
-            message, refused = jsonline.read(line)
-            if refused is not None:  # not JSON, or nested too deep
-                return False
-            return isinstance(message, dict) and "method" not in message and id_key(message.get("id")) == init_key
-
-        try:
-            child.replay(replay, is_answer_to_replay, self._out.write)
-        except ReplayFailed as exc:
-            say(f"the directly run server failed: {exc}")
-            self._answer_lost("lazyd: the daemon is unavailable and the server failed to start")
-            child.finish(fallback.STOP_GRACE_S)
-            return 1
-        with self._state_lock:
-            self._inflight.clear()  # the server answers what it is sent itself
-            self._child = child
+        self._child = child
         self._send_lock.release()
         return child.pump(self._out.write)
-
-    def _answer_lost(self, message: str) -> None:
-        with self._state_lock:
-            lost = list(self._inflight.values())
-            self._inflight.clear()
-        for request_id in lost:
-            self._out.write_line(error_line(request_id, LOST_CODE, message))
-        if lost:
-            self._log(f"answered {len(lost)} in-flight request(s) with an error")
 
     def _stdin_loop(self) -> None:
         try:

@@ -41,15 +41,11 @@ class Stdout:
         """Wait until `ready` is readable (nothing is owed to the client any more), the client
         closes its end of our stdout (nobody would read an answer), or `wait_s` pass."""
         import select
-        import time
 
         poller = select.poll()
         poller.register(ready, select.POLLIN)
         poller.register(self._fd, 0)  # only POLLERR (a pipe's reader gone) or POLLHUP (a socket's peer)
-        give_up = time.monotonic() + wait_s
-        while (left := give_up - time.monotonic()) > 0:
-            if poller.poll(int(left * 1000) + 1):
-                return
+        poller.poll(wait_s * 1000)  # a signal's interruption resumes with the time left (PEP 475)
 
     def _write_all(self, data: bytes) -> None:
         view = memoryview(data)

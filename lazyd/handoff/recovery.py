@@ -20,18 +20,12 @@ ERROR_TAIL = b',"error":{"code":%d,"message":"%s"}}' % (LOST_CODE, LOST_MESSAGE.
 class Recovery:
     """What taking a session back owes the client, and what the next daemon continues from."""
 
-    __slots__ = ("finish", "ids", "carried", "head", "read")
-
     def __init__(self, finish: bytes | None, ids: list[bytes], carried: State, head: bytes, read: bytes) -> None:
         self.finish = finish  # what ends a cut line (the tail, or a newline); None: no line is cut
         self.ids = ids  # the JSON text of each request id to answer with the error, each once, in order
         self.carried = carried  # the handshake, the head's length and whether it is being discarded
         self.head = head  # the start of a line read and not relayed
         self.read = read  # input the lost daemon read after its head and did not account for
-
-    def output(self) -> bytes:
-        """Every byte owed to the client's stdout, in order: the cut line's end, then the errors."""
-        return (self.finish or b"") + b"".join(error_line(text) + b"\n" for text in self.ids)
 
 
 def error_line(text: bytes) -> bytes:

@@ -357,6 +357,35 @@ def test_a_waiter_takes_its_session_back_when_the_daemon_is_killed_and_waits_as_
         shim.close()
 
 
+def test_a_hand_off_session_no_daemon_comes_back_for_runs_its_server_itself_with_the_handshake_replayed(
+        user_env: UserEnv, tmp_path: Path) -> None:
+    # The daemon is killed with a call in flight and none can start again (its config is broken):
+    # the recovering shim answers the call, then runs the server as its child, replays the
+    # client's handshake and drops its answer, and the client's next call is the next line.
+    methods = tmp_path / "methods.log"
+    daemon = start_daemon(user_env)
+    shim = HANDOFF_PATHS[0].started(user_env, env={"FIXTURE_LOG": str(methods)})
+    try:
+        shim.initialize()
+        HANDOFF_PATHS[0].check(shim)
+        shim.send(tool_call(1, "sleep", {"seconds": 60}))
+        wait_for(lambda: "tools/call" in _lines_of(methods), "the sleep to reach the server")
+        user_env.config_file.parent.mkdir(parents=True, exist_ok=True)
+        user_env.config_file.write_text("[servers\n")
+        daemon.proc.kill()
+        error = shim.read()
+        assert error["id"] == 1 and error["error"]["code"] == -32603, error
+        server = int(text_of(call(shim, 2, "pid")))
+        with open(f"/proc/{server}/stat") as f:
+            assert int(f.read().rsplit(")", 1)[1].split()[1]) == shim.pid, "the shim's own child"
+        assert _lines_of(methods)[-3:] == ["initialize", "notifications/initialized", "tools/call"]
+        assert "running the server directly" in shim.stderr()
+        assert shim.close_stdin_and_wait() == 0
+        wait_for(lambda: not alive(server), "the server run directly to exit at the client's EOF")
+    finally:
+        shim.close()
+
+
 # ---- SIGTERM, a second daemon ---------------------------------------------------------------------
 
 

@@ -494,6 +494,17 @@ def test_when_no_daemon_comes_back_the_shim_runs_the_server_and_replays_the_hand
     wait_for(lambda: not pid_alive(answer["result"]["pid"]), "the directly run server to exit")
 
 
+@pytest.mark.parametrize(("flags", "said"), [(["--hub"], "--hub"), (["--server", "docs"], "--server docs")])
+def test_a_session_without_a_command_that_no_daemon_came_back_for_says_why_and_exits_1(
+        flags: list[str], said: str) -> None:
+    # What the relay does once reconnecting failed, in a real process: nothing to run directly.
+    code = ("import sys\nfrom lazyd_shim.options import Log, parse\nfrom lazyd_shim.relay import Relay\n"
+            f"opts = parse({flags!r}, {{}})\nsys.exit(Relay(opts, None, Log(opts)).run('no daemon'))\n")
+    done = subprocess.run([sys.executable, "-c", code], stdin=subprocess.DEVNULL, capture_output=True, timeout=30)
+    assert done.returncode == 1 and done.stdout == b""
+    assert done.stderr.decode() == f"lazyd-shim: daemon unavailable (no daemon); {said} cannot run without it\n"
+
+
 # --- imports ------------------------------------------------------------------------------------
 
 

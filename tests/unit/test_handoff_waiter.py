@@ -22,14 +22,16 @@ import pytest
 from lazyd.daemon.handoff.ledger import Ledger
 from lazyd.handoff import region as hs
 from lazyd.handoff.region import Region, map_region
-from lazyd.protocol.linepeek import error_line
 from shim import handoff, slots
 from shim.options import Log, parse
-from lazyd.handoff.recovery import ERROR_TAIL, LOST_CODE, LOST_MESSAGE
+from lazyd.handoff.recovery import ERROR_TAIL, LOST_CODE, LOST_MESSAGE, error_line
 
 
-def test_the_error_a_recovery_writes_is_the_shim_s_lost_connection_error() -> None:
-    assert b'{"jsonrpc":"2.0","id":7' + ERROR_TAIL == error_line(7, LOST_CODE, LOST_MESSAGE)
+@pytest.mark.parametrize("request_id", [7, -1, 2**70, "7", 'é "quoted" \\'])
+def test_the_lost_connection_error_is_a_json_rpc_error_under_the_request_s_own_id(request_id: int | str) -> None:
+    # Both recoveries (the frame relay's, the hand-off's) write it from the id's JSON text.
+    error = json.loads(error_line(json.dumps(request_id).encode()))
+    assert error == {"jsonrpc": "2.0", "id": request_id, "error": {"code": LOST_CODE, "message": LOST_MESSAGE}}
 
 
 def _recovery_output(fd: int) -> bytes:
