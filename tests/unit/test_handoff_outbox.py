@@ -190,14 +190,25 @@ class WatchedEnds(ClientEnds):
         return written
 
 
-class WatchedLedger(Ledger):
-    """The ledger, with the daemon killed in thought right after each change the outbox makes."""
+class WatchedRegion(Region):
+    """The region, with the daemon killed in thought right after each change of its torn byte."""
 
     witness: Witness
 
+    @property
+    def torn(self) -> bool:
+        return bool(self.buf[hs.TORN_OFFSET])
+
+    @torn.setter
     def torn(self, torn: bool) -> None:
-        super().torn(torn)
+        self.buf[hs.TORN_OFFSET] = torn
         self.witness.killed_now(f"after the torn byte was {'set' if torn else 'cleared'}")
+
+
+class WatchedLedger(Ledger):
+    """The ledger, with the daemon killed in thought right after each request leaves it."""
+
+    witness: Witness
 
     def answered(self, done: int | str) -> None:
         super().answered(done)
@@ -207,7 +218,9 @@ class WatchedLedger(Ledger):
 def session(fd: int, mapped: Region, client: Client) -> tuple[HandoffOutbox, Witness]:
     """An outbox over `client`'s ends, watched."""
     witness = Witness(fd)
-    ledger = WatchedLedger(mapped)
+    region = WatchedRegion(mapped.buf)
+    region.witness = witness
+    ledger = WatchedLedger(region)
     ledger.witness = witness
     ends = WatchedEnds(client.in_fd, client.out_fd)
     ends.witness = witness

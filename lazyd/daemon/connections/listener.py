@@ -240,7 +240,7 @@ class ConnectionHandler:
             stored_sessions.let_go(kept, self.keeper)
             return
         live.kind = "handoff"
-        await live.handoff.run(hello, kept)
+        await live.handoff.run(hello)
 
     async def guarded(self, stream: trio.SocketStream, pid: int, serve: Callable[[], Awaitable[None]] | None) -> None:
         """Run `serve` for one connection counted in `active` (a connection accepted here, or one a
