@@ -25,7 +25,7 @@ import trio
 from lazyd.protocol import wire
 from lazyd.daemon.control import handshakes
 from lazyd.daemon.runtime.era_lanes import EraRoute
-from lazyd.daemon.handoff.stored_sessions import Keeper, memfds
+from lazyd.daemon.handoff.stored_sessions import Keeper, open_memfds
 from lazyd.core.relay import jsonrpc as rpc
 from lazyd.daemon.handoff.ledger import Ledger
 from lazyd.daemon.handoff.outbox import ClientEnds, HandoffOutbox
@@ -106,8 +106,7 @@ class HandoffSession:
         try:
             # Mapped whole, and the descriptor closed: the seals (checked by `take`) keep the mapping
             # valid. An upgrade reopens it (`region_fd`).
-            st = os.fstat(region_fd)
-            self._region_id = (st.st_dev, st.st_ino)
+            self._region_stat = os.fstat(region_fd)
             region = Region(map_region(region_fd), table_extent(region_fd))
         except (OSError, ValueError):
             ends.close()
@@ -222,16 +221,10 @@ class HandoffSession:
     def region_fd(self) -> int | None:
         """The region again, for an upgrade to pass on: the shim's own copy reopened through /proc
         and checked to be the same file; None if the shim holds it no more."""
-        for path in memfds(self.pid, MEMFD_NAME):
-            try:
-                fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
-            except OSError:
-                continue
-            st = os.fstat(fd)
-            if (st.st_dev, st.st_ino) == self._region_id:
-                return fd
-            os.close(fd)
-        return None
+        fds = open_memfds(self.pid, MEMFD_NAME, os.O_RDWR)
+        same = [fd for fd in fds if os.path.samestat(os.fstat(fd), self._region_stat)][:1]
+        close_fds(set(fds) - set(same))
+        return same[0] if same else None
 
     def _client_gone(self) -> None:
         self.client_left = True
@@ -319,18 +312,14 @@ class HandoffSession:
         assert route is not None and outbox is not None
         for line, too_long in lines:
             if too_long:
-                self._too_long(line)
+                answer = too_long_answer(line, wire.MAX_LINE_BYTES)
+                if answer is not None:
+                    outbox.deliver(answer)
+                log.info("session %d: %s a line over %d bytes", outbox.cid, "answered with -32600"
+                         if answer is not None else "dropped (no readable request id)", wire.MAX_LINE_BYTES)
                 continue
             parsed = rpc.parse(line)  # once, for the ledger and the relay
             self.ledger.client_line(line, parsed)
             if self._peek:
                 self._peek = self.registry.note_client_line(line, self._peek, outbox.cid)
             route.client_line(outbox.cid, line, parsed)
-
-    def _too_long(self, prefix: bytes) -> None:
-        assert self.outbox is not None
-        answer = too_long_answer(prefix, wire.MAX_LINE_BYTES)
-        if answer is not None:
-            self.outbox.deliver(answer)
-        log.info("session %d: %s a line over %d bytes", self.outbox.cid,
-                 "answered with -32600" if answer is not None else "dropped (no readable request id)", wire.MAX_LINE_BYTES)

@@ -126,20 +126,22 @@ def let_go(kept: Kept, keeper: Keeper | None) -> None:
     kept.close()
 
 
-def memfds(pid: int, name: str) -> list[str]:
-    """The /proc paths of process `pid`'s descriptors that are memfds named `name`."""
+def open_memfds(pid: int, name: str, flags: int) -> list[int]:
+    """Process `pid`'s memfds named `name`, each opened again (close-on-exec) through /proc/PID/fd:
+    no other descriptor of it is opened."""
     try:
         fds = os.listdir(f"/proc/{pid}/fd")
     except OSError:
         return []
-    found = []
+    opened = []
     for fd in fds:
+        path = f"/proc/{pid}/fd/{fd}"
         try:
-            if os.readlink(f"/proc/{pid}/fd/{fd}").startswith(f"/memfd:{name} "):
-                found.append(f"/proc/{pid}/fd/{fd}")
+            if os.readlink(path).startswith(f"/memfd:{name} "):
+                opened.append(os.open(path, flags | os.O_CLOEXEC))
         except OSError:
             continue
-    return found
+    return opened
 
 
 def reopen(kept: Kept, shim: int) -> tuple[Hello, list[int]] | str:
@@ -148,33 +150,32 @@ def reopen(kept: Kept, shim: int) -> tuple[Hello, list[int]] | str:
     /proc/PID/fd. Or why the session cannot be taken back (then nothing was opened)."""
     pid = kept.pid
     try:
-        creds = socket.socket(fileno=os.dup(shim))
-        try:
-            peer, uid, _ = struct.unpack("3i", creds.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))
-            waiting = creds.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
-        except BlockingIOError:
-            waiting = None
-        finally:
-            creds.close()
+        with socket.socket(fileno=os.dup(shim)) as sock:
+            peer, uid, _ = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))
+            try:
+                waiting: bytes | None = sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                waiting = None
     except OSError as exc:
         return f"its socket cannot be read ({exc.strerror or exc})"
     if peer != pid or uid != os.getuid():
         return f"its socket's peer is pid {peer} of uid {uid}"
     if waiting is not None:
         return "its waiter is gone" if not waiting else "its waiter sent bytes"
-    hellos, regions = memfds(pid, HELLO_MEMFD), memfds(pid, MEMFD_NAME)
+    hellos, regions = open_memfds(pid, HELLO_MEMFD, os.O_RDONLY), open_memfds(pid, MEMFD_NAME, os.O_RDWR)
     if len(hellos) != 1 or len(regions) != 1:
+        close_fds(hellos + regions)
         return "its waiter holds no single region and hello"
     opened: list[int] = []
     try:
-        hello_fd = os.open(hellos[0], os.O_RDONLY | os.O_CLOEXEC)
         try:
-            data = os.pread(hello_fd, MAX_HELLO_BYTES, 0)
+            data = os.pread(hellos[0], MAX_HELLO_BYTES, 0)
         finally:
-            os.close(hello_fd)
+            os.close(hellos[0])
         frames = wire.FrameDecoder().feed(data)
         hello = frames[0] if len(frames) == 1 else None
         if not isinstance(hello, Hello) or not hello.handoff:
+            close_fds(regions)
             return "its waiter's hello is not a hand-off's"
         hello.reclaim = True  # the region comes as the lost daemon left it
         both = kept.fds.pop(f"{PREFIX}{pid}-io", None)
@@ -185,9 +186,8 @@ def reopen(kept: Kept, shim: int) -> tuple[Hello, list[int]] | str:
         opened += [fd for fd in ends if fd is not None]
         if None in ends:
             raise ValueError("the client's ends did not come back from the store")
-        opened.append(os.open(regions[0], os.O_RDWR | os.O_CLOEXEC))
     except (OSError, ValueError, WireError) as exc:
-        close_fds(opened)
+        close_fds(opened + regions)
         where = f" {exc.filename}" if isinstance(exc, OSError) and exc.filename else ""
         return f"its waiter's descriptors cannot be reopened ({getattr(exc, 'strerror', None) or exc}{where})"
-    return hello, opened
+    return hello, opened + regions
