@@ -225,7 +225,7 @@ def session(fd: int, mapped: Region, client: Client) -> tuple[HandoffOutbox, Wit
     ends = WatchedEnds(client.in_fd, client.out_fd)
     ends.witness = witness
     overflowed: list[bool] = []
-    outbox = HandoffOutbox(1, os.getpid(), lambda: overflowed.append(True), ends, ledger)
+    outbox = HandoffOutbox(1, os.getpid(), lambda: overflowed.append(True), ends, ledger, lambda: None, lambda: None)
     return outbox, witness
 
 

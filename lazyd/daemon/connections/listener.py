@@ -220,8 +220,8 @@ class ConnectionHandler:
         live = self.live[id(stream)] = Live(stream, wire.FrameDecoder(), deque())
         found = stored_sessions.reopen(kept, shim)
         if isinstance(found, str):
-            log.info("shim pid %d: not taking back the session systemd kept (%s; kept: %s); it recovers it itself",
-                     kept.pid, found, ", ".join(kept.names))
+            log.info("shim pid %d: not taking back the session systemd kept (%s); it recovers it itself",
+                     kept.pid, found)
             stored_sessions.let_go(kept, self.keeper)
             return
         hello, fds = found

@@ -27,14 +27,10 @@ if TYPE_CHECKING:
 _UNRECORDED = -1  # the entry of a request in flight whose id the table cannot hold
 
 
-def _at_once(release: Callable[[], None]) -> None:
-    release()
-
-
 class Ledger:
     """The in-flight table, handshake and head of one hand-off session."""
 
-    def __init__(self, region: Region, later: Callable[[Callable[[], None]], None] = _at_once, *,
+    def __init__(self, region: Region, later: Callable[[Callable[[], None]], None] = lambda release: release(), *,
                  recovery: Recovery | None = None) -> None:
         """The ledger of a new session, of one continued from its region (an upgrade, a shim's
         recovery), or with `recovery`, of one reclaimed from a lost daemon's region."""
@@ -164,19 +160,14 @@ class Ledger:
     def _enter(self, key: IdKey, text: bytes) -> None:
         if key in self._entries:
             return  # the same id again: the client's mistake, answered once by the relay
-        entry = self._free_entry() if len(text) < ENTRY_BYTES else None
-        if entry is not None:
+        entry = _UNRECORDED
+        if len(text) < ENTRY_BYTES and self._free:
+            entry = self._free.pop()
+        elif len(text) < ENTRY_BYTES and self._next < TABLE_ENTRIES:
+            entry, self._next = self._next, self._next + 1
+        if entry != _UNRECORDED:
             self.region.set_id(entry, text)
-        self._entries[key] = _UNRECORDED if entry is None else entry
-
-    def _free_entry(self) -> int | None:
-        """A free entry of the table; None when all TABLE_ENTRIES are in use."""
-        if self._free:
-            return self._free.pop()
-        if self._next >= TABLE_ENTRIES:
-            return None
-        self._next += 1
-        return self._next - 1
+        self._entries[key] = entry
 
     def _leave(self, key: IdKey) -> bool:
         entry = self._entries.pop(key, None)

@@ -206,14 +206,15 @@ class _Pending:
 class HandoffOutbox:
     """Lines for the client, written into its stdout by the daemon itself (see the module docstring)."""
 
-    def __init__(self, cid: int, pid: int, on_overflow: Callable[[], None], ends: ClientEnds, ledger: Ledger) -> None:
+    def __init__(self, cid: int, pid: int, on_overflow: Callable[[], None], ends: ClientEnds, ledger: Ledger,
+                 on_close: Callable[[], None], on_gone: Callable[[], None]) -> None:
         self.cid = cid
         self.pid = pid
         self._on_overflow = on_overflow
         self.ends = ends
         self.ledger = ledger
-        self.on_close: Callable[[], None] = lambda: None  # the session ends when its runtime lets go
-        self.on_gone: Callable[[], None] = lambda: None  # the client closed its stdout
+        self.on_close = on_close  # the session ends when its runtime lets go
+        self.on_gone = on_gone  # the client closed its stdout
         self._queue: deque[_Pending] = deque()
         self.backlog_bytes = 0
         self.dropped = False
@@ -238,9 +239,8 @@ class HandoffOutbox:
             self._wake.set()
 
     def close(self) -> None:
-        if not self.closed:
-            self.closed = True
-            self.on_close()
+        self.closed = True
+        self.on_close()  # idempotent: the session's cancel
 
     @property
     def backlog_frames(self) -> int:

@@ -1,13 +1,11 @@
 """Hand-off sessions: the daemon reads and writes the client's pipes itself (docs/protocol.md).
 
-A shim that offers a hand-off sends its stdin, its stdout and a shared region (SCM_RIGHTS) with
-its hello. When the daemon can use them it welcomes the session with `handoff = true`, and from
-then on the session has no frames: the daemon reads the client's lines from its stdin, relays them,
-and writes the answers into its stdout (lazyd/daemon/handoff/outbox.py). The shim only waits on its
-socket; what it would need to take over again is in the region (lazyd/daemon/handoff/ledger.py).
-How a session ends, and what the shim is told then, is in docs/protocol.md ("Hand-off"). An
-upgrade carries the descriptors across the exec once the outbox is empty; the successor continues
-from the region (`carry_on`).
+The shim passes the client's stdin, its stdout and a shared region with its hello (`take`); once
+welcomed, the session has no frames: the daemon relays the client's lines from its stdin and
+writes the answers into its stdout (lazyd/daemon/handoff/outbox.py), and the region holds what the
+shim would need to take over again (lazyd/daemon/handoff/ledger.py). A session starts fresh or
+reclaimed after a crash (`run`), or carried across an upgrade once its outbox is empty
+(`carry_on`); how it ends is in docs/protocol.md ("Hand-off").
 """
 
 from __future__ import annotations
@@ -113,7 +111,6 @@ class HandoffSession:
             raise
         finally:
             os.close(region_fd)
-        self._map = region.buf
         later = ends.later = registry.heap.later  # what large lines left, given back after them
         self.recovery: Recovery | None = None  # what a reclaimed session still owes its client
         try:
@@ -125,7 +122,7 @@ class HandoffSession:
             self.ledger = Ledger(region, later, recovery=self.recovery)  # a reclaim is recorded first
         except Exception as exc:
             ends.close()
-            unmap(self._map)
+            unmap(region.buf)
             if not reclaiming or isinstance(exc, Refused):
                 raise
             log.exception("shim pid %d: reclaiming its session failed", pid)
@@ -140,11 +137,8 @@ class HandoffSession:
         self._peek = handshakes.PEEK_LINES
 
     def make_outbox(self, cid: int, pid: int, on_overflow: Callable[[], None]) -> HandoffOutbox:
-        outbox = HandoffOutbox(cid, pid, on_overflow, self.ends, self.ledger)
-        outbox.on_close = self.cancel.cancel
-        outbox.on_gone = self._client_gone
-        self.outbox = outbox
-        return outbox
+        self.outbox = HandoffOutbox(cid, pid, on_overflow, self.ends, self.ledger, self.cancel.cancel, self._client_gone)
+        return self.outbox
 
     async def run(self, hello: Hello) -> None:
         """Open the session `hello` asks for, welcome it, and serve it until it ends. A reclaimed
@@ -215,8 +209,8 @@ class HandoffSession:
         if self.keeper is not None:
             self.keeper.drop(self.pid)
         self.ends.close()
-        if not self._map.closed:
-            unmap(self._map)
+        if not self.ledger.region.buf.closed:
+            unmap(self.ledger.region.buf)
 
     def region_fd(self) -> int | None:
         """The region again, for an upgrade to pass on: the shim's own copy reopened through /proc

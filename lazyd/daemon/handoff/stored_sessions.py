@@ -38,10 +38,6 @@ PARTS = ("", "-in", "-out", "-io")  # after `hs-<pid>`: the waiter's socket; the
 MAX_HELLO_BYTES = 1 << 20
 
 
-def names(pid: int) -> list[str]:
-    return [f"{PREFIX}{pid}{part}" for part in PARTS]
-
-
 def socket_name(pid: int) -> str:
     return f"{PREFIX}{pid}"
 
@@ -59,7 +55,10 @@ class Keeper:
         """Store the session of shim `pid`: its socket's daemon end and the client's two ends.
         False when the store has no room for them (then after a crash its shim takes it back)."""
         stored = [(socket_name(pid), shim)]
-        if ends.in_fd != ends.out_fd and _same_socket(ends.in_fd, ends.out_fd):
+        st = os.fstat(ends.in_fd)
+        # One socket both ways is one description, which the store keeps once. (A pipe's two ends
+        # share an inode too, but the shim reopened each: two descriptions.)
+        if stat.S_ISSOCK(st.st_mode) and os.path.samestat(st, os.fstat(ends.out_fd)):
             stored.append((f"{PREFIX}{pid}-io", ends.in_fd))
         else:
             stored += [(f"{PREFIX}{pid}-in", ends.in_fd), (f"{PREFIX}{pid}-out", ends.out_fd)]
@@ -72,7 +71,7 @@ class Keeper:
     def drop(self, pid: int) -> None:
         """Remove the names of shim `pid`'s session that the store holds (stored by this daemon or
         a predecessor, or given back at start)."""
-        for name in names(pid):
+        for name in [f"{PREFIX}{pid}{part}" for part in PARTS]:
             if name in self.store.names:
                 self.store.remove(name)
 
@@ -81,20 +80,12 @@ class Keeper:
         return {"held": len(self.store.names), "budget": self.store.budget}
 
 
-def _same_socket(a: int, b: int) -> bool:
-    # One inode is one socket description, which the store keeps once. (A pipe's two ends share an
-    # inode too, but the shim reopened each: two descriptions.)
-    sa, sb = os.fstat(a), os.fstat(b)
-    return stat.S_ISSOCK(sa.st_mode) and (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
-
-
 @dataclass
 class Kept:
     """One session's descriptors as the store gave them back."""
 
     pid: int
     fds: dict[str, int] = field(default_factory=dict)  # name -> fd, those not taken yet
-    names: list[str] = field(default_factory=list)  # every name it came under: in the store still
 
     def close(self) -> None:
         close_fds(self.fds.values())
@@ -111,9 +102,7 @@ def take_kept(stored: dict[str, int]) -> list[Kept]:
         if not base.isdigit() or (part and f"-{part}" not in PARTS):
             close_fds([fd])
             continue
-        kept = sessions.setdefault(int(base), Kept(int(base)))
-        kept.fds[name] = fd
-        kept.names.append(name)
+        sessions.setdefault(int(base), Kept(int(base))).fds[name] = fd
     return list(sessions.values())
 
 
