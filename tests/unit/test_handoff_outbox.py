@@ -434,7 +434,7 @@ async def test_client_ends_refuse_a_pipe_without_o_nonblock_a_wrong_direction_an
     try:
         with pytest.raises(ValueError, match="stdin is a pipe without O_NONBLOCK"):
             ClientEnds(r, nonblocking_w)
-        with pytest.raises(ValueError, match="stdout is it is open in the wrong direction|wrong direction"):
+        with pytest.raises(ValueError, match="stdout is open in the wrong direction"):
             ClientEnds(nonblocking_r, nonblocking_r)
         with pytest.raises(ValueError, match="neither a pipe nor a socket"):
             ClientEnds(nonblocking_r, regular)

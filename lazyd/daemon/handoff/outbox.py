@@ -63,17 +63,17 @@ def _usable(fd: int, *, readable: bool) -> str | None:
         st = os.fstat(fd)
         flags = fcntl.fcntl(fd, fcntl.F_GETFL)
     except OSError as exc:
-        return f"cannot inspect it: {exc.strerror}"
+        return f"cannot be inspected: {exc.strerror}"
     mode = flags & os.O_ACCMODE
     if mode != os.O_RDWR and mode != (os.O_RDONLY if readable else os.O_WRONLY):
-        return "it is open in the wrong direction"
+        return "is open in the wrong direction"
     if stat.S_ISFIFO(st.st_mode):  # O_NONBLOCK set here would change the shim's own copy
-        return None if flags & os.O_NONBLOCK else "a pipe without O_NONBLOCK (not a description of its own)"
+        return None if flags & os.O_NONBLOCK else "is a pipe without O_NONBLOCK (not a description of its own)"
     if stat.S_ISSOCK(st.st_mode):
         with socket.socket(fileno=os.dup(fd)) as kind:
             ok = kind.family == socket.AF_UNIX and kind.type == socket.SOCK_STREAM
-        return None if ok else "a socket that is not a Unix stream socket"
-    return "neither a pipe nor a socket"
+        return None if ok else "is a socket that is not a Unix stream socket"
+    return "is neither a pipe nor a socket"
 
 
 class ClientEnds:
@@ -84,7 +84,7 @@ class ClientEnds:
         for fd, readable in ((in_fd, True), (out_fd, False)):
             problem = _usable(fd, readable=readable)
             if problem is not None:
-                raise ValueError(f"the client's {'stdin' if readable else 'stdout'} is {problem}")
+                raise ValueError(f"the client's {'stdin' if readable else 'stdout'} {problem}")
         self.in_fd = in_fd
         self.out_fd = out_fd
         self._in_sock = socket.socket(fileno=in_fd) if stat.S_ISSOCK(os.fstat(in_fd).st_mode) else None
