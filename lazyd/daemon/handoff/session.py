@@ -69,20 +69,16 @@ def take(hello: Hello, fds: list[int]) -> tuple[ClientEnds, int] | None:
     left for the caller to close (a hand-off then goes on with frames; a reclaim is refused)."""
     if not hello.handoff and not hello.reclaim:
         return None
-    problem: str | None = None
-    if len(fds) != PASSED_FDS:
-        problem = f"{len(fds)} descriptors instead of {PASSED_FDS}"
-    elif hello.layout != LAYOUT:  # a shim of another version: its recovery would read the region otherwise
-        problem = f"region layout {hello.layout}, this daemon writes {LAYOUT}"
-    elif (unsafe := region_problem(fds[2])) is not None:
-        problem = f"a region the daemon cannot map safely ({unsafe})"
-    else:
-        try:
-            ends = ClientEnds(fds[0], fds[1])
-        except ValueError as exc:
-            problem = f"ends it cannot use ({exc})"
-    if problem is not None:
-        log.warning("shim pid %d offered a hand-off with %s; using frames", hello.pid, problem)
+    try:
+        if len(fds) != PASSED_FDS:
+            raise ValueError(f"{len(fds)} descriptors instead of {PASSED_FDS}")
+        if hello.layout != LAYOUT:  # a shim of another version: its recovery would read the region otherwise
+            raise ValueError(f"region layout {hello.layout}, this daemon writes {LAYOUT}")
+        if (unsafe := region_problem(fds[2])) is not None:
+            raise ValueError(f"a region the daemon cannot map safely: {unsafe}")
+        ends = ClientEnds(fds[0], fds[1])
+    except ValueError as exc:
+        log.warning("shim pid %d: not taking its hand-off (%s); using frames", hello.pid, exc)
         return None
     region = fds[2]
     fds.clear()
