@@ -91,10 +91,9 @@ class State:
     def decode(cls, payload: bytes) -> State:
         """The state in one slot's payload; raises ValueError if it is malformed."""
         state = cls()
-        try:
-            flags, state.head_len, state.tail_len, n_init, n_initialized = _FIXED.unpack_from(payload)
-        except struct.error as exc:
-            raise ValueError(f"truncated hand-off state: {exc}") from None
+        if len(payload) < _FIXED.size:
+            raise ValueError("truncated hand-off state")
+        flags, state.head_len, state.tail_len, n_init, n_initialized = _FIXED.unpack_from(payload)
         if _FIXED.size + n_init + n_initialized != len(payload):
             raise ValueError("malformed hand-off state")
         state.init = payload[_FIXED.size : _FIXED.size + n_init]

@@ -4,8 +4,8 @@ shim's recovery and the reclaiming daemon share, and the daemon's in-place recor
 kill -9 may cut after any write.
 
 Testing policy: literal regions (a lost daemon's state, table, head areas and torn byte, written
-through the region's own writers) in shared anonymous memory; the shim's side writes into a real
-pipe. A kill is played by a buffer that refuses every store after the k-th (a write, or pages
+through the region's own writers) in shared anonymous memory or a real sealed memfd; the shim's
+recovery and the reclaiming daemon's session (its route a recorder) write into real pipes. A kill is played by a buffer that refuses every store after the k-th (a write, or pages
 given back): each is a store a kill -9 cannot tear (single bytes, and states behind the state byte).
 """
 
@@ -14,15 +14,21 @@ from __future__ import annotations
 import json
 import mmap
 import os
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
+import trio
 
+from lazyd.daemon.gate import Gate
 from lazyd.daemon.handoff.ledger import Ledger
+from lazyd.daemon.handoff.outbox import ClientEnds
+from lazyd.daemon.handoff.session import HandoffSession
+from lazyd.daemon.heap_trim import HeapTrimmer
 from lazyd.handoff import region as hs
 from lazyd.handoff.recovery import Recovery, error_line, plan, reclaim
-from lazyd.handoff.region import Region, State
-from lazyd.protocol.frames import MAX_LINE_BYTES
+from lazyd.handoff.region import Region, State, map_region, unmap
+from lazyd.protocol.frames import MAX_LINE_BYTES, Hello
 from lazyd.protocol.linepeek import LineSplitter
 from shim import recover
 from shim.options import Log, parse
@@ -37,12 +43,13 @@ def call(request_id: int | str) -> bytes:
 
 
 def lost(*, torn: bool = True, landed: bool = True, closed: bool = False, tail: bytes = b"",
-         stale: bool = True) -> mmap.mmap:
+         stale: bool = True, buf: mmap.mmap | None = None) -> mmap.mmap:
     """A region as a daemon killed mid-session leaves it: ids 1 and "a" in the table, the start of
     call 9 as the head in area 1, and (with `landed`) a read after it that finishes call 9, holds
     call 10 and call 1 again and starts call 11; with `stale`, area 0 still holds a read the
-    daemon had accounted for and not yet zeroed (killed between its state write and the zeroing)."""
-    buf = mmap.mmap(-1, hs.REGION_BYTES)
+    daemon had accounted for and not yet zeroed (killed between its state write and the zeroing).
+    Written into `buf` (a mapped region) if given, else into anonymous memory."""
+    buf = mmap.mmap(-1, hs.REGION_BYTES) if buf is None else buf
     region = Region(buf)
     state = State()
     state.init, state.initialized, state.init_answered = INIT, INITIALIZED, True
@@ -70,9 +77,56 @@ def reclaim_and_record(region: Region) -> Recovery | str:
     return done
 
 
-def owed(done: Recovery, torn: bool) -> bytes:
-    """What the reclaiming daemon's outbox writes for `done`: a newline for a cut line, then the errors."""
-    return (b"\n" if torn else b"") + b"".join(error_line(text) + b"\n" for text in done.ids)
+class Route:
+    """Where the reclaimed session's lines go (the relay core has tests of its own)."""
+
+    name = "fixture"
+
+    def __init__(self) -> None:
+        self.lines: list[bytes] = []
+
+    def client_line(self, cid: int, line: bytes, parsed: object = None) -> None:
+        self.lines.append(line)
+
+    def detach(self, cid: int) -> None:
+        pass
+
+
+async def reclaimed_by_the_daemon(torn: bool) -> tuple[bytes, Region, Route]:
+    """Run a reclaiming daemon's session (HandoffSession.run) on a real region left as `lost`,
+    for a client that then closes its stdin: what the client's stdout got, the region after it,
+    and what was relayed."""
+    fd = hs.create_region()
+    unmap(lost(torn=torn, buf=map_region(fd)))
+    in_r, in_w = os.pipe()
+    out_r, out_w = os.pipe()
+    ends = ClientEnds(os.open(f"/proc/self/fd/{in_r}", os.O_RDONLY | os.O_NONBLOCK),
+                      os.open(f"/proc/self/fd/{out_w}", os.O_WRONLY | os.O_NONBLOCK))
+    os.close(in_r)
+    os.close(out_w)
+    os.close(in_w)  # the client's EOF: the session ends once its errors are written
+    route = Route()
+
+    async def open_session(hello: Hello, cancel: object, make_outbox: Any) -> tuple[Route, Any]:
+        assert hello.resume == [INIT, INITIALIZED]  # the handshake the region recorded
+        return route, make_outbox(1, hello.pid, cancel)
+
+    registry = SimpleNamespace(reading=Gate(), heap=HeapTrimmer(), open_session=open_session,
+                               note_client_line=lambda line, peek, cid: peek - 1)
+    daemon_end, shim_end = trio.socket.socketpair()
+    session = HandoffSession(registry, trio.SocketStream(daemon_end), os.getpid(), ends, os.dup(fd),  # type: ignore[arg-type]
+                             reclaiming=True)
+    await session.run(Hello("shim", os.getpid(), ["true"], "/", {}, {}, None, [], handoff=True, reclaim=True,
+                            layout=hs.LAYOUT))
+    assert await shim_end.recv(64) == b"\n"  # its waiter is told the client left
+    shim_end.close()
+    daemon_end.close()
+    sent = os.read(out_r, 1 << 20)
+    os.close(out_r)
+    region = hs.read_region(fd)
+    os.close(fd)
+    assert region is not None
+    return sent, region, route
 
 
 def test_one_plan_finishes_the_cut_line_and_answers_each_id_in_the_table_and_after_the_head_once() -> None:
@@ -85,19 +139,35 @@ def test_one_plan_finishes_the_cut_line_and_answers_each_id_in_the_table_and_aft
     assert nothing.finish is None and nothing.ids == [] and nothing.carried.resume_lines() == []
 
 
-def test_the_shim_and_the_reclaiming_daemon_owe_the_client_the_same_bytes_and_carry_the_same_session() -> None:
+@pytest.mark.parametrize("torn", [True, False])
+async def test_the_shim_and_the_reclaiming_daemon_write_the_client_the_same_bytes(torn: bool) -> None:
+    read_end, write_end = os.pipe()
+    try:
+        log = Log(parse(["--", "true"], {}))
+        recover.answer(Region(lost(torn=torn)), Stdout(log, write_end), log)
+        by_shim = os.read(read_end, 1 << 20)
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+    by_daemon, region, route = await reclaimed_by_the_daemon(torn)
+    assert by_daemon == by_shim and by_shim.startswith(b"\n") == torn
+    # Every error written, the cut line ended: nothing left for a next recovery to write.
+    assert region.entries() == [] and not region.torn
+    assert route.lines == [call(11)[:15]]  # the partial line read after the head, relayed at EOF
+    unmap(region.buf)
+
+
+def test_the_shim_and_the_reclaiming_daemon_carry_the_same_session() -> None:
     read_end, write_end = os.pipe()
     try:
         log = Log(parse(["--", "true"], {}))
         carried, head = recover.answer(Region(lost()), Stdout(log, write_end), log)
-        by_shim = os.read(read_end, 1 << 20)
     finally:
         os.close(read_end)
         os.close(write_end)
     buf = lost()
     done = reclaim_and_record(Region(buf))
     assert isinstance(done, Recovery)
-    assert owed(done, torn=True) == by_shim
     # What the next reader of the region continues from: the same handshake and partial line.
     region = Region(buf)
     after = region.current

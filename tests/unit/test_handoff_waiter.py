@@ -57,7 +57,7 @@ def test_the_shim_s_recovery_ends_a_line_only_for_the_torn_byte(mark: str) -> No
             ledger = Ledger(Region(buf))
             ledger.client_line(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {}}).encode())
             if mark == "torn":
-                ledger.torn(True)
+                ledger.region.torn = True
         finally:
             buf.close()
         recovered = _recovery_output(fd)

@@ -220,8 +220,8 @@ class ConnectionHandler:
         live = self.live[id(stream)] = Live(stream, wire.FrameDecoder(), deque())
         found = stored_sessions.reopen(kept, shim)
         if isinstance(found, str):
-            log.info("shim pid %d: not taking back the session systemd kept (%s; kept: %s); it recovers it itself",
-                     kept.pid, found, ", ".join(kept.names))
+            log.info("shim pid %d: not taking back the session systemd kept (%s); it recovers it itself",
+                     kept.pid, found)
             stored_sessions.let_go(kept, self.keeper)
             return
         hello, fds = found
@@ -240,7 +240,7 @@ class ConnectionHandler:
             stored_sessions.let_go(kept, self.keeper)
             return
         live.kind = "handoff"
-        await live.handoff.run(hello, kept)
+        await live.handoff.run(hello)
 
     async def guarded(self, stream: trio.SocketStream, pid: int, serve: Callable[[], Awaitable[None]] | None) -> None:
         """Run `serve` for one connection counted in `active` (a connection accepted here, or one a

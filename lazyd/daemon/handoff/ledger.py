@@ -27,14 +27,10 @@ if TYPE_CHECKING:
 _UNRECORDED = -1  # the entry of a request in flight whose id the table cannot hold
 
 
-def _at_once(release: Callable[[], None]) -> None:
-    release()
-
-
 class Ledger:
     """The in-flight table, handshake and head of one hand-off session."""
 
-    def __init__(self, region: Region, later: Callable[[Callable[[], None]], None] = _at_once, *,
+    def __init__(self, region: Region, later: Callable[[Callable[[], None]], None] = lambda release: release(), *,
                  recovery: Recovery | None = None) -> None:
         """The ledger of a new session, of one continued from its region (an upgrade, a shim's
         recovery), or with `recovery`, of one reclaimed from a lost daemon's region."""
@@ -44,11 +40,9 @@ class Ledger:
         previous = region.current
         self._entries: dict[IdKey, int] = {}
         self._init_key: IdKey | None = None
-        self.state = State()
+        self.state = previous or State()  # a continued region is never closed nor holds a tail
         used: set[int] = set()
         if previous is not None:
-            for field in ("init", "initialized", "init_answered", "head_len", "discarding", "head_area"):
-                setattr(self.state, field, getattr(previous, field))
             # What is in the table is still in flight (a reclaimed session's: until its error is written).
             for entry, text in region.entries():
                 try:
@@ -72,7 +66,7 @@ class Ledger:
         if recovery is not None and previous is not None:
             self._record_reclaim(recovery)
         else:
-            self._write()  # a state from the start: the shim reads the table only beside one
+            region.write(self.state)  # a state from the start: the shim reads the table only beside one
 
     def _record_reclaim(self, recovery: Recovery) -> None:
         """Record the recovery of a lost daemon's region so that a kill -9 at any store leaves the
@@ -81,7 +75,7 @@ class Ledger:
         writes the cut line's end and one error per id, each leaving the table once written."""
         self.region.release(self.state.head_area ^ 1)  # what a kill left there is nobody's
         if not recovery.read:
-            self._write()
+            self.region.write(self.state)
             return
         for text in recovery.ids:  # the table's own are in it already: entered once
             key = id_key(json.loads(text))
@@ -95,10 +89,10 @@ class Ledger:
         if info.kind == "initialize":
             self.state.init, self._init_key = line, info.requests[0][0]
             self.state.init_answered = False
-            self._write()
+            self.region.write(self.state)
         elif info.kind == "initialized":
             self.state.initialized = line
-            self._write()
+            self.region.write(self.state)
         for key, request_id in info.requests:
             self._enter(key, json.dumps(request_id).encode())
         for key in info.cancelled:
@@ -112,24 +106,15 @@ class Ledger:
         if key == self._init_key:
             self._init_key = None
             self.state.init_answered = True
-            self._write()
+            self.region.write(self.state)
         if self._leave(key) and not self._entries and self.on_empty is not None:
             self.on_empty()
-
-    def torn(self, torn: bool) -> None:
-        """Whether the client's stdout may now end in the middle of a line."""
-        self.region.torn = torn
 
     def input(self, limit: int = READ_BYTES) -> memoryview:
         """Where the next read of the client's stdin goes (at most `limit` bytes): the head area the
         state names, after the head."""
         at = head_offset(self.state.head_area) + self.state.head_len
         return memoryview(self.region.buf)[at : at + min(limit, READ_BYTES)]
-
-    def read_back(self, got: int) -> bytes:
-        """The `got` bytes a read put in `input()`."""
-        at = head_offset(self.state.head_area) + self.state.head_len
-        return bytes(self.region.buf[at : at + got])
 
     def accounted(self, got: int, head: bytes | bytearray, discarding: bool) -> None:
         """The read of `got` bytes after the head is relayed and its requests are entered: `head` is
@@ -144,7 +129,7 @@ class Ledger:
             self.region.write_head(head, 0, state.head_area)
         if (len(head), discarding, state.head_area) != (state.head_len, state.discarding, left):
             state.head_len, state.discarding = len(head), discarding
-            self._write()
+            self.region.write(state)
         if state.head_area == left:
             return
         self.region.write_head(_ZEROS[:used], 0, left)
@@ -170,24 +155,19 @@ class Ledger:
         if tail is not None:
             self.state.tail_len = len(tail[:HEAD_AREA_BYTES])
             self.region.write_head(tail[:HEAD_AREA_BYTES], 0, self.state.head_area ^ 1)
-        self._write()
+        self.region.write(self.state)
 
     def _enter(self, key: IdKey, text: bytes) -> None:
         if key in self._entries:
             return  # the same id again: the client's mistake, answered once by the relay
-        entry = self._free_entry() if len(text) < ENTRY_BYTES else None
-        if entry is not None:
+        entry = _UNRECORDED
+        if len(text) < ENTRY_BYTES and self._free:
+            entry = self._free.pop()
+        elif len(text) < ENTRY_BYTES and self._next < TABLE_ENTRIES:
+            entry, self._next = self._next, self._next + 1
+        if entry != _UNRECORDED:
             self.region.set_id(entry, text)
-        self._entries[key] = _UNRECORDED if entry is None else entry
-
-    def _free_entry(self) -> int | None:
-        """A free entry of the table; None when all TABLE_ENTRIES are in use."""
-        if self._free:
-            return self._free.pop()
-        if self._next >= TABLE_ENTRIES:
-            return None
-        self._next += 1
-        return self._next - 1
+        self._entries[key] = entry
 
     def _leave(self, key: IdKey) -> bool:
         entry = self._entries.pop(key, None)
@@ -197,9 +177,6 @@ class Ledger:
             self.region.clear_id(entry)
             self._free.append(entry)
         return True
-
-    def _write(self) -> None:
-        self.region.write(self.state)
 
     @property
     def inflight(self) -> int:

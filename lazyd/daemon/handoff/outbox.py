@@ -19,7 +19,7 @@ id still in flight, so a request is answered at least once and at most twice.
 While large lines pass, the client's pipes are widened to WIDE_PIPE_BYTES (in a default pipe a
 large line is many trips through trio's scheduler) and narrowed again after the heap trimmer's
 quiet spell (lazyd/daemon/heap_trim.py): a user's pipes share a budget (pipe-user-pages-soft). A
-stdout socket's send buffer is raised once to as much and kept: it bounds memory, holding none.
+stdout socket's send buffer is raised to as much (never lowered): it bounds memory, holding none.
 """
 
 from __future__ import annotations
@@ -63,17 +63,17 @@ def _usable(fd: int, *, readable: bool) -> str | None:
         st = os.fstat(fd)
         flags = fcntl.fcntl(fd, fcntl.F_GETFL)
     except OSError as exc:
-        return f"cannot inspect it: {exc.strerror}"
+        return f"cannot be inspected: {exc.strerror}"
     mode = flags & os.O_ACCMODE
     if mode != os.O_RDWR and mode != (os.O_RDONLY if readable else os.O_WRONLY):
-        return "it is open in the wrong direction"
+        return "is open in the wrong direction"
     if stat.S_ISFIFO(st.st_mode):  # O_NONBLOCK set here would change the shim's own copy
-        return None if flags & os.O_NONBLOCK else "a pipe without O_NONBLOCK (not a description of its own)"
+        return None if flags & os.O_NONBLOCK else "is a pipe without O_NONBLOCK (not a description of its own)"
     if stat.S_ISSOCK(st.st_mode):
         with socket.socket(fileno=os.dup(fd)) as kind:
             ok = kind.family == socket.AF_UNIX and kind.type == socket.SOCK_STREAM
-        return None if ok else "a socket that is not a Unix stream socket"
-    return "neither a pipe nor a socket"
+        return None if ok else "is a socket that is not a Unix stream socket"
+    return "is neither a pipe nor a socket"
 
 
 class ClientEnds:
@@ -84,7 +84,7 @@ class ClientEnds:
         for fd, readable in ((in_fd, True), (out_fd, False)):
             problem = _usable(fd, readable=readable)
             if problem is not None:
-                raise ValueError(f"the client's {'stdin' if readable else 'stdout'} is {problem}")
+                raise ValueError(f"the client's {'stdin' if readable else 'stdout'} {problem}")
         self.in_fd = in_fd
         self.out_fd = out_fd
         self._in_sock = socket.socket(fileno=in_fd) if stat.S_ISSOCK(os.fstat(in_fd).st_mode) else None
@@ -93,8 +93,7 @@ class ClientEnds:
         self._widened: dict[int, int] = {}  # a pipe widened while large lines pass: its size before
         # Runs `narrow` once the large lines are over: the daemon's HeapTrimmer.later, given by the
         # session (lazyd/daemon/handoff/session.py); until then a widened pipe stays wide.
-        self.later: Callable[[Callable[[], None]], None] | None = None
-        self._sndbuf_raised = False
+        self.later: Callable[[Callable[[], None]], None] = lambda _narrow: None
 
     def read_into(self, view: memoryview) -> int | None:
         """Read the client's stdin into `view` (the region, after the head); how many bytes came,
@@ -127,34 +126,26 @@ class ClientEnds:
                 raise BrokenPipeError(exc.errno, exc.strerror) from None
             raise
 
-    def widen(self, fd: int) -> bool:
+    def widen(self, fd: int) -> None:
         """Widen the client's pipe `fd` to WIDE_PIPE_BYTES while large lines pass (`narrow` gives
-        the width back); False if it is not widened now (a socket, wide already, or refused)."""
-        if fd not in (self.in_fd, self.out_fd) or self.closed:
-            return False
-        sock = self._in_sock if fd == self.in_fd else self._out_sock
-        if sock is not None:
-            if sock is self._out_sock and not self._sndbuf_raised:
-                self._sndbuf_raised = True
-                with contextlib.suppress(OSError):
-                    if sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF) < WIDE_PIPE_BYTES:
-                        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, WIDE_PIPE_BYTES // 2)
-            return False
-        if fd in self._widened:
-            if self.later is not None:
-                self.later(self.narrow)  # an earlier narrowing found it too full
-            return False
-        try:
-            size = fcntl.fcntl(fd, fcntl.F_GETPIPE_SZ)
-            if size >= WIDE_PIPE_BYTES:
-                return False
-            fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, WIDE_PIPE_BYTES)
-        except OSError:
-            return False
-        self._widened[fd] = size
-        if self.later is not None:
-            self.later(self.narrow)
-        return True
+        the width back), or raise a stdout socket's send buffer to as much (never lowered)."""
+        if self.closed:
+            return
+        if fd == self.out_fd and self._out_sock is not None:
+            with contextlib.suppress(OSError):
+                if self._out_sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF) < WIDE_PIPE_BYTES:
+                    self._out_sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, WIDE_PIPE_BYTES // 2)
+            return
+        if fd not in self._widened:  # else an earlier narrowing found it too full: asked again below
+            try:
+                size = fcntl.fcntl(fd, fcntl.F_GETPIPE_SZ)
+                if size >= WIDE_PIPE_BYTES:
+                    return
+                fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, WIDE_PIPE_BYTES)
+            except OSError:
+                return
+            self._widened[fd] = size
+        self.later(self.narrow)
 
     def narrow(self) -> None:
         """Each widened pipe back to its size, unless it holds more than that (EBUSY: the next
@@ -215,14 +206,15 @@ class _Pending:
 class HandoffOutbox:
     """Lines for the client, written into its stdout by the daemon itself (see the module docstring)."""
 
-    def __init__(self, cid: int, pid: int, on_overflow: Callable[[], None], ends: ClientEnds, ledger: Ledger) -> None:
+    def __init__(self, cid: int, pid: int, on_overflow: Callable[[], None], ends: ClientEnds, ledger: Ledger,
+                 on_close: Callable[[], None], on_gone: Callable[[], None]) -> None:
         self.cid = cid
         self.pid = pid
         self._on_overflow = on_overflow
         self.ends = ends
         self.ledger = ledger
-        self.on_close: Callable[[], None] = lambda: None  # the session ends when its runtime lets go
-        self.on_gone: Callable[[], None] = lambda: None  # the client closed its stdout
+        self.on_close = on_close  # the session ends when its runtime lets go
+        self.on_gone = on_gone  # the client closed its stdout
         self._queue: deque[_Pending] = deque()
         self.backlog_bytes = 0
         self.dropped = False
@@ -230,7 +222,6 @@ class HandoffOutbox:
         self._wake = trio.Event()  # set when the queue got a line, for the writer
         self._drained = trio.Event()  # set (and replaced) when a paused reader may go on
         self._paused = False
-        self._torn = False  # the region's torn byte, as this outbox last wrote it
 
     def deliver(self, line: bytes, done: JsonId | None = None) -> None:
         if self.dropped or self.closed:
@@ -247,18 +238,9 @@ class HandoffOutbox:
         elif self._queue:
             self._wake.set()
 
-    def end_cut_line(self) -> None:
-        """The client's stdout ends inside a line a lost daemon was writing (the region's torn byte
-        is set): a newline goes first, through the writer, and clears it."""
-        self._torn = True
-        self._queue.append(_Pending(b"", None))
-        self.backlog_bytes += 1
-        self._wake.set()
-
     def close(self) -> None:
-        if not self.closed:
-            self.closed = True
-            self.on_close()
+        self.closed = True
+        self.on_close()  # idempotent: the session's cancel
 
     @property
     def backlog_frames(self) -> int:
@@ -299,12 +281,13 @@ class HandoffOutbox:
 
     def _write_batch(self) -> bool:
         """One write of the first queued lines (at most MAX_IOV parts); whether all of them went."""
+        region = self.ledger.region
         batch = list(islice(self._queue, MAX_IOV // 2))
         size = sum(pending.remaining() for pending in batch)
         if batch[0].remaining() > DEFAULT_PIPE_BYTES:
             self.ends.widen(self.ends.out_fd)
-        if not self._torn and self.ends.may_cut(size):
-            self._set_torn(True)  # before the write, which may stop inside a line
+        if not region.torn and self.ends.may_cut(size):
+            region.torn = True  # before the write, which may stop inside a line
         written = self.ends.write([part for pending in batch for part in pending.parts()])
         self.backlog_bytes -= written
         for pending in batch:
@@ -312,17 +295,13 @@ class HandoffOutbox:
             pending.offset += take
             written -= take
         whole = sum(not pending.remaining() for pending in batch)
-        if self._torn and (whole == len(self._queue) or not self._queue[whole].offset):
-            self._set_torn(False)  # before the ids leave: a kill between leaves whole lines and errors
+        if region.torn and (whole == len(self._queue) or not self._queue[whole].offset):
+            region.torn = False  # before the ids leave: a kill between leaves whole lines and errors
         for _ in range(whole):
             pending = self._queue.popleft()
             if pending.done is not None:
                 self.ledger.answered(pending.done)
         return whole == len(batch)
-
-    def _set_torn(self, torn: bool) -> None:
-        self._torn = torn
-        self.ledger.torn(torn)
 
     def let_go(self) -> None:
         """Hand the session back to the shim: the unwritten rest of a line the client has a part

@@ -1,13 +1,11 @@
 """Hand-off sessions: the daemon reads and writes the client's pipes itself (docs/protocol.md).
 
-A shim that offers a hand-off sends its stdin, its stdout and a shared region (SCM_RIGHTS) with
-its hello. When the daemon can use them it welcomes the session with `handoff = true`, and from
-then on the session has no frames: the daemon reads the client's lines from its stdin, relays them,
-and writes the answers into its stdout (lazyd/daemon/handoff/outbox.py). The shim only waits on its
-socket; what it would need to take over again is in the region (lazyd/daemon/handoff/ledger.py).
-How a session ends, and what the shim is told then, is in docs/protocol.md ("Hand-off"). An
-upgrade carries the descriptors across the exec once the outbox is empty; the successor continues
-from the region (`carry_on`).
+The shim passes the client's stdin, its stdout and a shared region with its hello (`take`); once
+welcomed, the session has no frames: the daemon relays the client's lines from its stdin and
+writes the answers into its stdout (lazyd/daemon/handoff/outbox.py), and the region holds what the
+shim would need to take over again (lazyd/daemon/handoff/ledger.py). A session starts fresh or
+reclaimed after a crash (`run`), or carried across an upgrade once its outbox is empty
+(`carry_on`); how it ends is in docs/protocol.md ("Hand-off").
 """
 
 from __future__ import annotations
@@ -17,7 +15,6 @@ import json
 import logging
 import os
 import socket
-import struct
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -26,11 +23,12 @@ import trio
 from lazyd.protocol import wire
 from lazyd.daemon.control import handshakes
 from lazyd.daemon.runtime.era_lanes import EraRoute
-from lazyd.daemon.handoff.stored_sessions import Keeper, Kept, memfds
+from lazyd.daemon.handoff.stored_sessions import Keeper, open_memfds
 from lazyd.core.relay import jsonrpc as rpc
 from lazyd.daemon.handoff.ledger import Ledger
 from lazyd.daemon.handoff.outbox import ClientEnds, HandoffOutbox
 from lazyd.daemon.sessions.registry import Registry
+from lazyd.daemon.upgrade.inherited import close_fds
 from lazyd.daemon.runtime.supervisor import ServerRuntime
 from lazyd.errors import Refused
 from lazyd.protocol.frames import Hello, Refusal, Welcome
@@ -59,13 +57,9 @@ async def receive_with_fds(sock: Any, size: int, fds: list[int]) -> bytes:
     data, ancdata, _flags, _addr = await sock.recvmsg(size, socket.CMSG_SPACE(PASSED_FDS * 4), socket.MSG_CMSG_CLOEXEC)
     for level, kind, payload in ancdata:
         if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-            received = array.array("i")
-            received.frombytes(payload[: len(payload) - len(payload) % received.itemsize])
-            for fd in received:
-                if len(fds) < PASSED_FDS:
-                    fds.append(fd)
-                else:
-                    os.close(fd)
+            fds.extend(array.array("i", payload[: len(payload) - len(payload) % 4]))
+    close_fds(fds[PASSED_FDS:])
+    del fds[PASSED_FDS:]
     return bytes(data)
 
 
@@ -75,20 +69,16 @@ def take(hello: Hello, fds: list[int]) -> tuple[ClientEnds, int] | None:
     left for the caller to close (a hand-off then goes on with frames; a reclaim is refused)."""
     if not hello.handoff and not hello.reclaim:
         return None
-    problem: str | None = None
-    if len(fds) != PASSED_FDS:
-        problem = f"{len(fds)} descriptors instead of {PASSED_FDS}"
-    elif hello.layout != LAYOUT:  # a shim of another version: its recovery would read the region otherwise
-        problem = f"region layout {hello.layout}, this daemon writes {LAYOUT}"
-    elif (unsafe := region_problem(fds[2])) is not None:
-        problem = f"a region the daemon cannot map safely ({unsafe})"
-    else:
-        try:
-            ends = ClientEnds(fds[0], fds[1])
-        except ValueError as exc:
-            problem = f"ends it cannot use ({exc})"
-    if problem is not None:
-        log.warning("shim pid %d offered a hand-off with %s; using frames", hello.pid, problem)
+    try:
+        if len(fds) != PASSED_FDS:
+            raise ValueError(f"{len(fds)} descriptors instead of {PASSED_FDS}")
+        if hello.layout != LAYOUT:  # a shim of another version: its recovery would read the region otherwise
+            raise ValueError(f"region layout {hello.layout}, this daemon writes {LAYOUT}")
+        if (unsafe := region_problem(fds[2])) is not None:
+            raise ValueError(f"a region the daemon cannot map safely: {unsafe}")
+        ends = ClientEnds(fds[0], fds[1])
+    except ValueError as exc:
+        log.warning("shim pid %d: not taking its hand-off (%s); using frames", hello.pid, exc)
         return None
     region = fds[2]
     fds.clear()
@@ -110,32 +100,29 @@ class HandoffSession:
         try:
             # Mapped whole, and the descriptor closed: the seals (checked by `take`) keep the mapping
             # valid. An upgrade reopens it (`region_fd`).
-            st = os.fstat(region_fd)
-            self._region_id = (st.st_dev, st.st_ino)
+            self._region_stat = os.fstat(region_fd)
             region = Region(map_region(region_fd), table_extent(region_fd))
         except (OSError, ValueError):
             ends.close()
             raise
         finally:
             os.close(region_fd)
-        self._map = region.buf
         later = ends.later = registry.heap.later  # what large lines left, given back after them
         self.recovery: Recovery | None = None  # what a reclaimed session still owes its client
-        if reclaiming:
-            try:
+        try:
+            if reclaiming:
                 recovered = reclaim(region)
-                if isinstance(recovered, Recovery):
-                    self.ledger = Ledger(region, later, recovery=recovered)  # records the reclaim first
-            except Exception:
-                recovered = "its region could not be written"
-                log.exception("shim pid %d: reclaiming its session failed", pid)
-            if isinstance(recovered, str):
-                ends.close()
-                unmap(self._map)
-                raise Refused("reclaim", recovered)
-            self.recovery = recovered
-        else:
-            self.ledger = Ledger(region, later)
+                if isinstance(recovered, str):
+                    raise Refused("reclaim", recovered)
+                self.recovery = recovered
+            self.ledger = Ledger(region, later, recovery=self.recovery)  # a reclaim is recorded first
+        except Exception as exc:
+            ends.close()
+            unmap(region.buf)
+            if not reclaiming or isinstance(exc, Refused):
+                raise
+            log.exception("shim pid %d: reclaiming its session failed", pid)
+            raise Refused("reclaim", "its region could not be written") from None
         state = self.ledger.state  # what it continues from: the head of a partly read line
         head = region.read_head(state.head_len, state.head_area) if state.head_len else b""
         self.lines = LineSplitter(wire.MAX_LINE_BYTES, head, state.discarding)
@@ -144,52 +131,43 @@ class HandoffSession:
         self.route: EraRoute | HubSession | None = None
         self.client_left = False
         self._peek = handshakes.PEEK_LINES
-        self.stored = False  # its names are in systemd's fd store (`keeper`)
 
     def make_outbox(self, cid: int, pid: int, on_overflow: Callable[[], None]) -> HandoffOutbox:
-        outbox = HandoffOutbox(cid, pid, on_overflow, self.ends, self.ledger)
-        outbox.on_close = self.cancel.cancel
-        outbox.on_gone = self._client_gone
-        self.outbox = outbox
-        return outbox
+        self.outbox = HandoffOutbox(cid, pid, on_overflow, self.ends, self.ledger, self.cancel.cancel, self._client_gone)
+        return self.outbox
 
-    async def run(self, hello: Hello, kept: Kept | None = None) -> None:
-        """Open the session `hello` asks for, welcome it, and serve it until it ends. A session
-        `kept` in systemd's fd store across a crash is reclaimed: it is told nothing (its waiter
-        takes any line for its cue to exit), and first gets what its recovery owes the client."""
+    async def run(self, hello: Hello) -> None:
+        """Open the session `hello` asks for, welcome it, and serve it until it ends. A reclaimed
+        session (kept in systemd's fd store across a crash) is told nothing (its waiter takes any
+        line for its cue to exit), and first gets what its recovery owes the client."""
         recovery, keeper = self.recovery, self.keeper
         if recovery is not None:
             hello.resume = recovery.carried.resume_lines()  # the handshake from the region
-        self.stored = kept is not None and keeper is not None
         try:
             try:
-                route, _ = await self.registry.open_session(hello, self.cancel.cancel, self.make_outbox)
+                route, outbox = await self.registry.open_session(hello, self.cancel.cancel, self.make_outbox)
             except Refused as exc:
                 log.warning("refused a session from pid %s: %s", self.pid, exc.message)
-                if recovery is not None:
-                    self.close()  # before the socket's close: the shim's recovery reads the region next
-                if kept is None:
+                if recovery is None:
                     await self.stream.send_all(wire.encode(Refusal(exc.code, exc.message)))
                 elif keeper is not None:
                     keeper.tally["let_go"] += 1
                 return
-            outbox = self.outbox
-            assert outbox is not None
             if recovery is None:
                 await self.stream.send_all(wire.encode(Welcome(outbox.cid, route.name, os.getpid(), handoff=True)))
                 log.info("session %d (%s): shim pid %d handed off the client's pipes", outbox.cid, route.name, self.pid)
+                if keeper is not None:
+                    keeper.keep(self.pid, self.stream.socket.fileno(), self.ends)
             else:
                 if self.ledger.region.torn:
-                    outbox.end_cut_line()
+                    outbox.deliver(b"")  # a newline first: the lost daemon cut a line
                 for text in recovery.ids:
                     outbox.deliver(lost_line(text), json.loads(text))
                 log.info("session %d (%s): reclaimed from shim pid %d (kept by systemd across the crash); %d in-flight "
                          "request(s) answered with an error%s", outbox.cid, route.name, self.pid,
                          len(recovery.ids), ", a cut line ended" if recovery.finish is not None else "")
-            if kept is not None and keeper is not None:
-                keeper.tally["taken_back"] += 1
-            if not self.stored and keeper is not None:
-                self.stored = keeper.keep(self.pid, self.stream.socket.fileno(), self.ends)
+                if keeper is not None:
+                    keeper.tally["taken_back"] += 1  # its names are in the store already
             await self._serve(route)
         finally:
             self.close()
@@ -198,11 +176,7 @@ class HandoffSession:
         """Serve a session a predecessor daemon handed over at an upgrade: no welcome, no
         handshake; the region holds what was in flight and the unrelayed input."""
         self._peek = 0
-        self.stored = self.keeper is not None  # as the predecessor left it (it had the same store, or none)
-        try:
-            await self._serve(route)
-        finally:
-            self.close()
+        await self._serve(route)
 
     async def _serve(self, route: EraRoute | HubSession) -> None:
         outbox = self.outbox
@@ -218,6 +192,7 @@ class HandoffSession:
                     self._client_gone()
         finally:
             self._finish(route, outbox)
+            self.close()
 
     def carried(self) -> bool:
         """Whether an upgrade can hand this session over whole (it is not ending)."""
@@ -227,30 +202,19 @@ class HandoffSession:
         """Close the daemon's copies of the client's ends and its mapping of the region, with
         the session's names out of the fd store first: the socket's close that follows must reach
         the shim."""
-        if self.stored and self.keeper is not None:
+        if self.keeper is not None:
             self.keeper.drop(self.pid)
-        self.stored = False
         self.ends.close()
-        if not self._map.closed:
-            unmap(self._map)
+        if not self.ledger.region.buf.closed:
+            unmap(self.ledger.region.buf)
 
     def region_fd(self) -> int | None:
         """The region again, for an upgrade to pass on: the shim's own copy reopened through /proc
         and checked to be the same file; None if the shim holds it no more."""
-        try:
-            creds = self.stream.socket.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-        except OSError:
-            return None
-        for path in memfds(struct.unpack("3i", creds)[0], MEMFD_NAME):
-            try:
-                fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
-            except OSError:
-                continue
-            st = os.fstat(fd)
-            if (st.st_dev, st.st_ino) == self._region_id:
-                return fd
-            os.close(fd)
-        return None
+        fds = open_memfds(self.pid, MEMFD_NAME, os.O_RDWR)
+        same = [fd for fd in fds if os.path.samestat(os.fstat(fd), self._region_stat)][:1]
+        close_fds(set(fds) - set(same))
+        return same[0] if same else None
 
     def _client_gone(self) -> None:
         self.client_left = True
@@ -311,12 +275,13 @@ class HandoffSession:
                 await trio.lowlevel.wait_readable(self.ends.in_fd)  # rather than a read that says EAGAIN
             else:
                 await trio.lowlevel.checkpoint()  # a client that floods must not starve the others
-            got = self.ends.read_into(ledger.input(limit))
+            view = ledger.input(limit)
+            got = self.ends.read_into(view)
             emptied = got is None or got < limit
             if got is None:
                 continue
             if got:
-                self._take(ledger.read_back(got))
+                self._take(bytes(view[:got]))
             else:  # at EOF, a last line without its newline is still a line (lazyd/protocol/linepeek.py)
                 self._relay(self.lines.finish())
             ledger.accounted(got, self.lines.buffer, self.lines.discarding)
@@ -337,21 +302,14 @@ class HandoffSession:
         assert route is not None and outbox is not None
         for line, too_long in lines:
             if too_long:
-                self._too_long(line)
+                answer = too_long_answer(line, wire.MAX_LINE_BYTES)
+                if answer is not None:
+                    outbox.deliver(answer)
+                log.info("session %d: %s a line over %d bytes", outbox.cid, "answered with -32600"
+                         if answer is not None else "dropped (no readable request id)", wire.MAX_LINE_BYTES)
                 continue
             parsed = rpc.parse(line)  # once, for the ledger and the relay
             self.ledger.client_line(line, parsed)
             if self._peek:
                 self._peek = self.registry.note_client_line(line, self._peek, outbox.cid)
             route.client_line(outbox.cid, line, parsed)
-
-    def _too_long(self, prefix: bytes) -> None:
-        assert self.outbox is not None
-        answer = too_long_answer(prefix, wire.MAX_LINE_BYTES)
-        if answer is not None:
-            self.outbox.deliver(answer)
-            log.info("session %d: answered a request line over %d bytes with -32600", self.outbox.cid,
-                     wire.MAX_LINE_BYTES)
-        else:
-            log.info("session %d: dropped a line over %d bytes that has no readable request id",
-                     self.outbox.cid, wire.MAX_LINE_BYTES)

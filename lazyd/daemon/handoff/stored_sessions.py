@@ -38,10 +38,6 @@ PARTS = ("", "-in", "-out", "-io")  # after `hs-<pid>`: the waiter's socket; the
 MAX_HELLO_BYTES = 1 << 20
 
 
-def names(pid: int) -> list[str]:
-    return [f"{PREFIX}{pid}{part}" for part in PARTS]
-
-
 def socket_name(pid: int) -> str:
     return f"{PREFIX}{pid}"
 
@@ -59,7 +55,10 @@ class Keeper:
         """Store the session of shim `pid`: its socket's daemon end and the client's two ends.
         False when the store has no room for them (then after a crash its shim takes it back)."""
         stored = [(socket_name(pid), shim)]
-        if ends.in_fd != ends.out_fd and _same_socket(ends.in_fd, ends.out_fd):
+        st = os.fstat(ends.in_fd)
+        # One socket both ways is one description, which the store keeps once. (A pipe's two ends
+        # share an inode too, but the shim reopened each: two descriptions.)
+        if stat.S_ISSOCK(st.st_mode) and os.path.samestat(st, os.fstat(ends.out_fd)):
             stored.append((f"{PREFIX}{pid}-io", ends.in_fd))
         else:
             stored += [(f"{PREFIX}{pid}-in", ends.in_fd), (f"{PREFIX}{pid}-out", ends.out_fd)]
@@ -72,7 +71,7 @@ class Keeper:
     def drop(self, pid: int) -> None:
         """Remove the names of shim `pid`'s session that the store holds (stored by this daemon or
         a predecessor, or given back at start)."""
-        for name in names(pid):
+        for name in [f"{PREFIX}{pid}{part}" for part in PARTS]:
             if name in self.store.names:
                 self.store.remove(name)
 
@@ -81,20 +80,12 @@ class Keeper:
         return {"held": len(self.store.names), "budget": self.store.budget}
 
 
-def _same_socket(a: int, b: int) -> bool:
-    # One inode is one socket description, which the store keeps once. (A pipe's two ends share an
-    # inode too, but the shim reopened each: two descriptions.)
-    sa, sb = os.fstat(a), os.fstat(b)
-    return stat.S_ISSOCK(sa.st_mode) and (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
-
-
 @dataclass
 class Kept:
     """One session's descriptors as the store gave them back."""
 
     pid: int
     fds: dict[str, int] = field(default_factory=dict)  # name -> fd, those not taken yet
-    names: list[str] = field(default_factory=list)  # every name it came under: in the store still
 
     def close(self) -> None:
         close_fds(self.fds.values())
@@ -111,9 +102,7 @@ def take_kept(stored: dict[str, int]) -> list[Kept]:
         if not base.isdigit() or (part and f"-{part}" not in PARTS):
             close_fds([fd])
             continue
-        kept = sessions.setdefault(int(base), Kept(int(base)))
-        kept.fds[name] = fd
-        kept.names.append(name)
+        sessions.setdefault(int(base), Kept(int(base))).fds[name] = fd
     return list(sessions.values())
 
 
@@ -126,20 +115,22 @@ def let_go(kept: Kept, keeper: Keeper | None) -> None:
     kept.close()
 
 
-def memfds(pid: int, name: str) -> list[str]:
-    """The /proc paths of process `pid`'s descriptors that are memfds named `name`."""
+def open_memfds(pid: int, name: str, flags: int) -> list[int]:
+    """Process `pid`'s memfds named `name`, each opened again (close-on-exec) through /proc/PID/fd:
+    no other descriptor of it is opened."""
     try:
         fds = os.listdir(f"/proc/{pid}/fd")
     except OSError:
         return []
-    found = []
+    opened = []
     for fd in fds:
+        path = f"/proc/{pid}/fd/{fd}"
         try:
-            if os.readlink(f"/proc/{pid}/fd/{fd}").startswith(f"/memfd:{name} "):
-                found.append(f"/proc/{pid}/fd/{fd}")
+            if os.readlink(path).startswith(f"/memfd:{name} "):
+                opened.append(os.open(path, flags | os.O_CLOEXEC))
         except OSError:
             continue
-    return found
+    return opened
 
 
 def reopen(kept: Kept, shim: int) -> tuple[Hello, list[int]] | str:
@@ -148,33 +139,32 @@ def reopen(kept: Kept, shim: int) -> tuple[Hello, list[int]] | str:
     /proc/PID/fd. Or why the session cannot be taken back (then nothing was opened)."""
     pid = kept.pid
     try:
-        creds = socket.socket(fileno=os.dup(shim))
-        try:
-            peer, uid, _ = struct.unpack("3i", creds.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))
-            waiting = creds.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
-        except BlockingIOError:
-            waiting = None
-        finally:
-            creds.close()
+        with socket.socket(fileno=os.dup(shim)) as sock:
+            peer, uid, _ = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))
+            try:
+                waiting: bytes | None = sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                waiting = None
     except OSError as exc:
         return f"its socket cannot be read ({exc.strerror or exc})"
     if peer != pid or uid != os.getuid():
         return f"its socket's peer is pid {peer} of uid {uid}"
     if waiting is not None:
         return "its waiter is gone" if not waiting else "its waiter sent bytes"
-    hellos, regions = memfds(pid, HELLO_MEMFD), memfds(pid, MEMFD_NAME)
+    hellos, regions = open_memfds(pid, HELLO_MEMFD, os.O_RDONLY), open_memfds(pid, MEMFD_NAME, os.O_RDWR)
     if len(hellos) != 1 or len(regions) != 1:
+        close_fds(hellos + regions)
         return "its waiter holds no single region and hello"
     opened: list[int] = []
     try:
-        hello_fd = os.open(hellos[0], os.O_RDONLY | os.O_CLOEXEC)
         try:
-            data = os.pread(hello_fd, MAX_HELLO_BYTES, 0)
+            data = os.pread(hellos[0], MAX_HELLO_BYTES, 0)
         finally:
-            os.close(hello_fd)
+            os.close(hellos[0])
         frames = wire.FrameDecoder().feed(data)
         hello = frames[0] if len(frames) == 1 else None
         if not isinstance(hello, Hello) or not hello.handoff:
+            close_fds(regions)
             return "its waiter's hello is not a hand-off's"
         hello.reclaim = True  # the region comes as the lost daemon left it
         both = kept.fds.pop(f"{PREFIX}{pid}-io", None)
@@ -185,9 +175,8 @@ def reopen(kept: Kept, shim: int) -> tuple[Hello, list[int]] | str:
         opened += [fd for fd in ends if fd is not None]
         if None in ends:
             raise ValueError("the client's ends did not come back from the store")
-        opened.append(os.open(regions[0], os.O_RDWR | os.O_CLOEXEC))
     except (OSError, ValueError, WireError) as exc:
-        close_fds(opened)
+        close_fds(opened + regions)
         where = f" {exc.filename}" if isinstance(exc, OSError) and exc.filename else ""
         return f"its waiter's descriptors cannot be reopened ({getattr(exc, 'strerror', None) or exc}{where})"
-    return hello, opened
+    return hello, opened + regions
