@@ -75,10 +75,7 @@ def _main(argv: list[str] | None) -> int:
     offered = handoff.offer(None, log) if opts.handoff else None
     try:
         conn = connect.open_session(opts, [], log, fds=offered)
-    except Unavailable as exc:
-        if offered is not None:
-            handoff.close_passed(offered)
-            os.close(offered[2])
+    except Unavailable as exc:  # what `offer` opened is close-on-exec: the exit or exec below closes it
         log(f"daemon unavailable: {exc}")
         if exc.user_error:  # a refused option or a file the user must fix: never hidden by a fallback
             say(str(exc))
