@@ -86,7 +86,7 @@ def autostart(path: str, explicit: bool, log: Callable[[str], None], deadline: f
         started = time.monotonic()
         # The allowlisted part of this shim's environment, with the runtime dir found without
         # XDG_RUNTIME_DIR: the daemon listens where a terminal's lazyctl looks.
-        environ = daemonenv.base(os.environ, sockpath.login_runtime_dir(os.environ))
+        environ = daemonenv.base(os.environ, sockpath.login_runtime_dir())
         try:
             proc = launch(argv, environ)
         except OSError as exc:
