@@ -161,10 +161,11 @@ AUTOSTART_TIMEOUT_S = 10.0  # the shim's own bounds (5 s to accept, plus the spa
 _AUTOSTART_OFF = frozenset({"1", "true", "yes", "on"})
 
 
-def connect_starting(path: str, explicit_socket: str | None = None, progress: StatusLine | None = None) -> Connection:
-    """A control connection to the daemon at `path`, started first if none answers exactly as a
+def connect_starting(explicit_socket: str | None, progress: StatusLine | None = None) -> Connection:
+    """A control connection to the daemon at `--socket`'s path, started first if none answers exactly as a
     shim starts it (its own code, loaded dynamically), unless LAZYD_NO_AUTOSTART is set.
     DaemonNotRunning with the daemon's own reason when it cannot start, CtlError otherwise."""
+    path = socket_path(explicit_socket)
     try:
         return Connection(path)
     except DaemonNotRunning as exc:

@@ -15,7 +15,7 @@ from typing import Any
 
 from lazyd.config.durations import format_duration, parse_duration
 from lazyd.ctl import format as fmt
-from lazyd.ctl.client import EXIT_OK, connect, connect_starting, socket_path
+from lazyd.ctl.client import EXIT_OK, connect, connect_starting
 from lazyd.ctl.commands import Output
 from lazyd.ctl.progress import StatusLine
 from lazyd.errors import UsageError
@@ -48,7 +48,7 @@ def cmd_check(args: argparse.Namespace, out: Output) -> int:
     # The daemon is started if none runs, as a shim would: a check is often a new user's first command.
     what = f"checking {names[0] if names else os.path.basename(args.command[0])}"
     line = StatusLine(what, json_mode=out.json)
-    report = request_check(socket_path(args.socket), request, explicit_socket=args.socket, progress=line)
+    report = request_check(request, args.socket, line)
     out.result(report, lambda: check_text(report))
     return EXIT_OK
 
@@ -68,12 +68,11 @@ def start_timeout_option(flag: str | None, environ: Mapping[str, str]) -> str | 
     return value.strip()
 
 
-def request_check(path: str, request: Mapping[str, Any], explicit_socket: str | None = None,
-                  progress: StatusLine | None = None) -> Any:
+def request_check(request: Mapping[str, Any], explicit_socket: str | None, progress: StatusLine | None) -> Any:
     """The daemon's `check` report (the daemon started if none runs), or CtlError. No reply
     timeout: the daemon bounds a check by the server's start_timeout."""
     try:
-        with connect_starting(path, explicit_socket, progress) as conn:
+        with connect_starting(explicit_socket, progress) as conn:
             return conn.call("check", dict(request), timeout_s=None, progress=progress)
     finally:
         if progress is not None:

@@ -55,11 +55,10 @@ def check_args(state: RegState, cwd: str, environ: Mapping[str, str],
     return request
 
 
-def run_check(socket_path: str, args: Mapping[str, Any], explicit_socket: str | None = None,
-              progress: StatusLine | None = None) -> tuple[bool, str]:
+def run_check(args: Mapping[str, Any], explicit_socket: str | None, progress: StatusLine) -> tuple[bool, str]:
     """One ``check`` (the daemon started first if none runs, as a shim would); (ok, one-line message)."""
     try:
-        data = registration.request_check(socket_path, args, explicit_socket=explicit_socket, progress=progress)
+        data = registration.request_check(args, explicit_socket, progress)
     except DaemonNotRunning as exc:
         return False, (f"{exc.message}; start it (systemctl --user start lazyd.socket, or run lazyd) "
                        "and retry with reapply --check")  # fmt: skip

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from lazyd.core.sharing.client_profiles import PROFILES
-from lazyd.ctl.client import EXIT_FAILED, EXIT_OK, socket_path
+from lazyd.ctl.client import EXIT_FAILED, EXIT_OK
 from lazyd.ctl.commands import Output
 from lazyd.ctl.format import table
 from lazyd.ctl.progress import StatusLine
@@ -124,7 +124,6 @@ def run(args: argparse.Namespace, out: Output) -> int:
 def _run_checks(report: engine.Report, socket_override: str | None, environ: Mapping[str, str],
                 initialize: Mapping[str, Any] | None, client: str | None = None,
                 as_json: bool = False) -> list[check.CheckOutcome]:  # fmt: skip
-    path = socket_path(socket_override)
     outcomes = []
     todo = [r for r in report.results if r.action in check.CHECKED_ACTIONS and r.state is not None]
     line = StatusLine("checking", json_mode=as_json)
@@ -139,7 +138,7 @@ def _run_checks(report: engine.Report, socket_override: str | None, environ: Map
         except ValueError as exc:
             outcomes.append(check.CheckOutcome(key.server, key.project, False, str(exc)))
             continue
-        ok, message = check.run_check(path, args, socket_override, line)
+        ok, message = check.run_check(args, socket_override, line)
         outcomes.append(check.CheckOutcome(key.server, key.project, ok, message))
     line.clear()
     return outcomes
