@@ -38,13 +38,9 @@ def cmd_check(args: argparse.Namespace, out: Output) -> int:
     if len(names) + (args.command is not None) != 1:
         raise UsageError("check needs exactly one of NAME, --server NAME or -- COMMAND ARGS...")
     request: dict[str, Any] = {"name": names[0]} if names else command_registration(args.command, args.cwd)
-    if args.client is not None:
-        request["client"] = args.client
-    if args.initialize_json is not None:
-        request["initialize"] = initialize_params(args.initialize_json)
-    start_timeout = start_timeout_option(args.start_timeout, os.environ)
-    if start_timeout is not None:
-        request["start_timeout"] = start_timeout
+    # The op takes None for an option not given.
+    request.update(client=args.client, start_timeout=start_timeout_option(args.start_timeout, os.environ),
+                   initialize=None if args.initialize_json is None else initialize_params(args.initialize_json))
     # The daemon is started if none runs, as a shim would: a check is often a new user's first command.
     what = f"checking {names[0] if names else os.path.basename(args.command[0])}"
     line = StatusLine(what, json_mode=out.json)

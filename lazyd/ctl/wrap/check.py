@@ -40,19 +40,12 @@ def check_args(state: RegState, cwd: str, environ: Mapping[str, str],
     args = state.args or ()
     argv = list(args[shimargs.command_index(args):])
     request = registration.command_registration(argv, cwd, environ)
-    request["declared_env"] = {k: v for k, v in (state.env or {}).items() if isinstance(v, str)}
-    if passed_env:
-        request["passed_env"] = list(passed_env)
-    if client is not None:
-        request["client"] = client
-    if initialize is not None:
-        request["initialize"] = dict(initialize)
+    declared = {k: v for k, v in (state.env or {}).items() if isinstance(v, str)}
     # The bound its shim will use: its own --start-timeout, else LAZYD_START_TIMEOUT in its env.
-    shim_env = {**environ, **request["declared_env"]}
-    start_timeout = shimargs.daemon_option(args, shim_env, "start_timeout")
-    if start_timeout is not None:
-        request["start_timeout"] = start_timeout
-    return request
+    start_timeout = shimargs.daemon_option(args, {**environ, **declared}, "start_timeout")
+    # The op takes None for an option not given.
+    return {**request, "declared_env": declared, "passed_env": list(passed_env), "client": client,
+            "initialize": initialize, "start_timeout": start_timeout}
 
 
 def run_check(args: Mapping[str, Any], explicit_socket: str | None, progress: StatusLine) -> tuple[bool, str]:
