@@ -199,7 +199,7 @@ def test_check_asks_the_daemon_to_warm_each_wrapped_server_with_its_own_argv_and
     assert args["declared_env"] == {"K": "v", "LAZYD_LINGER": "10m", "LAZYD_IDENTITY_ENV": "K"}
     assert args["env"]["HOME"] == os.environ["HOME"] and "K" not in args["env"]
     assert args["client"] == "cursor"
-    assert "initialize" not in args  # the client's learned or built-in params, chosen by the daemon
+    assert args["initialize"] is None  # the client's learned or built-in params, chosen by the daemon
 
 
 @pytest.mark.parametrize("fake_daemon", [{"ok": True, "data": {"name": "server-1a2b3c"}}], indirect=True)
@@ -214,7 +214,7 @@ def test_check_of_a_client_lazyd_has_no_profile_for_names_no_client(
     assert lazyctl("wrap", "--client", "crush", "--file", str(crush), "--all", "--check") == 0
     assert "check s: ok" in capsys.readouterr().out
     (request,) = fake_daemon.requests
-    assert "client" not in request["args"] and request["args"]["argv"] == ["/usr/bin/server"]
+    assert request["args"]["client"] is None and request["args"]["argv"] == ["/usr/bin/server"]
 
 
 @pytest.mark.parametrize("fake_daemon", [{"ok": True, "data": {"name": "server-1a2b3c"}}], indirect=True)
