@@ -8,6 +8,7 @@ registered exactly as `lazyd-shim -- COMMAND` run here would be. The daemon does
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 from collections.abc import Mapping
@@ -91,21 +92,16 @@ def initialize_params(value: str) -> dict[str, Any]:
         text, source = raw.decode("utf-8", "replace"), path
     else:
         text, source = value, "the argument"
-    candidates: list[Any] = []
     try:
-        candidates.append(json.loads(text))
+        candidates = [json.loads(text)]
     except ValueError:
+        candidates = []
         for line in text.splitlines():
-            try:
+            with contextlib.suppress(ValueError):
                 candidates.append(json.loads(line))
-            except ValueError:
-                continue
-    objects = [obj for obj in candidates if isinstance(obj, dict)]
-    if not objects:
-        raise UsageError(f"--initialize-json: {source} holds no JSON object of initialize params")
-    for obj in objects:
-        if "method" in obj and obj["method"] != "initialize":
-            continue  # another message of a captured session
+    for obj in candidates:
+        if not isinstance(obj, dict) or obj.get("method", "initialize") != "initialize":
+            continue  # not an object, or another message of a captured session
         params = obj.get("params") if "method" in obj else obj
         if isinstance(params, dict) and isinstance(params.get("protocolVersion"), str):
             return params
