@@ -273,3 +273,14 @@ def test_dry_run_with_check_checks_nothing(cursor_file: Path, monkeypatch: pytes
     assert lazyctl("wrap", "--client", "cursor", "--all", "--check", "--dry-run") == 0
     out = capsys.readouterr().out
     assert "would be wrapped" in out and "check s:" not in out
+
+
+def test_a_check_with_no_daemon_to_start_says_how_to_retry_and_keeps_the_wrap(
+    cursor_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("LAZYD_SOCKET", str(tmp_path / "none.sock"))
+    monkeypatch.setenv("LAZYD_NO_AUTOSTART", "1")
+    assert lazyctl("wrap", "--client", "cursor", "--all", "--check") == 1
+    out = capsys.readouterr().out
+    assert "check s: FAILED: lazyd is not running" in out and "retry with reapply --check" in out
+    assert SHIM in cursor_file.read_text()
