@@ -226,7 +226,7 @@ def _wrapped_servers(records: list[Record], shim: str) -> list[tuple[RegKey, tup
                 entries[where] = []
         for entry in entries[where]:
             if (entry.name, entry.project) == (record.key.server, record.key.project) and entry.state is not None:
-                argv = plan.server_argv(entry.state, record.shim) or plan.server_argv(entry.state, shim)
+                argv = plan.server_argv(entry.state, {record.shim, shim})
                 if argv:
                     found.append((record.key, argv))
     return found

@@ -6,7 +6,7 @@ Pure: no files, no I/O. The rules: docs/wrapping.md, "What each command does".
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -214,10 +214,10 @@ class Status:
 WITHOUT_SHIM = "registered without lazyd-shim"
 
 
-def server_argv(state: RegState, shim: str) -> tuple[str, ...] | None:
+def server_argv(state: RegState, shims: Iterable[str]) -> tuple[str, ...] | None:
     """The server a wrapped registration runs (its args after the shim's options), or None when it
-    is not wrapped or its args name no command."""
-    if not shimargs.is_shim(state.command, {shim}):
+    is not wrapped (by one of ``shims``) or its args name no command."""
+    if not shimargs.is_shim(state.command, shims):
         return None
     args = state.args or ()
     try:
@@ -250,13 +250,8 @@ def describe(entry: Entry | None, record: Record | None, shim: str, name: str, p
     state = entry.state
     known = {shim} | ({record.shim} if record else set())
     wrapped = shimargs.is_shim(state.command, known)
-    recoverable = False
-    if wrapped:
-        try:
-            start = shimargs.command_index(state.args or ())
-            recoverable = not shimargs.is_shim((state.args or ())[start], known)
-        except ValueError:
-            recoverable = False
+    argv = server_argv(state, known)
+    recoverable = argv is not None and not shimargs.is_shim(argv[0], known)
     note = entry.problem or ""
     without_shim = False
     if managed and not wrapped:
