@@ -80,10 +80,8 @@ class Connection:
              timeout_s: float | None = REPLY_TIMEOUT_S, progress: StatusLine | None = None) -> Any:
         """Run one control op; its data, or CtlError with the daemon's error. With an active
         `progress` line, the daemon's steps (`progress` frames) are shown on it."""
-        if progress is not None and progress.active:
-            frame = self._exchange(Ctl(op, {**(args or {}), "progress": True}), timeout_s, progress)
-        else:
-            frame = self._exchange(Ctl(op, args or {}), timeout_s)
+        live = progress if progress is not None and progress.active else None
+        frame = self._exchange(Ctl(op, {**(args or {}), "progress": True} if live else args or {}), timeout_s, live)
         if not isinstance(frame, Reply):
             raise CtlError(f"lazyd answered {op!r} with a {frame.t!r} frame")
         if not frame.ok:
