@@ -19,7 +19,7 @@ from lazyd.ctl import commands, registration, share, systemd
 from lazyd.ctl.client import EXIT_FAILED, EXIT_USAGE
 from lazyd.ctl.commands import Output
 from lazyd.ctl.wrap import cli as wrap_cli
-from lazyd.errors import CtlError, UsageError, WrapError
+from lazyd.errors import CtlError, LazydError, UsageError
 
 EXIT_INTERRUPTED = 130  # the shell's convention for a command ended by Ctrl-C
 
@@ -174,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     except CtlError as exc:
         out.failure(exc.message, exc.data)
         return exc.exit_code
-    except WrapError as exc:
+    except LazydError as exc:  # a WrapError, or a file or directory of lazyctl's own refused (SetupError)
         out.failure(str(exc))
         return EXIT_FAILED
     except KeyboardInterrupt:

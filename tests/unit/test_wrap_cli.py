@@ -284,3 +284,14 @@ def test_a_check_with_no_daemon_to_start_says_how_to_retry_and_keeps_the_wrap(
     out = capsys.readouterr().out
     assert "check s: FAILED: lazyd is not running" in out and "retry with reapply --check" in out
     assert SHIM in cursor_file.read_text()
+
+
+def test_a_state_dir_others_can_read_is_one_line_and_exit_1(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    state = Path(os.environ["XDG_STATE_HOME"]) / "lazyd"
+    state.mkdir(parents=True)
+    state.chmod(0o755)
+    before = (home / ".claude.json").read_bytes()
+    assert lazyctl("wrap", "--client", "claude", "--all") == 1
+    err = capsys.readouterr().err
+    assert err.startswith("lazyctl: refusing lazyd state dir") and "chmod 700" in err and err.count("\n") == 1
+    assert (home / ".claude.json").read_bytes() == before

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from lazyd.ctl.wrap import engine
-from lazyd.errors import WrapError
+from lazyd.errors import SetupError, WrapError
 from tests.unit.fixtures_wrap.helpers import SHIM, Lazyctl
 
 WAIT_S = 20.0  # bound on waiting for another process to reach a state; never a timing assertion
@@ -138,7 +138,7 @@ def test_a_state_dir_others_can_read_is_refused(lazyctl: Lazyctl) -> None:
     path = lazyctl.put("mcp.json", DATA)
     lazyctl.state_dir.mkdir(parents=True, mode=0o755)
     lazyctl.state_dir.chmod(0o755)
-    with pytest.raises(WrapError, match="lazyd state dir"):
+    with pytest.raises(SetupError, match="lazyd state dir"):
         lazyctl.run("wrap", "cursor", path)
     assert path.read_bytes() == DATA
 
