@@ -109,12 +109,8 @@ def execute(request: Request, environ: Mapping[str, str], cwd: Path,
     client = clients.client_named(request.client)
     if (request.project is not None or request.user_scope) and not client.projects:
         raise UsageError(f"--project and --user-scope apply to Claude Code's ~/.claude.json, not to {client.title}")
-    if request.servers and request.all:
-        raise UsageError("use either --server NAME or --all")
     if request.op != "status" and not (request.servers or request.all):
         raise UsageError("name the registrations: --server NAME (repeatable) or --all")
-    if request.env and request.op not in ("wrap", "reapply"):
-        raise UsageError("--env applies to wrap and reapply")
     path = clients.config_path(client, request.file, environ, cwd)
     settings = _settings(request, environ)
     state_dir = state_dir or resolve_paths().state_dir
