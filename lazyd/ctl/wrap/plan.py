@@ -109,20 +109,18 @@ def _managed_env(current: Mapping[str, object] | None, managed: Mapping[str, str
     for name, value in managed.items():
         present = name in env
         ours = record.managed_env.get(name) if record else None
-        if ours is not None and present and env[name] == ours:
-            # Our value is still there (perhaps kept by the client's setup): not the user's original.
-            assert record is not None
+        if record is not None and ours is not None and present and (env[name] == ours or name not in explicit):
+            # Set by us before (perhaps kept by the client's setup): the user's original is on record.
+            # Our value still there takes the new one; one the user changed stays unless --env sets it.
             original[name] = record.original_env.get(name)
-            env[name] = value
-        elif ours is not None and present and name not in explicit:
-            assert record is not None
-            original[name] = record.original_env.get(name)  # the user changed our value: theirs wins
-        else:
-            if present and not isinstance(env[name], str):
-                raise ValueError(f"env.{name} is not a string")
-            previous = env.get(name) if present else None
-            original[name] = previous if isinstance(previous, str) else None
-            env[name] = value
+            if env[name] == ours:
+                env[name] = value
+            continue
+        previous = env.get(name)
+        if present and not isinstance(previous, str):
+            raise ValueError(f"env.{name} is not a string")
+        original[name] = previous if isinstance(previous, str) else None
+        env[name] = value
     if current is None and not env:
         return None, original
     return env, original
