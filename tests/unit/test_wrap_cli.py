@@ -20,6 +20,7 @@ from lazyd.ctl.main import build_parser, main
 from tests.unit.fixtures_wrap.helpers import FIXTURES, SECRETS, SHIM
 
 WAIT_S = 20.0  # bound on the fake daemon thread; never a timing assertion
+REPORT = {"name": "server-1a2b3c", "protocol_version": "2025-06-18", "listings": {}}  # a check's, as the daemon sends it
 
 
 @pytest.fixture
@@ -181,7 +182,8 @@ def fake_daemon(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch)
 
 @pytest.mark.parametrize(
     "fake_daemon",
-    [{"ok": True, "data": {"protocol_version": "2025-06-18", "listings": {"tools": {"count": 3, "pages": 1}}}}],
+    [{"ok": True, "data": {"name": "s-1a2b3c", "protocol_version": "2025-06-18",
+                           "listings": {"tools": {"count": 3, "pages": 1}, "prompts": {"error": "boom"}}}}],
     indirect=True,
 )
 def test_check_asks_the_daemon_to_warm_each_wrapped_server_with_its_own_argv_and_env(
@@ -189,7 +191,7 @@ def test_check_asks_the_daemon_to_warm_each_wrapped_server_with_its_own_argv_and
 ) -> None:
     assert lazyctl("wrap", "--client", "cursor", "--all", "--check", "--env", "LAZYD_LINGER=10m") == 0
     out = capsys.readouterr().out
-    assert "check s: ok, cached (protocol 2025-06-18): 3 tools" in out
+    assert "check s: ok, cached as s-1a2b3c (protocol 2025-06-18): 3 tools\n" in out
     (request,) = fake_daemon.requests  # the HTTP registration is not checked
     assert request["op"] == "check"
     args = request["args"]
@@ -202,7 +204,7 @@ def test_check_asks_the_daemon_to_warm_each_wrapped_server_with_its_own_argv_and
     assert args["initialize"] is None  # the client's learned or built-in params, chosen by the daemon
 
 
-@pytest.mark.parametrize("fake_daemon", [{"ok": True, "data": {"name": "server-1a2b3c"}}], indirect=True)
+@pytest.mark.parametrize("fake_daemon", [{"ok": True, "data": REPORT}], indirect=True)
 def test_check_of_a_client_lazyd_has_no_profile_for_names_no_client(
     home: Path, fake_daemon: FakeDaemon, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -217,7 +219,7 @@ def test_check_of_a_client_lazyd_has_no_profile_for_names_no_client(
     assert request["args"]["client"] is None and request["args"]["argv"] == ["/usr/bin/server"]
 
 
-@pytest.mark.parametrize("fake_daemon", [{"ok": True, "data": {"name": "server-1a2b3c"}}], indirect=True)
+@pytest.mark.parametrize("fake_daemon", [{"ok": True, "data": REPORT}], indirect=True)
 def test_check_sends_the_clients_initialize_params_from_a_captured_session(
     cursor_file: Path, fake_daemon: FakeDaemon, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -76,17 +76,8 @@ def check_args(result: Result, environ: Mapping[str, str], initialize: Mapping[s
             "initialize": initialize, "start_timeout": start_timeout}
 
 
-def _summary(data: object) -> str:
-    if not isinstance(data, dict):
-        return "cached"
-    listings = data.get("listings")
-    parts = []
-    if isinstance(listings, dict):
-        for kind, info in sorted(listings.items()):
-            if isinstance(info, dict) and "count" in info:
-                parts.append(f"{info['count']} {kind}")
-    version = data.get("protocol_version")
-    name = data.get("name")
-    head = f"cached as {name}" if isinstance(name, str) else "cached"
-    head += f" (protocol {version})" if isinstance(version, str) else ""
-    return head + (": " + ", ".join(parts) if parts else "")
+def _summary(report: dict[str, Any]) -> str:
+    """What a check cached, in one line, from its report (as `lazyctl check --json` prints it)."""
+    counts = [f"{info['count']} {kind}" for kind, info in sorted(report["listings"].items()) if "count" in info]
+    head = f"cached as {report['name']} (protocol {report['protocol_version']})"
+    return head + (": " + ", ".join(counts) if counts else "")
