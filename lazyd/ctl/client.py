@@ -28,7 +28,7 @@ EXIT_FAILED = 1
 EXIT_USAGE = 2
 
 CONNECT_TIMEOUT_S = 5.0  # a live daemon accepts at once; a full backlog for this long is a hung one
-REPLY_TIMEOUT_S = 30.0  # quick ops (status, sleep, logs); wake and check pass None: the daemon bounds them
+REPLY_TIMEOUT_S = 30.0  # status, logs, sleep (the daemon bounds its stop ladder at 10 s); wake, check: None
 
 
 def socket_path(explicit: str | None) -> str:
