@@ -213,8 +213,6 @@ def wait_gone(pid: int, timeout_s: float) -> bool:
     except ProcessLookupError:
         return True
     try:
-        poller = select.poll()
-        poller.register(fd, select.POLLIN)
-        return bool(poller.poll(timeout_s * 1000))
+        return bool(select.select([fd], [], [], timeout_s)[0])  # a pidfd reads ready once the process exits
     finally:
         os.close(fd)
