@@ -137,7 +137,7 @@ def start_daemon(path: str, explicit: bool, log: Callable[[str], None], deadline
         started = time.monotonic()
         # The allowlisted part of this shim's environment, with the runtime dir found without
         # XDG_RUNTIME_DIR: the daemon listens where a terminal's lazyctl looks.
-        environ = daemonenv.base(os.environ, sockpath.login_runtime_dir(os.environ))
+        environ = daemonenv.base(os.environ, sockpath.login_runtime_dir())
         try:
             stderr = launch(argv, environ)
         except OSError as exc:

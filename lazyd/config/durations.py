@@ -92,17 +92,9 @@ def format_duration(seconds: float) -> str:
         if tenths < _DECIMAL_BELOW_S * 10:
             whole, tenth = divmod(tenths, 10)
             return f"{whole}s" if tenth == 0 else f"{whole}.{tenth}s"
-    total = round(seconds)
-    hours, rest = divmod(total, 3600)
+    hours, rest = divmod(round(seconds), 3600)
     minutes, secs = divmod(rest, 60)
-    parts = []
-    if hours:
-        parts.append(f"{hours}h")
-    if minutes:
-        parts.append(f"{minutes}m")
-    if secs:
-        parts.append(f"{secs}s")
-    return "".join(parts)
+    return "".join(f"{count}{unit}" for count, unit in ((hours, "h"), (minutes, "m"), (secs, "s")) if count)
 
 
 def parse_bool(text: str) -> bool:

@@ -15,10 +15,8 @@ _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*|[A-Za-z0-9_*?\[\]!.-]+", re.ASCII)
 
 
 def parse_names(text: str) -> tuple[str, ...]:
-    """A comma-separated list of variable names or patterns (`LAZYD_IDENTITY_ENV=A,B_*`).
-
-    Raises ValueError naming the first bad entry: an empty entry, or one with `=` or spaces.
-    """
+    """A comma-separated list of variable names or patterns (`LAZYD_IDENTITY_ENV=A,B_*`); ValueError
+    naming the first bad entry: an empty entry, or one with `=` or spaces."""
     return tuple(dict.fromkeys(checked_name(part.strip()) for part in text.split(",")))
 
 

@@ -62,11 +62,9 @@ _NO_FILE_LABEL = "config.toml"
 # What a refused config file's error says after the problem (lazyd/host/privatefiles.py reads it).
 _CONFIG_FIXES = {
     "link": "; lazyd only reads a regular file you own (replace the link with a copy of the file)",
-    "kind": "",
     "owner": "; lazyd runs the commands it names, so it must be yours",
     "mode": "; lazyd runs the commands it names, so fix it with: chmod go-w {path}",
     "size": "; is it the right file?",
-    "read": "",
 }
 
 

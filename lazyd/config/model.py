@@ -1,4 +1,4 @@
-"""The config as lazyd holds it: frozen dataclasses, and the error for a refused one.
+"""The config as lazyd holds it: frozen dataclasses.
 
 `Config` is the whole file (`Config()` is what a missing file means); `ServerConfig` a named
 server; `Policy` how one server is started and stopped; `WakePredicate` a wake predicate. The

@@ -28,7 +28,7 @@ EXIT_FAILED = 1
 EXIT_USAGE = 2
 
 CONNECT_TIMEOUT_S = 5.0  # a live daemon accepts at once; a full backlog for this long is a hung one
-REPLY_TIMEOUT_S = 30.0  # quick ops (status, sleep, logs); wake and check pass None: the daemon bounds them
+REPLY_TIMEOUT_S = 30.0  # status, logs, sleep (the daemon bounds its stop ladder at 10 s); wake, check: None
 
 
 def socket_path(explicit: str | None) -> str:
@@ -80,10 +80,8 @@ class Connection:
              timeout_s: float | None = REPLY_TIMEOUT_S, progress: StatusLine | None = None) -> Any:
         """Run one control op; its data, or CtlError with the daemon's error. With an active
         `progress` line, the daemon's steps (`progress` frames) are shown on it."""
-        if progress is not None and progress.active:
-            frame = self._exchange(Ctl(op, {**(args or {}), "progress": True}), timeout_s, progress)
-        else:
-            frame = self._exchange(Ctl(op, args or {}), timeout_s)
+        live = progress if progress is not None and progress.active else None
+        frame = self._exchange(Ctl(op, {**(args or {}), "progress": True} if live else args or {}), timeout_s, live)
         if not isinstance(frame, Reply):
             raise CtlError(f"lazyd answered {op!r} with a {frame.t!r} frame")
         if not frame.ok:
@@ -161,10 +159,11 @@ AUTOSTART_TIMEOUT_S = 10.0  # the shim's own bounds (5 s to accept, plus the spa
 _AUTOSTART_OFF = frozenset({"1", "true", "yes", "on"})
 
 
-def connect_starting(path: str, explicit_socket: str | None = None, progress: StatusLine | None = None) -> Connection:
-    """A control connection to the daemon at `path`, started first if none answers exactly as a
+def connect_starting(explicit_socket: str | None, progress: StatusLine | None = None) -> Connection:
+    """A control connection to the daemon at `--socket`'s path, started first if none answers exactly as a
     shim starts it (its own code, loaded dynamically), unless LAZYD_NO_AUTOSTART is set.
     DaemonNotRunning with the daemon's own reason when it cannot start, CtlError otherwise."""
+    path = socket_path(explicit_socket)
     try:
         return Connection(path)
     except DaemonNotRunning as exc:

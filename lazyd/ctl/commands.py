@@ -23,7 +23,6 @@ from lazyd.ctl.progress import StatusLine
 from lazyd.errors import CtlError, UsageError
 
 STOP_WAIT_S = 30.0  # the daemon bounds its own shutdown at 15 s; past twice that it is stuck
-SLEEP_REPLY_S = 30.0  # the daemon waits up to 10 s for the stop ladder before it answers
 
 
 class Output:
@@ -81,7 +80,7 @@ def cmd_status(args: argparse.Namespace, out: Output) -> int:
 
 def cmd_sleep(args: argparse.Namespace, out: Output) -> int:
     with connect(args.socket) as conn:
-        row = conn.call("sleep", {"name": args.name}, timeout_s=SLEEP_REPLY_S)
+        row = conn.call("sleep", {"name": args.name})
     out.result(row, lambda: f"{row['name']} {row['state']}")
     return EXIT_OK
 
@@ -214,8 +213,6 @@ def wait_gone(pid: int, timeout_s: float) -> bool:
     except ProcessLookupError:
         return True
     try:
-        poller = select.poll()
-        poller.register(fd, select.POLLIN)
-        return bool(poller.poll(timeout_s * 1000))
+        return bool(select.select([fd], [], [], timeout_s)[0])  # a pidfd reads ready once the process exits
     finally:
         os.close(fd)

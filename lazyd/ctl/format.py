@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from lazyd.config.durations import format_duration
+from lazyd.config.sizes import format_bytes
 
 # Columns of `lazyctl status`, in order: header and how to spell one row's value.
 STATUS_COLUMNS = ("NAME", "STATE", "PID", "ERA", "UPTIME", "CLIENTS", "MEMORY", "RESTARTS", "CACHE", "TOOLS",
@@ -20,15 +21,8 @@ NONE = "-"
 
 
 def human_bytes(count: int | None) -> str:
-    """1536 -> "1.5 KiB"; None -> "-"."""
-    if count is None:
-        return NONE
-    value = float(count)
-    for unit in ("B", "KiB", "MiB"):
-        if value < 1024:
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{value:.1f} GiB"
+    """Sizes as the config, the hub and the errors spell them ("1.5 KiB", "1 GiB"); None -> "-"."""
+    return NONE if count is None else format_bytes(count)
 
 
 def age(seconds: float | None) -> str:

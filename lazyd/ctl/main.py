@@ -19,7 +19,7 @@ from lazyd.ctl import commands, registration, share, systemd
 from lazyd.ctl.client import EXIT_FAILED, EXIT_USAGE
 from lazyd.ctl.commands import Output
 from lazyd.ctl.wrap import cli as wrap_cli
-from lazyd.errors import CtlError, UsageError, WrapError
+from lazyd.errors import CtlError, LazydError, UsageError
 
 EXIT_INTERRUPTED = 130  # the shell's convention for a command ended by Ctrl-C
 
@@ -48,9 +48,12 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--socket", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     sub = parser.add_subparsers(dest="subcommand", metavar="COMMAND")
 
-    def add(name: str, run: Command, help_text: str, description: str | None = None) -> argparse.ArgumentParser:
+    def add(name: str, run: Command, help_text: str, description: str | None = None, *,
+            takes_name: bool = False) -> argparse.ArgumentParser:
         p = sub.add_parser(name, parents=[common], help=help_text, description=description or help_text)
         p.set_defaults(run=run)
+        if takes_name:
+            p.add_argument("name", metavar="NAME")
         return p
 
     p = add("status", commands.cmd_status, "show every server (or the named ones) and a summary",
@@ -59,20 +62,17 @@ def build_parser() -> argparse.ArgumentParser:
             "Exits 3 when lazyd is not running.")
     p.add_argument("names", nargs="*", metavar="NAME", help="only these servers")
 
-    p = add("wake", partial(commands.cmd_start, op="wake", doing="waking"),
-            "start a server now and wait until it runs or fails",
-            "Start NAME (resetting its failure count) and wait until it is running, or failed "
-            "within its start_timeout; a failure prints why and exits 1.")
-    p.add_argument("name", metavar="NAME")
+    add("wake", partial(commands.cmd_start, op="wake", doing="waking"),
+        "start a server now and wait until it runs or fails",
+        "Start NAME (resetting its failure count) and wait until it is running, or failed "
+        "within its start_timeout; a failure prints why and exits 1.", takes_name=True)
 
-    p = add("sleep", commands.cmd_sleep, "stop a server now; the next request wakes it")
-    p.add_argument("name", metavar="NAME")
+    add("sleep", commands.cmd_sleep, "stop a server now; the next request wakes it", takes_name=True)
 
-    p = add("restart", partial(commands.cmd_start, op="restart", doing="restarting"),
-            "stop a server by the stop ladder and start it again",
-            "Stop NAME as `sleep` does and start it at once, waiting until it runs or fails; its "
-            "in-flight requests are answered with an error, its sessions go on with the new process.")
-    p.add_argument("name", metavar="NAME")
+    add("restart", partial(commands.cmd_start, op="restart", doing="restarting"),
+        "stop a server by the stop ladder and start it again",
+        "Stop NAME as `sleep` does and start it at once, waiting until it runs or fails; its "
+        "in-flight requests are answered with an error, its sessions go on with the new process.", takes_name=True)
 
     add("top", commands.cmd_top, "a live view of the servers, refreshed every second",
         "Every server's state, sessions, tree memory (PSS, with a bar against its memory_max or the "
@@ -82,8 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add("logs", commands.cmd_logs, "show a server's stderr log",
             "Print the last lines of NAME's stderr log (kept by the daemon, rotated at 1 MiB); "
-            "with -f keep printing new lines until Ctrl-C.")
-    p.add_argument("name", metavar="NAME")
+            "with -f keep printing new lines until Ctrl-C.", takes_name=True)
     p.add_argument("-f", "--follow", action="store_true", help="keep printing lines as they are written")
     p.add_argument("-n", "--lines", type=int, default=50, metavar="N", help="how many lines (default 50)")
 
@@ -124,8 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
             "`share = true` in [servers.NAME]; for a registration a client made (see `lazyctl "
             "status`): an entry of the known-servers table for the package it runs. --off writes "
             "the opposite (share = false, or sharing = \"isolated\"). The rest of the file is kept "
-            "byte for byte.")
-    p.add_argument("name", metavar="NAME")
+            "byte for byte.", takes_name=True)
     p.add_argument("--off", action="store_true", help="one process per session instead")
     p.add_argument("--config", metavar="FILE", help="the config file lazyd reads (default: "
                    "~/.config/lazyd/config.toml, as lazyd's own default)")
@@ -176,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     except CtlError as exc:
         out.failure(exc.message, exc.data)
         return exc.exit_code
-    except WrapError as exc:
+    except LazydError as exc:  # a WrapError, or a file or directory of lazyctl's own refused (SetupError)
         out.failure(str(exc))
         return EXIT_FAILED
     except KeyboardInterrupt:

@@ -8,6 +8,7 @@ registered exactly as `lazyd-shim -- COMMAND` run here would be. The daemon does
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 from collections.abc import Mapping
@@ -15,7 +16,7 @@ from typing import Any
 
 from lazyd.config.durations import format_duration, parse_duration
 from lazyd.ctl import format as fmt
-from lazyd.ctl.client import EXIT_OK, connect, connect_starting, socket_path
+from lazyd.ctl.client import EXIT_OK, connect, connect_starting
 from lazyd.ctl.commands import Output
 from lazyd.ctl.progress import StatusLine
 from lazyd.errors import UsageError
@@ -38,17 +39,13 @@ def cmd_check(args: argparse.Namespace, out: Output) -> int:
     if len(names) + (args.command is not None) != 1:
         raise UsageError("check needs exactly one of NAME, --server NAME or -- COMMAND ARGS...")
     request: dict[str, Any] = {"name": names[0]} if names else command_registration(args.command, args.cwd)
-    if args.client is not None:
-        request["client"] = args.client
-    if args.initialize_json is not None:
-        request["initialize"] = initialize_params(args.initialize_json)
-    start_timeout = start_timeout_option(args.start_timeout, os.environ)
-    if start_timeout is not None:
-        request["start_timeout"] = start_timeout
+    # The op takes None for an option not given.
+    request.update(client=args.client, start_timeout=start_timeout_option(args.start_timeout, os.environ),
+                   initialize=None if args.initialize_json is None else initialize_params(args.initialize_json))
     # The daemon is started if none runs, as a shim would: a check is often a new user's first command.
     what = f"checking {names[0] if names else os.path.basename(args.command[0])}"
     line = StatusLine(what, json_mode=out.json)
-    report = request_check(socket_path(args.socket), request, explicit_socket=args.socket, progress=line)
+    report = request_check(request, args.socket, line)
     out.result(report, lambda: check_text(report))
     return EXIT_OK
 
@@ -68,12 +65,11 @@ def start_timeout_option(flag: str | None, environ: Mapping[str, str]) -> str | 
     return value.strip()
 
 
-def request_check(path: str, request: Mapping[str, Any], explicit_socket: str | None = None,
-                  progress: StatusLine | None = None) -> Any:
+def request_check(request: Mapping[str, Any], explicit_socket: str | None, progress: StatusLine | None) -> Any:
     """The daemon's `check` report (the daemon started if none runs), or CtlError. No reply
     timeout: the daemon bounds a check by the server's start_timeout."""
     try:
-        with connect_starting(path, explicit_socket, progress) as conn:
+        with connect_starting(explicit_socket, progress) as conn:
             return conn.call("check", dict(request), timeout_s=None, progress=progress)
     finally:
         if progress is not None:
@@ -96,21 +92,16 @@ def initialize_params(value: str) -> dict[str, Any]:
         text, source = raw.decode("utf-8", "replace"), path
     else:
         text, source = value, "the argument"
-    candidates: list[Any] = []
     try:
-        candidates.append(json.loads(text))
+        candidates = [json.loads(text)]
     except ValueError:
+        candidates = []
         for line in text.splitlines():
-            try:
+            with contextlib.suppress(ValueError):
                 candidates.append(json.loads(line))
-            except ValueError:
-                continue
-    objects = [obj for obj in candidates if isinstance(obj, dict)]
-    if not objects:
-        raise UsageError(f"--initialize-json: {source} holds no JSON object of initialize params")
-    for obj in objects:
-        if "method" in obj and obj["method"] != "initialize":
-            continue  # another message of a captured session
+    for obj in candidates:
+        if not isinstance(obj, dict) or obj.get("method", "initialize") != "initialize":
+            continue  # not an object, or another message of a captured session
         params = obj.get("params") if "method" in obj else obj
         if isinstance(params, dict) and isinstance(params.get("protocolVersion"), str):
             return params

@@ -2,17 +2,8 @@
 
 The unit kills the main process alone (`KillMode=process`) so that a crash keeps the servers for
 the restarted daemon (their pipes wait in the fd store); so systemd never kills the rest of the
-cgroup, and this command does when nobody else will:
-
-- **the service stopped** (`SERVICE_RESULT=success`, or `timeout`: a hung lazyd was SIGKILLed):
-  every process left in the service's cgroup is SIGKILLed (a grandchild that escaped the ladder,
-  or what a hung daemon never stopped).
-- **a crash** (`signal`, `core-dump`, `exit-code`, `watchdog`): nothing is killed. The restarted
-  lazyd takes the servers over and its orphan sweep kills the rest; if no restart follows,
-  systemd empties the fd store, the servers see EOF, and the next daemon sweeps what is left.
-
-It runs inside the service's cgroup, finds it in /proc/self/cgroup and spares itself. It never
-fails the unit (the unit line starts with `-`).
+cgroup, and this command does after a stop, never after a crash (docs/systemd.md, "The units").
+It runs inside the service's cgroup, finds it in /proc/self/cgroup and spares itself.
 """
 
 from __future__ import annotations

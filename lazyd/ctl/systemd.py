@@ -172,9 +172,8 @@ def _write(path: Path, text: str) -> str:
 
 
 def _unmanaged_daemon() -> bool:
-    """True if a lazyd that systemd did not start holds the instance lock (read, never taken).
-
-    Not a connect probe: connecting to an installed socket unit would start the service."""
+    """True if a lazyd that systemd did not start holds the instance lock (read, never taken): not a
+    connect probe, since connecting to an installed socket unit would start the service."""
     try:
         lock = resolve_paths().lock
         pid = int(lock.read_text(encoding="ascii").strip() or 0)

@@ -137,12 +137,9 @@ class _Action:
         self.message = ""
         self._thread: threading.Thread | None = None
 
-    def busy(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
-
     def start(self, path: str, op: str, name: str) -> None:
-        if self.busy():
-            return
+        if self._thread is not None and self._thread.is_alive():
+            return  # one key's op at a time
         verb = {"wake": "waking", "sleep": "putting to sleep", "restart": "restarting"}[op]
         self.message = f"{verb} {name}…"
 

@@ -48,7 +48,7 @@ def keep_own(expanded: set[str]) -> None:
     ``XDG_RUNTIME_DIR``, the user's ``/run/user/<uid>`` (lazyd/host/sockpath.py) is set as it. The
     names dropped are logged (never a value): where a named server misses a variable, the log
     says it was there and why it went."""
-    kept = daemonenv.own(os.environ, sockpath.login_runtime_dir(os.environ), sorted(expanded))
+    kept = daemonenv.own(os.environ, sockpath.login_runtime_dir(), sorted(expanded))
     dropped = sorted(set(os.environ) - set(kept))
     os.environ.clear()
     os.environ.update(kept)

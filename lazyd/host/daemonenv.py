@@ -2,12 +2,10 @@
 
 A daemon a client's shim autostarts would otherwise inherit what the client gave that one
 registration (API tokens among them): it would reach every named server and change how the daemon
-behaves depending on who started it. So the daemon keeps what a login session gives every program
-(docs/configuration.md, "The daemon's environment", says why each is there): who and where,
-language and time, the XDG directories, the session's bus and display. No proxy or CA bundle, no
-interpreter setting (``PYTHONPATH``, ``NODE_OPTIONS``), no credential. `base` is that list; `own`
-adds the daemon's own variables and the names its config expands (the config author's choice,
-never a client's). Standard library only: the shim uses it when it starts the daemon.
+behaves depending on who started it. `base` is what a login session gives every program
+(docs/configuration.md, "The daemon's environment", says why each name is there and what is left
+out); `own` adds the daemon's own variables and the names its config expands (the config author's
+choice, never a client's). Standard library only: the shim uses it when it starts the daemon.
 """
 
 from __future__ import annotations

@@ -58,15 +58,10 @@ def since(socket_path: str, started_at: float) -> dict[str, Any]:
     path = journal_path(socket_path)
     for name in (path + ".1", path):
         try:
-            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            with open(name, "rb", opener=lambda path, flags: os.open(path, flags | os.O_NOFOLLOW)) as journal:
+                data = journal.read(2 * MAX_JOURNAL_BYTES)
         except OSError:
             continue
-        try:
-            data = os.read(fd, 2 * MAX_JOURNAL_BYTES)
-        except OSError:
-            data = b""
-        finally:
-            os.close(fd)
         for raw in data.splitlines():
             try:
                 entry = json.loads(raw)

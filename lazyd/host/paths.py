@@ -38,10 +38,8 @@ class Paths:
 
 
 def resolve_paths(socket_override: str | None = None) -> Paths:
-    """Resolve all lazyd paths from the process environment (see the module docstring).
-
-    Raises SetupError when no absolute home directory can be found for the XDG defaults.
-    """
+    """All lazyd paths from the process environment, by the module docstring's rules; SetupError
+    when no absolute home directory can be found for the XDG defaults."""
     overridden = bool(socket_override or os.environ.get("LAZYD_SOCKET"))
     socket_path = Path(socket_override or sockpath.default_socket_path(os.environ))
     lock_name = f"{socket_path.name}.lock" if overridden else "lazyd.lock"

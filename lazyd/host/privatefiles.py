@@ -95,8 +95,8 @@ def _check_private(path: Path, info: os.stat_result, *, what: str) -> None:
 # --- reading ----------------------------------------------------------------------------------------
 
 
-# What a refusal tells the user, after the problem, per problem ({path} is the file's path). lazyd
-# wrote a state file itself, so the fix is mostly to remove it; the config passes its own.
+# What a refusal tells the user after the problem, per problem ({path}: the file's path; an unlisted
+# one, nothing). lazyd wrote a state file itself, so the fix is mostly to remove it; the config passes its own.
 STATE_FILE_FIXES = {
     "link": ", not a file lazyd wrote; remove it",
     "kind": "; remove it",
@@ -115,7 +115,7 @@ def read_private(path: str | os.PathLike[str], max_bytes: int, *, secret: bool =
     writable by others (with `secret`, readable too), unreadable or over `max_bytes`."""
 
     def refused(problem: str, what: str) -> LazydError:
-        return error(f"{path}: {what}{fixes[problem].format(path=path)}")
+        return error(f"{path}: {what}{fixes.get(problem, '').format(path=path)}")
 
     try:
         # O_NONBLOCK: opening a FIFO planted at this path must not hang the reader.

@@ -33,10 +33,10 @@ def runtime_dir(env: Mapping[str, str]) -> str:
     xdg = env.get("XDG_RUNTIME_DIR", "")
     if xdg.startswith("/") and _private_dir_ok(xdg, missing_ok=True):
         return xdg
-    return login_runtime_dir(env) or os.path.join(_temp_dir(env), f"runtime-{os.geteuid()}")
+    return login_runtime_dir() or os.path.join(_temp_dir(env), f"runtime-{os.geteuid()}")
 
 
-def login_runtime_dir(env: Mapping[str, str]) -> str | None:
+def login_runtime_dir() -> str | None:
     """``/run/user/<uid>`` when logind made it private for us, else None. A shim whose client passes
     no ``XDG_RUNTIME_DIR`` (Auggie, Codex) gives it to the daemon it starts as that variable
     (lazyd/host/daemonenv.py), as a terminal would."""

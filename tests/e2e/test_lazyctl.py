@@ -124,7 +124,7 @@ def test_lazyctl_runs_as_a_program_and_says_when_lazyd_is_not_running(user_env: 
      (("check",), "exactly one of"),
      (("check", "a", "--", "cmd"), "exactly one of"),
      (("check", "--"), "no command after `--`"),
-     (("check", "x", "--initialize-json", "{bad"), "no JSON object"),
+     (("check", "x", "--initialize-json", "{bad"), "holds no initialize params"),
      (("check", "x", "--initialize-json", '{"capabilities": {}}'), "protocolVersion"),
      (("check", "x", "--initialize-json", "@/nonexistent/init.json"), "cannot read"),
      (("logs", "x", "-n", "-1"), "-n must be"),

@@ -179,7 +179,7 @@ async def test_status_shows_tree_memory_limit_and_lazyd_own_cost(user_env: UserE
         await session.call_tool("pid", {})
         out = await trio.to_thread.run_sync(lazyctl, user_env, "status")
     lines = out.stdout.splitlines()
-    assert "MEMORY" in lines[1] and "/1.0 GiB" in next(line for line in lines if line.startswith("capped ")), out.stdout
+    assert "MEMORY" in lines[1] and "/1 GiB" in next(line for line in lines if line.startswith("capped ")), out.stdout
     summary = lines[-1]
     assert "; lazyd " in summary and "(daemon " in summary and "1 session " in summary, summary
 

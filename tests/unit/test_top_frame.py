@@ -26,9 +26,9 @@ def test_every_line_fits_80_columns_and_says_what_the_view_promises() -> None:
     lines = frame_lines(status(150, 40), rates, 1.0, selected=0, machine_bytes=16 * 1024 * MiB)
     assert all(len(line) <= WIDTH for line in lines)
     text = "\n".join(lines)
-    assert "own 12.0 MiB" in text and "4 sessions 2.0 MiB" in text and "MEMORY PRESSURE 12.5%" in text
+    assert "own 12 MiB" in text and "4 sessions 2 MiB" in text and "MEMORY PRESSURE 12.5%" in text
     row = next(line for line in lines if line.startswith("▶"))
-    assert "300.0 MiB ██░░░░░░" in row  # 300 MiB of a 1 GiB limit: two of eight cells
+    assert "300 MiB ██░░░░░░" in row  # 300 MiB of a 1 GiB limit: two of eight cells
     assert " 50.0 " in row  # 50 ticks of 100 a second over one second
     assert " 1800 " in row  # 30 lines in one second: 1800 a minute
     assert "1h2m" in row

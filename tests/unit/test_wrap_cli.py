@@ -20,6 +20,7 @@ from lazyd.ctl.main import build_parser, main
 from tests.unit.fixtures_wrap.helpers import FIXTURES, SECRETS, SHIM
 
 WAIT_S = 20.0  # bound on the fake daemon thread; never a timing assertion
+REPORT = {"name": "server-1a2b3c", "protocol_version": "2025-06-18", "listings": {}}  # a check's, as the daemon sends it
 
 
 @pytest.fixture
@@ -181,7 +182,8 @@ def fake_daemon(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch)
 
 @pytest.mark.parametrize(
     "fake_daemon",
-    [{"ok": True, "data": {"protocol_version": "2025-06-18", "listings": {"tools": {"count": 3, "pages": 1}}}}],
+    [{"ok": True, "data": {"name": "s-1a2b3c", "protocol_version": "2025-06-18",
+                           "listings": {"tools": {"count": 3, "pages": 1}, "prompts": {"error": "boom"}}}}],
     indirect=True,
 )
 def test_check_asks_the_daemon_to_warm_each_wrapped_server_with_its_own_argv_and_env(
@@ -189,7 +191,7 @@ def test_check_asks_the_daemon_to_warm_each_wrapped_server_with_its_own_argv_and
 ) -> None:
     assert lazyctl("wrap", "--client", "cursor", "--all", "--check", "--env", "LAZYD_LINGER=10m") == 0
     out = capsys.readouterr().out
-    assert "check s: ok, cached (protocol 2025-06-18): 3 tools" in out
+    assert "check s: ok, cached as s-1a2b3c (protocol 2025-06-18): 3 tools\n" in out
     (request,) = fake_daemon.requests  # the HTTP registration is not checked
     assert request["op"] == "check"
     args = request["args"]
@@ -199,10 +201,10 @@ def test_check_asks_the_daemon_to_warm_each_wrapped_server_with_its_own_argv_and
     assert args["declared_env"] == {"K": "v", "LAZYD_LINGER": "10m", "LAZYD_IDENTITY_ENV": "K"}
     assert args["env"]["HOME"] == os.environ["HOME"] and "K" not in args["env"]
     assert args["client"] == "cursor"
-    assert "initialize" not in args  # the client's learned or built-in params, chosen by the daemon
+    assert args["initialize"] is None  # the client's learned or built-in params, chosen by the daemon
 
 
-@pytest.mark.parametrize("fake_daemon", [{"ok": True, "data": {"name": "server-1a2b3c"}}], indirect=True)
+@pytest.mark.parametrize("fake_daemon", [{"ok": True, "data": REPORT}], indirect=True)
 def test_check_of_a_client_lazyd_has_no_profile_for_names_no_client(
     home: Path, fake_daemon: FakeDaemon, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -214,10 +216,10 @@ def test_check_of_a_client_lazyd_has_no_profile_for_names_no_client(
     assert lazyctl("wrap", "--client", "crush", "--file", str(crush), "--all", "--check") == 0
     assert "check s: ok" in capsys.readouterr().out
     (request,) = fake_daemon.requests
-    assert "client" not in request["args"] and request["args"]["argv"] == ["/usr/bin/server"]
+    assert request["args"]["client"] is None and request["args"]["argv"] == ["/usr/bin/server"]
 
 
-@pytest.mark.parametrize("fake_daemon", [{"ok": True, "data": {"name": "server-1a2b3c"}}], indirect=True)
+@pytest.mark.parametrize("fake_daemon", [{"ok": True, "data": REPORT}], indirect=True)
 def test_check_sends_the_clients_initialize_params_from_a_captured_session(
     cursor_file: Path, fake_daemon: FakeDaemon, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -273,3 +275,25 @@ def test_dry_run_with_check_checks_nothing(cursor_file: Path, monkeypatch: pytes
     assert lazyctl("wrap", "--client", "cursor", "--all", "--check", "--dry-run") == 0
     out = capsys.readouterr().out
     assert "would be wrapped" in out and "check s:" not in out
+
+
+def test_a_check_with_no_daemon_to_start_says_how_to_retry_and_keeps_the_wrap(
+    cursor_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("LAZYD_SOCKET", str(tmp_path / "none.sock"))
+    monkeypatch.setenv("LAZYD_NO_AUTOSTART", "1")
+    assert lazyctl("wrap", "--client", "cursor", "--all", "--check") == 1
+    out = capsys.readouterr().out
+    assert "check s: FAILED: lazyd is not running" in out and "retry with reapply --check" in out
+    assert SHIM in cursor_file.read_text()
+
+
+def test_a_state_dir_others_can_read_is_one_line_and_exit_1(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    state = Path(os.environ["XDG_STATE_HOME"]) / "lazyd"
+    state.mkdir(parents=True)
+    state.chmod(0o755)
+    before = (home / ".claude.json").read_bytes()
+    assert lazyctl("wrap", "--client", "claude", "--all") == 1
+    err = capsys.readouterr().err
+    assert err.startswith("lazyctl: refusing lazyd state dir") and "chmod 700" in err and err.count("\n") == 1
+    assert (home / ".claude.json").read_bytes() == before

@@ -5,6 +5,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import re
 import select
 import stat
 import subprocess
@@ -15,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from lazyd.ctl.wrap import engine
-from lazyd.errors import WrapError
+from lazyd.errors import SetupError, WrapError
 from tests.unit.fixtures_wrap.helpers import SHIM, Lazyctl
 
 WAIT_S = 20.0  # bound on waiting for another process to reach a state; never a timing assertion
@@ -138,18 +139,22 @@ def test_a_state_dir_others_can_read_is_refused(lazyctl: Lazyctl) -> None:
     path = lazyctl.put("mcp.json", DATA)
     lazyctl.state_dir.mkdir(parents=True, mode=0o755)
     lazyctl.state_dir.chmod(0o755)
-    with pytest.raises(WrapError, match="lazyd state dir"):
+    with pytest.raises(SetupError, match="lazyd state dir"):
         lazyctl.run("wrap", "cursor", path)
     assert path.read_bytes() == DATA
 
 
-def test_an_unreadable_record_stops_the_edit(lazyctl: Lazyctl) -> None:
+@pytest.mark.parametrize(("text", "problem"), [("{not json", "not JSON"), ('{"version": 7}', "unknown version 7"),
+                                                ("[]", "not an object")])
+def test_an_unreadable_record_stops_the_edit_naming_the_file(
+        lazyctl: Lazyctl, text: str, problem: str) -> None:  # fmt: skip
     path = lazyctl.put("mcp.json", DATA)
     lazyctl.run("wrap", "cursor", path)
-    (record,) = (lazyctl.state_dir / "registrations").iterdir()
-    record.write_text("{not json")
+    [name] = _records(lazyctl)
+    record = lazyctl.state_dir / "registrations" / name
+    record.write_text(text)
     wrapped = path.read_bytes()
-    with pytest.raises(WrapError, match="not JSON; move it away"):
+    with pytest.raises(WrapError, match=re.escape(f"registration record {record} is unreadable ({problem}); move it away")):
         lazyctl.run("unwrap", "cursor", path)
     assert path.read_bytes() == wrapped
 

@@ -10,14 +10,15 @@ itself is already written.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from lazyd.ctl import registration
 from lazyd.ctl.progress import StatusLine
 from lazyd.ctl.wrap import shimargs
-from lazyd.ctl.wrap.model import RegState
+from lazyd.ctl.wrap.engine import Result
 from lazyd.errors import CtlError, DaemonNotRunning
 
 CHECKED_ACTIONS = frozenset({"wrapped", "reapplied", "updated", "unchanged"})
@@ -31,54 +32,52 @@ class CheckOutcome:
     message: str  # the daemon's one-line error, or a short summary of what was cached
 
 
-def check_args(state: RegState, cwd: str, environ: Mapping[str, str],
-               initialize: Mapping[str, Any] | None = None, client: str | None = None,
-               passed_env: tuple[str, ...] = ()) -> dict[str, Any]:  # fmt: skip
+def run_checks(results: Sequence[Result], explicit_socket: str | None, environ: Mapping[str, str],
+               initialize: Mapping[str, Any] | None, client: str | None, as_json: bool) -> list[CheckOutcome]:
+    """One ``check`` per registration the run left wrapped (the daemon started first if none runs,
+    as a shim would), each an outcome."""
+    todo = [r for r in results if r.action in CHECKED_ACTIONS and r.state is not None]
+    line = StatusLine("checking", json_mode=as_json)
+    outcomes = []
+    for number, result in enumerate(todo, start=1):
+        line.restart(f"checking {result.key.label()} ({number} of {len(todo)})")
+        try:
+            data = registration.request_check(check_args(result, environ, initialize, client), explicit_socket, line)
+        except ValueError as exc:
+            ok, message = False, str(exc)
+        except DaemonNotRunning as exc:
+            ok, message = False, (f"{exc.message}; start it (systemctl --user start lazyd.socket, or run lazyd) "
+                                  "and retry with reapply --check")  # fmt: skip
+        except CtlError as exc:
+            ok, message = False, exc.message
+        else:
+            ok, message = True, _summary(data)
+        outcomes.append(CheckOutcome(result.key.server, result.key.project, ok, message))
+    line.clear()
+    return outcomes
+
+
+def check_args(result: Result, environ: Mapping[str, str], initialize: Mapping[str, Any] | None,
+               client: str | None) -> dict[str, Any]:
     """The ``check`` op's args for a wrapped registration; ValueError if its args name no command.
     lazyctl's environment and the registration's ``env`` (and Codex's ``env_vars``, ``passed_env``)
     go separately: the daemon rebuilds from them the environment ``client`` gives a server."""
-    args = state.args or ()
+    assert result.state is not None
+    args = result.state.args or ()
     argv = list(args[shimargs.command_index(args):])
+    # A relative cwd setting is resolved as a client started here would resolve it.
+    cwd = os.path.abspath(result.cwd) if result.cwd else os.getcwd()
     request = registration.command_registration(argv, cwd, environ)
-    request["declared_env"] = {k: v for k, v in (state.env or {}).items() if isinstance(v, str)}
-    if passed_env:
-        request["passed_env"] = list(passed_env)
-    if client is not None:
-        request["client"] = client
-    if initialize is not None:
-        request["initialize"] = dict(initialize)
+    declared = {k: v for k, v in (result.state.env or {}).items() if isinstance(v, str)}
     # The bound its shim will use: its own --start-timeout, else LAZYD_START_TIMEOUT in its env.
-    shim_env = {**environ, **request["declared_env"]}
-    start_timeout = shimargs.daemon_option(args, shim_env, "start_timeout")
-    if start_timeout is not None:
-        request["start_timeout"] = start_timeout
-    return request
+    start_timeout = shimargs.daemon_option(args, {**environ, **declared}, "start_timeout")
+    # The op takes None for an option not given.
+    return {**request, "declared_env": declared, "passed_env": list(result.passed_env), "client": client,
+            "initialize": initialize, "start_timeout": start_timeout}
 
 
-def run_check(socket_path: str, args: Mapping[str, Any], explicit_socket: str | None = None,
-              progress: StatusLine | None = None) -> tuple[bool, str]:
-    """One ``check`` (the daemon started first if none runs, as a shim would); (ok, one-line message)."""
-    try:
-        data = registration.request_check(socket_path, args, explicit_socket=explicit_socket, progress=progress)
-    except DaemonNotRunning as exc:
-        return False, (f"{exc.message}; start it (systemctl --user start lazyd.socket, or run lazyd) "
-                       "and retry with reapply --check")  # fmt: skip
-    except CtlError as exc:
-        return False, exc.message
-    return True, _summary(data)
-
-
-def _summary(data: object) -> str:
-    if not isinstance(data, dict):
-        return "cached"
-    listings = data.get("listings")
-    parts = []
-    if isinstance(listings, dict):
-        for kind, info in sorted(listings.items()):
-            if isinstance(info, dict) and "count" in info:
-                parts.append(f"{info['count']} {kind}")
-    version = data.get("protocol_version")
-    name = data.get("name")
-    head = f"cached as {name}" if isinstance(name, str) else "cached"
-    head += f" (protocol {version})" if isinstance(version, str) else ""
-    return head + (": " + ", ".join(parts) if parts else "")
+def _summary(report: dict[str, Any]) -> str:
+    """What a check cached, in one line, from its report (as `lazyctl check --json` prints it)."""
+    counts = [f"{info['count']} {kind}" for kind, info in sorted(report["listings"].items()) if "count" in info]
+    head = f"cached as {report['name']} (protocol {report['protocol_version']})"
+    return head + (": " + ", ".join(counts) if counts else "")

@@ -10,16 +10,15 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from lazyd.core.sharing.client_profiles import PROFILES
-from lazyd.ctl.client import EXIT_FAILED, EXIT_OK, socket_path
+from lazyd.ctl.client import EXIT_FAILED, EXIT_OK
 from lazyd.ctl.commands import Output
 from lazyd.ctl.format import table
-from lazyd.ctl.progress import StatusLine
 from lazyd.ctl.registration import initialize_params
 from lazyd.ctl.wrap import check, clients, engine, shimargs
 from lazyd.errors import UsageError
@@ -108,7 +107,7 @@ def run(args: argparse.Namespace, out: Output) -> int:
     if getattr(args, "check", False) and not report.dry_run and not report.refused:
         # A client lazyd has no profile for (Crush) is checked with the daemon's default handshake.
         client = args.client if args.client in PROFILES else None
-        checks = _run_checks(report, args.socket, os.environ, initialize, client, out.json)
+        checks = check.run_checks(report.results, args.socket, os.environ, initialize, client, out.json)
     data: dict[str, Any] = report.to_json()
     if checks:
         data["checks"] = [asdict(c) for c in checks]
@@ -119,30 +118,6 @@ def run(args: argparse.Namespace, out: Output) -> int:
                   file=sys.stderr)
         return EXIT_FAILED
     return EXIT_FAILED if any(not c.ok for c in checks) else EXIT_OK
-
-
-def _run_checks(report: engine.Report, socket_override: str | None, environ: Mapping[str, str],
-                initialize: Mapping[str, Any] | None, client: str | None = None,
-                as_json: bool = False) -> list[check.CheckOutcome]:  # fmt: skip
-    path = socket_path(socket_override)
-    outcomes = []
-    todo = [r for r in report.results if r.action in check.CHECKED_ACTIONS and r.state is not None]
-    line = StatusLine("checking", json_mode=as_json)
-    for number, result in enumerate(todo, start=1):
-        key = result.key
-        line.restart(f"checking {_label(key.server, key.project)} ({number} of {len(todo)})")
-        try:
-            # A relative cwd setting is resolved as a client started here would resolve it.
-            cwd = os.path.abspath(result.cwd) if result.cwd else os.getcwd()
-            assert result.state is not None  # filtered above
-            args = check.check_args(result.state, cwd, environ, initialize, client, result.passed_env)
-        except ValueError as exc:
-            outcomes.append(check.CheckOutcome(key.server, key.project, False, str(exc)))
-            continue
-        ok, message = check.run_check(path, args, socket_override, line)
-        outcomes.append(check.CheckOutcome(key.server, key.project, ok, message))
-    line.clear()
-    return outcomes
 
 
 def _label(server: str, project: str | None) -> str:

@@ -17,7 +17,7 @@ from lazyd.ctl.wrap.jsonedit import JsonConfig
 from lazyd.ctl.wrap.model import Entry, RegState, changed_fields
 from lazyd.ctl.wrap.records import Record, RecordStore, RegKey
 from lazyd.ctl.wrap.tomledit import TomlConfig
-from lazyd.errors import SetupError, UsageError, WrapError
+from lazyd.errors import UsageError, WrapError
 from lazyd.host.paths import resolve_paths
 
 Op = Literal["wrap", "unwrap", "reapply", "status"]
@@ -104,23 +104,16 @@ def execute(request: Request, environ: Mapping[str, str], cwd: Path,
             before_replace: Callable[[], None] | None = None, state_dir: Path | None = None) -> Report:
     """Run ``request`` on the config ``environ`` and ``cwd`` locate (records and backups in
     ``state_dir``, default lazyd's; ``before_replace``: filesafe.replace_checked's test seam).
-    UsageError for an impossible request, WrapError when the run failed as a whole;
+    UsageError for an impossible request, WrapError (SetupError: an unsafe state dir) when the run failed as a whole;
     per-registration refusals are in ``Report.refused``, with nothing written."""
     client = clients.client_named(request.client)
     if (request.project is not None or request.user_scope) and not client.projects:
         raise UsageError(f"--project and --user-scope apply to Claude Code's ~/.claude.json, not to {client.title}")
-    if request.servers and request.all:
-        raise UsageError("use either --server NAME or --all")
     if request.op != "status" and not (request.servers or request.all):
         raise UsageError("name the registrations: --server NAME (repeatable) or --all")
-    if request.env and request.op not in ("wrap", "reapply"):
-        raise UsageError("--env applies to wrap and reapply")
     path = clients.config_path(client, request.file, environ, cwd)
     settings = _settings(request, environ)
-    try:
-        state_dir = state_dir or resolve_paths().state_dir
-    except SetupError as exc:
-        raise WrapError(str(exc)) from None
+    state_dir = state_dir or resolve_paths().state_dir
     store = RecordStore(state_dir)
     report = Report(request.op, client.name, str(path), dry_run=request.dry_run)
     if request.op == "status":
@@ -226,7 +219,7 @@ def _wrapped_servers(records: list[Record], shim: str) -> list[tuple[RegKey, tup
                 entries[where] = []
         for entry in entries[where]:
             if (entry.name, entry.project) == (record.key.server, record.key.project) and entry.state is not None:
-                argv = plan.server_argv(entry.state, record.shim) or plan.server_argv(entry.state, shim)
+                argv = plan.server_argv(entry.state, {record.shim, shim})
                 if argv:
                     found.append((record.key, argv))
     return found

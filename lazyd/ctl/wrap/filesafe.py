@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from lazyd.errors import SetupError, WrapError
+from lazyd.errors import WrapError
 from lazyd.host.privatefiles import PRIVATE_FILE_MODE, StagedFile, ensure_private_dir, write_private
 
 LOCK_NAME = "wrap.lock"
@@ -26,12 +26,9 @@ MAX_CONFIG_BYTES = 64 * 1024 * 1024  # ~/.claude.json grows with per-project his
 
 
 def ensure_state_dirs(state_dir: Path) -> None:
-    """Create or validate ``state_dir`` and its ``registrations``/``backups`` (0700, ours)."""
-    try:
-        for path in (state_dir, state_dir / "registrations", state_dir / BACKUPS_DIR_NAME):
-            ensure_private_dir(path, what="lazyd state dir")
-    except SetupError as exc:
-        raise WrapError(str(exc)) from None
+    """Create or validate ``state_dir`` and its ``registrations``/``backups`` (0700, ours); SetupError."""
+    for path in (state_dir, state_dir / "registrations", state_dir / BACKUPS_DIR_NAME):
+        ensure_private_dir(path, what="lazyd state dir")
 
 
 @contextmanager

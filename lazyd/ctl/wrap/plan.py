@@ -6,7 +6,7 @@ Pure: no files, no I/O. The rules: docs/wrapping.md, "What each command does".
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -109,20 +109,18 @@ def _managed_env(current: Mapping[str, object] | None, managed: Mapping[str, str
     for name, value in managed.items():
         present = name in env
         ours = record.managed_env.get(name) if record else None
-        if ours is not None and present and env[name] == ours:
-            # Our value is still there (perhaps kept by the client's setup): not the user's original.
-            assert record is not None
+        if record is not None and ours is not None and present and (env[name] == ours or name not in explicit):
+            # Set by us before (perhaps kept by the client's setup): the user's original is on record.
+            # Our value still there takes the new one; one the user changed stays unless --env sets it.
             original[name] = record.original_env.get(name)
-            env[name] = value
-        elif ours is not None and present and name not in explicit:
-            assert record is not None
-            original[name] = record.original_env.get(name)  # the user changed our value: theirs wins
-        else:
-            if present and not isinstance(env[name], str):
-                raise ValueError(f"env.{name} is not a string")
-            previous = env.get(name) if present else None
-            original[name] = previous if isinstance(previous, str) else None
-            env[name] = value
+            if env[name] == ours:
+                env[name] = value
+            continue
+        previous = env.get(name)
+        if present and not isinstance(previous, str):
+            raise ValueError(f"env.{name} is not a string")
+        original[name] = previous if isinstance(previous, str) else None
+        env[name] = value
     if current is None and not env:
         return None, original
     return env, original
@@ -214,10 +212,10 @@ class Status:
 WITHOUT_SHIM = "registered without lazyd-shim"
 
 
-def server_argv(state: RegState, shim: str) -> tuple[str, ...] | None:
+def server_argv(state: RegState, shims: Iterable[str]) -> tuple[str, ...] | None:
     """The server a wrapped registration runs (its args after the shim's options), or None when it
-    is not wrapped or its args name no command."""
-    if not shimargs.is_shim(state.command, {shim}):
+    is not wrapped (by one of ``shims``) or its args name no command."""
+    if not shimargs.is_shim(state.command, shims):
         return None
     args = state.args or ()
     try:
@@ -250,13 +248,8 @@ def describe(entry: Entry | None, record: Record | None, shim: str, name: str, p
     state = entry.state
     known = {shim} | ({record.shim} if record else set())
     wrapped = shimargs.is_shim(state.command, known)
-    recoverable = False
-    if wrapped:
-        try:
-            start = shimargs.command_index(state.args or ())
-            recoverable = not shimargs.is_shim((state.args or ())[start], known)
-        except ValueError:
-            recoverable = False
+    argv = server_argv(state, known)
+    recoverable = argv is not None and not shimargs.is_shim(argv[0], known)
     note = entry.problem or ""
     without_shim = False
     if managed and not wrapped:

@@ -51,12 +51,16 @@ class Record:
         return {"version": RECORD_VERSION, **fields.pop("key"), **fields}
 
 
-def record_from_json(data: object, where: str) -> Record:
-    """Validate a decoded record; raise WrapError naming ``where`` if it is not one."""
+def record_from_json(raw: bytes, where: str) -> Record:
+    """A record file's bytes as a Record; WrapError naming ``where`` if they are not one."""
 
     def bad(problem: str) -> WrapError:
         return WrapError(f"registration record {where} is unreadable ({problem}); move it away to continue")
 
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        raise bad("not JSON") from None
     if not isinstance(data, dict):
         raise bad("not an object")
     if data.get("version") != RECORD_VERSION:
@@ -114,7 +118,7 @@ class RecordStore:
                 raw = path.read_bytes()
             except OSError:
                 continue  # removed by a concurrent unwrap of another file
-            found.append(self._decode(raw, path))
+            found.append(record_from_json(raw, str(path)))
         return found
 
     def save(self, record: Record) -> None:
@@ -131,11 +135,3 @@ class RecordStore:
                 write_private(path, data)
         except OSError as exc:
             raise WrapError(f"cannot write registration record {path}: {exc.strerror}") from None
-
-    @staticmethod
-    def _decode(raw: bytes, path: Path) -> Record:
-        try:
-            data = json.loads(raw)
-        except ValueError:
-            raise WrapError(f"registration record {path} is not JSON; move it away to continue") from None
-        return record_from_json(data, str(path))

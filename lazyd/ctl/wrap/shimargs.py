@@ -114,10 +114,8 @@ def parse_env_pairs(pairs: Iterable[str]) -> dict[str, str]:
 
 
 def is_shim(command: str, known: Iterable[str]) -> bool:
-    """Whether ``command`` runs lazyd-shim (see the module docstring for the convention)."""
-    if command in set(known):
-        return True
-    return os.path.basename(command).lower().startswith(SHIM_NAME)
+    """Whether ``command`` runs lazyd-shim: one of the ``known`` paths, or a name starting with lazyd-shim."""
+    return command in set(known) or os.path.basename(command).lower().startswith(SHIM_NAME)
 
 
 def foreign_relay(command: str) -> str | None:
