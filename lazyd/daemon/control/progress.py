@@ -14,8 +14,6 @@ from contextvars import ContextVar
 
 import trio
 
-__all__ = ["report", "Pump"]
-
 _current: ContextVar[Callable[[str], None] | None] = ContextVar("lazyd_progress", default=None)
 
 

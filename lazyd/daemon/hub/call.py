@@ -23,8 +23,6 @@ from lazyd.daemon.runtime.era_lanes import EraLanes
 from lazyd.daemon.runtime.outbox import LineOutbox
 from lazyd.daemon.runtime.supervisor import ServerRuntime
 
-__all__ = ["CallOwner", "ProxiedCall"]
-
 # The internal session's own ids: strings, which the relay maps like any client's.
 _INIT_ID = "lazyd-hub-initialize"
 _CALL_ID = "lazyd-hub-call"

@@ -22,8 +22,6 @@ from lazyd.daemon.sessions.sharing_gate import SharingGate
 
 log = logging.getLogger("lazyd.hub")
 
-__all__ = ["Registrations", "Seats"]
-
 # Modes whose registration process serves every session: a hub call goes there, call by call.
 _SHARED_MODES = ("shared", "session-aware")
 

@@ -32,7 +32,6 @@ from lazyd.daemon.process.stdout_lines import StdoutLines
 from lazyd.daemon.process.read_buffer import ReadBuffer
 from lazyd.daemon.process.stdout_reader import StdoutReader
 from lazyd.daemon.systemd_env import scrubbed_environ
-from lazyd.errors import LineTooLong as LineTooLong  # what receive_line raises
 from lazyd.errors import SpawnError
 
 STDIN_EOF_GRACE_S = 2.0

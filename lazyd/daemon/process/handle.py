@@ -11,8 +11,6 @@ from typing import Protocol
 
 import trio
 
-__all__ = ["ProcessHandle"]
-
 
 class ProcessHandle(Protocol):
     @property

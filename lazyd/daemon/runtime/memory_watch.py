@@ -25,8 +25,6 @@ if TYPE_CHECKING:
     from lazyd.daemon.runtime.supervisor import ServerRuntime
     from lazyd.daemon.sessions.registry import Registry
 
-__all__ = ["MemoryWatch", "default_pressure_files"]
-
 log = logging.getLogger("lazyd.memory")
 
 SYSTEM_PSI = "/proc/pressure/memory"
@@ -58,7 +56,6 @@ class MemoryWatch:
         self.registry = registry
         self.relief = PressureRelief(registry.config.pressure)
         self._default_files: tuple[str, ...] | None = None
-        self.last_sample_s = 0.0  # wall seconds the last sample took (for benchmarks and status)
 
     async def run(self) -> None:
         while True:
@@ -95,7 +92,6 @@ class MemoryWatch:
         return max(figures, default=None)
 
     def sample(self) -> None:
-        started = trio.current_time()
         runtimes = list(self.registry.runtimes.values())
         limited = [r for r in runtimes if r.memory is not None and r.proc is not None]
         if limited:
@@ -114,7 +110,6 @@ class MemoryWatch:
             self.relief.settings = settings  # a reload changed [pressure]
         if settings.enabled:
             self._relieve(runtimes)
-        self.last_sample_s = trio.current_time() - started
 
     def _relieve(self, runtimes: list[ServerRuntime]) -> None:
         pct = self.read_pressure()

@@ -33,8 +33,6 @@ from lazyd.daemon.runtime.supervisor import ServerRuntime
 
 log = logging.getLogger("lazyd.registry")
 
-__all__ = ["SharingGate", "UNDECIDED_WAIT_S", "SESSION_LEFT", "known_server"]
-
 # The reason a process of a session's own stops (its log line: "stopping: its session left, ...").
 SESSION_LEFT = "its session left (a process of a session's own is never handed to another session)"
 

@@ -34,8 +34,6 @@ from lazyd.daemon.upgrade.state import ENVELOPE_ENV, Envelope, state_path, write
 from lazyd.errors import ConfigError
 from lazyd.host.paths import Paths
 
-__all__ = ["Upgrader", "Lineage", "SETTLE_BOUND_S"]
-
 log = logging.getLogger("lazyd.upgrade")
 
 # Readers stop at once; this bounds waiting for the writers (a client that does not read).

@@ -43,8 +43,6 @@ from lazyd.daemon.upgrade.state import ENVELOPE_ENV, Envelope, read_secrets, rea
 from lazyd.errors import InheritError
 from lazyd.protocol.frames import Reply
 
-__all__ = ["take_envelope", "inherit", "inherit_stored", "REAP_WAIT_S"]
-
 log = logging.getLogger("lazyd.inherit")
 
 REAP_WAIT_S = 5.0  # after SIGKILL, as the ladder of lazyd/daemon/process/child.py
@@ -276,7 +274,7 @@ async def inherit_stored(stored: dict[str, int], registry: Registry, lock: Path,
         secrets_fd = None
         registry.reading.close()
         try:
-            names = await registry.inherit(body, secrets, written_at=written_at, child=False)
+            await registry.inherit(body, secrets, written_at=written_at, child=False)
             for runtime in list(registry.runtimes.values()):
                 runtime.forget_clients(set())  # their connections died with the old daemon
         finally:

@@ -27,8 +27,6 @@ from lazyd.daemon.process.child import ChildProcess, ProcessState
 from lazyd.daemon.process.read_buffer import ReadBuffer
 from lazyd.errors import InheritError
 
-__all__ = ["InheritedProcess", "HandedRuntime", "close_fds", "inherit_child", "state_fds"]
-
 
 class InheritedProcess:
     """The `ProcessHandle` (lazyd/daemon/process/handle.py) of a process taken over."""

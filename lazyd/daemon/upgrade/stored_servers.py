@@ -36,8 +36,6 @@ from lazyd.daemon.sessions.registry import Registry
 from lazyd.daemon.runtime_dir import SD_LISTEN_FDS_START
 from lazyd.daemon.upgrade.state import write_secrets, write_state
 
-__all__ = ["FDSTORE_ENV", "STORE_SOFT_NOFILE", "SECRETS_NAME", "FdStore", "stored_fds", "standby_path", "pipe_names", "keep_standby"]
-
 log = logging.getLogger("lazyd.fdstore")
 
 FDSTORE_ENV = "LAZYD_FDSTORE"
