@@ -38,7 +38,7 @@ from lazyd.daemon.runtime.outbox import ConnectionOutbox, Outbox
 from lazyd.daemon.process.child import STDIN_EOF_GRACE_S, TERM_GRACE_S
 from lazyd.daemon.sessions.registry import Registry
 from lazyd.daemon.upgrade.handover import Lineage
-from lazyd.daemon.upgrade.inherited import close_fds
+from lazyd.daemon.upgrade.inherited import close_fds, state_fds
 from lazyd.daemon.upgrade.state import ENVELOPE_ENV, Envelope, read_secrets, read_state
 from lazyd.errors import InheritError
 from lazyd.protocol.frames import Reply
@@ -289,8 +289,7 @@ async def inherit_stored(stored: dict[str, int], registry: Registry, lock: Path,
             for pid, ticks in procs:
                 nursery.start_soon(_ladder, pid, ticks)
         return
-    used = {fd for r in body["runtimes"].values() if isinstance(r.get("proc"), dict)
-            for fd in (r["proc"]["stdin"], r["proc"]["stdout"], r["proc"]["stderr"])}
+    used = {fd for r in body["runtimes"].values() for fd in state_fds(r.get("proc"))}
     close_fds(fd for fd in stored.values() if fd not in used)
     registry.children_changed()
     # What was really taken over: a process whose pipes did not come back (systemd drops a pipe

@@ -26,6 +26,7 @@ import logging
 import os
 import resource
 import socket
+from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -126,9 +127,7 @@ def stored_fds(environ: Mapping[str, str], count: int) -> dict[str, int]:
     closed: what owned it is then taken for lost."""
     names = (environ.get("LISTEN_FDNAMES") or "").split(":")
     given = [(names[i], SD_LISTEN_FDS_START + i) for i in range(1, count) if i < len(names) and names[i]]
-    seen: dict[str, int] = {}
-    for name, _ in given:
-        seen[name] = seen.get(name, 0) + 1
+    seen = Counter(name for name, _ in given)
     for name, fd in given:
         if seen[name] > 1:
             os.close(fd)
