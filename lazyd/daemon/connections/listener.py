@@ -42,7 +42,6 @@ from lazyd.daemon.runtime.outbox import ConnectionOutbox
 from lazyd.daemon.gate import Gate
 from lazyd.daemon.connections.admit import Door
 from lazyd.daemon.sessions.registry import Registry
-from lazyd.daemon.runtime.supervisor import ServerRuntime
 from lazyd.errors import Refused, SlowPeer, WireError
 from lazyd.protocol.frames import AnyFrame, Ctl, ForeignHello, Hello, Line, Progress, Refusal, Reply, Welcome
 
@@ -347,7 +346,7 @@ class ConnectionHandler:
                     if peek:
                         peek = self.registry.note_client_line(frame.d, peek, session.cid)
                     route.client_line(session.cid, frame.d)
-                    if isinstance(route, (ServerRuntime, EraRoute)) and not route.has_room():
+                    if isinstance(route, EraRoute) and not route.has_room():
                         await route.wait_for_room()
                     if session.should_pause():
                         await session.wait_drained()
