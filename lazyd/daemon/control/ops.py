@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
@@ -36,11 +35,11 @@ from lazyd.daemon.handoff.stored_sessions import Keeper
 from lazyd.daemon.runtime.status import runtime_status
 from lazyd.daemon.runtime.supervisor import ServerRuntime
 from lazyd.daemon.control.wake_sleep import sleep_and_wait, wake_and_wait
+from lazyd.daemon.upgrade.handover import Lineage
 from lazyd.errors import ConfigError, UsageError
 
 log = logging.getLogger("lazyd.control")
 
-START_TIME = time.time()  # without a lineage (tests that build Control alone): since this module loaded
 Result = tuple[bool, Any, str | None]
 Reload = Callable[[], Awaitable[Mapping[str, list[str]]]]
 
@@ -57,14 +56,15 @@ def status_summary(registry: Registry) -> str:
 
 
 class Control:
-    def __init__(self, registry: Registry, stop_daemon: trio.Event, reload: Reload) -> None:
+    def __init__(self, registry: Registry, stop_daemon: trio.Event, reload: Reload, lineage: Lineage,
+                 refusals: Refusals, memory: MemoryWatch, keeper: Keeper | None) -> None:
         self.registry = registry
         self.stop_daemon = stop_daemon
         self.reload = reload
-        self.lineage: Any = None  # the daemon's Lineage (lazyd/daemon/upgrade/handover.py), set by main
-        self.refusals: Refusals | None = None  # the connections refused (lazyd/daemon/connections/refusals.py), set by main
-        self.memory: MemoryWatch | None = None  # memory limits and pressure (lazyd/daemon/runtime/memory_watch.py), set by main
-        self.keeper: Keeper | None = None  # hand-off sessions in systemd's fd store, set by main
+        self.lineage = lineage
+        self.refusals = refusals
+        self.memory = memory
+        self.keeper = keeper
 
     async def __call__(self, op: str, args: dict[str, Any]) -> Result:
         handler = getattr(self, f"op_{op.replace('-', '_')}", None)
@@ -175,21 +175,17 @@ class Control:
         table = proc_table()
         # A server's name shows every process of it (its other-era lane, NAME@ERA, too).
         rows = [self._status(r, table) for r in runtimes if not names or r.name in names or r.config.name in names]
+        started = self.lineage.started_at  # of the first daemon of the upgrade chain
         data = {"daemon_pid": os.getpid(), "servers": sorted(rows, key=lambda r: str(r["name"])),
-                "clock_ticks": procfs.CLOCK_TICKS}
-        data["lazyd"] = self._own_cost(table)
-        if self.memory is not None:
-            data["pressure"] = self.memory.status()
-        if self.refusals is not None:
-            data["refused"] = self.refusals.status()
-        started = self.lineage.started_at if self.lineage is not None else START_TIME
-        data["fallbacks"] = fallback_journal.since(str(self.registry.paths.socket), started)
-        if self.lineage is not None:  # uptime across upgrades, and the last hand-over (lazyd/daemon/upgrade/handover.py)
-            daemon: dict[str, Any] = {"started_at": self.lineage.started_at, "upgrades": self.lineage.upgrades,
-                                      "last_upgrade": self.lineage.last}
-            if self.keeper is not None:  # systemd's fd store (lazyd/daemon/handoff/stored_sessions.py)
-                daemon["fdstore"] = self.keeper.status()
-            data["daemon"] = daemon
+                "clock_ticks": procfs.CLOCK_TICKS, "lazyd": self._own_cost(table), "pressure": self.memory.status(),
+                "refused": self.refusals.status(),
+                "fallbacks": fallback_journal.since(str(self.registry.paths.socket), started)}
+        # Uptime across upgrades, and the last hand-over.
+        daemon: dict[str, Any] = {"started_at": started, "upgrades": self.lineage.upgrades,
+                                  "last_upgrade": self.lineage.last}
+        if self.keeper is not None:  # systemd's fd store (lazyd/daemon/handoff/stored_sessions.py)
+            daemon["fdstore"] = self.keeper.status()
+        data["daemon"] = daemon
         return True, data, None
 
     async def op_wake(self, args: dict[str, Any]) -> Result:
