@@ -26,7 +26,7 @@ from lazyd.core.sharing.modes import NOT_KNOWN_PREFIX
 from lazyd.daemon.control.check import check_runtime
 from lazyd.daemon.control.client_env import client_environment, learned_profile
 from lazyd.host import procfs
-from lazyd.daemon.process.tree import ProcTable, proc_table, tree_cpu_ticks, tree_members, tree_pss
+from lazyd.daemon.process.tree import ProcTable, tree_cpu_ticks, tree_members, tree_pss
 from lazyd.daemon.runtime.memory_watch import MemoryWatch
 from lazyd.daemon.sessions.registry import Registry
 from lazyd.host import fallback_journal
@@ -96,7 +96,7 @@ class Control:
             # Sessions that sent no request yet have no process chosen: they count as its clients.
             row["clients"] = int(row.get("clients") or 0) + lanes.pending
         pid = row.get("pid")
-        table = table if table is not None else proc_table()
+        table = table if table is not None else procfs.stats()
         members = tree_members(pid, table) if isinstance(pid, int) else set()
         row["processes"] = len(members)
         row["memory_bytes"] = tree_pss(members, table) if members else None  # PSS (lazyd/daemon/process/tree.py)
@@ -172,7 +172,7 @@ class Control:
         unknown = [n for n in names if n not in known]
         if unknown:
             raise UsageError(f"no server named {unknown[0]!r} (known: {', '.join(sorted(known)) or 'none'})")
-        table = proc_table()
+        table = procfs.stats()
         # A server's name shows every process of it (its other-era lane, NAME@ERA, too).
         rows = [self._status(r, table) for r in runtimes if not names or r.name in names or r.config.name in names]
         started = self.lineage.started_at  # of the first daemon of the upgrade chain

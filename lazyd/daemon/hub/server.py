@@ -31,8 +31,8 @@ from lazyd.daemon.sessions.sharing_gate import RegistryView
 from lazyd.daemon.runtime.outbox import Outbox
 from lazyd.daemon.runtime.supervisor import ServerRuntime
 from lazyd.daemon.control.wake_sleep import sleep_and_wait, state_of, wake, wake_and_wait
-from lazyd.daemon.process.tree import proc_table, tree_cpu_ticks, tree_members, tree_pss
-from lazyd.host.procfs import CLOCK_TICKS
+from lazyd.daemon.process.tree import tree_cpu_ticks, tree_members, tree_pss
+from lazyd.host import procfs
 from lazyd.protocol.frames import Hello
 
 log = logging.getLogger("lazyd.hub")
@@ -435,7 +435,7 @@ class HubSession:
         members: set[int] = set()
         table = None
         if proc is not None:
-            table = proc_table()
+            table = procfs.stats()
             members = tree_members(proc.pid, table)
         running = proc is not None and snap["state"] == "running" and runtime.started_wall is not None
         stop = runtime.last_stop
@@ -443,7 +443,7 @@ class HubSession:
             name=runtime.name, state=str(snap["state"]), pid=proc.pid if proc is not None else None,
             processes=len(members), memory_bytes=tree_pss(members, table) if members else None,
             memory_max=runtime.config.memory_max,
-            cpu_s=tree_cpu_ticks(members, table) / CLOCK_TICKS if members and table is not None else None,
+            cpu_s=tree_cpu_ticks(members, table) / procfs.CLOCK_TICKS if members and table is not None else None,
             uptime_s=time.time() - runtime.started_wall if running and runtime.started_wall else None,
             clients=runtime.core.client_count(), inflight=runtime.core.inflight_count(),
             restarts=int(str(snap["restarts"])), last_error=str(snap["last_error"]) if snap["last_error"] else None,

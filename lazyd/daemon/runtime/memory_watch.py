@@ -19,7 +19,8 @@ import trio
 from lazyd.core.lifecycle.states import State
 from lazyd.core.memory import SAMPLE_INTERVAL_S
 from lazyd.core.pressure import Began, Candidate, Ended, PressureRelief, Sleep, parse_psi
-from lazyd.daemon.process.tree import proc_table, tree_members, tree_pss, tree_rss
+from lazyd.daemon.process.tree import tree_members, tree_pss, tree_rss
+from lazyd.host import procfs
 
 if TYPE_CHECKING:
     from lazyd.daemon.runtime.supervisor import ServerRuntime
@@ -95,7 +96,7 @@ class MemoryWatch:
         runtimes = list(self.registry.runtimes.values())
         limited = [r for r in runtimes if r.memory is not None and r.proc is not None]
         if limited:
-            table = proc_table()
+            table = procfs.stats()
             for runtime in limited:
                 proc, limit = runtime.proc, runtime.memory
                 if proc is None or limit is None:
