@@ -153,10 +153,6 @@ class ChildProcess:
 
     # -- exit --------------------------------------------------------------------------------
 
-    def stderr_tail(self) -> tuple[str, ...]:
-        """The last lines of stderr so far (the exit report has them too)."""
-        return self._ring.tail()
-
     async def wait_exit(self) -> ExitInfo:
         """Wait for the leader to exit, SIGKILL what is left of its group, reap it. Any number of
         tasks may wait, and cancelling one disturbs no other. The result carries the stderr tail,

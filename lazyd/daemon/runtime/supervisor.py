@@ -476,10 +476,6 @@ class ServerRuntime:
                 "life": self.life.to_state(now),
                 "memory": self.memory.to_state(now) if self.memory is not None else None, **sc.dump(facts)}
 
-    def secrets(self) -> dict[str, Any]:
-        """What of it could be a secret (lazyd/daemon/runtime/config.py)."""
-        return self.config.secrets()
-
     @classmethod
     def from_state(cls, state: Mapping[str, Any], secrets: Mapping[str, Any], snapshot: Snapshot, parts: DaemonParts,
                    *, written_at: float, child: bool, save_lock: trio.Lock | None = None) -> ServerRuntime:

@@ -492,7 +492,7 @@ class Registry:
         state = {"next_cid": self._next_cid, "share_counter": self._share_counter,
                  "private_base": dict(self._private_base), "lane_of": dict(self.lane_of),
                  "groups": groups, "runtimes": runtimes}
-        secrets = {"runtimes": {key: r.secrets() for key, r in self.runtimes.items()},
+        secrets = {"runtimes": {key: r.config.secrets() for key, r in self.runtimes.items()},
                    "identities": {key: _identity_state(i) for key, i in self.identities.items()}}
         return state, secrets, fds
 
