@@ -149,7 +149,6 @@ class Upgrader:
                 connections.append(ConnectionState("session", fd, inbound_bytes(live.decoder, list(live.pending)),
                                                    b"", carried))
         state["connections"] = sc.dump(connections)
-        state["lineage"] = {"started_at": self.lineage.started_at, "upgrades": self.lineage.upgrades}
         keeper = self.handler.keeper  # what the store holds stays there: the successor's budget counts it
         state["fdstore"] = sorted(keeper.store.names) if keeper is not None else []
         secrets_fd = write_secrets(secrets)
