@@ -214,16 +214,6 @@ class HubSession:
         assert self._nursery is not None
         self._nursery.start_soon(task)
 
-    # ---- the calls in flight -------------------------------------------------------------------
-
-    def call_started(self, call: ProxiedCall) -> None:
-        self._calls[call.cid] = call
-
-    def call_ended(self, call: ProxiedCall) -> None:
-        """A call ended: its requests still waiting on the client are moot; say so."""
-        self._calls.pop(call.cid, None)
-        self.carry_out(self.routes.call_ended(call.cid))
-
     # ---- servers -------------------------------------------------------------------------------
 
     def _visible(self) -> list[ServerRuntime]:
@@ -347,9 +337,15 @@ class HubSession:
         # A server that must not be shared is called in this hub session's own process (seats.py).
         target = await self.seats.runtime_for(runtime)
         log.info("hub: calling %s.%s", target.name, call.tool)
-        proxied = ProxiedCall(self, target, rid, self.registry.lanes_for(target),
-                              place=lambda c, key: self._spawn_place(c, runtime, key))
-        return await proxied.run(call.tool, call.arguments, token)
+        proxied = ProxiedCall(self.params, self.routes, self.send, self.carry_out, target, rid,
+                              self.registry.lanes_for(target), place=lambda c, key: self._spawn_place(c, runtime, key))
+        self._calls[proxied.cid] = proxied
+        try:
+            return await proxied.run(call.tool, call.arguments, token)
+        finally:
+            # Its requests still waiting on the client are moot: say so.
+            self._calls.pop(proxied.cid, None)
+            self.carry_out(self.routes.call_ended(proxied.cid))
 
     def _spawn_place(self, call: ProxiedCall, base: ServerRuntime, key: str) -> None:
         """A call's internal session has its key: place it (seats.py), moving it if it must."""
