@@ -255,11 +255,8 @@ class Registry:
         self.identities[key] = identity
         self.lane_of[key] = primary
         if key == primary:
-            lanes = self.lanes[key] = EraLanes(runtime, partial(self._open_lane, key))
-            lanes.reserved = reserved
-            lanes.on_detach = self.gate.detached
-            lanes.place = self.gate.place
-            lanes.on_change = self.changes.note
+            self.lanes[key] = EraLanes(runtime, partial(self._open_lane, key), reserved=reserved, place=self.gate.place,
+                                       on_detach=self.gate.detached, on_change=self.changes.note)
         else:
             self.lanes[primary].runtimes.append(runtime)
         await self.nursery.start(runtime.run)
