@@ -27,8 +27,6 @@ from lazyd.daemon.runtime_dir import peer_credentials
 from lazyd.errors import ConfigError, StateFileError, WireError
 from lazyd.protocol.frames import Refusal
 
-__all__ = ["REFUSAL_CODE", "wait_for_files", "CHECK_INTERVAL_S"]
-
 log = logging.getLogger("lazyd.config.load")
 
 REFUSAL_CODE = "config"

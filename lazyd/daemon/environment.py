@@ -17,8 +17,6 @@ from collections.abc import Iterator, Mapping
 
 from lazyd.host import daemonenv, sockpath
 
-__all__ = ["StartEnvironment", "keep_own"]
-
 log = logging.getLogger("lazyd")
 
 MAX_NAMES_LOGGED = 40  # a terminal may have hundreds; the first few say what kind they were

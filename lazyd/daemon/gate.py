@@ -17,8 +17,6 @@ from typing import TypeVar
 
 import trio
 
-__all__ = ["Gate"]
-
 T = TypeVar("T")
 
 

@@ -19,8 +19,6 @@ from collections.abc import Callable
 import trio
 
 
-__all__ = ["HeapTrimmer", "LARGE_BYTES", "QUIET_S", "keep_freed", "malloc_trim"]
-
 LARGE_BYTES = 256 * 1024  # a line this large leaves heap behind (glibc's threshold starts at 128 KiB)
 QUIET_S = 2.0  # no large line for this long: the spell is over
 

@@ -17,8 +17,6 @@ from pathlib import Path
 
 from lazyd.host.privatefiles import PRIVATE_FILE_MODE
 
-__all__ = ["PrivateRotatingFileHandler"]
-
 
 class PrivateRotatingFileHandler(logging.FileHandler):
     """A log that is renamed to `<name>.1` (older backups shifted up to `backup_count`) when the

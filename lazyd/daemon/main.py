@@ -37,6 +37,7 @@ from lazyd.daemon.handoff import stored_sessions
 from lazyd.daemon.upgrade.stored_servers import FdStore, keep_standby, standby_path, stored_fds
 from lazyd.daemon.heap_trim import HeapTrimmer
 from lazyd.daemon.connections.listener import ConnectionHandler
+from lazyd.daemon.connections.refusals import Refusals
 from lazyd.daemon.control.ops import Control, status_summary
 from lazyd.daemon.log import PrivateRotatingFileHandler
 from lazyd.daemon.notify import Notifier
@@ -247,11 +248,13 @@ async def serve(sock: socket.socket, paths: Paths, config: Config, config_path: 
             # Beside serving, not before it: only starts wait for it (docs/benchmarks.md).
             records = orphans.begin_sweep(paths.state_dir, registry.starting)
             nursery.start_soon(orphans.sweep_then_open, paths.state_dir, records, registry.starting)
-        control = Control(registry, stop, partial(reload_config, registry, config_path))
-        handler = ConnectionHandler(registry, control, Admission(nofile))
-        handler.keeper = control.keeper = stored_sessions.Keeper(fdstore) if fdstore is not None else None
-        control.refusals = handler.refusals
-        lineage = control.lineage = Lineage()
+        lineage = Lineage()
+        keeper = stored_sessions.Keeper(fdstore) if fdstore is not None else None
+        refusals = Refusals()
+        memory = MemoryWatch(registry)  # memory_max and memory pressure (docs/supervision.md)
+        control = Control(registry, stop, partial(reload_config, registry, config_path), lineage, refusals, memory,
+                          keeper)
+        handler = ConnectionHandler(registry, control, Admission(nofile), refusals, keeper)
         upgrader = Upgrader(registry, handler, paths, listener=sock.fileno(), lock=lock_fd, activated=activated,
                             notifier=notifier, notify_env=notify_env, lineage=lineage, config_path=config_path)
         handler.upgrade = upgrader
@@ -261,13 +264,13 @@ async def serve(sock: socket.socket, paths: Paths, config: Config, config_path: 
             if stored:
                 await inherit_stored(dict(stored), registry, paths.lock, paths.state_dir, lineage)
             await registry.boot()
-        if kept_sessions and handler.keeper is not None:
+        if kept_sessions and keeper is not None:
             # What became of them, in the crash's line of `lazyctl status` (counted as they go).
             if lineage.last is None:
                 lineage.last = {"at": time.time(), "from_pid": None, "inherited": False, "crash": True,
                                 "servers": [], "lost": [], "reason": None}
-            handler.keeper.tally["kept"] = len(kept_sessions)
-            lineage.last["sessions"] = handler.keeper.tally
+            keeper.tally["kept"] = len(kept_sessions)
+            lineage.last["sessions"] = keeper.tally
         if fdstore is not None:
             # What the store gave back is in it still: names no process owns now are removed.
             nursery.start_soon(keep_standby, registry, fdstore, paths.lock, registry.changes.wait, dict(stored))
@@ -279,8 +282,7 @@ async def serve(sock: socket.socket, paths: Paths, config: Config, config_path: 
         notifier.ready(status_summary(registry))  # only now: the listener is accepting
         nursery.start_soon(notifier.run, partial(status_summary, registry), registry.changes.wait)
         nursery.start_soon(heap.run)
-        control.memory = MemoryWatch(registry)  # memory_max and memory pressure (docs/supervision.md)
-        nursery.start_soon(control.memory.run)
+        nursery.start_soon(memory.run)
         if activated:
             nursery.start_soon(_steady, sock.fileno())
         if bound_identity is not None:

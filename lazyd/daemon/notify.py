@@ -72,10 +72,6 @@ class Notifier:
         interval = _watchdog_interval_s(usec, watchdog_pid, os.getpid()) if notifier else None
         return cls(notifier, address, interval)
 
-    @property
-    def enabled(self) -> bool:
-        return self._notifier is not None
-
     def notify(self, *assignments: str) -> bool:
         """Send `KEY=value` assignments in one datagram; True if it was sent."""
         if self._notifier is None:

@@ -22,9 +22,6 @@ from typing import NoReturn
 from lazyd.host.paths import MAX_START_RECORD_BYTES, Paths, start_record_path
 from lazyd.host.privatefiles import write_private
 
-__all__ = ["EXIT_SETUP", "EXIT_BAD_FILE", "EXIT_INTERNAL", "LOG_FORMAT", "OneLineFormatter", "fail", "report",
-           "clear_record", "detach_stderr", "socket_name"]
-
 EXIT_SETUP = 1
 EXIT_BAD_FILE = 2
 EXIT_INTERNAL = 70  # sysexits.h EX_SOFTWARE

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import trio
 
-__all__ = ["Changes"]
-
 
 class Changes:
     """`note()` from anywhere in the loop; `await wait()` returns after the next `note()`."""

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-__all__ = ["NOTIFY_VARS", "ACTIVATION_VARS", "SYSTEMD_VARS", "scrubbed_environ"]
-
 NOTIFY_VARS = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID")
 ACTIVATION_VARS = ("LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES")
 SYSTEMD_VARS = frozenset(NOTIFY_VARS + ACTIVATION_VARS)

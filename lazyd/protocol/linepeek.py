@@ -106,20 +106,18 @@ class LineSplitter:
     `newlines` how many line ends its bytes held (blank lines too), found as it cut them: what a
     reader sizes its next read by, without a second pass over the bytes."""
 
-    __slots__ = ("max_line", "buffer", "discarding", "cut", "newlines")
+    __slots__ = ("max_line", "buffer", "discarding", "newlines")
 
     def __init__(self, max_line: int, head: bytes = b"", discarding: bool = False) -> None:
         self.max_line = max_line
         self.buffer = bytearray(head)
         self.discarding = discarding
-        self.cut = False  # the last feed completed a line: `buffer` is a new line's start
         self.newlines = 0  # line ends in the bytes of the last feed
 
     def feed(self, data: bytes) -> list[tuple[bytes, bool]]:
         out: list[tuple[bytes, bool]] = []
         buffer, limit = self.buffer, self.max_line + 1  # room for a "\r"
         start, end = 0, len(data)
-        self.cut = False
         newlines = 0
         while start < end:
             newline = data.find(b"\n", start)
@@ -145,7 +143,6 @@ class LineSplitter:
             if newline < 0:
                 break
             newlines += 1
-            self.cut = True
             if self.discarding:
                 self._line(bytes(buffer), out, too_long=True)
                 buffer.clear()

@@ -657,11 +657,13 @@ async def test_no_server_starts_while_a_predecessors_leftovers_are_swept(tmp_pat
     from lazyd.daemon.gate import Gate
     from lazyd.daemon.heap_trim import HeapTrimmer
     from lazyd.daemon.process.read_buffer import ReadBuffer
+    from lazyd.core.policy import ToolPolicy
     from lazyd.daemon.runtime.cache_store import CacheStore
     from lazyd.daemon.runtime.config import DaemonParts, RuntimeConfig
     from lazyd.daemon.runtime.supervisor import ServerRuntime
 
-    parts = DaemonParts(CacheStore(tmp_path / "cache"), HeapTrimmer(), Gate(), Gate(), ReadBuffer(), lambda: None)
+    parts = DaemonParts(CacheStore(tmp_path / "cache"), HeapTrimmer(), Gate(), Gate(), ReadBuffer(), lambda: None,
+                        ToolPolicy)
     config = RuntimeConfig("eager", "ab12", python_spec(tmp_path, "import sys; sys.stdin.read()"),
                            lc.LifecyclePolicy(eager=True), None, "refuse", False)
     parts.starting.close()  # the orphan sweep runs (lazyd/daemon/orphans.py)

@@ -52,7 +52,6 @@ def test_without_notify_socket_every_notification_is_a_quiet_no_op(monkeypatch: 
     monkeypatch.delenv("NOTIFY_SOCKET", raising=False)
     monkeypatch.setenv("WATCHDOG_USEC", "1000000")
     notifier = Notifier.from_environ()
-    assert not notifier.enabled
     assert notifier.watchdog_interval_s is None
     assert [notifier.ready("x"), notifier.status("y"), notifier.watchdog(), notifier.stopping()] == [False] * 4
     assert "WATCHDOG_USEC" not in os.environ
@@ -60,7 +59,6 @@ def test_without_notify_socket_every_notification_is_a_quiet_no_op(monkeypatch: 
 
 def test_ready_status_and_stopping_arrive_as_sd_notify_assignments(notify_socket: socket.socket) -> None:
     notifier = Notifier.from_environ()
-    assert notifier.enabled
     assert notifier.ready("1 servers: 1 running")
     assert notifier.status("2 servers: 2 running")
     assert notifier.stopping()
@@ -103,7 +101,7 @@ def test_the_variables_are_removed_so_children_never_inherit_them(
     )
     assert child.stdout.strip() == "[]"
     # The notifier read the values before removing them.
-    assert notifier.enabled and notifier.watchdog_interval_s == 1.0
+    assert notifier.watchdog_interval_s == 1.0
 
 
 def test_an_abstract_namespace_notify_socket_is_reached(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -122,7 +120,7 @@ def test_a_notify_socket_that_does_not_exist_disables_notifications_with_a_warni
     monkeypatch.setenv("NOTIFY_SOCKET", str(tmp_path / "nobody-listens"))
     with caplog.at_level(logging.WARNING, logger="lazyd.notify"):
         notifier = Notifier.from_environ()
-    assert not notifier.enabled
+    assert not notifier.ready("up")  # nothing to send it to, and no error
     assert "NOTIFY_SOCKET" not in os.environ
     assert any("cannot reach the notify socket" in r.getMessage() for r in caplog.records)
 

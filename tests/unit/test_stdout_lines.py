@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from lazyd.daemon.process.stdout_lines import LineTooLong, StdoutLines
+from lazyd.daemon.process.stdout_lines import StdoutLines
+from lazyd.errors import LineTooLong
 
 
 def drain(lines: StdoutLines) -> list[bytes]:

@@ -26,10 +26,10 @@ log = logging.getLogger("lazyd.conn")
 
 
 class Door:
-    def __init__(self, admission: Admission, send_deadline_s: float) -> None:
+    def __init__(self, admission: Admission, send_deadline_s: float, refusals: Refusals) -> None:
         self.admission = admission
         self.send_deadline_s = send_deadline_s
-        self.refusals = Refusals()
+        self.refusals = refusals
 
     def judge(self, stream: trio.SocketStream, active: int, servers: int) -> tuple[int, str | None] | None:
         """Judge a connection, `active` open (itself included) and `servers` registered: None to close

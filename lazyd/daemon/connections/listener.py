@@ -41,8 +41,8 @@ from lazyd.daemon.upgrade.inherited import close_fds
 from lazyd.daemon.runtime.outbox import ConnectionOutbox
 from lazyd.daemon.gate import Gate
 from lazyd.daemon.connections.admit import Door
+from lazyd.daemon.connections.refusals import Refusals
 from lazyd.daemon.sessions.registry import Registry
-from lazyd.daemon.runtime.supervisor import ServerRuntime
 from lazyd.errors import Refused, SlowPeer, WireError
 from lazyd.protocol.frames import AnyFrame, Ctl, ForeignHello, Hello, Line, Progress, Refusal, Reply, Welcome
 
@@ -143,17 +143,18 @@ class Frames:
 
 
 class ConnectionHandler:
-    def __init__(self, registry: Registry, control: ControlHandler, admission: Admission) -> None:
+    def __init__(self, registry: Registry, control: ControlHandler, admission: Admission, refusals: Refusals,
+                 keeper: Keeper | None) -> None:
         self.registry = registry
         self.control = control
-        self.door = Door(admission, CONTROL_SEND_DEADLINE_S)
-        self.refusals = self.door.refusals
+        self.door = Door(admission, CONTROL_SEND_DEADLINE_S, refusals)
+        self.refusals = refusals
         self.active = 0
         # Open connections as an upgrade's freeze reads them (lazyd/daemon/upgrade/connection_state.py), and
         # the op that carries an upgrade out on the connection that asked (lazyd/daemon/upgrade/handover.py).
         self.live: dict[int, Live] = {}
         self.upgrade: Callable[[trio.SocketStream], Awaitable[tuple[bool, Any, str | None]]] | None = None
-        self.keeper: Keeper | None = None  # hand-off sessions in systemd's fd store, set by main
+        self.keeper = keeper  # hand-off sessions in systemd's fd store, where the daemon has one
 
     async def serve(self, listener: trio.SocketListener, kept: Sequence[Kept] = (), *,
                     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -347,7 +348,7 @@ class ConnectionHandler:
                     if peek:
                         peek = self.registry.note_client_line(frame.d, peek, session.cid)
                     route.client_line(session.cid, frame.d)
-                    if isinstance(route, (ServerRuntime, EraRoute)) and not route.has_room():
+                    if isinstance(route, EraRoute) and not route.has_room():
                         await route.wait_for_room()
                     if session.should_pause():
                         await session.wait_drained()

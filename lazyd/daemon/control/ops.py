@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
@@ -27,7 +26,7 @@ from lazyd.core.sharing.modes import NOT_KNOWN_PREFIX
 from lazyd.daemon.control.check import check_runtime
 from lazyd.daemon.control.client_env import client_environment, learned_profile
 from lazyd.host import procfs
-from lazyd.daemon.process.tree import ProcTable, proc_table, tree_cpu_ticks, tree_members, tree_pss
+from lazyd.daemon.process.tree import ProcTable, tree_cpu_ticks, tree_members, tree_pss
 from lazyd.daemon.runtime.memory_watch import MemoryWatch
 from lazyd.daemon.sessions.registry import Registry
 from lazyd.host import fallback_journal
@@ -36,11 +35,11 @@ from lazyd.daemon.handoff.stored_sessions import Keeper
 from lazyd.daemon.runtime.status import runtime_status
 from lazyd.daemon.runtime.supervisor import ServerRuntime
 from lazyd.daemon.control.wake_sleep import sleep_and_wait, wake_and_wait
+from lazyd.daemon.upgrade.handover import Lineage
 from lazyd.errors import ConfigError, UsageError
 
 log = logging.getLogger("lazyd.control")
 
-START_TIME = time.time()  # without a lineage (tests that build Control alone): since this module loaded
 Result = tuple[bool, Any, str | None]
 Reload = Callable[[], Awaitable[Mapping[str, list[str]]]]
 
@@ -57,14 +56,15 @@ def status_summary(registry: Registry) -> str:
 
 
 class Control:
-    def __init__(self, registry: Registry, stop_daemon: trio.Event, reload: Reload) -> None:
+    def __init__(self, registry: Registry, stop_daemon: trio.Event, reload: Reload, lineage: Lineage,
+                 refusals: Refusals, memory: MemoryWatch, keeper: Keeper | None) -> None:
         self.registry = registry
         self.stop_daemon = stop_daemon
         self.reload = reload
-        self.lineage: Any = None  # the daemon's Lineage (lazyd/daemon/upgrade/handover.py), set by main
-        self.refusals: Refusals | None = None  # the connections refused (lazyd/daemon/connections/refusals.py), set by main
-        self.memory: MemoryWatch | None = None  # memory limits and pressure (lazyd/daemon/runtime/memory_watch.py), set by main
-        self.keeper: Keeper | None = None  # hand-off sessions in systemd's fd store, set by main
+        self.lineage = lineage
+        self.refusals = refusals
+        self.memory = memory
+        self.keeper = keeper
 
     async def __call__(self, op: str, args: dict[str, Any]) -> Result:
         handler = getattr(self, f"op_{op.replace('-', '_')}", None)
@@ -96,7 +96,7 @@ class Control:
             # Sessions that sent no request yet have no process chosen: they count as its clients.
             row["clients"] = int(row.get("clients") or 0) + lanes.pending
         pid = row.get("pid")
-        table = table if table is not None else proc_table()
+        table = table if table is not None else procfs.stats()
         members = tree_members(pid, table) if isinstance(pid, int) else set()
         row["processes"] = len(members)
         row["memory_bytes"] = tree_pss(members, table) if members else None  # PSS (lazyd/daemon/process/tree.py)
@@ -172,24 +172,20 @@ class Control:
         unknown = [n for n in names if n not in known]
         if unknown:
             raise UsageError(f"no server named {unknown[0]!r} (known: {', '.join(sorted(known)) or 'none'})")
-        table = proc_table()
+        table = procfs.stats()
         # A server's name shows every process of it (its other-era lane, NAME@ERA, too).
         rows = [self._status(r, table) for r in runtimes if not names or r.name in names or r.config.name in names]
+        started = self.lineage.started_at  # of the first daemon of the upgrade chain
         data = {"daemon_pid": os.getpid(), "servers": sorted(rows, key=lambda r: str(r["name"])),
-                "clock_ticks": procfs.CLOCK_TICKS}
-        data["lazyd"] = self._own_cost(table)
-        if self.memory is not None:
-            data["pressure"] = self.memory.status()
-        if self.refusals is not None:
-            data["refused"] = self.refusals.status()
-        started = self.lineage.started_at if self.lineage is not None else START_TIME
-        data["fallbacks"] = fallback_journal.since(str(self.registry.paths.socket), started)
-        if self.lineage is not None:  # uptime across upgrades, and the last hand-over (lazyd/daemon/upgrade/handover.py)
-            daemon: dict[str, Any] = {"started_at": self.lineage.started_at, "upgrades": self.lineage.upgrades,
-                                      "last_upgrade": self.lineage.last}
-            if self.keeper is not None:  # systemd's fd store (lazyd/daemon/handoff/stored_sessions.py)
-                daemon["fdstore"] = self.keeper.status()
-            data["daemon"] = daemon
+                "clock_ticks": procfs.CLOCK_TICKS, "lazyd": self._own_cost(table), "pressure": self.memory.status(),
+                "refused": self.refusals.status(),
+                "fallbacks": fallback_journal.since(str(self.registry.paths.socket), started)}
+        # Uptime across upgrades, and the last hand-over.
+        daemon: dict[str, Any] = {"started_at": started, "upgrades": self.lineage.upgrades,
+                                  "last_upgrade": self.lineage.last}
+        if self.keeper is not None:  # systemd's fd store (lazyd/daemon/handoff/stored_sessions.py)
+            daemon["fdstore"] = self.keeper.status()
+        data["daemon"] = daemon
         return True, data, None
 
     async def op_wake(self, args: dict[str, Any]) -> Result:

@@ -14,8 +14,6 @@ from contextvars import ContextVar
 
 import trio
 
-__all__ = ["report", "Pump"]
-
 _current: ContextVar[Callable[[str], None] | None] = ContextVar("lazyd_progress", default=None)
 
 
@@ -55,13 +53,10 @@ class Pump:
             await self._changed.wait()
             self._changed = trio.Event()
             with trio.CancelScope(shield=True):
-                await self._send_latest()
+                await self.flush()
 
     async def flush(self) -> None:
-        """Send the last step if it was not sent yet; call it after `run` was cancelled."""
-        await self._send_latest()
-
-    async def _send_latest(self) -> None:
+        """Send the latest step unless it was sent; call it once more after `run` was cancelled."""
         step = self._latest
         if step is not None and step != self._sent:
             self._sent = step

@@ -16,8 +16,6 @@ from lazyd.core.relay.jsonrpc import JsonObj
 from lazyd.daemon.control import progress
 from lazyd.daemon.runtime.supervisor import ServerRuntime
 
-__all__ = ["WAKE_MARGIN_S", "SLEEP_WAIT_S", "state_of", "wake", "wake_and_wait", "sleep_and_wait"]
-
 WAKE_MARGIN_S = 5.0  # beyond start_timeout: the lifecycle's own timeout must answer first
 SLEEP_WAIT_S = 10.0  # the stop ladder is 2 s + 2 s plus a 1 s stderr drain; this bounds the rest
 _CHANGING = ("starting", "stopping")

@@ -12,7 +12,6 @@ from __future__ import annotations
 import itertools
 import os
 from collections.abc import Callable
-from typing import Protocol
 
 from lazyd.core.hub import tools as ht
 from lazyd.core.relay import jsonrpc as rpc
@@ -23,8 +22,6 @@ from lazyd.daemon.runtime.era_lanes import EraLanes
 from lazyd.daemon.runtime.outbox import LineOutbox
 from lazyd.daemon.runtime.supervisor import ServerRuntime
 
-__all__ = ["CallOwner", "ProxiedCall"]
-
 # The internal session's own ids: strings, which the relay maps like any client's.
 _INIT_ID = "lazyd-hub-initialize"
 _CALL_ID = "lazyd-hub-call"
@@ -32,27 +29,15 @@ _CALL_ID = "lazyd-hub-call"
 _internal_cids = itertools.count(-1, -1)
 
 
-class CallOwner(Protocol):
-    """The hub session a call belongs to (lazyd/daemon/hub/server.py)."""
-
-    params: JsonObj | None  # the hub client's initialize params
-    routes: HubRoutes
-
-    def send(self, line: bytes, done: JsonId | None = None) -> None: ...
-
-    def carry_out(self, actions: list[HubAction]) -> None: ...
-
-    def call_started(self, call: ProxiedCall) -> None: ...
-
-    def call_ended(self, call: ProxiedCall) -> None: ...
-
-
 class ProxiedCall:
-    """One `call_tool`: an internal session on the server's runtime for the call's duration."""
+    """One `call_tool`: an internal session on the server's runtime for the call's duration. Of
+    the hub session it belongs to it takes the client's initialize `params`, the `routes`, `send`
+    to its client and `carry_out` of the routes' actions (lazyd/daemon/hub/server.py)."""
 
-    def __init__(self, hub: CallOwner, runtime: ServerRuntime, rid: JsonId, lanes: EraLanes | None,
-                 place: Callable[[ProxiedCall, str], None]) -> None:
-        self.hub = hub
+    def __init__(self, params: JsonObj | None, routes: HubRoutes, send: Callable[[bytes], None],
+                 carry_out: Callable[[list[HubAction]], None], runtime: ServerRuntime, rid: JsonId,
+                 lanes: EraLanes | None, place: Callable[[ProxiedCall, str], None]) -> None:
+        self.params, self.routes, self.send, self.carry_out = params, routes, send, carry_out
         self.runtime = runtime
         # Where the internal session goes once its key (its roots) is known: the hub session's
         # seats decide (seats.py); it may move the session to another process before its call
@@ -73,13 +58,12 @@ class ProxiedCall:
             # The call is a handshake-era session: it gets that era's process of the server.
             self.runtime, _ = await lanes.get("handshake")
         runtime = self.runtime
-        params = hub_call_params(self.hub.params)
+        params = hub_call_params(self.params)
         call_params: JsonObj = {"name": tool, "arguments": arguments}
         if rpc.valid_id(token):
             call_params["_meta"] = {"progressToken": token}
         runtime.placers[self.cid] = lambda cid, key: self.place(self, key)
         runtime.attach(self.inbox, [])
-        self.hub.call_started(self)
         try:
             runtime.client_line(self.cid, rpc.request_line(_INIT_ID, "initialize", params))
             runtime.client_line(self.cid, rpc.notification_line("notifications/initialized"))
@@ -92,7 +76,6 @@ class ProxiedCall:
             return ht.error_result(f"lazyd hub: the call to {runtime.name} ended without an answer: {why}")
         finally:
             self.runtime.detach(self.cid)  # where it is now: a move may have taken it elsewhere
-            self.hub.call_ended(self)
 
     def _line(self, line: bytes) -> bytes | None:
         msg = rpc.parse(line)
@@ -101,9 +84,9 @@ class ProxiedCall:
         if msg.kind is Kind.RESPONSE:
             return rpc.with_id(msg, self.rid) if msg.id == _CALL_ID else None
         if msg.kind is Kind.REQUEST:
-            self.hub.carry_out(self.hub.routes.server_request(self.cid, msg))
+            self.carry_out(self.routes.server_request(self.cid, msg))
         elif msg.method in ("notifications/progress", "notifications/message"):
-            self.hub.send(line)  # progress already carries the caller's own token
+            self.send(line)  # progress already carries the caller's own token
         elif msg.method == "notifications/cancelled":
-            self.hub.carry_out(self.hub.routes.server_cancel(self.cid, msg))
+            self.carry_out(self.routes.server_cancel(self.cid, msg))
         return None

@@ -11,42 +11,22 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from typing import Protocol
 
-from lazyd.config.load import Config, Policy
+from lazyd.config.load import Policy
 from lazyd.core.sharing.identity import Identity
-from lazyd.core.sharing.modes import SharingDecision
-from lazyd.daemon.runtime.era_lanes import EraLanes
 from lazyd.daemon.runtime.supervisor import ServerRuntime
-from lazyd.daemon.sessions.sharing_gate import SharingGate
+from lazyd.daemon.sessions.sharing_gate import RegistryView
 
 log = logging.getLogger("lazyd.hub")
-
-__all__ = ["Registrations", "Seats"]
 
 # Modes whose registration process serves every session: a hub call goes there, call by call.
 _SHARED_MODES = ("shared", "session-aware")
 
 
-class Registrations(Protocol):
-    """What the seats read of the registry (lazyd/daemon/sessions/registry.py)."""
-
-    config: Config
-    runtimes: dict[str, ServerRuntime]
-    identities: dict[str, Identity]
-    gate: SharingGate
-
-    def lanes_for(self, runtime: ServerRuntime) -> EraLanes | None: ...
-
-    def sharing(self, runtime: ServerRuntime) -> SharingDecision: ...
-
-    def digest_of(self, runtime: ServerRuntime) -> str: ...
-
-
 class Seats:
     """The processes one hub session holds, by the registration they belong to."""
 
-    def __init__(self, registry: Registrations) -> None:
+    def __init__(self, registry: RegistryView) -> None:
         self.registry = registry
         self.held: dict[ServerRuntime, ServerRuntime] = {}  # registration's runtime -> the hub session's
 

@@ -4,7 +4,7 @@ A session opened with `opts = {"hub": "true"}` and no command is handed to `open
 the meta-tools of lazyd/core/hub/tools.py. Listings read the caches and start nothing; `call_tool`
 is one `ProxiedCall` (lazyd/daemon/hub/call.py), an internal session seated by the sharing gate
 (lazyd/daemon/hub/seats.py) so that it never sees another session's state. It reads the registry
-through `ServerDirectory`, so it does not import the registry.
+through `RegistryView` (lazyd/daemon/sessions/sharing_gate.py), so it does not import the registry.
 """
 
 from __future__ import annotations
@@ -12,58 +12,36 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Protocol
+from typing import Any
 
 import trio
 
-from lazyd.config.load import Config
 from lazyd.core import policy_gate as gate
 from lazyd.core.hub import tools as ht
 from lazyd.core.relay import jsonrpc as rpc
 from lazyd.core.hub.catalog import ToolInfo, cached_tools, search, server_description, tool_infos
 from lazyd.core.hub.protocol import hub_servers, initialize_result
 from lazyd.core.hub.routes import CancelTask, HubAction, HubRoutes, ToCall, ToClient
-from lazyd.core.sharing.identity import Identity
 from lazyd.core.relay.jsonrpc import Invalid, JsonId, JsonObj, Kind, Message
 from lazyd.core.policy import ToolPolicy, Verdict
 from lazyd.core.relay.core import Phase
-from lazyd.daemon.runtime.era_lanes import EraLanes
 from lazyd.daemon.hub.call import ProxiedCall
 from lazyd.daemon.hub.seats import Seats
-from lazyd.core.sharing.modes import SharingDecision
-from lazyd.daemon.sessions.sharing_gate import SharingGate
+from lazyd.daemon.sessions.sharing_gate import RegistryView
 from lazyd.daemon.runtime.outbox import Outbox
 from lazyd.daemon.runtime.supervisor import ServerRuntime
 from lazyd.daemon.control.wake_sleep import sleep_and_wait, state_of, wake, wake_and_wait
-from lazyd.daemon.process.tree import proc_table, tree_cpu_ticks, tree_members, tree_pss
-from lazyd.host.procfs import CLOCK_TICKS
+from lazyd.daemon.process.tree import tree_cpu_ticks, tree_members, tree_pss
+from lazyd.host import procfs
 from lazyd.protocol.frames import Hello
 
 log = logging.getLogger("lazyd.hub")
 
 
-class ServerDirectory(Protocol):
-    """What the hub reads of the registry (lazyd/daemon/sessions/registry.py): the config in force, every
-    runtime with its identity, which runtimes are a second era lane, and the daemon's nursery."""
-
-    config: Config
-    runtimes: dict[str, ServerRuntime]
-    identities: dict[str, Identity]
-    nursery: trio.Nursery
-    gate: SharingGate
-
-    def is_second_lane(self, digest: str) -> bool: ...
-
-    def lanes_for(self, runtime: ServerRuntime) -> EraLanes | None: ...
-
-    def sharing(self, runtime: ServerRuntime) -> SharingDecision: ...
-
-    def digest_of(self, runtime: ServerRuntime) -> str: ...
-
 HUB_NAME = "hub"  # the session name in the welcome frame and in logs
 
 
-async def open_hub(registry: ServerDirectory, hello: Hello, opts: Mapping[str, str],
+async def open_hub(registry: RegistryView, hello: Hello, opts: Mapping[str, str],
                    session: Outbox) -> HubSession:
     """Start a hub session for `session` (its tasks live in the daemon's nursery)."""
     hub = HubSession(registry, session, hub_servers(hello.argv, hello.server, opts))
@@ -78,7 +56,7 @@ async def open_hub(registry: ServerDirectory, hello: Hello, opts: Mapping[str, s
 class HubSession:
     """One client of the hub: the MCP server side, the meta-tools, and the calls in flight."""
 
-    def __init__(self, registry: ServerDirectory, session: Outbox, servers: tuple[str, ...] | None) -> None:
+    def __init__(self, registry: RegistryView, session: Outbox, servers: tuple[str, ...] | None) -> None:
         self.registry = registry
         self.session = session
         self.servers = servers
@@ -236,16 +214,6 @@ class HubSession:
         assert self._nursery is not None
         self._nursery.start_soon(task)
 
-    # ---- the calls in flight -------------------------------------------------------------------
-
-    def call_started(self, call: ProxiedCall) -> None:
-        self._calls[call.cid] = call
-
-    def call_ended(self, call: ProxiedCall) -> None:
-        """A call ended: its requests still waiting on the client are moot; say so."""
-        self._calls.pop(call.cid, None)
-        self.carry_out(self.routes.call_ended(call.cid))
-
     # ---- servers -------------------------------------------------------------------------------
 
     def _visible(self) -> list[ServerRuntime]:
@@ -369,9 +337,15 @@ class HubSession:
         # A server that must not be shared is called in this hub session's own process (seats.py).
         target = await self.seats.runtime_for(runtime)
         log.info("hub: calling %s.%s", target.name, call.tool)
-        proxied = ProxiedCall(self, target, rid, self.registry.lanes_for(target),
-                              place=lambda c, key: self._spawn_place(c, runtime, key))
-        return await proxied.run(call.tool, call.arguments, token)
+        proxied = ProxiedCall(self.params, self.routes, self.send, self.carry_out, target, rid,
+                              self.registry.lanes_for(target), place=lambda c, key: self._spawn_place(c, runtime, key))
+        self._calls[proxied.cid] = proxied
+        try:
+            return await proxied.run(call.tool, call.arguments, token)
+        finally:
+            # Its requests still waiting on the client are moot: say so.
+            self._calls.pop(proxied.cid, None)
+            self.carry_out(self.routes.call_ended(proxied.cid))
 
     def _spawn_place(self, call: ProxiedCall, base: ServerRuntime, key: str) -> None:
         """A call's internal session has its key: place it (seats.py), moving it if it must."""
@@ -457,7 +431,7 @@ class HubSession:
         members: set[int] = set()
         table = None
         if proc is not None:
-            table = proc_table()
+            table = procfs.stats()
             members = tree_members(proc.pid, table)
         running = proc is not None and snap["state"] == "running" and runtime.started_wall is not None
         stop = runtime.last_stop
@@ -465,7 +439,7 @@ class HubSession:
             name=runtime.name, state=str(snap["state"]), pid=proc.pid if proc is not None else None,
             processes=len(members), memory_bytes=tree_pss(members, table) if members else None,
             memory_max=runtime.config.memory_max,
-            cpu_s=tree_cpu_ticks(members, table) / CLOCK_TICKS if members and table is not None else None,
+            cpu_s=tree_cpu_ticks(members, table) / procfs.CLOCK_TICKS if members and table is not None else None,
             uptime_s=time.time() - runtime.started_wall if running and runtime.started_wall else None,
             clients=runtime.core.client_count(), inflight=runtime.core.inflight_count(),
             restarts=int(str(snap["restarts"])), last_error=str(snap["last_error"]) if snap["last_error"] else None,

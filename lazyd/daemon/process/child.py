@@ -27,12 +27,11 @@ from lazyd.host import procfs
 from lazyd.daemon import fdlimit
 from lazyd.daemon.process.command import ExitInfo, SpawnSpec, executable_for
 from lazyd.daemon.process.stderr_log import LogRing
-from lazyd.daemon.process.handle import ProcessHandle
+from lazyd.daemon.process.handle import InheritedProcess
 from lazyd.daemon.process.stdout_lines import StdoutLines
 from lazyd.daemon.process.read_buffer import ReadBuffer
 from lazyd.daemon.process.stdout_reader import StdoutReader
 from lazyd.daemon.systemd_env import scrubbed_environ
-from lazyd.errors import LineTooLong as LineTooLong  # what receive_line raises
 from lazyd.errors import SpawnError
 
 STDIN_EOF_GRACE_S = 2.0
@@ -70,7 +69,7 @@ class ChildProcess:
     """A running server process; made by `spawn` or `take_over`, never directly."""
 
     def __init__(
-        self, process: ProcessHandle, spec: SpawnSpec, ring: LogRing, pidfd: int, start_ticks: int,
+        self, process: trio.Process | InheritedProcess, spec: SpawnSpec, ring: LogRing, pidfd: int, start_ticks: int,
         read_buffer: ReadBuffer | None = None,
     ) -> None:
         self.pid: int = process.pid
@@ -154,10 +153,6 @@ class ChildProcess:
 
     # -- exit --------------------------------------------------------------------------------
 
-    def stderr_tail(self) -> tuple[str, ...]:
-        """The last lines of stderr so far (the exit report has them too)."""
-        return self._ring.tail()
-
     async def wait_exit(self) -> ExitInfo:
         """Wait for the leader to exit, SIGKILL what is left of its group, reap it. Any number of
         tasks may wait, and cancelling one disturbs no other. The result carries the stderr tail,
@@ -240,7 +235,7 @@ class ChildProcess:
                             self._lines.leftover())
 
     @classmethod
-    def take_over(cls, process: ProcessHandle, spec: SpawnSpec, ring: LogRing, pidfd: int, start_ticks: int,
+    def take_over(cls, process: InheritedProcess, spec: SpawnSpec, ring: LogRing, pidfd: int, start_ticks: int,
                   nursery: trio.Nursery, read_buffer: ReadBuffer | None, *, stdout: bytes = b"") -> ChildProcess:
         """A process a predecessor daemon spawned (lazyd/daemon/upgrade/inherited.py checked it):
         the stdout it had read and not relayed (`stdout`) is handed out first."""

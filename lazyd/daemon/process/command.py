@@ -19,8 +19,6 @@ from pathlib import Path
 
 from lazyd.errors import SpawnError
 
-__all__ = ["MAX_LINE_BYTES", "SpawnSpec", "ExitInfo", "SpawnError", "resolve_command", "executable_for"]
-
 MAX_LINE_BYTES = 16 * 1024 * 1024
 """Default stdout line limit: the wire's MAX_LINE_BYTES, above the TypeScript SDK's 10 MiB."""
 

@@ -14,8 +14,6 @@ import trio
 
 from lazyd.host import procfs
 
-__all__ = ["IDLE_BOUND_S", "IDLE_STEP_S", "wait_idle"]
-
 # Sampled every IDLE_STEP_S; two quiet samples in a row mean idle. At most IDLE_BOUND_S, so that
 # a server busy on its own (a background thread) delays its first request by no more than that.
 IDLE_STEP_S = 0.005

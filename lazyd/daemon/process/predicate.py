@@ -20,8 +20,6 @@ from lazyd.config.durations import format_duration
 from lazyd.daemon import fdlimit
 from lazyd.daemon.systemd_env import scrubbed_environ
 
-__all__ = ["run_predicate"]
-
 log = logging.getLogger("lazyd.server")
 
 

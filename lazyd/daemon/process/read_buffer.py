@@ -14,8 +14,6 @@ from __future__ import annotations
 import mmap
 import os
 
-__all__ = ["ReadBuffer"]
-
 
 class ReadBuffer:
     """Anonymous memory that reads land in: a page is resident once a read filled it."""

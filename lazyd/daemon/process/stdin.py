@@ -16,8 +16,6 @@ import trio
 
 from lazyd.daemon.process.child import ChildProcess
 
-__all__ = ["MAX_SERVER_BACKLOG_LINES", "MAX_SERVER_BACKLOG_BYTES", "MAX_WAITING_REQUESTS", "ServerInput"]
-
 log = logging.getLogger("lazyd.server")
 
 # Lines queued for a server's stdin. A server that leaves this many unread is stuck; it is killed

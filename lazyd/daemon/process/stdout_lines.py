@@ -12,8 +12,6 @@ from collections import deque
 
 from lazyd.errors import LineTooLong
 
-__all__ = ["LineTooLong", "StdoutLines"]
-
 
 class StdoutLines:
     """Bytes of one stdout stream in, complete non-blank lines out, in order."""

@@ -19,8 +19,6 @@ import trio
 
 from lazyd.daemon.process.read_buffer import ReadBuffer
 
-__all__ = ["StdoutReader"]
-
 Sink = Callable[[mmap.mmap, int], None]  # (the read buffer, how many of its first bytes came)
 
 

@@ -1,6 +1,6 @@
 """A server's process tree as the kernel sees it: which processes belong to it, and their memory.
 
-/proc is read once per status (`proc_table`), then gathered per server (`tree_members`). A tree's
+/proc is read once per status (`procfs.stats`), then gathered per server (`tree_members`). A tree's
 memory is its processes' PSS (`tree_pss`): launchers and the server they run share their binaries'
 pages, which RSS would count once per process. PSS walks each process's mappings, so the memory
 watch screens with RSS first (`tree_rss`): PSS is never above it.
@@ -14,11 +14,6 @@ from lazyd.host import procfs
 from lazyd.host.procfs import Stat
 
 ProcTable = dict[int, Stat]  # pid -> its /proc/<pid>/stat fields
-
-
-def proc_table() -> ProcTable:
-    """pid -> Stat for every live process."""
-    return procfs.stats()
 
 
 def tree_members(root: int, table: Mapping[int, Stat], *, group_and_session: bool = True) -> set[int]:

@@ -16,8 +16,6 @@ import trio
 from lazyd.core.cache import Snapshot
 from lazyd.daemon.runtime.cache_store import CacheStore
 
-__all__ = ["CacheSaver"]
-
 
 class CacheSaver:
     """The save task of one runtime: `run` in its nursery, `want` after each change."""

@@ -1,8 +1,8 @@
-"""What a server runtime is configured with, and the gate every client line passes first.
+"""What a server runtime is configured with, and the daemon's parts every runtime uses.
 
-`RuntimeConfig` (with `lifecycle_policy`) is built by the registry; `LineGate` is asked before the
-relay core sees a client line (lazyd/daemon/runtime/policy_gate.py). Written for a successor, what could be a secret
-(command, arguments, cwd, environment, wake command) goes to `secrets`, the rest to `to_state`.
+`RuntimeConfig` (with `lifecycle_policy`) is built by the registry. Written for a successor, what
+could be a secret (command, arguments, cwd, environment, wake command) goes to `secrets`, the rest
+to `to_state`.
 """
 
 from __future__ import annotations
@@ -10,13 +10,13 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from lazyd.config.load import Policy, WakePredicate
 from lazyd.core import state_codec as sc
 from lazyd.core.lifecycle import machine as lc
 from lazyd.core.eras.choice import EraSetting
-from lazyd.core.relay.jsonrpc import JsonId
+from lazyd.core.policy import ToolPolicy
 from lazyd.core.relay.routing import SamplingPolicy
 from lazyd.core.sharing.modes import ShareSetting
 from lazyd.daemon.gate import Gate
@@ -24,18 +24,6 @@ from lazyd.daemon.heap_trim import HeapTrimmer
 from lazyd.daemon.process.command import SpawnSpec
 from lazyd.daemon.process.read_buffer import ReadBuffer
 from lazyd.daemon.runtime.cache_store import CacheStore
-
-__all__ = ["DaemonParts", "LineGate", "RuntimeConfig", "lifecycle_policy"]
-
-
-class LineGate(Protocol):
-    """Sees each client line before the relay core: the tool policy (lazyd/daemon/runtime/policy_gate.py)."""
-
-    def client_line(self, cid: int, line: bytes) -> bytes | None: ...  # None: answered or held
-    def to_client(self, cid: int, line: bytes, done: JsonId) -> bytes: ...  # a final answer
-    def detach(self, cid: int) -> None: ...
-    def to_state(self) -> object: ...  # what it holds, for a successor daemon
-    def restore(self, state: object) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -48,6 +36,7 @@ class DaemonParts:
     starting: Gate  # closed while the orphan sweep runs
     read_buffer: ReadBuffer
     children_changed: Callable[[], None]  # records the live children for the orphan sweep
+    tool_policy: Callable[[], ToolPolicy]  # the config's in force, read at each call: reloads apply
 
 
 @dataclass(frozen=True)

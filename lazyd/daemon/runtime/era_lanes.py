@@ -42,27 +42,26 @@ def _busy(runtime: ServerRuntime) -> bool:
 class EraLanes:
     """One registration's runtimes by era (see the module docstring)."""
 
-    def __init__(self, primary: ServerRuntime, open_lane: OpenLane) -> None:
+    def __init__(self, primary: ServerRuntime, open_lane: OpenLane, *, reserved: bool,
+                 place: Callable[[ServerRuntime, str], Awaitable[EraLanes]],
+                 on_detach: Callable[[ServerRuntime], None], on_change: Callable[[], None]) -> None:
         self.primary = primary
         self.runtimes: list[ServerRuntime] = [primary]
         self.policy = EraPolicy(primary.config.era)
         self._open_lane = open_lane
         self.opening: trio.Event | None = None  # set when the lane being opened is there
         self._pending = 0  # routes that have not chosen a lane yet (a share = false instance is not free)
-        self.on_change: Callable[[], None] = lambda: None  # the registry's status signal (status_signal.py)
+        self.on_change = on_change  # the registry's status signal (status_signal.py)
         # A session left one of these runtimes (the registry stops a process of a session's own).
-        self.on_detach: Callable[[ServerRuntime], None] = lambda runtime: None
+        self.on_detach = on_detach
         # Where a session of this registration goes once its compatibility key is known (its
         # roots: lazyd/core/sharing/roots.py), given the primary runtime it is on: that runtime
-        # (it stays) or another (the registry's sharing gate decides; by default it stays).
-        self.place: Callable[[ServerRuntime, str], Awaitable[EraLanes]] = self._stay
+        # (it stays) or another (the registry's sharing gate decides).
+        self.place = place
         # A share = false instance being created for a session: taken from the moment it exists
         # (its start awaits) until that session's route counts in `pending`, so a second session
         # opened meanwhile never takes it for a free one.
-        self.reserved = False
-
-    async def _stay(self, runtime: ServerRuntime, key: str) -> EraLanes:
-        return self
+        self.reserved = reserved
 
     @property
     def pending(self) -> int:

@@ -19,13 +19,12 @@ import trio
 from lazyd.core.lifecycle.states import State
 from lazyd.core.memory import SAMPLE_INTERVAL_S
 from lazyd.core.pressure import Began, Candidate, Ended, PressureRelief, Sleep, parse_psi
-from lazyd.daemon.process.tree import proc_table, tree_members, tree_pss, tree_rss
+from lazyd.daemon.process.tree import tree_members, tree_pss, tree_rss
+from lazyd.host import procfs
 
 if TYPE_CHECKING:
     from lazyd.daemon.runtime.supervisor import ServerRuntime
     from lazyd.daemon.sessions.registry import Registry
-
-__all__ = ["MemoryWatch", "default_pressure_files"]
 
 log = logging.getLogger("lazyd.memory")
 
@@ -58,7 +57,6 @@ class MemoryWatch:
         self.registry = registry
         self.relief = PressureRelief(registry.config.pressure)
         self._default_files: tuple[str, ...] | None = None
-        self.last_sample_s = 0.0  # wall seconds the last sample took (for benchmarks and status)
 
     async def run(self) -> None:
         while True:
@@ -95,11 +93,10 @@ class MemoryWatch:
         return max(figures, default=None)
 
     def sample(self) -> None:
-        started = trio.current_time()
         runtimes = list(self.registry.runtimes.values())
         limited = [r for r in runtimes if r.memory is not None and r.proc is not None]
         if limited:
-            table = proc_table()
+            table = procfs.stats()
             for runtime in limited:
                 proc, limit = runtime.proc, runtime.memory
                 if proc is None or limit is None:
@@ -114,7 +111,6 @@ class MemoryWatch:
             self.relief.settings = settings  # a reload changed [pressure]
         if settings.enabled:
             self._relieve(runtimes)
-        self.last_sample_s = trio.current_time() - started
 
     def _relieve(self, runtimes: list[ServerRuntime]) -> None:
         pct = self.read_pressure()

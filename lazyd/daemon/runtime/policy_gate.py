@@ -12,20 +12,25 @@ import logging
 from collections.abc import Callable
 
 from lazyd.core import policy_gate as gate
+from lazyd.core.relay.core import RelayCore
 from lazyd.core.relay.jsonrpc import JsonId
 from lazyd.core.policy import ToolPolicy
-from lazyd.daemon.runtime.supervisor import ServerRuntime
+from lazyd.daemon.runtime.outbox import Outbox
 
 log = logging.getLogger("lazyd.hub")
 
 
 class RuntimeGate:
-    """The tool policy in front of one runtime's relay core (`ServerRuntime.gate`)."""
+    """The tool policy in front of one runtime's relay core (`ServerRuntime.gate`): `name` for its
+    log, `policy` read at each call, the runtime's sessions and relay core."""
 
-    def __init__(self, runtime: ServerRuntime, policy: Callable[[], ToolPolicy]) -> None:
-        self.runtime = runtime
+    def __init__(self, name: str, server: str, policy: Callable[[], ToolPolicy], sessions: dict[int, Outbox],
+                 relay: RelayCore) -> None:
+        self.name = name
         self.policy = policy
-        self.core = gate.PolicyGate(runtime.config.name)  # both era lanes of a server are one name to the policy
+        self.sessions = sessions
+        self.relay = relay
+        self.core = gate.PolicyGate(server)  # both era lanes of a server are one name to the policy
 
     def client_line(self, cid: int, line: bytes) -> bytes | None:
         """The line to give the relay core, or None when the gate answered or holds it."""
@@ -37,11 +42,11 @@ class RuntimeGate:
             if isinstance(action, gate.Pass):
                 passed = action.line
             elif isinstance(action, gate.Reply):
-                session = self.runtime.sessions.get(cid)
+                session = self.sessions.get(cid)
                 if session is not None:
                     session.deliver(action.line, action.done)
             else:
-                log.info("[%s] %s", self.runtime.name, action.text)
+                log.info("[%s] %s", self.name, action.text)
         return passed
 
     def to_client(self, cid: int, line: bytes, done: JsonId) -> bytes:
@@ -50,7 +55,7 @@ class RuntimeGate:
             return line
         filtered, hidden = self.core.to_client(cid, line, done, self.policy())
         if hidden:
-            log.info("[%s] policy: %d denied tool(s) hidden from client %d's tools/list", self.runtime.name, hidden, cid)
+            log.info("[%s] policy: %d denied tool(s) hidden from client %d's tools/list", self.name, hidden, cid)
         return filtered
 
     def detach(self, cid: int) -> None:
@@ -65,5 +70,5 @@ class RuntimeGate:
         self.core.restore(state)
 
     def _can_elicit(self, cid: int) -> bool:
-        client = self.runtime.core.clients.get(cid)
+        client = self.relay.clients.get(cid)
         return client is not None and client.declares("elicitation")

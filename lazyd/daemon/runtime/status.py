@@ -14,8 +14,6 @@ import trio
 from lazyd.core.eras.choice import facts_of
 from lazyd.daemon.runtime.supervisor import ServerRuntime
 
-__all__ = ["runtime_status"]
-
 
 def runtime_status(runtime: ServerRuntime) -> dict[str, object]:
     """The status model of `runtime` (docs/lazyctl.md lists the fields)."""

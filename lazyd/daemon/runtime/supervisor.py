@@ -42,7 +42,8 @@ from lazyd.daemon.process.idle import wait_idle
 from lazyd.daemon.process.predicate import kill_left_predicate, run_predicate
 from lazyd.daemon.process.child import ChildProcess, spawn
 from lazyd.daemon.upgrade.inherited import HandedRuntime, inherit_child
-from lazyd.daemon.runtime.config import DaemonParts, LineGate, RuntimeConfig
+from lazyd.daemon.runtime.config import DaemonParts, RuntimeConfig
+from lazyd.daemon.runtime.policy_gate import RuntimeGate
 from lazyd.daemon.process.stdin import ServerInput
 from lazyd.errors import InheritError, LineTooLong, SpawnError
 
@@ -68,7 +69,7 @@ class ServerRuntime:
         self.sessions: dict[int, Outbox] = {}
         self.placers: dict[int, Callable[[int, str], None]] = {}  # who places a session (era_lanes.py)
         self.on_children_changed = parts.children_changed
-        self.gate: LineGate | None = None  # installed by the registry
+        self.gate = RuntimeGate(self.name, config.name, parts.tool_policy, self.sessions, self.core)
         self._nursery: trio.Nursery | None = None
         self.started = trio.Event()  # set once `run` has its nursery: a line may reach it from then on
         self._scope = trio.CancelScope()
@@ -173,13 +174,12 @@ class ServerRuntime:
     def client_line(self, cid: int, line: bytes, parsed: Message | Invalid | None = None) -> None:
         if cid in self.sessions:
             self.client_lines += 1
-            if self.gate is not None:
-                gated = self.gate.client_line(cid, line)
-                if gated is None:
-                    return
-                if gated is not line:
-                    parsed = None  # the policy rewrote it: not the line that was parsed
-                line = gated
+            gated = self.gate.client_line(cid, line)
+            if gated is None:
+                return
+            if gated is not line:
+                parsed = None  # the policy rewrote it: not the line that was parsed
+            line = gated
             self._relay(self.core.client_line(cid, line, now=time.time(), parsed=parsed))
             self._load()
 
@@ -196,8 +196,7 @@ class ServerRuntime:
         self.placers.pop(cid, None)
         if self.sessions.pop(cid, None) is None:
             return None
-        if self.gate is not None:
-            self.gate.detach(cid)
+        self.gate.detach(cid)
         known, held, actions = self.core.take(cid, now=time.time())
         self._relay(actions)
         self._load()
@@ -216,8 +215,7 @@ class ServerRuntime:
         if session is None:
             return
         session.close()
-        if self.gate is not None:
-            self.gate.detach(cid)
+        self.gate.detach(cid)
         self._relay(self.core.detach(cid, now=time.time()))
         self._load()
 
@@ -275,7 +273,7 @@ class ServerRuntime:
                 session = self.sessions.get(action.cid)
                 if session is not None:
                     line = action.line
-                    if self.gate is not None and action.done is not None:
+                    if action.done is not None:
                         line = self.gate.to_client(action.cid, line, action.done)
                     session.deliver(line, action.done)
             elif isinstance(action, rl.ToServer):
@@ -471,17 +469,12 @@ class ServerRuntime:
         """Everything but its secrets, at monotonic `now`. With `kill`, the successor takes its
         process over and then kills it for that reason (its stdin could not be brought to a line
         boundary)."""
-        facts = HandedRuntime(self.proc.to_state() if self.proc is not None else None,
-                              self.gate.to_state() if self.gate is not None else None, self.predicate_child, kill,
-                              self.last_exit, self.started_wall, self.spawned_wall, self._kill_reason,
-                              self._stop_requested, self._stop_reason, self.last_stop, self.upgrades)
+        facts = HandedRuntime(self.proc.to_state() if self.proc is not None else None, self.gate.to_state(),
+                              self.predicate_child, kill, self.last_exit, self.started_wall, self.spawned_wall,
+                              self._kill_reason, self._stop_requested, self._stop_reason, self.last_stop, self.upgrades)
         return {"name": self.name, "config": self.config.to_state(), "core": self.core.to_state(),
                 "life": self.life.to_state(now),
                 "memory": self.memory.to_state(now) if self.memory is not None else None, **sc.dump(facts)}
-
-    def secrets(self) -> dict[str, Any]:
-        """What of it could be a secret (lazyd/daemon/runtime/config.py)."""
-        return self.config.secrets()
 
     @classmethod
     def from_state(cls, state: Mapping[str, Any], secrets: Mapping[str, Any], snapshot: Snapshot, parts: DaemonParts,
@@ -509,7 +502,7 @@ class ServerRuntime:
 
     def _take_over(self, handed: HandedRuntime, child: bool) -> None:
         assert self._nursery is not None
-        if self.gate is not None and handed.gate is not None:
+        if handed.gate is not None:
             self.gate.restore(handed.gate)
         process = handed.proc
         if process is not None:
@@ -551,8 +544,7 @@ class ServerRuntime:
         handed over): their requests are cancelled upstream as for any client that leaves."""
         gone = [cid for cid in self.core.clients if cid not in keep]
         for cid in gone:
-            if self.gate is not None:
-                self.gate.detach(cid)
+            self.gate.detach(cid)
             self._relay(self.core.detach(cid, now=time.time()))
         if gone:
             self._load()

@@ -12,44 +12,20 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Mapping
-from typing import Protocol
 
 import trio
 
 from lazyd.core.sharing.identity import Identity, counted_for_learning, same_without
-from lazyd.daemon.status_signal import Changes
 from lazyd.daemon.connections.client_process import client_process, environment_names
-from lazyd.daemon.sessions.learned_env import LearnedEnv, SessionClient
-from lazyd.daemon.runtime.supervisor import ServerRuntime
+from lazyd.daemon.sessions.learned_env import SessionClient
+from lazyd.daemon.sessions.sharing_gate import RegistryView
 
 log = logging.getLogger("lazyd.registry")
-
-class Registry(Protocol):
-    """What of lazyd/daemon/sessions/registry.py's Registry this module uses (it imports this module)."""
-
-    secret: bytes
-    learned: LearnedEnv
-    nursery: trio.Nursery
-    runtimes: dict[str, ServerRuntime]
-    identities: dict[str, Identity]
-    retiring: set[str]
-    changes: Changes
-
-    def identity_of(self, argv: list[str], cwd: str, env: Mapping[str, str], *, force: tuple[str, ...] = (),
-                    ignore: tuple[str, ...] = (), undecodable: list[str] | None = None,
-                    client: str = "") -> tuple[Identity, str | None]: ...
-    def is_second_lane(self, digest: str) -> bool: ...
-    def is_private(self, runtime: ServerRuntime) -> bool: ...
-    def in_use(self, runtime: ServerRuntime) -> bool: ...
-    def forget(self, bases: set[str]) -> list[ServerRuntime]: ...
-    async def close_all(self, stale: list[ServerRuntime]) -> None: ...
-    def children_changed(self) -> None: ...
-
 
 POLL_S = 1.0  # a session still choosing its process changes no lifecycle input: look again this often
 
 
-def learn(registry: Registry, shim_pid: int, argv: list[str], cwd: str, env: Mapping[str, str], *,
+def learn(registry: RegistryView, shim_pid: int, argv: list[str], cwd: str, env: Mapping[str, str], *,
           force: tuple[str, ...], ignore: tuple[str, ...],
           undecodable: list[str] | None = None) -> tuple[SessionClient, tuple[Identity, str | None] | None]:
     """Feed one session's counted variables to the learner of its client (guessed from its process
@@ -76,7 +52,7 @@ def learn(registry: Registry, shim_pid: int, argv: list[str], cwd: str, env: Map
     return seen, None if new else decided
 
 
-def retire_duplicates(registry: Registry, base: Identity, noise: frozenset[str]) -> None:
+def retire_duplicates(registry: RegistryView, base: Identity, noise: frozenset[str]) -> None:
     """Stop every unnamed runtime that is `base` but for a variable in `noise`."""
     if not noise:
         return
@@ -88,7 +64,7 @@ def retire_duplicates(registry: Registry, base: Identity, noise: frozenset[str])
             registry.nursery.start_soon(_retire, registry, digest)
 
 
-async def _retire(registry: Registry, digest: str) -> None:
+async def _retire(registry: RegistryView, digest: str) -> None:
     try:
         runtime = registry.runtimes.get(digest)
         if runtime is None:

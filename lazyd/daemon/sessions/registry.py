@@ -50,7 +50,6 @@ from lazyd.daemon.status_signal import Changes
 from lazyd.daemon.heap_trim import HeapTrimmer
 from lazyd.daemon.process.command import SpawnSpec
 from lazyd.daemon.runtime.outbox import Outbox
-from lazyd.daemon.runtime.policy_gate import RuntimeGate
 from lazyd.daemon.runtime.config import DaemonParts, RuntimeConfig, lifecycle_policy
 from lazyd.daemon.runtime.supervisor import ServerRuntime
 from lazyd.daemon.upgrade.inherited import state_fds
@@ -114,7 +113,8 @@ class Registry:
         self.reading = Gate()  # closed while the daemon hands itself over (lazyd/daemon/gate.py)
         self.starting = Gate()  # closed while the orphan sweep runs (the same)
         self.read_buffer = ReadBuffer()  # every server's stdout is read into it (read_buffer.py)
-        self.parts = DaemonParts(store, heap, self.reading, self.starting, self.read_buffer, self.children_changed)
+        self.parts = DaemonParts(store, heap, self.reading, self.starting, self.read_buffer, self.children_changed,
+                                 lambda: self.config.tool_policy)
         self.gate = SharingGate(self)  # which process a new session joins (sharing_gate.py)
 
     def note_client_line(self, line: bytes, peek: int, cid: int) -> int:
@@ -250,17 +250,13 @@ class Registry:
                        reserved: bool = False) -> None:
         """Register `runtime` under `key` as a lane of the registration `primary` (its first when
         `key == primary`), and run it."""
-        runtime.gate = RuntimeGate(runtime, lambda: self.config.tool_policy)  # read at each call: reloads apply
         runtime.on_change = self.changes.note
         self.runtimes[key] = runtime
         self.identities[key] = identity
         self.lane_of[key] = primary
         if key == primary:
-            lanes = self.lanes[key] = EraLanes(runtime, partial(self._open_lane, key))
-            lanes.reserved = reserved
-            lanes.on_detach = self.gate.detached
-            lanes.place = self.gate.place
-            lanes.on_change = self.changes.note
+            self.lanes[key] = EraLanes(runtime, partial(self._open_lane, key), reserved=reserved, place=self.gate.place,
+                                       on_detach=self.gate.detached, on_change=self.changes.note)
         else:
             self.lanes[primary].runtimes.append(runtime)
         await self.nursery.start(runtime.run)
@@ -493,7 +489,7 @@ class Registry:
         state = {"next_cid": self._next_cid, "share_counter": self._share_counter,
                  "private_base": dict(self._private_base), "lane_of": dict(self.lane_of),
                  "groups": groups, "runtimes": runtimes}
-        secrets = {"runtimes": {key: r.secrets() for key, r in self.runtimes.items()},
+        secrets = {"runtimes": {key: r.config.secrets() for key, r in self.runtimes.items()},
                    "identities": {key: _identity_state(i) for key, i in self.identities.items()}}
         return state, secrets, fds
 

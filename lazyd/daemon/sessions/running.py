@@ -27,8 +27,6 @@ from lazyd.host.privatefiles import read_string_lists
 
 log = logging.getLogger("lazyd.registry")
 
-__all__ = ["RunsRecord", "look", "package_name"]
-
 FILE_NAME = "runs.json"
 MAX_ENTRIES = 512
 MAX_NAMES = 16

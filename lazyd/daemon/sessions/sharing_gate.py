@@ -30,10 +30,9 @@ from lazyd.core.sharing.modes import SharingDecision, ShareSetting
 from lazyd.daemon.status_signal import Changes
 from lazyd.daemon.runtime.era_lanes import EraLanes
 from lazyd.daemon.runtime.supervisor import ServerRuntime
+from lazyd.daemon.sessions.learned_env import LearnedEnv
 
 log = logging.getLogger("lazyd.registry")
-
-__all__ = ["SharingGate", "UNDECIDED_WAIT_S", "SESSION_LEFT", "known_server"]
 
 # The reason a process of a session's own stops (its log line: "stopping: its session left, ...").
 SESSION_LEFT = "its session left (a process of a session's own is never handed to another session)"
@@ -46,19 +45,36 @@ UNDECIDED_WAIT_S = 5.0
 START_GRACE_S = 1.0
 
 
-class Registrations(Protocol):
-    """What the gate needs of the registry (lazyd/daemon/sessions/registry.py)."""
+class RegistryView(Protocol):
+    """The registry (lazyd/daemon/sessions/registry.py) as the parts it imports see it: this gate,
+    per_run.py, and the hub (lazyd/daemon/hub/), which import this instead of the registry."""
 
     config: Config
+    secret: bytes
+    nursery: trio.Nursery
+    runtimes: dict[str, ServerRuntime]  # by digest
+    identities: dict[str, Identity]  # by digest
+    learned: LearnedEnv
+    retiring: set[str]
     changes: Changes
+    gate: SharingGate
 
+    def identity_of(self, argv: list[str], cwd: str, env: Mapping[str, str], *, force: tuple[str, ...] = (),
+                    ignore: tuple[str, ...] = (), undecodable: list[str] | None = None,
+                    client: str = "") -> tuple[Identity, str | None]: ...
+    def digest_of(self, runtime: ServerRuntime) -> str: ...
     def decide(self, cache_digest: str, setting: ShareSetting, argv: tuple[str, ...]) -> SharingDecision: ...
-    def in_use(self, runtime: ServerRuntime) -> bool: ...
+    def sharing(self, runtime: ServerRuntime) -> SharingDecision: ...
     def lanes_for(self, runtime: ServerRuntime) -> EraLanes | None: ...
+    def is_second_lane(self, digest: str) -> bool: ...
+    def in_use(self, runtime: ServerRuntime) -> bool: ...
     def is_private(self, runtime: ServerRuntime) -> bool: ...
     async def private_instance(self, base: Identity, name: str, env: Mapping[str, str],
                                policy: Policy) -> ServerRuntime: ...
     def drop_private(self, runtime: ServerRuntime) -> None: ...
+    def forget(self, bases: set[str]) -> list[ServerRuntime]: ...
+    async def close_all(self, stale: list[ServerRuntime]) -> None: ...
+    def children_changed(self) -> None: ...
 
 
 @functools.lru_cache(maxsize=256)
@@ -69,7 +85,7 @@ def known_server(table: KnownServers, argv: tuple[str, ...]) -> KnownServer | No
 
 
 class SharingGate:
-    def __init__(self, registry: Registrations) -> None:
+    def __init__(self, registry: RegistryView) -> None:
         self.registry = registry
         self._served: weakref.WeakSet[ServerRuntime] = weakref.WeakSet()  # a session used their process
         # What a runtime's latest session joined it under (status: the rule that put it there).

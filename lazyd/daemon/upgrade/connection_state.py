@@ -25,8 +25,6 @@ if TYPE_CHECKING:
     from lazyd.daemon.hub.server import HubSession
     from lazyd.daemon.runtime.outbox import ConnectionOutbox
 
-__all__ = ["Live", "ConnectionState", "SessionState", "inbound_bytes"]
-
 
 @dataclass
 class Live:

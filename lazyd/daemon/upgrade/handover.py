@@ -34,8 +34,6 @@ from lazyd.daemon.upgrade.state import ENVELOPE_ENV, Envelope, state_path, write
 from lazyd.errors import ConfigError
 from lazyd.host.paths import Paths
 
-__all__ = ["Upgrader", "Lineage", "SETTLE_BOUND_S"]
-
 log = logging.getLogger("lazyd.upgrade")
 
 # Readers stop at once; this bounds waiting for the writers (a client that does not read).
@@ -151,7 +149,6 @@ class Upgrader:
                 connections.append(ConnectionState("session", fd, inbound_bytes(live.decoder, list(live.pending)),
                                                    b"", carried))
         state["connections"] = sc.dump(connections)
-        state["lineage"] = {"started_at": self.lineage.started_at, "upgrades": self.lineage.upgrades}
         keeper = self.handler.keeper  # what the store holds stays there: the successor's budget counts it
         state["fdstore"] = sorted(keeper.store.names) if keeper is not None else []
         secrets_fd = write_secrets(secrets)

@@ -38,12 +38,10 @@ from lazyd.daemon.runtime.outbox import ConnectionOutbox, Outbox
 from lazyd.daemon.process.child import STDIN_EOF_GRACE_S, TERM_GRACE_S
 from lazyd.daemon.sessions.registry import Registry
 from lazyd.daemon.upgrade.handover import Lineage
-from lazyd.daemon.upgrade.inherited import close_fds
+from lazyd.daemon.upgrade.inherited import close_fds, state_fds
 from lazyd.daemon.upgrade.state import ENVELOPE_ENV, Envelope, read_secrets, read_state
 from lazyd.errors import InheritError
 from lazyd.protocol.frames import Reply
-
-__all__ = ["take_envelope", "inherit", "inherit_stored", "REAP_WAIT_S"]
 
 log = logging.getLogger("lazyd.inherit")
 
@@ -276,7 +274,7 @@ async def inherit_stored(stored: dict[str, int], registry: Registry, lock: Path,
         secrets_fd = None
         registry.reading.close()
         try:
-            names = await registry.inherit(body, secrets, written_at=written_at, child=False)
+            await registry.inherit(body, secrets, written_at=written_at, child=False)
             for runtime in list(registry.runtimes.values()):
                 runtime.forget_clients(set())  # their connections died with the old daemon
         finally:
@@ -291,8 +289,7 @@ async def inherit_stored(stored: dict[str, int], registry: Registry, lock: Path,
             for pid, ticks in procs:
                 nursery.start_soon(_ladder, pid, ticks)
         return
-    used = {fd for r in body["runtimes"].values() if isinstance(r.get("proc"), dict)
-            for fd in (r["proc"]["stdin"], r["proc"]["stdout"], r["proc"]["stderr"])}
+    used = {fd for r in body["runtimes"].values() for fd in state_fds(r.get("proc"))}
     close_fds(fd for fd in stored.values() if fd not in used)
     registry.children_changed()
     # What was really taken over: a process whose pipes did not come back (systemd drops a pipe

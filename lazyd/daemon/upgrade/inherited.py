@@ -24,37 +24,9 @@ from lazyd.host import procfs
 from lazyd.daemon.process.command import SpawnSpec
 from lazyd.daemon.process.stderr_log import LogRing
 from lazyd.daemon.process.child import ChildProcess, ProcessState
+from lazyd.daemon.process.handle import InheritedProcess
 from lazyd.daemon.process.read_buffer import ReadBuffer
 from lazyd.errors import InheritError
-
-__all__ = ["InheritedProcess", "HandedRuntime", "close_fds", "inherit_child", "state_fds"]
-
-
-class InheritedProcess:
-    """The `ProcessHandle` (lazyd/daemon/process/handle.py) of a process taken over."""
-
-    def __init__(self, pid: int, stdin_fd: int | None, stdout_fd: int, stderr_fd: int, child: bool) -> None:
-        self.pid = pid
-        self._child = child
-        self.stdin = trio.lowlevel.FdStream(stdin_fd if stdin_fd is not None else _closed_writer())
-        if stdin_fd is None:
-            self.stdin.close()  # the ladder had closed it: sends fail, as they did before
-        self.stdout = trio.lowlevel.FdStream(stdout_fd)
-        self.stderr = trio.lowlevel.FdStream(stderr_fd)
-
-    async def wait(self) -> int | None:
-        # Called once the pidfd said the leader exited, so waitpid returns at once.
-        if not self._child:
-            return None
-        try:
-            _, status = os.waitpid(self.pid, 0)
-        except ChildProcessError:
-            return None
-        return os.waitstatus_to_exitcode(status)
-
-
-def _closed_writer() -> int:
-    return os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
 
 
 def state_fds(state: Mapping[str, Any] | None) -> list[int]:

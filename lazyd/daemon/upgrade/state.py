@@ -24,9 +24,6 @@ from lazyd.errors import InheritError, StateFileError
 from lazyd.host.paths import Paths
 from lazyd.host.privatefiles import read_private, write_private
 
-__all__ = ["ENVELOPE_ENV", "STATE_VERSION", "MIGRATIONS", "Envelope", "state_path",
-           "write_state", "read_state", "write_secrets", "read_secrets", "encode_state"]
-
 ENVELOPE_ENV = "LAZYD_UPGRADE"
 STATE_FORMAT = "lazyd-upgrade-state"
 STATE_VERSION = 1

@@ -26,6 +26,7 @@ import logging
 import os
 import resource
 import socket
+from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -35,8 +36,6 @@ import trio
 from lazyd.daemon.sessions.registry import Registry
 from lazyd.daemon.runtime_dir import SD_LISTEN_FDS_START
 from lazyd.daemon.upgrade.state import write_secrets, write_state
-
-__all__ = ["FDSTORE_ENV", "STORE_SOFT_NOFILE", "SECRETS_NAME", "FdStore", "stored_fds", "standby_path", "pipe_names", "keep_standby"]
 
 log = logging.getLogger("lazyd.fdstore")
 
@@ -128,9 +127,7 @@ def stored_fds(environ: Mapping[str, str], count: int) -> dict[str, int]:
     closed: what owned it is then taken for lost."""
     names = (environ.get("LISTEN_FDNAMES") or "").split(":")
     given = [(names[i], SD_LISTEN_FDS_START + i) for i in range(1, count) if i < len(names) and names[i]]
-    seen: dict[str, int] = {}
-    for name, _ in given:
-        seen[name] = seen.get(name, 0) + 1
+    seen = Counter(name for name, _ in given)
     for name, fd in given:
         if seen[name] > 1:
             os.close(fd)
