@@ -100,7 +100,8 @@ def _checked(flag: str, value: str) -> str:
     if flag in _DURATIONS:
         from lazyd.config.durations import parse_duration
 
-        parse_duration(value)
+        if parse_duration(value) <= 0 and flag.startswith("--wake-"):
+            raise ValueError("must be longer than 0")  # the daemon's rule for a wake predicate's times
     elif flag == "--memory-max":
         from lazyd.config.sizes import parse_limit
 
