@@ -110,11 +110,10 @@ def _checked(flag: str, value: str) -> str:
         from lazyd.config.envnames import parse_names
 
         parse_names(value)
-    elif flag == "--share" and value.strip().lower() not in ("auto", "session-aware"):
-        try:
-            _parse_bool(value)
-        except ValueError:
-            raise ValueError(f"invalid value {value!r} (use auto, true, false or session-aware)") from None
+    elif flag == "--share":
+        from lazyd.config.durations import parse_share
+
+        parse_share(value)
     elif flag == "--era" and value not in ("auto", "handshake", "stateless"):
         raise ValueError(f"invalid era {value!r} (use auto, handshake or stateless)")
     elif flag == "--wake-command":

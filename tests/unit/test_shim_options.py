@@ -119,8 +119,10 @@ def test_booleans_in_the_documented_forms_are_accepted(value: str) -> None:
 
 
 @pytest.mark.parametrize("value", ["maybe", "2", "y", "enabled"])
-def test_malformed_booleans_are_refused(value: str) -> None:
-    assert f"invalid value {value!r} (use auto, true, false or session-aware)" in parse_error(["--share", value, "node"])
+def test_malformed_booleans_are_refused_and_a_share_value_in_the_daemon_s_words(value: str) -> None:
+    with pytest.raises(ConfigError) as daemon:
+        policy_with_options(Policy(), {"share": value})
+    assert f"option {parse_error(['--share', value, 'node'])}" == str(daemon.value)
     assert parse_error(["node"], {"LAZYD_VERBOSE": value}) == f"LAZYD_VERBOSE: {value!r} is not a boolean (use true or false; also yes/no, on/off, 1/0)"
 
 
