@@ -16,6 +16,7 @@ import time
 from lazyd.errors import Unavailable
 
 from . import connect, slots
+from .dial import budget
 from .options import say
 from .slots import RESUME_FLAG, SLOT_FD
 
@@ -114,7 +115,7 @@ def reconnect(opts: Options, resume: list[bytes], log: Log, region: int | None,
             slots.release(slot)
             slot = None
             close_passed(offered or [])
-        time.sleep(max(0.0, min(RECONNECT_POLL_S, deadline - time.monotonic())))
+        time.sleep(budget(RECONNECT_POLL_S, deadline))
 
 
 def hello_memfd(frame: bytes) -> int | None:

@@ -85,12 +85,6 @@ _SHIM_VALUES = ("--socket", "--log-file", "--server", "--servers")
 _SHIM_FLAGS = ("--verbose", "--no-autostart", "--hub", "--handoff")
 
 
-def _parse_bool(value: str) -> bool:
-    from lazyd.config.durations import parse_bool
-
-    return parse_bool(value)
-
-
 def _checked(flag: str, value: str) -> str:
     """`value` as it is kept for `flag`; ValueError saying what is wrong with it. A daemon option's
     rule is the daemon's own where it lives in the stdlib-only lazyd.config modules, with its
@@ -205,7 +199,9 @@ def parse(argv: list[str], env: Mapping[str, str]) -> Options:
             continue
         try:
             if flag in _SHIM_FLAGS:
-                switches[flag] = _parse_bool(value)
+                from lazyd.config.durations import parse_bool
+
+                switches[flag] = parse_bool(value)
             else:
                 given[flag] = _checked(flag, value)
         except ValueError as exc:
