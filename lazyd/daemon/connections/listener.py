@@ -349,8 +349,7 @@ class ConnectionHandler:
                     route.client_line(session.cid, frame.d)
                     if isinstance(route, (ServerRuntime, EraRoute)) and not route.has_room():
                         await route.wait_for_room()
-                    if session.backlog.should_pause():
-                        await session.backlog.wait_drained()
+                    await session.backlog.wait_drained()  # returns at once, no checkpoint, unless paused
                 nursery.cancel_scope.cancel()
 
     async def _writer(self, stream: trio.SocketStream, session: ConnectionOutbox, cancel: trio.CancelScope) -> None:
