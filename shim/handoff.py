@@ -16,12 +16,12 @@ import time
 from lazyd.errors import Unavailable
 
 from . import connect, slots
+from .dial import budget
 from .options import say
 from .slots import RESUME_FLAG, SLOT_FD
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs start-up time
 if TYPE_CHECKING:
-    from collections.abc import Callable
     from typing import NoReturn
 
     from .options import Log, Options
@@ -96,10 +96,10 @@ def close_passed(fds: list[int]) -> None:
             os.close(fd)
 
 
-def reconnect(opts: Options, resume: list[bytes], log: Log, region: int | None, pause: Callable[[float], None],
+def reconnect(opts: Options, resume: list[bytes], log: Log, region: int | None,
               slot: int | None = None) -> connect.Connection | str:
     """Connect as at start (autostart included) with `resume`, offering `region` for a hand-off when
-    given, until one succeeds or RECONNECT_WAIT_S pass, with `pause` between tries; returns the
+    given, until one succeeds or RECONNECT_WAIT_S pass, RECONNECT_POLL_S apart; returns the
     welcomed connection or why there is none. The resume slot `slot` is freed after the first try:
     the CPU-heavy part of a recovery is over, polling for a daemon is not."""
     deadline = time.monotonic() + RECONNECT_WAIT_S
@@ -115,7 +115,7 @@ def reconnect(opts: Options, resume: list[bytes], log: Log, region: int | None, 
             slots.release(slot)
             slot = None
             close_passed(offered or [])
-        pause(max(0.0, min(RECONNECT_POLL_S, deadline - time.monotonic())))
+        time.sleep(budget(RECONNECT_POLL_S, deadline))
 
 
 def hello_memfd(frame: bytes) -> int | None:

@@ -85,12 +85,6 @@ _SHIM_VALUES = ("--socket", "--log-file", "--server", "--servers")
 _SHIM_FLAGS = ("--verbose", "--no-autostart", "--hub", "--handoff")
 
 
-def _parse_bool(value: str) -> bool:
-    from lazyd.config.durations import parse_bool
-
-    return parse_bool(value)
-
-
 def _checked(flag: str, value: str) -> str:
     """`value` as it is kept for `flag`; ValueError saying what is wrong with it. A daemon option's
     rule is the daemon's own where it lives in the stdlib-only lazyd.config modules, with its
@@ -100,7 +94,8 @@ def _checked(flag: str, value: str) -> str:
     if flag in _DURATIONS:
         from lazyd.config.durations import parse_duration
 
-        parse_duration(value)
+        if parse_duration(value) <= 0 and flag.startswith("--wake-"):
+            raise ValueError("must be longer than 0")  # the daemon's rule for a wake predicate's times
     elif flag == "--memory-max":
         from lazyd.config.sizes import parse_limit
 
@@ -109,11 +104,10 @@ def _checked(flag: str, value: str) -> str:
         from lazyd.config.envnames import parse_names
 
         parse_names(value)
-    elif flag == "--share" and value.strip().lower() not in ("auto", "session-aware"):
-        try:
-            _parse_bool(value)
-        except ValueError:
-            raise ValueError(f"invalid value {value!r} (use auto, true, false or session-aware)") from None
+    elif flag == "--share":
+        from lazyd.config.durations import parse_share
+
+        parse_share(value)
     elif flag == "--era" and value not in ("auto", "handshake", "stateless"):
         raise ValueError(f"invalid era {value!r} (use auto, handshake or stateless)")
     elif flag == "--wake-command":
@@ -205,7 +199,9 @@ def parse(argv: list[str], env: Mapping[str, str]) -> Options:
             continue
         try:
             if flag in _SHIM_FLAGS:
-                switches[flag] = _parse_bool(value)
+                from lazyd.config.durations import parse_bool
+
+                switches[flag] = parse_bool(value)
             else:
                 given[flag] = _checked(flag, value)
         except ValueError as exc:

@@ -10,7 +10,6 @@ server directly, as the frame relay does. A region that says the client left end
 from __future__ import annotations
 
 import os
-import time
 
 from lazyd.handoff.recovery import error_line, plan
 from lazyd.handoff.region import Region, State, create_region, read_region, unmap
@@ -74,7 +73,7 @@ def run(opts: Options, region_fd: int, args: list[str], log: Log, slot: int | No
         unmap(region.buf)
     fd = fresh_region(state, head, log) if opts.handoff else None
     resume = state.resume_lines()
-    conn = handoff.reconnect(opts, resume, log, fd, time.sleep, slot)
+    conn = handoff.reconnect(opts, resume, log, fd, slot)
     if not isinstance(conn, str) and conn.welcome.handoff and fd is not None:
         log(f"reconnected; handed off again, resuming {len(resume)} handshake line(s)")
         handoff.wait(conn, fd, args, log, connect.socket_path(opts))

@@ -26,7 +26,6 @@ import os
 import select
 import socket
 import threading
-import time
 
 from lazyd.errors import WireError
 from lazyd.handoff.recovery import error_line
@@ -136,7 +135,7 @@ class Relay:
             self._log(f"answered {len(lost)} in-flight request(s) with an error")
         if self._leaving:
             self._out.exit_between_lines(0)  # the client closed stdin: nothing more can be owed
-        new = reconnect(self._opts, resume, self._log, None, time.sleep)
+        new = reconnect(self._opts, resume, self._log, None)
         if isinstance(new, str):
             return new
         self._conn = new

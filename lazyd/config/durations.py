@@ -106,3 +106,14 @@ def parse_bool(text: str) -> bool:
     if word in _FALSE_WORDS:
         return False
     raise ValueError(f"{_quoted(text)} is not a boolean (use true or false; also yes/no, on/off, 1/0)")
+
+
+def parse_share(text: str) -> bool | str:
+    """The `share` option (a shim flag or its hello's value): auto, session-aware or a boolean."""
+    word = text.strip().lower()
+    if word in ("auto", "session-aware"):
+        return word
+    try:
+        return parse_bool(text)
+    except ValueError as error:
+        raise ValueError(f"{error}, auto or session-aware") from None

@@ -21,7 +21,7 @@ from lazyd.config import values as cv
 from lazyd.config.known import packaged, parse_table
 from lazyd.config.toml_text import parse_toml
 from lazyd.config.model import Config, Policy, ServerConfig, WakePredicate
-from lazyd.config.durations import parse_bool
+from lazyd.config.durations import parse_share
 from lazyd.config.envnames import checked_name
 from lazyd.config.sizes import parse_limit
 from lazyd.core.eras.choice import ERA_SETTINGS
@@ -171,13 +171,10 @@ def policy_with_options(base: Policy, opts: Mapping[str, str]) -> Policy:
         if not isinstance(value, str):
             raise (at / key).error(f"expected text, got {cv.type_name(value)}")
         if key == "share":
-            if value.strip().lower() in ("auto", "session-aware"):
-                table["share"] = value.strip().lower()
-                continue
             try:
-                table["share"] = parse_bool(value)
+                table["share"] = parse_share(value)
             except ValueError as error:
-                raise (at / key).error(f"{error}, auto or session-aware") from None
+                raise (at / key).error(str(error)) from None
         elif key == "wake_command":
             try:
                 wake["command"] = json.loads(value)

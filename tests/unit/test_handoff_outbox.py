@@ -288,7 +288,7 @@ async def test_after_each_write_the_torn_byte_says_whether_the_stdout_ends_insid
     ask(outbox, witness, *range(len(sizes)))
     for request_id, size in enumerate(sizes):
         give(outbox, witness, answer(request_id, size), request_id)  # the first ones fill the stdout
-    assert outbox.backlog_frames > 1
+    assert outbox.backlog.frames > 1
     ends = list(itertools.accumulate(len(line) + 1 for line in witness.lines))
     while len(client.received) < ends[-1]:
         try:
@@ -345,7 +345,7 @@ async def test_a_line_larger_than_the_pipe_s_free_room_goes_in_part_at_once_and_
         ask(outbox, witness, *range(1, 12))
         for request_id in range(1, 11):
             give(outbox, witness, answer(request_id, 3000 - 1 - len(answer(request_id, 0))), request_id)
-        assert len(witness.sent) == 10 * 3000 and not outbox.backlog_frames
+        assert len(witness.sent) == 10 * 3000 and not outbox.backlog.frames
         give(outbox, witness, answer(11, 26 * 1024), 11)
         assert 10 * 3000 < len(witness.sent) < len(expected(witness)), "it waited for room for all of it"
         assert mapped.torn and [text for _, text in mapped.entries()] == [b"11"]
@@ -358,6 +358,24 @@ async def test_a_line_larger_than_the_pipe_s_free_room_goes_in_part_at_once_and_
         outbox.ends.close()
     finally:
         client.close()
+
+
+async def test_a_client_that_stops_reading_has_its_requests_paused_then_is_dropped_at_a_connection_s_bounds(
+        fd: int, mapped: Region, client: Client) -> None:
+    outbox, witness = session(fd, mapped, client)
+    witness.watching = False
+    line = b"x" * (1024 * 1024 - 1)  # a MiB with its newline
+    given = 0
+    while not outbox.backlog.should_pause():
+        give(outbox, witness, line)
+        given += 1
+    paused_at = given
+    while not outbox.dropped and given < 100:
+        give(outbox, witness, line)
+        given += 1
+    # 16 MiB and 64 MiB queued (docs/reliability.md), besides what the client's stdout took.
+    assert 16 <= paused_at <= 18 and 65 <= given <= 67 and outbox.dropped
+    outbox.ends.close()
 
 
 async def test_an_answer_stays_in_flight_in_the_region_until_the_last_byte_of_its_line_is_written(
@@ -508,7 +526,7 @@ async def test_a_large_answer_widens_the_clients_stdout_goes_in_at_once_and_the_
         ask(outbox, witness, 1)
         line = answer(1, 200_000)  # fifty times the pipe: without widening, fifty writes of the writer
         give(outbox, witness, line, 1)
-        assert witness.sent == line + b"\n" and outbox.backlog_frames == 0 and outbox.ledger.inflight == 0
+        assert witness.sent == line + b"\n" and outbox.backlog.frames == 0 and outbox.ledger.inflight == 0
         assert pipe_size(client.out_fd) == WIDE_PIPE_BYTES and not mapped.torn
         outbox.ends.narrow()  # the quiet spell's end, while the client has not read it: kept wide
         assert pipe_size(client.out_fd) == WIDE_PIPE_BYTES

@@ -474,16 +474,18 @@ def test_a_shim_waiting_itself_exits_0_when_the_daemon_says_the_client_left(monk
     peer.close()
 
 
-def test_a_recovery_frees_its_resume_slot_after_its_first_try_to_reconnect(tmp_path: Path) -> None:
+def test_a_recovery_frees_its_resume_slot_after_its_first_try_to_reconnect(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     class Paused(Exception):
         pass
 
     def pause(wait_s: float) -> None:
         raise Paused()
 
+    monkeypatch.setattr(time, "sleep", pause)  # the wait before a second try
     slot = os.open(tmp_path / "resume.0", os.O_WRONLY | os.O_CREAT, 0o600)
     opts = parse(["--socket", str(tmp_path / "no-daemon.sock"), "--no-autostart", "--", "true"], {})
     with pytest.raises(Paused):
-        handoff.reconnect(opts, [], Log(opts), None, pause, slot)
+        handoff.reconnect(opts, [], Log(opts), None, slot)
     with pytest.raises(OSError):
         os.fstat(slot)

@@ -45,7 +45,7 @@ class Outbox:
         """The writer takes `count` frames and puts them in the socket."""
         for _ in range(count):
             frame = self.session.receive_channel.receive_nowait()
-            self.session.sent(len(frame), 1)
+            self.session.backlog.took(len(frame), 1)
 
 
 BOUND_MIB = BACKLOG_BYTES // MIB
@@ -58,7 +58,7 @@ def test_a_client_that_keeps_reading_is_never_dropped_however_much_passes_throug
         box.write(BOUND_MIB - 8)
         box.deliver(BOUND_MIB - 8)
     assert box.overflows == 0 and not box.session.dropped
-    assert box.session.backlog_bytes == (BOUND_MIB - 4) * MIB
+    assert box.session.backlog.bytes == (BOUND_MIB - 4) * MIB
 
 
 def test_a_client_that_stops_reading_is_dropped_once_the_bound_is_queued() -> None:
@@ -76,6 +76,14 @@ def test_a_dropped_client_gets_nothing_more_and_is_reported_once() -> None:
     assert box.session.receive_channel.statistics().current_buffer_used == BOUND_MIB
 
 
+def test_a_client_that_stops_reading_tiny_answers_is_dropped_once_the_frame_bound_is_queued() -> None:
+    box = Outbox()
+    box.deliver(BACKLOG_FRAMES, size=10)
+    assert box.overflows == 0
+    box.deliver(1, size=10)
+    assert box.overflows == 1 and box.session.dropped
+
+
 PAUSE_MIB = PAUSE_BYTES // MIB
 
 
@@ -88,11 +96,11 @@ def test_the_pause_leaves_room_for_every_answer_already_on_its_way() -> None:
 def test_a_client_that_falls_behind_is_paused_and_resumed_once_it_reads() -> None:
     box = Outbox()
     box.deliver(PAUSE_MIB - 1)
-    assert not box.session.should_pause()
+    assert not box.session.backlog.should_pause()
     box.deliver(1)
-    assert box.session.should_pause()
+    assert box.session.backlog.should_pause()
     box.write(1)
-    assert not box.session.should_pause()
+    assert not box.session.backlog.should_pause()
 
 
 async def test_a_paused_reader_wakes_when_the_writer_catches_up(autojump_clock: trio.testing.MockClock) -> None:
@@ -101,7 +109,7 @@ async def test_a_paused_reader_wakes_when_the_writer_catches_up(autojump_clock: 
     woke_at: list[float] = []
 
     async def reader() -> None:
-        await box.session.wait_drained()
+        await box.session.backlog.wait_drained()
         woke_at.append(trio.current_time())
 
     async with trio.open_nursery() as nursery:
@@ -117,11 +125,11 @@ async def test_a_paused_reader_wakes_when_the_writer_catches_up(autojump_clock: 
 def test_a_flood_of_tiny_answers_pauses_the_client_long_before_it_could_be_cut() -> None:
     box = Outbox()
     box.deliver(PAUSE_FRAMES - 1, size=10)
-    assert not box.session.should_pause()
+    assert not box.session.backlog.should_pause()
     box.deliver(1, size=10)
-    assert box.session.should_pause()
+    assert box.session.backlog.should_pause()
     box.write(1)
-    assert not box.session.should_pause()
+    assert not box.session.backlog.should_pause()
     # What a paused client can still be owed: 10,000 requests queued for the server and a 1 MiB
     # pipe of the smallest requests (~60 bytes each), answered one frame each.
     assert PAUSE_FRAMES + 10_000 + (1024 * 1024) // 60 < BACKLOG_FRAMES

@@ -32,7 +32,7 @@ DAEMON_OPTIONS = [
     ("--share", "LAZYD_SHARE", "off", "share"),
     ("--wake-command", "LAZYD_WAKE_COMMAND", '["pgrep", "-x", "code"]', "wake_command"),
     ("--wake-interval", "LAZYD_WAKE_INTERVAL", "1h", "wake_interval"),
-    ("--wake-timeout", "LAZYD_WAKE_TIMEOUT", "0", "wake_timeout"),
+    ("--wake-timeout", "LAZYD_WAKE_TIMEOUT", "2s", "wake_timeout"),
     ("--era", "LAZYD_ERA", "stateless", "era"),
     ("--check-linger", "LAZYD_CHECK_LINGER", "1m30s", "check_linger"),
     ("--identity-env", "LAZYD_IDENTITY_ENV", "API_KEY,REGION_*", "identity_env"),
@@ -119,8 +119,10 @@ def test_booleans_in_the_documented_forms_are_accepted(value: str) -> None:
 
 
 @pytest.mark.parametrize("value", ["maybe", "2", "y", "enabled"])
-def test_malformed_booleans_are_refused(value: str) -> None:
-    assert f"invalid value {value!r} (use auto, true, false or session-aware)" in parse_error(["--share", value, "node"])
+def test_malformed_booleans_are_refused_and_a_share_value_in_the_daemon_s_words(value: str) -> None:
+    with pytest.raises(ConfigError) as daemon:
+        policy_with_options(Policy(), {"share": value})
+    assert f"option {parse_error(['--share', value, 'node'])}" == str(daemon.value)
     assert parse_error(["node"], {"LAZYD_VERBOSE": value}) == f"LAZYD_VERBOSE: {value!r} is not a boolean (use true or false; also yes/no, on/off, 1/0)"
 
 
@@ -132,6 +134,15 @@ def test_an_era_other_than_auto_handshake_or_stateless_is_refused_by_name(value:
 @pytest.mark.parametrize("value", ["auto", "AUTO", " auto "])
 def test_share_also_takes_auto(value: str) -> None:
     assert parse(["--share", value, "node"], {}).daemon_opts == {"share": value}
+
+
+@pytest.mark.parametrize("flag", ["--wake-interval", "--wake-timeout"])
+def test_a_wake_predicate_s_interval_or_timeout_of_zero_is_refused_as_the_daemon_refuses_it(flag: str) -> None:
+    argv = ["--wake-command", '["w"]', flag, "0", "node"]
+    assert parse_error(argv) == f"{flag}: must be longer than 0"
+    daemon = {"wake_command": '["w"]', flag[2:].replace("-", "_"): "0"}
+    with pytest.raises(ConfigError, match=f"option {flag}: must be longer than 0"):
+        policy_with_options(Policy(), daemon)
 
 
 @pytest.mark.parametrize("value", ["pgrep", "[]", '[""]', '["a", 1]', '{"argv": ["a"]}', "[unquoted]"])

@@ -350,8 +350,7 @@ class ConnectionHandler:
                     route.client_line(session.cid, frame.d)
                     if isinstance(route, EraRoute) and not route.has_room():
                         await route.wait_for_room()
-                    if session.should_pause():
-                        await session.wait_drained()
+                    await session.backlog.wait_drained()  # returns at once, no checkpoint, unless paused
                 nursery.cancel_scope.cancel()
 
     async def _writer(self, stream: trio.SocketStream, session: ConnectionOutbox, cancel: trio.CancelScope) -> None:
@@ -366,7 +365,7 @@ class ConnectionHandler:
                         break
                 data = b"".join(batch) if len(batch) > 1 else frame
                 await stream.send_all(data)
-                session.sent(len(data), len(batch))
+                session.backlog.took(len(data), len(batch))
                 if receive.statistics().current_buffer_used == 0:
                     session.busy = False
         except (trio.BrokenResourceError, trio.ClosedResourceError):

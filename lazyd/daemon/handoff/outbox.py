@@ -41,12 +41,7 @@ import trio
 
 from lazyd.core.relay.jsonrpc import JsonId
 from lazyd.daemon.handoff.ledger import Ledger
-from lazyd.daemon.runtime.outbox import (
-    CLIENT_PAUSE_BYTES,
-    CLIENT_PAUSE_FRAMES,
-    MAX_CLIENT_BACKLOG_BYTES,
-    MAX_CLIENT_BACKLOG_FRAMES,
-)
+from lazyd.daemon.runtime.outbox import Backlog
 
 log = logging.getLogger("lazyd.server")
 
@@ -216,24 +211,22 @@ class HandoffOutbox:
         self.on_close = on_close  # the session ends when its runtime lets go
         self.on_gone = on_gone  # the client closed its stdout
         self._queue: deque[_Pending] = deque()
-        self.backlog_bytes = 0
+        self.backlog = Backlog()  # the lines in the queue: a connection's bounds
         self.dropped = False
         self.closed = False
         self._wake = trio.Event()  # set when the queue got a line, for the writer
-        self._drained = trio.Event()  # set (and replaced) when a paused reader may go on
-        self._paused = False
 
     def deliver(self, line: bytes, done: JsonId | None = None) -> None:
         if self.dropped or self.closed:
             return
         self._queue.append(_Pending(line, done))
-        self.backlog_bytes += len(line) + 1
+        self.backlog.add(len(line) + 1)
         if len(self._queue) == 1:
             self.write_ready()  # nothing was queued: straight in, without a task switch
-        if self.backlog_bytes > MAX_CLIENT_BACKLOG_BYTES or len(self._queue) > MAX_CLIENT_BACKLOG_FRAMES:
+        if self.backlog.over():
             self.dropped = True
             log.warning("client %d (shim pid %d) stopped reading: disconnecting it (%d lines, %d bytes queued)",
-                        self.cid, self.pid, len(self._queue), self.backlog_bytes)
+                        self.cid, self.pid, len(self._queue), self.backlog.bytes)
             self._on_overflow()
         elif self._queue:
             self._wake.set()
@@ -241,19 +234,6 @@ class HandoffOutbox:
     def close(self) -> None:
         self.closed = True
         self.on_close()  # idempotent: the session's cancel
-
-    @property
-    def backlog_frames(self) -> int:
-        """Lines not yet wholly in the client's stdout (named as a connection's outbox names them)."""
-        return len(self._queue)
-
-    def should_pause(self) -> bool:
-        return self.backlog_bytes >= CLIENT_PAUSE_BYTES or len(self._queue) >= CLIENT_PAUSE_FRAMES
-
-    async def wait_drained(self) -> None:
-        while self.should_pause():
-            self._paused = True
-            await self._drained.wait()
 
     async def run_writer(self) -> None:
         """Write queued lines as the client takes them, until the session ends."""
@@ -273,10 +253,6 @@ class HandoffOutbox:
         except BrokenPipeError:
             self._gone()
             return False
-        if self._paused and not self.should_pause():
-            self._paused = False
-            self._drained.set()
-            self._drained = trio.Event()
         return True
 
     def _write_batch(self) -> bool:
@@ -288,12 +264,11 @@ class HandoffOutbox:
             self.ends.widen(self.ends.out_fd)
         if not region.torn and self.ends.may_cut(size):
             region.torn = True  # before the write, which may stop inside a line
-        written = self.ends.write([part for pending in batch for part in pending.parts()])
-        self.backlog_bytes -= written
+        written = left = self.ends.write([part for pending in batch for part in pending.parts()])
         for pending in batch:
-            take = min(written, pending.remaining())
+            take = min(left, pending.remaining())
             pending.offset += take
-            written -= take
+            left -= take
         whole = sum(not pending.remaining() for pending in batch)
         if region.torn and (whole == len(self._queue) or not self._queue[whole].offset):
             region.torn = False  # before the ids leave: a kill between leaves whole lines and errors
@@ -301,6 +276,7 @@ class HandoffOutbox:
             pending = self._queue.popleft()
             if pending.done is not None:
                 self.ledger.answered(pending.done)
+        self.backlog.took(written, whole)
         return whole == len(batch)
 
     def let_go(self) -> None:
@@ -312,7 +288,7 @@ class HandoffOutbox:
             return
         pending = self._queue.popleft()
         rest = b"".join(bytes(part) for part in pending.parts())
-        self.backlog_bytes -= len(rest)
+        self.backlog.took(len(rest), 1)
         self.ledger.close(client_left=False, tail=rest)
         if pending.done is not None:
             self.ledger.answered(pending.done)
@@ -320,5 +296,5 @@ class HandoffOutbox:
     def _gone(self) -> None:
         self.dropped = True
         self._queue.clear()
-        self.backlog_bytes = 0
+        self.backlog.took(self.backlog.bytes, self.backlog.frames)
         self.on_gone()

@@ -290,8 +290,7 @@ class HandoffSession:
             limit = STEP_BYTES if self.lines.newlines > 1 else READ_BYTES
             if isinstance(route, (ServerRuntime, EraRoute)) and not route.has_room():
                 await route.wait_for_room()
-            if outbox.should_pause():
-                await outbox.wait_drained()
+            await outbox.backlog.wait_drained()  # returns at once, no checkpoint, unless paused
 
     def _take(self, data: bytes) -> None:
         """Relay the lines of one read (a seam the kill tests hold: tests/e2e/seams/sitecustomize.py)."""

@@ -52,6 +52,45 @@ class Outbox(Protocol):
         """No more lines: the reader sees the end (the session was detached)."""
 
 
+class Backlog:
+    """What one client is owed and has not taken yet, with the bounds of the module docstring;
+    a connection's outbox and a hand-off session's hold one each."""
+
+    def __init__(self) -> None:
+        self.bytes = 0
+        self.frames = 0
+        # Set (and replaced) when a paused reader may go on, only while one waits: no event per write.
+        self._drained = trio.Event()
+        self._paused = False
+
+    def add(self, nbytes: int) -> None:
+        self.bytes += nbytes
+        self.frames += 1
+
+    def over(self) -> bool:
+        """Whether the client is past the bounds: it stopped reading, it is to be dropped."""
+        return self.bytes > MAX_CLIENT_BACKLOG_BYTES or self.frames > MAX_CLIENT_BACKLOG_FRAMES
+
+    def took(self, nbytes: int, nframes: int) -> None:
+        """The client took `nbytes` more, ending `nframes` frames; wakes a paused reader once it may go on."""
+        self.bytes -= nbytes
+        self.frames -= nframes
+        if self._paused and not self.should_pause():
+            self._paused = False
+            self._drained.set()
+            self._drained = trio.Event()
+
+    def should_pause(self) -> bool:
+        """Whether this client's requests should wait until it has read its answers."""
+        return self.bytes >= CLIENT_PAUSE_BYTES or self.frames >= CLIENT_PAUSE_FRAMES
+
+    async def wait_drained(self) -> None:
+        """Until the client has read enough of its answers (see CLIENT_PAUSE_BYTES)."""
+        while self.should_pause():
+            self._paused = True
+            await self._drained.wait()
+
+
 class ConnectionOutbox:
     """One attached shim connection, as the runtime sees it: a bounded outbox and a way to drop it."""
 
@@ -63,14 +102,10 @@ class ConnectionOutbox:
         self.busy = False
         # Frames, or the unwritten rest of one as a view (a large frame is not copied to cut it).
         self.send_channel, self.receive_channel = trio.open_memory_channel[bytes | memoryview](MAX_CLIENT_BACKLOG_FRAMES)
-        # In the outbox and the writer's current send: added by deliver, taken off by `sent`.
-        self.backlog_bytes = 0
-        self.backlog_frames = 0
+        # In the outbox and the writer's current send: added by deliver, taken off by the writer.
+        self.backlog = Backlog()
         self._on_overflow = on_overflow
         self.dropped = False
-        # Set (and replaced) when a paused reader may go on, only while one waits: no event per write.
-        self._drained = trio.Event()
-        self._paused = False
 
     def deliver(self, line: bytes, done: JsonId | None = None) -> None:
         if self.dropped:
@@ -90,42 +125,20 @@ class ConnectionOutbox:
                 return
             frame = memoryview(frame)[written:]  # the rest, not a copy of it
         self.busy = True
-        self.backlog_bytes += len(frame)
-        self.backlog_frames += 1
-        try:
-            if self.backlog_bytes > MAX_CLIENT_BACKLOG_BYTES:
-                raise trio.WouldBlock
-            self.send_channel.send_nowait(frame)
-        except trio.WouldBlock:
+        self.backlog.add(len(frame))
+        if self.backlog.over():
             self.dropped = True
             log.warning("client %d (shim pid %d) stopped reading: disconnecting it (%d frames, %d bytes queued)",
-                        self.cid, self.pid, self.receive_channel.statistics().current_buffer_used,
-                        self.backlog_bytes - len(frame))
+                        self.cid, self.pid, self.backlog.frames - 1, self.backlog.bytes - len(frame))
             self._on_overflow()
+            return
+        try:
+            self.send_channel.send_nowait(frame)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             self.dropped = True
 
     def close(self) -> None:
         self.send_channel.close()
-
-    def sent(self, nbytes: int, nframes: int) -> None:
-        """The writer put `nframes` queued frames, `nbytes` in all, into the socket."""
-        self.backlog_bytes -= nbytes
-        self.backlog_frames -= nframes
-        if self._paused and not self.should_pause():
-            self._paused = False
-            self._drained.set()
-            self._drained = trio.Event()
-
-    def should_pause(self) -> bool:
-        """Whether this client's requests should wait until it has read its answers."""
-        return self.backlog_bytes >= CLIENT_PAUSE_BYTES or self.backlog_frames >= CLIENT_PAUSE_FRAMES
-
-    async def wait_drained(self) -> None:
-        """Until the client has read enough of its answers (see CLIENT_PAUSE_BYTES)."""
-        while self.should_pause():
-            self._paused = True
-            await self._drained.wait()
 
 
 class LineOutbox:

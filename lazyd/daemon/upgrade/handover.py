@@ -132,7 +132,7 @@ class Upgrader:
             if not isinstance(route, EraRoute) or session is None:
                 continue
             held = route.handover()
-            if session.dropped or session.backlog_frames or held is None:
+            if session.dropped or session.backlog.frames or held is None:
                 continue
             runtime, resume, lines = held
             if runtime is not None and session.cid not in runtime.sessions:
@@ -187,5 +187,5 @@ def _drained(live: Live) -> bool:
     """Whether nothing is queued for the connection's peer (a shim's socket, or a hand-off
     session's client)."""
     if live.handoff is not None:
-        return live.handoff.outbox is None or live.handoff.outbox.backlog_frames == 0
-    return live.session is None or live.session.backlog_frames == 0
+        return live.handoff.outbox is None or live.handoff.outbox.backlog.frames == 0
+    return live.session is None or live.session.backlog.frames == 0
