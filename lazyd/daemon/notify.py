@@ -25,7 +25,7 @@ import trio
 from lazyd.daemon.systemd_env import NOTIFY_VARS
 
 log = logging.getLogger("lazyd.notify")
-# The systemd variables this module consumes are NOTIFY_VARS; LISTEN_* belong to socket adoption.
+# The systemd variables this module consumes are NOTIFY_VARS; LISTEN_* belong to socket activation.
 
 WATCHDOG_FRACTION = 0.5
 # sd_watchdog_enabled(3): ping at half the timeout, so one late ping never trips it.

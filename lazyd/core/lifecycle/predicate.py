@@ -26,7 +26,7 @@ class PredicateSchedule:
         return PredicateState.RUNNING if self.running else PredicateState.IDLE
 
     def boot(self, now: float) -> None:
-        """The daemon adopted a sleeping server: the first run is due at once."""
+        """The daemon took over a sleeping server: the first run is due at once."""
         if self.interval_s is not None and not self.running:
             self.next_at = now
 

@@ -25,7 +25,9 @@ from lazyd.protocol.frames import Refusal
 log = logging.getLogger("lazyd.conn")
 
 
-class Door:
+class Admitter:
+    """The shell of lazyd/core/admission.py: judges each accepted connection and tells a refused one why."""
+
     def __init__(self, admission: Admission, send_deadline_s: float, refusals: Refusals) -> None:
         self.admission = admission
         self.send_deadline_s = send_deadline_s

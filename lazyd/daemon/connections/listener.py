@@ -40,7 +40,7 @@ from lazyd.daemon.upgrade.connection_state import Live
 from lazyd.daemon.upgrade.inherited import close_fds
 from lazyd.daemon.runtime.outbox import ConnectionOutbox
 from lazyd.daemon.gate import Gate
-from lazyd.daemon.connections.admit import Door
+from lazyd.daemon.connections.admit import Admitter
 from lazyd.daemon.connections.refusals import Refusals
 from lazyd.daemon.sessions.registry import Registry
 from lazyd.errors import Refused, SlowPeer, WireError
@@ -147,7 +147,7 @@ class ConnectionHandler:
                  keeper: Keeper | None) -> None:
         self.registry = registry
         self.control = control
-        self.door = Door(admission, CONTROL_SEND_DEADLINE_S, refusals)
+        self.admitter = Admitter(admission, CONTROL_SEND_DEADLINE_S, refusals)
         self.refusals = refusals
         self.active = 0
         # Open connections as an upgrade's freeze reads them (lazyd/daemon/upgrade/connection_state.py), and
@@ -176,7 +176,8 @@ class ConnectionHandler:
                 except OSError as exc:
                     if exc.errno not in ACCEPT_CAPACITY_ERRNOS:
                         raise
-                    if exc.errno in (errno.EMFILE, errno.ENFILE) and await spare.refuse_one(listener, partial(self.door.refuse_now, self.active)):
+                    refuse = partial(self.admitter.refuse_now, self.active)
+                    if exc.errno in (errno.EMFILE, errno.ENFILE) and await spare.refuse_one(listener, refuse):
                         continue
                     if failures == 0:
                         first_failure = trio.current_time()
@@ -196,12 +197,15 @@ class ConnectionHandler:
 
     async def __call__(self, stream: trio.SocketStream) -> None:
         self.active += 1
-        admitted = self.door.judge(stream, self.active, len(self.registry.runtimes))
+        admitted = self.admitter.judge(stream, self.active, len(self.registry.runtimes))
         if admitted is None:
             await self.guarded(stream, -1, None)
             return
         pid, busy = admitted
-        await self.guarded(stream, pid, partial(self.serve_from_hello, stream, pid) if busy is None else partial(self.door.refuse, stream, busy))
+        if busy is None:
+            await self.guarded(stream, pid, partial(self.serve_from_hello, stream, pid))
+        else:
+            await self.guarded(stream, pid, partial(self.admitter.refuse, stream, busy))
 
     async def serve_kept(self, kept: Kept) -> None:
         """Take back in place a hand-off session systemd kept across a crash (lazyd/daemon/handoff/stored_sessions.py),
@@ -237,7 +241,7 @@ class ConnectionHandler:
             except (OSError, ValueError) as exc:
                 refusal = Refused("reclaim", f"its region cannot be mapped: {exc}")
         if live.handoff is None:
-            log.info("shim pid %d: not adopting its session (%s); it recovers it itself", hello.pid, refusal.message)
+            log.info("shim pid %d: not reclaiming its session (%s); it recovers it itself", hello.pid, refusal.message)
             stored_sessions.let_go(kept, self.keeper)
             return
         live.kind = "handoff"
@@ -303,7 +307,7 @@ class ConnectionHandler:
         if hello.role == "ctl":
             await self._control(stream, frames)
         elif hello.reclaim:
-            # Only a session systemd kept is adopted (`serve_kept`); a shim takes its own back.
+            # Only a session systemd kept is reclaimed (`serve_kept`); a shim takes its own back.
             if taken is not None:
                 taken[0].close()
                 os.close(taken[1])
