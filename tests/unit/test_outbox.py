@@ -168,19 +168,19 @@ async def test_an_internal_session_reads_the_lines_themselves_in_order_and_never
     box.outbox.deliver(b'{"c":3}', "x")
     box.outbox.close()
     assert await taken(box.outbox) == [(b'{"a":1}', None), (b'{"b":2}', 7), (b'{"c":3}', "x")]
-    assert box.outbox.backlog_bytes == 0 and box.overflows == 0
+    assert box.outbox.backlog.bytes == 0 and box.overflows == 0
 
 
 async def test_an_internal_session_that_falls_behind_by_the_byte_bound_is_dropped_and_ends() -> None:
     box = Internal()
     for _ in range(BOUND_MIB):
         box.outbox.deliver(b"x" * MIB)
-    assert box.overflows == 0 and box.outbox.backlog_bytes == BACKLOG_BYTES
+    assert box.overflows == 0 and box.outbox.backlog.bytes == BACKLOG_BYTES
     box.outbox.deliver(b"x")
     box.outbox.deliver(b"y")  # nothing more once dropped, and reported once
     assert box.overflows == 1 and box.outbox.dropped
     lines = await taken(box.outbox)  # what was queued, then the end: the call is not left waiting
-    assert len(lines) == BOUND_MIB and box.outbox.backlog_bytes == 0
+    assert len(lines) == BOUND_MIB and box.outbox.backlog.bytes == 0
 
 
 async def test_an_internal_session_that_falls_behind_by_the_frame_bound_is_dropped() -> None:

@@ -148,28 +148,27 @@ class LineOutbox:
     def __init__(self, cid: int, pid: int, on_overflow: Callable[[], None]) -> None:
         self.cid = cid
         self.pid = pid
+        # As many lines as the backlog lets queue: the backlog, not the channel, decides the drop.
         self._send, self._receive = trio.open_memory_channel[tuple[bytes, JsonId | None]](MAX_CLIENT_BACKLOG_FRAMES)
-        self.backlog_bytes = 0  # bytes of the lines queued and not yet taken by the reader
+        self.backlog = Backlog()  # the lines queued and not yet taken by the reader
         self._on_overflow = on_overflow
         self.dropped = False
 
     def deliver(self, line: bytes, done: JsonId | None = None) -> None:
         if self.dropped:
             return
-        try:
-            if self.backlog_bytes + len(line) > MAX_CLIENT_BACKLOG_BYTES:
-                raise trio.WouldBlock
-            self._send.send_nowait((line, done))
-        except trio.WouldBlock:
+        self.backlog.add(len(line))
+        if self.backlog.over():
             self.dropped = True
-            log.warning("internal session %d fell behind: dropping it (%d bytes queued)", self.cid, self.backlog_bytes)
+            self.backlog.took(len(line), 1)  # not queued
+            log.warning("internal session %d fell behind: dropping it (%d bytes queued)", self.cid, self.backlog.bytes)
             self._send.close()  # its reader sees the end once it has taken what was queued
             self._on_overflow()
             return
+        try:
+            self._send.send_nowait((line, done))
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             self.dropped = True
-            return
-        self.backlog_bytes += len(line)
 
     def close(self) -> None:
         self._send.close()
@@ -177,5 +176,5 @@ class LineOutbox:
     async def lines(self) -> AsyncIterator[tuple[bytes, JsonId | None]]:
         """Each (line, done) in order, until the outbox is closed or dropped."""
         async for line, done in self._receive:
-            self.backlog_bytes -= len(line)
+            self.backlog.took(len(line), 1)
             yield line, done
