@@ -154,7 +154,7 @@ def wait(conn: connect.Connection, region: int, args: list[str], log: Log, socke
     else:
         os.dup2(sock, WAIT_FD)  # inheritable
     hello = hello_memfd(conn.hello_frame)
-    if hello is not None:
+    if hello is not None and hello != HELLO_FD:  # made at 7 already when 3 to 6 are taken
         os.dup2(hello, HELLO_FD)  # inheritable
         os.close(hello)
     flock = slots.flock_path()

@@ -83,6 +83,9 @@ _DURATIONS = ("--linger", "--check-linger", "--idle-timeout", "--start-timeout",
 _DAEMON_OPTS = (*_DURATIONS, "--share", "--wake-command", "--identity-env", "--per-session-env", "--era", "--memory-max")
 _SHIM_VALUES = ("--socket", "--log-file", "--server", "--servers")
 _SHIM_FLAGS = ("--verbose", "--no-autostart", "--hub", "--handoff")
+# The durations the daemon refuses as 0 (lazyd/config/load.py), with its words.
+_POSITIVE = {"--start-timeout": "must be longer than 0 (it bounds how long a start may take)",
+             "--wake-interval": "must be longer than 0", "--wake-timeout": "must be longer than 0"}
 
 
 def _checked(flag: str, value: str) -> str:
@@ -94,8 +97,8 @@ def _checked(flag: str, value: str) -> str:
     if flag in _DURATIONS:
         from lazyd.config.durations import parse_duration
 
-        if parse_duration(value) <= 0 and flag.startswith("--wake-"):
-            raise ValueError("must be longer than 0")  # the daemon's rule for a wake predicate's times
+        if parse_duration(value) <= 0 and flag in _POSITIVE:
+            raise ValueError(_POSITIVE[flag])
     elif flag == "--memory-max":
         from lazyd.config.sizes import parse_limit
 

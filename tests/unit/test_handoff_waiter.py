@@ -8,6 +8,8 @@ descriptors of a child process; `wait`'s exec is caught only to read the command
 
 from __future__ import annotations
 
+import contextlib
+
 import json
 import os
 import signal
@@ -454,6 +456,31 @@ def test_a_log_file_where_the_waiter_s_hello_goes_is_moved_and_still_written(
         os.close(region)
         os.close(place)
     assert "no shell to wait in, waiting in this process" in path.read_text()
+
+
+def test_a_hello_memfd_made_where_the_waiter_keeps_it_stays_there(monkeypatch: pytest.MonkeyPatch) -> None:
+    _exec_refused(monkeypatch)
+    monkeypatch.setattr(handoff, "SHELLS", ())
+    ours, peer = socket.socketpair()
+    peer.close()
+    conn = _Conn(ours, "x")
+    conn.hello_frame = b"the hello as sent"
+    region = os.open("/dev/null", os.O_RDONLY)
+    lowest = os.dup(0)  # where memfd_create will put the hello: the lowest free descriptor
+    os.close(lowest)
+    monkeypatch.setattr(handoff, "HELLO_FD", lowest)
+    try:
+        with pytest.raises(_Recovering):
+            handoff.wait(conn, region, ["--", "true"], Log(parse(["--", "true"], {})),  # type: ignore[arg-type]
+                         "/run/user/1/lazyd/lazyd.sock")
+        assert os.readlink(f"/proc/self/fd/{lowest}").startswith("/memfd:lazyd-hello")
+        assert os.pread(lowest, 100, 0) == b"the hello as sent"
+    finally:
+        os.close(region)
+        with contextlib.suppress(OSError):
+            os.close(lowest)
+        with contextlib.suppress(OSError):
+            os.close(250)
 
 
 def test_a_shim_waiting_itself_exits_0_when_the_daemon_says_the_client_left(monkeypatch: pytest.MonkeyPatch) -> None:
