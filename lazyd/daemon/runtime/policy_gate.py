@@ -12,7 +12,6 @@ import logging
 from collections.abc import Callable
 
 from lazyd.core import policy_gate as gate
-from lazyd.core.relay.core import RelayCore
 from lazyd.core.relay.jsonrpc import JsonId
 from lazyd.core.policy import ToolPolicy
 from lazyd.daemon.runtime.outbox import Outbox
@@ -22,14 +21,15 @@ log = logging.getLogger("lazyd.hub")
 
 class RuntimeGate:
     """The tool policy in front of one runtime's relay core (`ServerRuntime.gate`): `name` for its
-    log, `policy` read at each call, the runtime's sessions and relay core."""
+    log, `policy` read at each call, the runtime's sessions, and whether a client can be asked
+    (asked of the runtime's relay core at each call: an upgrade or a restart replaces the core)."""
 
     def __init__(self, name: str, server: str, policy: Callable[[], ToolPolicy], sessions: dict[int, Outbox],
-                 relay: RelayCore) -> None:
+                 can_elicit: Callable[[int], bool]) -> None:
         self.name = name
         self.policy = policy
         self.sessions = sessions
-        self.relay = relay
+        self._can_elicit = can_elicit
         self.core = gate.PolicyGate(server)  # both era lanes of a server are one name to the policy
 
     def client_line(self, cid: int, line: bytes) -> bytes | None:
@@ -68,7 +68,3 @@ class RuntimeGate:
     def restore(self, state: object) -> None:
         """Hold again what `to_state` wrote; ValueError for a state this code did not write."""
         self.core.restore(state)
-
-    def _can_elicit(self, cid: int) -> bool:
-        client = self.relay.clients.get(cid)
-        return client is not None and client.declares("elicitation")

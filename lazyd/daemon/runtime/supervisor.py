@@ -69,7 +69,7 @@ class ServerRuntime:
         self.sessions: dict[int, Outbox] = {}
         self.placers: dict[int, Callable[[int, str], None]] = {}  # who places a session (era_lanes.py)
         self.on_children_changed = parts.children_changed
-        self.gate = RuntimeGate(self.name, config.name, parts.tool_policy, self.sessions, self.core)
+        self.gate = RuntimeGate(self.name, config.name, parts.tool_policy, self.sessions, self.can_elicit)
         self._nursery: trio.Nursery | None = None
         self.started = trio.Event()  # set once `run` has its nursery: a line may reach it from then on
         self._scope = trio.CancelScope()
@@ -208,6 +208,11 @@ class ServerRuntime:
         self._relay(self.core.move_in(session.cid, params, known, now=time.time()))
         for line in held:
             self.client_line(session.cid, line)
+
+    def can_elicit(self, cid: int) -> bool:
+        """Whether client `cid` declared it can be asked (elicitation), for the tool-policy gate."""
+        client = self.core.clients.get(cid)
+        return client is not None and client.declares("elicitation")
 
     def detach(self, cid: int) -> None:
         self.placers.pop(cid, None)
