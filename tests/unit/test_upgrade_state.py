@@ -179,3 +179,21 @@ def test_a_runtime_configuration_with_an_unknown_setting_is_refused_by_name() ->
     state = {**config.to_state(), "share": "sometimes"}
     with pytest.raises(ValueError, match="runtime.config"):
         RuntimeConfig.from_state(state, config.secrets())
+
+
+def test_an_upgrade_does_not_go_on_with_a_hand_off_region_of_another_layout() -> None:
+    from lazyd.daemon.upgrade.connection_state import ConnectionState, SessionState
+    from lazyd.daemon.upgrade.inherit import _handed_off
+    from lazyd.handoff.region import create_region
+
+    region = create_region()
+    os.pwrite(region, b"LZH4", 0)  # what a predecessor of layout 4 wrote
+    stdin_r, stdin_w = os.pipe2(os.O_NONBLOCK)
+    stdout_r, stdout_w = os.pipe2(os.O_NONBLOCK)
+    state = ConnectionState("handoff", -1, session=SessionState(1, 4242, "srv", None), fds=[stdin_r, stdout_w, region])
+    assert _handed_off(None, None, state, None) is None  # type: ignore[arg-type]
+    for fd in (stdin_r, stdout_w, region):  # closed: the shim answers from its own region
+        with pytest.raises(OSError):
+            os.fstat(fd)
+    os.close(stdin_w)
+    os.close(stdout_r)

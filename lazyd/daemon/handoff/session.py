@@ -29,7 +29,6 @@ from lazyd.daemon.handoff.ledger import Ledger
 from lazyd.daemon.handoff.outbox import ClientEnds, HandoffOutbox
 from lazyd.daemon.sessions.registry import Registry
 from lazyd.daemon.upgrade.inherited import close_fds
-from lazyd.daemon.runtime.supervisor import ServerRuntime
 from lazyd.errors import Refused
 from lazyd.protocol.frames import Hello, Refusal, Welcome
 from lazyd.handoff.recovery import Recovery, reclaim
@@ -191,8 +190,10 @@ class HandoffSession:
                     await self._drain()
                     self._client_gone()
         finally:
-            self._finish(route, outbox)
-            self.close()
+            try:
+                self._finish(route, outbox)
+            finally:
+                self.close()
 
     def carried(self) -> bool:
         """Whether an upgrade can hand this session over whole (it is not ending)."""
@@ -275,20 +276,21 @@ class HandoffSession:
                 await trio.lowlevel.wait_readable(self.ends.in_fd)  # rather than a read that says EAGAIN
             else:
                 await trio.lowlevel.checkpoint()  # a client that floods must not starve the others
-            view = ledger.input(limit)
-            got = self.ends.read_into(view)
+            with ledger.input(limit) as view:  # released before the next await: an upgrade unmaps the region
+                got = self.ends.read_into(view)
+                data = bytes(view[:got]) if got else b""
             emptied = got is None or got < limit
             if got is None:
                 continue
             if got:
-                self._take(bytes(view[:got]))
+                self._take(data)
             else:  # at EOF, a last line without its newline is still a line (lazyd/protocol/linepeek.py)
                 self._relay(self.lines.finish())
             ledger.accounted(got, self.lines.buffer, self.lines.discarding)
             if not got:
                 return
             limit = STEP_BYTES if self.lines.newlines > 1 else READ_BYTES
-            if isinstance(route, (ServerRuntime, EraRoute)) and not route.has_room():
+            if isinstance(route, EraRoute) and not route.has_room():
                 await route.wait_for_room()
             await outbox.backlog.wait_drained()  # returns at once, no checkpoint, unless paused
 

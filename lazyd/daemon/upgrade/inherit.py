@@ -33,6 +33,7 @@ from lazyd.daemon.runtime.era_lanes import EraRoute
 from lazyd.daemon.handoff.session import HandoffSession
 from lazyd.daemon.handoff.stored_sessions import Keeper
 from lazyd.daemon.handoff.outbox import ClientEnds
+from lazyd.handoff.region import region_problem
 from lazyd.daemon.upgrade.stored_servers import SECRETS_NAME, FdStore, rewire, standby_path
 from lazyd.daemon.runtime.outbox import ConnectionOutbox, Outbox
 from lazyd.daemon.process.child import STDIN_EOF_GRACE_S, TERM_GRACE_S
@@ -155,15 +156,18 @@ def _handed_off(registry: Registry, stream: trio.SocketStream, state: Connection
     """The hand-off session `state` describes, continued from its region; None (its descriptors
     closed) if they cannot be served any more."""
     in_fd, out_fd, region_fd = state.fds
+    pid = state.session.pid if state.session else -1
     try:
+        # A predecessor of another region layout wrote it: its shim reads it by that layout.
+        if (problem := region_problem(region_fd)) is not None:
+            raise ValueError(f"its region: {problem}")
         ends = ClientEnds(in_fd, out_fd)
     except ValueError as exc:
-        log.warning("upgrade: cannot go on serving the pipes of shim pid %d: %s", state.session.pid if state.session
-                    else -1, exc)
+        log.warning("upgrade: cannot go on serving the pipes of shim pid %d: %s", pid, exc)
         close_fds([in_fd, out_fd, region_fd])
         return None
     try:
-        return HandoffSession(registry, stream, state.session.pid if state.session else -1, ends, region_fd, keeper)
+        return HandoffSession(registry, stream, pid, ends, region_fd, keeper)
     except (OSError, ValueError) as exc:  # the session closed what it was given
         log.warning("upgrade: cannot go on with a hand-off session's region: %s", exc)
         return None
