@@ -62,7 +62,8 @@ class Frame:
     def __init_subclass__(cls) -> None:
         fields = (*cls._fields, *cls._optional)
         # The `v` of a hello or welcome is its class's: a frame of another version is a Foreign one.
-        cls._names = tuple(name for name in fields if name in cls.__slots__)
+        slots = {name for klass in cls.__mro__ for name in getattr(klass, "__slots__", ())}
+        cls._names = tuple(name for name in fields if name in slots)
         cls._known = frozenset({"t", *fields})
 
     def __init__(self, extra: Mapping[str, Any] | None = None) -> None:
@@ -141,16 +142,22 @@ class Hello(Frame):
         self.reclaim = reclaim
 
 
-class ForeignHello(Frame):
-    """A hello of another wire version: only its ``v`` is read, to answer ``refused``/"version"."""
+class Foreign(Frame):
+    """A hello or welcome of another wire version: only its ``v`` is read."""
 
     __slots__ = ("v",)
-    t = "hello"
     _fields = {"v": _INT}
 
     def __init__(self, v: int, extra: Mapping[str, Any] | None = None) -> None:
         super().__init__(extra)
         self.v = v
+
+
+class ForeignHello(Foreign):
+    """A hello of another wire version: the daemon answers ``refused``/"version"."""
+
+    __slots__ = ()
+    t = "hello"
 
 
 class Welcome(Frame):
@@ -171,7 +178,7 @@ class Welcome(Frame):
         self.handoff = handoff  # True: the daemon took the client's descriptors that came with the hello
 
 
-class ForeignWelcome(ForeignHello):
+class ForeignWelcome(Foreign):
     """A welcome of another wire version: the shim compares versions itself and reports the skew."""
 
     __slots__ = ()
@@ -276,6 +283,13 @@ def validate_walked(obj: dict[str, Any]) -> AnyFrame:
     t = obj.get("t")
     if not isinstance(t, str):
         raise WireError("frame lacks a str field 't'")
+    if t == "line":  # every JSON-RPC message on the frame path: Line's checks below, without the loops
+        d, done = obj.get("d"), obj.get("done")
+        if not isinstance(d, bytes):
+            raise _bad(obj, "d", "a bin")
+        if done is not None and not (_is_int(done) or isinstance(done, str)):
+            raise _bad(obj, "done", "an int or str")
+        return Line(d, done, _extra(obj, Line._known))
     cls = _CLASSES.get(t)
     if cls is None:
         raise WireError(f"unknown frame type {t[:40]!r}")

@@ -21,7 +21,10 @@ from hypothesis import strategies as st
 
 from lazyd.protocol import wire
 from lazyd.errors import WireError
-from lazyd.protocol.frames import _CLASSES, Ctl, ForeignHello, ForeignWelcome, Frame, Hello, Line, Progress, Refusal, Reply, Welcome
+from lazyd.protocol.frames import (
+    _CLASSES, WIRE_VERSION, Ctl, ForeignHello, ForeignWelcome, Frame, Hello, Line, Progress, Refusal, Reply, Welcome,
+    validate_walked,
+)
 from lazyd.protocol.wire import FrameDecoder
 from tests.unit.wire_bombs import BOMBS
 
@@ -403,3 +406,28 @@ def test_mutated_valid_frames_only_ever_raise_wire_error(frame: Frame, flips: li
     for index, value in flips:
         body[index % len(body)] = value
     feed_only_wire_errors(frame_of(bytes(body)))
+
+
+_VALUES = st.one_of(st.none(), st.booleans(), st.integers(), st.text(max_size=4), st.binary(max_size=8),
+                    st.lists(st.integers(), max_size=2))
+
+
+@given(st.dictionaries(st.sampled_from(["d", "done", "x"]), _VALUES))
+def test_a_line_frame_is_checked_by_the_rules_line_declares(fields: dict[str, Any]) -> None:
+    obj = {"t": "line", **fields}
+    expected = all(ok(obj.get(name)) for name, (ok, _) in Line._fields.items()) and all(
+        obj.get(name) is None or ok(obj[name]) for name, (ok, _) in Line._optional.items())
+    try:
+        frame = validate_walked(obj)
+    except WireError:
+        assert not expected
+        return
+    assert expected and isinstance(frame, Line)
+    assert frame.to_map() == {"t": "line", "d": obj["d"], **({"done": obj["done"]} if obj.get("done") is not None else {}),
+                              **({"x": obj["x"]} if "x" in obj else {})}
+
+
+def test_a_welcome_of_another_version_is_not_taken_for_a_hello() -> None:
+    welcome = validate_walked({"t": "welcome", "v": WIRE_VERSION + 1})
+    assert isinstance(welcome, ForeignWelcome) and not isinstance(welcome, ForeignHello)
+    assert repr(welcome) == f"ForeignWelcome(v={WIRE_VERSION + 1})"
