@@ -177,10 +177,7 @@ class RelayCore:
         sc.load_attrs(core.bridge, BRIDGE_KEPT, s.get("bridge"), "bridge")
         core.handshake.restore(s.get("handshake"))
         core.stateless.starting = sc.flag(s.get("stateless_starting"), "stateless_starting")
-        if "roots" in s:
-            sc.load_attrs(core.roots, ROOTS_KEPT, s["roots"], "roots")
-        else:  # a predecessor that knew no roots: its sessions were placed where they are
-            core.roots.sessions = {cid: SessionRoots(placed=True) for cid in core.clients}
+        sc.load_attrs(core.roots, ROOTS_KEPT, s.get("roots"), "roots")
         return core
 
     # ---- the ports the parts reach the core through ----------------------------------------------
