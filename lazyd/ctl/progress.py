@@ -24,7 +24,7 @@ class StatusLine:
 
     def __init__(self, what: str, *, json_mode: bool, stream: TextIO | None = None) -> None:
         self.stream = stream if stream is not None else sys.stderr
-        self.active = not json_mode and self.stream.isatty()
+        self.active = not json_mode and self.stream is not None and self.stream.isatty()  # None: stderr closed
         self.what = what
         self.step = ""
         self._started = time.monotonic()

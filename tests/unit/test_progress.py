@@ -94,3 +94,12 @@ def test_the_status_line_draws_and_erases_on_a_terminal_only() -> None:
         quiet.clear()
         assert not quiet.active
     assert pipe.getvalue() == ""
+
+
+def test_with_stderr_closed_the_status_line_stays_off_and_writes_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("sys.stderr", None)  # what Python sets for `lazyctl wake x 2>&-`
+    line = StatusLine("waking x", json_mode=False)
+    assert not line.active
+    line.update("starting")
+    line.draw()
+    line.clear()
