@@ -21,6 +21,7 @@ import pytest
 from lazyd.host import procfs
 from lazyd.daemon import orphans
 from tests.conftest import UserEnv, start_daemon
+from tests.e2e.faults_support import session_members
 from tests.e2e.supervision_support import (
     alive,
     control,
@@ -33,11 +34,6 @@ from tests.e2e.supervision_support import (
 )
 
 pytestmark = pytest.mark.e2e
-
-
-def _session_of(pid: int) -> list[int]:
-    """Live processes in the session that `pid` leads."""
-    return sorted(p for p, stat in procfs.stats().items() if stat.session == pid and stat.state != "Z")
 
 
 def _kill_daemon_hard(user: UserEnv) -> None:
@@ -71,7 +67,7 @@ def test_a_server_that_ignores_eof_and_its_grandchildren_left_by_a_killed_daemon
     write_config(user_env, server_table("kids", env={"FIXTURE_IGNORE_EOF": "1", "FIXTURE_GRANDCHILDREN": "2"}))
     start_daemon(user_env)
     pid = control(user_env, "wake", name="kids")["pid"]
-    leftovers = wait_for_value(lambda: m if len(m := _session_of(pid)) == 3 else None,
+    leftovers = wait_for_value(lambda: m if len(m := session_members(pid)) == 3 else None,
                                "the server and its two grandchildren")
     (record,) = _records(user_env)
     assert (record["name"], record["pid"], record["start_ticks"]) == ("kids", pid, procfs.start_time_ticks(pid))

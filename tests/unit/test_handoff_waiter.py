@@ -252,6 +252,12 @@ def _traps(pid: int, signum: int) -> bool:
     return bool(int(caught.split()[1], 16) >> (signum - 1) & 1)
 
 
+def _asleep(pid: int) -> bool:
+    """Whether process `pid` is blocked (state S: the waiting program sleeps only in its read)."""
+    with open(f"/proc/{pid}/stat") as stat:
+        return stat.read().rpartition(")")[2].split()[0] == "S"
+
+
 @pytest.mark.parametrize(("signum", "status"), [(signal.SIGTERM, 0), (signal.SIGHUP, 0), (signal.SIGINT, 130)])
 def test_a_signal_ends_a_waiting_waiter_as_it_ends_the_shim(signum: int, status: int) -> None:
     ours, theirs = socket.socketpair()
@@ -260,10 +266,10 @@ def test_a_signal_ends_a_waiting_waiter_as_it_ends_the_shim(signum: int, status:
     try:
         # Not before the shell has its trap: sent earlier (a loaded machine may take a while to
         # exec dash) it would reach the forked test process or dash's default action.
-        deadline = time.monotonic() + 10
-        while not _traps(waiter.pid, signum) and time.monotonic() < deadline:
+        deadline = time.monotonic() + 30
+        while not (_traps(waiter.pid, signum) and _asleep(waiter.pid)):  # trapped, then blocked in its read
+            assert time.monotonic() < deadline, "the waiter never waited with its trap set"
             time.sleep(0.01)
-        time.sleep(0.2)  # into its read
         waiter.send_signal(signum)
         assert waiter.wait(timeout=10) == status
     finally:
@@ -495,10 +501,13 @@ def test_a_shim_waiting_itself_exits_0_when_the_daemon_says_the_client_left(monk
     monkeypatch.setattr(os, "_exit", fake_exit)
     ours, peer = socket.socketpair()
     peer.sendall(b"\n")
-    _wait(_Conn(ours, "x"), ["--", "true"])
-    assert exits == [0] and execs == []
-    os.close(250)
-    peer.close()
+    try:
+        _wait(_Conn(ours, "x"), ["--", "true"])
+        assert exits == [0] and execs == []
+    finally:
+        with contextlib.suppress(OSError):
+            os.close(250)
+        peer.close()
 
 
 def test_a_recovery_frees_its_resume_slot_after_its_first_try_to_reconnect(
