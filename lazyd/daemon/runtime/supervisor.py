@@ -378,13 +378,17 @@ class ServerRuntime:
 
     # ---- the process ---------------------------------------------------------------------------
 
+    async def _spawn_after_sweep(self) -> ChildProcess:
+        assert self._nursery is not None
+        await self._starting.passage()  # no start while a predecessor's leftovers are swept
+        return await spawn(self.config.spec, self._nursery, self._read_buffer)
+
     async def _start_process(self) -> None:
         now = trio.current_time()
         assert self._nursery is not None
         try:
-            await self._starting.passage()  # no start while a predecessor's leftovers are swept
-            # An upgrade waits for its pid.
-            proc = await self._reading.hold(spawn(self.config.spec, self._nursery, self._read_buffer))
+            # An upgrade waits for its pid, the wait at the sweep's gate included.
+            proc = await self._reading.hold(self._spawn_after_sweep())
         except SpawnError as exc:
             fatal = exc.errno in FATAL_SPAWN_ERRNOS
             log.error("[%s] cannot start%s: %s", self.name, "" if fatal else " (will retry)", exc.message)
