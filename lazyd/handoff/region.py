@@ -96,6 +96,8 @@ class State:
         flags, state.head_len, state.tail_len, n_init, n_initialized = _FIXED.unpack_from(payload)
         if _FIXED.size + n_init + n_initialized != len(payload):
             raise ValueError("malformed hand-off state")
+        if state.head_len > HEAD_AREA_BYTES - READ_BYTES or state.tail_len > HEAD_AREA_BYTES:
+            raise ValueError("hand-off state with a head or tail past its area")  # read by offset: never trusted
         state.init = payload[_FIXED.size : _FIXED.size + n_init]
         state.initialized = payload[_FIXED.size + n_init :]
         state.init_answered, state.closed, state.discarding, head_area = (bool(flags & bit) for bit in _FLAGS)

@@ -153,6 +153,11 @@ def test_malformed_payloads_are_refused() -> None:
     for bad in (good[:-1], good + b"x", good[:5], b""):
         with pytest.raises(ValueError):
             State.decode(bad)
+    for field, value in (("head_len", hs.HEAD_AREA_BYTES - hs.READ_BYTES + 1), ("tail_len", hs.HEAD_AREA_BYTES + 1)):
+        past = State()
+        setattr(past, field, value)  # read by offset into the head areas: a shim must not trust it
+        with pytest.raises(ValueError):
+            State.decode(past.encode())
 
 
 def test_heads_read_back_and_a_released_area_gives_its_pages_back_and_only_its_own(fd: int, buf: Any) -> None:
